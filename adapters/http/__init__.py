@@ -1,0 +1,1 @@
+"""flowledger adapters.http layer."""

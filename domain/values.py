@@ -1,0 +1,115 @@
+"""Value objects shared by the aggregates: LLM usage and JSON payload checks."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from flowledger.domain.errors import ValidationError
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlmUsage:
+    """What one model call used and cost, named after the OpenTelemetry GenAI fields.
+
+    ``input_tokens`` includes cached tokens; ``cost_usd`` is exact (Decimal).
+    """
+
+    provider: str = "unknown"
+    request_model: str = ""
+    response_model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    reasoning_output_tokens: int = 0
+    finish_reasons: tuple[str, ...] = ()
+    response_id: str = ""
+    cost_usd: Decimal = Decimal("0")
+    price_version: str = ""
+    latency_ms: float = 0.0
+    attempts: int = 1
+    extra: JsonObject = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "reasoning_output_tokens",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValidationError(f"usage.{name}", f"must be an int >= 0, got {value!r}")
+        if self.cache_read_input_tokens > self.input_tokens:
+            raise ValidationError(
+                "usage.cache_read_input_tokens", "cannot exceed input_tokens (which include them)"
+            )
+        if not isinstance(self.cost_usd, Decimal) or not self.cost_usd.is_finite():
+            raise ValidationError("usage.cost_usd", f"must be a finite Decimal, got {self.cost_usd!r}")
+        if self.cost_usd < 0:
+            raise ValidationError("usage.cost_usd", f"must be >= 0, got {self.cost_usd}")
+        if not math.isfinite(self.latency_ms) or self.latency_ms < 0:
+            raise ValidationError("usage.latency_ms", f"must be >= 0, got {self.latency_ms!r}")
+        if self.attempts < 1:
+            raise ValidationError("usage.attempts", f"must be >= 1, got {self.attempts!r}")
+        object.__setattr__(self, "finish_reasons", tuple(self.finish_reasons))
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> JsonObject:
+        """A JSON-ready dict (cost as a string, to keep it exact)."""
+        return {
+            "provider": self.provider,
+            "request_model": self.request_model,
+            "response_model": self.response_model,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "reasoning_output_tokens": self.reasoning_output_tokens,
+            "finish_reasons": list(self.finish_reasons),
+            "response_id": self.response_id,
+            "cost_usd": str(self.cost_usd),
+            "price_version": self.price_version,
+            "latency_ms": self.latency_ms,
+            "attempts": self.attempts,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> LlmUsage:
+        """Inverse of ``to_dict``; unknown keys are rejected."""
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
+        if unknown:
+            raise ValidationError("usage", f"unknown fields {sorted(unknown)}")
+        values = dict(data)
+        if "cost_usd" in values:
+            values["cost_usd"] = Decimal(str(values["cost_usd"]))
+        if "finish_reasons" in values:
+            values["finish_reasons"] = tuple(values["finish_reasons"])
+        return cls(**values)
+
+
+def require_json(field_name: str, value: Any) -> None:
+    """Raise ValidationError unless ``value`` is plain JSON (dicts, lists, str, numbers)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ValidationError(field_name, f"must be JSON-serialisable: {error}") from None
+
+
+def require_name(field_name: str, value: Any) -> str:
+    """Raise ValidationError unless ``value`` is a non-blank string of at most 200 chars."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(field_name, "must be a non-empty string")
+    if len(value) > 200:
+        raise ValidationError(field_name, "must be at most 200 characters")
+    return value

@@ -1,0 +1,61 @@
+"""Settings, read once from the environment (or given as arguments) where the engine is built."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from flowledger.domain.errors import ValidationError
+
+MEMORY_URL = "memory:"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything the engine is configured with. Nothing else reads the environment."""
+
+    database_url: str | None = None
+    home: Path = Path.home() / ".local" / "share" / "flowledger"
+    schema: str = "flowledger"
+    tenant: str = "default"
+    llm_base_url: str | None = None
+    llm_api_key: str | None = None
+    pricing_file: Path | None = None
+    snapshot_interval: int = 50
+    max_conflict_retries: int = 8
+    pool_size: int = 20
+
+    def __post_init__(self) -> None:
+        if not _SCHEMA_NAME.match(self.schema):
+            raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
+        if not self.tenant.strip():
+            raise ValidationError("tenant", "must be a non-empty string")
+        if self.snapshot_interval < 1:
+            raise ValidationError("snapshot_interval", "must be >= 1")
+        if self.max_conflict_retries < 0:
+            raise ValidationError("max_conflict_retries", "must be >= 0")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``FLOWLEDGER_*`` variables (``os.environ`` by default)."""
+        env = os.environ if environ is None else environ
+        defaults = cls()
+        pricing = env.get("FLOWLEDGER_PRICING_FILE")
+        return cls(
+            database_url=env.get("FLOWLEDGER_DATABASE_URL") or None,
+            home=Path(env["FLOWLEDGER_HOME"]) if env.get("FLOWLEDGER_HOME") else defaults.home,
+            schema=env.get("FLOWLEDGER_SCHEMA") or defaults.schema,
+            tenant=env.get("FLOWLEDGER_TENANT") or defaults.tenant,
+            llm_base_url=env.get("FLOWLEDGER_LLM_BASE_URL") or None,
+            llm_api_key=env.get("FLOWLEDGER_LLM_API_KEY") or None,
+            pricing_file=Path(pricing) if pricing else None,
+        )
+
+    def with_overrides(self, **overrides: object) -> Settings:
+        """A copy with the given non-None fields replaced."""
+        given = {name: value for name, value in overrides.items() if value is not None}
+        return replace(self, **given)  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""flowledger projections layer."""
