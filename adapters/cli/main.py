@@ -1,0 +1,19 @@
+"""The ``flowledger`` command line: one typer app; each command group lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from flowledger.adapters.cli import session_commands
+
+app = typer.Typer(
+    name="flowledger",
+    help="Event-sourced state for LLM workflow sessions and tasks.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+session_commands.register(app)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()
