@@ -1,0 +1,56 @@
+"""Rich renderings of sessions and histories shared by CLI commands."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.table import Table
+
+from flowledger.domain.session_views import SessionState
+from flowledger.infrastructure.history import HistoryEntry
+
+
+def _compact(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, default=str, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def history_table(session_id: str, entries: list[HistoryEntry]) -> Table:
+    """One row per stored event."""
+    table = Table(title=f"history of {session_id}")
+    table.add_column("v", justify="right")
+    table.add_column("at")
+    table.add_column("event")
+    table.add_column("data", no_wrap=True, overflow="ellipsis")
+    for entry in entries:
+        table.add_row(
+            str(entry.version),
+            entry.timestamp.isoformat(timespec="milliseconds"),
+            entry.event_type,
+            _compact(entry.data),
+        )
+    return table
+
+
+def session_table(state: SessionState) -> Table:
+    """The session's state as a two-column table."""
+    table = Table(title=f"session {state.session_id} at version {state.version}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    rows: list[tuple[str, str]] = [
+        ("workflow", state.workflow),
+        ("user", state.user_id or "-"),
+        ("status", state.status.value),
+        ("current step", state.current_step),
+        ("steps", f"{state.step_count} processed, {len(state.failures)} failed, "
+                  f"{len(state.pending)} pending"),
+        ("context", _compact(state.context, 200)),
+        ("tokens", f"{state.totals.input_tokens} in / {state.totals.output_tokens} out"),
+        ("cost", f"${state.totals.cost_usd}"),
+        ("expires", state.expires_at.isoformat(timespec="seconds")),
+        ("updated", state.updated_at.isoformat(timespec="milliseconds")),
+    ]
+    for field, value in rows:
+        table.add_row(field, value)
+    return table
