@@ -6,13 +6,24 @@
     │   ├── SessionNotFound
     │   ├── SessionConflict        started again with another workflow or user
     │   ├── SessionExpired         carries ``expired_at``
-    │   └── SessionClosed          carries ``status``
-    └── ConcurrentUpdate           optimistic-concurrency retries ran out
+    │   ├── SessionClosed          carries ``status``
+    │   └── StepInProgress         another worker holds the step's idempotency key
+    ├── ConcurrentUpdate           optimistic-concurrency retries ran out
+    └── LlmError                   a model call gave no usable reply; carries ``error_type``,
+        │                          ``attempts`` and ``usage`` (what was spent so far)
+        ├── LlmCallFailed          retries ran out, or the error was not retryable
+        ├── CircuitOpen            the endpoint's breaker is open: failed fast, nothing sent
+        ├── UnknownModelPrice      no price for the model and no default price configured
+        └── LlmNotConfigured       the engine was built without an LLM adapter
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flowledger.domain.values import LlmUsage
 
 
 class FlowledgerError(Exception):
@@ -77,3 +88,86 @@ class ConcurrentUpdate(FlowledgerError):
         )
         self.aggregate_id = aggregate_id
         self.attempts = attempts
+
+
+class StepInProgress(SessionError):
+    """Another worker started this step under the same key; its outcome did not arrive in time."""
+
+    def __init__(self, session_id: str, idempotency_key: str, waited_s: float) -> None:
+        super().__init__(
+            session_id,
+            f"step {idempotency_key!r} of session {session_id!r} is still in progress "
+            f"after waiting {waited_s:.1f}s",
+        )
+        self.idempotency_key = idempotency_key
+        self.waited_s = waited_s
+
+
+class LlmError(FlowledgerError):
+    """A model call gave no usable reply; ``error_type`` is short and stable (e.g. ``http_503``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_type: str,
+        attempts: int = 0,
+        usage: LlmUsage | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.attempts = attempts
+        self.usage = usage
+
+
+class LlmCallFailed(LlmError):
+    """The call failed after its retries (or was not retryable); carries the last status code."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_type: str,
+        attempts: int,
+        usage: LlmUsage | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message, error_type=error_type, attempts=attempts, usage=usage)
+        self.status_code = status_code
+
+
+class CircuitOpen(LlmError):
+    """The endpoint's circuit breaker is open; the call failed fast without a request."""
+
+    def __init__(self, endpoint: str, retry_in_s: float, attempts: int = 0) -> None:
+        super().__init__(
+            f"circuit for {endpoint} is open; next trial in {max(retry_in_s, 0.0):.1f}s",
+            error_type="circuit_open",
+            attempts=attempts,
+        )
+        self.endpoint = endpoint
+        self.retry_in_s = retry_in_s
+
+
+class UnknownModelPrice(LlmError):
+    """No price is known for the model and no default price is configured."""
+
+    def __init__(self, model: str, price_version: str) -> None:
+        super().__init__(
+            f"no price for model {model!r} in price table {price_version!r} "
+            "and no default price configured",
+            error_type="unknown_model_price",
+        )
+        self.model = model
+        self.price_version = price_version
+
+
+class LlmNotConfigured(LlmError):
+    """The engine has no LLM adapter, so it cannot process a step itself."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this Engine was built without an LLM adapter (pass llm=..., or use "
+            "flowledger.adapters.llm.build_engine())",
+            error_type="llm_not_configured",
+        )
