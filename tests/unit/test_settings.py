@@ -1,0 +1,45 @@
+"""Settings come from FLOWLEDGER_* variables once, and are checked when built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flowledger.domain import ValidationError
+from flowledger.infrastructure import Settings
+from flowledger.infrastructure.database import library_env
+
+
+def test_settings_read_the_flowledger_variables() -> None:
+    settings = Settings.from_env({
+        "FLOWLEDGER_DATABASE_URL": "postgresql://app:secret@db.internal:6543/flows",
+        "FLOWLEDGER_HOME": "/srv/flowledger",
+        "FLOWLEDGER_LLM_BASE_URL": "http://127.0.0.1:9000/v1",
+        "FLOWLEDGER_PRICING_FILE": "/etc/prices.json",
+    })
+    assert settings.database_url == "postgresql://app:secret@db.internal:6543/flows"
+    assert settings.home == Path("/srv/flowledger")
+    assert settings.llm_base_url == "http://127.0.0.1:9000/v1"
+    assert settings.pricing_file == Path("/etc/prices.json")
+
+
+def test_a_libpq_url_becomes_the_event_library_settings() -> None:
+    env = library_env("postgresql://app:secret@db.internal:6543/flows", schema="fl", pool_size=5)
+    assert env["POSTGRES_HOST"] == "db.internal"
+    assert env["POSTGRES_PORT"] == "6543"
+    assert env["POSTGRES_USER"] == "app"
+    assert env["POSTGRES_PASSWORD"] == "secret"
+    assert env["POSTGRES_DBNAME"] == "flows"
+    assert env["POSTGRES_SCHEMA"] == "fl"
+
+
+def test_a_unix_socket_url_keeps_its_socket_directory() -> None:
+    env = library_env("postgresql://postgres:@/postgres?host=/tmp/pg", schema="fl", pool_size=5)
+    assert env["POSTGRES_HOST"] == "/tmp/pg"
+
+
+@pytest.mark.parametrize("schema", ["Robert'); DROP", "1abc", "with space", ""])
+def test_a_schema_name_that_is_not_a_plain_sql_name_is_rejected(schema: str) -> None:
+    with pytest.raises(ValidationError):
+        Settings(schema=schema)
