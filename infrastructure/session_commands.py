@@ -46,7 +46,7 @@ class SessionCommands:
         return self.update(session_id, extend)
 
     def complete_session(self, session_id: str, resolution: JsonObject | str) -> SessionState:
-        """End the session with a resolution (a JSON object, or a string stored as ``{"resolution": ...}``)."""
+        """End the session with a resolution: a JSON object, or a string kept as ``{"resolution": s}``."""
         payload = {"resolution": resolution} if isinstance(resolution, str) else resolution
         if not isinstance(payload, dict):
             raise ValidationError("resolution", "must be a string or a JSON object")
