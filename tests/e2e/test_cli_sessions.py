@@ -1,0 +1,50 @@
+"""The ``flowledger`` executable: history, replay and error exit codes, on real PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+
+FLOWLEDGER = str(Path(sys.executable).parent / "flowledger")
+
+
+def run(database_url: str, schema: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FLOWLEDGER_DATABASE_URL": database_url, "FLOWLEDGER_SCHEMA": schema,
+           "COLUMNS": "200"}
+    return subprocess.run([FLOWLEDGER, *args], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_history_and_replay_show_a_session_as_it_was(database_url: str, pg_schema: str) -> None:
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("cli-1", "customer_service")
+        engine.record_step("cli-1", "greet", next_step="classify", context_update={"lang": "en"})
+        engine.record_step("cli-1", "classify", context_update={"intent": "refund"})
+
+    history = run(database_url, pg_schema, "history", "cli-1")
+    assert history.returncode == 0, history.stderr
+    assert "Session.Started" in history.stdout
+    assert history.stdout.count("Session.StepProcessed") == 2
+
+    replay = run(database_url, pg_schema, "replay", "cli-1", "--version", "2")
+    assert replay.returncode == 0, replay.stderr
+    assert "classify" in replay.stdout  # current step at version 2
+    assert "refund" not in replay.stdout
+
+
+def test_an_unknown_session_exits_3_with_one_line(database_url: str, pg_schema: str) -> None:
+    result = run(database_url, pg_schema, "history", "nobody")
+    assert result.returncode == 3
+    assert result.stderr.strip().splitlines() == ["error: session 'nobody' not found"]
+
+
+def test_a_bad_time_exits_2_with_one_line(database_url: str, pg_schema: str) -> None:
+    result = run(database_url, pg_schema, "replay", "x", "--as-of", "yesterday")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "as_of" in result.stderr
