@@ -9,6 +9,15 @@
     │   ├── SessionClosed          carries ``status``
     │   └── StepInProgress         another worker holds the step's idempotency key
     ├── ConcurrentUpdate           optimistic-concurrency retries ran out
+    ├── TaskError                  carries ``task_id``
+    │   ├── TaskNotFound
+    │   ├── TaskConflict           created again with another description, skills or priority
+    │   └── TaskTransitionRejected the task's ``status`` does not allow the ``action``
+    ├── AgentError                 carries ``agent_id``
+    │   ├── AgentNotFound
+    │   ├── AgentConflict          registered again with another name, skills or capacity
+    │   ├── AgentAtCapacity        carries ``capacity`` and ``load``
+    │   └── TaskNotHeld            the agent does not hold ``task_id``
     └── LlmError                   a model call gave no usable reply; carries ``error_type``,
         │                          ``attempts`` and ``usage`` (what was spent so far)
         ├── LlmCallFailed          retries ran out, or the error was not retryable
@@ -89,6 +98,76 @@ class ConcurrentUpdate(FlowledgerError):
         self.aggregate_id = aggregate_id
         self.attempts = attempts
 
+
+
+class TaskError(FlowledgerError):
+    """An error about one task."""
+
+    def __init__(self, task_id: str, message: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+class TaskNotFound(TaskError):
+    """No task has this id (in this tenant)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(task_id, f"task {task_id!r} not found")
+
+
+class TaskConflict(TaskError):
+    """The task exists with a different description, skills or priority."""
+
+    def __init__(self, task_id: str, detail: str) -> None:
+        super().__init__(task_id, f"task {task_id!r} already exists: {detail}")
+
+
+class TaskTransitionRejected(TaskError):
+    """The task's status does not allow this action (e.g. starting a completed task)."""
+
+    def __init__(self, task_id: str, status: str, action: str) -> None:
+        super().__init__(task_id, f"cannot {action} task {task_id!r}: it is {status}")
+        self.status = status
+        self.action = action
+
+
+class AgentError(FlowledgerError):
+    """An error about one agent."""
+
+    def __init__(self, agent_id: str, message: str) -> None:
+        super().__init__(message)
+        self.agent_id = agent_id
+
+
+class AgentNotFound(AgentError):
+    """No agent has this id (in this tenant)."""
+
+    def __init__(self, agent_id: str) -> None:
+        super().__init__(agent_id, f"agent {agent_id!r} not found")
+
+
+class AgentConflict(AgentError):
+    """The agent exists with a different name, skills or capacity."""
+
+    def __init__(self, agent_id: str, detail: str) -> None:
+        super().__init__(agent_id, f"agent {agent_id!r} already exists: {detail}")
+
+
+class AgentAtCapacity(AgentError):
+    """The agent cannot hold more tasks (or a capacity below its load was asked for)."""
+
+    def __init__(self, agent_id: str, capacity: int, load: int) -> None:
+        super().__init__(agent_id, f"agent {agent_id!r} holds {load} tasks of capacity {capacity}")
+        self.capacity = capacity
+        self.load = load
+
+
+class TaskNotHeld(AgentError):
+    """The agent was asked to release a task it does not hold."""
+
+    def __init__(self, agent_id: str, task_id: str) -> None:
+        super().__init__(agent_id, f"agent {agent_id!r} does not hold task {task_id!r}")
+        self.task_id = task_id
 
 class StepInProgress(SessionError):
     """Another worker started this step under the same key; its outcome did not arrive in time."""
