@@ -21,7 +21,7 @@ from flowledger.domain.session_views import (
     StepRecord,
     Totals,
 )
-from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
+from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name, require_object
 
 SESSION_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/session")
 
@@ -180,7 +180,7 @@ class Session(Aggregate):
     def start_step(self, *, step: str, input: JsonObject, model: str | None, key: str) -> None:
         """Record that a step began (before its model call)."""
         require_name("step", step)
-        require_json("input", input)
+        require_object("input", input)
         require_name("idempotency_key", key)
         self.trigger_event(self.StepStarted, step=step, input=input, model=model, idempotency_key=key)
 
@@ -196,19 +196,12 @@ class Session(Aggregate):
         idempotency_key: str | None = None,
     ) -> StepRecord:
         """Record a processed step and return it."""
-        require_name("step", step)
-        if next_step is not None:
-            require_name("next_step", next_step)
-        if idempotency_key is not None:
-            require_name("idempotency_key", idempotency_key)
-        for name, value in (("input", input), ("output", output)):
-            if not isinstance(value, dict):
-                raise ValidationError(name, "must be a JSON object")
-            require_json(name, value)
-        if context_update is not None:
-            if not isinstance(context_update, dict):
-                raise ValidationError("context_update", "must be a JSON object")
-            require_json("context_update", context_update)
+        for name, value in (("step", step), ("next_step", next_step), ("idempotency_key", idempotency_key)):
+            if value is not None or name == "step":
+                require_name(name, value)
+        require_object("input", input)
+        require_object("output", output)
+        require_object("context_update", context_update, optional=True)
         if usage is not None and not isinstance(usage, LlmUsage):
             raise ValidationError("usage", "must be an LlmUsage")
         self.trigger_event(
@@ -247,9 +240,7 @@ class Session(Aggregate):
 
     def update_context(self, update: JsonObject) -> None:
         """Merge keys into the context."""
-        if not isinstance(update, dict):
-            raise ValidationError("context_update", "must be a JSON object")
-        require_json("context_update", update)
+        require_object("context_update", update)
         self._context_updated(update=update)
 
     def extend(self, expires_at: datetime) -> None:

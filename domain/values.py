@@ -113,3 +113,12 @@ def require_name(field_name: str, value: Any) -> str:
     if len(value) > 200:
         raise ValidationError(field_name, "must be at most 200 characters")
     return value
+
+
+def require_object(field_name: str, value: Any, *, optional: bool = False) -> None:
+    """Raise ValidationError unless ``value`` is a JSON object (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, dict):
+        raise ValidationError(field_name, "must be a JSON object")
+    require_json(field_name, value)
