@@ -73,9 +73,7 @@ def parse_step_reply(content: str) -> StepReply:
     """
     data = _json_object(content)
     if data is None:
-        return StepReply(
-            action=None, context_update=None, next_step=None, message=content, structured=False
-        )
+        return StepReply(action=None, context_update=None, next_step=None, message=content, structured=False)
     problems: list[str] = []
     action = _optional_text(data.get("action"), "action", problems, limit=200)
     next_step = _optional_text(data.get("next_step"), "next_step", problems, limit=200)

@@ -25,6 +25,7 @@ from flowledger.domain.errors import (
     SessionNotFound,
     ValidationError,
 )
+from flowledger.domain.ports import LlmPort
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
@@ -34,6 +35,7 @@ from flowledger.infrastructure.embedded import embedded_database_url
 from flowledger.infrastructure.history import HistoryEntry, history_entry
 from flowledger.infrastructure.session_commands import SessionCommands
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
+from flowledger.infrastructure.step_processing import StepProcessing
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]
@@ -45,7 +47,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class Engine(SessionCommands):
+class Engine(SessionCommands, StepProcessing):
     """Sessions and their steps, stored as events in PostgreSQL (or in memory)."""
 
     def __init__(
@@ -56,6 +58,7 @@ class Engine(SessionCommands):
         tenant: str | None = None,
         schema: str | None = None,
         clock: Clock = utc_now,
+        llm: LlmPort | None = None,
     ) -> None:
         base = settings if settings is not None else Settings.from_env()
         self.settings = base.with_overrides(database_url=database_url, tenant=tenant, schema=schema)
@@ -64,6 +67,7 @@ class Engine(SessionCommands):
         self.database_url = url
         self.tenant = self.settings.tenant
         self.clock = clock
+        self.llm = llm
         env = library_env(url, schema=self.settings.schema, pool_size=self.settings.pool_size)
         self.app = FlowledgerApplication(env, snapshot_interval=self.settings.snapshot_interval)
         self._locks = [threading.Lock() for _ in range(_STRIPES)]
