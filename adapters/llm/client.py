@@ -1,0 +1,290 @@
+"""An async client for any OpenAI-compatible ``/chat/completions`` endpoint; implements LlmPort.
+
+One call: price lookup (an unknown model fails before anything is sent), the
+model's rate limits, then attempts under the SDK's retry policy, each admitted by
+the endpoint's circuit breaker and bounded by ``request_timeout_s``. The reply's
+usage is priced per token type; every attempt's outcome is kept in ``usage.extra``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from flowledger.adapters.llm.completion import ParsedCompletion, estimate_prompt_tokens, parse_completion
+from flowledger.adapters.llm.completion import read_stream as read_sse_stream
+from flowledger.adapters.llm.config import ApiKey, ClientConfig
+from flowledger.adapters.llm.pricing import ModelPrice, PriceTable, load_price_table
+from flowledger.adapters.llm.resilience import EndpointBreaker, ModelRateLimiter
+from flowledger.adapters.llm.retry import (
+    AttemptError,
+    AttemptOutcome,
+    RetryPolicy,
+    parse_retry_after,
+    status_is_retryable,
+)
+from flowledger.domain.errors import CircuitOpen, LlmCallFailed, ValidationError
+from flowledger.domain.ports import LlmReply
+from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure.settings import Settings
+
+
+class OpenAICompatibleClient:
+    """Calls a chat model over ``httpx.AsyncClient``; ``transport`` swaps the network out in tests."""
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        prices: PriceTable,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_sleep: Callable[[float], Awaitable[None]] | None = None,
+        rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.config = config
+        self.prices = prices
+        self.retry = RetryPolicy(max_retries=config.max_retries, sleep=retry_sleep, rand=rand)
+        self.limiter = ModelRateLimiter(config.limits, config.default_limits)
+        self.breaker = EndpointBreaker(
+            config.endpoint,
+            failure_threshold=config.breaker_failure_threshold,
+            recovery_s=config.breaker_recovery_s,
+        )
+        self._clock = clock
+        self._http = httpx.AsyncClient(
+            base_url=config.base_url.rstrip("/") + "/",
+            headers={"Authorization": f"Bearer {config.api_key.reveal()}"},
+            timeout=httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s),
+            limits=httpx.Limits(
+                max_connections=config.max_connections,
+                max_keepalive_connections=config.max_keepalive_connections,
+            ),
+            transport=transport,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **options: Any) -> OpenAICompatibleClient:
+        """A client for ``FLOWLEDGER_LLM_BASE_URL`` with ``FLOWLEDGER_LLM_API_KEY`` (checked now).
+
+        ``options`` are further ClientConfig fields; prices come from
+        ``FLOWLEDGER_PRICING_FILE`` or the shipped table.
+        """
+        if not settings.llm_base_url:
+            raise ValidationError("llm_base_url", "FLOWLEDGER_LLM_BASE_URL is not set")
+        if not settings.llm_api_key:
+            raise ValidationError("llm_api_key", "FLOWLEDGER_LLM_API_KEY is not set")
+        transport = options.pop("transport", None)
+        config = ClientConfig(base_url=settings.llm_base_url, api_key=ApiKey(settings.llm_api_key), **options)
+        return cls(config, prices=load_price_table(settings.pricing_file), transport=transport)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> OpenAICompatibleClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatibleClient(base_url={self.config.base_url!r}, api_key=***)"
+
+    async def verify(self) -> list[str]:
+        """Check the key against ``GET /models`` and return the model ids the endpoint lists."""
+        try:
+            response = await self._http.get("models")
+        except httpx.HTTPError as error:
+            raise ValidationError("llm_base_url", f"cannot reach {self.config.base_url}: {error!r}") from None
+        if response.status_code in (401, 403):
+            raise ValidationError(
+                "llm_api_key", f"rejected by {self.config.base_url} ({response.status_code})"
+            )
+        if response.status_code != 200:
+            raise ValidationError("llm_base_url", f"GET /models answered {response.status_code}")
+        return [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
+
+    async def complete(
+        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
+    ) -> LlmReply:
+        """One chat completion (streamed when the config says so), with retries; see LlmPort."""
+        return await self._call(model, messages, json_mode=json_mode, stream=self.config.stream)
+
+    async def complete_streaming(
+        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
+    ) -> LlmReply:
+        """Like ``complete``, always streamed; usage carries ``time_to_first_token_ms``."""
+        return await self._call(model, messages, json_mode=json_mode, stream=True)
+
+    async def _call(
+        self, model: str | None, messages: list[dict[str, Any]], *, json_mode: bool, stream: bool
+    ) -> LlmReply:
+        name = model or self.config.default_model
+        price = self.prices.price_for(name)
+        body: dict[str, Any] = {
+            "model": name,
+            "messages": messages,
+            "max_tokens": self.config.max_tokens,
+            "temperature": self.config.temperature,
+        }
+        if json_mode:
+            body["response_format"] = {"type": "json_object"}
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        queued = self._clock()
+        await self.limiter.acquire(name, estimate_prompt_tokens(messages) + self.config.max_tokens)
+        started = self._clock()
+        outcomes: list[AttemptOutcome] = []
+        try:
+            async for attempt in self.retry.retrying():
+                with attempt:
+                    waited = float(attempt.retry_state.idle_for)
+                    parsed = await self._attempt(body, stream, outcomes, waited)
+        except AttemptError as error:
+            usage = self._usage(name, None, price, started, outcomes, stream, queued)
+            raise LlmCallFailed(
+                f"{name} at {self.config.endpoint}: {self._scrub(str(error))} "
+                f"(after {len(outcomes)} attempt(s))",
+                error_type=error.error_type,
+                attempts=len(outcomes),
+                usage=usage,
+                status_code=error.status_code,
+            ) from None
+        except CircuitOpen as error:
+            error.attempts = len(outcomes)
+            error.usage = (
+                self._usage(name, None, price, started, outcomes, stream, queued) if outcomes else None
+            )
+            raise
+        usage = self._usage(name, parsed, price, started, outcomes, stream, queued)
+        return LlmReply(content=parsed.content, usage=usage)
+
+    async def _attempt(
+        self, body: dict[str, Any], stream: bool, outcomes: list[AttemptOutcome], waited: float
+    ) -> ParsedCompletion:
+        trial = self.breaker.admit(attempts=len(outcomes))
+        begun = self._clock()
+        try:
+            parsed = await self._send(body, stream, begun)
+        except AttemptError as error:
+            self.breaker.record(error, trial=trial)
+            outcomes.append(self._outcome(len(outcomes) + 1, error, begun, waited))
+            raise
+        except BaseException:
+            if trial:
+                self.breaker.release_trial()
+            raise
+        self.breaker.record(None, trial=trial)
+        outcomes.append(self._outcome(len(outcomes) + 1, None, begun, waited))
+        return parsed
+
+    async def _send(self, body: dict[str, Any], stream: bool, begun: float) -> ParsedCompletion:
+        timeout = self.config.request_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                if not stream:
+                    response = await self._http.post("chat/completions", json=body)
+                    if not response.is_success:
+                        raise self._status_error(response)
+                    try:
+                        data = response.json()
+                    except ValueError:
+                        raise AttemptError(
+                            "reply body is not JSON", error_type="malformed_response", retryable=False
+                        ) from None
+                    return parse_completion(data)
+                async with self._http.stream("POST", "chat/completions", json=body) as response:
+                    if not response.is_success:
+                        await response.aread()
+                        raise self._status_error(response)
+                    return await read_sse_stream(response, begun, self._clock)
+        except TimeoutError:
+            raise AttemptError(f"no reply within {timeout}s", error_type="timeout", retryable=True) from None
+        except httpx.TimeoutException as error:
+            raise AttemptError(f"timed out: {error!r}", error_type="timeout", retryable=True) from None
+        except httpx.TransportError as error:
+            raise AttemptError(
+                f"connection failed: {type(error).__name__}", error_type="connection_error", retryable=True
+            ) from None
+
+    def _status_error(self, response: httpx.Response) -> AttemptError:
+        retry_after = parse_retry_after(response.headers)
+        detail = response.text[:300]
+        return AttemptError(
+            f"HTTP {response.status_code}: {detail}",
+            error_type=f"http_{response.status_code}",
+            retryable=status_is_retryable(response.status_code, response.headers, retry_after),
+            status_code=response.status_code,
+            retry_after_s=retry_after,
+        )
+
+    def _outcome(
+        self, number: int, error: AttemptError | None, begun: float, waited: float
+    ) -> AttemptOutcome:
+        return AttemptOutcome(
+            number=number,
+            error_type="ok" if error is None else error.error_type,
+            status_code=None if error is None else error.status_code,
+            elapsed_ms=(self._clock() - begun) * 1000,
+            waited_before_s=waited,
+        )
+
+    def _usage(
+        self,
+        model: str,
+        parsed: ParsedCompletion | None,
+        price: ModelPrice,
+        started: float,
+        outcomes: list[AttemptOutcome],
+        stream: bool,
+        queued: float,
+    ) -> LlmUsage:
+        tokens = parsed.tokens if parsed is not None else None
+        extra: dict[str, Any] = {
+            "streamed": stream,
+            "rate_limit_wait_ms": round((started - queued) * 1000, 3),
+            "attempt_log": [
+                {
+                    "n": o.number,
+                    "outcome": o.error_type,
+                    "status": o.status_code,
+                    "ms": round(o.elapsed_ms, 3),
+                    "waited_s": round(o.waited_before_s, 3),
+                }
+                for o in outcomes
+            ],
+        }
+        if parsed is not None and stream:
+            ttft = parsed.time_to_first_token_ms
+            extra["time_to_first_token_ms"] = round(ttft, 3) if ttft is not None else None
+        if tokens is not None and not tokens.reported:
+            extra["usage_reported"] = False
+        counts = {
+            "input_tokens": tokens.input_tokens if tokens else 0,
+            "output_tokens": tokens.output_tokens if tokens else 0,
+            "cache_read_input_tokens": tokens.cache_read_input_tokens if tokens else 0,
+            "reasoning_output_tokens": tokens.reasoning_output_tokens if tokens else 0,
+        }
+        return LlmUsage(
+            provider=self.config.provider,
+            request_model=model,
+            response_model=(parsed.response_model if parsed else "") or model,
+            finish_reasons=parsed.finish_reasons if parsed else (),
+            response_id=parsed.response_id if parsed else "",
+            cost_usd=price.cost(**counts),
+            price_version=self.prices.version,
+            latency_ms=round((self._clock() - started) * 1000, 3),
+            attempts=max(len(outcomes), 1),
+            extra=extra,
+            **counts,
+        )
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self.config.api_key.reveal(), "***")

@@ -1,0 +1,148 @@
+"""Reading an OpenAI chat-completions reply: a JSON body, or a server-sent-event stream."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from flowledger.adapters.llm.retry import AttemptError
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenCounts:
+    """Token counts as the OpenTelemetry GenAI fields name them (cached and reasoning included)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    reasoning_output_tokens: int = 0
+    reported: bool = False
+
+    @classmethod
+    def from_openai(cls, usage: Any) -> TokenCounts:
+        """From an OpenAI ``usage`` object; impossible sub-counts are clamped, not trusted."""
+        if not isinstance(usage, dict):
+            return cls()
+        prompt = _count(usage.get("prompt_tokens"))
+        completion = _count(usage.get("completion_tokens"))
+        prompt_details = usage.get("prompt_tokens_details") or {}
+        completion_details = usage.get("completion_tokens_details") or {}
+        cached = _count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
+        reasoning = (
+            _count(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else 0
+        )
+        return cls(
+            input_tokens=prompt,
+            output_tokens=completion,
+            cache_read_input_tokens=min(cached, prompt),
+            reasoning_output_tokens=min(reasoning, completion),
+            reported=True,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsedCompletion:
+    """What one successful attempt returned."""
+
+    content: str
+    response_model: str
+    response_id: str
+    finish_reasons: tuple[str, ...]
+    tokens: TokenCounts
+    time_to_first_token_ms: float | None = None
+    chunks: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_completion(data: Any) -> ParsedCompletion:
+    """A non-streamed reply body; a body without choices is a malformed response."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _malformed("reply has no choices")
+    message = choices[0].get("message") or {}
+    content = message.get("content") if isinstance(message, dict) else None
+    if content is not None and not isinstance(content, str):
+        raise _malformed("message content is not a string")
+    reasons = tuple(str(c.get("finish_reason")) for c in choices if c.get("finish_reason"))
+    return ParsedCompletion(
+        content=content or "",
+        response_model=str(data.get("model") or ""),
+        response_id=str(data.get("id") or ""),
+        finish_reasons=reasons,
+        tokens=TokenCounts.from_openai(data.get("usage")),
+    )
+
+
+async def read_stream(
+    response: httpx.Response, started: float, clock: Callable[[], float] = time.perf_counter
+) -> ParsedCompletion:
+    """Consume an SSE stream sent with ``stream_options.include_usage``.
+
+    The time to first token is taken when the first non-empty content delta arrives;
+    usage comes in the last chunk (with an empty ``choices`` list).
+    """
+    parts: list[str] = []
+    reasons: list[str] = []
+    model = response_id = ""
+    tokens = TokenCounts()
+    first_token_ms: float | None = None
+    chunks = 0
+    done = False
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            done = True
+            break
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            raise _malformed("stream chunk is not JSON") from None
+        if not isinstance(chunk, dict):
+            raise _malformed("stream chunk is not an object")
+        chunks += 1
+        model = str(chunk.get("model") or model)
+        response_id = str(chunk.get("id") or response_id)
+        if chunk.get("usage"):
+            tokens = TokenCounts.from_openai(chunk["usage"])
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(text, str) and text:
+                if first_token_ms is None:
+                    first_token_ms = (clock() - started) * 1000
+                parts.append(text)
+            if choice.get("finish_reason"):
+                reasons.append(str(choice["finish_reason"]))
+    if not done:
+        raise AttemptError("stream ended before [DONE]", error_type="connection_error", retryable=True)
+    return ParsedCompletion(
+        content="".join(parts),
+        response_model=model,
+        response_id=response_id,
+        finish_reasons=tuple(reasons),
+        tokens=tokens,
+        time_to_first_token_ms=first_token_ms,
+        chunks=chunks,
+    )
+
+
+def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    """A rough prompt size (4 characters a token) for the tokens-per-minute budget."""
+    chars = sum(len(str(m.get("content") or "")) for m in messages)
+    return chars // 4 + 4 * len(messages)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _malformed(message: str) -> AttemptError:
+    # The SDK does not retry a 2xx it cannot read; neither do we.
+    return AttemptError(message, error_type="malformed_response", retryable=False)

@@ -1,0 +1,111 @@
+"""The LLM client's options, validated when constructed (keyword-only, immutable)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from flowledger.domain.errors import ValidationError
+
+# Printable ASCII without spaces: what every provider's keys look like, and what an
+# HTTP header can carry. A pasted key with a newline or quotes is caught at start-up.
+_KEY_SHAPE = re.compile(r"^[\x21-\x7e]{8,512}$")
+
+
+class ApiKey:
+    """An API key that never shows itself in a repr, a log line or an event."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str) or not _KEY_SHAPE.match(value):
+            raise ValidationError(
+                "llm_api_key", "must be 8-512 printable characters without spaces or quotes"
+            )
+        if value[0] in "'\"" or value[-1] in "'\"":
+            raise ValidationError("llm_api_key", "looks quoted; remove the quotes")
+        self._value = value
+
+    def reveal(self) -> str:
+        """The key itself, for the Authorization header only."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "ApiKey('***')"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelLimits:
+    """Requests and tokens a model may take per ``period_s`` (a minute by default)."""
+
+    rpm: int
+    tpm: int
+    period_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.rpm < 1 or self.tpm < 1:
+            raise ValidationError("limits", f"rpm and tpm must be >= 1, got {self.rpm}/{self.tpm}")
+        if not self.period_s > 0:
+            raise ValidationError("limits.period_s", "must be > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientConfig:
+    """Everything the OpenAI-compatible client is configured with.
+
+    ``request_timeout_s`` bounds one attempt end to end (connect, send, wait, read);
+    ``connect_timeout_s`` bounds the TCP/TLS connect alone. ``max_retries`` follows
+    the OpenAI SDK's meaning: retries after the first attempt.
+    """
+
+    base_url: str
+    api_key: ApiKey
+    default_model: str = "deepseek-v3.2"
+    provider: str = "openai_compatible"
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 60.0
+    max_connections: int = 200
+    max_keepalive_connections: int = 100
+    max_retries: int = 2
+    max_tokens: int = 1024
+    temperature: float = 0.3
+    stream: bool = False
+    limits: Mapping[str, ModelLimits] = field(default_factory=dict)
+    default_limits: ModelLimits | None = None
+    breaker_failure_threshold: int = 5
+    breaker_recovery_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValidationError("llm_base_url", f"must be an http(s) URL, got {self.base_url!r}")
+        if not isinstance(self.api_key, ApiKey):
+            raise ValidationError("llm_api_key", "must be an ApiKey")
+        if not self.default_model.strip():
+            raise ValidationError("default_model", "must be a non-empty string")
+        for name in ("connect_timeout_s", "request_timeout_s", "breaker_recovery_s"):
+            if not getattr(self, name) > 0:
+                raise ValidationError(name, "must be > 0")
+        if self.connect_timeout_s > self.request_timeout_s:
+            raise ValidationError("connect_timeout_s", "cannot exceed request_timeout_s")
+        if self.max_connections < 1 or not 0 <= self.max_keepalive_connections <= self.max_connections:
+            raise ValidationError("max_connections", "need 1 <= keepalive <= max_connections")
+        if not 0 <= self.max_retries <= 10:
+            raise ValidationError("max_retries", "must be between 0 and 10")
+        if self.max_tokens < 1:
+            raise ValidationError("max_tokens", "must be >= 1")
+        if self.breaker_failure_threshold < 1:
+            raise ValidationError("breaker_failure_threshold", "must be >= 1")
+
+    @property
+    def endpoint(self) -> str:
+        """The chat-completions URL, which is also the circuit breaker's key."""
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    def limits_for(self, model: str) -> ModelLimits | None:
+        """The model's own limits, else the default ones (None: unlimited)."""
+        return self.limits.get(model, self.default_limits)

@@ -1,0 +1,115 @@
+"""Rate limits per model (aiolimiter) and a circuit breaker per endpoint (circuitbreaker)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aiolimiter import AsyncLimiter
+from circuitbreaker import STATE_CLOSED, STATE_HALF_OPEN, STATE_OPEN, CircuitBreaker
+
+from flowledger.adapters.llm.config import ModelLimits
+from flowledger.adapters.llm.retry import AttemptError
+from flowledger.domain.errors import CircuitOpen
+
+__all__ = ["STATE_CLOSED", "STATE_HALF_OPEN", "STATE_OPEN", "EndpointBreaker", "ModelRateLimiter"]
+
+# What says "the endpoint is unwell": server errors, timeouts, dropped connections,
+# unreadable bodies. A 4xx (bad request, auth, 429) says something about the caller.
+_ENDPOINT_FAILURES = frozenset({"timeout", "connection_error", "malformed_response"})
+
+
+def is_endpoint_failure(error: BaseException) -> bool:
+    """Whether an attempt's error counts against the endpoint's breaker."""
+    if not isinstance(error, AttemptError):
+        return False
+    if error.status_code is not None:
+        return error.status_code >= 500
+    return error.error_type in _ENDPOINT_FAILURES
+
+
+class ModelRateLimiter:
+    """Requests-per-minute and tokens-per-minute buckets, one pair per model.
+
+    Tokens are charged before the call as prompt estimate plus ``max_tokens``, the
+    way OpenAI itself counts a request against TPM.
+    """
+
+    def __init__(self, limits: Mapping[str, ModelLimits], default: ModelLimits | None) -> None:
+        self._limits = dict(limits)
+        self._default = default
+        self._buckets: dict[str, tuple[AsyncLimiter, AsyncLimiter, ModelLimits]] = {}
+
+    def limits_for(self, model: str) -> ModelLimits | None:
+        """The limits that apply to ``model`` (None: unlimited)."""
+        return self._limits.get(model, self._default)
+
+    async def acquire(self, model: str, tokens: int) -> None:
+        """Wait until the model has room for one more request of ``tokens`` tokens."""
+        limits = self.limits_for(model)
+        if limits is None:
+            return
+        if model not in self._buckets:
+            self._buckets[model] = (
+                AsyncLimiter(limits.rpm, limits.period_s),
+                AsyncLimiter(limits.tpm, limits.period_s),
+                limits,
+            )
+        requests, token_bucket, _ = self._buckets[model]
+        await requests.acquire()
+        # A single request larger than the whole budget would wait forever: cap it.
+        await token_bucket.acquire(min(max(tokens, 1), limits.tpm))
+
+
+class EndpointBreaker:
+    """A circuitbreaker.CircuitBreaker for one endpoint, with a single trial when half-open.
+
+    Opens after ``failure_threshold`` consecutive endpoint failures; after
+    ``recovery_s`` one trial call is let through (others still fail fast); the trial's
+    success closes the breaker, its failure opens it again.
+    """
+
+    def __init__(self, endpoint: str, *, failure_threshold: int, recovery_s: float) -> None:
+        self.endpoint = endpoint
+        self._breaker = CircuitBreaker(
+            failure_threshold=failure_threshold,
+            recovery_timeout=recovery_s,
+            expected_exception=lambda _type, value: is_endpoint_failure(value),
+            name=f"flowledger-llm:{endpoint}",
+        )
+        self._trial_running = False
+
+    @property
+    def state(self) -> str:
+        """``closed``, ``open`` or ``half_open``."""
+        return str(self._breaker.state)
+
+    @property
+    def failure_count(self) -> int:
+        """Consecutive endpoint failures so far."""
+        return int(self._breaker.failure_count)
+
+    def admit(self, attempts: int = 0) -> bool:
+        """Raise CircuitOpen if no request may go out now; True if this one is the trial."""
+        state = self.state
+        if state == STATE_OPEN or (state == STATE_HALF_OPEN and self._trial_running):
+            raise CircuitOpen(self.endpoint, float(self._breaker.open_remaining), attempts)
+        if state == STATE_HALF_OPEN:
+            self._trial_running = True
+            return True
+        return False
+
+    def release_trial(self) -> None:
+        """Give the half-open trial back unjudged (its call was cancelled)."""
+        self._trial_running = False
+
+    def record(self, error: BaseException | None, *, trial: bool) -> None:
+        """Feed one attempt's outcome (None: success) into the breaker."""
+        if trial:
+            self._trial_running = False
+        try:
+            with self._breaker:
+                if error is not None:
+                    raise error
+        except BaseException as raised:
+            if raised is not error:
+                raise

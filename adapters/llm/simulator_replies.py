@@ -1,0 +1,212 @@
+"""What the LLM simulator answers: scripted JSON step decisions, usage counts, latencies, faults."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# Mean latencies from the seed's model table (ms); the simulator draws around them.
+DEFAULT_MODEL_LATENCY_MS: dict[str, float] = {
+    "deepseek-v3.2": 45.0,
+    "gemini-2.5-flash": 60.0,
+    "gpt-4.1": 120.0,
+    "claude-sonnet-4.5": 150.0,
+}
+# Models that think: they report reasoning tokens inside completion_tokens.
+REASONING_MODELS = frozenset({"gemini-2.5-flash"})
+FAULTS = ("429", "500", "503", "timeout", "malformed", "drop")
+
+_INTENTS = (
+    ("refund_request", ("refund", "return", "money back")),
+    ("order_status", ("order", "delivery", "shipping", "package")),
+    ("complaint", ("angry", "terrible", "complain", "broken")),
+    ("product_inquiry", ("product", "available", "stock", "size")),
+)
+# The seed's customer-service workflow: greet -> classify -> resolve -> satisfaction.
+_NEXT_STEP = {"greet": "classify_intent", "classify_intent": "resolve", "resolve": "satisfaction"}
+_STEP_LINE = re.compile(r"Current step: ([^\n]+)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultRates:
+    """Probability of each injected fault per request (they are drawn in this order)."""
+
+    rate_limited: float = 0.0
+    server_error: float = 0.0
+    unavailable: float = 0.0
+    timeout: float = 0.0
+    malformed: float = 0.0
+    dropped: float = 0.0
+
+    def __post_init__(self) -> None:
+        values = [getattr(self, name) for name in self.__dataclass_fields__]
+        if any(not 0 <= v <= 1 for v in values) or sum(values) > 1:
+            raise ValueError(f"fault rates must be in [0, 1] and sum to at most 1, got {values}")
+
+    def draw(self, rng: random.Random) -> str | None:
+        """A fault name from FAULTS, or None for a normal reply."""
+        roll = rng.random()
+        for name, rate in zip(FAULTS, self._rates(), strict=True):
+            if roll < rate:
+                return name
+            roll -= rate
+        return None
+
+    def _rates(self) -> tuple[float, ...]:
+        return (
+            self.rate_limited,
+            self.server_error,
+            self.unavailable,
+            self.timeout,
+            self.malformed,
+            self.dropped,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulatorConfig:
+    """How the simulator behaves; per-request headers (``x-sim-*``) override it."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    api_key: str | None = None
+    latency_ms: float | None = None
+    latency_sigma: float = 0.25
+    model_latency_ms: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MODEL_LATENCY_MS))
+    faults: FaultRates = field(default_factory=FaultRates)
+    retry_after_s: float = 0.05
+    hang_s: float = 30.0
+    cache_min_tokens: int = 64
+    seed: int | None = None
+
+    def mean_latency_ms(self, model: str) -> float:
+        """The mean latency of ``model`` (the override, else its own, else 45 ms)."""
+        if self.latency_ms is not None:
+            return self.latency_ms
+        return self.model_latency_ms.get(model, 45.0)
+
+
+def draw_latency_s(mean_ms: float, sigma: float, rng: random.Random) -> float:
+    """A log-normal latency whose mean is ``mean_ms`` (a long right tail, like real APIs)."""
+    if mean_ms <= 0:
+        return 0.0
+    if sigma <= 0:
+        return mean_ms / 1000
+    mu = math.log(mean_ms) - sigma * sigma / 2
+    return rng.lognormvariate(mu, sigma) / 1000
+
+
+def count_tokens(text: str) -> int:
+    """About four characters a token, as the tokenizers of these models average on English."""
+    return max(1, math.ceil(len(text) / 4))
+
+
+def step_decision(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON decision a well-behaved model would give for the step named in the prompt."""
+    system = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    user = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
+    found = _STEP_LINE.search(system)
+    step = found.group(1).strip() if found else "reply"
+    lowered = user.lower()
+    intent = next((name for name, words in _INTENTS if any(w in lowered for w in words)), "general")
+    if step == "greet":
+        return {
+            "action": "greet",
+            "context_update": {"greeted": True},
+            "next_step": _NEXT_STEP[step],
+            "message": "Hello! How can I help you today?",
+        }
+    if step == "classify_intent":
+        return {
+            "action": "classify",
+            "context_update": {"intent": intent, "confidence": 0.92},
+            "next_step": _NEXT_STEP[step],
+            "message": f"I understand this is about {intent.replace('_', ' ')}.",
+        }
+    if step == "resolve":
+        return {
+            "action": "resolve",
+            "context_update": {"resolved": True, "resolution": f"handled_{intent}"},
+            "next_step": _NEXT_STEP[step],
+            "message": "I have taken care of that for you.",
+        }
+    if step == "satisfaction":
+        return {
+            "action": "complete",
+            "context_update": {"satisfaction_asked": True},
+            "next_step": None,
+            "message": "Was I able to help? Please rate this conversation.",
+        }
+    return {"action": "respond", "context_update": {}, "next_step": None, "message": "Noted."}
+
+
+@dataclass
+class PromptCache:
+    """Remembers system prompts, so a repeated prefix is reported as cached input."""
+
+    seen: set[str] = field(default_factory=set)
+
+    def cached_tokens(self, messages: list[dict[str, Any]], min_tokens: int) -> int:
+        """Tokens of the system prompt already seen (whole 64-token blocks, as providers bill)."""
+        system = "".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+        tokens = count_tokens(system) if system else 0
+        if tokens < min_tokens:
+            return 0
+        if system in self.seen:
+            return tokens // 64 * 64
+        self.seen.add(system)
+        return 0
+
+
+def completion_body(
+    model: str, messages: list[dict[str, Any]], content: str, cached: int, rng: random.Random
+) -> dict[str, Any]:
+    """A chat.completion object with OpenAI-shaped usage (cached and reasoning details)."""
+    prompt = sum(count_tokens(str(m.get("content") or "")) + 4 for m in messages) + 3
+    reasoning = rng.randint(16, 96) if model in REASONING_MODELS else 0
+    completion = count_tokens(content) + reasoning
+    return {
+        "id": f"chatcmpl-sim-{rng.getrandbits(48):012x}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": min(cached, prompt)},
+            "completion_tokens_details": {"reasoning_tokens": reasoning},
+        },
+    }
+
+
+def stream_chunks(body: dict[str, Any], include_usage: bool, pieces: int = 4) -> list[str]:
+    """The reply as SSE ``data:`` payloads: role, content pieces, finish, usage, ``[DONE]``."""
+    content = body["choices"][0]["message"]["content"]
+    base = {
+        "id": body["id"],
+        "object": "chat.completion.chunk",
+        "created": body["created"],
+        "model": body["model"],
+    }
+    size = max(1, math.ceil(len(content) / pieces))
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    deltas += [{"content": content[i : i + size]} for i in range(0, len(content), size)]
+    chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    if include_usage:
+        chunks.append({**base, "choices": [], "usage": body["usage"]})
+    return [json.dumps(c) for c in chunks] + ["[DONE]"]
