@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from flowledger.adapters.cli import session_commands
+from flowledger.adapters.cli import llm_commands, session_commands
 
 app = typer.Typer(
     name="flowledger",
@@ -13,6 +13,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 session_commands.register(app)
+llm_commands.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,79 @@
+"""CLI: ``flowledger simulate-llm`` serves the OpenAI-compatible simulator on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.llm.simulator import Simulator
+from flowledger.adapters.llm.simulator_replies import FaultRates, SimulatorConfig
+from flowledger.domain.errors import ValidationError
+
+console = Console()
+
+
+def simulate_llm(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")] = 8089,
+    host: Annotated[str, typer.Option(help="Interface to listen on (keep it loopback).")] = "127.0.0.1",
+    latency_ms: Annotated[
+        float | None, typer.Option(help="Mean latency for every model (default: per model, ~45 ms).")
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(help="Accept only this bearer key (default: any non-empty key).")
+    ] = None,
+    rate_limited: Annotated[float, typer.Option(help="Share of requests answered 429.")] = 0.0,
+    server_error: Annotated[float, typer.Option(help="Share answered 500.")] = 0.0,
+    unavailable: Annotated[float, typer.Option(help="Share answered 503.")] = 0.0,
+    timeout: Annotated[float, typer.Option(help="Share that hang without an answer.")] = 0.0,
+    malformed: Annotated[float, typer.Option(help="Share answered with a broken JSON body.")] = 0.0,
+    dropped: Annotated[float, typer.Option(help="Share whose connection is dropped.")] = 0.0,
+    retry_after: Annotated[float, typer.Option(help="Seconds a 429 asks the client to wait.")] = 0.5,
+    seed: Annotated[int | None, typer.Option(help="Seed for latencies and faults.")] = None,
+) -> None:
+    """Serve an OpenAI-compatible /v1/chat/completions with realistic usage, latency and faults."""
+    with reported_errors():
+        try:
+            faults = FaultRates(
+                rate_limited=rate_limited,
+                server_error=server_error,
+                unavailable=unavailable,
+                timeout=timeout,
+                malformed=malformed,
+                dropped=dropped,
+            )
+        except ValueError as error:
+            raise ValidationError("faults", str(error)) from None
+        config = SimulatorConfig(
+            host=host,
+            port=port,
+            api_key=api_key,
+            latency_ms=latency_ms,
+            faults=faults,
+            retry_after_s=retry_after,
+            seed=seed,
+        )
+        try:
+            asyncio.run(_serve(config))
+        except KeyboardInterrupt:
+            console.print("simulator stopped")
+
+
+async def _serve(config: SimulatorConfig) -> None:
+    simulator = Simulator(config)
+    await simulator.start()
+    console.print(f"LLM simulator listening on [bold]{simulator.base_url}[/bold]")
+    console.print(f"  export FLOWLEDGER_LLM_BASE_URL={simulator.base_url}")
+    console.print("  export FLOWLEDGER_LLM_API_KEY=<any key of 8+ characters>")
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await simulator.stop()
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``simulate-llm`` to the top-level app."""
+    app.command(name="simulate-llm")(simulate_llm)
