@@ -1,1 +1,1 @@
-"""flowledger adapters.http layer."""
+"""HTTP adapter: the seed webhook, the REST API and the dashboard page."""

@@ -1,0 +1,184 @@
+"""Request and response bodies of the REST API (they make the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
+from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure.history import HistoryEntry
+
+
+class Body(BaseModel):
+    """Request bodies reject unknown fields, so typos surface as 422."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartSession(Body):
+    session_id: str = Field(min_length=1, max_length=200, examples=["user-123-1700000000"])
+    workflow: str = Field(min_length=1, max_length=200, examples=["customer_service"])
+    user_id: str | None = None
+    ttl_seconds: float = Field(default=86_400, gt=0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class UsageIn(Body):
+    provider: str = "unknown"
+    request_model: str = ""
+    response_model: str = ""
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cache_read_input_tokens: int = Field(default=0, ge=0)
+    reasoning_output_tokens: int = Field(default=0, ge=0)
+    finish_reasons: list[str] = Field(default_factory=list)
+    response_id: str = ""
+    cost_usd: Decimal = Field(default=Decimal("0"), ge=0)
+    price_version: str = ""
+    latency_ms: float = Field(default=0.0, ge=0)
+    attempts: int = Field(default=1, ge=1)
+
+    def to_usage(self) -> LlmUsage:
+        """The domain value object."""
+        return LlmUsage.from_dict(self.model_dump())
+
+
+class RecordStep(Body):
+    step: str = Field(min_length=1)
+    input: dict[str, Any] = Field(default_factory=dict)
+    output: dict[str, Any] = Field(default_factory=dict)
+    next_step: str | None = None
+    context_update: dict[str, Any] | None = None
+    usage: UsageIn | None = None
+    idempotency_key: str | None = None
+
+
+class ProcessStep(Body):
+    step: str = Field(min_length=1)
+    input: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    idempotency_key: str | None = None
+
+
+class Extend(Body):
+    ttl_seconds: float = Field(gt=0)
+
+
+class Complete(Body):
+    resolution: dict[str, Any] | str
+
+
+class Abandon(Body):
+    reason: str = "abandoned"
+
+
+class ContextUpdate(Body):
+    update: dict[str, Any]
+
+
+class StepOut(BaseModel):
+    step: str
+    version: int
+    input: dict[str, Any]
+    output: dict[str, Any]
+    next_step: str | None
+    context_update: dict[str, Any] | None
+    usage: dict[str, Any] | None
+    idempotency_key: str | None
+    recorded_at: datetime
+
+    @classmethod
+    def of(cls, record: StepRecord) -> StepOut:
+        return cls(step=record.step, version=record.version, input=record.input, output=record.output,
+                   next_step=record.next_step, context_update=record.context_update,
+                   usage=record.usage.to_dict() if record.usage else None,
+                   idempotency_key=record.idempotency_key, recorded_at=record.recorded_at)
+
+
+class FailureOut(BaseModel):
+    step: str
+    version: int
+    error_type: str
+    error_message: str
+    idempotency_key: str | None
+    recorded_at: datetime
+
+    @classmethod
+    def of(cls, failure: StepFailure) -> FailureOut:
+        return cls(step=failure.step, version=failure.version, error_type=failure.error_type,
+                   error_message=failure.error_message, idempotency_key=failure.idempotency_key,
+                   recorded_at=failure.recorded_at)
+
+
+class TotalsOut(BaseModel):
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    reasoning_output_tokens: int
+    cost_usd: str
+
+
+class SessionOut(BaseModel):
+    session_id: str
+    workflow: str
+    user_id: str | None
+    status: str
+    current_step: str
+    context: dict[str, Any]
+    metadata: dict[str, Any]
+    history: list[StepOut]
+    failures: list[FailureOut]
+    pending: list[str]
+    totals: TotalsOut
+    resolution: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime
+    version: int
+
+    @classmethod
+    def of(cls, state: SessionState) -> SessionOut:
+        totals = state.totals
+        return cls(
+            session_id=state.session_id, workflow=state.workflow, user_id=state.user_id,
+            status=state.status.value, current_step=state.current_step, context=state.context,
+            metadata=state.metadata, history=[StepOut.of(r) for r in state.history],
+            failures=[FailureOut.of(f) for f in state.failures],
+            pending=[p.idempotency_key for p in state.pending],
+            totals=TotalsOut(calls=totals.calls, input_tokens=totals.input_tokens,
+                             output_tokens=totals.output_tokens,
+                             cache_read_input_tokens=totals.cache_read_input_tokens,
+                             reasoning_output_tokens=totals.reasoning_output_tokens,
+                             cost_usd=str(totals.cost_usd)),
+            resolution=state.resolution, created_at=state.created_at, updated_at=state.updated_at,
+            expires_at=state.expires_at, version=state.version,
+        )
+
+
+class EventOut(BaseModel):
+    version: int
+    event_type: str
+    timestamp: datetime
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, entry: HistoryEntry) -> EventOut:
+        return cls(version=entry.version, event_type=entry.event_type, timestamp=entry.timestamp,
+                   data=_jsonable(entry.data))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, LlmUsage):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
