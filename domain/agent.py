@@ -1,0 +1,207 @@
+"""The Agent aggregate: a worker (or team) with skills and a capacity.
+
+Its load is derived from its events: tasks accepted minus tasks released. ``accept``
+refuses a task beyond capacity, so with optimistic concurrency on the agent's version
+no interleaving of writers can record more tasks than the capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from eventsourcing.domain import Aggregate, event
+
+from flowledger.domain.assignment import AgentProfile
+from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
+from flowledger.domain.task_views import AgentState, ReleaseOutcome
+from flowledger.domain.values import require_name
+
+AGENT_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/agent")
+RECENT_COMPLETIONS = 10
+
+
+def agent_uuid(tenant: str, agent_id: str) -> UUID:
+    """The aggregate id of a caller's agent id, scoped by tenant."""
+    return uuid5(AGENT_NAMESPACE, f"{tenant}\x1f{agent_id}")
+
+
+def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:
+    """Skills as a sorted list of distinct lower-case names."""
+    if isinstance(skills, str):
+        raise ValidationError(field_name, "must be a list of skill names, not a string")
+    return sorted({require_name(field_name, skill).strip().lower() for skill in skills})
+
+
+def require_capacity(capacity: int) -> int:
+    """Raise ValidationError unless ``capacity`` is an int in [0, 10000]."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or not 0 <= capacity <= 10_000:
+        raise ValidationError("capacity", f"must be an int in [0, 10000], got {capacity!r}")
+    return capacity
+
+
+class Agent(Aggregate):
+    """An agent: its skills, capacity, and the tasks it holds."""
+
+    class Registered(Aggregate.Created):
+        """The agent joined the pool."""
+
+        class_version = 1
+        agent_id: str
+        tenant: str
+        name: str
+        skills: list[str]
+        capacity: int
+
+    class CapacityChanged(Aggregate.Event):
+        """The agent's capacity changed (never below its load)."""
+
+        class_version = 1
+        capacity: int
+
+    class TaskAccepted(Aggregate.Event):
+        """The agent took a task; its load rose by one."""
+
+        class_version = 1
+        task_id: str
+        accepted_at: datetime
+
+    class TaskReleased(Aggregate.Event):
+        """The agent stopped holding a task (completed, released or escalated)."""
+
+        class_version = 1
+        task_id: str
+        outcome: str
+        completion_seconds: float | None
+        released_at: datetime
+
+    @staticmethod
+    def create_id(tenant: str, agent_id: str) -> UUID:
+        """Agents are addressed by the caller's id; no lookup table."""
+        return agent_uuid(tenant, agent_id)
+
+    @classmethod
+    def register(
+        cls, *, agent_id: str, tenant: str, name: str, skills: Iterable[str], capacity: int
+    ) -> Agent:
+        """A new agent, after checking and normalising its fields."""
+        require_name("agent_id", agent_id)
+        require_name("name", name)
+        return cls(
+            agent_id=agent_id,
+            tenant=tenant,
+            name=name,
+            skills=normalise_skills("skills", skills),
+            capacity=require_capacity(capacity),
+        )
+
+    @event(Registered)
+    def __init__(
+        self, *, agent_id: str, tenant: str, name: str, skills: list[str], capacity: int
+    ) -> None:
+        self.agent_id = agent_id
+        self.tenant = tenant
+        self.name = name
+        self.skills = list(skills)
+        self.capacity = capacity
+        self.active: dict[str, datetime] = {}
+        self.completed = 0
+        self.recent: list[float] = []
+
+    # -- commands ----------------------------------------------------------------------
+
+    @property
+    def load(self) -> int:
+        """How many tasks the agent holds."""
+        return len(self.active)
+
+    def holds(self, task_id: str) -> bool:
+        """True if the agent holds the task."""
+        return task_id in self.active
+
+    def ensure_same(self, *, name: str, skills: Iterable[str], capacity: int) -> None:
+        """Raise AgentConflict unless a repeated registration names the same agent."""
+        wanted = (name, normalise_skills("skills", skills), capacity)
+        if wanted != (self.name, self.skills, self.capacity):
+            raise AgentConflict(
+                self.agent_id,
+                f"name={self.name!r} skills={self.skills} capacity={self.capacity}",
+            )
+
+    def change_capacity(self, capacity: int) -> None:
+        """Set a new capacity; refused below the current load."""
+        require_capacity(capacity)
+        if capacity < self.load:
+            raise AgentAtCapacity(self.agent_id, capacity, self.load)
+        if capacity != self.capacity:
+            self._capacity_changed(capacity=capacity)
+
+    def accept(self, task_id: str, at: datetime) -> None:
+        """Take a task; refused when the agent is full (the invariant load <= capacity)."""
+        if task_id in self.active:
+            return
+        if self.load >= self.capacity:
+            raise AgentAtCapacity(self.agent_id, self.capacity, self.load)
+        self._task_accepted(task_id=task_id, accepted_at=at)
+
+    def release(
+        self, task_id: str, outcome: ReleaseOutcome, at: datetime, completion_seconds: float | None
+    ) -> None:
+        """Stop holding a task; a completion time feeds the recent-completion average."""
+        if task_id not in self.active:
+            raise TaskNotHeld(self.agent_id, task_id)
+        seconds = None if completion_seconds is None else max(float(completion_seconds), 0.0)
+        self._task_released(
+            task_id=task_id, outcome=outcome.value, completion_seconds=seconds, released_at=at
+        )
+
+    def recent_completion_seconds(self) -> float | None:
+        """The mean time of the last completions, if any."""
+        return sum(self.recent) / len(self.recent) if self.recent else None
+
+    def profile(self) -> AgentProfile:
+        """What the assignment policy needs to know of this agent."""
+        return AgentProfile(
+            agent_id=self.agent_id,
+            skills=frozenset(self.skills),
+            capacity=self.capacity,
+            load=self.load,
+            recent_completion_seconds=self.recent_completion_seconds(),
+        )
+
+    def state(self) -> AgentState:
+        """An immutable view of the agent as it stands."""
+        return AgentState(
+            agent_id=self.agent_id,
+            tenant=self.tenant,
+            name=self.name,
+            skills=tuple(self.skills),
+            capacity=self.capacity,
+            active_tasks=tuple(self.active),
+            completed=self.completed,
+            recent_completion_seconds=self.recent_completion_seconds(),
+            registered_at=self.created_on,
+            updated_at=self.modified_on,
+            version=self.version,
+        )
+
+    # -- state changes (replayed) ------------------------------------------------------
+
+    @event(CapacityChanged)
+    def _capacity_changed(self, capacity: int) -> None:
+        self.capacity = capacity
+
+    @event(TaskAccepted)
+    def _task_accepted(self, task_id: str, accepted_at: datetime) -> None:
+        self.active[task_id] = accepted_at
+
+    @event(TaskReleased)
+    def _task_released(
+        self, task_id: str, outcome: str, completion_seconds: float | None, released_at: datetime
+    ) -> None:
+        self.active.pop(task_id, None)
+        if outcome == ReleaseOutcome.COMPLETED:
+            self.completed += 1
+            if completion_seconds is not None:
+                self.recent = [*self.recent, completion_seconds][-RECENT_COMPLETIONS:]

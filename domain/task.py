@@ -1,0 +1,307 @@
+"""The Task aggregate: a unit of work that is classified, assigned, worked and closed.
+
+Public methods check the transition and compute (times, scores, classifications come
+in as arguments); the ``@event`` methods only assign, because they run on every replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from eventsourcing.domain import Aggregate, event
+
+from flowledger.domain.agent import normalise_skills
+from flowledger.domain.assignment import Choice, QueuedTask
+from flowledger.domain.errors import TaskConflict, TaskTransitionRejected, ValidationError
+from flowledger.domain.task_views import (
+    Assignment,
+    Classification,
+    Escalation,
+    EscalationReason,
+    TaskPriority,
+    TaskState,
+    TaskStatus,
+)
+from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
+
+TASK_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/task")
+
+
+def task_uuid(tenant: str, task_id: str) -> UUID:
+    """The aggregate id of a caller's task id, scoped by tenant."""
+    return uuid5(TASK_NAMESPACE, f"{tenant}\x1f{task_id}")
+
+
+def require_priority(priority: str) -> TaskPriority:
+    """The priority named, or ValidationError."""
+    try:
+        return TaskPriority(str(priority).lower())
+    except ValueError:
+        names = [p.value for p in TaskPriority]
+        raise ValidationError("priority", f"must be one of {names}, got {priority!r}") from None
+
+
+class Task(Aggregate):
+    """A task: what it needs, who holds it, and how it ended."""
+
+    class Created(Aggregate.Created):
+        """The task entered the queue."""
+
+        class_version = 1
+        task_id: str
+        tenant: str
+        description: str
+        required_skills: list[str]
+        priority: str
+        deadline: datetime | None
+
+    class Classified(Aggregate.Event):
+        """The task was classified, by a model (``usage`` set) or by the caller."""
+
+        class_version = 1
+        category: str
+        complexity: str
+        estimated_hours: float
+        usage: LlmUsage | None
+
+    class Assigned(Aggregate.Event):
+        """An agent took the task; the score and reason say why that one."""
+
+        class_version = 1
+        agent_id: str
+        score: float
+        reason: str
+        assigned_at: datetime
+
+    class Started(Aggregate.Event):
+        """The agent began work."""
+
+        class_version = 1
+        started_at: datetime
+
+    class Completed(Aggregate.Event):
+        """The agent finished the task."""
+
+        class_version = 1
+        result: JsonObject
+        completed_at: datetime
+
+    class Escalated(Aggregate.Event):
+        """The task went to a human; ``agent_id`` is the agent it was taken from, if any."""
+
+        class_version = 1
+        reason: str
+        detail: str
+        escalated_at: datetime
+        usage: LlmUsage | None
+        agent_id: str | None
+
+    class Released(Aggregate.Event):
+        """The agent gave the task back; it waits in the queue again."""
+
+        class_version = 1
+        agent_id: str
+        reason: str
+        released_at: datetime
+
+    @staticmethod
+    def create_id(tenant: str, task_id: str) -> UUID:
+        """Tasks are addressed by the caller's id; no lookup table."""
+        return task_uuid(tenant, task_id)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        task_id: str,
+        tenant: str,
+        description: str,
+        required_skills: Iterable[str],
+        priority: str,
+        deadline: datetime | None,
+    ) -> Task:
+        """A new task, after checking and normalising its fields."""
+        require_name("task_id", task_id)
+        if not isinstance(description, str) or not description.strip():
+            raise ValidationError("description", "must be a non-empty string")
+        if deadline is not None and deadline.tzinfo is None:
+            raise ValidationError("deadline", "must be timezone-aware")
+        return cls(
+            task_id=task_id,
+            tenant=tenant,
+            description=description[:10_000],
+            required_skills=normalise_skills("required_skills", required_skills),
+            priority=require_priority(priority).value,
+            deadline=deadline,
+        )
+
+    @event(Created)
+    def __init__(
+        self,
+        *,
+        task_id: str,
+        tenant: str,
+        description: str,
+        required_skills: list[str],
+        priority: str,
+        deadline: datetime | None,
+    ) -> None:
+        self.task_id = task_id
+        self.tenant = tenant
+        self.description = description
+        self.required_skills = list(required_skills)
+        self.priority = priority
+        self.deadline = deadline
+        self.status: str = TaskStatus.PENDING.value
+        self.classification: Classification | None = None
+        self.assignment: Assignment | None = None
+        self.escalation: Escalation | None = None
+        self.times_assigned = 0
+        self.started_at: datetime | None = None
+        self.completed_at: datetime | None = None
+        self.result: JsonObject | None = None
+
+    # -- commands ----------------------------------------------------------------------
+
+    @property
+    def task_status(self) -> TaskStatus:
+        """The status as an enum."""
+        return TaskStatus(self.status)
+
+    @property
+    def holder(self) -> str | None:
+        """The agent holding the task now, if any."""
+        if self.task_status.holds_agent and self.assignment is not None:
+            return self.assignment.agent_id
+        return None
+
+    def ensure_same(self, *, description: str, required_skills: Iterable[str], priority: str) -> None:
+        """Raise TaskConflict unless a repeated creation describes the same task."""
+        wanted = (description, normalise_skills("required_skills", required_skills),
+                  require_priority(priority).value)
+        if wanted != (self.description, self.required_skills, self.priority):
+            raise TaskConflict(self.task_id, f"priority={self.priority!r} skills={self.required_skills}")
+
+    def _require(self, action: str, *allowed: TaskStatus) -> None:
+        if self.task_status not in allowed:
+            raise TaskTransitionRejected(self.task_id, self.status, action)
+
+    def classify(self, classification: Classification) -> None:
+        """Record what the task is; once, and not after it closed."""
+        self._require("classify", TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+        if self.classification is not None:
+            raise TaskTransitionRejected(self.task_id, "already classified", "classify")
+        self._classified(
+            category=classification.category,
+            complexity=classification.complexity,
+            estimated_hours=classification.estimated_hours,
+            usage=classification.usage,
+        )
+
+    def assign(self, choice: Choice, at: datetime) -> None:
+        """Hand the waiting task to the chosen agent (the agent records TaskAccepted)."""
+        self._require("assign", TaskStatus.PENDING)
+        self._assigned(agent_id=choice.agent_id, score=choice.score, reason=choice.reason,
+                       assigned_at=at)
+
+    def start(self, at: datetime) -> None:
+        """The holding agent began work."""
+        self._require("start", TaskStatus.ASSIGNED)
+        self._started(started_at=at)
+
+    def complete(self, result: JsonObject, at: datetime) -> float:
+        """Close the task as done; returns the seconds it took since it was started (or assigned)."""
+        self._require("complete", TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+        require_json("result", result)
+        if not isinstance(result, dict):
+            raise ValidationError("result", "must be a JSON object")
+        begun = self.started_at or (self.assignment.assigned_at if self.assignment else at)
+        self._completed(result=result, completed_at=at)
+        return max((at - begun).total_seconds(), 0.0)
+
+    def release(self, reason: str, at: datetime) -> str:
+        """Take the task back from its agent; returns that agent's id."""
+        self._require("release", TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+        agent_id = self.holder or ""
+        self._released(agent_id=agent_id, reason=reason[:500], released_at=at)
+        return agent_id
+
+    def escalate(
+        self, reason: EscalationReason, detail: str, at: datetime, usage: LlmUsage | None = None
+    ) -> str | None:
+        """Send the open task to a human; returns the agent it was taken from, if any."""
+        self._require("escalate", TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+        agent_id = self.holder
+        self._escalated(reason=reason.value, detail=detail[:2000], escalated_at=at, usage=usage,
+                        agent_id=agent_id)
+        return agent_id
+
+    def is_overdue(self, now: datetime) -> bool:
+        """True if the task is open and its deadline has passed."""
+        return not self.task_status.is_final and self.deadline is not None and now >= self.deadline
+
+    def queued(self) -> QueuedTask:
+        """The task as the queue orders it."""
+        return QueuedTask(task_id=self.task_id, priority=TaskPriority(self.priority),
+                          deadline=self.deadline, created_at=self.created_on)
+
+    def state(self) -> TaskState:
+        """An immutable view of the task as it stands."""
+        return TaskState(
+            task_id=self.task_id, tenant=self.tenant, description=self.description,
+            required_skills=tuple(self.required_skills), priority=TaskPriority(self.priority),
+            deadline=self.deadline, status=self.task_status, classification=self.classification,
+            assignment=self.assignment, escalation=self.escalation,
+            times_assigned=self.times_assigned, started_at=self.started_at,
+            completed_at=self.completed_at, result=self.result, created_at=self.created_on,
+            updated_at=self.modified_on, version=self.version,
+        )
+
+    # -- state changes (replayed) ------------------------------------------------------
+
+    @event(Classified)
+    def _classified(
+        self, category: str, complexity: str, estimated_hours: float, usage: LlmUsage | None
+    ) -> None:
+        self.classification = Classification(
+            category=category, complexity=complexity, estimated_hours=estimated_hours, usage=usage
+        )
+
+    @event(Assigned)
+    def _assigned(self, agent_id: str, score: float, reason: str, assigned_at: datetime) -> None:
+        self.status = TaskStatus.ASSIGNED.value
+        self.assignment = Assignment(agent_id=agent_id, score=score, reason=reason,
+                                     assigned_at=assigned_at)
+        self.times_assigned += 1
+        self.started_at = None
+
+    @event(Started)
+    def _started(self, started_at: datetime) -> None:
+        self.status = TaskStatus.IN_PROGRESS.value
+        self.started_at = started_at
+
+    @event(Completed)
+    def _completed(self, result: JsonObject, completed_at: datetime) -> None:
+        self.status = TaskStatus.COMPLETED.value
+        self.result = result
+        self.completed_at = completed_at
+
+    @event(Escalated)
+    def _escalated(
+        self,
+        reason: str,
+        detail: str,
+        escalated_at: datetime,
+        usage: LlmUsage | None,
+        agent_id: str | None,
+    ) -> None:
+        self.status = TaskStatus.ESCALATED.value
+        self.escalation = Escalation(
+            reason=reason, detail=detail, escalated_at=escalated_at, usage=usage
+        )
+
+    @event(Released)
+    def _released(self, agent_id: str, reason: str, released_at: datetime) -> None:
+        self.status = TaskStatus.PENDING.value

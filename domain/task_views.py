@@ -1,0 +1,187 @@
+"""Plain, immutable views of tasks and agents, and the vocabularies their events use."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.values import JsonObject, LlmUsage
+
+
+class TaskPriority(StrEnum):
+    """How urgent a task is; the queue serves higher ranks first."""
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        """0 for LOW up to 3 for CRITICAL."""
+        return _PRIORITY_RANKS[self]
+
+
+_PRIORITY_RANKS = {priority: rank for rank, priority in enumerate(TaskPriority)}
+
+
+class TaskStatus(StrEnum):
+    """Where a task stands. COMPLETED and ESCALATED are final."""
+
+    PENDING = "pending"
+    ASSIGNED = "assigned"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    ESCALATED = "escalated"
+
+    @property
+    def is_final(self) -> bool:
+        """True once nothing more happens to the task automatically."""
+        return self in (TaskStatus.COMPLETED, TaskStatus.ESCALATED)
+
+    @property
+    def holds_agent(self) -> bool:
+        """True while an agent counts the task in its load."""
+        return self in (TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+
+
+class EscalationReason(StrEnum):
+    """Why a task was handed to a human instead of an agent."""
+
+    NO_CAPABLE_AGENT = "no_capable_agent"
+    ALL_AT_CAPACITY = "all_at_capacity"
+    DEADLINE_BREACHED = "deadline_breached"
+    CLASSIFICATION_FAILED = "classification_failed"
+
+
+class ReleaseOutcome(StrEnum):
+    """Why an agent stopped holding a task."""
+
+    COMPLETED = "completed"
+    RELEASED = "released"
+    ESCALATED = "escalated"
+
+
+CATEGORIES = ("bug_fix", "feature", "documentation", "review", "deployment", "research")
+COMPLEXITIES = ("low", "medium", "high", "critical")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Classification:
+    """What a task is, as a model (``usage`` set) or the caller (``usage`` None) judged it."""
+
+    category: str
+    complexity: str
+    estimated_hours: float
+    usage: LlmUsage | None = None
+
+    def __post_init__(self) -> None:
+        if self.category not in CATEGORIES:
+            raise ValidationError("category", f"must be one of {CATEGORIES}, got {self.category!r}")
+        if self.complexity not in COMPLEXITIES:
+            raise ValidationError(
+                "complexity", f"must be one of {COMPLEXITIES}, got {self.complexity!r}"
+            )
+        hours = self.estimated_hours
+        if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= 10_000:
+            raise ValidationError("estimated_hours", f"must be a number in (0, 10000], got {hours!r}")
+        object.__setattr__(self, "estimated_hours", float(hours))
+
+    @classmethod
+    def from_reply(cls, content: str, usage: LlmUsage | None) -> Classification:
+        """Parse a model's JSON answer; raise ValidationError if it is not a valid one."""
+        text = content.strip()
+        start, end = text.find("{"), text.rfind("}")
+        if start < 0 or end < start:
+            raise ValidationError("classification", f"no JSON object in {content[:200]!r}")
+        try:
+            data = json.loads(text[start : end + 1])
+        except json.JSONDecodeError as error:
+            raise ValidationError("classification", f"invalid JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise ValidationError("classification", "must be a JSON object")
+        hours = data.get("estimated_hours", data.get("estimated_duration_hours"))
+        return cls(
+            category=str(data.get("category", "")).strip().lower(),
+            complexity=str(data.get("complexity", "")).strip().lower(),
+            estimated_hours=hours if isinstance(hours, int | float) else -1.0,
+            usage=usage,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assignment:
+    """Which agent got the task, how well it scored and why."""
+
+    agent_id: str
+    score: float
+    reason: str
+    assigned_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class Escalation:
+    """Why the task went to a human (``reason`` is an EscalationReason value)."""
+
+    reason: str
+    detail: str
+    escalated_at: datetime
+    usage: LlmUsage | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskState:
+    """A task as it stands at one version."""
+
+    task_id: str
+    tenant: str
+    description: str
+    required_skills: tuple[str, ...]
+    priority: TaskPriority
+    deadline: datetime | None
+    status: TaskStatus
+    classification: Classification | None
+    assignment: Assignment | None
+    escalation: Escalation | None
+    times_assigned: int
+    started_at: datetime | None
+    completed_at: datetime | None
+    result: JsonObject | None
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+    @property
+    def agent_id(self) -> str | None:
+        """The agent holding the task now, if any."""
+        return self.assignment.agent_id if self.status.holds_agent and self.assignment else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentState:
+    """An agent as it stands at one version; ``load`` is accepted minus released tasks."""
+
+    agent_id: str
+    tenant: str
+    name: str
+    skills: tuple[str, ...]
+    capacity: int
+    active_tasks: tuple[str, ...]
+    completed: int
+    recent_completion_seconds: float | None
+    registered_at: datetime
+    updated_at: datetime
+    version: int
+
+    @property
+    def load(self) -> int:
+        """How many tasks the agent holds."""
+        return len(self.active_tasks)
+
+    @property
+    def relative_load(self) -> float:
+        """Load over capacity (1.0 for an agent with no capacity)."""
+        return self.load / self.capacity if self.capacity else 1.0
