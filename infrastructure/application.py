@@ -9,7 +9,9 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import JSONTranscoder
 from eventsourcing.utils import Environment, EnvType
 
+from flowledger.domain.agent import Agent
 from flowledger.domain.session import Session
+from flowledger.domain.task import Task
 from flowledger.infrastructure.transcodings import register_transcodings
 
 
@@ -17,12 +19,16 @@ class FlowledgerApplication(Application[UUID]):
     """Stores flowledger's aggregates; configured only by the env it is given."""
 
     name = "flowledger"
-    snapshotting_intervals: ClassVar[dict[type, int]] = {Session: 50}  # type: ignore[misc]
+    snapshotting_intervals: ClassVar[dict[type, int]] = {  # type: ignore[misc]
+        Session: 50, Task: 50, Agent: 50
+    }
 
     def __init__(self, env: EnvType, snapshot_interval: int = 50) -> None:
         self._snapshot_interval = snapshot_interval
         super().__init__(env)
-        self.snapshotting_intervals = {Session: snapshot_interval}  # type: ignore[misc]
+        self.snapshotting_intervals = {  # type: ignore[misc]
+            Session: snapshot_interval, Task: snapshot_interval, Agent: snapshot_interval
+        }
 
     def construct_env(self, name: str, env: EnvType | None = None) -> Environment:
         """Unlike the library, ignore ``os.environ``: Settings already read it once."""

@@ -36,6 +36,7 @@ from flowledger.infrastructure.history import HistoryEntry, history_entry
 from flowledger.infrastructure.session_commands import SessionCommands
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
 from flowledger.infrastructure.step_processing import StepProcessing
+from flowledger.infrastructure.task_commands import TaskCommands
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]
@@ -47,7 +48,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class Engine(SessionCommands, StepProcessing):
+class Engine(SessionCommands, StepProcessing, TaskCommands):
     """Sessions and their steps, stored as events in PostgreSQL (or in memory)."""
 
     def __init__(

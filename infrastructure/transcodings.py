@@ -12,6 +12,7 @@ from typing import Any
 from eventsourcing.persistence import JSONTranscoder, Transcoding
 
 from flowledger.domain.session_views import PendingStep, StepFailure, StepRecord, Totals
+from flowledger.domain.task_views import Assignment, Classification, Escalation
 from flowledger.domain.values import LlmUsage
 
 
@@ -38,6 +39,9 @@ TRANSCODINGS: tuple[Transcoding, ...] = (
     DataclassAsDict(StepFailure, "flowledger.StepFailure"),
     DataclassAsDict(PendingStep, "flowledger.PendingStep"),
     DataclassAsDict(Totals, "flowledger.Totals"),
+    DataclassAsDict(Classification, "flowledger.TaskClassification"),
+    DataclassAsDict(Assignment, "flowledger.TaskAssignment"),
+    DataclassAsDict(Escalation, "flowledger.TaskEscalation"),
 )
 
 
