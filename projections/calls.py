@@ -1,0 +1,51 @@
+"""Model calls found in events: the one place that says which events are calls, for cost and seed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flowledger.domain.session import Session
+from flowledger.domain.values import LlmUsage
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One model call as recorded by an event: a processed step, a failed step or a classification."""
+
+    source: str
+    step: str
+    usage: LlmUsage | None
+    error_type: str | None
+    error_message: str | None
+    input: Any
+    output: Any
+
+    @property
+    def model(self) -> str | None:
+        """The model that answered, else the one asked for; None when no usage was recorded."""
+        if self.usage is None:
+            return None
+        return self.usage.response_model or self.usage.request_model or None
+
+
+def call_of(event: Any) -> Call | None:
+    """The model call an event records, if it records one.
+
+    A processed step is a call when it carries usage (a step recorded without a model
+    is not); a failed step always counts, as an error, with or without usage. Task
+    classification is recognised by shape (``Task.Classified`` carrying ``usage``).
+    """
+    if isinstance(event, Session.StepProcessed):
+        if event.usage is None:
+            return None
+        return Call("session", event.step, event.usage, None, None, event.input, event.output)
+    if isinstance(event, Session.StepFailed):
+        return Call(
+            "session", event.step, event.usage, event.error_type, event.error_message, None, None
+        )
+    if type(event).__qualname__ == "Task.Classified":
+        usage = getattr(event, "usage", None)
+        if isinstance(usage, LlmUsage):
+            return Call("task", "classification", usage, None, None, None, None)
+    return None

@@ -1,0 +1,130 @@
+"""Cost dashboard fact table: one row per model call, with tokens, cost, latency and error type."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from psycopg import Cursor
+
+from flowledger.domain.session import Session
+from flowledger.projections.base import Envelope, Projection
+from flowledger.projections.calls import call_of
+from flowledger.projections.sql import Column, q, write_rows
+
+TASK_WORKFLOW = "tasks"
+"""The workflow name under which task classification calls are filed."""
+
+SESSION_COLUMNS: tuple[Column, ...] = (
+    ("originator_id", "uuid"),
+    ("session_id", "text"),
+    ("workflow", "text"),
+)
+CALL_COLUMNS: tuple[Column, ...] = (
+    ("id", "bigint"),
+    ("source", "text"),
+    ("originator_id", "uuid"),
+    ("originator_version", "integer"),
+    ("session_id", "text"),
+    ("workflow", "text"),
+    ("step", "text"),
+    ("error_type", "text"),
+    ("provider", "text"),
+    ("request_model", "text"),
+    ("response_model", "text"),
+    ("model", "text"),
+    ("input_tokens", "bigint"),
+    ("output_tokens", "bigint"),
+    ("cache_read_input_tokens", "bigint"),
+    ("reasoning_output_tokens", "bigint"),
+    ("cost_usd", "numeric"),
+    ("price_version", "text"),
+    ("latency_ms", "double precision"),
+    ("attempts", "integer"),
+    ("occurred_at", "timestamptz"),
+)
+
+DDL = """
+CREATE TABLE {s}.call_sessions (
+    originator_id uuid PRIMARY KEY,
+    session_id text NOT NULL,
+    workflow text NOT NULL
+);
+CREATE TABLE {s}.llm_calls (
+    id bigint PRIMARY KEY,
+    source text NOT NULL,
+    originator_id uuid NOT NULL,
+    originator_version integer NOT NULL,
+    session_id text,
+    workflow text NOT NULL,
+    step text NOT NULL,
+    error_type text,
+    provider text,
+    request_model text,
+    response_model text,
+    model text,
+    input_tokens bigint NOT NULL,
+    output_tokens bigint NOT NULL,
+    cache_read_input_tokens bigint NOT NULL,
+    reasoning_output_tokens bigint NOT NULL,
+    cost_usd numeric NOT NULL,
+    price_version text,
+    latency_ms double precision,
+    attempts integer,
+    occurred_at timestamptz NOT NULL
+);
+CREATE INDEX ON {s}.llm_calls (occurred_at);
+CREATE INDEX ON {s}.llm_calls (workflow, occurred_at);
+"""
+
+
+class CostDashboard(Projection):
+    """Model calls with their usage, for cost and latency dashboards."""
+
+    name = "cost"
+    exposed = ("llm_calls",)
+    ddl = DDL
+
+    def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
+        """Insert a fact row for each call in the batch (and remember each session's workflow)."""
+        known: dict[UUID, tuple[str, str]] = {}
+        started = []
+        for envelope in batch:
+            event = envelope.event
+            if isinstance(event, Session.Started):
+                known[event.originator_id] = (event.session_id, event.workflow)
+                started.append((event.originator_id, event.session_id, event.workflow))
+        write_rows(cur, schema, "call_sessions", SESSION_COLUMNS, started)
+        calls = [(e, c) for e in batch if (c := call_of(e.event)) is not None]
+        missing = list({e.event.originator_id for e, c in calls if c.source == "session"} - set(known))
+        if missing:
+            cur.execute(
+                q("SELECT originator_id, session_id, workflow FROM {s}.call_sessions"
+                  " WHERE originator_id = ANY(%s)", schema),
+                [missing],
+            )
+            known.update({row[0]: (row[1], row[2]) for row in cur.fetchall()})
+        rows = []
+        for envelope, call in calls:
+            event, usage = envelope.event, call.usage
+            fallback = (None, TASK_WORKFLOW if call.source == "task" else "(unknown)")
+            session_id, workflow = known.get(event.originator_id, fallback)
+            rows.append((
+                envelope.id, call.source, event.originator_id, event.originator_version,
+                session_id, workflow, call.step, call.error_type,
+                usage.provider if usage else None,
+                usage.request_model if usage else None,
+                usage.response_model if usage else None,
+                call.model,
+                usage.input_tokens if usage else 0,
+                usage.output_tokens if usage else 0,
+                usage.cache_read_input_tokens if usage else 0,
+                usage.reasoning_output_tokens if usage else 0,
+                usage.cost_usd if usage else 0,
+                usage.price_version if usage else None,
+                usage.latency_ms if usage else None,
+                usage.attempts if usage else None,
+                event.timestamp,
+            ))
+        write_rows(cur, schema, "llm_calls", CALL_COLUMNS, rows)

@@ -1,0 +1,86 @@
+"""Keep the live builds current from live notifications (LISTEN/NOTIFY through the recorder).
+
+Run as its own process (``flowledger projections follow``). Several followers may run at
+once: every batch locks the tracking rows and skips what another follower already applied.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from queue import Empty, Queue
+
+from eventsourcing.persistence import Notification
+
+from flowledger.projections.catalog import install
+from flowledger.projections.processor import BatchHook, Projector
+
+
+def follow(
+    projector: Projector,
+    wanted: Sequence[str] | None = None,
+    *,
+    stop: threading.Event,
+    ready: threading.Event | None = None,
+    on_batch: BatchHook | None = None,
+) -> int:
+    """Catch up, then apply new notifications as they arrive until ``stop`` is set.
+
+    ``ready`` is set once caught up and subscribed. Returns the notifications applied.
+    """
+    projections = projector.select(wanted)
+    resolve = projector.live(projections)
+    with projector.connect() as conn:
+        install(conn, projector.names, projections)
+        applied = projector.drive(conn, resolve, on_batch=on_batch)
+        with conn.cursor() as cur:
+            targets = resolve(cur)
+            after = min(projector.positions(cur, [t.schema for t in targets]).values(), default=0)
+        inbox: Queue[Notification | BaseException | None] = Queue()
+        with projector.recorder.subscribe(gt=after) as subscription:
+
+            def feed() -> None:
+                try:
+                    for notification in subscription:
+                        inbox.put(notification)
+                except BaseException as error:  # surfaced in the main loop
+                    inbox.put(error)
+                inbox.put(None)
+
+            feeder = threading.Thread(target=feed, name="projection-feed", daemon=True)
+            feeder.start()
+            if ready is not None:
+                ready.set()
+            try:
+                while not stop.is_set():
+                    batch = _next_batch(inbox, projector.batch_size)
+                    if not batch:
+                        continue
+                    if not projector.run_batch(conn, resolve, batch, after=after, on_batch=on_batch):
+                        # A build moved behind what we were fed (a switch): read instead.
+                        projector.drive(conn, resolve, on_batch=on_batch)
+                    applied += len(batch)
+                    after = batch[-1].id
+            finally:
+                subscription.stop()
+                feeder.join(timeout=5)
+    return applied
+
+
+def _next_batch(inbox: Queue[Notification | BaseException | None], limit: int) -> list[Notification]:
+    """Wait briefly for one notification, then take whatever else is already waiting."""
+    batch: list[Notification] = []
+    try:
+        item = inbox.get(timeout=0.1)
+        while True:
+            if isinstance(item, BaseException):
+                raise item
+            if item is None:
+                raise RuntimeError("the notification subscription ended")
+            batch.append(item)
+            if len(batch) >= limit:
+                break
+            item = inbox.get_nowait()
+    except Empty:
+        pass
+    return batch

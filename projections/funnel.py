@@ -1,0 +1,170 @@
+"""Completion funnel: per session, which steps it reached, when, and how each last ended."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from psycopg import Cursor
+from psycopg.rows import dict_row
+
+from flowledger.domain.session import Session
+from flowledger.projections.base import Envelope, Projection
+from flowledger.projections.calls import call_of
+from flowledger.projections.sql import Column, dump_json, q, write_rows
+
+Row = dict[str, Any]
+
+SESSION_COLUMNS: tuple[Column, ...] = (
+    ("originator_id", "uuid"),
+    ("workflow", "text"),
+    ("session_id", "text"),
+    ("started_at", "timestamptz"),
+    ("status", "text"),
+    ("metadata", "jsonb"),
+    ("first_model", "text"),
+    ("steps_reached", "integer"),
+)
+STEP_COLUMNS: tuple[Column, ...] = (
+    ("originator_id", "uuid"),
+    ("step", "text"),
+    ("workflow", "text"),
+    ("first_reached_at", "timestamptz"),
+    ("reach_order", "integer"),
+    ("processed", "integer"),
+    ("failed", "integer"),
+    ("last_outcome", "text"),
+    ("last_error_type", "text"),
+)
+
+DDL = """
+CREATE TABLE {s}.funnel_sessions (
+    originator_id uuid PRIMARY KEY,
+    workflow text NOT NULL,
+    session_id text NOT NULL,
+    started_at timestamptz NOT NULL,
+    status text NOT NULL,
+    metadata jsonb NOT NULL,
+    first_model text,
+    steps_reached integer NOT NULL
+);
+CREATE INDEX ON {s}.funnel_sessions (workflow, started_at);
+CREATE TABLE {s}.funnel_steps (
+    originator_id uuid NOT NULL,
+    step text NOT NULL,
+    workflow text NOT NULL,
+    first_reached_at timestamptz NOT NULL,
+    reach_order integer NOT NULL,
+    processed integer NOT NULL,
+    failed integer NOT NULL,
+    last_outcome text NOT NULL,
+    last_error_type text,
+    PRIMARY KEY (originator_id, step)
+);
+CREATE INDEX ON {s}.funnel_steps (workflow, step);
+"""
+
+_ENDINGS = {Session.Completed: "completed", Session.Expired: "expired", Session.Abandoned: "abandoned"}
+
+
+def _reach(session: Row, steps: dict[str, Row], event: Any, step: str) -> Row:
+    """The step's row, created when the session reaches the step for the first time."""
+    row = steps.get(step)
+    if row is None:
+        session["steps_reached"] += 1
+        row = {
+            "originator_id": session["originator_id"],
+            "step": step,
+            "workflow": session["workflow"],
+            "first_reached_at": event.timestamp,
+            "reach_order": session["steps_reached"],
+            "processed": 0,
+            "failed": 0,
+            "last_outcome": "started",
+            "last_error_type": None,
+        }
+        steps[step] = row
+    return row
+
+
+def fold(session: Row, steps: dict[str, Row], event: Any) -> None:
+    """Apply one later event of the session to its funnel rows (in place)."""
+    if isinstance(event, Session.StepStarted):
+        _reach(session, steps, event, event.step)["last_outcome"] = "started"
+    elif isinstance(event, Session.StepProcessed):
+        row = _reach(session, steps, event, event.step)
+        row["processed"] += 1
+        row["last_outcome"], row["last_error_type"] = "processed", None
+    elif isinstance(event, Session.StepFailed):
+        row = _reach(session, steps, event, event.step)
+        row["failed"] += 1
+        row["last_outcome"], row["last_error_type"] = "failed", event.error_type
+    elif type(event) in _ENDINGS:
+        session["status"] = _ENDINGS[type(event)]
+    call = call_of(event)
+    if session["first_model"] is None and call is not None and call.model is not None:
+        session["first_model"] = call.model
+
+
+class CompletionFunnel(Projection):
+    """Which steps each session reached, for funnels per workflow."""
+
+    name = "funnel"
+    exposed = ("funnel_sessions", "funnel_steps")
+    ddl = DDL
+
+    def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
+        """Fold the batch into the touched sessions' rows, then upsert those rows."""
+        events = [e.event for e in batch if isinstance(e.event, Session.Event)]
+        if not events:
+            return
+        sessions, steps = self._load(cur, schema, events)
+        for event in events:
+            key = event.originator_id
+            if isinstance(event, Session.Started):
+                sessions[key] = {
+                    "originator_id": key,
+                    "workflow": event.workflow,
+                    "session_id": event.session_id,
+                    "started_at": event.timestamp,
+                    "status": "active",
+                    "metadata": event.metadata,
+                    "first_model": None,
+                    "steps_reached": 0,
+                }
+                steps[key] = {}
+            elif key in sessions:
+                fold(sessions[key], steps[key], event)
+        session_rows = [
+            [dump_json(r[n]) if n == "metadata" else r[n] for n, _ in SESSION_COLUMNS]
+            for r in sessions.values()
+        ]
+        write_rows(cur, schema, "funnel_sessions", SESSION_COLUMNS, session_rows,
+                   key=("originator_id",))
+        step_rows = [[r[n] for n, _ in STEP_COLUMNS] for rows in steps.values() for r in rows.values()]
+        write_rows(cur, schema, "funnel_steps", STEP_COLUMNS, step_rows, key=("originator_id", "step"))
+
+    @staticmethod
+    def _load(
+        cur: Cursor[Any], schema: str, events: Sequence[Any]
+    ) -> tuple[dict[UUID, Row], dict[UUID, dict[str, Row]]]:
+        started = {e.originator_id for e in events if isinstance(e, Session.Started)}
+        wanted = list({e.originator_id for e in events} - started)
+        sessions: dict[UUID, Row] = {}
+        steps: dict[UUID, dict[str, Row]] = {}
+        if not wanted:
+            return sessions, steps
+        with cur.connection.cursor(row_factory=dict_row) as dict_cur:
+            dict_cur.execute(
+                q("SELECT * FROM {s}.funnel_sessions WHERE originator_id = ANY(%s)", schema), [wanted]
+            )
+            for row in dict_cur.fetchall():
+                sessions[row["originator_id"]] = row
+                steps[row["originator_id"]] = {}
+            dict_cur.execute(
+                q("SELECT * FROM {s}.funnel_steps WHERE originator_id = ANY(%s)", schema), [wanted]
+            )
+            for row in dict_cur.fetchall():
+                steps[row["originator_id"]][row["step"]] = row
+        return sessions, steps

@@ -1,0 +1,161 @@
+"""Completion funnel query: per step in order, sessions reaching it, conversion, why sessions
+stopped there, and how long they took to get there.
+
+A session's furthest step is the last one (in step order) it reached. Why it stopped:
+``completed`` (not a drop), else ``failed`` if its last outcome there was a failure (with the
+error type), else ``expired`` / ``abandoned``, else ``in_progress`` (not counted as dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg import Connection, sql
+
+DROPS = ("failed", "expired", "abandoned")
+
+
+@dataclass
+class FunnelStep:
+    """One step of the funnel."""
+
+    step: str
+    reached: int = 0
+    processed: int = 0
+    overall_conversion: float = 0.0
+    step_conversion: float = 0.0
+    dropped: dict[str, int] = field(default_factory=dict)
+    failed_by_error: dict[str, int] = field(default_factory=dict)
+    in_progress: int = 0
+    completed: int = 0
+    p50_seconds: float | None = None
+    p95_seconds: float | None = None
+
+    @property
+    def dropped_total(self) -> int:
+        """Sessions that stopped at this step and will not go on (failed, expired, abandoned)."""
+        return sum(self.dropped.values())
+
+
+@dataclass
+class FunnelReport:
+    """The funnel of one workflow (and one segment, when broken down)."""
+
+    workflow: str
+    segment: str | None
+    sessions: int = 0
+    before_first_step: dict[str, int] = field(default_factory=dict)
+    steps: list[FunnelStep] = field(default_factory=list)
+
+
+def _segment(by: str | None) -> sql.Composable:
+    if by is None:
+        return sql.SQL("NULL::text")
+    if by == "model":
+        return sql.SQL("coalesce(first_model, '(none)')")
+    if by.startswith("metadata."):
+        return sql.SQL("coalesce(metadata ->> {}, '(none)')").format(sql.Literal(by[9:]))
+    raise ValueError(f"breakdown must be 'model' or 'metadata.<key>', not {by!r}")
+
+
+PREFIX = """
+WITH s AS (
+    SELECT originator_id, started_at, status, {segment} AS segment FROM {r}.funnel_sessions
+    WHERE workflow = %(workflow)s
+      AND (%(since)s::timestamptz IS NULL OR started_at >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR started_at < %(until)s)
+), st AS (
+    SELECT f.*, s.started_at, s.status, s.segment
+    FROM {r}.funnel_steps AS f JOIN s USING (originator_id)
+), ord AS ({order}),
+r AS (SELECT st.*, ord.idx FROM st JOIN ord USING (step)),
+furthest AS (
+    SELECT DISTINCT ON (originator_id) originator_id, idx, last_outcome, last_error_type
+    FROM r ORDER BY originator_id, idx DESC
+)
+"""
+AUTO_ORDER = (
+    "SELECT step, row_number() OVER (ORDER BY avg(reach_order), min(first_reached_at), step) AS idx"
+    " FROM st GROUP BY step"
+)
+GIVEN_ORDER = "SELECT step, idx FROM unnest(%(steps)s::text[]) WITH ORDINALITY AS o(step, idx)"
+REACHED = """
+SELECT segment, idx, step, count(*), count(*) FILTER (WHERE processed > 0),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM first_reached_at - started_at)),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM first_reached_at - started_at))
+FROM r GROUP BY segment, idx, step ORDER BY segment, idx
+"""
+ENDINGS = """
+SELECT s.segment, f.idx,
+       CASE WHEN s.status = 'completed' THEN 'completed'
+            WHEN f.last_outcome = 'failed' THEN 'failed'
+            WHEN s.status IN ('expired', 'abandoned') THEN s.status
+            ELSE 'in_progress' END AS cause,
+       CASE WHEN s.status <> 'completed' AND f.last_outcome = 'failed' THEN f.last_error_type END,
+       count(*)
+FROM s LEFT JOIN furthest AS f USING (originator_id) GROUP BY 1, 2, 3, 4
+"""
+
+
+def funnel_report(
+    conn: Connection[Any],
+    reader: str,
+    workflow: str,
+    *,
+    steps: Sequence[str] | None = None,
+    by: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[FunnelReport]:
+    """The funnel of sessions of ``workflow`` started in the window, one report per segment.
+
+    Steps come in ``steps`` order when given, else by the average position at which
+    sessions first reached them. ``by`` is ``"model"`` (each session's first model) or
+    ``"metadata.<key>"``.
+    """
+    prefix = sql.SQL(PREFIX).format(
+        segment=_segment(by),
+        r=sql.Identifier(reader),
+        order=sql.SQL(GIVEN_ORDER if steps else AUTO_ORDER),
+    )
+    params = {"workflow": workflow, "since": since, "until": until, "steps": list(steps or [])}
+    reports: dict[str | None, FunnelReport] = {}
+    positions: dict[tuple[str | None, int], FunnelStep] = {}
+    for segment, idx, step, reached, processed, p50, p95 in conn.execute(
+        prefix + sql.SQL(REACHED), params
+    ).fetchall():
+        report = reports.setdefault(segment, FunnelReport(workflow, segment))
+        entry = FunnelStep(step, reached, processed, p50_seconds=p50, p95_seconds=p95)
+        report.steps.append(entry)
+        positions[segment, idx] = entry
+    for segment, idx, cause, error_type, count in conn.execute(
+        prefix + sql.SQL(ENDINGS), params
+    ).fetchall():
+        report = reports.setdefault(segment, FunnelReport(workflow, segment))
+        report.sessions += count
+        if idx is None:
+            report.before_first_step[cause] = report.before_first_step.get(cause, 0) + count
+            continue
+        _count_ending(positions[segment, idx], cause, error_type, count)
+    for report in reports.values():
+        previous = report.sessions
+        for entry in report.steps:
+            entry.overall_conversion = entry.reached / report.sessions if report.sessions else 0.0
+            entry.step_conversion = entry.reached / previous if previous else 0.0
+            previous = entry.reached
+    return sorted(reports.values(), key=lambda r: (r.segment is not None, r.segment or ""))
+
+
+def _count_ending(entry: FunnelStep, cause: str, error_type: str | None, count: int) -> None:
+    if cause == "completed":
+        entry.completed += count
+    elif cause == "in_progress":
+        entry.in_progress += count
+    else:
+        entry.dropped[cause] = entry.dropped.get(cause, 0) + count
+        if cause == "failed":
+            key = error_type or "(unknown)"
+            entry.failed_by_error[key] = entry.failed_by_error.get(key, 0) + count

@@ -1,0 +1,173 @@
+"""Rebuild into fresh builds and switch readers to them; verify against a scratch rebuild."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import Connection, Cursor
+
+from flowledger.domain.errors import FlowledgerError
+from flowledger.projections.catalog import (
+    create_build,
+    drop_build,
+    ensure_control,
+    install,
+    lock_key,
+    point_views,
+)
+from flowledger.projections.processor import Progress, Projector, Resolve, Target
+from flowledger.projections.sql import q
+
+
+class RebuildInProgress(FlowledgerError):
+    """Another process is rebuilding or verifying this projection."""
+
+    def __init__(self, projection: str) -> None:
+        super().__init__(f"projection {projection!r} is being rebuilt or verified elsewhere")
+        self.projection = projection
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A row found in only one of the live and the rebuilt tables."""
+
+    projection: str
+    table: str
+    side: str
+    row: str
+
+
+@contextmanager
+def _exclusive(conn: Connection[Any], store: str, names: Sequence[str]) -> Any:
+    """Session-level advisory locks so only one rebuild or verify runs per projection."""
+    keys = [lock_key(store, "rebuild", name) for name in names]
+    taken: list[str] = []
+    try:
+        for name, key in zip(names, keys, strict=True):
+            row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key]).fetchone()
+            if not row or not row[0]:
+                raise RebuildInProgress(name)
+            taken.append(key)
+        yield
+    finally:
+        for key in taken:
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+
+
+def _fixed(targets: list[Target]) -> Resolve:
+    def resolve(_: Cursor[Any]) -> list[Target]:
+        return targets
+
+    return resolve
+
+
+def rebuild(
+    projector: Projector, wanted: Sequence[str] | None = None, *, progress: Progress | None = None
+) -> dict[str, str]:
+    """Rebuild projections from the first event into new builds, then switch readers to them.
+
+    The old builds stay live (and followed) until the switch, which catches the new
+    builds up to the head and replaces the views in one transaction. Returns the new schemas.
+    """
+    projections = projector.select(wanted)
+    names = projector.names
+    with projector.connect() as conn, _exclusive(conn, names.store, [p.name for p in projections]):
+        ensure_control(conn, names)
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(
+                q("SELECT schema_name FROM {s}.builds WHERE kind = 'build' AND projection = ANY(%s)"
+                  " AND schema_name NOT IN (SELECT schema_name FROM {s}.active)", names.control),
+                [[p.name for p in projections]],
+            )
+            for (stale,) in cur.fetchall():
+                drop_build(cur, names, stale)
+            targets = [Target(p, create_build(cur, names, p, "build")) for p in projections]
+        projector.drive(conn, _fixed(targets), progress=progress)
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(
+                q("SELECT projection, schema_name FROM {s}.active WHERE projection = ANY(%s)"
+                  " ORDER BY projection FOR UPDATE", names.control),
+                [[p.name for p in projections]],
+            )
+            old = [row[1] for row in cur.fetchall()]
+            projector.drive(conn, _fixed(targets), progress=progress)
+            for target in targets:
+                point_views(cur, names, target.projection, target.schema)
+        with conn.transaction(), conn.cursor() as cur:
+            for schema in old:
+                drop_build(cur, names, schema)
+    return {t.projection.name: t.schema for t in targets}
+
+
+def verify(
+    projector: Projector,
+    wanted: Sequence[str] | None = None,
+    *,
+    progress: Progress | None = None,
+    limit: int = 20,
+) -> list[Difference]:
+    """Rebuild into scratch schemas up to each live build's position and compare every table.
+
+    Returns the differing rows (at most ``limit`` per table and side); empty means equal.
+    """
+    projections = projector.select(wanted)
+    names = projector.names
+    differences: list[Difference] = []
+    with projector.connect() as conn, _exclusive(conn, names.store, [p.name for p in projections]):
+        install(conn, names, projections)
+        for projection in projections:
+            with conn.transaction(), conn.cursor() as cur:
+                target = Target(projection, create_build(cur, names, projection, "scratch"))
+            try:
+                differences += _compare_when_aligned(projector, conn, target, progress, limit)
+            finally:
+                with conn.transaction(), conn.cursor() as cur:
+                    drop_build(cur, names, target.schema)
+    return differences
+
+
+def _compare_when_aligned(
+    projector: Projector,
+    conn: Connection[Any],
+    scratch: Target,
+    progress: Progress | None,
+    limit: int,
+) -> list[Difference]:
+    names = projector.names
+    while True:
+        with conn.cursor() as cur:
+            live = projector.live([scratch.projection])(cur)[0].schema
+            position = projector.positions(cur, [live])[live]
+        projector.drive(conn, _fixed([scratch]), stop=position, progress=progress)
+        with conn.transaction(), conn.cursor() as cur:
+            # Hold the live build still (its followers wait) while the tables are compared.
+            cur.execute(
+                q("SELECT position FROM {s}.builds WHERE schema_name = %s FOR SHARE", names.control),
+                [live],
+            )
+            row = cur.fetchone()
+            if row is None or int(row[0]) != position:
+                continue
+            return _differences(cur, scratch.projection.name, live, scratch.schema, limit)
+
+
+def _differences(
+    cur: Cursor[Any], projection: str, live: str, scratch: str, limit: int
+) -> list[Difference]:
+    cur.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+        [live],
+    )
+    found = []
+    for (table,) in cur.fetchall():
+        for side, left, right in (("live only", live, scratch), ("rebuild only", scratch, live)):
+            cur.execute(
+                q("SELECT row_to_json(d)::text FROM (SELECT * FROM {a}.{t} EXCEPT ALL"
+                  " SELECT * FROM {b}.{t}) AS d LIMIT %s", left, a=left, b=right, t=table),
+                [limit],
+            )
+            found += [Difference(projection, table, side, r[0]) for r in cur.fetchall()]
+    return found

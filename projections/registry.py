@@ -1,0 +1,35 @@
+"""The projections flowledger maintains, and a projector wired to an engine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flowledger.infrastructure.engine import Engine
+from flowledger.infrastructure.settings import MEMORY_URL
+from flowledger.projections.base import Projection
+from flowledger.projections.cost import CostDashboard
+from flowledger.projections.current_state import CurrentState
+from flowledger.projections.funnel import CompletionFunnel
+from flowledger.projections.processor import Projector
+from flowledger.projections.seed import SeedTables
+
+
+def all_projections() -> list[Projection]:
+    """Every projection, in the order they are applied."""
+    return [CurrentState(), CostDashboard(), CompletionFunnel(), SeedTables()]
+
+
+def projector_for(
+    engine: Engine, *, batch_size: int = 2000, projections: Sequence[Projection] | None = None
+) -> Projector:
+    """A projector over ``engine``'s log; it reads through the engine's recorder and mapper."""
+    if engine.database_url == MEMORY_URL:
+        raise ValueError("projections are PostgreSQL tables: the engine needs a PostgreSQL database")
+    return Projector(
+        database_url=engine.database_url,
+        store_schema=engine.settings.schema,
+        recorder=engine.app.recorder,
+        mapper=engine.app.mapper,
+        projections=all_projections() if projections is None else projections,
+        batch_size=batch_size,
+    )

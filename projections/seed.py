@@ -1,0 +1,170 @@
+"""Seed compatibility: the seed article's ``workflow_states`` and ``workflow_executions`` tables.
+
+Same names and columns as the article's schema (plus ``originator_id`` and ``version``),
+so its dashboard queries run unchanged. Ids are notification ids, so a rebuild gives the
+same ids; execution rows are exactly the cost table's model calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from psycopg import Cursor
+from psycopg.rows import dict_row
+
+from flowledger.domain.session import Session
+from flowledger.projections.base import Envelope, Projection
+from flowledger.projections.calls import call_of
+from flowledger.projections.sql import Column, dump_json, q, write_rows
+
+Row = dict[str, Any]
+
+STATE_COLUMNS: tuple[Column, ...] = (
+    ("id", "bigint"),
+    ("originator_id", "uuid"),
+    ("session_id", "text"),
+    ("user_id", "text"),
+    ("workflow_name", "text"),
+    ("current_step", "text"),
+    ("context_data", "jsonb"),
+    ("step_history", "jsonb"),
+    ("created_at", "timestamptz"),
+    ("updated_at", "timestamptz"),
+    ("expires_at", "timestamptz"),
+    ("metadata", "jsonb"),
+    ("version", "integer"),
+)
+_JSON = {name for name, kind in STATE_COLUMNS if kind == "jsonb"}
+EXECUTION_COLUMNS: tuple[Column, ...] = (
+    ("id", "bigint"),
+    ("workflow_id", "bigint"),
+    ("step_name", "text"),
+    ("input_data", "jsonb"),
+    ("output_data", "jsonb"),
+    ("model_used", "text"),
+    ("tokens_used", "bigint"),
+    ("cost_usd", "numeric"),
+    ("latency_ms", "double precision"),
+    ("executed_at", "timestamptz"),
+    ("error_message", "text"),
+)
+
+DDL = """
+CREATE TABLE {s}.workflow_states (
+    id bigint PRIMARY KEY,
+    originator_id uuid NOT NULL UNIQUE,
+    session_id varchar(255) NOT NULL,
+    user_id varchar(255),
+    workflow_name varchar(200) NOT NULL,
+    current_step varchar(200) NOT NULL DEFAULT 'init',
+    context_data jsonb DEFAULT '{{}}',
+    step_history jsonb DEFAULT '[]',
+    created_at timestamptz,
+    updated_at timestamptz,
+    expires_at timestamptz,
+    metadata jsonb DEFAULT '{{}}',
+    version integer NOT NULL
+);
+CREATE INDEX ON {s}.workflow_states (session_id);
+CREATE INDEX ON {s}.workflow_states (user_id);
+CREATE INDEX ON {s}.workflow_states (expires_at);
+CREATE INDEX ON {s}.workflow_states (updated_at);
+CREATE TABLE {s}.workflow_executions (
+    id bigint PRIMARY KEY,
+    workflow_id bigint REFERENCES {s}.workflow_states (id),
+    step_name varchar(200),
+    input_data jsonb,
+    output_data jsonb,
+    model_used text,
+    tokens_used bigint,
+    cost_usd numeric,
+    latency_ms double precision,
+    executed_at timestamptz,
+    error_message text
+);
+CREATE INDEX ON {s}.workflow_executions (workflow_id);
+CREATE INDEX ON {s}.workflow_executions (executed_at);
+"""
+
+
+def fold(row: Row, event: Any) -> None:
+    """Apply one later event of the session to its ``workflow_states`` row (in place)."""
+    if isinstance(event, Session.StepProcessed):
+        row["current_step"] = event.next_step or event.step
+        if event.context_update:
+            row["context_data"] = {**row["context_data"], **event.context_update}
+        entry: dict[str, Any] = {"step": event.step, "timestamp": event.timestamp.isoformat()}
+        if event.usage is not None:
+            entry["ai_cost"] = str(event.usage.cost_usd)
+        row["step_history"] = [*row["step_history"], entry]
+    elif isinstance(event, Session.ContextUpdated):
+        row["context_data"] = {**row["context_data"], **event.update}
+    elif isinstance(event, Session.Extended):
+        row["expires_at"] = event.expires_at
+    row["updated_at"] = event.timestamp
+    row["version"] = event.originator_version
+
+
+class SeedTables(Projection):
+    """The seed article's two tables, kept from the events."""
+
+    name = "seed"
+    exposed = ("workflow_states", "workflow_executions")
+    ddl = DDL
+
+    def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
+        """Upsert the touched sessions' state rows, then insert one execution row per call."""
+        entries = [e for e in batch if isinstance(e.event, Session.Event)]
+        if not entries:
+            return
+        rows = self._load(cur, schema, [e.event for e in entries])
+        executions = []
+        for envelope in entries:
+            event = envelope.event
+            if isinstance(event, Session.Started):
+                rows[event.originator_id] = {
+                    "id": envelope.id, "originator_id": event.originator_id,
+                    "session_id": event.session_id, "user_id": event.user_id,
+                    "workflow_name": event.workflow, "current_step": "init",
+                    "context_data": {}, "step_history": [],
+                    "created_at": event.timestamp, "updated_at": event.timestamp,
+                    "expires_at": event.expires_at, "metadata": event.metadata,
+                    "version": event.originator_version,
+                }
+                continue
+            row = rows.get(event.originator_id)
+            if row is None:
+                continue
+            fold(row, event)
+            call = call_of(event)
+            if call is not None:
+                usage = call.usage
+                error = f"{call.error_type}: {call.error_message}" if call.error_type else None
+                executions.append((
+                    envelope.id, row["id"], call.step, dump_json(call.input),
+                    dump_json(call.output), call.model,
+                    usage.total_tokens if usage else 0,
+                    usage.cost_usd if usage else 0,
+                    usage.latency_ms if usage else None,
+                    event.timestamp, error,
+                ))
+        states = [
+            [dump_json(r[n]) if n in _JSON else r[n] for n, _ in STATE_COLUMNS]
+            for r in rows.values()
+        ]
+        write_rows(cur, schema, "workflow_states", STATE_COLUMNS, states, key=("id",))
+        write_rows(cur, schema, "workflow_executions", EXECUTION_COLUMNS, executions)
+
+    @staticmethod
+    def _load(cur: Cursor[Any], schema: str, events: Sequence[Any]) -> dict[UUID, Row]:
+        started = {e.originator_id for e in events if isinstance(e, Session.Started)}
+        wanted = list({e.originator_id for e in events} - started)
+        if not wanted:
+            return {}
+        with cur.connection.cursor(row_factory=dict_row) as dict_cur:
+            dict_cur.execute(
+                q("SELECT * FROM {s}.workflow_states WHERE originator_id = ANY(%s)", schema), [wanted]
+            )
+            return {row["originator_id"]: row for row in dict_cur.fetchall()}
