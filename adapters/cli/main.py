@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from flowledger.adapters.cli import llm_commands, session_commands
+from flowledger.adapters.cli import llm_commands, serve, session_commands
 
 app = typer.Typer(
     name="flowledger",
@@ -14,6 +14,7 @@ app = typer.Typer(
 )
 session_commands.register(app)
 llm_commands.register(app)
+serve.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover
