@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from eventsourcing.persistence import IntegrityError
 
-from flowledger.domain.agent import Agent
+from flowledger.domain.agent import Agent, normalise_skills
 from flowledger.domain.assignment import Choice, choose_agent, in_queue_order
 from flowledger.domain.errors import AgentNotFound, TaskNotFound, ValidationError
 from flowledger.domain.task import Task
@@ -38,7 +38,7 @@ class TaskCommands(TaskClassification):
         self, agent_id: str, name: str, skills: Iterable[str], capacity: int
     ) -> AgentState:
         """Register an agent; registering it again with the same fields is a no-op."""
-        skills = list(skills)
+        skills = normalise_skills("skills", skills)
 
         def register() -> AgentState:
             try:
@@ -78,7 +78,7 @@ class TaskCommands(TaskClassification):
     ) -> TaskState:
         """Queue a task; ``deadline`` is a moment or a delay from now. Creating it again with
         the same description, skills and priority returns it unchanged."""
-        skills = list(required_skills)
+        skills = normalise_skills("required_skills", required_skills)
         if isinstance(deadline, timedelta):
             if deadline <= timedelta(0):
                 raise ValidationError("deadline", f"must be a positive delay, got {deadline}")

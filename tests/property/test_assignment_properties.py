@@ -1,0 +1,128 @@
+"""Hypothesis: the policy over random agents and tasks, and the Agent's load fold."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flowledger.domain.agent import Agent
+from flowledger.domain.assignment import (
+    AgentProfile,
+    Choice,
+    NoChoice,
+    QueuedTask,
+    choose_agent,
+    covers,
+    in_queue_order,
+)
+from flowledger.domain.errors import AgentAtCapacity, TaskNotHeld
+from flowledger.domain.task_views import EscalationReason, ReleaseOutcome, TaskPriority
+
+SKILLS = ["python", "go", "react", "sql", "k8s", "aws"]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@st.composite
+def profiles(draw: st.DrawFn) -> list[AgentProfile]:
+    count = draw(st.integers(min_value=0, max_value=8))
+    agents = []
+    for n in range(count):
+        capacity = draw(st.integers(min_value=0, max_value=5))
+        agents.append(AgentProfile(
+            agent_id=f"agent-{n}",
+            skills=frozenset(draw(st.sets(st.sampled_from(SKILLS), max_size=4))),
+            capacity=capacity,
+            load=draw(st.integers(min_value=0, max_value=capacity)),
+            recent_completion_seconds=draw(st.none() | st.floats(min_value=0, max_value=1e5)),
+        ))
+    return agents
+
+
+required_skills = st.sets(st.sampled_from(SKILLS), max_size=3)
+
+
+@given(profiles(), required_skills, st.text(min_size=1, max_size=8))
+def test_the_chosen_agent_covers_the_skills_has_room_and_is_least_loaded(
+    agents: list[AgentProfile], required: set[str], task_id: str
+) -> None:
+    decision = choose_agent(task_id, required, agents)
+    eligible = [a for a in agents if covers(required, a.skills) and a.load < a.capacity]
+    if isinstance(decision, Choice):
+        chosen = next(a for a in agents if a.agent_id == decision.agent_id)
+        assert required <= chosen.skills
+        assert chosen.load < chosen.capacity
+        assert chosen.relative_load == min(a.relative_load for a in eligible)
+        assert 0.0 <= decision.score <= 1.0
+    else:
+        assert eligible == []
+
+
+@given(profiles(), required_skills)
+def test_escalation_reason_says_whether_anyone_capable_exists(
+    agents: list[AgentProfile], required: set[str]
+) -> None:
+    decision = choose_agent("t", required, agents)
+    if isinstance(decision, NoChoice):
+        capable = [a for a in agents if covers(required, a.skills)]
+        expected = (EscalationReason.ALL_AT_CAPACITY if capable
+                    else EscalationReason.NO_CAPABLE_AGENT)
+        assert decision.reason is expected
+
+
+queued_tasks = st.lists(
+    st.builds(
+        QueuedTask,
+        task_id=st.uuids().map(str),
+        priority=st.sampled_from(TaskPriority),
+        deadline=st.none() | st.integers(0, 1000).map(lambda m: T0 + timedelta(minutes=m)),
+        created_at=st.integers(0, 1000).map(lambda m: T0 + timedelta(minutes=m)),
+    ),
+    max_size=30,
+)
+
+
+@given(queued_tasks)
+def test_the_queue_never_serves_a_lower_priority_before_a_higher_one(tasks: list[QueuedTask]) -> None:
+    ranks = [t.priority.rank for t in in_queue_order(tasks)]
+    assert ranks == sorted(ranks, reverse=True)
+    assert sorted(map(id, in_queue_order(tasks))) == sorted(map(id, tasks))
+
+
+commands = st.lists(
+    st.tuples(st.sampled_from(["accept", "release", "capacity"]), st.integers(0, 6)), max_size=40
+)
+
+
+@settings(max_examples=150)
+@given(st.integers(0, 4), commands)
+def test_agent_load_is_accepted_minus_released_and_never_exceeds_capacity(
+    capacity: int, script: list[tuple[str, int]]
+) -> None:
+    # Given an agent, and a random script of accepts, releases and capacity changes
+    agent = Agent.register(agent_id="a", tenant="t", name="A", skills=["go"], capacity=capacity)
+    accepted = released = 0
+    for command, n in script:
+        try:
+            if command == "accept":
+                before = agent.load
+                agent.accept(f"task-{n}", T0)
+                accepted += agent.load - before
+            elif command == "release":
+                agent.release(f"task-{n}", ReleaseOutcome.COMPLETED, T0, float(n))
+                released += 1
+            else:
+                agent.change_capacity(n)
+        except (AgentAtCapacity, TaskNotHeld):
+            pass
+        # Then at every version the invariant holds
+        assert agent.load == accepted - released <= agent.capacity
+
+    # And replaying the events gives the same agent
+    events = agent.collect_events()
+    replayed = None
+    for event in events:
+        replayed = event.mutate(replayed)
+    assert isinstance(replayed, Agent)
+    assert replayed.state() == agent.state()

@@ -1,0 +1,121 @@
+"""Classifying tasks through the LLM port (a fake here), on both backends."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from flowledger.domain.errors import LlmCallFailed, LlmNotConfigured, ValidationError
+from flowledger.domain.ports import LlmReply
+from flowledger.domain.task_views import Classification, EscalationReason, TaskStatus
+from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure import Engine
+
+USAGE = LlmUsage(provider="fake", request_model="deepseek-v3.2", input_tokens=120,
+                 output_tokens=30, cost_usd=Decimal("0.0000210"), latency_ms=41.0)
+
+
+class FakeLlm:
+    """Answers every call with ``content``, or raises ``error``; remembers the calls."""
+
+    def __init__(self, content: str = "", error: Exception | None = None) -> None:
+        self.content = content
+        self.error = error
+        self.calls: list[dict[str, Any]] = []
+
+    async def complete(
+        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
+    ) -> LlmReply:
+        self.calls.append({"model": model, "messages": messages, "json_mode": json_mode})
+        if self.error is not None:
+            raise self.error
+        return LlmReply(content=self.content, usage=USAGE)
+
+
+def answer(**fields: Any) -> str:
+    return json.dumps(fields)
+
+
+async def test_a_classification_is_recorded_with_the_usage_that_produced_it(engine: Engine) -> None:
+    # Given a task and a model that calls it a feature
+    engine.llm = FakeLlm(answer(category="feature", complexity="high", estimated_hours=6))
+    engine.create_task("t1", "Add OAuth login", ["python"])
+
+    # When it is classified
+    task = await engine.classify_task("t1", model="deepseek-v3.2")
+
+    # Then the classification and its usage are on the task and in its history
+    assert task.classification == Classification(category="feature", complexity="high",
+                                                  estimated_hours=6.0, usage=USAGE)
+    classified = engine.task_history("t1")[-1]
+    assert classified.event_type == "Task.Classified"
+    assert classified.data["usage"] == USAGE
+    assert engine.llm.calls[0]["model"] == "deepseek-v3.2"
+    assert "Add OAuth login" in engine.llm.calls[0]["messages"][-1]["content"]
+
+
+async def test_a_classified_task_is_not_sent_to_the_model_again(engine: Engine) -> None:
+    llm = FakeLlm(answer(category="bug_fix", complexity="low", estimated_duration_hours=1))
+    engine.llm = llm
+    engine.create_task("t1", "Typo on the home page", [])
+    first = await engine.classify_task("t1")
+    assert await engine.classify_task("t1") == first
+    assert len(llm.calls) == 1
+
+
+async def test_an_unusable_reply_escalates_the_task_and_keeps_the_usage(engine: Engine) -> None:
+    engine.llm = FakeLlm(answer(category="poetry", complexity="low", estimated_hours=1))
+    engine.create_task("t1", "Write a haiku", [])
+    task = await engine.classify_task("t1")
+    assert task.status is TaskStatus.ESCALATED
+    assert task.escalation is not None
+    assert task.escalation.reason == EscalationReason.CLASSIFICATION_FAILED
+    assert task.escalation.usage == USAGE
+    assert "poetry" in task.escalation.detail
+
+
+async def test_a_failed_model_call_escalates_with_what_it_spent(engine: Engine) -> None:
+    # Given a task already assigned, and a model that keeps failing
+    engine.register_agent("be", "Backend", ["python"], 1)
+    engine.create_task("t1", "Fix the API", ["python"])
+    engine.assign_task("t1")
+    engine.llm = FakeLlm(error=LlmCallFailed("503 three times", error_type="http_503",
+                                             attempts=3, usage=USAGE, status_code=503))
+
+    # When it is classified
+    task = await engine.classify_task("t1")
+
+    # Then it is escalated with the usage, and its agent is free again
+    assert task.escalation is not None
+    assert task.escalation.reason == EscalationReason.CLASSIFICATION_FAILED
+    assert task.escalation.usage == USAGE
+    assert engine.get_agent("be").load == 0
+
+
+async def test_classifying_without_an_llm_adapter_says_so(engine: Engine) -> None:
+    engine.llm = None
+    engine.create_task("t1", "Anything", [])
+    with pytest.raises(LlmNotConfigured):
+        await engine.classify_task("t1")
+
+
+def test_a_classification_made_elsewhere_is_recorded_without_usage(engine: Engine) -> None:
+    engine.create_task("t1", "Deploy", ["terraform"])
+    task = engine.record_classification("t1", "deployment", "medium", 2.5)
+    assert task.classification == Classification(category="deployment", complexity="medium",
+                                                  estimated_hours=2.5)
+    with pytest.raises(ValidationError):
+        engine.record_classification("t1", "deployment", "medium", 0)
+
+
+def test_a_reply_is_parsed_even_when_wrapped_in_prose() -> None:
+    parsed = Classification.from_reply(
+        'Sure! ```json\n{"category": "Review", "complexity": "LOW", "estimated_hours": 0.5}\n```',
+        None,
+    )
+    assert (parsed.category, parsed.complexity, parsed.estimated_hours) == ("review", "low", 0.5)
+    with pytest.raises(ValidationError):
+        Classification.from_reply("no json here", None)

@@ -1,0 +1,229 @@
+"""Task and agent commands, run against both the in-memory and the PostgreSQL backend."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from flowledger.domain.errors import (
+    AgentAtCapacity,
+    AgentConflict,
+    AgentNotFound,
+    TaskConflict,
+    TaskNotFound,
+    TaskTransitionRejected,
+    ValidationError,
+)
+from flowledger.domain.task_views import EscalationReason, TaskStatus
+from flowledger.infrastructure import Engine
+
+
+def team(engine: Engine) -> None:
+    engine.register_agent("be", "Backend", ["python", "golang", "kubernetes"], 2)
+    engine.register_agent("fe", "Frontend", ["react", "css"], 1)
+
+
+def test_registering_an_agent_again_with_the_same_fields_returns_it_unchanged(
+    engine: Engine,
+) -> None:
+    first = engine.register_agent("be", "Backend", ["Python", "golang"], 3)
+    assert first.skills == ("golang", "python")
+    assert engine.register_agent("be", "Backend", ["golang", "python"], 3) == first
+    with pytest.raises(AgentConflict) as raised:
+        engine.register_agent("be", "Backend", ["golang"], 3)
+    assert raised.value.agent_id == "be"
+    assert len(engine.agent_history("be")) == 1
+
+
+def test_creating_a_task_again_is_a_no_op_but_a_different_one_conflicts(engine: Engine) -> None:
+    first = engine.create_task("t1", "Fix login", ["python"], "high")
+    assert engine.create_task("t1", "Fix login", ["python"], "high") == first
+    with pytest.raises(TaskConflict) as raised:
+        engine.create_task("t1", "Fix login", ["python"], "low")
+    assert raised.value.task_id == "t1"
+    with pytest.raises(ValidationError):
+        engine.create_task("t2", "x", ["python"], "urgent")
+    with pytest.raises(ValidationError):
+        engine.create_task("t3", "x", "python")
+
+
+def test_unknown_tasks_and_agents_are_not_found(engine: Engine) -> None:
+    with pytest.raises(TaskNotFound) as task_raised:
+        engine.assign_task("nope")
+    assert task_raised.value.task_id == "nope"
+    with pytest.raises(AgentNotFound) as agent_raised:
+        engine.get_agent("nobody")
+    assert agent_raised.value.agent_id == "nobody"
+
+
+def test_a_task_goes_to_a_capable_agent_and_both_record_it(engine: Engine) -> None:
+    # Given a team and a Go task
+    team(engine)
+    engine.create_task("t1", "Build the API", ["golang"], "medium")
+
+    # When it is assigned
+    task = engine.assign_task("t1")
+
+    # Then the backend agent holds it, and says so in its own history
+    assert task.status is TaskStatus.ASSIGNED
+    assert task.agent_id == "be"
+    assert task.assignment is not None
+    assert task.assignment.score == 1.0
+    assert engine.get_agent("be").active_tasks == ("t1",)
+    assert [e.event_type for e in engine.agent_history("be")] == ["Agent.Registered",
+                                                                  "Agent.TaskAccepted"]
+    # And assigning it again changes nothing
+    assert engine.assign_task("t1") == task
+
+
+def test_escalation_reasons_distinguish_no_skill_from_no_room(engine: Engine) -> None:
+    team(engine)
+    engine.create_task("ui-1", "Button", ["react"])
+    engine.create_task("ui-2", "Modal", ["react"])
+    engine.create_task("mainframe", "Port COBOL", ["cobol"])
+    assert engine.assign_task("ui-1").status is TaskStatus.ASSIGNED
+    full = engine.assign_task("ui-2")
+    nobody = engine.assign_task("mainframe")
+    assert full.escalation is not None
+    assert full.escalation.reason == EscalationReason.ALL_AT_CAPACITY
+    assert nobody.escalation is not None
+    assert nobody.escalation.reason == EscalationReason.NO_CAPABLE_AGENT
+    assert engine.get_agent("fe").load == 1
+
+
+def test_a_task_can_wait_for_capacity_instead_of_escalating(engine: Engine) -> None:
+    team(engine)
+    engine.create_task("ui-1", "Button", ["react"])
+    engine.create_task("ui-2", "Modal", ["react"])
+    engine.assign_task("ui-1")
+    waiting = engine.assign_task("ui-2", escalate_when_full=False)
+    assert waiting.status is TaskStatus.PENDING
+    engine.complete_task("ui-1", {"pr": 12})
+    assert engine.assign_task("ui-2").agent_id == "fe"
+
+
+def test_the_queue_assigns_a_critical_task_before_an_older_low_one(engine: Engine) -> None:
+    # Given one frontend slot and two waiting tasks, the LOW one created first
+    team(engine)
+    engine.create_task("low", "Polish footer", ["react"], "low")
+    engine.create_task("critical", "Checkout broken", ["react"], "critical")
+
+    # When the queue is served
+    served = engine.assign_pending()
+
+    # Then the CRITICAL task took the slot and the LOW one was escalated
+    assert [(t.task_id, t.status) for t in served] == [
+        ("critical", TaskStatus.ASSIGNED), ("low", TaskStatus.ESCALATED)]
+    assert engine.assign_pending() == []
+
+
+def test_completing_frees_the_agent_and_records_the_completion_time(engine: Engine) -> None:
+    team(engine)
+    engine.create_task("t1", "API", ["python"])
+    engine.assign_task("t1")
+    assert engine.start_task("t1").status is TaskStatus.IN_PROGRESS
+    done = engine.complete_task("t1", {"merged": True})
+    assert done.status is TaskStatus.COMPLETED
+    assert done.result == {"merged": True}
+    agent = engine.get_agent("be")
+    assert agent.load == 0
+    assert agent.completed == 1
+    assert agent.recent_completion_seconds is not None
+    with pytest.raises(TaskTransitionRejected) as raised:
+        engine.start_task("t1")
+    assert raised.value.status == "completed"
+
+
+def test_a_released_task_waits_again_and_can_be_reassigned(engine: Engine) -> None:
+    team(engine)
+    engine.create_task("t1", "API", ["python"])
+    engine.assign_task("t1")
+    released = engine.release_task("t1", "agent went home")
+    assert released.status is TaskStatus.PENDING
+    assert engine.get_agent("be").load == 0
+    again = engine.assign_task("t1")
+    assert again.times_assigned == 2
+    kinds = [e.event_type for e in engine.task_history("t1")]
+    assert kinds == ["Task.Created", "Task.Assigned", "Task.Released", "Task.Assigned"]
+
+
+def test_overdue_tasks_are_escalated_once_and_free_their_agent(engine: Engine) -> None:
+    # Given an assigned task due in an hour, a waiting one due in a day, and one with no deadline
+    team(engine)
+    engine.create_task("soon", "Hotfix", ["python"], "high", deadline=timedelta(hours=1))
+    engine.create_task("later", "Docs", ["css"], "low", deadline=timedelta(days=1))
+    engine.create_task("whenever", "Refactor", ["python"])
+    engine.assign_task("soon")
+    now = datetime.now(UTC)
+
+    # When the sweep runs two hours on, twice
+    first = engine.escalate_overdue(now + timedelta(hours=2))
+    second = engine.escalate_overdue(now + timedelta(hours=2))
+
+    # Then only the overdue task was escalated, once, and its agent is free again
+    assert [t.task_id for t in first] == ["soon"]
+    assert first[0].escalation is not None
+    assert first[0].escalation.reason == EscalationReason.DEADLINE_BREACHED
+    assert second == []
+    assert engine.get_agent("be").load == 0
+    assert engine.get_task("later").status is TaskStatus.PENDING
+    escalations = [e for e in engine.task_history("soon") if e.event_type == "Task.Escalated"]
+    assert len(escalations) == 1
+    assert escalations[0].data["agent_id"] == "be"
+
+
+def test_a_task_already_past_its_deadline_is_escalated_instead_of_assigned(engine: Engine) -> None:
+    team(engine)
+    engine.create_task("late", "Hotfix", ["python"], deadline=datetime.now(UTC) - timedelta(1))
+    task = engine.assign_task("late")
+    assert task.escalation is not None
+    assert task.escalation.reason == EscalationReason.DEADLINE_BREACHED
+    assert engine.get_agent("be").load == 0
+
+
+def test_capacity_cannot_drop_below_the_current_load(engine: Engine) -> None:
+    team(engine)
+    engine.create_task("t1", "API", ["python"])
+    engine.create_task("t2", "CLI", ["python"])
+    engine.assign_pending()
+    with pytest.raises(AgentAtCapacity) as raised:
+        engine.set_agent_capacity("be", 1)
+    assert (raised.value.capacity, raised.value.load) == (1, 2)
+    assert engine.set_agent_capacity("be", 5).capacity == 5
+
+
+def test_past_versions_of_a_task_can_be_read(engine: Engine) -> None:
+    team(engine)
+    engine.create_task("t1", "API", ["python"])
+    engine.assign_task("t1")
+    assert engine.get_task("t1", version=1).status is TaskStatus.PENDING
+    assert engine.get_task("t1").version == 2
+    with pytest.raises(ValidationError):
+        engine.get_task("t1", version=3)
+
+
+def test_open_tasks_lists_what_is_neither_completed_nor_escalated(engine: Engine) -> None:
+    team(engine)
+    for task_id in ("a", "b", "c"):
+        engine.create_task(task_id, task_id, ["python"])
+    engine.assign_task("a")
+    engine.complete_task("a")
+    engine.assign_task("b")
+    assert [t.task_id for t in engine.open_tasks()] == ["b", "c"]
+
+
+def test_an_agent_with_many_events_reloads_from_a_snapshot(engine: Engine) -> None:
+    # Given more events on one agent than the snapshot interval (50)
+    engine.register_agent("busy", "Busy", ["python"], 1)
+    for n in range(30):
+        engine.create_task(f"t{n}", "work", ["python"])
+        engine.assign_task(f"t{n}")
+        engine.complete_task(f"t{n}", {"n": n})
+
+    # Then its state reloads intact, recent completions included
+    agent = engine.get_agent("busy")
+    assert agent.version == 61
+    assert agent.completed == 30
+    assert agent.load == 0
+    assert engine.get_agent("busy", version=50).completed == 24
