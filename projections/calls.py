@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowledger.domain.session import Session
+from flowledger.domain.task import Task
 from flowledger.domain.values import LlmUsage
 
 
@@ -34,7 +35,7 @@ def call_of(event: Any) -> Call | None:
 
     A processed step is a call when it carries usage (a step recorded without a model
     is not); a failed step always counts, as an error, with or without usage. Task
-    classification is recognised by shape (``Task.Classified`` carrying ``usage``).
+    classification (and escalation) calls count when they carry usage.
     """
     if isinstance(event, Session.StepProcessed):
         if event.usage is None:
@@ -44,8 +45,7 @@ def call_of(event: Any) -> Call | None:
         return Call(
             "session", event.step, event.usage, event.error_type, event.error_message, None, None
         )
-    if type(event).__qualname__ == "Task.Classified":
-        usage = getattr(event, "usage", None)
-        if isinstance(usage, LlmUsage):
-            return Call("task", "classification", usage, None, None, None, None)
+    if isinstance(event, Task.Classified | Task.Escalated) and event.usage is not None:
+        step = "classification" if isinstance(event, Task.Classified) else "escalation"
+        return Call("task", step, event.usage, None, None, None, None)
     return None

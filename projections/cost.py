@@ -1,4 +1,8 @@
-"""Cost dashboard fact table: one row per model call, with tokens, cost, latency and error type."""
+"""Cost dashboard fact table: one row per model call, with tokens, cost, latency and error type.
+
+``subject_id`` is the caller's session id, or the task id for task calls (``source = 'task'``,
+filed under the workflow ``tasks``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from uuid import UUID
 from psycopg import Cursor
 
 from flowledger.domain.session import Session
+from flowledger.domain.task import Task
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.calls import call_of
 from flowledger.projections.sql import Column, q, write_rows
@@ -16,9 +21,9 @@ from flowledger.projections.sql import Column, q, write_rows
 TASK_WORKFLOW = "tasks"
 """The workflow name under which task classification calls are filed."""
 
-SESSION_COLUMNS: tuple[Column, ...] = (
+SUBJECT_COLUMNS: tuple[Column, ...] = (
     ("originator_id", "uuid"),
-    ("session_id", "text"),
+    ("subject_id", "text"),
     ("workflow", "text"),
 )
 CALL_COLUMNS: tuple[Column, ...] = (
@@ -26,7 +31,7 @@ CALL_COLUMNS: tuple[Column, ...] = (
     ("source", "text"),
     ("originator_id", "uuid"),
     ("originator_version", "integer"),
-    ("session_id", "text"),
+    ("subject_id", "text"),
     ("workflow", "text"),
     ("step", "text"),
     ("error_type", "text"),
@@ -46,9 +51,9 @@ CALL_COLUMNS: tuple[Column, ...] = (
 )
 
 DDL = """
-CREATE TABLE {s}.call_sessions (
+CREATE TABLE {s}.subjects (
     originator_id uuid PRIMARY KEY,
-    session_id text NOT NULL,
+    subject_id text NOT NULL,
     workflow text NOT NULL
 );
 CREATE TABLE {s}.llm_calls (
@@ -56,7 +61,7 @@ CREATE TABLE {s}.llm_calls (
     source text NOT NULL,
     originator_id uuid NOT NULL,
     originator_version integer NOT NULL,
-    session_id text,
+    subject_id text,
     workflow text NOT NULL,
     step text NOT NULL,
     error_type text,
@@ -89,18 +94,18 @@ class CostDashboard(Projection):
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
         """Insert a fact row for each call in the batch (and remember each session's workflow)."""
         known: dict[UUID, tuple[str, str]] = {}
-        started = []
         for envelope in batch:
             event = envelope.event
             if isinstance(event, Session.Started):
                 known[event.originator_id] = (event.session_id, event.workflow)
-                started.append((event.originator_id, event.session_id, event.workflow))
-        write_rows(cur, schema, "call_sessions", SESSION_COLUMNS, started)
+            elif isinstance(event, Task.Created):
+                known[event.originator_id] = (event.task_id, TASK_WORKFLOW)
+        write_rows(cur, schema, "subjects", SUBJECT_COLUMNS, [(k, *v) for k, v in known.items()])
         calls = [(e, c) for e in batch if (c := call_of(e.event)) is not None]
-        missing = list({e.event.originator_id for e, c in calls if c.source == "session"} - set(known))
+        missing = list({e.event.originator_id for e, _ in calls} - set(known))
         if missing:
             cur.execute(
-                q("SELECT originator_id, session_id, workflow FROM {s}.call_sessions"
+                q("SELECT originator_id, subject_id, workflow FROM {s}.subjects"
                   " WHERE originator_id = ANY(%s)", schema),
                 [missing],
             )
@@ -108,11 +113,10 @@ class CostDashboard(Projection):
         rows = []
         for envelope, call in calls:
             event, usage = envelope.event, call.usage
-            fallback = (None, TASK_WORKFLOW if call.source == "task" else "(unknown)")
-            session_id, workflow = known.get(event.originator_id, fallback)
+            subject_id, workflow = known.get(event.originator_id, (None, "(unknown)"))
             rows.append((
                 envelope.id, call.source, event.originator_id, event.originator_version,
-                session_id, workflow, call.step, call.error_type,
+                subject_id, workflow, call.step, call.error_type,
                 usage.provider if usage else None,
                 usage.request_model if usage else None,
                 usage.response_model if usage else None,

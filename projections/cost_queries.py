@@ -46,11 +46,16 @@ class DashboardRow:
 
 @dataclass(frozen=True)
 class Price:
-    """USD per million tokens; cached input falls back to the input price."""
+    """USD per token of each type; cached input and reasoning output fall back to their base.
 
-    input_per_mtok: Decimal
-    output_per_mtok: Decimal
-    cached_input_per_mtok: Decimal | None = None
+    ``input_tokens`` include the cached ones and ``output_tokens`` the reasoning ones, so
+    each is split before pricing (the same rule the LLM adapter's price table applies).
+    """
+
+    input_per_token: Decimal
+    output_per_token: Decimal
+    cached_input_per_token: Decimal | None = None
+    reasoning_output_per_token: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -152,12 +157,14 @@ def reprice(
     statement = sql.SQL("""
         WITH prices AS (
             SELECT * FROM unnest(%(models)s::text[], %(input)s::numeric[], %(cached)s::numeric[],
-                                 %(output)s::numeric[]) AS p(price_model, input, cached, output)
+                                 %(output)s::numeric[], %(reasoning)s::numeric[])
+                          AS p(price_model, input, cached, output, reasoning)
         ), calls AS (
             SELECT {groups}, c.*, p.price_model AS priced_as,
-                   ((c.input_tokens - c.cache_read_input_tokens) * p.input
-                    + c.cache_read_input_tokens * coalesce(p.cached, p.input)
-                    + c.output_tokens * p.output) * 0.000001 AS repriced
+                   (c.input_tokens - c.cache_read_input_tokens) * p.input
+                   + c.cache_read_input_tokens * coalesce(p.cached, p.input)
+                   + (c.output_tokens - c.reasoning_output_tokens) * p.output
+                   + c.reasoning_output_tokens * coalesce(p.reasoning, p.output) AS repriced
             FROM {reader}.llm_calls AS c
             LEFT JOIN prices AS p ON p.price_model = coalesce(%(as_model)s::text, c.model)
             WHERE occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
@@ -170,9 +177,10 @@ def reprice(
                 keys=_keys(len(by)))
     params = {
         "models": models,
-        "input": [prices[m].input_per_mtok for m in models],
-        "cached": [prices[m].cached_input_per_mtok for m in models],
-        "output": [prices[m].output_per_mtok for m in models],
+        "input": [prices[m].input_per_token for m in models],
+        "cached": [prices[m].cached_input_per_token for m in models],
+        "output": [prices[m].output_per_token for m in models],
+        "reasoning": [prices[m].reasoning_output_per_token for m in models],
         "as_model": as_model, "since": since, "until": until,
     }
     width = max(len(by), 1)

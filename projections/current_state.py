@@ -1,8 +1,9 @@
-"""Current state: one row per session, as it stands after the last event applied."""
+"""Current state: one row per session, task and agent, as it stands after the last event."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -10,8 +11,11 @@ from uuid import UUID
 from psycopg import Cursor
 from psycopg.rows import dict_row
 
+from flowledger.domain.agent import Agent
 from flowledger.domain.session import Session
+from flowledger.domain.task import Task
 from flowledger.domain.values import LlmUsage
+from flowledger.projections import work_rows
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.sql import Column, dump_json, q, write_rows
 
@@ -41,7 +45,6 @@ COLUMNS: tuple[Column, ...] = (
     ("expires_at", "timestamptz"),
     ("version", "integer"),
 )
-_JSON = {name for name, kind in COLUMNS if kind == "jsonb"}
 
 DDL = """
 CREATE TABLE {s}.sessions (
@@ -139,44 +142,65 @@ def fold(row: Row, event: Any) -> None:
     row["version"] = event.originator_version
 
 
+@dataclass(frozen=True)
+class _Table:
+    """One aggregate type's table: which events feed it and how they fold into a row."""
+
+    name: str
+    columns: tuple[Column, ...]
+    events: type[Any]
+    created: type[Any]
+    create: Callable[[Any], Row]
+    fold: Callable[[Row, Any], None]
+
+
+TABLES = (
+    _Table("sessions", COLUMNS, Session.Event, Session.Started, started_row, fold),
+    _Table("tasks", work_rows.TASK_COLUMNS, Task.Event, Task.Created,
+           work_rows.created_task_row, work_rows.fold_task),
+    _Table("agents", work_rows.AGENT_COLUMNS, Agent.Event, Agent.Registered,
+           work_rows.registered_agent_row, work_rows.fold_agent),
+)
+
+
 class CurrentState(Projection):
-    """Where every session stands now."""
+    """Where every session, task and agent stands now."""
 
     name = "current_state"
-    exposed = ("sessions",)
-    ddl = DDL
+    exposed = ("sessions", "tasks", "agents")
+    ddl = DDL + work_rows.DDL
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
-        """Fold the batch's session events into their rows, then upsert the touched rows."""
-        events = [e.event for e in batch if isinstance(e.event, Session.Event)]
-        if not events:
-            return
-        rows = self._load(cur, schema, events)
-        for event in events:
-            if isinstance(event, Session.Started):
-                rows[event.originator_id] = started_row(event)
-            elif event.originator_id in rows:
-                fold(rows[event.originator_id], event)
-        write_rows(
-            cur,
-            schema,
-            "sessions",
-            COLUMNS,
-            [
-                [dump_json(row[n]) if n in _JSON else row[n] for n, _ in COLUMNS]
-                for row in rows.values()
-            ],
-            key=("originator_id",),
-        )
+        """Fold the batch's events into their rows, then upsert the touched rows."""
+        for table in TABLES:
+            events = [e.event for e in batch if isinstance(e.event, table.events)]
+            if events:
+                self._apply(cur, schema, table, events)
 
     @staticmethod
-    def _load(cur: Cursor[Any], schema: str, events: Sequence[Any]) -> dict[UUID, Row]:
-        started = {e.originator_id for e in events if isinstance(e, Session.Started)}
-        wanted = list({e.originator_id for e in events} - started)
-        if not wanted:
-            return {}
-        with cur.connection.cursor(row_factory=dict_row) as dict_cur:
-            dict_cur.execute(
-                q("SELECT * FROM {s}.sessions WHERE originator_id = ANY(%s)", schema), [wanted]
-            )
-            return {row["originator_id"]: row for row in dict_cur.fetchall()}
+    def _apply(cur: Cursor[Any], schema: str, table: _Table, events: Sequence[Any]) -> None:
+        rows = _load(cur, schema, table, events)
+        for event in events:
+            if isinstance(event, table.created):
+                rows[event.originator_id] = table.create(event)
+            elif event.originator_id in rows:
+                table.fold(rows[event.originator_id], event)
+        json_columns = {n for n, kind in table.columns if kind == "jsonb"}
+        values = [
+            [dump_json(row[n]) if n in json_columns else row[n] for n, _ in table.columns]
+            for row in rows.values()
+        ]
+        write_rows(cur, schema, table.name, table.columns, values, key=("originator_id",))
+
+
+def _load(cur: Cursor[Any], schema: str, table: _Table, events: Sequence[Any]) -> dict[UUID, Row]:
+    """The stored rows of the aggregates the events touch (those not created in this batch)."""
+    created = {e.originator_id for e in events if isinstance(e, table.created)}
+    wanted = list({e.originator_id for e in events} - created)
+    if not wanted:
+        return {}
+    with cur.connection.cursor(row_factory=dict_row) as dict_cur:
+        dict_cur.execute(
+            q("SELECT * FROM {s}.{t} WHERE originator_id = ANY(%s)", schema, t=table.name), [wanted]
+        )
+        return {row["originator_id"]: row for row in dict_cur.fetchall()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from flowledger.adapters.cli import llm_commands, serve, session_commands
+from flowledger.adapters.cli import llm_commands, projection_commands, serve, session_commands
 
 app = typer.Typer(
     name="flowledger",
@@ -15,6 +15,7 @@ app = typer.Typer(
 session_commands.register(app)
 llm_commands.register(app)
 serve.register(app)
+projection_commands.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

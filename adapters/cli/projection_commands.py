@@ -1,0 +1,242 @@
+"""CLI for the read models: ``projections rebuild|status|follow|verify``, ``dashboard`` and ``funnel``."""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import typer
+from psycopg import sql
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.llm.pricing import load_price_table
+from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure import Engine
+from flowledger.projections import (
+    DashboardRow,
+    FunnelReport,
+    Price,
+    Projector,
+    dashboard,
+    follow,
+    funnel_report,
+    projector_for,
+    rebuild,
+    reprice,
+    status,
+    verify,
+)
+
+console = Console()
+projections_app = typer.Typer(help="Rebuild, follow, verify and inspect the read models.",
+                              no_args_is_help=True)
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+BY_HELP = "model, provider, workflow, step, source, minute, hour or day (repeatable)."
+REPRICE_HELP = "Also price the same usage at this model's price (the configured price table)."
+NAME_HELP = "One projection: current_state, cost, funnel or seed (default: all)."
+STEPS_HELP = "Step order, comma-separated (default: the order sessions reached them)."
+
+
+def parse_since(text: str) -> timedelta:
+    """``90s``, ``30m``, ``24h``, ``7d`` or ``2w`` as a timedelta."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise ValidationError("since", f"{text!r} is not a duration like 30m, 24h or 7d")
+    return timedelta(**{_UNITS[match[2]]: int(match[1])})
+
+
+@contextmanager
+def progress_bar(projector: Projector, label: str) -> Iterator[Any]:
+    """A rich progress bar over the log, advanced to each batch's last notification id."""
+    head = projector.recorder.max_notification_id() or 0
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(label, total=head)
+        yield lambda position: bar.update(task, completed=min(position, head))
+
+
+def _names(name: str | None) -> list[str] | None:
+    return [name] if name else None
+
+
+@projections_app.command("rebuild")
+def rebuild_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] = None) -> None:
+    """Rebuild from the first event into fresh tables, then switch readers to them."""
+    with reported_errors(), Engine() as engine:
+        projector = projector_for(engine, batch_size=5000)
+        with progress_bar(projector, "rebuilding") as advance:
+            schemas = rebuild(projector, _names(name), progress=advance)
+        for projection, schema in schemas.items():
+            console.print(f"[green]rebuilt[/green] {projection} → {schema}")
+
+
+@projections_app.command("status")
+def status_command() -> None:
+    """Each projection build's position and lag behind the head of the log."""
+    with reported_errors(), Engine() as engine:
+        table = Table(title="projections")
+        numbers = {"position", "head", "lag", "events"}
+        for column in ("projection", "state", "schema", "position", "head", "lag", "events", "updated"):
+            table.add_column(column, justify="right" if column in numbers else "left")
+        for build in status(projector_for(engine)):
+            table.add_row(build.projection, build.state, build.schema, str(build.position),
+                          str(build.head), str(build.lag), str(build.events),
+                          build.updated_at.isoformat(timespec="seconds"))
+        console.print(table)
+
+
+@projections_app.command("follow")
+def follow_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] = None) -> None:
+    """Keep the projections current from live notifications until interrupted."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    with reported_errors(), Engine() as engine:
+        projector = projector_for(engine)
+        console.print("following the log (Ctrl-C to stop)")
+        applied = follow(projector, _names(name), stop=stop)
+        console.print(f"stopped after applying {applied} notifications")
+
+
+@projections_app.command("verify")
+def verify_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] = None) -> None:
+    """Rebuild into a scratch schema and compare with the live tables; exit 1 on any difference."""
+    with reported_errors(), Engine() as engine:
+        projector = projector_for(engine, batch_size=5000)
+        with progress_bar(projector, "verifying") as advance:
+            differences = verify(projector, _names(name), progress=advance)
+        if not differences:
+            console.print("[green]live tables equal a rebuild from the log[/green]")
+            return
+        table = Table(title="differences")
+        for column in ("projection", "table", "side", "row"):
+            table.add_column(column)
+        for d in differences:
+            table.add_row(d.projection, d.table, d.side, d.row)
+        console.print(table)
+        raise typer.Exit(1)
+
+
+def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Table:
+    """The cost dashboard as a rich table."""
+    table = Table(title=title)
+    for column in [*by, "calls", "errors", "input", "output", "cached", "cost $", "avg ms",
+                   "p50", "p95", "p99"]:
+        table.add_column(column, justify="left" if column in by else "right")
+    for r in rows:
+        errors = ", ".join(f"{k}:{v}" for k, v in sorted(r.errors_by_type.items())) or "0"
+        table.add_row(*(str(g) for g in r.group), str(r.calls), errors, f"{r.input_tokens:,}",
+                      f"{r.output_tokens:,}", f"{r.cached_tokens:,}", f"{r.cost_usd:.6f}",
+                      *(_ms(v) for v in (r.latency_avg_ms, r.latency_p50_ms, r.latency_p95_ms,
+                                         r.latency_p99_ms)))
+    return table
+
+
+def funnel_table(report: FunnelReport) -> Table:
+    """One workflow's funnel as a rich table."""
+    segment = f" [{report.segment}]" if report.segment is not None else ""
+    table = Table(title=f"funnel {report.workflow}{segment}: {report.sessions} sessions")
+    for column in ("step", "reached", "overall", "step→step", "dropped", "in progress",
+                   "completed", "p50 s", "p95 s"):
+        table.add_column(column, justify="left" if column in {"step", "dropped"} else "right")
+    for s in report.steps:
+        causes = {**{k: v for k, v in s.dropped.items() if k != "failed"},
+                  **{f"failed:{k}": v for k, v in s.failed_by_error.items()}}
+        dropped = ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "-"
+        table.add_row(s.step, str(s.reached), f"{s.overall_conversion:.1%}",
+                      f"{s.step_conversion:.1%}", dropped, str(s.in_progress), str(s.completed),
+                      _seconds(s.p50_seconds), _seconds(s.p95_seconds))
+    return table
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def dashboard_command(
+    since: Annotated[str, typer.Option(help="Window: 30m, 24h, 7d ...")] = "24h",
+    by: Annotated[list[str] | None, typer.Option(help=BY_HELP)] = None,
+    reprice_as: Annotated[str | None, typer.Option(help=REPRICE_HELP)] = None,
+) -> None:
+    """Calls, errors, tokens, cost and latency percentiles of model calls, grouped."""
+    groups = by or ["model"]
+    with reported_errors(), Engine() as engine:
+        projector = projector_for(engine)
+        projector.catch_up()
+        start = datetime.now(UTC) - parse_since(since)
+        with projector.connect() as conn:
+            rows = dashboard(conn, projector.names.reader, since=start, by=groups)
+            console.print(dashboard_table(rows, groups, f"model calls, last {since}"))
+            if reprice_as is not None:
+                table = load_price_table(engine.settings.pricing_file)
+                prices = {m: Price(p.input_cost_per_token, p.output_cost_per_token,
+                                   p.cache_read_input_token_cost, p.output_cost_per_reasoning_token)
+                          for m, p in table.prices.items()}
+                if reprice_as not in prices:
+                    raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
+                repriced = reprice(conn, projector.names.reader, prices, as_model=reprice_as,
+                                   since=start, by=groups)
+                out = Table(title=f"same usage at {reprice_as} prices ({table.version})")
+                for column in [*groups, "calls", "recorded $", f"{reprice_as} $", "difference $"]:
+                    out.add_column(column, justify="left" if column in groups else "right")
+                for r in repriced:
+                    out.add_row(*(str(g) for g in r.group), str(r.calls), f"{r.recorded_cost_usd:.6f}",
+                                f"{r.repriced_cost_usd:.6f}", f"{r.difference_usd:+.6f}")
+                console.print(out)
+
+
+def funnel_command(
+    workflow: Annotated[str, typer.Argument(help="The workflow name.")],
+    by: Annotated[str | None, typer.Option(help="Break down by 'model' or 'metadata.<key>'.")] = None,
+    steps: Annotated[str | None, typer.Option(help=STEPS_HELP)] = None,
+) -> None:
+    """Per step: sessions reaching it, conversion, drop-off by cause, time to reach it."""
+    with reported_errors(), Engine() as engine:
+        projector = projector_for(engine)
+        projector.catch_up()
+        order = [s.strip() for s in steps.split(",")] if steps else None
+        with projector.connect() as conn:
+            reports = funnel_report(conn, projector.names.reader, workflow, steps=order, by=by)
+        if not reports:
+            console.print(f"no sessions of workflow {workflow!r}")
+        for report in reports:
+            console.print(funnel_table(report))
+
+
+def show_analytics(engine: Engine, out: Console, *, since: timedelta = timedelta(days=1)) -> None:
+    """Catch the projections up (with a progress bar) and print the dashboard and every funnel."""
+    projector = projector_for(engine, batch_size=5000)
+    with progress_bar(projector, "projecting") as advance:
+        projector.catch_up(progress=advance)
+    start = datetime.now(UTC) - since
+    with projector.connect() as conn:
+        for groups in (["model"], ["workflow", "step"]):
+            rows = dashboard(conn, projector.names.reader, since=start, by=groups)
+            out.print(dashboard_table(rows, groups, f"model calls by {', '.join(groups)}"))
+        workflows = conn.execute(
+            sql.SQL("SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE started_at >= %s"
+                    " ORDER BY 1").format(sql.Identifier(projector.names.reader)), [start]
+        ).fetchall()
+        for (workflow,) in workflows:
+            for report in funnel_report(conn, projector.names.reader, workflow):
+                out.print(funnel_table(report))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``projections``, ``dashboard`` and ``funnel`` to the top-level app."""
+    app.add_typer(projections_app, name="projections")
+    app.command("dashboard")(dashboard_command)
+    app.command("funnel")(funnel_command)
