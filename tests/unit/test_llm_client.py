@@ -1,0 +1,200 @@
+"""The client's reading of replies, its usage and cost, streaming, and how it guards the API key."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from flowledger.adapters.llm import (
+    ApiKey,
+    ClientConfig,
+    OpenAICompatibleClient,
+    build_engine,
+    load_price_table,
+)
+from flowledger.domain.errors import LlmCallFailed, UnknownModelPrice, ValidationError
+from flowledger.infrastructure import Settings
+
+SECRET = "sk-live-0123456789abcdef"
+MESSAGES = [{"role": "user", "content": "where is my order?"}]
+
+
+def body(**usage: Any) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-42",
+        "model": "gpt-4.1-2025-04-14",
+        "choices": [{"message": {"content": '{"action": "x"}'}, "finish_reason": "stop"}],
+        "usage": usage,
+    }
+
+
+def client(handler: Any, **options: Any) -> OpenAICompatibleClient:
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), **options)
+    return OpenAICompatibleClient(config, prices=load_price_table(), transport=httpx.MockTransport(handler))
+
+
+async def test_usage_is_read_per_token_type_and_priced_exactly() -> None:
+    usage = {
+        "prompt_tokens": 1200,
+        "completion_tokens": 300,
+        "prompt_tokens_details": {"cached_tokens": 1000},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+    async with client(lambda request: httpx.Response(200, json=body(**usage))) as llm:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    u = reply.usage
+    assert (u.input_tokens, u.output_tokens, u.cache_read_input_tokens) == (1200, 300, 1000)
+    assert (u.request_model, u.response_model, u.response_id) == (
+        "gpt-4.1",
+        "gpt-4.1-2025-04-14",
+        "chatcmpl-42",
+    )
+    assert u.finish_reasons == ("stop",)
+    # 200 x $2/M + 1,000 x $0.50/M + 300 x $8/M
+    assert u.cost_usd == Decimal("0.0033")
+    assert u.price_version == load_price_table().version
+    assert u.latency_ms >= 0
+    assert u.attempts == 1
+    assert reply.content == '{"action": "x"}'
+
+
+async def test_the_api_key_goes_only_into_the_authorization_header() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if len(seen) == 1:
+            return httpx.Response(200, json=body(prompt_tokens=3, completion_tokens=2))
+        return httpx.Response(401, json={"error": {"message": f"Incorrect API key provided: {SECRET}"}})
+
+    llm = client(handler)
+    reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    assert seen[0].headers["authorization"] == f"Bearer {SECRET}"
+    assert SECRET not in json.dumps(reply.usage.to_dict())
+    assert SECRET not in str(raised.value)
+    assert SECRET not in repr(llm)
+    assert SECRET not in repr(llm.config)
+
+
+@pytest.mark.parametrize("bad", ["", "short", "has space in it", "'sk-quoted-key'", "sk-key\nnewline"])
+def test_a_malformed_api_key_is_rejected_at_start_up(bad: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        ApiKey(bad)
+    assert raised.value.field == "llm_api_key"
+
+
+def test_an_engine_cannot_be_built_without_base_url_or_key() -> None:
+    with pytest.raises(ValidationError, match="FLOWLEDGER_LLM_BASE_URL"):
+        build_engine(settings=Settings(database_url="memory:", home=Path("/nonexistent")))
+    with pytest.raises(ValidationError, match="FLOWLEDGER_LLM_API_KEY"):
+        build_engine(
+            settings=Settings(database_url="memory:", home=Path("/nonexistent"), llm_base_url="http://x/v1")
+        )
+
+
+async def test_timeouts_and_pool_limits_are_explicit() -> None:
+    config = ClientConfig(
+        base_url="https://llm.test/v1",
+        api_key=ApiKey(SECRET),
+        connect_timeout_s=2.0,
+        request_timeout_s=20.0,
+        max_connections=7,
+        max_keepalive_connections=3,
+    )
+    llm = OpenAICompatibleClient(config, prices=load_price_table())
+    timeout = llm._http.timeout
+    assert (timeout.connect, timeout.read) == (2.0, 20.0)
+    pool = llm._http._transport._pool  # type: ignore[attr-defined]
+    assert (pool._max_connections, pool._max_keepalive_connections) == (7, 3)
+    await llm.aclose()
+    with pytest.raises(ValidationError):
+        ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), connect_timeout_s=0)
+
+
+async def test_an_unknown_model_fails_before_any_request_is_sent() -> None:
+    seen: list[httpx.Request] = []
+    async with client(lambda r: seen.append(r) or httpx.Response(200, json=body())) as llm:
+        with pytest.raises(UnknownModelPrice) as raised:
+            await llm.complete(model="mystery-model", messages=MESSAGES)
+    assert seen == []
+    assert raised.value.error_type == "unknown_model_price"
+
+
+def sse(*chunks: dict[str, Any]) -> bytes:
+    lines = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
+    return "".join(lines).encode()
+
+
+async def test_a_streamed_reply_is_assembled_with_usage_and_time_to_first_token() -> None:
+    seen: list[httpx.Request] = []
+    base = {"id": "chatcmpl-s", "model": "gemini-2.5-flash"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        content = sse(
+            {**base, "choices": [{"delta": {"role": "assistant", "content": ""}}]},
+            {**base, "choices": [{"delta": {"content": '{"message": '}}]},
+            {**base, "choices": [{"delta": {"content": '"hi"}'}, "finish_reason": "stop"}]},
+            {
+                **base,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 40,
+                    "completion_tokens": 70,
+                    "completion_tokens_details": {"reasoning_tokens": 60},
+                },
+            },
+        )
+        return httpx.Response(200, content=content, headers={"content-type": "text/event-stream"})
+
+    async with client(handler) as llm:
+        reply = await llm.complete_streaming(model="gemini-2.5-flash", messages=MESSAGES)
+    sent = json.loads(seen[0].content)
+    assert sent["stream"] is True
+    assert sent["stream_options"] == {"include_usage": True}
+    assert reply.content == '{"message": "hi"}'
+    u = reply.usage
+    assert (u.input_tokens, u.output_tokens, u.reasoning_output_tokens) == (40, 70, 60)
+    assert u.finish_reasons == ("stop",)
+    assert u.extra["streamed"] is True
+    assert 0 <= u.extra["time_to_first_token_ms"] <= u.latency_ms
+    # 40 x $0.30/M + 10 x $2.50/M + 60 reasoning x $2.50/M
+    assert u.cost_usd == Decimal("0.000187")
+
+
+async def test_a_stream_cut_before_done_is_a_retryable_connection_error() -> None:
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(200, content=b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n')
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), max_retries=1)
+    llm = OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=no_sleep
+    )
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete_streaming(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    assert (raised.value.error_type, len(calls)) == ("connection_error", 2)
+
+
+async def test_verify_reports_a_rejected_key() -> None:
+    async with client(lambda r: httpx.Response(401, json={"error": "no"})) as llm:
+        with pytest.raises(ValidationError) as raised:
+            await llm.verify()
+    assert raised.value.field == "llm_api_key"
+    listing = {"data": [{"id": "gpt-4.1"}, {"id": "deepseek-v3.2"}]}
+    async with client(lambda r: httpx.Response(200, json=listing)) as llm:
+        assert await llm.verify() == ["gpt-4.1", "deepseek-v3.2"]

@@ -1,0 +1,185 @@
+"""The endpoint circuit breaker's states and the per-model rate limits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from flowledger.adapters.llm import (
+    ApiKey,
+    ClientConfig,
+    ModelLimits,
+    OpenAICompatibleClient,
+    load_price_table,
+)
+from flowledger.adapters.llm.resilience import (
+    STATE_CLOSED,
+    STATE_HALF_OPEN,
+    STATE_OPEN,
+    ModelRateLimiter,
+)
+from flowledger.domain.errors import CircuitOpen, LlmCallFailed
+
+OK = {
+    "id": "c",
+    "model": "deepseek-v3.2",
+    "choices": [{"message": {"content": "{}"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+}
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+class Endpoint:
+    """A scripted endpoint: answers with ``status`` (mutable) and counts requests."""
+
+    def __init__(self, status: int = 503, delay: float = 0.0) -> None:
+        self.status = status
+        self.delay = delay
+        self.requests = 0
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        await asyncio.sleep(self.delay)
+        if self.status == 200:
+            return httpx.Response(200, json=OK)
+        return httpx.Response(self.status, json={"error": {"message": "x"}})
+
+
+def client(endpoint: Endpoint, **options: Any) -> OpenAICompatibleClient:
+    defaults: dict[str, Any] = {"max_retries": 0, "breaker_failure_threshold": 3, "breaker_recovery_s": 0.1}
+    config = ClientConfig(
+        base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), **{**defaults, **options}
+    )
+    return OpenAICompatibleClient(config, prices=load_price_table(), transport=httpx.MockTransport(endpoint))
+
+
+async def fail_times(llm: OpenAICompatibleClient, n: int) -> None:
+    for _ in range(n):
+        with pytest.raises(LlmCallFailed):
+            await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+
+
+async def test_the_breaker_opens_after_consecutive_server_failures_and_then_fails_fast() -> None:
+    endpoint = Endpoint(503)
+    llm = client(endpoint)
+    await fail_times(llm, 2)
+    assert llm.breaker.state == STATE_CLOSED
+    await fail_times(llm, 1)
+    assert llm.breaker.state == STATE_OPEN
+    with pytest.raises(CircuitOpen) as raised:
+        await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    assert endpoint.requests == 3
+    assert raised.value.error_type == "circuit_open"
+    assert raised.value.endpoint == "https://llm.test/v1/chat/completions"
+    assert "open" in str(raised.value)
+    await llm.aclose()
+
+
+async def test_after_the_cool_down_one_successful_trial_closes_the_breaker() -> None:
+    endpoint = Endpoint(503)
+    llm = client(endpoint)
+    await fail_times(llm, 3)
+    await asyncio.sleep(0.12)
+    assert llm.breaker.state == STATE_HALF_OPEN
+    endpoint.status = 200
+    await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    assert llm.breaker.state == STATE_CLOSED
+    assert llm.breaker.failure_count == 0
+    await llm.aclose()
+
+
+async def test_a_failed_trial_opens_the_breaker_again() -> None:
+    endpoint = Endpoint(503)
+    llm = client(endpoint)
+    await fail_times(llm, 3)
+    await asyncio.sleep(0.12)
+    await fail_times(llm, 1)
+    assert llm.breaker.state == STATE_OPEN
+    assert endpoint.requests == 4
+    await llm.aclose()
+
+
+async def test_while_half_open_only_one_trial_goes_out_and_the_others_fail_fast() -> None:
+    endpoint = Endpoint(503)
+    llm = client(endpoint)
+    await fail_times(llm, 3)
+    await asyncio.sleep(0.12)
+    endpoint.status, endpoint.delay = 200, 0.05
+    results = await asyncio.gather(
+        *(llm.complete(model="deepseek-v3.2", messages=MESSAGES) for _ in range(5)), return_exceptions=True
+    )
+    assert sum(not isinstance(r, BaseException) for r in results) == 1
+    assert sum(isinstance(r, CircuitOpen) for r in results) == 4
+    assert endpoint.requests == 4
+    assert llm.breaker.state == STATE_CLOSED
+    await llm.aclose()
+
+
+async def test_client_errors_do_not_count_against_the_endpoint() -> None:
+    endpoint = Endpoint(400)
+    llm = client(endpoint)
+    await fail_times(llm, 5)
+    assert llm.breaker.state == STATE_CLOSED
+    await llm.aclose()
+
+
+async def test_a_breaker_opening_mid_retry_stops_the_retries() -> None:
+    async def instant(_: float) -> None:
+        return None
+
+    endpoint = Endpoint(500)
+    config = ClientConfig(
+        base_url="https://llm.test/v1",
+        api_key=ApiKey("sk-test-secret-1"),
+        max_retries=5,
+        breaker_failure_threshold=2,
+    )
+    llm = OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(endpoint), retry_sleep=instant
+    )
+    with pytest.raises(CircuitOpen) as raised:
+        await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    assert endpoint.requests == 2
+    assert raised.value.attempts == 2
+    assert raised.value.usage is not None
+    assert raised.value.usage.attempts == 2
+    await llm.aclose()
+
+
+async def test_requests_per_minute_are_limited_per_model() -> None:
+    limiter = ModelRateLimiter({"gpt-4.1": ModelLimits(rpm=2, tpm=10_000, period_s=0.2)}, default=None)
+    started = time.perf_counter()
+    for _ in range(4):
+        await limiter.acquire("gpt-4.1", 10)
+    limited = time.perf_counter() - started
+    started = time.perf_counter()
+    for _ in range(50):
+        await limiter.acquire("deepseek-v3.2", 10)
+    unlimited = time.perf_counter() - started
+    # Two fit in the bucket; the next two wait for it to leak (0.1 s each).
+    assert limited >= 0.15
+    assert unlimited < 0.05
+
+
+async def test_tokens_per_minute_are_limited_per_model() -> None:
+    limiter = ModelRateLimiter({}, default=ModelLimits(rpm=1000, tpm=1000, period_s=0.2))
+    started = time.perf_counter()
+    await limiter.acquire("m", 1000)
+    await limiter.acquire("m", 500)
+    assert time.perf_counter() - started >= 0.08
+    # A request bigger than the whole budget is capped to it, not stuck for ever.
+    await asyncio.wait_for(limiter.acquire("other", 50_000), timeout=1)
+
+
+async def test_the_client_waits_for_the_rate_limit_and_records_the_wait() -> None:
+    endpoint = Endpoint(200)
+    llm = client(endpoint, limits={"deepseek-v3.2": ModelLimits(rpm=1, tpm=100_000, period_s=0.1)})
+    first = await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    second = await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    assert first.usage.extra["rate_limit_wait_ms"] < 20
+    assert second.usage.extra["rate_limit_wait_ms"] >= 50
+    await llm.aclose()

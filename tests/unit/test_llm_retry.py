@@ -1,0 +1,217 @@
+"""The client's retry policy, case by case against httpx.MockTransport (no sleeping, no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.adapters.llm.retry import backoff_s, parse_retry_after, status_is_retryable
+from flowledger.domain.errors import LlmCallFailed
+
+Handler = Callable[[httpx.Request], Any]
+OK_BODY = {
+    "id": "chatcmpl-1",
+    "model": "gpt-4.1-2025-04-14",
+    "choices": [{"message": {"content": '{"message": "hi"}'}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+}
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def client(handler: Handler, waits: list[float], **options: Any) -> OpenAICompatibleClient:
+    async def no_sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), **options)
+    return OpenAICompatibleClient(
+        config,
+        prices=load_price_table(),
+        transport=httpx.MockTransport(handler),
+        retry_sleep=no_sleep,
+        rand=lambda: 0.0,
+    )
+
+
+def failing_then_ok(responses: list[httpx.Response]) -> tuple[Handler, list[httpx.Request]]:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return responses.pop(0) if responses else httpx.Response(200, json=OK_BODY)
+
+    return handler, seen
+
+
+@pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504])
+async def test_a_retryable_status_is_retried_and_the_success_records_two_attempts(status: int) -> None:
+    handler, seen = failing_then_ok([httpx.Response(status, json={"error": {"message": "busy"}})])
+    waits: list[float] = []
+    async with client(handler, waits) as llm:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 2
+    assert reply.usage.attempts == 2
+    assert [a["outcome"] for a in reply.usage.extra["attempt_log"]] == [f"http_{status}", "ok"]
+    assert waits == [0.5]
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+async def test_a_client_error_is_not_retried(status: int) -> None:
+    handler, seen = failing_then_ok([httpx.Response(status, json={"error": {"message": "no"}})])
+    async with client(handler, []) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 1
+    assert raised.value.error_type == f"http_{status}"
+    assert raised.value.status_code == status
+    assert raised.value.attempts == 1
+
+
+async def test_x_should_retry_true_retries_even_a_client_error() -> None:
+    handler, seen = failing_then_ok([httpx.Response(400, headers={"x-should-retry": "true"})])
+    async with client(handler, []) as llm:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 2
+    assert reply.usage.attempts == 2
+
+
+async def test_x_should_retry_false_stops_even_a_server_error() -> None:
+    handler, seen = failing_then_ok([httpx.Response(503, headers={"x-should-retry": "false"})])
+    async with client(handler, []) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 1
+    assert raised.value.error_type == "http_503"
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected_wait"),
+    [
+        ({"retry-after-ms": "250", "retry-after": "7"}, 0.25),
+        ({"retry-after": "2"}, 2.0),
+        ({"retry-after": "1.5"}, 1.5),
+        ({"retry-after": "soon"}, 0.5),
+        ({"retry-after": "0"}, 0.5),
+    ],
+)
+async def test_the_wait_honours_retry_after_ms_then_retry_after(
+    headers: dict[str, str], expected_wait: float
+) -> None:
+    handler, _ = failing_then_ok([httpx.Response(429, headers=headers)])
+    waits: list[float] = []
+    async with client(handler, waits) as llm:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert waits == [expected_wait]
+
+
+async def test_retry_after_as_an_http_date_is_honoured() -> None:
+    assert parse_retry_after({"retry-after": email.utils.formatdate(1_000_030)}, now=lambda: 1_000_000) == 30
+    in_thirty = email.utils.formatdate(time.time() + 30, usegmt=True)
+    handler, _ = failing_then_ok([httpx.Response(503, headers={"retry-after": in_thirty})])
+    waits: list[float] = []
+    async with client(handler, waits) as llm:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(waits) == 1
+    assert 28 <= waits[0] <= 31
+
+
+async def test_a_retry_after_beyond_two_minutes_is_not_retried() -> None:
+    handler, seen = failing_then_ok([httpx.Response(429, headers={"retry-after": "121"})])
+    async with client(handler, []) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 1
+    assert raised.value.error_type == "http_429"
+    assert status_is_retryable(429, {"retry-after": "120"}, 120.0)
+
+
+def test_backoff_doubles_from_half_a_second_to_eight_with_up_to_a_quarter_jitter() -> None:
+    assert [backoff_s(n, None, lambda: 0.0) for n in range(6)] == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert [backoff_s(n, None, lambda: 1.0) for n in range(5)] == [0.375, 0.75, 1.5, 3.0, 6.0]
+
+
+async def test_retries_are_bounded_and_the_error_says_how_many_attempts_were_made() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(503, json={"error": {"message": "down"}})
+
+    waits: list[float] = []
+    async with client(handler, waits, max_retries=3) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 4
+    assert waits == [0.5, 1.0, 2.0]
+    error = raised.value
+    assert (error.attempts, error.status_code, error.error_type) == (4, 503, "http_503")
+    assert error.usage is not None
+    assert error.usage.attempts == 4
+    assert error.usage.cost_usd == 0
+    assert [a["outcome"] for a in error.usage.extra["attempt_log"]] == ["http_503"] * 4
+
+
+@pytest.mark.parametrize(
+    ("exception", "error_type"),
+    [
+        (httpx.ConnectError("refused"), "connection_error"),
+        (httpx.RemoteProtocolError("peer closed"), "connection_error"),
+        (httpx.ReadTimeout("slow"), "timeout"),
+        (httpx.ConnectTimeout("slow"), "timeout"),
+    ],
+)
+async def test_timeouts_and_connection_errors_are_retried(exception: Exception, error_type: str) -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            raise exception
+        return httpx.Response(200, json=OK_BODY)
+
+    async with client(handler, []) as llm:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert reply.usage.extra["attempt_log"][0]["outcome"] == error_type
+    assert reply.usage.attempts == 2
+
+
+async def test_an_attempt_is_cut_off_at_the_total_request_timeout() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(5)
+        return httpx.Response(200, json=OK_BODY)
+
+    async with client(handler, [], request_timeout_s=0.05, connect_timeout_s=0.05, max_retries=1) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert (raised.value.error_type, raised.value.attempts) == ("timeout", 2)
+
+
+async def test_a_2xx_body_that_is_not_json_is_not_retried() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=b'{"id": "x", "choi')
+
+    async with client(handler, []) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 1
+    assert raised.value.error_type == "malformed_response"
+
+
+async def test_the_request_asks_for_json_with_explicit_limits() -> None:
+    handler, seen = failing_then_ok([])
+    async with client(handler, [], max_tokens=256) as llm:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    body = json.loads(seen[0].content)
+    assert body["response_format"] == {"type": "json_object"}
+    assert body["max_tokens"] == 256
+    assert seen[0].url == "https://llm.test/v1/chat/completions"

@@ -1,0 +1,161 @@
+"""Prices per token type, the shipped table, LiteLLM files and the unknown-model rule."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flowledger.adapters.llm import ModelPrice, OpenAICompatibleClient, load_price_table
+from flowledger.domain.errors import UnknownModelPrice, ValidationError
+from flowledger.infrastructure import Settings
+
+PER_MILLION = Decimal(1_000_000)
+
+
+def test_a_call_priced_by_hand() -> None:
+    # Given gpt-4.1 at $2/M input, $0.50/M cached input, $8/M output,
+    # a call of 12,000 input tokens (9,000 of them cached) and 850 output tokens
+    price = load_price_table().price_for("gpt-4.1")
+    # When it is priced
+    cost = price.cost(input_tokens=12_000, output_tokens=850, cache_read_input_tokens=9_000)
+    # Then: 3,000 x 0.000002 = 0.006; 9,000 x 0.0000005 = 0.0045; 850 x 0.000008 = 0.0068
+    assert cost == Decimal("0.0173")
+
+
+def test_reasoning_tokens_are_priced_at_their_own_rate_when_one_is_given() -> None:
+    price = ModelPrice(
+        input_cost_per_token=Decimal("1e-6"),
+        output_cost_per_token=Decimal("4e-6"),
+        output_cost_per_reasoning_token=Decimal("3e-6"),
+    )
+    # 100 x 1e-6 + 200 visible x 4e-6 + 300 reasoning x 3e-6
+    cost = price.cost(input_tokens=100, output_tokens=500, reasoning_output_tokens=300)
+    assert cost == Decimal("0.0018")
+    without_rate = ModelPrice(input_cost_per_token=Decimal("1e-6"), output_cost_per_token=Decimal("4e-6"))
+    assert without_rate.cost(input_tokens=100, output_tokens=500, reasoning_output_tokens=300) == Decimal(
+        "0.0021"
+    )
+
+
+def test_cached_input_without_its_own_price_costs_the_input_price() -> None:
+    price = ModelPrice(input_cost_per_token=Decimal("2e-6"), output_cost_per_token=Decimal("8e-6"))
+    assert price.cost(input_tokens=1000, output_tokens=0, cache_read_input_tokens=600) == Decimal("0.002")
+
+
+def test_the_shipped_table_has_the_seed_models_at_their_seed_output_prices() -> None:
+    table = load_price_table()
+    seed_per_million = {
+        "deepseek-v3.2": "0.42",
+        "gpt-4.1": "8",
+        "claude-sonnet-4.5": "15",
+        "gemini-2.5-flash": "2.50",
+    }
+    for model, dollars in seed_per_million.items():
+        price = table.price_for(model)
+        assert price.output_cost_per_token * PER_MILLION == Decimal(dollars)
+        assert price.cache_read_input_token_cost is not None
+        assert price.cache_read_input_token_cost < price.input_cost_per_token < price.output_cost_per_token
+    assert table.version.startswith("flowledger-")
+
+
+def test_costs_are_exact_decimals_not_floats() -> None:
+    price = load_price_table().price_for("deepseek-v3.2")
+    cost = price.cost(input_tokens=3, output_tokens=3)
+    assert isinstance(cost, Decimal)
+    assert cost == Decimal("0.00000210")
+
+
+def test_an_unknown_model_is_an_error_unless_a_default_price_is_configured() -> None:
+    with pytest.raises(UnknownModelPrice) as raised:
+        load_price_table().price_for("llama-9000")
+    assert raised.value.model == "llama-9000"
+    fallback = ModelPrice(input_cost_per_token=Decimal("1e-6"), output_cost_per_token=Decimal("2e-6"))
+    table = load_price_table(default=fallback)
+    assert table.price_for("llama-9000") is fallback
+    assert table.price_for("gpt-4.1") is not fallback
+
+
+def test_a_provider_prefix_finds_the_bare_model() -> None:
+    table = load_price_table()
+    assert table.price_for("openai/gpt-4.1") == table.price_for("gpt-4.1")
+
+
+def litellm_file(tmp_path: Path) -> Path:
+    data = {
+        "sample_spec": {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "mode": "one of chat"},
+        "gpt-4.1": {
+            "input_cost_per_token": 2e-06,
+            "output_cost_per_token": 8e-06,
+            "cache_read_input_token_cost": 5e-07,
+            "litellm_provider": "openai",
+            "mode": "chat",
+        },
+        "dall-e-3": {"output_cost_per_image": 0.04, "mode": "image_generation"},
+    }
+    path = tmp_path / "model_prices_and_context_window.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_litellm_price_file_loads_with_a_content_version(tmp_path: Path) -> None:
+    path = litellm_file(tmp_path)
+    table = load_price_table(path)
+    assert set(table.prices) == {"gpt-4.1"}
+    assert table.version.startswith("model_prices_and_context_window.json@sha256:")
+    cost = table.price_for("gpt-4.1").cost(input_tokens=1000, output_tokens=100, cache_read_input_tokens=500)
+    assert cost == Decimal("0.00205")
+
+
+async def test_flowledger_pricing_file_overrides_the_shipped_table(tmp_path: Path) -> None:
+    path = litellm_file(tmp_path)
+    settings = Settings.from_env(
+        {
+            "FLOWLEDGER_PRICING_FILE": str(path),
+            "FLOWLEDGER_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+            "FLOWLEDGER_LLM_API_KEY": "sk-test-secret-1",
+        }
+    )
+    llm = OpenAICompatibleClient.from_settings(settings, transport=httpx.MockTransport(lambda r: None))
+    assert llm.prices.version == load_price_table(path).version
+    assert not llm.prices.knows("deepseek-v3.2")
+    await llm.aclose()
+
+
+def test_our_own_format_needs_a_version_and_may_carry_a_default(tmp_path: Path) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({"models": {"m": {"input_cost_per_token": 1, "output_cost_per_token": 2}}}))
+    with pytest.raises(ValidationError, match="version"):
+        load_price_table(path)
+    path.write_text(
+        json.dumps(
+            {
+                "version": "v7",
+                "models": {"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}},
+                "default": {"input_cost_per_token": 5e-6, "output_cost_per_token": 5e-6},
+            }
+        )
+    )
+    table = load_price_table(path)
+    assert table.version == "v7"
+    assert table.estimate("anything", input_tokens=1, output_tokens=1) == Decimal("0.000010")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "not json",
+        "[1, 2]",
+        '{"version": "v", "models": {"m": {"input_cost_per_token": -1, "output_cost_per_token": 1}}}',
+    ],
+)
+def test_a_broken_price_file_is_rejected(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(content)
+    with pytest.raises(ValidationError):
+        load_price_table(path)
+    with pytest.raises(ValidationError):
+        load_price_table(tmp_path / "missing.json")
