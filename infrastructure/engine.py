@@ -37,6 +37,7 @@ from flowledger.infrastructure.session_commands import SessionCommands
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
 from flowledger.infrastructure.step_processing import StepProcessing
 from flowledger.infrastructure.task_commands import TaskCommands
+from flowledger.infrastructure.write_cache import WriteCache
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]
@@ -72,6 +73,7 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         env = library_env(url, schema=self.settings.schema, pool_size=self.settings.pool_size)
         self.app = FlowledgerApplication(env, snapshot_interval=self.settings.snapshot_interval)
         self._locks = [threading.Lock() for _ in range(_STRIPES)]
+        self._writers: WriteCache[Session] = WriteCache(self.settings.write_cache_size)
 
     @classmethod
     def in_memory(cls, **kwargs: Any) -> Engine:
@@ -182,15 +184,28 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
             return self._retrying(session_id, lambda: self._apply(session_id, command))
 
     def _apply(self, session_id: str, command: Callable[[Session], T]) -> T:
-        session = self._load(session_id)
+        key = self.session_uuid(session_id)
+        session = self._writers.get(key) or self._load(session_id)
         try:
             result = command(session)
         except SessionExpired:
             # ensure_open recorded Expired before raising: keep that event.
-            self._save(session)
+            self._save_and_cache(key, session)
             raise
-        self._save(session)
+        except BaseException:
+            self._writers.evict(key)
+            raise
+        self._save_and_cache(key, session)
         return result
+
+    def _save_and_cache(self, key: UUID, session: Session) -> None:
+        try:
+            self._save(session)
+        except BaseException:
+            # Stale (another process wrote first) or half-applied: reload next time.
+            self._writers.evict(key)
+            raise
+        self._writers.put(key, session)
 
     def _start(
         self, session_id: str, workflow: str, user_id: str | None, ttl: timedelta, metadata: JsonObject

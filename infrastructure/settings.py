@@ -28,6 +28,7 @@ class Settings:
     snapshot_interval: int = 50
     max_conflict_retries: int = 8
     pool_size: int = 20
+    write_cache_size: int = 10_000
 
     def __post_init__(self) -> None:
         if not _SCHEMA_NAME.match(self.schema):

@@ -93,3 +93,23 @@ def test_a_writer_that_keeps_losing_the_race_gets_concurrent_update(
     assert steps == ["interloper"] * 3
     loser.close()
     winner.close()
+
+
+def test_a_writer_whose_cached_session_went_stale_retries_against_fresh_state(
+    engines: list[Engine],
+) -> None:
+    # Given engine 0 has the session cached after writing to it
+    first, other = engines[0], engines[1]
+    first.start_session("stale", "cs")
+    first.record_step("stale", "a", idempotency_key="k-a")
+
+    # When another process records a step and then the same key engine 0 is about to use
+    other.record_step("stale", "b", context_update={"from": "other"}, idempotency_key="k-b")
+    replayed = first.record_step("stale", "b-again", idempotency_key="k-b")
+    first.record_step("stale", "c", idempotency_key="k-c")
+
+    # Then engine 0 saw the other's step: no duplicate key, nothing lost
+    assert replayed.step == "b"
+    state = other.get_session("stale")
+    assert [r.step for r in state.history] == ["a", "b", "c"]
+    assert state.context == {"from": "other"}
