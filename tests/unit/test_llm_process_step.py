@@ -1,0 +1,228 @@
+"""Engine.process_step against a fake LLM port: events, failures, idempotency and takeover."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowledger.domain.errors import (
+    LlmCallFailed,
+    LlmNotConfigured,
+    SessionClosed,
+    StepInProgress,
+)
+from flowledger.domain.ports import LlmReply
+from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure import Engine, Settings
+
+DECISION = (
+    '{"action": "classify", "context_update": {"intent": "refund"}, "next_step": "resolve", "message": "ok"}'
+)
+
+
+class FakeLlm:
+    """Counts calls; answers ``content`` after ``delay`` or raises ``error``."""
+
+    def __init__(self, content: str = DECISION, error: Exception | None = None, delay: float = 0.01) -> None:
+        self.content, self.error, self.delay = content, error, delay
+        self.calls: list[list[dict[str, Any]]] = []
+
+    async def complete(
+        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
+    ) -> LlmReply:
+        self.calls.append(messages)
+        await asyncio.sleep(self.delay)
+        if self.error is not None:
+            raise self.error
+        usage = LlmUsage(
+            provider="fake",
+            request_model=model or "deepseek-v3.2",
+            input_tokens=100,
+            output_tokens=20,
+            cost_usd=Decimal("0.0000364"),
+            price_version="test",
+            latency_ms=10.0,
+        )
+        return LlmReply(content=self.content, usage=usage)
+
+
+@pytest.fixture
+def memory_engine() -> Iterator[Engine]:
+    engine = Engine(settings=Settings(database_url="memory:", home=Path("/nonexistent")))
+    yield engine
+    engine.close()
+
+
+def event_types(engine: Engine, session_id: str) -> list[str]:
+    return [e.event_type.rsplit(".", 1)[-1] for e in engine.history(session_id)]
+
+
+async def test_a_step_records_started_then_processed_with_usage_and_the_parsed_decision(
+    engine: Engine,
+) -> None:
+    engine.llm = llm = FakeLlm()
+    engine.start_session("s1", "customer_service")
+    record = await engine.process_step(
+        "s1", "classify_intent", {"message": "refund please"}, idempotency_key="k1"
+    )
+    assert event_types(engine, "s1") == ["Started", "StepStarted", "StepProcessed"]
+    assert record.output["action"] == "classify"
+    assert record.output["reply_format"] == "json"
+    assert record.usage is not None
+    assert record.usage.cost_usd == Decimal("0.0000364")
+    state = engine.get_session("s1")
+    assert (state.current_step, state.context, state.pending) == ("resolve", {"intent": "refund"}, ())
+    assert "Current step: classify_intent" in llm.calls[0][0]["content"]
+
+
+async def test_a_reply_that_is_not_json_is_recorded_as_a_flagged_message(memory_engine: Engine) -> None:
+    memory_engine.llm = FakeLlm(content="Happy to help with that!")
+    memory_engine.start_session("s1", "cs")
+    record = await memory_engine.process_step("s1", "greet")
+    assert record.output["reply_format"] == "text"
+    assert record.output["message"] == "Happy to help with that!"
+    assert record.next_step is None
+    assert record.context_update is None
+
+
+async def test_a_failed_call_records_step_failed_with_its_error_type_and_usage(engine: Engine) -> None:
+    spent = LlmUsage(request_model="gpt-4.1", attempts=3, latency_ms=900.0)
+    engine.llm = FakeLlm(error=LlmCallFailed("HTTP 503", error_type="http_503", attempts=3, usage=spent))
+    engine.start_session("s1", "cs")
+    with pytest.raises(LlmCallFailed):
+        await engine.process_step("s1", "greet", idempotency_key="k1")
+    state = engine.get_session("s1")
+    assert event_types(engine, "s1") == ["Started", "StepStarted", "StepFailed"]
+    assert state.failures[0].error_type == "http_503"
+    assert state.failures[0].usage == spent
+    assert state.pending == ()
+
+
+async def test_an_unexpected_adapter_error_still_leaves_a_step_failed(memory_engine: Engine) -> None:
+    memory_engine.llm = FakeLlm(error=RuntimeError("bug in adapter"))
+    memory_engine.start_session("s1", "cs")
+    with pytest.raises(RuntimeError):
+        await memory_engine.process_step("s1", "greet")
+    assert memory_engine.get_session("s1").failures[0].error_type == "RuntimeError"
+
+
+async def test_fifty_concurrent_calls_with_one_key_make_one_model_call(engine: Engine) -> None:
+    engine.llm = llm = FakeLlm(delay=0.05)
+    engine.start_session("s1", "cs")
+    records = await asyncio.gather(
+        *(engine.process_step("s1", "greet", idempotency_key="same") for _ in range(50))
+    )
+    assert len(llm.calls) == 1
+    assert all(r == records[0] for r in records)
+    assert event_types(engine, "s1") == ["Started", "StepStarted", "StepProcessed"]
+
+
+async def test_a_known_key_returns_its_record_without_calling_the_model(memory_engine: Engine) -> None:
+    memory_engine.llm = llm = FakeLlm()
+    memory_engine.start_session("s1", "cs")
+    first = await memory_engine.process_step("s1", "greet", idempotency_key="k1")
+    again = await memory_engine.process_step("s1", "greet", idempotency_key="k1")
+    assert again == first
+    assert len(llm.calls) == 1
+
+
+async def test_a_failed_key_may_be_retried(memory_engine: Engine) -> None:
+    memory_engine.llm = llm = FakeLlm(error=LlmCallFailed("x", error_type="timeout", attempts=3))
+    memory_engine.start_session("s1", "cs")
+    with pytest.raises(LlmCallFailed):
+        await memory_engine.process_step("s1", "greet", idempotency_key="k1")
+    llm.error = None
+    record = await memory_engine.process_step("s1", "greet", idempotency_key="k1")
+    assert record.idempotency_key == "k1"
+    assert len(llm.calls) == 2
+    types = event_types(memory_engine, "s1")
+    assert types == ["Started", "StepStarted", "StepFailed", "StepStarted", "StepProcessed"]
+
+
+def start_elsewhere(engine: Engine, session_id: str, key: str) -> None:
+    """What another process's process_step leaves behind before its model call."""
+    engine.update(session_id, lambda s: s.start_step(step="greet", input={}, model=None, key=key))
+
+
+async def test_a_step_pending_elsewhere_is_awaited_not_called_again(memory_engine: Engine) -> None:
+    memory_engine.llm = llm = FakeLlm()
+    memory_engine.start_session("s1", "cs")
+    start_elsewhere(memory_engine, "s1", "k1")
+
+    async def other_worker_finishes() -> None:
+        await asyncio.sleep(0.1)
+        memory_engine.record_step("s1", "greet", output={"message": "from elsewhere"}, idempotency_key="k1")
+
+    finisher = asyncio.create_task(other_worker_finishes())
+    record = await memory_engine.process_step("s1", "greet", idempotency_key="k1")
+    await finisher
+    assert record.output == {"message": "from elsewhere"}
+    assert llm.calls == []
+
+
+async def test_a_step_pending_elsewhere_past_the_wait_timeout_raises_step_in_progress(
+    memory_engine: Engine,
+) -> None:
+    memory_engine.llm = llm = FakeLlm()
+    memory_engine.step_wait_timeout_s = 0.1
+    memory_engine.start_session("s1", "cs")
+    start_elsewhere(memory_engine, "s1", "k1")
+    with pytest.raises(StepInProgress) as raised:
+        await memory_engine.process_step("s1", "greet", idempotency_key="k1")
+    assert raised.value.idempotency_key == "k1"
+    assert llm.calls == []
+
+
+async def test_a_crashed_step_stays_visible_and_is_taken_over_once_stale(memory_engine: Engine) -> None:
+    memory_engine.llm = llm = FakeLlm()
+    memory_engine.start_session("s1", "cs")
+    start_elsewhere(memory_engine, "s1", "k1")
+    assert [p.idempotency_key for p in memory_engine.get_session("s1").pending] == ["k1"]
+    memory_engine.step_stale_after = timedelta(0)
+    record = await memory_engine.process_step("s1", "greet", idempotency_key="k1")
+    assert record.idempotency_key == "k1"
+    assert len(llm.calls) == 1
+    assert memory_engine.get_session("s1").pending == ()
+
+
+async def test_retry_pending_takes_a_pending_step_over_at_once(memory_engine: Engine) -> None:
+    memory_engine.llm = llm = FakeLlm()
+    memory_engine.start_session("s1", "cs")
+    start_elsewhere(memory_engine, "s1", "k1")
+    await memory_engine.process_step("s1", "greet", idempotency_key="k1", retry_pending=True)
+    assert len(llm.calls) == 1
+
+
+async def test_a_cancelled_caller_leaves_a_step_failed_not_a_gap(memory_engine: Engine) -> None:
+    memory_engine.llm = FakeLlm(delay=5)
+    memory_engine.start_session("s1", "cs")
+    task = asyncio.create_task(memory_engine.process_step("s1", "greet", idempotency_key="k1"))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    state = memory_engine.get_session("s1")
+    assert [f.error_type for f in state.failures] == ["cancelled"]
+    assert state.pending == ()
+
+
+async def test_an_engine_without_an_adapter_cannot_process_steps(memory_engine: Engine) -> None:
+    memory_engine.start_session("s1", "cs")
+    with pytest.raises(LlmNotConfigured):
+        await memory_engine.process_step("s1", "greet")
+    assert event_types(memory_engine, "s1") == ["Started"]
+
+
+async def test_a_closed_session_takes_no_step_and_calls_no_model(memory_engine: Engine) -> None:
+    memory_engine.llm = llm = FakeLlm()
+    memory_engine.start_session("s1", "cs")
+    memory_engine.complete_session("s1", "done")
+    with pytest.raises(SessionClosed):
+        await memory_engine.process_step("s1", "greet")
+    assert llm.calls == []

@@ -1,0 +1,143 @@
+"""The simulator is a real OpenAI-compatible server: the official SDK talks to it, faults included."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from flowledger.adapters.llm import FaultRates, SimulatorConfig, run_simulator
+from flowledger.adapters.llm.simulator_replies import draw_latency_s
+
+MESSAGES = [
+    {
+        "role": "system",
+        "content": "You process one step.\nCurrent step: classify_intent\nPrevious step: greet",
+    },
+    {"role": "user", "content": '{"message": "I want a refund for my order"}'},
+]
+
+
+@pytest.fixture(scope="module")
+def simulator_url() -> Iterator[str]:
+    with run_simulator(SimulatorConfig(latency_ms=5, retry_after_s=0.2, hang_s=2, seed=7)) as simulator:
+        yield simulator.base_url
+
+
+def sdk(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url, api_key="sk-sim-000000", max_retries=0, timeout=5)
+
+
+def test_the_openai_sdk_gets_a_json_step_decision_with_realistic_usage(simulator_url: str) -> None:
+    with sdk(simulator_url) as client:
+        completion = client.chat.completions.create(
+            model="gemini-2.5-flash", messages=MESSAGES, response_format={"type": "json_object"}
+        )
+    decision = json.loads(completion.choices[0].message.content or "")
+    assert decision["action"] == "classify"
+    assert decision["context_update"]["intent"] == "refund_request"
+    assert decision["next_step"] == "resolve"
+    usage = completion.usage
+    assert usage is not None
+    assert usage.prompt_tokens > 20
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert usage.completion_tokens_details is not None
+    assert 16 <= (usage.completion_tokens_details.reasoning_tokens or 0) < usage.completion_tokens
+    assert completion.model == "gemini-2.5-flash"
+
+
+def test_the_openai_sdk_streams_with_usage_in_the_last_chunk(simulator_url: str) -> None:
+    with sdk(simulator_url) as client:
+        stream = client.chat.completions.create(
+            model="deepseek-v3.2", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+        )
+        chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert json.loads(text)["action"] == "classify"
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens > 0
+
+
+def test_a_429_carries_retry_after_and_the_sdk_honours_it(simulator_url: str) -> None:
+    with sdk(simulator_url) as client, pytest.raises(openai.RateLimitError) as raised:
+        client.chat.completions.create(
+            model="deepseek-v3.2", messages=MESSAGES, extra_headers={"x-sim-fault": "429"}
+        )
+    assert raised.value.response.headers["retry-after-ms"] == "200"
+    assert raised.value.response.headers["retry-after"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"), [("500", openai.InternalServerError), ("503", openai.APIStatusError)]
+)
+def test_server_errors_are_injected_by_header(simulator_url: str, fault: str, error: type[Exception]) -> None:
+    with sdk(simulator_url) as client, pytest.raises(error) as raised:
+        client.chat.completions.create(
+            model="deepseek-v3.2", messages=MESSAGES, extra_headers={"x-sim-fault": fault}
+        )
+    assert getattr(raised.value, "status_code", None) == int(fault)
+
+
+def test_a_malformed_body_and_a_dropped_connection_are_real_network_faults(simulator_url: str) -> None:
+    headers = {"authorization": "Bearer sk-sim-000000"}
+    body = {"model": "deepseek-v3.2", "messages": MESSAGES}
+    with httpx.Client(base_url=simulator_url, headers=headers, timeout=5) as client:
+        broken = client.post("/chat/completions", json=body, headers={"x-sim-fault": "malformed"})
+        assert broken.status_code == 200
+        with pytest.raises(json.JSONDecodeError):
+            broken.json()
+        with pytest.raises(httpx.RemoteProtocolError):
+            client.post("/chat/completions", json=body, headers={"x-sim-fault": "drop"})
+
+
+def test_a_timeout_fault_hangs_past_the_client_timeout(simulator_url: str) -> None:
+    started = time.perf_counter()
+    client = openai.OpenAI(base_url=simulator_url, api_key="sk-sim-000000", max_retries=0, timeout=0.3)
+    with client, pytest.raises(openai.APITimeoutError):
+        client.chat.completions.create(
+            model="deepseek-v3.2", messages=MESSAGES, extra_headers={"x-sim-fault": "timeout"}
+        )
+    assert time.perf_counter() - started < 1.5
+
+
+def test_a_configured_key_is_enforced() -> None:
+    with run_simulator(SimulatorConfig(api_key="sk-right-key-1", latency_ms=1)) as simulator:
+        wrong = openai.OpenAI(base_url=simulator.base_url, api_key="sk-wrong-key", max_retries=0)
+        with wrong, pytest.raises(openai.AuthenticationError):
+            wrong.models.list()
+        with openai.OpenAI(base_url=simulator.base_url, api_key="sk-right-key-1", max_retries=0) as client:
+            assert "deepseek-v3.2" in {m.id for m in client.models.list()}
+        assert simulator.stats["rejected"] == 1
+
+
+def test_fault_rates_are_drawn_in_proportion() -> None:
+    faults = FaultRates(rate_limited=0.2, server_error=0.1, dropped=0.1)
+    with run_simulator(SimulatorConfig(latency_ms=0, faults=faults, seed=3)) as simulator:
+        with httpx.Client(
+            base_url=simulator.base_url, headers={"authorization": "Bearer sk-x-123456"}
+        ) as client:
+            for _ in range(300):
+                with contextlib.suppress(httpx.TransportError):
+                    client.post("/chat/completions", json={"model": "gpt-4.1", "messages": MESSAGES})
+        stats = simulator.stats
+    assert stats["requests"] == 300
+    assert 35 <= stats["fault_429"] <= 85
+    assert 10 <= stats["fault_500"] <= 50
+    assert 10 <= stats["fault_drop"] <= 50
+    assert stats["served"] == 300 - stats["fault_429"] - stats["fault_500"] - stats["fault_drop"]
+
+
+def test_latencies_are_drawn_around_the_mean_with_a_tail() -> None:
+    import random
+
+    rng = random.Random(1)
+    samples = sorted(draw_latency_s(45, 0.25, rng) * 1000 for _ in range(4000))
+    mean = sum(samples) / len(samples)
+    assert 43 <= mean <= 47
+    assert samples[int(0.95 * len(samples))] > 60
