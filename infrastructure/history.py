@@ -1,11 +1,13 @@
-"""A plain view of stored events, for history, replay and audit."""
+"""A plain view of stored events, for history, replay, audit and JSON output."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 _ENVELOPE = {"originator_id", "originator_version", "timestamp", "originator_topic"}
 
@@ -33,3 +35,21 @@ def history_entry(event: Any) -> HistoryEntry:
         timestamp=event.timestamp,
         data=data,
     )
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with Decimals, UUIDs, times and dataclasses turned into JSON types.
+
+    Decimals become strings so that money stays exact.
+    """
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Decimal | UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+    return value

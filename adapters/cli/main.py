@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from flowledger.adapters.cli import llm_commands, projection_commands, serve, session_commands
+from flowledger.adapters.cli import (
+    audit_commands,
+    llm_commands,
+    projection_commands,
+    serve,
+    session_commands,
+)
 
 app = typer.Typer(
     name="flowledger",
@@ -15,6 +21,7 @@ app = typer.Typer(
 session_commands.register(app)
 llm_commands.register(app)
 serve.register(app)
+audit_commands.register(app)
 projection_commands.register(app)
 
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
 from flowledger.domain.values import LlmUsage
-from flowledger.infrastructure.history import HistoryEntry
+from flowledger.infrastructure.history import HistoryEntry, jsonable
 
 
 class Body(BaseModel):
@@ -169,16 +169,5 @@ class EventOut(BaseModel):
     @classmethod
     def of(cls, entry: HistoryEntry) -> EventOut:
         return cls(version=entry.version, event_type=entry.event_type, timestamp=entry.timestamp,
-                   data=_jsonable(entry.data))
+                   data=jsonable(entry.data))
 
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, LlmUsage):
-        return value.to_dict()
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Decimal):
-        return str(value)
-    return value

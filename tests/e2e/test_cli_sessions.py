@@ -48,3 +48,26 @@ def test_a_bad_time_exits_2_with_one_line(database_url: str, pg_schema: str) -> 
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "as_of" in result.stderr
+
+
+def test_audit_verifies_the_log_and_an_exported_session(
+    database_url: str, pg_schema: str, tmp_path: Path
+) -> None:
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("audited", "cs")
+        engine.record_step("audited", "greet")
+
+    verified = run(database_url, pg_schema, "audit", "verify")
+    assert verified.returncode == 0, verified.stderr
+    assert "2 events in 1 streams: ok" in verified.stderr
+
+    export = tmp_path / "audited.jsonl"
+    exported = run(database_url, pg_schema, "audit", "export", "--session", "audited", "--out", str(export))
+    assert exported.returncode == 0, exported.stderr
+    assert len(export.read_text().splitlines()) == 2
+    assert run(database_url, pg_schema, "audit", "verify", "--file", str(export)).returncode == 0
+
+    export.write_text(export.read_text().replace("greet", "forged"))
+    tampered = run(database_url, pg_schema, "audit", "verify", "--file", str(export))
+    assert tampered.returncode == 1
+    assert "line 2: content does not match its hash" in tampered.stderr

@@ -1,0 +1,74 @@
+"""``flowledger audit verify`` and ``flowledger audit export``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+
+from flowledger.adapters.cli.errors import reported_errors
+from flowledger.infrastructure import Engine
+from flowledger.infrastructure.audit import AuditReport, export_records, verify_export, verify_log
+
+audit = typer.Typer(help="Check the event log, and export it with a hash chain.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+def _report(report: AuditReport, what: str) -> None:
+    for problem in report.problems[:50]:
+        console.print(f"[red]problem:[/red] {problem}", highlight=False)
+    if len(report.problems) > 50:
+        console.print(f"... and {len(report.problems) - 50} more")
+    verdict = "[green]ok[/green]" if report.ok else f"[red]{len(report.problems)} problems[/red]"
+    console.print(f"{what}: {report.events:,} events in {report.streams:,} streams: {verdict}")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@audit.command()
+def verify(
+    file: Annotated[Path | None, typer.Option(help="Check an exported file's hash chain instead.")] = None,
+) -> None:
+    """Check that every stored event decodes and every stream's versions are contiguous."""
+    with reported_errors():
+        if file is not None:
+            with file.open(encoding="utf-8") as lines:
+                _report(verify_export(lines), str(file))
+            return
+        with Engine() as engine, Progress(console=console, transient=True) as progress:
+            task = progress.add_task("verifying the event log", total=None)
+            report = verify_log(engine.app, progress=lambda n: progress.advance(task, n))
+        _report(report, "event log")
+
+
+@audit.command()
+def export(
+    session: Annotated[str | None, typer.Option(help="Only this session's events.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
+) -> None:
+    """Write events as JSON lines, each carrying the hash of the line before it."""
+    with reported_errors(), Engine() as engine:
+        aggregate_id = None
+        if session is not None:
+            engine.history(session)  # raises SessionNotFound with the caller's id
+            aggregate_id = engine.session_uuid(session)
+        target = out.open("w", encoding="utf-8") if out is not None else sys.stdout
+        try:
+            count = 0
+            for record in export_records(engine.app, aggregate_id):
+                target.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+        finally:
+            if out is not None:
+                target.close()
+        console.print(f"exported {count:,} events" + (f" to {out}" if out else ""))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``audit`` group to the top-level app."""
+    app.add_typer(audit, name="audit")
