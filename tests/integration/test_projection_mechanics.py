@@ -1,0 +1,202 @@
+"""Tracking, crash safety, following, several followers, rebuild-and-switch, verify and status."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
+from flowledger.projections import Projector, follow, projector_for, rebuild, status, verify
+from flowledger.projections.synthetic import SessionScript, append, interleave
+
+pytestmark = pytest.mark.postgres
+
+T0 = datetime.now(UTC) - timedelta(minutes=10)
+
+
+def scripts(prefix: str, count: int) -> list[SessionScript]:
+    """``count`` sessions with two model calls each (four events a session)."""
+    made = []
+    for n in range(count):
+        at = T0 + timedelta(seconds=n)
+        used = LlmUsage(request_model="m", input_tokens=10, output_tokens=5,
+                        cost_usd=Decimal("0.01"), latency_ms=float(n))
+        script = SessionScript(f"{prefix}-{n}", "flow", at)
+        script.step("one", at + timedelta(seconds=1), usage=used)
+        script.step("two", at + timedelta(seconds=2), usage=used).complete(at + timedelta(seconds=3))
+        made.append(script)
+    return made
+
+
+@pytest.fixture
+def projector(pg_engine: Engine, database_url: str, pg_schema: str) -> Iterator[Projector]:
+    yield projector_for(pg_engine, batch_size=7)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for (name,) in conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", [pg_schema + "_"]
+        ).fetchall():
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+def count(projector: Projector, table: str) -> int:
+    with projector.connect() as conn:
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
+            sql.Identifier(projector.names.reader), sql.Identifier(table))).fetchone()
+    return int(row[0]) if row else 0
+
+
+def eventually(check: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def following(projector: Projector) -> Iterator[Callable[[], None]]:
+    """Start followers in threads (each call adds one); all stop when the test ends."""
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        ready = threading.Event()
+        mine = projector_for_same(projector)
+
+        def run() -> None:
+            try:
+                follow(mine, stop=stop, ready=ready)
+            except BaseException as error:
+                errors.append(error)
+                ready.set()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        threads.append(thread)
+        assert ready.wait(15)
+
+    yield start
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    assert not errors
+
+
+def projector_for_same(projector: Projector) -> Projector:
+    """Another projector (own connections) over the same log and projections."""
+    return Projector(database_url=projector.database_url, store_schema=projector.names.store,
+                     recorder=projector.recorder, mapper=projector.mapper,
+                     projections=projector.projections, batch_size=projector.batch_size)
+
+
+def test_a_crash_inside_a_batch_leaves_neither_rows_nor_position(pg_engine: Engine,
+                                                                 projector: Projector) -> None:
+    append(pg_engine.app, interleave(scripts("s", 5)))
+    batches = 0
+
+    def crash_on_second(_: int) -> None:
+        nonlocal batches
+        batches += 1
+        if batches == 2:
+            raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        projector.catch_up(on_batch=crash_on_second)
+    assert {b.position for b in status(projector)} == {7}
+    assert count(projector, "llm_calls") == sum(
+        1 for e in interleave(scripts("s", 5))[:7] if getattr(e, "usage", None))
+    projector.catch_up()
+    assert count(projector, "llm_calls") == 10
+    assert verify(projector) == []
+
+
+def test_a_follower_applies_new_events_as_they_are_appended(
+    pg_engine: Engine, projector: Projector, following: Callable[[], None]
+) -> None:
+    following()
+    pg_engine.start_session("live-1", "flow")
+    pg_engine.record_step("live-1", "one", usage=LlmUsage(request_model="m", latency_ms=3.0))
+    eventually(lambda: count(projector, "llm_calls") == 1)
+    assert count(projector, "sessions") == count(projector, "workflow_states") == 1
+
+
+def test_several_followers_never_count_an_event_twice(
+    pg_engine: Engine, projector: Projector, following: Callable[[], None]
+) -> None:
+    following()
+    following()
+    following()
+    for n in range(6):
+        append(pg_engine.app, interleave(scripts(f"f{n}", 10)), per_transaction=9)
+    head = pg_engine.app.recorder.max_notification_id()
+    eventually(lambda: {b.position for b in status(projector)} == {head})
+    assert count(projector, "llm_calls") == count(projector, "workflow_executions") == 120
+    assert {b.events for b in status(projector)} == {240}
+    assert verify(projector) == []
+
+
+def test_rebuild_switches_readers_while_dashboards_and_a_follower_keep_going(
+    pg_engine: Engine, projector: Projector, following: Callable[[], None]
+) -> None:
+    append(pg_engine.app, interleave(scripts("r", 30)))
+    projector.catch_up()
+    old = {b.projection: b.schema for b in status(projector)}
+    following()
+    seen: list[int] = []
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                seen.append(count(projector, "llm_calls"))
+            except BaseException as error:
+                failures.append(error)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        new = rebuild(projector)
+        append(pg_engine.app, interleave(scripts("after", 5)))
+        eventually(lambda: count(projector, "llm_calls") == 70)
+    finally:
+        done.set()
+        reader.join()
+    assert not failures
+    assert seen
+    assert min(seen) >= 60
+    assert {b.projection: b.schema for b in status(projector)} == new
+    assert set(new.values()).isdisjoint(old.values())
+    assert verify(projector) == []
+
+
+def test_verify_reports_a_row_that_differs_from_a_rebuild(pg_engine: Engine,
+                                                          projector: Projector) -> None:
+    append(pg_engine.app, interleave(scripts("v", 3)))
+    projector.catch_up()
+    with projector.connect() as conn:
+        conn.execute(sql.SQL("UPDATE {}.sessions SET step_count = 99 WHERE session_id = 'v-1'")
+                     .format(sql.Identifier(projector.names.reader)))
+    differences = verify(projector)
+    assert {(d.projection, d.table, d.side) for d in differences} == {
+        ("current_state", "sessions", "live only"), ("current_state", "sessions", "rebuild only")}
+    assert '"step_count":99' in next(d.row for d in differences if d.side == "live only")
+
+
+def test_status_shows_each_projection_position_and_lag(pg_engine: Engine,
+                                                       projector: Projector) -> None:
+    append(pg_engine.app, interleave(scripts("st", 2)))
+    projector.catch_up()
+    append(pg_engine.app, interleave(scripts("late", 1)))
+    builds = status(projector)
+    assert sorted(b.projection for b in builds) == ["cost", "current_state", "funnel", "seed"]
+    assert {(b.state, b.position, b.lag) for b in builds} == {("live", 8, 4)}
