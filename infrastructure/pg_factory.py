@@ -1,0 +1,54 @@
+"""The event library's PostgreSQL factory, with flowledger's recorders for the event log.
+
+``library_env`` selects it by topic (``PERSISTENCE_MODULE``). Snapshots and tracking
+keep the library's recorders; the application and process recorders append through
+``FlowledgerApplicationRecorder`` (see its module for the mechanism).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent, Tracking
+from eventsourcing.postgres import PostgresDatastore, PostgresFactory, PostgresProcessRecorder
+from eventsourcing.utils import retry
+
+from flowledger.infrastructure.recorder import FlowledgerApplicationRecorder
+
+
+class FlowledgerProcessRecorder(PostgresProcessRecorder, FlowledgerApplicationRecorder):
+    """Events and the upstream tracking position, written in one transaction."""
+
+    def __init__(
+        self,
+        datastore: PostgresDatastore,
+        *,
+        events_table_name: str = "stored_events",
+        tracking_table_name: str = "notification_tracking",
+    ):
+        super().__init__(
+            datastore, tracking_table_name=tracking_table_name, events_table_name=events_table_name
+        )
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        """Append events and record ``tracking`` (if given) atomically."""
+        tracking: Tracking | None = kwargs.get("tracking")
+        if tracking is None:
+            plain: Sequence[int] | None = FlowledgerApplicationRecorder.insert_events(self, stored_events)
+            return plain
+        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
+            # The append must be the transaction's first write (it takes the id).
+            ids = self._append(curs, stored_events) if stored_events else []
+            self._insert_tracking(curs, tracking)
+        if ids:
+            self.notifier.poke()
+        return ids
+
+
+class FlowledgerPostgresFactory(PostgresFactory):
+    """``PostgresFactory`` whose event log is appended without a table lock."""
+
+    application_recorder_class = FlowledgerApplicationRecorder
+    process_recorder_class = FlowledgerProcessRecorder

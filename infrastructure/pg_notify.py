@@ -1,0 +1,81 @@
+"""Live-follow plumbing for the event log: NOTIFY outside the appends, and a subscription.
+
+``NOTIFY`` inside an appending transaction would make every commit take PostgreSQL's
+notification-queue lock (one per cluster, held until the commit is flushed), which
+serialises commits again. So appends only poke a ``Notifier``; its thread sends one
+``NOTIFY`` per burst from a transaction of its own, which writes no WAL of its own.
+The subscription also re-reads on a timer, because a row that is committed but still
+behind the horizon becomes readable without any new ``NOTIFY``.
+"""
+
+from __future__ import annotations
+
+import threading
+from time import monotonic
+
+from eventsourcing.postgres import PostgresDatastore, PostgresSubscription
+from psycopg.sql import SQL, Identifier
+
+IDLE_EXIT_SECONDS = 1.0
+"""The notifier thread ends after this long without appends (the next one restarts it)."""
+
+
+class Notifier:
+    """Sends ``NOTIFY channel`` after appends commit, coalescing bursts into one."""
+
+    def __init__(self, datastore: PostgresDatastore, channel: str) -> None:
+        self._datastore = datastore
+        self._statement = SQL("NOTIFY {}").format(Identifier(channel))
+        self._pending = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def poke(self) -> None:
+        """Note that an append committed; listeners hear of it shortly."""
+        self._pending.set()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="flowledger-notify", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._pending.wait(timeout=IDLE_EXIT_SECONDS)
+            with self._lock:
+                if not self._pending.is_set():
+                    self._thread = None
+                    return
+                self._pending.clear()
+            try:
+                with self._datastore.get_connection() as conn:
+                    conn.execute(self._statement)
+            except Exception:
+                # The pool is closed or the server is gone: nobody can be listening
+                # through it, and subscribers poll anyway. Let a later poke retry.
+                with self._lock:
+                    self._thread = None
+                return
+
+
+class FlowledgerSubscription(PostgresSubscription):
+    """The library's LISTEN subscription, plus a re-read every ``poll_interval`` seconds."""
+
+    poll_interval = 0.25
+
+    def _listen(self) -> None:
+        listen = SQL("LISTEN {0}").format(Identifier(self._recorder.channel_name))
+        try:
+            with self._recorder.datastore.get_connection() as conn:
+                conn.execute(listen)
+                last_pull = monotonic()
+                while not self._has_been_stopped and not self._thread_error:
+                    for _ in conn.notifies(timeout=0.1, stop_after=1):
+                        self._has_been_notified.set()
+                        last_pull = monotonic()
+                    if monotonic() - last_pull >= self.poll_interval:
+                        self._has_been_notified.set()
+                        last_pull = monotonic()
+        except BaseException as e:
+            if self._thread_error is None:
+                self._thread_error = e
+            self.stop()

@@ -1,0 +1,143 @@
+"""SQL for flowledger's PostgreSQL event log: the table, the append function, the reads.
+
+Kept apart from the recorder so that the statements (and the reasoning in their
+comments) can be read in one place. See ``flowledger.infrastructure.recorder`` for
+why the append takes ids inside a short section and why readers stop at a horizon.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from psycopg.sql import SQL, Composed, Identifier, Literal
+
+# Raised (as SQLSTATE 55000, object_not_in_prerequisite_state) when the append function
+# runs in a transaction that already has an id: its rows could then sort before rows
+# of transactions that took ids earlier, and readers could skip them.
+XID_ALREADY_ASSIGNED = "the event log append must be the first write of its transaction"
+
+
+def section_lock_key(schema: str, table: str) -> int:
+    """A stable advisory-lock key (signed 64-bit) for one events table."""
+    digest = hashlib.blake2b(f"flowledger:{schema}.{table}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def create_table(schema: str, table: str, originator_id_type: str) -> Composed:
+    """The events table: the library's columns plus the appending transaction's id."""
+    return SQL(
+        "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
+        "originator_id {id_type} NOT NULL, "
+        "originator_version bigint NOT NULL, "
+        "topic text, "
+        "state bytea, "
+        "notification_id bigserial, "
+        "transaction_id xid8 NOT NULL, "
+        "PRIMARY KEY (originator_id, originator_version))"
+    ).format(schema=Identifier(schema), table=Identifier(table), id_type=Identifier(originator_id_type))
+
+
+def add_transaction_id(schema: str, table: str) -> list[Composed]:
+    """Upgrade a table the library's stock recorder created.
+
+    Existing rows all committed long ago, so 0 (below every horizon) is true for them.
+    The default is dropped again so that a stock writer still running against the
+    table fails loudly instead of writing rows that readers would order wrongly.
+    """
+    target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
+    return [
+        SQL("ALTER TABLE {} ADD COLUMN transaction_id xid8 NOT NULL DEFAULT '0'").format(target),
+        SQL("ALTER TABLE {} ALTER COLUMN transaction_id DROP DEFAULT").format(target),
+    ]
+
+
+def create_append_function(
+    *, schema: str, table: str, function: str, event_type: str, sequence: str, lock_key: int
+) -> Composed:
+    """The append: one call, one round trip, one commit (the caller's autocommit).
+
+    Only taking the transaction id and the notification ids is serialised (a session
+    advisory lock held for microseconds); the insert, index updates and commit run
+    concurrently, so commits from many writers share WAL flushes.
+    """
+    return SQL(
+        "CREATE OR REPLACE FUNCTION {schema}.{function}(events {schema}.{event_type}[]) "
+        "RETURNS SETOF bigint LANGUAGE plpgsql AS $body$\n"
+        "DECLARE\n"
+        "  tx xid8;\n"
+        "  ids bigint[];\n"
+        "BEGIN\n"
+        "  IF pg_current_xact_id_if_assigned() IS NOT NULL THEN\n"
+        "    RAISE EXCEPTION {message} USING ERRCODE = 'object_not_in_prerequisite_state';\n"
+        "  END IF;\n"
+        "  PERFORM pg_advisory_lock({key});\n"
+        # The block's handler makes sure no error (a cancel included) leaves the
+        # session lock held on a pooled connection.
+        "  BEGIN\n"
+        "    tx := pg_current_xact_id();\n"
+        "    ids := ARRAY(SELECT nextval({sequence}) FROM generate_series(1, cardinality(events)));\n"
+        "  EXCEPTION WHEN query_canceled OR others THEN\n"
+        "    PERFORM pg_advisory_unlock({key});\n"
+        "    RAISE;\n"
+        "  END;\n"
+        "  PERFORM pg_advisory_unlock({key});\n"
+        "  INSERT INTO {schema}.{table} "
+        "(originator_id, originator_version, topic, state, notification_id, transaction_id)\n"
+        "  SELECT u.originator_id, u.originator_version, u.topic, u.state, u.notification_id, tx\n"
+        "  FROM unnest(events, ids) "
+        "AS u(originator_id, originator_version, topic, state, notification_id);\n"
+        "  RETURN QUERY SELECT unnest(ids);\n"
+        "END;\n"
+        "$body$"
+    ).format(
+        schema=Identifier(schema),
+        function=Identifier(function),
+        event_type=Identifier(event_type),
+        table=Identifier(table),
+        sequence=Literal(sequence),
+        key=Literal(lock_key),
+        message=Literal(XID_ALREADY_ASSIGNED),
+    )
+
+
+def select_notifications(
+    schema: str, table: str, *, inclusive: bool, has_start: bool, has_stop: bool, has_topics: bool
+) -> Composed:
+    """Rows after ``start`` in id order, each flagged safe or not against the horizon.
+
+    A row is safe when its transaction id is below ``pg_snapshot_xmin`` of this
+    statement's snapshot: every transaction that could still commit a lower id is then
+    finished. Unsafe rows are returned too, so the caller can cut the page there and
+    knows which transaction ids to wait for.
+    """
+    conditions: list[SQL] = []
+    if has_start:
+        conditions.append(SQL("notification_id >= %s") if inclusive else SQL("notification_id > %s"))
+    if has_stop:
+        conditions.append(SQL("notification_id <= %s"))
+    if has_topics:
+        conditions.append(SQL("topic = ANY(%s)"))
+    where = SQL(" WHERE ") + SQL(" AND ").join(conditions) if conditions else SQL("")
+    return SQL(
+        "SELECT notification_id, originator_id, originator_version, topic, state, "
+        "transaction_id < h.horizon AS safe, transaction_id::text AS tx "
+        "FROM {schema}.{table} CROSS JOIN "
+        "(SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon) AS h"
+        "{where} ORDER BY notification_id LIMIT %s"
+    ).format(schema=Identifier(schema), table=Identifier(table), where=where)
+
+
+def max_notification_id(schema: str, table: str) -> Composed:
+    """The highest safe id, and the last visible row's transaction id and safety."""
+    target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
+    return SQL(
+        "SELECT (SELECT max(notification_id) FROM {t} WHERE transaction_id < h.horizon) AS safe_max, "
+        "l.transaction_id::text AS last_tx, l.transaction_id < h.horizon AS last_safe "
+        "FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon) AS h "
+        "LEFT JOIN LATERAL (SELECT transaction_id FROM {t} ORDER BY notification_id DESC LIMIT 1) AS l "
+        "ON true"
+    ).format(t=target)
+
+
+HORIZON_PASSED = SQL("SELECT pg_snapshot_xmin(pg_current_snapshot()) > %s::xid8 AS passed")
+"""Whether every transaction with an id up to the given one has finished."""

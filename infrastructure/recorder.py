@@ -1,0 +1,201 @@
+"""flowledger's PostgreSQL application recorder: concurrent appends, gap-safe readers.
+
+The library's recorder takes ``LOCK TABLE … IN EXCLUSIVE MODE`` per save and holds it
+through commit, so that notification ids become visible in id order and a reader
+tailing the log never passes an id that commits later. That queues every writer
+behind the previous writer's WAL flush. This recorder keeps the guarantee without it.
+
+Mechanism (transaction ids and the snapshot horizon, as Marten, Emmett and the
+Commanded event store do, adapted so that positions stay plain increasing integers):
+
+1. Each row stores the id of the transaction that appended it (``transaction_id``,
+   ``xid8``). An append is one call of a PL/pgSQL function, in its own transaction.
+2. Inside the function a session advisory lock is held only while the transaction
+   takes its id (``pg_current_xact_id()``) and its notification ids (``nextval``);
+   the insert and the commit run outside it, concurrently. Since both kinds of id are
+   taken inside that section, a transaction that took lower notification ids always
+   has a lower transaction id: ``transaction_id`` increases with ``notification_id``.
+   (So the function refuses to run in a transaction that already has an id.)
+3. A reader treats a row as readable only when its ``transaction_id`` is below
+   ``pg_snapshot_xmin(pg_current_snapshot())``, the oldest transaction still running
+   when its statement began. Then every transaction that took a lower notification id
+   has finished, so no lower id can appear later: readable rows form a prefix of the
+   log in id order, and a reader that remembers the last id it consumed skips nothing.
+4. A reader waits (briefly, bounded by ``horizon_wait``) for rows that were committed
+   before it asked but were still behind the horizon, so a caller reads its own writes.
+
+Optimistic concurrency is the primary key (originator_id, originator_version); a
+multi-event save is one statement in one transaction. Snapshots use the library's
+aggregate recorder unchanged (no notification ids, no lock). Caveat, as with every
+xmin-based design: any long transaction with an id on the same server (this database
+or another) holds back readers, never writers, until it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from time import monotonic, sleep
+from typing import Any
+
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    InterfaceError,
+    Notification,
+    OperationalError,
+    StoredEvent,
+    Subscription,
+)
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+from eventsourcing.utils import retry
+from psycopg import Cursor
+from psycopg.rows import DictRow
+from psycopg.sql import SQL, Identifier
+
+from flowledger.infrastructure import pg_sql
+from flowledger.infrastructure.pg_notify import FlowledgerSubscription, Notifier
+
+_RETRYABLE = (InterfaceError, OperationalError)
+
+
+class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
+    """Appends without a table lock; reads only the gap-free prefix of the log."""
+
+    horizon_wait = 2.0
+    """Seconds a read waits for rows committed before it that are behind the horizon."""
+
+    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events"):
+        super().__init__(datastore, events_table_name=events_table_name)
+        schema = self.datastore.schema
+        self.sql_create_statements[self.create_table_statement_index] = pg_sql.create_table(
+            schema, self.events_table_name, self.datastore.originator_id_type
+        )
+        # The append function needs the table's sequence name: made in _create_table.
+        del self.sql_create_statements[self.create_insert_function_statement_index]
+        self.append_function_name = f"{self.events_table_name}_append"[: self.MAX_IDENTIFIER_LEN]
+        self.sql_append = SQL("SELECT * FROM {}.{}(%s)").format(
+            Identifier(schema), Identifier(self.append_function_name)
+        )
+        self.sql_max_notification_id = pg_sql.max_notification_id(schema, self.events_table_name)
+        self.notifier = Notifier(self.datastore, self.channel_name)
+
+    def _create_table(self, curs: Cursor[DictRow]) -> None:
+        super()._create_table(curs)
+        schema, table = self.datastore.schema, self.events_table_name
+        columns = curs.execute(
+            "SELECT 1 FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s AND column_name = 'transaction_id'",
+            (schema, table),
+        ).fetchall()
+        if not columns:
+            for statement in pg_sql.add_transaction_id(schema, table):
+                curs.execute(statement)
+        row = curs.execute(
+            "SELECT pg_get_serial_sequence(%s, 'notification_id') AS seq",
+            (SQL("{}.{}").format(Identifier(schema), Identifier(table)).as_string(curs),),
+        ).fetchone()
+        if row is None or row["seq"] is None:
+            msg = f"{schema}.{table}.notification_id has no sequence"
+            raise OperationalError(msg)
+        curs.execute(
+            pg_sql.create_append_function(
+                schema=schema,
+                table=table,
+                function=self.append_function_name,
+                event_type=self.stored_event_type_name,
+                sequence=row["seq"],
+                lock_key=pg_sql.section_lock_key(schema, table),
+            )
+        )
+
+    @retry(_RETRYABLE, max_attempts=10, wait=0.2)
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        """Append ``stored_events`` atomically; returns their notification ids."""
+        if not stored_events:
+            return []
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            ids = self._append(curs, stored_events)
+        self.notifier.poke()
+        return ids
+
+    def _append(self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent]) -> list[int]:
+        rows = [
+            self.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
+            for e in stored_events
+        ]
+        curs.execute(self.sql_append, (rows,), prepare=True)
+        return [row[self.append_function_name] for row in curs.fetchall()]
+
+    @retry(_RETRYABLE, max_attempts=10, wait=0.2)
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """Notifications from ``start`` in id order, up to the first that may still move."""
+        statement = pg_sql.select_notifications(
+            self.datastore.schema,
+            self.events_table_name,
+            inclusive=inclusive_of_start,
+            has_start=start is not None,
+            has_stop=stop is not None,
+            has_topics=bool(topics),
+        )
+        params: list[Any] = [p for p in (start, stop) if p is not None]
+        if topics:
+            params.append(list(topics))
+        params.append(limit)
+        deadline = monotonic() + self.horizon_wait
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            rows = curs.execute(statement, params, prepare=True).fetchall()
+            held_back = [row["tx"] for row in rows if not row["safe"]]
+            # Rows committed before this call: wait once for the last of them, re-read.
+            if held_back and self._wait_for_horizon(curs, held_back[-1], deadline):
+                rows = curs.execute(statement, params, prepare=True).fetchall()
+        notifications: list[Notification] = []
+        for row in rows:
+            if not row["safe"]:
+                break
+            notifications.append(
+                Notification(
+                    id=row["notification_id"],
+                    originator_id=row["originator_id"],
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+            )
+        return notifications
+
+    @retry(_RETRYABLE, max_attempts=10, wait=0.2)
+    def max_notification_id(self) -> int | None:
+        """The highest notification id a reader may consume up to now."""
+        deadline = monotonic() + self.horizon_wait
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            row = curs.execute(self.sql_max_notification_id, prepare=True).fetchone()
+            if row is None:
+                return None
+            if row["last_safe"] is False and self._wait_for_horizon(curs, row["last_tx"], deadline):
+                row = curs.execute(self.sql_max_notification_id, prepare=True).fetchone()
+            return None if row is None else row["safe_max"]
+
+    def _wait_for_horizon(self, curs: Cursor[DictRow], tx: str, deadline: float) -> bool:
+        """Poll until transaction ``tx`` and all before it have finished, or the deadline."""
+        delay = 0.0005
+        while True:
+            row = curs.execute(pg_sql.HORIZON_PASSED, (tx,), prepare=True).fetchone()
+            if row is not None and row["passed"]:
+                return True
+            if monotonic() >= deadline:
+                return False
+            sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> Subscription[ApplicationRecorder]:
+        """Follow the log live: LISTEN for appends, and re-read on a short timer."""
+        return FlowledgerSubscription(recorder=self, gt=gt, topics=topics)
