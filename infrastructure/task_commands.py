@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from eventsourcing.persistence import IntegrityError
-
 from flowledger.domain.agent import Agent, normalise_skills
 from flowledger.domain.assignment import Choice, choose_agent, in_queue_order
 from flowledger.domain.errors import AgentNotFound, TaskNotFound, ValidationError
@@ -108,36 +106,28 @@ class TaskCommands(TaskClassification):
         """
         def attempt() -> TaskState:
             with self.assignment_lock:
-                return self._assign_once(task_id, escalate_when_full, None)
+                return self._assign_once(task_id, escalate_when_full)
 
-        return self._task_write(task_id, attempt)
+        return self._assignment_write(task_id, attempt)
 
     def assign_pending(
         self, *, limit: int | None = None, escalate_when_full: bool = True
     ) -> list[TaskState]:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline)."""
         waiting = []
-        for entry in self.creation_index.open_tasks():
+        for entry in self.log_index.open_tasks():
             task = self._load_task(entry.task_id)
             self._note_final(task)
             if task.task_status is TaskStatus.PENDING:
                 waiting.append(task.queued())
-        pool: dict[str, Agent] | None = None
         outcomes = []
         for queued in in_queue_order(waiting)[:limit]:
 
             def attempt(task_id: str = queued.task_id) -> TaskState:
-                nonlocal pool
                 with self.assignment_lock:
-                    if pool is None:
-                        pool = self._load_agents()
-                    try:
-                        return self._assign_once(task_id, escalate_when_full, pool)
-                    except IntegrityError:
-                        pool = None  # our copies may hold unsaved changes: reload them
-                        raise
+                    return self._assign_once(task_id, escalate_when_full)
 
-            outcomes.append(self._task_write(queued.task_id, attempt))
+            outcomes.append(self._assignment_write(queued.task_id, attempt))
         return outcomes
 
     def start_task(self, task_id: str) -> TaskState:
@@ -184,7 +174,7 @@ class TaskCommands(TaskClassification):
         if at.tzinfo is None:
             raise ValidationError("now", "must be timezone-aware")
         escalated = []
-        for entry in self.creation_index.overdue_tasks(at):
+        for entry in self.log_index.overdue_tasks(at):
 
             def sweep(task_id: str = entry.task_id) -> TaskState | None:
                 task = self._load_task(task_id)
@@ -203,9 +193,7 @@ class TaskCommands(TaskClassification):
 
     # -- mechanics ---------------------------------------------------------------------
 
-    def _assign_once(
-        self, task_id: str, escalate_when_full: bool, pool: dict[str, Agent] | None
-    ) -> TaskState:
+    def _assign_once(self, task_id: str, escalate_when_full: bool) -> TaskState:
         task = self._load_task(task_id)
         if task.task_status is not TaskStatus.PENDING:
             self._note_final(task)
@@ -216,20 +204,11 @@ class TaskCommands(TaskClassification):
             self._escalate(task, EscalationReason.DEADLINE_BREACHED,
                            f"deadline {deadline} passed before assignment", now)
             return task.state()
-        agents = pool if pool is not None else self._load_agents()
-        decision = choose_agent(
-            task.task_id, task.required_skills, [agent.profile() for agent in agents.values()]
-        )
-        if pool is not None and not isinstance(decision, Choice):
-            # A reused pool may be stale (others freed capacity or registered agents):
-            # never escalate on it, decide again on fresh agents.
-            pool.clear()
-            pool.update(self._load_agents())
-            decision = choose_agent(
-                task.task_id, task.required_skills, [agent.profile() for agent in pool.values()]
-            )
+        # The roster comes from the log index (one query); if it lags, saving the chosen
+        # agent fails on its version and this attempt is retried on a fresher roster.
+        decision = choose_agent(task.task_id, task.required_skills, self.log_index.agent_profiles())
         if isinstance(decision, Choice):
-            agent = agents[decision.agent_id]
+            agent = self.log_index.agent_copy(decision.agent_id)
             agent.accept(task.task_id, now)
             task.assign(decision, now)
             self._save_atomically(task, agent)

@@ -1,19 +1,28 @@
-"""Finding tasks and agents without a projection: tail the notification log for their creations.
+"""Finding tasks and agents without a projection, by tailing the notification log.
 
-Task ids and agent ids are the caller's strings, so a command never needs a lookup. The
-sweeps (``escalate_overdue``, ``assign_pending``) and the agent roster do need to enumerate
-them; rather than keep a hot index aggregate that every creation would contend on, each
-engine tails the application's notification log for ``Task.Created`` and
-``Agent.Registered`` only (``select_notifications(..., topics=...)``), remembering its
-position. This is sound because the PostgreSQL recorder takes a table lock per insert, so
-notification ids become visible in increasing order: nothing can appear behind the cursor.
-Everything a Created event fixes (id, priority, deadline) is cached; whether a task is
-still open is read from the task itself. A task seen completed or escalated is dropped
-from the open set for good, since those statuses are final.
+Task and agent ids are the caller's strings, so a single command never needs a lookup.
+The sweeps (``escalate_overdue``, ``assign_pending``) and every assignment do need the
+open tasks and the agent roster. Rather than keep a hot index aggregate that every
+creation would contend on, each engine tails the application's notification log
+(``select_notifications(..., topics=...)``), remembering its position:
+
+- ``Task.Created`` and ``Agent.Registered`` from the start of the log, caching what they
+  fix for good (id, priority, deadline). Whether a task is still open is read from the
+  task itself; one seen completed or escalated is dropped for good, as those are final.
+- every other Agent event from the moment the engine first looked, applied in version
+  order to agents loaded (from their snapshots) at that moment. An assignment then reads
+  the whole roster with one query instead of loading every agent.
+
+This is sound because the recorder only hands out a prefix of the log in id order (the
+library's through its table lock, flowledger's through its transaction-id horizon, see
+``recorder.py``): no id can appear behind a cursor later. The view is only ever read: a
+save of an agent still fails on a stale version, so a lagging view costs a retry, never a
+broken capacity.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,11 +32,16 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.utils import get_topic
 
-from flowledger.domain.agent import Agent
+from flowledger.domain.agent import Agent, agent_uuid
+from flowledger.domain.assignment import AgentProfile
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import TaskPriority
 
 _PAGE = 500
+_CREATIONS = (get_topic(Task.Created), get_topic(Agent.Registered))
+_AGENT_CHANGES = tuple(
+    get_topic(cls) for cls in (Agent.CapacityChanged, Agent.TaskAccepted, Agent.TaskReleased)
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,44 +55,55 @@ class IndexedTask:
     position: int
 
 
-class CreationIndex:
-    """Tasks and agents of one tenant, as found in the notification log."""
+class LogIndex:
+    """Open tasks and followed agents of one tenant, as found in the notification log."""
 
     def __init__(self, app: Application[Any], tenant: str) -> None:
         self._app = app
         self._tenant = tenant
         self._lock = threading.Lock()
-        self._position = 0
+        self._creations_position = 0
+        self._changes_position: int | None = None
         self._open: dict[UUID, IndexedTask] = {}
-        self._agents: dict[UUID, str] = {}
-        self._topics = [get_topic(Task.Created), get_topic(Agent.Registered)]
+        self._agent_ids: dict[UUID, str] = {}
+        self._agents: dict[UUID, Agent] = {}
 
     def refresh(self) -> None:
-        """Read creations appended since the last refresh."""
+        """Catch up with the log."""
         with self._lock:
-            while True:
-                page = self._app.recorder.select_notifications(
-                    self._position + 1, _PAGE, topics=self._topics
-                )
-                for notification in page:
-                    self._position = max(self._position, notification.id)
-                    self._add(self._app.mapper.to_domain_event(notification), notification.id)
-                if len(page) < _PAGE:
-                    return
+            if self._changes_position is None:
+                self._changes_position = self._app.recorder.max_notification_id() or 0
+            self._creations_position = self._tail(self._creations_position, _CREATIONS)
+            self._changes_position = self._tail(self._changes_position, _AGENT_CHANGES)
+            for aggregate_id in self._agent_ids.keys() - self._agents.keys():
+                self._agents[aggregate_id] = self._app.repository.get(aggregate_id)
 
-    def _add(self, created: Any, position: int) -> None:
-        if created.tenant != self._tenant:
-            return
-        if isinstance(created, Task.Created):
-            self._open[created.originator_id] = IndexedTask(
-                task_id=created.task_id,
-                aggregate_id=created.originator_id,
-                priority=TaskPriority(created.priority),
-                deadline=created.deadline,
-                position=position,
-            )
-        elif isinstance(created, Agent.Registered):
-            self._agents[created.originator_id] = created.agent_id
+    def _tail(self, position: int, topics: tuple[str, ...]) -> int:
+        while True:
+            page = self._app.recorder.select_notifications(position + 1, _PAGE, topics=topics)
+            for notification in page:
+                position = max(position, notification.id)
+                self._apply(self._app.mapper.to_domain_event(notification), notification.id)
+            if len(page) < _PAGE:
+                return position
+
+    def _apply(self, event: Any, position: int) -> None:
+        if isinstance(event, Task.Created):
+            if event.tenant == self._tenant:
+                self._open[event.originator_id] = IndexedTask(
+                    task_id=event.task_id, aggregate_id=event.originator_id,
+                    priority=TaskPriority(event.priority), deadline=event.deadline,
+                    position=position,
+                )
+        elif isinstance(event, Agent.Registered):
+            if event.tenant == self._tenant:
+                self._agent_ids[event.originator_id] = event.agent_id
+        elif event.originator_id in self._agents:
+            agent = self._agents[event.originator_id]
+            if event.originator_version == agent.version + 1:
+                event.mutate(agent)
+            elif event.originator_version > agent.version + 1:
+                del self._agents[event.originator_id]  # a gap: reload it from the store
 
     def open_tasks(self) -> list[IndexedTask]:
         """Tasks not yet seen completed or escalated, oldest first."""
@@ -100,4 +125,15 @@ class CreationIndex:
         """Every registered agent's id, in registration order."""
         self.refresh()
         with self._lock:
-            return list(self._agents.values())
+            return list(self._agent_ids.values())
+
+    def agent_profiles(self) -> list[AgentProfile]:
+        """What the policy needs of every agent, as of now (one query)."""
+        self.refresh()
+        with self._lock:
+            return [self._agents[aggregate_id].profile() for aggregate_id in self._agent_ids]
+
+    def agent_copy(self, agent_id: str) -> Agent:
+        """A private copy of a followed agent, to run a command on and save."""
+        with self._lock:
+            return copy.deepcopy(self._agents[agent_uuid(self._tenant, agent_id)])

@@ -8,9 +8,17 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.persistence import IntegrityError
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_random_exponential
 
 from flowledger.domain.agent import Agent, agent_uuid
-from flowledger.domain.errors import AgentNotFound, TaskNotFound, ValidationError
+from flowledger.domain.errors import (
+    AgentNotFound,
+    ConcurrentUpdate,
+    TaskNotFound,
+    ValidationError,
+)
 from flowledger.domain.task import Task, task_uuid
 from flowledger.domain.task_views import (
     AgentState,
@@ -21,10 +29,12 @@ from flowledger.domain.task_views import (
 )
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.history import HistoryEntry, history_entry
-from flowledger.infrastructure.task_index import CreationIndex
+from flowledger.infrastructure.settings import Settings
+from flowledger.infrastructure.task_index import LogIndex
 
 T = TypeVar("T")
 _INDEX_LOCK = threading.Lock()
+ASSIGNMENT_RETRY_FACTOR = 8
 
 
 def task_key(task_id: str) -> str:
@@ -41,6 +51,7 @@ class TaskQueries:
     """Mixed into Engine, which provides ``app``, ``tenant``, ``clock``, ``_lock``, ``_retrying``."""
 
     app: Application[Any]
+    settings: Settings
     tenant: str
     clock: Callable[[], datetime]
 
@@ -51,15 +62,15 @@ class TaskQueries:
         raise NotImplementedError  # pragma: no cover - Engine implements it
 
     @property
-    def creation_index(self) -> CreationIndex:
+    def log_index(self) -> LogIndex:
         """This engine's cursor over the task and agent creations in the log."""
-        index = self.__dict__.get("_creation_index")
+        index = self.__dict__.get("_log_index")
         if index is None:
             with _INDEX_LOCK:
                 index = self.__dict__.setdefault(
-                    "_creation_index", CreationIndex(self.app, self.tenant)
+                    "_log_index", LogIndex(self.app, self.tenant)
                 )
-        return cast(CreationIndex, index)
+        return cast(LogIndex, index)
 
     @property
     def assignment_lock(self) -> threading.Lock:
@@ -110,7 +121,7 @@ class TaskQueries:
     def open_tasks(self) -> list[TaskState]:
         """Tasks not completed or escalated, oldest first."""
         states = []
-        for entry in self.creation_index.open_tasks():
+        for entry in self.log_index.open_tasks():
             task = self._load_task(entry.task_id)
             self._note_final(task)
             if not task.task_status.is_final:
@@ -136,7 +147,7 @@ class TaskQueries:
         return agent
 
     def _load_agents(self) -> dict[str, Agent]:
-        return {agent_id: self._load_agent(agent_id) for agent_id in self.creation_index.agent_ids()}
+        return {agent_id: self._load_agent(agent_id) for agent_id in self.log_index.agent_ids()}
 
     def _save_atomically(self, *aggregates: Task | Agent) -> None:
         """Save in one atomic write; a stale version of any of them raises IntegrityError."""
@@ -149,12 +160,27 @@ class TaskQueries:
 
     def _note_final(self, task: Task) -> None:
         if task.task_status in (TaskStatus.COMPLETED, TaskStatus.ESCALATED):
-            self.creation_index.closed(task.id)
+            self.log_index.closed(task.id)
 
     def _task_write(self, task_id: str, attempt: Callable[[], T]) -> T:
         """Run ``attempt`` under the task's in-process lock, retried on concurrent writes."""
         with self._lock(task_key(task_id)):
             return self._retrying(task_id, attempt)
+
+    def _assignment_write(self, task_id: str, attempt: Callable[[], T]) -> T:
+        """Like ``_task_write``, with a larger budget: assignments race for a handful of
+        agents by nature, and every race one of them loses is one another assigner won."""
+        attempts = (self.settings.max_conflict_retries + 1) * ASSIGNMENT_RETRY_FACTOR
+        retrying = Retrying(
+            retry=retry_if_exception_type(IntegrityError),
+            stop=stop_after_attempt(attempts),
+            wait=wait_random_exponential(multiplier=0.002, max=0.05),
+        )
+        with self._lock(task_key(task_id)):
+            try:
+                return retrying(attempt)
+            except RetryError:
+                raise ConcurrentUpdate(task_id, attempts) from None
 
     def _escalate(
         self,

@@ -37,7 +37,8 @@ NEEDS = [["python"], ["python", "kubernetes"], ["golang"], ["react"], ["cobol"]]
 def engines(database_url: str, pg_schema: str) -> Iterator[list[Engine]]:
     """Four engines on one schema, each counting the writes it lost to another writer."""
     group = [
-        Engine(settings=make_settings(database_url=database_url, schema=pg_schema))
+        Engine(settings=make_settings(database_url=database_url, schema=pg_schema,
+                                      pool_size=THREADS // ENGINES))
         for _ in range(ENGINES)
     ]
     for engine in group:
