@@ -34,15 +34,6 @@ def task_uuid(tenant: str, task_id: str) -> UUID:
     return uuid5(TASK_NAMESPACE, f"{tenant}\x1f{task_id}")
 
 
-def require_priority(priority: str) -> TaskPriority:
-    """The priority named, or ValidationError."""
-    try:
-        return TaskPriority(str(priority).lower())
-    except ValueError:
-        names = [p.value for p in TaskPriority]
-        raise ValidationError("priority", f"must be one of {names}, got {priority!r}") from None
-
-
 class Task(Aggregate):
     """A task: what it needs, who holds it, and how it ended."""
 
@@ -112,16 +103,8 @@ class Task(Aggregate):
         return task_uuid(tenant, task_id)
 
     @classmethod
-    def create(
-        cls,
-        *,
-        task_id: str,
-        tenant: str,
-        description: str,
-        required_skills: Iterable[str],
-        priority: str,
-        deadline: datetime | None,
-    ) -> Task:
+    def create(cls, *, task_id: str, tenant: str, description: str,
+               required_skills: Iterable[str], priority: str, deadline: datetime | None) -> Task:
         """A new task, after checking and normalising its fields."""
         require_name("task_id", task_id)
         if not isinstance(description, str) or not description.strip():
@@ -133,21 +116,13 @@ class Task(Aggregate):
             tenant=tenant,
             description=description[:10_000],
             required_skills=normalise_skills("required_skills", required_skills),
-            priority=require_priority(priority).value,
+            priority=TaskPriority.parse(priority).value,
             deadline=deadline,
         )
 
     @event(Created)
-    def __init__(
-        self,
-        *,
-        task_id: str,
-        tenant: str,
-        description: str,
-        required_skills: list[str],
-        priority: str,
-        deadline: datetime | None,
-    ) -> None:
+    def __init__(self, *, task_id: str, tenant: str, description: str, required_skills: list[str],
+                 priority: str, deadline: datetime | None) -> None:
         self.task_id = task_id
         self.tenant = tenant
         self.description = description
@@ -180,7 +155,7 @@ class Task(Aggregate):
     def ensure_same(self, *, description: str, required_skills: Iterable[str], priority: str) -> None:
         """Raise TaskConflict unless a repeated creation describes the same task."""
         wanted = (description, normalise_skills("required_skills", required_skills),
-                  require_priority(priority).value)
+                  TaskPriority.parse(priority).value)
         if wanted != (self.description, self.required_skills, self.priority):
             raise TaskConflict(self.task_id, f"priority={self.priority!r} skills={self.required_skills}")
 
@@ -193,12 +168,8 @@ class Task(Aggregate):
         self._require("classify", TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
         if self.classification is not None:
             raise TaskTransitionRejected(self.task_id, "already classified", "classify")
-        self._classified(
-            category=classification.category,
-            complexity=classification.complexity,
-            estimated_hours=classification.estimated_hours,
-            usage=classification.usage,
-        )
+        self._classified(category=classification.category, complexity=classification.complexity,
+                         estimated_hours=classification.estimated_hours, usage=classification.usage)
 
     def assign(self, choice: Choice, at: datetime) -> None:
         """Hand the waiting task to the chosen agent (the agent records TaskAccepted)."""
@@ -262,12 +233,10 @@ class Task(Aggregate):
     # -- state changes (replayed) ------------------------------------------------------
 
     @event(Classified)
-    def _classified(
-        self, category: str, complexity: str, estimated_hours: float, usage: LlmUsage | None
-    ) -> None:
-        self.classification = Classification(
-            category=category, complexity=complexity, estimated_hours=estimated_hours, usage=usage
-        )
+    def _classified(self, category: str, complexity: str, estimated_hours: float,
+                    usage: LlmUsage | None) -> None:
+        self.classification = Classification(category=category, complexity=complexity,
+                                             estimated_hours=estimated_hours, usage=usage)
 
     @event(Assigned)
     def _assigned(self, agent_id: str, score: float, reason: str, assigned_at: datetime) -> None:
@@ -289,18 +258,11 @@ class Task(Aggregate):
         self.completed_at = completed_at
 
     @event(Escalated)
-    def _escalated(
-        self,
-        reason: str,
-        detail: str,
-        escalated_at: datetime,
-        usage: LlmUsage | None,
-        agent_id: str | None,
-    ) -> None:
+    def _escalated(self, reason: str, detail: str, escalated_at: datetime,
+                   usage: LlmUsage | None, agent_id: str | None) -> None:
         self.status = TaskStatus.ESCALATED.value
-        self.escalation = Escalation(
-            reason=reason, detail=detail, escalated_at=escalated_at, usage=usage
-        )
+        self.escalation = Escalation(reason=reason, detail=detail, escalated_at=escalated_at,
+                                     usage=usage)
 
     @event(Released)
     def _released(self, agent_id: str, reason: str, released_at: datetime) -> None:

@@ -24,6 +24,15 @@ class TaskPriority(StrEnum):
         """0 for LOW up to 3 for CRITICAL."""
         return _PRIORITY_RANKS[self]
 
+    @classmethod
+    def parse(cls, priority: str) -> TaskPriority:
+        """The priority named (any case), or ValidationError."""
+        try:
+            return cls(str(priority).lower())
+        except ValueError:
+            names = [p.value for p in cls]
+            raise ValidationError("priority", f"must be one of {names}, got {priority!r}") from None
+
 
 _PRIORITY_RANKS = {priority: rank for rank, priority in enumerate(TaskPriority)}
 
