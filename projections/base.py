@@ -14,15 +14,18 @@ from typing import Any, ClassVar
 
 from psycopg import Cursor
 
+from flowledger.projections.calls import Call
 from flowledger.projections.sql import q
 
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """One decoded event and its position (notification id) in the log."""
+    """One decoded event, its position (notification id) in the log, and the model call it
+    records, if any (worked out once per event, for every projection)."""
 
     id: int
     event: Any
+    call: Call | None = None
 
 
 class Projection(ABC):

@@ -15,7 +15,6 @@ from psycopg import Cursor
 from flowledger.domain.session import Session
 from flowledger.domain.task import Task
 from flowledger.projections.base import Envelope, Projection
-from flowledger.projections.calls import call_of
 from flowledger.projections.sql import Column, q, write_rows
 
 TASK_WORKFLOW = "tasks"
@@ -101,7 +100,7 @@ class CostDashboard(Projection):
             elif isinstance(event, Task.Created):
                 known[event.originator_id] = (event.task_id, TASK_WORKFLOW)
         write_rows(cur, schema, "subjects", SUBJECT_COLUMNS, [(k, *v) for k, v in known.items()])
-        calls = [(e, c) for e in batch if (c := call_of(e.event)) is not None]
+        calls = [(e, e.call) for e in batch if e.call is not None]
         missing = list({e.event.originator_id for e, _ in calls} - set(known))
         if missing:
             cur.execute(

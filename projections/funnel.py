@@ -85,11 +85,13 @@ def _reach(session: Row, steps: dict[str, Row], event: Any, step: str) -> Row:
             "last_error_type": None,
         }
         steps[step] = row
+    row["dirty"] = True
     return row
 
 
 def fold(session: Row, steps: dict[str, Row], event: Any) -> None:
-    """Apply one later event of the session to its funnel rows (in place)."""
+    """Apply one later event of the session to its funnel rows (in place; changed step rows
+    are marked ``dirty``)."""
     if isinstance(event, Session.StepStarted):
         _reach(session, steps, event, event.step)["last_outcome"] = "started"
     elif isinstance(event, Session.StepProcessed):
@@ -102,9 +104,9 @@ def fold(session: Row, steps: dict[str, Row], event: Any) -> None:
         row["last_outcome"], row["last_error_type"] = "failed", event.error_type
     elif type(event) in _ENDINGS:
         session["status"] = _ENDINGS[type(event)]
-    call = call_of(event)
-    if session["first_model"] is None and call is not None and call.model is not None:
-        session["first_model"] = call.model
+    if session["first_model"] is None and getattr(event, "usage", None) is not None:
+        call = call_of(event)
+        session["first_model"] = call.model if call is not None else None
 
 
 class CompletionFunnel(Projection):
@@ -142,7 +144,12 @@ class CompletionFunnel(Projection):
         ]
         write_rows(cur, schema, "funnel_sessions", SESSION_COLUMNS, session_rows,
                    key=("originator_id",))
-        step_rows = [[r[n] for n, _ in STEP_COLUMNS] for rows in steps.values() for r in rows.values()]
+        step_rows = [
+            [r[n] for n, _ in STEP_COLUMNS]
+            for rows in steps.values()
+            for r in rows.values()
+            if r.get("dirty")
+        ]
         write_rows(cur, schema, "funnel_steps", STEP_COLUMNS, step_rows, key=("originator_id", "step"))
 
     @staticmethod

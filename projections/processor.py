@@ -19,6 +19,7 @@ from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
 from psycopg import Connection, Cursor
 
 from flowledger.projections.base import Envelope, Projection
+from flowledger.projections.calls import call_of
 from flowledger.projections.catalog import Names, active_schemas, install
 from flowledger.projections.sql import q
 
@@ -161,7 +162,12 @@ class Projector:
                 return False
             ids = [n.id for n in notifications]
             first = bisect_right(ids, min(positions.values(), default=0))
-            envelopes = [Envelope(n.id, self.mapper.to_domain_event(n)) for n in notifications[first:]]
+            decode = self.mapper.to_domain_event
+            envelopes = [
+                Envelope(n.id, event, call_of(event))
+                for n in notifications[first:]
+                for event in (decode(n),)
+            ]
             last = ids[-1]
             for target in targets:
                 position = positions[target.schema]

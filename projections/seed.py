@@ -16,7 +16,6 @@ from psycopg.rows import dict_row
 
 from flowledger.domain.session import Session
 from flowledger.projections.base import Envelope, Projection
-from flowledger.projections.calls import call_of
 from flowledger.projections.sql import Column, dump_json, q, write_rows
 
 Row = dict[str, Any]
@@ -138,7 +137,7 @@ class SeedTables(Projection):
             if row is None:
                 continue
             fold(row, event)
-            call = call_of(event)
+            call = envelope.call
             if call is not None:
                 usage = call.usage
                 error = f"{call.error_type}: {call.error_message}" if call.error_type else None
