@@ -28,6 +28,7 @@ from flowledger.adapters.llm.retry import (
     parse_retry_after,
     status_is_retryable,
 )
+from flowledger.adapters.llm.transport import ShardedTransport
 from flowledger.domain.errors import CircuitOpen, LlmCallFailed, ValidationError
 from flowledger.domain.ports import LlmReply
 from flowledger.domain.values import LlmUsage
@@ -57,15 +58,15 @@ class OpenAICompatibleClient:
             recovery_s=config.breaker_recovery_s,
         )
         self._clock = clock
+        limits = httpx.Limits(
+            max_connections=config.max_connections,
+            max_keepalive_connections=config.max_keepalive_connections,
+        )
         self._http = httpx.AsyncClient(
             base_url=config.base_url.rstrip("/") + "/",
             headers={"Authorization": f"Bearer {config.api_key.reveal()}"},
             timeout=httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s),
-            limits=httpx.Limits(
-                max_connections=config.max_connections,
-                max_keepalive_connections=config.max_keepalive_connections,
-            ),
-            transport=transport,
+            transport=transport or ShardedTransport(limits=limits, shard_size=config.pool_shard_size),
         )
 
     @classmethod

@@ -59,7 +59,8 @@ class ClientConfig:
 
     ``request_timeout_s`` bounds one attempt end to end (connect, send, wait, read);
     ``connect_timeout_s`` bounds the TCP/TLS connect alone. ``max_retries`` follows
-    the OpenAI SDK's meaning: retries after the first attempt.
+    the OpenAI SDK's meaning: retries after the first attempt. The connection pool is
+    split into pools of ``pool_shard_size`` connections (see ``transport``).
     """
 
     base_url: str
@@ -70,6 +71,7 @@ class ClientConfig:
     request_timeout_s: float = 60.0
     max_connections: int = 200
     max_keepalive_connections: int = 100
+    pool_shard_size: int = 8
     max_retries: int = 2
     max_tokens: int = 1024
     temperature: float = 0.3
@@ -94,6 +96,8 @@ class ClientConfig:
             raise ValidationError("connect_timeout_s", "cannot exceed request_timeout_s")
         if self.max_connections < 1 or not 0 <= self.max_keepalive_connections <= self.max_connections:
             raise ValidationError("max_connections", "need 1 <= keepalive <= max_connections")
+        if self.pool_shard_size < 1:
+            raise ValidationError("pool_shard_size", "must be >= 1")
         if not 0 <= self.max_retries <= 10:
             raise ValidationError("max_retries", "must be between 0 and 10")
         if self.max_tokens < 1:

@@ -112,8 +112,10 @@ async def test_timeouts_and_pool_limits_are_explicit() -> None:
     llm = OpenAICompatibleClient(config, prices=load_price_table())
     timeout = llm._http.timeout
     assert (timeout.connect, timeout.read) == (2.0, 20.0)
-    pool = llm._http._transport._pool  # type: ignore[attr-defined]
-    assert (pool._max_connections, pool._max_keepalive_connections) == (7, 3)
+    pools = [shard._pool for shard in llm._http._transport.pools]  # type: ignore[attr-defined]
+    assert sum(p._max_connections for p in pools) >= 7
+    assert sum(p._max_keepalive_connections for p in pools) >= 3
+    assert all(p._max_connections <= config.pool_shard_size for p in pools)
     await llm.aclose()
     with pytest.raises(ValidationError):
         ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), connect_timeout_s=0)

@@ -1,0 +1,231 @@
+"""LLM steps per second through the simulator beside the durable step-recording limit, and the
+adapter's own overhead per call beside a bare httpx POST to the same server.
+
+Run: ``.venv/bin/python bench/bench_llm.py [--sessions 500] [--latency-ms 45]``. The simulator
+runs as a separate process (``flowledger simulate-llm``), as a remote endpoint would. Uses
+FLOWLEDGER_DATABASE_URL, else the server at 127.0.0.1:5432 (db ``test``), else an embedded
+PostgreSQL; works in a scratch schema that it drops afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.domain.ports import step_messages
+from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.database import drop_schema
+from flowledger.infrastructure.embedded import embedded_database_url
+
+LOCAL = "postgresql://postgres@127.0.0.1:5432/test"
+SCRIPT = ("greet", "classify_intent", "resolve", "satisfaction")
+KEY = "sk-bench-00000000"
+
+
+def database_url() -> str:
+    """Where to measure."""
+    configured = os.environ.get("FLOWLEDGER_DATABASE_URL")
+    if configured:
+        return configured
+    try:
+        with psycopg.connect(LOCAL, connect_timeout=3):
+            return LOCAL
+    except psycopg.OperationalError:
+        return embedded_database_url(Path(tempfile.mkdtemp(prefix="flowledger-bench-")))
+
+
+def start_simulator(latency_ms: float) -> tuple[subprocess.Popen[bytes], str]:
+    """``flowledger simulate-llm`` on a free loopback port; returns the process and base URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [
+        sys.executable,
+        "-m",
+        "flowledger.adapters.cli.main",
+        "simulate-llm",
+        "--port",
+        str(port),
+        "--latency-ms",
+        str(latency_ms),
+        "--seed",
+        "1",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    for _ in range(200):
+        try:
+            if httpx.get(f"{base_url}/models", headers={"authorization": f"Bearer {KEY}"}).is_success:
+                return process, base_url
+        except httpx.TransportError:
+            time.sleep(0.05)
+    process.terminate()
+    raise RuntimeError("the simulator did not start")
+
+
+def client(base_url: str) -> OpenAICompatibleClient:
+    """The adapter as an application would configure it."""
+    config = ClientConfig(
+        base_url=base_url, api_key=ApiKey(KEY), max_connections=1000, max_keepalive_connections=1000
+    )
+    return OpenAICompatibleClient(config, prices=load_price_table())
+
+
+async def recording_limit(engine: Engine, sessions: list[str]) -> float:
+    """Steps/s of ``engine.record_step`` from as many concurrent sessions, on pool-sized threads."""
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(engine.settings.pool_size) as pool:
+
+        async def one(session_id: str) -> None:
+            for step in SCRIPT:
+                await loop.run_in_executor(
+                    pool,
+                    lambda s=step: engine.record_step(
+                        session_id,
+                        s,
+                        input={"message": "hi"},
+                        output={"message": "ok"},
+                        idempotency_key=f"{session_id}:{s}",
+                    ),
+                )
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(s) for s in sessions))
+        return len(sessions) * len(SCRIPT) / (time.perf_counter() - started)
+
+
+async def llm_steps(engine: Engine, sessions: list[str]) -> tuple[float, int]:
+    """Steps/s of ``engine.process_step`` through the simulator; and how many failed."""
+    failures = 0
+
+    async def one(session_id: str) -> None:
+        nonlocal failures
+        for step in SCRIPT:
+            try:
+                await engine.process_step(
+                    session_id, step, {"message": "I want a refund"}, idempotency_key=f"{session_id}:{step}"
+                )
+            except Exception:
+                failures += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(s) for s in sessions))
+    return len(sessions) * len(SCRIPT) / (time.perf_counter() - started), failures
+
+
+async def overhead(base_url: str, calls: int) -> tuple[float, float]:
+    """Mean seconds per call: the adapter's ``complete`` and a bare httpx POST, interleaved."""
+    messages = step_messages(step="greet", previous_step="init", context={}, input={"message": "hi"})
+    body = {
+        "model": "deepseek-v3.2",
+        "messages": messages,
+        "max_tokens": 1024,
+        "temperature": 0.3,
+        "response_format": {"type": "json_object"},
+    }
+    adapter = client(base_url)
+    async with httpx.AsyncClient(base_url=base_url + "/", headers={"authorization": f"Bearer {KEY}"}) as bare:
+        for _ in range(20):  # warm both connection pools
+            await adapter.complete(model="deepseek-v3.2", messages=messages)
+            (await bare.post("chat/completions", json=body)).json()
+        adapter_s = bare_s = 0.0
+        for _ in range(calls):
+            started = time.perf_counter()
+            await adapter.complete(model="deepseek-v3.2", messages=messages)
+            adapter_s += time.perf_counter() - started
+            started = time.perf_counter()
+            (await bare.post("chat/completions", json=body)).json()
+            bare_s += time.perf_counter() - started
+    await adapter.aclose()
+    return adapter_s / calls, bare_s / calls
+
+
+async def main(args: argparse.Namespace) -> None:
+    """Measure and print the tables."""
+    url = database_url()
+    schema = f"bench_llm_{uuid.uuid4().hex[:8]}"
+    settings = Settings(home=Path(tempfile.gettempdir()), database_url=url, schema=schema)
+    process, base_url = start_simulator(args.latency_ms)
+    try:
+        engine = Engine(settings=settings, llm=client(base_url))
+        recorded = [f"rec-{i}" for i in range(args.sessions)]
+        stepped = [f"llm-{i}" for i in range(args.sessions)]
+        for session_id in recorded + stepped:
+            engine.start_session(session_id, "customer_service")
+        limit = await recording_limit(engine, recorded)
+        rate, failures = await llm_steps(engine, stepped)
+        await engine.aclose()
+    finally:
+        process.terminate()
+        process.wait()
+        drop_schema(url, schema)
+    zero_process, zero_url = start_simulator(0)
+    try:
+        adapter_s, bare_s = await overhead(zero_url, args.calls)
+    finally:
+        zero_process.terminate()
+        zero_process.wait()
+    report(args, limit, rate, failures, adapter_s, bare_s)
+
+
+def report(
+    args: argparse.Namespace, limit: float, rate: float, failures: int, adapter_s: float, bare_s: float
+) -> None:
+    """Print both comparisons as rich tables."""
+    console = Console()
+    steps = Table(
+        title=f"LLM steps: {args.sessions} concurrent sessions x {len(SCRIPT)} steps, "
+        f"simulator at {args.latency_ms:g} ms"
+    )
+    for column in ("case", "steps/s", "ratio"):
+        steps.add_column(column, justify="right" if column != "case" else "left")
+    steps.add_row("engine.record_step (durable recording limit)", f"{limit:,.0f}", "1.00")
+    steps.add_row(
+        f"engine.process_step via simulator ({failures} failed)", f"{rate:,.0f}", f"{rate / limit:.2f}"
+    )
+    steps.add_row(
+        "latency bound (sessions / latency)",
+        f"{args.sessions / (args.latency_ms / 1000):,.0f}",
+        f"{args.sessions / (args.latency_ms / 1000) / limit:.2f}",
+    )
+    console.print(steps)
+    calls = Table(title=f"Adapter overhead: {args.calls} sequential calls each, simulator at 0 ms")
+    for column in ("case", "ms/call", "ratio"):
+        calls.add_column(column, justify="right" if column != "case" else "left")
+    calls.add_row("bare httpx POST + json()", f"{bare_s * 1000:.3f}", "1.00")
+    calls.add_row("OpenAICompatibleClient.complete", f"{adapter_s * 1000:.3f}", f"{adapter_s / bare_s:.2f}")
+    extra_ms = (adapter_s - bare_s) * 1000
+    calls.add_row(
+        f"adapter overhead vs a {args.latency_ms:g} ms call",
+        f"{extra_ms:.3f}",
+        f"{extra_ms / args.latency_ms:.3f}",
+    )
+    console.print(calls)
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sessions", type=int, default=500)
+    parser.add_argument("--latency-ms", type=float, default=45.0)
+    parser.add_argument("--calls", type=int, default=500)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(arguments()))
