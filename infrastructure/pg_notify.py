@@ -11,6 +11,7 @@ behind the horizon becomes readable without any new ``NOTIFY``.
 from __future__ import annotations
 
 import threading
+import time
 from time import monotonic
 
 from eventsourcing.postgres import PostgresDatastore, PostgresSubscription
@@ -18,6 +19,9 @@ from psycopg.sql import SQL, Identifier
 
 IDLE_EXIT_SECONDS = 1.0
 """The notifier thread ends after this long without appends (the next one restarts it)."""
+
+MIN_INTERVAL_SECONDS = 0.005
+"""At most one NOTIFY per this interval: a round trip per append would cost writers CPU."""
 
 
 class Notifier:
@@ -49,6 +53,7 @@ class Notifier:
             try:
                 with self._datastore.get_connection() as conn:
                     conn.execute(self._statement)
+                time.sleep(MIN_INTERVAL_SECONDS)
             except Exception:
                 # The pool is closed or the server is gone: nobody can be listening
                 # through it, and subscribers poll anyway. Let a later poke retry.

@@ -1,0 +1,77 @@
+"""Helpers shared by the benchmarks: which database, a scratch schema, a timed writer pool."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import sql
+
+LOCAL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def database_url() -> str:
+    """FLOWLEDGER_DATABASE_URL, else the local server (the benchmarks need a real server)."""
+    return os.environ.get("FLOWLEDGER_DATABASE_URL") or LOCAL
+
+
+@contextmanager
+def scratch_schema(url: str, prefix: str) -> Iterator[str]:
+    """A new schema, dropped (with everything in it) afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def run_writers(writers: int, seconds: float, make_writer: Callable[[int], Callable[[], None]]) -> float:
+    """Operations per second of ``writers`` threads, each calling its own op for ``seconds``.
+
+    ``make_writer(i)`` prepares writer ``i`` (untimed) and returns the op to repeat.
+    All writers start together; the clock stops when the last one stops.
+    """
+    ops = [make_writer(i) for i in range(writers)]
+    counts = [0] * writers
+    errors: list[BaseException] = []
+    start = threading.Barrier(writers + 1)
+    stop_at = [0.0]
+
+    def loop(i: int) -> None:
+        start.wait()
+        op = ops[i]
+        n = 0
+        try:
+            while time.perf_counter() < stop_at[0]:
+                op()
+                n += 1
+        except BaseException as exc:
+            errors.append(exc)
+        counts[i] = n
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    began = time.perf_counter()
+    stop_at[0] = began + seconds
+    start.wait()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    if errors:
+        raise errors[0]
+    return sum(counts) / elapsed
+
+
+def median(values: list[float]) -> float:
+    """The median, for rounds taken on a shared, noisy machine."""
+    return statistics.median(values)
