@@ -19,7 +19,9 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -27,7 +29,8 @@ from rich.console import Console
 from rich.table import Table
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
-from flowledger.domain.ports import step_messages
+from flowledger.domain.ports import LlmReply, step_messages
+from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.database import drop_schema
 from flowledger.infrastructure.embedded import embedded_database_url
@@ -128,6 +131,27 @@ async def llm_steps(engine: Engine, sessions: list[str]) -> tuple[float, int]:
     return len(sessions) * len(SCRIPT) / (time.perf_counter() - started), failures
 
 
+class SleepingPort:
+    """An in-process LlmPort that answers after the simulator's latency: the engine without HTTP."""
+
+    def __init__(self, latency_s: float) -> None:
+        self.latency_s = latency_s
+
+    async def complete(
+        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
+    ) -> LlmReply:
+        """A fixed JSON decision with fixed usage."""
+        await asyncio.sleep(self.latency_s)
+        usage = LlmUsage(
+            request_model=model or "deepseek-v3.2",
+            input_tokens=120,
+            output_tokens=40,
+            cost_usd=Decimal("0.0000504"),
+            latency_ms=self.latency_s * 1000,
+        )
+        return LlmReply(content='{"action": "a", "next_step": null, "message": "ok"}', usage=usage)
+
+
 async def overhead(base_url: str, calls: int) -> tuple[float, float]:
     """Mean seconds per call: the adapter's ``complete`` and a bare httpx POST, interleaved."""
     messages = step_messages(step="greet", previous_step="init", context={}, input={"message": "hi"})
@@ -170,6 +194,12 @@ async def main(args: argparse.Namespace) -> None:
         limit = await recording_limit(engine, recorded)
         rate, failures = await llm_steps(engine, stepped)
         await engine.aclose()
+        port_engine = Engine(settings=settings, llm=SleepingPort(args.latency_ms / 1000))
+        in_process = [f"port-{i}" for i in range(args.sessions)]
+        for session_id in in_process:
+            port_engine.start_session(session_id, "customer_service")
+        port_rate, _ = await llm_steps(port_engine, in_process)
+        await port_engine.aclose()
     finally:
         process.terminate()
         process.wait()
@@ -180,11 +210,17 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         zero_process.terminate()
         zero_process.wait()
-    report(args, limit, rate, failures, adapter_s, bare_s)
+    report(args, limit, rate, port_rate, failures, adapter_s, bare_s)
 
 
 def report(
-    args: argparse.Namespace, limit: float, rate: float, failures: int, adapter_s: float, bare_s: float
+    args: argparse.Namespace,
+    limit: float,
+    rate: float,
+    port_rate: float,
+    failures: int,
+    adapter_s: float,
+    bare_s: float,
 ) -> None:
     """Print both comparisons as rich tables."""
     console = Console()
@@ -197,6 +233,9 @@ def report(
     steps.add_row("engine.record_step (durable recording limit)", f"{limit:,.0f}", "1.00")
     steps.add_row(
         f"engine.process_step via simulator ({failures} failed)", f"{rate:,.0f}", f"{rate / limit:.2f}"
+    )
+    steps.add_row(
+        "engine.process_step, in-process port (no HTTP)", f"{port_rate:,.0f}", f"{port_rate / limit:.2f}"
     )
     steps.add_row(
         "latency bound (sessions / latency)",
