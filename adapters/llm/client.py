@@ -19,7 +19,7 @@ import httpx
 from flowledger.adapters.llm.completion import ParsedCompletion, estimate_prompt_tokens, parse_completion
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig
-from flowledger.adapters.llm.pricing import ModelPrice, PriceTable, load_price_table
+from flowledger.adapters.llm.pricing import PriceTable, load_price_table
 from flowledger.adapters.llm.resilience import EndpointBreaker, ModelRateLimiter
 from flowledger.adapters.llm.retry import (
     AttemptError,
@@ -29,9 +29,9 @@ from flowledger.adapters.llm.retry import (
     status_is_retryable,
 )
 from flowledger.adapters.llm.transport import ShardedTransport
+from flowledger.adapters.llm.usage import CallContext, build_usage
 from flowledger.domain.errors import CircuitOpen, LlmCallFailed, ValidationError
 from flowledger.domain.ports import LlmReply
-from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.settings import Settings
 
 
@@ -141,7 +141,15 @@ class OpenAICompatibleClient:
             body["stream_options"] = {"include_usage": True}
         queued = self._clock()
         await self.limiter.acquire(name, estimate_prompt_tokens(messages) + self.config.max_tokens)
-        started = self._clock()
+        call = CallContext(
+            provider=self.config.provider,
+            model=name,
+            price=price,
+            price_version=self.prices.version,
+            stream=stream,
+            queued=queued,
+            started=self._clock(),
+        )
         outcomes: list[AttemptOutcome] = []
         try:
             async for attempt in self.retry.retrying():
@@ -149,7 +157,7 @@ class OpenAICompatibleClient:
                     waited = float(attempt.retry_state.idle_for)
                     parsed = await self._attempt(body, stream, outcomes, waited)
         except AttemptError as error:
-            usage = self._usage(name, None, price, started, outcomes, stream, queued)
+            usage = build_usage(call, None, outcomes, self._clock())
             raise LlmCallFailed(
                 f"{name} at {self.config.endpoint}: {self._scrub(str(error))} "
                 f"(after {len(outcomes)} attempt(s))",
@@ -160,11 +168,9 @@ class OpenAICompatibleClient:
             ) from None
         except CircuitOpen as error:
             error.attempts = len(outcomes)
-            error.usage = (
-                self._usage(name, None, price, started, outcomes, stream, queued) if outcomes else None
-            )
+            error.usage = build_usage(call, None, outcomes, self._clock()) if outcomes else None
             raise
-        usage = self._usage(name, parsed, price, started, outcomes, stream, queued)
+        usage = build_usage(call, parsed, outcomes, self._clock())
         return LlmReply(content=parsed.content, usage=usage)
 
     async def _attempt(
@@ -235,56 +241,6 @@ class OpenAICompatibleClient:
             status_code=None if error is None else error.status_code,
             elapsed_ms=(self._clock() - begun) * 1000,
             waited_before_s=waited,
-        )
-
-    def _usage(
-        self,
-        model: str,
-        parsed: ParsedCompletion | None,
-        price: ModelPrice,
-        started: float,
-        outcomes: list[AttemptOutcome],
-        stream: bool,
-        queued: float,
-    ) -> LlmUsage:
-        tokens = parsed.tokens if parsed is not None else None
-        extra: dict[str, Any] = {
-            "streamed": stream,
-            "rate_limit_wait_ms": round((started - queued) * 1000, 3),
-            "attempt_log": [
-                {
-                    "n": o.number,
-                    "outcome": o.error_type,
-                    "status": o.status_code,
-                    "ms": round(o.elapsed_ms, 3),
-                    "waited_s": round(o.waited_before_s, 3),
-                }
-                for o in outcomes
-            ],
-        }
-        if parsed is not None and stream:
-            ttft = parsed.time_to_first_token_ms
-            extra["time_to_first_token_ms"] = round(ttft, 3) if ttft is not None else None
-        if tokens is not None and not tokens.reported:
-            extra["usage_reported"] = False
-        counts = {
-            "input_tokens": tokens.input_tokens if tokens else 0,
-            "output_tokens": tokens.output_tokens if tokens else 0,
-            "cache_read_input_tokens": tokens.cache_read_input_tokens if tokens else 0,
-            "reasoning_output_tokens": tokens.reasoning_output_tokens if tokens else 0,
-        }
-        return LlmUsage(
-            provider=self.config.provider,
-            request_model=model,
-            response_model=(parsed.response_model if parsed else "") or model,
-            finish_reasons=parsed.finish_reasons if parsed else (),
-            response_id=parsed.response_id if parsed else "",
-            cost_usd=price.cost(**counts),
-            price_version=self.prices.version,
-            latency_ms=round((self._clock() - started) * 1000, 3),
-            attempts=max(len(outcomes), 1),
-            extra=extra,
-            **counts,
         )
 
     def _scrub(self, text: str) -> str:
