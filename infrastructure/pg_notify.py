@@ -20,8 +20,9 @@ from psycopg.sql import SQL, Identifier
 IDLE_EXIT_SECONDS = 1.0
 """The notifier thread ends after this long without appends (the next one restarts it)."""
 
-MIN_INTERVAL_SECONDS = 0.005
-"""At most one NOTIFY per this interval: a round trip per append would cost writers CPU."""
+MIN_INTERVAL_SECONDS = 0.02
+"""At most one NOTIFY per this interval (live followers wait at most this much longer):
+a round trip per append would take CPU from the writers."""
 
 
 class Notifier:
