@@ -29,6 +29,19 @@ _INTENTS = (
 )
 # The seed's customer-service workflow: greet -> classify -> resolve -> satisfaction.
 _NEXT_STEP = {"greet": "classify_intent", "classify_intent": "resolve", "resolve": "satisfaction"}
+_CATEGORIES = (
+    ("bug_fix", ("fix", "bug", "crash", "race", "leak", "error", "broken")),
+    ("documentation", ("document", "docs", "readme", "runbook")),
+    ("review", ("review", "audit")),
+    ("deployment", ("deploy", "release", "rollout", "pipeline", "helm", "terraform", "kubernetes")),
+    ("research", ("research", "investigate", "evaluate", "spike", "compare")),
+)
+_COMPLEXITY = (
+    ("critical", ("outage", "production down", "security", "data loss")),
+    ("high", ("migrate", "refactor", "redesign", "race", "scale")),
+    ("low", ("typo", "copy", "rename", "small", "docs")),
+)
+_HOURS = {"low": 1.5, "medium": 4.0, "high": 12.0, "critical": 6.0}
 _STEP_LINE = re.compile(r"Current step: ([^\n]+)")
 
 
@@ -110,6 +123,8 @@ def step_decision(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON decision a well-behaved model would give for the step named in the prompt."""
     system = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
     user = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
+    if "task classification engine" in system:
+        return task_classification(user)
     found = _STEP_LINE.search(system)
     step = found.group(1).strip() if found else "reply"
     lowered = user.lower()
@@ -143,6 +158,18 @@ def step_decision(messages: list[dict[str, Any]]) -> dict[str, Any]:
             "message": "Was I able to help? Please rate this conversation.",
         }
     return {"action": "respond", "context_update": {}, "next_step": None, "message": "Noted."}
+
+
+def task_classification(task_text: str) -> dict[str, Any]:
+    """What a model would answer to the task-classification prompt: keywords decide."""
+    lowered = task_text.lower()
+    category = next((name for name, words in _CATEGORIES if any(w in lowered for w in words)), "feature")
+    complexity = next((name for name, words in _COMPLEXITY if any(w in lowered for w in words)), "medium")
+    return {
+        "category": category,
+        "complexity": complexity,
+        "estimated_hours": _HOURS[complexity],
+    }
 
 
 @dataclass
