@@ -35,7 +35,8 @@ async def test_a_task_classified_through_the_simulator_keeps_the_calls_usage(
     usage = state.classification.usage
     assert usage is not None
     assert usage.request_model == "deepseek-v3.2"
-    assert usage.input_tokens > 0 and usage.output_tokens > 0
+    assert usage.input_tokens > 0
+    assert usage.output_tokens > 0
     assert usage.cost_usd > 0
     events = [e.event_type for e in engine.task_history("T-1")]
     assert events == ["Task.Created", "Task.Classified"]
