@@ -1,7 +1,12 @@
-"""``flowledger demo``: scripted customer-service sessions stored as events, then a summary."""
+"""``flowledger demo``: the main job, end to end on the embedded PostgreSQL and the LLM simulator.
+
+Scripted sessions with caller-supplied usage, sessions whose steps call the simulator,
+the seed's task-assignment scenario, then the projections rebuilt and shown.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections import Counter
@@ -13,7 +18,18 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from flowledger.adapters.cli.demo_llm import run_llm_sessions
+from flowledger.adapters.cli.demo_tasks import run_task_scenario
+from flowledger.adapters.cli.projection_commands import show_analytics
 from flowledger.adapters.cli.rendering import history_table, session_table
+from flowledger.adapters.llm import (
+    ApiKey,
+    ClientConfig,
+    OpenAICompatibleClient,
+    SimulatorConfig,
+    load_price_table,
+    run_simulator,
+)
 from flowledger.domain.session_views import SessionStatus
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
@@ -108,12 +124,28 @@ def summary_table(engine: Engine, run: DemoRun) -> Table:
 
 
 def run_demo(console: Console, sessions: int) -> None:
-    """The whole demo: record, summarise, replay one session."""
+    """The whole demo: recorded steps, model calls through the simulator, tasks, analytics."""
     with Engine() as engine:
         where = "FLOWLEDGER_DATABASE_URL" if engine.settings.database_url else "embedded PostgreSQL"
         console.rule(f"flowledger demo on {where} (schema {engine.settings.schema})")
+
+        console.rule("1. steps whose model calls happened elsewhere (record_step)")
         run = record_scripted_sessions(engine, console, sessions)
         console.print(summary_table(engine, run))
         example = run.session_ids[0]
         console.print(history_table(example, engine.history(example)))
         console.print(session_table(engine.get_session(example, version=2)))
+
+        with run_simulator(SimulatorConfig(seed=2026)) as simulator:
+            console.rule(f"2. steps that call the model (process_step), simulator at {simulator.base_url}")
+            asyncio.run(run_llm_sessions(engine, simulator.base_url, sessions, console))
+            console.rule("3. tasks classified by the model, assigned to agents, escalated")
+            run_task_scenario(engine, console, llm=_simulator_client(engine, simulator.base_url))
+
+        console.rule("4. analytics rebuilt from the log (projections)")
+        show_analytics(engine, console)
+
+
+def _simulator_client(engine: Engine, base_url: str) -> OpenAICompatibleClient:
+    config = ClientConfig(base_url=base_url, api_key=ApiKey("sk-flowledger-demo"))
+    return OpenAICompatibleClient(config, prices=load_price_table(engine.settings.pricing_file))
