@@ -19,16 +19,16 @@ def _compact(value: Any, limit: int = 80) -> str:
 def history_table(session_id: str, entries: list[HistoryEntry]) -> Table:
     """One row per stored event."""
     table = Table(title=f"history of {session_id}")
-    table.add_column("v", justify="right")
-    table.add_column("at")
-    table.add_column("event")
-    table.add_column("data", no_wrap=True, overflow="ellipsis")
+    table.add_column("v", justify="right", no_wrap=True, min_width=2)
+    table.add_column("at (UTC)", no_wrap=True, min_width=23)
+    table.add_column("event", no_wrap=True)
+    table.add_column("data", overflow="fold")
     for entry in entries:
         table.add_row(
             str(entry.version),
-            entry.timestamp.isoformat(timespec="milliseconds"),
+            entry.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
             entry.event_type,
-            _compact(entry.data),
+            _compact(entry.data, 120),
         )
     return table
 
