@@ -8,31 +8,36 @@ from contextlib import contextmanager
 import typer
 from rich.console import Console
 
-from flowledger.domain.errors import (
-    ConcurrentUpdate,
-    FlowledgerError,
-    SessionClosed,
-    SessionConflict,
-    SessionExpired,
-    SessionNotFound,
-    ValidationError,
-)
+from flowledger.domain import errors
 
 # Most specific first; FlowledgerError catches the rest.
-EXIT_CODES: tuple[tuple[type[FlowledgerError], int], ...] = (
-    (ValidationError, 2),
-    (SessionNotFound, 3),
-    (SessionConflict, 4),
-    (SessionExpired, 5),
-    (SessionClosed, 5),
-    (ConcurrentUpdate, 6),
-    (FlowledgerError, 1),
+EXIT_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
+    (errors.ValidationError, 2),
+    (errors.UnknownModelPrice, 2),
+    (errors.SessionNotFound, 3),
+    (errors.TaskNotFound, 3),
+    (errors.AgentNotFound, 3),
+    (errors.SessionConflict, 4),
+    (errors.StepInProgress, 4),
+    (errors.TaskConflict, 4),
+    (errors.TaskTransitionRejected, 4),
+    (errors.AgentConflict, 4),
+    (errors.AgentAtCapacity, 4),
+    (errors.TaskNotHeld, 4),
+    (errors.SessionExpired, 5),
+    (errors.SessionClosed, 5),
+    (errors.ConcurrentUpdate, 6),
+    (errors.LlmCallFailed, 7),
+    (errors.CircuitOpen, 7),
+    (errors.LlmNotConfigured, 7),
+    (errors.LlmError, 7),
+    (errors.FlowledgerError, 1),
 )
 
 _stderr = Console(stderr=True)
 
 
-def exit_code_for(error: FlowledgerError) -> int:
+def exit_code_for(error: errors.FlowledgerError) -> int:
     """The exit code for an error, by the first matching row of EXIT_CODES."""
     return next(code for kind, code in EXIT_CODES if isinstance(error, kind))
 
@@ -42,6 +47,6 @@ def reported_errors() -> Iterator[None]:
     """Turn a FlowledgerError into one line on stderr and its exit code."""
     try:
         yield
-    except FlowledgerError as error:
+    except errors.FlowledgerError as error:
         _stderr.print(f"[red]error:[/red] {error}", highlight=False)
         raise typer.Exit(exit_code_for(error)) from None

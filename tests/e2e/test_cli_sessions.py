@@ -71,3 +71,17 @@ def test_audit_verifies_the_log_and_an_exported_session(
     tampered = run(database_url, pg_schema, "audit", "verify", "--file", str(export))
     assert tampered.returncode == 1
     assert "line 2: content does not match its hash" in tampered.stderr
+
+
+def test_every_error_class_has_an_exit_code_and_an_http_status() -> None:
+    from flowledger.adapters.cli.errors import EXIT_CODES
+    from flowledger.adapters.http.errors import STATUS_CODES
+    from flowledger.domain import errors
+
+    classes = [c for c in vars(errors).values()
+               if isinstance(c, type) and issubclass(c, errors.FlowledgerError)]
+    abstract = {errors.FlowledgerError, errors.SessionError, errors.TaskError, errors.AgentError,
+                errors.LlmError}
+    for kind in set(classes) - abstract:
+        assert any(kind is k for k, _ in EXIT_CODES), f"{kind.__name__} has no exit code of its own"
+        assert any(kind is k for k, _ in STATUS_CODES), f"{kind.__name__} has no HTTP status of its own"
