@@ -7,6 +7,7 @@ the ``@event`` methods only assign, because they run again on every replay.
 from __future__ import annotations
 
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -26,6 +27,7 @@ from flowledger.domain.values import JsonObject, LlmUsage, require_json, require
 SESSION_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/session")
 
 
+@lru_cache(maxsize=65_536)
 def session_uuid(tenant: str, session_id: str) -> UUID:
     """The aggregate id of a caller's session id, scoped by tenant."""
     return uuid5(SESSION_NAMESPACE, f"{tenant}\x1f{session_id}")

@@ -234,20 +234,33 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         return session
 
     def _save(self, session: Session) -> None:
-        if session.pending_events:
-            self.app.save(session)
+        # The library's app.save() adds generic bookkeeping (and protocol isinstance
+        # checks) that cost a third of a step; a session needs only this.
+        events = session.collect_events()
+        if not events:
+            return
+        self.app.events.put(events)
+        interval = self.settings.snapshot_interval
+        crossed = events[-1].originator_version // interval > (events[0].originator_version - 1) // interval
+        if crossed and self.app.snapshots is not None:
+            self.app.snapshots.put([Session.Snapshot.take(session)])
 
     def _retrying(self, session_id: str, attempt: Callable[[], T]) -> T:
-        attempts = self.settings.max_conflict_retries + 1
+        try:
+            return attempt()  # the common case needs no retry machinery
+        except IntegrityError:
+            retries = self.settings.max_conflict_retries
+        if retries == 0:
+            raise ConcurrentUpdate(session_id, 1) from None
         retrying = Retrying(
             retry=retry_if_exception_type(IntegrityError),
-            stop=stop_after_attempt(attempts),
+            stop=stop_after_attempt(retries),
             wait=wait_random_exponential(multiplier=0.002, max=0.05),
         )
         try:
             return retrying(attempt)
         except RetryError:
-            raise ConcurrentUpdate(session_id, attempts) from None
+            raise ConcurrentUpdate(session_id, retries + 1) from None
 
     def _lock(self, session_id: str) -> threading.Lock:
         return self._locks[hash(session_id) % _STRIPES]

@@ -113,3 +113,23 @@ def test_a_writer_whose_cached_session_went_stale_retries_against_fresh_state(
     state = other.get_session("stale")
     assert [r.step for r in state.history] == ["a", "b", "c"]
     assert state.context == {"from": "other"}
+
+
+def test_with_no_retries_allowed_the_first_lost_race_surfaces(database_url: str, pg_schema: str) -> None:
+    strict = Engine(settings=make_settings(database_url=database_url, schema=pg_schema,
+                                           max_conflict_retries=0))
+    other = Engine(settings=make_settings(database_url=database_url, schema=pg_schema))
+    strict.start_session("once", "cs")
+    calls: list[int] = []
+
+    def interrupted(session: Session) -> None:
+        calls.append(session.version)
+        other.record_step("once", "interloper")
+        session.record_step(step="mine", input={}, output={})
+
+    with pytest.raises(ConcurrentUpdate) as raised:
+        strict.update("once", interrupted)
+    assert raised.value.attempts == 1
+    assert calls == [1]
+    strict.close()
+    other.close()
