@@ -40,7 +40,7 @@ class FlowledgerProcessRecorder(PostgresProcessRecorder, FlowledgerApplicationRe
             return plain
         with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
             # The append must be the transaction's first write (it takes the id).
-            ids = self._append(curs, stored_events) if stored_events else []
+            ids = self.append(curs, stored_events) if stored_events else []
             self._insert_tracking(curs, tracking)
         if ids:
             self.notifier.poke()

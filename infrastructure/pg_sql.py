@@ -51,53 +51,72 @@ def add_transaction_id(schema: str, table: str) -> list[Composed]:
     ]
 
 
-def create_append_function(
-    *, schema: str, table: str, function: str, event_type: str, sequence: str, lock_key: int
-) -> Composed:
+def create_append_functions(
+    *, schema: str, table: str, function: str, id_type: str, sequence: str, lock_key: int
+) -> list[Composed]:
     """The append: one call, one round trip, one commit (the caller's autocommit).
 
     Only taking the transaction id and the notification ids is serialised (a session
     advisory lock held for microseconds); the insert, index updates and commit run
-    concurrently, so commits from many writers share WAL flushes.
+    concurrently, so commits from many writers share WAL flushes. ``<function>_one``
+    appends a single event (the common save) with scalar arguments, ``<function>``
+    many, as parallel arrays: both avoid composite-type arrays, which cost more to send
+    than the insert itself. No EXCEPTION block (it would open a subtransaction per
+    append): the recorder releases the lock itself if a call fails in the section.
     """
-    return SQL(
-        "CREATE OR REPLACE FUNCTION {schema}.{function}(events {schema}.{event_type}[]) "
-        "RETURNS SETOF bigint LANGUAGE plpgsql AS $body$\n"
-        "DECLARE\n"
-        "  tx xid8;\n"
-        "  ids bigint[];\n"
-        "BEGIN\n"
+    guard = SQL(
         "  IF pg_current_xact_id_if_assigned() IS NOT NULL THEN\n"
         "    RAISE EXCEPTION {message} USING ERRCODE = 'object_not_in_prerequisite_state';\n"
         "  END IF;\n"
+    ).format(message=Literal(XID_ALREADY_ASSIGNED))
+    names = {
+        "schema": Identifier(schema),
+        "one": Identifier(f"{function}_one"[:63]),
+        "many": Identifier(function),
+        "table": Identifier(table),
+        "id_type": Identifier(id_type),
+        "sequence": Literal(sequence),
+        "key": Literal(lock_key),
+        "guard": guard,
+    }
+    one = SQL(
+        "CREATE OR REPLACE FUNCTION {schema}.{one}"
+        "(p_id {id_type}, p_version bigint, p_topic text, p_state bytea) "
+        "RETURNS bigint LANGUAGE plpgsql AS $body$\n"
+        "DECLARE tx xid8; id bigint;\n"
+        "BEGIN\n{guard}"
         "  PERFORM pg_advisory_lock({key});\n"
-        # The block's handler makes sure no error (a cancel included) leaves the
-        # session lock held on a pooled connection.
-        "  BEGIN\n"
-        "    tx := pg_current_xact_id();\n"
-        "    ids := ARRAY(SELECT nextval({sequence}) FROM generate_series(1, cardinality(events)));\n"
-        "  EXCEPTION WHEN query_canceled OR others THEN\n"
-        "    PERFORM pg_advisory_unlock({key});\n"
-        "    RAISE;\n"
-        "  END;\n"
+        "  tx := pg_current_xact_id();\n"
+        "  id := nextval({sequence});\n"
+        "  PERFORM pg_advisory_unlock({key});\n"
+        "  INSERT INTO {schema}.{table} "
+        "(originator_id, originator_version, topic, state, notification_id, transaction_id) "
+        "VALUES (p_id, p_version, p_topic, p_state, id, tx);\n"
+        "  RETURN id;\n"
+        "END;\n$body$"
+    ).format(**names)
+    many = SQL(
+        "CREATE OR REPLACE FUNCTION {schema}.{many}"
+        "(p_ids {id_type}[], p_versions bigint[], p_topics text[], p_states bytea[]) "
+        "RETURNS SETOF bigint LANGUAGE plpgsql AS $body$\n"
+        "DECLARE tx xid8; ids bigint[];\n"
+        "BEGIN\n{guard}"
+        "  PERFORM pg_advisory_lock({key});\n"
+        "  tx := pg_current_xact_id();\n"
+        "  ids := ARRAY(SELECT nextval({sequence}) FROM generate_series(1, cardinality(p_ids)));\n"
         "  PERFORM pg_advisory_unlock({key});\n"
         "  INSERT INTO {schema}.{table} "
         "(originator_id, originator_version, topic, state, notification_id, transaction_id)\n"
-        "  SELECT u.originator_id, u.originator_version, u.topic, u.state, u.notification_id, tx\n"
-        "  FROM unnest(events, ids) "
-        "AS u(originator_id, originator_version, topic, state, notification_id);\n"
+        "  SELECT u.i, u.v, u.t, u.s, u.n, tx FROM unnest(p_ids, p_versions, p_topics, p_states, ids) "
+        "AS u(i, v, t, s, n);\n"
         "  RETURN QUERY SELECT unnest(ids);\n"
-        "END;\n"
-        "$body$"
-    ).format(
-        schema=Identifier(schema),
-        function=Identifier(function),
-        event_type=Identifier(event_type),
-        table=Identifier(table),
-        sequence=Literal(sequence),
-        key=Literal(lock_key),
-        message=Literal(XID_ALREADY_ASSIGNED),
-    )
+        "END;\n$body$"
+    ).format(**names)
+    return [one, many]
+
+
+UNLOCK_ALL = SQL("SELECT pg_advisory_unlock_all()")
+"""Releases the append section's lock if a failed call left it held on a connection."""
 
 
 def select_notifications(

@@ -72,7 +72,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         # The append function needs the table's sequence name: made in _create_table.
         del self.sql_create_statements[self.create_insert_function_statement_index]
         self.append_function_name = f"{self.events_table_name}_append"[: self.MAX_IDENTIFIER_LEN]
-        self.sql_append = SQL("SELECT * FROM {}.{}(%s)").format(
+        self.sql_append_one = SQL("SELECT {}.{}(%s, %s, %s, %s) AS id").format(
+            Identifier(schema), Identifier(f"{self.append_function_name}_one"[: self.MAX_IDENTIFIER_LEN])
+        )
+        self.sql_append = SQL("SELECT id FROM {}.{}(%s, %s, %s, %s) AS id").format(
             Identifier(schema), Identifier(self.append_function_name)
         )
         self.sql_max_notification_id = pg_sql.max_notification_id(schema, self.events_table_name)
@@ -96,16 +99,15 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         if row is None or row["seq"] is None:
             msg = f"{schema}.{table}.notification_id has no sequence"
             raise OperationalError(msg)
-        curs.execute(
-            pg_sql.create_append_function(
-                schema=schema,
-                table=table,
-                function=self.append_function_name,
-                event_type=self.stored_event_type_name,
-                sequence=row["seq"],
-                lock_key=pg_sql.section_lock_key(schema, table),
-            )
-        )
+        for statement in pg_sql.create_append_functions(
+            schema=schema,
+            table=table,
+            function=self.append_function_name,
+            id_type=self.datastore.originator_id_type,
+            sequence=row["seq"],
+            lock_key=pg_sql.section_lock_key(schema, table),
+        ):
+            curs.execute(statement)
 
     @retry(_RETRYABLE, max_attempts=10, wait=0.2)
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
@@ -113,17 +115,41 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         if not stored_events:
             return []
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            ids = self._append(curs, stored_events)
+            try:
+                ids = self.append(curs, stored_events)
+            except BaseException:
+                # The call may have failed inside the id section (a cancel, say):
+                # never hand a connection holding the section lock back to the pool.
+                if not conn.closed:
+                    curs.execute(pg_sql.UNLOCK_ALL)
+                raise
         self.notifier.poke()
         return ids
 
-    def _append(self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent]) -> list[int]:
-        rows = [
-            self.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
-            for e in stored_events
-        ]
-        curs.execute(self.sql_append, (rows,), prepare=True)
-        return [row[self.append_function_name] for row in curs.fetchall()]
+    def append(self, curs: Cursor[Any], stored_events: Sequence[StoredEvent]) -> list[int]:
+        """Append on ``curs`` (its transaction commits them); returns the notification ids.
+
+        Must be the first write of its transaction (the call takes the transaction id).
+        """
+        if len(stored_events) == 1:
+            e = stored_events[0]
+            row = curs.execute(
+                self.sql_append_one, (e.originator_id, e.originator_version, e.topic, e.state), prepare=True
+            ).fetchone()
+            if row is None:  # the function always returns the id
+                raise OperationalError("append returned no notification id")
+            return [row["id"]]
+        curs.execute(
+            self.sql_append,
+            (
+                [e.originator_id for e in stored_events],
+                [e.originator_version for e in stored_events],
+                [e.topic for e in stored_events],
+                [e.state for e in stored_events],
+            ),
+            prepare=True,
+        )
+        return [row["id"] for row in curs.fetchall()]
 
     @retry(_RETRYABLE, max_attempts=10, wait=0.2)
     def select_notifications(

@@ -118,14 +118,14 @@ def test_the_append_refuses_to_follow_another_write_in_its_transaction(
     recorder: FlowledgerApplicationRecorder,
 ) -> None:
     # Given a transaction that has already written (so already has its transaction id)
-    row = recorder.construct_pg_stored_event(uuid.uuid4(), 1, "t:E", b"{}")
+    event = StoredEvent(originator_id=uuid.uuid4(), originator_version=1, topic="t:E", state=b"{}")
     with recorder.datastore.get_connection() as conn:
         conn.execute("BEGIN")
         conn.execute("CREATE TEMP TABLE scratch (x int) ON COMMIT DROP")
         conn.execute("INSERT INTO scratch VALUES (1)")
         # When it appends, then the append refuses: its rows could sort before older ones
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match=XID_ALREADY_ASSIGNED):
-            conn.execute(recorder.sql_append, ([row],))
+            recorder.append(conn.cursor(), [event])
         conn.execute("ROLLBACK")
     assert recorder.select_notifications(None, 10) == []
 

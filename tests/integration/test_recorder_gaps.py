@@ -68,11 +68,11 @@ def append_uncommitted(recorder: PostgresApplicationRecorder, events: list[Store
     ctx = recorder.datastore.get_connection()
     conn = ctx.__enter__()
     conn.execute("BEGIN")
-    rows = [recorder.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
-            for e in events]
     if isinstance(recorder, FlowledgerApplicationRecorder):
-        conn.execute(recorder.sql_append, (rows,))
+        recorder.append(conn.cursor(), events)
     else:
+        rows = [recorder.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
+                for e in events]
         conn.execute(recorder.sql_invoke_pg_function_insert_events, (rows,))
     return ctx, conn
 
