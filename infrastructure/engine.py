@@ -222,6 +222,7 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
                 metadata=metadata,
             )
             self._save(session)
+            self._writers.put(session.id, session)
             return session.state()
         existing.ensure_same_start(workflow=workflow, user_id=user_id)
         return existing.state()
