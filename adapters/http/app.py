@@ -1,10 +1,10 @@
-"""The FastAPI application: webhook, REST API, OpenAPI at /openapi.json."""
+"""The FastAPI application: webhook, REST API, dashboard page, OpenAPI at /openapi.json."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 
-from flowledger.adapters.http import rest, webhook
+from flowledger.adapters.http import dashboard, rest, webhook
 from flowledger.adapters.http.errors import install_error_handlers
 from flowledger.infrastructure import Engine
 
@@ -20,6 +20,7 @@ def create_app(engine: Engine) -> FastAPI:
     install_error_handlers(app)
     app.include_router(webhook.router)
     app.include_router(rest.router)
+    app.include_router(dashboard.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

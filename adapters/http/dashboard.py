@@ -1,0 +1,157 @@
+"""The dashboard page (``/dashboard``) and its data as JSON (``/v1/dashboard``, ``/v1/funnel``).
+
+Each request first catches the projections up with the log, so the page is current
+even when no ``projections follow`` process runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+from decimal import Decimal
+from html import escape
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from psycopg import sql
+
+from flowledger.adapters.cli.projection_commands import parse_since
+from flowledger.adapters.http.charts import bar_chart, column_chart
+from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure import Engine
+from flowledger.infrastructure.history import jsonable
+from flowledger.projections import (
+    DashboardRow,
+    FunnelReport,
+    Projector,
+    dashboard,
+    funnel_report,
+    projector_for,
+)
+
+router = APIRouter(tags=["analytics"])
+Since = Annotated[str, Query(description="A window like 30m, 24h or 7d.")]
+_PAGE = (Path(__file__).parent / "dashboard.html").read_text(encoding="utf-8")
+
+
+def _projector(request: Request) -> Projector:
+    engine: Engine = request.app.state.engine
+    try:
+        projector = projector_for(engine)
+    except ValueError as error:  # an in-memory engine has no tables to project into
+        raise ValidationError("engine", str(error)) from None
+    projector.catch_up()
+    return projector
+
+
+@router.get("/v1/dashboard")
+def dashboard_json(request: Request, since: Since = "24h",
+                   by: Annotated[list[str], Query()] = ["model"]) -> list[dict[str, Any]]:  # noqa: B006
+    """Calls, errors, tokens, cost and exact latency percentiles per group."""
+    start = datetime.now(UTC) - parse_since(since)
+    projector = _projector(request)
+    with projector.connect() as conn:
+        try:
+            rows = dashboard(conn, projector.names.reader, since=start, by=by)
+        except ValueError as error:
+            raise ValidationError("by", str(error)) from None
+    return [jsonable(asdict(row)) for row in rows]
+
+
+@router.get("/v1/funnel/{workflow}")
+def funnel_json(workflow: str, request: Request, since: Since = "7d") -> list[dict[str, Any]]:
+    """The completion funnel of a workflow: reach, conversion, drop-off by cause, time to reach."""
+    start = datetime.now(UTC) - parse_since(since)
+    projector = _projector(request)
+    with projector.connect() as conn:
+        reports = funnel_report(conn, projector.names.reader, workflow, since=start)
+    return [jsonable(asdict(report)) for report in reports]
+
+
+@router.get("/dashboard", response_class=HTMLResponse)
+def dashboard_page(request: Request, since: Since = "24h") -> HTMLResponse:
+    """Cost, latency, traffic and funnels as pictures."""
+    window = parse_since(since)
+    start = datetime.now(UTC) - window
+    projector = _projector(request)
+    with projector.connect() as conn:
+        by_model = dashboard(conn, projector.names.reader, since=start, by=["model"])
+        by_hour = sorted(dashboard(conn, projector.names.reader, since=start, by=["hour"]),
+                         key=lambda row: row.group)
+        workflows = [w for (w,) in conn.execute(
+            sql.SQL("SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE started_at >= %s ORDER BY 1")
+            .format(sql.Identifier(projector.names.reader)), [start]).fetchall()]
+        funnels = [r for w in workflows for r in funnel_report(conn, projector.names.reader, w, since=start)]
+    body = "".join([
+        _summary(by_model, since),
+        '<section class="grid">',
+        _cost_chart(by_model), _latency_chart(by_model), _traffic_chart(by_hour), _errors(by_model),
+        "</section>",
+        *(_funnel(report) for report in funnels),
+    ])
+    return HTMLResponse(_PAGE.replace("{{since}}", escape(since)).replace("{{body}}", body))
+
+
+def _money(value: float) -> str:
+    return f"${value:,.4f}" if value < 100 else f"${value:,.2f}"
+
+
+def _summary(rows: list[DashboardRow], since: str) -> str:
+    calls = sum(r.calls for r in rows)
+    errors = sum(r.errors for r in rows)
+    cost = sum((r.cost_usd for r in rows), Decimal("0"))
+    tokens = sum(r.input_tokens + r.output_tokens for r in rows)
+    tiles = [("model calls", f"{calls:,}"), ("cost", _money(float(cost))), ("tokens", f"{tokens:,}"),
+             ("error rate", f"{errors / calls:.1%}" if calls else "-")]
+    cells = "".join(f'<div class="tile"><b>{value}</b><span>{label}</span></div>' for label, value in tiles)
+    return f'<h2>last {escape(since)}</h2><section class="tiles">{cells}</section>'
+
+
+def _cost_chart(rows: list[DashboardRow]) -> str:
+    labels = [str(r.group[0]) for r in rows]
+    return bar_chart("cost by model (USD)", labels, {"cost": [float(r.cost_usd) for r in rows]}, _money)
+
+
+def _latency_chart(rows: list[DashboardRow]) -> str:
+    labels = [str(r.group[0]) for r in rows]
+    series = {name: [getattr(r, f"latency_{name}_ms") or 0.0 for r in rows] for name in ("p50", "p95", "p99")}
+    return bar_chart("latency by model (ms, exact percentiles)", labels, series, lambda v: f"{v:,.0f} ms")
+
+
+def _traffic_chart(rows: list[DashboardRow]) -> str:
+    labels = [r.group[0].strftime("%m-%d %H:00") for r in rows]
+    return column_chart("model calls per hour (UTC)", labels, [float(r.calls) for r in rows],
+                        lambda v: f"{v:,.0f}")
+
+
+def _errors(rows: list[DashboardRow]) -> str:
+    lines = [f"<tr><td>{escape(str(r.group[0]))}</td><td>{escape(kind)}</td><td>{count:,}</td></tr>"
+             for r in rows for kind, count in sorted(r.errors_by_type.items())]
+    table = "".join(lines) or '<tr><td colspan="3">no failed calls</td></tr>'
+    return ('<div class="panel"><h3>errors by type</h3><table><tr><th>model</th><th>error</th>'
+            f"<th>calls</th></tr>{table}</table></div>")
+
+
+def _funnel(report: FunnelReport) -> str:
+    labels = [step.step for step in report.steps]
+    chart = bar_chart(f"funnel: {report.workflow} ({report.sessions:,} sessions)", labels,
+                      {"reached": [float(s.reached) for s in report.steps]}, lambda v: f"{v:,.0f}")
+    rows = "".join(
+        f"<tr><td>{escape(s.step)}</td><td>{s.reached:,}</td><td>{s.overall_conversion:.1%}</td>"
+        f"<td>{s.step_conversion:.1%}</td><td>{escape(_causes(s.dropped))}</td><td>{s.in_progress:,}</td>"
+        f"<td>{_seconds(s.p50_seconds)}</td><td>{_seconds(s.p95_seconds)}</td></tr>"
+        for s in report.steps
+    )
+    return (f'<section class="grid"><div class="panel">{chart}</div><div class="panel"><table>'
+            "<tr><th>step</th><th>reached</th><th>overall</th><th>from previous</th><th>dropped</th>"
+            f"<th>in progress</th><th>p50 to reach</th><th>p95</th></tr>{rows}</table></div></section>")
+
+
+def _causes(dropped: dict[str, int]) -> str:
+    return ", ".join(f"{cause} {count}" for cause, count in sorted(dropped.items())) or "-"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f} s"

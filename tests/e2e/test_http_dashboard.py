@@ -1,0 +1,73 @@
+"""The dashboard page and its JSON, projected from the log on PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flowledger.adapters.http.app import create_app
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+
+
+def usage(model: str, cost: str, latency: float) -> LlmUsage:
+    return LlmUsage(provider="test", request_model=model, response_model=model, input_tokens=100,
+                    output_tokens=10, cost_usd=Decimal(cost), latency_ms=latency)
+
+
+@pytest.fixture
+def http(pg_engine: Engine) -> Iterator[TestClient]:
+    for n, (model, cost, latency) in enumerate([("gpt-4.1", "0.0030", 400.0), ("gpt-4.1", "0.0010", 200.0),
+                                                ("deepseek-v3.2", "0.0001", 50.0)]):
+        pg_engine.start_session(f"d-{n}", "cs")
+        pg_engine.record_step(f"d-{n}", "greet", next_step="answer", usage=usage(model, cost, latency))
+    pg_engine.update("d-2", lambda s: s.fail_step(step="answer", error_type="RateLimited",
+                                                  error_message="429", usage=usage("deepseek-v3.2", "0", 10.0)))
+    pg_engine.abandon_session("d-1", "left")
+    with TestClient(create_app(pg_engine)) as client:
+        yield client
+
+
+def test_the_dashboard_json_sums_cost_exactly_and_gives_exact_percentiles(http: TestClient) -> None:
+    rows = {tuple(r["group"]): r for r in http.get("/v1/dashboard", params={"by": "model"}).json()}
+    gpt = rows[("gpt-4.1",)]
+    assert (gpt["calls"], gpt["cost_usd"]) == (2, "0.0040")
+    assert gpt["latency_p50_ms"] == pytest.approx(300.0)
+    deepseek = rows[("deepseek-v3.2",)]
+    assert (deepseek["calls"], deepseek["errors"], deepseek["errors_by_type"]) == (2, 1, {"RateLimited": 1})
+
+
+def test_the_funnel_json_counts_reach_and_drop_off(http: TestClient) -> None:
+    [report] = http.get("/v1/funnel/cs").json()
+    greet = report["steps"][0]
+    assert (report["sessions"], greet["step"], greet["reached"]) == (3, "greet", 3)
+
+
+def test_the_dashboard_page_draws_cost_latency_traffic_and_funnel(http: TestClient) -> None:
+    response = http.get("/dashboard", params={"since": "1h"})
+    assert response.status_code == 200
+    page = response.text
+    assert page.count("<svg") == 4
+    for text in ("cost by model", "latency by model", "model calls per hour", "funnel: cs",
+                 "gpt-4.1", "RateLimited", "$0.0041"):
+        assert text in page
+
+
+def test_a_bad_window_or_grouping_is_a_422_with_a_message(http: TestClient) -> None:
+    assert http.get("/dashboard", params={"since": "soon"}).status_code == 422
+    response = http.get("/v1/dashboard", params={"by": "colour"})
+    assert response.status_code == 422
+    assert "colour" in response.json()["error"]
+
+
+def test_an_in_memory_engine_has_no_dashboard() -> None:
+    engine = Engine(settings=make_settings(database_url="memory:"))
+    with TestClient(create_app(engine)) as client:
+        response = client.get("/dashboard")
+    assert response.status_code == 422
+    assert "PostgreSQL" in response.json()["error"]
+
