@@ -25,8 +25,9 @@ def http(pg_engine: Engine) -> Iterator[TestClient]:
                                                 ("deepseek-v3.2", "0.0001", 50.0)]):
         pg_engine.start_session(f"d-{n}", "cs")
         pg_engine.record_step(f"d-{n}", "greet", next_step="answer", usage=usage(model, cost, latency))
+    rate_limited = usage("deepseek-v3.2", "0", 10.0)
     pg_engine.update("d-2", lambda s: s.fail_step(step="answer", error_type="RateLimited",
-                                                  error_message="429", usage=usage("deepseek-v3.2", "0", 10.0)))
+                                                  error_message="429", usage=rate_limited))
     pg_engine.abandon_session("d-1", "left")
     with TestClient(create_app(pg_engine)) as client:
         yield client
