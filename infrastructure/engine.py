@@ -210,9 +210,10 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
     def _start(
         self, session_id: str, workflow: str, user_id: str | None, ttl: timedelta, metadata: JsonObject
     ) -> SessionState:
-        try:
-            existing = self._load(session_id)
-        except SessionNotFound:
+        key = self.session_uuid(session_id)
+        if self._writers.get(key) is None:
+            # Optimistic: most starts are new sessions, so write first and compare only
+            # when version 1 turns out to exist already.
             session = Session(
                 session_id=session_id,
                 tenant=self.tenant,
@@ -221,9 +222,14 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
                 expires_at=self.clock() + ttl,
                 metadata=metadata,
             )
-            self._save(session)
-            self._writers.put(session.id, session)
-            return session.state()
+            try:
+                self._save(session)
+            except IntegrityError:
+                pass
+            else:
+                self._writers.put(key, session)
+                return session.state()
+        existing = self._load(session_id)
         existing.ensure_same_start(workflow=workflow, user_id=user_id)
         return existing.state()
 

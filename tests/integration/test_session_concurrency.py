@@ -133,3 +133,14 @@ def test_with_no_retries_allowed_the_first_lost_race_surfaces(database_url: str,
     assert calls == [1]
     strict.close()
     other.close()
+
+
+def test_sixteen_threads_starting_one_session_write_one_started_event(engines: list[Engine]) -> None:
+    def start(thread: int) -> str:
+        return engines[thread % ENGINES].start_session("fresh", "cs", user_id="u").workflow
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        workflows = list(pool.map(start, range(THREADS)))
+
+    assert workflows == ["cs"] * THREADS
+    assert [e.event_type for e in engines[0].history("fresh")] == ["Session.Started"]
