@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 from psycopg import sql
+
+from flowledger.infrastructure.embedded import embedded_database_url
 
 LOCAL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def database_url() -> str:
-    """FLOWLEDGER_DATABASE_URL, else the local server (the benchmarks need a real server)."""
-    return os.environ.get("FLOWLEDGER_DATABASE_URL") or LOCAL
+    """FLOWLEDGER_DATABASE_URL, else the local server, else an embedded one."""
+    configured = os.environ.get("FLOWLEDGER_DATABASE_URL")
+    if configured:
+        return configured
+    try:
+        with psycopg.connect(LOCAL, connect_timeout=3):
+            return LOCAL
+    except psycopg.OperationalError:
+        return embedded_database_url(Path(tempfile.mkdtemp(prefix="flowledger-bench-")))
 
 
 @contextmanager

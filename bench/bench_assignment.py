@@ -9,7 +9,7 @@ PostgreSQL; works in a scratch schema that it drops afterwards.
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 import tempfile
 import threading
 import time
@@ -20,18 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from eventsourcing.persistence import IntegrityError
 from rich.console import Console
 from rich.table import Table
 
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.database import drop_schema
-from flowledger.infrastructure.embedded import embedded_database_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import database_url
 
 WRITERS = 8
 AGENTS = 5
-LOCAL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 @dataclass
@@ -48,18 +48,6 @@ class Result:
     def rate(self) -> float:
         """Operations per second."""
         return self.ops / self.seconds
-
-
-def database_url() -> str:
-    """Where to measure."""
-    configured = os.environ.get("FLOWLEDGER_DATABASE_URL")
-    if configured:
-        return configured
-    try:
-        with psycopg.connect(LOCAL, connect_timeout=3):
-            return LOCAL
-    except psycopg.OperationalError:
-        return embedded_database_url(Path(tempfile.mkdtemp(prefix="flowledger-bench-")))
 
 
 def run_for(seconds: float, workers: list[Callable[[Callable[[], bool]], int]]) -> tuple[int, float]:

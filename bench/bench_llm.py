@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import socket
 import subprocess
 import sys
@@ -24,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 from rich.console import Console
 from rich.table import Table
 
@@ -33,23 +31,12 @@ from flowledger.domain.ports import LlmReply, step_messages
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.database import drop_schema
-from flowledger.infrastructure.embedded import embedded_database_url
 
-LOCAL = "postgresql://postgres@127.0.0.1:5432/test"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import database_url
+
 SCRIPT = ("greet", "classify_intent", "resolve", "satisfaction")
 KEY = "sk-bench-00000000"
-
-
-def database_url() -> str:
-    """Where to measure."""
-    configured = os.environ.get("FLOWLEDGER_DATABASE_URL")
-    if configured:
-        return configured
-    try:
-        with psycopg.connect(LOCAL, connect_timeout=3):
-            return LOCAL
-    except psycopg.OperationalError:
-        return embedded_database_url(Path(tempfile.mkdtemp(prefix="flowledger-bench-")))
 
 
 def start_simulator(latency_ms: float) -> tuple[subprocess.Popen[bytes], str]:

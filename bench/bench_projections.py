@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import random
 import resource
 import statistics
-import tempfile
+import sys
 import threading
 import time
 import uuid
@@ -32,27 +31,16 @@ from rich.table import Table
 
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine, Settings
-from flowledger.infrastructure.embedded import embedded_database_url
 from flowledger.projections import follow, projector_for, rebuild
 from flowledger.projections.synthetic import SessionScript, append
 
-LOCAL = "postgresql://postgres@127.0.0.1:5432/test"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import database_url
+
 BATCH = 5000
 STEPS = ("intent_classification", "skill_matching", "answer", "session_complete")
 THREE = ("current_state", "cost", "funnel")
 MODELS = ("deepseek-v3.2", "gpt-4.1", "gemini-2.5-flash", "claude-sonnet-4.5")
-
-
-def database_url() -> str:
-    """FLOWLEDGER_DATABASE_URL, else the local server, else an embedded one."""
-    configured = os.environ.get("FLOWLEDGER_DATABASE_URL")
-    if configured:
-        return configured
-    try:
-        with psycopg.connect(LOCAL, connect_timeout=3):
-            return LOCAL
-    except psycopg.OperationalError:
-        return embedded_database_url(Path(tempfile.mkdtemp(prefix="flowledger-bench-")))
 
 
 def engine_for(url: str, schema: str) -> Engine:
