@@ -284,33 +284,14 @@ class Session(Aggregate):
 
     def on_step_started(self, started: StepStarted) -> None:
         """Apply StepStarted (called by the event, on every replay)."""
-        self.pending[started.idempotency_key] = PendingStep(
-            step=started.step,
-            input=started.input,
-            model=started.model,
-            idempotency_key=started.idempotency_key,
-            started_at=started.timestamp,
-        )
+        self.pending[started.idempotency_key] = PendingStep.of(started)
 
     def on_step_processed(self, processed: StepProcessed) -> None:
         """Apply StepProcessed (called by the event, on every replay)."""
-        key = processed.idempotency_key
-        self.history.append(
-            StepRecord(
-                step=processed.step,
-                input=processed.input,
-                output=processed.output,
-                next_step=processed.next_step,
-                context_update=processed.context_update,
-                usage=processed.usage,
-                idempotency_key=key,
-                version=processed.originator_version,
-                recorded_at=processed.timestamp,
-            )
-        )
-        if key is not None:
-            self.pending.pop(key, None)
-            self.outcomes[key] = len(self.history) - 1
+        self.history.append(StepRecord.of(processed))
+        if processed.idempotency_key is not None:
+            self.pending.pop(processed.idempotency_key, None)
+            self.outcomes[processed.idempotency_key] = len(self.history) - 1
         if processed.context_update:
             self.context = {**self.context, **processed.context_update}
         self.current_step = processed.next_step or processed.step
@@ -318,20 +299,9 @@ class Session(Aggregate):
 
     def on_step_failed(self, failed: StepFailed) -> None:
         """Apply StepFailed (called by the event, on every replay)."""
-        key = failed.idempotency_key
-        self.failures.append(
-            StepFailure(
-                step=failed.step,
-                error_type=failed.error_type,
-                error_message=failed.error_message,
-                usage=failed.usage,
-                idempotency_key=key,
-                version=failed.originator_version,
-                recorded_at=failed.timestamp,
-            )
-        )
-        if key is not None:
-            self.pending.pop(key, None)
+        self.failures.append(StepFailure.of(failed))
+        if failed.idempotency_key is not None:
+            self.pending.pop(failed.idempotency_key, None)
         self.totals = self.totals.add(failed.usage)
 
     @event(ContextUpdated)

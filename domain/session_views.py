@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
+from typing import Any
 
 from flowledger.domain.values import JsonObject, LlmUsage
 
@@ -33,6 +34,21 @@ class StepRecord:
     version: int
     recorded_at: datetime
 
+    @classmethod
+    def of(cls, processed: Any) -> StepRecord:
+        """The record a StepProcessed event makes."""
+        return cls(
+            step=processed.step,
+            input=processed.input,
+            output=processed.output,
+            next_step=processed.next_step,
+            context_update=processed.context_update,
+            usage=processed.usage,
+            idempotency_key=processed.idempotency_key,
+            version=processed.originator_version,
+            recorded_at=processed.timestamp,
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class StepFailure:
@@ -46,6 +62,19 @@ class StepFailure:
     version: int
     recorded_at: datetime
 
+    @classmethod
+    def of(cls, failed: Any) -> StepFailure:
+        """The failure a StepFailed event makes."""
+        return cls(
+            step=failed.step,
+            error_type=failed.error_type,
+            error_message=failed.error_message,
+            usage=failed.usage,
+            idempotency_key=failed.idempotency_key,
+            version=failed.originator_version,
+            recorded_at=failed.timestamp,
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class PendingStep:
@@ -56,6 +85,17 @@ class PendingStep:
     model: str | None
     idempotency_key: str
     started_at: datetime
+
+    @classmethod
+    def of(cls, started: Any) -> PendingStep:
+        """The pending step a StepStarted event makes."""
+        return cls(
+            step=started.step,
+            input=started.input,
+            model=started.model,
+            idempotency_key=started.idempotency_key,
+            started_at=started.timestamp,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
