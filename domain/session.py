@@ -122,6 +122,26 @@ class Session(Aggregate):
         """Sessions are addressed by the caller's id; no lookup table."""
         return session_uuid(tenant, session_id)
 
+    @classmethod
+    def start(
+        cls,
+        *,
+        session_id: str,
+        tenant: str,
+        workflow: str,
+        user_id: str | None,
+        expires_at: datetime,
+        metadata: JsonObject,
+    ) -> Session:
+        """Check the fields and create the session (``__init__`` replays without checks)."""
+        require_name("session_id", session_id)
+        require_name("workflow", workflow)
+        if user_id is not None:
+            require_name("user_id", user_id)
+        require_object("metadata", metadata)
+        return cls(session_id=session_id, tenant=tenant, workflow=workflow, user_id=user_id,
+                   expires_at=expires_at, metadata=metadata)
+
     @event(Started)
     def __init__(
         self,
@@ -256,6 +276,7 @@ class Session(Aggregate):
 
     def abandon(self, reason: str) -> None:
         """Give the session up."""
+        require_name("reason", reason)
         self._abandoned(reason=reason)
 
     def state(self) -> SessionState:

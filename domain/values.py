@@ -36,28 +36,31 @@ class LlmUsage:
     extra: JsonObject = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in (
-            "input_tokens",
-            "output_tokens",
-            "cache_read_input_tokens",
-            "reasoning_output_tokens",
-        ):
+        for name in ("provider", "request_model", "response_model", "response_id", "price_version"):
+            if not isinstance(getattr(self, name), str):
+                raise ValidationError(f"usage.{name}", f"must be a string, got {getattr(self, name)!r}")
+        for name in ("input_tokens", "output_tokens", "cache_read_input_tokens",
+                     "reasoning_output_tokens", "attempts"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValidationError(f"usage.{name}", f"must be an int >= 0, got {value!r}")
+            least = 1 if name == "attempts" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValidationError(f"usage.{name}", f"must be an int >= {least}, got {value!r}")
         if self.cache_read_input_tokens > self.input_tokens:
             raise ValidationError(
                 "usage.cache_read_input_tokens", "cannot exceed input_tokens (which include them)"
             )
-        if not isinstance(self.cost_usd, Decimal) or not self.cost_usd.is_finite():
-            raise ValidationError("usage.cost_usd", f"must be a finite Decimal, got {self.cost_usd!r}")
-        if self.cost_usd < 0:
-            raise ValidationError("usage.cost_usd", f"must be >= 0, got {self.cost_usd}")
-        if not math.isfinite(self.latency_ms) or self.latency_ms < 0:
-            raise ValidationError("usage.latency_ms", f"must be >= 0, got {self.latency_ms!r}")
-        if self.attempts < 1:
-            raise ValidationError("usage.attempts", f"must be >= 1, got {self.attempts!r}")
-        object.__setattr__(self, "finish_reasons", tuple(self.finish_reasons))
+        if not isinstance(self.cost_usd, Decimal) or not self.cost_usd.is_finite() or self.cost_usd < 0:
+            raise ValidationError("usage.cost_usd", f"must be a finite Decimal >= 0, got {self.cost_usd!r}")
+        latency = self.latency_ms
+        if isinstance(latency, bool) or not isinstance(latency, int | float) or not math.isfinite(latency) \
+                or latency < 0:
+            raise ValidationError("usage.latency_ms", f"must be a number >= 0, got {latency!r}")
+        reasons = self.finish_reasons
+        if isinstance(reasons, str) or not isinstance(reasons, list | tuple) \
+                or not all(isinstance(r, str) for r in reasons):
+            raise ValidationError("usage.finish_reasons", f"must be a list of strings, got {reasons!r}")
+        require_object("usage.extra", self.extra)
+        object.__setattr__(self, "finish_reasons", tuple(reasons))
 
     @property
     def total_tokens(self) -> int:
@@ -99,11 +102,24 @@ class LlmUsage:
 
 
 def require_json(field_name: str, value: Any) -> None:
-    """Raise ValidationError unless ``value`` is plain JSON (dicts, lists, str, numbers)."""
+    """Raise ValidationError unless ``value`` is plain JSON (dicts with string keys, lists, ...).
+
+    Non-string keys are refused: JSON would turn them into strings, and the state
+    rebuilt from the stored event would then differ from the live one.
+    """
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise ValidationError(field_name, f"must be JSON-serialisable: {error}") from None
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not all(isinstance(key, str) for key in item):
+                raise ValidationError(field_name, "object keys must be strings")
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
 
 
 def require_name(field_name: str, value: Any) -> str:

@@ -28,7 +28,7 @@ from flowledger.domain.errors import (
 from flowledger.domain.ports import LlmPort
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionState, StepRecord
-from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
+from flowledger.domain.values import JsonObject, LlmUsage
 from flowledger.infrastructure.application import FlowledgerApplication
 from flowledger.infrastructure.database import ensure_schema, library_env
 from flowledger.infrastructure.embedded import embedded_database_url
@@ -134,16 +134,11 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         metadata: JsonObject | None = None,
     ) -> SessionState:
         """Start a session; starting it again with the same workflow and user is a no-op."""
-        require_name("session_id", session_id)
-        require_name("workflow", workflow)
-        if user_id is not None:
-            require_name("user_id", user_id)
         _require_ttl(ttl)
-        require_json("metadata", metadata or {})
         with self._lock(session_id):
             return self._retrying(
                 session_id,
-                lambda: self._start(session_id, workflow, user_id, ttl, metadata or {}),
+                lambda: self._start(session_id, workflow, user_id, ttl, {} if metadata is None else metadata),
             )
 
     def record_step(
@@ -214,7 +209,7 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         if self._writers.get(key) is None:
             # Optimistic: most starts are new sessions, so write first and compare only
             # when version 1 turns out to exist already.
-            session = Session(
+            session = Session.start(
                 session_id=session_id,
                 tenant=self.tenant,
                 workflow=workflow,

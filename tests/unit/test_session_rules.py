@@ -149,6 +149,13 @@ def test_invalid_step_input_is_rejected_and_appends_nothing(
         ({"cost_usd": Decimal("-0.01")}, "usage.cost_usd"),
         ({"cost_usd": Decimal("NaN")}, "usage.cost_usd"),
         ({"input_tokens": 5, "cache_read_input_tokens": 6}, "usage.cache_read_input_tokens"),
+        ({"attempts": 1.5}, "usage.attempts"),
+        ({"attempts": "2"}, "usage.attempts"),
+        ({"latency_ms": "5"}, "usage.latency_ms"),
+        ({"latency_ms": True}, "usage.latency_ms"),
+        ({"finish_reasons": "stop"}, "usage.finish_reasons"),
+        ({"provider": 5}, "usage.provider"),
+        ({"extra": {"when": datetime(2026, 1, 1)}}, "usage.extra"),
     ],
 )
 def test_negative_tokens_or_cost_are_rejected(fields: dict[str, object], field: str) -> None:
@@ -166,9 +173,31 @@ def test_a_ttl_that_is_not_positive_is_rejected_and_starts_nothing(engine: Engin
         engine.history("s1")
 
 
-def test_non_json_metadata_is_rejected(engine: Engine) -> None:
+@pytest.mark.parametrize("metadata", [{"obj": object()}, [1, 2], "abc", [], {1: "int key"}])
+def test_metadata_that_is_not_a_json_object_is_rejected_and_starts_nothing(
+    engine: Engine, metadata: object
+) -> None:
+    with pytest.raises(ValidationError) as raised:
+        engine.start_session("s1", "cs", metadata=metadata)  # type: ignore[arg-type]
+    assert raised.value.field == "metadata"
+    with pytest.raises(SessionNotFound):
+        engine.history("s1")
+
+
+def test_context_keys_must_be_strings_so_replay_matches_live_state(engine: Engine) -> None:
+    engine.start_session("s1", "cs")
     with pytest.raises(ValidationError):
-        engine.start_session("s1", "cs", metadata={"obj": object()})
+        engine.update_context("s1", {1: "a"})  # type: ignore[dict-item]
+    with pytest.raises(ValidationError):
+        engine.record_step("s1", "greet", context_update={"nested": {2: "b"}})  # type: ignore[dict-item]
+    assert len(engine.history("s1")) == 1
+
+
+def test_an_abandon_reason_must_be_text(engine: Engine) -> None:
+    engine.start_session("s1", "cs")
+    with pytest.raises(ValidationError):
+        engine.abandon_session("s1", reason={"a": 1})  # type: ignore[arg-type]
+    assert len(engine.history("s1")) == 1
 
 
 def test_get_session_at_a_version_and_as_of_a_time(engine: Engine) -> None:
