@@ -53,12 +53,23 @@ class Session(Aggregate):
             state["metadata"] = {}
 
     class StepStarted(Aggregate.Event):
-        """A step began; written before any model call, keyed for idempotency."""
+        """A step began; written before any model call, keyed for idempotency.
 
+        Version 2 added ``started_at``, read from the engine's clock (the event's own
+        timestamp is the library's wall clock), so stale-step checks use one clock.
+        """
+
+        class_version = 2
         step: str
         input: JsonObject
         model: str | None
         idempotency_key: str
+        started_at: datetime
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Version-1 events had only the library's timestamp."""
+            state["started_at"] = state["timestamp"]
 
         def apply(self, aggregate: Any) -> None:
             """Replayed: the aggregate keeps the step as pending."""
@@ -199,12 +210,16 @@ class Session(Aggregate):
             return None
         return self.history[self.outcomes[idempotency_key]]
 
-    def start_step(self, *, step: str, input: JsonObject, model: str | None, key: str) -> None:
-        """Record that a step began (before its model call)."""
+    def start_step(
+        self, *, step: str, input: JsonObject, model: str | None, key: str, now: datetime
+    ) -> None:
+        """Record that a step began (before its model call), at ``now`` by the engine's clock."""
         require_name("step", step)
         require_object("input", input)
         require_name("idempotency_key", key)
-        self.trigger_event(self.StepStarted, step=step, input=input, model=model, idempotency_key=key)
+        self.trigger_event(
+            self.StepStarted, step=step, input=input, model=model, idempotency_key=key, started_at=now
+        )
 
     def record_step(
         self,

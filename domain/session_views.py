@@ -94,7 +94,7 @@ class PendingStep:
             input=started.input,
             model=started.model,
             idempotency_key=started.idempotency_key,
-            started_at=started.timestamp,
+            started_at=started.started_at,
         )
 
 

@@ -62,6 +62,8 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         clock: Clock = utc_now,
         llm: LlmPort | None = None,
     ) -> None:
+        if clock().tzinfo is None:
+            raise ValidationError("clock", "must return timezone-aware datetimes")
         base = settings if settings is not None else Settings.from_env()
         self.settings = base.with_overrides(database_url=database_url, tenant=tenant, schema=schema)
         url = self.settings.database_url or embedded_database_url(self.settings.home)

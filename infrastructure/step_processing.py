@@ -164,7 +164,7 @@ class StepProcessing:
         messages = step_messages(
             step=step, previous_step=session.current_step, context=session.context, input=input
         )
-        session.start_step(step=step, input=input, model=model, key=key)
+        session.start_step(step=step, input=input, model=model, key=key, now=now)
         return _Go(messages)
 
     async def _call_and_record(

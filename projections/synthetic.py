@@ -52,7 +52,7 @@ class SessionScript:
         """StepStarted (keyed by the step and version)."""
         key = f"{step}-{len(self.events) + 1}"
         return self._add(Session.StepStarted, at, step=step, input={}, model=model,
-                         idempotency_key=key)
+                         idempotency_key=key, started_at=at)
 
     def step(
         self,

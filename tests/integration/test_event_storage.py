@@ -61,3 +61,24 @@ def test_long_sessions_are_snapshotted_and_load_the_same(database_url: str, pg_s
     assert engine.get_session("long", version=75) == project_aggregate(
         None, engine.app.events.get(aggregate_id, lte=75)).state()
     engine.close()
+
+
+def test_a_stored_version_one_step_started_event_takes_its_timestamp_as_started_at(engine: Engine) -> None:
+    # Given a StepStarted stored as version 1 wrote it: no started_at, no class_version
+    engine.start_session("old-2", "cs")
+    session = engine.app.repository.get(engine.session_uuid("old-2"))
+    session.start_step(step="greet", input={}, model=None, key="k-1",
+                       now=datetime(2030, 1, 1, tzinfo=UTC))
+    stored = engine.app.mapper.to_stored_event(session.collect_events()[0])
+    state = engine.app.mapper.transcoder.decode(stored.state)
+    assert state.pop("class_version") == 2
+    del state["started_at"]
+    engine.app.recorder.insert_events([
+        StoredEvent(originator_id=stored.originator_id, originator_version=2,
+                    topic=stored.topic, state=engine.app.mapper.transcoder.encode(state))
+    ])
+
+    # When it is read back, then the pending step started when the event was stored
+    [pending] = engine.get_session("old-2").pending
+    assert pending.idempotency_key == "k-1"
+    assert pending.started_at == engine.history("old-2")[1].timestamp

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -17,6 +18,7 @@ from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 
 Command = Callable[[Session], object]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 names = st.sampled_from(["greet", "classify", "resolve", "survey", ""])
 keys = st.none() | st.sampled_from(["k1", "k2", "k3"])
@@ -48,7 +50,7 @@ commands = st.one_of(
                                                        error_message="slow", idempotency_key=key)),
               names, keys),
     st.builds(lambda step, key: (lambda s: s.start_step(step=step, input={}, model=None,
-                                                        key=key or "")), names, keys),
+                                                        key=key or "", now=T0)), names, keys),
     st.just(lambda s: s.complete({"resolution": "done"})),
 )
 
