@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.errors import error_body
 from flowledger.domain.errors import SessionNotFound, ValidationError
@@ -52,10 +53,11 @@ async def workflow_state(
     """Dispatch one of the seed's three actions."""
     engine: Engine = request.app.state.engine
     session_id = _required(body.session_id, "session_id")
+    # The engine's database calls block: run them on worker threads, not the event loop.
     if body.action == "create_session":
-        state = engine.start_session(
-            session_id, _required(body.workflow_name, "workflow_name"), user_id=body.user_id,
-            ttl=timedelta(hours=body.expires_hours),
+        state = await run_in_threadpool(
+            engine.start_session, session_id, _required(body.workflow_name, "workflow_name"),
+            user_id=body.user_id, ttl=timedelta(hours=body.expires_hours),
         )
         data: dict[str, Any] = {
             "id": str(engine.session_uuid(session_id)),
@@ -66,7 +68,7 @@ async def workflow_state(
     elif body.action == "process_step":
         data = await _process(engine, body, session_id, body.idempotency_key or idempotency_key)
     elif body.action == "get_state":
-        data = _get_state(engine, session_id)
+        data = await run_in_threadpool(_get_state, engine, session_id)
     else:
         return JSONResponse(error_body(f"Unknown action: {body.action}"), status_code=400)
     return {"success": True, "data": data}
@@ -77,7 +79,7 @@ async def _process(engine: Engine, body: WebhookRequest, session_id: str, key: s
     record = await engine.process_step(
         session_id, step, body.input_data, model=body.model or DEFAULT_MODEL, idempotency_key=key
     )
-    state = engine.get_session(session_id)
+    state = await run_in_threadpool(engine.get_session, session_id)
     usage = record.usage
     return {
         "session_id": session_id,
