@@ -20,10 +20,16 @@ from functools import partial
 from typing import Any, TypeVar
 from uuid import uuid4
 
-from flowledger.domain.errors import LlmCallFailed, LlmError, LlmNotConfigured, StepInProgress
+from flowledger.domain.errors import (
+    LlmCallFailed,
+    LlmError,
+    LlmNotConfigured,
+    SessionClosed,
+    StepInProgress,
+)
 from flowledger.domain.ports import LlmPort, parse_step_reply, step_messages
 from flowledger.domain.session import Session
-from flowledger.domain.session_views import SessionState, StepRecord
+from flowledger.domain.session_views import SessionState, SessionStatus, StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
 from flowledger.infrastructure.settings import Settings
 
@@ -194,11 +200,18 @@ class StepProcessing:
             raise
         decision = parse_step_reply(reply.content)
 
-        def finish(session: Session) -> StepRecord:
+        def finish(session: Session) -> StepRecord | str:
             # A worker that took this step over may have finished first: never record twice.
             recorded = session.recorded_outcome(key)
             if recorded is not None:
                 return recorded
+            if session.status != SessionStatus.ACTIVE:
+                # Closed while the model answered: keep what the call cost, take no step.
+                session.fail_step(
+                    step=step, error_type="session_closed", idempotency_key=key, usage=reply.usage,
+                    error_message=f"the session was {session.status} when the model answered",
+                )
+                return session.status
             return session.record_step(
                 step=step,
                 input=input,
@@ -209,7 +222,10 @@ class StepProcessing:
                 idempotency_key=key,
             )
 
-        return await self._in_db(self.update, session_id, finish)
+        outcome: StepRecord | str = await self._in_db(self.update, session_id, finish)
+        if isinstance(outcome, str):
+            raise SessionClosed(session_id, outcome)
+        return outcome
 
     async def _record_failure(
         self, session_id: str, step: str, key: str, error_type: str, message: str, usage: LlmUsage | None

@@ -250,3 +250,28 @@ async def test_a_closed_session_takes_no_step_and_calls_no_model(memory_engine: 
     with pytest.raises(SessionClosed):
         await memory_engine.process_step("s1", "greet")
     assert llm.calls == []
+
+
+async def test_a_session_closed_during_the_model_call_keeps_the_cost_and_takes_no_step(
+    memory_engine: Engine,
+) -> None:
+    # Given a model that answers slowly
+    memory_engine.llm = FakeLlm(delay=0.2)
+    memory_engine.start_session("s1", "cs")
+
+    async def close_meanwhile() -> None:
+        await asyncio.sleep(0.05)
+        await asyncio.to_thread(memory_engine.complete_session, "s1", "done elsewhere")
+
+    # When the session is completed while the call is in flight
+    closer = asyncio.create_task(close_meanwhile())
+    with pytest.raises(SessionClosed):
+        await memory_engine.process_step("s1", "greet", idempotency_key="k1")
+    await closer
+
+    # Then no step was taken after Completed, but the call's cost is on a StepFailed
+    state = memory_engine.get_session("s1")
+    assert event_types(memory_engine, "s1") == ["Started", "StepStarted", "Completed", "StepFailed"]
+    assert state.history == ()
+    assert state.failures[0].error_type == "session_closed"
+    assert state.totals.cost_usd == Decimal("0.0000364")
