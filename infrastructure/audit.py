@@ -4,7 +4,8 @@
 does not decode, lives outside the ``flowledger.`` topic namespace, breaks its stream's
 version sequence, or opens a stream with anything but a creation event.
 ``export_records`` yields one JSON-ready record per event, each carrying the SHA-256 of
-the previous record, so an exported file can later be checked with ``verify_export``.
+the previous record, then a trailer with the count, so an exported file can later be
+checked with ``verify_export``.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ def verify_log(app: Application[UUID], progress: Progress | None = None) -> Audi
 
 
 def export_records(app: Application[UUID], aggregate_id: UUID | None = None) -> Iterator[dict[str, Any]]:
-    """One hash-chained record per event (of one aggregate, when given)."""
-    previous = GENESIS
+    """One hash-chained record per event (of one aggregate, when given), then a trailer."""
+    previous, count = GENESIS, 0
     source: Iterable[Any] = (
         app.events.get(aggregate_id) if aggregate_id is not None
         else (app.mapper.to_domain_event(n) for n in notifications(app))
@@ -97,24 +98,45 @@ def export_records(app: Application[UUID], aggregate_id: UUID | None = None) -> 
         }
         record["hash"] = _digest(record)
         previous = record["hash"]
+        count += 1
         yield record
+    # The trailer seals the file: without it a cut-off export would still verify.
+    trailer: dict[str, Any] = {"trailer": True, "events": count, "prev_hash": previous}
+    trailer["hash"] = _digest(trailer)
+    yield trailer
 
 
 def verify_export(lines: Iterable[str]) -> AuditReport:
-    """Check an exported file's hash chain: any edited, dropped or reordered line shows."""
+    """Check an exported file: any edited, dropped, reordered or cut-off line shows."""
     report = AuditReport()
     previous = GENESIS
     streams: set[str] = set()
+    sealed = False
     for number, line in enumerate(lines, start=1):
-        record = json.loads(line)
-        report.events += 1
-        streams.add(record.get("aggregate_id", ""))
-        claimed = record.pop("hash", None)
+        try:
+            record = json.loads(line)
+            claimed = record.pop("hash")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            report.problems.append(f"line {number}: not an export record")
+            previous = ""
+            continue
+        if sealed:
+            report.problems.append(f"line {number}: follows the trailer")
         if record.get("prev_hash") != previous:
             report.problems.append(f"line {number}: does not follow line {number - 1}")
         if claimed != _digest(record):
             report.problems.append(f"line {number}: content does not match its hash")
-        previous = claimed or ""
+        previous = claimed
+        if record.get("trailer") is True:
+            sealed = True
+            if record.get("events") != report.events:
+                report.problems.append(f"line {number}: trailer counts {record.get('events')} events, "
+                                       f"the file has {report.events}")
+            continue
+        report.events += 1
+        streams.add(record.get("aggregate_id", ""))
+    if not sealed:
+        report.problems.append("the file has no trailer: it was cut off or is not a flowledger export")
     report.streams = len(streams)
     return report
 

@@ -62,7 +62,7 @@ def export(
             count = 0
             for record in export_records(engine.app, aggregate_id):
                 target.write(json.dumps(record, ensure_ascii=False) + "\n")
-                count += 1
+                count += 0 if record.get("trailer") else 1
         finally:
             if out is not None:
                 target.close()

@@ -64,7 +64,7 @@ def test_audit_verifies_the_log_and_an_exported_session(
     export = tmp_path / "audited.jsonl"
     exported = run(database_url, pg_schema, "audit", "export", "--session", "audited", "--out", str(export))
     assert exported.returncode == 0, exported.stderr
-    assert len(export.read_text().splitlines()) == 2
+    assert len(export.read_text().splitlines()) == 3  # two events and the trailer
     assert run(database_url, pg_schema, "audit", "verify", "--file", str(export)).returncode == 0
 
     export.write_text(export.read_text().replace("greet", "forged"))

@@ -40,7 +40,7 @@ def test_a_gap_in_a_stream_and_a_foreign_topic_are_reported(engine: Engine) -> N
 def test_an_export_verifies_and_any_edit_breaks_its_chain(engine: Engine) -> None:
     _sessions(engine)
     lines = [json.dumps(r) for r in export_records(engine.app)]
-    assert len(lines) == 7
+    assert len(lines) == 8  # seven events and the trailer
     assert verify_export(lines).ok
 
     edited = json.loads(lines[2])
@@ -49,12 +49,23 @@ def test_an_export_verifies_and_any_edit_breaks_its_chain(engine: Engine) -> Non
     assert [p.split(":")[0] for p in verify_export(tampered).problems] == ["line 3"]
 
     dropped = lines[:3] + lines[4:]
-    assert verify_export(dropped).problems == ["line 4: does not follow line 3"]
+    assert verify_export(dropped).problems[0] == "line 4: does not follow line 3"
+
+
+def test_a_cut_off_or_garbled_export_does_not_verify(engine: Engine) -> None:
+    _sessions(engine)
+    lines = [json.dumps(r) for r in export_records(engine.app)]
+    assert verify_export(lines[:-2]).problems == [
+        "the file has no trailer: it was cut off or is not a flowledger export"]
+    assert not verify_export([]).ok
+    garbled = [*lines[:2], "{not json", *lines[2:]]
+    assert "line 3: not an export record" in verify_export(garbled).problems
 
 
 def test_one_session_can_be_exported_alone(engine: Engine) -> None:
     _sessions(engine)
-    records = list(export_records(engine.app, engine.session_uuid("a-0")))
+    *records, trailer = list(export_records(engine.app, engine.session_uuid("a-0")))
     assert [r["event_type"] for r in records] == ["Session.Started", "Session.StepProcessed",
                                                   "Session.Completed"]
+    assert trailer["events"] == 3
     assert records[1]["data"]["usage"]["input_tokens"] == 5
