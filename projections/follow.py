@@ -56,10 +56,11 @@ def follow(
                     batch = _next_batch(inbox, projector.batch_size)
                     if not batch:
                         continue
-                    if not projector.run_batch(conn, resolve, batch, after=after, on_batch=on_batch):
+                    if projector.run_batch(conn, resolve, batch, after=after, on_batch=on_batch):
+                        applied += len(batch)
+                    else:
                         # A build moved behind what we were fed (a switch): read instead.
-                        projector.drive(conn, resolve, on_batch=on_batch)
-                    applied += len(batch)
+                        applied += projector.drive(conn, resolve, on_batch=on_batch)
                     after = batch[-1].id
             finally:
                 subscription.stop()
