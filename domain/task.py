@@ -97,6 +97,13 @@ class Task(Aggregate):
         reason: str
         released_at: datetime
 
+    class ClassificationDiscarded(Aggregate.Event):
+        """A paid classification call whose answer came too late to apply (kept for its cost)."""
+
+        class_version = 1
+        reason: str
+        usage: LlmUsage
+
     @staticmethod
     def create_id(tenant: str, task_id: str) -> UUID:
         """Tasks are addressed by the caller's id; no lookup table."""
@@ -263,6 +270,14 @@ class Task(Aggregate):
         self.status = TaskStatus.ESCALATED.value
         self.escalation = Escalation(reason=reason, detail=detail, escalated_at=escalated_at,
                                      usage=usage)
+
+    def discard_classification(self, reason: str, usage: LlmUsage) -> None:
+        """Keep the usage of a classification that can no longer be applied; state is unchanged."""
+        self._classification_discarded(reason=reason[:2000], usage=usage)
+
+    @event(ClassificationDiscarded)
+    def _classification_discarded(self, reason: str, usage: LlmUsage) -> None:
+        """Nothing to change: the event is there for the cost ledger."""
 
     @event(Released)
     def _released(self, agent_id: str, reason: str, released_at: datetime) -> None:

@@ -89,7 +89,10 @@ class TaskClassification(TaskQueries):
         task = self._load_task(task_id)
         if task.classification is None and not task.task_status.is_final:
             task.classify(classification)
-            self._save_atomically(task)
+        elif classification.usage is not None:
+            # Someone else classified or closed it during the call: keep what the call cost.
+            task.discard_classification(f"task already {task.task_status.value}", classification.usage)
+        self._save_atomically(task)
         return task.state()
 
     def _classification_failed(
@@ -100,4 +103,8 @@ class TaskClassification(TaskQueries):
             self._escalate(
                 task, EscalationReason.CLASSIFICATION_FAILED, detail, self.clock(), usage
             )
+        elif usage is not None:
+            task.discard_classification(f"failed after the task was {task.task_status.value}: {detail}",
+                                        usage)
+            self._save_atomically(task)
         return task.state()

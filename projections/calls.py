@@ -35,7 +35,8 @@ def call_of(event: Any) -> Call | None:
 
     A processed step is a call when it carries usage (a step recorded without a model
     is not); a failed step always counts, as an error, with or without usage. Task
-    classification (and escalation) calls count when they carry usage.
+    classification (and escalation) calls count when they carry usage, and so does a
+    classification whose answer was discarded because the task had moved on.
     """
     if isinstance(event, Session.StepProcessed):
         if event.usage is None:
@@ -45,6 +46,8 @@ def call_of(event: Any) -> Call | None:
         return Call(
             "session", event.step, event.usage, event.error_type, event.error_message, None, None
         )
+    if isinstance(event, Task.ClassificationDiscarded):
+        return Call("task", "classification", event.usage, None, None, None, None)
     if isinstance(event, Task.Classified | Task.Escalated) and event.usage is not None:
         step = "classification" if isinstance(event, Task.Classified) else "escalation"
         return Call("task", step, event.usage, None, None, None, None)

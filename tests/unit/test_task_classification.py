@@ -10,9 +10,11 @@ import pytest
 
 from flowledger.domain.errors import LlmCallFailed, LlmNotConfigured, ValidationError
 from flowledger.domain.ports import LlmReply
+from flowledger.domain.task import task_uuid
 from flowledger.domain.task_views import Classification, EscalationReason, TaskStatus
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
+from flowledger.projections.calls import call_of
 
 USAGE = LlmUsage(provider="fake", request_model="deepseek-v3.2", input_tokens=120,
                  output_tokens=30, cost_usd=Decimal("0.0000210"), latency_ms=41.0)
@@ -119,3 +121,37 @@ def test_a_reply_is_parsed_even_when_wrapped_in_prose() -> None:
     assert (parsed.category, parsed.complexity, parsed.estimated_hours) == ("review", "low", 0.5)
     with pytest.raises(ValidationError):
         Classification.from_reply("no json here", None)
+
+
+class ClassifiedMeanwhile(FakeLlm):
+    """Answers like FakeLlm, but someone classifies the task while the call is in flight."""
+
+    def __init__(self, engine: Engine, task_id: str, content: str) -> None:
+        super().__init__(content)
+        self.engine, self.task_id = engine, task_id
+
+    async def complete(
+        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
+    ) -> LlmReply:
+        self.engine.record_classification(self.task_id, "review", "low", 1.0)
+        return await super().complete(model=model, messages=messages, json_mode=json_mode)
+
+
+async def test_a_classification_that_lost_the_race_keeps_its_cost_on_the_task(engine: Engine) -> None:
+    # Given a task that the caller classifies while the model is still answering
+    engine.create_task("t9", "Review the PR", ["python"])
+    engine.llm = ClassifiedMeanwhile(engine, "t9", answer(category="feature", complexity="high",
+                                                          estimated_hours=6))
+
+    # When the model's answer arrives
+    task = await engine.classify_task("t9")
+
+    # Then the caller's classification stands, and the call's usage is recorded anyway
+    assert task.classification is not None
+    assert task.classification.category == "review"
+    last = engine.task_history("t9")[-1]
+    assert last.event_type == "Task.ClassificationDiscarded"
+    assert last.data["usage"] == USAGE
+    events = list(engine.app.events.get(task_uuid(engine.tenant, "t9")))
+    calls = [call for call in map(call_of, events) if call is not None]
+    assert [call.usage for call in calls] == [USAGE]
