@@ -130,7 +130,8 @@ class StepProcessing:
             await closer()
         executor = self.__dict__.get("_db_executor")
         if executor is not None:
-            executor.shutdown(wait=True)
+            # Waiting for the worker threads blocks: do it off the event loop.
+            await asyncio.to_thread(executor.shutdown, True)
         self.close()
 
     async def _run_step(

@@ -15,7 +15,6 @@ from rich.console import Console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.http.app import create_app
 from flowledger.adapters.llm import OpenAICompatibleClient, SimulatorConfig, run_simulator
-from flowledger.domain.ports import LlmPort
 from flowledger.infrastructure import Engine, Settings
 
 console = Console(stderr=True)
@@ -47,24 +46,18 @@ def serve(
     with reported_errors():
         base = Settings.from_env()
         with _llm_settings(base, simulate_llm or not base.llm_base_url) as settings:
-            llm: LlmPort = OpenAICompatibleClient.from_settings(settings)
-            engine = Engine(settings=settings, llm=llm)
+            engine = Engine(settings=settings, llm=OpenAICompatibleClient.from_settings(settings))
             server = uvicorn.Server(uvicorn.Config(create_app(engine), host=host, port=port,
                                                    log_level="info"))
-            try:
-                asyncio.run(_serve(server, llm))
-            finally:
-                engine.close()
+            asyncio.run(_serve(server, engine))
 
 
-async def _serve(server: uvicorn.Server, llm: LlmPort) -> None:
-    # The client's connection pool belongs to this loop: close it here too.
+async def _serve(server: uvicorn.Server, engine: Engine) -> None:
+    # The client's connection pool belongs to this loop: close everything here.
     try:
         await server.serve()
     finally:
-        closer = getattr(llm, "aclose", None)
-        if closer is not None:
-            await closer()
+        await engine.aclose()
 
 
 def register(app: typer.Typer) -> None:
