@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from flowledger.adapters.http import dashboard, rest, webhook
+from flowledger.adapters.http import dashboard, rest, tasks, webhook
 from flowledger.adapters.http.errors import install_error_handlers
 from flowledger.infrastructure import Engine
 
@@ -20,6 +20,7 @@ def create_app(engine: Engine) -> FastAPI:
     install_error_handlers(app)
     app.include_router(webhook.router)
     app.include_router(rest.router)
+    app.include_router(tasks.router)
     app.include_router(dashboard.router)
 
     @app.get("/healthz", tags=["health"])

@@ -1,0 +1,88 @@
+"""The tasks-and-agents REST API, on both backends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flowledger.adapters.http.app import create_app
+from flowledger.domain.ports import LlmReply
+from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+
+
+class Classifier:
+    """An LlmPort that classifies every task as a high-complexity bug fix."""
+
+    async def complete(self, *, model: str | None, messages: list[dict[str, Any]],
+                       json_mode: bool = True) -> LlmReply:
+        content = json.dumps({"category": "bug_fix", "complexity": "high", "estimated_hours": 6})
+        return LlmReply(content=content, usage=LlmUsage(request_model=model or "deepseek-v3.2",
+                                                        input_tokens=80, output_tokens=20,
+                                                        cost_usd=Decimal("0.0000308")))
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def http(request: pytest.FixtureRequest) -> Iterator[TestClient]:
+    if request.param == "memory":
+        settings = make_settings(database_url="memory:")
+    else:
+        settings = make_settings(database_url=request.getfixturevalue("database_url"),
+                                 schema=request.getfixturevalue("pg_schema"))
+    engine = Engine(settings=settings, llm=Classifier())
+    with TestClient(create_app(engine)) as client:
+        yield client
+    engine.close()
+
+
+def test_a_task_is_classified_assigned_worked_and_completed(http: TestClient) -> None:
+    agent = {"agent_id": "be-1", "name": "Backend 1", "skills": ["golang"], "capacity": 1}
+    assert http.post("/v1/agents", json=agent).status_code == 201
+    task = {"task_id": "T-1", "description": "Fix the race", "required_skills": ["golang"],
+            "priority": "critical", "deadline_hours": 4}
+    assert http.post("/v1/tasks", json=task).status_code == 201
+
+    classified = http.post("/v1/tasks/T-1/classify", json={}).json()
+    assert classified["classification"]["category"] == "bug_fix"
+    assert classified["classification"]["usage"]["cost_usd"] == "0.0000308"
+    assigned = http.post("/v1/tasks/T-1/assign").json()
+    assert assigned["agent_id"] == "be-1"
+    assert http.get("/v1/agents/be-1").json()["load"] == 1
+    http.post("/v1/tasks/T-1/start")
+    done = http.post("/v1/tasks/T-1/complete", json={"result": {"pr": 42}}).json()
+    assert done["status"] == "completed"
+    assert http.get("/v1/agents/be-1").json()["load"] == 0
+    events = [e["event_type"] for e in http.get("/v1/tasks/T-1/history").json()]
+    assert events == ["Task.Created", "Task.Classified", "Task.Assigned", "Task.Started", "Task.Completed"]
+
+
+def test_a_task_nobody_can_take_is_escalated_with_its_reason(http: TestClient) -> None:
+    http.post("/v1/agents", json={"agent_id": "fe-1", "name": "Front", "skills": ["react"], "capacity": 2})
+    http.post("/v1/tasks", json={"task_id": "T-9", "description": "Tune Postgres",
+                                 "required_skills": ["postgres"]})
+    escalated = http.post("/v1/tasks/T-9/assign").json()
+    assert escalated["status"] == "escalated"
+    assert escalated["escalation"]["reason"] == "no_capable_agent"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        ("/v1/agents", {"agent_id": "a", "name": "A", "skills": [], "capacity": 1}, 422),
+        ("/v1/agents", {"agent_id": "a", "name": "A", "skills": ["x"], "capacity": 0}, 422),
+        ("/v1/tasks", {"task_id": "t", "description": "d", "priority": "urgent"}, 422),
+        ("/v1/tasks/nope/assign", None, 404),
+    ],
+)
+def test_bad_task_requests_get_a_4xx_with_a_message(
+    http: TestClient, path: str, body: dict[str, Any] | None, status: int
+) -> None:
+    response = http.post(path, json=body)
+    assert response.status_code == status
+    assert response.json()["error"]
