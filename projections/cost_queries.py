@@ -166,7 +166,19 @@ def reprice(
                    + (c.output_tokens - c.reasoning_output_tokens) * p.output
                    + c.reasoning_output_tokens * coalesce(p.reasoning, p.output) AS repriced
             FROM {reader}.llm_calls AS c
-            LEFT JOIN prices AS p ON p.price_model = coalesce(%(as_model)s::text, c.model)
+            LEFT JOIN LATERAL (
+                -- The asked-for model first (providers answer with dated names), then
+                -- the answering one, each also without a ``provider/`` prefix.
+                SELECT * FROM prices
+                WHERE price_model IN (%(as_model)s::text, c.request_model, c.model,
+                                      regexp_replace(c.request_model, '^.*/', ''),
+                                      regexp_replace(c.model, '^.*/', ''))
+                ORDER BY price_model = %(as_model)s::text DESC NULLS LAST,
+                         price_model = c.request_model DESC NULLS LAST,
+                         price_model = regexp_replace(c.request_model, '^.*/', '') DESC NULLS LAST,
+                         price_model = c.model DESC NULLS LAST
+                LIMIT 1
+            ) AS p ON true
             WHERE occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
         )
         SELECT {keys}, count(*), count(priced_as),

@@ -158,3 +158,31 @@ def test_funnel_breaks_down_by_metadata_and_by_model(projector: Projector) -> No
     # d failed at classify, a step left out of the order: it counts as still in progress
     assert ordered[0].before_first_step == {"abandoned": 1, "expired": 1,
                                             "in_progress": 2}
+
+
+def test_reprice_finds_the_price_of_a_dated_or_provider_prefixed_model(
+    pg_engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given calls whose provider answered with a dated name, and one asked as provider/model
+    dated = LlmUsage(provider="openai", request_model="gpt-4.1", response_model="gpt-4.1-2025-04-14",
+                     input_tokens=1000, output_tokens=100, cost_usd=Decimal("0.0028"))
+    prefixed = LlmUsage(provider="openai", request_model="openai/gpt-4.1", response_model="",
+                        input_tokens=1000, output_tokens=100, cost_usd=Decimal("0.0028"))
+    script = SessionScript("p", "support", at(0))
+    script.step("one", at(1), usage=dated).step("two", at(2), usage=prefixed)
+    append(pg_engine.app, interleave([script]))
+    projector = projector_for(pg_engine)
+    projector.catch_up()
+    table = {"gpt-4.1": Price(Decimal("0.000002"), Decimal("0.000008"))}
+
+    # When the recorded usage is repriced under a table that only knows "gpt-4.1"
+    with projector.connect() as conn:
+        [row] = reprice(conn, projector.names.reader, table, since=T0, by=())
+
+    # Then both calls found that price: 2 x (1000*2e-6 + 100*8e-6)
+    assert (row.calls, row.priced_calls, row.repriced_cost_usd) == (2, 2, Decimal("0.0056"))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for (name,) in conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", [pg_schema + "_"]
+        ).fetchall():
+            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
