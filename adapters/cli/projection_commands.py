@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from psycopg import sql
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -127,39 +128,57 @@ def verify_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
 
 
 def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Table:
-    """The cost dashboard as a rich table."""
-    table = Table(title=title)
-    for column in [*by, "calls", "errors", "input", "output", "cached", "cost $", "avg ms",
-                   "p50", "p95", "p99"]:
-        table.add_column(column, justify="left" if column in by else "right")
+    """The cost dashboard as a rich table, readable at 80 characters."""
+    table = Table(title=f"{title} (latency: avg p50/p95/p99)", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    for column in by:
+        widest = max((len(str(r.group[by.index(column)])) for r in rows), default=len(column))
+        table.add_column(column, no_wrap=True, min_width=min(widest, 24))
+    for column in ("calls", "errors", "tokens in/out/cached", "cost $", "latency ms"):
+        wraps = column == "errors"
+        table.add_column(column, justify="right", no_wrap=not wraps, min_width=6 if wraps else None)
     for r in rows:
         errors = ", ".join(f"{k}:{v}" for k, v in sorted(r.errors_by_type.items())) or "0"
-        table.add_row(*(str(g) for g in r.group), str(r.calls), errors, f"{r.input_tokens:,}",
-                      f"{r.output_tokens:,}", f"{r.cached_tokens:,}", f"{r.cost_usd:.6f}",
-                      *(_ms(v) for v in (r.latency_avg_ms, r.latency_p50_ms, r.latency_p95_ms,
-                                         r.latency_p99_ms)))
+        tokens = "/".join(_short(n) for n in (r.input_tokens, r.output_tokens, r.cached_tokens))
+        latency = f"{_ms(r.latency_avg_ms)} " + "/".join(
+            _ms(v) for v in (r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms))
+        table.add_row(*(str(g) for g in r.group), f"{r.calls:,}", errors, tokens,
+                      f"{r.cost_usd:.4f}", latency)
     return table
 
 
+def _short(count: int) -> str:
+    """1,234 -> 1.2k; 2,500,000 -> 2.5M."""
+    if count >= 1_000_000:
+        return f"{count / 1_000_000:.1f}M"
+    return f"{count / 1_000:.1f}k" if count >= 1_000 else str(count)
+
+
 def funnel_table(report: FunnelReport) -> Table:
-    """One workflow's funnel as a rich table."""
+    """One workflow's funnel: reach, conversion of all sessions and of the step before, why
+    sessions stopped there, how many are still running or done, and time to reach it."""
     segment = f" [{report.segment}]" if report.segment is not None else ""
-    table = Table(title=f"funnel {report.workflow}{segment}: {report.sessions} sessions")
-    for column in ("step", "reached", "overall", "step→step", "dropped", "in progress",
-                   "completed", "p50 s", "p95 s"):
-        table.add_column(column, justify="left" if column in {"step", "dropped"} else "right")
+    table = Table(title=f"funnel {report.workflow}{segment}: {report.sessions} sessions",
+                  box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    widest = max((len(s.step) for s in report.steps), default=4)
+    table.add_column("step", no_wrap=True, min_width=min(widest, 24))
+    for column in ("reach", "of all", "of prev", "dropped", "live", "done", "p50/p95 s"):
+        wraps = column == "dropped"
+        table.add_column(column, justify="left" if wraps else "right", no_wrap=not wraps,
+                         min_width=12 if wraps else None)
     for s in report.steps:
         causes = {**{k: v for k, v in s.dropped.items() if k != "failed"},
                   **{f"failed:{k}": v for k, v in s.failed_by_error.items()}}
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "-"
         table.add_row(s.step, str(s.reached), f"{s.overall_conversion:.1%}",
                       f"{s.step_conversion:.1%}", dropped, str(s.in_progress), str(s.completed),
-                      _seconds(s.p50_seconds), _seconds(s.p95_seconds))
+                      f"{_seconds(s.p50_seconds)}/{_seconds(s.p95_seconds)}")
     return table
 
 
 def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    return "-" if value is None else f"{value:.0f}"
 
 
 def _seconds(value: float | None) -> str:
