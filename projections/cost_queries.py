@@ -12,6 +12,8 @@ from typing import Any
 
 from psycopg import Connection, sql
 
+from flowledger.domain.errors import ValidationError
+
 GROUPINGS: Mapping[str, str] = {
     "model": "coalesce(model, '(none)')",
     "provider": "coalesce(provider, '(none)')",
@@ -77,7 +79,7 @@ class RepriceRow:
 def _groups(by: Sequence[str]) -> list[sql.Composable]:
     unknown = [key for key in by if key not in GROUPINGS]
     if unknown:
-        raise ValueError(f"cannot group by {unknown}; choose from {sorted(GROUPINGS)}")
+        raise ValidationError("by", f"cannot group by {unknown}; choose from {sorted(GROUPINGS)}")
     if not by:
         return [sql.SQL("'all'::text AS g0")]
     return [sql.SQL(f"{GROUPINGS[key]} AS g{i}") for i, key in enumerate(by)]  # type: ignore[arg-type]

@@ -15,6 +15,8 @@ from typing import Any
 
 from psycopg import Connection, sql
 
+from flowledger.domain.errors import ValidationError
+
 DROPS = ("failed", "expired", "abandoned")
 
 
@@ -58,7 +60,7 @@ def _segment(by: str | None) -> sql.Composable:
         return sql.SQL("coalesce(first_model, '(none)')")
     if by.startswith("metadata."):
         return sql.SQL("coalesce(metadata ->> {}, '(none)')").format(sql.Literal(by[9:]))
-    raise ValueError(f"breakdown must be 'model' or 'metadata.<key>', not {by!r}")
+    raise ValidationError("by", f"breakdown must be 'model' or 'metadata.<key>', not {by!r}")
 
 
 PREFIX = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.engine import Engine
 from flowledger.infrastructure.settings import MEMORY_URL
 from flowledger.projections.base import Projection
@@ -24,7 +25,9 @@ def projector_for(
 ) -> Projector:
     """A projector over ``engine``'s log; it reads through the engine's recorder and mapper."""
     if engine.database_url == MEMORY_URL:
-        raise ValueError("projections are PostgreSQL tables: the engine needs a PostgreSQL database")
+        raise ValidationError(
+            "database_url", "projections are PostgreSQL tables: the engine needs a PostgreSQL database"
+        )
     return Projector(
         database_url=engine.database_url,
         store_schema=engine.settings.schema,

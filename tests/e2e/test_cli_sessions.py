@@ -85,3 +85,29 @@ def test_every_error_class_has_an_exit_code_and_an_http_status() -> None:
     for kind in set(classes) - abstract:
         assert any(kind is k for k, _ in EXIT_CODES), f"{kind.__name__} has no exit code of its own"
         assert any(kind is k for k, _ in STATUS_CODES), f"{kind.__name__} has no HTTP status of its own"
+
+
+def test_dashboard_and_funnel_print_what_the_projections_hold(database_url: str, pg_schema: str) -> None:
+    from decimal import Decimal
+
+    from flowledger.domain import LlmUsage
+
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        for n in range(3):
+            engine.start_session(f"f-{n}", "checkout")
+            engine.record_step(f"f-{n}", "cart", next_step="pay", usage=LlmUsage(
+                request_model="gpt-4.1", input_tokens=1000, output_tokens=100, cost_usd=Decimal("0.0028")))
+        engine.record_step("f-0", "pay")
+
+    dashboard = run(database_url, pg_schema, "dashboard", "--since", "1h")
+    assert dashboard.returncode == 0, dashboard.stderr
+    assert "gpt-4.1" in dashboard.stdout
+    assert "0.0084" in dashboard.stdout  # three calls at $0.0028
+    funnel = run(database_url, pg_schema, "funnel", "checkout")
+    assert funnel.returncode == 0, funnel.stderr
+    assert "3 sessions" in funnel.stdout
+    assert "cart" in funnel.stdout
+    assert "pay" in funnel.stdout
+    bad = run(database_url, pg_schema, "dashboard", "--by", "colour")
+    assert bad.returncode == 2
+    assert len(bad.stderr.strip().splitlines()) == 1
