@@ -48,7 +48,7 @@ from eventsourcing.persistence import (
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.utils import retry
 from psycopg import Cursor
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
 from flowledger.infrastructure import pg_sql
@@ -72,12 +72,14 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         # The append function needs the table's sequence name: made in _create_table.
         del self.sql_create_statements[self.create_insert_function_statement_index]
         self.append_function_name = f"{self.events_table_name}_append"[: self.MAX_IDENTIFIER_LEN]
+        # Rendered once to plain strings: psycopg parses a string query once and caches it,
+        # but renders a ``Composed`` again on every call.
         self.sql_append_one = SQL("SELECT {}.{}(%s, %s, %s, %s) AS id").format(
             Identifier(schema), Identifier(f"{self.append_function_name}_one"[: self.MAX_IDENTIFIER_LEN])
-        )
+        ).as_string(None)
         self.sql_append = SQL("SELECT id FROM {}.{}(%s, %s, %s, %s) AS id").format(
             Identifier(schema), Identifier(self.append_function_name)
-        )
+        ).as_string(None)
         self.sql_max_notification_id = pg_sql.max_notification_id(schema, self.events_table_name)
         self.notifier = Notifier(self.datastore, self.channel_name)
 
@@ -114,7 +116,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         """Append ``stored_events`` atomically; returns their notification ids."""
         if not stored_events:
             return []
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+        # Plain tuple rows: building a dict per row costs more than the row is worth here.
+        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
             try:
                 ids = self.append(curs, stored_events)
             except BaseException:
@@ -131,6 +134,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
 
         Must be the first write of its transaction (the call takes the transaction id).
         """
+        if curs.row_factory is not tuple_row:
+            curs = curs.connection.cursor(row_factory=tuple_row)  # same transaction
         if len(stored_events) == 1:
             e = stored_events[0]
             row = curs.execute(
@@ -138,7 +143,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             ).fetchone()
             if row is None:  # the function always returns the id
                 raise OperationalError("append returned no notification id")
-            return [row["id"]]
+            return [row[0]]
         curs.execute(
             self.sql_append,
             (
@@ -149,7 +154,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             ),
             prepare=True,
         )
-        return [row["id"] for row in curs.fetchall()]
+        return [row[0] for row in curs.fetchall()]
 
     @retry(_RETRYABLE, max_attempts=10, wait=0.2)
     def select_notifications(
