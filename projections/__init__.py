@@ -7,7 +7,7 @@ Current state (``sessions``), the cost dashboard (``llm_calls``), the completion
 
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.cost_queries import DashboardRow, Price, RepriceRow, dashboard, reprice
-from flowledger.projections.follow import follow
+from flowledger.projections.follow import follow, follow_until_stopped
 from flowledger.projections.funnel_queries import FunnelReport, FunnelStep, funnel_report
 from flowledger.projections.processor import Projector
 from flowledger.projections.rebuild import Difference, RebuildInProgress, rebuild, verify
@@ -29,6 +29,7 @@ __all__ = [
     "all_projections",
     "dashboard",
     "follow",
+    "follow_until_stopped",
     "funnel_report",
     "projector_for",
     "rebuild",

@@ -6,11 +6,15 @@ once: every batch locks the tracking rows and skips what another follower alread
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from queue import Empty, Queue
 
+import psycopg
+from eventsourcing import persistence as es_persistence
 from eventsourcing.persistence import Notification
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from flowledger.projections.catalog import install
 from flowledger.projections.processor import BatchHook, Projector
@@ -85,3 +89,50 @@ def _next_batch(inbox: Queue[Notification | BaseException | None], limit: int) -
     except Empty:
         pass
     return batch
+
+
+# What a lost or restarted database looks like to the follower (psycopg's own errors, and
+# the event library's wrappers of them when they surface through the recorder).
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    es_persistence.OperationalError,
+    es_persistence.InterfaceError,
+)
+
+
+def follow_until_stopped(
+    projector: Projector,
+    wanted: Sequence[str] | None = None,
+    *,
+    stop: threading.Event,
+    on_reconnect: Callable[[BaseException, float], None] | None = None,
+    max_backoff_s: float = 30.0,
+) -> None:
+    """``follow`` until ``stop`` is set, starting again after a lost connection.
+
+    Waits 0.5 s, doubling up to ``max_backoff_s``, between tries; ``on_reconnect`` hears of
+    each (the error and the wait). Nothing is lost or applied twice by starting again: each
+    batch's rows and tracking position commit together, so ``follow`` resumes from them.
+    """
+
+    def announce(state: RetryCallState) -> None:
+        if on_reconnect is not None and state.outcome is not None and state.next_action is not None:
+            error = state.outcome.exception()
+            if error is not None:
+                on_reconnect(error, state.next_action.sleep)
+
+    def pause(seconds: float) -> None:
+        stop.wait(seconds)  # a stop request ends the wait at once
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(CONNECTION_ERRORS),
+        wait=wait_exponential(multiplier=0.5, max=max_backoff_s),
+        stop=lambda _: stop.is_set(),
+        sleep=pause,
+        before_sleep=announce,
+        reraise=True,
+    )
+    with contextlib.suppress(*CONNECTION_ERRORS):
+        # Tenacity gives up only once ``stop`` is set: a last error then just ends the run.
+        retrying(follow, projector, wanted, stop=stop)

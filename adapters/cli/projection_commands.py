@@ -27,7 +27,7 @@ from flowledger.projections import (
     Price,
     Projector,
     dashboard,
-    follow,
+    follow_until_stopped,
     funnel_report,
     projector_for,
     rebuild,
@@ -104,8 +104,13 @@ def follow_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
     with reported_errors(), Engine() as engine:
         projector = projector_for(engine)
         console.print("following the log (Ctrl-C to stop)")
-        applied = follow(projector, _names(name), stop=stop)
-        console.print(f"stopped after applying {applied} notifications")
+
+        def reconnecting(error: BaseException, wait_s: float) -> None:
+            console.print(f"[yellow]lost the database ({type(error).__name__}: {error}); "
+                          f"starting again in {wait_s:.1f} s[/yellow]", highlight=False)
+
+        follow_until_stopped(projector, _names(name), stop=stop, on_reconnect=reconnecting)
+        console.print("stopped")
 
 
 @projections_app.command("verify")
