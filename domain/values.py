@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -129,6 +130,12 @@ def require_name(field_name: str, value: Any) -> str:
     if len(value) > 200:
         raise ValidationError(field_name, "must be at most 200 characters")
     return value
+
+
+def require_ttl(ttl: Any) -> None:
+    """Raise ValidationError unless ``ttl`` is a positive timedelta."""
+    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+        raise ValidationError("ttl", f"must be a positive timedelta, got {ttl!r}")
 
 
 def require_object(field_name: str, value: Any, *, optional: bool = False) -> None:

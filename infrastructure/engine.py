@@ -28,7 +28,7 @@ from flowledger.domain.errors import (
 from flowledger.domain.ports import LlmPort
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionState, StepRecord
-from flowledger.domain.values import JsonObject, LlmUsage
+from flowledger.domain.values import JsonObject, LlmUsage, require_ttl
 from flowledger.infrastructure.application import FlowledgerApplication
 from flowledger.infrastructure.database import ensure_schema, library_env
 from flowledger.infrastructure.embedded import embedded_database_url
@@ -136,7 +136,7 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         metadata: JsonObject | None = None,
     ) -> SessionState:
         """Start a session; starting it again with the same workflow and user is a no-op."""
-        _require_ttl(ttl)
+        require_ttl(ttl)
         with self._lock(session_id):
             return self._retrying(
                 session_id,
@@ -268,8 +268,3 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
 
     def _lock(self, session_id: str) -> threading.Lock:
         return self._locks[hash(session_id) % _STRIPES]
-
-
-def _require_ttl(ttl: timedelta) -> None:
-    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
-        raise ValidationError("ttl", f"must be a positive timedelta, got {ttl!r}")

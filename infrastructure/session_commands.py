@@ -9,7 +9,7 @@ from typing import TypeVar
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionState
-from flowledger.domain.values import JsonObject
+from flowledger.domain.values import JsonObject, require_ttl
 
 T = TypeVar("T")
 
@@ -34,8 +34,7 @@ class SessionCommands:
 
     def extend_session(self, session_id: str, ttl: timedelta) -> SessionState:
         """Push the expiry to now + ttl (a session that already expired stays expired)."""
-        if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
-            raise ValidationError("ttl", f"must be a positive timedelta, got {ttl!r}")
+        require_ttl(ttl)
 
         def extend(session: Session) -> SessionState:
             now = self.clock()

@@ -18,16 +18,12 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from flowledger.adapters.cli.demo_llm import run_llm_sessions
+from flowledger.adapters.cli.demo_llm import run_llm_sessions, simulator_client
 from flowledger.adapters.cli.demo_tasks import run_task_scenario
 from flowledger.adapters.cli.projection_commands import show_analytics
 from flowledger.adapters.cli.rendering import history_table, session_table
 from flowledger.adapters.llm import (
-    ApiKey,
-    ClientConfig,
-    OpenAICompatibleClient,
     SimulatorConfig,
-    load_price_table,
     run_simulator,
 )
 from flowledger.domain.session_views import SessionStatus
@@ -140,12 +136,7 @@ def run_demo(console: Console, sessions: int) -> None:
             console.rule(f"2. steps that call the model (process_step), simulator at {simulator.base_url}")
             asyncio.run(run_llm_sessions(engine, simulator.base_url, sessions, console))
             console.rule("3. tasks classified by the model, assigned to agents, escalated")
-            run_task_scenario(engine, console, llm=_simulator_client(engine, simulator.base_url))
+            run_task_scenario(engine, console, llm=simulator_client(engine, simulator.base_url))
 
         console.rule("4. analytics rebuilt from the log (projections)")
         show_analytics(engine, console)
-
-
-def _simulator_client(engine: Engine, base_url: str) -> OpenAICompatibleClient:
-    config = ClientConfig(base_url=base_url, api_key=ApiKey("sk-flowledger-demo"))
-    return OpenAICompatibleClient(config, prices=load_price_table(engine.settings.pricing_file))

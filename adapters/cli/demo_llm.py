@@ -11,7 +11,7 @@ import asyncio
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from rich.console import Console
@@ -19,7 +19,6 @@ from rich.progress import Progress
 from rich.table import Table
 
 from flowledger.adapters.llm.client import OpenAICompatibleClient
-from flowledger.adapters.llm.config import ApiKey, ClientConfig
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
 from flowledger.domain.errors import LlmError
 from flowledger.domain.routing import RoutingPolicy, observed_latencies, percentile
@@ -108,6 +107,13 @@ class _Router:
         return self.policy.choose(observed_latencies(self.usages), priority=priority).model
 
 
+def simulator_client(engine: Engine, base_url: str) -> OpenAICompatibleClient:
+    """A client for the built-in simulator at ``base_url``, priced like the engine's settings."""
+    return OpenAICompatibleClient.from_settings(
+        replace(engine.settings, llm_base_url=base_url, llm_api_key="sk-flowledger-demo")
+    )
+
+
 async def run_llm_sessions(
     engine: Engine, base_url: str, sessions: int, console: Console, *, concurrency: int = 50
 ) -> LlmDemoSummary:
@@ -118,8 +124,7 @@ async def run_llm_sessions(
     """
     own_client = engine.llm is None
     if own_client:
-        config = ClientConfig(base_url=base_url, api_key=ApiKey("sk-flowledger-demo"))
-        engine.llm = OpenAICompatibleClient(config, prices=load_price_table(engine.settings.pricing_file))
+        engine.llm = simulator_client(engine, base_url)
     prices = engine.llm.prices if isinstance(engine.llm, OpenAICompatibleClient) else load_price_table()
     router, summary = _Router(prices), LlmDemoSummary(sessions=sessions)
     gate, rng, run = asyncio.Semaphore(concurrency), random.Random(7), f"{int(time.time())}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import threading
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.durations import parse_since
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
@@ -39,20 +39,12 @@ from flowledger.projections import (
 console = Console()
 projections_app = typer.Typer(help="Rebuild, follow, verify and inspect the read models.",
                               no_args_is_help=True)
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 BY_HELP = "model, provider, workflow, step, source, minute, hour or day (repeatable)."
 REPRICE_HELP = "Also price the same usage at this model's price (the configured price table)."
 NAME_HELP = "One projection: current_state, cost, funnel or seed (default: all)."
 STEPS_HELP = "Step order, comma-separated (default: the order sessions reached them)."
 
 
-def parse_since(text: str) -> timedelta:
-    """``90s``, ``30m``, ``24h``, ``7d`` or ``2w`` as a timedelta."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise ValidationError("since", f"{text!r} is not a duration like 30m, 24h or 7d")
-    return timedelta(**{_UNITS[match[2]]: int(match[1])})
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from psycopg import sql
 
-from flowledger.adapters.cli.projection_commands import parse_since
+from flowledger.adapters.durations import parse_since
 from flowledger.adapters.http.charts import bar_chart, column_chart
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.history import jsonable
