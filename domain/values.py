@@ -102,6 +102,10 @@ class LlmUsage:
         return cls(**values)
 
 
+_STRICT_JSON = json.JSONEncoder(allow_nan=False)
+"""Built once: ``json.dumps`` with any option builds a new encoder on every call."""
+
+
 def require_json(field_name: str, value: Any) -> None:
     """Raise ValidationError unless ``value`` is plain JSON (dicts with string keys, lists, ...).
 
@@ -109,7 +113,7 @@ def require_json(field_name: str, value: Any) -> None:
     rebuilt from the stored event would then differ from the live one.
     """
     try:
-        json.dumps(value, allow_nan=False)
+        _STRICT_JSON.encode(value)
     except (TypeError, ValueError) as error:
         raise ValidationError(field_name, f"must be JSON-serialisable: {error}") from None
     stack = [value]

@@ -3,7 +3,7 @@
 Each command loads an aggregate, calls one of its methods and saves it. A save that
 loses an optimistic-concurrency race is retried against fresh state (bounded), then
 surfaces as ConcurrentUpdate. Writers in one process are also serialised per
-aggregate by a striped lock, so retries are only needed across processes.
+aggregate by a lock per aggregate, so retries are only needed across processes.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from flowledger.infrastructure.application import FlowledgerApplication
 from flowledger.infrastructure.database import ensure_schema, library_env
 from flowledger.infrastructure.embedded import embedded_database_url
 from flowledger.infrastructure.history import HistoryEntry, history_entry
+from flowledger.infrastructure.keyed_locks import KeyedLocks
 from flowledger.infrastructure.session_commands import SessionCommands
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
 from flowledger.infrastructure.step_processing import StepProcessing
@@ -41,7 +42,6 @@ from flowledger.infrastructure.write_cache import WriteCache
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]
-_STRIPES = 64
 
 
 def utc_now() -> datetime:
@@ -74,7 +74,7 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         self.llm = llm
         env = library_env(url, schema=self.settings.schema, pool_size=self.settings.pool_size)
         self.app = FlowledgerApplication(env, snapshot_interval=self.settings.snapshot_interval)
-        self._locks = [threading.Lock() for _ in range(_STRIPES)]
+        self._locks = KeyedLocks()
         self._writers: WriteCache[Session] = WriteCache(self.settings.write_cache_size)
 
     @classmethod
@@ -266,5 +266,5 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         except RetryError:
             raise ConcurrentUpdate(session_id, retries + 1) from None
 
-    def _lock(self, session_id: str) -> threading.Lock:
-        return self._locks[hash(session_id) % _STRIPES]
+    def _lock(self, key: str) -> threading.Lock:
+        return self._locks(key)

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent, Tracking
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    InterfaceError,
+    OperationalError,
+    ProcessRecorder,
+    StoredEvent,
+    Tracking,
+)
 from eventsourcing.postgres import PostgresDatastore, PostgresFactory, PostgresProcessRecorder
 from eventsourcing.utils import retry
 
@@ -52,3 +59,25 @@ class FlowledgerPostgresFactory(PostgresFactory):
 
     application_recorder_class = FlowledgerApplicationRecorder
     process_recorder_class = FlowledgerProcessRecorder
+
+    def application_recorder(self) -> ApplicationRecorder:
+        """The event log's recorder; its notifier is stopped when the factory closes."""
+        recorder = super().application_recorder()
+        self._keep_notifier(recorder)
+        return recorder
+
+    def process_recorder(self) -> ProcessRecorder:
+        """As ``application_recorder``, with tracking."""
+        recorder = super().process_recorder()
+        self._keep_notifier(recorder)
+        return recorder
+
+    def close(self) -> None:
+        """Stop the notifiers (they hold connections of their own), then the pool."""
+        for notifier in self.__dict__.pop("_notifiers", []):
+            notifier.close()
+        super().close()
+
+    def _keep_notifier(self, recorder: object) -> None:
+        if isinstance(recorder, FlowledgerApplicationRecorder):
+            self.__dict__.setdefault("_notifiers", []).append(recorder.notifier)

@@ -3,7 +3,8 @@
 ``NOTIFY`` inside an appending transaction would make every commit take PostgreSQL's
 notification-queue lock (one per cluster, held until the commit is flushed), which
 serialises commits again. So appends only poke a ``Notifier``; its thread sends one
-``NOTIFY`` per burst from a transaction of its own, which writes no WAL of its own.
+``NOTIFY`` per burst from a transaction of its own, which writes no WAL of its own, on a
+connection of its own (outside the pool, so writers never wait for it).
 The subscription also re-reads on a timer, because a row that is committed but still
 behind the horizon becomes readable without any new ``NOTIFY``.
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 import threading
 import time
 from time import monotonic
+from typing import Any
 
+import psycopg
 from eventsourcing.postgres import PostgresDatastore, PostgresSubscription
 from psycopg.sql import SQL, Identifier
 
@@ -34,33 +37,55 @@ class Notifier:
         self._pending = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def poke(self) -> None:
         """Note that an append committed; listeners hear of it shortly."""
         self._pending.set()
         with self._lock:
-            if self._thread is None:
+            if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._run, name="flowledger-notify", daemon=True)
                 self._thread.start()
 
     def _run(self) -> None:
-        while True:
-            self._pending.wait(timeout=IDLE_EXIT_SECONDS)
-            with self._lock:
-                if not self._pending.is_set():
-                    self._thread = None
-                    return
-                self._pending.clear()
-            try:
-                with self._datastore.get_connection() as conn:
-                    conn.execute(self._statement)
-                time.sleep(MIN_INTERVAL_SECONDS)
-            except Exception:
-                # The pool is closed or the server is gone: nobody can be listening
-                # through it, and subscribers poll anyway. Let a later poke retry.
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            while True:
+                self._pending.wait(timeout=IDLE_EXIT_SECONDS)
                 with self._lock:
-                    self._thread = None
-                return
+                    if self._closed or not self._pending.is_set():
+                        self._thread = None
+                        return
+                    self._pending.clear()
+                if conn is None:
+                    conn = self._connect()
+                conn.execute(self._statement)
+                time.sleep(MIN_INTERVAL_SECONDS)
+        except Exception:
+            # The server is gone or the engine closed: nobody can be listening through
+            # it, and subscribers poll anyway. Let a later poke start again.
+            with self._lock:
+                self._thread = None
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def close(self) -> None:
+        """Stop the thread (at once if idle) and close its connection."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        self._pending.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A connection with the pool's parameters, but not taken from the pool."""
+        pool = self._datastore.pool
+        kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs or {}
+        conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+        params = {k: v for k, v in kwargs.items() if k != "row_factory"}
+        return psycopg.connect(conninfo, autocommit=True, **params)
 
 
 class FlowledgerSubscription(PostgresSubscription):

@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from time import monotonic, sleep
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from eventsourcing.persistence import (
     ApplicationRecorder,
@@ -47,7 +48,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.utils import retry
-from psycopg import Cursor
+from psycopg import Connection, Cursor
 from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
@@ -82,6 +83,9 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         ).as_string(None)
         self.sql_max_notification_id = pg_sql.max_notification_id(schema, self.events_table_name)
         self.notifier = Notifier(self.datastore, self.channel_name)
+        # One append cursor per pooled connection, kept while the connection lives: a new
+        # cursor must look up its parameter dumpers and row loaders again on every call.
+        self._append_cursors: WeakKeyDictionary[Connection[Any], Cursor[Any]] = WeakKeyDictionary()
 
     def _create_table(self, curs: Cursor[DictRow]) -> None:
         super()._create_table(curs)
@@ -116,8 +120,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         """Append ``stored_events`` atomically; returns their notification ids."""
         if not stored_events:
             return []
-        # Plain tuple rows: building a dict per row costs more than the row is worth here.
-        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
+        with self.datastore.get_connection() as conn:
+            curs = self._append_cursor(conn)
             try:
                 ids = self.append(curs, stored_events)
             except BaseException:
@@ -128,6 +132,13 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 raise
         self.notifier.poke()
         return ids
+
+    def _append_cursor(self, conn: Connection[Any]) -> Cursor[Any]:
+        """This connection's append cursor (plain tuple rows: a dict per row costs more)."""
+        curs = self._append_cursors.get(conn)
+        if curs is None or curs.closed:
+            curs = self._append_cursors[conn] = conn.cursor(row_factory=tuple_row)
+        return curs
 
     def append(self, curs: Cursor[Any], stored_events: Sequence[StoredEvent]) -> list[int]:
         """Append on ``curs`` (its transaction commits them); returns the notification ids.

@@ -22,10 +22,11 @@ class DataclassAsDict(Transcoding):
     def __init__(self, cls: type[Any], name: str) -> None:
         self.type = cls
         self.name = name
+        self._names = tuple(f.name for f in fields(cls))
 
     def encode(self, obj: Any) -> dict[str, Any]:
         """The fields as a dict (nested values are transcoded in turn)."""
-        return {f.name: getattr(obj, f.name) for f in fields(obj)}
+        return {name: getattr(obj, name) for name in self._names}
 
     def decode(self, data: dict[str, Any]) -> Any:
         """The dataclass again."""

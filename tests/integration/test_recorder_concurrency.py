@@ -197,3 +197,39 @@ def test_closing_the_datastore_right_after_an_append_ends_the_notifier_quietly(
     if thread is not None:
         thread.join(timeout=5)
         assert not thread.is_alive()
+
+
+def test_closing_the_engine_stops_the_notifier_and_its_connection(database_url: str, pg_schema: str) -> None:
+    # Given an engine whose notifier runs after an append, on a connection of its own
+    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema))
+    engine.start_session("s-notify", "wf")
+    notifier = engine.app.recorder.notifier  # type: ignore[attr-defined]
+    thread = notifier._thread
+    assert thread is not None
+    assert thread.is_alive()
+    # When the engine closes
+    engine.close()
+    # Then the notifier thread has ended already, and a later append would not restart it
+    assert not thread.is_alive()
+    notifier.poke()
+    assert notifier._thread is None
+
+
+def test_the_notifier_does_not_take_a_writer_connection(database_url: str, pg_schema: str) -> None:
+    # Given an engine whose pool has room for exactly two connections, and a listener
+    settings = make_settings(database_url=database_url, schema=pg_schema, pool_size=2)
+    with Engine(settings=settings) as engine, psycopg.connect(database_url, autocommit=True) as listener:
+        recorder: Any = engine.app.recorder
+        listener.execute(f'LISTEN "{recorder.channel_name}"')
+        pool = recorder.datastore.pool
+        held = [pool.getconn(timeout=5), pool.getconn(timeout=5)]
+        try:
+            # When an append commits while both pooled connections are held by callers
+            held[0].execute(recorder.sql_append_one, (uuid.uuid4(), 1, "t:E", b"{}"))
+            recorder.notifier.poke()
+            # Then the NOTIFY still goes out (the notifier has a connection of its own)
+            heard = list(listener.notifies(timeout=5, stop_after=1))
+            assert [n.channel for n in heard] == [recorder.channel_name]
+        finally:
+            for conn in held:
+                pool.putconn(conn)
