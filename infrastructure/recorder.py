@@ -38,11 +38,19 @@ from time import monotonic, sleep
 from typing import Any
 from weakref import WeakKeyDictionary
 
+import psycopg
 from eventsourcing.persistence import (
     ApplicationRecorder,
+    DatabaseError,
+    DataError,
+    IntegrityError,
     InterfaceError,
+    InternalError,
     Notification,
+    NotSupportedError,
     OperationalError,
+    PersistenceError,
+    ProgrammingError,
     StoredEvent,
     Subscription,
 )
@@ -56,6 +64,26 @@ from flowledger.infrastructure import pg_sql
 from flowledger.infrastructure.pg_notify import FlowledgerSubscription, Notifier
 
 _RETRYABLE = (InterfaceError, OperationalError)
+
+# psycopg's errors as the library's, in the order ``PostgresDatastore.get_connection`` tests them.
+_LIBRARY_ERRORS: tuple[tuple[type[psycopg.Error], type[PersistenceError]], ...] = (
+    (psycopg.InterfaceError, InterfaceError),
+    (psycopg.OperationalError, OperationalError),
+    (psycopg.DataError, DataError),
+    (psycopg.IntegrityError, IntegrityError),
+    (psycopg.InternalError, InternalError),
+    (psycopg.ProgrammingError, ProgrammingError),
+    (psycopg.NotSupportedError, NotSupportedError),
+    (psycopg.DatabaseError, DatabaseError),
+)
+
+
+def library_error(error: psycopg.Error) -> PersistenceError:
+    """The event library's exception for a psycopg error (IntegrityError for a version clash)."""
+    for theirs, ours in _LIBRARY_ERRORS:
+        if isinstance(error, theirs):
+            return ours(str(error))
+    return PersistenceError(str(error))
 
 
 class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
@@ -120,18 +148,40 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         """Append ``stored_events`` atomically; returns their notification ids."""
         if not stored_events:
             return []
-        with self.datastore.get_connection() as conn:
+        pool = self.datastore.pool
+        if pool.closed:  # not opened yet (or closed): the library opens it, or says why not
+            with self.datastore.get_connection():
+                pass
+        # The pool directly, not the library's ``get_connection``: on this hot path its
+        # context managers and the connection's ``with`` block cost a tenth of a step.
+        try:
+            conn = pool.getconn()
+        except psycopg.Error as error:  # PoolTimeout is an OperationalError: retried
+            raise library_error(error) from error
+        try:
             curs = self._append_cursor(conn)
             try:
                 ids = self.append(curs, stored_events)
-            except BaseException:
-                # The call may have failed inside the id section (a cancel, say):
-                # never hand a connection holding the section lock back to the pool.
-                if not conn.closed:
-                    curs.execute(pg_sql.UNLOCK_ALL)
+            except BaseException as error:
+                self._release_section(conn, curs)
+                if isinstance(error, psycopg.Error):
+                    raise library_error(error) from error
                 raise
+        finally:
+            pool.putconn(conn)
         self.notifier.poke()
         return ids
+
+    @staticmethod
+    def _release_section(conn: Connection[Any], curs: Cursor[Any]) -> None:
+        """After a failed append, which may have failed inside the id section (a cancel,
+        say): never hand a connection holding the section lock back to the pool."""
+        if conn.closed:
+            return
+        try:
+            curs.execute(pg_sql.UNLOCK_ALL)
+        except psycopg.Error:
+            conn.close()  # the pool replaces a closed connection
 
     def _append_cursor(self, conn: Connection[Any]) -> Cursor[Any]:
         """This connection's append cursor (plain tuple rows: a dict per row costs more)."""
