@@ -4,7 +4,7 @@ A command that changes a task and its agent saves both in one atomic ``app.save(
 agent)``; each is written at its next version, so a writer that read either one stale
 loses on the unique (id, version) key and retries against fresh state. That is what keeps
 every agent's load within its capacity however many assigners run, in however many
-processes. In-process, writers of one task are serialised by the engine's striped lock;
+processes. In-process, writers of one task are serialised by the engine's lock for that task;
 agents are not locked: concurrent assigners race on them optimistically.
 """
 
