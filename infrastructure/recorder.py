@@ -36,7 +36,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from time import monotonic, sleep
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import psycopg
 from eventsourcing.persistence import (
@@ -64,6 +63,7 @@ from flowledger.infrastructure import pg_sql
 from flowledger.infrastructure.pg_notify import FlowledgerSubscription, Notifier
 
 _RETRYABLE = (InterfaceError, OperationalError)
+_CURSOR_ATTRIBUTE = "_flowledger_append_cursor"
 
 # psycopg's errors as the library's, in the order ``PostgresDatastore.get_connection`` tests them.
 _LIBRARY_ERRORS: tuple[tuple[type[psycopg.Error], type[PersistenceError]], ...] = (
@@ -111,9 +111,6 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         ).as_string(None)
         self.sql_max_notification_id = pg_sql.max_notification_id(schema, self.events_table_name)
         self.notifier = Notifier(self.datastore, self.channel_name)
-        # One append cursor per pooled connection, kept while the connection lives: a new
-        # cursor must look up its parameter dumpers and row loaders again on every call.
-        self._append_cursors: WeakKeyDictionary[Connection[Any], Cursor[Any]] = WeakKeyDictionary()
 
     def _create_table(self, curs: Cursor[DictRow]) -> None:
         super()._create_table(curs)
@@ -183,11 +180,16 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         except psycopg.Error:
             conn.close()  # the pool replaces a closed connection
 
-    def _append_cursor(self, conn: Connection[Any]) -> Cursor[Any]:
-        """This connection's append cursor (plain tuple rows: a dict per row costs more)."""
-        curs = self._append_cursors.get(conn)
+    @staticmethod
+    def _append_cursor(conn: Connection[Any]) -> Cursor[Any]:
+        """This connection's append cursor, made once (plain tuple rows: a dict per row costs
+        more). A new cursor would look up its parameter dumpers and row loaders again on
+        every call. It lives on the connection (not in a weak mapping, which the cursor's
+        reference back to its connection would keep alive forever), so both go together."""
+        curs: Cursor[Any] | None = getattr(conn, _CURSOR_ATTRIBUTE, None)
         if curs is None or curs.closed:
-            curs = self._append_cursors[conn] = conn.cursor(row_factory=tuple_row)
+            curs = conn.cursor(row_factory=tuple_row)
+            setattr(conn, _CURSOR_ATTRIBUTE, curs)
         return curs
 
     def append(self, curs: Cursor[Any], stored_events: Sequence[StoredEvent]) -> list[int]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -233,3 +235,24 @@ def test_the_notifier_does_not_take_a_writer_connection(database_url: str, pg_sc
         finally:
             for conn in held:
                 pool.putconn(conn)
+
+
+def test_a_connection_the_pool_drops_is_freed_with_its_append_cursor(
+    recorder: FlowledgerApplicationRecorder,
+) -> None:
+    # Given an append that left its cursor on the pooled connection it used
+    recorder.insert_events([event(uuid.uuid4(), 1)])
+    pool = recorder.datastore.pool
+    conns = [pool.getconn(timeout=5) for _ in range(pool.get_stats()["pool_size"])]
+    used = [c for c in conns if getattr(c, "_flowledger_append_cursor", None) is not None]
+    assert len(used) == 1
+    dropped = weakref.ref(used[0])
+    for conn in conns:
+        pool.putconn(conn)
+    del conns, used, conn
+    # When the pool replaces its connections
+    pool.drain()
+    gc.collect()
+    # Then the old connection is gone (the cursor did not keep it alive), and appends go on
+    assert dropped() is None
+    assert recorder.insert_events([event(uuid.uuid4(), 1)])
