@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gc
 import threading
-import weakref
 import uuid
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
