@@ -52,9 +52,9 @@ OUTPUT = {"intent": "order_status", "reply": "Your order shipped this morning; i
 USAGE = LlmUsage(provider="deepseek", request_model="deepseek-v3.2", response_model="deepseek-v3.2",
                  input_tokens=412, output_tokens=58, finish_reasons=("stop",), response_id="r-1",
                  cost_usd=Decimal("0.000197"), price_version="2025-01", latency_ms=812.0)
-CASES = ("recorder", "stock_recorder", "plain", "flowledger", "stock_lock", "stock_db_functions", "seed")
 RECORDER_CASES = ("recorder", "stock_recorder")
 ENGINE_CASES = ("flowledger", "stock_lock", "stock_db_functions", "seed")
+CASES = (*RECORDER_CASES, "plain", *ENGINE_CASES)
 LABELS = {"recorder": "flowledger recorder", "stock_recorder": "stock recorder (lock)",
           "plain": "plain insert", "flowledger": "flowledger Engine",
           "stock_lock": "Engine on stock (lock)", "stock_db_functions": "Engine on stock (DB functions)",
@@ -203,7 +203,7 @@ def seed_writers(url: str, schema: str, conns: list[Any]) -> Writer:
 def measure(case: str, url: str, writers: int, seconds: float, row: tuple[str, bytes]) -> float:
     """Steps per second for one case and writer count, in a scratch schema of its own."""
     with scratch_schema(url, "bench_steps") as schema:
-        if case != "plain" and case != "seed":
+        if case not in ("plain", "seed"):
             stock = {"stock_recorder": "lock", "stock_lock": "lock",
                      "stock_db_functions": "db_functions"}.get(case)
             with engine_on(url, schema, writers, stock) as engine:

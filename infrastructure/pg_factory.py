@@ -19,8 +19,9 @@ from eventsourcing.persistence import (
     Tracking,
 )
 from eventsourcing.postgres import PostgresDatastore, PostgresFactory, PostgresProcessRecorder
-from eventsourcing.utils import retry
+from eventsourcing.utils import Environment, EnvType, retry
 
+from flowledger.infrastructure.pg_notify import Notifier
 from flowledger.infrastructure.recorder import FlowledgerApplicationRecorder
 
 
@@ -60,6 +61,10 @@ class FlowledgerPostgresFactory(PostgresFactory):
     application_recorder_class = FlowledgerApplicationRecorder
     process_recorder_class = FlowledgerProcessRecorder
 
+    def __init__(self, env: Environment | EnvType | None):
+        super().__init__(env)
+        self._notifiers: list[Notifier] = []
+
     def application_recorder(self) -> ApplicationRecorder:
         """The event log's recorder; its notifier is stopped when the factory closes."""
         recorder = super().application_recorder()
@@ -74,10 +79,11 @@ class FlowledgerPostgresFactory(PostgresFactory):
 
     def close(self) -> None:
         """Stop the notifiers (they hold connections of their own), then the pool."""
-        for notifier in self.__dict__.pop("_notifiers", []):
+        for notifier in self._notifiers:
             notifier.close()
+        self._notifiers.clear()
         super().close()
 
     def _keep_notifier(self, recorder: object) -> None:
         if isinstance(recorder, FlowledgerApplicationRecorder):
-            self.__dict__.setdefault("_notifiers", []).append(recorder.notifier)
+            self._notifiers.append(recorder.notifier)

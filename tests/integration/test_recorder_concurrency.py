@@ -201,7 +201,7 @@ def test_closing_the_datastore_right_after_an_append_ends_the_notifier_quietly(
         assert not thread.is_alive()
 
 
-def test_closing_the_engine_stops_the_notifier_and_its_connection(database_url: str, pg_schema: str) -> None:
+def test_closing_the_engine_stops_the_notifier(database_url: str, pg_schema: str) -> None:
     # Given an engine whose notifier runs after an append, on a connection of its own
     engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema))
     engine.start_session("s-notify", "wf")
