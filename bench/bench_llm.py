@@ -1,6 +1,12 @@
 """LLM steps per second through the simulator beside the durable step-recording limit, and the
 adapter's own overhead per call beside a bare httpx POST to the same server.
 
+Each row also prints the CPU it used per step: the whole machine's busy time (every process
+here, PostgreSQL included when it is local) and this process's own. Two rows send the same
+requests with no engine and no database, httpx as the adapter configures it and aiohttp as a
+faster client, to show what the HTTP exchange alone costs. The last line works out how much
+machine CPU per step the goal (0.8 of the limit) leaves on this machine's cores.
+
 Run: ``.venv/bin/python bench/bench_llm.py [--sessions 500] [--latency-ms 45]``. The simulator
 runs as a separate process (``flowledger simulate-llm``), as a remote endpoint would. Uses
 FLOWLEDGER_DATABASE_URL, else the server at 127.0.0.1:5432 (db ``test``), else an embedded
@@ -17,16 +23,21 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
+import psutil
 from rich.console import Console
 from rich.table import Table
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.adapters.llm.transport import ShardedTransport
 from flowledger.domain.ports import LlmReply, step_messages
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
@@ -37,6 +48,46 @@ from _common import database_url
 
 SCRIPT = ("greet", "classify_intent", "resolve", "satisfaction")
 KEY = "sk-bench-00000000"
+GOAL = 0.8
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One row: steps (or requests) per second and the CPU milliseconds each one used."""
+
+    rate: float
+    machine_ms: float
+    process_ms: float
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of this machine has spent busy since boot."""
+    times = psutil.cpu_times()
+    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+
+async def measure(count: int, work: Callable[[], Awaitable[object]]) -> Measured:
+    """Run ``work`` (``count`` steps); its rate and CPU per step, machine-wide and this process's."""
+    machine, own, started = machine_busy_s(), time.process_time(), time.perf_counter()
+    await work()
+    elapsed = time.perf_counter() - started
+    return Measured(
+        rate=count / elapsed,
+        machine_ms=(machine_busy_s() - machine) / count * 1000,
+        process_ms=(time.process_time() - own) / count * 1000,
+    )
+
+
+def request_body() -> dict[str, Any]:
+    """The body the adapter sends for a step, for the bare clients."""
+    messages = step_messages(step="greet", previous_step="init", context={}, input={"message": "hi"})
+    return {
+        "model": "deepseek-v3.2",
+        "messages": messages,
+        "max_tokens": 1024,
+        "temperature": 0.3,
+        "response_format": {"type": "json_object"},
+    }
 
 
 def start_simulator(latency_ms: float) -> tuple[subprocess.Popen[bytes], str]:
@@ -76,8 +127,8 @@ def client(base_url: str) -> OpenAICompatibleClient:
     return OpenAICompatibleClient(config, prices=load_price_table())
 
 
-async def recording_limit(engine: Engine, sessions: list[str]) -> float:
-    """Steps/s of ``engine.record_step`` from as many concurrent sessions, on pool-sized threads."""
+async def record_steps(engine: Engine, sessions: list[str]) -> None:
+    """``engine.record_step`` for every step of every session, concurrently, on pool-sized threads."""
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(engine.settings.pool_size) as pool:
 
@@ -94,13 +145,11 @@ async def recording_limit(engine: Engine, sessions: list[str]) -> float:
                     ),
                 )
 
-        started = time.perf_counter()
         await asyncio.gather(*(one(s) for s in sessions))
-        return len(sessions) * len(SCRIPT) / (time.perf_counter() - started)
 
 
-async def llm_steps(engine: Engine, sessions: list[str]) -> tuple[float, int]:
-    """Steps/s of ``engine.process_step`` through the simulator; and how many failed."""
+async def process_steps(engine: Engine, sessions: list[str]) -> int:
+    """``engine.process_step`` for every step of every session, concurrently; how many failed."""
     failures = 0
 
     async def one(session_id: str) -> None:
@@ -113,9 +162,41 @@ async def llm_steps(engine: Engine, sessions: list[str]) -> tuple[float, int]:
             except Exception:
                 failures += 1
 
-    started = time.perf_counter()
     await asyncio.gather(*(one(s) for s in sessions))
-    return len(sessions) * len(SCRIPT) / (time.perf_counter() - started), failures
+    return failures
+
+
+async def bare_httpx_steps(base_url: str, sessions: int) -> None:
+    """The steps' requests alone: as many concurrent sessions, httpx pooled as the adapter pools."""
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+    transport = ShardedTransport(limits=limits, shard_size=ClientConfig.pool_shard_size)
+    body = request_body()
+    async with httpx.AsyncClient(
+        base_url=base_url + "/", headers={"authorization": f"Bearer {KEY}"}, transport=transport
+    ) as http:
+
+        async def one() -> None:
+            for _ in SCRIPT:
+                response = await http.post("chat/completions", json=body)
+                response.raise_for_status()
+                response.json()
+
+        await asyncio.gather(*(one() for _ in range(sessions)))
+
+
+async def bare_aiohttp_steps(base_url: str, sessions: int) -> None:
+    """The same requests through aiohttp, a client that spends less CPU per request than httpx."""
+    body = request_body()
+    connector = aiohttp.TCPConnector(limit=1000)
+    async with aiohttp.ClientSession(headers={"authorization": f"Bearer {KEY}"}, connector=connector) as http:
+
+        async def one() -> None:
+            for _ in SCRIPT:
+                async with http.post(base_url + "/chat/completions", json=body) as response:
+                    response.raise_for_status()
+                    await response.json()
+
+        await asyncio.gather(*(one() for _ in range(sessions)))
 
 
 class SleepingPort:
@@ -141,14 +222,8 @@ class SleepingPort:
 
 async def overhead(base_url: str, calls: int) -> tuple[float, float]:
     """Mean seconds per call: the adapter's ``complete`` and a bare httpx POST, interleaved."""
-    messages = step_messages(step="greet", previous_step="init", context={}, input={"message": "hi"})
-    body = {
-        "model": "deepseek-v3.2",
-        "messages": messages,
-        "max_tokens": 1024,
-        "temperature": 0.3,
-        "response_format": {"type": "json_object"},
-    }
+    body = request_body()
+    messages = body["messages"]
     adapter = client(base_url)
     async with httpx.AsyncClient(base_url=base_url + "/", headers={"authorization": f"Bearer {KEY}"}) as bare:
         for _ in range(20):  # warm both connection pools
@@ -171,6 +246,9 @@ async def main(args: argparse.Namespace) -> None:
     url = database_url()
     schema = f"bench_llm_{uuid.uuid4().hex[:8]}"
     settings = Settings(home=Path(tempfile.gettempdir()), database_url=url, schema=schema)
+    steps = args.sessions * len(SCRIPT)
+    rows: dict[str, Measured] = {}
+    failures: list[int] = []
     process, base_url = start_simulator(args.latency_ms)
     try:
         engine = Engine(settings=settings, llm=client(base_url))
@@ -178,14 +256,16 @@ async def main(args: argparse.Namespace) -> None:
         stepped = [f"llm-{i}" for i in range(args.sessions)]
         for session_id in recorded + stepped:
             engine.start_session(session_id, "customer_service")
-        limit = await recording_limit(engine, recorded)
-        rate, failures = await llm_steps(engine, stepped)
+        rows["limit"] = await measure(steps, lambda: record_steps(engine, recorded))
+        rows["simulator"] = await measure(steps, lambda: _count(failures, process_steps(engine, stepped)))
         await engine.aclose()
+        rows["httpx"] = await measure(steps, lambda: bare_httpx_steps(base_url, args.sessions))
+        rows["aiohttp"] = await measure(steps, lambda: bare_aiohttp_steps(base_url, args.sessions))
         port_engine = Engine(settings=settings, llm=SleepingPort(args.latency_ms / 1000))
         in_process = [f"port-{i}" for i in range(args.sessions)]
         for session_id in in_process:
             port_engine.start_session(session_id, "customer_service")
-        port_rate, _ = await llm_steps(port_engine, in_process)
+        rows["port"] = await measure(steps, lambda: process_steps(port_engine, in_process))
         await port_engine.aclose()
     finally:
         process.terminate()
@@ -197,39 +277,58 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         zero_process.terminate()
         zero_process.wait()
-    report(args, limit, rate, port_rate, failures, adapter_s, bare_s)
+    report(args, rows, sum(failures), adapter_s, bare_s)
+
+
+async def _count(failures: list[int], run: Awaitable[int]) -> None:
+    """Await ``run`` and keep its failure count."""
+    failures.append(await run)
 
 
 def report(
-    args: argparse.Namespace,
-    limit: float,
-    rate: float,
-    port_rate: float,
-    failures: int,
-    adapter_s: float,
-    bare_s: float,
+    args: argparse.Namespace, rows: dict[str, Measured], failures: int, adapter_s: float, bare_s: float
 ) -> None:
-    """Print both comparisons as rich tables."""
+    """Print the steps table, the CPU budget the goal leaves, and the overhead table."""
     console = Console()
+    limit = rows["limit"].rate
     steps = Table(
         title=f"LLM steps: {args.sessions} concurrent sessions x {len(SCRIPT)} steps, "
         f"simulator at {args.latency_ms:g} ms"
     )
-    for column in ("case", "steps/s", "ratio"):
+    for column in ("case", "steps/s", "ratio", "machine CPU ms/step", "own CPU ms/step"):
         steps.add_column(column, justify="right" if column != "case" else "left")
-    steps.add_row("engine.record_step (durable recording limit)", f"{limit:,.0f}", "1.00")
-    steps.add_row(
-        f"engine.process_step via simulator ({failures} failed)", f"{rate:,.0f}", f"{rate / limit:.2f}"
-    )
-    steps.add_row(
-        "engine.process_step, in-process port (no HTTP)", f"{port_rate:,.0f}", f"{port_rate / limit:.2f}"
-    )
-    steps.add_row(
-        "latency bound (sessions / latency)",
-        f"{args.sessions / (args.latency_ms / 1000):,.0f}",
-        f"{args.sessions / (args.latency_ms / 1000) / limit:.2f}",
-    )
+    labels = {
+        "limit": "engine.record_step (durable recording limit)",
+        "simulator": f"engine.process_step via simulator ({failures} failed)",
+        "port": "engine.process_step, in-process port (no HTTP)",
+        "httpx": "the same requests alone: httpx (no engine, no DB)",
+        "aiohttp": "the same requests alone: aiohttp (no engine, no DB)",
+    }
+    for key, label in labels.items():
+        row = rows[key]
+        steps.add_row(
+            label,
+            f"{row.rate:,.0f}",
+            f"{row.rate / limit:.2f}",
+            f"{row.machine_ms:.3f}",
+            f"{row.process_ms:.3f}",
+        )
+    bound = args.sessions / (args.latency_ms / 1000)
+    steps.add_row("latency bound (sessions / latency)", f"{bound:,.0f}", f"{bound / limit:.2f}", "", "")
     console.print(steps)
+    cores = psutil.cpu_count() or 1
+    budget_ms = cores / (GOAL * limit) * 1000
+    console.print(
+        f"Goal: {GOAL} x limit = {GOAL * limit:,.0f} steps/s, which leaves {budget_ms:.3f} ms "
+        f"of machine CPU per step on {cores} cores."
+    )
+    console.print(
+        f"Measured per step: process_step {rows['simulator'].machine_ms:.3f} ms; the HTTP exchange "
+        f"alone {rows['httpx'].machine_ms:.3f} ms with httpx "
+        f"({rows['httpx'].machine_ms / budget_ms:.2f}x the budget), "
+        f"{rows['aiohttp'].machine_ms:.3f} ms with aiohttp; one record_step "
+        f"{rows['limit'].machine_ms:.3f} ms, and a processed step records two events."
+    )
     calls = Table(title=f"Adapter overhead: {args.calls} sequential calls each, simulator at 0 ms")
     for column in ("case", "ms/call", "ratio"):
         calls.add_column(column, justify="right" if column != "case" else "left")
