@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import httpx
@@ -49,6 +49,7 @@ from _common import database_url
 SCRIPT = ("greet", "classify_intent", "resolve", "satisfaction")
 KEY = "sk-bench-00000000"
 GOAL = 0.8
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,16 +67,18 @@ def machine_busy_s() -> float:
     return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
 
 
-async def measure(count: int, work: Callable[[], Awaitable[object]]) -> Measured:
-    """Run ``work`` (``count`` steps); its rate and CPU per step, machine-wide and this process's."""
+async def measure(count: int, work: Callable[[], Awaitable[T]]) -> tuple[Measured, T]:
+    """Run ``work`` (``count`` steps): its rate and CPU per step, machine-wide and this
+    process's, and what it returned."""
     machine, own, started = machine_busy_s(), time.process_time(), time.perf_counter()
-    await work()
+    result = await work()
     elapsed = time.perf_counter() - started
-    return Measured(
+    measured = Measured(
         rate=count / elapsed,
         machine_ms=(machine_busy_s() - machine) / count * 1000,
         process_ms=(time.process_time() - own) / count * 1000,
     )
+    return measured, result
 
 
 def request_body() -> dict[str, Any]:
@@ -248,7 +251,6 @@ async def main(args: argparse.Namespace) -> None:
     settings = Settings(home=Path(tempfile.gettempdir()), database_url=url, schema=schema)
     steps = args.sessions * len(SCRIPT)
     rows: dict[str, Measured] = {}
-    failures: list[int] = []
     process, base_url = start_simulator(args.latency_ms)
     try:
         engine = Engine(settings=settings, llm=client(base_url))
@@ -256,16 +258,16 @@ async def main(args: argparse.Namespace) -> None:
         stepped = [f"llm-{i}" for i in range(args.sessions)]
         for session_id in recorded + stepped:
             engine.start_session(session_id, "customer_service")
-        rows["limit"] = await measure(steps, lambda: record_steps(engine, recorded))
-        rows["simulator"] = await measure(steps, lambda: _count(failures, process_steps(engine, stepped)))
+        rows["limit"], _ = await measure(steps, lambda: record_steps(engine, recorded))
+        rows["simulator"], failures = await measure(steps, lambda: process_steps(engine, stepped))
         await engine.aclose()
-        rows["httpx"] = await measure(steps, lambda: bare_httpx_steps(base_url, args.sessions))
-        rows["aiohttp"] = await measure(steps, lambda: bare_aiohttp_steps(base_url, args.sessions))
+        rows["httpx"], _ = await measure(steps, lambda: bare_httpx_steps(base_url, args.sessions))
+        rows["aiohttp"], _ = await measure(steps, lambda: bare_aiohttp_steps(base_url, args.sessions))
         port_engine = Engine(settings=settings, llm=SleepingPort(args.latency_ms / 1000))
         in_process = [f"port-{i}" for i in range(args.sessions)]
         for session_id in in_process:
             port_engine.start_session(session_id, "customer_service")
-        rows["port"] = await measure(steps, lambda: process_steps(port_engine, in_process))
+        rows["port"], _ = await measure(steps, lambda: process_steps(port_engine, in_process))
         await port_engine.aclose()
     finally:
         process.terminate()
@@ -277,12 +279,7 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         zero_process.terminate()
         zero_process.wait()
-    report(args, rows, sum(failures), adapter_s, bare_s)
-
-
-async def _count(failures: list[int], run: Awaitable[int]) -> None:
-    """Await ``run`` and keep its failure count."""
-    failures.append(await run)
+    report(args, rows, failures, adapter_s, bare_s)
 
 
 def report(
