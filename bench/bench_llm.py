@@ -62,9 +62,13 @@ class Measured:
 
 
 def machine_busy_s() -> float:
-    """CPU seconds every core of this machine has spent busy since boot."""
+    """CPU seconds every core of this machine has spent busy since boot.
+
+    Linux counts guest time inside user and nice as well, so it is not added again.
+    """
     times = psutil.cpu_times()
-    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+    idle_or_counted = ("idle", "iowait", "guest", "guest_nice")
+    return float(sum(times) - sum(getattr(times, field, 0.0) for field in idle_or_counted))
 
 
 async def measure(count: int, work: Callable[[], Awaitable[T]]) -> tuple[Measured, T]:
@@ -81,14 +85,14 @@ async def measure(count: int, work: Callable[[], Awaitable[T]]) -> tuple[Measure
     return measured, result
 
 
-def request_body() -> dict[str, Any]:
-    """The body the adapter sends for a step, for the bare clients."""
+def request_body(config: ClientConfig) -> dict[str, Any]:
+    """The body the adapter sends for a step under ``config``, for the bare clients."""
     messages = step_messages(step="greet", previous_step="init", context={}, input={"message": "hi"})
     return {
-        "model": "deepseek-v3.2",
+        "model": config.default_model,
         "messages": messages,
-        "max_tokens": 1024,
-        "temperature": 0.3,
+        "max_tokens": config.max_tokens,
+        "temperature": config.temperature,
         "response_format": {"type": "json_object"},
     }
 
@@ -122,12 +126,16 @@ def start_simulator(latency_ms: float) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the simulator did not start")
 
 
-def client(base_url: str) -> OpenAICompatibleClient:
-    """The adapter as an application would configure it."""
-    config = ClientConfig(
+def client_config(base_url: str) -> ClientConfig:
+    """The adapter's settings as an application would choose them for 500 sessions."""
+    return ClientConfig(
         base_url=base_url, api_key=ApiKey(KEY), max_connections=1000, max_keepalive_connections=1000
     )
-    return OpenAICompatibleClient(config, prices=load_price_table())
+
+
+def client(base_url: str) -> OpenAICompatibleClient:
+    """The adapter as an application would configure it."""
+    return OpenAICompatibleClient(client_config(base_url), prices=load_price_table())
 
 
 async def record_steps(engine: Engine, sessions: list[str]) -> None:
@@ -171,9 +179,12 @@ async def process_steps(engine: Engine, sessions: list[str]) -> int:
 
 async def bare_httpx_steps(base_url: str, sessions: int) -> None:
     """The steps' requests alone: as many concurrent sessions, httpx pooled as the adapter pools."""
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
-    transport = ShardedTransport(limits=limits, shard_size=ClientConfig.pool_shard_size)
-    body = request_body()
+    config = client_config(base_url)
+    limits = httpx.Limits(
+        max_connections=config.max_connections, max_keepalive_connections=config.max_keepalive_connections
+    )
+    transport = ShardedTransport(limits=limits, shard_size=config.pool_shard_size)
+    body = request_body(config)
     async with httpx.AsyncClient(
         base_url=base_url + "/", headers={"authorization": f"Bearer {KEY}"}, transport=transport
     ) as http:
@@ -189,8 +200,9 @@ async def bare_httpx_steps(base_url: str, sessions: int) -> None:
 
 async def bare_aiohttp_steps(base_url: str, sessions: int) -> None:
     """The same requests through aiohttp, a client that spends less CPU per request than httpx."""
-    body = request_body()
-    connector = aiohttp.TCPConnector(limit=1000)
+    config = client_config(base_url)
+    body = request_body(config)
+    connector = aiohttp.TCPConnector(limit=config.max_connections)
     async with aiohttp.ClientSession(headers={"authorization": f"Bearer {KEY}"}, connector=connector) as http:
 
         async def one() -> None:
@@ -225,7 +237,7 @@ class SleepingPort:
 
 async def overhead(base_url: str, calls: int) -> tuple[float, float]:
     """Mean seconds per call: the adapter's ``complete`` and a bare httpx POST, interleaved."""
-    body = request_body()
+    body = request_body(client_config(base_url))
     messages = body["messages"]
     adapter = client(base_url)
     async with httpx.AsyncClient(base_url=base_url + "/", headers={"authorization": f"Bearer {KEY}"}) as bare:
