@@ -148,12 +148,26 @@ def main() -> None:
             engine.close()
         drop_schema(url, schema)
     table = Table(title=f"task assignment vs durable step recording ({WRITERS} writers, PostgreSQL)")
-    for column in ("case", "writers", "ops", "seconds", "per second", "vs record_step",
-                   "lost writes retried"):
+    for column in (
+        "case",
+        "writers",
+        "ops",
+        "seconds",
+        "per second",
+        "vs record_step",
+        "lost writes retried",
+    ):
         table.add_column(column, justify="left" if column in ("case", "writers") else "right")
     for r in results:
-        table.add_row(r.case, r.setup, f"{r.ops:,}", f"{r.seconds:.2f}", f"{r.rate:,.0f}",
-                      f"{r.rate / steps.rate:.2f}x", f"{r.conflicts:,}")
+        table.add_row(
+            r.case,
+            r.setup,
+            f"{r.ops:,}",
+            f"{r.seconds:.2f}",
+            f"{r.rate:,.0f}",
+            f"{r.rate / steps.rate:.2f}x",
+            f"{r.conflicts:,}",
+        )
     Console(width=150).print(table)
 
 

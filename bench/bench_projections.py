@@ -45,8 +45,7 @@ MODELS = ("deepseek-v3.2", "gpt-4.1", "gemini-2.5-flash", "claude-sonnet-4.5")
 
 def engine_for(url: str, schema: str) -> Engine:
     """An engine on the bench schema that ignores the developer's other settings."""
-    return Engine(settings=Settings(home=Path("/nonexistent"), database_url=url, schema=schema,
-                                    pool_size=4))
+    return Engine(settings=Settings(home=Path("/nonexistent"), database_url=url, schema=schema, pool_size=4))
 
 
 def events(count: int, seed: int = 7) -> Iterator[Any]:
@@ -56,21 +55,37 @@ def events(count: int, seed: int = 7) -> Iterator[Any]:
     made = n = 0
     while made < count:
         at = start + timedelta(seconds=n * 0.1)
-        script = SessionScript(f"bench-{n}", f"workflow-{n % 3}", at, user_id=f"u{n % 97}",
-                               metadata={"channel": ("web", "app", "whatsapp")[n % 3]})
+        script = SessionScript(
+            f"bench-{n}",
+            f"workflow-{n % 3}",
+            at,
+            user_id=f"u{n % 97}",
+            metadata={"channel": ("web", "app", "whatsapp")[n % 3]},
+        )
         for step in STEPS:
             at += timedelta(seconds=rng.uniform(0.2, 20))
             model = rng.choice(MODELS)
-            usage = LlmUsage(provider="bench", request_model=model, response_model=model,
-                             input_tokens=rng.randint(100, 4000), output_tokens=rng.randint(10, 900),
-                             cache_read_input_tokens=rng.randint(0, 100),
-                             cost_usd=Decimal(rng.randint(1, 90_000)) / 10**8,
-                             latency_ms=rng.lognormvariate(5.5, 0.6))
+            usage = LlmUsage(
+                provider="bench",
+                request_model=model,
+                response_model=model,
+                input_tokens=rng.randint(100, 4000),
+                output_tokens=rng.randint(10, 900),
+                cache_read_input_tokens=rng.randint(0, 100),
+                cost_usd=Decimal(rng.randint(1, 90_000)) / 10**8,
+                latency_ms=rng.lognormvariate(5.5, 0.6),
+            )
             if rng.random() < 0.05:
                 script.fail(step, at, rng.choice(("rate_limited", "timeout")), usage=usage)
                 break
-            script.step(step, at, usage=usage, context_update={step: rng.randint(0, 9)},
-                        input={"q": step}, output={"a": "ok"})
+            script.step(
+                step,
+                at,
+                usage=usage,
+                context_update={step: rng.randint(0, 9)},
+                input={"q": step},
+                output={"a": "ok"},
+            )
         ending = rng.random()
         if ending < 0.6:
             script.complete(at + timedelta(seconds=1))
@@ -144,13 +159,13 @@ def follow_latency(url: str, schema: str, samples: int) -> tuple[list[float], li
     engine = engine_for(url, schema)
     projector = projector_for(engine)
     stop, ready = threading.Event(), threading.Event()
-    follower = threading.Thread(target=follow, args=(projector,),
-                                kwargs={"stop": stop, "ready": ready})
+    follower = threading.Thread(target=follow, args=(projector,), kwargs={"stop": stop, "ready": ready})
     follower.start()
     ready.wait(120)
     from_call, from_commit = [], []
     query = sql.SQL("SELECT 1 FROM {}.sessions WHERE tenant = 'default' AND session_id = %s").format(
-        sql.Identifier(projector.names.reader))
+        sql.Identifier(projector.names.reader)
+    )
     with psycopg.connect(url, autocommit=True) as reader:
         for n in range(samples):
             session_id = f"live-{n}"
@@ -183,8 +198,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=300, help="follow-latency samples")
-    parser.add_argument("--include-seed", action="store_true",
-                        help="also rebuild with the seed-compatible tables (a fourth projection)")
+    parser.add_argument(
+        "--include-seed",
+        action="store_true",
+        help="also rebuild with the seed-compatible tables (a fourth projection)",
+    )
     args = parser.parse_args()
     console = Console()
     url, schema = database_url(), f"bench_proj_{uuid.uuid4().hex[:8]}"
@@ -202,36 +220,52 @@ def main() -> None:
     finally:
         engine.close()
         with psycopg.connect(url, autocommit=True) as conn:
-            for (name,) in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname = %s"
-                                        " OR starts_with(nspname, %s)", [schema, schema + "_"]):
+            for (name,) in conn.execute(
+                "SELECT nspname FROM pg_namespace WHERE nspname = %s OR starts_with(nspname, %s)",
+                [schema, schema + "_"],
+            ):
                 conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
-def report(console: Console, raw: tuple[int, float, float, list[float]],
-           built: dict[str, tuple[int, float, float, list[float]]], from_call: list[float],
-           from_commit: list[float]) -> None:
+def report(
+    console: Console,
+    raw: tuple[int, float, float, list[float]],
+    built: dict[str, tuple[int, float, float, list[float]]],
+    from_call: list[float],
+    from_commit: list[float],
+) -> None:
     """Print the side-by-side tables."""
     raw_rate = raw[0] / raw[1]
     table = Table(title=f"projections: {raw[0]:,} events, batches of {BATCH}")
     for column in ("case", "seconds", "events/s", "ratio", "peak RSS MiB", "goal"):
         table.add_column(column, justify="left" if column in ("case", "goal") else "right")
-    table.add_row("raw SELECT + decode", f"{raw[1]:.1f}", f"{raw_rate:,.0f}", "1.00",
-                  f"{raw[2]:.0f}", "")
+    table.add_row("raw SELECT + decode", f"{raw[1]:.1f}", f"{raw_rate:,.0f}", "1.00", f"{raw[2]:.0f}", "")
     for label, (_, seconds, peak, _) in built.items():
         rate = raw[0] / seconds
-        table.add_row(label, f"{seconds:.1f}", f"{rate:,.0f}", f"{rate / raw_rate:.2f}",
-                      f"{peak:.0f}", ">= 0.30")
+        table.add_row(
+            label, f"{seconds:.1f}", f"{rate:,.0f}", f"{rate / raw_rate:.2f}", f"{peak:.0f}", ">= 0.30"
+        )
     console.print(table)
     for label, (*_, quarters) in built.items():
-        console.print(f"{label}: peak RSS at 1/4, 2/4, 3/4, 4/4 of the log: "
-                      + ", ".join(f"{mb:.0f}" for mb in quarters) + " MiB")
+        console.print(
+            f"{label}: peak RSS at 1/4, 2/4, 3/4, 4/4 of the log: "
+            + ", ".join(f"{mb:.0f}" for mb in quarters)
+            + " MiB"
+        )
     latency = Table(title=f"append-to-visible while following ({len(from_call)} appends)")
     for column in ("measured from", "p50 ms", "p99 ms", "mean ms", "goal"):
         latency.add_column(column, justify="left" if column in ("measured from", "goal") else "right")
-    for label, values, goal in (("commit of the append", from_commit, "p99 <= 100 ms"),
-                                ("start of the append call", from_call, "")):
-        latency.add_row(label, f"{percentile(values, 0.5):.1f}", f"{percentile(values, 0.99):.1f}",
-                        f"{statistics.fmean(values):.1f}", goal)
+    for label, values, goal in (
+        ("commit of the append", from_commit, "p99 <= 100 ms"),
+        ("start of the append call", from_call, ""),
+    ):
+        latency.add_row(
+            label,
+            f"{percentile(values, 0.5):.1f}",
+            f"{percentile(values, 0.99):.1f}",
+            f"{statistics.fmean(values):.1f}",
+            goal,
+        )
     console.print(latency)
 
 

@@ -49,16 +49,30 @@ from flowledger.infrastructure import Engine, Settings
 
 INPUT = {"query": "Where is my order #12345? It was due yesterday.", "channel": "web"}
 OUTPUT = {"intent": "order_status", "reply": "Your order shipped this morning; it arrives tomorrow."}
-USAGE = LlmUsage(provider="deepseek", request_model="deepseek-v3.2", response_model="deepseek-v3.2",
-                 input_tokens=412, output_tokens=58, finish_reasons=("stop",), response_id="r-1",
-                 cost_usd=Decimal("0.000197"), price_version="2025-01", latency_ms=812.0)
+USAGE = LlmUsage(
+    provider="deepseek",
+    request_model="deepseek-v3.2",
+    response_model="deepseek-v3.2",
+    input_tokens=412,
+    output_tokens=58,
+    finish_reasons=("stop",),
+    response_id="r-1",
+    cost_usd=Decimal("0.000197"),
+    price_version="2025-01",
+    latency_ms=812.0,
+)
 RECORDER_CASES = ("recorder", "stock_recorder")
 ENGINE_CASES = ("flowledger", "stock_lock", "stock_db_functions", "seed")
 CASES = (*RECORDER_CASES, "plain", *ENGINE_CASES)
-LABELS = {"recorder": "flowledger recorder", "stock_recorder": "stock recorder (lock)",
-          "plain": "plain insert", "flowledger": "flowledger Engine",
-          "stock_lock": "Engine on stock (lock)", "stock_db_functions": "Engine on stock (DB functions)",
-          "seed": "seed design"}
+LABELS = {
+    "recorder": "flowledger recorder",
+    "stock_recorder": "stock recorder (lock)",
+    "plain": "plain insert",
+    "flowledger": "flowledger Engine",
+    "stock_lock": "Engine on stock (lock)",
+    "stock_db_functions": "Engine on stock (DB functions)",
+    "seed": "seed design",
+}
 SESSION_STEPS = 25
 Writer = Callable[[int], Callable[[], None]]
 
@@ -78,7 +92,8 @@ def engine_on(url: str, schema: str, writers: int, stock: str | None) -> Iterato
         engine_module.library_env = stock_env  # type: ignore[assignment]
     try:
         settings = Settings(home=Path("/nonexistent")).with_overrides(
-            database_url=url, schema=schema, pool_size=max(writers, 2))
+            database_url=url, schema=schema, pool_size=max(writers, 2)
+        )
         engine = Engine(settings=settings)
     finally:
         engine_module.library_env = original
@@ -101,6 +116,7 @@ def engine_writers(engine: Engine) -> Writer:
             current[1] = int(current[1]) + 1
 
         return step
+
     return make
 
 
@@ -115,6 +131,7 @@ def recorder_writers(engine: Engine, row: tuple[str, bytes]) -> Writer:
             recorder.insert_events([StoredEvent(stream, version[0], row[0], row[1])])
 
         return step
+
     return make
 
 
@@ -129,12 +146,16 @@ def sample_row(url: str, schema: str) -> tuple[str, bytes]:
 
 def plain_writers(url: str, schema: str, row: tuple[str, bytes], conns: list[Any]) -> Writer:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {schema}.events (originator_id uuid NOT NULL, "
-                     "originator_version bigint NOT NULL, topic text, state bytea, "
-                     "notification_id bigserial, PRIMARY KEY (originator_id, originator_version))")
+        conn.execute(
+            f"CREATE TABLE {schema}.events (originator_id uuid NOT NULL, "
+            "originator_version bigint NOT NULL, topic text, state bytea, "
+            "notification_id bigserial, PRIMARY KEY (originator_id, originator_version))"
+        )
         conn.execute(f"CREATE UNIQUE INDEX ON {schema}.events (notification_id)")
-    insert = (f"INSERT INTO {schema}.events (originator_id, originator_version, topic, state) "
-              "VALUES (%s, %s, %s, %s)")
+    insert = (
+        f"INSERT INTO {schema}.events (originator_id, originator_version, topic, state) "
+        "VALUES (%s, %s, %s, %s)"
+    )
 
     def make(i: int) -> Callable[[], None]:
         conn = psycopg.connect(url, autocommit=True)
@@ -146,6 +167,7 @@ def plain_writers(url: str, schema: str, row: tuple[str, bytes], conns: list[Any
             conn.execute(insert, (stream, version[0], row[0], row[1]), prepare=True)
 
         return step
+
     return make
 
 
@@ -171,12 +193,16 @@ def seed_writers(url: str, schema: str, conns: list[Any]) -> Writer:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(SEED_DDL.format(s=schema))
     lock = f"SELECT id FROM {schema}.workflow_states WHERE session_id = %s FOR UPDATE"
-    update = (f"UPDATE {schema}.workflow_states SET current_step = %s, context_data = context_data || %s, "
-              "step_history = step_history || "
-              "jsonb_build_object('step', %s::text, 'timestamp', now()::text), "
-              "updated_at = CURRENT_TIMESTAMP WHERE id = %s")
-    insert = (f"INSERT INTO {schema}.workflow_executions (workflow_id, step_name, input_data, output_data, "
-              "model_used, tokens_used, cost_usd, latency_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)")
+    update = (
+        f"UPDATE {schema}.workflow_states SET current_step = %s, context_data = context_data || %s, "
+        "step_history = step_history || "
+        "jsonb_build_object('step', %s::text, 'timestamp', now()::text), "
+        "updated_at = CURRENT_TIMESTAMP WHERE id = %s"
+    )
+    insert = (
+        f"INSERT INTO {schema}.workflow_executions (workflow_id, step_name, input_data, output_data, "
+        "model_used, tokens_used, cost_usd, latency_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+    )
     given, made = json.dumps(INPUT), json.dumps(OUTPUT)
 
     def make(i: int) -> Callable[[], None]:
@@ -184,19 +210,33 @@ def seed_writers(url: str, schema: str, conns: list[Any]) -> Writer:
         conns.append(conn)
         session = f"seed-{i}"
         with conn.transaction():
-            conn.execute(f"INSERT INTO {schema}.workflow_states (session_id, workflow_name) VALUES (%s, %s)",
-                         (session, "customer_service"))
+            conn.execute(
+                f"INSERT INTO {schema}.workflow_states (session_id, workflow_name) VALUES (%s, %s)",
+                (session, "customer_service"),
+            )
 
         def step() -> None:
             with conn.transaction():
                 row = conn.execute(lock, (session,), prepare=True).fetchone()
                 assert row is not None
                 conn.execute(update, ("answer", made, "answer", row[0]), prepare=True)
-                conn.execute(insert, (row[0], "answer", given, made, USAGE.response_model,
-                                      USAGE.input_tokens + USAGE.output_tokens, USAGE.cost_usd,
-                                      int(USAGE.latency_ms)), prepare=True)
+                conn.execute(
+                    insert,
+                    (
+                        row[0],
+                        "answer",
+                        given,
+                        made,
+                        USAGE.response_model,
+                        USAGE.input_tokens + USAGE.output_tokens,
+                        USAGE.cost_usd,
+                        int(USAGE.latency_ms),
+                    ),
+                    prepare=True,
+                )
 
         return step
+
     return make
 
 
@@ -204,8 +244,11 @@ def measure(case: str, url: str, writers: int, seconds: float, row: tuple[str, b
     """Steps per second for one case and writer count, in a scratch schema of its own."""
     with scratch_schema(url, "bench_steps") as schema:
         if case not in ("plain", "seed"):
-            stock = {"stock_recorder": "lock", "stock_lock": "lock",
-                     "stock_db_functions": "db_functions"}.get(case)
+            stock = {
+                "stock_recorder": "lock",
+                "stock_lock": "lock",
+                "stock_db_functions": "db_functions",
+            }.get(case)
             with engine_on(url, schema, writers, stock) as engine:
                 alone = case in RECORDER_CASES
                 make = recorder_writers(engine, row) if alone else engine_writers(engine)
@@ -222,8 +265,9 @@ def measure(case: str, url: str, writers: int, seconds: float, row: tuple[str, b
                 conn.close()
 
 
-def report(results: dict[tuple[str, int], list[float]], writer_counts: list[int], title: str,
-           cases: tuple[str, ...]) -> Table:
+def report(
+    results: dict[tuple[str, int], list[float]], writer_counts: list[int], title: str, cases: tuple[str, ...]
+) -> Table:
     """One table: the cases' medians, each with its ratio to the plain insert."""
     table = Table(title=title)
     table.add_column("writers", justify="right")
@@ -257,18 +301,34 @@ def main() -> int:
                 results.setdefault((case, writers), []).append(rate)
                 console.print(f"round {round_no + 1}: {writers:>2} writers {case:<20} {rate:8,.0f} steps/s")
     command = ("bench/bench_step_recording.py " + " ".join(sys.argv[1:])).strip()
-    console.print(report(results, args.writers, "Recorder level: one stored event per commit, "
-                         f"events/s (median), ratio to plain insert\n{command}", RECORDER_CASES))
-    console.print(report(results, args.writers, "Engine level: Engine.record_step, one step per "
-                         f"commit, steps/s (median), ratio to plain insert\n{command}", ENGINE_CASES))
+    console.print(
+        report(
+            results,
+            args.writers,
+            "Recorder level: one stored event per commit, "
+            f"events/s (median), ratio to plain insert\n{command}",
+            RECORDER_CASES,
+        )
+    )
+    console.print(
+        report(
+            results,
+            args.writers,
+            "Engine level: Engine.record_step, one step per "
+            f"commit, steps/s (median), ratio to plain insert\n{command}",
+            ENGINE_CASES,
+        )
+    )
     for writers, goal in ((1, 0.8), (8, 0.6)):
         if ("plain", writers) in results:
             plain = median(results[("plain", writers)])
             ratio = median(results[("recorder", writers)]) / plain
             verdict = "met" if ratio >= goal else "NOT met"
             engine = median(results[("flowledger", writers)]) / plain
-            console.print(f"issue 6 goal >= {goal}x of plain, flowledger recorder, {writers} writer(s): "
-                          f"{ratio:.2f}x, {verdict} (Engine.record_step: {engine:.2f}x)")
+            console.print(
+                f"issue 6 goal >= {goal}x of plain, flowledger recorder, {writers} writer(s): "
+                f"{ratio:.2f}x, {verdict} (Engine.record_step: {engine:.2f}x)"
+            )
     return 0
 
 

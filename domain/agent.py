@@ -97,9 +97,7 @@ class Agent(Aggregate):
         )
 
     @event(Registered)
-    def __init__(
-        self, *, agent_id: str, tenant: str, name: str, skills: list[str], capacity: int
-    ) -> None:
+    def __init__(self, *, agent_id: str, tenant: str, name: str, skills: list[str], capacity: int) -> None:
         self.agent_id = agent_id
         self.tenant = tenant
         self.name = name

@@ -111,8 +111,7 @@ def choose_agent(
             agent_id=best.agent_id,
             score=round(share * (1.0 - best.relative_load), 4),
             reason=(
-                f"covers {needs}; least loaded of {len(ranked)} eligible "
-                f"({best.load}/{best.capacity}){pace}"
+                f"covers {needs}; least loaded of {len(ranked)} eligible ({best.load}/{best.capacity}){pace}"
             ),
         )
     capable = capable_agents(required, profiles)

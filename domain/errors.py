@@ -1,29 +1,29 @@
 """flowledger's error tree: every error a caller can catch derives from FlowledgerError.
 
-    FlowledgerError
-    ├── ValidationError            bad input; nothing was appended
-    ├── SessionError               carries ``session_id``
-    │   ├── SessionNotFound
-    │   ├── SessionConflict        started again with another workflow or user
-    │   ├── SessionExpired         carries ``expired_at``
-    │   ├── SessionClosed          carries ``status``
-    │   └── StepInProgress         another worker holds the step's idempotency key
-    ├── ConcurrentUpdate           optimistic-concurrency retries ran out
-    ├── TaskError                  carries ``task_id``
-    │   ├── TaskNotFound
-    │   ├── TaskConflict           created again with another description, skills or priority
-    │   └── TaskTransitionRejected the task's ``status`` does not allow the ``action``
-    ├── AgentError                 carries ``agent_id``
-    │   ├── AgentNotFound
-    │   ├── AgentConflict          registered again with another name, skills or capacity
-    │   ├── AgentAtCapacity        carries ``capacity`` and ``load``
-    │   └── TaskNotHeld            the agent does not hold ``task_id``
-    └── LlmError                   a model call gave no usable reply; carries ``error_type``,
-        │                          ``attempts`` and ``usage`` (what was spent so far)
-        ├── LlmCallFailed          retries ran out, or the error was not retryable
-        ├── CircuitOpen            the endpoint's breaker is open: failed fast, nothing sent
-        ├── UnknownModelPrice      no price for the model and no default price configured
-        └── LlmNotConfigured       the engine was built without an LLM adapter
+FlowledgerError
+├── ValidationError            bad input; nothing was appended
+├── SessionError               carries ``session_id``
+│   ├── SessionNotFound
+│   ├── SessionConflict        started again with another workflow or user
+│   ├── SessionExpired         carries ``expired_at``
+│   ├── SessionClosed          carries ``status``
+│   └── StepInProgress         another worker holds the step's idempotency key
+├── ConcurrentUpdate           optimistic-concurrency retries ran out
+├── TaskError                  carries ``task_id``
+│   ├── TaskNotFound
+│   ├── TaskConflict           created again with another description, skills or priority
+│   └── TaskTransitionRejected the task's ``status`` does not allow the ``action``
+├── AgentError                 carries ``agent_id``
+│   ├── AgentNotFound
+│   ├── AgentConflict          registered again with another name, skills or capacity
+│   ├── AgentAtCapacity        carries ``capacity`` and ``load``
+│   └── TaskNotHeld            the agent does not hold ``task_id``
+└── LlmError                   a model call gave no usable reply; carries ``error_type``,
+    │                          ``attempts`` and ``usage`` (what was spent so far)
+    ├── LlmCallFailed          retries ran out, or the error was not retryable
+    ├── CircuitOpen            the endpoint's breaker is open: failed fast, nothing sent
+    ├── UnknownModelPrice      no price for the model and no default price configured
+    └── LlmNotConfigured       the engine was built without an LLM adapter
 """
 
 from __future__ import annotations
@@ -74,9 +74,7 @@ class SessionExpired(SessionError):
     """The session's TTL ran out before this command."""
 
     def __init__(self, session_id: str, expired_at: datetime) -> None:
-        super().__init__(
-            session_id, f"session {session_id!r} expired at {expired_at.isoformat()}"
-        )
+        super().__init__(session_id, f"session {session_id!r} expired at {expired_at.isoformat()}")
         self.expired_at = expired_at
 
 
@@ -92,12 +90,9 @@ class ConcurrentUpdate(FlowledgerError):
     """Other writers kept changing the aggregate; retries ran out."""
 
     def __init__(self, aggregate_id: str, attempts: int) -> None:
-        super().__init__(
-            f"{aggregate_id!r} was changed concurrently {attempts} times; giving up"
-        )
+        super().__init__(f"{aggregate_id!r} was changed concurrently {attempts} times; giving up")
         self.aggregate_id = aggregate_id
         self.attempts = attempts
-
 
 
 class TaskError(FlowledgerError):
@@ -169,6 +164,7 @@ class TaskNotHeld(AgentError):
         super().__init__(agent_id, f"agent {agent_id!r} does not hold task {task_id!r}")
         self.task_id = task_id
 
+
 class StepInProgress(SessionError):
     """Another worker started this step under the same key; its outcome did not arrive in time."""
 
@@ -233,8 +229,7 @@ class UnknownModelPrice(LlmError):
 
     def __init__(self, model: str, price_version: str) -> None:
         super().__init__(
-            f"no price for model {model!r} in price table {price_version!r} "
-            "and no default price configured",
+            f"no price for model {model!r} in price table {price_version!r} and no default price configured",
             error_type="unknown_model_price",
         )
         self.model = model

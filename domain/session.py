@@ -150,8 +150,14 @@ class Session(Aggregate):
         if user_id is not None:
             require_name("user_id", user_id)
         require_object("metadata", metadata)
-        return cls(session_id=session_id, tenant=tenant, workflow=workflow, user_id=user_id,
-                   expires_at=expires_at, metadata=metadata)
+        return cls(
+            session_id=session_id,
+            tenant=tenant,
+            workflow=workflow,
+            user_id=user_id,
+            expires_at=expires_at,
+            metadata=metadata,
+        )
 
     @event(Started)
     def __init__(
@@ -210,9 +216,7 @@ class Session(Aggregate):
             return None
         return self.history[self.outcomes[idempotency_key]]
 
-    def start_step(
-        self, *, step: str, input: JsonObject, model: str | None, key: str, now: datetime
-    ) -> None:
+    def start_step(self, *, step: str, input: JsonObject, model: str | None, key: str, now: datetime) -> None:
         """Record that a step began (before its model call), at ``now`` by the engine's clock."""
         require_name("step", step)
         require_object("input", input)

@@ -110,8 +110,16 @@ class Task(Aggregate):
         return task_uuid(tenant, task_id)
 
     @classmethod
-    def create(cls, *, task_id: str, tenant: str, description: str,
-               required_skills: Iterable[str], priority: str, deadline: datetime | None) -> Task:
+    def create(
+        cls,
+        *,
+        task_id: str,
+        tenant: str,
+        description: str,
+        required_skills: Iterable[str],
+        priority: str,
+        deadline: datetime | None,
+    ) -> Task:
         """A new task, after checking and normalising its fields."""
         require_name("task_id", task_id)
         if not isinstance(description, str) or not description.strip():
@@ -128,8 +136,16 @@ class Task(Aggregate):
         )
 
     @event(Created)
-    def __init__(self, *, task_id: str, tenant: str, description: str, required_skills: list[str],
-                 priority: str, deadline: datetime | None) -> None:
+    def __init__(
+        self,
+        *,
+        task_id: str,
+        tenant: str,
+        description: str,
+        required_skills: list[str],
+        priority: str,
+        deadline: datetime | None,
+    ) -> None:
         self.task_id = task_id
         self.tenant = tenant
         self.description = description
@@ -161,8 +177,11 @@ class Task(Aggregate):
 
     def ensure_same(self, *, description: str, required_skills: Iterable[str], priority: str) -> None:
         """Raise TaskConflict unless a repeated creation describes the same task."""
-        wanted = (description, normalise_skills("required_skills", required_skills),
-                  TaskPriority.parse(priority).value)
+        wanted = (
+            description,
+            normalise_skills("required_skills", required_skills),
+            TaskPriority.parse(priority).value,
+        )
         if wanted != (self.description, self.required_skills, self.priority):
             raise TaskConflict(self.task_id, f"priority={self.priority!r} skills={self.required_skills}")
 
@@ -175,14 +194,17 @@ class Task(Aggregate):
         self._require("classify", TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
         if self.classification is not None:
             raise TaskTransitionRejected(self.task_id, "already classified", "classify")
-        self._classified(category=classification.category, complexity=classification.complexity,
-                         estimated_hours=classification.estimated_hours, usage=classification.usage)
+        self._classified(
+            category=classification.category,
+            complexity=classification.complexity,
+            estimated_hours=classification.estimated_hours,
+            usage=classification.usage,
+        )
 
     def assign(self, choice: Choice, at: datetime) -> None:
         """Hand the waiting task to the chosen agent (the agent records TaskAccepted)."""
         self._require("assign", TaskStatus.PENDING)
-        self._assigned(agent_id=choice.agent_id, score=choice.score, reason=choice.reason,
-                       assigned_at=at)
+        self._assigned(agent_id=choice.agent_id, score=choice.score, reason=choice.reason, assigned_at=at)
 
     def start(self, at: datetime) -> None:
         """The holding agent began work."""
@@ -212,8 +234,9 @@ class Task(Aggregate):
         """Send the open task to a human; returns the agent it was taken from, if any."""
         self._require("escalate", TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
         agent_id = self.holder
-        self._escalated(reason=reason.value, detail=detail[:2000], escalated_at=at, usage=usage,
-                        agent_id=agent_id)
+        self._escalated(
+            reason=reason.value, detail=detail[:2000], escalated_at=at, usage=usage, agent_id=agent_id
+        )
         return agent_id
 
     def is_overdue(self, now: datetime) -> bool:
@@ -222,34 +245,49 @@ class Task(Aggregate):
 
     def queued(self) -> QueuedTask:
         """The task as the queue orders it."""
-        return QueuedTask(task_id=self.task_id, priority=TaskPriority(self.priority),
-                          deadline=self.deadline, created_at=self.created_on)
+        return QueuedTask(
+            task_id=self.task_id,
+            priority=TaskPriority(self.priority),
+            deadline=self.deadline,
+            created_at=self.created_on,
+        )
 
     def state(self) -> TaskState:
         """An immutable view of the task as it stands."""
         return TaskState(
-            task_id=self.task_id, tenant=self.tenant, description=self.description,
-            required_skills=tuple(self.required_skills), priority=TaskPriority(self.priority),
-            deadline=self.deadline, status=self.task_status, classification=self.classification,
-            assignment=self.assignment, escalation=self.escalation,
-            times_assigned=self.times_assigned, started_at=self.started_at,
-            completed_at=self.completed_at, result=self.result, created_at=self.created_on,
-            updated_at=self.modified_on, version=self.version,
+            task_id=self.task_id,
+            tenant=self.tenant,
+            description=self.description,
+            required_skills=tuple(self.required_skills),
+            priority=TaskPriority(self.priority),
+            deadline=self.deadline,
+            status=self.task_status,
+            classification=self.classification,
+            assignment=self.assignment,
+            escalation=self.escalation,
+            times_assigned=self.times_assigned,
+            started_at=self.started_at,
+            completed_at=self.completed_at,
+            result=self.result,
+            created_at=self.created_on,
+            updated_at=self.modified_on,
+            version=self.version,
         )
 
     # -- state changes (replayed) ------------------------------------------------------
 
     @event(Classified)
-    def _classified(self, category: str, complexity: str, estimated_hours: float,
-                    usage: LlmUsage | None) -> None:
-        self.classification = Classification(category=category, complexity=complexity,
-                                             estimated_hours=estimated_hours, usage=usage)
+    def _classified(
+        self, category: str, complexity: str, estimated_hours: float, usage: LlmUsage | None
+    ) -> None:
+        self.classification = Classification(
+            category=category, complexity=complexity, estimated_hours=estimated_hours, usage=usage
+        )
 
     @event(Assigned)
     def _assigned(self, agent_id: str, score: float, reason: str, assigned_at: datetime) -> None:
         self.status = TaskStatus.ASSIGNED.value
-        self.assignment = Assignment(agent_id=agent_id, score=score, reason=reason,
-                                     assigned_at=assigned_at)
+        self.assignment = Assignment(agent_id=agent_id, score=score, reason=reason, assigned_at=assigned_at)
         self.times_assigned += 1
         self.started_at = None
 
@@ -265,11 +303,11 @@ class Task(Aggregate):
         self.completed_at = completed_at
 
     @event(Escalated)
-    def _escalated(self, reason: str, detail: str, escalated_at: datetime,
-                   usage: LlmUsage | None, agent_id: str | None) -> None:
+    def _escalated(
+        self, reason: str, detail: str, escalated_at: datetime, usage: LlmUsage | None, agent_id: str | None
+    ) -> None:
         self.status = TaskStatus.ESCALATED.value
-        self.escalation = Escalation(reason=reason, detail=detail, escalated_at=escalated_at,
-                                     usage=usage)
+        self.escalation = Escalation(reason=reason, detail=detail, escalated_at=escalated_at, usage=usage)
 
     def discard_classification(self, reason: str, usage: LlmUsage) -> None:
         """Keep the usage of a classification that can no longer be applied; state is unchanged."""

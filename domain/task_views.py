@@ -91,9 +91,7 @@ class Classification:
         if self.category not in CATEGORIES:
             raise ValidationError("category", f"must be one of {CATEGORIES}, got {self.category!r}")
         if self.complexity not in COMPLEXITIES:
-            raise ValidationError(
-                "complexity", f"must be one of {COMPLEXITIES}, got {self.complexity!r}"
-            )
+            raise ValidationError("complexity", f"must be one of {COMPLEXITIES}, got {self.complexity!r}")
         hours = self.estimated_hours
         if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= 10_000:
             raise ValidationError("estimated_hours", f"must be a number in (0, 10000], got {hours!r}")

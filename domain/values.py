@@ -40,8 +40,13 @@ class LlmUsage:
         for name in ("provider", "request_model", "response_model", "response_id", "price_version"):
             if not isinstance(getattr(self, name), str):
                 raise ValidationError(f"usage.{name}", f"must be a string, got {getattr(self, name)!r}")
-        for name in ("input_tokens", "output_tokens", "cache_read_input_tokens",
-                     "reasoning_output_tokens", "attempts"):
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "reasoning_output_tokens",
+            "attempts",
+        ):
             value = getattr(self, name)
             least = 1 if name == "attempts" else 0
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -53,12 +58,19 @@ class LlmUsage:
         if not isinstance(self.cost_usd, Decimal) or not self.cost_usd.is_finite() or self.cost_usd < 0:
             raise ValidationError("usage.cost_usd", f"must be a finite Decimal >= 0, got {self.cost_usd!r}")
         latency = self.latency_ms
-        if isinstance(latency, bool) or not isinstance(latency, int | float) or not math.isfinite(latency) \
-                or latency < 0:
+        if (
+            isinstance(latency, bool)
+            or not isinstance(latency, int | float)
+            or not math.isfinite(latency)
+            or latency < 0
+        ):
             raise ValidationError("usage.latency_ms", f"must be a number >= 0, got {latency!r}")
         reasons = self.finish_reasons
-        if isinstance(reasons, str) or not isinstance(reasons, list | tuple) \
-                or not all(isinstance(r, str) for r in reasons):
+        if (
+            isinstance(reasons, str)
+            or not isinstance(reasons, list | tuple)
+            or not all(isinstance(r, str) for r in reasons)
+        ):
             raise ValidationError("usage.finish_reasons", f"must be a list of strings, got {reasons!r}")
         require_object("usage.extra", self.extra)
         object.__setattr__(self, "finish_reasons", tuple(reasons))

@@ -20,14 +20,18 @@ class FlowledgerApplication(Application[UUID]):
 
     name = "flowledger"
     snapshotting_intervals: ClassVar[dict[type, int]] = {  # type: ignore[misc]
-        Session: 50, Task: 50, Agent: 50
+        Session: 50,
+        Task: 50,
+        Agent: 50,
     }
 
     def __init__(self, env: EnvType, snapshot_interval: int = 50) -> None:
         self._snapshot_interval = snapshot_interval
         super().__init__(env)
         self.snapshotting_intervals = {  # type: ignore[misc]
-            Session: snapshot_interval, Task: snapshot_interval, Agent: snapshot_interval
+            Session: snapshot_interval,
+            Task: snapshot_interval,
+            Agent: snapshot_interval,
         }
 
     def construct_env(self, name: str, env: EnvType | None = None) -> Environment:

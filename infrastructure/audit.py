@@ -82,7 +82,8 @@ def export_records(app: Application[UUID], aggregate_id: UUID | None = None) -> 
     """One hash-chained record per event (of one aggregate, when given), then a trailer."""
     previous, count = GENESIS, 0
     source: Iterable[Any] = (
-        app.events.get(aggregate_id) if aggregate_id is not None
+        app.events.get(aggregate_id)
+        if aggregate_id is not None
         else (app.mapper.to_domain_event(n) for n in notifications(app))
     )
     for event in source:
@@ -130,8 +131,10 @@ def verify_export(lines: Iterable[str]) -> AuditReport:
         if record.get("trailer") is True:
             sealed = True
             if record.get("events") != report.events:
-                report.problems.append(f"line {number}: trailer counts {record.get('events')} events, "
-                                       f"the file has {report.events}")
+                report.problems.append(
+                    f"line {number}: trailer counts {record.get('events')} events, "
+                    f"the file has {report.events}"
+                )
             continue
         report.events += 1
         streams.add(record.get("aggregate_id", ""))
@@ -144,4 +147,3 @@ def verify_export(lines: Iterable[str]) -> AuditReport:
 def _digest(record: dict[str, Any]) -> str:
     canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
-

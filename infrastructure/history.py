@@ -24,11 +24,7 @@ class HistoryEntry:
 
 def history_entry(event: Any) -> HistoryEntry:
     """The entry for one domain event of the library."""
-    data = {
-        f.name: getattr(event, f.name)
-        for f in dataclasses.fields(event)
-        if f.name not in _ENVELOPE
-    }
+    data = {f.name: getattr(event, f.name) for f in dataclasses.fields(event) if f.name not in _ENVELOPE}
     return HistoryEntry(
         version=event.originator_version,
         event_type=type(event).__qualname__,

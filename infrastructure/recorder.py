@@ -103,12 +103,18 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         self.append_function_name = f"{self.events_table_name}_append"[: self.MAX_IDENTIFIER_LEN]
         # Rendered once to plain strings: psycopg parses a string query once and caches it,
         # but renders a ``Composed`` again on every call.
-        self.sql_append_one = SQL("SELECT {}.{}(%s, %s, %s, %s) AS id").format(
-            Identifier(schema), Identifier(f"{self.append_function_name}_one"[: self.MAX_IDENTIFIER_LEN])
-        ).as_string(None)
-        self.sql_append = SQL("SELECT id FROM {}.{}(%s, %s, %s, %s) AS id").format(
-            Identifier(schema), Identifier(self.append_function_name)
-        ).as_string(None)
+        self.sql_append_one = (
+            SQL("SELECT {}.{}(%s, %s, %s, %s) AS id")
+            .format(
+                Identifier(schema), Identifier(f"{self.append_function_name}_one"[: self.MAX_IDENTIFIER_LEN])
+            )
+            .as_string(None)
+        )
+        self.sql_append = (
+            SQL("SELECT id FROM {}.{}(%s, %s, %s, %s) AS id")
+            .format(Identifier(schema), Identifier(self.append_function_name))
+            .as_string(None)
+        )
         self.sql_max_notification_id = pg_sql.max_notification_id(schema, self.events_table_name)
         self.notifier = Notifier(self.datastore, self.channel_name)
 

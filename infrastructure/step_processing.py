@@ -209,7 +209,10 @@ class StepProcessing:
             if session.status != SessionStatus.ACTIVE:
                 # Closed while the model answered: keep what the call cost, take no step.
                 session.fail_step(
-                    step=step, error_type="session_closed", idempotency_key=key, usage=reply.usage,
+                    step=step,
+                    error_type="session_closed",
+                    idempotency_key=key,
+                    usage=reply.usage,
                     error_message=f"the session was {session.status} when the model answered",
                 )
                 return session.status

@@ -35,8 +35,7 @@ def classification_messages(task: Task) -> list[dict[str, Any]]:
     skills = ", ".join(task.required_skills) or "none listed"
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Classify this task: {task.description}\n"
-                                    f"Required skills: {skills}"},
+        {"role": "user", "content": f"Classify this task: {task.description}\nRequired skills: {skills}"},
     ]
 
 
@@ -69,9 +68,7 @@ class TaskClassification(TaskQueries):
             return task.state()
         usage: LlmUsage | None = None
         try:
-            reply = await llm.complete(
-                model=model, messages=classification_messages(task), json_mode=True
-            )
+            reply = await llm.complete(model=model, messages=classification_messages(task), json_mode=True)
             usage = reply.usage
             classification = Classification.from_reply(reply.content, reply.usage)
         except (LlmError, ValidationError) as error:
@@ -95,16 +92,13 @@ class TaskClassification(TaskQueries):
         self._save_atomically(task)
         return task.state()
 
-    def _classification_failed(
-        self, task_id: str, detail: str, usage: LlmUsage | None
-    ) -> TaskState:
+    def _classification_failed(self, task_id: str, detail: str, usage: LlmUsage | None) -> TaskState:
         task = self._load_task(task_id)
         if task.classification is None and not task.task_status.is_final:
-            self._escalate(
-                task, EscalationReason.CLASSIFICATION_FAILED, detail, self.clock(), usage
-            )
+            self._escalate(task, EscalationReason.CLASSIFICATION_FAILED, detail, self.clock(), usage)
         elif usage is not None:
-            task.discard_classification(f"failed after the task was {task.task_status.value}: {detail}",
-                                        usage)
+            task.discard_classification(
+                f"failed after the task was {task.task_status.value}: {detail}", usage
+            )
             self._save_atomically(task)
         return task.state()

@@ -32,9 +32,7 @@ from flowledger.infrastructure.task_queries import agent_key
 class TaskCommands(TaskClassification):
     """Mixed into Engine (see TaskQueries for what the Engine provides)."""
 
-    def register_agent(
-        self, agent_id: str, name: str, skills: Iterable[str], capacity: int
-    ) -> AgentState:
+    def register_agent(self, agent_id: str, name: str, skills: Iterable[str], capacity: int) -> AgentState:
         """Register an agent; registering it again with the same fields is a no-op."""
         skills = normalise_skills("skills", skills)
 
@@ -43,7 +41,10 @@ class TaskCommands(TaskClassification):
                 existing = self._load_agent(agent_id)
             except AgentNotFound:
                 agent = Agent.register(
-                    agent_id=agent_id, tenant=self.tenant, name=name, skills=skills,
+                    agent_id=agent_id,
+                    tenant=self.tenant,
+                    name=name,
+                    skills=skills,
                     capacity=capacity,
                 )
                 self._save_atomically(agent)
@@ -87,13 +88,16 @@ class TaskCommands(TaskClassification):
                 existing = self._load_task(task_id)
             except TaskNotFound:
                 task = Task.create(
-                    task_id=task_id, tenant=self.tenant, description=description,
-                    required_skills=skills, priority=priority, deadline=deadline,
+                    task_id=task_id,
+                    tenant=self.tenant,
+                    description=description,
+                    required_skills=skills,
+                    priority=priority,
+                    deadline=deadline,
                 )
                 self._save_atomically(task)
                 return task.state()
-            existing.ensure_same(description=description, required_skills=skills,
-                                 priority=priority)
+            existing.ensure_same(description=description, required_skills=skills, priority=priority)
             return existing.state()
 
         return self._task_write(task_id, create)
@@ -104,15 +108,14 @@ class TaskCommands(TaskClassification):
         A task that is no longer waiting is returned unchanged. With
         ``escalate_when_full=False`` a task whose capable agents are all full keeps waiting.
         """
+
         def attempt() -> TaskState:
             with self.assignment_lock:
                 return self._assign_once(task_id, escalate_when_full)
 
         return self._assignment_write(task_id, attempt)
 
-    def assign_pending(
-        self, *, limit: int | None = None, escalate_when_full: bool = True
-    ) -> list[TaskState]:
+    def assign_pending(self, *, limit: int | None = None, escalate_when_full: bool = True) -> list[TaskState]:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline)."""
         waiting = []
         for entry in self.log_index.open_tasks():
@@ -182,8 +185,7 @@ class TaskCommands(TaskClassification):
                     self._note_final(task)
                     return None
                 deadline = task.deadline.isoformat() if task.deadline else "?"
-                self._escalate(task, EscalationReason.DEADLINE_BREACHED,
-                               f"deadline {deadline} passed", at)
+                self._escalate(task, EscalationReason.DEADLINE_BREACHED, f"deadline {deadline} passed", at)
                 return task.state()
 
             state = self._task_write(entry.task_id, sweep)
@@ -201,8 +203,9 @@ class TaskCommands(TaskClassification):
         now = self.clock()
         if task.is_overdue(now):
             deadline = task.deadline.isoformat() if task.deadline else "?"
-            self._escalate(task, EscalationReason.DEADLINE_BREACHED,
-                           f"deadline {deadline} passed before assignment", now)
+            self._escalate(
+                task, EscalationReason.DEADLINE_BREACHED, f"deadline {deadline} passed before assignment", now
+            )
             return task.state()
         # The roster comes from the log index (one query); if it lags, saving the chosen
         # agent fails on its version and this attempt is retried on a fresher roster.

@@ -91,8 +91,10 @@ class LogIndex:
         if isinstance(event, Task.Created):
             if event.tenant == self._tenant:
                 self._open[event.originator_id] = IndexedTask(
-                    task_id=event.task_id, aggregate_id=event.originator_id,
-                    priority=TaskPriority(event.priority), deadline=event.deadline,
+                    task_id=event.task_id,
+                    aggregate_id=event.originator_id,
+                    priority=TaskPriority(event.priority),
+                    deadline=event.deadline,
                     position=position,
                 )
         elif isinstance(event, Agent.Registered):

@@ -67,9 +67,7 @@ class TaskQueries:
         index = self.__dict__.get("_log_index")
         if index is None:
             with _INDEX_LOCK:
-                index = self.__dict__.setdefault(
-                    "_log_index", LogIndex(self.app, self.tenant)
-                )
+                index = self.__dict__.setdefault("_log_index", LogIndex(self.app, self.tenant))
         return cast(LogIndex, index)
 
     @property
@@ -139,9 +137,7 @@ class TaskQueries:
 
     def _load_agent(self, agent_id: str, version: int | None = None) -> Agent:
         try:
-            agent: Agent = self.app.repository.get(
-                agent_uuid(self.tenant, agent_id), version=version
-            )
+            agent: Agent = self.app.repository.get(agent_uuid(self.tenant, agent_id), version=version)
         except AggregateNotFoundError:
             raise AgentNotFound(agent_id) from None
         return agent

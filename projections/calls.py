@@ -43,9 +43,7 @@ def call_of(event: Any) -> Call | None:
             return None
         return Call("session", event.step, event.usage, None, None, event.input, event.output)
     if isinstance(event, Session.StepFailed):
-        return Call(
-            "session", event.step, event.usage, event.error_type, event.error_message, None, None
-        )
+        return Call("session", event.step, event.usage, event.error_type, event.error_message, None, None)
     if isinstance(event, Task.ClassificationDiscarded):
         return Call("task", "classification", event.usage, None, None, None, None)
     if isinstance(event, Task.Classified | Task.Escalated) and event.usage is not None:

@@ -114,9 +114,7 @@ def point_views(cur: Cursor[Any], names: Names, projection: Projection, schema: 
     """Make ``schema`` the live build of ``projection``: replace its reader views and active row."""
     for table in projection.exposed:
         cur.execute(q("DROP VIEW IF EXISTS {s}.{t}", names.reader, t=table))
-        cur.execute(
-            q("CREATE VIEW {r}.{t} AS SELECT * FROM {s}.{t}", schema, r=names.reader, t=table)
-        )
+        cur.execute(q("CREATE VIEW {r}.{t} AS SELECT * FROM {s}.{t}", schema, r=names.reader, t=table))
     cur.execute(
         q(
             "INSERT INTO {s}.active (projection, schema_name) VALUES (%s, %s)"

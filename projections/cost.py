@@ -104,8 +104,11 @@ class CostDashboard(Projection):
         missing = list({e.event.originator_id for e, _ in calls} - set(known))
         if missing:
             cur.execute(
-                q("SELECT originator_id, subject_id, workflow FROM {s}.subjects"
-                  " WHERE originator_id = ANY(%s)", schema),
+                q(
+                    "SELECT originator_id, subject_id, workflow FROM {s}.subjects"
+                    " WHERE originator_id = ANY(%s)",
+                    schema,
+                ),
                 [missing],
             )
             known.update({row[0]: (row[1], row[2]) for row in cur.fetchall()})
@@ -113,21 +116,29 @@ class CostDashboard(Projection):
         for envelope, call in calls:
             event, usage = envelope.event, call.usage
             subject_id, workflow = known.get(event.originator_id, (None, "(unknown)"))
-            rows.append((
-                envelope.id, call.source, event.originator_id, event.originator_version,
-                subject_id, workflow, call.step, call.error_type,
-                usage.provider if usage else None,
-                usage.request_model if usage else None,
-                usage.response_model if usage else None,
-                call.model,
-                usage.input_tokens if usage else 0,
-                usage.output_tokens if usage else 0,
-                usage.cache_read_input_tokens if usage else 0,
-                usage.reasoning_output_tokens if usage else 0,
-                usage.cost_usd if usage else 0,
-                usage.price_version if usage else None,
-                usage.latency_ms if usage else None,
-                usage.attempts if usage else None,
-                event.timestamp,
-            ))
+            rows.append(
+                (
+                    envelope.id,
+                    call.source,
+                    event.originator_id,
+                    event.originator_version,
+                    subject_id,
+                    workflow,
+                    call.step,
+                    call.error_type,
+                    usage.provider if usage else None,
+                    usage.request_model if usage else None,
+                    usage.response_model if usage else None,
+                    call.model,
+                    usage.input_tokens if usage else 0,
+                    usage.output_tokens if usage else 0,
+                    usage.cache_read_input_tokens if usage else 0,
+                    usage.reasoning_output_tokens if usage else 0,
+                    usage.cost_usd if usage else 0,
+                    usage.price_version if usage else None,
+                    usage.latency_ms if usage else None,
+                    usage.attempts if usage else None,
+                    event.timestamp,
+                )
+            )
         write_rows(cur, schema, "llm_calls", CALL_COLUMNS, rows)

@@ -127,12 +127,23 @@ def dashboard(
     result = []
     for row in rows:
         n = row[width:]
-        result.append(DashboardRow(
-            group=tuple(row[:width]), calls=n[0], errors=n[1],
-            errors_by_type=_json_counts(n[11]), input_tokens=int(n[2]), output_tokens=int(n[3]),
-            cached_tokens=int(n[4]), reasoning_tokens=int(n[5]), cost_usd=n[6],
-            latency_avg_ms=n[7], latency_p50_ms=n[8], latency_p95_ms=n[9], latency_p99_ms=n[10],
-        ))
+        result.append(
+            DashboardRow(
+                group=tuple(row[:width]),
+                calls=n[0],
+                errors=n[1],
+                errors_by_type=_json_counts(n[11]),
+                input_tokens=int(n[2]),
+                output_tokens=int(n[3]),
+                cached_tokens=int(n[4]),
+                reasoning_tokens=int(n[5]),
+                cost_usd=n[6],
+                latency_avg_ms=n[7],
+                latency_p50_ms=n[8],
+                latency_p95_ms=n[9],
+                latency_p99_ms=n[10],
+            )
+        )
     return result
 
 
@@ -187,15 +198,16 @@ def reprice(
                coalesce(sum(cost_usd) FILTER (WHERE priced_as IS NOT NULL), 0),
                coalesce(sum(repriced), 0)
         FROM calls GROUP BY {keys} ORDER BY {keys}
-    """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader),
-                keys=_keys(len(by)))
+    """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=_keys(len(by)))
     params = {
         "models": models,
         "input": [prices[m].input_per_token for m in models],
         "cached": [prices[m].cached_input_per_token for m in models],
         "output": [prices[m].output_per_token for m in models],
         "reasoning": [prices[m].reasoning_output_per_token for m in models],
-        "as_model": as_model, "since": since, "until": until,
+        "as_model": as_model,
+        "since": since,
+        "until": until,
     }
     width = max(len(by), 1)
     return [

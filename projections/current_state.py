@@ -156,10 +156,22 @@ class _Table:
 
 TABLES = (
     _Table("sessions", COLUMNS, Session.Event, Session.Started, started_row, fold),
-    _Table("tasks", work_rows.TASK_COLUMNS, Task.Event, Task.Created,
-           work_rows.created_task_row, work_rows.fold_task),
-    _Table("agents", work_rows.AGENT_COLUMNS, Agent.Event, Agent.Registered,
-           work_rows.registered_agent_row, work_rows.fold_agent),
+    _Table(
+        "tasks",
+        work_rows.TASK_COLUMNS,
+        Task.Event,
+        Task.Created,
+        work_rows.created_task_row,
+        work_rows.fold_task,
+    ),
+    _Table(
+        "agents",
+        work_rows.AGENT_COLUMNS,
+        Agent.Event,
+        Agent.Registered,
+        work_rows.registered_agent_row,
+        work_rows.fold_agent,
+    ),
 )
 
 

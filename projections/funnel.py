@@ -142,8 +142,7 @@ class CompletionFunnel(Projection):
             [dump_json(r[n]) if n == "metadata" else r[n] for n, _ in SESSION_COLUMNS]
             for r in sessions.values()
         ]
-        write_rows(cur, schema, "funnel_sessions", SESSION_COLUMNS, session_rows,
-                   key=("originator_id",))
+        write_rows(cur, schema, "funnel_sessions", SESSION_COLUMNS, session_rows, key=("originator_id",))
         step_rows = [
             [r[n] for n, _ in STEP_COLUMNS]
             for rows in steps.values()

@@ -133,9 +133,7 @@ def funnel_report(
         entry = FunnelStep(step, reached, processed, p50_seconds=p50, p95_seconds=p95)
         report.steps.append(entry)
         positions[segment, idx] = entry
-    for segment, idx, cause, error_type, count in conn.execute(
-        prefix + sql.SQL(ENDINGS), params
-    ).fetchall():
+    for segment, idx, cause, error_type, count in conn.execute(prefix + sql.SQL(ENDINGS), params).fetchall():
         report = reports.setdefault(segment, FunnelReport(workflow, segment))
         report.sessions += count
         if idx is None:

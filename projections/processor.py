@@ -99,8 +99,9 @@ class Projector:
         projections = self.select(wanted)
         with self.connect() as conn:
             install(conn, self.names, projections)
-            return self.drive(conn, self.live(projections), progress=progress,
-                              on_batch=on_batch, max_batches=max_batches)
+            return self.drive(
+                conn, self.live(projections), progress=progress, on_batch=on_batch, max_batches=max_batches
+            )
 
     def positions(self, cur: Cursor[Any], schemas: Sequence[str], *, lock: bool = False) -> dict[str, int]:
         """Tracking positions of builds (locked FOR UPDATE with ``lock``)."""
@@ -164,20 +165,21 @@ class Projector:
             first = bisect_right(ids, min(positions.values(), default=0))
             decode = self.mapper.to_domain_event
             envelopes = [
-                Envelope(n.id, event, call_of(event))
-                for n in notifications[first:]
-                for event in (decode(n),)
+                Envelope(n.id, event, call_of(event)) for n in notifications[first:] for event in (decode(n),)
             ]
             last = ids[-1]
             for target in targets:
                 position = positions[target.schema]
-                todo = envelopes[bisect_right(ids, position) - first:]
+                todo = envelopes[bisect_right(ids, position) - first :]
                 if todo:
                     target.projection.apply(cur, target.schema, todo)
                 if last > position:
                     cur.execute(
-                        q("UPDATE {s}.builds SET position = %s, events = events + %s,"
-                          " updated_at = now() WHERE schema_name = %s", self.names.control),
+                        q(
+                            "UPDATE {s}.builds SET position = %s, events = events + %s,"
+                            " updated_at = now() WHERE schema_name = %s",
+                            self.names.control,
+                        ),
                         [last, len(todo), target.schema],
                     )
             if on_batch is not None:

@@ -78,8 +78,11 @@ def rebuild(
         ensure_control(conn, names)
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(
-                q("SELECT schema_name FROM {s}.builds WHERE kind = 'build' AND projection = ANY(%s)"
-                  " AND schema_name NOT IN (SELECT schema_name FROM {s}.active)", names.control),
+                q(
+                    "SELECT schema_name FROM {s}.builds WHERE kind = 'build' AND projection = ANY(%s)"
+                    " AND schema_name NOT IN (SELECT schema_name FROM {s}.active)",
+                    names.control,
+                ),
                 [[p.name for p in projections]],
             )
             for (stale,) in cur.fetchall():
@@ -88,8 +91,11 @@ def rebuild(
         projector.drive(conn, _fixed(targets), progress=progress)
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(
-                q("SELECT projection, schema_name FROM {s}.active WHERE projection = ANY(%s)"
-                  " ORDER BY projection FOR UPDATE", names.control),
+                q(
+                    "SELECT projection, schema_name FROM {s}.active WHERE projection = ANY(%s)"
+                    " ORDER BY projection FOR UPDATE",
+                    names.control,
+                ),
                 [[p.name for p in projections]],
             )
             old = [row[1] for row in cur.fetchall()]
@@ -154,9 +160,7 @@ def _compare_when_aligned(
             return _differences(cur, scratch.projection.name, live, scratch.schema, limit)
 
 
-def _differences(
-    cur: Cursor[Any], projection: str, live: str, scratch: str, limit: int
-) -> list[Difference]:
+def _differences(cur: Cursor[Any], projection: str, live: str, scratch: str, limit: int) -> list[Difference]:
     cur.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
         [live],
@@ -165,8 +169,14 @@ def _differences(
     for (table,) in cur.fetchall():
         for side, left, right in (("live only", live, scratch), ("rebuild only", scratch, live)):
             cur.execute(
-                q("SELECT row_to_json(d)::text FROM (SELECT * FROM {a}.{t} EXCEPT ALL"
-                  " SELECT * FROM {b}.{t}) AS d LIMIT %s", left, a=left, b=right, t=table),
+                q(
+                    "SELECT row_to_json(d)::text FROM (SELECT * FROM {a}.{t} EXCEPT ALL"
+                    " SELECT * FROM {b}.{t}) AS d LIMIT %s",
+                    left,
+                    a=left,
+                    b=right,
+                    t=table,
+                ),
                 [limit],
             )
             found += [Difference(projection, table, side, r[0]) for r in cur.fetchall()]

@@ -124,12 +124,18 @@ class SeedTables(Projection):
             event = envelope.event
             if isinstance(event, Session.Started):
                 rows[event.originator_id] = {
-                    "id": envelope.id, "originator_id": event.originator_id,
-                    "session_id": event.session_id, "user_id": event.user_id,
-                    "workflow_name": event.workflow, "current_step": "init",
-                    "context_data": {}, "step_history": [],
-                    "created_at": event.timestamp, "updated_at": event.timestamp,
-                    "expires_at": event.expires_at, "metadata": event.metadata,
+                    "id": envelope.id,
+                    "originator_id": event.originator_id,
+                    "session_id": event.session_id,
+                    "user_id": event.user_id,
+                    "workflow_name": event.workflow,
+                    "current_step": "init",
+                    "context_data": {},
+                    "step_history": [],
+                    "created_at": event.timestamp,
+                    "updated_at": event.timestamp,
+                    "expires_at": event.expires_at,
+                    "metadata": event.metadata,
                     "version": event.originator_version,
                 }
                 continue
@@ -141,18 +147,22 @@ class SeedTables(Projection):
             if call is not None:
                 usage = call.usage
                 error = f"{call.error_type}: {call.error_message}" if call.error_type else None
-                executions.append((
-                    envelope.id, row["id"], call.step, dump_json(call.input),
-                    dump_json(call.output), call.model,
-                    usage.total_tokens if usage else 0,
-                    usage.cost_usd if usage else 0,
-                    usage.latency_ms if usage else None,
-                    event.timestamp, error,
-                ))
-        states = [
-            [dump_json(r[n]) if n in _JSON else r[n] for n, _ in STATE_COLUMNS]
-            for r in rows.values()
-        ]
+                executions.append(
+                    (
+                        envelope.id,
+                        row["id"],
+                        call.step,
+                        dump_json(call.input),
+                        dump_json(call.output),
+                        call.model,
+                        usage.total_tokens if usage else 0,
+                        usage.cost_usd if usage else 0,
+                        usage.latency_ms if usage else None,
+                        event.timestamp,
+                        error,
+                    )
+                )
+        states = [[dump_json(r[n]) if n in _JSON else r[n] for n, _ in STATE_COLUMNS] for r in rows.values()]
         write_rows(cur, schema, "workflow_states", STATE_COLUMNS, states, key=("id",))
         write_rows(cur, schema, "workflow_executions", EXECUTION_COLUMNS, executions)
 

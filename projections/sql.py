@@ -71,8 +71,9 @@ def write_rows(
     cur.execute(sql.SQL("DROP TABLE {}").format(stage))
 
 
-def _copy(cur: Cursor[Any], into: sql.Composable, names: sql.Composable,
-          rows: Sequence[Sequence[Any]]) -> None:
+def _copy(
+    cur: Cursor[Any], into: sql.Composable, names: sql.Composable, rows: Sequence[Sequence[Any]]
+) -> None:
     with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(into, names)) as copy:
         for row in rows:
             copy.write_row(row)

@@ -35,10 +35,13 @@ def status(projector: Projector) -> list[BuildStatus]:
     with projector.connect() as conn:
         ensure_control(conn, names)
         rows = conn.execute(
-            q("SELECT b.projection, b.schema_name, CASE WHEN a.projection IS NOT NULL THEN 'live'"
-              " WHEN b.kind = 'scratch' THEN 'verifying' ELSE 'rebuilding' END,"
-              " b.position, b.events, b.updated_at"
-              " FROM {s}.builds b LEFT JOIN {s}.active a ON a.schema_name = b.schema_name"
-              " ORDER BY b.projection, a.projection IS NULL, b.schema_name", names.control)
+            q(
+                "SELECT b.projection, b.schema_name, CASE WHEN a.projection IS NOT NULL THEN 'live'"
+                " WHEN b.kind = 'scratch' THEN 'verifying' ELSE 'rebuilding' END,"
+                " b.position, b.events, b.updated_at"
+                " FROM {s}.builds b LEFT JOIN {s}.active a ON a.schema_name = b.schema_name"
+                " ORDER BY b.projection, a.projection IS NULL, b.schema_name",
+                names.control,
+            )
         ).fetchall()
     return [BuildStatus(r[0], r[1], r[2], int(r[3]), int(r[4]), head, r[5]) for r in rows]

@@ -35,24 +35,32 @@ class SessionScript:
     def __post_init__(self) -> None:
         self.id: UUID = session_uuid(self.tenant, self.session_id)
         started: Any = Session.Started  # its fields come from the library's metaclass
-        self.events.append(started(
-            originator_topic=get_topic(Session), originator_id=self.id, originator_version=1,
-            timestamp=self.at, session_id=self.session_id, tenant=self.tenant,
-            workflow=self.workflow, user_id=self.user_id, expires_at=self.at + self.ttl,
-            metadata=self.metadata,
-        ))
+        self.events.append(
+            started(
+                originator_topic=get_topic(Session),
+                originator_id=self.id,
+                originator_version=1,
+                timestamp=self.at,
+                session_id=self.session_id,
+                tenant=self.tenant,
+                workflow=self.workflow,
+                user_id=self.user_id,
+                expires_at=self.at + self.ttl,
+                metadata=self.metadata,
+            )
+        )
 
     def _add(self, cls: type[Any], at: datetime, **fields: Any) -> SessionScript:
         version = len(self.events) + 1
-        self.events.append(cls(originator_id=self.id, originator_version=version, timestamp=at,
-                               **fields))
+        self.events.append(cls(originator_id=self.id, originator_version=version, timestamp=at, **fields))
         return self
 
     def start_step(self, step: str, at: datetime, *, model: str | None = None) -> SessionScript:
         """StepStarted (keyed by the step and version)."""
         key = f"{step}-{len(self.events) + 1}"
-        return self._add(Session.StepStarted, at, step=step, input={}, model=model,
-                         idempotency_key=key, started_at=at)
+        return self._add(
+            Session.StepStarted, at, step=step, input={}, model=model, idempotency_key=key, started_at=at
+        )
 
     def step(
         self,
@@ -66,15 +74,37 @@ class SessionScript:
         output: JsonObject | None = None,
     ) -> SessionScript:
         """StepProcessed."""
-        return self._add(Session.StepProcessed, at, step=step, input=input or {},
-                         output=output or {}, next_step=next_step, context_update=context_update,
-                         usage=usage, idempotency_key=None)
+        return self._add(
+            Session.StepProcessed,
+            at,
+            step=step,
+            input=input or {},
+            output=output or {},
+            next_step=next_step,
+            context_update=context_update,
+            usage=usage,
+            idempotency_key=None,
+        )
 
-    def fail(self, step: str, at: datetime, error_type: str, *, usage: LlmUsage | None = None,
-             message: str = "failed") -> SessionScript:
+    def fail(
+        self,
+        step: str,
+        at: datetime,
+        error_type: str,
+        *,
+        usage: LlmUsage | None = None,
+        message: str = "failed",
+    ) -> SessionScript:
         """StepFailed."""
-        return self._add(Session.StepFailed, at, step=step, error_type=error_type,
-                         error_message=message, usage=usage, idempotency_key=None)
+        return self._add(
+            Session.StepFailed,
+            at,
+            step=step,
+            error_type=error_type,
+            error_message=message,
+            usage=usage,
+            idempotency_key=None,
+        )
 
     def update_context(self, at: datetime, update: JsonObject) -> SessionScript:
         """ContextUpdated."""

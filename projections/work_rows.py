@@ -94,21 +94,35 @@ CREATE INDEX ON {s}.agents (tenant, agent_id);
 def created_task_row(event: Task.Created) -> Row:
     """The row of a task that has just entered the queue."""
     return {
-        "originator_id": event.originator_id, "task_id": event.task_id, "tenant": event.tenant,
-        "description": event.description, "required_skills": list(event.required_skills),
-        "priority": event.priority, "deadline": event.deadline, "status": "pending",
-        "category": None, "complexity": None, "estimated_hours": None, "agent_id": None,
-        "times_assigned": 0, "escalation_reason": None, "cost_usd": Decimal(0),
-        "created_at": event.timestamp, "updated_at": event.timestamp, "started_at": None,
-        "completed_at": None, "version": event.originator_version,
+        "originator_id": event.originator_id,
+        "task_id": event.task_id,
+        "tenant": event.tenant,
+        "description": event.description,
+        "required_skills": list(event.required_skills),
+        "priority": event.priority,
+        "deadline": event.deadline,
+        "status": "pending",
+        "category": None,
+        "complexity": None,
+        "estimated_hours": None,
+        "agent_id": None,
+        "times_assigned": 0,
+        "escalation_reason": None,
+        "cost_usd": Decimal(0),
+        "created_at": event.timestamp,
+        "updated_at": event.timestamp,
+        "started_at": None,
+        "completed_at": None,
+        "version": event.originator_version,
     }
 
 
 def fold_task(row: Row, event: Any) -> None:
     """Apply one later task event to its row (in place)."""
     if isinstance(event, Task.Classified):
-        row.update(category=event.category, complexity=event.complexity,
-                   estimated_hours=event.estimated_hours)
+        row.update(
+            category=event.category, complexity=event.complexity, estimated_hours=event.estimated_hours
+        )
         if event.usage is not None:
             row["cost_usd"] += event.usage.cost_usd
     elif isinstance(event, Task.Assigned):
@@ -130,10 +144,18 @@ def fold_task(row: Row, event: Any) -> None:
 def registered_agent_row(event: Agent.Registered) -> Row:
     """The row of an agent that has just joined the pool."""
     return {
-        "originator_id": event.originator_id, "agent_id": event.agent_id, "tenant": event.tenant,
-        "name": event.name, "skills": list(event.skills), "capacity": event.capacity, "load": 0,
-        "active_tasks": [], "completed": 0, "created_at": event.timestamp,
-        "updated_at": event.timestamp, "version": event.originator_version,
+        "originator_id": event.originator_id,
+        "agent_id": event.agent_id,
+        "tenant": event.tenant,
+        "name": event.name,
+        "skills": list(event.skills),
+        "capacity": event.capacity,
+        "load": 0,
+        "active_tasks": [],
+        "completed": 0,
+        "created_at": event.timestamp,
+        "updated_at": event.timestamp,
+        "version": event.originator_version,
     }
 
 
@@ -147,5 +169,4 @@ def fold_agent(row: Row, event: Any) -> None:
         row["active_tasks"] = [t for t in row["active_tasks"] if t != event.task_id]
         if event.outcome == "completed":
             row["completed"] += 1
-    row.update(load=len(row["active_tasks"]), updated_at=event.timestamp,
-               version=event.originator_version)
+    row.update(load=len(row["active_tasks"]), updated_at=event.timestamp, version=event.originator_version)

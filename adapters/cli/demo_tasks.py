@@ -99,7 +99,9 @@ def run_task_scenario(engine: Engine, console: Console, llm: LlmPort | None = No
         states = [scenario.get_task(task_id) for task_id in work]
         agents = scenario.list_agents()
         summary = TaskScenarioSummary(
-            tenant=tenant, tasks=len(states), classification_source=source,
+            tenant=tenant,
+            tasks=len(states),
+            classification_source=source,
             assigned=sum(1 for s in states if s.times_assigned),
             completed=sum(1 for s in states if s.status is TaskStatus.COMPLETED),
             escalated=dict(Counter(s.escalation.reason for s in states if s.escalation)),
@@ -110,8 +112,7 @@ def run_task_scenario(engine: Engine, console: Console, llm: LlmPort | None = No
         console.print(_escalation_table(states))
         console.print(_agent_table(scenario))
     summary.seconds = time.perf_counter() - started
-    console.print(f"{summary.events:,} events in {summary.seconds:.2f} s; "
-                  f"classification from {source}")
+    console.print(f"{summary.events:,} events in {summary.seconds:.2f} s; classification from {source}")
     return summary
 
 
@@ -129,8 +130,9 @@ def _queue_tasks(engine: Engine, rng: random.Random) -> dict[str, tuple[str, str
     return work
 
 
-def _classify(engine: Engine, console: Console, work: dict[str, tuple[str, str, float]],
-              llm: LlmPort | None) -> str:
+def _classify(
+    engine: Engine, console: Console, work: dict[str, tuple[str, str, float]], llm: LlmPort | None
+) -> str:
     if llm is None:
         console.print("[dim]no LLM adapter given: classifications are taken from the task data[/]")
         for task_id, (category, complexity, hours) in work.items():
@@ -150,8 +152,13 @@ def _classify(engine: Engine, console: Console, work: dict[str, tuple[str, str, 
     return "the LLM adapter"
 
 
-def _work_the_queue(engine: Engine, clock: ScenarioClock, rng: random.Random,
-                    work: dict[str, tuple[str, str, float]], until: datetime) -> None:
+def _work_the_queue(
+    engine: Engine,
+    clock: ScenarioClock,
+    rng: random.Random,
+    work: dict[str, tuple[str, str, float]],
+    until: datetime,
+) -> None:
     """Agents start what they hold within half an hour and finish it within their estimate
     (at most 4 h); one task in ten is handed back instead. Events are replayed in time order."""
     schedule: list[tuple[datetime, str, str]] = []
@@ -160,8 +167,10 @@ def _work_the_queue(engine: Engine, clock: ScenarioClock, rng: random.Random,
             begin = clock.now + timedelta(minutes=rng.randint(0, 30))
             hours = min(work[task_id][2], 4.0) * rng.uniform(0.5, 0.9)
             end = min(begin + timedelta(hours=hours), until)
-            schedule += [(begin, "start", task_id),
-                         (end, "release" if rng.random() < 0.1 else "complete", task_id)]
+            schedule += [
+                (begin, "start", task_id),
+                (end, "release" if rng.random() < 0.1 else "complete", task_id),
+            ]
     for at, action, task_id in sorted(schedule):
         clock.now = at
         if action == "start":
@@ -183,8 +192,14 @@ def _assignments_table(states: list[TaskState]) -> Table:
         table.add_column(column)
     for s in states:
         why = s.assignment.reason if s.assignment else (s.escalation.detail if s.escalation else "")
-        table.add_row(s.task_id, s.priority.value, s.status.value, s.agent_id or "-",
-                      f"{s.assignment.score:.2f}" if s.assignment else "-", why)
+        table.add_row(
+            s.task_id,
+            s.priority.value,
+            s.status.value,
+            s.agent_id or "-",
+            f"{s.assignment.score:.2f}" if s.assignment else "-",
+            why,
+        )
     return table
 
 
@@ -194,11 +209,14 @@ def _priority_table(states: list[TaskState]) -> Table:
         table.add_column(column, justify="right")
     for priority in reversed(TaskPriority):
         group = [s for s in states if s.priority is priority]
-        table.add_row(priority.value, str(len(group)),
-                      str(sum(1 for s in group if s.times_assigned)),
-                      str(sum(1 for s in group if s.status is TaskStatus.COMPLETED)),
-                      str(sum(1 for s in group if s.status is TaskStatus.ESCALATED)),
-                      str(sum(1 for s in group if s.status is TaskStatus.PENDING)))
+        table.add_row(
+            priority.value,
+            str(len(group)),
+            str(sum(1 for s in group if s.times_assigned)),
+            str(sum(1 for s in group if s.status is TaskStatus.COMPLETED)),
+            str(sum(1 for s in group if s.status is TaskStatus.ESCALATED)),
+            str(sum(1 for s in group if s.status is TaskStatus.PENDING)),
+        )
     return table
 
 
@@ -220,6 +238,12 @@ def _agent_table(engine: Engine) -> Table:
         table.add_column(column)
     for a in engine.list_agents():
         recent = a.recent_completion_seconds
-        table.add_row(a.agent_id, ", ".join(a.skills), str(a.load), str(a.capacity),
-                      str(a.completed), f"{recent / 60:.0f} min" if recent is not None else "-")
+        table.add_row(
+            a.agent_id,
+            ", ".join(a.skills),
+            str(a.load),
+            str(a.capacity),
+            str(a.completed),
+            f"{recent / 60:.0f} min" if recent is not None else "-",
+        )
     return table

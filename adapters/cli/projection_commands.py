@@ -37,14 +37,13 @@ from flowledger.projections import (
 )
 
 console = Console()
-projections_app = typer.Typer(help="Rebuild, follow, verify and inspect the read models.",
-                              no_args_is_help=True)
+projections_app = typer.Typer(
+    help="Rebuild, follow, verify and inspect the read models.", no_args_is_help=True
+)
 BY_HELP = "model, provider, workflow, step, source, minute, hour or day (repeatable)."
 REPRICE_HELP = "Also price the same usage at this model's price (the configured price table)."
 NAME_HELP = "One projection: current_state, cost, funnel or seed (default: all)."
 STEPS_HELP = "Step order, comma-separated (default: the order sessions reached them)."
-
-
 
 
 @contextmanager
@@ -81,9 +80,16 @@ def status_command() -> None:
         for column in ("projection", "state", "schema", "position", "head", "lag", "events", "updated"):
             table.add_column(column, justify="right" if column in numbers else "left")
         for build in status(projector_for(engine)):
-            table.add_row(build.projection, build.state, build.schema, str(build.position),
-                          str(build.head), str(build.lag), str(build.events),
-                          build.updated_at.isoformat(timespec="seconds"))
+            table.add_row(
+                build.projection,
+                build.state,
+                build.schema,
+                str(build.position),
+                str(build.head),
+                str(build.lag),
+                str(build.events),
+                build.updated_at.isoformat(timespec="seconds"),
+            )
         console.print(table)
 
 
@@ -98,8 +104,11 @@ def follow_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
         console.print("following the log (Ctrl-C to stop)")
 
         def reconnecting(error: BaseException, wait_s: float) -> None:
-            console.print(f"[yellow]lost the database ({type(error).__name__}: {error}); "
-                          f"starting again in {wait_s:.1f} s[/yellow]", highlight=False)
+            console.print(
+                f"[yellow]lost the database ({type(error).__name__}: {error}); "
+                f"starting again in {wait_s:.1f} s[/yellow]",
+                highlight=False,
+            )
 
         follow_until_stopped(projector, _names(name), stop=stop, on_reconnect=reconnecting)
         console.print("stopped")
@@ -126,8 +135,12 @@ def verify_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
 
 def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Table:
     """The cost dashboard as a rich table, readable at 80 characters."""
-    table = Table(title=f"{title} (latency: avg p50/p95/p99)", box=box.SIMPLE_HEAD, pad_edge=False,
-                  collapse_padding=True)
+    table = Table(
+        title=f"{title} (latency: avg p50/p95/p99)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for column in by:
         widest = max((len(str(r.group[by.index(column)])) for r in rows), default=len(column))
         table.add_column(column, no_wrap=True, min_width=min(widest, 24))
@@ -138,9 +151,11 @@ def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Tabl
         errors = ", ".join(f"{k}:{v}" for k, v in sorted(r.errors_by_type.items())) or "0"
         tokens = "/".join(_short(n) for n in (r.input_tokens, r.output_tokens, r.cached_tokens))
         latency = f"{_ms(r.latency_avg_ms)} " + "/".join(
-            _ms(v) for v in (r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms))
-        table.add_row(*(str(g) for g in r.group), f"{r.calls:,}", errors, tokens,
-                      f"{r.cost_usd:.4f}", latency)
+            _ms(v) for v in (r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms)
+        )
+        table.add_row(
+            *(str(g) for g in r.group), f"{r.calls:,}", errors, tokens, f"{r.cost_usd:.4f}", latency
+        )
     return table
 
 
@@ -155,22 +170,35 @@ def funnel_table(report: FunnelReport) -> Table:
     """One workflow's funnel: reach, conversion of all sessions and of the step before, why
     sessions stopped there, how many are still running or done, and time to reach it."""
     segment = f" [{report.segment}]" if report.segment is not None else ""
-    table = Table(title=f"funnel {report.workflow}{segment}: {report.sessions} sessions",
-                  box=box.SIMPLE_HEAD, pad_edge=False,
-                  collapse_padding=True)
+    table = Table(
+        title=f"funnel {report.workflow}{segment}: {report.sessions} sessions",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     widest = max((len(s.step) for s in report.steps), default=4)
     table.add_column("step", no_wrap=True, min_width=min(widest, 24))
     for column in ("reach", "of all", "of prev", "dropped", "live", "done", "p50/p95 s"):
         wraps = column == "dropped"
-        table.add_column(column, justify="left" if wraps else "right", no_wrap=not wraps,
-                         min_width=12 if wraps else None)
+        table.add_column(
+            column, justify="left" if wraps else "right", no_wrap=not wraps, min_width=12 if wraps else None
+        )
     for s in report.steps:
-        causes = {**{k: v for k, v in s.dropped.items() if k != "failed"},
-                  **{f"failed:{k}": v for k, v in s.failed_by_error.items()}}
+        causes = {
+            **{k: v for k, v in s.dropped.items() if k != "failed"},
+            **{f"failed:{k}": v for k, v in s.failed_by_error.items()},
+        }
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "-"
-        table.add_row(s.step, str(s.reached), f"{s.overall_conversion:.1%}",
-                      f"{s.step_conversion:.1%}", dropped, str(s.in_progress), str(s.completed),
-                      f"{_seconds(s.p50_seconds)}/{_seconds(s.p95_seconds)}")
+        table.add_row(
+            s.step,
+            str(s.reached),
+            f"{s.overall_conversion:.1%}",
+            f"{s.step_conversion:.1%}",
+            dropped,
+            str(s.in_progress),
+            str(s.completed),
+            f"{_seconds(s.p50_seconds)}/{_seconds(s.p95_seconds)}",
+        )
     return table
 
 
@@ -198,19 +226,31 @@ def dashboard_command(
             console.print(dashboard_table(rows, groups, f"model calls, last {since}"))
             if reprice_as is not None:
                 table = load_price_table(engine.settings.pricing_file)
-                prices = {m: Price(p.input_cost_per_token, p.output_cost_per_token,
-                                   p.cache_read_input_token_cost, p.output_cost_per_reasoning_token)
-                          for m, p in table.prices.items()}
+                prices = {
+                    m: Price(
+                        p.input_cost_per_token,
+                        p.output_cost_per_token,
+                        p.cache_read_input_token_cost,
+                        p.output_cost_per_reasoning_token,
+                    )
+                    for m, p in table.prices.items()
+                }
                 if reprice_as not in prices:
                     raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
-                repriced = reprice(conn, projector.names.reader, prices, as_model=reprice_as,
-                                   since=start, by=groups)
+                repriced = reprice(
+                    conn, projector.names.reader, prices, as_model=reprice_as, since=start, by=groups
+                )
                 out = Table(title=f"same usage at {reprice_as} prices ({table.version})")
                 for column in [*groups, "calls", "recorded $", f"{reprice_as} $", "difference $"]:
                     out.add_column(column, justify="left" if column in groups else "right")
                 for r in repriced:
-                    out.add_row(*(str(g) for g in r.group), str(r.calls), f"{r.recorded_cost_usd:.6f}",
-                                f"{r.repriced_cost_usd:.6f}", f"{r.difference_usd:+.6f}")
+                    out.add_row(
+                        *(str(g) for g in r.group),
+                        str(r.calls),
+                        f"{r.recorded_cost_usd:.6f}",
+                        f"{r.repriced_cost_usd:.6f}",
+                        f"{r.difference_usd:+.6f}",
+                    )
                 console.print(out)
 
 
@@ -243,8 +283,10 @@ def show_analytics(engine: Engine, out: Console, *, since: timedelta = timedelta
             rows = dashboard(conn, projector.names.reader, since=start, by=groups)
             out.print(dashboard_table(rows, groups, f"model calls by {', '.join(groups)}"))
         workflows = conn.execute(
-            sql.SQL("SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE started_at >= %s"
-                    " ORDER BY 1").format(sql.Identifier(projector.names.reader)), [start]
+            sql.SQL(
+                "SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE started_at >= %s ORDER BY 1"
+            ).format(sql.Identifier(projector.names.reader)),
+            [start],
         ).fetchall()
         for (workflow,) in workflows:
             for report in funnel_report(conn, projector.names.reader, workflow):

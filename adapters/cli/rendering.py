@@ -43,8 +43,10 @@ def session_table(state: SessionState) -> Table:
         ("user", state.user_id or "-"),
         ("status", state.status.value),
         ("current step", state.current_step),
-        ("steps", f"{state.step_count} processed, {len(state.failures)} failed, "
-                  f"{len(state.pending)} pending"),
+        (
+            "steps",
+            f"{state.step_count} processed, {len(state.failures)} failed, {len(state.pending)} pending",
+        ),
         ("context", _compact(state.context, 200)),
         ("tokens", f"{state.totals.input_tokens} in / {state.totals.output_tokens} out"),
         ("cost", f"${state.totals.cost_usd}"),

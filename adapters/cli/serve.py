@@ -47,8 +47,9 @@ def serve(
         base = Settings.from_env()
         with _llm_settings(base, simulate_llm or not base.llm_base_url) as settings:
             engine = Engine(settings=settings, llm=OpenAICompatibleClient.from_settings(settings))
-            server = uvicorn.Server(uvicorn.Config(create_app(engine), host=host, port=port,
-                                                   log_level="info"))
+            server = uvicorn.Server(
+                uvicorn.Config(create_app(engine), host=host, port=port, log_level="info")
+            )
             asyncio.run(_serve(server, engine))
 
 

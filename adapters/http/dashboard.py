@@ -43,8 +43,9 @@ def _projector(request: Request) -> Projector:
 
 
 @router.get("/v1/dashboard")
-def dashboard_json(request: Request, since: Since = "24h",
-                   by: Annotated[list[str], Query()] = ["model"]) -> list[dict[str, Any]]:  # noqa: B006
+def dashboard_json(
+    request: Request, since: Since = "24h", by: Annotated[list[str], Query()] = ["model"]
+) -> list[dict[str, Any]]:  # noqa: B006
     """Calls, errors, tokens, cost and exact latency percentiles per group."""
     start = datetime.now(UTC) - parse_since(since)
     projector = _projector(request)
@@ -71,19 +72,31 @@ def dashboard_page(request: Request, since: Since = "24h") -> HTMLResponse:
     projector = _projector(request)
     with projector.connect() as conn:
         by_model = dashboard(conn, projector.names.reader, since=start, by=["model"])
-        by_hour = sorted(dashboard(conn, projector.names.reader, since=start, by=["hour"]),
-                         key=lambda row: row.group)
-        workflows = [w for (w,) in conn.execute(
-            sql.SQL("SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE started_at >= %s ORDER BY 1")
-            .format(sql.Identifier(projector.names.reader)), [start]).fetchall()]
+        by_hour = sorted(
+            dashboard(conn, projector.names.reader, since=start, by=["hour"]), key=lambda row: row.group
+        )
+        workflows = [
+            w
+            for (w,) in conn.execute(
+                sql.SQL(
+                    "SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE started_at >= %s ORDER BY 1"
+                ).format(sql.Identifier(projector.names.reader)),
+                [start],
+            ).fetchall()
+        ]
         funnels = [r for w in workflows for r in funnel_report(conn, projector.names.reader, w, since=start)]
-    body = "".join([
-        _summary(by_model, since),
-        '<section class="grid">',
-        _cost_chart(by_model), _latency_chart(by_model), _traffic_chart(by_hour), _errors(by_model),
-        "</section>",
-        *(_funnel(report) for report in funnels),
-    ])
+    body = "".join(
+        [
+            _summary(by_model, since),
+            '<section class="grid">',
+            _cost_chart(by_model),
+            _latency_chart(by_model),
+            _traffic_chart(by_hour),
+            _errors(by_model),
+            "</section>",
+            *(_funnel(report) for report in funnels),
+        ]
+    )
     return HTMLResponse(_PAGE.replace("{{since}}", escape(since)).replace("{{body}}", body))
 
 
@@ -96,8 +109,12 @@ def _summary(rows: list[DashboardRow], since: str) -> str:
     errors = sum(r.errors for r in rows)
     cost = sum((r.cost_usd for r in rows), Decimal("0"))
     tokens = sum(r.input_tokens + r.output_tokens for r in rows)
-    tiles = [("model calls", f"{calls:,}"), ("cost", _money(float(cost))), ("tokens", f"{tokens:,}"),
-             ("error rate", f"{errors / calls:.1%}" if calls else "-")]
+    tiles = [
+        ("model calls", f"{calls:,}"),
+        ("cost", _money(float(cost))),
+        ("tokens", f"{tokens:,}"),
+        ("error rate", f"{errors / calls:.1%}" if calls else "-"),
+    ]
     cells = "".join(f'<div class="tile"><b>{value}</b><span>{label}</span></div>' for label, value in tiles)
     return f'<h2>last {escape(since)}</h2><section class="tiles">{cells}</section>'
 
@@ -115,31 +132,43 @@ def _latency_chart(rows: list[DashboardRow]) -> str:
 
 def _traffic_chart(rows: list[DashboardRow]) -> str:
     labels = [r.group[0].strftime("%m-%d %H:00") for r in rows]
-    return column_chart("model calls per hour (UTC)", labels, [float(r.calls) for r in rows],
-                        lambda v: f"{v:,.0f}")
+    return column_chart(
+        "model calls per hour (UTC)", labels, [float(r.calls) for r in rows], lambda v: f"{v:,.0f}"
+    )
 
 
 def _errors(rows: list[DashboardRow]) -> str:
-    lines = [f"<tr><td>{escape(str(r.group[0]))}</td><td>{escape(kind)}</td><td>{count:,}</td></tr>"
-             for r in rows for kind, count in sorted(r.errors_by_type.items())]
+    lines = [
+        f"<tr><td>{escape(str(r.group[0]))}</td><td>{escape(kind)}</td><td>{count:,}</td></tr>"
+        for r in rows
+        for kind, count in sorted(r.errors_by_type.items())
+    ]
     table = "".join(lines) or '<tr><td colspan="3">no failed calls</td></tr>'
-    return ('<div class="panel"><h3>errors by type</h3><table><tr><th>model</th><th>error</th>'
-            f"<th>calls</th></tr>{table}</table></div>")
+    return (
+        '<div class="panel"><h3>errors by type</h3><table><tr><th>model</th><th>error</th>'
+        f"<th>calls</th></tr>{table}</table></div>"
+    )
 
 
 def _funnel(report: FunnelReport) -> str:
     labels = [step.step for step in report.steps]
-    chart = bar_chart(f"funnel: {report.workflow} ({report.sessions:,} sessions)", labels,
-                      {"reached": [float(s.reached) for s in report.steps]}, lambda v: f"{v:,.0f}")
+    chart = bar_chart(
+        f"funnel: {report.workflow} ({report.sessions:,} sessions)",
+        labels,
+        {"reached": [float(s.reached) for s in report.steps]},
+        lambda v: f"{v:,.0f}",
+    )
     rows = "".join(
         f"<tr><td>{escape(s.step)}</td><td>{s.reached:,}</td><td>{s.overall_conversion:.1%}</td>"
         f"<td>{s.step_conversion:.1%}</td><td>{escape(_causes(s.dropped))}</td><td>{s.in_progress:,}</td>"
         f"<td>{_seconds(s.p50_seconds)}</td><td>{_seconds(s.p95_seconds)}</td></tr>"
         for s in report.steps
     )
-    return (f'<section class="grid funnel"><div class="panel">{chart}</div><div class="panel"><table>'
-            "<tr><th>step</th><th>reached</th><th>overall</th><th>from previous</th><th>dropped</th>"
-            f"<th>in progress</th><th>p50 to reach</th><th>p95</th></tr>{rows}</table></div></section>")
+    return (
+        f'<section class="grid funnel"><div class="panel">{chart}</div><div class="panel"><table>'
+        "<tr><th>step</th><th>reached</th><th>overall</th><th>from previous</th><th>dropped</th>"
+        f"<th>in progress</th><th>p50 to reach</th><th>p95</th></tr>{rows}</table></div></section>"
+    )
 
 
 def _causes(dropped: dict[str, int]) -> str:

@@ -23,8 +23,11 @@ def _engine(request: Request) -> Engine:
 def start_session(body: schemas.StartSession, request: Request) -> schemas.SessionOut:
     """Start a session (starting it again with the same workflow and user returns it)."""
     state = _engine(request).start_session(
-        body.session_id, body.workflow, user_id=body.user_id,
-        ttl=timedelta(seconds=body.ttl_seconds), metadata=body.metadata,
+        body.session_id,
+        body.workflow,
+        user_id=body.user_id,
+        ttl=timedelta(seconds=body.ttl_seconds),
+        metadata=body.metadata,
     )
     return schemas.SessionOut.of(state)
 
@@ -52,8 +55,13 @@ def record_step(
 ) -> schemas.StepOut:
     """Record a step whose model call happened elsewhere (idempotent per key)."""
     record = _engine(request).record_step(
-        session_id, body.step, input=body.input, output=body.output, next_step=body.next_step,
-        context_update=body.context_update, usage=body.usage.to_usage() if body.usage else None,
+        session_id,
+        body.step,
+        input=body.input,
+        output=body.output,
+        next_step=body.next_step,
+        context_update=body.context_update,
+        usage=body.usage.to_usage() if body.usage else None,
         idempotency_key=body.idempotency_key or idempotency_key,
     )
     return schemas.StepOut.of(record)
@@ -65,7 +73,10 @@ async def process_step(
 ) -> schemas.StepOut:
     """Call the model for a step and record the outcome (one call per idempotency key)."""
     record = await _engine(request).process_step(
-        session_id, body.step, body.input, model=body.model,
+        session_id,
+        body.step,
+        body.input,
+        model=body.model,
         idempotency_key=body.idempotency_key or idempotency_key,
     )
     return schemas.StepOut.of(record)

@@ -93,10 +93,17 @@ class StepOut(BaseModel):
 
     @classmethod
     def of(cls, record: StepRecord) -> StepOut:
-        return cls(step=record.step, version=record.version, input=record.input, output=record.output,
-                   next_step=record.next_step, context_update=record.context_update,
-                   usage=record.usage.to_dict() if record.usage else None,
-                   idempotency_key=record.idempotency_key, recorded_at=record.recorded_at)
+        return cls(
+            step=record.step,
+            version=record.version,
+            input=record.input,
+            output=record.output,
+            next_step=record.next_step,
+            context_update=record.context_update,
+            usage=record.usage.to_dict() if record.usage else None,
+            idempotency_key=record.idempotency_key,
+            recorded_at=record.recorded_at,
+        )
 
 
 class FailureOut(BaseModel):
@@ -109,9 +116,14 @@ class FailureOut(BaseModel):
 
     @classmethod
     def of(cls, failure: StepFailure) -> FailureOut:
-        return cls(step=failure.step, version=failure.version, error_type=failure.error_type,
-                   error_message=failure.error_message, idempotency_key=failure.idempotency_key,
-                   recorded_at=failure.recorded_at)
+        return cls(
+            step=failure.step,
+            version=failure.version,
+            error_type=failure.error_type,
+            error_message=failure.error_message,
+            idempotency_key=failure.idempotency_key,
+            recorded_at=failure.recorded_at,
+        )
 
 
 class TotalsOut(BaseModel):
@@ -145,18 +157,29 @@ class SessionOut(BaseModel):
     def of(cls, state: SessionState) -> SessionOut:
         totals = state.totals
         return cls(
-            session_id=state.session_id, workflow=state.workflow, user_id=state.user_id,
-            status=state.status.value, current_step=state.current_step, context=state.context,
-            metadata=state.metadata, history=[StepOut.of(r) for r in state.history],
+            session_id=state.session_id,
+            workflow=state.workflow,
+            user_id=state.user_id,
+            status=state.status.value,
+            current_step=state.current_step,
+            context=state.context,
+            metadata=state.metadata,
+            history=[StepOut.of(r) for r in state.history],
             failures=[FailureOut.of(f) for f in state.failures],
             pending=[p.idempotency_key for p in state.pending],
-            totals=TotalsOut(calls=totals.calls, input_tokens=totals.input_tokens,
-                             output_tokens=totals.output_tokens,
-                             cache_read_input_tokens=totals.cache_read_input_tokens,
-                             reasoning_output_tokens=totals.reasoning_output_tokens,
-                             cost_usd=str(totals.cost_usd)),
-            resolution=state.resolution, created_at=state.created_at, updated_at=state.updated_at,
-            expires_at=state.expires_at, version=state.version,
+            totals=TotalsOut(
+                calls=totals.calls,
+                input_tokens=totals.input_tokens,
+                output_tokens=totals.output_tokens,
+                cache_read_input_tokens=totals.cache_read_input_tokens,
+                reasoning_output_tokens=totals.reasoning_output_tokens,
+                cost_usd=str(totals.cost_usd),
+            ),
+            resolution=state.resolution,
+            created_at=state.created_at,
+            updated_at=state.updated_at,
+            expires_at=state.expires_at,
+            version=state.version,
         )
 
 
@@ -168,6 +191,9 @@ class EventOut(BaseModel):
 
     @classmethod
     def of(cls, entry: HistoryEntry) -> EventOut:
-        return cls(version=entry.version, event_type=entry.event_type, timestamp=entry.timestamp,
-                   data=jsonable(entry.data))
-
+        return cls(
+            version=entry.version,
+            event_type=entry.event_type,
+            timestamp=entry.timestamp,
+            data=jsonable(entry.data),
+        )

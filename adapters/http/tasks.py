@@ -95,8 +95,9 @@ def create_task(body: CreateTask, request: Request) -> Json:
     deadline: datetime | timedelta | None = body.deadline
     if body.deadline_hours is not None:
         deadline = timedelta(hours=body.deadline_hours)
-    state = _engine(request).create_task(body.task_id, body.description, body.required_skills,
-                                         body.priority, deadline=deadline)
+    state = _engine(request).create_task(
+        body.task_id, body.description, body.required_skills, body.priority, deadline=deadline
+    )
     return _out(state)
 
 

@@ -56,8 +56,11 @@ async def workflow_state(
     # The engine's database calls block: run them on worker threads, not the event loop.
     if body.action == "create_session":
         state = await run_in_threadpool(
-            engine.start_session, session_id, _required(body.workflow_name, "workflow_name"),
-            user_id=body.user_id, ttl=timedelta(hours=body.expires_hours),
+            engine.start_session,
+            session_id,
+            _required(body.workflow_name, "workflow_name"),
+            user_id=body.user_id,
+            ttl=timedelta(hours=body.expires_hours),
         )
         data: dict[str, Any] = {
             "id": str(engine.session_uuid(session_id)),

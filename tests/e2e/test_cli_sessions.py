@@ -14,10 +14,15 @@ FLOWLEDGER = str(Path(sys.executable).parent / "flowledger")
 
 
 def run(database_url: str, schema: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FLOWLEDGER_DATABASE_URL": database_url, "FLOWLEDGER_SCHEMA": schema,
-           "COLUMNS": "200"}
-    return subprocess.run([FLOWLEDGER, *args], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    env = {
+        **os.environ,
+        "FLOWLEDGER_DATABASE_URL": database_url,
+        "FLOWLEDGER_SCHEMA": schema,
+        "COLUMNS": "200",
+    }
+    return subprocess.run(
+        [FLOWLEDGER, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_history_and_replay_show_a_session_as_it_was(database_url: str, pg_schema: str) -> None:
@@ -78,10 +83,16 @@ def test_every_error_class_has_an_exit_code_and_an_http_status() -> None:
     from flowledger.adapters.http.errors import STATUS_CODES
     from flowledger.domain import errors
 
-    classes = [c for c in vars(errors).values()
-               if isinstance(c, type) and issubclass(c, errors.FlowledgerError)]
-    abstract = {errors.FlowledgerError, errors.SessionError, errors.TaskError, errors.AgentError,
-                errors.LlmError}
+    classes = [
+        c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.FlowledgerError)
+    ]
+    abstract = {
+        errors.FlowledgerError,
+        errors.SessionError,
+        errors.TaskError,
+        errors.AgentError,
+        errors.LlmError,
+    }
     for kind in set(classes) - abstract:
         assert any(kind is k for k, _ in EXIT_CODES), f"{kind.__name__} has no exit code of its own"
         assert any(kind is k for k, _ in STATUS_CODES), f"{kind.__name__} has no HTTP status of its own"
@@ -95,8 +106,14 @@ def test_dashboard_and_funnel_print_what_the_projections_hold(database_url: str,
     with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
         for n in range(3):
             engine.start_session(f"f-{n}", "checkout")
-            engine.record_step(f"f-{n}", "cart", next_step="pay", usage=LlmUsage(
-                request_model="gpt-4.1", input_tokens=1000, output_tokens=100, cost_usd=Decimal("0.0028")))
+            engine.record_step(
+                f"f-{n}",
+                "cart",
+                next_step="pay",
+                usage=LlmUsage(
+                    request_model="gpt-4.1", input_tokens=1000, output_tokens=100, cost_usd=Decimal("0.0028")
+                ),
+            )
         engine.record_step("f-0", "pay")
 
     dashboard = run(database_url, pg_schema, "dashboard", "--since", "1h")

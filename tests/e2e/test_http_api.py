@@ -24,15 +24,30 @@ class ScriptedModel:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def complete(self, *, model: str | None, messages: list[dict[str, Any]],
-                       json_mode: bool = True) -> LlmReply:
+    async def complete(
+        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
+    ) -> LlmReply:
         self.calls += 1
-        content = json.dumps({"action": "continue", "context_update": {"intent": "refund"},
-                              "next_step": "resolve", "message": "Let me check that order."})
-        return LlmReply(content=content, usage=LlmUsage(
-            provider="scripted", request_model=model or "deepseek-v3.2",
-            response_model=model or "deepseek-v3.2", input_tokens=900, output_tokens=100,
-            cost_usd=Decimal("0.00042"), latency_ms=45.0))
+        content = json.dumps(
+            {
+                "action": "continue",
+                "context_update": {"intent": "refund"},
+                "next_step": "resolve",
+                "message": "Let me check that order.",
+            }
+        )
+        return LlmReply(
+            content=content,
+            usage=LlmUsage(
+                provider="scripted",
+                request_model=model or "deepseek-v3.2",
+                response_model=model or "deepseek-v3.2",
+                input_tokens=900,
+                output_tokens=100,
+                cost_usd=Decimal("0.00042"),
+                latency_ms=45.0,
+            ),
+        )
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -41,8 +56,9 @@ def client(request: pytest.FixtureRequest) -> Iterator[tuple[TestClient, Scripte
     if request.param == "memory":
         settings = make_settings(database_url="memory:")
     else:
-        settings = make_settings(database_url=request.getfixturevalue("database_url"),
-                                 schema=request.getfixturevalue("pg_schema"))
+        settings = make_settings(
+            database_url=request.getfixturevalue("database_url"), schema=request.getfixturevalue("pg_schema")
+        )
     engine = Engine(settings=settings, llm=model)
     with TestClient(create_app(engine)) as test_client:
         yield test_client, model
@@ -58,16 +74,26 @@ def test_the_seed_webhook_creates_processes_and_reads_a_session(
     client: tuple[TestClient, ScriptedModel],
 ) -> None:
     http, model = client
-    status, created = webhook(http, action="create_session", session_id="user-1-1700000000",
-                              workflow_name="customer_service", user_id="user-1")
+    status, created = webhook(
+        http,
+        action="create_session",
+        session_id="user-1-1700000000",
+        workflow_name="customer_service",
+        user_id="user-1",
+    )
     assert status == 200
     assert created["success"] is True
     assert created["data"]["session_id"] == "user-1-1700000000"
     assert created["data"]["current_step"] == "init"
 
-    status, processed = webhook(http, action="process_step", session_id="user-1-1700000000",
-                                step_name="classify_intent", input_data={"message": "late order"},
-                                model="deepseek-v3.2")
+    status, processed = webhook(
+        http,
+        action="process_step",
+        session_id="user-1-1700000000",
+        step_name="classify_intent",
+        input_data={"message": "late order"},
+        model="deepseek-v3.2",
+    )
     assert status == 200
     data = processed["data"]
     assert data["step"] == "classify_intent"
@@ -75,8 +101,12 @@ def test_the_seed_webhook_creates_processes_and_reads_a_session(
     assert data["action"] == "continue"
     assert data["message"] == "Let me check that order."
     assert data["context"]["intent"] == "refund"
-    assert data["ai_metrics"] == {"model": "deepseek-v3.2", "tokens": 1000, "cost_usd": 0.00042,
-                                  "latency_ms": 45}
+    assert data["ai_metrics"] == {
+        "model": "deepseek-v3.2",
+        "tokens": 1000,
+        "cost_usd": 0.00042,
+        "latency_ms": 45,
+    }
 
     status, state = webhook(http, action="get_state", session_id="user-1-1700000000")
     assert status == 200
@@ -89,14 +119,18 @@ def test_the_seed_webhook_creates_processes_and_reads_a_session(
 def test_the_webhook_answers_errors_in_the_seed_envelope(client: tuple[TestClient, ScriptedModel]) -> None:
     http, model = client
     assert webhook(http, action="explode", session_id="s") == (
-        400, {"success": False, "error": "Unknown action: explode"})
+        400,
+        {"success": False, "error": "Unknown action: explode"},
+    )
     status, body = webhook(http, action="process_step", session_id="ghost", step_name="x")
     assert (status, body["success"]) == (404, False)
     assert "ghost" in body["error"]
     status, body = webhook(http, action="create_session", session_id="s1")
     assert (status, body) == (422, {"success": False, "error": "workflow_name: is required for this action"})
     assert webhook(http, action="get_state", session_id="ghost") == (
-        200, {"success": True, "data": {"context": None, "current_step": None, "history": []}})
+        200,
+        {"success": True, "data": {"context": None, "current_step": None, "history": []}},
+    )
     assert model.calls == 0
 
 
@@ -105,12 +139,18 @@ def test_the_rest_api_records_steps_idempotently_and_replays(
 ) -> None:
     http, _ = client
     assert http.post("/v1/sessions", json={"session_id": "r1", "workflow": "cs"}).status_code == 201
-    step = {"step": "greet", "output": {"text": "hi"}, "next_step": "classify",
-            "usage": {"request_model": "gpt-4.1", "input_tokens": 10, "output_tokens": 2,
-                      "cost_usd": "0.000036"}}
+    step = {
+        "step": "greet",
+        "output": {"text": "hi"},
+        "next_step": "classify",
+        "usage": {"request_model": "gpt-4.1", "input_tokens": 10, "output_tokens": 2, "cost_usd": "0.000036"},
+    }
     first = http.post("/v1/sessions/r1/steps", json=step, headers={"Idempotency-Key": "k1"})
-    again = http.post("/v1/sessions/r1/steps", json={**step, "output": {"text": "changed"}},
-                      headers={"Idempotency-Key": "k1"})
+    again = http.post(
+        "/v1/sessions/r1/steps",
+        json={**step, "output": {"text": "changed"}},
+        headers={"Idempotency-Key": "k1"},
+    )
     assert first.status_code == again.status_code == 201
     assert again.json() == first.json()
 

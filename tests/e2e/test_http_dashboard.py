@@ -15,19 +15,31 @@ from tests.conftest import make_settings
 
 
 def usage(model: str, cost: str, latency: float) -> LlmUsage:
-    return LlmUsage(provider="test", request_model=model, response_model=model, input_tokens=100,
-                    output_tokens=10, cost_usd=Decimal(cost), latency_ms=latency)
+    return LlmUsage(
+        provider="test",
+        request_model=model,
+        response_model=model,
+        input_tokens=100,
+        output_tokens=10,
+        cost_usd=Decimal(cost),
+        latency_ms=latency,
+    )
 
 
 @pytest.fixture
 def http(pg_engine: Engine) -> Iterator[TestClient]:
-    for n, (model, cost, latency) in enumerate([("gpt-4.1", "0.0030", 400.0), ("gpt-4.1", "0.0010", 200.0),
-                                                ("deepseek-v3.2", "0.0001", 50.0)]):
+    for n, (model, cost, latency) in enumerate(
+        [("gpt-4.1", "0.0030", 400.0), ("gpt-4.1", "0.0010", 200.0), ("deepseek-v3.2", "0.0001", 50.0)]
+    ):
         pg_engine.start_session(f"d-{n}", "cs")
         pg_engine.record_step(f"d-{n}", "greet", next_step="answer", usage=usage(model, cost, latency))
     rate_limited = usage("deepseek-v3.2", "0", 10.0)
-    pg_engine.update("d-2", lambda s: s.fail_step(step="answer", error_type="RateLimited",
-                                                  error_message="429", usage=rate_limited))
+    pg_engine.update(
+        "d-2",
+        lambda s: s.fail_step(
+            step="answer", error_type="RateLimited", error_message="429", usage=rate_limited
+        ),
+    )
     pg_engine.abandon_session("d-1", "left")
     with TestClient(create_app(pg_engine)) as client:
         yield client
@@ -53,8 +65,15 @@ def test_the_dashboard_page_draws_cost_latency_traffic_and_funnel(http: TestClie
     assert response.status_code == 200
     page = response.text
     assert page.count("<svg") == 4
-    for text in ("cost by model", "latency by model", "model calls per hour", "funnel: cs",
-                 "gpt-4.1", "RateLimited", "$0.0041"):
+    for text in (
+        "cost by model",
+        "latency by model",
+        "model calls per hour",
+        "funnel: cs",
+        "gpt-4.1",
+        "RateLimited",
+        "$0.0041",
+    ):
         assert text in page
 
 
@@ -71,4 +90,3 @@ def test_an_in_memory_engine_has_no_dashboard() -> None:
         response = client.get("/dashboard")
     assert response.status_code == 422
     assert "PostgreSQL" in response.json()["error"]
-

@@ -20,12 +20,19 @@ from tests.conftest import make_settings
 class Classifier:
     """An LlmPort that classifies every task as a high-complexity bug fix."""
 
-    async def complete(self, *, model: str | None, messages: list[dict[str, Any]],
-                       json_mode: bool = True) -> LlmReply:
+    async def complete(
+        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
+    ) -> LlmReply:
         content = json.dumps({"category": "bug_fix", "complexity": "high", "estimated_hours": 6})
-        return LlmReply(content=content, usage=LlmUsage(request_model=model or "deepseek-v3.2",
-                                                        input_tokens=80, output_tokens=20,
-                                                        cost_usd=Decimal("0.0000308")))
+        return LlmReply(
+            content=content,
+            usage=LlmUsage(
+                request_model=model or "deepseek-v3.2",
+                input_tokens=80,
+                output_tokens=20,
+                cost_usd=Decimal("0.0000308"),
+            ),
+        )
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -33,8 +40,9 @@ def http(request: pytest.FixtureRequest) -> Iterator[TestClient]:
     if request.param == "memory":
         settings = make_settings(database_url="memory:")
     else:
-        settings = make_settings(database_url=request.getfixturevalue("database_url"),
-                                 schema=request.getfixturevalue("pg_schema"))
+        settings = make_settings(
+            database_url=request.getfixturevalue("database_url"), schema=request.getfixturevalue("pg_schema")
+        )
     engine = Engine(settings=settings, llm=Classifier())
     with TestClient(create_app(engine)) as client:
         yield client
@@ -44,8 +52,13 @@ def http(request: pytest.FixtureRequest) -> Iterator[TestClient]:
 def test_a_task_is_classified_assigned_worked_and_completed(http: TestClient) -> None:
     agent = {"agent_id": "be-1", "name": "Backend 1", "skills": ["golang"], "capacity": 1}
     assert http.post("/v1/agents", json=agent).status_code == 201
-    task = {"task_id": "T-1", "description": "Fix the race", "required_skills": ["golang"],
-            "priority": "critical", "deadline_hours": 4}
+    task = {
+        "task_id": "T-1",
+        "description": "Fix the race",
+        "required_skills": ["golang"],
+        "priority": "critical",
+        "deadline_hours": 4,
+    }
     assert http.post("/v1/tasks", json=task).status_code == 201
 
     classified = http.post("/v1/tasks/T-1/classify", json={}).json()
@@ -64,8 +77,9 @@ def test_a_task_is_classified_assigned_worked_and_completed(http: TestClient) ->
 
 def test_a_task_nobody_can_take_is_escalated_with_its_reason(http: TestClient) -> None:
     http.post("/v1/agents", json={"agent_id": "fe-1", "name": "Front", "skills": ["react"], "capacity": 2})
-    http.post("/v1/tasks", json={"task_id": "T-9", "description": "Tune Postgres",
-                                 "required_skills": ["postgres"]})
+    http.post(
+        "/v1/tasks", json={"task_id": "T-9", "description": "Tune Postgres", "required_skills": ["postgres"]}
+    )
     escalated = http.post("/v1/tasks/T-9/assign").json()
     assert escalated["status"] == "escalated"
     assert escalated["escalation"]["reason"] == "no_capable_agent"

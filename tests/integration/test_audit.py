@@ -27,9 +27,11 @@ def test_a_healthy_log_verifies(engine: Engine) -> None:
 def test_a_gap_in_a_stream_and_a_foreign_topic_are_reported(engine: Engine) -> None:
     _sessions(engine)
     stream = engine.session_uuid("a-1")
-    engine.app.recorder.insert_events([
-        StoredEvent(originator_id=stream, originator_version=5, topic="elsewhere:Thing", state=b"{}"),
-    ])
+    engine.app.recorder.insert_events(
+        [
+            StoredEvent(originator_id=stream, originator_version=5, topic="elsewhere:Thing", state=b"{}"),
+        ]
+    )
     report = verify_log(engine.app)
     assert not report.ok
     assert any("expected version 3" in p for p in report.problems)
@@ -56,7 +58,8 @@ def test_a_cut_off_or_garbled_export_does_not_verify(engine: Engine) -> None:
     _sessions(engine)
     lines = [json.dumps(r) for r in export_records(engine.app)]
     assert verify_export(lines[:-2]).problems == [
-        "the file has no trailer: it was cut off or is not a flowledger export"]
+        "the file has no trailer: it was cut off or is not a flowledger export"
+    ]
     assert not verify_export([]).ok
     garbled = [*lines[:2], "{not json", *lines[2:]]
     assert "line 3: not an export record" in verify_export(garbled).problems
@@ -65,7 +68,10 @@ def test_a_cut_off_or_garbled_export_does_not_verify(engine: Engine) -> None:
 def test_one_session_can_be_exported_alone(engine: Engine) -> None:
     _sessions(engine)
     *records, trailer = list(export_records(engine.app, engine.session_uuid("a-0")))
-    assert [r["event_type"] for r in records] == ["Session.Started", "Session.StepProcessed",
-                                                  "Session.Completed"]
+    assert [r["event_type"] for r in records] == [
+        "Session.Started",
+        "Session.StepProcessed",
+        "Session.Completed",
+    ]
     assert trailer["events"] == 3
     assert records[1]["data"]["usage"]["input_tokens"] == 5

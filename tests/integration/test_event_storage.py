@@ -23,16 +23,28 @@ def test_every_stored_topic_is_under_the_flowledger_namespace(engine: Engine) ->
 
 def test_a_stored_version_one_started_event_is_upcast_on_read(engine: Engine) -> None:
     # Given a Started event stored as version 1 wrote it: no metadata, no class_version
-    session = Session(session_id="old-1", tenant=engine.tenant, workflow="cs", user_id="u",
-                      expires_at=datetime(2030, 1, 1, tzinfo=UTC), metadata={"x": 1})
+    session = Session(
+        session_id="old-1",
+        tenant=engine.tenant,
+        workflow="cs",
+        user_id="u",
+        expires_at=datetime(2030, 1, 1, tzinfo=UTC),
+        metadata={"x": 1},
+    )
     stored = engine.app.mapper.to_stored_event(session.collect_events()[0])
     state = engine.app.mapper.transcoder.decode(stored.state)
     assert state.pop("class_version") == 2
     del state["metadata"]
-    engine.app.recorder.insert_events([
-        StoredEvent(originator_id=stored.originator_id, originator_version=1,
-                    topic=stored.topic, state=engine.app.mapper.transcoder.encode(state))
-    ])
+    engine.app.recorder.insert_events(
+        [
+            StoredEvent(
+                originator_id=stored.originator_id,
+                originator_version=1,
+                topic=stored.topic,
+                state=engine.app.mapper.transcoder.encode(state),
+            )
+        ]
+    )
 
     # When it is read back
     restored = engine.get_session("old-1")
@@ -45,8 +57,7 @@ def test_a_stored_version_one_started_event_is_upcast_on_read(engine: Engine) ->
 
 
 def test_long_sessions_are_snapshotted_and_load_the_same(database_url: str, pg_schema: str) -> None:
-    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema,
-                                           snapshot_interval=50))
+    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=50))
     engine.start_session("long", "cs", ttl=timedelta(days=1))
     for n in range(120):
         engine.record_step("long", f"s{n}", context_update={"n": n})
@@ -58,8 +69,10 @@ def test_long_sessions_are_snapshotted_and_load_the_same(database_url: str, pg_s
     from_events = project_aggregate(None, engine.app.events.get(aggregate_id))
     assert from_events is not None
     assert engine.get_session("long") == from_events.state()
-    assert engine.get_session("long", version=75) == project_aggregate(
-        None, engine.app.events.get(aggregate_id, lte=75)).state()
+    assert (
+        engine.get_session("long", version=75)
+        == project_aggregate(None, engine.app.events.get(aggregate_id, lte=75)).state()
+    )
     engine.close()
 
 
@@ -67,16 +80,21 @@ def test_a_stored_version_one_step_started_event_takes_its_timestamp_as_started_
     # Given a StepStarted stored as version 1 wrote it: no started_at, no class_version
     engine.start_session("old-2", "cs")
     session = engine.app.repository.get(engine.session_uuid("old-2"))
-    session.start_step(step="greet", input={}, model=None, key="k-1",
-                       now=datetime(2030, 1, 1, tzinfo=UTC))
+    session.start_step(step="greet", input={}, model=None, key="k-1", now=datetime(2030, 1, 1, tzinfo=UTC))
     stored = engine.app.mapper.to_stored_event(session.collect_events()[0])
     state = engine.app.mapper.transcoder.decode(stored.state)
     assert state.pop("class_version") == 2
     del state["started_at"]
-    engine.app.recorder.insert_events([
-        StoredEvent(originator_id=stored.originator_id, originator_version=2,
-                    topic=stored.topic, state=engine.app.mapper.transcoder.encode(state))
-    ])
+    engine.app.recorder.insert_events(
+        [
+            StoredEvent(
+                originator_id=stored.originator_id,
+                originator_version=2,
+                topic=stored.topic,
+                state=engine.app.mapper.transcoder.encode(state),
+            )
+        ]
+    )
 
     # When it is read back, then the pending step started when the event was stored
     [pending] = engine.get_session("old-2").pending

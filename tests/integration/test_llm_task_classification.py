@@ -15,8 +15,12 @@ from tests.conftest import make_settings
 @pytest.fixture
 def simulated_engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
     with run_simulator(SimulatorConfig(latency_ms=5, seed=7)) as simulator:
-        settings = make_settings(database_url=database_url, schema=pg_schema,
-                                 llm_base_url=simulator.base_url, llm_api_key="sk-test-0000")
+        settings = make_settings(
+            database_url=database_url,
+            schema=pg_schema,
+            llm_base_url=simulator.base_url,
+            llm_api_key="sk-test-0000",
+        )
         engine = Engine(settings=settings, llm=OpenAICompatibleClient.from_settings(settings))
         yield engine
         engine.close()

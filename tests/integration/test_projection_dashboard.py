@@ -25,9 +25,16 @@ def at(seconds: int) -> datetime:
 
 def usage(model: str, inp: int, out: int, cost: str, latency: float, cached: int = 0) -> LlmUsage:
     provider = {"deepseek-v3.2": "deepseek", "gpt-4.1": "openai"}.get(model, "google")
-    return LlmUsage(provider=provider, request_model=model, response_model=model,
-                    input_tokens=inp, output_tokens=out, cache_read_input_tokens=cached,
-                    cost_usd=Decimal(cost), latency_ms=latency)
+    return LlmUsage(
+        provider=provider,
+        request_model=model,
+        response_model=model,
+        input_tokens=inp,
+        output_tokens=out,
+        cache_read_input_tokens=cached,
+        cost_usd=Decimal(cost),
+        latency_ms=latency,
+    )
 
 
 def history() -> list[SessionScript]:
@@ -67,8 +74,13 @@ def test_dashboard_by_model_matches_the_hand_computed_numbers(projector: Project
         rows = {r.group[0]: r for r in dashboard(conn, projector.names.reader, since=T0, by=["model"])}
     assert list(rows) == ["gpt-4.1", "deepseek-v3.2", "gemini-2.5-flash", "(none)"]
     deepseek = rows["deepseek-v3.2"]
-    assert (deepseek.calls, deepseek.errors, deepseek.input_tokens, deepseek.output_tokens,
-            deepseek.cached_tokens) == (3, 0, 3000, 300, 200)
+    assert (
+        deepseek.calls,
+        deepseek.errors,
+        deepseek.input_tokens,
+        deepseek.output_tokens,
+        deepseek.cached_tokens,
+    ) == (3, 0, 3000, 300, 200)
     assert deepseek.cost_usd == Decimal("0.0012")
     # latencies 100, 200, 400: p95 sits at 1.9 of 2 gaps -> 200 + 0.9 * 200
     assert deepseek.latency_avg_ms == pytest.approx(233.3333333)
@@ -76,9 +88,16 @@ def test_dashboard_by_model_matches_the_hand_computed_numbers(projector: Project
     assert deepseek.latency_p99_ms == pytest.approx(396)
     gpt = rows["gpt-4.1"]
     assert (gpt.calls, gpt.errors, gpt.errors_by_type, gpt.cost_usd) == (
-        2, 1, {"rate_limited": 1}, Decimal("0.0080"))
+        2,
+        1,
+        {"rate_limited": 1},
+        Decimal("0.0080"),
+    )
     assert (gpt.latency_p50_ms, gpt.latency_p95_ms, gpt.latency_p99_ms) == (
-        175, pytest.approx(287.5), pytest.approx(297.5))
+        175,
+        pytest.approx(287.5),
+        pytest.approx(297.5),
+    )
     unknown = rows["(none)"]
     assert (unknown.calls, unknown.errors_by_type, unknown.latency_p50_ms) == (1, {"timeout": 1}, None)
     assert sum(r.cost_usd for r in rows.values()) == Decimal("0.0093")
@@ -86,8 +105,10 @@ def test_dashboard_by_model_matches_the_hand_computed_numbers(projector: Project
 
 def test_dashboard_groups_by_workflow_and_step_and_by_minute(projector: Projector) -> None:
     with projector.connect() as conn:
-        by_step = {r.group: r.calls for r in dashboard(
-            conn, projector.names.reader, since=T0, by=["workflow", "step"])}
+        by_step = {
+            r.group: r.calls
+            for r in dashboard(conn, projector.names.reader, since=T0, by=["workflow", "step"])
+        }
         windowed = dashboard(conn, projector.names.reader, since=at(30), until=at(60), by=[])
         minutes = dashboard(conn, projector.names.reader, since=T0, by=["minute"])
     assert by_step == {("support", "classify"): 5, ("support", "answer"): 2}
@@ -100,8 +121,10 @@ def test_dashboard_groups_by_workflow_and_step_and_by_minute(projector: Projecto
 def test_reprice_as_another_model_prices_recorded_tokens(projector: Projector) -> None:
     gpt = Price(Decimal("0.000002"), Decimal("0.000008"), Decimal("0.0000005"))
     with projector.connect() as conn:
-        rows = {r.group[0]: r for r in reprice(
-            conn, projector.names.reader, {"gpt-4.1": gpt}, as_model="gpt-4.1", since=T0)}
+        rows = {
+            r.group[0]: r
+            for r in reprice(conn, projector.names.reader, {"gpt-4.1": gpt}, as_model="gpt-4.1", since=T0)
+        }
     # a: 800*2e-6 + 200*5e-7 + 100*8e-6 = 0.0025; b: 0.00224; c: 0.00336
     assert rows["deepseek-v3.2"].repriced_cost_usd == Decimal("0.00810")
     assert rows["deepseek-v3.2"].recorded_cost_usd == Decimal("0.0012")
@@ -112,8 +135,7 @@ def test_reprice_as_another_model_prices_recorded_tokens(projector: Projector) -
 
 
 def test_reprice_under_a_price_table_skips_models_it_lacks(projector: Projector) -> None:
-    table = {"deepseek-v3.2": Price(Decimal("0.00000028"), Decimal("0.00000042"),
-                                    Decimal("0.000000028"))}
+    table = {"deepseek-v3.2": Price(Decimal("0.00000028"), Decimal("0.00000042"), Decimal("0.000000028"))}
     with projector.connect() as conn:
         rows = {r.group[0]: r for r in reprice(conn, projector.names.reader, table, since=T0)}
     assert (rows["gpt-4.1"].priced_calls, rows["gpt-4.1"].repriced_cost_usd) == (0, 0)
@@ -137,37 +159,56 @@ def test_funnel_matches_the_hand_computed_conversions_and_causes(projector: Proj
     # reached after 10, 20, 10, 10, 60 s: p95 at 3.8 of 4 gaps -> 20 + 0.8 * 40
     assert (classify.p50_seconds, classify.p95_seconds) == (10, pytest.approx(52))
     assert (answer.reached, answer.overall_conversion, answer.step_conversion) == (
-        2, pytest.approx(2 / 6), pytest.approx(0.4))
+        2,
+        pytest.approx(2 / 6),
+        pytest.approx(0.4),
+    )
     assert (answer.dropped, answer.failed_by_error, answer.p50_seconds) == (
-        {"failed": 1}, {"rate_limited": 1}, 40)
-    assert (close.reached, close.step_conversion, close.completed, close.dropped_total) == (
-        1, 0.5, 1, 0)
+        {"failed": 1},
+        {"rate_limited": 1},
+        40,
+    )
+    assert (close.reached, close.step_conversion, close.completed, close.dropped_total) == (1, 0.5, 1, 0)
 
 
 def test_funnel_breaks_down_by_metadata_and_by_model(projector: Projector) -> None:
     with projector.connect() as conn:
-        channels = {r.segment: r for r in funnel_report(
-            conn, projector.names.reader, "support", by="metadata.channel")}
-        models = {r.segment: r.sessions for r in funnel_report(
-            conn, projector.names.reader, "support", by="model")}
+        channels = {
+            r.segment: r
+            for r in funnel_report(conn, projector.names.reader, "support", by="metadata.channel")
+        }
+        models = {
+            r.segment: r.sessions for r in funnel_report(conn, projector.names.reader, "support", by="model")
+        }
         ordered = funnel_report(conn, projector.names.reader, "support", steps=["answer", "close"])
     assert {k: v.sessions for k, v in channels.items()} == {"(none)": 3, "app": 1, "web": 2}
     assert [s.reached for s in channels["web"].steps] == [2, 1, 1]
     assert models == {"(none)": 2, "deepseek-v3.2": 3, "gemini-2.5-flash": 1}
     assert [s.step for s in ordered[0].steps] == ["answer", "close"]
     # d failed at classify, a step left out of the order: it counts as still in progress
-    assert ordered[0].before_first_step == {"abandoned": 1, "expired": 1,
-                                            "in_progress": 2}
+    assert ordered[0].before_first_step == {"abandoned": 1, "expired": 1, "in_progress": 2}
 
 
 def test_reprice_finds_the_price_of_a_dated_or_provider_prefixed_model(
     pg_engine: Engine, database_url: str, pg_schema: str
 ) -> None:
     # Given calls whose provider answered with a dated name, and one asked as provider/model
-    dated = LlmUsage(provider="openai", request_model="gpt-4.1", response_model="gpt-4.1-2025-04-14",
-                     input_tokens=1000, output_tokens=100, cost_usd=Decimal("0.0028"))
-    prefixed = LlmUsage(provider="openai", request_model="openai/gpt-4.1", response_model="",
-                        input_tokens=1000, output_tokens=100, cost_usd=Decimal("0.0028"))
+    dated = LlmUsage(
+        provider="openai",
+        request_model="gpt-4.1",
+        response_model="gpt-4.1-2025-04-14",
+        input_tokens=1000,
+        output_tokens=100,
+        cost_usd=Decimal("0.0028"),
+    )
+    prefixed = LlmUsage(
+        provider="openai",
+        request_model="openai/gpt-4.1",
+        response_model="",
+        input_tokens=1000,
+        output_tokens=100,
+        cost_usd=Decimal("0.0028"),
+    )
     script = SessionScript("p", "support", at(0))
     script.step("one", at(1), usage=dated).step("two", at(2), usage=prefixed)
     append(pg_engine.app, interleave([script]))

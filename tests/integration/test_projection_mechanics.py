@@ -36,8 +36,9 @@ def scripts(prefix: str, count: int) -> list[SessionScript]:
     made = []
     for n in range(count):
         at = T0 + timedelta(seconds=n)
-        used = LlmUsage(request_model="m", input_tokens=10, output_tokens=5,
-                        cost_usd=Decimal("0.01"), latency_ms=float(n))
+        used = LlmUsage(
+            request_model="m", input_tokens=10, output_tokens=5, cost_usd=Decimal("0.01"), latency_ms=float(n)
+        )
         script = SessionScript(f"{prefix}-{n}", "flow", at)
         script.step("one", at + timedelta(seconds=1), usage=used)
         script.step("two", at + timedelta(seconds=2), usage=used).complete(at + timedelta(seconds=3))
@@ -57,8 +58,11 @@ def projector(pg_engine: Engine, database_url: str, pg_schema: str) -> Iterator[
 
 def count(projector: Projector, table: str) -> int:
     with projector.connect() as conn:
-        row = conn.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
-            sql.Identifier(projector.names.reader), sql.Identifier(table))).fetchone()
+        row = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.{}").format(
+                sql.Identifier(projector.names.reader), sql.Identifier(table)
+            )
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -102,13 +106,19 @@ def following(projector: Projector) -> Iterator[Callable[[], None]]:
 
 def projector_for_same(projector: Projector) -> Projector:
     """Another projector (own connections) over the same log and projections."""
-    return Projector(database_url=projector.database_url, store_schema=projector.names.store,
-                     recorder=projector.recorder, mapper=projector.mapper,
-                     projections=projector.projections, batch_size=projector.batch_size)
+    return Projector(
+        database_url=projector.database_url,
+        store_schema=projector.names.store,
+        recorder=projector.recorder,
+        mapper=projector.mapper,
+        projections=projector.projections,
+        batch_size=projector.batch_size,
+    )
 
 
-def test_a_crash_inside_a_batch_leaves_neither_rows_nor_position(pg_engine: Engine,
-                                                                 projector: Projector) -> None:
+def test_a_crash_inside_a_batch_leaves_neither_rows_nor_position(
+    pg_engine: Engine, projector: Projector
+) -> None:
     append(pg_engine.app, interleave(scripts("s", 5)))
     batches = 0
 
@@ -122,7 +132,8 @@ def test_a_crash_inside_a_batch_leaves_neither_rows_nor_position(pg_engine: Engi
         projector.catch_up(on_batch=crash_on_second)
     assert {b.position for b in status(projector)} == {7}
     assert count(projector, "llm_calls") == sum(
-        1 for e in interleave(scripts("s", 5))[:7] if getattr(e, "usage", None))
+        1 for e in interleave(scripts("s", 5))[:7] if getattr(e, "usage", None)
+    )
     projector.catch_up()
     assert count(projector, "llm_calls") == 10
     assert verify(projector) == []
@@ -188,21 +199,24 @@ def test_rebuild_switches_readers_while_dashboards_and_a_follower_keep_going(
     assert verify(projector) == []
 
 
-def test_verify_reports_a_row_that_differs_from_a_rebuild(pg_engine: Engine,
-                                                          projector: Projector) -> None:
+def test_verify_reports_a_row_that_differs_from_a_rebuild(pg_engine: Engine, projector: Projector) -> None:
     append(pg_engine.app, interleave(scripts("v", 3)))
     projector.catch_up()
     with projector.connect() as conn:
-        conn.execute(sql.SQL("UPDATE {}.sessions SET step_count = 99 WHERE session_id = 'v-1'")
-                     .format(sql.Identifier(projector.names.reader)))
+        conn.execute(
+            sql.SQL("UPDATE {}.sessions SET step_count = 99 WHERE session_id = 'v-1'").format(
+                sql.Identifier(projector.names.reader)
+            )
+        )
     differences = verify(projector)
     assert {(d.projection, d.table, d.side) for d in differences} == {
-        ("current_state", "sessions", "live only"), ("current_state", "sessions", "rebuild only")}
+        ("current_state", "sessions", "live only"),
+        ("current_state", "sessions", "rebuild only"),
+    }
     assert '"step_count":99' in next(d.row for d in differences if d.side == "live only")
 
 
-def test_status_shows_each_projection_position_and_lag(pg_engine: Engine,
-                                                       projector: Projector) -> None:
+def test_status_shows_each_projection_position_and_lag(pg_engine: Engine, projector: Projector) -> None:
     append(pg_engine.app, interleave(scripts("st", 2)))
     projector.catch_up()
     append(pg_engine.app, interleave(scripts("late", 1)))
@@ -229,9 +243,11 @@ def test_a_follower_that_loses_its_connection_starts_again_and_loses_nothing(
     follower.run_batch = flaky  # type: ignore[method-assign]
     waits: list[float] = []
     stop = threading.Event()
-    thread = threading.Thread(target=follow_until_stopped, args=(follower,),
-                              kwargs={"stop": stop, "on_reconnect": lambda _, wait: waits.append(wait),
-                                      "max_backoff_s": 0.2})
+    thread = threading.Thread(
+        target=follow_until_stopped,
+        args=(follower,),
+        kwargs={"stop": stop, "on_reconnect": lambda _, wait: waits.append(wait), "max_backoff_s": 0.2},
+    )
     thread.start()
     try:
         # When events arrive

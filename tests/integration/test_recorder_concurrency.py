@@ -42,6 +42,7 @@ def test_an_append_does_not_wait_for_another_appends_commit(recorder: Flowledger
     try:
         # When another writer appends, then it commits without waiting (no table lock)
         done = threading.Event()
+
         def append() -> None:
             recorder.insert_events([event(uuid.uuid4(), 1)])
             done.set()
@@ -101,8 +102,10 @@ def test_a_failed_append_leaves_the_id_section_unlocked(recorder: FlowledgerAppl
 
     # (the probe does see the lock when it is held)
     with recorder.datastore.get_connection() as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", (section_lock_key(recorder.datastore.schema,
-                                                                         recorder.events_table_name),))
+        holder.execute(
+            "SELECT pg_advisory_lock(%s)",
+            (section_lock_key(recorder.datastore.schema, recorder.events_table_name),),
+        )
         assert advisory_locks_held(recorder) == 1
         holder.execute("SELECT pg_advisory_unlock_all()")
 

@@ -71,8 +71,10 @@ def append_uncommitted(recorder: PostgresApplicationRecorder, events: list[Store
     if isinstance(recorder, FlowledgerApplicationRecorder):
         recorder.append(conn.cursor(), events)
     else:
-        rows = [recorder.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
-                for e in events]
+        rows = [
+            recorder.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
+            for e in events
+        ]
         conn.execute(recorder.sql_invoke_pg_function_insert_events, (rows,))
     return ctx, conn
 
@@ -80,8 +82,9 @@ def append_uncommitted(recorder: PostgresApplicationRecorder, events: list[Store
 def highest_committed_id(recorder: PostgresApplicationRecorder) -> int:
     """The highest notification id any committed row has, ignoring the horizon."""
     with recorder.datastore.get_connection() as conn:
-        row = conn.execute(f"SELECT max(notification_id) AS m FROM {recorder.datastore.schema}."
-                           f"{recorder.events_table_name}").fetchone()
+        row = conn.execute(
+            f"SELECT max(notification_id) AS m FROM {recorder.datastore.schema}.{recorder.events_table_name}"
+        ).fetchone()
     return int(row["m"] or 0) if row else 0
 
 
@@ -133,8 +136,14 @@ def test_the_library_db_function_path_would_have_skipped_the_late_commit(
         store.close()
 
 
-def write_streams(recorder: FlowledgerApplicationRecorder, streams: list[uuid.UUID], saves: int,
-                  seed: int, errors: list[BaseException], overtaken: list[int]) -> None:
+def write_streams(
+    recorder: FlowledgerApplicationRecorder,
+    streams: list[uuid.UUID],
+    saves: int,
+    seed: int,
+    errors: list[BaseException],
+    overtaken: list[int],
+) -> None:
     """Append ``saves`` events to each stream; about one save in four holds its ids, then sleeps."""
     rng = random.Random(seed)
     try:
@@ -144,9 +153,12 @@ def write_streams(recorder: FlowledgerApplicationRecorder, streams: list[uuid.UU
                 if rng.random() < 0.25:
                     ctx, conn = append_uncommitted(recorder, batch)
                     try:
-                        own = conn.execute("SELECT max(notification_id) AS m FROM "
-                                           f"{recorder.datastore.schema}.{recorder.events_table_name} "
-                                           "WHERE originator_id = %s", (stream,)).fetchone()
+                        own = conn.execute(
+                            "SELECT max(notification_id) AS m FROM "
+                            f"{recorder.datastore.schema}.{recorder.events_table_name} "
+                            "WHERE originator_id = %s",
+                            (stream,),
+                        ).fetchone()
                         time.sleep(rng.uniform(0.005, 0.05))
                         if own is not None and highest_committed_id(recorder) > own["m"]:
                             overtaken.append(own["m"])
@@ -159,8 +171,12 @@ def write_streams(recorder: FlowledgerApplicationRecorder, streams: list[uuid.UU
         errors.append(exc)
 
 
-def tail(recorder: FlowledgerApplicationRecorder, expected: int, seen: list[Notification],
-         errors: list[BaseException]) -> None:
+def tail(
+    recorder: FlowledgerApplicationRecorder,
+    expected: int,
+    seen: list[Notification],
+    errors: list[BaseException],
+) -> None:
     """Follow the log by position, as a projection does, until ``expected`` events are read."""
     position = 0
     deadline = time.monotonic() + 60
@@ -212,10 +228,14 @@ def test_followers_see_every_event_once_in_order_while_writers_commit_late(
             errors.append(exc)
 
     # When they write while a polling follower and a live subscription tail the log
-    threads = [threading.Thread(target=tail, args=(recorder, len(expected), polled, errors)),
-               threading.Thread(target=follow_live)]
-    threads += [threading.Thread(target=write_streams, args=(recorder, pair, saves, i, errors, overtaken))
-                for i, pair in enumerate(streams)]
+    threads = [
+        threading.Thread(target=tail, args=(recorder, len(expected), polled, errors)),
+        threading.Thread(target=follow_live),
+    ]
+    threads += [
+        threading.Thread(target=write_streams, args=(recorder, pair, saves, i, errors, overtaken))
+        for i, pair in enumerate(streams)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -91,17 +91,30 @@ def history(rng: random.Random) -> list[SessionScript]:
             clock += timedelta(seconds=rng.randint(1, 60))
             model = rng.choice(MODELS)
             inp, out = rng.randint(50, 3000), rng.randint(10, 800)
-            used = LlmUsage(provider="p", request_model=model, response_model=model,
-                            input_tokens=inp, output_tokens=out,
-                            cost_usd=Decimal(inp * 3 + out * 9) / 10**7,
-                            latency_ms=float(rng.randint(20, 2500)))
+            used = LlmUsage(
+                provider="p",
+                request_model=model,
+                response_model=model,
+                input_tokens=inp,
+                output_tokens=out,
+                cost_usd=Decimal(inp * 3 + out * 9) / 10**7,
+                latency_ms=float(rng.randint(20, 2500)),
+            )
             outcome = rng.random()
             if outcome < 0.15:
-                script.fail(step, clock, rng.choice(["rate_limited", "timeout"]),
-                            usage=used if rng.random() < 0.5 else None)
+                script.fail(
+                    step,
+                    clock,
+                    rng.choice(["rate_limited", "timeout"]),
+                    usage=used if rng.random() < 0.5 else None,
+                )
                 break
-            script.step(step, clock, usage=used if index < 2 else None,
-                        next_step=STEPS[index + 1] if index + 1 < len(STEPS) else None)
+            script.step(
+                step,
+                clock,
+                usage=used if index < 2 else None,
+                next_step=STEPS[index + 1] if index + 1 < len(STEPS) else None,
+            )
             if outcome > 0.9:
                 break
         if rng.random() < 0.5:
@@ -132,13 +145,13 @@ def run_seed(projector: Projector, query: str) -> list[tuple[object, ...]]:
 def test_seed_cost_by_model_query_agrees_with_the_cost_dashboard(projector: Projector) -> None:
     seed = {row[0] or "(none)": row[1:] for row in run_seed(projector, COST_BY_MODEL)}
     with projector.connect() as conn:
-        ours = dashboard(conn, projector.names.reader,
-                         since=datetime.now(UTC) - timedelta(days=7), by=["model"])
+        ours = dashboard(
+            conn, projector.names.reader, since=datetime.now(UTC) - timedelta(days=7), by=["model"]
+        )
     assert len(seed) == len(ours) > 1
     for row in ours:
         calls, tokens, cost, avg_latency, p99 = seed[row.group[0]]
-        assert (calls, tokens, cost) == (row.calls, row.input_tokens + row.output_tokens,
-                                         row.cost_usd)
+        assert (calls, tokens, cost) == (row.calls, row.input_tokens + row.output_tokens, row.cost_usd)
         assert avg_latency == pytest.approx(row.latency_avg_ms)
         assert p99 == pytest.approx(row.latency_p99_ms)
 
@@ -146,8 +159,9 @@ def test_seed_cost_by_model_query_agrees_with_the_cost_dashboard(projector: Proj
 def test_seed_performance_query_agrees_on_cost_tokens_and_errors(projector: Projector) -> None:
     rows = run_seed(projector, PERFORMANCE)
     with projector.connect() as conn:
-        [total] = dashboard(conn, projector.names.reader,
-                            since=datetime.now(UTC) - timedelta(hours=24), by=[])
+        [total] = dashboard(
+            conn, projector.names.reader, since=datetime.now(UTC) - timedelta(hours=24), by=[]
+        )
     assert {row[0] for row in rows} == {"customer_service"}
     assert sum(row[5] or 0 for row in rows) == total.cost_usd
     assert sum(row[4] or 0 for row in rows) == total.input_tokens + total.output_tokens

@@ -19,8 +19,7 @@ THREADS = 16
 def engines(database_url: str, pg_schema: str) -> Iterator[list[Engine]]:
     """Four engines on one schema: like four processes, each with its own lock and pool."""
     group = [
-        Engine(settings=make_settings(database_url=database_url, schema=pg_schema,
-                                      max_conflict_retries=200))
+        Engine(settings=make_settings(database_url=database_url, schema=pg_schema, max_conflict_retries=200))
         for _ in range(ENGINES)
     ]
     yield group
@@ -36,8 +35,9 @@ def test_sixteen_threads_recording_fifty_steps_each_lose_nothing(engines: list[E
     def writer(thread: int) -> None:
         engine = engines[thread % ENGINES]
         for n in range(50):
-            engine.record_step("busy", f"t{thread}", input={"n": n}, output={},
-                               idempotency_key=f"{thread}-{n}")
+            engine.record_step(
+                "busy", f"t{thread}", input={"n": n}, output={}, idempotency_key=f"{thread}-{n}"
+            )
 
     with ThreadPoolExecutor(THREADS) as pool:
         list(pool.map(writer, range(THREADS)))
@@ -63,8 +63,7 @@ def test_sixteen_threads_posting_one_idempotency_key_record_one_step(engines: li
         versions = set(pool.map(post, range(THREADS)))
 
     assert versions == {2}
-    assert [e.event_type for e in engines[0].history("dup")] == ["Session.Started",
-                                                                 "Session.StepProcessed"]
+    assert [e.event_type for e in engines[0].history("dup")] == ["Session.Started", "Session.StepProcessed"]
 
 
 @pytest.mark.parametrize("retries", [0, 2])
@@ -72,8 +71,9 @@ def test_a_writer_that_keeps_losing_the_race_gets_concurrent_update(
     database_url: str, pg_schema: str, retries: int
 ) -> None:
     # Given two engines, the first allowed a number of retries
-    loser = Engine(settings=make_settings(database_url=database_url, schema=pg_schema,
-                                          max_conflict_retries=retries))
+    loser = Engine(
+        settings=make_settings(database_url=database_url, schema=pg_schema, max_conflict_retries=retries)
+    )
     winner = Engine(settings=make_settings(database_url=database_url, schema=pg_schema))
     loser.start_session("race", "cs")
     attempts: list[int] = []
@@ -114,7 +114,6 @@ def test_a_writer_whose_cached_session_went_stale_retries_against_fresh_state(
     state = other.get_session("stale")
     assert [r.step for r in state.history] == ["a", "b", "c"]
     assert state.context == {"from": "other"}
-
 
 
 def test_sixteen_threads_starting_one_session_write_one_started_event(engines: list[Engine]) -> None:

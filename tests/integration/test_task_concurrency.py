@@ -37,8 +37,9 @@ NEEDS = [["python"], ["python", "kubernetes"], ["golang"], ["react"], ["cobol"]]
 def engines(database_url: str, pg_schema: str) -> Iterator[list[Engine]]:
     """Four engines on one schema, each counting the writes it lost to another writer."""
     group = [
-        Engine(settings=make_settings(database_url=database_url, schema=pg_schema,
-                                      pool_size=THREADS // ENGINES))
+        Engine(
+            settings=make_settings(database_url=database_url, schema=pg_schema, pool_size=THREADS // ENGINES)
+        )
         for _ in range(ENGINES)
     ]
     for engine in group:
@@ -106,8 +107,9 @@ def test_thirty_two_threads_never_push_an_agent_over_capacity(engines: list[Engi
     # And every task ended Assigned or Escalated exactly once, agreeing with the agents
     reasons: Counter[str] = Counter()
     for n, task_id in enumerate(task_ids):
-        decisions = [e for e in reader.task_history(task_id)
-                     if e.event_type in ("Task.Assigned", "Task.Escalated")]
+        decisions = [
+            e for e in reader.task_history(task_id) if e.event_type in ("Task.Assigned", "Task.Escalated")
+        ]
         assert len(decisions) == 1, task_id
         task = reader.get_task(task_id)
         if task.status is TaskStatus.ASSIGNED:
@@ -122,8 +124,9 @@ def test_thirty_two_threads_never_push_an_agent_over_capacity(engines: list[Engi
             reasons[task.escalation.reason] += 1
             if task.escalation.reason == EscalationReason.ALL_AT_CAPACITY:
                 # loads only grow here, so every capable agent must have ended full
-                capable = [a for a, (skills, _) in AGENTS.items()
-                           if set(NEEDS[n % len(NEEDS)]) <= set(skills)]
+                capable = [
+                    a for a, (skills, _) in AGENTS.items() if set(NEEDS[n % len(NEEDS)]) <= set(skills)
+                ]
                 assert all(loads[a] == AGENTS[a][1] for a in capable), task_id
     assert reasons["assigned"] == sum(held.values()) == sum(loads.values())
     assert reasons[EscalationReason.NO_CAPABLE_AGENT] == TASKS // len(NEEDS)

@@ -30,13 +30,15 @@ def profiles(draw: st.DrawFn) -> list[AgentProfile]:
     agents = []
     for n in range(count):
         capacity = draw(st.integers(min_value=0, max_value=5))
-        agents.append(AgentProfile(
-            agent_id=f"agent-{n}",
-            skills=frozenset(draw(st.sets(st.sampled_from(SKILLS), max_size=4))),
-            capacity=capacity,
-            load=draw(st.integers(min_value=0, max_value=capacity)),
-            recent_completion_seconds=draw(st.none() | st.floats(min_value=0, max_value=1e5)),
-        ))
+        agents.append(
+            AgentProfile(
+                agent_id=f"agent-{n}",
+                skills=frozenset(draw(st.sets(st.sampled_from(SKILLS), max_size=4))),
+                capacity=capacity,
+                load=draw(st.integers(min_value=0, max_value=capacity)),
+                recent_completion_seconds=draw(st.none() | st.floats(min_value=0, max_value=1e5)),
+            )
+        )
     return agents
 
 
@@ -66,8 +68,7 @@ def test_escalation_reason_says_whether_anyone_capable_exists(
     decision = choose_agent("t", required, agents)
     if isinstance(decision, NoChoice):
         capable = [a for a in agents if covers(required, a.skills)]
-        expected = (EscalationReason.ALL_AT_CAPACITY if capable
-                    else EscalationReason.NO_CAPABLE_AGENT)
+        expected = EscalationReason.ALL_AT_CAPACITY if capable else EscalationReason.NO_CAPABLE_AGENT
         assert decision.reason is expected
 
 

@@ -31,10 +31,17 @@ STEPS = ("a", "b", "c")
 
 usages = st.none() | st.builds(
     lambda model, inp, out, cents, ms: LlmUsage(
-        request_model=model, input_tokens=inp, output_tokens=out,
-        cost_usd=Decimal(cents) / 100, latency_ms=float(ms)),
-    st.sampled_from(["m1", "m2"]), st.integers(0, 5000), st.integers(0, 500),
-    st.integers(0, 300), st.integers(0, 5000),
+        request_model=model,
+        input_tokens=inp,
+        output_tokens=out,
+        cost_usd=Decimal(cents) / 100,
+        latency_ms=float(ms),
+    ),
+    st.sampled_from(["m1", "m2"]),
+    st.integers(0, 5000),
+    st.integers(0, 500),
+    st.integers(0, 300),
+    st.integers(0, 5000),
 )
 actions = st.one_of(
     st.tuples(st.just("step"), st.sampled_from(STEPS), usages),
@@ -47,7 +54,8 @@ sessions = st.lists(
         st.lists(st.tuples(actions, st.integers(1, 90)), max_size=6),
         st.sampled_from([None, "complete", "expire", "abandon"]),
     ),
-    min_size=1, max_size=6,
+    min_size=1,
+    max_size=6,
 )
 
 
@@ -76,12 +84,17 @@ def snapshot(projector: Projector) -> dict[str, list[str]]:
     """Every row of every live table, as sorted JSON texts."""
     tables: dict[str, list[str]] = {}
     with projector.connect() as conn:
-        for build_schema, in conn.execute(sql.SQL("SELECT schema_name FROM {}.active").format(
-                sql.Identifier(projector.names.control))).fetchall():
-            for table, in conn.execute("SELECT table_name FROM information_schema.tables"
-                                       " WHERE table_schema = %s", [build_schema]).fetchall():
-                rows = conn.execute(sql.SQL("SELECT row_to_json(t)::text FROM {}.{} AS t").format(
-                    sql.Identifier(build_schema), sql.Identifier(table))).fetchall()
+        for (build_schema,) in conn.execute(
+            sql.SQL("SELECT schema_name FROM {}.active").format(sql.Identifier(projector.names.control))
+        ).fetchall():
+            for (table,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", [build_schema]
+            ).fetchall():
+                rows = conn.execute(
+                    sql.SQL("SELECT row_to_json(t)::text FROM {}.{} AS t").format(
+                        sql.Identifier(build_schema), sql.Identifier(table)
+                    )
+                ).fetchall()
                 tables[table] = sorted(r[0] for r in rows)
     return tables
 
@@ -99,7 +112,8 @@ def expected_sessions(scripts: list[SessionScript]) -> dict[str, tuple[Any, ...]
                 failures += 1
             elif isinstance(event, Session.Completed | Session.Expired | Session.Abandoned):
                 status = {Session.Completed: "completed", Session.Expired: "expired"}.get(
-                    type(event), "abandoned")
+                    type(event), "abandoned"
+                )
             if usage is not None and isinstance(event, Session.StepProcessed | Session.StepFailed):
                 calls, cost = calls + 1, cost + usage.cost_usd
         result[script.session_id] = (status, steps, failures, calls, cost)
@@ -108,21 +122,33 @@ def expected_sessions(scripts: list[SessionScript]) -> dict[str, tuple[Any, ...]
 
 def check_numbers(projector: Projector, scripts: list[SessionScript]) -> None:
     events = [e for s in scripts for e in s.events]
-    calls = [e for e in events if isinstance(e, Session.StepFailed)
-             or (isinstance(e, Session.StepProcessed) and e.usage is not None)]
+    calls = [
+        e
+        for e in events
+        if isinstance(e, Session.StepFailed) or (isinstance(e, Session.StepProcessed) and e.usage is not None)
+    ]
     by_model: Counter[str] = Counter()
     cost: dict[str, Decimal] = {}
     for e in calls:
         model = e.usage.request_model if e.usage else "(none)"
         by_model[model] += 1
         cost[model] = cost.get(model, Decimal(0)) + (e.usage.cost_usd if e.usage else 0)
-    reached = Counter(step for s in scripts for step in {
-        e.step for e in s.events if isinstance(e, Session.StepStarted | Session.StepProcessed
-                                               | Session.StepFailed)})
+    reached = Counter(
+        step
+        for s in scripts
+        for step in {
+            e.step
+            for e in s.events
+            if isinstance(e, Session.StepStarted | Session.StepProcessed | Session.StepFailed)
+        }
+    )
     with projector.connect() as conn:
         reader = sql.Identifier(projector.names.reader)
-        rows = conn.execute(sql.SQL("SELECT session_id, status, step_count, failure_count, calls,"
-                                    " cost_usd FROM {}.sessions").format(reader)).fetchall()
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT session_id, status, step_count, failure_count, calls, cost_usd FROM {}.sessions"
+            ).format(reader)
+        ).fetchall()
         assert {r[0]: tuple(r[1:]) for r in rows} == expected_sessions(scripts)
         board = dashboard(conn, projector.names.reader, since=T0 - timedelta(days=1))
         assert {r.group[0]: r.calls for r in board} == dict(by_model)
@@ -130,21 +156,27 @@ def check_numbers(projector: Projector, scripts: list[SessionScript]) -> None:
         reports = funnel_report(conn, projector.names.reader, "wf")
         assert {s.step: s.reached for r in reports for s in r.steps} == dict(reached)
         assert sum(r.sessions for r in reports) == len(scripts)
-        executions = conn.execute(sql.SQL("SELECT count(*) FROM {}.workflow_executions")
-                                  .format(reader)).fetchone()
+        executions = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.workflow_executions").format(reader)
+        ).fetchone()
         assert executions is not None
         assert executions[0] == len(calls)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=sessions, sizes=st.lists(st.integers(1, 9), min_size=3, max_size=3),
-       crash_at=st.integers(1, 4), partial=st.integers(0, 3))
+@given(
+    spec=sessions,
+    sizes=st.lists(st.integers(1, 9), min_size=3, max_size=3),
+    crash_at=st.integers(1, 4),
+    partial=st.integers(0, 3),
+)
 def test_incremental_with_a_crash_equals_a_full_rebuild_and_the_events(
     database_url: str, spec: list[Any], sizes: list[int], crash_at: int, partial: int
 ) -> None:
     schema = f"p_{uuid.uuid4().hex[:12]}"
-    engine = Engine(settings=Settings(home=Path("/nonexistent"), database_url=database_url,
-                                      schema=schema, pool_size=2))
+    engine = Engine(
+        settings=Settings(home=Path("/nonexistent"), database_url=database_url, schema=schema, pool_size=2)
+    )
     try:
         scripts = build(spec)
         append(engine.app, interleave(scripts), per_transaction=7)
@@ -169,6 +201,8 @@ def test_incremental_with_a_crash_equals_a_full_rebuild_and_the_events(
     finally:
         engine.close()
         with psycopg.connect(database_url, autocommit=True) as conn:
-            for name, in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname = %s"
-                                      " OR starts_with(nspname, %s)", [schema, schema + "_"]):
+            for (name,) in conn.execute(
+                "SELECT nspname FROM pg_namespace WHERE nspname = %s OR starts_with(nspname, %s)",
+                [schema, schema + "_"],
+            ):
                 conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))

@@ -38,19 +38,33 @@ def _record(step: str, ctx: dict[str, Any], usage: LlmUsage | None, key: str | N
     def command(session: Session) -> object:
         if session.recorded_outcome(key) is not None:
             return None
-        return session.record_step(step=step, input={"n": 1}, output={"ok": True},
-                                   context_update=ctx or None, usage=usage, idempotency_key=key)
+        return session.record_step(
+            step=step,
+            input={"n": 1},
+            output={"ok": True},
+            context_update=ctx or None,
+            usage=usage,
+            idempotency_key=key,
+        )
+
     return command
 
 
 commands = st.one_of(
     st.builds(_record, names, contexts, usages, keys),
-    st.builds(lambda u: (lambda s: s.update_context(u)), contexts),
-    st.builds(lambda step, key: (lambda s: s.fail_step(step=step, error_type="Timeout",
-                                                       error_message="slow", idempotency_key=key)),
-              names, keys),
-    st.builds(lambda step, key: (lambda s: s.start_step(step=step, input={}, model=None,
-                                                        key=key or "", now=T0)), names, keys),
+    st.builds(lambda u: lambda s: s.update_context(u), contexts),
+    st.builds(
+        lambda step, key: (
+            lambda s: s.fail_step(step=step, error_type="Timeout", error_message="slow", idempotency_key=key)
+        ),
+        names,
+        keys,
+    ),
+    st.builds(
+        lambda step, key: lambda s: s.start_step(step=step, input={}, model=None, key=key or "", now=T0),
+        names,
+        keys,
+    ),
     st.just(lambda s: s.complete({"resolution": "done"})),
 )
 
@@ -100,10 +114,8 @@ def test_replayed_state_equals_live_state_in_memory(program: list[Command]) -> N
 def test_replayed_state_equals_live_state_on_postgres(
     database_url: str, pg_schema: str, program: list[Command]
 ) -> None:
-    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema,
-                                           snapshot_interval=3))
+    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=3))
     try:
         _run(engine, program)
     finally:
         engine.close()
-

@@ -148,8 +148,9 @@ async def test_a_failed_key_may_be_retried(memory_engine: Engine) -> None:
 
 def start_elsewhere(engine: Engine, session_id: str, key: str) -> None:
     """What another process's process_step leaves behind before its model call."""
-    engine.update(session_id, lambda s: s.start_step(step="greet", input={}, model=None, key=key,
-                                                            now=engine.clock()))
+    engine.update(
+        session_id, lambda s: s.start_step(step="greet", input={}, model=None, key=key, now=engine.clock())
+    )
 
 
 async def test_a_step_pending_elsewhere_is_awaited_not_called_again(memory_engine: Engine) -> None:
@@ -195,8 +196,10 @@ async def test_a_crashed_step_stays_visible_and_is_taken_over_once_stale(memory_
 
 async def test_staleness_is_judged_by_the_engines_clock_not_the_wall_clock() -> None:
     # Given an engine whose clock runs ten minutes ahead of the wall clock
-    ahead = Engine(settings=Settings(database_url="memory:", home=Path("/nonexistent")),
-                   clock=lambda: datetime.now(UTC) + timedelta(minutes=10))
+    ahead = Engine(
+        settings=Settings(database_url="memory:", home=Path("/nonexistent")),
+        clock=lambda: datetime.now(UTC) + timedelta(minutes=10),
+    )
     ahead.llm = llm = FakeLlm()
     ahead.step_wait_timeout_s = 0.1
     ahead.start_session("s1", "cs")
@@ -211,8 +214,10 @@ async def test_staleness_is_judged_by_the_engines_clock_not_the_wall_clock() -> 
 
 def test_an_engine_refuses_a_clock_without_a_time_zone() -> None:
     with pytest.raises(ValidationError):
-        Engine(settings=Settings(database_url="memory:", home=Path("/nonexistent")),
-               clock=lambda: datetime(2026, 1, 1))
+        Engine(
+            settings=Settings(database_url="memory:", home=Path("/nonexistent")),
+            clock=lambda: datetime(2026, 1, 1),
+        )
 
 
 async def test_retry_pending_takes_a_pending_step_over_at_once(memory_engine: Engine) -> None:

@@ -22,8 +22,13 @@ def at(seconds: int) -> datetime:
 
 
 def used(model: str = "m", cost: str = "0.5") -> LlmUsage:
-    return LlmUsage(request_model=model, response_model=f"{model}-2026", input_tokens=10,
-                    output_tokens=2, cost_usd=Decimal(cost))
+    return LlmUsage(
+        request_model=model,
+        response_model=f"{model}-2026",
+        input_tokens=10,
+        output_tokens=2,
+        cost_usd=Decimal(cost),
+    )
 
 
 def test_a_processed_step_without_usage_is_not_a_model_call_but_every_failure_is() -> None:
@@ -49,25 +54,40 @@ def test_current_state_merges_context_sums_usage_and_ends_the_session() -> None:
     assert (row["status"], row["current_step"], row["context"]) == ("abandoned", "b", {"x": 1, "y": 2})
     assert (row["step_count"], row["failure_count"], row["calls"]) == (1, 1, 2)
     assert row["cost_usd"] == Decimal("0.75")
-    assert (row["expires_at"], row["updated_at"], row["version"]) == (at(4) + timedelta(hours=1),
-                                                                      at(5), 6)
+    assert (row["expires_at"], row["updated_at"], row["version"]) == (at(4) + timedelta(hours=1), at(5), 6)
 
 
 def test_funnel_counts_a_step_once_in_the_order_first_reached_and_keeps_its_last_outcome() -> None:
     script = SessionScript("s", "wf", T0).start_step("a", at(1)).fail("a", at(2), "E1")
     script.step("a", at(3), usage=used("first")).step("b", at(4), usage=used("second"))
     script.fail("b", at(5), "E2").expire(at(6))
-    session = {"originator_id": script.id, "workflow": "wf", "first_model": None,
-               "steps_reached": 0, "status": "active"}
+    session = {
+        "originator_id": script.id,
+        "workflow": "wf",
+        "first_model": None,
+        "steps_reached": 0,
+        "status": "active",
+    }
     steps: dict[str, dict[str, object]] = {}
     for event in script.events[1:]:
         funnel.fold(session, steps, event)
     assert (session["steps_reached"], session["status"], session["first_model"]) == (
-        2, "expired", "first-2026")
-    assert (steps["a"]["reach_order"], steps["a"]["first_reached_at"], steps["a"]["processed"],
-            steps["a"]["failed"], steps["a"]["last_outcome"]) == (1, at(1), 1, 1, "processed")
-    assert (steps["b"]["reach_order"], steps["b"]["last_outcome"],
-            steps["b"]["last_error_type"]) == (2, "failed", "E2")
+        2,
+        "expired",
+        "first-2026",
+    )
+    assert (
+        steps["a"]["reach_order"],
+        steps["a"]["first_reached_at"],
+        steps["a"]["processed"],
+        steps["a"]["failed"],
+        steps["a"]["last_outcome"],
+    ) == (1, at(1), 1, 1, "processed")
+    assert (steps["b"]["reach_order"], steps["b"]["last_outcome"], steps["b"]["last_error_type"]) == (
+        2,
+        "failed",
+        "E2",
+    )
 
 
 def test_seed_state_appends_one_history_entry_per_processed_step() -> None:
@@ -88,14 +108,23 @@ def test_interleave_orders_by_time_and_keeps_each_session_in_order() -> None:
     two = SessionScript("two", "wf", at(1)).step("a", at(2))
     merged = interleave([one, two])
     assert [(e.originator_id == one.id, e.originator_version) for e in merged] == [
-        (True, 1), (False, 1), (False, 2), (True, 2), (True, 3)]
+        (True, 1),
+        (False, 1),
+        (False, 2),
+        (True, 2),
+        (True, 3),
+    ]
     assert [len(c) for c in chunks(merged, 2)] == [2, 2, 1]
 
 
 def test_schema_names_derive_from_the_store_schema_and_are_checked() -> None:
     names = Names("flowledger")
     assert (names.control, names.reader, names.build("cost", 3), names.scratch("seed")) == (
-        "flowledger_projections", "flowledger_read", "flowledger_cost_v3", "flowledger_seed_verify")
+        "flowledger_projections",
+        "flowledger_read",
+        "flowledger_cost_v3",
+        "flowledger_seed_verify",
+    )
     with pytest.raises(ValueError, match="longer than 63"):
         Names("x" * 60).build("current_state", 1)
 

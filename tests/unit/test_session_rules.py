@@ -55,10 +55,22 @@ def test_a_step_on_an_unknown_session_is_not_found(engine: Engine) -> None:
 
 def test_recorded_steps_build_context_history_and_exact_totals(engine: Engine) -> None:
     engine.start_session("s1", "cs")
-    engine.record_step("s1", "greet", input={"q": "hi"}, output={"a": "hello"},
-                       next_step="classify", context_update={"lang": "en"}, usage=usage())
-    engine.record_step("s1", "classify", output={"intent": "refund"},
-                       context_update={"intent": "refund"}, usage=usage(50, 10, "0.00005"))
+    engine.record_step(
+        "s1",
+        "greet",
+        input={"q": "hi"},
+        output={"a": "hello"},
+        next_step="classify",
+        context_update={"lang": "en"},
+        usage=usage(),
+    )
+    engine.record_step(
+        "s1",
+        "classify",
+        output={"intent": "refund"},
+        context_update={"intent": "refund"},
+        usage=usage(50, 10, "0.00005"),
+    )
     state = engine.get_session("s1")
     assert state.current_step == "classify"
     assert state.context == {"lang": "en", "intent": "refund"}

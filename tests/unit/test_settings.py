@@ -12,12 +12,14 @@ from flowledger.infrastructure.database import library_env
 
 
 def test_settings_read_the_flowledger_variables() -> None:
-    settings = Settings.from_env({
-        "FLOWLEDGER_DATABASE_URL": "postgresql://app:secret@db.internal:6543/flows",
-        "FLOWLEDGER_HOME": "/srv/flowledger",
-        "FLOWLEDGER_LLM_BASE_URL": "http://127.0.0.1:9000/v1",
-        "FLOWLEDGER_PRICING_FILE": "/etc/prices.json",
-    })
+    settings = Settings.from_env(
+        {
+            "FLOWLEDGER_DATABASE_URL": "postgresql://app:secret@db.internal:6543/flows",
+            "FLOWLEDGER_HOME": "/srv/flowledger",
+            "FLOWLEDGER_LLM_BASE_URL": "http://127.0.0.1:9000/v1",
+            "FLOWLEDGER_PRICING_FILE": "/etc/prices.json",
+        }
+    )
     assert settings.database_url == "postgresql://app:secret@db.internal:6543/flows"
     assert settings.home == Path("/srv/flowledger")
     assert settings.llm_base_url == "http://127.0.0.1:9000/v1"

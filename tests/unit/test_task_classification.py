@@ -16,8 +16,14 @@ from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.projections.calls import call_of
 
-USAGE = LlmUsage(provider="fake", request_model="deepseek-v3.2", input_tokens=120,
-                 output_tokens=30, cost_usd=Decimal("0.0000210"), latency_ms=41.0)
+USAGE = LlmUsage(
+    provider="fake",
+    request_model="deepseek-v3.2",
+    input_tokens=120,
+    output_tokens=30,
+    cost_usd=Decimal("0.0000210"),
+    latency_ms=41.0,
+)
 
 
 class FakeLlm:
@@ -50,8 +56,9 @@ async def test_a_classification_is_recorded_with_the_usage_that_produced_it(engi
     task = await engine.classify_task("t1", model="deepseek-v3.2")
 
     # Then the classification and its usage are on the task and in its history
-    assert task.classification == Classification(category="feature", complexity="high",
-                                                  estimated_hours=6.0, usage=USAGE)
+    assert task.classification == Classification(
+        category="feature", complexity="high", estimated_hours=6.0, usage=USAGE
+    )
     classified = engine.task_history("t1")[-1]
     assert classified.event_type == "Task.Classified"
     assert classified.data["usage"] == USAGE
@@ -84,8 +91,11 @@ async def test_a_failed_model_call_escalates_with_what_it_spent(engine: Engine) 
     engine.register_agent("be", "Backend", ["python"], 1)
     engine.create_task("t1", "Fix the API", ["python"])
     engine.assign_task("t1")
-    engine.llm = FakeLlm(error=LlmCallFailed("503 three times", error_type="http_503",
-                                             attempts=3, usage=USAGE, status_code=503))
+    engine.llm = FakeLlm(
+        error=LlmCallFailed(
+            "503 three times", error_type="http_503", attempts=3, usage=USAGE, status_code=503
+        )
+    )
 
     # When it is classified
     task = await engine.classify_task("t1")
@@ -107,8 +117,9 @@ async def test_classifying_without_an_llm_adapter_says_so(engine: Engine) -> Non
 def test_a_classification_made_elsewhere_is_recorded_without_usage(engine: Engine) -> None:
     engine.create_task("t1", "Deploy", ["terraform"])
     task = engine.record_classification("t1", "deployment", "medium", 2.5)
-    assert task.classification == Classification(category="deployment", complexity="medium",
-                                                  estimated_hours=2.5)
+    assert task.classification == Classification(
+        category="deployment", complexity="medium", estimated_hours=2.5
+    )
     with pytest.raises(ValidationError):
         engine.record_classification("t1", "deployment", "medium", 0)
 
@@ -140,8 +151,9 @@ class ClassifiedMeanwhile(FakeLlm):
 async def test_a_classification_that_lost_the_race_keeps_its_cost_on_the_task(engine: Engine) -> None:
     # Given a task that the caller classifies while the model is still answering
     engine.create_task("t9", "Review the PR", ["python"])
-    engine.llm = ClassifiedMeanwhile(engine, "t9", answer(category="feature", complexity="high",
-                                                          estimated_hours=6))
+    engine.llm = ClassifiedMeanwhile(
+        engine, "t9", answer(category="feature", complexity="high", estimated_hours=6)
+    )
 
     # When the model's answer arrives
     task = await engine.classify_task("t9")

@@ -21,8 +21,7 @@ class FeatureLlm:
         self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
     ) -> LlmReply:
         content = '{"category": "feature", "complexity": "medium", "estimated_hours": 3}'
-        return LlmReply(content=content, usage=LlmUsage(provider="fake", input_tokens=90,
-                                                        output_tokens=20))
+        return LlmReply(content=content, usage=LlmUsage(provider="fake", input_tokens=90, output_tokens=20))
 
 
 def test_the_scenario_prints_assignments_escalations_and_loads_within_capacity() -> None:

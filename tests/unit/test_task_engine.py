@@ -71,8 +71,7 @@ def test_a_task_goes_to_a_capable_agent_and_both_record_it(engine: Engine) -> No
     assert task.assignment is not None
     assert task.assignment.score == 1.0
     assert engine.get_agent("be").active_tasks == ("t1",)
-    assert [e.event_type for e in engine.agent_history("be")] == ["Agent.Registered",
-                                                                  "Agent.TaskAccepted"]
+    assert [e.event_type for e in engine.agent_history("be")] == ["Agent.Registered", "Agent.TaskAccepted"]
     # And assigning it again changes nothing
     assert engine.assign_task("t1") == task
 
@@ -114,7 +113,9 @@ def test_the_queue_assigns_a_critical_task_before_an_older_low_one(engine: Engin
 
     # Then the CRITICAL task took the slot and the LOW one was escalated
     assert [(t.task_id, t.status) for t in served] == [
-        ("critical", TaskStatus.ASSIGNED), ("low", TaskStatus.ESCALATED)]
+        ("critical", TaskStatus.ASSIGNED),
+        ("low", TaskStatus.ESCALATED),
+    ]
     assert engine.assign_pending() == []
 
 
