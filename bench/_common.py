@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from flowledger.infrastructure.embedded import embedded_database_url
+from flowledger.infrastructure.postgres.embedded import embedded_database_url
 
 LOCAL = "postgresql://postgres@127.0.0.1:5432/test"
 

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flowledger.infrastructure import Engine, Settings
-from flowledger.infrastructure.database import drop_schema
+from flowledger.infrastructure.postgres.database import drop_schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import database_url

@@ -41,7 +41,7 @@ from flowledger.adapters.llm.transport import ShardedTransport
 from flowledger.domain.ports import LlmReply, step_messages
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
-from flowledger.infrastructure.database import drop_schema
+from flowledger.infrastructure.postgres.database import drop_schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import database_url

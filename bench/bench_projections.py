@@ -32,7 +32,7 @@ from rich.table import Table
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine, Settings
 from flowledger.projections import follow, projector_for, rebuild
-from flowledger.projections.synthetic import SessionScript, append
+from tests.support.synthetic import SessionScript, append
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import database_url

@@ -43,7 +43,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import database_url, median, run_writers, scratch_schema
 
-import flowledger.infrastructure.engine as engine_module
+import flowledger.infrastructure.engine.facade as engine_module
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine, Settings
 

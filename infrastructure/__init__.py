@@ -1,6 +1,6 @@
 """flowledger infrastructure: the Engine, settings and persistence."""
 
-from flowledger.infrastructure.engine import Engine
+from flowledger.infrastructure.engine.facade import Engine
 from flowledger.infrastructure.history import HistoryEntry
 from flowledger.infrastructure.settings import Settings
 

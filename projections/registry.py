@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from flowledger.domain.errors import ValidationError
-from flowledger.infrastructure.engine import Engine
+from flowledger.infrastructure.engine.facade import Engine
 from flowledger.infrastructure.settings import MEMORY_URL
 from flowledger.projections.base import Projection
 from flowledger.projections.cost import CostDashboard

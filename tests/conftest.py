@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from flowledger.infrastructure import Engine, Settings
-from flowledger.infrastructure.database import drop_schema
-from flowledger.infrastructure.embedded import embedded_database_url
+from flowledger.infrastructure.postgres.database import drop_schema
+from flowledger.infrastructure.postgres.embedded import embedded_database_url
 
 LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
 

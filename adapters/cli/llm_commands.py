@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 
 from flowledger.adapters.cli.errors import reported_errors
-from flowledger.adapters.llm.simulator import Simulator
-from flowledger.adapters.llm.simulator_replies import FaultRates, SimulatorConfig
+from flowledger.adapters.simulator.replies import FaultRates, SimulatorConfig
+from flowledger.adapters.simulator.server import Simulator
 from flowledger.domain.errors import ValidationError
 
 console = Console()

@@ -14,7 +14,8 @@ from rich.console import Console
 
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.http.app import create_app
-from flowledger.adapters.llm import OpenAICompatibleClient, SimulatorConfig, run_simulator
+from flowledger.adapters.llm import OpenAICompatibleClient
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.infrastructure import Engine, Settings
 
 console = Console(stderr=True)

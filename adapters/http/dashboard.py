@@ -44,8 +44,10 @@ def _projector(request: Request) -> Projector:
 
 @router.get("/v1/dashboard")
 def dashboard_json(
-    request: Request, since: Since = "24h", by: Annotated[list[str], Query()] = ["model"]
-) -> list[dict[str, Any]]:  # noqa: B006
+    request: Request,
+    since: Since = "24h",
+    by: Annotated[list[str], Query()] = ["model"],  # noqa: B006 - FastAPI copies the default
+) -> list[dict[str, Any]]:
     """Calls, errors, tokens, cost and exact latency percentiles per group."""
     start = datetime.now(UTC) - parse_since(since)
     projector = _projector(request)

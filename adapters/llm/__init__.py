@@ -1,4 +1,4 @@
-"""The LLM adapter: an OpenAI-compatible client (retries, limits, breaker), prices, a simulator.
+"""The LLM adapter: an OpenAI-compatible client (retries, limits, breaker), prices.
 
 ``build_engine()`` gives an Engine whose ``process_step`` calls the endpoint named by
 ``FLOWLEDGER_LLM_BASE_URL`` with ``FLOWLEDGER_LLM_API_KEY``.
@@ -11,8 +11,6 @@ from typing import Any
 from flowledger.adapters.llm.client import OpenAICompatibleClient
 from flowledger.adapters.llm.config import ApiKey, ClientConfig, ModelLimits
 from flowledger.adapters.llm.pricing import ModelPrice, PriceTable, load_price_table
-from flowledger.adapters.llm.simulator import Simulator, run_simulator
-from flowledger.adapters.llm.simulator_replies import FaultRates, SimulatorConfig
 from flowledger.infrastructure import Engine, Settings
 
 
@@ -36,14 +34,10 @@ def build_engine(
 __all__ = [
     "ApiKey",
     "ClientConfig",
-    "FaultRates",
     "ModelLimits",
     "ModelPrice",
     "OpenAICompatibleClient",
     "PriceTable",
-    "Simulator",
-    "SimulatorConfig",
     "build_engine",
     "load_price_table",
-    "run_simulator",
 ]

@@ -34,9 +34,9 @@ from eventsourcing.utils import Environment
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.sql import SQL, Identifier
 
-from flowledger.infrastructure.database import library_env
-from flowledger.infrastructure.pg_factory import FlowledgerPostgresFactory, FlowledgerProcessRecorder
-from flowledger.infrastructure.recorder import FlowledgerApplicationRecorder
+from flowledger.infrastructure.postgres.database import library_env
+from flowledger.infrastructure.postgres.factory import FlowledgerPostgresFactory, FlowledgerProcessRecorder
+from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 
 DATABASE_URL = os.environ.get("FLOWLEDGER_TEST_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 

@@ -10,15 +10,8 @@ from typing import Any
 
 import pytest
 
-from flowledger.adapters.llm import (
-    ApiKey,
-    ClientConfig,
-    FaultRates,
-    OpenAICompatibleClient,
-    SimulatorConfig,
-    load_price_table,
-    run_simulator,
-)
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.adapters.simulator import FaultRates, SimulatorConfig, run_simulator
 from flowledger.domain.errors import LlmError
 from flowledger.infrastructure import Engine, Settings
 

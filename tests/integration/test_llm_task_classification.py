@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from flowledger.adapters.llm import OpenAICompatibleClient, SimulatorConfig, run_simulator
-from flowledger.adapters.llm.simulator_replies import task_classification
+from flowledger.adapters.llm import OpenAICompatibleClient
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+from flowledger.adapters.simulator.replies import task_classification
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 

@@ -12,7 +12,7 @@ import pytest
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.projections import Price, Projector, dashboard, funnel_report, projector_for, reprice
-from flowledger.projections.synthetic import SessionScript, append, interleave
+from tests.support.synthetic import SessionScript, append, interleave
 
 pytestmark = pytest.mark.postgres
 

@@ -24,7 +24,7 @@ from flowledger.projections import (
     status,
     verify,
 )
-from flowledger.projections.synthetic import SessionScript, append, interleave
+from tests.support.synthetic import SessionScript, append, interleave
 
 pytestmark = pytest.mark.postgres
 

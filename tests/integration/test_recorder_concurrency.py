@@ -15,8 +15,8 @@ from eventsourcing.persistence import IntegrityError, PersistenceError, StoredEv
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 
 from flowledger.infrastructure import Engine
-from flowledger.infrastructure.pg_sql import XID_ALREADY_ASSIGNED, section_lock_key
-from flowledger.infrastructure.recorder import FlowledgerApplicationRecorder
+from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
+from flowledger.infrastructure.postgres.sql import XID_ALREADY_ASSIGNED, section_lock_key
 from tests.conftest import make_settings
 from tests.integration.test_recorder_gaps import append_uncommitted, make_datastore
 

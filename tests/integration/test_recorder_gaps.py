@@ -19,8 +19,8 @@ from eventsourcing.persistence import Notification, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from psycopg.conninfo import conninfo_to_dict
 
-from flowledger.infrastructure.database import ensure_schema
-from flowledger.infrastructure.recorder import FlowledgerApplicationRecorder
+from flowledger.infrastructure.postgres.database import ensure_schema
+from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 
 pytestmark = pytest.mark.postgres
 

@@ -15,7 +15,7 @@ from psycopg import sql
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.projections import Projector, dashboard, funnel_report, projector_for
-from flowledger.projections.synthetic import SessionScript, append, interleave
+from tests.support.synthetic import SessionScript, append, interleave
 
 pytestmark = pytest.mark.postgres
 

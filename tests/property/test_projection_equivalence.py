@@ -22,7 +22,7 @@ from flowledger.domain import LlmUsage
 from flowledger.domain.session import Session
 from flowledger.infrastructure import Engine, Settings
 from flowledger.projections import Projector, dashboard, funnel_report, projector_for, rebuild
-from flowledger.projections.synthetic import SessionScript, append, interleave
+from tests.support.synthetic import SessionScript, append, interleave
 
 pytestmark = pytest.mark.postgres
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from flowledger.infrastructure.keyed_locks import KeyedLocks
+from flowledger.infrastructure.engine.keyed_locks import KeyedLocks
 
 
 def test_one_key_has_one_lock_and_different_keys_have_different_locks() -> None:

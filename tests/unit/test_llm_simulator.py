@@ -11,8 +11,8 @@ import httpx
 import openai
 import pytest
 
-from flowledger.adapters.llm import FaultRates, SimulatorConfig, run_simulator
-from flowledger.adapters.llm.simulator_replies import draw_latency_s
+from flowledger.adapters.simulator import FaultRates, SimulatorConfig, run_simulator
+from flowledger.adapters.simulator.replies import draw_latency_s
 
 MESSAGES = [
     {

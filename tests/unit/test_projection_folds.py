@@ -12,7 +12,7 @@ from flowledger.domain import LlmUsage, ValidationError
 from flowledger.projections import current_state, funnel, seed
 from flowledger.projections.calls import call_of
 from flowledger.projections.catalog import Names
-from flowledger.projections.synthetic import SessionScript, chunks, interleave
+from tests.support.synthetic import SessionScript, chunks, interleave
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ import pytest
 
 from flowledger.domain import ValidationError
 from flowledger.infrastructure import Settings
-from flowledger.infrastructure.database import library_env
+from flowledger.infrastructure.postgres.database import library_env
 
 
 def test_settings_read_the_flowledger_variables() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from flowledger.adapters.cli.demo_tasks import run_task_scenario
+from flowledger.adapters.cli.demo.tasks import run_task_scenario
 from flowledger.domain.ports import LlmReply
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import uuid4
 
-from flowledger.infrastructure.write_cache import WriteCache
+from flowledger.infrastructure.engine.write_cache import WriteCache
 
 
 def test_the_least_recently_used_entry_is_dropped_first() -> None:

@@ -21,7 +21,7 @@ from flowledger.domain.task_views import (
     TaskState,
 )
 from flowledger.domain.values import LlmUsage
-from flowledger.infrastructure.task_queries import TaskQueries
+from flowledger.infrastructure.engine.task_reads import TaskQueries
 
 SYSTEM_PROMPT = (
     "You are a task classification engine. Reply with one JSON object and nothing else: "

@@ -28,9 +28,9 @@ from flowledger.domain.task_views import (
     TaskStatus,
 )
 from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.history import HistoryEntry, history_entry
 from flowledger.infrastructure.settings import Settings
-from flowledger.infrastructure.task_index import LogIndex
 
 T = TypeVar("T")
 _INDEX_LOCK = threading.Lock()

@@ -21,8 +21,8 @@ from eventsourcing.persistence import (
 from eventsourcing.postgres import PostgresDatastore, PostgresFactory, PostgresProcessRecorder
 from eventsourcing.utils import Environment, EnvType, retry
 
-from flowledger.infrastructure.pg_notify import Notifier
-from flowledger.infrastructure.recorder import FlowledgerApplicationRecorder
+from flowledger.infrastructure.postgres.notify import Notifier
+from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 
 
 class FlowledgerProcessRecorder(PostgresProcessRecorder, FlowledgerApplicationRecorder):

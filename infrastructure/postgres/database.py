@@ -8,7 +8,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from flowledger.infrastructure.settings import MEMORY_URL
 
-POSTGRES_FACTORY_TOPIC = "flowledger.infrastructure.pg_factory:FlowledgerPostgresFactory"
+POSTGRES_FACTORY_TOPIC = "flowledger.infrastructure.postgres.factory:FlowledgerPostgresFactory"
 """The library factory for PostgreSQL: its event log is flowledger's recorder (issue 6)."""
 
 

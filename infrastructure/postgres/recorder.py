@@ -59,8 +59,8 @@ from psycopg import Connection, Cursor
 from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
-from flowledger.infrastructure import pg_sql
-from flowledger.infrastructure.pg_notify import FlowledgerSubscription, Notifier
+from flowledger.infrastructure.postgres import sql as pg_sql
+from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 
 _RETRYABLE = (InterfaceError, OperationalError)
 _CURSOR_ATTRIBUTE = "_flowledger_append_cursor"

@@ -18,14 +18,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from flowledger.adapters.cli.demo_llm import run_llm_sessions, simulator_client
-from flowledger.adapters.cli.demo_tasks import run_task_scenario
+from flowledger.adapters.cli.demo.llm import run_llm_sessions, simulator_client
+from flowledger.adapters.cli.demo.tasks import run_task_scenario
 from flowledger.adapters.cli.projection_commands import show_analytics
 from flowledger.adapters.cli.rendering import history_table, session_table
-from flowledger.adapters.llm import (
-    SimulatorConfig,
-    run_simulator,
-)
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.session_views import SessionStatus
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine

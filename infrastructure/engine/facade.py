@@ -29,16 +29,16 @@ from flowledger.domain.ports import LlmPort
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_ttl
-from flowledger.infrastructure.application import FlowledgerApplication
-from flowledger.infrastructure.database import ensure_schema, library_env
-from flowledger.infrastructure.embedded import embedded_database_url
+from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.engine.keyed_locks import KeyedLocks
+from flowledger.infrastructure.engine.sessions import SessionCommands
+from flowledger.infrastructure.engine.steps import StepProcessing
+from flowledger.infrastructure.engine.tasks import TaskCommands
+from flowledger.infrastructure.engine.write_cache import WriteCache
 from flowledger.infrastructure.history import HistoryEntry, history_entry
-from flowledger.infrastructure.keyed_locks import KeyedLocks
-from flowledger.infrastructure.session_commands import SessionCommands
+from flowledger.infrastructure.postgres.database import ensure_schema, library_env
+from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
-from flowledger.infrastructure.step_processing import StepProcessing
-from flowledger.infrastructure.task_commands import TaskCommands
-from flowledger.infrastructure.write_cache import WriteCache
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]

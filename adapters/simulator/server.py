@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from flowledger.adapters.llm.simulator_replies import (
+from flowledger.adapters.simulator.replies import (
     FAULTS,
     PromptCache,
     SimulatorConfig,

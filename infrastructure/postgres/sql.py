@@ -1,7 +1,7 @@
 """SQL for flowledger's PostgreSQL event log: the table, the append function, the reads.
 
 Kept apart from the recorder so that the statements (and the reasoning in their
-comments) can be read in one place. See ``flowledger.infrastructure.recorder`` for
+comments) can be read in one place. See ``flowledger.infrastructure.postgres.recorder`` for
 why the append takes ids inside a short section and why readers stop at a horizon.
 """
 

@@ -25,8 +25,8 @@ from flowledger.domain.task_views import (
     TaskStatus,
 )
 from flowledger.domain.values import JsonObject
-from flowledger.infrastructure.task_classification import TaskClassification
-from flowledger.infrastructure.task_queries import agent_key
+from flowledger.infrastructure.engine.classification import TaskClassification
+from flowledger.infrastructure.engine.task_reads import agent_key
 
 
 class TaskCommands(TaskClassification):

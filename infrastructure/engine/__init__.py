@@ -1,0 +1,1 @@
+"""The use cases behind the Engine facade, composed over one aggregate store."""

@@ -1,0 +1,1 @@
+"""PostgreSQL: the event-log recorder, its SQL, schema management, notifications, embedded server."""
