@@ -95,6 +95,16 @@ class ConcurrentUpdate(FlowledgerError):
         self.attempts = attempts
 
 
+class StoreUnavailable(FlowledgerError):
+    """The event store could not be reached (or did not answer) within its deadline."""
+
+    def __init__(self, operation: str, detail: str, retry_after: float = 1.0) -> None:
+        super().__init__(f"the event store is unavailable ({operation}): {detail}")
+        self.operation = operation
+        self.detail = detail
+        self.retry_after = retry_after
+
+
 class TaskError(FlowledgerError):
     """An error about one task."""
 

@@ -26,9 +26,22 @@ class Settings:
     llm_api_key: str | None = None
     pricing_file: Path | None = None
     snapshot_interval: int = 50
-    max_conflict_retries: int = 8
+    max_conflict_retries: int = 64
+    """Optimistic-concurrency retries per command (jittered backoff) before ConcurrentUpdate."""
     pool_size: int = 20
     write_cache_size: int = 10_000
+    recent_steps: int = 20
+    """Steps (and failures) a session keeps in its state and snapshots; the rest are read from events."""
+    connect_timeout_s: float = 3.0
+    """Deadline for opening one database connection."""
+    pool_timeout_s: float = 5.0
+    """Deadline for taking a connection from the pool."""
+    statement_timeout_s: float = 10.0
+    """Deadline for one SQL statement (server side)."""
+    operation_deadline_s: float = 15.0
+    """Deadline for one engine operation with its retries; past it, StoreUnavailable."""
+    step_lease_s: float = 15.0
+    """How long a started step's worker holds its idempotency key without renewing it."""
 
     def __post_init__(self) -> None:
         if not _SCHEMA_NAME.match(self.schema):

@@ -1,0 +1,75 @@
+"""The base of flowledger's aggregates: every event carries its command's id and one clock's time.
+
+The store opens a command on an aggregate with ``begin(command_id, now)`` before calling
+one of its methods, and closes it with ``end()``. Every event the method triggers then
+
+- carries ``command_id`` (an attribute stored with the event's other fields, not a
+  dataclass field, so adding it changed no event's class version): after an unknown
+  commit outcome the store reads the stream back and knows its own events;
+- is stamped ``max(now, the stream's last timestamp)``: one clock (the engine's), never
+  running backwards within a stream, whatever the writing host's wall clock says.
+
+Events replayed from the log keep what they were stored with; events of old logs have
+no ``command_id`` and read as ``None``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from eventsourcing.domain import Aggregate
+
+
+class CommandScope:
+    """The id and time of the command now running on an aggregate."""
+
+    __slots__ = ("command_id", "now")
+
+    def __init__(self, command_id: str, now: datetime) -> None:
+        self.command_id = command_id
+        self.now = now
+
+
+class FlowledgerAggregate(Aggregate):
+    """An event-sourced aggregate whose events carry the command id and a monotonic stamp."""
+
+    def begin(self, command_id: str, now: datetime) -> None:
+        """Open a command: events triggered until ``end()`` carry ``command_id`` and ``now``."""
+        # Stored on the class-level slot name below, then removed by end(): a snapshot
+        # copies vars(aggregate), and must never carry a command's scope.
+        self.__dict__["_command"] = CommandScope(command_id, now)
+
+    def end(self) -> None:
+        """Close the command opened by ``begin`` (a no-op when none is open)."""
+        self.__dict__.pop("_command", None)
+
+    def tag_creation(self, command_id: str, now: datetime) -> None:
+        """Give a just-created aggregate's first event the command's id and time.
+
+        Creation runs through the library's metaclass, before there is an aggregate to
+        ``begin`` on; the store calls this right after, before the event is saved.
+        """
+        first = self.pending_events[0]
+        object.__setattr__(first, "timestamp", now)
+        object.__setattr__(first, "command_id", command_id)
+        self._created_on = now
+        self._modified_on = now
+
+    def trigger_event(self, event_class: Any, **kwargs: Any) -> None:
+        """As the library's, stamped and tagged by the open command (if any)."""
+        scope: CommandScope | None = self.__dict__.get("_command")
+        if scope is None:
+            super().trigger_event(event_class, **kwargs)
+            return
+        if kwargs.get("timestamp") is None:
+            last = self.__dict__.get("_modified_on")
+            kwargs["timestamp"] = scope.now if last is None or scope.now >= last else last
+        super().trigger_event(event_class, **kwargs)
+        object.__setattr__(self.pending_events[-1], "command_id", scope.command_id)
+
+
+def command_id_of(event: Any) -> str | None:
+    """The id of the command that triggered a stored or pending event (None for old events)."""
+    value = getattr(event, "command_id", None)
+    return value if isinstance(value, str) else None
