@@ -31,6 +31,8 @@ EXIT_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.CircuitOpen, 7),
     (errors.LlmNotConfigured, 7),
     (errors.LlmError, 7),
+    # The store did not answer within its deadline: retry later (sysexits' EX_TEMPFAIL).
+    (errors.StoreUnavailable, 75),
     (errors.FlowledgerError, 1),
 )
 

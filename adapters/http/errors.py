@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -27,6 +29,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.LlmNotConfigured, 501),
     (errors.CircuitOpen, 503),
     (errors.ConcurrentUpdate, 503),
+    (errors.StoreUnavailable, 503),
     (errors.LlmCallFailed, 502),
     (errors.LlmError, 502),
     (errors.FlowledgerError, 400),
@@ -36,6 +39,13 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
 def status_for(error: errors.FlowledgerError) -> int:
     """The HTTP status for an error, by the first matching row of STATUS_CODES."""
     return next(code for kind, code in STATUS_CODES if isinstance(error, kind))
+
+
+def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
+    """Extra response headers: ``Retry-After`` (whole seconds, at least 1) when the store is down."""
+    if isinstance(error, errors.StoreUnavailable):
+        return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
+    return {}
 
 
 def error_body(message: str) -> dict[str, object]:
@@ -48,7 +58,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_flowledger_error(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, errors.FlowledgerError)  # registered for that type only
-        return JSONResponse(error_body(str(error)), status_code=status_for(error))
+        return JSONResponse(error_body(str(error)), status_code=status_for(error), headers=headers_for(error))
 
     async def on_invalid_request(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
