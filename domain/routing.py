@@ -2,7 +2,8 @@
 
 A pure policy. Latencies come from recorded usage (the ``latency_ms`` of past
 StepProcessed events), never from a constant table; costs come from the caller
-(the adapter's price table). Optional tiers restrict which models a priority may use.
+(``PriceTable.estimate``, the domain's pricing rule). Optional tiers restrict which
+models a priority may use.
 """
 
 from __future__ import annotations

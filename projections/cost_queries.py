@@ -13,6 +13,7 @@ from typing import Any
 from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.pricing import ModelPrice, TokenCounts, cost_of, model_names
 
 GROUPINGS: Mapping[str, str] = {
     "model": "coalesce(model, '(none)')",
@@ -48,16 +49,22 @@ class DashboardRow:
 
 @dataclass(frozen=True)
 class Price:
-    """USD per token of each type; cached input and reasoning output fall back to their base.
-
-    ``input_tokens`` include the cached ones and ``output_tokens`` the reasoning ones, so
-    each is split before pricing (the same rule the LLM adapter's price table applies).
-    """
+    """USD per token of each type, positionally; kept for callers of ``reprice`` that built
+    prices this way. It is the domain's ``ModelPrice`` under other names."""
 
     input_per_token: Decimal
     output_per_token: Decimal
     cached_input_per_token: Decimal | None = None
     reasoning_output_per_token: Decimal | None = None
+
+    def model_price(self) -> ModelPrice:
+        """The same prices as a ``ModelPrice`` (validated there)."""
+        return ModelPrice(
+            input_cost_per_token=self.input_per_token,
+            output_cost_per_token=self.output_per_token,
+            cache_read_input_token_cost=self.cached_input_per_token,
+            output_cost_per_reasoning_token=self.reasoning_output_per_token,
+        )
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,7 @@ def _json_counts(text: str | None) -> dict[str, int]:
 def reprice(
     conn: Connection[Any],
     reader: str,
-    prices: Mapping[str, Price],
+    prices: Mapping[str, ModelPrice | Price],
     *,
     as_model: str | None = None,
     since: datetime,
@@ -163,54 +170,61 @@ def reprice(
 ) -> list[RepriceRow]:
     """What the recorded usage would have cost: each call at its own model's price in ``prices``,
     or every call at ``as_model``'s price. Calls without a price are counted but not priced.
+
+    The database sums tokens per group and model; the domain's ``cost_of`` prices the sums
+    (the rule is linear), so no second pricing formula lives in SQL.
     """
-    if as_model is not None and as_model not in prices:
-        raise KeyError(f"no price for {as_model!r}")
-    models = list(prices)
+    table = {model: _model_price(price) for model, price in prices.items()}
+    if as_model is not None and as_model not in table:
+        raise ValidationError("as_model", f"no price for {as_model!r}; have {sorted(table)}")
     statement = sql.SQL("""
-        WITH prices AS (
-            SELECT * FROM unnest(%(models)s::text[], %(input)s::numeric[], %(cached)s::numeric[],
-                                 %(output)s::numeric[], %(reasoning)s::numeric[])
-                          AS p(price_model, input, cached, output, reasoning)
-        ), calls AS (
-            SELECT {groups}, c.*, p.price_model AS priced_as,
-                   (c.input_tokens - c.cache_read_input_tokens) * p.input
-                   + c.cache_read_input_tokens * coalesce(p.cached, p.input)
-                   + (c.output_tokens - c.reasoning_output_tokens) * p.output
-                   + c.reasoning_output_tokens * coalesce(p.reasoning, p.output) AS repriced
+        WITH calls AS (
+            SELECT {groups}, c.request_model AS priced_request_model, c.model AS priced_model,
+                   c.input_tokens, c.output_tokens, c.cache_read_input_tokens,
+                   c.reasoning_output_tokens, c.cost_usd
             FROM {reader}.llm_calls AS c
-            LEFT JOIN LATERAL (
-                -- The asked-for model first (providers answer with dated names), then
-                -- the answering one, each also without a ``provider/`` prefix.
-                SELECT * FROM prices
-                WHERE price_model IN (%(as_model)s::text, c.request_model, c.model,
-                                      regexp_replace(c.request_model, '^.*/', ''),
-                                      regexp_replace(c.model, '^.*/', ''))
-                ORDER BY price_model = %(as_model)s::text DESC NULLS LAST,
-                         price_model = c.request_model DESC NULLS LAST,
-                         price_model = regexp_replace(c.request_model, '^.*/', '') DESC NULLS LAST,
-                         price_model = c.model DESC NULLS LAST
-                LIMIT 1
-            ) AS p ON true
             WHERE occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
         )
-        SELECT {keys}, count(*), count(priced_as),
-               coalesce(sum(cost_usd) FILTER (WHERE priced_as IS NOT NULL), 0),
-               coalesce(sum(repriced), 0)
-        FROM calls GROUP BY {keys} ORDER BY {keys}
+        SELECT {keys}, priced_request_model, priced_model, count(*), coalesce(sum(cost_usd), 0),
+               sum(input_tokens), sum(output_tokens), sum(cache_read_input_tokens),
+               sum(reasoning_output_tokens)
+        FROM calls GROUP BY {keys}, priced_request_model, priced_model ORDER BY {keys}
     """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=_keys(len(by)))
-    params = {
-        "models": models,
-        "input": [prices[m].input_per_token for m in models],
-        "cached": [prices[m].cached_input_per_token for m in models],
-        "output": [prices[m].output_per_token for m in models],
-        "reasoning": [prices[m].reasoning_output_per_token for m in models],
-        "as_model": as_model,
-        "since": since,
-        "until": until,
-    }
     width = max(len(by), 1)
-    return [
-        RepriceRow(tuple(r[:width]), r[width], r[width + 1], r[width + 2], r[width + 3])
-        for r in conn.execute(statement, params).fetchall()
-    ]
+    totals: dict[tuple[Any, ...], list[Any]] = {}
+    for row in conn.execute(statement, {"since": since, "until": until}).fetchall():
+        group = tuple(row[:width])
+        request_model, model, calls, recorded, *sums = row[width:]
+        total = totals.setdefault(group, [0, 0, Decimal(0), Decimal(0)])
+        total[0] += calls
+        price = _price_of(table, as_model, request_model, model)
+        if price is None:
+            continue
+        tokens = TokenCounts(
+            input_tokens=int(sums[0]),
+            output_tokens=int(sums[1]),
+            cache_read_input_tokens=int(sums[2]),
+            reasoning_output_tokens=int(sums[3]),
+        )
+        total[1] += calls
+        total[2] += recorded
+        total[3] += cost_of(tokens, price)
+    return [RepriceRow(group, *total) for group, total in totals.items()]
+
+
+def _model_price(price: ModelPrice | Price) -> ModelPrice:
+    return price if isinstance(price, ModelPrice) else price.model_price()
+
+
+def _price_of(
+    table: Mapping[str, ModelPrice], as_model: str | None, request_model: str | None, model: str | None
+) -> ModelPrice | None:
+    # The asked-for model first, then the requested one (providers answer with dated
+    # names), then the answering one, each also without a ``provider/`` prefix.
+    if as_model is not None:
+        return table[as_model]
+    for name in (request_model, model):
+        for candidate in model_names(name) if name else ():
+            if candidate in table:
+                return table[candidate]
+    return None

@@ -24,7 +24,6 @@ from flowledger.infrastructure import Engine
 from flowledger.projections import (
     DashboardRow,
     FunnelReport,
-    Price,
     Projector,
     dashboard,
     follow_until_stopped,
@@ -226,15 +225,7 @@ def dashboard_command(
             console.print(dashboard_table(rows, groups, f"model calls, last {since}"))
             if reprice_as is not None:
                 table = load_price_table(engine.settings.pricing_file)
-                prices = {
-                    m: Price(
-                        p.input_cost_per_token,
-                        p.output_cost_per_token,
-                        p.cache_read_input_token_cost,
-                        p.output_cost_per_reasoning_token,
-                    )
-                    for m, p in table.prices.items()
-                }
+                prices = table.prices
                 if reprice_as not in prices:
                     raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
                 repriced = reprice(

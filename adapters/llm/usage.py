@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowledger.adapters.llm.completion import ParsedCompletion
-from flowledger.adapters.llm.pricing import ModelPrice
 from flowledger.adapters.llm.retry import AttemptOutcome
+from flowledger.domain.pricing import ModelPrice
 from flowledger.domain.values import LlmUsage
 
 
