@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowledger.domain.prompts import CLASSIFICATION_MARKER, STEP_LINE
+
 # Mean latencies from the seed's model table (ms); the simulator draws around them.
 DEFAULT_MODEL_LATENCY_MS: dict[str, float] = {
     "deepseek-v3.2": 45.0,
@@ -42,7 +44,7 @@ _COMPLEXITY = (
     ("low", ("typo", "copy", "rename", "small", "docs")),
 )
 _HOURS = {"low": 1.5, "medium": 4.0, "high": 12.0, "critical": 6.0}
-_STEP_LINE = re.compile(r"Current step: ([^\n]+)")
+_STEP_LINE = re.compile(re.escape(STEP_LINE) + r"([^\n]+)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +125,7 @@ def step_decision(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON decision a well-behaved model would give for the step named in the prompt."""
     system = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
     user = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
-    if "task classification engine" in system:
+    if CLASSIFICATION_MARKER in system:
         return task_classification(user)
     found = _STEP_LINE.search(system)
     step = found.group(1).strip() if found else "reply"

@@ -1,0 +1,163 @@
+"""Every prompt flowledger sends and the parsers of the replies: one home for the model contract.
+
+Two conversations: deciding a workflow step (``step_messages`` / ``parse_step_reply``) and
+classifying a task (``classification_messages`` / ``parse_classification_reply``). Pure:
+the LLM adapter sends the messages; the engine records what the parsers read. The LLM
+simulator recognises each conversation by ``CLASSIFICATION_MARKER`` and ``STEP_LINE``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification
+from flowledger.domain.values import JsonObject, LlmUsage
+
+STEP_REPLY_KEYS = ("action", "context_update", "next_step", "message")
+STEP_LINE = "Current step: "
+"""Starts the line of the step prompt that names the step (the simulator reads it)."""
+
+CLASSIFICATION_MARKER = "task classification engine"
+"""In the classification prompt, and nowhere else (the simulator recognises it by this)."""
+
+CLASSIFICATION_SYSTEM_PROMPT = (
+    f"You are a {CLASSIFICATION_MARKER}. Reply with one JSON object and nothing else: "
+    f'{{"category": one of {list(CATEGORIES)}, "complexity": one of {list(COMPLEXITIES)}, '
+    '"estimated_hours": a positive number}.'
+)
+
+
+class ClassifiableTask(Protocol):
+    """What the classification prompt needs of a task (``domain.task.Task`` has it)."""
+
+    @property
+    def description(self) -> str:
+        """What the task is, in the requester's words."""
+        ...
+
+    @property
+    def required_skills(self) -> Sequence[str]:
+        """The skills the requester listed."""
+        ...
+
+
+def classification_messages(task: ClassifiableTask) -> list[dict[str, Any]]:
+    """The chat messages that ask a model to classify ``task``."""
+    skills = ", ".join(task.required_skills) or "none listed"
+    return [
+        {"role": "system", "content": CLASSIFICATION_SYSTEM_PROMPT},
+        {"role": "user", "content": f"Classify this task: {task.description}\nRequired skills: {skills}"},
+    ]
+
+
+def parse_classification_reply(content: str, usage: LlmUsage | None) -> Classification:
+    """Read a model's classification; raise ValidationError if it is not a valid one."""
+    return Classification.from_reply(content, usage)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepReply:
+    """A model's decision for one workflow step, read from its reply.
+
+    ``structured`` is False when the reply was not a JSON object: the whole text
+    becomes ``message`` and nothing else is taken from it. ``problems`` lists fields
+    that were present but unusable (and therefore dropped).
+    """
+
+    action: str | None
+    context_update: JsonObject | None
+    next_step: str | None
+    message: str
+    structured: bool
+    problems: tuple[str, ...] = ()
+
+    def output(self) -> JsonObject:
+        """The step's recorded output: the decision plus how it was read."""
+        return {
+            "action": self.action,
+            "message": self.message,
+            "reply_format": "json" if self.structured else "text",
+            "problems": list(self.problems),
+        }
+
+
+def parse_step_reply(content: str) -> StepReply:
+    """Read ``action``, ``context_update``, ``next_step`` and ``message`` from a model reply.
+
+    Models often wrap JSON in a Markdown fence; that is accepted. Anything that is not
+    a JSON object falls back to a plain message, flagged ``structured=False``.
+    """
+    data = _json_object(content)
+    if data is None:
+        return StepReply(action=None, context_update=None, next_step=None, message=content, structured=False)
+    problems: list[str] = []
+    action = _optional_text(data.get("action"), "action", problems, limit=200)
+    next_step = _optional_text(data.get("next_step"), "next_step", problems, limit=200)
+    message = _optional_text(data.get("message"), "message", problems, limit=None) or ""
+    update = data.get("context_update")
+    if update is not None and not _plain_json_object(update):
+        problems.append("context_update is not a plain JSON object")
+        update = None
+    return StepReply(
+        action=action,
+        context_update=update or None,
+        next_step=next_step,
+        message=message,
+        structured=True,
+        problems=tuple(problems),
+    )
+
+
+def step_messages(
+    *, step: str, previous_step: str, context: JsonObject, input: JsonObject
+) -> list[dict[str, Any]]:
+    """The chat messages that ask a model to decide one step, as a JSON object."""
+    merged = {**context, **input}
+    system = (
+        "You process one step of a stateful workflow.\n"
+        f"{STEP_LINE}{step}\nPrevious step: {previous_step}\n"
+        "Decide what action to take next, what to store in the session context, and "
+        "which step comes next. Reply with a JSON object with the keys "
+        '"action" (string), "context_update" (object), "next_step" (string or null) '
+        'and "message" (string, for the user).'
+    )
+    user = json.dumps(merged, ensure_ascii=False, sort_keys=True, default=str)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def _json_object(content: str) -> dict[str, Any] | None:
+    text = content.strip()
+    if text.startswith("```"):
+        text = text.strip("`").strip()
+        if text.startswith("json"):
+            text = text[4:]
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _plain_json_object(value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
+def _optional_text(value: Any, name: str, problems: list[str], *, limit: int | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        problems.append(f"{name} is not a non-empty string")
+        return None
+    if limit is not None and len(value) > limit:
+        problems.append(f"{name} is longer than {limit} characters")
+        return None
+    return value

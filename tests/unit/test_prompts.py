@@ -1,0 +1,67 @@
+"""The one prompts module: what each conversation asks, how replies are read, and who else relies on it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from flowledger.adapters.simulator.replies import step_decision
+from flowledger.domain import ports, prompts
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES
+
+
+@dataclass
+class _Task:
+    description: str
+    required_skills: list[str] = field(default_factory=list)
+
+
+def test_the_classification_prompt_asks_for_one_json_object_with_the_domain_vocabularies() -> None:
+    messages = prompts.classification_messages(_Task("Fix the race in checkout", ["python", "sql"]))
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert messages[0]["content"] == prompts.CLASSIFICATION_SYSTEM_PROMPT
+    assert all(name in messages[0]["content"] for name in (*CATEGORIES, *COMPLEXITIES))
+    assert (
+        messages[1]["content"] == "Classify this task: Fix the race in checkout\nRequired skills: python, sql"
+    )
+
+
+def test_a_task_without_skills_says_none_listed() -> None:
+    [_, user] = prompts.classification_messages(_Task("Write the runbook"))
+    assert user["content"].endswith("Required skills: none listed")
+
+
+def test_a_classification_reply_is_read_into_a_classification_with_its_usage() -> None:
+    reply = 'Sure: {"category": "Bug_Fix", "complexity": "high", "estimated_hours": 12}'
+    classification = prompts.parse_classification_reply(reply, None)
+    assert (classification.category, classification.complexity, classification.estimated_hours) == (
+        "bug_fix",
+        "high",
+        12.0,
+    )
+
+
+def test_an_unusable_classification_reply_is_a_validation_error() -> None:
+    with pytest.raises(ValidationError):
+        prompts.parse_classification_reply("I think it is a bug", None)
+
+
+def test_the_step_names_stay_importable_from_the_port() -> None:
+    assert ports.parse_step_reply is prompts.parse_step_reply
+    assert ports.step_messages is prompts.step_messages
+    assert ports.StepReply is prompts.StepReply
+    assert ports.STEP_REPLY_KEYS == prompts.STEP_REPLY_KEYS
+
+
+def test_the_simulator_recognises_both_conversations_by_the_prompts_own_text() -> None:
+    # Given the messages the engine sends for a task and for a step
+    classify = prompts.classification_messages(_Task("Deploy the helm chart"))
+    step = prompts.step_messages(step="greet", previous_step="init", context={}, input={"message": "hi"})
+    # Then the simulator answers each in its own shape, and the parsers accept the answers
+    classification = prompts.parse_classification_reply(json.dumps(step_decision(classify)), None)
+    assert classification.category == "deployment"
+    decision = prompts.parse_step_reply(json.dumps(step_decision(step)))
+    assert (decision.action, decision.next_step, decision.structured) == ("greet", "classify_intent", True)
