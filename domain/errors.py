@@ -9,6 +9,9 @@ FlowledgerError
 │   ├── SessionClosed          carries ``status``
 │   └── StepInProgress         another worker holds the step's idempotency key
 ├── ConcurrentUpdate           optimistic-concurrency retries ran out
+├── StoreUnavailable           the event store did not answer within its deadline;
+│                              carries ``operation`` and ``retry_after`` (seconds)
+├── RebuildInProgress          another process is rebuilding ``projection``
 ├── TaskError                  carries ``task_id``
 │   ├── TaskNotFound
 │   ├── TaskConflict           created again with another description, skills or priority
@@ -103,6 +106,14 @@ class StoreUnavailable(FlowledgerError):
         self.operation = operation
         self.detail = detail
         self.retry_after = retry_after
+
+
+class RebuildInProgress(FlowledgerError):
+    """Another process is rebuilding or verifying this projection."""
+
+    def __init__(self, projection: str) -> None:
+        super().__init__(f"projection {projection!r} is being rebuilt or verified elsewhere")
+        self.projection = projection
 
 
 class TaskError(FlowledgerError):

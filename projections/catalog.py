@@ -16,6 +16,7 @@ from typing import Any
 
 from psycopg import Connection, Cursor
 
+from flowledger.domain.errors import ValidationError
 from flowledger.projections.base import Projection
 from flowledger.projections.sql import q
 
@@ -68,7 +69,9 @@ class Names:
     @staticmethod
     def _checked(name: str) -> str:
         if len(name) > _MAX_IDENTIFIER:
-            raise ValueError(f"schema name {name!r} is longer than {_MAX_IDENTIFIER} characters")
+            raise ValidationError(
+                "store_schema", f"schema name {name!r} is longer than {_MAX_IDENTIFIER} characters"
+            )
         return name
 
 

@@ -16,6 +16,7 @@ from eventsourcing import persistence as es_persistence
 from eventsourcing.persistence import Notification
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
+from flowledger.domain.errors import StoreUnavailable
 from flowledger.projections.catalog import install
 from flowledger.projections.processor import BatchHook, Projector
 
@@ -81,7 +82,8 @@ def _next_batch(inbox: Queue[Notification | BaseException | None], limit: int) -
             if isinstance(item, BaseException):
                 raise item
             if item is None:
-                raise RuntimeError("the notification subscription ended")
+                # Nothing stops the subscription but us: ending early means its connection went.
+                raise StoreUnavailable("follow", "the notification subscription ended")
             batch.append(item)
             if len(batch) >= limit:
                 break
@@ -91,9 +93,10 @@ def _next_batch(inbox: Queue[Notification | BaseException | None], limit: int) -
     return batch
 
 
-# What a lost or restarted database looks like to the follower (psycopg's own errors, and
-# the event library's wrappers of them when they surface through the recorder).
+# What a lost or restarted database looks like to the follower (ours, psycopg's own errors,
+# and the event library's wrappers of them when they surface through the recorder).
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    StoreUnavailable,
     psycopg.OperationalError,
     psycopg.InterfaceError,
     es_persistence.OperationalError,

@@ -18,6 +18,7 @@ import psycopg
 from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
 from psycopg import Connection, Cursor
 
+from flowledger.domain.errors import ValidationError
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.calls import call_of
 from flowledger.projections.catalog import Names, active_schemas, install
@@ -55,7 +56,7 @@ class Projector:
         batch_size: int = 2000,
     ) -> None:
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise ValidationError("batch_size", f"must be >= 1, got {batch_size}")
         self.database_url = database_url
         self.names = Names(store_schema)
         self.recorder = recorder
@@ -68,13 +69,13 @@ class Projector:
         return psycopg.connect(self.database_url, autocommit=True)
 
     def select(self, wanted: Sequence[str] | None) -> list[Projection]:
-        """The projections named in ``wanted`` (all when None); unknown names raise KeyError."""
+        """The projections named in ``wanted`` (all when None); unknown names raise ValidationError."""
         if not wanted:
             return list(self.projections)
         by_name = {p.name: p for p in self.projections}
         missing = [name for name in wanted if name not in by_name]
         if missing:
-            raise KeyError(f"unknown projection(s) {missing}; known: {sorted(by_name)}")
+            raise ValidationError("projection", f"unknown projection(s) {missing}; known: {sorted(by_name)}")
         return [by_name[name] for name in wanted]
 
     def live(self, projections: Sequence[Projection]) -> Resolve:

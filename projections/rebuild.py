@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg import Connection, Cursor
 
-from flowledger.domain.errors import FlowledgerError
+from flowledger.domain.errors import RebuildInProgress as RebuildInProgress  # its old home
 from flowledger.projections.catalog import (
     create_build,
     drop_build,
@@ -20,14 +20,6 @@ from flowledger.projections.catalog import (
 )
 from flowledger.projections.processor import Progress, Projector, Resolve, Target
 from flowledger.projections.sql import q
-
-
-class RebuildInProgress(FlowledgerError):
-    """Another process is rebuilding or verifying this projection."""
-
-    def __init__(self, projection: str) -> None:
-        super().__init__(f"projection {projection!r} is being rebuilt or verified elsewhere")
-        self.projection = projection
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from rich.console import Console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.simulator.replies import FaultRates, SimulatorConfig
 from flowledger.adapters.simulator.server import Simulator
-from flowledger.domain.errors import ValidationError
 
 console = Console()
 
@@ -36,17 +35,14 @@ def simulate_llm(
 ) -> None:
     """Serve an OpenAI-compatible /v1/chat/completions with realistic usage, latency and faults."""
     with reported_errors():
-        try:
-            faults = FaultRates(
-                rate_limited=rate_limited,
-                server_error=server_error,
-                unavailable=unavailable,
-                timeout=timeout,
-                malformed=malformed,
-                dropped=dropped,
-            )
-        except ValueError as error:
-            raise ValidationError("faults", str(error)) from None
+        faults = FaultRates(  # a ValidationError for impossible rates
+            rate_limited=rate_limited,
+            server_error=server_error,
+            unavailable=unavailable,
+            timeout=timeout,
+            malformed=malformed,
+            dropped=dropped,
+        )
         config = SimulatorConfig(
             host=host,
             port=port,

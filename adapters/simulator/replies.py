@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowledger.domain.errors import ValidationError
 from flowledger.domain.prompts import CLASSIFICATION_MARKER, STEP_LINE
 
 # Mean latencies from the seed's model table (ms); the simulator draws around them.
@@ -61,7 +62,7 @@ class FaultRates:
     def __post_init__(self) -> None:
         values = [getattr(self, name) for name in self.__dataclass_fields__]
         if any(not 0 <= v <= 1 for v in values) or sum(values) > 1:
-            raise ValueError(f"fault rates must be in [0, 1] and sum to at most 1, got {values}")
+            raise ValidationError("faults", f"rates must be in [0, 1] and sum to at most 1, got {values}")
 
     def draw(self, rng: random.Random) -> str | None:
         """A fault name from FAULTS, or None for a normal reply."""

@@ -28,6 +28,7 @@ from flowledger.adapters.simulator.replies import (
     step_decision,
     stream_chunks,
 )
+from flowledger.domain.errors import ValidationError
 
 _REASONS = {
     200: "OK",
@@ -59,7 +60,11 @@ class Simulator:
 
     async def start(self) -> None:
         """Listen on the configured host and port (0 picks a free port)."""
-        self._server = await asyncio.start_server(self._connection, self.config.host, self.config.port)
+        try:
+            self._server = await asyncio.start_server(self._connection, self.config.host, self.config.port)
+        except OSError as error:  # taken, not ours to bind, or not an address of this host
+            where = f"{self.config.host}:{self.config.port}"
+            raise ValidationError("port", f"cannot listen on {where}: {error.strerror or error}") from None
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
