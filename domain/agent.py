@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from eventsourcing.domain import Aggregate, event
+from eventsourcing.domain import event
 
+from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import AgentProfile
 from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
 from flowledger.domain.task_views import AgentState, ReleaseOutcome
@@ -41,10 +42,10 @@ def require_capacity(capacity: int) -> int:
     return capacity
 
 
-class Agent(Aggregate):
+class Agent(FlowledgerAggregate):
     """An agent: its skills, capacity, and the tasks it holds."""
 
-    class Registered(Aggregate.Created):
+    class Registered(FlowledgerAggregate.Created):
         """The agent joined the pool."""
 
         class_version = 1
@@ -54,20 +55,20 @@ class Agent(Aggregate):
         skills: list[str]
         capacity: int
 
-    class CapacityChanged(Aggregate.Event):
+    class CapacityChanged(FlowledgerAggregate.Event):
         """The agent's capacity changed (never below its load)."""
 
         class_version = 1
         capacity: int
 
-    class TaskAccepted(Aggregate.Event):
+    class TaskAccepted(FlowledgerAggregate.Event):
         """The agent took a task; its load rose by one."""
 
         class_version = 1
         task_id: str
         accepted_at: datetime
 
-    class TaskReleased(Aggregate.Event):
+    class TaskReleased(FlowledgerAggregate.Event):
         """The agent stopped holding a task (completed, released or escalated)."""
 
         class_version = 1

@@ -1,20 +1,37 @@
 """The Session aggregate: a workflow session whose every transition is an event.
 
-Public methods check and compute (ids, clocks and prices come in as arguments);
-the ``@event`` methods only assign, because they run again on every replay.
+Public methods check and compute (ids, clocks, leases and prices come in as arguments).
+Every event is an explicit class whose ``apply`` only assigns, because it runs again on
+every replay; the session uses that style throughout (not ``@event`` methods) because a
+step's record carries its event's version and timestamp, which only the event knows.
+
+State stays bounded whatever the session's length: totals and counters, the last
+``RECENT_STEPS`` steps and failures, the pending steps, and a fixed-size filter of every
+idempotency key ever processed (see ``outcome_lookup``).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from eventsourcing.domain import Aggregate, event
-
-from flowledger.domain.errors import SessionClosed, SessionConflict, SessionExpired, ValidationError
+from flowledger.domain.aggregate import FlowledgerAggregate
+from flowledger.domain.errors import (
+    SessionClosed,
+    SessionConflict,
+    SessionError,
+    SessionExpired,
+    StepInProgress,
+    ValidationError,
+)
 from flowledger.domain.session_views import (
+    LEASE_NOT_RECORDED,
+    MAYBE_SEEN,
+    NOT_SEEN,
+    KeyLookup,
     PendingStep,
     SessionState,
     SessionStatus,
@@ -22,9 +39,24 @@ from flowledger.domain.session_views import (
     StepRecord,
     Totals,
 )
-from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name, require_object
+from flowledger.domain.values import (
+    JsonObject,
+    KeyFilter,
+    LlmUsage,
+    key_filter_may_hold,
+    key_filter_with,
+    require_json,
+    require_name,
+    require_object,
+)
 
 SESSION_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/session")
+RECENT_STEPS = 20
+"""Processed (and failed) steps a session keeps in its state and snapshots."""
+LEGACY_LEASE = timedelta(minutes=5)
+"""The lease read into steps started before leases existed (the old stale-step wait)."""
+WORKER_LOST = "worker_lost"
+"""The error type of a step attempt whose worker's lease lapsed without an outcome."""
 
 
 @lru_cache(maxsize=65_536)
@@ -33,10 +65,23 @@ def session_uuid(tenant: str, session_id: str) -> UUID:
     return uuid5(SESSION_NAMESPACE, f"{tenant}\x1f{session_id}")
 
 
-class Session(Aggregate):
-    """A workflow session: its steps, context, usage totals and expiry."""
+class StepNotPending(SessionError):
+    """No step is pending under this key (it finished, was taken over, or never started)."""
 
-    class Started(Aggregate.Created):
+    def __init__(self, session_id: str, idempotency_key: str) -> None:
+        super().__init__(session_id, f"no step of session {session_id!r} is pending as {idempotency_key!r}")
+        self.idempotency_key = idempotency_key
+
+
+class Session(FlowledgerAggregate):
+    """A workflow session: its steps, context, usage totals and expiry.
+
+    Version 2 of the state (snapshots) keeps windows and counters instead of every step.
+    """
+
+    class_version = 2
+
+    class Started(FlowledgerAggregate.Created):
         """The session was created. Version 2 added ``metadata``."""
 
         class_version = 2
@@ -52,30 +97,52 @@ class Session(Aggregate):
             """Version-1 events carried no metadata."""
             state["metadata"] = {}
 
-    class StepStarted(Aggregate.Event):
+    class StepStarted(FlowledgerAggregate.Event):
         """A step began; written before any model call, keyed for idempotency.
 
-        Version 2 added ``started_at``, read from the engine's clock (the event's own
-        timestamp is the library's wall clock), so stale-step checks use one clock.
+        Version 2 added ``started_at`` (the engine's clock); version 3 the lease:
+        ``worker`` holds the key until ``lease_until`` unless it renews it.
         """
 
-        class_version = 2
+        class_version = 3
         step: str
         input: JsonObject
         model: str | None
         idempotency_key: str
         started_at: datetime
+        lease_until: datetime
+        worker: str
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             """Version-1 events had only the library's timestamp."""
             state["started_at"] = state["timestamp"]
 
-        def apply(self, aggregate: Any) -> None:
-            """Replayed: the aggregate keeps the step as pending."""
-            aggregate.on_step_started(self)
+        @staticmethod
+        def upcast_v2_v3(state: dict[str, Any]) -> None:
+            """Version-2 steps went stale after five minutes, whoever ran them."""
+            state["lease_until"] = state["started_at"] + LEGACY_LEASE
+            state["worker"] = "unknown"
 
-    class StepProcessed(Aggregate.Event):
+        def apply(self, aggregate: Session) -> None:
+            """The step is pending, held by its worker."""
+            aggregate.pending = {**aggregate.pending, self.idempotency_key: PendingStep.of(self)}
+
+    class StepLeaseRenewed(FlowledgerAggregate.Event):
+        """The worker of a pending step is alive and holds it until ``lease_until``."""
+
+        idempotency_key: str
+        lease_until: datetime
+
+        def apply(self, aggregate: Session) -> None:
+            """The pending step's lease moves."""
+            held = aggregate.pending[self.idempotency_key]
+            aggregate.pending = {
+                **aggregate.pending,
+                self.idempotency_key: replace(held, lease_until=self.lease_until),
+            }
+
+    class StepProcessed(FlowledgerAggregate.Event):
         """A step finished, with the model usage that produced its output."""
 
         step: str
@@ -86,12 +153,29 @@ class Session(Aggregate):
         usage: LlmUsage | None
         idempotency_key: str | None
 
-        def apply(self, aggregate: Any) -> None:
-            """Replayed: the aggregate appends the step to its history."""
-            aggregate.on_step_processed(self)
+        def apply(self, aggregate: Session) -> None:
+            """Count the step, keep it in the window, and remember its key."""
+            record = StepRecord.of(self)
+            window = [*aggregate.history, record]
+            keys = dict(aggregate.recent_keys)
+            for gone in window[:-RECENT_STEPS]:
+                if gone.idempotency_key is not None and keys.get(gone.idempotency_key) == gone.version:
+                    del keys[gone.idempotency_key]
+            key = self.idempotency_key
+            if key is not None:
+                keys[key] = record.version
+                aggregate.key_filter = key_filter_with(aggregate.key_filter, key)
+                aggregate.pending = {k: p for k, p in aggregate.pending.items() if k != key}
+            aggregate.history = window[-RECENT_STEPS:]
+            aggregate.recent_keys = keys
+            aggregate.step_count += 1
+            if self.context_update:
+                aggregate.context = {**aggregate.context, **self.context_update}
+            aggregate.current_step = self.next_step or self.step
+            aggregate.totals = aggregate.totals.add(self.usage)
 
-    class StepFailed(Aggregate.Event):
-        """A step failed; the error type says why."""
+    class StepFailed(FlowledgerAggregate.Event):
+        """A step failed; the error type says why (``worker_lost``: its worker's lease lapsed)."""
 
         step: str
         error_type: str
@@ -99,39 +183,88 @@ class Session(Aggregate):
         usage: LlmUsage | None
         idempotency_key: str | None
 
-        def apply(self, aggregate: Any) -> None:
-            """Replayed: the aggregate appends the failure."""
-            aggregate.on_step_failed(self)
+        def apply(self, aggregate: Session) -> None:
+            """Count the failure and keep it in the window; its key may be retried."""
+            aggregate.failures = [*aggregate.failures, StepFailure.of(self)][-RECENT_STEPS:]
+            aggregate.failure_count += 1
+            key = self.idempotency_key
+            aggregate.pending = {k: p for k, p in aggregate.pending.items() if k != key}
+            aggregate.totals = aggregate.totals.add(self.usage)
 
-    class ContextUpdated(Aggregate.Event):
+    class ContextUpdated(FlowledgerAggregate.Event):
         """Keys were merged into the session context."""
 
         update: JsonObject
 
-    class Extended(Aggregate.Event):
+        def apply(self, aggregate: Session) -> None:
+            """Merge the keys."""
+            aggregate.context = {**aggregate.context, **self.update}
+
+    class Extended(FlowledgerAggregate.Event):
         """The session's expiry moved."""
 
         expires_at: datetime
 
-    class Completed(Aggregate.Event):
+        def apply(self, aggregate: Session) -> None:
+            """Move the expiry."""
+            aggregate.expires_at = self.expires_at
+
+    class Completed(FlowledgerAggregate.Event):
         """The session ended with a resolution."""
 
         resolution: JsonObject
 
-    class Expired(Aggregate.Event):
+        def apply(self, aggregate: Session) -> None:
+            """Close the session with its resolution."""
+            aggregate.status = SessionStatus.COMPLETED.value
+            aggregate.resolution = self.resolution
+
+    class Expired(FlowledgerAggregate.Event):
         """The session's TTL ran out."""
 
         expired_at: datetime
 
-    class Abandoned(Aggregate.Event):
+        def apply(self, aggregate: Session) -> None:
+            """Close the session as expired."""
+            aggregate.status = SessionStatus.EXPIRED.value
+
+    class Abandoned(FlowledgerAggregate.Event):
         """The caller gave the session up."""
 
         reason: str
+
+        def apply(self, aggregate: Session) -> None:
+            """Close the session as abandoned."""
+            aggregate.status = SessionStatus.ABANDONED.value
 
     @staticmethod
     def create_id(tenant: str, session_id: str) -> UUID:
         """Sessions are addressed by the caller's id; no lookup table."""
         return session_uuid(tenant, session_id)
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """A version-1 snapshot held every step: keep the window, count the rest, filter the keys."""
+        history: list[StepRecord] = state.pop("history")
+        failures: list[StepFailure] = state.pop("failures")
+        state.pop("outcomes", None)
+        key_filter: KeyFilter = []
+        for record in history:
+            if record.idempotency_key is not None:
+                key_filter = key_filter_with(key_filter, record.idempotency_key)
+        window = history[-RECENT_STEPS:]
+        state["history"] = window
+        state["failures"] = failures[-RECENT_STEPS:]
+        state["step_count"] = len(history)
+        state["failure_count"] = len(failures)
+        state["recent_keys"] = {r.idempotency_key: r.version for r in window if r.idempotency_key}
+        state["key_filter"] = key_filter
+        state["pending"] = {
+            key: replace(p, lease_until=p.started_at + LEGACY_LEASE)
+            if p.lease_until == LEASE_NOT_RECORDED
+            else p
+            for key, p in state.get("pending", {}).items()
+        }
 
     @classmethod
     def start(
@@ -159,7 +292,6 @@ class Session(Aggregate):
             metadata=metadata,
         )
 
-    @event(Started)
     def __init__(
         self,
         *,
@@ -170,6 +302,7 @@ class Session(Aggregate):
         expires_at: datetime,
         metadata: JsonObject,
     ) -> None:
+        """Apply Started (the library calls this for the created event, on every replay)."""
         self.session_id = session_id
         self.tenant = tenant
         self.workflow = workflow
@@ -180,9 +313,16 @@ class Session(Aggregate):
         self.current_step = "init"
         self.context: JsonObject = {}
         self.history: list[StepRecord] = []
+        """The last RECENT_STEPS processed steps."""
         self.failures: list[StepFailure] = []
+        """The last RECENT_STEPS failed steps."""
+        self.step_count = 0
+        self.failure_count = 0
+        self.recent_keys: dict[str, int] = {}
+        """Idempotency key -> version, for the steps in ``history``."""
+        self.key_filter: KeyFilter = []
+        """Every idempotency key ever processed, as a Bloom filter."""
         self.pending: dict[str, PendingStep] = {}
-        self.outcomes: dict[str, int] = {}
         self.totals = Totals()
         self.resolution: JsonObject | None = None
 
@@ -195,7 +335,7 @@ class Session(Aggregate):
         Expired event is kept.
         """
         if self.status == SessionStatus.ACTIVE and now >= self.expires_at:
-            self._expired(expired_at=self.expires_at)
+            self.trigger_event(self.Expired, expired_at=self.expires_at)
         if self.status == SessionStatus.EXPIRED:
             raise SessionExpired(self.session_id, self.expires_at)
         if self.status != SessionStatus.ACTIVE:
@@ -211,18 +351,90 @@ class Session(Aggregate):
             )
 
     def recorded_outcome(self, idempotency_key: str | None) -> StepRecord | None:
-        """The step already processed under this key, if any (a failed key may be retried)."""
-        if idempotency_key is None or idempotency_key not in self.outcomes:
-            return None
-        return self.history[self.outcomes[idempotency_key]]
+        """The step processed under this key if it is in the recent window (a failed key may be retried).
 
-    def start_step(self, *, step: str, input: JsonObject, model: str | None, key: str, now: datetime) -> None:
-        """Record that a step began (before its model call), at ``now`` by the engine's clock."""
+        None does not mean "never processed": ``outcome_lookup`` says whether it may have been.
+        """
+        version = None if idempotency_key is None else self.recent_keys.get(idempotency_key)
+        if version is None:
+            return None
+        return next(record for record in reversed(self.history) if record.version == version)
+
+    def outcome_lookup(self, idempotency_key: str | None) -> StepRecord | KeyLookup:
+        """The recent step processed under this key, else NOT_SEEN (certain) or MAYBE_SEEN.
+
+        MAYBE_SEEN: a step outside the window may have this key (or the filter errs, about
+        0.2 % of keys at 10,000 processed keys); the caller searches the stream's events.
+        """
+        if idempotency_key is None:
+            return NOT_SEEN
+        record = self.recorded_outcome(idempotency_key)
+        if record is not None:
+            return record
+        return MAYBE_SEEN if key_filter_may_hold(self.key_filter, idempotency_key) else NOT_SEEN
+
+    def start_step(
+        self,
+        *,
+        step: str,
+        input: JsonObject,
+        model: str | None,
+        key: str,
+        now: datetime,
+        lease_until: datetime,
+        worker: str,
+    ) -> None:
+        """Record that ``worker`` began a step (before its model call), holding ``key`` until ``lease_until``.
+
+        A key pending under a live lease is refused (StepInProgress); under a lapsed one the
+        lost attempt is recorded first (``abandon_step``), so that it stays on the books.
+        """
         require_name("step", step)
         require_object("input", input)
         require_name("idempotency_key", key)
+        require_name("worker", worker)
+        if lease_until <= now:
+            raise ValidationError("lease_until", "must be later than now")
+        if key in self.pending:
+            self.abandon_step(key, now=now, reason=f"lease lapsed; taken over by {worker}")
         self.trigger_event(
-            self.StepStarted, step=step, input=input, model=model, idempotency_key=key, started_at=now
+            self.StepStarted,
+            step=step,
+            input=input,
+            model=model,
+            idempotency_key=key,
+            started_at=now,
+            lease_until=lease_until,
+            worker=worker,
+        )
+
+    def renew_lease(self, key: str, lease_until: datetime, *, worker: str | None = None) -> None:
+        """Hold a pending step until ``lease_until``; refused once it is no longer pending
+        (or, with ``worker`` given, when another worker has taken it over)."""
+        held = self.pending.get(key)
+        if held is None or (worker is not None and held.worker != worker):
+            raise StepNotPending(self.session_id, key)
+        self.trigger_event(self.StepLeaseRenewed, idempotency_key=key, lease_until=lease_until)
+
+    def abandon_step(
+        self, key: str, now: datetime, reason: str, usage: LlmUsage | None = None
+    ) -> StepFailure:
+        """Record a pending step whose lease lapsed as failed (``worker_lost``), and return it.
+
+        The crashed worker's attempt stays on the books, with whatever is known of its
+        usage. Refused while the lease runs (StepInProgress): its worker may still be alive.
+        """
+        held = self.pending.get(key)
+        if held is None:
+            raise StepNotPending(self.session_id, key)
+        if now < held.lease_until:
+            raise StepInProgress(self.session_id, key, 0.0)
+        return self.fail_step(
+            step=held.step,
+            error_type=WORKER_LOST,
+            error_message=f"{reason} (worker {held.worker}, lease until {held.lease_until.isoformat()})",
+            usage=usage,
+            idempotency_key=key,
         )
 
     def record_step(
@@ -269,6 +481,8 @@ class Session(Aggregate):
         """Record a failed step and return it."""
         require_name("step", step)
         require_name("error_type", error_type)
+        if usage is not None and not isinstance(usage, LlmUsage):
+            raise ValidationError("usage", "must be an LlmUsage")
         self.trigger_event(
             self.StepFailed,
             step=step,
@@ -282,21 +496,21 @@ class Session(Aggregate):
     def update_context(self, update: JsonObject) -> None:
         """Merge keys into the context."""
         require_object("context_update", update)
-        self._context_updated(update=update)
+        self.trigger_event(self.ContextUpdated, update=update)
 
     def extend(self, expires_at: datetime) -> None:
         """Move the expiry (the engine computes it from its clock and a TTL)."""
-        self._extended(expires_at=expires_at)
+        self.trigger_event(self.Extended, expires_at=expires_at)
 
     def complete(self, resolution: JsonObject) -> None:
         """End the session with a resolution."""
         require_json("resolution", resolution)
-        self._completed(resolution=resolution)
+        self.trigger_event(self.Completed, resolution=resolution)
 
     def abandon(self, reason: str) -> None:
         """Give the session up."""
         require_name("reason", reason)
-        self._abandoned(reason=reason)
+        self.trigger_event(self.Abandoned, reason=reason)
 
     def state(self) -> SessionState:
         """An immutable view of the session as it stands."""
@@ -311,6 +525,8 @@ class Session(Aggregate):
             metadata=dict(self.metadata),
             history=tuple(self.history),
             failures=tuple(self.failures),
+            step_count=self.step_count,
+            failure_count=self.failure_count,
             pending=tuple(self.pending.values()),
             totals=self.totals,
             resolution=self.resolution,
@@ -319,48 +535,3 @@ class Session(Aggregate):
             expires_at=self.expires_at,
             version=self.version,
         )
-
-    # -- state changes (replayed) ------------------------------------------------------
-
-    def on_step_started(self, started: StepStarted) -> None:
-        """Apply StepStarted (called by the event, on every replay)."""
-        self.pending[started.idempotency_key] = PendingStep.of(started)
-
-    def on_step_processed(self, processed: StepProcessed) -> None:
-        """Apply StepProcessed (called by the event, on every replay)."""
-        self.history.append(StepRecord.of(processed))
-        if processed.idempotency_key is not None:
-            self.pending.pop(processed.idempotency_key, None)
-            self.outcomes[processed.idempotency_key] = len(self.history) - 1
-        if processed.context_update:
-            self.context = {**self.context, **processed.context_update}
-        self.current_step = processed.next_step or processed.step
-        self.totals = self.totals.add(processed.usage)
-
-    def on_step_failed(self, failed: StepFailed) -> None:
-        """Apply StepFailed (called by the event, on every replay)."""
-        self.failures.append(StepFailure.of(failed))
-        if failed.idempotency_key is not None:
-            self.pending.pop(failed.idempotency_key, None)
-        self.totals = self.totals.add(failed.usage)
-
-    @event(ContextUpdated)
-    def _context_updated(self, update: JsonObject) -> None:
-        self.context = {**self.context, **update}
-
-    @event(Extended)
-    def _extended(self, expires_at: datetime) -> None:
-        self.expires_at = expires_at
-
-    @event(Completed)
-    def _completed(self, resolution: JsonObject) -> None:
-        self.status = SessionStatus.COMPLETED.value
-        self.resolution = resolution
-
-    @event(Expired)
-    def _expired(self, expired_at: datetime) -> None:
-        self.status = SessionStatus.EXPIRED.value
-
-    @event(Abandoned)
-    def _abandoned(self, reason: str) -> None:
-        self.status = SessionStatus.ABANDONED.value

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any
 
 from flowledger.domain.values import JsonObject, LlmUsage
@@ -76,15 +76,38 @@ class StepFailure:
         )
 
 
+class KeyLookup(Enum):
+    """What a session knows of an idempotency key it holds no StepRecord for."""
+
+    NOT_SEEN = "not_seen"
+    """Definitely never processed: the key filter has no bit of it."""
+    MAYBE_SEEN = "maybe_seen"
+    """Processed before the recent window, or a false positive: search the stream's events."""
+
+
+NOT_SEEN = KeyLookup.NOT_SEEN
+MAYBE_SEEN = KeyLookup.MAYBE_SEEN
+
+LEASE_NOT_RECORDED = datetime.min.replace(tzinfo=UTC)
+"""Only a pending step decoded from a snapshot older than leases has it; Session's snapshot
+upcaster replaces it at once (a default keeps the old snapshot decodable)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PendingStep:
-    """A step whose StepStarted has no outcome yet (in flight, or its worker crashed)."""
+    """A step whose StepStarted has no outcome yet: in flight, or its worker crashed.
+
+    ``worker`` holds the step until ``lease_until`` (by the engine's clock); it renews the
+    lease while its model call runs, and another caller may take over only once it lapsed.
+    """
 
     step: str
     input: JsonObject
     model: str | None
     idempotency_key: str
     started_at: datetime
+    lease_until: datetime = LEASE_NOT_RECORDED
+    worker: str = "unknown"
 
     @classmethod
     def of(cls, started: Any) -> PendingStep:
@@ -95,6 +118,8 @@ class PendingStep:
             model=started.model,
             idempotency_key=started.idempotency_key,
             started_at=started.started_at,
+            lease_until=started.lease_until,
+            worker=started.worker,
         )
 
 
@@ -136,7 +161,14 @@ class SessionState:
     context: JsonObject
     metadata: JsonObject
     history: tuple[StepRecord, ...]
+    """The most recent processed steps (at most ``RECENT_STEPS``), oldest first; the
+    full history is in the session's events."""
     failures: tuple[StepFailure, ...]
+    """The most recent failed steps (at most ``RECENT_STEPS``), oldest first."""
+    step_count: int
+    """How many steps were processed, in all."""
+    failure_count: int
+    """How many steps failed, in all (abandoned attempts included)."""
     pending: tuple[PendingStep, ...]
     totals: Totals
     resolution: JsonObject | None
@@ -144,8 +176,3 @@ class SessionState:
     updated_at: datetime
     expires_at: datetime
     version: int
-
-    @property
-    def step_count(self) -> int:
-        """How many steps were processed."""
-        return len(self.history)

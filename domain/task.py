@@ -10,9 +10,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from eventsourcing.domain import Aggregate, event
+from eventsourcing.domain import event
 
 from flowledger.domain.agent import normalise_skills
+from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, QueuedTask
 from flowledger.domain.errors import TaskConflict, TaskTransitionRejected, ValidationError
 from flowledger.domain.task_views import (
@@ -34,10 +35,10 @@ def task_uuid(tenant: str, task_id: str) -> UUID:
     return uuid5(TASK_NAMESPACE, f"{tenant}\x1f{task_id}")
 
 
-class Task(Aggregate):
+class Task(FlowledgerAggregate):
     """A task: what it needs, who holds it, and how it ended."""
 
-    class Created(Aggregate.Created):
+    class Created(FlowledgerAggregate.Created):
         """The task entered the queue."""
 
         class_version = 1
@@ -48,7 +49,7 @@ class Task(Aggregate):
         priority: str
         deadline: datetime | None
 
-    class Classified(Aggregate.Event):
+    class Classified(FlowledgerAggregate.Event):
         """The task was classified, by a model (``usage`` set) or by the caller."""
 
         class_version = 1
@@ -57,7 +58,7 @@ class Task(Aggregate):
         estimated_hours: float
         usage: LlmUsage | None
 
-    class Assigned(Aggregate.Event):
+    class Assigned(FlowledgerAggregate.Event):
         """An agent took the task; the score and reason say why that one."""
 
         class_version = 1
@@ -66,20 +67,20 @@ class Task(Aggregate):
         reason: str
         assigned_at: datetime
 
-    class Started(Aggregate.Event):
+    class Started(FlowledgerAggregate.Event):
         """The agent began work."""
 
         class_version = 1
         started_at: datetime
 
-    class Completed(Aggregate.Event):
+    class Completed(FlowledgerAggregate.Event):
         """The agent finished the task."""
 
         class_version = 1
         result: JsonObject
         completed_at: datetime
 
-    class Escalated(Aggregate.Event):
+    class Escalated(FlowledgerAggregate.Event):
         """The task went to a human; ``agent_id`` is the agent it was taken from, if any."""
 
         class_version = 1
@@ -89,7 +90,7 @@ class Task(Aggregate):
         usage: LlmUsage | None
         agent_id: str | None
 
-    class Released(Aggregate.Event):
+    class Released(FlowledgerAggregate.Event):
         """The agent gave the task back; it waits in the queue again."""
 
         class_version = 1
@@ -97,7 +98,7 @@ class Task(Aggregate):
         reason: str
         released_at: datetime
 
-    class ClassificationDiscarded(Aggregate.Event):
+    class ClassificationDiscarded(FlowledgerAggregate.Event):
         """A paid classification call whose answer came too late to apply (kept for its cost)."""
 
         class_version = 1

@@ -1,27 +1,53 @@
-"""Property: folding the stored events gives back exactly the state the live aggregate reached."""
+"""Property: a session's state is a pure fold of its events, whatever the commands and snapshots.
+
+Commands run on a live Session the way the store runs them (``begin``/``end`` around each,
+on an advancing clock). Then, for every version: replaying the events (through the JSON
+mapper, as stored) gives the state the live session had; a snapshot taken at any version,
+stored and loaded, then folded forward gives the same final state; and idempotency stays
+exact although the state keeps only a window of recent steps.
+"""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+from unittest import mock
 
 from eventsourcing.application import project_aggregate
-from hypothesis import HealthCheck, given, settings
+from eventsourcing.domain import Snapshot
+from eventsourcing.persistence import DatetimeAsISO, DecimalAsStr, JSONTranscoder, Mapper, UUIDAsHex
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowledger.domain import FlowledgerError, LlmUsage, Session
-from flowledger.domain.session_views import SessionState
-from flowledger.infrastructure import Engine
-from tests.conftest import make_settings
+from flowledger.domain import session as session_module
+from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, SessionState, StepRecord
+from flowledger.infrastructure.transcodings import register_transcodings
 
-Command = Callable[[Session], object]
+Command = Callable[[Session, datetime], object]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=15)
+WINDOW = 3
+"""A small window, so that short programs push steps and keys out of it."""
+
+
+def json_mapper() -> Mapper[Any]:
+    """A mapper that encodes like the engine's: the library's transcodings plus flowledger's."""
+    transcoder = JSONTranscoder()
+    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+        transcoder.register(transcoding)
+    register_transcodings(transcoder)
+    return Mapper(transcoder=transcoder)
+
+
+MAPPER = json_mapper()
 
 names = st.sampled_from(["greet", "classify", "resolve", "survey", ""])
-keys = st.none() | st.sampled_from(["k1", "k2", "k3"])
+KEYS = ["k1", "k2", "k3", "k4", "k5", "k6"]
+keys = st.none() | st.sampled_from(KEYS)
+workers = st.sampled_from(["w1", "w2"])
 json_values = st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=4)
 contexts = st.dictionaries(st.sampled_from(["a", "b", "c"]), json_values, max_size=3)
 usages = st.none() | st.builds(
@@ -35,8 +61,8 @@ usages = st.none() | st.builds(
 
 
 def _record(step: str, ctx: dict[str, Any], usage: LlmUsage | None, key: str | None) -> Command:
-    def command(session: Session) -> object:
-        if session.recorded_outcome(key) is not None:
+    def command(session: Session, now: datetime) -> object:
+        if isinstance(session.outcome_lookup(key), StepRecord):
             return None
         return session.record_step(
             step=step,
@@ -50,72 +76,113 @@ def _record(step: str, ctx: dict[str, Any], usage: LlmUsage | None, key: str | N
     return command
 
 
+def _start(step: str, key: str, worker: str) -> Command:
+    return lambda s, now: s.start_step(
+        step=step, input={}, model=None, key=key, now=now, lease_until=now + LEASE, worker=worker
+    )
+
+
 commands = st.one_of(
     st.builds(_record, names, contexts, usages, keys),
-    st.builds(lambda u: lambda s: s.update_context(u), contexts),
+    st.builds(lambda u: lambda s, now: s.update_context(u), contexts),
     st.builds(
-        lambda step, key: (
-            lambda s: s.fail_step(step=step, error_type="Timeout", error_message="slow", idempotency_key=key)
+        lambda step, key, usage: (
+            lambda s, now: s.fail_step(
+                step=step, error_type="Timeout", error_message="slow", usage=usage, idempotency_key=key
+            )
         ),
         names,
         keys,
+        usages,
     ),
+    st.builds(_start, names, st.sampled_from(KEYS), workers),
     st.builds(
-        lambda step, key: lambda s: s.start_step(step=step, input={}, model=None, key=key or "", now=T0),
-        names,
-        keys,
+        lambda key, worker: lambda s, now: s.renew_lease(key, now + LEASE, worker=worker),
+        st.sampled_from(KEYS),
+        workers,
     ),
-    st.just(lambda s: s.complete({"resolution": "done"})),
+    st.builds(lambda key: lambda s, now: s.abandon_step(key, now, "lost"), st.sampled_from(KEYS)),
+    st.just(lambda s, now: s.extend(now + timedelta(hours=2))),
+    st.just(lambda s, now: s.complete({"resolution": "done"})),
 )
+programs = st.lists(st.tuples(commands, st.integers(-30, 30)), max_size=40)
 
 
-def _run(engine: Engine, program: list[Command]) -> None:
-    session_id = f"p-{uuid.uuid4().hex}"
-    engine.start_session(session_id, "cs")
-    live: dict[int, SessionState] = {1: engine.get_session(session_id)}
-    aggregate: list[Session] = []
-
-    for command in program:
-        before = engine.get_session(session_id).version
-
-        def tracked(session: Session, command: Command = command) -> object:
-            session.ensure_open(engine.clock())
-            aggregate[:] = [session]
-            return command(session)
-
+def _run(program: list[tuple[Command, int]]) -> tuple[Session, list[Any], dict[int, SessionState]]:
+    session = Session.start(
+        session_id="p",
+        tenant="t",
+        workflow="cs",
+        user_id=None,
+        expires_at=T0 + timedelta(hours=1),
+        metadata={},
+    )
+    session.tag_creation("c0", T0)
+    live = {1: session.state()}
+    now = T0
+    for number, (command, seconds) in enumerate(program, start=1):
+        now += timedelta(seconds=seconds)  # clocks may step back: the stream's time must not
+        before = len(session.pending_events)
+        session.begin(f"c{number}", now)
         try:
-            engine.update(session_id, tracked)
+            command(session, now)
         except FlowledgerError:
-            # A rejected command appends nothing.
-            assert engine.get_session(session_id).version == before
-            continue
-        state = aggregate[0].state()
-        live[state.version] = state
-
-    events = list(engine.app.events.get(engine.session_uuid(session_id)))
-    replayed = project_aggregate(None, events)
-    assert replayed is not None
-    final = max(live)
-    assert replayed.state() == live[final]
-    assert engine.get_session(session_id) == live[final]
-    for version, state in live.items():
-        assert engine.get_session(session_id, version=version) == state
+            assert len(session.pending_events) == before, "a rejected command appends nothing"
+        finally:
+            session.end()
+        live[session.version] = session.state()
+    return session, session.collect_events(), live
 
 
-@settings(max_examples=60, deadline=None)
-@given(program=st.lists(commands, max_size=14))
-def test_replayed_state_equals_live_state_in_memory(program: list[Command]) -> None:
-    engine = Engine(settings=make_settings(database_url="memory:", snapshot_interval=3))
-    _run(engine, program)
+def _stored(events: list[Any]) -> list[Any]:
+    return [MAPPER.to_domain_event(MAPPER.to_stored_event(e)) for e in events]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(program=st.lists(commands, max_size=10))
-def test_replayed_state_equals_live_state_on_postgres(
-    database_url: str, pg_schema: str, program: list[Command]
+def _through_snapshot(session: Session) -> Session:
+    loaded = MAPPER.to_domain_event(MAPPER.to_stored_event(Snapshot.take(session)))
+    restored = loaded.mutate(None)
+    assert isinstance(restored, Session)
+    return restored
+
+
+@settings(max_examples=150, deadline=None)
+@given(program=programs)
+def test_replay_and_snapshots_give_back_the_state_the_live_session_reached(
+    program: list[tuple[Command, int]],
 ) -> None:
-    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=3))
-    try:
-        _run(engine, program)
-    finally:
-        engine.close()
+    with mock.patch.object(session_module, "RECENT_STEPS", WINDOW):
+        session, events, live = _run(program)
+        stored = _stored(events)
+        timestamps = [e.timestamp for e in stored]
+        assert timestamps == sorted(timestamps)
+        for version, state in live.items():
+            replayed = project_aggregate(None, stored[:version])
+            assert isinstance(replayed, Session)
+            assert replayed.state() == state
+            # A snapshot at this version, loaded and folded forward, ends where the live session did.
+            resumed = project_aggregate(_through_snapshot(replayed), stored[version:])
+            assert vars(resumed) == vars(session)
+        assert len(session.history) <= WINDOW
+        assert len(session.failures) <= WINDOW
+
+
+@settings(max_examples=150, deadline=None)
+@given(program=programs)
+def test_idempotency_stays_exact_with_a_window_of_recent_steps(program: list[tuple[Command, int]]) -> None:
+    with mock.patch.object(session_module, "RECENT_STEPS", WINDOW):
+        session, events, _ = _run(program)
+    processed = [e for e in events if isinstance(e, Session.StepProcessed)]
+    window = processed[-WINDOW:]
+    assert session.state().step_count == len(processed)
+    assert session.state().failure_count == sum(isinstance(e, Session.StepFailed) for e in events)
+    for key in [*KEYS, "never-used"]:
+        recent = [e for e in window if e.idempotency_key == key]
+        lookup = session.outcome_lookup(key)
+        if recent:
+            assert lookup == StepRecord.of(recent[-1])
+            assert session.recorded_outcome(key) == lookup
+        elif any(e.idempotency_key == key for e in processed):
+            assert lookup is MAYBE_SEEN
+            assert session.recorded_outcome(key) is None
+        else:
+            assert lookup is NOT_SEEN
