@@ -1,0 +1,49 @@
+"""A writer on a host whose wall clock is 5 minutes fast, for the clock test.
+
+Run as ``python fast_host_process.py DATABASE_URL SCHEMA SESSION N``: it records one step
+(input ``{"s": SESSION, "n": N}``) and prints ``ok`` or the error's class and message.
+The host clock is faked before anything else is imported: ``datetime.now``/``utcnow``
+and ``time.time`` run 5 minutes ahead; the monotonic clock is untouched, as on a real host.
+"""
+
+from __future__ import annotations
+
+import datetime as _datetime
+import time as _time
+
+_FAST = _datetime.timedelta(minutes=5)
+_real_time = _time.time
+
+
+class _FastDatetime(_datetime.datetime):
+    @classmethod
+    def now(cls, tz: _datetime.tzinfo | None = None) -> _FastDatetime:
+        return super().now(tz) + _FAST
+
+    @classmethod
+    def utcnow(cls) -> _FastDatetime:
+        return super().now(_datetime.UTC).replace(tzinfo=None) + _FAST
+
+
+_datetime.datetime = _FastDatetime  # type: ignore[misc]
+_time.time = lambda: _real_time() + _FAST.total_seconds()
+
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from flowledger.infrastructure import Engine, Settings  # noqa: E402
+
+
+def main(database_url: str, schema: str, session: str, n: str) -> None:
+    settings = Settings(home=Path("/nonexistent"), database_url=database_url, schema=schema)
+    with Engine(settings=settings) as engine:
+        try:
+            engine.record_step(session, "answer", input={"s": session, "n": n})
+        except Exception as error:  # reported to the test, which decides
+            print(f"{type(error).__name__}: {error}")
+            return
+    print("ok")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
