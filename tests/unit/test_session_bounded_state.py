@@ -1,0 +1,207 @@
+"""A session's state and snapshot stay bounded whatever its length; totals and idempotency stay exact."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from eventsourcing.application import project_aggregate
+from eventsourcing.domain import Snapshot
+from eventsourcing.persistence import DatetimeAsISO, DecimalAsStr, JSONTranscoder, Mapper, UUIDAsHex
+
+from flowledger.domain import LlmUsage, Session
+from flowledger.domain.session import LEGACY_LEASE, RECENT_STEPS
+from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, StepRecord
+from flowledger.infrastructure.transcodings import register_transcodings
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+STEPS = 10_000
+SNAPSHOT_LIMIT = 64 * 1024
+
+
+def json_mapper() -> Mapper[Any]:
+    """A mapper that encodes like the engine's: the library's transcodings plus flowledger's."""
+    transcoder = JSONTranscoder()
+    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+        transcoder.register(transcoding)
+    register_transcodings(transcoder)
+    return Mapper(transcoder=transcoder)
+
+
+def a_session() -> Session:
+    return Session.start(
+        session_id="long",
+        tenant="t",
+        workflow="cs",
+        user_id="u1",
+        expires_at=T0 + timedelta(days=1),
+        metadata={},
+    )
+
+
+def usage(n: int) -> LlmUsage:
+    return LlmUsage(
+        provider="sim",
+        request_model="deepseek-v3.2",
+        response_model="deepseek-v3.2",
+        input_tokens=120 + n % 7,
+        output_tokens=30,
+        finish_reasons=("stop",),
+        response_id=f"resp-{n}",
+        cost_usd=Decimal("0.000123"),
+        latency_ms=41.5,
+    )
+
+
+@pytest.fixture(scope="module")
+def long_session() -> tuple[Session, list[Any]]:
+    """10,000 keyed steps, one failure in ten, with the events they made."""
+    session = a_session()
+    for n in range(STEPS):
+        session.record_step(
+            step="answer",
+            input={"q": f"question {n}"},
+            output={"a": f"answer {n}"},
+            next_step="answer",
+            context_update={"turn": n},
+            usage=usage(n),
+            idempotency_key=f"user-123-turn-{n}",
+        )
+        if n % 10 == 0:
+            session.fail_step(step="answer", error_type="http_429", error_message="slow down", usage=usage(n))
+    return session, list(session.collect_events())
+
+
+def test_a_ten_thousand_step_session_snapshots_in_under_64_kib(
+    long_session: tuple[Session, list[Any]],
+) -> None:
+    session, _ = long_session
+    stored = json_mapper().to_stored_event(Snapshot.take(session))
+    assert len(stored.state) < SNAPSHOT_LIMIT
+    assert len(session.history) == RECENT_STEPS
+    assert len(session.failures) == RECENT_STEPS
+
+
+def test_a_snapshot_loads_back_to_the_same_state(long_session: tuple[Session, list[Any]]) -> None:
+    session, _ = long_session
+    mapper = json_mapper()
+    loaded = mapper.to_domain_event(mapper.to_stored_event(Snapshot.take(session))).mutate(None)
+    assert vars(loaded) == vars(session)
+    assert isinstance(loaded, Session)
+    assert loaded.outcome_lookup(f"user-123-turn-{STEPS - 1}") == session.history[-1]
+
+
+def test_replaying_every_event_equals_the_incremental_fold(long_session: tuple[Session, list[Any]]) -> None:
+    session, events = long_session
+    replayed = project_aggregate(None, events)
+    assert replayed is not None
+    assert vars(replayed) == vars(session)
+
+
+def test_counts_and_totals_stay_exact_past_the_window(long_session: tuple[Session, list[Any]]) -> None:
+    session, _ = long_session
+    state = session.state()
+    assert (state.step_count, state.failure_count) == (STEPS, STEPS // 10)
+    assert state.totals.calls == STEPS + STEPS // 10
+    assert state.totals.cost_usd == Decimal("0.000123") * (STEPS + STEPS // 10)
+    assert state.totals.input_tokens == sum(usage(n).input_tokens for n in range(STEPS)) + sum(
+        usage(n).input_tokens for n in range(0, STEPS, 10)
+    )
+    assert state.context == {"turn": STEPS - 1}
+    assert [r.idempotency_key for r in state.history] == [
+        f"user-123-turn-{n}" for n in range(STEPS - RECENT_STEPS, STEPS)
+    ]
+
+
+def test_every_processed_key_is_found_or_sent_to_the_stream_never_reported_unseen(
+    long_session: tuple[Session, list[Any]],
+) -> None:
+    session, _ = long_session
+    for n in range(STEPS):
+        found = session.outcome_lookup(f"user-123-turn-{n}")
+        if n >= STEPS - RECENT_STEPS:
+            assert isinstance(found, StepRecord)
+            assert found.output == {"a": f"answer {n}"}
+        else:
+            assert found is MAYBE_SEEN
+            assert session.recorded_outcome(f"user-123-turn-{n}") is None
+
+
+def test_keys_never_processed_are_mostly_known_unseen_at_once(
+    long_session: tuple[Session, list[Any]],
+) -> None:
+    session, _ = long_session
+    lookups = [session.outcome_lookup(f"user-456-turn-{n}") for n in range(STEPS)]
+    assert all(found is NOT_SEEN or found is MAYBE_SEEN for found in lookups)
+    false_positives = sum(found is MAYBE_SEEN for found in lookups)
+    assert false_positives / STEPS < 0.01  # about 0.2 % at 10,000 keys in 16 KiB with 7 hashes
+
+
+def test_a_session_without_keys_carries_no_key_filter() -> None:
+    session = a_session()
+    for n in range(100):
+        session.record_step(step="s", input={}, output={"n": n})
+    assert session.key_filter == []
+    assert session.outcome_lookup("anything") is NOT_SEEN
+    assert len(json_mapper().to_stored_event(Snapshot.take(session)).state) < 16 * 1024
+
+
+def test_a_key_seen_again_in_the_window_returns_its_latest_step() -> None:
+    session = a_session()
+    session.record_step(step="s", input={}, output={"n": 1}, idempotency_key="k")
+    latest = session.record_step(step="s", input={}, output={"n": 2}, idempotency_key="k")
+    for n in range(RECENT_STEPS - 1):
+        session.record_step(step="s", input={}, output={"n": n}, idempotency_key=f"other-{n}")
+    assert session.recorded_outcome("k") == latest
+    session.record_step(step="s", input={}, output={}, idempotency_key="one-more")
+    assert session.recorded_outcome("k") is None
+    assert session.outcome_lookup("k") is MAYBE_SEEN
+
+
+def test_a_snapshot_from_before_the_window_loads_as_the_bounded_state() -> None:
+    # Given a snapshot of the old shape: every step and failure, outcomes by index, no lease
+    session = a_session()
+    every_step = []
+    every_failure = []
+    for n in range(RECENT_STEPS + 5):
+        every_step.append(session.record_step(step="s", input={}, output={"n": n}, idempotency_key=f"k{n}"))
+        every_failure.append(session.fail_step(step="s", error_type="x", error_message="y"))
+    started_at = T0 + timedelta(minutes=1)
+    session.start_step(
+        step="s",
+        input={},
+        model=None,
+        key="in-flight",
+        now=started_at,
+        lease_until=started_at + LEGACY_LEASE,
+        worker="unknown",
+    )
+    session.collect_events()
+    snapshot = Snapshot.take(session)
+    old_state = {
+        key: value
+        for key, value in snapshot.state.items()
+        if key not in ("class_version", "step_count", "failure_count", "recent_keys", "key_filter")
+    }
+    old_state.update(
+        history=every_step,
+        failures=every_failure,
+        outcomes={r.idempotency_key: i for i, r in enumerate(every_step)},
+    )
+    mapper = json_mapper()
+    body = json.loads(mapper.to_stored_event(replace(snapshot, state=old_state)).state)
+    del body["state"]["pending"]["in-flight"]["_data_"]["lease_until"]
+    del body["state"]["pending"]["in-flight"]["_data_"]["worker"]
+    stored = replace(mapper.to_stored_event(snapshot), state=json.dumps(body).encode())
+    # When it is loaded
+    loaded = mapper.to_domain_event(stored).mutate(None)
+    # Then it is the state the new fold keeps: window, counts, keys, filter and leases
+    assert isinstance(loaded, Session)
+    assert vars(loaded) == vars(session)
+    assert loaded.outcome_lookup("k0") is MAYBE_SEEN
+    assert loaded.outcome_lookup(f"k{RECENT_STEPS + 4}") == every_step[-1]
+    assert loaded.outcome_lookup("never") is NOT_SEEN
