@@ -167,11 +167,12 @@ def require_object(field_name: str, value: Any, *, optional: bool = False) -> No
 
 # -- the key filter --------------------------------------------------------------------
 #
-# A Bloom filter of every idempotency key a session processed, so that its state stays
-# bounded yet a never-seen key is known at once. Held as plain JSON (a list of strings of
-# 6-bit digits) so that snapshots need no transcoding of their own, and in 64 chunks because
-# Python strings are immutable: adding a key copies 7 chunks of 342 characters (measured
-# ~4 us a key with the hash) where one 22 KB string costs ~7 us to copy to a bytearray and back.
+# A blocked Bloom filter of every idempotency key a session processed, so that its state
+# stays bounded yet a never-seen key is known at once. Held as plain JSON, a list of 64
+# strings of 342 base64 digits (6 bits each), so that snapshots need no transcoding of
+# their own. A key's 7 bits all lie in one string (chosen by its hash): adding it rebuilds
+# one 342-byte string, ~4.5 us a key with the hash, where 7 bits spread over the whole
+# filter cost ~12 us (measured; false positives 0.23 % instead of 0.20 % at 10,000 keys).
 
 KEY_FILTER_CHUNKS = 64
 KEY_FILTER_CHUNK_DIGITS = 342
@@ -179,29 +180,35 @@ KEY_FILTER_HASHES = 7
 _CHUNK_BITS = KEY_FILTER_CHUNK_DIGITS * 6
 KEY_FILTER_BITS = KEY_FILTER_CHUNKS * _CHUNK_BITS
 """131,328 bits (16 KiB); about 22 KB as JSON."""
-_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-_DIGIT_VALUE = {digit: value for value, digit in enumerate(_DIGITS)}
-_EMPTY_CHUNK = _DIGITS[0] * KEY_FILTER_CHUNK_DIGITS
-_SEVEN_WORDS = struct.Struct("<7I").unpack
+_DIGITS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_WITH_BIT = [
+    bytes(_DIGITS[_DIGITS.index(c) | 1 << bit] if c in _DIGITS else c for c in range(256)) for bit in range(6)
+]
+"""Per bit: digit byte -> the digit byte with that bit set."""
+_HAS_BIT = [bytes(c in _DIGITS and _DIGITS.index(c) >> bit & 1 for c in range(256)) for bit in range(6)]
+"""Per bit: digit byte -> 1 if that bit is set."""
+_EMPTY_CHUNK = "A" * KEY_FILTER_CHUNK_DIGITS
+_EIGHT_WORDS = struct.Struct("<8I").unpack
 
 KeyFilter = list[str]
 """A key filter; ``[]`` is the empty one (a session without keys carries no bitmap)."""
 
 
 def _words(key: str) -> tuple[int, ...]:
-    return _SEVEN_WORDS(blake2b(key.encode("utf-8", "surrogatepass"), digest_size=28).digest())
+    """The chunk (first word) and the 7 bit positions in it (the others) of a key."""
+    return _EIGHT_WORDS(blake2b(key.encode("utf-8", "surrogatepass"), digest_size=32).digest())
 
 
 def key_filter_with(key_filter: KeyFilter, key: str) -> KeyFilter:
     """A copy of ``key_filter`` that also holds ``key`` (the argument is left unchanged)."""
     chunks = list(key_filter) if key_filter else [_EMPTY_CHUNK] * KEY_FILTER_CHUNKS
-    for word in _words(key):
-        chunk, within = divmod(word % KEY_FILTER_BITS, _CHUNK_BITS)
-        at, bit = divmod(within, 6)
-        digits = chunks[chunk]
-        value = _DIGIT_VALUE[digits[at]]
-        if not value >> bit & 1:
-            chunks[chunk] = f"{digits[:at]}{_DIGITS[value | 1 << bit]}{digits[at + 1 :]}"
+    chunk, *positions = _words(key)
+    chunk %= KEY_FILTER_CHUNKS
+    digits = bytearray(chunks[chunk], "ascii")
+    for position in positions:
+        at, bit = divmod(position % _CHUNK_BITS, 6)
+        digits[at] = _WITH_BIT[bit][digits[at]]
+    chunks[chunk] = digits.decode("ascii")
     return chunks
 
 
@@ -209,9 +216,10 @@ def key_filter_may_hold(key_filter: KeyFilter, key: str) -> bool:
     """False if ``key`` was definitely never added; True if it probably was."""
     if not key_filter:
         return False
-    for word in _words(key):
-        chunk, within = divmod(word % KEY_FILTER_BITS, _CHUNK_BITS)
-        at, bit = divmod(within, 6)
-        if not _DIGIT_VALUE[key_filter[chunk][at]] >> bit & 1:
+    chunk, *positions = _words(key)
+    digits = key_filter[chunk % KEY_FILTER_CHUNKS]
+    for position in positions:
+        at, bit = divmod(position % _CHUNK_BITS, 6)
+        if not _HAS_BIT[bit][ord(digits[at])]:
             return False
     return True
