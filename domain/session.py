@@ -135,12 +135,11 @@ class Session(FlowledgerAggregate):
         lease_until: datetime
 
         def apply(self, aggregate: Session) -> None:
-            """The pending step's lease moves."""
-            held = aggregate.pending[self.idempotency_key]
-            aggregate.pending = {
-                **aggregate.pending,
-                self.idempotency_key: replace(held, lease_until=self.lease_until),
-            }
+            """The pending step's lease moves (a log must load even if the step is gone)."""
+            held = aggregate.pending.get(self.idempotency_key)
+            if held is not None:
+                renewed = replace(held, lease_until=self.lease_until)
+                aggregate.pending = {**aggregate.pending, self.idempotency_key: renewed}
 
     class StepProcessed(FlowledgerAggregate.Event):
         """A step finished, with the model usage that produced its output."""
@@ -358,7 +357,7 @@ class Session(FlowledgerAggregate):
         version = None if idempotency_key is None else self.recent_keys.get(idempotency_key)
         if version is None:
             return None
-        return next(record for record in reversed(self.history) if record.version == version)
+        return next((record for record in reversed(self.history) if record.version == version), None)
 
     def outcome_lookup(self, idempotency_key: str | None) -> StepRecord | KeyLookup:
         """The recent step processed under this key, else NOT_SEEN (certain) or MAYBE_SEEN.
