@@ -11,22 +11,42 @@ from __future__ import annotations
 import datetime as _datetime
 import time as _time
 
+# The libraries keep the real class (their transcoders look types up exactly); flowledger,
+# imported after the patch, reads the fast clock through ``datetime.now``.
+import eventsourcing.application
+import eventsourcing.persistence
+import eventsourcing.postgres
+import psycopg
+import pydantic
+
 _FAST = _datetime.timedelta(minutes=5)
 _real_time = _time.time
+_Real = _datetime.datetime
 
 
-class _FastDatetime(_datetime.datetime):
+class _AnyDatetime(type):
+    def __instancecheck__(cls, instance: object) -> bool:
+        return isinstance(instance, _Real)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, _Real)
+
+
+class _FastDatetime(_Real, metaclass=_AnyDatetime):
+    """``datetime`` whose ``now`` is 5 minutes ahead; it makes plain datetimes."""
+
     @classmethod
-    def now(cls, tz: _datetime.tzinfo | None = None) -> _FastDatetime:
-        return super().now(tz) + _FAST
+    def now(cls, tz: _datetime.tzinfo | None = None) -> _datetime.datetime:  # type: ignore[override]
+        return _Real.now(tz) + _FAST
 
     @classmethod
-    def utcnow(cls) -> _FastDatetime:
-        return super().now(_datetime.UTC).replace(tzinfo=None) + _FAST
+    def utcnow(cls) -> _datetime.datetime:  # type: ignore[override]
+        return _Real.now(_datetime.UTC).replace(tzinfo=None) + _FAST
 
 
 _datetime.datetime = _FastDatetime  # type: ignore[misc]
 _time.time = lambda: _real_time() + _FAST.total_seconds()
+_ = (eventsourcing.application, eventsourcing.persistence, eventsourcing.postgres, psycopg, pydantic)
 
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
