@@ -17,7 +17,7 @@ import pytest
 from flowledger.adapters.llm import build_engine
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.errors import StepInProgress
-from flowledger.infrastructure import Engine
+from flowledger.infrastructure import Engine, HistoryEntry
 from tests.faults.ledger import EVENTS_TABLE, fault_settings, tally
 from tests.faults.server import PrivateServer
 
@@ -49,9 +49,18 @@ class Takeover(threading.Thread):
         self.deadline = time.monotonic() + deadline_s
         self.outcome: object = None
         self.in_progress_replies = 0
+        self.history: list[HistoryEntry] = []
 
     def run(self) -> None:
-        asyncio.run(self._call())
+        asyncio.run(self._call_then_close())
+
+    async def _call_then_close(self) -> None:
+        # The engine's HTTP connections belong to this thread's event loop: close them here.
+        try:
+            await self._call()
+            self.history = self.engine.history(SESSION)
+        finally:
+            await self.engine.aclose()
 
     async def _call(self) -> None:
         while (left := self.deadline - time.monotonic()) > 0:
@@ -109,8 +118,7 @@ def test_d_a_worker_killed_mid_call_is_taken_over_after_its_lease_and_recorded(
                 worker.wait(10)
             log.close()
         calls_after = fast_model.stats["requests"]
-        history = engine.history(SESSION)
-        asyncio.run(engine.aclose())
+        history = takeover.history
 
     # Then the step was taken over only once the worker was dead, with the abandoned
     # attempt on the books, and it was processed exactly once
@@ -130,7 +138,8 @@ def test_d_a_worker_killed_mid_call_is_taken_over_after_its_lease_and_recorded(
     assert not isinstance(takeover.outcome, BaseException), repr(takeover.outcome)
     assert calls_while_alive == 0, "the model was called while the first worker held its lease"
     assert calls_after == 1
-    assert kinds == [
+    # (lease renewals, however the store records them, are not attempts)
+    assert [kind for kind in kinds if "Lease" not in kind[0]] == [
         ("StepStarted", None),
         ("StepFailed", "worker_lost"),
         ("StepStarted", None),
