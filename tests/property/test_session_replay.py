@@ -131,7 +131,7 @@ def _run(program: list[tuple[Command, int]]) -> tuple[Session, list[Any], dict[i
         finally:
             session.end()
         live[session.version] = session.state()
-    return session, session.collect_events(), live
+    return session, list(session.collect_events()), live
 
 
 def _stored(events: list[Any]) -> list[Any]:
@@ -140,6 +140,7 @@ def _stored(events: list[Any]) -> list[Any]:
 
 def _through_snapshot(session: Session) -> Session:
     loaded = MAPPER.to_domain_event(MAPPER.to_stored_event(Snapshot.take(session)))
+    assert isinstance(loaded, Snapshot)
     restored = loaded.mutate(None)
     assert isinstance(restored, Session)
     return restored

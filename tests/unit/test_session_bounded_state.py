@@ -89,7 +89,9 @@ def test_a_ten_thousand_step_session_snapshots_in_under_64_kib(
 def test_a_snapshot_loads_back_to_the_same_state(long_session: tuple[Session, list[Any]]) -> None:
     session, _ = long_session
     mapper = json_mapper()
-    loaded = mapper.to_domain_event(mapper.to_stored_event(Snapshot.take(session))).mutate(None)
+    snapshot = mapper.to_domain_event(mapper.to_stored_event(Snapshot.take(session)))
+    assert isinstance(snapshot, Snapshot)
+    loaded = snapshot.mutate(None)
     assert vars(loaded) == vars(session)
     assert isinstance(loaded, Session)
     assert loaded.outcome_lookup(f"user-123-turn-{STEPS - 1}") == session.history[-1]
@@ -198,7 +200,9 @@ def test_a_snapshot_from_before_the_window_loads_as_the_bounded_state() -> None:
     del body["state"]["pending"]["in-flight"]["_data_"]["worker"]
     stored = replace(mapper.to_stored_event(snapshot), state=json.dumps(body).encode())
     # When it is loaded
-    loaded = mapper.to_domain_event(stored).mutate(None)
+    old = mapper.to_domain_event(stored)
+    assert isinstance(old, Snapshot)
+    loaded = old.mutate(None)
     # Then it is the state the new fold keeps: window, counts, keys, filter and leases
     assert isinstance(loaded, Session)
     assert vars(loaded) == vars(session)
