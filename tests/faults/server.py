@@ -20,7 +20,7 @@ import time
 import warnings
 from pathlib import Path
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 import psycopg
 
 _COMMAND_TIMEOUT_S = 60.0
