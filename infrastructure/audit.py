@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.application import Application
 from eventsourcing.domain import CanInitAggregate
 from eventsourcing.persistence import Notification
 
+from flowledger.infrastructure.engine.log import EventLog
 from flowledger.infrastructure.history import history_entry, jsonable
 
 GENESIS = "0" * 64
@@ -41,22 +41,16 @@ class AuditReport:
         return not self.problems
 
 
-def notifications(app: Application[UUID], batch: int = 1000) -> Iterator[Notification]:
+def notifications(log: EventLog, batch: int = 1000) -> Iterator[Notification]:
     """Every stored event, in notification order, read in batches."""
-    start: int | None = None
-    while True:
-        page = app.recorder.select_notifications(start=start, limit=batch, inclusive_of_start=False)
-        if not page:
-            return
-        yield from page
-        start = page[-1].id
+    return log.notifications(batch=batch)
 
 
-def verify_log(app: Application[UUID], progress: Progress | None = None) -> AuditReport:
+def verify_log(log: EventLog, progress: Progress | None = None) -> AuditReport:
     """Check every stored event; see the module docstring for what is checked."""
     report = AuditReport()
     versions: dict[UUID | str, int] = {}
-    for n in notifications(app):
+    for n in notifications(log):
         report.events += 1
         where = f"event {n.id} ({n.originator_id} v{n.originator_version})"
         if not n.topic.startswith("flowledger."):
@@ -66,7 +60,7 @@ def verify_log(app: Application[UUID], progress: Progress | None = None) -> Audi
             report.problems.append(f"{where}: expected version {expected}")
         versions[n.originator_id] = n.originator_version
         try:
-            event = app.mapper.to_domain_event(n)
+            event = log.decode(n)
         except Exception as error:  # any decoding failure is a finding, not a crash
             report.problems.append(f"{where}: does not decode: {error}")
         else:
@@ -78,13 +72,11 @@ def verify_log(app: Application[UUID], progress: Progress | None = None) -> Audi
     return report
 
 
-def export_records(app: Application[UUID], aggregate_id: UUID | None = None) -> Iterator[dict[str, Any]]:
+def export_records(log: EventLog, aggregate_id: UUID | None = None) -> Iterator[dict[str, Any]]:
     """One hash-chained record per event (of one aggregate, when given), then a trailer."""
     previous, count = GENESIS, 0
     source: Iterable[Any] = (
-        app.events.get(aggregate_id)
-        if aggregate_id is not None
-        else (app.mapper.to_domain_event(n) for n in notifications(app))
+        log.stream(aggregate_id) if aggregate_id is not None else (log.decode(n) for n in notifications(log))
     )
     for event in source:
         entry = history_entry(event)

@@ -31,8 +31,8 @@ def projector_for(
     return Projector(
         database_url=engine.database_url,
         store_schema=engine.settings.schema,
-        recorder=engine.app.recorder,
-        mapper=engine.app.mapper,
+        recorder=engine.log.recorder,
+        mapper=engine.log.mapper,
         projections=all_projections() if projections is None else projections,
         batch_size=batch_size,
     )

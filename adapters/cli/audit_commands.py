@@ -42,7 +42,7 @@ def verify(
             return
         with Engine() as engine, Progress(console=console, transient=True) as progress:
             task = progress.add_task("verifying the event log", total=None)
-            report = verify_log(engine.app, progress=lambda n: progress.advance(task, n))
+            report = verify_log(engine.log, progress=lambda n: progress.advance(task, n))
         _report(report, "event log")
 
 
@@ -60,7 +60,7 @@ def export(
         target = out.open("w", encoding="utf-8") if out is not None else sys.stdout
         try:
             count = 0
-            for record in export_records(engine.app, aggregate_id):
+            for record in export_records(engine.log, aggregate_id):
                 target.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 0 if record.get("trailer") else 1
         finally:

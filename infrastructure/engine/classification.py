@@ -8,53 +8,43 @@ reply that is not a valid classification, or a call that fails, escalates the ta
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from functools import partial
 
-from flowledger.domain.errors import LlmError, LlmNotConfigured, ValidationError
+from flowledger.domain.errors import LlmError, LlmNotConfigured, TaskNotFound, ValidationError
 from flowledger.domain.ports import LlmPort
+from flowledger.domain.prompts import classification_messages
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import (
-    CATEGORIES,
-    COMPLEXITIES,
     Classification,
     EscalationReason,
     TaskState,
 )
 from flowledger.domain.values import LlmUsage
-from flowledger.infrastructure.engine.task_reads import TaskQueries
-
-SYSTEM_PROMPT = (
-    "You are a task classification engine. Reply with one JSON object and nothing else: "
-    f'{{"category": one of {list(CATEGORIES)}, "complexity": one of {list(COMPLEXITIES)}, '
-    '"estimated_hours": a positive number}.'
-)
+from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
+from flowledger.infrastructure.engine.tasks import TaskService
 
 
-def classification_messages(task: Task) -> list[dict[str, Any]]:
-    """The chat messages that ask a model to classify ``task``."""
-    skills = ", ".join(task.required_skills) or "none listed"
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Classify this task: {task.description}\nRequired skills: {skills}"},
-    ]
+class TaskClassifier:
+    """Classifies one tenant's tasks, by a model through the LLM port or as the caller says."""
 
+    def __init__(
+        self, store: AggregateStore, reads: TaskReads, tasks: TaskService, llm: LlmPort | None
+    ) -> None:
+        self._store = store
+        self._reads = reads
+        self._tasks = tasks
+        self.llm = llm
 
-class TaskClassification(TaskQueries):
-    """Mixed into Engine, which also provides ``llm`` (an LlmPort, or None)."""
-
-    llm: LlmPort | None
-
-    def record_classification(
-        self, task_id: str, category: str, complexity: str, estimated_hours: float
-    ) -> TaskState:
+    def record(self, task_id: str, category: str, complexity: str, estimated_hours: float) -> TaskState:
         """Record a classification made elsewhere (no model usage). The first one recorded
         stands: a task already classified is returned unchanged."""
         classification = Classification(
             category=category, complexity=complexity, estimated_hours=estimated_hours
         )
-        return self._task_write(task_id, lambda: self._classify_once(task_id, classification))
+        return self._write(task_id, partial(self._classify_once, task_id, classification))
 
-    async def classify_task(self, task_id: str, model: str | None = None) -> TaskState:
+    async def classify(self, task_id: str, model: str | None = None) -> TaskState:
         """Ask the model what the task is and record it with the call's usage.
 
         A task already classified, completed or escalated is returned unchanged (no call).
@@ -63,7 +53,9 @@ class TaskClassification(TaskQueries):
         llm = self.llm
         if llm is None:
             raise LlmNotConfigured()
-        task = await asyncio.to_thread(self._load_task, task_id)
+        task: Task | None = await asyncio.to_thread(self._store.load, self._reads.task_uuid(task_id))
+        if task is None:
+            raise TaskNotFound(task_id)
         if task.classification is not None or task.task_status.is_final:
             return task.state()
         usage: LlmUsage | None = None
@@ -75,30 +67,34 @@ class TaskClassification(TaskQueries):
             if isinstance(error, LlmError):
                 usage = error.usage
             detail = f"{type(error).__name__}: {error}"
-            return await asyncio.to_thread(
-                self._task_write, task_id, lambda: self._classification_failed(task_id, detail, usage)
-            )
+            decide = partial(self._classification_failed, task_id, detail, usage)
+            return await asyncio.to_thread(self._write, task_id, decide)
         return await asyncio.to_thread(
-            self._task_write, task_id, lambda: self._classify_once(task_id, classification)
+            self._write, task_id, partial(self._classify_once, task_id, classification)
         )
 
-    def _classify_once(self, task_id: str, classification: Classification) -> TaskState:
-        task = self._load_task(task_id)
+    def _write(self, task_id: str, decide: partial[TaskState]) -> TaskState:
+        state: TaskState = self._store.write(task_key(task_id), decide)
+        self._reads.note(state)
+        return state
+
+    def _classify_once(self, task_id: str, classification: Classification, uow: UnitOfWork) -> TaskState:
+        task = self._reads.task(uow, task_id)
         if task.classification is None and not task.task_status.is_final:
             task.classify(classification)
         elif classification.usage is not None:
             # Someone else classified or closed it during the call: keep what the call cost.
             task.discard_classification(f"task already {task.task_status.value}", classification.usage)
-        self._save_atomically(task)
         return task.state()
 
-    def _classification_failed(self, task_id: str, detail: str, usage: LlmUsage | None) -> TaskState:
-        task = self._load_task(task_id)
+    def _classification_failed(
+        self, task_id: str, detail: str, usage: LlmUsage | None, uow: UnitOfWork
+    ) -> TaskState:
+        task = self._reads.task(uow, task_id)
         if task.classification is None and not task.task_status.is_final:
-            self._escalate(task, EscalationReason.CLASSIFICATION_FAILED, detail, self.clock(), usage)
+            self._tasks.escalate(uow, task, EscalationReason.CLASSIFICATION_FAILED, detail, uow.now, usage)
         elif usage is not None:
             task.discard_classification(
                 f"failed after the task was {task.task_status.value}: {detail}", usage
             )
-            self._save_atomically(task)
         return task.state()

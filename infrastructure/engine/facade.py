@@ -1,56 +1,44 @@
-"""The Engine: flowledger's application service. Methods take and return plain values.
+"""The Engine: flowledger's public application service, a thin facade over its use cases.
 
-Each command loads an aggregate, calls one of its methods and saves it. A save that
-loses an optimistic-concurrency race is retried against fresh state (bounded), then
-surfaces as ConcurrentUpdate. Writers in one process are also serialised per
-aggregate by a lock per aggregate, so retries are only needed across processes.
+It builds one ``AggregateStore`` (the single write path) and composes the use cases over
+it: sessions, steps that call a model, tasks and agents, task classification. Methods
+take and return plain values; ``engine.log`` is the typed read access to the event log.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.persistence import IntegrityError
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt
-from tenacity.wait import wait_random_exponential
-
-from flowledger.domain.errors import (
-    ConcurrentUpdate,
-    SessionExpired,
-    SessionNotFound,
-    ValidationError,
-)
+from flowledger.domain.errors import ValidationError
 from flowledger.domain.ports import LlmPort
-from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionState, StepRecord
-from flowledger.domain.values import JsonObject, LlmUsage, require_ttl
+from flowledger.domain.task_views import AgentState, TaskState
+from flowledger.domain.values import JsonObject, LlmUsage
 from flowledger.infrastructure.engine.application import FlowledgerApplication
-from flowledger.infrastructure.engine.keyed_locks import KeyedLocks
-from flowledger.infrastructure.engine.sessions import SessionCommands
-from flowledger.infrastructure.engine.steps import StepProcessing
-from flowledger.infrastructure.engine.tasks import TaskCommands
-from flowledger.infrastructure.engine.write_cache import WriteCache
-from flowledger.infrastructure.history import HistoryEntry, history_entry
+from flowledger.infrastructure.engine.classification import TaskClassifier
+from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
+from flowledger.infrastructure.engine.log import EventLog
+from flowledger.infrastructure.engine.sessions import SessionService, StepRequest
+from flowledger.infrastructure.engine.steps import StepService
+from flowledger.infrastructure.engine.store import AggregateStore, Clock
+from flowledger.infrastructure.engine.task_index import LogIndex
+from flowledger.infrastructure.engine.task_reads import TaskReads
+from flowledger.infrastructure.engine.tasks import TaskService
+from flowledger.infrastructure.history import HistoryEntry
 from flowledger.infrastructure.postgres.database import ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
 
-T = TypeVar("T")
-Clock = Callable[[], datetime]
 
+class Engine:
+    """Sessions, steps, tasks and agents, stored as events in PostgreSQL (or in memory).
 
-def utc_now() -> datetime:
-    """The default clock."""
-    return datetime.now(UTC)
-
-
-class Engine(SessionCommands, StepProcessing, TaskCommands):
-    """Sessions and their steps, stored as events in PostgreSQL (or in memory)."""
+    ``clock`` defaults to the database server's clock (one clock for every engine on the
+    database); in-memory engines use the host's. Pass one to control time in tests.
+    """
 
     def __init__(
         self,
@@ -59,10 +47,10 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         settings: Settings | None = None,
         tenant: str | None = None,
         schema: str | None = None,
-        clock: Clock = utc_now,
+        clock: Clock | None = None,
         llm: LlmPort | None = None,
     ) -> None:
-        if clock().tzinfo is None:
+        if clock is not None and clock().tzinfo is None:
             raise ValidationError("clock", "must return timezone-aware datetimes")
         base = settings if settings is not None else Settings.from_env()
         self.settings = base.with_overrides(database_url=database_url, tenant=tenant, schema=schema)
@@ -70,21 +58,47 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         ensure_schema(url, self.settings.schema)
         self.database_url = url
         self.tenant = self.settings.tenant
-        self.clock = clock
-        self.llm = llm
+        if clock is None:
+            clock = (
+                utc_now
+                if url == MEMORY_URL
+                else DatabaseClock(server_time(url, self.settings.connect_timeout_s))
+            )
+        self.clock: Clock = clock
         env = library_env(url, schema=self.settings.schema, pool_size=self.settings.pool_size)
-        self.app = FlowledgerApplication(env, snapshot_interval=self.settings.snapshot_interval)
-        self._locks = KeyedLocks()
-        self._writers: WriteCache[Session] = WriteCache(self.settings.write_cache_size)
+        self._app = FlowledgerApplication(env, snapshot_interval=self.settings.snapshot_interval)
+        self.log = EventLog(self._app)
+        self.store = AggregateStore(self._app, self.settings, clock)
+        self.sessions = SessionService(self.store, self.tenant)
+        self.steps = StepService(self.store, self.sessions, llm, pool_size=self.settings.pool_size)
+        self.task_reads = TaskReads(self.store, self.tenant, LogIndex(self._app, self.tenant))
+        self.tasks = TaskService(self.store, self.task_reads, self.tenant)
+        self.classifier = TaskClassifier(self.store, self.task_reads, self.tasks, llm)
 
     @classmethod
     def in_memory(cls, **kwargs: Any) -> Engine:
         """An engine whose events live in this process only (fast unit tests)."""
         return cls(database_url=MEMORY_URL, **kwargs)
 
+    @property
+    def llm(self) -> LlmPort | None:
+        """The LLM adapter ``process_step`` and ``classify_task`` call (None: not configured)."""
+        return self.steps.llm
+
+    @llm.setter
+    def llm(self, llm: LlmPort | None) -> None:
+        self.steps.llm = llm
+        self.classifier.llm = llm
+
     def close(self) -> None:
-        """Release database connections."""
-        self.app.close()
+        """Release database connections and worker threads."""
+        self.steps.close()
+        self._app.close()
+
+    async def aclose(self) -> None:
+        """Close the LLM adapter, the worker threads and the engine."""
+        await self.steps.aclose()
+        self._app.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -92,40 +106,11 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    # -- queries -----------------------------------------------------------------------
+    # -- sessions ----------------------------------------------------------------------
 
     def session_uuid(self, session_id: str) -> UUID:
         """The aggregate id of a caller's session id in this engine's tenant."""
-        return session_uuid(self.tenant, session_id)
-
-    def get_session(
-        self, session_id: str, version: int | None = None, as_of: datetime | None = None
-    ) -> SessionState:
-        """The session now, at a version, or as it was at a moment (not both)."""
-        if version is not None and as_of is not None:
-            raise ValidationError("version", "give version or as_of, not both")
-        if as_of is not None:
-            if as_of.tzinfo is None:
-                raise ValidationError("as_of", "must be timezone-aware")
-            versions = [e.version for e in self.history(session_id) if e.timestamp <= as_of]
-            if not versions:
-                raise SessionNotFound(session_id)
-            version = versions[-1]
-        if version is not None and version < 1:
-            raise ValidationError("version", f"must be >= 1, got {version}")
-        session = self._load(session_id, version)
-        if version is not None and session.version < version:
-            raise ValidationError("version", f"session has {session.version} versions, not {version}")
-        return session.state()
-
-    def history(self, session_id: str) -> list[HistoryEntry]:
-        """The session's events, oldest first."""
-        events = list(self.app.events.get(self.session_uuid(session_id)))
-        if not events:
-            raise SessionNotFound(session_id)
-        return [history_entry(e) for e in events]
-
-    # -- commands ----------------------------------------------------------------------
+        return self.sessions.session_uuid(session_id)
 
     def start_session(
         self,
@@ -136,12 +121,7 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         metadata: JsonObject | None = None,
     ) -> SessionState:
         """Start a session; starting it again with the same workflow and user is a no-op."""
-        require_ttl(ttl)
-        with self._lock(session_id):
-            return self._retrying(
-                session_id,
-                lambda: self._start(session_id, workflow, user_id, ttl, {} if metadata is None else metadata),
-            )
+        return self.sessions.start(session_id, workflow, user_id, ttl, {} if metadata is None else metadata)
 
     def record_step(
         self,
@@ -155,116 +135,133 @@ class Engine(SessionCommands, StepProcessing, TaskCommands):
         idempotency_key: str | None = None,
     ) -> StepRecord:
         """Record a step whose model call happened elsewhere; a known key returns its record."""
-
-        def record(session: Session) -> StepRecord:
-            recorded = session.recorded_outcome(idempotency_key)
-            if recorded is not None:
-                return recorded
-            session.ensure_open(self.clock())
-            return session.record_step(
-                step=step,
-                input=input if input is not None else {},
-                output=output if output is not None else {},
-                next_step=next_step,
-                context_update=context_update,
-                usage=usage,
-                idempotency_key=idempotency_key,
-            )
-
-        return self.update(session_id, record)
-
-    # -- mechanics ---------------------------------------------------------------------
-
-    def update(self, session_id: str, command: Callable[[Session], T]) -> T:
-        """Load the session, run ``command`` on it, save; retried on concurrent writes."""
-        with self._lock(session_id):
-            return self._retrying(session_id, lambda: self._apply(session_id, command))
-
-    def _apply(self, session_id: str, command: Callable[[Session], T]) -> T:
-        key = self.session_uuid(session_id)
-        session = self._writers.get(key) or self._load(session_id)
-        try:
-            result = command(session)
-        except SessionExpired:
-            # ensure_open recorded Expired before raising: keep that event.
-            self._save_and_cache(key, session)
-            raise
-        except BaseException:
-            self._writers.evict(key)
-            raise
-        self._save_and_cache(key, session)
-        return result
-
-    def _save_and_cache(self, key: UUID, session: Session) -> None:
-        try:
-            self._save(session)
-        except BaseException:
-            # Stale (another process wrote first) or half-applied: reload next time.
-            self._writers.evict(key)
-            raise
-        self._writers.put(key, session)
-
-    def _start(
-        self, session_id: str, workflow: str, user_id: str | None, ttl: timedelta, metadata: JsonObject
-    ) -> SessionState:
-        key = self.session_uuid(session_id)
-        if self._writers.get(key) is None:
-            # Optimistic: most starts are new sessions, so write first and compare only
-            # when version 1 turns out to exist already.
-            session = Session.start(
-                session_id=session_id,
-                tenant=self.tenant,
-                workflow=workflow,
-                user_id=user_id,
-                expires_at=self.clock() + ttl,
-                metadata=metadata,
-            )
-            try:
-                self._save(session)
-            except IntegrityError:
-                pass
-            else:
-                self._writers.put(key, session)
-                return session.state()
-        existing = self._load(session_id)
-        existing.ensure_same_start(workflow=workflow, user_id=user_id)
-        return existing.state()
-
-    def _load(self, session_id: str, version: int | None = None) -> Session:
-        try:
-            session: Session = self.app.repository.get(self.session_uuid(session_id), version=version)
-        except AggregateNotFoundError:
-            raise SessionNotFound(session_id) from None
-        return session
-
-    def _save(self, session: Session) -> None:
-        # The library's app.save() adds generic bookkeeping (and protocol isinstance
-        # checks) that cost a third of a step; a session needs only this.
-        events = session.collect_events()
-        if not events:
-            return
-        self.app.events.put(events)
-        interval = self.settings.snapshot_interval
-        crossed = events[-1].originator_version // interval > (events[0].originator_version - 1) // interval
-        if crossed and self.app.snapshots is not None:
-            self.app.snapshots.put([Session.Snapshot.take(session)])
-
-    def _retrying(self, session_id: str, attempt: Callable[[], T]) -> T:
-        try:
-            return attempt()  # the common case needs no retry machinery
-        except IntegrityError:
-            retries = self.settings.max_conflict_retries
-        if retries == 0:
-            raise ConcurrentUpdate(session_id, 1) from None
-        retrying = Retrying(
-            retry=retry_if_exception_type(IntegrityError),
-            stop=stop_after_attempt(retries),
-            wait=wait_random_exponential(multiplier=0.002, max=0.05),
+        request = StepRequest(
+            step=step,
+            input=input if input is not None else {},
+            output=output if output is not None else {},
+            next_step=next_step,
+            context_update=context_update,
+            usage=usage,
+            idempotency_key=idempotency_key,
         )
-        try:
-            return retrying(attempt)
-        except RetryError:
-            raise ConcurrentUpdate(session_id, retries + 1) from None
+        return self.sessions.record_step(session_id, request)
 
-    def _lock(self, key: str) -> threading.Lock:
-        return self._locks(key)
+    async def process_step(
+        self,
+        session_id: str,
+        step: str,
+        input: JsonObject | None = None,
+        model: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> StepRecord:
+        """Call the model for one step and record the outcome (see ``StepService.process``)."""
+        return await self.steps.process(session_id, step, input, model, idempotency_key)
+
+    def update_context(self, session_id: str, update: JsonObject) -> SessionState:
+        """Merge keys into the session context."""
+        return self.sessions.update_context(session_id, update)
+
+    def extend_session(self, session_id: str, ttl: timedelta) -> SessionState:
+        """Push the expiry to now + ttl (a session that already expired stays expired)."""
+        return self.sessions.extend(session_id, ttl)
+
+    def complete_session(self, session_id: str, resolution: JsonObject | str) -> SessionState:
+        """End the session with a resolution (a JSON object, or a string)."""
+        return self.sessions.complete(session_id, resolution)
+
+    def abandon_session(self, session_id: str, reason: str = "abandoned") -> SessionState:
+        """Give the session up."""
+        return self.sessions.abandon(session_id, reason)
+
+    def get_session(
+        self, session_id: str, version: int | None = None, as_of: datetime | None = None
+    ) -> SessionState:
+        """The session now, at a version, or as it was at a moment (not both)."""
+        return self.sessions.get(session_id, version, as_of)
+
+    def history(self, session_id: str) -> list[HistoryEntry]:
+        """The session's events, oldest first."""
+        return self.sessions.history(session_id)
+
+    def session_steps(self, session_id: str) -> list[StepRecord]:
+        """Every processed step of the session, oldest first (``get_session`` keeps the recent ones)."""
+        return self.sessions.steps(session_id)
+
+    # -- tasks and agents ----------------------------------------------------------------
+
+    def register_agent(self, agent_id: str, name: str, skills: Iterable[str], capacity: int) -> AgentState:
+        """Register an agent; registering it again with the same fields is a no-op."""
+        return self.tasks.register_agent(agent_id, name, skills, capacity)
+
+    def set_agent_capacity(self, agent_id: str, capacity: int) -> AgentState:
+        """Change an agent's capacity (refused below its current load)."""
+        return self.tasks.set_agent_capacity(agent_id, capacity)
+
+    def create_task(
+        self,
+        task_id: str,
+        description: str,
+        required_skills: Iterable[str] = (),
+        priority: str = "medium",
+        deadline: datetime | timedelta | None = None,
+    ) -> TaskState:
+        """Queue a task (see ``TaskService.create_task``)."""
+        return self.tasks.create_task(task_id, description, required_skills, priority, deadline)
+
+    def record_classification(
+        self, task_id: str, category: str, complexity: str, estimated_hours: float
+    ) -> TaskState:
+        """Record a classification made elsewhere; the first one recorded stands."""
+        return self.classifier.record(task_id, category, complexity, estimated_hours)
+
+    async def classify_task(self, task_id: str, model: str | None = None) -> TaskState:
+        """Ask the model what the task is and record it with the call's usage."""
+        return await self.classifier.classify(task_id, model)
+
+    def assign_task(self, task_id: str, *, escalate_when_full: bool = True) -> TaskState:
+        """Give a waiting task to the best eligible agent, or escalate it with the reason."""
+        return self.tasks.assign_task(task_id, escalate_when_full=escalate_when_full)
+
+    def assign_pending(self, *, limit: int | None = None, escalate_when_full: bool = True) -> list[TaskState]:
+        """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline)."""
+        return self.tasks.assign_pending(limit=limit, escalate_when_full=escalate_when_full)
+
+    def start_task(self, task_id: str) -> TaskState:
+        """The holding agent began work."""
+        return self.tasks.start_task(task_id)
+
+    def complete_task(self, task_id: str, result: JsonObject | None = None) -> TaskState:
+        """Close the task as done and free its agent, in one write."""
+        return self.tasks.complete_task(task_id, result)
+
+    def release_task(self, task_id: str, reason: str = "released") -> TaskState:
+        """Take the task back from its agent; it waits in the queue again."""
+        return self.tasks.release_task(task_id, reason)
+
+    def escalate_overdue(self, now: datetime | None = None) -> list[TaskState]:
+        """Escalate every open task whose deadline passed (each once); returns those escalated."""
+        return self.tasks.escalate_overdue(now)
+
+    def get_task(self, task_id: str, version: int | None = None) -> TaskState:
+        """The task now, or at a version."""
+        return self.task_reads.get_task(task_id, version)
+
+    def task_history(self, task_id: str) -> list[HistoryEntry]:
+        """The task's events, oldest first."""
+        return self.task_reads.task_history(task_id)
+
+    def get_agent(self, agent_id: str, version: int | None = None) -> AgentState:
+        """The agent now, or at a version."""
+        return self.task_reads.get_agent(agent_id, version)
+
+    def agent_history(self, agent_id: str) -> list[HistoryEntry]:
+        """The agent's events, oldest first."""
+        return self.task_reads.agent_history(agent_id)
+
+    def list_agents(self) -> list[AgentState]:
+        """Every registered agent, in registration order."""
+        return self.task_reads.list_agents()
+
+    def open_tasks(self) -> list[TaskState]:
+        """Tasks not completed or escalated, oldest first."""
+        return self.task_reads.open_tasks()

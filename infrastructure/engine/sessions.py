@@ -1,68 +1,217 @@
-"""The Engine's session commands beyond starting and recording: context, TTL, endings."""
+"""Session use cases: start, record steps, context, TTL, endings, and reading a session back.
+
+Each command is a named method that the store runs as one unit of work: it finds the
+session, calls one Session method and returns a plain value. The store does the rest
+(lock, cache, save, snapshot, retries, recovery of unknown commits).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
+from functools import partial
+from uuid import UUID
 
-from flowledger.domain.errors import ValidationError
-from flowledger.domain.session import Session
-from flowledger.domain.session_views import SessionState
-from flowledger.domain.values import JsonObject, require_ttl
+from flowledger.domain.errors import SessionNotFound, ValidationError
+from flowledger.domain.session import Session, session_uuid
+from flowledger.domain.session_views import SessionState, StepRecord
+from flowledger.domain.values import JsonObject, LlmUsage, require_ttl
+from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.history import HistoryEntry, history_entry
 
-T = TypeVar("T")
+
+@dataclass(frozen=True, kw_only=True)
+class StepRequest:
+    """A step whose model call happened elsewhere, as ``record_step`` takes it."""
+
+    step: str
+    input: JsonObject
+    output: JsonObject
+    next_step: str | None = None
+    context_update: JsonObject | None = None
+    usage: LlmUsage | None = None
+    idempotency_key: str | None = None
 
 
-class SessionCommands:
-    """Mixed into Engine, which provides ``update`` and ``clock``."""
+class SessionService:
+    """Commands and queries on sessions of one tenant."""
 
-    clock: Callable[[], datetime]
+    def __init__(self, store: AggregateStore, tenant: str) -> None:
+        self._store = store
+        self._tenant = tenant
 
-    def update(self, session_id: str, command: Callable[[Session], T]) -> T:
-        raise NotImplementedError  # pragma: no cover - Engine implements it
+    def session_uuid(self, session_id: str) -> UUID:
+        """The aggregate id of a caller's session id in this tenant."""
+        return session_uuid(self._tenant, session_id)
+
+    # -- commands ----------------------------------------------------------------------
+
+    def start(
+        self, session_id: str, workflow: str, user_id: str | None, ttl: timedelta, metadata: JsonObject
+    ) -> SessionState:
+        """Start a session; starting it again with the same workflow and user is a no-op."""
+        require_ttl(ttl)
+        decide = partial(self._start, session_id, workflow, user_id, ttl, metadata)
+        # Most starts are of new sessions: write first, read only when version 1 exists.
+        return self._store.write(session_id, decide, assume_new=True)
+
+    def record_step(self, session_id: str, request: StepRequest) -> StepRecord:
+        """Record a step; a known idempotency key returns the step recorded under it."""
+        return self._store.write(
+            session_id, partial(self._record, session_id, request), command_id=request.idempotency_key
+        )
 
     def update_context(self, session_id: str, update: JsonObject) -> SessionState:
         """Merge keys into the session context."""
+        return self._store.write(session_id, partial(self._update_context, session_id, update))
 
-        def merge(session: Session) -> SessionState:
-            session.ensure_open(self.clock())
-            session.update_context(update)
-            return session.state()
-
-        return self.update(session_id, merge)
-
-    def extend_session(self, session_id: str, ttl: timedelta) -> SessionState:
+    def extend(self, session_id: str, ttl: timedelta) -> SessionState:
         """Push the expiry to now + ttl (a session that already expired stays expired)."""
         require_ttl(ttl)
+        return self._store.write(session_id, partial(self._extend, session_id, ttl))
 
-        def extend(session: Session) -> SessionState:
-            now = self.clock()
-            session.ensure_open(now)
-            session.extend(now + ttl)
-            return session.state()
-
-        return self.update(session_id, extend)
-
-    def complete_session(self, session_id: str, resolution: JsonObject | str) -> SessionState:
+    def complete(self, session_id: str, resolution: JsonObject | str) -> SessionState:
         """End the session with a resolution: a JSON object, or a string kept as ``{"resolution": s}``."""
         payload = {"resolution": resolution} if isinstance(resolution, str) else resolution
         if not isinstance(payload, dict):
             raise ValidationError("resolution", "must be a string or a JSON object")
+        return self._store.write(session_id, partial(self._complete, session_id, payload))
 
-        def complete(session: Session) -> SessionState:
-            session.ensure_open(self.clock())
-            session.complete(payload)
-            return session.state()
-
-        return self.update(session_id, complete)
-
-    def abandon_session(self, session_id: str, reason: str = "abandoned") -> SessionState:
+    def abandon(self, session_id: str, reason: str) -> SessionState:
         """Give the session up."""
+        return self._store.write(session_id, partial(self._abandon, session_id, reason))
 
-        def abandon(session: Session) -> SessionState:
-            session.ensure_open(self.clock())
-            session.abandon(reason)
-            return session.state()
+    # -- queries -----------------------------------------------------------------------
 
-        return self.update(session_id, abandon)
+    def get(self, session_id: str, version: int | None = None, as_of: datetime | None = None) -> SessionState:
+        """The session now, at a version, or as it was at a moment (the longest prefix at or before it)."""
+        if version is not None and as_of is not None:
+            raise ValidationError("version", "give version or as_of, not both")
+        if as_of is not None:
+            version = self._version_at(session_id, as_of)
+        if version is not None and version < 1:
+            raise ValidationError("version", f"must be >= 1, got {version}")
+        session: Session | None = self._store.load(self.session_uuid(session_id), version)
+        if session is None:
+            raise SessionNotFound(session_id)
+        if version is not None and session.version < version:
+            raise ValidationError("version", f"session has {session.version} versions, not {version}")
+        return session.state()
+
+    def history(self, session_id: str) -> list[HistoryEntry]:
+        """The session's events, oldest first."""
+        events = self._store.events(self.session_uuid(session_id))
+        if not events:
+            raise SessionNotFound(session_id)
+        return [history_entry(event) for event in events]
+
+    def steps(self, session_id: str) -> list[StepRecord]:
+        """Every processed step of the session, oldest first (state keeps only the recent ones)."""
+        events = self._store.events(self.session_uuid(session_id))
+        if not events:
+            raise SessionNotFound(session_id)
+        return [StepRecord.of(event) for event in events if isinstance(event, Session.StepProcessed)]
+
+    def find_outcome(self, session: Session, key: str | None) -> StepRecord | None:
+        """The step recorded under ``key``: from state when it is recent, else from the stream."""
+        if key is None:
+            return None
+        recorded = session.recorded_outcome(key)
+        if recorded is not None:
+            return recorded
+        lookup = getattr(session, "outcome_lookup", None)
+        if lookup is None or lookup(key) is not MAYBE_SEEN:
+            return None
+        for event in self._store.events(session.id):
+            if isinstance(event, Session.StepProcessed) and event.idempotency_key == key:
+                return StepRecord.of(event)
+        return None
+
+    # -- decisions (run by the store, once per attempt) ----------------------------------
+
+    def _start(
+        self,
+        session_id: str,
+        workflow: str,
+        user_id: str | None,
+        ttl: timedelta,
+        metadata: JsonObject,
+        uow: UnitOfWork,
+    ) -> SessionState:
+        existing: Session | None = uow.find(self.session_uuid(session_id))
+        if existing is not None:
+            existing.ensure_same_start(workflow=workflow, user_id=user_id)
+            return existing.state()
+        session = Session.start(
+            session_id=session_id,
+            tenant=self._tenant,
+            workflow=workflow,
+            user_id=user_id,
+            expires_at=uow.now + ttl,
+            metadata=metadata,
+        )
+        uow.add(session)
+        return session.state()
+
+    def _record(self, session_id: str, request: StepRequest, uow: UnitOfWork) -> StepRecord:
+        session = self._session(uow, session_id)
+        recorded = self.find_outcome(session, request.idempotency_key)
+        if recorded is not None:
+            return recorded
+        session.ensure_open(uow.now)
+        return session.record_step(
+            step=request.step,
+            input=request.input,
+            output=request.output,
+            next_step=request.next_step,
+            context_update=request.context_update,
+            usage=request.usage,
+            idempotency_key=request.idempotency_key,
+        )
+
+    def _update_context(self, session_id: str, update: JsonObject, uow: UnitOfWork) -> SessionState:
+        session = self._session(uow, session_id)
+        session.ensure_open(uow.now)
+        session.update_context(update)
+        return session.state()
+
+    def _extend(self, session_id: str, ttl: timedelta, uow: UnitOfWork) -> SessionState:
+        session = self._session(uow, session_id)
+        session.ensure_open(uow.now)
+        session.extend(uow.now + ttl)
+        return session.state()
+
+    def _complete(self, session_id: str, resolution: JsonObject, uow: UnitOfWork) -> SessionState:
+        session = self._session(uow, session_id)
+        session.ensure_open(uow.now)
+        session.complete(resolution)
+        return session.state()
+
+    def _abandon(self, session_id: str, reason: str, uow: UnitOfWork) -> SessionState:
+        session = self._session(uow, session_id)
+        session.ensure_open(uow.now)
+        session.abandon(reason)
+        return session.state()
+
+    def _session(self, uow: UnitOfWork, session_id: str) -> Session:
+        session: Session | None = uow.find(self.session_uuid(session_id))
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    def _version_at(self, session_id: str, as_of: datetime) -> int:
+        """The last version of the longest prefix of events stamped at or before ``as_of``."""
+        if as_of.tzinfo is None:
+            raise ValidationError("as_of", "must be timezone-aware")
+        version = 0
+        for entry in self.history(session_id):
+            if entry.timestamp > as_of:
+                break
+            version = entry.version
+        if version == 0:
+            raise SessionNotFound(session_id)
+        return version
+
+
+MAYBE_SEEN: object = object()
+"""Placeholder until the domain's sentinel lands (Session.outcome_lookup)."""

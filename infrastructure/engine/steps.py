@@ -1,16 +1,19 @@
 """``Engine.process_step``: a step whose model call the engine makes itself, recorded as events.
 
-StepStarted is saved first (its own short save), the model is called outside any
-transaction and outside the per-session lock, then StepProcessed or StepFailed is
-saved. Callers sharing an idempotency key share one model call: in one process
-through a registry of in-flight futures; across processes by seeing the pending
-StepStarted and polling for its outcome. A StepStarted older than
-``step_stale_after`` (its worker crashed) is taken over by the next caller.
+StepStarted is saved first (its own short write), carrying a lease: the worker's name
+and a time until which it holds the step's idempotency key. The model is called outside
+any transaction and lock while a background task renews the lease; then StepProcessed
+or StepFailed is saved. Callers sharing a key share one model call: in one process
+through a registry of in-flight futures; across processes by seeing the pending step
+and polling for its outcome. Only when a lease lapses (its worker died) does another
+caller take the step over, recording the lost attempt as ``StepFailed("worker_lost")``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,19 +24,33 @@ from typing import Any, TypeVar
 from uuid import uuid4
 
 from flowledger.domain.errors import (
+    FlowledgerError,
     LlmCallFailed,
     LlmError,
     LlmNotConfigured,
     SessionClosed,
+    SessionNotFound,
     StepInProgress,
 )
-from flowledger.domain.ports import LlmPort, parse_step_reply, step_messages
+from flowledger.domain.ports import LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
-from flowledger.domain.session_views import SessionState, SessionStatus, StepRecord
+from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
-from flowledger.infrastructure.settings import Settings
+from flowledger.infrastructure.engine.sessions import SessionService
+from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """One ``process_step`` call, as its parts pass it along."""
+
+    session_id: str
+    step: str
+    input: JsonObject
+    model: str | None
+    key: str
 
 
 @dataclass(frozen=True)
@@ -43,51 +60,47 @@ class _Go:
 
 @dataclass(frozen=True)
 class _Wait:
-    started_at: datetime
+    lease_until: datetime
 
 
 class _LeaderGone(Exception):
     """The in-process caller running the step was cancelled; waiters start over."""
 
 
-class StepProcessing:
-    """Mixed into Engine, which provides ``update``, ``get_session``, ``clock`` and ``llm``."""
+class StepService:
+    """Runs steps through an LLM port, with leases, takeover and in-process sharing."""
 
-    llm: LlmPort | None
-    clock: Callable[[], datetime]
-    settings: Settings
-    step_wait_timeout_s: float = 120.0
-    step_stale_after: timedelta = timedelta(minutes=5)
-    step_poll_interval_s: float = 0.02
-    _inflight_steps: dict[tuple[str, str], asyncio.Future[StepRecord]]
-    _db_executor: ThreadPoolExecutor
+    wait_timeout_s: float = 120.0
+    poll_interval_s: float = 0.02
 
-    def update(self, session_id: str, command: Callable[[Session], T]) -> T:
-        raise NotImplementedError  # pragma: no cover - Engine implements it
+    def __init__(
+        self, store: AggregateStore, sessions: SessionService, llm: LlmPort | None, *, pool_size: int
+    ) -> None:
+        self._store = store
+        self._sessions = sessions
+        self.llm = llm
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
+        self._inflight: dict[tuple[str, str], asyncio.Future[StepRecord]] = {}
+        # Database work is blocking (psycopg): run it on threads sized like the pool.
+        self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="flowledger-db")
 
-    def get_session(
-        self, session_id: str, version: int | None = None, as_of: datetime | None = None
-    ) -> SessionState:
-        raise NotImplementedError  # pragma: no cover - Engine implements it
+    @property
+    def lease(self) -> timedelta:
+        """How long a started step's worker holds its key without renewing."""
+        return timedelta(seconds=self._store.settings.step_lease_s)
 
-    def close(self) -> None:
-        raise NotImplementedError  # pragma: no cover - Engine implements it
-
-    async def process_step(
+    async def process(
         self,
         session_id: str,
         step: str,
         input: JsonObject | None = None,
         model: str | None = None,
         idempotency_key: str | None = None,
-        *,
-        retry_pending: bool = False,
     ) -> StepRecord:
         """Call the model for one step and record the outcome; a known key returns its record.
 
         Raises an LlmError (after recording StepFailed) when the call fails, and
-        StepInProgress when another process holds the key past ``step_wait_timeout_s``.
-        ``retry_pending`` takes over a pending step at once (its worker is known dead).
+        StepInProgress when a live worker holds the key past ``wait_timeout_s``.
         """
         llm = self.llm
         if llm is None:
@@ -97,19 +110,19 @@ class StepProcessing:
         payload = input if input is not None else {}
         require_json("input", payload)
         key = require_name("idempotency_key", idempotency_key or f"step-{uuid4().hex}")
+        call = StepCall(session_id, step, payload, model, key)
         loop = asyncio.get_running_loop()
-        inflight = self.__dict__.setdefault("_inflight_steps", {})
         slot = (session_id, key)
-        while (running := inflight.get(slot)) is not None and running.get_loop() is loop:
+        while (running := self._inflight.get(slot)) is not None and running.get_loop() is loop:
             try:
                 return await asyncio.shield(running)
             except _LeaderGone:
                 continue
         future: asyncio.Future[StepRecord] = loop.create_future()
         future.add_done_callback(_retrieve)
-        inflight[slot] = future
+        self._inflight[slot] = future
         try:
-            record = await self._run_step(llm, session_id, step, payload, model, key, retry_pending)
+            record = await self._run(llm, call)
         except asyncio.CancelledError:
             future.set_exception(_LeaderGone())
             raise
@@ -120,141 +133,177 @@ class StepProcessing:
             future.set_result(record)
             return record
         finally:
-            if inflight.get(slot) is future:
-                del inflight[slot]
+            if self._inflight.get(slot) is future:
+                del self._inflight[slot]
 
     async def aclose(self) -> None:
-        """Close the LLM adapter (when it has ``aclose``), the worker threads and the engine."""
+        """Close the LLM adapter (when it has ``aclose``) and the worker threads."""
         closer = getattr(self.llm, "aclose", None)
         if closer is not None:
             await closer()
-        executor = self.__dict__.get("_db_executor")
-        if executor is not None:
-            # Waiting for the worker threads blocks: do it off the event loop.
-            await asyncio.to_thread(executor.shutdown, True)
-        self.close()
+        # Waiting for the worker threads blocks: do it off the event loop.
+        await asyncio.to_thread(self._executor.shutdown, True)
 
-    async def _run_step(
-        self,
-        llm: LlmPort,
-        session_id: str,
-        step: str,
-        input: JsonObject,
-        model: str | None,
-        key: str,
-        retry_pending: bool,
-    ) -> StepRecord:
+    def close(self) -> None:
+        """Stop the worker threads (without waiting for them)."""
+        self._executor.shutdown(wait=False)
+
+    async def _run(self, llm: LlmPort, call: StepCall) -> StepRecord:
         while True:
-            begun = await self._in_db(
-                self.update, session_id, partial(self._begin, step, input, model, key, retry_pending)
-            )
+            begun = await self._begin_surely(call)
             if isinstance(begun, StepRecord):
                 return begun
             if isinstance(begun, _Go):
-                return await self._call_and_record(llm, session_id, step, input, model, key, begun)
-            outcome = await self._await_outcome(session_id, key)
+                return await self._call_and_record(llm, call, begun)
+            outcome = await self._await_outcome(call)
             if outcome is not None:
                 return outcome
-            # The pending step went stale (or vanished): _begin decides afresh.
+            # The key is no longer held by a live worker: decide afresh.
 
-    def _begin(
-        self, step: str, input: JsonObject, model: str | None, key: str, retry_pending: bool, session: Session
-    ) -> StepRecord | _Go | _Wait:
-        recorded = session.recorded_outcome(key)
+    async def _begin_surely(self, call: StepCall) -> StepRecord | _Go | _Wait:
+        """Write StepStarted; if the caller is cancelled meanwhile, still close what was begun."""
+        task = asyncio.ensure_future(
+            self._in_db(self._store.write, call.session_id, partial(self._begin, call))
+        )
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            begun = await task
+            if isinstance(begun, _Go):
+                await self._record_failure(call, "cancelled", "the caller cancelled the step", None)
+            raise
+
+    def _begin(self, call: StepCall, uow: UnitOfWork) -> StepRecord | _Go | _Wait:
+        session: Session | None = uow.find(self._sessions.session_uuid(call.session_id))
+        if session is None:
+            raise SessionNotFound(call.session_id)
+        recorded = self._sessions.find_outcome(session, call.key)
         if recorded is not None:
             return recorded
-        now = self.clock()
-        pending = session.pending.get(key)
-        if pending is not None and not retry_pending and now - pending.started_at < self.step_stale_after:
-            return _Wait(pending.started_at)
-        session.ensure_open(now)
+        pending = session.pending.get(call.key)
+        if pending is not None:
+            if uow.now < pending.lease_until:
+                return _Wait(pending.lease_until)
+            session.abandon_step(call.key, uow.now, f"the lease of worker {pending.worker} lapsed")
+        session.ensure_open(uow.now)
         messages = step_messages(
-            step=step, previous_step=session.current_step, context=session.context, input=input
+            step=call.step, previous_step=session.current_step, context=session.context, input=call.input
         )
-        session.start_step(step=step, input=input, model=model, key=key, now=now)
+        session.start_step(
+            step=call.step,
+            input=call.input,
+            model=call.model,
+            key=call.key,
+            now=uow.now,
+            lease_until=uow.now + self.lease,
+            worker=self.worker,
+        )
         return _Go(messages)
 
-    async def _call_and_record(
-        self,
-        llm: LlmPort,
-        session_id: str,
-        step: str,
-        input: JsonObject,
-        model: str | None,
-        key: str,
-        go: _Go,
-    ) -> StepRecord:
+    async def _call_and_record(self, llm: LlmPort, call: StepCall, go: _Go) -> StepRecord:
+        renewer = asyncio.ensure_future(self._renew_lease(call))
         try:
-            reply = await llm.complete(model=model, messages=go.messages, json_mode=True)
+            reply = await llm.complete(model=call.model, messages=go.messages, json_mode=True)
         except LlmError as error:
-            await self._record_failure(session_id, step, key, error.error_type, str(error), error.usage)
+            await self._record_failure(call, error.error_type, str(error), error.usage)
             raise
         except asyncio.CancelledError:
             await asyncio.shield(
-                self._record_failure(
-                    session_id, step, key, "cancelled", "the caller cancelled the step", None
-                )
+                self._record_failure(call, "cancelled", "the caller cancelled the step", None)
             )
             raise
         except Exception as error:
-            await self._record_failure(session_id, step, key, type(error).__name__, str(error), None)
+            await self._record_failure(call, type(error).__name__, str(error), None)
             raise
-        decision = parse_step_reply(reply.content)
-
-        def finish(session: Session) -> StepRecord | str:
-            # A worker that took this step over may have finished first: never record twice.
-            recorded = session.recorded_outcome(key)
-            if recorded is not None:
-                return recorded
-            if session.status != SessionStatus.ACTIVE:
-                # Closed while the model answered: keep what the call cost, take no step.
-                session.fail_step(
-                    step=step,
-                    error_type="session_closed",
-                    idempotency_key=key,
-                    usage=reply.usage,
-                    error_message=f"the session was {session.status} when the model answered",
-                )
-                return session.status
-            return session.record_step(
-                step=step,
-                input=input,
-                output=decision.output(),
-                next_step=decision.next_step,
-                context_update=decision.context_update,
-                usage=reply.usage,
-                idempotency_key=key,
-            )
-
-        outcome: StepRecord | str = await self._in_db(self.update, session_id, finish)
+        finally:
+            renewer.cancel()
+        outcome: StepRecord | str = await self._in_db(
+            self._store.write, call.session_id, partial(self._finish, call, reply)
+        )
         if isinstance(outcome, str):
-            raise SessionClosed(session_id, outcome)
+            raise SessionClosed(call.session_id, outcome)
         return outcome
 
-    async def _record_failure(
-        self, session_id: str, step: str, key: str, error_type: str, message: str, usage: LlmUsage | None
-    ) -> None:
-        def fail(session: Session) -> None:
-            if key in session.pending:
-                session.fail_step(
-                    step=step, error_type=error_type, error_message=message, usage=usage, idempotency_key=key
-                )
+    def _finish(self, call: StepCall, reply: LlmReply, uow: UnitOfWork) -> StepRecord | str:
+        session = self._session(uow, call.session_id)
+        # A worker that took this step over may have finished first: never record twice.
+        recorded = self._sessions.find_outcome(session, call.key)
+        if recorded is not None:
+            return recorded
+        if session.status != SessionStatus.ACTIVE:
+            # Closed while the model answered: keep what the call cost, take no step.
+            session.fail_step(
+                step=call.step,
+                error_type="session_closed",
+                idempotency_key=call.key,
+                usage=reply.usage,
+                error_message=f"the session was {session.status} when the model answered",
+            )
+            return session.status
+        decision = parse_step_reply(reply.content)
+        return session.record_step(
+            step=call.step,
+            input=call.input,
+            output=decision.output(),
+            next_step=decision.next_step,
+            context_update=decision.context_update,
+            usage=reply.usage,
+            idempotency_key=call.key,
+        )
 
-        await self._in_db(self.update, session_id, fail)
-
-    async def _await_outcome(self, session_id: str, key: str) -> StepRecord | None:
-        """Poll until another worker records the key's outcome; None when it went stale."""
-        deadline = time.monotonic() + self.step_wait_timeout_s
-        interval = self.step_poll_interval_s
+    async def _renew_lease(self, call: StepCall) -> None:
+        """Renew the lease every third of its length while the model call runs."""
+        period = self._store.settings.step_lease_s / 3
         while True:
-            state = await self._in_db(self.get_session, session_id)
+            await asyncio.sleep(period)
+            try:
+                held = await self._in_db(self._store.write, call.session_id, partial(self._renew, call))
+            except FlowledgerError:
+                continue  # the database is away for now: try again at the next period
+            if not held:
+                return
+
+    def _renew(self, call: StepCall, uow: UnitOfWork) -> bool:
+        session = self._session(uow, call.session_id)
+        pending = session.pending.get(call.key)
+        if pending is None or pending.worker != self.worker:
+            return False
+        session.renew_lease(call.key, uow.now + self.lease)
+        return True
+
+    async def _record_failure(
+        self, call: StepCall, error_type: str, message: str, usage: LlmUsage | None
+    ) -> None:
+        await self._in_db(
+            self._store.write, call.session_id, partial(self._fail, call, error_type, message, usage)
+        )
+
+    def _fail(
+        self, call: StepCall, error_type: str, message: str, usage: LlmUsage | None, uow: UnitOfWork
+    ) -> None:
+        session = self._session(uow, call.session_id)
+        if call.key in session.pending:
+            session.fail_step(
+                step=call.step,
+                error_type=error_type,
+                error_message=message,
+                usage=usage,
+                idempotency_key=call.key,
+            )
+
+    async def _await_outcome(self, call: StepCall) -> StepRecord | None:
+        """Poll while a live worker holds the key; None once it does not (decide afresh)."""
+        deadline = time.monotonic() + self.wait_timeout_s
+        interval = self.poll_interval_s
+        while True:
+            state = await self._in_db(self._sessions.get, call.session_id)
             for record in reversed(state.history):
-                if record.idempotency_key == key:
+                if record.idempotency_key == call.key:
                     return record
-            pending = next((p for p in state.pending if p.idempotency_key == key), None)
+            pending = next((p for p in state.pending if p.idempotency_key == call.key), None)
             if pending is None:
-                failure = next((f for f in reversed(state.failures) if f.idempotency_key == key), None)
-                if failure is None:
+                failure = next((f for f in reversed(state.failures) if f.idempotency_key == call.key), None)
+                if failure is None or failure.error_type == "worker_lost":
                     return None
                 raise LlmCallFailed(
                     failure.error_message,
@@ -262,22 +311,21 @@ class StepProcessing:
                     attempts=failure.usage.attempts if failure.usage is not None else 0,
                     usage=failure.usage,
                 )
-            if self.clock() - pending.started_at >= self.step_stale_after:
+            if self._store.clock() >= pending.lease_until:
                 return None
             if time.monotonic() >= deadline:
-                raise StepInProgress(session_id, key, self.step_wait_timeout_s)
+                raise StepInProgress(call.session_id, call.key, self.wait_timeout_s)
             await asyncio.sleep(interval)
             interval = min(interval * 2, 1.0)
 
+    def _session(self, uow: UnitOfWork, session_id: str) -> Session:
+        session: Session | None = uow.find(self._sessions.session_uuid(session_id))
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
     async def _in_db(self, function: Callable[..., T], *args: Any) -> T:
-        # Database work is blocking (psycopg): run it on threads sized like the pool.
-        executor = self.__dict__.get("_db_executor")
-        if executor is None:
-            executor = self.__dict__.setdefault(
-                "_db_executor",
-                ThreadPoolExecutor(max_workers=self.settings.pool_size, thread_name_prefix="flowledger-db"),
-            )
-        return await asyncio.get_running_loop().run_in_executor(executor, partial(function, *args))
+        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(function, *args))
 
 
 def _retrieve(future: asyncio.Future[StepRecord]) -> None:

@@ -1,71 +1,55 @@
-"""The Engine's task and agent commands: register, create, classify, assign, work, escalate.
+"""Task and agent use cases: register, create, assign, work, release, escalate.
 
-A command that changes a task and its agent saves both in one atomic ``app.save(task,
-agent)``; each is written at its next version, so a writer that read either one stale
-loses on the unique (id, version) key and retries against fresh state. That is what keeps
-every agent's load within its capacity however many assigners run, in however many
-processes. In-process, writers of one task are serialised by the engine's lock for that task;
-agents are not locked: concurrent assigners race on them optimistically.
+A command that changes a task and its agent saves both in one atomic append (the
+store's unit of work); each is written at its next version, so a writer that read either
+one stale loses on the unique (id, version) key and retries against fresh state. That is
+what keeps every agent's load within its capacity however many assigners run, in however
+many processes. In one process, writers of one task are serialised by the store's lock
+for that task, and this engine's assignment decisions by ``assignment_lock``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from functools import partial
+from typing import TypeVar
 
 from flowledger.domain.agent import Agent, normalise_skills
 from flowledger.domain.assignment import Choice, choose_agent, in_queue_order
-from flowledger.domain.errors import AgentNotFound, TaskNotFound, ValidationError
+from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
-from flowledger.domain.task_views import (
-    AgentState,
-    EscalationReason,
-    ReleaseOutcome,
-    TaskState,
-    TaskStatus,
-)
-from flowledger.domain.values import JsonObject
-from flowledger.infrastructure.engine.classification import TaskClassification
-from flowledger.infrastructure.engine.task_reads import agent_key
+from flowledger.domain.task_views import AgentState, EscalationReason, ReleaseOutcome, TaskState, TaskStatus
+from flowledger.domain.values import JsonObject, LlmUsage
+from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.engine.task_reads import TaskReads, agent_key, task_key
+
+S = TypeVar("S", TaskState, TaskState | None)
+
+ASSIGNMENT_RETRY_FACTOR = 8
+"""Assignments race for a handful of agents by nature: they get this many times the budget."""
 
 
-class TaskCommands(TaskClassification):
-    """Mixed into Engine (see TaskQueries for what the Engine provides)."""
+class TaskService:
+    """Commands on one tenant's tasks and agents."""
+
+    def __init__(self, store: AggregateStore, reads: TaskReads, tenant: str) -> None:
+        self._store = store
+        self._reads = reads
+        self._tenant = tenant
+        # Assignments all contend on the same few agents: in one process, letting them
+        # race only turns into lost writes. Across processes the agents' versions settle it.
+        self.assignment_lock = threading.Lock()
 
     def register_agent(self, agent_id: str, name: str, skills: Iterable[str], capacity: int) -> AgentState:
         """Register an agent; registering it again with the same fields is a no-op."""
-        skills = normalise_skills("skills", skills)
-
-        def register() -> AgentState:
-            try:
-                existing = self._load_agent(agent_id)
-            except AgentNotFound:
-                agent = Agent.register(
-                    agent_id=agent_id,
-                    tenant=self.tenant,
-                    name=name,
-                    skills=skills,
-                    capacity=capacity,
-                )
-                self._save_atomically(agent)
-                return agent.state()
-            existing.ensure_same(name=name, skills=skills, capacity=capacity)
-            return existing.state()
-
-        with self._lock(agent_key(agent_id)):
-            return self._retrying(agent_id, register)
+        decide = partial(self._register, agent_id, name, normalise_skills("skills", skills), capacity)
+        return self._store.write(agent_key(agent_id), decide)
 
     def set_agent_capacity(self, agent_id: str, capacity: int) -> AgentState:
         """Change an agent's capacity (refused below its current load)."""
-
-        def change() -> AgentState:
-            agent = self._load_agent(agent_id)
-            agent.change_capacity(capacity)
-            self._save_atomically(agent)
-            return agent.state()
-
-        with self._lock(agent_key(agent_id)):
-            return self._retrying(agent_id, change)
+        return self._store.write(agent_key(agent_id), partial(self._change_capacity, agent_id, capacity))
 
     def create_task(
         self,
@@ -81,26 +65,9 @@ class TaskCommands(TaskClassification):
         if isinstance(deadline, timedelta):
             if deadline <= timedelta(0):
                 raise ValidationError("deadline", f"must be a positive delay, got {deadline}")
-            deadline = self.clock() + deadline
-
-        def create() -> TaskState:
-            try:
-                existing = self._load_task(task_id)
-            except TaskNotFound:
-                task = Task.create(
-                    task_id=task_id,
-                    tenant=self.tenant,
-                    description=description,
-                    required_skills=skills,
-                    priority=priority,
-                    deadline=deadline,
-                )
-                self._save_atomically(task)
-                return task.state()
-            existing.ensure_same(description=description, required_skills=skills, priority=priority)
-            return existing.state()
-
-        return self._task_write(task_id, create)
+            deadline = self._store.clock() + deadline
+        decide = partial(self._create, task_id, description, skills, priority, deadline)
+        return self._task_write(task_id, decide)
 
     def assign_task(self, task_id: str, *, escalate_when_full: bool = True) -> TaskState:
         """Give a waiting task to the best eligible agent, or escalate it with the reason.
@@ -108,113 +75,168 @@ class TaskCommands(TaskClassification):
         A task that is no longer waiting is returned unchanged. With
         ``escalate_when_full=False`` a task whose capable agents are all full keeps waiting.
         """
-
-        def attempt() -> TaskState:
-            with self.assignment_lock:
-                return self._assign_once(task_id, escalate_when_full)
-
-        return self._assignment_write(task_id, attempt)
+        budget = (self._store.settings.max_conflict_retries + 1) * ASSIGNMENT_RETRY_FACTOR
+        decide = partial(self._assign, task_id, escalate_when_full)
+        state = self._store.write(task_key(task_id), decide, conflict_retries=budget)
+        self._reads.note(state)
+        return state
 
     def assign_pending(self, *, limit: int | None = None, escalate_when_full: bool = True) -> list[TaskState]:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline)."""
         waiting = []
-        for entry in self.log_index.open_tasks():
-            task = self._load_task(entry.task_id)
-            self._note_final(task)
+        for entry in self._reads.index.open_tasks():
+            task: Task | None = self._store.load(entry.aggregate_id)
+            if task is None:
+                continue
+            self._reads.note(task.state())
             if task.task_status is TaskStatus.PENDING:
                 waiting.append(task.queued())
-        outcomes = []
-        for queued in in_queue_order(waiting)[:limit]:
-
-            def attempt(task_id: str = queued.task_id) -> TaskState:
-                with self.assignment_lock:
-                    return self._assign_once(task_id, escalate_when_full)
-
-            outcomes.append(self._assignment_write(queued.task_id, attempt))
-        return outcomes
+        return [
+            self.assign_task(queued.task_id, escalate_when_full=escalate_when_full)
+            for queued in in_queue_order(waiting)[:limit]
+        ]
 
     def start_task(self, task_id: str) -> TaskState:
         """The holding agent began work."""
-
-        def start() -> TaskState:
-            task = self._load_task(task_id)
-            task.start(self.clock())
-            self._save_atomically(task)
-            return task.state()
-
-        return self._task_write(task_id, start)
+        return self._task_write(task_id, partial(self._start, task_id))
 
     def complete_task(self, task_id: str, result: JsonObject | None = None) -> TaskState:
         """Close the task as done and free its agent, in one write."""
-
-        def complete() -> TaskState:
-            task = self._load_task(task_id)
-            holder, now = task.holder, self.clock()
-            seconds = task.complete(result if result is not None else {}, now)
-            agent = self._load_agent(holder or "")
-            agent.release(task_id, ReleaseOutcome.COMPLETED, now, seconds)
-            self._save_atomically(task, agent)
-            return task.state()
-
-        return self._task_write(task_id, complete)
+        return self._task_write(
+            task_id, partial(self._complete, task_id, result if result is not None else {})
+        )
 
     def release_task(self, task_id: str, reason: str = "released") -> TaskState:
         """Take the task back from its agent; it waits in the queue again."""
-
-        def release() -> TaskState:
-            task = self._load_task(task_id)
-            now = self.clock()
-            agent = self._load_agent(task.release(reason, now))
-            agent.release(task_id, ReleaseOutcome.RELEASED, now, None)
-            self._save_atomically(task, agent)
-            return task.state()
-
-        return self._task_write(task_id, release)
+        return self._task_write(task_id, partial(self._release, task_id, reason))
 
     def escalate_overdue(self, now: datetime | None = None) -> list[TaskState]:
         """Escalate every open task whose deadline passed (each once); returns those escalated."""
-        at = now if now is not None else self.clock()
+        at = now if now is not None else self._store.clock()
         if at.tzinfo is None:
             raise ValidationError("now", "must be timezone-aware")
         escalated = []
-        for entry in self.log_index.overdue_tasks(at):
-
-            def sweep(task_id: str = entry.task_id) -> TaskState | None:
-                task = self._load_task(task_id)
-                if not task.is_overdue(at):
-                    self._note_final(task)
-                    return None
-                deadline = task.deadline.isoformat() if task.deadline else "?"
-                self._escalate(task, EscalationReason.DEADLINE_BREACHED, f"deadline {deadline} passed", at)
-                return task.state()
-
-            state = self._task_write(entry.task_id, sweep)
+        for entry in self._reads.index.overdue_tasks(at):
+            state = self._task_write(entry.task_id, partial(self._sweep, entry.task_id, at))
             if state is not None:
                 escalated.append(state)
         return escalated
 
-    # -- mechanics ---------------------------------------------------------------------
+    def escalate(
+        self,
+        uow: UnitOfWork,
+        task: Task,
+        reason: EscalationReason,
+        detail: str,
+        at: datetime,
+        usage: LlmUsage | None = None,
+    ) -> None:
+        """Escalate the task and free its agent, if it had one, in the same unit of work."""
+        holder = task.escalate(reason, detail, at, usage)
+        if holder is not None:
+            self._reads.agent(uow, holder).release(task.task_id, ReleaseOutcome.ESCALATED, at, None)
 
-    def _assign_once(self, task_id: str, escalate_when_full: bool) -> TaskState:
-        task = self._load_task(task_id)
-        if task.task_status is not TaskStatus.PENDING:
-            self._note_final(task)
+    def _task_write(self, task_id: str, decide: Callable[[UnitOfWork], S]) -> S:
+        state = self._store.write(task_key(task_id), decide)
+        if isinstance(state, TaskState):
+            self._reads.note(state)
+        return state
+
+    # -- decisions (run by the store, once per attempt) ----------------------------------
+
+    def _register(
+        self, agent_id: str, name: str, skills: list[str], capacity: int, uow: UnitOfWork
+    ) -> AgentState:
+        existing: Agent | None = uow.find(self._reads.agent_uuid(agent_id))
+        if existing is not None:
+            existing.ensure_same(name=name, skills=skills, capacity=capacity)
+            return existing.state()
+        agent = Agent.register(
+            agent_id=agent_id, tenant=self._tenant, name=name, skills=skills, capacity=capacity
+        )
+        uow.add(agent)
+        return agent.state()
+
+    def _change_capacity(self, agent_id: str, capacity: int, uow: UnitOfWork) -> AgentState:
+        agent = self._reads.agent(uow, agent_id)
+        agent.change_capacity(capacity)
+        return agent.state()
+
+    def _create(
+        self,
+        task_id: str,
+        description: str,
+        skills: list[str],
+        priority: str,
+        deadline: datetime | None,
+        uow: UnitOfWork,
+    ) -> TaskState:
+        existing: Task | None = uow.find(self._reads.task_uuid(task_id))
+        if existing is not None:
+            existing.ensure_same(description=description, required_skills=skills, priority=priority)
+            return existing.state()
+        task = Task.create(
+            task_id=task_id,
+            tenant=self._tenant,
+            description=description,
+            required_skills=skills,
+            priority=priority,
+            deadline=deadline,
+        )
+        uow.add(task)
+        return task.state()
+
+    def _assign(self, task_id: str, escalate_when_full: bool, uow: UnitOfWork) -> TaskState:
+        with self.assignment_lock:
+            task = self._reads.task(uow, task_id)
+            if task.task_status is not TaskStatus.PENDING:
+                return task.state()
+            now = uow.now
+            if task.is_overdue(now):
+                deadline = task.deadline.isoformat() if task.deadline else "?"
+                self.escalate(
+                    uow,
+                    task,
+                    EscalationReason.DEADLINE_BREACHED,
+                    f"deadline {deadline} passed before assignment",
+                    now,
+                )
+                return task.state()
+            # The roster comes from the log index (one query); if it lags, saving the chosen
+            # agent fails on its version and this attempt is retried on a fresher roster.
+            decision = choose_agent(task.task_id, task.required_skills, self._reads.index.agent_profiles())
+            if isinstance(decision, Choice):
+                agent = self._reads.index.agent_copy(decision.agent_id)
+                uow.adopt(agent)
+                agent.accept(task.task_id, now)
+                task.assign(decision, now)
+            elif escalate_when_full or decision.reason is not EscalationReason.ALL_AT_CAPACITY:
+                self.escalate(uow, task, decision.reason, decision.detail, now)
             return task.state()
-        now = self.clock()
-        if task.is_overdue(now):
-            deadline = task.deadline.isoformat() if task.deadline else "?"
-            self._escalate(
-                task, EscalationReason.DEADLINE_BREACHED, f"deadline {deadline} passed before assignment", now
-            )
-            return task.state()
-        # The roster comes from the log index (one query); if it lags, saving the chosen
-        # agent fails on its version and this attempt is retried on a fresher roster.
-        decision = choose_agent(task.task_id, task.required_skills, self.log_index.agent_profiles())
-        if isinstance(decision, Choice):
-            agent = self.log_index.agent_copy(decision.agent_id)
-            agent.accept(task.task_id, now)
-            task.assign(decision, now)
-            self._save_atomically(task, agent)
-        elif escalate_when_full or decision.reason is not EscalationReason.ALL_AT_CAPACITY:
-            self._escalate(task, decision.reason, decision.detail, now)
+
+    def _start(self, task_id: str, uow: UnitOfWork) -> TaskState:
+        task = self._reads.task(uow, task_id)
+        task.start(uow.now)
+        return task.state()
+
+    def _complete(self, task_id: str, result: JsonObject, uow: UnitOfWork) -> TaskState:
+        task = self._reads.task(uow, task_id)
+        holder = task.holder
+        seconds = task.complete(result, uow.now)
+        self._reads.agent(uow, holder or "").release(task_id, ReleaseOutcome.COMPLETED, uow.now, seconds)
+        return task.state()
+
+    def _release(self, task_id: str, reason: str, uow: UnitOfWork) -> TaskState:
+        task = self._reads.task(uow, task_id)
+        agent = self._reads.agent(uow, task.release(reason, uow.now))
+        agent.release(task_id, ReleaseOutcome.RELEASED, uow.now, None)
+        return task.state()
+
+    def _sweep(self, task_id: str, at: datetime, uow: UnitOfWork) -> TaskState | None:
+        task = self._reads.task(uow, task_id)
+        if not task.is_overdue(at):
+            self._reads.note(task.state())
+            return None
+        deadline = task.deadline.isoformat() if task.deadline else "?"
+        self.escalate(uow, task, EscalationReason.DEADLINE_BREACHED, f"deadline {deadline} passed", at)
         return task.state()

@@ -34,9 +34,9 @@ def http(pg_engine: Engine) -> Iterator[TestClient]:
         pg_engine.start_session(f"d-{n}", "cs")
         pg_engine.record_step(f"d-{n}", "greet", next_step="answer", usage=usage(model, cost, latency))
     rate_limited = usage("deepseek-v3.2", "0", 10.0)
-    pg_engine.update(
+    pg_engine.store.write(
         "d-2",
-        lambda s: s.fail_step(
+        lambda uow: uow.find(pg_engine.session_uuid("d-2")).fail_step(
             step="answer", error_type="RateLimited", error_message="429", usage=rate_limited
         ),
     )

@@ -20,19 +20,19 @@ def _sessions(engine: Engine) -> None:
 
 def test_a_healthy_log_verifies(engine: Engine) -> None:
     _sessions(engine)
-    report = verify_log(engine.app)
+    report = verify_log(engine.log)
     assert (report.ok, report.events, report.streams) == (True, 7, 3)
 
 
 def test_a_gap_in_a_stream_and_a_foreign_topic_are_reported(engine: Engine) -> None:
     _sessions(engine)
     stream = engine.session_uuid("a-1")
-    engine.app.recorder.insert_events(
+    engine.log.recorder.insert_events(
         [
             StoredEvent(originator_id=stream, originator_version=5, topic="elsewhere:Thing", state=b"{}"),
         ]
     )
-    report = verify_log(engine.app)
+    report = verify_log(engine.log)
     assert not report.ok
     assert any("expected version 3" in p for p in report.problems)
     assert any("outside flowledger" in p for p in report.problems)
@@ -41,7 +41,7 @@ def test_a_gap_in_a_stream_and_a_foreign_topic_are_reported(engine: Engine) -> N
 
 def test_an_export_verifies_and_any_edit_breaks_its_chain(engine: Engine) -> None:
     _sessions(engine)
-    lines = [json.dumps(r) for r in export_records(engine.app)]
+    lines = [json.dumps(r) for r in export_records(engine.log)]
     assert len(lines) == 8  # seven events and the trailer
     assert verify_export(lines).ok
 
@@ -56,7 +56,7 @@ def test_an_export_verifies_and_any_edit_breaks_its_chain(engine: Engine) -> Non
 
 def test_a_cut_off_or_garbled_export_does_not_verify(engine: Engine) -> None:
     _sessions(engine)
-    lines = [json.dumps(r) for r in export_records(engine.app)]
+    lines = [json.dumps(r) for r in export_records(engine.log)]
     assert verify_export(lines[:-2]).problems == [
         "the file has no trailer: it was cut off or is not a flowledger export"
     ]
@@ -67,7 +67,7 @@ def test_a_cut_off_or_garbled_export_does_not_verify(engine: Engine) -> None:
 
 def test_one_session_can_be_exported_alone(engine: Engine) -> None:
     _sessions(engine)
-    *records, trailer = list(export_records(engine.app, engine.session_uuid("a-0")))
+    *records, trailer = list(export_records(engine.log, engine.session_uuid("a-0")))
     assert [r["event_type"] for r in records] == [
         "Session.Started",
         "Session.StepProcessed",

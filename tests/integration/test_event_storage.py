@@ -16,7 +16,7 @@ def test_every_stored_topic_is_under_the_flowledger_namespace(engine: Engine) ->
     engine.start_session("s1", "cs")
     engine.record_step("s1", "greet")
     engine.complete_session("s1", "done")
-    notifications = engine.app.recorder.select_notifications(start=None, limit=100)
+    notifications = engine.log.recorder.select_notifications(start=None, limit=100)
     assert notifications
     assert all(n.topic.startswith("flowledger.") for n in notifications), [n.topic for n in notifications]
 
@@ -31,17 +31,17 @@ def test_a_stored_version_one_started_event_is_upcast_on_read(engine: Engine) ->
         expires_at=datetime(2030, 1, 1, tzinfo=UTC),
         metadata={"x": 1},
     )
-    stored = engine.app.mapper.to_stored_event(session.collect_events()[0])
-    state = engine.app.mapper.transcoder.decode(stored.state)
+    stored = engine.log.mapper.to_stored_event(session.collect_events()[0])
+    state = engine.log.mapper.transcoder.decode(stored.state)
     assert state.pop("class_version") == 2
     del state["metadata"]
-    engine.app.recorder.insert_events(
+    engine.log.recorder.insert_events(
         [
             StoredEvent(
                 originator_id=stored.originator_id,
                 originator_version=1,
                 topic=stored.topic,
-                state=engine.app.mapper.transcoder.encode(state),
+                state=engine.log.mapper.transcoder.encode(state),
             )
         ]
     )
@@ -63,15 +63,15 @@ def test_long_sessions_are_snapshotted_and_load_the_same(database_url: str, pg_s
         engine.record_step("long", f"s{n}", context_update={"n": n})
     aggregate_id = engine.session_uuid("long")
 
-    snapshots = list(engine.app.snapshots.get(aggregate_id)) if engine.app.snapshots else []
+    snapshots = engine.log.snapshots(aggregate_id)
     assert [s.originator_version for s in snapshots] == [50, 100]
 
-    from_events = project_aggregate(None, engine.app.events.get(aggregate_id))
+    from_events = project_aggregate(None, engine.log.stream(aggregate_id))
     assert from_events is not None
     assert engine.get_session("long") == from_events.state()
     assert (
         engine.get_session("long", version=75)
-        == project_aggregate(None, engine.app.events.get(aggregate_id, lte=75)).state()
+        == project_aggregate(None, engine.log.stream(aggregate_id, lte=75)).state()
     )
     engine.close()
 
@@ -79,19 +79,29 @@ def test_long_sessions_are_snapshotted_and_load_the_same(database_url: str, pg_s
 def test_a_stored_version_one_step_started_event_takes_its_timestamp_as_started_at(engine: Engine) -> None:
     # Given a StepStarted stored as version 1 wrote it: no started_at, no class_version
     engine.start_session("old-2", "cs")
-    session = engine.app.repository.get(engine.session_uuid("old-2"))
-    session.start_step(step="greet", input={}, model=None, key="k-1", now=datetime(2030, 1, 1, tzinfo=UTC))
-    stored = engine.app.mapper.to_stored_event(session.collect_events()[0])
-    state = engine.app.mapper.transcoder.decode(stored.state)
-    assert state.pop("class_version") == 2
-    del state["started_at"]
-    engine.app.recorder.insert_events(
+    session = engine.store.load(engine.session_uuid("old-2"))
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    session.start_step(
+        step="greet",
+        input={},
+        model=None,
+        key="k-1",
+        now=now,
+        lease_until=now + timedelta(seconds=9),
+        worker="w",
+    )
+    stored = engine.log.mapper.to_stored_event(session.collect_events()[0])
+    state = engine.log.mapper.transcoder.decode(stored.state)
+    assert state.pop("class_version") == 3
+    for later_field in ("started_at", "lease_until", "worker"):
+        del state[later_field]
+    engine.log.recorder.insert_events(
         [
             StoredEvent(
                 originator_id=stored.originator_id,
                 originator_version=2,
                 topic=stored.topic,
-                state=engine.app.mapper.transcoder.encode(state),
+                state=engine.log.mapper.transcoder.encode(state),
             )
         ]
     )

@@ -58,7 +58,7 @@ def history() -> list[SessionScript]:
 
 @pytest.fixture
 def projector(pg_engine: Engine, database_url: str, pg_schema: str) -> Iterator[Projector]:
-    append(pg_engine.app, interleave(history()))
+    append(pg_engine.log, interleave(history()))
     projector = projector_for(pg_engine, batch_size=4)
     projector.catch_up()
     yield projector
@@ -211,7 +211,7 @@ def test_reprice_finds_the_price_of_a_dated_or_provider_prefixed_model(
     )
     script = SessionScript("p", "support", at(0))
     script.step("one", at(1), usage=dated).step("two", at(2), usage=prefixed)
-    append(pg_engine.app, interleave([script]))
+    append(pg_engine.log, interleave([script]))
     projector = projector_for(pg_engine)
     projector.catch_up()
     table = {"gpt-4.1": Price(Decimal("0.000002"), Decimal("0.000008"))}

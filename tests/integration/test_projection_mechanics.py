@@ -119,7 +119,7 @@ def projector_for_same(projector: Projector) -> Projector:
 def test_a_crash_inside_a_batch_leaves_neither_rows_nor_position(
     pg_engine: Engine, projector: Projector
 ) -> None:
-    append(pg_engine.app, interleave(scripts("s", 5)))
+    append(pg_engine.log, interleave(scripts("s", 5)))
     batches = 0
 
     def crash_on_second(_: int) -> None:
@@ -156,8 +156,8 @@ def test_several_followers_never_count_an_event_twice(
     following()
     following()
     for n in range(6):
-        append(pg_engine.app, interleave(scripts(f"f{n}", 10)), per_transaction=9)
-    head = pg_engine.app.recorder.max_notification_id()
+        append(pg_engine.log, interleave(scripts(f"f{n}", 10)), per_transaction=9)
+    head = pg_engine.log.recorder.max_notification_id()
     eventually(lambda: {b.position for b in status(projector)} == {head})
     assert count(projector, "llm_calls") == count(projector, "workflow_executions") == 120
     assert {b.events for b in status(projector)} == {240}
@@ -167,7 +167,7 @@ def test_several_followers_never_count_an_event_twice(
 def test_rebuild_switches_readers_while_dashboards_and_a_follower_keep_going(
     pg_engine: Engine, projector: Projector, following: Callable[[], None]
 ) -> None:
-    append(pg_engine.app, interleave(scripts("r", 30)))
+    append(pg_engine.log, interleave(scripts("r", 30)))
     projector.catch_up()
     old = {b.projection: b.schema for b in status(projector)}
     following()
@@ -186,7 +186,7 @@ def test_rebuild_switches_readers_while_dashboards_and_a_follower_keep_going(
     reader.start()
     try:
         new = rebuild(projector)
-        append(pg_engine.app, interleave(scripts("after", 5)))
+        append(pg_engine.log, interleave(scripts("after", 5)))
         eventually(lambda: count(projector, "llm_calls") == 70)
     finally:
         done.set()
@@ -200,7 +200,7 @@ def test_rebuild_switches_readers_while_dashboards_and_a_follower_keep_going(
 
 
 def test_verify_reports_a_row_that_differs_from_a_rebuild(pg_engine: Engine, projector: Projector) -> None:
-    append(pg_engine.app, interleave(scripts("v", 3)))
+    append(pg_engine.log, interleave(scripts("v", 3)))
     projector.catch_up()
     with projector.connect() as conn:
         conn.execute(
@@ -217,9 +217,9 @@ def test_verify_reports_a_row_that_differs_from_a_rebuild(pg_engine: Engine, pro
 
 
 def test_status_shows_each_projection_position_and_lag(pg_engine: Engine, projector: Projector) -> None:
-    append(pg_engine.app, interleave(scripts("st", 2)))
+    append(pg_engine.log, interleave(scripts("st", 2)))
     projector.catch_up()
-    append(pg_engine.app, interleave(scripts("late", 1)))
+    append(pg_engine.log, interleave(scripts("late", 1)))
     builds = status(projector)
     assert sorted(b.projection for b in builds) == ["cost", "current_state", "funnel", "seed"]
     assert {(b.state, b.position, b.lag) for b in builds} == {("live", 8, 4)}

@@ -159,7 +159,7 @@ def test_a_table_the_stock_recorder_made_is_upgraded_in_place(database_url: str,
 
 
 def test_the_engine_appends_through_flowledgers_recorder(pg_engine: Engine) -> None:
-    assert type(pg_engine.app.recorder) is FlowledgerApplicationRecorder
+    assert type(pg_engine.log.recorder) is FlowledgerApplicationRecorder
 
 
 def test_eight_engine_writers_each_on_a_session_lose_no_step(database_url: str, pg_schema: str) -> None:
@@ -178,7 +178,7 @@ def test_eight_engine_writers_each_on_a_session_lose_no_step(database_url: str, 
             list(pool.map(steps, range(8)))
 
         # Then the log holds all 168 events, readable in id order with versions in order
-        log = engine.app.recorder.select_notifications(None, 1000)
+        log = engine.log.recorder.select_notifications(None, 1000)
         assert len(log) == 8 + 8 * 20
         versions: dict[Any, int] = {}
         for n in log:
@@ -208,7 +208,7 @@ def test_closing_the_engine_stops_the_notifier(database_url: str, pg_schema: str
     # Given an engine whose notifier runs after an append, on a connection of its own
     engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema))
     engine.start_session("s-notify", "wf")
-    notifier = engine.app.recorder.notifier  # type: ignore[attr-defined]
+    notifier = engine.log.recorder.notifier  # type: ignore[attr-defined]
     thread = notifier._thread
     assert thread is not None
     assert thread.is_alive()
@@ -224,7 +224,7 @@ def test_the_notifier_does_not_take_a_writer_connection(database_url: str, pg_sc
     # Given an engine whose pool has room for exactly two connections, and a listener
     settings = make_settings(database_url=database_url, schema=pg_schema, pool_size=2)
     with Engine(settings=settings) as engine, psycopg.connect(database_url, autocommit=True) as listener:
-        recorder: Any = engine.app.recorder
+        recorder: Any = engine.log.recorder
         listener.execute(f'LISTEN "{recorder.channel_name}"')
         pool = recorder.datastore.pool
         held = [pool.getconn(timeout=5), pool.getconn(timeout=5)]

@@ -125,7 +125,7 @@ def history(rng: random.Random) -> list[SessionScript]:
 
 @pytest.fixture
 def projector(pg_engine: Engine, database_url: str, pg_schema: str) -> Iterator[Projector]:
-    append(pg_engine.app, interleave(history(random.Random(2024))))
+    append(pg_engine.log, interleave(history(random.Random(2024))))
     projector = projector_for(pg_engine, batch_size=25)
     projector.catch_up()
     yield projector

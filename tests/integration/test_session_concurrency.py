@@ -9,6 +9,7 @@ import pytest
 
 from flowledger.domain import ConcurrentUpdate, Session
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.engine.store import UnitOfWork
 from tests.conftest import make_settings
 
 ENGINES = 4
@@ -79,13 +80,14 @@ def test_a_writer_that_keeps_losing_the_race_gets_concurrent_update(
     attempts: list[int] = []
 
     # When another writer commits while each of the loser's attempts is in flight
-    def slow_step(session: Session) -> None:
+    def slow_step(uow: UnitOfWork) -> None:
+        session: Session = uow.find(loser.session_uuid("race"))
         attempts.append(session.version)
         winner.record_step("race", "interloper")
         session.record_step(step="mine", input={}, output={})
 
     with pytest.raises(ConcurrentUpdate) as raised:
-        loser.update("race", slow_step)
+        loser.store.write("race", slow_step)
 
     # Then it gave up after 1 + retries attempts, each against fresh state, and wrote nothing
     assert raised.value.attempts == retries + 1

@@ -50,7 +50,7 @@ def engines(database_url: str, pg_schema: str) -> Iterator[list[Engine]]:
 
 
 def _count_conflicts(engine: Engine) -> None:
-    save, lock = engine.app.save, threading.Lock()
+    save, lock = engine.store._save, threading.Lock()
     engine.conflicts = 0  # type: ignore[attr-defined]
 
     def counting_save(*aggregates: Any, **kwargs: Any) -> Any:
@@ -61,7 +61,7 @@ def _count_conflicts(engine: Engine) -> None:
                 engine.conflicts += 1  # type: ignore[attr-defined]
             raise
 
-    engine.app.save = counting_save  # type: ignore[method-assign]
+    engine.store._save = counting_save  # type: ignore[method-assign]
 
 
 @pytest.mark.postgres

@@ -179,7 +179,7 @@ def test_incremental_with_a_crash_equals_a_full_rebuild_and_the_events(
     )
     try:
         scripts = build(spec)
-        append(engine.app, interleave(scripts), per_transaction=7)
+        append(engine.log, interleave(scripts), per_transaction=7)
         batches = 0
 
         def crash(_: int) -> None:

@@ -12,11 +12,11 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.application import Application
 from eventsourcing.utils import get_topic
 
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.values import JsonObject, LlmUsage
+from flowledger.infrastructure.engine.log import EventLog
 
 
 @dataclass
@@ -59,7 +59,15 @@ class SessionScript:
         """StepStarted (keyed by the step and version)."""
         key = f"{step}-{len(self.events) + 1}"
         return self._add(
-            Session.StepStarted, at, step=step, input={}, model=model, idempotency_key=key, started_at=at
+            Session.StepStarted,
+            at,
+            step=step,
+            input={},
+            model=model,
+            idempotency_key=key,
+            started_at=at,
+            lease_until=at + timedelta(seconds=15),
+            worker="synthetic",
         )
 
     def step(
@@ -145,10 +153,10 @@ def chunks(events: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-def append(app: Application[UUID], events: Iterable[Any], *, per_transaction: int = 5000) -> int:
-    """Encode and store ``events`` through the app's recorder, many per transaction."""
+def append(log: EventLog, events: Iterable[Any], *, per_transaction: int = 5000) -> int:
+    """Encode and store ``events`` through an engine's log, many per transaction."""
     stored = 0
     for chunk in chunks(events, per_transaction):
-        app.recorder.insert_events([app.mapper.to_stored_event(e) for e in chunk])
+        log.append(chunk)
         stored += len(chunk)
     return stored

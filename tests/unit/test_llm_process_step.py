@@ -21,6 +21,7 @@ from flowledger.domain.errors import (
 from flowledger.domain.ports import LlmReply
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.engine.store import UnitOfWork
 
 DECISION = (
     '{"action": "classify", "context_update": {"intent": "refund"}, "next_step": "resolve", "message": "ok"}'
@@ -146,11 +147,24 @@ async def test_a_failed_key_may_be_retried(memory_engine: Engine) -> None:
     assert types == ["Started", "StepStarted", "StepFailed", "StepStarted", "StepProcessed"]
 
 
-def start_elsewhere(engine: Engine, session_id: str, key: str) -> None:
+def start_elsewhere(
+    engine: Engine, session_id: str, key: str, lease: timedelta = timedelta(seconds=30)
+) -> None:
     """What another process's process_step leaves behind before its model call."""
-    engine.update(
-        session_id, lambda s: s.start_step(step="greet", input={}, model=None, key=key, now=engine.clock())
-    )
+
+    def start(uow: UnitOfWork) -> None:
+        session = uow.find(engine.session_uuid(session_id))
+        session.start_step(
+            step="greet",
+            input={},
+            model=None,
+            key=key,
+            now=uow.now,
+            lease_until=uow.now + lease,
+            worker="elsewhere",
+        )
+
+    engine.store.write(session_id, start)
 
 
 async def test_a_step_pending_elsewhere_is_awaited_not_called_again(memory_engine: Engine) -> None:
@@ -169,11 +183,11 @@ async def test_a_step_pending_elsewhere_is_awaited_not_called_again(memory_engin
     assert llm.calls == []
 
 
-async def test_a_step_pending_elsewhere_past_the_wait_timeout_raises_step_in_progress(
+async def test_a_step_held_by_a_live_lease_past_the_wait_timeout_raises_step_in_progress(
     memory_engine: Engine,
 ) -> None:
     memory_engine.llm = llm = FakeLlm()
-    memory_engine.step_wait_timeout_s = 0.1
+    memory_engine.steps.wait_timeout_s = 0.1
     memory_engine.start_session("s1", "cs")
     start_elsewhere(memory_engine, "s1", "k1")
     with pytest.raises(StepInProgress) as raised:
@@ -182,28 +196,37 @@ async def test_a_step_pending_elsewhere_past_the_wait_timeout_raises_step_in_pro
     assert llm.calls == []
 
 
-async def test_a_crashed_step_stays_visible_and_is_taken_over_once_stale(memory_engine: Engine) -> None:
+async def test_a_step_whose_lease_lapsed_is_taken_over_and_the_lost_attempt_is_kept(
+    memory_engine: Engine,
+) -> None:
+    # Given a step started by a worker that died (its lease has lapsed)
     memory_engine.llm = llm = FakeLlm()
     memory_engine.start_session("s1", "cs")
-    start_elsewhere(memory_engine, "s1", "k1")
+    start_elsewhere(memory_engine, "s1", "k1", lease=timedelta(milliseconds=50))
     assert [p.idempotency_key for p in memory_engine.get_session("s1").pending] == ["k1"]
-    memory_engine.step_stale_after = timedelta(0)
+    await asyncio.sleep(0.1)
+    # When another caller processes the same key
     record = await memory_engine.process_step("s1", "greet", idempotency_key="k1")
+    # Then it calls the model once, and the dead worker's attempt is on the books
     assert record.idempotency_key == "k1"
     assert len(llm.calls) == 1
-    assert memory_engine.get_session("s1").pending == ()
+    state = memory_engine.get_session("s1")
+    assert state.pending == ()
+    assert [f.error_type for f in state.failures] == ["worker_lost"]
+    types = event_types(memory_engine, "s1")
+    assert types == ["Started", "StepStarted", "StepFailed", "StepStarted", "StepProcessed"]
 
 
-async def test_staleness_is_judged_by_the_engines_clock_not_the_wall_clock() -> None:
+async def test_a_lease_is_judged_by_the_engines_clock_not_the_wall_clock() -> None:
     # Given an engine whose clock runs ten minutes ahead of the wall clock
     ahead = Engine(
         settings=Settings(database_url="memory:", home=Path("/nonexistent")),
         clock=lambda: datetime.now(UTC) + timedelta(minutes=10),
     )
     ahead.llm = llm = FakeLlm()
-    ahead.step_wait_timeout_s = 0.1
+    ahead.steps.wait_timeout_s = 0.1
     ahead.start_session("s1", "cs")
-    # When a step it started a moment ago is still pending
+    # When a step it started a moment ago is still pending under a live lease
     start_elsewhere(ahead, "s1", "k1")
     # Then it is waited for, not taken over (no second model call)
     with pytest.raises(StepInProgress):
@@ -220,25 +243,35 @@ def test_an_engine_refuses_a_clock_without_a_time_zone() -> None:
         )
 
 
-async def test_retry_pending_takes_a_pending_step_over_at_once(memory_engine: Engine) -> None:
-    memory_engine.llm = llm = FakeLlm()
-    memory_engine.start_session("s1", "cs")
-    start_elsewhere(memory_engine, "s1", "k1")
-    await memory_engine.process_step("s1", "greet", idempotency_key="k1", retry_pending=True)
-    assert len(llm.calls) == 1
+async def test_a_worker_renews_its_lease_while_a_long_model_call_runs() -> None:
+    # Given leases of 0.3 s and a model that takes a second
+    engine = Engine(settings=Settings(database_url="memory:", home=Path("/nonexistent"), step_lease_s=0.3))
+    engine.llm = FakeLlm(delay=1.0)
+    engine.start_session("s1", "cs")
+    # When a step runs
+    await engine.process_step("s1", "greet", idempotency_key="k1")
+    # Then the lease was renewed while it ran, and the step ended normally
+    types = event_types(engine, "s1")
+    assert types[:2] == ["Started", "StepStarted"]
+    assert types.count("StepLeaseRenewed") >= 2
+    assert types[-1] == "StepProcessed"
+    engine.close()
 
 
-async def test_a_cancelled_caller_leaves_a_step_failed_not_a_gap(memory_engine: Engine) -> None:
+@pytest.mark.parametrize("after_s", [0.0, 0.1])
+async def test_a_cancelled_caller_leaves_a_step_failed_not_a_gap(
+    memory_engine: Engine, after_s: float
+) -> None:
     memory_engine.llm = FakeLlm(delay=5)
     memory_engine.start_session("s1", "cs")
     task = asyncio.create_task(memory_engine.process_step("s1", "greet", idempotency_key="k1"))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(after_s)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     state = memory_engine.get_session("s1")
-    assert [f.error_type for f in state.failures] == ["cancelled"]
     assert state.pending == ()
+    assert [f.error_type for f in state.failures] in (["cancelled"], [])
 
 
 async def test_an_engine_without_an_adapter_cannot_process_steps(memory_engine: Engine) -> None:

@@ -164,6 +164,6 @@ async def test_a_classification_that_lost_the_race_keeps_its_cost_on_the_task(en
     last = engine.task_history("t9")[-1]
     assert last.event_type == "Task.ClassificationDiscarded"
     assert last.data["usage"] == USAGE
-    events = list(engine.app.events.get(task_uuid(engine.tenant, "t9")))
+    events = list(engine.log.stream(task_uuid(engine.tenant, "t9")))
     calls = [call for call in map(call_of, events) if call is not None]
     assert [call.usage for call in calls] == [USAGE]

@@ -1,0 +1,80 @@
+"""One clock for every writer: the database server's, carried forward on the local monotonic clock.
+
+Events were stamped by each writing host's wall clock, so a host 5 minutes fast expired
+a 3-minute session at once for everybody, and one stream's timestamps went back and
+forth. The engine instead reads the server's ``clock_timestamp()`` once per
+``resync_s`` (half the round trip added) and advances it with ``time.monotonic()``, so
+every engine on one database agrees to within a round trip, whatever its host's clock
+says, and the store keeps each stream's stamps monotonic on top of it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+ServerTime = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """The host's wall clock (in-memory engines and tests)."""
+    return datetime.now(UTC)
+
+
+def server_time(database_url: str, connect_timeout_s: float) -> ServerTime:
+    """A reader of the server's clock over a short-lived connection of its own."""
+
+    def read() -> datetime:
+        with psycopg.connect(
+            database_url, autocommit=True, connect_timeout=max(1, round(connect_timeout_s))
+        ) as conn:
+            sent = time.monotonic()
+            row = conn.execute("SELECT clock_timestamp()").fetchone()
+            half_trip = (time.monotonic() - sent) / 2
+        if row is None:  # pragma: no cover - the statement always returns a row
+            raise RuntimeError("clock_timestamp() returned no row")
+        stamp: datetime = row[0]
+        return stamp.astimezone(UTC) + timedelta(seconds=half_trip)
+
+    return read
+
+
+class DatabaseClock:
+    """``clock()`` is the database's time now; resynchronised every ``resync_s`` seconds."""
+
+    def __init__(self, read_server_time: ServerTime, *, resync_s: float = 60.0) -> None:
+        self._read = read_server_time
+        self._resync_s = resync_s
+        self._lock = threading.Lock()
+        self._base = read_server_time()
+        self._base_mono = time.monotonic()
+        self._next_sync = self._base_mono + resync_s
+
+    def __call__(self) -> datetime:
+        """The server's time now (as of the last synchronisation, advanced monotonically)."""
+        if time.monotonic() >= self._next_sync:
+            self._resync()
+        base, base_mono = self._base, self._base_mono
+        return base + timedelta(seconds=time.monotonic() - base_mono)
+
+    def _resync(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is at it; the old base is good for a while yet
+        try:
+            self._next_sync = time.monotonic() + self._resync_s
+            base = self._read()
+            # Never step back: a resync that reads earlier than the carried-forward time
+            # (network jitter) keeps the carried-forward time.
+            now_mono = time.monotonic()
+            carried = self._base + timedelta(seconds=now_mono - self._base_mono)
+            self._base, self._base_mono = max(base, carried), now_mono
+        except Exception:
+            # The database is away: keep counting from the last base (the monotonic
+            # clock drifts little in a minute); the next resync tries again.
+            pass
+        finally:
+            self._lock.release()

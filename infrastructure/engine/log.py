@@ -1,0 +1,81 @@
+"""The event log as readers see it: notifications in order, decoded events, streams.
+
+Projections, audit, the CLI and tests read the log through ``engine.log`` instead of
+reaching into the event library's application; this is the one place that knows how.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification, StoredEvent
+
+from flowledger.infrastructure.engine.application import FlowledgerApplication
+
+
+class EventLog:
+    """Read access to one engine's event log (and a raw append for tools and tests)."""
+
+    def __init__(self, app: FlowledgerApplication) -> None:
+        self._app = app
+
+    @property
+    def recorder(self) -> ApplicationRecorder:
+        """The recorder of the log (gap-safe reads in notification order)."""
+        return self._app.recorder
+
+    @property
+    def mapper(self) -> Mapper[UUID]:
+        """Turns stored events into domain events and back (with flowledger's transcodings)."""
+        return self._app.mapper
+
+    def head(self) -> int:
+        """The highest notification id readable now (0 for an empty log)."""
+        return self._app.recorder.max_notification_id() or 0
+
+    def read(self, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()) -> list[Notification]:
+        """Up to ``limit`` notifications after position ``after``, in order."""
+        return list(
+            self._app.recorder.select_notifications(after, limit, topics=topics, inclusive_of_start=False)
+        )
+
+    def notifications(self, after: int = 0, batch: int = 1000) -> Iterator[Notification]:
+        """Every notification after ``after``, read in batches."""
+        while True:
+            page = self.read(after, batch)
+            if not page:
+                return
+            yield from page
+            after = page[-1].id
+
+    def decode(self, stored: StoredEvent | Notification) -> Any:
+        """The domain event a stored event or notification holds."""
+        return self._app.mapper.to_domain_event(stored)
+
+    def encode(self, event: Any) -> StoredEvent:
+        """The stored form of a domain event."""
+        return self._app.mapper.to_stored_event(event)
+
+    def stream(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
+        """One aggregate's domain events, oldest first."""
+        return list(self._app.events.get(aggregate_id, gt=gt, lte=lte))
+
+    def stored(self, aggregate_id: UUID) -> list[StoredEvent]:
+        """One aggregate's stored events (topics and raw state), oldest first."""
+        return list(self._app.recorder.select_events(aggregate_id))
+
+    def snapshots(self, aggregate_id: UUID) -> list[Any]:
+        """One aggregate's snapshots, oldest first (empty when snapshotting is off)."""
+        store = self._app.snapshots
+        return [] if store is None else list(store.get(aggregate_id))
+
+    def append(self, events: Sequence[Any]) -> list[int]:
+        """Append domain events as they are (tools and tests; commands go through the Engine)."""
+        ids = self._app.recorder.insert_events([self._app.mapper.to_stored_event(e) for e in events])
+        return list(ids or [])
+
+    def append_stored(self, stored: Sequence[StoredEvent]) -> list[int]:
+        """Append already-encoded events (tests that store what a command never would)."""
+        return list(self._app.recorder.insert_events(list(stored)) or [])

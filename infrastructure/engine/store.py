@@ -1,0 +1,300 @@
+"""The one write path for every aggregate: load, decide, save, snapshot, retry, lock, cache.
+
+A command runs as ``store.write(lock_key, decide)``: ``decide`` gets a ``UnitOfWork``,
+loads or adds the aggregates it needs through it and calls their methods; the store
+then saves every new event of every touched aggregate in one atomic append.
+
+Every command has one id (the caller's idempotency key, or one made here before the
+first attempt), carried by each event it writes (``domain/aggregate.py``). That is what
+makes a retry safe when the outcome of an append is unknown (the commit happened but
+its reply was lost, or the connection broke mid-commit): before deciding again, the
+store reads the stream after the version it wrote at and, finding its own command id
+there, returns the result of the attempt that committed instead of writing it twice.
+
+Other failures:
+- a version clash (another writer first) retries against fresh state with jittered
+  exponential backoff, up to ``max_conflict_retries``, then ``ConcurrentUpdate``;
+- an unreachable database retries until ``operation_deadline_s``, then
+  ``StoreUnavailable`` (the caller may retry with the same key).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+from uuid import UUID, uuid4
+
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
+
+from flowledger.domain.aggregate import FlowledgerAggregate, command_id_of
+from flowledger.domain.errors import ConcurrentUpdate, SessionExpired, StoreUnavailable
+from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.engine.keyed_locks import KeyedLocks
+from flowledger.infrastructure.engine.write_cache import WriteCache
+from flowledger.infrastructure.settings import Settings
+
+T = TypeVar("T")
+A = TypeVar("A", bound=FlowledgerAggregate)
+Clock = Callable[[], datetime]
+
+UNREACHABLE = (OperationalError, InterfaceError)
+"""The library's errors for a database that did not answer (the recorder maps psycopg's)."""
+
+KEEPS_EVENTS = (SessionExpired,)
+"""Errors raised after the aggregate recorded why (Expired): save those events, then raise."""
+
+_BACKOFF_BASE_S = 0.002
+_BACKOFF_CAP_S = 0.1
+_UNREACHABLE_PAUSE_S = 0.2
+
+
+@dataclass
+class UnitOfWork:
+    """The aggregates one attempt of a command touched; saved together, atomically."""
+
+    command_id: str
+    now: datetime
+    _store: AggregateStore
+    _assume_new: bool = False
+    touched: dict[UUID, FlowledgerAggregate] = field(default_factory=dict)
+
+    def find(self, aggregate_id: UUID) -> Any | None:
+        """The aggregate (cached, or loaded), opened for this command; None when it does not exist."""
+        held = self.touched.get(aggregate_id)
+        if held is not None:
+            return held
+        aggregate = (
+            self._store.cached(aggregate_id)
+            if self._assume_new
+            else self._store.cached_or_loaded(aggregate_id)
+        )
+        if aggregate is not None:
+            aggregate.begin(self.command_id, self.now)
+            self.touched[aggregate_id] = aggregate
+        return aggregate
+
+    def add(self, aggregate: FlowledgerAggregate) -> None:
+        """A just-created aggregate, saved with the rest (its first event takes this command)."""
+        aggregate.tag_creation(self.command_id, self.now)
+        self.touched[aggregate.id] = aggregate
+
+    def adopt(self, aggregate: FlowledgerAggregate) -> None:
+        """An aggregate loaded elsewhere (a follower's copy), opened for this command."""
+        aggregate.begin(self.command_id, self.now)
+        self.touched[aggregate.id] = aggregate
+
+    def close(self) -> None:
+        """End the command on every touched aggregate."""
+        for aggregate in self.touched.values():
+            aggregate.end()
+
+
+class AggregateStore:
+    """Loads and saves Session, Task and Agent aggregates through one path."""
+
+    def __init__(
+        self, app: FlowledgerApplication, settings: Settings, clock: Clock, *, cache_size: int | None = None
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.clock = clock
+        self._locks = KeyedLocks()
+        self._cache: WriteCache[FlowledgerAggregate] = WriteCache(
+            settings.write_cache_size if cache_size is None else cache_size
+        )
+
+    # -- reads -----------------------------------------------------------------------
+
+    def load(self, aggregate_id: UUID, version: int | None = None) -> Any | None:
+        """The aggregate at ``version`` (latest by default), or None; StoreUnavailable past the deadline."""
+        with self._deadline("load") as attempt:
+            while True:
+                try:
+                    return self.app.repository.get(aggregate_id, version=version)
+                except AggregateNotFoundError:
+                    return None
+                except UNREACHABLE as error:
+                    attempt(error)
+
+    def events(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
+        """The aggregate's stored events, oldest first (optionally a version range)."""
+        with self._deadline("read events") as attempt:
+            while True:
+                try:
+                    return list(self.app.events.get(aggregate_id, gt=gt, lte=lte))
+                except UNREACHABLE as error:
+                    attempt(error)
+
+    def cached(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
+        """The writer's cached copy, or None (nothing is read)."""
+        return self._cache.get(aggregate_id)
+
+    def cached_or_loaded(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
+        """The writer's copy: from the cache (trusted: saves are optimistic) or the store."""
+        cached = self._cache.get(aggregate_id)
+        if cached is not None:
+            return cached
+        loaded: FlowledgerAggregate | None = self.load(aggregate_id)
+        return loaded
+
+    # -- the write path --------------------------------------------------------------
+
+    def write(
+        self,
+        lock_key: str,
+        decide: Callable[[UnitOfWork], T],
+        *,
+        command_id: str | None = None,
+        assume_new: bool = False,
+        conflict_retries: int | None = None,
+    ) -> T:
+        """Run ``decide`` and save what it changed; exactly once, retried as the module says.
+
+        ``assume_new`` lets the first attempt skip reading (creations that are usually
+        new); a clash on version 1 then retries with reads.
+        """
+        command = command_id or f"cmd-{uuid4().hex}"
+        budget = self.settings.max_conflict_retries if conflict_retries is None else conflict_retries
+        unknown: dict[tuple[UUID, int], T] = {}
+        conflicts = 0
+        with self._locks(lock_key), self._deadline("save") as unreachable:
+            while True:
+                uow = UnitOfWork(command, self.clock(), self, _assume_new=assume_new)
+                try:
+                    # With the caller's key, the domain answers a repeat from the log itself.
+                    result, events, first = self._decide(uow, decide, unknown if command_id is None else {})
+                except _AlreadyCommitted as done:
+                    return unknown[done.at]
+                except UNREACHABLE as error:
+                    unreachable(error)
+                    continue
+                if not events:
+                    self._keep(uow)
+                    return result
+                try:
+                    self._save(uow, events)
+                except IntegrityError:
+                    self._forget(uow)
+                    if self._committed(first, command):
+                        if command_id is None:
+                            return result  # our own id: only this call can have written it
+                        # The caller's key: this call or an earlier one with the same key
+                        # wrote it. Decide again on fresh state, which answers from the log.
+                        continue
+                    if assume_new:  # it existed after all: read it, no need to back off
+                        assume_new = False
+                        continue
+                    conflicts += 1
+                    if conflicts > budget:
+                        raise ConcurrentUpdate(lock_key, conflicts) from None
+                    time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**conflicts)))
+                    continue
+                except UNREACHABLE as error:
+                    # The append may or may not have committed: remember this attempt's
+                    # result; the next attempt looks for the command id before deciding.
+                    self._forget(uow)
+                    unknown[first] = result
+                    unreachable(error)
+                    continue
+                self._keep(uow)
+                self._snapshot(uow, events)
+                return result
+
+    def _decide(
+        self, uow: UnitOfWork, decide: Callable[[UnitOfWork], T], unknown: dict[tuple[UUID, int], T]
+    ) -> tuple[T, list[Any], tuple[UUID, int]]:
+        try:
+            for at in unknown:
+                if self._committed(at, uow.command_id):
+                    raise _AlreadyCommitted(at)
+            try:
+                result = decide(uow)
+            except KEEPS_EVENTS:
+                events = self._collect(uow)
+                if events:
+                    # Best effort: the next command records the same fact if this fails.
+                    with suppress(IntegrityError, *UNREACHABLE):
+                        self._save(uow, events)
+                raise
+        except BaseException:
+            self._forget(uow)
+            raise
+        finally:
+            uow.close()
+        events = self._collect(uow)
+        first = (events[0].originator_id, events[0].originator_version) if events else (UUID(int=0), 0)
+        return result, events, first
+
+    @staticmethod
+    def _collect(uow: UnitOfWork) -> list[Any]:
+        return [event for aggregate in uow.touched.values() for event in aggregate.collect_events()]
+
+    def _save(self, uow: UnitOfWork, events: list[Any]) -> None:
+        self.app.events.put(events)
+
+    def _committed(self, at: tuple[UUID, int], command_id: str) -> bool:
+        """Whether the stream holds an event of ``command_id`` at or after version ``at[1]``."""
+        aggregate_id, version = at
+        if version == 0:
+            return False
+        with self._deadline("read back an unknown commit") as attempt:
+            while True:
+                try:
+                    stored = self.app.events.get(aggregate_id, gt=version - 1)
+                    return any(command_id_of(event) == command_id for event in stored)
+                except UNREACHABLE as error:
+                    attempt(error)
+
+    def _keep(self, uow: UnitOfWork) -> None:
+        for aggregate_id, aggregate in uow.touched.items():
+            self._cache.put(aggregate_id, aggregate)
+
+    def _forget(self, uow: UnitOfWork) -> None:
+        # Stale (another writer first) or half-applied: load afresh next time.
+        for aggregate_id in uow.touched:
+            self._cache.evict(aggregate_id)
+
+    def _snapshot(self, uow: UnitOfWork, events: list[Any]) -> None:
+        """Snapshot each aggregate whose saved events crossed a multiple of the interval."""
+        snapshots = self.app.snapshots
+        if snapshots is None:
+            return
+        interval = self.settings.snapshot_interval
+        first: dict[UUID, int] = {}
+        for event in events:
+            first.setdefault(event.originator_id, event.originator_version)
+        taken = [
+            type(aggregate).Snapshot.take(aggregate)
+            for aggregate_id, aggregate in uow.touched.items()
+            if aggregate_id in first and aggregate.version // interval > (first[aggregate_id] - 1) // interval
+        ]
+        if taken:
+            # A snapshot only saves reading time: if this fails, the next crossing takes one.
+            with suppress(*UNREACHABLE):
+                snapshots.put(taken)
+
+    @contextmanager
+    def _deadline(self, operation: str) -> Iterator[Callable[[Exception], None]]:
+        """Yields ``attempt(error)``: pauses before another try, or raises StoreUnavailable."""
+        deadline = time.monotonic() + self.settings.operation_deadline_s
+
+        def attempt(error: Exception) -> None:
+            if time.monotonic() + _UNREACHABLE_PAUSE_S >= deadline:
+                raise StoreUnavailable(operation, str(error).strip() or type(error).__name__) from error
+            time.sleep(_UNREACHABLE_PAUSE_S)
+
+        yield attempt
+
+
+class _AlreadyCommitted(Exception):
+    """An earlier attempt with an unknown outcome did commit (its key: first aggregate, version)."""
+
+    def __init__(self, at: tuple[UUID, int]) -> None:
+        super().__init__(at)
+        self.at = at
