@@ -14,7 +14,7 @@ from uuid import UUID
 
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.domain.session import Session, session_uuid
-from flowledger.domain.session_views import SessionState, StepRecord
+from flowledger.domain.session_views import MAYBE_SEEN, SessionState, StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_ttl
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.history import HistoryEntry, history_entry
@@ -116,12 +116,13 @@ class SessionService:
         """The step recorded under ``key``: from state when it is recent, else from the stream."""
         if key is None:
             return None
-        recorded = session.recorded_outcome(key)
-        if recorded is not None:
-            return recorded
-        lookup = getattr(session, "outcome_lookup", None)
-        if lookup is None or lookup(key) is not MAYBE_SEEN:
+        found = session.outcome_lookup(key)
+        if isinstance(found, StepRecord):
+            return found
+        if found is not MAYBE_SEEN:
             return None
+        # Rare: the key filter cannot rule the key out (a key older than the recent
+        # window, or a false positive). The stream settles it.
         for event in self._store.events(session.id):
             if isinstance(event, Session.StepProcessed) and event.idempotency_key == key:
                 return StepRecord.of(event)
@@ -212,6 +213,3 @@ class SessionService:
             raise SessionNotFound(session_id)
         return version
 
-
-MAYBE_SEEN: object = object()
-"""Placeholder until the domain's sentinel lands (Session.outcome_lookup)."""

@@ -1,0 +1,168 @@
+"""The one write path: exactly once under unknown commit outcomes, bounded retries, deadlines."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from eventsourcing.persistence import IntegrityError, OperationalError
+
+from flowledger.domain import ConcurrentUpdate, Session, StoreUnavailable
+from flowledger.domain.aggregate import command_id_of
+from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.engine.store import UnitOfWork
+
+
+def memory(**overrides: Any) -> Engine:
+    return Engine(settings=Settings(database_url="memory:", home=Path("/nonexistent"), **overrides))
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    engine = memory(operation_deadline_s=2.0)
+    yield engine
+    engine.close()
+
+
+def fail_saves(engine: Engine, plan: list[str]) -> list[str]:
+    """Replace the store's save: each call takes the next word of ``plan``.
+
+    ``lost-reply``: the events are stored, then the caller hears an OperationalError (the
+    commit's reply never arrived); ``refused``: nothing is stored and OperationalError is
+    raised; ``ok``: a normal save. Returns the list of what happened, in order.
+    """
+    save: Callable[..., None] = engine.store._save
+    happened: list[str] = []
+
+    def faulty(uow: UnitOfWork, events: list[Any]) -> None:
+        what = plan.pop(0) if plan else "ok"
+        happened.append(what)
+        if what == "refused":
+            raise OperationalError("connection refused")
+        save(uow, events)
+        if what == "lost-reply":
+            raise OperationalError("server closed the connection unexpectedly")
+
+    engine.store._save = faulty  # type: ignore[method-assign]
+    return happened
+
+
+def processed(engine: Engine, session_id: str) -> list[Any]:
+    return [
+        e for e in engine.log.stream(engine.session_uuid(session_id)) if isinstance(e, Session.StepProcessed)
+    ]
+
+
+@pytest.mark.parametrize("key", [None, "pay-1"])
+def test_a_lost_commit_reply_stores_the_step_once_and_acknowledges_it(
+    engine: Engine, key: str | None
+) -> None:
+    # Given a session, and a save whose commit happens but whose reply is lost
+    engine.start_session("s1", "cs")
+    happened = fail_saves(engine, ["lost-reply"])
+    # When a step is recorded (with or without a key)
+    record = engine.record_step("s1", "pay", input={"n": 1}, idempotency_key=key)
+    # Then the call succeeds, and the step is stored exactly once
+    assert happened == ["lost-reply"]
+    assert [e.input for e in processed(engine, "s1")] == [{"n": 1}]
+    assert record.version == 2
+    assert engine.get_session("s1").step_count == 1
+
+
+def test_a_refused_save_is_retried_and_stores_the_step_once(engine: Engine) -> None:
+    engine.start_session("s1", "cs")
+    happened = fail_saves(engine, ["refused", "refused"])
+    engine.record_step("s1", "pay", input={"n": 1})
+    assert happened == ["refused", "refused", "ok"]
+    assert len(processed(engine, "s1")) == 1
+
+
+def test_a_lost_reply_on_a_start_does_not_conflict_with_itself(engine: Engine) -> None:
+    happened = fail_saves(engine, ["lost-reply"])
+    state = engine.start_session("s1", "cs", user_id="u")
+    assert happened == ["lost-reply"]
+    assert state.version == 1
+    assert [e.event_type for e in engine.history("s1")] == ["Session.Started"]
+
+
+def test_every_event_carries_the_id_of_the_command_that_wrote_it(engine: Engine) -> None:
+    engine.start_session("s1", "cs")
+    engine.record_step("s1", "a", idempotency_key="k-a")
+    engine.record_step("s1", "b")
+    started, a, b = engine.log.stream(engine.session_uuid("s1"))
+    assert command_id_of(a) == "k-a"
+    assert (command_id_of(started) or "").startswith("cmd-")
+    assert (command_id_of(b) or "").startswith("cmd-")
+    assert command_id_of(started) != command_id_of(b)
+
+
+def test_a_database_that_stays_away_gives_store_unavailable_within_the_deadline() -> None:
+    engine = memory(operation_deadline_s=0.5)
+    engine.start_session("s1", "cs")
+    fail_saves(engine, ["refused"] * 100)
+    started = datetime.now(UTC)
+    with pytest.raises(StoreUnavailable) as raised:
+        engine.record_step("s1", "pay")
+    assert datetime.now(UTC) - started < timedelta(seconds=2)
+    assert raised.value.retry_after > 0
+    assert processed(engine, "s1") == []
+    engine.close()
+
+
+def test_conflicts_past_the_configured_bound_give_concurrent_update() -> None:
+    # Given a store allowed 3 retries, whose every save loses the race
+    engine = memory(max_conflict_retries=3)
+    engine.start_session("s1", "cs")
+    attempts = []
+
+    def always_conflicts(uow: UnitOfWork, events: list[Any]) -> None:
+        attempts.append(1)
+        raise IntegrityError("duplicate key")
+
+    engine.store._save = always_conflicts  # type: ignore[method-assign]
+    with pytest.raises(ConcurrentUpdate) as raised:
+        engine.record_step("s1", "pay")
+    assert raised.value.attempts == 4
+    assert len(attempts) == 4
+    engine.close()
+
+
+def test_stamps_in_one_stream_never_go_back_even_when_the_clock_does() -> None:
+    # Given an engine whose clock jumps back five minutes after the session starts
+    now = [datetime(2030, 1, 1, 12, 0, tzinfo=UTC)]
+    engine = Engine(
+        settings=Settings(database_url="memory:", home=Path("/nonexistent")), clock=lambda: now[0]
+    )
+    engine.start_session("s1", "cs", ttl=timedelta(minutes=3))
+    now[0] -= timedelta(minutes=5)
+    # When a step is recorded
+    engine.record_step("s1", "a")
+    # Then its stamp is not earlier than the start's, and as_of finds the longest prefix
+    stamps = [e.timestamp for e in engine.history("s1")]
+    assert stamps == sorted(stamps)
+    assert engine.get_session("s1", as_of=stamps[0]).version == 2
+    engine.close()
+
+
+def test_sixteen_threads_on_one_session_all_succeed(engine: Engine) -> None:
+    engine.start_session("s1", "cs")
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        try:
+            for i in range(50):
+                engine.record_step("s1", "step", input={"t": n, "i": i})
+        except BaseException as error:  # collected for the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert engine.get_session("s1").step_count == 800
