@@ -42,6 +42,8 @@ class Settings:
     """Deadline for one engine operation with its retries; past it, StoreUnavailable."""
     step_lease_s: float = 15.0
     """How long a started step's worker holds its idempotency key without renewing it."""
+    pgbouncer: bool = False
+    """PgBouncer (transaction pooling) sits between: no server-side prepared statements, no session SET."""
 
     def __post_init__(self) -> None:
         if not _SCHEMA_NAME.match(self.schema):
@@ -67,9 +69,35 @@ class Settings:
             llm_base_url=env.get("FLOWLEDGER_LLM_BASE_URL") or None,
             llm_api_key=env.get("FLOWLEDGER_LLM_API_KEY") or None,
             pricing_file=Path(pricing) if pricing else None,
+            connect_timeout_s=_seconds(env, "FLOWLEDGER_CONNECT_TIMEOUT_S", defaults.connect_timeout_s),
+            pool_timeout_s=_seconds(env, "FLOWLEDGER_POOL_TIMEOUT_S", defaults.pool_timeout_s),
+            statement_timeout_s=_seconds(env, "FLOWLEDGER_STATEMENT_TIMEOUT_S", defaults.statement_timeout_s),
+            operation_deadline_s=_seconds(
+                env, "FLOWLEDGER_OPERATION_DEADLINE_S", defaults.operation_deadline_s
+            ),
+            pgbouncer=_flag(env, "FLOWLEDGER_PGBOUNCER"),
         )
 
     def with_overrides(self, **overrides: object) -> Settings:
         """A copy with the given non-None fields replaced."""
         given = {name: value for name, value in overrides.items() if value is not None}
         return replace(self, **given)  # type: ignore[arg-type]
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds from ``env[name]``, else ``default``."""
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValidationError(name, f"{raw!r} is not a number of seconds") from None
+    if not value > 0:
+        raise ValidationError(name, f"must be > 0, got {raw!r}")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    """``1``/``true``/``yes``/``on`` (any case) is true; unset or anything else is false."""
+    return (env.get(name) or "").strip().lower() in {"1", "true", "yes", "on", "y"}

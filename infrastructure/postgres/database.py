@@ -6,16 +6,47 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from flowledger.infrastructure.settings import MEMORY_URL
+from flowledger.infrastructure.postgres.deadlines import Deadlines
+from flowledger.infrastructure.postgres.embedded import embedded_database_url
+from flowledger.infrastructure.postgres.migrations import MigrationReport, migrate
+from flowledger.infrastructure.settings import MEMORY_URL, Settings
 
 POSTGRES_FACTORY_TOPIC = "flowledger.infrastructure.postgres.factory:FlowledgerPostgresFactory"
 """The library factory for PostgreSQL: its event log is flowledger's recorder (issue 6)."""
 
+__all__ = [
+    "MigrationReport",
+    "create_schema",
+    "deadlines_of",
+    "drop_schema",
+    "ensure_schema",
+    "library_env",
+    "migrate",
+    "migrate_command",
+]
 
-def library_env(database_url: str, *, schema: str, pool_size: int) -> dict[str, str]:
-    """The ``eventsourcing`` environment for a libpq URL (or ``memory:``)."""
+
+def deadlines_of(settings: Settings) -> Deadlines:
+    """The database deadlines (and PgBouncer mode) in ``settings``."""
+    return Deadlines(
+        connect_s=settings.connect_timeout_s,
+        pool_s=settings.pool_timeout_s,
+        statement_s=settings.statement_timeout_s,
+        operation_s=settings.operation_deadline_s,
+        pgbouncer=settings.pgbouncer,
+    )
+
+
+def library_env(
+    database_url: str, *, schema: str, pool_size: int, settings: Settings | None = None
+) -> dict[str, str]:
+    """The ``eventsourcing`` environment for a libpq URL (or ``memory:``).
+
+    The tables must exist first (``migrate``): the library runs no DDL.
+    """
     if database_url == MEMORY_URL:
         return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
+    deadlines = deadlines_of(settings or Settings())
     params = conninfo_to_dict(database_url)
     return {
         "PERSISTENCE_MODULE": POSTGRES_FACTORY_TOPIC,
@@ -32,13 +63,33 @@ def library_env(database_url: str, *, schema: str, pool_size: int) -> dict[str, 
         "POSTGRES_PRE_PING": "n",
         # Never hold a transaction across a model call; 5 s is the library's guard.
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "5",
+        # The library's name for its pool wait (whole seconds); the factory's pool
+        # takes the exact value from the entries below.
+        "POSTGRES_CONNECT_TIMEOUT": str(max(1, round(deadlines.pool_s))),
+        # DDL at every start raced between engines: ``migrate`` runs it once, locked.
+        "CREATE_TABLE": "n",
+        **deadlines.as_env(),
     }
 
 
-def ensure_schema(database_url: str, schema: str) -> None:
-    """Create ``schema`` if it does not exist (the library's DDL needs it first)."""
+def ensure_schema(database_url: str, schema: str, settings: Settings | None = None) -> None:
+    """Make ``schema`` ready for an engine: ``migrate`` (kept under its old name for the engine)."""
     if database_url == MEMORY_URL:
         return
+    migrate(database_url, schema, settings)
+
+
+def migrate_command(settings: Settings) -> MigrationReport:
+    """What ``flowledger migrate`` runs: migrate the configured database and schema.
+
+    The embedded server is used when no URL is configured, as the Engine does.
+    """
+    url = settings.database_url or embedded_database_url(settings.home)
+    return migrate(url, settings.schema, settings)
+
+
+def create_schema(database_url: str, schema: str) -> None:
+    """Create ``schema`` only, with no tables (tests of a recorder's own ``create_table``)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
 

@@ -1,28 +1,66 @@
-"""The event library's PostgreSQL factory, with flowledger's recorders for the event log.
+"""The event library's PostgreSQL factory, with flowledger's recorders and deadlines.
 
-``library_env`` selects it by topic (``PERSISTENCE_MODULE``). Snapshots and tracking
-keep the library's recorders; the application and process recorders append through
-``FlowledgerApplicationRecorder`` (see its module for the mechanism).
+``library_env`` selects it by topic (``PERSISTENCE_MODULE``). The application and
+process recorders append through ``FlowledgerApplicationRecorder`` (see its module for
+the mechanism); snapshots keep the library's table and SQL. Every recorder reads
+within the operation deadline, appends without retrying, and uses a pool that keeps
+the deadlines and reconnects promptly (``deadlines.py``). No recorder creates tables:
+``migrate`` does, once per database.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
+import psycopg
 from eventsourcing.persistence import (
+    AggregateRecorder,
     ApplicationRecorder,
-    InterfaceError,
-    OperationalError,
     ProcessRecorder,
     StoredEvent,
     Tracking,
 )
-from eventsourcing.postgres import PostgresDatastore, PostgresFactory, PostgresProcessRecorder
-from eventsourcing.utils import Environment, EnvType, retry
+from eventsourcing.postgres import (
+    PostgresAggregateRecorder,
+    PostgresDatastore,
+    PostgresFactory,
+    PostgresProcessRecorder,
+)
+from eventsourcing.utils import Environment, EnvType
 
+from flowledger.infrastructure.postgres.deadlines import Deadlines, call_within_deadline, install_pool
 from flowledger.infrastructure.postgres.notify import Notifier
-from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
+from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder, close_unfinished
+
+
+class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
+    """The library's snapshot recorder: reads within the operation deadline, writes without retry."""
+
+    deadlines = Deadlines()
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        """Store snapshots; a failure raises at once (the caller decides about retrying)."""
+        insert = PostgresAggregateRecorder.insert_events.__wrapped__  # type: ignore[attr-defined]
+        return insert(self, stored_events, **kwargs)  # type: ignore[no-any-return]
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """The library's read, retried within the operation deadline (not 10 times)."""
+        read = PostgresAggregateRecorder.select_events.__wrapped__  # type: ignore[attr-defined]
+        return call_within_deadline(
+            lambda: read(self, originator_id, gt=gt, lte=lte, desc=desc, limit=limit),  # type: ignore[no-any-return]
+            budget_s=self.deadlines.operation_s,
+            pool=self.datastore.pool,
+        )
 
 
 class FlowledgerProcessRecorder(PostgresProcessRecorder, FlowledgerApplicationRecorder):
@@ -39,42 +77,58 @@ class FlowledgerProcessRecorder(PostgresProcessRecorder, FlowledgerApplicationRe
             datastore, tracking_table_name=tracking_table_name, events_table_name=events_table_name
         )
 
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
-        """Append events and record ``tracking`` (if given) atomically."""
+        """Append events and record ``tracking`` (if given) atomically; no retry, as the plain path."""
         tracking: Tracking | None = kwargs.get("tracking")
         if tracking is None:
             plain: Sequence[int] | None = FlowledgerApplicationRecorder.insert_events(self, stored_events)
             return plain
-        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
-            # The append must be the transaction's first write (it takes the id).
-            ids = self.append(curs, stored_events) if stored_events else []
-            self._insert_tracking(curs, tracking)
+        with self.datastore.get_connection() as conn:
+            try:
+                with conn.transaction(), conn.cursor() as curs:
+                    # The append must be the transaction's first write (it takes the id).
+                    ids = self.append(curs, stored_events) if stored_events else []
+                    self._insert_tracking(curs, tracking)
+            except psycopg.Error:
+                # The append function released its lock itself; get_connection maps the error.
+                raise
+            except BaseException:
+                close_unfinished(conn)
+                raise
         if ids:
             self.notifier.poke()
         return ids
 
 
 class FlowledgerPostgresFactory(PostgresFactory):
-    """``PostgresFactory`` whose event log is appended without a table lock."""
+    """``PostgresFactory`` whose event log is appended without a table lock, within deadlines."""
 
+    aggregate_recorder_class = FlowledgerSnapshotRecorder
     application_recorder_class = FlowledgerApplicationRecorder
     process_recorder_class = FlowledgerProcessRecorder
 
     def __init__(self, env: Environment | EnvType | None):
         super().__init__(env)
+        self.deadlines = Deadlines.from_env(self.env)
+        install_pool(self.datastore, self.deadlines)
         self._notifiers: list[Notifier] = []
+
+    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
+        """The snapshot store's recorder, with this factory's deadlines."""
+        recorder = super().aggregate_recorder(purpose)
+        self._configure(recorder)
+        return recorder
 
     def application_recorder(self) -> ApplicationRecorder:
         """The event log's recorder; its notifier is stopped when the factory closes."""
         recorder = super().application_recorder()
-        self._keep_notifier(recorder)
+        self._configure(recorder)
         return recorder
 
     def process_recorder(self) -> ProcessRecorder:
         """As ``application_recorder``, with tracking."""
         recorder = super().process_recorder()
-        self._keep_notifier(recorder)
+        self._configure(recorder)
         return recorder
 
     def close(self) -> None:
@@ -84,6 +138,8 @@ class FlowledgerPostgresFactory(PostgresFactory):
         self._notifiers.clear()
         super().close()
 
-    def _keep_notifier(self, recorder: object) -> None:
+    def _configure(self, recorder: object) -> None:
+        if isinstance(recorder, FlowledgerApplicationRecorder | FlowledgerSnapshotRecorder):
+            recorder.deadlines = self.deadlines
         if isinstance(recorder, FlowledgerApplicationRecorder):
             self._notifiers.append(recorder.notifier)

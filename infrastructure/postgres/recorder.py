@@ -33,9 +33,10 @@ or another) holds back readers, never writers, until it ends.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from time import monotonic, sleep
-from typing import Any
+from typing import Any, TypeVar
+from uuid import UUID
 
 import psycopg
 from eventsourcing.persistence import (
@@ -54,16 +55,18 @@ from eventsourcing.persistence import (
     Subscription,
 )
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
-from eventsourcing.utils import retry
 from psycopg import Connection, Cursor
 from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
 from flowledger.infrastructure.postgres import sql as pg_sql
+from flowledger.infrastructure.postgres.ddl import append_function_name
+from flowledger.infrastructure.postgres.deadlines import Deadlines, call_within_deadline
+from flowledger.infrastructure.postgres.migrations import create_event_log
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 
-_RETRYABLE = (InterfaceError, OperationalError)
 _CURSOR_ATTRIBUTE = "_flowledger_append_cursor"
+T = TypeVar("T")
 
 # psycopg's errors as the library's, in the order ``PostgresDatastore.get_connection`` tests them.
 _LIBRARY_ERRORS: tuple[tuple[type[psycopg.Error], type[PersistenceError]], ...] = (
@@ -76,6 +79,13 @@ _LIBRARY_ERRORS: tuple[tuple[type[psycopg.Error], type[PersistenceError]], ...] 
     (psycopg.NotSupportedError, NotSupportedError),
     (psycopg.DatabaseError, DatabaseError),
 )
+
+
+def close_unfinished(conn: Connection[Any]) -> None:
+    """After an interrupt (not a database error) mid-call: the call's state on the server is
+    unknown, so end the session (which frees anything it held); the pool replaces it."""
+    if not conn.closed:
+        conn.close()
 
 
 def library_error(error: psycopg.Error) -> PersistenceError:
@@ -92,6 +102,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
     horizon_wait = 2.0
     """Seconds a read waits for rows committed before it that are behind the horizon."""
 
+    deadlines = Deadlines()
+    """Set by the factory from Settings: reads retry within ``operation_s``; under PgBouncer
+    nothing is prepared on the server."""
+
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events"):
         super().__init__(datastore, events_table_name=events_table_name)
         schema = self.datastore.schema
@@ -100,7 +114,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         )
         # The append function needs the table's sequence name: made in _create_table.
         del self.sql_create_statements[self.create_insert_function_statement_index]
-        self.append_function_name = f"{self.events_table_name}_append"[: self.MAX_IDENTIFIER_LEN]
+        self.append_function_name = append_function_name(self.events_table_name)
         # Rendered once to plain strings: psycopg parses a string query once and caches it,
         # but renders a ``Composed`` again on every call.
         self.sql_append_one = (
@@ -119,36 +133,24 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         self.notifier = Notifier(self.datastore, self.channel_name)
 
     def _create_table(self, curs: Cursor[DictRow]) -> None:
+        """Only for tests and tools that build a recorder by hand: engines call ``migrate``."""
         super()._create_table(curs)
-        schema, table = self.datastore.schema, self.events_table_name
-        columns = curs.execute(
-            "SELECT 1 FROM information_schema.columns "
-            "WHERE table_schema = %s AND table_name = %s AND column_name = 'transaction_id'",
-            (schema, table),
-        ).fetchall()
-        if not columns:
-            for statement in pg_sql.add_transaction_id(schema, table):
-                curs.execute(statement)
-        row = curs.execute(
-            "SELECT pg_get_serial_sequence(%s, 'notification_id') AS seq",
-            (SQL("{}.{}").format(Identifier(schema), Identifier(table)).as_string(curs),),
-        ).fetchone()
-        if row is None or row["seq"] is None:
-            msg = f"{schema}.{table}.notification_id has no sequence"
-            raise OperationalError(msg)
-        for statement in pg_sql.create_append_functions(
-            schema=schema,
-            table=table,
-            function=self.append_function_name,
-            id_type=self.datastore.originator_id_type,
-            sequence=row["seq"],
-            lock_key=pg_sql.section_lock_key(schema, table),
-        ):
-            curs.execute(statement)
+        create_event_log(
+            curs, self.datastore.schema, self.events_table_name, self.datastore.originator_id_type
+        )
 
-    @retry(_RETRYABLE, max_attempts=10, wait=0.2)
+    @property
+    def prepare(self) -> bool | None:
+        """``prepare=`` for this recorder's statements: never prepared behind PgBouncer."""
+        return None if self.deadlines.pgbouncer else True
+
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
-        """Append ``stored_events`` atomically; returns their notification ids."""
+        """Append ``stored_events`` atomically; returns their notification ids.
+
+        No retry here: a failed append raises at once (as the library's error), because
+        after a lost reply only the caller can tell whether its commit happened (the
+        engine's store reads the stream back before it tries again).
+        """
         if not stored_events:
             return []
         pool = self.datastore.pool
@@ -159,32 +161,23 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         # context managers and the connection's ``with`` block cost a tenth of a step.
         try:
             conn = pool.getconn()
-        except psycopg.Error as error:  # PoolTimeout is an OperationalError: retried
+        except psycopg.Error as error:  # PoolTimeout is an OperationalError
             raise library_error(error) from error
         try:
             curs = self._append_cursor(conn)
             try:
                 ids = self.append(curs, stored_events)
-            except BaseException as error:
-                self._release_section(conn, curs)
-                if isinstance(error, psycopg.Error):
-                    raise library_error(error) from error
+            except psycopg.Error as error:
+                # The function released the id section's lock itself (its exception
+                # block), so the connection goes back to the pool as it is.
+                raise library_error(error) from error
+            except BaseException:
+                close_unfinished(conn)
                 raise
         finally:
             pool.putconn(conn)
         self.notifier.poke()
         return ids
-
-    @staticmethod
-    def _release_section(conn: Connection[Any], curs: Cursor[Any]) -> None:
-        """After a failed append, which may have failed inside the id section (a cancel,
-        say): never hand a connection holding the section lock back to the pool."""
-        if conn.closed:
-            return
-        try:
-            curs.execute(pg_sql.UNLOCK_ALL)
-        except psycopg.Error:
-            conn.close()  # the pool replaces a closed connection
 
     @staticmethod
     def _append_cursor(conn: Connection[Any]) -> Cursor[Any]:
@@ -208,7 +201,9 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         if len(stored_events) == 1:
             e = stored_events[0]
             row = curs.execute(
-                self.sql_append_one, (e.originator_id, e.originator_version, e.topic, e.state), prepare=True
+                self.sql_append_one,
+                (e.originator_id, e.originator_version, e.topic, e.state),
+                prepare=self.prepare,
             ).fetchone()
             if row is None:  # the function always returns the id
                 raise OperationalError("append returned no notification id")
@@ -221,11 +216,25 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 [e.topic for e in stored_events],
                 [e.state for e in stored_events],
             ),
-            prepare=True,
+            prepare=self.prepare,
         )
         return [row[0] for row in curs.fetchall()]
 
-    @retry(_RETRYABLE, max_attempts=10, wait=0.2)
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """The library's read of one stream, retried within the operation deadline (not 10 times)."""
+        read = PostgresApplicationRecorder.select_events.__wrapped__  # type: ignore[attr-defined]
+        return self._within_deadline(
+            lambda: read(self, originator_id, gt=gt, lte=lte, desc=desc, limit=limit)  # type: ignore[no-any-return]
+        )
+
     def select_notifications(
         self,
         start: int | None,
@@ -236,6 +245,21 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         inclusive_of_start: bool = True,
     ) -> Sequence[Notification]:
         """Notifications from ``start`` in id order, up to the first that may still move."""
+        return self._within_deadline(
+            lambda: self._select_notifications(start, limit, stop, topics, inclusive_of_start)
+        )
+
+    def _within_deadline(self, read: Callable[[], T]) -> T:
+        return call_within_deadline(read, budget_s=self.deadlines.operation_s, pool=self.datastore.pool)
+
+    def _select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None,
+        topics: Sequence[str],
+        inclusive_of_start: bool,
+    ) -> Sequence[Notification]:
         statement = pg_sql.select_notifications(
             self.datastore.schema,
             self.events_table_name,
@@ -250,11 +274,14 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         params.append(limit)
         deadline = monotonic() + self.horizon_wait
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            rows = curs.execute(statement, params, prepare=True).fetchall()
+            rows = curs.execute(statement, params, prepare=self.prepare).fetchall()
             held_back = [row["tx"] for row in rows if not row["safe"]]
             # Rows committed before this call: wait once for the last of them, re-read.
-            if held_back and self._wait_for_horizon(curs, held_back[-1], deadline):
-                rows = curs.execute(statement, params, prepare=True).fetchall()
+            # Re-read even if that wait ran out: the rows before it may have passed
+            # (the last may never pass, e.g. a row restored from another cluster).
+            if held_back:
+                self._wait_for_horizon(curs, held_back[-1], deadline)
+                rows = curs.execute(statement, params, prepare=self.prepare).fetchall()
         notifications: list[Notification] = []
         for row in rows:
             if not row["safe"]:
@@ -270,23 +297,26 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             )
         return notifications
 
-    @retry(_RETRYABLE, max_attempts=10, wait=0.2)
     def max_notification_id(self) -> int | None:
         """The highest notification id a reader may consume up to now."""
+        return self._within_deadline(self._max_notification_id)
+
+    def _max_notification_id(self) -> int | None:
         deadline = monotonic() + self.horizon_wait
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            row = curs.execute(self.sql_max_notification_id, prepare=True).fetchone()
+            row = curs.execute(self.sql_max_notification_id, prepare=self.prepare).fetchone()
             if row is None:
                 return None
-            if row["last_safe"] is False and self._wait_for_horizon(curs, row["last_tx"], deadline):
-                row = curs.execute(self.sql_max_notification_id, prepare=True).fetchone()
+            if row["last_safe"] is False:
+                self._wait_for_horizon(curs, row["last_tx"], deadline)
+                row = curs.execute(self.sql_max_notification_id, prepare=self.prepare).fetchone()
             return None if row is None else row["safe_max"]
 
     def _wait_for_horizon(self, curs: Cursor[DictRow], tx: str, deadline: float) -> bool:
         """Poll until transaction ``tx`` and all before it have finished, or the deadline."""
         delay = 0.0005
         while True:
-            row = curs.execute(pg_sql.HORIZON_PASSED, (tx,), prepare=True).fetchone()
+            row = curs.execute(pg_sql.HORIZON_PASSED, (tx,), prepare=self.prepare).fetchone()
             if row is not None and row["passed"]:
                 return True
             if monotonic() >= deadline:

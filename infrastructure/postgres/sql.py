@@ -61,8 +61,15 @@ def create_append_functions(
     concurrently, so commits from many writers share WAL flushes. ``<function>_one``
     appends a single event (the common save) with scalar arguments, ``<function>``
     many, as parallel arrays: both avoid composite-type arrays, which cost more to send
-    than the insert itself. No EXCEPTION block (it would open a subtransaction per
-    append): the recorder releases the lock itself if a call fails in the section.
+    than the insert itself.
+
+    The section is an inner block with an exception handler, so that anything failing
+    in it (a cancel, a statement timeout, an exhausted sequence) releases the lock in
+    the same statement: a session lock survives rollback, and an unlock sent later as a
+    separate statement could reach another backend behind a transaction-pooling
+    PgBouncer. The handler unlocks only if the lock was granted (a cancel may arrive
+    while waiting for it). The block costs a subtransaction per append, which gets no
+    id of its own (the transaction id is the top-level one), measured in docs/recorder.md.
     """
     guard = SQL(
         "  IF pg_current_xact_id_if_assigned() IS NOT NULL THEN\n"
@@ -78,6 +85,7 @@ def create_append_functions(
         "sequence": Literal(sequence),
         "key": Literal(lock_key),
         "guard": guard,
+        "release": _release_if_held(lock_key),
     }
     one = SQL(
         "CREATE OR REPLACE FUNCTION {schema}.{one}"
@@ -85,9 +93,12 @@ def create_append_functions(
         "RETURNS bigint LANGUAGE plpgsql AS $body$\n"
         "DECLARE tx xid8; id bigint;\n"
         "BEGIN\n{guard}"
-        "  PERFORM pg_advisory_lock({key});\n"
-        "  tx := pg_current_xact_id();\n"
-        "  id := nextval({sequence});\n"
+        "  BEGIN\n"
+        "    PERFORM pg_advisory_lock({key});\n"
+        "    tx := pg_current_xact_id();\n"
+        "    id := nextval({sequence});\n"
+        "  EXCEPTION WHEN OTHERS OR query_canceled THEN\n{release}"
+        "  END;\n"
         "  PERFORM pg_advisory_unlock({key});\n"
         "  INSERT INTO {schema}.{table} "
         "(originator_id, originator_version, topic, state, notification_id, transaction_id) "
@@ -101,9 +112,12 @@ def create_append_functions(
         "RETURNS SETOF bigint LANGUAGE plpgsql AS $body$\n"
         "DECLARE tx xid8; ids bigint[];\n"
         "BEGIN\n{guard}"
-        "  PERFORM pg_advisory_lock({key});\n"
-        "  tx := pg_current_xact_id();\n"
-        "  ids := ARRAY(SELECT nextval({sequence}) FROM generate_series(1, cardinality(p_ids)));\n"
+        "  BEGIN\n"
+        "    PERFORM pg_advisory_lock({key});\n"
+        "    tx := pg_current_xact_id();\n"
+        "    ids := ARRAY(SELECT nextval({sequence}) FROM generate_series(1, cardinality(p_ids)));\n"
+        "  EXCEPTION WHEN OTHERS OR query_canceled THEN\n{release}"
+        "  END;\n"
         "  PERFORM pg_advisory_unlock({key});\n"
         "  INSERT INTO {schema}.{table} "
         "(originator_id, originator_version, topic, state, notification_id, transaction_id)\n"
@@ -115,8 +129,14 @@ def create_append_functions(
     return [one, many]
 
 
-UNLOCK_ALL = SQL("SELECT pg_advisory_unlock_all()")
-"""Releases the append section's lock if a failed call left it held on a connection."""
+def _release_if_held(lock_key: int) -> Composed:
+    """The id section's exception handler: unlock if this session holds the lock, re-raise."""
+    return SQL(
+        "    PERFORM pg_advisory_unlock({key}) FROM pg_locks "
+        "WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1 "
+        "AND ((classid::bigint << 32) | objid::bigint) = {key};\n"
+        "    RAISE;\n"
+    ).format(key=Literal(lock_key))
 
 
 def select_notifications(

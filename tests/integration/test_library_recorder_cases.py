@@ -35,7 +35,11 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.sql import SQL, Identifier
 
 from flowledger.infrastructure.postgres.database import library_env
-from flowledger.infrastructure.postgres.factory import FlowledgerPostgresFactory, FlowledgerProcessRecorder
+from flowledger.infrastructure.postgres.factory import (
+    FlowledgerPostgresFactory,
+    FlowledgerProcessRecorder,
+    FlowledgerSnapshotRecorder,
+)
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 
 DATABASE_URL = os.environ.get("FLOWLEDGER_TEST_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/test"
@@ -180,7 +184,7 @@ class TestFactory(InfrastructureFactoryTestCase[FlowledgerPostgresFactory]):
         return FlowledgerPostgresFactory
 
     def expected_aggregate_recorder_class(self) -> type[AggregateRecorder]:
-        return PostgresAggregateRecorder
+        return FlowledgerSnapshotRecorder
 
     def expected_application_recorder_class(self) -> type[ApplicationRecorder]:
         return FlowledgerApplicationRecorder

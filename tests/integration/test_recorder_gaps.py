@@ -19,7 +19,7 @@ from eventsourcing.persistence import Notification, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from psycopg.conninfo import conninfo_to_dict
 
-from flowledger.infrastructure.postgres.database import ensure_schema
+from flowledger.infrastructure.postgres.database import create_schema
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 
 pytestmark = pytest.mark.postgres
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.postgres
 
 def make_datastore(database_url: str, schema: str, *, db_functions: bool = False) -> PostgresDatastore:
     """A library datastore on the test server, in ``schema``."""
-    ensure_schema(database_url, schema)
+    create_schema(database_url, schema)
     params = conninfo_to_dict(database_url)
     return PostgresDatastore(
         dbname=str(params.get("dbname") or "postgres"),

@@ -1,0 +1,152 @@
+"""The DDL ``migrate`` runs: the tables the event library expects, and the version row.
+
+The snapshot and tracking tables are the library's own definitions (same names, columns
+and storage options), so its recorders work on them unchanged; the events table and its
+append functions are flowledger's (``sql.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from psycopg.sql import SQL, Composed, Identifier, Literal
+
+VERSION_TABLE = "flowledger_schema"
+MAX_IDENTIFIER_LEN = 63
+
+# The library's storage options for its tables: autovacuum tuned for append-only tables.
+_STORAGE = SQL(
+    " WITH (autovacuum_enabled = true, autovacuum_vacuum_threshold = 100000000, "
+    "autovacuum_vacuum_scale_factor = 0.5, autovacuum_analyze_threshold = 1000, "
+    "autovacuum_analyze_scale_factor = 0.01)"
+)
+
+
+@dataclass(frozen=True)
+class TableNames:
+    """The tables of one library application, named as ``PostgresFactory`` names them."""
+
+    events: str
+    snapshots: str
+    tracking: str
+
+    @classmethod
+    def for_app(cls, app_name: str) -> TableNames:
+        """``<app>_events``, ``<app>_snapshots``, ``<app>_tracking`` (lower case)."""
+        prefix = app_name.lower()
+        return cls(f"{prefix}_events", f"{prefix}_snapshots", f"{prefix}_tracking")
+
+
+def append_function_name(events_table: str) -> str:
+    """The append function's name for an events table (the recorder calls it)."""
+    return f"{events_table}_append"[:MAX_IDENTIFIER_LEN]
+
+
+def migration_lock_key(schema: str) -> int:
+    """The advisory-lock key every ``migrate`` of ``schema`` takes (differs from the append's)."""
+    digest = hashlib.blake2b(f"flowledger-migrate:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def create_version_table(schema: str) -> Composed:
+    """One row: the schema version, and the cluster that last checked the log's ids."""
+    return SQL(
+        "CREATE TABLE IF NOT EXISTS {}.{} ("
+        "singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), "
+        "version integer NOT NULL, "
+        "cluster_id text, "
+        "migrated_at timestamptz NOT NULL DEFAULT now())"
+    ).format(Identifier(schema), Identifier(VERSION_TABLE))
+
+
+def read_version(schema: str) -> Composed:
+    """The version row's version (no row: a new schema)."""
+    return SQL("SELECT version FROM {}.{}").format(Identifier(schema), Identifier(VERSION_TABLE))
+
+
+def record_version(schema: str) -> Composed:
+    """Upsert the version (parameter) with this cluster's identity."""
+    return SQL(
+        "INSERT INTO {s}.{t} (singleton, version, cluster_id, migrated_at) "
+        "VALUES (true, %s, (SELECT system_identifier::text FROM pg_control_system()), now()) "
+        "ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version, "
+        "cluster_id = EXCLUDED.cluster_id, migrated_at = EXCLUDED.migrated_at"
+    ).format(s=Identifier(schema), t=Identifier(VERSION_TABLE))
+
+
+def fast_check(schema: str, names: TableNames) -> Composed:
+    """Version, recorded and current cluster, the sequence's cache, whether the last row is foreign.
+
+    Only the last row (by id, through the unique index): in a log written here the
+    transaction ids grow with the ids. A whole scan runs only when the cluster changed.
+    """
+    events = SQL("{}.{}").format(Identifier(schema), Identifier(names.events))
+    return SQL(
+        "SELECT v.version, v.cluster_id, "
+        "(SELECT system_identifier::text FROM pg_control_system()), "
+        "(SELECT seqcache FROM pg_sequence "
+        "WHERE seqrelid = pg_get_serial_sequence({qualified}, 'notification_id')::regclass), "
+        "(SELECT e.transaction_id >= pg_snapshot_xmax(pg_current_snapshot()) FROM {events} e "
+        "ORDER BY e.notification_id DESC LIMIT 1) "
+        "FROM {s}.{t} v"
+    ).format(
+        qualified=Literal(events.as_string(None)),
+        events=events,
+        s=Identifier(schema),
+        t=Identifier(VERSION_TABLE),
+    )
+
+
+def repair_foreign_transaction_ids(schema: str, table: str) -> Composed:
+    """Rows whose transaction id is at or past this statement's snapshot xmax, set to 0."""
+    return SQL(
+        "UPDATE {}.{} SET transaction_id = '0' "
+        "WHERE transaction_id >= pg_snapshot_xmax(pg_current_snapshot())"
+    ).format(Identifier(schema), Identifier(table))
+
+
+def create_notification_index(schema: str, table: str) -> Composed:
+    """The library's unique index on notification ids (readers page through it)."""
+    return SQL("CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {s}.{t} (notification_id ASC)").format(
+        index=Identifier(f"{table}_notification_id_idx"[:MAX_IDENTIFIER_LEN]),
+        s=Identifier(schema),
+        t=Identifier(table),
+    )
+
+
+def create_other_tables(schema: str, names: TableNames, id_type: str) -> list[Composed]:
+    """The library's composite type (its snapshot insert casts to it), snapshots and tracking."""
+    s = Identifier(schema)
+    type_name = f"stored_event_{id_type}"
+    create_type = SQL(
+        "DO $$ BEGIN IF to_regtype({qualified}) IS NULL THEN "
+        "CREATE TYPE {s}.{name} AS (originator_id {id_type}, originator_version bigint, "
+        "topic text, state bytea); END IF; END $$"
+    ).format(
+        qualified=Literal(SQL("{}.{}").format(s, Identifier(type_name)).as_string(None)),
+        s=s,
+        name=Identifier(type_name),
+        id_type=Identifier(id_type),
+    )
+    snapshots = (
+        SQL(
+            "CREATE TABLE IF NOT EXISTS {s}.{t} (originator_id {id_type} NOT NULL, "
+            "originator_version bigint NOT NULL, topic text, state bytea, "
+            "PRIMARY KEY (originator_id, originator_version))"
+        ).format(s=s, t=Identifier(names.snapshots), id_type=Identifier(id_type))
+        + _STORAGE
+    )
+    tracking = (
+        SQL(
+            "CREATE TABLE IF NOT EXISTS {s}.{t} (application_name text, notification_id bigint, "
+            "PRIMARY KEY (application_name))"
+        ).format(s=s, t=Identifier(names.tracking))
+        + _STORAGE
+    )
+    # The library marks a single-row tracking table it made with this row; without it,
+    # its own create_table (if ever run) would take the table for a legacy one and rename it.
+    migration_row = SQL(
+        "INSERT INTO {s}.{t} VALUES ('__migration__', 1) ON CONFLICT (application_name) DO NOTHING"
+    ).format(s=s, t=Identifier(names.tracking))
+    return [create_type, snapshots, tracking, migration_row]

@@ -1,0 +1,198 @@
+"""Schema creation, upgrades and the event log's invariants: once per database, under a lock.
+
+Every engine used to run the library's ``CREATE TABLE`` DDL at start; 12 of 48 engines
+started at once failed with ``tuple concurrently updated``. Now the library runs no DDL
+(``CREATE_TABLE=n``, see ``database.library_env``) and ``migrate`` does it all in one
+transaction holding a transaction-level advisory lock. A version row in
+``<schema>.flowledger_schema`` lets every later start skip the lock with one read.
+
+At every start (the check is that same read) ``migrate`` also enforces two invariants
+the readers depend on, found by experiment (issue 11, item 8):
+
+- the notification-id sequence has ``CACHE 1``: with ``CACHE 10`` and two writers a
+  reader consumed ids 1, 11, 12 and never delivered 2, committed later;
+- no row carries a ``transaction_id`` this cluster has not issued yet: after
+  ``pg_dump``/restore into a younger cluster readers stall (rows never pass the horizon).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg.sql import SQL, Identifier
+
+from flowledger.infrastructure.postgres import ddl
+from flowledger.infrastructure.postgres import sql as pg_sql
+from flowledger.infrastructure.settings import Settings
+
+SCHEMA_VERSION = 1
+"""1: events (with transaction_id), snapshots, tracking, append functions that unlock on failure."""
+
+MIGRATION_STATEMENT_TIMEOUT_S = 120.0
+"""A repair rewrites rows: allow it longer than an ordinary statement."""
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigrationReport:
+    """What one ``migrate`` call found and did."""
+
+    schema: str
+    version: int
+    locked: bool
+    """False when the version row and both invariants were already right (no lock taken)."""
+    created: bool
+    """The DDL ran (a new schema, or an upgrade from an older version)."""
+    sequence_cache_reset: bool
+    foreign_rows_repaired: int
+
+
+def migrate(
+    database_url: str,
+    schema: str,
+    settings: Settings | None = None,
+    *,
+    app_name: str = "flowledger",
+    originator_id_type: str = "uuid",
+) -> MigrationReport:
+    """Bring ``schema`` to ``SCHEMA_VERSION`` and enforce the log's invariants; safe to run at once
+    from any number of processes. Tables are named after ``app_name`` as the library names them."""
+    settings = settings or Settings()
+    names = ddl.TableNames.for_app(app_name)
+    with psycopg.connect(
+        database_url, autocommit=True, connect_timeout=max(2, round(settings.connect_timeout_s))
+    ) as conn:
+        if _already_right(conn, schema, names):
+            return MigrationReport(
+                schema=schema,
+                version=SCHEMA_VERSION,
+                locked=False,
+                created=False,
+                sequence_cache_reset=False,
+                foreign_rows_repaired=0,
+            )
+        with conn.transaction():
+            return _migrate_locked(conn, schema, names, originator_id_type, settings)
+
+
+def _already_right(conn: psycopg.Connection[Any], schema: str, names: ddl.TableNames) -> bool:
+    """One read, no lock: the version is current, the cluster unchanged, both invariants hold."""
+    try:
+        row = conn.execute(ddl.fast_check(schema, names)).fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedObject):
+        return False
+    if row is None:
+        return False
+    version, cluster, cluster_now, cache, foreign_tail = row
+    return bool(version == SCHEMA_VERSION and cluster == cluster_now and cache == 1 and not foreign_tail)
+
+
+def _migrate_locked(
+    conn: psycopg.Connection[Any], schema: str, names: ddl.TableNames, id_type: str, settings: Settings
+) -> MigrationReport:
+    timeout_ms = int(max(MIGRATION_STATEMENT_TIMEOUT_S, settings.statement_timeout_s) * 1000)
+    cur = conn.cursor(row_factory=tuple_row)
+    cur.execute(SQL("SET LOCAL statement_timeout = {}").format(timeout_ms))
+    # Transaction-level: released by COMMIT or ROLLBACK whatever happens, and never
+    # held on a pooled connection (this one is our own).
+    cur.execute("SELECT pg_advisory_xact_lock(%s)", (ddl.migration_lock_key(schema),))
+    cur.execute(SQL("CREATE SCHEMA IF NOT EXISTS {}").format(Identifier(schema)))
+    cur.execute(ddl.create_version_table(schema))
+    row = cur.execute(ddl.read_version(schema)).fetchone()
+    version = 0 if row is None else int(row[0])
+    created = version < SCHEMA_VERSION
+    if created:
+        create_event_log(cur, schema, names.events, id_type)
+        for statement in ddl.create_other_tables(schema, names, id_type):
+            cur.execute(statement)
+    elif version > SCHEMA_VERSION:
+        _log.warning("schema %s is at version %s, newer than this code's %s", schema, version, SCHEMA_VERSION)
+    cache_reset = _force_sequence_cache_1(cur, schema, names.events)
+    repaired = _repair_foreign_transaction_ids(cur, schema, names.events)
+    cur.execute(ddl.record_version(schema), (max(version, SCHEMA_VERSION),))
+    return MigrationReport(
+        schema=schema,
+        version=max(version, SCHEMA_VERSION),
+        locked=True,
+        created=created,
+        sequence_cache_reset=cache_reset,
+        foreign_rows_repaired=repaired,
+    )
+
+
+def create_event_log(cur: psycopg.Cursor[Any], schema: str, table: str, id_type: str) -> None:
+    """The events table (made or upgraded in place) and its append functions (replaced)."""
+    cur = cur.connection.cursor(row_factory=tuple_row)  # same transaction, rows by position
+    cur.execute(pg_sql.create_table(schema, table, id_type))
+    has_transaction_id = cur.execute(
+        "SELECT 1 FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = %s AND column_name = 'transaction_id'",
+        (schema, table),
+    ).fetchone()
+    if has_transaction_id is None:  # a table the library's stock recorder made
+        for statement in pg_sql.add_transaction_id(schema, table):
+            cur.execute(statement)
+    cur.execute(ddl.create_notification_index(schema, table))
+    sequence = _sequence_of(cur, schema, table)
+    for statement in pg_sql.create_append_functions(
+        schema=schema,
+        table=table,
+        function=ddl.append_function_name(table),
+        id_type=id_type,
+        sequence=sequence,
+        lock_key=pg_sql.section_lock_key(schema, table),
+    ):
+        cur.execute(statement)
+
+
+def _sequence_of(cur: psycopg.Cursor[Any], schema: str, table: str) -> str:
+    qualified = SQL("{}.{}").format(Identifier(schema), Identifier(table)).as_string(cur)
+    row = cur.execute("SELECT pg_get_serial_sequence(%s, 'notification_id')", (qualified,)).fetchone()
+    if row is None or row[0] is None:
+        msg = f"{schema}.{table}.notification_id has no sequence"
+        raise psycopg.errors.ObjectNotInPrerequisiteState(msg)
+    return str(row[0])
+
+
+def _force_sequence_cache_1(cur: psycopg.Cursor[Any], schema: str, table: str) -> bool:
+    """A cached sequence hands each backend a block of ids: a later writer can commit a
+    lower id after a reader passed it, which the horizon cannot see (it orders by
+    transaction, and the lower id's transaction started later). Writers that already
+    hold a cached block keep using it until they reconnect."""
+    sequence = _sequence_of(cur, schema, table)
+    row = cur.execute(
+        "SELECT seqcache FROM pg_sequence WHERE seqrelid = %s::regclass", (sequence,)
+    ).fetchone()
+    if row is None or row[0] == 1:
+        return False
+    _log.warning("sequence %s had CACHE %s; set to CACHE 1 (readers could skip ids)", sequence, row[0])
+    cur.execute(SQL("ALTER SEQUENCE {} CACHE 1").format(SQL(sequence)))
+    return True
+
+
+def _repair_foreign_transaction_ids(cur: psycopg.Cursor[Any], schema: str, table: str) -> int:
+    """Rewrite to 0 every ``transaction_id`` this cluster has not issued yet.
+
+    Such rows came from another cluster (a dump and restore, a logical copy): a live
+    cluster never stores an id at or above its snapshot's xmax, the next id to assign.
+    They are all committed (a dump holds committed rows only) and all older than any
+    transaction of this cluster, so 0, below every horizon, is their true place; left
+    alone they stay "in the future" and every reader stops before them until the
+    counter catches up. The test uses the statement's own snapshot, so rows appended
+    concurrently (ids below that xmax) are never touched.
+    """
+    cur.execute(ddl.repair_foreign_transaction_ids(schema, table))
+    repaired = cur.rowcount
+    if repaired:
+        _log.warning(
+            "%s.%s: %s rows carried transaction ids from another cluster; rewritten to 0",
+            schema,
+            table,
+            repaired,
+        )
+    return repaired

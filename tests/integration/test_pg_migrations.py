@@ -1,0 +1,309 @@
+"""migrate: once per database under a lock, and the log's invariants enforced at every start."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+from eventsourcing.persistence import DataError, StoredEvent, Tracking
+from eventsourcing.utils import Environment
+from psycopg.sql import SQL, Identifier
+
+from flowledger.infrastructure.postgres.database import library_env, migrate
+from flowledger.infrastructure.postgres.factory import (
+    FlowledgerPostgresFactory,
+    FlowledgerProcessRecorder,
+)
+from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
+from flowledger.infrastructure.postgres.sql import section_lock_key
+from flowledger.infrastructure.settings import Settings
+
+pytestmark = pytest.mark.postgres
+
+
+def event(stream: uuid.UUID | None = None, version: int = 1) -> StoredEvent:
+    return StoredEvent(
+        originator_id=stream or uuid.uuid4(), originator_version=version, topic="t:E", state=b"{}"
+    )
+
+
+def open_factory(database_url: str, schema: str, **settings: Any) -> FlowledgerPostgresFactory:
+    env = library_env(database_url, schema=schema, pool_size=4, settings=Settings(**settings))
+    return FlowledgerPostgresFactory(Environment("flowledger", env))
+
+
+@pytest.fixture
+def factory(database_url: str, pg_schema: str) -> Iterator[FlowledgerPostgresFactory]:
+    migrate(database_url, pg_schema)
+    made = open_factory(database_url, pg_schema)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def recorder(factory: FlowledgerPostgresFactory) -> FlowledgerApplicationRecorder:
+    made = factory.application_recorder()
+    assert isinstance(made, FlowledgerApplicationRecorder)
+    return made
+
+
+def section_locks_held(database_url: str, schema: str) -> int:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND ((classid::bigint << 32) | objid::bigint) = %s::bigint",
+            (section_lock_key(schema, "flowledger_events"),),
+        ).fetchone()
+    return int(row[0]) if row else -1
+
+
+def execute(database_url: str, statement: Any, params: Any = None) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(statement, params)
+
+
+def test_sixteen_engines_starting_at_once_on_a_new_schema_all_start(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given 16 starters released at the same moment on a schema that does not exist yet
+    barrier = threading.Barrier(16)
+
+    def start(n: int) -> tuple[bool, list[int]]:
+        barrier.wait()
+        report = migrate(database_url, pg_schema)
+        factory = open_factory(database_url, pg_schema)
+        try:
+            events = factory.application_recorder()
+            snapshots = factory.aggregate_recorder("snapshots")
+            snapshots.insert_events([event()])
+            ids = events.insert_events([event()])
+            return report.created, list(ids or [])
+        finally:
+            factory.close()
+
+    # When each migrates, builds the library's recorders and appends
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(start, range(16)))
+
+    # Then none failed, the DDL ran exactly once, and every append got its own id
+    assert sum(created for created, _ in results) == 1
+    assert sorted(i for _, ids in results for i in ids) == list(range(1, 17))
+
+
+def test_a_migrated_schema_is_skipped_without_the_lock(database_url: str, pg_schema: str) -> None:
+    first = migrate(database_url, pg_schema)
+    again = migrate(database_url, pg_schema)
+    assert (first.locked, first.created) == (True, True)
+    assert (again.locked, again.created) == (False, False)
+
+
+def test_migrate_resets_a_sequence_cache_to_1(database_url: str, pg_schema: str) -> None:
+    # Given a migrated log whose sequence someone gave a cache of 10
+    migrate(database_url, pg_schema)
+    execute(database_url, SQL("ALTER SEQUENCE {}.{} CACHE 10").format(*_sequence(pg_schema)))
+
+    # When an engine starts
+    report = migrate(database_url, pg_schema)
+
+    # Then the sequence hands out one id at a time again
+    assert report.sequence_cache_reset
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT cache_size FROM pg_sequences WHERE schemaname = %s AND sequencename = %s",
+            (pg_schema, "flowledger_events_notification_id_seq"),
+        ).fetchone()
+    assert row == (1,)
+
+
+def _sequence(schema: str) -> tuple[Identifier, Identifier]:
+    return Identifier(schema), Identifier("flowledger_events_notification_id_seq")
+
+
+def make_foreign(database_url: str, schema: str, ids: list[int]) -> None:
+    """Give these rows a transaction id far beyond this cluster's counter."""
+    statement = (
+        "UPDATE {}.flowledger_events SET transaction_id = '999999999999' WHERE notification_id = ANY(%s)"
+    )
+    execute(database_url, SQL(statement).format(Identifier(schema)), (ids,))
+
+
+def test_rows_restored_from_an_older_cluster_are_readable_after_migrate(
+    database_url: str, pg_schema: str, recorder: FlowledgerApplicationRecorder
+) -> None:
+    # Given a log whose last row carries a transaction id this cluster has not reached
+    # (as after pg_dump/restore into a younger cluster)
+    for _ in range(3):
+        recorder.insert_events([event()])
+    execute(
+        database_url,
+        SQL(
+            "UPDATE {}.flowledger_events SET transaction_id = '999999999999' WHERE notification_id = 3"
+        ).format(Identifier(pg_schema)),
+    )
+    # (readers stop before it: it never passes the horizon)
+    assert [n.id for n in recorder.select_notifications(None, 10)] == [1, 2]
+
+    # When an engine starts
+    report = migrate(database_url, pg_schema)
+
+    # Then the row is repaired and readable, and new appends follow it
+    assert report.foreign_rows_repaired == 1
+    recorder.insert_events([event()])
+    assert [n.id for n in recorder.select_notifications(None, 10)] == [1, 2, 3, 4]
+
+
+def test_a_restore_into_another_cluster_repairs_every_foreign_row(
+    database_url: str, pg_schema: str, recorder: FlowledgerApplicationRecorder
+) -> None:
+    # Given foreign ids on rows before the last one, and a version row from another cluster
+    for _ in range(4):
+        recorder.insert_events([event()])
+    schema = Identifier(pg_schema)
+    execute(
+        database_url,
+        SQL(
+            "UPDATE {}.flowledger_events SET transaction_id = '999999999999' WHERE notification_id IN (2, 3)"
+        ).format(schema),
+    )
+    execute(database_url, SQL("UPDATE {}.flowledger_schema SET cluster_id = 'elsewhere'").format(schema))
+    assert [n.id for n in recorder.select_notifications(None, 10)] == [1]
+
+    # When an engine starts
+    report = migrate(database_url, pg_schema)
+
+    # Then all are repaired, and the next start takes the fast path again
+    assert report.foreign_rows_repaired == 2
+    assert [n.id for n in recorder.select_notifications(None, 10)] == [1, 2, 3, 4]
+    assert not migrate(database_url, pg_schema).locked
+
+
+def _exhaust_sequence(database_url: str, schema: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            SQL("SELECT last_value FROM {}.{}").format(*_sequence(schema)),
+        ).fetchone()
+        assert row is not None
+        conn.execute(SQL("ALTER SEQUENCE {}.{} MAXVALUE {}").format(*_sequence(schema), row[0]))
+
+
+def test_a_failure_inside_the_id_section_releases_the_lock(
+    database_url: str, pg_schema: str, recorder: FlowledgerApplicationRecorder
+) -> None:
+    # Given a sequence that cannot hand out another id (nextval fails inside the section)
+    recorder.insert_events([event(), event()])
+    _exhaust_sequence(database_url, pg_schema)
+
+    # When an append fails there, single or multi-event
+    with pytest.raises(DataError, match="maximum value"):
+        recorder.insert_events([event()])
+    with pytest.raises(DataError, match="maximum value"):
+        recorder.insert_events([event(), event()])
+
+    # Then no session holds the section's lock, and once ids are available again
+    # another connection appends without waiting (a held lock would hit lock_timeout)
+    assert section_locks_held(database_url, pg_schema) == 0
+    execute(database_url, SQL("ALTER SEQUENCE {}.{} NO MAXVALUE").format(*_sequence(pg_schema)))
+    with psycopg.connect(database_url, autocommit=True) as other:
+        other.execute("SET lock_timeout = '1s'")
+        other.execute(
+            SQL("SELECT {}.flowledger_events_append_one(%s, 1, 't:E', '{{}}')").format(Identifier(pg_schema)),
+            (uuid.uuid4(),),
+        )
+    assert recorder.insert_events([event()])
+
+
+def test_a_cancel_while_waiting_for_the_section_leaves_no_lock(
+    database_url: str, pg_schema: str, recorder: FlowledgerApplicationRecorder
+) -> None:
+    # Given another session holding the section's lock
+    key = section_lock_key(pg_schema, "flowledger_events")
+    with psycopg.connect(database_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (key,))
+        # When an append times out waiting for it
+        with psycopg.connect(database_url, autocommit=True) as writer:
+            writer.execute("SET statement_timeout = '200ms'")
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                writer.execute(
+                    SQL("SELECT {}.flowledger_events_append_one(%s, 1, 't:E', '{{}}')").format(
+                        Identifier(pg_schema)
+                    ),
+                    (uuid.uuid4(),),
+                )
+            # Then it did not unlock the holder's lock, and holds none itself
+            assert section_locks_held(database_url, pg_schema) == 1
+        holder.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    assert section_locks_held(database_url, pg_schema) == 0
+    assert recorder.insert_events([event()])
+
+
+def test_the_tracking_path_fails_promptly_and_leaves_no_lock(
+    database_url: str, pg_schema: str, factory: FlowledgerPostgresFactory
+) -> None:
+    # Given a process recorder (events plus tracking) whose sequence is exhausted
+    recorder = factory.process_recorder()
+    assert isinstance(recorder, FlowledgerProcessRecorder)
+    recorder.insert_events([event(), event()], tracking=Tracking("upstream", 1))
+    _exhaust_sequence(database_url, pg_schema)
+
+    # When an append with tracking fails in the id section
+    with pytest.raises(DataError):
+        recorder.insert_events([event()], tracking=Tracking("upstream", 2))
+
+    # Then neither the lock nor the tracking position moved
+    assert section_locks_held(database_url, pg_schema) == 0
+    assert recorder.max_tracking_id("upstream") == 1
+
+
+def test_behind_pgbouncer_nothing_is_prepared_on_the_server(database_url: str, pg_schema: str) -> None:
+    # Given an engine configured for PgBouncer transaction pooling
+    migrate(database_url, pg_schema)
+    factory = open_factory(database_url, pg_schema, pgbouncer=True)
+    try:
+        recorder = factory.application_recorder()
+        # When it appends and reads many times (psycopg prepares after 5 uses by default)
+        stream = uuid.uuid4()
+        for version in range(1, 11):
+            recorder.insert_events([event(stream, version)])
+            recorder.select_events(stream)
+            recorder.select_notifications(None, 10)
+        # Then no connection of its pool holds a server-side prepared statement
+        with factory.datastore.get_connection() as conn:
+            row = conn.execute("SELECT count(*) AS n FROM pg_prepared_statements").fetchone()
+            assert row is not None
+            assert row["n"] == 0
+            assert conn.prepare_threshold is None
+    finally:
+        factory.close()
+
+
+def test_without_pgbouncer_the_pool_carries_the_statement_timeout(database_url: str, pg_schema: str) -> None:
+    migrate(database_url, pg_schema)
+    factory = open_factory(database_url, pg_schema, statement_timeout_s=0.2)
+    try:
+        with factory.datastore.get_connection() as conn:
+            row = conn.execute("SELECT current_setting('statement_timeout') AS t").fetchone()
+            assert row is not None
+            assert row["t"] == "200ms"
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                conn.execute("SELECT pg_sleep(1)")
+    finally:
+        factory.close()
+
+
+def test_settings_read_pgbouncer_and_deadlines_from_the_environment() -> None:
+    settings = Settings.from_env(
+        {
+            "FLOWLEDGER_PGBOUNCER": "1",
+            "FLOWLEDGER_STATEMENT_TIMEOUT_S": "2.5",
+            "FLOWLEDGER_POOL_TIMEOUT_S": "1",
+        }
+    )
+    assert settings.pgbouncer
+    assert settings.statement_timeout_s == 2.5
+    assert settings.pool_timeout_s == 1.0
+    assert not Settings.from_env({}).pgbouncer
