@@ -121,7 +121,7 @@ def engine_writers(engine: Engine) -> Writer:
 
 
 def recorder_writers(engine: Engine, row: tuple[str, bytes]) -> Writer:
-    recorder = engine.app.recorder
+    recorder = engine.log.recorder
 
     def make(i: int) -> Callable[[], None]:
         stream, version = uuid.uuid4(), [0]
@@ -140,7 +140,7 @@ def sample_row(url: str, schema: str) -> tuple[str, bytes]:
     with engine_on(url, schema, 1, None) as engine:
         engine.start_session("sample", "customer_service")
         engine.record_step("sample", "answer", input=INPUT, output=OUTPUT, usage=USAGE)
-        stored = engine.app.recorder.select_events(engine.session_uuid("sample"))[-1]
+        stored = engine.log.recorder.select_events(engine.session_uuid("sample"))[-1]
     return stored.topic, stored.state
 
 

@@ -7,7 +7,8 @@ FlowledgerError
 │   ├── SessionConflict        started again with another workflow or user
 │   ├── SessionExpired         carries ``expired_at``
 │   ├── SessionClosed          carries ``status``
-│   └── StepInProgress         another worker holds the step's idempotency key
+│   ├── StepInProgress         another worker holds the step's idempotency key
+│   └── StepNotPending         no step is pending under ``idempotency_key``
 ├── ConcurrentUpdate           optimistic-concurrency retries ran out
 ├── StoreUnavailable           the event store did not answer within its deadline;
 │                              carries ``operation`` and ``retry_after`` (seconds)
@@ -197,6 +198,14 @@ class StepInProgress(SessionError):
         )
         self.idempotency_key = idempotency_key
         self.waited_s = waited_s
+
+
+class StepNotPending(SessionError):
+    """No step is pending under this key (it finished, was taken over, or never started)."""
+
+    def __init__(self, session_id: str, idempotency_key: str) -> None:
+        super().__init__(session_id, f"no step of session {session_id!r} is pending as {idempotency_key!r}")
+        self.idempotency_key = idempotency_key
 
 
 class LlmError(FlowledgerError):

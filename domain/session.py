@@ -22,9 +22,9 @@ from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.errors import (
     SessionClosed,
     SessionConflict,
-    SessionError,
     SessionExpired,
     StepInProgress,
+    StepNotPending,
     ValidationError,
 )
 from flowledger.domain.session_views import (
@@ -63,14 +63,6 @@ WORKER_LOST = "worker_lost"
 def session_uuid(tenant: str, session_id: str) -> UUID:
     """The aggregate id of a caller's session id, scoped by tenant."""
     return uuid5(SESSION_NAMESPACE, f"{tenant}\x1f{session_id}")
-
-
-class StepNotPending(SessionError):
-    """No step is pending under this key (it finished, was taken over, or never started)."""
-
-    def __init__(self, session_id: str, idempotency_key: str) -> None:
-        super().__init__(session_id, f"no step of session {session_id!r} is pending as {idempotency_key!r}")
-        self.idempotency_key = idempotency_key
 
 
 class Session(FlowledgerAggregate):

@@ -19,6 +19,8 @@ EXIT_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.AgentNotFound, 3),
     (errors.SessionConflict, 4),
     (errors.StepInProgress, 4),
+    (errors.StepNotPending, 4),
+    (errors.RebuildInProgress, 4),
     (errors.TaskConflict, 4),
     (errors.TaskTransitionRejected, 4),
     (errors.AgentConflict, 4),

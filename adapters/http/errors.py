@@ -18,6 +18,8 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.TaskNotFound, 404),
     (errors.AgentNotFound, 404),
     (errors.StepInProgress, 409),
+    (errors.StepNotPending, 409),
+    (errors.RebuildInProgress, 409),
     (errors.SessionConflict, 409),
     (errors.SessionClosed, 409),
     (errors.TaskConflict, 409),

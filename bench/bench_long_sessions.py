@@ -1,0 +1,173 @@
+"""Long sessions: does a step cost the same at step 10,000 as at step 10, and what is stored?
+
+Figures (issue 11's goals beside each):
+
+- ``record_step`` rate over 200 steps from step 10 and from step 10,000 of one session,
+  one writer, every step with an idempotency key (the Dify case): ratio goal >= 0.8;
+- the size of that session's latest snapshot (goal: bounded, < 64 KiB);
+- bytes stored per step, events and snapshots with their indexes, beside a plain table
+  holding the same event rows (goal <= 2 KB per step);
+- the current state of a 1,000-step session read by a fresh engine (goal <= 5 ms; the
+  peers' figures in the issue: LangGraph ``get_state`` 4.9 ms, DBOS 9.4 ms).
+
+Run: ``.venv/bin/python bench/bench_long_sessions.py [--steps 10000]``. Uses
+FLOWLEDGER_DATABASE_URL, else 127.0.0.1:5432 (db ``test``), in a scratch schema it drops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import database_url, scratch_schema
+
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine, Settings
+
+INPUT = {"query": "Where is my order #12345? It was due yesterday.", "channel": "web"}
+OUTPUT = {"intent": "order_status", "reply": "Your order shipped this morning; it arrives tomorrow."}
+USAGE = LlmUsage(
+    provider="deepseek",
+    request_model="deepseek-v3.2",
+    response_model="deepseek-v3.2",
+    input_tokens=412,
+    output_tokens=58,
+    finish_reasons=("stop",),
+    response_id="r-1",
+    cost_usd=Decimal("0.000197"),
+    price_version="2025-01",
+    latency_ms=812.0,
+)
+WINDOW = 200
+
+
+def engine(url: str, schema: str) -> Engine:
+    return Engine(
+        settings=Settings(home=Path("/nonexistent")).with_overrides(database_url=url, schema=schema)
+    )
+
+
+def record(eng: Engine, session_id: str, start: int, count: int) -> float:
+    """Record steps ``start .. start+count-1``; returns steps per second."""
+    began = time.perf_counter()
+    for n in range(start, start + count):
+        eng.record_step(
+            session_id, "answer", input=INPUT, output=OUTPUT, usage=USAGE, idempotency_key=f"k-{n}"
+        )
+    return count / (time.perf_counter() - began)
+
+
+def relation_bytes(url: str, schema: str, table: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_total_relation_size(%s::regclass)", (f"{schema}.{table}",)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def latest_snapshot_bytes(url: str, schema: str, eng: Engine, session_id: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT length(state) FROM {schema}.flowledger_snapshots WHERE originator_id = %s "
+            "ORDER BY originator_version DESC LIMIT 1",
+            (eng.session_uuid(session_id),),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def plain_copy_bytes(url: str, schema: str) -> int:
+    """The same event rows in a plain table (the library's columns, its primary key)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE {schema}.plain AS SELECT originator_id, originator_version, topic, state "
+            f"FROM {schema}.flowledger_events"
+        )
+        conn.execute(f"ALTER TABLE {schema}.plain ADD PRIMARY KEY (originator_id, originator_version)")
+    return relation_bytes(url, schema, "plain")
+
+
+def fresh_reads(url: str, schema: str, session_id: str, rounds: int = 15) -> float:
+    """Median ms for a new engine's first ``get_session`` (engine start not counted)."""
+    times = []
+    for _ in range(rounds):
+        eng = engine(url, schema)
+        began = time.perf_counter()
+        eng.get_session(session_id)
+        times.append((time.perf_counter() - began) * 1000)
+        eng.close()
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10_000)
+    args = parser.parse_args()
+    url = database_url()
+    console = Console()
+    with scratch_schema(url, "bench_long") as schema:
+        eng = engine(url, schema)
+        eng.start_session("long", "customer_service", ttl=__import__("datetime").timedelta(days=30))
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("filling one session", total=args.steps + WINDOW)
+            record(eng, "long", 1, 9)
+            early = record(eng, "long", 10, WINDOW)
+            progress.advance(task, 9 + WINDOW)
+            done = 9 + WINDOW
+            while done < args.steps - 1:
+                chunk = min(500, args.steps - 1 - done)
+                record(eng, "long", done + 1, chunk)
+                done += chunk
+                progress.advance(task, chunk)
+            late = record(eng, "long", args.steps, WINDOW)
+            progress.advance(task, WINDOW)
+        steps = eng.get_session("long").step_count
+        snapshot = latest_snapshot_bytes(url, schema, eng, "long")
+        stored = relation_bytes(url, schema, "flowledger_events") + relation_bytes(
+            url, schema, "flowledger_snapshots"
+        )
+        plain = plain_copy_bytes(url, schema)
+
+        eng.start_session("thousand", "customer_service")
+        record(eng, "thousand", 1, 1000)
+        eng.close()
+        read_ms = fresh_reads(url, schema, "thousand")
+
+    table = Table(title=f"Long sessions ({steps:,} steps in one session)")
+    table.add_column("figure")
+    table.add_column("measured", justify="right")
+    table.add_column("compared with", justify="right")
+    table.add_column("ratio / goal", justify="right")
+    table.add_row(
+        f"record_step at step {args.steps:,} vs step 10",
+        f"{late:,.0f}/s",
+        f"{early:,.0f}/s",
+        f"{late / early:.2f}x (goal >= 0.8x)",
+    )
+    table.add_row(
+        "latest snapshot of that session", f"{snapshot:,} B", "65,536 B", f"{snapshot / 65536:.2f} (goal < 1)"
+    )
+    table.add_row(
+        "bytes stored per step (events + snapshots)",
+        f"{stored / steps:,.0f} B",
+        f"plain rows {plain / steps:,.0f} B",
+        f"{stored / plain:.2f}x plain (goal <= 2,048 B)",
+    )
+    table.add_row(
+        "fresh engine reads a 1,000-step session",
+        f"{read_ms:.2f} ms",
+        "5 ms",
+        f"{read_ms / 5:.2f} (goal <= 1)",
+    )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
