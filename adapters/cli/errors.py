@@ -52,5 +52,5 @@ def reported_errors() -> Iterator[None]:
     try:
         yield
     except errors.FlowledgerError as error:
-        _stderr.print(f"[red]error:[/red] {error}", highlight=False)
+        _stderr.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(exit_code_for(error)) from None

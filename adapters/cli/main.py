@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from flowledger.adapters.cli import (
+    admin_commands,
     audit_commands,
     llm_commands,
     projection_commands,
@@ -23,6 +24,7 @@ llm_commands.register(app)
 serve.register(app)
 audit_commands.register(app)
 projection_commands.register(app)
+admin_commands.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

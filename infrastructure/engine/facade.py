@@ -55,7 +55,7 @@ class Engine:
         base = settings if settings is not None else Settings.from_env()
         self.settings = base.with_overrides(database_url=database_url, tenant=tenant, schema=schema)
         url = self.settings.database_url or embedded_database_url(self.settings.home)
-        ensure_schema(url, self.settings.schema)
+        ensure_schema(url, self.settings.schema, self.settings)
         self.database_url = url
         self.tenant = self.settings.tenant
         if clock is None:

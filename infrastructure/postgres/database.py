@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure.postgres.deadlines import Deadlines
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.migrations import MigrationReport, migrate
@@ -76,7 +80,8 @@ def ensure_schema(database_url: str, schema: str, settings: Settings | None = No
     """Make ``schema`` ready for an engine: ``migrate`` (kept under its old name for the engine)."""
     if database_url == MEMORY_URL:
         return
-    migrate(database_url, schema, settings)
+    with unavailable_as_store_error("migrate"):
+        migrate(database_url, schema, settings)
 
 
 def migrate_command(settings: Settings) -> MigrationReport:
@@ -85,7 +90,19 @@ def migrate_command(settings: Settings) -> MigrationReport:
     The embedded server is used when no URL is configured, as the Engine does.
     """
     url = settings.database_url or embedded_database_url(settings.home)
-    return migrate(url, settings.schema, settings)
+    with unavailable_as_store_error("migrate"):
+        return migrate(url, settings.schema, settings)
+
+
+@contextmanager
+def unavailable_as_store_error(operation: str) -> Iterator[None]:
+    """A database that cannot be reached (or timed out) is ``StoreUnavailable``, not a psycopg error."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+        raise StoreUnavailable(
+            operation, str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        ) from error
 
 
 def create_schema(database_url: str, schema: str) -> None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.database import drop_schema
 from tests.conftest import make_settings
 
 FLOWLEDGER = str(Path(sys.executable).parent / "flowledger")
@@ -128,3 +129,26 @@ def test_dashboard_and_funnel_print_what_the_projections_hold(database_url: str,
     bad = run(database_url, pg_schema, "dashboard", "--by", "colour")
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_migrate_prepares_a_schema_once_and_says_so(database_url: str, pg_schema: str) -> None:
+    # Given a schema no engine has touched (the fixture made none)
+    first = run(database_url, f"{pg_schema}_m", "migrate")
+    again = run(database_url, f"{pg_schema}_m", "migrate")
+    assert first.returncode == 0, first.stderr
+    assert "created or upgraded" in first.stdout
+    assert again.returncode == 0, again.stderr
+    assert "already current" in again.stdout
+    try:
+        with Engine(settings=make_settings(database_url=database_url, schema=f"{pg_schema}_m")) as engine:
+            engine.start_session("after-migrate", "cs")
+    finally:
+        drop_schema(database_url, f"{pg_schema}_m")
+
+
+def test_an_unreachable_database_is_one_line_and_exit_code_75(pg_schema: str) -> None:
+    result = run("postgresql://nobody@127.0.0.1:1/test", pg_schema, "history", "anything")
+    assert result.returncode == 75
+    assert result.stderr.strip().startswith("error: the event store is unavailable")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr

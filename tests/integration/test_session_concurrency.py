@@ -18,10 +18,9 @@ THREADS = 16
 
 @pytest.fixture
 def engines(database_url: str, pg_schema: str) -> Iterator[list[Engine]]:
-    """Four engines on one schema: like four processes, each with its own lock and pool."""
+    """Four engines on one schema, default settings: like four processes, each with its own lock and pool."""
     group = [
-        Engine(settings=make_settings(database_url=database_url, schema=pg_schema, max_conflict_retries=200))
-        for _ in range(ENGINES)
+        Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) for _ in range(ENGINES)
     ]
     yield group
     for engine in group:
@@ -51,6 +50,32 @@ def test_sixteen_threads_recording_fifty_steps_each_lose_nothing(engines: list[E
     keys = {e.data["idempotency_key"] for e in processed}
     assert len(keys) == 800
     assert engines[2].get_session("busy").step_count == 800
+
+
+def test_sixteen_engines_writing_one_session_at_once_never_see_concurrent_update(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given 16 engines (like 16 processes: no shared lock) with the default conflict bound
+    group = [Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) for _ in range(16)]
+    group[0].start_session("hot", "cs")
+
+    # When each records 25 steps on the same session at the same time
+    def writer(n: int) -> int:
+        for i in range(25):
+            group[n].record_step("hot", "answer", input={"w": n, "i": i})
+        return n
+
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(writer, range(16)))
+        # Then all 400 are recorded once each: conflicts were retried with jittered backoff
+        state = group[0].get_session("hot")
+        assert state.step_count == 400
+        inputs = {(r.input["w"], r.input["i"]) for r in group[1].session_steps("hot")}
+        assert len(inputs) == 400
+    finally:
+        for engine in group:
+            engine.close()
 
 
 def test_sixteen_threads_posting_one_idempotency_key_record_one_step(engines: list[Engine]) -> None:

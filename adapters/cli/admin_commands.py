@@ -1,0 +1,38 @@
+"""CLI commands for operators: ``migrate`` prepares the database once, before engines start."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from flowledger.adapters.cli.errors import reported_errors
+from flowledger.infrastructure import Settings
+from flowledger.infrastructure.postgres.database import migrate_command
+
+console = Console()
+
+
+def migrate() -> None:
+    """Create or upgrade flowledger's tables and enforce the log's invariants (safe to repeat).
+
+    Engines run the same step when they start (under an advisory lock, once per database);
+    running it first keeps DDL out of a deployment's start-up path.
+    """
+    with reported_errors():
+        report = migrate_command(Settings.from_env())
+    done = "created or upgraded" if report.created else "already current"
+    console.print(f"schema {report.schema!r} at version {report.version}: {done}")
+    if report.sequence_cache_reset:
+        console.print(
+            "the notification sequence had a cache: set to CACHE 1 (a cache lets followers skip ids)"
+        )
+    if report.foreign_rows_repaired:
+        console.print(
+            f"{report.foreign_rows_repaired} rows carried transaction ids from another cluster "
+            "(a restore): rewritten so that readers see them"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the operator commands to ``app``."""
+    app.command()(migrate)
