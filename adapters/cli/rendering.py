@@ -45,7 +45,7 @@ def session_table(state: SessionState) -> Table:
         ("current step", state.current_step),
         (
             "steps",
-            f"{state.step_count} processed, {len(state.failures)} failed, {len(state.pending)} pending",
+            f"{state.step_count} processed, {state.failure_count} failed, {len(state.pending)} pending",
         ),
         ("context", _compact(state.context, 200)),
         ("tokens", f"{state.totals.input_tokens} in / {state.totals.output_tokens} out"),

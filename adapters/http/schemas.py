@@ -143,8 +143,10 @@ class SessionOut(BaseModel):
     current_step: str
     context: dict[str, Any]
     metadata: dict[str, Any]
-    history: list[StepOut]
-    failures: list[FailureOut]
+    history: list[StepOut] = Field(description="The most recent steps (up to 20); step_count has them all.")
+    failures: list[FailureOut] = Field(description="The most recent failures (up to 20).")
+    step_count: int
+    failure_count: int
     pending: list[str]
     totals: TotalsOut
     resolution: dict[str, Any] | None
@@ -166,6 +168,8 @@ class SessionOut(BaseModel):
             metadata=state.metadata,
             history=[StepOut.of(r) for r in state.history],
             failures=[FailureOut.of(f) for f in state.failures],
+            step_count=state.step_count,
+            failure_count=state.failure_count,
             pending=[p.idempotency_key for p in state.pending],
             totals=TotalsOut(
                 calls=totals.calls,
