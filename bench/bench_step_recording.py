@@ -46,6 +46,7 @@ from _common import database_url, median, run_writers, scratch_schema
 import flowledger.infrastructure.engine.facade as engine_module
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.postgres.database import create_schema
 
 INPUT = {"query": "Where is my order #12345? It was due yesterday.", "channel": "web"}
 OUTPUT = {"intent": "order_status", "reply": "Your order shipped this morning; it arrives tomorrow."}
@@ -80,23 +81,28 @@ Writer = Callable[[int], Callable[[], None]]
 @contextmanager
 def engine_on(url: str, schema: str, writers: int, stock: str | None) -> Iterator[Engine]:
     """An Engine; with ``stock``, built on the library's own PostgreSQL factory instead."""
-    original = engine_module.library_env
+    original, original_schema = engine_module.library_env, engine_module.ensure_schema
 
     def stock_env(*args: Any, **kwargs: Any) -> dict[str, str]:
         env = original(*args, **kwargs)
         env["PERSISTENCE_MODULE"] = "eventsourcing.postgres"
         env["POSTGRES_ENABLE_DB_FUNCTIONS"] = "y" if stock == "db_functions" else "n"
+        env["CREATE_TABLE"] = "y"  # the library's own tables, not flowledger's migrated ones
         return env
+
+    def schema_only(database_url: str, schema: str, *_: Any) -> None:
+        create_schema(database_url, schema)
 
     if stock is not None:
         engine_module.library_env = stock_env  # type: ignore[assignment]
+        engine_module.ensure_schema = schema_only  # type: ignore[assignment]
     try:
         settings = Settings(home=Path("/nonexistent")).with_overrides(
             database_url=url, schema=schema, pool_size=max(writers, 2)
         )
         engine = Engine(settings=settings)
     finally:
-        engine_module.library_env = original
+        engine_module.library_env, engine_module.ensure_schema = original, original_schema
     try:
         yield engine
     finally:

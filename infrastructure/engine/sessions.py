@@ -7,6 +7,7 @@ session, calls one Session method and returns a plain value. The store does the 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -122,9 +123,11 @@ class SessionService:
         if found is not MAYBE_SEEN:
             return None
         # Rare: the key filter cannot rule the key out (a key older than the recent
-        # window, or a false positive). The stream settles it.
-        for event in self._store.events(session.id):
-            if isinstance(event, Session.StepProcessed) and event.idempotency_key == key:
+        # window, or a false positive). The stream settles it, searched for the key's
+        # bytes as the JSON transcoder writes them, and each match decoded to be sure.
+        needle = b'"idempotency_key":' + json.dumps(key, ensure_ascii=False).encode()
+        for event in self._store.events_containing(session.id, Session.StepProcessed, needle):
+            if event.idempotency_key == key:
                 return StepRecord.of(event)
         return None
 
@@ -212,4 +215,3 @@ class SessionService:
         if version == 0:
             raise SessionNotFound(session_id)
         return version
-

@@ -31,6 +31,7 @@ from uuid import UUID, uuid4
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
+from eventsourcing.utils import get_topic
 
 from flowledger.domain.aggregate import FlowledgerAggregate, command_id_of
 from flowledger.domain.errors import ConcurrentUpdate, SessionExpired, StoreUnavailable
@@ -128,6 +129,29 @@ class AggregateStore:
             while True:
                 try:
                     return list(self.app.events.get(aggregate_id, gt=gt, lte=lte))
+                except UNREACHABLE as error:
+                    attempt(error)
+
+    def events_containing(self, aggregate_id: UUID, event_class: type[Any], needle: bytes) -> list[Any]:
+        """The aggregate's events of ``event_class`` whose stored form contains ``needle``.
+
+        PostgreSQL searches server side; other recorders filter the stream's stored bytes.
+        """
+        topic = get_topic(event_class)
+        recorder = self.app.recorder
+        with self._deadline("search events") as attempt:
+            while True:
+                try:
+                    search = getattr(recorder, "select_events_containing", None)
+                    if search is not None:
+                        stored = search(aggregate_id, topic, needle)
+                    else:
+                        stored = [
+                            s
+                            for s in recorder.select_events(aggregate_id)
+                            if s.topic == topic and needle in s.state
+                        ]
+                    return [self.app.mapper.to_domain_event(s) for s in stored]
                 except UNREACHABLE as error:
                     attempt(error)
 

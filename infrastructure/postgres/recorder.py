@@ -297,6 +297,25 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             )
         return notifications
 
+    def select_events_containing(self, originator_id: Any, topic: str, needle: bytes) -> list[StoredEvent]:
+        """One stream's events of ``topic`` whose stored bytes contain ``needle``, oldest first.
+
+        The server scans the stream (no rows cross the wire but the matches): how an old
+        idempotency key is found in a long session without decoding every event.
+        """
+        statement = pg_sql.select_events_containing(self.datastore.schema, self.events_table_name)
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            rows = curs.execute(statement, (originator_id, topic, needle), prepare=self.prepare).fetchall()
+        return [
+            StoredEvent(
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in rows
+        ]
+
     def max_notification_id(self) -> int | None:
         """The highest notification id a reader may consume up to now."""
         return self._within_deadline(self._max_notification_id)

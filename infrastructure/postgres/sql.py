@@ -180,3 +180,12 @@ def max_notification_id(schema: str, table: str) -> Composed:
 
 HORIZON_PASSED = SQL("SELECT pg_snapshot_xmin(pg_current_snapshot()) > %s::xid8 AS passed")
 """Whether every transaction with an id up to the given one has finished."""
+
+
+def select_events_containing(schema: str, table: str) -> Composed:
+    """One stream's rows of one topic whose state holds a byte string (``position`` on bytea)."""
+    return SQL(
+        "SELECT originator_id, originator_version, topic, state FROM {schema}.{table} "
+        "WHERE originator_id = %s AND topic = %s AND position(%s::bytea IN state) > 0 "
+        "ORDER BY originator_version"
+    ).format(schema=Identifier(schema), table=Identifier(table))

@@ -166,3 +166,23 @@ def test_sixteen_threads_on_one_session_all_succeed(engine: Engine) -> None:
         thread.join()
     assert errors == []
     assert engine.get_session("s1").step_count == 800
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def either(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """The conftest's parametrised engine, under a short name for this module."""
+    engine: Engine = request.getfixturevalue("engine")
+    yield engine
+
+
+def test_a_key_older_than_the_recent_window_returns_its_step_not_a_second_one(either: Engine) -> None:
+    # Given a session whose first keyed step lies far behind the 20 steps kept in state
+    either.start_session("s1", "cs")
+    first = either.record_step("s1", "pay", input={"n": 0}, idempotency_key='pay-0 \u00e9"quoted"')
+    for n in range(1, 40):
+        either.record_step("s1", "chat", input={"n": n}, idempotency_key=f"chat-{n}")
+    # When the first call is retried
+    again = either.record_step("s1", "pay", input={"n": 0}, idempotency_key='pay-0 \u00e9"quoted"')
+    # Then the recorded step comes back and nothing is appended
+    assert again == first
+    assert either.get_session("s1").step_count == 40
