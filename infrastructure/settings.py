@@ -30,8 +30,6 @@ class Settings:
     """Optimistic-concurrency retries per command (jittered backoff) before ConcurrentUpdate."""
     pool_size: int = 20
     write_cache_size: int = 10_000
-    recent_steps: int = 20
-    """Steps (and failures) a session keeps in its state and snapshots; the rest are read from events."""
     connect_timeout_s: float = 3.0
     """Deadline for opening one database connection."""
     pool_timeout_s: float = 5.0

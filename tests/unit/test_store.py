@@ -170,9 +170,13 @@ def test_sixteen_threads_on_one_session_all_succeed(engine: Engine) -> None:
 
 @pytest.fixture(params=["memory", "postgres"])
 def either(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    """The conftest's parametrised engine, under a short name for this module."""
-    engine: Engine = request.getfixturevalue("engine")
-    yield engine
+    """An in-memory engine, then one on PostgreSQL (this module's ``engine`` is in-memory only)."""
+    if request.param == "memory":
+        engine = memory()
+        yield engine
+        engine.close()
+    else:
+        yield request.getfixturevalue("pg_engine")
 
 
 def test_a_key_older_than_the_recent_window_returns_its_step_not_a_second_one(either: Engine) -> None:
