@@ -67,7 +67,7 @@ def migrate(
     with psycopg.connect(
         database_url, autocommit=True, connect_timeout=max(2, round(settings.connect_timeout_s))
     ) as conn:
-        if _already_right(conn, schema, names):
+        if _already_right(conn, schema, names, settings):
             return MigrationReport(
                 schema=schema,
                 version=SCHEMA_VERSION,
@@ -80,10 +80,17 @@ def migrate(
             return _migrate_locked(conn, schema, names, originator_id_type, settings)
 
 
-def _already_right(conn: psycopg.Connection[Any], schema: str, names: ddl.TableNames) -> bool:
+def _already_right(
+    conn: psycopg.Connection[Any], schema: str, names: ddl.TableNames, settings: Settings
+) -> bool:
     """One read, no lock: the version is current, the cluster unchanged, both invariants hold."""
     try:
-        row = conn.execute(ddl.fast_check(schema, names)).fetchone()
+        # SET LOCAL, not a session SET or a startup option: both would misbehave behind PgBouncer.
+        with conn.transaction():
+            conn.execute(
+                SQL("SET LOCAL statement_timeout = {}").format(int(settings.statement_timeout_s * 1000))
+            )
+            row = conn.execute(ddl.fast_check(schema, names)).fetchone()
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedObject):
         return False
     if row is None:

@@ -193,3 +193,28 @@ def test_calls_against_a_server_refusing_connections_fail_within_their_deadlines
     # after one pool wait at most (it does not retry)
     assert 1.5 < read_s < 3.5
     assert append_s < 1.5
+
+
+def test_an_unavailable_store_is_http_503_with_retry_after_and_its_own_exit_code() -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from flowledger.adapters.cli.errors import exit_code_for
+    from flowledger.adapters.http.errors import install_error_handlers
+    from flowledger.domain.errors import StoreUnavailable
+
+    # Given an HTTP route whose store is down, with a hint to retry in 2.5 s
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/down")
+    def down() -> None:
+        raise StoreUnavailable("save", "couldn't get a connection after 5.00 sec", retry_after=2.5)
+
+    # When it is called, then it answers 503 with Retry-After in whole seconds (rounded up)
+    response = TestClient(app).get("/down")
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "3"
+    assert response.json()["success"] is False
+    # And the CLI exits with EX_TEMPFAIL, a code no other error uses
+    assert exit_code_for(StoreUnavailable("load", "down")) == 75
