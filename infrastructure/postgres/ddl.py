@@ -49,6 +49,14 @@ def migration_lock_key(schema: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+# NULL where the role may not read the control data (some managed services): the
+# last-row check still runs at every start; only the whole-table check is lost.
+_CLUSTER_ID = SQL(
+    "(CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') "
+    "THEN (SELECT system_identifier::text FROM pg_control_system()) END)"
+)
+
+
 def create_version_table(schema: str) -> Composed:
     """One row: the schema version, and the cluster that last checked the log's ids."""
     return SQL(
@@ -69,10 +77,10 @@ def record_version(schema: str) -> Composed:
     """Upsert the version (parameter) with this cluster's identity."""
     return SQL(
         "INSERT INTO {s}.{t} (singleton, version, cluster_id, migrated_at) "
-        "VALUES (true, %s, (SELECT system_identifier::text FROM pg_control_system()), now()) "
+        "VALUES (true, %s, {cluster}, now()) "
         "ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version, "
         "cluster_id = EXCLUDED.cluster_id, migrated_at = EXCLUDED.migrated_at"
-    ).format(s=Identifier(schema), t=Identifier(VERSION_TABLE))
+    ).format(s=Identifier(schema), t=Identifier(VERSION_TABLE), cluster=_CLUSTER_ID)
 
 
 def fast_check(schema: str, names: TableNames) -> Composed:
@@ -84,7 +92,7 @@ def fast_check(schema: str, names: TableNames) -> Composed:
     events = SQL("{}.{}").format(Identifier(schema), Identifier(names.events))
     return SQL(
         "SELECT v.version, v.cluster_id, "
-        "(SELECT system_identifier::text FROM pg_control_system()), "
+        "{cluster}, "
         "(SELECT seqcache FROM pg_sequence "
         "WHERE seqrelid = pg_get_serial_sequence({qualified}, 'notification_id')::regclass), "
         "(SELECT e.transaction_id >= pg_snapshot_xmax(pg_current_snapshot()) FROM {events} e "
@@ -95,6 +103,7 @@ def fast_check(schema: str, names: TableNames) -> Composed:
         events=events,
         s=Identifier(schema),
         t=Identifier(VERSION_TABLE),
+        cluster=_CLUSTER_ID,
     )
 
 
