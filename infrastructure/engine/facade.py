@@ -65,7 +65,9 @@ class Engine:
                 else DatabaseClock(server_time(url, self.settings.connect_timeout_s))
             )
         self.clock: Clock = clock
-        env = library_env(url, schema=self.settings.schema, pool_size=self.settings.pool_size)
+        env = library_env(
+            url, schema=self.settings.schema, pool_size=self.settings.pool_size, settings=self.settings
+        )
         self._app = FlowledgerApplication(env, snapshot_interval=self.settings.snapshot_interval)
         self.log = EventLog(self._app)
         self.store = AggregateStore(self._app, self.settings, clock)
