@@ -20,14 +20,14 @@ Other failures:
 
 from __future__ import annotations
 
+import os
 import random
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import suppress
 from datetime import datetime
 from typing import Any, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
@@ -55,15 +55,19 @@ _BACKOFF_CAP_S = 0.1
 _UNREACHABLE_PAUSE_S = 0.2
 
 
-@dataclass
 class UnitOfWork:
     """The aggregates one attempt of a command touched; saved together, atomically."""
 
-    command_id: str
-    now: datetime
-    _store: AggregateStore
-    _assume_new: bool = False
-    touched: dict[UUID, FlowledgerAggregate] = field(default_factory=dict)
+    __slots__ = ("_assume_new", "_store", "command_id", "now", "touched")
+
+    def __init__(
+        self, command_id: str, now: datetime, store: AggregateStore, *, assume_new: bool = False
+    ) -> None:
+        self.command_id = command_id
+        self.now = now
+        self._store = store
+        self._assume_new = assume_new
+        self.touched: dict[UUID, FlowledgerAggregate] = {}
 
     def find(self, aggregate_id: UUID) -> Any | None:
         """The aggregate (cached, or loaded), opened for this command; None when it does not exist."""
@@ -114,23 +118,23 @@ class AggregateStore:
 
     def load(self, aggregate_id: UUID, version: int | None = None) -> Any | None:
         """The aggregate at ``version`` (latest by default), or None; StoreUnavailable past the deadline."""
-        with self._deadline("load") as attempt:
-            while True:
-                try:
-                    return self.app.repository.get(aggregate_id, version=version)
-                except AggregateNotFoundError:
-                    return None
-                except UNREACHABLE as error:
-                    attempt(error)
+        attempt = _Deadline("load", self.settings.operation_deadline_s).pause
+        while True:
+            try:
+                return self.app.repository.get(aggregate_id, version=version)
+            except AggregateNotFoundError:
+                return None
+            except UNREACHABLE as error:
+                attempt(error)
 
     def events(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
         """The aggregate's stored events, oldest first (optionally a version range)."""
-        with self._deadline("read events") as attempt:
-            while True:
-                try:
-                    return list(self.app.events.get(aggregate_id, gt=gt, lte=lte))
-                except UNREACHABLE as error:
-                    attempt(error)
+        attempt = _Deadline("read events", self.settings.operation_deadline_s).pause
+        while True:
+            try:
+                return list(self.app.events.get(aggregate_id, gt=gt, lte=lte))
+            except UNREACHABLE as error:
+                attempt(error)
 
     def events_containing(self, aggregate_id: UUID, event_class: type[Any], needle: bytes) -> list[Any]:
         """The aggregate's events of ``event_class`` whose stored form contains ``needle``.
@@ -139,21 +143,21 @@ class AggregateStore:
         """
         topic = get_topic(event_class)
         recorder = self.app.recorder
-        with self._deadline("search events") as attempt:
-            while True:
-                try:
-                    search = getattr(recorder, "select_events_containing", None)
-                    if search is not None:
-                        stored = search(aggregate_id, topic, needle)
-                    else:
-                        stored = [
-                            s
-                            for s in recorder.select_events(aggregate_id)
-                            if s.topic == topic and needle in s.state
-                        ]
-                    return [self.app.mapper.to_domain_event(s) for s in stored]
-                except UNREACHABLE as error:
-                    attempt(error)
+        attempt = _Deadline("search events", self.settings.operation_deadline_s).pause
+        while True:
+            try:
+                search = getattr(recorder, "select_events_containing", None)
+                if search is not None:
+                    stored = search(aggregate_id, topic, needle)
+                else:
+                    stored = [
+                        s
+                        for s in recorder.select_events(aggregate_id)
+                        if s.topic == topic and needle in s.state
+                    ]
+                return [self.app.mapper.to_domain_event(s) for s in stored]
+            except UNREACHABLE as error:
+                attempt(error)
 
     def cached(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
         """The writer's cached copy, or None (nothing is read)."""
@@ -183,13 +187,14 @@ class AggregateStore:
         ``assume_new`` lets the first attempt skip reading (creations that are usually
         new); a clash on version 1 then retries with reads.
         """
-        command = command_id or f"cmd-{uuid4().hex}"
+        command = command_id or f"cmd-{os.urandom(16).hex()}"
         budget = self.settings.max_conflict_retries if conflict_retries is None else conflict_retries
         unknown: dict[tuple[UUID, int], T] = {}
         conflicts = 0
-        with self._locks(lock_key), self._deadline("save") as unreachable:
+        unreachable = _Deadline("save", self.settings.operation_deadline_s).pause
+        with self._locks(lock_key):
             while True:
-                uow = UnitOfWork(command, self.clock(), self, _assume_new=assume_new)
+                uow = UnitOfWork(command, self.clock(), self, assume_new=assume_new)
                 try:
                     # With the caller's key, the domain answers a repeat from the log itself.
                     result, events, first = self._decide(uow, decide, unknown if command_id is None else {})
@@ -267,13 +272,13 @@ class AggregateStore:
         aggregate_id, version = at
         if version == 0:
             return False
-        with self._deadline("read back an unknown commit") as attempt:
-            while True:
-                try:
-                    stored = self.app.events.get(aggregate_id, gt=version - 1)
-                    return any(command_id_of(event) == command_id for event in stored)
-                except UNREACHABLE as error:
-                    attempt(error)
+        attempt = _Deadline("read back an unknown commit", self.settings.operation_deadline_s).pause
+        while True:
+            try:
+                stored = self.app.events.get(aggregate_id, gt=version - 1)
+                return any(command_id_of(event) == command_id for event in stored)
+            except UNREACHABLE as error:
+                attempt(error)
 
     def _keep(self, uow: UnitOfWork) -> None:
         for aggregate_id, aggregate in uow.touched.items():
@@ -290,30 +295,42 @@ class AggregateStore:
         if snapshots is None:
             return
         interval = self.settings.snapshot_interval
+        if len(uow.touched) == 1:  # the common case, without building the map below
+            (aggregate,) = uow.touched.values()
+            if aggregate.version // interval > (events[0].originator_version - 1) // interval:
+                with suppress(*UNREACHABLE):
+                    snapshots.put([type(aggregate).Snapshot.take(aggregate)])
+            return
         first: dict[UUID, int] = {}
         for event in events:
             first.setdefault(event.originator_id, event.originator_version)
         taken = [
             type(aggregate).Snapshot.take(aggregate)
             for aggregate_id, aggregate in uow.touched.items()
-            if aggregate_id in first and aggregate.version // interval > (first[aggregate_id] - 1) // interval
+            if aggregate.version // interval
+            > (first.get(aggregate_id, aggregate.version + 1) - 1) // interval
         ]
         if taken:
             # A snapshot only saves reading time: if this fails, the next crossing takes one.
             with suppress(*UNREACHABLE):
                 snapshots.put(taken)
 
-    @contextmanager
-    def _deadline(self, operation: str) -> Iterator[Callable[[Exception], None]]:
-        """Yields ``attempt(error)``: pauses before another try, or raises StoreUnavailable."""
-        deadline = time.monotonic() + self.settings.operation_deadline_s
 
-        def attempt(error: Exception) -> None:
-            if time.monotonic() + _UNREACHABLE_PAUSE_S >= deadline:
-                raise StoreUnavailable(operation, str(error).strip() or type(error).__name__) from error
-            time.sleep(_UNREACHABLE_PAUSE_S)
+class _Deadline:
+    """When an operation must have succeeded by; ``pause(error)`` waits before another try or gives up."""
 
-        yield attempt
+    __slots__ = ("at", "operation")
+
+    def __init__(self, operation: str, seconds: float) -> None:
+        self.operation = operation
+        self.at = time.monotonic() + seconds
+
+    def pause(self, error: Exception) -> None:
+        """Sleep before the next attempt, or raise StoreUnavailable when that would pass the deadline."""
+        if time.monotonic() + _UNREACHABLE_PAUSE_S >= self.at:
+            detail = str(error).strip() or type(error).__name__
+            raise StoreUnavailable(self.operation, detail) from error
+        time.sleep(_UNREACHABLE_PAUSE_S)
 
 
 class _AlreadyCommitted(Exception):
