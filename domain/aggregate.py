@@ -22,29 +22,31 @@ from eventsourcing.domain import Aggregate
 
 
 class CommandScope:
-    """The id and time of the command now running on an aggregate."""
+    """The id, time and actor of the command now running on an aggregate."""
 
-    __slots__ = ("command_id", "now")
+    __slots__ = ("actor", "command_id", "now")
 
-    def __init__(self, command_id: str, now: datetime) -> None:
+    def __init__(self, command_id: str, now: datetime, actor: str | None = None) -> None:
         self.command_id = command_id
         self.now = now
+        self.actor = actor
 
 
 class FlowledgerAggregate(Aggregate):
     """An event-sourced aggregate whose events carry the command id and a monotonic stamp."""
 
-    def begin(self, command_id: str, now: datetime) -> None:
-        """Open a command: events triggered until ``end()`` carry ``command_id`` and ``now``."""
-        # Stored on the class-level slot name below, then removed by end(): a snapshot
-        # copies vars(aggregate), and must never carry a command's scope.
-        self.__dict__["_command"] = CommandScope(command_id, now)
+    def begin(self, command_id: str, now: datetime, actor: str | None = None) -> None:
+        """Open a command: events triggered until ``end()`` carry ``command_id``, ``now`` and
+        ``actor`` (who asked for it, e.g. an API key's id; omitted when None)."""
+        # Removed again by end(): a snapshot copies vars(aggregate), and must never carry
+        # a command's scope.
+        self.__dict__["_command"] = CommandScope(command_id, now, actor)
 
     def end(self) -> None:
         """Close the command opened by ``begin`` (a no-op when none is open)."""
         self.__dict__.pop("_command", None)
 
-    def tag_creation(self, command_id: str, now: datetime) -> None:
+    def tag_creation(self, command_id: str, now: datetime, actor: str | None = None) -> None:
         """Give a just-created aggregate's first event the command's id and time.
 
         Creation runs through the library's metaclass, before there is an aggregate to
@@ -53,6 +55,8 @@ class FlowledgerAggregate(Aggregate):
         first = self.pending_events[0]
         object.__setattr__(first, "timestamp", now)
         object.__setattr__(first, "command_id", command_id)
+        if actor is not None:
+            object.__setattr__(first, "actor", actor)
         self._created_on = now
         self._modified_on = now
 
@@ -66,7 +70,16 @@ class FlowledgerAggregate(Aggregate):
             last = self.__dict__.get("_modified_on")
             kwargs["timestamp"] = scope.now if last is None or scope.now >= last else last
         super().trigger_event(event_class, **kwargs)
-        object.__setattr__(self.pending_events[-1], "command_id", scope.command_id)
+        event = self.pending_events[-1]
+        object.__setattr__(event, "command_id", scope.command_id)
+        if scope.actor is not None:
+            object.__setattr__(event, "actor", scope.actor)
+
+
+def actor_of(event: Any) -> str | None:
+    """Who asked for the command that wrote an event (an API key's id, say), when recorded."""
+    value = getattr(event, "actor", None)
+    return value if isinstance(value, str) else None
 
 
 def command_id_of(event: Any) -> str | None:

@@ -7,7 +7,8 @@ take and return plain values; ``engine.log`` is the typed read access to the eve
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -23,7 +24,7 @@ from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, u
 from flowledger.infrastructure.engine.log import EventLog
 from flowledger.infrastructure.engine.sessions import SessionService, StepRequest
 from flowledger.infrastructure.engine.steps import StepService
-from flowledger.infrastructure.engine.store import AggregateStore, Clock
+from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
 from flowledger.infrastructure.engine.tasks import TaskService
@@ -101,6 +102,15 @@ class Engine:
         """Close the LLM adapter, the worker threads and the engine."""
         await self.steps.aclose()
         self._app.close()
+
+    @contextmanager
+    def acting_as(self, actor: str) -> Iterator[None]:
+        """Commands run inside record ``actor`` (e.g. an API key's id) on every event they write."""
+        token = current_actor.set(actor)
+        try:
+            yield
+        finally:
+            current_actor.reset(token)
 
     def __enter__(self) -> Engine:
         return self

@@ -25,6 +25,7 @@ import random
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -47,6 +48,9 @@ Clock = Callable[[], datetime]
 UNREACHABLE = (OperationalError, InterfaceError)
 """The library's errors for a database that did not answer (the recorder maps psycopg's)."""
 
+current_actor: ContextVar[str | None] = ContextVar("flowledger_actor", default=None)
+"""Who the commands running in this context act for (an API key's id); set by ``Engine.acting_as``."""
+
 KEEPS_EVENTS = (SessionExpired,)
 """Errors raised after the aggregate recorded why (Expired): save those events, then raise."""
 
@@ -58,13 +62,20 @@ _UNREACHABLE_PAUSE_S = 0.2
 class UnitOfWork:
     """The aggregates one attempt of a command touched; saved together, atomically."""
 
-    __slots__ = ("_assume_new", "_store", "command_id", "now", "touched")
+    __slots__ = ("_assume_new", "_store", "actor", "command_id", "now", "touched")
 
     def __init__(
-        self, command_id: str, now: datetime, store: AggregateStore, *, assume_new: bool = False
+        self,
+        command_id: str,
+        now: datetime,
+        store: AggregateStore,
+        *,
+        assume_new: bool = False,
+        actor: str | None = None,
     ) -> None:
         self.command_id = command_id
         self.now = now
+        self.actor = actor
         self._store = store
         self._assume_new = assume_new
         self.touched: dict[UUID, FlowledgerAggregate] = {}
@@ -80,18 +91,18 @@ class UnitOfWork:
             else self._store.cached_or_loaded(aggregate_id)
         )
         if aggregate is not None:
-            aggregate.begin(self.command_id, self.now)
+            aggregate.begin(self.command_id, self.now, self.actor)
             self.touched[aggregate_id] = aggregate
         return aggregate
 
     def add(self, aggregate: FlowledgerAggregate) -> None:
         """A just-created aggregate, saved with the rest (its first event takes this command)."""
-        aggregate.tag_creation(self.command_id, self.now)
+        aggregate.tag_creation(self.command_id, self.now, self.actor)
         self.touched[aggregate.id] = aggregate
 
     def adopt(self, aggregate: FlowledgerAggregate) -> None:
         """An aggregate loaded elsewhere (a follower's copy), opened for this command."""
-        aggregate.begin(self.command_id, self.now)
+        aggregate.begin(self.command_id, self.now, self.actor)
         self.touched[aggregate.id] = aggregate
 
     def close(self) -> None:
@@ -194,7 +205,9 @@ class AggregateStore:
         unreachable = _Deadline("save", self.settings.operation_deadline_s).pause
         with self._locks(lock_key):
             while True:
-                uow = UnitOfWork(command, self.clock(), self, assume_new=assume_new)
+                uow = UnitOfWork(
+                    command, self.clock(), self, assume_new=assume_new, actor=current_actor.get()
+                )
                 try:
                     # With the caller's key, the domain answers a repeat from the log itself.
                     result, events, first = self._decide(uow, decide, unknown if command_id is None else {})

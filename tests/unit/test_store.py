@@ -12,7 +12,7 @@ import pytest
 from eventsourcing.persistence import IntegrityError, OperationalError
 
 from flowledger.domain import ConcurrentUpdate, Session, StoreUnavailable
-from flowledger.domain.aggregate import command_id_of
+from flowledger.domain.aggregate import actor_of, command_id_of
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.engine.store import UnitOfWork
 
@@ -190,3 +190,14 @@ def test_a_key_older_than_the_recent_window_returns_its_step_not_a_second_one(ei
     # Then the recorded step comes back and nothing is appended
     assert again == first
     assert either.get_session("s1").step_count == 40
+
+
+def test_events_record_who_asked_for_them_when_an_actor_is_set(engine: Engine) -> None:
+    engine.start_session("s1", "cs")
+    with engine.acting_as("key-7f3a"):
+        engine.record_step("s1", "a")
+    engine.record_step("s1", "b")
+    started, a, b = engine.log.stream(engine.session_uuid("s1"))
+    assert actor_of(a) == "key-7f3a"
+    assert actor_of(started) is None
+    assert actor_of(b) is None
