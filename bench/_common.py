@@ -10,14 +10,32 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
 from psycopg import sql
 
+from flowledger.domain import LlmUsage
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 
 LOCAL = "postgresql://postgres@127.0.0.1:5432/test"
+
+# One customer-service step, as the step benchmarks record it.
+INPUT = {"query": "Where is my order #12345? It was due yesterday.", "channel": "web"}
+OUTPUT = {"intent": "order_status", "reply": "Your order shipped this morning; it arrives tomorrow."}
+USAGE = LlmUsage(
+    provider="deepseek",
+    request_model="deepseek-v3.2",
+    response_model="deepseek-v3.2",
+    input_tokens=412,
+    output_tokens=58,
+    finish_reasons=("stop",),
+    response_id="r-1",
+    cost_usd=Decimal("0.000197"),
+    price_version="2025-01",
+    latency_ms=812.0,
+)
 
 
 def database_url() -> str:

@@ -20,7 +20,6 @@ import argparse
 import statistics
 import sys
 import time
-from decimal import Decimal
 from pathlib import Path
 
 import psycopg
@@ -29,25 +28,10 @@ from rich.progress import Progress
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import database_url, scratch_schema
+from _common import INPUT, OUTPUT, USAGE, database_url, scratch_schema
 
-from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine, Settings
 
-INPUT = {"query": "Where is my order #12345? It was due yesterday.", "channel": "web"}
-OUTPUT = {"intent": "order_status", "reply": "Your order shipped this morning; it arrives tomorrow."}
-USAGE = LlmUsage(
-    provider="deepseek",
-    request_model="deepseek-v3.2",
-    response_model="deepseek-v3.2",
-    input_tokens=412,
-    output_tokens=58,
-    finish_reasons=("stop",),
-    response_id="r-1",
-    cost_usd=Decimal("0.000197"),
-    price_version="2025-01",
-    latency_ms=812.0,
-)
 WINDOW = 200
 
 

@@ -31,7 +31,6 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -41,27 +40,12 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import database_url, median, run_writers, scratch_schema
+from _common import INPUT, OUTPUT, USAGE, database_url, median, run_writers, scratch_schema
 
 import flowledger.infrastructure.engine.facade as engine_module
-from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.database import create_schema
 
-INPUT = {"query": "Where is my order #12345? It was due yesterday.", "channel": "web"}
-OUTPUT = {"intent": "order_status", "reply": "Your order shipped this morning; it arrives tomorrow."}
-USAGE = LlmUsage(
-    provider="deepseek",
-    request_model="deepseek-v3.2",
-    response_model="deepseek-v3.2",
-    input_tokens=412,
-    output_tokens=58,
-    finish_reasons=("stop",),
-    response_id="r-1",
-    cost_usd=Decimal("0.000197"),
-    price_version="2025-01",
-    latency_ms=812.0,
-)
 RECORDER_CASES = ("recorder", "stock_recorder")
 ENGINE_CASES = ("flowledger", "stock_lock", "stock_db_functions", "seed")
 CASES = (*RECORDER_CASES, "plain", *ENGINE_CASES)
