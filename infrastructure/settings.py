@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from flowledger.domain.errors import ValidationError
@@ -42,6 +42,18 @@ class Settings:
     """How long a started step's worker holds its idempotency key without renewing it."""
     pgbouncer: bool = False
     """PgBouncer (transaction pooling) sits between: no server-side prepared statements, no session SET."""
+    api_keys: tuple[tuple[str, str, str], ...] = field(default=(), repr=False)
+    """HTTP API keys given in the environment, as (tenant, role, secret); more live in the database."""
+    http_max_body_bytes: int = 1_048_576
+    """The largest request body the HTTP API reads; a larger one is answered 413."""
+    http_rate_per_s: float = 50.0
+    """Requests per second each API key may make (sustained); past it, 429 with Retry-After."""
+    http_rate_burst: int = 100
+    """Requests an API key may make at once before the rate applies."""
+    ready_timeout_s: float = 2.0
+    """How long ``/readyz`` waits for the database before answering 503."""
+    dashboard_url_keys: bool = False
+    """Accept an API key in the dashboard page's URL (``?key=``); off: the login form's cookie only."""
 
     def __post_init__(self) -> None:
         if not _SCHEMA_NAME.match(self.schema):
@@ -74,6 +86,12 @@ class Settings:
                 env, "FLOWLEDGER_OPERATION_DEADLINE_S", defaults.operation_deadline_s
             ),
             pgbouncer=_flag(env, "FLOWLEDGER_PGBOUNCER"),
+            api_keys=_api_keys(env.get("FLOWLEDGER_API_KEYS") or ""),
+            http_max_body_bytes=_count(env, "FLOWLEDGER_HTTP_MAX_BODY_BYTES", defaults.http_max_body_bytes),
+            http_rate_per_s=_seconds(env, "FLOWLEDGER_HTTP_RATE_PER_S", defaults.http_rate_per_s),
+            http_rate_burst=_count(env, "FLOWLEDGER_HTTP_RATE_BURST", defaults.http_rate_burst),
+            ready_timeout_s=_seconds(env, "FLOWLEDGER_READY_TIMEOUT_S", defaults.ready_timeout_s),
+            dashboard_url_keys=_flag(env, "FLOWLEDGER_DASHBOARD_URL_KEYS"),
         )
 
     def with_overrides(self, **overrides: object) -> Settings:
@@ -94,6 +112,29 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     if not value > 0:
         raise ValidationError(name, f"must be > 0, got {raw!r}")
     return value
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    """A positive whole number from ``env[name]``, else ``default``."""
+    raw = env.get(name)
+    if not raw:
+        return default
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise ValidationError(name, f"{raw!r} is not a positive whole number")
+    return int(raw)
+
+
+def _api_keys(raw: str) -> tuple[tuple[str, str, str], ...]:
+    """``tenant:role:secret,...`` as triples (the secret may itself contain ``:``)."""
+    keys = []
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        parts = item.strip().split(":", 2)
+        if len(parts) != 3 or not all(parts):
+            raise ValidationError("FLOWLEDGER_API_KEYS", "each key is tenant:role:secret, comma-separated")
+        keys.append((parts[0], parts[1], parts[2]))
+    return tuple(keys)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

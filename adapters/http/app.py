@@ -1,31 +1,68 @@
-"""The FastAPI application: webhook, REST API, dashboard page, OpenAPI at /openapi.json."""
+"""The FastAPI application: webhook, REST API, dashboard page, health, OpenAPI at /openapi.json.
+
+Layers, outermost first: ``RequestContext`` (request id, access log, JSON 500),
+``BodyLimit`` (413), then FastAPI (its error handlers, then the routes, each admitting its
+caller through ``auth.requires``).
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-from flowledger.adapters.http import dashboard, rest, tasks, webhook
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from flowledger.adapters.http import dashboard, health, login, rest, tasks, webhook
+from flowledger.adapters.http.auth import Gate, Keyring, RateLimits, Tenants
 from flowledger.adapters.http.errors import install_error_handlers
+from flowledger.adapters.http.middleware import BodyLimit, RequestContext
 from flowledger.infrastructure import Engine
 
 
-def create_app(engine: Engine) -> FastAPI:
-    """An app serving ``engine``; the caller owns the engine and closes it."""
+def create_app(engine: Engine, *, require_keys: bool | None = None, keys: Keyring | None = None) -> FastAPI:
+    """An app serving ``engine`` (the default tenant's); the caller owns it and closes it.
+
+    ``require_keys``: True, every route but health needs a key; False, the app is open
+    (every request is ``engine``'s tenant's admin); None, open only when no key exists
+    (environment or database), as found at start-up. ``keys`` defaults to ``Keyring.of(engine)``.
+    Engines of other tenants are made on demand and closed when the app shuts down.
+    """
+    keyring = keys if keys is not None else Keyring.of(engine)
+    settings = engine.settings
+    tenants = Tenants(engine)
+    limits = RateLimits(settings.http_rate_per_s, settings.http_rate_burst)
+    gate = Gate(tenants, keyring, limits, open_=require_keys is False)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if require_keys is None:
+            # Unknown (the database is down) counts as "keys exist": closed, never open by accident.
+            try:
+                gate.open = not await run_in_threadpool(keyring.any_configured)
+            except Exception:
+                gate.open = False
+        try:
+            yield
+        finally:
+            await run_in_threadpool(tenants.close)
+            keyring.close()
+
     app = FastAPI(
         title="flowledger",
         summary="Event-sourced state for LLM workflow sessions.",
         version="0.1.0",
+        lifespan=lifespan,
     )
     app.state.engine = engine
+    app.state.gate = gate
     install_error_handlers(app)
     app.include_router(webhook.router)
     app.include_router(rest.router)
     app.include_router(tasks.router)
     app.include_router(dashboard.router)
-
-    @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
-        """Liveness: the process answers."""
-        return {"status": "ok"}
-
+    app.include_router(login.router)
+    app.include_router(health.router)
+    app.add_middleware(BodyLimit, limit=settings.http_max_body_bytes)
+    app.add_middleware(RequestContext)  # added last: the outermost
     return app

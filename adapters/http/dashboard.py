@@ -1,7 +1,8 @@
 """The dashboard page (``/dashboard``) and its data as JSON (``/v1/dashboard``, ``/v1/funnel``).
 
 Each request first catches the projections up with the log, so the page is current
-even when no ``projections follow`` process runs.
+even when no ``projections follow`` process runs. The JSON needs a reader key; the page
+takes one too, or the cookie its login form sets (``login.py``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ from html import escape
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, Security
 from fastapi.responses import HTMLResponse
+from fastapi.security import HTTPAuthorizationCredentials
 from psycopg import sql
+from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.durations import parse_since
+from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_header, bearer, token_of
 from flowledger.adapters.http.charts import bar_chart, column_chart
+from flowledger.adapters.http.errors import responses
+from flowledger.adapters.http.login import LOGIN_FORM, login_page
+from flowledger.adapters.http.schemas import PathId
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.history import jsonable
 from flowledger.projections import (
@@ -31,47 +38,70 @@ from flowledger.projections import (
 )
 
 router = APIRouter(tags=["analytics"])
-Since = Annotated[str, Query(description="A window like 30m, 24h or 7d.")]
+Since = Annotated[str, Query(description="A window like 30m, 24h or 7d.", max_length=20)]
 _PAGE = (Path(__file__).parent / "dashboard.html").read_text(encoding="utf-8")
+_ANALYTICS = responses(400)
 
 
-def _projector(request: Request) -> Projector:
-    engine: Engine = request.app.state.engine
+def _projector(engine: Engine) -> Projector:
     projector = projector_for(engine)  # ValidationError for an in-memory engine
     projector.catch_up()
     return projector
 
 
-@router.get("/v1/dashboard")
+@router.get("/v1/dashboard", responses=_ANALYTICS)
 def dashboard_json(
-    request: Request,
+    caller: Reader,
     since: Since = "24h",
     by: Annotated[list[str], Query()] = ["model"],  # noqa: B006 - FastAPI copies the default
 ) -> list[dict[str, Any]]:
     """Calls, errors, tokens, cost and exact latency percentiles per group."""
     start = datetime.now(UTC) - parse_since(since)
-    projector = _projector(request)
+    projector = _projector(caller.engine)
     with projector.connect() as conn:
         rows = dashboard(conn, projector.names.reader, since=start, by=by)
     return [jsonable(asdict(row)) for row in rows]
 
 
-@router.get("/v1/funnel/{workflow}")
-def funnel_json(workflow: str, request: Request, since: Since = "7d") -> list[dict[str, Any]]:
+@router.get("/v1/funnel/{workflow}", responses=_ANALYTICS)
+def funnel_json(
+    workflow: Annotated[str, PathId], caller: Reader, since: Since = "7d"
+) -> list[dict[str, Any]]:
     """The completion funnel of a workflow: reach, conversion, drop-off by cause, time to reach."""
     start = datetime.now(UTC) - parse_since(since)
-    projector = _projector(request)
+    projector = _projector(caller.engine)
     with projector.connect() as conn:
         reports = funnel_report(conn, projector.names.reader, workflow, since=start)
     return [jsonable(asdict(report)) for report in reports]
 
 
-@router.get("/dashboard", response_class=HTMLResponse)
-def dashboard_page(request: Request, since: Since = "24h") -> HTMLResponse:
-    """Cost, latency, traffic and funnels as pictures."""
+@router.get("/dashboard", response_class=HTMLResponse, responses={**_ANALYTICS, **LOGIN_FORM})
+async def dashboard_page(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    header_key: Annotated[str | None, Security(api_key_header)],
+    since: Since = "24h",
+) -> HTMLResponse:
+    """Cost, latency, traffic and funnels as pictures; without a key, the login form (401)."""
+    gate: Gate = request.app.state.gate
+    token = token_of(request, credentials, header_key) or request.cookies.get(COOKIE)
+    url_key = request.query_params.get("key")
+    if token is None and url_key and gate.tenants.base.settings.dashboard_url_keys:
+        token = url_key
+    try:
+        caller = await gate.admit(request, token, "reader")
+    except HTTPException as refused:
+        if refused.status_code != 401:
+            raise
+        return login_page(None if token is None else "That key is unknown or revoked.")
+    page: HTMLResponse = await run_in_threadpool(_render, caller, since)
+    return page
+
+
+def _render(caller: Caller, since: str) -> HTMLResponse:
     window = parse_since(since)
     start = datetime.now(UTC) - window
-    projector = _projector(request)
+    projector = _projector(caller.engine)
     with projector.connect() as conn:
         by_model = dashboard(conn, projector.names.reader, since=start, by=["model"])
         by_hour = sorted(

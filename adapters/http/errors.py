@@ -1,4 +1,11 @@
-"""How the HTTP layer reports errors: one status table, and the seed's error envelope."""
+"""How the HTTP layer reports errors: one status table, and the seed's error envelope.
+
+Every refusal has the same body, ``{"success": false, "error": "<a sentence>"}``:
+flowledger errors (by ``STATUS_CODES``), request validation (422), the HTTP layer's own
+refusals (401, 403, 404 for an unknown path, 405, 413, 429) and, from the request-context
+middleware, an unexpected exception (500, naming the request id that the log line carries).
+``responses(...)`` documents those bodies in the OpenAPI document, per operation.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,8 @@ import math
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 from flowledger.domain import errors
 
@@ -55,6 +64,41 @@ def error_body(message: str) -> dict[str, object]:
     return {"success": False, "error": message}
 
 
+class ErrorBody(BaseModel):
+    """The seed's failure envelope."""
+
+    success: bool = False
+    error: str
+
+
+_MEANING = {
+    400: "The request cannot be read (a body that is not UTF-8 JSON), or an unknown webhook action",
+    401: "No API key, or an unknown or revoked one",
+    403: "The API key's role may not do this, or the step claims another user than the session's",
+    404: "No such session, task, agent or workflow in the caller's tenant",
+    409: "Conflicts with the current state (closed, another workflow, a step in progress)",
+    410: "The session expired",
+    413: "The request body is larger than the limit",
+    422: "The request is invalid; the message says which field and why",
+    429: "The API key's request rate was exceeded; see Retry-After",
+    500: "An unexpected error; the message names the request id in the server's log",
+    501: "No model endpoint is configured",
+    502: "The model call failed",
+    503: "The database is unavailable (see Retry-After), the model's circuit is open, or too many writers",
+}
+COMMON = (401, 403, 413, 422, 429, 500, 503)
+"""What any operation behind a key can answer."""
+
+
+BASIC = (413, 500)
+"""What any operation can answer, key or not."""
+
+
+def responses(*codes: int, common: tuple[int, ...] = COMMON) -> dict[int | str, dict[str, object]]:
+    """OpenAPI ``responses=`` for the ``common`` statuses and ``codes``, each with the error envelope."""
+    return {code: {"model": ErrorBody, "description": _MEANING[code]} for code in sorted({*common, *codes})}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map flowledger errors and request-validation errors to 4xx/5xx with a message."""
 
@@ -69,5 +113,13 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         return JSONResponse(error_body(problems or "invalid request"), status_code=422)
 
+    async def on_http_error(_: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, HTTPException)
+        message = str(error.detail)
+        if message in {"Not Found", "Method Not Allowed"}:  # Starlette's routing words
+            message = f"{message.lower()}: see /openapi.json for the API's paths"
+        return JSONResponse(error_body(message), status_code=error.status_code, headers=error.headers)
+
     app.add_exception_handler(errors.FlowledgerError, on_flowledger_error)
+    app.add_exception_handler(HTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_invalid_request)

@@ -1,28 +1,45 @@
-"""REST API under /v1: sessions, their steps, history and replay."""
+"""REST API under /v1: sessions, their steps, history and replay.
+
+Reads need a reader key, commands a writer key; every call runs on the key's tenant's
+engine (``Caller.engine``), so another tenant's session answers exactly as an unknown one.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request, status
+from fastapi import APIRouter, Header, HTTPException, Query, status
+from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http import schemas
-from flowledger.infrastructure import Engine
+from flowledger.adapters.http.auth import Caller, Reader, Writer
+from flowledger.adapters.http.errors import responses
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+SessionId = Annotated[str, schemas.PathId]
+_READ = responses(404, 410)
+_WRITE = responses(404, 409, 410)
+_MODEL = responses(404, 409, 410, 501, 502)
 
 
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
+def ensure_user(caller: Caller, session_id: str, user_id: str | None) -> None:
+    """Per-user binding: a step claiming a user other than the session's is refused (403).
+
+    Nothing is claimed, or the session has no user: nothing to check.
+    """
+    if user_id is None:
+        return
+    owner = caller.engine.get_session(session_id).user_id
+    if owner is not None and owner != user_id:
+        raise HTTPException(403, "this session belongs to another user: the step's user_id does not match")
 
 
-@router.post("/sessions", status_code=status.HTTP_201_CREATED)
-def start_session(body: schemas.StartSession, request: Request) -> schemas.SessionOut:
+@router.post("/sessions", status_code=status.HTTP_201_CREATED, responses=responses(409))
+def start_session(body: schemas.StartSession, caller: Writer) -> schemas.SessionOut:
     """Start a session (starting it again with the same workflow and user returns it)."""
-    state = _engine(request).start_session(
+    state = caller.engine.start_session(
         body.session_id,
         body.workflow,
         user_id=body.user_id,
@@ -32,29 +49,33 @@ def start_session(body: schemas.StartSession, request: Request) -> schemas.Sessi
     return schemas.SessionOut.of(state)
 
 
-@router.get("/sessions/{session_id}")
+@router.get("/sessions/{session_id}", responses=_READ)
 def get_session(
-    session_id: str,
-    request: Request,
-    version: Annotated[int | None, Query(ge=1)] = None,
+    session_id: SessionId,
+    caller: Reader,
+    version: Annotated[int | None, Query(ge=1, le=schemas.MAX_VERSION)] = None,
     as_of: datetime | None = None,
 ) -> schemas.SessionOut:
     """The session now, at a version, or as of a time."""
-    return schemas.SessionOut.of(_engine(request).get_session(session_id, version=version, as_of=as_of))
+    return schemas.SessionOut.of(caller.engine.get_session(session_id, version=version, as_of=as_of))
 
 
-@router.get("/sessions/{session_id}/history")
-def history(session_id: str, request: Request) -> list[schemas.EventOut]:
+@router.get("/sessions/{session_id}/history", responses=_READ)
+def history(session_id: SessionId, caller: Reader) -> list[schemas.EventOut]:
     """The session's events, oldest first."""
-    return [schemas.EventOut.of(e) for e in _engine(request).history(session_id)]
+    return [schemas.EventOut.of(e) for e in caller.engine.history(session_id)]
 
 
-@router.post("/sessions/{session_id}/steps", status_code=status.HTTP_201_CREATED)
+@router.post("/sessions/{session_id}/steps", status_code=status.HTTP_201_CREATED, responses=_WRITE)
 def record_step(
-    session_id: str, body: schemas.RecordStep, request: Request, idempotency_key: IdempotencyKey = None
+    session_id: SessionId, body: schemas.RecordStep, caller: Writer, idempotency_key: IdempotencyKey = None
 ) -> schemas.StepOut:
-    """Record a step whose model call happened elsewhere (idempotent per key)."""
-    record = _engine(request).record_step(
+    """Record a step whose model call happened elsewhere (idempotent per key).
+
+    With ``user_id``, the step is refused (403) unless the session was started for that user.
+    """
+    ensure_user(caller, session_id, body.user_id)
+    record = caller.engine.record_step(
         session_id,
         body.step,
         input=body.input,
@@ -67,12 +88,17 @@ def record_step(
     return schemas.StepOut.of(record)
 
 
-@router.post("/sessions/{session_id}/process", status_code=status.HTTP_201_CREATED)
+@router.post("/sessions/{session_id}/process", status_code=status.HTTP_201_CREATED, responses=_MODEL)
 async def process_step(
-    session_id: str, body: schemas.ProcessStep, request: Request, idempotency_key: IdempotencyKey = None
+    session_id: SessionId, body: schemas.ProcessStep, caller: Writer, idempotency_key: IdempotencyKey = None
 ) -> schemas.StepOut:
-    """Call the model for a step and record the outcome (one call per idempotency key)."""
-    record = await _engine(request).process_step(
+    """Call the model for a step and record the outcome (one call per idempotency key).
+
+    With ``user_id``, the step is refused (403) unless the session was started for that user.
+    """
+    if body.user_id is not None:
+        await run_in_threadpool(ensure_user, caller, session_id, body.user_id)
+    record = await caller.engine.process_step(
         session_id,
         body.step,
         body.input,
@@ -82,26 +108,26 @@ async def process_step(
     return schemas.StepOut.of(record)
 
 
-@router.patch("/sessions/{session_id}/context")
-def update_context(session_id: str, body: schemas.ContextUpdate, request: Request) -> schemas.SessionOut:
+@router.patch("/sessions/{session_id}/context", responses=_WRITE)
+def update_context(session_id: SessionId, body: schemas.ContextUpdate, caller: Writer) -> schemas.SessionOut:
     """Merge keys into the session context."""
-    return schemas.SessionOut.of(_engine(request).update_context(session_id, body.update))
+    return schemas.SessionOut.of(caller.engine.update_context(session_id, body.update))
 
 
-@router.post("/sessions/{session_id}/extend")
-def extend(session_id: str, body: schemas.Extend, request: Request) -> schemas.SessionOut:
+@router.post("/sessions/{session_id}/extend", responses=_WRITE)
+def extend(session_id: SessionId, body: schemas.Extend, caller: Writer) -> schemas.SessionOut:
     """Move the expiry to now + ttl."""
-    state = _engine(request).extend_session(session_id, timedelta(seconds=body.ttl_seconds))
+    state = caller.engine.extend_session(session_id, timedelta(seconds=body.ttl_seconds))
     return schemas.SessionOut.of(state)
 
 
-@router.post("/sessions/{session_id}/complete")
-def complete(session_id: str, body: schemas.Complete, request: Request) -> schemas.SessionOut:
+@router.post("/sessions/{session_id}/complete", responses=_WRITE)
+def complete(session_id: SessionId, body: schemas.Complete, caller: Writer) -> schemas.SessionOut:
     """End the session with a resolution."""
-    return schemas.SessionOut.of(_engine(request).complete_session(session_id, body.resolution))
+    return schemas.SessionOut.of(caller.engine.complete_session(session_id, body.resolution))
 
 
-@router.post("/sessions/{session_id}/abandon")
-def abandon(session_id: str, body: schemas.Abandon, request: Request) -> schemas.SessionOut:
+@router.post("/sessions/{session_id}/abandon", responses=_WRITE)
+def abandon(session_id: SessionId, body: schemas.Abandon, caller: Writer) -> schemas.SessionOut:
     """Give the session up."""
-    return schemas.SessionOut.of(_engine(request).abandon_session(session_id, body.reason))
+    return schemas.SessionOut.of(caller.engine.abandon_session(session_id, body.reason))

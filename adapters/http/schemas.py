@@ -1,4 +1,10 @@
-"""Request and response bodies of the REST API (they make the OpenAPI schema)."""
+"""Request and response bodies of the REST API (they make the OpenAPI schema).
+
+The bounds here are what the HTTP layer itself needs: numbers it turns into durations or
+passes to SQL must be finite and representable (an unbounded ``ttl_seconds`` overflowed
+``timedelta`` into a 500). What text and JSON may contain is the domain's rule
+(``flowledger.domain.values``); the Engine refuses the rest with ``ValidationError`` (422).
+"""
 
 from __future__ import annotations
 
@@ -6,41 +12,52 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.history import HistoryEntry, jsonable
 
+MAX_ID = 200
+"""The longest id or name the API takes."""
+MAX_TTL_SECONDS = 10 * 366 * 86_400
+"""Ten years: any longer and a duration stops meaning anything (and soon overflows)."""
+MAX_HOURS = MAX_TTL_SECONDS / 3600
+MAX_VERSION = 2**31 - 1
+MAX_COUNT = 2**53
+"""Token counts and attempts: exact in a JSON number anywhere, far inside PostgreSQL's bigint."""
+PathId = Path(min_length=1, max_length=MAX_ID, description="The caller's id")
+
 
 class Body(BaseModel):
     """Request bodies reject unknown fields, so typos surface as 422."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class StartSession(Body):
-    session_id: str = Field(min_length=1, max_length=200, examples=["user-123-1700000000"])
-    workflow: str = Field(min_length=1, max_length=200, examples=["customer_service"])
-    user_id: str | None = None
-    ttl_seconds: float = Field(default=86_400, gt=0)
+    session_id: str = Field(min_length=1, max_length=MAX_ID, examples=["user-123-1700000000"])
+    workflow: str = Field(min_length=1, max_length=MAX_ID, examples=["customer_service"])
+    user_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID)
+    ttl_seconds: float = Field(default=86_400, gt=0, le=MAX_TTL_SECONDS)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class UsageIn(Body):
-    provider: str = "unknown"
-    request_model: str = ""
-    response_model: str = ""
-    input_tokens: int = Field(default=0, ge=0)
-    output_tokens: int = Field(default=0, ge=0)
-    cache_read_input_tokens: int = Field(default=0, ge=0)
-    reasoning_output_tokens: int = Field(default=0, ge=0)
-    finish_reasons: list[str] = Field(default_factory=list)
-    response_id: str = ""
-    cost_usd: Decimal = Field(default=Decimal("0"), ge=0)
-    price_version: str = ""
-    latency_ms: float = Field(default=0.0, ge=0)
-    attempts: int = Field(default=1, ge=1)
+    provider: str = Field(default="unknown", max_length=MAX_ID)
+    request_model: str = Field(default="", max_length=MAX_ID)
+    response_model: str = Field(default="", max_length=MAX_ID)
+    input_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
+    output_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
+    cache_read_input_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
+    reasoning_output_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
+    finish_reasons: list[str] = Field(default_factory=list, max_length=64)
+    response_id: str = Field(default="", max_length=MAX_ID)
+    cost_usd: Decimal = Field(default=Decimal("0"), ge=0, le=Decimal(10**9))
+    price_version: str = Field(default="", max_length=MAX_ID)
+    latency_ms: float = Field(default=0.0, ge=0, le=MAX_TTL_SECONDS * 1000)
+    attempts: int = Field(default=1, ge=1, le=10_000)
 
     def to_usage(self) -> LlmUsage:
         """The domain value object."""
@@ -48,24 +65,30 @@ class UsageIn(Body):
 
 
 class RecordStep(Body):
-    step: str = Field(min_length=1)
+    step: str = Field(min_length=1, max_length=MAX_ID)
     input: dict[str, Any] = Field(default_factory=dict)
     output: dict[str, Any] = Field(default_factory=dict)
-    next_step: str | None = None
+    next_step: str | None = Field(default=None, max_length=MAX_ID)
     context_update: dict[str, Any] | None = None
     usage: UsageIn | None = None
-    idempotency_key: str | None = None
+    idempotency_key: str | None = Field(default=None, max_length=MAX_ID)
+    user_id: str | None = Field(
+        default=None, max_length=MAX_ID, description="The user this step is for: must be the session's."
+    )
 
 
 class ProcessStep(Body):
-    step: str = Field(min_length=1)
+    step: str = Field(min_length=1, max_length=MAX_ID)
     input: dict[str, Any] = Field(default_factory=dict)
-    model: str | None = None
-    idempotency_key: str | None = None
+    model: str | None = Field(default=None, min_length=1, max_length=MAX_ID)
+    idempotency_key: str | None = Field(default=None, max_length=MAX_ID)
+    user_id: str | None = Field(
+        default=None, max_length=MAX_ID, description="The user this step is for: must be the session's."
+    )
 
 
 class Extend(Body):
-    ttl_seconds: float = Field(gt=0)
+    ttl_seconds: float = Field(gt=0, le=MAX_TTL_SECONDS)
 
 
 class Complete(Body):
@@ -73,7 +96,7 @@ class Complete(Body):
 
 
 class Abandon(Body):
-    reason: str = "abandoned"
+    reason: str = Field(default="abandoned", max_length=1000)
 
 
 class ContextUpdate(Body):

@@ -4,44 +4,49 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, status
 from pydantic import Field
 
-from flowledger.adapters.http.schemas import Body, EventOut
+from flowledger.adapters.http.auth import Reader, Writer
+from flowledger.adapters.http.errors import responses
+from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, Body, EventOut, PathId
 from flowledger.domain.task_views import AgentState, TaskState
-from flowledger.infrastructure import Engine
 from flowledger.infrastructure.history import jsonable
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
 Json = dict[str, Any]
+TaskId = Annotated[str, PathId]
+AgentId = Annotated[str, PathId]
+_READ = responses(404)
+_WRITE = responses(404, 409)
 
 
 class RegisterAgent(Body):
     """An agent to register."""
 
-    agent_id: str = Field(min_length=1, max_length=200)
-    name: str = Field(min_length=1)
-    skills: list[str] = Field(min_length=1)
-    capacity: int = Field(ge=1)
+    agent_id: str = Field(min_length=1, max_length=MAX_ID)
+    name: str = Field(min_length=1, max_length=MAX_ID)
+    skills: list[str] = Field(min_length=1, max_length=100)
+    capacity: int = Field(ge=1, le=10_000)
 
 
 class CreateTask(Body):
     """A task to create."""
 
-    task_id: str = Field(min_length=1, max_length=200)
-    description: str = Field(min_length=1)
-    required_skills: list[str] = Field(default_factory=list)
+    task_id: str = Field(min_length=1, max_length=MAX_ID)
+    description: str = Field(min_length=1, max_length=10_000)
+    required_skills: list[str] = Field(default_factory=list, max_length=100)
     priority: Literal["low", "medium", "high", "critical"] = "medium"
     deadline: datetime | None = None
-    deadline_hours: float | None = Field(default=None, gt=0)
+    deadline_hours: float | None = Field(default=None, gt=0, le=MAX_HOURS)
 
 
 class Classify(Body):
     """Which model classifies (the default when omitted)."""
 
-    model: str | None = None
+    model: str | None = Field(default=None, min_length=1, max_length=MAX_ID)
 
 
 class Outcome(Body):
@@ -53,12 +58,7 @@ class Outcome(Body):
 class Release(Body):
     """Why the task goes back to the queue."""
 
-    reason: str = "released"
-
-
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
+    reason: str = Field(default="released", max_length=1000)
 
 
 def _out(state: Any) -> Json:
@@ -71,73 +71,73 @@ def _out(state: Any) -> Json:
     return result
 
 
-@router.post("/agents", status_code=status.HTTP_201_CREATED)
-def register_agent(body: RegisterAgent, request: Request) -> Json:
+@router.post("/agents", status_code=status.HTTP_201_CREATED, responses=responses(409))
+def register_agent(body: RegisterAgent, caller: Writer) -> Json:
     """Register an agent (again with the same fields is a no-op)."""
-    return _out(_engine(request).register_agent(body.agent_id, body.name, body.skills, body.capacity))
+    return _out(caller.engine.register_agent(body.agent_id, body.name, body.skills, body.capacity))
 
 
-@router.get("/agents")
-def list_agents(request: Request) -> list[Json]:
+@router.get("/agents", responses=responses())
+def list_agents(caller: Reader) -> list[Json]:
     """Every agent with its load."""
-    return [_out(agent) for agent in _engine(request).list_agents()]
+    return [_out(agent) for agent in caller.engine.list_agents()]
 
 
-@router.get("/agents/{agent_id}")
-def get_agent(agent_id: str, request: Request) -> Json:
+@router.get("/agents/{agent_id}", responses=_READ)
+def get_agent(agent_id: AgentId, caller: Reader) -> Json:
     """An agent: skills, capacity, load, recent completions."""
-    return _out(_engine(request).get_agent(agent_id))
+    return _out(caller.engine.get_agent(agent_id))
 
 
-@router.post("/tasks", status_code=status.HTTP_201_CREATED)
-def create_task(body: CreateTask, request: Request) -> Json:
+@router.post("/tasks", status_code=status.HTTP_201_CREATED, responses=responses(409))
+def create_task(body: CreateTask, caller: Writer) -> Json:
     """Create a task (a deadline as a time, or in hours from now)."""
     deadline: datetime | timedelta | None = body.deadline
     if body.deadline_hours is not None:
         deadline = timedelta(hours=body.deadline_hours)
-    state = _engine(request).create_task(
+    state = caller.engine.create_task(
         body.task_id, body.description, body.required_skills, body.priority, deadline=deadline
     )
     return _out(state)
 
 
-@router.get("/tasks/{task_id}")
-def get_task(task_id: str, request: Request) -> Json:
+@router.get("/tasks/{task_id}", responses=_READ)
+def get_task(task_id: TaskId, caller: Reader) -> Json:
     """A task now."""
-    return _out(_engine(request).get_task(task_id))
+    return _out(caller.engine.get_task(task_id))
 
 
-@router.get("/tasks/{task_id}/history")
-def task_history(task_id: str, request: Request) -> list[EventOut]:
+@router.get("/tasks/{task_id}/history", responses=_READ)
+def task_history(task_id: TaskId, caller: Reader) -> list[EventOut]:
     """A task's events, oldest first."""
-    return [EventOut.of(entry) for entry in _engine(request).task_history(task_id)]
+    return [EventOut.of(entry) for entry in caller.engine.task_history(task_id)]
 
 
-@router.post("/tasks/{task_id}/classify")
-async def classify_task(task_id: str, body: Classify, request: Request) -> Json:
+@router.post("/tasks/{task_id}/classify", responses=responses(404, 409, 501, 502))
+async def classify_task(task_id: TaskId, body: Classify, caller: Writer) -> Json:
     """Classify through the model (its usage is recorded); a failure escalates the task."""
-    return _out(await _engine(request).classify_task(task_id, model=body.model))
+    return _out(await caller.engine.classify_task(task_id, model=body.model))
 
 
-@router.post("/tasks/{task_id}/assign")
-def assign_task(task_id: str, request: Request) -> Json:
+@router.post("/tasks/{task_id}/assign", responses=_WRITE)
+def assign_task(task_id: TaskId, caller: Writer) -> Json:
     """Assign to the best eligible agent, or escalate with a reason."""
-    return _out(_engine(request).assign_task(task_id))
+    return _out(caller.engine.assign_task(task_id))
 
 
-@router.post("/tasks/{task_id}/start")
-def start_task(task_id: str, request: Request) -> Json:
+@router.post("/tasks/{task_id}/start", responses=_WRITE)
+def start_task(task_id: TaskId, caller: Writer) -> Json:
     """The assigned agent started work."""
-    return _out(_engine(request).start_task(task_id))
+    return _out(caller.engine.start_task(task_id))
 
 
-@router.post("/tasks/{task_id}/complete")
-def complete_task(task_id: str, body: Outcome, request: Request) -> Json:
+@router.post("/tasks/{task_id}/complete", responses=_WRITE)
+def complete_task(task_id: TaskId, body: Outcome, caller: Writer) -> Json:
     """The task is done; its agent is freed."""
-    return _out(_engine(request).complete_task(task_id, body.result))
+    return _out(caller.engine.complete_task(task_id, body.result))
 
 
-@router.post("/tasks/{task_id}/release")
-def release_task(task_id: str, body: Release, request: Request) -> Json:
+@router.post("/tasks/{task_id}/release", responses=_WRITE)
+def release_task(task_id: TaskId, body: Release, caller: Writer) -> Json:
     """Give the task back to the queue; its agent is freed."""
-    return _out(_engine(request).release_task(task_id, body.reason))
+    return _out(caller.engine.release_task(task_id, body.reason))

@@ -4,6 +4,8 @@ Actions ``create_session``, ``process_step`` and ``get_state`` take the seed's f
 names (``session_id``, ``workflow_name``, ``user_id``, ``step_name``, ``input_data``,
 ``model``) and answer ``{"success": true, "data": ...}`` or ``{"success": false,
 "error": ...}`` (with a 4xx/5xx status, where the seed answered 200 for everything).
+``get_state`` needs a reader key, the other actions a writer key. A ``user_id`` sent with
+``process_step`` must be the session's (403 otherwise).
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from flowledger.adapters.http.errors import error_body
+from flowledger.adapters.http.auth import Caller, Reader
+from flowledger.adapters.http.errors import error_body, responses
+from flowledger.adapters.http.rest import ensure_user
+from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.infrastructure import Engine
 
@@ -27,15 +32,17 @@ DEFAULT_MODEL = "deepseek-v3.2"
 class WebhookRequest(BaseModel):
     """The seed's request; fields unused by an action are ignored, as the seed did."""
 
-    action: str
-    session_id: str | None = None
-    workflow_name: str | None = None
-    user_id: str | None = None
-    step_name: str | None = None
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    action: str = Field(max_length=MAX_ID)
+    session_id: str | None = Field(default=None, max_length=MAX_ID)
+    workflow_name: str | None = Field(default=None, max_length=MAX_ID)
+    user_id: str | None = Field(default=None, max_length=MAX_ID)
+    step_name: str | None = Field(default=None, max_length=MAX_ID)
     input_data: dict[str, Any] = Field(default_factory=dict)
-    model: str | None = None
-    expires_hours: float = Field(default=24, gt=0)
-    idempotency_key: str | None = None
+    model: str | None = Field(default=None, max_length=MAX_ID)
+    expires_hours: float = Field(default=24, gt=0, le=MAX_HOURS)
+    idempotency_key: str | None = Field(default=None, max_length=MAX_ID)
 
 
 def _required(value: str | None, field: str) -> str:
@@ -44,14 +51,18 @@ def _required(value: str | None, field: str) -> str:
     return value
 
 
-@router.post("/webhook/workflow-state", response_model=None)
+@router.post(
+    "/webhook/workflow-state", response_model=None, responses=responses(400, 404, 409, 410, 501, 502)
+)
 async def workflow_state(
     body: WebhookRequest,
-    request: Request,
-    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+    caller: Reader,
+    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key", max_length=MAX_ID),
 ) -> dict[str, Any] | JSONResponse:
     """Dispatch one of the seed's three actions."""
-    engine: Engine = request.app.state.engine
+    engine = caller.engine
+    if body.action in {"create_session", "process_step"}:
+        caller.require("writer")
     session_id = _required(body.session_id, "session_id")
     # The engine's database calls block: run them on worker threads, not the event loop.
     if body.action == "create_session":
@@ -69,7 +80,7 @@ async def workflow_state(
             "expires_at": state.expires_at.isoformat(),
         }
     elif body.action == "process_step":
-        data = await _process(engine, body, session_id, body.idempotency_key or idempotency_key)
+        data = await _process(caller, body, session_id, body.idempotency_key or idempotency_key)
     elif body.action == "get_state":
         data = await run_in_threadpool(_get_state, engine, session_id)
     else:
@@ -77,8 +88,11 @@ async def workflow_state(
     return {"success": True, "data": data}
 
 
-async def _process(engine: Engine, body: WebhookRequest, session_id: str, key: str | None) -> dict[str, Any]:
+async def _process(caller: Caller, body: WebhookRequest, session_id: str, key: str | None) -> dict[str, Any]:
+    engine = caller.engine
     step = _required(body.step_name, "step_name")
+    if body.user_id is not None:
+        await run_in_threadpool(ensure_user, caller, session_id, body.user_id)
     record = await engine.process_step(
         session_id, step, body.input_data, model=body.model or DEFAULT_MODEL, idempotency_key=key
     )

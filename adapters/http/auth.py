@@ -1,0 +1,234 @@
+"""Who is calling: API keys to tenants and roles, one engine per tenant, the per-key rate.
+
+Every route but ``/healthz``, ``/readyz`` and the OpenAPI document asks for a key
+(``Authorization: Bearer <key>`` or ``X-API-Key: <key>``; the dashboard page also takes
+the login form's cookie). A key names a tenant and a role; the caller's commands run on
+that tenant's engine, acting as the key (its id is recorded on every event written), so a
+session or task of another tenant is simply not found. With no key configured anywhere the
+app runs *open*: every request is the default tenant's admin (``serve`` allows that on
+loopback only, or with ``--insecure``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.postgres.keys import ROLES, ApiKey, PostgresKeyStore, StaticKeys, digest
+from flowledger.infrastructure.settings import MEMORY_URL
+
+COOKIE = "flowledger_key"
+"""The dashboard login's cookie (HttpOnly, SameSite=Strict, path /dashboard)."""
+KEY_CACHE_S = 5.0
+"""A key found in the database is trusted this long: a revocation takes effect within it."""
+
+bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer flk_...`")
+api_key_header = APIKeyHeader(
+    name="X-API-Key", auto_error=False, description="An API key, for tools that cannot send bearer"
+)
+
+
+def rank(role: str) -> int:
+    """reader < writer < admin."""
+    return ROLES.index(role)
+
+
+class Keyring:
+    """Finds the key a token belongs to: keys from the environment, then the database's (cached)."""
+
+    def __init__(self, static: StaticKeys, store: PostgresKeyStore | None) -> None:
+        self.static = static
+        self.store = store
+        self._cache: dict[bytes, tuple[float, ApiKey]] = {}
+
+    @classmethod
+    def of(cls, engine: Engine) -> Keyring:
+        """The keys ``engine``'s settings give, and its database's table when it has one."""
+        store = None
+        if engine.database_url != MEMORY_URL:
+            store = PostgresKeyStore(engine.database_url, engine.settings.schema, engine.settings)
+        return cls(StaticKeys(engine.settings.api_keys), store)
+
+    def any_configured(self) -> bool:
+        """Whether any key exists (blocking: asks the database)."""
+        return len(self.static) > 0 or (self.store is not None and self.store.has_active_keys())
+
+    def find(self, token: str) -> ApiKey | None:
+        """The key, or None (blocking on a cache miss)."""
+        key = self.static.find(token)
+        if key is not None or self.store is None:
+            return key
+        held = digest(token)
+        cached = self._cache.get(held)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        key = self.store.find(token)
+        if key is None:
+            self._cache.pop(held, None)
+        else:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[held] = (time.monotonic() + KEY_CACHE_S, key)
+        return key
+
+    def close(self) -> None:
+        """Close the database connections."""
+        if self.store is not None:
+            self.store.close()
+
+
+class Tenants:
+    """One engine per tenant, made on first use; they share the base engine's settings, clock and model."""
+
+    def __init__(self, base: Engine) -> None:
+        self.base = base
+        self._engines: dict[str, Engine] = {base.tenant: base}
+        self._lock = threading.Lock()
+
+    def cached(self, tenant: str) -> Engine | None:
+        """The tenant's engine if it exists already (never blocks)."""
+        return self._engines.get(tenant)
+
+    def engine_for(self, tenant: str) -> Engine:
+        """The tenant's engine (blocking the first time: it connects)."""
+        with self._lock:
+            engine = self._engines.get(tenant)
+            if engine is None:
+                settings: Settings = replace(self.base.settings, tenant=tenant)
+                engine = Engine(settings=settings, clock=self.base.clock, llm=self.base.llm)
+                self._engines[tenant] = engine
+            return engine
+
+    def close(self) -> None:
+        """Close the engines made here (the base engine belongs to the app's caller)."""
+        with self._lock:
+            for engine in self._engines.values():
+                if engine is not self.base:
+                    engine.close()
+            self._engines = {self.base.tenant: self.base}
+
+
+class RateLimits:
+    """A token bucket per key: ``burst`` requests at once, refilled at ``rate`` per second."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key_id: str) -> float:
+        """0 when the request may go ahead, else the seconds until it may."""
+        now = time.monotonic()
+        with self._lock:
+            tokens, then = self._buckets.get(key_id, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - then) * self.rate)
+            if tokens >= 1.0:
+                self._buckets[key_id] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[key_id] = (tokens, now)
+            return (1.0 - tokens) / self.rate
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated caller: the key (None when the app runs open), its tenant's engine, its role."""
+
+    key_id: str | None
+    tenant: str
+    role: str
+    engine: Engine
+
+    def require(self, role: str) -> None:
+        """403 unless this caller's role includes ``role``."""
+        if rank(self.role) < rank(role):
+            raise HTTPException(403, f"this API key's role ({self.role}) may not do this: it needs {role}")
+
+    @contextmanager
+    def acting(self) -> Iterator[None]:
+        """Events written inside record this caller's key id."""
+        if self.key_id is None:
+            yield
+            return
+        with self.engine.acting_as(self.key_id):
+            yield
+
+
+class Gate:
+    """Admits a request: finds its key, checks the role, takes from the key's rate bucket."""
+
+    def __init__(self, tenants: Tenants, keys: Keyring, limits: RateLimits, *, open_: bool) -> None:
+        self.tenants, self.keys, self.limits, self.open = tenants, keys, limits, open_
+
+    async def admit(self, request: Request, token: str | None, role: str) -> Caller:
+        """The caller, or 401 (no or unknown key), 403 (role), 429 (rate)."""
+        if self.open:
+            base = self.tenants.base
+            return Caller(None, base.tenant, "admin", base)
+        if not token:
+            raise HTTPException(
+                401,
+                "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        key = await run_in_threadpool(self.keys.find, token)
+        if key is None:
+            raise HTTPException(
+                401, "this API key is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
+            )
+        request.state.key_id, request.state.tenant = key.key_id, key.tenant
+        wait = self.limits.take(key.key_id)
+        if wait > 0:
+            raise HTTPException(
+                429,
+                f"rate limit of this API key reached ({self.limits.rate:g} requests/s): retry later",
+                headers={"Retry-After": str(max(1, int(wait + 0.999)))},
+            )
+        engine = self.tenants.cached(key.tenant)
+        if engine is None:
+            engine = await run_in_threadpool(self.tenants.engine_for, key.tenant)
+        caller = Caller(key.key_id, key.tenant, key.role, engine)
+        caller.require(role)
+        return caller
+
+
+def token_of(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, header_key: str | None
+) -> str | None:
+    """The key a request carries: bearer first, then ``X-API-Key``."""
+    if credentials is not None and credentials.scheme.lower() == "bearer":
+        return credentials.credentials
+    return header_key
+
+
+def requires(role: str) -> Callable[..., AsyncIterator[Caller]]:
+    """A dependency admitting callers whose role includes ``role``.
+
+    It sets the actor for the rest of the request: an async dependency runs in the
+    request's own task, whose context FastAPI copies into the worker thread of a sync
+    endpoint, so ``acting_as``'s contextvar is seen by the engine call.
+    """
+
+    async def dependency(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+        header_key: Annotated[str | None, Security(api_key_header)],
+    ) -> AsyncIterator[Caller]:
+        gate: Gate = request.app.state.gate
+        caller = await gate.admit(request, token_of(request, credentials, header_key), role)
+        with caller.acting():
+            yield caller
+
+    return dependency
+
+
+Reader = Annotated[Caller, Depends(requires("reader"))]
+Writer = Annotated[Caller, Depends(requires("writer"))]

@@ -1,0 +1,103 @@
+"""The dashboard page's login: a form that takes an API key and keeps it in a cookie.
+
+The cookie is HttpOnly (no script reads it), SameSite=Strict (no other site's page sends
+it), Secure over HTTPS, and scoped to ``/dashboard``: it opens the page only, never the
+JSON API, so a browser holding it cannot be made to write anything.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from flowledger.adapters.http.auth import COOKIE, Gate
+from flowledger.adapters.http.errors import BASIC, responses
+
+router = APIRouter(tags=["analytics"])
+_MAX_AGE_S = 8 * 3600
+
+_FORM = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>flowledger: sign in</title>
+<style>body {{ font: 14px/1.4 system-ui, sans-serif; margin: 48px auto; max-width: 420px; }}
+input {{ width: 100%; padding: 6px; margin: 6px 0 12px; }} .error {{ color: #b00; }}</style></head>
+<body><h1>flowledger</h1><p>The dashboard needs an API key (any role).</p>{error}
+<form method="post" action="/dashboard/login">
+<label>API key <input type="password" name="key" autocomplete="off" required></label>
+<button type="submit">Open the dashboard</button></form></body></html>"""
+
+
+def login_page(error: str | None, status: int = 401) -> HTMLResponse:
+    """The form, with a message when a key was refused."""
+    message = f'<p class="error">{escape(error)}</p>' if error else ""
+    return HTMLResponse(_FORM.format(error=message), status_code=status)
+
+
+LOGIN_FORM: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No key, or a refused one: the login form", "content": {"text/html": {}}}
+}
+"""How the page and the login document their 401: the form, as HTML."""
+
+
+@router.post(
+    "/dashboard/login",
+    response_class=HTMLResponse,
+    response_model=None,
+    status_code=303,
+    responses={
+        **responses(),
+        **LOGIN_FORM,
+        303: {"description": "Signed in: the cookie is set, on to /dashboard"},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/x-www-form-urlencoded": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {"key": {"type": "string"}},
+                        "required": ["key"],
+                    }
+                }
+            },
+        }
+    },
+)
+async def login(request: Request) -> HTMLResponse | RedirectResponse:
+    """Check the form's key; if it is good, set the cookie and go to the dashboard."""
+    fields = parse_qs((await request.body()).decode("utf-8", "replace"))
+    token = (fields.get("key") or [""])[0].strip()
+    gate: Gate = request.app.state.gate
+    try:
+        await gate.admit(request, token, "reader")
+    except HTTPException as refused:
+        if refused.status_code != 401:
+            raise
+        return login_page("That key is unknown or revoked." if token else "Enter an API key.")
+    response = RedirectResponse("/dashboard", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        token,
+        max_age=_MAX_AGE_S,
+        path="/dashboard",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post(
+    "/dashboard/logout",
+    status_code=303,
+    responses={**responses(common=BASIC), 303: {"description": "Signed out"}},
+)
+def logout() -> RedirectResponse:
+    """Forget the cookie."""
+    response = RedirectResponse("/dashboard", status_code=303)
+    response.delete_cookie(COOKIE, path="/dashboard", httponly=True, samesite="strict")
+    return response

@@ -1,0 +1,207 @@
+"""API keys: who may call the HTTP API, for which tenant, in which role.
+
+A key is the token ``flk_<key id>_<secret>`` (a random 43-character secret: 256 bits).
+Only its SHA-256 is stored, in ``<schema>.api_keys``: a fast hash is enough for a
+256-bit random secret (nothing to guess from it), and it keeps the check on every request
+cheap; digests are compared in constant time. Keys given in the environment
+(``FLOWLEDGER_API_KEYS``, ``Settings.api_keys``) are held the same way, in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure.postgres.database import deadlines_of, unavailable_as_store_error
+from flowledger.infrastructure.settings import Settings
+
+ROLES = ("reader", "writer", "admin")
+"""Each role may do what the ones before it may."""
+
+_TOKEN = re.compile(r"^flk_([a-z0-9]{12})_[A-Za-z0-9_-]{43}$")
+_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_DDL = """
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.api_keys (
+    key_id text PRIMARY KEY,
+    tenant text NOT NULL,
+    role text NOT NULL CHECK (role IN ('reader', 'writer', 'admin')),
+    token_sha256 bytea NOT NULL,
+    label text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    revoked_at timestamptz
+)
+"""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A key as it is listed: never its secret."""
+
+    key_id: str
+    tenant: str
+    role: str
+    label: str = ""
+    created_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    """A new key and its token: the token is shown once and never stored."""
+
+    key: ApiKey
+    token: str
+
+
+def digest(token: str) -> bytes:
+    """What is stored of a token."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+def check_grant(tenant: str, role: str) -> None:
+    """Refuse an unknown role, or a tenant name that is not a short plain name."""
+    if role not in ROLES:
+        raise ValidationError("role", f"{role!r} is not one of {', '.join(ROLES)}")
+    if not _TENANT.match(tenant):
+        raise ValidationError("tenant", f"{tenant!r} is not a name of letters, digits, '.', '_' or '-'")
+
+
+class StaticKeys:
+    """Keys given in the environment as ``tenant:role:secret``; their id is derived from the secret."""
+
+    def __init__(self, grants: tuple[tuple[str, str, str], ...]) -> None:
+        self._keys: list[tuple[bytes, ApiKey]] = []
+        for tenant, role, secret in grants:
+            check_grant(tenant, role)
+            key_id = "env-" + hashlib.sha256(secret.encode()).hexdigest()[:10]
+            self._keys.append((digest(secret), ApiKey(key_id, tenant, role, label="environment")))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def find(self, token: str) -> ApiKey | None:
+        """The key whose secret is ``token``: every digest is compared, in constant time."""
+        wanted = digest(token)
+        found = None
+        for stored, key in self._keys:
+            if hmac.compare_digest(stored, wanted):
+                found = key
+        return found
+
+    def list(self) -> list[ApiKey]:
+        """The keys, without secrets."""
+        return [key for _, key in self._keys]
+
+
+class PostgresKeyStore:
+    """Keys in ``<schema>.api_keys``; the table is created on first use (under an advisory lock)."""
+
+    def __init__(self, database_url: str, schema: str, settings: Settings | None = None) -> None:
+        self._schema = schema
+        self._table = sql.Identifier(schema, "api_keys")
+        deadlines = deadlines_of(settings or Settings())
+        # A small pool of its own: a request's key check must not wait behind the engine's writers.
+        self._pool: ConnectionPool[Any] = ConnectionPool(
+            database_url,
+            min_size=1,
+            max_size=4,
+            kwargs={"autocommit": True, **deadlines.connection_kwargs()},
+            timeout=deadlines.pool_s,
+            open=False,
+        )
+        self._ready = False
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._pool.close()
+
+    def _connection(self) -> Any:
+        with self._lock:
+            if not self._ready:
+                self._pool.open(wait=False)
+                self._create_table()
+                self._ready = True
+        return self._pool.connection()
+
+    def _create_table(self) -> None:
+        # Engines and `keys create` may start at once: the lock makes CREATE ... IF NOT EXISTS safe.
+        lock = f"{self._schema}.api_keys"
+        with unavailable_as_store_error("api keys"), self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock])
+            conn.execute(sql.SQL(_DDL).format(schema=sql.Identifier(self._schema)))
+
+    def create(self, tenant: str, role: str, label: str = "") -> IssuedKey:
+        """A new key for ``tenant`` in ``role``; its token is in the result only."""
+        check_grant(tenant, role)
+        key_id = "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(12))
+        token = f"flk_{key_id}_{secrets.token_urlsafe(32)}"
+        with unavailable_as_store_error("api keys"), self._connection() as conn:
+            row = conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (key_id, tenant, role, token_sha256, label) VALUES (%s, %s, %s, %s, %s) "
+                    "RETURNING created_at"
+                ).format(self._table),
+                [key_id, tenant, role, digest(token), label],
+            ).fetchone()
+        return IssuedKey(ApiKey(key_id, tenant, role, label, created_at=row[0] if row else None), token)
+
+    def revoke(self, key_id: str) -> bool:
+        """Revoke a key; False when no active key has that id."""
+        with unavailable_as_store_error("api keys"), self._connection() as conn:
+            cursor = conn.execute(
+                sql.SQL("UPDATE {} SET revoked_at = now() WHERE key_id = %s AND revoked_at IS NULL").format(
+                    self._table
+                ),
+                [key_id],
+            )
+            return bool(cursor.rowcount == 1)
+
+    def list(self, tenant: str | None = None, *, revoked: bool = False) -> list[ApiKey]:
+        """The keys (of one tenant when given), oldest first, without secrets."""
+        query = sql.SQL(
+            "SELECT key_id, tenant, role, label, created_at, revoked_at FROM {} "
+            "WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s) AND (%(revoked)s OR revoked_at IS NULL) "
+            "ORDER BY created_at, key_id"
+        ).format(self._table)
+        with unavailable_as_store_error("api keys"), self._connection() as conn:
+            cursor = conn.cursor(row_factory=dict_row)
+            rows = cursor.execute(query, {"tenant": tenant, "revoked": revoked}).fetchall()
+        return [ApiKey(**row) for row in rows]
+
+    def has_active_keys(self) -> bool:
+        """Whether any key may be used."""
+        with unavailable_as_store_error("api keys"), self._connection() as conn:
+            row = conn.execute(
+                sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE revoked_at IS NULL)").format(self._table)
+            ).fetchone()
+        return bool(row and row[0])
+
+    def find(self, token: str) -> ApiKey | None:
+        """The active key whose token this is, else None (a malformed token costs no query)."""
+        match = _TOKEN.match(token)
+        if match is None:
+            return None
+        with unavailable_as_store_error("api keys"), self._connection() as conn:
+            row = conn.execute(
+                sql.SQL(
+                    "SELECT tenant, role, label, created_at, token_sha256 FROM {} "
+                    "WHERE key_id = %s AND revoked_at IS NULL"
+                ).format(self._table),
+                [match.group(1)],
+            ).fetchone()
+        if row is None or not hmac.compare_digest(bytes(row[4]), digest(token)):
+            return None
+        return ApiKey(match.group(1), row[0], row[1], row[2], created_at=row[3])
