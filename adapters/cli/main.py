@@ -7,6 +7,7 @@ import typer
 from flowledger.adapters.cli import (
     admin_commands,
     audit_commands,
+    keys_commands,
     llm_commands,
     projection_commands,
     serve,
@@ -25,6 +26,7 @@ serve.register(app)
 audit_commands.register(app)
 projection_commands.register(app)
 admin_commands.register(app)
+keys_commands.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,6 +26,7 @@ from flowledger.adapters.http.charts import bar_chart, column_chart
 from flowledger.adapters.http.errors import responses
 from flowledger.adapters.http.login import LOGIN_FORM, login_page
 from flowledger.adapters.http.schemas import PathId
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.history import jsonable
 from flowledger.projections import (
@@ -43,6 +44,14 @@ _PAGE = (Path(__file__).parent / "dashboard.html").read_text(encoding="utf-8")
 _ANALYTICS = responses(400)
 
 
+def _start(since: str) -> datetime:
+    """The window's start; a window reaching before year 1 is refused, not a 500 from OverflowError."""
+    try:
+        return datetime.now(UTC) - parse_since(since)
+    except OverflowError:
+        raise ValidationError("since", f"{since!r} reaches too far back") from None
+
+
 def _projector(engine: Engine) -> Projector:
     projector = projector_for(engine)  # ValidationError for an in-memory engine
     projector.catch_up()
@@ -56,7 +65,7 @@ def dashboard_json(
     by: Annotated[list[str], Query()] = ["model"],  # noqa: B006 - FastAPI copies the default
 ) -> list[dict[str, Any]]:
     """Calls, errors, tokens, cost and exact latency percentiles per group."""
-    start = datetime.now(UTC) - parse_since(since)
+    start = _start(since)
     projector = _projector(caller.engine)
     with projector.connect() as conn:
         rows = dashboard(conn, projector.names.reader, since=start, by=by)
@@ -68,7 +77,7 @@ def funnel_json(
     workflow: Annotated[str, PathId], caller: Reader, since: Since = "7d"
 ) -> list[dict[str, Any]]:
     """The completion funnel of a workflow: reach, conversion, drop-off by cause, time to reach."""
-    start = datetime.now(UTC) - parse_since(since)
+    start = _start(since)
     projector = _projector(caller.engine)
     with projector.connect() as conn:
         reports = funnel_report(conn, projector.names.reader, workflow, since=start)
@@ -99,8 +108,7 @@ async def dashboard_page(
 
 
 def _render(caller: Caller, since: str) -> HTMLResponse:
-    window = parse_since(since)
-    start = datetime.now(UTC) - window
+    start = _start(since)
     projector = _projector(caller.engine)
     with projector.connect() as conn:
         by_model = dashboard(conn, projector.names.reader, since=start, by=["model"])

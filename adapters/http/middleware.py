@@ -24,6 +24,29 @@ error_log = logging.getLogger("flowledger.http.errors")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+class _JsonLines(logging.Formatter):
+    """A record as one JSON object: the access line as it is, an error with its traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.name == access_log.name:
+            return record.getMessage()
+        line: dict[str, object] = {"level": record.levelname.lower(), "message": record.getMessage()}
+        if record.exc_info:
+            line["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def log_requests(*, enabled: bool = True) -> None:
+    """Send the access log (when ``enabled``) and unexpected errors to stderr as JSON lines."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_JsonLines())
+    access_level = logging.INFO if enabled else logging.WARNING
+    for logger, level in ((access_log, access_level), (error_log, logging.ERROR)):
+        logger.handlers[:] = [handler]
+        logger.setLevel(level)
+        logger.propagate = False
+
+
 async def send_json(send: Send, status: int, body: dict[str, object], headers: dict[str, str]) -> None:
     """A whole JSON response."""
     payload = json.dumps(body).encode()

@@ -1,0 +1,106 @@
+"""``flowledger keys create|list|revoke``: the HTTP API's keys, stored hashed in PostgreSQL."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.http.auth import Keyring
+from flowledger.infrastructure import Settings
+from flowledger.infrastructure.postgres.embedded import embedded_database_url
+from flowledger.infrastructure.postgres.keys import PostgresKeyStore
+
+console = Console()
+notes = Console(stderr=True)
+keys_app = typer.Typer(
+    help="API keys of the HTTP API: create (shown once), list, revoke.", no_args_is_help=True
+)
+
+
+@contextmanager
+def _store() -> Iterator[PostgresKeyStore]:
+    settings = Settings.from_env()
+    url = settings.database_url or embedded_database_url(settings.home)
+    store = PostgresKeyStore(url, settings.schema, settings)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@keys_app.command("create")
+def create(
+    tenant: Annotated[str, typer.Option(help="The tenant the key acts for.")],
+    role: Annotated[str, typer.Option(help="reader (reads, analytics), writer (and commands) or admin.")],
+    label: Annotated[str, typer.Option(help="A note for whoever lists the keys.")] = "",
+) -> None:
+    """Create a key and print it once: only its hash is kept."""
+    with reported_errors(), _store() as store:
+        issued = store.create(tenant, role, label)
+    notes.print(f"key {issued.key.key_id} for {tenant!r} as {role}, shown this once:", highlight=False)
+    print(issued.token)
+
+
+@keys_app.command("list")
+def list_keys(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    revoked: Annotated[bool, typer.Option("--revoked", help="Include revoked keys.")] = False,
+) -> None:
+    """The keys, without their secrets."""
+    with reported_errors(), _store() as store:
+        keys = store.list(tenant, revoked=revoked)
+    table = Table(title="API keys")
+    for column in ("key id", "tenant", "role", "label", "created", "revoked"):
+        table.add_column(column)
+    for key in keys:
+        table.add_row(
+            key.key_id,
+            key.tenant,
+            key.role,
+            key.label,
+            f"{key.created_at:%Y-%m-%d %H:%M}" if key.created_at else "",
+            f"{key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "",
+        )
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def revoke(key_id: Annotated[str, typer.Argument(help="The key's id, as listed.")]) -> None:
+    """Revoke a key: servers refuse it within 5 s (their cache of good keys)."""
+    with reported_errors(), _store() as store:
+        found = store.revoke(key_id)
+    if not found:
+        console.print(f"no active key {key_id!r}", highlight=False)
+        raise typer.Exit(3)
+    console.print(f"key {key_id} revoked", highlight=False)
+
+
+def keys_required(host: str, keys: Keyring, *, insecure: bool, console: Console) -> bool:
+    """Whether requests need a key: yes when any exists; with none, only loopback may be served open."""
+    if keys.any_configured():
+        return True
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not insecure:
+        raise typer.BadParameter(
+            f"no API key is configured: refusing to serve {host} to the network open. "
+            "Create one (flowledger keys create --tenant T --role writer), set FLOWLEDGER_API_KEYS, "
+            "or pass --insecure",
+            param_hint="--host",
+        )
+    console.print(f"[yellow]no API key configured: {host} is served open (every caller is admin)[/yellow]")
+    return False
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``keys`` to the top-level app."""
+    app.add_typer(keys_app, name="keys")

@@ -1,0 +1,291 @@
+"""API keys on the real server: 401 without one, 403 for the wrong role, another tenant's ids are 404."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import typer
+from rich.console import Console
+from typer.testing import CliRunner
+
+from flowledger.adapters.cli.keys_commands import keys_required
+from flowledger.adapters.cli.main import app as cli
+from flowledger.adapters.http.app import create_app
+from flowledger.adapters.http.auth import Keyring
+from flowledger.domain.aggregate import actor_of
+from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.keys import PostgresKeyStore, StaticKeys
+from tests.conftest import make_settings
+from tests.e2e.live_http import (
+    ACME_READER,
+    ACME_WRITER,
+    GLOBEX_WRITER,
+    bearer,
+    keyed_app,
+    keyed_engine,
+    live_server,
+)
+
+OPEN_PATHS = {"/healthz", "/readyz", "/dashboard", "/dashboard/login", "/dashboard/logout"}
+
+
+@pytest.fixture
+def acme() -> Iterator[Engine]:
+    engine = keyed_engine()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def server(acme: Engine) -> Iterator[httpx.Client]:
+    with live_server(keyed_app(acme)) as url, httpx.Client(base_url=url, timeout=10) as client:
+        yield client
+
+
+def operations(client: httpx.Client) -> list[tuple[str, str]]:
+    """Every (method, path) of the OpenAPI document, path parameters filled with ``x``."""
+    paths = client.get("/openapi.json").json()["paths"]
+    return [(method.upper(), _filled(path)) for path, methods in paths.items() for method in methods]
+
+
+def _filled(path: str) -> str:
+    for name in ("session_id", "task_id", "agent_id", "workflow"):
+        path = path.replace("{" + name + "}", "x")
+    return path
+
+
+def test_every_route_but_health_refuses_a_request_without_a_key(server: httpx.Client) -> None:
+    # Given the operations of the OpenAPI document
+    calls = [(m, p) for m, p in operations(server) if p not in OPEN_PATHS]
+    assert len(calls) >= 20
+    for method, path in calls:
+        # When one is called without a key, with a wrong one, or with a key in a bad header
+        for headers in ({}, bearer("not-a-key"), {"X-API-Key": "nope"}, {"Authorization": "Basic eDp5"}):
+            response = server.request(method, path, json={}, headers=headers)
+            # Then it is 401 in the error envelope, and asks for a bearer key
+            assert response.status_code == 401, (method, path, headers, response.text)
+            assert response.json()["success"] is False
+            assert "key" in response.json()["error"]
+            assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_the_health_probes_need_no_key(server: httpx.Client) -> None:
+    assert server.get("/healthz").json() == {"status": "ok"}
+    assert server.get("/readyz").json() == {"status": "ok"}
+
+
+def test_bearer_and_x_api_key_both_carry_a_key(server: httpx.Client) -> None:
+    body = {"session_id": "s1", "workflow": "cs"}
+    started = server.post("/v1/sessions", json=body, headers=bearer(ACME_WRITER))
+    assert started.status_code == 201
+    assert server.get("/v1/sessions/s1", headers={"X-API-Key": ACME_READER}).status_code == 200
+
+
+def test_a_reader_key_reads_but_every_command_is_403(server: httpx.Client, acme: Engine) -> None:
+    acme.start_session("s1", "cs")
+    head = acme.log.head()
+    reader = bearer(ACME_READER)
+    assert server.get("/v1/sessions/s1", headers=reader).status_code == 200
+    assert server.get("/v1/sessions/s1/history", headers=reader).status_code == 200
+    writes = [(m, p) for m, p in operations(server) if m in {"POST", "PATCH"} and p.startswith("/v1/")]
+    assert len(writes) >= 14
+    for method, path in writes:
+        response = server.request(method, path, json={}, headers=reader)
+        assert response.status_code == 403, (method, path, response.text)
+        assert "role (reader)" in response.json()["error"]
+    for action in ("create_session", "process_step"):
+        response = server.post(
+            "/webhook/workflow-state",
+            json={"action": action, "session_id": "s1", "workflow_name": "cs", "step_name": "a"},
+            headers=reader,
+        )
+        assert (response.status_code, response.json()["success"]) == (403, False)
+    body = {"action": "get_state", "session_id": "s1"}
+    state = server.post("/webhook/workflow-state", json=body, headers=reader)
+    assert state.json()["data"]["current_step"] == "init"
+    assert acme.log.head() == head
+
+
+def _same_as_unknown(
+    client: httpx.Client, method: str, path: str, body: Any, known: str, unknown: str
+) -> None:
+    """Another tenant's id answers byte for byte as an id nobody ever used."""
+    theirs = client.request(method, path.format(id=known), json=body, headers=bearer(GLOBEX_WRITER))
+    nobodys = client.request(method, path.format(id=unknown), json=body, headers=bearer(GLOBEX_WRITER))
+    assert theirs.status_code == nobodys.status_code, (method, path)
+    assert theirs.status_code in {200, 404}, (method, path, theirs.text)
+    assert theirs.text == nobodys.text.replace(unknown, known), (method, path)
+
+
+SESSION_ROUTES: list[tuple[str, str, Any]] = [
+    ("GET", "/v1/sessions/{id}", None),
+    ("GET", "/v1/sessions/{id}/history", None),
+    ("POST", "/v1/sessions/{id}/steps", {"step": "a"}),
+    ("POST", "/v1/sessions/{id}/process", {"step": "a", "model": "gpt-4.1"}),
+    ("PATCH", "/v1/sessions/{id}/context", {"update": {"k": 1}}),
+    ("POST", "/v1/sessions/{id}/extend", {"ttl_seconds": 60}),
+    ("POST", "/v1/sessions/{id}/complete", {"resolution": "done"}),
+    ("POST", "/v1/sessions/{id}/abandon", {}),
+]
+TASK_ROUTES: list[tuple[str, str, Any]] = [
+    ("GET", "/v1/tasks/{id}", None),
+    ("GET", "/v1/tasks/{id}/history", None),
+    ("POST", "/v1/tasks/{id}/assign", None),
+    ("POST", "/v1/tasks/{id}/start", None),
+    ("POST", "/v1/tasks/{id}/complete", {}),
+    ("POST", "/v1/tasks/{id}/release", {}),
+    ("GET", "/v1/agents/{id}", None),
+]
+
+
+def test_another_tenants_session_task_or_agent_answers_exactly_as_an_unknown_one(
+    server: httpx.Client, acme: Engine
+) -> None:
+    # Given a session, a task and an agent of tenant acme
+    acme.start_session("sess-acme-1", "cs", user_id="u1")
+    acme.create_task("task-acme-1", "Fix it", ["python"])
+    acme.register_agent("agent-acme-1", "Ada", ["python"], capacity=2)
+    head = acme.log.head()
+    # When globex's key names them on every route, Then each answers as for an id never used
+    for method, path, body in SESSION_ROUTES:
+        _same_as_unknown(server, method, path, body, "sess-acme-1", "sess-none-1")
+    for method, path, body in TASK_ROUTES:
+        kind = "agent" if "agents" in path else "task"
+        known, unknown = f"{kind}-acme-1", f"{kind}-none-1"
+        _same_as_unknown(server, method, path, body, known, unknown)
+    for action in ("get_state", "process_step"):
+        body = {"action": action, "session_id": "{id}", "step_name": "a", "model": "gpt-4.1"}
+        theirs, nobodys = (
+            server.post(
+                "/webhook/workflow-state",
+                content=json.dumps(body).replace("{id}", sid),
+                headers={**bearer(GLOBEX_WRITER), "content-type": "application/json"},
+            )
+            for sid in ("sess-acme-1", "sess-none-1")
+        )
+        assert theirs.status_code == nobodys.status_code
+        assert theirs.text == nobodys.text.replace("sess-none-1", "sess-acme-1")
+    # And acme's data is untouched, and globex sees no agent
+    assert acme.log.head() == head
+    assert server.get("/v1/agents", headers=bearer(GLOBEX_WRITER)).json() == []
+    assert acme.get_session("sess-acme-1").status.value == "active"
+
+
+def test_each_event_records_the_key_that_wrote_it(server: httpx.Client, acme: Engine) -> None:
+    writer = bearer(ACME_WRITER)
+    server.post("/v1/sessions", json={"session_id": "s1", "workflow": "cs"}, headers=writer)
+    server.post("/v1/sessions/s1/steps", json={"step": "a"}, headers=writer)
+    server.post(
+        "/webhook/workflow-state",
+        json={"action": "create_session", "session_id": "s2", "workflow_name": "cs"},
+        headers=writer,
+    )
+    key_id = Keyring.of(acme).static.find(ACME_WRITER)
+    assert key_id is not None
+    events = acme.log.stream(acme.session_uuid("s1")) + acme.log.stream(acme.session_uuid("s2"))
+    assert [actor_of(e) for e in events] == [key_id.key_id] * 3
+
+
+def test_a_step_claiming_another_user_than_the_sessions_is_403_and_appends_nothing(
+    server: httpx.Client, acme: Engine
+) -> None:
+    writer = bearer(ACME_WRITER)
+    server.post("/v1/sessions", json={"session_id": "s1", "workflow": "cs", "user_id": "u1"}, headers=writer)
+    head = acme.log.head()
+    refused = server.post("/v1/sessions/s1/steps", json={"step": "a", "user_id": "u2"}, headers=writer)
+    assert (refused.status_code, refused.json()["success"]) == (403, False)
+    assert "another user" in refused.json()["error"]
+    hook = server.post(
+        "/webhook/workflow-state",
+        json={"action": "process_step", "session_id": "s1", "user_id": "u2", "step_name": "a"},
+        headers=writer,
+    )
+    assert (hook.status_code, hook.json()["success"]) == (403, False)
+    assert acme.log.head() == head
+    own = server.post("/v1/sessions/s1/steps", json={"step": "a", "user_id": "u1"}, headers=writer)
+    assert own.status_code == 201
+
+
+def test_keys_made_by_the_cli_are_shown_once_stored_hashed_listed_without_secrets_and_revocable(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWLEDGER_DATABASE_URL", database_url)
+    monkeypatch.setenv("FLOWLEDGER_SCHEMA", pg_schema)
+    runner = CliRunner()
+    # When a key is created
+    made = runner.invoke(cli, ["keys", "create", "--tenant", "acme", "--role", "writer", "--label", "dify"])
+    assert made.exit_code == 0, made.output
+    token = made.stdout.strip().splitlines()[-1]
+    assert token.startswith("flk_")
+    # Then the table holds its hash only, and the list shows no secret
+    store = PostgresKeyStore(database_url, pg_schema)
+    try:
+        (key,) = store.list()
+        assert (key.tenant, key.role, key.label) == ("acme", "writer", "dify")
+        listed = runner.invoke(cli, ["keys", "list"])
+        assert key.key_id in listed.stdout
+        assert token.split("_")[2] not in listed.stdout
+        engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, tenant="acme"))
+        with live_server(create_app(engine)) as url:
+            assert httpx.get(f"{url}/v1/agents", headers=bearer(token)).status_code == 200
+            assert httpx.get(f"{url}/v1/agents").status_code == 401  # a stored key closes the app
+        engine.close()
+        # And once revoked, the key is refused
+        assert runner.invoke(cli, ["keys", "revoke", key.key_id]).exit_code == 0
+        assert store.find(token) is None
+        assert runner.invoke(cli, ["keys", "revoke", key.key_id]).exit_code == 3
+        assert runner.invoke(cli, ["keys", "create", "--tenant", "acme", "--role", "root"]).exit_code == 2
+    finally:
+        store.close()
+
+
+def _keys_or_loopback(host: str, keys: Keyring, insecure: bool) -> bool:
+    return keys_required(host, keys, insecure=insecure, console=Console(file=io.StringIO()))
+
+
+def test_serve_refuses_a_network_address_with_no_key_unless_insecure() -> None:
+    nothing = Keyring(StaticKeys(()), None)
+    with pytest.raises(typer.BadParameter, match="--insecure"):
+        _keys_or_loopback("0.0.0.0", nothing, insecure=False)
+    assert _keys_or_loopback("0.0.0.0", nothing, insecure=True) is False
+    assert _keys_or_loopback("127.0.0.1", nothing, insecure=False) is False
+    assert _keys_or_loopback("::1", nothing, insecure=False) is False
+    with_keys = Keyring(StaticKeys((("acme", "reader", ACME_READER),)), None)
+    assert _keys_or_loopback("0.0.0.0", with_keys, insecure=False) is True
+
+
+def test_the_dashboard_page_signs_in_through_a_form_that_sets_an_httponly_samesite_cookie(
+    database_url: str, pg_schema: str
+) -> None:
+    engine = keyed_engine(database_url=database_url, schema=pg_schema)
+    try:
+        with live_server(keyed_app(engine)) as url, httpx.Client(base_url=url) as client:
+            # Without a key: the form, 401
+            page = client.get("/dashboard")
+            assert page.status_code == 401
+            assert '<form method="post" action="/dashboard/login">' in page.text
+            # A key in the URL is refused unless enabled
+            assert client.get("/dashboard", params={"key": ACME_READER}).status_code == 401
+            # A wrong key: the form again, with a message
+            wrong = client.post("/dashboard/login", data={"key": "nope"})
+            assert wrong.status_code == 401
+            assert "unknown or revoked" in wrong.text
+            # The right key: a cookie, HttpOnly, SameSite=Strict, for /dashboard only
+            signed = client.post("/dashboard/login", data={"key": ACME_READER})
+            assert signed.status_code == 303
+            cookie = signed.headers["set-cookie"]
+            assert "HttpOnly" in cookie
+            assert "SameSite=strict" in cookie
+            assert "Path=/dashboard" in cookie
+            assert client.get("/dashboard").status_code == 200
+            # The cookie opens the page only, never the JSON API
+            assert client.get("/v1/dashboard").status_code == 401
+            client.post("/dashboard/logout")
+            assert client.get("/dashboard").status_code == 401
+    finally:
+        engine.close()
