@@ -17,14 +17,16 @@ from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import AgentProfile
 from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
 from flowledger.domain.task_views import AgentState, ReleaseOutcome
-from flowledger.domain.values import require_name
+from flowledger.domain.values import MAX_SKILLS, require_name
 
 AGENT_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/agent")
 RECENT_COMPLETIONS = 10
 
 
 def agent_uuid(tenant: str, agent_id: str) -> UUID:
-    """The aggregate id of a caller's agent id, scoped by tenant."""
+    """The aggregate id of a caller's agent id, scoped by tenant (ValidationError if not a name)."""
+    require_name("tenant", tenant)
+    require_name("agent_id", agent_id)
     return uuid5(AGENT_NAMESPACE, f"{tenant}\x1f{agent_id}")
 
 
@@ -32,6 +34,9 @@ def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:
     """Skills as a sorted list of distinct lower-case names."""
     if isinstance(skills, str):
         raise ValidationError(field_name, "must be a list of skill names, not a string")
+    skills = list(skills)
+    if len(skills) > MAX_SKILLS:
+        raise ValidationError(field_name, f"must name at most {MAX_SKILLS} skills, got {len(skills)}")
     return sorted({require_name(field_name, skill).strip().lower() for skill in skills})
 
 
@@ -87,6 +92,7 @@ class Agent(FlowledgerAggregate):
         cls, *, agent_id: str, tenant: str, name: str, skills: Iterable[str], capacity: int
     ) -> Agent:
         """A new agent, after checking and normalising its fields."""
+        require_name("tenant", tenant)
         require_name("agent_id", agent_id)
         require_name("name", name)
         return cls(

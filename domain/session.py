@@ -46,8 +46,12 @@ from flowledger.domain.values import (
     key_filter_may_hold,
     key_filter_with,
     require_json,
+    require_moment,
     require_name,
     require_object,
+    require_text,
+    require_usage,
+    storable,
 )
 
 SESSION_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/session")
@@ -61,7 +65,10 @@ WORKER_LOST = "worker_lost"
 
 @lru_cache(maxsize=65_536)
 def session_uuid(tenant: str, session_id: str) -> UUID:
-    """The aggregate id of a caller's session id, scoped by tenant."""
+    """The aggregate id of a caller's session id, scoped by tenant (ValidationError for an id
+    that is no name: every command and read goes through here first)."""
+    require_name("tenant", tenant)
+    require_name("session_id", session_id)
     return uuid5(SESSION_NAMESPACE, f"{tenant}\x1f{session_id}")
 
 
@@ -269,11 +276,13 @@ class Session(FlowledgerAggregate):
         metadata: JsonObject,
     ) -> Session:
         """Check the fields and create the session (``__init__`` replays without checks)."""
+        require_name("tenant", tenant)
         require_name("session_id", session_id)
         require_name("workflow", workflow)
         if user_id is not None:
             require_name("user_id", user_id)
         require_object("metadata", metadata)
+        require_moment("expires_at", expires_at)
         return cls(
             session_id=session_id,
             tenant=tenant,
@@ -382,8 +391,11 @@ class Session(FlowledgerAggregate):
         """
         require_name("step", step)
         require_object("input", input)
+        if model is not None:
+            require_name("model", model)
         require_name("idempotency_key", key)
         require_name("worker", worker)
+        require_moment("lease_until", lease_until)
         if lease_until <= now:
             raise ValidationError("lease_until", "must be later than now")
         if key in self.pending:
@@ -446,8 +458,7 @@ class Session(FlowledgerAggregate):
         require_object("input", input)
         require_object("output", output)
         require_object("context_update", context_update, optional=True)
-        if usage is not None and not isinstance(usage, LlmUsage):
-            raise ValidationError("usage", "must be an LlmUsage")
+        require_usage("usage", usage)
         self.trigger_event(
             self.StepProcessed,
             step=step,
@@ -472,13 +483,16 @@ class Session(FlowledgerAggregate):
         """Record a failed step and return it."""
         require_name("step", step)
         require_name("error_type", error_type)
-        if usage is not None and not isinstance(usage, LlmUsage):
-            raise ValidationError("usage", "must be an LlmUsage")
+        if idempotency_key is not None:
+            require_name("idempotency_key", idempotency_key)
+        if not isinstance(error_message, str):
+            raise ValidationError("error_message", "must be a string")
+        require_usage("usage", usage)
         self.trigger_event(
             self.StepFailed,
             step=step,
             error_type=error_type,
-            error_message=error_message[:2000],
+            error_message=storable(error_message, 2000),
             usage=usage,
             idempotency_key=idempotency_key,
         )
@@ -491,6 +505,7 @@ class Session(FlowledgerAggregate):
 
     def extend(self, expires_at: datetime) -> None:
         """Move the expiry (the engine computes it from its clock and a TTL)."""
+        require_moment("expires_at", expires_at)
         self.trigger_event(self.Extended, expires_at=expires_at)
 
     def complete(self, resolution: JsonObject) -> None:
@@ -499,8 +514,8 @@ class Session(FlowledgerAggregate):
         self.trigger_event(self.Completed, resolution=resolution)
 
     def abandon(self, reason: str) -> None:
-        """Give the session up."""
-        require_name("reason", reason)
+        """Give the session up (the reason is free text of at most 2,000 characters)."""
+        require_text("reason", reason, max_length=2000)
         self.trigger_event(self.Abandoned, reason=reason)
 
     def state(self) -> SessionState:

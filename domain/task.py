@@ -25,13 +25,24 @@ from flowledger.domain.task_views import (
     TaskState,
     TaskStatus,
 )
-from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
+from flowledger.domain.values import (
+    JsonObject,
+    LlmUsage,
+    require_moment,
+    require_name,
+    require_object,
+    require_text,
+    require_usage,
+    storable,
+)
 
 TASK_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/task")
 
 
 def task_uuid(tenant: str, task_id: str) -> UUID:
-    """The aggregate id of a caller's task id, scoped by tenant."""
+    """The aggregate id of a caller's task id, scoped by tenant (ValidationError if not a name)."""
+    require_name("tenant", tenant)
+    require_name("task_id", task_id)
     return uuid5(TASK_NAMESPACE, f"{tenant}\x1f{task_id}")
 
 
@@ -122,15 +133,14 @@ class Task(FlowledgerAggregate):
         deadline: datetime | None,
     ) -> Task:
         """A new task, after checking and normalising its fields."""
+        require_name("tenant", tenant)
         require_name("task_id", task_id)
-        if not isinstance(description, str) or not description.strip():
-            raise ValidationError("description", "must be a non-empty string")
-        if deadline is not None and deadline.tzinfo is None:
-            raise ValidationError("deadline", "must be timezone-aware")
+        require_text("description", description)
+        require_moment("deadline", deadline, optional=True)
         return cls(
             task_id=task_id,
             tenant=tenant,
-            description=description[:10_000],
+            description=description,
             required_skills=normalise_skills("required_skills", required_skills),
             priority=TaskPriority.parse(priority).value,
             deadline=deadline,
@@ -193,6 +203,7 @@ class Task(FlowledgerAggregate):
     def classify(self, classification: Classification) -> None:
         """Record what the task is; once, and not after it closed."""
         self._require("classify", TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+        require_usage("usage", classification.usage)
         if self.classification is not None:
             raise TaskTransitionRejected(self.task_id, "already classified", "classify")
         self._classified(
@@ -205,7 +216,9 @@ class Task(FlowledgerAggregate):
     def assign(self, choice: Choice, at: datetime) -> None:
         """Hand the waiting task to the chosen agent (the agent records TaskAccepted)."""
         self._require("assign", TaskStatus.PENDING)
-        self._assigned(agent_id=choice.agent_id, score=choice.score, reason=choice.reason, assigned_at=at)
+        self._assigned(
+            agent_id=choice.agent_id, score=choice.score, reason=storable(choice.reason, 2000), assigned_at=at
+        )
 
     def start(self, at: datetime) -> None:
         """The holding agent began work."""
@@ -215,9 +228,7 @@ class Task(FlowledgerAggregate):
     def complete(self, result: JsonObject, at: datetime) -> float:
         """Close the task as done; returns the seconds it took since it was started (or assigned)."""
         self._require("complete", TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
-        require_json("result", result)
-        if not isinstance(result, dict):
-            raise ValidationError("result", "must be a JSON object")
+        require_object("result", result)
         begun = self.started_at or (self.assignment.assigned_at if self.assignment else at)
         self._completed(result=result, completed_at=at)
         return max((at - begun).total_seconds(), 0.0)
@@ -226,7 +237,7 @@ class Task(FlowledgerAggregate):
         """Take the task back from its agent; returns that agent's id."""
         self._require("release", TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
         agent_id = self.holder or ""
-        self._released(agent_id=agent_id, reason=reason[:500], released_at=at)
+        self._released(agent_id=agent_id, reason=storable(reason, 500), released_at=at)
         return agent_id
 
     def escalate(
@@ -234,9 +245,14 @@ class Task(FlowledgerAggregate):
     ) -> str | None:
         """Send the open task to a human; returns the agent it was taken from, if any."""
         self._require("escalate", TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+        require_usage("usage", usage)
         agent_id = self.holder
         self._escalated(
-            reason=reason.value, detail=detail[:2000], escalated_at=at, usage=usage, agent_id=agent_id
+            reason=reason.value,
+            detail=storable(detail, 2000),
+            escalated_at=at,
+            usage=usage,
+            agent_id=agent_id,
         )
         return agent_id
 
@@ -312,7 +328,10 @@ class Task(FlowledgerAggregate):
 
     def discard_classification(self, reason: str, usage: LlmUsage) -> None:
         """Keep the usage of a classification that can no longer be applied; state is unchanged."""
-        self._classification_discarded(reason=reason[:2000], usage=usage)
+        if usage is None:
+            raise ValidationError("usage", "must be an LlmUsage")
+        require_usage("usage", usage)
+        self._classification_discarded(reason=storable(reason, 2000), usage=usage)
 
     @event(ClassificationDiscarded)
     def _classification_discarded(self, reason: str, usage: LlmUsage) -> None:

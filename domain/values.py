@@ -1,4 +1,8 @@
-"""Value objects shared by the aggregates: LLM usage, JSON payload checks, the key filter."""
+"""Value objects shared by the aggregates: LLM usage, the key filter; and the input checks.
+
+The checks themselves (``require_name``, ``require_json``, ``require_ttl`` ...) live in
+``flowledger.domain.bounds`` and are importable from here too.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,58 @@ import json
 import math
 import struct
 from dataclasses import dataclass, field
-from datetime import timedelta
 from decimal import Decimal
 from hashlib import blake2b
 from typing import Any
 
+from flowledger.domain.bounds import (
+    MAX_DEADLINE,
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_NAME_LENGTH,
+    MAX_SKILLS,
+    MAX_TEXT_LENGTH,
+    MAX_TTL,
+    duration_of,
+    require_count,
+    require_duration,
+    require_json,
+    require_moment,
+    require_name,
+    require_object,
+    require_text,
+    require_ttl,
+    storable,
+)
 from flowledger.domain.errors import ValidationError
 
 JsonObject = dict[str, Any]
+
+__all__ = [
+    "MAX_DEADLINE",
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_NAME_LENGTH",
+    "MAX_SKILLS",
+    "MAX_TEXT_LENGTH",
+    "MAX_TTL",
+    "JsonObject",
+    "KeyFilter",
+    "LlmUsage",
+    "duration_of",
+    "key_filter_may_hold",
+    "key_filter_with",
+    "require_count",
+    "require_duration",
+    "require_json",
+    "require_moment",
+    "require_name",
+    "require_object",
+    "require_text",
+    "require_ttl",
+    "require_usage",
+    "storable",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +122,7 @@ class LlmUsage:
             or not all(isinstance(r, str) for r in reasons)
         ):
             raise ValidationError("usage.finish_reasons", f"must be a list of strings, got {reasons!r}")
-        require_object("usage.extra", self.extra)
+        _require_plain_object("usage.extra", self.extra)
         object.__setattr__(self, "finish_reasons", tuple(reasons))
 
     @property
@@ -116,53 +164,74 @@ class LlmUsage:
         return cls(**values)
 
 
-_STRICT_JSON = json.JSONEncoder(allow_nan=False)
+_PLAIN_JSON = json.JSONEncoder(allow_nan=False)
 """Built once: ``json.dumps`` with any option builds a new encoder on every call."""
 
 
-def require_json(field_name: str, value: Any) -> None:
-    """Raise ValidationError unless ``value`` is plain JSON (dicts with string keys, lists, ...).
+def _require_plain_object(field_name: str, value: Any) -> None:
+    """The shape check a decoded value also passes: a JSON-serialisable dict with string keys.
 
-    Non-string keys are refused: JSON would turn them into strings, and the state
-    rebuilt from the stored event would then differ from the live one.
+    Stored events are decoded through ``LlmUsage.__post_init__``, so only this check runs
+    there; the bounds of ``require_json`` are for commands (``require_usage``), so that a
+    stricter rule never stops an old event from loading.
     """
-    try:
-        _STRICT_JSON.encode(value)
-    except (TypeError, ValueError) as error:
-        raise ValidationError(field_name, f"must be JSON-serialisable: {error}") from None
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if not all(isinstance(key, str) for key in item):
-                raise ValidationError(field_name, "object keys must be strings")
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-
-
-def require_name(field_name: str, value: Any) -> str:
-    """Raise ValidationError unless ``value`` is a non-blank string of at most 200 chars."""
-    if not isinstance(value, str) or not value.strip():
-        raise ValidationError(field_name, "must be a non-empty string")
-    if len(value) > 200:
-        raise ValidationError(field_name, "must be at most 200 characters")
-    return value
-
-
-def require_ttl(ttl: Any) -> None:
-    """Raise ValidationError unless ``ttl`` is a positive timedelta."""
-    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
-        raise ValidationError("ttl", f"must be a positive timedelta, got {ttl!r}")
-
-
-def require_object(field_name: str, value: Any, *, optional: bool = False) -> None:
-    """Raise ValidationError unless ``value`` is a JSON object (or None when ``optional``)."""
-    if value is None and optional:
-        return
     if not isinstance(value, dict):
         raise ValidationError(field_name, "must be a JSON object")
-    require_json(field_name, value)
+    try:
+        _PLAIN_JSON.encode(value)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise ValidationError(field_name, f"must be JSON-serialisable: {error}") from None
+
+
+MAX_TOKENS = 10**12
+"""Tokens of one kind in one call."""
+MAX_ATTEMPTS = 1_000
+"""Attempts of one call."""
+MAX_LATENCY_MS = 86_400_000.0
+"""One call's latency: a day."""
+MAX_COST_USD = Decimal(10**9)
+"""One call's cost."""
+MAX_FINISH_REASONS = 64
+_LONG_IDS = ("response_id", "price_version")
+"""Usage strings that may be longer than a name (provider-made ids): up to 1,000 characters."""
+
+
+def require_usage(field_name: str, usage: Any) -> LlmUsage | None:
+    """Raise ValidationError unless ``usage`` is None or an LlmUsage within bounds a command takes.
+
+    Beyond ``LlmUsage``'s own checks: strings storable in PostgreSQL (names at most 200
+    characters, ids 1,000), token counts at most 10^12, attempts at most 1,000, latency at
+    most a day, cost at most 10^9 USD with at most 40 decimal places, and ``extra`` within
+    the JSON bounds.
+    """
+    if usage is None:
+        return None
+    if not isinstance(usage, LlmUsage):
+        raise ValidationError(field_name, "must be an LlmUsage")
+    for name in ("provider", "request_model", "response_model", *_LONG_IDS):
+        text = getattr(usage, name)
+        if text:
+            require_text(
+                f"{field_name}.{name}", text, max_length=1_000 if name in _LONG_IDS else MAX_NAME_LENGTH
+            )
+    for name in ("input_tokens", "output_tokens", "cache_read_input_tokens", "reasoning_output_tokens"):
+        require_count(f"{field_name}.{name}", getattr(usage, name), most=MAX_TOKENS)
+    require_count(f"{field_name}.attempts", usage.attempts, least=1, most=MAX_ATTEMPTS)
+    if usage.latency_ms > MAX_LATENCY_MS:
+        raise ValidationError(f"{field_name}.latency_ms", f"must be at most {MAX_LATENCY_MS:.0f} (a day)")
+    exponent = usage.cost_usd.as_tuple().exponent
+    if usage.cost_usd > MAX_COST_USD or (isinstance(exponent, int) and exponent < -40):
+        raise ValidationError(
+            f"{field_name}.cost_usd", f"must be at most {MAX_COST_USD} with at most 40 decimal places"
+        )
+    if len(usage.finish_reasons) > MAX_FINISH_REASONS:
+        raise ValidationError(
+            f"{field_name}.finish_reasons", f"must hold at most {MAX_FINISH_REASONS} reasons"
+        )
+    for reason in usage.finish_reasons:
+        require_text(f"{field_name}.finish_reasons", reason, max_length=MAX_NAME_LENGTH)
+    require_object(f"{field_name}.extra", usage.extra)
+    return usage
 
 
 # -- the key filter --------------------------------------------------------------------

@@ -1,0 +1,197 @@
+"""Bounds on every input a command takes: text PostgreSQL and UTF-8 can hold, lengths, JSON
+depth and size, durations and counts. Each refusal is a ``ValidationError`` naming the field.
+
+Why each rule exists:
+
+- NUL (U+0000) cannot be stored in a PostgreSQL ``text`` column nor in ``jsonb`` (as
+  ``\\u0000``); one NUL accepted into the log once broke every projection that copies it.
+- A lone surrogate (U+D800..U+DFFF) is not a character: UTF-8 cannot encode it, so it fails
+  on the way to the database (``UnicodeEncodeError``), and ``jsonb`` refuses its escape.
+- Ids and names also refuse control characters (U+0000..U+001F, U+007F..U+009F): the
+  aggregate id is ``uuid5(tenant + U+001F + id)``, and ids end up in logs and terminals.
+- Deeply nested JSON exhausts the recursion of every encoder and decoder on the way, and a
+  large payload is stored twice (``StepStarted`` and ``StepProcessed``).
+- A duration beyond what ``datetime`` can add raises ``OverflowError`` far from the input.
+
+The limits (``MAX_*``) are documented in ``docs/projections.md`` ("Bounded input").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from flowledger.domain.errors import ValidationError
+
+MAX_NAME_LENGTH = 200
+"""Ids (session, task, agent, idempotency key, tenant) and names (workflow, step, model, user)."""
+MAX_TEXT_LENGTH = 10_000
+"""Free text a caller writes: a task's description."""
+MAX_JSON_DEPTH = 32
+"""Nesting of objects and arrays in a JSON payload; ``{"a": [1]}`` has depth 2."""
+MAX_JSON_BYTES = 1_048_576
+"""A JSON payload's size as compact JSON text (non-ASCII escaped), 1 MiB."""
+MAX_TTL = timedelta(days=366)
+"""A session's TTL, and how far one extension reaches."""
+MAX_DEADLINE = timedelta(days=3660)
+"""How far ahead a task's deadline may lie (about ten years)."""
+MAX_SKILLS = 100
+"""Skills an agent has or a task requires."""
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_NOT_IN_NAMES = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_SCALARS = (str, int, float, bool, type(None))
+_COMPACT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+"""Built once: ``json.dumps`` with any option builds a new encoder on every call."""
+
+
+def _why(char: str) -> str:
+    if char == "\x00":
+        return "must not contain NUL characters (U+0000): PostgreSQL text cannot store them"
+    if "\ud800" <= char <= "\udfff":
+        return (
+            f"must not contain a lone surrogate (U+{ord(char):04X}): it is not a character"
+            " and UTF-8 cannot encode it"
+        )
+    return f"must not contain control characters (found U+{ord(char):04X})"
+
+
+def require_text(field_name: str, value: Any, *, max_length: int = MAX_TEXT_LENGTH) -> str:
+    """Raise ValidationError unless ``value`` is a non-blank string PostgreSQL can store, at most
+    ``max_length`` characters long (NUL and lone surrogates refused)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(field_name, "must be a non-empty string")
+    if len(value) > max_length:
+        raise ValidationError(field_name, f"must be at most {max_length} characters, got {len(value)}")
+    found = _UNSTORABLE.search(value)
+    if found:
+        raise ValidationError(field_name, _why(found.group()))
+    return value
+
+
+def require_name(field_name: str, value: Any) -> str:
+    """Raise ValidationError unless ``value`` is a non-blank string of at most 200 characters
+    with no control characters (and so no NUL) and no lone surrogates."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(field_name, "must be a non-empty string")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValidationError(field_name, f"must be at most {MAX_NAME_LENGTH} characters, got {len(value)}")
+    found = _NOT_IN_NAMES.search(value)
+    if found:
+        raise ValidationError(field_name, _why(found.group()))
+    return value
+
+
+def storable(text: str, max_length: int) -> str:
+    """``text`` cut to ``max_length`` with NUL and lone surrogates replaced by U+FFFD.
+
+    For text the system writes itself (error messages, escalation details), which is kept
+    rather than refused: a failure must be recorded even when its message is odd.
+    """
+    return _UNSTORABLE.sub("\ufffd", text[:max_length])
+
+
+def require_json(field_name: str, value: Any) -> None:
+    """Raise ValidationError unless ``value`` is plain JSON that PostgreSQL's ``jsonb`` can hold.
+
+    Objects (dicts with string keys), arrays (lists, tuples), strings, finite numbers,
+    booleans and null; nested at most ``MAX_JSON_DEPTH`` deep; at most ``MAX_JSON_BYTES``
+    as JSON text; no NUL or lone surrogate in any key or string. Non-string keys are
+    refused: JSON would turn them into strings, and the state rebuilt from the stored
+    event would then differ from the live one. The walk runs before any encoding, so a
+    too-deep value is refused before an encoder's recursion gives out.
+    """
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    while stack:
+        item, depth, path = stack.pop()
+        at = f" (at {path[1:] if path.startswith('.') else path})" if path else ""
+        if isinstance(item, dict | list | tuple):
+            if depth > MAX_JSON_DEPTH:
+                raise ValidationError(field_name, f"is nested more than {MAX_JSON_DEPTH} levels deep{at}")
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        raise ValidationError(field_name, f"object keys must be strings, got {key!r}{at}")
+                    found = _UNSTORABLE.search(key)
+                    if found:
+                        raise ValidationError(field_name, f"key {key[:40]!r}{at} {_why(found.group())}")
+                    stack.append((child, depth + 1, f"{path}.{key[:40]}"))
+            else:
+                stack.extend((child, depth + 1, f"{path}[{i}]") for i, child in enumerate(item))
+        elif isinstance(item, str):
+            found = _UNSTORABLE.search(item)
+            if found:
+                raise ValidationError(
+                    field_name, f"{_why(found.group())}{at}".replace("must", "strings must", 1)
+                )
+        elif not isinstance(item, _SCALARS):
+            raise ValidationError(
+                field_name, f"must be JSON (object, array, string, number, bool, null), got {item!r}{at}"
+            )
+    size = _json_size(field_name, value)
+    if size > MAX_JSON_BYTES:
+        raise ValidationError(field_name, f"is {size:,} bytes as JSON; the limit is {MAX_JSON_BYTES:,}")
+
+
+def require_object(field_name: str, value: Any, *, optional: bool = False) -> None:
+    """Raise ValidationError unless ``value`` is a JSON object (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, dict):
+        raise ValidationError(field_name, "must be a JSON object")
+    require_json(field_name, value)
+
+
+def require_duration(field_name: str, value: Any, *, maximum: timedelta) -> timedelta:
+    """Raise ValidationError unless ``value`` is a timedelta in (0, ``maximum``]."""
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ValidationError(field_name, f"must be a positive duration, got {value!r}")
+    if value > maximum:
+        raise ValidationError(field_name, f"must be at most {_days(maximum)}, got {_days(value)}")
+    return value
+
+
+def duration_of(field_name: str, amount: Any, unit: timedelta, *, maximum: timedelta) -> timedelta:
+    """``amount`` units (e.g. hours from an HTTP field) as a bounded timedelta, or ValidationError.
+
+    Checked before the timedelta is built: ``timedelta(hours=1e20)`` itself overflows.
+    """
+    if isinstance(amount, bool) or not isinstance(amount, int | float) or amount != amount:
+        raise ValidationError(field_name, f"must be a number, got {amount!r}")
+    largest = maximum / unit
+    if not 0 < amount <= largest:
+        raise ValidationError(field_name, f"must be more than 0 and at most {largest:g}, got {amount!r}")
+    return require_duration(field_name, unit * amount, maximum=maximum)
+
+
+def require_ttl(ttl: Any) -> timedelta:
+    """Raise ValidationError unless ``ttl`` is a positive timedelta of at most ``MAX_TTL``."""
+    return require_duration("ttl", ttl, maximum=MAX_TTL)
+
+
+def require_moment(field_name: str, value: Any, *, optional: bool = False) -> None:
+    """Raise ValidationError unless ``value`` is a timezone-aware datetime (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(field_name, f"must be a timezone-aware datetime, got {value!r}")
+
+
+def require_count(field_name: str, value: Any, *, least: int = 0, most: int) -> int:
+    """Raise ValidationError unless ``value`` is an int (not a bool) in [``least``, ``most``]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise ValidationError(field_name, f"must be a whole number from {least} to {most}, got {value!r}")
+    return value
+
+
+def _json_size(field_name: str, value: Any) -> int:
+    try:
+        return len(_COMPACT_JSON.encode(value))
+    except (TypeError, ValueError) as error:  # NaN and infinity; huge ints (str conversion limit)
+        raise ValidationError(field_name, f"must be JSON-serialisable: {error}") from None
+
+
+def _days(value: timedelta) -> str:
+    return f"{value.days} days" if value >= timedelta(days=2) else str(value)

@@ -1,0 +1,236 @@
+"""Bounded input: text PostgreSQL can hold, id lengths, JSON depth and size, durations, counts.
+
+Every refusal is a ValidationError naming the field, and the engine appends nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flowledger.domain import LlmUsage, ValidationError
+from flowledger.domain.values import (
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_NAME_LENGTH,
+    MAX_TTL,
+    duration_of,
+    require_json,
+    require_name,
+    require_text,
+    require_ttl,
+    require_usage,
+    storable,
+)
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+
+NUL = "a\x00b"
+SURROGATE = "a\ud800b"
+
+
+@pytest.fixture
+def memory() -> Iterator[Engine]:
+    engine = Engine(settings=make_settings(database_url="memory:"))
+    yield engine
+    engine.close()
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+def storable_in_postgres(text: str) -> bool:
+    """What PostgreSQL's text (UTF-8) and jsonb need: no NUL, and strictly encodable as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
+@pytest.mark.parametrize("bad", [NUL, SURROGATE, "tab\tin", "x" * (MAX_NAME_LENGTH + 1), "", "   ", 5, None])
+def test_names_refuse_nul_surrogates_control_characters_and_overlong_text(bad: Any) -> None:
+    with pytest.raises(ValidationError) as raised:
+        require_name("session_id", bad)
+    assert raised.value.field == "session_id"
+
+
+def test_a_refused_name_says_why_in_words() -> None:
+    with pytest.raises(ValidationError, match="NUL"):
+        require_name("workflow", NUL)
+    with pytest.raises(ValidationError, match="surrogate"):
+        require_name("workflow", SURROGATE)
+    with pytest.raises(ValidationError, match="at most 200 characters"):
+        require_name("workflow", "w" * 201)
+
+
+def test_names_of_exactly_the_limit_and_any_language_are_accepted() -> None:
+    assert require_name("step", "s" * MAX_NAME_LENGTH)
+    assert require_name("step", "étape-確認-🙂")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text())
+def test_arbitrary_text_is_either_refused_or_storable_in_postgres(text: str) -> None:
+    for check in (lambda t: require_name("name", t), lambda t: require_text("text", t)):
+        try:
+            check(text)
+        except ValidationError:
+            continue
+        assert storable_in_postgres(text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda c: st.lists(c) | st.dictionaries(st.text(), c),
+        max_leaves=20,
+    )
+)
+def test_arbitrary_json_is_either_refused_or_all_its_strings_are_storable(value: Any) -> None:
+    try:
+        require_json("input", value)
+    except ValidationError:
+        return
+    text = json.dumps(value, ensure_ascii=False)
+    assert storable_in_postgres(text)
+    assert "\\u0000" not in json.dumps(value)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"note": NUL},
+        {NUL: 1},
+        {"list": ["ok", SURROGATE]},
+        {SURROGATE: "x"},
+        nested(MAX_JSON_DEPTH + 1),
+        {"big": "x" * MAX_JSON_BYTES},
+        {"nan": float("nan")},
+        {1: "int key"},
+        {"when": datetime(2026, 1, 1)},
+    ],
+)
+def test_json_payloads_refuse_unstorable_strings_depth_size_and_non_json(payload: Any) -> None:
+    with pytest.raises(ValidationError) as raised:
+        require_json("input", payload)
+    assert raised.value.field == "input"
+
+
+def test_json_of_the_maximum_depth_is_accepted_and_deeper_fails_before_any_recursion_error() -> None:
+    require_json("input", nested(MAX_JSON_DEPTH - 1))
+    with pytest.raises(ValidationError, match="nested more than 32"):
+        require_json("input", nested(100_000))
+
+
+def test_a_refused_json_string_names_where_it_is() -> None:
+    with pytest.raises(ValidationError, match=r"at a\[1\]\.b"):
+        require_json("input", {"a": [1, {"b": NUL}]})
+
+
+@pytest.mark.parametrize(
+    "ttl", [timedelta(0), timedelta(seconds=-1), MAX_TTL + timedelta(seconds=1), timedelta.max, 3600, None]
+)
+def test_ttls_must_be_positive_and_bounded(ttl: Any) -> None:
+    with pytest.raises(ValidationError) as raised:
+        require_ttl(ttl)
+    assert raised.value.field == "ttl"
+
+
+@pytest.mark.parametrize("hours", [1e20, float("inf"), float("nan"), -1, 0, True, "5", 10**30])
+def test_durations_from_numbers_are_refused_before_a_timedelta_overflows(hours: Any) -> None:
+    with pytest.raises(ValidationError) as raised:
+        duration_of("expires_hours", hours, timedelta(hours=1), maximum=MAX_TTL)
+    assert raised.value.field == "expires_hours"
+
+
+def test_durations_from_numbers_within_bounds_are_timedeltas() -> None:
+    assert duration_of("ttl_seconds", 90, timedelta(seconds=1), maximum=MAX_TTL) == timedelta(seconds=90)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"input_tokens": 10**13}, "usage.input_tokens"),
+        ({"attempts": 10**6}, "usage.attempts"),
+        ({"cost_usd": Decimal("1e12")}, "usage.cost_usd"),
+        ({"cost_usd": Decimal("1e-60")}, "usage.cost_usd"),
+        ({"latency_ms": 1e300}, "usage.latency_ms"),
+        ({"provider": NUL}, "usage.provider"),
+        ({"request_model": SURROGATE}, "usage.request_model"),
+        ({"finish_reasons": ["stop", NUL]}, "usage.finish_reasons"),
+        ({"extra": {"k": NUL}}, "usage.extra"),
+    ],
+)
+def test_usage_a_command_takes_is_bounded(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        require_usage("usage", LlmUsage(**fields))
+    assert raised.value.field == field
+
+
+def test_text_the_system_writes_is_kept_with_unstorable_characters_replaced() -> None:
+    assert storable(f"boom {NUL} {SURROGATE}", 100) == "boom a\ufffdb a\ufffdb"
+    assert len(storable("x" * 5000, 2000)) == 2000
+
+
+# -- through the engine: a refused command appends nothing ---------------------------------
+
+Command = Callable[[Engine], object]
+REFUSED: list[tuple[str, Command]] = [
+    ("session_id", lambda e: e.start_session(NUL, "cs")),
+    ("session_id", lambda e: e.start_session(SURROGATE, "cs")),
+    ("session_id", lambda e: e.start_session("s" * 201, "cs")),
+    ("workflow", lambda e: e.start_session("s2", NUL)),
+    ("user_id", lambda e: e.start_session("s2", "cs", user_id=NUL)),
+    ("metadata", lambda e: e.start_session("s2", "cs", metadata={"k": NUL})),
+    ("ttl", lambda e: e.start_session("s2", "cs", ttl=timedelta(days=10**6))),
+    ("step", lambda e: e.record_step("s1", NUL)),
+    ("step", lambda e: e.record_step("s1", SURROGATE)),
+    ("input", lambda e: e.record_step("s1", "greet", input={"m": NUL})),
+    ("output", lambda e: e.record_step("s1", "greet", output=nested(64))),
+    ("context_update", lambda e: e.record_step("s1", "greet", context_update={SURROGATE: 1})),
+    ("idempotency_key", lambda e: e.record_step("s1", "greet", idempotency_key=NUL)),
+    ("usage.input_tokens", lambda e: e.record_step("s1", "greet", usage=LlmUsage(input_tokens=10**15))),
+    ("ttl", lambda e: e.extend_session("s1", timedelta.max)),
+    ("reason", lambda e: e.abandon_session("s1", NUL)),
+    ("task_id", lambda e: e.create_task(NUL, "fix it", ["go"], "low")),
+    ("description", lambda e: e.create_task("t1", "x\x00y", ["go"], "low")),
+    ("description", lambda e: e.create_task("t1", "x" * 10_001, ["go"], "low")),
+    ("required_skills", lambda e: e.create_task("t1", "fix", [NUL], "low")),
+    ("required_skills", lambda e: e.create_task("t1", "fix", [f"s{n}" for n in range(101)], "low")),
+    ("agent_id", lambda e: e.register_agent(SURROGATE, "A", ["go"], capacity=1)),
+    ("name", lambda e: e.register_agent("a1", NUL, ["go"], capacity=1)),
+    ("capacity", lambda e: e.register_agent("a1", "A", ["go"], capacity=10**9)),
+]
+
+
+@pytest.mark.parametrize(("field", "command"), REFUSED)
+def test_a_refused_command_is_a_validation_error_and_appends_nothing(
+    memory: Engine, field: str, command: Command
+) -> None:
+    memory.start_session("s1", "cs")
+    head = memory.log.head()
+    with pytest.raises(ValidationError) as raised:
+        command(memory)
+    assert raised.value.field == field
+    assert memory.log.head() == head
+
+
+def test_a_session_with_every_field_at_its_limit_is_accepted(memory: Engine) -> None:
+    name = "é" * MAX_NAME_LENGTH
+    memory.start_session(name, name, user_id=name, ttl=MAX_TTL, metadata={"k": "🙂" * 1000})
+    step = memory.record_step(name, name, input=nested(MAX_JSON_DEPTH - 1), idempotency_key=name)
+    assert step.step == name
+    assert memory.get_session(name).expires_at > datetime.now(UTC) + MAX_TTL - timedelta(minutes=1)
