@@ -18,6 +18,7 @@ __all__ = [
     "STEP_REPLY_KEYS",
     "LlmPort",
     "LlmReply",
+    "ModelCheck",
     "StepReply",
     "parse_step_reply",
     "step_messages",
@@ -43,4 +44,12 @@ class LlmPort(Protocol):
         json_mode: bool = True,
     ) -> LlmReply:
         """Return the reply, or raise an ``LlmError`` (a FlowledgerError) carrying usage so far."""
+        ...
+
+
+class ModelCheck(Protocol):
+    """Optional beside LlmPort: refuse a model up front, before anything about the step is recorded."""
+
+    def check_model(self, model: str | None) -> None:
+        """Raise a FlowledgerError (``UnknownModelPrice``) for a model the adapter cannot call or price."""
         ...

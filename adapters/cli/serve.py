@@ -1,24 +1,59 @@
-"""``flowledger serve``: the HTTP API (webhook, REST, dashboard) under uvicorn."""
+"""``flowledger serve``: the HTTP API (webhook, REST, dashboard) under uvicorn.
+
+The event loop is uvloop's when it is installed (``pip install 'flowledger[speed]'``), else
+asyncio's; ``--loop`` picks one. What it changes is measured by ``bench/bench_llm.py``
+(the webhook rows, one per loop).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+import importlib.util
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
-from typing import Annotated
+from enum import StrEnum
+from typing import Annotated, Any
 
 import typer
 import uvicorn
 from rich.console import Console
 
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.keys_commands import keys_required
 from flowledger.adapters.http.app import create_app
+from flowledger.adapters.http.auth import Keyring
+from flowledger.adapters.http.middleware import log_requests
 from flowledger.adapters.llm import OpenAICompatibleClient
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.infrastructure import Engine, Settings
 
 console = Console(stderr=True)
+
+
+class Loop(StrEnum):
+    """Which event loop serves: uvloop when installed (auto), or the one named."""
+
+    auto = "auto"
+    asyncio = "asyncio"
+    uvloop = "uvloop"
+
+
+def loop_runner(loop: Loop) -> tuple[str, Callable[[Coroutine[Any, Any, None]], None]]:
+    """The loop's name and a function that runs a coroutine on it to the end."""
+    use_uvloop = loop is Loop.uvloop or (loop is Loop.auto and importlib.util.find_spec("uvloop") is not None)
+    if not use_uvloop:
+        return "asyncio", asyncio.run
+    try:
+        import uvloop
+    except ImportError:
+        raise typer.BadParameter("uvloop is not installed (pip install 'flowledger[speed]')") from None
+
+    def run(main: Coroutine[Any, Any, None]) -> None:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main)
+
+    return "uvloop", run
 
 
 @contextlib.contextmanager
@@ -38,6 +73,13 @@ def serve(
     simulate_llm: Annotated[
         bool, typer.Option("--simulate-llm", help="Answer model calls with the built-in simulator.")
     ] = False,
+    loop: Annotated[
+        Loop, typer.Option(help="Event loop: uvloop when installed (auto), or asyncio.")
+    ] = Loop.auto,
+    access_log: Annotated[bool, typer.Option(help="Log every request (a JSON line each, stderr).")] = True,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="Serve a non-loopback address even with no API key configured.")
+    ] = False,
 ) -> None:
     """Serve the webhook, the REST API and the dashboard page.
 
@@ -45,13 +87,25 @@ def serve(
     to the built-in simulator, which is announced on stderr.
     """
     with reported_errors():
+        loop_name, run = loop_runner(loop)
         base = Settings.from_env()
         with _llm_settings(base, simulate_llm or not base.llm_base_url) as settings:
             engine = Engine(settings=settings, llm=OpenAICompatibleClient.from_settings(settings))
-            server = uvicorn.Server(
-                uvicorn.Config(create_app(engine), host=host, port=port, log_level="info")
+            keys = Keyring.of(engine)
+            require_keys = keys_required(host, keys, insecure=insecure, console=console)
+            log_requests(enabled=access_log)
+            config = uvicorn.Config(
+                create_app(engine, require_keys=require_keys, keys=keys),
+                host=host,
+                port=port,
+                log_level="info",
+                # flowledger's own access log: JSON, and never the query string (a key may be there).
+                access_log=False,
+                # The loop is made by ``run`` below; uvicorn must not install another.
+                loop="none",
             )
-            asyncio.run(_serve(server, engine))
+            console.print(f"serving on {loop_name}")
+            run(_serve(uvicorn.Server(config), engine))
 
 
 async def _serve(server: uvicorn.Server, engine: Engine) -> None:

@@ -28,7 +28,7 @@ from flowledger.adapters.llm.retry import (
     parse_retry_after,
     status_is_retryable,
 )
-from flowledger.adapters.llm.transport import ShardedTransport
+from flowledger.adapters.llm.transport import build_transport
 from flowledger.adapters.llm.usage import CallContext, build_usage
 from flowledger.domain.errors import CircuitOpen, LlmCallFailed, ValidationError
 from flowledger.domain.ports import LlmReply
@@ -36,7 +36,10 @@ from flowledger.infrastructure.settings import Settings
 
 
 class OpenAICompatibleClient:
-    """Calls a chat model over ``httpx.AsyncClient``; ``transport`` swaps the network out in tests."""
+    """Calls a chat model over ``httpx.AsyncClient``; ``transport`` swaps the network out in tests.
+
+    The requests go through aiohttp by default (``ClientConfig.transport``, ``transport.py``).
+    """
 
     def __init__(
         self,
@@ -58,15 +61,11 @@ class OpenAICompatibleClient:
             recovery_s=config.breaker_recovery_s,
         )
         self._clock = clock
-        limits = httpx.Limits(
-            max_connections=config.max_connections,
-            max_keepalive_connections=config.max_keepalive_connections,
-        )
         self._http = httpx.AsyncClient(
             base_url=config.base_url.rstrip("/") + "/",
             headers={"Authorization": f"Bearer {config.api_key.reveal()}"},
             timeout=httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s),
-            transport=transport or ShardedTransport(limits=limits, shard_size=config.pool_shard_size),
+            transport=transport or build_transport(config),
         )
 
     @classmethod
@@ -110,6 +109,10 @@ class OpenAICompatibleClient:
         if response.status_code != 200:
             raise ValidationError("llm_base_url", f"GET /models answered {response.status_code}")
         return [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
+
+    def check_model(self, model: str | None) -> None:
+        """Raise UnknownModelPrice for a model the price table cannot price (None: the default model)."""
+        self.prices.price_for(model or self.config.default_model)
 
     async def complete(
         self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True

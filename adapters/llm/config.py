@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 from urllib.parse import urlsplit
 
 from flowledger.domain.errors import ValidationError
@@ -12,6 +13,10 @@ from flowledger.domain.errors import ValidationError
 # Printable ASCII without spaces: what every provider's keys look like, and what an
 # HTTP header can carry. A pasted key with a newline or quotes is caught at start-up.
 _KEY_SHAPE = re.compile(r"^[\x21-\x7e]{8,512}$")
+
+Transport = Literal["aiohttp", "httpx"]
+TRANSPORTS: tuple[Transport, ...] = ("aiohttp", "httpx")
+"""The clients a request can go through, under httpx's API (``transport.build_transport``)."""
 
 
 class ApiKey:
@@ -59,8 +64,9 @@ class ClientConfig:
 
     ``request_timeout_s`` bounds one attempt end to end (connect, send, wait, read);
     ``connect_timeout_s`` bounds the TCP/TLS connect alone. ``max_retries`` follows
-    the OpenAI SDK's meaning: retries after the first attempt. The connection pool is
-    split into pools of ``pool_shard_size`` connections (see ``transport``).
+    the OpenAI SDK's meaning: retries after the first attempt. ``transport`` picks the
+    client under httpx's API: ``"aiohttp"`` (the default, ``httpx-aiohttp``) or ``"httpx"``
+    (httpx's own pool, split into pools of ``pool_shard_size`` connections); see ``transport``.
     """
 
     base_url: str
@@ -72,6 +78,7 @@ class ClientConfig:
     max_connections: int = 200
     max_keepalive_connections: int = 100
     pool_shard_size: int = 8
+    transport: Transport = "aiohttp"
     max_retries: int = 2
     max_tokens: int = 1024
     temperature: float = 0.3
@@ -96,6 +103,10 @@ class ClientConfig:
             raise ValidationError("connect_timeout_s", "cannot exceed request_timeout_s")
         if self.max_connections < 1 or not 0 <= self.max_keepalive_connections <= self.max_connections:
             raise ValidationError("max_connections", "need 1 <= keepalive <= max_connections")
+        if self.transport not in TRANSPORTS:
+            raise ValidationError(
+                "transport", f"must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}"
+            )
         if self.pool_shard_size < 1:
             raise ValidationError("pool_shard_size", "must be >= 1")
         if not 0 <= self.max_retries <= 10:

@@ -54,6 +54,18 @@ class StepCall:
 
 
 @dataclass(frozen=True)
+class StepOutcome:
+    """What a ``process_step`` caller needs back: the step, and the session's context after it.
+
+    The context comes from the same write (or read) that settled the step, so an edge that
+    answers with both (the webhook) need not load the session again.
+    """
+
+    record: StepRecord
+    context: JsonObject
+
+
+@dataclass(frozen=True)
 class _Go:
     messages: list[dict[str, Any]]
 
@@ -80,7 +92,7 @@ class StepService:
         self._sessions = sessions
         self.llm = llm
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
-        self._inflight: dict[tuple[str, str], asyncio.Future[StepRecord]] = {}
+        self._inflight: dict[tuple[str, str], asyncio.Future[StepOutcome]] = {}
         # Database work is blocking (psycopg): run it on threads sized like the pool.
         self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="flowledger-db")
 
@@ -102,6 +114,21 @@ class StepService:
         Raises an LlmError (after recording StepFailed) when the call fails, and
         StepInProgress when a live worker holds the key past ``wait_timeout_s``.
         """
+        return (await self.run(session_id, step, input, model, idempotency_key)).record
+
+    async def run(
+        self,
+        session_id: str,
+        step: str,
+        input: JsonObject | None = None,
+        model: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> StepOutcome:
+        """``process``, answering with the session's context after the step as well.
+
+        A model the adapter cannot price (``check_model``) is refused before anything is
+        recorded: no StepStarted, no StepFailed.
+        """
         llm = self.llm
         if llm is None:
             raise LlmNotConfigured()
@@ -109,6 +136,9 @@ class StepService:
         require_name("step", step)
         payload = input if input is not None else {}
         require_json("input", payload)
+        check_model = getattr(llm, "check_model", None)
+        if check_model is not None:
+            check_model(model)
         key = require_name("idempotency_key", idempotency_key or f"step-{uuid4().hex}")
         call = StepCall(session_id, step, payload, model, key)
         loop = asyncio.get_running_loop()
@@ -118,11 +148,11 @@ class StepService:
                 return await asyncio.shield(running)
             except _LeaderGone:
                 continue
-        future: asyncio.Future[StepRecord] = loop.create_future()
+        future: asyncio.Future[StepOutcome] = loop.create_future()
         future.add_done_callback(_retrieve)
         self._inflight[slot] = future
         try:
-            record = await self._run(llm, call)
+            outcome = await self._run(llm, call)
         except asyncio.CancelledError:
             future.set_exception(_LeaderGone())
             raise
@@ -130,8 +160,8 @@ class StepService:
             future.set_exception(error)
             raise
         else:
-            future.set_result(record)
-            return record
+            future.set_result(outcome)
+            return outcome
         finally:
             if self._inflight.get(slot) is future:
                 del self._inflight[slot]
@@ -148,10 +178,10 @@ class StepService:
         """Stop the worker threads (without waiting for them)."""
         self._executor.shutdown(wait=False)
 
-    async def _run(self, llm: LlmPort, call: StepCall) -> StepRecord:
+    async def _run(self, llm: LlmPort, call: StepCall) -> StepOutcome:
         while True:
             begun = await self._begin_surely(call)
-            if isinstance(begun, StepRecord):
+            if isinstance(begun, StepOutcome):
                 return begun
             if isinstance(begun, _Go):
                 return await self._call_and_record(llm, call, begun)
@@ -160,26 +190,24 @@ class StepService:
                 return outcome
             # The key is no longer held by a live worker: decide afresh.
 
-    async def _begin_surely(self, call: StepCall) -> StepRecord | _Go | _Wait:
+    async def _begin_surely(self, call: StepCall) -> StepOutcome | _Go | _Wait:
         """Write StepStarted; if the caller is cancelled meanwhile, still close what was begun."""
-        task = asyncio.ensure_future(
-            self._in_db(self._store.write, call.session_id, partial(self._begin, call))
-        )
+        # The executor's future itself is shielded (no task around it): the write runs to
+        # its end on its thread whatever happens to the caller.
+        saved = self._db_future(self._store.write, call.session_id, partial(self._begin, call))
         try:
-            return await asyncio.shield(task)
+            return await asyncio.shield(saved)
         except asyncio.CancelledError:
-            begun = await task
+            begun = await saved
             if isinstance(begun, _Go):
                 await self._record_failure(call, "cancelled", "the caller cancelled the step", None)
             raise
 
-    def _begin(self, call: StepCall, uow: UnitOfWork) -> StepRecord | _Go | _Wait:
-        session: Session | None = uow.find(self._sessions.session_uuid(call.session_id))
-        if session is None:
-            raise SessionNotFound(call.session_id)
+    def _begin(self, call: StepCall, uow: UnitOfWork) -> StepOutcome | _Go | _Wait:
+        session = self._session(uow, call.session_id)
         recorded = self._sessions.find_outcome(session, call.key)
         if recorded is not None:
-            return recorded
+            return StepOutcome(recorded, session.context)
         pending = session.pending.get(call.key)
         if pending is not None:
             if uow.now < pending.lease_until:
@@ -200,8 +228,8 @@ class StepService:
         )
         return _Go(messages)
 
-    async def _call_and_record(self, llm: LlmPort, call: StepCall, go: _Go) -> StepRecord:
-        renewer = asyncio.ensure_future(self._renew_lease(call))
+    async def _call_and_record(self, llm: LlmPort, call: StepCall, go: _Go) -> StepOutcome:
+        renewer = _LeaseRenewer(self, call)
         try:
             reply = await llm.complete(model=call.model, messages=go.messages, json_mode=True)
         except LlmError as error:
@@ -216,20 +244,20 @@ class StepService:
             await self._record_failure(call, type(error).__name__, str(error), None)
             raise
         finally:
-            renewer.cancel()
-        outcome: StepRecord | str = await self._in_db(
+            renewer.stop()
+        outcome: StepOutcome | str = await self._in_db(
             self._store.write, call.session_id, partial(self._finish, call, reply)
         )
         if isinstance(outcome, str):
             raise SessionClosed(call.session_id, outcome)
         return outcome
 
-    def _finish(self, call: StepCall, reply: LlmReply, uow: UnitOfWork) -> StepRecord | str:
+    def _finish(self, call: StepCall, reply: LlmReply, uow: UnitOfWork) -> StepOutcome | str:
         session = self._session(uow, call.session_id)
         # A worker that took this step over may have finished first: never record twice.
         recorded = self._sessions.find_outcome(session, call.key)
         if recorded is not None:
-            return recorded
+            return StepOutcome(recorded, session.context)
         if session.status != SessionStatus.ACTIVE:
             # Closed while the model answered: keep what the call cost, take no step.
             session.fail_step(
@@ -241,7 +269,7 @@ class StepService:
             )
             return session.status
         decision = parse_step_reply(reply.content)
-        return session.record_step(
+        record = session.record_step(
             step=call.step,
             input=call.input,
             output=decision.output(),
@@ -250,18 +278,8 @@ class StepService:
             usage=reply.usage,
             idempotency_key=call.key,
         )
-
-    async def _renew_lease(self, call: StepCall) -> None:
-        """Renew the lease every third of its length while the model call runs."""
-        period = self._store.settings.step_lease_s / 3
-        while True:
-            await asyncio.sleep(period)
-            try:
-                held = await self._in_db(self._store.write, call.session_id, partial(self._renew, call))
-            except FlowledgerError:
-                continue  # the database is away for now: try again at the next period
-            if not held:
-                return
+        # Context is replaced, never changed in place, by the session: no copy needed.
+        return StepOutcome(record, session.context)
 
     def _renew(self, call: StepCall, uow: UnitOfWork) -> bool:
         session = self._session(uow, call.session_id)
@@ -291,7 +309,7 @@ class StepService:
                 idempotency_key=call.key,
             )
 
-    async def _await_outcome(self, call: StepCall) -> StepRecord | None:
+    async def _await_outcome(self, call: StepCall) -> StepOutcome | None:
         """Poll while a live worker holds the key; None once it does not (decide afresh)."""
         deadline = time.monotonic() + self.wait_timeout_s
         interval = self.poll_interval_s
@@ -299,7 +317,7 @@ class StepService:
             state = await self._in_db(self._sessions.get, call.session_id)
             for record in reversed(state.history):
                 if record.idempotency_key == call.key:
-                    return record
+                    return StepOutcome(record, state.context)
             pending = next((p for p in state.pending if p.idempotency_key == call.key), None)
             if pending is None:
                 failure = next((f for f in reversed(state.failures) if f.idempotency_key == call.key), None)
@@ -324,11 +342,57 @@ class StepService:
             raise SessionNotFound(session_id)
         return session
 
+    def _db_future(self, function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``function(*args)`` on a database thread (one hop), as a future of this loop."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, partial(function, *args))
+
     async def _in_db(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(function, *args))
+        return await self._db_future(function, *args)
 
 
-def _retrieve(future: asyncio.Future[StepRecord]) -> None:
+class _LeaseRenewer:
+    """Renews a step's lease every third of its length while the model answers.
+
+    A timer, not a task: most calls end long before the first renewal, and a timer that
+    never fires costs one heap entry where a sleeping task cost a task, a future and a
+    timer on every step.
+    """
+
+    __slots__ = ("_call", "_handle", "_loop", "_period", "_service", "_stopped")
+
+    def __init__(self, service: StepService, call: StepCall) -> None:
+        self._service = service
+        self._call = call
+        self._loop = asyncio.get_running_loop()
+        self._period = service._store.settings.step_lease_s / 3
+        self._stopped = False
+        self._handle: asyncio.TimerHandle | None = self._loop.call_later(self._period, self._renew)
+
+    def stop(self) -> None:
+        """No more renewals (one already on its way finishes on its thread)."""
+        self._stopped = True
+        if self._handle is not None:
+            self._handle.cancel()
+
+    def _renew(self) -> None:
+        self._handle = None
+        service, call = self._service, self._call
+        renewal = service._db_future(service._store.write, call.session_id, partial(service._renew, call))
+        renewal.add_done_callback(self._renewed)
+
+    def _renewed(self, renewal: asyncio.Future[bool]) -> None:
+        error = None if renewal.cancelled() else renewal.exception()
+        if self._stopped or renewal.cancelled():
+            return
+        if error is None and not renewal.result():
+            return  # the step is no longer this worker's
+        if error is not None and not isinstance(error, FlowledgerError):
+            return  # a bug, not an outage: stop renewing rather than hide it in a loop
+        # Renewed, or the database is away for now: try again at the next period.
+        self._handle = self._loop.call_later(self._period, self._renew)
+
+
+def _retrieve(future: asyncio.Future[StepOutcome]) -> None:
     # Waiters are optional: mark the exception retrieved so asyncio does not log it.
     if not future.cancelled():
         future.exception()

@@ -19,6 +19,7 @@ from flowledger.adapters.llm import (
 )
 from flowledger.domain.errors import LlmCallFailed, UnknownModelPrice, ValidationError
 from flowledger.infrastructure import Settings
+from tests.unit.test_llm_transports import Transports, transport_fixture  # noqa: F401 (a fixture)
 
 SECRET = "sk-live-0123456789abcdef"
 MESSAGES = [{"role": "user", "content": "where is my order?"}]
@@ -33,19 +34,19 @@ def body(**usage: Any) -> dict[str, Any]:
     }
 
 
-def client(handler: Any, **options: Any) -> OpenAICompatibleClient:
-    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), **options)
-    return OpenAICompatibleClient(config, prices=load_price_table(), transport=httpx.MockTransport(handler))
+async def client(transport: Transports, handler: Any, **options: Any) -> OpenAICompatibleClient:
+    """A client whose requests reach ``handler`` through the fixture's kind of transport."""
+    return await transport.client(handler, api_key=ApiKey(SECRET), **options)
 
 
-async def test_usage_is_read_per_token_type_and_priced_exactly() -> None:
+async def test_usage_is_read_per_token_type_and_priced_exactly(transport: Transports) -> None:
     usage = {
         "prompt_tokens": 1200,
         "completion_tokens": 300,
         "prompt_tokens_details": {"cached_tokens": 1000},
         "completion_tokens_details": {"reasoning_tokens": 0},
     }
-    async with client(lambda request: httpx.Response(200, json=body(**usage))) as llm:
+    async with await client(transport, lambda request: httpx.Response(200, json=body(**usage))) as llm:
         reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
     u = reply.usage
     assert (u.input_tokens, u.output_tokens, u.cache_read_input_tokens) == (1200, 300, 1000)
@@ -63,7 +64,7 @@ async def test_usage_is_read_per_token_type_and_priced_exactly() -> None:
     assert reply.content == '{"action": "x"}'
 
 
-async def test_the_api_key_goes_only_into_the_authorization_header() -> None:
+async def test_the_api_key_goes_only_into_the_authorization_header(transport: Transports) -> None:
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -72,7 +73,7 @@ async def test_the_api_key_goes_only_into_the_authorization_header() -> None:
             return httpx.Response(200, json=body(prompt_tokens=3, completion_tokens=2))
         return httpx.Response(401, json={"error": {"message": f"Incorrect API key provided: {SECRET}"}})
 
-    llm = client(handler)
+    llm = await client(transport, handler)
     reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
     with pytest.raises(LlmCallFailed) as raised:
         await llm.complete(model="gpt-4.1", messages=MESSAGES)
@@ -100,7 +101,7 @@ def test_an_engine_cannot_be_built_without_base_url_or_key() -> None:
         )
 
 
-async def test_timeouts_and_pool_limits_are_explicit() -> None:
+async def test_timeouts_and_the_sharded_httpx_pool_limits_are_explicit() -> None:
     config = ClientConfig(
         base_url="https://llm.test/v1",
         api_key=ApiKey(SECRET),
@@ -108,6 +109,7 @@ async def test_timeouts_and_pool_limits_are_explicit() -> None:
         request_timeout_s=20.0,
         max_connections=7,
         max_keepalive_connections=3,
+        transport="httpx",
     )
     llm = OpenAICompatibleClient(config, prices=load_price_table())
     timeout = llm._http.timeout
@@ -121,9 +123,9 @@ async def test_timeouts_and_pool_limits_are_explicit() -> None:
         ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), connect_timeout_s=0)
 
 
-async def test_an_unknown_model_fails_before_any_request_is_sent() -> None:
+async def test_an_unknown_model_fails_before_any_request_is_sent(transport: Transports) -> None:
     seen: list[httpx.Request] = []
-    async with client(lambda r: seen.append(r) or httpx.Response(200, json=body())) as llm:
+    async with await client(transport, lambda r: seen.append(r) or httpx.Response(200, json=body())) as llm:
         with pytest.raises(UnknownModelPrice) as raised:
             await llm.complete(model="mystery-model", messages=MESSAGES)
     assert seen == []
@@ -135,7 +137,9 @@ def sse(*chunks: dict[str, Any]) -> bytes:
     return "".join(lines).encode()
 
 
-async def test_a_streamed_reply_is_assembled_with_usage_and_time_to_first_token() -> None:
+async def test_a_streamed_reply_is_assembled_with_usage_and_time_to_first_token(
+    transport: Transports,
+) -> None:
     seen: list[httpx.Request] = []
     base = {"id": "chatcmpl-s", "model": "gemini-2.5-flash"}
 
@@ -157,7 +161,7 @@ async def test_a_streamed_reply_is_assembled_with_usage_and_time_to_first_token(
         )
         return httpx.Response(200, content=content, headers={"content-type": "text/event-stream"})
 
-    async with client(handler) as llm:
+    async with await client(transport, handler) as llm:
         reply = await llm.complete_streaming(model="gemini-2.5-flash", messages=MESSAGES)
     sent = json.loads(seen[0].content)
     assert sent["stream"] is True
@@ -192,11 +196,11 @@ async def test_a_stream_cut_before_done_is_a_retryable_connection_error() -> Non
     assert (raised.value.error_type, len(calls)) == ("connection_error", 2)
 
 
-async def test_verify_reports_a_rejected_key() -> None:
-    async with client(lambda r: httpx.Response(401, json={"error": "no"})) as llm:
+async def test_verify_reports_a_rejected_key(transport: Transports) -> None:
+    async with await client(transport, lambda r: httpx.Response(401, json={"error": "no"})) as llm:
         with pytest.raises(ValidationError) as raised:
             await llm.verify()
     assert raised.value.field == "llm_api_key"
     listing = {"data": [{"id": "gpt-4.1"}, {"id": "deepseek-v3.2"}]}
-    async with client(lambda r: httpx.Response(200, json=listing)) as llm:
+    async with await client(transport, lambda r: httpx.Response(200, json=listing)) as llm:
         assert await llm.verify() == ["gpt-4.1", "deepseek-v3.2"]

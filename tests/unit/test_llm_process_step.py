@@ -9,13 +9,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.domain.errors import (
     LlmCallFailed,
     LlmNotConfigured,
     SessionClosed,
     StepInProgress,
+    UnknownModelPrice,
     ValidationError,
 )
 from flowledger.domain.ports import LlmReply
@@ -313,3 +316,26 @@ async def test_a_session_closed_during_the_model_call_keeps_the_cost_and_takes_n
     assert state.history == ()
     assert state.failures[0].error_type == "session_closed"
     assert state.totals.cost_usd == Decimal("0.0000364")
+
+
+async def test_a_step_for_a_model_without_a_price_is_refused_before_anything_is_appended(
+    engine: Engine,
+) -> None:
+    # Given the real adapter, whose price table does not know the model
+    requests: list[httpx.Request] = []
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"))
+    engine.llm = OpenAICompatibleClient(
+        config,
+        prices=load_price_table(),
+        transport=httpx.MockTransport(lambda r: requests.append(r) or httpx.Response(500)),
+    )
+    engine.start_session("s1", "customer_service")
+    # When a step asks for it
+    with pytest.raises(UnknownModelPrice) as raised:
+        await engine.process_step("s1", "classify_intent", {"message": "hi"}, model="mystery-model")
+    # Then nothing was sent and nothing appended: no StepStarted, no StepFailed
+    assert raised.value.model == "mystery-model"
+    assert requests == []
+    assert event_types(engine, "s1") == ["Started"]
+    assert engine.get_session("s1").pending == ()
+    await engine.llm.aclose()  # type: ignore[union-attr]

@@ -23,6 +23,7 @@ from flowledger.adapters.llm.resilience import (
     ModelRateLimiter,
 )
 from flowledger.domain.errors import CircuitOpen, LlmCallFailed
+from tests.unit.test_llm_transports import Transports, transport_fixture  # noqa: F401 (a fixture)
 
 OK = {
     "id": "c",
@@ -57,15 +58,23 @@ def client(endpoint: Endpoint, **options: Any) -> OpenAICompatibleClient:
     return OpenAICompatibleClient(config, prices=load_price_table(), transport=httpx.MockTransport(endpoint))
 
 
+async def served_client(transport: Transports, endpoint: Endpoint, **options: Any) -> OpenAICompatibleClient:
+    """``client``, through the mock, aiohttp's transport or httpx's pool (the fixture's kind)."""
+    defaults: dict[str, Any] = {"max_retries": 0, "breaker_failure_threshold": 3, "breaker_recovery_s": 0.1}
+    return await transport.client(endpoint, **{**defaults, **options})
+
+
 async def fail_times(llm: OpenAICompatibleClient, n: int) -> None:
     for _ in range(n):
         with pytest.raises(LlmCallFailed):
             await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
 
 
-async def test_the_breaker_opens_after_consecutive_server_failures_and_then_fails_fast() -> None:
+async def test_the_breaker_opens_after_consecutive_server_failures_and_then_fails_fast(
+    transport: Transports,
+) -> None:
     endpoint = Endpoint(503)
-    llm = client(endpoint)
+    llm = await served_client(transport, endpoint)
     await fail_times(llm, 2)
     assert llm.breaker.state == STATE_CLOSED
     await fail_times(llm, 1)
@@ -74,14 +83,15 @@ async def test_the_breaker_opens_after_consecutive_server_failures_and_then_fail
         await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
     assert endpoint.requests == 3
     assert raised.value.error_type == "circuit_open"
-    assert raised.value.endpoint == "https://llm.test/v1/chat/completions"
+    assert raised.value.endpoint == llm.config.endpoint
+    assert raised.value.endpoint.endswith("/v1/chat/completions")
     assert "open" in str(raised.value)
     await llm.aclose()
 
 
-async def test_after_the_cool_down_one_successful_trial_closes_the_breaker() -> None:
+async def test_after_the_cool_down_one_successful_trial_closes_the_breaker(transport: Transports) -> None:
     endpoint = Endpoint(503)
-    llm = client(endpoint)
+    llm = await served_client(transport, endpoint)
     await fail_times(llm, 3)
     await asyncio.sleep(0.12)
     assert llm.breaker.state == STATE_HALF_OPEN
@@ -92,9 +102,9 @@ async def test_after_the_cool_down_one_successful_trial_closes_the_breaker() -> 
     await llm.aclose()
 
 
-async def test_a_failed_trial_opens_the_breaker_again() -> None:
+async def test_a_failed_trial_opens_the_breaker_again(transport: Transports) -> None:
     endpoint = Endpoint(503)
-    llm = client(endpoint)
+    llm = await served_client(transport, endpoint)
     await fail_times(llm, 3)
     await asyncio.sleep(0.12)
     await fail_times(llm, 1)
@@ -103,9 +113,11 @@ async def test_a_failed_trial_opens_the_breaker_again() -> None:
     await llm.aclose()
 
 
-async def test_while_half_open_only_one_trial_goes_out_and_the_others_fail_fast() -> None:
+async def test_while_half_open_only_one_trial_goes_out_and_the_others_fail_fast(
+    transport: Transports,
+) -> None:
     endpoint = Endpoint(503)
-    llm = client(endpoint)
+    llm = await served_client(transport, endpoint)
     await fail_times(llm, 3)
     await asyncio.sleep(0.12)
     endpoint.status, endpoint.delay = 200, 0.05
@@ -119,9 +131,9 @@ async def test_while_half_open_only_one_trial_goes_out_and_the_others_fail_fast(
     await llm.aclose()
 
 
-async def test_client_errors_do_not_count_against_the_endpoint() -> None:
+async def test_client_errors_do_not_count_against_the_endpoint(transport: Transports) -> None:
     endpoint = Endpoint(400)
-    llm = client(endpoint)
+    llm = await served_client(transport, endpoint)
     await fail_times(llm, 5)
     assert llm.breaker.state == STATE_CLOSED
     await llm.aclose()
@@ -175,9 +187,11 @@ async def test_tokens_per_minute_are_limited_per_model() -> None:
     await asyncio.wait_for(limiter.acquire("other", 50_000), timeout=1)
 
 
-async def test_the_client_waits_for_the_rate_limit_and_records_the_wait() -> None:
+async def test_the_client_waits_for_the_rate_limit_and_records_the_wait(transport: Transports) -> None:
     endpoint = Endpoint(200)
-    llm = client(endpoint, limits={"deepseek-v3.2": ModelLimits(rpm=1, tpm=100_000, period_s=0.1)})
+    llm = await served_client(
+        transport, endpoint, limits={"deepseek-v3.2": ModelLimits(rpm=1, tpm=100_000, period_s=0.1)}
+    )
     first = await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
     second = await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
     assert first.usage.extra["rate_limit_wait_ms"] < 20

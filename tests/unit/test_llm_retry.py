@@ -1,4 +1,4 @@
-"""The client's retry policy, case by case against httpx.MockTransport (no sleeping, no network)."""
+"""The client's retry policy, case by case, through the mock and both real transports (no sleeping)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.adapters.llm.retry import backoff_s, parse_retry_after, status_is_retryable
 from flowledger.domain.errors import LlmCallFailed
+from tests.unit.test_llm_transports import Transports, path_of, transport_fixture  # noqa: F401 (a fixture)
 
 Handler = Callable[[httpx.Request], Any]
 OK_BODY = {
@@ -40,6 +41,17 @@ def client(handler: Handler, waits: list[float], **options: Any) -> OpenAICompat
     )
 
 
+async def served_client(
+    transport: Transports, handler: Handler, waits: list[float], **options: Any
+) -> OpenAICompatibleClient:
+    """``client``, through the mock, aiohttp's transport or httpx's pool (the fixture's kind)."""
+
+    async def no_sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    return await transport.client(handler, retry_sleep=no_sleep, rand=lambda: 0.0, **options)
+
+
 def failing_then_ok(responses: list[httpx.Response]) -> tuple[Handler, list[httpx.Request]]:
     seen: list[httpx.Request] = []
 
@@ -51,10 +63,12 @@ def failing_then_ok(responses: list[httpx.Response]) -> tuple[Handler, list[http
 
 
 @pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504])
-async def test_a_retryable_status_is_retried_and_the_success_records_two_attempts(status: int) -> None:
+async def test_a_retryable_status_is_retried_and_the_success_records_two_attempts(
+    status: int, transport: Transports
+) -> None:
     handler, seen = failing_then_ok([httpx.Response(status, json={"error": {"message": "busy"}})])
     waits: list[float] = []
-    async with client(handler, waits) as llm:
+    async with await served_client(transport, handler, waits) as llm:
         reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert len(seen) == 2
     assert reply.usage.attempts == 2
@@ -63,9 +77,9 @@ async def test_a_retryable_status_is_retried_and_the_success_records_two_attempt
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
-async def test_a_client_error_is_not_retried(status: int) -> None:
+async def test_a_client_error_is_not_retried(status: int, transport: Transports) -> None:
     handler, seen = failing_then_ok([httpx.Response(status, json={"error": {"message": "no"}})])
-    async with client(handler, []) as llm:
+    async with await served_client(transport, handler, []) as llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert len(seen) == 1
@@ -74,17 +88,17 @@ async def test_a_client_error_is_not_retried(status: int) -> None:
     assert raised.value.attempts == 1
 
 
-async def test_x_should_retry_true_retries_even_a_client_error() -> None:
+async def test_x_should_retry_true_retries_even_a_client_error(transport: Transports) -> None:
     handler, seen = failing_then_ok([httpx.Response(400, headers={"x-should-retry": "true"})])
-    async with client(handler, []) as llm:
+    async with await served_client(transport, handler, []) as llm:
         reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert len(seen) == 2
     assert reply.usage.attempts == 2
 
 
-async def test_x_should_retry_false_stops_even_a_server_error() -> None:
+async def test_x_should_retry_false_stops_even_a_server_error(transport: Transports) -> None:
     handler, seen = failing_then_ok([httpx.Response(503, headers={"x-should-retry": "false"})])
-    async with client(handler, []) as llm:
+    async with await served_client(transport, handler, []) as llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert len(seen) == 1
@@ -102,29 +116,29 @@ async def test_x_should_retry_false_stops_even_a_server_error() -> None:
     ],
 )
 async def test_the_wait_honours_retry_after_ms_then_retry_after(
-    headers: dict[str, str], expected_wait: float
+    headers: dict[str, str], expected_wait: float, transport: Transports
 ) -> None:
     handler, _ = failing_then_ok([httpx.Response(429, headers=headers)])
     waits: list[float] = []
-    async with client(handler, waits) as llm:
+    async with await served_client(transport, handler, waits) as llm:
         await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert waits == [expected_wait]
 
 
-async def test_retry_after_as_an_http_date_is_honoured() -> None:
+async def test_retry_after_as_an_http_date_is_honoured(transport: Transports) -> None:
     assert parse_retry_after({"retry-after": email.utils.formatdate(1_000_030)}, now=lambda: 1_000_000) == 30
     in_thirty = email.utils.formatdate(time.time() + 30, usegmt=True)
     handler, _ = failing_then_ok([httpx.Response(503, headers={"retry-after": in_thirty})])
     waits: list[float] = []
-    async with client(handler, waits) as llm:
+    async with await served_client(transport, handler, waits) as llm:
         await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert len(waits) == 1
     assert 28 <= waits[0] <= 31
 
 
-async def test_a_retry_after_beyond_two_minutes_is_not_retried() -> None:
+async def test_a_retry_after_beyond_two_minutes_is_not_retried(transport: Transports) -> None:
     handler, seen = failing_then_ok([httpx.Response(429, headers={"retry-after": "121"})])
-    async with client(handler, []) as llm:
+    async with await served_client(transport, handler, []) as llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert len(seen) == 1
@@ -137,7 +151,9 @@ def test_backoff_doubles_from_half_a_second_to_eight_with_up_to_a_quarter_jitter
     assert [backoff_s(n, None, lambda: 1.0) for n in range(5)] == [0.375, 0.75, 1.5, 3.0, 6.0]
 
 
-async def test_retries_are_bounded_and_the_error_says_how_many_attempts_were_made() -> None:
+async def test_retries_are_bounded_and_the_error_says_how_many_attempts_were_made(
+    transport: Transports,
+) -> None:
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -145,7 +161,7 @@ async def test_retries_are_bounded_and_the_error_says_how_many_attempts_were_mad
         return httpx.Response(503, json={"error": {"message": "down"}})
 
     waits: list[float] = []
-    async with client(handler, waits, max_retries=3) as llm:
+    async with await served_client(transport, handler, waits, max_retries=3) as llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert len(seen) == 4
@@ -182,36 +198,38 @@ async def test_timeouts_and_connection_errors_are_retried(exception: Exception, 
     assert reply.usage.attempts == 2
 
 
-async def test_an_attempt_is_cut_off_at_the_total_request_timeout() -> None:
+async def test_an_attempt_is_cut_off_at_the_total_request_timeout(transport: Transports) -> None:
     async def handler(request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(5)
         return httpx.Response(200, json=OK_BODY)
 
-    async with client(handler, [], request_timeout_s=0.05, connect_timeout_s=0.05, max_retries=1) as llm:
+    async with await served_client(
+        transport, handler, [], request_timeout_s=0.05, connect_timeout_s=0.05, max_retries=1
+    ) as llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert (raised.value.error_type, raised.value.attempts) == ("timeout", 2)
 
 
-async def test_a_2xx_body_that_is_not_json_is_not_retried() -> None:
+async def test_a_2xx_body_that_is_not_json_is_not_retried(transport: Transports) -> None:
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         return httpx.Response(200, content=b'{"id": "x", "choi')
 
-    async with client(handler, []) as llm:
+    async with await served_client(transport, handler, []) as llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert len(seen) == 1
     assert raised.value.error_type == "malformed_response"
 
 
-async def test_the_request_asks_for_json_with_explicit_limits() -> None:
+async def test_the_request_asks_for_json_with_explicit_limits(transport: Transports) -> None:
     handler, seen = failing_then_ok([])
-    async with client(handler, [], max_tokens=256) as llm:
+    async with await served_client(transport, handler, [], max_tokens=256) as llm:
         await llm.complete(model="gpt-4.1", messages=MESSAGES)
     body = json.loads(seen[0].content)
     assert body["response_format"] == {"type": "json_object"}
     assert body["max_tokens"] == 256
-    assert seen[0].url == "https://llm.test/v1/chat/completions"
+    assert path_of(seen[0]) == "/v1/chat/completions"

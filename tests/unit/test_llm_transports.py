@@ -1,0 +1,208 @@
+"""The client's two real transports (aiohttp's, the default, and httpx's own pool) over a real socket.
+
+``served`` runs an ``httpx.MockTransport``-style handler behind a loopback HTTP server, so the
+client tests elsewhere run the same handlers through the mock, aiohttp and httpx
+(the ``transport`` fixture: those modules import ``transport_fixture``). A handler that raises an
+``httpx.TransportError`` drops the connection; one that raises an ``httpx.TimeoutException``
+never answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.adapters.llm.transport import AiohttpTransport, ShardedTransport
+from flowledger.domain.errors import LlmCallFailed, ValidationError
+
+Handler = Callable[[httpx.Request], Any]
+MOCK_URL = "https://llm.test/v1"
+OK_BODY = {
+    "id": "chatcmpl-1",
+    "model": "gpt-4.1-2025-04-14",
+    "choices": [{"message": {"content": '{"message": "hi"}'}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+}
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+@asynccontextmanager
+async def served(handler: Handler) -> AsyncIterator[str]:
+    """A loopback server answering with ``handler``; yields its base URL (``.../v1``)."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        mirrored = httpx.Request(
+            request.method, str(request.url), headers=list(request.headers.items()), content=body
+        )
+        try:
+            result = handler(mirrored)
+            response: httpx.Response = await result if inspect.isawaitable(result) else result
+        except httpx.TimeoutException:
+            await asyncio.sleep(3600)
+            raise
+        except httpx.TransportError:
+            if request.transport is not None:
+                request.transport.abort()
+            raise web.HTTPInternalServerError() from None
+        content = await response.aread()
+        headers = {
+            k: v
+            for k, v in response.headers.items()
+            if k.lower() not in ("content-length", "content-encoding")
+        }
+        return web.Response(status=response.status_code, body=content, headers=headers)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        await runner.cleanup()
+
+
+class Transports:
+    """Builds clients whose requests reach a handler through one kind of transport."""
+
+    def __init__(self, kind: str, stack: list[Any]) -> None:
+        self.kind = kind
+        self._stack = stack
+
+    async def client(self, handler: Handler, **options: Any) -> OpenAICompatibleClient:
+        """A client for ``handler``; ``options`` are ClientConfig fields or client keywords."""
+        client_keys = {"retry_sleep", "rand", "clock"}
+        keywords = {k: options.pop(k) for k in list(options) if k in client_keys}
+        key = options.pop("api_key", ApiKey("sk-test-secret-1"))
+        if self.kind == "mock":
+            config = ClientConfig(base_url=MOCK_URL, api_key=key, **options)
+            transport: httpx.AsyncBaseTransport | None = httpx.MockTransport(handler)
+        else:
+            context = served(handler)
+            url = await context.__aenter__()
+            self._stack.append(context)
+            config = ClientConfig(base_url=url, api_key=key, transport=self.kind, **options)  # type: ignore[arg-type]
+            transport = None
+        llm = OpenAICompatibleClient(config, prices=load_price_table(), transport=transport, **keywords)
+        self._stack.append(_Closing(llm))
+        return llm
+
+
+class _Closing:
+    """Closes a client at the end of a test that did not (closing twice is harmless)."""
+
+    def __init__(self, llm: OpenAICompatibleClient) -> None:
+        self._llm = llm
+
+    async def __aexit__(self, *_: object) -> None:
+        await self._llm.aclose()
+
+
+@pytest.fixture(name="transport", params=["mock", "aiohttp", "httpx"])
+async def transport_fixture(request: pytest.FixtureRequest) -> AsyncIterator[Transports]:
+    """The same client test through MockTransport, aiohttp's transport and httpx's pool."""
+    stack: list[Any] = []
+    yield Transports(request.param, stack)
+    for context in reversed(stack):
+        await context.__aexit__(None, None, None)
+
+
+def path_of(request: httpx.Request) -> str:
+    """The request's path, whichever server it reached."""
+    return request.url.path
+
+
+async def test_the_default_transport_is_aiohttp_and_httpx_stays_selectable() -> None:
+    config = ClientConfig(base_url=MOCK_URL, api_key=ApiKey("sk-test-secret-1"))
+    llm = OpenAICompatibleClient(config, prices=load_price_table())
+    assert isinstance(llm._http._transport, AiohttpTransport)
+    await llm.aclose()
+    sharded = OpenAICompatibleClient(
+        ClientConfig(base_url=MOCK_URL, api_key=ApiKey("sk-test-secret-1"), transport="httpx"),
+        prices=load_price_table(),
+    )
+    assert isinstance(sharded._http._transport, ShardedTransport)
+    await sharded.aclose()
+    with pytest.raises(ValidationError) as raised:
+        ClientConfig(base_url=MOCK_URL, api_key=ApiKey("sk-test-secret-1"), transport="curl")  # type: ignore[arg-type]
+    assert raised.value.field == "transport"
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_a_dropped_connection_is_a_retried_connection_error_on_both_transports(kind: str) -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            raise httpx.RemoteProtocolError("dropped")
+        return httpx.Response(200, json=OK_BODY)
+
+    stack: list[Any] = []
+    llm = await Transports(kind, stack).client(handler, retry_sleep=_no_sleep)
+    try:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    finally:
+        await llm.aclose()
+        for context in stack:
+            await context.__aexit__(None, None, None)
+    assert [a["outcome"] for a in reply.usage.extra["attempt_log"]] == ["connection_error", "ok"]
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_a_server_that_never_answers_is_a_timeout_on_both_transports(kind: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("never")
+
+    stack: list[Any] = []
+    llm = await Transports(kind, stack).client(
+        handler, request_timeout_s=0.2, connect_timeout_s=0.2, max_retries=1, retry_sleep=_no_sleep
+    )
+    try:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    finally:
+        await llm.aclose()
+        for context in stack:
+            await context.__aexit__(None, None, None)
+    assert (raised.value.error_type, raised.value.attempts) == ("timeout", 2)
+
+
+async def test_the_aiohttp_transport_takes_the_pool_limit_and_sends_the_key() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=OK_BODY)
+
+    async with served(handler) as url:
+        config = ClientConfig(
+            base_url=url, api_key=ApiKey("sk-test-secret-1"), max_connections=7, max_keepalive_connections=3
+        )
+        async with OpenAICompatibleClient(config, prices=load_price_table()) as llm:
+            await asyncio.gather(*(llm.complete(model="gpt-4.1", messages=MESSAGES) for _ in range(20)))
+            transport = llm._http._transport
+            assert isinstance(transport, AiohttpTransport)
+            session = transport.client
+            assert session is not None
+            assert not callable(session)
+            assert session.connector is not None
+            assert session.connector.limit == 7
+    assert len(seen) == 20
+    assert seen[0].headers["authorization"] == "Bearer sk-test-secret-1"
+
+
+async def _no_sleep(_: float) -> None:
+    return None
