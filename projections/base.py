@@ -3,6 +3,11 @@
 A projection's handlers depend only on the events (and on rows the projection itself
 wrote earlier); the processor gives it each batch inside the transaction that also
 moves its tracking position, so a batch is applied exactly once or not at all.
+
+A projection names the event classes it handles (``handles``); the processor reads only
+those topics from the log and gives it only those events, so an event class it does not
+know (a newer writer's) never reaches it, and a build's rows never depend on what other
+projections were run beside it.
 """
 
 from __future__ import annotations
@@ -10,8 +15,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
+from eventsourcing.domain import Aggregate
+from eventsourcing.utils import get_topic
 from psycopg import Cursor
 
 from flowledger.projections.calls import Call
@@ -26,6 +34,7 @@ class Envelope:
     id: int
     event: Any
     call: Call | None = None
+    topic: str = ""
 
 
 class Projection(ABC):
@@ -40,6 +49,19 @@ class Projection(ABC):
     ddl: ClassVar[str]
     """CREATE statements; ``{s}`` stands for the (versioned) schema that holds the tables."""
 
+    schema_version: ClassVar[int] = 1
+    """Bumped whenever ``ddl`` changes: an installed build of an older version is replaced and
+    rebuilt from the log."""
+
+    handles: ClassVar[tuple[type[Any], ...]]
+    """Event classes whose events change this projection's rows; an aggregate class stands
+    for every event class it defines."""
+
+    @cached_property
+    def topics(self) -> frozenset[str]:
+        """The stored topics of the events in ``handles``."""
+        return event_topics(*self.handles)
+
     def create(self, cur: Cursor[Any], schema: str) -> None:
         """Create this projection's tables in ``schema`` (which exists)."""
         cur.execute(q(self.ddl, schema))
@@ -47,3 +69,15 @@ class Projection(ABC):
     @abstractmethod
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
         """Write the rows for ``batch`` (events in log order) into the tables in ``schema``."""
+
+
+def event_topics(*classes: type[Any]) -> frozenset[str]:
+    """Topics of event classes; an aggregate class stands for all the event classes it defines."""
+    topics: set[str] = set()
+    for cls in classes:
+        if issubclass(cls, Aggregate):
+            nested = (v for v in vars(cls).values() if isinstance(v, type) and issubclass(v, cls.Event))
+            topics.update(get_topic(event) for event in nested)
+        else:
+            topics.add(get_topic(cls))
+    return frozenset(topics)

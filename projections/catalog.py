@@ -6,15 +6,26 @@ For an event store in schema ``S``:
   with its tracking position; ``S_projections.active`` names each projection's live build.
 - ``S_<name>_v<N>``: a build's tables. A rebuild fills a fresh ``N`` while the old one stays live.
 - ``S_read``: one view per exposed table, pointing at the live build. Switching a build
-  replaces the views and the ``active`` row in one transaction, so readers never see a gap.
+  replaces the views (``CREATE OR REPLACE VIEW``, so grants on them and views built on them
+  stay) and the ``active`` row in one transaction, so readers never see a gap.
+- ``S_t_<hash>``: per-tenant views over ``S_read`` (``tenant_reader``), for tools that run
+  plain SQL (the seed article's queries) and must see one tenant only.
+- ``S_projections.dead_letters``: events a build could not apply, with the error.
+
+A build records the schema version of its projection's tables; a live build of an older
+version is replaced by an empty one of the current version when installed, and filled
+from the first event by the next catch-up (projections are rebuilt from the log, never
+migrated in place).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from hashlib import blake2b
 from typing import Any
 
-from psycopg import Connection, Cursor
+import psycopg
+from psycopg import Connection, Cursor, sql
 
 from flowledger.domain.errors import ValidationError
 from flowledger.projections.base import Projection
@@ -33,6 +44,18 @@ CREATE TABLE IF NOT EXISTS {s}.builds (
     events bigint NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE {s}.builds ADD COLUMN IF NOT EXISTS schema_version integer NOT NULL DEFAULT 1;
+CREATE TABLE IF NOT EXISTS {s}.dead_letters (
+    schema_name text NOT NULL REFERENCES {s}.builds (schema_name) ON DELETE CASCADE,
+    notification_id bigint NOT NULL,
+    projection text NOT NULL,
+    originator_id uuid,
+    originator_version bigint,
+    topic text NOT NULL,
+    error text NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schema_name, notification_id)
 );
 CREATE TABLE IF NOT EXISTS {s}.active (
     projection text PRIMARY KEY,
@@ -65,6 +88,11 @@ class Names:
     def scratch(self, projection: str) -> str:
         """The schema ``verify`` rebuilds into."""
         return self._checked(f"{self.store}_{projection}_verify")
+
+    def tenant(self, tenant: str) -> str:
+        """The schema of one tenant's views (a hash: tenant names need not be identifiers)."""
+        digest = blake2b(tenant.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+        return self._checked(f"{self.store}_t_{digest}")
 
     @staticmethod
     def _checked(name: str) -> str:
@@ -101,23 +129,43 @@ def create_build(cur: Cursor[Any], names: Names, projection: Projection, kind: s
     cur.execute(q("CREATE SCHEMA {s}", schema))
     projection.create(cur, schema)
     cur.execute(
-        q("INSERT INTO {s}.builds (schema_name, projection, kind) VALUES (%s, %s, %s)", names.control),
-        [schema, projection.name, kind],
+        q(
+            "INSERT INTO {s}.builds (schema_name, projection, kind, schema_version) VALUES (%s, %s, %s, %s)",
+            names.control,
+        ),
+        [schema, projection.name, kind, projection.schema_version],
     )
     return schema
 
 
 def drop_build(cur: Cursor[Any], names: Names, schema: str) -> None:
-    """Drop a build's schema and its tracking row."""
+    """Drop a build's schema and its tracking row (its dead letters go with it)."""
     cur.execute(q("DELETE FROM {s}.builds WHERE schema_name = %s", names.control), [schema])
     cur.execute(q("DROP SCHEMA IF EXISTS {s} CASCADE", schema))
 
 
 def point_views(cur: Cursor[Any], names: Names, projection: Projection, schema: str) -> None:
-    """Make ``schema`` the live build of ``projection``: replace its reader views and active row."""
+    """Make ``schema`` the live build of ``projection``: replace its reader views and active row.
+
+    ``CREATE OR REPLACE VIEW`` keeps the views' grants, and views users built on them stay
+    valid, as long as the columns are the same (or only added at the end). Only when a
+    new schema version changes them otherwise is a view dropped and created again, with
+    its grants copied over; a user's view that depends on it then makes the switch fail,
+    with PostgreSQL's message naming it, rather than be dropped.
+    """
     for table in projection.exposed:
-        cur.execute(q("DROP VIEW IF EXISTS {s}.{t}", names.reader, t=table))
-        cur.execute(q("CREATE VIEW {r}.{t} AS SELECT * FROM {s}.{t}", schema, r=names.reader, t=table))
+        replace = q(
+            "CREATE OR REPLACE VIEW {r}.{t} AS SELECT * FROM {s}.{t}", schema, r=names.reader, t=table
+        )
+        try:
+            with cur.connection.transaction():
+                cur.execute(replace)
+        except psycopg.errors.InvalidTableDefinition:  # columns removed, renamed or retyped
+            grants = _grants(cur, names.reader, table)
+            cur.execute(q("DROP VIEW {s}.{t}", names.reader, t=table))
+            cur.execute(replace)
+            for statement in grants:
+                cur.execute(statement)
     cur.execute(
         q(
             "INSERT INTO {s}.active (projection, schema_name) VALUES (%s, %s)"
@@ -129,16 +177,83 @@ def point_views(cur: Cursor[Any], names: Names, projection: Projection, schema: 
     )
 
 
+def _grants(cur: Cursor[Any], schema: str, table: str) -> list[sql.Composed]:
+    """GRANT statements that give back every privilege held on a view."""
+    cur.execute(
+        "SELECT a.grantee, a.privilege_type, a.is_grantable FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace, aclexplode(c.relacl) AS a"
+        " WHERE n.nspname = %s AND c.relname = %s AND a.grantee <> c.relowner",
+        [schema, table],
+    )
+    statements = []
+    for grantee, privilege, grantable in cur.fetchall():
+        who = sql.SQL("PUBLIC") if grantee == 0 else sql.SQL("{}").format(sql.Identifier(_role(cur, grantee)))
+        statements.append(
+            sql.SQL("GRANT {} ON {}.{} TO {}{}").format(
+                sql.SQL(privilege),
+                sql.Identifier(schema),
+                sql.Identifier(table),
+                who,
+                sql.SQL(" WITH GRANT OPTION" if grantable else ""),
+            )
+        )
+    return statements
+
+
+def _role(cur: Cursor[Any], oid: int) -> str:
+    cur.execute("SELECT rolname FROM pg_roles WHERE oid = %s", [oid])
+    row = cur.fetchone()
+    return str(row[0]) if row else str(oid)
+
+
 def install(conn: Connection[Any], names: Names, projections: list[Projection]) -> None:
-    """Give every projection that has no live build an empty one at position 0."""
+    """Give every projection that has no live build, or a live build of an older schema
+    version, an empty one at position 0 (the next catch-up fills it from the first event)."""
     ensure_control(conn, names)
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock_key(names.store, "ddl")])
-        cur.execute(q("SELECT projection FROM {s}.active", names.control))
-        live = {row[0] for row in cur.fetchall()}
+        cur.execute(
+            q(
+                "SELECT a.projection, a.schema_name, b.schema_version FROM {s}.active a"
+                " JOIN {s}.builds b USING (schema_name)",
+                names.control,
+            )
+        )
+        live = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
         for projection in projections:
-            if projection.name not in live:
-                point_views(cur, names, projection, create_build(cur, names, projection, "live"))
+            schema, version = live.get(projection.name, (None, None))
+            if version == projection.schema_version:
+                continue
+            point_views(cur, names, projection, create_build(cur, names, projection, "live"))
+            if schema is not None:
+                drop_build(cur, names, schema)
+
+
+def tenant_reader(conn: Connection[Any], names: Names, projections: list[Projection], tenant: str) -> str:
+    """A schema of views that show one tenant's rows of every exposed table; returns its name.
+
+    For plain SQL (the seed article's dashboard queries, psql, Grafana): with ``SET
+    search_path TO <that schema>`` the same queries see only that tenant. The views are
+    over the reader views, so they survive rebuilds and switches. Grant a tenant's role
+    USAGE on its schema and SELECT on its views, not on ``<schema>_read``.
+    """
+    install(conn, names, projections)
+    schema = names.tenant(tenant)
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock_key(names.store, "ddl")])
+        cur.execute(q("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+        comment = sql.SQL("COMMENT ON SCHEMA {} IS {}")
+        cur.execute(
+            comment.format(sql.Identifier(schema), sql.Literal(f"flowledger views of tenant {tenant}"))
+        )
+        view = sql.SQL("CREATE OR REPLACE VIEW {s}.{t} AS SELECT * FROM {r}.{t} WHERE tenant = {v}")
+        for projection in projections:
+            for table in projection.exposed:
+                names_ = {"s": schema, "t": table, "r": names.reader}
+                cur.execute(
+                    view.format(**{k: sql.Identifier(v) for k, v in names_.items()}, v=sql.Literal(tenant))
+                )
+    return schema
 
 
 def active_schemas(cur: Cursor[Any], names: Names, projections: list[str], *, lock: bool) -> dict[str, str]:

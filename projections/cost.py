@@ -24,6 +24,7 @@ SUBJECT_COLUMNS: tuple[Column, ...] = (
     ("originator_id", "uuid"),
     ("subject_id", "text"),
     ("workflow", "text"),
+    ("tenant", "text"),
 )
 CALL_COLUMNS: tuple[Column, ...] = (
     ("id", "bigint"),
@@ -47,13 +48,15 @@ CALL_COLUMNS: tuple[Column, ...] = (
     ("latency_ms", "double precision"),
     ("attempts", "integer"),
     ("occurred_at", "timestamptz"),
+    ("tenant", "text"),
 )
 
 DDL = """
 CREATE TABLE {s}.subjects (
     originator_id uuid PRIMARY KEY,
     subject_id text NOT NULL,
-    workflow text NOT NULL
+    workflow text NOT NULL,
+    tenant text NOT NULL
 );
 CREATE TABLE {s}.llm_calls (
     id bigint PRIMARY KEY,
@@ -76,10 +79,11 @@ CREATE TABLE {s}.llm_calls (
     price_version text,
     latency_ms double precision,
     attempts integer,
-    occurred_at timestamptz NOT NULL
+    occurred_at timestamptz NOT NULL,
+    tenant text
 );
-CREATE INDEX ON {s}.llm_calls (occurred_at);
-CREATE INDEX ON {s}.llm_calls (workflow, occurred_at);
+CREATE INDEX ON {s}.llm_calls (tenant, occurred_at);
+CREATE INDEX ON {s}.llm_calls (tenant, workflow, occurred_at);
 """
 
 
@@ -89,33 +93,45 @@ class CostDashboard(Projection):
     name = "cost"
     exposed = ("llm_calls",)
     ddl = DDL
+    schema_version = 2  # 2: tenant on every row
+    handles = (
+        Session.Started,
+        Session.StepProcessed,
+        Session.StepFailed,
+        Task.Created,
+        Task.Classified,
+        Task.Escalated,
+        Task.ClassificationDiscarded,
+    )
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
         """Insert a fact row for each call in the batch (and remember each session's workflow)."""
-        known: dict[UUID, tuple[str, str]] = {}
+        known: dict[UUID, tuple[str, str, str]] = {}
         for envelope in batch:
             event = envelope.event
             if isinstance(event, Session.Started):
-                known[event.originator_id] = (event.session_id, event.workflow)
+                known[event.originator_id] = (event.session_id, event.workflow, event.tenant)
             elif isinstance(event, Task.Created):
-                known[event.originator_id] = (event.task_id, TASK_WORKFLOW)
+                known[event.originator_id] = (event.task_id, TASK_WORKFLOW, event.tenant)
         write_rows(cur, schema, "subjects", SUBJECT_COLUMNS, [(k, *v) for k, v in known.items()])
         calls = [(e, e.call) for e in batch if e.call is not None]
         missing = list({e.event.originator_id for e, _ in calls} - set(known))
         if missing:
             cur.execute(
                 q(
-                    "SELECT originator_id, subject_id, workflow FROM {s}.subjects"
+                    "SELECT originator_id, subject_id, workflow, tenant FROM {s}.subjects"
                     " WHERE originator_id = ANY(%s)",
                     schema,
                 ),
                 [missing],
             )
-            known.update({row[0]: (row[1], row[2]) for row in cur.fetchall()})
+            known.update({row[0]: (row[1], row[2], row[3]) for row in cur.fetchall()})
         rows = []
         for envelope, call in calls:
             event, usage = envelope.event, call.usage
-            subject_id, workflow = known.get(event.originator_id, (None, "(unknown)"))
+            # A call of a subject whose first event was not applied (a dead letter) has no
+            # tenant: no tenant's dashboard shows it.
+            subject_id, workflow, tenant = known.get(event.originator_id, (None, "(unknown)", None))
             rows.append(
                 (
                     envelope.id,
@@ -139,6 +155,7 @@ class CostDashboard(Projection):
                     usage.latency_ms if usage else None,
                     usage.attempts if usage else None,
                     event.timestamp,
+                    tenant,
                 )
             )
         write_rows(cur, schema, "llm_calls", CALL_COLUMNS, rows)

@@ -100,18 +100,21 @@ def dashboard(
     conn: Connection[Any],
     reader: str,
     *,
+    tenant: str,
     since: datetime,
     until: datetime | None = None,
     by: Sequence[str] = ("model",),
 ) -> list[DashboardRow]:
-    """Per group of calls with ``since <= occurred_at < until``: the dashboard numbers, costliest first."""
+    """Per group of ``tenant``'s calls with ``since <= occurred_at < until``: the dashboard
+    numbers, costliest first."""
     keys = _keys(len(by))
     statement = sql.SQL("""
         WITH calls AS (
             SELECT {groups}, error_type, input_tokens, output_tokens, cache_read_input_tokens,
                    reasoning_output_tokens, cost_usd, latency_ms
             FROM {reader}.llm_calls
-            WHERE occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
+            WHERE tenant = %(tenant)s
+              AND occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
         ), errors AS (
             SELECT {keys}, jsonb_object_agg(error_type, n) AS by_type
             FROM (SELECT {keys}, error_type, count(*) AS n FROM calls
@@ -129,7 +132,7 @@ def dashboard(
         GROUP BY {keys}
         ORDER BY sum(cost_usd) DESC, {keys}
     """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=keys)
-    rows = conn.execute(statement, {"since": since, "until": until}).fetchall()
+    rows = conn.execute(statement, {"tenant": tenant, "since": since, "until": until}).fetchall()
     width = max(len(by), 1)
     result = []
     for row in rows:
@@ -163,13 +166,15 @@ def reprice(
     reader: str,
     prices: Mapping[str, ModelPrice | Price],
     *,
+    tenant: str,
     as_model: str | None = None,
     since: datetime,
     until: datetime | None = None,
     by: Sequence[str] = ("model",),
 ) -> list[RepriceRow]:
-    """What the recorded usage would have cost: each call at its own model's price in ``prices``,
-    or every call at ``as_model``'s price. Calls without a price are counted but not priced.
+    """What ``tenant``'s recorded usage would have cost: each call at its own model's price in
+    ``prices``, or every call at ``as_model``'s price. Calls without a price are counted but
+    not priced.
 
     The database sums tokens per group and model; the domain's ``cost_of`` prices the sums
     (the rule is linear), so no second pricing formula lives in SQL.
@@ -183,7 +188,8 @@ def reprice(
                    c.input_tokens, c.output_tokens, c.cache_read_input_tokens,
                    c.reasoning_output_tokens, c.cost_usd
             FROM {reader}.llm_calls AS c
-            WHERE occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
+            WHERE c.tenant = %(tenant)s
+              AND occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
         )
         SELECT {keys}, priced_request_model, priced_model, count(*), coalesce(sum(cost_usd), 0),
                sum(input_tokens), sum(output_tokens), sum(cache_read_input_tokens),
@@ -192,7 +198,8 @@ def reprice(
     """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=_keys(len(by)))
     width = max(len(by), 1)
     totals: dict[tuple[Any, ...], list[Any]] = {}
-    for row in conn.execute(statement, {"since": since, "until": until}).fetchall():
+    params = {"tenant": tenant, "since": since, "until": until}
+    for row in conn.execute(statement, params).fetchall():
         group = tuple(row[:width])
         request_model, model, calls, recorded, *sums = row[width:]
         total = totals.setdefault(group, [0, 0, Decimal(0), Decimal(0)])

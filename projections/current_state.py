@@ -181,6 +181,7 @@ class CurrentState(Projection):
     name = "current_state"
     exposed = ("sessions", "tasks", "agents")
     ddl = DDL + work_rows.DDL
+    handles = (Session, Task, Agent)
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
         """Fold the batch's events into their rows, then upsert the touched rows."""

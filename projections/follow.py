@@ -42,7 +42,8 @@ def follow(
             targets = resolve(cur)
             after = min(projector.positions(cur, [t.schema for t in targets]).values(), default=0)
         inbox: Queue[Notification | BaseException | None] = Queue()
-        with projector.recorder.subscribe(gt=after) as subscription:
+        topics = sorted(set().union(*(p.topics for p in projections)))
+        with projector.recorder.subscribe(gt=after, topics=topics) as subscription:
 
             def feed() -> None:
                 try:

@@ -25,6 +25,7 @@ SESSION_COLUMNS: tuple[Column, ...] = (
     ("metadata", "jsonb"),
     ("first_model", "text"),
     ("steps_reached", "integer"),
+    ("tenant", "text"),
 )
 STEP_COLUMNS: tuple[Column, ...] = (
     ("originator_id", "uuid"),
@@ -36,6 +37,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
     ("failed", "integer"),
     ("last_outcome", "text"),
     ("last_error_type", "text"),
+    ("tenant", "text"),
 )
 
 DDL = """
@@ -47,9 +49,10 @@ CREATE TABLE {s}.funnel_sessions (
     status text NOT NULL,
     metadata jsonb NOT NULL,
     first_model text,
-    steps_reached integer NOT NULL
+    steps_reached integer NOT NULL,
+    tenant text NOT NULL
 );
-CREATE INDEX ON {s}.funnel_sessions (workflow, started_at);
+CREATE INDEX ON {s}.funnel_sessions (tenant, workflow, started_at);
 CREATE TABLE {s}.funnel_steps (
     originator_id uuid NOT NULL,
     step text NOT NULL,
@@ -60,6 +63,7 @@ CREATE TABLE {s}.funnel_steps (
     failed integer NOT NULL,
     last_outcome text NOT NULL,
     last_error_type text,
+    tenant text NOT NULL,
     PRIMARY KEY (originator_id, step)
 );
 CREATE INDEX ON {s}.funnel_steps (workflow, step);
@@ -83,6 +87,7 @@ def _reach(session: Row, steps: dict[str, Row], event: Any, step: str) -> Row:
             "failed": 0,
             "last_outcome": "started",
             "last_error_type": None,
+            "tenant": session["tenant"],
         }
         steps[step] = row
     row["dirty"] = True
@@ -115,6 +120,16 @@ class CompletionFunnel(Projection):
     name = "funnel"
     exposed = ("funnel_sessions", "funnel_steps")
     ddl = DDL
+    schema_version = 2  # 2: tenant on every row
+    handles = (
+        Session.Started,
+        Session.StepStarted,
+        Session.StepProcessed,
+        Session.StepFailed,
+        Session.Completed,
+        Session.Expired,
+        Session.Abandoned,
+    )
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
         """Fold the batch into the touched sessions' rows, then upsert those rows."""
@@ -134,6 +149,7 @@ class CompletionFunnel(Projection):
                     "metadata": event.metadata,
                     "first_model": None,
                     "steps_reached": 0,
+                    "tenant": event.tenant,
                 }
                 steps[key] = {}
             elif key in sessions:

@@ -66,7 +66,7 @@ def _segment(by: str | None) -> sql.Composable:
 PREFIX = """
 WITH s AS (
     SELECT originator_id, started_at, status, {segment} AS segment FROM {r}.funnel_sessions
-    WHERE workflow = %(workflow)s
+    WHERE tenant = %(tenant)s AND workflow = %(workflow)s
       AND (%(since)s::timestamptz IS NULL OR started_at >= %(since)s)
       AND (%(until)s::timestamptz IS NULL OR started_at < %(until)s)
 ), st AS (
@@ -107,12 +107,13 @@ def funnel_report(
     reader: str,
     workflow: str,
     *,
+    tenant: str,
     steps: Sequence[str] | None = None,
     by: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> list[FunnelReport]:
-    """The funnel of sessions of ``workflow`` started in the window, one report per segment.
+    """The funnel of ``tenant``'s sessions of ``workflow`` started in the window, one report per segment.
 
     Steps come in ``steps`` order when given, else by the average position at which
     sessions first reached them. ``by`` is ``"model"`` (each session's first model) or
@@ -123,7 +124,13 @@ def funnel_report(
         r=sql.Identifier(reader),
         order=sql.SQL(GIVEN_ORDER if steps else AUTO_ORDER),
     )
-    params = {"workflow": workflow, "since": since, "until": until, "steps": list(steps or [])}
+    params = {
+        "tenant": tenant,
+        "workflow": workflow,
+        "since": since,
+        "until": until,
+        "steps": list(steps or []),
+    }
     reports: dict[str | None, FunnelReport] = {}
     positions: dict[tuple[str | None, int], FunnelStep] = {}
     for segment, idx, step, reached, processed, p50, p95 in conn.execute(
@@ -159,3 +166,21 @@ def _count_ending(entry: FunnelStep, cause: str, error_type: str | None, count: 
         if cause == "failed":
             key = error_type or "(unknown)"
             entry.failed_by_error[key] = entry.failed_by_error.get(key, 0) + count
+
+
+def workflows(
+    conn: Connection[Any],
+    reader: str,
+    *,
+    tenant: str,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[str]:
+    """The workflows of ``tenant``'s sessions started in the window, by name."""
+    statement = sql.SQL(
+        "SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE tenant = %(tenant)s"
+        " AND (%(since)s::timestamptz IS NULL OR started_at >= %(since)s)"
+        " AND (%(until)s::timestamptz IS NULL OR started_at < %(until)s) ORDER BY 1"
+    ).format(sql.Identifier(reader))
+    rows = conn.execute(statement, {"tenant": tenant, "since": since, "until": until}).fetchall()
+    return [row[0] for row in rows]

@@ -4,6 +4,9 @@ write its rows, and moves each projection's tracking position in the same transa
 Exactly once, no gaps: a batch's rows and positions commit together or not at all; the
 tracking rows are locked (FOR UPDATE) for the batch, and every projection skips events at
 or below its stored position, so concurrent followers or a restart never count twice.
+
+Never wedged: an event a projection cannot apply is set aside as a dead letter of that
+build (``dead_letters``) inside the same transaction, and the position moves past it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
 from psycopg import Connection, Cursor
 
 from flowledger.domain.errors import ValidationError
+from flowledger.projections import dead_letters
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.calls import call_of
 from flowledger.projections.catalog import Names, active_schemas, install
@@ -121,7 +125,12 @@ class Projector:
         on_batch: BatchHook | None = None,
         max_batches: int | None = None,
     ) -> int:
-        """Apply batches until the log (up to ``stop``) is exhausted; return notifications read."""
+        """Apply batches until the log (up to ``stop``) is exhausted; return notifications read.
+
+        Only the topics the targets handle are read. The head of the log is taken before each
+        read, so a read that comes back short has seen every handled event up to the head,
+        and the positions move to the head even when its last events are of other topics.
+        """
         read = batches = 0
         while max_batches is None or batches < max_batches:
             with conn.cursor() as cur:
@@ -129,18 +138,21 @@ class Projector:
                 if not targets:
                     break
                 after = min(self.positions(cur, [t.schema for t in targets]).values(), default=0)
-            if stop is not None and after >= stop:
+            head = self.recorder.max_notification_id() or 0
+            if stop is not None:
+                head = min(head, stop)
+            if after >= head:
                 break
+            topics = sorted(set().union(*(t.projection.topics for t in targets)))
             notifications = self.recorder.select_notifications(
-                start=after + 1, limit=self.batch_size, stop=stop
+                start=after + 1, limit=self.batch_size, stop=head, topics=topics
             )
-            if not notifications:
-                break
-            if self.run_batch(conn, resolve, notifications, after=after, on_batch=on_batch):
+            through = notifications[-1].id if len(notifications) >= self.batch_size else head
+            if self.run_batch(conn, resolve, notifications, after=after, through=through, on_batch=on_batch):
                 read += len(notifications)
                 batches += 1
                 if progress is not None:
-                    progress(notifications[-1].id)
+                    progress(through)
         return read
 
     def run_batch(
@@ -150,13 +162,18 @@ class Projector:
         notifications: Sequence[Notification],
         *,
         after: int,
+        through: int | None = None,
         on_batch: BatchHook | None = None,
     ) -> bool:
-        """Apply ``notifications`` (the log's next ones after id ``after``) in one transaction.
+        """Apply ``notifications`` (every handled one after id ``after``, up to ``through``,
+        default the last one's id) in one transaction, and move the positions to ``through``.
 
-        Returns False, writing nothing, if some target's position is behind ``after``
-        (its build changed since the batch was read): the caller reads again.
+        An event a projection cannot apply becomes a dead letter of that build, and the
+        rest of the batch is applied (see ``dead_letters``). Returns False, writing
+        nothing, if some target's position is behind ``after`` (its build changed since
+        the batch was read): the caller reads again.
         """
+        last = through if through is not None else notifications[-1].id if notifications else after
         with conn.transaction(), conn.cursor() as cur:
             targets = resolve(cur)
             positions = self.positions(cur, [t.schema for t in targets], lock=True)
@@ -164,16 +181,32 @@ class Projector:
                 return False
             ids = [n.id for n in notifications]
             first = bisect_right(ids, min(positions.values(), default=0))
-            decode = self.mapper.to_domain_event
-            envelopes = [
-                Envelope(n.id, event, call_of(event)) for n in notifications[first:] for event in (decode(n),)
-            ]
-            last = ids[-1]
+            envelopes = [_decoded(self.mapper, n) for n in notifications[first:]]
             for target in targets:
                 position = positions[target.schema]
-                todo = envelopes[bisect_right(ids, position) - first :]
-                if todo:
-                    target.projection.apply(cur, target.schema, todo)
+                topics = target.projection.topics
+                todo = [e for e in envelopes[bisect_right(ids, position) - first :] if e.topic in topics]
+                undecodable = [(e, e.event.error) for e in todo if isinstance(e.event, _Undecodable)]
+                if undecodable:
+                    todo = [e for e in todo if not isinstance(e.event, _Undecodable)]
+                refused = _apply_isolating(cur, target, todo)
+                faults = undecodable + refused
+                dead_letters.record(
+                    cur,
+                    self.names,
+                    target.schema,
+                    target.projection.name,
+                    [
+                        (
+                            e.id,
+                            e.topic,
+                            _attribute(e, "originator_id"),
+                            _attribute(e, "originator_version"),
+                            why,
+                        )
+                        for e, why in sorted(faults, key=lambda fault: fault[0].id)
+                    ],
+                )
                 if last > position:
                     cur.execute(
                         q(
@@ -181,8 +214,50 @@ class Projector:
                             " updated_at = now() WHERE schema_name = %s",
                             self.names.control,
                         ),
-                        [last, len(todo), target.schema],
+                        [last, len(todo) - len(refused), target.schema],
                     )
             if on_batch is not None:
                 on_batch(last)
         return True
+
+
+@dataclass(frozen=True)
+class _Undecodable:
+    """Stands in for an event that did not decode."""
+
+    error: str
+    originator_id: Any
+    originator_version: int
+
+
+def _decoded(mapper: Mapper[UUID], notification: Notification) -> Envelope:
+    try:
+        event = mapper.to_domain_event(notification)
+        return Envelope(notification.id, event, call_of(event), notification.topic)
+    except Exception as error:  # any decoding failure is a dead letter, not a stop
+        stand_in = _Undecodable(
+            dead_letters.describe(error), notification.originator_id, notification.originator_version
+        )
+        return Envelope(notification.id, stand_in, None, notification.topic)
+
+
+def _attribute(envelope: Envelope, name: str) -> Any:
+    return getattr(envelope.event, name, None)
+
+
+def _apply_isolating(cur: Cursor[Any], target: Target, todo: list[Envelope]) -> list[tuple[Envelope, str]]:
+    """Apply ``todo`` in a savepoint; if an event's fault stops it, halve the events until
+    each failing one is alone, apply the others, and return the failing ones with their errors."""
+    if not todo:
+        return []
+    try:
+        with cur.connection.transaction():
+            target.projection.apply(cur, target.schema, todo)
+        return []
+    except Exception as error:
+        if not dead_letters.is_event_fault(error) or cur.connection.broken:
+            raise
+        if len(todo) == 1:
+            return [(todo[0], dead_letters.describe(error))]
+    middle = len(todo) // 2
+    return _apply_isolating(cur, target, todo[:middle]) + _apply_isolating(cur, target, todo[middle:])

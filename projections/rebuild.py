@@ -1,4 +1,9 @@
-"""Rebuild into fresh builds and switch readers to them; verify against a scratch rebuild."""
+"""Rebuild into fresh builds and switch readers to them; verify against a scratch rebuild.
+
+Verify compares more than rows: a live build that cannot reach the head of the log, or
+whose dead letters differ from the rebuild's, is a difference too, so verify never calls a
+stuck or lossy build equal to the log.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ from typing import Any
 from psycopg import Connection, Cursor
 
 from flowledger.domain.errors import RebuildInProgress as RebuildInProgress  # its old home
+from flowledger.projections import dead_letters
+from flowledger.projections.base import Projection
 from flowledger.projections.catalog import (
     create_build,
     drop_build,
@@ -21,10 +28,16 @@ from flowledger.projections.catalog import (
 from flowledger.projections.processor import Progress, Projector, Resolve, Target
 from flowledger.projections.sql import q
 
+POSITION = "(position)"
+"""The ``table`` of a Difference saying the live build is behind the head of the log."""
+DEAD_LETTERS = "(dead letters)"
+"""The ``table`` of a Difference about an event set aside by only one of the two builds."""
+
 
 @dataclass(frozen=True)
 class Difference:
-    """A row found in only one of the live and the rebuilt tables."""
+    """A row found in only one of the live and the rebuilt tables; or, with ``table`` set to
+    ``POSITION`` or ``DEAD_LETTERS``, a live build behind the log or a dead letter of one side."""
 
     projection: str
     table: str
@@ -107,9 +120,11 @@ def verify(
     progress: Progress | None = None,
     limit: int = 20,
 ) -> list[Difference]:
-    """Rebuild into scratch schemas up to each live build's position and compare every table.
+    """Catch each live build up, rebuild into a scratch schema up to its position, compare.
 
-    Returns the differing rows (at most ``limit`` per table and side); empty means equal.
+    Returns the differing rows (at most ``limit`` per table and side), the dead letters of
+    one side only, and a ``POSITION`` difference for a live build that could not reach the
+    head of the log as it was when the check began; empty means equal.
     """
     projections = projector.select(wanted)
     names = projector.names
@@ -117,14 +132,33 @@ def verify(
     with projector.connect() as conn, _exclusive(conn, names.store, [p.name for p in projections]):
         install(conn, names, projections)
         for projection in projections:
+            head = projector.recorder.max_notification_id() or 0
+            why = _catch_up(projector, conn, projection)
             with conn.transaction(), conn.cursor() as cur:
                 target = Target(projection, create_build(cur, names, projection, "scratch"))
             try:
-                differences += _compare_when_aligned(projector, conn, target, progress, limit)
+                position, found = _compare_when_aligned(projector, conn, target, progress, limit)
             finally:
                 with conn.transaction(), conn.cursor() as cur:
                     drop_build(cur, names, target.schema)
+            if position < head:
+                detail = f"the live build is at {position}, the log's head was {head}"
+                differences.append(
+                    Difference(projection.name, POSITION, "live behind", detail + (f": {why}" if why else ""))
+                )
+            differences += found
     return differences
+
+
+def _catch_up(projector: Projector, conn: Connection[Any], projection: Projection) -> str | None:
+    """Bring the live build to the head; the error that stopped it, if one did."""
+    try:
+        projector.drive(conn, projector.live([projection]))
+    except Exception as error:  # reported as a difference, not raised: that is the finding
+        if conn.broken:
+            raise
+        return dead_letters.describe(error)
+    return None
 
 
 def _compare_when_aligned(
@@ -133,7 +167,7 @@ def _compare_when_aligned(
     scratch: Target,
     progress: Progress | None,
     limit: int,
-) -> list[Difference]:
+) -> tuple[int, list[Difference]]:
     names = projector.names
     while True:
         with conn.cursor() as cur:
@@ -149,7 +183,16 @@ def _compare_when_aligned(
             row = cur.fetchone()
             if row is None or int(row[0]) != position:
                 continue
-            return _differences(cur, scratch.projection.name, live, scratch.schema, limit)
+            name = scratch.projection.name
+            found = _differences(cur, name, live, scratch.schema, limit)
+            ours = dead_letters.ids_through(cur, names, live, position)
+            theirs = dead_letters.ids_through(cur, names, scratch.schema, position)
+            for side, one, other in (("live only", ours, theirs), ("rebuild only", theirs, ours)):
+                found += [
+                    Difference(name, DEAD_LETTERS, side, f"notification {n}: {one[n]}")
+                    for n in sorted(set(one) - set(other))[:limit]
+                ]
+            return position, found
 
 
 def _differences(cur: Cursor[Any], projection: str, live: str, scratch: str, limit: int) -> list[Difference]:

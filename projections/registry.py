@@ -8,6 +8,7 @@ from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.engine.facade import Engine
 from flowledger.infrastructure.settings import MEMORY_URL
 from flowledger.projections.base import Projection
+from flowledger.projections.catalog import tenant_reader
 from flowledger.projections.cost import CostDashboard
 from flowledger.projections.current_state import CurrentState
 from flowledger.projections.funnel import CompletionFunnel
@@ -36,3 +37,9 @@ def projector_for(
         projections=all_projections() if projections is None else projections,
         batch_size=batch_size,
     )
+
+
+def tenant_views(projector: Projector, tenant: str) -> str:
+    """A schema of views showing only ``tenant``'s rows of every read model (see ``tenant_reader``)."""
+    with projector.connect() as conn:
+        return tenant_reader(conn, projector.names, projector.projections, tenant)

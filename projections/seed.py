@@ -1,8 +1,9 @@
 """Seed compatibility: the seed article's ``workflow_states`` and ``workflow_executions`` tables.
 
-Same names and columns as the article's schema (plus ``originator_id`` and ``version``),
+Same names and columns as the article's schema (plus ``originator_id``, ``version`` and ``tenant``),
 so its dashboard queries run unchanged. Ids are notification ids, so a rebuild gives the
-same ids; execution rows are exactly the cost table's model calls.
+same ids; execution rows are exactly the cost table's model calls. For one tenant's rows only, run
+the queries against ``tenant_reader``'s schema.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ STATE_COLUMNS: tuple[Column, ...] = (
     ("expires_at", "timestamptz"),
     ("metadata", "jsonb"),
     ("version", "integer"),
+    ("tenant", "text"),
 )
 _JSON = {name for name, kind in STATE_COLUMNS if kind == "jsonb"}
 EXECUTION_COLUMNS: tuple[Column, ...] = (
@@ -48,6 +50,7 @@ EXECUTION_COLUMNS: tuple[Column, ...] = (
     ("latency_ms", "double precision"),
     ("executed_at", "timestamptz"),
     ("error_message", "text"),
+    ("tenant", "text"),
 )
 
 DDL = """
@@ -64,9 +67,10 @@ CREATE TABLE {s}.workflow_states (
     updated_at timestamptz,
     expires_at timestamptz,
     metadata jsonb DEFAULT '{{}}',
-    version integer NOT NULL
+    version integer NOT NULL,
+    tenant text NOT NULL
 );
-CREATE INDEX ON {s}.workflow_states (session_id);
+CREATE INDEX ON {s}.workflow_states (tenant, session_id);
 CREATE INDEX ON {s}.workflow_states (user_id);
 CREATE INDEX ON {s}.workflow_states (expires_at);
 CREATE INDEX ON {s}.workflow_states (updated_at);
@@ -81,7 +85,8 @@ CREATE TABLE {s}.workflow_executions (
     cost_usd numeric,
     latency_ms double precision,
     executed_at timestamptz,
-    error_message text
+    error_message text,
+    tenant text NOT NULL
 );
 CREATE INDEX ON {s}.workflow_executions (workflow_id);
 CREATE INDEX ON {s}.workflow_executions (executed_at);
@@ -112,6 +117,8 @@ class SeedTables(Projection):
     name = "seed"
     exposed = ("workflow_states", "workflow_executions")
     ddl = DDL
+    schema_version = 2  # 2: tenant on every row
+    handles = (Session,)
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
         """Upsert the touched sessions' state rows, then insert one execution row per call."""
@@ -137,6 +144,7 @@ class SeedTables(Projection):
                     "expires_at": event.expires_at,
                     "metadata": event.metadata,
                     "version": event.originator_version,
+                    "tenant": event.tenant,
                 }
                 continue
             row = rows.get(event.originator_id)
@@ -160,6 +168,7 @@ class SeedTables(Projection):
                         usage.latency_ms if usage else None,
                         event.timestamp,
                         error,
+                        row["tenant"],
                     )
                 )
         states = [[dump_json(r[n]) if n in _JSON else r[n] for n, _ in STATE_COLUMNS] for r in rows.values()]

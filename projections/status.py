@@ -1,11 +1,14 @@
-"""Where each projection build stands: its position in the log and how far behind the head it is."""
+"""Where each projection build stands: its position in the log, how far behind the head it is,
+and the events it set aside as dead letters."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
+from flowledger.projections import dead_letters
 from flowledger.projections.catalog import ensure_control
+from flowledger.projections.dead_letters import DeadLetter
 from flowledger.projections.processor import Projector
 from flowledger.projections.sql import q
 
@@ -21,6 +24,9 @@ class BuildStatus:
     events: int
     head: int
     updated_at: datetime
+    dead_letters: int = 0
+    """Events this build could not apply (see ``dead_letters``)."""
+    schema_version: int = 1
 
     @property
     def lag(self) -> int:
@@ -38,10 +44,27 @@ def status(projector: Projector) -> list[BuildStatus]:
             q(
                 "SELECT b.projection, b.schema_name, CASE WHEN a.projection IS NOT NULL THEN 'live'"
                 " WHEN b.kind = 'scratch' THEN 'verifying' ELSE 'rebuilding' END,"
-                " b.position, b.events, b.updated_at"
+                " b.position, b.events, b.updated_at,"
+                " (SELECT count(*) FROM {s}.dead_letters d WHERE d.schema_name = b.schema_name),"
+                " b.schema_version"
                 " FROM {s}.builds b LEFT JOIN {s}.active a ON a.schema_name = b.schema_name"
                 " ORDER BY b.projection, a.projection IS NULL, b.schema_name",
                 names.control,
             )
         ).fetchall()
-    return [BuildStatus(r[0], r[1], r[2], int(r[3]), int(r[4]), head, r[5]) for r in rows]
+    return [
+        BuildStatus(r[0], r[1], r[2], int(r[3]), int(r[4]), head, r[5], int(r[6]), int(r[7])) for r in rows
+    ]
+
+
+def recent_dead_letters(projector: Projector, *, live_only: bool = True, limit: int = 20) -> list[DeadLetter]:
+    """The newest dead letters (of the live builds only, by default), newest first."""
+    names = projector.names
+    with projector.connect() as conn:
+        ensure_control(conn, names)
+        with conn.cursor() as cur:
+            schemas = None
+            if live_only:
+                cur.execute(q("SELECT schema_name FROM {s}.active", names.control))
+                schemas = [row[0] for row in cur.fetchall()]
+            return dead_letters.listed(cur, names, schemas=schemas, limit=limit)

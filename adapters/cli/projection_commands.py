@@ -1,4 +1,8 @@
-"""CLI for the read models: ``projections rebuild|status|follow|verify``, ``dashboard`` and ``funnel``."""
+"""CLI for the read models: ``projections rebuild|status|follow|verify``, ``dashboard`` and ``funnel``.
+
+Analytics show one tenant: ``--tenant``, else the engine's (``Engine(tenant=...)``, the
+settings' tenant). ``projections tenant-views`` makes a schema of one tenant's views for SQL tools.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
-from psycopg import sql
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -30,9 +33,12 @@ from flowledger.projections import (
     funnel_report,
     projector_for,
     rebuild,
+    recent_dead_letters,
     reprice,
     status,
+    tenant_views,
     verify,
+    workflows,
 )
 
 console = Console()
@@ -43,6 +49,12 @@ BY_HELP = "model, provider, workflow, step, source, minute, hour or day (repeata
 REPRICE_HELP = "Also price the same usage at this model's price (the configured price table)."
 NAME_HELP = "One projection: current_state, cost, funnel or seed (default: all)."
 STEPS_HELP = "Step order, comma-separated (default: the order sessions reached them)."
+TENANT_HELP = "Whose data (default: the engine's tenant, FLOWLEDGER_TENANT or 'default')."
+TenantOption = Annotated[str | None, typer.Option(help=TENANT_HELP)]
+
+
+def _tenant(engine: Engine, tenant: str | None) -> str:
+    return engine.tenant if tenant is None else tenant
 
 
 @contextmanager
@@ -72,13 +84,26 @@ def rebuild_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] 
 
 @projections_app.command("status")
 def status_command() -> None:
-    """Each projection build's position and lag behind the head of the log."""
+    """Each build's position, lag behind the head of the log and dead letters; the newest dead letters."""
     with reported_errors(), Engine() as engine:
+        projector = projector_for(engine)
         table = Table(title="projections")
-        numbers = {"position", "head", "lag", "events"}
-        for column in ("projection", "state", "schema", "position", "head", "lag", "events", "updated"):
+        numbers = {"position", "head", "lag", "events", "dead letters"}
+        columns = (
+            "projection",
+            "state",
+            "schema",
+            "position",
+            "head",
+            "lag",
+            "events",
+            "dead letters",
+            "updated",
+        )
+        for column in columns:
             table.add_column(column, justify="right" if column in numbers else "left")
-        for build in status(projector_for(engine)):
+        for build in status(projector):
+            dead = f"[red]{build.dead_letters}[/red]" if build.dead_letters else "0"
             table.add_row(
                 build.projection,
                 build.state,
@@ -87,9 +112,46 @@ def status_command() -> None:
                 str(build.head),
                 str(build.lag),
                 str(build.events),
+                dead,
                 build.updated_at.isoformat(timespec="seconds"),
             )
         console.print(table)
+        _print_horizon(projector)
+        letters = recent_dead_letters(projector)
+        if letters:
+            out = Table(title="dead letters of the live builds (newest first; a rebuild applies them again)")
+            for column in ("projection", "notification", "topic", "aggregate v", "error"):
+                out.add_column(column, overflow="fold")
+            for d in letters:
+                out.add_row(
+                    d.projection,
+                    str(d.notification_id),
+                    d.topic,
+                    f"{d.originator_id} v{d.originator_version}",
+                    d.error,
+                )
+            console.print(out, highlight=False)
+
+
+def _print_horizon(projector: Projector) -> None:
+    """How far the log's readers are held back, where the recorder can tell."""
+    lag = getattr(projector.recorder, "horizon_lag", None)
+    if lag is None:
+        return
+    horizon = lag()
+    age = "unknown" if horizon.age_s is None else f"{horizon.age_s:.1f} s"
+    console.print(
+        f"read horizon: {horizon.readable_id} of {horizon.committed_id} committed"
+        f" ({horizon.held_back} held back, oldest append in flight open for {age})",
+        highlight=False,
+    )
+
+
+@projections_app.command("tenant-views")
+def tenant_views_command(tenant: Annotated[str, typer.Argument(help="The tenant.")]) -> None:
+    """Create (or refresh) a schema of views showing only one tenant's rows; print its name."""
+    with reported_errors(), Engine() as engine:
+        console.print(tenant_views(projector_for(engine), tenant), highlight=False)
 
 
 @projections_app.command("follow")
@@ -121,7 +183,13 @@ def verify_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
         with progress_bar(projector, "verifying") as advance:
             differences = verify(projector, _names(name), progress=advance)
         if not differences:
-            console.print("[green]live tables equal a rebuild from the log[/green]")
+            console.print("[green]live tables equal a rebuild from the log, at the head of the log[/green]")
+            dead = sum(b.dead_letters for b in status(projector) if b.state == "live")
+            if dead:
+                console.print(
+                    f"[yellow]both set aside the same {dead} events as dead letters:"
+                    " see `flowledger projections status`[/yellow]"
+                )
             return
         table = Table(title="differences")
         for column in ("projection", "table", "side", "row"):
@@ -213,15 +281,17 @@ def dashboard_command(
     since: Annotated[str, typer.Option(help="Window: 30m, 24h, 7d ...")] = "24h",
     by: Annotated[list[str] | None, typer.Option(help=BY_HELP)] = None,
     reprice_as: Annotated[str | None, typer.Option(help=REPRICE_HELP)] = None,
+    tenant: TenantOption = None,
 ) -> None:
-    """Calls, errors, tokens, cost and latency percentiles of model calls, grouped."""
+    """Calls, errors, tokens, cost and latency percentiles of one tenant's model calls, grouped."""
     groups = by or ["model"]
     with reported_errors(), Engine() as engine:
+        whose = _tenant(engine, tenant)
         projector = projector_for(engine)
         projector.catch_up()
         start = datetime.now(UTC) - parse_since(since)
         with projector.connect() as conn:
-            rows = dashboard(conn, projector.names.reader, since=start, by=groups)
+            rows = dashboard(conn, projector.names.reader, tenant=whose, since=start, by=groups)
             console.print(dashboard_table(rows, groups, f"model calls, last {since}"))
             if reprice_as is not None:
                 table = load_price_table(engine.settings.pricing_file)
@@ -229,7 +299,13 @@ def dashboard_command(
                 if reprice_as not in prices:
                     raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
                 repriced = reprice(
-                    conn, projector.names.reader, prices, as_model=reprice_as, since=start, by=groups
+                    conn,
+                    projector.names.reader,
+                    prices,
+                    tenant=whose,
+                    as_model=reprice_as,
+                    since=start,
+                    by=groups,
                 )
                 out = Table(title=f"same usage at {reprice_as} prices ({table.version})")
                 for column in [*groups, "calls", "recorded $", f"{reprice_as} $", "difference $"]:
@@ -249,14 +325,16 @@ def funnel_command(
     workflow: Annotated[str, typer.Argument(help="The workflow name.")],
     by: Annotated[str | None, typer.Option(help="Break down by 'model' or 'metadata.<key>'.")] = None,
     steps: Annotated[str | None, typer.Option(help=STEPS_HELP)] = None,
+    tenant: TenantOption = None,
 ) -> None:
-    """Per step: sessions reaching it, conversion, drop-off by cause, time to reach it."""
+    """Per step of one tenant's sessions: reaching it, conversion, drop-off by cause, time to reach it."""
     with reported_errors(), Engine() as engine:
+        whose = _tenant(engine, tenant)
         projector = projector_for(engine)
         projector.catch_up()
         order = [s.strip() for s in steps.split(",")] if steps else None
         with projector.connect() as conn:
-            reports = funnel_report(conn, projector.names.reader, workflow, steps=order, by=by)
+            reports = funnel_report(conn, projector.names.reader, workflow, tenant=whose, steps=order, by=by)
         if not reports:
             console.print(f"no sessions of workflow {workflow!r}")
         for report in reports:
@@ -264,23 +342,19 @@ def funnel_command(
 
 
 def show_analytics(engine: Engine, out: Console, *, since: timedelta = timedelta(days=1)) -> None:
-    """Catch the projections up (with a progress bar) and print the dashboard and every funnel."""
+    """Catch the projections up (with a progress bar) and print the engine tenant's dashboard
+    and every funnel."""
     projector = projector_for(engine, batch_size=5000)
     with progress_bar(projector, "projecting") as advance:
         projector.catch_up(progress=advance)
     start = datetime.now(UTC) - since
+    reader, tenant = projector.names.reader, engine.tenant
     with projector.connect() as conn:
         for groups in (["model"], ["workflow", "step"]):
-            rows = dashboard(conn, projector.names.reader, since=start, by=groups)
+            rows = dashboard(conn, reader, tenant=tenant, since=start, by=groups)
             out.print(dashboard_table(rows, groups, f"model calls by {', '.join(groups)}"))
-        workflows = conn.execute(
-            sql.SQL(
-                "SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE started_at >= %s ORDER BY 1"
-            ).format(sql.Identifier(projector.names.reader)),
-            [start],
-        ).fetchall()
-        for (workflow,) in workflows:
-            for report in funnel_report(conn, projector.names.reader, workflow):
+        for workflow in workflows(conn, reader, tenant=tenant, since=start):
+            for report in funnel_report(conn, reader, workflow, tenant=tenant):
                 out.print(funnel_table(report))
 
 

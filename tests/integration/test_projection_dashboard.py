@@ -71,7 +71,10 @@ def projector(pg_engine: Engine, database_url: str, pg_schema: str) -> Iterator[
 
 def test_dashboard_by_model_matches_the_hand_computed_numbers(projector: Projector) -> None:
     with projector.connect() as conn:
-        rows = {r.group[0]: r for r in dashboard(conn, projector.names.reader, since=T0, by=["model"])}
+        rows = {
+            r.group[0]: r
+            for r in dashboard(conn, projector.names.reader, since=T0, by=["model"], tenant="default")
+        }
     assert list(rows) == ["gpt-4.1", "deepseek-v3.2", "gemini-2.5-flash", "(none)"]
     deepseek = rows["deepseek-v3.2"]
     assert (
@@ -107,10 +110,14 @@ def test_dashboard_groups_by_workflow_and_step_and_by_minute(projector: Projecto
     with projector.connect() as conn:
         by_step = {
             r.group: r.calls
-            for r in dashboard(conn, projector.names.reader, since=T0, by=["workflow", "step"])
+            for r in dashboard(
+                conn, projector.names.reader, since=T0, by=["workflow", "step"], tenant="default"
+            )
         }
-        windowed = dashboard(conn, projector.names.reader, since=at(30), until=at(60), by=[])
-        minutes = dashboard(conn, projector.names.reader, since=T0, by=["minute"])
+        windowed = dashboard(
+            conn, projector.names.reader, since=at(30), until=at(60), by=[], tenant="default"
+        )
+        minutes = dashboard(conn, projector.names.reader, since=T0, by=["minute"], tenant="default")
     assert by_step == {("support", "classify"): 5, ("support", "answer"): 2}
     # calls at 40 s (answer) and 45 s (failed answer) fall in [30 s, 60 s)
     assert (windowed[0].calls, windowed[0].cost_usd) == (2, Decimal("0.0080"))
@@ -123,7 +130,9 @@ def test_reprice_as_another_model_prices_recorded_tokens(projector: Projector) -
     with projector.connect() as conn:
         rows = {
             r.group[0]: r
-            for r in reprice(conn, projector.names.reader, {"gpt-4.1": gpt}, as_model="gpt-4.1", since=T0)
+            for r in reprice(
+                conn, projector.names.reader, {"gpt-4.1": gpt}, as_model="gpt-4.1", since=T0, tenant="default"
+            )
         }
     # a: 800*2e-6 + 200*5e-7 + 100*8e-6 = 0.0025; b: 0.00224; c: 0.00336
     assert rows["deepseek-v3.2"].repriced_cost_usd == Decimal("0.00810")
@@ -137,7 +146,9 @@ def test_reprice_as_another_model_prices_recorded_tokens(projector: Projector) -
 def test_reprice_under_a_price_table_skips_models_it_lacks(projector: Projector) -> None:
     table = {"deepseek-v3.2": Price(Decimal("0.00000028"), Decimal("0.00000042"), Decimal("0.000000028"))}
     with projector.connect() as conn:
-        rows = {r.group[0]: r for r in reprice(conn, projector.names.reader, table, since=T0)}
+        rows = {
+            r.group[0]: r for r in reprice(conn, projector.names.reader, table, since=T0, tenant="default")
+        }
     assert (rows["gpt-4.1"].priced_calls, rows["gpt-4.1"].repriced_cost_usd) == (0, 0)
     # uncached input (800+800+1200)*2.8e-7 = 0.000784; cached 200*2.8e-8 = 0.0000056;
     # output (100+80+120)*4.2e-7 = 0.000126
@@ -146,7 +157,7 @@ def test_reprice_under_a_price_table_skips_models_it_lacks(projector: Projector)
 
 def test_funnel_matches_the_hand_computed_conversions_and_causes(projector: Projector) -> None:
     with projector.connect() as conn:
-        [report] = funnel_report(conn, projector.names.reader, "support")
+        [report] = funnel_report(conn, projector.names.reader, "support", tenant="default")
     assert report.sessions == 6
     assert report.before_first_step == {"abandoned": 1}
     classify, answer, close = report.steps
@@ -175,12 +186,17 @@ def test_funnel_breaks_down_by_metadata_and_by_model(projector: Projector) -> No
     with projector.connect() as conn:
         channels = {
             r.segment: r
-            for r in funnel_report(conn, projector.names.reader, "support", by="metadata.channel")
+            for r in funnel_report(
+                conn, projector.names.reader, "support", by="metadata.channel", tenant="default"
+            )
         }
         models = {
-            r.segment: r.sessions for r in funnel_report(conn, projector.names.reader, "support", by="model")
+            r.segment: r.sessions
+            for r in funnel_report(conn, projector.names.reader, "support", by="model", tenant="default")
         }
-        ordered = funnel_report(conn, projector.names.reader, "support", steps=["answer", "close"])
+        ordered = funnel_report(
+            conn, projector.names.reader, "support", steps=["answer", "close"], tenant="default"
+        )
     assert {k: v.sessions for k, v in channels.items()} == {"(none)": 3, "app": 1, "web": 2}
     assert [s.reached for s in channels["web"].steps] == [2, 1, 1]
     assert models == {"(none)": 2, "deepseek-v3.2": 3, "gemini-2.5-flash": 1}
@@ -218,7 +234,7 @@ def test_reprice_finds_the_price_of_a_dated_or_provider_prefixed_model(
 
     # When the recorded usage is repriced under a table that only knows "gpt-4.1"
     with projector.connect() as conn:
-        [row] = reprice(conn, projector.names.reader, table, since=T0, by=())
+        [row] = reprice(conn, projector.names.reader, table, since=T0, by=(), tenant="default")
 
     # Then both calls found that price: 2 x (1000*2e-6 + 100*8e-6)
     assert (row.calls, row.priced_calls, row.repriced_cost_usd) == (2, 2, Decimal("0.0056"))

@@ -146,7 +146,11 @@ def test_seed_cost_by_model_query_agrees_with_the_cost_dashboard(projector: Proj
     seed = {row[0] or "(none)": row[1:] for row in run_seed(projector, COST_BY_MODEL)}
     with projector.connect() as conn:
         ours = dashboard(
-            conn, projector.names.reader, since=datetime.now(UTC) - timedelta(days=7), by=["model"]
+            conn,
+            projector.names.reader,
+            since=datetime.now(UTC) - timedelta(days=7),
+            by=["model"],
+            tenant="default",
         )
     assert len(seed) == len(ours) > 1
     for row in ours:
@@ -160,7 +164,11 @@ def test_seed_performance_query_agrees_on_cost_tokens_and_errors(projector: Proj
     rows = run_seed(projector, PERFORMANCE)
     with projector.connect() as conn:
         [total] = dashboard(
-            conn, projector.names.reader, since=datetime.now(UTC) - timedelta(hours=24), by=[]
+            conn,
+            projector.names.reader,
+            since=datetime.now(UTC) - timedelta(hours=24),
+            by=[],
+            tenant="default",
         )
     assert {row[0] for row in rows} == {"customer_service"}
     assert sum(row[5] or 0 for row in rows) == total.cost_usd
@@ -171,7 +179,9 @@ def test_seed_performance_query_agrees_on_cost_tokens_and_errors(projector: Proj
 def test_seed_funnel_query_agrees_with_the_funnel(projector: Projector) -> None:
     rows = run_seed(projector, FUNNEL)
     with projector.connect() as conn:
-        [report] = funnel_report(conn, projector.names.reader, "customer_service", steps=STEPS)
+        [report] = funnel_report(
+            conn, projector.names.reader, "customer_service", steps=STEPS, tenant="default"
+        )
     sessions = {completed: count for completed, count, _ in rows}
     assert sum(sessions.values()) == report.sessions == 40
     for k, step in enumerate(report.steps, start=1):

@@ -150,10 +150,10 @@ def check_numbers(projector: Projector, scripts: list[SessionScript]) -> None:
             ).format(reader)
         ).fetchall()
         assert {r[0]: tuple(r[1:]) for r in rows} == expected_sessions(scripts)
-        board = dashboard(conn, projector.names.reader, since=T0 - timedelta(days=1))
+        board = dashboard(conn, projector.names.reader, since=T0 - timedelta(days=1), tenant="default")
         assert {r.group[0]: r.calls for r in board} == dict(by_model)
         assert {r.group[0]: r.cost_usd for r in board} == cost
-        reports = funnel_report(conn, projector.names.reader, "wf")
+        reports = funnel_report(conn, projector.names.reader, "wf", tenant="default")
         assert {s.step: s.reached for r in reports for s in r.steps} == dict(reached)
         assert sum(r.sessions for r in reports) == len(scripts)
         executions = conn.execute(

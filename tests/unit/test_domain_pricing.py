@@ -89,5 +89,12 @@ def test_repricing_as_a_model_without_a_price_is_a_validation_error_not_a_key_er
     # The check comes before any query, so no connection is needed.
     no_connection = cast(Any, None)
     with pytest.raises(ValidationError) as raised:
-        reprice(no_connection, "reader", {"gpt-4.1": GPT}, as_model="claude", since=cast(Any, None))
+        reprice(
+            no_connection,
+            "reader",
+            {"gpt-4.1": GPT},
+            as_model="claude",
+            since=cast(Any, None),
+            tenant="default",
+        )
     assert raised.value.field == "as_model"

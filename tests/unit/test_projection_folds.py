@@ -64,6 +64,7 @@ def test_funnel_counts_a_step_once_in_the_order_first_reached_and_keeps_its_last
     session = {
         "originator_id": script.id,
         "workflow": "wf",
+        "tenant": "default",
         "first_model": None,
         "steps_reached": 0,
         "status": "active",
