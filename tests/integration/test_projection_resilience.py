@@ -1,0 +1,295 @@
+"""Projections never wedge: dead letters, unknown topics, verify that sees a stuck build,
+tenant-scoped analytics, and switches that keep grants and users' views."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.utils import get_topic
+from psycopg import Cursor, sql
+
+from flowledger.domain import LlmUsage
+from flowledger.domain.session import Session
+from flowledger.infrastructure import Engine
+from flowledger.projections import (
+    Envelope,
+    Projector,
+    dashboard,
+    follow,
+    funnel_report,
+    projector_for,
+    rebuild,
+    recent_dead_letters,
+    status,
+    tenant_views,
+    verify,
+    workflows,
+)
+from flowledger.projections.current_state import CurrentState
+from flowledger.projections.rebuild import POSITION
+from flowledger.projections.registry import all_projections
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.postgres
+
+T0 = datetime.now(UTC) - timedelta(minutes=10)
+USED = LlmUsage(request_model="m", input_tokens=10, output_tokens=5, cost_usd=Decimal("0.01"), latency_ms=5.0)
+
+
+@pytest.fixture
+def projector(pg_engine: Engine, database_url: str, pg_schema: str) -> Iterator[Projector]:
+    yield projector_for(pg_engine, batch_size=4)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for (name,) in conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", [pg_schema + "_"]
+        ).fetchall():
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+def rows(projector: Projector, statement: str, schema: str | None = None) -> list[tuple[Any, ...]]:
+    with projector.connect() as conn:
+        target = sql.Identifier(schema or projector.names.reader)
+        return conn.execute(sql.SQL(statement).format(target)).fetchall()
+
+
+def work(engine: Engine, session_id: str, workflow: str = "flow") -> None:
+    engine.start_session(session_id, workflow)
+    engine.record_step(session_id, "one", usage=USED)
+
+
+def poisoned(log: Any) -> None:
+    """A session whose text holds NUL, appended past validation (as an old release accepted it)."""
+    aggregate_id = uuid.uuid4()
+    started: Any = Session.Started
+    processed: Any = Session.StepProcessed
+    log.append(
+        [
+            started(
+                originator_topic=get_topic(Session),
+                originator_id=aggregate_id,
+                originator_version=1,
+                timestamp=T0,
+                session_id="user-\x00-1",
+                tenant="default",
+                workflow="wf\x00",
+                user_id="u\x00",
+                expires_at=T0 + timedelta(hours=1),
+                metadata={"k": "v\x00"},
+            ),
+            processed(
+                originator_id=aggregate_id,
+                originator_version=2,
+                timestamp=T0,
+                step="st\x00ep",
+                input={"m": "\x00"},
+                output={},
+                next_step=None,
+                context_update={"c": "\x00"},
+                usage=USED,
+                idempotency_key=None,
+            ),
+        ]
+    )
+
+
+def at_head(projector: Projector, engine: Engine) -> bool:
+    head = engine.log.head()
+    return all(b.position == head for b in status(projector) if b.state == "live")
+
+
+def test_a_nul_stored_in_events_becomes_dead_letters_and_every_projection_moves_on(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given a good session, a poisoned one stored past validation, and another good one
+    work(pg_engine, "good-1")
+    poisoned(pg_engine.log)
+    work(pg_engine, "good-2")
+    # When the projections catch up
+    projector.catch_up()
+    # Then they reached the head, with the good sessions in and the poisoned events set aside
+    assert at_head(projector, pg_engine)
+    assert sorted(r[0] for r in rows(projector, "SELECT session_id FROM {}.sessions")) == ["good-1", "good-2"]
+    dead = {b.projection: b.dead_letters for b in status(projector)}
+    # (the cost build also refuses the call row, its step name holds a NUL; the others
+    # skip the poisoned session's later events, its first one being set aside)
+    assert dead == {"current_state": 1, "cost": 2, "funnel": 1, "seed": 1}
+    letters = recent_dead_letters(projector)
+    assert {d.topic.rsplit(".", 1)[1] for d in letters} == {"Started", "StepProcessed"}
+    assert all("0x00" in d.error or "NUL" in d.error or "\\u0000" in d.error for d in letters)
+    # And verify, dashboards, rebuild and further catch-ups all work
+    assert verify(projector) == []
+    with projector.connect() as conn:
+        [board] = dashboard(
+            conn, projector.names.reader, tenant="default", since=T0 - timedelta(hours=1), by=[]
+        )
+    assert board.calls == 2
+    work(pg_engine, "good-3")
+    rebuild(projector)
+    projector.catch_up()
+    assert len(rows(projector, "SELECT 1 FROM {}.sessions")) == 3
+    assert {b.projection: b.dead_letters for b in status(projector)} == dead
+
+
+def test_a_follower_goes_on_past_a_poisoned_event(pg_engine: Engine, projector: Projector) -> None:
+    stop, ready, errors = threading.Event(), threading.Event(), []
+
+    def run() -> None:
+        try:
+            follow(projector, stop=stop, ready=ready)
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+            ready.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(15)
+    try:
+        poisoned(pg_engine.log)
+        work(pg_engine, "after")
+        deadline = datetime.now(UTC) + timedelta(seconds=15)
+        while not rows(projector, "SELECT 1 FROM {}.sessions") and datetime.now(UTC) < deadline:
+            stop.wait(0.05)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not errors
+    assert rows(projector, "SELECT session_id FROM {}.sessions") == [("after",)]
+
+
+def test_events_of_unknown_topics_are_not_read_and_undecodable_ones_are_dead_letters(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given an event class this release does not know, and a known one whose bytes are broken
+    work(pg_engine, "before")
+    newer = StoredEvent(uuid.uuid4(), 1, "flowledger.domain.session:Session.Paused", b'{"why":"newer"}')
+    broken = StoredEvent(uuid.uuid4(), 1, get_topic(Session.Started), b'{"not": "a started event"')
+    pg_engine.log.append_stored([newer])
+    pg_engine.log.append_stored([broken])
+    work(pg_engine, "after")
+    # When the projections catch up
+    projector.catch_up()
+    # Then the unknown topic was skipped, the broken event set aside, and both sessions are in
+    assert at_head(projector, pg_engine)
+    assert len(rows(projector, "SELECT 1 FROM {}.sessions")) == 2
+    letters = recent_dead_letters(projector)
+    assert {d.topic for d in letters} == {broken.topic}
+    assert {d.projection for d in letters} == {"current_state", "cost", "funnel", "seed"}
+    assert verify(projector) == []
+
+
+class _StuckOnLiveBuilds(CurrentState):
+    """Current state whose live builds hit a database fault (not the events'): they cannot move."""
+
+    def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
+        if not schema.endswith("_verify"):
+            raise psycopg.OperationalError("the disk is full")
+        super().apply(cur, schema, batch)
+
+
+def test_verify_reports_a_live_build_that_cannot_reach_the_head(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    work(pg_engine, "s1")
+    stuck = projector_for(pg_engine, projections=[_StuckOnLiveBuilds()])
+    with pytest.raises(psycopg.OperationalError):
+        stuck.catch_up()
+    differences = verify(stuck)
+    assert [d.table for d in differences] == [POSITION]
+    assert "the disk is full" in differences[0].row
+    assert f"the log's head was {pg_engine.log.head()}" in differences[0].row
+
+
+def test_analytics_show_only_the_callers_tenant(
+    database_url: str, pg_schema: str, projector: Projector
+) -> None:
+    # Given two tenants' engines on one log
+    engines = {
+        t: Engine(settings=make_settings(database_url=database_url, schema=pg_schema, tenant=t)) for t in "ab"
+    }
+    try:
+        work(engines["a"], "s1", workflow="a-flow")
+        work(engines["b"], "s1", workflow="b-flow")
+        engines["b"].record_step("s1", "two", usage=USED)
+    finally:
+        for engine in engines.values():
+            engine.close()
+    projector.catch_up()
+    reader = projector.names.reader
+    with projector.connect() as conn:
+        # Then each tenant's dashboard, funnel and workflow list show its own data only
+        for tenant, workflow, calls in (("a", "a-flow", 1), ("b", "b-flow", 2)):
+            board = dashboard(conn, reader, tenant=tenant, since=T0 - timedelta(hours=1), by=["workflow"])
+            assert [(r.group, r.calls) for r in board] == [((workflow,), calls)]
+            assert workflows(conn, reader, tenant=tenant) == [workflow]
+            other = "b-flow" if tenant == "a" else "a-flow"
+            assert funnel_report(conn, reader, other, tenant=tenant) == []
+        assert dashboard(conn, reader, tenant="nobody", since=T0 - timedelta(hours=1)) == []
+    # And a tenant's view schema runs plain SQL over its rows only
+    schema = tenant_views(projector, "a")
+    assert rows(projector, "SELECT DISTINCT workflow_name FROM {}.workflow_states", schema) == [("a-flow",)]
+    assert len(rows(projector, "SELECT 1 FROM {}.workflow_executions", schema)) == 1
+    assert len(rows(projector, "SELECT 1 FROM {}.llm_calls", schema)) == 1
+
+
+def test_a_rebuild_keeps_grants_on_reader_views_and_views_users_built_on_them(
+    pg_engine: Engine, projector: Projector, pg_schema: str
+) -> None:
+    work(pg_engine, "s1")
+    projector.catch_up()
+    role, mine = f"r_{uuid.uuid4().hex[:12]}", f"{pg_schema}_mine"
+    reader = sql.Identifier(projector.names.reader)
+    with projector.connect() as conn:
+        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+        try:
+            conn.execute(sql.SQL("GRANT SELECT ON {}.sessions TO {}").format(reader, sql.Identifier(role)))
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(mine)))
+            conn.execute(
+                sql.SQL("CREATE VIEW {}.active AS SELECT session_id FROM {}.sessions").format(
+                    sql.Identifier(mine), reader
+                )
+            )
+            # When the projections are rebuilt and switched
+            work(pg_engine, "s2")
+            rebuild(projector)
+            # Then the grant and the user's view are still there, over the new build
+            granted = conn.execute(
+                "SELECT has_table_privilege(%s, %s, 'SELECT')", [role, f"{projector.names.reader}.sessions"]
+            ).fetchone()
+            assert granted == (True,)
+            seen = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}.active").format(sql.Identifier(mine))
+            ).fetchone()
+            assert seen == (2,)
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(mine)))
+            conn.execute(sql.SQL("REVOKE ALL ON {}.sessions FROM {}").format(reader, sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_build_of_an_older_schema_version_is_replaced_and_rebuilt_from_the_log(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    work(pg_engine, "s1")
+    projector.catch_up()
+    old = {b.projection: b.schema for b in status(projector)}
+    with projector.connect() as conn:
+        conn.execute(
+            sql.SQL("UPDATE {}.builds SET schema_version = 1 WHERE projection = 'cost'").format(
+                sql.Identifier(projector.names.control)
+            )
+        )
+    projector.catch_up()
+    new = {b.projection: (b.schema, b.schema_version) for b in status(projector)}
+    assert new["cost"][0] != old["cost"]
+    assert new["cost"][1] == 2
+    assert new["current_state"][0] == old["current_state"]
+    assert rows(projector, "SELECT tenant FROM {}.llm_calls") == [("default",)]
+    assert len(all_projections()) == len(new)
