@@ -1,4 +1,8 @@
-"""``flowledger audit verify`` and ``flowledger audit export``."""
+"""``flowledger audit verify`` and ``flowledger audit export``.
+
+A read of the log that the read horizon held back is reported as partial (exit 75, "try
+again"), never as ok.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +17,18 @@ from rich.progress import Progress
 
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.infrastructure import Engine
-from flowledger.infrastructure.audit import AuditReport, export_records, verify_export, verify_log
+from flowledger.infrastructure.audit import (
+    AuditReport,
+    ReadExtent,
+    export_records,
+    verify_export,
+    verify_log,
+)
 
 audit = typer.Typer(help="Check the event log, and export it with a hash chain.", no_args_is_help=True)
 console = Console(stderr=True)
+PARTIAL_EXIT = 75
+"""Like a database that did not answer: nothing is wrong that trying again will not fix."""
 
 
 def _report(report: AuditReport, what: str) -> None:
@@ -24,10 +36,19 @@ def _report(report: AuditReport, what: str) -> None:
         console.print(f"[red]problem:[/red] {problem}", highlight=False)
     if len(report.problems) > 50:
         console.print(f"... and {len(report.problems) - 50} more")
-    verdict = "[green]ok[/green]" if report.ok else f"[red]{len(report.problems)} problems[/red]"
+    if report.problems:
+        verdict = f"[red]{len(report.problems)} problems[/red]"
+    elif report.partial:
+        verdict = "[yellow]no problems in what was read, but the read was partial[/yellow]"
+    else:
+        verdict = "[green]ok[/green]"
     console.print(f"{what}: {report.events:,} events in {report.streams:,} streams: {verdict}")
-    if not report.ok:
+    if report.extent is not None and report.partial:
+        console.print(f"[yellow]{report.extent.describe()}[/yellow]", highlight=False)
+    if report.problems:
         raise typer.Exit(1)
+    if report.partial:
+        raise typer.Exit(PARTIAL_EXIT)
 
 
 @audit.command()
@@ -58,15 +79,24 @@ def export(
             engine.history(session)  # raises SessionNotFound with the caller's id
             aggregate_id = engine.session_uuid(session)
         target = out.open("w", encoding="utf-8") if out is not None else sys.stdout
+        partial: ReadExtent | None = None
         try:
             count = 0
             for record in export_records(engine.log, aggregate_id):
                 target.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 0 if record.get("trailer") else 1
+                if record.get("partial"):
+                    partial = ReadExtent(record["read_through"], record["committed_through"])
         finally:
             if out is not None:
                 target.close()
         console.print(f"exported {count:,} events" + (f" to {out}" if out else ""))
+        if partial is not None:
+            console.print(
+                f"[yellow]the export is incomplete (its trailer says so): {partial.describe()}[/yellow]",
+                highlight=False,
+            )
+            raise typer.Exit(PARTIAL_EXIT)
 
 
 def register(app: typer.Typer) -> None:
