@@ -4,10 +4,12 @@ simulator as a ratio of bare aiohttp requests of the same shape, in the same rou
 Rows (each round runs them all, interleaved; the table gives medians and the min-max spread):
 - the same requests alone through aiohttp (the baseline, ratio 1.00), through the adapter's
   transport (httpx's API over aiohttp, ``httpx-aiohttp``) and through httpx's own sharded pool;
-- ``engine.process_step`` through the simulator, and with an in-process model port (no HTTP);
+- ``engine.process_step`` through the simulator, and with an in-process model port (no HTTP)
+  on PostgreSQL and on the in-memory store (the difference is what the two saves cost);
 - ``engine.record_step`` (the model call happened elsewhere);
 - the webhook's ``process_step`` through ``flowledger serve`` (``--clients`` concurrent
-  clients), once with the server on asyncio's loop and once on uvloop's.
+  clients): on asyncio with h11 (a plain install), on asyncio with httptools, and on uvloop
+  with httptools (the ``speed`` extra).
 Each row gives steps/s, the whole machine's busy CPU per step (every process here: client,
 simulator, server, PostgreSQL, and anything else running) and this process's own. Then the
 adapter's own overhead per call beside a bare request through the same transport.
@@ -66,10 +68,18 @@ LABELS = {
     "httpx": "the same requests alone: httpx's sharded pool",
     "process": "engine.process_step via simulator",
     "port": "engine.process_step, in-process port (no HTTP)",
+    "memory": "engine.process_step, in-process port, in-memory store (no DB)",
     "record": "engine.record_step (no model call)",
-    "webhook-asyncio": "webhook process_step via serve (asyncio loop)",
-    "webhook-uvloop": "webhook process_step via serve (uvloop)",
+    "webhook-h11": "webhook process_step via serve (asyncio, h11)",
+    "webhook-httptools": "webhook process_step via serve (asyncio, httptools)",
+    "webhook-uvloop": "webhook process_step via serve (uvloop, httptools)",
 }
+SERVERS = {
+    "h11": ("asyncio", "h11"),
+    "httptools": ("asyncio", "httptools"),
+    "uvloop": ("uvloop", "httptools"),
+}
+"""The serve configurations measured: a plain install (h11), httptools alone, the ``speed`` extra."""
 
 
 @dataclass(frozen=True)
@@ -150,8 +160,10 @@ def start_simulator(latency_ms: float) -> tuple[subprocess.Popen[bytes], str]:
     return process, base_url
 
 
-def start_server(loop: str, url: str, schema: str, llm_url: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``flowledger serve --loop LOOP`` on the bench's schema and simulator; process and base URL."""
+def start_server(
+    loop: str, http: str, url: str, schema: str, llm_url: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``flowledger serve --loop LOOP --http HTTP`` on the bench's schema and simulator."""
     port = free_port()
     env = {
         **os.environ,
@@ -161,7 +173,7 @@ def start_server(loop: str, url: str, schema: str, llm_url: str) -> tuple[subpro
         "FLOWLEDGER_LLM_API_KEY": KEY,
     }
     command = [sys.executable, "-m", "flowledger.adapters.cli.main", "serve", "--port", str(port)]
-    command += ["--loop", loop]
+    command += ["--loop", loop, "--http", http]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     wait_until_up(process, f"{base}/healthz", {})
@@ -360,6 +372,7 @@ async def one_round(
     base_url: str,
     engine: Engine,
     port_engine: Engine,
+    memory_engine: Engine,
     servers: dict[str, str],
 ) -> dict[str, Measured]:
     """Every row once, in a fixed interleaved order."""
@@ -376,6 +389,8 @@ async def one_round(
         rows[f"webhook-{loop}"] = await measure(steps, work)
     in_process = new_sessions(port_engine, f"port-{number}", args.sessions)
     rows["port"] = await measure(steps, lambda: process_steps(port_engine, in_process))
+    in_memory = new_sessions(memory_engine, f"mem-{number}", args.sessions)
+    rows["memory"] = await measure(steps, lambda: process_steps(memory_engine, in_memory))
     recorded = new_sessions(engine, f"rec-{number}", args.sessions)
     rows["record"] = await measure(steps, lambda: record_steps(engine, recorded))
     if not args.skip_httpx:
@@ -395,14 +410,20 @@ async def main(args: argparse.Namespace) -> None:
     try:
         engine = Engine(settings=settings, llm=client(base_url))
         port_engine = Engine(settings=settings, llm=SleepingPort(args.latency_ms / 1000))
-        for loop in () if args.skip_webhook else ("asyncio", "uvloop"):
-            server, base = start_server(loop, url, schema, base_url)
+        memory_engine = Engine.in_memory(
+            settings=Settings(home=Path(tempfile.gettempdir())), llm=SleepingPort(args.latency_ms / 1000)
+        )
+        for name, (loop, http) in {} if args.skip_webhook else SERVERS.items():
+            server, base = start_server(loop, http, url, schema, base_url)
             server_processes.append(server)
-            servers[loop] = base
+            servers[name] = base
         for number in range(args.rounds):
-            rounds.append(await one_round(args, number, base_url, engine, port_engine, servers))
+            rounds.append(
+                await one_round(args, number, base_url, engine, port_engine, memory_engine, servers)
+            )
         await engine.aclose()
         await port_engine.aclose()
+        await memory_engine.aclose()
     finally:
         for server in server_processes:
             server.terminate()
@@ -465,11 +486,11 @@ def report(
         f"process_step / bare aiohttp: {ratios['process']:.2f} (goal >= {STEP_GOAL}: "
         f"{verdict[ratios['process'] >= STEP_GOAL]})"
     )
-    for loop in ("asyncio", "uvloop"):
-        key = f"webhook-{loop}"
+    for name in SERVERS:
+        key = f"webhook-{name}"
         if key in ratios:
             console.print(
-                f"webhook ({loop}) / bare aiohttp: {ratios[key]:.2f} (goal >= {WEBHOOK_GOAL}: "
+                f"{LABELS[key]} / bare aiohttp: {ratios[key]:.2f} (goal >= {WEBHOOK_GOAL}: "
                 f"{verdict[ratios[key] >= WEBHOOK_GOAL]})"
             )
     calls = Table(title=f"Adapter overhead: {args.calls} sequential calls each, simulator at 0 ms")

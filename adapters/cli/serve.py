@@ -1,8 +1,9 @@
 """``flowledger serve``: the HTTP API (webhook, REST, dashboard) under uvicorn.
 
 The event loop is uvloop's when it is installed (``pip install 'flowledger[speed]'``), else
-asyncio's; ``--loop`` picks one. What it changes is measured by ``bench/bench_llm.py``
-(the webhook rows, one per loop).
+asyncio's, and HTTP is parsed by httptools when installed (the same extra), else h11;
+``--loop`` and ``--http`` pick. What they change is measured by ``bench/bench_llm.py``
+(the webhook rows).
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def serve(
     loop: Annotated[
         Loop, typer.Option(help="Event loop: uvloop when installed (auto), or asyncio.")
     ] = Loop.auto,
+    http: Annotated[
+        str, typer.Option(help="HTTP parser: httptools when installed (auto), or h11 / httptools.")
+    ] = "auto",
     access_log: Annotated[bool, typer.Option(help="Log every request (a JSON line each, stderr).")] = True,
     insecure: Annotated[
         bool, typer.Option("--insecure", help="Serve a non-loopback address even with no API key configured.")
@@ -103,6 +107,7 @@ def serve(
                 access_log=False,
                 # The loop is made by ``run`` below; uvicorn must not install another.
                 loop="none",
+                http=http,
             )
             console.print(f"serving on {loop_name}")
             run(_serve(uvicorn.Server(config), engine))
