@@ -21,7 +21,7 @@ from flowledger.domain.assignment import Choice, choose_agent, in_queue_order
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import AgentState, EscalationReason, ReleaseOutcome, TaskState, TaskStatus
-from flowledger.domain.values import JsonObject, LlmUsage
+from flowledger.domain.values import MAX_DEADLINE, JsonObject, LlmUsage, require_duration
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, agent_key, task_key
 
@@ -63,9 +63,7 @@ class TaskService:
         the same description, skills and priority returns it unchanged."""
         skills = normalise_skills("required_skills", required_skills)
         if isinstance(deadline, timedelta):
-            if deadline <= timedelta(0):
-                raise ValidationError("deadline", f"must be a positive delay, got {deadline}")
-            deadline = self._store.clock() + deadline
+            deadline = self._store.clock() + require_duration("deadline", deadline, maximum=MAX_DEADLINE)
         decide = partial(self._create, task_id, description, skills, priority, deadline)
         return self._task_write(task_id, decide)
 

@@ -228,3 +228,11 @@ def test_an_agent_with_many_events_reloads_from_a_snapshot(engine: Engine) -> No
     assert agent.completed == 30
     assert agent.load == 0
     assert engine.get_agent("busy", version=50).completed == 24
+
+
+def test_a_deadline_beyond_ten_years_is_refused_not_an_overflow(engine: Engine) -> None:
+    with pytest.raises(ValidationError) as raised:
+        engine.create_task("t-far", "someday", deadline=timedelta(days=10**6))
+    assert raised.value.field == "deadline"
+    with pytest.raises(TaskNotFound):
+        engine.get_task("t-far")
