@@ -18,6 +18,13 @@ library's through its table lock, flowledger's through its transaction-id horizo
 ``recorder.py``): no id can appear behind a cursor later. The view is only ever read: a
 save of an agent still fails on a stale version, so a lagging view costs a retry, never a
 broken capacity.
+
+A prefix is not enough to decide from, though: with an append still in flight before it,
+an agent registered a moment ago is committed but not yet readable, and an assignment
+read from that roster escalated a task as ``no_capable_agent`` for good. So every refresh
+first makes sure that every row committed before it began is readable, waiting for
+that within the operation deadline, and raises ``StoreUnavailable`` rather than answer
+from less.
 """
 
 from __future__ import annotations
@@ -34,8 +41,10 @@ from eventsourcing.utils import get_topic
 
 from flowledger.domain.agent import Agent, agent_uuid
 from flowledger.domain.assignment import AgentProfile
+from flowledger.domain.errors import StoreUnavailable
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import TaskPriority
+from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 
 _PAGE = 500
 _CREATIONS = (get_topic(Task.Created), get_topic(Agent.Registered))
@@ -69,14 +78,34 @@ class LogIndex:
         self._agents: dict[UUID, Agent] = {}
 
     def refresh(self) -> None:
-        """Catch up with the log."""
+        """Catch up with the log: with every event committed before this call, or StoreUnavailable."""
         with self._lock:
+            self._wait_for_head()
             if self._changes_position is None:
                 self._changes_position = self._app.recorder.max_notification_id() or 0
             self._creations_position = self._tail(self._creations_position, _CREATIONS)
             self._changes_position = self._tail(self._changes_position, _AGENT_CHANGES)
             for aggregate_id in self._agent_ids.keys() - self._agents.keys():
                 self._agents[aggregate_id] = self._app.repository.get(aggregate_id)
+
+    def _wait_for_head(self) -> None:
+        """Return once every row committed so far is readable (so the tails below reach it).
+
+        Only flowledger's recorder can hold rows back (the library's readers lock the table;
+        the in-memory log has no horizon).
+        """
+        recorder = self._app.recorder
+        if not isinstance(recorder, FlowledgerApplicationRecorder):
+            return
+        budget = recorder.deadlines.operation_s
+        head = recorder.committed_max_notification_id()
+        if not recorder.readable_through(head, timeout=budget):
+            lag = recorder.horizon_lag()
+            raise StoreUnavailable(
+                "read the task index",
+                f"the log is readable up to id {lag.readable_id} of {head}: an append before it "
+                f"is still open after {budget:g} s",
+            )
 
     def _tail(self, position: int, topics: tuple[str, ...]) -> int:
         while True:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from time import monotonic, sleep
 from typing import Any
 
 import psycopg
@@ -29,8 +30,13 @@ from flowledger.infrastructure.postgres import ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.settings import Settings
 
-SCHEMA_VERSION = 1
-"""1: events (with transaction_id), snapshots, tracking, append functions that unlock on failure."""
+SCHEMA_VERSION = 2
+"""1: events (with transaction_id), snapshots, tracking, append functions that unlock on failure.
+2: the append functions hold an in-flight marker lock until they commit (readers' horizon)."""
+
+MARKERS_SINCE = 2
+"""The first version whose appends hold in-flight markers: upgrading from before waits for
+appends still running the old functions (readers cannot see those)."""
 
 MIGRATION_STATEMENT_TIMEOUT_S = 120.0
 """A repair rewrites rows: allow it longer than an ordinary statement."""
@@ -77,7 +83,10 @@ def migrate(
                 foreign_rows_repaired=0,
             )
         with conn.transaction():
-            return _migrate_locked(conn, schema, names, originator_id_type, settings)
+            report, upgraded = _migrate_locked(conn, schema, names, originator_id_type, settings)
+        if upgraded:
+            _wait_for_unmarked_appends(conn, schema, names.events, settings)
+        return report
 
 
 def _already_right(
@@ -101,7 +110,8 @@ def _already_right(
 
 def _migrate_locked(
     conn: psycopg.Connection[Any], schema: str, names: ddl.TableNames, id_type: str, settings: Settings
-) -> MigrationReport:
+) -> tuple[MigrationReport, bool]:
+    """The migration, and whether it replaced append functions that took no markers."""
     timeout_ms = int(max(MIGRATION_STATEMENT_TIMEOUT_S, settings.statement_timeout_s) * 1000)
     cur = conn.cursor(row_factory=tuple_row)
     cur.execute(SQL("SET LOCAL statement_timeout = {}").format(timeout_ms))
@@ -122,7 +132,7 @@ def _migrate_locked(
     cache_reset = _force_sequence_cache_1(cur, schema, names.events)
     repaired = _repair_foreign_transaction_ids(cur, schema, names.events)
     cur.execute(ddl.record_version(schema), (max(version, SCHEMA_VERSION),))
-    return MigrationReport(
+    report = MigrationReport(
         schema=schema,
         version=max(version, SCHEMA_VERSION),
         locked=True,
@@ -130,6 +140,49 @@ def _migrate_locked(
         sequence_cache_reset=cache_reset,
         foreign_rows_repaired=repaired,
     )
+    return report, 0 < version < MARKERS_SINCE
+
+
+def _wait_for_unmarked_appends(
+    conn: psycopg.Connection[Any], schema: str, table: str, settings: Settings
+) -> None:
+    """After new append functions with markers committed: wait (at most a statement timeout) for
+    the transactions that may have appended with the old ones, which new readers cannot see.
+
+    Those are the transactions holding the log's sequence (``nextval`` locks it until the
+    transaction ends) and any statement of this database already running (a call of the
+    old function that has not reached ``nextval`` yet). Every later call runs the new
+    functions. An unrelated statement running then only makes this upgrade wait longer.
+    """
+    sequence = _sequence_of(conn.cursor(), schema, table)
+    deadline = monotonic() + settings.statement_timeout_s
+    rows = conn.execute(_APPENDING_NOW, (sequence,)).fetchall()
+    pending = [str(row[0]) for row in rows]
+    while pending:
+        if monotonic() >= deadline:
+            _log.warning(
+                "%s transactions that may have appended to %s.%s with the old functions are still "
+                "open; a reader could pass their ids if they commit later",
+                len(pending),
+                schema,
+                table,
+            )
+            return
+        sleep(0.01)
+        rows = conn.execute(
+            "SELECT DISTINCT virtualtransaction FROM pg_locks WHERE virtualtransaction = ANY(%s)", (pending,)
+        ).fetchall()
+        pending = [str(row[0]) for row in rows]
+
+
+_APPENDING_NOW = (
+    "SELECT DISTINCT l.virtualtransaction FROM pg_locks l "
+    "CROSS JOIN (SELECT oid FROM pg_database WHERE datname = current_database()) AS d "
+    "WHERE l.pid <> pg_backend_pid() AND ("
+    "(l.locktype = 'relation' AND l.database = d.oid AND l.relation = %s::regclass) "
+    "OR (l.locktype = 'virtualxid' AND l.pid IN (SELECT a.pid FROM pg_stat_activity a "
+    "WHERE a.datid = d.oid AND a.state = 'active' AND a.pid <> pg_backend_pid())))"
+)
 
 
 def create_event_log(cur: psycopg.Cursor[Any], schema: str, table: str, id_type: str) -> None:
@@ -153,6 +206,7 @@ def create_event_log(cur: psycopg.Cursor[Any], schema: str, table: str, id_type:
         id_type=id_type,
         sequence=sequence,
         lock_key=pg_sql.section_lock_key(schema, table),
+        in_flight_space=pg_sql.in_flight_lock_space(schema, table),
     ):
         cur.execute(statement)
 

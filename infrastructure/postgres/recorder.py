@@ -5,30 +5,32 @@ through commit, so that notification ids become visible in id order and a reader
 tailing the log never passes an id that commits later. That queues every writer
 behind the previous writer's WAL flush. This recorder keeps the guarantee without it.
 
-Mechanism (transaction ids and the snapshot horizon, as Marten, Emmett and the
-Commanded event store do, adapted so that positions stay plain increasing integers):
+Mechanism (transaction ids and a horizon, as Marten, Emmett and the Commanded event
+store do, but with the horizon taken from this log's own appends in flight):
 
 1. Each row stores the id of the transaction that appended it (``transaction_id``,
    ``xid8``). An append is one call of a PL/pgSQL function, in its own transaction.
 2. Inside the function a session advisory lock is held only while the transaction
-   takes its id (``pg_current_xact_id()``) and its notification ids (``nextval``);
-   the insert and the commit run outside it, concurrently. Since both kinds of id are
-   taken inside that section, a transaction that took lower notification ids always
-   has a lower transaction id: ``transaction_id`` increases with ``notification_id``.
+   takes its id (``pg_current_xact_id()``), a marker lock keyed by that id
+   (``pg_advisory_xact_lock_shared``, held until the transaction ends) and its
+   notification ids (``nextval``); the insert and the commit run outside it,
+   concurrently. So a transaction that took lower notification ids always has a lower
+   transaction id, and its marker existed before any later append took an id.
    (So the function refuses to run in a transaction that already has an id.)
-3. A reader treats a row as readable only when its ``transaction_id`` is below
-   ``pg_snapshot_xmin(pg_current_snapshot())``, the oldest transaction still running
-   when its statement began. Then every transaction that took a lower notification id
-   has finished, so no lower id can appear later: readable rows form a prefix of the
-   log in id order, and a reader that remembers the last id it consumed skips nothing.
+3. A reader first reads the horizon (``horizon.py``): the lowest transaction id among
+   the markers (the appends to this log still in flight), else its snapshot's xmax. In a
+   second statement (a later snapshot) it treats a row as readable only when its
+   ``transaction_id`` is below that horizon. Every append that took a lower id has then
+   finished and is in the second snapshot: readable rows form a prefix of the log in id
+   order, and a reader that remembers the last id it consumed skips nothing. Transactions
+   that never append to this log (another table, another database) play no part.
 4. A reader waits (briefly, bounded by ``horizon_wait``) for rows that were committed
    before it asked but were still behind the horizon, so a caller reads its own writes.
 
 Optimistic concurrency is the primary key (originator_id, originator_version); a
 multi-event save is one statement in one transaction. Snapshots use the library's
-aggregate recorder unchanged (no notification ids, no lock). Caveat, as with every
-xmin-based design: any long transaction with an id on the same server (this database
-or another) holds back readers, never writers, until it ends.
+aggregate recorder unchanged (no notification ids, no lock). Readers must read the
+primary: a standby's ``pg_locks`` does not show the primary's markers.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from psycopg.sql import SQL, Identifier
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.postgres.ddl import append_function_name
 from flowledger.infrastructure.postgres.deadlines import Deadlines, call_within_deadline
+from flowledger.infrastructure.postgres.horizon import Horizon, HorizonLag
 from flowledger.infrastructure.postgres.migrations import create_event_log
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 
@@ -129,7 +132,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             .format(Identifier(schema), Identifier(self.append_function_name))
             .as_string(None)
         )
-        self.sql_max_notification_id = pg_sql.max_notification_id(schema, self.events_table_name)
+        table = self.events_table_name
+        self.sql_max_notification_id = pg_sql.max_notification_id(schema, table).as_string(None)
+        self.sql_committed_max = pg_sql.committed_max_notification_id(schema, table).as_string(None)
+        self.horizon = Horizon(schema, self.events_table_name)
         self.notifier = Notifier(self.datastore, self.channel_name)
 
     def _create_table(self, curs: Cursor[DictRow]) -> None:
@@ -273,15 +279,17 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             params.append(list(topics))
         params.append(limit)
         deadline = monotonic() + self.horizon_wait
+        prepare = self.prepare
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            rows = curs.execute(statement, params, prepare=self.prepare).fetchall()
+            horizon = self.horizon.read(curs, prepare=prepare)
+            rows = curs.execute(statement, [horizon, *params], prepare=prepare).fetchall()
             held_back = [row["tx"] for row in rows if not row["safe"]]
             # Rows committed before this call: wait once for the last of them, re-read.
             # Re-read even if that wait ran out: the rows before it may have passed
             # (the last may never pass, e.g. a row restored from another cluster).
             if held_back:
-                self._wait_for_horizon(curs, held_back[-1], deadline)
-                rows = curs.execute(statement, params, prepare=self.prepare).fetchall()
+                horizon = self.horizon.wait_past(curs, held_back[-1], deadline, prepare=prepare)
+                rows = curs.execute(statement, [horizon, *params], prepare=prepare).fetchall()
         notifications: list[Notification] = []
         for row in rows:
             if not row["safe"]:
@@ -322,26 +330,63 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
 
     def _max_notification_id(self) -> int | None:
         deadline = monotonic() + self.horizon_wait
+        prepare = self.prepare
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            row = curs.execute(self.sql_max_notification_id, prepare=self.prepare).fetchone()
+            horizon = self.horizon.read(curs, prepare=prepare)
+            statement = self.sql_max_notification_id
+            row = curs.execute(statement, (horizon, horizon), prepare=prepare).fetchone()
             if row is None:
                 return None
             if row["last_safe"] is False:
-                self._wait_for_horizon(curs, row["last_tx"], deadline)
-                row = curs.execute(self.sql_max_notification_id, prepare=self.prepare).fetchone()
+                horizon = self.horizon.wait_past(curs, row["last_tx"], deadline, prepare=prepare)
+                row = curs.execute(statement, (horizon, horizon), prepare=prepare).fetchone()
             return None if row is None else row["safe_max"]
 
-    def _wait_for_horizon(self, curs: Cursor[DictRow], tx: str, deadline: float) -> bool:
-        """Poll until transaction ``tx`` and all before it have finished, or the deadline."""
-        delay = 0.0005
+    def committed_max_notification_id(self) -> int:
+        """The highest notification id of any committed row, readable or not (0: an empty log)."""
+
+        def read() -> int:
+            with self.datastore.get_connection() as conn:
+                row = conn.execute(self.sql_committed_max, prepare=self.prepare).fetchone()
+            return int(row["m"] or 0) if row else 0
+
+        return self._within_deadline(read)
+
+    def readable_through(self, notification_id: int, timeout: float) -> bool:
+        """Whether every row up to ``notification_id`` is readable, waiting up to ``timeout`` s.
+
+        Once true it stays true (the readable prefix only grows), so a read that starts
+        afterwards reaches at least that id: how a caller makes sure it decides from every
+        event committed before it asked (``LogIndex``).
+        """
+        if notification_id <= 0:
+            return True
+        deadline = monotonic() + timeout
+        delay = 0.002
         while True:
-            row = curs.execute(pg_sql.HORIZON_PASSED, (tx,), prepare=self.prepare).fetchone()
-            if row is not None and row["passed"]:
+            readable = self._within_deadline(self._readable_max)
+            if readable >= notification_id:
                 return True
-            if monotonic() >= deadline:
+            if monotonic() + delay >= deadline:
                 return False
             sleep(delay)
-            delay = min(delay * 2, 0.02)
+            delay = min(delay * 2, 0.05)
+
+    def _readable_max(self) -> int:
+        prepare = self.prepare
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            horizon = self.horizon.read(curs, prepare=prepare)
+            row = curs.execute(self.sql_max_notification_id, (horizon, horizon), prepare=prepare).fetchone()
+        return int(row["safe_max"] or 0) if row else 0
+
+    def horizon_lag(self) -> HorizonLag:
+        """How far readers are held behind the newest committed row: ids, rows and seconds."""
+
+        def read() -> HorizonLag:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                return self.horizon.lag(curs, prepare=self.prepare)
+
+        return self._within_deadline(read)
 
     def subscribe(
         self, gt: int | None = None, topics: Sequence[str] = ()

@@ -23,6 +23,17 @@ def section_lock_key(schema: str, table: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+def in_flight_lock_space(schema: str, table: str) -> int:
+    """The lock space (``pg_locks.classid``, 1..2**31-1) of one events table's in-flight markers.
+
+    Each append holds ``pg_advisory_xact_lock_shared(space << 32 | low 32 bits of its
+    transaction id)`` from inside its id section until it commits or rolls back; readers
+    find the appends still in flight as the advisory locks with this ``classid``.
+    """
+    digest = hashlib.blake2b(f"flowledger-in-flight:{schema}.{table}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % 0x7FFFFFFF + 1
+
+
 def create_table(schema: str, table: str, originator_id_type: str) -> Composed:
     """The events table: the library's columns plus the appending transaction's id."""
     return SQL(
@@ -52,7 +63,14 @@ def add_transaction_id(schema: str, table: str) -> list[Composed]:
 
 
 def create_append_functions(
-    *, schema: str, table: str, function: str, id_type: str, sequence: str, lock_key: int
+    *,
+    schema: str,
+    table: str,
+    function: str,
+    id_type: str,
+    sequence: str,
+    lock_key: int,
+    in_flight_space: int,
 ) -> list[Composed]:
     """The append: one call, one round trip, one commit (the caller's autocommit).
 
@@ -62,6 +80,12 @@ def create_append_functions(
     appends a single event (the common save) with scalar arguments, ``<function>``
     many, as parallel arrays: both avoid composite-type arrays, which cost more to send
     than the insert itself.
+
+    Inside the section, right after taking its transaction id and before its
+    notification ids, the append takes a transaction-scoped marker lock (see
+    ``in_flight_lock_space``), which PostgreSQL releases only after the commit (or
+    rollback) is visible to new snapshots: readers take their horizon from these markers
+    (``horizon``), so only appends to this log hold them back.
 
     The section is an inner block with an exception handler, so that anything failing
     in it (a cancel, a statement timeout, an exhausted sequence) releases the lock in
@@ -84,6 +108,7 @@ def create_append_functions(
         "id_type": Identifier(id_type),
         "sequence": Literal(sequence),
         "key": Literal(lock_key),
+        "marker": Literal(in_flight_space << 32),
         "guard": guard,
         "release": _release_if_held(lock_key),
     }
@@ -96,6 +121,7 @@ def create_append_functions(
         "  BEGIN\n"
         "    PERFORM pg_advisory_lock({key});\n"
         "    tx := pg_current_xact_id();\n"
+        "    PERFORM pg_advisory_xact_lock_shared({marker} | (tx::text::bigint & 4294967295));\n"
         "    id := nextval({sequence});\n"
         "  EXCEPTION WHEN OTHERS OR query_canceled THEN\n{release}"
         "  END;\n"
@@ -115,6 +141,7 @@ def create_append_functions(
         "  BEGIN\n"
         "    PERFORM pg_advisory_lock({key});\n"
         "    tx := pg_current_xact_id();\n"
+        "    PERFORM pg_advisory_xact_lock_shared({marker} | (tx::text::bigint & 4294967295));\n"
         "    ids := ARRAY(SELECT nextval({sequence}) FROM generate_series(1, cardinality(p_ids)));\n"
         "  EXCEPTION WHEN OTHERS OR query_canceled THEN\n{release}"
         "  END;\n"
@@ -139,15 +166,54 @@ def _release_if_held(lock_key: int) -> Composed:
     ).format(key=Literal(lock_key))
 
 
+_IN_FLIGHT = (
+    "WITH r AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x), "
+    # Each marker's key holds the low 32 bits of its transaction id; every transaction
+    # still running is within 2**31 of any current snapshot's xmax, so the nearest
+    # full id with those low bits is the one.
+    "f AS (SELECT r.x + (((l.objid::bigint - (r.x & 4294967295)) + 2147483648) & 4294967295) "
+    "- 2147483648 AS xid, l.pid FROM r, pg_locks l "
+    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.classid = {space}::oid "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
+)
+
+
+def horizon(space: int) -> Composed:
+    """The first statement of every gap-safe read: the horizon, as a decimal transaction id.
+
+    Rows whose ``transaction_id`` is below it may be read. It is the lowest transaction id
+    of the appends to this log still in flight (their markers, ``in_flight_lock_space``),
+    or, with none, this statement's snapshot xmax (no transaction that starts later can
+    take a lower id). Transactions that never append to this log play no part.
+
+    It must run as a statement of its own, before the statement that reads the rows:
+    ``pg_locks`` is read while the statement runs, after its snapshot was taken, and an
+    append that committed in between would be in neither (docs/recorder.md).
+    """
+    return SQL(_IN_FLIGHT + "SELECT LEAST(r.x, (SELECT min(xid) FROM f))::text AS horizon FROM r").format(
+        space=Literal(space)
+    )
+
+
+def horizon_and_oldest(space: int) -> Composed:
+    """``horizon``, whether an append is in flight, and how long (seconds) the lowest one has
+    been open (NULL when none is, or when its start is hidden from this role)."""
+    return SQL(
+        _IN_FLIGHT + "SELECT LEAST(r.x, o.xid)::text AS horizon, o.xid IS NOT NULL AS in_flight, "
+        "(SELECT extract(epoch FROM clock_timestamp() - a.xact_start)::float8 FROM pg_stat_activity a "
+        "WHERE a.pid = o.pid) AS oldest_s "
+        "FROM r LEFT JOIN (SELECT xid, pid FROM f ORDER BY xid LIMIT 1) AS o ON true"
+    ).format(space=Literal(space))
+
+
 def select_notifications(
     schema: str, table: str, *, inclusive: bool, has_start: bool, has_stop: bool, has_topics: bool
 ) -> Composed:
-    """Rows after ``start`` in id order, each flagged safe or not against the horizon.
+    """Rows after ``start`` in id order, each flagged safe or not against a horizon (the first
+    parameter, from ``horizon``).
 
-    A row is safe when its transaction id is below ``pg_snapshot_xmin`` of this
-    statement's snapshot: every transaction that could still commit a lower id is then
-    finished. Unsafe rows are returned too, so the caller can cut the page there and
-    knows which transaction ids to wait for.
+    Unsafe rows are returned too, so the caller can cut the page there and knows which
+    transaction ids to wait for.
     """
     conditions: list[SQL] = []
     if has_start:
@@ -159,27 +225,39 @@ def select_notifications(
     where = SQL(" WHERE ") + SQL(" AND ").join(conditions) if conditions else SQL("")
     return SQL(
         "SELECT notification_id, originator_id, originator_version, topic, state, "
-        "transaction_id < h.horizon AS safe, transaction_id::text AS tx "
-        "FROM {schema}.{table} CROSS JOIN "
-        "(SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon) AS h"
-        "{where} ORDER BY notification_id LIMIT %s"
+        "transaction_id < %s::xid8 AS safe, transaction_id::text AS tx "
+        "FROM {schema}.{table}{where} ORDER BY notification_id LIMIT %s"
     ).format(schema=Identifier(schema), table=Identifier(table), where=where)
 
 
 def max_notification_id(schema: str, table: str) -> Composed:
-    """The highest safe id, and the last visible row's transaction id and safety."""
+    """The highest safe id, and the last visible row's transaction id and safety (the horizon
+    twice as parameters)."""
     target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
     return SQL(
-        "SELECT (SELECT max(notification_id) FROM {t} WHERE transaction_id < h.horizon) AS safe_max, "
-        "l.transaction_id::text AS last_tx, l.transaction_id < h.horizon AS last_safe "
-        "FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon) AS h "
+        "SELECT (SELECT max(notification_id) FROM {t} WHERE transaction_id < %s::xid8) AS safe_max, "
+        "l.transaction_id::text AS last_tx, l.transaction_id < %s::xid8 AS last_safe "
+        "FROM (SELECT 1) AS one "
         "LEFT JOIN LATERAL (SELECT transaction_id FROM {t} ORDER BY notification_id DESC LIMIT 1) AS l "
         "ON true"
     ).format(t=target)
 
 
-HORIZON_PASSED = SQL("SELECT pg_snapshot_xmin(pg_current_snapshot()) > %s::xid8 AS passed")
-"""Whether every transaction with an id up to the given one has finished."""
+def committed_max_notification_id(schema: str, table: str) -> Composed:
+    """The highest id of any committed row, horizon or not."""
+    return SQL("SELECT max(notification_id) AS m FROM {}.{}").format(Identifier(schema), Identifier(table))
+
+
+def horizon_lag(schema: str, table: str) -> Composed:
+    """The readable head (below the horizon, the parameter), the committed head, and how many
+    committed rows lie between them."""
+    target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
+    return SQL(
+        "WITH r AS (SELECT coalesce(max(notification_id), 0) AS readable FROM {t} "
+        "WHERE transaction_id < %s::xid8) "
+        "SELECT r.readable, coalesce((SELECT max(notification_id) FROM {t}), 0) AS committed, "
+        "(SELECT count(*) FROM {t} WHERE notification_id > r.readable) AS held_back FROM r"
+    ).format(t=target)
 
 
 def select_events_containing(schema: str, table: str) -> Composed:

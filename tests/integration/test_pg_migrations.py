@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,13 +16,19 @@ from eventsourcing.utils import Environment
 from psycopg.sql import SQL, Identifier
 
 from flowledger.infrastructure.postgres.database import library_env, migrate
+from flowledger.infrastructure.postgres.ddl import append_function_name
 from flowledger.infrastructure.postgres.factory import (
     FlowledgerPostgresFactory,
     FlowledgerProcessRecorder,
 )
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
-from flowledger.infrastructure.postgres.sql import section_lock_key
+from flowledger.infrastructure.postgres.sql import (
+    create_append_functions,
+    in_flight_lock_space,
+    section_lock_key,
+)
 from flowledger.infrastructure.settings import Settings
+from tests.integration.test_recorder_gaps import append_uncommitted
 
 pytestmark = pytest.mark.postgres
 
@@ -307,3 +314,65 @@ def test_settings_read_pgbouncer_and_deadlines_from_the_environment() -> None:
     assert settings.statement_timeout_s == 2.5
     assert settings.pool_timeout_s == 1.0
     assert not Settings.from_env({}).pgbouncer
+
+
+def _downgrade_to_version_1(database_url: str, schema: str) -> None:
+    """The log as schema version 1 left it: append functions without the in-flight marker."""
+    table = "flowledger_events"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for statement in create_append_functions(
+            schema=schema,
+            table=table,
+            function=append_function_name(table),
+            id_type="uuid",
+            sequence=f"{schema}.{table}_notification_id_seq",
+            lock_key=section_lock_key(schema, table),
+            in_flight_space=in_flight_lock_space(schema, table),
+        ):
+            lines = statement.as_string(conn).split("\n")
+            conn.execute("\n".join(line for line in lines if "pg_advisory_xact_lock_shared" not in line))
+        conn.execute(SQL("UPDATE {}.flowledger_schema SET version = 1").format(Identifier(schema)))
+
+
+def test_migrate_upgrades_a_version_1_log_to_appends_that_readers_can_see_in_flight(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a version-1 log with a row, and an append still open that ran the old function
+    migrate(database_url, pg_schema)
+    factory = open_factory(database_url, pg_schema)
+    try:
+        old = factory.application_recorder()
+        assert isinstance(old, FlowledgerApplicationRecorder)
+        old.insert_events([event()])
+        _downgrade_to_version_1(database_url, pg_schema)
+        ctx, conn = append_uncommitted(old, [event()])
+        committer = threading.Timer(0.5, lambda: conn.execute("COMMIT"))
+        committer.start()
+        try:
+            # When an engine of this version starts
+            started = time.monotonic()
+            report = migrate(database_url, pg_schema)
+            waited = time.monotonic() - started
+        finally:
+            committer.join()
+            ctx.__exit__(None, None, None)
+        # Then the log is upgraded in place, after the old append finished (readers cannot see it)
+        assert (report.version, report.locked, report.created) == (2, True, True)
+        assert waited >= 0.4
+        with psycopg.connect(database_url) as check:
+            version = SQL("SELECT version FROM {}.flowledger_schema").format(Identifier(pg_schema))
+            assert check.execute(version).fetchone() == (2,)
+        assert [n.id for n in old.select_notifications(None, 10)] == [1, 2]
+        # And an append open now holds readers back: it runs the new function, with its marker
+        old.horizon_wait = 0.1
+        ctx, conn = append_uncommitted(old, [event()])
+        try:
+            old.insert_events([event()])
+            assert [n.id for n in old.select_notifications(None, 10)] == [1, 2]
+            assert old.horizon_lag().held_back == 1
+            conn.execute("COMMIT")
+        finally:
+            ctx.__exit__(None, None, None)
+        assert [n.id for n in old.select_notifications(None, 10)] == [1, 2, 3, 4]
+    finally:
+        factory.close()
