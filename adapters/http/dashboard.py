@@ -18,6 +18,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Security
 from fastapi.responses import HTMLResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from psycopg import sql
+from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.durations import parse_since
@@ -37,11 +38,16 @@ from flowledger.projections import (
     funnel_report,
     projector_for,
 )
+from flowledger.projections.cost_queries import GROUPINGS
 
 router = APIRouter(tags=["analytics"])
-Since = Annotated[str, Query(description="A window like 30m, 24h or 7d.", max_length=20)]
+Since = Annotated[
+    str,
+    Query(description="A window like 30m, 24h or 7d.", max_length=20, pattern=r"^\s*[0-9]{1,5}[smhdw]\s*$"),
+]
 _PAGE = (Path(__file__).parent / "dashboard.html").read_text(encoding="utf-8")
 _ANALYTICS = responses(400)
+Grouping = Annotated[str, Field(pattern="^(" + "|".join(sorted(GROUPINGS)) + ")$")]
 
 
 def _start(since: str) -> datetime:
@@ -62,13 +68,13 @@ def _projector(engine: Engine) -> Projector:
 def dashboard_json(
     caller: Reader,
     since: Since = "24h",
-    by: Annotated[list[str], Query()] = ["model"],  # noqa: B006 - FastAPI copies the default
+    by: Annotated[list[Grouping], Query(max_length=8)] = ["model"],  # noqa: B006 - FastAPI copies the default
 ) -> list[dict[str, Any]]:
     """Calls, errors, tokens, cost and exact latency percentiles per group."""
     start = _start(since)
     projector = _projector(caller.engine)
     with projector.connect() as conn:
-        rows = dashboard(conn, projector.names.reader, since=start, by=by)
+        rows = dashboard(conn, projector.names.reader, tenant=caller.tenant, since=start, by=by)
     return [jsonable(asdict(row)) for row in rows]
 
 
@@ -80,7 +86,7 @@ def funnel_json(
     start = _start(since)
     projector = _projector(caller.engine)
     with projector.connect() as conn:
-        reports = funnel_report(conn, projector.names.reader, workflow, since=start)
+        reports = funnel_report(conn, projector.names.reader, workflow, tenant=caller.tenant, since=start)
     return [jsonable(asdict(report)) for report in reports]
 
 
@@ -110,21 +116,23 @@ async def dashboard_page(
 def _render(caller: Caller, since: str) -> HTMLResponse:
     start = _start(since)
     projector = _projector(caller.engine)
+    reader, tenant = projector.names.reader, caller.tenant
     with projector.connect() as conn:
-        by_model = dashboard(conn, projector.names.reader, since=start, by=["model"])
+        by_model = dashboard(conn, reader, tenant=tenant, since=start, by=["model"])
         by_hour = sorted(
-            dashboard(conn, projector.names.reader, since=start, by=["hour"]), key=lambda row: row.group
+            dashboard(conn, reader, tenant=tenant, since=start, by=["hour"]), key=lambda row: row.group
         )
         workflows = [
             w
             for (w,) in conn.execute(
                 sql.SQL(
-                    "SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE started_at >= %s ORDER BY 1"
-                ).format(sql.Identifier(projector.names.reader)),
-                [start],
+                    "SELECT DISTINCT workflow FROM {}.funnel_sessions "
+                    "WHERE tenant = %s AND started_at >= %s ORDER BY 1"
+                ).format(sql.Identifier(reader)),
+                [tenant, start],
             ).fetchall()
         ]
-        funnels = [r for w in workflows for r in funnel_report(conn, projector.names.reader, w, since=start)]
+        funnels = [r for w in workflows for r in funnel_report(conn, reader, w, tenant=tenant, since=start)]
     body = "".join(
         [
             _summary(by_model, since),

@@ -10,6 +10,7 @@ middleware, an unexpected exception (500, naming the request id that the log lin
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -86,7 +87,7 @@ _MEANING = {
     502: "The model call failed",
     503: "The database is unavailable (see Retry-After), the model's circuit is open, or too many writers",
 }
-COMMON = (401, 403, 413, 422, 429, 500, 503)
+COMMON = (400, 401, 403, 413, 422, 429, 500, 503)
 """What any operation behind a key can answer."""
 
 
@@ -94,9 +95,24 @@ BASIC = (413, 500)
 """What any operation can answer, key or not."""
 
 
+_AS_JSON = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+
+
 def responses(*codes: int, common: tuple[int, ...] = COMMON) -> dict[int | str, dict[str, object]]:
-    """OpenAPI ``responses=`` for the ``common`` statuses and ``codes``, each with the error envelope."""
-    return {code: {"model": ErrorBody, "description": _MEANING[code]} for code in sorted({*common, *codes})}
+    """OpenAPI ``responses=`` for the ``common`` statuses and ``codes``, each with the error envelope
+    (as JSON, also on routes whose own answer is HTML)."""
+    return {
+        code: {"model": ErrorBody, "description": _MEANING[code], "content": _AS_JSON}
+        for code in sorted({*common, *codes})
+    }
+
+
+def _problem(error: Any) -> str:
+    """One validation error as ``where: what`` (with the value, when it is short and plain)."""
+    where = ".".join(str(part) for part in error["loc"] if part != "body")
+    given = error.get("input")
+    shown = f" (got {given!r})" if isinstance(given, str | int | float) and len(repr(given)) <= 60 else ""
+    return f"{where}: {error['msg']}{shown}"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -108,9 +124,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_invalid_request(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in error.errors()
-        )
+        problems = "; ".join(_problem(e) for e in error.errors())
         return JSONResponse(error_body(problems or "invalid request"), status_code=422)
 
     async def on_http_error(_: Request, error: Exception) -> JSONResponse:

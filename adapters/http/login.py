@@ -50,7 +50,7 @@ LOGIN_FORM: dict[int | str, dict[str, Any]] = {
     responses={
         **responses(),
         **LOGIN_FORM,
-        303: {"description": "Signed in: the cookie is set, on to /dashboard"},
+        303: {"description": "Signed in: the cookie is set, on to /dashboard", "content": {}},
     },
     openapi_extra={
         "requestBody": {
@@ -93,8 +93,9 @@ async def login(request: Request) -> HTMLResponse | RedirectResponse:
 
 @router.post(
     "/dashboard/logout",
+    response_class=RedirectResponse,
     status_code=303,
-    responses={**responses(common=BASIC), 303: {"description": "Signed out"}},
+    responses={**responses(common=BASIC), 303: {"description": "Signed out", "content": {}}},
 )
 def logout() -> RedirectResponse:
     """Forget the cookie."""

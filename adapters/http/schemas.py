@@ -1,9 +1,10 @@
 """Request and response bodies of the REST API (they make the OpenAPI schema).
 
-The bounds here are what the HTTP layer itself needs: numbers it turns into durations or
-passes to SQL must be finite and representable (an unbounded ``ttl_seconds`` overflowed
-``timedelta`` into a 500). What text and JSON may contain is the domain's rule
-(``flowledger.domain.values``); the Engine refuses the rest with ``ValidationError`` (422).
+Numbers the HTTP layer turns into durations must be finite and in range (an unbounded
+``ttl_seconds`` overflowed ``timedelta`` into a 500). The rules for ids, names and durations
+are the domain's (``flowledger.domain.bounds``): they are repeated here as JSON Schema
+(``NAME``, the limits imported from there) only so that the OpenAPI document tells clients
+and generated tests what is valid; the Engine checks them again and refuses with 422.
 """
 
 from __future__ import annotations
@@ -15,19 +16,31 @@ from typing import Any
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
+from flowledger.domain.bounds import MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.history import HistoryEntry, jsonable
 
-MAX_ID = 200
-"""The longest id or name the API takes."""
-MAX_TTL_SECONDS = 10 * 366 * 86_400
-"""Ten years: any longer and a duration stops meaning anything (and soon overflows)."""
+MAX_ID = MAX_NAME_LENGTH
+MAX_TTL_SECONDS = MAX_TTL.total_seconds()
 MAX_HOURS = MAX_TTL_SECONDS / 3600
+MAX_DEADLINE_HOURS = MAX_DEADLINE.total_seconds() / 3600
+NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+"""An id or name: not blank, no control characters (``domain.bounds.require_name``)."""
 MAX_VERSION = 2**31 - 1
 MAX_COUNT = 2**53
 """Token counts and attempts: exact in a JSON number anywhere, far inside PostgreSQL's bigint."""
-PathId = Path(min_length=1, max_length=MAX_ID, description="The caller's id")
+PathId = Path(min_length=1, max_length=MAX_ID, pattern=NAME_PATTERN, description="The caller's id")
+
+
+def name(*, default: str | None = None, description: str | None = None) -> Any:
+    """A body field holding an id or a name."""
+    return Field(default=default, max_length=MAX_ID, pattern=NAME_PATTERN, description=description)
+
+
+def required_name(example: str) -> Any:
+    """A required body field holding an id or a name."""
+    return Field(min_length=1, max_length=MAX_ID, pattern=NAME_PATTERN, examples=[example])
 
 
 class Body(BaseModel):
@@ -37,10 +50,10 @@ class Body(BaseModel):
 
 
 class StartSession(Body):
-    session_id: str = Field(min_length=1, max_length=MAX_ID, examples=["user-123-1700000000"])
-    workflow: str = Field(min_length=1, max_length=MAX_ID, examples=["customer_service"])
-    user_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID)
-    ttl_seconds: float = Field(default=86_400, gt=0, le=MAX_TTL_SECONDS)
+    session_id: str = required_name("user-123-1700000000")
+    workflow: str = required_name("customer_service")
+    user_id: str | None = name()
+    ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -65,30 +78,26 @@ class UsageIn(Body):
 
 
 class RecordStep(Body):
-    step: str = Field(min_length=1, max_length=MAX_ID)
+    step: str = required_name("classify_intent")
     input: dict[str, Any] = Field(default_factory=dict)
     output: dict[str, Any] = Field(default_factory=dict)
-    next_step: str | None = Field(default=None, max_length=MAX_ID)
+    next_step: str | None = name()
     context_update: dict[str, Any] | None = None
     usage: UsageIn | None = None
-    idempotency_key: str | None = Field(default=None, max_length=MAX_ID)
-    user_id: str | None = Field(
-        default=None, max_length=MAX_ID, description="The user this step is for: must be the session's."
-    )
+    idempotency_key: str | None = name()
+    user_id: str | None = name(description="The user this step is for: must be the session's.")
 
 
 class ProcessStep(Body):
-    step: str = Field(min_length=1, max_length=MAX_ID)
+    step: str = required_name("classify_intent")
     input: dict[str, Any] = Field(default_factory=dict)
-    model: str | None = Field(default=None, min_length=1, max_length=MAX_ID)
-    idempotency_key: str | None = Field(default=None, max_length=MAX_ID)
-    user_id: str | None = Field(
-        default=None, max_length=MAX_ID, description="The user this step is for: must be the session's."
-    )
+    model: str | None = name()
+    idempotency_key: str | None = name()
+    user_id: str | None = name(description="The user this step is for: must be the session's.")
 
 
 class Extend(Body):
-    ttl_seconds: float = Field(gt=0, le=MAX_TTL_SECONDS)
+    ttl_seconds: float = Field(ge=0.001, le=MAX_TTL_SECONDS)
 
 
 class Complete(Body):

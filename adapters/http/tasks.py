@@ -11,7 +11,16 @@ from pydantic import Field
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses
-from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, Body, EventOut, PathId
+from flowledger.adapters.http.schemas import (
+    MAX_DEADLINE_HOURS,
+    NAME_PATTERN,
+    Body,
+    EventOut,
+    PathId,
+    name,
+    required_name,
+)
+from flowledger.domain.bounds import MAX_NAME_LENGTH, MAX_SKILLS, MAX_TEXT_LENGTH
 from flowledger.domain.task_views import AgentState, TaskState
 from flowledger.infrastructure.history import jsonable
 
@@ -19,6 +28,7 @@ router = APIRouter(prefix="/v1", tags=["tasks"])
 Json = dict[str, Any]
 TaskId = Annotated[str, PathId]
 AgentId = Annotated[str, PathId]
+Skill = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
 _READ = responses(404)
 _WRITE = responses(404, 409)
 
@@ -26,27 +36,27 @@ _WRITE = responses(404, 409)
 class RegisterAgent(Body):
     """An agent to register."""
 
-    agent_id: str = Field(min_length=1, max_length=MAX_ID)
-    name: str = Field(min_length=1, max_length=MAX_ID)
-    skills: list[str] = Field(min_length=1, max_length=100)
+    agent_id: str = required_name("be-1")
+    name: str = required_name("Backend 1")
+    skills: list[Skill] = Field(min_length=1, max_length=MAX_SKILLS)
     capacity: int = Field(ge=1, le=10_000)
 
 
 class CreateTask(Body):
     """A task to create."""
 
-    task_id: str = Field(min_length=1, max_length=MAX_ID)
-    description: str = Field(min_length=1, max_length=10_000)
-    required_skills: list[str] = Field(default_factory=list, max_length=100)
+    task_id: str = required_name("T-1")
+    description: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
+    required_skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
     priority: Literal["low", "medium", "high", "critical"] = "medium"
     deadline: datetime | None = None
-    deadline_hours: float | None = Field(default=None, gt=0, le=MAX_HOURS)
+    deadline_hours: float | None = Field(default=None, ge=0.001, le=MAX_DEADLINE_HOURS)
 
 
 class Classify(Body):
     """Which model classifies (the default when omitted)."""
 
-    model: str | None = Field(default=None, min_length=1, max_length=MAX_ID)
+    model: str | None = name()
 
 
 class Outcome(Body):

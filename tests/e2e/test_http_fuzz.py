@@ -1,0 +1,94 @@
+"""Requests generated from the OpenAPI document (schemathesis), with a key: no 5xx, no undocumented status.
+
+CI runs a few examples per operation (``FLOWLEDGER_FUZZ_EXAMPLES``, 5 by default);
+``make fuzz`` runs many more and prints the figures (``FLOWLEDGER_FUZZ_REPORT``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import Case, GenerationMode
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from flowledger.infrastructure import Engine
+from tests.e2e.live_http import ACME_WRITER, bearer, keyed_app, keyed_engine
+
+EXAMPLES = int(os.environ.get("FLOWLEDGER_FUZZ_EXAMPLES", "5"))
+
+
+@pytest.fixture
+def engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
+    engine = keyed_engine(
+        database_url=database_url, schema=pg_schema, http_rate_per_s=1e9, http_rate_burst=10**9
+    )
+    # Generated ids are often short: some name a session that exists, so its routes are reached too.
+    for session_id in ("s1", "0", "a", "A"):
+        engine.start_session(session_id, "cs", user_id="u1")
+    yield engine
+    engine.close()
+
+
+def excluded(case: Case, status: int) -> list[Any]:
+    """Every check runs, but "schema-valid data is accepted" where validity is not the schema's
+    to say: the seed's webhook makes ``session_id``, ``workflow_name`` or ``step_name`` required
+    by ``action``; a session's ``version`` and ``as_of`` exclude each other; and a session that
+    expired answers 410 whatever the request."""
+    by_rule = {"/webhook/workflow-state", "/v1/sessions/{session_id}"}
+    return [positive_data_acceptance] if case.path in by_rule or status == 410 else []
+
+
+def test_generated_requests_never_answer_5xx_or_an_undocumented_status(engine: Engine) -> None:
+    # Given the app's OpenAPI document
+    api = schemathesis.openapi.from_asgi("/openapi.json", keyed_app(engine))
+    statuses: Counter[int] = Counter()
+    undocumented: Counter[str] = Counter()
+    failures: list[str] = []
+    operations = [result.ok() for result in api.get_all_operations()]
+    assert len(operations) >= 25
+    for operation in operations:
+        for mode in GenerationMode:
+            # When requests generated from it (valid and invalid) are sent with a writer key
+            @given(case=operation.as_strategy(generation_mode=mode))
+            @settings(
+                max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None
+            )
+            def run(case: Case) -> None:
+                response = case.call(headers=bearer(ACME_WRITER))
+                statuses[response.status_code] += 1
+                if str(response.status_code) not in case.operation.definition.raw.get("responses", {}):
+                    undocumented[f"{case.method} {case.path} {response.status_code}"] += 1
+                try:
+                    case.validate_response(response, excluded_checks=excluded(case, response.status_code))
+                except (AssertionError, BaseExceptionGroup) as failure:
+                    failures.append(f"{case.method} {case.path}: {failure}"[:2000])
+
+            try:
+                run()
+            except Unsatisfiable:
+                assert mode is GenerationMode.NEGATIVE  # nothing in this operation can be made invalid
+    report = os.environ.get("FLOWLEDGER_FUZZ_REPORT")
+    figures = {
+        "operations": len(operations),
+        "cases": sum(statuses.values()),
+        "server_errors": sum(n for code, n in statuses.items() if code >= 500),
+        "undocumented": dict(undocumented),
+        "failed_checks": len(failures),
+        "failures": failures[:50],
+        "statuses": {str(code): n for code, n in sorted(statuses.items())},
+    }
+    if report:
+        Path(report).write_text(json.dumps(figures, indent=2) + "\n")
+    # Then no 5xx, no status the document does not list, no other check failed
+    assert figures["server_errors"] == 0, figures
+    assert not undocumented, figures
+    assert not failures, "\n".join(failures[:20])
