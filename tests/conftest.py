@@ -13,12 +13,31 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
 
 from flowledger.infrastructure import Engine, Settings
-from flowledger.infrastructure.postgres.database import drop_schema
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
+from tests.support.schemas import drop_schemas
 
 LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
+
+# Hypothesis profiles: ``ci`` for every run of ``make test`` (and plain pytest), ``deep`` for
+# ``make test-deep``. Tests set no ``max_examples`` of their own unless a run must stay small,
+# so the profile decides how far exploration goes. No deadline: the machine is shared.
+settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "deep", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+DATABASE_FIXTURES = frozenset({"database_url", "pg_schema", "pg_engine"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that reaches PostgreSQL through a fixture carries the ``postgres`` marker."""
+    for item in items:
+        if DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgres)
 
 
 def _reachable(url: str) -> bool:
@@ -42,10 +61,12 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def pg_schema(database_url: str) -> Iterator[str]:
-    """A schema of the test's own, dropped afterwards."""
+    """A schema of the test's own; it and the schemas named after it are dropped afterwards."""
     schema = f"t_{uuid.uuid4().hex[:16]}"
-    yield schema
-    drop_schema(database_url, schema)
+    try:
+        yield schema
+    finally:
+        drop_schemas(database_url, schema)
 
 
 def make_settings(**overrides: object) -> Settings:
@@ -57,8 +78,10 @@ def make_settings(**overrides: object) -> Settings:
 def pg_engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
     """An engine on real PostgreSQL, in its own schema."""
     engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema))
-    yield engine
-    engine.close()
+    try:
+        yield engine
+    finally:
+        engine.close()
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -66,7 +89,9 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     """The same test body against the in-memory and the PostgreSQL backend."""
     if request.param == "memory":
         memory = Engine(settings=make_settings(database_url="memory:"))
-        yield memory
-        memory.close()
+        try:
+            yield memory
+        finally:
+            memory.close()
     else:
         yield request.getfixturevalue("pg_engine")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-import psycopg
 import pytest
 
 from flowledger.domain import LlmUsage
@@ -57,16 +55,12 @@ def history() -> list[SessionScript]:
 
 
 @pytest.fixture
-def projector(pg_engine: Engine, database_url: str, pg_schema: str) -> Iterator[Projector]:
+def projector(pg_engine: Engine) -> Projector:
+    # The projection schemas are named after the engine's: the pg_schema fixture drops them.
     append(pg_engine.log, interleave(history()))
     projector = projector_for(pg_engine, batch_size=4)
     projector.catch_up()
-    yield projector
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        for (name,) in conn.execute(
-            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", [pg_schema + "_"]
-        ).fetchall():
-            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+    return projector
 
 
 def test_dashboard_by_model_matches_the_hand_computed_numbers(projector: Projector) -> None:
@@ -238,8 +232,3 @@ def test_reprice_finds_the_price_of_a_dated_or_provider_prefixed_model(
 
     # Then both calls found that price: 2 x (1000*2e-6 + 100*8e-6)
     assert (row.calls, row.priced_calls, row.repriced_cost_usd) == (2, 2, Decimal("0.0056"))
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        for (name,) in conn.execute(
-            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", [pg_schema + "_"]
-        ).fetchall():
-            conn.execute(f'DROP SCHEMA "{name}" CASCADE')

@@ -12,7 +12,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +21,7 @@ from flowledger.domain import LlmUsage
 from flowledger.domain.session import Session
 from flowledger.infrastructure import Engine, Settings
 from flowledger.projections import Projector, dashboard, funnel_report, projector_for, rebuild
+from tests.support.schemas import drop_schemas
 from tests.support.synthetic import SessionScript, append, interleave
 
 pytestmark = pytest.mark.postgres
@@ -200,9 +200,4 @@ def test_incremental_with_a_crash_equals_a_full_rebuild_and_the_events(
         assert snapshot(projector) == incremental
     finally:
         engine.close()
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            for (name,) in conn.execute(
-                "SELECT nspname FROM pg_namespace WHERE nspname = %s OR starts_with(nspname, %s)",
-                [schema, schema + "_"],
-            ):
-                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+        drop_schemas(database_url, schema)
