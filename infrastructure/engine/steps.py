@@ -12,6 +12,7 @@ caller take the step over, recording the lost attempt as ``StepFailed("worker_lo
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import socket
 import time
@@ -343,8 +344,15 @@ class StepService:
         return session
 
     def _db_future(self, function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        """``function(*args)`` on a database thread (one hop), as a future of this loop."""
-        return asyncio.get_running_loop().run_in_executor(self._executor, partial(function, *args))
+        """``function(*args)`` on a database thread (one hop), as a future of this loop.
+
+        Run in a copy of the caller's context (``run_in_executor`` does not copy it, unlike
+        ``asyncio.to_thread``), so ``Engine.acting_as`` reaches the events the step writes.
+        """
+        context = contextvars.copy_context()
+        return asyncio.get_running_loop().run_in_executor(
+            self._executor, partial(context.run, function, *args)
+        )
 
     async def _in_db(self, function: Callable[..., T], *args: Any) -> T:
         return await self._db_future(function, *args)

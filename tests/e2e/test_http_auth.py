@@ -291,11 +291,6 @@ def test_the_dashboard_page_signs_in_through_a_form_that_sets_an_httponly_samesi
         engine.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StepService._in_db uses loop.run_in_executor, which does not copy contextvars: the steps "
-    "a model call writes lose acting_as (fix in infrastructure/engine/steps.py: run under copy_context())",
-)
 def test_the_steps_a_model_call_writes_record_the_key_too(server: httpx.Client, acme: Engine) -> None:
     writer = bearer(ACME_WRITER)
     server.post("/v1/sessions", json={"session_id": "s1", "workflow": "cs"}, headers=writer)
