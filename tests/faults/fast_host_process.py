@@ -43,6 +43,12 @@ class _FastDatetime(_Real, metaclass=_AnyDatetime):
     def utcnow(cls) -> _datetime.datetime:  # type: ignore[override]
         return _Real.now(_datetime.UTC).replace(tzinfo=None) + _FAST
 
+    @classmethod
+    def fromtimestamp(cls, t: float, tz: _datetime.tzinfo | None = None) -> _datetime.datetime:  # type: ignore[override]
+        # Not a clock reading: a plain conversion, made by the real class (a subclass
+        # instance would reach the transcoders, which look types up exactly).
+        return _Real.fromtimestamp(t, tz)
+
 
 _datetime.datetime = _FastDatetime  # type: ignore[misc]
 _time.time = lambda: _real_time() + _FAST.total_seconds()
