@@ -7,9 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
-import psycopg
 import pytest
 from psycopg import sql
 
@@ -18,7 +16,6 @@ from flowledger.infrastructure import Engine
 from flowledger.projections import (
     Projector,
     follow,
-    follow_until_stopped,
     projector_for,
     rebuild,
     status,
@@ -221,44 +218,3 @@ def test_status_shows_each_projection_position_and_lag(pg_engine: Engine, projec
     builds = status(projector)
     assert sorted(b.projection for b in builds) == ["cost", "current_state", "funnel", "seed"]
     assert {(b.state, b.position, b.lag) for b in builds} == {("live", 8, 4)}
-
-
-def test_a_follower_that_loses_its_connection_starts_again_and_loses_nothing(
-    pg_engine: Engine, projector: Projector
-) -> None:
-    # Given a follower whose first batch after catching up fails as a dropped connection does
-    projector.catch_up()  # installs the read views the test counts in
-    follower = projector_for_same(projector)
-    real_run_batch = follower.run_batch
-    failures: list[float] = []
-
-    def flaky(*args: Any, **kwargs: Any) -> bool:
-        if not failures:
-            failures.append(0.0)
-            raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return real_run_batch(*args, **kwargs)
-
-    follower.run_batch = flaky  # type: ignore[method-assign]
-    waits: list[float] = []
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=follow_until_stopped,
-        args=(follower,),
-        kwargs={"stop": stop, "on_reconnect": lambda _, wait: waits.append(wait), "max_backoff_s": 0.2},
-    )
-    thread.start()
-    try:
-        # When events arrive
-        for n in range(3):
-            pg_engine.start_session(f"rc-{n}", "flow")
-            pg_engine.record_step(f"rc-{n}", "one", usage=LlmUsage(request_model="m", latency_ms=3.0))
-        # Then it reconnects after a short wait and projects every event exactly once
-        eventually(lambda: count(projector, "llm_calls") == 3)
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-    assert not thread.is_alive()
-    assert len(waits) == 1
-    assert waits[0] <= 0.2
-    assert count(projector, "sessions") == 3
-    assert verify(projector) == []
