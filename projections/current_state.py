@@ -179,6 +179,7 @@ class CurrentState(Projection):
     """Where every session, task and agent stands now."""
 
     name = "current_state"
+    schema_version = 2  # 2: a task's cost counts its discarded (paid) classification calls
     exposed = ("sessions", "tasks", "agents")
     ddl = DDL + work_rows.DDL
     handles = (Session, Task, Agent)

@@ -138,6 +138,10 @@ def fold_task(row: Row, event: Any) -> None:
             row["cost_usd"] += event.usage.cost_usd
     elif isinstance(event, Task.Released):
         row.update(status="pending", agent_id=None)
+    elif isinstance(event, Task.ClassificationDiscarded):
+        # A call whose answer came too late was still paid for: the task's cost counts it,
+        # as the cost dashboard does.
+        row["cost_usd"] += event.usage.cost_usd
     row.update(updated_at=event.timestamp, version=event.originator_version)
 
 

@@ -6,7 +6,10 @@ PostgreSQL comes from FLOWLEDGER_TEST_DATABASE_URL when set, else the server at
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,14 +52,28 @@ def _reachable(url: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+def database_url() -> str:
     """A PostgreSQL URL for the whole run."""
     configured = os.environ.get("FLOWLEDGER_TEST_DATABASE_URL")
     if configured:
         return configured
     if _reachable(LOCAL_SERVER):
         return LOCAL_SERVER
-    return embedded_database_url(Path(tmp_path_factory.mktemp("embedded-pg")))
+    return embedded_database_url(_private_directory())
+
+
+def _private_directory() -> Path:
+    """A directory for the run's embedded server, outside pytest's temporary root.
+
+    pytest keeps only the three newest ``pytest-N`` roots and prunes older ones when a run
+    starts, even while their run goes on: with several runs on one machine, a later run
+    deleted an earlier run's data directory under its live server (connections dropped,
+    "could not open pg_control"). Removed at exit, after the server (registered first, so
+    it runs last).
+    """
+    path = Path(tempfile.mkdtemp(prefix="flowledger-test-pg-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 @pytest.fixture

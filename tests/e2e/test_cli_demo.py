@@ -1,0 +1,118 @@
+"""``flowledger demo`` in its short form, end to end: what it prints agrees with the projections.
+
+The demo runs as users run it (a subprocess, the built-in simulator on loopback), in a
+schema of the test's own. Its totals come from the event store (scripted sessions) and
+from the replies it received (model-calling sessions); the projections it catches up are
+queried here on their own and must say the same.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.support.schemas import drop_schemas
+
+FLOWLEDGER = str(Path(sys.executable).with_name("flowledger"))
+SESSIONS = 5
+
+
+def printed(output: str, label: str) -> str:
+    """The value printed in the table row starting with ``label``."""
+    match = re.search(rf"^\W*{re.escape(label)}\s*│\s*(.+?)\s*│", output, re.MULTILINE)
+    assert match is not None, f"no row {label!r} in the demo's output"
+    return match.group(1)
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+@pytest.fixture(scope="module")
+def demo(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """Run ``flowledger demo --sessions 5`` once; its output and its schema."""
+    schema = f"demo_{os.getpid()}_{tmp_path_factory.getbasetemp().name[-6:]}".replace("-", "_")
+    env = {
+        **os.environ,
+        "FLOWLEDGER_DATABASE_URL": database_url,
+        "FLOWLEDGER_SCHEMA": schema,
+        "COLUMNS": "200",
+        "NO_COLOR": "1",
+    }
+    result = subprocess.run(
+        [FLOWLEDGER, "demo", "--sessions", str(SESSIONS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    try:
+        assert result.returncode == 0, result.stderr[-2000:]
+        yield result.stdout, schema
+    finally:
+        drop_schemas(database_url, schema)
+
+
+def totals(database_url: str, schema: str, pattern: str) -> tuple[int, int, int, int, int, Decimal]:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            sql.SQL(
+                "SELECT count(*), sum(step_count), sum(failure_count), sum(input_tokens),"
+                " sum(output_tokens), sum(cost_usd) FROM {}.sessions WHERE session_id LIKE %s"
+            ).format(sql.Identifier(f"{schema}_read")),
+            [pattern],
+        ).fetchone()
+    assert row is not None
+    return row  # type: ignore[return-value]
+
+
+def test_the_demo_runs_to_the_end_and_prints_each_part(demo: tuple[str, str]) -> None:
+    output, _ = demo
+    for heading in (
+        "1. steps whose model calls happened elsewhere",
+        "2. steps that call the model",
+        "3. tasks classified by the model",
+        "4. analytics rebuilt from the log",
+        "model calls by model",
+    ):
+        assert heading in output
+
+
+def test_the_scripted_sessions_totals_equal_the_current_state_projection(
+    demo: tuple[str, str], database_url: str
+) -> None:
+    output, schema = demo
+    run_id = re.search(r"demo run (\d+)", output)
+    assert run_id is not None
+    sessions, steps, failures, input_tokens, output_tokens, cost = totals(
+        database_url, schema, f"demo-{run_id.group(1)}-%"
+    )
+    assert sessions == number(printed(output, "sessions")) == SESSIONS
+    assert steps == number(printed(output, "steps recorded"))
+    assert failures == 0
+    assert input_tokens == number(printed(output, "input tokens"))
+    assert output_tokens == number(printed(output, "output tokens"))
+    assert f"${cost:.6f}" == printed(output, "cost (caller-supplied)")
+
+
+def test_the_model_calling_sessions_totals_equal_the_current_state_projection(
+    demo: tuple[str, str], database_url: str
+) -> None:
+    output, schema = demo
+    sessions, steps, failures, input_tokens, output_tokens, cost = totals(database_url, schema, "llm-demo-%")
+    recorded, failed = (number(n) for n in printed(output, "steps recorded / failed").split("/"))
+    assert sessions == SESSIONS
+    assert (steps, failures) == (recorded, failed)
+    assert cost == Decimal(printed(output, "total cost (USD, exact)"))
+    assert input_tokens == number(printed(output, "input tokens (cached)").split("(")[0])
+    assert output_tokens == number(printed(output, "output tokens (reasoning)").split("(")[0])
