@@ -195,7 +195,7 @@ def test_verify_reports_a_live_build_that_cannot_reach_the_head(
 ) -> None:
     work(pg_engine, "s1")
     stuck = projector_for(pg_engine, projections=[_StuckOnLiveBuilds()])
-    with pytest.raises(psycopg.OperationalError):
+    with pytest.raises(psycopg.OperationalError, match="the disk is full"):
         stuck.catch_up()
     differences = verify(stuck)
     assert [d.table for d in differences] == [POSITION]

@@ -47,17 +47,18 @@ def test_a_cost_is_an_exact_decimal() -> None:
 
 
 @pytest.mark.parametrize(
-    "counts",
+    ("counts", "field"),
     [
-        {"input_tokens": -1, "output_tokens": 0},
-        {"input_tokens": 1.5, "output_tokens": 0},
-        {"input_tokens": 10, "output_tokens": 0, "cache_read_input_tokens": 11},
-        {"input_tokens": 0, "output_tokens": 5, "reasoning_output_tokens": 6},
+        ({"input_tokens": -1, "output_tokens": 0}, "input_tokens"),
+        ({"input_tokens": 1.5, "output_tokens": 0}, "input_tokens"),
+        ({"input_tokens": 10, "output_tokens": 0, "cache_read_input_tokens": 11}, "cache_read_input_tokens"),
+        ({"input_tokens": 0, "output_tokens": 5, "reasoning_output_tokens": 6}, "reasoning_output_tokens"),
     ],
 )
-def test_impossible_token_counts_are_a_validation_error(counts: dict[str, Any]) -> None:
-    with pytest.raises(ValidationError):
+def test_impossible_token_counts_are_a_validation_error(counts: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError, match=f"^{field}: ") as raised:
         TokenCounts(**counts)
+    assert raised.value.field == field
 
 
 def test_a_price_entry_that_is_not_a_number_is_a_validation_error() -> None:
@@ -69,7 +70,7 @@ def test_a_price_entry_that_is_not_a_number_is_a_validation_error() -> None:
 def test_a_table_finds_a_provider_prefixed_model_and_refuses_an_unknown_one() -> None:
     table = PriceTable(version="v1", prices={"gpt-4.1": GPT})
     assert table.price_for("openai/gpt-4.1") is GPT
-    with pytest.raises(UnknownModelPrice):
+    with pytest.raises(UnknownModelPrice, match=r"no price for model 'mystery' in price table 'v1'"):
         table.price_for("mystery")
 
 

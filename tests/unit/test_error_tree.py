@@ -68,7 +68,10 @@ def test_a_rebuild_elsewhere_is_a_flowledger_error_still_importable_from_its_old
 def test_a_subscription_that_ends_early_is_an_outage_the_follower_reconnects_after() -> None:
     inbox: Queue[Any] = Queue()
     inbox.put(None)
-    with pytest.raises(errors.StoreUnavailable):
+    with pytest.raises(
+        errors.StoreUnavailable,
+        match=r"the event store is unavailable \(follow\): the notification subscription ended",
+    ):
         _next_batch(inbox, 10)
     assert errors.StoreUnavailable in CONNECTION_ERRORS
 

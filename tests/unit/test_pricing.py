@@ -155,7 +155,7 @@ def test_our_own_format_needs_a_version_and_may_carry_a_default(tmp_path: Path) 
 def test_a_broken_price_file_is_rejected(tmp_path: Path, content: str) -> None:
     path = tmp_path / "prices.json"
     path.write_text(content)
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"pricing_file: prices\.json is not JSON"):
         load_price_table(path)
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"pricing_file: cannot read .*missing\.json"):
         load_price_table(tmp_path / "missing.json")

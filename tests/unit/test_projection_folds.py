@@ -134,5 +134,5 @@ def test_dashboard_windows_parse_from_short_durations() -> None:
     assert parse_since("24h") == timedelta(hours=24)
     assert parse_since("7d") == timedelta(days=7)
     assert parse_since("90s") == timedelta(seconds=90)
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"since: 'yesterday' is not a duration like 30m, 24h or 7d"):
         parse_since("yesterday")

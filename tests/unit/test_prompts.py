@@ -45,7 +45,7 @@ def test_a_classification_reply_is_read_into_a_classification_with_its_usage() -
 
 
 def test_an_unusable_classification_reply_is_a_validation_error() -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"classification: no JSON object in 'I think it is a bug'"):
         prompts.parse_classification_reply("I think it is a bug", None)
 
 

@@ -75,7 +75,7 @@ def test_tiers_restrict_the_choice_by_priority() -> None:
     observed = {m: stats(m, 100) for m in COSTS}
     assert policy.choose(observed, priority="high").model == "gpt-4.1"
     assert policy.choose(observed, priority="low").model == "deepseek-v3.2"
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"priority: unknown tier 'urgent'; have \['high', 'low'\]"):
         policy.choose(observed, priority="urgent")
 
 
@@ -94,11 +94,11 @@ def test_when_nothing_meets_the_target_the_fastest_observed_model_is_chosen() ->
 
 
 def test_a_policy_needs_priced_models_and_a_positive_target() -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"costs: need at least one model"):
         RoutingPolicy(costs={}, latency_target_ms=100)
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"latency_target_ms: must be > 0"):
         RoutingPolicy(costs=COSTS, latency_target_ms=0)
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"tiers\.high: needs priced models; unknown: \['unpriced'\]"):
         RoutingPolicy(costs=COSTS, latency_target_ms=100, tiers={"high": ("unpriced",)})
 
 

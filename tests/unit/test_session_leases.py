@@ -97,7 +97,7 @@ def test_a_lease_is_renewed_only_by_the_worker_of_a_pending_step(key: str, worke
 def test_a_finished_step_has_no_lease_to_renew() -> None:
     session = started()
     session.record_step(step="answer", input={"q": 1}, output={"a": 2}, idempotency_key="k1")
-    with pytest.raises(StepNotPending):
+    with pytest.raises(StepNotPending, match=r"no step of session 's1' is pending as 'k1'"):
         session.renew_lease("k1", T0 + 2 * LEASE)
 
 
@@ -126,13 +126,13 @@ def test_an_abandoned_step_keeps_the_lost_attempt_and_its_cost_on_the_books() ->
 
 
 def test_abandoning_a_step_that_is_not_pending_is_refused() -> None:
-    with pytest.raises(StepNotPending):
+    with pytest.raises(StepNotPending, match=r"no step of session 's1' is pending as 'k1'"):
         a_session().abandon_step("k1", T0, "no such step")
 
 
 def test_starting_a_step_held_under_a_live_lease_is_refused() -> None:
     session = started()
-    with pytest.raises(StepInProgress):
+    with pytest.raises(StepInProgress, match=r"step 'k1' of session 's1' is still in progress"):
         session.start_step(
             step="answer",
             input={},

@@ -42,7 +42,7 @@ def test_starting_a_session_again_with_another_workflow_conflicts(engine: Engine
     with pytest.raises(SessionConflict) as raised:
         engine.start_session("s1", "refunds", user_id="u1")
     assert raised.value.session_id == "s1"
-    with pytest.raises(SessionConflict):
+    with pytest.raises(SessionConflict, match=r"session 's1' already exists: .*user_id='someone-else'"):
         engine.start_session("s1", "customer_service", user_id="someone-else")
     assert len(engine.history("s1")) == 1
 
@@ -129,7 +129,7 @@ def test_a_step_on_a_completed_session_is_closed(engine: Engine) -> None:
 def test_an_abandoned_session_takes_no_more_steps(engine: Engine) -> None:
     engine.start_session("s1", "cs")
     engine.abandon_session("s1", "user left")
-    with pytest.raises(SessionClosed):
+    with pytest.raises(SessionClosed, match=r"session 's1' is abandoned"):
         engine.update_context("s1", {"k": 1})
 
 
@@ -181,7 +181,7 @@ def test_a_ttl_that_is_not_positive_is_rejected_and_starts_nothing(engine: Engin
     with pytest.raises(ValidationError) as raised:
         engine.start_session("s1", "cs", ttl=ttl)  # type: ignore[arg-type]
     assert raised.value.field == "ttl"
-    with pytest.raises(SessionNotFound):
+    with pytest.raises(SessionNotFound, match=r"session 's1' not found"):
         engine.history("s1")
 
 
@@ -192,22 +192,24 @@ def test_metadata_that_is_not_a_json_object_is_rejected_and_starts_nothing(
     with pytest.raises(ValidationError) as raised:
         engine.start_session("s1", "cs", metadata=metadata)  # type: ignore[arg-type]
     assert raised.value.field == "metadata"
-    with pytest.raises(SessionNotFound):
+    with pytest.raises(SessionNotFound, match=r"session 's1' not found"):
         engine.history("s1")
 
 
 def test_context_keys_must_be_strings_so_replay_matches_live_state(engine: Engine) -> None:
     engine.start_session("s1", "cs")
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"context_update: object keys must be strings, got 1"):
         engine.update_context("s1", {1: "a"})  # type: ignore[dict-item]
-    with pytest.raises(ValidationError):
+    with pytest.raises(
+        ValidationError, match=r"context_update: object keys must be strings, got 2 \(at nested\)"
+    ):
         engine.record_step("s1", "greet", context_update={"nested": {2: "b"}})  # type: ignore[dict-item]
     assert len(engine.history("s1")) == 1
 
 
 def test_an_abandon_reason_must_be_text(engine: Engine) -> None:
     engine.start_session("s1", "cs")
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"reason: must be a non-empty string"):
         engine.abandon_session("s1", reason={"a": 1})  # type: ignore[arg-type]
     assert len(engine.history("s1")) == 1
 
@@ -221,20 +223,23 @@ def test_get_session_at_a_version_and_as_of_a_time(engine: Engine) -> None:
     assert (at_two.version, at_two.current_step, at_two.context) == (2, "a", {"n": 1})
     as_of = engine.get_session("s1", as_of=history[1].timestamp)
     assert as_of == at_two
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"version: session has 3 versions, not 9"):
         engine.get_session("s1", version=9)
-    with pytest.raises(SessionNotFound):
+    with pytest.raises(SessionNotFound, match=r"session 's1' not found"):
         engine.get_session("s1", as_of=history[0].timestamp - timedelta(seconds=1))
 
 
 def test_sessions_are_scoped_by_tenant(database_url: str, pg_schema: str) -> None:
     from tests.conftest import make_settings
 
-    acme = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, tenant="acme"))
-    globex = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, tenant="globex"))
-    acme.start_session("s1", "cs")
-    with pytest.raises(SessionNotFound):
-        globex.get_session("s1")
-    assert acme.session_uuid("s1") != globex.session_uuid("s1")
-    acme.close()
-    globex.close()
+    with (
+        Engine(settings=make_settings(database_url=database_url, schema=pg_schema, tenant="acme")) as acme,
+        Engine(
+            settings=make_settings(database_url=database_url, schema=pg_schema, tenant="globex")
+        ) as globex,
+    ):
+        acme.start_session("s1", "cs")
+        with pytest.raises(SessionNotFound, match=r"session 's1' not found") as raised:
+            globex.get_session("s1")
+        assert raised.value.session_id == "s1"
+        assert acme.session_uuid("s1") != globex.session_uuid("s1")

@@ -43,5 +43,5 @@ def test_a_unix_socket_url_keeps_its_socket_directory() -> None:
 
 @pytest.mark.parametrize("schema", ["Robert'); DROP", "1abc", "with space", ""])
 def test_a_schema_name_that_is_not_a_plain_sql_name_is_rejected(schema: str) -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"schema: .* is not a plain lower-case SQL name"):
         Settings(schema=schema)

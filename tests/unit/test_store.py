@@ -23,9 +23,8 @@ def memory(**overrides: Any) -> Engine:
 
 @pytest.fixture
 def engine() -> Iterator[Engine]:
-    engine = memory(operation_deadline_s=2.0)
-    yield engine
-    engine.close()
+    with memory(operation_deadline_s=2.0) as engine:
+        yield engine
 
 
 def fail_saves(engine: Engine, plan: list[str]) -> list[str]:
@@ -101,34 +100,33 @@ def test_every_event_carries_the_id_of_the_command_that_wrote_it(engine: Engine)
 
 
 def test_a_database_that_stays_away_gives_store_unavailable_within_the_deadline() -> None:
-    engine = memory(operation_deadline_s=0.5)
-    engine.start_session("s1", "cs")
-    fail_saves(engine, ["refused"] * 100)
-    started = datetime.now(UTC)
-    with pytest.raises(StoreUnavailable) as raised:
-        engine.record_step("s1", "pay")
-    assert datetime.now(UTC) - started < timedelta(seconds=2)
-    assert raised.value.retry_after > 0
-    assert processed(engine, "s1") == []
-    engine.close()
+    with memory(operation_deadline_s=0.5) as engine:
+        engine.start_session("s1", "cs")
+        fail_saves(engine, ["refused"] * 100)
+        started = datetime.now(UTC)
+        with pytest.raises(StoreUnavailable) as raised:
+            engine.record_step("s1", "pay")
+        # A generous bound (the deadline is 0.5 s): the machine may be loaded.
+        assert datetime.now(UTC) - started < timedelta(seconds=10)
+        assert raised.value.retry_after > 0
+        assert processed(engine, "s1") == []
 
 
 def test_conflicts_past_the_configured_bound_give_concurrent_update() -> None:
     # Given a store allowed 3 retries, whose every save loses the race
-    engine = memory(max_conflict_retries=3)
-    engine.start_session("s1", "cs")
-    attempts = []
+    with memory(max_conflict_retries=3) as engine:
+        engine.start_session("s1", "cs")
+        attempts = []
 
-    def always_conflicts(uow: UnitOfWork, events: list[Any]) -> None:
-        attempts.append(1)
-        raise IntegrityError("duplicate key")
+        def always_conflicts(uow: UnitOfWork, events: list[Any]) -> None:
+            attempts.append(1)
+            raise IntegrityError("duplicate key")
 
-    engine.store._save = always_conflicts  # type: ignore[method-assign]
-    with pytest.raises(ConcurrentUpdate) as raised:
-        engine.record_step("s1", "pay")
-    assert raised.value.attempts == 4
-    assert len(attempts) == 4
-    engine.close()
+        engine.store._save = always_conflicts  # type: ignore[method-assign]
+        with pytest.raises(ConcurrentUpdate) as raised:
+            engine.record_step("s1", "pay")
+        assert raised.value.attempts == 4
+        assert len(attempts) == 4
 
 
 def test_stamps_in_one_stream_never_go_back_even_when_the_clock_does() -> None:

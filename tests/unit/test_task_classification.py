@@ -110,7 +110,7 @@ async def test_a_failed_model_call_escalates_with_what_it_spent(engine: Engine) 
 async def test_classifying_without_an_llm_adapter_says_so(engine: Engine) -> None:
     engine.llm = None
     engine.create_task("t1", "Anything", [])
-    with pytest.raises(LlmNotConfigured):
+    with pytest.raises(LlmNotConfigured, match=r"built without an LLM adapter"):
         await engine.classify_task("t1")
 
 
@@ -120,7 +120,7 @@ def test_a_classification_made_elsewhere_is_recorded_without_usage(engine: Engin
     assert task.classification == Classification(
         category="deployment", complexity="medium", estimated_hours=2.5
     )
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"estimated_hours: must be a number in \(0, 10000\], got 0"):
         engine.record_classification("t1", "deployment", "medium", 0)
 
 
@@ -130,7 +130,7 @@ def test_a_reply_is_parsed_even_when_wrapped_in_prose() -> None:
         None,
     )
     assert (parsed.category, parsed.complexity, parsed.estimated_hours) == ("review", "low", 0.5)
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"classification: no JSON object in 'no json here'"):
         Classification.from_reply("no json here", None)
 
 

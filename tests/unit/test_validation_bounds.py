@@ -38,9 +38,8 @@ SURROGATE = "a\ud800b"
 
 @pytest.fixture
 def memory() -> Iterator[Engine]:
-    engine = Engine(settings=make_settings(database_url="memory:"))
-    yield engine
-    engine.close()
+    with Engine(settings=make_settings(database_url="memory:")) as engine:
+        yield engine
 
 
 def nested(depth: int) -> Any:
