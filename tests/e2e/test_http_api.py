@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -12,57 +12,57 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
-from flowledger.domain.ports import LlmReply
-from flowledger.domain.values import LlmUsage
+from flowledger.adapters.llm import OpenAICompatibleClient
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 
+# deepseek-v3.2's list price, typed here (not read from the price table): per token, uncached
+# input, cached input and output (https://api-docs.deepseek.com/quick_start/pricing).
+DEEPSEEK_INPUT, DEEPSEEK_CACHED, DEEPSEEK_OUTPUT = Decimal("0.28e-6"), Decimal("0.028e-6"), Decimal("0.42e-6")
 
-class ScriptedModel:
-    """An LlmPort that answers every step with the same decision, and counts calls."""
 
-    def __init__(self) -> None:
-        self.calls = 0
+@dataclass
+class Served:
+    """The engine behind the app, and the simulator its real client calls."""
 
-    async def complete(
-        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
-    ) -> LlmReply:
-        self.calls += 1
-        content = json.dumps(
-            {
-                "action": "continue",
-                "context_update": {"intent": "refund"},
-                "next_step": "resolve",
-                "message": "Let me check that order.",
-            }
-        )
-        return LlmReply(
-            content=content,
-            usage=LlmUsage(
-                provider="scripted",
-                request_model=model or "deepseek-v3.2",
-                response_model=model or "deepseek-v3.2",
-                input_tokens=900,
-                output_tokens=100,
-                cost_usd=Decimal("0.00042"),
-                latency_ms=45.0,
-            ),
-        )
+    engine: Engine
+    simulator: Any
+
+    @property
+    def calls(self) -> int:
+        return int(self.simulator.stats["requests"])
+
+
+@pytest.fixture(scope="module")
+def simulator() -> Iterator[Any]:
+    """The built-in OpenAI-compatible simulator on loopback (no latency, no faults)."""
+    with run_simulator(SimulatorConfig(latency_ms=0, seed=5)) as running:
+        yield running
 
 
 @pytest.fixture(params=["memory", "postgres"])
-def client(request: pytest.FixtureRequest) -> Iterator[tuple[TestClient, ScriptedModel]]:
-    model = ScriptedModel()
+def client(request: pytest.FixtureRequest, simulator: Any) -> Iterator[tuple[TestClient, Served]]:
+    """The app over an engine whose LLM port is the real client, calling the simulator."""
     if request.param == "memory":
         settings = make_settings(database_url="memory:")
     else:
         settings = make_settings(
             database_url=request.getfixturevalue("database_url"), schema=request.getfixturevalue("pg_schema")
         )
-    engine = Engine(settings=settings, llm=model)
-    with TestClient(create_app(engine)) as test_client:
-        yield test_client, model
-    engine.close()
+    settings = settings.with_overrides(llm_base_url=simulator.base_url, llm_api_key="sk-test-simulator")
+    llm = OpenAICompatibleClient.from_settings(settings)
+    with Engine(settings=settings, llm=llm) as engine:
+        before = simulator.stats["requests"]
+        simulator.stats["requests"] = 0
+        try:
+            with TestClient(create_app(engine)) as test_client:
+                try:
+                    yield test_client, Served(engine, simulator)
+                finally:
+                    test_client.portal.call(llm.aclose)  # the client's connections live on the app's loop
+        finally:
+            simulator.stats["requests"] += before
 
 
 def webhook(client: TestClient, **body: Any) -> tuple[int, dict[str, Any]]:
@@ -71,7 +71,7 @@ def webhook(client: TestClient, **body: Any) -> tuple[int, dict[str, Any]]:
 
 
 def test_the_seed_webhook_creates_processes_and_reads_a_session(
-    client: tuple[TestClient, ScriptedModel],
+    client: tuple[TestClient, Served],
 ) -> None:
     http, model = client
     status, created = webhook(
@@ -91,32 +91,46 @@ def test_the_seed_webhook_creates_processes_and_reads_a_session(
         action="process_step",
         session_id="user-1-1700000000",
         step_name="classify_intent",
-        input_data={"message": "late order"},
+        input_data={"message": "I want a refund for my late order"},
         model="deepseek-v3.2",
     )
     assert status == 200
     data = processed["data"]
     assert data["step"] == "classify_intent"
     assert data["next_step"] == "resolve"
-    assert data["action"] == "continue"
-    assert data["message"] == "Let me check that order."
-    assert data["context"]["intent"] == "refund"
+    assert data["action"] == "classify"
+    assert data["context"]["intent"] == "refund_request"
+    assert data["message"] == "I understand this is about refund request."
+
+    # The cost went through the real client's pricing: tokens as the simulator reported
+    # them, times the list price typed above.
+    [step] = model.engine.session_steps("user-1-1700000000")
+    usage = step.usage
+    assert usage is not None
+    assert (usage.request_model, usage.provider) == ("deepseek-v3.2", "openai_compatible")
+    uncached = usage.input_tokens - usage.cache_read_input_tokens
+    expected = (
+        uncached * DEEPSEEK_INPUT
+        + usage.cache_read_input_tokens * DEEPSEEK_CACHED
+        + usage.output_tokens * DEEPSEEK_OUTPUT
+    )
+    assert usage.cost_usd == expected
     assert data["ai_metrics"] == {
         "model": "deepseek-v3.2",
-        "tokens": 1000,
-        "cost_usd": 0.00042,
-        "latency_ms": 45,
+        "tokens": usage.input_tokens + usage.output_tokens,
+        "cost_usd": float(expected),
+        "latency_ms": round(usage.latency_ms),
     }
 
     status, state = webhook(http, action="get_state", session_id="user-1-1700000000")
     assert status == 200
     assert state["data"]["current_step"] == "resolve"
     assert [h["step"] for h in state["data"]["history"]] == ["classify_intent"]
-    assert state["data"]["history"][0]["ai_cost"] == 0.00042
+    assert state["data"]["history"][0]["ai_cost"] == float(expected)
     assert model.calls == 1
 
 
-def test_the_webhook_answers_errors_in_the_seed_envelope(client: tuple[TestClient, ScriptedModel]) -> None:
+def test_the_webhook_answers_errors_in_the_seed_envelope(client: tuple[TestClient, Served]) -> None:
     http, model = client
     assert webhook(http, action="explode", session_id="s") == (
         400,
@@ -135,7 +149,7 @@ def test_the_webhook_answers_errors_in_the_seed_envelope(client: tuple[TestClien
 
 
 def test_the_rest_api_records_steps_idempotently_and_replays(
-    client: tuple[TestClient, ScriptedModel],
+    client: tuple[TestClient, Served],
 ) -> None:
     http, _ = client
     assert http.post("/v1/sessions", json={"session_id": "r1", "workflow": "cs"}).status_code == 201
@@ -175,7 +189,7 @@ def test_the_rest_api_records_steps_idempotently_and_replays(
     ],
 )
 def test_bad_requests_get_a_4xx_with_a_message_and_append_nothing(
-    client: tuple[TestClient, ScriptedModel], path: str, body: dict[str, Any], status: int
+    client: tuple[TestClient, Served], path: str, body: dict[str, Any], status: int
 ) -> None:
     http, _ = client
     http.post("/v1/sessions", json={"session_id": "r2", "workflow": "cs"})
@@ -187,7 +201,7 @@ def test_bad_requests_get_a_4xx_with_a_message_and_append_nothing(
 
 
 def test_a_closed_session_or_another_workflow_is_a_conflict(
-    client: tuple[TestClient, ScriptedModel],
+    client: tuple[TestClient, Served],
 ) -> None:
     http, _ = client
     http.post("/v1/sessions", json={"session_id": "c1", "workflow": "cs"})
@@ -197,7 +211,7 @@ def test_a_closed_session_or_another_workflow_is_a_conflict(
 
 
 def test_the_openapi_schema_lists_the_webhook_and_the_rest_api(
-    client: tuple[TestClient, ScriptedModel],
+    client: tuple[TestClient, Served],
 ) -> None:
     http, _ = client
     paths = http.get("/openapi.json").json()["paths"]

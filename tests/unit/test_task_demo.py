@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import io
-from typing import Any
 
 from rich.console import Console
 
 from flowledger.adapters.cli.demo.tasks import run_task_scenario
-from flowledger.domain.ports import LlmReply
-from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
+from tests.support.llm import ScriptedLlm
 
-
-class FeatureLlm:
-    """Calls every task a medium feature of three hours."""
-
-    async def complete(
-        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
-    ) -> LlmReply:
-        content = '{"category": "feature", "complexity": "medium", "estimated_hours": 3}'
-        return LlmReply(content=content, usage=LlmUsage(provider="fake", input_tokens=90, output_tokens=20))
+FEATURE = '{"category": "feature", "complexity": "medium", "estimated_hours": 3}'
+"""Every task a medium feature of three hours."""
 
 
 def test_the_scenario_prints_assignments_escalations_and_loads_within_capacity() -> None:
@@ -48,6 +39,6 @@ def test_the_scenario_prints_assignments_escalations_and_loads_within_capacity()
 def test_the_scenario_classifies_through_the_llm_port_when_given_one() -> None:
     out = io.StringIO()
     with Engine(settings=make_settings(database_url="memory:")) as engine:
-        summary = run_task_scenario(engine, Console(file=out, width=160), llm=FeatureLlm())
+        summary = run_task_scenario(engine, Console(file=out, width=160), llm=ScriptedLlm(FEATURE))
     assert summary.classification_source == "the LLM adapter"
     assert "classification_failed" not in summary.escalated
