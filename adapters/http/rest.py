@@ -17,7 +17,9 @@ from flowledger.adapters.http.auth import Caller, Reader, Writer
 from flowledger.adapters.http.errors import responses
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+IdempotencyKey = Annotated[
+    str | None, Header(alias="Idempotency-Key", max_length=schemas.MAX_ID, pattern=schemas.NAME_PATTERN)
+]
 SessionId = Annotated[str, schemas.PathId]
 _READ = responses(404, 410)
 _WRITE = responses(404, 409, 410)

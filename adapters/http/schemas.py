@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from flowledger.domain.bounds import MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
@@ -43,6 +43,15 @@ def required_name(example: str) -> Any:
     return Field(min_length=1, max_length=MAX_ID, pattern=NAME_PATTERN, examples=[example])
 
 
+_MONEY = {
+    "anyOf": [
+        {"type": "number", "minimum": 0, "maximum": 10**9},
+        {"type": "string", "pattern": r"^[0-9]{1,9}(\.[0-9]{1,18})?$"},
+    ],
+    "description": "US dollars, exact: a decimal string (or a number)",
+}
+
+
 class Body(BaseModel):
     """Request bodies reject unknown fields, so typos surface as 422."""
 
@@ -67,7 +76,9 @@ class UsageIn(Body):
     reasoning_output_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
     finish_reasons: list[str] = Field(default_factory=list, max_length=64)
     response_id: str = Field(default="", max_length=MAX_ID)
-    cost_usd: Decimal = Field(default=Decimal("0"), ge=0, le=Decimal(10**9))
+    cost_usd: Annotated[Decimal, WithJsonSchema(_MONEY)] = Field(
+        default=Decimal("0"), ge=0, le=Decimal(10**9)
+    )
     price_version: str = Field(default="", max_length=MAX_ID)
     latency_ms: float = Field(default=0.0, ge=0, le=MAX_TTL_SECONDS * 1000)
     attempts: int = Field(default=1, ge=1, le=10_000)

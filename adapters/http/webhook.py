@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from flowledger.adapters.http.auth import Caller, Reader
 from flowledger.adapters.http.errors import error_body, responses
 from flowledger.adapters.http.rest import ensure_user
-from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID
+from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.infrastructure import Engine
 
@@ -57,7 +57,9 @@ def _required(value: str | None, field: str) -> str:
 async def workflow_state(
     body: WebhookRequest,
     caller: Reader,
-    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key", max_length=MAX_ID),
+    idempotency_key: str | None = Header(
+        default=None, alias="Idempotency-Key", max_length=MAX_ID, pattern=NAME_PATTERN
+    ),
 ) -> dict[str, Any] | JSONResponse:
     """Dispatch one of the seed's three actions."""
     engine = caller.engine
