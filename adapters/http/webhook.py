@@ -95,10 +95,10 @@ async def _process(caller: Caller, body: WebhookRequest, session_id: str, key: s
     step = _required(body.step_name, "step_name")
     if body.user_id is not None:
         await run_in_threadpool(ensure_user, caller, session_id, body.user_id)
-    record = await engine.process_step(
+    outcome = await engine.run_step(
         session_id, step, body.input_data, model=body.model or DEFAULT_MODEL, idempotency_key=key
     )
-    state = await run_in_threadpool(engine.get_session, session_id)
+    record = outcome.record
     usage = record.usage
     return {
         "session_id": session_id,
@@ -106,7 +106,7 @@ async def _process(caller: Caller, body: WebhookRequest, session_id: str, key: s
         "next_step": record.next_step,
         "action": record.output.get("action"),
         "message": record.output.get("message"),
-        "context": state.context,
+        "context": outcome.context,
         "ai_metrics": {
             "model": usage.response_model or usage.request_model if usage else body.model,
             "tokens": usage.total_tokens if usage else 0,

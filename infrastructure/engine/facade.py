@@ -23,7 +23,7 @@ from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.log import EventLog
 from flowledger.infrastructure.engine.sessions import SessionService, StepRequest
-from flowledger.infrastructure.engine.steps import StepService
+from flowledger.infrastructure.engine.steps import StepOutcome, StepService
 from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
@@ -168,6 +168,17 @@ class Engine:
     ) -> StepRecord:
         """Call the model for one step and record the outcome (see ``StepService.process``)."""
         return await self.steps.process(session_id, step, input, model, idempotency_key)
+
+    async def run_step(
+        self,
+        session_id: str,
+        step: str,
+        input: JsonObject | None = None,
+        model: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> StepOutcome:
+        """``process_step``, answered with the session's context after the step too (no second load)."""
+        return await self.steps.run(session_id, step, input, model, idempotency_key)
 
     def update_context(self, session_id: str, update: JsonObject) -> SessionState:
         """Merge keys into the session context."""
