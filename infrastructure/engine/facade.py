@@ -185,8 +185,12 @@ class Engine:
         return self.sessions.update_context(session_id, update)
 
     def extend_session(self, session_id: str, ttl: timedelta) -> SessionState:
-        """Push the expiry to now + ttl (a session that already expired stays expired)."""
+        """Add ``ttl`` to the current expiry (24 h + 1 h is 25 h); an expired session stays expired."""
         return self.sessions.extend(session_id, ttl)
+
+    def set_expiry(self, session_id: str, expires_at: datetime) -> SessionState:
+        """Set the expiry to a moment after now and at most ``MAX_TTL`` (366 days) ahead."""
+        return self.sessions.set_expiry(session_id, expires_at)
 
     def complete_session(self, session_id: str, resolution: JsonObject | str) -> SessionState:
         """End the session with a resolution (a JSON object, or a string)."""

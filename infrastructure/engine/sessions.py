@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from uuid import UUID
 
+from flowledger.domain.bounds import MAX_TTL, require_moment
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import MAYBE_SEEN, SessionState, StepRecord
@@ -67,9 +68,20 @@ class SessionService:
         return self._store.write(session_id, partial(self._update_context, session_id, update))
 
     def extend(self, session_id: str, ttl: timedelta) -> SessionState:
-        """Push the expiry to now + ttl (a session that already expired stays expired)."""
+        """Add ``ttl`` to the current expiry: a 24 h session extended by 1 h lives 25 h.
+
+        Each extension adds at most ``MAX_TTL``; a session that already expired stays expired.
+        """
         require_ttl(ttl)
         return self._store.write(session_id, partial(self._extend, session_id, ttl))
+
+    def set_expiry(self, session_id: str, expires_at: datetime) -> SessionState:
+        """Set the expiry to ``expires_at``, which must lie after now and at most ``MAX_TTL`` ahead.
+
+        The explicit form for shortening a session too; one that already expired stays expired.
+        """
+        require_moment("expires_at", expires_at)
+        return self._store.write(session_id, partial(self._set_expiry, session_id, expires_at))
 
     def complete(self, session_id: str, resolution: JsonObject | str) -> SessionState:
         """End the session with a resolution: a JSON object, or a string kept as ``{"resolution": s}``."""
@@ -182,7 +194,22 @@ class SessionService:
     def _extend(self, session_id: str, ttl: timedelta, uow: UnitOfWork) -> SessionState:
         session = self._session(uow, session_id)
         session.ensure_open(uow.now)
-        session.extend(uow.now + ttl)
+        session.extend(session.expires_at + ttl)
+        return session.state()
+
+    def _set_expiry(self, session_id: str, expires_at: datetime, uow: UnitOfWork) -> SessionState:
+        # Checked against the store's clock, inside the unit of work: the same clock that
+        # later decides whether the session expired.
+        if expires_at <= uow.now:
+            got = f"now is {uow.now.isoformat()}, got {expires_at.isoformat()}"
+            raise ValidationError("expires_at", f"must lie in the future ({got})")
+        if expires_at > uow.now + MAX_TTL:
+            raise ValidationError(
+                "expires_at", f"must lie at most {MAX_TTL.days} days ahead, got {expires_at.isoformat()}"
+            )
+        session = self._session(uow, session_id)
+        session.ensure_open(uow.now)
+        session.extend(expires_at)
         return session.state()
 
     def _complete(self, session_id: str, resolution: JsonObject, uow: UnitOfWork) -> SessionState:

@@ -112,7 +112,7 @@ def test_extending_a_session_keeps_it_alive_past_its_first_ttl() -> None:
     engine.extend_session("s1", timedelta(hours=1))
     now[0] += timedelta(minutes=30)
     engine.record_step("s1", "greet")
-    assert engine.get_session("s1").expires_at == datetime(2026, 1, 1, 1, 20, tzinfo=UTC)
+    assert engine.get_session("s1").expires_at == datetime(2026, 1, 1, 1, 30, tzinfo=UTC)
 
 
 def test_a_step_on_a_completed_session_is_closed(engine: Engine) -> None:
