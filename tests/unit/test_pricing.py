@@ -145,17 +145,20 @@ def test_our_own_format_needs_a_version_and_may_carry_a_default(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    "content",
+    ("content", "message"),
     [
-        "not json",
-        "[1, 2]",
-        '{"version": "v", "models": {"m": {"input_cost_per_token": -1, "output_cost_per_token": 1}}}',
+        ("not json", r"pricing_file: prices\.json is not JSON"),
+        ("[1, 2]", r"pricing_file: prices\.json must hold a JSON object"),
+        (
+            '{"version": "v", "models": {"m": {"input_cost_per_token": -1, "output_cost_per_token": 1}}}',
+            r"price\.input_cost_per_token: must be a Decimal >= 0, got Decimal\('-1'\)",
+        ),
     ],
 )
-def test_a_broken_price_file_is_rejected(tmp_path: Path, content: str) -> None:
+def test_a_broken_price_file_is_rejected(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "prices.json"
     path.write_text(content)
-    with pytest.raises(ValidationError, match=r"pricing_file: prices\.json is not JSON"):
+    with pytest.raises(ValidationError, match=message):
         load_price_table(path)
     with pytest.raises(ValidationError, match=r"pricing_file: cannot read .*missing\.json"):
         load_price_table(tmp_path / "missing.json")
