@@ -20,8 +20,9 @@ demo: $(STAMP)
 	$(BIN)/flowledger demo
 
 # Coverage of the four source folders (lines and branches, CLI and server subprocesses
-# included), printed; the floor only rises: set it to what a run measures, rounded down.
-COVERAGE_FLOOR := 90
+# included), printed; the floor only rises: set it to what a run measures, rounded down
+# (92.2 % of lines and branches together, 6 min on 2 shared cores, 2026-11-30).
+COVERAGE_FLOOR := 92
 test: $(STAMP)
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest --cov --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_FLOOR)
 
