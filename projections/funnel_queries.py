@@ -4,6 +4,12 @@ stopped there, and how long they took to get there.
 A session's furthest step is the last one (in step order) it reached. Why it stopped:
 ``completed`` (not a drop), else ``failed`` if its last outcome there was a failure (with the
 error type), else ``expired`` / ``abandoned``, else ``in_progress`` (not counted as dropped).
+
+Conversion from the previous step follows each session's own path, so it never exceeds 100 %
+when sessions take different branches: a step's previous steps are those some session reached
+right before it (the start, for a first step), and its conversion is the sessions reaching it
+over the sessions that reached any of its previous steps. Dividing by the step shown above it
+instead read 66500 % once a branch's step followed another branch's.
 """
 
 from __future__ import annotations
@@ -90,6 +96,24 @@ SELECT segment, idx, step, count(*), count(*) FILTER (WHERE processed > 0),
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM first_reached_at - started_at))
 FROM r GROUP BY segment, idx, step ORDER BY segment, idx
 """
+PREVIOUS = """,
+edges AS (
+    SELECT DISTINCT a.segment, a.step, b.step AS previous
+    FROM st AS a LEFT JOIN st AS b ON b.originator_id = a.originator_id AND b.reach_order = a.reach_order - 1
+    WHERE a.step IN (SELECT step FROM ord)
+),
+before AS (
+    SELECT e.segment, e.step, x.originator_id
+    FROM edges AS e JOIN st AS x ON x.segment IS NOT DISTINCT FROM e.segment AND x.step = e.previous
+    UNION
+    SELECT e.segment, e.step, x.originator_id
+    FROM edges AS e JOIN s AS x ON x.segment IS NOT DISTINCT FROM e.segment WHERE e.previous IS NULL
+)
+SELECT segment, step, count(*) FROM before GROUP BY segment, step
+"""
+KNOWN_STEPS = """
+SELECT DISTINCT step FROM {r}.funnel_steps WHERE tenant = %(tenant)s AND workflow = %(workflow)s ORDER BY 1
+"""
 ENDINGS = """
 SELECT s.segment, f.idx,
        CASE WHEN s.status = 'completed' THEN 'completed'
@@ -115,10 +139,12 @@ def funnel_report(
 ) -> list[FunnelReport]:
     """The funnel of ``tenant``'s sessions of ``workflow`` started in the window, one report per segment.
 
-    Steps come in ``steps`` order when given, else by the average position at which
-    sessions first reached them. ``by`` is ``"model"`` (each session's first model) or
-    ``"metadata.<key>"``.
+    Steps come in ``steps`` order when given (each a step the workflow has; ValidationError
+    naming the known ones otherwise), else by the average position at which sessions first
+    reached them. ``by`` is ``"model"`` (each session's first model) or ``"metadata.<key>"``.
     """
+    if steps:
+        _require_known_steps(conn, reader, workflow, tenant, steps)
     prefix = sql.SQL(PREFIX).format(
         segment=_segment(by),
         r=sql.Identifier(reader),
@@ -147,13 +173,32 @@ def funnel_report(
             report.before_first_step[cause] = report.before_first_step.get(cause, 0) + count
             continue
         _count_ending(positions[segment, idx], cause, error_type, count)
+    before = {
+        (segment, step): count for segment, step, count in conn.execute(prefix + sql.SQL(PREVIOUS), params)
+    }
     for report in reports.values():
-        previous = report.sessions
         for entry in report.steps:
             entry.overall_conversion = entry.reached / report.sessions if report.sessions else 0.0
-            entry.step_conversion = entry.reached / previous if previous else 0.0
-            previous = entry.reached
+            came_from = before.get((report.segment, entry.step), 0)
+            entry.step_conversion = entry.reached / came_from if came_from else 0.0
     return sorted(reports.values(), key=lambda r: (r.segment is not None, r.segment or ""))
+
+
+def _require_known_steps(
+    conn: Connection[Any], reader: str, workflow: str, tenant: str, steps: Sequence[str]
+) -> None:
+    """Refuse a step order naming a step twice or a step no session of the workflow reached."""
+    repeated = sorted({s for s in steps if steps.count(s) > 1})
+    if repeated:
+        raise ValidationError("steps", f"name each step once; repeated: {', '.join(repeated)}")
+    statement = sql.SQL(KNOWN_STEPS).format(r=sql.Identifier(reader))
+    known = [row[0] for row in conn.execute(statement, {"tenant": tenant, "workflow": workflow})]
+    unknown = [s for s in steps if s not in known]
+    if unknown:
+        names = ", ".join(known) if known else "none: no session of it reached a step"
+        raise ValidationError(
+            "steps", f"unknown in workflow {workflow!r}: {', '.join(unknown)}; known steps: {names}"
+        )
 
 
 def _count_ending(entry: FunnelStep, cause: str, error_type: str | None, count: int) -> None:

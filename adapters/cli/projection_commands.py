@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -221,7 +222,12 @@ def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Tabl
             _ms(v) for v in (r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms)
         )
         table.add_row(
-            *(str(g) for g in r.group), f"{r.calls:,}", errors, tokens, f"{r.cost_usd:.4f}", latency
+            *(escape(str(g)) for g in r.group),
+            f"{r.calls:,}",
+            escape(errors),
+            tokens,
+            f"{r.cost_usd:.4f}",
+            latency,
         )
     return table
 
@@ -237,8 +243,9 @@ def funnel_table(report: FunnelReport) -> Table:
     """One workflow's funnel: reach, conversion of all sessions and of the step before, why
     sessions stopped there, how many are still running or done, and time to reach it."""
     segment = f" [{report.segment}]" if report.segment is not None else ""
+    # Titles and cells are rich markup: unescaped, "[gpt-4.1]" would be read as a style tag and vanish.
     table = Table(
-        title=f"funnel {report.workflow}{segment}: {report.sessions} sessions",
+        title=escape(f"funnel {report.workflow}{segment}: {report.sessions} sessions"),
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,
@@ -257,11 +264,11 @@ def funnel_table(report: FunnelReport) -> Table:
         }
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "-"
         table.add_row(
-            s.step,
+            escape(s.step),
             str(s.reached),
             f"{s.overall_conversion:.1%}",
             f"{s.step_conversion:.1%}",
-            dropped,
+            escape(dropped),
             str(s.in_progress),
             str(s.completed),
             f"{_seconds(s.p50_seconds)}/{_seconds(s.p95_seconds)}",
@@ -325,18 +332,25 @@ def funnel_command(
     workflow: Annotated[str, typer.Argument(help="The workflow name.")],
     by: Annotated[str | None, typer.Option(help="Break down by 'model' or 'metadata.<key>'.")] = None,
     steps: Annotated[str | None, typer.Option(help=STEPS_HELP)] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only sessions started in this window: 30m, 24h, 7d ...")
+    ] = None,
     tenant: TenantOption = None,
 ) -> None:
     """Per step of one tenant's sessions: reaching it, conversion, drop-off by cause, time to reach it."""
-    with reported_errors(), Engine() as engine:
-        whose = _tenant(engine, tenant)
-        projector = projector_for(engine)
-        projector.catch_up()
+    with reported_errors():
+        start = None if since is None else datetime.now(UTC) - parse_since(since)
         order = [s.strip() for s in steps.split(",")] if steps else None
-        with projector.connect() as conn:
-            reports = funnel_report(conn, projector.names.reader, workflow, tenant=whose, steps=order, by=by)
+        with Engine() as engine:
+            whose = _tenant(engine, tenant)
+            projector = projector_for(engine)
+            projector.catch_up()
+            with projector.connect() as conn:
+                reader = projector.names.reader
+                reports = funnel_report(conn, reader, workflow, tenant=whose, steps=order, by=by, since=start)
         if not reports:
-            console.print(f"no sessions of workflow {workflow!r}")
+            window = "" if since is None else f" started in the last {since}"
+            console.print(f"no sessions of workflow {workflow!r}{window}", markup=False)
         for report in reports:
             console.print(funnel_table(report))
 
