@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, status
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses
@@ -29,6 +29,12 @@ Json = dict[str, Any]
 TaskId = Annotated[str, PathId]
 AgentId = Annotated[str, PathId]
 Skill = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
+_UNIX_TIME = {"type": "number", "minimum": -62_135_596_800, "maximum": 253_402_300_799}
+Moment = Annotated[
+    datetime,
+    WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, _UNIX_TIME]}),
+]
+"""A time: RFC 3339, or Unix seconds in years 1-9999 (pydantic reads both; the schema says so)."""
 _READ = responses(404)
 _WRITE = responses(404, 409)
 
@@ -49,7 +55,7 @@ class CreateTask(Body):
     description: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
     required_skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
     priority: Literal["low", "medium", "high", "critical"] = "medium"
-    deadline: datetime | None = None
+    deadline: Moment | None = None
     deadline_hours: float | None = Field(default=None, ge=0.001, le=MAX_DEADLINE_HOURS)
 
 

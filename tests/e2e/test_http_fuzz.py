@@ -43,6 +43,11 @@ BY_RULE = {
     ("GET", "/v1/sessions/{session_id}"),  # version and as_of exclude each other
     ("POST", "/v1/sessions"),  # metadata: JSON content rules (no NUL at any depth, depth, size)
     ("POST", "/v1/sessions/{session_id}/steps"),  # usage: cached tokens within input tokens; JSON rules
+    # Free JSON (input, update, resolution, result): no NUL or lone surrogate at any depth, depth, size
+    ("POST", "/v1/sessions/{session_id}/process"),
+    ("PATCH", "/v1/sessions/{session_id}/context"),
+    ("POST", "/v1/sessions/{session_id}/complete"),
+    ("POST", "/v1/tasks/{task_id}/complete"),
 }
 
 
