@@ -65,7 +65,9 @@ def _segment(by: str | None) -> sql.Composable:
     if by == "model":
         return sql.SQL("coalesce(first_model, '(none)')")
     if by.startswith("metadata."):
-        return sql.SQL("coalesce(metadata ->> {}, '(none)')").format(sql.Literal(by[9:]))
+        # The key goes as a parameter: as a literal in the text, a key like "%s" read as a
+        # placeholder and the query failed ("positional and named placeholders cannot be mixed").
+        return sql.SQL("coalesce(metadata ->> %(segment_key)s, '(none)')")
     raise ValidationError("by", f"breakdown must be 'model' or 'metadata.<key>', not {by!r}")
 
 
@@ -156,6 +158,7 @@ def funnel_report(
         "since": since,
         "until": until,
         "steps": list(steps or []),
+        "segment_key": by[9:] if by is not None else None,
     }
     reports: dict[str | None, FunnelReport] = {}
     positions: dict[tuple[str | None, int], FunnelStep] = {}

@@ -1,17 +1,26 @@
-"""How the CLI reports flowledger errors: one line on stderr and an exit code from one table."""
+"""How the CLI reports errors: one line on stderr and an exit code from one table.
+
+Every error a command meets ends this way, not only flowledger's own: a file the user named
+that cannot be read or written, the database failing outside the store's handling, and, as a
+last resort, a bug (its type named, so it can be reported). Exits that typer and click raise
+on purpose (``typer.Exit``, usage errors) pass through untouched.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import click
+import psycopg
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from flowledger.domain import errors
 
-# Most specific first; FlowledgerError catches the rest.
-EXIT_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
+# Most specific first; Exception catches the rest. Codes from 64 up follow sysexits.h.
+EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.ValidationError, 2),
     (errors.UnknownModelPrice, 2),
     (errors.SessionNotFound, 3),
@@ -36,21 +45,51 @@ EXIT_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     # The store did not answer within its deadline: retry later (sysexits' EX_TEMPFAIL).
     (errors.StoreUnavailable, 75),
     (errors.FlowledgerError, 1),
+    # A file named on the command line: missing, a directory, not writable (EX_IOERR) ...
+    (OSError, 74),
+    # ... or not text (EX_DATAERR).
+    (UnicodeDecodeError, 65),
+    # The connection failed or broke mid-command: trying again may work (EX_TEMPFAIL).
+    (psycopg.OperationalError, 75),
+    (psycopg.Error, 1),
+    # Anything else is a bug in flowledger (EX_SOFTWARE).
+    (Exception, 70),
 )
 
 _stderr = Console(stderr=True)
+_DELIBERATE = (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException)
+"""Raised by commands on purpose (an exit code, a usage error): they subclass RuntimeError."""
 
 
-def exit_code_for(error: errors.FlowledgerError) -> int:
+def exit_code_for(error: Exception) -> int:
     """The exit code for an error, by the first matching row of EXIT_CODES."""
     return next(code for kind, code in EXIT_CODES if isinstance(error, kind))
 
 
+def one_line(error: Exception) -> str:
+    """The error as one line: what went wrong and on what, without a traceback."""
+    if isinstance(error, errors.FlowledgerError):
+        text = str(error)
+    elif isinstance(error, OSError) and error.strerror and error.filename is not None:
+        text = f"{error.filename}: {error.strerror}"
+    elif isinstance(error, UnicodeDecodeError):
+        text = f"not UTF-8 text: byte {error.start} ({error.reason})"
+    elif isinstance(error, OSError | psycopg.Error):
+        text = str(error) or type(error).__name__
+    else:
+        text = f"unexpected {type(error).__name__} (a bug in flowledger): {error}"
+    # psycopg adds DETAIL / HINT / LINE lines; a message may quote input with newlines.
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 @contextmanager
 def reported_errors() -> Iterator[None]:
-    """Turn a FlowledgerError into one line on stderr and its exit code."""
+    """Turn any error into one line on stderr and its exit code (see EXIT_CODES)."""
     try:
         yield
-    except errors.FlowledgerError as error:
-        _stderr.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+    except _DELIBERATE:
+        raise
+    except Exception as error:
+        # Escaped: a message quoting "[x]" would otherwise be read as rich markup and vanish.
+        _stderr.print(f"[red]error:[/red] {escape(one_line(error))}", highlight=False, soft_wrap=True)
         raise typer.Exit(exit_code_for(error)) from None

@@ -11,6 +11,7 @@ from rich.console import Console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.simulator.replies import FaultRates, SimulatorConfig
 from flowledger.adapters.simulator.server import Simulator
+from flowledger.domain.bounds import require_count
 
 console = Console()
 
@@ -35,6 +36,7 @@ def simulate_llm(
 ) -> None:
     """Serve an OpenAI-compatible /v1/chat/completions with realistic usage, latency and faults."""
     with reported_errors():
+        require_count("port", port, most=65535)
         faults = FaultRates(  # a ValidationError for impossible rates
             rate_limited=rate_limited,
             server_error=server_error,

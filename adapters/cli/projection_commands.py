@@ -77,6 +77,7 @@ def rebuild_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] 
     """Rebuild from the first event into fresh tables, then switch readers to them."""
     with reported_errors(), Engine() as engine:
         projector = projector_for(engine, batch_size=5000)
+        projector.select(_names(name))  # an unknown name is refused before any output
         with progress_bar(projector, "rebuilding") as advance:
             schemas = rebuild(projector, _names(name), progress=advance)
         for projection, schema in schemas.items():
@@ -163,6 +164,7 @@ def follow_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
         signal.signal(signum, lambda *_: stop.set())
     with reported_errors(), Engine() as engine:
         projector = projector_for(engine)
+        projector.select(_names(name))  # an unknown name is refused before any output
         console.print("following the log (Ctrl-C to stop)")
 
         def reconnecting(error: BaseException, wait_s: float) -> None:
@@ -181,6 +183,7 @@ def verify_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
     """Rebuild into a scratch schema and compare with the live tables; exit 1 on any difference."""
     with reported_errors(), Engine() as engine:
         projector = projector_for(engine, batch_size=5000)
+        projector.select(_names(name))  # an unknown name is refused before any output
         with progress_bar(projector, "verifying") as advance:
             differences = verify(projector, _names(name), progress=advance)
         if not differences:

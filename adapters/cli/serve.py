@@ -27,6 +27,7 @@ from flowledger.adapters.http.auth import Keyring
 from flowledger.adapters.http.middleware import log_requests
 from flowledger.adapters.llm import OpenAICompatibleClient
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+from flowledger.domain.bounds import require_count
 from flowledger.infrastructure import Engine, Settings
 
 console = Console(stderr=True)
@@ -91,6 +92,7 @@ def serve(
     to the built-in simulator, which is announced on stderr.
     """
     with reported_errors():
+        require_count("port", port, most=65535)
         loop_name, run = loop_runner(loop)
         base = Settings.from_env()
         with _llm_settings(base, simulate_llm or not base.llm_base_url) as settings:

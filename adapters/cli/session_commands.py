@@ -10,6 +10,7 @@ from rich.console import Console
 
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.rendering import history_table, session_table
+from flowledger.domain.bounds import require_count
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 
@@ -43,6 +44,7 @@ def demo(
     from flowledger.adapters.cli.demo import run_demo
 
     with reported_errors():
+        require_count("sessions", sessions, least=1, most=1_000_000)
         run_demo(console, sessions=sessions)
 
 

@@ -1,0 +1,96 @@
+"""Every ``flowledger`` command given bad input answers with one line on stderr and an exit
+code, never a traceback: unknown names, bad values, files it cannot read or write, and a
+database it cannot reach."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import run_cli
+
+# (arguments, exit code, part of the one line); "{dir}" is a directory, "{binary}" a file
+# that is not text, both in the test's temporary directory, which is also the working one.
+BAD_INPUT = [
+    (["audit", "verify", "--file", "missing"], 74, "missing: No such file or directory"),
+    (["audit", "verify", "--file", "{dir}"], 74, "Is a directory"),
+    (["audit", "verify", "--file", "{binary}"], 65, "not UTF-8 text"),
+    (["audit", "export", "--out", "/no/such/dir/x"], 74, "/no/such/dir/x: No such file or directory"),
+    (["audit", "export", "--session", "nobody"], 3, "session 'nobody' not found"),
+    (["projections", "rebuild", "bogus"], 2, "unknown projection(s) ['bogus']; known:"),
+    (["projections", "verify", "bogus"], 2, "unknown projection(s) ['bogus']; known:"),
+    (["projections", "follow", "bogus"], 2, "unknown projection(s) ['bogus']; known:"),
+    (["funnel", "wf", "--by", "bogus"], 2, "by: breakdown must be 'model' or 'metadata.<key>'"),
+    (["funnel", "wf", "--steps", "a,nosuch"], 2, "steps: unknown in workflow 'wf': a, nosuch"),
+    (["funnel", "wf", "--since", "yesterday"], 2, "since: 'yesterday' is not a duration"),
+    (["dashboard", "--by", "bogus"], 2, "by: cannot group by ['bogus']"),
+    (["dashboard", "--since", "x"], 2, "since: 'x' is not a duration"),
+    (["dashboard", "--reprice-as", "nosuch"], 2, "reprice_as: no price for 'nosuch'"),
+    (["history", "nobody"], 3, "session 'nobody' not found"),
+    (["replay", "x", "--as-of", "yesterday"], 2, "as_of: 'yesterday' is not an ISO 8601 time"),
+    (["replay", "x", "--version", "0"], 2, "version: must be >= 1, got 0"),
+    (["keys", "create", "--tenant", "t", "--role", "bogus"], 2, "role: 'bogus' is not one of"),
+    (["serve", "--port", "99999"], 2, "port: must be a whole number from 0 to 65535"),
+    (["simulate-llm", "--port", "99999"], 2, "port: must be a whole number from 0 to 65535"),
+    (["demo", "--sessions", "0"], 2, "sessions: must be a whole number from 1"),
+]
+
+NO_DATABASE = [
+    ["history", "x"],
+    ["replay", "x"],
+    ["audit", "verify"],
+    ["audit", "export"],
+    ["projections", "status"],
+    ["projections", "rebuild"],
+    ["projections", "tenant-views", "t"],
+    ["dashboard"],
+    ["funnel", "wf"],
+    ["migrate"],
+    ["keys", "list"],
+]
+
+
+def assert_one_line(result: subprocess.CompletedProcess[str], code: int, message: str) -> None:
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines
+    assert message in lines[0]
+    assert result.returncode == code, (result.returncode, lines)
+
+
+@pytest.mark.parametrize(("args", "code", "message"), BAD_INPUT, ids=[" ".join(a) for a, _, _ in BAD_INPUT])
+def test_bad_input_is_one_line_and_an_exit_code(
+    database_url: str, pg_schema: str, tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    (tmp_path / "binary").write_bytes(b'{"a": "\xd0\x00\xff"}\n')
+    (tmp_path / "dir").mkdir()
+    filled = [a.format(dir=tmp_path / "dir", binary=tmp_path / "binary") for a in args]
+    result = run_cli(database_url, pg_schema, *filled, cwd=tmp_path)
+    assert_one_line(result, code, message)
+
+
+def test_a_metadata_key_that_looks_like_a_placeholder_is_just_a_key(
+    database_url: str, pg_schema: str
+) -> None:
+    # It once reached psycopg as a "%s" placeholder and ended in a ProgrammingError traceback.
+    result = run_cli(database_url, pg_schema, "funnel", "wf", "--by", "metadata.%s")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "no sessions of workflow 'wf'" in result.stdout
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("args", NO_DATABASE, ids=[" ".join(a) for a in NO_DATABASE])
+def test_an_unreachable_database_is_one_line_and_exit_75(args: list[str], tmp_path: Path) -> None:
+    unreachable = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nothing"
+    result = run_cli(unreachable, "unreachable", *args, cwd=tmp_path)
+    assert_one_line(result, 75, "the event store is unavailable")
