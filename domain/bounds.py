@@ -103,6 +103,42 @@ def require_json(field_name: str, value: Any) -> None:
     event would then differ from the live one. The walk runs before any encoding, so a
     too-deep value is refused before an encoder's recursion gives out.
     """
+    if not _plainly_json(value):
+        _explain_json(field_name, value)  # raises, naming where
+    size = _json_size(field_name, value)
+    if size > MAX_JSON_BYTES:
+        raise ValidationError(field_name, f"is {size:,} bytes as JSON; the limit is {MAX_JSON_BYTES:,}")
+
+
+def _plainly_json(value: Any) -> bool:
+    """The walk of ``require_json`` without building a path per node (every step's input and
+    output pass through here): True when nothing is wrong; ``_explain_json`` says what is."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if _UNSTORABLE.search(item):
+                return False
+        elif kind is dict:
+            if depth > MAX_JSON_DEPTH:
+                return False
+            for key, child in item.items():
+                if type(key) is not str or _UNSTORABLE.search(key):
+                    return False
+                stack.append((child, depth + 1))
+        elif kind is list or kind is tuple:
+            if depth > MAX_JSON_DEPTH:
+                return False
+            stack.extend((child, depth + 1) for child in item)
+        elif not isinstance(item, _SCALARS) or isinstance(item, dict | list | tuple | str):
+            # Subclasses (a str or dict subclass) take the careful walk.
+            return False
+    return True
+
+
+def _explain_json(field_name: str, value: Any) -> None:
+    """Walk ``value`` again, tracking paths, and raise the ValidationError that names the fault."""
     stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
         item, depth, path = stack.pop()
@@ -130,9 +166,6 @@ def require_json(field_name: str, value: Any) -> None:
             raise ValidationError(
                 field_name, f"must be JSON (object, array, string, number, bool, null), got {item!r}{at}"
             )
-    size = _json_size(field_name, value)
-    if size > MAX_JSON_BYTES:
-        raise ValidationError(field_name, f"is {size:,} bytes as JSON; the limit is {MAX_JSON_BYTES:,}")
 
 
 def require_object(field_name: str, value: Any, *, optional: bool = False) -> None:
