@@ -23,6 +23,7 @@ from flowledger.domain.bounds import (
     MAX_TEXT_LENGTH,
     MAX_TTL,
     duration_of,
+    plainly_text,
     require_count,
     require_duration,
     require_json,
@@ -208,6 +209,8 @@ def require_usage(field_name: str, usage: Any) -> LlmUsage | None:
         return None
     if not isinstance(usage, LlmUsage):
         raise ValidationError(field_name, "must be an LlmUsage")
+    if _plainly_within_bounds(usage):
+        return usage  # every step's usage passes here: the careful checks below name a fault
     for name in ("provider", "request_model", "response_model", *_LONG_IDS):
         text = getattr(usage, name)
         if text:
@@ -232,6 +235,39 @@ def require_usage(field_name: str, usage: Any) -> LlmUsage | None:
         require_text(f"{field_name}.finish_reasons", reason, max_length=MAX_NAME_LENGTH)
     require_object(f"{field_name}.extra", usage.extra)
     return usage
+
+
+def _plainly_within_bounds(usage: LlmUsage) -> bool:
+    """True when ``require_usage``'s checks all pass, decided without building field names."""
+    for name, limit in _USAGE_TEXTS:
+        text = getattr(usage, name)
+        if text and not plainly_text(text, limit):
+            return False
+    counts = (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_input_tokens,
+        usage.reasoning_output_tokens,
+    )
+    if any(type(count) is not int or not 0 <= count <= MAX_TOKENS for count in counts):
+        return False
+    if type(usage.attempts) is not int or not 1 <= usage.attempts <= MAX_ATTEMPTS:
+        return False
+    exponent = usage.cost_usd.as_tuple().exponent
+    return (
+        usage.latency_ms <= MAX_LATENCY_MS
+        and usage.cost_usd <= MAX_COST_USD
+        and not (isinstance(exponent, int) and exponent < -40)
+        and len(usage.finish_reasons) <= MAX_FINISH_REASONS
+        and all(plainly_text(reason, MAX_NAME_LENGTH) for reason in usage.finish_reasons)
+        and not usage.extra  # anything in extra takes the careful path (its JSON bounds)
+    )
+
+
+_USAGE_TEXTS = tuple(
+    (name, 1_000 if name in _LONG_IDS else MAX_NAME_LENGTH)
+    for name in ("provider", "request_model", "response_model", *_LONG_IDS)
+)
 
 
 # -- the key filter --------------------------------------------------------------------
