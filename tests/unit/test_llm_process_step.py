@@ -24,7 +24,7 @@ from flowledger.domain.errors import (
 from flowledger.domain.ports import LlmReply
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
-from flowledger.infrastructure.engine.store import UnitOfWork
+from tests.support.steps import start_elsewhere
 
 DECISION = (
     '{"action": "classify", "context_update": {"intent": "refund"}, "next_step": "resolve", "message": "ok"}'
@@ -148,26 +148,6 @@ async def test_a_failed_key_may_be_retried(memory_engine: Engine) -> None:
     assert len(llm.calls) == 2
     types = event_types(memory_engine, "s1")
     assert types == ["Started", "StepStarted", "StepFailed", "StepStarted", "StepProcessed"]
-
-
-def start_elsewhere(
-    engine: Engine, session_id: str, key: str, lease: timedelta = timedelta(seconds=30)
-) -> None:
-    """What another process's process_step leaves behind before its model call."""
-
-    def start(uow: UnitOfWork) -> None:
-        session = uow.find(engine.session_uuid(session_id))
-        session.start_step(
-            step="greet",
-            input={},
-            model=None,
-            key=key,
-            now=uow.now,
-            lease_until=uow.now + lease,
-            worker="elsewhere",
-        )
-
-    engine.store.write(session_id, start)
 
 
 async def test_a_step_pending_elsewhere_is_awaited_not_called_again(memory_engine: Engine) -> None:

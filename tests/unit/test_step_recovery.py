@@ -26,6 +26,7 @@ from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.store import UnitOfWork
 from tests.support.llm import ScriptedLlm
+from tests.support.steps import start_elsewhere
 
 T = TypeVar("T")
 
@@ -118,24 +119,6 @@ async def test_a_waiter_takes_over_the_step_when_its_in_process_leader_is_cancel
     types = event_types(engine, "s1")
     assert types == ["Started", "StepStarted", "StepFailed", "StepStarted", "StepProcessed"]
     assert [f.error_type for f in engine.get_session("s1").failures] == ["cancelled"]
-
-
-def start_elsewhere(engine: Engine, session_id: str, key: str, lease: timedelta) -> None:
-    """What another process's process_step leaves behind before its model call."""
-
-    def start(uow: UnitOfWork) -> None:
-        session = uow.find(engine.session_uuid(session_id))
-        session.start_step(
-            step="greet",
-            input={},
-            model=None,
-            key=key,
-            now=uow.now,
-            lease_until=uow.now + lease,
-            worker="elsewhere",
-        )
-
-    engine.store.write(session_id, start)
 
 
 def first_poll(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
