@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import event
@@ -16,6 +17,7 @@ from flowledger.domain.agent import normalise_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, QueuedTask
 from flowledger.domain.errors import TaskConflict, TaskTransitionRejected, ValidationError
+from flowledger.domain.skills import Derivation
 from flowledger.domain.task_views import (
     Assignment,
     Classification,
@@ -61,22 +63,45 @@ class Task(FlowledgerAggregate):
         deadline: datetime | None
 
     class Classified(FlowledgerAggregate.Event):
-        """The task was classified, by a model (``usage`` set) or by the caller."""
+        """The task was classified, by a model (``usage`` set) or by the caller.
 
-        class_version = 1
+        Version 2 added what the classification changed for routing (None: unchanged):
+        ``required_skills`` from the skill catalogue when the creator named none, a
+        ``priority`` raised by complexity, a ``deadline`` from the estimate, with the
+        reasons in ``derivation``; ``route`` says why that model classified it.
+        """
+
+        class_version = 2
         category: str
         complexity: str
         estimated_hours: float
         usage: LlmUsage | None
+        required_skills: list[str] | None
+        priority: str | None
+        deadline: datetime | None
+        derivation: str
+        route: str | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Version-1 classifications changed nothing about routing."""
+            state.update(required_skills=None, priority=None, deadline=None, derivation="", route=None)
 
     class Assigned(FlowledgerAggregate.Event):
         """An agent took the task; the score and reason say why that one."""
 
-        class_version = 1
+        class_version = 2
         agent_id: str
         score: float
         reason: str
         assigned_at: datetime
+        required_skills: list[str] | None
+        usage: LlmUsage | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Version 2 added the skills the choice was made for and a ranking call's usage."""
+            state.update(required_skills=None, usage=None)
 
     class Started(FlowledgerAggregate.Event):
         """The agent began work."""
@@ -115,6 +140,28 @@ class Task(FlowledgerAggregate):
         class_version = 1
         reason: str
         usage: LlmUsage
+
+    class ClassificationFailed(FlowledgerAggregate.Event):
+        """A classification call failed or its reply was unusable; the task keeps waiting.
+
+        ``fallback`` is the model tried next (None: no more tries this time).
+        """
+
+        class_version = 1
+        model: str | None
+        detail: str
+        usage: LlmUsage | None
+        fallback: str | None
+        failed_at: datetime
+
+    class Requeued(FlowledgerAggregate.Event):
+        """A person sent an escalated task back to the queue; who and why are recorded."""
+
+        class_version = 1
+        requested_by: str
+        reason: str
+        escalation_reason: str | None
+        requeued_at: datetime
 
     @staticmethod
     def create_id(tenant: str, task_id: str) -> UUID:
@@ -171,6 +218,10 @@ class Task(FlowledgerAggregate):
         self.started_at: datetime | None = None
         self.completed_at: datetime | None = None
         self.result: JsonObject | None = None
+        self.requested_skills = list(required_skills)
+        self.requested_priority = priority
+        self.requested_deadline = deadline
+        self.classification_failures = 0
 
     # -- commands ----------------------------------------------------------------------
 
@@ -193,31 +244,97 @@ class Task(FlowledgerAggregate):
             normalise_skills("required_skills", required_skills),
             TaskPriority.parse(priority).value,
         )
-        if wanted != (self.description, self.required_skills, self.priority):
-            raise TaskConflict(self.task_id, f"priority={self.priority!r} skills={self.required_skills}")
+        created = (self.description, self.creator_skills, self.creator_priority)
+        if wanted != created:
+            raise TaskConflict(self.task_id, f"priority={created[2]!r} skills={created[1]}")
+
+    # Tasks loaded from snapshots taken before these attributes existed fall back to the
+    # current values, which no classification had changed then.
+    @property
+    def creator_skills(self) -> list[str]:
+        """The skills the creator named (the catalogue's derive others when these are empty)."""
+        return list(self.__dict__.get("requested_skills", self.required_skills))
+
+    @property
+    def creator_priority(self) -> str:
+        """The priority the creator gave (a classification may raise the current one)."""
+        return str(self.__dict__.get("requested_priority", self.priority))
+
+    @property
+    def creator_deadline(self) -> datetime | None:
+        """The deadline the creator gave, if any."""
+        value: datetime | None = self.__dict__.get("requested_deadline", self.deadline)
+        return value
 
     def _require(self, action: str, *allowed: TaskStatus) -> None:
         if self.task_status not in allowed:
             raise TaskTransitionRejected(self.task_id, self.status, action)
 
-    def classify(self, classification: Classification) -> None:
-        """Record what the task is; once, and not after it closed."""
-        self._require("classify", TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+    def classify(
+        self,
+        classification: Classification,
+        derivation: Derivation | None = None,
+        route: str | None = None,
+        *,
+        again: bool = False,
+    ) -> None:
+        """Record what the task is and what that changes for routing; once unless ``again``
+        (a reclassification), and not after it closed. Derived skills, priority and
+        deadline apply only while the task waits."""
+        action = "reclassify" if again else "classify"
+        self._require(action, TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
         require_usage("usage", classification.usage)
-        if self.classification is not None:
+        if self.classification is not None and not again:
             raise TaskTransitionRejected(self.task_id, "already classified", "classify")
+        derived = derivation if derivation is not None and self.task_status is TaskStatus.PENDING else None
         self._classified(
             category=classification.category,
             complexity=classification.complexity,
             estimated_hours=classification.estimated_hours,
             usage=classification.usage,
+            required_skills=list(derived.required_skills)
+            if derived and derived.required_skills is not None
+            else None,
+            priority=derived.priority.value if derived and derived.priority is not None else None,
+            deadline=derived.deadline if derived else None,
+            derivation=storable(derived.reason, 2000) if derived else "",
+            route=storable(route, 500) if route else None,
         )
 
-    def assign(self, choice: Choice, at: datetime) -> None:
-        """Hand the waiting task to the chosen agent (the agent records TaskAccepted)."""
+    def classification_failed(
+        self, model: str | None, detail: str, usage: LlmUsage | None, fallback: str | None, at: datetime
+    ) -> None:
+        """Record a failed classification call; the task stays where it is (a person or a
+        later ``reclassify`` may try again)."""
+        require_usage("usage", usage)
+        self._classification_failed(
+            model=model, detail=storable(detail, 2000), usage=usage, fallback=fallback, failed_at=at
+        )
+
+    def requeue(self, requested_by: str, reason: str, at: datetime) -> None:
+        """Send an escalated task back to the queue, on a person's word."""
+        self._require("requeue", TaskStatus.ESCALATED)
+        require_text("requested_by", requested_by)
+        require_text("reason", reason)
+        self._requeued(
+            requested_by=storable(requested_by, 200),
+            reason=storable(reason, 1000),
+            escalation_reason=self.escalation.reason if self.escalation else None,
+            requeued_at=at,
+        )
+
+    def assign(self, choice: Choice, at: datetime, usage: LlmUsage | None = None) -> None:
+        """Hand the waiting task to the chosen agent (the agent records TaskAccepted);
+        ``usage`` is that of a model call that ranked the agents, if one did."""
         self._require("assign", TaskStatus.PENDING)
+        require_usage("usage", usage)
         self._assigned(
-            agent_id=choice.agent_id, score=choice.score, reason=storable(choice.reason, 2000), assigned_at=at
+            agent_id=choice.agent_id,
+            score=choice.score,
+            reason=storable(choice.reason, 2000),
+            assigned_at=at,
+            required_skills=list(self.required_skills),
+            usage=usage,
         )
 
     def start(self, at: datetime) -> None:
@@ -295,14 +412,54 @@ class Task(FlowledgerAggregate):
 
     @event(Classified)
     def _classified(
-        self, category: str, complexity: str, estimated_hours: float, usage: LlmUsage | None
+        self,
+        category: str,
+        complexity: str,
+        estimated_hours: float,
+        usage: LlmUsage | None,
+        required_skills: list[str] | None = None,
+        priority: str | None = None,
+        deadline: datetime | None = None,
+        derivation: str = "",
+        route: str | None = None,
     ) -> None:
         self.classification = Classification(
             category=category, complexity=complexity, estimated_hours=estimated_hours, usage=usage
         )
+        if required_skills is not None:
+            self.required_skills = list(required_skills)
+        if priority is not None:
+            self.priority = priority
+        if deadline is not None:
+            self.deadline = deadline
+
+    @event(ClassificationFailed)
+    def _classification_failed(
+        self,
+        model: str | None,
+        detail: str,
+        usage: LlmUsage | None,
+        fallback: str | None,
+        failed_at: datetime,
+    ) -> None:
+        self.classification_failures = self.__dict__.get("classification_failures", 0) + 1
+
+    @event(Requeued)
+    def _requeued(
+        self, requested_by: str, reason: str, escalation_reason: str | None, requeued_at: datetime
+    ) -> None:
+        self.status = TaskStatus.PENDING.value
 
     @event(Assigned)
-    def _assigned(self, agent_id: str, score: float, reason: str, assigned_at: datetime) -> None:
+    def _assigned(
+        self,
+        agent_id: str,
+        score: float,
+        reason: str,
+        assigned_at: datetime,
+        required_skills: list[str] | None = None,
+        usage: LlmUsage | None = None,
+    ) -> None:
         self.status = TaskStatus.ASSIGNED.value
         self.assignment = Assignment(agent_id=agent_id, score=score, reason=reason, assigned_at=assigned_at)
         self.times_assigned += 1

@@ -25,6 +25,10 @@ class Settings:
     llm_base_url: str | None = None
     llm_api_key: str | None = None
     pricing_file: Path | None = None
+    skill_catalogue_file: Path | None = None
+    """The skill catalogue (``infrastructure/skills.json`` when None): skills by category and word."""
+    routing_file: Path | None = None
+    """Model tiers by priority (``infrastructure/routing.json`` when None)."""
     snapshot_interval: int = 50
     max_conflict_retries: int = 64
     """Optimistic-concurrency retries per command (jittered backoff) before ConcurrentUpdate."""
@@ -71,6 +75,8 @@ class Settings:
         env = os.environ if environ is None else environ
         defaults = cls()
         pricing = env.get("FLOWLEDGER_PRICING_FILE")
+        catalogue = env.get("FLOWLEDGER_SKILL_CATALOGUE_FILE")
+        routing = env.get("FLOWLEDGER_ROUTING_FILE")
         return cls(
             database_url=env.get("FLOWLEDGER_DATABASE_URL") or None,
             home=Path(env["FLOWLEDGER_HOME"]) if env.get("FLOWLEDGER_HOME") else defaults.home,
@@ -79,6 +85,8 @@ class Settings:
             llm_base_url=env.get("FLOWLEDGER_LLM_BASE_URL") or None,
             llm_api_key=env.get("FLOWLEDGER_LLM_API_KEY") or None,
             pricing_file=Path(pricing) if pricing else None,
+            skill_catalogue_file=Path(catalogue) if catalogue else None,
+            routing_file=Path(routing) if routing else None,
             connect_timeout_s=_seconds(env, "FLOWLEDGER_CONNECT_TIMEOUT_S", defaults.connect_timeout_s),
             pool_timeout_s=_seconds(env, "FLOWLEDGER_POOL_TIMEOUT_S", defaults.pool_timeout_s),
             statement_timeout_s=_seconds(env, "FLOWLEDGER_STATEMENT_TIMEOUT_S", defaults.statement_timeout_s),

@@ -46,7 +46,15 @@ def call_of(event: Any) -> Call | None:
         return Call("session", event.step, event.usage, event.error_type, event.error_message, None, None)
     if isinstance(event, Task.ClassificationDiscarded):
         return Call("task", "classification", event.usage, None, None, None, None)
-    if isinstance(event, Task.Classified | Task.Escalated) and event.usage is not None:
-        step = "classification" if isinstance(event, Task.Classified) else "escalation"
-        return Call("task", step, event.usage, None, None, None, None)
+    if isinstance(event, Task.ClassificationFailed):
+        return Call("task", "classification", event.usage, "classification_failed", event.detail, None, None)
+    if isinstance(event, Task.Classified | Task.Escalated | Task.Assigned) and event.usage is not None:
+        return Call("task", _TASK_STEPS[type(event)], event.usage, None, None, None, None)
     return None
+
+
+_TASK_STEPS: dict[type, str] = {
+    Task.Classified: "classification",
+    Task.Escalated: "escalation",
+    Task.Assigned: "skill_matching",
+}

@@ -102,6 +102,8 @@ class CostDashboard(Projection):
         Task.Classified,
         Task.Escalated,
         Task.ClassificationDiscarded,
+        Task.ClassificationFailed,
+        Task.Assigned,
     )
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:

@@ -125,9 +125,23 @@ def fold_task(row: Row, event: Any) -> None:
         )
         if event.usage is not None:
             row["cost_usd"] += event.usage.cost_usd
+        # Version 2: what the classification changed for routing (None: unchanged).
+        if event.required_skills is not None:
+            row["required_skills"] = list(event.required_skills)
+        if event.priority is not None:
+            row["priority"] = event.priority
+        if event.deadline is not None:
+            row["deadline"] = event.deadline
     elif isinstance(event, Task.Assigned):
         row.update(status="assigned", agent_id=event.agent_id, started_at=None)
         row["times_assigned"] += 1
+        if event.usage is not None:
+            row["cost_usd"] += event.usage.cost_usd
+    elif isinstance(event, Task.ClassificationFailed):
+        if event.usage is not None:
+            row["cost_usd"] += event.usage.cost_usd
+    elif isinstance(event, Task.Requeued):
+        row.update(status="pending", agent_id=None)
     elif isinstance(event, Task.Started):
         row.update(status="in_progress", started_at=event.started_at)
     elif isinstance(event, Task.Completed):

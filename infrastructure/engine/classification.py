@@ -1,40 +1,63 @@
 """Classifying tasks: through the LLM port (its usage kept on the event), or as the caller says.
 
-The model call happens outside any lock or transaction; only its outcome is written. A
-reply that is not a valid classification, or a call that fails, escalates the task with
-``classification_failed``, keeping whatever usage the call reported.
+The model is the task's priority tier (``ModelTiers``, the latency-target policy choosing
+within a tier) unless the caller names one; a named model the adapter cannot price is
+refused before anything is recorded. The call happens outside any lock or transaction;
+only its outcome is written. A call that fails, or whose reply is not a classification,
+is recorded as ``ClassificationFailed`` (with whatever usage it reported) and retried once
+on the routing's fallback model; if that fails too the task keeps waiting, unclassified,
+for a ``reclassify``. A classification derives, through the skill catalogue, the skills,
+priority and deadline the creator left out, recorded with their reasons.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from decimal import Decimal
 from functools import partial
 
-from flowledger.domain.errors import LlmError, LlmNotConfigured, TaskNotFound, ValidationError
-from flowledger.domain.ports import LlmPort
-from flowledger.domain.prompts import classification_messages
-from flowledger.domain.task import Task
-from flowledger.domain.task_views import (
-    Classification,
-    EscalationReason,
-    TaskState,
+from flowledger.domain.errors import (
+    LlmError,
+    LlmNotConfigured,
+    TaskNotFound,
+    TaskTransitionRejected,
+    ValidationError,
 )
+from flowledger.domain.model_tiers import ModelTiers
+from flowledger.domain.ports import LlmPort
+from flowledger.domain.pricing import PriceTable
+from flowledger.domain.prompts import classification_messages
+from flowledger.domain.routing import observed_latencies
+from flowledger.domain.skills import SkillCatalogue
+from flowledger.domain.task import Task
+from flowledger.domain.task_views import Classification, TaskPriority, TaskState
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
-from flowledger.infrastructure.engine.tasks import TaskService
+
+_TYPICAL_CALL = {"input_tokens": 300, "output_tokens": 60}
+"""The size of a classification call, for comparing models' costs (prompt ~300, reply ~60 tokens)."""
 
 
 class TaskClassifier:
     """Classifies one tenant's tasks, by a model through the LLM port or as the caller says."""
 
     def __init__(
-        self, store: AggregateStore, reads: TaskReads, tasks: TaskService, llm: LlmPort | None
+        self,
+        store: AggregateStore,
+        reads: TaskReads,
+        llm: LlmPort | None,
+        *,
+        catalogue: SkillCatalogue,
+        tiers: ModelTiers,
     ) -> None:
         self._store = store
         self._reads = reads
-        self._tasks = tasks
         self.llm = llm
+        self.catalogue = catalogue
+        self.tiers = tiers
+        self._observed: deque[LlmUsage] = deque(maxlen=2000)
 
     def record(self, task_id: str, category: str, complexity: str, estimated_hours: float) -> TaskState:
         """Record a classification made elsewhere (no model usage). The first one recorded
@@ -42,59 +65,114 @@ class TaskClassifier:
         classification = Classification(
             category=category, complexity=complexity, estimated_hours=estimated_hours
         )
-        return self._write(task_id, partial(self._classify_once, task_id, classification))
+        return self._write(task_id, partial(self._classify, task_id, classification, None, False))
 
     async def classify(self, task_id: str, model: str | None = None) -> TaskState:
         """Ask the model what the task is and record it with the call's usage.
 
         A task already classified, completed or escalated is returned unchanged (no call).
-        If the call fails or its reply is unusable, the task is escalated.
         """
+        return await self._run(task_id, model, again=False)
+
+    async def reclassify(self, task_id: str, model: str | None = None) -> TaskState:
+        """Classify again, replacing the classification (TaskTransitionRejected once closed)."""
+        return await self._run(task_id, model, again=True)
+
+    def route(self, priority: TaskPriority) -> tuple[str, str]:
+        """The model a task of ``priority`` is classified on, and why."""
+        prices = getattr(self.llm, "prices", None)
+        costs = (
+            {m: prices.estimate(m, **_TYPICAL_CALL) for m in self.tiers.models() if prices.knows(m)}
+            if isinstance(prices, PriceTable)
+            else {}
+        )
+        policy = self.tiers.policy({m: costs.get(m, Decimal(0)) for m in self.tiers.models()})
+        chosen = policy.choose(observed_latencies(list(self._observed)), priority.value)
+        tier = ", ".join(self.tiers.tiers[priority.value])
+        return (
+            chosen.model,
+            f"{priority.value} tier [{tier}] (routing {self.tiers.version}): {chosen.reason.value}",
+        )
+
+    async def _run(self, task_id: str, model: str | None, *, again: bool) -> TaskState:
         llm = self.llm
         if llm is None:
             raise LlmNotConfigured()
+        check_model = getattr(llm, "check_model", None)
+        if model is not None and check_model is not None:
+            check_model(model)  # UnknownModelPrice: refused before anything is recorded
         task: Task | None = await asyncio.to_thread(self._store.load, self._reads.task_uuid(task_id))
         if task is None:
             raise TaskNotFound(task_id)
-        if task.classification is not None or task.task_status.is_final:
+        if task.task_status.is_final:
+            if again:
+                raise TaskTransitionRejected(task_id, task.status, "reclassify")
             return task.state()
-        usage: LlmUsage | None = None
-        try:
-            reply = await llm.complete(model=model, messages=classification_messages(task), json_mode=True)
-            usage = reply.usage
-            classification = Classification.from_reply(reply.content, reply.usage)
-        except (LlmError, ValidationError) as error:
-            if isinstance(error, LlmError):
-                usage = error.usage
-            detail = f"{type(error).__name__}: {error}"
-            decide = partial(self._classification_failed, task_id, detail, usage)
+        if task.classification is not None and not again:
+            return task.state()
+        if model is not None:
+            chosen, route = model, "named by the caller"
+        else:
+            chosen, route = self.route(TaskPriority(task.priority))
+        messages = classification_messages(task)
+        attempt: str | None = chosen
+        state = task.state()
+        while attempt is not None:
+            usage: LlmUsage | None = None
+            try:
+                reply = await llm.complete(model=attempt, messages=messages, json_mode=True)
+                usage = reply.usage
+                self._observed.append(reply.usage)
+                classification = Classification.from_reply(reply.content, reply.usage)
+            except (LlmError, ValidationError) as error:
+                if isinstance(error, LlmError):
+                    usage = error.usage
+                fallback = self.tiers.fallback_for(attempt) if attempt == chosen else None
+                detail = f"{type(error).__name__}: {error}"
+                decide = partial(self._failed, task_id, attempt, detail, usage, fallback)
+                state = await asyncio.to_thread(self._write, task_id, decide)
+                if state.status.is_final:
+                    return state
+                route = f"{route}; retried on fallback {fallback} after {attempt} failed"
+                attempt = fallback
+                continue
+            decide = partial(self._classify, task_id, classification, route, again)
             return await asyncio.to_thread(self._write, task_id, decide)
-        return await asyncio.to_thread(
-            self._write, task_id, partial(self._classify_once, task_id, classification)
-        )
+        return state
 
     def _write(self, task_id: str, decide: partial[TaskState]) -> TaskState:
         state: TaskState = self._store.write(task_key(task_id), decide)
         self._reads.note(state)
         return state
 
-    def _classify_once(self, task_id: str, classification: Classification, uow: UnitOfWork) -> TaskState:
+    def _classify(
+        self, task_id: str, classification: Classification, route: str | None, again: bool, uow: UnitOfWork
+    ) -> TaskState:
         task = self._reads.task(uow, task_id)
-        if task.classification is None and not task.task_status.is_final:
-            task.classify(classification)
+        if (task.classification is None or again) and not task.task_status.is_final:
+            derivation = self.catalogue.derive(
+                classification,
+                description=task.description,
+                creator_skills=tuple(task.creator_skills),
+                creator_priority=TaskPriority(task.creator_priority),
+                creator_deadline=task.creator_deadline,
+                now=uow.now,
+            )
+            task.classify(classification, derivation, route, again=again)
         elif classification.usage is not None:
             # Someone else classified or closed it during the call: keep what the call cost.
             task.discard_classification(f"task already {task.task_status.value}", classification.usage)
         return task.state()
 
-    def _classification_failed(
-        self, task_id: str, detail: str, usage: LlmUsage | None, uow: UnitOfWork
+    def _failed(
+        self,
+        task_id: str,
+        model: str,
+        detail: str,
+        usage: LlmUsage | None,
+        fallback: str | None,
+        uow: UnitOfWork,
     ) -> TaskState:
         task = self._reads.task(uow, task_id)
-        if task.classification is None and not task.task_status.is_final:
-            self._tasks.escalate(uow, task, EscalationReason.CLASSIFICATION_FAILED, detail, uow.now, usage)
-        elif usage is not None:
-            task.discard_classification(
-                f"failed after the task was {task.task_status.value}: {detail}", usage
-            )
+        task.classification_failed(model, detail, usage, fallback, uow.now)
         return task.state()

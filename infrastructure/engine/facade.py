@@ -31,6 +31,7 @@ from flowledger.infrastructure.engine.tasks import TaskService
 from flowledger.infrastructure.history import HistoryEntry
 from flowledger.infrastructure.postgres.database import ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
+from flowledger.infrastructure.router_files import load_model_tiers, load_skill_catalogue
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
 
 
@@ -76,7 +77,13 @@ class Engine:
         self.steps = StepService(self.store, self.sessions, llm, pool_size=self.settings.pool_size)
         self.task_reads = TaskReads(self.store, self.tenant, LogIndex(self._app, self.tenant))
         self.tasks = TaskService(self.store, self.task_reads, self.tenant)
-        self.classifier = TaskClassifier(self.store, self.task_reads, self.tasks, llm)
+        self.classifier = TaskClassifier(
+            self.store,
+            self.task_reads,
+            llm,
+            catalogue=load_skill_catalogue(self.settings.skill_catalogue_file),
+            tiers=load_model_tiers(self.settings.routing_file),
+        )
 
     @classmethod
     def in_memory(cls, **kwargs: Any) -> Engine:
@@ -244,6 +251,28 @@ class Engine:
     async def classify_task(self, task_id: str, model: str | None = None) -> TaskState:
         """Ask the model what the task is and record it with the call's usage."""
         return await self.classifier.classify(task_id, model)
+
+    async def reclassify_task(self, task_id: str, model: str | None = None) -> TaskState:
+        """Classify again through the model, replacing the classification (see ``TaskClassifier``)."""
+        return await self.classifier.reclassify(task_id, model)
+
+    def requeue_task(self, task_id: str, requested_by: str, reason: str) -> TaskState:
+        """A person sends an escalated task back to the queue; who and why are recorded."""
+        return self.tasks.requeue_task(task_id, requested_by, reason)
+
+    def list_tasks(
+        self,
+        *,
+        status: str | None = None,
+        priority: str | None = None,
+        agent_id: str | None = None,
+        overdue: bool | None = None,
+        limit: int = 100,
+    ) -> list[TaskState]:
+        """Tasks matching every filter given, oldest first (see ``TaskReads.list_tasks``)."""
+        return self.task_reads.list_tasks(
+            status=status, priority=priority, agent_id=agent_id, overdue=overdue, limit=limit
+        )
 
     def assign_task(self, task_id: str, *, escalate_when_full: bool = True) -> TaskState:
         """Give a waiting task to the best eligible agent, or escalate it with the reason."""

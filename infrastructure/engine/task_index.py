@@ -7,8 +7,10 @@ creation would contend on, each engine tails the application's notification log
 (``select_notifications(..., topics=...)``), remembering its position:
 
 - ``Task.Created`` and ``Agent.Registered`` from the start of the log, caching what they
-  fix for good (id, priority, deadline). Whether a task is still open is read from the
-  task itself; one seen completed or escalated is dropped for good, as those are final.
+  fix (id, priority, deadline), with the ``Task.Classified`` that change a priority or
+  deadline and the ``Task.Requeued`` that reopen an escalated task. Whether a task is
+  still open is read from the task itself; one seen completed or escalated is dropped
+  until a later ``Requeued`` (a person's word) brings it back.
 - every other Agent event from the moment the engine first looked, applied in version
   order to agents loaded (from their snapshots) at that moment. An assignment then reads
   the whole roster with one query instead of loading every agent.
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -47,7 +49,7 @@ from flowledger.domain.task_views import TaskPriority
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 
 _PAGE = 500
-_CREATIONS = (get_topic(Task.Created), get_topic(Agent.Registered))
+_CREATIONS = tuple(get_topic(cls) for cls in (Task.Created, Agent.Registered, Task.Classified, Task.Requeued))
 _AGENT_CHANGES = tuple(
     get_topic(cls) for cls in (Agent.CapacityChanged, Agent.TaskAccepted, Agent.TaskReleased)
 )
@@ -62,6 +64,8 @@ class IndexedTask:
     priority: TaskPriority
     deadline: datetime | None
     position: int
+    reopened_at: int = 0
+    """The task's version when it was last requeued: a final state seen before it is stale."""
 
 
 class LogIndex:
@@ -74,6 +78,7 @@ class LogIndex:
         self._creations_position = 0
         self._changes_position: int | None = None
         self._open: dict[UUID, IndexedTask] = {}
+        self._tasks: dict[UUID, IndexedTask] = {}
         self._agent_ids: dict[UUID, str] = {}
         self._agents: dict[UUID, Agent] = {}
 
@@ -119,13 +124,30 @@ class LogIndex:
     def _apply(self, event: Any, position: int) -> None:
         if isinstance(event, Task.Created):
             if event.tenant == self._tenant:
-                self._open[event.originator_id] = IndexedTask(
+                indexed = IndexedTask(
                     task_id=event.task_id,
                     aggregate_id=event.originator_id,
                     priority=TaskPriority(event.priority),
                     deadline=event.deadline,
                     position=position,
                 )
+                self._tasks[event.originator_id] = self._open[event.originator_id] = indexed
+        elif isinstance(event, Task.Classified | Task.Requeued):
+            known = self._tasks.get(event.originator_id)
+            if known is None:
+                return  # another tenant's task
+            if isinstance(event, Task.Requeued):
+                known = replace(known, reopened_at=event.originator_version)
+                self._open[event.originator_id] = known
+            else:
+                known = replace(
+                    known,
+                    priority=TaskPriority(event.priority) if event.priority else known.priority,
+                    deadline=event.deadline or known.deadline,
+                )
+                if event.originator_id in self._open:
+                    self._open[event.originator_id] = known
+            self._tasks[event.originator_id] = known
         elif isinstance(event, Agent.Registered):
             if event.tenant == self._tenant:
                 self._agent_ids[event.originator_id] = event.agent_id
@@ -142,15 +164,24 @@ class LogIndex:
         with self._lock:
             return sorted(self._open.values(), key=lambda task: task.position)
 
+    def all_tasks(self) -> list[IndexedTask]:
+        """Every task of the tenant, open or not, oldest first."""
+        self.refresh()
+        with self._lock:
+            return sorted(self._tasks.values(), key=lambda task: task.position)
+
     def overdue_tasks(self, now: datetime) -> list[IndexedTask]:
         """Open tasks whose deadline is at or before ``now``, earliest deadline first."""
         due = [t for t in self.open_tasks() if t.deadline is not None and t.deadline <= now]
         return sorted(due, key=lambda task: (task.deadline, task.position))
 
-    def closed(self, aggregate_id: UUID) -> None:
-        """Forget a task seen in a final status (completed or escalated)."""
+    def closed(self, aggregate_id: UUID, version: int) -> None:
+        """Forget a task seen in a final status (completed or escalated) at ``version``,
+        unless it was requeued after that version."""
         with self._lock:
-            self._open.pop(aggregate_id, None)
+            known = self._open.get(aggregate_id)
+            if known is not None and version > known.reopened_at:
+                del self._open[aggregate_id]
 
     def agent_ids(self) -> list[str]:
         """Every registered agent's id, in registration order."""

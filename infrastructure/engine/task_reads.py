@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID
 
 from flowledger.domain.agent import Agent, agent_uuid
 from flowledger.domain.errors import AgentNotFound, TaskNotFound, ValidationError
 from flowledger.domain.task import Task, task_uuid
-from flowledger.domain.task_views import AgentState, TaskState
+from flowledger.domain.task_views import AgentState, TaskPriority, TaskState, TaskStatus
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.history import HistoryEntry, history_entry
+
+MAX_LIST = 1000
+"""The most tasks one listing returns."""
+
+
+def _overdue(state: TaskState, now: datetime) -> bool:
+    return not state.status.is_final and state.deadline is not None and now >= state.deadline
+
+
+def _status(status: str) -> TaskStatus:
+    try:
+        return TaskStatus(str(status).lower())
+    except ValueError:
+        names = [s.value for s in TaskStatus]
+        raise ValidationError("status", f"must be one of {names}, got {status!r}") from None
 
 
 def task_key(task_id: str) -> str:
@@ -87,6 +103,41 @@ class TaskReads:
                 states.append(state)
         return states
 
+    def list_tasks(
+        self,
+        *,
+        status: str | None = None,
+        priority: str | None = None,
+        agent_id: str | None = None,
+        overdue: bool | None = None,
+        limit: int = 100,
+    ) -> list[TaskState]:
+        """Tasks matching every filter given (``overdue``: open and past the deadline, by the
+        engine's clock), oldest first, at most ``limit``. Open-only filters read the open queue."""
+        wanted_status = _status(status) if status is not None else None
+        wanted_priority = TaskPriority.parse(priority) if priority is not None else None
+        if isinstance(limit, bool) or not 1 <= limit <= MAX_LIST:
+            raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")
+        open_only = (
+            overdue or agent_id is not None or (wanted_status is not None and not wanted_status.is_final)
+        )
+        entries = self.index.open_tasks() if open_only else self.index.all_tasks()
+        now = self._store.clock()
+        found = []
+        for entry in entries:
+            state = self.get_task(entry.task_id)
+            self.note(state)
+            if (
+                (wanted_status is None or state.status is wanted_status)
+                and (wanted_priority is None or state.priority is wanted_priority)
+                and (agent_id is None or state.agent_id == agent_id)
+                and (overdue is None or _overdue(state, now) is overdue)
+            ):
+                found.append(state)
+                if len(found) == limit:
+                    break
+        return found
+
     # -- inside a unit of work -------------------------------------------------------
 
     def task(self, uow: UnitOfWork, task_id: str) -> Task:
@@ -106,4 +157,4 @@ class TaskReads:
     def note(self, state: TaskState) -> None:
         """Drop a task seen completed or escalated from the open queue (those are final)."""
         if state.status.is_final:
-            self.index.closed(self.task_uuid(state.task_id))
+            self.index.closed(self.task_uuid(state.task_id), state.version)

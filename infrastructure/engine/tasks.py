@@ -5,23 +5,23 @@ store's unit of work); each is written at its next version, so a writer that rea
 one stale loses on the unique (id, version) key and retries against fresh state. That is
 what keeps every agent's load within its capacity however many assigners run, in however
 many processes. In one process, writers of one task are serialised by the store's lock
-for that task, and this engine's assignment decisions by ``assignment_lock``.
+for that task, and assignments are decided in batches (``assigner.py``).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
 from flowledger.domain.agent import Agent, normalise_skills
-from flowledger.domain.assignment import Choice, choose_agent, in_queue_order
+from flowledger.domain.assignment import in_queue_order
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import AgentState, EscalationReason, ReleaseOutcome, TaskState, TaskStatus
 from flowledger.domain.values import MAX_DEADLINE, JsonObject, LlmUsage, require_duration
+from flowledger.infrastructure.engine.assigner import BatchAssigner
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, agent_key, task_key
 
@@ -38,9 +38,13 @@ class TaskService:
         self._store = store
         self._reads = reads
         self._tenant = tenant
-        # Assignments all contend on the same few agents: in one process, letting them
-        # race only turns into lost writes. Across processes the agents' versions settle it.
-        self.assignment_lock = threading.Lock()
+        budget = (store.settings.max_conflict_retries + 1) * ASSIGNMENT_RETRY_FACTOR
+        self.assigner = BatchAssigner(
+            store,
+            reads,
+            lambda uow, task, reason, detail: self.escalate(uow, task, reason, detail, uow.now),
+            conflict_retries=budget,
+        )
 
     def register_agent(self, agent_id: str, name: str, skills: Iterable[str], capacity: int) -> AgentState:
         """Register an agent; registering it again with the same fields is a no-op."""
@@ -73,14 +77,16 @@ class TaskService:
         A task that is no longer waiting is returned unchanged. With
         ``escalate_when_full=False`` a task whose capable agents are all full keeps waiting.
         """
-        budget = (self._store.settings.max_conflict_retries + 1) * ASSIGNMENT_RETRY_FACTOR
-        decide = partial(self._assign, task_id, escalate_when_full)
-        state = self._store.write(task_key(task_id), decide, conflict_retries=budget)
-        self._reads.note(state)
-        return state
+        return self.assigner.assign(task_id, escalate_when_full)
 
     def assign_pending(self, *, limit: int | None = None, escalate_when_full: bool = True) -> list[TaskState]:
-        """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline)."""
+        """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline).
+
+        Every waiting task is offered again, including those that waited for capacity
+        (``escalate_when_full=False``) and requeued ones: run it when agents free up.
+        """
+        if limit is not None and limit < 0:
+            raise ValidationError("limit", f"must be >= 0, got {limit}")
         waiting = []
         for entry in self._reads.index.open_tasks():
             task: Task | None = self._store.load(entry.aggregate_id)
@@ -89,10 +95,12 @@ class TaskService:
             self._reads.note(task.state())
             if task.task_status is TaskStatus.PENDING:
                 waiting.append(task.queued())
-        return [
-            self.assign_task(queued.task_id, escalate_when_full=escalate_when_full)
-            for queued in in_queue_order(waiting)[:limit]
-        ]
+        ordered = [queued.task_id for queued in in_queue_order(waiting)[:limit]]
+        return self.assigner.assign_all(ordered, escalate_when_full)
+
+    def requeue_task(self, task_id: str, requested_by: str, reason: str) -> TaskState:
+        """A person sends an escalated task back to the queue (who and why are recorded)."""
+        return self._task_write(task_id, partial(self._requeue, task_id, requested_by, reason))
 
     def start_task(self, task_id: str) -> TaskState:
         """The holding agent began work."""
@@ -184,33 +192,10 @@ class TaskService:
         uow.add(task)
         return task.state()
 
-    def _assign(self, task_id: str, escalate_when_full: bool, uow: UnitOfWork) -> TaskState:
-        with self.assignment_lock:
-            task = self._reads.task(uow, task_id)
-            if task.task_status is not TaskStatus.PENDING:
-                return task.state()
-            now = uow.now
-            if task.is_overdue(now):
-                deadline = task.deadline.isoformat() if task.deadline else "?"
-                self.escalate(
-                    uow,
-                    task,
-                    EscalationReason.DEADLINE_BREACHED,
-                    f"deadline {deadline} passed before assignment",
-                    now,
-                )
-                return task.state()
-            # The roster comes from the log index (one query); if it lags, saving the chosen
-            # agent fails on its version and this attempt is retried on a fresher roster.
-            decision = choose_agent(task.task_id, task.required_skills, self._reads.index.agent_profiles())
-            if isinstance(decision, Choice):
-                agent = self._reads.index.agent_copy(decision.agent_id)
-                uow.adopt(agent)
-                agent.accept(task.task_id, now)
-                task.assign(decision, now)
-            elif escalate_when_full or decision.reason is not EscalationReason.ALL_AT_CAPACITY:
-                self.escalate(uow, task, decision.reason, decision.detail, now)
-            return task.state()
+    def _requeue(self, task_id: str, requested_by: str, reason: str, uow: UnitOfWork) -> TaskState:
+        task = self._reads.task(uow, task_id)
+        task.requeue(requested_by, reason, uow.now)
+        return task.state()
 
     def _start(self, task_id: str, uow: UnitOfWork) -> TaskState:
         task = self._reads.task(uow, task_id)

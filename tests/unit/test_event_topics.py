@@ -12,7 +12,8 @@ from flowledger.domain.task import Task
 TOPICS = {
     Session: "Started StepStarted StepLeaseRenewed StepProcessed StepFailed ContextUpdated Extended "
     "Completed Expired Abandoned",
-    Task: "Created Classified Assigned Started Completed Escalated Released ClassificationDiscarded",
+    Task: "Created Classified Assigned Started Completed Escalated Released ClassificationDiscarded "
+    "ClassificationFailed Requeued",
     Agent: "Registered CapacityChanged TaskAccepted TaskReleased",
 }
 CASES = [(aggregate, name) for aggregate, names in TOPICS.items() for name in names.split()]

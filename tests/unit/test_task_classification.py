@@ -11,7 +11,7 @@ import pytest
 from flowledger.domain.errors import LlmCallFailed, LlmNotConfigured, ValidationError
 from flowledger.domain.ports import LlmReply
 from flowledger.domain.task import task_uuid
-from flowledger.domain.task_views import Classification, EscalationReason, TaskStatus
+from flowledger.domain.task_views import Classification, TaskStatus
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.projections.calls import call_of
@@ -75,18 +75,32 @@ async def test_a_classified_task_is_not_sent_to_the_model_again(engine: Engine) 
     assert len(llm.calls) == 1
 
 
-async def test_an_unusable_reply_escalates_the_task_and_keeps_the_usage(engine: Engine) -> None:
-    engine.llm = FakeLlm(answer(category="poetry", complexity="low", estimated_hours=1))
-    engine.create_task("t1", "Write a haiku", [])
+async def test_an_unusable_reply_is_retried_on_the_fallback_then_leaves_the_task_waiting(
+    engine: Engine,
+) -> None:
+    # Given a model that answers with a category that does not exist
+    llm = FakeLlm(answer(category="poetry", complexity="low", estimated_hours=1))
+    engine.llm = llm
+    engine.create_task("t1", "Write a haiku", [], priority="low")
+
+    # When the task is classified
     task = await engine.classify_task("t1")
-    assert task.status is TaskStatus.ESCALATED
-    assert task.escalation is not None
-    assert task.escalation.reason == EscalationReason.CLASSIFICATION_FAILED
-    assert task.escalation.usage == USAGE
-    assert "poetry" in task.escalation.detail
+
+    # Then the low tier's model was tried, then the routing's fallback, and both failures
+    # are recorded with their usage; the task still waits, unclassified and not escalated
+    assert [call["model"] for call in llm.calls] == ["gemini-2.5-flash", "deepseek-v3.2"]
+    assert task.status is TaskStatus.PENDING
+    assert task.classification is None
+    assert task.escalation is None
+    failed = [e for e in engine.task_history("t1") if e.event_type == "Task.ClassificationFailed"]
+    assert [(e.data["model"], e.data["fallback"]) for e in failed] == [
+        ("gemini-2.5-flash", "deepseek-v3.2"),
+        ("deepseek-v3.2", None),
+    ]
+    assert all(e.data["usage"] == USAGE and "poetry" in e.data["detail"] for e in failed)
 
 
-async def test_a_failed_model_call_escalates_with_what_it_spent(engine: Engine) -> None:
+async def test_a_failed_model_call_leaves_an_assigned_task_with_its_agent(engine: Engine) -> None:
     # Given a task already assigned, and a model that keeps failing
     engine.register_agent("be", "Backend", ["python"], 1)
     engine.create_task("t1", "Fix the API", ["python"])
@@ -100,11 +114,31 @@ async def test_a_failed_model_call_escalates_with_what_it_spent(engine: Engine) 
     # When it is classified
     task = await engine.classify_task("t1")
 
-    # Then it is escalated with the usage, and its agent is free again
-    assert task.escalation is not None
-    assert task.escalation.reason == EscalationReason.CLASSIFICATION_FAILED
-    assert task.escalation.usage == USAGE
-    assert engine.get_agent("be").load == 0
+    # Then the failures are recorded with what they spent, and nothing else changed
+    assert task.status is TaskStatus.ASSIGNED
+    assert engine.get_agent("be").load == 1
+    events = list(engine.log.stream(task_uuid(engine.tenant, "t1")))
+    calls = [call for call in map(call_of, events) if call is not None]
+    assert [(c.error_type, c.usage) for c in calls] == [("classification_failed", USAGE)] * 2
+
+
+async def test_a_waiting_task_can_be_classified_again_after_a_failure(engine: Engine) -> None:
+    # Given a task whose classification failed on every model
+    engine.llm = FakeLlm(answer(category="poetry", complexity="low", estimated_hours=1))
+    engine.create_task("t1", "Fix the login page", [])
+    await engine.classify_task("t1")
+
+    # When the model answers sensibly and the task is reclassified
+    engine.llm = FakeLlm(answer(category="bug_fix", complexity="medium", estimated_hours=2))
+    task = await engine.reclassify_task("t1")
+
+    # Then it is classified, and reclassifying it again replaces the classification
+    assert task.classification is not None
+    assert task.classification.category == "bug_fix"
+    engine.llm = FakeLlm(answer(category="feature", complexity="low", estimated_hours=1))
+    again = await engine.reclassify_task("t1")
+    assert again.classification is not None
+    assert again.classification.category == "feature"
 
 
 async def test_classifying_without_an_llm_adapter_says_so(engine: Engine) -> None:

@@ -1,0 +1,92 @@
+"""Model tiers by priority (the seed's mixed strategy), as a versioned routing configuration.
+
+Each priority lists the models it may use; the latency-target policy (``routing.py``)
+picks among them. ``fallback`` names the models a failed classification is retried on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.routing import RoutingPolicy
+from flowledger.domain.task_views import TaskPriority
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelTiers:
+    """Which models each priority may use, the fallbacks, and the latency target."""
+
+    version: str
+    tiers: Mapping[str, tuple[str, ...]]
+    fallback: tuple[str, ...] = ()
+    latency_target_ms: float = 2000.0
+    model_ranked_matching: bool = False
+    extra_models: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.version.strip():
+            raise ValidationError("routing.version", "must be a non-empty string")
+        names = {p.value for p in TaskPriority}
+        if set(self.tiers) != names:
+            raise ValidationError(
+                "routing.tiers", f"must name exactly {sorted(names)}, got {sorted(self.tiers)}"
+            )
+        for tier, models in self.tiers.items():
+            if not models or not all(isinstance(m, str) and m.strip() for m in models):
+                raise ValidationError(f"routing.tiers.{tier}", "must list at least one model name")
+        if not self.latency_target_ms > 0:
+            raise ValidationError("routing.latency_target_ms", "must be > 0")
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], label: str = "routing") -> ModelTiers:
+        """The configuration from its JSON form (see ``infrastructure/routing.json``)."""
+        version, tiers = data.get("version"), data.get("tiers")
+        if not isinstance(version, str) or not isinstance(tiers, Mapping):
+            raise ValidationError("routing", f"{label} needs a string 'version' and a 'tiers' object")
+        fallback = data.get("fallback", [])
+        if not isinstance(fallback, list) or not all(isinstance(m, str) and m for m in fallback):
+            raise ValidationError("routing.fallback", f"{label}: must be a list of model names")
+        target = data.get("latency_target_ms", 2000.0)
+        ranked = data.get("model_ranked_matching", False)
+        if isinstance(target, bool) or not isinstance(target, int | float):
+            raise ValidationError("routing.latency_target_ms", f"{label}: must be a number")
+        if not isinstance(ranked, bool):
+            raise ValidationError("routing.model_ranked_matching", f"{label}: must be true or false")
+        return cls(
+            version=version,
+            tiers={str(TaskPriority.parse(str(k)).value): _models(v, k, label) for k, v in tiers.items()},
+            fallback=tuple(fallback),
+            latency_target_ms=float(target),
+            model_ranked_matching=ranked,
+        )
+
+    @classmethod
+    def single(cls, model: str) -> ModelTiers:
+        """Every priority on one model (the policy tier repricing compares against)."""
+        return cls(version=f"all-{model}", tiers={p.value: (model,) for p in TaskPriority})
+
+    def models(self) -> tuple[str, ...]:
+        """Every model the configuration names."""
+        return tuple(sorted({m for ms in self.tiers.values() for m in ms} | set(self.fallback)))
+
+    def policy(self, costs: Mapping[str, Decimal]) -> RoutingPolicy:
+        """The latency-target policy restricted to these tiers (``costs`` per call, by model)."""
+        return RoutingPolicy(
+            costs={m: costs.get(m, Decimal(0)) for m in self.models()},
+            latency_target_ms=self.latency_target_ms,
+            tiers=dict(self.tiers),
+        )
+
+    def fallback_for(self, failed: str) -> str | None:
+        """The model to retry a failed call on: the first fallback other than ``failed``."""
+        return next((m for m in self.fallback if m != failed), None)
+
+
+def _models(value: Any, tier: Any, label: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        raise ValidationError(f"routing.tiers.{tier}", f"{label}: must be a list of model names")
+    return tuple(value)

@@ -1,0 +1,154 @@
+"""The skill catalogue: what a classified task needs when its creator named no skills.
+
+A pure policy over a versioned table (loaded from a data file at the edge, like prices):
+each category maps to skills, words of the description add skills, a complexity may
+raise the priority, and the estimated hours set a deadline when none was given. Every
+derivation comes back with its reason, so that the event recording it explains itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification, TaskPriority
+
+_WORD = re.compile(r"[a-z0-9][a-z0-9+#.\-]*")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Derivation:
+    """What a classification changes about how a task is routed, and why.
+
+    ``None`` means unchanged: the creator's skills, priority or deadline stand.
+    """
+
+    required_skills: tuple[str, ...] | None = None
+    priority: TaskPriority | None = None
+    deadline: datetime | None = None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def reason(self) -> str:
+        """The reasons as one sentence ('' when nothing was derived)."""
+        return "; ".join(self.reasons)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SkillCatalogue:
+    """Skills by category and by description word, priority floors by complexity, deadline slack.
+
+    ``deadline_factor`` times the estimated hours, from the moment of classification, is
+    the deadline a task gets when its creator gave none (0 turns that off).
+    """
+
+    version: str
+    categories: Mapping[str, tuple[str, ...]]
+    keywords: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    priority_floors: Mapping[str, TaskPriority] = field(default_factory=dict)
+    deadline_factor: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.version.strip():
+            raise ValidationError("skill_catalogue.version", "must be a non-empty string")
+        unknown = sorted(set(self.categories) - set(CATEGORIES))
+        missing = sorted(set(CATEGORIES) - set(self.categories))
+        if unknown or missing:
+            raise ValidationError(
+                "skill_catalogue.categories",
+                f"must name exactly {list(CATEGORIES)}; unknown {unknown}, missing {missing}",
+            )
+        odd = sorted(set(self.priority_floors) - set(COMPLEXITIES))
+        if odd:
+            raise ValidationError("skill_catalogue.priority_floors", f"unknown complexities {odd}")
+        factor = self.deadline_factor
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 <= factor <= 100:
+            raise ValidationError(
+                "skill_catalogue.deadline_factor", f"must be a number in [0, 100], got {factor!r}"
+            )
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], label: str = "skill catalogue") -> SkillCatalogue:
+        """A catalogue from its JSON form (``infrastructure/skills.json``); ValidationError if malformed."""
+        version = data.get("version")
+        if not isinstance(version, str):
+            raise ValidationError("skill_catalogue", f"{label} needs a string 'version'")
+        floors = data.get("priority_floors", {})
+        if not isinstance(floors, Mapping):
+            raise ValidationError("skill_catalogue.priority_floors", f"{label}: must be an object")
+        factor = data.get("deadline_factor", 2.0)
+        return cls(
+            version=version,
+            categories=_skill_map(data.get("categories"), "categories", label),
+            keywords=_skill_map(data.get("keywords", {}), "keywords", label),
+            priority_floors={str(k): TaskPriority.parse(str(v)) for k, v in floors.items()},
+            deadline_factor=factor,
+        )
+
+    def skills_for(self, category: str, description: str) -> tuple[tuple[str, ...], str]:
+        """The skills a task of ``category`` described so needs, and where they came from.
+
+        Words of the description that the catalogue knows name the stack (``go`` is
+        golang); only when none does, the category's own skills apply.
+        """
+        words = set(_WORD.findall(description.lower()))
+        matched = sorted(word for word in words if word in self.keywords)
+        if matched:
+            skills = tuple(sorted({skill for word in matched for skill in self.keywords[word]}))
+            source = f"the words {', '.join(repr(w) for w in matched)} of a {category} task"
+        else:
+            skills = self.categories.get(category, ())
+            source = f"category {category} (no known word in the description)"
+        return skills, f"skills {', '.join(skills) or 'none'} from {source}, catalogue {self.version}"
+
+    def derive(
+        self,
+        classification: Classification,
+        *,
+        description: str,
+        creator_skills: tuple[str, ...],
+        creator_priority: TaskPriority,
+        creator_deadline: datetime | None,
+        now: datetime,
+    ) -> Derivation:
+        """What the classification changes: skills when the creator gave none, a priority
+        raised to the complexity's floor, a deadline from the estimate when none was given."""
+        reasons: list[str] = []
+        skills: tuple[str, ...] | None = None
+        if not creator_skills:
+            skills, why = self.skills_for(classification.category, description)
+            reasons.append(why)
+        priority: TaskPriority | None = None
+        floor = self.priority_floors.get(classification.complexity)
+        if floor is not None and floor.rank > creator_priority.rank:
+            priority = floor
+            reasons.append(
+                f"priority raised from {creator_priority.value} to {floor.value} "
+                f"by {classification.complexity} complexity"
+            )
+        deadline: datetime | None = None
+        if creator_deadline is None and self.deadline_factor > 0:
+            hours = classification.estimated_hours * self.deadline_factor
+            deadline = now + timedelta(hours=hours)
+            reasons.append(
+                f"deadline {deadline.isoformat()} = classified at + {self.deadline_factor:g} x "
+                f"{classification.estimated_hours:g} estimated hours"
+            )
+        return Derivation(
+            required_skills=skills, priority=priority, deadline=deadline, reasons=tuple(reasons)
+        )
+
+
+def _skill_map(value: Any, name: str, label: str) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"skill_catalogue.{name}", f"{label}: must be an object of skill lists")
+    result: dict[str, tuple[str, ...]] = {}
+    for key, skills in value.items():
+        if not isinstance(skills, list) or not all(isinstance(s, str) and s.strip() for s in skills):
+            raise ValidationError(f"skill_catalogue.{name}.{key}", f"{label}: must be a list of skill names")
+        result[str(key).lower()] = tuple(sorted({s.strip().lower() for s in skills}))
+    return result

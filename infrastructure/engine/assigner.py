@@ -1,0 +1,166 @@
+"""Assigning tasks in batches: concurrent assigners of one engine are decided together.
+
+Every assignment wants the least-loaded capable agent, so assigners that decide apart,
+from the same roster, all pick the same agent and all but one lose the save. Here each
+caller queues its request; one of the waiting callers (the leader) takes every queued
+request, reads the roster once, decides them in queue order against a roster it updates
+as it goes, and saves all the tasks and agents in one atomic append (the store's unit of
+work); the others wait for their answer. No two assigners of one engine fight, and an
+engine pays one roster read and one commit per batch instead of per task.
+
+Across engines (processes) the agents' versions still settle it: a batch that read an
+agent stale loses its append as a whole and is decided again on a fresh roster; with
+``roster_lock`` given (a PostgreSQL advisory lock per tenant), engines take turns, so
+those races are not lost at all. Capacity holds either way (``Agent.accept`` refuses,
+and a stale save fails on its version).
+
+A batch that fails for another reason (a task that does not exist, say) is retried one
+request at a time, so each caller gets its own answer or its own error.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+from flowledger.domain.assignment import Choice, choose_agent
+from flowledger.domain.errors import FlowledgerError
+from flowledger.domain.task import Task
+from flowledger.domain.task_views import EscalationReason, TaskState, TaskStatus
+from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.engine.task_reads import TaskReads
+
+MAX_BATCH = 64
+"""Requests decided in one append; more wait for the next batch."""
+
+ROSTER_KEY = "roster"
+"""The store's lock key for a batch (tasks of a batch are not locked one by one)."""
+
+Escalate = Callable[[UnitOfWork, Task, EscalationReason, str], None]
+
+
+@dataclass(eq=False)
+class _Request:
+    task_id: str
+    escalate_when_full: bool
+    done: bool = False
+    state: TaskState | None = None
+    error: BaseException | None = None
+
+
+class BatchAssigner:
+    """Assigns one tenant's tasks, batching concurrent requests (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: AggregateStore,
+        reads: TaskReads,
+        escalate: Escalate,
+        *,
+        conflict_retries: int,
+        roster_lock: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> None:
+        self._store = store
+        self._reads = reads
+        self._escalate = escalate
+        self._retries = conflict_retries
+        self._roster_lock = roster_lock or nullcontext
+        self._cv = threading.Condition()
+        self._queue: list[_Request] = []
+        self._leading = False
+        self.batches = 0
+        """Appends made (a batch counts once however many tasks it assigned)."""
+
+    def assign(self, task_id: str, escalate_when_full: bool) -> TaskState:
+        """Assign one task (batched with concurrent callers'); see ``TaskService.assign_task``."""
+        return self.assign_all([task_id], escalate_when_full)[0]
+
+    def assign_all(self, task_ids: list[str], escalate_when_full: bool) -> list[TaskState]:
+        """Assign tasks in the order given (batched with concurrent callers'); the first
+        error met is raised after every request is answered."""
+        requests = [_Request(task_id, escalate_when_full) for task_id in task_ids]
+        with self._cv:
+            self._queue.extend(requests)
+            while not all(request.done for request in requests):
+                if self._leading:
+                    self._cv.wait()
+                    continue
+                self._leading = True
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                self._cv.release()
+                try:
+                    self._run(batch)
+                finally:
+                    self._cv.acquire()
+                    self._leading = False
+                    self._cv.notify_all()
+        for request in requests:
+            if request.error is not None:
+                raise request.error
+        return [request.state for request in requests if request.state is not None]
+
+    def _run(self, batch: list[_Request]) -> None:
+        try:
+            states = self._write(batch)
+        except FlowledgerError as error:
+            if len(batch) == 1:
+                self._finish(batch[0], None, error)
+                return
+            for request in batch:  # one at a time, so each caller gets its own error
+                try:
+                    self._finish(request, self._write([request])[0], None)
+                except BaseException as single:  # handed to its caller, re-raised there
+                    self._finish(request, None, single)
+            return
+        except BaseException as error:
+            for request in batch:
+                self._finish(request, None, error)
+            return
+        for request, state in zip(batch, states, strict=True):
+            self._finish(request, state, None)
+
+    def _finish(self, request: _Request, state: TaskState | None, error: BaseException | None) -> None:
+        request.state, request.error, request.done = state, error, True
+        if state is not None:
+            self._reads.note(state)
+
+    def _write(self, batch: list[_Request]) -> list[TaskState]:
+        with self._roster_lock():
+            states: list[TaskState] = self._store.write(
+                ROSTER_KEY, lambda uow: self._decide(batch, uow), conflict_retries=self._retries
+            )
+        self.batches += 1
+        return states
+
+    def _decide(self, batch: list[_Request], uow: UnitOfWork) -> list[TaskState]:
+        # One roster read per attempt; if it lags, saving a chosen agent fails on its
+        # version and the whole batch is decided again on a fresher roster.
+        profiles = {p.agent_id: p for p in self._reads.index.agent_profiles()}
+        now = uow.now
+        states = []
+        for request in batch:
+            task = self._reads.task(uow, request.task_id)
+            if task.task_status is not TaskStatus.PENDING:
+                states.append(task.state())
+                continue
+            if task.is_overdue(now):
+                deadline = task.deadline.isoformat() if task.deadline else "?"
+                detail = f"deadline {deadline} passed before assignment"
+                self._escalate(uow, task, EscalationReason.DEADLINE_BREACHED, detail)
+                states.append(task.state())
+                continue
+            decision = choose_agent(task.task_id, task.required_skills, profiles.values())
+            if isinstance(decision, Choice):
+                agent = uow.touched.get(self._reads.agent_uuid(decision.agent_id))
+                if agent is None:
+                    agent = self._reads.index.agent_copy(decision.agent_id)
+                    uow.adopt(agent)
+                agent.accept(task.task_id, now)  # type: ignore[attr-defined]
+                profiles[decision.agent_id] = agent.profile()  # type: ignore[attr-defined]
+                task.assign(decision, now)
+            elif request.escalate_when_full or decision.reason is not EscalationReason.ALL_AT_CAPACITY:
+                self._escalate(uow, task, decision.reason, decision.detail)
+            states.append(task.state())
+        return states

@@ -1,0 +1,239 @@
+"""The task router: classification drives skills, priority and deadline; tiers pick the model;
+failures and escalations are recoverable; the queue can be run and listed (both backends)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowledger.domain.errors import TaskTransitionRejected, UnknownModelPrice, ValidationError
+from flowledger.domain.ports import LlmReply
+from flowledger.domain.skills import SkillCatalogue
+from flowledger.domain.task_views import Classification, EscalationReason, TaskPriority, TaskStatus
+from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.router_files import load_model_tiers, load_skill_catalogue
+
+TEAMS = {
+    "backend": ["python", "golang", "kubernetes"],
+    "frontend": ["react", "vue", "css"],
+    "devops": ["terraform", "aws", "docker"],
+}
+
+
+class Classifier:
+    """A fake model that answers a fixed classification and remembers which model was asked."""
+
+    def __init__(self, category: str = "bug_fix", complexity: str = "medium", hours: float = 2.0) -> None:
+        self.answer = {"category": category, "complexity": complexity, "estimated_hours": hours}
+        self.models: list[str | None] = []
+
+    def check_model(self, model: str | None) -> None:
+        if model not in (None, "deepseek-v3.2", "claude-sonnet-4.5", "gemini-2.5-flash"):
+            raise UnknownModelPrice(str(model), "test")
+
+    async def complete(
+        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
+    ) -> LlmReply:
+        self.models.append(model)
+        usage = LlmUsage(
+            provider="fake",
+            request_model=model,
+            input_tokens=100,
+            output_tokens=20,
+            cost_usd=Decimal("0.00001"),
+            latency_ms=40.0,
+        )
+        return LlmReply(content=json.dumps(self.answer), usage=usage)
+
+
+def register_teams(engine: Engine, capacity: int = 10) -> None:
+    for name, skills in TEAMS.items():
+        engine.register_agent(name, name.title(), skills, capacity)
+
+
+async def test_a_task_created_without_skills_goes_to_the_team_its_words_name(engine: Engine) -> None:
+    # Given the seed's three teams and a Go bug created without skills
+    register_teams(engine)
+    engine.llm = Classifier("bug_fix", "high", 3)
+    engine.create_task("go-race", "Fix the race in the Go worker", [])
+
+    # When it is classified and assigned
+    classified = await engine.classify_task("go-race")
+    assigned = engine.assign_task("go-race")
+
+    # Then the catalogue derived golang from the description, and Backend got it
+    assert classified.required_skills == ("golang",)
+    assert assigned.agent_id == "backend"
+    history = {e.event_type: e.data for e in engine.task_history("go-race")}
+    assert "skills golang from the words 'go'" in history["Task.Classified"]["derivation"]
+    assert history["Task.Assigned"]["required_skills"] == ["golang"]
+    assert "covers golang" in history["Task.Assigned"]["reason"]
+
+
+async def test_complexity_raises_priority_and_the_estimate_sets_a_missing_deadline(engine: Engine) -> None:
+    engine.llm = Classifier("deployment", "critical", 4)
+    engine.create_task("deploy", "Roll out the new Docker image", [], priority="MEDIUM")
+    before = engine.clock()
+    task = await engine.classify_task("deploy")
+    assert task.priority is TaskPriority.CRITICAL
+    assert task.required_skills == ("docker",)
+    assert task.deadline is not None
+    assert timedelta(hours=8) <= task.deadline - before <= timedelta(hours=8, minutes=1)
+    derivation = engine.task_history("deploy")[-1].data["derivation"]
+    assert "priority raised from medium to critical by critical complexity" in derivation
+    assert "2 x 4 estimated hours" in derivation
+
+
+async def test_the_creators_skills_priority_and_deadline_stand(engine: Engine) -> None:
+    engine.llm = Classifier("bug_fix", "critical", 4)
+    deadline = engine.clock() + timedelta(days=3)
+    engine.create_task("t", "Fix the Go worker", ["python"], priority="critical", deadline=deadline)
+    task = await engine.classify_task("t")
+    assert (task.required_skills, task.priority, task.deadline) == (
+        ("python",),
+        TaskPriority.CRITICAL,
+        deadline,
+    )
+    assert engine.task_history("t")[-1].data["derivation"] == ""
+    # and creating it again with what the creator said is still the same task
+    assert engine.create_task("t", "Fix the Go worker", ["python"], priority="critical").version == 2
+
+
+@pytest.mark.parametrize(
+    ("priority", "model"),
+    [
+        ("critical", "claude-sonnet-4.5"),
+        ("high", "claude-sonnet-4.5"),
+        ("medium", "deepseek-v3.2"),
+        ("low", "gemini-2.5-flash"),
+    ],
+)
+async def test_each_priority_is_classified_on_its_tier(engine: Engine, priority: str, model: str) -> None:
+    llm = Classifier()
+    engine.llm = llm
+    engine.create_task("t", "Fix the API", [], priority=priority)
+    await engine.classify_task("t")
+    assert llm.models == [model]
+    assert engine.task_history("t")[-1].data["route"].startswith(f"{priority} tier [{model}]")
+
+
+async def test_an_unknown_model_is_refused_before_anything_is_recorded(engine: Engine) -> None:
+    engine.llm = Classifier()
+    engine.create_task("t", "Fix the API", [])
+    with pytest.raises(UnknownModelPrice):
+        await engine.classify_task("t", model="gpt-4.2-typo")
+    assert [e.event_type for e in engine.task_history("t")] == ["Task.Created"]
+
+
+async def test_an_escalated_task_is_requeued_by_a_person_and_assigned_again(engine: Engine) -> None:
+    # Given a task escalated because nobody could take it
+    engine.create_task("t", "Write the Terraform module", ["terraform"])
+    assert engine.assign_task("t").status is TaskStatus.ESCALATED
+    with pytest.raises(ValidationError, match="requested_by: must be a non-empty string"):
+        engine.requeue_task("t", "", "why")  # not without who
+    engine.register_agent("devops", "DevOps", TEAMS["devops"], 10)
+
+    # When a person requeues it and the queue runs
+    requeued = engine.requeue_task("t", "alice@example.com", "DevOps joined")
+    assigned = engine.assign_pending()
+
+    # Then it waits again, with who and why recorded, and is assigned
+    assert requeued.status is TaskStatus.PENDING
+    event = engine.task_history("t")[-1 - 1]
+    assert event.event_type == "Task.Requeued"
+    assert event.data["requested_by"] == "alice@example.com"
+    assert event.data["escalation_reason"] == EscalationReason.NO_CAPABLE_AGENT
+    assert [(s.task_id, s.agent_id) for s in assigned] == [("t", "devops")]
+    with pytest.raises(TaskTransitionRejected):
+        engine.requeue_task("t", "alice", "again")
+
+
+def test_tasks_that_waited_for_capacity_are_offered_again_when_an_agent_frees_up(engine: Engine) -> None:
+    engine.register_agent("be", "Backend", ["python"], 1)
+    for n in range(3):
+        engine.create_task(f"t{n}", "Fix the API", ["python"])
+    first = engine.assign_pending(escalate_when_full=False)
+    assert [s.status for s in first] == [TaskStatus.ASSIGNED, TaskStatus.PENDING, TaskStatus.PENDING]
+    engine.complete_task("t0", {"ok": True})
+    second = engine.assign_pending(escalate_when_full=False)
+    assert [(s.task_id, s.status) for s in second] == [
+        ("t1", TaskStatus.ASSIGNED),
+        ("t2", TaskStatus.PENDING),
+    ]
+    assert engine.get_agent("be").load == 1
+
+
+def test_tasks_are_listed_by_status_priority_agent_and_overdue(engine: Engine) -> None:
+    engine.register_agent("be", "Backend", ["python"], 10)
+    engine.create_task("a", "A", ["python"], priority="critical")
+    engine.create_task("b", "B", ["python"], priority="low", deadline=engine.clock() + timedelta(seconds=1))
+    engine.create_task("c", "C", ["css"])
+    engine.assign_task("a")
+    engine.assign_task("c")  # escalated: nobody covers css
+    ids = lambda states: [s.task_id for s in states]  # noqa: E731
+    assert ids(engine.list_tasks()) == ["a", "b", "c"]
+    assert ids(engine.list_tasks(status="PENDING")) == ["b"]
+    assert ids(engine.list_tasks(status="escalated")) == ["c"]
+    assert ids(engine.list_tasks(priority="Critical")) == ["a"]
+    assert ids(engine.list_tasks(agent_id="be")) == ["a"]
+    assert ids(engine.list_tasks(overdue=True)) == []
+    with pytest.raises(ValidationError, match="status: must be one of"):
+        engine.list_tasks(status="lost")
+    with pytest.raises(ValidationError, match="limit"):
+        engine.list_tasks(limit=0)
+
+
+def test_a_catalogue_file_overrides_the_shipped_one(tmp_path: Path) -> None:
+    shipped = load_skill_catalogue()
+    data = json.loads((Path(__file__).parents[2] / "infrastructure" / "skills.json").read_text())
+    data["version"] = "ours-1"
+    data["categories"]["documentation"] = ["markdown"]
+    path = tmp_path / "skills.json"
+    path.write_text(json.dumps(data))
+    ours = load_skill_catalogue(path)
+    assert (shipped.version, ours.version) == ("2026-11-30.1", "ours-1")
+    assert ours.skills_for("documentation", "Explain the setup")[0] == ("markdown",)
+    with Engine.in_memory(settings=Settings(skill_catalogue_file=path)) as engine:
+        assert engine.classifier.catalogue.version == "ours-1"
+
+
+def test_a_malformed_catalogue_or_routing_file_is_refused_with_its_reason(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"version": "x", "categories": {"bug_fix": ["python"]}}))
+    with pytest.raises(ValidationError, match=r"missing \['deployment'"):
+        load_skill_catalogue(path)
+    path.write_text(json.dumps({"version": "x", "tiers": {"critical": ["m"]}}))
+    with pytest.raises(ValidationError, match=r"routing\.tiers: must name exactly"):
+        load_model_tiers(path)
+    with pytest.raises(ValidationError, match="cannot read"):
+        load_model_tiers(tmp_path / "missing.json")
+
+
+def test_words_of_the_description_decide_the_stack_before_the_category() -> None:
+    catalogue = load_skill_catalogue()
+    classification = Classification(category="feature", complexity="low", estimated_hours=1)
+    assert catalogue.skills_for("feature", "Build the React UI component")[0] == ("react",)
+    assert catalogue.skills_for("feature", "Something vague")[0] == ("python",)
+    assert isinstance(catalogue, SkillCatalogue)
+    derived = catalogue.derive(
+        classification,
+        description="Terraform the AWS bucket",
+        creator_skills=(),
+        creator_priority=TaskPriority.HIGH,
+        creator_deadline=None,
+        now=load_now(),
+    )
+    assert derived.required_skills == ("aws", "terraform")
+    assert derived.priority is None
+
+
+def load_now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime(2026, 1, 1, tzinfo=UTC)
