@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SOURCES := $(shell find domain infrastructure projections adapters -name '*.py' -o -name '*.json' -o -name '*.html' 2>/dev/null)
+SOURCES := $(shell find domain infrastructure projections adapters verify -name '*.py' -o -name '*.json' -o -name '*.html' 2>/dev/null)
 
 .PHONY: demo test test-deep bench lint typecheck check install clean fuzz
 
@@ -45,7 +45,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy -p flowledger.domain -p flowledger.infrastructure -p flowledger.projections -p flowledger.adapters
+	$(BIN)/mypy -p flowledger.domain -p flowledger.infrastructure -p flowledger.projections -p flowledger.adapters -p flowledger.verify
 
 check: lint typecheck test
 

@@ -58,6 +58,18 @@ class Settings:
     """How long ``/readyz`` waits for the database before answering 503."""
     dashboard_url_keys: bool = False
     """Accept an API key in the dashboard page's URL (``?key=``); off: the login form's cookie only."""
+    audit_chain: bool = True
+    """Chain every appended event (hash and keyed seal, docs/audit.md); off: rows are stored unchained."""
+    audit_key_dir: Path | None = None
+    """Where the chain key and the checkpoint signing key live (made 0600 on first use); None: home/keys."""
+    chain_key: bytes | None = field(default=None, repr=False)
+    """The chain's HMAC key (``FLOWLEDGER_CHAIN_KEY``, hex); None: the key file in ``key_dir``."""
+    signing_key: bytes | None = field(default=None, repr=False)
+    """The checkpoints' Ed25519 private key, 32 bytes (``FLOWLEDGER_SIGNING_KEY``, hex); None: its file."""
+    checkpoint_every_events: int = 10_000
+    """An engine takes a signed checkpoint after it appended this many events (0: never by count)."""
+    checkpoint_every_s: float = 300.0
+    """... or when this many seconds passed since its last one and it appended since (0: never by time)."""
 
     def __post_init__(self) -> None:
         if not _SCHEMA_NAME.match(self.schema):
@@ -68,6 +80,13 @@ class Settings:
             raise ValidationError("snapshot_interval", "must be >= 1")
         if self.max_conflict_retries < 0:
             raise ValidationError("max_conflict_retries", "must be >= 0")
+        if self.checkpoint_every_events < 0 or self.checkpoint_every_s < 0:
+            raise ValidationError("checkpoint_every", "must be >= 0 (0: off)")
+
+    @property
+    def key_dir(self) -> Path:
+        """The directory of the audit keys (``audit_key_dir``, else ``home/keys``)."""
+        return self.audit_key_dir if self.audit_key_dir is not None else self.home / "keys"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -100,6 +119,18 @@ class Settings:
             http_rate_burst=_count(env, "FLOWLEDGER_HTTP_RATE_BURST", defaults.http_rate_burst),
             ready_timeout_s=_seconds(env, "FLOWLEDGER_READY_TIMEOUT_S", defaults.ready_timeout_s),
             dashboard_url_keys=_flag(env, "FLOWLEDGER_DASHBOARD_URL_KEYS"),
+            audit_chain=(env.get("FLOWLEDGER_AUDIT_CHAIN") or "on").strip().lower() not in _OFF,
+            audit_key_dir=Path(env["FLOWLEDGER_AUDIT_KEY_DIR"])
+            if env.get("FLOWLEDGER_AUDIT_KEY_DIR")
+            else None,
+            chain_key=_hex_key(env, "FLOWLEDGER_CHAIN_KEY", 16),
+            signing_key=_hex_key(env, "FLOWLEDGER_SIGNING_KEY", 32, exact=True),
+            checkpoint_every_events=_whole(
+                env, "FLOWLEDGER_CHECKPOINT_EVERY_EVENTS", defaults.checkpoint_every_events
+            ),
+            checkpoint_every_s=float(
+                _whole(env, "FLOWLEDGER_CHECKPOINT_EVERY_S", int(defaults.checkpoint_every_s))
+            ),
         )
 
     def with_overrides(self, **overrides: object) -> Settings:
@@ -143,6 +174,35 @@ def _api_keys(raw: str) -> tuple[tuple[str, str, str], ...]:
             raise ValidationError("FLOWLEDGER_API_KEYS", "each key is tenant:role:secret, comma-separated")
         keys.append((parts[0], parts[1], parts[2]))
     return tuple(keys)
+
+
+_OFF = {"0", "false", "no", "off", "n"}
+
+
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    """A whole number >= 0 from ``env[name]`` (0: off), else ``default``."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit():
+        raise ValidationError(name, f"{raw!r} is not a whole number (0: off)")
+    return int(raw)
+
+
+def _hex_key(env: Mapping[str, str], name: str, size: int, *, exact: bool = False) -> bytes | None:
+    """A key given as hex in ``env[name]`` (at least, or ``exact``ly, ``size`` bytes), else None."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        key = bytes.fromhex(raw)
+    except ValueError:
+        raise ValidationError(name, "is not hexadecimal") from None
+    if len(key) < size or (exact and len(key) != size):
+        raise ValidationError(
+            name, f"must be {'exactly' if exact else 'at least'} {size} bytes ({2 * size} hex digits)"
+        )
+    return key
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -86,9 +86,14 @@ def pg_schema(database_url: str) -> Iterator[str]:
         drop_schemas(database_url, schema)
 
 
+TEST_KEY_DIR = Path(tempfile.mkdtemp(prefix="flowledger-test-keys-"))
+"""The audit keys of this run's engines (chain key, checkpoint signing key): made on first use."""
+atexit.register(shutil.rmtree, TEST_KEY_DIR, True)
+
+
 def make_settings(**overrides: object) -> Settings:
     """Test settings that ignore the developer's environment."""
-    return Settings(home=Path("/nonexistent")).with_overrides(**overrides)
+    return Settings(home=Path("/nonexistent"), audit_key_dir=TEST_KEY_DIR).with_overrides(**overrides)
 
 
 @pytest.fixture

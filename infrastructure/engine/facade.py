@@ -18,6 +18,7 @@ from flowledger.domain.ports import LlmPort
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.task_views import AgentState, TaskState
 from flowledger.domain.values import JsonObject, LlmUsage
+from flowledger.infrastructure.audit_keys import chain_key
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
@@ -29,8 +30,10 @@ from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
 from flowledger.infrastructure.engine.tasks import TaskService
 from flowledger.infrastructure.history import HistoryEntry
+from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.database import ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
+from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 from flowledger.infrastructure.router_files import load_model_tiers, load_skill_catalogue
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
 
@@ -71,6 +74,7 @@ class Engine:
             url, schema=self.settings.schema, pool_size=self.settings.pool_size, settings=self.settings
         )
         self._app = FlowledgerApplication(env, snapshot_interval=self.settings.snapshot_interval)
+        self._chain_events()
         self.log = EventLog(self._app)
         self.store = AggregateStore(self._app, self.settings, clock)
         self.sessions = SessionService(self.store, self.tenant)
@@ -84,6 +88,14 @@ class Engine:
             catalogue=load_skill_catalogue(self.settings.skill_catalogue_file),
             tiers=load_model_tiers(self.settings.routing_file),
         )
+
+    def _chain_events(self) -> None:
+        """Every append of this engine stores its events' hashes and seals (docs/audit.md)."""
+        recorder = self._app.recorder
+        if self.settings.audit_chain and isinstance(recorder, FlowledgerApplicationRecorder):
+            recorder.chain = StreamChain(
+                chain_key(self.settings), schema=recorder.datastore.schema, table=recorder.events_table_name
+            )
 
     @classmethod
     def in_memory(cls, **kwargs: Any) -> Engine:

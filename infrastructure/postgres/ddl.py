@@ -31,6 +31,16 @@ class TableNames:
     snapshots: str
     tracking: str
 
+    @property
+    def checkpoints(self) -> str:
+        """Signed checkpoints of the events table (docs/audit.md)."""
+        return f"{self.events.removesuffix('_events')}_checkpoints"
+
+    @property
+    def chain_upgrades(self) -> str:
+        """What each ``flowledger audit chain`` chained after the fact."""
+        return f"{self.events.removesuffix('_events')}_chain_upgrades"
+
     @classmethod
     def for_app(cls, app_name: str) -> TableNames:
         """``<app>_events``, ``<app>_snapshots``, ``<app>_tracking`` (lower case)."""
@@ -159,3 +169,24 @@ def create_other_tables(schema: str, names: TableNames, id_type: str) -> list[Co
         "INSERT INTO {s}.{t} VALUES ('__migration__', 1) ON CONFLICT (application_name) DO NOTHING"
     ).format(s=s, t=Identifier(names.tracking))
     return [create_type, snapshots, tracking, migration_row]
+
+
+def create_audit_tables(schema: str, names: TableNames) -> list[Composed]:
+    """Signed checkpoints, and the record of rows chained after they were written.
+
+    A checkpoint row holds its signed statement (canonical JSON), the signature, and the
+    stream heads that changed since the checkpoint before (``heads``: packed, compressed);
+    the statement's Merkle root covers every head, so an edited row fails to verify.
+    """
+    s = Identifier(schema)
+    return [
+        SQL(
+            "CREATE TABLE IF NOT EXISTS {s}.{t} (seq bigint PRIMARY KEY, position bigint NOT NULL, "
+            "statement bytea NOT NULL, signature bytea NOT NULL, heads bytea NOT NULL, "
+            "created_at timestamptz NOT NULL DEFAULT now())"
+        ).format(s=s, t=Identifier(names.checkpoints)),
+        SQL(
+            "CREATE TABLE IF NOT EXISTS {s}.{t} (upgraded_at timestamptz NOT NULL DEFAULT now(), "
+            "through_position bigint NOT NULL, rows bigint NOT NULL)"
+        ).format(s=s, t=Identifier(names.chain_upgrades)),
+    ]

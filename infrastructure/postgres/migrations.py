@@ -30,9 +30,11 @@ from flowledger.infrastructure.postgres import ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.settings import Settings
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: events (with transaction_id), snapshots, tracking, append functions that unlock on failure.
-2: the append functions hold an in-flight marker lock until they commit (readers' horizon)."""
+2: the append functions hold an in-flight marker lock until they commit (readers' horizon).
+3: the audit chain: each event's hash and keyed seal (``event_hash``, ``event_mac``), appended
+with it; signed checkpoints and the record of ``audit chain`` upgrades (docs/audit.md)."""
 
 MARKERS_SINCE = 2
 """The first version whose appends hold in-flight markers: upgrading from before waits for
@@ -127,6 +129,8 @@ def _migrate_locked(
         create_event_log(cur, schema, names.events, id_type)
         for statement in ddl.create_other_tables(schema, names, id_type):
             cur.execute(statement)
+        for statement in ddl.create_audit_tables(schema, names):
+            cur.execute(statement)
     elif version > SCHEMA_VERSION:
         _log.warning("schema %s is at version %s, newer than this code's %s", schema, version, SCHEMA_VERSION)
     cache_reset = _force_sequence_cache_1(cur, schema, names.events)
@@ -197,6 +201,12 @@ def create_event_log(cur: psycopg.Cursor[Any], schema: str, table: str, id_type:
     if has_transaction_id is None:  # a table the library's stock recorder made
         for statement in pg_sql.add_transaction_id(schema, table):
             cur.execute(statement)
+    for statement in pg_sql.add_chain_columns(schema, table):
+        cur.execute(statement)
+    for statement in pg_sql.drop_unchained_append_functions(
+        schema=schema, function=ddl.append_function_name(table), id_type=id_type
+    ):
+        cur.execute(statement)
     cur.execute(ddl.create_notification_index(schema, table))
     sequence = _sequence_of(cur, schema, table)
     for statement in pg_sql.create_append_functions(

@@ -62,6 +62,7 @@ from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
 from flowledger.infrastructure.postgres import sql as pg_sql
+from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.ddl import append_function_name
 from flowledger.infrastructure.postgres.deadlines import Deadlines, call_within_deadline
 from flowledger.infrastructure.postgres.horizon import Horizon, HorizonLag
@@ -69,6 +70,7 @@ from flowledger.infrastructure.postgres.migrations import create_event_log
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 
 _CURSOR_ATTRIBUTE = "_flowledger_append_cursor"
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 T = TypeVar("T")
 
 # psycopg's errors as the library's, in the order ``PostgresDatastore.get_connection`` tests them.
@@ -109,6 +111,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
     """Set by the factory from Settings: reads retry within ``operation_s``; under PgBouncer
     nothing is prepared on the server."""
 
+    chain: StreamChain | None = None
+    """Set by the Engine (``Settings.audit_chain``): each append stores its events' hashes and
+    seals; None stores them unchained (recorders built by hand, the chain switched off)."""
+
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events"):
         super().__init__(datastore, events_table_name=events_table_name)
         schema = self.datastore.schema
@@ -121,14 +127,14 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         # Rendered once to plain strings: psycopg parses a string query once and caches it,
         # but renders a ``Composed`` again on every call.
         self.sql_append_one = (
-            SQL("SELECT {}.{}(%s, %s, %s, %s) AS id")
+            SQL("SELECT {}.{}(%s, %s, %s, %s, %s, %s) AS id")
             .format(
                 Identifier(schema), Identifier(f"{self.append_function_name}_one"[: self.MAX_IDENTIFIER_LEN])
             )
             .as_string(None)
         )
         self.sql_append = (
-            SQL("SELECT id FROM {}.{}(%s, %s, %s, %s) AS id")
+            SQL("SELECT id FROM {}.{}(%s, %s, %s, %s, %s, %s) AS id")
             .format(Identifier(schema), Identifier(self.append_function_name))
             .as_string(None)
         )
@@ -204,27 +210,43 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         """
         if curs.row_factory is not tuple_row:
             curs = curs.connection.cursor(row_factory=tuple_row)  # same transaction
+        chain = self.chain
+        if chain is None:
+            hashes: list[bytes | None] = [None] * len(stored_events)
+            macs: list[bytes | None] = [None] * len(stored_events)
+            heads = None
+        else:
+            sealed, sealed_macs, heads = chain.seal(curs, stored_events, self.prepare)
+            hashes, macs = list(sealed), list(sealed_macs)
         if len(stored_events) == 1:
             e = stored_events[0]
             row = curs.execute(
                 self.sql_append_one,
-                (e.originator_id, e.originator_version, e.topic, e.state),
+                (e.originator_id, e.originator_version, e.topic, e.state, hashes[0], macs[0]),
                 prepare=self.prepare,
             ).fetchone()
             if row is None:  # the function always returns the id
                 raise OperationalError("append returned no notification id")
-            return [row[0]]
-        curs.execute(
-            self.sql_append,
-            (
-                [e.originator_id for e in stored_events],
-                [e.originator_version for e in stored_events],
-                [e.topic for e in stored_events],
-                [e.state for e in stored_events],
-            ),
-            prepare=self.prepare,
-        )
-        return [row[0] for row in curs.fetchall()]
+            ids = [row[0]]
+        else:
+            curs.execute(
+                self.sql_append,
+                (
+                    [e.originator_id for e in stored_events],
+                    [e.originator_version for e in stored_events],
+                    [e.topic for e in stored_events],
+                    [e.state for e in stored_events],
+                    hashes,
+                    macs,
+                ),
+                prepare=self.prepare,
+            )
+            ids = [row[0] for row in curs.fetchall()]
+        # Outside a transaction block the call was the commit; inside a caller's transaction
+        # the heads are not remembered (it may still roll back): the next append reads them.
+        if chain is not None and heads and curs.connection.info.transaction_status == _IDLE:
+            chain.committed(heads)
+        return ids
 
     def select_events(
         self,

@@ -35,7 +35,8 @@ def in_flight_lock_space(schema: str, table: str) -> int:
 
 
 def create_table(schema: str, table: str, originator_id_type: str) -> Composed:
-    """The events table: the library's columns plus the appending transaction's id."""
+    """The events table: the library's columns, the appending transaction's id, and the
+    event's chained hash and keyed seal (``flowledger.verify``; NULL: written unchained)."""
     return SQL(
         "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
         "originator_id {id_type} NOT NULL, "
@@ -44,6 +45,8 @@ def create_table(schema: str, table: str, originator_id_type: str) -> Composed:
         "state bytea, "
         "notification_id bigserial, "
         "transaction_id xid8 NOT NULL, "
+        "event_hash bytea, "
+        "event_mac bytea, "
         "PRIMARY KEY (originator_id, originator_version))"
     ).format(schema=Identifier(schema), table=Identifier(table), id_type=Identifier(originator_id_type))
 
@@ -59,6 +62,30 @@ def add_transaction_id(schema: str, table: str) -> list[Composed]:
     return [
         SQL("ALTER TABLE {} ADD COLUMN transaction_id xid8 NOT NULL DEFAULT '0'").format(target),
         SQL("ALTER TABLE {} ALTER COLUMN transaction_id DROP DEFAULT").format(target),
+    ]
+
+
+def add_chain_columns(schema: str, table: str) -> list[Composed]:
+    """Upgrade a table from before the chain: rows already there stay NULL (unchained) until
+    ``flowledger audit chain`` chains them."""
+    target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
+    return [
+        SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS event_hash bytea").format(target),
+        SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS event_mac bytea").format(target),
+    ]
+
+
+def drop_unchained_append_functions(*, schema: str, function: str, id_type: str) -> list[Composed]:
+    """The append functions of schema version 2 (no hash arguments): an engine still calling
+    them fails loudly instead of writing rows that break the chain."""
+    names = {"schema": Identifier(schema), "id_type": Identifier(id_type)}
+    return [
+        SQL("DROP FUNCTION IF EXISTS {schema}.{one}({id_type}, bigint, text, bytea)").format(
+            one=Identifier(f"{function}_one"[:63]), **names
+        ),
+        SQL("DROP FUNCTION IF EXISTS {schema}.{many}({id_type}[], bigint[], text[], bytea[])").format(
+            many=Identifier(function), **names
+        ),
     ]
 
 
@@ -114,7 +141,7 @@ def create_append_functions(
     }
     one = SQL(
         "CREATE OR REPLACE FUNCTION {schema}.{one}"
-        "(p_id {id_type}, p_version bigint, p_topic text, p_state bytea) "
+        "(p_id {id_type}, p_version bigint, p_topic text, p_state bytea, p_hash bytea, p_mac bytea) "
         "RETURNS bigint LANGUAGE plpgsql AS $body$\n"
         "DECLARE tx xid8; id bigint;\n"
         "BEGIN\n{guard}"
@@ -127,14 +154,16 @@ def create_append_functions(
         "  END;\n"
         "  PERFORM pg_advisory_unlock({key});\n"
         "  INSERT INTO {schema}.{table} "
-        "(originator_id, originator_version, topic, state, notification_id, transaction_id) "
-        "VALUES (p_id, p_version, p_topic, p_state, id, tx);\n"
+        "(originator_id, originator_version, topic, state, notification_id, transaction_id, "
+        "event_hash, event_mac) "
+        "VALUES (p_id, p_version, p_topic, p_state, id, tx, p_hash, p_mac);\n"
         "  RETURN id;\n"
         "END;\n$body$"
     ).format(**names)
     many = SQL(
         "CREATE OR REPLACE FUNCTION {schema}.{many}"
-        "(p_ids {id_type}[], p_versions bigint[], p_topics text[], p_states bytea[]) "
+        "(p_ids {id_type}[], p_versions bigint[], p_topics text[], p_states bytea[], "
+        "p_hashes bytea[], p_macs bytea[]) "
         "RETURNS SETOF bigint LANGUAGE plpgsql AS $body$\n"
         "DECLARE tx xid8; ids bigint[];\n"
         "BEGIN\n{guard}"
@@ -147,9 +176,11 @@ def create_append_functions(
         "  END;\n"
         "  PERFORM pg_advisory_unlock({key});\n"
         "  INSERT INTO {schema}.{table} "
-        "(originator_id, originator_version, topic, state, notification_id, transaction_id)\n"
-        "  SELECT u.i, u.v, u.t, u.s, u.n, tx FROM unnest(p_ids, p_versions, p_topics, p_states, ids) "
-        "AS u(i, v, t, s, n);\n"
+        "(originator_id, originator_version, topic, state, notification_id, transaction_id, "
+        "event_hash, event_mac)\n"
+        "  SELECT u.i, u.v, u.t, u.s, u.n, tx, u.h, u.m "
+        "FROM unnest(p_ids, p_versions, p_topics, p_states, ids, p_hashes, p_macs) "
+        "AS u(i, v, t, s, n, h, m);\n"
         "  RETURN QUERY SELECT unnest(ids);\n"
         "END;\n$body$"
     ).format(**names)

@@ -21,6 +21,7 @@ from flowledger.infrastructure.postgres.factory import (
     FlowledgerPostgresFactory,
     FlowledgerProcessRecorder,
 )
+from flowledger.infrastructure.postgres.migrations import SCHEMA_VERSION
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 from flowledger.infrastructure.postgres.sql import (
     create_append_functions,
@@ -218,7 +219,9 @@ def test_a_failure_inside_the_id_section_releases_the_lock(
     with psycopg.connect(database_url, autocommit=True) as other:
         other.execute("SET lock_timeout = '1s'")
         other.execute(
-            SQL("SELECT {}.flowledger_events_append_one(%s, 1, 't:E', '{{}}')").format(Identifier(pg_schema)),
+            SQL("SELECT {}.flowledger_events_append_one(%s, 1, 't:E', '{{}}', NULL, NULL)").format(
+                Identifier(pg_schema)
+            ),
             (uuid.uuid4(),),
         )
     assert recorder.insert_events([event()])
@@ -236,7 +239,7 @@ def test_a_cancel_while_waiting_for_the_section_leaves_no_lock(
             writer.execute("SET statement_timeout = '200ms'")
             with pytest.raises(psycopg.errors.QueryCanceled):
                 writer.execute(
-                    SQL("SELECT {}.flowledger_events_append_one(%s, 1, 't:E', '{{}}')").format(
+                    SQL("SELECT {}.flowledger_events_append_one(%s, 1, 't:E', '{{}}', NULL, NULL)").format(
                         Identifier(pg_schema)
                     ),
                     (uuid.uuid4(),),
@@ -357,11 +360,11 @@ def test_migrate_upgrades_a_version_1_log_to_appends_that_readers_can_see_in_fli
             committer.join()
             ctx.__exit__(None, None, None)
         # Then the log is upgraded in place, after the old append finished (readers cannot see it)
-        assert (report.version, report.locked, report.created) == (2, True, True)
+        assert (report.version, report.locked, report.created) == (SCHEMA_VERSION, True, True)
         assert waited >= 0.4
         with psycopg.connect(database_url) as check:
             version = SQL("SELECT version FROM {}.flowledger_schema").format(Identifier(pg_schema))
-            assert check.execute(version).fetchone() == (2,)
+            assert check.execute(version).fetchone() == (SCHEMA_VERSION,)
         assert [n.id for n in old.select_notifications(None, 10)] == [1, 2]
         # And an append open now holds readers back: it runs the new function, with its marker
         old.horizon_wait = 0.1

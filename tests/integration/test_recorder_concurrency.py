@@ -230,7 +230,7 @@ def test_the_notifier_does_not_take_a_writer_connection(database_url: str, pg_sc
         held = [pool.getconn(timeout=5), pool.getconn(timeout=5)]
         try:
             # When an append commits while both pooled connections are held by callers
-            held[0].execute(recorder.sql_append_one, (uuid.uuid4(), 1, "t:E", b"{}"))
+            held[0].execute(recorder.sql_append_one, (uuid.uuid4(), 1, "t:E", b"{}", None, None))
             recorder.notifier.poke()
             # Then the NOTIFY still goes out (the notifier has a connection of its own)
             heard = list(listener.notifies(timeout=5, stop_after=1))

@@ -1,0 +1,150 @@
+"""The audit chain's cost, side by side in one run:
+
+- ``record_step`` with the chain on (each event's hash and keyed seal computed and stored
+  with it) beside the chain off (``Settings.audit_chain=False``), 1 and 8 writers, rounds
+  interleaved, medians printed with their ratio (goal: on / off >= 0.9);
+- ``audit verify`` (every stream's chain recomputed and checked, against the latest signed
+  checkpoint) in events/s, beside a raw read of the same rows (the same columns, in the
+  same order, through the same driver, nothing computed).
+
+Run: ``.venv/bin/python bench/bench_audit.py [--seconds 1.5] [--rounds 3] [--writers 1 8]
+[--verify-events 20000]``. Uses FLOWLEDGER_DATABASE_URL, else the server at 127.0.0.1:5432
+(db ``test``); works in scratch schemas that it drops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import INPUT, OUTPUT, USAGE, database_url, median, run_writers, scratch_schema
+
+from flowledger.infrastructure import Engine, Settings
+
+SESSION_STEPS = 25
+KEY_DIR = Path(tempfile.mkdtemp(prefix="flowledger-bench-keys-"))
+
+
+def settings_for(url: str, schema: str, *, chain: bool, writers: int = 2) -> Settings:
+    return Settings(home=Path("/nonexistent"), audit_key_dir=KEY_DIR).with_overrides(
+        database_url=url,
+        schema=schema,
+        pool_size=max(writers, 2),
+        audit_chain=chain,
+        checkpoint_every_events=0,
+        checkpoint_every_s=0,
+    )
+
+
+def step_rate(url: str, writers: int, seconds: float, *, chain: bool) -> float:
+    """``record_step`` per second, each writer on its own sessions (a new one every 25 steps)."""
+    with scratch_schema(url, "bench_audit") as schema:
+        engine = Engine(settings=settings_for(url, schema, chain=chain, writers=writers))
+        try:
+
+            def make(i: int) -> Callable[[], None]:
+                current = [f"bench-{i}-{uuid.uuid4().hex}", 0]
+                engine.start_session(str(current[0]), "customer_service")
+
+                def step() -> None:
+                    if current[1] == SESSION_STEPS:
+                        current[:] = [f"bench-{i}-{uuid.uuid4().hex}", 0]
+                        engine.start_session(str(current[0]), "customer_service")
+                    engine.record_step(str(current[0]), "answer", input=INPUT, output=OUTPUT, usage=USAGE)
+                    current[1] = int(current[1]) + 1
+
+                return step
+
+            return run_writers(writers, seconds, make)
+        finally:
+            engine.close()
+
+
+def verify_rates(url: str, events: int, rounds: int) -> tuple[float, float, int]:
+    """(audit verify events/s, raw read events/s, events) over one log of about ``events`` events."""
+    from flowledger.infrastructure.postgres.chain_verify import verify_chain
+
+    with scratch_schema(url, "bench_verify") as schema:
+        engine = Engine(settings=settings_for(url, schema, chain=True))
+        try:
+            sessions = max(1, events // SESSION_STEPS)
+            for n in range(sessions):
+                engine.start_session(f"v-{n}", "customer_service")
+                for _ in range(SESSION_STEPS - 1):
+                    engine.record_step(f"v-{n}", "answer", input=INPUT, output=OUTPUT, usage=USAGE)
+            engine.audit.checkpoint()
+            raw_query = (
+                f"SELECT originator_id, originator_version, topic, state, notification_id, event_hash, "
+                f"event_mac FROM {schema}.flowledger_events ORDER BY originator_id, originator_version"
+            )
+            verify_s: list[float] = []
+            raw_s: list[float] = []
+            stored = 0
+            for _ in range(rounds):
+                started = time.perf_counter()
+                report = verify_chain(engine.audit)
+                verify_s.append(time.perf_counter() - started)
+                if not report.ok:
+                    raise SystemExit(f"the bench log does not verify: {report.findings[:3]}")
+                stored = report.events
+                started = time.perf_counter()
+                with psycopg.connect(url) as conn, conn.cursor(name="raw") as cur:
+                    cur.itersize = 5000
+                    cur.execute(raw_query)
+                    count = sum(1 for _ in cur)
+                raw_s.append(time.perf_counter() - started)
+                assert count == stored
+            return stored / median(verify_s), stored / median(raw_s), stored
+        finally:
+            engine.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=1.5, help="timed seconds per cell per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--writers", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--verify-events", type=int, default=0, help="0: skip the verify part")
+    args = parser.parse_args()
+    url = database_url()
+    console = Console(width=150)
+    results: dict[tuple[bool, int], list[float]] = {}
+    for round_no in range(args.rounds):
+        for writers in args.writers:
+            for chain in (True, False) if round_no % 2 == 0 else (False, True):
+                rate = step_rate(url, writers, args.seconds, chain=chain)
+                results.setdefault((chain, writers), []).append(rate)
+                label = "chain on " if chain else "chain off"
+                console.print(f"round {round_no + 1}: {writers:>2} writers {label} {rate:8,.0f} steps/s")
+    command = ("bench/bench_audit.py " + " ".join(sys.argv[1:])).strip()
+    table = Table(title=f"Engine.record_step, one step per commit, steps/s (median)\n{command}")
+    for column in ("writers", "chain on", "chain off", "on / off (goal >= 0.9)"):
+        table.add_column(column, justify="right")
+    for writers in args.writers:
+        on, off = median(results[(True, writers)]), median(results[(False, writers)])
+        verdict = "met" if on / off >= 0.9 else "NOT met"
+        table.add_row(str(writers), f"{on:,.0f}", f"{off:,.0f}", f"{on / off:.2f} ({verdict})")
+    console.print(table)
+    if args.verify_events <= 0:
+        return 0
+    verify, raw, events = verify_rates(url, args.verify_events, args.rounds)
+    table = Table(title=f"audit verify beside a raw read of the same rows, events/s (median)\n{command}")
+    for column in ("events", "audit verify", "raw read", "verify / raw"):
+        table.add_column(column, justify="right")
+    table.add_row(f"{events:,}", f"{verify:,.0f}", f"{raw:,.0f}", f"{verify / raw:.2f}")
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The audit keys, held by the engine and never stored in the database.
+
+- the chain key (HMAC-SHA256, 32 random bytes): seals every appended event's hash;
+- the checkpoint signing key (Ed25519): signs checkpoints; its public key is published.
+
+Each comes from ``Settings`` (``FLOWLEDGER_CHAIN_KEY`` / ``FLOWLEDGER_SIGNING_KEY``, hex), else
+from a file in ``Settings.key_dir`` (``chain.key``, ``checkpoint.key``; hex, mode 0600),
+made on first use. A file is written under a temporary name and linked into place, so
+processes starting at once agree on one key and never read half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure.settings import Settings
+
+CHAIN_KEY_FILE = "chain.key"
+SIGNING_KEY_FILE = "checkpoint.key"
+PUBLIC_KEY_FILE = "checkpoint.pub"
+
+
+def chain_key(settings: Settings) -> bytes:
+    """The chain's HMAC key (made in ``key_dir`` on first use unless given)."""
+    if settings.chain_key is not None:
+        return settings.chain_key
+    return _key_file(settings.key_dir / CHAIN_KEY_FILE, 32, "FLOWLEDGER_CHAIN_KEY")
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """The checkpoints' Ed25519 key pair."""
+
+    private: Ed25519PrivateKey
+
+    @property
+    def public_bytes(self) -> bytes:
+        """The raw 32-byte public key."""
+        return self.private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+    @property
+    def public_hex(self) -> str:
+        """The public key as 64 hex digits: what ``python -m flowledger.verify --public-key`` takes."""
+        return self.public_bytes.hex()
+
+    def sign(self, message: bytes) -> bytes:
+        """The Ed25519 signature of ``message``."""
+        return self.private.sign(message)
+
+
+def signing_key(settings: Settings) -> SigningKey:
+    """The checkpoint signing key (made in ``key_dir`` on first use unless given); also writes
+    the public key beside it (``checkpoint.pub``) for publication."""
+    seed = settings.signing_key
+    if seed is None:
+        seed = _key_file(settings.key_dir / SIGNING_KEY_FILE, 32, "FLOWLEDGER_SIGNING_KEY")
+    key = SigningKey(Ed25519PrivateKey.from_private_bytes(seed))
+    public = settings.key_dir / PUBLIC_KEY_FILE
+    if settings.signing_key is None and not public.exists():
+        _write_new(public, key.public_hex + "\n", mode=0o644)
+    return key
+
+
+def _key_file(path: Path, size: int, variable: str) -> bytes:
+    """The key in ``path``; a new random one written there (0600) when there is none."""
+    if not path.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _write_new(path, secrets.token_bytes(size).hex() + "\n", mode=0o600)
+        except OSError as error:
+            raise ValidationError(
+                variable, f"no key given and {path} cannot be created ({error.strerror or error})"
+            ) from error
+    try:
+        key = bytes.fromhex(path.read_text(encoding="ascii").strip())
+    except (OSError, ValueError) as error:
+        raise ValidationError(variable, f"{path} does not hold a hex key ({error})") from error
+    if len(key) != size:
+        raise ValidationError(variable, f"{path} holds {len(key)} bytes, not {size}")
+    return key
+
+
+def _write_new(path: Path, text: str, *, mode: int) -> None:
+    """Write ``path`` only if it does not exist yet (the first writer wins, whole)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        with suppress(FileExistsError):  # another process made it first: use theirs
+            os.link(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)

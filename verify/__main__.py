@@ -1,0 +1,7 @@
+"""``python -m flowledger.verify``: see the package docstring."""
+
+import sys
+
+from flowledger.verify import main
+
+sys.exit(main())
