@@ -25,20 +25,31 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
+from flowledger.domain.agent import Agent
 from flowledger.domain.assignment import Choice, choose_agent
 from flowledger.domain.errors import FlowledgerError
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import EscalationReason, TaskState, TaskStatus
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
-from flowledger.infrastructure.engine.task_reads import TaskReads
+from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
 
 MAX_BATCH = 64
 """Requests decided in one append; more wait for the next batch."""
+
+ROSTER_MAX_AGE_S = 0.5
+"""How old a roster may be for a positive decision. The engine follows the agents it saves
+itself; only other engines' changes need the log, and missing them costs a lost save
+(the agent's version moved on: the batch is decided again on a fresh roster), never
+capacity. A negative decision (escalate, or wait for capacity) always reads the log first."""
 
 ROSTER_KEY = "roster"
 """The store's lock key for a batch (tasks of a batch are not locked one by one)."""
 
 Escalate = Callable[[UnitOfWork, Task, EscalationReason, str], None]
+
+
+class _NeedsFreshRoster(Exception):
+    """A negative decision was about to be made from a roster that was not read just now."""
 
 
 @dataclass(eq=False)
@@ -127,17 +138,34 @@ class BatchAssigner:
             self._reads.note(state)
 
     def _write(self, batch: list[_Request]) -> list[TaskState]:
-        with self._roster_lock():
-            states: list[TaskState] = self._store.write(
-                ROSTER_KEY, lambda uow: self._decide(batch, uow), conflict_retries=self._retries
-            )
+        # The tasks' own locks too: a batch must not change a task another command of this
+        # engine is changing (they share the store's cached copy).
+        with self._store.locked(task_key(r.task_id) for r in batch), self._roster_lock():
+            try:
+                return self._write_once(batch, fresh=False)
+            except _NeedsFreshRoster:
+                return self._write_once(batch, fresh=True)
+
+    def _write_once(self, batch: list[_Request], *, fresh: bool) -> list[TaskState]:
+        attempts: list[UnitOfWork] = []
+
+        def decide(uow: UnitOfWork) -> list[TaskState]:
+            # A retry follows a lost save: read the log before deciding again.
+            again = bool(attempts)
+            attempts.append(uow)
+            return self._decide(batch, uow, fresh=fresh or again)
+
+        states: list[TaskState] = self._store.write(ROSTER_KEY, decide, conflict_retries=self._retries)
+        for aggregate in attempts[-1].touched.values():
+            if isinstance(aggregate, Agent):
+                self._reads.index.remember(aggregate)
         self.batches += 1
         return states
 
-    def _decide(self, batch: list[_Request], uow: UnitOfWork) -> list[TaskState]:
-        # One roster read per attempt; if it lags, saving a chosen agent fails on its
-        # version and the whole batch is decided again on a fresher roster.
-        profiles = {p.agent_id: p for p in self._reads.index.agent_profiles()}
+    def _decide(self, batch: list[_Request], uow: UnitOfWork, *, fresh: bool) -> list[TaskState]:
+        index = self._reads.index
+        roster = index.agent_profiles() if fresh else index.recent_agent_profiles(ROSTER_MAX_AGE_S)
+        profiles = {p.agent_id: p for p in roster}
         now = uow.now
         states = []
         for request in batch:
@@ -160,6 +188,8 @@ class BatchAssigner:
                 agent.accept(task.task_id, now)  # type: ignore[attr-defined]
                 profiles[decision.agent_id] = agent.profile()  # type: ignore[attr-defined]
                 task.assign(decision, now)
+            elif not fresh:
+                raise _NeedsFreshRoster()  # the store drops what this attempt changed
             elif request.escalate_when_full or decision.reason is not EscalationReason.ALL_AT_CAPACITY:
                 self._escalate(uow, task, decision.reason, decision.detail)
             states.append(task.state())

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, TypeVar
@@ -121,6 +122,9 @@ class AggregateStore:
         self.settings = settings
         self.clock = clock
         self._locks = KeyedLocks()
+        self._conflicts_lock = threading.Lock()
+        self.conflicts = 0
+        """Saves lost to another writer (a version clash) since the store was built."""
         self._cache: WriteCache[FlowledgerAggregate] = WriteCache(
             settings.write_cache_size if cache_size is None else cache_size
         )
@@ -182,6 +186,15 @@ class AggregateStore:
         loaded: FlowledgerAggregate | None = self.load(aggregate_id)
         return loaded
 
+    @contextmanager
+    def locked(self, keys: Iterable[str]) -> Iterator[None]:
+        """Hold the in-process locks of several keys (taken in sorted order, so two callers
+        cannot deadlock), for a ``write`` that touches aggregates under other keys."""
+        with ExitStack() as stack:
+            for key in sorted(set(keys)):
+                stack.enter_context(self._locks(key))
+            yield
+
     # -- the write path --------------------------------------------------------------
 
     def write(
@@ -233,6 +246,8 @@ class AggregateStore:
                         assume_new = False
                         continue
                     conflicts += 1
+                    with self._conflicts_lock:
+                        self.conflicts += 1
                     if conflicts > budget:
                         raise ConcurrentUpdate(lock_key, conflicts) from None
                     time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**conflicts)))

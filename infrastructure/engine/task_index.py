@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -81,6 +82,7 @@ class LogIndex:
         self._tasks: dict[UUID, IndexedTask] = {}
         self._agent_ids: dict[UUID, str] = {}
         self._agents: dict[UUID, Agent] = {}
+        self._refreshed_at = float("-inf")
 
     def refresh(self) -> None:
         """Catch up with the log: with every event committed before this call, or StoreUnavailable."""
@@ -92,6 +94,7 @@ class LogIndex:
             self._changes_position = self._tail(self._changes_position, _AGENT_CHANGES)
             for aggregate_id in self._agent_ids.keys() - self._agents.keys():
                 self._agents[aggregate_id] = self._app.repository.get(aggregate_id)
+            self._refreshed_at = time.monotonic()
 
     def _wait_for_head(self) -> None:
         """Return once every row committed so far is readable (so the tails below reach it).
@@ -194,6 +197,24 @@ class LogIndex:
         self.refresh()
         with self._lock:
             return [self._agents[aggregate_id].profile() for aggregate_id in self._agent_ids]
+
+    def recent_agent_profiles(self, max_age_s: float) -> list[AgentProfile]:
+        """``agent_profiles``, without reading the log if it was read less than ``max_age_s`` ago.
+
+        For deciding where a stale roster costs only a lost save (an agent's version moved
+        on) or a second look (a negative answer must come from a fresh read).
+        """
+        if time.monotonic() - self._refreshed_at >= max_age_s:
+            return self.agent_profiles()
+        with self._lock:
+            return [self._agents[aggregate_id].profile() for aggregate_id in self._agent_ids]
+
+    def remember(self, agent: Agent) -> None:
+        """Follow an agent this engine just saved (a copy), unless the log already took it further."""
+        with self._lock:
+            known = self._agents.get(agent.id)
+            if agent.id in self._agent_ids and (known is None or agent.version > known.version):
+                self._agents[agent.id] = copy.deepcopy(agent)
 
     def agent_copy(self, agent_id: str) -> Agent:
         """A private copy of a followed agent, to run a command on and save."""
