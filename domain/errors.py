@@ -13,6 +13,10 @@ FlowledgerError
 ├── StoreUnavailable           the event store did not answer within its deadline;
 │                              carries ``operation`` and ``retry_after`` (seconds)
 ├── RebuildInProgress          another process is rebuilding ``projection``
+├── BudgetError                carries ``budget_id``
+│   ├── BudgetNotFound
+│   └── BudgetExceeded         a call's estimate would take an enforced budget past its
+│                              limit; carries the window's figures; nothing was sent
 ├── TaskError                  carries ``task_id``
 │   ├── TaskNotFound
 │   ├── TaskConflict           created again with another description, skills or priority
@@ -33,6 +37,7 @@ FlowledgerError
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -115,6 +120,46 @@ class RebuildInProgress(FlowledgerError):
     def __init__(self, projection: str) -> None:
         super().__init__(f"projection {projection!r} is being rebuilt or verified elsewhere")
         self.projection = projection
+
+
+class BudgetError(FlowledgerError):
+    """An error about one budget."""
+
+    def __init__(self, budget_id: str, message: str) -> None:
+        super().__init__(message)
+        self.budget_id = budget_id
+
+
+class BudgetNotFound(BudgetError):
+    """No budget is set on this scope, subject and period (in this tenant)."""
+
+    def __init__(self, budget_id: str) -> None:
+        super().__init__(budget_id, f"budget {budget_id!r} not found")
+
+
+class BudgetExceeded(BudgetError):
+    """An enforced budget's window cannot take the call's estimated maximum cost: refused unsent."""
+
+    def __init__(
+        self,
+        budget_id: str,
+        *,
+        scope: str,
+        subject: str,
+        period: str,
+        limit_usd: Decimal,
+        spent_usd: Decimal,
+        reserved_usd: Decimal,
+        estimate_usd: Decimal,
+    ) -> None:
+        super().__init__(
+            budget_id,
+            f"budget {scope}:{subject} per {period} would be exceeded: limit ${limit_usd}, "
+            f"spent ${spent_usd}, reserved ${reserved_usd}, this call up to ${estimate_usd}",
+        )
+        self.scope, self.subject, self.period = scope, subject, period
+        self.limit_usd, self.spent_usd = limit_usd, spent_usd
+        self.reserved_usd, self.estimate_usd = reserved_usd, estimate_usd
 
 
 class TaskError(FlowledgerError):

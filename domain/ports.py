@@ -9,13 +9,19 @@ re-exported here for callers that import them from the port.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Protocol
+
+from flowledger.domain.budget import BudgetAlert
 
 from flowledger.domain.prompts import STEP_REPLY_KEYS, StepReply, parse_step_reply, step_messages
 from flowledger.domain.values import LlmUsage
 
 __all__ = [
     "STEP_REPLY_KEYS",
+    "AlertNotifier",
+    "CallEstimate",
+    "CostEstimator",
     "LlmPort",
     "LlmReply",
     "ModelCheck",
@@ -52,4 +58,34 @@ class ModelCheck(Protocol):
 
     def check_model(self, model: str | None) -> None:
         """Raise a FlowledgerError (``UnknownModelPrice``) for a model the adapter cannot call or price."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallEstimate:
+    """The most a call may cost, before it is made, and the model it will be made with."""
+
+    model: str
+    max_cost_usd: Decimal
+    prompt_tokens: int
+    max_output_tokens: int
+
+
+class CostEstimator(Protocol):
+    """Optional beside LlmPort: what a call can cost at most, for budgets to reserve up front."""
+
+    def max_cost(self, model: str | None, messages: list[dict[str, Any]]) -> CallEstimate:
+        """The estimated prompt tokens at the input price plus ``max_tokens`` at the output price."""
+        ...
+
+
+class AlertNotifier(Protocol):
+    """Tells the outside world that a budget reached a threshold (a webhook, say); never blocks."""
+
+    def notify(self, alert: BudgetAlert, secret: str | None) -> None:
+        """Hand the alert over for delivery and return at once."""
+        ...
+
+    async def aclose(self) -> None:
+        """Finish (or give up) deliveries under way."""
         ...

@@ -25,7 +25,7 @@ from flowledger.adapters.cli.keys_commands import keys_required
 from flowledger.adapters.http.app import create_app
 from flowledger.adapters.http.auth import Keyring
 from flowledger.adapters.http.middleware import log_requests
-from flowledger.adapters.llm import OpenAICompatibleClient
+from flowledger.adapters.llm import WebhookNotifier, OpenAICompatibleClient
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.bounds import require_count
 from flowledger.infrastructure import Engine, Settings
@@ -96,7 +96,11 @@ def serve(
         loop_name, run = loop_runner(loop)
         base = Settings.from_env()
         with _llm_settings(base, simulate_llm or not base.llm_base_url) as settings:
-            engine = Engine(settings=settings, llm=OpenAICompatibleClient.from_settings(settings))
+            engine = Engine(
+                settings=settings,
+                llm=OpenAICompatibleClient.from_settings(settings),
+                alerts=WebhookNotifier(),
+            )
             keys = Keyring.of(engine)
             require_keys = keys_required(host, keys, insecure=insecure, console=console)
             log_requests(enabled=access_log)

@@ -104,7 +104,12 @@ class Tenants:
             engine = self._engines.get(tenant)
             if engine is None:
                 settings: Settings = replace(self.base.settings, tenant=tenant)
-                engine = Engine(settings=settings, clock=self.base.clock, llm=self.base.llm)
+                engine = Engine(
+                    settings=settings,
+                    clock=self.base.clock,
+                    llm=self.base.llm,
+                    alerts=self.base.budgets.notifier,
+                )
                 self._engines[tenant] = engine
             return engine
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flowledger.adapters.llm.alerts import WebhookNotifier
 from flowledger.adapters.llm.client import OpenAICompatibleClient
 from flowledger.adapters.llm.config import ApiKey, ClientConfig, ModelLimits
 from flowledger.adapters.llm.pricing import ModelPrice, PriceTable, load_price_table
@@ -28,6 +29,7 @@ def build_engine(
     """
     base = settings if settings is not None else Settings.from_env()
     client = OpenAICompatibleClient.from_settings(base, **(client_options or {}))
+    engine_options.setdefault("alerts", WebhookNotifier())
     return Engine(database_url, settings=base, llm=client, **engine_options)
 
 
@@ -38,6 +40,7 @@ __all__ = [
     "ModelPrice",
     "OpenAICompatibleClient",
     "PriceTable",
+    "WebhookNotifier",
     "build_engine",
     "load_price_table",
 ]

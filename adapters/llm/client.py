@@ -32,7 +32,7 @@ from flowledger.adapters.llm.retry import (
 from flowledger.adapters.llm.transport import build_transport
 from flowledger.adapters.llm.usage import CallContext, build_usage
 from flowledger.domain.errors import CircuitOpen, LlmCallFailed, ValidationError
-from flowledger.domain.ports import LlmReply
+from flowledger.domain.ports import CallEstimate, LlmReply
 from flowledger.infrastructure.settings import Settings
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -126,6 +126,17 @@ class OpenAICompatibleClient:
     def check_model(self, model: str | None) -> None:
         """Raise UnknownModelPrice for a model the price table cannot price (None: the default model)."""
         self.prices.price_for(model or self.config.default_model)
+
+    def max_cost(self, model: str | None, messages: list[dict[str, Any]]) -> CallEstimate:
+        """The most a call can cost (CostEstimator): the prompt's estimated tokens at the input
+        price plus ``max_tokens`` at the output price (the reasoning price, when dearer)."""
+        name = model or self.config.default_model
+        price = self.prices.price_for(name)
+        prompt, output = estimate_prompt_tokens(messages), self.config.max_tokens
+        dearer = price.output_cost_per_reasoning_token
+        reasoning = output if dearer is not None and dearer > price.output_cost_per_token else 0
+        cost = price.cost(input_tokens=prompt, output_tokens=output, reasoning_output_tokens=reasoning)
+        return CallEstimate(model=name, max_cost_usd=cost, prompt_tokens=prompt, max_output_tokens=output)
 
     async def complete(
         self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True

@@ -14,12 +14,13 @@ from typing import Any
 from uuid import UUID
 
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.ports import LlmPort
+from flowledger.domain.ports import AlertNotifier, LlmPort
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.task_views import AgentState, TaskState
 from flowledger.domain.values import JsonObject, LlmUsage
 from flowledger.infrastructure.audit_keys import chain_key
 from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.log import EventLog
@@ -30,6 +31,7 @@ from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
 from flowledger.infrastructure.engine.tasks import TaskService
 from flowledger.infrastructure.history import HistoryEntry
+from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.database import ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
@@ -54,6 +56,7 @@ class Engine:
         schema: str | None = None,
         clock: Clock | None = None,
         llm: LlmPort | None = None,
+        alerts: AlertNotifier | None = None,
     ) -> None:
         if clock is not None and clock().tzinfo is None:
             raise ValidationError("clock", "must return timezone-aware datetimes")
@@ -78,7 +81,15 @@ class Engine:
         self.log = EventLog(self._app)
         self.store = AggregateStore(self._app, self.settings, clock)
         self.sessions = SessionService(self.store, self.tenant)
-        self.steps = StepService(self.store, self.sessions, llm, pool_size=self.settings.pool_size)
+        ledger = (
+            None
+            if url == MEMORY_URL
+            else PostgresBudgetLedger(url, self.settings.schema, self.settings)
+        )
+        self.budgets = BudgetService(self.store, ledger, self.tenant, alerts)
+        self.steps = StepService(
+            self.store, self.sessions, llm, pool_size=self.settings.pool_size, budgets=self.budgets
+        )
         self.task_reads = TaskReads(self.store, self.tenant, LogIndex(self._app, self.tenant))
         self.tasks = TaskService(self.store, self.task_reads, self.tenant)
         self.classifier = TaskClassifier(
@@ -115,11 +126,15 @@ class Engine:
     def close(self) -> None:
         """Release database connections and worker threads."""
         self.steps.close()
+        self.budgets.close()
         self._app.close()
 
     async def aclose(self) -> None:
-        """Close the LLM adapter, the worker threads and the engine."""
+        """Close the LLM adapter, the alert notifier, the worker threads and the engine."""
         await self.steps.aclose()
+        if self.budgets.notifier is not None:
+            await self.budgets.notifier.aclose()
+        self.budgets.close()
         self._app.close()
 
     @contextmanager

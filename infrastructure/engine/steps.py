@@ -20,11 +20,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from functools import partial
 from typing import Any, TypeVar
 from uuid import uuid4
 
+from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
+    BudgetExceeded,
     FlowledgerError,
     LlmCallFailed,
     LlmError,
@@ -33,12 +36,14 @@ from flowledger.domain.errors import (
     SessionNotFound,
     StepInProgress,
 )
-from flowledger.domain.ports import LlmPort, LlmReply, parse_step_reply, step_messages
+from flowledger.domain.ports import CallEstimate, LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
+from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.postgres.budgets import Reservation
 
 T = TypeVar("T")
 
@@ -69,6 +74,8 @@ class StepOutcome:
 @dataclass(frozen=True)
 class _Go:
     messages: list[dict[str, Any]]
+    workflow: str = ""
+    user_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,11 +94,18 @@ class StepService:
     poll_interval_s: float = 0.02
 
     def __init__(
-        self, store: AggregateStore, sessions: SessionService, llm: LlmPort | None, *, pool_size: int
+        self,
+        store: AggregateStore,
+        sessions: SessionService,
+        llm: LlmPort | None,
+        *,
+        pool_size: int,
+        budgets: BudgetService | None = None,
     ) -> None:
         self._store = store
         self._sessions = sessions
         self.llm = llm
+        self.budgets = budgets
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._inflight: dict[tuple[str, str], asyncio.Future[StepOutcome]] = {}
         # Database work is blocking (psycopg): run it on threads sized like the pool.
@@ -227,12 +241,63 @@ class StepService:
             lease_until=uow.now + self.lease,
             worker=self.worker,
         )
-        return _Go(messages)
+        return _Go(messages, session.workflow, session.user_id)
 
     async def _call_and_record(self, llm: LlmPort, call: StepCall, go: _Go) -> StepOutcome:
+        hold = await self._reserve(llm, call, go)
+        try:
+            reply = await self._call(llm, call, go)
+        except LlmError as error:
+            await self._settle(hold, error.usage)
+            raise
+        except BaseException:
+            await self._settle(hold, None)
+            raise
+        await self._settle(hold, reply.usage)
+        outcome: StepOutcome | str = await self._in_db(
+            self._store.write, call.session_id, partial(self._finish, call, reply)
+        )
+        if isinstance(outcome, str):
+            raise SessionClosed(call.session_id, outcome)
+        return outcome
+
+    async def _reserve(self, llm: LlmPort, call: StepCall, go: _Go) -> Reservation | None:
+        """Hold the call's estimated maximum cost in its budgets; refuse it, recorded and unsent,
+        when an enforced budget cannot take it (``StepFailed("budget_exceeded")``)."""
+        budgets = self.budgets
+        estimator = getattr(llm, "max_cost", None)
+        if budgets is None or estimator is None:
+            return None
+        estimate: CallEstimate = estimator(call.model, go.messages)
+        scope = CallScope(
+            tenant=budgets.tenant,
+            session=call.session_id,
+            workflow=go.workflow,
+            model=estimate.model,
+            user=go.user_id,
+        )
+        try:
+            return await self._in_db(budgets.reserve, scope, estimate.max_cost_usd)
+        except BudgetExceeded as error:
+            await self._record_failure(call, "budget_exceeded", str(error), None)
+            raise
+        except BaseException as error:
+            await self._record_failure(call, type(error).__name__, str(error), None)
+            raise
+
+    async def _settle(self, hold: Reservation | None, usage: LlmUsage | None) -> None:
+        """Put the call's recorded cost in place of its hold; alerts go out without waiting."""
+        if hold is None or self.budgets is None:
+            return
+        cost = usage.cost_usd if usage is not None else Decimal(0)
+        raised = await asyncio.shield(self._in_db(self.budgets.settle, hold, cost))
+        self.budgets.notify(raised)
+
+    async def _call(self, llm: LlmPort, call: StepCall, go: _Go) -> LlmReply:
+        """The model call itself; a failure is recorded as StepFailed before it is raised."""
         renewer = _LeaseRenewer(self, call)
         try:
-            reply = await llm.complete(model=call.model, messages=go.messages, json_mode=True)
+            return await llm.complete(model=call.model, messages=go.messages, json_mode=True)
         except LlmError as error:
             await self._record_failure(call, error.error_type, str(error), error.usage)
             raise
@@ -246,12 +311,6 @@ class StepService:
             raise
         finally:
             renewer.stop()
-        outcome: StepOutcome | str = await self._in_db(
-            self._store.write, call.session_id, partial(self._finish, call, reply)
-        )
-        if isinstance(outcome, str):
-            raise SessionClosed(call.session_id, outcome)
-        return outcome
 
     def _finish(self, call: StepCall, reply: LlmReply, uow: UnitOfWork) -> StepOutcome | str:
         session = self._session(uow, call.session_id)

@@ -1,0 +1,284 @@
+"""The Budget aggregate: a spending limit in USD on one scope of model calls, per window.
+
+A budget limits the cost of the calls of a tenant, a user, a session, a workflow or a
+model, per UTC day, per UTC month, or in total. In ``enforce`` mode a call that could
+take the window past the limit is refused before it is made; in ``alert`` mode calls go
+on and the budget raises an alert the first time the window's spend reaches 50, 80 and
+100 % of the limit. The arithmetic of the ledger (reservations, settling) lives with the
+ledger; this module holds the rules a budget is defined by and its events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from urllib.parse import urlsplit
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from eventsourcing.domain import event
+
+from flowledger.domain.aggregate import FlowledgerAggregate
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.values import require_name
+
+SCOPES = ("tenant", "user", "session", "workflow", "model")
+PERIODS = ("day", "month", "total")
+MODES = ("enforce", "alert")
+THRESHOLDS = (50, 80, 100)
+"""Percentages of the limit at which an alert is raised, once each per window."""
+MAX_LIMIT_USD = Decimal("1000000000")
+MAX_DECIMALS = 12
+TOTAL_WINDOW = datetime(1970, 1, 1, tzinfo=UTC)
+"""The one window of a ``total`` budget."""
+
+BUDGET_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/budget")
+
+
+def budget_uuid(tenant: str, scope: str, subject: str, period: str) -> UUID:
+    """The aggregate id of a tenant's budget on ``scope``/``subject`` per ``period``."""
+    return uuid5(BUDGET_NAMESPACE, f"{tenant}\x1f{scope}\x1f{subject}\x1f{period}")
+
+
+def require_limit(value: object) -> Decimal:
+    """A positive, finite amount of USD with at most 12 decimals (floats refused: not exact)."""
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ValidationError("limit_usd", f"must be an exact decimal (a string or Decimal), got {value!r}")
+    try:
+        amount = Decimal(value) if isinstance(value, str | int) else value
+    except InvalidOperation:
+        raise ValidationError("limit_usd", f"must be a decimal amount of USD, got {value!r}") from None
+    if not isinstance(amount, Decimal) or not amount.is_finite():
+        raise ValidationError("limit_usd", f"must be a decimal amount of USD, got {value!r}")
+    if not Decimal(0) < amount <= MAX_LIMIT_USD:
+        raise ValidationError("limit_usd", f"must be more than 0 and at most {MAX_LIMIT_USD}, got {amount}")
+    exponent = amount.normalize().as_tuple().exponent
+    if isinstance(exponent, int) and exponent < -MAX_DECIMALS:
+        raise ValidationError("limit_usd", f"must have at most {MAX_DECIMALS} decimals, got {amount}")
+    return amount
+
+
+def require_webhook_url(url: str | None) -> str | None:
+    """None, or an absolute http(s) URL of at most 2,000 characters."""
+    if url is None:
+        return None
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc or len(url) > 2000:
+        raise ValidationError("webhook_url", f"must be an absolute http(s) URL, got {url!r}")
+    return url
+
+
+def window_start(period: str, now: datetime) -> datetime:
+    """The start of the window of ``period`` that holds ``now`` (UTC days and months)."""
+    at = now.astimezone(UTC)
+    if period == "day":
+        return at.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "month":
+        return at.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    if period == "total":
+        return TOTAL_WINDOW
+    raise ValidationError("period", f"{period!r} is not one of {', '.join(PERIODS)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallScope:
+    """What a model call is charged to: one subject per scope (``user`` may be unknown)."""
+
+    tenant: str
+    session: str
+    workflow: str
+    model: str
+    user: str | None = None
+
+    def subject(self, scope: str) -> str | None:
+        """The call's subject in ``scope`` (e.g. its user id for ``user``)."""
+        return {
+            "tenant": self.tenant,
+            "user": self.user,
+            "session": self.session,
+            "workflow": self.workflow,
+            "model": self.model,
+        }[scope]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetSpec:
+    """What a budget is: its scope and subject, period, limit, mode and optional webhook."""
+
+    scope: str
+    subject: str
+    period: str
+    limit_usd: Decimal
+    mode: str = "enforce"
+    webhook_url: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        scope: str,
+        subject: str,
+        period: str,
+        limit_usd: object,
+        mode: str = "enforce",
+        webhook_url: str | None = None,
+    ) -> BudgetSpec:
+        """A checked spec; ValidationError names the first bad field."""
+        if scope not in SCOPES:
+            raise ValidationError("scope", f"{scope!r} is not one of {', '.join(SCOPES)}")
+        if period not in PERIODS:
+            raise ValidationError("period", f"{period!r} is not one of {', '.join(PERIODS)}")
+        if mode not in MODES:
+            raise ValidationError("mode", f"{mode!r} is not one of {', '.join(MODES)}")
+        require_name("subject", subject)
+        return cls(
+            scope=scope,
+            subject=subject,
+            period=period,
+            limit_usd=require_limit(limit_usd),
+            mode=mode,
+            webhook_url=require_webhook_url(webhook_url),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetAlert:
+    """A threshold of a budget's limit reached in one window."""
+
+    tenant: str
+    spec: BudgetSpec
+    budget_id: str
+    window_start: datetime
+    threshold: int
+    spent_usd: Decimal
+
+
+class Budget(FlowledgerAggregate):
+    """A tenant's budget: its current spec, whether it is removed, and the alerts it raised."""
+
+    class Defined(FlowledgerAggregate.Created):
+        """The budget was set for the first time."""
+
+        class_version = 1
+        tenant: str
+        scope: str
+        subject: str
+        period: str
+        limit_usd: Decimal
+        mode: str
+        webhook_url: str | None
+
+    class Changed(FlowledgerAggregate.Event):
+        """The budget was set again with another limit, mode or webhook (or after removal)."""
+
+        class_version = 1
+        limit_usd: Decimal
+        mode: str
+        webhook_url: str | None
+
+        def apply(self, aggregate: Budget) -> None:
+            """Take the new terms; a removed budget is active again."""
+            aggregate.limit_usd, aggregate.mode = self.limit_usd, self.mode
+            aggregate.webhook_url, aggregate.removed = self.webhook_url, False
+
+    class Removed(FlowledgerAggregate.Event):
+        """The budget no longer applies."""
+
+        class_version = 1
+
+        def apply(self, aggregate: Budget) -> None:
+            """Mark it removed."""
+            aggregate.removed = True
+
+    class AlertRaised(FlowledgerAggregate.Event):
+        """The window's recorded spend reached ``threshold`` % of the limit."""
+
+        class_version = 1
+        window_start: datetime
+        threshold: int
+        spent_usd: Decimal
+        limit_usd: Decimal
+
+        def apply(self, aggregate: Budget) -> None:
+            """Remember the threshold for this window (earlier windows are forgotten)."""
+            kept = aggregate.alerted if aggregate.alerted_window == self.window_start else ()
+            aggregate.alerted_window = self.window_start
+            aggregate.alerted = (*kept, self.threshold)
+
+    @staticmethod
+    def create_id(tenant: str, scope: str, subject: str, period: str) -> UUID:
+        """Budgets are addressed by what they limit; no lookup table."""
+        return budget_uuid(tenant, scope, subject, period)
+
+    @classmethod
+    def define(cls, tenant: str, spec: BudgetSpec) -> Budget:
+        """A new budget with a checked spec."""
+        require_name("tenant", tenant)
+        return cls(
+            tenant=tenant,
+            scope=spec.scope,
+            subject=spec.subject,
+            period=spec.period,
+            limit_usd=spec.limit_usd,
+            mode=spec.mode,
+            webhook_url=spec.webhook_url,
+        )
+
+    @event(Defined)
+    def __init__(
+        self,
+        *,
+        tenant: str,
+        scope: str,
+        subject: str,
+        period: str,
+        limit_usd: Decimal,
+        mode: str,
+        webhook_url: str | None,
+    ) -> None:
+        self.tenant, self.scope, self.subject, self.period = tenant, scope, subject, period
+        self.limit_usd, self.mode, self.webhook_url = limit_usd, mode, webhook_url
+        self.removed = False
+        self.alerted_window: datetime | None = None
+        self.alerted: tuple[int, ...] = ()
+
+    @property
+    def spec(self) -> BudgetSpec:
+        """The budget's current terms."""
+        return BudgetSpec(
+            scope=self.scope,
+            subject=self.subject,
+            period=self.period,
+            limit_usd=self.limit_usd,
+            mode=self.mode,
+            webhook_url=self.webhook_url,
+        )
+
+    def change(self, spec: BudgetSpec) -> bool:
+        """Take new terms; False (no event) when they are the budget's current ones."""
+        if not self.removed and spec == self.spec:
+            return False
+        self.trigger_event(self.Changed, limit_usd=spec.limit_usd, mode=spec.mode, webhook_url=spec.webhook_url)
+        return True
+
+    def remove(self) -> bool:
+        """Stop applying; False (no event) when already removed."""
+        if self.removed:
+            return False
+        self.trigger_event(self.Removed)
+        return True
+
+    def raise_alert(self, window: datetime, threshold: int, spent_usd: Decimal) -> bool:
+        """Record a threshold reached; False (no event) when already raised in this window."""
+        if threshold not in THRESHOLDS:
+            raise ValidationError("threshold", f"must be one of {THRESHOLDS}, got {threshold!r}")
+        if self.alerted_window == window and threshold in self.alerted:
+            return False
+        self.trigger_event(
+            self.AlertRaised,
+            window_start=window,
+            threshold=threshold,
+            spent_usd=spent_usd,
+            limit_usd=self.limit_usd,
+        )
+        return True

@@ -1,0 +1,194 @@
+"""Budget use cases: set, list and remove budgets; reserve and settle a model call's cost.
+
+Setting or removing a budget appends the Budget aggregate's event, then writes its terms
+to the ledger table (a retry of the same command repairs a ledger write that failed
+after the event). ``reserve`` and ``settle`` are blocking (run them on a database thread);
+the alerts ``settle`` decides are appended as ``Budget.AlertRaised`` and handed to the
+``AlertNotifier`` by ``notify``, on the caller's event loop, without waiting for delivery.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from functools import partial
+from uuid import UUID, uuid4
+
+from flowledger.domain.budget import Budget, BudgetSpec, CallScope, budget_uuid
+from flowledger.domain.errors import BudgetNotFound, ValidationError
+from flowledger.domain.ports import AlertNotifier
+from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.postgres.budgets import Burn, PostgresBudgetLedger, Raised, Reservation
+
+RESERVATION_TTL_S = 600.0
+"""How long a hold outlives a worker that died mid-call (a live call settles long before)."""
+NO_BUDGETS_CACHE_S = 1.0
+"""A tenant seen without budgets is not asked again for this long: steps pay no query then.
+A budget set by another process applies within this delay; one set here, at once."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetSet:
+    """The budget as set, and its webhook secret when one was made for it (shown once)."""
+
+    budget_id: str
+    spec: BudgetSpec
+    changed: bool
+    webhook_secret: str | None = None
+
+
+class BudgetService:
+    """One tenant's budgets over the store (events) and the ledger (windows, reservations)."""
+
+    def __init__(
+        self,
+        store: AggregateStore,
+        ledger: PostgresBudgetLedger | None,
+        tenant: str,
+        notifier: AlertNotifier | None = None,
+        *,
+        reservation_ttl_s: float = RESERVATION_TTL_S,
+    ) -> None:
+        self._store = store
+        self._ledger = ledger
+        self._tenant = tenant
+        self.notifier = notifier
+        self.reservation_ttl_s = reservation_ttl_s
+        self._none_until = 0.0
+
+    @property
+    def tenant(self) -> str:
+        """The tenant whose budgets these are."""
+        return self._tenant
+
+    def _require_ledger(self) -> PostgresBudgetLedger:
+        if self._ledger is None:
+            raise ValidationError("database_url", "budgets need PostgreSQL (this engine keeps events in memory)")
+        return self._ledger
+
+    def close(self) -> None:
+        """Close the ledger's connections."""
+        if self._ledger is not None:
+            self._ledger.close()
+
+    # -- commands ----------------------------------------------------------------------
+
+    def set(
+        self,
+        scope: str,
+        subject: str | None,
+        period: str,
+        limit_usd: object,
+        *,
+        mode: str = "enforce",
+        webhook_url: str | None = None,
+        webhook_secret: str | None = None,
+    ) -> BudgetSet:
+        """Set (or change) a budget; for ``tenant`` the subject is this tenant (and may be omitted)."""
+        ledger = self._require_ledger()
+        spec = BudgetSpec.of(
+            scope=scope,
+            subject=self._subject(scope, subject),
+            period=period,
+            limit_usd=limit_usd,
+            mode=mode,
+            webhook_url=webhook_url,
+        )
+        if webhook_secret is not None and (webhook_url is None or not 16 <= len(webhook_secret) <= 200):
+            raise ValidationError("webhook_secret", "needs a webhook_url and 16 to 200 characters")
+        made = None
+        if webhook_url is not None and webhook_secret is None:
+            known = ledger.find(self.budget_id(spec))
+            webhook_secret = known.webhook_secret if known is not None else None
+            if webhook_secret is None:
+                webhook_secret = made = secrets.token_urlsafe(32)
+        budget_id = self.budget_id(spec)
+        changed = self._store.write(f"budget:{budget_id}", partial(self._define, budget_id, spec))
+        ledger.put(self._tenant, budget_id, spec, webhook_secret)
+        self._none_until = 0.0
+        return BudgetSet(budget_id=str(budget_id), spec=spec, changed=changed, webhook_secret=made)
+
+    def remove(self, scope: str, subject: str | None, period: str) -> str:
+        """Remove a budget (its windows' spend goes with it); BudgetNotFound when none is set."""
+        ledger = self._require_ledger()
+        spec = BudgetSpec.of(scope=scope, subject=self._subject(scope, subject), period=period, limit_usd=1)
+        budget_id = self.budget_id(spec)
+        removed = self._store.write(f"budget:{budget_id}", partial(self._remove, budget_id))
+        deleted = ledger.delete(budget_id)
+        if not (removed or deleted):
+            raise BudgetNotFound(f"{spec.scope}:{spec.subject}/{spec.period}")
+        return str(budget_id)
+
+    def list(self) -> list[Burn]:
+        """The tenant's budgets with their current window's burn."""
+        return self._require_ledger().burn(self._tenant, self._store.clock())
+
+    def budget_id(self, spec: BudgetSpec) -> UUID:
+        """The aggregate (and ledger) id of a budget in this tenant."""
+        return budget_uuid(self._tenant, spec.scope, spec.subject, spec.period)
+
+    def _subject(self, scope: str, subject: str | None) -> str:
+        if scope != "tenant":
+            if subject is None:
+                raise ValidationError("subject", f"a {scope} budget needs the {scope}'s id")
+            return subject
+        if subject is not None and subject != self._tenant:
+            raise ValidationError("subject", f"a tenant budget is on this tenant ({self._tenant!r}) only")
+        return self._tenant
+
+    def _define(self, budget_id: UUID, spec: BudgetSpec, uow: UnitOfWork) -> bool:
+        budget: Budget | None = uow.find(budget_id)
+        if budget is None:
+            uow.add(Budget.define(self._tenant, spec))
+            return True
+        return budget.change(spec)
+
+    def _remove(self, budget_id: UUID, uow: UnitOfWork) -> bool:
+        budget: Budget | None = uow.find(budget_id)
+        return budget is not None and budget.remove()
+
+    # -- the step path (blocking: run on a database thread) ----------------------------
+
+    def reserve(self, scope: CallScope, estimate: Decimal) -> Reservation | None:
+        """Hold the call's estimated maximum in every budget it is charged to (None: no budget).
+
+        Raises BudgetExceeded when an enforced budget cannot take it; nothing is held then.
+        """
+        if self._ledger is None or time.monotonic() < self._none_until:
+            return None
+        held = self._ledger.reserve(
+            scope, estimate, self._store.clock(), _seconds(self.reservation_ttl_s), uuid4()
+        )
+        if held is None and not self._ledger.has_budgets(self._tenant):
+            self._none_until = time.monotonic() + NO_BUDGETS_CACHE_S
+        return held
+
+    def settle(self, reservation: Reservation, cost_usd: Decimal) -> list[Raised]:
+        """Record the call's cost in place of its hold; append the alerts it raised (once each)."""
+        if self._ledger is None:
+            return []
+        raised = self._ledger.settle(self._tenant, reservation, cost_usd)
+        for alert in raised:
+            self._store.write(f"budget:{alert.budget_id}", partial(self._alert, alert))
+        return raised
+
+    def _alert(self, raised: Raised, uow: UnitOfWork) -> bool:
+        budget: Budget | None = uow.find(raised.budget_id)
+        if budget is None:
+            return False
+        return budget.raise_alert(raised.alert.window_start, raised.alert.threshold, raised.alert.spent_usd)
+
+    def notify(self, raised: list[Raised]) -> None:
+        """Hand each alert with a webhook to the notifier (on the event loop; returns at once)."""
+        if self.notifier is None:
+            return
+        for alert in raised:
+            if alert.alert.spec.webhook_url is not None:
+                self.notifier.notify(alert.alert, alert.webhook_secret)
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)

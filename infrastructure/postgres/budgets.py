@@ -1,0 +1,437 @@
+"""The budget ledger in PostgreSQL: budgets, one row per budget window, open reservations.
+
+``<schema>.budgets`` holds each budget's current terms (kept in step with the Budget
+aggregate's events by ``BudgetService``); ``budget_windows`` holds, per budget and window,
+the recorded spend, the sum of open reservations and the alert thresholds already raised;
+``budget_reservations`` holds each reservation, with an expiry so that a crashed worker's
+hold lapses. A reservation locks its windows ``FOR UPDATE`` in budget-id order (no
+deadlock between two calls sharing budgets) and admits the call only while
+``spent + reserved + estimate <= limit`` for every enforced budget: see docs/budgets.md.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from psycopg import Connection, sql
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from flowledger.domain.budget import THRESHOLDS, BudgetAlert, BudgetSpec, CallScope, window_start
+from flowledger.domain.errors import BudgetExceeded
+from flowledger.infrastructure.postgres.database import deadlines_of, unavailable_as_store_error
+from flowledger.infrastructure.settings import Settings
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS {s}.budgets (
+    budget_id uuid PRIMARY KEY,
+    tenant text NOT NULL,
+    scope text NOT NULL,
+    subject text NOT NULL,
+    period text NOT NULL,
+    limit_usd numeric NOT NULL CHECK (limit_usd > 0),
+    mode text NOT NULL CHECK (mode IN ('enforce', 'alert')),
+    webhook_url text,
+    webhook_secret text,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS budgets_by_tenant ON {s}.budgets (tenant, scope, subject);
+CREATE TABLE IF NOT EXISTS {s}.budget_windows (
+    budget_id uuid NOT NULL REFERENCES {s}.budgets ON DELETE CASCADE,
+    window_start timestamptz NOT NULL,
+    spent_usd numeric NOT NULL DEFAULT 0,
+    reserved_usd numeric NOT NULL DEFAULT 0,
+    alerted integer[] NOT NULL DEFAULT '{{}}',
+    PRIMARY KEY (budget_id, window_start)
+);
+CREATE TABLE IF NOT EXISTS {s}.budget_reservations (
+    reservation_id uuid NOT NULL,
+    budget_id uuid NOT NULL,
+    window_start timestamptz NOT NULL,
+    amount_usd numeric NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (reservation_id, budget_id),
+    FOREIGN KEY (budget_id, window_start) REFERENCES {s}.budget_windows ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS budget_reservations_by_window
+    ON {s}.budget_reservations (budget_id, window_start, expires_at);
+"""
+
+_MATCHING = """
+SELECT budget_id, scope, subject, period, limit_usd, mode, webhook_url, webhook_secret
+FROM {budgets}
+WHERE tenant = %(tenant)s AND (
+    (scope = 'tenant' AND subject = %(tenant)s) OR (scope = 'user' AND subject = %(user)s)
+    OR (scope = 'session' AND subject = %(session)s) OR (scope = 'workflow' AND subject = %(workflow)s)
+    OR (scope = 'model' AND subject = %(model)s))
+ORDER BY budget_id
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetRow:
+    """A budget's terms as the ledger holds them."""
+
+    budget_id: UUID
+    spec: BudgetSpec
+    webhook_secret: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Burn:
+    """A budget and its current window: spent, reserved, and the share of the limit they take."""
+
+    budget_id: UUID
+    spec: BudgetSpec
+    window_start: datetime
+    spent_usd: Decimal
+    reserved_usd: Decimal
+
+    @property
+    def percent(self) -> Decimal:
+        """Recorded spend as a percentage of the limit (2 decimals)."""
+        return (self.spent_usd * 100 / self.spec.limit_usd).quantize(Decimal("0.01"))
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A call's hold on the windows of every budget it is charged to."""
+
+    reservation_id: UUID
+    windows: tuple[tuple[UUID, datetime], ...]
+    amount_usd: Decimal
+
+
+@dataclass(frozen=True)
+class Raised:
+    """An alert the ledger decided to raise (exactly once per threshold and window)."""
+
+    alert: BudgetAlert
+    budget_id: UUID
+    webhook_secret: str | None
+
+
+class PostgresBudgetLedger:
+    """Budgets, their windows and reservations in one schema; tables made on first use."""
+
+    def __init__(self, database_url: str, schema: str, settings: Settings | None = None) -> None:
+        settings = settings or Settings()
+        self._schema = schema
+        deadlines = deadlines_of(settings)
+        self._pool: ConnectionPool[Any] = ConnectionPool(
+            database_url,
+            min_size=1,
+            max_size=max(2, settings.pool_size),
+            kwargs={"autocommit": True, **deadlines.connection_kwargs()},
+            timeout=deadlines.pool_s,
+            open=False,
+        )
+        self._ready = False
+        self._lock = threading.Lock()
+        self._t = {
+            name: sql.Identifier(schema, name) for name in ("budgets", "budget_windows", "budget_reservations")
+        }
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._pool.close()
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection[Any]]:
+        with self._lock:
+            if not self._ready:
+                self._pool.open(wait=False)
+                self._create_tables()
+                self._ready = True
+        with unavailable_as_store_error("budgets"), self._pool.connection() as conn:
+            yield conn
+
+    def _create_tables(self) -> None:
+        with unavailable_as_store_error("budgets"), self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"{self._schema}.budgets"])
+            conn.execute(sql.SQL(_DDL).format(s=sql.Identifier(self._schema)))
+
+    def _sql(self, text: str) -> sql.Composed:
+        return sql.SQL(text).format(
+            budgets=self._t["budgets"], windows=self._t["budget_windows"], holds=self._t["budget_reservations"]
+        )
+
+    # -- terms -------------------------------------------------------------------------
+
+    def put(self, tenant: str, budget_id: UUID, spec: BudgetSpec, webhook_secret: str | None) -> None:
+        """Insert or replace a budget's terms (its windows and their spend are kept)."""
+        with self._connection() as conn:
+            conn.execute(
+                self._sql(
+                    "INSERT INTO {budgets} (budget_id, tenant, scope, subject, period, limit_usd, mode,"
+                    " webhook_url, webhook_secret) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (budget_id) DO UPDATE SET limit_usd = EXCLUDED.limit_usd,"
+                    " mode = EXCLUDED.mode, webhook_url = EXCLUDED.webhook_url,"
+                    " webhook_secret = EXCLUDED.webhook_secret, updated_at = now()"
+                ),
+                [budget_id, tenant, spec.scope, spec.subject, spec.period, spec.limit_usd, spec.mode,
+                 spec.webhook_url, webhook_secret],
+            )  # fmt: skip
+
+    def delete(self, budget_id: UUID) -> bool:
+        """Drop a budget with its windows and reservations; False when there was none."""
+        with self._connection() as conn:
+            cursor = conn.execute(self._sql("DELETE FROM {budgets} WHERE budget_id = %s"), [budget_id])
+            return bool(cursor.rowcount == 1)
+
+    def find(self, budget_id: UUID) -> BudgetRow | None:
+        """A budget's terms, or None."""
+        with self._connection() as conn:
+            cursor = conn.cursor(row_factory=dict_row)
+            row = cursor.execute(
+                self._sql(
+                    "SELECT budget_id, scope, subject, period, limit_usd, mode, webhook_url, webhook_secret"
+                    " FROM {budgets} WHERE budget_id = %s"
+                ),
+                [budget_id],
+            ).fetchone()
+        return None if row is None else _row(row)
+
+    def has_budgets(self, tenant: str) -> bool:
+        """Whether the tenant has any budget (one indexed probe)."""
+        with self._connection() as conn:
+            row = conn.execute(
+                self._sql("SELECT EXISTS (SELECT 1 FROM {budgets} WHERE tenant = %s)"), [tenant]
+            ).fetchone()
+        return bool(row and row[0])
+
+    def burn(self, tenant: str, now: datetime) -> list[Burn]:
+        """Every budget of the tenant with its current window's spent and reserved amounts."""
+        query = self._sql(
+            "SELECT b.budget_id, b.scope, b.subject, b.period, b.limit_usd, b.mode, b.webhook_url,"
+            " CASE b.period WHEN 'day' THEN %(day)s WHEN 'month' THEN %(month)s ELSE %(total)s END AS start,"
+            " coalesce(w.spent_usd, 0) AS spent_usd, coalesce(w.reserved_usd, 0) AS reserved_usd"
+            " FROM {budgets} b LEFT JOIN {windows} w ON w.budget_id = b.budget_id AND w.window_start ="
+            " CASE b.period WHEN 'day' THEN %(day)s WHEN 'month' THEN %(month)s ELSE %(total)s END"
+            " WHERE b.tenant = %(tenant)s ORDER BY b.scope, b.subject, b.period"
+        )
+        starts = {p: window_start(p, now) for p in ("day", "month", "total")}
+        with self._connection() as conn:
+            cursor = conn.cursor(row_factory=dict_row)
+            rows = cursor.execute(query, {"tenant": tenant, **starts}).fetchall()
+        return [
+            Burn(
+                budget_id=r["budget_id"],
+                spec=_row(r).spec,
+                window_start=r["start"],
+                spent_usd=r["spent_usd"],
+                reserved_usd=r["reserved_usd"],
+            )
+            for r in rows
+        ]
+
+    # -- reservations ------------------------------------------------------------------
+
+    def reserve(
+        self, scope: CallScope, estimate: Decimal, now: datetime, ttl: timedelta, reservation_id: UUID
+    ) -> Reservation | None:
+        """Hold ``estimate`` in the current window of every budget the call is charged to.
+
+        None when no budget applies. Raises BudgetExceeded (holding nothing) when an
+        enforced budget's ``spent + reserved + estimate`` would pass its limit.
+        """
+        params = {
+            "tenant": scope.tenant, "user": scope.user, "session": scope.session,
+            "workflow": scope.workflow, "model": scope.model,
+        }  # fmt: skip
+        with self._connection() as conn, conn.transaction():
+            cursor = conn.cursor(row_factory=dict_row)
+            budgets = [_row(r) for r in cursor.execute(self._sql(_MATCHING), params).fetchall()]
+            if not budgets:
+                return None
+            ids = [b.budget_id for b in budgets]
+            starts = [window_start(b.spec.period, now) for b in budgets]
+            cursor.execute(
+                self._sql(
+                    "INSERT INTO {windows} (budget_id, window_start)"
+                    " SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) ON CONFLICT DO NOTHING"
+                ),
+                [ids, starts],
+            )
+            # The lock that serialises every reservation and settlement of these windows.
+            cursor.execute(
+                self._sql(
+                    "SELECT 1 FROM {windows} w JOIN unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
+                    " ON w.budget_id = u.b AND w.window_start = u.s ORDER BY w.budget_id FOR UPDATE OF w"
+                ),
+                [ids, starts],
+            )
+            self._expire(cursor, ids, starts, now)
+            state = {
+                r["budget_id"]: r
+                for r in cursor.execute(
+                    self._sql(
+                        "SELECT w.budget_id, w.spent_usd, w.reserved_usd FROM {windows} w"
+                        " JOIN unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
+                        " ON w.budget_id = u.b AND w.window_start = u.s"
+                    ),
+                    [ids, starts],
+                ).fetchall()
+            }
+            for budget in budgets:
+                if budget.spec.mode != "enforce":
+                    continue
+                window = state[budget.budget_id]
+                if window["spent_usd"] + window["reserved_usd"] + estimate > budget.spec.limit_usd:
+                    raise BudgetExceeded(
+                        str(budget.budget_id),
+                        scope=budget.spec.scope,
+                        subject=budget.spec.subject,
+                        period=budget.spec.period,
+                        limit_usd=budget.spec.limit_usd,
+                        spent_usd=window["spent_usd"],
+                        reserved_usd=window["reserved_usd"],
+                        estimate_usd=estimate,
+                    )
+            cursor.execute(
+                self._sql(
+                    "UPDATE {windows} w SET reserved_usd = w.reserved_usd + %s"
+                    " FROM unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
+                    " WHERE w.budget_id = u.b AND w.window_start = u.s"
+                ),
+                [estimate, ids, starts],
+            )
+            cursor.execute(
+                self._sql(
+                    "INSERT INTO {holds} (reservation_id, budget_id, window_start, amount_usd, expires_at)"
+                    " SELECT %s, b, s, %s, %s FROM unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
+                ),
+                [reservation_id, estimate, now + ttl, ids, starts],
+            )
+        return Reservation(reservation_id, tuple(zip(ids, starts, strict=True)), estimate)
+
+    def _expire(self, cursor: Any, ids: list[UUID], starts: list[datetime], now: datetime) -> None:
+        """Release lapsed reservations of the (locked) windows: their workers died mid-call."""
+        cursor.execute(
+            self._sql(
+                "WITH gone AS (DELETE FROM {holds} r USING unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
+                " WHERE r.budget_id = u.b AND r.window_start = u.s AND r.expires_at < %s"
+                " RETURNING r.budget_id, r.window_start, r.amount_usd),"
+                " totals AS (SELECT budget_id, window_start, sum(amount_usd) AS amount FROM gone GROUP BY 1, 2)"
+                " UPDATE {windows} w SET reserved_usd = greatest(w.reserved_usd - t.amount, 0) FROM totals t"
+                " WHERE w.budget_id = t.budget_id AND w.window_start = t.window_start"
+            ),
+            [ids, starts, now],
+        )
+
+    def settle(self, tenant: str, reservation: Reservation, cost_usd: Decimal) -> list[Raised]:
+        """Turn the hold into the call's recorded cost; the alerts it newly crosses, once each.
+
+        A hold that already lapsed (released by ``_expire``) still has its cost recorded; a
+        budget removed meanwhile is skipped.
+        """
+        ids = [budget_id for budget_id, _ in reservation.windows]
+        starts = [start for _, start in reservation.windows]
+        raised: list[Raised] = []
+        with self._connection() as conn, conn.transaction():
+            cursor = conn.cursor(row_factory=dict_row)
+            cursor.execute(
+                self._sql(
+                    "SELECT 1 FROM {windows} w JOIN unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
+                    " ON w.budget_id = u.b AND w.window_start = u.s ORDER BY w.budget_id FOR UPDATE OF w"
+                ),
+                [ids, starts],
+            )
+            held = {
+                (r["budget_id"], r["window_start"]): r["amount_usd"]
+                for r in cursor.execute(
+                    self._sql(
+                        "DELETE FROM {holds} WHERE reservation_id = %s"
+                        " RETURNING budget_id, window_start, amount_usd"
+                    ),
+                    [reservation.reservation_id],
+                ).fetchall()
+            }
+            rows = cursor.execute(
+                self._sql(
+                    "UPDATE {windows} w SET spent_usd = w.spent_usd + %s,"
+                    " reserved_usd = greatest(w.reserved_usd - coalesce(h.amount, 0), 0)"
+                    " FROM unnest(%s::uuid[], %s::timestamptz[], %s::numeric[]) AS h(b, s, amount)"
+                    " WHERE w.budget_id = h.b AND w.window_start = h.s"
+                    " RETURNING w.budget_id, w.window_start, w.spent_usd, w.alerted"
+                ),
+                [cost_usd, ids, starts, [held.get((b, s)) for b, s in reservation.windows]],
+            ).fetchall()
+            for window in rows:
+                row = self._alerting(cursor, window["budget_id"])
+                if row is None:
+                    continue
+                crossed = [
+                    t
+                    for t in THRESHOLDS
+                    if t not in window["alerted"] and window["spent_usd"] * 100 >= row.spec.limit_usd * t
+                ]
+                if not crossed:
+                    continue
+                cursor.execute(
+                    self._sql(
+                        "UPDATE {windows} SET alerted = alerted || %s::integer[]"
+                        " WHERE budget_id = %s AND window_start = %s"
+                    ),
+                    [crossed, window["budget_id"], window["window_start"]],
+                )
+                raised.extend(
+                    Raised(
+                        BudgetAlert(
+                            tenant=tenant,
+                            spec=row.spec,
+                            budget_id=str(row.budget_id),
+                            window_start=window["window_start"],
+                            threshold=t,
+                            spent_usd=window["spent_usd"],
+                        ),
+                        row.budget_id,
+                        row.webhook_secret,
+                    )
+                    for t in crossed
+                )
+        return raised
+
+    def _alerting(self, cursor: Any, budget_id: UUID) -> BudgetRow | None:
+        """The budget's terms when it is in ``alert`` mode."""
+        row = cursor.execute(
+            self._sql(
+                "SELECT budget_id, scope, subject, period, limit_usd, mode, webhook_url, webhook_secret"
+                " FROM {budgets} WHERE budget_id = %s AND mode = 'alert'"
+            ),
+            [budget_id],
+        ).fetchone()
+        return None if row is None else _row(row)
+
+    def open_reservations(self, budget_ids: Sequence[UUID] | None = None) -> int:
+        """How many reservations are held (of some budgets, or of all): for tests and status."""
+        with self._connection() as conn:
+            row = conn.execute(
+                self._sql(
+                    "SELECT count(*) FROM {holds} WHERE %(ids)s::uuid[] IS NULL OR budget_id = ANY(%(ids)s)"
+                ),
+                {"ids": list(budget_ids) if budget_ids is not None else None},
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+
+def _row(row: dict[str, Any]) -> BudgetRow:
+    return BudgetRow(
+        budget_id=row["budget_id"],
+        spec=BudgetSpec(
+            scope=row["scope"],
+            subject=row["subject"],
+            period=row["period"],
+            limit_usd=row["limit_usd"],
+            mode=row["mode"],
+            webhook_url=row["webhook_url"],
+        ),
+        webhook_secret=row.get("webhook_secret"),
+    )

@@ -1,0 +1,254 @@
+"""Budgets on PostgreSQL through the simulator: enforced before the call, alerts once per window."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, WebhookNotifier
+from flowledger.adapters.llm.alerts import DELIVERY_HEADER, SIGNATURE_HEADER, verify
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+from flowledger.domain.budget import Budget, CallScope, budget_uuid
+from flowledger.domain.errors import BudgetExceeded, ValidationError
+from flowledger.domain.pricing import ModelPrice, PriceTable
+from flowledger.infrastructure import Engine, Settings
+
+pytestmark = pytest.mark.postgres
+MODEL = "sim-pricey"
+# A dear model, so that a handful of calls reach $1: ~100-token prompts, ~30-token replies.
+PRICES = PriceTable(
+    version="budget-test",
+    prices={MODEL: ModelPrice(input_cost_per_token=Decimal("0.001"), output_cost_per_token=Decimal("0.002"))},
+)
+
+
+@pytest.fixture
+def settings(database_url: str, pg_schema: str) -> Settings:
+    return Settings(home=Path("/nonexistent"), database_url=database_url, schema=pg_schema)
+
+
+@pytest.fixture
+def simulator() -> Iterator[Any]:
+    with run_simulator(SimulatorConfig(latency_ms=30, seed=5)) as running:
+        yield running
+
+
+def client(base_url: str, max_tokens: int = 64) -> OpenAICompatibleClient:
+    config = ClientConfig(
+        base_url=base_url, api_key=ApiKey("sk-budget-1"), default_model=MODEL, max_tokens=max_tokens
+    )
+    return OpenAICompatibleClient(config, prices=PRICES)
+
+
+class Receiver:
+    """A loopback webhook receiver that keeps every request's headers and body."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        received = self.requests
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                received.append((dict(self.headers.items()), body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/budget"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    running = Receiver()
+    yield running
+    running.close()
+
+
+async def step(engine: Engine, session_id: str, n: int) -> str:
+    try:
+        await engine.process_step(session_id, f"s{n}", {"message": "refund please"}, idempotency_key=f"k{n}")
+    except BudgetExceeded:
+        return "refused"
+    return "done"
+
+
+def recorded_cost(engine: Engine, session_ids: list[str]) -> Decimal:
+    total = Decimal(0)
+    for session_id in session_ids:
+        for entry in engine.history(session_id):
+            usage = entry.data.get("usage")
+            if usage is not None:
+                total += usage.cost_usd
+    return total
+
+
+async def test_32_concurrent_calls_overshoot_a_1_dollar_budget_by_at_most_the_in_flight_estimate(
+    settings: Settings, simulator: Any
+) -> None:
+    # Given two engines (two writers, as two processes would be) and a $1 tenant budget
+    engines = [Engine(settings=settings, llm=client(simulator.base_url)) for _ in range(2)]
+    engines[0].budgets.set("tenant", None, "day", "1", mode="enforce")
+    sessions = [f"burn-{i}" for i in range(32)]
+    for session_id in sessions:
+        engines[0].start_session(session_id, "support")
+    estimate = client(simulator.base_url).max_cost(None, [{"role": "user", "content": "x" * 400}])
+    try:
+        # When 32 calls run at once, 16 through each engine
+        outcomes = await asyncio.gather(
+            *(step(engines[i % 2], session_id, i) for i, session_id in enumerate(sessions))
+        )
+        # Then some were refused, the spend stayed within the bound, and nothing is left held
+        done, refused = outcomes.count("done"), outcomes.count("refused")
+        assert done > 0 and refused > 0, outcomes
+        [burn] = engines[0].budgets.list()
+        assert burn.spent_usd == recorded_cost(engines[0], sessions)
+        assert burn.spent_usd <= Decimal(1) + estimate.max_cost_usd
+        assert burn.reserved_usd == 0
+        assert engines[0].budgets._ledger is not None
+        assert engines[0].budgets._ledger.open_reservations() == 0
+        # Refused calls made no request: the simulator saw exactly the calls that were made
+        assert simulator.stats["requests"] == done
+        failures = [
+            e.data["error_type"]
+            for s in sessions
+            for e in engines[0].history(s)
+            if e.event_type.endswith("StepFailed")
+        ]
+        assert failures == ["budget_exceeded"] * refused
+    finally:
+        for engine in engines:
+            await engine.aclose()
+
+
+async def test_a_refused_call_sends_nothing_and_records_budget_exceeded(
+    settings: Settings, simulator: Any
+) -> None:
+    engine = Engine(settings=settings, llm=client(simulator.base_url))
+    try:
+        engine.start_session("tiny", "support", user_id="alice")
+        engine.budgets.set("user", "alice", "month", "0.01")
+        with pytest.raises(BudgetExceeded) as refused:
+            await engine.process_step("tiny", "greet", {"message": "hi"}, idempotency_key="g1")
+        assert refused.value.limit_usd == Decimal("0.01")
+        assert simulator.stats["requests"] == 0
+        kinds = [e.event_type.rsplit(".", 1)[-1] for e in engine.history("tiny")]
+        assert kinds[-1] == "StepFailed"
+        assert engine.history("tiny")[-1].data["error_type"] == "budget_exceeded"
+        # Another user's session, and a model budget on another model, do not apply
+        engine.start_session("other", "support", user_id="bob")
+        engine.budgets.set("model", "another-model", "day", "0.01")
+        await engine.process_step("other", "greet", {"message": "hi"}, idempotency_key="g2")
+        assert simulator.stats["requests"] == 1
+    finally:
+        await engine.aclose()
+
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def test_alerts_fire_once_per_threshold_per_window_with_signed_webhooks(
+    settings: Settings, simulator: Any, receiver: Receiver
+) -> None:
+    clock = Clock(datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
+    notifier = WebhookNotifier(initial_wait_s=0.01)
+    engine = Engine(settings=settings, llm=client(simulator.base_url), clock=clock, alerts=notifier)
+    try:
+        engine.start_session("alerting", "support")
+        made = engine.budgets.set("workflow", "support", "day", "1", mode="alert", webhook_url=receiver.url)
+        assert made.webhook_secret is not None
+        # When calls go on well past the limit (alert mode refuses nothing) in one day
+        for n in range(12):
+            await engine.process_step("alerting", f"s{n}", {"message": "refund please"}, idempotency_key=f"d1-{n}")
+        await notifier.drain()
+        budget_id = budget_uuid(engine.tenant, "workflow", "support", "day")
+        alerts = [e for e in engine.store.events(budget_id) if isinstance(e, Budget.AlertRaised)]
+        # Then each threshold was raised once, and the spend went past 100 %
+        assert [a.threshold for a in alerts] == [50, 80, 100]
+        [burn] = engine.budgets.list()
+        assert burn.spent_usd > Decimal(1)
+        # And the receiver got one signed request per alert
+        assert len(receiver.requests) == 3
+        for headers, body in receiver.requests:
+            assert verify(made.webhook_secret, headers[SIGNATURE_HEADER], body)
+            assert not verify("another-secret-of-some-length", headers[SIGNATURE_HEADER], body)
+        assert len({headers[DELIVERY_HEADER] for headers, _ in receiver.requests}) == 3
+
+        # When the next day's window starts, the thresholds fire again, once each
+        clock.now += timedelta(days=1)
+        engine.start_session("alerting-2", "support")
+        for n in range(12):
+            await engine.process_step("alerting-2", f"s{n}", {"message": "refund please"}, idempotency_key=f"d2-{n}")
+        await notifier.drain()
+        alerts = [e for e in engine.store.events(budget_id) if isinstance(e, Budget.AlertRaised)]
+        assert [a.threshold for a in alerts] == [50, 80, 100, 50, 80, 100]
+        assert len(receiver.requests) == 6
+    finally:
+        await engine.aclose()
+
+
+async def test_a_lapsed_reservation_is_released_for_the_next_call(settings: Settings, simulator: Any) -> None:
+    engine = Engine(settings=settings, llm=client(simulator.base_url))
+    try:
+        engine.start_session("crash", "support")
+        engine.budgets.set("session", "crash", "total", "0.5")
+        ledger = engine.budgets._ledger
+        assert ledger is not None
+        scope_budget = budget_uuid(engine.tenant, "session", "crash", "total")
+        # A worker holds $0.4 and dies (never settles)
+        scope = CallScope(tenant=engine.tenant, session="crash", workflow="support", model=MODEL)
+        engine.budgets.reservation_ttl_s = 0.05
+        assert engine.budgets.reserve(scope, Decimal("0.4")) is not None
+        with pytest.raises(BudgetExceeded):
+            engine.budgets.reserve(scope, Decimal("0.4"))
+        await asyncio.sleep(0.2)
+        # Once its hold lapsed, the next reservation releases it and is admitted
+        assert engine.budgets.reserve(scope, Decimal("0.4")) is not None
+        assert ledger.open_reservations([scope_budget]) == 1
+    finally:
+        await engine.aclose()
+
+
+def test_bad_budgets_are_refused_and_write_nothing(settings: Settings) -> None:
+    engine = Engine(settings=settings)
+    try:
+        for args, kwargs in [
+            (("user", "alice", "day", "-1"), {}),
+            (("user", "alice", "day", "0"), {}),
+            (("user", "alice", "day", 0.5), {}),
+            (("user", "alice", "day", "NaN"), {}),
+            (("planet", "earth", "day", "1"), {}),
+            (("user", "alice", "week", "1"), {}),
+            (("user", "alice", "day", "1"), {"mode": "shout"}),
+            (("user", "alice", "day", "1"), {"webhook_url": "ftp://x"}),
+            (("user", None, "day", "1"), {}),
+            (("tenant", "someone-else", "day", "1"), {}),
+        ]:
+            with pytest.raises(ValidationError):
+                engine.budgets.set(*args, **kwargs)
+        assert engine.budgets.list() == []
+        assert engine.log.head() == 0
+    finally:
+        engine.close()
