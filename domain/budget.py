@@ -42,7 +42,7 @@ def budget_uuid(tenant: str, scope: str, subject: str, period: str) -> UUID:
 
 def require_limit(value: object) -> Decimal:
     """A positive, finite amount of USD with at most 12 decimals (floats refused: not exact)."""
-    if isinstance(value, bool) or isinstance(value, float):
+    if isinstance(value, bool | float):
         raise ValidationError("limit_usd", f"must be an exact decimal (a string or Decimal), got {value!r}")
     try:
         amount = Decimal(value) if isinstance(value, str | int) else value
@@ -258,7 +258,9 @@ class Budget(FlowledgerAggregate):
         """Take new terms; False (no event) when they are the budget's current ones."""
         if not self.removed and spec == self.spec:
             return False
-        self.trigger_event(self.Changed, limit_usd=spec.limit_usd, mode=spec.mode, webhook_url=spec.webhook_url)
+        self.trigger_event(
+            self.Changed, limit_usd=spec.limit_usd, mode=spec.mode, webhook_url=spec.webhook_url
+        )
         return True
 
     def remove(self) -> bool:

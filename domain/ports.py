@@ -13,7 +13,6 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from flowledger.domain.budget import BudgetAlert
-
 from flowledger.domain.prompts import STEP_REPLY_KEYS, StepReply, parse_step_reply, step_messages
 from flowledger.domain.values import LlmUsage
 

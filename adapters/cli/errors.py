@@ -23,6 +23,7 @@ from flowledger.domain import errors
 EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.ValidationError, 2),
     (errors.UnknownModelPrice, 2),
+    (errors.BudgetNotFound, 3),
     (errors.SessionNotFound, 3),
     (errors.TaskNotFound, 3),
     (errors.AgentNotFound, 3),
@@ -35,6 +36,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.AgentConflict, 4),
     (errors.AgentAtCapacity, 4),
     (errors.TaskNotHeld, 4),
+    (errors.BudgetExceeded, 8),
     (errors.SessionExpired, 5),
     (errors.SessionClosed, 5),
     (errors.ConcurrentUpdate, 6),

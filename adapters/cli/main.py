@@ -7,6 +7,7 @@ import typer
 from flowledger.adapters.cli import (
     admin_commands,
     audit_commands,
+    budget_commands,
     keys_commands,
     llm_commands,
     projection_commands,
@@ -27,6 +28,7 @@ audit_commands.register(app)
 projection_commands.register(app)
 admin_commands.register(app)
 keys_commands.register(app)
+budget_commands.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

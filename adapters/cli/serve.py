@@ -25,7 +25,7 @@ from flowledger.adapters.cli.keys_commands import keys_required
 from flowledger.adapters.http.app import create_app
 from flowledger.adapters.http.auth import Keyring
 from flowledger.adapters.http.middleware import log_requests
-from flowledger.adapters.llm import WebhookNotifier, OpenAICompatibleClient
+from flowledger.adapters.llm import OpenAICompatibleClient, WebhookNotifier
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.bounds import require_count
 from flowledger.infrastructure import Engine, Settings

@@ -24,6 +24,8 @@ from flowledger.domain import errors
 STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.ValidationError, 422),
     (errors.UnknownModelPrice, 422),
+    (errors.BudgetExceeded, 402),
+    (errors.BudgetNotFound, 404),
     (errors.SessionNotFound, 404),
     (errors.TaskNotFound, 404),
     (errors.AgentNotFound, 404),
@@ -75,8 +77,9 @@ class ErrorBody(BaseModel):
 _MEANING = {
     400: "The request cannot be read (a body that is not UTF-8 JSON), or an unknown webhook action",
     401: "No API key, or an unknown or revoked one",
+    402: "A budget in enforce mode cannot take this model call: refused before any request was sent",
     403: "The API key's role may not do this, or the step claims another user than the session's",
-    404: "No such session, task, agent or workflow in the caller's tenant",
+    404: "No such session, task, agent, workflow or budget in the caller's tenant",
     409: "Conflicts with the current state (closed, another workflow, a step in progress)",
     410: "The session expired",
     413: "The request body is larger than the limit",

@@ -23,7 +23,7 @@ IdempotencyKey = Annotated[
 SessionId = Annotated[str, schemas.PathId]
 _READ = responses(404, 410)
 _WRITE = responses(404, 409, 410)
-_MODEL = responses(404, 409, 410, 501, 502)
+_MODEL = responses(402, 404, 409, 410, 501, 502)
 
 
 def ensure_user(caller: Caller, session_id: str, user_id: str | None) -> None:

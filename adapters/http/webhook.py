@@ -52,7 +52,7 @@ def _required(value: str | None, field: str) -> str:
 
 
 @router.post(
-    "/webhook/workflow-state", response_model=None, responses=responses(400, 404, 409, 410, 501, 502)
+    "/webhook/workflow-state", response_model=None, responses=responses(400, 402, 404, 409, 410, 501, 502)
 )
 async def workflow_state(
     body: WebhookRequest,

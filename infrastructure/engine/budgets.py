@@ -66,7 +66,9 @@ class BudgetService:
 
     def _require_ledger(self) -> PostgresBudgetLedger:
         if self._ledger is None:
-            raise ValidationError("database_url", "budgets need PostgreSQL (this engine keeps events in memory)")
+            raise ValidationError(
+                "database_url", "budgets need PostgreSQL (this engine keeps events in memory)"
+            )
         return self._ledger
 
     def close(self) -> None:
@@ -122,7 +124,7 @@ class BudgetService:
             raise BudgetNotFound(f"{spec.scope}:{spec.subject}/{spec.period}")
         return str(budget_id)
 
-    def list(self) -> list[Burn]:
+    def burn(self) -> list[Burn]:
         """The tenant's budgets with their current window's burn."""
         return self._require_ledger().burn(self._tenant, self._store.clock())
 

@@ -265,19 +265,22 @@ class StepService:
         """Hold the call's estimated maximum cost in its budgets; refuse it, recorded and unsent,
         when an enforced budget cannot take it (``StepFailed("budget_exceeded")``)."""
         budgets = self.budgets
-        estimator = getattr(llm, "max_cost", None)
-        if budgets is None or estimator is None:
+        if budgets is None:
             return None
-        estimate: CallEstimate = estimator(call.model, go.messages)
+        # An adapter that cannot estimate (no CostEstimator) reserves nothing: its calls are
+        # still refused once a budget is spent, but concurrent ones may overshoot.
+        estimator = getattr(llm, "max_cost", None)
+        estimate: CallEstimate | None = estimator(call.model, go.messages) if estimator else None
         scope = CallScope(
             tenant=budgets.tenant,
             session=call.session_id,
             workflow=go.workflow,
-            model=estimate.model,
+            model=estimate.model if estimate is not None else call.model or "",
             user=go.user_id,
         )
+        amount = estimate.max_cost_usd if estimate is not None else Decimal(0)
         try:
-            return await self._in_db(budgets.reserve, scope, estimate.max_cost_usd)
+            return await self._in_db(budgets.reserve, scope, amount)
         except BudgetExceeded as error:
             await self._record_failure(call, "budget_exceeded", str(error), None)
             raise

@@ -136,7 +136,8 @@ class PostgresBudgetLedger:
         self._ready = False
         self._lock = threading.Lock()
         self._t = {
-            name: sql.Identifier(schema, name) for name in ("budgets", "budget_windows", "budget_reservations")
+            name: sql.Identifier(schema, name)
+            for name in ("budgets", "budget_windows", "budget_reservations")
         }
 
     def close(self) -> None:
@@ -160,7 +161,9 @@ class PostgresBudgetLedger:
 
     def _sql(self, text: str) -> sql.Composed:
         return sql.SQL(text).format(
-            budgets=self._t["budgets"], windows=self._t["budget_windows"], holds=self._t["budget_reservations"]
+            budgets=self._t["budgets"],
+            windows=self._t["budget_windows"],
+            holds=self._t["budget_reservations"],
         )
 
     # -- terms -------------------------------------------------------------------------
@@ -284,7 +287,12 @@ class PostgresBudgetLedger:
                 if budget.spec.mode != "enforce":
                     continue
                 window = state[budget.budget_id]
-                if window["spent_usd"] + window["reserved_usd"] + estimate > budget.spec.limit_usd:
+                committed = window["spent_usd"] + window["reserved_usd"]
+                # A spent budget refuses even a call of unknown (zero) estimate.
+                if (
+                    committed + estimate > budget.spec.limit_usd
+                    or window["spent_usd"] >= budget.spec.limit_usd
+                ):
                     raise BudgetExceeded(
                         str(budget.budget_id),
                         scope=budget.spec.scope,
@@ -319,7 +327,8 @@ class PostgresBudgetLedger:
                 "WITH gone AS (DELETE FROM {holds} r USING unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
                 " WHERE r.budget_id = u.b AND r.window_start = u.s AND r.expires_at < %s"
                 " RETURNING r.budget_id, r.window_start, r.amount_usd),"
-                " totals AS (SELECT budget_id, window_start, sum(amount_usd) AS amount FROM gone GROUP BY 1, 2)"
+                " totals AS (SELECT budget_id, window_start, sum(amount_usd) AS amount"
+                " FROM gone GROUP BY 1, 2)"
                 " UPDATE {windows} w SET reserved_usd = greatest(w.reserved_usd - t.amount, 0) FROM totals t"
                 " WHERE w.budget_id = t.budget_id AND w.window_start = t.window_start"
             ),

@@ -1,0 +1,134 @@
+"""``flowledger budgets set|list|remove``: spending limits checked before each model call."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flowledger.adapters.cli.errors import reported_errors
+from flowledger.infrastructure import Engine
+
+console = Console()
+notes = Console(stderr=True)
+budgets_app = typer.Typer(
+    help="Budgets in USD per tenant, user, session, workflow or model, per day, month or in total.",
+    no_args_is_help=True,
+)
+TENANT_HELP = "Whose budgets (default: FLOWLEDGER_TENANT or 'default')."
+
+
+class Scope(StrEnum):
+    """What a budget limits."""
+
+    tenant = "tenant"
+    user = "user"
+    session = "session"
+    workflow = "workflow"
+    model = "model"
+
+
+class Period(StrEnum):
+    """A budget's window."""
+
+    day = "day"
+    month = "month"
+    total = "total"
+
+
+class Mode(StrEnum):
+    """Refuse calls past the limit, or only raise alerts."""
+
+    enforce = "enforce"
+    alert = "alert"
+
+
+ScopeArg = Annotated[Scope, typer.Argument(help="tenant, user, session, workflow or model.")]
+SubjectArg = Annotated[
+    str | None, typer.Argument(help="The user, session, workflow or model id (none for tenant).")
+]
+PeriodOpt = Annotated[Period, typer.Option("--period", help="day, month (UTC) or total.")]
+TenantOpt = Annotated[str | None, typer.Option(help=TENANT_HELP)]
+
+
+@budgets_app.command("set")
+def set_budget(
+    scope: ScopeArg,
+    subject: SubjectArg = None,
+    period: PeriodOpt = Period.day,
+    limit: Annotated[str, typer.Option("--limit", help="USD, exact (e.g. 25 or 0.50); more than 0.")] = "",
+    mode: Annotated[
+        Mode, typer.Option(help="enforce: refuse calls past it; alert: only alert.")
+    ] = Mode.enforce,
+    webhook_url: Annotated[
+        str | None, typer.Option(help="POSTed a signed JSON alert at 50/80/100 %.")
+    ] = None,
+    webhook_secret: Annotated[
+        str | None, typer.Option(help="HMAC key for the webhook (made and shown once if omitted).")
+    ] = None,
+    tenant: TenantOpt = None,
+) -> None:
+    """Set (or change) a budget."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        made = engine.budgets.set(
+            scope.value,
+            subject,
+            period.value,
+            limit,
+            mode=mode.value,
+            webhook_url=webhook_url,
+            webhook_secret=webhook_secret,
+        )
+    spec = made.spec
+    verb = "set" if made.changed else "unchanged"
+    console.print(
+        f"budget {spec.scope}:{spec.subject} per {spec.period}: ${spec.limit_usd} ({spec.mode}) {verb}",
+        highlight=False,
+    )
+    if made.webhook_secret is not None:
+        notes.print("webhook secret, shown this once:", highlight=False)
+        print(made.webhook_secret)
+
+
+@budgets_app.command("list")
+def list_budgets(tenant: TenantOpt = None) -> None:
+    """The budgets with their current window's burn: spent, reserved, limit, percent."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        burns = engine.budgets.burn()
+    table = Table(title=f"budgets of {engine.tenant}")
+    for column in ("scope", "subject", "period", "mode", "window", "spent $", "reserved $", "limit $", "%"):
+        table.add_column(column, justify="right" if column.endswith(("$", "%")) else "left")
+    for burn in burns:
+        spec = burn.spec
+        table.add_row(
+            spec.scope,
+            spec.subject,
+            spec.period,
+            spec.mode,
+            "all time" if spec.period == "total" else f"{burn.window_start:%Y-%m-%d}",
+            str(burn.spent_usd),
+            str(burn.reserved_usd),
+            str(spec.limit_usd),
+            str(burn.percent),
+        )
+    console.print(table)
+
+
+@budgets_app.command("remove")
+def remove_budget(
+    scope: ScopeArg, subject: SubjectArg = None, period: PeriodOpt = Period.day, tenant: TenantOpt = None
+) -> None:
+    """Remove a budget (exit 3 when none is set)."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        engine.budgets.remove(scope.value, subject, period.value)
+    console.print(
+        f"budget {scope.value}:{subject or engine.tenant} per {period.value} removed", highlight=False
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``budgets`` to the top-level app."""
+    app.add_typer(budgets_app, name="budgets")

@@ -1,0 +1,116 @@
+"""REST API for budgets under /v1/budgets: list with burn (reader), set and remove (admin).
+
+A budget is addressed by what it limits: ``/v1/budgets/{scope}/{subject}/{period}`` (for
+``tenant`` the subject is the key's tenant). Amounts are exact decimal strings.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Response, status
+from pydantic import BaseModel, Field, WithJsonSchema
+from starlette.concurrency import run_in_threadpool
+
+from flowledger.adapters.http.auth import Caller, Reader, requires
+from flowledger.adapters.http.errors import responses
+from flowledger.adapters.http.schemas import Body, PathId
+from flowledger.infrastructure.postgres.budgets import Burn
+
+router = APIRouter(prefix="/v1", tags=["budgets"])
+Admin = Annotated[Caller, Depends(requires("admin"))]
+Scope = Literal["tenant", "user", "session", "workflow", "model"]
+Period = Literal["day", "month", "total"]
+Subject = Annotated[str, PathId]
+_LIMIT = {
+    "anyOf": [{"type": "string", "pattern": r"^[0-9]{1,10}(\.[0-9]{1,12})?$"}, {"type": "number"}],
+    "description": "US dollars, exact: a decimal string (or a number); more than 0",
+}
+
+
+class SetBudget(Body):
+    """A budget's terms."""
+
+    limit_usd: Annotated[Decimal, WithJsonSchema(_LIMIT)] = Field(examples=["25.00"])
+    mode: Literal["enforce", "alert"] = "enforce"
+    webhook_url: str | None = Field(default=None, max_length=2000, examples=["https://ops.example/hooks"])
+    webhook_secret: str | None = Field(default=None, min_length=16, max_length=200)
+
+
+class BudgetOut(BaseModel):
+    """A budget and its current window's burn."""
+
+    budget_id: str
+    scope: str
+    subject: str
+    period: str
+    mode: str
+    limit_usd: str
+    webhook_url: str | None
+    window_start: datetime
+    spent_usd: str
+    reserved_usd: str
+    percent: str = Field(description="Recorded spend as a percentage of the limit")
+
+    @classmethod
+    def of(cls, burn: Burn) -> BudgetOut:
+        """From the ledger's row."""
+        spec = burn.spec
+        return cls(
+            budget_id=str(burn.budget_id),
+            scope=spec.scope,
+            subject=spec.subject,
+            period=spec.period,
+            mode=spec.mode,
+            limit_usd=str(spec.limit_usd),
+            webhook_url=spec.webhook_url,
+            window_start=burn.window_start,
+            spent_usd=str(burn.spent_usd),
+            reserved_usd=str(burn.reserved_usd),
+            percent=str(burn.percent),
+        )
+
+
+class BudgetSetOut(BaseModel):
+    """The budget as set; ``webhook_secret`` only when one was made for it (shown once)."""
+
+    budget: BudgetOut
+    changed: bool
+    webhook_secret: str | None = None
+
+
+@router.get("/budgets", responses=responses())
+def list_budgets(caller: Reader) -> list[BudgetOut]:
+    """The tenant's budgets, each with its current window's spent, reserved and percent."""
+    return [BudgetOut.of(burn) for burn in caller.engine.budgets.burn()]
+
+
+@router.put("/budgets/{scope}/{subject}/{period}", responses=responses())
+async def set_budget(
+    scope: Scope, subject: Subject, period: Period, body: SetBudget, caller: Admin
+) -> BudgetSetOut:
+    """Set (or change) a budget; checked before each model call of its scope."""
+    budgets = caller.engine.budgets
+    made = await run_in_threadpool(
+        budgets.set,
+        scope,
+        subject,
+        period,
+        body.limit_usd,
+        mode=body.mode,
+        webhook_url=body.webhook_url,
+        webhook_secret=body.webhook_secret,
+    )
+    burn = next(b for b in await run_in_threadpool(budgets.burn) if str(b.budget_id) == made.budget_id)
+    return BudgetSetOut(budget=BudgetOut.of(burn), changed=made.changed, webhook_secret=made.webhook_secret)
+
+
+@router.delete(
+    "/budgets/{scope}/{subject}/{period}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404)
+)
+def remove_budget(scope: Scope, subject: Subject, period: Period, caller: Admin) -> Response:
+    """Remove a budget (its windows' spend goes with it)."""
+    caller.engine.budgets.remove(scope, subject, period)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,189 @@
+"""Budgets over REST and the CLI: admins set, readers list, bad input is 4xx (or an exit code), nothing written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+from flowledger.domain.pricing import ModelPrice, PriceTable
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+from tests.e2e.live_http import ACME_READER, ACME_WRITER, GLOBEX_WRITER, KEYS, bearer, keyed_app, live_server
+from tests.support.cli import run_cli
+
+ACME_ADMIN = "acme-admin-0123456789abcdef0123456789a"
+GLOBEX_ADMIN = "globex-admin-0123456789abcdef012345678"
+ALL_KEYS = (*KEYS, ("acme", "admin", ACME_ADMIN), ("globex", "admin", GLOBEX_ADMIN))
+PRICES = PriceTable(
+    version="budget-http",
+    prices={
+        "sim-pricey": ModelPrice(
+            input_cost_per_token=Decimal("0.001"), output_cost_per_token=Decimal("0.002")
+        )
+    },
+)
+
+
+@pytest.fixture
+def simulator() -> Iterator[Any]:
+    with run_simulator(SimulatorConfig(latency_ms=5, seed=3)) as running:
+        yield running
+
+
+@pytest.fixture
+def acme(database_url: str, pg_schema: str, simulator: Any) -> Iterator[Engine]:
+    config = ClientConfig(
+        base_url=simulator.base_url,
+        api_key=ApiKey("sk-budget-http"),
+        default_model="sim-pricey",
+        max_tokens=64,
+    )
+    settings = make_settings(database_url=database_url, schema=pg_schema, tenant="acme", api_keys=ALL_KEYS)
+    engine = Engine(settings=settings, llm=OpenAICompatibleClient(config, prices=PRICES))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def server(acme: Engine) -> Iterator[httpx.Client]:
+    with live_server(keyed_app(acme)) as url, httpx.Client(base_url=url, timeout=10) as client:
+        yield client
+
+
+def test_an_admin_sets_a_budget_readers_list_its_burn_and_other_tenants_do_not_see_it(
+    server: httpx.Client,
+) -> None:
+    # When an admin sets a budget
+    made = server.put(
+        "/v1/budgets/user/alice/day", json={"limit_usd": "12.50", "mode": "alert"}, headers=bearer(ACME_ADMIN)
+    )
+    assert made.status_code == 200, made.text
+    assert made.json()["budget"]["limit_usd"] == "12.50"
+    assert made.json()["changed"] is True
+    # Then a reader lists it with its window's burn
+    listed = server.get("/v1/budgets", headers=bearer(ACME_READER))
+    assert listed.status_code == 200
+    [budget] = listed.json()
+    assert (budget["scope"], budget["subject"], budget["period"], budget["mode"]) == (
+        "user",
+        "alice",
+        "day",
+        "alert",
+    )
+    assert (budget["spent_usd"], budget["reserved_usd"], budget["percent"]) == ("0", "0", "0.00")
+    # And another tenant sees none; a writer may not set one
+    assert server.get("/v1/budgets", headers=bearer(GLOBEX_WRITER)).json() == []
+    refused = server.put("/v1/budgets/user/alice/day", json={"limit_usd": "1"}, headers=bearer(ACME_WRITER))
+    assert refused.status_code == 403
+    assert refused.json()["success"] is False
+    # And it can be removed once
+    assert server.delete("/v1/budgets/user/alice/day", headers=bearer(ACME_ADMIN)).status_code == 204
+    gone = server.delete("/v1/budgets/user/alice/day", headers=bearer(ACME_ADMIN))
+    assert gone.status_code == 404
+    assert gone.json() == {"success": False, "error": gone.json()["error"]}
+    assert "not found" in gone.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/budgets/user/alice/day", {"limit_usd": "-1"}),
+        ("/v1/budgets/user/alice/day", {"limit_usd": "0"}),
+        ("/v1/budgets/user/alice/day", {"limit_usd": "abc"}),
+        ("/v1/budgets/user/alice/day", {"limit_usd": "1", "mode": "shout"}),
+        ("/v1/budgets/user/alice/day", {"limit_usd": "1", "webhook_url": "ftp://nope"}),
+        ("/v1/budgets/user/alice/day", {"limit_usd": "1", "colour": "red"}),
+        ("/v1/budgets/planet/earth/day", {"limit_usd": "1"}),
+        ("/v1/budgets/user/alice/week", {"limit_usd": "1"}),
+        ("/v1/budgets/tenant/globex/day", {"limit_usd": "1"}),
+    ],
+)
+def test_bad_budgets_are_422_in_the_envelope_and_write_nothing(
+    server: httpx.Client, acme: Engine, path: str, body: dict[str, Any]
+) -> None:
+    answer = server.put(path, json=body, headers=bearer(ACME_ADMIN))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["success"] is False
+    assert server.get("/v1/budgets", headers=bearer(ACME_ADMIN)).json() == []
+    assert acme.log.head() == 0
+
+
+def test_a_call_past_an_enforced_budget_is_402_in_the_envelope_and_reaches_no_model(
+    server: httpx.Client, simulator: Any
+) -> None:
+    server.put("/v1/budgets/workflow/support/month", json={"limit_usd": "0.05"}, headers=bearer(ACME_ADMIN))
+    started = server.post(
+        "/v1/sessions", json={"session_id": "s1", "workflow": "support"}, headers=bearer(ACME_WRITER)
+    )
+    assert started.status_code == 201
+    answer = server.post("/v1/sessions/s1/process", json={"step": "greet"}, headers=bearer(ACME_WRITER))
+    assert answer.status_code == 402, answer.text
+    assert answer.json()["success"] is False
+    assert "budget workflow:support per month would be exceeded" in answer.json()["error"]
+    seed = server.post(
+        "/webhook/workflow-state",
+        json={"action": "process_step", "session_id": "s1", "step_name": "greet", "model": "sim-pricey"},
+        headers=bearer(ACME_WRITER),
+    )
+    assert seed.status_code == 402
+    assert seed.json()["success"] is False
+    assert simulator.stats["requests"] == 0
+
+
+def test_the_openapi_document_gives_every_status_of_the_budget_routes(server: httpx.Client) -> None:
+    paths = server.get("/openapi.json").json()["paths"]
+    put = paths["/v1/budgets/{scope}/{subject}/{period}"]["put"]["responses"]
+    delete = paths["/v1/budgets/{scope}/{subject}/{period}"]["delete"]["responses"]
+    assert {"200", "401", "403", "422"} <= set(put)
+    assert {"204", "401", "403", "404", "422"} <= set(delete)
+    assert "402" in paths["/v1/sessions/{session_id}/process"]["post"]["responses"]
+
+
+def test_the_cli_sets_lists_and_removes_budgets_and_refuses_bad_input(
+    database_url: str, pg_schema: str
+) -> None:
+    made = run_cli(
+        database_url, pg_schema, "budgets", "set", "model", "gpt-4o", "--period", "month", "--limit", "25"
+    )
+    assert made.returncode == 0, made.stderr
+    assert "budget model:gpt-4o per month: $25 (enforce) set" in made.stdout
+    hooked = run_cli(
+        database_url, pg_schema, "budgets", "set", "tenant", "--limit", "100", "--mode", "alert",
+        "--webhook-url", "https://ops.example/hooks",
+    )  # fmt: skip
+    assert hooked.returncode == 0, hooked.stderr
+    assert len(hooked.stdout.strip().splitlines()[-1]) >= 32  # the webhook secret, shown once
+    listed = run_cli(database_url, pg_schema, "budgets", "list")
+    assert "gpt-4o" in listed.stdout
+    assert "default" in listed.stdout
+    # Bad input: one line and exit 2, nothing written
+    for args in (
+        ["model", "gpt-4o", "--limit", "-5"],
+        ["model", "gpt-4o", "--limit", "0"],
+        ["model", "gpt-4o", "--limit", "lots"],
+        ["user", "--limit", "5"],
+    ):
+        bad = run_cli(database_url, pg_schema, "budgets", "set", *args)
+        assert bad.returncode == 2, (args, bad.stderr)
+        assert bad.stderr.strip().startswith("error: "), bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
+    for args in (["planet", "x", "--limit", "5"], ["user", "bob", "--period", "week", "--limit", "5"]):
+        assert run_cli(database_url, pg_schema, "budgets", "set", *args).returncode == 2
+    listed_again = run_cli(database_url, pg_schema, "budgets", "list")
+    assert listed_again.stdout.count("\n") == listed.stdout.count("\n")
+    # Removal: once, then exit 3
+    assert (
+        run_cli(
+            database_url, pg_schema, "budgets", "remove", "model", "gpt-4o", "--period", "month"
+        ).returncode
+        == 0
+    )
+    missing = run_cli(database_url, pg_schema, "budgets", "remove", "model", "gpt-4o", "--period", "month")
+    assert missing.returncode == 3
+    assert "not found" in missing.stderr
