@@ -12,6 +12,7 @@ caller take the step over, recording the lost attempt as ``StepFailed("worker_lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
 import socket
@@ -279,12 +280,20 @@ class StepService:
             user=go.user_id,
         )
         amount = estimate.max_cost_usd if estimate is not None else Decimal(0)
+        # As in _begin_surely: the reservation runs to its end on its thread, so a caller
+        # cancelled meanwhile can release what it holds.
+        reserving = self._db_future(budgets.reserve, scope, amount)
         try:
-            return await self._in_db(budgets.reserve, scope, amount)
+            return await asyncio.shield(reserving)
         except BudgetExceeded as error:
             await self._record_failure(call, "budget_exceeded", str(error), None)
             raise
-        except BaseException as error:
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await self._settle(await reserving, None)
+            await self._record_failure(call, "cancelled", "the caller cancelled the step", None)
+            raise
+        except Exception as error:
             await self._record_failure(call, type(error).__name__, str(error), None)
             raise
 

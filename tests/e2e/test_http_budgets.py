@@ -1,4 +1,4 @@
-"""Budgets over REST and the CLI: admins set, readers list, bad input is 4xx (or an exit code), nothing written."""
+"""Budgets over REST and the CLI: admins set, readers list; bad input is 4xx or an exit code."""
 
 from __future__ import annotations
 
