@@ -235,6 +235,31 @@ class Session(FlowledgerAggregate):
             """Close the session as abandoned."""
             aggregate.status = SessionStatus.ABANDONED.value
 
+    class Restarted(FlowledgerAggregate.Event):
+        """``create_session`` named the session again (the seed's behaviour): it is back at
+        ``init`` and active until ``expires_at``; its context and history are kept, and
+        ``user_id`` is its user from now on (a restart may name one when it had none)."""
+
+        expires_at: datetime
+        user_id: str | None
+
+        def apply(self, aggregate: Session) -> None:
+            """Back to ``init``, active, with this expiry and user."""
+            aggregate.current_step = "init"
+            aggregate.status = SessionStatus.ACTIVE.value
+            aggregate.expires_at = self.expires_at
+            aggregate.user_id = self.user_id
+
+    class Reopened(FlowledgerAggregate.Event):
+        """An expired session was given time again: active until ``expires_at``, where it stood."""
+
+        expires_at: datetime
+
+        def apply(self, aggregate: Session) -> None:
+            """Active again, with this expiry."""
+            aggregate.status = SessionStatus.ACTIVE.value
+            aggregate.expires_at = self.expires_at
+
     @staticmethod
     def create_id(tenant: str, session_id: str) -> UUID:
         """Sessions are addressed by the caller's id; no lookup table."""
@@ -334,12 +359,53 @@ class Session(FlowledgerAggregate):
         The caller must save the session even when this raises, so that the
         Expired event is kept.
         """
-        if self.status == SessionStatus.ACTIVE and now >= self.expires_at:
-            self.trigger_event(self.Expired, expired_at=self.expires_at)
-        if self.status == SessionStatus.EXPIRED:
+        if self.expired_by(now):
             raise SessionExpired(self.session_id, self.expires_at)
         if self.status != SessionStatus.ACTIVE:
             raise SessionClosed(self.session_id, self.status)
+
+    def expired_by(self, now: datetime) -> bool:
+        """Whether the session is expired at ``now``; one that just ran out records Expired first
+        (the caller saves the session whatever it then decides)."""
+        if self.status == SessionStatus.ACTIVE and now >= self.expires_at:
+            self.trigger_event(self.Expired, expired_at=self.expires_at)
+        return self.status == SessionStatus.EXPIRED
+
+    def restart(self, *, workflow: str, user_id: str | None, now: datetime, expires_at: datetime) -> bool:
+        """Take the session back to ``init``, as the seed's repeated ``create_session`` did; return
+        whether it had expired (it then lives until ``expires_at``; a live one keeps its expiry).
+
+        Context and history are kept. Refused for another workflow, or another user than the
+        session's (SessionConflict), and for a completed or abandoned session (SessionClosed).
+        """
+        require_name("workflow", workflow)
+        if user_id is not None:
+            require_name("user_id", user_id)
+        require_moment("expires_at", expires_at)
+        if workflow != self.workflow or (user_id is not None and self.user_id not in (None, user_id)):
+            raise SessionConflict(
+                self.session_id,
+                f"workflow={self.workflow!r} user_id={self.user_id!r}, "
+                f"not workflow={workflow!r} user_id={user_id!r}",
+            )
+        if self.status in (SessionStatus.COMPLETED, SessionStatus.ABANDONED):
+            raise SessionClosed(self.session_id, self.status)
+        expired = self.expired_by(now)
+        self.trigger_event(
+            self.Restarted,
+            expires_at=expires_at if expired else self.expires_at,
+            user_id=self.user_id if self.user_id is not None else user_id,
+        )
+        return expired
+
+    def reopen(self, *, now: datetime, expires_at: datetime) -> None:
+        """Give an expired session time again, until ``expires_at`` (after ``now``); its step stays."""
+        require_moment("expires_at", expires_at)
+        if expires_at <= now:
+            raise ValidationError("expires_at", f"must lie after now ({now.isoformat()})")
+        if not self.expired_by(now):
+            raise ValidationError("session", f"session {self.session_id!r} has not expired")
+        self.trigger_event(self.Reopened, expires_at=expires_at)
 
     def ensure_same_start(self, *, workflow: str, user_id: str | None) -> None:
         """Raise SessionConflict unless a repeated start names the same workflow and user."""

@@ -70,6 +70,9 @@ class Settings:
     """An engine takes a signed checkpoint after it appended this many events (0: never by count)."""
     checkpoint_every_s: float = 300.0
     """... or when this many seconds passed since its last one and it appended since (0: never by time)."""
+    webhook_strict: bool = False
+    """``/webhook/workflow-state`` in strict mode by default (no input merge, no restart, 400 for an
+    unknown action); off: the seed's behaviour. A request's ``"strict"`` field overrides it."""
 
     def __post_init__(self) -> None:
         if not _SCHEMA_NAME.match(self.schema):
@@ -131,6 +134,7 @@ class Settings:
             checkpoint_every_s=float(
                 _whole(env, "FLOWLEDGER_CHECKPOINT_EVERY_S", int(defaults.checkpoint_every_s))
             ),
+            webhook_strict=_flag(env, "FLOWLEDGER_WEBHOOK_STRICT"),
         )
 
     def with_overrides(self, **overrides: object) -> Settings:

@@ -131,6 +131,10 @@ def fold(row: Row, event: Any) -> None:
         row["context"] = {**row["context"], **event.update}
     elif isinstance(event, Session.Extended):
         row["expires_at"] = event.expires_at
+    elif isinstance(event, Session.Restarted):
+        row.update(current_step="init", status="active", expires_at=event.expires_at, user_id=event.user_id)
+    elif isinstance(event, Session.Reopened):
+        row.update(status="active", expires_at=event.expires_at)
     elif isinstance(event, Session.Completed):
         row["status"] = "completed"
         row["resolution"] = event.resolution

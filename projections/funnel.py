@@ -109,6 +109,8 @@ def fold(session: Row, steps: dict[str, Row], event: Any) -> None:
         row["last_outcome"], row["last_error_type"] = "failed", event.error_type
     elif type(event) in _ENDINGS:
         session["status"] = _ENDINGS[type(event)]
+    elif isinstance(event, Session.Restarted | Session.Reopened):
+        session["status"] = "active"
     if session["first_model"] is None and getattr(event, "usage", None) is not None:
         call = call_of(event)
         session["first_model"] = call.model if call is not None else None
@@ -129,6 +131,8 @@ class CompletionFunnel(Projection):
         Session.Completed,
         Session.Expired,
         Session.Abandoned,
+        Session.Restarted,
+        Session.Reopened,
     )
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:

@@ -105,8 +105,11 @@ def fold(row: Row, event: Any) -> None:
         row["step_history"] = [*row["step_history"], entry]
     elif isinstance(event, Session.ContextUpdated):
         row["context_data"] = {**row["context_data"], **event.update}
-    elif isinstance(event, Session.Extended):
+    elif isinstance(event, Session.Extended | Session.Reopened):
         row["expires_at"] = event.expires_at
+    elif isinstance(event, Session.Restarted):
+        # The seed's ON CONFLICT ... SET current_step = 'init'.
+        row.update(current_step="init", expires_at=event.expires_at, user_id=event.user_id)
     row["updated_at"] = event.timestamp
     row["version"] = event.originator_version
 

@@ -110,12 +110,25 @@ def responses(*codes: int, common: tuple[int, ...] = COMMON) -> dict[int | str, 
     }
 
 
+# Pydantic's wording for the commonest problems, said as a person would (its other messages read well).
+_PLAIN = {
+    "missing": "is required",
+    "dict_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+    "string_type": "must be a string",
+}
+
+
 def _problem(error: Any) -> str:
     """One validation error as ``where: what`` (with the value, when it is short and plain)."""
-    where = ".".join(str(part) for part in error["loc"] if part != "body")
+    if error["type"] == "json_invalid":
+        # The location's last part is the character offset, not a field.
+        detail = error.get("ctx", {}).get("error") or "cannot be parsed"
+        return f"body: is not valid JSON ({detail}, at character {error['loc'][-1]})"
+    where = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
     given = error.get("input")
     shown = f" (got {given!r})" if isinstance(given, str | int | float) and len(repr(given)) <= 60 else ""
-    return f"{where}: {error['msg']}{shown}"
+    return f"{where}: {_PLAIN.get(error['type'], error['msg'])}{shown}"
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -1,16 +1,26 @@
-"""``POST /webhook/workflow-state``: the seed article's Dify webhook protocol, unchanged.
+"""``POST /webhook/workflow-state``: the seed article's Dify webhook protocol.
 
-Actions ``create_session``, ``process_step`` and ``get_state`` take the seed's field
-names (``session_id``, ``workflow_name``, ``user_id``, ``step_name``, ``input_data``,
-``model``) and answer ``{"success": true, "data": ...}`` or ``{"success": false,
-"error": ...}`` (with a 4xx/5xx status, where the seed answered 200 for everything).
+Actions ``create_session``, ``process_step``, ``get_state`` and ``extend_session`` take the
+seed's field names (``session_id``, ``workflow_name``, ``user_id``, ``step_name``,
+``input_data``, ``model``, ``expires_hours``) and answer ``{"success": true, "data": ...}``
+or ``{"success": false, "error": ...}`` (with a 4xx/5xx status, where the seed answered 200).
+
+By default the webhook behaves as the seed's handler did: ``process_step`` merges
+``input_data`` into the context before the model call (and the model's ``context_update``
+after), ``create_session`` on an existing session takes it back to ``init`` (and gives an
+expired one ``expires_hours`` from now), ``extend_session`` reopens an expired session, and
+an unknown action answers ``200 {"success": true, "data": {"error": "Unknown action: X"}}``.
+Strict mode (``FLOWLEDGER_WEBHOOK_STRICT=1``, or ``"strict": true`` in a request) keeps the
+stricter rules: no merge, a repeated ``create_session`` is a no-op (409 for another user),
+an expired session stays expired, and an unknown action is a 400.
+
 ``get_state`` needs a reader key, the other actions a writer key. A ``user_id`` sent with
 ``process_step`` must be the session's (403 otherwise).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, Header
@@ -27,6 +37,8 @@ from flowledger.infrastructure import Engine
 
 router = APIRouter(tags=["webhook"])
 DEFAULT_MODEL = "deepseek-v3.2"
+DEFAULT_HOURS = 24.0
+WRITES = frozenset({"create_session", "process_step", "extend_session"})
 
 
 class WebhookRequest(BaseModel):
@@ -34,20 +46,35 @@ class WebhookRequest(BaseModel):
 
     model_config = ConfigDict(allow_inf_nan=False)
 
-    action: str = Field(max_length=MAX_ID)
+    action: str = Field(
+        max_length=MAX_ID, description="create_session | process_step | get_state | extend_session"
+    )
     session_id: str | None = Field(default=None, max_length=MAX_ID)
     workflow_name: str | None = Field(default=None, max_length=MAX_ID)
     user_id: str | None = Field(default=None, max_length=MAX_ID)
     step_name: str | None = Field(default=None, max_length=MAX_ID)
-    input_data: dict[str, Any] = Field(default_factory=dict)
+    input_data: dict[str, Any] | None = Field(
+        default=None, description="Merged into the context before the model call (null: nothing)."
+    )
     model: str | None = Field(default=None, max_length=MAX_ID)
-    expires_hours: float = Field(default=24, gt=0, le=MAX_HOURS)
+    expires_hours: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_HOURS,
+        description="create_session: the session's lifetime (24). extend_session: hours added (24).",
+    )
+    expires_at: datetime | None = Field(
+        default=None, description="extend_session: set the expiry to this moment instead (with a zone)."
+    )
     idempotency_key: str | None = Field(default=None, max_length=MAX_ID)
+    strict: bool | None = Field(
+        default=None, description="Strict mode for this request (default: the server's setting)."
+    )
 
 
-def _required(value: str | None, field: str) -> str:
+def _required(value: str | None, field: str, action: str) -> str:
     if not value:
-        raise ValidationError(field, "is required for this action")
+        raise ValidationError(field, f"is required for {action}")
     return value
 
 
@@ -61,42 +88,63 @@ async def workflow_state(
         default=None, alias="Idempotency-Key", max_length=MAX_ID, pattern=NAME_PATTERN
     ),
 ) -> dict[str, Any] | JSONResponse:
-    """Dispatch one of the seed's three actions."""
+    """Dispatch one of the seed's actions (see the module docstring for the two modes)."""
     engine = caller.engine
-    if body.action in {"create_session", "process_step"}:
+    strict = engine.settings.webhook_strict if body.strict is None else body.strict
+    action = body.action
+    if action in WRITES:
         caller.require("writer")
-    session_id = _required(body.session_id, "session_id")
+    elif action != "get_state":
+        if strict:
+            return JSONResponse(error_body(f"Unknown action: {action}"), status_code=400)
+        # The seed's answer to an action it does not know: a success envelope holding the error.
+        return {"success": True, "data": {"error": f"Unknown action: {action}"}}
+    session_id = _required(body.session_id, "session_id", action)
     # The engine's database calls block: run them on worker threads, not the event loop.
-    if body.action == "create_session":
-        state = await run_in_threadpool(
-            engine.start_session,
-            session_id,
-            _required(body.workflow_name, "workflow_name"),
-            user_id=body.user_id,
-            ttl=timedelta(hours=body.expires_hours),
-        )
-        data: dict[str, Any] = {
-            "id": str(engine.session_uuid(session_id)),
-            "session_id": state.session_id,
-            "current_step": state.current_step,
-            "expires_at": state.expires_at.isoformat(),
-        }
-    elif body.action == "process_step":
-        data = await _process(caller, body, session_id, body.idempotency_key or idempotency_key)
-    elif body.action == "get_state":
-        data = await run_in_threadpool(_get_state, engine, session_id)
+    if action == "create_session":
+        data = await run_in_threadpool(_create, engine, body, session_id, strict)
+    elif action == "process_step":
+        data = await _process(caller, body, session_id, body.idempotency_key or idempotency_key, strict)
+    elif action == "extend_session":
+        data = await run_in_threadpool(_extend, engine, body, session_id, strict)
     else:
-        return JSONResponse(error_body(f"Unknown action: {body.action}"), status_code=400)
+        data = await run_in_threadpool(_get_state, engine, session_id)
     return {"success": True, "data": data}
 
 
-async def _process(caller: Caller, body: WebhookRequest, session_id: str, key: str | None) -> dict[str, Any]:
+def _create(engine: Engine, body: WebhookRequest, session_id: str, strict: bool) -> dict[str, Any]:
+    workflow = _required(body.workflow_name, "workflow_name", "create_session")
+    ttl = timedelta(hours=body.expires_hours or DEFAULT_HOURS)
+    if strict:
+        state = engine.start_session(session_id, workflow, user_id=body.user_id, ttl=ttl)
+        extra: dict[str, Any] = {}
+    else:
+        outcome = engine.restart_session(session_id, workflow, user_id=body.user_id, ttl=ttl)
+        state = outcome.state
+        extra = {"created": outcome.created, "restarted": not outcome.created, "reopened": outcome.reopened}
+    return {
+        "id": str(engine.session_uuid(session_id)),
+        "session_id": state.session_id,
+        "current_step": state.current_step,
+        "expires_at": state.expires_at.isoformat(),
+        **extra,
+    }
+
+
+async def _process(
+    caller: Caller, body: WebhookRequest, session_id: str, key: str | None, strict: bool
+) -> dict[str, Any]:
     engine = caller.engine
-    step = _required(body.step_name, "step_name")
+    step = _required(body.step_name, "step_name", "process_step")
     if body.user_id is not None:
         await run_in_threadpool(ensure_user, caller, session_id, body.user_id)
     outcome = await engine.run_step(
-        session_id, step, body.input_data, model=body.model or DEFAULT_MODEL, idempotency_key=key
+        session_id,
+        step,
+        body.input_data or {},
+        model=body.model or DEFAULT_MODEL,
+        idempotency_key=key,
+        merge_input=not strict,
     )
     record = outcome.record
     usage = record.usage
@@ -113,6 +161,29 @@ async def _process(caller: Caller, body: WebhookRequest, session_id: str, key: s
             "cost_usd": float(usage.cost_usd) if usage else 0.0,
             "latency_ms": round(usage.latency_ms) if usage else 0,
         },
+    }
+
+
+def _extend(engine: Engine, body: WebhookRequest, session_id: str, strict: bool) -> dict[str, Any]:
+    if body.expires_at is not None and body.expires_hours is not None:
+        raise ValidationError(
+            "expires_at", "give expires_hours (added to the expiry) or expires_at, not both"
+        )
+    if body.expires_at is not None:
+        change = engine.change_expiry(session_id, to=body.expires_at, reopen_expired=not strict)
+        how = f"set to {body.expires_at.isoformat()}"
+    else:
+        hours = body.expires_hours or DEFAULT_HOURS
+        change = engine.change_expiry(session_id, by=timedelta(hours=hours), reopen_expired=not strict)
+        how = f"{hours:g} h from now (it had expired)" if change.reopened else f"{hours:g} h added"
+    expires_at = change.state.expires_at.isoformat()
+    previous = change.previous_expires_at.isoformat()
+    return {
+        "session_id": session_id,
+        "expires_at": expires_at,
+        "previous_expires_at": previous,
+        "reopened": change.reopened,
+        "message": f"session {session_id!r} now expires at {expires_at} ({how}; it was {previous})",
     }
 
 

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowledger.adapters.simulator import customer_service
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.prompts import CLASSIFICATION_MARKER, STEP_LINE
 
@@ -24,13 +25,8 @@ DEFAULT_MODEL_LATENCY_MS: dict[str, float] = {
 REASONING_MODELS = frozenset({"gemini-2.5-flash"})
 FAULTS = ("429", "500", "503", "timeout", "malformed", "drop")
 
-_INTENTS = (
-    ("refund_request", ("refund", "return", "money back")),
-    ("order_status", ("order", "delivery", "shipping", "package")),
-    ("complaint", ("angry", "terrible", "complain", "broken")),
-    ("product_inquiry", ("product", "available", "stock", "size")),
-)
-# The seed's customer-service workflow: greet -> classify -> resolve -> satisfaction.
+# The older four-step script (greet -> classify_intent -> resolve -> satisfaction), kept for
+# callers that name those steps; the seed's own flow is in ``customer_service``.
 _NEXT_STEP = {"greet": "classify_intent", "classify_intent": "resolve", "resolve": "satisfaction"}
 _CATEGORIES = (
     ("bug_fix", ("fix", "bug", "crash", "race", "leak", "error", "broken")),
@@ -122,6 +118,13 @@ def count_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
+def reply_content(messages: list[dict[str, Any]]) -> str:
+    """What the simulated model answers: text for the seed's Dify handler nodes, else JSON."""
+    prompt = "\n".join(str(m.get("content") or "") for m in messages)
+    dify = customer_service.dify_reply(prompt)
+    return dify if dify is not None else json.dumps(step_decision(messages))
+
+
 def step_decision(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON decision a well-behaved model would give for the step named in the prompt."""
     system = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
@@ -130,8 +133,10 @@ def step_decision(messages: list[dict[str, Any]]) -> dict[str, Any]:
         return task_classification(user)
     found = _STEP_LINE.search(system)
     step = found.group(1).strip() if found else "reply"
-    lowered = user.lower()
-    intent = next((name for name, words in _INTENTS if any(w in lowered for w in words)), "general")
+    seed_flow = customer_service.step_decision(step, _context_of(user))
+    if seed_flow is not None:
+        return seed_flow
+    intent = customer_service.intent_of(user)
     if step == "greet":
         return {
             "action": "greet",
@@ -161,6 +166,15 @@ def step_decision(messages: list[dict[str, Any]]) -> dict[str, Any]:
             "message": "Was I able to help? Please rate this conversation.",
         }
     return {"action": "respond", "context_update": {}, "next_step": None, "message": "Noted."}
+
+
+def _context_of(user: str) -> dict[str, Any]:
+    """The merged context and input the step prompt sends as its user message (JSON)."""
+    try:
+        value = json.loads(user)
+    except ValueError:
+        return {"message": user}
+    return value if isinstance(value, dict) else {"message": user}
 
 
 def task_classification(task_text: str) -> dict[str, Any]:

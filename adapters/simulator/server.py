@@ -25,7 +25,7 @@ from flowledger.adapters.simulator.replies import (
     SimulatorConfig,
     completion_body,
     draw_latency_s,
-    step_decision,
+    reply_content,
     stream_chunks,
 )
 from flowledger.domain.errors import ValidationError
@@ -144,7 +144,7 @@ class Simulator:
         if fault in FAULTS:
             self.stats[f"fault_{fault}"] += 1
             return await self._fault(fault, writer)
-        content = json.dumps(step_decision(messages))
+        content = reply_content(messages)
         cached = self._cache.cached_tokens(messages, self.config.cache_min_tokens)
         body = completion_body(model, messages, content, cached, self._rng)
         self.stats["served"] += 1

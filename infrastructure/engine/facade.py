@@ -24,7 +24,7 @@ from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.log import EventLog
-from flowledger.infrastructure.engine.sessions import SessionService, StepRequest
+from flowledger.infrastructure.engine.sessions import ExpiryChange, Restart, SessionService, StepRequest
 from flowledger.infrastructure.engine.steps import StepOutcome, StepService
 from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
 from flowledger.infrastructure.engine.task_index import LogIndex
@@ -165,6 +165,18 @@ class Engine:
         """Start a session; starting it again with the same workflow and user is a no-op."""
         return self.sessions.start(session_id, workflow, user_id, ttl, {} if metadata is None else metadata)
 
+    def restart_session(
+        self,
+        session_id: str,
+        workflow: str,
+        user_id: str | None = None,
+        ttl: timedelta = timedelta(hours=24),
+        metadata: JsonObject | None = None,
+    ) -> Restart:
+        """Start a session, or take an existing one back to ``init`` (history and context kept;
+        an expired one lives ``ttl`` from now): the seed's ``create_session``."""
+        return self.sessions.restart(session_id, workflow, user_id, ttl, {} if metadata is None else metadata)
+
     def record_step(
         self,
         session_id: str,
@@ -195,9 +207,14 @@ class Engine:
         input: JsonObject | None = None,
         model: str | None = None,
         idempotency_key: str | None = None,
+        *,
+        merge_input: bool = False,
     ) -> StepRecord:
-        """Call the model for one step and record the outcome (see ``StepService.process``)."""
-        return await self.steps.process(session_id, step, input, model, idempotency_key)
+        """Call the model for one step and record the outcome (see ``StepService.process``;
+        ``merge_input``: merge the input into the context first, as the seed's webhook did)."""
+        return await self.steps.process(
+            session_id, step, input, model, idempotency_key, merge_input=merge_input
+        )
 
     async def run_step(
         self,
@@ -206,21 +223,44 @@ class Engine:
         input: JsonObject | None = None,
         model: str | None = None,
         idempotency_key: str | None = None,
+        *,
+        merge_input: bool = False,
     ) -> StepOutcome:
         """``process_step``, answered with the session's context after the step too (no second load)."""
-        return await self.steps.run(session_id, step, input, model, idempotency_key)
+        return await self.steps.run(session_id, step, input, model, idempotency_key, merge_input=merge_input)
 
     def update_context(self, session_id: str, update: JsonObject) -> SessionState:
         """Merge keys into the session context."""
         return self.sessions.update_context(session_id, update)
 
-    def extend_session(self, session_id: str, ttl: timedelta) -> SessionState:
-        """Add ``ttl`` to the current expiry (24 h + 1 h is 25 h); an expired session stays expired."""
-        return self.sessions.extend(session_id, ttl)
+    def extend_session(
+        self, session_id: str, ttl: timedelta, *, reopen_expired: bool = False
+    ) -> SessionState:
+        """Add ``ttl`` to the current expiry (24 h + 1 h is 25 h); an expired session stays expired
+        unless ``reopen_expired`` (it then lives ``ttl`` from now)."""
+        return self.sessions.extend(session_id, ttl, reopen_expired=reopen_expired).state
 
-    def set_expiry(self, session_id: str, expires_at: datetime) -> SessionState:
-        """Set the expiry to a moment after now and at most ``MAX_TTL`` (366 days) ahead."""
-        return self.sessions.set_expiry(session_id, expires_at)
+    def set_expiry(
+        self, session_id: str, expires_at: datetime, *, reopen_expired: bool = False
+    ) -> SessionState:
+        """Set the expiry to a moment after now and at most ``MAX_TTL`` (366 days) ahead (an
+        expired session stays expired unless ``reopen_expired``)."""
+        return self.sessions.set_expiry(session_id, expires_at, reopen_expired=reopen_expired).state
+
+    def change_expiry(
+        self,
+        session_id: str,
+        *,
+        by: timedelta | None = None,
+        to: datetime | None = None,
+        reopen_expired: bool = False,
+    ) -> ExpiryChange:
+        """``extend_session`` (``by``) or ``set_expiry`` (``to``), answered with the expiry before too."""
+        if by is not None and to is None:
+            return self.sessions.extend(session_id, by, reopen_expired=reopen_expired)
+        if to is not None and by is None:
+            return self.sessions.set_expiry(session_id, to, reopen_expired=reopen_expired)
+        raise ValidationError("expires_at", "give either a duration to add or a moment to set (one of them)")
 
     def complete_session(self, session_id: str, resolution: JsonObject | str) -> SessionState:
         """End the session with a resolution (a JSON object, or a string)."""

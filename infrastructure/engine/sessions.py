@@ -35,6 +35,25 @@ class StepRequest:
     idempotency_key: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class Restart:
+    """What ``SessionService.restart`` did: ``created`` the session, or took it back to ``init``
+    (``reopened``: it had expired and was given a new expiry)."""
+
+    state: SessionState
+    created: bool
+    reopened: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpiryChange:
+    """A moved expiry: the session after, the expiry before, and whether it had expired."""
+
+    state: SessionState
+    previous_expires_at: datetime
+    reopened: bool
+
+
 class SessionService:
     """Commands and queries on sessions of one tenant."""
 
@@ -57,6 +76,15 @@ class SessionService:
         # Most starts are of new sessions: write first, read only when version 1 exists.
         return self._store.write(session_id, decide, assume_new=True)
 
+    def restart(
+        self, session_id: str, workflow: str, user_id: str | None, ttl: timedelta, metadata: JsonObject
+    ) -> Restart:
+        """Start a session, or take an existing one back to ``init`` as an event of its own
+        (``Session.restart``: history and context kept; an expired one lives ``ttl`` from now)."""
+        require_ttl(ttl)
+        decide = partial(self._restart, session_id, workflow, user_id, ttl, metadata)
+        return self._store.write(session_id, decide, assume_new=True)
+
     def record_step(self, session_id: str, request: StepRequest) -> StepRecord:
         """Record a step; a known idempotency key returns the step recorded under it."""
         return self._store.write(
@@ -67,21 +95,26 @@ class SessionService:
         """Merge keys into the session context."""
         return self._store.write(session_id, partial(self._update_context, session_id, update))
 
-    def extend(self, session_id: str, ttl: timedelta) -> SessionState:
+    def extend(self, session_id: str, ttl: timedelta, *, reopen_expired: bool = False) -> ExpiryChange:
         """Add ``ttl`` to the current expiry: a 24 h session extended by 1 h lives 25 h.
 
-        Each extension adds at most ``MAX_TTL``; a session that already expired stays expired.
+        Each extension adds at most ``MAX_TTL``. A session that already expired stays expired
+        (SessionExpired), unless ``reopen_expired``: then it lives ``ttl`` from now.
         """
         require_ttl(ttl)
-        return self._store.write(session_id, partial(self._extend, session_id, ttl))
+        return self._store.write(session_id, partial(self._extend, session_id, ttl, reopen_expired))
 
-    def set_expiry(self, session_id: str, expires_at: datetime) -> SessionState:
+    def set_expiry(
+        self, session_id: str, expires_at: datetime, *, reopen_expired: bool = False
+    ) -> ExpiryChange:
         """Set the expiry to ``expires_at``, which must lie after now and at most ``MAX_TTL`` ahead.
 
-        The explicit form for shortening a session too; one that already expired stays expired.
+        The explicit form for shortening a session too. One that already expired stays expired
+        (SessionExpired), unless ``reopen_expired``: then it lives until ``expires_at``.
         """
         require_moment("expires_at", expires_at)
-        return self._store.write(session_id, partial(self._set_expiry, session_id, expires_at))
+        decide = partial(self._set_expiry, session_id, expires_at, reopen_expired)
+        return self._store.write(session_id, decide)
 
     def complete(self, session_id: str, resolution: JsonObject | str) -> SessionState:
         """End the session with a resolution: a JSON object, or a string kept as ``{"resolution": s}``."""
@@ -169,6 +202,22 @@ class SessionService:
         uow.add(session)
         return session.state()
 
+    def _restart(
+        self,
+        session_id: str,
+        workflow: str,
+        user_id: str | None,
+        ttl: timedelta,
+        metadata: JsonObject,
+        uow: UnitOfWork,
+    ) -> Restart:
+        existing: Session | None = uow.find(self.session_uuid(session_id))
+        if existing is None:
+            started = self._start(session_id, workflow, user_id, ttl, metadata, uow)
+            return Restart(state=started, created=True, reopened=False)
+        reopened = existing.restart(workflow=workflow, user_id=user_id, now=uow.now, expires_at=uow.now + ttl)
+        return Restart(state=existing.state(), created=False, reopened=reopened)
+
     def _record(self, session_id: str, request: StepRequest, uow: UnitOfWork) -> StepRecord:
         session = self._session(uow, session_id)
         recorded = self.find_outcome(session, request.idempotency_key)
@@ -191,13 +240,25 @@ class SessionService:
         session.update_context(update)
         return session.state()
 
-    def _extend(self, session_id: str, ttl: timedelta, uow: UnitOfWork) -> SessionState:
+    def _extend(self, session_id: str, ttl: timedelta, reopen_expired: bool, uow: UnitOfWork) -> ExpiryChange:
         session = self._session(uow, session_id)
-        session.ensure_open(uow.now)
-        session.extend(session.expires_at + ttl)
-        return session.state()
+        return self._move_expiry(session, uow.now, session.expires_at + ttl, uow.now + ttl, reopen_expired)
 
-    def _set_expiry(self, session_id: str, expires_at: datetime, uow: UnitOfWork) -> SessionState:
+    def _move_expiry(
+        self, session: Session, now: datetime, expires_at: datetime, reopen_at: datetime, reopen: bool
+    ) -> ExpiryChange:
+        """Extend an open session to ``expires_at``, or reopen an expired one until ``reopen_at``."""
+        previous = session.expires_at
+        if reopen and session.expired_by(now):
+            session.reopen(now=now, expires_at=reopen_at)
+            return ExpiryChange(state=session.state(), previous_expires_at=previous, reopened=True)
+        session.ensure_open(now)
+        session.extend(expires_at)
+        return ExpiryChange(state=session.state(), previous_expires_at=previous, reopened=False)
+
+    def _set_expiry(
+        self, session_id: str, expires_at: datetime, reopen_expired: bool, uow: UnitOfWork
+    ) -> ExpiryChange:
         # Checked against the store's clock, inside the unit of work: the same clock that
         # later decides whether the session expired.
         if expires_at <= uow.now:
@@ -208,9 +269,7 @@ class SessionService:
                 "expires_at", f"must lie at most {MAX_TTL.days} days ahead, got {expires_at.isoformat()}"
             )
         session = self._session(uow, session_id)
-        session.ensure_open(uow.now)
-        session.extend(expires_at)
-        return session.state()
+        return self._move_expiry(session, uow.now, expires_at, expires_at, reopen_expired)
 
     def _complete(self, session_id: str, resolution: JsonObject, uow: UnitOfWork) -> SessionState:
         session = self._session(uow, session_id)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import os
 import socket
 import time
@@ -58,6 +59,7 @@ class StepCall:
     input: JsonObject
     model: str | None
     key: str
+    merge_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,13 +126,20 @@ class StepService:
         input: JsonObject | None = None,
         model: str | None = None,
         idempotency_key: str | None = None,
+        *,
+        merge_input: bool = False,
     ) -> StepRecord:
         """Call the model for one step and record the outcome; a known key returns its record.
+
+        With ``merge_input``, the input's keys are merged into the session context before the
+        model is called (ContextUpdated, in the same write as StepStarted), as the seed's
+        webhook did; the model's ``context_update`` is merged after, as always.
 
         Raises an LlmError (after recording StepFailed) when the call fails, and
         StepInProgress when a live worker holds the key past ``wait_timeout_s``.
         """
-        return (await self.run(session_id, step, input, model, idempotency_key)).record
+        outcome = await self.run(session_id, step, input, model, idempotency_key, merge_input=merge_input)
+        return outcome.record
 
     async def run(
         self,
@@ -139,6 +148,8 @@ class StepService:
         input: JsonObject | None = None,
         model: str | None = None,
         idempotency_key: str | None = None,
+        *,
+        merge_input: bool = False,
     ) -> StepOutcome:
         """``process``, answering with the session's context after the step as well.
 
@@ -156,7 +167,7 @@ class StepService:
         if check_model is not None:
             check_model(model)
         key = require_name("idempotency_key", idempotency_key or f"step-{uuid4().hex}")
-        call = StepCall(session_id, step, payload, model, key)
+        call = StepCall(session_id, step, payload, model, key, merge_input)
         loop = asyncio.get_running_loop()
         slot = (session_id, key)
         while (running := self._inflight.get(slot)) is not None and running.get_loop() is loop:
@@ -230,6 +241,10 @@ class StepService:
                 return _Wait(pending.lease_until)
             session.abandon_step(call.key, uow.now, f"the lease of worker {pending.worker} lapsed")
         session.ensure_open(uow.now)
+        if call.merge_input:
+            changed = changed_keys(session.context, call.input)
+            if changed:
+                session.update_context(changed)
         messages = step_messages(
             step=call.step, previous_step=session.current_step, context=session.context, input=call.input
         )
@@ -469,6 +484,20 @@ class _LeaseRenewer:
             return  # a bug, not an outage: stop renewing rather than hide it in a loop
         # Renewed, or the database is away for now: try again at the next period.
         self._handle = self._loop.call_later(self._period, self._renew)
+
+
+def changed_keys(context: JsonObject, update: JsonObject) -> JsonObject:
+    """The keys of ``update`` that merging would change in ``context`` (compared as stored JSON,
+    so ``1``, ``1.0`` and ``true`` differ): a retried step merges nothing twice."""
+    return {
+        key: value
+        for key, value in update.items()
+        if key not in context or _canonical(context[key]) != _canonical(value)
+    }
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def _retrieve(future: asyncio.Future[StepOutcome]) -> None:

@@ -132,7 +132,12 @@ def test_the_seed_webhook_creates_processes_and_reads_a_session(
 
 def test_the_webhook_answers_errors_in_the_seed_envelope(client: tuple[TestClient, Served]) -> None:
     http, model = client
+    # The seed's own answer to an unknown action; strict mode refuses it with a 400.
     assert webhook(http, action="explode", session_id="s") == (
+        200,
+        {"success": True, "data": {"error": "Unknown action: explode"}},
+    )
+    assert webhook(http, action="explode", session_id="s", strict=True) == (
         400,
         {"success": False, "error": "Unknown action: explode"},
     )
@@ -140,7 +145,7 @@ def test_the_webhook_answers_errors_in_the_seed_envelope(client: tuple[TestClien
     assert (status, body["success"]) == (404, False)
     assert "ghost" in body["error"]
     status, body = webhook(http, action="create_session", session_id="s1")
-    assert (status, body) == (422, {"success": False, "error": "workflow_name: is required for this action"})
+    assert (status, body) == (422, {"success": False, "error": "workflow_name: is required for create_session"})
     assert webhook(http, action="get_state", session_id="ghost") == (
         200,
         {"success": True, "data": {"context": None, "current_step": None, "history": []}},
