@@ -118,9 +118,11 @@ def update_context(session_id: SessionId, body: schemas.ContextUpdate, caller: W
 
 @router.post("/sessions/{session_id}/extend", responses=_WRITE)
 def extend(session_id: SessionId, body: schemas.Extend, caller: Writer) -> schemas.SessionOut:
-    """Move the expiry to now + ttl."""
-    state = caller.engine.extend_session(session_id, timedelta(seconds=body.ttl_seconds))
-    return schemas.SessionOut.of(state)
+    """Add ``ttl_seconds`` to the current expiry (24 h + 1 h is 25 h), or set it to ``expires_at``
+    (give one of them). An expired session stays expired (410)."""
+    by = None if body.ttl_seconds is None else timedelta(seconds=body.ttl_seconds)
+    change = caller.engine.change_expiry(session_id, by=by, to=body.expires_at)
+    return schemas.SessionOut.of(change.state)
 
 
 @router.post("/sessions/{session_id}/complete", responses=_WRITE)

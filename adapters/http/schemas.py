@@ -108,7 +108,12 @@ class ProcessStep(Body):
 
 
 class Extend(Body):
-    ttl_seconds: float = Field(ge=0.001, le=MAX_TTL_SECONDS)
+    ttl_seconds: float | None = Field(
+        default=None, ge=0.001, le=MAX_TTL_SECONDS, description="Added to the current expiry."
+    )
+    expires_at: datetime | None = Field(
+        default=None, description="The new expiry (with a time zone), instead of ttl_seconds."
+    )
 
 
 class Complete(Body):

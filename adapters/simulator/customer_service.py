@@ -36,7 +36,14 @@ ROUTES = {"order_status": "order_status_handler", "refund_request": "refund_hand
 FINAL_STEP = "session_complete"
 STEP_FLOW = ("intent_classification", "order_status_handler", "refund_handler", FINAL_STEP)
 """The webhook steps of the seed's flow that the simulator decides."""
-ORDER_STATUSES = ("processing", "shipped", "in_transit", "out_for_delivery", "delivered")
+_SAID = {
+    "processing": "is being prepared",
+    "shipped": "has shipped",
+    "in_transit": "is in transit",
+    "out_for_delivery": "is out for delivery",
+    "delivered": "was delivered",
+}
+ORDER_STATUSES = tuple(_SAID)
 CARRIERS = ("SF Express", "DHL", "UPS")
 REFUND_WINDOW_DAYS = 30
 
@@ -93,12 +100,13 @@ def order_status_text(context: dict[str, Any]) -> str:
     order_id, status = context.get("order_id"), context.get("order_status")
     if not order_id or not status:
         return "I could not find an order number in your message: could you tell me which order it is?"
-    text = f"Your order {order_id} is {str(status).replace('_', ' ')}"
+    text = f"Your order {order_id} {_SAID.get(str(status), f'is {status}')}"
     if context.get("carrier"):
         text += f" with {context['carrier']}"
-    if context.get("estimated_delivery_days"):
-        text += f"; it should arrive within {context['estimated_delivery_days']} day(s)"
-    return text + ". Sorry for the wait, and thank you for your patience."
+    days = context.get("estimated_delivery_days")
+    if days:
+        text += f"; it should arrive within {days} day{'s' if days != 1 else ''}"
+    return text + ". Thank you for your patience."
 
 
 def refund_text(context: dict[str, Any]) -> str:

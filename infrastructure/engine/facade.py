@@ -260,7 +260,9 @@ class Engine:
             return self.sessions.extend(session_id, by, reopen_expired=reopen_expired)
         if to is not None and by is None:
             return self.sessions.set_expiry(session_id, to, reopen_expired=reopen_expired)
-        raise ValidationError("expires_at", "give either a duration to add or a moment to set (one of them)")
+        raise ValidationError(
+            "expires_at", "give a duration to add or a moment to set (one of them, not both)"
+        )
 
     def complete_session(self, session_id: str, resolution: JsonObject | str) -> SessionState:
         """End the session with a resolution (a JSON object, or a string)."""

@@ -145,7 +145,10 @@ def test_the_webhook_answers_errors_in_the_seed_envelope(client: tuple[TestClien
     assert (status, body["success"]) == (404, False)
     assert "ghost" in body["error"]
     status, body = webhook(http, action="create_session", session_id="s1")
-    assert (status, body) == (422, {"success": False, "error": "workflow_name: is required for create_session"})
+    assert (status, body) == (
+        422,
+        {"success": False, "error": "workflow_name: is required for create_session"},
+    )
     assert webhook(http, action="get_state", session_id="ghost") == (
         200,
         {"success": True, "data": {"context": None, "current_step": None, "history": []}},
