@@ -1,8 +1,9 @@
-"""CLI commands that read sessions: ``history`` and ``replay``; and ``demo``."""
+"""CLI commands on sessions: ``history`` and ``replay`` read them, ``extend`` moves the expiry; ``demo``."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import math
+from datetime import datetime, timedelta
 from typing import Annotated
 
 import typer
@@ -10,7 +11,7 @@ from rich.console import Console
 
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.rendering import history_table, session_table
-from flowledger.domain.bounds import require_count
+from flowledger.domain.bounds import MAX_TTL, require_count
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 
@@ -37,6 +38,28 @@ def replay(
             console.print(session_table(engine.get_session(session_id, version=version, as_of=moment)))
 
 
+def extend(
+    session_id: Annotated[str, typer.Argument(help="The caller's session id.")],
+    hours: Annotated[float | None, typer.Option(help="Hours added to the current expiry.")] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Set the expiry to this ISO time (with zone) instead.")
+    ] = None,
+    reopen: Annotated[
+        bool, typer.Option("--reopen", help="Reopen an expired session (for --hours from now, or --until).")
+    ] = False,
+) -> None:
+    """Move a session's expiry: add --hours to it (24 h + 2 h is 26 h), or set it --until a moment."""
+    with reported_errors():
+        by = None if hours is None else _duration(hours)
+        to = None if until is None else _parse_time(until, "until")
+        with Engine() as engine:
+            change = engine.change_expiry(session_id, by=by, to=to, reopen_expired=reopen)
+        after = change.state.expires_at.isoformat(timespec="seconds")
+        before = change.previous_expires_at.isoformat(timespec="seconds")
+        how = "reopened: it had expired" if change.reopened else f"it was {before}"
+        console.print(f"session {session_id!r} now expires at {after} ({how})", highlight=False)
+
+
 def demo(
     sessions: Annotated[int, typer.Option(help="How many scripted sessions to run.")] = 300,
 ) -> None:
@@ -48,18 +71,26 @@ def demo(
         run_demo(console, sessions=sessions)
 
 
-def _parse_time(text: str) -> datetime:
+def _parse_time(text: str, field: str = "as_of") -> datetime:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise ValidationError("as_of", f"{text!r} is not an ISO 8601 time") from None
+        raise ValidationError(field, f"{text!r} is not an ISO 8601 time") from None
     if moment.tzinfo is None:
-        raise ValidationError("as_of", "needs a time zone, e.g. 2026-11-30T10:00:00+00:00")
+        raise ValidationError(field, "needs a time zone, e.g. 2026-11-30T10:00:00+00:00")
     return moment
+
+
+def _duration(hours: float) -> timedelta:
+    most = MAX_TTL.total_seconds() / 3600
+    if not math.isfinite(hours) or not 0 < hours <= most:
+        raise ValidationError("hours", f"must be more than 0 and at most {most:g}, got {hours:g}")
+    return timedelta(hours=hours)
 
 
 def register(app: typer.Typer) -> None:
     """Add these commands to the top-level app."""
     app.command()(history)
     app.command()(replay)
+    app.command()(extend)
     app.command()(demo)

@@ -36,6 +36,10 @@ BAD_INPUT = [
     (["serve", "--port", "99999"], 2, "port: must be a whole number from 0 to 65535"),
     (["simulate-llm", "--port", "99999"], 2, "port: must be a whole number from 0 to 65535"),
     (["demo", "--sessions", "0"], 2, "sessions: must be a whole number from 1"),
+    (["extend", "x", "--hours", "0"], 2, "hours: must be more than 0 and at most 8784, got 0"),
+    (["extend", "x", "--until", "soon"], 2, "until: 'soon' is not an ISO 8601 time"),
+    (["extend", "x"], 2, "expires_at: give a duration to add or a moment to set (one of them, not both)"),
+    (["extend", "nobody", "--hours", "1"], 3, "session 'nobody' not found"),
 ]
 
 NO_DATABASE = [
@@ -50,6 +54,7 @@ NO_DATABASE = [
     ["funnel", "wf"],
     ["migrate"],
     ["keys", "list"],
+    ["extend", "x", "--hours", "1"],
 ]
 
 

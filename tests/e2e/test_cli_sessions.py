@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from flowledger.infrastructure import Engine
@@ -41,6 +42,22 @@ def test_history_and_replay_show_a_session_as_it_was(database_url: str, pg_schem
     assert replay.returncode == 0, replay.stderr
     assert "classify" in replay.stdout  # current step at version 2
     assert "refund" not in replay.stdout
+
+
+def test_extend_adds_hours_to_the_expiry_or_sets_it_and_says_so(database_url: str, pg_schema: str) -> None:
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        started = engine.start_session("cli-2", "customer_service", ttl=timedelta(hours=24))
+    later = started.expires_at + timedelta(hours=2)
+
+    added = run(database_url, pg_schema, "extend", "cli-2", "--hours", "2")
+    assert added.returncode == 0, added.stderr
+    assert f"now expires at {later.isoformat(timespec='seconds')}" in added.stdout
+    assert f"it was {started.expires_at.isoformat(timespec='seconds')}" in added.stdout
+
+    moment = (started.expires_at - timedelta(hours=12)).replace(microsecond=0)
+    assert run(database_url, pg_schema, "extend", "cli-2", "--until", moment.isoformat()).returncode == 0
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        assert engine.get_session("cli-2").expires_at == moment
 
 
 def test_an_unknown_session_exits_3_with_one_line(database_url: str, pg_schema: str) -> None:

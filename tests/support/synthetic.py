@@ -130,6 +130,14 @@ class SessionScript:
         """Expired."""
         return self._add(Session.Expired, at, expired_at=at)
 
+    def restart(self, at: datetime, expires_at: datetime, user_id: str | None = None) -> SessionScript:
+        """Restarted (a repeated ``create_session``)."""
+        return self._add(Session.Restarted, at, expires_at=expires_at, user_id=user_id)
+
+    def reopen(self, at: datetime, ttl: timedelta) -> SessionScript:
+        """Reopened until ``at + ttl``."""
+        return self._add(Session.Reopened, at, expires_at=at + ttl)
+
     def abandon(self, at: datetime, reason: str = "abandoned") -> SessionScript:
         """Abandoned."""
         return self._add(Session.Abandoned, at, reason=reason)

@@ -11,7 +11,7 @@ from flowledger.domain.task import Task
 
 TOPICS = {
     Session: "Started StepStarted StepLeaseRenewed StepProcessed StepFailed ContextUpdated Extended "
-    "Completed Expired Abandoned",
+    "Completed Expired Abandoned Restarted Reopened",
     Task: "Created Classified Assigned Started Completed Escalated Released ClassificationDiscarded "
     "ClassificationFailed Requeued",
     Agent: "Registered CapacityChanged TaskAccepted TaskReleased",

@@ -57,6 +57,30 @@ def test_current_state_merges_context_sums_usage_and_ends_the_session() -> None:
     assert (row["expires_at"], row["updated_at"], row["version"]) == (at(4) + timedelta(hours=1), at(5), 6)
 
 
+def test_a_restart_takes_every_view_back_to_init_and_a_reopening_makes_the_session_active() -> None:
+    script = SessionScript("s", "wf", T0)
+    script.step("a", at(1), context_update={"x": 1}, next_step="b").expire(at(2))
+    script.restart(at(3), at(3) + timedelta(hours=5), user_id="u1").expire(at(4)).reopen(
+        at(5), timedelta(hours=1)
+    )
+    state = current_state.started_row(script.events[0])
+    for event in script.events[1:]:
+        current_state.fold(state, event)
+    assert (state["status"], state["current_step"], state["context"]) == ("active", "init", {"x": 1})
+    assert (state["user_id"], state["expires_at"], state["step_count"]) == (
+        "u1",
+        at(5) + timedelta(hours=1),
+        1,
+    )
+    seed_row = {"current_step": "b", "context_data": {}, "step_history": [], "user_id": None}
+    for event in script.events[3:5]:
+        seed.fold(seed_row, event)
+    assert (seed_row["current_step"], seed_row["user_id"]) == ("init", "u1")
+    session: dict[str, object] = {"status": "expired", "first_model": None}
+    funnel.fold(session, {}, script.events[3])
+    assert session["status"] == "active"
+
+
 def test_funnel_counts_a_step_once_in_the_order_first_reached_and_keeps_its_last_outcome() -> None:
     script = SessionScript("s", "wf", T0).start_step("a", at(1)).fail("a", at(2), "E1")
     script.step("a", at(3), usage=used("first")).step("b", at(4), usage=used("second"))

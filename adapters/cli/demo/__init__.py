@@ -33,7 +33,8 @@ SEED_PRICE_PER_MILLION = {
     "gemini-2.5-flash": Decimal("2.50"),
     "gpt-4.1": Decimal("8.00"),
 }
-SCRIPT = ("greet", "classify_intent", "resolve", "satisfaction")
+HANDLERS = ("order_status_handler", "refund_handler")
+"""The seed's graph: ``intent_classification``, one handler, then ``session_complete``."""
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,10 @@ def _usage(rng: random.Random) -> LlmUsage:
 def _run_session(engine: Engine, session_id: str, seed: int) -> None:
     rng = random.Random(seed)
     engine.start_session(session_id, "customer_service", user_id=f"user-{seed % 97}")
-    steps = rng.choices([1, 2, 3, 4], weights=(10, 15, 20, 55))[0]
-    for index, step in enumerate(SCRIPT[:steps]):
-        next_step = SCRIPT[index + 1] if index + 1 < len(SCRIPT) else None
+    script = ("intent_classification", rng.choice(HANDLERS), "session_complete")
+    steps = rng.choices([1, 2, 3], weights=(10, 25, 65))[0]
+    for index, step in enumerate(script[:steps]):
+        next_step = script[index + 1] if index + 1 < len(script) else None
         engine.record_step(
             session_id,
             step,
@@ -76,7 +78,7 @@ def _run_session(engine: Engine, session_id: str, seed: int) -> None:
             usage=_usage(rng),
             idempotency_key=f"{session_id}:{step}",
         )
-    if steps == len(SCRIPT):
+    if steps == len(script):
         engine.complete_session(session_id, "resolved")
     elif rng.random() < 0.5:
         engine.abandon_session(session_id, "user went quiet")

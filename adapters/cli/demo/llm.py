@@ -1,8 +1,11 @@
 """Demo: scripted customer-service sessions whose every step calls the LLM simulator.
 
-The seed's workflow (greet -> classify_intent -> resolve -> satisfaction) runs through
-``Engine.process_step``; each step's model is chosen by the routing policy from the
-latencies recorded so far. Prints and returns cost and latency totals.
+The seed's customer-service graph runs through ``Engine.run_step`` as its webhook does: the
+message is merged into the context, ``intent_classification`` routes to
+``order_status_handler`` or ``refund_handler`` (or straight on), then ``session_complete``;
+each next step is the one the model named. Each step's model is chosen by the routing
+policy from the latencies recorded so far (complaints get a premium model). Prints and
+returns cost and latency totals.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from flowledger.domain.routing import RoutingPolicy, observed_latencies, percent
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 
-SCRIPT = ("greet", "classify_intent", "resolve", "satisfaction")
+FIRST_STEP = "intent_classification"
+MAX_STEPS = 6
+"""A guard: the seed's graph takes three steps; a model naming steps in a loop stops here."""
 MESSAGES = (
-    "Hi, I want a refund for the shoes I bought",
-    "Where is my order? The delivery is late",
+    "Hi, I want a refund for the shoes I bought, order #A2045",
+    "Where is my order #B3310? The delivery is late",
     "Is this jacket available in size M?",
     "This is terrible, the blender arrived broken",
     "Hello, I have a question",
@@ -153,20 +158,29 @@ async def _session(
     engine: Engine, session_id: str, message: str, router: _Router, summary: LlmDemoSummary
 ) -> None:
     await asyncio.to_thread(engine.start_session, session_id, "customer_service", user_id=session_id)
-    for step in SCRIPT:
-        intent = None
-        if step == "resolve":
-            intent = (await asyncio.to_thread(engine.get_session, session_id)).context.get("intent")
+    step: str | None = FIRST_STEP
+    payload: dict[str, object] = {"original_message": message}
+    intent = None
+    for _ in range(MAX_STEPS):
+        if step is None:
+            break
         model = router.model_for("premium" if intent == "complaint" else "standard")
         try:
-            record = await engine.process_step(
-                session_id, step, {"message": message}, model=model, idempotency_key=f"{session_id}:{step}"
+            outcome = await engine.run_step(
+                session_id,
+                step,
+                payload,
+                model=model,
+                idempotency_key=f"{session_id}:{step}",
+                merge_input=True,
             )
         except LlmError as error:
             summary.failures += 1
             summary.error_types[error.error_type] += 1
             return
-        if record.usage is not None:
-            router.usages.append(record.usage)
-            summary.add(record.usage)
+        usage = outcome.record.usage
+        if usage is not None:
+            router.usages.append(usage)
+            summary.add(usage)
+        intent, step, payload = outcome.context.get("intent"), outcome.record.next_step, {}
     await asyncio.to_thread(engine.complete_session, session_id, "resolved")
