@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,6 +44,10 @@ MAX_SKILLS = 100
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _NOT_IN_NAMES = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _SCALARS = (str, int, float, bool, type(None))
+_LARGEST_PLAIN_INT_BITS = 10_000
+"""Larger ints take the encoder's path (it refuses past 4,300 digits, about 14,000 bits)."""
+_FINITE_MAX = sys.float_info.max
+_FINITE_MIN = -_FINITE_MAX
 _COMPACT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 """Built once: ``json.dumps`` with any option builds a new encoder on every call."""
 
@@ -113,38 +118,62 @@ def require_json(field_name: str, value: Any) -> None:
     event would then differ from the live one. The walk runs before any encoding, so a
     too-deep value is refused before an encoder's recursion gives out.
     """
-    if not _plainly_json(value):
-        _explain_json(field_name, value)  # raises, naming where
-    size = _json_size(field_name, value)
-    if size > MAX_JSON_BYTES:
-        raise ValidationError(field_name, f"is {size:,} bytes as JSON; the limit is {MAX_JSON_BYTES:,}")
+    bound = _plain_json_bound(value)
+    if bound < 0:
+        _explain_json(field_name, value)  # raises, naming where (the encoder judges the rest)
+    if bound < 0 or bound > MAX_JSON_BYTES:  # only then is the exact size worth an encoding
+        size = _json_size(field_name, value)
+        if size > MAX_JSON_BYTES:
+            raise ValidationError(field_name, f"is {size:,} bytes as JSON; the limit is {MAX_JSON_BYTES:,}")
 
 
-def _plainly_json(value: Any) -> bool:
-    """The walk of ``require_json`` without building a path per node (every step's input and
-    output pass through here): True when nothing is wrong; ``_explain_json`` says what is."""
+def _plain_json_bound(value: Any) -> int:
+    """The walk of ``require_json`` without a path per node or an encoding (every step's input
+    and output pass through here): an upper bound of the value's compact JSON size in bytes,
+    or -1 when something needs the careful walk (``_explain_json``) or the encoder's verdict
+    (non-finite floats, huge ints, subclasses).
+
+    A string's characters encode to at most 12 bytes each (an astral character as two
+    ``\\uXXXX`` escapes), an int of ``b`` bits to at most ``b // 3 + 3`` characters, a float
+    to at most 32; each container adds its brackets and separators.
+    """
+    bound = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         kind = type(item)
         if kind is str:
             if _UNSTORABLE.search(item):
-                return False
+                return -1
+            bound += 12 * len(item) + 3  # quotes and the separator after it
         elif kind is dict:
             if depth > MAX_JSON_DEPTH:
-                return False
+                return -1
+            bound += 2 + len(item)
             for key, child in item.items():
                 if type(key) is not str or _UNSTORABLE.search(key):
-                    return False
+                    return -1
+                bound += 12 * len(key) + 3  # quotes and the colon
                 stack.append((child, depth + 1))
         elif kind is list or kind is tuple:
             if depth > MAX_JSON_DEPTH:
-                return False
+                return -1
+            bound += 2 + len(item)
             stack.extend((child, depth + 1) for child in item)
-        elif not isinstance(item, _SCALARS) or isinstance(item, dict | list | tuple | str):
-            # Subclasses (a str or dict subclass) take the careful walk.
-            return False
-    return True
+        elif kind is int:
+            bits = item.bit_length()
+            if bits > _LARGEST_PLAIN_INT_BITS:
+                return -1
+            bound += bits // 3 + 3
+        elif kind is float:
+            if not _FINITE_MIN <= item <= _FINITE_MAX:  # NaN fails both comparisons
+                return -1
+            bound += 32
+        elif item is None or kind is bool:
+            bound += 6
+        else:
+            return -1
+    return bound
 
 
 def _explain_json(field_name: str, value: Any) -> None:

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowledger.domain import LlmUsage, ValidationError
+from flowledger.domain.bounds import _plain_json_bound
 from flowledger.domain.values import (
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
@@ -108,6 +109,33 @@ def test_arbitrary_json_is_either_refused_or_all_its_strings_are_storable(value:
     assert "\\u0000" not in json.dumps(value)
 
 
+@given(
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-(2**9000), max_value=2**9000)
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")),
+        lambda c: st.lists(c) | st.tuples(c, c) | st.dictionaries(st.text(max_size=5), c),
+        max_leaves=20,
+    )
+)
+def test_the_size_bound_that_spares_an_encoding_is_never_below_the_encoded_size(value: Any) -> None:
+    exact = len(json.dumps(value, separators=(",", ":"), allow_nan=False))
+    assert _plain_json_bound(value) >= exact
+
+
+@pytest.mark.parametrize("char", ["x", "\u00e9", "\U0001f600"])
+def test_json_of_exactly_the_size_limit_is_accepted_and_one_byte_more_is_refused(char: str) -> None:
+    width = len(json.dumps(char)) - 2  # bytes per character as JSON text (escaped when not ASCII)
+    room = MAX_JSON_BYTES - len('{"s":""}')
+    fits = {"s": char * (room // width) + "x" * (room % width)}
+    assert len(json.dumps(fits, separators=(",", ":"))) == MAX_JSON_BYTES
+    require_json("input", fits)
+    with pytest.raises(ValidationError, match="bytes as JSON"):
+        require_json("input", {"s": fits["s"] + "x"})
+
+
 @pytest.mark.parametrize(
     "payload",
     [
@@ -118,6 +146,9 @@ def test_arbitrary_json_is_either_refused_or_all_its_strings_are_storable(value:
         nested(MAX_JSON_DEPTH + 1),
         {"big": "x" * MAX_JSON_BYTES},
         {"nan": float("nan")},
+        {"inf": float("inf")},
+        [float("-inf")],
+        {"huge": 10**5000},
         {1: "int key"},
         {"when": datetime(2026, 1, 1)},
     ],
