@@ -6,12 +6,13 @@ from typing import ClassVar
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import JSONTranscoder
+from eventsourcing.persistence import JSONTranscoder, Mapper
 from eventsourcing.utils import Environment, EnvType
 
 from flowledger.domain.agent import Agent
 from flowledger.domain.session import Session
 from flowledger.domain.task import Task
+from flowledger.infrastructure.fast_json import StepEventMapper
 from flowledger.infrastructure.transcodings import register_transcodings
 
 
@@ -44,3 +45,7 @@ class FlowledgerApplication(Application[UUID]):
         """The library's transcodings plus flowledger's value objects."""
         super().register_transcodings(transcoder)
         register_transcodings(transcoder)
+
+    def construct_mapper(self) -> Mapper[UUID]:
+        """The library's mapper, with the step events encoded by orjson (``fast_json``)."""
+        return StepEventMapper(super().construct_mapper())
