@@ -144,7 +144,7 @@ class Totals:
             output_tokens=self.output_tokens + usage.output_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + usage.cache_read_input_tokens,
             reasoning_output_tokens=self.reasoning_output_tokens + usage.reasoning_output_tokens,
-            cost_usd=self.cost_usd + usage.cost_usd,
+            cost_usd=self.cost_usd + usage.charged_usd,
         )
 
 

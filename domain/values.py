@@ -69,7 +69,14 @@ __all__ = [
 class LlmUsage:
     """What one model call used and cost, named after the OpenTelemetry GenAI fields.
 
-    ``input_tokens`` includes cached tokens; ``cost_usd`` is exact (Decimal).
+    ``input_tokens`` includes cache reads and cache writes; ``cost_usd`` is exact (Decimal)
+    and is what the reply's tokens cost. The fields after ``extra`` were added later (each
+    with a default, so older events load unchanged): ``cache_creation_input_tokens`` (cache
+    writes, of which ``cache_creation_1h_input_tokens`` with a one-hour lifetime);
+    ``unpriced`` (no price was known, so ``cost_usd`` is not the cost); ``cost_source``
+    (``"provider"`` when the provider's own charge was taken); ``retried_cost_usd`` (what the
+    attempts that did not give the answer were billed; each attempt is in
+    ``extra["attempt_log"]``).
     """
 
     provider: str = "unknown"
@@ -86,9 +93,14 @@ class LlmUsage:
     latency_ms: float = 0.0
     attempts: int = 1
     extra: JsonObject = field(default_factory=dict)
+    cache_creation_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
+    unpriced: bool = False
+    cost_source: str = ""
+    retried_cost_usd: Decimal = Decimal("0")
 
     def __post_init__(self) -> None:
-        for name in ("provider", "request_model", "response_model", "response_id", "price_version"):
+        for name in ("provider", "request_model", "response_model", "response_id", "price_version", "cost_source"):
             if not isinstance(getattr(self, name), str):
                 raise ValidationError(f"usage.{name}", f"must be a string, got {getattr(self, name)!r}")
         for name in (
@@ -97,6 +109,8 @@ class LlmUsage:
             "cache_read_input_tokens",
             "reasoning_output_tokens",
             "attempts",
+            "cache_creation_input_tokens",
+            "cache_creation_1h_input_tokens",
         ):
             value = getattr(self, name)
             least = 1 if name == "attempts" else 0
@@ -106,8 +120,21 @@ class LlmUsage:
             raise ValidationError(
                 "usage.cache_read_input_tokens", "cannot exceed input_tokens (which include them)"
             )
-        if not isinstance(self.cost_usd, Decimal) or not self.cost_usd.is_finite() or self.cost_usd < 0:
-            raise ValidationError("usage.cost_usd", f"must be a finite Decimal >= 0, got {self.cost_usd!r}")
+        if self.cache_read_input_tokens + self.cache_creation_input_tokens > self.input_tokens:
+            raise ValidationError(
+                "usage.cache_creation_input_tokens",
+                "cache reads plus cache writes cannot exceed input_tokens (which include them)",
+            )
+        if self.cache_creation_1h_input_tokens > self.cache_creation_input_tokens:
+            raise ValidationError(
+                "usage.cache_creation_1h_input_tokens", "cannot exceed cache_creation_input_tokens"
+            )
+        if not isinstance(self.unpriced, bool):
+            raise ValidationError("usage.unpriced", f"must be a boolean, got {self.unpriced!r}")
+        for name in ("cost_usd", "retried_cost_usd"):
+            cost = getattr(self, name)
+            if not isinstance(cost, Decimal) or not cost.is_finite() or cost < 0:
+                raise ValidationError(f"usage.{name}", f"must be a finite Decimal >= 0, got {cost!r}")
         latency = self.latency_ms
         if (
             isinstance(latency, bool)
@@ -131,9 +158,18 @@ class LlmUsage:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
 
+    @property
+    def charged_usd(self) -> Decimal:
+        """Everything the call was billed: the reply's cost and the retried attempts'."""
+        return self.cost_usd + self.retried_cost_usd
+
     def to_dict(self) -> JsonObject:
-        """A JSON-ready dict (cost as a string, to keep it exact)."""
-        return {
+        """A JSON-ready dict (costs as strings, to keep them exact).
+
+        The later fields appear only when set, so a state that an older release recorded
+        reads back the same (``tests/fixtures``).
+        """
+        data: JsonObject = {
             "provider": self.provider,
             "request_model": self.request_model,
             "response_model": self.response_model,
@@ -149,6 +185,11 @@ class LlmUsage:
             "attempts": self.attempts,
             "extra": self.extra,
         }
+        for name, default in _LATER_FIELDS:
+            value = getattr(self, name)
+            if value != default:
+                data[name] = str(value) if isinstance(value, Decimal) else value
+        return data
 
     @classmethod
     def from_dict(cls, data: JsonObject) -> LlmUsage:
@@ -158,12 +199,22 @@ class LlmUsage:
         if unknown:
             raise ValidationError("usage", f"unknown fields {sorted(unknown)}")
         values = dict(data)
-        if "cost_usd" in values:
-            values["cost_usd"] = Decimal(str(values["cost_usd"]))
+        for name in ("cost_usd", "retried_cost_usd"):
+            if name in values:
+                values[name] = Decimal(str(values[name]))
         if "finish_reasons" in values:
             values["finish_reasons"] = tuple(values["finish_reasons"])
         return cls(**values)
 
+
+_LATER_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("cache_creation_input_tokens", 0),
+    ("cache_creation_1h_input_tokens", 0),
+    ("unpriced", False),
+    ("cost_source", ""),
+    ("retried_cost_usd", Decimal("0")),
+)
+"""LlmUsage fields added after release 0.1.0, with their defaults."""
 
 _PLAIN_JSON = json.JSONEncoder(allow_nan=False)
 """Built once: ``json.dumps`` with any option builds a new encoder on every call."""
@@ -211,22 +262,24 @@ def require_usage(field_name: str, usage: Any) -> LlmUsage | None:
         raise ValidationError(field_name, "must be an LlmUsage")
     if _plainly_within_bounds(usage):
         return usage  # every step's usage passes here: the careful checks below name a fault
-    for name in ("provider", "request_model", "response_model", *_LONG_IDS):
+    for name in ("provider", "request_model", "response_model", "cost_source", *_LONG_IDS):
         text = getattr(usage, name)
         if text:
             require_text(
                 f"{field_name}.{name}", text, max_length=1_000 if name in _LONG_IDS else MAX_NAME_LENGTH
             )
-    for name in ("input_tokens", "output_tokens", "cache_read_input_tokens", "reasoning_output_tokens"):
+    for name in _TOKEN_FIELDS:
         require_count(f"{field_name}.{name}", getattr(usage, name), most=MAX_TOKENS)
     require_count(f"{field_name}.attempts", usage.attempts, least=1, most=MAX_ATTEMPTS)
     if usage.latency_ms > MAX_LATENCY_MS:
         raise ValidationError(f"{field_name}.latency_ms", f"must be at most {MAX_LATENCY_MS:.0f} (a day)")
-    exponent = usage.cost_usd.as_tuple().exponent
-    if usage.cost_usd > MAX_COST_USD or (isinstance(exponent, int) and exponent < -40):
-        raise ValidationError(
-            f"{field_name}.cost_usd", f"must be at most {MAX_COST_USD} with at most 40 decimal places"
-        )
+    for name in ("cost_usd", "retried_cost_usd"):
+        cost = getattr(usage, name)
+        exponent = cost.as_tuple().exponent
+        if cost > MAX_COST_USD or (isinstance(exponent, int) and exponent < -40):
+            raise ValidationError(
+                f"{field_name}.{name}", f"must be at most {MAX_COST_USD} with at most 40 decimal places"
+            )
     if len(usage.finish_reasons) > MAX_FINISH_REASONS:
         raise ValidationError(
             f"{field_name}.finish_reasons", f"must hold at most {MAX_FINISH_REASONS} reasons"
@@ -248,7 +301,10 @@ def _plainly_within_bounds(usage: LlmUsage) -> bool:
         usage.output_tokens,
         usage.cache_read_input_tokens,
         usage.reasoning_output_tokens,
+        usage.cache_creation_input_tokens,
     )
+    if usage.retried_cost_usd or usage.cost_source:
+        return False  # rare: the careful path checks them
     if any(type(count) is not int or not 0 <= count <= MAX_TOKENS for count in counts):
         return False
     if type(usage.attempts) is not int or not 1 <= usage.attempts <= MAX_ATTEMPTS:
@@ -263,6 +319,15 @@ def _plainly_within_bounds(usage: LlmUsage) -> bool:
         and not usage.extra  # anything in extra takes the careful path (its JSON bounds)
     )
 
+
+_TOKEN_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "reasoning_output_tokens",
+    "cache_creation_input_tokens",
+    "cache_creation_1h_input_tokens",
+)
 
 _USAGE_TEXTS = tuple(
     (name, 1_000 if name in _LONG_IDS else MAX_NAME_LENGTH)

@@ -9,6 +9,8 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from flowledger.domain.values import LlmUsage
+
 _ENVELOPE = {"originator_id", "originator_version", "timestamp", "originator_topic"}
 
 
@@ -46,6 +48,8 @@ def jsonable(value: Any) -> Any:
         return str(value)
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, LlmUsage):
+        return jsonable(value.to_dict())  # its later fields only when set
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return jsonable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
     return value

@@ -13,7 +13,8 @@ from typing import Any
 from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.pricing import ModelPrice, TokenCounts, cost_of, model_names
+from flowledger.domain.price_table import model_names
+from flowledger.domain.pricing import ModelPrice, TokenCounts, cost_of
 
 GROUPINGS: Mapping[str, str] = {
     "model": "coalesce(model, '(none)')",

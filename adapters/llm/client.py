@@ -1,6 +1,7 @@
 """An async client for any OpenAI-compatible ``/chat/completions`` endpoint; implements LlmPort.
 
-One call: price lookup (an unknown model fails before anything is sent), the
+One call: price lookup at the price in force now (an unknown model fails before anything
+is sent, or is flagged ``unpriced`` when the config says so), the
 model's rate limits, then attempts under the SDK's retry policy, each admitted by
 the endpoint's circuit breaker and bounded by ``request_timeout_s``. The reply's
 usage is priced per token type; every attempt's outcome is kept in ``usage.extra``.
@@ -13,6 +14,7 @@ import json
 import random
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -21,6 +23,7 @@ from flowledger.adapters.llm.completion import ParsedCompletion, estimate_prompt
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
+from flowledger.adapters.llm.reported_usage import ReportedUsage
 from flowledger.adapters.llm.resilience import EndpointBreaker, ModelRateLimiter
 from flowledger.adapters.llm.retry import (
     AttemptError,
@@ -31,8 +34,9 @@ from flowledger.adapters.llm.retry import (
 )
 from flowledger.adapters.llm.transport import build_transport
 from flowledger.adapters.llm.usage import CallContext, build_usage
-from flowledger.domain.errors import CircuitOpen, LlmCallFailed, ValidationError
+from flowledger.domain.errors import CircuitOpen, LlmCallFailed, UnknownModelPrice, ValidationError
 from flowledger.domain.ports import CallEstimate, LlmReply
+from flowledger.domain.pricing import ModelPrice
 from flowledger.infrastructure.settings import Settings
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -54,6 +58,7 @@ class OpenAICompatibleClient:
         retry_sleep: Callable[[float], Awaitable[None]] | None = None,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.perf_counter,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.config = config
         self.prices = prices
@@ -65,6 +70,7 @@ class OpenAICompatibleClient:
             recovery_s=config.breaker_recovery_s,
         )
         self._clock = clock
+        self._now = now
         self._http = httpx.AsyncClient(
             base_url=config.base_url.rstrip("/") + "/",
             headers={"Authorization": f"Bearer {config.api_key.reveal()}"},
@@ -124,14 +130,24 @@ class OpenAICompatibleClient:
         return [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
 
     def check_model(self, model: str | None) -> None:
-        """Raise UnknownModelPrice for a model the price table cannot price (None: the default model)."""
-        self.prices.price_for(model or self.config.default_model)
+        """Raise UnknownModelPrice for a model the price table cannot price now (None: the
+        default model), unless the config flags such calls instead of refusing them."""
+        self._price_now(model or self.config.default_model)
+
+    def _price_now(self, model: str) -> ModelPrice | None:
+        """The model's price in force now; None (flagged unpriced) or UnknownModelPrice without one."""
+        try:
+            return self.prices.price_for(model, at=self._now())
+        except UnknownModelPrice:
+            if self.config.unpriced_models == "flag":
+                return None
+            raise
 
     def max_cost(self, model: str | None, messages: list[dict[str, Any]]) -> CallEstimate:
         """The most a call can cost (CostEstimator): the prompt's estimated tokens at the input
         price plus ``max_tokens`` at the output price (the reasoning price, when dearer)."""
         name = model or self.config.default_model
-        price = self.prices.price_for(name)
+        price = self.prices.price_for(name, at=self._now())
         prompt, output = estimate_prompt_tokens(messages), self.config.max_tokens
         dearer = price.output_cost_per_reasoning_token
         reasoning = output if dearer is not None and dearer > price.output_cost_per_token else 0
@@ -154,7 +170,7 @@ class OpenAICompatibleClient:
         self, model: str | None, messages: list[dict[str, Any]], *, json_mode: bool, stream: bool
     ) -> LlmReply:
         name = model or self.config.default_model
-        price = self.prices.price_for(name)
+        price = self._price_now(name)
         body: dict[str, Any] = {
             "model": name,
             "messages": messages,
@@ -216,7 +232,8 @@ class OpenAICompatibleClient:
                 self.breaker.release_trial()
             raise
         self.breaker.record(None, trial=trial)
-        outcomes.append(self._outcome(len(outcomes) + 1, None, begun, waited))
+        tokens = parsed.tokens if parsed.tokens.reported else None
+        outcomes.append(self._outcome(len(outcomes) + 1, None, begun, waited, tokens))
         return parsed
 
     async def _send(self, body: dict[str, Any], stream: bool, begun: float) -> ParsedCompletion:
@@ -276,14 +293,22 @@ class OpenAICompatibleClient:
         )
 
     def _outcome(
-        self, number: int, error: AttemptError | None, begun: float, waited: float
+        self,
+        number: int,
+        error: AttemptError | None,
+        begun: float,
+        waited: float,
+        usage: ReportedUsage | None = None,
     ) -> AttemptOutcome:
+        if error is not None:
+            usage = error.usage
         return AttemptOutcome(
             number=number,
             error_type="ok" if error is None else error.error_type,
             status_code=None if error is None else error.status_code,
             elapsed_ms=(self._clock() - begun) * 1000,
             waited_before_s=waited,
+            usage=usage,
         )
 
     def _scrub(self, text: str) -> str:

@@ -10,39 +10,8 @@ from typing import Any
 
 import httpx
 
+from flowledger.adapters.llm.reported_usage import ReportedUsage, parse_usage
 from flowledger.adapters.llm.retry import AttemptError
-
-
-@dataclass(frozen=True, kw_only=True)
-class TokenCounts:
-    """Token counts as the OpenTelemetry GenAI fields name them (cached and reasoning included)."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    reasoning_output_tokens: int = 0
-    reported: bool = False
-
-    @classmethod
-    def from_openai(cls, usage: Any) -> TokenCounts:
-        """From an OpenAI ``usage`` object; impossible sub-counts are clamped, not trusted."""
-        if not isinstance(usage, dict):
-            return cls()
-        prompt = _count(usage.get("prompt_tokens"))
-        completion = _count(usage.get("completion_tokens"))
-        prompt_details = usage.get("prompt_tokens_details") or {}
-        completion_details = usage.get("completion_tokens_details") or {}
-        cached = _count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
-        reasoning = (
-            _count(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else 0
-        )
-        return cls(
-            input_tokens=prompt,
-            output_tokens=completion,
-            cache_read_input_tokens=min(cached, prompt),
-            reasoning_output_tokens=min(reasoning, completion),
-            reported=True,
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +22,7 @@ class ParsedCompletion:
     response_model: str
     response_id: str
     finish_reasons: tuple[str, ...]
-    tokens: TokenCounts
+    tokens: ReportedUsage
     time_to_first_token_ms: float | None = None
     chunks: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -61,20 +30,21 @@ class ParsedCompletion:
 
 def parse_completion(data: Any) -> ParsedCompletion:
     """A non-streamed reply body; a body without choices is a malformed response."""
+    tokens = parse_usage(data.get("usage") or data.get("usageMetadata")) if isinstance(data, dict) else None
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _malformed("reply has no choices")
+        raise _malformed("reply has no choices", tokens)
     message = choices[0].get("message") or {}
     content = message.get("content") if isinstance(message, dict) else None
     if content is not None and not isinstance(content, str):
-        raise _malformed("message content is not a string")
+        raise _malformed("message content is not a string", tokens)
     reasons = tuple(str(c.get("finish_reason")) for c in choices if c.get("finish_reason"))
     return ParsedCompletion(
         content=content or "",
         response_model=str(data.get("model") or ""),
         response_id=str(data.get("id") or ""),
         finish_reasons=reasons,
-        tokens=TokenCounts.from_openai(data.get("usage")),
+        tokens=tokens or ReportedUsage(),
     )
 
 
@@ -89,7 +59,7 @@ async def read_stream(
     parts: list[str] = []
     reasons: list[str] = []
     model = response_id = ""
-    tokens = TokenCounts()
+    tokens = ReportedUsage()
     first_token_ms: float | None = None
     chunks = 0
     done = False
@@ -110,7 +80,7 @@ async def read_stream(
         model = str(chunk.get("model") or model)
         response_id = str(chunk.get("id") or response_id)
         if chunk.get("usage"):
-            tokens = TokenCounts.from_openai(chunk["usage"])
+            tokens = parse_usage(chunk["usage"])
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             text = delta.get("content") if isinstance(delta, dict) else None
@@ -121,7 +91,13 @@ async def read_stream(
             if choice.get("finish_reason"):
                 reasons.append(str(choice["finish_reason"]))
     if not done:
-        raise AttemptError("stream ended before [DONE]", error_type="connection_error", retryable=True)
+        # Billed when the usage chunk came: the attempt keeps it.
+        raise AttemptError(
+            "stream ended before [DONE]",
+            error_type="connection_error",
+            retryable=True,
+            usage=tokens if tokens.reported else None,
+        )
     return ParsedCompletion(
         content="".join(parts),
         response_model=model,
@@ -143,6 +119,8 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _malformed(message: str) -> AttemptError:
-    # The SDK does not retry a 2xx it cannot read; neither do we.
-    return AttemptError(message, error_type="malformed_response", retryable=False)
+def _malformed(message: str, tokens: ReportedUsage | None = None) -> AttemptError:
+    # The SDK does not retry a 2xx it cannot read; neither do we. A body that still says
+    # what it used was billed: the attempt keeps that.
+    usage = tokens if tokens is not None and tokens.reported else None
+    return AttemptError(message, error_type="malformed_response", retryable=False, usage=usage)

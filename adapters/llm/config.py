@@ -67,6 +67,9 @@ class ClientConfig:
     the OpenAI SDK's meaning: retries after the first attempt. ``transport`` picks the
     client under httpx's API: ``"aiohttp"`` (the default, ``httpx-aiohttp``) or ``"httpx"``
     (httpx's own pool, split into pools of ``pool_shard_size`` connections); see ``transport``.
+    ``unpriced_models`` says what a call to a model without a price does: ``"refuse"`` (raise
+    UnknownModelPrice before anything is sent) or ``"flag"`` (call it; its usage says
+    ``unpriced`` and ``prices reprice`` can price it once a price is added).
     """
 
     base_url: str
@@ -87,6 +90,7 @@ class ClientConfig:
     default_limits: ModelLimits | None = None
     breaker_failure_threshold: int = 5
     breaker_recovery_s: float = 30.0
+    unpriced_models: str = "refuse"
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url)
@@ -115,6 +119,10 @@ class ClientConfig:
             raise ValidationError("max_tokens", "must be >= 1")
         if self.breaker_failure_threshold < 1:
             raise ValidationError("breaker_failure_threshold", "must be >= 1")
+        if self.unpriced_models not in ("refuse", "flag"):
+            raise ValidationError(
+                "unpriced_models", f"must be 'refuse' or 'flag', got {self.unpriced_models!r}"
+            )
 
     @property
     def endpoint(self) -> str:

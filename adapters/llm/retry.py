@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from flowledger.adapters.llm.reported_usage import ReportedUsage
+
 INITIAL_RETRY_DELAY_S = 0.5
 MAX_RETRY_DELAY_S = 8.0
 MAX_RETRY_AFTER_S = 120.0
@@ -25,7 +27,8 @@ RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
 class AttemptError(Exception):
-    """One attempt failed; ``error_type`` is stable and short, ``retryable`` per the policy."""
+    """One attempt failed; ``error_type`` is stable and short, ``retryable`` per the policy;
+    ``usage`` is what the provider reported it used (and so billed), when it said."""
 
     def __init__(
         self,
@@ -35,8 +38,10 @@ class AttemptError(Exception):
         retryable: bool,
         status_code: int | None = None,
         retry_after_s: float | None = None,
+        usage: ReportedUsage | None = None,
     ) -> None:
         super().__init__(message)
+        self.usage = usage
         self.error_type = error_type
         self.retryable = retryable
         self.status_code = status_code
@@ -45,13 +50,15 @@ class AttemptError(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class AttemptOutcome:
-    """How one attempt ended: ``error_type`` is ``"ok"`` for a success."""
+    """How one attempt ended: ``error_type`` is ``"ok"`` for a success; ``usage`` is what it
+    was billed for, when the provider said."""
 
     number: int
     error_type: str
     status_code: int | None
     elapsed_ms: float
     waited_before_s: float
+    usage: ReportedUsage | None = None
 
 
 def parse_retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time) -> float | None:

@@ -1,11 +1,20 @@
-"""Turning one call's reply and attempts into an LlmUsage: tokens per type, exact cost, attempt log."""
+"""Turning one call's reply and attempts into an LlmUsage: tokens per type, exact cost, attempt log.
+
+Every attempt the provider billed (it reported usage: the answer, a 2xx body that could not
+be read, a stream cut after its usage chunk) is priced on its own, in the attempt log. The
+usage's token fields and ``cost_usd`` are the last attempt's (the answer, when there is one);
+what the attempts before it were billed is ``retried_cost_usd``. A provider's own charge
+(OpenRouter's ``usage.cost``) overrides the price table for its attempt.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from flowledger.adapters.llm.completion import ParsedCompletion
+from flowledger.adapters.llm.reported_usage import ReportedUsage
 from flowledger.adapters.llm.retry import AttemptOutcome
 from flowledger.domain.pricing import ModelPrice
 from flowledger.domain.values import LlmUsage
@@ -13,57 +22,83 @@ from flowledger.domain.values import LlmUsage
 
 @dataclass(frozen=True, kw_only=True)
 class CallContext:
-    """What is fixed for one call before its first attempt (clock readings in seconds)."""
+    """What is fixed for one call before its first attempt (clock readings in seconds).
+
+    ``price`` is None for a model without a price (its usage is flagged ``unpriced``).
+    """
 
     provider: str
     model: str
-    price: ModelPrice
+    price: ModelPrice | None
     price_version: str
     stream: bool
     queued: float
     started: float
 
 
+def attempt_cost(price: ModelPrice | None, tokens: ReportedUsage) -> Decimal | None:
+    """What one attempt was billed: the provider's charge, else its tokens at ``price``; None
+    when neither is known."""
+    if tokens.provider_cost_usd is not None:
+        return tokens.provider_cost_usd
+    if price is None:
+        return None
+    return price.cost(**tokens.counts())
+
+
 def build_usage(
     call: CallContext, parsed: ParsedCompletion | None, outcomes: list[AttemptOutcome], now: float
 ) -> LlmUsage:
     """The usage of a call that ended at ``now`` (``parsed`` is None when it failed)."""
-    tokens = parsed.tokens if parsed is not None else None
+    log: list[dict[str, Any]] = []
+    retried = Decimal(0)
+    billed = 0
+    unpriced = False
+    for index, outcome in enumerate(outcomes):
+        entry: dict[str, Any] = {
+            "n": outcome.number,
+            "outcome": outcome.error_type,
+            "status": outcome.status_code,
+            "ms": round(outcome.elapsed_ms, 3),
+            "waited_s": round(outcome.waited_before_s, 3),
+        }
+        if outcome.usage is not None:
+            cost = attempt_cost(call.price, outcome.usage)
+            entry["usage"] = outcome.usage.counts()
+            entry["cost_usd"] = None if cost is None else str(cost)
+            billed += 1
+            unpriced = unpriced or cost is None
+            if index < len(outcomes) - 1 and cost is not None:
+                retried += cost
+        log.append(entry)
+    # Without a price, a call nothing was reported for is unpriced too: never a silent $0.
+    unpriced = unpriced or (call.price is None and not billed)
     extra: dict[str, Any] = {
         "streamed": call.stream,
         "rate_limit_wait_ms": round((call.started - call.queued) * 1000, 3),
-        "attempt_log": [
-            {
-                "n": o.number,
-                "outcome": o.error_type,
-                "status": o.status_code,
-                "ms": round(o.elapsed_ms, 3),
-                "waited_s": round(o.waited_before_s, 3),
-            }
-            for o in outcomes
-        ],
+        "attempt_log": log,
     }
     if parsed is not None and call.stream:
         ttft = parsed.time_to_first_token_ms
         extra["time_to_first_token_ms"] = round(ttft, 3) if ttft is not None else None
-    if tokens is not None and not tokens.reported:
+    if parsed is not None and not parsed.tokens.reported:
         extra["usage_reported"] = False
-    counts = {
-        "input_tokens": tokens.input_tokens if tokens else 0,
-        "output_tokens": tokens.output_tokens if tokens else 0,
-        "cache_read_input_tokens": tokens.cache_read_input_tokens if tokens else 0,
-        "reasoning_output_tokens": tokens.reasoning_output_tokens if tokens else 0,
-    }
+    last = outcomes[-1].usage if outcomes else None
+    tokens = last if last is not None else ReportedUsage()
+    cost = attempt_cost(call.price, tokens)
     return LlmUsage(
         provider=call.provider,
         request_model=call.model,
         response_model=(parsed.response_model if parsed else "") or call.model,
         finish_reasons=parsed.finish_reasons if parsed else (),
         response_id=parsed.response_id if parsed else "",
-        cost_usd=call.price.cost(**counts),
+        cost_usd=cost if cost is not None else Decimal(0),
         price_version=call.price_version,
         latency_ms=round((now - call.started) * 1000, 3),
         attempts=max(len(outcomes), 1),
         extra=extra,
-        **counts,
+        unpriced=unpriced,
+        cost_source="provider" if tokens.provider_cost_usd is not None else "",
+        retried_cost_usd=retried,
+        **tokens.counts(),
     )

@@ -1,0 +1,169 @@
+"""Reading a reply's usage object in OpenAI's, Anthropic's or Gemini's shape into one set of counts.
+
+Counts follow the OpenTelemetry GenAI fields (``input_tokens`` include cache reads and cache
+writes, ``output_tokens`` include reasoning). The shapes:
+
+- OpenAI chat completions (and the proxies that speak it: LiteLLM, OpenRouter): ``prompt_tokens``
+  (cache included), ``prompt_tokens_details.cached_tokens``,
+  ``completion_tokens_details.reasoning_tokens``; cache writes as ``cache_creation_input_tokens``
+  (LiteLLM, with ``cache_creation_token_details``) or ``prompt_tokens_details.cache_write_tokens``
+  (OpenRouter); OpenRouter's own charge as ``cost`` (USD).
+- OpenAI responses: ``input_tokens`` (cache included) with ``input_tokens_details``.
+- Anthropic messages: ``input_tokens`` *excluding* ``cache_read_input_tokens`` and
+  ``cache_creation_input_tokens``, the writes split by lifetime in
+  ``cache_creation.ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``.
+- Gemini ``usageMetadata``: ``promptTokenCount`` (cached content included, plus
+  ``toolUsePromptTokenCount``), ``candidatesTokenCount`` plus ``thoughtsTokenCount``,
+  ``cachedContentTokenCount``; the SDK's snake_case names too.
+
+Impossible sub-counts are clamped, not trusted: a reply never makes the usage invalid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportedUsage:
+    """One attempt's token counts as the provider reported them, and its charge if it gave one."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    reasoning_output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
+    provider_cost_usd: Decimal | None = None
+    reported: bool = False
+
+    def counts(self) -> dict[str, int]:
+        """The token counts, as keyword arguments of ``LlmUsage`` and ``ModelPrice.cost``."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "reasoning_output_tokens": self.reasoning_output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_creation_1h_input_tokens": self.cache_creation_1h_input_tokens,
+        }
+
+
+def parse_usage(usage: Any) -> ReportedUsage:
+    """The counts in ``usage`` (any of the shapes in the module docstring); nothing is 'not reported'."""
+    if not isinstance(usage, dict) or not usage:
+        return ReportedUsage()
+    if "promptTokenCount" in usage or "prompt_token_count" in usage:
+        return _gemini(usage)
+    if "prompt_tokens" in usage:
+        return _openai_chat(usage)
+    if "input_tokens" in usage and "input_tokens_details" in usage:
+        return _openai_responses(usage)
+    if "input_tokens" in usage:
+        return _anthropic(usage)
+    return ReportedUsage()
+
+
+def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
+    prompt_details = _object(usage.get("prompt_tokens_details"))
+    completion_details = _object(usage.get("completion_tokens_details"))
+    writes = _count(usage.get("cache_creation_input_tokens")) or _count(
+        prompt_details.get("cache_write_tokens") or prompt_details.get("cache_creation_tokens")
+    )
+    lifetimes = _object(
+        usage.get("cache_creation_token_details")
+        or prompt_details.get("cache_creation_token_details")
+        or usage.get("cache_creation")
+    )
+    return _clamped(
+        input_tokens=_count(usage.get("prompt_tokens")),
+        output_tokens=_count(usage.get("completion_tokens")),
+        cached=_count(prompt_details.get("cached_tokens")),
+        reasoning=_count(completion_details.get("reasoning_tokens")),
+        writes=writes,
+        writes_1h=_count(lifetimes.get("ephemeral_1h_input_tokens")),
+        cost=_money(usage.get("cost")),
+    )
+
+
+def _openai_responses(usage: dict[str, Any]) -> ReportedUsage:
+    return _clamped(
+        input_tokens=_count(usage.get("input_tokens")),
+        output_tokens=_count(usage.get("output_tokens")),
+        cached=_count(_object(usage.get("input_tokens_details")).get("cached_tokens")),
+        reasoning=_count(_object(usage.get("output_tokens_details")).get("reasoning_tokens")),
+    )
+
+
+def _anthropic(usage: dict[str, Any]) -> ReportedUsage:
+    lifetimes = _object(usage.get("cache_creation"))
+    written_5m = _count(lifetimes.get("ephemeral_5m_input_tokens"))
+    written_1h = _count(lifetimes.get("ephemeral_1h_input_tokens"))
+    writes = max(_count(usage.get("cache_creation_input_tokens")), written_5m + written_1h)
+    cached = _count(usage.get("cache_read_input_tokens"))
+    return _clamped(
+        input_tokens=_count(usage.get("input_tokens")) + cached + writes,
+        output_tokens=_count(usage.get("output_tokens")),
+        cached=cached,
+        writes=writes,
+        writes_1h=written_1h,
+    )
+
+
+def _gemini(usage: dict[str, Any]) -> ReportedUsage:
+    def field(camel: str, snake: str) -> int:
+        return _count(usage.get(camel, usage.get(snake)))
+
+    thoughts = field("thoughtsTokenCount", "thoughts_token_count")
+    return _clamped(
+        input_tokens=field("promptTokenCount", "prompt_token_count")
+        + field("toolUsePromptTokenCount", "tool_use_prompt_token_count"),
+        output_tokens=field("candidatesTokenCount", "candidates_token_count") + thoughts,
+        cached=field("cachedContentTokenCount", "cached_content_token_count"),
+        reasoning=thoughts,
+    )
+
+
+def _clamped(
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cached: int = 0,
+    reasoning: int = 0,
+    writes: int = 0,
+    writes_1h: int = 0,
+    cost: Decimal | None = None,
+) -> ReportedUsage:
+    cached = min(cached, input_tokens)
+    writes = min(writes, input_tokens - cached)
+    return ReportedUsage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_input_tokens=cached,
+        reasoning_output_tokens=min(reasoning, output_tokens),
+        cache_creation_input_tokens=writes,
+        cache_creation_1h_input_tokens=min(writes_1h, writes),
+        provider_cost_usd=cost,
+        reported=True,
+    )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _money(value: Any) -> Decimal | None:
+    """A provider's charge: a finite number >= 0 (read from its text, so 0.1 stays 0.1)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        amount = Decimal(str(value))
+    except InvalidOperation:
+        return None
+    return amount if amount.is_finite() and amount >= 0 else None
