@@ -11,12 +11,14 @@ the price file.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
 from flowledger.domain.pricing import ModelPrice
@@ -69,7 +71,9 @@ class PriceTable:
         for model, entries in self.schedule.items():
             starts = [entry.effective_from for entry in entries]
             if not starts or starts != sorted(starts) or len(set(starts)) != len(starts):
-                raise ValidationError(f"prices.{model}", "needs entries in effective_from order, no two alike")
+                raise ValidationError(
+                    f"prices.{model}", "needs entries in effective_from order, no two alike"
+                )
         for alias, target in self.aliases.items():
             if self._key(target) is None:
                 raise ValidationError(f"aliases.{alias}", f"names {target!r}, which has no price")
@@ -122,3 +126,60 @@ class PriceTable:
 
     def _key(self, name: str) -> str | None:
         return name if name in self.prices or name in self.schedule else None
+
+
+def price_table_from_document(
+    data: dict[str, Any], *, label: str, raw: bytes, default: ModelPrice | None = None
+) -> PriceTable:
+    """The table a price file holds (``data`` is its JSON, numbers read as Decimal; ``raw`` its
+    bytes, which name the version of a LiteLLM file); ``default`` prices models it lacks."""
+    aliases: dict[str, str] = {}
+    if isinstance(data.get("models"), dict):
+        version = data.get("version")
+        if not isinstance(version, str) or not version.strip():
+            raise ValidationError("pricing_file", f"{label} needs a non-empty 'version'")
+        entries: dict[str, Any] = data["models"]
+        if default is None and isinstance(data.get("default"), dict):
+            default = ModelPrice.from_entry(data["default"])
+        raw_aliases = data.get("aliases", {})
+        if not isinstance(raw_aliases, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in raw_aliases.items()
+        ):
+            raise ValidationError("pricing_file", f"{label}: 'aliases' must map names to model names")
+        aliases = dict(raw_aliases)
+    else:
+        # LiteLLM's file: a flat map, with a documentation entry and non-chat models.
+        version = f"{label}@sha256:{hashlib.sha256(raw).hexdigest()[:12]}"
+        entries = {k: v for k, v in data.items() if k != "sample_spec"}
+    prices: dict[str, ModelPrice] = {}
+    schedule: dict[str, list[DatedPrice]] = {}
+    for model, entry in entries.items():
+        if isinstance(entry, list):
+            schedule[model] = sorted(
+                (_dated(model, item) for item in entry), key=lambda dated: dated.effective_from
+            )
+        elif _is_price(entry) and "effective_from" in entry:
+            schedule[model] = [_dated(model, entry)]
+        elif _is_price(entry):
+            prices[model] = ModelPrice.from_entry(entry)
+    if not prices and not schedule:
+        raise ValidationError("pricing_file", f"{label} has no model with input and output prices")
+    return PriceTable(version=version, prices=prices, default=default, schedule=schedule, aliases=aliases)
+
+
+def _is_price(entry: Any) -> bool:
+    return isinstance(entry, dict) and "input_cost_per_token" in entry and "output_cost_per_token" in entry
+
+
+def _dated(model: str, entry: Any) -> DatedPrice:
+    if not _is_price(entry) or not isinstance(entry.get("effective_from"), str):
+        raise ValidationError(
+            f"prices.{model}", "each dated entry needs effective_from, input and output prices"
+        )
+    try:
+        start = datetime.fromisoformat(entry["effective_from"])
+    except ValueError:
+        raise ValidationError(
+            f"prices.{model}.effective_from", f"not an ISO 8601 time: {entry['effective_from']!r}"
+        ) from None
+    return DatedPrice(effective_from=start, price=ModelPrice.from_entry(entry))

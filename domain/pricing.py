@@ -3,7 +3,8 @@
 The LLM adapter prices each call with it (``adapters/llm``) and the projections reprice
 recorded usage with it (``projections/cost_queries``, ``projections/repricing``); no other
 module multiplies tokens by prices. Price keys are LiteLLM's. Which price is in force for a
-model name at a time is ``PriceTable``'s job (``domain/price_table.py``); loading a price file is I/O and stays in the adapter (``load_price_table``).
+model name at a time is ``PriceTable``'s job (``domain/price_table.py``); reading a price
+file is I/O and stays in the adapter (``load_price_table``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ class TokenCounts:
             raise ValidationError(
                 "cache_creation_1h_input_tokens", "must be between 0 and cache_creation_input_tokens"
             )
+
+
+_REQUIRED = ("input_cost_per_token", "output_cost_per_token")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +108,9 @@ class ModelPrice:
     def has_long_context_tier(self) -> bool:
         """Whether any ``…_above_200k_tokens`` rate is set."""
         return any(
-            getattr(self, item.name) is not None for item in fields(self) if item.name.endswith("_200k_tokens")
+            getattr(self, item.name) is not None
+            for item in fields(self)
+            if item.name.endswith("_200k_tokens")
         )
 
     @classmethod
@@ -122,32 +128,39 @@ class ModelPrice:
             except ArithmeticError:
                 raise ValidationError(f"price.{key}", f"must be a number, got {value!r}") from None
 
-        if amount("input_cost_per_token") is None or amount("output_cost_per_token") is None:
+        input_cost, output_cost = amount("input_cost_per_token"), amount("output_cost_per_token")
+        if input_cost is None or output_cost is None:
             raise ValidationError("price", "needs input_cost_per_token and output_cost_per_token")
-        return cls(**{item.name: amount(item.name) for item in fields(cls)})
+        rates = {item.name: amount(item.name) for item in fields(cls) if item.name not in _REQUIRED}
+        return cls(input_cost_per_token=input_cost, output_cost_per_token=output_cost, **rates)
 
 
 def _first(*rates: Decimal | None) -> Decimal:
     return next(rate for rate in rates if rate is not None)
 
 
-def cost_of(tokens: TokenCounts, price: ModelPrice) -> Decimal:
+def cost_of(tokens: TokenCounts, price: ModelPrice, *, long_context: bool | None = None) -> Decimal:
     """What ``tokens`` cost at ``price``: each token type at its own rate, never on the total.
 
     Cache reads and cache writes are split out of ``input_tokens`` and reasoning out of
     ``output_tokens`` before pricing. Above ``LONG_CONTEXT_TOKENS`` input tokens every type
     takes its long-context rate where the model has one. Within a tier the rule is linear:
-    the cost of summed counts is the sum of costs.
+    the cost of summed counts is the sum of costs, when ``long_context`` says which tier
+    the calls summed were in (None: decide from ``tokens``, one call's counts).
     """
     p = price
-    long = tokens.input_tokens > LONG_CONTEXT_TOKENS and p.has_long_context_tier
+    if long_context is None:
+        long_context = tokens.input_tokens > LONG_CONTEXT_TOKENS
+    long = long_context and p.has_long_context_tier
 
     def rate(long_rate: Decimal | None, *base: Decimal | None) -> Decimal:
         return _first(long_rate if long else None, *base)
 
     input_rate = rate(p.input_cost_per_token_above_200k_tokens, p.input_cost_per_token)
     output_rate = rate(p.output_cost_per_token_above_200k_tokens, p.output_cost_per_token)
-    read_rate = rate(p.cache_read_input_token_cost_above_200k_tokens, p.cache_read_input_token_cost, input_rate)
+    read_rate = rate(
+        p.cache_read_input_token_cost_above_200k_tokens, p.cache_read_input_token_cost, input_rate
+    )
     write_rate = rate(
         p.cache_creation_input_token_cost_above_200k_tokens, p.cache_creation_input_token_cost, input_rate
     )

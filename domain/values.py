@@ -100,7 +100,14 @@ class LlmUsage:
     retried_cost_usd: Decimal = Decimal("0")
 
     def __post_init__(self) -> None:
-        for name in ("provider", "request_model", "response_model", "response_id", "price_version", "cost_source"):
+        for name in (
+            "provider",
+            "request_model",
+            "response_model",
+            "response_id",
+            "price_version",
+            "cost_source",
+        ):
             if not isinstance(getattr(self, name), str):
                 raise ValidationError(f"usage.{name}", f"must be a string, got {getattr(self, name)!r}")
         for name in (

@@ -20,6 +20,7 @@ migrated in place).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
@@ -93,6 +94,12 @@ class Names:
         """The schema of one tenant's views (a hash: tenant names need not be identifiers)."""
         digest = blake2b(tenant.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
         return self._checked(f"{self.store}_t_{digest}")
+
+    @classmethod
+    def of_build(cls, schema: str, projection: str) -> Names:
+        """The names of the store whose build (or verify scratch) of ``projection`` is ``schema``."""
+        store = re.sub(rf"_{re.escape(projection)}_(?:v\d+|verify)$", "", schema)
+        return cls(store)
 
     @staticmethod
     def _checked(name: str) -> str:

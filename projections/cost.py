@@ -1,5 +1,9 @@
 """Cost dashboard fact table: one row per model call, with tokens, cost, latency and error type.
 
+A call's cost is the one its event recorded, unless a repricing (``projections/repricing``)
+prices it anew; ``retried_cost_usd`` is what its retried attempts were billed, ``unpriced``
+says no price was known (its cost is not the call's cost, never a silent $0).
+
 ``subject_id`` is the caller's session id, or the task id for task calls (``source = 'task'``,
 filed under the workflow ``tasks``).
 """
@@ -15,6 +19,8 @@ from psycopg import Cursor
 from flowledger.domain.session import Session
 from flowledger.domain.task import Task
 from flowledger.projections.base import Envelope, Projection
+from flowledger.projections.catalog import Names
+from flowledger.projections.repricing import RepricingCache, call_cost
 from flowledger.projections.sql import Column, q, write_rows
 
 TASK_WORKFLOW = "tasks"
@@ -49,6 +55,11 @@ CALL_COLUMNS: tuple[Column, ...] = (
     ("attempts", "integer"),
     ("occurred_at", "timestamptz"),
     ("tenant", "text"),
+    ("cache_creation_input_tokens", "bigint"),
+    ("cache_creation_1h_input_tokens", "bigint"),
+    ("unpriced", "boolean"),
+    ("cost_source", "text"),
+    ("retried_cost_usd", "numeric"),
 )
 
 DDL = """
@@ -80,7 +91,12 @@ CREATE TABLE {s}.llm_calls (
     latency_ms double precision,
     attempts integer,
     occurred_at timestamptz NOT NULL,
-    tenant text
+    tenant text,
+    cache_creation_input_tokens bigint NOT NULL DEFAULT 0,
+    cache_creation_1h_input_tokens bigint NOT NULL DEFAULT 0,
+    unpriced boolean NOT NULL DEFAULT false,
+    cost_source text,
+    retried_cost_usd numeric NOT NULL DEFAULT 0
 );
 CREATE INDEX ON {s}.llm_calls (tenant, occurred_at);
 CREATE INDEX ON {s}.llm_calls (tenant, workflow, occurred_at);
@@ -93,7 +109,11 @@ class CostDashboard(Projection):
     name = "cost"
     exposed = ("llm_calls",)
     ddl = DDL
-    schema_version = 2  # 2: tenant on every row
+    schema_version = 3  # 2: tenant on every row; 3: cache writes, unpriced, retried attempts
+
+    def __init__(self) -> None:
+        self._repricings = RepricingCache()
+
     handles = (
         Session.Started,
         Session.StepProcessed,
@@ -128,9 +148,11 @@ class CostDashboard(Projection):
                 [missing],
             )
             known.update({row[0]: (row[1], row[2], row[3]) for row in cur.fetchall()})
+        repricings = self._repricings.load(cur, Names.of_build(schema, self.name).control) if calls else []
         rows = []
         for envelope, call in calls:
             event, usage = envelope.event, call.usage
+            priced = call_cost(usage, event.timestamp, repricings) if usage else None
             # A call of a subject whose first event was not applied (a dead letter) has no
             # tenant: no tenant's dashboard shows it.
             subject_id, workflow, tenant = known.get(event.originator_id, (None, "(unknown)", None))
@@ -152,12 +174,17 @@ class CostDashboard(Projection):
                     usage.output_tokens if usage else 0,
                     usage.cache_read_input_tokens if usage else 0,
                     usage.reasoning_output_tokens if usage else 0,
-                    usage.cost_usd if usage else 0,
-                    usage.price_version if usage else None,
+                    priced.cost_usd if priced else 0,
+                    priced.price_version if priced else None,
                     usage.latency_ms if usage else None,
                     usage.attempts if usage else None,
                     event.timestamp,
                     tenant,
+                    usage.cache_creation_input_tokens if usage else 0,
+                    usage.cache_creation_1h_input_tokens if usage else 0,
+                    priced.unpriced if priced else False,
+                    usage.cost_source or None if usage else None,
+                    priced.retried_cost_usd if priced else 0,
                 )
             )
         write_rows(cur, schema, "llm_calls", CALL_COLUMNS, rows)

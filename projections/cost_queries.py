@@ -14,7 +14,7 @@ from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.price_table import model_names
-from flowledger.domain.pricing import ModelPrice, TokenCounts, cost_of
+from flowledger.domain.pricing import LONG_CONTEXT_TOKENS, ModelPrice, TokenCounts, cost_of
 
 GROUPINGS: Mapping[str, str] = {
     "model": "coalesce(model, '(none)')",
@@ -31,7 +31,8 @@ GROUPINGS: Mapping[str, str] = {
 
 @dataclass(frozen=True)
 class DashboardRow:
-    """Calls, errors, tokens, cost and latency of one group."""
+    """Calls, errors, tokens, cost and latency of one group; ``cost_usd`` is everything billed,
+    split into ``succeeded_cost_usd``, ``retried_cost_usd`` and ``failed_cost_usd``."""
 
     group: tuple[Any, ...]
     calls: int
@@ -46,6 +47,15 @@ class DashboardRow:
     latency_p50_ms: float | None
     latency_p95_ms: float | None
     latency_p99_ms: float | None
+    succeeded_cost_usd: Decimal = Decimal(0)
+    """What the answers of processed steps cost."""
+    retried_cost_usd: Decimal = Decimal(0)
+    """What the attempts retried before those answers were billed."""
+    failed_cost_usd: Decimal = Decimal(0)
+    """What the failed calls were billed (every attempt)."""
+    unpriced_calls: int = 0
+    """Calls without a price: ``cost_usd`` leaves them out, so it is a lower bound."""
+    cache_creation_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -112,7 +122,8 @@ def dashboard(
     statement = sql.SQL("""
         WITH calls AS (
             SELECT {groups}, error_type, input_tokens, output_tokens, cache_read_input_tokens,
-                   reasoning_output_tokens, cost_usd, latency_ms
+                   reasoning_output_tokens, cost_usd + retried_cost_usd AS cost_usd, latency_ms,
+                   cost_usd AS answer_usd, retried_cost_usd, unpriced, cache_creation_input_tokens
             FROM {reader}.llm_calls
             WHERE tenant = %(tenant)s
               AND occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
@@ -128,7 +139,11 @@ def dashboard(
                percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms),
                percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms),
                percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms),
-               min(errors.by_type::text)
+               min(errors.by_type::text),
+               coalesce(sum(answer_usd) FILTER (WHERE error_type IS NULL), 0),
+               coalesce(sum(retried_cost_usd) FILTER (WHERE error_type IS NULL), 0),
+               coalesce(sum(cost_usd) FILTER (WHERE error_type IS NOT NULL), 0),
+               count(*) FILTER (WHERE unpriced), sum(cache_creation_input_tokens)
         FROM calls LEFT JOIN errors USING ({keys})
         GROUP BY {keys}
         ORDER BY sum(cost_usd) DESC, {keys}
@@ -153,6 +168,11 @@ def dashboard(
                 latency_p50_ms=n[8],
                 latency_p95_ms=n[9],
                 latency_p99_ms=n[10],
+                succeeded_cost_usd=n[12],
+                retried_cost_usd=n[13],
+                failed_cost_usd=n[14],
+                unpriced_calls=n[15],
+                cache_creation_tokens=int(n[16]),
             )
         )
     return result
@@ -186,38 +206,49 @@ def reprice(
     statement = sql.SQL("""
         WITH calls AS (
             SELECT {groups}, c.request_model AS priced_request_model, c.model AS priced_model,
+                   c.input_tokens > %(long)s AS long_context,
                    c.input_tokens, c.output_tokens, c.cache_read_input_tokens,
-                   c.reasoning_output_tokens, c.cost_usd
+                   c.reasoning_output_tokens, c.cache_creation_input_tokens,
+                   c.cache_creation_1h_input_tokens, c.cost_usd
             FROM {reader}.llm_calls AS c
             WHERE c.tenant = %(tenant)s
               AND occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
         )
-        SELECT {keys}, priced_request_model, priced_model, count(*), coalesce(sum(cost_usd), 0),
-               sum(input_tokens), sum(output_tokens), sum(cache_read_input_tokens),
-               sum(reasoning_output_tokens)
-        FROM calls GROUP BY {keys}, priced_request_model, priced_model ORDER BY {keys}
+        SELECT {keys}, priced_request_model, priced_model, long_context, count(*),
+               coalesce(sum(cost_usd), 0), sum(input_tokens), sum(output_tokens),
+               sum(cache_read_input_tokens), sum(reasoning_output_tokens),
+               sum(cache_creation_input_tokens), sum(cache_creation_1h_input_tokens)
+        FROM calls GROUP BY {keys}, priced_request_model, priced_model, long_context ORDER BY {keys}
     """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=_keys(len(by)))
     width = max(len(by), 1)
     totals: dict[tuple[Any, ...], list[Any]] = {}
-    params = {"tenant": tenant, "since": since, "until": until}
+    params = {"tenant": tenant, "since": since, "until": until, "long": LONG_CONTEXT_TOKENS}
     for row in conn.execute(statement, params).fetchall():
         group = tuple(row[:width])
-        request_model, model, calls, recorded, *sums = row[width:]
+        request_model, model, long_context, calls, recorded, *sums = row[width:]
         total = totals.setdefault(group, [0, 0, Decimal(0), Decimal(0)])
         total[0] += calls
         price = _price_of(table, as_model, request_model, model)
         if price is None:
             continue
-        tokens = TokenCounts(
-            input_tokens=int(sums[0]),
-            output_tokens=int(sums[1]),
-            cache_read_input_tokens=int(sums[2]),
-            reasoning_output_tokens=int(sums[3]),
-        )
         total[1] += calls
         total[2] += recorded
-        total[3] += cost_of(tokens, price)
+        total[3] += _cost_of_sums(price, [int(n) for n in sums], bool(long_context))
     return [RepriceRow(group, *total) for group, total in totals.items()]
+
+
+def _cost_of_sums(price: ModelPrice, sums: list[int], long_context: bool) -> Decimal:
+    """The cost of summed counts of calls all on one side of the long-context threshold (the
+    rule is linear within a tier; the tier is each call's, not the sum's)."""
+    names = (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "reasoning_output_tokens",
+        "cache_creation_input_tokens",
+        "cache_creation_1h_input_tokens",
+    )
+    return cost_of(TokenCounts(**dict(zip(names, sums, strict=True))), price, long_context=long_context)
 
 
 def _model_price(price: ModelPrice | Price) -> ModelPrice:

@@ -10,6 +10,7 @@ from flowledger.adapters.cli import (
     budget_commands,
     keys_commands,
     llm_commands,
+    price_commands,
     projection_commands,
     serve,
     session_commands,
@@ -29,6 +30,7 @@ projection_commands.register(app)
 admin_commands.register(app)
 keys_commands.register(app)
 budget_commands.register(app)
+price_commands.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

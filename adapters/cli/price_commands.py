@@ -1,0 +1,141 @@
+"""CLI for the price table: ``prices show`` and ``prices reprice --from T [--dry-run]``.
+
+A repricing prices the calls made from ``--from`` on with the configured price table
+(``FLOWLEDGER_PRICING_FILE``, else the shipped one, or ``--file``), each at the entry in force
+at its time. ``--dry-run`` prints the change per model and day and writes nothing; without
+it the repricing is recorded, the cost projection rebuilt with it, and the same table read
+back from the rebuilt projection. Events are never changed.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.llm.pricing import SHIPPED_FILE, read_price_file
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.pricing import ModelPrice
+from flowledger.infrastructure import Engine
+from flowledger.projections import projector_for
+from flowledger.projections.repricing import Change, Repricing
+from flowledger.projections.repricing_plan import apply, plan, recorded_costs
+
+console = Console()
+prices_app = typer.Typer(help="The price table: show it, reprice recorded calls.", no_args_is_help=True)
+FileOption = Annotated[
+    Path | None, typer.Option("--file", help="A price file (default: FLOWLEDGER_PRICING_FILE, else shipped).")
+]
+
+
+def _moment(text: str) -> datetime:
+    """An ISO 8601 time or date; a time without a zone is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValidationError("from", f"not an ISO 8601 time or date: {text!r}") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@prices_app.command("show")
+def show_command(file: FileOption = None) -> None:
+    """Each model's prices (USD per million tokens) and since when; then the aliases."""
+    with reported_errors(), Engine() as engine:
+        table, _ = read_price_file(file or engine.settings.pricing_file)
+        out = Table(title=f"prices {table.version} (USD / 1M tokens)", box=box.SIMPLE_HEAD)
+        for column in ("model", "from", "input", "cached", "write 5m", "write 1h", "output", ">200k in/out"):
+            out.add_column(column, justify="left" if column in ("model", "from") else "right")
+        rows: list[tuple[str, datetime | None, ModelPrice]] = [(m, None, p) for m, p in table.prices.items()]
+        rows += [(m, d.effective_from, d.price) for m, dated in table.schedule.items() for d in dated]
+        for model, start, p in sorted(rows, key=lambda r: (r[0], r[1] or datetime.min.replace(tzinfo=UTC))):
+            out.add_row(
+                escape(model),
+                start.isoformat() if start else "always",
+                *(
+                    _per_m(v)
+                    for v in (
+                        p.input_cost_per_token,
+                        p.cache_read_input_token_cost,
+                        p.cache_creation_input_token_cost,
+                        p.cache_creation_input_token_cost_above_1hr,
+                        p.output_cost_per_token,
+                    )
+                ),
+                "/".join(
+                    _per_m(v)
+                    for v in (
+                        p.input_cost_per_token_above_200k_tokens,
+                        p.output_cost_per_token_above_200k_tokens,
+                    )
+                ),
+            )
+        console.print(out)
+        for alias, target in sorted(table.aliases.items()):
+            console.print(f"alias {escape(alias)} -> {escape(target)}")
+
+
+def _per_m(value: object) -> str:
+    return "-" if value is None else f"{value * 1_000_000:f}".rstrip("0").rstrip(".")  # type: ignore[operator]
+
+
+@prices_app.command("reprice")
+def reprice_command(
+    from_: Annotated[str, typer.Option("--from", help="Reprice calls made at or after this ISO time.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the change; write nothing.")] = False,
+    file: FileOption = None,
+) -> None:
+    """Reprice recorded calls from a time on with the price table (the events never change)."""
+    with reported_errors(), Engine() as engine:
+        start = _moment(from_)
+        path = file or engine.settings.pricing_file
+        table, document = read_price_file(path)
+        repricing = Repricing(start, table, Path(path).name if path else SHIPPED_FILE)
+        projector = projector_for(engine, batch_size=5000)
+        planned = plan(projector, repricing)
+        title = f"reprice from {start.isoformat()} with {table.version}"
+        console.print(_changes_table(planned, title + (" (dry run)" if dry_run else "")))
+        if dry_run:
+            return
+        schema = apply(projector, repricing, document)
+        with projector.connect() as conn:
+            now = recorded_costs(conn, projector.names.reader, start)
+        console.print(f"applied: the cost projection was rebuilt into {schema}; it now holds")
+        after = Table(box=box.SIMPLE_HEAD)
+        for column in ("day", "model", "calls", "unpriced", "cost $"):
+            after.add_column(column, justify="left" if column in ("day", "model") else "right")
+        for (model, day), row in sorted(now.items(), key=lambda item: (item[0][1], item[0][0])):
+            after.add_row(
+                str(day), escape(model), f"{row.calls:,}", f"{row.unpriced:,}", f"{row.cost_usd:.6f}"
+            )
+        console.print(after)
+
+
+def _changes_table(changes: list[Change], title: str) -> Table:
+    out = Table(title=title, box=box.SIMPLE_HEAD)
+    for column in ("day", "model", "calls", "unpriced", "before $", "after $", "change $"):
+        out.add_column(column, justify="left" if column in ("day", "model") else "right")
+    for c in changes:
+        out.add_row(
+            str(c.day),
+            escape(c.model),
+            f"{c.calls:,}",
+            f"{c.unpriced_before}->{c.unpriced_after}",
+            f"{c.before_usd:.6f}",
+            f"{c.after_usd:.6f}",
+            f"{c.change_usd:+.6f}",
+        )
+    if not changes:
+        out.add_row("-", "no calls from then on", "0", "-", "-", "-", "-")
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``prices`` to the top-level app."""
+    app.add_typer(prices_app, name="prices")

@@ -1,0 +1,199 @@
+"""Repricing recorded calls under another price table, from a time on, without touching events.
+
+A repricing (a price table and the time it applies from) is kept in the control schema's
+``repricings`` table. The cost projection prices each call with ``call_cost``: the latest
+repricing that applies at the call's time and has a price for its model wins, else the cost
+the event recorded. A provider's own charge (``cost_source = 'provider'``) is never repriced.
+``plan`` works out, from the log, what the cost projection holds per model and day before
+and after a repricing, with the same ``call_cost``: the dry run and the rebuild agree by
+construction, and ``tests/integration/test_repricing.py`` checks that they do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+from psycopg import Cursor
+
+from flowledger.domain.errors import FlowledgerError, UnknownModelPrice
+from flowledger.domain.price_table import PriceTable, price_table_from_document
+from flowledger.domain.pricing import ModelPrice, TokenCounts, cost_of
+from flowledger.domain.values import LlmUsage
+from flowledger.projections.sql import q
+
+DDL = """
+CREATE TABLE IF NOT EXISTS {s}.repricings (
+    id bigserial PRIMARY KEY,
+    effective_from timestamptz NOT NULL,
+    version text NOT NULL,
+    label text NOT NULL,
+    document text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+@dataclass(frozen=True)
+class Repricing:
+    """A price table that prices the calls made at or after ``effective_from``; ``label`` is
+    its file's name (a LiteLLM file's version is worked out from it)."""
+
+    effective_from: datetime
+    table: PriceTable
+    label: str
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """What the cost projection records for one call."""
+
+    cost_usd: Decimal
+    retried_cost_usd: Decimal
+    unpriced: bool
+    price_version: str
+
+    @property
+    def charged_usd(self) -> Decimal:
+        """The reply's cost and the retried attempts' together."""
+        return self.cost_usd + self.retried_cost_usd
+
+
+def table_of(document: str, label: str) -> PriceTable:
+    """The price table a price file's text holds."""
+    raw = document.encode("utf-8")
+    return price_table_from_document(json.loads(raw, parse_float=Decimal), label=label, raw=raw)
+
+
+def call_cost(usage: LlmUsage, at: datetime, repricings: Sequence[Repricing]) -> CallCost:
+    """``usage``'s cost at the latest repricing in force at ``at`` that prices its model."""
+    recorded = CallCost(usage.cost_usd, usage.retried_cost_usd, usage.unpriced, usage.price_version)
+    if usage.cost_source == "provider":
+        return recorded
+    for repricing in reversed(repricings):
+        if repricing.effective_from > at:
+            continue
+        price = _price(repricing.table, usage, at)
+        if price is None:
+            continue
+        try:
+            cost = cost_of(TokenCounts(**{name: getattr(usage, name) for name in _COUNTS}), price)
+            retried = _retried_cost(usage, price)
+        except (FlowledgerError, TypeError):
+            return recorded  # counts a repricing cannot read: keep what was recorded
+        return CallCost(cost, retried, False, repricing.table.version)
+    return recorded
+
+
+def _price(table: PriceTable, usage: LlmUsage, at: datetime) -> ModelPrice | None:
+    for model in (usage.request_model, usage.response_model):
+        if model:
+            try:
+                return table.price_for(model, at)
+            except UnknownModelPrice:
+                continue
+    return None
+
+
+_COUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "reasoning_output_tokens",
+    "cache_creation_input_tokens",
+    "cache_creation_1h_input_tokens",
+)
+
+
+def _counts(data: dict[str, Any]) -> dict[str, int]:
+    return {name: data.get(name, 0) for name in _COUNTS}
+
+
+def _retried_cost(usage: LlmUsage, price: ModelPrice) -> Decimal:
+    """The attempts before the last, repriced from the attempt log (kept as recorded when an
+    older event's log has no per-attempt usage)."""
+    log = usage.extra.get("attempt_log")
+    billed = [e for e in log[:-1] if isinstance(e, dict) and "usage" in e] if isinstance(log, list) else []
+    if usage.retried_cost_usd and not billed:
+        return usage.retried_cost_usd
+    return sum((cost_of(TokenCounts(**_counts(e["usage"])), price) for e in billed), Decimal(0))
+
+
+class RepricingCache:
+    """The recorded repricings, parsed once: a batch asks only whether a new one was added."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int, list[Repricing]]] = {}
+
+    def load(self, cur: Cursor[Any], control: str) -> list[Repricing]:
+        """Every repricing recorded under ``control``, oldest first (none if there is no table)."""
+        cur.execute("SELECT to_regclass(%s)", [f'"{control}".repricings'])
+        row = cur.fetchone()
+        if row is None or row[0] is None:
+            return []
+        cur.execute(q("SELECT coalesce(max(id), 0) FROM {s}.repricings", control))
+        last = int(cur.fetchone()[0])  # type: ignore[index]
+        seen = self._seen.get(control)
+        if seen is not None and seen[0] == last:
+            return seen[1]
+        cur.execute(q("SELECT effective_from, label, document FROM {s}.repricings ORDER BY id", control))
+        loaded = [
+            Repricing(start, table_of(document, label), label) for start, label, document in cur.fetchall()
+        ]
+        self._seen[control] = (last, loaded)
+        return loaded
+
+
+def record_repricing(cur: Cursor[Any], control: str, repricing: Repricing, document: str) -> None:
+    """Keep ``repricing`` (its table as the price file's text) for every later build."""
+    cur.execute(q(DDL, control))
+    cur.execute(
+        q(
+            "INSERT INTO {s}.repricings (effective_from, version, label, document) VALUES (%s, %s, %s, %s)",
+            control,
+        ),
+        [repricing.effective_from, repricing.table.version, repricing.label, document],
+    )
+
+
+@dataclass
+class Change:
+    """One model's calls on one day (UTC): their cost before and after a repricing."""
+
+    model: str
+    day: date
+    calls: int = 0
+    unpriced_before: int = 0
+    unpriced_after: int = 0
+    before_usd: Decimal = Decimal(0)
+    after_usd: Decimal = Decimal(0)
+
+    @property
+    def change_usd(self) -> Decimal:
+        """After minus before (negative is a saving)."""
+        return self.after_usd - self.before_usd
+
+
+def changes(
+    calls: Iterator[tuple[str, datetime, LlmUsage]], before: Sequence[Repricing], added: Repricing
+) -> list[Change]:
+    """Per model and day, the calls made at or after ``added.effective_from`` priced with the
+    repricings ``before``, and with ``added`` too (``calls``: model, time, usage)."""
+    after = [*before, added]
+    rows: dict[tuple[str, date], Change] = {}
+    for model, at, usage in calls:
+        if at < added.effective_from:
+            continue
+        day = at.astimezone(UTC).date()
+        row = rows.setdefault((model, day), Change(model, day))
+        old, new = call_cost(usage, at, before), call_cost(usage, at, after)
+        row.calls += 1
+        row.unpriced_before += old.unpriced
+        row.unpriced_after += new.unpriced
+        row.before_usd += old.charged_usd
+        row.after_usd += new.charged_usd
+    return sorted(rows.values(), key=lambda c: (c.day, c.model))
