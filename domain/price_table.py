@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
-from flowledger.domain.pricing import ModelPrice
+from flowledger.domain.price_rule import ModelPrice
 
 _ROUTING_SUFFIX = re.compile(r"[:@][^/]*$")
 _RELEASE_DATE = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")

@@ -1,181 +1,25 @@
-"""The one pricing rule: what a model call's tokens cost at a model's prices, exactly (Decimal).
+"""The one pricing rule and the price table: what a model call's tokens cost, exactly (Decimal).
 
 The LLM adapter prices each call with it (``adapters/llm``) and the projections reprice
 recorded usage with it (``projections/cost_queries``, ``projections/repricing``); no other
-module multiplies tokens by prices. Price keys are LiteLLM's. Which price is in force for a
-model name at a time is ``PriceTable``'s job (``domain/price_table.py``); reading a price
-file is I/O and stays in the adapter (``load_price_table``).
+module multiplies tokens by prices. Price keys are LiteLLM's. The rule (``cost_of``,
+``ModelPrice``, ``TokenCounts``) lives in ``price_rule.py``; which price is in force for a model
+name at a time (``PriceTable``: aliases, prefixes, effective dates) in ``price_table.py``.
+Reading a price file is I/O and stays in the adapter (``load_price_table``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from decimal import Decimal
-from typing import Any
+from flowledger.domain.price_rule import LONG_CONTEXT_TOKENS, ModelPrice, TokenCounts, cost_of
+from flowledger.domain.price_table import DatedPrice, PriceTable, model_names, price_table_from_document
 
-from flowledger.domain.errors import ValidationError
-
-LONG_CONTEXT_TOKENS = 200_000
-"""A call whose input (cached and cache writes included) exceeds this many tokens is priced at
-the ``…_above_200k_tokens`` rates where the model has them (LiteLLM's rule)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TokenCounts:
-    """A call's tokens as OpenAI reports them: ``input_tokens`` include the cache reads and the
-    cache writes, ``output_tokens`` the reasoning ones. ``cache_creation_1h_input_tokens`` is
-    the part of ``cache_creation_input_tokens`` written with a one-hour lifetime."""
-
-    input_tokens: int
-    output_tokens: int
-    cache_read_input_tokens: int = 0
-    reasoning_output_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    cache_creation_1h_input_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValidationError(item.name, f"must be an int >= 0, got {value!r}")
-        if self.cache_read_input_tokens > self.input_tokens:
-            raise ValidationError("cache_read_input_tokens", "must be between 0 and input_tokens")
-        if self.reasoning_output_tokens > self.output_tokens:
-            raise ValidationError("reasoning_output_tokens", "must be between 0 and output_tokens")
-        if self.cache_read_input_tokens + self.cache_creation_input_tokens > self.input_tokens:
-            raise ValidationError(
-                "cache_creation_input_tokens", "cache reads plus cache writes cannot exceed input_tokens"
-            )
-        if self.cache_creation_1h_input_tokens > self.cache_creation_input_tokens:
-            raise ValidationError(
-                "cache_creation_1h_input_tokens", "must be between 0 and cache_creation_input_tokens"
-            )
-
-
-_REQUIRED = ("input_cost_per_token", "output_cost_per_token")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelPrice:
-    """USD per token for each token type, under LiteLLM's key names.
-
-    Only the input and output prices are required. A missing rate falls back: cache reads and
-    five-minute cache writes to the input rate, one-hour writes to the five-minute rate,
-    reasoning to the output rate, and each ``…_above_200k_tokens`` rate to its base rate.
-    """
-
-    input_cost_per_token: Decimal
-    output_cost_per_token: Decimal
-    cache_read_input_token_cost: Decimal | None = None
-    output_cost_per_reasoning_token: Decimal | None = None
-    cache_creation_input_token_cost: Decimal | None = None
-    cache_creation_input_token_cost_above_1hr: Decimal | None = None
-    input_cost_per_token_above_200k_tokens: Decimal | None = None
-    output_cost_per_token_above_200k_tokens: Decimal | None = None
-    cache_read_input_token_cost_above_200k_tokens: Decimal | None = None
-    cache_creation_input_token_cost_above_200k_tokens: Decimal | None = None
-    cache_creation_input_token_cost_above_1hr_above_200k_tokens: Decimal | None = None
-
-    def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if value is not None and (not isinstance(value, Decimal) or not value >= 0):
-                raise ValidationError(f"price.{item.name}", f"must be a Decimal >= 0, got {value!r}")
-
-    def cost(
-        self,
-        *,
-        input_tokens: int,
-        output_tokens: int,
-        cache_read_input_tokens: int = 0,
-        reasoning_output_tokens: int = 0,
-        cache_creation_input_tokens: int = 0,
-        cache_creation_1h_input_tokens: int = 0,
-    ) -> Decimal:
-        """The exact cost of one call (see ``cost_of``)."""
-        tokens = TokenCounts(
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cache_read_input_tokens=cache_read_input_tokens,
-            reasoning_output_tokens=reasoning_output_tokens,
-            cache_creation_input_tokens=cache_creation_input_tokens,
-            cache_creation_1h_input_tokens=cache_creation_1h_input_tokens,
-        )
-        return cost_of(tokens, self)
-
-    @property
-    def has_long_context_tier(self) -> bool:
-        """Whether any ``…_above_200k_tokens`` rate is set."""
-        return any(
-            getattr(self, item.name) is not None
-            for item in fields(self)
-            if item.name.endswith("_200k_tokens")
-        )
-
-    @classmethod
-    def from_entry(cls, entry: Mapping[str, Any]) -> ModelPrice:
-        """A price from one LiteLLM-format entry (keys it does not price are ignored)."""
-
-        def amount(key: str) -> Decimal | None:
-            value = entry.get(key)
-            if value is None:
-                return None
-            if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
-                raise ValidationError(f"price.{key}", f"must be a number, got {value!r}")
-            try:
-                return Decimal(str(value))
-            except ArithmeticError:
-                raise ValidationError(f"price.{key}", f"must be a number, got {value!r}") from None
-
-        input_cost, output_cost = amount("input_cost_per_token"), amount("output_cost_per_token")
-        if input_cost is None or output_cost is None:
-            raise ValidationError("price", "needs input_cost_per_token and output_cost_per_token")
-        rates = {item.name: amount(item.name) for item in fields(cls) if item.name not in _REQUIRED}
-        return cls(input_cost_per_token=input_cost, output_cost_per_token=output_cost, **rates)
-
-
-def _first(*rates: Decimal | None) -> Decimal:
-    return next(rate for rate in rates if rate is not None)
-
-
-def cost_of(tokens: TokenCounts, price: ModelPrice, *, long_context: bool | None = None) -> Decimal:
-    """What ``tokens`` cost at ``price``: each token type at its own rate, never on the total.
-
-    Cache reads and cache writes are split out of ``input_tokens`` and reasoning out of
-    ``output_tokens`` before pricing. Above ``LONG_CONTEXT_TOKENS`` input tokens every type
-    takes its long-context rate where the model has one. Within a tier the rule is linear:
-    the cost of summed counts is the sum of costs, when ``long_context`` says which tier
-    the calls summed were in (None: decide from ``tokens``, one call's counts).
-    """
-    p = price
-    if long_context is None:
-        long_context = tokens.input_tokens > LONG_CONTEXT_TOKENS
-    long = long_context and p.has_long_context_tier
-
-    def rate(long_rate: Decimal | None, *base: Decimal | None) -> Decimal:
-        return _first(long_rate if long else None, *base)
-
-    input_rate = rate(p.input_cost_per_token_above_200k_tokens, p.input_cost_per_token)
-    output_rate = rate(p.output_cost_per_token_above_200k_tokens, p.output_cost_per_token)
-    read_rate = rate(
-        p.cache_read_input_token_cost_above_200k_tokens, p.cache_read_input_token_cost, input_rate
-    )
-    write_rate = rate(
-        p.cache_creation_input_token_cost_above_200k_tokens, p.cache_creation_input_token_cost, input_rate
-    )
-    write_1h_rate = rate(
-        p.cache_creation_input_token_cost_above_1hr_above_200k_tokens,
-        p.cache_creation_input_token_cost_above_1hr,
-        write_rate,
-    )
-    reasoning_rate = _first(p.output_cost_per_reasoning_token, output_rate)
-    written_1h = tokens.cache_creation_1h_input_tokens
-    written_5m = tokens.cache_creation_input_tokens - written_1h
-    uncached = tokens.input_tokens - tokens.cache_read_input_tokens - tokens.cache_creation_input_tokens
-    cost = uncached * input_rate
-    cost += tokens.cache_read_input_tokens * read_rate
-    cost += written_5m * write_rate + written_1h * write_1h_rate
-    cost += (tokens.output_tokens - tokens.reasoning_output_tokens) * output_rate
-    cost += tokens.reasoning_output_tokens * reasoning_rate
-    return cost
+__all__ = [
+    "LONG_CONTEXT_TOKENS",
+    "DatedPrice",
+    "ModelPrice",
+    "PriceTable",
+    "TokenCounts",
+    "cost_of",
+    "model_names",
+    "price_table_from_document",
+]

@@ -13,8 +13,7 @@ from typing import Any
 from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.price_table import model_names
-from flowledger.domain.pricing import LONG_CONTEXT_TOKENS, ModelPrice, TokenCounts, cost_of
+from flowledger.domain.pricing import LONG_CONTEXT_TOKENS, ModelPrice, TokenCounts, cost_of, model_names
 
 GROUPINGS: Mapping[str, str] = {
     "model": "coalesce(model, '(none)')",

@@ -21,8 +21,7 @@ from typing import Any
 from psycopg import Cursor
 
 from flowledger.domain.errors import FlowledgerError, UnknownModelPrice
-from flowledger.domain.price_table import PriceTable, price_table_from_document
-from flowledger.domain.pricing import ModelPrice, TokenCounts, cost_of
+from flowledger.domain.pricing import ModelPrice, PriceTable, TokenCounts, cost_of, price_table_from_document
 from flowledger.domain.values import LlmUsage
 from flowledger.projections.sql import q
 

@@ -22,8 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.price_table import DatedPrice, PriceTable, price_table_from_document
-from flowledger.domain.pricing import ModelPrice
+from flowledger.domain.pricing import DatedPrice, ModelPrice, PriceTable, price_table_from_document
 
 SHIPPED_FILE = "prices.json"
 

@@ -10,8 +10,7 @@ import pytest
 from flowledger.adapters import llm as llm_adapter
 from flowledger.adapters.llm import pricing as adapter_pricing
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
-from flowledger.domain.price_table import PriceTable
-from flowledger.domain.pricing import ModelPrice, TokenCounts, cost_of
+from flowledger.domain.pricing import ModelPrice, PriceTable, TokenCounts, cost_of
 from flowledger.projections import Price, reprice
 
 GPT = ModelPrice(
