@@ -316,7 +316,7 @@ class StepService:
         """Put the call's recorded cost in place of its hold; alerts go out without waiting."""
         if hold is None or self.budgets is None:
             return
-        cost = usage.cost_usd if usage is not None else Decimal(0)
+        cost = usage.charged_usd if usage is not None else Decimal(0)  # retried attempts were billed too
         raised = await asyncio.shield(self._in_db(self.budgets.settle, hold, cost))
         self.budgets.notify(raised)
 
