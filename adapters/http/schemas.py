@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.json_schema import SkipJsonSchema
 
 from flowledger.domain.bounds import MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
@@ -108,10 +109,16 @@ class ProcessStep(Body):
 
 
 class Extend(Body):
-    ttl_seconds: float | None = Field(
-        default=None, ge=0.001, le=MAX_TTL_SECONDS, description="Added to the current expiry."
+    # Exactly one of the two (the Engine refuses neither or both with 422); said in the schema
+    # so that clients and generated tests know it.
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": ["ttl_seconds"]}, {"required": ["expires_at"]}]}
     )
-    expires_at: datetime | None = Field(
+
+    ttl_seconds: Annotated[float, Field(ge=0.001, le=MAX_TTL_SECONDS)] | SkipJsonSchema[None] = Field(
+        default=None, description="Added to the current expiry."
+    )
+    expires_at: datetime | SkipJsonSchema[None] = Field(
         default=None, description="The new expiry (with a time zone), instead of ttl_seconds."
     )
 
