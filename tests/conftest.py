@@ -89,6 +89,8 @@ def pg_schema(database_url: str) -> Iterator[str]:
 TEST_KEY_DIR = Path(tempfile.mkdtemp(prefix="flowledger-test-keys-"))
 """The audit keys of this run's engines (chain key, checkpoint signing key): made on first use."""
 atexit.register(shutil.rmtree, TEST_KEY_DIR, True)
+# The CLI and server subprocesses of the e2e tests read the same keys as the tests' engines.
+os.environ["FLOWLEDGER_AUDIT_KEY_DIR"] = str(TEST_KEY_DIR)
 
 
 def make_settings(**overrides: object) -> Settings:

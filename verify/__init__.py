@@ -82,31 +82,34 @@ def _node(left: bytes, right: bytes) -> bytes:
     return hashlib.sha256(b"\x01" + left + right).digest()
 
 
-def merkle_root(leaves: Sequence[bytes]) -> bytes:
-    """The root over ``leaves`` (pairs level by level; an odd last node moves up as it is)."""
-    if not leaves:
-        return hashlib.sha256(b"").digest()
-    level = list(leaves)
-    while len(level) > 1:
+def merkle_levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
+    """Every level of the tree over ``leaves``, leaves first: nodes pair up level by level, and
+    an odd last node moves up as it is (the same tree as RFC 6962's)."""
+    levels = [list(leaves)]
+    while len(levels[-1]) > 1:
+        level = levels[-1]
         paired = [_node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
         if len(level) % 2:
             paired.append(level[-1])
-        level = paired
-    return level[0]
+        levels.append(paired)
+    return levels
 
 
-def merkle_proof(leaves: Sequence[bytes], index: int) -> list[tuple[str, bytes]]:
+def merkle_root(leaves: Sequence[bytes]) -> bytes:
+    """The root over ``leaves`` (the hash of nothing for none)."""
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    return merkle_levels(leaves)[-1][0]
+
+
+def merkle_proof(levels: Sequence[Sequence[bytes]], index: int) -> list[tuple[str, bytes]]:
     """The siblings from leaf ``index`` up to the root, each with its side (``L`` or ``R``)."""
     proof: list[tuple[str, bytes]] = []
-    level = list(leaves)
-    while len(level) > 1:
+    for level in levels[:-1]:
         sibling = index ^ 1
         if sibling < len(level):
             proof.append(("L" if sibling < index else "R", level[sibling]))
-        paired = [_node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            paired.append(level[-1])
-        level, index = paired, index // 2
+        index //= 2
     return proof
 
 

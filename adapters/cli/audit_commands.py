@@ -1,7 +1,8 @@
-"""``flowledger audit verify`` and ``flowledger audit export``.
+"""``flowledger audit …``: verify the chain, take and export signed checkpoints, export bundles,
+chain a log from before the chain (docs/audit.md).
 
-A read of the log that the read horizon held back is reported as partial (exit 75, "try
-again"), never as ok.
+Any finding exits 1; a read of the log that the read horizon held back is reported as
+partial (exit 75, "try again"), never as ok.
 """
 
 from __future__ import annotations
@@ -16,87 +17,232 @@ from rich.console import Console
 from rich.progress import Progress
 
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
-from flowledger.infrastructure.audit import (
-    AuditReport,
-    ReadExtent,
-    export_records,
-    verify_export,
-    verify_log,
-)
+from flowledger.infrastructure.audit import AuditReport, verify_log
+from flowledger.infrastructure.postgres.bundles import export_bundle
+from flowledger.infrastructure.postgres.chain_verify import ChainReport, chain_existing, verify_chain
+from flowledger.infrastructure.postgres.checkpoints import Checkpoint
+from flowledger.verify import read_public_key, verify_bundle
 
-audit = typer.Typer(help="Check the event log, and export it with a hash chain.", no_args_is_help=True)
+audit = typer.Typer(
+    help="Prove the event log: its hash chain, signed checkpoints, bundles checked offline.",
+    no_args_is_help=True,
+)
 console = Console(stderr=True)
 PARTIAL_EXIT = 75
 """Like a database that did not answer: nothing is wrong that trying again will not fix."""
+MAX_SHOWN = 50
+
+PublicKey = Annotated[
+    str | None,
+    typer.Option("--public-key", help="The checkpoint public key (hex, or a file); default: this engine's."),
+]
 
 
-def _report(report: AuditReport, what: str) -> None:
-    for problem in report.problems[:50]:
+def _public_key(given: str | None, engine: Engine | None = None) -> bytes:
+    if given is not None:
+        try:
+            return read_public_key(given)
+        except ValueError as error:
+            raise ValidationError("public_key", str(error)) from None
+    if engine is None:
+        with Engine() as own:
+            return own.audit.signing.public_bytes
+    return engine.audit.signing.public_bytes
+
+
+def _show(problems: list[str]) -> None:
+    for problem in problems[:MAX_SHOWN]:
         console.print(f"[red]problem:[/red] {problem}", highlight=False)
-    if len(report.problems) > 50:
-        console.print(f"... and {len(report.problems) - 50} more")
-    if report.problems:
-        verdict = f"[red]{len(report.problems)} problems[/red]"
-    elif report.partial:
+    if len(problems) > MAX_SHOWN:
+        console.print(f"... and {len(problems) - MAX_SHOWN} more")
+
+
+def _verdict(chain: ChainReport, structure: AuditReport | None, what: str) -> None:
+    problems = [f.describe() for f in chain.findings] + (structure.problems if structure else [])
+    _show(problems)
+    partial = structure is not None and structure.partial
+    if problems:
+        verdict = f"[red]{len(problems)} problems[/red]"
+    elif partial:
         verdict = "[yellow]no problems in what was read, but the read was partial[/yellow]"
     else:
         verdict = "[green]ok[/green]"
-    console.print(f"{what}: {report.events:,} events in {report.streams:,} streams: {verdict}")
-    if report.extent is not None and report.partial:
-        console.print(f"[yellow]{report.extent.describe()}[/yellow]", highlight=False)
-    if report.problems:
+    console.print(f"{what}: {chain.events:,} events in {chain.streams:,} streams: {verdict}", highlight=False)
+    console.print(
+        f"chain checked at {chain.rate:,.0f} events/s ({chain.seconds:.2f} s)"
+        + (" since the latest checkpoint" if chain.since_checkpoint else ""),
+        highlight=False,
+    )
+    if chain.checkpoint is not None:
+        statement = chain.checkpoint.statement
+        console.print(
+            f"latest checkpoint: {chain.checkpoint.seq} (log position {chain.checkpoint.position:,},"
+            f" {statement.get('streams')} streams, {statement.get('created_at')})",
+            highlight=False,
+        )
+    else:
+        console.print("no valid checkpoint yet: a deletion at a stream's end cannot be seen without one")
+    if chain.upgraded_through:
+        console.print(
+            f"events up to log position {chain.upgraded_through:,} were chained after they were written"
+            " (`flowledger audit chain`); the chain is original after it",
+            highlight=False,
+        )
+    if structure is not None and structure.extent is not None and partial:
+        console.print(f"[yellow]{structure.extent.describe()}[/yellow]", highlight=False)
+    if problems:
         raise typer.Exit(1)
-    if report.partial:
+    if partial:
         raise typer.Exit(PARTIAL_EXIT)
 
 
 @audit.command()
 def verify(
-    file: Annotated[Path | None, typer.Option(help="Check an exported file's hash chain instead.")] = None,
+    session: Annotated[str | None, typer.Option(help="Only this session's stream.")] = None,
+    since_checkpoint: Annotated[
+        bool, typer.Option("--since-checkpoint", help="Only what follows the latest signed checkpoint.")
+    ] = False,
+    public_key: PublicKey = None,
+    anchors: Annotated[
+        Path | None,
+        typer.Option(help="Checkpoints anchored elsewhere (JSON lines); default: this host's anchor file."),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(help="Check an exported bundle instead (as python -m flowledger.verify does)."),
+    ] = None,
 ) -> None:
-    """Check that every stored event decodes and every stream's versions are contiguous."""
+    """Recompute every stream's chain, check it against the latest signed checkpoint, name what is wrong."""
     with reported_errors():
         if file is not None:
             with file.open(encoding="utf-8") as lines:
-                _report(verify_export(lines), str(file))
+                text = list(lines)
+            report = verify_bundle(text, _public_key(public_key))
+            _show(report.problems)
+            if not report.ok:
+                console.print(
+                    f"{file}: [red]NOT verified[/red] ({len(report.problems)} problems)", highlight=False
+                )
+                raise typer.Exit(1)
+            console.print(
+                f"{file}: {report.events:,} events in {report.streams:,} streams: [green]ok[/green]",
+                highlight=False,
+            )
             return
-        with Engine() as engine, Progress(console=console, transient=True) as progress:
-            task = progress.add_task("verifying the event log", total=None)
-            report = verify_log(engine.log, progress=lambda n: progress.advance(task, n))
-        _report(report, "event log")
+        with Engine() as engine:
+            stream = None
+            if session is not None:
+                engine.history(session)  # raises SessionNotFound with the caller's id
+                stream = engine.session_uuid(session)
+            key = _public_key(public_key, engine)
+            chain = verify_chain(
+                engine.audit,
+                stream=stream,
+                since_checkpoint=since_checkpoint,
+                public_key=key,
+                anchors=anchors,
+            )
+            structure = None
+            if stream is None and not since_checkpoint:
+                with Progress(console=console, transient=True) as progress:
+                    task = progress.add_task("decoding every event", total=None)
+                    structure = verify_log(engine.log, progress=lambda n: progress.advance(task, n))
+        _verdict(chain, structure, f"session {session}" if session else "event log")
 
 
 @audit.command()
 def export(
-    session: Annotated[str | None, typer.Option(help="Only this session's events.")] = None,
+    session: Annotated[str | None, typer.Option(help="Only this session's stream.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
 ) -> None:
-    """Write events as JSON lines, each carrying the hash of the line before it."""
+    """Write a bundle: events as stored, their hashes, and the signed checkpoint that proves them."""
     with reported_errors(), Engine() as engine:
-        aggregate_id = None
+        streams = None
         if session is not None:
             engine.history(session)  # raises SessionNotFound with the caller's id
-            aggregate_id = engine.session_uuid(session)
+            streams = [engine.session_uuid(session)]
         target = out.open("w", encoding="utf-8") if out is not None else sys.stdout
-        partial: ReadExtent | None = None
         try:
-            count = 0
-            for record in export_records(engine.log, aggregate_id):
-                target.write(json.dumps(record, ensure_ascii=False) + "\n")
-                count += 0 if record.get("trailer") else 1
-                if record.get("partial"):
-                    partial = ReadExtent(record["read_through"], record["committed_through"])
+            summary = export_bundle(engine.audit, target, streams)
         finally:
             if out is not None:
                 target.close()
-        console.print(f"exported {count:,} events" + (f" to {out}" if out else ""))
-        if partial is not None:
-            console.print(
-                f"[yellow]the export is incomplete (its trailer says so): {partial.describe()}[/yellow]",
-                highlight=False,
-            )
-            raise typer.Exit(PARTIAL_EXIT)
+        console.print(
+            f"exported {summary.events:,} events of {summary.streams:,} streams"
+            + (f" to {out}" if out else "")
+            + f", proven by checkpoint {summary.checkpoint.seq}"
+            + f" (log position {summary.checkpoint.position:,})",
+            highlight=False,
+        )
+        console.print(
+            f"check it offline: python -m flowledger.verify {out or 'BUNDLE'}"
+            f" --public-key {engine.audit.signing.public_hex}",
+            highlight=False,
+        )
+
+
+@audit.command()
+def checkpoint() -> None:
+    """Sign the head of every stream now (the latest checkpoint again if nothing was appended)."""
+    with reported_errors(), Engine() as engine:
+        taken = engine.audit.checkpoint()
+        _print_checkpoint(taken)
+        console.print(f"public key (publish it): {engine.audit.signing.public_hex}", highlight=False)
+
+
+def _print_checkpoint(taken: Checkpoint) -> None:
+    statement = taken.statement
+    console.print(
+        f"checkpoint {taken.seq}: log position {taken.position:,}, {statement.get('streams')} streams,"
+        f" root {statement.get('root')}, {statement.get('created_at')}",
+        highlight=False,
+    )
+
+
+@audit.command()
+def checkpoints(
+    out: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
+) -> None:
+    """Export every signed checkpoint (JSON lines), to anchor them outside the database."""
+    with reported_errors(), Engine() as engine:
+        trail = engine.audit
+        target = out.open("w", encoding="utf-8") if out is not None else sys.stdout
+        count = 0
+        try:
+            with trail.connect() as conn:
+                for stored in trail.checkpoints(conn):
+                    if isinstance(stored, Checkpoint):
+                        target.write(json.dumps(stored.record(), sort_keys=True) + "\n")
+                        count += 1
+        finally:
+            if out is not None:
+                target.close()
+        console.print(f"exported {count} checkpoints; public key {trail.signing.public_hex}", highlight=False)
+
+
+@audit.command("public-key")
+def public_key_command() -> None:
+    """Print the checkpoint public key (hex), for publication."""
+    with reported_errors(), Engine() as engine:
+        typer.echo(engine.audit.signing.public_hex)
+
+
+@audit.command()
+def chain() -> None:
+    """Chain events stored without a hash (a log from before the chain); appends wait meanwhile."""
+    with reported_errors(), Engine() as engine:
+        done = chain_existing(engine.audit)
+        if not done.rows:
+            console.print("every event is already chained", highlight=False)
+            return
+        console.print(
+            f"chained {done.rows:,} events of {done.streams:,} streams, up to log position"
+            f" {done.through_position:,}; every event after that position was chained when it was written."
+            " Take a checkpoint now to seal them: flowledger audit checkpoint",
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -18,9 +18,9 @@ from flowledger.domain.ports import AlertNotifier, LlmPort
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.task_views import AgentState, TaskState
 from flowledger.domain.values import JsonObject, LlmUsage
-from flowledger.infrastructure.audit_keys import chain_key
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.budgets import BudgetService
+from flowledger.infrastructure.engine.checkpointer import Checkpointer
 from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.log import EventLog
@@ -33,6 +33,7 @@ from flowledger.infrastructure.engine.tasks import TaskService
 from flowledger.infrastructure.history import HistoryEntry
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
 from flowledger.infrastructure.postgres.chain import StreamChain
+from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.database import ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
@@ -97,12 +98,36 @@ class Engine:
         )
 
     def _chain_events(self) -> None:
-        """Every append of this engine stores its events' hashes and seals (docs/audit.md)."""
+        """Every append of this engine stores its events' hashes and seals (docs/audit.md), and
+        a background thread signs checkpoints as configured."""
+        self._audit: AuditTrail | None = None
+        self._checkpointer: Checkpointer | None = None
         recorder = self._app.recorder
-        if self.settings.audit_chain and isinstance(recorder, FlowledgerApplicationRecorder):
-            recorder.chain = StreamChain(
-                chain_key(self.settings), schema=recorder.datastore.schema, table=recorder.events_table_name
+        if not isinstance(recorder, FlowledgerApplicationRecorder):
+            return
+        self._audit = AuditTrail(self.database_url, self.settings, recorder.max_notification_id)
+        if not self.settings.audit_chain:
+            return
+        chain = StreamChain(
+            self._audit.chain_key, schema=recorder.datastore.schema, table=recorder.events_table_name
+        )
+        recorder.chain = chain
+        if self.settings.checkpoint_every_events or self.settings.checkpoint_every_s:
+            self._checkpointer = Checkpointer(
+                self._audit,
+                chain,
+                every_events=self.settings.checkpoint_every_events,
+                every_s=self.settings.checkpoint_every_s,
             )
+
+    @property
+    def audit(self) -> AuditTrail:
+        """Checkpoints, verification and bundles of this engine's log (PostgreSQL only)."""
+        if self._audit is None:
+            raise ValidationError(
+                "audit", "the audit chain needs PostgreSQL (this engine keeps events in memory)"
+            )
+        return self._audit
 
     @classmethod
     def in_memory(cls, **kwargs: Any) -> Engine:
@@ -121,12 +146,16 @@ class Engine:
 
     def close(self) -> None:
         """Release database connections and worker threads."""
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self.steps.close()
         self.budgets.close()
         self._app.close()
 
     async def aclose(self) -> None:
         """Close the LLM adapter, the alert notifier, the worker threads and the engine."""
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         await self.steps.aclose()
         if self.budgets.notifier is not None:
             await self.budgets.notifier.aclose()

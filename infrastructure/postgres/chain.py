@@ -36,6 +36,8 @@ class StreamChain:
         self._heads: Heads = {}
         self._max = max_streams
         self._lock = threading.Lock()
+        self.appended = 0
+        """Events this process appended and committed (the checkpointer counts them)."""
         target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
         self.sql_previous = (
             SQL("SELECT event_hash FROM {} WHERE originator_id = %s AND originator_version = %s")
@@ -75,9 +77,10 @@ class StreamChain:
             heads[stream] = (version, chained)
         return hashes, macs, heads
 
-    def committed(self, heads: Heads) -> None:
+    def committed(self, heads: Heads, appended: int) -> None:
         """Remember the heads an append committed (the oldest remembered streams go first)."""
         with self._lock:
+            self.appended += appended
             self._heads.update(heads)
             while len(self._heads) > self._max:
                 del self._heads[next(iter(self._heads))]

@@ -245,7 +245,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         # Outside a transaction block the call was the commit; inside a caller's transaction
         # the heads are not remembered (it may still roll back): the next append reads them.
         if chain is not None and heads and curs.connection.info.transaction_status == _IDLE:
-            chain.committed(heads)
+            chain.committed(heads, len(stored_events))
         return ids
 
     def select_events(

@@ -87,13 +87,13 @@ def test_audit_verifies_the_log_and_an_exported_session(
     export = tmp_path / "audited.jsonl"
     exported = run(database_url, pg_schema, "audit", "export", "--session", "audited", "--out", str(export))
     assert exported.returncode == 0, exported.stderr
-    assert len(export.read_text().splitlines()) == 3  # two events and the trailer
+    assert len(export.read_text().splitlines()) == 5  # header, checkpoint, two events, the head
     assert run(database_url, pg_schema, "audit", "verify", "--file", str(export)).returncode == 0
 
     export.write_text(export.read_text().replace("greet", "forged"))
     tampered = run(database_url, pg_schema, "audit", "verify", "--file", str(export))
     assert tampered.returncode == 1
-    assert "line 2: content does not match its hash" in tampered.stderr
+    assert "version 2: the event does not match its hash (edited)" in tampered.stderr
 
 
 def test_every_error_class_has_an_exit_code_and_an_http_status() -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit_keys import chain_key
+from flowledger.infrastructure.postgres.chain_verify import chain_existing, verify_chain
+from flowledger.infrastructure.postgres.database import migrate
+from flowledger.infrastructure.postgres.migrations import SCHEMA_VERSION
 from flowledger.verify import GENESIS, event_hash, event_mac
 from tests.conftest import make_settings
 
@@ -71,3 +76,55 @@ def test_with_the_chain_off_rows_are_stored_unchained(database_url: str, pg_sche
     ) as off:
         off.start_session("s", "cs")
     assert [row[4:] for row in stored_rows(database_url, pg_schema)] == [(None, None)]
+
+
+def test_a_log_from_before_the_chain_is_upgraded_by_migrate_and_chained_by_audit_chain(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a schema at version 2 (no chain columns) with events in it
+    settings = make_settings(database_url=database_url, schema=pg_schema, checkpoint_every_events=0)
+    with Engine(settings=settings.with_overrides(audit_chain=False)) as old:
+        old.start_session("legacy", "cs")
+        old.record_step("legacy", "greet")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for statement in (
+            "ALTER TABLE {}.flowledger_events DROP COLUMN event_hash, DROP COLUMN event_mac",
+            "DROP TABLE {}.flowledger_checkpoints",
+            "UPDATE {}.flowledger_schema SET version = 2",
+        ):
+            conn.execute(SQL(statement).format(Identifier(pg_schema)))
+    # When an engine of this version starts (migrate runs) and appends to the old stream
+    with Engine(settings=settings) as engine:
+        engine.record_step("legacy", "answer")
+        assert migrate(database_url, pg_schema).version == SCHEMA_VERSION
+        before = verify_chain(engine.audit)
+        # Then the old events are reported unchained until `audit chain` chains them
+        assert [(f.kind, f.version) for f in before.findings] == [("unchained", 1)]
+        upgrade = chain_existing(engine.audit)
+        assert (upgrade.rows, upgrade.streams, upgrade.through_position) == (2, 1, 2)
+        engine.record_step("legacy", "bye")
+        engine.audit.checkpoint()
+        after = verify_chain(engine.audit)
+    assert after.ok, after.findings
+    assert (after.events, after.upgraded_through) == (4, 2)
+
+
+def test_the_engine_takes_checkpoints_every_n_events_in_the_background(
+    database_url: str, pg_schema: str
+) -> None:
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, checkpoint_every_events=5, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("s", "cs")
+        for n in range(5):
+            engine.record_step("s", f"step-{n}")
+        deadline = time.monotonic() + 10
+        taken: list[tuple] = []
+        while not taken and time.monotonic() < deadline:
+            time.sleep(0.2)
+            with psycopg.connect(database_url) as conn:
+                taken = conn.execute(
+                    SQL("SELECT seq, position FROM {}.flowledger_checkpoints").format(Identifier(pg_schema))
+                ).fetchall()
+    assert taken == [(1, 6)]

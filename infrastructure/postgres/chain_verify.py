@@ -1,0 +1,423 @@
+"""``audit verify`` over the stored chain, and ``audit chain`` (chaining a log from before it).
+
+The verification reads every stream in version order (or one, or only what follows the
+latest checkpoint), recomputes each event's hash from its content and its predecessor's,
+checks each seal with the chain key, and compares each stream's end with the heads the
+latest valid checkpoint signed. Per stream it names the first event found wrong:
+
+| finding | what it means |
+|---|---|
+| ``altered`` | the event's content (topic, payload, version, stream) is not what was hashed |
+| ``forged`` | the hash fits the content, the seal does not: written without the key (inserted, re-chained) |
+| ``deleted`` | versions missing in the middle, or at the end of what a checkpoint signed |
+| ``unchained`` | stored without a hash (chain off, inserted directly, or from before the chain) |
+| ``checkpoint`` | a checkpoint dropped, replaced, edited or badly signed |
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.sql import SQL
+
+from flowledger.infrastructure.postgres.checkpoints import AuditTrail, Checkpoint, Heads, heads_root
+from flowledger.verify import GENESIS, event_hash, event_mac, signature_valid, statement_digest
+
+_COLUMNS = (
+    "e.originator_id, e.originator_version, e.topic, e.state, e.notification_id, e.event_hash, e.event_mac"
+)
+_NO_PREVIOUS = "0" * 64
+_NAME_FIELDS = ("session_id", "task_id", "agent_id")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing found wrong, with the stream and version it was found at."""
+
+    kind: str
+    stream: UUID | None
+    version: int | None
+    detail: str
+    name: str | None = None
+    """The caller's id of the stream (session, task or agent id) when it could be read."""
+
+    def describe(self) -> str:
+        """One line for a person."""
+        where = ""
+        if self.stream is not None:
+            label = f" ({self.name})" if self.name else ""
+            where = (
+                f"stream {self.stream}{label}" + (f" version {self.version}" if self.version else "") + ": "
+            )
+        return f"{self.kind}: {where}{self.detail}"
+
+
+@dataclass
+class ChainReport:
+    """What ``verify_chain`` found."""
+
+    events: int = 0
+    streams: int = 0
+    seconds: float = 0.0
+    findings: list[Finding] = field(default_factory=list)
+    checkpoint: Checkpoint | None = None
+    """The latest valid checkpoint the streams were compared with."""
+    upgraded_through: int | None = None
+    """Events up to this log position were chained after the fact by ``audit chain``."""
+    since_checkpoint: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing was found."""
+        return not self.findings
+
+    @property
+    def rate(self) -> float:
+        """Events checked per second."""
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def verify_chain(
+    trail: AuditTrail,
+    *,
+    stream: UUID | None = None,
+    since_checkpoint: bool = False,
+    public_key: bytes | None = None,
+    anchors: Path | None = None,
+) -> ChainReport:
+    """Check the stored chain (one stream, or all; everything, or only since the latest checkpoint)."""
+    started = time.perf_counter()
+    report = ChainReport(since_checkpoint=since_checkpoint)
+    key = trail.chain_key
+    public = public_key if public_key is not None else trail.signing.public_bytes
+    with trail.connect() as conn:
+        heads = _check_checkpoints(trail, conn, public, anchors, report)
+        if stream is not None:
+            heads = {stream: heads[stream]} if stream in heads else {}
+        row = conn.execute(
+            SQL("SELECT max(through_position) FROM {}").format(trail.table(trail.names.chain_upgrades))
+        ).fetchone()
+        report.upgraded_through = row[0] if row else None
+        start = heads if since_checkpoint and report.checkpoint is not None else {}
+        seen: set[UUID] = set()
+        for rows in _rows(trail, conn, stream, start, report.checkpoint):
+            for stream_id, group in groupby(rows, key=lambda r: r[0]):
+                if stream_id in seen:
+                    continue
+                seen.add(stream_id)
+                report.streams += 1
+                finding, count = _walk(stream_id, group, key, start.get(stream_id), heads.get(stream_id))
+                report.events += count
+                if finding is not None:
+                    report.findings.append(finding)
+        for gone in sorted(set(heads) - seen, key=str):
+            version = heads[gone][0]
+            if start:
+                detail = f"version {version} (the head the checkpoint signed) and any after it are gone"
+                report.findings.append(Finding("deleted", gone, version, detail))
+            else:
+                detail = f"the whole stream is gone (the checkpoint signed versions 1..{version})"
+                report.findings.append(Finding("deleted", gone, 1, detail))
+        _name_streams(trail, conn, report)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _check_checkpoints(
+    trail: AuditTrail, conn: psycopg.Connection[Any], public: bytes, anchors: Path | None, report: ChainReport
+) -> Heads:
+    """Check the checkpoints' order, links, signatures and anchors; the heads of the latest valid one."""
+    heads: Heads = {}
+    previous, expected, trusted = _NO_PREVIOUS, 1, True
+    digests: dict[int, str] = {}
+    for stored in trail.checkpoints(conn):
+        if not isinstance(stored, Checkpoint):
+            report.findings.append(
+                Finding("checkpoint", None, None, f"checkpoint {stored[0]} is damaged: {stored[1]}")
+            )
+            trusted = False
+            continue
+        digests[stored.seq] = stored.digest
+        statement = stored.statement
+        if stored.seq > expected:
+            missing = f"{expected}" if stored.seq == expected + 1 else f"{expected}..{stored.seq - 1}"
+            report.findings.append(
+                Finding("checkpoint", None, None, f"checkpoint {missing} was dropped from the database")
+            )
+        elif statement.get("previous") != previous:
+            report.findings.append(
+                Finding(
+                    "checkpoint", None, None, f"checkpoint {stored.seq} does not follow the one before it"
+                )
+            )
+        expected = stored.seq + 1
+        if not signature_valid(public, statement, stored.signature):
+            report.findings.append(
+                Finding(
+                    "checkpoint",
+                    None,
+                    None,
+                    f"checkpoint {stored.seq}: the signature is not valid for the public key"
+                    " (its statement was edited, or another key signed it)",
+                )
+            )
+            trusted = False
+        elif statement.get("seq") != stored.seq or statement.get("position") != stored.position:
+            report.findings.append(
+                Finding(
+                    "checkpoint",
+                    None,
+                    None,
+                    f"checkpoint {stored.seq}: its row differs from its signed statement",
+                )
+            )
+            trusted = False
+        if not trusted:
+            continue
+        heads.update(stored.delta)
+        previous = stored.digest
+        report.checkpoint = stored
+    if report.checkpoint is not None and heads_root(heads).hex() != report.checkpoint.statement.get("root"):
+        report.findings.append(
+            Finding(
+                "checkpoint",
+                None,
+                None,
+                f"checkpoint {report.checkpoint.seq}: its stored stream heads do not match its signed root",
+            )
+        )
+        heads, report.checkpoint = {}, None
+    for record in trail.anchored(anchors):
+        statement = record.get("statement", {})
+        seq = statement.get("seq")
+        if seq not in digests:
+            report.findings.append(
+                Finding(
+                    "checkpoint",
+                    None,
+                    None,
+                    f"checkpoint {seq} (log position {statement.get('position')},"
+                    f" {statement.get('created_at')})"
+                    " is in the anchor file but not in the database: it was dropped",
+                )
+            )
+        elif digests[seq] != statement_digest(statement):
+            report.findings.append(
+                Finding(
+                    "checkpoint", None, None, f"checkpoint {seq} differs from the anchored one (replaced)"
+                )
+            )
+    return heads
+
+
+def _rows(
+    trail: AuditTrail,
+    conn: psycopg.Connection[Any],
+    stream: UUID | None,
+    start: Heads,
+    checkpoint: Checkpoint | None,
+) -> Iterator[Iterable[Sequence[Any]]]:
+    """The rows to walk, ordered by stream and version, as one or two ordered runs."""
+    events = trail.table(trail.names.events)
+    where = SQL(" WHERE e.originator_id = %s") if stream is not None else SQL("")
+    params: list[Any] = [stream] if stream is not None else []
+    if not start or checkpoint is None:
+        yield _cursor(
+            conn,
+            SQL("SELECT " + _COLUMNS + " FROM {} e{} ORDER BY e.originator_id, e.originator_version").format(
+                events, where
+            ),
+            params,
+        )
+        return
+    ids = list(start)
+    yield _cursor(
+        conn,
+        SQL(
+            "SELECT " + _COLUMNS + " FROM unnest(%s::uuid[], %s::bigint[]) AS h(id, v) JOIN {} e "
+            "ON e.originator_id = h.id AND e.originator_version >= h.v "
+            "ORDER BY e.originator_id, e.originator_version"
+        ).format(events),
+        [ids, [start[i][0] for i in ids]],
+    )
+    extra = SQL(" AND e.originator_id = %s") if stream is not None else SQL("")
+    yield _cursor(
+        conn,
+        SQL(
+            "SELECT " + _COLUMNS + " FROM {} e WHERE e.notification_id > %s{} "
+            "ORDER BY e.originator_id, e.originator_version"
+        ).format(events, extra),
+        [checkpoint.position, *params],
+    )
+
+
+def _cursor(conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    with conn.cursor(name=f"audit_{id(query)}") as cur:
+        cur.itersize = 5000
+        cur.execute(query, params)
+        yield from cur
+
+
+def _walk(
+    stream: UUID,
+    rows: Iterable[Sequence[Any]],
+    key: bytes,
+    start: tuple[int, bytes] | None,
+    head: tuple[int, bytes] | None,
+) -> tuple[Finding | None, int]:
+    """Check one stream's rows (oldest first); the first finding and how many rows were read."""
+    name = str(stream)
+    expected, previous = (start[0], start[1]) if start else (1, GENESIS)
+    finding: Finding | None = None
+    count = 0
+    at_head: bytes | None = None
+    for _, version, topic, state, _position, stored, mac in rows:
+        count += 1
+        if finding is not None:
+            continue
+        if start is not None and version == start[0]:
+            if stored is None or bytes(stored) != start[1]:
+                finding = Finding("altered", stream, version, "differs from the head the checkpoint signed")
+            expected = version + 1
+            at_head = start[1] if head and version == head[0] else at_head
+            continue
+        if version != expected:
+            missing = f"{expected}" if version == expected + 1 else f"{expected}..{version - 1}"
+            finding = Finding(
+                "deleted", stream, expected, f"version {missing} missing before version {version}"
+            )
+            continue
+        if stored is None:
+            finding = Finding(
+                "unchained",
+                stream,
+                version,
+                "stored without a hash (written with the chain off, inserted directly, or from before"
+                " the chain: `flowledger audit chain` chains such events)",
+            )
+            continue
+        stored = bytes(stored)
+        computed = event_hash(previous, name, version, topic, bytes(state))
+        sealed = mac is not None and hmac.compare_digest(event_mac(key, name, version, stored), bytes(mac))
+        if computed != stored:
+            finding = Finding(
+                "altered",
+                stream,
+                version,
+                "its topic or payload is not what was written (the sealed hash no longer matches)"
+                if sealed
+                else "neither its content nor its seal match (edited and re-hashed, moved, or inserted)",
+            )
+            continue
+        if not sealed:
+            finding = Finding(
+                "forged",
+                stream,
+                version,
+                "its hash was computed without the chain key (inserted or re-chained in the database)",
+            )
+            continue
+        previous, expected = stored, version + 1
+        if head is not None and version == head[0]:
+            at_head = stored
+    if finding is None and head is not None:
+        last = expected - 1
+        if last < head[0]:
+            missing = f"{last + 1}" if last + 1 == head[0] else f"{last + 1}..{head[0]}"
+            finding = Finding(
+                "deleted",
+                stream,
+                last + 1,
+                f"version {missing} missing at the end (the checkpoint signed {head[0]})",
+            )
+        elif at_head != head[1]:
+            finding = Finding("altered", stream, head[0], "differs from the head the checkpoint signed")
+    return finding, count
+
+
+def _name_streams(trail: AuditTrail, conn: psycopg.Connection[Any], report: ChainReport) -> None:
+    """Add the session, task or agent id to each finding, read from its stream's first event."""
+    streams = list({f.stream for f in report.findings if f.stream is not None})
+    if not streams:
+        return
+    rows = conn.execute(
+        SQL(
+            "SELECT originator_id, state FROM {} WHERE originator_id = ANY(%s) AND originator_version = 1"
+        ).format(trail.table(trail.names.events)),
+        (streams,),
+    ).fetchall()
+    names: dict[UUID, str] = {}
+    for stream, state in rows:
+        try:
+            data = json.loads(bytes(state))
+        except ValueError:
+            continue
+        for name_field in _NAME_FIELDS:
+            if isinstance(data, dict) and isinstance(data.get(name_field), str):
+                names[stream] = data[name_field]
+                break
+    report.findings = [
+        Finding(f.kind, f.stream, f.version, f.detail, names.get(f.stream)) if f.stream in names else f
+        for f in report.findings
+    ]
+
+
+@dataclass(frozen=True)
+class UpgradeReport:
+    """What ``chain_existing`` did."""
+
+    rows: int
+    streams: int
+    through_position: int
+    """The highest log position among the rows it chained (0: none); every event after it
+    was chained when it was written."""
+
+
+def chain_existing(trail: AuditTrail) -> UpgradeReport:
+    """Chain every event stored without a hash, in place, holding appends back meanwhile."""
+    events = trail.table(trail.names.events)
+    key = trail.chain_key
+    rows_done = streams_done = through = 0
+    with trail.connect() as conn:
+        conn.execute(SQL("LOCK TABLE {} IN SHARE MODE").format(events))
+        query = SQL(
+            "SELECT originator_id, originator_version, topic, state, notification_id, event_hash FROM {} "
+            "WHERE originator_id IN (SELECT DISTINCT originator_id FROM {} WHERE event_hash IS NULL) "
+            "ORDER BY originator_id, originator_version"
+        ).format(events, events)
+        update = SQL(
+            "UPDATE {} SET event_hash = %s, event_mac = %s "
+            "WHERE originator_id = %s AND originator_version = %s"
+        ).format(events)
+        with conn.cursor(name="audit_chain") as cur, conn.cursor() as writer:
+            cur.itersize = 5000
+            cur.execute(query)
+            for stream, group in groupby(cur, key=lambda r: r[0]):
+                name, previous, changes = str(stream), GENESIS, []
+                for _, version, topic, state, position, stored in group:
+                    if stored is not None:
+                        previous = bytes(stored)
+                        continue
+                    previous = event_hash(previous, name, version, topic, bytes(state))
+                    changes.append((previous, event_mac(key, name, version, previous), stream, version))
+                    through = max(through, position)
+                writer.executemany(update, changes)
+                rows_done += len(changes)
+                streams_done += 1
+        if rows_done:
+            conn.execute(
+                SQL("INSERT INTO {} (through_position, rows) VALUES (%s, %s)").format(
+                    trail.table(trail.names.chain_upgrades)
+                ),
+                (through, rows_done),
+            )
+    return UpgradeReport(rows_done, streams_done, through)

@@ -1,0 +1,302 @@
+"""Signed checkpoints of the event log: every stream head up to a log position, signed (Ed25519).
+
+A checkpoint's statement (``flowledger.verify.statement_bytes``) holds its sequence number,
+the log position it covers, the Merkle root over every stream head (stream, version, hash)
+up to there, and the digest of the checkpoint before it. Its row also keeps the heads that
+changed since that one (packed, compressed), so the heads of any checkpoint are the fold
+of its predecessors' and each fold is checked against the signed root before use.
+
+Each checkpoint taken is also appended to an anchor file outside the database
+(``<key_dir>/anchors/<database>.jsonl``): a checkpoint dropped from the database is still
+known there (``audit verify`` compares). Export them to anchor elsewhere too
+(``flowledger audit checkpoints``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.sql import SQL, Identifier
+
+from flowledger.domain.errors import FlowledgerError
+from flowledger.infrastructure.audit_keys import SigningKey, chain_key, signing_key
+from flowledger.infrastructure.postgres.ddl import TableNames
+from flowledger.infrastructure.settings import Settings
+from flowledger.verify import (
+    head_leaf,
+    merkle_levels,
+    merkle_proof,
+    merkle_root,
+    signed_message,
+    statement_bytes,
+    statement_digest,
+)
+
+Heads = dict[UUID, tuple[int, bytes]]
+"""Each stream's head: (version, hash)."""
+_HEAD = 16 + 8 + 32
+_NO_PREVIOUS = "0" * 64
+
+
+class AuditError(FlowledgerError):
+    """The audit trail cannot do what was asked (unchained rows, damaged checkpoints, no key)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One signed checkpoint as stored."""
+
+    seq: int
+    position: int
+    statement: dict[str, Any]
+    signature: bytes
+    delta: Heads
+
+    @property
+    def digest(self) -> str:
+        """What the next checkpoint names as ``previous``."""
+        return statement_digest(self.statement)
+
+    def record(self) -> dict[str, Any]:
+        """The checkpoint as one JSON line (export, anchor file)."""
+        return {"type": "checkpoint", "statement": self.statement, "signature": self.signature.hex()}
+
+
+def pack_heads(heads: Heads) -> bytes:
+    """Heads as 56-byte records (stream, version, hash), compressed."""
+    raw = b"".join(s.bytes + v.to_bytes(8, "big", signed=True) + h for s, (v, h) in sorted(heads.items()))
+    return zlib.compress(raw, 6)
+
+
+def unpack_heads(blob: bytes) -> Heads:
+    """The heads ``pack_heads`` packed (ValueError when damaged)."""
+    try:
+        raw = zlib.decompress(blob)
+    except zlib.error as error:
+        raise ValueError(f"heads do not decompress: {error}") from error
+    if len(raw) % _HEAD:
+        raise ValueError("heads are not whole records")
+    heads: Heads = {}
+    for at in range(0, len(raw), _HEAD):
+        record = raw[at : at + _HEAD]
+        heads[UUID(bytes=record[:16])] = (int.from_bytes(record[16:24], "big", signed=True), record[24:])
+    return heads
+
+
+def ordered_leaves(heads: Heads) -> tuple[list[UUID], list[bytes]]:
+    """The streams in leaf order (by their text form) and their Merkle leaves."""
+    streams = sorted(heads, key=str)
+    return streams, [head_leaf(str(s), heads[s][0], heads[s][1]) for s in streams]
+
+
+def heads_root(heads: Heads) -> bytes:
+    """The Merkle root over ``heads``."""
+    return merkle_root(ordered_leaves(heads)[1])
+
+
+def proofs(heads: Heads, wanted: Iterable[UUID]) -> dict[UUID, list[tuple[str, bytes]]]:
+    """The inclusion proofs of the ``wanted`` streams' heads in the root over ``heads``."""
+    streams, leaves = ordered_leaves(heads)
+    levels = merkle_levels(leaves)
+    index = {stream: at for at, stream in enumerate(streams)}
+    return {stream: merkle_proof(levels, index[stream]) for stream in wanted if stream in index}
+
+
+class AuditTrail:
+    """The audit operations on one database and schema: checkpoints, and their keys and SQL."""
+
+    def __init__(
+        self, database_url: str, settings: Settings, readable_head: Any, *, app_name: str = "flowledger"
+    ) -> None:
+        self.database_url = database_url
+        self.settings = settings
+        self.schema = settings.schema
+        self.names = TableNames.for_app(app_name)
+        self._readable_head = readable_head
+        self._signing: SigningKey | None = None
+        self._chain_key: bytes | None = None
+        self._fold: tuple[int, str, Heads] | None = None
+        """The heads of the last checkpoint this process read or took: (seq, digest, heads)."""
+
+    # -- keys ---------------------------------------------------------------------------
+
+    @property
+    def chain_key(self) -> bytes:
+        """The chain's HMAC key."""
+        if self._chain_key is None:
+            self._chain_key = chain_key(self.settings)
+        return self._chain_key
+
+    @property
+    def signing(self) -> SigningKey:
+        """The checkpoint signing key."""
+        if self._signing is None:
+            self._signing = signing_key(self.settings)
+        return self._signing
+
+    @property
+    def anchor_file(self) -> Path:
+        """This database's anchor file (outside the database)."""
+        params = conninfo_to_dict(self.database_url)
+        where = f"{params.get('host', '')}:{params.get('port', '')}/{params.get('dbname', '')}/{self.schema}"
+        name = hashlib.sha256(where.encode()).hexdigest()[:16]
+        return self.settings.key_dir / "anchors" / f"{self.schema}-{name}.jsonl"
+
+    # -- SQL ------------------------------------------------------------------------------
+
+    def table(self, name: str) -> SQL | Any:
+        """``schema.name`` as a composable."""
+        return SQL("{}.{}").format(Identifier(self.schema), Identifier(name))
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A connection of its own (audit reads are long; they do not take the engine's pool)."""
+        return psycopg.connect(
+            self.database_url, connect_timeout=max(2, round(self.settings.connect_timeout_s))
+        )
+
+    def checkpoints(self, conn: psycopg.Connection[Any]) -> Iterator[Checkpoint | tuple[int, str]]:
+        """Every stored checkpoint in order; a row that does not parse as ``(seq, reason)``."""
+        rows = conn.execute(
+            SQL("SELECT seq, position, statement, signature, heads FROM {} ORDER BY seq").format(
+                self.table(self.names.checkpoints)
+            )
+        )
+        for seq, position, statement, signature, heads in rows:
+            try:
+                parsed = json.loads(bytes(statement))
+                if not isinstance(parsed, dict):
+                    raise ValueError("the statement is not an object")
+                yield Checkpoint(
+                    int(seq), int(position), parsed, bytes(signature), unpack_heads(bytes(heads))
+                )
+            except ValueError as error:
+                yield (int(seq), str(error))
+
+    # -- taking one ---------------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint:
+        """Sign the heads of every stream up to the readable end of the log (the latest
+        checkpoint again when nothing was appended since)."""
+        position = int(self._readable_head() or 0)
+        signing = self.signing
+        with self.connect() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key(),))
+            stored = self._valid(self.checkpoints(conn))
+            previous = stored[-1] if stored else None
+            if previous is not None and previous.position >= position:
+                return previous
+            heads = self._heads_of(stored)
+            delta = self._changed(conn, previous.position if previous else 0, position)
+            heads.update(delta)
+            seq = (previous.seq if previous else 0) + 1
+            statement: dict[str, Any] = {
+                "format": 1,
+                "seq": seq,
+                "position": position,
+                "streams": len(heads),
+                "root": heads_root(heads).hex(),
+                "previous": previous.digest if previous else _NO_PREVIOUS,
+                "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "schema": self.schema,
+                "public_key": signing.public_hex,
+            }
+            taken = Checkpoint(seq, position, statement, signing.sign(signed_message(statement)), delta)
+            conn.execute(
+                SQL(
+                    "INSERT INTO {} (seq, position, statement, signature, heads) VALUES (%s, %s, %s, %s, %s)"
+                ).format(self.table(self.names.checkpoints)),
+                (taken.seq, position, statement_bytes(statement), taken.signature, pack_heads(delta)),
+            )
+        self._fold = (taken.seq, taken.digest, heads)
+        self._anchor(taken)
+        return taken
+
+    def heads_at(self, checkpoint: Checkpoint) -> Heads:
+        """Every stream head of ``checkpoint`` (folded from the stored deltas, checked against its root)."""
+        with self.connect() as conn:
+            stored = [c for c in self._valid(self.checkpoints(conn)) if c.seq <= checkpoint.seq]
+        heads = self._heads_of(stored)
+        if heads_root(heads).hex() != checkpoint.statement.get("root"):
+            raise AuditError(f"the stored heads of checkpoint {checkpoint.seq} do not match its signed root")
+        return heads
+
+    @staticmethod
+    def _valid(stored: Iterator[Checkpoint | tuple[int, str]]) -> list[Checkpoint]:
+        """The checkpoints, or AuditError naming the first damaged one."""
+        valid: list[Checkpoint] = []
+        for checkpoint in stored:
+            if not isinstance(checkpoint, Checkpoint):
+                seq, reason = checkpoint
+                raise AuditError(f"checkpoint {seq} is damaged ({reason}); run audit verify")
+            valid.append(checkpoint)
+        return valid
+
+    def _heads_of(self, stored: list[Checkpoint]) -> Heads:
+        """The fold of ``stored``, checked against the last one's signed root."""
+        if not stored:
+            return {}
+        last = stored[-1]
+        if self._fold is not None and self._fold[:2] == (last.seq, last.digest):
+            return dict(self._fold[2])
+        heads: Heads = {}
+        for checkpoint in stored:
+            heads.update(checkpoint.delta)
+        if heads_root(heads).hex() != last.statement.get("root"):
+            raise AuditError(
+                f"the stored heads of checkpoint {last.seq} do not match its signed root; run audit verify"
+            )
+        self._fold = (last.seq, last.digest, heads)
+        return dict(heads)
+
+    def _changed(self, conn: psycopg.Connection[Any], after: int, through: int) -> Heads:
+        """The heads of the streams appended to in (after, through]."""
+        rows = conn.execute(
+            SQL(
+                "SELECT DISTINCT ON (originator_id) originator_id, originator_version, event_hash, "
+                "notification_id FROM {} WHERE notification_id > %s AND notification_id <= %s "
+                "ORDER BY originator_id, originator_version DESC"
+            ).format(self.table(self.names.events)),
+            (after, through),
+        ).fetchall()
+        unchained = [row for row in rows if row[2] is None]
+        if unchained:
+            raise AuditError(
+                f"{len(unchained)} streams end in events stored without a hash (first: {unchained[0][0]}"
+                f" version {unchained[0][1]}); run `flowledger audit chain` before taking a checkpoint"
+            )
+        return {row[0]: (int(row[1]), bytes(row[2])) for row in rows}
+
+    def _lock_key(self) -> int:
+        digest = hashlib.blake2b(f"flowledger-checkpoint:{self.schema}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
+    def _anchor(self, checkpoint: Checkpoint) -> None:
+        path = self.anchor_file
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(checkpoint.record(), sort_keys=True) + "\n")
+
+    def anchored(self, path: Path | None = None) -> list[dict[str, Any]]:
+        """The checkpoint records in an anchor file (this database's by default; none if absent)."""
+        target = path or self.anchor_file
+        if not target.exists():
+            return []
+        records = []
+        for line in target.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                records.append(json.loads(line))
+        return records

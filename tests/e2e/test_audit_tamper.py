@@ -1,0 +1,233 @@
+"""Tampering with the database directly, as anyone with database access could: ``flowledger audit
+verify`` names the stream and version of each change and exits non-zero."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from psycopg.sql import SQL, Identifier
+
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
+from flowledger.verify import event_hash
+from tests.conftest import make_settings
+from tests.support.cli import run_cli
+
+COMPLETED = "flowledger.domain.session:Session.Completed"
+
+
+@dataclass
+class Log:
+    """A log with two sessions and a signed checkpoint, and SQL access to it."""
+
+    url: str
+    schema: str
+    victim: UUID
+    bystander: UUID
+
+    def sql(self, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cur = conn.execute(
+                SQL(statement).format(
+                    events=Identifier(self.schema, "flowledger_events"),
+                    checkpoints=Identifier(self.schema, "flowledger_checkpoints"),
+                ),
+                params,
+            )
+            return cur.fetchall() if cur.description else []
+
+    def payload(self, version: int) -> dict[str, Any]:
+        ((state,),) = self.sql(
+            "SELECT state FROM {events} WHERE originator_id = %s AND originator_version = %s",
+            self.victim,
+            version,
+        )
+        parsed: dict[str, Any] = json.loads(bytes(state))
+        return parsed
+
+    def set_payload(self, version: int, payload: dict[str, Any]) -> None:
+        self.sql(
+            "UPDATE {events} SET state = %s WHERE originator_id = %s AND originator_version = %s",
+            json.dumps(payload, separators=(",", ":")).encode(),
+            self.victim,
+            version,
+        )
+
+
+@pytest.fixture
+def log(database_url: str, pg_schema: str) -> Iterator[Log]:
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    usage = LlmUsage(input_tokens=400, output_tokens=60, cost_usd=Decimal("0.000197"))
+    with Engine(settings=settings) as engine:
+        for session in ("victim", "bystander"):
+            engine.start_session(session, "cs", user_id="u-1")
+            engine.record_step(session, "greet", input={"q": "hello"}, usage=usage)  # version 2
+            engine.record_step(session, "answer", input={"q": "refund?"}, usage=usage)  # version 3
+            engine.record_step(session, "bye", input={"q": "thanks"})  # version 4
+            engine.complete_session(session, "done")  # version 5
+        engine.audit.checkpoint()
+        yield Log(database_url, pg_schema, engine.session_uuid("victim"), engine.session_uuid("bystander"))
+
+
+def edit_cost(log: Log) -> None:
+    payload = log.payload(2)
+    assert payload["usage"]["_data_"]["cost_usd"]["_data_"] == "0.000197"
+    payload["usage"]["_data_"]["cost_usd"]["_data_"] = "0.000001"
+    log.set_payload(2, payload)
+
+
+def edit_input(log: Log) -> None:
+    payload = log.payload(3)
+    payload["input"] = {"q": "no refund wanted"}
+    log.set_payload(3, payload)
+
+
+def delete_last(log: Log) -> None:
+    log.sql("DELETE FROM {events} WHERE originator_id = %s AND originator_version = 5", log.victim)
+
+
+def delete_middle(log: Log) -> None:
+    log.sql("DELETE FROM {events} WHERE originator_id = %s AND originator_version = 3", log.victim)
+
+
+def swap_payloads(log: Log) -> None:
+    two, three = log.payload(2), log.payload(3)
+    log.set_payload(2, three)
+    log.set_payload(3, two)
+
+
+def change_topic_to_completed(log: Log) -> None:
+    log.sql(
+        "UPDATE {events} SET topic = %s WHERE originator_id = %s AND originator_version = 3",
+        COMPLETED,
+        log.victim,
+    )
+
+
+def truncate_tail(log: Log) -> None:
+    log.sql("DELETE FROM {events} WHERE originator_id = %s AND originator_version >= 3", log.victim)
+
+
+def forge_next_event(log: Log) -> None:
+    """Append version 6 with a correct public hash (the rule is public) and a made-up seal."""
+    ((previous,),) = log.sql(
+        "SELECT event_hash FROM {events} WHERE originator_id = %s AND originator_version = 5", log.victim
+    )
+    state = json.dumps({"timestamp": log.payload(5)["timestamp"], "resolution": "refunded"}).encode()
+    chained = event_hash(bytes(previous), str(log.victim), 6, COMPLETED, state)
+    log.sql(
+        "INSERT INTO {events} (originator_id, originator_version, topic, state, transaction_id, event_hash, "
+        "event_mac) VALUES (%s, 6, %s, %s, pg_current_xact_id(), %s, %s)",
+        log.victim,
+        COMPLETED,
+        state,
+        chained,
+        os.urandom(32),
+    )
+
+
+def edit_and_rehash(log: Log) -> None:
+    """Edit version 3 and recompute every public hash after it: only the seals are missing."""
+    edit_input(log)
+    rows = log.sql(
+        "SELECT originator_version, topic, state, event_hash FROM {events} WHERE originator_id = %s "
+        "ORDER BY originator_version",
+        log.victim,
+    )
+    previous = bytes(rows[1][3])
+    for version, topic, state, _ in rows[2:]:
+        previous = event_hash(previous, str(log.victim), version, topic, bytes(state))
+        log.sql(
+            "UPDATE {events} SET event_hash = %s WHERE originator_id = %s AND originator_version = %s",
+            previous,
+            log.victim,
+            version,
+        )
+
+
+TAMPERING: list[tuple[Callable[[Log], None], str, int]] = [
+    (edit_cost, "altered", 2),
+    (edit_input, "altered", 3),
+    (delete_last, "deleted", 5),
+    (delete_middle, "deleted", 3),
+    (swap_payloads, "altered", 2),
+    (forge_next_event, "forged", 6),
+    (change_topic_to_completed, "altered", 3),
+    (truncate_tail, "deleted", 3),
+    (edit_and_rehash, "forged", 3),
+]
+
+
+def test_an_untouched_log_verifies_and_prints_its_rate(log: Log) -> None:
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    assert result.returncode == 0, result.stderr
+    assert "10 events in 2 streams: ok" in result.stderr
+    assert "events/s" in result.stderr
+    assert "latest checkpoint: 1" in result.stderr
+
+
+@pytest.mark.parametrize(("tamper", "kind", "version"), TAMPERING, ids=[t[0].__name__ for t in TAMPERING])
+def test_audit_verify_names_the_stream_and_version_of_each_change(
+    log: Log, tamper: Callable[[Log], None], kind: str, version: int
+) -> None:
+    # Given a change made in the database directly
+    tamper(log)
+    # When the log is verified
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    # Then it exits non-zero, naming the kind of change, the stream (and its session) and the version
+    assert result.returncode == 1, result.stderr
+    problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
+    assert problems[0].startswith(f"problem: {kind}: stream {log.victim} (victim) version {version}:"), (
+        problems
+    )
+    assert str(log.bystander) not in result.stderr
+
+
+def test_one_session_and_only_what_follows_the_checkpoint_can_be_verified(log: Log) -> None:
+    delete_last(log)
+    alone = run_cli(log.url, log.schema, "audit", "verify", "--session", "victim")
+    assert alone.returncode == 1
+    assert f"deleted: stream {log.victim} (victim) version 5" in alone.stderr
+    assert "session victim: 4 events in 1 streams" in alone.stderr
+    since = run_cli(log.url, log.schema, "audit", "verify", "--since-checkpoint")
+    assert since.returncode == 1
+    assert f"deleted: stream {log.victim} (victim) version 5" in since.stderr
+    clean = run_cli(log.url, log.schema, "audit", "verify", "--session", "bystander", "--since-checkpoint")
+    assert clean.returncode == 0, clean.stderr
+
+
+def test_a_dropped_checkpoint_is_named(log: Log, database_url: str) -> None:
+    # Given a second checkpoint after more events, then dropped with the events it covered
+    with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
+        engine.start_session("late", "cs")
+        engine.record_step("late", "greet")
+        engine.audit.checkpoint()
+        late = engine.session_uuid("late")
+    log.sql("DELETE FROM {checkpoints} WHERE seq = 2")
+    log.sql("DELETE FROM {events} WHERE originator_id = %s", late)
+    # Then verify names the checkpoint known outside the database (the anchor file)
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    assert result.returncode == 1
+    assert "checkpoint: checkpoint 2 (log position 12" in result.stderr
+    assert "is in the anchor file but not in the database: it was dropped" in result.stderr
+
+
+def test_a_checkpoint_dropped_between_two_others_is_named(log: Log, database_url: str) -> None:
+    with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
+        for session in ("a", "b"):
+            engine.start_session(session, "cs")
+            engine.audit.checkpoint()
+    log.sql("DELETE FROM {checkpoints} WHERE seq = 2")
+    result = run_cli(log.url, log.schema, "audit", "verify", "--anchors", "/dev/null")
+    assert result.returncode == 1
+    assert "problem: checkpoint: checkpoint 2 was dropped from the database" in result.stderr
