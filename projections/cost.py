@@ -1,4 +1,5 @@
-"""Cost dashboard fact table: one row per model call, with tokens, cost, latency and error type.
+"""Cost dashboard fact table: one row per model call, with tokens, cost, latency and error type,
+and its roll-ups per minute, hour and day (``cost_rollups``), kept in the same transaction.
 
 A call's cost is the one its event recorded, unless a repricing (``projections/repricing``)
 prices it anew; ``retried_cost_usd`` is what its retried attempts were billed, ``unpriced``
@@ -20,6 +21,8 @@ from flowledger.domain.session import Session
 from flowledger.domain.task import Task
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.catalog import Names
+from flowledger.projections.cost_rollups import DDL as ROLLUP_DDL
+from flowledger.projections.cost_rollups import add_to_rollups
 from flowledger.projections.repricing import RepricingCache, call_cost
 from flowledger.projections.sql import Column, q, write_rows
 
@@ -107,9 +110,9 @@ class CostDashboard(Projection):
     """Model calls with their usage, for cost and latency dashboards."""
 
     name = "cost"
-    exposed = ("llm_calls",)
-    ddl = DDL
-    schema_version = 3  # 2: tenant on every row; 3: cache writes, unpriced, retried attempts
+    exposed = ("llm_calls", "cost_rollups")
+    ddl = DDL + ROLLUP_DDL
+    schema_version = 4  # 2: tenant on every row; 3: cache writes, unpriced, retried attempts; 4: cost_rollups
 
     def __init__(self) -> None:
         self._repricings = RepricingCache()
@@ -188,3 +191,5 @@ class CostDashboard(Projection):
                 )
             )
         write_rows(cur, schema, "llm_calls", CALL_COLUMNS, rows)
+        if rows:
+            add_to_rollups(cur, schema, rows[0][0], rows[-1][0])

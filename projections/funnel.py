@@ -1,4 +1,5 @@
-"""Completion funnel: per session, which steps it reached, when, and how each last ended."""
+"""Completion funnel: per session, which steps it reached, when, and how each last ended; and
+the funnel's roll-ups (``funnel_rollups``), kept in the same transaction."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from psycopg.rows import dict_row
 from flowledger.domain.session import Session
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.calls import call_of
+from flowledger.projections.funnel_rollups import DDL as ROLLUP_DDL
+from flowledger.projections.funnel_rollups import change_funnel_rollups
 from flowledger.projections.sql import Column, dump_json, q, write_rows
 
 Row = dict[str, Any]
@@ -120,9 +123,9 @@ class CompletionFunnel(Projection):
     """Which steps each session reached, for funnels per workflow."""
 
     name = "funnel"
-    exposed = ("funnel_sessions", "funnel_steps")
-    ddl = DDL
-    schema_version = 2  # 2: tenant on every row
+    exposed = ("funnel_sessions", "funnel_steps", "funnel_paths", "funnel_reach", "funnel_firsts")
+    ddl = DDL + ROLLUP_DDL
+    schema_version = 3  # 2: tenant on every row; 3: roll-ups
     handles = (
         Session.Started,
         Session.StepStarted,
@@ -141,6 +144,7 @@ class CompletionFunnel(Projection):
         if not events:
             return
         sessions, steps = self._load(cur, schema, events)
+        change_funnel_rollups(cur, schema, list(sessions), -1)  # as they were; added back below
         for event in events:
             key = event.originator_id
             if isinstance(event, Session.Started):
@@ -170,6 +174,7 @@ class CompletionFunnel(Projection):
             if r.get("dirty")
         ]
         write_rows(cur, schema, "funnel_steps", STEP_COLUMNS, step_rows, key=("originator_id", "step"))
+        change_funnel_rollups(cur, schema, list(sessions), 1)
 
     @staticmethod
     def _load(

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
+from flowledger.projections.cost_queries import RAW_WINDOW, READS
 
 DROPS = ("failed", "expired", "abandoned")
 
@@ -138,8 +139,13 @@ def funnel_report(
     by: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    read: str = "auto",
 ) -> list[FunnelReport]:
     """The funnel of ``tenant``'s sessions of ``workflow`` started in the window, one report per segment.
+
+    ``read`` is as ``cost_queries.dashboard``'s: ``raw`` rows, the ``rollups`` (not for a
+    ``metadata.<key>`` breakdown, which has no roll-up), or ``auto``: the roll-ups for windows
+    of ``RAW_WINDOW`` or more (and no ``since``) unless broken down by metadata.
 
     Steps come in ``steps`` order when given (each a step the workflow has; ValidationError
     naming the known ones otherwise), else by the average position at which sessions first
@@ -147,6 +153,14 @@ def funnel_report(
     """
     if steps:
         _require_known_steps(conn, reader, workflow, tenant, steps)
+    _segment(by)
+    if _reads_rollups(read, by, since, until):
+        # Imported here: that module builds on this one's FunnelReport and FunnelStep.
+        from flowledger.projections.funnel_rollup_queries import rollup_funnel
+
+        return rollup_funnel(
+            conn, reader, workflow, tenant=tenant, steps=steps, by=by, since=since, until=until
+        )
     prefix = sql.SQL(PREFIX).format(
         segment=_segment(by),
         r=sql.Identifier(reader),
@@ -202,6 +216,23 @@ def _require_known_steps(
         raise ValidationError(
             "steps", f"unknown in workflow {workflow!r}: {', '.join(unknown)}; known steps: {names}"
         )
+
+
+def _reads_rollups(read: str, by: str | None, since: datetime | None, until: datetime | None) -> bool:
+    if read not in READS:
+        raise ValidationError("read", f"must be one of {list(READS)}, not {read!r}")
+    if read == "raw":
+        return False
+    if by is not None and by != "model":
+        if read == "rollups":
+            raise ValidationError("read", f"a breakdown by {by!r} has no roll-up: read the raw rows")
+        return False
+    if read == "rollups" or since is None:
+        return True
+    end = until if until is not None else datetime.now(UTC)
+    if since.tzinfo is None or end.tzinfo is None:
+        return False  # the raw query reads a naive time in the server's zone, as it always did
+    return end - since >= RAW_WINDOW
 
 
 def _count_ending(entry: FunnelStep, cause: str, error_type: str | None, count: int) -> None:

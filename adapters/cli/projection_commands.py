@@ -287,11 +287,21 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+ExactOption = Annotated[
+    bool,
+    typer.Option(
+        "--exact",
+        help="Read the raw rows (exact percentiles) even for windows over a day, which read roll-ups.",
+    ),
+]
+
+
 def dashboard_command(
     since: Annotated[str, typer.Option(help="Window: 30m, 24h, 7d ...")] = "24h",
     by: Annotated[list[str] | None, typer.Option(help=BY_HELP)] = None,
     reprice_as: Annotated[str | None, typer.Option(help=REPRICE_HELP)] = None,
     tenant: TenantOption = None,
+    exact: ExactOption = False,
 ) -> None:
     """Calls, errors, tokens, cost and latency percentiles of one tenant's model calls, grouped."""
     groups = by or ["model"]
@@ -301,7 +311,8 @@ def dashboard_command(
         projector.catch_up()
         start = datetime.now(UTC) - parse_since(since)
         with projector.connect() as conn:
-            rows = dashboard(conn, projector.names.reader, tenant=whose, since=start, by=groups)
+            read = "raw" if exact else "auto"
+            rows = dashboard(conn, projector.names.reader, tenant=whose, since=start, by=groups, read=read)
             console.print(dashboard_table(rows, groups, f"model calls, last {since}"))
             if reprice_as is not None:
                 table = load_price_table(engine.settings.pricing_file)
@@ -339,6 +350,7 @@ def funnel_command(
         str | None, typer.Option(help="Only sessions started in this window: 30m, 24h, 7d ...")
     ] = None,
     tenant: TenantOption = None,
+    exact: ExactOption = False,
 ) -> None:
     """Per step of one tenant's sessions: reaching it, conversion, drop-off by cause, time to reach it."""
     with reported_errors():
@@ -350,7 +362,16 @@ def funnel_command(
             projector.catch_up()
             with projector.connect() as conn:
                 reader = projector.names.reader
-                reports = funnel_report(conn, reader, workflow, tenant=whose, steps=order, by=by, since=start)
+                reports = funnel_report(
+                    conn,
+                    reader,
+                    workflow,
+                    tenant=whose,
+                    steps=order,
+                    by=by,
+                    since=start,
+                    read="raw" if exact else "auto",
+                )
         if not reports:
             window = "" if since is None else f" started in the last {since}"
             console.print(f"no sessions of workflow {workflow!r}{window}", markup=False)

@@ -48,6 +48,9 @@ Since = Annotated[
 _PAGE = (Path(__file__).parent / "dashboard.html").read_text(encoding="utf-8")
 _ANALYTICS = responses(400)
 Grouping = Annotated[str, Field(pattern="^(" + "|".join(sorted(GROUPINGS)) + ")$")]
+Exact = Annotated[
+    bool, Query(description="Read the raw rows (exact percentiles) even for windows over a day.")
+]
 
 
 def _start(since: str) -> datetime:
@@ -69,24 +72,29 @@ def dashboard_json(
     caller: Reader,
     since: Since = "24h",
     by: Annotated[list[Grouping], Query(max_length=8)] = ["model"],  # noqa: B006 - FastAPI copies the default
+    exact: Exact = False,
 ) -> list[dict[str, Any]]:
-    """Calls, errors, tokens, cost and exact latency percentiles per group."""
+    """Calls, errors, tokens, cost and latency percentiles per group: exact for windows up to a
+    day or with ``exact``, else from roll-ups (within 2 %)."""
     start = _start(since)
     projector = _projector(caller.engine)
     with projector.connect() as conn:
-        rows = dashboard(conn, projector.names.reader, tenant=caller.tenant, since=start, by=by)
+        read = "raw" if exact else "auto"
+        rows = dashboard(conn, projector.names.reader, tenant=caller.tenant, since=start, by=by, read=read)
     return [jsonable(asdict(row)) for row in rows]
 
 
 @router.get("/v1/funnel/{workflow}", responses=_ANALYTICS)
 def funnel_json(
-    workflow: Annotated[str, PathId], caller: Reader, since: Since = "7d"
+    workflow: Annotated[str, PathId], caller: Reader, since: Since = "7d", exact: Exact = False
 ) -> list[dict[str, Any]]:
-    """The completion funnel of a workflow: reach, conversion, drop-off by cause, time to reach."""
+    """The completion funnel of a workflow: reach, conversion, drop-off by cause, time to reach
+    (from roll-ups for windows over a day, unless ``exact``)."""
     start = _start(since)
     projector = _projector(caller.engine)
     with projector.connect() as conn:
-        reports = funnel_report(conn, projector.names.reader, workflow, tenant=caller.tenant, since=start)
+        reader, read = projector.names.reader, "raw" if exact else "auto"
+        reports = funnel_report(conn, reader, workflow, tenant=caller.tenant, since=start, read=read)
     return [jsonable(asdict(report)) for report in reports]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -52,6 +53,18 @@ def test_the_dashboard_json_sums_cost_exactly_and_gives_exact_percentiles(http: 
     assert gpt["latency_p50_ms"] == pytest.approx(300.0)
     deepseek = rows[("deepseek-v3.2",)]
     assert (deepseek["calls"], deepseek["errors"], deepseek["errors_by_type"]) == (2, 1, {"RateLimited": 1})
+
+
+def test_a_week_reads_rollups_unless_exact_is_asked_for(http: TestClient) -> None:
+    def gpt(**params: str) -> Any:
+        rows = http.get("/v1/dashboard", params={"by": "model", "since": "7d", **params}).json()
+        return next(r for r in rows if r["group"] == ["gpt-4.1"])
+
+    rolled, exact = gpt(), gpt(exact="true")
+    assert (rolled["calls"], rolled["cost_usd"]) == (exact["calls"], exact["cost_usd"]) == (2, "0.0040")
+    assert exact["latency_p50_ms"] == pytest.approx(300.0)
+    assert rolled["latency_p50_ms"] != exact["latency_p50_ms"]
+    assert rolled["latency_p50_ms"] == pytest.approx(300.0, rel=0.02)
 
 
 def test_the_funnel_json_counts_reach_and_drop_off(http: TestClient) -> None:

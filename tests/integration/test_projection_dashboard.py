@@ -151,7 +151,7 @@ def test_reprice_under_a_price_table_skips_models_it_lacks(projector: Projector)
 
 def test_funnel_matches_the_hand_computed_conversions_and_causes(projector: Projector) -> None:
     with projector.connect() as conn:
-        [report] = funnel_report(conn, projector.names.reader, "support", tenant="default")
+        [report] = funnel_report(conn, projector.names.reader, "support", tenant="default", read="raw")
     assert report.sessions == 6
     assert report.before_first_step == {"abandoned": 1}
     classify, answer, close = report.steps

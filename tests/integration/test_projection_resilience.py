@@ -33,6 +33,7 @@ from flowledger.projections import (
     verify,
     workflows,
 )
+from flowledger.projections.cost import CostDashboard
 from flowledger.projections.current_state import CurrentState
 from flowledger.projections.rebuild import POSITION
 from flowledger.projections.registry import all_projections
@@ -285,7 +286,7 @@ def test_a_build_of_an_older_schema_version_is_replaced_and_rebuilt_from_the_log
     projector.catch_up()
     new = {b.projection: (b.schema, b.schema_version) for b in status(projector)}
     assert new["cost"][0] != old["cost"]
-    assert new["cost"][1] == 2
+    assert new["cost"][1] == CostDashboard.schema_version
     assert new["current_state"][0] == old["current_state"]
     assert rows(projector, "SELECT tenant FROM {}.llm_calls") == [("default",)]
     assert len(all_projections()) == len(new)
