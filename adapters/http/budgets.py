@@ -87,6 +87,12 @@ def list_budgets(caller: Reader) -> list[BudgetOut]:
     return [BudgetOut.of(burn) for burn in caller.engine.budgets.burn()]
 
 
+@router.get("/dashboard/budgets", responses=responses(), tags=["analytics"])
+def dashboard_budgets(caller: Reader) -> list[BudgetOut]:
+    """The dashboard's budget burn as JSON (the same rows as ``GET /v1/budgets``)."""
+    return list_budgets(caller)
+
+
 @router.put("/budgets/{scope}/{subject}/{period}", responses=responses())
 async def set_budget(
     scope: Scope, subject: Subject, period: Period, body: SetBudget, caller: Admin

@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_header, bearer, token_of
+from flowledger.adapters.http.budget_panel import budget_panel
 from flowledger.adapters.http.charts import bar_chart, column_chart
 from flowledger.adapters.http.errors import responses
 from flowledger.adapters.http.login import LOGIN_FORM, login_page
@@ -144,6 +145,7 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
     body = "".join(
         [
             _summary(by_model, since),
+            budget_panel(caller.engine.budgets.burn()),
             '<section class="grid">',
             _cost_chart(by_model),
             _latency_chart(by_model),

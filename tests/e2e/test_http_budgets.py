@@ -45,7 +45,9 @@ def acme(database_url: str, pg_schema: str, simulator: Any) -> Iterator[Engine]:
         max_tokens=64,
     )
     settings = make_settings(database_url=database_url, schema=pg_schema, tenant="acme", api_keys=ALL_KEYS)
-    engine = Engine(settings=settings, llm=OpenAICompatibleClient(config, prices=PRICES))
+    # No kept-alive connections: the live server's loop ends before the fixture closes the engine.
+    transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_keepalive_connections=0))
+    engine = Engine(settings=settings, llm=OpenAICompatibleClient(config, prices=PRICES, transport=transport))
     yield engine
     engine.close()
 
@@ -187,3 +189,27 @@ def test_the_cli_sets_lists_and_removes_budgets_and_refuses_bad_input(
     missing = run_cli(database_url, pg_schema, "budgets", "remove", "model", "gpt-4o", "--period", "month")
     assert missing.returncode == 3
     assert "not found" in missing.stderr
+
+
+def test_the_dashboard_shows_each_budgets_burn_as_json_and_on_the_page(server: httpx.Client) -> None:
+    # Given an alert budget and one call charged to it
+    server.put(
+        "/v1/budgets/workflow/support/day",
+        json={"limit_usd": "2", "mode": "alert"},
+        headers=bearer(ACME_ADMIN),
+    )
+    server.post("/v1/sessions", json={"session_id": "d1", "workflow": "support"}, headers=bearer(ACME_WRITER))
+    done = server.post("/v1/sessions/d1/process", json={"step": "greet"}, headers=bearer(ACME_WRITER))
+    assert done.status_code == 201, done.text
+    cost = Decimal(done.json()["usage"]["cost_usd"])
+    # Then the JSON gives spent (the call's recorded cost), nothing reserved, and the percentage
+    [burn] = server.get("/v1/dashboard/budgets", headers=bearer(ACME_READER)).json()
+    assert Decimal(burn["spent_usd"]) == cost > 0
+    assert Decimal(burn["reserved_usd"]) == 0
+    assert Decimal(burn["percent"]) == (cost * 50).quantize(Decimal("0.01"))
+    # And the page draws the budget's row with its burn bar
+    page = server.get("/dashboard", headers=bearer(ACME_READER))
+    assert page.status_code == 200
+    assert "budgets (current window)" in page.text
+    assert f"${cost}" in page.text
+    assert f"{burn['percent']}%" in page.text

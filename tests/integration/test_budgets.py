@@ -106,6 +106,8 @@ async def test_32_concurrent_calls_overshoot_a_1_dollar_budget_by_at_most_the_in
     # Given two engines (two writers, as two processes would be) and a $1 tenant budget
     engines = [Engine(settings=settings, llm=client(simulator.base_url)) for _ in range(2)]
     engines[0].budgets.set("tenant", None, "day", "1", mode="enforce")
+    # and an alert budget that the same calls cross at once, from two engines
+    engines[1].budgets.set("workflow", "support", "day", "0.5", mode="alert")
     sessions = [f"burn-{i}" for i in range(32)]
     for session_id in sessions:
         engines[0].start_session(session_id, "support")
@@ -119,7 +121,7 @@ async def test_32_concurrent_calls_overshoot_a_1_dollar_budget_by_at_most_the_in
         done, refused = outcomes.count("done"), outcomes.count("refused")
         assert done > 0, outcomes
         assert refused > 0, outcomes
-        [burn] = engines[0].budgets.burn()
+        burn = next(b for b in engines[0].budgets.burn() if b.spec.scope == "tenant")
         assert burn.spent_usd == recorded_cost(engines[0], sessions)
         assert burn.spent_usd <= Decimal(1) + estimate.max_cost_usd
         assert burn.reserved_usd == 0
@@ -134,6 +136,12 @@ async def test_32_concurrent_calls_overshoot_a_1_dollar_budget_by_at_most_the_in
             if e.event_type.endswith("StepFailed")
         ]
         assert failures == ["budget_exceeded"] * refused
+        # And the concurrent settlements raised each alert threshold exactly once
+        alert_budget = budget_uuid(engines[0].tenant, "workflow", "support", "day")
+        raised = [
+            e.threshold for e in engines[0].store.events(alert_budget) if isinstance(e, Budget.AlertRaised)
+        ]
+        assert sorted(raised) == [50, 80, 100]
     finally:
         for engine in engines:
             await engine.aclose()
