@@ -36,5 +36,6 @@ def _row(burn: Burn) -> str:
     return (
         "<tr>"
         + "".join(f"<td>{escape(cell)}</td>" for cell in cells)
-        + f"<td>${burn.spent_usd}</td><td>${burn.reserved_usd}</td><td>${spec.limit_usd}</td><td>{bar}</td></tr>"
+        + f"<td>${burn.spent_usd}</td><td>${burn.reserved_usd}</td><td>${spec.limit_usd}</td>"
+        + f"<td>{bar}</td></tr>"
     )

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import logging
+import threading
 import time
 from typing import Any
 
@@ -92,14 +93,25 @@ class WebhookNotifier:
         self._initial_wait_s = initial_wait_s
         self._max_wait_s = max_wait_s
         self._tasks: set[asyncio.Task[bool]] = set()
+        self._threads: set[threading.Thread] = set()
         self.delivered = 0
         self.failed = 0
 
     def notify(self, alert: BudgetAlert, secret: str | None) -> None:
-        """Start delivering ``alert`` (needs a running loop); returns at once."""
+        """Start delivering ``alert`` and return at once: a task of the running loop, or (called
+        from synchronous code, e.g. ``record_step``) a thread of its own."""
         if alert.spec.webhook_url is None:
             return
-        task = asyncio.get_running_loop().create_task(self._deliver(alert, secret))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            thread = threading.Thread(
+                target=asyncio.run, args=(self._deliver(alert, secret),), name="flowledger-alert", daemon=True
+            )
+            self._threads.add(thread)
+            thread.start()
+            return
+        task = loop.create_task(self._deliver(alert, secret))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -140,6 +152,15 @@ class WebhookNotifier:
         """Wait (at most ``timeout_s``) for deliveries under way."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        await asyncio.to_thread(self.join_threads, timeout_s)
+
+    def join_threads(self, timeout_s: float = 30.0) -> None:
+        """Wait (at most ``timeout_s`` in all) for deliveries started from synchronous code."""
+        deadline = time.monotonic() + timeout_s
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if not thread.is_alive():
+                self._threads.discard(thread)
 
     async def aclose(self) -> None:
         """Let deliveries under way finish (briefly), then cancel the rest."""

@@ -154,6 +154,23 @@ class BudgetService:
 
     # -- the step path (blocking: run on a database thread) ----------------------------
 
+    def active(self) -> bool:
+        """Whether the tenant may have budgets (asked at most once a second while it has none)."""
+        if self._ledger is None or time.monotonic() < self._none_until:
+            return False
+        if self._ledger.has_budgets(self._tenant):
+            return True
+        self._none_until = time.monotonic() + NO_BUDGETS_CACHE_S
+        return False
+
+    def charge(self, scope: CallScope, cost_usd: Decimal, charge_id: UUID) -> list[Raised]:
+        """Add the recorded cost of a call made elsewhere, once per ``charge_id``; the alerts it raised."""
+        if self._ledger is None or time.monotonic() < self._none_until:
+            return []
+        raised = self._ledger.charge(scope, cost_usd, self._store.clock(), charge_id)
+        self._record_alerts(raised)
+        return raised
+
     def reserve(self, scope: CallScope, estimate: Decimal) -> Reservation | None:
         """Hold the call's estimated maximum in every budget it is charged to (None: no budget).
 
@@ -173,9 +190,12 @@ class BudgetService:
         if self._ledger is None:
             return []
         raised = self._ledger.settle(self._tenant, reservation, cost_usd)
+        self._record_alerts(raised)
+        return raised
+
+    def _record_alerts(self, raised: list[Raised]) -> None:
         for alert in raised:
             self._store.write(f"budget:{alert.budget_id}", partial(self._alert, alert))
-        return raised
 
     def _alert(self, raised: Raised, uow: UnitOfWork) -> bool:
         budget: Budget | None = uow.find(raised.budget_id)
@@ -184,7 +204,7 @@ class BudgetService:
         return budget.raise_alert(raised.alert.window_start, raised.alert.threshold, raised.alert.spent_usd)
 
     def notify(self, raised: list[Raised]) -> None:
-        """Hand each alert with a webhook to the notifier (on the event loop; returns at once)."""
+        """Hand each alert with a webhook to the notifier (returns at once)."""
         if self.notifier is None:
             return
         for alert in raised:

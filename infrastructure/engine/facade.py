@@ -11,8 +11,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid5
 
+from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.ports import AlertNotifier, LlmPort
 from flowledger.domain.session_views import SessionState, StepRecord
@@ -227,7 +228,23 @@ class Engine:
             usage=usage,
             idempotency_key=idempotency_key,
         )
-        return self.sessions.record_step(session_id, request)
+        record = self.sessions.record_step(session_id, request)
+        if usage is not None and usage.cost_usd > 0 and self.budgets.active():
+            self._charge_budgets(session_id, record, usage)
+        return record
+
+    def _charge_budgets(self, session_id: str, record: StepRecord, usage: LlmUsage) -> None:
+        """A call made elsewhere counts against budgets too: charged once per recorded step."""
+        state = self.sessions.get(session_id)
+        scope = CallScope(
+            tenant=self.tenant,
+            session=session_id,
+            workflow=state.workflow,
+            model=usage.response_model or usage.request_model,
+            user=state.user_id,
+        )
+        charge_id = uuid5(self.session_uuid(session_id), f"step-cost:{record.version}")
+        self.budgets.notify(self.budgets.charge(scope, usage.cost_usd, charge_id))
 
     async def process_step(
         self,

@@ -62,6 +62,10 @@ CREATE TABLE IF NOT EXISTS {s}.budget_reservations (
 );
 CREATE INDEX IF NOT EXISTS budget_reservations_by_window
     ON {s}.budget_reservations (budget_id, window_start, expires_at);
+CREATE TABLE IF NOT EXISTS {s}.budget_charges (
+    charge_id uuid PRIMARY KEY,
+    charged_at timestamptz NOT NULL DEFAULT now()
+);
 """
 
 _MATCHING = """
@@ -137,7 +141,7 @@ class PostgresBudgetLedger:
         self._lock = threading.Lock()
         self._t = {
             name: sql.Identifier(schema, name)
-            for name in ("budgets", "budget_windows", "budget_reservations")
+            for name in ("budgets", "budget_windows", "budget_reservations", "budget_charges")
         }
 
     def close(self) -> None:
@@ -164,6 +168,7 @@ class PostgresBudgetLedger:
             budgets=self._t["budgets"],
             windows=self._t["budget_windows"],
             holds=self._t["budget_reservations"],
+            charges=self._t["budget_charges"],
         )
 
     # -- terms -------------------------------------------------------------------------
@@ -245,32 +250,14 @@ class PostgresBudgetLedger:
         None when no budget applies. Raises BudgetExceeded (holding nothing) when an
         enforced budget's ``spent + reserved + estimate`` would pass its limit.
         """
-        params = {
-            "tenant": scope.tenant, "user": scope.user, "session": scope.session,
-            "workflow": scope.workflow, "model": scope.model,
-        }  # fmt: skip
         with self._connection() as conn, conn.transaction():
             cursor = conn.cursor(row_factory=dict_row)
-            budgets = [_row(r) for r in cursor.execute(self._sql(_MATCHING), params).fetchall()]
+            budgets = [_row(r) for r in cursor.execute(self._sql(_MATCHING), _params(scope)).fetchall()]
             if not budgets:
                 return None
             ids = [b.budget_id for b in budgets]
             starts = [window_start(b.spec.period, now) for b in budgets]
-            cursor.execute(
-                self._sql(
-                    "INSERT INTO {windows} (budget_id, window_start)"
-                    " SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) ON CONFLICT DO NOTHING"
-                ),
-                [ids, starts],
-            )
-            # The lock that serialises every reservation and settlement of these windows.
-            cursor.execute(
-                self._sql(
-                    "SELECT 1 FROM {windows} w JOIN unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
-                    " ON w.budget_id = u.b AND w.window_start = u.s ORDER BY w.budget_id FOR UPDATE OF w"
-                ),
-                [ids, starts],
-            )
+            self._lock_windows(cursor, ids, starts)
             self._expire(cursor, ids, starts, now)
             state = {
                 r["budget_id"]: r
@@ -343,7 +330,6 @@ class PostgresBudgetLedger:
         """
         ids = [budget_id for budget_id, _ in reservation.windows]
         starts = [start for _, start in reservation.windows]
-        raised: list[Raised] = []
         with self._connection() as conn, conn.transaction():
             cursor = conn.cursor(row_factory=dict_row)
             cursor.execute(
@@ -373,39 +359,91 @@ class PostgresBudgetLedger:
                 ),
                 [cost_usd, ids, starts, [held.get((b, s)) for b, s in reservation.windows]],
             ).fetchall()
-            for window in rows:
-                row = self._alerting(cursor, window["budget_id"])
-                if row is None:
-                    continue
-                crossed = [
-                    t
-                    for t in THRESHOLDS
-                    if t not in window["alerted"] and window["spent_usd"] * 100 >= row.spec.limit_usd * t
-                ]
-                if not crossed:
-                    continue
-                cursor.execute(
-                    self._sql(
-                        "UPDATE {windows} SET alerted = alerted || %s::integer[]"
-                        " WHERE budget_id = %s AND window_start = %s"
+            return self._raise_alerts(cursor, tenant, rows)
+
+    def charge(self, scope: CallScope, cost_usd: Decimal, now: datetime, charge_id: UUID) -> list[Raised]:
+        """Add the cost of a call made elsewhere (``record_step``) to the budgets it is charged to.
+
+        Once per ``charge_id``: a repeated record (same step, same key) charges nothing.
+        """
+        with self._connection() as conn, conn.transaction():
+            cursor = conn.cursor(row_factory=dict_row)
+            budgets = [_row(r) for r in cursor.execute(self._sql(_MATCHING), _params(scope)).fetchall()]
+            if not budgets:
+                return []
+            fresh = cursor.execute(
+                self._sql("INSERT INTO {charges} (charge_id) VALUES (%s) ON CONFLICT DO NOTHING"), [charge_id]
+            )
+            if fresh.rowcount != 1:
+                return []
+            ids = [b.budget_id for b in budgets]
+            starts = [window_start(b.spec.period, now) for b in budgets]
+            self._lock_windows(cursor, ids, starts)
+            rows = cursor.execute(
+                self._sql(
+                    "UPDATE {windows} w SET spent_usd = w.spent_usd + %s"
+                    " FROM unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
+                    " WHERE w.budget_id = u.b AND w.window_start = u.s"
+                    " RETURNING w.budget_id, w.window_start, w.spent_usd, w.alerted"
+                ),
+                [cost_usd, ids, starts],
+            ).fetchall()
+            return self._raise_alerts(cursor, scope.tenant, rows)
+
+    def _lock_windows(self, cursor: Any, ids: list[UUID], starts: list[datetime]) -> None:
+        """Make the windows' rows (when new) and lock them in budget-id order."""
+        cursor.execute(
+            self._sql(
+                "INSERT INTO {windows} (budget_id, window_start)"
+                " SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) ON CONFLICT DO NOTHING"
+            ),
+            [ids, starts],
+        )
+        # The lock that serialises every reservation, settlement and charge of these windows.
+        cursor.execute(
+            self._sql(
+                "SELECT 1 FROM {windows} w JOIN unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
+                " ON w.budget_id = u.b AND w.window_start = u.s ORDER BY w.budget_id FOR UPDATE OF w"
+            ),
+            [ids, starts],
+        )
+
+    def _raise_alerts(self, cursor: Any, tenant: str, rows: list[dict[str, Any]]) -> list[Raised]:
+        """The thresholds the updated windows newly reached (alert-mode budgets), marked as raised."""
+        raised: list[Raised] = []
+        for window in rows:
+            row = self._alerting(cursor, window["budget_id"])
+            if row is None:
+                continue
+            crossed = [
+                t
+                for t in THRESHOLDS
+                if t not in window["alerted"] and window["spent_usd"] * 100 >= row.spec.limit_usd * t
+            ]
+            if not crossed:
+                continue
+            cursor.execute(
+                self._sql(
+                    "UPDATE {windows} SET alerted = alerted || %s::integer[]"
+                    " WHERE budget_id = %s AND window_start = %s"
+                ),
+                [crossed, window["budget_id"], window["window_start"]],
+            )
+            raised.extend(
+                Raised(
+                    BudgetAlert(
+                        tenant=tenant,
+                        spec=row.spec,
+                        budget_id=str(row.budget_id),
+                        window_start=window["window_start"],
+                        threshold=t,
+                        spent_usd=window["spent_usd"],
                     ),
-                    [crossed, window["budget_id"], window["window_start"]],
+                    row.budget_id,
+                    row.webhook_secret,
                 )
-                raised.extend(
-                    Raised(
-                        BudgetAlert(
-                            tenant=tenant,
-                            spec=row.spec,
-                            budget_id=str(row.budget_id),
-                            window_start=window["window_start"],
-                            threshold=t,
-                            spent_usd=window["spent_usd"],
-                        ),
-                        row.budget_id,
-                        row.webhook_secret,
-                    )
-                    for t in crossed
-                )
+                for t in crossed
+            )
         return raised
 
     def _alerting(self, cursor: Any, budget_id: UUID) -> BudgetRow | None:
@@ -429,6 +467,16 @@ class PostgresBudgetLedger:
                 {"ids": list(budget_ids) if budget_ids is not None else None},
             ).fetchone()
         return int(row[0]) if row else 0
+
+
+def _params(scope: CallScope) -> dict[str, str | None]:
+    return {
+        "tenant": scope.tenant,
+        "user": scope.user,
+        "session": scope.session,
+        "workflow": scope.workflow,
+        "model": scope.model,
+    }
 
 
 def _row(row: dict[str, Any]) -> BudgetRow:

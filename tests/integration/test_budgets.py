@@ -19,6 +19,7 @@ from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.budget import Budget, CallScope, budget_uuid
 from flowledger.domain.errors import BudgetExceeded, ValidationError
 from flowledger.domain.pricing import ModelPrice, PriceTable
+from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
 
 pytestmark = pytest.mark.postgres
@@ -265,3 +266,32 @@ def test_bad_budgets_are_refused_and_write_nothing(settings: Settings) -> None:
         assert engine.log.head() == 0
     finally:
         engine.close()
+
+
+async def test_calls_recorded_elsewhere_count_once_against_budgets_and_can_exhaust_them(
+    settings: Settings, simulator: Any, receiver: Receiver
+) -> None:
+    notifier = WebhookNotifier(initial_wait_s=0.01)
+    engine = Engine(settings=settings, llm=client(simulator.base_url), alerts=notifier)
+    try:
+        engine.start_session("elsewhere", "support", user_id="carol")
+        engine.budgets.set("user", "carol", "day", "1")
+        engine.budgets.set("workflow", "support", "day", "2", mode="alert", webhook_url=receiver.url)
+        usage = LlmUsage(
+            provider="x", request_model=MODEL, input_tokens=10, output_tokens=5, cost_usd=Decimal("0.6")
+        )
+        # When a call made elsewhere is recorded, and recorded again under the same key
+        engine.record_step("elsewhere", "a", usage=usage, idempotency_key="ext-1")
+        engine.record_step("elsewhere", "a", usage=usage, idempotency_key="ext-1")
+        spent = {b.spec.scope: b.spent_usd for b in engine.budgets.burn()}
+        assert spent == {"user": Decimal("0.6"), "workflow": Decimal("0.6")}
+        # Then a second one exhausts the user's budget: the next model call is refused unsent
+        engine.record_step("elsewhere", "b", usage=usage, idempotency_key="ext-2")
+        with pytest.raises(BudgetExceeded):
+            await engine.process_step("elsewhere", "c", {"message": "hi"}, idempotency_key="c")
+        assert simulator.stats["requests"] == 0
+        # And the workflow's 50 % alert went out from synchronous code too
+        await notifier.drain()
+        assert len(receiver.requests) == 1
+    finally:
+        await engine.aclose()
