@@ -229,7 +229,7 @@ class Engine:
             idempotency_key=idempotency_key,
         )
         record = self.sessions.record_step(session_id, request)
-        if usage is not None and usage.cost_usd > 0 and self.budgets.active():
+        if usage is not None and usage.charged_usd > 0 and self.budgets.active():
             self._charge_budgets(session_id, record, usage)
         return record
 
@@ -244,7 +244,7 @@ class Engine:
             user=state.user_id,
         )
         charge_id = uuid5(self.session_uuid(session_id), f"step-cost:{record.version}")
-        self.budgets.notify(self.budgets.charge(scope, usage.cost_usd, charge_id))
+        self.budgets.notify(self.budgets.charge(scope, usage.charged_usd, charge_id))
 
     async def process_step(
         self,
