@@ -10,7 +10,6 @@ import atexit
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,13 @@ from hypothesis import HealthCheck, settings
 
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
-from tests.support.schemas import drop_schemas
+from tests.support.schemas import (
+    RUN_PREFIX,
+    drop_run_schemas,
+    drop_schemas,
+    schemas_starting_with,
+    scratch_schema,
+)
 
 LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -76,10 +81,22 @@ def _private_directory() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def run_schemas(database_url: str) -> Iterator[str]:
+    """The prefix of every schema this run makes; at the end of the run, whatever a test left
+    behind under it (a subprocess's schemas included) is dropped, and none may remain."""
+    yield RUN_PREFIX
+    left = drop_run_schemas(database_url)
+    if left:
+        print(f"\nswept {len(left)} schemas that tests left behind: {', '.join(left[:10])}")
+    remaining = schemas_starting_with(database_url, RUN_PREFIX)
+    assert not remaining, f"schemas of this run still in the database: {remaining}"
+
+
 @pytest.fixture
-def pg_schema(database_url: str) -> Iterator[str]:
+def pg_schema(database_url: str, run_schemas: str) -> Iterator[str]:
     """A schema of the test's own; it and the schemas named after it are dropped afterwards."""
-    schema = f"t_{uuid.uuid4().hex[:16]}"
+    schema = scratch_schema()
     try:
         yield schema
     finally:

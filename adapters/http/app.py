@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http import budgets, dashboard, health, login, rest, tasks, webhook
@@ -48,11 +49,16 @@ def create_app(engine: Engine, *, require_keys: bool | None = None, keys: Keyrin
             await run_in_threadpool(tenants.close)
             keyring.close()
 
-    app = FastAPI(
+    # Swagger UI at /docs and ReDoc at /redoc, their scripts served from the installed
+    # package under /docs/assets: the pages work with no network (a CDN left /docs blank).
+    app = FastAPIOffline(
         title="flowledger",
         summary="Event-sourced state for LLM workflow sessions.",
         version="0.1.0",
         lifespan=lifespan,
+        static_url="/docs/assets",
+        # Swagger UI would send the document to an outside validator for its badge.
+        swagger_ui_parameters={"validatorUrl": None},
     )
     app.state.engine = engine
     app.state.gate = gate

@@ -28,6 +28,7 @@ from flowledger.adapters.http.charts import bar_chart, column_chart
 from flowledger.adapters.http.errors import responses
 from flowledger.adapters.http.login import LOGIN_FORM, login_page
 from flowledger.adapters.http.schemas import PathId
+from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.history import jsonable
@@ -35,9 +36,11 @@ from flowledger.projections import (
     DashboardRow,
     FunnelReport,
     Projector,
+    RepriceRow,
     dashboard,
     funnel_report,
     projector_for,
+    reprice,
 )
 from flowledger.projections.cost_queries import GROUPINGS
 
@@ -74,15 +77,49 @@ def dashboard_json(
     since: Since = "24h",
     by: Annotated[list[Grouping], Query(max_length=8)] = ["model"],  # noqa: B006 - FastAPI copies the default
     exact: Exact = False,
+    reprice_as: Annotated[
+        str | None,
+        Query(
+            description="Also price each group's recorded tokens at this model's price (the CLI's "
+            "--reprice-as): adds reprice_as, priced_calls, repriced_cost_usd and difference_usd.",
+            max_length=200,
+        ),
+    ] = None,
 ) -> list[dict[str, Any]]:
     """Calls, errors, tokens, cost and latency percentiles per group: exact for windows up to a
-    day or with ``exact``, else from roll-ups (within 2 %)."""
+    day or with ``exact``, else from roll-ups (within 2 %); with ``reprice_as``, what the same
+    usage would have cost at that model's prices (422 for a model with no price)."""
     start = _start(since)
+    prices = None if reprice_as is None else load_price_table(caller.engine.settings.pricing_file)
+    if prices is not None and reprice_as not in prices.prices:
+        raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {prices.version}")
     projector = _projector(caller.engine)
+    reader = projector.names.reader
     with projector.connect() as conn:
         read = "raw" if exact else "auto"
-        rows = dashboard(conn, projector.names.reader, tenant=caller.tenant, since=start, by=by, read=read)
-    return [jsonable(asdict(row)) for row in rows]
+        rows = dashboard(conn, reader, tenant=caller.tenant, since=start, by=by, read=read)
+        if prices is None or reprice_as is None:
+            return [jsonable(asdict(row)) for row in rows]
+        repriced = {
+            r.group: r
+            for r in reprice(
+                conn, reader, prices.prices, tenant=caller.tenant, as_model=reprice_as, since=start, by=by
+            )
+        }
+    return [_with_reprice(row, reprice_as, repriced[row.group]) for row in rows]
+
+
+def _with_reprice(row: DashboardRow, model: str, repriced: RepriceRow) -> dict[str, Any]:
+    both: dict[str, Any] = jsonable(
+        {
+            **asdict(row),
+            "reprice_as": model,
+            "priced_calls": repriced.priced_calls,
+            "repriced_cost_usd": repriced.repriced_cost_usd,
+            "difference_usd": repriced.difference_usd,
+        }
+    )
+    return both
 
 
 @router.get("/v1/funnel/{workflow}", responses=_ANALYTICS)

@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.json_schema import SkipJsonSchema
 
 from flowledger.domain.bounds import MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL
@@ -39,9 +39,28 @@ def name(*, default: str | None = None, description: str | None = None) -> Any:
     return Field(default=default, max_length=MAX_ID, pattern=NAME_PATTERN, description=description)
 
 
-def required_name(example: str) -> Any:
-    """A required body field holding an id or a name."""
-    return Field(min_length=1, max_length=MAX_ID, pattern=NAME_PATTERN, examples=[example])
+def required_name(example: str, *, field: str | None = None, webhook: str | None = None) -> Any:
+    """A required body field holding an id or a name; ``field`` is also read as ``webhook``,
+    the webhook's (the seed's) name for it."""
+    if field is None or webhook is None:
+        return Field(min_length=1, max_length=MAX_ID, pattern=NAME_PATTERN, examples=[example])
+    return Field(
+        min_length=1,
+        max_length=MAX_ID,
+        pattern=NAME_PATTERN,
+        examples=[example],
+        validation_alias=AliasChoices(field, webhook),
+        description=f"Also accepted as `{webhook}`, the webhook's name for it.",
+    )
+
+
+def free_input() -> Any:
+    """A step's input, a JSON object; also accepted as ``input_data``, the webhook's name."""
+    return Field(
+        default_factory=dict,
+        validation_alias=AliasChoices("input", "input_data"),
+        description="Also accepted as `input_data`, the webhook's name for it.",
+    )
 
 
 _MONEY = {
@@ -61,7 +80,7 @@ class Body(BaseModel):
 
 class StartSession(Body):
     session_id: str = required_name("user-123-1700000000")
-    workflow: str = required_name("customer_service")
+    workflow: str = required_name("customer_service", field="workflow", webhook="workflow_name")
     user_id: str | None = name()
     ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -90,8 +109,8 @@ class UsageIn(Body):
 
 
 class RecordStep(Body):
-    step: str = required_name("classify_intent")
-    input: dict[str, Any] = Field(default_factory=dict)
+    step: str = required_name("classify_intent", field="step", webhook="step_name")
+    input: dict[str, Any] = free_input()
     output: dict[str, Any] = Field(default_factory=dict)
     next_step: str | None = name()
     context_update: dict[str, Any] | None = None
@@ -101,8 +120,8 @@ class RecordStep(Body):
 
 
 class ProcessStep(Body):
-    step: str = required_name("classify_intent")
-    input: dict[str, Any] = Field(default_factory=dict)
+    step: str = required_name("classify_intent", field="step", webhook="step_name")
+    input: dict[str, Any] = free_input()
     model: str | None = name()
     idempotency_key: str | None = name()
     user_id: str | None = name(description="The user this step is for: must be the session's.")

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.support.schemas import drop_schemas
+from tests.support.schemas import drop_schemas, scratch_schema
 
 FLOWLEDGER = str(Path(sys.executable).with_name("flowledger"))
 SESSIONS = 5
@@ -38,9 +38,9 @@ def number(text: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def demo(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def demo(database_url: str, run_schemas: str) -> Iterator[tuple[str, str]]:
     """Run ``flowledger demo --sessions 5`` once; its output and its schema."""
-    schema = f"demo_{os.getpid()}_{tmp_path_factory.getbasetemp().name[-6:]}".replace("-", "_")
+    schema = scratch_schema("demo")
     env = {
         **os.environ,
         "FLOWLEDGER_DATABASE_URL": database_url,
@@ -116,3 +116,41 @@ def test_the_model_calling_sessions_totals_equal_the_current_state_projection(
     assert cost == Decimal(printed(output, "total cost (USD, exact)"))
     assert input_tokens == number(printed(output, "input tokens (cached)").split("(")[0])
     assert output_tokens == number(printed(output, "output tokens (reasoning)").split("(")[0])
+
+
+def table_rows(output: str, title: str, columns: int) -> list[list[str]]:
+    """The body rows of the table printed under ``title``, as cells."""
+    rows: list[list[str]] = []
+    lines = output[output.index(title) :].splitlines()[1:]
+    for line in lines:
+        if line.startswith("└"):
+            break
+        cells = [cell.strip() for cell in line.strip("│┃ ").split("│")]
+        if line.startswith("│") and len(cells) == columns:
+            rows.append(cells)
+    assert rows, f"no rows under {title!r}"
+    return rows
+
+
+def test_the_task_scenarios_sentence_adds_up_to_its_tables(demo: tuple[str, str]) -> None:
+    output, _ = demo
+    line = re.search(
+        r"^waves: (.+)\. In all: (\d+) assignments of (\d+) tasks \((\d+) .*?(\d+) tasks escalated",
+        output,
+        re.MULTILINE,
+    )
+    assert line is not None, "no waves line in the demo's output"
+    waves, assignments, tasks_assigned, again, escalated = line.groups()
+    assigned_in_waves = sum(int(n) for n in re.findall(r"assigned (\d+)", waves))
+    escalated_in_waves = sum(int(n) for n in re.findall(r"escalated (\d+)", waves))
+    by_priority = table_rows(output, "tasks by priority", 6)
+    escalations = table_rows(output, "escalations", 3)
+    # Every assignment happened in a wave; a task handed back counts once per assignment
+    assert assigned_in_waves == int(assignments) == int(tasks_assigned) + int(again)
+    # The tables count tasks: ever assigned, escalated (by priority and by reason alike)
+    assert int(tasks_assigned) == sum(int(row[2]) for row in by_priority)
+    assert int(escalated) == escalated_in_waves
+    assert (
+        int(escalated) == sum(int(row[4]) for row in by_priority) == sum(int(row[1]) for row in escalations)
+    )
+    assert sum(int(row[1]) for row in by_priority) == 100

@@ -103,3 +103,23 @@ def test_an_in_memory_engine_has_no_dashboard() -> None:
         response = client.get("/dashboard")
     assert response.status_code == 422
     assert "PostgreSQL" in response.json()["error"]
+
+
+def test_the_dashboard_json_reprices_the_recorded_usage_at_another_models_price(http: TestClient) -> None:
+    # When the dashboard is asked what the same tokens would have cost at claude-sonnet-4.5's price
+    response = http.get("/v1/dashboard", params={"by": "model", "reprice_as": "claude-sonnet-4.5"})
+    assert response.status_code == 200, response.text
+    rows = {tuple(r["group"]): r for r in response.json()}
+    # Then each group carries both figures: 2 gpt-4.1 calls of 100 input and 10 output tokens
+    # at $3 / $15 per million (typed here, not read from the price table) cost $0.0009
+    gpt = rows[("gpt-4.1",)]
+    assert gpt["reprice_as"] == "claude-sonnet-4.5"
+    assert (gpt["calls"], gpt["priced_calls"], gpt["cost_usd"]) == (2, 2, "0.0040")
+    assert Decimal(gpt["repriced_cost_usd"]) == Decimal("0.0009")
+    assert Decimal(gpt["difference_usd"]) == Decimal("-0.0031")
+
+
+def test_repricing_at_a_model_with_no_price_is_a_422_naming_it(http: TestClient) -> None:
+    response = http.get("/v1/dashboard", params={"reprice_as": "no-such-model"})
+    assert response.status_code == 422
+    assert "no-such-model" in response.json()["error"]

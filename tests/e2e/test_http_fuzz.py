@@ -49,6 +49,7 @@ BY_RULE = {
     ("PATCH", "/v1/sessions/{session_id}/context"),
     ("POST", "/v1/sessions/{session_id}/complete"),
     ("POST", "/v1/tasks/{task_id}/complete"),
+    ("GET", "/v1/dashboard"),  # reprice_as: a model the price table (FLOWLEDGER_PRICING_FILE) has
 }
 
 

@@ -41,6 +41,7 @@ from flowledger.infrastructure.postgres.factory import (
     FlowledgerSnapshotRecorder,
 )
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
+from tests.support.schemas import scratch_schema
 
 DATABASE_URL = os.environ.get("FLOWLEDGER_TEST_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -67,7 +68,7 @@ class _OwnSchema:
 
     @classmethod
     def setUpClass(cls) -> None:
-        cls.schema = f"lib_{uuid.uuid4().hex[:12]}"
+        cls.schema = scratch_schema("lib")
         _execute(SQL("CREATE SCHEMA {}").format(Identifier(cls.schema)))
         super().setUpClass()  # type: ignore[misc]
 
@@ -163,7 +164,7 @@ class TestFactory(InfrastructureFactoryTestCase[FlowledgerPostgresFactory]):
 
     @classmethod
     def setUpClass(cls) -> None:
-        cls.schema = f"lib_{uuid.uuid4().hex[:12]}"
+        cls.schema = scratch_schema("lib")
         _execute(SQL("CREATE SCHEMA {}").format(Identifier(cls.schema)))
         super().setUpClass()
 

@@ -5,7 +5,6 @@ computed here directly from the events."""
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -21,7 +20,7 @@ from flowledger.domain import LlmUsage
 from flowledger.domain.session import Session
 from flowledger.infrastructure import Engine, Settings
 from flowledger.projections import Projector, dashboard, funnel_report, projector_for, rebuild
-from tests.support.schemas import drop_schemas
+from tests.support.schemas import drop_schemas, scratch_schema
 from tests.support.synthetic import SessionScript, append, interleave
 
 pytestmark = pytest.mark.postgres
@@ -173,9 +172,9 @@ def check_numbers(projector: Projector, scripts: list[SessionScript]) -> None:
     partial=st.integers(0, 3),
 )
 def test_incremental_with_a_crash_equals_a_full_rebuild_and_the_events(
-    database_url: str, spec: list[Any], sizes: list[int], crash_at: int, partial: int
+    database_url: str, run_schemas: str, spec: list[Any], sizes: list[int], crash_at: int, partial: int
 ) -> None:
-    schema = f"p_{uuid.uuid4().hex[:12]}"
+    schema = scratch_schema("p")
     engine = Engine(
         settings=Settings(home=Path("/nonexistent"), database_url=database_url, schema=schema, pool_size=2)
     )

@@ -90,13 +90,9 @@ def run_task_scenario(engine: Engine, console: Console, llm: LlmPort | None = No
         clock.now = start + timedelta(hours=8)
         breached = scenario.escalate_overdue()
         last = scenario.assign_pending(escalate_when_full=True)
-        console.print(
-            f"assigned {_count(first, TaskStatus.ASSIGNED)} at +0h and "
-            f"{_count(second, TaskStatus.ASSIGNED)} at +4h; the deadline sweep at +8h escalated "
-            f"{len(breached)}; the last wave assigned {_count(last, TaskStatus.ASSIGNED)} and "
-            f"escalated {_count(last, TaskStatus.ESCALATED)}"
-        )
         states = [scenario.get_task(task_id) for task_id in work]
+        waves = [("+0h", first), ("+4h", second), ("+8h", last)]
+        console.print(_waves_line(waves, breached, states), soft_wrap=True)
         agents = scenario.list_agents()
         summary = TaskScenarioSummary(
             tenant=tenant,
@@ -146,7 +142,14 @@ def _classify(
             async with gate:
                 await engine.classify_task(task_id)
 
-        await asyncio.gather(*(one(task_id) for task_id in work))
+        try:
+            await asyncio.gather(*(one(task_id) for task_id in work))
+        finally:
+            # The client's connection pool belongs to this event loop: close it before the
+            # loop ends (left open, aiohttp printed "Unclosed client session" into the demo).
+            closer = getattr(llm, "aclose", None)
+            if closer is not None:
+                await closer()
 
     asyncio.run(classify_all())
     return "the LLM adapter"
@@ -184,6 +187,27 @@ def _work_the_queue(
 
 def _count(states: list[TaskState], status: TaskStatus) -> int:
     return sum(1 for s in states if s.status is status)
+
+
+def _waves_line(
+    waves: list[tuple[str, list[TaskState]]], breached: list[TaskState], states: list[TaskState]
+) -> str:
+    """Each wave's outcome, then the totals the tables below show: a task handed back is assigned
+    again in a later wave, so assignments can outnumber the tasks ever assigned."""
+    assigned, escalated_in = TaskStatus.ASSIGNED, TaskStatus.ESCALATED
+    parts = [
+        f"{when} assigned {_count(wave, assigned)} and escalated {_count(wave, escalated_in)}"
+        for when, wave in waves
+    ]
+    parts.insert(2, f"the deadline sweep at +8h escalated {len(breached)}")
+    assignments = sum(s.times_assigned for s in states)
+    tasks_assigned = sum(1 for s in states if s.times_assigned)
+    escalated = sum(1 for s in states if s.escalation)
+    return (
+        f"waves: {'; '.join(parts)}. In all: {assignments} assignments of {tasks_assigned} tasks "
+        f"({assignments - tasks_assigned} assigned again after being handed back), "
+        f"{escalated} tasks escalated"
+    )
 
 
 def _assignments_table(states: list[TaskState]) -> Table:

@@ -1,0 +1,108 @@
+"""The API's own documentation and edges: /docs and /redoc with no network, the error shape of
+unknown paths and methods, and the webhook's field names accepted by the REST API."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.e2e.live_http import ACME_WRITER, bearer, keyed_app, keyed_engine
+
+
+@pytest.fixture
+def http() -> Iterator[TestClient]:
+    """An app that needs a key on every route (the API's documentation needs none)."""
+    with keyed_engine() as engine, TestClient(keyed_app(engine)) as client:
+        yield client
+
+
+def local_assets(html: str) -> list[str]:
+    """Every script, stylesheet and icon a page loads; each must be served by the app itself."""
+    return re.findall(r'(?:src|href)="([^"]+)"', html)
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_the_api_documentation_loads_only_assets_the_app_serves(http: TestClient, page: str) -> None:
+    # Given the documentation page, fetched without a key
+    response = http.get(page)
+    assert response.status_code == 200
+    assets = local_assets(response.text)
+    # Then it loads nothing from another host, and the app serves every asset it names
+    assert assets
+    assert all(url.startswith("/") and not url.startswith("//") for url in assets), assets
+    for url in assets:
+        served = http.get(url)
+        assert served.status_code == 200, url
+        assert len(served.content) > 1000, url
+    assert "/openapi.json" in response.text
+
+
+def test_swagger_ui_sends_the_document_to_no_outside_validator(http: TestClient) -> None:
+    assert '"validatorUrl": null' in http.get("/docs").text
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/nosuch", 404),
+        ("GET", "/v1/nosuch/route", 404),
+        ("GET", "/docs/assets/nosuch.js", 404),
+        ("GET", "/v1/tasks", 405),
+        ("DELETE", "/v1/sessions/s-1", 405),
+        ("PUT", "/webhook/workflow-state", 405),
+        ("POST", "/v1/dashboard", 405),
+    ],
+)
+def test_unknown_paths_and_methods_answer_in_the_error_shape(
+    http: TestClient, method: str, path: str, status: int
+) -> None:
+    for headers in ({}, bearer(ACME_WRITER)):
+        # When a path or a method the API does not have is asked for, with or without a key
+        response = http.request(method, path, headers=headers)
+        # Then the answer is JSON with the same keys as every other error, naming where to look
+        assert response.status_code == status
+        assert response.headers["content-type"] == "application/json"
+        body = response.json()
+        assert set(body) == {"success", "error"}
+        assert body["success"] is False
+        assert "/openapi.json" in body["error"]
+        if status == 405:
+            assert response.headers["allow"]
+
+
+def test_the_rest_api_also_takes_the_webhooks_field_names() -> None:
+    with keyed_engine() as engine, TestClient(keyed_app(engine)) as http:
+        # Given a session started with the webhook's `workflow_name`
+        started = http.post(
+            "/v1/sessions",
+            json={"session_id": "s-1", "workflow_name": "cs", "user_id": "u-1"},
+            headers=bearer(ACME_WRITER),
+        )
+        assert started.status_code == 201, started.text
+        # When a step is recorded with `step_name` and `input_data`
+        recorded = http.post(
+            "/v1/sessions/s-1/steps",
+            json={"step_name": "greet", "input_data": {"message": "hi"}, "next_step": "answer"},
+            headers=bearer(ACME_WRITER),
+        )
+        assert recorded.status_code == 201, recorded.text
+        # Then they mean what `workflow`, `step` and `input` mean
+        state = engine.get_session("s-1")
+        assert (state.workflow, state.current_step) == ("cs", "answer")
+        assert engine.session_steps("s-1")[0].input == {"message": "hi"}
+
+
+def test_a_body_naming_a_field_twice_under_both_names_is_refused() -> None:
+    with keyed_engine() as engine, TestClient(keyed_app(engine)) as http:
+        http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "cs"}, headers=bearer(ACME_WRITER))
+        refused = http.post(
+            "/v1/sessions/s-1/steps",
+            json={"step": "greet", "step_name": "other"},
+            headers=bearer(ACME_WRITER),
+        )
+        assert refused.status_code == 422
+        assert "step_name" in refused.json()["error"]
+        assert engine.session_steps("s-1") == []
