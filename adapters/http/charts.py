@@ -61,35 +61,54 @@ def column_chart(
     values: Sequence[float],
     fmt: Format,
     *,
+    x_axis: str,
+    y_axis: str,
     width: int = 560,
-    height: int = 180,
+    height: int = 200,
 ) -> str:
-    """Vertical columns over time buckets; the first and last labels are printed."""
+    """Vertical columns over time buckets, with both axes named: up to five bucket labels
+    under the columns (first, last and evenly between) and the peak value on the left."""
     peak = max(values, default=0.0) or 1.0
-    left, bottom, top = 8, 24, 28
+    left, right, bottom, top = 44, 8, 40, 28
     plot_h = height - top - bottom
-    step = (width - 2 * left) / max(len(values), 1)
+    plot_w = width - left - right
+    step = plot_w / max(len(values), 1)
     parts = [
         f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
         f'<text x="0" y="16" class="title">{escape(title)}</text>',
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{width - right}" y2="{top + plot_h}" class="axis"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" class="axis"/>',
+        f'<text x="{left - 4}" y="{top + 8}" text-anchor="end" class="value">{escape(fmt(peak))}</text>',
+        f'<text x="{left - 4}" y="{top + plot_h}" text-anchor="end" class="value">0</text>',
+        f'<text x="10" y="{top + plot_h / 2}" text-anchor="middle" class="axis-title" '
+        f'transform="rotate(-90 10 {top + plot_h / 2})">{escape(y_axis)}</text>',
+        f'<text x="{left + plot_w / 2}" y="{height - 2}" text-anchor="middle" class="axis-title">'
+        f"{escape(x_axis)}</text>",
     ]
     for index, value in enumerate(values):
-        h = max(plot_h * value / peak, 1.0)
+        h = plot_h * value / peak if value > 0 else 0.0
         x = left + index * step
         parts.append(
-            f'<rect x="{x + 1:.1f}" y="{top + plot_h - h:.1f}" width="{max(step - 2, 1):.1f}" '
-            f'height="{h:.1f}" fill="{PALETTE[0]}"><title>{escape(labels[index])}: '
-            f"{escape(fmt(value))}</title></rect>"
+            f'<rect x="{x + min(1.0, step / 4):.1f}" y="{top + plot_h - h:.1f}" '
+            f'width="{max(step - 2 * min(1.0, step / 4), 0.5):.1f}" height="{h:.1f}" fill="{PALETTE[0]}">'
+            f"<title>{escape(labels[index])}: {escape(fmt(value))}</title></rect>"
         )
-    if labels:
-        parts.append(f'<text x="{left}" y="{height - 6}" class="value">{escape(labels[0])}</text>')
+    for index in _ticks(len(labels)):
+        x = left + (index + 0.5) * step
+        anchor = (
+            "start" if index == 0 and len(labels) > 1 else "end" if index == len(labels) - 1 else "middle"
+        )
+        x = left if anchor == "start" else width - right if anchor == "end" and len(labels) > 1 else x
         parts.append(
-            f'<text x="{width - left}" y="{height - 6}" text-anchor="end" class="value">'
-            f"{escape(labels[-1])}</text>"
+            f'<text x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="{anchor}" class="value tick">'
+            f"{escape(labels[index])}</text>"
         )
-    parts.append(
-        f'<text x="{width - left}" y="{top - 4}" text-anchor="end" class="value">'
-        f"max {escape(fmt(peak))}</text>"
-    )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _ticks(count: int, most: int = 5) -> list[int]:
+    """Indexes of the labels printed under ``count`` columns: first, last and evenly between."""
+    if count <= most:
+        return list(range(count))
+    return sorted({round(i * (count - 1) / (most - 1)) for i in range(most)})

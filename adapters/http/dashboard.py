@@ -28,6 +28,7 @@ from flowledger.adapters.http.charts import bar_chart, column_chart
 from flowledger.adapters.http.errors import responses
 from flowledger.adapters.http.login import LOGIN_FORM, login_page
 from flowledger.adapters.http.schemas import PathId
+from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
@@ -136,14 +137,24 @@ def funnel_json(
     return [jsonable(asdict(report)) for report in reports]
 
 
-@router.get("/dashboard", response_class=HTMLResponse, responses={**_ANALYTICS, **LOGIN_FORM})
+_PAGE_ERROR: dict[int | str, dict[str, Any]] = {
+    422: {
+        "description": "An invalid window (or no PostgreSQL): the page, saying why",
+        "content": {"text/html": {}},
+    }
+}
+
+
+@router.get("/dashboard", response_class=HTMLResponse, responses={**_ANALYTICS, **LOGIN_FORM, **_PAGE_ERROR})
 async def dashboard_page(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     header_key: Annotated[str | None, Security(api_key_header)],
-    since: Since = "24h",
+    # Checked here, not by FastAPI: a person who typed a bad window gets the page saying so.
+    since: Annotated[str, Query(description="A window like 30m, 24h or 7d.")] = "24h",
 ) -> HTMLResponse:
-    """Cost, latency, traffic and funnels as pictures; without a key, the login form (401)."""
+    """Cost, latency, traffic and funnels as pictures; without a key, the login form (401);
+    an invalid window, the page with the error (422)."""
     gate: Gate = request.app.state.gate
     token = token_of(request, credentials, header_key) or request.cookies.get(COOKIE)
     url_key = request.query_params.get("key")
@@ -155,19 +166,28 @@ async def dashboard_page(
         if refused.status_code != 401:
             raise
         return login_page(None if token is None else "That key is unknown or revoked.")
-    page: HTMLResponse = await run_in_threadpool(_render, caller, since)
+    try:
+        page: HTMLResponse = await run_in_threadpool(_render, caller, since)
+    except ValidationError as invalid:
+        return _page(f'<p class="error" role="alert">{escape(str(invalid))}</p>', since, status=422)
     return page
+
+
+def _page(body: str, since: str, *, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(
+        _PAGE.replace("{{since}}", escape(since)).replace("{{body}}", body), status_code=status
+    )
 
 
 def _render(caller: Caller, since: str) -> HTMLResponse:
     start = _start(since)
+    end = datetime.now(UTC)
+    bucket = bucket_for(end - start)
     projector = _projector(caller.engine)
     reader, tenant = projector.names.reader, caller.tenant
     with projector.connect() as conn:
         by_model = dashboard(conn, reader, tenant=tenant, since=start, by=["model"])
-        by_hour = sorted(
-            dashboard(conn, reader, tenant=tenant, since=start, by=["hour"]), key=lambda row: row.group
-        )
+        by_time = dashboard(conn, reader, tenant=tenant, since=start, by=[bucket])
         workflows = [
             w
             for (w,) in conn.execute(
@@ -179,6 +199,9 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
             ).fetchall()
         ]
         funnels = [r for w in workflows for r in funnel_report(conn, reader, w, tenant=tenant, since=start)]
+    calls = {row.group[0]: float(row.calls) for row in by_time}
+    if bucket == "day" and calls:  # a long window starts at its first day with calls
+        start = max(start, min(calls))
     body = "".join(
         [
             _summary(by_model, since),
@@ -186,13 +209,13 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
             '<section class="grid">',
             _cost_chart(by_model),
             _latency_chart(by_model),
-            _traffic_chart(by_hour),
+            _traffic_chart(timeline(calls, bucket, start, end)),
             _errors(by_model),
             "</section>",
             *(_funnel(report) for report in funnels),
         ]
     )
-    return HTMLResponse(_PAGE.replace("{{since}}", escape(since)).replace("{{body}}", body))
+    return _page(body, since)
 
 
 def _money(value: float) -> str:
@@ -220,15 +243,21 @@ def _cost_chart(rows: list[DashboardRow]) -> str:
 
 
 def _latency_chart(rows: list[DashboardRow]) -> str:
-    labels = [str(r.group[0]) for r in rows]
-    series = {name: [getattr(r, f"latency_{name}_ms") or 0.0 for r in rows] for name in ("p50", "p95", "p99")}
+    # Calls that recorded no latency (failed before any request) have no bars, not 0 ms ones.
+    timed = [r for r in rows if r.latency_p50_ms is not None]
+    labels = [str(r.group[0]) for r in timed]
+    series = {name: [getattr(r, f"latency_{name}_ms") for r in timed] for name in ("p50", "p95", "p99")}
     return bar_chart("latency by model (ms, exact percentiles)", labels, series, lambda v: f"{v:,.0f} ms")
 
 
-def _traffic_chart(rows: list[DashboardRow]) -> str:
-    labels = [r.group[0].strftime("%m-%d %H:00") for r in rows]
+def _traffic_chart(line: Timeline) -> str:
     return column_chart(
-        "model calls per hour (UTC)", labels, [float(r.calls) for r in rows], lambda v: f"{v:,.0f}"
+        f"model calls per {line.bucket} (UTC)",
+        line.labels,
+        line.values,
+        lambda v: f"{v:,.0f}",
+        x_axis=f"time (UTC), one column per {line.bucket}",
+        y_axis="calls",
     )
 
 

@@ -211,7 +211,9 @@ class OpenAICompatibleClient:
             ) from None
         except CircuitOpen as error:
             error.attempts = len(outcomes)
-            error.usage = build_usage(call, None, outcomes, self._clock()) if outcomes else None
+            # Usage even when no request went out: it names the model asked for, so the
+            # dashboard keeps the failed call under its model (not "(none)"), with no tokens.
+            error.usage = build_usage(call, None, outcomes, self._clock())
             raise
         usage = build_usage(call, parsed, outcomes, self._clock())
         return LlmReply(content=parsed.content, usage=usage)

@@ -81,7 +81,7 @@ def test_the_dashboard_page_draws_cost_latency_traffic_and_funnel(http: TestClie
     for text in (
         "cost by model",
         "latency by model",
-        "model calls per hour",
+        "model calls per minute",
         "funnel: cs",
         "gpt-4.1",
         "RateLimited",
@@ -101,8 +101,44 @@ def test_an_in_memory_engine_has_no_dashboard() -> None:
     engine = Engine(settings=make_settings(database_url="memory:"))
     with TestClient(create_app(engine)) as client:
         response = client.get("/dashboard")
+        data = client.get("/v1/dashboard")
     assert response.status_code == 422
-    assert "PostgreSQL" in response.json()["error"]
+    assert response.headers["content-type"].startswith("text/html")
+    assert 'role="alert"' in response.text
+    assert "PostgreSQL" in response.text
+    assert "PostgreSQL" in data.json()["error"]
+
+
+@pytest.mark.parametrize("since", ["bogus", "24", "99999999d", "-1h", "1h; DROP"])
+def test_an_invalid_window_shows_the_page_with_the_error(http: TestClient, since: str) -> None:
+    response = http.get("/dashboard", params={"since": since})
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("text/html")
+    assert '<p class="error" role="alert">' in response.text
+    assert "<svg" not in response.text
+
+
+@pytest.mark.parametrize(
+    ("since", "bucket", "columns"),
+    [("1h", "minute", (61, 62)), ("24h", "hour", (25, 26)), ("7d", "day", (1, 2))],
+)
+def test_the_traffic_chart_picks_its_bucket_from_the_window_and_names_its_axes(
+    http: TestClient, since: str, bucket: str, columns: tuple[int, ...]
+) -> None:
+    page = http.get("/dashboard", params={"since": since}).text
+    chart = page[page.index(f"model calls per {bucket} (UTC)") :]
+    chart = chart[: chart.index("</svg>")]
+    assert f"time (UTC), one column per {bucket}" in chart
+    assert ">calls</text>" in chart
+    # One column per bucket of the window (a long window starts at its first day with calls)
+    assert chart.count("<rect") in columns
+
+
+def test_a_failed_call_keeps_its_model_and_draws_no_zero_latency(http: TestClient) -> None:
+    page = http.get("/dashboard").text
+    errors = page[page.index("errors by type") :]
+    assert "<td>deepseek-v3.2</td><td>RateLimited</td>" in errors
+    assert "(none)" not in page
 
 
 def test_the_dashboard_json_reprices_the_recorded_usage_at_another_models_price(http: TestClient) -> None:

@@ -86,6 +86,10 @@ async def test_the_breaker_opens_after_consecutive_server_failures_and_then_fail
     assert raised.value.endpoint == llm.config.endpoint
     assert raised.value.endpoint.endswith("/v1/chat/completions")
     assert "open" in str(raised.value)
+    # The failed-fast call still names its model, with no tokens and no cost
+    usage = raised.value.usage
+    assert usage is not None
+    assert (usage.request_model, usage.input_tokens, usage.cost_usd) == ("deepseek-v3.2", 0, 0)
     await llm.aclose()
 
 
