@@ -1,0 +1,117 @@
+"""The pages in a real browser (headless Chromium, no network beyond loopback): the dashboard
+and the API documentation, as a person opens them. A screenshot of the dashboard is kept
+under ``.venv/test-artifacts/`` (``tests/support/browser.py``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+from fastapi.responses import HTMLResponse
+
+from flowledger.adapters.http.app import create_app
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
+from tests.e2e.live_http import live_server
+from tests.support.browser import dom_after_scripts, screenshot
+
+# A page of the test's own, served beside the dashboard (same origin): it loads the dashboard
+# in a 760-pixel frame, then writes into its own DOM every table cell whose text takes more
+# than one line, so that ``--dump-dom`` carries what the layout did.
+MEASURE = """<!doctype html><html><body>
+<iframe id="page" src="/dashboard?since=1h" style="width:760px;height:2400px;border:0"></iframe>
+<pre id="out">pending</pre>
+<script>
+document.getElementById("page").addEventListener("load", () => {
+  const doc = document.getElementById("page").contentDocument;
+  const cells = [...doc.querySelectorAll("td, th")];
+  const wrapped = cells.filter((cell) => {
+    const range = doc.createRange();
+    range.selectNodeContents(cell);
+    return range.getClientRects().length > 1;
+  }).map((cell) => cell.textContent);
+  document.getElementById("out").textContent = JSON.stringify({cells: cells.length, wrapped});
+});
+</script></body></html>"""
+
+
+def usage(model: str, cost: str, latency: float) -> LlmUsage:
+    return LlmUsage(
+        provider="test",
+        request_model=model,
+        response_model=model,
+        input_tokens=1200,
+        output_tokens=80,
+        cost_usd=Decimal(cost),
+        latency_ms=latency,
+    )
+
+
+@pytest.fixture
+def site(pg_engine: Engine) -> Iterator[str]:
+    """The app on a real port, over sessions with calls, a failed call and a funnel."""
+    for n in range(6):
+        session_id = f"b-{n}"
+        pg_engine.start_session(session_id, "customer_service", metadata={"channel": "web"})
+        pg_engine.record_step(
+            session_id, "greet", next_step="classify_intent", usage=usage("gpt-4.1", "0.0030", 420.0)
+        )
+        if n % 2:
+            pg_engine.record_step(
+                session_id,
+                "classify_intent",
+                next_step="resolve",
+                usage=usage("deepseek-v3.2", "0.0002", 60.0),
+            )
+    failed = usage("claude-sonnet-4.5", "0", 0.0)
+    pg_engine.store.write(
+        "b-0",
+        lambda uow: uow.find(pg_engine.session_uuid("b-0")).fail_step(
+            step="classify_intent", error_type="circuit_open", error_message="circuit open", usage=failed
+        ),
+    )
+    app = create_app(pg_engine)
+    app.add_api_route("/__measure", lambda: HTMLResponse(MEASURE), include_in_schema=False)
+    with live_server(app) as base_url:
+        yield base_url
+
+
+def test_the_dashboard_in_a_browser_shows_models_bucketed_time_and_unwrapped_tables(site: str) -> None:
+    # When the dashboard of the last hour is opened
+    dom = dom_after_scripts(f"{site}/dashboard?since=1h")
+    # Then the failed call is under its model, and the traffic chart is per minute with named axes
+    assert "<td>claude-sonnet-4.5</td><td>circuit_open</td>" in dom, dom[-3000:]
+    assert "(none)" not in dom
+    assert "model calls per minute (UTC)" in dom
+    assert "time (UTC), one column per minute" in dom
+    assert ">calls</text>" in dom
+    assert "funnel: customer_service" in dom
+    # And in a narrow frame, no table cell's text breaks over two lines
+    measured = re.search(r'<pre id="out">(.*?)</pre>', dom_after_scripts(f"{site}/__measure"), re.DOTALL)
+    assert measured is not None
+    layout = json.loads(measured.group(1))
+    assert layout["cells"] > 20
+    assert layout["wrapped"] == []
+    # And a screenshot is kept for a person to look at
+    shot = screenshot(f"{site}/dashboard?since=1h", "dashboard.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 20_000
+
+
+def test_an_invalid_window_in_the_address_shows_the_error_on_the_page(site: str) -> None:
+    dom = dom_after_scripts(f"{site}/dashboard?since=bogus")
+    alert = re.search(r'<p class="error" role="alert">(.*?)</p>', dom)
+    assert alert is not None
+    assert "bogus" in alert.group(1)
+    assert "<h1>flowledger</h1>" in dom
+
+
+def test_swagger_ui_renders_the_api_with_no_network(site: str) -> None:
+    # When /docs is opened with every host but loopback unreachable
+    dom = dom_after_scripts(f"{site}/docs", budget_ms=15000)
+    # Then Swagger UI ran (its script and styles came from the app) and drew the operations
+    for path in ("/webhook/workflow-state", "/v1/sessions", "/v1/dashboard"):
+        assert f'data-path="{path}"' in dom
