@@ -46,9 +46,10 @@ from flowledger.projections import (
 from flowledger.projections.cost_queries import GROUPINGS
 
 router = APIRouter(tags=["analytics"])
+_WINDOW = r"^\s*[0-9]{1,5}[smhdw]\s*$"
 Since = Annotated[
     str,
-    Query(description="A window like 30m, 24h or 7d.", max_length=20, pattern=r"^\s*[0-9]{1,5}[smhdw]\s*$"),
+    Query(description="A window like 30m, 24h or 7d.", max_length=20, pattern=_WINDOW),
 ]
 _PAGE = (Path(__file__).parent / "dashboard.html").read_text(encoding="utf-8")
 _ANALYTICS = responses(400)
@@ -151,7 +152,9 @@ async def dashboard_page(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     header_key: Annotated[str | None, Security(api_key_header)],
     # Checked here, not by FastAPI: a person who typed a bad window gets the page saying so.
-    since: Annotated[str, Query(description="A window like 30m, 24h or 7d.")] = "24h",
+    since: Annotated[
+        str, Query(description="A window like 30m, 24h or 7d.", json_schema_extra={"pattern": _WINDOW})
+    ] = "24h",
 ) -> HTMLResponse:
     """Cost, latency, traffic and funnels as pictures; without a key, the login form (401);
     an invalid window, the page with the error (422)."""
