@@ -63,13 +63,20 @@ def _why(char: str) -> str:
     return f"must not contain control characters (found U+{ord(char):04X})"
 
 
+def _storable(text: str) -> bool:
+    """No NUL and no lone surrogate in ``text``: for ASCII (checked in constant time), a NUL scan."""
+    if text.isascii():
+        return "\x00" not in text
+    return _UNSTORABLE.search(text) is None
+
+
 def plainly_text(value: Any, max_length: int) -> bool:
     """What ``require_text`` accepts, as a bool and without a field name (for fast paths)."""
     return (
         type(value) is str
         and len(value) <= max_length
         and bool(value.strip())
-        and not _UNSTORABLE.search(value)
+        and _storable(value)
     )
 
 
@@ -93,6 +100,8 @@ def require_name(field_name: str, value: Any) -> str:
         raise ValidationError(field_name, "must be a non-empty string")
     if len(value) > MAX_NAME_LENGTH:
         raise ValidationError(field_name, f"must be at most {MAX_NAME_LENGTH} characters, got {len(value)}")
+    if value.isascii() and value.isprintable():  # the usual name: no control character at all
+        return value
     found = _NOT_IN_NAMES.search(value)
     if found:
         raise ValidationError(field_name, _why(found.group()))
@@ -143,7 +152,7 @@ def _plain_json_bound(value: Any) -> int:
         item, depth = stack.pop()
         kind = type(item)
         if kind is str:
-            if _UNSTORABLE.search(item):
+            if not _storable(item):
                 return -1
             bound += 12 * len(item) + 3  # quotes and the separator after it
         elif kind is dict:
@@ -151,7 +160,7 @@ def _plain_json_bound(value: Any) -> int:
                 return -1
             bound += 2 + len(item)
             for key, child in item.items():
-                if type(key) is not str or _UNSTORABLE.search(key):
+                if type(key) is not str or not _storable(key):
                     return -1
                 bound += 12 * len(key) + 3  # quotes and the colon
                 stack.append((child, depth + 1))

@@ -154,17 +154,24 @@ class Session(FlowledgerAggregate):
         def apply(self, aggregate: Session) -> None:
             """Count the step, keep it in the window, and remember its key."""
             record = StepRecord.of(self)
-            window = [*aggregate.history, record]
-            keys = dict(aggregate.recent_keys)
-            for gone in window[:-RECENT_STEPS]:
-                if gone.idempotency_key is not None and keys.get(gone.idempotency_key) == gone.version:
-                    del keys[gone.idempotency_key]
+            history, keys = aggregate.history, aggregate.recent_keys
+            leaving = len(history) + 1 - RECENT_STEPS  # steps that drop out of the window
+            window = [*history[leaving:], record] if leaving > 0 else [*history, record]
+            forgotten = [
+                gone.idempotency_key
+                for gone in (history[:leaving] if leaving > 0 else ())
+                if gone.idempotency_key is not None and keys.get(gone.idempotency_key) == gone.version
+            ]
             key = self.idempotency_key
+            if forgotten or key is not None:
+                keys = dict(keys)  # a new map, never changed in place: earlier states share the old
+                for gone_key in forgotten:
+                    del keys[gone_key]
             if key is not None:
                 keys[key] = record.version
                 aggregate.key_filter = key_filter_with(aggregate.key_filter, key)
                 aggregate.pending = {k: p for k, p in aggregate.pending.items() if k != key}
-            aggregate.history = window[-RECENT_STEPS:]
+            aggregate.history = window
             aggregate.recent_keys = keys
             aggregate.step_count += 1
             if self.context_update:

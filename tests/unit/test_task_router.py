@@ -172,7 +172,7 @@ def test_tasks_that_waited_for_capacity_are_offered_again_when_an_agent_frees_up
 def test_tasks_are_listed_by_status_priority_agent_and_overdue(engine: Engine) -> None:
     engine.register_agent("be", "Backend", ["python"], 10)
     engine.create_task("a", "A", ["python"], priority="critical")
-    engine.create_task("b", "B", ["python"], priority="low", deadline=engine.clock() + timedelta(seconds=1))
+    engine.create_task("b", "B", ["python"], priority="low", deadline=engine.clock() + timedelta(hours=1))
     engine.create_task("c", "C", ["css"])
     engine.assign_task("a")
     engine.assign_task("c")  # escalated: nobody covers css
