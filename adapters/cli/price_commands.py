@@ -51,13 +51,14 @@ def show_command(file: FileOption = None) -> None:
         table, _ = read_price_file(file or engine.settings.pricing_file)
         out = Table(title=f"prices {table.version} (USD / 1M tokens)", box=box.SIMPLE_HEAD)
         for column in ("model", "from", "input", "cached", "write 5m", "write 1h", "output", ">200k in/out"):
-            out.add_column(column, justify="left" if column in ("model", "from") else "right")
+            left = column in ("model", "from")
+            out.add_column(column, justify="left" if left else "right", no_wrap=left)
         rows: list[tuple[str, datetime | None, ModelPrice]] = [(m, None, p) for m, p in table.prices.items()]
         rows += [(m, d.effective_from, d.price) for m, dated in table.schedule.items() for d in dated]
         for model, start, p in sorted(rows, key=lambda r: (r[0], r[1] or datetime.min.replace(tzinfo=UTC))):
             out.add_row(
                 escape(model),
-                start.isoformat() if start else "always",
+                f"{start.astimezone(UTC):%Y-%m-%d %H:%M}Z" if start else "always",
                 *(
                     _per_m(v)
                     for v in (
@@ -99,14 +100,15 @@ def reprice_command(
         repricing = Repricing(start, table, Path(path).name if path else SHIPPED_FILE)
         projector = projector_for(engine, batch_size=5000)
         planned = plan(projector, repricing)
-        title = f"reprice from {start.isoformat()} with {table.version}"
-        console.print(_changes_table(planned, title + (" (dry run)" if dry_run else "")))
+        note = " (dry run: nothing is written)" if dry_run else ""
+        console.print(f"reprice from {start.isoformat()} with {escape(table.version)}{note}", soft_wrap=True)
+        console.print(_changes_table(planned))
         if dry_run:
             return
         schema = apply(projector, repricing, document)
         with projector.connect() as conn:
             now = recorded_costs(conn, projector.names.reader, start)
-        console.print(f"applied: the cost projection was rebuilt into {schema}; it now holds")
+        console.print(f"applied: the cost projection was rebuilt into {schema}; it now holds", soft_wrap=True)
         after = Table(box=box.SIMPLE_HEAD)
         for column in ("day", "model", "calls", "unpriced", "cost $"):
             after.add_column(column, justify="left" if column in ("day", "model") else "right")
@@ -117,8 +119,8 @@ def reprice_command(
         console.print(after)
 
 
-def _changes_table(changes: list[Change], title: str) -> Table:
-    out = Table(title=title, box=box.SIMPLE_HEAD)
+def _changes_table(changes: list[Change]) -> Table:
+    out = Table(box=box.SIMPLE_HEAD)
     for column in ("day", "model", "calls", "unpriced", "before $", "after $", "change $"):
         out.add_column(column, justify="left" if column in ("day", "model") else "right")
     for c in changes:

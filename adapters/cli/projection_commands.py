@@ -229,7 +229,7 @@ def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Tabl
             f"{r.calls:,}",
             escape(errors),
             tokens,
-            f"{r.cost_usd:.4f}",
+            f"{r.cost_usd:.4f}" + (f" +{r.unpriced_calls} unpriced" if r.unpriced_calls else ""),
             latency,
         )
     return table

@@ -211,6 +211,7 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
             budget_panel(caller.engine.budgets.burn()),
             '<section class="grid">',
             _cost_chart(by_model),
+            _cost_split_chart(by_model),
             _latency_chart(by_model),
             _traffic_chart(timeline(calls, bucket, start, end)),
             _errors(by_model),
@@ -230,19 +231,42 @@ def _summary(rows: list[DashboardRow], since: str) -> str:
     errors = sum(r.errors for r in rows)
     cost = sum((r.cost_usd for r in rows), Decimal("0"))
     tokens = sum(r.input_tokens + r.output_tokens for r in rows)
+    wasted = sum((r.retried_cost_usd + r.failed_cost_usd for r in rows), Decimal("0"))
+    unpriced = sum(r.unpriced_calls for r in rows)
     tiles = [
         ("model calls", f"{calls:,}"),
-        ("cost", _money(float(cost))),
+        ("cost" + (" (without unpriced calls)" if unpriced else ""), _money(float(cost))),
+        ("of it failed and retried attempts", _money(float(wasted))),
         ("tokens", f"{tokens:,}"),
         ("error rate", f"{errors / calls:.1%}" if calls else "-"),
     ]
+    if unpriced:
+        tiles.append(
+            ("unpriced calls: no price known, not $0", f'<span class="unpriced">{unpriced:,}</span>')
+        )
     cells = "".join(f'<div class="tile"><b>{value}</b><span>{label}</span></div>' for label, value in tiles)
     return f'<h2>last {escape(since)}</h2><section class="tiles">{cells}</section>'
 
 
+def _label(row: DashboardRow) -> str:
+    """The model, marked when some of its calls had no price (their cost is not counted)."""
+    name = str(row.group[0])
+    return f"{name} (unpriced: {row.unpriced_calls:,})" if row.unpriced_calls else name
+
+
 def _cost_chart(rows: list[DashboardRow]) -> str:
-    labels = [str(r.group[0]) for r in rows]
+    labels = [_label(r) for r in rows]
     return bar_chart("cost by model (USD)", labels, {"cost": [float(r.cost_usd) for r in rows]}, _money)
+
+
+def _cost_split_chart(rows: list[DashboardRow]) -> str:
+    labels = [_label(r) for r in rows]
+    series = {
+        "successful steps": [float(r.succeeded_cost_usd) for r in rows],
+        "retried attempts": [float(r.retried_cost_usd) for r in rows],
+        "failed calls": [float(r.failed_cost_usd) for r in rows],
+    }
+    return bar_chart("cost of successful steps vs failed and retried attempts (USD)", labels, series, _money)
 
 
 def _latency_chart(rows: list[DashboardRow]) -> str:

@@ -77,9 +77,10 @@ def test_the_dashboard_page_draws_cost_latency_traffic_and_funnel(http: TestClie
     response = http.get("/dashboard", params={"since": "1h"})
     assert response.status_code == 200
     page = response.text
-    assert page.count("<svg") == 4
+    assert page.count("<svg") == 5
     for text in (
         "cost by model",
+        "cost of successful steps vs failed and retried attempts",
         "latency by model",
         "model calls per minute",
         "funnel: cs",

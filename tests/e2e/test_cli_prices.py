@@ -1,0 +1,61 @@
+"""``flowledger prices``: the reprice dry run, applying it, and bad input (one line, exit 2)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+from tests.support.cli import run_cli
+
+
+def test_a_dry_run_shows_the_change_per_model_and_day_and_applying_it_reprices_the_dashboard(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a call recorded at a made-up cost
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("p-1", "cs")
+        usage = LlmUsage(
+            request_model="gpt-4.1", input_tokens=100, output_tokens=10, cost_usd=Decimal("0.01")
+        )
+        engine.record_step("p-1", "greet", usage=usage)
+    since = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    # When the dry run is asked for
+    dry = run_cli(database_url, pg_schema, "prices", "reprice", "--from", since, "--dry-run")
+    # Then it shows the shipped price's cost beside the recorded one: 100 x $2/M + 10 x $8/M
+    assert dry.returncode == 0, dry.stderr
+    assert "(dry run: nothing is written)" in dry.stdout
+    assert "gpt-4.1" in dry.stdout
+    assert "0.010000" in dry.stdout
+    assert "0.000280" in dry.stdout
+    assert "-0.009720" in dry.stdout
+    before = run_cli(database_url, pg_schema, "dashboard", "--since", "2h")
+    assert "0.0100" in before.stdout
+    # When it is applied, the projection holds the new cost
+    applied = run_cli(database_url, pg_schema, "prices", "reprice", "--from", since)
+    assert applied.returncode == 0, applied.stderr
+    assert "applied: the cost projection was rebuilt" in applied.stdout
+    after = run_cli(database_url, pg_schema, "dashboard", "--since", "2h")
+    assert "0.0003" in after.stdout
+    assert "0.0100" not in after.stdout
+
+
+def test_a_bad_time_or_price_file_exits_2_with_one_line(database_url: str, pg_schema: str) -> None:
+    bad_time = run_cli(database_url, pg_schema, "prices", "reprice", "--from", "last tuesday", "--dry-run")
+    assert bad_time.returncode == 2
+    assert bad_time.stderr.strip().count("\n") == 0
+    assert "from" in bad_time.stderr
+    missing = run_cli(
+        database_url, pg_schema, "prices", "reprice", "--from", "2025-10-01", "--file", "/nonexistent/p.json"
+    )
+    assert missing.returncode == 2
+    assert "cannot read" in missing.stderr
+
+
+def test_prices_show_lists_dated_entries_and_aliases(database_url: str, pg_schema: str) -> None:
+    shown = run_cli(database_url, pg_schema, "prices", "show")
+    assert shown.returncode == 0, shown.stderr
+    assert "2025-09-29 16:00Z" in shown.stdout
+    assert "alias claude-sonnet-4-5 -> claude-sonnet-4.5" in shown.stdout
