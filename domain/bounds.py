@@ -72,12 +72,7 @@ def _storable(text: str) -> bool:
 
 def plainly_text(value: Any, max_length: int) -> bool:
     """What ``require_text`` accepts, as a bool and without a field name (for fast paths)."""
-    return (
-        type(value) is str
-        and len(value) <= max_length
-        and bool(value.strip())
-        and _storable(value)
-    )
+    return type(value) is str and len(value) <= max_length and bool(value.strip()) and _storable(value)
 
 
 def require_text(field_name: str, value: Any, *, max_length: int = MAX_TEXT_LENGTH) -> str:
