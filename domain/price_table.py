@@ -119,6 +119,10 @@ class PriceTable:
         """The expected cost of a call of this size, without cache or reasoning discounts."""
         return self.price_for(model).cost(input_tokens=input_tokens, output_tokens=output_tokens)
 
+    def latest(self) -> dict[str, ModelPrice]:
+        """Every table key's price in force last (a dated model's newest entry)."""
+        return {**self.prices, **{model: dated[-1].price for model, dated in self.schedule.items()}}
+
     def models(self) -> Iterator[str]:
         """Every table key, undated and dated."""
         yield from self.prices

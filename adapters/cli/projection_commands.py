@@ -316,7 +316,7 @@ def dashboard_command(
             console.print(dashboard_table(rows, groups, f"model calls, last {since}"))
             if reprice_as is not None:
                 table = load_price_table(engine.settings.pricing_file)
-                prices = table.prices
+                prices = table.latest()
                 if reprice_as not in prices:
                     raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
                 repriced = reprice(

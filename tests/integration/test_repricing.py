@@ -136,6 +136,15 @@ def test_the_dry_run_shows_each_model_and_day_as_the_applied_projection_then_hol
         k: (c.calls, c.unpriced_after, c.after_usd) for k, c in planned.items()
     }
     assert earlier[("deepseek-chat", date(2025, 9, 28))].cost_usd == V31
+    # and the dashboard reads the same costs from its raw rows and from its roll-ups
+    with projector.connect() as conn:
+        for read in ("raw", "rollups"):
+            rows = dashboard(
+                conn, projector.names.reader, tenant="default", since=FROM, by=["model"], read=read
+            )
+            by_model = {r.group[0]: r.cost_usd for r in rows}
+            assert by_model["deepseek-chat"] == chat29.after_usd + chat30.after_usd, read
+            assert by_model["mystery-1"] == mystery.after_usd, read
     # and the stored events are the same rows, byte for byte
     assert stored_events(pg_engine) == events_before
 

@@ -260,3 +260,23 @@ def test_impossible_sub_counts_are_clamped_never_trusted(usage: Any, expected: t
         parsed.cache_read_input_tokens,
         parsed.cache_creation_input_tokens,
     ) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("openrouter/deepseek/deepseek-v3.2", "deepseek-v3.2"),
+        ("deepseek-v3.2:free", "deepseek-v3.2"),
+        ("vertex_ai/claude-sonnet-4-5@20250929", "claude-sonnet-4.5"),
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4.5"),
+        ("openai/gpt-4.1-2025-04-14", "gpt-4.1"),
+        ("gemini/gemini-2.5-flash", "gemini-2.5-flash"),
+        ("gpt-4.1-mini", None),
+    ],
+)
+def test_prefixed_suffixed_dated_and_aliased_names_resolve_to_one_price(name: str, key: str | None) -> None:
+    assert load_price_table().resolve(name) == key
+
+
+def test_the_latest_prices_hold_each_dated_models_newest_entry() -> None:
+    assert load_price_table().latest()["deepseek-chat"].input_cost_per_token == Decimal("2.8e-7")
