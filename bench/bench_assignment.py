@@ -63,13 +63,13 @@ def run_for(seconds: float, workers: list[Callable[[Callable[[], bool]], int]]) 
     return sum(done), time.perf_counter() - started
 
 
-def check_capacity(engine: Engine, prefix: str, assigned: int) -> None:
+def check_capacity(engine: Engine, prefix: str, assigned: int, label: str) -> None:
     """Fail loudly if an agent holds more than its capacity, or the loads miss an assignment."""
     agents = [a for a in engine.list_agents() if a.agent_id.startswith(prefix)]
     over = [a.agent_id for a in agents if a.load > a.capacity]
     held = sum(a.load for a in agents)
     if over or held != assigned:
-        raise SystemExit(f"capacity broken: over {over}; agents hold {held}, {assigned} assigned")
+        raise SystemExit(f"{label}: capacity broken: over {over}; agents hold {held}, {assigned} assigned")
 
 
 def bench_record_step(engines: list[Engine], seconds: float) -> Result:
@@ -96,10 +96,11 @@ def bench_assign(engines: list[Engine], seconds: float, label: str, tasks: int) 
     setup = engines[0]
     prefix = uuid.uuid4().hex[:6]
     for n in range(AGENTS):
-        setup.register_agent(f"{prefix}-agent-{n}", f"Agent {n}", ["python", "sql"], 10_000)
+        # A skill of this case's own: tasks never go to an earlier case's agents.
+        setup.register_agent(f"{prefix}-agent-{n}", f"Agent {n}", [f"python-{prefix}", "sql"], 10_000)
     ids = [f"{prefix}-task-{n:05d}" for n in range(tasks)]
     for task_id in ids:
-        setup.create_task(task_id, "benchmark task", ["python"], "medium")
+        setup.create_task(task_id, "benchmark task", [f"python-{prefix}"], "medium")
     for engine in engines:  # a long-running process catches up with the log once, not per call
         engine.task_reads.index.refresh()
     lost_before = sum(engine.store.conflicts for engine in engines)
@@ -122,7 +123,7 @@ def bench_assign(engines: list[Engine], seconds: float, label: str, tasks: int) 
         print(f"warning: {label} ran out of tasks; raise --tasks")
     lost = sum(engine.store.conflicts for engine in engines) - lost_before
     batches = sum(engine.tasks.assigner.batches for engine in engines) - batches_before
-    check_capacity(setup, prefix, ops)
+    check_capacity(setup, prefix, ops, label)
     return Result("assign_task", label, ops, elapsed, lost, batches)
 
 
@@ -137,15 +138,19 @@ def main() -> None:
     # Small pools: eight engines at the default 20 connections would exhaust the server.
     one = Engine(settings=settings.with_overrides(pool_size=WRITERS))
     many = [one] + [Engine(settings=settings.with_overrides(pool_size=2)) for _ in range(WRITERS - 1)]
+    unlocked = [
+        Engine(settings=settings.with_overrides(pool_size=2, agent_locks=False)) for _ in range(WRITERS)
+    ]
     try:
         steps = bench_record_step([one], args.seconds)
         results = [
             steps,
             bench_assign([one], args.seconds, f"{WRITERS} threads, one engine", args.tasks),
             bench_assign(many, args.seconds, f"{WRITERS} engines (like processes)", args.tasks),
+            bench_assign(unlocked, args.seconds, f"{WRITERS} engines, no agent locks", args.tasks),
         ]
     finally:
-        for engine in many:
+        for engine in many + unlocked:
             engine.close()
         drop_schema(url, schema)
     table = Table(title=f"task assignment vs durable step recording ({WRITERS} writers, PostgreSQL)")

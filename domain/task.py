@@ -155,13 +155,15 @@ class Task(FlowledgerAggregate):
         failed_at: datetime
 
     class Requeued(FlowledgerAggregate.Event):
-        """A person sent an escalated task back to the queue; who and why are recorded."""
+        """A person sent an escalated task back to the queue; who and why are recorded, and
+        the new ``deadline`` if they gave one (a breached one would escalate it again)."""
 
         class_version = 1
         requested_by: str
         reason: str
         escalation_reason: str | None
         requeued_at: datetime
+        deadline: datetime | None
 
     @staticmethod
     def create_id(tenant: str, task_id: str) -> UUID:
@@ -311,16 +313,23 @@ class Task(FlowledgerAggregate):
             model=model, detail=storable(detail, 2000), usage=usage, fallback=fallback, failed_at=at
         )
 
-    def requeue(self, requested_by: str, reason: str, at: datetime) -> None:
-        """Send an escalated task back to the queue, on a person's word."""
+    def requeue(self, requested_by: str, reason: str, at: datetime, deadline: datetime | None = None) -> None:
+        """Send an escalated task back to the queue, on a person's word (with a new deadline,
+        which must be ahead of ``at``)."""
         self._require("requeue", TaskStatus.ESCALATED)
         require_text("requested_by", requested_by)
         require_text("reason", reason)
+        require_moment("deadline", deadline, optional=True)
+        if deadline is not None and deadline <= at:
+            raise ValidationError(
+                "deadline", f"must be after now ({at.isoformat()}), got {deadline.isoformat()}"
+            )
         self._requeued(
             requested_by=storable(requested_by, 200),
             reason=storable(reason, 1000),
             escalation_reason=self.escalation.reason if self.escalation else None,
             requeued_at=at,
+            deadline=deadline,
         )
 
     def assign(self, choice: Choice, at: datetime, usage: LlmUsage | None = None) -> None:
@@ -446,9 +455,16 @@ class Task(FlowledgerAggregate):
 
     @event(Requeued)
     def _requeued(
-        self, requested_by: str, reason: str, escalation_reason: str | None, requeued_at: datetime
+        self,
+        requested_by: str,
+        reason: str,
+        escalation_reason: str | None,
+        requeued_at: datetime,
+        deadline: datetime | None,
     ) -> None:
         self.status = TaskStatus.PENDING.value
+        if deadline is not None:
+            self.deadline = deadline
 
     @event(Assigned)
     def _assigned(

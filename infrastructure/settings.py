@@ -11,6 +11,7 @@ from pathlib import Path
 from flowledger.domain.errors import ValidationError
 
 MEMORY_URL = "memory:"
+_OFF = {"0", "false", "no", "off", "n"}
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -56,6 +57,9 @@ class Settings:
     """Requests an API key may make at once before the rate applies."""
     ready_timeout_s: float = 2.0
     """How long ``/readyz`` waits for the database before answering 503."""
+    agent_locks: bool = True
+    """Assigners in different processes take turns per agent (PostgreSQL advisory locks);
+    off (``FLOWLEDGER_AGENT_LOCKS=0``) they race and the losers retry."""
     dashboard_url_keys: bool = False
     """Accept an API key in the dashboard page's URL (``?key=``); off: the login form's cookie only."""
     audit_chain: bool = True
@@ -122,6 +126,7 @@ class Settings:
             http_rate_burst=_count(env, "FLOWLEDGER_HTTP_RATE_BURST", defaults.http_rate_burst),
             ready_timeout_s=_seconds(env, "FLOWLEDGER_READY_TIMEOUT_S", defaults.ready_timeout_s),
             dashboard_url_keys=_flag(env, "FLOWLEDGER_DASHBOARD_URL_KEYS"),
+            agent_locks=(env.get("FLOWLEDGER_AGENT_LOCKS") or "1").strip().lower() not in _OFF,
             audit_chain=(env.get("FLOWLEDGER_AUDIT_CHAIN") or "on").strip().lower() not in _OFF,
             audit_key_dir=Path(env["FLOWLEDGER_AUDIT_KEY_DIR"])
             if env.get("FLOWLEDGER_AUDIT_KEY_DIR")

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
-from flowledger.adapters.http import budgets, dashboard, health, login, rest, tasks, webhook
+from flowledger.adapters.http import budgets, dashboard, health, login, rest, task_queue, tasks, webhook
 from flowledger.adapters.http.auth import Gate, Keyring, RateLimits, Tenants
 from flowledger.adapters.http.errors import install_error_handlers
 from flowledger.adapters.http.middleware import BodyLimit, RequestContext
@@ -67,6 +67,7 @@ def create_app(engine: Engine, *, require_keys: bool | None = None, keys: Keyrin
     app.include_router(rest.router)
     app.include_router(tasks.router)
     app.include_router(budgets.router)
+    app.include_router(task_queue.router)
     app.include_router(dashboard.router)
     app.include_router(login.router)
     app.include_router(health.router)

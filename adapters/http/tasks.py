@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, status
-from pydantic import Field, WithJsonSchema
+from pydantic import AliasChoices, BeforeValidator, Field, WithJsonSchema
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses
@@ -21,7 +21,7 @@ from flowledger.adapters.http.schemas import (
     required_name,
 )
 from flowledger.domain.bounds import MAX_NAME_LENGTH, MAX_SKILLS, MAX_TEXT_LENGTH
-from flowledger.domain.task_views import AgentState, TaskState
+from flowledger.domain.task_views import AgentState, TaskPriority, TaskState
 from flowledger.infrastructure.history import jsonable
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
@@ -35,6 +35,28 @@ Moment = Annotated[
     WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, _UNIX_TIME]}),
 ]
 """A time: RFC 3339, or Unix seconds in years 1-9999 (pydantic reads both; the schema says so)."""
+
+
+def any_case(names: list[str]) -> str:
+    """A JSON-schema pattern matching exactly one of ``names`` in any case (``[Ll][Oo][Ww]``)."""
+    spelled = ("".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in n) for n in names)
+    return "^(" + "|".join(spelled) + ")$"
+
+
+Priority = Annotated[
+    TaskPriority,
+    BeforeValidator(lambda value: value.lower() if isinstance(value, str) else value),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": any_case([p.value for p in TaskPriority]),
+            "description": "low, medium, high or critical, in any case",
+        }
+    ),
+]
+"""A priority name in any case (``"MEDIUM"`` is ``medium``)."""
+SEED_CAPACITY = 10
+"""The seed's ``max_capacity`` default."""
 _READ = responses(404)
 _WRITE = responses(404, 409)
 
@@ -45,7 +67,7 @@ class RegisterAgent(Body):
     agent_id: str = required_name("be-1")
     name: str = required_name("Backend 1")
     skills: list[Skill] = Field(min_length=1, max_length=MAX_SKILLS)
-    capacity: int = Field(ge=1, le=10_000)
+    capacity: int = Field(default=SEED_CAPACITY, ge=1, le=10_000)
 
 
 class CreateTask(Body):
@@ -54,7 +76,7 @@ class CreateTask(Body):
     task_id: str = required_name("T-1")
     description: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
     required_skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
-    priority: Literal["low", "medium", "high", "critical"] = "medium"
+    priority: Priority = TaskPriority.MEDIUM
     deadline: Moment | None = None
     deadline_hours: float | None = Field(default=None, ge=0.001, le=MAX_DEADLINE_HOURS)
 
@@ -66,9 +88,10 @@ class Classify(Body):
 
 
 class Outcome(Body):
-    """What the finished task produced."""
+    """What the finished task produced: ``resolution``, as a session ends with (``result``, the
+    name before, is still accepted)."""
 
-    result: Json | None = None
+    resolution: Json | None = Field(default=None, validation_alias=AliasChoices("resolution", "result"))
 
 
 class Release(Body):
@@ -77,11 +100,13 @@ class Release(Body):
     reason: str = Field(default="released", max_length=1000)
 
 
-def _out(state: Any) -> Json:
+def out(state: Any) -> Json:
+    """A task or agent as the API answers it."""
     result: Json = jsonable(asdict(state))
     # Derived values are properties, which asdict() leaves out.
     if isinstance(state, TaskState):
         result["agent_id"] = state.agent_id
+        result["resolution"] = result["result"]  # the session's name for an outcome; ``result`` kept
     if isinstance(state, AgentState):
         result["load"], result["relative_load"] = state.load, state.relative_load
     return result
@@ -90,19 +115,19 @@ def _out(state: Any) -> Json:
 @router.post("/agents", status_code=status.HTTP_201_CREATED, responses=responses(409))
 def register_agent(body: RegisterAgent, caller: Writer) -> Json:
     """Register an agent (again with the same fields is a no-op)."""
-    return _out(caller.engine.register_agent(body.agent_id, body.name, body.skills, body.capacity))
+    return out(caller.engine.register_agent(body.agent_id, body.name, body.skills, body.capacity))
 
 
 @router.get("/agents", responses=responses())
 def list_agents(caller: Reader) -> list[Json]:
     """Every agent with its load."""
-    return [_out(agent) for agent in caller.engine.list_agents()]
+    return [out(agent) for agent in caller.engine.list_agents()]
 
 
 @router.get("/agents/{agent_id}", responses=_READ)
 def get_agent(agent_id: AgentId, caller: Reader) -> Json:
     """An agent: skills, capacity, load, recent completions."""
-    return _out(caller.engine.get_agent(agent_id))
+    return out(caller.engine.get_agent(agent_id))
 
 
 @router.post("/tasks", status_code=status.HTTP_201_CREATED, responses=responses(409))
@@ -112,15 +137,15 @@ def create_task(body: CreateTask, caller: Writer) -> Json:
     if body.deadline_hours is not None:
         deadline = timedelta(hours=body.deadline_hours)
     state = caller.engine.create_task(
-        body.task_id, body.description, body.required_skills, body.priority, deadline=deadline
+        body.task_id, body.description, body.required_skills, body.priority.value, deadline=deadline
     )
-    return _out(state)
+    return out(state)
 
 
 @router.get("/tasks/{task_id}", responses=_READ)
 def get_task(task_id: TaskId, caller: Reader) -> Json:
     """A task now."""
-    return _out(caller.engine.get_task(task_id))
+    return out(caller.engine.get_task(task_id))
 
 
 @router.get("/tasks/{task_id}/history", responses=_READ)
@@ -131,29 +156,37 @@ def task_history(task_id: TaskId, caller: Reader) -> list[EventOut]:
 
 @router.post("/tasks/{task_id}/classify", responses=responses(404, 409, 501, 502))
 async def classify_task(task_id: TaskId, body: Classify, caller: Writer) -> Json:
-    """Classify through the model (its usage is recorded); a failure escalates the task."""
-    return _out(await caller.engine.classify_task(task_id, model=body.model))
+    """Classify through the model (the priority's tier unless ``model`` names one; usage is
+    recorded). An unknown model is a 422 before anything is recorded; a failed call is
+    retried on the fallback model, then the task keeps waiting with the failures recorded."""
+    return out(await caller.engine.classify_task(task_id, model=body.model))
+
+
+@router.post("/tasks/{task_id}/reclassify", responses=responses(404, 409, 501, 502))
+async def reclassify_task(task_id: TaskId, body: Classify, caller: Writer) -> Json:
+    """Classify again, replacing the classification (409 once the task is completed or escalated)."""
+    return out(await caller.engine.reclassify_task(task_id, model=body.model))
 
 
 @router.post("/tasks/{task_id}/assign", responses=_WRITE)
 def assign_task(task_id: TaskId, caller: Writer) -> Json:
     """Assign to the best eligible agent, or escalate with a reason."""
-    return _out(caller.engine.assign_task(task_id))
+    return out(caller.engine.assign_task(task_id))
 
 
 @router.post("/tasks/{task_id}/start", responses=_WRITE)
 def start_task(task_id: TaskId, caller: Writer) -> Json:
     """The assigned agent started work."""
-    return _out(caller.engine.start_task(task_id))
+    return out(caller.engine.start_task(task_id))
 
 
 @router.post("/tasks/{task_id}/complete", responses=_WRITE)
 def complete_task(task_id: TaskId, body: Outcome, caller: Writer) -> Json:
     """The task is done; its agent is freed."""
-    return _out(caller.engine.complete_task(task_id, body.result))
+    return out(caller.engine.complete_task(task_id, body.resolution))
 
 
 @router.post("/tasks/{task_id}/release", responses=_WRITE)
 def release_task(task_id: TaskId, body: Release, caller: Writer) -> Json:
     """Give the task back to the queue; its agent is freed."""
-    return _out(caller.engine.release_task(task_id, body.reason))
+    return out(caller.engine.release_task(task_id, body.reason))

@@ -130,7 +130,9 @@ def step_decision(messages: list[dict[str, Any]]) -> dict[str, Any]:
     system = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
     user = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
     if CLASSIFICATION_MARKER in system:
-        return task_classification(user)
+        # The seed's prompt asks for estimated_duration_hours, flowledger's for estimated_hours.
+        hours_key = "estimated_duration_hours" if "estimated_duration_hours" in system else "estimated_hours"
+        return task_classification(user, hours_key)
     found = _STEP_LINE.search(system)
     step = found.group(1).strip() if found else "reply"
     seed_flow = customer_service.step_decision(step, _context_of(user))
@@ -177,15 +179,16 @@ def _context_of(user: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"message": user}
 
 
-def task_classification(task_text: str) -> dict[str, Any]:
-    """What a model would answer to the task-classification prompt: keywords decide."""
+def task_classification(task_text: str, hours_key: str = "estimated_hours") -> dict[str, Any]:
+    """What a model would answer to the task-classification prompt (category, complexity and
+    hours under the key the prompt asks for): keywords decide."""
     lowered = task_text.lower()
     category = next((name for name, words in _CATEGORIES if any(w in lowered for w in words)), "feature")
     complexity = next((name for name, words in _COMPLEXITY if any(w in lowered for w in words)), "medium")
     return {
         "category": category,
         "complexity": complexity,
-        "estimated_hours": _HOURS[complexity],
+        hours_key: _HOURS[complexity],
     }
 
 

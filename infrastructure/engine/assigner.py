@@ -8,11 +8,15 @@ as it goes, and saves all the tasks and agents in one atomic append (the store's
 work); the others wait for their answer. No two assigners of one engine fight, and an
 engine pays one roster read and one commit per batch instead of per task.
 
-Across engines (processes) the agents' versions still settle it: a batch that read an
-agent stale loses its append as a whole and is decided again on a fresh roster; with
-``roster_lock`` given (a PostgreSQL advisory lock per tenant), engines take turns, so
-those races are not lost at all. Capacity holds either way (``Agent.accept`` refuses,
-and a stale save fails on its version).
+Across engines (processes), with ``agent_locks`` (PostgreSQL advisory locks), a batch
+try-locks each agent it chooses and takes the next best when another engine holds it; it
+reads the locked agent's newer events before deciding, so its save does not lose on the
+agent's version. Blocking on a lock happens only while holding none (so engines cannot
+deadlock); a batch that would have to wait while holding some stops there, and its other
+requests go to the next batch. Without locks (in memory) the agents' versions settle it:
+a batch that read an agent stale loses its append as a whole and is decided again on a
+fresh roster. Capacity holds either way (``Agent.accept`` refuses, and a stale save
+fails on its version).
 
 A batch that fails for another reason (a task that does not exist, say) is retried one
 request at a time, so each caller gets its own answer or its own error.
@@ -22,24 +26,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from flowledger.domain.agent import Agent
-from flowledger.domain.assignment import Choice, choose_agent
+from flowledger.domain.assignment import AgentProfile, Choice, NoChoice, choose_agent
 from flowledger.domain.errors import FlowledgerError
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import EscalationReason, TaskState, TaskStatus
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
+from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 
 MAX_BATCH = 64
 """Requests decided in one append; more wait for the next batch."""
 
 ROSTER_MAX_AGE_S = 0.5
-"""How old a roster may be for a positive decision. The engine follows the agents it saves
-itself; only other engines' changes need the log, and missing them costs a lost save
-(the agent's version moved on: the batch is decided again on a fresh roster), never
+"""How old a roster may be for a positive decision. The engine follows every agent it saves
+itself (``TaskService`` listens to the store's saves); only other engines' changes need the
+log, and missing them costs a lost save (the agent's version moved on: the batch is decided
+again on a fresh roster) or, with agent locks, one read of the agent's newer events, never
 capacity. A negative decision (escalate, or wait for capacity) always reads the log first."""
 
 ROSTER_KEY = "roster"
@@ -71,13 +76,14 @@ class BatchAssigner:
         escalate: Escalate,
         *,
         conflict_retries: int,
-        roster_lock: Callable[[], AbstractContextManager[object]] | None = None,
+        agent_locks: AgentLocks | None = None,
     ) -> None:
         self._store = store
         self._reads = reads
         self._escalate = escalate
         self._retries = conflict_retries
-        self._roster_lock = roster_lock or nullcontext
+        self._locks = agent_locks
+        self._held: set[str] = set()
         self._cv = threading.Condition()
         self._queue: list[_Request] = []
         self._leading = False
@@ -121,7 +127,8 @@ class BatchAssigner:
                 return
             for request in batch:  # one at a time, so each caller gets its own error
                 try:
-                    self._finish(request, self._write([request])[0], None)
+                    (state,) = self._write([request])
+                    self._finish(request, state, None)
                 except BaseException as single:  # handed to its caller, re-raised there
                     self._finish(request, None, single)
             return
@@ -129,8 +136,11 @@ class BatchAssigner:
             for request in batch:
                 self._finish(request, None, error)
             return
-        for request, state in zip(batch, states, strict=True):
+        for request, state in zip(batch, states, strict=False):
             self._finish(request, state, None)
+        if len(states) < len(batch):  # stopped rather than wait on a lock: the rest go next
+            with self._cv:
+                self._queue[:0] = batch[len(states) :]
 
     def _finish(self, request: _Request, state: TaskState | None, error: BaseException | None) -> None:
         request.state, request.error, request.done = state, error, True
@@ -140,11 +150,16 @@ class BatchAssigner:
     def _write(self, batch: list[_Request]) -> list[TaskState]:
         # The tasks' own locks too: a batch must not change a task another command of this
         # engine is changing (they share the store's cached copy).
-        with self._store.locked(task_key(r.task_id) for r in batch), self._roster_lock():
+        with self._store.locked(task_key(r.task_id) for r in batch):
             try:
-                return self._write_once(batch, fresh=False)
-            except _NeedsFreshRoster:
-                return self._write_once(batch, fresh=True)
+                try:
+                    return self._write_once(batch, fresh=False)
+                except _NeedsFreshRoster:
+                    return self._write_once(batch, fresh=True)
+            finally:
+                if self._held and self._locks is not None:
+                    self._locks.release_all()
+                self._held.clear()
 
     def _write_once(self, batch: list[_Request], *, fresh: bool) -> list[TaskState]:
         attempts: list[UnitOfWork] = []
@@ -156,9 +171,6 @@ class BatchAssigner:
             return self._decide(batch, uow, fresh=fresh or again)
 
         states: list[TaskState] = self._store.write(ROSTER_KEY, decide, conflict_retries=self._retries)
-        for aggregate in attempts[-1].touched.values():
-            if isinstance(aggregate, Agent):
-                self._reads.index.remember(aggregate)
         self.batches += 1
         return states
 
@@ -179,14 +191,13 @@ class BatchAssigner:
                 self._escalate(uow, task, EscalationReason.DEADLINE_BREACHED, detail)
                 states.append(task.state())
                 continue
-            decision = choose_agent(task.task_id, task.required_skills, profiles.values())
+            decision = self._choose(task, profiles, uow, waiting=bool(self._held))
+            if decision is None:
+                break  # every capable agent is locked elsewhere and this batch holds some
             if isinstance(decision, Choice):
-                agent = uow.touched.get(self._reads.agent_uuid(decision.agent_id))
-                if agent is None:
-                    agent = self._reads.index.agent_copy(decision.agent_id)
-                    uow.adopt(agent)
-                agent.accept(task.task_id, now)  # type: ignore[attr-defined]
-                profiles[decision.agent_id] = agent.profile()  # type: ignore[attr-defined]
+                agent = self._open(uow, decision.agent_id, profiles, locked=False)
+                agent.accept(task.task_id, now)
+                profiles[decision.agent_id] = agent.profile()
                 task.assign(decision, now)
             elif not fresh:
                 raise _NeedsFreshRoster()  # the store drops what this attempt changed
@@ -194,3 +205,63 @@ class BatchAssigner:
                 self._escalate(uow, task, decision.reason, decision.detail)
             states.append(task.state())
         return states
+
+    def _choose(
+        self, task: Task, profiles: dict[str, AgentProfile], uow: UnitOfWork, *, waiting: bool
+    ) -> Choice | NoChoice | None:
+        """The best agent for the task whose lock this engine holds (or no locks are used);
+        None when only agents locked elsewhere could take it and this batch holds locks."""
+        locks = self._locks
+        taken_elsewhere: set[str] = set()
+        while True:
+            candidates = [p for p in profiles.values() if p.agent_id not in taken_elsewhere]
+            decision = choose_agent(task.task_id, task.required_skills, candidates)
+            if isinstance(decision, Choice):
+                agent_id = decision.agent_id
+                if locks is None or self._reads.agent_uuid(agent_id) in uow.touched:
+                    return decision
+                if agent_id in self._held:
+                    self._open(uow, agent_id, profiles, locked=True)
+                    continue
+                got, version = locks.try_lock(self._reads.agent_uuid(agent_id))
+                if got:
+                    self._held.add(agent_id)
+                    # its fresh load may change the choice
+                    self._open(uow, agent_id, profiles, locked=True, stored_version=version)
+                    continue
+                taken_elsewhere.add(agent_id)
+                continue
+            if not taken_elsewhere or locks is None:
+                return decision
+            if waiting or self._held:
+                return None
+            # Holding no lock, waiting for one cannot deadlock: wait for the best of them.
+            best = choose_agent(task.task_id, task.required_skills, [profiles[a] for a in taken_elsewhere])
+            assert isinstance(best, Choice)  # they were eligible a moment ago
+            locks.lock(self._reads.agent_uuid(best.agent_id))
+            self._held.add(best.agent_id)
+            self._open(uow, best.agent_id, profiles, locked=True)
+            taken_elsewhere.discard(best.agent_id)
+
+    def _open(
+        self,
+        uow: UnitOfWork,
+        agent_id: str,
+        profiles: dict[str, AgentProfile],
+        *,
+        locked: bool,
+        stored_version: int | None = None,
+    ) -> Agent:
+        """The agent, opened for this attempt; when locked, caught up with its newer events
+        (none to read when the stored version is known to be the copy's)."""
+        aggregate_id = self._reads.agent_uuid(agent_id)
+        opened = uow.touched.get(aggregate_id)
+        if isinstance(opened, Agent):
+            return opened
+        agent = self._reads.index.agent_copy(agent_id)
+        if locked and (stored_version is None or stored_version > agent.version):
+            for event in self._store.events(aggregate_id, gt=agent.version):
+                event.mutate(agent)
+        uow.adopt(agent)
+        profiles[agent_id] = agent.profile()
+        return agent

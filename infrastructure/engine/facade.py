@@ -30,12 +30,13 @@ from flowledger.infrastructure.engine.steps import StepOutcome, StepService
 from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
-from flowledger.infrastructure.engine.tasks import TaskService
+from flowledger.infrastructure.engine.tasks import SEED_CAPACITY, TaskService
 from flowledger.infrastructure.history import HistoryEntry
+from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
-from flowledger.infrastructure.postgres.database import ensure_schema, library_env
+from flowledger.infrastructure.postgres.database import deadlines_of, ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 from flowledger.infrastructure.router_files import load_model_tiers, load_skill_catalogue
@@ -89,7 +90,13 @@ class Engine:
             self.store, self.sessions, llm, pool_size=self.settings.pool_size, budgets=self.budgets
         )
         self.task_reads = TaskReads(self.store, self.tenant, LogIndex(self._app, self.tenant))
-        self.tasks = TaskService(self.store, self.task_reads, self.tenant)
+        # Across processes, assigners take turns per agent (PostgreSQL only; not behind PgBouncer).
+        self._agent_locks = (
+            None
+            if url == MEMORY_URL or self.settings.pgbouncer or not self.settings.agent_locks
+            else AgentLocks(url, self.settings.schema, "stored_events", deadlines_of(self.settings))
+        )
+        self.tasks = TaskService(self.store, self.task_reads, self.tenant, self._agent_locks)
         self.classifier = TaskClassifier(
             self.store,
             self.task_reads,
@@ -151,6 +158,8 @@ class Engine:
             self._checkpointer.close()
         self.steps.close()
         self.budgets.close()
+        if self._agent_locks is not None:
+            self._agent_locks.close()
         self._app.close()
 
     async def aclose(self) -> None:
@@ -161,6 +170,8 @@ class Engine:
         if self.budgets.notifier is not None:
             await self.budgets.notifier.aclose()
         self.budgets.close()
+        if self._agent_locks is not None:
+            self._agent_locks.close()
         self._app.close()
 
     @contextmanager
@@ -334,8 +345,10 @@ class Engine:
 
     # -- tasks and agents ----------------------------------------------------------------
 
-    def register_agent(self, agent_id: str, name: str, skills: Iterable[str], capacity: int) -> AgentState:
-        """Register an agent; registering it again with the same fields is a no-op."""
+    def register_agent(
+        self, agent_id: str, name: str, skills: Iterable[str], capacity: int = SEED_CAPACITY
+    ) -> AgentState:
+        """Register an agent (capacity 10 by default, as the seed); again with the same fields is a no-op."""
         return self.tasks.register_agent(agent_id, name, skills, capacity)
 
     def set_agent_capacity(self, agent_id: str, capacity: int) -> AgentState:
@@ -367,9 +380,12 @@ class Engine:
         """Classify again through the model, replacing the classification (see ``TaskClassifier``)."""
         return await self.classifier.reclassify(task_id, model)
 
-    def requeue_task(self, task_id: str, requested_by: str, reason: str) -> TaskState:
-        """A person sends an escalated task back to the queue; who and why are recorded."""
-        return self.tasks.requeue_task(task_id, requested_by, reason)
+    def requeue_task(
+        self, task_id: str, requested_by: str, reason: str, deadline: datetime | timedelta | None = None
+    ) -> TaskState:
+        """A person sends an escalated task back to the queue; who and why are recorded (and a
+        new deadline, a moment or a delay from now, if given)."""
+        return self.tasks.requeue_task(task_id, requested_by, reason, deadline)
 
     def list_tasks(
         self,

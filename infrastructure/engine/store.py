@@ -125,6 +125,8 @@ class AggregateStore:
         self._conflicts_lock = threading.Lock()
         self.conflicts = 0
         """Saves lost to another writer (a version clash) since the store was built."""
+        self.saved_listeners: list[Callable[[FlowledgerAggregate], None]] = []
+        """Called with every aggregate a command saved, after the save (read-only use)."""
         self._cache: WriteCache[FlowledgerAggregate] = WriteCache(
             settings.write_cache_size if cache_size is None else cache_size
         )
@@ -261,6 +263,9 @@ class AggregateStore:
                     continue
                 self._keep(uow)
                 self._snapshot(uow, events)
+                for listener in self.saved_listeners:
+                    for aggregate in uow.touched.values():
+                        listener(aggregate)
                 return result
 
     def _decide(

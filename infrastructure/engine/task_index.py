@@ -140,7 +140,9 @@ class LogIndex:
             if known is None:
                 return  # another tenant's task
             if isinstance(event, Task.Requeued):
-                known = replace(known, reopened_at=event.originator_version)
+                known = replace(
+                    known, reopened_at=event.originator_version, deadline=event.deadline or known.deadline
+                )
                 self._open[event.originator_id] = known
             else:
                 known = replace(

@@ -24,8 +24,12 @@ from flowledger.domain.values import MAX_DEADLINE, JsonObject, LlmUsage, require
 from flowledger.infrastructure.engine.assigner import BatchAssigner
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, agent_key, task_key
+from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 
 S = TypeVar("S", TaskState, TaskState | None)
+
+SEED_CAPACITY = 10
+"""An agent's capacity when none is given (the seed's ``max_capacity`` default)."""
 
 ASSIGNMENT_RETRY_FACTOR = 8
 """Assignments race for a handful of agents by nature: they get this many times the budget."""
@@ -34,7 +38,9 @@ ASSIGNMENT_RETRY_FACTOR = 8
 class TaskService:
     """Commands on one tenant's tasks and agents."""
 
-    def __init__(self, store: AggregateStore, reads: TaskReads, tenant: str) -> None:
+    def __init__(
+        self, store: AggregateStore, reads: TaskReads, tenant: str, agent_locks: AgentLocks | None = None
+    ) -> None:
         self._store = store
         self._reads = reads
         self._tenant = tenant
@@ -44,9 +50,14 @@ class TaskService:
             reads,
             lambda uow, task, reason, detail: self.escalate(uow, task, reason, detail, uow.now),
             conflict_retries=budget,
+            agent_locks=agent_locks,
         )
+        # The roster follows this engine's own agent saves at once; other engines' by the log.
+        store.saved_listeners.append(self._follow)
 
-    def register_agent(self, agent_id: str, name: str, skills: Iterable[str], capacity: int) -> AgentState:
+    def register_agent(
+        self, agent_id: str, name: str, skills: Iterable[str], capacity: int = SEED_CAPACITY
+    ) -> AgentState:
         """Register an agent; registering it again with the same fields is a no-op."""
         decide = partial(self._register, agent_id, name, normalise_skills("skills", skills), capacity)
         return self._store.write(agent_key(agent_id), decide)
@@ -98,9 +109,14 @@ class TaskService:
         ordered = [queued.task_id for queued in in_queue_order(waiting)[:limit]]
         return self.assigner.assign_all(ordered, escalate_when_full)
 
-    def requeue_task(self, task_id: str, requested_by: str, reason: str) -> TaskState:
-        """A person sends an escalated task back to the queue (who and why are recorded)."""
-        return self._task_write(task_id, partial(self._requeue, task_id, requested_by, reason))
+    def requeue_task(
+        self, task_id: str, requested_by: str, reason: str, deadline: datetime | timedelta | None = None
+    ) -> TaskState:
+        """A person sends an escalated task back to the queue (who and why are recorded), with
+        a new deadline (a moment, or a delay from now) if the old one passed."""
+        if isinstance(deadline, timedelta):
+            deadline = self._store.clock() + require_duration("deadline", deadline, maximum=MAX_DEADLINE)
+        return self._task_write(task_id, partial(self._requeue, task_id, requested_by, reason, deadline))
 
     def start_task(self, task_id: str) -> TaskState:
         """The holding agent began work."""
@@ -141,6 +157,10 @@ class TaskService:
         holder = task.escalate(reason, detail, at, usage)
         if holder is not None:
             self._reads.agent(uow, holder).release(task.task_id, ReleaseOutcome.ESCALATED, at, None)
+
+    def _follow(self, aggregate: object) -> None:
+        if isinstance(aggregate, Agent):
+            self._reads.index.remember(aggregate)
 
     def _task_write(self, task_id: str, decide: Callable[[UnitOfWork], S]) -> S:
         state = self._store.write(task_key(task_id), decide)
@@ -192,9 +212,11 @@ class TaskService:
         uow.add(task)
         return task.state()
 
-    def _requeue(self, task_id: str, requested_by: str, reason: str, uow: UnitOfWork) -> TaskState:
+    def _requeue(
+        self, task_id: str, requested_by: str, reason: str, deadline: datetime | None, uow: UnitOfWork
+    ) -> TaskState:
         task = self._reads.task(uow, task_id)
-        task.requeue(requested_by, reason, uow.now)
+        task.requeue(requested_by, reason, uow.now, deadline)
         return task.state()
 
     def _start(self, task_id: str, uow: UnitOfWork) -> TaskState:

@@ -1,0 +1,104 @@
+"""REST API for running the task queue under /v1: list and filter, run, sweep, requeue, capacity."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import Field
+
+from flowledger.adapters.http.auth import Reader, Writer
+from flowledger.adapters.http.errors import responses
+from flowledger.adapters.http.schemas import MAX_DEADLINE_HOURS, MAX_ID, NAME_PATTERN, Body, name
+from flowledger.adapters.http.tasks import AgentId, Json, Priority, TaskId, any_case, out
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.task_views import TaskStatus
+from flowledger.infrastructure.engine.task_reads import MAX_LIST
+
+router = APIRouter(prefix="/v1", tags=["tasks"])
+
+
+class RunQueue(Body):
+    """How much of the queue to run."""
+
+    limit: int | None = Field(default=None, ge=1, le=MAX_LIST, description="at most this many tasks")
+    escalate_when_full: bool = Field(
+        default=False,
+        description="escalate tasks whose capable agents are all full (default: they keep waiting)",
+    )
+
+
+class Requeue(Body):
+    """Who sends the escalated task back to the queue, and why."""
+
+    reason: str = Field(min_length=1, max_length=1000)
+    requested_by: str | None = name(description="the person; the API key's id when omitted")
+    deadline_hours: float | None = Field(
+        default=None, ge=0.001, le=MAX_DEADLINE_HOURS, description="a new deadline, in hours from now"
+    )
+
+
+class Capacity(Body):
+    """An agent's new capacity (never below the tasks it holds)."""
+
+    capacity: int = Field(ge=0, le=10_000)
+
+
+StatusName = Annotated[
+    str | None,
+    Query(
+        description=f"one of {', '.join(s.value for s in TaskStatus)} (any case)",
+        pattern=any_case([s.value for s in TaskStatus]),
+    ),
+]
+
+
+@router.get("/tasks", responses=responses())
+def list_tasks(
+    caller: Reader,
+    status: StatusName = None,
+    priority: Annotated[Priority | None, Query()] = None,
+    agent_id: Annotated[str | None, Query(max_length=MAX_ID, pattern=NAME_PATTERN)] = None,
+    overdue: bool | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
+) -> list[Json]:
+    """Tasks matching every filter given, oldest first."""
+    states = caller.engine.list_tasks(
+        status=status,
+        priority=priority.value if priority is not None else None,
+        agent_id=agent_id,
+        overdue=overdue,
+        limit=limit,
+    )
+    return [out(state) for state in states]
+
+
+@router.post("/queue/run", responses=responses())
+def run_queue(body: RunQueue, caller: Writer) -> list[Json]:
+    """Offer every waiting task (requeued ones, those that waited for capacity) in queue order:
+    critical first, then the earliest deadline. Returns each task offered as it stands."""
+    states = caller.engine.assign_pending(limit=body.limit, escalate_when_full=body.escalate_when_full)
+    return [out(state) for state in states]
+
+
+@router.post("/queue/sweep", responses=responses())
+def sweep_deadlines(caller: Writer) -> list[Json]:
+    """Escalate every open task whose deadline has passed (each once); returns those escalated."""
+    return [out(state) for state in caller.engine.escalate_overdue()]
+
+
+@router.post("/tasks/{task_id}/requeue", responses=responses(404, 409))
+def requeue_task(task_id: TaskId, body: Requeue, caller: Writer) -> Json:
+    """Send an escalated task back to the queue (409 unless it is escalated); who and why are recorded."""
+    who = body.requested_by or caller.key_id
+    if who is None:
+        raise ValidationError("requested_by", "name the person (this server runs without API keys)")
+    deadline = timedelta(hours=body.deadline_hours) if body.deadline_hours is not None else None
+    return out(caller.engine.requeue_task(task_id, who, body.reason, deadline))
+
+
+@router.put("/agents/{agent_id}/capacity", responses=responses(404, 409))
+def set_capacity(agent_id: AgentId, body: Capacity, caller: Writer) -> Json:
+    """Change an agent's capacity (409 below the tasks it holds)."""
+    return out(caller.engine.set_agent_capacity(agent_id, body.capacity))

@@ -1,0 +1,111 @@
+"""Repricing recorded task calls as if another model-tier policy had routed them.
+
+The seed estimates that its mixed strategy (critical work on a premium model, routine work
+on budget ones) "saves 73 %" against one premium model, from assumed volumes and token
+counts. Here the same comparison is computed from the calls the log recorded: the task
+calls' tokens are summed per task priority (the current-state view's, which a
+classification may have raised), and each policy prices a priority's sums at its tier's
+model, by the domain's one pricing rule (``cost_of``: linear, so summed tokens price the
+same as the calls one by one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from psycopg import Connection, sql
+
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.model_tiers import ModelTiers
+from flowledger.domain.pricing import PriceTable, TokenCounts, cost_of
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyCost:
+    """What the recorded task calls cost under one policy, and its saving against the baseline."""
+
+    policy: str
+    models: dict[str, str]
+    """The model each priority is priced at."""
+    cost_usd: Decimal
+    saving_pct: Decimal | None
+    """(baseline - cost) / baseline x 100; None when the baseline costs nothing."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TierReport:
+    """Recorded task calls and what they would cost under each policy."""
+
+    calls: int
+    calls_by_priority: dict[str, int]
+    recorded_cost_usd: Decimal
+    baseline: str
+    policies: list[PolicyCost]
+
+
+def tier_model(tiers: ModelTiers, priority: str, prices: PriceTable) -> str:
+    """The model a policy prices a priority's calls at: its tier's cheapest (for a typical call)."""
+    models = tiers.tiers[priority]
+    unknown = [m for m in models if not prices.knows(m)]
+    if unknown:
+        raise ValidationError("routing", f"no price for {unknown} in {prices.version}")
+    return min(models, key=lambda m: (prices.estimate(m, input_tokens=300, output_tokens=60), m))
+
+
+def reprice_by_tier(
+    conn: Connection[Any],
+    reader: str,
+    prices: PriceTable,
+    policies: Mapping[str, ModelTiers],
+    *,
+    tenant: str,
+    since: datetime,
+    baseline: str,
+) -> TierReport:
+    """The tenant's task calls since ``since``, priced under each policy (``baseline`` names
+    the one savings are measured against)."""
+    if baseline not in policies:
+        raise ValidationError("baseline", f"must be one of {sorted(policies)}, got {baseline!r}")
+    statement = sql.SQL("""
+        SELECT t.priority, count(*), coalesce(sum(c.cost_usd), 0), sum(c.input_tokens),
+               sum(c.output_tokens), sum(c.cache_read_input_tokens), sum(c.reasoning_output_tokens)
+        FROM {reader}.llm_calls AS c JOIN {reader}.tasks AS t ON t.originator_id = c.originator_id
+        WHERE c.tenant = %(tenant)s AND c.source = 'task' AND c.occurred_at >= %(since)s
+        GROUP BY t.priority ORDER BY t.priority
+    """).format(reader=sql.Identifier(reader))
+    sums: dict[str, TokenCounts] = {}
+    calls: dict[str, int] = {}
+    recorded = Decimal(0)
+    for priority, count, cost, *tokens in conn.execute(statement, {"tenant": tenant, "since": since}):
+        calls[priority] = int(count)
+        recorded += cost
+        sums[priority] = TokenCounts(
+            input_tokens=int(tokens[0]),
+            output_tokens=int(tokens[1]),
+            cache_read_input_tokens=int(tokens[2]),
+            reasoning_output_tokens=int(tokens[3]),
+        )
+    costs: dict[str, tuple[dict[str, str], Decimal]] = {}
+    for name, tiers in policies.items():
+        models = {p: tier_model(tiers, p, prices) for p in sums}
+        costs[name] = (models, sum((cost_of(sums[p], prices.price_for(models[p])) for p in sums), Decimal(0)))
+    base = costs[baseline][1]
+    return TierReport(
+        calls=sum(calls.values()),
+        calls_by_priority=calls,
+        recorded_cost_usd=recorded,
+        baseline=baseline,
+        policies=[
+            PolicyCost(
+                policy=name,
+                models=models,
+                cost_usd=cost,
+                saving_pct=((base - cost) / base * 100).quantize(Decimal("0.1")) if base else None,
+            )
+            for name, (models, cost) in costs.items()
+        ],
+    )
