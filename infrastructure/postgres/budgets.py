@@ -79,6 +79,56 @@ ORDER BY budget_id
 """
 
 
+_NO_FLUSH = "SET LOCAL synchronous_commit = off"
+"""Reservations and settlements do not wait for their own WAL flush: on the shared dev
+machine that wait was 20 of a reservation's 25 ms. Holds are transient; a settlement is
+flushed by the step event's commit that follows it (WAL is flushed in order), so it is
+durable as soon as the step is."""
+_WINDOW_OF = "CASE b.period WHEN 'day' THEN %(day)s WHEN 'month' THEN %(month)s ELSE %(total)s END"
+_MAKE_WINDOWS = (
+    "INSERT INTO {windows} (budget_id, window_start) SELECT b.budget_id, "
+    + _WINDOW_OF
+    + " FROM ("
+    + _MATCHING
+    + ") b ON CONFLICT DO NOTHING"
+)
+_LOCK_WINDOWS = (
+    "SELECT b.budget_id, b.scope, b.subject, b.period, b.limit_usd, b.mode, b.webhook_url, b.webhook_secret,"
+    " w.window_start, w.spent_usd, w.reserved_usd, (SELECT coalesce(sum(r.amount_usd), 0) FROM {holds} r"
+    " WHERE r.budget_id = w.budget_id AND r.window_start = w.window_start AND r.expires_at < %(now)s)"
+    " AS lapsed_usd FROM (" + _MATCHING + ") b JOIN {windows} w ON w.budget_id = b.budget_id"
+    " AND w.window_start = " + _WINDOW_OF + " ORDER BY b.budget_id FOR UPDATE OF w"
+)
+"""The call's windows, locked in budget-id order, with what their lapsed holds amount to."""
+_HOLD = """
+WITH gone AS (
+    DELETE FROM {holds} r USING unnest(%(ids)s::uuid[], %(starts)s::timestamptz[]) AS u(b, s)
+    WHERE r.budget_id = u.b AND r.window_start = u.s AND r.expires_at < %(now)s
+), held AS (
+    INSERT INTO {holds} (reservation_id, budget_id, window_start, amount_usd, expires_at)
+    SELECT %(reservation)s, b, s, %(estimate)s, %(expires)s
+    FROM unnest(%(ids)s::uuid[], %(starts)s::timestamptz[]) AS u(b, s)
+)
+UPDATE {windows} w SET reserved_usd = greatest(w.reserved_usd - u.lapsed, 0) + %(estimate)s
+FROM unnest(%(ids)s::uuid[], %(starts)s::timestamptz[], %(lapsed)s::numeric[]) AS u(b, s, lapsed)
+WHERE w.budget_id = u.b AND w.window_start = u.s
+"""
+"""Release the lapsed holds (summed under the same lock) and hold the estimate, in one statement."""
+_SETTLE = """
+WITH gone AS (
+    DELETE FROM {holds} WHERE reservation_id = %(reservation)s RETURNING budget_id, window_start, amount_usd
+)
+UPDATE {windows} w SET spent_usd = w.spent_usd + %(cost)s,
+    reserved_usd = greatest(w.reserved_usd - coalesce((SELECT sum(g.amount_usd) FROM gone g
+        WHERE g.budget_id = w.budget_id AND g.window_start = w.window_start), 0), 0)
+FROM {budgets} b, unnest(%(ids)s::uuid[], %(starts)s::timestamptz[]) AS u(id, s)
+WHERE w.budget_id = u.id AND w.window_start = u.s AND b.budget_id = w.budget_id
+RETURNING w.budget_id, w.window_start, w.spent_usd, w.alerted, b.scope, b.subject, b.period, b.limit_usd,
+    b.mode, b.webhook_url, b.webhook_secret
+"""
+"""Put the call's cost in place of its hold (a lapsed hold is gone already: only the cost is added)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class BudgetRow:
     """A budget's terms as the ledger holds them."""
@@ -250,77 +300,50 @@ class PostgresBudgetLedger:
         None when no budget applies. Raises BudgetExceeded (holding nothing) when an
         enforced budget's ``spent + reserved + estimate`` would pass its limit.
         """
-        with self._connection() as conn, conn.transaction():
-            cursor = conn.cursor(row_factory=dict_row)
-            budgets = [_row(r) for r in cursor.execute(self._sql(_MATCHING), _params(scope)).fetchall()]
-            if not budgets:
+        params = {**_params(scope), **_starts(now), "now": now}
+        # Two round trips, pipelined: (BEGIN, make the windows, lock and read them), then
+        # (release lapsed holds, hold this call's estimate, COMMIT). Measured before on this
+        # machine: nine round trips took 30 ms a reservation.
+        with self._connection() as conn, conn.pipeline(), conn.transaction():
+            made, locked = conn.cursor(), conn.cursor(row_factory=dict_row)
+            made.execute(_NO_FLUSH)
+            made.execute(self._sql(_MAKE_WINDOWS), params)
+            locked.execute(self._sql(_LOCK_WINDOWS), params)
+            rows = locked.fetchall()
+            if not rows:
                 return None
-            ids = [b.budget_id for b in budgets]
-            starts = [window_start(b.spec.period, now) for b in budgets]
-            self._lock_windows(cursor, ids, starts)
-            self._expire(cursor, ids, starts, now)
-            state = {
-                r["budget_id"]: r
-                for r in cursor.execute(
-                    self._sql(
-                        "SELECT w.budget_id, w.spent_usd, w.reserved_usd FROM {windows} w"
-                        " JOIN unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
-                        " ON w.budget_id = u.b AND w.window_start = u.s"
-                    ),
-                    [ids, starts],
-                ).fetchall()
-            }
-            for budget in budgets:
+            for window in rows:
+                budget = _row(window)
                 if budget.spec.mode != "enforce":
                     continue
-                window = state[budget.budget_id]
-                committed = window["spent_usd"] + window["reserved_usd"]
+                spent, reserved = window["spent_usd"], window["reserved_usd"] - window["lapsed_usd"]
                 # A spent budget refuses even a call of unknown (zero) estimate.
-                if (
-                    committed + estimate > budget.spec.limit_usd
-                    or window["spent_usd"] >= budget.spec.limit_usd
-                ):
+                if spent + reserved + estimate > budget.spec.limit_usd or spent >= budget.spec.limit_usd:
                     raise BudgetExceeded(
                         str(budget.budget_id),
                         scope=budget.spec.scope,
                         subject=budget.spec.subject,
                         period=budget.spec.period,
                         limit_usd=budget.spec.limit_usd,
-                        spent_usd=window["spent_usd"],
-                        reserved_usd=window["reserved_usd"],
+                        spent_usd=spent,
+                        reserved_usd=reserved,
                         estimate_usd=estimate,
                     )
-            cursor.execute(
-                self._sql(
-                    "UPDATE {windows} w SET reserved_usd = w.reserved_usd + %s"
-                    " FROM unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
-                    " WHERE w.budget_id = u.b AND w.window_start = u.s"
-                ),
-                [estimate, ids, starts],
-            )
-            cursor.execute(
-                self._sql(
-                    "INSERT INTO {holds} (reservation_id, budget_id, window_start, amount_usd, expires_at)"
-                    " SELECT %s, b, s, %s, %s FROM unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
-                ),
-                [reservation_id, estimate, now + ttl, ids, starts],
+            ids = [w["budget_id"] for w in rows]
+            starts = [w["window_start"] for w in rows]
+            made.execute(
+                self._sql(_HOLD),
+                {
+                    "ids": ids,
+                    "starts": starts,
+                    "lapsed": [w["lapsed_usd"] for w in rows],
+                    "now": now,
+                    "estimate": estimate,
+                    "reservation": reservation_id,
+                    "expires": now + ttl,
+                },
             )
         return Reservation(reservation_id, tuple(zip(ids, starts, strict=True)), estimate)
-
-    def _expire(self, cursor: Any, ids: list[UUID], starts: list[datetime], now: datetime) -> None:
-        """Release lapsed reservations of the (locked) windows: their workers died mid-call."""
-        cursor.execute(
-            self._sql(
-                "WITH gone AS (DELETE FROM {holds} r USING unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
-                " WHERE r.budget_id = u.b AND r.window_start = u.s AND r.expires_at < %s"
-                " RETURNING r.budget_id, r.window_start, r.amount_usd),"
-                " totals AS (SELECT budget_id, window_start, sum(amount_usd) AS amount"
-                " FROM gone GROUP BY 1, 2)"
-                " UPDATE {windows} w SET reserved_usd = greatest(w.reserved_usd - t.amount, 0) FROM totals t"
-                " WHERE w.budget_id = t.budget_id AND w.window_start = t.window_start"
-            ),
-            [ids, starts, now],
-        )
 
     def settle(self, tenant: str, reservation: Reservation, cost_usd: Decimal) -> list[Raised]:
         """Turn the hold into the call's recorded cost; the alerts it newly crosses, once each.
@@ -330,36 +353,23 @@ class PostgresBudgetLedger:
         """
         ids = [budget_id for budget_id, _ in reservation.windows]
         starts = [start for _, start in reservation.windows]
-        with self._connection() as conn, conn.transaction():
-            cursor = conn.cursor(row_factory=dict_row)
-            cursor.execute(
+        # Two round trips, pipelined: (BEGIN, lock in budget-id order, settle), then the
+        # alerts' marks and COMMIT.
+        with self._connection() as conn, conn.pipeline(), conn.transaction():
+            locking, cursor = conn.cursor(), conn.cursor(row_factory=dict_row)
+            locking.execute(_NO_FLUSH)
+            locking.execute(
                 self._sql(
                     "SELECT 1 FROM {windows} w JOIN unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
                     " ON w.budget_id = u.b AND w.window_start = u.s ORDER BY w.budget_id FOR UPDATE OF w"
                 ),
                 [ids, starts],
             )
-            held = {
-                (r["budget_id"], r["window_start"]): r["amount_usd"]
-                for r in cursor.execute(
-                    self._sql(
-                        "DELETE FROM {holds} WHERE reservation_id = %s"
-                        " RETURNING budget_id, window_start, amount_usd"
-                    ),
-                    [reservation.reservation_id],
-                ).fetchall()
-            }
-            rows = cursor.execute(
-                self._sql(
-                    "UPDATE {windows} w SET spent_usd = w.spent_usd + %s,"
-                    " reserved_usd = greatest(w.reserved_usd - coalesce(h.amount, 0), 0)"
-                    " FROM unnest(%s::uuid[], %s::timestamptz[], %s::numeric[]) AS h(b, s, amount)"
-                    " WHERE w.budget_id = h.b AND w.window_start = h.s"
-                    " RETURNING w.budget_id, w.window_start, w.spent_usd, w.alerted"
-                ),
-                [cost_usd, ids, starts, [held.get((b, s)) for b, s in reservation.windows]],
-            ).fetchall()
-            return self._raise_alerts(cursor, tenant, rows)
+            cursor.execute(
+                self._sql(_SETTLE),
+                {"ids": ids, "starts": starts, "cost": cost_usd, "reservation": reservation.reservation_id},
+            )
+            return self._raise_alerts(cursor, tenant, cursor.fetchall())
 
     def charge(self, scope: CallScope, cost_usd: Decimal, now: datetime, charge_id: UUID) -> list[Raised]:
         """Add the cost of a call made elsewhere (``record_step``) to the budgets it is charged to.
@@ -409,11 +419,14 @@ class PostgresBudgetLedger:
         )
 
     def _raise_alerts(self, cursor: Any, tenant: str, rows: list[dict[str, Any]]) -> list[Raised]:
-        """The thresholds the updated windows newly reached (alert-mode budgets), marked as raised."""
+        """The thresholds the updated windows newly reached (alert-mode budgets), marked as raised.
+
+        ``rows`` carry the budget's terms (``_SETTLE``), or are looked up (``charge``).
+        """
         raised: list[Raised] = []
         for window in rows:
-            row = self._alerting(cursor, window["budget_id"])
-            if row is None:
+            row = _row(window) if "limit_usd" in window else self._alerting(cursor, window["budget_id"])
+            if row is None or row.spec.mode != "alert":
                 continue
             crossed = [
                 t
@@ -467,6 +480,10 @@ class PostgresBudgetLedger:
                 {"ids": list(budget_ids) if budget_ids is not None else None},
             ).fetchone()
         return int(row[0]) if row else 0
+
+
+def _starts(now: datetime) -> dict[str, datetime]:
+    return {p: window_start(p, now) for p in ("day", "month", "total")}
 
 
 def _params(scope: CallScope) -> dict[str, str | None]:
