@@ -102,6 +102,15 @@ class UsageIn(Body):
     price_version: str = Field(default="", max_length=MAX_ID)
     latency_ms: float = Field(default=0.0, ge=0, le=MAX_TTL_SECONDS * 1000)
     attempts: int = Field(default=1, ge=1, le=10_000)
+    cache_creation_input_tokens: int = Field(default=0, ge=0, le=MAX_COUNT, description="Cache writes.")
+    cache_creation_1h_input_tokens: int = Field(
+        default=0, ge=0, le=MAX_COUNT, description="The cache writes with a one-hour lifetime."
+    )
+    unpriced: bool = Field(default=False, description="No price was known: cost_usd is not the cost.")
+    cost_source: str = Field(default="", max_length=MAX_ID, description='"provider": its own charge.')
+    retried_cost_usd: Annotated[Decimal, WithJsonSchema(_MONEY)] = Field(
+        default=Decimal("0"), ge=0, le=Decimal(10**9), description="What retried attempts were billed."
+    )
 
     def to_usage(self) -> LlmUsage:
         """The domain value object."""
