@@ -18,7 +18,8 @@ How the data is made (the log is not replayed: at 1-3k events/s that alone would
    70 % completed, 10 % expired, 5 % abandoned, the rest open; the first step's model).
 3. The roll-ups are built by the projections' own maintenance code: ``add_to_rollups`` over
    ``llm_calls`` id ranges and ``add_started_to_rollups`` over each day of session starts,
-   the same functions the cost and funnel projections call for every batch of events.
+   the same functions the cost and funnel projections call for every batch of events
+   (with ``work_mem`` at 256 MB while building; the queries run with the server's default).
 
 Then the dashboard (by model, and by workflow and step) and the funnel of the busiest
 workflow are asked for the last 30 days, ``--repeats`` times from the roll-ups
@@ -187,8 +188,11 @@ def main() -> None:
             CostDashboard().create(cur, schema)
             CompletionFunnel().create(cur, schema)
         out.print(f"generating {args.events:,} step events' rows in {schema}")
+        # Bulk building only: room to sort and hash in memory. The queries run with the default.
+        conn.execute("SET work_mem = '256MB'")
         sessions, calls = generate(conn, schema, args.events, out)
         build_rollups(conn, schema, sessions, out)
+        conn.execute("RESET work_mem")
         conn.execute(sql.SQL("ANALYZE {}.llm_calls").format(sql.Identifier(schema)))
         for table in (
             "cost_rollups",

@@ -14,26 +14,20 @@ from psycopg import Connection, sql
 from flowledger.projections.cost_queries import GROUPINGS, DashboardRow
 from flowledger.projections.cost_rollups import MEASURES, SUMS
 from flowledger.projections.latency_sketch import bucket_sql, percentiles
-from flowledger.projections.windows import GRAINS, cover
+from flowledger.projections.windows import GRAINS, Piece, cover
 
 QUANTILES = (0.5, 0.95, 0.99)
 
 _QUERY = """
 WITH parts AS (
     SELECT {rolled}, error_type, calls, {sums}, latency_calls, latency_sum_ms, latency_buckets, latency_counts
-    FROM {r}.cost_rollups
-    JOIN unnest(%(grains)s::text[], %(starts)s::timestamptz[], %(ends)s::timestamptz[]) AS w(grain, lo, hi)
-      ON cost_rollups.grain = w.grain AND at >= w.lo AND (w.hi IS NULL OR at < w.hi)
-    WHERE tenant = %(tenant)s
+    FROM {r}.cost_rollups WHERE tenant = %(tenant)s AND ({rolled_where})
     UNION ALL
     SELECT {raw}, error_type, 1, {raw_sums}, (latency_ms IS NOT NULL)::integer,
            coalesce(latency_ms::numeric, 0),
            CASE WHEN latency_ms IS NULL THEN '{{}}'::integer[] ELSE ARRAY[{bucket}] END,
            CASE WHEN latency_ms IS NULL THEN '{{}}'::bigint[] ELSE ARRAY[1::bigint] END
-    FROM {r}.llm_calls
-    JOIN unnest(%(raw_starts)s::timestamptz[], %(raw_ends)s::timestamptz[]) AS w(lo, hi)
-      ON occurred_at >= w.lo AND (w.hi IS NULL OR occurred_at < w.hi)
-    WHERE tenant = %(tenant)s
+    FROM {r}.llm_calls WHERE tenant = %(tenant)s AND ({raw_where})
 )
 SELECT {keys}, error_type, sum(calls), {summed}, sum(latency_calls), sum(latency_sum_ms),
        NULL::integer, NULL::bigint
@@ -65,6 +59,8 @@ def rollup_dashboard(
     raw = [p for p in pieces if p.grain is None]
     width = max(len(by), 1)
     statement = sql.SQL(_QUERY).format(
+        rolled_where=ranges(rolled, "at"),
+        raw_where=ranges(raw, "occurred_at"),
         rolled=_groups(by, "at"),
         raw=_groups(by, "occurred_at"),
         sums=sql.SQL(", ".join(SUMS)),
@@ -75,14 +71,7 @@ def rollup_dashboard(
         r=sql.Identifier(reader),
         keys=sql.SQL(", ").join(sql.Identifier(f"g{i}") for i in range(width)),
     )
-    params = {
-        "tenant": tenant,
-        "grains": [p.grain for p in rolled],
-        "starts": [p.start for p in rolled],
-        "ends": [p.end for p in rolled],
-        "raw_starts": [p.start for p in raw],
-        "raw_ends": [p.end for p in raw],
-    }
+    params = {"tenant": tenant}
     totals: dict[tuple[Any, ...], dict[str, Any]] = {}
     histograms: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
     for row in conn.execute(statement, params):
@@ -101,6 +90,25 @@ def rollup_dashboard(
         total["latency_sum"] += latency_sum
     result = [_row(group, total, histograms.get(group, [])) for group, total in totals.items()]
     return sorted(result, key=lambda r: (-r.cost_usd, r.group))
+
+
+def ranges(pieces: Sequence[Piece], column: str, *, table: str | None = None) -> sql.Composable:
+    """A condition matching the pieces' time ranges, as constants, so the planner scans only
+    those ranges of the ``(…, grain, at)`` index (a join on arrays of them was read as a
+    whole-table scan); ``grain`` is matched too for roll-up pieces."""
+    if not pieces:
+        return sql.SQL("false")
+    name = sql.Identifier(column) if table is None else sql.Identifier(table, column)
+    grain = sql.Identifier("grain") if table is None else sql.Identifier(table, "grain")
+    conditions = []
+    for piece in pieces:
+        parts = [sql.SQL("{} >= {}").format(name, sql.Literal(piece.start))]
+        if piece.end is not None:
+            parts.append(sql.SQL("{} < {}").format(name, sql.Literal(piece.end)))
+        if piece.grain is not None:
+            parts.insert(0, sql.SQL("{} = {}").format(grain, sql.Literal(piece.grain)))
+        conditions.append(sql.SQL("(") + sql.SQL(" AND ").join(parts) + sql.SQL(")"))
+    return sql.SQL(" OR ").join(conditions)
 
 
 def _groups(by: Sequence[str], time_column: str) -> sql.Composable:

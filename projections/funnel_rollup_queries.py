@@ -12,6 +12,7 @@ from typing import Any
 
 from psycopg import Connection, sql
 
+from flowledger.projections.cost_rollup_queries import ranges
 from flowledger.projections.funnel_queries import FunnelReport, FunnelStep, _count_ending
 from flowledger.projections.funnel_rollups import REACHES, SESSIONS, seconds_bucket_sql
 from flowledger.projections.latency_sketch import percentiles
@@ -21,15 +22,9 @@ BEGINNING = datetime(1, 1, 1, tzinfo=UTC)
 """Where a window without ``since`` starts."""
 
 _PIECES = """
-JOIN unnest(%(grains)s::text[], %(starts)s::timestamptz[], %(ends)s::timestamptz[]) AS w(grain, lo, hi)
-  ON r.grain = w.grain AND r.at >= w.lo AND (w.hi IS NULL OR r.at < w.hi)
-WHERE r.tenant = %(tenant)s AND r.workflow = %(workflow)s
+WHERE r.tenant = %(tenant)s AND r.workflow = %(workflow)s AND ({rolled_where})
 """
-_RAW = (
-    "s.tenant = %(tenant)s AND s.workflow = %(workflow)s AND EXISTS (SELECT FROM"
-    " unnest(%(raw_starts)s::timestamptz[], %(raw_ends)s::timestamptz[]) AS w(lo, hi)"
-    " WHERE s.started_at >= w.lo AND (w.hi IS NULL OR s.started_at < w.hi))"
-)
+_RAW = "s.tenant = %(tenant)s AND s.workflow = %(workflow)s AND ({raw_where})"
 _PATHS = f"""
 SELECT {{segment}} AS segment, status, path, sum(sessions) FROM {{r}}.funnel_paths AS r {_PIECES}
 GROUP BY 1, 2, 3
@@ -67,21 +62,14 @@ def rollup_funnel(
     pieces = cover(since or BEGINNING, until)
     rolled = [p for p in pieces if p.grain is not None]
     raw = [p for p in pieces if p.grain is None]
-    params = {
-        "tenant": tenant,
-        "workflow": workflow,
-        "grains": [p.grain for p in rolled],
-        "starts": [p.start for p in rolled],
-        "ends": [p.end for p in rolled],
-        "raw_starts": [p.start for p in raw],
-        "raw_ends": [p.end for p in raw],
-    }
+    params = {"tenant": tenant, "workflow": workflow}
     segment = sql.SQL("NULL::text" if by is None else "coalesce(first_model, '(none)')")
     names = {
         "segment": segment,
         "r": sql.Identifier(reader),
         "s": sql.Identifier(reader),
-        "where": sql.SQL(_RAW),
+        "where": sql.SQL(_RAW).format(raw_where=ranges(raw, "started_at", table="s")),
+        "rolled_where": ranges(rolled, "at", table="r"),
         "bucket": sql.SQL(seconds_bucket_sql()),  # type: ignore[arg-type]
     }
     paths: dict[tuple[str | None, str, str], tuple[Path, int]] = {}
