@@ -13,6 +13,8 @@ FlowledgerError
 ├── StoreUnavailable           the event store did not answer within its deadline;
 │                              carries ``operation`` and ``retry_after`` (seconds)
 ├── RebuildInProgress          another process is rebuilding ``projection``
+├── AuditError                 the audit trail cannot do what was asked (unchained events,
+│                              damaged checkpoints); carries ``message``
 ├── BudgetError                carries ``budget_id``
 │   ├── BudgetNotFound
 │   └── BudgetExceeded         a call's estimate would take an enforced budget past its
@@ -54,6 +56,14 @@ class ValidationError(FlowledgerError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.message = message
+
+
+class AuditError(FlowledgerError):
+    """The audit trail cannot do what was asked (unchained events, damaged checkpoints)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
         self.message = message
 
 

@@ -54,7 +54,7 @@ def _public_key(given: str | None, engine: Engine | None = None) -> bytes:
 
 def _show(problems: list[str]) -> None:
     for problem in problems[:MAX_SHOWN]:
-        console.print(f"[red]problem:[/red] {problem}", highlight=False)
+        console.print(f"[red]problem:[/red] {problem}", highlight=False, soft_wrap=True)
     if len(problems) > MAX_SHOWN:
         console.print(f"... and {len(problems) - MAX_SHOWN} more")
 
@@ -69,11 +69,16 @@ def _verdict(chain: ChainReport, structure: AuditReport | None, what: str) -> No
         verdict = "[yellow]no problems in what was read, but the read was partial[/yellow]"
     else:
         verdict = "[green]ok[/green]"
-    console.print(f"{what}: {chain.events:,} events in {chain.streams:,} streams: {verdict}", highlight=False)
+    console.print(
+        f"{what}: {chain.events:,} events in {chain.streams:,} streams: {verdict}",
+        highlight=False,
+        soft_wrap=True,
+    )
     console.print(
         f"chain checked at {chain.rate:,.0f} events/s ({chain.seconds:.2f} s)"
         + (" since the latest checkpoint" if chain.since_checkpoint else ""),
         highlight=False,
+        soft_wrap=True,
     )
     if chain.checkpoint is not None:
         statement = chain.checkpoint.statement
@@ -81,6 +86,7 @@ def _verdict(chain: ChainReport, structure: AuditReport | None, what: str) -> No
             f"latest checkpoint: {chain.checkpoint.seq} (log position {chain.checkpoint.position:,},"
             f" {statement.get('streams')} streams, {statement.get('created_at')})",
             highlight=False,
+            soft_wrap=True,
         )
     else:
         console.print("no valid checkpoint yet: a deletion at a stream's end cannot be seen without one")
@@ -89,9 +95,10 @@ def _verdict(chain: ChainReport, structure: AuditReport | None, what: str) -> No
             f"events up to log position {chain.upgraded_through:,} were chained after they were written"
             " (`flowledger audit chain`); the chain is original after it",
             highlight=False,
+            soft_wrap=True,
         )
     if structure is not None and structure.extent is not None and partial:
-        console.print(f"[yellow]{structure.extent.describe()}[/yellow]", highlight=False)
+        console.print(f"[yellow]{structure.extent.describe()}[/yellow]", highlight=False, soft_wrap=True)
     if problems:
         raise typer.Exit(1)
     if partial:
@@ -129,6 +136,7 @@ def verify(
             console.print(
                 f"{file}: {report.events:,} events in {report.streams:,} streams: [green]ok[/green]",
                 highlight=False,
+                soft_wrap=True,
             )
             return
         with Engine() as engine:
@@ -175,11 +183,13 @@ def export(
             + f", proven by checkpoint {summary.checkpoint.seq}"
             + f" (log position {summary.checkpoint.position:,})",
             highlight=False,
+            soft_wrap=True,
         )
         console.print(
             f"check it offline: python -m flowledger.verify {out or 'BUNDLE'}"
             f" --public-key {engine.audit.signing.public_hex}",
             highlight=False,
+            soft_wrap=True,
         )
 
 
@@ -189,7 +199,9 @@ def checkpoint() -> None:
     with reported_errors(), Engine() as engine:
         taken = engine.audit.checkpoint()
         _print_checkpoint(taken)
-        console.print(f"public key (publish it): {engine.audit.signing.public_hex}", highlight=False)
+        console.print(
+            f"public key (publish it): {engine.audit.signing.public_hex}", highlight=False, soft_wrap=True
+        )
 
 
 def _print_checkpoint(taken: Checkpoint) -> None:
@@ -198,6 +210,7 @@ def _print_checkpoint(taken: Checkpoint) -> None:
         f"checkpoint {taken.seq}: log position {taken.position:,}, {statement.get('streams')} streams,"
         f" root {statement.get('root')}, {statement.get('created_at')}",
         highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -219,7 +232,11 @@ def checkpoints(
         finally:
             if out is not None:
                 target.close()
-        console.print(f"exported {count} checkpoints; public key {trail.signing.public_hex}", highlight=False)
+        console.print(
+            f"exported {count} checkpoints; public key {trail.signing.public_hex}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @audit.command("public-key")
@@ -235,13 +252,14 @@ def chain() -> None:
     with reported_errors(), Engine() as engine:
         done = chain_existing(engine.audit)
         if not done.rows:
-            console.print("every event is already chained", highlight=False)
+            console.print("every event is already chained", highlight=False, soft_wrap=True)
             return
         console.print(
             f"chained {done.rows:,} events of {done.streams:,} streams, up to log position"
             f" {done.through_position:,}; every event after that position was chained when it was written."
             " Take a checkpoint now to seal them: flowledger audit checkpoint",
             highlight=False,
+            soft_wrap=True,
         )
 
 

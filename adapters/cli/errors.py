@@ -31,6 +31,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.StepInProgress, 4),
     (errors.StepNotPending, 4),
     (errors.RebuildInProgress, 4),
+    (errors.AuditError, 1),
     (errors.TaskConflict, 4),
     (errors.TaskTransitionRejected, 4),
     (errors.AgentConflict, 4),

@@ -32,6 +32,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.StepInProgress, 409),
     (errors.StepNotPending, 409),
     (errors.RebuildInProgress, 409),
+    (errors.AuditError, 409),
     (errors.SessionConflict, 409),
     (errors.SessionClosed, 409),
     (errors.TaskConflict, 409),

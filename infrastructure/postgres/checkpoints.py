@@ -28,7 +28,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.sql import SQL, Identifier
 
-from flowledger.domain.errors import FlowledgerError
+from flowledger.domain.errors import AuditError
 from flowledger.infrastructure.audit_keys import SigningKey, chain_key, signing_key
 from flowledger.infrastructure.postgres.ddl import TableNames
 from flowledger.infrastructure.settings import Settings
@@ -42,18 +42,12 @@ from flowledger.verify import (
     statement_digest,
 )
 
+__all__ = ["AuditError", "AuditTrail", "Checkpoint", "Heads"]
+
 Heads = dict[UUID, tuple[int, bytes]]
 """Each stream's head: (version, hash)."""
 _HEAD = 16 + 8 + 32
 _NO_PREVIOUS = "0" * 64
-
-
-class AuditError(FlowledgerError):
-    """The audit trail cannot do what was asked (unchained rows, damaged checkpoints, no key)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 @dataclass(frozen=True)

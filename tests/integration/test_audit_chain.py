@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 
 import psycopg
+import pytest
 from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage
+from flowledger.domain.errors import AuditError, ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit_keys import chain_key
 from flowledger.infrastructure.postgres.chain_verify import chain_existing, verify_chain
@@ -128,3 +130,20 @@ def test_the_engine_takes_checkpoints_every_n_events_in_the_background(
                     SQL("SELECT seq, position FROM {}.flowledger_checkpoints").format(Identifier(pg_schema))
                 ).fetchall()
     assert taken == [(1, 6)]
+
+
+def test_a_checkpoint_over_unchained_events_is_refused_with_what_to_run(
+    database_url: str, pg_schema: str
+) -> None:
+    settings = make_settings(database_url=database_url, schema=pg_schema, checkpoint_every_events=0)
+    with Engine(settings=settings.with_overrides(audit_chain=False)) as off:
+        off.start_session("s", "cs")
+        with pytest.raises(AuditError, match="run `flowledger audit chain` before taking a checkpoint"):
+            off.audit.checkpoint()
+        chain_existing(off.audit)
+        assert off.audit.checkpoint().seq == 1
+
+
+def test_an_in_memory_engine_has_no_audit_trail() -> None:
+    with Engine.in_memory() as engine, pytest.raises(ValidationError, match="needs PostgreSQL"):
+        _ = engine.audit
