@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -147,3 +148,27 @@ def test_a_checkpoint_over_unchained_events_is_refused_with_what_to_run(
 def test_an_in_memory_engine_has_no_audit_trail() -> None:
     with Engine.in_memory() as engine, pytest.raises(ValidationError, match="needs PostgreSQL"):
         _ = engine.audit
+
+
+def test_engines_racing_on_one_session_leave_a_chain_that_verifies(database_url: str, pg_schema: str) -> None:
+    # Given four engines (like four processes, each with its own remembered heads) on one session
+    settings = make_settings(database_url=database_url, schema=pg_schema, checkpoint_every_events=0)
+    engines = [Engine(settings=settings) for _ in range(4)]
+    try:
+        engines[0].start_session("shared", "cs")
+
+        def steps(engine: Engine, n: int) -> None:
+            for i in range(8):
+                engine.record_step("shared", f"e{n}-{i}")
+
+        # When they all record steps at once (version clashes retried by the store)
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(steps, engines, range(4)))
+        engines[1].audit.checkpoint()
+        # Then every link and seal holds
+        report = verify_chain(engines[2].audit)
+    finally:
+        for engine in engines:
+            engine.close()
+    assert report.ok, report.findings
+    assert report.events == 33
