@@ -231,3 +231,22 @@ def test_a_checkpoint_dropped_between_two_others_is_named(log: Log, database_url
     result = run_cli(log.url, log.schema, "audit", "verify", "--anchors", "/dev/null")
     assert result.returncode == 1
     assert "problem: checkpoint: checkpoint 2 was dropped from the database" in result.stderr
+
+
+def test_audit_chain_chains_events_stored_without_a_hash_and_says_from_where_the_chain_is_original(
+    log: Log,
+) -> None:
+    # Given events stored without a hash (as a log from before the chain holds them)
+    log.sql("UPDATE {events} SET event_hash = NULL, event_mac = NULL WHERE notification_id <= 4")
+    unchained = run_cli(log.url, log.schema, "audit", "verify")
+    assert unchained.returncode == 1
+    assert "unchained: stream" in unchained.stderr
+    # When they are chained
+    chained = run_cli(log.url, log.schema, "audit", "chain")
+    assert chained.returncode == 0, chained.stderr
+    assert "chained 4 events of 1 streams, up to log position 4;" in chained.stderr
+    # Then the log verifies, and says which part was chained after the fact
+    verified = run_cli(log.url, log.schema, "audit", "verify")
+    assert verified.returncode == 0, verified.stderr
+    assert "events up to log position 4 were chained after they were written" in verified.stderr
+    assert "already chained" in run_cli(log.url, log.schema, "audit", "chain").stderr
