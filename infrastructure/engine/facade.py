@@ -94,7 +94,12 @@ class Engine:
         self._agent_locks = (
             None
             if url == MEMORY_URL or self.settings.pgbouncer or not self.settings.agent_locks
-            else AgentLocks(url, self.settings.schema, "stored_events", deadlines_of(self.settings))
+            else AgentLocks(
+                url,
+                self.settings.schema,
+                self._app.recorder.events_table_name.rsplit(".", 1)[-1],  # type: ignore[attr-defined]
+                deadlines_of(self.settings),
+            )
         )
         self.tasks = TaskService(self.store, self.task_reads, self.tenant, self._agent_locks)
         self.classifier = TaskClassifier(
