@@ -19,6 +19,7 @@ from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from flowledger.domain.aggregate import FlowledgerAggregate
+from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.errors import (
     SessionClosed,
     SessionConflict,
@@ -267,6 +268,54 @@ class Session(FlowledgerAggregate):
             aggregate.status = SessionStatus.ACTIVE.value
             aggregate.expires_at = self.expires_at
 
+    class Forked(FlowledgerAggregate.Event):
+        """The session began as a copy of another's state at one of its versions (right after Started)."""
+
+        parent_session_id: str
+        parent_version: int
+        current_step: str
+        context: JsonObject
+
+        def apply(self, aggregate: Session) -> None:
+            """Take the parent's step and context; steps, usage and totals start from zero."""
+            aggregate.forked_from = self.parent_session_id
+            aggregate.forked_at_version = self.parent_version
+            aggregate.current_step = self.current_step
+            aggregate.context = dict(self.context)
+
+    class DataErased(FlowledgerAggregate.Event):
+        """The session's personal data was erased: its data key is destroyed (``Engine.forget``).
+
+        Its events stay; their personal fields read as erased from now on, and so does this
+        state (a copy loaded before the erasure forgets them when it applies this event).
+        """
+
+        reason: str
+
+        def apply(self, aggregate: Session) -> None:
+            """Replace every personal value in the state by its marker; usage and counts stay."""
+            aggregate.erased = True
+            if aggregate.user_id is not None:
+                aggregate.user_id = ERASED_TEXT
+            aggregate.metadata = dict(ERASED_JSON)
+            aggregate.context = dict(ERASED_JSON) if aggregate.context else {}
+            aggregate.resolution = erased_json(aggregate.resolution)
+            aggregate.history = [
+                replace(
+                    r,
+                    input=dict(ERASED_JSON),
+                    output=dict(ERASED_JSON),
+                    context_update=erased_json(r.context_update),
+                )
+                for r in aggregate.history
+            ]
+            aggregate.pending = {k: replace(p, input=dict(ERASED_JSON)) for k, p in aggregate.pending.items()}
+
+    erased = False
+    """Class defaults: snapshots taken before these attributes existed lack them."""
+    forked_from: str | None = None
+    forked_at_version: int | None = None
+
     @staticmethod
     def create_id(tenant: str, session_id: str) -> UUID:
         """Sessions are addressed by the caller's id; no lookup table."""
@@ -364,8 +413,10 @@ class Session(FlowledgerAggregate):
         """Raise unless the session takes steps; an overdue session records Expired first.
 
         The caller must save the session even when this raises, so that the
-        Expired event is kept.
+        Expired event is kept. An erased session takes nothing more (status ``erased``).
         """
+        if self.erased:
+            raise SessionClosed(self.session_id, "erased")
         if self.expired_by(now):
             raise SessionExpired(self.session_id, self.expires_at)
         if self.status != SessionStatus.ACTIVE:
@@ -389,6 +440,8 @@ class Session(FlowledgerAggregate):
         if user_id is not None:
             require_name("user_id", user_id)
         require_moment("expires_at", expires_at)
+        if self.erased:
+            raise SessionClosed(self.session_id, "erased")
         if workflow != self.workflow or (user_id is not None and self.user_id not in (None, user_id)):
             raise SessionConflict(
                 self.session_id,
@@ -407,6 +460,8 @@ class Session(FlowledgerAggregate):
 
     def reopen(self, *, now: datetime, expires_at: datetime) -> None:
         """Give an expired session time again, until ``expires_at`` (after ``now``); its step stays."""
+        if self.erased:
+            raise SessionClosed(self.session_id, "erased")
         require_moment("expires_at", expires_at)
         if expires_at <= now:
             raise ValidationError("expires_at", f"must lie after now ({now.isoformat()})")
@@ -571,6 +626,31 @@ class Session(FlowledgerAggregate):
         )
         return self.failures[-1]
 
+    def fork_from(
+        self, *, parent_session_id: str, parent_version: int, current_step: str, context: JsonObject
+    ) -> None:
+        """Begin as a copy of another session's step and context (a just-started session only)."""
+        require_name("parent_session_id", parent_session_id)
+        require_name("current_step", current_step)
+        require_object("context", context)
+        if self.version != 1:
+            raise ValidationError("new_session_id", "only a just-started session can be a fork")
+        self.trigger_event(
+            self.Forked,
+            parent_session_id=parent_session_id,
+            parent_version=parent_version,
+            current_step=current_step,
+            context=context,
+        )
+
+    def erase(self, reason: str) -> bool:
+        """Record that the session's personal data is erased; False (nothing recorded) when it already was."""
+        require_text("reason", reason, max_length=2000)
+        if self.erased:
+            return False
+        self.trigger_event(self.DataErased, reason=reason)
+        return True
+
     def update_context(self, update: JsonObject) -> None:
         """Merge keys into the context."""
         require_object("context_update", update)
@@ -613,4 +693,7 @@ class Session(FlowledgerAggregate):
             updated_at=self.modified_on,
             expires_at=self.expires_at,
             version=self.version,
+            erased=self.erased,
+            forked_from=self.forked_from,
+            forked_at_version=self.forked_at_version,
         )

@@ -176,3 +176,8 @@ class SessionState:
     updated_at: datetime
     expires_at: datetime
     version: int
+    erased: bool = False
+    """The user was forgotten: personal fields read as erased (``domain/erased.py``)."""
+    forked_from: str | None = None
+    """The session this one was forked from (``Engine.fork_session``), and at which version."""
+    forked_at_version: int | None = None

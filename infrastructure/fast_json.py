@@ -66,10 +66,7 @@ class StepEventMapper(Mapper[UUID]):
         class_version = getattr(event_class, "class_version", 1)
         if class_version > 1:
             event_state["class_version"] = class_version
-        try:
-            stored_state = orjson.dumps(event_state, default=self._default, option=_OPTIONS)
-        except TypeError:  # orjson.JSONEncodeError: a huge int, an unregistered subclass
-            stored_state = self.transcoder.encode(event_state)
+        stored_state = self.encode_state(event_class, event_state)
         if self.compressor:
             stored_state = self.compressor.compress(stored_state)
         if self.cipher:
@@ -80,3 +77,12 @@ class StepEventMapper(Mapper[UUID]):
             topic=get_topic(event_class),
             state=stored_state,
         )
+
+    def encode_state(self, event_class: type[Any], event_state: dict[str, Any]) -> bytes:
+        """An event's state as stored JSON: by orjson for ``FAST_EVENTS``, else the library's."""
+        if self._default is None or event_class not in FAST_EVENTS:
+            return self.transcoder.encode(event_state)
+        try:
+            return orjson.dumps(event_state, default=self._default, option=_OPTIONS)
+        except TypeError:  # orjson.JSONEncodeError: a huge int, an unregistered subclass
+            return self.transcoder.encode(event_state)

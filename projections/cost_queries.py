@@ -21,6 +21,7 @@ GROUPINGS: Mapping[str, str] = {
     "workflow": "workflow",
     "step": "step",
     "source": "source",
+    "session": "coalesce(subject_id, '(none)')",  # a fork beside its parent (Engine.fork_session)
     "minute": "date_trunc('minute', occurred_at, 'UTC')",
     "hour": "date_trunc('hour', occurred_at, 'UTC')",
     "day": "date_trunc('day', occurred_at, 'UTC')",

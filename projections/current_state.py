@@ -12,6 +12,7 @@ from psycopg import Cursor
 from psycopg.rows import dict_row
 
 from flowledger.domain.agent import Agent
+from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.session import Session
 from flowledger.domain.task import Task
 from flowledger.domain.values import LlmUsage
@@ -116,6 +117,15 @@ def _add_usage(row: Row, usage: LlmUsage | None) -> None:
     row["cost_usd"] += usage.cost_usd
 
 
+def erase_row(row: Row) -> None:
+    """The personal values of a session's row, as ``Session.DataErased`` leaves them in its state."""
+    if row["user_id"] is not None:
+        row["user_id"] = ERASED_TEXT
+    row["context"] = dict(ERASED_JSON) if row["context"] else {}
+    row["metadata"] = dict(ERASED_JSON)
+    row["resolution"] = erased_json(row["resolution"])
+
+
 def fold(row: Row, event: Any) -> None:
     """Apply one later event of the session to its row (in place)."""
     if isinstance(event, Session.StepProcessed):
@@ -142,6 +152,11 @@ def fold(row: Row, event: Any) -> None:
         row["status"] = "expired"
     elif isinstance(event, Session.Abandoned):
         row["status"] = "abandoned"
+    elif isinstance(event, Session.Forked):
+        row["current_step"] = event.current_step
+        row["context"] = event.context
+    elif isinstance(event, Session.DataErased):
+        erase_row(row)
     row["updated_at"] = event.timestamp
     row["version"] = event.originator_version
 

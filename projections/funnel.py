@@ -10,6 +10,7 @@ from uuid import UUID
 from psycopg import Cursor
 from psycopg.rows import dict_row
 
+from flowledger.domain.erased import ERASED_JSON
 from flowledger.domain.session import Session
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.calls import call_of
@@ -114,6 +115,8 @@ def fold(session: Row, steps: dict[str, Row], event: Any) -> None:
         session["status"] = _ENDINGS[type(event)]
     elif isinstance(event, Session.Restarted | Session.Reopened):
         session["status"] = "active"
+    elif isinstance(event, Session.DataErased):
+        session["metadata"] = dict(ERASED_JSON)
     if session["first_model"] is None and getattr(event, "usage", None) is not None:
         call = call_of(event)
         session["first_model"] = call.model if call is not None else None
@@ -136,6 +139,7 @@ class CompletionFunnel(Projection):
         Session.Abandoned,
         Session.Restarted,
         Session.Reopened,
+        Session.DataErased,
     )
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:

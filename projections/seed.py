@@ -15,6 +15,7 @@ from uuid import UUID
 from psycopg import Cursor
 from psycopg.rows import dict_row
 
+from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
 from flowledger.domain.session import Session
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.sql import Column, dump_json, q, write_rows
@@ -110,8 +111,25 @@ def fold(row: Row, event: Any) -> None:
     elif isinstance(event, Session.Restarted):
         # The seed's ON CONFLICT ... SET current_step = 'init'.
         row.update(current_step="init", expires_at=event.expires_at, user_id=event.user_id)
+    elif isinstance(event, Session.Forked):
+        row["current_step"] = event.current_step
+        row["context_data"] = event.context
+    elif isinstance(event, Session.DataErased):
+        if row["user_id"] is not None:
+            row["user_id"] = ERASED_TEXT
+        row["context_data"] = dict(ERASED_JSON) if row["context_data"] else {}
+        row["metadata"] = dict(ERASED_JSON)
     row["updated_at"] = event.timestamp
     row["version"] = event.originator_version
+
+
+_ERASE_EXECUTIONS = (
+    "UPDATE {s}.workflow_executions SET "
+    "input_data = CASE WHEN jsonb_typeof(input_data) = 'object' THEN %(m)s::jsonb ELSE input_data END, "
+    "output_data = CASE WHEN jsonb_typeof(output_data) = 'object' THEN %(m)s::jsonb ELSE output_data END "
+    "WHERE workflow_id = ANY(%(ids)s)"
+)
+"""A session's calls as their events read once erased (a failed step's null input stays null)."""
 
 
 class SeedTables(Projection):
@@ -177,6 +195,14 @@ class SeedTables(Projection):
         states = [[dump_json(r[n]) if n in _JSON else r[n] for n, _ in STATE_COLUMNS] for r in rows.values()]
         write_rows(cur, schema, "workflow_states", STATE_COLUMNS, states, key=("id",))
         write_rows(cur, schema, "workflow_executions", EXECUTION_COLUMNS, executions)
+        erased = [
+            rows[e.event.originator_id]["id"]
+            for e in entries
+            if isinstance(e.event, Session.DataErased) and e.event.originator_id in rows
+        ]
+        if erased:
+            # After the inserts above: a call of this batch is erased as well.
+            cur.execute(q(_ERASE_EXECUTIONS, schema), {"m": dump_json(ERASED_JSON), "ids": erased})
 
     @staticmethod
     def _load(cur: Cursor[Any], schema: str, events: Sequence[Any]) -> dict[UUID, Row]:

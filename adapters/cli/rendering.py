@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from flowledger.domain.session_views import SessionState
@@ -12,13 +13,14 @@ from flowledger.infrastructure.history import HistoryEntry
 
 
 def _compact(value: Any, limit: int = 80) -> str:
+    """Short JSON, escaped for rich (an erased value reads ``[erased]``, which is also markup)."""
     text = json.dumps(value, default=str, separators=(",", ":"))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return escape(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def history_table(session_id: str, entries: list[HistoryEntry]) -> Table:
     """One row per stored event."""
-    table = Table(title=f"history of {session_id}")
+    table = Table(title=escape(f"history of {session_id}"))
     table.add_column("v", justify="right", no_wrap=True, min_width=2)
     table.add_column("at (UTC)", no_wrap=True, min_width=23)
     table.add_column("event", no_wrap=True)
@@ -35,14 +37,14 @@ def history_table(session_id: str, entries: list[HistoryEntry]) -> Table:
 
 def session_table(state: SessionState) -> Table:
     """The session's state as a two-column table."""
-    table = Table(title=f"session {state.session_id} at version {state.version}", show_header=False)
+    table = Table(title=escape(f"session {state.session_id} at version {state.version}"), show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
     rows: list[tuple[str, str]] = [
-        ("workflow", state.workflow),
-        ("user", state.user_id or "-"),
+        ("workflow", escape(state.workflow)),
+        ("user", escape(state.user_id or "-")),
         ("status", state.status.value),
-        ("current step", state.current_step),
+        ("current step", escape(state.current_step)),
         (
             "steps",
             f"{state.step_count} processed, {state.failure_count} failed, {len(state.pending)} pending",

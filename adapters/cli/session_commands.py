@@ -1,4 +1,5 @@
-"""CLI commands on sessions: ``history`` and ``replay`` read them, ``extend`` moves the expiry; ``demo``."""
+"""CLI commands on sessions: ``history`` and ``replay`` read them, ``extend`` moves the expiry,
+``fork`` starts one from another, ``forget`` erases a user's; and ``demo``."""
 
 from __future__ import annotations
 
@@ -60,6 +61,40 @@ def extend(
         console.print(f"session {session_id!r} now expires at {after} ({how})", highlight=False)
 
 
+def fork(
+    session_id: Annotated[str, typer.Argument(help="The session to fork.")],
+    at_version: Annotated[int, typer.Argument(help="Its version whose state the fork starts from.")],
+    new_session_id: Annotated[str, typer.Argument(help="The new session's id (must not exist).")],
+    ttl_hours: Annotated[float, typer.Option(help="The new session's time to live, in hours.")] = 24.0,
+) -> None:
+    """Start a new session from a session's state at a version (to retry a step with another model)."""
+    with reported_errors():
+        if not 0 < ttl_hours <= 366 * 24:
+            raise ValidationError("ttl_hours", f"must be > 0 and at most {366 * 24}, got {ttl_hours}")
+        with Engine() as engine:
+            state = engine.fork_session(session_id, at_version, new_session_id, timedelta(hours=ttl_hours))
+            console.print(session_table(state))
+
+
+def forget(
+    user_id: Annotated[str | None, typer.Argument(help="The user whose personal data to erase.")] = None,
+    session: Annotated[
+        str | None, typer.Option(help="Erase this one session instead (e.g. one without a user id).")
+    ] = None,
+) -> None:
+    """Erase a user's personal data (destroy their sessions' data keys); tokens, cost and latency stay."""
+    with reported_errors():
+        if (user_id is None) == (session is None):
+            raise ValidationError("user_id", "give a user id, or --session SESSION, not both")
+        with Engine() as engine:
+            report = engine.forget(user_id) if user_id is not None else engine.forget_session(str(session))
+        erased = ", ".join(report.sessions) or "none"
+        console.print(
+            f"erased {len(report.sessions)} sessions ({erased}); {report.keys_destroyed} data keys destroyed",
+            markup=False,
+        )
+
+
 def demo(
     sessions: Annotated[int, typer.Option(help="How many scripted sessions to run.")] = 300,
 ) -> None:
@@ -93,4 +128,6 @@ def register(app: typer.Typer) -> None:
     app.command()(history)
     app.command()(replay)
     app.command()(extend)
+    app.command()(fork)
+    app.command()(forget)
     app.command()(demo)

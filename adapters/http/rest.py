@@ -116,6 +116,22 @@ def update_context(session_id: SessionId, body: schemas.ContextUpdate, caller: W
     return schemas.SessionOut.of(caller.engine.update_context(session_id, body.update))
 
 
+@router.post(
+    "/sessions/{session_id}/fork", status_code=status.HTTP_201_CREATED, responses=responses(404, 409)
+)
+def fork(session_id: SessionId, body: schemas.ForkSession, caller: Writer) -> schemas.SessionOut:
+    """Start ``new_session_id`` from this session's state at ``at_version`` (its step and context).
+
+    The new session records its parent and version (``forked_from``, also in its metadata);
+    its steps and totals start from zero. Unknown session 404; a version the session has not
+    reached 422; an existing new id (or an erased parent) 409; nothing is appended then.
+    """
+    state = caller.engine.fork_session(
+        session_id, body.at_version, body.new_session_id, timedelta(seconds=body.ttl_seconds)
+    )
+    return schemas.SessionOut.of(state)
+
+
 @router.post("/sessions/{session_id}/extend", responses=_WRITE)
 def extend(session_id: SessionId, body: schemas.Extend, caller: Writer) -> schemas.SessionOut:
     """Add ``ttl_seconds`` to the current expiry (24 h + 1 h is 25 h), or set it to ``expires_at``

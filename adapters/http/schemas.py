@@ -151,6 +151,14 @@ class Extend(Body):
     )
 
 
+class ForkSession(Body):
+    at_version: int = Field(
+        ge=1, le=MAX_VERSION, description="The parent's version whose state the fork takes."
+    )
+    new_session_id: str = required_name("user-123-1700000000-retry")
+    ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS)
+
+
 class Complete(Body):
     resolution: dict[str, Any] | str
 
@@ -237,6 +245,9 @@ class SessionOut(BaseModel):
     updated_at: datetime
     expires_at: datetime
     version: int
+    erased: bool = Field(default=False, description="The user was forgotten: personal fields read as erased.")
+    forked_from: str | None = Field(default=None, description="The session this one was forked from.")
+    forked_at_version: int | None = None
 
     @classmethod
     def of(cls, state: SessionState) -> SessionOut:
@@ -267,6 +278,9 @@ class SessionOut(BaseModel):
             updated_at=state.updated_at,
             expires_at=state.expires_at,
             version=state.version,
+            erased=state.erased,
+            forked_from=state.forked_from,
+            forked_at_version=state.forked_at_version,
         )
 
 

@@ -7,12 +7,15 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import JSONTranscoder, Mapper
+from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType
 
 from flowledger.domain.agent import Agent
 from flowledger.domain.session import Session
 from flowledger.domain.task import Task
-from flowledger.infrastructure.fast_json import StepEventMapper
+from flowledger.infrastructure.postgres.data_keys import PostgresDataKeys
+from flowledger.infrastructure.postgres.ddl import TableNames
+from flowledger.infrastructure.sealing import DataKeys, MemoryDataKeys, SealingMapper
 from flowledger.infrastructure.transcodings import register_transcodings
 
 
@@ -26,8 +29,18 @@ class FlowledgerApplication(Application[UUID]):
         Agent: 50,
     }
 
-    def __init__(self, env: EnvType, snapshot_interval: int = 50) -> None:
+    def __init__(
+        self,
+        env: EnvType,
+        snapshot_interval: int = 50,
+        *,
+        seal_personal_data: bool = True,
+        data_key_cache_s: float = 30.0,
+    ) -> None:
         self._snapshot_interval = snapshot_interval
+        self._seal = seal_personal_data
+        self._key_cache_s = data_key_cache_s
+        self.data_keys: DataKeys = MemoryDataKeys()
         super().__init__(env)
         self.snapshotting_intervals = {  # type: ignore[misc]
             Session: snapshot_interval,
@@ -41,11 +54,20 @@ class FlowledgerApplication(Application[UUID]):
         values["IS_SNAPSHOTTING_ENABLED"] = "y"
         return Environment(name, values)
 
+    def construct_mapper(self) -> Mapper[UUID]:
+        """The mapper that seals personal fields under each session's data key (``sealing.py``),
+        with the step events encoded by orjson (``fast_json.py``)."""
+        factory = self.factory
+        if isinstance(factory, PostgresFactory):
+            self.data_keys = PostgresDataKeys(
+                factory.datastore,
+                factory.datastore.schema,
+                TableNames.for_app(self.name).snapshots,
+                self._key_cache_s,
+            )
+        return SealingMapper(super().construct_mapper(), keys=self.data_keys, seal=self._seal)
+
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         """The library's transcodings plus flowledger's value objects."""
         super().register_transcodings(transcoder)
         register_transcodings(transcoder)
-
-    def construct_mapper(self) -> Mapper[UUID]:
-        """The library's mapper, with the step events encoded by orjson (``fast_json``)."""
-        return StepEventMapper(super().construct_mapper())

@@ -24,6 +24,7 @@ from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.checkpointer import Checkpointer
 from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
+from flowledger.infrastructure.engine.erasure import ErasureService, ForgetReport
 from flowledger.infrastructure.engine.log import EventLog
 from flowledger.infrastructure.engine.sessions import ExpiryChange, Restart, SessionService, StepRequest
 from flowledger.infrastructure.engine.steps import StepOutcome, StepService
@@ -79,11 +80,17 @@ class Engine:
         env = library_env(
             url, schema=self.settings.schema, pool_size=self.settings.pool_size, settings=self.settings
         )
-        self._app = FlowledgerApplication(env, snapshot_interval=self.settings.snapshot_interval)
+        self._app = FlowledgerApplication(
+            env,
+            snapshot_interval=self.settings.snapshot_interval,
+            seal_personal_data=self.settings.seal_personal_data,
+            data_key_cache_s=self.settings.data_key_cache_s,
+        )
         self._chain_events()
         self.log = EventLog(self._app)
         self.store = AggregateStore(self._app, self.settings, clock)
         self.sessions = SessionService(self.store, self.tenant)
+        self.erasure = ErasureService(self.store, self._app.data_keys, self.tenant)
         ledger = None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)
         self.budgets = BudgetService(self.store, ledger, self.tenant, alerts)
         self.steps = StepService(
@@ -347,6 +354,28 @@ class Engine:
     def session_steps(self, session_id: str) -> list[StepRecord]:
         """Every processed step of the session, oldest first (``get_session`` keeps the recent ones)."""
         return self.sessions.steps(session_id)
+
+    def fork_session(
+        self, session_id: str, at_version: int, new_session_id: str, ttl: timedelta = timedelta(hours=24)
+    ) -> SessionState:
+        """Start ``new_session_id`` from ``session_id``'s state at ``at_version`` (its step and context).
+
+        The new session records ``Forked`` (parent id and version) right after ``Started``, and
+        its metadata gains ``forked_from`` / ``forked_at_version`` for dashboards and funnels;
+        its steps, usage and totals start from zero, so a step retried with another model can
+        be compared with the parent's. Unknown parent: ``SessionNotFound``; a version out of
+        range: ``ValidationError``; an existing new id: ``SessionConflict``; nothing appended.
+        """
+        return self.sessions.fork(session_id, at_version, new_session_id, ttl)
+
+    def forget(self, user_id: str) -> ForgetReport:
+        """Erase the user's personal data: record ``DataErased`` on each of their sessions, then
+        destroy the sessions' data keys (``docs/erasure.md``). Tokens, cost and latency stay."""
+        return self.erasure.forget_user(user_id)
+
+    def forget_session(self, session_id: str) -> ForgetReport:
+        """Erase one session's personal data (a session started without a user id, say)."""
+        return self.erasure.forget_session(session_id)
 
     # -- tasks and agents ----------------------------------------------------------------
 

@@ -14,10 +14,10 @@ from functools import partial
 from uuid import UUID
 
 from flowledger.domain.bounds import MAX_TTL, require_moment
-from flowledger.domain.errors import SessionNotFound, ValidationError
+from flowledger.domain.errors import SessionClosed, SessionConflict, SessionNotFound, ValidationError
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import MAYBE_SEEN, SessionState, StepRecord
-from flowledger.domain.values import JsonObject, LlmUsage, require_ttl
+from flowledger.domain.values import JsonObject, LlmUsage, require_name, require_ttl
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.history import HistoryEntry, history_entry
 
@@ -127,6 +127,23 @@ class SessionService:
         """Give the session up."""
         return self._store.write(session_id, partial(self._abandon, session_id, reason))
 
+    def fork(self, session_id: str, at_version: int, new_session_id: str, ttl: timedelta) -> SessionState:
+        """Start ``new_session_id`` as ``session_id`` was at ``at_version`` (``Engine.fork_session``)."""
+        require_name("new_session_id", new_session_id)
+        require_ttl(ttl)
+        if isinstance(at_version, bool) or not isinstance(at_version, int) or at_version < 1:
+            raise ValidationError("at_version", f"must be a version >= 1, got {at_version!r}")
+        latest = self.get(session_id)
+        if latest.erased:
+            raise SessionClosed(session_id, "erased")
+        if at_version > latest.version:
+            raise ValidationError(
+                "at_version", f"session {session_id!r} has {latest.version} versions, not {at_version}"
+            )
+        parent = self.get(session_id, version=at_version)
+        decide = partial(self._fork, parent, new_session_id, ttl)
+        return self._store.write(new_session_id, decide)
+
     # -- queries -----------------------------------------------------------------------
 
     def get(self, session_id: str, version: int | None = None, as_of: datetime | None = None) -> SessionState:
@@ -217,6 +234,33 @@ class SessionService:
             return Restart(state=started, created=True, reopened=False)
         reopened = existing.restart(workflow=workflow, user_id=user_id, now=uow.now, expires_at=uow.now + ttl)
         return Restart(state=existing.state(), created=False, reopened=reopened)
+
+    def _fork(
+        self, parent: SessionState, new_session_id: str, ttl: timedelta, uow: UnitOfWork
+    ) -> SessionState:
+        if uow.find(self.session_uuid(new_session_id)) is not None:
+            raise SessionConflict(new_session_id, "a session with this id exists; a fork needs a new id")
+        child = Session.start(
+            session_id=new_session_id,
+            tenant=self._tenant,
+            workflow=parent.workflow,
+            user_id=parent.user_id,
+            expires_at=uow.now + ttl,
+            metadata={
+                **parent.metadata,
+                "forked_from": parent.session_id,
+                "forked_at_version": parent.version,
+            },
+        )
+        uow.add(child)
+        uow.adopt(child)
+        child.fork_from(
+            parent_session_id=parent.session_id,
+            parent_version=parent.version,
+            current_step=parent.current_step,
+            context=parent.context,
+        )
+        return child.state()
 
     def _record(self, session_id: str, request: StepRequest, uow: UnitOfWork) -> StepRecord:
         session = self._session(uow, session_id)

@@ -26,15 +26,16 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
-from flowledger.infrastructure.postgres import ddl
+from flowledger.infrastructure.postgres import data_keys, ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.settings import Settings
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: events (with transaction_id), snapshots, tracking, append functions that unlock on failure.
 2: the append functions hold an in-flight marker lock until they commit (readers' horizon).
 3: the audit chain: each event's hash and keyed seal (``event_hash``, ``event_mac``), appended
-with it; signed checkpoints and the record of ``audit chain`` upgrades (docs/audit.md)."""
+with it; signed checkpoints and the record of ``audit chain`` upgrades (docs/audit.md).
+4: the data-key table of sealed personal fields (``data_keys.py``)."""
 
 MARKERS_SINCE = 2
 """The first version whose appends hold in-flight markers: upgrading from before waits for
@@ -130,6 +131,8 @@ def _migrate_locked(
         for statement in ddl.create_other_tables(schema, names, id_type):
             cur.execute(statement)
         for statement in ddl.create_audit_tables(schema, names):
+            cur.execute(statement)
+        for statement in data_keys.create_table(schema):
             cur.execute(statement)
     elif version > SCHEMA_VERSION:
         _log.warning("schema %s is at version %s, newer than this code's %s", schema, version, SCHEMA_VERSION)

@@ -131,6 +131,7 @@ SESSION_ROUTES: list[tuple[str, str, Any]] = [
     ("POST", "/v1/sessions/{id}/extend", {"ttl_seconds": 60}),
     ("POST", "/v1/sessions/{id}/complete", {"resolution": "done"}),
     ("POST", "/v1/sessions/{id}/abandon", {}),
+    ("POST", "/v1/sessions/{id}/fork", {"at_version": 1, "new_session_id": "fork-of-it"}),
 ]
 TASK_ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/v1/tasks/{id}", None),

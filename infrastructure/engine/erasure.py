@@ -1,0 +1,73 @@
+"""Forgetting a user: crypto-shredding of the personal fields their sessions sealed.
+
+``forget_user`` finds the user's sessions through the data-key table, records
+``Session.DataErased`` on each (so the log itself says when and why, every later command
+on them is refused, and projections replace their rows' personal values), and only then
+destroys the keys and drops the sessions' snapshots. A crash in between leaves the keys
+in place and the user findable: running ``forget`` again completes it (both steps are
+idempotent). The events, their usage and their hashes are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from uuid import UUID
+
+from flowledger.domain.errors import SessionNotFound, ValidationError
+from flowledger.domain.session import Session, session_uuid
+from flowledger.domain.values import require_name
+from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.sealing import DataKeys
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForgetReport:
+    """What one ``forget`` erased."""
+
+    sessions: tuple[str, ...]
+    """The ids of the sessions whose personal fields now read as erased."""
+    keys_destroyed: int
+
+
+class ErasureService:
+    """Erases users' (or single sessions') personal data by destroying their data keys."""
+
+    def __init__(self, store: AggregateStore, keys: DataKeys, tenant: str) -> None:
+        self._store = store
+        self._keys = keys
+        self._tenant = tenant
+
+    def forget_user(self, user_id: str, reason: str = "the user asked to be forgotten") -> ForgetReport:
+        """Erase every session of ``user_id`` in this tenant (none found: an empty report)."""
+        require_name("user_id", user_id)
+        return self._erase(self._keys.streams_of(self._tenant, user_id), reason)
+
+    def forget_session(self, session_id: str, reason: str = "the session was forgotten") -> ForgetReport:
+        """Erase one session (for sessions started without a user id, too)."""
+        stream = session_uuid(self._tenant, session_id)
+        if self._store.load(stream) is None:
+            raise SessionNotFound(session_id)
+        if self._keys.key_of(stream) is None:
+            raise ValidationError(
+                "session_id", f"session {session_id!r} was recorded without sealing: no key to destroy"
+            )
+        return self._erase([stream], reason)
+
+    def _erase(self, streams: Sequence[UUID], reason: str) -> ForgetReport:
+        sessions = []
+        for stream in streams:
+            erased = self._store.write(str(stream), partial(self._mark, stream, reason))
+            if erased is not None:
+                sessions.append(erased)
+        destroyed = self._keys.destroy(streams) if streams else 0
+        return ForgetReport(sessions=tuple(sessions), keys_destroyed=destroyed)
+
+    @staticmethod
+    def _mark(stream: UUID, reason: str, uow: UnitOfWork) -> str | None:
+        session: Session | None = uow.find(stream)
+        if session is None:
+            return None  # a key whose start never committed: destroying it is all there is
+        session.erase(reason)
+        return session.session_id

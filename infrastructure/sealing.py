@@ -1,0 +1,308 @@
+"""Sealing personal fields: the mapper encrypts them per session under its data key.
+
+Every session gets a random 256-bit data key when its ``Started`` event is encoded, kept
+in a key table tagged with the session's tenant and user (``DataKeys``). The fields
+``domain/personal.py`` names are taken out of the event's state, encoded by the same
+transcoder, encrypted with AES-GCM (a fresh 96-bit nonce each time) and stored in the
+payload as one ``_sealed`` value; the associated data binds the ciphertext to its stream,
+version and topic, so a sealed value moved to another event does not open. Everything
+else (step names, usage, cost, latency, times, idempotency keys) stays in the clear, so
+totals, projections and the chain's hashes (over the stored bytes: the ciphertext) work
+without any key. Session snapshots are sealed whole.
+
+Destroying a session's key (``forget``) is the erasure: the events stay as they are, and
+their sealed fields decode as the markers of ``domain/erased.py``. A stream that has no
+key (written while sealing was off) is read and written in the clear.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+import time
+from collections.abc import Hashable, Sequence
+from enum import Enum
+from functools import lru_cache
+from typing import Any, Final, Protocol, cast
+from uuid import UUID
+
+import orjson
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from eventsourcing.persistence import (
+    Mapper,
+    MapperDeserialisationError,
+    StoredEvent,
+    find_id_convertor,
+)
+from eventsourcing.utils import get_topic, resolve_topic
+
+from flowledger.domain.erased import erased_value
+from flowledger.domain.personal import PERSONAL_FIELDS
+from flowledger.domain.session import Session
+from flowledger.infrastructure.fast_json import StepEventMapper
+
+SEALED: Final = "_sealed"
+"""The payload key of the sealed fields (base64 of nonce and ciphertext; "" when written erased)."""
+_SEALED_BYTES: Final = b'"_sealed":'
+_NONCE_BYTES: Final = 12
+KEY_BYTES: Final = 32
+
+
+class Destroyed(Enum):
+    """A key that existed and was destroyed: its stream's sealed fields are erased."""
+
+    KEY = "destroyed"
+
+
+DESTROYED: Final = Destroyed.KEY
+DataKey = bytes | Destroyed | None
+"""A stream's key, DESTROYED, or None (the stream has none: it is stored in the clear)."""
+
+
+class DataKeys(Protocol):
+    """Where data keys live (a table in PostgreSQL, or memory), each tagged with its user."""
+
+    def key_of(self, stream_id: UUID) -> DataKey:
+        """The stream's key (cached for a bounded time), DESTROYED, or None."""
+
+    def create(self, stream_id: UUID, tenant: str, user_id: str | None) -> bytes | Destroyed:
+        """The stream's key, made now unless it exists (a repeated start keeps the first)."""
+
+    def tag(self, stream_id: UUID, user_id: str) -> None:
+        """Tag a live key that has no user yet with ``user_id`` (a session restarted with one)."""
+
+    def streams_of(self, tenant: str, user_id: str) -> list[UUID]:
+        """The streams whose keys are tagged with this user and not destroyed."""
+
+    def destroy(self, stream_ids: Sequence[UUID]) -> int:
+        """Destroy the keys (and the user tags) of these streams, and drop their snapshots."""
+
+
+class MemoryDataKeys:
+    """Data keys of an in-memory engine."""
+
+    def __init__(self) -> None:
+        self._keys: dict[UUID, tuple[str, str | None, bytes] | Destroyed] = {}
+        self._lock = threading.Lock()
+
+    def key_of(self, stream_id: UUID) -> DataKey:
+        """The stream's key, DESTROYED, or None."""
+        held = self._keys.get(stream_id)
+        return held if held is None or held is DESTROYED else held[2]
+
+    def create(self, stream_id: UUID, tenant: str, user_id: str | None) -> bytes | Destroyed:
+        """The stream's key, made now unless it exists."""
+        with self._lock:
+            held = self._keys.setdefault(stream_id, (tenant, user_id, new_data_key()))
+        return held if held is DESTROYED else held[2]
+
+    def tag(self, stream_id: UUID, user_id: str) -> None:
+        """Tag a live key that has no user yet."""
+        with self._lock:
+            held = self._keys.get(stream_id)
+            if held is not None and held is not DESTROYED and held[1] is None:
+                self._keys[stream_id] = (held[0], user_id, held[2])
+
+    def streams_of(self, tenant: str, user_id: str) -> list[UUID]:
+        """The streams whose live keys carry this user."""
+        return [s for s, k in self._keys.items() if k is not DESTROYED and k[:2] == (tenant, user_id)]
+
+    def destroy(self, stream_ids: Sequence[UUID]) -> int:
+        """Destroy these streams' keys (an in-memory engine takes no snapshots to drop)."""
+        with self._lock:
+            live = [s for s in stream_ids if self._keys.get(s, DESTROYED) is not DESTROYED]
+            for stream_id in live:
+                self._keys[stream_id] = DESTROYED
+        return len(live)
+
+
+class KeyCache:
+    """Keys one engine read, each trusted for ``ttl_s`` seconds; a destroyed key is final.
+
+    The bound of ``forget`` on other engines: a key another engine read just before it was
+    destroyed stays usable there for at most ``ttl_s`` seconds.
+    """
+
+    def __init__(self, ttl_s: float, max_entries: int = 100_000) -> None:
+        self.ttl_s = ttl_s
+        self._max = max_entries
+        self._entries: dict[UUID, tuple[DataKey, float]] = {}
+
+    def get(self, stream_id: UUID) -> tuple[bool, DataKey]:
+        """(True, key) when a live entry is held, else (False, None)."""
+        entry = self._entries.get(stream_id)
+        if entry is None:
+            return False, None
+        key, until = entry
+        if key is DESTROYED or time.monotonic() < until:
+            return True, key
+        return False, None
+
+    def put(self, stream_id: UUID, key: DataKey) -> None:
+        """Hold ``key`` for the TTL (a destroyed one for good)."""
+        if len(self._entries) >= self._max:
+            self._entries.clear()  # rare; a miss costs one read
+        self._entries[stream_id] = (key, time.monotonic() + self.ttl_s)
+
+
+def new_data_key() -> bytes:
+    """A fresh random 256-bit AES key."""
+    return AESGCM.generate_key(bit_length=KEY_BYTES * 8)
+
+
+@lru_cache(maxsize=4096)
+def _cipher(key: bytes) -> AESGCM:
+    """One AESGCM per key (its key schedule is worked out once)."""
+    return AESGCM(key)
+
+
+# Built once: json.dumps with options builds a new encoder on every call. Event fields
+# that are sealed hold plain JSON (validated by the domain), so the library's transcoder
+# (and its object hook on every nested dict) is needed only for snapshots.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def _plain_json(secret: dict[str, Any]) -> bytes:
+    """Sealed event fields are validated JSON: orjson writes them (the standard encoder a huge int)."""
+    try:
+        return orjson.dumps(secret)
+    except TypeError:
+        return _JSON.encode(secret).encode()
+
+
+def _aad(originator_id: UUID | str, version: int, topic: str) -> bytes:
+    """What a sealed value is bound to: its stream, version and topic."""
+    stream = originator_id.bytes if isinstance(originator_id, UUID) else originator_id.encode()
+    return stream + version.to_bytes(8, "big", signed=True) + topic.encode()
+
+
+_SNAPSHOT = Session.Snapshot
+_SNAPSHOT_FIELDS: Final = ("state",)
+
+
+def _personal_fields(cls: type[Any]) -> tuple[str, ...]:
+    if cls is _SNAPSHOT:
+        return _SNAPSHOT_FIELDS
+    return PERSONAL_FIELDS.get(cls, ())
+
+
+class SealingMapper(StepEventMapper):
+    """The library's mapper, sealing personal fields with the stream's data key.
+
+    With ``seal`` False it writes every field in the clear (no key is looked up), and still
+    opens what a sealing engine wrote.
+    """
+
+    def __init__(self, mapper: Mapper[UUID], *, keys: DataKeys, seal: bool = True) -> None:
+        super().__init__(mapper)
+        self.keys = keys
+        self.seal = seal
+
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        """The stored event, its personal fields sealed when the stream has a key."""
+        cls = type(domain_event)
+        fields = _personal_fields(cls)
+        if not fields or not self.seal:
+            return super().to_stored_event(domain_event)
+        topic = get_topic(cls)
+        state = dict(vars(domain_event))
+        originator_id = state.pop("originator_id")
+        originator_version = state.pop("originator_version")
+        class_version = getattr(cls, "class_version", 1)
+        if class_version > 1:
+            state["class_version"] = class_version
+        self._seal(state, fields, cls, originator_id, originator_version, topic)
+        return StoredEvent(
+            originator_id=originator_id,
+            originator_version=originator_version,
+            topic=topic,
+            state=self.encode_state(cls, state),
+        )
+
+    def _seal(
+        self,
+        state: dict[str, Any],
+        fields: tuple[str, ...],
+        cls: type[Any],
+        stream: UUID,
+        version: int,
+        topic: str,
+    ) -> None:
+        if cls is Session.Started:
+            key: DataKey = self.keys.create(stream, state["tenant"], state["user_id"])
+        else:
+            key = self.keys.key_of(stream)
+            if cls is Session.Restarted and state.get("user_id") is not None and isinstance(key, bytes):
+                self.keys.tag(stream, state["user_id"])  # forget finds the session by its new user
+        if key is None:
+            return  # a stream from before sealing (or sealing off): stored in the clear
+        secret = {name: state.pop(name) for name in fields if state.get(name) is not None}
+        if key is DESTROYED:
+            if cls is _SNAPSHOT and not secret.get("state", {}).get("erased", False):
+                msg = f"session {stream} is erased but this snapshot's state is not"
+                raise MapperDeserialisationError(msg)
+            if cls is _SNAPSHOT:
+                state.update(secret)  # the erased state holds markers only
+                return
+            state[SEALED] = ""  # written after erasure: the personal fields are not stored at all
+            return
+        if not secret:
+            return
+        nonce = os.urandom(_NONCE_BYTES)
+        plain = self.transcoder.encode(secret) if cls is _SNAPSHOT else _plain_json(secret)
+        sealed = _cipher(key).encrypt(nonce, plain, _aad(stream, version, topic))
+        state[SEALED] = base64.b64encode(nonce + sealed).decode("ascii")
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        """The domain event; sealed fields opened with the stream's key, or read as erased."""
+        if _SEALED_BYTES not in stored_event.state:
+            return super().to_domain_event(stored_event)
+        cls = resolve_topic(stored_event.topic)
+        try:
+            state: dict[str, Any] = self.transcoder.decode(stored_event.state)
+        except Exception as e:
+            where = f"{stored_event.originator_id} v{stored_event.originator_version}"
+            msg = f"cannot decode the stored event {where}: {e}"
+            raise MapperDeserialisationError(msg) from e
+        sealed = state.pop(SEALED, None)
+        if isinstance(sealed, str):
+            state.update(self._open(sealed, cls, stored_event, state))
+        id_convertor = find_id_convertor(cls, cast("Hashable", type(stored_event.originator_id)))
+        state["originator_id"] = id_convertor(stored_event.originator_id)
+        state["originator_version"] = stored_event.originator_version
+        class_version = getattr(cls, "class_version", 1)
+        from_version = state.pop("class_version", 1)
+        while from_version < class_version:
+            getattr(cls, f"upcast_v{from_version}_v{from_version + 1}")(state)
+            from_version += 1
+        domain_event = object.__new__(cls)
+        object.__setattr__(domain_event, "__dict__", state)
+        return domain_event
+
+    def _open(
+        self, sealed: str, cls: type[Any], stored: StoredEvent, state: dict[str, Any]
+    ) -> dict[str, Any]:
+        stream = stored.originator_id
+        key = self.keys.key_of(stream if isinstance(stream, UUID) else UUID(stream)) if sealed else DESTROYED
+        where = f"{stored.topic} of {stored.originator_id} v{stored.originator_version}"
+        if key is DESTROYED or key is None:
+            if cls is _SNAPSHOT:
+                msg = f"the snapshot {where} is sealed under a destroyed key (read the events instead)"
+                raise MapperDeserialisationError(msg)
+            # Fields still in the clear held None (never sealed): they stay None.
+            return {name: erased_value(name) for name in _personal_fields(cls) if name not in state}
+        raw = base64.b64decode(sealed)
+        try:
+            plain = _cipher(key).decrypt(
+                raw[:_NONCE_BYTES],
+                raw[_NONCE_BYTES:],
+                _aad(stored.originator_id, stored.originator_version, stored.topic),
+            )
+        except InvalidTag as e:
+            msg = f"the sealed fields of {where} do not open with its data key (wrong key, or altered)"
+            raise MapperDeserialisationError(msg) from e
+        opened: dict[str, Any] = self.transcoder.decode(plain) if cls is _SNAPSHOT else json.loads(plain)
+        return opened

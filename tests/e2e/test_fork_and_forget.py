@@ -1,0 +1,127 @@
+"""Fork and forget at the edges: ``flowledger fork`` / ``forget`` and ``POST /v1/sessions/{id}/fork``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flowledger.adapters.http.app import create_app
+from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+from tests.support.cli import run_cli
+from tests.support.llm import ScriptedLlm
+
+
+@pytest.fixture
+def http(request: pytest.FixtureRequest, engine: Engine) -> Iterator[TestClient]:
+    """The open app (no keys configured) over the parametrised engine, its model a counting double."""
+    engine.llm = ScriptedLlm()
+    with TestClient(create_app(engine)) as client:
+        yield client
+
+
+def test_rest_fork_starts_a_linked_session_and_replays_never_call_the_model(
+    http: TestClient, engine: Engine
+) -> None:
+    llm = engine.llm
+    assert isinstance(llm, ScriptedLlm)
+    http.post("/v1/sessions", json={"session_id": "h-1", "workflow": "cs", "user_id": "u-1"})
+    http.post("/v1/sessions/h-1/process", json={"step": "classify", "input": {"m": "hi"}, "model": "gpt-4.1"})
+    calls = len(llm.calls)
+
+    forked = http.post("/v1/sessions/h-1/fork", json={"at_version": 1, "new_session_id": "h-2"})
+    replayed = [http.get("/v1/sessions/h-1", params={"version": v}) for v in (1, 2, 3)]
+    retried = http.post(
+        "/v1/sessions/h-2/process", json={"step": "classify", "input": {"m": "hi"}, "model": "x"}
+    )
+
+    assert forked.status_code == 201, forked.text
+    body = forked.json()
+    assert (body["forked_from"], body["forked_at_version"], body["version"]) == ("h-1", 1, 2)
+    assert (body["user_id"], body["current_step"], body["totals"]["calls"]) == ("u-1", "init", 0)
+    assert [r.status_code for r in replayed] == [200, 200, 200]
+    assert retried.status_code == 201
+    assert len(llm.calls) == calls + 1  # the retry only: forking and replaying called nothing
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "message"),
+    [
+        ("/v1/sessions/nobody/fork", {"at_version": 1, "new_session_id": "n"}, 404, "'nobody' not found"),
+        ("/v1/sessions/h-1/fork", {"at_version": 5, "new_session_id": "n"}, 422, "has 1 versions, not 5"),
+        ("/v1/sessions/h-1/fork", {"at_version": 0, "new_session_id": "n"}, 422, "at_version"),
+        ("/v1/sessions/h-1/fork", {"at_version": 1, "new_session_id": "h-1"}, 409, "already exists"),
+        ("/v1/sessions/h-1/fork", {"at_version": 1}, 422, "new_session_id"),
+        ("/v1/sessions/h-1/fork", {"at_version": 1, "new_session_id": ""}, 422, "new_session_id"),
+    ],
+)
+def test_rest_fork_of_bad_input_is_a_4xx_with_a_message_and_appends_nothing(
+    http: TestClient, engine: Engine, path: str, body: dict[str, Any], status: int, message: str
+) -> None:
+    http.post("/v1/sessions", json={"session_id": "h-1", "workflow": "cs"})
+    head = engine.log.head()
+
+    response = http.post(path, json=body)
+
+    assert response.status_code == status, response.text
+    assert response.json()["success"] is False
+    assert message in response.json()["error"]
+    assert engine.log.head() == head
+
+
+def test_the_openapi_document_lists_the_fork_and_every_status_it_answers(http: TestClient) -> None:
+    operation = http.get("/openapi.json").json()["paths"]["/v1/sessions/{session_id}/fork"]["post"]
+    assert {"201", "404", "409", "422", "401", "403"} <= set(operation["responses"])
+
+
+def test_cli_fork_and_forget(database_url: str, pg_schema: str) -> None:
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("c-1", "cs", user_id="dave", metadata={"email": "dave@example.org"})
+        engine.record_step("c-1", "greet", input={"message": "I am Dave"}, context_update={"name": "Dave"})
+
+    forked = run_cli(database_url, pg_schema, "fork", "c-1", "2", "c-2")
+    forgotten = run_cli(database_url, pg_schema, "forget", "dave")
+    replay = run_cli(database_url, pg_schema, "replay", "c-2")
+
+    assert forked.returncode == 0, forked.stderr
+    assert "session c-2 at version 2" in forked.stdout
+    assert "Dave" in forked.stdout
+    assert forgotten.returncode == 0, forgotten.stderr
+    assert "erased 2 sessions (c-1, c-2); 2 data keys destroyed" in forgotten.stdout
+    assert replay.returncode == 0, replay.stderr
+    assert "Dave" not in replay.stdout
+    assert ERASED_TEXT in replay.stdout
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        assert engine.get_session("c-1").context == ERASED_JSON
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("fork", "nobody", "1", "x-1"), 3, "'nobody' not found"),
+        (("fork", "c-1", "9", "x-1"), 2, "has 1 versions, not 9"),
+        (("fork", "c-1", "1", "c-1"), 4, "already exists"),
+        (("fork", "c-1", "1", "x-1", "--ttl-hours", "0"), 2, "ttl_hours"),
+        (("forget",), 2, "give a user id, or --session"),
+        (("forget", "erin", "--session", "c-1"), 2, "not both"),
+        (("forget", "--session", "nobody"), 3, "'nobody' not found"),
+    ],
+)
+def test_cli_fork_and_forget_of_bad_input_print_one_line_and_append_nothing(
+    database_url: str, pg_schema: str, args: tuple[str, ...], code: int, message: str
+) -> None:
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("c-1", "cs", user_id="erin")
+        head = engine.log.head()
+
+    result = run_cli(database_url, pg_schema, *args)
+
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        assert engine.log.head() == head

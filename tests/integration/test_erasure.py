@@ -1,0 +1,205 @@
+"""Forgetting a user on PostgreSQL: no plaintext of theirs left anywhere, totals unchanged.
+
+The check reads every row of every table in the test's schemas (the event log, snapshots,
+data keys, tracking, every projection table) as text, bytea as hex, and looks for each
+personal value the user ever sent, in the clear and hex-encoded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+
+import psycopg
+import pytest
+from psycopg.sql import SQL, Identifier
+
+from flowledger.domain import LlmUsage
+from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
+from flowledger.domain.errors import SessionClosed
+from flowledger.infrastructure import Engine
+from flowledger.infrastructure.audit import verify_log
+from flowledger.projections import projector_for
+from flowledger.projections.rebuild import verify
+from tests.conftest import make_settings
+
+USER = "alice-7f3k"
+SECRETS = (
+    USER,
+    "alice@example.org",
+    "card ending 4111-zq",
+    "refund approved for Alice Smith",
+    "12 Elm Street",
+    "resolved for Alice Smith",
+    "my parcel to Elm",
+)
+USAGE = LlmUsage(
+    provider="openai",
+    request_model="gpt-4.1",
+    input_tokens=812,
+    output_tokens=64,
+    cost_usd=Decimal("0.002136"),
+    latency_ms=431.0,
+)
+
+
+@pytest.fixture
+def engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
+    # Snapshots every 3 events: the forgotten sessions have some before the erasure.
+    settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=3)
+    with Engine(settings=settings) as engine:
+        yield engine
+
+
+def _alice_and_bob(engine: Engine) -> None:
+    engine.start_session("s-a1", "customer_service", user_id=USER, metadata={"email": "alice@example.org"})
+    for n in range(4):
+        engine.record_step(
+            "s-a1",
+            f"step_{n}",
+            input={"message": "card ending 4111-zq"},
+            output={"reply": "refund approved for Alice Smith"},
+            context_update={"address": "12 Elm Street"},
+            usage=USAGE,
+            idempotency_key=f"k-{n}",
+        )
+    engine.update_context("s-a1", {"note": "12 Elm Street"})
+    engine.fork_session("s-a1", 3, "s-a2")
+    engine.record_step("s-a2", "retry", input={"message": "my parcel to Elm"}, usage=USAGE)
+    engine.complete_session("s-a1", {"summary": "resolved for Alice Smith"})
+    engine.start_session("s-b1", "customer_service", user_id="bob", metadata={"email": "bob@example.org"})
+    engine.record_step("s-b1", "greet", input={"message": "hello from bob"}, usage=USAGE)
+
+
+def _every_row_as_text(database_url: str, schema: str) -> str:
+    """Every row of every table in the test's schemas (``<schema>``, ``<schema>_*``)."""
+    parts = []
+    with psycopg.connect(database_url) as conn:
+        tables = conn.execute(
+            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind IN ('r', 'p', 'm') AND (n.nspname = %s OR n.nspname LIKE %s)",
+            (schema, schema + "\\_%"),
+        ).fetchall()
+        assert len(tables) >= 8, tables
+        for namespace, table in tables:
+            rows = conn.execute(
+                SQL("SELECT t::text FROM {}.{} t").format(Identifier(namespace), Identifier(table))
+            ).fetchall()
+            parts.extend(f"{namespace}.{table}: {row[0]}" for row in rows)
+    return "\n".join(parts)
+
+
+def _leaks(dump: str, values: tuple[str, ...]) -> list[str]:
+    lowered = dump.lower()
+    return [v for v in values if v.lower() in lowered or v.encode().hex() in lowered]
+
+
+def test_forget_leaves_no_plaintext_of_the_user_in_any_table_and_keeps_every_total(
+    engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given a user's sessions (one forked), another user's, and projections built from them
+    _alice_and_bob(engine)
+    projector = projector_for(engine)
+    projector.catch_up()
+    before = {s: engine.get_session(s).totals for s in ("s-a1", "s-a2", "s-b1")}
+    with psycopg.connect(database_url) as conn:
+        reader = projector.names.reader
+        spent = conn.execute(
+            SQL("SELECT count(*), sum(cost_usd) FROM {}.llm_calls").format(Identifier(reader))
+        )
+        calls_before = spent.fetchone()
+    # The personal values are sealed in the log, but in the clear in the projections' rows
+    assert _leaks(_every_row_as_text(database_url, pg_schema), SECRETS)
+
+    # When the user is forgotten and the projections catch up
+    report = engine.forget(USER)
+    projector.catch_up()
+
+    # Then nothing of theirs is left in any row of any table, and every total is as it was
+    assert sorted(report.sessions) == ["s-a1", "s-a2"]
+    assert report.keys_destroyed == 2
+    dump = _every_row_as_text(database_url, pg_schema)
+    assert _leaks(dump, SECRETS) == []
+    assert _leaks(dump, ("hello from bob", "bob@example.org")) == ["hello from bob", "bob@example.org"]
+    assert {s: engine.get_session(s).totals for s in ("s-a1", "s-a2", "s-b1")} == before
+    with psycopg.connect(database_url) as conn:
+        spent = conn.execute(
+            SQL("SELECT count(*), sum(cost_usd) FROM {}.llm_calls").format(Identifier(reader))
+        )
+        assert spent.fetchone() == calls_before
+    audit = verify_log(engine.log)
+    assert audit.ok, audit.problems
+
+
+def test_after_forget_reads_replays_and_projections_show_erased_values(
+    engine: Engine, database_url: str
+) -> None:
+    _alice_and_bob(engine)
+    projector = projector_for(engine)
+    projector.catch_up()
+
+    engine.forget(USER)
+    projector.catch_up()
+
+    state = engine.get_session("s-a1")
+    assert (state.erased, state.user_id, state.context, state.metadata) == (
+        True,
+        ERASED_TEXT,
+        ERASED_JSON,
+        ERASED_JSON,
+    )
+    assert state.resolution == ERASED_JSON
+    assert state.totals.calls == 4
+    assert state.totals.cost_usd == 4 * USAGE.cost_usd
+    replayed = engine.get_session("s-a1", version=3)
+    assert replayed.history[-1].input == ERASED_JSON
+    assert replayed.history[-1].usage == USAGE
+    steps = engine.session_steps("s-a1")
+    assert [s.output for s in steps] == [ERASED_JSON] * 4
+    assert [s.usage for s in steps] == [USAGE] * 4
+    assert engine.history("s-a1")[-1].event_type == "Session.DataErased"
+    assert engine.get_session("s-b1").history[0].input == {"message": "hello from bob"}
+    with psycopg.connect(database_url) as conn:
+        reader = projector.names.reader
+        row = conn.execute(
+            SQL(
+                "SELECT user_id, context, metadata, cost_usd FROM {}.sessions WHERE session_id = 's-a1'"
+            ).format(Identifier(reader))
+        ).fetchone()
+    assert row == (ERASED_TEXT, ERASED_JSON, ERASED_JSON, 4 * USAGE.cost_usd)
+    # A rebuild from the log gives exactly the rows the live projections hold
+    assert verify(projector) == []
+
+
+def test_an_erased_session_takes_no_more_commands_and_forget_is_idempotent(engine: Engine) -> None:
+    _alice_and_bob(engine)
+    engine.forget(USER)
+    head = engine.log.head()
+
+    with pytest.raises(SessionClosed, match="is erased"):
+        engine.record_step("s-a2", "again", input={"message": "new personal data"})
+    again = engine.forget(USER)
+
+    assert (again.sessions, again.keys_destroyed) == ((), 0)
+    assert engine.log.head() == head
+
+
+def test_another_engine_stops_reading_plaintext_within_its_key_cache_time(
+    engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given another engine (another process, say) that read the user's session and holds its key
+    _alice_and_bob(engine)
+    settings = make_settings(database_url=database_url, schema=pg_schema, data_key_cache_s=0.5)
+    with Engine(settings=settings) as other:
+        assert other.session_steps("s-a1")[0].input == {"message": "card ending 4111-zq"}
+
+        # When this engine forgets the user
+        engine.forget(USER)
+
+        # Then the other engine's state is erased at once, its event reads within the cache time
+        assert other.get_session("s-a1").erased
+        time.sleep(0.6)
+        assert other.session_steps("s-a1")[0].input == ERASED_JSON
+        with pytest.raises(SessionClosed):
+            other.record_step("s-a1", "late", input={"message": "x"})

@@ -1,0 +1,165 @@
+"""Sealed personal fields: AES-GCM under each session's data key, and what erasure leaves."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from uuid import uuid4
+
+import pytest
+from eventsourcing.persistence import MapperDeserialisationError, StoredEvent
+
+from flowledger.domain import LlmUsage, Session
+from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
+from flowledger.domain.personal import PERSONAL_FIELDS
+from flowledger.infrastructure import Engine
+from flowledger.infrastructure.sealing import DESTROYED, MemoryDataKeys, SealingMapper, new_data_key
+from tests.conftest import make_settings
+
+USAGE = LlmUsage(provider="p", request_model="m", input_tokens=7, output_tokens=3, cost_usd=Decimal("0.5"))
+
+
+@pytest.fixture
+def memory() -> Iterator[Engine]:
+    with Engine(settings=make_settings(database_url="memory:")) as engine:
+        yield engine
+
+
+def _session(engine: Engine) -> Session:
+    session = Session.start(
+        session_id="s-1",
+        tenant=engine.tenant,
+        workflow="cs",
+        user_id="carol",
+        expires_at=datetime(2030, 1, 1, tzinfo=UTC),
+        metadata={"email": "carol@example.org"},
+    )
+    session.record_step(
+        step="ask",
+        input={"message": "my secret"},
+        output={"reply": "your secret"},
+        context_update=None,
+        usage=USAGE,
+        idempotency_key="k-1",
+    )
+    return session
+
+
+def test_personal_fields_are_stored_as_ciphertext_and_read_back_as_written(memory: Engine) -> None:
+    events = _session(memory).collect_events()
+
+    stored = [memory.log.encode(e) for e in events]
+
+    for event, record in zip(events, stored, strict=True):
+        assert b'"_sealed":' in record.state
+        for secret in (b"carol", b"my secret", b"your secret"):
+            assert secret not in record.state
+        assert vars(memory.log.decode(record)) == vars(event)
+    # What stays in the clear: step names, usage, keys; a None personal field stays None
+    assert b'"step":"ask"' in stored[1].state
+    assert b'"input_tokens":7' in stored[1].state
+    assert b'"idempotency_key":"k-1"' in stored[1].state
+    assert b'"context_update":null' in stored[1].state
+
+
+def test_each_encoding_uses_a_fresh_nonce(memory: Engine) -> None:
+    started = _session(memory).collect_events()[0]
+
+    assert memory.log.encode(started).state != memory.log.encode(started).state
+
+
+def test_sealed_fields_do_not_open_with_another_key() -> None:
+    keys, other = MemoryDataKeys(), MemoryDataKeys()
+    with Engine(settings=make_settings(database_url="memory:")) as engine:
+        transcoder = engine.log.mapper.transcoder
+    events = _session(engine).collect_events()
+    stream = events[0].originator_id
+    keys.create(stream, "default", "carol")
+    other.create(stream, "default", "carol")  # another random key for the same stream
+    stored = SealingMapper(transcoder, keys=keys).to_stored_event(events[1])
+
+    with pytest.raises(MapperDeserialisationError, match="do not open with its data key"):
+        SealingMapper(transcoder, keys=other).to_domain_event(stored)
+
+
+def test_a_sealed_value_moved_to_another_event_does_not_open(memory: Engine) -> None:
+    # The associated data binds the ciphertext to its stream, version and topic
+    events = _session(memory).collect_events()
+    first, second = (memory.log.encode(e) for e in events)
+    moved = StoredEvent(first.originator_id, 2, first.topic, first.state)
+
+    with pytest.raises(MapperDeserialisationError, match="do not open"):
+        memory.log.decode(moved)
+    assert memory.log.decode(second).input == {"message": "my secret"}
+
+
+def test_after_the_key_is_destroyed_personal_fields_read_as_erased_and_usage_stays(memory: Engine) -> None:
+    events = _session(memory).collect_events()
+    stored = [memory.log.encode(e) for e in events]
+
+    memory.log.mapper.keys.destroy([events[0].originator_id])  # type: ignore[attr-defined]
+    started, processed = (memory.log.decode(s) for s in stored)
+
+    assert (started.user_id, started.metadata, started.workflow) == (ERASED_TEXT, ERASED_JSON, "cs")
+    assert (processed.input, processed.output, processed.context_update) == (ERASED_JSON, ERASED_JSON, None)
+    assert (processed.usage, processed.step, processed.idempotency_key) == (USAGE, "ask", "k-1")
+
+
+def test_an_event_written_after_erasure_stores_no_personal_field(memory: Engine) -> None:
+    events = _session(memory).collect_events()
+    keys = memory.log.mapper.keys  # type: ignore[attr-defined]
+    keys.create(events[0].originator_id, "default", "carol")
+    keys.destroy([events[0].originator_id])
+
+    record = memory.log.encode(events[1])
+
+    assert b"secret" not in record.state
+    assert memory.log.decode(record).input == ERASED_JSON
+
+
+def test_with_sealing_off_events_are_stored_in_the_clear_and_still_decode() -> None:
+    with Engine(settings=make_settings(database_url="memory:", seal_personal_data=False)) as engine:
+        engine.start_session("s-1", "cs", user_id="carol")
+        engine.record_step("s-1", "ask", input={"message": "my secret"})
+        stored = engine.log.stored(engine.session_uuid("s-1"))
+        assert all(b'"_sealed"' not in s.state for s in stored)
+        assert b"my secret" in stored[1].state
+        assert engine.get_session("s-1").history[0].input == {"message": "my secret"}
+        with pytest.raises(Exception, match="no key to destroy"):
+            engine.forget_session("s-1")
+
+
+def test_a_stream_has_one_key_whoever_creates_it_first() -> None:
+    keys = MemoryDataKeys()
+    stream = uuid4()
+
+    first = keys.create(stream, "t", "u")
+    again = keys.create(stream, "t", "someone else")
+    keys.destroy([stream])
+
+    assert first == again
+    assert len(first) == 32  # type: ignore[arg-type]
+    assert keys.key_of(stream) is DESTROYED
+    assert keys.create(stream, "t", "u") is DESTROYED
+    assert keys.streams_of("t", "u") == []
+    assert new_data_key() != new_data_key()
+
+
+def test_every_personal_field_names_a_field_of_its_event() -> None:
+    for cls, fields in PERSONAL_FIELDS.items():
+        assert set(fields) <= {f.name for f in dataclasses.fields(cls)}, cls
+
+
+def test_forget_names_its_sessions_and_a_user_with_none_is_an_empty_report(memory: Engine) -> None:
+    memory.start_session("s-1", "cs", user_id="carol")
+    memory.start_session("s-2", "cs")
+    head = memory.log.head()
+
+    assert memory.forget("nobody").sessions == ()
+    assert memory.log.head() == head
+    assert memory.forget("carol").sessions == ("s-1",)
+    assert memory.forget_session("s-2").sessions == ("s-2",)
+    assert memory.get_session("s-2").erased
+    assert memory.get_session("s-2").user_id is None
