@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 import psycopg
 import pytest
@@ -20,8 +21,10 @@ from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
 from flowledger.domain.errors import SessionClosed
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
+from flowledger.infrastructure.audit_keys import chain_key
 from flowledger.projections import projector_for
 from flowledger.projections.rebuild import verify
+from flowledger.verify import GENESIS, event_hash, event_mac
 from tests.conftest import make_settings
 
 USER = "alice-7f3k"
@@ -111,6 +114,7 @@ def test_forget_leaves_no_plaintext_of_the_user_in_any_table_and_keeps_every_tot
         calls_before = spent.fetchone()
     # The personal values are sealed in the log, but in the clear in the projections' rows
     assert _leaks(_every_row_as_text(database_url, pg_schema), SECRETS)
+    stored_before = _event_rows(database_url, pg_schema)
 
     # When the user is forgotten and the projections catch up
     report = engine.forget(USER)
@@ -130,6 +134,33 @@ def test_forget_leaves_no_plaintext_of_the_user_in_any_table_and_keeps_every_tot
         assert spent.fetchone() == calls_before
     audit = verify_log(engine.log)
     assert audit.ok, audit.problems
+    # And the log is as it was plus one DataErased per session: same bytes, same hashes, and
+    # its chain (hashes over the stored ciphertext, seals under the engine's key) verifies
+    stored_after = _event_rows(database_url, pg_schema)
+    assert stored_after[: len(stored_before)] == stored_before
+    assert [row[2].rsplit(".", 1)[-1] for row in stored_after[len(stored_before) :]] == ["DataErased"] * 2
+    _assert_chain_verifies(engine, stored_after)
+
+
+def _event_rows(database_url: str, schema: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(
+            SQL(
+                "SELECT originator_id, originator_version, topic, state, event_hash, event_mac "
+                "FROM {}.flowledger_events ORDER BY notification_id"
+            ).format(Identifier(schema))
+        ).fetchall()
+
+
+def _assert_chain_verifies(engine: Engine, rows: list[tuple[Any, ...]]) -> None:
+    key = chain_key(engine.settings)
+    previous: dict[str, bytes] = {}
+    for stream, version, topic, state, stored_hash, stored_mac in rows:
+        name = str(stream)
+        expected = event_hash(previous.get(name, GENESIS), name, version, topic, bytes(state))
+        assert bytes(stored_hash) == expected, (name, version)
+        assert bytes(stored_mac) == event_mac(key, name, version, expected)
+        previous[name] = expected
 
 
 def test_after_forget_reads_replays_and_projections_show_erased_values(
