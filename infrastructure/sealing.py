@@ -180,7 +180,9 @@ def _aad(originator_id: UUID | str, version: int, topic: str) -> bytes:
 
 
 _SNAPSHOT = Session.Snapshot
-_SNAPSHOT_FIELDS: Final = ("state",)
+_SNAPSHOT_FIELDS: Final = ("user_id", "metadata", "context", "history", "pending", "resolution")
+"""The personal attributes of a session's state (its snapshot's ``state``); the rest (counts,
+totals, the idempotency-key filter) stays in the clear and costs no decryption on a load."""
 
 
 def _personal_fields(cls: type[Any]) -> tuple[str, ...]:
@@ -239,13 +241,16 @@ class SealingMapper(StepEventMapper):
                 self.keys.tag(stream, state["user_id"])  # forget finds the session by its new user
         if key is None:
             return  # a stream from before sealing (or sealing off): stored in the clear
-        secret = {name: state.pop(name) for name in fields if state.get(name) is not None}
+        target = state
+        if cls is _SNAPSHOT:
+            target = state["state"] = dict(state["state"])  # the aggregate's own dict stays whole
+        secret = {name: target.pop(name) for name in fields if target.get(name) is not None}
         if key is DESTROYED:
-            if cls is _SNAPSHOT and not secret.get("state", {}).get("erased", False):
-                msg = f"session {stream} is erased but this snapshot's state is not"
-                raise MapperDeserialisationError(msg)
             if cls is _SNAPSHOT:
-                state.update(secret)  # the erased state holds markers only
+                if not target.get("erased", False):
+                    msg = f"session {stream} is erased but this snapshot's state is not"
+                    raise MapperDeserialisationError(msg)
+                target.update(secret)  # the erased state holds markers only
                 return
             state[SEALED] = ""  # written after erasure: the personal fields are not stored at all
             return
@@ -269,7 +274,8 @@ class SealingMapper(StepEventMapper):
             raise MapperDeserialisationError(msg) from e
         sealed = state.pop(SEALED, None)
         if isinstance(sealed, str):
-            state.update(self._open(sealed, cls, stored_event, state))
+            target = state["state"] if cls is _SNAPSHOT else state
+            target.update(self._open(sealed, cls, stored_event, target))
         id_convertor = find_id_convertor(cls, cast("Hashable", type(stored_event.originator_id)))
         state["originator_id"] = id_convertor(stored_event.originator_id)
         state["originator_version"] = stored_event.originator_version
