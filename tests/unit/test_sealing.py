@@ -9,10 +9,11 @@ from decimal import Decimal
 from uuid import uuid4
 
 import pytest
-from eventsourcing.persistence import MapperDeserialisationError, StoredEvent
+from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent
 
 from flowledger.domain import LlmUsage, Session
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
+from flowledger.domain.errors import SessionClosed
 from flowledger.domain.personal import PERSONAL_FIELDS
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.sealing import DESTROYED, MemoryDataKeys, SealingMapper, new_data_key
@@ -78,10 +79,10 @@ def test_sealed_fields_do_not_open_with_another_key() -> None:
     stream = events[0].originator_id
     keys.create(stream, "default", "carol")
     other.create(stream, "default", "carol")  # another random key for the same stream
-    stored = SealingMapper(transcoder, keys=keys).to_stored_event(events[1])
+    stored = SealingMapper(Mapper(transcoder), keys=keys).to_stored_event(events[1])
 
     with pytest.raises(MapperDeserialisationError, match="do not open with its data key"):
-        SealingMapper(transcoder, keys=other).to_domain_event(stored)
+        SealingMapper(Mapper(transcoder), keys=other).to_domain_event(stored)
 
 
 def test_a_sealed_value_moved_to_another_event_does_not_open(memory: Engine) -> None:
@@ -163,3 +164,18 @@ def test_forget_names_its_sessions_and_a_user_with_none_is_an_empty_report(memor
     assert memory.forget_session("s-2").sessions == ("s-2",)
     assert memory.get_session("s-2").erased
     assert memory.get_session("s-2").user_id is None
+
+
+def test_a_session_restarted_with_a_user_is_forgotten_with_that_user(memory: Engine) -> None:
+    # Given a session started without a user, then restarted (the webhook's create_session) with one
+    memory.start_session("s-1", "cs")
+    memory.restart_session("s-1", "cs", user_id="frank")
+
+    # When that user is forgotten
+    report = memory.forget("frank")
+
+    # Then the session is erased, and cannot be restarted or reopened
+    assert report.sessions == ("s-1",)
+    assert memory.get_session("s-1").user_id == ERASED_TEXT
+    with pytest.raises(SessionClosed, match="is erased"):
+        memory.restart_session("s-1", "cs", user_id="frank")
