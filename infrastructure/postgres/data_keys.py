@@ -54,12 +54,18 @@ class PostgresDataKeys:
         table = SQL("{}.{}").format(Identifier(schema), Identifier(TABLE))
         self._table = table
         self._select = SQL("SELECT data_key, destroyed_at FROM {} WHERE stream_id = %s").format(table)
+        # One statement, one round trip (the pool's connections are in autocommit), and no WAL
+        # flush of its own: the session's first append commits after it and flushes the WAL
+        # through it; a key whose append never happens protects nothing.
         self._insert = SQL(
-            "INSERT INTO {} (stream_id, tenant, user_id, data_key) VALUES (%s, %s, %s, %s) "
+            "WITH no_flush AS (SELECT set_config('synchronous_commit', 'off', true)) "
+            "INSERT INTO {} (stream_id, tenant, user_id, data_key) SELECT %s, %s, %s, %s FROM no_flush "
             "ON CONFLICT (stream_id) DO NOTHING"
         ).format(table)
         self._tag = SQL(
-            "UPDATE {} SET user_id = %s WHERE stream_id = %s AND user_id IS NULL AND data_key IS NOT NULL"
+            "WITH no_flush AS (SELECT set_config('synchronous_commit', 'off', true)) "
+            "UPDATE {} SET user_id = %s FROM no_flush "
+            "WHERE stream_id = %s AND user_id IS NULL AND data_key IS NOT NULL"
         ).format(table)
         self._tagged: set[UUID] = set()
         """Streams whose key is known to carry a user (made with one, or tagged here)."""
@@ -81,8 +87,8 @@ class PostgresDataKeys:
         held, key = self._cache.get(stream_id)
         if held:
             return key
-        with self._datastore.transaction(commit=False) as cur:
-            row = cur.execute(self._select, (stream_id,)).fetchone()
+        with self._datastore.get_connection() as conn:
+            row = conn.execute(self._select, (stream_id,)).fetchone()
         key = _key_of(row)
         self._cache.put(stream_id, key)
         return key
@@ -93,13 +99,9 @@ class PostgresDataKeys:
         if held and key is not None:
             return key
         fresh = new_data_key()
-        with self._datastore.transaction(commit=True) as cur:
-            # No WAL flush of its own: the session's first append commits after this and
-            # flushes the WAL through it; a key whose append never happens protects nothing.
-            cur.execute("SET LOCAL synchronous_commit = off")
-            cur.execute(self._insert, (stream_id, tenant, user_id, fresh))
-            inserted = cur.rowcount == 1
-            row = None if inserted else cur.execute(self._select, (stream_id,)).fetchone()
+        with self._datastore.get_connection() as conn:
+            inserted = conn.execute(self._insert, (stream_id, tenant, user_id, fresh)).rowcount == 1
+            row = None if inserted else conn.execute(self._select, (stream_id,)).fetchone()
         key = fresh if inserted else _key_of(row)
         if user_id is not None:
             self._remember_tagged(stream_id)
@@ -112,9 +114,8 @@ class PostgresDataKeys:
         """Tag the stream's live key with ``user_id`` unless it carries a user already."""
         if stream_id in self._tagged:
             return
-        with self._datastore.transaction(commit=True) as cur:
-            cur.execute("SET LOCAL synchronous_commit = off")  # the event's append flushes it
-            cur.execute(self._tag, (user_id, stream_id))
+        with self._datastore.get_connection() as conn:
+            conn.execute(self._tag, (user_id, stream_id))
         self._remember_tagged(stream_id)
 
     def _remember_tagged(self, stream_id: UUID) -> None:
@@ -124,8 +125,8 @@ class PostgresDataKeys:
 
     def streams_of(self, tenant: str, user_id: str) -> list[UUID]:
         """The streams whose live keys carry this user, oldest first."""
-        with self._datastore.transaction(commit=False) as cur:
-            rows = cur.execute(self._streams, (tenant, user_id)).fetchall()
+        with self._datastore.get_connection() as conn:
+            rows = conn.execute(self._streams, (tenant, user_id)).fetchall()
         return [_uuid(row) for row in rows]
 
     def destroy(self, stream_ids: Sequence[UUID]) -> int:
@@ -144,11 +145,7 @@ class PostgresDataKeys:
         """Remove dead row versions (the destroyed keys' old bytes) from the table's pages."""
         try:
             with self._datastore.get_connection() as conn:
-                conn.autocommit = True
-                try:
-                    conn.execute(self._vacuum)
-                finally:
-                    conn.autocommit = False
+                conn.execute(self._vacuum)  # the pool's connections are in autocommit
         except (PersistenceError, OSError) as error:  # the keys are destroyed either way
             _log.warning("VACUUM of the data-key table failed: %s", error)
 
