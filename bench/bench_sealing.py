@@ -7,7 +7,7 @@
   that sealing adds per event.
 
 The issue's rule: sealing is on by default unless it costs more than 10 % of ``record_step``
-(ratio on/off below 0.9). The two engines are built once and timed in alternating short
+(ratio on/off below 0.9); it did with 8 writers, so it is off by default (bench/README.md). The two engines are built once and timed in alternating short
 slices, and the ratio is the median of each pair's, so the shared machine's load drifts
 between pairs rather than between the two sides. Run:
 ``.venv/bin/python bench/bench_sealing.py [--seconds 0.75] [--pairs 8] [--writers 1 8]``.

@@ -77,9 +77,10 @@ class Settings:
     webhook_strict: bool = False
     """``/webhook/workflow-state`` in strict mode by default (no input merge, no restart, 400 for an
     unknown action); off: the seed's behaviour. A request's ``"strict"`` field overrides it."""
-    seal_personal_data: bool = True
-    """Encrypt sessions' personal fields under per-session data keys, so ``forget`` can erase them
-    (``infrastructure/sealing.py``; on by default: bench/README.md has its cost)."""
+    seal_personal_data: bool = False
+    """Encrypt new sessions' personal fields under per-session data keys, so ``forget`` can erase
+    them (``infrastructure/sealing.py``). Off by default: with 8 writers it cost more than 10 % of
+    ``record_step`` (bench/README.md, ``bench_sealing.py``)."""
     data_key_cache_s: float = 30.0
     """How long an engine trusts a data key it read: ``forget`` takes effect on other engines within it."""
 
@@ -147,7 +148,7 @@ class Settings:
                 _whole(env, "FLOWLEDGER_CHECKPOINT_EVERY_S", int(defaults.checkpoint_every_s))
             ),
             webhook_strict=_flag(env, "FLOWLEDGER_WEBHOOK_STRICT"),
-            seal_personal_data=not _off(env, "FLOWLEDGER_SEAL_PERSONAL_DATA"),
+            seal_personal_data=_flag(env, "FLOWLEDGER_SEAL_PERSONAL_DATA"),
             data_key_cache_s=_seconds(env, "FLOWLEDGER_DATA_KEY_CACHE_S", defaults.data_key_cache_s),
         )
 
@@ -221,14 +222,6 @@ def _hex_key(env: Mapping[str, str], name: str, size: int, *, exact: bool = Fals
             name, f"must be {'exactly' if exact else 'at least'} {size} bytes ({2 * size} hex digits)"
         )
     return key
-
-
-def _off(env: Mapping[str, str], name: str) -> bool:
-    """``0``/``false``/``no``/``off`` (any case) turns an option that is on by default off."""
-    raw = (env.get(name) or "").strip().lower()
-    if raw and raw not in _OFF | {"1", "true", "yes", "on", "y"}:
-        raise ValidationError(name, f"{raw!r} is not on or off")
-    return raw in _OFF
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

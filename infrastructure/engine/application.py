@@ -34,7 +34,7 @@ class FlowledgerApplication(Application[UUID]):
         env: EnvType,
         snapshot_interval: int = 50,
         *,
-        seal_personal_data: bool = True,
+        seal_personal_data: bool = False,
         data_key_cache_s: float = 30.0,
     ) -> None:
         self._snapshot_interval = snapshot_interval

@@ -78,8 +78,10 @@ def test_the_openapi_document_lists_the_fork_and_every_status_it_answers(http: T
     assert {"201", "404", "409", "422", "401", "403"} <= set(operation["responses"])
 
 
-def test_cli_fork_and_forget(database_url: str, pg_schema: str) -> None:
-    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+def test_cli_fork_and_forget(database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLOWLEDGER_SEAL_PERSONAL_DATA", "1")  # the CLI's engines seal too
+    sealed = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=sealed) as engine:
         engine.start_session("c-1", "cs", user_id="dave", metadata={"email": "dave@example.org"})
         engine.record_step("c-1", "greet", input={"message": "I am Dave"}, context_update={"name": "Dave"})
 

@@ -50,7 +50,9 @@ USAGE = LlmUsage(
 @pytest.fixture
 def engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
     # Snapshots every 3 events: the forgotten sessions have some before the erasure.
-    settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=3)
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, snapshot_interval=3, seal_personal_data=True
+    )
     with Engine(settings=settings) as engine:
         yield engine
 
@@ -224,7 +226,9 @@ def test_another_engine_stops_reading_plaintext_within_its_key_cache_time(
 ) -> None:
     # Given another engine (another process, say) that read the user's session and holds its key
     _alice_and_bob(engine)
-    settings = make_settings(database_url=database_url, schema=pg_schema, data_key_cache_s=0.5)
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, data_key_cache_s=0.5, seal_personal_data=True
+    )
     with Engine(settings=settings) as other:
         assert other.session_steps("s-a1")[0].input == {"message": "card ending 4111-zq"}
 

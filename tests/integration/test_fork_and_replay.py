@@ -16,6 +16,7 @@ from flowledger.infrastructure.history import jsonable
 from flowledger.projections import projector_for
 from flowledger.projections.cost_queries import dashboard
 from flowledger.projections.funnel_queries import funnel_report
+from tests.conftest import make_settings
 from tests.support.llm import USAGE, ScriptedLlm
 
 
@@ -101,15 +102,16 @@ def test_a_fork_of_bad_input_is_refused_and_appends_nothing(
     assert engine.log.head() == head
 
 
-def test_an_erased_session_cannot_be_forked(engine: Engine) -> None:
-    engine.start_session("e-1", "cs", user_id="gone")
-    engine.forget("gone")
-    head = engine.log.head()
+def test_an_erased_session_cannot_be_forked() -> None:
+    with Engine(settings=make_settings(database_url="memory:", seal_personal_data=True)) as engine:
+        engine.start_session("e-1", "cs", user_id="gone")
+        engine.forget("gone")
+        head = engine.log.head()
 
-    with pytest.raises(SessionClosed, match="is erased"):
-        engine.fork_session("e-1", 1, "e-2")
+        with pytest.raises(SessionClosed, match="is erased"):
+            engine.fork_session("e-1", 1, "e-2")
 
-    assert engine.log.head() == head
+        assert engine.log.head() == head
 
 
 async def test_the_dashboard_and_funnel_compare_a_fork_with_its_parent(pg_engine: Engine) -> None:

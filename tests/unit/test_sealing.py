@@ -24,7 +24,7 @@ USAGE = LlmUsage(provider="p", request_model="m", input_tokens=7, output_tokens=
 
 @pytest.fixture
 def memory() -> Iterator[Engine]:
-    with Engine(settings=make_settings(database_url="memory:")) as engine:
+    with Engine(settings=make_settings(database_url="memory:", seal_personal_data=True)) as engine:
         yield engine
 
 
@@ -118,6 +118,12 @@ def test_an_event_written_after_erasure_stores_no_personal_field(memory: Engine)
 
     assert b"secret" not in record.state
     assert memory.log.decode(record).input == ERASED_JSON
+
+
+def test_sealing_is_off_by_default() -> None:
+    with Engine(settings=make_settings(database_url="memory:")) as engine:
+        engine.start_session("s-1", "cs", user_id="carol")
+        assert b"carol" in engine.log.stored(engine.session_uuid("s-1"))[0].state
 
 
 def test_with_sealing_off_events_are_stored_in_the_clear_and_still_decode() -> None:
