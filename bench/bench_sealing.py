@@ -1,15 +1,16 @@
 """Sealed personal fields (AES-GCM per session, ``infrastructure/sealing.py``): on beside off.
 
-- ``record_step``: ``Engine.record_step`` with sealing on and off, in the same run, rounds
-  interleaved, each writer on its own session with a fresh one every 25 steps (as in
+- ``record_step``: ``Engine.record_step`` with sealing on and off, in the same run, slices
+  alternating, each writer on its own session with a fresh one every 25 steps (as in
   ``bench_step_recording.py``; with sealing on, a start also writes the session's data key);
 - encode + decode: the mapper alone on one ``StepProcessed`` event (no database), the CPU
   that sealing adds per event.
 
 The issue's rule: sealing is on by default unless it costs more than 10 % of ``record_step``
-(ratio on/off below 0.9); it did with 8 writers, so it is off by default (bench/README.md). The two engines are built once and timed in alternating short
-slices, and the ratio is the median of each pair's, so the shared machine's load drifts
-between pairs rather than between the two sides. Run:
+(ratio on/off below 0.9); it did with 8 writers, so it is off by default (bench/README.md).
+The two engines are built once and timed in alternating short slices, and the ratio is the
+median of each pair's, so the shared machine's load drifts between pairs rather than
+between the two sides. Run:
 ``.venv/bin/python bench/bench_sealing.py [--seconds 0.75] [--pairs 8] [--writers 1 8]``.
 Uses FLOWLEDGER_DATABASE_URL, else the server at 127.0.0.1:5432 (db ``test``); works in
 scratch schemas that it drops.
