@@ -131,7 +131,8 @@ def dashboard(
     tokens and cost, and the roll-ups' percentiles are within ``latency_sketch.RELATIVE_ERROR``.
     """
     _groups(by)
-    if _reads_rollups(read, since, until):
+    # The roll-ups keep no session: grouped by session, the dashboard reads raw rows.
+    if "session" not in by and _reads_rollups(read, since, until):
         # Imported here: that module builds on this one's DashboardRow and GROUPINGS.
         from flowledger.projections.cost_rollup_queries import rollup_dashboard
 
