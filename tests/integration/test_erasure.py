@@ -22,6 +22,7 @@ from flowledger.domain.errors import SessionClosed
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.audit_keys import chain_key
+from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.projections import projector_for
 from flowledger.projections.rebuild import verify
 from flowledger.verify import GENESIS, event_hash, event_mac
@@ -117,6 +118,8 @@ def test_forget_leaves_no_plaintext_of_the_user_in_any_table_and_keeps_every_tot
     # The personal values are sealed in the log, but in the clear in the projections' rows
     assert _leaks(_every_row_as_text(database_url, pg_schema), SECRETS)
     stored_before = _event_rows(database_url, pg_schema)
+    assert engine.audit is not None
+    engine.audit.checkpoint()  # a signed checkpoint over every stream head before the erasure
 
     # When the user is forgotten and the projections catch up
     report = engine.forget(USER)
@@ -145,6 +148,10 @@ def test_forget_leaves_no_plaintext_of_the_user_in_any_table_and_keeps_every_tot
     assert stored_after[: len(stored_before)] == stored_before
     assert [row[2].rsplit(".", 1)[-1] for row in stored_after[len(stored_before) :]] == ["DataErased"] * 2
     _assert_chain_verifies(engine, stored_after)
+    verified = verify_chain(engine.audit)  # what `flowledger audit verify` runs
+    assert verified.ok, verified.findings
+    assert verified.checkpoint is not None
+    assert verified.events == len(stored_after)
 
 
 def _event_rows(database_url: str, schema: str) -> list[tuple[Any, ...]]:
