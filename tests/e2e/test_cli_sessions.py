@@ -144,6 +144,14 @@ def test_dashboard_and_funnel_print_what_the_projections_hold(database_url: str,
     assert "3 sessions" in funnel.stdout
     assert "cart" in funnel.stdout
     assert "pay" in funnel.stdout
+    # a month reads the roll-ups, and --exact the raw rows: the same calls and cost either way
+    for exact in ((), ("--exact",)):
+        month = run(database_url, pg_schema, "dashboard", "--since", "30d", *exact)
+        assert month.returncode == 0, month.stderr
+        assert "0.0084" in month.stdout
+        funnel_month = run(database_url, pg_schema, "funnel", "checkout", "--since", "30d", *exact)
+        assert funnel_month.returncode == 0, funnel_month.stderr
+        assert "3 sessions" in funnel_month.stdout
     bad = run(database_url, pg_schema, "dashboard", "--by", "colour")
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1
