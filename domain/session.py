@@ -560,6 +560,10 @@ class Session(FlowledgerAggregate):
             raise StepNotPending(self.session_id, key)
         if now < held.lease_until:
             raise StepInProgress(self.session_id, key, 0.0)
+        if usage is None and held.model:
+            # Nothing is known of the lost call but the model it asked for: named, so that
+            # the dashboard keeps the failure under its model (no tokens, no cost).
+            usage = LlmUsage(request_model=held.model)
         return self.fail_step(
             step=held.step,
             error_type=WORKER_LOST,

@@ -125,6 +125,16 @@ def test_an_abandoned_step_keeps_the_lost_attempt_and_its_cost_on_the_books() ->
     assert session.outcome_lookup("k1") is NOT_SEEN  # a failed key may be retried
 
 
+def test_an_abandoned_step_with_nothing_known_of_its_call_keeps_its_model() -> None:
+    session = started()
+    session.abandon_step("k1", T0 + LEASE, "worker silent")
+    usage = session.failures[-1].usage
+    # The dashboard files the lost call under the model it asked for, with no tokens or cost.
+    assert usage is not None
+    assert (usage.request_model, usage.input_tokens, usage.cost_usd) == ("m", 0, Decimal("0"))
+    assert session.state().totals.cost_usd == Decimal("0")
+
+
 def test_abandoning_a_step_that_is_not_pending_is_refused() -> None:
     with pytest.raises(StepNotPending, match=r"no step of session 's1' is pending as 'k1'"):
         a_session().abandon_step("k1", T0, "no such step")
