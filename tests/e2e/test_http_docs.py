@@ -50,7 +50,7 @@ def test_swagger_ui_sends_the_document_to_no_outside_validator(http: TestClient)
         ("GET", "/nosuch", 404),
         ("GET", "/v1/nosuch/route", 404),
         ("GET", "/docs/assets/nosuch.js", 404),
-        ("GET", "/v1/tasks", 405),
+        ("PATCH", "/v1/tasks", 405),
         ("DELETE", "/v1/sessions/s-1", 405),
         ("PUT", "/webhook/workflow-state", 405),
         ("POST", "/v1/dashboard", 405),
