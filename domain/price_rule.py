@@ -49,6 +49,10 @@ class TokenCounts:
             )
 
 
+TOKEN_FIELDS: tuple[str, ...] = tuple(item.name for item in fields(TokenCounts))
+"""The token counts a call has, in ``TokenCounts``' order (``LlmUsage`` carries the same names)."""
+
+
 _REQUIRED = ("input_cost_per_token", "output_cost_per_token")
 
 

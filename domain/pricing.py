@@ -10,11 +10,12 @@ Reading a price file is I/O and stays in the adapter (``load_price_table``).
 
 from __future__ import annotations
 
-from flowledger.domain.price_rule import LONG_CONTEXT_TOKENS, ModelPrice, TokenCounts, cost_of
+from flowledger.domain.price_rule import LONG_CONTEXT_TOKENS, TOKEN_FIELDS, ModelPrice, TokenCounts, cost_of
 from flowledger.domain.price_table import DatedPrice, PriceTable, model_names, price_table_from_document
 
 __all__ = [
     "LONG_CONTEXT_TOKENS",
+    "TOKEN_FIELDS",
     "DatedPrice",
     "ModelPrice",
     "PriceTable",

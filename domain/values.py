@@ -35,6 +35,7 @@ from flowledger.domain.bounds import (
     storable,
 )
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.price_rule import TOKEN_FIELDS
 
 JsonObject = dict[str, Any]
 
@@ -275,7 +276,7 @@ def require_usage(field_name: str, usage: Any) -> LlmUsage | None:
             require_text(
                 f"{field_name}.{name}", text, max_length=1_000 if name in _LONG_IDS else MAX_NAME_LENGTH
             )
-    for name in _TOKEN_FIELDS:
+    for name in TOKEN_FIELDS:
         require_count(f"{field_name}.{name}", getattr(usage, name), most=MAX_TOKENS)
     require_count(f"{field_name}.attempts", usage.attempts, least=1, most=MAX_ATTEMPTS)
     if usage.latency_ms > MAX_LATENCY_MS:
@@ -326,15 +327,6 @@ def _plainly_within_bounds(usage: LlmUsage) -> bool:
         and not usage.extra  # anything in extra takes the careful path (its JSON bounds)
     )
 
-
-_TOKEN_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_input_tokens",
-    "reasoning_output_tokens",
-    "cache_creation_input_tokens",
-    "cache_creation_1h_input_tokens",
-)
 
 _USAGE_TEXTS = tuple(
     (name, 1_000 if name in _LONG_IDS else MAX_NAME_LENGTH)

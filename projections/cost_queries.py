@@ -13,7 +13,14 @@ from typing import Any
 from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.pricing import LONG_CONTEXT_TOKENS, ModelPrice, TokenCounts, cost_of, model_names
+from flowledger.domain.pricing import (
+    LONG_CONTEXT_TOKENS,
+    TOKEN_FIELDS,
+    ModelPrice,
+    TokenCounts,
+    cost_of,
+    model_names,
+)
 
 GROUPINGS: Mapping[str, str] = {
     "model": "coalesce(model, '(none)')",
@@ -270,15 +277,8 @@ def reprice(
 def _cost_of_sums(price: ModelPrice, sums: list[int], long_context: bool) -> Decimal:
     """The cost of summed counts of calls all on one side of the long-context threshold (the
     rule is linear within a tier; the tier is each call's, not the sum's)."""
-    names = (
-        "input_tokens",
-        "output_tokens",
-        "cache_read_input_tokens",
-        "reasoning_output_tokens",
-        "cache_creation_input_tokens",
-        "cache_creation_1h_input_tokens",
-    )
-    return cost_of(TokenCounts(**dict(zip(names, sums, strict=True))), price, long_context=long_context)
+    counts = TokenCounts(**dict(zip(TOKEN_FIELDS, sums, strict=True)))
+    return cost_of(counts, price, long_context=long_context)
 
 
 def _model_price(price: ModelPrice | Price) -> ModelPrice:

@@ -21,7 +21,14 @@ from typing import Any
 from psycopg import Cursor
 
 from flowledger.domain.errors import FlowledgerError, UnknownModelPrice
-from flowledger.domain.pricing import ModelPrice, PriceTable, TokenCounts, cost_of, price_table_from_document
+from flowledger.domain.pricing import (
+    TOKEN_FIELDS,
+    ModelPrice,
+    PriceTable,
+    TokenCounts,
+    cost_of,
+    price_table_from_document,
+)
 from flowledger.domain.values import LlmUsage
 from flowledger.projections.sql import q
 
@@ -80,7 +87,7 @@ def call_cost(usage: LlmUsage, at: datetime, repricings: Sequence[Repricing]) ->
         if price is None:
             continue
         try:
-            cost = cost_of(TokenCounts(**{name: getattr(usage, name) for name in _COUNTS}), price)
+            cost = cost_of(TokenCounts(**{name: getattr(usage, name) for name in TOKEN_FIELDS}), price)
             retried = _retried_cost(usage, price)
         except (FlowledgerError, TypeError):
             return recorded  # counts a repricing cannot read: keep what was recorded
@@ -98,18 +105,8 @@ def _price(table: PriceTable, usage: LlmUsage, at: datetime) -> ModelPrice | Non
     return None
 
 
-_COUNTS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_input_tokens",
-    "reasoning_output_tokens",
-    "cache_creation_input_tokens",
-    "cache_creation_1h_input_tokens",
-)
-
-
 def _counts(data: dict[str, Any]) -> dict[str, int]:
-    return {name: data.get(name, 0) for name in _COUNTS}
+    return {name: data.get(name, 0) for name in TOKEN_FIELDS}
 
 
 def _retried_cost(usage: LlmUsage, price: ModelPrice) -> Decimal:
