@@ -17,6 +17,7 @@ import psycopg
 from psycopg import sql
 
 from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 
 LOCAL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -104,3 +105,27 @@ def run_writers(writers: int, seconds: float, make_writer: Callable[[int], Calla
 def median(values: list[float]) -> float:
     """The median, for rounds taken on a shared, noisy machine."""
     return statistics.median(values)
+
+
+SESSION_STEPS = 25
+"""Steps per session in the Engine benches: a conversation's length, then a fresh session."""
+
+
+def engine_writers(engine: Engine) -> Callable[[int], Callable[[], None]]:
+    """``run_writers``' writer factory for ``Engine.record_step``: each writer on sessions of its
+    own, a new one every ``SESSION_STEPS`` steps (that start is one more commit, not a step)."""
+
+    def make(i: int) -> Callable[[], None]:
+        current = [f"bench-{i}-{uuid.uuid4().hex}", 0]
+        engine.start_session(str(current[0]), "customer_service")
+
+        def step() -> None:
+            if current[1] == SESSION_STEPS:
+                current[:] = [f"bench-{i}-{uuid.uuid4().hex}", 0]
+                engine.start_session(str(current[0]), "customer_service")
+            engine.record_step(str(current[0]), "answer", input=INPUT, output=OUTPUT, usage=USAGE)
+            current[1] = int(current[1]) + 1
+
+        return step
+
+    return make

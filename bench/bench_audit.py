@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -28,11 +27,20 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import INPUT, OUTPUT, USAGE, database_url, median, run_writers, scratch_schema
+from _common import (
+    INPUT,
+    OUTPUT,
+    SESSION_STEPS,
+    USAGE,
+    database_url,
+    engine_writers,
+    median,
+    run_writers,
+    scratch_schema,
+)
 
 from flowledger.infrastructure import Engine, Settings
 
-SESSION_STEPS = 25
 KEY_DIR = Path(tempfile.mkdtemp(prefix="flowledger-bench-keys-"))
 
 
@@ -53,22 +61,8 @@ def step_rate(url: str, writers: int, seconds: float, *, chain: bool) -> tuple[f
     with scratch_schema(url, "bench_audit") as schema:
         engine = Engine(settings=settings_for(url, schema, chain=chain, writers=writers))
         try:
-
-            def make(i: int) -> Callable[[], None]:
-                current = [f"bench-{i}-{uuid.uuid4().hex}", 0]
-                engine.start_session(str(current[0]), "customer_service")
-
-                def step() -> None:
-                    if current[1] == SESSION_STEPS:
-                        current[:] = [f"bench-{i}-{uuid.uuid4().hex}", 0]
-                        engine.start_session(str(current[0]), "customer_service")
-                    engine.record_step(str(current[0]), "answer", input=INPUT, output=OUTPUT, usage=USAGE)
-                    current[1] = int(current[1]) + 1
-
-                return step
-
             cpu = time.process_time()
-            rate = run_writers(writers, seconds, make)
+            rate = run_writers(writers, seconds, engine_writers(engine))
             cpu = time.process_time() - cpu
             return rate, cpu / max(rate * seconds, 1) * 1e6
         finally:

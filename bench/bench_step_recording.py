@@ -40,7 +40,16 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import INPUT, OUTPUT, USAGE, database_url, median, run_writers, scratch_schema
+from _common import (
+    INPUT,
+    OUTPUT,
+    USAGE,
+    database_url,
+    engine_writers,
+    median,
+    run_writers,
+    scratch_schema,
+)
 
 import flowledger.infrastructure.engine.facade as engine_module
 from flowledger.infrastructure import Engine, Settings
@@ -58,7 +67,6 @@ LABELS = {
     "stock_db_functions": "Engine on stock (DB functions)",
     "seed": "seed design",
 }
-SESSION_STEPS = 25
 Writer = Callable[[int], Callable[[], None]]
 
 
@@ -91,23 +99,6 @@ def engine_on(url: str, schema: str, writers: int, stock: str | None) -> Iterato
         yield engine
     finally:
         engine.close()
-
-
-def engine_writers(engine: Engine) -> Writer:
-    def make(i: int) -> Callable[[], None]:
-        current = [f"bench-{i}-{uuid.uuid4().hex}", 0]
-        engine.start_session(str(current[0]), "customer_service")
-
-        def step() -> None:
-            if current[1] == SESSION_STEPS:
-                current[:] = [f"bench-{i}-{uuid.uuid4().hex}", 0]
-                engine.start_session(str(current[0]), "customer_service")
-            engine.record_step(str(current[0]), "answer", input=INPUT, output=OUTPUT, usage=USAGE)
-            current[1] = int(current[1]) + 1
-
-        return step
-
-    return make
 
 
 def recorder_writers(engine: Engine, row: tuple[str, bytes]) -> Writer:

@@ -14,8 +14,9 @@ from typing import Any
 from uuid import UUID, uuid5
 
 from flowledger.domain.budget import CallScope
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.domain.ports import AlertNotifier, LlmPort
+from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.task_views import AgentState, TaskState
 from flowledger.domain.values import JsonObject, LlmUsage
@@ -258,7 +259,10 @@ class Engine:
 
     def _charge_budgets(self, session_id: str, record: StepRecord, usage: LlmUsage) -> None:
         """A call made elsewhere counts against budgets too: charged once per recorded step."""
-        state = self.sessions.get(session_id)
+        # The writer's copy record_step just saved (read afresh only if it was evicted).
+        state = self.store.cached_or_loaded(self.session_uuid(session_id))
+        if not isinstance(state, Session):
+            raise SessionNotFound(session_id)
         scope = CallScope(
             tenant=self.tenant,
             session=session_id,
