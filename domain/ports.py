@@ -48,7 +48,12 @@ class LlmPort(Protocol):
         messages: list[dict[str, Any]],
         json_mode: bool = True,
     ) -> LlmReply:
-        """Return the reply, or raise an ``LlmError`` (a FlowledgerError) carrying usage so far."""
+        """Return the reply, or raise an ``LlmError`` (a FlowledgerError) carrying usage so far.
+
+        When the caller is cancelled, the ``CancelledError`` goes on; an adapter that knows the
+        attempts made may set its ``usage`` attribute (an ``LlmUsage``, the cancelled attempt
+        last) so the failure is recorded with what was billed.
+        """
         ...
 
 

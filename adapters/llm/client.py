@@ -209,6 +209,11 @@ class OpenAICompatibleClient:
                 usage=usage,
                 status_code=error.status_code,
             ) from None
+        except asyncio.CancelledError as error:
+            # The caller gave up: what the attempts so far were billed, and the cancelled one
+            # (a stream cut short is billed by the provider too), travel on the error.
+            error.usage = build_usage(call, None, outcomes, self._clock())  # type: ignore[attr-defined]
+            raise
         except CircuitOpen as error:
             error.attempts = len(outcomes)
             # Usage even when no request went out: it names the model asked for, so the
@@ -229,9 +234,19 @@ class OpenAICompatibleClient:
             self.breaker.record(error, trial=trial)
             outcomes.append(self._outcome(len(outcomes) + 1, error, begun, waited))
             raise
-        except BaseException:
+        except BaseException as error:
             if trial:
                 self.breaker.release_trial()
+            if isinstance(error, asyncio.CancelledError):
+                outcomes.append(
+                    AttemptOutcome(
+                        number=len(outcomes) + 1,
+                        error_type="cancelled",
+                        status_code=None,
+                        elapsed_ms=(self._clock() - begun) * 1000,
+                        waited_before_s=waited,
+                    )
+                )
             raise
         self.breaker.record(None, trial=trial)
         tokens = parsed.tokens if parsed.tokens.reported else None

@@ -266,8 +266,10 @@ class StepService:
         except LlmError as error:
             await self._settle(hold, error.usage)
             raise
-        except BaseException:
-            await self._settle(hold, None)
+        except BaseException as error:
+            # A cancelled call may carry what its attempts were billed (see _call).
+            usage = getattr(error, "usage", None)
+            await self._settle(hold, usage if isinstance(usage, LlmUsage) else None)
             raise
         await self._settle(hold, reply.usage)
         outcome: StepOutcome | str = await self._in_db(
@@ -328,9 +330,12 @@ class StepService:
         except LlmError as error:
             await self._record_failure(call, error.error_type, str(error), error.usage)
             raise
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as error:
+            # An adapter may say what the cancelled call's attempts were (see LlmPort).
+            usage = getattr(error, "usage", None)
+            usage = usage if isinstance(usage, LlmUsage) else None
             await asyncio.shield(
-                self._record_failure(call, "cancelled", "the caller cancelled the step", None)
+                self._record_failure(call, "cancelled", "the caller cancelled the step", usage)
             )
             raise
         except Exception as error:
