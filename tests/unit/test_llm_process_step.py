@@ -1,4 +1,5 @@
-"""Engine.process_step against a fake LLM port: events, failures, idempotency and takeover."""
+"""Engine.process_step against the one LLM double (tests/support/llm.py): events, failures,
+idempotency and takeover."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -21,40 +21,10 @@ from flowledger.domain.errors import (
     UnknownModelPrice,
     ValidationError,
 )
-from flowledger.domain.ports import LlmReply
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
+from tests.support.llm import ScriptedLlm
 from tests.support.steps import start_elsewhere
-
-DECISION = (
-    '{"action": "classify", "context_update": {"intent": "refund"}, "next_step": "resolve", "message": "ok"}'
-)
-
-
-class FakeLlm:
-    """Counts calls; answers ``content`` after ``delay`` or raises ``error``."""
-
-    def __init__(self, content: str = DECISION, error: Exception | None = None, delay: float = 0.01) -> None:
-        self.content, self.error, self.delay = content, error, delay
-        self.calls: list[list[dict[str, Any]]] = []
-
-    async def complete(
-        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
-    ) -> LlmReply:
-        self.calls.append(messages)
-        await asyncio.sleep(self.delay)
-        if self.error is not None:
-            raise self.error
-        usage = LlmUsage(
-            provider="fake",
-            request_model=model or "deepseek-v3.2",
-            input_tokens=100,
-            output_tokens=20,
-            cost_usd=Decimal("0.0000364"),
-            price_version="test",
-            latency_ms=10.0,
-        )
-        return LlmReply(content=self.content, usage=usage)
 
 
 @pytest.fixture
@@ -71,7 +41,7 @@ def event_types(engine: Engine, session_id: str) -> list[str]:
 async def test_a_step_records_started_then_processed_with_usage_and_the_parsed_decision(
     engine: Engine,
 ) -> None:
-    engine.llm = llm = FakeLlm()
+    engine.llm = llm = ScriptedLlm()
     engine.start_session("s1", "customer_service")
     record = await engine.process_step(
         "s1", "classify_intent", {"message": "refund please"}, idempotency_key="k1"
@@ -83,11 +53,11 @@ async def test_a_step_records_started_then_processed_with_usage_and_the_parsed_d
     assert record.usage.cost_usd == Decimal("0.0000364")
     state = engine.get_session("s1")
     assert (state.current_step, state.context, state.pending) == ("resolve", {"intent": "refund"}, ())
-    assert "Current step: classify_intent" in llm.calls[0][0]["content"]
+    assert "Current step: classify_intent" in llm.calls[0].messages[0]["content"]
 
 
 async def test_a_reply_that_is_not_json_is_recorded_as_a_flagged_message(memory_engine: Engine) -> None:
-    memory_engine.llm = FakeLlm(content="Happy to help with that!")
+    memory_engine.llm = ScriptedLlm(content="Happy to help with that!")
     memory_engine.start_session("s1", "cs")
     record = await memory_engine.process_step("s1", "greet")
     assert record.output["reply_format"] == "text"
@@ -98,7 +68,7 @@ async def test_a_reply_that_is_not_json_is_recorded_as_a_flagged_message(memory_
 
 async def test_a_failed_call_records_step_failed_with_its_error_type_and_usage(engine: Engine) -> None:
     spent = LlmUsage(request_model="gpt-4.1", attempts=3, latency_ms=900.0)
-    engine.llm = FakeLlm(error=LlmCallFailed("HTTP 503", error_type="http_503", attempts=3, usage=spent))
+    engine.llm = ScriptedLlm(error=LlmCallFailed("HTTP 503", error_type="http_503", attempts=3, usage=spent))
     engine.start_session("s1", "cs")
     with pytest.raises(LlmCallFailed):
         await engine.process_step("s1", "greet", idempotency_key="k1")
@@ -110,7 +80,7 @@ async def test_a_failed_call_records_step_failed_with_its_error_type_and_usage(e
 
 
 async def test_an_unexpected_adapter_error_still_leaves_a_step_failed(memory_engine: Engine) -> None:
-    memory_engine.llm = FakeLlm(error=RuntimeError("bug in adapter"))
+    memory_engine.llm = ScriptedLlm(error=RuntimeError("bug in adapter"))
     memory_engine.start_session("s1", "cs")
     with pytest.raises(RuntimeError):
         await memory_engine.process_step("s1", "greet")
@@ -118,7 +88,7 @@ async def test_an_unexpected_adapter_error_still_leaves_a_step_failed(memory_eng
 
 
 async def test_fifty_concurrent_calls_with_one_key_make_one_model_call(engine: Engine) -> None:
-    engine.llm = llm = FakeLlm(delay=0.05)
+    engine.llm = llm = ScriptedLlm(delay=0.05)
     engine.start_session("s1", "cs")
     records = await asyncio.gather(
         *(engine.process_step("s1", "greet", idempotency_key="same") for _ in range(50))
@@ -129,7 +99,7 @@ async def test_fifty_concurrent_calls_with_one_key_make_one_model_call(engine: E
 
 
 async def test_a_known_key_returns_its_record_without_calling_the_model(memory_engine: Engine) -> None:
-    memory_engine.llm = llm = FakeLlm()
+    memory_engine.llm = llm = ScriptedLlm()
     memory_engine.start_session("s1", "cs")
     first = await memory_engine.process_step("s1", "greet", idempotency_key="k1")
     again = await memory_engine.process_step("s1", "greet", idempotency_key="k1")
@@ -138,7 +108,7 @@ async def test_a_known_key_returns_its_record_without_calling_the_model(memory_e
 
 
 async def test_a_failed_key_may_be_retried(memory_engine: Engine) -> None:
-    memory_engine.llm = llm = FakeLlm(error=LlmCallFailed("x", error_type="timeout", attempts=3))
+    memory_engine.llm = llm = ScriptedLlm(error=LlmCallFailed("x", error_type="timeout", attempts=3))
     memory_engine.start_session("s1", "cs")
     with pytest.raises(LlmCallFailed):
         await memory_engine.process_step("s1", "greet", idempotency_key="k1")
@@ -151,7 +121,7 @@ async def test_a_failed_key_may_be_retried(memory_engine: Engine) -> None:
 
 
 async def test_a_step_pending_elsewhere_is_awaited_not_called_again(memory_engine: Engine) -> None:
-    memory_engine.llm = llm = FakeLlm()
+    memory_engine.llm = llm = ScriptedLlm()
     memory_engine.start_session("s1", "cs")
     start_elsewhere(memory_engine, "s1", "k1")
 
@@ -169,7 +139,7 @@ async def test_a_step_pending_elsewhere_is_awaited_not_called_again(memory_engin
 async def test_a_step_held_by_a_live_lease_past_the_wait_timeout_raises_step_in_progress(
     memory_engine: Engine,
 ) -> None:
-    memory_engine.llm = llm = FakeLlm()
+    memory_engine.llm = llm = ScriptedLlm()
     memory_engine.steps.wait_timeout_s = 0.1
     memory_engine.start_session("s1", "cs")
     start_elsewhere(memory_engine, "s1", "k1")
@@ -183,7 +153,7 @@ async def test_a_step_whose_lease_lapsed_is_taken_over_and_the_lost_attempt_is_k
     memory_engine: Engine,
 ) -> None:
     # Given a step started by a worker that died (its lease has lapsed)
-    memory_engine.llm = llm = FakeLlm()
+    memory_engine.llm = llm = ScriptedLlm()
     memory_engine.start_session("s1", "cs")
     start_elsewhere(memory_engine, "s1", "k1", lease=timedelta(milliseconds=50))
     assert [p.idempotency_key for p in memory_engine.get_session("s1").pending] == ["k1"]
@@ -206,7 +176,7 @@ async def test_a_lease_is_judged_by_the_engines_clock_not_the_wall_clock() -> No
         settings=Settings(database_url="memory:", home=Path("/nonexistent")),
         clock=lambda: datetime.now(UTC) + timedelta(minutes=10),
     )
-    ahead.llm = llm = FakeLlm()
+    ahead.llm = llm = ScriptedLlm()
     ahead.steps.wait_timeout_s = 0.1
     ahead.start_session("s1", "cs")
     # When a step it started a moment ago is still pending under a live lease
@@ -229,7 +199,7 @@ def test_an_engine_refuses_a_clock_without_a_time_zone() -> None:
 async def test_a_worker_renews_its_lease_while_a_long_model_call_runs() -> None:
     # Given leases of 0.3 s and a model that takes a second
     engine = Engine(settings=Settings(database_url="memory:", home=Path("/nonexistent"), step_lease_s=0.3))
-    engine.llm = FakeLlm(delay=1.0)
+    engine.llm = ScriptedLlm(delay=1.0)
     engine.start_session("s1", "cs")
     # When a step runs
     await engine.process_step("s1", "greet", idempotency_key="k1")
@@ -245,7 +215,7 @@ async def test_a_worker_renews_its_lease_while_a_long_model_call_runs() -> None:
 async def test_a_cancelled_caller_leaves_a_step_failed_not_a_gap(
     memory_engine: Engine, after_s: float
 ) -> None:
-    memory_engine.llm = FakeLlm(delay=5)
+    memory_engine.llm = ScriptedLlm(delay=5)
     memory_engine.start_session("s1", "cs")
     task = asyncio.create_task(memory_engine.process_step("s1", "greet", idempotency_key="k1"))
     await asyncio.sleep(after_s)
@@ -265,7 +235,7 @@ async def test_an_engine_without_an_adapter_cannot_process_steps(memory_engine: 
 
 
 async def test_a_closed_session_takes_no_step_and_calls_no_model(memory_engine: Engine) -> None:
-    memory_engine.llm = llm = FakeLlm()
+    memory_engine.llm = llm = ScriptedLlm()
     memory_engine.start_session("s1", "cs")
     memory_engine.complete_session("s1", "done")
     with pytest.raises(SessionClosed):
@@ -277,7 +247,7 @@ async def test_a_session_closed_during_the_model_call_keeps_the_cost_and_takes_n
     memory_engine: Engine,
 ) -> None:
     # Given a model that answers slowly
-    memory_engine.llm = FakeLlm(delay=0.2)
+    memory_engine.llm = ScriptedLlm(delay=0.2)
     memory_engine.start_session("s1", "cs")
 
     async def close_meanwhile() -> None:

@@ -1,4 +1,6 @@
-"""Classifying tasks through the LLM port (a fake here), on both backends."""
+"""Classifying tasks through the LLM port, on both backends: the engine's decisions, with the one
+LLM double (tests/support/llm.py); the real client against the simulator is in
+tests/integration/test_llm_task_classification.py and tests/e2e/test_http_tasks.py."""
 
 from __future__ import annotations
 
@@ -9,12 +11,12 @@ from typing import Any
 import pytest
 
 from flowledger.domain.errors import LlmCallFailed, LlmNotConfigured, ValidationError
-from flowledger.domain.ports import LlmReply
 from flowledger.domain.task import task_uuid
 from flowledger.domain.task_views import Classification, TaskStatus
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.projections.calls import call_of
+from tests.support.llm import ScriptedLlm
 
 USAGE = LlmUsage(
     provider="fake",
@@ -26,30 +28,15 @@ USAGE = LlmUsage(
 )
 
 
-class FakeLlm:
-    """Answers every call with ``content``, or raises ``error``; remembers the calls."""
-
-    def __init__(self, content: str = "", error: Exception | None = None) -> None:
-        self.content = content
-        self.error = error
-        self.calls: list[dict[str, Any]] = []
-
-    async def complete(
-        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
-    ) -> LlmReply:
-        self.calls.append({"model": model, "messages": messages, "json_mode": json_mode})
-        if self.error is not None:
-            raise self.error
-        return LlmReply(content=self.content, usage=USAGE)
-
-
 def answer(**fields: Any) -> str:
     return json.dumps(fields)
 
 
 async def test_a_classification_is_recorded_with_the_usage_that_produced_it(engine: Engine) -> None:
     # Given a task and a model that calls it a feature
-    engine.llm = FakeLlm(answer(category="feature", complexity="high", estimated_hours=6))
+    engine.llm = llm = ScriptedLlm(
+        answer(category="feature", complexity="high", estimated_hours=6), usage=USAGE
+    )
     engine.create_task("t1", "Add OAuth login", ["python"])
 
     # When it is classified
@@ -62,12 +49,12 @@ async def test_a_classification_is_recorded_with_the_usage_that_produced_it(engi
     classified = engine.task_history("t1")[-1]
     assert classified.event_type == "Task.Classified"
     assert classified.data["usage"] == USAGE
-    assert engine.llm.calls[0]["model"] == "deepseek-v3.2"
-    assert "Add OAuth login" in engine.llm.calls[0]["messages"][-1]["content"]
+    assert llm.calls[0].model == "deepseek-v3.2"
+    assert "Add OAuth login" in llm.calls[0].messages[-1]["content"]
 
 
 async def test_a_classified_task_is_not_sent_to_the_model_again(engine: Engine) -> None:
-    llm = FakeLlm(answer(category="bug_fix", complexity="low", estimated_duration_hours=1))
+    llm = ScriptedLlm(answer(category="bug_fix", complexity="low", estimated_duration_hours=1), usage=USAGE)
     engine.llm = llm
     engine.create_task("t1", "Typo on the home page", [])
     first = await engine.classify_task("t1")
@@ -79,7 +66,7 @@ async def test_an_unusable_reply_is_retried_on_the_fallback_then_leaves_the_task
     engine: Engine,
 ) -> None:
     # Given a model that answers with a category that does not exist
-    llm = FakeLlm(answer(category="poetry", complexity="low", estimated_hours=1))
+    llm = ScriptedLlm(answer(category="poetry", complexity="low", estimated_hours=1), usage=USAGE)
     engine.llm = llm
     engine.create_task("t1", "Write a haiku", [], priority="low")
 
@@ -88,7 +75,7 @@ async def test_an_unusable_reply_is_retried_on_the_fallback_then_leaves_the_task
 
     # Then the low tier's model was tried, then the routing's fallback, and both failures
     # are recorded with their usage; the task still waits, unclassified and not escalated
-    assert [call["model"] for call in llm.calls] == ["gemini-2.5-flash", "deepseek-v3.2"]
+    assert [call.model for call in llm.calls] == ["gemini-2.5-flash", "deepseek-v3.2"]
     assert task.status is TaskStatus.PENDING
     assert task.classification is None
     assert task.escalation is None
@@ -105,10 +92,11 @@ async def test_a_failed_model_call_leaves_an_assigned_task_with_its_agent(engine
     engine.register_agent("be", "Backend", ["python"], 1)
     engine.create_task("t1", "Fix the API", ["python"])
     engine.assign_task("t1")
-    engine.llm = FakeLlm(
+    engine.llm = ScriptedLlm(
+        usage=USAGE,
         error=LlmCallFailed(
             "503 three times", error_type="http_503", attempts=3, usage=USAGE, status_code=503
-        )
+        ),
     )
 
     # When it is classified
@@ -124,18 +112,18 @@ async def test_a_failed_model_call_leaves_an_assigned_task_with_its_agent(engine
 
 async def test_a_waiting_task_can_be_classified_again_after_a_failure(engine: Engine) -> None:
     # Given a task whose classification failed on every model
-    engine.llm = FakeLlm(answer(category="poetry", complexity="low", estimated_hours=1))
+    engine.llm = ScriptedLlm(answer(category="poetry", complexity="low", estimated_hours=1), usage=USAGE)
     engine.create_task("t1", "Fix the login page", [])
     await engine.classify_task("t1")
 
     # When the model answers sensibly and the task is reclassified
-    engine.llm = FakeLlm(answer(category="bug_fix", complexity="medium", estimated_hours=2))
+    engine.llm = ScriptedLlm(answer(category="bug_fix", complexity="medium", estimated_hours=2), usage=USAGE)
     task = await engine.reclassify_task("t1")
 
     # Then it is classified, and reclassifying it again replaces the classification
     assert task.classification is not None
     assert task.classification.category == "bug_fix"
-    engine.llm = FakeLlm(answer(category="feature", complexity="low", estimated_hours=1))
+    engine.llm = ScriptedLlm(answer(category="feature", complexity="low", estimated_hours=1), usage=USAGE)
     again = await engine.reclassify_task("t1")
     assert again.classification is not None
     assert again.classification.category == "feature"
@@ -168,25 +156,13 @@ def test_a_reply_is_parsed_even_when_wrapped_in_prose() -> None:
         Classification.from_reply("no json here", None)
 
 
-class ClassifiedMeanwhile(FakeLlm):
-    """Answers like FakeLlm, but someone classifies the task while the call is in flight."""
-
-    def __init__(self, engine: Engine, task_id: str, content: str) -> None:
-        super().__init__(content)
-        self.engine, self.task_id = engine, task_id
-
-    async def complete(
-        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
-    ) -> LlmReply:
-        self.engine.record_classification(self.task_id, "review", "low", 1.0)
-        return await super().complete(model=model, messages=messages, json_mode=json_mode)
-
-
 async def test_a_classification_that_lost_the_race_keeps_its_cost_on_the_task(engine: Engine) -> None:
     # Given a task that the caller classifies while the model is still answering
     engine.create_task("t9", "Review the PR", ["python"])
-    engine.llm = ClassifiedMeanwhile(
-        engine, "t9", answer(category="feature", complexity="high", estimated_hours=6)
+    engine.llm = ScriptedLlm(
+        answer(category="feature", complexity="high", estimated_hours=6),
+        usage=USAGE,
+        meanwhile=lambda: engine.record_classification("t9", "review", "low", 1.0),
     )
 
     # When the model's answer arrives
