@@ -1,23 +1,26 @@
 """The task router: classification drives skills, priority and deadline; tiers pick the model;
-failures and escalations are recoverable; the queue can be run and listed (both backends)."""
+failures and escalations are recoverable; the queue can be run and listed (both backends).
+
+Its decisions are tested with the one LLM double (tests/support/llm.py); an unknown model is
+refused by the real client's price table."""
 
 from __future__ import annotations
 
 import json
 from datetime import timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.domain.errors import TaskTransitionRejected, UnknownModelPrice, ValidationError
-from flowledger.domain.ports import LlmReply
 from flowledger.domain.skills import SkillCatalogue
 from flowledger.domain.task_views import Classification, EscalationReason, TaskPriority, TaskStatus
-from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.router_files import load_model_tiers, load_skill_catalogue
+from tests.support.llm import ScriptedLlm
 
 TEAMS = {
     "backend": ["python", "golang", "kubernetes"],
@@ -26,30 +29,9 @@ TEAMS = {
 }
 
 
-class Classifier:
-    """A fake model that answers a fixed classification and remembers which model was asked."""
-
-    def __init__(self, category: str = "bug_fix", complexity: str = "medium", hours: float = 2.0) -> None:
-        self.answer = {"category": category, "complexity": complexity, "estimated_hours": hours}
-        self.models: list[str | None] = []
-
-    def check_model(self, model: str | None) -> None:
-        if model not in (None, "deepseek-v3.2", "claude-sonnet-4.5", "gemini-2.5-flash"):
-            raise UnknownModelPrice(str(model), "test")
-
-    async def complete(
-        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
-    ) -> LlmReply:
-        self.models.append(model)
-        usage = LlmUsage(
-            provider="fake",
-            request_model=model,
-            input_tokens=100,
-            output_tokens=20,
-            cost_usd=Decimal("0.00001"),
-            latency_ms=40.0,
-        )
-        return LlmReply(content=json.dumps(self.answer), usage=usage)
+def classifier(category: str = "bug_fix", complexity: str = "medium", hours: float = 2.0) -> ScriptedLlm:
+    """The one LLM double, answering a fixed classification."""
+    return ScriptedLlm(json.dumps({"category": category, "complexity": complexity, "estimated_hours": hours}))
 
 
 def register_teams(engine: Engine, capacity: int = 10) -> None:
@@ -60,7 +42,7 @@ def register_teams(engine: Engine, capacity: int = 10) -> None:
 async def test_a_task_created_without_skills_goes_to_the_team_its_words_name(engine: Engine) -> None:
     # Given the seed's three teams and a Go bug created without skills
     register_teams(engine)
-    engine.llm = Classifier("bug_fix", "high", 3)
+    engine.llm = classifier("bug_fix", "high", 3)
     engine.create_task("go-race", "Fix the race in the Go worker", [])
 
     # When it is classified and assigned
@@ -77,7 +59,7 @@ async def test_a_task_created_without_skills_goes_to_the_team_its_words_name(eng
 
 
 async def test_complexity_raises_priority_and_the_estimate_sets_a_missing_deadline(engine: Engine) -> None:
-    engine.llm = Classifier("deployment", "critical", 4)
+    engine.llm = classifier("deployment", "critical", 4)
     engine.create_task("deploy", "Roll out the new Docker image", [], priority="MEDIUM")
     before = engine.clock()
     task = await engine.classify_task("deploy")
@@ -91,7 +73,7 @@ async def test_complexity_raises_priority_and_the_estimate_sets_a_missing_deadli
 
 
 async def test_the_creators_skills_priority_and_deadline_stand(engine: Engine) -> None:
-    engine.llm = Classifier("bug_fix", "critical", 4)
+    engine.llm = classifier("bug_fix", "critical", 4)
     deadline = engine.clock() + timedelta(days=3)
     engine.create_task("t", "Fix the Go worker", ["python"], priority="critical", deadline=deadline)
     task = await engine.classify_task("t")
@@ -115,20 +97,31 @@ async def test_the_creators_skills_priority_and_deadline_stand(engine: Engine) -
     ],
 )
 async def test_each_priority_is_classified_on_its_tier(engine: Engine, priority: str, model: str) -> None:
-    llm = Classifier()
+    llm = classifier()
     engine.llm = llm
     engine.create_task("t", "Fix the API", [], priority=priority)
     await engine.classify_task("t")
-    assert llm.models == [model]
+    assert [call.model for call in llm.calls] == [model]
     assert engine.task_history("t")[-1].data["route"].startswith(f"{priority} tier [{model}]")
 
 
 async def test_an_unknown_model_is_refused_before_anything_is_recorded(engine: Engine) -> None:
-    engine.llm = Classifier()
+    # Given the real adapter, whose price table does not know the model
+    requests: list[httpx.Request] = []
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"))
+    engine.llm = llm = OpenAICompatibleClient(
+        config,
+        prices=load_price_table(),
+        transport=httpx.MockTransport(lambda r: requests.append(r) or httpx.Response(500)),
+    )
     engine.create_task("t", "Fix the API", [])
-    with pytest.raises(UnknownModelPrice):
+    # When the task is classified on it, Then nothing was sent and nothing recorded
+    with pytest.raises(UnknownModelPrice) as raised:
         await engine.classify_task("t", model="gpt-4.2-typo")
+    assert raised.value.model == "gpt-4.2-typo"
+    assert requests == []
     assert [e.event_type for e in engine.task_history("t")] == ["Task.Created"]
+    await llm.aclose()
 
 
 async def test_an_escalated_task_is_requeued_by_a_person_and_assigned_again(engine: Engine) -> None:
