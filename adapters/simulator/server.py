@@ -14,9 +14,10 @@ import json
 import math
 import random
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from flowledger.adapters.simulator.replies import (
@@ -41,12 +42,29 @@ _REASONS = {
 }
 
 
+EXCHANGES_KEPT = 1000
+"""How many answered calls a simulator remembers (``Simulator.exchanges``)."""
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One call the simulator answered: the model and messages it was sent, the body it replied."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    reply: dict[str, Any]
+    """The ``chat.completion`` object, ``usage`` included (streamed replies carry the same)."""
+
+
 class Simulator:
-    """The server; ``stats`` counts requests by outcome (``served``, each fault, ``rejected``)."""
+    """The server; ``stats`` counts requests by outcome (``served``, each fault, ``rejected``);
+    ``exchanges`` keeps the last ``EXCHANGES_KEPT`` answered calls, oldest first, so that a test
+    can check what a client made of a reply against the reply itself."""
 
     def __init__(self, config: SimulatorConfig | None = None) -> None:
         self.config = config or SimulatorConfig()
         self.stats: Counter[str] = Counter()
+        self.exchanges: deque[Exchange] = deque(maxlen=EXCHANGES_KEPT)
         self._rng = random.Random(self.config.seed)
         self._cache = PromptCache()
         self._server: asyncio.Server | None = None
@@ -149,6 +167,8 @@ class Simulator:
         body = completion_body(model, messages, content, cached, self._rng)
         self.stats["served"] += 1
         self.stats[f"model_{model}"] += 1
+        # Kept before the reply is sent: whoever has the reply finds its exchange here.
+        self.exchanges.append(Exchange(model, messages, body))
         if streamed:
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
             payloads = stream_chunks(body, include_usage)

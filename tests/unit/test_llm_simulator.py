@@ -11,8 +11,9 @@ import httpx
 import openai
 import pytest
 
-from flowledger.adapters.simulator import FaultRates, SimulatorConfig, run_simulator
+from flowledger.adapters.simulator import Exchange, FaultRates, SimulatorConfig, run_simulator
 from flowledger.adapters.simulator.replies import draw_latency_s
+from flowledger.adapters.simulator.server import EXCHANGES_KEPT
 
 MESSAGES = [
     {
@@ -131,6 +132,30 @@ def test_fault_rates_are_drawn_in_proportion() -> None:
     assert 10 <= stats["fault_500"] <= 50
     assert 10 <= stats["fault_drop"] <= 50
     assert stats["served"] == 300 - stats["fault_429"] - stats["fault_500"] - stats["fault_drop"]
+
+
+def test_each_answered_call_is_kept_with_the_body_that_was_sent() -> None:
+    # Given a simulator, and calls that it answers, and one that it fails
+    with run_simulator(SimulatorConfig(latency_ms=0, seed=4)) as simulator:
+        with httpx.Client(
+            base_url=simulator.base_url, headers={"authorization": "Bearer sk-x-123456"}
+        ) as client:
+            sent = [
+                client.post("/chat/completions", json={"model": model, "messages": MESSAGES}).json()
+                for model in ("deepseek-v3.2", "gemini-2.5-flash")
+            ]
+            failed = client.post(
+                "/chat/completions",
+                json={"model": "gpt-4.1", "messages": MESSAGES},
+                headers={"x-sim-fault": "500"},
+            )
+        # Then the answered calls are kept, oldest first, each with the very body its caller got
+        assert failed.status_code == 500
+        assert list(simulator.exchanges) == [
+            Exchange("deepseek-v3.2", MESSAGES, sent[0]),
+            Exchange("gemini-2.5-flash", MESSAGES, sent[1]),
+        ]
+        assert simulator.exchanges.maxlen == EXCHANGES_KEPT
 
 
 def test_latencies_are_drawn_around_the_mean_with_a_tail() -> None:
