@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -16,10 +15,7 @@ from flowledger.adapters.llm import OpenAICompatibleClient
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
-
-# deepseek-v3.2's list price, typed here (not read from the price table): per token, uncached
-# input, cached input and output (https://api-docs.deepseek.com/quick_start/pricing).
-DEEPSEEK_INPUT, DEEPSEEK_CACHED, DEEPSEEK_OUTPUT = Decimal("0.28e-6"), Decimal("0.028e-6"), Decimal("0.42e-6")
+from tests.support.simulated import list_cost
 
 
 @dataclass
@@ -102,17 +98,18 @@ def test_the_seed_webhook_creates_processes_and_reads_a_session(
     assert data["context"]["intent"] == "refund_request"
     assert data["message"] == "I understand this is about refund request."
 
-    # The cost went through the real client's pricing: tokens as the simulator reported
-    # them, times the list price typed above.
+    # The cost went through the real client's pricing: the usage the simulator sent, at the
+    # model's list price (tests/support/simulated.py, typed from the provider's page).
+    reply = model.simulator.exchanges[-1].reply
+    expected = list_cost(reply)
     [step] = model.engine.session_steps("user-1-1700000000")
     usage = step.usage
     assert usage is not None
     assert (usage.request_model, usage.provider) == ("deepseek-v3.2", "openai_compatible")
-    uncached = usage.input_tokens - usage.cache_read_input_tokens
-    expected = (
-        uncached * DEEPSEEK_INPUT
-        + usage.cache_read_input_tokens * DEEPSEEK_CACHED
-        + usage.output_tokens * DEEPSEEK_OUTPUT
+    assert (usage.input_tokens, usage.cache_read_input_tokens, usage.output_tokens) == (
+        reply["usage"]["prompt_tokens"],
+        reply["usage"]["prompt_tokens_details"]["cached_tokens"],
+        reply["usage"]["completion_tokens"],
     )
     assert usage.cost_usd == expected
     assert data["ai_metrics"] == {

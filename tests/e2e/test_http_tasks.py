@@ -1,8 +1,8 @@
-"""The tasks-and-agents REST API, on both backends."""
+"""The tasks-and-agents REST API, on both backends; tasks are classified by the real client
+against the built-in simulator."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -11,45 +11,27 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
-from flowledger.domain.ports import LlmReply
-from flowledger.domain.values import LlmUsage
+from flowledger.adapters.simulator import Simulator
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
-
-
-class Classifier:
-    """An LlmPort that classifies every task as a high-complexity bug fix."""
-
-    async def complete(
-        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
-    ) -> LlmReply:
-        content = json.dumps({"category": "bug_fix", "complexity": "high", "estimated_hours": 6})
-        return LlmReply(
-            content=content,
-            usage=LlmUsage(
-                request_model=model or "deepseek-v3.2",
-                input_tokens=80,
-                output_tokens=20,
-                cost_usd=Decimal("0.0000308"),
-            ),
-        )
+from tests.support.simulated import list_cost, simulated_client
 
 
 @pytest.fixture(params=["memory", "postgres"])
-def http(request: pytest.FixtureRequest) -> Iterator[TestClient]:
+def http(request: pytest.FixtureRequest, simulator: Simulator) -> Iterator[TestClient]:
     if request.param == "memory":
         settings = make_settings(database_url="memory:")
     else:
         settings = make_settings(
             database_url=request.getfixturevalue("database_url"), schema=request.getfixturevalue("pg_schema")
         )
-    engine = Engine(settings=settings, llm=Classifier())
+    engine = Engine(settings=settings, llm=simulated_client(simulator.base_url))
     with TestClient(create_app(engine)) as client:
         yield client
     engine.close()
 
 
-def test_a_task_is_classified_assigned_worked_and_completed(http: TestClient) -> None:
+def test_a_task_is_classified_assigned_worked_and_completed(http: TestClient, simulator: Simulator) -> None:
     agent = {"agent_id": "be-1", "name": "Backend 1", "skills": ["golang"], "capacity": 1}
     assert http.post("/v1/agents", json=agent).status_code == 201
     task = {
@@ -62,8 +44,20 @@ def test_a_task_is_classified_assigned_worked_and_completed(http: TestClient) ->
     assert http.post("/v1/tasks", json=task).status_code == 201
 
     classified = http.post("/v1/tasks/T-1/classify", json={}).json()
+    # The simulator reads a race to fix as a high-complexity bug fix; a critical task is
+    # classified on its tier's model, and the call cost the simulator's usage at that
+    # model's list price, through the real client's pricing
     assert classified["classification"]["category"] == "bug_fix"
-    assert classified["classification"]["usage"]["cost_usd"] == "0.0000308"
+    assert classified["classification"]["complexity"] == "high"
+    exchange = simulator.exchanges[-1]
+    assert "Fix the race" in exchange.messages[-1]["content"]
+    assert exchange.model == "claude-sonnet-4.5"
+    usage = classified["classification"]["usage"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == (
+        exchange.reply["usage"]["prompt_tokens"],
+        exchange.reply["usage"]["completion_tokens"],
+    )
+    assert Decimal(usage["cost_usd"]) == list_cost(exchange.reply)
     assigned = http.post("/v1/tasks/T-1/assign").json()
     assert assigned["agent_id"] == "be-1"
     assert http.get("/v1/agents/be-1").json()["load"] == 1
