@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import httpx
@@ -32,7 +33,7 @@ from flowledger.adapters.llm.retry import (
     parse_retry_after,
     status_is_retryable,
 )
-from flowledger.adapters.llm.transport import build_transport
+from flowledger.adapters.llm.transport import WHOLE_BODY, build_transport
 from flowledger.adapters.llm.usage import CallContext, build_usage
 from flowledger.domain.errors import CircuitOpen, LlmCallFailed, UnknownModelPrice, ValidationError
 from flowledger.domain.ports import CallEstimate, LlmReply
@@ -195,10 +196,7 @@ class OpenAICompatibleClient:
         )
         outcomes: list[AttemptOutcome] = []
         try:
-            async for attempt in self.retry.retrying():
-                with attempt:
-                    waited = float(attempt.retry_state.idle_for)
-                    parsed = await self._attempt(body, stream, outcomes, waited)
+            parsed = await self.retry.run(partial(self._attempt, body, stream, outcomes))
         except AttemptError as error:
             usage = build_usage(call, None, outcomes, self._clock())
             raise LlmCallFailed(
@@ -289,7 +287,7 @@ class OpenAICompatibleClient:
             self._endpoint,
             headers=self._headers,
             content=_JSON.encode(body).encode(),
-            extensions={"timeout": self._timeout},
+            extensions={"timeout": self._timeout, WHOLE_BODY: True},
         )
         response = await self._transport.handle_async_request(request)
         try:

@@ -54,6 +54,7 @@ def build_usage(
     retried = Decimal(0)
     billed = 0
     unpriced = False
+    cost: Decimal | None = None
     for index, outcome in enumerate(outcomes):
         entry: dict[str, Any] = {
             "n": outcome.number,
@@ -85,7 +86,9 @@ def build_usage(
         extra["usage_reported"] = False
     last = outcomes[-1].usage if outcomes else None
     tokens = last if last is not None else ReportedUsage()
-    cost = attempt_cost(call.price, tokens)
+    if last is None:
+        cost = attempt_cost(call.price, tokens)
+    # Otherwise the loop priced the last attempt already (pricing is a tenth of a call's client CPU).
     return LlmUsage(
         provider=call.provider,
         request_model=call.model,

@@ -154,6 +154,11 @@ class BudgetService:
 
     # -- the step path (blocking: run on a database thread) ----------------------------
 
+    def known_idle(self) -> bool:
+        """Whether the tenant is known to have no budgets now (nothing to ask the database):
+        a step then skips its reservation, and the thread hop and cost estimate it took."""
+        return self._ledger is None or time.monotonic() < self._none_until
+
     def active(self) -> bool:
         """Whether the tenant may have budgets (asked at most once a second while it has none)."""
         if self._ledger is None or time.monotonic() < self._none_until:

@@ -283,7 +283,7 @@ class StepService:
         """Hold the call's estimated maximum cost in its budgets; refuse it, recorded and unsent,
         when an enforced budget cannot take it (``StepFailed("budget_exceeded")``)."""
         budgets = self.budgets
-        if budgets is None:
+        if budgets is None or budgets.known_idle():
             return None
         # An adapter that cannot estimate (no CostEstimator) reserves nothing: its calls are
         # still refused once a budget is spent, but concurrent ones may overshoot.

@@ -295,3 +295,30 @@ async def test_calls_recorded_elsewhere_count_once_against_budgets_and_can_exhau
         assert len(receiver.requests) == 1
     finally:
         await engine.aclose()
+
+
+async def test_steps_of_a_tenant_without_budgets_ask_the_ledger_once_then_skip_the_reservation(
+    settings: Settings, simulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = Engine(settings=settings, llm=client(simulator.base_url))
+    reservations: list[CallScope] = []
+    reserve = engine.budgets.reserve
+
+    def counted(scope: CallScope, estimate: Decimal) -> Any:
+        reservations.append(scope)
+        return reserve(scope, estimate)
+
+    monkeypatch.setattr(engine.budgets, "reserve", counted)
+    try:
+        engine.start_session("free", "support")
+        # When five steps run on a tenant that has no budget
+        for n in range(5):
+            assert await step(engine, "free", n) == "done"
+        # Then only the first asked the ledger: the others knew there was nothing to hold
+        assert len(reservations) == 1
+        # And a budget set here applies to the very next step
+        engine.budgets.set("session", "free", "total", "0.000001")
+        assert await step(engine, "free", 5) == "refused"
+        assert len(reservations) == 2
+    finally:
+        await engine.aclose()

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
-from flowledger.adapters.llm.transport import AiohttpTransport, ShardedTransport
+from flowledger.adapters.llm.transport import _CACHE_BOUND, WHOLE_BODY, AiohttpTransport, ShardedTransport
 from flowledger.domain.errors import LlmCallFailed, ValidationError
 
 Handler = Callable[[httpx.Request], Any]
@@ -202,6 +202,50 @@ async def test_the_aiohttp_transport_takes_the_pool_limit_and_sends_the_key() ->
             assert session.connector.limit == 7
     assert len(seen) == 20
     assert seen[0].headers["authorization"] == "Bearer sk-test-secret-1"
+
+
+async def test_a_whole_body_request_answers_as_the_streamed_path_does() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/ok"):
+            return httpx.Response(201, content=b'{"ok": true}', headers={"x-n": "1"})
+        return httpx.Response(404, text=f"no {request.url.path} for {request.headers['x-who']}")
+
+    async with served(handler) as url:
+        transport = AiohttpTransport()
+        try:
+            # When the same requests go through the lean path and the streamed one, several times
+            answers = []
+            for extensions in ({WHOLE_BODY: True}, {}, {WHOLE_BODY: True}):
+                for path in ("/ok", "/missing"):
+                    request = httpx.Request(
+                        "POST", url + path, headers={"x-who": "me"}, content=b"{}", extensions=extensions
+                    )
+                    response = await transport.handle_async_request(request)
+                    await response.aread()
+                    answers.append(
+                        (
+                            response.status_code,
+                            response.headers.get("x-n"),
+                            response.content,
+                            response.request,
+                        )
+                    )
+        finally:
+            await transport.aclose()
+    # Then they answer alike: status, headers, body, the request attached
+    assert answers[0][:3] == answers[2][:3] == answers[4][:3] == (201, "1", b'{"ok": true}')
+    assert answers[1][:3] == answers[3][:3] == answers[5][:3] == (404, None, b"no /v1/missing for me")
+    assert all(isinstance(answer[3], httpx.Request) for answer in answers)
+
+
+async def test_the_lean_path_caches_stay_bounded() -> None:
+    transport = AiohttpTransport()
+    # When more distinct headers pass than the bound
+    for n in range(3 * _CACHE_BOUND):
+        transport._header_map(httpx.Headers({"x-n": str(n)}))
+    # Then the cache started over instead of growing
+    assert 0 < len(transport._headers) <= _CACHE_BOUND
+    await transport.aclose()
 
 
 async def _no_sleep(_: float) -> None:
