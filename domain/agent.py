@@ -7,6 +7,7 @@ no interleaving of writers can record more tasks than the capacity.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from datetime import datetime
 from uuid import NAMESPACE_URL, UUID, uuid5
@@ -174,6 +175,16 @@ class Agent(FlowledgerAggregate):
             load=self.load,
             recent_completion_seconds=self.recent_completion_seconds(),
         )
+
+    def copy(self) -> Agent:
+        """A private copy to run a command on: the containers a command changes are copied,
+        what they hold is immutable. ``copy.deepcopy`` walked every held task: a sixth of an
+        assignment batch's time at a few hundred tasks an agent (cProfile)."""
+        clone = copy.copy(self)
+        for name, value in self.__dict__.items():
+            if isinstance(value, list | dict | set):
+                clone.__dict__[name] = value.copy()
+        return clone
 
     def state(self) -> AgentState:
         """An immutable view of the agent as it stands."""

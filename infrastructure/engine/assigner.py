@@ -9,11 +9,14 @@ work); the others wait for their answer. No two assigners of one engine fight, a
 engine pays one roster read and one commit per batch instead of per task.
 
 Across engines (processes), with ``agent_locks`` (PostgreSQL advisory locks), a batch
-try-locks each agent it chooses and takes the next best when another engine holds it; it
-reads the locked agent's newer events before deciding, so its save does not lose on the
-agent's version. Blocking on a lock happens only while holding none (so engines cannot
-deadlock); a batch that would have to wait while holding some stops there, and its other
-requests go to the next batch. Without locks (in memory) the agents' versions settle it:
+first plans its choices on the roster as read, then locks those agents in one round trip
+(an agent another engine holds gives way to the next best), with the events they have
+that this engine has not seen, so it decides on each held agent as it stands and its save
+does not lose on the agent's version. It chooses among the agents it holds, reaching for
+another only when none of them can take a task. The locks live in a transaction that the
+batch's append commits (one round trip, and no unlock). Blocking on a lock happens only
+while holding none (so engines cannot deadlock); a batch that would have to wait while
+holding some stops there, and its other requests go to the next batch. Without locks (in memory) the agents' versions settle it:
 a batch that read an agent stale loses its append as a whole and is decided again on a
 fresh roster. Capacity holds either way (``Agent.accept`` refuses, and a stale save
 fails on its version).
@@ -26,10 +29,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
+from uuid import UUID
 
 from flowledger.domain.agent import Agent
-from flowledger.domain.assignment import AgentProfile, Choice, NoChoice, choose_agent
+from flowledger.domain.assignment import AgentProfile, Choice, NoChoice, choose_agent, covers, rank_candidates
 from flowledger.domain.errors import FlowledgerError
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import EscalationReason, TaskState, TaskStatus
@@ -84,6 +89,8 @@ class BatchAssigner:
         self._retries = conflict_retries
         self._locks = agent_locks
         self._held: set[str] = set()
+        self._taken: set[str] = set()
+        """Agents found locked by another engine in this attempt."""
         self._cv = threading.Condition()
         self._queue: list[_Request] = []
         self._leading = False
@@ -157,9 +164,14 @@ class BatchAssigner:
                 except _NeedsFreshRoster:
                     return self._write_once(batch, fresh=True)
             finally:
-                if self._held and self._locks is not None:
-                    self._locks.release_all()
-                self._held.clear()
+                self._release()
+
+    def _release(self) -> None:
+        """Release every agent lock (a no-op once the batch's append committed them away)."""
+        if self._locks is not None:
+            self._locks.end()
+        self._held.clear()
+        self._taken.clear()
 
     def _write_once(self, batch: list[_Request], *, fresh: bool) -> list[TaskState]:
         attempts: list[UnitOfWork] = []
@@ -168,7 +180,11 @@ class BatchAssigner:
             # A retry follows a lost save: read the log before deciding again.
             again = bool(attempts)
             attempts.append(uow)
-            return self._decide(batch, uow, fresh=fresh or again)
+            self._release()  # a lost save rolled back the locks' transaction: start afresh
+            states = self._decide(batch, uow, fresh=fresh or again)
+            if self._locks is not None:
+                uow.transaction = self._locks.transaction  # the commit releases the locks
+            return states
 
         states: list[TaskState] = self._store.write(ROSTER_KEY, decide, conflict_retries=self._retries)
         self.batches += 1
@@ -179,9 +195,11 @@ class BatchAssigner:
         roster = index.agent_profiles() if fresh else index.recent_agent_profiles(ROSTER_MAX_AGE_S)
         profiles = {p.agent_id: p for p in roster}
         now = uow.now
+        tasks = [self._reads.task(uow, request.task_id) for request in batch]  # before any lock
+        if self._locks is not None:
+            self._lock_planned(self._locks, tasks, profiles, uow)
         states = []
-        for request in batch:
-            task = self._reads.task(uow, request.task_id)
+        for request, task in zip(batch, tasks, strict=True):
             if task.task_status is not TaskStatus.PENDING:
                 states.append(task.state())
                 continue
@@ -191,7 +209,7 @@ class BatchAssigner:
                 self._escalate(uow, task, EscalationReason.DEADLINE_BREACHED, detail)
                 states.append(task.state())
                 continue
-            decision = self._choose(task, profiles, uow, waiting=bool(self._held))
+            decision = self._choose(task, profiles, uow)
             if decision is None:
                 break  # every capable agent is locked elsewhere and this batch holds some
             if isinstance(decision, Choice):
@@ -206,62 +224,104 @@ class BatchAssigner:
             states.append(task.state())
         return states
 
+    def _lock_planned(
+        self, locks: AgentLocks, tasks: list[Task], profiles: dict[str, AgentProfile], uow: UnitOfWork
+    ) -> None:
+        """Lock, in one round trip, the agents this batch means to use: its choices made on
+        the roster as read, then the other eligible agents best first, up to as many as it
+        chose (an agent another engine holds gives way to the next). Each agent taken is
+        opened at once: its fresh load may change the choices."""
+        trial = dict(profiles)
+        plan: list[str] = []
+        pending = [task for task in tasks if task.task_status is TaskStatus.PENDING]
+        for task in pending:
+            decision = choose_agent(task.task_id, task.required_skills, trial.values())
+            if isinstance(decision, Choice):
+                chosen = trial[decision.agent_id]
+                trial[chosen.agent_id] = replace(chosen, load=chosen.load + 1)
+                if chosen.agent_id not in plan:
+                    plan.append(chosen.agent_id)
+        if not plan:
+            return
+        order = list(plan)
+        for task in pending:
+            order += [p.agent_id for p in rank_candidates(task.task_id, task.required_skills, trial.values())]
+        ids = {self._reads.agent_uuid(agent_id): agent_id for agent_id in dict.fromkeys(order)}
+        index = self._reads.index
+        known = [(agent, index.agent_version(agent_id)) for agent, agent_id in ids.items()]
+        taken, elsewhere = locks.try_lock(known, wanted=len(plan))
+        self._taken.update(ids[agent] for agent in elsewhere)
+        for agent in taken:
+            self._held.add(ids[agent])
+            self._open(uow, ids[agent], profiles, locked=True)
+
     def _choose(
-        self, task: Task, profiles: dict[str, AgentProfile], uow: UnitOfWork, *, waiting: bool
+        self, task: Task, profiles: dict[str, AgentProfile], uow: UnitOfWork
     ) -> Choice | NoChoice | None:
         """The best agent for the task whose lock this engine holds (or no locks are used);
         None when only agents locked elsewhere could take it and this batch holds locks."""
         locks = self._locks
-        taken_elsewhere: set[str] = set()
+        if locks is not None and self._held:
+            # Among the agents already held first: any other's load may be staler than theirs,
+            # and reaching for it costs a round trip and, often, the lock of another engine.
+            decision = choose_agent(task.task_id, task.required_skills, [profiles[a] for a in self._held])
+            if isinstance(decision, Choice):
+                return decision
         while True:
-            candidates = [p for p in profiles.values() if p.agent_id not in taken_elsewhere]
+            candidates = [p for p in profiles.values() if p.agent_id not in self._taken]
             decision = choose_agent(task.task_id, task.required_skills, candidates)
             if isinstance(decision, Choice):
                 agent_id = decision.agent_id
-                if locks is None or self._reads.agent_uuid(agent_id) in uow.touched:
+                aggregate_id = self._reads.agent_uuid(agent_id)
+                if locks is None or aggregate_id in uow.touched:
                     return decision
-                if agent_id in self._held:
-                    self._open(uow, agent_id, profiles, locked=True)
-                    continue
-                got, version = locks.try_lock(self._reads.agent_uuid(agent_id))
-                if got:
+                if agent_id not in self._held:
+                    if not locks.try_lock([(aggregate_id, self._reads.index.agent_version(agent_id))])[0]:
+                        self._taken.add(agent_id)
+                        continue
                     self._held.add(agent_id)
-                    # its fresh load may change the choice
-                    self._open(uow, agent_id, profiles, locked=True, stored_version=version)
-                    continue
-                taken_elsewhere.add(agent_id)
+                # its fresh load may change the choice
+                self._open(uow, agent_id, profiles, locked=True)
                 continue
-            if not taken_elsewhere or locks is None:
+            blocked = [
+                profiles[a]
+                for a in self._taken
+                if profiles[a].has_room and covers(task.required_skills, profiles[a].skills)
+            ]
+            if not blocked or locks is None:
                 return decision
-            if waiting or self._held:
+            if self._held:
                 return None
             # Holding no lock, waiting for one cannot deadlock: wait for the best of them.
-            best = choose_agent(task.task_id, task.required_skills, [profiles[a] for a in taken_elsewhere])
-            assert isinstance(best, Choice)  # they were eligible a moment ago
-            locks.lock(self._reads.agent_uuid(best.agent_id))
+            best = choose_agent(task.task_id, task.required_skills, blocked)
+            assert isinstance(best, Choice)  # they are eligible
+            locks.lock(self._reads.agent_uuid(best.agent_id), self._reads.index.agent_version(best.agent_id))
             self._held.add(best.agent_id)
+            self._taken.discard(best.agent_id)
             self._open(uow, best.agent_id, profiles, locked=True)
-            taken_elsewhere.discard(best.agent_id)
 
     def _open(
-        self,
-        uow: UnitOfWork,
-        agent_id: str,
-        profiles: dict[str, AgentProfile],
-        *,
-        locked: bool,
-        stored_version: int | None = None,
+        self, uow: UnitOfWork, agent_id: str, profiles: dict[str, AgentProfile], *, locked: bool
     ) -> Agent:
         """The agent, opened for this attempt; when locked, caught up with its newer events
-        (none to read when the stored version is known to be the copy's)."""
+        (those its lock brought, else read from the store)."""
         aggregate_id = self._reads.agent_uuid(agent_id)
         opened = uow.touched.get(aggregate_id)
         if isinstance(opened, Agent):
             return opened
         agent = self._reads.index.agent_copy(agent_id)
-        if locked and (stored_version is None or stored_version > agent.version):
-            for event in self._store.events(aggregate_id, gt=agent.version):
+        if locked:
+            for event in self._newer_events(aggregate_id, agent.version):
                 event.mutate(agent)
         uow.adopt(agent)
         profiles[agent_id] = agent.profile()
         return agent
+
+    def _newer_events(self, aggregate_id: UUID, version: int) -> list[Any]:
+        brought = self._locks.held.get(aggregate_id) if self._locks is not None else None
+        if brought is not None:
+            newer = [stored for stored in brought if stored.originator_version > version]
+            if not newer or newer[0].originator_version == version + 1:
+                mapper = self._store.app.mapper
+                return [mapper.to_domain_event(stored) for stored in newer]
+        return self._store.events(aggregate_id, gt=version)

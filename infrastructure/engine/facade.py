@@ -107,6 +107,7 @@ class Engine:
                 self.settings.schema,
                 self._app.recorder.events_table_name.rsplit(".", 1)[-1],  # type: ignore[attr-defined]
                 deadlines_of(self.settings),
+                chain=getattr(self._app.recorder, "chain", None),
             )
         )
         self.tasks = TaskService(self.store, self.task_reads, self.tenant, self._agent_locks)

@@ -63,7 +63,7 @@ _UNREACHABLE_PAUSE_S = 0.2
 class UnitOfWork:
     """The aggregates one attempt of a command touched; saved together, atomically."""
 
-    __slots__ = ("_assume_new", "_store", "actor", "command_id", "now", "touched")
+    __slots__ = ("_assume_new", "_store", "actor", "command_id", "now", "touched", "transaction")
 
     def __init__(
         self,
@@ -80,6 +80,9 @@ class UnitOfWork:
         self._store = store
         self._assume_new = assume_new
         self.touched: dict[UUID, FlowledgerAggregate] = {}
+        self.transaction: Any = None
+        """An open database transaction the save is to be made and committed in (it holds
+        locks the command took, ``agent_locks.py``); None saves on a connection of its own."""
 
     def find(self, aggregate_id: UUID) -> Any | None:
         """The aggregate (cached, or loaded), opened for this command; None when it does not exist."""
@@ -298,7 +301,10 @@ class AggregateStore:
         return [event for aggregate in uow.touched.values() for event in aggregate.collect_events()]
 
     def _save(self, uow: UnitOfWork, events: list[Any]) -> None:
-        self.app.events.put(events)
+        if uow.transaction is None:
+            self.app.events.put(events)
+        else:
+            self.app.events.put(events, transaction=uow.transaction)
 
     def _committed(self, at: tuple[UUID, int], command_id: str) -> bool:
         """Whether the stream holds an event of ``command_id`` at or after version ``at[1]``."""

@@ -31,7 +31,6 @@ from less.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -216,9 +215,14 @@ class LogIndex:
         with self._lock:
             known = self._agents.get(agent.id)
             if agent.id in self._agent_ids and (known is None or agent.version > known.version):
-                self._agents[agent.id] = copy.deepcopy(agent)
+                self._agents[agent.id] = agent.copy()
+
+    def agent_version(self, agent_id: str) -> int:
+        """The version of a followed agent as this index has it."""
+        with self._lock:
+            return self._agents[agent_uuid(self._tenant, agent_id)].version
 
     def agent_copy(self, agent_id: str) -> Agent:
         """A private copy of a followed agent, to run a command on and save."""
         with self._lock:
-            return copy.deepcopy(self._agents[agent_uuid(self._tenant, agent_id)])
+            return self._agents[agent_uuid(self._tenant, agent_id)].copy()

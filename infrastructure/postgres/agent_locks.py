@@ -1,39 +1,80 @@
 """Advisory locks on agents, so that assigners in different processes do not pick one agent.
 
 Every assigner wants the least-loaded capable agent; engines that decide apart all pick the
-same one and all but one lose the save. With these locks an engine's batch try-locks the
-agent it chose (``pg_try_advisory_lock``, session level, on a connection of its own), and if
-another engine holds it, chooses the next best instead; holding the lock, it reads the
-agent's events it has not seen, so its save does not lose on a stale version. The locks are
-only ever an optimisation: the agents' versions keep capacity whatever happens, so a lost
-connection (which frees its locks on the server) just means deciding without them.
-Behind PgBouncer in transaction mode session locks do not hold, so none are taken there.
+same one and all but one lose the save. With these locks an engine's batch takes the locks
+of the agents it means to use (``pg_try_advisory_xact_lock``, in order of preference, up to
+as many as it needs, in one statement) and chooses among those; an agent another engine
+holds is skipped for the next best. With each lock come the agent's stored events after
+the version the engine knows (read by a second statement of the same round trip, so after
+the lock is held: it sees the last holder's commit), so the batch decides on the agent as it
+stands and its save does not lose on a stale version, and the audit chain learns the
+stream's last hash without reading it again for the append.
+
+The locks belong to a transaction on a connection of their own, and the batch's append is
+made and committed in that same transaction (``transaction``): the commit releases them,
+with no unlock round trip, and a failed or abandoned batch releases them by rolling back
+(``end``). The locks are only ever an optimisation: the agents' versions keep capacity
+whatever happens, so a lost connection (which frees its locks on the server) just means
+deciding without them and saving through the pool. Behind PgBouncer in transaction mode
+locks taken outside the append's own round trip would not hold, so none are taken there.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from eventsourcing.persistence import StoredEvent
 from psycopg import sql
 
+from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.deadlines import Deadlines
+
+IDLE_S = 5
+"""Seconds the locks' transaction may sit idle before the server ends it (the library's default
+for its own connections)."""
+
+_OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
+
+# Rows are filtered one at a time in array order and the LIMIT stops the scan, so the
+# function runs (and a lock is taken) only until enough were taken.
+_TRY_FIRST = (
+    "SELECT c.i FROM unnest(%s::bigint[]) WITH ORDINALITY AS c(k, i) "
+    "WHERE pg_try_advisory_xact_lock(c.k) LIMIT %s"
+)
 
 
 class AgentLocks:
-    """Session-level advisory locks on agents (one connection, used by one thread at a time)."""
+    """Transaction-level advisory locks on agents (one connection, used by one thread at a time)."""
 
-    def __init__(self, database_url: str, schema: str, events_table: str, deadlines: Deadlines) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        schema: str,
+        events_table: str,
+        deadlines: Deadlines,
+        chain: StreamChain | None = None,
+    ) -> None:
         self._url = database_url
         self._schema = schema
         self._deadlines = deadlines
+        self._chain = chain
         self._conn: psycopg.Connection[Any] | None = None
-        # Sent with the lock in one pipeline (one round trip), as a statement of its own: its
-        # snapshot is taken after the lock is held, so it sees the last holder's commit.
-        self._last_version = (
-            sql.SQL("SELECT max(originator_version) FROM {}.{} WHERE originator_id = %s")
+        self.held: dict[UUID, list[StoredEvent] | None] = {}
+        """Agents locked in the open transaction, each with its stored events after the
+        version given when it was locked (None: unknown, read them)."""
+        # A statement of its own after the locks: its snapshot is taken after they are held.
+        # The row at the known version itself comes too, for its hash.
+        self._since = (
+            sql.SQL(
+                "SELECT a.i, e.originator_version, e.topic, e.state, e.event_hash "
+                "FROM unnest(%s::uuid[], %s::int[]) WITH ORDINALITY AS a(id, known, i) "
+                "JOIN {}.{} e ON e.originator_id = a.id AND e.originator_version >= a.known "
+                "ORDER BY a.i, e.originator_version"
+            )
             .format(sql.Identifier(schema), sql.Identifier(events_table))
             .as_string(None)
         )
@@ -43,31 +84,80 @@ class AgentLocks:
         digest = hashlib.blake2b(f"{self._schema}\x1f{agent_id}".encode(), digest_size=8).digest()
         return int.from_bytes(digest, "big", signed=True)
 
-    def try_lock(self, agent_id: UUID) -> tuple[bool, int | None]:
-        """Take the agent's lock if nobody holds it, with the agent's last stored version
-        (True and None when the database cannot say)."""
+    def try_lock(self, ranked: Sequence[tuple[UUID, int]], wanted: int = 1) -> tuple[list[UUID], set[UUID]]:
+        """Take up to ``wanted`` of the agents' locks (agent, version known), trying them in
+        the order given, in one round trip: returns those taken (their newer events in
+        ``held``) and those found held elsewhere. When the database cannot say, the first
+        ``wanted`` count as taken, events unknown (deciding without locks is safe, only slower)."""
+        candidates = [(agent, known) for agent, known in ranked if agent not in self.held]
+        if not candidates or wanted < 1:
+            return [], set()
         try:
             conn = self._connection()
             with conn.pipeline():
-                locked = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key(agent_id),))
-                version = conn.execute(self._last_version, (agent_id,))
-            got, last = locked.fetchone(), version.fetchone()
+                locked = conn.execute(_TRY_FIRST, ([self.key(a) for a, _ in candidates], wanted))
+                since = conn.execute(self._since, ([a for a, _ in candidates], [k for _, k in candidates]))
+            taken = [int(row[0]) - 1 for row in locked.fetchall()]
+            rows = since.fetchall()
         except psycopg.Error:
             self.close()
-            return True, None
-        return bool(got and got[0]), last[0] if last else None
+            guessed = [agent for agent, _ in candidates[:wanted]]
+            self.held.update(dict.fromkeys(guessed))
+            return guessed, set()
+        self._hold(candidates, taken, rows)
+        # Every candidate before the last one taken was tried; all were, if too few were taken.
+        tried = len(candidates) if len(taken) < wanted else max(taken) + 1
+        return [candidates[n][0] for n in taken], {a for a, _ in candidates[:tried] if a not in self.held}
 
-    def lock(self, agent_id: UUID) -> None:
-        """Wait for the agent's lock (bounded by the statement timeout)."""
-        self._execute("SELECT pg_advisory_lock(%s)", (self.key(agent_id),))
+    def lock(self, agent_id: UUID, known: int) -> None:
+        """Wait for the agent's lock (bounded by the statement timeout); its newer events go in ``held``."""
+        try:
+            conn = self._connection()
+            with conn.pipeline():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.key(agent_id),))
+                since = conn.execute(self._since, ([agent_id], [known]))
+            rows = since.fetchall()
+        except psycopg.Error:
+            self.close()
+            self.held[agent_id] = None
+            return
+        self._hold([(agent_id, known)], [0], rows)
 
-    def release_all(self) -> None:
-        """Release every lock this connection holds."""
+    def _hold(self, candidates: list[tuple[UUID, int]], taken: list[int], rows: list[Any]) -> None:
+        found: dict[int, list[Any]] = {}
+        for row in rows:
+            found.setdefault(int(row[0]) - 1, []).append(row)
+        for n in taken:
+            agent, known = candidates[n]
+            stream = found.get(n, [])
+            if not stream or stream[0][1] != known:  # the known version is not stored: read it all
+                self.held[agent] = None
+                continue
+            self.held[agent] = [
+                StoredEvent(originator_id=agent, originator_version=v, topic=t, state=bytes(state))
+                for _, v, t, state, _ in stream[1:]
+            ]
+            last = stream[-1]
+            if self._chain is not None and last[4] is not None:
+                self._chain.note_head(agent, last[1], bytes(last[4]))
+
+    @property
+    def transaction(self) -> psycopg.Connection[Any] | None:
+        """The open transaction holding the locks, for the batch's append to commit; None when
+        no lock is held there (none taken, or the connection was lost)."""
         conn = self._conn
-        if conn is None or conn.closed:
+        if conn is None or conn.closed or conn.info.transaction_status not in _OPEN:
+            return None
+        return conn
+
+    def end(self) -> None:
+        """Release every lock: roll back the transaction if nobody committed it."""
+        self.held.clear()
+        conn = self._conn
+        if conn is None or conn.closed or conn.info.transaction_status not in _OPEN:
             return
         try:
-            conn.execute("SELECT pg_advisory_unlock_all()")
+            conn.rollback()
         except psycopg.Error:
             self.close()  # the server frees a closed session's locks
 
@@ -79,12 +169,11 @@ class AgentLocks:
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self._url, autocommit=True, **self._deadlines.connection_kwargs())
+            kwargs = self._deadlines.connection_kwargs()
+            # A process that stalls while holding locks loses them (and its session) on the
+            # server instead of holding every other engine back.
+            kwargs["options"] = (
+                f"{kwargs.get('options', '')} -c idle_in_transaction_session_timeout={IDLE_S * 1000}"
+            )
+            self._conn = psycopg.connect(self._url, autocommit=False, **kwargs)
         return self._conn
-
-    def _execute(self, statement: str, params: tuple[Any, ...]) -> Any:
-        try:
-            return self._connection().execute(statement, params).fetchone()
-        except psycopg.Error:
-            self.close()
-            return None

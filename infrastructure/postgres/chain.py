@@ -85,6 +85,15 @@ class StreamChain:
             while len(self._heads) > self._max:
                 del self._heads[next(iter(self._heads))]
 
+    def note_head(self, stream: Any, version: int, hashed: bytes) -> None:
+        """Remember a stream's stored hash at ``version``, read by someone else (a committed row)."""
+        with self._lock:
+            known = self._heads.get(stream)
+            if known is None or known[0] < version:
+                self._heads[stream] = (version, hashed)
+                while len(self._heads) > self._max:
+                    del self._heads[next(iter(self._heads))]
+
     def forget(self) -> None:
         """Drop every remembered head (after ``audit chain`` or a test that rewrites rows)."""
         with self._lock:

@@ -62,7 +62,7 @@ from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
 from flowledger.infrastructure.postgres import sql as pg_sql
-from flowledger.infrastructure.postgres.chain import StreamChain
+from flowledger.infrastructure.postgres.chain import Heads, StreamChain
 from flowledger.infrastructure.postgres.ddl import append_function_name
 from flowledger.infrastructure.postgres.deadlines import Deadlines, call_within_deadline
 from flowledger.infrastructure.postgres.horizon import Horizon, HorizonLag
@@ -161,10 +161,14 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
 
         No retry here: a failed append raises at once (as the library's error), because
         after a lost reply only the caller can tell whether its commit happened (the
-        engine's store reads the stream back before it tries again).
+        engine's store reads the stream back before it tries again). With ``transaction``
+        (an open transaction's connection) the append commits that transaction.
         """
         if not stored_events:
             return []
+        transaction: Connection[Any] | None = kwargs.get("transaction")
+        if transaction is not None:
+            return self.append_and_commit(transaction, stored_events)
         pool = self.datastore.pool
         if pool.closed:  # not opened yet (or closed): the library opens it, or says why not
             with self.datastore.get_connection():
@@ -210,42 +214,81 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         """
         if curs.row_factory is not tuple_row:
             curs = curs.connection.cursor(row_factory=tuple_row)  # same transaction
+        hashes, macs, heads = self._seal(curs, stored_events)
+        self._send_append(curs, stored_events, hashes, macs)
+        ids = self._appended_ids(curs, stored_events)
+        # Outside a transaction block the call was the commit; inside a caller's transaction
+        # the heads are not remembered (it may still roll back): the next append reads them.
+        if self.chain is not None and heads and curs.connection.info.transaction_status == _IDLE:
+            self.chain.committed(heads, len(stored_events))
+        return ids
+
+    def append_and_commit(self, conn: Connection[Any], stored_events: Sequence[StoredEvent]) -> list[int]:
+        """Append in ``conn``'s open transaction and commit it, in one round trip: how a
+        batch of assignments saves under the agent locks its transaction holds (the commit
+        releases them, ``agent_locks.py``). On an error the transaction is left for its
+        owner to roll back. Raises the library's errors, as ``insert_events``."""
+        curs = self._append_cursor(conn)
+        try:
+            hashes, macs, heads = self._seal(curs, stored_events)
+            with conn.pipeline():
+                self._send_append(curs, stored_events, hashes, macs)
+                conn.commit()
+            ids = self._appended_ids(curs, stored_events)
+        except psycopg.Error as error:
+            raise library_error(error) from error
+        except BaseException:
+            close_unfinished(conn)
+            raise
+        if self.chain is not None and heads:
+            self.chain.committed(heads, len(stored_events))
+        self.notifier.poke()
+        return ids
+
+    def _seal(
+        self, curs: Cursor[Any], stored_events: Sequence[StoredEvent]
+    ) -> tuple[list[bytes | None], list[bytes | None], Heads | None]:
         chain = self.chain
         if chain is None:
-            hashes: list[bytes | None] = [None] * len(stored_events)
-            macs: list[bytes | None] = [None] * len(stored_events)
-            heads = None
-        else:
-            sealed, sealed_macs, heads = chain.seal(curs, stored_events, self.prepare)
-            hashes, macs = list(sealed), list(sealed_macs)
+            return [None] * len(stored_events), [None] * len(stored_events), None
+        sealed, sealed_macs, heads = chain.seal(curs, stored_events, self.prepare)
+        return list(sealed), list(sealed_macs), heads
+
+    def _send_append(
+        self,
+        curs: Cursor[Any],
+        stored_events: Sequence[StoredEvent],
+        hashes: list[bytes | None],
+        macs: list[bytes | None],
+    ) -> None:
         if len(stored_events) == 1:
             e = stored_events[0]
-            row = curs.execute(
+            curs.execute(
                 self.sql_append_one,
                 (e.originator_id, e.originator_version, e.topic, e.state, hashes[0], macs[0]),
                 prepare=self.prepare,
-            ).fetchone()
-            if row is None:  # the function always returns the id
-                raise OperationalError("append returned no notification id")
-            ids = [row[0]]
-        else:
-            curs.execute(
-                self.sql_append,
-                (
-                    [e.originator_id for e in stored_events],
-                    [e.originator_version for e in stored_events],
-                    [e.topic for e in stored_events],
-                    [e.state for e in stored_events],
-                    hashes,
-                    macs,
-                ),
-                prepare=self.prepare,
             )
-            ids = [row[0] for row in curs.fetchall()]
-        # Outside a transaction block the call was the commit; inside a caller's transaction
-        # the heads are not remembered (it may still roll back): the next append reads them.
-        if chain is not None and heads and curs.connection.info.transaction_status == _IDLE:
-            chain.committed(heads, len(stored_events))
+            return
+        curs.execute(
+            self.sql_append,
+            (
+                [e.originator_id for e in stored_events],
+                [e.originator_version for e in stored_events],
+                [e.topic for e in stored_events],
+                [e.state for e in stored_events],
+                hashes,
+                macs,
+            ),
+            prepare=self.prepare,
+        )
+
+    @staticmethod
+    def _appended_ids(curs: Cursor[Any], stored_events: Sequence[StoredEvent]) -> list[int]:
+        ids = [row[0] for row in curs.fetchall()]
+        if len(ids) != len(stored_events):  # the function returns one id per event
+            raise OperationalError(
+                f"append returned {len(ids)} notification ids for {len(stored_events)} events"
+            )
         return ids
 
     def select_events(
@@ -257,11 +300,44 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         desc: bool = False,
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
-        """The library's read of one stream, retried within the operation deadline (not 10 times)."""
-        read = PostgresApplicationRecorder.select_events.__wrapped__  # type: ignore[attr-defined]
-        return self._within_deadline(
-            lambda: read(self, originator_id, gt=gt, lte=lte, desc=desc, limit=limit)  # type: ignore[no-any-return]
-        )
+        """The library's read of one stream, retried within the operation deadline (not 10
+        times). The audit chain learns the hash of the newest event read, so an append
+        after a load does not read it again (a task another process created, say)."""
+        return self._within_deadline(lambda: self._select_events(originator_id, gt, lte, desc, limit))
+
+    def _select_events(
+        self, originator_id: UUID | str, gt: int | None, lte: int | None, desc: bool, limit: int | None
+    ) -> list[StoredEvent]:
+        statement = self.select_events_statement
+        params: list[Any] = [originator_id]
+        if gt is not None:
+            params.append(gt)
+            statement += SQL(" AND originator_version > %s")
+        if lte is not None:
+            params.append(lte)
+            statement += SQL(" AND originator_version <= %s")
+        statement += SQL(" ORDER BY originator_version DESC" if desc else " ORDER BY originator_version ASC")
+        if limit is not None:
+            params.append(limit)
+            statement += SQL(" LIMIT %s")
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            rows = curs.execute(statement, params, prepare=self.prepare).fetchall()
+        chain = self.chain
+        if chain is not None and rows:
+            newest = rows[0] if desc else rows[-1]
+            if newest["event_hash"] is not None:
+                chain.note_head(
+                    newest["originator_id"], newest["originator_version"], bytes(newest["event_hash"])
+                )
+        return [
+            StoredEvent(
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in rows
+        ]
 
     def select_notifications(
         self,

@@ -1,11 +1,15 @@
 """Agent locks across engines: one engine holds an agent, another sees it taken and picks the
-next best; each lock comes with the agent's stored version, read after the lock is held."""
+next best; each lock brings the agent's events newer than the version the engine knows,
+read after the lock is held; the batch's append commits the locks away."""
 
 from __future__ import annotations
+
+import pytest
 
 from flowledger.domain.agent import agent_uuid
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
+from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.database import deadlines_of
 from tests.conftest import make_settings
 
@@ -16,22 +20,55 @@ def locks_of(engine: Engine) -> AgentLocks:
     return locks
 
 
-def test_a_lock_is_exclusive_across_engines_and_reports_the_stored_version(
+def outside_locks(engine: Engine, database_url: str, schema: str) -> AgentLocks:
+    table = engine._app.recorder.events_table_name  # type: ignore[attr-defined]
+    return AgentLocks(database_url, schema, table, deadlines_of(engine.settings))
+
+
+def test_a_lock_is_exclusive_across_engines_and_brings_the_agents_newer_events(
     pg_engine: Engine, database_url: str, pg_schema: str
 ) -> None:
-    # Given an agent with a few events, and a second engine on the same schema
+    # Given an agent with two events, and a second engine on the same schema
     pg_engine.register_agent("be", "Backend", ["python"], 5)
     pg_engine.set_agent_capacity("be", 6)
     aggregate_id = agent_uuid(pg_engine.tenant, "be")
     with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as other:
-        # When the first takes the lock
-        got, version = locks_of(pg_engine).try_lock(aggregate_id)
-        # Then it holds it, knowing the agent's last version; the other cannot take it
-        assert (got, version) == (True, 2)
-        assert locks_of(other).try_lock(aggregate_id) == (False, 2)
-        locks_of(pg_engine).release_all()
-        assert locks_of(other).try_lock(aggregate_id) == (True, 2)
-        locks_of(other).release_all()
+        # When the first takes the lock, knowing version 1
+        taken, elsewhere = locks_of(pg_engine).try_lock([(aggregate_id, 1)])
+        # Then it holds it, with the event after version 1; the other cannot take it
+        assert (taken, elsewhere) == ([aggregate_id], set())
+        brought = locks_of(pg_engine).held[aggregate_id]
+        assert brought is not None
+        assert [e.originator_version for e in brought] == [2]
+        assert locks_of(other).try_lock([(aggregate_id, 2)]) == ([], {aggregate_id})
+        # Until its transaction ends
+        locks_of(pg_engine).end()
+        assert locks_of(other).try_lock([(aggregate_id, 2)]) == ([aggregate_id], set())
+        assert locks_of(other).held[aggregate_id] == []
+        locks_of(other).end()
+
+
+def test_try_lock_takes_the_first_free_agents_in_the_order_given_and_no_more(
+    pg_engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given three agents, the first held by another process
+    ids = []
+    for agent_id in ("a", "b", "c"):
+        pg_engine.register_agent(agent_id, agent_id, ["python"], 5)
+        ids.append(agent_uuid(pg_engine.tenant, agent_id))
+    holder = outside_locks(pg_engine, database_url, pg_schema)
+    third = outside_locks(pg_engine, database_url, pg_schema)
+    try:
+        assert holder.try_lock([(ids[0], 1)])[0] == [ids[0]]
+        # When an engine wants one of the three, best first
+        taken, elsewhere = locks_of(pg_engine).try_lock([(a, 1) for a in ids], wanted=1)
+        # Then it took the second, knows the first is held elsewhere, and left the third free
+        assert (taken, elsewhere) == ([ids[1]], {ids[0]})
+        assert third.try_lock([(ids[2], 1)])[0] == [ids[2]]
+    finally:
+        locks_of(pg_engine).end()
+        holder.close()
+        third.close()
 
 
 def test_an_assigner_takes_the_next_best_agent_when_another_process_holds_one(
@@ -41,10 +78,9 @@ def test_an_assigner_takes_the_next_best_agent_when_another_process_holds_one(
     for agent_id in ("a", "b"):
         pg_engine.register_agent(agent_id, agent_id, ["python"], 5)
     pg_engine.create_task("t", "Fix it", ["python"])
-    table = pg_engine._app.recorder.events_table_name  # type: ignore[attr-defined]
-    holder = AgentLocks(database_url, pg_schema, table, deadlines_of(pg_engine.settings))
+    holder = outside_locks(pg_engine, database_url, pg_schema)
     try:
-        assert holder.try_lock(agent_uuid(pg_engine.tenant, "a"))[0]
+        assert holder.try_lock([(agent_uuid(pg_engine.tenant, "a"), 1)])[0]
         # When the task is assigned
         state = pg_engine.assign_task("t")
         # Then it went to the agent nobody held, without waiting and without a lost save
@@ -52,3 +88,43 @@ def test_an_assigner_takes_the_next_best_agent_when_another_process_holds_one(
         assert pg_engine.store.conflicts == 0
     finally:
         holder.close()
+
+
+def test_the_batch_append_commits_its_locks_away(
+    pg_engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given one agent and a task
+    pg_engine.register_agent("a", "a", ["python"], 5)
+    pg_engine.create_task("t", "Fix it", ["python"])
+    # When the task is assigned
+    assert pg_engine.assign_task("t").agent_id == "a"
+    # Then no transaction is left holding the agent: another process takes it at once
+    assert locks_of(pg_engine).transaction is None
+    other = outside_locks(pg_engine, database_url, pg_schema)
+    try:
+        assert other.try_lock([(agent_uuid(pg_engine.tenant, "a"), 1)])[0]
+    finally:
+        other.close()
+
+
+def test_an_engine_with_a_stale_agent_decides_on_the_events_its_lock_brought(
+    pg_engine: Engine, database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a second engine that read the roster, then the first assigned the only agent a task
+    pg_engine.register_agent("a", "a", ["python"], 2)
+    for task_id in ("t1", "t2", "t3"):
+        pg_engine.create_task(task_id, "Fix it", ["python"])
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as other:
+        other.task_reads.index.refresh()
+        assert pg_engine.assign_task("t1").agent_id == "a"
+        monkeypatch.setattr(other.store, "events", lambda *a, **k: pytest.fail("read the agent again"))
+        # When the second assigns the next two, from its stale roster (load 0 of 2)
+        second = other.tasks.assign_task("t2")
+        third = other.tasks.assign_task("t3", escalate_when_full=False)
+        # Then it saw the first assignment: no lost save, the agent full at 2, the third waits
+        assert second.agent_id == "a"
+        assert third.agent_id is None
+        assert other.store.conflicts == 0
+        assert pg_engine.get_agent("a").active_tasks == ("t1", "t2")
+        # And the audit chain it wrote links on from the other engine's events
+        assert verify_chain(other.audit).ok
