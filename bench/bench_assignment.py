@@ -127,6 +127,22 @@ def bench_assign(engines: list[Engine], seconds: float, label: str, tasks: int) 
     return Result("assign_task", label, ops, elapsed, lost, batches)
 
 
+def with_engines(
+    settings: Settings, count: int, run: Callable[[list[Engine]], Result], **overrides: bool
+) -> Result:
+    """Run one case on ``count`` engines over one schema, closed afterwards: the first with a
+    connection per writer, the others with small pools (eight engines at the default 20
+    connections each would exhaust a server shared with other work)."""
+    engines = [Engine(settings=settings.with_overrides(pool_size=WRITERS, **overrides))]
+    try:
+        for _ in range(count - 1):
+            engines.append(Engine(settings=settings.with_overrides(pool_size=2, **overrides)))
+        return run(engines)
+    finally:
+        for engine in engines:
+            engine.close()
+
+
 def main() -> None:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -135,23 +151,34 @@ def main() -> None:
     args = parser.parse_args()
     url, schema = database_url(), f"bench_{uuid.uuid4().hex[:10]}"
     settings = Settings(database_url=url, schema=schema, home=Path(tempfile.gettempdir()))
-    # Small pools: eight engines at the default 20 connections would exhaust the server.
-    one = Engine(settings=settings.with_overrides(pool_size=WRITERS))
-    many = [one] + [Engine(settings=settings.with_overrides(pool_size=2)) for _ in range(WRITERS - 1)]
-    unlocked = [
-        Engine(settings=settings.with_overrides(pool_size=2, agent_locks=False)) for _ in range(WRITERS)
-    ]
     try:
-        steps = bench_record_step([one], args.seconds)
+        steps = with_engines(settings, 1, lambda engines: bench_record_step(engines, args.seconds))
         results = [
             steps,
-            bench_assign([one], args.seconds, f"{WRITERS} threads, one engine", args.tasks),
-            bench_assign(many, args.seconds, f"{WRITERS} engines (like processes)", args.tasks),
-            bench_assign(unlocked, args.seconds, f"{WRITERS} engines, no agent locks", args.tasks),
+            with_engines(
+                settings,
+                1,
+                lambda engines: bench_assign(
+                    engines, args.seconds, f"{WRITERS} threads, one engine", args.tasks
+                ),
+            ),
+            with_engines(
+                settings,
+                WRITERS,
+                lambda engines: bench_assign(
+                    engines, args.seconds, f"{WRITERS} engines (like processes)", args.tasks
+                ),
+            ),
+            with_engines(
+                settings,
+                WRITERS,
+                lambda engines: bench_assign(
+                    engines, args.seconds, f"{WRITERS} engines, no agent locks", args.tasks
+                ),
+                agent_locks=False,
+            ),
         ]
     finally:
-        for engine in many + unlocked:
-            engine.close()
         drop_schema(url, schema)
     table = Table(title=f"task assignment vs durable step recording ({WRITERS} writers, PostgreSQL)")
     for column in (

@@ -16,10 +16,13 @@ does not lose on the agent's version. It chooses among the agents it holds, reac
 another only when none of them can take a task. The locks live in a transaction that the
 batch's append commits (one round trip, and no unlock). Blocking on a lock happens only
 while holding none (so engines cannot deadlock); a batch that would have to wait while
-holding some stops there, and its other requests go to the next batch. Without locks (in memory) the agents' versions settle it:
-a batch that read an agent stale loses its append as a whole and is decided again on a
-fresh roster. Capacity holds either way (``Agent.accept`` refuses, and a stale save
-fails on its version).
+holding some stops there, and its other requests go to the next batch. An engine takes
+the locks only while it sees another engine assigning (``CONTENDED_S``).
+
+Without locks (in memory, or an engine alone) the agents' versions settle it: a batch
+that read an agent stale loses its append as a whole and is decided again on a fresh
+roster (and, on PostgreSQL, with locks from then on). Capacity holds either way
+(``Agent.accept`` refuses, and a stale save fails on its version).
 
 A batch that fails for another reason (a task that does not exist, say) is retried one
 request at a time, so each caller gets its own answer or its own error.
@@ -28,6 +31,7 @@ request at a time, so each caller gets its own answer or its own error.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -51,6 +55,12 @@ itself (``TaskService`` listens to the store's saves); only other engines' chang
 log, and missing them costs a lost save (the agent's version moved on: the batch is decided
 again on a fresh roster) or, with agent locks, one read of the agent's newer events, never
 capacity. A negative decision (escalate, or wait for capacity) always reads the log first."""
+
+CONTENDED_S = 0.5
+"""How long after a sign of another engine assigning (see ``_contended``) batches keep taking
+agent locks; an engine's first batch counts as such a sign, so engines that start together
+do not lose saves to each other. An engine alone then saves without them: they cost it a
+round trip per batch, and capacity holds on the agents' versions all the same."""
 
 ROSTER_KEY = "roster"
 """The store's lock key for a batch (tasks of a batch are not locked one by one)."""
@@ -88,6 +98,10 @@ class BatchAssigner:
         self._escalate = escalate
         self._retries = conflict_retries
         self._locks = agent_locks
+        self._active: AgentLocks | None = None
+        """The locks this attempt takes: ``agent_locks`` while another engine is assigning, else None."""
+        self._contended_until = float("-inf")
+        self._foreign_seen = 0
         self._held: set[str] = set()
         self._taken: set[str] = set()
         """Agents found locked by another engine in this attempt."""
@@ -168,8 +182,8 @@ class BatchAssigner:
 
     def _release(self) -> None:
         """Release every agent lock (a no-op once the batch's append committed them away)."""
-        if self._locks is not None:
-            self._locks.end()
+        if self._active is not None:
+            self._active.end()
         self._held.clear()
         self._taken.clear()
 
@@ -181,9 +195,12 @@ class BatchAssigner:
             again = bool(attempts)
             attempts.append(uow)
             self._release()  # a lost save rolled back the locks' transaction: start afresh
+            if again:
+                self._contend()
+            self._active = self._locks if self._contended() else None
             states = self._decide(batch, uow, fresh=fresh or again)
-            if self._locks is not None:
-                uow.transaction = self._locks.transaction  # the commit releases the locks
+            if self._active is not None:
+                uow.transaction = self._active.transaction  # the commit releases the locks
             return states
 
         states: list[TaskState] = self._store.write(ROSTER_KEY, decide, conflict_retries=self._retries)
@@ -196,8 +213,8 @@ class BatchAssigner:
         profiles = {p.agent_id: p for p in roster}
         now = uow.now
         tasks = [self._reads.task(uow, request.task_id) for request in batch]  # before any lock
-        if self._locks is not None:
-            self._lock_planned(self._locks, tasks, profiles, uow)
+        if self._active is not None:
+            self._lock_planned(self._active, tasks, profiles, uow)
         states = []
         for request, task in zip(batch, tasks, strict=True):
             if task.task_status is not TaskStatus.PENDING:
@@ -250,6 +267,8 @@ class BatchAssigner:
         index = self._reads.index
         known = [(agent, index.agent_version(agent_id)) for agent, agent_id in ids.items()]
         taken, elsewhere = locks.try_lock(known, wanted=len(plan))
+        if elsewhere:
+            self._contend()
         self._taken.update(ids[agent] for agent in elsewhere)
         for agent in taken:
             self._held.add(ids[agent])
@@ -260,7 +279,7 @@ class BatchAssigner:
     ) -> Choice | NoChoice | None:
         """The best agent for the task whose lock this engine holds (or no locks are used);
         None when only agents locked elsewhere could take it and this batch holds locks."""
-        locks = self._locks
+        locks = self._active
         if locks is not None and self._held:
             # Among the agents already held first: any other's load may be staler than theirs,
             # and reaching for it costs a round trip and, often, the lock of another engine.
@@ -277,6 +296,7 @@ class BatchAssigner:
                     return decision
                 if agent_id not in self._held:
                     if not locks.try_lock([(aggregate_id, self._reads.index.agent_version(agent_id))])[0]:
+                        self._contend()
                         self._taken.add(agent_id)
                         continue
                     self._held.add(agent_id)
@@ -317,10 +337,26 @@ class BatchAssigner:
         profiles[agent_id] = agent.profile()
         return agent
 
+    def _contend(self) -> None:
+        self._contended_until = time.monotonic() + CONTENDED_S
+
+    def _contended(self) -> bool:
+        """Whether another engine was seen assigning lately: its agent events in the log, an
+        agent it held, events it wrote that a lock brought, a save lost to it."""
+        if self._locks is None:
+            return False
+        seen = self._reads.index.foreign_agent_changes
+        if seen != self._foreign_seen or self.batches == 0:
+            self._foreign_seen = seen
+            self._contend()
+        return time.monotonic() < self._contended_until
+
     def _newer_events(self, aggregate_id: UUID, version: int) -> list[Any]:
-        brought = self._locks.held.get(aggregate_id) if self._locks is not None else None
+        brought = self._active.held.get(aggregate_id) if self._active is not None else None
         if brought is not None:
             newer = [stored for stored in brought if stored.originator_version > version]
+            if newer:
+                self._contend()  # another engine wrote the agent
             if not newer or newer[0].originator_version == version + 1:
                 mapper = self._store.app.mapper
                 return [mapper.to_domain_event(stored) for stored in newer]

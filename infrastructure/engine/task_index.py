@@ -82,6 +82,8 @@ class LogIndex:
         self._agent_ids: dict[UUID, str] = {}
         self._agents: dict[UUID, Agent] = {}
         self._refreshed_at = float("-inf")
+        self.foreign_agent_changes = 0
+        """Agent events found in the log that this engine had not followed: another engine's."""
 
     def refresh(self) -> None:
         """Catch up with the log: with every event committed before this call, or StoreUnavailable."""
@@ -158,7 +160,8 @@ class LogIndex:
         elif event.originator_id in self._agents:
             agent = self._agents[event.originator_id]
             if event.originator_version == agent.version + 1:
-                event.mutate(agent)
+                event.mutate(agent)  # this engine's own saves are followed already (``remember``)
+                self.foreign_agent_changes += 1
             elif event.originator_version > agent.version + 1:
                 del self._agents[event.originator_id]  # a gap: reload it from the store
 

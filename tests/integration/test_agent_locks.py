@@ -4,10 +4,14 @@ read after the lock is held; the batch's append commits the locks away."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 
 from flowledger.domain.agent import agent_uuid
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.engine.assigner import CONTENDED_S
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.database import deadlines_of
@@ -128,3 +132,56 @@ def test_an_engine_with_a_stale_agent_decides_on_the_events_its_lock_brought(
         assert pg_engine.get_agent("a").active_tasks == ("t1", "t2")
         # And the audit chain it wrote links on from the other engine's events
         assert verify_chain(other.audit).ok
+
+
+def count_lock_calls(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    locks = locks_of(engine)
+    try_lock = locks.try_lock
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return try_lock(*args, **kwargs)
+
+    monkeypatch.setattr(locks, "try_lock", counted)
+    return calls
+
+
+def test_an_engine_alone_stops_taking_agent_locks_once_it_saw_nobody_else(
+    pg_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an engine alone with one agent and two tasks
+    pg_engine.register_agent("a", "a", ["python"], 5)
+    for task_id in ("t1", "t2"):
+        pg_engine.create_task(task_id, "Fix it", ["python"])
+    calls = count_lock_calls(pg_engine, monkeypatch)
+    # When it assigns one (its first batch takes the locks), then another after a quiet spell
+    pg_engine.assign_task("t1")
+    assert len(calls) == 1
+    time.sleep(CONTENDED_S + 0.1)
+    state = pg_engine.assign_task("t2")
+    # Then the second took no lock, and the agent holds both
+    assert len(calls) == 1
+    assert state.agent_id == "a"
+    assert pg_engine.get_agent("a").active_tasks == ("t1", "t2")
+
+
+def test_another_engines_assignments_in_the_log_turn_the_locks_back_on(
+    pg_engine: Engine, database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an engine that stopped taking locks
+    pg_engine.register_agent("a", "a", ["python"], 5)
+    for task_id in ("t1", "t2", "t3"):
+        pg_engine.create_task(task_id, "Fix it", ["python"])
+    pg_engine.assign_task("t1")
+    time.sleep(CONTENDED_S + 0.1)
+    calls = count_lock_calls(pg_engine, monkeypatch)
+    # When another engine assigns, and the first reads the log
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as other:
+        assert other.assign_task("t2").agent_id == "a"
+    pg_engine.task_reads.index.refresh()
+    state = pg_engine.assign_task("t3")
+    # Then its next batch took the locks again, and lost no save
+    assert len(calls) == 1
+    assert state.agent_id == "a"
+    assert pg_engine.store.conflicts == 0
