@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -13,10 +12,10 @@ import uvicorn
 from fastapi import FastAPI
 
 from flowledger.adapters.http.app import create_app
-from flowledger.domain.ports import LlmReply
-from flowledger.domain.values import LlmUsage
+from flowledger.adapters.simulator import Simulator
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
+from tests.support.simulated import simulated_client
 
 ACME_WRITER = "acme-writer-0123456789abcdef0123456789"
 ACME_READER = "acme-reader-0123456789abcdef0123456789"
@@ -29,20 +28,11 @@ def bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
 
 
-class EchoModel:
-    """An LlmPort that answers every step at once with a fixed decision."""
-
-    async def complete(
-        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
-    ) -> LlmReply:
-        usage = LlmUsage(provider="echo", request_model=model or "gpt-4.1", input_tokens=10, output_tokens=2)
-        return LlmReply(content=json.dumps({"action": "continue", "message": "ok"}), usage=usage)
-
-
-def keyed_engine(**overrides: Any) -> Engine:
-    """An engine of tenant ``acme`` whose settings carry the test keys (in memory unless told)."""
+def keyed_engine(simulator: Simulator, **overrides: Any) -> Engine:
+    """An engine of tenant ``acme`` whose settings carry the test keys (in memory unless told);
+    its model calls go through the real client to ``simulator``."""
     settings = {"database_url": "memory:", "tenant": "acme", "api_keys": KEYS, **overrides}
-    return Engine(settings=make_settings(**settings), llm=EchoModel())
+    return Engine(settings=make_settings(**settings), llm=simulated_client(simulator.base_url))
 
 
 def keyed_app(engine: Engine) -> FastAPI:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from flowledger.adapters.cli.keys_commands import keys_required
 from flowledger.adapters.cli.main import app as cli
 from flowledger.adapters.http.app import create_app
 from flowledger.adapters.http.auth import Keyring
+from flowledger.adapters.simulator import Simulator
 from flowledger.domain.aggregate import actor_of
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore, StaticKeys
@@ -30,13 +32,14 @@ from tests.e2e.live_http import (
     keyed_engine,
     live_server,
 )
+from tests.support.simulated import list_cost
 
 OPEN_PATHS = {"/healthz", "/readyz", "/dashboard", "/dashboard/login", "/dashboard/logout"}
 
 
 @pytest.fixture
-def acme() -> Iterator[Engine]:
-    engine = keyed_engine()
+def acme(simulator: Simulator) -> Iterator[Engine]:
+    engine = keyed_engine(simulator)
     yield engine
     engine.close()
 
@@ -261,9 +264,9 @@ def test_serve_refuses_a_network_address_with_no_key_unless_insecure() -> None:
 
 
 def test_the_dashboard_page_signs_in_through_a_form_that_sets_an_httponly_samesite_cookie(
-    database_url: str, pg_schema: str
+    database_url: str, pg_schema: str, simulator: Simulator
 ) -> None:
-    engine = keyed_engine(database_url=database_url, schema=pg_schema)
+    engine = keyed_engine(simulator, database_url=database_url, schema=pg_schema)
     try:
         with live_server(keyed_app(engine)) as url, httpx.Client(base_url=url) as client:
             # Without a key: the form, 401
@@ -292,11 +295,17 @@ def test_the_dashboard_page_signs_in_through_a_form_that_sets_an_httponly_samesi
         engine.close()
 
 
-def test_the_steps_a_model_call_writes_record_the_key_too(server: httpx.Client, acme: Engine) -> None:
+def test_the_steps_a_model_call_writes_record_the_key_too(
+    server: httpx.Client, acme: Engine, simulator: Simulator
+) -> None:
     writer = bearer(ACME_WRITER)
     server.post("/v1/sessions", json={"session_id": "s1", "workflow": "cs"}, headers=writer)
     processed = server.post("/v1/sessions/s1/process", json={"step": "a", "model": "gpt-4.1"}, headers=writer)
     assert processed.status_code == 201
+    # The call went through the real client: the simulator's usage at gpt-4.1's list price
+    exchange = simulator.exchanges[-1]
+    assert exchange.model == "gpt-4.1"
+    assert Decimal(processed.json()["usage"]["cost_usd"]) == list_cost(exchange.reply)
     key = Keyring.of(acme).static.find(ACME_WRITER)
     assert key is not None
     assert {actor_of(e) for e in acme.log.stream(acme.session_uuid("s1"))} == {key.key_id}

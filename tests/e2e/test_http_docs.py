@@ -9,13 +9,14 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from flowledger.adapters.simulator import Simulator
 from tests.e2e.live_http import ACME_WRITER, bearer, keyed_app, keyed_engine
 
 
 @pytest.fixture
-def http() -> Iterator[TestClient]:
+def http(simulator: Simulator) -> Iterator[TestClient]:
     """An app that needs a key on every route (the API's documentation needs none)."""
-    with keyed_engine() as engine, TestClient(keyed_app(engine)) as client:
+    with keyed_engine(simulator) as engine, TestClient(keyed_app(engine)) as client:
         yield client
 
 
@@ -73,8 +74,8 @@ def test_unknown_paths_and_methods_answer_in_the_error_shape(
             assert response.headers["allow"]
 
 
-def test_the_rest_api_also_takes_the_webhooks_field_names() -> None:
-    with keyed_engine() as engine, TestClient(keyed_app(engine)) as http:
+def test_the_rest_api_also_takes_the_webhooks_field_names(simulator: Simulator) -> None:
+    with keyed_engine(simulator) as engine, TestClient(keyed_app(engine)) as http:
         # Given a session started with the webhook's `workflow_name`
         started = http.post(
             "/v1/sessions",
@@ -95,8 +96,8 @@ def test_the_rest_api_also_takes_the_webhooks_field_names() -> None:
         assert engine.session_steps("s-1")[0].input == {"message": "hi"}
 
 
-def test_a_body_naming_a_field_twice_under_both_names_is_refused() -> None:
-    with keyed_engine() as engine, TestClient(keyed_app(engine)) as http:
+def test_a_body_naming_a_field_twice_under_both_names_is_refused(simulator: Simulator) -> None:
+    with keyed_engine(simulator) as engine, TestClient(keyed_app(engine)) as http:
         http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "cs"}, headers=bearer(ACME_WRITER))
         refused = http.post(
             "/v1/sessions/s-1/steps",

@@ -20,6 +20,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import Case, GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from flowledger.adapters.simulator import Simulator
 from flowledger.infrastructure import Engine
 from tests.e2e.live_http import ACME_WRITER, bearer, keyed_app, keyed_engine
 
@@ -27,9 +28,9 @@ EXAMPLES = int(os.environ.get("FLOWLEDGER_FUZZ_EXAMPLES", "5"))
 
 
 @pytest.fixture
-def engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
+def engine(database_url: str, pg_schema: str, simulator: Simulator) -> Iterator[Engine]:
     engine = keyed_engine(
-        database_url=database_url, schema=pg_schema, http_rate_per_s=1e9, http_rate_burst=10**9
+        simulator, database_url=database_url, schema=pg_schema, http_rate_per_s=1e9, http_rate_burst=10**9
     )
     # Generated ids are often short: some name a session that exists, so its routes are reached too.
     for session_id in ("s1", "0", "a", "A"):
@@ -50,6 +51,9 @@ BY_RULE = {
     ("POST", "/v1/sessions/{session_id}/complete"),
     ("POST", "/v1/tasks/{task_id}/complete"),
     ("GET", "/v1/dashboard"),  # reprice_as: a model the price table (FLOWLEDGER_PRICING_FILE) has
+    # model: one the price table has (the real client refuses any other before calling)
+    ("POST", "/v1/tasks/{task_id}/classify"),
+    ("POST", "/v1/tasks/{task_id}/reclassify"),
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from flowledger.adapters.simulator import Simulator
 from flowledger.infrastructure import Engine
 from tests.e2e.live_http import ACME_WRITER, bearer, keyed_app, keyed_engine, live_server
 
@@ -20,8 +21,8 @@ WRITER = {**bearer(ACME_WRITER), "content-type": "application/json"}
 
 
 @pytest.fixture
-def acme() -> Iterator[Engine]:
-    engine = keyed_engine(http_max_body_bytes=4096, http_rate_per_s=1000.0, http_rate_burst=1000)
+def acme(simulator: Simulator) -> Iterator[Engine]:
+    engine = keyed_engine(simulator, http_max_body_bytes=4096, http_rate_per_s=1000.0, http_rate_burst=1000)
     engine.start_session("s1", "cs", user_id="u1")
     engine.create_task("t1", "Fix it", ["python"])
     yield engine
@@ -70,8 +71,8 @@ def test_a_chunked_body_over_the_limit_is_413_too(server: httpx.Client, acme: En
     assert small.status_code == 201
 
 
-def test_past_its_rate_a_key_gets_429_with_retry_after() -> None:
-    engine = keyed_engine(http_rate_per_s=0.5, http_rate_burst=3)
+def test_past_its_rate_a_key_gets_429_with_retry_after(simulator: Simulator) -> None:
+    engine = keyed_engine(simulator, http_rate_per_s=0.5, http_rate_burst=3)
     try:
         with live_server(keyed_app(engine)) as url:
             statuses = [httpx.get(f"{url}/v1/agents", headers=bearer(ACME_WRITER)) for _ in range(4)]
