@@ -1,14 +1,17 @@
 """The webhook's two modes: the seed's behaviour (default) and strict mode, on both backends.
 
-Each test drives ``/webhook/workflow-state`` over the ASGI app, with a clock the test moves
-and a scripted model that records what it was asked.
+Each test drives ``/webhook/workflow-state`` over the ASGI app, with a clock the test moves;
+the model is the built-in simulator, called through the real client, which keeps what it was
+asked and what it answered. Steps of the seed's flow (``intent_classification``,
+``refund_handler``, ``session_complete``) get decisions with a context update; other step
+names get a plain reply.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,37 +19,34 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
-from flowledger.domain.ports import LlmReply
-from flowledger.domain.values import LlmUsage
+from flowledger.adapters.simulator import Exchange, Simulator, SimulatorConfig, run_simulator
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
+from tests.support.simulated import list_cost, simulated_client
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-@dataclass
-class ScriptedModel:
-    """Answers every step with ``context_update`` ``{"answered": <step>}`` and keeps the prompts."""
+@pytest.fixture
+def simulator() -> Iterator[Simulator]:
+    """A simulator of the test's own: its exchanges are this test's calls only."""
+    with run_simulator(SimulatorConfig(latency_ms=0, seed=18)) as running:
+        yield running
 
-    prompts: list[list[dict[str, Any]]] = field(default_factory=list)
 
-    async def complete(
-        self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True
-    ) -> LlmReply:
-        self.prompts.append(messages)
-        step = messages[0]["content"].split("Current step: ")[1].split("\n")[0]
-        decision = {"action": "go", "context_update": {"answered": step}, "next_step": f"after_{step}"}
-        usage = LlmUsage(provider="script", request_model=model or "m", input_tokens=10, output_tokens=3)
-        return LlmReply(content=json.dumps(decision), usage=usage)
+def decision(exchange: Exchange) -> dict[str, Any]:
+    """The step decision the simulator sent in ``exchange``."""
+    answer: dict[str, Any] = json.loads(exchange.reply["choices"][0]["message"]["content"])
+    return answer
 
 
 @dataclass
 class Hook:
-    """The app's client, its engine, the model and the clock."""
+    """The app's client, its engine, the simulator its model calls reach, and the clock."""
 
     http: TestClient
     engine: Engine
-    model: ScriptedModel
+    simulator: Simulator
     now: list[datetime]
 
     def post(self, **body: Any) -> tuple[int, dict[str, Any]]:
@@ -56,8 +56,13 @@ class Hook:
     def kinds(self, session_id: str) -> list[str]:
         return [e.event_type.removeprefix("Session.") for e in self.engine.history(session_id)]
 
+    @property
+    def calls(self) -> list[Exchange]:
+        """The model calls answered so far, oldest first."""
+        return list(self.simulator.exchanges)
 
-def _hook(request: pytest.FixtureRequest, strict: bool) -> Iterator[Hook]:
+
+def _hook(request: pytest.FixtureRequest, strict: bool, simulator: Simulator) -> Iterator[Hook]:
     if request.param == "memory":
         settings = make_settings(database_url="memory:", webhook_strict=strict)
     else:
@@ -67,22 +72,21 @@ def _hook(request: pytest.FixtureRequest, strict: bool) -> Iterator[Hook]:
             webhook_strict=strict,
         )
     now = [START]
-    model = ScriptedModel()
-    engine = Engine(settings=settings, clock=lambda: now[0], llm=model)
+    engine = Engine(settings=settings, clock=lambda: now[0], llm=simulated_client(simulator.base_url))
     with engine, TestClient(create_app(engine, require_keys=False)) as http:
-        yield Hook(http, engine, model, now)
+        yield Hook(http, engine, simulator, now)
 
 
 @pytest.fixture(params=["memory", "postgres"])
-def hook(request: pytest.FixtureRequest) -> Iterator[Hook]:
+def hook(request: pytest.FixtureRequest, simulator: Simulator) -> Iterator[Hook]:
     """The webhook as the server runs it by default (the seed's behaviour)."""
-    yield from _hook(request, strict=False)
+    yield from _hook(request, strict=False, simulator=simulator)
 
 
 @pytest.fixture(params=["memory", "postgres"])
-def strict_hook(request: pytest.FixtureRequest) -> Iterator[Hook]:
+def strict_hook(request: pytest.FixtureRequest, simulator: Simulator) -> Iterator[Hook]:
     """The webhook of a server configured strict (``FLOWLEDGER_WEBHOOK_STRICT=1``)."""
-    yield from _hook(request, strict=True)
+    yield from _hook(request, strict=True, simulator=simulator)
 
 
 def create(hook: Hook, session_id: str = "s1", **extra: Any) -> tuple[int, dict[str, Any]]:
@@ -95,36 +99,44 @@ def step(hook: Hook, name: str, data: dict[str, Any], **extra: Any) -> tuple[int
 
 def test_input_data_is_merged_before_the_model_call_and_its_update_after_each_an_event(hook: Hook) -> None:
     create(hook)
-    step(hook, "one", {"intent": "refund", "order": "A1"}, idempotency_key="k1")
-    status, body = step(hook, "two", {"order": "A2"})
+    first_input, second_input = {"intent": "refund_request", "order_id": "A1"}, {"order_id": "A2"}
+    step(hook, "intent_classification", first_input, idempotency_key="k1")
+    status, body = step(hook, "refund_handler", second_input)
     assert status == 200
-    # The model saw the merged context; the answer carries both merges.
-    assert json.loads(hook.model.prompts[1][1]["content"]) == {
-        "intent": "refund",
-        "order": "A2",
-        "answered": "one",
-    }
-    assert body["data"]["context"] == {"intent": "refund", "order": "A2", "answered": "two"}
+    # The model saw the merged context: the first input, the first answer's update, then the
+    # second input over them; the answer carries both merges (its refund is for A2).
+    first, second = hook.calls
+    seen = {**first_input, **decision(first)["context_update"], **second_input}
+    assert json.loads(second.messages[1]["content"]) == seen
+    assert decision(second)["context_update"] == {"refund_status": "requested", "refund_id": "RF-A2"}
+    assert body["data"]["context"] == {**seen, **decision(second)["context_update"]}
+    # What the call cost came through the real client: the simulator's usage at list price.
+    assert body["data"]["ai_metrics"]["cost_usd"] == float(list_cost(second.reply))
     state = hook.post(action="get_state", session_id="s1")[1]["data"]
     assert state["context"] == body["data"]["context"]
     step_events = ["ContextUpdated", "StepStarted", "StepProcessed"]
     assert hook.kinds("s1") == ["Started", *step_events, *step_events]
     # A retried step (same key) merges nothing twice and calls no model.
-    step(hook, "one", {"intent": "refund", "order": "A1"}, idempotency_key="k1")
+    step(hook, "intent_classification", first_input, idempotency_key="k1")
     assert len(hook.kinds("s1")) == 7
-    assert len(hook.model.prompts) == 2
+    assert len(hook.calls) == 2
     # Replaying the session at the first merge shows the context as it was then.
-    assert hook.engine.get_session("s1", version=2).context == {"intent": "refund", "order": "A1"}
+    assert hook.engine.get_session("s1", version=2).context == first_input
 
 
 def test_strict_mode_records_the_input_on_the_step_only(strict_hook: Hook) -> None:
     create(strict_hook)
-    status, body = step(strict_hook, "one", {"intent": "refund"})
-    assert (status, body["data"]["context"]) == (200, {"answered": "one"})
+    status, body = step(strict_hook, "intent_classification", {"message": "I want a refund"})
+    # The model read the input, but only its answer's update is in the context
+    first = decision(strict_hook.calls[0])["context_update"]
+    assert first["intent"] == "refund_request"
+    assert (status, body["data"]["context"]) == (200, first)
     assert strict_hook.kinds("s1") == ["Started", "StepStarted", "StepProcessed"]
     # A request may ask for the seed's behaviour on a strict server, and the reverse.
-    step(strict_hook, "two", {"order": "A2"}, strict=False)
-    assert strict_hook.engine.get_session("s1").context == {"answered": "two", "order": "A2"}
+    step(strict_hook, "session_complete", {"order": "A2"}, strict=False)
+    second = decision(strict_hook.calls[1])["context_update"]
+    assert second == {"session_closed": True}
+    assert strict_hook.engine.get_session("s1").context == {**first, "order": "A2", **second}
 
 
 def test_create_session_on_an_expired_session_restarts_it_with_a_new_expiry(hook: Hook) -> None:
@@ -180,9 +192,10 @@ def test_strict_mode_answers_a_repeated_create_session_with_the_session_as_it_st
     strict_hook: Hook,
 ) -> None:
     create(strict_hook)
-    step(strict_hook, "one", {})
+    step(strict_hook, "intent_classification", {"message": "Where is my order #A1001?"})
     status, body = create(strict_hook)
-    assert (status, body["data"]["current_step"]) == (200, "after_one")
+    assert (status, body["data"]["current_step"]) == (200, decision(strict_hook.calls[0])["next_step"])
+    assert body["data"]["current_step"] == "order_status_handler"
     assert create(strict_hook, user_id="u9")[0] == 409
     assert strict_hook.kinds("s1") == ["Started", "StepStarted", "StepProcessed"]
 
@@ -280,13 +293,17 @@ def test_bad_input_is_a_4xx_with_a_message_a_person_reads_and_appends_nothing(
     assert 400 <= response.status_code < 500
     assert response.json() == {"success": False, "error": message}
     assert hook.engine.log.head() == head
-    assert hook.model.prompts == []
+    assert hook.simulator.stats["requests"] == 0
 
 
 def test_a_null_input_data_is_an_empty_one(hook: Hook) -> None:
     create(hook)
-    status, body = hook.post(action="process_step", session_id="s1", step_name="one", input_data=None)
-    assert (status, body["data"]["context"]) == (200, {"answered": "one"})
+    status, body = hook.post(
+        action="process_step", session_id="s1", step_name="intent_classification", input_data=None
+    )
+    [call] = hook.calls
+    assert json.loads(call.messages[1]["content"]) == {}
+    assert (status, body["data"]["context"]) == (200, decision(call)["context_update"])
 
 
 def test_the_rest_api_extends_by_a_duration_or_to_a_moment(hook: Hook) -> None:
