@@ -63,12 +63,41 @@ def event_hash(previous: bytes, stream: str, version: int, topic: str, state: by
     ).digest()
 
 
+def _mac_message(stream: str, version: int, chained: bytes) -> bytes:
+    return b"".join((_MAC_TAG, _prefixed(stream.encode()), version.to_bytes(8, "big", signed=True), chained))
+
+
 def event_mac(key: bytes, stream: str, version: int, chained: bytes) -> bytes:
     """The keyed seal of an event's chained hash (binds it to its stream and version too)."""
-    message = b"".join(
-        (_MAC_TAG, _prefixed(stream.encode()), version.to_bytes(8, "big", signed=True), chained)
-    )
-    return hmac.digest(key, message, "sha256")
+    return hmac.digest(key, _mac_message(stream, version, chained), "sha256")
+
+
+class MacKey:
+    """``event_mac`` under one key, for sealing many events: the same HMAC-SHA256 (RFC 2104),
+    with the key's inner and outer pads hashed once and copied per event.
+
+    Why the engine's appends seal with this: ``hmac.digest`` looks the digest up in OpenSSL
+    again and releases the GIL around every call; with eight writer threads each release
+    meant queueing for the GIL again (bench/README.md, issue 11, third session).
+    """
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        block = hashlib.sha256().block_size
+        if len(key) > block:
+            key = hashlib.sha256(key).digest()
+        key = key.ljust(block, b"\x00")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
+
+    def mac(self, stream: str, version: int, chained: bytes) -> bytes:
+        """``event_mac(key, stream, version, chained)``."""
+        inner = self._inner.copy()
+        inner.update(_mac_message(stream, version, chained))
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
 
 
 def head_leaf(stream: str, version: int, chained: bytes) -> bytes:

@@ -10,6 +10,7 @@ the alerts ``settle`` decides are appended as ``Budget.AlertRaised`` and handed 
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,6 +29,9 @@ RESERVATION_TTL_S = 600.0
 NO_BUDGETS_CACHE_S = 1.0
 """A tenant seen without budgets is not asked again for this long: steps pay no query then.
 A budget set by another process applies within this delay; one set here, at once."""
+BUDGETS_SEEN_CACHE_S = 1.0
+"""A tenant seen with budgets is not asked again for this long either (``active`` only
+decides whether a recorded step's cost is charged; the charge finds the budgets itself)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +62,8 @@ class BudgetService:
         self.notifier = notifier
         self.reservation_ttl_s = reservation_ttl_s
         self._none_until = 0.0
+        self._some_until = 0.0
+        self._asking = threading.Lock()
 
     @property
     def tenant(self) -> str:
@@ -120,6 +126,7 @@ class BudgetService:
         budget_id = self.budget_id(spec)
         removed = self._store.write(f"budget:{budget_id}", partial(self._remove, budget_id))
         deleted = ledger.delete(budget_id)
+        self._some_until = 0.0
         if not (removed or deleted):
             raise BudgetNotFound(f"{spec.scope}:{spec.subject}/{spec.period}")
         return str(budget_id)
@@ -160,13 +167,29 @@ class BudgetService:
         return self._ledger is None or time.monotonic() < self._none_until
 
     def active(self) -> bool:
-        """Whether the tenant may have budgets (asked at most once a second while it has none)."""
-        if self._ledger is None or time.monotonic() < self._none_until:
+        """Whether the tenant may have budgets (the ledger is asked at most once a second).
+
+        One writer asks at a time; writers that came while it asked take its answer (eight
+        writers used to send eight queries, each growing the ledger's pool, every second).
+        """
+        if self._ledger is None:
             return False
-        if self._ledger.has_budgets(self._tenant):
+        now = time.monotonic()
+        if now < self._none_until:
+            return False
+        if now < self._some_until:
             return True
-        self._none_until = time.monotonic() + NO_BUDGETS_CACHE_S
-        return False
+        with self._asking:
+            now = time.monotonic()
+            if now < self._none_until:
+                return False
+            if now < self._some_until:
+                return True
+            if self._ledger.has_budgets(self._tenant):
+                self._some_until = time.monotonic() + BUDGETS_SEEN_CACHE_S
+                return True
+            self._none_until = time.monotonic() + NO_BUDGETS_CACHE_S
+            return False
 
     def charge(self, scope: CallScope, cost_usd: Decimal, charge_id: UUID) -> list[Raised]:
         """Add the recorded cost of a call made elsewhere, once per ``charge_id``; the alerts it raised."""

@@ -20,7 +20,6 @@ Other failures:
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
@@ -38,6 +37,7 @@ from eventsourcing.utils import get_topic
 from flowledger.domain.aggregate import FlowledgerAggregate, command_id_of
 from flowledger.domain.errors import ConcurrentUpdate, SessionExpired, StoreUnavailable
 from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.engine.command_ids import new_command_id
 from flowledger.infrastructure.engine.keyed_locks import KeyedLocks
 from flowledger.infrastructure.engine.write_cache import WriteCache
 from flowledger.infrastructure.settings import Settings
@@ -216,7 +216,7 @@ class AggregateStore:
         ``assume_new`` lets the first attempt skip reading (creations that are usually
         new); a clash on version 1 then retries with reads.
         """
-        command = command_id or f"cmd-{os.urandom(16).hex()}"
+        command = command_id or new_command_id()
         budget = self.settings.max_conflict_retries if conflict_retries is None else conflict_retries
         unknown: dict[tuple[UUID, int], T] = {}
         conflicts = 0

@@ -27,46 +27,8 @@ from psycopg_pool import ConnectionPool
 from flowledger.domain.budget import THRESHOLDS, BudgetAlert, BudgetSpec, CallScope, window_start
 from flowledger.domain.errors import BudgetExceeded
 from flowledger.infrastructure.postgres.database import deadlines_of, unavailable_as_store_error
+from flowledger.infrastructure.postgres.ddl import create_budget_tables
 from flowledger.infrastructure.settings import Settings
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS {s}.budgets (
-    budget_id uuid PRIMARY KEY,
-    tenant text NOT NULL,
-    scope text NOT NULL,
-    subject text NOT NULL,
-    period text NOT NULL,
-    limit_usd numeric NOT NULL CHECK (limit_usd > 0),
-    mode text NOT NULL CHECK (mode IN ('enforce', 'alert')),
-    webhook_url text,
-    webhook_secret text,
-    updated_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX IF NOT EXISTS budgets_by_tenant ON {s}.budgets (tenant, scope, subject);
-CREATE TABLE IF NOT EXISTS {s}.budget_windows (
-    budget_id uuid NOT NULL REFERENCES {s}.budgets ON DELETE CASCADE,
-    window_start timestamptz NOT NULL,
-    spent_usd numeric NOT NULL DEFAULT 0,
-    reserved_usd numeric NOT NULL DEFAULT 0,
-    alerted integer[] NOT NULL DEFAULT '{{}}',
-    PRIMARY KEY (budget_id, window_start)
-);
-CREATE TABLE IF NOT EXISTS {s}.budget_reservations (
-    reservation_id uuid NOT NULL,
-    budget_id uuid NOT NULL,
-    window_start timestamptz NOT NULL,
-    amount_usd numeric NOT NULL,
-    expires_at timestamptz NOT NULL,
-    PRIMARY KEY (reservation_id, budget_id),
-    FOREIGN KEY (budget_id, window_start) REFERENCES {s}.budget_windows ON DELETE CASCADE
-);
-CREATE INDEX IF NOT EXISTS budget_reservations_by_window
-    ON {s}.budget_reservations (budget_id, window_start, expires_at);
-CREATE TABLE IF NOT EXISTS {s}.budget_charges (
-    charge_id uuid PRIMARY KEY,
-    charged_at timestamptz NOT NULL DEFAULT now()
-);
-"""
 
 _MATCHING = """
 SELECT budget_id, scope, subject, period, limit_usd, mode, webhook_url, webhook_secret
@@ -175,7 +137,11 @@ class Raised:
 class PostgresBudgetLedger:
     """Budgets, their windows and reservations in one schema; tables made on first use."""
 
-    def __init__(self, database_url: str, schema: str, settings: Settings | None = None) -> None:
+    def __init__(
+        self, database_url: str, schema: str, settings: Settings | None = None, *, migrated: bool = False
+    ) -> None:
+        """``migrated``: ``migrate`` made the tables (an engine's ledger); else they are made at
+        first use (a ledger built by hand)."""
         settings = settings or Settings()
         self._schema = schema
         deadlines = deadlines_of(settings)
@@ -188,6 +154,7 @@ class PostgresBudgetLedger:
             open=False,
         )
         self._ready = False
+        self._migrated = migrated
         self._lock = threading.Lock()
         self._t = {
             name: sql.Identifier(schema, name)
@@ -203,7 +170,8 @@ class PostgresBudgetLedger:
         with self._lock:
             if not self._ready:
                 self._pool.open(wait=False)
-                self._create_tables()
+                if not self._migrated:
+                    self._create_tables()
                 self._ready = True
         with unavailable_as_store_error("budgets"), self._pool.connection() as conn:
             yield conn
@@ -211,7 +179,8 @@ class PostgresBudgetLedger:
     def _create_tables(self) -> None:
         with unavailable_as_store_error("budgets"), self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"{self._schema}.budgets"])
-            conn.execute(sql.SQL(_DDL).format(s=sql.Identifier(self._schema)))
+            for statement in create_budget_tables(self._schema):
+                conn.execute(statement)
 
     def _sql(self, text: str) -> sql.Composed:
         return sql.SQL(text).format(

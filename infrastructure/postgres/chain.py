@@ -23,7 +23,7 @@ from eventsourcing.persistence import StoredEvent
 from psycopg import Cursor
 from psycopg.sql import SQL, Identifier
 
-from flowledger.verify import GENESIS, event_hash, event_mac
+from flowledger.verify import GENESIS, MacKey, event_hash
 
 Heads = dict[Any, tuple[int, bytes]]
 
@@ -32,7 +32,7 @@ class StreamChain:
     """Computes the hash and seal of every event an append writes; remembers stream heads."""
 
     def __init__(self, key: bytes, *, schema: str, table: str, max_streams: int = 100_000) -> None:
-        self._key = key
+        self._key = MacKey(key)
         self._heads: Heads = {}
         self._max = max_streams
         self._lock = threading.Lock()
@@ -73,7 +73,7 @@ class StreamChain:
             name = str(stream)
             chained = event_hash(previous, name, version, e.topic, e.state)
             hashes.append(chained)
-            macs.append(event_mac(key, name, version, chained))
+            macs.append(key.mac(name, version, chained))
             heads[stream] = (version, chained)
         return hashes, macs, heads
 

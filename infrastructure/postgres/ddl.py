@@ -190,3 +190,48 @@ def create_audit_tables(schema: str, names: TableNames) -> list[Composed]:
             "through_position bigint NOT NULL, rows bigint NOT NULL)"
         ).format(s=s, t=Identifier(names.chain_upgrades)),
     ]
+
+
+_BUDGET_TABLES = """
+CREATE TABLE IF NOT EXISTS {s}.budgets (
+    budget_id uuid PRIMARY KEY,
+    tenant text NOT NULL,
+    scope text NOT NULL,
+    subject text NOT NULL,
+    period text NOT NULL,
+    limit_usd numeric NOT NULL CHECK (limit_usd > 0),
+    mode text NOT NULL CHECK (mode IN ('enforce', 'alert')),
+    webhook_url text,
+    webhook_secret text,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS budgets_by_tenant ON {s}.budgets (tenant, scope, subject);
+CREATE TABLE IF NOT EXISTS {s}.budget_windows (
+    budget_id uuid NOT NULL REFERENCES {s}.budgets ON DELETE CASCADE,
+    window_start timestamptz NOT NULL,
+    spent_usd numeric NOT NULL DEFAULT 0,
+    reserved_usd numeric NOT NULL DEFAULT 0,
+    alerted integer[] NOT NULL DEFAULT '{{}}',
+    PRIMARY KEY (budget_id, window_start)
+);
+CREATE TABLE IF NOT EXISTS {s}.budget_reservations (
+    reservation_id uuid NOT NULL,
+    budget_id uuid NOT NULL,
+    window_start timestamptz NOT NULL,
+    amount_usd numeric NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (reservation_id, budget_id),
+    FOREIGN KEY (budget_id, window_start) REFERENCES {s}.budget_windows ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS budget_reservations_by_window
+    ON {s}.budget_reservations (budget_id, window_start, expires_at);
+CREATE TABLE IF NOT EXISTS {s}.budget_charges (
+    charge_id uuid PRIMARY KEY,
+    charged_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+def create_budget_tables(schema: str) -> list[Composed]:
+    """The budget ledger's tables: terms, windows, reservations and charges (``postgres/budgets.py``)."""
+    return [SQL(_BUDGET_TABLES).format(s=Identifier(schema))]

@@ -30,12 +30,14 @@ from flowledger.infrastructure.postgres import data_keys, ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.settings import Settings
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: events (with transaction_id), snapshots, tracking, append functions that unlock on failure.
 2: the append functions hold an in-flight marker lock until they commit (readers' horizon).
 3: the audit chain: each event's hash and keyed seal (``event_hash``, ``event_mac``), appended
 with it; signed checkpoints and the record of ``audit chain`` upgrades (docs/audit.md).
-4: the data-key table of sealed personal fields (``data_keys.py``)."""
+4: the data-key table of sealed personal fields (``data_keys.py``).
+5: the budget ledger's tables (``budgets.py``), which the ledger made at first use before:
+inside a step, which every writer of a new engine waited for (bench/README.md, issue 11)."""
 
 MARKERS_SINCE = 2
 """The first version whose appends hold in-flight markers: upgrading from before waits for
@@ -133,6 +135,8 @@ def _migrate_locked(
         for statement in ddl.create_audit_tables(schema, names):
             cur.execute(statement)
         for statement in data_keys.create_table(schema):
+            cur.execute(statement)
+        for statement in ddl.create_budget_tables(schema):
             cur.execute(statement)
     elif version > SCHEMA_VERSION:
         _log.warning("schema %s is at version %s, newer than this code's %s", schema, version, SCHEMA_VERSION)

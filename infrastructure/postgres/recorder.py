@@ -219,7 +219,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         ids = self._appended_ids(curs, stored_events)
         # Outside a transaction block the call was the commit; inside a caller's transaction
         # the heads are not remembered (it may still roll back): the next append reads them.
-        if self.chain is not None and heads and curs.connection.info.transaction_status == _IDLE:
+        # (``pgconn`` directly: ``info`` builds an object and an enum on every call.)
+        if self.chain is not None and heads and curs.connection.pgconn.transaction_status == _IDLE:
             self.chain.committed(heads, len(stored_events))
         return ids
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from flowledger.verify import (
     GENESIS,
+    MacKey,
     event_hash,
     event_mac,
     head_leaf,
@@ -58,3 +59,21 @@ def test_an_event_hash_covers_every_field_and_its_predecessor() -> None:
     assert len(set(variants)) == len(variants)
     assert event_mac(b"k" * 32, "s", 1, base) != event_mac(b"j" * 32, "s", 1, base)
     assert event_mac(b"k" * 32, "s", 1, base) != event_mac(b"k" * 32, "s", 2, base)
+
+
+@given(
+    st.binary(min_size=0, max_size=100),
+    st.text(min_size=1, max_size=40),
+    st.integers(min_value=1, max_value=2**62),
+    st.binary(min_size=32, max_size=32),
+)
+def test_a_mac_key_seals_as_event_mac_does(key: bytes, stream: str, version: int, chained: bytes) -> None:
+    # Keys longer than SHA-256's 64-byte block are hashed first, as RFC 2104 says.
+    assert MacKey(key).mac(stream, version, chained) == event_mac(key, stream, version, chained)
+
+
+def test_a_mac_key_keeps_no_state_between_events() -> None:
+    key = MacKey(b"k" * 32)
+    first = key.mac("s", 1, GENESIS)
+    key.mac("s", 2, b"\x07" * 32)
+    assert key.mac("s", 1, GENESIS) == first == event_mac(b"k" * 32, "s", 1, GENESIS)
