@@ -9,34 +9,34 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
+from flowledger.adapters.simulator import Simulator
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
-from tests.support.llm import ScriptedLlm
+from tests.support.simulated import simulated_client
 
 
 @pytest.fixture
-def http(request: pytest.FixtureRequest, engine: Engine) -> Iterator[TestClient]:
-    """The open app (no keys configured) over the parametrised engine, its model a counting double."""
-    engine.llm = ScriptedLlm()
+def http(engine: Engine, simulator: Simulator) -> Iterator[TestClient]:
+    """The open app (no keys configured) over the parametrised engine, its model the simulator
+    (which counts the calls it gets) through the real client."""
+    engine.llm = simulated_client(simulator.base_url)
     with TestClient(create_app(engine)) as client:
         yield client
 
 
 def test_rest_fork_starts_a_linked_session_and_replays_never_call_the_model(
-    http: TestClient, engine: Engine
+    http: TestClient, simulator: Simulator
 ) -> None:
-    llm = engine.llm
-    assert isinstance(llm, ScriptedLlm)
     http.post("/v1/sessions", json={"session_id": "h-1", "workflow": "cs", "user_id": "u-1"})
     http.post("/v1/sessions/h-1/process", json={"step": "classify", "input": {"m": "hi"}, "model": "gpt-4.1"})
-    calls = len(llm.calls)
+    calls = simulator.stats["requests"]
 
     forked = http.post("/v1/sessions/h-1/fork", json={"at_version": 1, "new_session_id": "h-2"})
     replayed = [http.get("/v1/sessions/h-1", params={"version": v}) for v in (1, 2, 3)]
     retried = http.post(
-        "/v1/sessions/h-2/process", json={"step": "classify", "input": {"m": "hi"}, "model": "x"}
+        "/v1/sessions/h-2/process", json={"step": "classify", "input": {"m": "hi"}, "model": "deepseek-v3.2"}
     )
 
     assert forked.status_code == 201, forked.text
@@ -45,7 +45,7 @@ def test_rest_fork_starts_a_linked_session_and_replays_never_call_the_model(
     assert (body["user_id"], body["current_step"], body["totals"]["calls"]) == ("u-1", "init", 0)
     assert [r.status_code for r in replayed] == [200, 200, 200]
     assert retried.status_code == 201
-    assert len(llm.calls) == calls + 1  # the retry only: forking and replaying called nothing
+    assert simulator.stats["requests"] == calls + 1  # the retry only: forking and replaying called nothing
 
 
 @pytest.mark.parametrize(
