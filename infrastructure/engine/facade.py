@@ -92,11 +92,7 @@ class Engine:
         self.store = AggregateStore(self._app, self.settings, clock)
         self.sessions = SessionService(self.store, self.tenant)
         self.erasure = ErasureService(self.store, self._app.data_keys, self.tenant)
-        ledger = (
-            None
-            if url == MEMORY_URL
-            else PostgresBudgetLedger(url, self.settings.schema, self.settings, migrated=True)
-        )
+        ledger = None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)
         self.budgets = BudgetService(self.store, ledger, self.tenant, alerts)
         self.steps = StepService(
             self.store, self.sessions, llm, pool_size=self.settings.pool_size, budgets=self.budgets

@@ -137,11 +137,7 @@ class Raised:
 class PostgresBudgetLedger:
     """Budgets, their windows and reservations in one schema; tables made on first use."""
 
-    def __init__(
-        self, database_url: str, schema: str, settings: Settings | None = None, *, migrated: bool = False
-    ) -> None:
-        """``migrated``: ``migrate`` made the tables (an engine's ledger); else they are made at
-        first use (a ledger built by hand)."""
+    def __init__(self, database_url: str, schema: str, settings: Settings | None = None) -> None:
         settings = settings or Settings()
         self._schema = schema
         deadlines = deadlines_of(settings)
@@ -154,7 +150,6 @@ class PostgresBudgetLedger:
             open=False,
         )
         self._ready = False
-        self._migrated = migrated
         self._lock = threading.Lock()
         self._t = {
             name: sql.Identifier(schema, name)
@@ -170,13 +165,24 @@ class PostgresBudgetLedger:
         with self._lock:
             if not self._ready:
                 self._pool.open(wait=False)
-                if not self._migrated:
+                if not self._tables_exist():
                     self._create_tables()
                 self._ready = True
         with unavailable_as_store_error("budgets"), self._pool.connection() as conn:
             yield conn
 
+    def _tables_exist(self) -> bool:
+        """Whether ``migrate`` (schema version 5) made the tables: one read, where the DDL
+        below took a lock and a commit inside the first step of every new engine."""
+        with unavailable_as_store_error("budgets"), self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL",
+                [sql.Identifier(self._schema, "budget_charges").as_string(conn)],
+            ).fetchone()
+        return bool(row and row[0])
+
     def _create_tables(self) -> None:
+        """Tables for a schema ``migrate`` has not brought to version 5 (a schema made otherwise)."""
         with unavailable_as_store_error("budgets"), self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"{self._schema}.budgets"])
             for statement in create_budget_tables(self._schema):

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, WebhookNotifier
@@ -21,6 +22,9 @@ from flowledger.domain.errors import BudgetExceeded, ValidationError
 from flowledger.domain.pricing import ModelPrice, PriceTable
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
+from flowledger.infrastructure.postgres.database import create_schema
+from flowledger.infrastructure.postgres.migrations import migrate
 
 pytestmark = pytest.mark.postgres
 MODEL = "sim-pricey"
@@ -322,3 +326,23 @@ async def test_steps_of_a_tenant_without_budgets_ask_the_ledger_once_then_skip_t
         assert len(reservations) == 2
     finally:
         await engine.aclose()
+
+
+def test_migrate_makes_the_ledger_tables_and_a_ledger_on_an_unmigrated_schema_makes_them(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a schema that migrate brought to the current version, and one made by hand
+    migrate(database_url, pg_schema)
+    bare = f"{pg_schema}_bare"
+    create_schema(database_url, bare)
+    with psycopg.connect(database_url) as conn:
+        charges = f'"{pg_schema}".budget_charges'
+        made = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [charges]).fetchone()
+    assert made == (True,)
+    for schema in (pg_schema, bare):
+        ledger = PostgresBudgetLedger(database_url, schema)
+        try:
+            # When a ledger is first used, Then it works on both (the bare one made its tables)
+            assert ledger.has_budgets("t1") is False
+        finally:
+            ledger.close()
