@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
@@ -212,9 +212,9 @@ class BatchAssigner:
         roster = index.agent_profiles() if fresh else index.recent_agent_profiles(ROSTER_MAX_AGE_S)
         profiles = {p.agent_id: p for p in roster}
         now = uow.now
-        tasks = [self._reads.task(uow, request.task_id) for request in batch]  # before any lock
         if self._active is not None:
-            self._lock_planned(self._active, tasks, profiles, uow)
+            self._lock_planned(self._active, batch, profiles, uow)
+        tasks = [self._reads.task(uow, request.task_id) for request in batch]
         states = []
         for request, task in zip(batch, tasks, strict=True):
             if task.task_status is not TaskStatus.PENDING:
@@ -242,17 +242,31 @@ class BatchAssigner:
         return states
 
     def _lock_planned(
-        self, locks: AgentLocks, tasks: list[Task], profiles: dict[str, AgentProfile], uow: UnitOfWork
+        self, locks: AgentLocks, batch: list[_Request], profiles: dict[str, AgentProfile], uow: UnitOfWork
     ) -> None:
         """Lock, in one round trip, the agents this batch means to use: its choices made on
         the roster as read, then the other eligible agents best first, up to as many as it
         chose (an agent another engine holds gives way to the next). Each agent taken is
-        opened at once: its fresh load may change the choices."""
+        opened at once: its fresh load may change the choices. The batch's tasks this engine
+        has not seen (another process created them) are read in the same round trip, planned
+        from what the log index knows of them."""
+        index = self._reads.index
+        pending: list[tuple[str, Sequence[str]]] = []
+        unseen: list[UUID] = []
+        for request in batch:
+            aggregate_id = self._reads.task_uuid(request.task_id)
+            entry = index.task_entry(aggregate_id)
+            if entry is not None and self._store.cached(aggregate_id) is None:
+                unseen.append(aggregate_id)
+                pending.append((request.task_id, entry.required_skills))
+                continue
+            task = self._reads.task(uow, request.task_id)
+            if task.task_status is TaskStatus.PENDING:
+                pending.append((task.task_id, task.required_skills))
         trial = dict(profiles)
         plan: list[str] = []
-        pending = [task for task in tasks if task.task_status is TaskStatus.PENDING]
-        for task in pending:
-            decision = choose_agent(task.task_id, task.required_skills, trial.values())
+        for task_id, skills in pending:
+            decision = choose_agent(task_id, skills, trial.values())
             if isinstance(decision, Choice):
                 chosen = trial[decision.agent_id]
                 trial[chosen.agent_id] = replace(chosen, load=chosen.load + 1)
@@ -261,12 +275,19 @@ class BatchAssigner:
         if not plan:
             return
         order = list(plan)
-        for task in pending:
-            order += [p.agent_id for p in rank_candidates(task.task_id, task.required_skills, trial.values())]
+        for task_id, skills in pending:
+            order += [p.agent_id for p in rank_candidates(task_id, skills, trial.values())]
         ids = {self._reads.agent_uuid(agent_id): agent_id for agent_id in dict.fromkeys(order)}
-        index = self._reads.index
         known = [(agent, index.agent_version(agent_id)) for agent, agent_id in ids.items()]
-        taken, elsewhere = locks.try_lock(known, wanted=len(plan))
+        taken, elsewhere = locks.try_lock(known, wanted=len(plan), streams=unseen)
+        mapper = self._store.app.mapper
+        for aggregate_id, stored in locks.streams.items():
+            if aggregate_id not in uow.touched:  # a task missing here is read (or not found) as usual
+                replayed: Any = None
+                for event in stored:
+                    decoded: Any = mapper.to_domain_event(event)
+                    replayed = decoded.mutate(replayed)
+                uow.adopt(replayed)
         if elsewhere:
             self._contend()
         self._taken.update(ids[agent] for agent in elsewhere)

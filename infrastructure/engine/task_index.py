@@ -64,6 +64,8 @@ class IndexedTask:
     priority: TaskPriority
     deadline: datetime | None
     position: int
+    required_skills: tuple[str, ...] = ()
+    """As created, or as a classification derived them (a hint for planning, not a decision)."""
     reopened_at: int = 0
     """The task's version when it was last requeued: a final state seen before it is stale."""
 
@@ -134,6 +136,7 @@ class LogIndex:
                     priority=TaskPriority(event.priority),
                     deadline=event.deadline,
                     position=position,
+                    required_skills=tuple(event.required_skills),
                 )
                 self._tasks[event.originator_id] = self._open[event.originator_id] = indexed
         elif isinstance(event, Task.Classified | Task.Requeued):
@@ -146,10 +149,12 @@ class LogIndex:
                 )
                 self._open[event.originator_id] = known
             else:
+                skills = event.required_skills
                 known = replace(
                     known,
                     priority=TaskPriority(event.priority) if event.priority else known.priority,
                     deadline=event.deadline or known.deadline,
+                    required_skills=known.required_skills if skills is None else tuple(skills),
                 )
                 if event.originator_id in self._open:
                     self._open[event.originator_id] = known
@@ -219,6 +224,11 @@ class LogIndex:
             known = self._agents.get(agent.id)
             if agent.id in self._agent_ids and (known is None or agent.version > known.version):
                 self._agents[agent.id] = agent.copy()
+
+    def task_entry(self, aggregate_id: UUID) -> IndexedTask | None:
+        """What the log said of a task, if this index has seen it created (nothing is read)."""
+        with self._lock:
+            return self._tasks.get(aggregate_id)
 
     def agent_version(self, agent_id: str) -> int:
         """The version of a followed agent as this index has it."""

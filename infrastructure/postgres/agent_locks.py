@@ -63,6 +63,8 @@ class AgentLocks:
         self._deadlines = deadlines
         self._chain = chain
         self._conn: psycopg.Connection[Any] | None = None
+        self.streams: dict[UUID, list[StoredEvent]] = {}
+        """Whole streams read with the locks (``try_lock(streams=…)``), oldest event first."""
         self.held: dict[UUID, list[StoredEvent] | None] = {}
         """Agents locked in the open transaction, each with its stored events after the
         version given when it was locked (None: unknown, read them)."""
@@ -78,17 +80,29 @@ class AgentLocks:
             .format(sql.Identifier(schema), sql.Identifier(events_table))
             .as_string(None)
         )
+        self._streams = (
+            sql.SQL(
+                "SELECT originator_id, originator_version, topic, state, event_hash FROM {}.{} "
+                "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
+            )
+            .format(sql.Identifier(schema), sql.Identifier(events_table))
+            .as_string(None)
+        )
 
     def key(self, agent_id: UUID) -> int:
         """The lock's 64-bit key: the schema and the agent (agents of two schemas never share one)."""
         digest = hashlib.blake2b(f"{self._schema}\x1f{agent_id}".encode(), digest_size=8).digest()
         return int.from_bytes(digest, "big", signed=True)
 
-    def try_lock(self, ranked: Sequence[tuple[UUID, int]], wanted: int = 1) -> tuple[list[UUID], set[UUID]]:
+    def try_lock(
+        self, ranked: Sequence[tuple[UUID, int]], wanted: int = 1, *, streams: Sequence[UUID] = ()
+    ) -> tuple[list[UUID], set[UUID]]:
         """Take up to ``wanted`` of the agents' locks (agent, version known), trying them in
         the order given, in one round trip: returns those taken (their newer events in
-        ``held``) and those found held elsewhere. When the database cannot say, the first
-        ``wanted`` count as taken, events unknown (deciding without locks is safe, only slower)."""
+        ``held``) and those found held elsewhere; ``streams`` are read whole in the same
+        round trip (into ``streams``: the batch's tasks this engine has not seen). When the
+        database cannot say, the first ``wanted`` count as taken, events unknown (deciding
+        without locks is safe, only slower)."""
         candidates = [(agent, known) for agent, known in ranked if agent not in self.held]
         if not candidates or wanted < 1:
             return [], set()
@@ -97,8 +111,10 @@ class AgentLocks:
             with conn.pipeline():
                 locked = conn.execute(_TRY_FIRST, ([self.key(a) for a, _ in candidates], wanted))
                 since = conn.execute(self._since, ([a for a, _ in candidates], [k for _, k in candidates]))
+                read = conn.execute(self._streams, (list(streams),)) if streams else None
             taken = [int(row[0]) - 1 for row in locked.fetchall()]
             rows = since.fetchall()
+            self._keep_streams(read.fetchall() if read is not None else [])
         except psycopg.Error:
             self.close()
             guessed = [agent for agent, _ in candidates[:wanted]]
@@ -122,6 +138,21 @@ class AgentLocks:
             self.held[agent_id] = None
             return
         self._hold([(agent_id, known)], [0], rows)
+
+    def _keep_streams(self, rows: list[Any]) -> None:
+        for stream, version, topic, state, _hashed in rows:
+            self.streams.setdefault(stream, []).append(
+                StoredEvent(originator_id=stream, originator_version=version, topic=topic, state=bytes(state))
+            )
+        self._note_heads(rows)
+
+    def _note_heads(self, rows: list[Any]) -> None:
+        if self._chain is None:
+            return
+        for n, row in enumerate(rows):
+            last_of_stream = n + 1 == len(rows) or rows[n + 1][0] != row[0]
+            if last_of_stream and row[4] is not None:
+                self._chain.note_head(row[0], row[1], bytes(row[4]))
 
     def _hold(self, candidates: list[tuple[UUID, int]], taken: list[int], rows: list[Any]) -> None:
         found: dict[int, list[Any]] = {}
@@ -153,6 +184,7 @@ class AgentLocks:
     def end(self) -> None:
         """Release every lock: roll back the transaction if nobody committed it."""
         self.held.clear()
+        self.streams.clear()
         conn = self._conn
         if conn is None or conn.closed or conn.info.transaction_status not in _OPEN:
             return

@@ -111,7 +111,7 @@ def test_the_batch_append_commits_its_locks_away(
         other.close()
 
 
-def test_an_engine_with_a_stale_agent_decides_on_the_events_its_lock_brought(
+def test_an_engine_with_a_stale_agent_decides_on_the_events_its_lock_brought_with_the_task(
     pg_engine: Engine, database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a second engine that read the roster, then the first assigned the only agent a task
@@ -121,9 +121,11 @@ def test_an_engine_with_a_stale_agent_decides_on_the_events_its_lock_brought(
     with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as other:
         other.task_reads.index.refresh()
         assert pg_engine.assign_task("t1").agent_id == "a"
-        monkeypatch.setattr(other.store, "events", lambda *a, **k: pytest.fail("read the agent again"))
-        # When the second assigns the next two, from its stale roster (load 0 of 2)
-        second = other.tasks.assign_task("t2")
+        with monkeypatch.context() as patched:
+            patched.setattr(other.store, "events", lambda *a, **k: pytest.fail("read the agent again"))
+            patched.setattr(other.store, "load", lambda *a, **k: pytest.fail("read the task apart"))
+            # When the second assigns the next two, from its stale roster (load 0 of 2)
+            second = other.tasks.assign_task("t2")
         third = other.tasks.assign_task("t3", escalate_when_full=False)
         # Then it saw the first assignment: no lost save, the agent full at 2, the third waits
         assert second.agent_id == "a"

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from flowledger.domain.agent import Agent
 from flowledger.domain.errors import (
     AgentAtCapacity,
     AgentConflict,
@@ -241,3 +242,30 @@ def test_a_deadline_beyond_ten_years_is_refused_not_an_overflow(engine: Engine) 
     assert raised.value.field == "deadline"
     with pytest.raises(TaskNotFound, match=r"task 't-far' not found"):
         engine.get_task("t-far")
+
+
+def test_the_log_index_knows_a_tasks_required_skills_as_created(engine: Engine) -> None:
+    # Given a task created with skills
+    engine.create_task("t", "Fix the API", ["Python", "sql"])
+    # When the index reads the log
+    index = engine.task_reads.index
+    index.refresh()
+    entry = index.task_entry(engine.task_reads.task_uuid("t"))
+    # Then it knows them, normalised, without loading the task
+    assert entry is not None
+    assert entry.required_skills == ("python", "sql")
+    assert index.task_entry(engine.task_reads.task_uuid("unknown")) is None
+
+
+def test_an_agent_copy_shares_no_container_with_the_original() -> None:
+    # Given an agent holding a task
+    agent = Agent.register(agent_id="be", tenant="t", name="Backend", skills=["python"], capacity=3)
+    agent.accept("t1", datetime(2026, 1, 1, tzinfo=UTC))
+    # When a copy takes another task
+    clone = agent.copy()
+    clone.accept("t2", datetime(2026, 1, 1, tzinfo=UTC))
+    # Then the original is unchanged, and the copy has both
+    assert agent.load == 1
+    assert clone.active.keys() == {"t1", "t2"}
+    assert len(agent.collect_events()) == 2
+    assert len(clone.collect_events()) == 3
