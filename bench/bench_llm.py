@@ -46,7 +46,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
-from flowledger.adapters.llm.transport import build_transport
+from flowledger.adapters.llm.transport import WHOLE_BODY, build_transport
 from flowledger.domain.ports import LlmReply, step_messages
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
@@ -60,6 +60,7 @@ KEY = "sk-bench-00000000"
 STEP_GOAL = 0.5
 WEBHOOK_GOAL = 0.3
 OVERHEAD_GOAL = 0.10
+WHOLE = {WHOLE_BODY: True}
 T = TypeVar("T")
 
 LABELS = {
@@ -248,7 +249,8 @@ async def bare_httpx_steps(base_url: str, sessions: int, kind: str) -> int:
 
         async def one() -> None:
             for _ in SCRIPT:
-                response = await http.post("chat/completions", json=body)
+                # Marked as the adapter marks its completions (the aiohttp transport's lean path).
+                response = await http.post("chat/completions", json=body, extensions=WHOLE)
                 response.raise_for_status()
                 response.json()
 
@@ -355,7 +357,7 @@ async def overhead(base_url: str, calls: int) -> tuple[float, float, float]:
 
         for _ in range(20):  # warm the connection pools
             await adapter.complete(model="deepseek-v3.2", messages=messages)
-            (await bare.post("chat/completions", json=body)).json()
+            (await bare.post("chat/completions", json=body, extensions=WHOLE)).json()
             await via_aiohttp()
         adapter_s = bare_s = plain_s = 0.0
         for _ in range(calls):
@@ -363,7 +365,7 @@ async def overhead(base_url: str, calls: int) -> tuple[float, float, float]:
             await adapter.complete(model="deepseek-v3.2", messages=messages)
             adapter_s += time.perf_counter() - started
             started = time.perf_counter()
-            (await bare.post("chat/completions", json=body)).json()
+            (await bare.post("chat/completions", json=body, extensions=WHOLE)).json()
             bare_s += time.perf_counter() - started
             started = time.perf_counter()
             await via_aiohttp()
