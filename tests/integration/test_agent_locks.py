@@ -11,7 +11,7 @@ import pytest
 
 from flowledger.domain.agent import agent_uuid
 from flowledger.infrastructure import Engine
-from flowledger.infrastructure.engine.assigner import CONTENDED_S
+from flowledger.infrastructure.engine.agent_claims import CONTENDED_S
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.database import deadlines_of
