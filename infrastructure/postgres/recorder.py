@@ -330,15 +330,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 chain.note_head(
                     newest["originator_id"], newest["originator_version"], bytes(newest["event_hash"])
                 )
-        return [
-            StoredEvent(
-                originator_id=row["originator_id"],
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=bytes(row["state"]),
-            )
-            for row in rows
-        ]
+        return _stored(rows)
 
     def select_notifications(
         self,
@@ -413,15 +405,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         statement = pg_sql.select_events_containing(self.datastore.schema, self.events_table_name)
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             rows = curs.execute(statement, (originator_id, topic, needle), prepare=self.prepare).fetchall()
-        return [
-            StoredEvent(
-                originator_id=row["originator_id"],
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=bytes(row["state"]),
-            )
-            for row in rows
-        ]
+        return _stored(rows)
 
     def max_notification_id(self) -> int | None:
         """The highest notification id a reader may consume up to now."""
@@ -492,3 +476,16 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
     ) -> Subscription[ApplicationRecorder]:
         """Follow the log live: LISTEN for appends, and re-read on a short timer."""
         return FlowledgerSubscription(recorder=self, gt=gt, topics=topics)
+
+
+def _stored(rows: list[Any]) -> list[StoredEvent]:
+    """Rows of the events table (dict rows) as the library's stored events."""
+    return [
+        StoredEvent(
+            originator_id=row["originator_id"],
+            originator_version=row["originator_version"],
+            topic=row["topic"],
+            state=bytes(row["state"]),
+        )
+        for row in rows
+    ]
