@@ -161,7 +161,9 @@ def test_the_pool_reconnects_as_soon_as_the_server_is_back(private_server: Priva
         f"{figures.recovered_after_start_s=} errors={len(figures.errors)}"
     )
     assert figures.first_error_after_stop_s is not None
-    assert figures.first_error_after_stop_s < 1.0
+    # Usually the next call fails at once (about 0.02 s); a call caught mid-flight by the stop
+    # may use its whole operation deadline (2.16 s seen once in CI), never more.
+    assert figures.first_error_after_stop_s < settings.operation_deadline_s + 0.5
     assert figures.longest_call_s < 4.0
     assert figures.recovered_after_start_s is not None
     assert figures.recovered_after_start_s < 1.5
