@@ -267,9 +267,7 @@ class StepService:
             await self._settle(hold, error.usage)
             raise
         except BaseException as error:
-            # A cancelled call may carry what its attempts were billed (see _call).
-            usage = getattr(error, "usage", None)
-            await self._settle(hold, usage if isinstance(usage, LlmUsage) else None)
+            await self._settle(hold, _usage_of(error))  # a cancelled call may carry it
             raise
         await self._settle(hold, reply.usage)
         outcome: StepOutcome | str = await self._in_db(
@@ -331,11 +329,8 @@ class StepService:
             await self._record_failure(call, error.error_type, str(error), error.usage)
             raise
         except asyncio.CancelledError as error:
-            # An adapter may say what the cancelled call's attempts were (see LlmPort).
-            usage = getattr(error, "usage", None)
-            usage = usage if isinstance(usage, LlmUsage) else None
             await asyncio.shield(
-                self._record_failure(call, "cancelled", "the caller cancelled the step", usage)
+                self._record_failure(call, "cancelled", "the caller cancelled the step", _usage_of(error))
             )
             raise
         except Exception as error:
@@ -509,3 +504,10 @@ def _retrieve(future: asyncio.Future[StepOutcome]) -> None:
     # Waiters are optional: mark the exception retrieved so asyncio does not log it.
     if not future.cancelled():
         future.exception()
+
+
+def _usage_of(error: BaseException) -> LlmUsage | None:
+    """What a cancelled call's attempts were, when its adapter said (``usage`` on the
+    ``CancelledError``, see ``LlmPort``); None otherwise."""
+    usage = getattr(error, "usage", None)
+    return usage if isinstance(usage, LlmUsage) else None

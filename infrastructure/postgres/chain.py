@@ -82,8 +82,7 @@ class StreamChain:
         with self._lock:
             self.appended += appended
             self._heads.update(heads)
-            while len(self._heads) > self._max:
-                del self._heads[next(iter(self._heads))]
+            self._trim()
 
     def note_head(self, stream: Any, version: int, hashed: bytes) -> None:
         """Remember a stream's stored hash at ``version``, read by someone else (a committed row)."""
@@ -91,8 +90,12 @@ class StreamChain:
             known = self._heads.get(stream)
             if known is None or known[0] < version:
                 self._heads[stream] = (version, hashed)
-                while len(self._heads) > self._max:
-                    del self._heads[next(iter(self._heads))]
+                self._trim()
+
+    def _trim(self) -> None:
+        """Forget the oldest remembered streams past ``max_streams`` (call holding the lock)."""
+        while len(self._heads) > self._max:
+            del self._heads[next(iter(self._heads))]
 
     def forget(self) -> None:
         """Drop every remembered head (after ``audit chain`` or a test that rewrites rows)."""
