@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
 from flowledger.domain.errors import ValidationError
 
 MEMORY_URL = "memory:"
@@ -20,6 +23,11 @@ class Settings:
     """Everything the engine is configured with. Nothing else reads the environment."""
 
     database_url: str | None = None
+    read_database_url: str | None = None
+    """A streaming replica (hot standby) of ``database_url`` that the dashboards, the funnel and the
+    dashboard page read (``FLOWLEDGER_READ_DATABASE_URL``); they then read what it has replayed and
+    do not catch the projections up themselves: a ``projections follow`` keeps them current,
+    reading the log from ``database_url`` and writing there (docs/projections.md, Replicas)."""
     home: Path = Path.home() / ".local" / "share" / "flowledger"
     schema: str = "flowledger"
     tenant: str = "default"
@@ -97,6 +105,14 @@ class Settings:
             raise ValidationError("checkpoint_every", "must be >= 0 (0: off)")
         if not self.data_key_cache_s >= 0:
             raise ValidationError("data_key_cache_s", "must be >= 0")
+        if self.read_database_url is not None:
+            try:
+                conninfo_to_dict(self.read_database_url)
+            except psycopg.ProgrammingError:  # its message may quote the string (a password)
+                raise ValidationError(
+                    "FLOWLEDGER_READ_DATABASE_URL",
+                    "is not a PostgreSQL connection string (postgresql://… or key=value pairs)",
+                ) from None
 
     @property
     def key_dir(self) -> Path:
@@ -113,6 +129,7 @@ class Settings:
         routing = env.get("FLOWLEDGER_ROUTING_FILE")
         return cls(
             database_url=env.get("FLOWLEDGER_DATABASE_URL") or None,
+            read_database_url=env.get("FLOWLEDGER_READ_DATABASE_URL") or None,
             home=Path(env["FLOWLEDGER_HOME"]) if env.get("FLOWLEDGER_HOME") else defaults.home,
             schema=env.get("FLOWLEDGER_SCHEMA") or defaults.schema,
             tenant=env.get("FLOWLEDGER_TENANT") or defaults.tenant,

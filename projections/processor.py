@@ -58,10 +58,13 @@ class Projector:
         mapper: Mapper[UUID],
         projections: Sequence[Projection],
         batch_size: int = 2000,
+        read_url: str | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValidationError("batch_size", f"must be >= 1, got {batch_size}")
         self.database_url = database_url
+        self.read_url = read_url
+        """A streaming replica the read models are read from (None: ``database_url``)."""
         self.names = Names(store_schema)
         self.recorder = recorder
         self.mapper = mapper
@@ -71,6 +74,19 @@ class Projector:
     def connect(self) -> Connection[Any]:
         """A new autocommit connection; transactions are opened explicitly."""
         return psycopg.connect(self.database_url, autocommit=True)
+
+    def connect_reader(self) -> Connection[Any]:
+        """A new autocommit connection to read the read models on: the replica when there is
+        one (it holds what it has replayed), else the database the projections are written to."""
+        return psycopg.connect(self.read_url or self.database_url, autocommit=True)
+
+    def ready_to_read(self) -> Projector:
+        """This projector, once its read models may be read: caught up to the head of the log
+        here; with a replica, as they stand there (a follower keeps them current, so a read
+        never writes to the primary)."""
+        if self.read_url is None:
+            self.catch_up()
+        return self
 
     def select(self, wanted: Sequence[str] | None) -> list[Projection]:
         """The projections named in ``wanted`` (all when None); unknown names raise ValidationError."""

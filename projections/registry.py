@@ -36,6 +36,7 @@ def projector_for(
         mapper=engine.log.mapper,
         projections=all_projections() if projections is None else projections,
         batch_size=batch_size,
+        read_url=engine.settings.read_database_url,
     )
 
 

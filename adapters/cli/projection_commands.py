@@ -307,10 +307,9 @@ def dashboard_command(
     groups = by or ["model"]
     with reported_errors(), Engine() as engine:
         whose = _tenant(engine, tenant)
-        projector = projector_for(engine)
-        projector.catch_up()
+        projector = projector_for(engine).ready_to_read()
         start = datetime.now(UTC) - parse_since(since)
-        with projector.connect() as conn:
+        with projector.connect_reader() as conn:
             read = "raw" if exact else "auto"
             rows = dashboard(conn, projector.names.reader, tenant=whose, since=start, by=groups, read=read)
             console.print(dashboard_table(rows, groups, f"model calls, last {since}"))
@@ -358,9 +357,8 @@ def funnel_command(
         order = [s.strip() for s in steps.split(",")] if steps else None
         with Engine() as engine:
             whose = _tenant(engine, tenant)
-            projector = projector_for(engine)
-            projector.catch_up()
-            with projector.connect() as conn:
+            projector = projector_for(engine).ready_to_read()
+            with projector.connect_reader() as conn:
                 reader = projector.names.reader
                 reports = funnel_report(
                     conn,

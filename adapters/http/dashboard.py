@@ -70,9 +70,8 @@ def _start(since: str) -> datetime:
 
 
 def _projector(engine: Engine) -> Projector:
-    projector = projector_for(engine)  # ValidationError for an in-memory engine
-    projector.catch_up()
-    return projector
+    # With FLOWLEDGER_READ_DATABASE_URL the read models are read on the replica, uncaught-up.
+    return projector_for(engine).ready_to_read()  # ValidationError for an in-memory engine
 
 
 @router.get("/v1/dashboard", responses=_ANALYTICS)
@@ -99,7 +98,7 @@ def dashboard_json(
         raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {prices.version}")
     projector = _projector(caller.engine)
     reader = projector.names.reader
-    with projector.connect() as conn:
+    with projector.connect_reader() as conn:
         read = "raw" if exact else "auto"
         rows = dashboard(conn, reader, tenant=caller.tenant, since=start, by=by, read=read)
         if prices is None or reprice_as is None:
@@ -134,7 +133,7 @@ def funnel_json(
     (from roll-ups for windows over a day, unless ``exact``)."""
     start = _start(since)
     projector = _projector(caller.engine)
-    with projector.connect() as conn:
+    with projector.connect_reader() as conn:
         reader, read = projector.names.reader, "raw" if exact else "auto"
         reports = funnel_report(conn, reader, workflow, tenant=caller.tenant, since=start, read=read)
     return [jsonable(asdict(report)) for report in reports]
@@ -190,7 +189,7 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
     bucket = bucket_for(end - start)
     projector = _projector(caller.engine)
     reader, tenant = projector.names.reader, caller.tenant
-    with projector.connect() as conn:
+    with projector.connect_reader() as conn:
         by_model = dashboard(conn, reader, tenant=tenant, since=start, by=["model"])
         by_time = dashboard(conn, reader, tenant=tenant, since=start, by=[bucket])
         workflows = [
@@ -343,7 +342,7 @@ def tiers_json(caller: Reader, since: Since = "24h") -> dict[str, Any]:
     premium = configured.tiers["critical"][0]
     policies = {"configured": configured, **{f"all {m}": ModelTiers.single(m) for m in configured.models()}}
     projector = _projector(engine)
-    with projector.connect() as conn:
+    with projector.connect_reader() as conn:
         report = reprice_by_tier(
             conn,
             projector.names.reader,

@@ -29,8 +29,9 @@ store do, but with the horizon taken from this log's own appends in flight):
 
 Optimistic concurrency is the primary key (originator_id, originator_version); a
 multi-event save is one statement in one transaction. Snapshots use the library's
-aggregate recorder unchanged (no notification ids, no lock). Readers must read the
-primary: a standby's ``pg_locks`` does not show the primary's markers.
+aggregate recorder unchanged (no notification ids, no lock). On a hot standby the
+primary's markers are not visible, so the horizon there is the snapshot's xmin
+(``sql.horizon``): gap-safe, but held back by any transaction open on the primary's cluster.
 """
 
 from __future__ import annotations

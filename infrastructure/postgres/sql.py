@@ -198,7 +198,17 @@ def _release_if_held(lock_key: int) -> Composed:
 
 
 _IN_FLIGHT = (
-    "WITH r AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x), "
+    # On a hot standby the primary's markers are not in ``pg_locks`` (advisory locks are not
+    # WAL-logged), so there the horizon is the snapshot's xmin: the standby learns every
+    # transaction id below the newest it replays as running until its commit or abort
+    # replays, so ids below xmin have all finished (measured: an append left open on the
+    # primary while a later one committed gave xmin = its id and xmax past the later one,
+    # whose row xmax alone would have let readers take, skipping the open one's id).
+    # ``waits``: a standby held back by some transaction (of any database of the cluster).
+    "WITH r AS (SELECT (CASE WHEN pg_is_in_recovery() THEN pg_snapshot_xmin(s) "
+    "ELSE pg_snapshot_xmax(s) END)::text::bigint AS x, "
+    "pg_is_in_recovery() AND pg_snapshot_xmin(s) <> pg_snapshot_xmax(s) AS waits "
+    "FROM pg_current_snapshot() AS s), "
     # Each marker's key holds the low 32 bits of its transaction id; every transaction
     # still running is within 2**31 of any current snapshot's xmax, so the nearest
     # full id with those low bits is the one.
@@ -215,7 +225,9 @@ def horizon(space: int) -> Composed:
     Rows whose ``transaction_id`` is below it may be read. It is the lowest transaction id
     of the appends to this log still in flight (their markers, ``in_flight_lock_space``),
     or, with none, this statement's snapshot xmax (no transaction that starts later can
-    take a lower id). Transactions that never append to this log play no part.
+    take a lower id). Transactions that never append to this log play no part. On a hot
+    standby it is the snapshot's xmin: there every transaction of the primary's cluster
+    still running holds readers back (docs/projections.md, Replicas).
 
     It must run as a statement of its own, before the statement that reads the rows:
     ``pg_locks`` is read while the statement runs, after its snapshot was taken, and an
@@ -227,10 +239,11 @@ def horizon(space: int) -> Composed:
 
 
 def horizon_and_oldest(space: int) -> Composed:
-    """``horizon``, whether an append is in flight, and how long (seconds) the lowest one has
-    been open (NULL when none is, or when its start is hidden from this role)."""
+    """``horizon``, whether an append is in flight (on a standby: any transaction), and how
+    long (seconds) the lowest one has been open (NULL when none is, when its start is hidden
+    from this role, or on a standby)."""
     return SQL(
-        _IN_FLIGHT + "SELECT LEAST(r.x, o.xid)::text AS horizon, o.xid IS NOT NULL AS in_flight, "
+        _IN_FLIGHT + "SELECT LEAST(r.x, o.xid)::text AS horizon, o.xid IS NOT NULL OR r.waits AS in_flight, "
         "(SELECT extract(epoch FROM clock_timestamp() - a.xact_start)::float8 FROM pg_stat_activity a "
         "WHERE a.pid = o.pid) AS oldest_s "
         "FROM r LEFT JOIN (SELECT xid, pid FROM f ORDER BY xid LIMIT 1) AS o ON true"

@@ -53,7 +53,11 @@ def free_port() -> int:
 class PrivateServer:
     """One PostgreSQL cluster of the test's own: ``start``, ``stop``, ``kill``, ``restart``."""
 
-    def __init__(self, root: Path, *, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, root: Path, *, settings: dict[str, str] | None = None, standby_of: PrivateServer | None = None
+    ) -> None:
+        """A new cluster in ``root``: initdb, or with ``standby_of`` a hot standby of that
+        (running) server, copied with ``pg_basebackup -R`` (it streams from it once started)."""
         self.bin = binaries()
         self.root = root
         self.data = root / "data"
@@ -71,7 +75,10 @@ class PrivateServer:
             "logging_collector": "off",
             **(settings or {}),
         }
-        self._initdb()
+        if standby_of is None:
+            self._initdb()
+        else:
+            self._base_backup(standby_of)
 
     @property
     def url(self) -> str:
@@ -171,15 +178,33 @@ class PrivateServer:
             raise RuntimeError(f"{name} {args} failed ({done.returncode}): {done.stderr}\n{log}")
         return done.stdout
 
-    def _initdb(self) -> None:
+    def _own_root(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
         if self._as_root:
             owner = pwd.getpwnam(_SERVER_USER)
             os.chown(self.root, owner.pw_uid, owner.pw_gid)
+
+    def _initdb(self) -> None:
+        self._own_root()
         self.run_as_owner(
             "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync"
         )
+        self._write_settings()
+
+    def _base_backup(self, primary: PrivateServer) -> None:
+        # initdb's pg_hba.conf trusts replication connections from 127.0.0.1, and wal_level
+        # replica with 10 WAL senders is the default: the primary needs nothing more.
+        self._own_root()
+        source = f"host=127.0.0.1 port={primary.port} user=postgres sslmode=disable"
+        self.run_as_owner(
+            *("pg_basebackup", "-D", str(self.data), "-d", source),
+            *("-R", "-X", "stream", "--no-sync", "-c", "fast"),
+        )
+        # The copied postgresql.conf carries the primary's port: later lines win.
+        self._write_settings()
+
+    def _write_settings(self) -> None:
         with (self.data / "postgresql.conf").open("a") as conf:
             for key, value in self._settings.items():
                 conf.write(f"{key} = {value}\n")
@@ -188,3 +213,20 @@ class PrivateServer:
 def new_root() -> Path:
     """A fresh directory for one cluster, outside pytest's root-only temporary tree."""
     return Path(tempfile.mkdtemp(prefix="flowledger-faults-", dir="/tmp"))
+
+
+def wait_replayed(primary_url: str, standby_url: str, timeout_s: float = 30.0) -> float:
+    """Wait until the standby has replayed the primary's WAL as it is now; returns the seconds
+    that took (the replication lag seen). Raises TimeoutError past ``timeout_s``."""
+    started = time.monotonic()
+    with psycopg.connect(primary_url, autocommit=True) as primary:
+        row = primary.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    target = row[0] if row else "0/0"
+    with psycopg.connect(standby_url, autocommit=True) as standby:
+        while True:
+            done = standby.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)).fetchone()
+            if done and done[0]:
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"the standby did not replay {target} within {timeout_s} s")
+            time.sleep(0.005)
