@@ -45,3 +45,12 @@ def test_a_unix_socket_url_keeps_its_socket_directory() -> None:
 def test_a_schema_name_that_is_not_a_plain_sql_name_is_rejected(schema: str) -> None:
     with pytest.raises(ValidationError, match=r"schema: .* is not a plain lower-case SQL name"):
         Settings(schema=schema)
+
+
+def test_the_read_database_url_is_read_from_the_environment_and_checked() -> None:
+    replica = "postgresql://reader@127.0.0.1:5433/flows"
+    assert Settings.from_env({"FLOWLEDGER_READ_DATABASE_URL": replica}).read_database_url == replica
+    assert Settings.from_env({}).read_database_url is None
+    with pytest.raises(ValidationError, match="FLOWLEDGER_READ_DATABASE_URL") as refused:
+        Settings.from_env({"FLOWLEDGER_READ_DATABASE_URL": "replica:s3cret"})
+    assert "s3cret" not in str(refused.value)
