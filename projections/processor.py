@@ -59,12 +59,16 @@ class Projector:
         projections: Sequence[Projection],
         batch_size: int = 2000,
         read_url: str | None = None,
+        pgbouncer: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValidationError("batch_size", f"must be >= 1, got {batch_size}")
         self.database_url = database_url
         self.read_url = read_url
         """A streaming replica the read models are read from (None: ``database_url``)."""
+        # Behind PgBouncer in transaction mode a prepared statement lives in one backend and the
+        # next transaction may run on another ("_pg3_0" already exists / does not exist).
+        self._connect_kwargs: dict[str, Any] = {"prepare_threshold": None} if pgbouncer else {}
         self.names = Names(store_schema)
         self.recorder = recorder
         self.mapper = mapper
@@ -73,12 +77,12 @@ class Projector:
 
     def connect(self) -> Connection[Any]:
         """A new autocommit connection; transactions are opened explicitly."""
-        return psycopg.connect(self.database_url, autocommit=True)
+        return psycopg.connect(self.database_url, autocommit=True, **self._connect_kwargs)
 
     def connect_reader(self) -> Connection[Any]:
         """A new autocommit connection to read the read models on: the replica when there is
         one (it holds what it has replayed), else the database the projections are written to."""
-        return psycopg.connect(self.read_url or self.database_url, autocommit=True)
+        return psycopg.connect(self.read_url or self.database_url, autocommit=True, **self._connect_kwargs)
 
     def ready_to_read(self) -> Projector:
         """This projector, once its read models may be read: caught up to the head of the log

@@ -37,6 +37,7 @@ def projector_for(
         projections=all_projections() if projections is None else projections,
         batch_size=batch_size,
         read_url=engine.settings.read_database_url,
+        pgbouncer=engine.settings.pgbouncer,
     )
 
 

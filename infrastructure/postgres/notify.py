@@ -89,15 +89,24 @@ class Notifier:
 
 
 class FlowledgerSubscription(PostgresSubscription):
-    """The library's LISTEN subscription, plus a re-read every ``poll_interval`` seconds."""
+    """The library's LISTEN subscription, plus a re-read every ``poll_interval`` seconds.
+
+    Behind PgBouncer in transaction mode it only polls: ``LISTEN`` is session state, so it
+    would stay on whichever server connection ran it (handed to other clients next) and the
+    subscriber would hear nothing. A follower that needs less than ``poll_interval`` of delay
+    connects to PostgreSQL directly (without ``FLOWLEDGER_PGBOUNCER``).
+    """
 
     poll_interval = 0.25
 
     def _listen(self) -> None:
         listen = SQL("LISTEN {0}").format(Identifier(self._recorder.channel_name))
+        deadlines = getattr(self._recorder, "deadlines", None)
+        behind_pgbouncer = bool(getattr(deadlines, "pgbouncer", False))
         try:
             with self._recorder.datastore.get_connection() as conn:
-                conn.execute(listen)
+                if not behind_pgbouncer:
+                    conn.execute(listen)
                 last_pull = monotonic()
                 while not self._has_been_stopped and not self._thread_error:
                     for _ in conn.notifies(timeout=0.1, stop_after=1):
