@@ -16,6 +16,8 @@ from flowledger.domain.errors import ValidationError
 MEMORY_URL = "memory:"
 _OFF = {"0", "false", "no", "off", "n"}
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+MAX_EVENT_PARTITIONS = 1024
+"""The most hash partitions ``event_partitions`` may ask for."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +93,10 @@ class Settings:
     ``record_step`` (bench/README.md, ``bench_sealing.py``)."""
     data_key_cache_s: float = 30.0
     """How long an engine trusts a data key it read: ``forget`` takes effect on other engines within it."""
+    event_partitions: int = 0
+    """Hash partitions of the events table by stream (``FLOWLEDGER_EVENT_PARTITIONS``; 0: one
+    unpartitioned table). A new schema is made so; ``flowledger migrate`` converts an existing
+    log to it (docs/recorder.md, "Partitioned log"); an engine start never converts."""
 
     def __post_init__(self) -> None:
         if not _SCHEMA_NAME.match(self.schema):
@@ -113,6 +119,11 @@ class Settings:
                     "FLOWLEDGER_READ_DATABASE_URL",
                     "is not a PostgreSQL connection string (postgresql://… or key=value pairs)",
                 ) from None
+        if not 0 <= self.event_partitions <= MAX_EVENT_PARTITIONS:
+            raise ValidationError(
+                "event_partitions",
+                f"must be 0 (unpartitioned) to {MAX_EVENT_PARTITIONS}, got {self.event_partitions}",
+            )
 
     @property
     def key_dir(self) -> Path:
@@ -167,6 +178,7 @@ class Settings:
             webhook_strict=_flag(env, "FLOWLEDGER_WEBHOOK_STRICT"),
             seal_personal_data=_flag(env, "FLOWLEDGER_SEAL_PERSONAL_DATA"),
             data_key_cache_s=_seconds(env, "FLOWLEDGER_DATA_KEY_CACHE_S", defaults.data_key_cache_s),
+            event_partitions=_whole(env, "FLOWLEDGER_EVENT_PARTITIONS", defaults.event_partitions),
         )
 
     def with_overrides(self, **overrides: object) -> Settings:

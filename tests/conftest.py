@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.postgres.database import migrate
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from tests.support.schemas import (
     RUN_PREFIX,
@@ -94,10 +95,17 @@ def run_schemas(database_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def pg_schema(database_url: str, run_schemas: str) -> Iterator[str]:
-    """A schema of the test's own; it and the schemas named after it are dropped afterwards."""
+def pg_schema(request: pytest.FixtureRequest, database_url: str, run_schemas: str) -> Iterator[str]:
+    """A schema of the test's own; it and the schemas named after it are dropped afterwards.
+
+    Parametrised indirectly with a number of partitions (``tests/support/partitions.py``),
+    the schema is first migrated to an events table hash-partitioned that many ways."""
     schema = scratch_schema()
+    partitions = int(getattr(request, "param", 0))
     try:
+        if partitions:
+            report = migrate(database_url, schema, Settings(event_partitions=partitions))
+            assert report.partitions == partitions
         yield schema
     finally:
         drop_schemas(database_url, schema)

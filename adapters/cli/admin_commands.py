@@ -16,12 +16,18 @@ def migrate() -> None:
     """Create or upgrade flowledger's tables and enforce the log's invariants (safe to repeat).
 
     Engines run the same step when they start (under an advisory lock, once per database);
-    running it first keeps DDL out of a deployment's start-up path.
+    running it first keeps DDL out of a deployment's start-up path. Only this command converts
+    an existing events table to the layout ``FLOWLEDGER_EVENT_PARTITIONS`` asks for.
     """
     with reported_errors():
         report = migrate_command(Settings.from_env())
     done = "created or upgraded" if report.created else "already current"
     console.print(f"schema {report.schema!r} at version {report.version}: {done}")
+    layout = f"{report.partitions} hash partitions by stream" if report.partitions else "unpartitioned"
+    if report.rows_moved is not None:
+        console.print(f"events table converted to {layout}: {report.rows_moved} rows moved")
+    else:
+        console.print(f"events table: {layout}")
     if report.sequence_cache_reset:
         console.print(
             "the notification sequence had a cache: set to CACHE 1 (a cache lets followers skip ids)"

@@ -77,11 +77,12 @@ def library_env(
 
 
 def ensure_schema(database_url: str, schema: str, settings: Settings | None = None) -> None:
-    """Make ``schema`` ready for an engine: ``migrate`` (kept under its old name for the engine)."""
+    """Make ``schema`` ready for an engine: ``migrate`` (kept under its old name for the engine),
+    which never converts an existing events table to another layout at an engine's start."""
     if database_url == MEMORY_URL:
         return
     with unavailable_as_store_error("migrate"):
-        migrate(database_url, schema, settings)
+        migrate(database_url, schema, settings, change_layout=False)
 
 
 def migrate_command(settings: Settings) -> MigrationReport:

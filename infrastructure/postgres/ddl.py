@@ -94,7 +94,8 @@ def record_version(schema: str) -> Composed:
 
 
 def fast_check(schema: str, names: TableNames) -> Composed:
-    """Version, recorded and current cluster, the sequence's cache, whether the last row is foreign.
+    """Version, recorded and current cluster, the sequence's cache, whether the last row is
+    foreign, and the events table's layout (``event_log_layout``).
 
     Only the last row (by id, through the unique index): in a log written here the
     transaction ids grow with the ids. A whole scan runs only when the cluster changed.
@@ -106,9 +107,11 @@ def fast_check(schema: str, names: TableNames) -> Composed:
         "(SELECT seqcache FROM pg_sequence "
         "WHERE seqrelid = pg_get_serial_sequence({qualified}, 'notification_id')::regclass), "
         "(SELECT e.transaction_id >= pg_snapshot_xmax(pg_current_snapshot()) FROM {events} e "
-        "ORDER BY e.notification_id DESC LIMIT 1) "
+        "ORDER BY e.notification_id DESC LIMIT 1), "
+        "{layout} "
         "FROM {s}.{t} v"
     ).format(
+        layout=event_log_layout(Literal(events.as_string(None))),
         qualified=Literal(events.as_string(None)),
         events=events,
         s=Identifier(schema),
@@ -125,13 +128,30 @@ def repair_foreign_transaction_ids(schema: str, table: str) -> Composed:
     ).format(Identifier(schema), Identifier(table))
 
 
-def create_notification_index(schema: str, table: str) -> Composed:
-    """The library's unique index on notification ids (readers page through it)."""
-    return SQL("CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {s}.{t} (notification_id ASC)").format(
+def create_notification_index(schema: str, table: str, *, partitioned: bool = False) -> Composed:
+    """The library's unique index on notification ids (readers page through it).
+
+    A unique index on a partitioned table must hold the partition key: there it is
+    ``(notification_id, originator_id)``, which still serves ``ORDER BY notification_id``
+    (each partition's index scanned in order, merged). An id stays unique all the same:
+    only the append functions write the log, and they take every id from one sequence.
+    """
+    columns = SQL("notification_id ASC, originator_id") if partitioned else SQL("notification_id ASC")
+    return SQL("CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {s}.{t} ({columns})").format(
         index=Identifier(f"{table}_notification_id_idx"[:MAX_IDENTIFIER_LEN]),
         s=Identifier(schema),
         t=Identifier(table),
+        columns=columns,
     )
+
+
+def event_log_layout(qualified_table: Literal) -> Composed:
+    """The events table's layout: NULL (no table), 0 (unpartitioned) or its number of partitions."""
+    return SQL(
+        "(SELECT CASE WHEN c.relkind = 'p' THEN "
+        "(SELECT count(*) FROM pg_inherits i WHERE i.inhparent = c.oid) ELSE 0 END "
+        "FROM pg_class c WHERE c.oid = to_regclass({}))"
+    ).format(qualified_table)
 
 
 def create_other_tables(schema: str, names: TableNames, id_type: str) -> list[Composed]:

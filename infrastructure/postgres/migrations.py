@@ -13,6 +13,12 @@ the readers depend on, found by experiment (issue 11, item 8):
   reader consumed ids 1, 11, 12 and never delivered 2, committed later;
 - no row carries a ``transaction_id`` this cluster has not issued yet: after
   ``pg_dump``/restore into a younger cluster readers stall (rows never pass the horizon).
+
+The events table's layout (one table, or hash partitions by stream: ``Settings.event_partitions``)
+is read from the catalog, not versioned: both layouts are valid at every version, and the same
+code reads and appends to either. A new schema is made in the configured layout; an existing
+log is converted (``change_layout``) only when asked (``flowledger migrate``), never at an
+engine's start, as the conversion copies every row under an exclusive lock.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import tuple_row
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Composed, Identifier, Literal
 
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.postgres import data_keys, ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.settings import Settings
@@ -61,6 +68,10 @@ class MigrationReport:
     """The DDL ran (a new schema, or an upgrade from an older version)."""
     sequence_cache_reset: bool
     foreign_rows_repaired: int
+    partitions: int = 0
+    """The events table's layout afterwards: its hash partitions (0: unpartitioned)."""
+    rows_moved: int | None = None
+    """Rows copied into a new layout (``change_layout``); None when the layout was not changed."""
 
 
 def migrate(
@@ -70,15 +81,24 @@ def migrate(
     *,
     app_name: str = "flowledger",
     originator_id_type: str = "uuid",
+    change_layout: bool = True,
 ) -> MigrationReport:
     """Bring ``schema`` to ``SCHEMA_VERSION`` and enforce the log's invariants; safe to run at once
-    from any number of processes. Tables are named after ``app_name`` as the library names them."""
+    from any number of processes. Tables are named after ``app_name`` as the library names them.
+
+    A new events table is made with ``settings.event_partitions`` hash partitions. An existing
+    one in another layout is converted when ``change_layout`` (``flowledger migrate``); without
+    it (an engine's start) the layout is left as it is, with a warning."""
     settings = settings or Settings()
     names = ddl.TableNames.for_app(app_name)
+    wanted = settings.event_partitions
     with psycopg.connect(
         database_url, autocommit=True, connect_timeout=max(2, round(settings.connect_timeout_s))
     ) as conn:
-        if _already_right(conn, schema, names, settings):
+        layout = _already_right(conn, schema, names, settings)
+        if layout is not None and (layout == wanted or not change_layout):
+            if layout != wanted:
+                _warn_layout(schema, names.events, layout, wanted)
             return MigrationReport(
                 schema=schema,
                 version=SCHEMA_VERSION,
@@ -86,18 +106,36 @@ def migrate(
                 created=False,
                 sequence_cache_reset=False,
                 foreign_rows_repaired=0,
+                partitions=layout,
             )
         with conn.transaction():
-            report, upgraded = _migrate_locked(conn, schema, names, originator_id_type, settings)
+            report, upgraded = _migrate_locked(
+                conn, schema, names, originator_id_type, settings, change_layout=change_layout
+            )
         if upgraded:
             _wait_for_unmarked_appends(conn, schema, names.events, settings)
         return report
 
 
+def _warn_layout(schema: str, table: str, layout: int, wanted: int) -> None:
+    _log.warning(
+        "%s.%s has %s; FLOWLEDGER_EVENT_PARTITIONS asks for %s: run `flowledger migrate` to convert it",
+        schema,
+        table,
+        _layout_words(layout),
+        _layout_words(wanted),
+    )
+
+
+def _layout_words(partitions: int) -> str:
+    return f"{partitions} hash partitions" if partitions else "no partitions"
+
+
 def _already_right(
     conn: psycopg.Connection[Any], schema: str, names: ddl.TableNames, settings: Settings
-) -> bool:
-    """One read, no lock: the version is current, the cluster unchanged, both invariants hold."""
+) -> int | None:
+    """One read, no lock: the events table's layout when the version is current, the cluster
+    unchanged and both invariants hold; else None (the locked migration must run)."""
     try:
         # SET LOCAL, not a session SET or a startup option: both would misbehave behind PgBouncer.
         with conn.transaction():
@@ -106,15 +144,22 @@ def _already_right(
             )
             row = conn.execute(ddl.fast_check(schema, names)).fetchone()
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedObject):
-        return False
+        return None
     if row is None:
-        return False
-    version, cluster, cluster_now, cache, foreign_tail = row
-    return bool(version == SCHEMA_VERSION and cluster == cluster_now and cache == 1 and not foreign_tail)
+        return None
+    version, cluster, cluster_now, cache, foreign_tail, layout = row
+    right = version == SCHEMA_VERSION and cluster == cluster_now and cache == 1 and not foreign_tail
+    return int(layout) if right and layout is not None else None
 
 
 def _migrate_locked(
-    conn: psycopg.Connection[Any], schema: str, names: ddl.TableNames, id_type: str, settings: Settings
+    conn: psycopg.Connection[Any],
+    schema: str,
+    names: ddl.TableNames,
+    id_type: str,
+    settings: Settings,
+    *,
+    change_layout: bool,
 ) -> tuple[MigrationReport, bool]:
     """The migration, and whether it replaced append functions that took no markers."""
     timeout_ms = int(max(MIGRATION_STATEMENT_TIMEOUT_S, settings.statement_timeout_s) * 1000)
@@ -129,7 +174,7 @@ def _migrate_locked(
     version = 0 if row is None else int(row[0])
     created = version < SCHEMA_VERSION
     if created:
-        create_event_log(cur, schema, names.events, id_type)
+        create_event_log(cur, schema, names.events, id_type, partitions=settings.event_partitions)
         for statement in ddl.create_other_tables(schema, names, id_type):
             cur.execute(statement)
         for statement in ddl.create_audit_tables(schema, names):
@@ -142,6 +187,14 @@ def _migrate_locked(
         _log.warning("schema %s is at version %s, newer than this code's %s", schema, version, SCHEMA_VERSION)
     cache_reset = _force_sequence_cache_1(cur, schema, names.events)
     repaired = _repair_foreign_transaction_ids(cur, schema, names.events)
+    layout = event_log_partitions(cur, schema, names.events) or 0
+    moved: int | None = None
+    if layout != settings.event_partitions:
+        if change_layout:
+            moved = change_event_log_layout(cur, schema, names.events, id_type, settings)
+            layout = settings.event_partitions
+        else:
+            _warn_layout(schema, names.events, layout, settings.event_partitions)
     cur.execute(ddl.record_version(schema), (max(version, SCHEMA_VERSION),))
     report = MigrationReport(
         schema=schema,
@@ -150,6 +203,8 @@ def _migrate_locked(
         created=created,
         sequence_cache_reset=cache_reset,
         foreign_rows_repaired=repaired,
+        partitions=layout,
+        rows_moved=moved,
     )
     return report, 0 < version < MARKERS_SINCE
 
@@ -196,10 +251,17 @@ _APPENDING_NOW = (
 )
 
 
-def create_event_log(cur: psycopg.Cursor[Any], schema: str, table: str, id_type: str) -> None:
-    """The events table (made or upgraded in place) and its append functions (replaced)."""
+def create_event_log(
+    cur: psycopg.Cursor[Any], schema: str, table: str, id_type: str, *, partitions: int = 0
+) -> None:
+    """The events table (made in the ``partitions`` layout, or upgraded in place in the layout
+    it has) and its append functions (replaced)."""
     cur = cur.connection.cursor(row_factory=tuple_row)  # same transaction, rows by position
-    cur.execute(pg_sql.create_table(schema, table, id_type))
+    layout = event_log_partitions(cur, schema, table)
+    if layout is None:
+        for statement in pg_sql.create_table(schema, table, id_type, partitions=partitions):
+            cur.execute(statement)
+        layout = partitions
     has_transaction_id = cur.execute(
         "SELECT 1 FROM information_schema.columns "
         "WHERE table_schema = %s AND table_name = %s AND column_name = 'transaction_id'",
@@ -214,7 +276,7 @@ def create_event_log(cur: psycopg.Cursor[Any], schema: str, table: str, id_type:
         schema=schema, function=ddl.append_function_name(table), id_type=id_type
     ):
         cur.execute(statement)
-    cur.execute(ddl.create_notification_index(schema, table))
+    cur.execute(ddl.create_notification_index(schema, table, partitioned=layout > 0))
     sequence = _sequence_of(cur, schema, table)
     for statement in pg_sql.create_append_functions(
         schema=schema,
@@ -226,6 +288,121 @@ def create_event_log(cur: psycopg.Cursor[Any], schema: str, table: str, id_type:
         in_flight_space=pg_sql.in_flight_lock_space(schema, table),
     ):
         cur.execute(statement)
+
+
+def event_log_partitions(cur: psycopg.Cursor[Any], schema: str, table: str) -> int | None:
+    """The events table's layout: None (no table), 0 (unpartitioned) or its hash partitions."""
+    qualified = SQL("{}.{}").format(Identifier(schema), Identifier(table)).as_string(cur)
+    row = cur.execute(SQL("SELECT ") + ddl.event_log_layout(Literal(qualified))).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+_COLUMNS = (
+    "originator_id, originator_version, topic, state, notification_id, transaction_id, event_hash, event_mac"
+)
+
+
+def change_event_log_layout(
+    cur: psycopg.Cursor[Any], schema: str, table: str, id_type: str, settings: Settings
+) -> int:
+    """Rebuild the events table in the ``settings.event_partitions`` layout; the rows copied.
+
+    In the migration's transaction: the table is locked (appends and reads wait, for at most
+    a statement timeout to take the lock), renamed with its indexes and partitions, made
+    again under its own name in the new layout drawing on the same notification sequence,
+    filled with every row as it was (notification id, transaction id, hash and seal
+    unchanged: followers' positions, the gap-safe horizon and the audit chain stay valid),
+    given the old table's grants, and the old one dropped. Views on the events table stop
+    it (they would have to be dropped with it): drop them first, make them again after.
+    """
+    cur = cur.connection.cursor(row_factory=tuple_row)
+    s = Identifier(schema)
+    target = SQL("{}.{}").format(s, Identifier(table))
+    cur.execute(SQL("SET LOCAL lock_timeout = {}").format(int(settings.statement_timeout_s * 1000)))
+    cur.execute(SQL("SET LOCAL statement_timeout = 0"))  # copying a long log may take a while
+    cur.execute(SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(target))
+    views = [str(r[0]) for r in cur.execute(_DEPENDENT_VIEWS, (target.as_string(cur),)).fetchall()]
+    if views:
+        raise ValidationError(
+            "event_partitions",
+            f"views depend on {schema}.{table} ({', '.join(views)}): drop them, migrate, make them again",
+        )
+    sequence = _sequence_of(cur, schema, table)
+    old = f"{table[:40]}_relayout"
+    _move_aside(cur, schema, table, old)
+    old_target = SQL("{}.{}").format(s, Identifier(old))
+    partitions = settings.event_partitions
+    for statement in pg_sql.create_table(schema, table, id_type, partitions=partitions, sequence=sequence):
+        cur.execute(statement)
+    cur.execute(ddl.create_notification_index(schema, table, partitioned=partitions > 0))
+    cur.execute(
+        SQL("INSERT INTO {} ({c}) SELECT {c} FROM {} ORDER BY notification_id").format(
+            target, old_target, c=SQL(_COLUMNS)
+        )
+    )
+    moved = cur.rowcount
+    cur.execute(SQL("ALTER SEQUENCE {} OWNED BY {}.notification_id").format(SQL(sequence), target))
+    for grant in _grants_of(cur, old_target.as_string(cur), target):
+        cur.execute(grant)
+    cur.execute(SQL("DROP TABLE {}").format(old_target))
+    cur.execute(SQL("ANALYZE {}").format(target))
+    create_event_log(cur, schema, table, id_type, partitions=partitions)
+    _log.warning("%s.%s: %s rows moved to %s", schema, table, moved, _layout_words(partitions))
+    return moved
+
+
+_DEPENDENT_VIEWS = (
+    "SELECT DISTINCT v.oid::regclass::text FROM pg_depend d "
+    "JOIN pg_rewrite r ON r.oid = d.objid JOIN pg_class v ON v.oid = r.ev_class "
+    "WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = %s::regclass AND v.oid <> d.refobjid"
+)
+
+
+def _move_aside(cur: psycopg.Cursor[Any], schema: str, table: str, old: str) -> None:
+    """Rename the table, its partitions and every index of them, freeing their names."""
+    s = Identifier(schema)
+    qualified = SQL("{}.{}").format(s, Identifier(table)).as_string(cur)
+    relations = cur.execute(
+        "SELECT c.oid, c.relname FROM pg_class c WHERE c.oid = %s::regclass "
+        "UNION ALL SELECT c.oid, c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = %s::regclass",
+        (qualified, qualified),
+    ).fetchall()
+    indexes = cur.execute(
+        "SELECT x.relname FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid "
+        "WHERE i.indrelid = ANY(%s::oid[]) ORDER BY x.relname",
+        ([oid for oid, _ in relations],),
+    ).fetchall()
+    for number, (index,) in enumerate(indexes):
+        cur.execute(
+            SQL("ALTER INDEX {}.{} RENAME TO {}").format(s, Identifier(index), Identifier(f"{old}_i{number}"))
+        )
+    for number, (_, name) in enumerate(relations):
+        renamed = old if name == table else f"{old}_p{number}"
+        cur.execute(SQL("ALTER TABLE {}.{} RENAME TO {}").format(s, Identifier(name), Identifier(renamed)))
+
+
+def _grants_of(cur: psycopg.Cursor[Any], old: str, target: Composed) -> list[Composed]:
+    """GRANT statements giving ``target`` every privilege others hold on ``old``."""
+    rows = cur.execute(
+        "SELECT CASE WHEN a.grantee = 0 THEN NULL ELSE pg_get_userbyid(a.grantee) END, "
+        "a.privilege_type, a.is_grantable FROM pg_class c, aclexplode(c.relacl) a "
+        "WHERE c.oid = %s::regclass AND a.grantee <> c.relowner",
+        (old,),
+    ).fetchall()
+    grants = []
+    for grantee, privilege, grantable in rows:
+        if not str(privilege).replace(" ", "").isalpha():
+            continue
+        grants.append(
+            SQL("GRANT {} ON {} TO {}{}").format(
+                SQL(str(privilege)),
+                target,
+                SQL("PUBLIC") if grantee is None else Identifier(str(grantee)),
+                SQL(" WITH GRANT OPTION" if grantable else ""),
+            )
+        )
+    return grants
 
 
 def _sequence_of(cur: psycopg.Cursor[Any], schema: str, table: str) -> str:

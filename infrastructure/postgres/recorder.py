@@ -112,6 +112,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
     """Set by the factory from Settings: reads retry within ``operation_s``; under PgBouncer
     nothing is prepared on the server."""
 
+    event_partitions: int = 0
+    """The layout ``create_table`` makes (hash partitions by stream; 0: unpartitioned). Only for
+    recorders built by hand: an engine's table is made by ``migrate`` from ``Settings``."""
+
     chain: StreamChain | None = None
     """Set by the Engine (``Settings.audit_chain``): each append stores its events' hashes and
     seals; None stores them unchained (recorders built by hand, the chain switched off)."""
@@ -121,9 +125,16 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         schema = self.datastore.schema
         self.sql_create_statements[self.create_table_statement_index] = pg_sql.create_table(
             schema, self.events_table_name, self.datastore.originator_id_type
-        )
+        )[0]
         # The append function needs the table's sequence name: made in _create_table.
         del self.sql_create_statements[self.create_insert_function_statement_index]
+        # ... and its notification index, made by ``create_event_log`` to fit the table's layout
+        # (the library's cannot be made on a partitioned table, even where it exists already).
+        self.sql_create_statements = [
+            statement
+            for statement in self.sql_create_statements
+            if self.notification_id_index_name not in statement.as_string(None)
+        ]
         self.append_function_name = append_function_name(self.events_table_name)
         # Rendered once to plain strings: psycopg parses a string query once and caches it,
         # but renders a ``Composed`` again on every call.
@@ -146,10 +157,25 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         self.notifier = Notifier(self.datastore, self.channel_name)
 
     def _create_table(self, curs: Cursor[DictRow]) -> None:
-        """Only for tests and tools that build a recorder by hand: engines call ``migrate``."""
+        """Only for tests and tools that build a recorder by hand: engines call ``migrate``.
+
+        With ``event_partitions`` set, the partitioned table is made first (the library's
+        own statements then find it there)."""
+        if self.event_partitions:
+            create_event_log(
+                curs,
+                self.datastore.schema,
+                self.events_table_name,
+                self.datastore.originator_id_type,
+                partitions=self.event_partitions,
+            )
         super()._create_table(curs)
         create_event_log(
-            curs, self.datastore.schema, self.events_table_name, self.datastore.originator_id_type
+            curs,
+            self.datastore.schema,
+            self.events_table_name,
+            self.datastore.originator_id_type,
+            partitions=self.event_partitions,
         )
 
     @property

@@ -34,21 +34,59 @@ def in_flight_lock_space(schema: str, table: str) -> int:
     return int.from_bytes(digest, "big") % 0x7FFFFFFF + 1
 
 
-def create_table(schema: str, table: str, originator_id_type: str) -> Composed:
+def create_table(
+    schema: str, table: str, originator_id_type: str, *, partitions: int = 0, sequence: str | None = None
+) -> list[Composed]:
     """The events table: the library's columns, the appending transaction's id, and the
-    event's chained hash and keyed seal (``flowledger.verify``; NULL: written unchained)."""
-    return SQL(
-        "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
+    event's chained hash and keyed seal (``flowledger.verify``; NULL: written unchained).
+
+    ``partitions`` > 0: hash-partitioned by stream (``originator_id``) into that many
+    partitions ``<table>_p<i>``; the primary key (originator_id, originator_version)
+    includes the partition key, so PostgreSQL enforces it as it does unpartitioned.
+    ``sequence``: draw notification ids from that existing sequence instead of a new one
+    (a layout change keeps the log's sequence, ``migrations.change_layout``).
+    """
+    target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
+    notification_id = (
+        SQL("bigserial")
+        if sequence is None
+        else SQL("bigint NOT NULL DEFAULT nextval({}::regclass)").format(Literal(sequence))
+    )
+    columns = SQL(
+        "CREATE TABLE IF NOT EXISTS {target} ("
         "originator_id {id_type} NOT NULL, "
         "originator_version bigint NOT NULL, "
         "topic text, "
         "state bytea, "
-        "notification_id bigserial, "
+        "notification_id {notification_id}, "
         "transaction_id xid8 NOT NULL, "
         "event_hash bytea, "
         "event_mac bytea, "
         "PRIMARY KEY (originator_id, originator_version))"
-    ).format(schema=Identifier(schema), table=Identifier(table), id_type=Identifier(originator_id_type))
+    ).format(target=target, id_type=Identifier(originator_id_type), notification_id=notification_id)
+    if partitions <= 0:
+        return [columns]
+    statements = [columns + SQL(" PARTITION BY HASH (originator_id)")]
+    for remainder in range(partitions):
+        statements.append(
+            SQL(
+                "CREATE TABLE IF NOT EXISTS {schema}.{partition} PARTITION OF {target} "
+                "FOR VALUES WITH (MODULUS {modulus}, REMAINDER {remainder})"
+            ).format(
+                schema=Identifier(schema),
+                partition=Identifier(partition_name(table, remainder)),
+                target=target,
+                modulus=Literal(partitions),
+                remainder=Literal(remainder),
+            )
+        )
+    return statements
+
+
+def partition_name(table: str, remainder: int) -> str:
+    """The name of one hash partition of ``table`` (``<table>_p<remainder>``, at most 63 bytes)."""
+    suffix = f"_p{remainder}"
+    return table[: 63 - len(suffix)] + suffix
 
 
 def add_transaction_id(schema: str, table: str) -> list[Composed]:

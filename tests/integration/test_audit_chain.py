@@ -18,6 +18,9 @@ from flowledger.infrastructure.postgres.database import migrate
 from flowledger.infrastructure.postgres.migrations import SCHEMA_VERSION
 from flowledger.verify import GENESIS, event_hash, event_mac
 from tests.conftest import make_settings
+from tests.support.partitions import both_layouts
+
+pytest_generate_tests = both_layouts  # each test on the one-table and the 4-partition log
 
 
 def stored_rows(database_url: str, schema: str) -> list[tuple]:

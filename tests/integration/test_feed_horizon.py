@@ -28,8 +28,10 @@ from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRec
 from flowledger.projections import Projector, follow, projector_for
 from tests.conftest import make_settings
 from tests.integration.test_recorder_gaps import append_uncommitted
+from tests.support.partitions import both_layouts
 
 pytestmark = pytest.mark.postgres
+pytest_generate_tests = both_layouts  # each test on the one-table and the 4-partition log
 
 SEEN_WITHIN_S = 3.0
 """How soon a follower must see an event recorded while an unrelated transaction is open."""

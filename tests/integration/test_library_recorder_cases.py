@@ -41,6 +41,7 @@ from flowledger.infrastructure.postgres.factory import (
     FlowledgerSnapshotRecorder,
 )
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
+from tests.support.partitions import PARTITIONS
 from tests.support.schemas import scratch_schema
 
 DATABASE_URL = os.environ.get("FLOWLEDGER_TEST_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/test"
@@ -56,7 +57,10 @@ def _drop_tables(schema: str) -> None:
     with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
         tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()
         for (table,) in tables:
-            conn.execute(SQL("DROP TABLE {}.{} CASCADE").format(Identifier(schema), Identifier(table)))
+            # IF EXISTS: a partitioned table's partitions went with it.
+            conn.execute(
+                SQL("DROP TABLE IF EXISTS {}.{} CASCADE").format(Identifier(schema), Identifier(table))
+            )
 
 
 class _OwnSchema:
@@ -126,6 +130,22 @@ class TestApplicationRecorderWithTextIds(TestApplicationRecorder):
 
     def new_originator_id(self) -> str:
         return f"session-{uuid.uuid4()}"
+
+
+class TestApplicationRecorderOnPartitions(TestApplicationRecorder):
+    """The same cases on an events table hash-partitioned by stream into 4 (issue 17)."""
+
+    def create_recorder(self) -> FlowledgerApplicationRecorder:
+        recorder = FlowledgerApplicationRecorder(self.datastore, events_table_name="flowledger_events")
+        recorder.event_partitions = PARTITIONS
+        recorder.create_table()
+        with psycopg.connect(DATABASE_URL) as conn:
+            partitions = conn.execute(
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(%s)",
+                (f"{self.schema}.flowledger_events",),
+            ).fetchone()
+        assert partitions == (PARTITIONS,)
+        return recorder
 
 
 class TestNonInterleavingNotificationIds(_OwnSchema, NonInterleavingNotificationIDsBaseCase):

@@ -21,8 +21,10 @@ from psycopg.conninfo import conninfo_to_dict
 
 from flowledger.infrastructure.postgres.database import create_schema
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
+from tests.support.partitions import both_layouts
 
 pytestmark = pytest.mark.postgres
+pytest_generate_tests = both_layouts  # each test on the one-table and the 4-partition log
 
 
 def make_datastore(database_url: str, schema: str, *, db_functions: bool = False) -> PostgresDatastore:
