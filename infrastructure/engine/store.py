@@ -35,7 +35,14 @@ from eventsourcing.persistence import IntegrityError, InterfaceError, Operationa
 from eventsourcing.utils import get_topic
 
 from flowledger.domain.aggregate import FlowledgerAggregate, command_id_of
-from flowledger.domain.errors import ConcurrentUpdate, SessionExpired, StoreUnavailable
+from flowledger.domain.errors import (
+    AgentError,
+    ConcurrentUpdate,
+    SessionError,
+    SessionExpired,
+    StoreUnavailable,
+    TaskError,
+)
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.command_ids import new_command_id
 from flowledger.infrastructure.engine.keyed_locks import KeyedLocks
@@ -55,6 +62,11 @@ current_actor: ContextVar[str | None] = ContextVar("flowledger_actor", default=N
 KEEPS_EVENTS = (SessionExpired,)
 """Errors raised after the aggregate recorded why (Expired): save those events, then raise."""
 
+STATE_REFUSALS = (SessionError, TaskError, AgentError)
+"""The domain's refusals that depend on an aggregate's state. Decided on a cached copy, one
+may be stale: another process moved the aggregate on (a task it assigned, found "pending"
+here), so the command is decided once more on state read from the log before it is refused."""
+
 _BACKOFF_BASE_S = 0.002
 _BACKOFF_CAP_S = 0.1
 _UNREACHABLE_PAUSE_S = 0.2
@@ -63,7 +75,17 @@ _UNREACHABLE_PAUSE_S = 0.2
 class UnitOfWork:
     """The aggregates one attempt of a command touched; saved together, atomically."""
 
-    __slots__ = ("_assume_new", "_store", "actor", "command_id", "now", "touched", "transaction")
+    __slots__ = (
+        "_assume_new",
+        "_fresh",
+        "_store",
+        "actor",
+        "command_id",
+        "from_cache",
+        "now",
+        "touched",
+        "transaction",
+    )
 
     def __init__(
         self,
@@ -73,27 +95,32 @@ class UnitOfWork:
         *,
         assume_new: bool = False,
         actor: str | None = None,
+        fresh: bool = False,
     ) -> None:
         self.command_id = command_id
         self.now = now
         self.actor = actor
         self._store = store
         self._assume_new = assume_new
+        self._fresh = fresh
+        """Read every aggregate from the store, none from the writers' cache."""
         self.touched: dict[UUID, FlowledgerAggregate] = {}
         self.transaction: Any = None
         """An open database transaction the save is to be made and committed in (it holds
         locks the command took, ``agent_locks.py``); None saves on a connection of its own."""
+        self.from_cache = False
+        """Whether an aggregate came from the writer's cache (possibly behind another process)."""
 
     def find(self, aggregate_id: UUID) -> Any | None:
         """The aggregate (cached, or loaded), opened for this command; None when it does not exist."""
         held = self.touched.get(aggregate_id)
         if held is not None:
             return held
-        aggregate = (
-            self._store.cached(aggregate_id)
-            if self._assume_new
-            else self._store.cached_or_loaded(aggregate_id)
-        )
+        aggregate = None if self._fresh else self._store.cached(aggregate_id)
+        if aggregate is not None:
+            self.from_cache = True
+        elif not self._assume_new:
+            aggregate = self._store.load(aggregate_id)
         if aggregate is not None:
             aggregate.begin(self.command_id, self.now, self.actor)
             self.touched[aggregate_id] = aggregate
@@ -220,11 +247,17 @@ class AggregateStore:
         budget = self.settings.max_conflict_retries if conflict_retries is None else conflict_retries
         unknown: dict[tuple[UUID, int], T] = {}
         conflicts = 0
+        refused_on_cache = False
         unreachable = _Deadline("save", self.settings.operation_deadline_s).pause
         with self._locks(lock_key):
             while True:
                 uow = UnitOfWork(
-                    command, self.clock(), self, assume_new=assume_new, actor=current_actor.get()
+                    command,
+                    self.clock(),
+                    self,
+                    assume_new=assume_new,
+                    actor=current_actor.get(),
+                    fresh=refused_on_cache,
                 )
                 try:
                     # With the caller's key, the domain answers a repeat from the log itself.
@@ -233,6 +266,13 @@ class AggregateStore:
                     return unknown[done.at]
                 except UNREACHABLE as error:
                     unreachable(error)
+                    continue
+                except STATE_REFUSALS as refusal:
+                    # Once, reading every aggregate from the store (a command may touch several
+                    # cached copies); never for an error that saved events (Expired).
+                    if not uow.from_cache or refused_on_cache or isinstance(refusal, KEEPS_EVENTS):
+                        raise
+                    refused_on_cache = True
                     continue
                 if not events:
                     self._keep(uow)

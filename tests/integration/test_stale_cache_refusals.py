@@ -1,0 +1,70 @@
+"""Two engines on one schema stand in for two servers: a command refused on the state of a
+writer's cached copy is decided again on the log's state before the refusal reaches the caller
+(found by ``tests/e2e/test_multi_process.py``: a task assigned by one server was completed
+through another, which answered 409 "it is pending" from its cache)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from flowledger.domain.errors import TaskTransitionRejected
+from flowledger.domain.task_views import TaskStatus
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+
+
+@pytest.fixture
+def two_servers(database_url: str, pg_schema: str) -> Iterator[tuple[Engine, Engine]]:
+    one, other = (Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) for _ in "ab")
+    yield one, other
+    one.close()
+    other.close()
+
+
+def test_a_task_assigned_elsewhere_is_completed_here_despite_a_cached_pending_copy(
+    two_servers: tuple[Engine, Engine],
+) -> None:
+    one, other = two_servers
+    # Given a pending task that the other engine holds in its writers' cache
+    one.register_agent("a-1", "Agent 1", ["python"], capacity=1)
+    one.create_task("T-1", "fix the worker", ["python"])
+    other.create_task("T-1", "fix the worker", ["python"])  # the same task again: cached there
+    # When one engine assigns it and the other completes it
+    assert one.assign_task("T-1").status is TaskStatus.ASSIGNED
+    done = other.complete_task("T-1", {"fixed": True})
+    # Then it is completed and the agent freed, as if the other engine had never cached it
+    assert done.status is TaskStatus.COMPLETED
+    assert one.get_agent("a-1").load == 0
+
+
+def test_a_refusal_that_the_log_confirms_still_reaches_the_caller(two_servers: tuple[Engine, Engine]) -> None:
+    one, other = two_servers
+    one.register_agent("a-1", "Agent 1", ["python"], capacity=1)
+    other.create_task("T-2", "fix the worker", ["python"])
+    one.assign_task("T-2")
+    one.complete_task("T-2", {"fixed": True})
+    # The other engine's copy says assigned-to-nobody; the log says completed: still refused
+    with pytest.raises(TaskTransitionRejected):
+        other.start_task("T-2")
+
+
+def test_a_task_and_agent_both_cached_stale_are_both_read_afresh(
+    two_servers: tuple[Engine, Engine],
+) -> None:
+    one, other = two_servers
+    # Given an agent in the other engine's cache (it completed the agent's first task there),
+    # and a new task cached there as pending
+    one.register_agent("a-1", "Agent 1", ["python"], capacity=2)
+    one.create_task("T-1", "fix the worker", ["python"])
+    one.assign_task("T-1")
+    other.complete_task("T-1", {"fixed": True})
+    one.create_task("T-2", "fix the queue", ["python"])
+    other.create_task("T-2", "fix the queue", ["python"])
+    # When one engine gives the agent the new task and the other completes it
+    assert one.assign_task("T-2").status is TaskStatus.ASSIGNED
+    done = other.complete_task("T-2", {"fixed": True})
+    # Then the other engine read both afresh rather than refuse "pending" or "does not hold"
+    assert done.status is TaskStatus.COMPLETED
+    assert one.get_agent("a-1").load == 0
