@@ -4,7 +4,8 @@ simulator as a ratio of bare aiohttp requests of the same shape, in the same rou
 Rows (each round runs them all, interleaved; the table gives medians and the min-max spread):
 - the same requests alone through aiohttp (the baseline, ratio 1.00), through the adapter's
   transport (httpx's API over aiohttp, ``httpx-aiohttp``) and through httpx's own sharded pool;
-- ``engine.process_step`` through the simulator, and with an in-process model port (no HTTP)
+- ``engine.process_step`` through the simulator (each save its own commit, and with the
+  opt-in group commit, where concurrent saves share transactions), and with an in-process model port (no HTTP)
   on PostgreSQL and on the in-memory store (the difference is what the two saves cost);
 - ``engine.record_step`` (the model call happened elsewhere);
 - the webhook's ``process_step`` through ``flowledger serve`` (``--clients`` concurrent
@@ -68,6 +69,7 @@ LABELS = {
     "transport": "the same requests alone: adapter's transport (httpx over aiohttp)",
     "httpx": "the same requests alone: httpx's sharded pool",
     "process": "engine.process_step via simulator",
+    "grouped": "engine.process_step via simulator, group commit",
     "port": "engine.process_step, in-process port (no HTTP)",
     "memory": "engine.process_step, in-process port, in-memory store (no DB)",
     "record": "engine.record_step (no model call)",
@@ -387,6 +389,7 @@ async def one_round(
     number: int,
     base_url: str,
     engine: Engine,
+    grouped_engine: Engine,
     port_engine: Engine,
     memory_engine: Engine,
     servers: dict[str, str],
@@ -398,6 +401,8 @@ async def one_round(
     stepped = new_sessions(engine, f"llm-{number}", args.sessions)
     rows["process"] = await measure(steps, lambda: process_steps(engine, stepped))
     rows["transport"] = await measure(steps, lambda: bare_httpx_steps(base_url, args.sessions, "aiohttp"))
+    grouped = new_sessions(grouped_engine, f"group-{number}", args.sessions)
+    rows["grouped"] = await measure(steps, lambda: process_steps(grouped_engine, grouped))
     for loop, base in servers.items():
         work = await webhook_steps(
             base, [f"hook-{loop}-{number}-{i}" for i in range(args.sessions)], args.clients
@@ -425,6 +430,7 @@ async def main(args: argparse.Namespace) -> None:
     server_processes: list[subprocess.Popen[bytes]] = []
     try:
         engine = Engine(settings=settings, llm=client(base_url))
+        grouped_engine = Engine(settings=settings.with_overrides(group_commit=True), llm=client(base_url))
         port_engine = Engine(settings=settings, llm=SleepingPort(args.latency_ms / 1000))
         memory_engine = Engine.in_memory(
             settings=Settings(home=Path(tempfile.gettempdir())), llm=SleepingPort(args.latency_ms / 1000)
@@ -435,9 +441,12 @@ async def main(args: argparse.Namespace) -> None:
             servers[name] = base
         for number in range(args.rounds):
             rounds.append(
-                await one_round(args, number, base_url, engine, port_engine, memory_engine, servers)
+                await one_round(
+                    args, number, base_url, engine, grouped_engine, port_engine, memory_engine, servers
+                )
             )
         await engine.aclose()
+        await grouped_engine.aclose()
         await port_engine.aclose()
         await memory_engine.aclose()
     finally:

@@ -56,13 +56,14 @@ from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.database import create_schema
 
 RECORDER_CASES = ("recorder", "stock_recorder")
-ENGINE_CASES = ("flowledger", "stock_lock", "stock_db_functions", "seed")
+ENGINE_CASES = ("flowledger", "flowledger_group", "stock_lock", "stock_db_functions", "seed")
 CASES = (*RECORDER_CASES, "plain", *ENGINE_CASES)
 LABELS = {
     "recorder": "flowledger recorder",
     "stock_recorder": "stock recorder (lock)",
     "plain": "plain insert",
     "flowledger": "flowledger Engine",
+    "flowledger_group": "Engine, group commit",
     "stock_lock": "Engine on stock (lock)",
     "stock_db_functions": "Engine on stock (DB functions)",
     "seed": "seed design",
@@ -71,7 +72,9 @@ Writer = Callable[[int], Callable[[], None]]
 
 
 @contextmanager
-def engine_on(url: str, schema: str, writers: int, stock: str | None) -> Iterator[Engine]:
+def engine_on(
+    url: str, schema: str, writers: int, stock: str | None, *, group_commit: bool = False
+) -> Iterator[Engine]:
     """An Engine; with ``stock``, built on the library's own PostgreSQL factory instead."""
     original, original_schema = engine_module.library_env, engine_module.ensure_schema
 
@@ -90,7 +93,7 @@ def engine_on(url: str, schema: str, writers: int, stock: str | None) -> Iterato
         engine_module.ensure_schema = schema_only  # type: ignore[assignment]
     try:
         settings = Settings(home=Path("/nonexistent")).with_overrides(
-            database_url=url, schema=schema, pool_size=max(writers, 2)
+            database_url=url, schema=schema, pool_size=max(writers, 2), group_commit=group_commit
         )
         engine = Engine(settings=settings)
     finally:
@@ -230,8 +233,11 @@ def measure(case: str, url: str, writers: int, seconds: float, row: tuple[str, b
                 "stock_lock": "lock",
                 "stock_db_functions": "db_functions",
             }.get(case)
-            with engine_on(url, schema, writers, stock) as engine:
-                alone = case in RECORDER_CASES
+            # Every row writes one transaction per append but "group commit", where
+            # concurrent saves share transactions (an opt-in setting).
+            alone = case in RECORDER_CASES
+            grouped = case == "flowledger_group"
+            with engine_on(url, schema, writers, stock, group_commit=grouped) as engine:
                 make = recorder_writers(engine, row) if alone else engine_writers(engine)
                 return run_writers(writers, seconds, make)
         conns: list[Any] = []

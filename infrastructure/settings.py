@@ -70,6 +70,13 @@ class Settings:
     agent_locks: bool = True
     """Assigners in different processes take turns per agent (PostgreSQL advisory locks);
     off (``FLOWLEDGER_AGENT_LOCKS=0``) they race and the losers retry."""
+    group_commit: bool = False
+    """Concurrent saves in one process share transactions (``postgres/group_commit.py``,
+    ``FLOWLEDGER_GROUP_COMMIT=1``); off by default: measured, it did not pay on 2 cores
+    (bench/README.md, "Group commit")."""
+    group_commit_leaders: int = 2
+    """With group commit, how many shared transactions may be in flight at once
+    (``FLOWLEDGER_GROUP_COMMIT_LEADERS``)."""
     dashboard_url_keys: bool = False
     """Accept an API key in the dashboard page's URL (``?key=``); off: the login form's cookie only."""
     audit_chain: bool = True
@@ -164,6 +171,10 @@ class Settings:
             dashboard_url_keys=_flag(env, "FLOWLEDGER_DASHBOARD_URL_KEYS"),
             agent_locks=(env.get("FLOWLEDGER_AGENT_LOCKS") or "1").strip().lower() not in _OFF,
             audit_chain=(env.get("FLOWLEDGER_AUDIT_CHAIN") or "on").strip().lower() not in _OFF,
+            group_commit=(env.get("FLOWLEDGER_GROUP_COMMIT") or "off").strip().lower() not in _OFF,
+            group_commit_leaders=_count(
+                env, "FLOWLEDGER_GROUP_COMMIT_LEADERS", defaults.group_commit_leaders
+            ),
             audit_key_dir=Path(env["FLOWLEDGER_AUDIT_KEY_DIR"])
             if env.get("FLOWLEDGER_AUDIT_KEY_DIR")
             else None,

@@ -40,6 +40,7 @@ from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.database import deadlines_of, ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
+from flowledger.infrastructure.postgres.group_commit import GroupCommit
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 from flowledger.infrastructure.router_files import load_model_tiers, load_skill_catalogue
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
@@ -120,13 +121,16 @@ class Engine:
         )
 
     def _chain_events(self) -> None:
-        """Every append of this engine stores its events' hashes and seals (docs/audit.md), and
-        a background thread signs checkpoints as configured."""
+        """Every append of this engine stores its events' hashes and seals (docs/audit.md), a
+        background thread signs checkpoints as configured, and, if switched on, concurrent
+        appends share a transaction (group commit)."""
         self._audit: AuditTrail | None = None
         self._checkpointer: Checkpointer | None = None
         recorder = self._app.recorder
         if not isinstance(recorder, FlowledgerApplicationRecorder):
             return
+        if self.settings.group_commit:
+            recorder.group = GroupCommit(recorder.append_now, self.settings.group_commit_leaders)
         self._audit = AuditTrail(self.database_url, self.settings, recorder.max_notification_id)
         if not self.settings.audit_chain:
             return

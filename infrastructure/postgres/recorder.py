@@ -66,6 +66,7 @@ from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.postgres.chain import Heads, StreamChain
 from flowledger.infrastructure.postgres.ddl import append_function_name
 from flowledger.infrastructure.postgres.deadlines import Deadlines, call_within_deadline
+from flowledger.infrastructure.postgres.group_commit import GroupCommit
 from flowledger.infrastructure.postgres.horizon import Horizon, HorizonLag
 from flowledger.infrastructure.postgres.migrations import create_event_log
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
@@ -119,6 +120,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
     chain: StreamChain | None = None
     """Set by the Engine (``Settings.audit_chain``): each append stores its events' hashes and
     seals; None stores them unchained (recorders built by hand, the chain switched off)."""
+
+    group: GroupCommit | None = None
+    """Set by the Engine (``Settings.group_commit``): concurrent appends share a transaction
+    (``group_commit.py``); None: each append commits on its own."""
 
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events"):
         super().__init__(datastore, events_table_name=events_table_name)
@@ -196,6 +201,12 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         transaction: Connection[Any] | None = kwargs.get("transaction")
         if transaction is not None:
             return self.append_and_commit(transaction, stored_events)
+        if self.group is not None:
+            return self.group.append(stored_events)
+        return self.append_now(stored_events)
+
+    def append_now(self, stored_events: Sequence[StoredEvent]) -> list[int]:
+        """Append ``stored_events`` in a transaction of their own (a pooled connection)."""
         pool = self.datastore.pool
         if pool.closed:  # not opened yet (or closed): the library opens it, or says why not
             with self.datastore.get_connection():

@@ -26,6 +26,12 @@ def test_settings_read_the_flowledger_variables() -> None:
     assert settings.pricing_file == Path("/etc/prices.json")
 
 
+def test_group_commit_is_off_unless_asked_for() -> None:
+    assert Settings.from_env({}).group_commit is False
+    on = Settings.from_env({"FLOWLEDGER_GROUP_COMMIT": "1", "FLOWLEDGER_GROUP_COMMIT_LEADERS": "3"})
+    assert (on.group_commit, on.group_commit_leaders) == (True, 3)
+
+
 def test_a_libpq_url_becomes_the_event_library_settings() -> None:
     env = library_env("postgresql://app:secret@db.internal:6543/flows", schema="fl", pool_size=5)
     assert env["POSTGRES_HOST"] == "db.internal"
