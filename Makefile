@@ -27,9 +27,10 @@ COVERAGE_FLOOR := 91
 test: $(STAMP)
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest --cov --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_FLOOR)
 
-# The property tests with many more examples (Hypothesis profile "deep").
+# The property tests with many more examples (Hypothesis profile "deep"); a test may take
+# many minutes here, so the per-test timeout is 30 minutes instead of 5.
 test-deep: $(STAMP)
-	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -m hypothesis --ignore=tests/e2e/test_http_fuzz.py
+	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -m hypothesis --ignore=tests/e2e/test_http_fuzz.py --timeout=1800
 
 # The HTTP API under generated requests (schemathesis): many more examples than the test suite's run.
 fuzz: $(STAMP)
