@@ -66,6 +66,11 @@ class Projection(ABC):
         """Create this projection's tables in ``schema`` (which exists)."""
         cur.execute(q(self.ddl, schema))
 
+    def rebased(self, cur: Cursor[Any], schema: str) -> None:
+        """Derive what depends on the archived sessions' rows just put into the empty build
+        ``schema`` (roll-ups); nothing by default (``projections/archived.py``)."""
+        return None
+
     @abstractmethod
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
         """Write the rows for ``batch`` (events in log order) into the tables in ``schema``."""

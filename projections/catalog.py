@@ -29,6 +29,7 @@ import psycopg
 from psycopg import Connection, Cursor, sql
 
 from flowledger.domain.errors import ValidationError
+from flowledger.projections.archived import fold_bases
 from flowledger.projections.base import Projection
 from flowledger.projections.sql import q
 
@@ -124,7 +125,8 @@ def ensure_control(conn: Connection[Any], names: Names) -> None:
 
 
 def create_build(cur: Cursor[Any], names: Names, projection: Projection, kind: str) -> str:
-    """Create a fresh build schema with empty tables at position 0; return its name."""
+    """Create a fresh build schema at position 0, holding only the rows of archived sessions
+    (``archived.py``); return its name."""
     if kind == "scratch":
         schema = names.scratch(projection.name)
         drop_build(cur, names, schema)
@@ -135,6 +137,7 @@ def create_build(cur: Cursor[Any], names: Names, projection: Projection, kind: s
         schema = names.build(projection.name, int(row[0]))
     cur.execute(q("CREATE SCHEMA {s}", schema))
     projection.create(cur, schema)
+    fold_bases(cur, names.store, projection, schema)
     cur.execute(
         q(
             "INSERT INTO {s}.builds (schema_name, projection, kind, schema_version) VALUES (%s, %s, %s, %s)",

@@ -22,7 +22,7 @@ from flowledger.domain.task import Task
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.catalog import Names
 from flowledger.projections.cost_rollups import DDL as ROLLUP_DDL
-from flowledger.projections.cost_rollups import add_to_rollups
+from flowledger.projections.cost_rollups import add_calls_to_rollups
 from flowledger.projections.repricing import RepricingCache, call_cost
 from flowledger.projections.sql import Column, q, write_rows
 
@@ -192,4 +192,8 @@ class CostDashboard(Projection):
             )
         write_rows(cur, schema, "llm_calls", CALL_COLUMNS, rows)
         if rows:
-            add_to_rollups(cur, schema, rows[0][0], rows[-1][0])
+            add_calls_to_rollups(cur, schema, [row[0] for row in rows])
+
+    def rebased(self, cur: Cursor[Any], schema: str) -> None:
+        """Roll up the archived sessions' calls just put into the empty build."""
+        add_calls_to_rollups(cur, schema)

@@ -2,7 +2,7 @@
 source, model, provider and error type, the calls, token and cost sums, and a latency
 histogram (``latency_sketch``), so long-window dashboards read thousands of rows, not millions.
 
-One function keeps them: ``add_to_rollups`` adds a set of ``llm_calls`` rows to all three
+One function keeps them: ``add_calls_to_rollups`` adds a set of ``llm_calls`` rows to all three
 grains (an upsert that adds sums and merges histograms). The cost projection calls it for
 each batch it writes; a rebuild builds them the same way; ``recount_rollups`` recounts a time
 range from ``llm_calls`` after its rows were changed in place (by a reprice). Rows without a
@@ -97,13 +97,24 @@ ON CONFLICT (tenant, grain, at, workflow, step, source, model, provider, error_t
 
 
 def add_to_rollups(cur: Cursor[Any], schema: str, first_id: int, last_id: int) -> None:
-    """Add the ``llm_calls`` rows with ``first_id <= id <= last_id`` to every grain's roll-up.
-
-    Each row must be added once: the cost projection calls this for the rows of the batch
-    it has just written (every id in the range is of that batch, since ids only grow).
-    """
+    """Add the ``llm_calls`` rows with ``first_id <= id <= last_id`` to every grain's roll-up
+    (a bulk build whose range holds no row added before, such as the bench's)."""
     where = sql.SQL("id BETWEEN %(first)s AND %(last)s")
     _add(cur, schema, where, {"first": first_id, "last": last_id})
+
+
+def add_calls_to_rollups(cur: Cursor[Any], schema: str, ids: list[int] | None = None) -> None:
+    """Add the ``llm_calls`` rows with these ids (every row: None) to every grain's roll-up.
+
+    Each row must be added once: the cost projection calls this for the rows of the batch
+    it has just written (by id, not by range: a build may also hold archived sessions' rows
+    whose ids fall inside a batch's range, ``archived.py``), and for every row once, in an
+    empty build that has just been given the archived sessions' rows.
+    """
+    if ids is None:
+        _add(cur, schema, sql.SQL("true"), {})
+    else:
+        _add(cur, schema, sql.SQL("id = ANY(%(ids)s)"), {"ids": ids})
 
 
 def recount_rollups(cur: Cursor[Any], schema: str, since: datetime, until: datetime | None) -> None:

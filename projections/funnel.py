@@ -15,7 +15,7 @@ from flowledger.domain.session import Session
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.calls import call_of
 from flowledger.projections.funnel_rollups import DDL as ROLLUP_DDL
-from flowledger.projections.funnel_rollups import change_funnel_rollups
+from flowledger.projections.funnel_rollups import add_started_to_rollups, change_funnel_rollups
 from flowledger.projections.sql import Column, dump_json, q, write_rows
 
 Row = dict[str, Any]
@@ -141,6 +141,10 @@ class CompletionFunnel(Projection):
         Session.Reopened,
         Session.DataErased,
     )
+
+    def rebased(self, cur: Cursor[Any], schema: str) -> None:
+        """Roll up the archived sessions just put into the empty build."""
+        add_started_to_rollups(cur, schema, "-infinity", "infinity")
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
         """Fold the batch into the touched sessions' rows, then upsert those rows."""

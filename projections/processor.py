@@ -201,7 +201,7 @@ class Projector:
                 return False
             ids = [n.id for n in notifications]
             first = bisect_right(ids, min(positions.values(), default=0))
-            envelopes = [_decoded(self.mapper, n) for n in notifications[first:]]
+            envelopes = [decoded(self.mapper, n) for n in notifications[first:]]
             for target in targets:
                 position = positions[target.schema]
                 topics = target.projection.topics
@@ -250,7 +250,7 @@ class _Undecodable:
     originator_version: int
 
 
-def _decoded(mapper: Mapper[UUID], notification: Notification) -> Envelope:
+def decoded(mapper: Mapper[UUID], notification: Notification) -> Envelope:
     try:
         event = mapper.to_domain_event(notification)
         return Envelope(notification.id, event, call_of(event), notification.topic)

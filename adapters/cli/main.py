@@ -12,6 +12,7 @@ from flowledger.adapters.cli import (
     llm_commands,
     price_commands,
     projection_commands,
+    retention_commands,
     serve,
     session_commands,
 )
@@ -31,6 +32,7 @@ admin_commands.register(app)
 keys_commands.register(app)
 budget_commands.register(app)
 price_commands.register(app)
+retention_commands.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid5
 
@@ -27,6 +28,12 @@ from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.erasure import ErasureService, ForgetReport
 from flowledger.infrastructure.engine.log import EventLog
+from flowledger.infrastructure.engine.retention import (
+    ProjectionRows,
+    RestoreReport,
+    RetentionReport,
+    RetentionService,
+)
 from flowledger.infrastructure.engine.sessions import ExpiryChange, Restart, SessionService, StepRequest
 from flowledger.infrastructure.engine.steps import StepOutcome, StepService
 from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
@@ -89,6 +96,7 @@ class Engine:
             data_key_cache_s=self.settings.data_key_cache_s,
         )
         self._chain_events()
+        self._retention: RetentionService | None = None
         self.log = EventLog(self._app)
         self.store = AggregateStore(self._app, self.settings, clock)
         self.sessions = SessionService(self.store, self.tenant)
@@ -154,6 +162,40 @@ class Engine:
                 "audit", "the audit chain needs PostgreSQL (this engine keeps events in memory)"
             )
         return self._audit
+
+    @property
+    def retention(self) -> RetentionService:
+        """Retention policies per workflow, archiving closed sessions to verified bundles and
+        restoring them (``docs/retention.md``; PostgreSQL only)."""
+        if self._retention is None:
+            self._retention = RetentionService(self._app, self.store, self.audit, self.tenant, self.clock)
+        return self._retention
+
+    def archive_sessions(
+        self,
+        out_dir: str | Path,
+        *,
+        workflow: str | None = None,
+        dry_run: bool = False,
+        batch_size: int = 1000,
+        projection_rows: ProjectionRows | None = None,
+    ) -> RetentionReport:
+        """Archive the closed sessions older than their workflow's retention policy into bundles
+        under ``out_dir`` and delete their events, keeping each one's base (``docs/retention.md``).
+        ``flowledger.projections.retention.archive`` passes ``projection_rows`` so that rebuilds
+        keep the archived sessions' rows; without it, only the live projection builds keep them.
+        One bundle holds up to ``batch_size`` sessions."""
+        return self.retention.archive(
+            Path(out_dir),
+            workflow=workflow,
+            dry_run=dry_run,
+            batch_size=batch_size,
+            projection_rows=projection_rows,
+        )
+
+    def restore_sessions(self, bundle: str | Path, sessions: list[str] | None = None) -> RestoreReport:
+        """Put the archived events of ``bundle`` back, checked against its proof and their bases."""
+        return self.retention.restore(Path(bundle), sessions)
 
     @classmethod
     def in_memory(cls, **kwargs: Any) -> Engine:

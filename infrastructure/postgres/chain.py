@@ -8,6 +8,9 @@ does not take a transaction id, so the append stays its transaction's first writ
 version key of the events table still decides races: an append built on a stale version
 fails as it always did.
 
+A stream archived by retention has no rows before its first new event: its predecessor's
+hash is the head its base keeps (``retention.py``).
+
 A predecessor stored without a hash (a log from before the chain, not yet upgraded by
 ``flowledger audit chain``) is chained here from the stream's first unchained event, the
 same way the upgrade will store it, so the two agree.
@@ -23,6 +26,7 @@ from eventsourcing.persistence import StoredEvent
 from psycopg import Cursor
 from psycopg.sql import SQL, Identifier
 
+from flowledger.infrastructure.postgres.retention import bases_table_name, head_of_base_sql
 from flowledger.verify import GENESIS, MacKey, event_hash
 
 Heads = dict[Any, tuple[int, bytes]]
@@ -44,6 +48,8 @@ class StreamChain:
             .format(target)
             .as_string(None)
         )
+        self.sql_base = head_of_base_sql(schema)
+        self.base_table = bases_table_name(schema)
         self.sql_prefix = (
             SQL(
                 "SELECT originator_version, topic, state, event_hash FROM {} "
@@ -105,14 +111,23 @@ class StreamChain:
     def _read_previous(self, curs: Cursor[Any], stream: Any, version: int, prepare: bool | None) -> bytes:
         row = curs.execute(self.sql_previous, (stream, version - 1), prepare=prepare).fetchone()
         if row is None:
-            # No predecessor: the version key rejects this append unless a row is missing
-            # (deleted); the verifier names the gap either way.
-            return GENESIS
+            # No predecessor row: the stream was archived (its base keeps the head), or the
+            # version key rejects this append unless a row is missing (deleted); the verifier
+            # names the gap either way.
+            return self._base_head(curs, stream, version - 1, prepare) or GENESIS
         if row[0] is not None:
             return bytes(row[0])
         return chain_prefix(
             curs.execute(self.sql_prefix, (stream, version), prepare=prepare).fetchall(), stream
         )
+
+    def _base_head(self, curs: Cursor[Any], stream: Any, version: int, prepare: bool | None) -> bytes | None:
+        """The head hash an archived stream's base keeps at ``version`` (None: no such base)."""
+        found = curs.execute("SELECT to_regclass(%s)", (self.base_table,), prepare=prepare).fetchone()
+        if found is None or found[0] is None:
+            return None
+        row = curs.execute(self.sql_base, (stream, version), prepare=prepare).fetchone()
+        return None if row is None else bytes(row[0])
 
 
 def chain_prefix(rows: Sequence[Sequence[Any]], stream: Any) -> bytes:

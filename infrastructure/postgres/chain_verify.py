@@ -30,6 +30,7 @@ import psycopg
 from psycopg.sql import SQL
 
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail, Checkpoint, Heads, heads_root
+from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.verify import GENESIS, event_hash, event_mac, signature_valid, statement_digest
 
 _COLUMNS = (
@@ -71,6 +72,8 @@ class ChainReport:
     findings: list[Finding] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
     """The latest valid checkpoint the streams were compared with."""
+    archived: int = 0
+    """Streams whose archived events are proven by their sealed retention base (docs/retention.md)."""
     upgraded_through: int | None = None
     """Events up to this log position were chained after the fact by ``audit chain``."""
     since_checkpoint: bool = False
@@ -108,6 +111,10 @@ def verify_chain(
         ).fetchone()
         report.upgraded_through = row[0] if row else None
         start = heads if since_checkpoint and report.checkpoint is not None else {}
+        bases = _bases(trail, conn, key, stream, report)
+        for archived, (through, _) in bases.items():
+            if archived in start and start[archived][0] <= through:
+                del start[archived]  # the walk starts from the base instead
         seen: set[UUID] = set()
         for rows in _rows(trail, conn, stream, start, report.checkpoint):
             for stream_id, group in groupby(rows, key=lambda r: r[0]):
@@ -115,13 +122,23 @@ def verify_chain(
                     continue
                 seen.add(stream_id)
                 report.streams += 1
-                finding, count = _walk(stream_id, group, key, start.get(stream_id), heads.get(stream_id))
+                finding, count = _walk(
+                    stream_id, group, key, start.get(stream_id), heads.get(stream_id), bases.get(stream_id)
+                )
                 report.events += count
                 if finding is not None:
                     report.findings.append(finding)
         for gone in sorted(set(heads) - seen, key=str):
             version = heads[gone][0]
-            if start:
+            if gone in bases:
+                if bases[gone] == heads[gone]:
+                    report.archived += 1
+                else:
+                    detail = (
+                        f"its retention base (version {bases[gone][0]}) is not the head the checkpoint signed"
+                    )
+                    report.findings.append(Finding("altered", gone, version, detail))
+            elif start:
                 detail = f"version {version} (the head the checkpoint signed) and any after it are gone"
                 report.findings.append(Finding("deleted", gone, version, detail))
             else:
@@ -130,6 +147,31 @@ def verify_chain(
         _name_streams(trail, conn, report)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _bases(
+    trail: AuditTrail, conn: psycopg.Connection[Any], key: bytes, stream: UUID | None, report: ChainReport
+) -> dict[UUID, tuple[int, bytes]]:
+    """The archived streams' heads their sealed bases keep; a base whose seal fails is a finding."""
+    tables = RetentionTables(trail.schema)
+    if not tables.exists(conn):
+        return {}
+    found: dict[UUID, tuple[int, bytes]] = {}
+    for stream_id, stored in tables.bases(conn, key, None if stream is None else [stream]).items():
+        base = stored.base
+        if stored.sealed:
+            found[stream_id] = (base.through_version, base.head_hash)
+        else:
+            report.findings.append(
+                Finding(
+                    "forged",
+                    stream_id,
+                    base.through_version,
+                    "its retention base is not sealed by the chain key (written or edited in the database)",
+                    base.session_id,
+                )
+            )
+    return found
 
 
 def _check_checkpoints(
@@ -273,13 +315,21 @@ def _walk(
     key: bytes,
     start: tuple[int, bytes] | None,
     head: tuple[int, bytes] | None,
+    base: tuple[int, bytes] | None = None,
 ) -> tuple[Finding | None, int]:
-    """Check one stream's rows (oldest first); the first finding and how many rows were read."""
+    """Check one stream's rows (oldest first); the first finding and how many rows were read.
+
+    An archived stream's rows start after its base: the base's head is their predecessor."""
     name = str(stream)
-    expected, previous = (start[0], start[1]) if start else (1, GENESIS)
+    if start:
+        expected, previous = start[0], start[1]
+    elif base:
+        expected, previous = base[0] + 1, base[1]
+    else:
+        expected, previous = 1, GENESIS
     finding: Finding | None = None
     count = 0
-    at_head: bytes | None = None
+    at_head: bytes | None = base[1] if base and head and head[0] == base[0] else None
     for _, version, topic, state, _position, stored, mac in rows:
         count += 1
         if finding is not None:

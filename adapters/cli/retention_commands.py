@@ -1,0 +1,131 @@
+"""``flowledger retention set|list|remove|run|restore``: closed sessions to verified bundles and back.
+
+See docs/retention.md. ``run`` archives every policy's due sessions (or one workflow's), with
+``--dry-run`` only counting them; ``restore`` checks a bundle against its signed proof and
+the sessions' bases before putting their events back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flowledger.adapters.cli.errors import reported_errors
+from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure import Engine
+from flowledger.projections import projector_for
+from flowledger.projections.retention import archive
+
+console = Console()
+notes = Console(stderr=True)
+retention_app = typer.Typer(
+    help="Archive closed sessions past their workflow's retention to verified bundles; restore them.",
+    no_args_is_help=True,
+)
+TenantOpt = Annotated[
+    str | None, typer.Option(help="Whose policies (default: FLOWLEDGER_TENANT or 'default').")
+]
+WorkflowOpt = Annotated[str, typer.Option("--workflow", help="The workflow the policy is for.")]
+
+
+@retention_app.command("set")
+def set_policy(
+    workflow: WorkflowOpt,
+    days: Annotated[int, typer.Option("--days", help="Days after a closed session's last event (1..36500).")],
+    tenant: TenantOpt = None,
+) -> None:
+    """Keep a workflow's closed sessions in the log for DAYS days after their last event."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        engine.retention.set_policy(workflow, days)
+    console.print(f"retention of {workflow}: {days} days", highlight=False)
+
+
+@retention_app.command("list")
+def list_policies(tenant: TenantOpt = None) -> None:
+    """The retention policies."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        policies = engine.retention.policies()
+    table = Table(title=f"retention policies of {engine.tenant}")
+    table.add_column("workflow")
+    table.add_column("days", justify="right")
+    for workflow, days in policies.items():
+        table.add_row(workflow, str(days))
+    console.print(table)
+
+
+@retention_app.command("remove")
+def remove_policy(workflow: WorkflowOpt, tenant: TenantOpt = None) -> None:
+    """Stop archiving a workflow (exit 2 when it has no policy)."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        if not engine.retention.delete_policy(workflow):
+            raise ValidationError("workflow", f"no retention policy for workflow {workflow!r}")
+    console.print(f"retention of {workflow} removed", highlight=False)
+
+
+@retention_app.command("run")
+def run(
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Directory of the bundles (default: FLOWLEDGER_HOME/archive)."),
+    ] = None,
+    workflow: Annotated[str | None, typer.Option("--workflow", help="Only this workflow's policy.")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be archived; change nothing.")
+    ] = False,
+    tenant: TenantOpt = None,
+) -> None:
+    """Archive the closed sessions older than their policy: bundle, base, rows deleted."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        target = out if out is not None else engine.settings.home / "archive"
+        report = archive(engine, projector_for(engine), target, workflow=workflow, dry_run=dry_run)
+    table = Table(title="would archive (dry run)" if dry_run else f"archived into {target}")
+    for column in ("workflow", "days", "sessions", "events", "bundles", "left alone"):
+        table.add_column(column, justify="left" if column == "workflow" else "right")
+    for part in report.workflows:
+        table.add_row(
+            part.workflow,
+            str(part.days),
+            f"{len(part.sessions):,}",
+            f"{part.events:,}",
+            str(len(part.bundles)),
+            str(len(part.skipped)),
+        )
+    console.print(table)
+    for part in report.workflows:
+        for bundle in part.bundles:
+            console.print(f"bundle: {bundle}", highlight=False, soft_wrap=True)
+    rate = report.events / report.seconds if report.seconds > 0 else 0.0
+    notes.print(
+        f"{report.sessions:,} sessions, {report.events:,} events in {report.seconds:.2f} s"
+        f" ({rate:,.0f} rows/s)",
+        highlight=False,
+    )
+
+
+@retention_app.command("restore")
+def restore(
+    bundle: Annotated[Path, typer.Argument(help="A bundle `retention run` wrote.")],
+    session: Annotated[
+        list[str] | None, typer.Option("--session", help="Only this session (repeat for more).")
+    ] = None,
+    tenant: TenantOpt = None,
+) -> None:
+    """Check a bundle's proof and the sessions' bases, then put their events back."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        report = engine.restore_sessions(bundle, session or None)
+    console.print(
+        f"restored {len(report.sessions)} sessions ({report.events} events) from {bundle}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for stream, why in report.skipped.items():
+        notes.print(f"left out stream {stream}: {why}", highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``retention`` to the top-level app."""
+    app.add_typer(retention_app, name="retention")

@@ -1,0 +1,434 @@
+"""Retention that keeps proof: closed sessions' events move to verified bundles (docs/retention.md).
+
+``archive`` finds, per workflow with a policy, the closed sessions (completed, expired,
+abandoned) whose last event is older than the policy's days, and for each batch of them:
+
+1. exports their events as an audit bundle (``audit export``: events as stored, the heads'
+   Merkle proofs, a signed checkpoint) under a temporary name, checks it with
+   ``flowledger.verify`` against this engine's public key, and links it into place;
+2. stores each session's snapshot at its last version (the state it is read from now);
+3. in one transaction, writes each session's *base* (head version and hash, the log
+   positions, totals, the snapshot as stored, the bundle's path and SHA-256, the rows the
+   projections held, sealed under the chain key) and deletes the event rows.
+
+A crash before the transaction leaves every row in place (and a bundle file nothing refers
+to); after it, the base and the bundle hold everything. ``restore`` checks a bundle offline
+(signature, chain, proofs), checks each stream's head against its sealed base, and puts
+the rows back as they were: same versions, payloads, hashes, seals and log positions.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from eventsourcing.utils import get_topic
+from psycopg.sql import SQL
+
+from flowledger.domain.errors import AuditError, ValidationError
+from flowledger.domain.session import Session, session_uuid
+from flowledger.domain.session_views import SessionStatus
+from flowledger.domain.values import require_name
+from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.engine.store import AggregateStore, Clock
+from flowledger.infrastructure.postgres.bundles import export_bundle
+from flowledger.infrastructure.postgres.checkpoints import AuditTrail
+from flowledger.infrastructure.postgres.retention import Base, RetentionTables
+from flowledger.verify import event_mac, verify_bundle
+
+ProjectionRows = Callable[[Sequence[UUID]], dict[UUID, dict[str, Any]]]
+"""Given archived streams, the rows each projection holds for each (``projections.retention``)."""
+
+CLOSING_TOPICS = tuple(get_topic(c) for c in (Session.Completed, Session.Expired, Session.Abandoned))
+CLOSED = frozenset({SessionStatus.COMPLETED, SessionStatus.EXPIRED, SessionStatus.ABANDONED})
+STARTED_TOPIC = get_topic(Session.Started)
+MAX_DAYS = 36_500
+
+
+@dataclass
+class WorkflowReport:
+    """What one workflow's pass found and did."""
+
+    workflow: str
+    days: int
+    sessions: list[str] = field(default_factory=list)
+    """The session ids archived (or, in a dry run, that would be)."""
+    events: int = 0
+    bundles: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Session id -> why it was left alone (changed meanwhile, not closed)."""
+
+
+@dataclass
+class RetentionReport:
+    """What ``archive`` found and did, per workflow."""
+
+    dry_run: bool
+    workflows: list[WorkflowReport] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def sessions(self) -> int:
+        """Sessions archived (or that would be)."""
+        return sum(len(w.sessions) for w in self.workflows)
+
+    @property
+    def events(self) -> int:
+        """Event rows deleted (or that would be)."""
+        return sum(w.events for w in self.workflows)
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """What ``restore`` put back."""
+
+    sessions: tuple[str, ...]
+    events: int
+    skipped: dict[str, str]
+    """Stream id -> why it was not restored (not archived now, or not wanted)."""
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    stream: UUID
+    session: Session
+    positions: tuple[int, ...]
+    head_hash: bytes
+
+
+class RetentionService:
+    """Policies per workflow, archiving closed sessions to bundles, restoring them."""
+
+    def __init__(
+        self,
+        app: FlowledgerApplication,
+        store: AggregateStore,
+        trail: AuditTrail,
+        tenant: str,
+        clock: Clock,
+    ) -> None:
+        self._app = app
+        self._store = store
+        self._trail = trail
+        self._tenant = tenant
+        self._clock = clock
+        self.tables = RetentionTables(trail.schema, trail.names.events)
+        self._events = trail.table(trail.names.events)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = self._trail.connect()
+        self.tables.ensure(conn)
+        conn.commit()
+        return conn
+
+    # -- policies -------------------------------------------------------------------------
+
+    def set_policy(self, workflow: str, days: int) -> None:
+        """Archive ``workflow``'s closed sessions ``days`` days after their last event."""
+        require_name("workflow", workflow)
+        if not 1 <= days <= MAX_DAYS:
+            raise ValidationError("days", f"must be between 1 and {MAX_DAYS}, got {days}")
+        with self._connect() as conn:
+            self.tables.set_policy(conn, self._tenant, workflow, days)
+
+    def delete_policy(self, workflow: str) -> bool:
+        """Stop archiving ``workflow``; whether it had a policy."""
+        require_name("workflow", workflow)
+        with self._connect() as conn:
+            return self.tables.delete_policy(conn, self._tenant, workflow)
+
+    def policies(self) -> dict[str, int]:
+        """This tenant's policies: workflow -> days."""
+        with self._connect() as conn:
+            return self.tables.policies(conn, self._tenant)
+
+    # -- archiving ------------------------------------------------------------------------
+
+    def archive(
+        self,
+        out_dir: Path,
+        *,
+        workflow: str | None = None,
+        dry_run: bool = False,
+        batch_size: int = 1000,
+        projection_rows: ProjectionRows | None = None,
+    ) -> RetentionReport:
+        """Archive every policy's due sessions (or one workflow's) into bundles under ``out_dir``."""
+        if batch_size < 1:
+            raise ValidationError("batch_size", f"must be >= 1, got {batch_size}")
+        started = time.perf_counter()
+        policies = self.policies()
+        if workflow is not None:
+            if workflow not in policies:
+                raise ValidationError("workflow", f"no retention policy for workflow {workflow!r}")
+            policies = {workflow: policies[workflow]}
+        if not dry_run:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        report = RetentionReport(dry_run=dry_run)
+        now = self._clock()
+        for name, days in policies.items():
+            part = WorkflowReport(name, days)
+            report.workflows.append(part)
+            cutoff = now - timedelta(days=days)
+            after: UUID | None = None
+            while True:
+                streams = self._due(name, cutoff, after, batch_size)
+                if not streams:
+                    break
+                after = streams[-1]
+                candidates = self._load(streams, cutoff, part)
+                if dry_run:
+                    part.sessions += [c.session.session_id for c in candidates]
+                    part.events += sum(len(c.positions) for c in candidates)
+                elif candidates:
+                    self._archive_batch(out_dir, name, candidates, part, projection_rows)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _due(self, workflow: str, cutoff: datetime, after: UUID | None, limit: int) -> list[UUID]:
+        """Streams of ``workflow`` whose last event closed the session before ``cutoff``."""
+        query = SQL(
+            "SELECT s.originator_id FROM {events} s"
+            " CROSS JOIN LATERAL (SELECT e.topic, e.state FROM {events} e"
+            "   WHERE e.originator_id = s.originator_id ORDER BY e.originator_version DESC LIMIT 1) l"
+            " WHERE s.originator_version = 1 AND s.topic = %(started)s"
+            " AND (%(after)s::uuid IS NULL OR s.originator_id > %(after)s::uuid)"
+            " AND convert_from(s.state, 'UTF8')::jsonb ->> 'workflow' = %(workflow)s"
+            " AND convert_from(s.state, 'UTF8')::jsonb ->> 'tenant' = %(tenant)s"
+            " AND l.topic = ANY(%(closing)s)"
+            " AND (convert_from(l.state, 'UTF8')::jsonb -> 'timestamp' ->> '_data_')::timestamptz"
+            "   < %(cutoff)s"
+            " ORDER BY s.originator_id LIMIT %(limit)s"
+        ).format(events=self._events)
+        params = {
+            "started": STARTED_TOPIC,
+            "after": after,
+            "workflow": workflow,
+            "tenant": self._tenant,
+            "closing": list(CLOSING_TOPICS),
+            "cutoff": cutoff,
+            "limit": limit,
+        }
+        with self._trail.connect() as conn:
+            return [row[0] for row in conn.execute(query, params).fetchall()]
+
+    def _load(self, streams: Sequence[UUID], cutoff: datetime, part: WorkflowReport) -> list[_Candidate]:
+        """The due sessions, loaded, with the log positions of their events."""
+        with self._trail.connect() as conn:
+            rows = conn.execute(
+                SQL(
+                    "SELECT originator_id, array_agg(notification_id ORDER BY originator_version),"
+                    " max(originator_version), (array_agg(event_hash ORDER BY originator_version DESC))[1]"
+                    " FROM {} WHERE originator_id = ANY(%s) GROUP BY originator_id"
+                ).format(self._events),
+                [list(streams)],
+            ).fetchall()
+        positions = {row[0]: (tuple(int(p) for p in row[1]), int(row[2]), row[3]) for row in rows}
+        found = []
+        for stream in streams:
+            session: Session | None = self._store.load(stream)
+            if session is None or stream not in positions:
+                continue
+            held, last, head = positions[stream]
+            state = session.state()
+            if state.status not in CLOSED or state.updated_at >= cutoff:
+                part.skipped[state.session_id] = f"status {state.status}, last event {state.updated_at}"
+            elif head is None:
+                raise AuditError(
+                    f"stream {stream} version {last} has no chained hash: run `flowledger audit chain` first"
+                )
+            elif session.version != last or len(held) != last:
+                part.skipped[state.session_id] = (
+                    f"its stored versions ({len(held)} rows, last {last}) are not 1..{session.version}"
+                    " (an earlier archive left events after its base, or rows are missing: audit verify)"
+                )
+            else:
+                found.append(_Candidate(stream, session, held, bytes(head)))
+        return found
+
+    def _archive_batch(
+        self,
+        out_dir: Path,
+        workflow: str,
+        candidates: list[_Candidate],
+        part: WorkflowReport,
+        projection_rows: ProjectionRows | None,
+    ) -> None:
+        streams = [c.stream for c in candidates]
+        rows = projection_rows(streams) if projection_rows is not None else {}
+        path, digest = self._write_bundle(out_dir, workflow, streams)
+        mapper = self._app.mapper
+        snapshots = []
+        bases = []
+        for c in candidates:
+            snapshot = Session.Snapshot.take(c.session)  # type: ignore[attr-defined]
+            snapshots.append(snapshot)
+            stored = mapper.to_stored_event(snapshot)
+            state = c.session.state()
+            totals = state.totals
+            bases.append(
+                Base(
+                    stream_id=c.stream,
+                    tenant=state.tenant,
+                    workflow=state.workflow,
+                    session_id=state.session_id,
+                    status=str(state.status),
+                    through_version=c.session.version,
+                    head_hash=c.head_hash,
+                    positions=c.positions,
+                    last_event_at=state.updated_at.isoformat(),
+                    totals={
+                        "steps": state.step_count,
+                        "failures": state.failure_count,
+                        "calls": totals.calls,
+                        "input_tokens": totals.input_tokens,
+                        "output_tokens": totals.output_tokens,
+                        "cache_read_input_tokens": totals.cache_read_input_tokens,
+                        "reasoning_output_tokens": totals.reasoning_output_tokens,
+                        "cost_usd": str(totals.cost_usd),
+                    },
+                    snapshot_topic=stored.topic,
+                    snapshot_state=stored.state,
+                    projection_rows=rows.get(c.stream, {}),
+                    bundle=str(path),
+                    bundle_sha256=digest,
+                )
+            )
+        snapshot_store = self._app.snapshots
+        if snapshot_store is None:
+            raise AuditError("retention needs snapshots (the engine's application has them switched off)")
+        snapshot_store.put(snapshots)
+        with self._trail.connect() as conn, conn.transaction():
+            self.tables.insert_bases(conn, bases, self._trail.chain_key)
+            deleted = conn.execute(
+                SQL(
+                    "DELETE FROM {} e USING unnest(%s::uuid[], %s::bigint[]) AS a(id, v)"
+                    " WHERE e.originator_id = a.id AND e.originator_version <= a.v"
+                ).format(self._events),
+                [streams, [b.through_version for b in bases]],
+            ).rowcount
+            expected = sum(len(c.positions) for c in candidates)
+            if deleted != expected:
+                raise AuditError(f"archive deleted {deleted} rows, expected {expected}: nothing was deleted")
+        part.sessions += [b.session_id for b in bases]
+        part.events += deleted
+        part.bundles.append(str(path))
+
+    def _write_bundle(self, out_dir: Path, workflow: str, streams: list[UUID]) -> tuple[Path, str]:
+        """Export, verify and link the bundle of ``streams``; its path and SHA-256."""
+        stamp = self._clock().strftime("%Y%m%dT%H%M%S")
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self._tenant}-{workflow}")[:80]
+        path = out_dir / f"{safe}-{stamp}-{streams[0].hex[:12]}.jsonl"
+        temporary = path.with_suffix(".partial")
+        with temporary.open("w", encoding="utf-8") as out:
+            summary = export_bundle(self._trail, out, streams)
+            out.flush()
+            os.fsync(out.fileno())
+        text = temporary.read_bytes()
+        checked = verify_bundle(text.decode("utf-8").splitlines(), self._trail.signing.public_bytes)
+        if not checked.ok or checked.streams != len(streams) or checked.events != summary.events:
+            temporary.unlink()
+            first = checked.problems[0] if checked.problems else "it does not hold every stream"
+            raise AuditError(f"the bundle just written does not verify ({first}); nothing was archived")
+        os.replace(temporary, path)
+        return path, hashlib.sha256(text).hexdigest()
+
+    # -- restoring ------------------------------------------------------------------------
+
+    def restore(self, bundle: Path, sessions: Sequence[str] | None = None) -> RestoreReport:
+        """Put the archived events in ``bundle`` back (of ``sessions`` only, when given)."""
+        try:
+            text = bundle.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ValidationError("bundle", f"cannot read {bundle}: {error.strerror}") from None
+        lines = text.splitlines()
+        checked = verify_bundle(lines, self._trail.signing.public_bytes)
+        if not checked.ok:
+            first = checked.problems[0] if checked.problems else "it holds no stream"
+            raise AuditError(f"bundle {bundle} does not verify: {first}")
+        events, heads = _read_bundle(lines)
+        wanted = None if sessions is None else {session_uuid(self._tenant, s) for s in sessions}
+        key = self._trail.chain_key
+        skipped: dict[str, str] = {}
+        restored: list[str] = []
+        streams: list[UUID] = []
+        rows: list[tuple[Any, ...]] = []
+        with self._connect() as conn:
+            bases = self.tables.bases(conn, key, list(heads))
+            for stream, (version, hashed) in heads.items():
+                stored = bases.get(stream)
+                if wanted is not None and stream not in wanted:
+                    skipped[str(stream)] = "not asked for"
+                    continue
+                if stored is None:
+                    skipped[str(stream)] = "not archived now (restored already, or archived again later)"
+                    continue
+                base = stored.base
+                if not stored.sealed:
+                    raise AuditError(
+                        f"the base of stream {stream} is not sealed by the chain key: not restored"
+                    )
+                if (base.through_version, base.head_hash) != (version, hashed):
+                    raise AuditError(
+                        f"stream {stream}: the bundle's head (version {version}) is not the one its base"
+                        f" keeps (version {base.through_version}): not restored"
+                    )
+                mine = events[stream]
+                if tuple(e[4] for e in mine) != base.positions:
+                    raise AuditError(f"stream {stream}: the bundle's log positions differ from its base's")
+                name = str(stream)
+                rows += [
+                    (stream, v, topic, state, position, hashed, event_mac(key, name, v, hashed))
+                    for v, topic, state, hashed, position in mine
+                ]
+                restored.append(base.session_id)
+                streams.append(stream)
+            if wanted is not None and not restored:
+                raise ValidationError("session", f"none of {sorted(sessions or ())} is archived in {bundle}")
+            with conn.transaction(), conn.cursor() as cur:
+                self.tables.delete_bases(conn, streams)  # first: the guard refuses rows a base holds
+                cur.executemany(
+                    SQL(
+                        "INSERT INTO {} (originator_id, originator_version, topic, state, notification_id,"
+                        " transaction_id, event_hash, event_mac) VALUES (%s, %s, %s, %s, %s, '0', %s, %s)"
+                    ).format(self._events),
+                    rows,
+                )
+        return RestoreReport(tuple(restored), len(rows), skipped)
+
+
+def _read_bundle(
+    lines: Sequence[str],
+) -> tuple[dict[UUID, list[tuple[int, str, bytes, bytes, int]]], dict[UUID, tuple[int, bytes]]]:
+    """A verified bundle's events per stream (version, topic, state, hash, position) and heads."""
+    events: dict[UUID, list[tuple[int, str, bytes, bytes, int]]] = {}
+    heads: dict[UUID, tuple[int, bytes]] = {}
+    for line in lines:
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if record["type"] == "event":
+            state = record["state"].encode() if "state" in record else base64.b64decode(record["state_b64"])
+            events.setdefault(UUID(record["stream"]), []).append(
+                (
+                    int(record["version"]),
+                    str(record["topic"]),
+                    state,
+                    bytes.fromhex(record["hash"]),
+                    int(record["position"]),
+                )
+            )
+        elif record["type"] == "head":
+            heads[UUID(record["stream"])] = (int(record["version"]), bytes.fromhex(record["hash"]))
+    return events, heads

@@ -1,0 +1,94 @@
+"""Archived sessions' rows in a new build: what a rebuild from the log cannot read any more.
+
+Retention (docs/retention.md) deletes a closed session's events and keeps a *base* for it,
+which holds the rows each projection had for the session when it was archived, with that
+projection's schema version. A fresh build (a rebuild, a ``projections verify`` scratch,
+a first install) starts with those rows, then derives what depends on them (roll-ups) with
+the projection's ``rebased`` hook, and is then filled from the log as usual: the archived
+events are not in the log, so nothing is counted twice, and the build equals the live one.
+
+Rows are captured per table: tables with an ``originator_id`` column by it; the seed's
+``workflow_executions`` through its ``workflow_states`` row. Tables of neither kind are
+derived (roll-ups) and left to ``rebased``. A base captured under another schema version of
+the projection is not used (its rows may not fit the new tables): restore such sessions
+from their bundles before rebuilding (``flowledger retention restore``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from psycopg import Cursor
+from psycopg.sql import SQL, Identifier, Literal
+
+from flowledger.projections.base import Projection
+
+BASES = "flowledger_retention_bases"
+"""The bases table in the event store's schema (``infrastructure/postgres/retention.py``)."""
+VIA: dict[str, tuple[str, str, str]] = {"workflow_executions": ("workflow_states", "workflow_id", "id")}
+"""Tables without ``originator_id``, reached through another table: (table, column, its key)."""
+
+
+def tables_of(projection: Projection) -> list[str]:
+    """The projection's tables, in the order its DDL creates them (references come first)."""
+    return re.findall(r"CREATE TABLE \{s\}\.(\w+)", projection.ddl)
+
+
+def fold_bases(cur: Cursor[Any], store: str, projection: Projection, schema: str) -> int:
+    """Put the archived sessions' rows of ``projection`` into the empty build ``schema``; how
+    many sessions' rows it took (0 when the store has no bases)."""
+    cur.execute(
+        "SELECT to_regclass(%s)", [SQL("{}.{}").format(Identifier(store), Identifier(BASES)).as_string(cur)]
+    )
+    found = cur.fetchone()
+    if found is None or found[0] is None:
+        return 0
+    bases = SQL("{}.{}").format(Identifier(store), Identifier(BASES))
+    fits = SQL("(b.projection_rows -> {p} ->> 'schema_version')::int = {v}").format(
+        p=Literal(projection.name), v=Literal(projection.schema_version)
+    )
+    cur.execute(SQL("SELECT count(*) FROM {} b WHERE {}").format(bases, fits))
+    row = cur.fetchone()
+    sessions = int(row[0]) if row else 0
+    if not sessions:
+        return 0
+    for table in tables_of(projection):
+        target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
+        cur.execute(
+            SQL(
+                "INSERT INTO {target} SELECT r.* FROM {bases} b,"
+                " jsonb_populate_recordset(NULL::{target}, b.projection_rows -> {p} -> 'tables' -> {t}) r"
+                " WHERE {fits} AND b.projection_rows -> {p} -> 'tables' ? {t}"
+            ).format(target=target, bases=bases, p=Literal(projection.name), t=Literal(table), fits=fits)
+        )
+    projection.rebased(cur, schema)
+    return sessions
+
+
+def capture(cur: Cursor[Any], projection: Projection, schema: str) -> dict[Any, dict[str, Any]]:
+    """Every session's rows in ``schema`` (a build holding only archived sessions' rows), by
+    stream: ``{stream: {"schema_version": v, "tables": {table: [row, ...]}}}``."""
+    cur.execute(
+        "SELECT table_name FROM information_schema.columns"
+        " WHERE table_schema = %s AND column_name = 'originator_id'",
+        [schema],
+    )
+    keyed = {row[0] for row in cur.fetchall()}
+    found: dict[Any, dict[str, Any]] = {}
+    for table in tables_of(projection):
+        target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
+        if table in keyed:
+            query = SQL("SELECT t.originator_id, to_jsonb(t) FROM {} t").format(target)
+        elif table in VIA:
+            via, column, key = VIA[table]
+            query = SQL("SELECT v.originator_id, to_jsonb(t) FROM {} t JOIN {}.{} v ON v.{} = t.{}").format(
+                target, Identifier(schema), Identifier(via), Identifier(key), Identifier(column)
+            )
+        else:
+            continue  # derived (roll-ups): ``rebased`` recomputes them
+        cur.execute(query)
+        for stream, row in cur.fetchall():
+            entry = found.setdefault(stream, {"schema_version": projection.schema_version, "tables": {}})
+            entry["tables"].setdefault(table, []).append(row)
+    return found

@@ -1,0 +1,140 @@
+"""Archiving with the projections kept whole (docs/retention.md).
+
+``archive`` is ``Engine.archive_sessions`` with the projections' side done: it first brings
+the live builds to the head of the log (they keep the archived sessions' rows: nothing is
+taken from them), and gives each base the rows every projection builds for its session
+(``SessionRows``), so that rebuilds, ``projections verify`` scratches and first installs,
+which can no longer read those events, start from them (``archived.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import Notification
+from psycopg import Connection
+from psycopg.sql import SQL, Identifier
+
+from flowledger.domain.errors import AuditError
+from flowledger.infrastructure.engine.facade import Engine
+from flowledger.infrastructure.engine.retention import RetentionReport
+from flowledger.projections.archived import capture
+from flowledger.projections.catalog import active_schemas, ensure_control, lock_key
+from flowledger.projections.processor import Projector, decoded
+from flowledger.projections.sql import q
+
+SCRATCH_VERSION = 0
+"""The build number of the schemas sessions' rows are computed in during a run (build numbers
+of real builds start at 1, and these are never pointed at by the reader views)."""
+
+
+def archive(
+    engine: Engine,
+    projector: Projector,
+    out_dir: str | Path,
+    *,
+    workflow: str | None = None,
+    dry_run: bool = False,
+    batch_size: int = 1000,
+) -> RetentionReport:
+    """Archive the due sessions (``Engine.archive_sessions``) keeping every projection's rows.
+
+    One run at a time per event store (an advisory lock; another run meanwhile raises)."""
+    if dry_run:
+        return engine.archive_sessions(out_dir, workflow=workflow, dry_run=True, batch_size=batch_size)
+    with projector.connect() as conn:
+        ensure_control(conn, projector.names)
+        key = lock_key(projector.names.store, "retention")
+        row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key]).fetchone()
+        if not row or not row[0]:
+            raise AuditError("another `retention run` is archiving this event store: try again later")
+        try:
+            projector.drive(conn, projector.live(projector.projections))
+            with SessionRows(projector, conn) as rows:
+                return engine.archive_sessions(
+                    out_dir, workflow=workflow, batch_size=batch_size, projection_rows=rows
+                )
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+
+
+class SessionRows:
+    """Per stream, the rows each projection builds from its events: ``{stream: {projection:
+    {"schema_version": v, "tables": {table: [row, ...]}}}}``.
+
+    Each projection's own ``apply`` runs over the streams' events, in log order, into an
+    empty schema of its tables (made once per run, dropped at the end), inside a transaction
+    that is rolled back after the rows are read, so each batch starts from empty tables. The
+    live builds must already be past the streams' last events (archiving leaves their rows).
+    """
+
+    def __init__(self, projector: Projector, conn: Connection[Any]) -> None:
+        self._projector = projector
+        self._conn = conn
+        self._schemas = {
+            p.name: projector.names.build(p.name, SCRATCH_VERSION) for p in projector.projections
+        }
+
+    def __enter__(self) -> SessionRows:
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            for projection in self._projector.projections:
+                schema = self._schemas[projection.name]
+                cur.execute(q("DROP SCHEMA IF EXISTS {s} CASCADE", schema))
+                cur.execute(q("CREATE SCHEMA {s}", schema))
+                projection.create(cur, schema)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            for schema in self._schemas.values():
+                cur.execute(q("DROP SCHEMA IF EXISTS {s} CASCADE", schema))
+
+    def __call__(self, streams: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
+        """The rows of ``streams``."""
+        projector, conn = self._projector, self._conn
+        names = projector.names
+        events = projector.recorder.events_table_name  # type: ignore[attr-defined]
+        found: dict[UUID, dict[str, Any]] = {stream: {} for stream in streams}
+        with conn.cursor() as cur:
+            live = active_schemas(cur, names, [p.name for p in projector.projections], lock=False)
+            cur.execute(
+                SQL(
+                    "SELECT originator_id, originator_version, topic, state, notification_id FROM {}.{}"
+                    " WHERE originator_id = ANY(%s) ORDER BY notification_id"
+                ).format(Identifier(names.store), Identifier(events)),
+                [list(streams)],
+            )
+            notifications = [
+                Notification(
+                    id=int(position),
+                    originator_id=stream,
+                    originator_version=int(version),
+                    topic=topic,
+                    state=bytes(state),
+                )
+                for stream, version, topic, state, position in cur.fetchall()
+            ]
+            last = max((n.id for n in notifications), default=0)
+            behind = {
+                schema: at
+                for schema, at in projector.positions(cur, list(live.values())).items()
+                if at < last
+            }
+        if behind:
+            raise AuditError(
+                f"projection builds {sorted(behind)} are behind log position {last}: nothing archived"
+                " (run `flowledger projections follow` or `rebuild`, then archive again)"
+            )
+        envelopes = [decoded(projector.mapper, n) for n in notifications]
+        with conn.transaction(force_rollback=True), conn.cursor() as cur:
+            for projection in projector.projections:
+                schema = self._schemas[projection.name]
+                batch = [e for e in envelopes if e.topic in projection.topics]
+                for start in range(0, len(batch), projector.batch_size):
+                    projection.apply(cur, schema, batch[start : start + projector.batch_size])
+                for stream, rows in capture(cur, projection, schema).items():
+                    found.setdefault(stream, {})[projection.name] = rows
+        return found

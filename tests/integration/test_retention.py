@@ -1,0 +1,258 @@
+"""Retention that keeps proof (docs/retention.md): closed sessions older than their workflow's
+policy move to verified bundles, their rows go, their state, totals, projections and the audit
+chain stay; a bundle restores them exactly, and a tampered one is refused."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.sql import SQL, Identifier
+
+from flowledger.domain import LlmUsage
+from flowledger.domain.errors import AuditError, SessionExpired, SessionNotFound, ValidationError
+from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.chain_verify import verify_chain
+from flowledger.projections import projector_for
+from flowledger.projections.rebuild import rebuild, verify
+from flowledger.projections.retention import archive
+from flowledger.verify import verify_bundle
+from tests.conftest import make_settings
+
+WORKFLOW = "customer_service"
+START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+
+def usage(n: int) -> LlmUsage:
+    return LlmUsage(
+        provider="openai",
+        request_model="gpt-4.1" if n % 2 else "gpt-4.1-mini",
+        input_tokens=100 + n,
+        output_tokens=20 + n,
+        cost_usd=Decimal("0.0012") + Decimal(n) / 10_000,
+        latency_ms=300.0 + n,
+    )
+
+
+class Clock:
+    """The engines' clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def engine(database_url: str, pg_schema: str, clock: Clock) -> Iterator[Engine]:
+    settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=3)
+    with Engine(settings=settings, clock=clock) as engine:
+        yield engine
+
+
+def _session(engine: Engine, session_id: str, *, steps: int = 5, close: str | None = "complete") -> None:
+    engine.start_session(session_id, WORKFLOW, user_id=f"user-{session_id}", metadata={"channel": "chat"})
+    for n in range(steps):
+        engine.record_step(
+            session_id,
+            f"step_{n}",
+            input={"message": f"hello {n}"},
+            output={"reply": f"answer {n}"},
+            context_update={"turn": n},
+            usage=usage(n),
+            idempotency_key=f"{session_id}-{n}",
+        )
+    if close == "complete":
+        engine.complete_session(session_id, {"summary": f"done {session_id}"})
+    elif close == "abandon":
+        engine.abandon_session(session_id, "user left")
+
+
+def _rows(engine: Engine, session_id: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(engine.database_url) as conn:
+        return conn.execute(
+            SQL(
+                "SELECT originator_version, topic, state, notification_id, event_hash, event_mac"
+                " FROM {}.flowledger_events WHERE originator_id = %s ORDER BY originator_version"
+            ).format(Identifier(engine.settings.schema)),
+            [engine.session_uuid(session_id)],
+        ).fetchall()
+
+
+def _dashboard(engine: Engine) -> list[tuple[Any, ...]]:
+    """The cost dashboard's totals per workflow, step and model, and the sessions' totals."""
+    reader = f"{engine.settings.schema}_read"
+    with psycopg.connect(engine.database_url) as conn:
+        calls = conn.execute(
+            SQL(
+                "SELECT workflow, step, model, sum(calls), sum(input_tokens), sum(output_tokens),"
+                " sum(cost_usd)"
+                " FROM {}.cost_rollups WHERE grain = 'day' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+            ).format(Identifier(reader))
+        ).fetchall()
+        sessions = conn.execute(
+            SQL(
+                "SELECT session_id, status, step_count, calls, input_tokens, output_tokens, cost_usd"
+                " FROM {}.sessions ORDER BY session_id"
+            ).format(Identifier(reader))
+        ).fetchall()
+        funnel = conn.execute(
+            SQL("SELECT workflow, step, count(*) FROM {}.funnel_steps GROUP BY 1, 2 ORDER BY 1, 2").format(
+                Identifier(reader)
+            )
+        ).fetchall()
+    return [*calls, *sessions, *funnel]
+
+
+def test_archive_verify_rebuild_restore(engine: Engine, clock: Clock, tmp_path: Path) -> None:
+    projector = projector_for(engine)
+    _session(engine, "old-done")
+    _session(engine, "old-left", steps=3, close="abandon")
+    _session(engine, "old-open", steps=2, close=None)  # never closed: kept
+    clock.now = START + timedelta(days=80)
+    _session(engine, "young-done", steps=2)  # closed 20 days before the run: kept
+    _session(engine, "other-flow", steps=1, close=None)
+    clock.now = START + timedelta(days=100)
+    engine.retention.set_policy(WORKFLOW, 90)
+    rebuild(projector)
+    before = {s: engine.get_session(s) for s in ("old-done", "old-left")}
+    rows_before = {s: _rows(engine, s) for s in ("old-done", "old-left")}
+    dashboard = _dashboard(engine)
+
+    dry = archive(engine, projector, tmp_path / "dry", dry_run=True)
+    assert sorted(dry.workflows[0].sessions) == ["old-done", "old-left"]
+    assert dry.events == len(rows_before["old-done"]) + len(rows_before["old-left"])
+    assert not (tmp_path / "dry").exists()
+    assert _rows(engine, "old-done") == rows_before["old-done"]
+
+    report = archive(engine, projector, tmp_path / "archive")
+    assert sorted(report.workflows[0].sessions) == ["old-done", "old-left"]
+    assert report.events == dry.events
+    [bundle] = report.workflows[0].bundles
+    assert _rows(engine, "old-done") == []
+    assert _rows(engine, "old-left") == []
+    for kept in ("old-open", "young-done"):
+        assert _rows(engine, kept), kept
+
+    # The bundle verifies offline; the chain verifies with the rows gone.
+    assert verify_bundle(Path(bundle).read_text().splitlines(), engine.audit.signing.public_bytes).ok
+    chain = verify_chain(engine.audit)
+    assert chain.ok, [f.describe() for f in chain.findings]
+    assert chain.archived == 2
+
+    # State reads from the base; the dashboard and a rebuild keep the totals.
+    for session_id, state in before.items():
+        assert engine.get_session(session_id) == state
+    assert _dashboard(engine) == dashboard
+    rebuild(projector)
+    assert _dashboard(engine) == dashboard
+    assert verify(projector) == []
+
+    # A second run finds nothing more to do.
+    assert archive(engine, projector, tmp_path / "archive").sessions == 0
+
+    restored = engine.restore_sessions(bundle)
+    assert sorted(restored.sessions) == ["old-done", "old-left"]
+    for session_id, rows in rows_before.items():
+        assert _rows(engine, session_id) == rows
+        assert engine.get_session(session_id) == before[session_id]
+    assert verify_chain(engine.audit).ok
+    rebuild(projector)
+    assert _dashboard(engine) == dashboard
+    assert verify(projector) == []
+    with pytest.raises(ValidationError):
+        engine.restore_sessions(bundle, ["old-done"])  # not archived any more
+
+
+def test_tampered_bundle_and_base_are_refused(engine: Engine, clock: Clock, tmp_path: Path) -> None:
+    projector = projector_for(engine)
+    _session(engine, "s-1")
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    [bundle] = archive(engine, projector, tmp_path).workflows[0].bundles
+    records = [json.loads(line) for line in Path(bundle).read_text().splitlines()]
+    for record in records:
+        if record["type"] == "event" and record["version"] == 2:
+            record["state"] = record["state"].replace("hello 0", "hello X")
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(AuditError, match="does not verify"):
+        engine.restore_sessions(tampered)
+    assert _rows(engine, "s-1") == []
+
+    # A base edited in the database is a finding, and is not restored from.
+    with psycopg.connect(engine.database_url) as conn:
+        conn.execute(
+            SQL("UPDATE {}.flowledger_retention_bases SET totals = totals || '{{\"calls\": 0}}'").format(
+                Identifier(engine.settings.schema)
+            )
+        )
+    findings = verify_chain(engine.audit).findings
+    # The base does not count: the rows it stood for are missing too.
+    assert [(f.kind, f.name) for f in findings] == [("forged", "s-1"), ("deleted", None)]
+    with pytest.raises(AuditError, match="not sealed"):
+        engine.restore_sessions(bundle)
+
+
+def test_rows_deleted_without_a_base_are_still_found(engine: Engine) -> None:
+    _session(engine, "s-1", steps=1)
+    engine.audit.checkpoint()
+    with psycopg.connect(engine.database_url) as conn:
+        conn.execute(
+            SQL("DELETE FROM {}.flowledger_events WHERE originator_id = %s").format(
+                Identifier(engine.settings.schema)
+            ),
+            [engine.session_uuid("s-1")],
+        )
+    assert [f.kind for f in verify_chain(engine.audit).findings] == ["deleted"]
+
+
+def test_archived_session_written_again_chains_from_its_base(
+    engine: Engine, clock: Clock, tmp_path: Path
+) -> None:
+    engine.start_session("s-1", WORKFLOW, user_id="u-1", ttl=timedelta(hours=1))
+    engine.record_step("s-1", "greet", input={"m": 1}, usage=usage(1))
+    clock.now = START + timedelta(days=2)
+    with pytest.raises(SessionExpired):
+        engine.record_step("s-1", "late", input={"m": 2})  # records Expired first
+    clock.now = START + timedelta(days=5)
+    engine.retention.set_policy(WORKFLOW, 1)
+    report = engine.archive_sessions(tmp_path)
+    assert report.sessions == 1
+    [bundle] = report.workflows[0].bundles
+    archived = engine.get_session("s-1")
+    assert archived.status == "expired"
+    with pytest.raises(SessionNotFound):
+        engine.history("s-1")
+
+    # Taken back to init: the new event chains from the base's head.
+    engine.restart_session("s-1", WORKFLOW, user_id="u-1")
+    assert engine.get_session("s-1").version == archived.version + 1
+    engine.audit.checkpoint()
+    chain = verify_chain(engine.audit)
+    assert chain.ok, [f.describe() for f in chain.findings]
+    # ... and restoring the archived part gives back one whole stream.
+    engine.restore_sessions(bundle)
+    assert [e.version for e in engine.history("s-1")] == list(range(1, archived.version + 2))
+    assert verify_chain(engine.audit).ok
+
+
+def test_bad_policies_are_refused(engine: Engine, tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="days"):
+        engine.retention.set_policy(WORKFLOW, 0)
+    with pytest.raises(ValidationError, match="no retention policy"):
+        engine.archive_sessions(tmp_path, workflow="nope")
+    with pytest.raises(ValidationError, match="cannot read"):
+        engine.restore_sessions(tmp_path / "missing.jsonl")
