@@ -82,6 +82,19 @@ class SessionNotFound(SessionError):
         super().__init__(session_id, f"session {session_id!r} not found")
 
 
+class SessionArchived(SessionNotFound):
+    """The session's events were archived by retention: its state reads, its events do not."""
+
+    def __init__(self, session_id: str, bundle: str) -> None:
+        SessionError.__init__(
+            self,
+            session_id,
+            f"session {session_id!r} was archived: its events are in {bundle}"
+            " (`flowledger retention restore` puts them back)",
+        )
+        self.bundle = bundle
+
+
 class SessionConflict(SessionError):
     """The session exists with a different workflow or user."""
 

@@ -14,7 +14,7 @@ the highest committed notification id taken before reading, and says so when it 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -84,10 +84,16 @@ def notifications(log: EventLog, batch: int = 1000) -> Iterator[Notification]:
     return log.notifications(batch=batch)
 
 
-def verify_log(log: EventLog, progress: Progress | None = None) -> AuditReport:
-    """Check every stored event; see the module docstring for what is checked."""
+def verify_log(
+    log: EventLog, progress: Progress | None = None, archived: Mapping[UUID, int] | None = None
+) -> AuditReport:
+    """Check every stored event; see the module docstring for what is checked.
+
+    ``archived``: the streams retention archived, with the last version their bases stand
+    for (``Engine.retention.archived``): such a stream's rows start after it."""
     report = AuditReport()
-    versions: dict[UUID | str, int] = {}
+    versions: dict[UUID | str, int] = {stream: version for stream, version in (archived or {}).items()}
+    seen: set[UUID | str] = set()
     committed, last = committed_through(log), 0
     for n in notifications(log):
         last = n.id
@@ -99,15 +105,17 @@ def verify_log(log: EventLog, progress: Progress | None = None) -> AuditReport:
         if n.originator_version != expected:
             report.problems.append(f"{where}: expected version {expected}")
         versions[n.originator_id] = n.originator_version
+        seen.add(n.originator_id)
         try:
             event = log.decode(n)
         except Exception as error:  # any decoding failure is a finding, not a crash
             report.problems.append(f"{where}: does not decode: {error}")
         else:
-            if n.originator_version == 1 and not isinstance(event, CanInitAggregate):
+            first = archived is None or n.originator_id not in archived
+            if n.originator_version == 1 and first and not isinstance(event, CanInitAggregate):
                 report.problems.append(f"{where}: stream opens with {type(event).__qualname__}")
         if progress is not None:
             progress(1)
-    report.streams = len(versions)
+    report.streams = len(seen)
     report.extent = ReadExtent(last, committed)
     return report

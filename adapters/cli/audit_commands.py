@@ -156,7 +156,11 @@ def verify(
             if stream is None and not since_checkpoint:
                 with Progress(console=console, transient=True) as progress:
                     task = progress.add_task("decoding every event", total=None)
-                    structure = verify_log(engine.log, progress=lambda n: progress.advance(task, n))
+                    structure = verify_log(
+                        engine.log,
+                        progress=lambda n: progress.advance(task, n),
+                        archived=engine.retention.archived(),
+                    )
         _verdict(chain, structure, f"session {session}" if session else "event log")
 
 

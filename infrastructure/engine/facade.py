@@ -15,7 +15,7 @@ from typing import Any
 from uuid import UUID, uuid5
 
 from flowledger.domain.budget import CallScope
-from flowledger.domain.errors import SessionNotFound, ValidationError
+from flowledger.domain.errors import SessionArchived, SessionNotFound, ValidationError
 from flowledger.domain.ports import AlertNotifier, LlmPort
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionState, StepRecord
@@ -399,12 +399,25 @@ class Engine:
         return self.sessions.get(session_id, version, as_of)
 
     def history(self, session_id: str) -> list[HistoryEntry]:
-        """The session's events, oldest first."""
-        return self.sessions.history(session_id)
+        """The session's events, oldest first (SessionArchived when retention moved them)."""
+        with self._archived_as_such(session_id):
+            return self.sessions.history(session_id)
+
+    @contextmanager
+    def _archived_as_such(self, session_id: str) -> Iterator[None]:
+        """Turn a SessionNotFound of an archived session into SessionArchived, naming its bundle."""
+        try:
+            yield
+        except SessionNotFound:
+            bundle = self.retention.archived_in(session_id) if self._audit is not None else None
+            if bundle is not None:
+                raise SessionArchived(session_id, bundle) from None
+            raise
 
     def session_steps(self, session_id: str) -> list[StepRecord]:
         """Every processed step of the session, oldest first (``get_session`` keeps the recent ones)."""
-        return self.sessions.steps(session_id)
+        with self._archived_as_such(session_id):
+            return self.sessions.steps(session_id)
 
     def fork_session(
         self, session_id: str, at_version: int, new_session_id: str, ttl: timedelta = timedelta(hours=24)

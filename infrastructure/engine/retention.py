@@ -132,6 +132,22 @@ class RetentionService:
         conn.commit()
         return conn
 
+    def archived(self) -> dict[UUID, int]:
+        """The archived streams, with the last version each one's base stands for (no tables: none)."""
+        with self._trail.connect() as conn:
+            if not self.tables.exists(conn):
+                return {}
+            return {s: b.base.through_version for s, b in self.tables.bases(conn, b"").items()}
+
+    def archived_in(self, session_id: str) -> str | None:
+        """The bundle an archived session's events are in (None: not archived)."""
+        stream = session_uuid(self._tenant, session_id)
+        with self._trail.connect() as conn:
+            if not self.tables.exists(conn):
+                return None
+            found = self.tables.bases(conn, b"", [stream]).get(stream)
+        return None if found is None else found.base.bundle
+
     # -- policies -------------------------------------------------------------------------
 
     def set_policy(self, workflow: str, days: int) -> None:
@@ -149,8 +165,10 @@ class RetentionService:
             return self.tables.delete_policy(conn, self._tenant, workflow)
 
     def policies(self) -> dict[str, int]:
-        """This tenant's policies: workflow -> days."""
-        with self._connect() as conn:
+        """This tenant's policies: workflow -> days (reading makes no table)."""
+        with self._trail.connect() as conn:
+            if not self.tables.exists(conn):
+                return {}
             return self.tables.policies(conn, self._tenant)
 
     # -- archiving ------------------------------------------------------------------------

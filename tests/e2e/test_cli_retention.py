@@ -45,7 +45,9 @@ def test_retention_cli(database_url: str, pg_schema: str, tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert "2 sessions, 6 events" in done.stderr
     [bundle] = sorted((tmp_path / "out").glob("*.jsonl"))
-    assert cli("history", "s-0").returncode == 3  # the events are in the bundle now
+    gone = cli("history", "s-0")
+    assert gone.returncode == 3  # the events are in the bundle now
+    assert "was archived" in gone.stderr
     assert cli("history", "s-2").returncode == 0  # still open: untouched
     offline = subprocess.run(
         [sys.executable, "-m", "flowledger.verify", str(bundle), "--public-key", public_key],

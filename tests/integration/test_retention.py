@@ -16,8 +16,9 @@ import pytest
 from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage
-from flowledger.domain.errors import AuditError, SessionExpired, SessionNotFound, ValidationError
+from flowledger.domain.errors import AuditError, SessionArchived, SessionExpired, ValidationError
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.projections import projector_for
 from flowledger.projections.rebuild import rebuild, verify
@@ -155,6 +156,8 @@ def test_archive_verify_rebuild_restore(engine: Engine, clock: Clock, tmp_path: 
     # State reads from the base; the dashboard and a rebuild keep the totals.
     for session_id, state in before.items():
         assert engine.get_session(session_id) == state
+        with pytest.raises(SessionArchived):
+            engine.history(session_id)
     assert _dashboard(engine) == dashboard
     rebuild(projector)
     assert _dashboard(engine) == dashboard
@@ -234,7 +237,7 @@ def test_archived_session_written_again_chains_from_its_base(
     [bundle] = report.workflows[0].bundles
     archived = engine.get_session("s-1")
     assert archived.status == "expired"
-    with pytest.raises(SessionNotFound):
+    with pytest.raises(SessionArchived, match=str(bundle)):
         engine.history("s-1")
 
     # Taken back to init: the new event chains from the base's head.
@@ -243,13 +246,18 @@ def test_archived_session_written_again_chains_from_its_base(
     engine.audit.checkpoint()
     chain = verify_chain(engine.audit)
     assert chain.ok, [f.describe() for f in chain.findings]
+    assert verify_log(engine.log, archived=engine.retention.archived()).ok
+    assert not verify_log(engine.log).ok  # without the bases, the stream starts at a gap
     # ... and restoring the archived part gives back one whole stream.
     engine.restore_sessions(bundle)
     assert [e.version for e in engine.history("s-1")] == list(range(1, archived.version + 2))
     assert verify_chain(engine.audit).ok
+    assert verify_log(engine.log, archived=engine.retention.archived()).ok
 
 
 def test_bad_policies_are_refused(engine: Engine, tmp_path: Path) -> None:
+    assert engine.retention.policies() == {}
+    assert engine.archive_sessions(tmp_path, dry_run=True).workflows == []
     with pytest.raises(ValidationError, match="days"):
         engine.retention.set_policy(WORKFLOW, 0)
     with pytest.raises(ValidationError, match="no retention policy"):
