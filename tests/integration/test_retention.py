@@ -25,6 +25,19 @@ from flowledger.projections.rebuild import rebuild, verify
 from flowledger.projections.retention import archive
 from flowledger.verify import verify_bundle
 from tests.conftest import make_settings
+from tests.support.partitions import both_layouts
+
+BOTH_LAYOUTS = {
+    "test_archive_verify_rebuild_restore",
+    "test_archived_session_written_again_chains_from_its_base",
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The tests that delete and put back rows run on the one-table and the partitioned log."""
+    if metafunc.function.__name__ in BOTH_LAYOUTS:
+        both_layouts(metafunc)
+
 
 WORKFLOW = "customer_service"
 START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
