@@ -7,10 +7,10 @@ from contextlib import contextmanager
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from flowledger.domain.errors import StoreUnavailable
-from flowledger.infrastructure.postgres.deadlines import Deadlines
+from flowledger.infrastructure.postgres.deadlines import LIBPQ_PARAMS_KEY, Deadlines
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.migrations import MigrationReport, migrate
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
@@ -41,6 +41,9 @@ def deadlines_of(settings: Settings) -> Deadlines:
     )
 
 
+_LIBRARY_PARAMS = frozenset({"dbname", "host", "port", "user", "password"})
+
+
 def library_env(
     database_url: str, *, schema: str, pool_size: int, settings: Settings | None = None
 ) -> dict[str, str]:
@@ -52,7 +55,12 @@ def library_env(
         return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
     deadlines = deadlines_of(settings or Settings())
     params = conninfo_to_dict(database_url)
+    # The library's settings carry only these five; the rest of the URL (sslmode,
+    # target_session_attrs for a failover pair, application_name...) rides along for the
+    # pool (``install_pool``), or the library's connections would silently lose it.
+    rest = {k: v for k, v in params.items() if k not in _LIBRARY_PARAMS and v is not None}
     return {
+        LIBPQ_PARAMS_KEY: make_conninfo("", **rest),
         "PERSISTENCE_MODULE": POSTGRES_FACTORY_TOPIC,
         "POSTGRES_DBNAME": str(params.get("dbname") or params.get("user") or "postgres"),
         "POSTGRES_HOST": str(params.get("host") or "localhost"),

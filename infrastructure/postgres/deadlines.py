@@ -33,6 +33,8 @@ ENV_KEYS = {
     "operation_s": "FLOWLEDGER_OPERATION_DEADLINE_S",
 }
 PGBOUNCER_KEY = "FLOWLEDGER_PGBOUNCER"
+LIBPQ_PARAMS_KEY = "FLOWLEDGER_LIBPQ_PARAMS"
+"""The database URL's parameters besides the five the library's settings carry, as a conninfo."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,8 +103,11 @@ class ReconnectingPool(ConnectionPool[Any]):
         super()._add_connection(attempt, growing=growing)
 
 
-def install_pool(datastore: PostgresDatastore, deadlines: Deadlines) -> None:
-    """Replace the datastore's (not yet opened) pool with one that keeps ``deadlines``.
+def install_pool(
+    datastore: PostgresDatastore, deadlines: Deadlines, url_params: Mapping[str, Any] | None = None
+) -> None:
+    """Replace the datastore's (not yet opened) pool with one that keeps ``deadlines`` and the
+    database URL's other parameters (``url_params``: ``sslmode``, ``target_session_attrs``...).
 
     The library builds its pool with a 30 s wait, no libpq connect timeout, no
     statement timeout and the slow reconnect backoff; its factory gives no way in.
@@ -112,7 +117,12 @@ def install_pool(datastore: PostgresDatastore, deadlines: Deadlines) -> None:
         msg = "install_pool must run before the pool is opened"
         raise OperationalError(msg)
     kwargs = dict(old.kwargs) if isinstance(old.kwargs, dict) else {}
-    kwargs.update(deadlines.connection_kwargs())
+    given = dict(url_params or {})
+    ours = deadlines.connection_kwargs()
+    if "options" in given and "options" in ours:
+        ours["options"] = f"{given['options']} {ours['options']}"
+    kwargs.update(given)
+    kwargs.update(ours)
     configure = _autocommit_only if deadlines.pgbouncer else old._configure
     datastore.pool = ReconnectingPool(
         get_password_func=old.get_password_func,

@@ -29,8 +29,14 @@ from eventsourcing.postgres import (
     PostgresProcessRecorder,
 )
 from eventsourcing.utils import Environment, EnvType
+from psycopg.conninfo import conninfo_to_dict
 
-from flowledger.infrastructure.postgres.deadlines import Deadlines, call_within_deadline, install_pool
+from flowledger.infrastructure.postgres.deadlines import (
+    LIBPQ_PARAMS_KEY,
+    Deadlines,
+    call_within_deadline,
+    install_pool,
+)
 from flowledger.infrastructure.postgres.notify import Notifier
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder, close_unfinished
 
@@ -110,7 +116,7 @@ class FlowledgerPostgresFactory(PostgresFactory):
     def __init__(self, env: Environment | EnvType | None):
         super().__init__(env)
         self.deadlines = Deadlines.from_env(self.env)
-        install_pool(self.datastore, self.deadlines)
+        install_pool(self.datastore, self.deadlines, conninfo_to_dict(self.env.get(LIBPQ_PARAMS_KEY) or ""))
         self._notifiers: list[Notifier] = []
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:

@@ -77,6 +77,9 @@ T = TypeVar("T")
 
 # psycopg's errors as the library's, in the order ``PostgresDatastore.get_connection`` tests them.
 _LIBRARY_ERRORS: tuple[tuple[type[psycopg.Error], type[PersistenceError]], ...] = (
+    # A write on a standby, or on a promoted one still read-only: a failover under way, a
+    # fault of where the connection goes (not of the events), retried like a lost one.
+    (psycopg.errors.ReadOnlySqlTransaction, OperationalError),
     (psycopg.InterfaceError, InterfaceError),
     (psycopg.OperationalError, OperationalError),
     (psycopg.DataError, DataError),
@@ -223,7 +226,11 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 ids = self.append(curs, stored_events)
             except psycopg.Error as error:
                 # The function released the id section's lock itself (its exception
-                # block), so the connection goes back to the pool as it is.
+                # block), so the connection goes back to the pool as it is; unless it
+                # reached a read-only server, which it will never write to: closed, the
+                # pool replaces it (``target_session_attrs=read-write`` finds the primary).
+                if isinstance(error, psycopg.errors.ReadOnlySqlTransaction):
+                    conn.close()
                 raise library_error(error) from error
             except BaseException:
                 close_unfinished(conn)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from flowledger.domain import ValidationError
 from flowledger.infrastructure import Settings
@@ -70,3 +71,13 @@ def test_the_event_log_partitions_come_from_the_environment_and_bad_counts_are_r
             Settings.from_env({"FLOWLEDGER_EVENT_PARTITIONS": bad})
     with pytest.raises(ValidationError, match="event_partitions"):
         Settings(event_partitions=1025)
+
+
+def test_the_library_env_keeps_the_urls_other_parameters_for_the_pool() -> None:
+    url = "postgresql://app:pw@db1:5432,db2:5432/flows?target_session_attrs=read-write&sslmode=require"
+    env = library_env(url, schema="s", pool_size=4)
+    assert (env["POSTGRES_HOST"], env["POSTGRES_PORT"]) == ("db1,db2", "5432,5432")
+    assert conninfo_to_dict(env["FLOWLEDGER_LIBPQ_PARAMS"]) == {
+        "target_session_attrs": "read-write",
+        "sslmode": "require",
+    }
