@@ -100,10 +100,11 @@ class Settings:
     ``record_step`` (bench/README.md, ``bench_sealing.py``)."""
     data_key_cache_s: float = 30.0
     """How long an engine trusts a data key it read: ``forget`` takes effect on other engines within it."""
-    event_partitions: int = 0
+    event_partitions: int | None = None
     """Hash partitions of the events table by stream (``FLOWLEDGER_EVENT_PARTITIONS``; 0: one
     unpartitioned table). A new schema is made so; ``flowledger migrate`` converts an existing
-    log to it (docs/recorder.md, "Partitioned log"); an engine start never converts."""
+    log to it (docs/recorder.md, "Partitioned log"); an engine start never converts. None
+    (unset): new schemas get one table, and an existing log keeps the layout it has."""
 
     def __post_init__(self) -> None:
         if not _SCHEMA_NAME.match(self.schema):
@@ -126,7 +127,7 @@ class Settings:
                     "FLOWLEDGER_READ_DATABASE_URL",
                     "is not a PostgreSQL connection string (postgresql://… or key=value pairs)",
                 ) from None
-        if not 0 <= self.event_partitions <= MAX_EVENT_PARTITIONS:
+        if self.event_partitions is not None and not 0 <= self.event_partitions <= MAX_EVENT_PARTITIONS:
             raise ValidationError(
                 "event_partitions",
                 f"must be 0 (unpartitioned) to {MAX_EVENT_PARTITIONS}, got {self.event_partitions}",
@@ -189,7 +190,9 @@ class Settings:
             webhook_strict=_flag(env, "FLOWLEDGER_WEBHOOK_STRICT"),
             seal_personal_data=_flag(env, "FLOWLEDGER_SEAL_PERSONAL_DATA"),
             data_key_cache_s=_seconds(env, "FLOWLEDGER_DATA_KEY_CACHE_S", defaults.data_key_cache_s),
-            event_partitions=_whole(env, "FLOWLEDGER_EVENT_PARTITIONS", defaults.event_partitions),
+            event_partitions=_whole(env, "FLOWLEDGER_EVENT_PARTITIONS", -1)
+            if (env.get("FLOWLEDGER_EVENT_PARTITIONS") or "").strip()
+            else None,
         )
 
     def with_overrides(self, **overrides: object) -> Settings:

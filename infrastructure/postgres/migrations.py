@@ -86,18 +86,19 @@ def migrate(
     """Bring ``schema`` to ``SCHEMA_VERSION`` and enforce the log's invariants; safe to run at once
     from any number of processes. Tables are named after ``app_name`` as the library names them.
 
-    A new events table is made with ``settings.event_partitions`` hash partitions. An existing
-    one in another layout is converted when ``change_layout`` (``flowledger migrate``); without
-    it (an engine's start) the layout is left as it is, with a warning."""
+    A new events table is made with ``settings.event_partitions`` hash partitions (None: 0, one
+    table). An existing one in another layout is converted when that is set and
+    ``change_layout`` (``flowledger migrate``); without it (an engine's start) the layout is
+    left as it is, with a warning; with the setting None it is left as it is."""
     settings = settings or Settings()
     names = ddl.TableNames.for_app(app_name)
-    wanted = settings.event_partitions
     with psycopg.connect(
         database_url, autocommit=True, connect_timeout=max(2, round(settings.connect_timeout_s))
     ) as conn:
         layout = _already_right(conn, schema, names, settings)
+        wanted = layout if settings.event_partitions is None else settings.event_partitions
         if layout is not None and (layout == wanted or not change_layout):
-            if layout != wanted:
+            if wanted is not None and layout != wanted:
                 _warn_layout(schema, names.events, layout, wanted)
             return MigrationReport(
                 schema=schema,
@@ -174,7 +175,7 @@ def _migrate_locked(
     version = 0 if row is None else int(row[0])
     created = version < SCHEMA_VERSION
     if created:
-        create_event_log(cur, schema, names.events, id_type, partitions=settings.event_partitions)
+        create_event_log(cur, schema, names.events, id_type, partitions=settings.event_partitions or 0)
         for statement in ddl.create_other_tables(schema, names, id_type):
             cur.execute(statement)
         for statement in ddl.create_audit_tables(schema, names):
@@ -188,13 +189,14 @@ def _migrate_locked(
     cache_reset = _force_sequence_cache_1(cur, schema, names.events)
     repaired = _repair_foreign_transaction_ids(cur, schema, names.events)
     layout = event_log_partitions(cur, schema, names.events) or 0
+    wanted = settings.event_partitions
     moved: int | None = None
-    if layout != settings.event_partitions:
+    if wanted is not None and layout != wanted:
         if change_layout:
-            moved = change_event_log_layout(cur, schema, names.events, id_type, settings)
-            layout = settings.event_partitions
+            moved = change_event_log_layout(cur, schema, names.events, id_type, wanted, settings)
+            layout = wanted
         else:
-            _warn_layout(schema, names.events, layout, settings.event_partitions)
+            _warn_layout(schema, names.events, layout, wanted)
     cur.execute(ddl.record_version(schema), (max(version, SCHEMA_VERSION),))
     report = MigrationReport(
         schema=schema,
@@ -303,9 +305,9 @@ _COLUMNS = (
 
 
 def change_event_log_layout(
-    cur: psycopg.Cursor[Any], schema: str, table: str, id_type: str, settings: Settings
+    cur: psycopg.Cursor[Any], schema: str, table: str, id_type: str, partitions: int, settings: Settings
 ) -> int:
-    """Rebuild the events table in the ``settings.event_partitions`` layout; the rows copied.
+    """Rebuild the events table with ``partitions`` hash partitions (0: one table); the rows copied.
 
     In the migration's transaction: the table is locked (appends and reads wait, for at most
     a statement timeout to take the lock), renamed with its indexes and partitions, made
@@ -331,7 +333,6 @@ def change_event_log_layout(
     old = f"{table[:40]}_relayout"
     _move_aside(cur, schema, table, old)
     old_target = SQL("{}.{}").format(s, Identifier(old))
-    partitions = settings.event_partitions
     for statement in pg_sql.create_table(schema, table, id_type, partitions=partitions, sequence=sequence):
         cur.execute(statement)
     cur.execute(ddl.create_notification_index(schema, table, partitioned=partitions > 0))

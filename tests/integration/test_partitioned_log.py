@@ -112,7 +112,9 @@ def test_a_log_with_data_is_converted_to_partitions_and_back_with_the_feed_and_c
         with pytest.raises(IntegrityError):
             engine.log.recorder.insert_events([StoredEvent(stream, 1, "t:E", b"{}")])
     # And migrate back to one table gives the same feed again
-    back = migrate(database_url, pg_schema, settings)
+    kept = migrate(database_url, pg_schema, settings)  # the setting unset: the layout stays
+    assert (kept.partitions, kept.rows_moved) == (4, None)
+    back = migrate(database_url, pg_schema, settings.with_overrides(event_partitions=0))
     assert (back.partitions, back.rows_moved) == (0, len(after))
     assert layout(database_url, pg_schema) == ("r", 0)
     with Engine(settings=settings) as engine:

@@ -64,7 +64,8 @@ def test_the_read_database_url_is_read_from_the_environment_and_checked() -> Non
 
 
 def test_the_event_log_partitions_come_from_the_environment_and_bad_counts_are_refused() -> None:
-    assert Settings.from_env({}).event_partitions == 0
+    assert Settings.from_env({}).event_partitions is None
+    assert Settings.from_env({"FLOWLEDGER_EVENT_PARTITIONS": "0"}).event_partitions == 0
     assert Settings.from_env({"FLOWLEDGER_EVENT_PARTITIONS": "8"}).event_partitions == 8
     for bad in ("-1", "eight", "1.5"):
         with pytest.raises(ValidationError, match="FLOWLEDGER_EVENT_PARTITIONS"):
