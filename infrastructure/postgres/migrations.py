@@ -314,7 +314,8 @@ def change_event_log_layout(
     again under its own name in the new layout drawing on the same notification sequence,
     filled with every row as it was (notification id, transaction id, hash and seal
     unchanged: followers' positions, the gap-safe horizon and the audit chain stay valid),
-    given the old table's grants, and the old one dropped. Views on the events table stop
+    given the old table's grants and triggers (retention's guard among them), and the old one
+    dropped. Views on the events table stop
     it (they would have to be dropped with it): drop them first, make them again after.
     """
     cur = cur.connection.cursor(row_factory=tuple_row)
@@ -331,6 +332,14 @@ def change_event_log_layout(
         )
     sequence = _sequence_of(cur, schema, table)
     old = f"{table[:40]}_relayout"
+    triggers = [
+        str(r[0])
+        for r in cur.execute(
+            "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s::regclass "
+            "AND NOT tgisinternal ORDER BY tgname",
+            (target.as_string(cur),),
+        ).fetchall()
+    ]
     _move_aside(cur, schema, table, old)
     old_target = SQL("{}.{}").format(s, Identifier(old))
     for statement in pg_sql.create_table(schema, table, id_type, partitions=partitions, sequence=sequence):
@@ -345,6 +354,8 @@ def change_event_log_layout(
     cur.execute(SQL("ALTER SEQUENCE {} OWNED BY {}.notification_id").format(SQL(sequence), target))
     for grant in _grants_of(cur, old_target.as_string(cur), target):
         cur.execute(grant)
+    for trigger in triggers:  # on the table's name (retention's guard): made again after the copy
+        cur.execute(trigger)
     cur.execute(SQL("DROP TABLE {}").format(old_target))
     cur.execute(SQL("ANALYZE {}").format(target))
     create_event_log(cur, schema, table, id_type, partitions=partitions)

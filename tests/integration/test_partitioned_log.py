@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.database import migrate
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
+from flowledger.infrastructure.postgres.retention import BASES, RetentionTables
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.postgres
@@ -120,6 +122,35 @@ def test_a_log_with_data_is_converted_to_partitions_and_back_with_the_feed_and_c
     with Engine(settings=settings) as engine:
         assert feed(engine) == after
         assert verify_chain(engine.audit).ok
+
+
+def test_retention_s_guard_is_carried_over_and_refuses_an_archived_version_on_partitions(
+    database_url: str, pg_schema: str
+) -> None:
+    settings = make_settings(database_url=database_url, schema=pg_schema)
+    with Engine(settings=settings) as engine:
+        engine.start_session("s", "cs")
+    # Given retention's tables and its guard on the one-table log, and a base for stream X
+    archived = uuid.uuid4()
+    with psycopg.connect(database_url) as conn:
+        RetentionTables(pg_schema).ensure(conn)
+        conn.execute(
+            SQL(
+                "INSERT INTO {}.{} (stream_id, tenant, workflow, session_id, status, through_version, "
+                "head_hash, positions, last_event_at, totals, snapshot_topic, snapshot_state, "
+                "projection_rows, bundle, bundle_sha256, seal) VALUES (%s, 'default', 'cs', 'x', "
+                "'completed', 5, '', '{{}}', now(), '{{}}', 't', '', '{{}}', 'b', 'h', '')"
+            ).format(Identifier(pg_schema), Identifier(BASES)),
+            (archived,),
+        )
+    # When the log is converted to partitions
+    migrate(database_url, pg_schema, settings.with_overrides(event_partitions=4))
+    assert layout(database_url, pg_schema) == ("p", 4)
+    # Then the guard is on the new table and refuses an append at an archived version
+    with Engine(settings=settings) as engine:
+        with pytest.raises(IntegrityError, match="archived"):
+            engine.log.recorder.insert_events([StoredEvent(archived, 3, "t:E", b"{}")])
+        engine.log.recorder.insert_events([StoredEvent(archived, 6, "t:E", b"{}")])
 
 
 def test_a_new_schema_is_made_partitioned_and_migrate_again_changes_nothing(
