@@ -32,10 +32,12 @@ from rich.table import Table
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine, Settings
 from flowledger.projections import follow, projector_for, rebuild
-from tests.support.synthetic import SessionScript, append
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repository, for tests.support
 from _common import database_url
+
+from tests.support.synthetic import SessionScript, append
 
 BATCH = 5000
 STEPS = ("intent_classification", "skill_matching", "answer", "session_complete")
@@ -99,7 +101,7 @@ def events(count: int, seed: int = 7) -> Iterator[Any]:
 def raw_read(url: str, schema: str, out: Any) -> None:
     """Child process: SELECT every notification in batches and decode each event."""
     engine = engine_for(url, schema)
-    recorder, mapper = engine.app.recorder, engine.app.mapper
+    recorder, mapper = engine.log.recorder, engine.log.mapper
     began, position, decoded = time.perf_counter(), 0, 0
     while True:
         batch = recorder.select_notifications(start=position + 1, limit=BATCH)
@@ -125,7 +127,7 @@ def rebuild_some(url: str, schema: str, out: Any, names: tuple[str, ...]) -> Non
     """Rebuild ``names`` from the first event, reporting time and peak RSS (sampled at quarters)."""
     engine = engine_for(url, schema)
     projector = projector_for(engine, batch_size=BATCH)
-    head = engine.app.recorder.max_notification_id() or 1
+    head = engine.log.head() or 1
     quarters: list[float] = []
 
     def progress(position: int) -> None:
@@ -209,7 +211,7 @@ def main() -> None:
     engine = engine_for(url, schema)
     try:
         began = time.perf_counter()
-        stored = append(engine.app, events(args.events), per_transaction=BATCH)
+        stored = append(engine.log, events(args.events), per_transaction=BATCH)
         console.print(f"generated {stored:,} events in {time.perf_counter() - began:.1f} s")
         raw = in_child(raw_read, url, schema)
         built = {"rebuild: current state, cost, funnel": in_child(rebuild_three, url, schema)}
