@@ -158,8 +158,12 @@ class AuditTrail:
 
     def connect(self) -> psycopg.Connection[Any]:
         """A connection of its own (audit reads are long; they do not take the engine's pool)."""
+        # Behind PgBouncer (transaction pooling) nothing may be prepared on the server: the
+        # next transaction may run on another backend (psycopg prepares a statement's 5th run).
         return psycopg.connect(
-            self.database_url, connect_timeout=max(2, round(self.settings.connect_timeout_s))
+            self.database_url,
+            connect_timeout=max(2, round(self.settings.connect_timeout_s)),
+            prepare_threshold=None if self.settings.pgbouncer else 5,
         )
 
     def checkpoints(self, conn: psycopg.Connection[Any]) -> Iterator[Checkpoint | tuple[int, str]]:

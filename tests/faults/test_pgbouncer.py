@@ -8,7 +8,7 @@ nothing may be prepared on the server, and LISTEN (session state) cannot reach a
 so subscriptions poll. Checked: every step recorded once (duplicate deliveries with their
 idempotency keys, concurrent steps on one session and on several), a live feed that skips
 and repeats nothing, no advisory lock left behind, and the follower's read models equal a
-rebuild.
+rebuild, and the audit chain verifies.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pytest
 from eventsourcing.persistence import Notification
 
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.projections import projector_for
 from flowledger.projections.follow import follow
 from flowledger.projections.rebuild import verify
@@ -170,6 +171,10 @@ def test_through_transaction_pooling_every_step_is_recorded_once_and_the_feed_sk
         assert clients > SERVER_CONNECTIONS
         # The follower's read models (written through PgBouncer) equal a rebuild
         assert verify(projector) == []
+        # And the audit chain, appended and checked through PgBouncer, holds
+        chain = verify_chain(reading.audit)
+        assert chain.findings == []
+        assert chain.events == len(stored)
     steps = OWN_WRITERS * OWN_SESSIONS * STEPS + 4 * STEPS
     report(
         f"{steps} steps ({steps + OWN_WRITERS * OWN_SESSIONS * STEPS} deliveries) in {elapsed:.2f} s "
