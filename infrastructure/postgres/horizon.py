@@ -34,7 +34,8 @@ class HorizonLag:
     """Committed rows after ``readable_id``: readers wait for an append still in flight before them."""
     age_s: float | None
     """Seconds the append holding them back has been open: 0.0 when nothing is held back,
-    None when its start is hidden from this role (``pg_stat_activity`` of another user)."""
+    None when its start is hidden from this role (``pg_stat_activity`` of another user) or
+    on a hot standby (where any transaction of the primary's cluster holds readers back)."""
 
 
 class Horizon:
