@@ -10,7 +10,7 @@ idempotent). The events, their usage and their hashes are untouched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from uuid import UUID
@@ -34,10 +34,18 @@ class ForgetReport:
 class ErasureService:
     """Erases users' (or single sessions') personal data by destroying their data keys."""
 
-    def __init__(self, store: AggregateStore, keys: DataKeys, tenant: str) -> None:
+    def __init__(
+        self,
+        store: AggregateStore,
+        keys: DataKeys,
+        tenant: str,
+        archived: Callable[[Sequence[UUID]], dict[UUID, str]] | None = None,
+    ) -> None:
         self._store = store
         self._keys = keys
         self._tenant = tenant
+        self._archived = archived
+        """Which of some streams retention archived, with their bundles (``docs/retention.md``)."""
 
     def forget_user(self, user_id: str, reason: str = "the user asked to be forgotten") -> ForgetReport:
         """Erase every session of ``user_id`` in this tenant (none found: an empty report)."""
@@ -56,6 +64,16 @@ class ErasureService:
         return self._erase([stream], reason)
 
     def _erase(self, streams: Sequence[UUID], reason: str) -> ForgetReport:
+        archived = self._archived(streams) if self._archived is not None and streams else {}
+        if archived:
+            # Their bases keep the projections' rows (personal values in the clear) and their
+            # state is a snapshot sealed under the key: restore them, then forget.
+            bundles = sorted(set(archived.values()))
+            raise ValidationError(
+                "session",
+                f"{len(archived)} of the sessions are archived (bundles: {', '.join(bundles)}):"
+                " `flowledger retention restore` them first, then forget; nothing was erased",
+            )
         sessions = []
         for stream in streams:
             erased = self._store.write(str(stream), partial(self._mark, stream, reason))

@@ -100,7 +100,12 @@ class Engine:
         self.log = EventLog(self._app)
         self.store = AggregateStore(self._app, self.settings, clock)
         self.sessions = SessionService(self.store, self.tenant)
-        self.erasure = ErasureService(self.store, self._app.data_keys, self.tenant)
+        self.erasure = ErasureService(
+            self.store,
+            self._app.data_keys,
+            self.tenant,
+            None if self._audit is None else lambda streams: self.retention.bundles_of(streams),
+        )
         ledger = None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)
         self.budgets = BudgetService(self.store, ledger, self.tenant, alerts)
         self.steps = StepService(
@@ -168,7 +173,7 @@ class Engine:
         """Retention policies per workflow, archiving closed sessions to verified bundles and
         restoring them (``docs/retention.md``; PostgreSQL only)."""
         if self._retention is None:
-            self._retention = RetentionService(self._app, self.store, self.audit, self.tenant, self.clock)
+            self._retention = RetentionService(self._app, self.audit, self.tenant, self.clock)
         return self._retention
 
     def archive_sessions(

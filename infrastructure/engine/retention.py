@@ -28,11 +28,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from eventsourcing.application import project_aggregate
+from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 from psycopg.sql import SQL
 
@@ -41,7 +44,7 @@ from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionStatus
 from flowledger.domain.values import require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
-from flowledger.infrastructure.engine.store import AggregateStore, Clock
+from flowledger.infrastructure.engine.store import Clock
 from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.retention import Base, RetentionTables
@@ -113,13 +116,11 @@ class RetentionService:
     def __init__(
         self,
         app: FlowledgerApplication,
-        store: AggregateStore,
         trail: AuditTrail,
         tenant: str,
         clock: Clock,
     ) -> None:
         self._app = app
-        self._store = store
         self._trail = trail
         self._tenant = tenant
         self._clock = clock
@@ -141,12 +142,16 @@ class RetentionService:
 
     def archived_in(self, session_id: str) -> str | None:
         """The bundle an archived session's events are in (None: not archived)."""
-        stream = session_uuid(self._tenant, session_id)
+        return self.bundles_of([session_uuid(self._tenant, session_id)]).get(
+            session_uuid(self._tenant, session_id)
+        )
+
+    def bundles_of(self, streams: Sequence[UUID]) -> dict[UUID, str]:
+        """Which of ``streams`` are archived, with the bundle each one's events are in."""
         with self._trail.connect() as conn:
             if not self.tables.exists(conn):
-                return None
-            found = self.tables.bases(conn, b"", [stream]).get(stream)
-        return None if found is None else found.base.bundle
+                return {}
+            return {s: b.base.bundle for s, b in self.tables.bases(conn, b"", list(streams)).items()}
 
     # -- policies -------------------------------------------------------------------------
 
@@ -242,37 +247,42 @@ class RetentionService:
             return [row[0] for row in conn.execute(query, params).fetchall()]
 
     def _load(self, streams: Sequence[UUID], cutoff: datetime, part: WorkflowReport) -> list[_Candidate]:
-        """The due sessions, loaded, with the log positions of their events."""
+        """The due sessions, folded from their events (one read for the batch), with the log
+        positions of their events and their head hashes."""
         with self._trail.connect() as conn:
             rows = conn.execute(
                 SQL(
-                    "SELECT originator_id, array_agg(notification_id ORDER BY originator_version),"
-                    " max(originator_version), (array_agg(event_hash ORDER BY originator_version DESC))[1]"
-                    " FROM {} WHERE originator_id = ANY(%s) GROUP BY originator_id"
+                    "SELECT originator_id, originator_version, topic, state, notification_id, event_hash"
+                    " FROM {} WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
                 ).format(self._events),
                 [list(streams)],
             ).fetchall()
-        positions = {row[0]: (tuple(int(p) for p in row[1]), int(row[2]), row[3]) for row in rows}
-        found = []
-        for stream in streams:
-            session: Session | None = self._store.load(stream)
-            if session is None or stream not in positions:
+        mapper = self._app.mapper
+        found: list[_Candidate] = []
+        for stream, group in groupby(rows, key=lambda r: r[0]):
+            stored = list(group)
+            versions = [int(r[1]) for r in stored]
+            if versions != list(range(1, len(versions) + 1)):
+                part.skipped[str(stream)] = (
+                    f"its stored versions are not 1..{versions[-1]} (archived before and written since,"
+                    " or rows missing: audit verify)"
+                )
                 continue
-            held, last, head = positions[stream]
+            head = stored[-1][5]
+            if head is None:
+                raise AuditError(
+                    f"stream {stream} version {versions[-1]} has no chained hash:"
+                    " run `flowledger audit chain` first"
+                )
+            events = [mapper.to_domain_event(StoredEvent(r[0], int(r[1]), r[2], bytes(r[3]))) for r in stored]
+            session = project_aggregate(None, events)
+            if not isinstance(session, Session):
+                continue
             state = session.state()
             if state.status not in CLOSED or state.updated_at >= cutoff:
                 part.skipped[state.session_id] = f"status {state.status}, last event {state.updated_at}"
-            elif head is None:
-                raise AuditError(
-                    f"stream {stream} version {last} has no chained hash: run `flowledger audit chain` first"
-                )
-            elif session.version != last or len(held) != last:
-                part.skipped[state.session_id] = (
-                    f"its stored versions ({len(held)} rows, last {last}) are not 1..{session.version}"
-                    " (an earlier archive left events after its base, or rows are missing: audit verify)"
-                )
-            else:
-                found.append(_Candidate(stream, session, held, bytes(head)))
+                continue
+            found.append(_Candidate(stream, session, tuple(int(r[4]) for r in stored), bytes(head)))
         return found
 
     def _archive_batch(

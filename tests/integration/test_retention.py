@@ -277,3 +277,18 @@ def test_bad_policies_are_refused(engine: Engine, tmp_path: Path) -> None:
         engine.archive_sessions(tmp_path, workflow="nope")
     with pytest.raises(ValidationError, match="cannot read"):
         engine.restore_sessions(tmp_path / "missing.jsonl")
+
+
+def test_forgetting_an_archived_session_asks_for_a_restore(
+    database_url: str, pg_schema: str, clock: Clock, tmp_path: Path
+) -> None:
+    settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=settings, clock=clock) as engine:
+        _session(engine, "s-1", steps=1)
+        clock.now = START + timedelta(days=10)
+        engine.retention.set_policy(WORKFLOW, 7)
+        [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
+        with pytest.raises(ValidationError, match="retention restore"):
+            engine.forget("user-s-1")
+        engine.restore_sessions(bundle)
+        assert engine.forget("user-s-1").sessions == ("s-1",)
