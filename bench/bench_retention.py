@@ -9,10 +9,15 @@ policy, then times, on the real clock:
   session, the bundle exported and verified, snapshots, bases, rows deleted), in bundles of
   ``--batch`` sessions;
 - ``audit verify`` of the chain afterwards (every base checked against the signed heads);
-- ``retention restore`` of every bundle.
+- ``retention restore`` of every bundle;
+- what the events table's guard trigger (which refuses appends at archived versions) costs
+  ``Engine.record_step``: with the bases in place, ``--pairs`` alternating slices of
+  ``--seconds`` each with the trigger enabled and disabled, same engine and table, for 1 and
+  ``--writers`` writers; the median ratio on/off of each pair.
 
 It prints seconds, sessions/s and event rows/s of each, and the bundles' size. Run:
-``.venv/bin/python bench/bench_retention.py [--sessions 1000] [--steps 5] [--batch 1000]``.
+``.venv/bin/python bench/bench_retention.py [--sessions 1000] [--steps 5] [--batch 1000]
+[--pairs 6] [--seconds 0.75] [--writers 4]``.
 Uses FLOWLEDGER_DATABASE_URL, else the server at 127.0.0.1:5432 (db ``test``); works in
 scratch schemas that it drops.
 """
@@ -33,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import INPUT, OUTPUT, USAGE, database_url
+from _common import INPUT, OUTPUT, USAGE, database_url, engine_writers, median, run_writers
 
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
@@ -48,6 +53,9 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--seconds", type=float, default=0.75)
+    parser.add_argument("--writers", type=int, default=4)
     args = parser.parse_args()
     url = database_url()
     schema = f"bench_retention_{uuid.uuid4().hex[:10]}"
@@ -90,6 +98,8 @@ def main() -> None:
             if not chain.ok:
                 raise SystemExit(f"the chain does not verify: {chain.findings[0].describe()}")
 
+            guard = _guard_cost(engine, url, schema, args)
+
             began = time.perf_counter()
             restored = sum(engine.restore_sessions(b).events for b in bundles)
             rows.append(("restore", time.perf_counter() - began, report.sessions, restored))
@@ -110,6 +120,12 @@ def main() -> None:
                 f"{events / seconds:,.0f}",
             )
         console.print(table)
+        for writers, ratios in guard.items():
+            console.print(
+                f"record_step with the guard trigger / without, {writers} writer(s): median"
+                f" {median(ratios):.3f} over {len(ratios)} pairs"
+                f" (min {min(ratios):.3f}, max {max(ratios):.3f})"
+            )
         size = sum(b.stat().st_size for b in bundles)
         console.print(
             f"{len(bundles)} bundles, {size / 1e6:.1f} MB ({size / max(report.events, 1):,.0f} bytes/event)"
@@ -121,6 +137,26 @@ def main() -> None:
             ).fetchall()
             for (name,) in names:
                 conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def _guard_cost(engine: Engine, url: str, schema: str, args: argparse.Namespace) -> dict[int, list[float]]:
+    """Ratios (trigger on / off) of ``record_step`` rates in alternating slices, per writer count."""
+    table = sql.SQL("{}.flowledger_events").format(sql.Identifier(schema))
+    switch = {
+        True: sql.SQL("ALTER TABLE {} ENABLE TRIGGER flowledger_archived_versions").format(table),
+        False: sql.SQL("ALTER TABLE {} DISABLE TRIGGER flowledger_archived_versions").format(table),
+    }
+    ratios: dict[int, list[float]] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for writers in sorted({1, args.writers}):
+            for pair in range(args.pairs):
+                rates = {}
+                for on in (True, False) if pair % 2 == 0 else (False, True):
+                    conn.execute(switch[on])
+                    rates[on] = run_writers(writers, args.seconds, engine_writers(engine))
+                ratios.setdefault(writers, []).append(rates[True] / rates[False])
+        conn.execute(switch[True])
+    return ratios
 
 
 if __name__ == "__main__":
