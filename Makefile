@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SOURCES := $(shell find domain infrastructure projections adapters verify -name '*.py' -o -name '*.json' -o -name '*.html' 2>/dev/null)
 
-.PHONY: demo test test-deep bench lint typecheck check install clean fuzz
+.PHONY: demo test test-deep bench soak lint typecheck check install clean fuzz
 
 $(STAMP): pyproject.toml $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,13 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+# Issue 17's soak: 3 servers, 2 projection followers, a faulty model, a rebuild and a restart
+# under mixed load for 10 minutes (SOAK_SECONDS=N to change); exit 1 on anything lost or doubled.
+# tests/e2e/test_soak.py runs the same scenario for 60 s in `make test`.
+SOAK_SECONDS ?= 600
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py --seconds $(SOAK_SECONDS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -167,6 +167,9 @@ class Cluster:
     servers: int = 3
     followers: int = 2
     faults: Faults = field(default_factory=Faults)
+    read_database_url: str | None = None
+    """``FLOWLEDGER_READ_DATABASE_URL`` of the servers: set, their dashboards read the projections
+    as the followers keep them, without catching up themselves."""
     simulator: Service | None = None
     serving: list[Service] = field(default_factory=list)
     following: list[Service] = field(default_factory=list)
@@ -197,7 +200,7 @@ class Cluster:
 
     def env(self, llm_base_url: str) -> dict[str, str]:
         """The environment of a flowledger process: nothing of the caller's FLOWLEDGER_* settings."""
-        return {
+        env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("FLOWLEDGER_")},
             "FLOWLEDGER_DATABASE_URL": self.database_url,
             "FLOWLEDGER_SCHEMA": self.schema,
@@ -214,6 +217,9 @@ class Cluster:
             "FLOWLEDGER_CONNECT_TIMEOUT_S": "20",
             "FLOWLEDGER_OPERATION_DEADLINE_S": "60",
         }
+        if self.read_database_url is not None:
+            env["FLOWLEDGER_READ_DATABASE_URL"] = self.read_database_url
+        return env
 
     def start(self) -> None:
         """Start the simulator, then the servers (the first alone: it creates the schema), then
@@ -248,6 +254,13 @@ class Cluster:
             self.following.append(follower)
             follower.start()
 
+    def run_cli(self, *args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
+        """``flowledger *args`` on the cluster's schema, as a one-off process (output captured)."""
+        base = self.simulator.url + "/v1" if self.simulator is not None else ""
+        return subprocess.run(
+            _cli(*args), env=self.env(base), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+
     def restart(self, server: int) -> float:
         """Stop server ``server`` (SIGTERM) and start it again on its port; seconds it was away."""
         began = time.monotonic()
@@ -274,9 +287,12 @@ def running_cluster(
     servers: int = 3,
     followers: int = 2,
     faults: Faults | None = None,
+    read_database_url: str | None = None,
 ) -> Iterator[Cluster]:
     """A started ``Cluster``; every process is stopped afterwards, whatever happened."""
-    cluster = Cluster(database_url, schema, workdir, servers, followers, faults or Faults())
+    cluster = Cluster(
+        database_url, schema, workdir, servers, followers, faults or Faults(), read_database_url
+    )
     try:
         cluster.start()
         yield cluster
