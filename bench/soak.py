@@ -13,6 +13,7 @@ The scenario itself is ``tests/support/soak.py``, which the test suite runs for 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import uuid
@@ -45,6 +46,11 @@ def _drop(url: str, schema: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=600.0, help="seconds of load (default 600)")
+    parser.add_argument(
+        "--reads-catch-up",
+        action="store_true",
+        help="dashboard reads catch the projections up themselves (default: read what followers keep)",
+    )
     args = parser.parse_args()
     if not args.seconds > 0:
         parser.error("--seconds must be > 0")
@@ -52,15 +58,24 @@ def main() -> int:
     schema = f"soak_{uuid.uuid4().hex[:10]}"
     console = Console(width=140)
     console.print(f"soak started {datetime.now(UTC).isoformat(timespec='seconds')}, schema {schema}")
+    workdir = Path(tempfile.mkdtemp(prefix="flowledger-soak-"))
     try:
-        with tempfile.TemporaryDirectory(prefix="flowledger-soak-") as workdir:
-            report = run_soak(url, schema, Path(workdir), args.seconds, console=console)
+        report = run_soak(
+            url, schema, workdir, args.seconds, console=console, reads_catch_up=args.reads_catch_up
+        )
+    except BaseException:
+        console.print(f"the processes' logs are kept in {workdir}")
+        raise
     finally:
         _drop(url, schema)
     report.print(console)
     problems = check_succeeded(report)
     for problem in problems:
         console.print(f"[red]{problem}[/red]")
+    if problems:
+        console.print(f"the processes' logs are kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     return 1 if problems else 0
 
 

@@ -223,13 +223,23 @@ def _reader_job(balancer: Balancer, stop: threading.Event) -> Callable[[int], No
 
 
 def run_soak(
-    database_url: str, schema: str, workdir: Path, seconds: float, *, console: Console | None = None
+    database_url: str,
+    schema: str,
+    workdir: Path,
+    seconds: float,
+    *,
+    console: Console | None = None,
+    reads_catch_up: bool = False,
 ) -> SoakReport:
-    """Run the soak for ``seconds`` of load on ``schema`` (logs under ``workdir``); its report."""
+    """Run the soak for ``seconds`` of load on ``schema`` (logs under ``workdir``); its report.
+
+    The servers' dashboards read what the followers keep current (``FLOWLEDGER_READ_DATABASE_URL``
+    set to the database itself); with ``reads_catch_up`` each read catches the projections up
+    first, as a server does without that setting.
+    """
     out = console or Console(stderr=True)
-    with running_cluster(
-        database_url, schema, workdir, faults=FAULTY, read_database_url=database_url
-    ) as cluster:
+    reads = None if reads_catch_up else database_url
+    with running_cluster(database_url, schema, workdir, faults=FAULTY, read_database_url=reads) as cluster:
         out.print(
             f"soak: {len(cluster.serving)} servers, {len(cluster.following)} followers up; {seconds:.0f} s"
         )
@@ -325,7 +335,7 @@ def check_succeeded(report: SoakReport) -> list[str]:
     if report.lost or report.doubled:
         problems.append(f"lost {report.lost}, doubled {report.doubled}")
     if report.loads.overloaded:
-        problems.append(f"agents over capacity: {report.loads.overloaded}")
+        problems.append(f"agents over capacity: {report.loads.overload_details}")
     if report.differences:
         problems.append(f"projections differ from a rebuild: {report.differences[:5]}")
     if report.dead:

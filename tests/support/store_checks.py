@@ -95,6 +95,8 @@ class AgentLoads:
     """TaskAccepted events in all."""
     overloaded: list[str]
     """Agents whose load passed their capacity at some version."""
+    overload_details: list[str]
+    """For each such agent, the first version over capacity and the tasks it then held."""
 
 
 def agent_loads(database_url: str, schema: str) -> AgentLoads:
@@ -111,6 +113,8 @@ def agent_loads(database_url: str, schema: str) -> AgentLoads:
     peak: defaultdict[str, int] = defaultdict(int)
     capacity: dict[str, int] = {}
     overloaded: set[str] = set()
+    holders: dict[str, str] = {}
+    details: list[str] = []
     accepted = 0
     for originator, _version, topic, state in rows:
         kind = topic.rsplit(".", 1)[-1]
@@ -123,12 +127,18 @@ def agent_loads(database_url: str, schema: str) -> AgentLoads:
         elif kind == "TaskAccepted":
             load[agent] += 1
             accepted += 1
+            holders[state["task_id"]] = agent
         elif kind == "TaskReleased":
             load[agent] -= 1
+            holders.pop(state["task_id"], None)
         peak[agent] = max(peak[agent], load[agent])
-        if load[agent] > capacity.get(agent, 0):
+        if load[agent] > capacity.get(agent, 0) and agent not in overloaded:
             overloaded.add(agent)
-    return AgentLoads(dict(peak), capacity, dict(load), accepted, sorted(overloaded))
+            held = sorted(h for h, holder in holders.items() if holder == agent)
+            details.append(
+                f"{agent} v{_version}: load {load[agent]} > {capacity.get(agent, 0)}, holding {held}"
+            )
+    return AgentLoads(dict(peak), capacity, dict(load), accepted, sorted(overloaded), details)
 
 
 def wait_for_followers(engine: Engine, timeout_s: float = 60.0) -> float:
