@@ -78,10 +78,13 @@ class Service:
     url: str = ""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     starts: int = 0
+    offset: int = 0
+    """Where the current start's output begins in the log."""
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start it and wait until it is ready; RuntimeError with its log if it exits or stalls."""
         self.starts += 1
+        self.offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("a") as output:
             output.write(f"--- start {self.starts} ---\n")
             output.flush()
@@ -127,6 +130,15 @@ class Service:
             return None
         return None
 
+    def this_start(self) -> str:
+        """What the current start has written to the log so far."""
+        try:
+            with self.log.open("rb") as log:
+                log.seek(self.offset)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
+
     def tail(self, characters: int = 3000) -> str:
         """The end of its log."""
         try:
@@ -147,9 +159,13 @@ def _answers(path: str, headers: dict[str, str] | None = None) -> Callable[[Serv
 
 def _logged(text: str) -> Callable[[Service], bool]:
     def ready(service: Service) -> bool:
-        return text in service.tail(100_000)
+        return text in service.this_start()
 
     return ready
+
+
+def _both(first: Callable[[Service], bool], then: Callable[[Service], bool]) -> Callable[[Service], bool]:
+    return lambda service: first(service) and then(service)
 
 
 def _cli(*args: str) -> list[str]:
@@ -173,6 +189,7 @@ class Cluster:
     simulator: Service | None = None
     serving: list[Service] = field(default_factory=list)
     following: list[Service] = field(default_factory=list)
+    _ports: set[int] = field(default_factory=set, repr=False)
     chain_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     signing_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
 
@@ -225,27 +242,27 @@ class Cluster:
         """Start the simulator, then the servers (the first alone: it creates the schema), then
         the followers."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        port = free_port()
-        self.simulator = Service(
+        self.simulator = self._listening(
             "simulator",
-            _cli("simulate-llm", "--port", str(port), "--seed", "17", "--retry-after", "0.05")
-            + self.faults.options(),
+            lambda port: (
+                _cli("simulate-llm", "--port", str(port), "--seed", "17", "--retry-after", "0.05")
+                + self.faults.options()
+            ),
             {k: v for k, v in os.environ.items() if not k.startswith("FLOWLEDGER_")},
-            self.workdir / "simulator.log",
+            "LLM simulator listening on {url}/v1",
             _answers("/v1/models", bearer("sk-simulator-0000000")),
-            url=f"http://127.0.0.1:{port}",
         )
-        self.simulator.start()
         env = self.env(self.simulator.url + "/v1")
         for index in range(self.servers):
-            port = free_port()
-            command = _cli("serve", "--port", str(port), "--no-access-log")
-            log = self.workdir / f"server-{index}.log"
-            url = f"http://127.0.0.1:{port}"
-            self.serving.append(Service(f"server-{index}", command, env, log, _answers("/readyz"), url))
-        self.serving[0].start()
-        for server in self.serving[1:]:
-            server.start()
+            self.serving.append(
+                self._listening(
+                    f"server-{index}",
+                    lambda port: _cli("serve", "--port", str(port), "--no-access-log"),
+                    env,
+                    "Uvicorn running on {url}",
+                    _answers("/readyz"),
+                )
+            )
         for index in range(self.followers):
             log = self.workdir / f"follower-{index}.log"
             follower = Service(
@@ -253,6 +270,34 @@ class Cluster:
             )
             self.following.append(follower)
             follower.start()
+
+    def _listening(
+        self,
+        name: str,
+        command: Callable[[int], list[str]],
+        env: dict[str, str],
+        listening: str,
+        answers: Callable[[Service], bool],
+    ) -> Service:
+        """Start a process that listens on a port of its own, ready once its log says it listens
+        there (so a server of someone else's on that port never passes for it) and it answers;
+        another port when the chosen one was taken meanwhile."""
+        for _ in range(3):
+            port = free_port()
+            while port in self._ports:
+                port = free_port()
+            self._ports.add(port)
+            url = f"http://127.0.0.1:{port}"
+            ready = _both(_logged(listening.format(url=url)), answers)
+            service = Service(name, command(port), env, self.workdir / f"{name}.log", ready, url)
+            try:
+                service.start()
+            except RuntimeError:
+                if "address already in use" not in service.this_start():
+                    raise
+                continue
+            return service
+        raise RuntimeError(f"{name}: three ports were taken before it could listen")
 
     def run_cli(self, *args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
         """``flowledger *args`` on the cluster's schema, as a one-off process (output captured)."""
