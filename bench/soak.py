@@ -6,7 +6,8 @@ over capacity, the projections differ from a rebuild or a process died.
 
 Run: ``make soak`` or ``.venv/bin/python bench/soak.py [--seconds 600]``. Uses
 FLOWLEDGER_DATABASE_URL, else the server at 127.0.0.1:5432 (db ``test``), else an embedded
-PostgreSQL; works in a scratch schema that it drops afterwards (with its projection schemas).
+PostgreSQL; works in a scratch schema that it drops afterwards (with its projection schemas),
+unless the run found a problem: then the schema and the processes' logs are kept and named.
 The scenario itself is ``tests/support/soak.py``, which the test suite runs for 60 s.
 """
 
@@ -51,6 +52,11 @@ def main() -> int:
         action="store_true",
         help="dashboard reads catch the projections up themselves (default: read what followers keep)",
     )
+    parser.add_argument(
+        "--drop-on-failure",
+        action="store_true",
+        help="drop the schema and the logs even when the run found a problem (default: keep them)",
+    )
     args = parser.parse_args()
     if not args.seconds > 0:
         parser.error("--seconds must be > 0")
@@ -64,18 +70,19 @@ def main() -> int:
             url, schema, workdir, args.seconds, console=console, reads_catch_up=args.reads_catch_up
         )
     except BaseException:
+        _drop(url, schema)
         console.print(f"the processes' logs are kept in {workdir}")
         raise
-    finally:
-        _drop(url, schema)
     report.print(console)
     problems = check_succeeded(report)
     for problem in problems:
         console.print(f"[red]{problem}[/red]")
-    if problems:
-        console.print(f"the processes' logs are kept in {workdir}")
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    if problems and not args.drop_on_failure:
+        # What went wrong is in the log: kept to look at (DROP SCHEMA ... CASCADE when done).
+        console.print(f"kept for a look: the processes' logs in {workdir}, the schema {schema}")
+        return 1
+    _drop(url, schema)
+    shutil.rmtree(workdir, ignore_errors=True)
     return 1 if problems else 0
 
 
