@@ -231,17 +231,24 @@ class RetentionTables:
             )
 
     def bases(
-        self, conn: psycopg.Connection[Any], key: bytes, streams: Iterable[UUID] | None = None
+        self,
+        conn: psycopg.Connection[Any],
+        key: bytes,
+        streams: Iterable[UUID] | None = None,
+        *,
+        with_rows: bool = False,
     ) -> dict[UUID, StoredBase]:
-        """The stored bases (of ``streams``, or all), each with whether its seal checks."""
+        """The stored bases (of ``streams``, or all), each with whether its seal checks; their
+        projection rows (which the seal does not cover) only ``with_rows`` (else empty)."""
         where = SQL(" WHERE stream_id = ANY(%s)") if streams is not None else SQL("")
         params: list[Any] = [list(streams)] if streams is not None else []
+        rows_column = SQL("projection_rows") if with_rows else SQL("'{}'::jsonb")
         rows = conn.execute(
             SQL(
                 "SELECT stream_id, tenant, workflow, session_id, status, through_version, head_hash,"
-                " positions, last_event_at, totals, snapshot_topic, snapshot_state, projection_rows,"
+                " positions, last_event_at, totals, snapshot_topic, snapshot_state, {},"
                 " bundle, bundle_sha256, seal, archived_at FROM {}{}"
-            ).format(self._t(BASES), where),
+            ).format(rows_column, self._t(BASES), where),
             params,
         ).fetchall()
         found: dict[UUID, StoredBase] = {}
