@@ -19,12 +19,13 @@ It prints seconds, sessions/s and event rows/s of each, and the bundles' size. R
 ``.venv/bin/python bench/bench_retention.py [--sessions 1000] [--steps 5] [--batch 1000]
 [--pairs 6] [--seconds 0.75] [--writers 4]``.
 Uses FLOWLEDGER_DATABASE_URL, else the server at 127.0.0.1:5432 (db ``test``); works in
-scratch schemas that it drops.
+scratch schemas that it drops, and removes its bundles and keys afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -62,6 +63,7 @@ def main() -> None:
     console = Console()
     now = [datetime.now(UTC) - timedelta(days=100)]
     keys = Path(tempfile.mkdtemp(prefix="flowledger-bench-keys-"))
+    out = Path(tempfile.mkdtemp(prefix="flowledger-bench-archive-"))
     settings = Settings.from_env().with_overrides(
         database_url=url, schema=schema, audit_key_dir=keys, checkpoint_every_events=0, checkpoint_every_s=0
     )
@@ -79,7 +81,6 @@ def main() -> None:
             projector.catch_up()
             engine.retention.set_policy("customer_service", 90)
             now[0] = datetime.now(UTC)
-            out = Path(tempfile.mkdtemp(prefix="flowledger-bench-archive-"))
             rows: list[tuple[str, float, int, int]] = []
 
             began = time.perf_counter()
@@ -131,6 +132,8 @@ def main() -> None:
             f"{len(bundles)} bundles, {size / 1e6:.1f} MB ({size / max(report.events, 1):,.0f} bytes/event)"
         )
     finally:
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(keys, ignore_errors=True)
         with psycopg.connect(url, autocommit=True) as conn:
             names = conn.execute(
                 "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", [schema]
