@@ -17,8 +17,9 @@ How the data is made (the log is not replayed: at 1-3k events/s that alone would
    ``funnel_steps`` (one per session and step), plus ``funnel_sessions`` (one per session:
    70 % completed, 10 % expired, 5 % abandoned, the rest open; the first step's model).
 3. The roll-ups are built by the projections' own maintenance code: ``add_to_rollups`` over
-   ``llm_calls`` id ranges and ``add_started_to_rollups`` over each day of session starts,
-   the same functions the cost and funnel projections call for every batch of events
+   ``llm_calls`` id ranges (the same aggregation the cost projection runs for each batch's
+   calls, ``add_calls_to_rollups``) and ``add_started_to_rollups`` over each day of session
+   starts (the funnel projection's own statement, for a batch's sessions)
    (with ``work_mem`` at 256 MB while building; the queries run with the server's default).
 
 Then the dashboard (by model, and by workflow and step) and the funnel of the busiest
