@@ -112,11 +112,13 @@ class UnitOfWork:
         """Whether an aggregate came from the writer's cache (possibly behind another process)."""
 
     def find(self, aggregate_id: UUID) -> Any | None:
-        """The aggregate (cached, or loaded), opened for this command; None when it does not exist."""
+        """The aggregate (taken out of the writers' cache, or loaded), opened for this command;
+        None when it does not exist. Taken, not shared: until this command's save puts it
+        back, another command of this engine reads the aggregate from the store."""
         held = self.touched.get(aggregate_id)
         if held is not None:
             return held
-        aggregate = None if self._fresh else self._store.cached(aggregate_id)
+        aggregate = None if self._fresh else self._store.take_cached(aggregate_id)
         if aggregate is not None:
             self.from_cache = True
         elif not self._assume_new:
@@ -207,8 +209,13 @@ class AggregateStore:
                 attempt(error)
 
     def cached(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
-        """The writer's cached copy, or None (nothing is read)."""
+        """The writer's cached copy, or None (nothing is read); only to look at, never to change."""
         return self._cache.get(aggregate_id)
+
+    def take_cached(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
+        """The writer's cached copy, removed from the cache for one command to change and
+        save (``write`` puts it back after the save), or None."""
+        return self._cache.take(aggregate_id)
 
     def cached_or_loaded(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
         """The writer's copy: from the cache (trusted: saves are optimistic) or the store."""
@@ -304,11 +311,13 @@ class AggregateStore:
                     unknown[first] = result
                     unreachable(error)
                     continue
-                self._keep(uow)
+                # Back in the cache only last: from then on another command may take and
+                # change the objects, and the snapshots and listeners must see them as saved.
                 self._snapshot(uow, events)
                 for listener in self.saved_listeners:
                     for aggregate in uow.touched.values():
                         listener(aggregate)
+                self._keep(uow)
                 return result
 
     def _decide(

@@ -3,6 +3,12 @@
 A cached aggregate may be stale when another process wrote to it; its next save
 then fails the version check, the entry is evicted, and the retry loads fresh state.
 So a writer that hits the cache reads nothing from the database.
+
+A writer ``take``s an aggregate out and puts it back only after its save: two commands
+under different in-process locks may touch one aggregate (two tasks' completions, one
+agent), and were they to share the object, one would decide on, and write after, the
+other's events before those were committed (a version gap in the stream when that save
+was then lost). The second one reads the aggregate from the store instead.
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ class WriteCache(Generic[A]):
             if item is not None:
                 self._items.move_to_end(key)
             return item
+
+    def take(self, key: UUID) -> A | None:
+        """Remove and return the cached aggregate, or None: the caller owns it until it ``put``s
+        it back, so no other command can change the same object meanwhile."""
+        with self._lock:
+            return self._items.pop(key, None)
 
     def put(self, key: UUID, item: A) -> None:
         """Keep ``item``, dropping the least recently used beyond ``maxsize``."""

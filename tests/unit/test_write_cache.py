@@ -26,3 +26,15 @@ def test_an_evicted_entry_is_gone_and_a_zero_size_cache_keeps_nothing() -> None:
     off: WriteCache[str] = WriteCache(maxsize=0)
     off.put(key, "x")
     assert off.get(key) is None
+
+
+def test_a_taken_entry_is_out_of_the_cache_until_it_is_put_back() -> None:
+    cache: WriteCache[str] = WriteCache(maxsize=5)
+    key = uuid4()
+    cache.put(key, "x")
+    assert cache.take(key) == "x"
+    # Another writer finds nothing (it reads from the store) while the first one holds it
+    assert cache.take(key) is None
+    assert cache.get(key) is None
+    cache.put(key, "x")
+    assert cache.get(key) == "x"
