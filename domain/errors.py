@@ -4,6 +4,7 @@ FlowledgerError
 ├── ValidationError            bad input; nothing was appended
 ├── SessionError               carries ``session_id``
 │   ├── SessionNotFound
+│   │   └── SessionArchived    retention archived its events; carries ``bundle``
 │   ├── SessionConflict        started again with another workflow or user
 │   ├── SessionExpired         carries ``expired_at``
 │   ├── SessionClosed          carries ``status``

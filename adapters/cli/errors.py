@@ -24,6 +24,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.ValidationError, 2),
     (errors.UnknownModelPrice, 2),
     (errors.BudgetNotFound, 3),
+    (errors.SessionArchived, 3),  # a SessionNotFound: said first, so it keeps its own entry
     (errors.SessionNotFound, 3),
     (errors.TaskNotFound, 3),
     (errors.AgentNotFound, 3),

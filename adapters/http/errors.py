@@ -26,6 +26,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.UnknownModelPrice, 422),
     (errors.BudgetExceeded, 402),
     (errors.BudgetNotFound, 404),
+    (errors.SessionArchived, 404),  # a SessionNotFound whose message names the bundle
     (errors.SessionNotFound, 404),
     (errors.TaskNotFound, 404),
     (errors.AgentNotFound, 404),
