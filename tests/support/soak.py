@@ -36,6 +36,7 @@ from tests.support.store_checks import (
     step_tally,
     tally,
     task_tally,
+    version_gaps,
     wait_for_followers,
 )
 from tests.support.workload import WORKFLOW, Acks, complete_tasks, register_agents, run_session, task_wave
@@ -76,6 +77,8 @@ class SoakReport:
     dead: list[str]
     followers_caught_up_s: float
     refusal_samples: dict[str, str] = field(default_factory=dict)
+    gaps: list[str] = field(default_factory=list)
+    """Streams with a version missing (``store_checks.version_gaps``)."""
 
     @property
     def lost(self) -> int:
@@ -122,6 +125,7 @@ class SoakReport:
         console.print(
             f"agents' peak load / capacity: {peaks}; over capacity: {self.loads.overloaded or 'none'}"
         )
+        console.print(f"streams with a version missing: {self.gaps[:5] or 'none'}", highlight=False)
         console.print(
             f"followers at the head {self.followers_caught_up_s:.1f} s after the load stopped; projections"
             f" against a rebuild: {'equal' if not self.differences else self.differences[:5]}"
@@ -309,6 +313,7 @@ def _drive(cluster: Cluster, balancer: Balancer, acks: Acks, seconds: float, out
             tally("task completions", acks.completed, releases),
         ],
         loads=agent_loads(url, schema),
+        gaps=version_gaps(url, schema),
         differences=differences,
         rebuild=rebuild[0] if rebuild else "not done",
         restart=restart,
@@ -336,6 +341,8 @@ def check_succeeded(report: SoakReport) -> list[str]:
         problems.append(f"lost {report.lost}, doubled {report.doubled}")
     if report.loads.overloaded:
         problems.append(f"agents over capacity: {report.loads.overload_details}")
+    if report.gaps:
+        problems.append(f"streams with a version missing: {report.gaps[:5]}")
     if report.differences:
         problems.append(f"projections differ from a rebuild: {report.differences[:5]}")
     if report.dead:

@@ -1,5 +1,6 @@
 """Checks read straight from the events table, without the engine's help: steps per idempotency
-key, sessions and tasks per id, every agent's load at every version, and whether the
+key, sessions and tasks per id, every agent's load at every version, versions missing from a
+stream, and whether the
 followers' projections equal a rebuild from the log."""
 
 from __future__ import annotations
@@ -82,6 +83,25 @@ def task_tally(database_url: str, schema: str, acknowledged: Iterable[str]) -> T
     """Tasks: one ``Created`` per acknowledged task id."""
     stored = count_by_field(database_url, schema, "Task.Created", "task_id")
     return tally("tasks", acknowledged, stored)
+
+
+def version_gaps(database_url: str, schema: str) -> list[str]:
+    """Every stream whose stored versions are not 1, 2, 3, ... with none missing: the stream's
+    id, its topic there and each version that follows a missing one (as ``after..found``).
+    Such a stream no longer loads (``OriginatorVersionError``)."""
+    query = sql.SQL(
+        "SELECT originator_id, topic, previous, originator_version FROM ("
+        " SELECT originator_id, topic, originator_version,"
+        " lag(originator_version, 1, 0) OVER (PARTITION BY originator_id ORDER BY originator_version)"
+        " AS previous FROM {}.{}) AS versions"
+        " WHERE originator_version <> previous + 1 ORDER BY originator_id, originator_version"
+    ).format(sql.Identifier(schema), sql.Identifier(EVENTS_TABLE))
+    with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
+        rows = conn.execute(query).fetchall()
+    return [
+        f"{stream} {topic.rsplit(':', 1)[-1]} v{previous}..v{found}"
+        for stream, topic, previous, found in rows
+    ]
 
 
 @dataclass(frozen=True)
