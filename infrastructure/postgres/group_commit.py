@@ -29,6 +29,8 @@ from typing import Any
 
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
+from flowledger.domain.errors import ValidationError
+
 
 class _Append:
     """One caller's append, waiting for a leader (or to become one)."""
@@ -51,6 +53,8 @@ class GroupCommit:
     """
 
     def __init__(self, write: Callable[[Sequence[StoredEvent]], list[int]], leaders: int = 1) -> None:
+        if leaders < 1:  # with none, every append would wait for a leader forever
+            raise ValidationError("group_commit_leaders", f"{leaders} is not a positive whole number")
         self._write = write
         self._lock = threading.Lock()
         self._waiting: list[_Append] = []

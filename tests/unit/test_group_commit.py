@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from eventsourcing.persistence import IntegrityError, OperationalError, StoredEvent
 
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.postgres.group_commit import GroupCommit
 
 
@@ -165,3 +166,8 @@ def test_many_threads_lose_nothing_and_leadership_always_returns() -> None:
     assert group.appends == 320
     assert group._leading == 0
     assert not group._waiting
+
+
+def test_no_leaders_is_refused_rather_than_leaving_every_append_waiting() -> None:
+    with pytest.raises(ValidationError, match="group_commit_leaders: 0 is not a positive whole number"):
+        GroupCommit(Log().write, leaders=0)
