@@ -72,8 +72,9 @@ class Settings:
     off (``FLOWLEDGER_AGENT_LOCKS=0``) they race and the losers retry."""
     group_commit: bool = False
     """Concurrent saves in one process share transactions (``postgres/group_commit.py``,
-    ``FLOWLEDGER_GROUP_COMMIT=1``); off by default: measured, it did not pay on 2 cores
-    (bench/README.md, "Group commit")."""
+    ``FLOWLEDGER_GROUP_COMMIT=1``); off by default until a full test run with it on: measured,
+    it pays with 8 or more writers when commits are fast, not with one (bench/README.md,
+    "Group commit")."""
     group_commit_leaders: int = 2
     """With group commit, how many shared transactions may be in flight at once
     (``FLOWLEDGER_GROUP_COMMIT_LEADERS``)."""
