@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 from tests.faults.server import free_port
+from tests.support.debian import in_ci, install_in_ci
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 LIFETIME_S = 300
@@ -41,12 +42,15 @@ _MONITOR_SETTINGS = {
 
 def require_pg_autoctl() -> Path:
     """``pg_autoctl``; absent, the test is skipped, except under CI=true where that is a failure."""
-    found = shutil.which("pg_autoctl")
     extension = Path("/usr/lib/postgresql/15/lib/pgautofailover.so")
-    if found and extension.exists() and (PG_BIN / "pg_ctl").exists():
-        return Path(found)
+
+    def present() -> bool:
+        return bool(shutil.which("pg_autoctl")) and extension.exists() and (PG_BIN / "pg_ctl").exists()
+
+    if install_in_ci(["pg-auto-failover-cli", "postgresql-15-auto-failover"], present):
+        return Path(shutil.which("pg_autoctl") or "pg_autoctl")
     why = "pg_autoctl with PostgreSQL 15 is not installed (pg-auto-failover-cli, postgresql-15-auto-failover)"
-    if os.environ.get("CI") == "true":
+    if in_ci():
         pytest.fail(f"{why}: CI must run this test")
     pytest.skip(why)
 

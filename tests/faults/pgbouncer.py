@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from tests.faults.server import PrivateServer, free_port
+from tests.support.debian import in_ci, install_in_ci
 
 BINARY = Path("/usr/sbin/pgbouncer")
 LIFETIME_S = 300
@@ -27,10 +28,13 @@ LIFETIME_S = 300
 
 def require_pgbouncer() -> Path:
     """The binary; absent, the test is skipped, except under CI=true where that is a failure."""
-    found = BINARY if BINARY.exists() else shutil.which("pgbouncer")
-    if found:
-        return Path(found)
-    if os.environ.get("CI") == "true":
+
+    def found() -> str | None:
+        return str(BINARY) if BINARY.exists() else shutil.which("pgbouncer")
+
+    if install_in_ci(["pgbouncer"], lambda: found() is not None):
+        return Path(found() or BINARY)
+    if in_ci():
         pytest.fail("pgbouncer is not installed (Debian package pgbouncer): CI must run this test")
     pytest.skip("pgbouncer is not installed (Debian package pgbouncer)")
 

@@ -8,7 +8,6 @@ test fails saying so; outside CI the browser tests skip with the reason.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -16,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.support.debian import in_ci, install_in_ci
 
 NAMES = ("chromium", "chromium-browser")
 ARTIFACTS = Path(
@@ -34,38 +35,14 @@ def _found() -> str | None:
     return next((path for name in NAMES if (path := shutil.which(name))), None)
 
 
-def _install_with_apt() -> None:
-    """``apt-get install -y chromium``, once per machine at a time (a lock file)."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    with open(Path(tempfile.gettempdir()) / "flowledger-chromium-install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _found():
-            return
-        subprocess.run(["apt-get", "update", "-q"], env=env, check=False, capture_output=True, timeout=600)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "chromium"],
-            env=env,
-            check=False,
-            capture_output=True,
-            timeout=900,
-        )
-
-
 def chromium() -> str:
     """The path of the Chromium executable (installed first in CI when it can be)."""
-    found = _found()
-    if found:
-        return found
-    in_ci = os.environ.get("CI", "").lower() == "true"
-    if in_ci and os.geteuid() == 0 and shutil.which("apt-get"):
-        _install_with_apt()
-        found = _found()
-        if found:
-            return found
+    if install_in_ci(["chromium"], lambda: _found() is not None):
+        return _found() or NAMES[0]
     message = (
         "headless Chromium is needed for the browser tests: install it with `apt-get install -y chromium`"
     )
-    if in_ci:
+    if in_ci():
         pytest.fail(f"{message} (CI=true, and it could not be installed here)")
     pytest.skip(f"{message}; they run in CI")
 
