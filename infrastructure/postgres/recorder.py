@@ -167,17 +167,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
     def _create_table(self, curs: Cursor[DictRow]) -> None:
         """Only for tests and tools that build a recorder by hand: engines call ``migrate``.
 
-        With ``event_partitions`` set, the partitioned table is made first (the library's
-        own statements then find it there)."""
-        if self.event_partitions:
-            create_event_log(
-                curs,
-                self.datastore.schema,
-                self.events_table_name,
-                self.datastore.originator_id_type,
-                partitions=self.event_partitions,
-            )
-        super()._create_table(curs)
+        The event log (in the ``event_partitions`` layout) is made first, once; the library's
+        own statements then find it there."""
         create_event_log(
             curs,
             self.datastore.schema,
@@ -185,6 +176,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             self.datastore.originator_id_type,
             partitions=self.event_partitions,
         )
+        super()._create_table(curs)
 
     @property
     def prepare(self) -> bool | None:
