@@ -70,6 +70,7 @@ from flowledger.infrastructure.postgres.group_commit import GroupCommit
 from flowledger.infrastructure.postgres.horizon import Horizon, HorizonLag
 from flowledger.infrastructure.postgres.migrations import create_event_log
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
+from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
 
 _CURSOR_ATTRIBUTE = "_flowledger_append_cursor"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -153,6 +154,19 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             )
             .as_string(None)
         )
+        # The same one-event call through libpq directly (``prepared_append.py``), for uuid ids.
+        self.prepared_one = (
+            PreparedAppend(
+                SQL("{}.{}")
+                .format(
+                    Identifier(schema),
+                    Identifier(f"{self.append_function_name}_one"[: self.MAX_IDENTIFIER_LEN]),
+                )
+                .as_string(None)
+            )
+            if self.datastore.originator_id_type == "uuid"
+            else None
+        )
         self.sql_append = (
             SQL("SELECT id FROM {}.{}(%s, %s, %s, %s, %s, %s) AS id")
             .format(Identifier(schema), Identifier(self.append_function_name))
@@ -215,7 +229,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         try:
             curs = self._append_cursor(conn)
             try:
-                ids = self.append(curs, stored_events)
+                if len(stored_events) == 1 and self.prepared_one is not None and self.prepare:
+                    ids = self._append_one(conn, curs, stored_events[0])
+                else:
+                    ids = self.append(curs, stored_events)
             except psycopg.Error as error:
                 # The function released the id section's lock itself (its exception
                 # block), so the connection goes back to the pool as it is; unless it
@@ -259,6 +276,21 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         # (``pgconn`` directly: ``info`` builds an object and an enum on every call.)
         if self.chain is not None and heads and curs.connection.pgconn.transaction_status == _IDLE:
             self.chain.committed(heads, len(stored_events))
+        return ids
+
+    def _append_one(self, conn: Connection[Any], curs: Cursor[Any], event: StoredEvent) -> list[int]:
+        """``append`` of one event on a pooled connection, sent through ``prepared_one``."""
+        stream = event.originator_id
+        if self.prepared_one is None or not isinstance(stream, UUID):
+            return self.append(curs, [event])
+        hashes, macs, heads = self._seal(curs, [event])
+        ids = [
+            self.prepared_one(
+                conn, stream, event.originator_version, event.topic, event.state, hashes[0], macs[0]
+            )
+        ]
+        if self.chain is not None and heads and conn.pgconn.transaction_status == _IDLE:
+            self.chain.committed(heads, 1)
         return ids
 
     def append_and_commit(self, conn: Connection[Any], stored_events: Sequence[StoredEvent]) -> list[int]:
