@@ -1,7 +1,9 @@
 """Tasks assigned per second by 8 concurrent assigners on PostgreSQL, beside the durable
 step-recording limit (``engine.record_step`` with 8 writers) measured in the same run, the
 saves lost to another writer, the appends made (an engine decides concurrent assignments
-in batches), and the seed's claimed 787 tasks/s. Every agent's load is checked against
+in batches), and the seed's claimed 787 tasks/s. The 8 assigners run as 8 threads of one
+engine, as 8 engines in this process (sharing its interpreter lock), and as 8 processes of
+one engine each (spawned; how engines are deployed). Every agent's load is checked against
 its capacity and the assignments made after each case.
 
 Run: ``.venv/bin/python bench/bench_assignment.py [--seconds 3]``. Uses
@@ -12,6 +14,7 @@ PostgreSQL; works in a scratch schema that it drops afterwards.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import tempfile
 import time
@@ -20,6 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -91,9 +95,8 @@ def bench_record_step(engines: list[Engine], seconds: float) -> Result:
     return Result("record_step (durable steps)", f"{WRITERS} threads", ops, elapsed)
 
 
-def bench_assign(engines: list[Engine], seconds: float, label: str, tasks: int) -> Result:
-    """8 assigners, each assigning its own share of pre-created tasks to 5 agents."""
-    setup = engines[0]
+def roster_and_tasks(setup: Engine, tasks: int) -> tuple[str, list[str]]:
+    """5 agents and ``tasks`` pending tasks of a case's own (a fresh prefix and skill)."""
     prefix = uuid.uuid4().hex[:6]
     for n in range(AGENTS):
         # A skill of this case's own: tasks never go to an earlier case's agents.
@@ -101,6 +104,60 @@ def bench_assign(engines: list[Engine], seconds: float, label: str, tasks: int) 
     ids = [f"{prefix}-task-{n:05d}" for n in range(tasks)]
     for task_id in ids:
         setup.create_task(task_id, "benchmark task", [f"python-{prefix}"], "medium")
+    return prefix, ids
+
+
+def process_assigner(
+    settings: Settings, ids: list[str], n: int, seconds: float, start: Any, results: Any
+) -> None:
+    """One engine in a process of its own: assign its share of ``ids`` for ``seconds`` once
+    every process is ready; put (assigned, seconds, lost saves, appends) on ``results``."""
+    engine = Engine(settings=settings.with_overrides(pool_size=2))
+    try:
+        engine.task_reads.index.refresh()
+        start.wait()
+        started = time.perf_counter()
+        count = 0
+        for task_id in ids[n::WRITERS]:
+            if time.perf_counter() - started >= seconds:
+                break
+            if engine.assign_task(task_id).status is TaskStatus.ASSIGNED:
+                count += 1
+        elapsed = time.perf_counter() - started
+        results.put((count, elapsed, engine.store.conflicts, engine.tasks.assigner.batches))
+    finally:
+        engine.close()
+
+
+def bench_assign_processes(settings: Settings, seconds: float, tasks: int) -> Result:
+    """8 processes, one engine and one assigner each (how engines are deployed), on one roster."""
+    label = f"{WRITERS} processes, one engine each"
+    with Engine(settings=settings.with_overrides(pool_size=2)) as setup:
+        prefix, ids = roster_and_tasks(setup, tasks)
+        context = multiprocessing.get_context("spawn")
+        start, results = context.Barrier(WRITERS), context.Queue()
+        workers = [
+            context.Process(target=process_assigner, args=(settings, ids, n, seconds, start, results))
+            for n in range(WRITERS)
+        ]
+        for worker in workers:
+            worker.start()
+        done = [results.get(timeout=120 + seconds) for _ in workers]
+        for worker in workers:
+            worker.join()
+        ops = sum(d[0] for d in done)
+        if ops == tasks:
+            print(f"warning: {label} ran out of tasks; raise --tasks")
+        check_capacity(setup, prefix, ops, label)
+    return Result(
+        "assign_task", label, ops, max(d[1] for d in done), sum(d[2] for d in done), sum(d[3] for d in done)
+    )
+
+
+def bench_assign(engines: list[Engine], seconds: float, label: str, tasks: int) -> Result:
+    """8 assigners, each assigning its own share of pre-created tasks to 5 agents."""
+    setup = engines[0]
+    prefix, ids = roster_and_tasks(setup, tasks)
     for engine in engines:  # a long-running process catches up with the log once, not per call
         engine.task_reads.index.refresh()
     lost_before = sum(engine.store.conflicts for engine in engines)
@@ -177,6 +234,7 @@ def main() -> None:
                 ),
                 agent_locks=False,
             ),
+            bench_assign_processes(settings, args.seconds, args.tasks),
         ]
     finally:
         drop_schema(url, schema)
