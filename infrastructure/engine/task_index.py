@@ -123,9 +123,17 @@ class LogIndex:
             page = self._app.recorder.select_notifications(position + 1, _PAGE, topics=topics)
             for notification in page:
                 position = max(position, notification.id)
+                if topics is _AGENT_CHANGES and self._nothing_to_apply(notification):
+                    continue  # decoding is most of a tail's cost; this event would change nothing
                 self._apply(self._app.mapper.to_domain_event(notification), notification.id)
             if len(page) < _PAGE:
                 return position
+
+    def _nothing_to_apply(self, notification: Any) -> bool:
+        """Whether ``_apply`` would ignore this agent change: an agent not followed, or one
+        already at or past its version (this engine saved it, or a lock brought it)."""
+        agent = self._agents.get(notification.originator_id)
+        return agent is None or notification.originator_version <= agent.version
 
     def _apply(self, event: Any, position: int) -> None:
         if isinstance(event, Task.Created):

@@ -269,3 +269,30 @@ def test_an_agent_copy_shares_no_container_with_the_original() -> None:
     assert clone.active.keys() == {"t1", "t2"}
     assert len(agent.collect_events()) == 2
     assert len(clone.collect_events()) == 3
+
+
+def test_the_log_index_decodes_no_agent_change_it_already_follows(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an agent the index follows, and tasks this engine assigned to it (its own saves
+    # are followed as they are made)
+    engine.register_agent("be", "Backend", ["python"], 10)
+    index = engine.task_reads.index
+    index.refresh()
+    for n in range(3):
+        engine.create_task(f"t{n}", "Fix the API", ["python"])
+        assert engine.assign_task(f"t{n}").status is TaskStatus.ASSIGNED
+    # When the index catches up with the log, decodes counted by topic
+    mapper = index._app.mapper
+    decode = mapper.to_domain_event
+    decoded: list[str] = []
+
+    def counting(stored: object) -> object:
+        decoded.append(str(getattr(stored, "topic", "")))
+        return decode(stored)
+
+    monkeypatch.setattr(mapper, "to_domain_event", counting)
+    index.refresh()
+    # Then no agent change was decoded (each would have changed nothing), and the roster is right
+    assert not [topic for topic in decoded if "Agent" in topic]
+    assert [p.load for p in index.agent_profiles()] == [3]
