@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 import aiohttp
 import httpx
 import psutil
+import psycopg
 from rich.console import Console
 from rich.table import Table
 
@@ -163,8 +164,20 @@ def start_simulator(latency_ms: float) -> tuple[subprocess.Popen[bytes], str]:
     return process, base_url
 
 
+def pool_size_for(url: str, pools: int) -> int:
+    """A pool size for each of ``pools`` engines and servers that fits the server's
+    ``max_connections``: the default (20) when there is room, else an equal share of what is
+    free, less a few connections each engine opens besides its pool (notifications, agent
+    locks, checkpoints). A default PostgreSQL allows 100 connections; six pools of 20 do not fit."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        limit = int(conn.execute("SHOW max_connections").fetchone()[0])  # type: ignore[index]
+        used = int(conn.execute("SELECT count(*) FROM pg_stat_activity").fetchone()[0])  # type: ignore[index]
+    share = (limit - used - 10) // pools - 4
+    return max(2, min(Settings().pool_size, share))
+
+
 def start_server(
-    loop: str, http: str, url: str, schema: str, llm_url: str
+    loop: str, http: str, url: str, schema: str, llm_url: str, pool_size: int
 ) -> tuple[subprocess.Popen[bytes], str]:
     """``flowledger serve --loop LOOP --http HTTP`` on the bench's schema and simulator."""
     port = free_port()
@@ -174,6 +187,7 @@ def start_server(
         "FLOWLEDGER_SCHEMA": schema,
         "FLOWLEDGER_LLM_BASE_URL": llm_url,
         "FLOWLEDGER_LLM_API_KEY": KEY,
+        "FLOWLEDGER_POOL_SIZE": str(pool_size),
     }
     command = [sys.executable, "-m", "flowledger.adapters.cli.main", "serve", "--port", str(port)]
     command += ["--loop", loop, "--http", http]
@@ -423,7 +437,13 @@ async def main(args: argparse.Namespace) -> None:
     """Measure and print the tables."""
     url = database_url()
     schema = f"bench_llm_{uuid.uuid4().hex[:8]}"
-    settings = Settings(home=Path(tempfile.gettempdir()), database_url=url, schema=schema)
+    servers_wanted = {} if args.skip_webhook else SERVERS
+    pool_size = pool_size_for(url, 3 + len(servers_wanted))
+    if pool_size < Settings().pool_size:
+        print(f"pools of {pool_size} connections (not 20): the server's max_connections is low")
+    settings = Settings(
+        home=Path(tempfile.gettempdir()), database_url=url, schema=schema, pool_size=pool_size
+    )
     rounds: list[dict[str, Measured]] = []
     process, base_url = start_simulator(args.latency_ms)
     servers: dict[str, str] = {}
@@ -435,8 +455,8 @@ async def main(args: argparse.Namespace) -> None:
         memory_engine = Engine.in_memory(
             settings=Settings(home=Path(tempfile.gettempdir())), llm=SleepingPort(args.latency_ms / 1000)
         )
-        for name, (loop, http) in {} if args.skip_webhook else SERVERS.items():
-            server, base = start_server(loop, http, url, schema, base_url)
+        for name, (loop, http) in servers_wanted.items():
+            server, base = start_server(loop, http, url, schema, base_url, pool_size)
             server_processes.append(server)
             servers[name] = base
         for number in range(args.rounds):

@@ -112,6 +112,8 @@ class Settings:
             raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
         if not self.tenant.strip():
             raise ValidationError("tenant", "must be a non-empty string")
+        if self.pool_size < 1:
+            raise ValidationError("pool_size", f"must be >= 1, got {self.pool_size}")
         if self.snapshot_interval < 1:
             raise ValidationError("snapshot_interval", "must be >= 1")
         if self.max_conflict_retries < 0:
@@ -173,6 +175,7 @@ class Settings:
             dashboard_url_keys=_flag(env, "FLOWLEDGER_DASHBOARD_URL_KEYS"),
             agent_locks=(env.get("FLOWLEDGER_AGENT_LOCKS") or "1").strip().lower() not in _OFF,
             audit_chain=(env.get("FLOWLEDGER_AUDIT_CHAIN") or "on").strip().lower() not in _OFF,
+            pool_size=_count(env, "FLOWLEDGER_POOL_SIZE", defaults.pool_size),
             group_commit=(env.get("FLOWLEDGER_GROUP_COMMIT") or "off").strip().lower() not in _OFF,
             group_commit_leaders=_count(
                 env, "FLOWLEDGER_GROUP_COMMIT_LEADERS", defaults.group_commit_leaders

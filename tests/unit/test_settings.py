@@ -33,6 +33,19 @@ def test_group_commit_is_off_unless_asked_for() -> None:
     assert (on.group_commit, on.group_commit_leaders) == (True, 3)
 
 
+def test_the_pool_size_comes_from_the_environment_and_must_be_positive() -> None:
+    # An operator sizes pools so that processes x tenants x pool fit the server's max_connections.
+    assert Settings.from_env({}).pool_size == 20
+    assert Settings.from_env({"FLOWLEDGER_POOL_SIZE": "8"}).pool_size == 8
+    for raw in ("0", "-3", "many"):
+        with pytest.raises(ValidationError) as refused:
+            Settings.from_env({"FLOWLEDGER_POOL_SIZE": raw})
+        assert refused.value.field == "FLOWLEDGER_POOL_SIZE"
+    with pytest.raises(ValidationError) as refused:
+        Settings(pool_size=0)
+    assert refused.value.field == "pool_size"
+
+
 def test_a_libpq_url_becomes_the_event_library_settings() -> None:
     env = library_env("postgresql://app:secret@db.internal:6543/flows", schema="fl", pool_size=5)
     assert env["POSTGRES_HOST"] == "db.internal"
