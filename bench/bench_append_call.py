@@ -49,6 +49,11 @@ def appends(engine: Engine, row: tuple[str, bytes], calls: int) -> tuple[float, 
     return (cpu_s() - cpu) / calls * 1e6, calls / (time.perf_counter() - wall)
 
 
+def alternating(each: int) -> list[str]:
+    """Both ways ``each`` times, in the order p c c p p c ... (neither always goes first)."""
+    return [("prepared", "cursor")[(n + n // 2) % 2] for n in range(each * 2)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=3000, help="appends per round and way")
@@ -64,12 +69,10 @@ def main() -> int:
         recorder = engine.log.recorder
         prepared = recorder.prepared_one
         appends(engine, row, 200)  # connections open, statements prepared, both ways
-        for n in range(args.rounds * 2):
-            way = ("prepared", "cursor")[(n + n // 2) % 2]  # p c c p p c ...
+        for way in alternating(args.rounds):
             recorder.prepared_one = prepared if way == "prepared" else None
             results[way].append(appends(engine, row, args.calls))
-        for n in range(args.slices * 2):
-            way = ("prepared", "cursor")[(n + n // 2) % 2]
+        for way in alternating(args.slices):
             recorder.prepared_one = prepared if way == "prepared" else None
             steps[way].append(run_writers(8, 1.0, engine_writers(engine)))
         recorder.prepared_one = prepared

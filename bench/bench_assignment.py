@@ -107,6 +107,17 @@ def roster_and_tasks(setup: Engine, tasks: int) -> tuple[str, list[str]]:
     return prefix, ids
 
 
+def assign_share(engine: Engine, ids: list[str], n: int, running: Callable[[], bool]) -> int:
+    """Assigner ``n``'s share of ``ids`` (every WRITERS-th), while ``running()``; how many were assigned."""
+    count = 0
+    for task_id in ids[n::WRITERS]:
+        if not running():
+            break
+        if engine.assign_task(task_id).status is TaskStatus.ASSIGNED:
+            count += 1
+    return count
+
+
 def process_assigner(
     settings: Settings, ids: list[str], n: int, seconds: float, start: Any, results: Any
 ) -> None:
@@ -117,12 +128,7 @@ def process_assigner(
         engine.task_reads.index.refresh()
         start.wait()
         started = time.perf_counter()
-        count = 0
-        for task_id in ids[n::WRITERS]:
-            if time.perf_counter() - started >= seconds:
-                break
-            if engine.assign_task(task_id).status is TaskStatus.ASSIGNED:
-                count += 1
+        count = assign_share(engine, ids, n, lambda: time.perf_counter() - started < seconds)
         elapsed = time.perf_counter() - started
         results.put((count, elapsed, engine.store.conflicts, engine.tasks.assigner.batches))
     finally:
@@ -165,13 +171,7 @@ def bench_assign(engines: list[Engine], seconds: float, label: str, tasks: int) 
 
     def assigner(n: int) -> Callable[[Callable[[], bool]], int]:
         def work(running: Callable[[], bool]) -> int:
-            engine, count = engines[n % len(engines)], 0
-            for task_id in ids[n::WRITERS]:
-                if not running():
-                    break
-                if engine.assign_task(task_id).status is TaskStatus.ASSIGNED:
-                    count += 1
-            return count
+            return assign_share(engines[n % len(engines)], ids, n, running)
 
         return work
 

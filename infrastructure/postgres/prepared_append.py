@@ -58,17 +58,20 @@ class PreparedAppend:
         """
         # None is sent as NULL (psycopg's own calls do the same; its stubs do not say so).
         params: Any = [stream.bytes, _INT8.pack(version), topic.encode(), state, hashed, mac]
-        for attempt in (1, 2):
-            self._prepare(conn)
-            result = conn.pgconn.exec_prepared(self.name, params, param_formats=_FORMATS, result_format=1)
-            if result.status in _DONE:
-                return int(_INT8.unpack(result.get_value(0, 0) or b"")[0])
+        result = self._execute(conn, params)
+        if result.status not in _DONE:
             error = _error(conn, result)
-            if attempt == 1 and error.sqlstate == _GONE:  # it never ran: prepare again, once
-                _prepared(conn).discard(self.name)
-                continue
-            raise error
-        raise AssertionError("unreachable")  # pragma: no cover
+            if error.sqlstate != _GONE:
+                raise error
+            _prepared(conn).discard(self.name)  # deallocated under us, so it never ran: once more
+            result = self._execute(conn, params)
+            if result.status not in _DONE:
+                raise _error(conn, result)
+        return int(_INT8.unpack(result.get_value(0, 0) or b"")[0])
+
+    def _execute(self, conn: psycopg.Connection[Any], params: Any) -> pq.abc.PGresult:
+        self._prepare(conn)
+        return conn.pgconn.exec_prepared(self.name, params, param_formats=_FORMATS, result_format=1)
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         prepared = _prepared(conn)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from time import monotonic, sleep
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import psycopg
@@ -229,10 +229,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         try:
             curs = self._append_cursor(conn)
             try:
-                if len(stored_events) == 1 and self.prepared_one is not None and self.prepare:
-                    ids = self._append_one(conn, curs, stored_events[0])
-                else:
-                    ids = self.append(curs, stored_events)
+                ids = self.append(curs, stored_events, prepared=self._prepared_for(stored_events))
             except psycopg.Error as error:
                 # The function released the id section's lock itself (its exception
                 # block), so the connection goes back to the pool as it is; unless it
@@ -261,36 +258,42 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             setattr(conn, _CURSOR_ATTRIBUTE, curs)
         return curs
 
-    def append(self, curs: Cursor[Any], stored_events: Sequence[StoredEvent]) -> list[int]:
+    def _prepared_for(self, stored_events: Sequence[StoredEvent]) -> PreparedAppend | None:
+        """``prepared_one`` when it can send these events: one, with a uuid id, not behind PgBouncer."""
+        if len(stored_events) == 1 and self.prepare and isinstance(stored_events[0].originator_id, UUID):
+            return self.prepared_one
+        return None
+
+    def append(
+        self,
+        curs: Cursor[Any],
+        stored_events: Sequence[StoredEvent],
+        *,
+        prepared: PreparedAppend | None = None,
+    ) -> list[int]:
         """Append on ``curs`` (its transaction commits them); returns the notification ids.
 
         Must be the first write of its transaction (the call takes the transaction id).
+        With ``prepared`` (one event, ``_prepared_for``) the call goes through libpq's
+        prepared call on the same connection instead of psycopg's ``execute``.
         """
         if curs.row_factory is not tuple_row:
             curs = curs.connection.cursor(row_factory=tuple_row)  # same transaction
         hashes, macs, heads = self._seal(curs, stored_events)
-        self._send_append(curs, stored_events, hashes, macs)
-        ids = self._appended_ids(curs, stored_events)
+        if prepared is not None:
+            e = stored_events[0]
+            stream = cast(UUID, e.originator_id)  # ``_prepared_for`` checked it
+            ids = [
+                prepared(curs.connection, stream, e.originator_version, e.topic, e.state, hashes[0], macs[0])
+            ]
+        else:
+            self._send_append(curs, stored_events, hashes, macs)
+            ids = self._appended_ids(curs, stored_events)
         # Outside a transaction block the call was the commit; inside a caller's transaction
         # the heads are not remembered (it may still roll back): the next append reads them.
         # (``pgconn`` directly: ``info`` builds an object and an enum on every call.)
         if self.chain is not None and heads and curs.connection.pgconn.transaction_status == _IDLE:
             self.chain.committed(heads, len(stored_events))
-        return ids
-
-    def _append_one(self, conn: Connection[Any], curs: Cursor[Any], event: StoredEvent) -> list[int]:
-        """``append`` of one event on a pooled connection, sent through ``prepared_one``."""
-        stream = event.originator_id
-        if self.prepared_one is None or not isinstance(stream, UUID):
-            return self.append(curs, [event])
-        hashes, macs, heads = self._seal(curs, [event])
-        ids = [
-            self.prepared_one(
-                conn, stream, event.originator_version, event.topic, event.state, hashes[0], macs[0]
-            )
-        ]
-        if self.chain is not None and heads and conn.pgconn.transaction_status == _IDLE:
-            self.chain.committed(heads, 1)
         return ids
 
     def append_and_commit(self, conn: Connection[Any], stored_events: Sequence[StoredEvent]) -> list[int]:

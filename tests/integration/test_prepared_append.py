@@ -107,3 +107,19 @@ def test_a_lost_connection_is_an_operational_error_and_the_pool_replaces_it(engi
                 failures += 1
     assert failures <= 1
     assert [v for v, _, _ in rows(engine, stream)] == [1, 2, 3, 4]
+
+
+def test_a_call_on_a_connection_whose_backend_died_raises_operational_error(database_url: str) -> None:
+    # The other test depends on which pooled connection comes next; this one calls the dead one.
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION pg_temp.app_one(a uuid, b int8, c text, d bytea, e bytea, f bytea) "
+            "RETURNS bigint LANGUAGE sql AS $$ SELECT b $$"
+        )
+        append = PreparedAppend("pg_temp.app_one")
+        assert append(conn, uuid.uuid4(), 7, "t", b"", None, None) == 7
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        with pytest.raises(psycopg.OperationalError):
+            append(conn, uuid.uuid4(), 8, "t", b"", None, None)
+        assert conn.closed  # so a pool discards it
