@@ -1,4 +1,5 @@
-"""Client CPU of one append, sent through psycopg's ``Cursor.execute`` or libpq's prepared call.
+"""Client CPU of an append: one event through psycopg's cursor or libpq's prepared call;
+several events with their arrays dumped by psycopg or encoded in binary by hand.
 
 The recorder sends a one-event append through ``PreparedAppend`` (``PGconn.exec_prepared``,
 ``infrastructure/postgres/prepared_append.py``); with it switched off the same recorder sends
@@ -7,6 +8,11 @@ appends each way on one engine's recorder (one writer, so the CPU is the call's,
 GIL's queue), alternating ``--rounds`` times, and prints the process's CPU per append and the
 appends per second, median over rounds. Then ``record_step`` itself both ways (8 writers, one
 engine built once, alternating slices), the case the change was made for.
+
+Second table: appends of several events (2: one assignment, a task and its agent; 16: a
+batch of eight), the six arrays as Python lists through psycopg's list dumper
+(``recorder.encode_arrays = None``) or encoded by ``binary_arrays.py``, ``--calls`` / 4 appends
+per round and way, alternating the same way.
 
 Run: ``.venv/bin/python bench/bench_append_call.py [--calls 3000] [--rounds 5]``. Uses
 FLOWLEDGER_DATABASE_URL, else the server at 127.0.0.1:5432 (db ``test``); works in a scratch
@@ -49,9 +55,19 @@ def appends(engine: Engine, row: tuple[str, bytes], calls: int) -> tuple[float, 
     return (cpu_s() - cpu) / calls * 1e6, calls / (time.perf_counter() - wall)
 
 
-def alternating(each: int) -> list[str]:
-    """Both ways ``each`` times, in the order p c c p p c ... (neither always goes first)."""
-    return [("prepared", "cursor")[(n + n // 2) % 2] for n in range(each * 2)]
+def several(engine: Engine, row: tuple[str, bytes], events: int, calls: int) -> tuple[float, float]:
+    """(µs of CPU per append, appends per second) of ``calls`` appends of ``events`` events each
+    (one per stream, ``events`` new streams)."""
+    recorder, streams = engine.log.recorder, [uuid.uuid4() for _ in range(events)]
+    cpu, wall = cpu_s(), time.perf_counter()
+    for version in range(1, calls + 1):
+        recorder.insert_events([StoredEvent(stream, version, row[0], row[1]) for stream in streams])
+    return (cpu_s() - cpu) / calls * 1e6, calls / (time.perf_counter() - wall)
+
+
+def alternating(each: int, ways: tuple[str, str] = ("prepared", "cursor")) -> list[str]:
+    """Both ways ``each`` times, in the order a b b a a b ... (neither always goes first)."""
+    return [ways[(n + n // 2) % 2] for n in range(each * 2)]
 
 
 def main() -> int:
@@ -76,6 +92,14 @@ def main() -> int:
             recorder.prepared_one = prepared if way == "prepared" else None
             steps[way].append(run_writers(8, 1.0, engine_writers(engine)))
         recorder.prepared_one = prepared
+        encode = recorder.encode_arrays
+        batches: dict[tuple[int, str], list[tuple[float, float]]] = {}
+        for events in (2, 16):
+            several(engine, row, events, 50)  # statements prepared both ways
+            for way in alternating(args.rounds, ("binary", "lists")):
+                recorder.encode_arrays = encode if way == "binary" else None
+                batches.setdefault((events, way), []).append(several(engine, row, events, args.calls // 4))
+        recorder.encode_arrays = encode
     table = Table(title=f"one-event append, one writer, {args.calls:,} calls x {args.rounds} rounds (median)")
     for column in ("sent through", "CPU µs per append", "appends/s", "record_step, 8 writers, steps/s"):
         table.add_column(column, justify="right" if column != "sent through" else "left")
@@ -86,7 +110,20 @@ def main() -> int:
             f"{statistics.median(r for _, r in results[way]):,.0f}",
             f"{statistics.median(steps[way]):,.0f}",
         )
-    Console(width=120).print(table)
+    console = Console(width=120)
+    console.print(table)
+    calls = f"{args.calls // 4:,} calls x {args.rounds} rounds"
+    many = Table(title=f"several-event appends, one writer, {calls} (median)")
+    for column in ("events per append", "arrays sent as", "CPU µs per append", "appends/s"):
+        many.add_column(column, justify="right" if column != "arrays sent as" else "left")
+    for (events, way), measured in sorted(batches.items()):
+        many.add_row(
+            str(events),
+            "binary, built by hand" if way == "binary" else "Python lists, psycopg's dumper",
+            f"{statistics.median(c for c, _ in measured):.0f}",
+            f"{statistics.median(r for _, r in measured):,.0f}",
+        )
+    console.print(many)
     return 0
 
 

@@ -62,6 +62,7 @@ from psycopg import Connection, Cursor
 from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
+from flowledger.infrastructure.postgres import binary_arrays
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.postgres.chain import Heads, StreamChain
 from flowledger.infrastructure.postgres.ddl import append_function_name
@@ -167,6 +168,9 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             if self.datastore.originator_id_type == "uuid"
             else None
         )
+        # Several events' arrays in binary, built by hand (``binary_arrays.py``); None sends
+        # Python lists through psycopg's list dumper (``bench/bench_append_call.py`` compares).
+        self.encode_arrays: binary_arrays.Encoder | None = binary_arrays.append_arrays
         self.sql_append = (
             SQL("SELECT id FROM {}.{}(%s, %s, %s, %s, %s, %s) AS id")
             .format(Identifier(schema), Identifier(self.append_function_name))
@@ -341,6 +345,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 (e.originator_id, e.originator_version, e.topic, e.state, hashes[0], macs[0]),
                 prepare=self.prepare,
             )
+            return
+        arrays = None if self.encode_arrays is None else self.encode_arrays(stored_events, hashes, macs)
+        if arrays is not None:  # uuid ids
+            curs.execute(self.sql_append, arrays, prepare=self.prepare)
             return
         curs.execute(
             self.sql_append,
