@@ -95,14 +95,28 @@ def _rank_key(
     )
 
 
+def tied_best(task_id: str, required: Collection[str], agents: Iterable[AgentProfile]) -> list[AgentProfile]:
+    """The eligible agents the policy cannot tell apart (same coverage, relative load and
+    recent completion time as the best), best first: what a model may break a tie between."""
+    ranked = rank_candidates(task_id, required, agents)
+    if not ranked:
+        return []
+    top = _rank_key(task_id, required, ranked[0])[:3]
+    return [agent for agent in ranked if _rank_key(task_id, required, agent)[:3] == top]
+
+
 def choose_agent(
-    task_id: str, required: Collection[str], agents: Iterable[AgentProfile]
+    task_id: str, required: Collection[str], agents: Iterable[AgentProfile], *, prefer: str | None = None
 ) -> Choice | NoChoice:
-    """The best eligible agent for the task, or why there is none."""
+    """The best eligible agent for the task, or why there is none. ``prefer`` (a model's pick)
+    is taken when it is one of the agents tied for best (``tied_best``); else the rule decides."""
     profiles = list(agents)
     ranked = rank_candidates(task_id, required, profiles)
     if ranked:
         best = ranked[0]
+        if prefer is not None and prefer != best.agent_id:
+            preferred = [agent for agent in tied_best(task_id, required, ranked) if agent.agent_id == prefer]
+            best = preferred[0] if preferred else best
         share = coverage(required, best.skills)
         recent = best.recent_completion_seconds
         pace = f"; recent completion {recent:.0f}s" if recent is not None else ""

@@ -1,18 +1,22 @@
 """Every prompt flowledger sends and the parsers of the replies: one home for the model contract.
 
-Two conversations: deciding a workflow step (``step_messages`` / ``parse_step_reply``) and
-classifying a task (``classification_messages`` / ``parse_classification_reply``). Pure:
-the LLM adapter sends the messages; the engine records what the parsers read. The LLM
-simulator recognises each conversation by ``CLASSIFICATION_MARKER`` and ``STEP_LINE``.
+Three conversations: deciding a workflow step (``step_messages`` / ``parse_step_reply``),
+classifying a task (``classification_messages`` / ``parse_classification_reply``) and
+picking one of several equally good agents for a task (``ranking_messages`` /
+``parse_ranking_reply``, routing's ``model_ranked_matching``). Pure: the LLM adapter sends
+the messages; the engine records what the parsers read. The LLM simulator recognises each
+conversation by ``CLASSIFICATION_MARKER``, ``RANKING_MARKER`` and ``STEP_LINE``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from flowledger.domain.bounds import storable
+from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification
 from flowledger.domain.values import JsonObject, LlmUsage
 
@@ -28,6 +32,20 @@ CLASSIFICATION_SYSTEM_PROMPT = (
     f'{{"category": one of {list(CATEGORIES)}, "complexity": one of {list(COMPLEXITIES)}, '
     '"estimated_hours": a positive number}.'
 )
+
+
+RANKING_MARKER = "agent matching engine"
+"""In the ranking prompt, and nowhere else (the simulator recognises it by this)."""
+
+RANKING_SYSTEM_PROMPT = (
+    f"You are an {RANKING_MARKER}. The agents listed are equally eligible for the task: each "
+    "covers its required skills and they are equally loaded. Pick the one whose skills fit the "
+    'task best. Reply with one JSON object and nothing else: {"agent_id": one of the listed ids, '
+    '"reason": one short sentence}.'
+)
+
+MAX_RANKING_REASON = 300
+"""The longest model-given reason kept on the assignment."""
 
 
 class ClassifiableTask(Protocol):
@@ -126,6 +144,39 @@ def step_messages(
     )
     user = json.dumps(merged, ensure_ascii=False, sort_keys=True, default=str)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def ranking_messages(
+    task: ClassifiableTask, agents: Sequence[tuple[str, Sequence[str]]]
+) -> list[dict[str, Any]]:
+    """The chat messages that ask a model to pick one of ``agents`` (id, skills) for ``task``."""
+    needs = ", ".join(task.required_skills) or "none listed"
+    listed = "\n".join(f"- {agent}: {', '.join(skills) or 'no listed skills'}" for agent, skills in agents)
+    return [
+        {"role": "system", "content": RANKING_SYSTEM_PROMPT},
+        {"role": "user", "content": f"Task: {task.description}\nRequired skills: {needs}\nAgents:\n{listed}"},
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankingReply:
+    """The agent a model picked, and why in its words."""
+
+    agent_id: str
+    reason: str
+
+
+def parse_ranking_reply(content: str, agent_ids: Collection[str]) -> RankingReply:
+    """Read a model's pick; ValidationError unless it names one of ``agent_ids``."""
+    data = _json_object(content)
+    if data is None:
+        raise ValidationError("ranking", "the reply is not one JSON object")
+    agent_id = data.get("agent_id")
+    if not isinstance(agent_id, str) or agent_id not in agent_ids:
+        raise ValidationError("ranking.agent_id", f"must be one of {sorted(agent_ids)}, got {agent_id!r}")
+    reason = data.get("reason")
+    given = reason.strip() if isinstance(reason, str) else ""
+    return RankingReply(agent_id=agent_id, reason=storable(given, MAX_RANKING_REASON) or "no reason given")
 
 
 def _json_object(content: str) -> dict[str, Any] | None:

@@ -169,9 +169,10 @@ async def reclassify_task(task_id: TaskId, body: Classify, caller: Writer) -> Js
 
 
 @router.post("/tasks/{task_id}/assign", responses=_WRITE)
-def assign_task(task_id: TaskId, caller: Writer) -> Json:
-    """Assign to the best eligible agent, or escalate with a reason."""
-    return out(caller.engine.assign_task(task_id))
+async def assign_task(task_id: TaskId, caller: Writer) -> Json:
+    """Assign to the best eligible agent, or escalate with a reason. With routing's
+    ``model_ranked_matching`` on, the model picks among agents the rule finds equally good."""
+    return out(await caller.engine.assign_task_ranked(task_id))
 
 
 @router.post("/tasks/{task_id}/start", responses=_WRITE)

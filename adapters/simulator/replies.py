@@ -12,7 +12,7 @@ from typing import Any
 
 from flowledger.adapters.simulator import customer_service
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.prompts import CLASSIFICATION_MARKER, STEP_LINE
+from flowledger.domain.prompts import CLASSIFICATION_MARKER, RANKING_MARKER, STEP_LINE
 
 # Mean latencies from the seed's model table (ms); the simulator draws around them.
 DEFAULT_MODEL_LATENCY_MS: dict[str, float] = {
@@ -133,6 +133,8 @@ def step_decision(messages: list[dict[str, Any]]) -> dict[str, Any]:
         # The seed's prompt asks for estimated_duration_hours, flowledger's for estimated_hours.
         hours_key = "estimated_duration_hours" if "estimated_duration_hours" in system else "estimated_hours"
         return task_classification(user, hours_key)
+    if RANKING_MARKER in system:
+        return agent_pick(user)
     found = _STEP_LINE.search(system)
     step = found.group(1).strip() if found else "reply"
     seed_flow = customer_service.step_decision(step, _context_of(user))
@@ -190,6 +192,23 @@ def task_classification(task_text: str, hours_key: str = "estimated_hours") -> d
         "complexity": complexity,
         hours_key: _HOURS[complexity],
     }
+
+
+def agent_pick(prompt: str) -> dict[str, Any]:
+    """What a model would answer to the ranking prompt: the listed agent with the most skills
+    named in the task's words (ties: the first id in alphabetical order)."""
+    task, _, listed = prompt.partition("\nAgents:\n")
+    words = set(re.findall(r"[a-z0-9+#.-]+", task.lower()))
+    agents = []
+    for line in listed.splitlines():
+        agent_id, _, skills = line.removeprefix("- ").partition(": ")
+        named = [skill for skill in skills.split(", ") if skill.lower() in words]
+        agents.append((-len(named), agent_id, named))
+    if not agents:
+        return {"agent_id": None, "reason": "no agents were listed"}
+    _, agent_id, named = min(agents)
+    fit = ", ".join(named) or "no skill named in the task"
+    return {"agent_id": agent_id, "reason": f"the task names {fit}"}
 
 
 @dataclass

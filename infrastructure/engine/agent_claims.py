@@ -10,7 +10,7 @@ cannot take a task.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 from uuid import UUID
@@ -65,14 +65,19 @@ class AgentClaims:
         self.taken.clear()
 
     def lock_planned(
-        self, locks: AgentLocks, task_ids: list[str], profiles: dict[str, AgentProfile], uow: UnitOfWork
+        self,
+        locks: AgentLocks,
+        task_ids: list[str],
+        profiles: dict[str, AgentProfile],
+        uow: UnitOfWork,
+        prefer: Mapping[str, str | None] | None = None,
     ) -> None:
         """Lock, in one round trip, the agents this batch means to use: its choices made on
         the roster as read, then the other eligible agents best first, up to as many as it
         chose (an agent another engine holds gives way to the next). Each agent taken is
         opened at once: its fresh load may change the choices. The batch's tasks this engine
         has not seen (another process created them) are read in the same round trip, planned
-        from what the log index knows of them."""
+        from what the log index knows of them. ``prefer``: a model's pick per task (``choose``)."""
         index = self._reads.index
         pending: list[tuple[str, Sequence[str]]] = []
         unseen: list[UUID] = []
@@ -89,7 +94,7 @@ class AgentClaims:
         trial = dict(profiles)
         plan: list[str] = []
         for task_id, skills in pending:
-            decision = choose_agent(task_id, skills, trial.values())
+            decision = choose_agent(task_id, skills, trial.values(), prefer=(prefer or {}).get(task_id))
             if isinstance(decision, Choice):
                 chosen = trial[decision.agent_id]
                 trial[chosen.agent_id] = replace(chosen, load=chosen.load + 1)
@@ -119,20 +124,22 @@ class AgentClaims:
             self.open(uow, ids[agent], profiles, locked=True)
 
     def choose(
-        self, task: Task, profiles: dict[str, AgentProfile], uow: UnitOfWork
+        self, task: Task, profiles: dict[str, AgentProfile], uow: UnitOfWork, *, prefer: str | None = None
     ) -> Choice | NoChoice | None:
         """The best agent for the task whose lock this engine holds (or no locks are used);
-        None when only agents locked elsewhere could take it and this batch holds locks."""
+        None when only agents locked elsewhere could take it and this batch holds locks.
+        ``prefer``: a model's pick, taken when it is among those tied for best."""
         locks = self.active
         if locks is not None and self.held:
             # Among the agents already held first: any other's load may be staler than theirs,
             # and reaching for it costs a round trip and, often, the lock of another engine.
-            decision = choose_agent(task.task_id, task.required_skills, [profiles[a] for a in self.held])
+            held = [profiles[a] for a in self.held]
+            decision = choose_agent(task.task_id, task.required_skills, held, prefer=prefer)
             if isinstance(decision, Choice):
                 return decision
         while True:
             candidates = [p for p in profiles.values() if p.agent_id not in self.taken]
-            decision = choose_agent(task.task_id, task.required_skills, candidates)
+            decision = choose_agent(task.task_id, task.required_skills, candidates, prefer=prefer)
             if isinstance(decision, Choice):
                 agent_id = decision.agent_id
                 aggregate_id = self._reads.agent_uuid(agent_id)

@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flowledger.domain.assignment import Choice
 from flowledger.domain.errors import FlowledgerError
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import EscalationReason, TaskState, TaskStatus
+from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.agent_claims import AgentClaims
+from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
@@ -56,7 +58,8 @@ capacity. A negative decision (escalate, or wait for capacity) always reads the 
 ROSTER_KEY = "roster"
 """The store's lock key for a batch (tasks of a batch are not locked one by one)."""
 
-Escalate = Callable[[UnitOfWork, Task, EscalationReason, str], None]
+Escalate = Callable[[UnitOfWork, Task, EscalationReason, str, LlmUsage | None], None]
+"""Escalate a task in the batch's unit of work (reason, detail, and a ranking call's usage)."""
 
 
 class _NeedsFreshRoster(Exception):
@@ -67,6 +70,7 @@ class _NeedsFreshRoster(Exception):
 class _Request:
     task_id: str
     escalate_when_full: bool
+    ranking: Ranking | None = None
     done: bool = False
     state: TaskState | None = None
     error: BaseException | None = None
@@ -95,14 +99,17 @@ class BatchAssigner:
         self.batches = 0
         """Appends made (a batch counts once however many tasks it assigned)."""
 
-    def assign(self, task_id: str, escalate_when_full: bool) -> TaskState:
-        """Assign one task (batched with concurrent callers'); see ``TaskService.assign_task``."""
-        return self.assign_all([task_id], escalate_when_full)[0]
+    def assign(self, task_id: str, escalate_when_full: bool, ranking: Ranking | None = None) -> TaskState:
+        """Assign one task (batched with concurrent callers'); see ``TaskService.assign_task``.
+        ``ranking``: a model's pick among tied agents, and its call's usage (``ranking.py``)."""
+        return self._assign([_Request(task_id, escalate_when_full, ranking)])[0]
 
     def assign_all(self, task_ids: list[str], escalate_when_full: bool) -> list[TaskState]:
         """Assign tasks in the order given (batched with concurrent callers'); the first
         error met is raised after every request is answered."""
-        requests = [_Request(task_id, escalate_when_full) for task_id in task_ids]
+        return self._assign([_Request(task_id, escalate_when_full) for task_id in task_ids])
+
+    def _assign(self, requests: list[_Request]) -> list[TaskState]:
         with self._cv:
             self._queue.extend(requests)
             while not all(request.done for request in requests):
@@ -186,30 +193,37 @@ class BatchAssigner:
         profiles = {p.agent_id: p for p in roster}
         now = uow.now
         if self._claims.active is not None:
-            self._claims.lock_planned(self._claims.active, [r.task_id for r in batch], profiles, uow)
+            prefer = {r.task_id: r.ranking.agent_id for r in batch if r.ranking is not None}
+            self._claims.lock_planned(self._claims.active, [r.task_id for r in batch], profiles, uow, prefer)
         tasks = [self._reads.task(uow, request.task_id) for request in batch]
         states = []
         for request, task in zip(batch, tasks, strict=True):
             if task.task_status is not TaskStatus.PENDING:
                 states.append(task.state())
                 continue
+            ranking = request.ranking  # a model's pick among tied agents (ranking.py), if asked
+            usage = ranking.usage if ranking else None  # recorded however the task ends here
             if task.is_overdue(now):
                 deadline = task.deadline.isoformat() if task.deadline else "?"
                 detail = f"deadline {deadline} passed before assignment"
-                self._escalate(uow, task, EscalationReason.DEADLINE_BREACHED, detail)
+                self._escalate(uow, task, EscalationReason.DEADLINE_BREACHED, detail, usage)
                 states.append(task.state())
                 continue
-            decision = self._claims.choose(task, profiles, uow)
+            decision = self._claims.choose(task, profiles, uow, prefer=ranking.agent_id if ranking else None)
             if decision is None:
                 break  # every capable agent is locked elsewhere and this batch holds some
             if isinstance(decision, Choice):
                 agent = self._claims.open(uow, decision.agent_id, profiles, locked=False)
                 agent.accept(task.task_id, now)
                 profiles[decision.agent_id] = agent.profile()
-                task.assign(decision, now)
+                if ranking is not None:  # what the model said
+                    decision = replace(
+                        decision, reason=f"{decision.reason}; {ranking.explain(decision.agent_id)}"
+                    )
+                task.assign(decision, now, usage)
             elif not fresh:
                 raise _NeedsFreshRoster()  # the store drops what this attempt changed
             elif request.escalate_when_full or decision.reason is not EscalationReason.ALL_AT_CAPACITY:
-                self._escalate(uow, task, decision.reason, decision.detail)
+                self._escalate(uow, task, decision.reason, decision.detail, usage)
             states.append(task.state())
         return states

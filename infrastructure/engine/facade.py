@@ -7,6 +7,7 @@ take and return plain values; ``engine.log`` is the typed read access to the eve
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.erasure import ErasureService, ForgetReport
 from flowledger.infrastructure.engine.log import EventLog
+from flowledger.infrastructure.engine.ranking import TieBreaker
 from flowledger.infrastructure.engine.retention import (
     ProjectionRows,
     RestoreReport,
@@ -132,6 +134,7 @@ class Engine:
             catalogue=load_skill_catalogue(self.settings.skill_catalogue_file),
             tiers=load_model_tiers(self.settings.routing_file),
         )
+        self.tie_breaker = TieBreaker(self.store, self.task_reads, self.classifier)
 
     def _chain_events(self) -> None:
         """Every append of this engine stores its events' hashes and seals (docs/audit.md), a
@@ -507,6 +510,15 @@ class Engine:
     def assign_task(self, task_id: str, *, escalate_when_full: bool = True) -> TaskState:
         """Give a waiting task to the best eligible agent, or escalate it with the reason."""
         return self.tasks.assign_task(task_id, escalate_when_full=escalate_when_full)
+
+    async def assign_task_ranked(self, task_id: str, *, escalate_when_full: bool = True) -> TaskState:
+        """``assign_task``; with routing's ``model_ranked_matching`` on, the model of the task's
+        tier first picks among agents the rule finds equally good, its usage recorded on the
+        assignment (``ranking.py``). Off (the default), exactly ``assign_task``."""
+        ranking = await self.tie_breaker.rank(task_id)
+        return await asyncio.to_thread(
+            self.tasks.assign_task, task_id, escalate_when_full=escalate_when_full, ranking=ranking
+        )
 
     def assign_pending(self, *, limit: int | None = None, escalate_when_full: bool = True) -> list[TaskState]:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline)."""

@@ -22,6 +22,7 @@ from flowledger.domain.task import Task
 from flowledger.domain.task_views import AgentState, EscalationReason, ReleaseOutcome, TaskState, TaskStatus
 from flowledger.domain.values import MAX_DEADLINE, JsonObject, LlmUsage, require_duration
 from flowledger.infrastructure.engine.assigner import BatchAssigner
+from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, agent_key, task_key
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
@@ -48,7 +49,7 @@ class TaskService:
         self.assigner = BatchAssigner(
             store,
             reads,
-            lambda uow, task, reason, detail: self.escalate(uow, task, reason, detail, uow.now),
+            lambda uow, task, reason, detail, usage: self.escalate(uow, task, reason, detail, uow.now, usage),
             conflict_retries=budget,
             agent_locks=agent_locks,
         )
@@ -82,13 +83,16 @@ class TaskService:
         decide = partial(self._create, task_id, description, skills, priority, deadline)
         return self._task_write(task_id, decide)
 
-    def assign_task(self, task_id: str, *, escalate_when_full: bool = True) -> TaskState:
+    def assign_task(
+        self, task_id: str, *, escalate_when_full: bool = True, ranking: Ranking | None = None
+    ) -> TaskState:
         """Give a waiting task to the best eligible agent, or escalate it with the reason.
 
         A task that is no longer waiting is returned unchanged. With
         ``escalate_when_full=False`` a task whose capable agents are all full keeps waiting.
+        ``ranking``: a model's pick among tied agents, with its call's usage (``ranking.py``).
         """
-        return self.assigner.assign(task_id, escalate_when_full)
+        return self.assigner.assign(task_id, escalate_when_full, ranking)
 
     def assign_pending(self, *, limit: int | None = None, escalate_when_full: bool = True) -> list[TaskState]:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline).

@@ -1,0 +1,88 @@
+"""The seed's model-ranked skill matching, as a tie-break (routing's ``model_ranked_matching``).
+
+The assignment rule ranks eligible agents by skill coverage, then relative load, then recent
+completion time; agents equal on all three are told apart only by a stable hash. With
+``model_ranked_matching`` on (off by default) and two or more agents tied that way, an
+assignment through ``Engine.assign_task_ranked`` (and ``POST /tasks/{id}/assign``) first
+asks the model of the task's priority tier which of them fits the task best. The call
+happens before the assignment and outside every lock; the assignment then takes the model's
+pick if it is still one of the agents tied for best, else decides by the rule, and the
+``Assigned`` event carries the call's usage and, in its reason, what the model said or why
+its pick was not used. A failed call or an unusable reply costs the tie-break only: the
+rule decides, and the usage the call reported is still recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from flowledger.domain.assignment import tied_best
+from flowledger.domain.errors import LlmError, ValidationError
+from flowledger.domain.prompts import parse_ranking_reply, ranking_messages
+from flowledger.domain.task import Task
+from flowledger.domain.task_views import TaskPriority, TaskStatus
+from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure.engine.classification import TaskClassifier
+from flowledger.infrastructure.engine.store import AggregateStore
+from flowledger.infrastructure.engine.task_reads import TaskReads
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ranking:
+    """What a ranking call gave an assignment: the agent picked (None when the call failed or
+    its reply named none of the tied agents), the call's usage, and a note for the reason."""
+
+    agent_id: str | None
+    usage: LlmUsage | None
+    note: str
+
+    def explain(self, chosen: str) -> str:
+        """What to add to the reason of an assignment to ``chosen``."""
+        if self.agent_id is None:
+            return self.note
+        if self.agent_id == chosen:
+            return f"the model's pick ({self.note})"
+        return f"the model picked {self.agent_id}, no longer among the best when assigned ({self.note})"
+
+
+class TieBreaker:
+    """Asks the model to break ties between equally good agents (see the module docstring)."""
+
+    def __init__(self, store: AggregateStore, reads: TaskReads, classifier: TaskClassifier) -> None:
+        self._store = store
+        self._reads = reads
+        self._classifier = classifier
+
+    @property
+    def enabled(self) -> bool:
+        """Whether routing asks for it and a model is configured."""
+        return self._classifier.tiers.model_ranked_matching and self._classifier.llm is not None
+
+    async def rank(self, task_id: str) -> Ranking | None:
+        """The model's pick among the agents tied for the waiting task, or None when there is
+        nothing to ask (switched off, the task is not waiting, fewer than two agents tied)."""
+        llm = self._classifier.llm
+        if llm is None or not self.enabled:
+            return None
+        task: Task | None = await asyncio.to_thread(self._store.load, self._reads.task_uuid(task_id))
+        if task is None or task.task_status is not TaskStatus.PENDING:
+            return None  # the assignment itself says why (not found, or as it stands)
+        profiles = await asyncio.to_thread(self._reads.index.agent_profiles)
+        tied = tied_best(task.task_id, task.required_skills, profiles)
+        if len(tied) < 2:
+            return None
+        model, _ = self._classifier.route(TaskPriority(task.priority))
+        messages = ranking_messages(task, [(p.agent_id, sorted(p.skills)) for p in tied])
+        try:
+            reply = await llm.complete(model=model, messages=messages, json_mode=True)
+        except LlmError as error:
+            note = f"model ranking on {model} failed ({type(error).__name__}), the rule decided"
+            return Ranking(agent_id=None, usage=error.usage, note=note)
+        try:
+            picked = parse_ranking_reply(reply.content, {p.agent_id for p in tied})
+        except ValidationError as error:
+            note = f"model ranking on {model} unusable ({error}), the rule decided"
+            return Ranking(agent_id=None, usage=reply.usage, note=note)
+        note = f"{model}: {picked.reason}"
+        return Ranking(agent_id=picked.agent_id, usage=reply.usage, note=note)
