@@ -43,7 +43,8 @@ class Ranking:
             return self.note
         if self.agent_id == chosen:
             return f"the model's pick ({self.note})"
-        return f"the model picked {self.agent_id}, no longer among the best when assigned ({self.note})"
+        # The roster moved during the call, or another engine holds the pick's lock.
+        return f"the model picked {self.agent_id}, not among the best it could take ({self.note})"
 
 
 class TieBreaker:

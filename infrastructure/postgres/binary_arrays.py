@@ -28,7 +28,7 @@ _HEADER = struct.Struct("!iiiii")  # dimensions, has nulls, element oid, length,
 _LENGTH = struct.Struct("!i")
 _INT8 = struct.Struct("!q")
 _NULL = _LENGTH.pack(-1)
-_UUID, _INT8_OID, _TEXT, _BYTEA = 2950, 20, 25, 17
+_UUID_OID, _INT8_OID, _TEXT_OID, _BYTEA_OID = 2950, 20, 25, 17  # the element types
 
 
 class BinaryArray(bytes):
@@ -62,7 +62,7 @@ def array(element_oid: int, items: Sequence[bytes | None]) -> BinaryArray:
 
 
 Encoder = Callable[
-    [Sequence[StoredEvent], Sequence[bytes | None], Sequence[bytes | None]], tuple["BinaryArray", ...] | None
+    [Sequence[StoredEvent], Sequence[bytes | None], Sequence[bytes | None]], tuple[BinaryArray, ...] | None
 ]
 """What ``append_arrays`` is: the recorder holds one (or None, psycopg's lists)."""
 
@@ -75,10 +75,10 @@ def append_arrays(
     if not all(type(e.originator_id) is UUID for e in events):
         return None
     return (
-        array(_UUID, [cast(UUID, e.originator_id).bytes for e in events]),
+        array(_UUID_OID, [cast(UUID, e.originator_id).bytes for e in events]),
         array(_INT8_OID, [_INT8.pack(e.originator_version) for e in events]),
-        array(_TEXT, [e.topic.encode() for e in events]),
-        array(_BYTEA, [e.state for e in events]),
-        array(_BYTEA, hashes),
-        array(_BYTEA, macs),
+        array(_TEXT_OID, [e.topic.encode() for e in events]),
+        array(_BYTEA_OID, [e.state for e in events]),
+        array(_BYTEA_OID, hashes),
+        array(_BYTEA_OID, macs),
     )

@@ -196,7 +196,7 @@ async def test_a_task_escalated_after_the_call_keeps_its_usage(ranked: Engine) -
 def test_the_reason_says_whether_the_models_pick_was_used() -> None:
     picked = Ranking(agent_id="bob", usage=USAGE, note="m: fits")
     assert picked.explain("bob") == "the model's pick (m: fits)"
-    assert picked.explain("ann") == "the model picked bob, no longer among the best when assigned (m: fits)"
+    assert picked.explain("ann") == "the model picked bob, not among the best it could take (m: fits)"
     failed = Ranking(
         agent_id=None, usage=None, note="model ranking on m failed (LlmTimeout), the rule decided"
     )
