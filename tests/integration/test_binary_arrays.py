@@ -5,7 +5,6 @@ stores what psycopg's list dumping stored, ids and audit chain included."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -15,16 +14,8 @@ from eventsourcing.persistence import IntegrityError, StoredEvent
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres import binary_arrays
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
-from tests.conftest import make_settings
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
-    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, pool_size=2))
-    yield engine
-    engine.close()
 
 
 def event(stream: uuid.UUID | str, version: int, topic: str = "bench:Step") -> StoredEvent:
@@ -61,8 +52,8 @@ def test_text_ids_keep_psycopgs_list_dumping() -> None:
     assert binary_arrays.append_arrays(events, [None] * 2, [None] * 2) is None
 
 
-def test_several_events_appended_through_the_arrays_store_what_was_given(engine: Engine) -> None:
-    recorder = engine.log.recorder
+def test_several_events_appended_through_the_arrays_store_what_was_given(pg_engine: Engine) -> None:
+    recorder = pg_engine.log.recorder
     first, second = uuid.uuid4(), uuid.uuid4()
     ids = recorder.insert_events([event(first, 1), event(second, 1), event(first, 2)])
     assert ids is not None
@@ -77,13 +68,13 @@ def test_several_events_appended_through_the_arrays_store_what_was_given(engine:
     with pytest.raises(IntegrityError):
         recorder.insert_events([event(second, 2), event(first, 2)])
     assert [e.originator_version for e in recorder.select_events(second)] == [1]
-    engine.audit.checkpoint()
-    report = verify_chain(engine.audit)
+    pg_engine.audit.checkpoint()
+    report = verify_chain(pg_engine.audit)
     assert report.ok, report.findings
 
 
-def test_an_assignment_batch_saves_through_the_arrays(engine: Engine) -> None:
-    recorder = engine.log.recorder
+def test_an_assignment_batch_saves_through_the_arrays(pg_engine: Engine) -> None:
+    recorder = pg_engine.log.recorder
     real = recorder.encode_arrays
     assert real is binary_arrays.append_arrays
     sent: list[bool] = []
@@ -93,14 +84,14 @@ def test_an_assignment_batch_saves_through_the_arrays(engine: Engine) -> None:
         sent.append(found is not None)
         return found
 
-    engine.register_agent("a-1", "Agent", ["python"], 5)
-    engine.create_task("t-1", "work", ["python"], "medium")
+    pg_engine.register_agent("a-1", "Agent", ["python"], 5)
+    pg_engine.create_task("t-1", "work", ["python"], "medium")
     recorder.encode_arrays = counted
     try:
-        state = engine.assign_task("t-1")
+        state = pg_engine.assign_task("t-1")
     finally:
         recorder.encode_arrays = real
     assert state.agent_id == "a-1"
     assert sent  # the task's and the agent's events went as binary arrays
     assert all(sent)
-    assert engine.get_agent("a-1").active_tasks == ("t-1",)
+    assert pg_engine.get_agent("a-1").active_tasks == ("t-1",)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -17,21 +16,12 @@ from flowledger.domain.assignment import AgentProfile, Choice, choose_agent, tie
 from flowledger.domain.errors import LlmCallFailed, ValidationError
 from flowledger.domain.prompts import parse_ranking_reply, ranking_messages
 from flowledger.domain.task import task_uuid
-from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.projections.calls import call_of
 from tests.conftest import make_settings
-from tests.support.llm import ScriptedLlm
+from tests.support.llm import USAGE, ScriptedLlm
 
-USAGE = LlmUsage(
-    provider="fake",
-    request_model="deepseek-v3.2",
-    input_tokens=90,
-    output_tokens=20,
-    cost_usd=Decimal("0.0000150"),
-    latency_ms=38.0,
-)
 ROUTING = Path(__file__).resolve().parents[2] / "infrastructure" / "routing.json"
 
 
