@@ -83,3 +83,22 @@ def test_the_tier_model_picks_among_equally_good_agents_and_its_call_is_recorded
     assert http.post("/v1/tasks", json=task).status_code == 201
     assert http.post("/v1/tasks/T-2/assign").json()["assignment"]["agent_id"] == "cy"
     assert len(simulator.exchanges) == calls
+
+
+def test_an_unknown_or_closed_task_is_answered_as_without_ranking(
+    http: TestClient, simulator: Simulator
+) -> None:
+    calls = len(simulator.exchanges)
+    missing = http.post("/v1/tasks/NOPE/assign")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == "task 'NOPE' not found"
+    for agent_id in ("ann", "bob"):
+        agent = {"agent_id": agent_id, "name": agent_id, "skills": ["golang"], "capacity": 3}
+        assert http.post("/v1/agents", json=agent).status_code == 201
+    task = {"task_id": "T-9", "description": "Go work", "required_skills": ["golang"]}
+    assert http.post("/v1/tasks", json=task).status_code == 201
+    first = http.post("/v1/tasks/T-9/assign").json()
+    again = http.post("/v1/tasks/T-9/assign")  # no longer waiting: returned as it is, no call
+    assert again.status_code == 200
+    assert again.json() == first
+    assert len(simulator.exchanges) == calls + 1
