@@ -10,13 +10,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from datetime import datetime
-from functools import lru_cache
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import event
 
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import AgentProfile
+from flowledger.domain.bounds import scoped_uuid
 from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
 from flowledger.domain.task_views import AgentState, ReleaseOutcome
 from flowledger.domain.values import MAX_SKILLS, require_name
@@ -27,16 +27,7 @@ RECENT_COMPLETIONS = 10
 
 def agent_uuid(tenant: str, agent_id: str) -> UUID:
     """The aggregate id of a caller's agent id, scoped by tenant (ValidationError if not a name)."""
-    if type(tenant) is str and type(agent_id) is str:  # hashable: the cache may hold it
-        return _agent_uuid(tenant, agent_id)
-    return _agent_uuid.__wrapped__(tenant, agent_id)  # refused there, with the field's name
-
-
-@lru_cache(maxsize=8192)  # an assignment asks for the same few ids several times over
-def _agent_uuid(tenant: str, agent_id: str) -> UUID:
-    require_name("tenant", tenant)
-    require_name("agent_id", agent_id)
-    return uuid5(AGENT_NAMESPACE, f"{tenant}\x1f{agent_id}")
+    return scoped_uuid(AGENT_NAMESPACE, "agent_id", tenant, agent_id)
 
 
 def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:

@@ -98,7 +98,11 @@ def _rank_key(
 def tied_best(task_id: str, required: Collection[str], agents: Iterable[AgentProfile]) -> list[AgentProfile]:
     """The eligible agents the policy cannot tell apart (same coverage, relative load and
     recent completion time as the best), best first: what a model may break a tie between."""
-    ranked = rank_candidates(task_id, required, agents)
+    return _tied(task_id, required, rank_candidates(task_id, required, agents))
+
+
+def _tied(task_id: str, required: Collection[str], ranked: list[AgentProfile]) -> list[AgentProfile]:
+    """The head of an already ranked list that ties with its first on the policy's keys."""
     if not ranked:
         return []
     top = _rank_key(task_id, required, ranked[0])[:3]
@@ -115,7 +119,7 @@ def choose_agent(
     if ranked:
         best = ranked[0]
         if prefer is not None and prefer != best.agent_id:
-            preferred = [agent for agent in tied_best(task_id, required, ranked) if agent.agent_id == prefer]
+            preferred = [agent for agent in _tied(task_id, required, ranked) if agent.agent_id == prefer]
             best = preferred[0] if preferred else best
         share = coverage(required, best.skills)
         recent = best.recent_completion_seconds

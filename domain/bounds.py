@@ -22,7 +22,9 @@ import json
 import re
 import sys
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
+from uuid import UUID, uuid5
 
 from flowledger.domain.errors import ValidationError
 
@@ -101,6 +103,26 @@ def require_name(field_name: str, value: Any) -> str:
     if found:
         raise ValidationError(field_name, _why(found.group()))
     return value
+
+
+def scoped_uuid(namespace: UUID, field_name: str, tenant: str, name: str) -> UUID:
+    """The aggregate id of a caller's id: ``uuid5(tenant + U+001F + name)`` in ``namespace``
+    (ValidationError naming ``tenant`` or ``field_name`` unless both are names).
+
+    Remembered (every command and read starts here, and an assignment asks for the same few
+    ids many times over); anything that is not a string goes to the checks uncached, so it
+    is refused with the field's name rather than a TypeError from the cache.
+    """
+    if type(tenant) is str and type(name) is str:
+        return _scoped_uuid(namespace, field_name, tenant, name)
+    return _scoped_uuid.__wrapped__(namespace, field_name, tenant, name)
+
+
+@lru_cache(maxsize=65_536)
+def _scoped_uuid(namespace: UUID, field_name: str, tenant: str, name: str) -> UUID:
+    require_name("tenant", tenant)
+    require_name(field_name, name)
+    return uuid5(namespace, f"{tenant}\x1f{name}")
 
 
 def storable(text: str, max_length: int) -> str:

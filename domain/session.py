@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
-from functools import lru_cache
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from flowledger.domain.aggregate import FlowledgerAggregate
+from flowledger.domain.bounds import scoped_uuid
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.errors import (
     SessionClosed,
@@ -64,13 +64,10 @@ WORKER_LOST = "worker_lost"
 """The error type of a step attempt whose worker's lease lapsed without an outcome."""
 
 
-@lru_cache(maxsize=65_536)
 def session_uuid(tenant: str, session_id: str) -> UUID:
     """The aggregate id of a caller's session id, scoped by tenant (ValidationError for an id
     that is no name: every command and read goes through here first)."""
-    require_name("tenant", tenant)
-    require_name("session_id", session_id)
-    return uuid5(SESSION_NAMESPACE, f"{tenant}\x1f{session_id}")
+    return scoped_uuid(SESSION_NAMESPACE, "session_id", tenant, session_id)
 
 
 class Session(FlowledgerAggregate):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -17,6 +16,7 @@ from eventsourcing.domain import event
 from flowledger.domain.agent import normalise_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, QueuedTask
+from flowledger.domain.bounds import scoped_uuid
 from flowledger.domain.errors import TaskConflict, TaskTransitionRejected, ValidationError
 from flowledger.domain.skills import Derivation
 from flowledger.domain.task_views import (
@@ -44,16 +44,7 @@ TASK_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/task")
 
 def task_uuid(tenant: str, task_id: str) -> UUID:
     """The aggregate id of a caller's task id, scoped by tenant (ValidationError if not a name)."""
-    if type(tenant) is str and type(task_id) is str:  # hashable: the cache may hold it
-        return _task_uuid(tenant, task_id)
-    return _task_uuid.__wrapped__(tenant, task_id)  # refused there, with the field's name
-
-
-@lru_cache(maxsize=8192)  # an assignment asks for the same few ids several times over
-def _task_uuid(tenant: str, task_id: str) -> UUID:
-    require_name("tenant", tenant)
-    require_name("task_id", task_id)
-    return uuid5(TASK_NAMESPACE, f"{tenant}\x1f{task_id}")
+    return scoped_uuid(TASK_NAMESPACE, "task_id", tenant, task_id)
 
 
 class Task(FlowledgerAggregate):

@@ -55,20 +55,16 @@ class TieBreaker:
         self._reads = reads
         self._classifier = classifier
 
-    @property
-    def enabled(self) -> bool:
-        """Whether routing asks for it and a model is configured."""
-        return self._classifier.tiers.model_ranked_matching and self._classifier.llm is not None
-
     async def rank(self, task_id: str) -> Ranking | None:
         """The model's pick among the agents tied for the waiting task, or None when there is
         nothing to ask (switched off, the task is not waiting, fewer than two agents tied)."""
         llm = self._classifier.llm
-        if llm is None or not self.enabled:
+        if llm is None or not self._classifier.tiers.model_ranked_matching:
             return None
         task: Task | None = await asyncio.to_thread(self._store.load, self._reads.task_uuid(task_id))
         if task is None or task.task_status is not TaskStatus.PENDING:
             return None  # the assignment itself says why (not found, or as it stands)
+        # Read now (not a recent copy): an agent registered a moment ago may be one of the tied.
         profiles = await asyncio.to_thread(self._reads.index.agent_profiles)
         tied = tied_best(task.task_id, task.required_skills, profiles)
         if len(tied) < 2:
