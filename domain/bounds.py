@@ -274,6 +274,10 @@ def require_moment(field_name: str, value: Any, *, optional: bool = False) -> No
     if value is None and optional:
         return
     if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        if isinstance(value, datetime):  # said as it was written, not as Python's repr
+            raise ValidationError(
+                field_name, f"must carry a time zone (like +00:00 or Z), got {value.isoformat()}"
+            )
         raise ValidationError(field_name, f"must be a timezone-aware datetime, got {value!r}")
 
 

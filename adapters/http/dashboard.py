@@ -25,7 +25,7 @@ from flowledger.adapters.durations import parse_since
 from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_header, bearer, token_of
 from flowledger.adapters.http.budget_panel import budget_panel
 from flowledger.adapters.http.charts import bar_chart, column_chart
-from flowledger.adapters.http.errors import responses
+from flowledger.adapters.http.errors import responses, worded
 from flowledger.adapters.http.login import LOGIN_FORM, login_page
 from flowledger.adapters.http.schemas import PathId
 from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
@@ -48,14 +48,21 @@ from flowledger.projections.cost_queries import GROUPINGS
 from flowledger.projections.tier_queries import reprice_by_tier
 
 router = APIRouter(tags=["analytics"])
-_WINDOW = r"^\s*[0-9]{1,5}[smhdw]\s*$"
+_WINDOW = worded(r"^\s*[0-9]{1,5}[smhdw]\s*$", "must be a window like 30m, 24h or 7d")
 Since = Annotated[
     str,
     Query(description="A window like 30m, 24h or 7d.", max_length=20, pattern=_WINDOW),
 ]
 _PAGE = (Path(__file__).parent / "dashboard.html").read_text(encoding="utf-8")
 _ANALYTICS = responses(400)
-Grouping = Annotated[str, Field(pattern="^(" + "|".join(sorted(GROUPINGS)) + ")$")]
+Grouping = Annotated[
+    str,
+    Field(
+        pattern=worded(
+            "^(" + "|".join(sorted(GROUPINGS)) + ")$", f"must be one of {', '.join(sorted(GROUPINGS))}"
+        )
+    ),
+]
 Exact = Annotated[
     bool, Query(description="Read the raw rows (exact percentiles) even for windows over a day.")
 ]

@@ -121,6 +121,17 @@ _PLAIN = {
 }
 
 
+PATTERN_WORDS: dict[str, str] = {}
+"""What a pattern of the API asks for, in words, by the pattern (filled by ``worded``)."""
+
+
+def worded(pattern: str, words: str) -> str:
+    """``pattern``, remembered with ``words`` so that a value it refuses is answered with them
+    (``since: must be a window like 30m, 24h or 7d``) instead of the regular expression."""
+    PATTERN_WORDS[pattern] = words
+    return pattern
+
+
 def _problem(error: Any) -> str:
     """One validation error as ``where: what`` (with the value, when it is short and plain)."""
     if error["type"] == "json_invalid":
@@ -130,7 +141,10 @@ def _problem(error: Any) -> str:
     where = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
     given = error.get("input")
     shown = f" (got {given!r})" if isinstance(given, str | int | float) and len(repr(given)) <= 60 else ""
-    return f"{where}: {_PLAIN.get(error['type'], error['msg'])}{shown}"
+    said = _PLAIN.get(error["type"], error["msg"])
+    if error["type"] == "string_pattern_mismatch":
+        said = PATTERN_WORDS.get(str(error.get("ctx", {}).get("pattern")), said)
+    return f"{where}: {said}{shown}"
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -17,6 +17,7 @@ from fastapi import Path
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.json_schema import SkipJsonSchema
 
+from flowledger.adapters.http.errors import worded
 from flowledger.domain.bounds import MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
 from flowledger.domain.values import LlmUsage
@@ -26,7 +27,10 @@ MAX_ID = MAX_NAME_LENGTH
 MAX_TTL_SECONDS = MAX_TTL.total_seconds()
 MAX_HOURS = MAX_TTL_SECONDS / 3600
 MAX_DEADLINE_HOURS = MAX_DEADLINE.total_seconds() / 3600
-NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+NAME_PATTERN = worded(
+    r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$",
+    "must be text that is not blank and holds no control characters",
+)
 """An id or name: not blank, no control characters (``domain.bounds.require_name``)."""
 MAX_VERSION = 2**31 - 1
 MAX_COUNT = 2**53

@@ -10,7 +10,7 @@ from fastapi import APIRouter, status
 from pydantic import AliasChoices, BeforeValidator, Field, WithJsonSchema
 
 from flowledger.adapters.http.auth import Reader, Writer
-from flowledger.adapters.http.errors import responses
+from flowledger.adapters.http.errors import responses, worded
 from flowledger.adapters.http.schemas import (
     MAX_DEADLINE_HOURS,
     NAME_PATTERN,
@@ -40,7 +40,7 @@ Moment = Annotated[
 def any_case(names: list[str]) -> str:
     """A JSON-schema pattern matching exactly one of ``names`` in any case (``[Ll][Oo][Ww]``)."""
     spelled = ("".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in n) for n in names)
-    return "^(" + "|".join(spelled) + ")$"
+    return worded("^(" + "|".join(spelled) + ")$", f"must be one of {', '.join(names)} (any case)")
 
 
 Priority = Annotated[

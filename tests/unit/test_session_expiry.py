@@ -56,7 +56,10 @@ def test_setting_the_expiry_in_the_past_or_beyond_the_ttl_bound_is_refused(
 
 def test_setting_a_naive_expiry_is_refused(engine: Engine) -> None:
     engine.start_session("s1", "cs")
-    with pytest.raises(ValidationError, match=r"expires_at: must be a timezone-aware datetime"):
+    with pytest.raises(
+        ValidationError,
+        match=r"expires_at: must carry a time zone \(like \+00:00 or Z\), got 2030-01-01T00:00:00$",
+    ):
         engine.set_expiry("s1", datetime(2030, 1, 1))
 
 
