@@ -64,24 +64,36 @@ def scratch_schema(url: str, prefix: str) -> Iterator[str]:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
-def run_writers(writers: int, seconds: float, make_writer: Callable[[int], Callable[[], None]]) -> float:
+def run_writers(
+    writers: int, seconds: float, make_writer: Callable[[int], Callable[[], None]], *, warmup: float = 0.0
+) -> float:
     """Operations per second of ``writers`` threads, each calling its own op for ``seconds``.
 
     ``make_writer(i)`` prepares writer ``i`` (untimed) and returns the op to repeat.
-    All writers start together; the clock stops when the last one stops.
+    With ``warmup``, every writer first repeats its op that long, untimed, and all wait
+    for each other before the timed part. All writers start the timed part together; the
+    clock stops when the last one stops.
     """
     ops = [make_writer(i) for i in range(writers)]
     counts = [0] * writers
     errors: list[BaseException] = []
+    warmed = threading.Barrier(writers + 1)
     start = threading.Barrier(writers + 1)
     stop_at = [0.0]
+    warm_until = time.perf_counter() + warmup
 
     def loop(i: int) -> None:
-        start.wait()
         op = ops[i]
+        try:
+            while time.perf_counter() < warm_until:
+                op()
+        except BaseException as exc:
+            errors.append(exc)
+        warmed.wait()
+        start.wait()
         n = 0
         try:
-            while time.perf_counter() < stop_at[0]:
+            while not errors and time.perf_counter() < stop_at[0]:
                 op()
                 n += 1
         except BaseException as exc:
@@ -91,6 +103,7 @@ def run_writers(writers: int, seconds: float, make_writer: Callable[[int], Calla
     threads = [threading.Thread(target=loop, args=(i,)) for i in range(writers)]
     for thread in threads:
         thread.start()
+    warmed.wait()
     began = time.perf_counter()
     stop_at[0] = began + seconds
     start.wait()

@@ -17,8 +17,12 @@ Engine level (what a caller of ``Engine.record_step`` gets, domain work included
 - seed design: lock the session's state row ``FOR UPDATE``, update it, insert an execution row.
 
 Each writer is a thread with a session of its own. Rounds are interleaved and the median
-of each cell is printed, as the machine is shared. Run:
-``.venv/bin/python bench/bench_step_recording.py [--seconds 1.5] [--rounds 3] [--writers 1 8 32]``.
+of each cell is printed, as the machine is shared. Every cell starts on an empty table of its
+own; ``--warmup S`` first runs the same writes for S seconds, untimed, in every cell (the
+first few hundred appends into an empty table cost flowledger's recorder more than the
+plain insert, so a short cell is partly that). Run:
+``.venv/bin/python bench/bench_step_recording.py [--seconds 1.5] [--rounds 3] [--writers 1 8 32]
+[--warmup 0.5]``.
 Uses FLOWLEDGER_DATABASE_URL, else the server at 127.0.0.1:5432 (db ``test``); works in
 scratch schemas that it drops.
 """
@@ -224,7 +228,9 @@ def seed_writers(url: str, schema: str, conns: list[Any]) -> Writer:
     return make
 
 
-def measure(case: str, url: str, writers: int, seconds: float, row: tuple[str, bytes]) -> float:
+def measure(
+    case: str, url: str, writers: int, seconds: float, row: tuple[str, bytes], warmup: float = 0.0
+) -> float:
     """Steps per second for one case and writer count, in a scratch schema of its own."""
     with scratch_schema(url, "bench_steps") as schema:
         if case not in ("plain", "seed"):
@@ -239,14 +245,14 @@ def measure(case: str, url: str, writers: int, seconds: float, row: tuple[str, b
             grouped = case == "flowledger_group"
             with engine_on(url, schema, writers, stock, group_commit=grouped) as engine:
                 make = recorder_writers(engine, row) if alone else engine_writers(engine)
-                return run_writers(writers, seconds, make)
+                return run_writers(writers, seconds, make, warmup=warmup)
         conns: list[Any] = []
         try:
             if case == "plain":
                 make = plain_writers(url, schema, row, conns)
             else:
                 make = seed_writers(url, schema, conns)
-            return run_writers(writers, seconds, make)
+            return run_writers(writers, seconds, make, warmup=warmup)
         finally:
             for conn in conns:
                 conn.close()
@@ -273,6 +279,12 @@ def report(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.5, help="timed seconds per cell per round")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=0.0,
+        help="untimed seconds of the same writes first, in every cell (on its own fresh table)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--writers", type=int, nargs="+", default=[1, 8, 32])
     args = parser.parse_args()
@@ -284,7 +296,7 @@ def main() -> int:
     for round_no in range(args.rounds):
         for writers in args.writers:
             for case in CASES:
-                rate = measure(case, url, writers, args.seconds, row)
+                rate = measure(case, url, writers, args.seconds, row, args.warmup)
                 results.setdefault((case, writers), []).append(rate)
                 console.print(f"round {round_no + 1}: {writers:>2} writers {case:<20} {rate:8,.0f} steps/s")
     command = ("bench/bench_step_recording.py " + " ".join(sys.argv[1:])).strip()
