@@ -134,6 +134,11 @@ def _create(engine: Engine, body: WebhookRequest, session_id: str, strict: bool)
     }
 
 
+_ENGINE_NAMES = {"input": "input_data", "context": "input_data"}
+"""The engine's names for what the webhook's ``input_data`` becomes (the step's input, merged
+into the context in the seed's mode), for its refusals."""
+
+
 async def _process(
     caller: Caller, body: WebhookRequest, session_id: str, key: str | None, strict: bool
 ) -> dict[str, Any]:
@@ -141,14 +146,20 @@ async def _process(
     step = _required(body.step_name, "step_name", "process_step")
     if body.user_id is not None:
         await run_in_threadpool(ensure_user, caller, session_id, body.user_id)
-    outcome = await engine.run_step(
-        session_id,
-        step,
-        body.input_data or {},
-        model=body.model or DEFAULT_MODEL,
-        idempotency_key=key,
-        merge_input=not strict,
-    )
+    try:
+        outcome = await engine.run_step(
+            session_id,
+            step,
+            body.input_data or {},
+            model=body.model or DEFAULT_MODEL,
+            idempotency_key=key,
+            merge_input=not strict,
+        )
+    except ValidationError as error:
+        if error.field not in _ENGINE_NAMES:
+            raise
+        # The caller sent input_data: say so, not the engine's own name for it.
+        raise ValidationError(_ENGINE_NAMES[error.field], error.message) from None
     record = outcome.record
     usage = record.usage
     return {

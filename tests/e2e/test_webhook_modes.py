@@ -322,3 +322,35 @@ def test_the_rest_api_extends_by_a_duration_or_to_a_moment(hook: Hook) -> None:
     assert both.status_code == 422
     assert "not both" in both.json()["error"]
     assert hook.kinds("s1") == ["Started", "Extended", "Extended"]
+
+
+def _nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("input_data", "message"),
+    [
+        ('{"x": 1e400}', "input_data: must be JSON-serialisable"),
+        ('{"\\u0000": 1}', "input_data: key '\\x00' must not contain NUL characters"),
+        (json.dumps({"deep": _nested(40)}), "input_data: is nested more than 32 levels deep"),
+    ],
+)
+def test_a_bad_input_data_is_refused_under_its_own_name_in_both_modes(
+    hook: Hook, strict_hook: Hook, input_data: str, message: str
+) -> None:
+    body = '{"action": "process_step", "session_id": "s1", "step_name": "intent_classification", '
+    body += f'"input_data": {input_data}}}'
+    for each in (hook, strict_hook):
+        create(each)
+        head = each.engine.log.head()
+        response = each.http.post(
+            "/webhook/workflow-state", content=body, headers={"content-type": "application/json"}
+        )
+        assert (response.status_code, response.json()["success"]) == (422, False)
+        assert response.json()["error"].startswith(message)
+        assert each.engine.log.head() == head
+        assert each.calls == []
