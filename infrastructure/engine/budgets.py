@@ -204,14 +204,15 @@ class BudgetService:
 
         Raises BudgetExceeded when an enforced budget cannot take it; nothing is held then.
         """
-        if self._ledger is None or time.monotonic() < self._none_until:
+        # One writer asks whether there are budgets (``active``); concurrent steps wait for its
+        # answer. Each step used to reserve and then ask on its own whenever the answer had
+        # expired: a burst of both queries a second, which grew the ledger's pool to its limit.
+        if not self.active():
             return None
-        held = self._ledger.reserve(
+        assert self._ledger is not None  # active() is False without a ledger
+        return self._ledger.reserve(
             scope, estimate, self._store.clock(), _seconds(self.reservation_ttl_s), uuid4()
         )
-        if held is None and not self._ledger.has_budgets(self._tenant):
-            self._none_until = time.monotonic() + NO_BUDGETS_CACHE_S
-        return held
 
     def settle(self, reservation: Reservation, cost_usd: Decimal) -> list[Raised]:
         """Record the call's cost in place of its hold; append the alerts it raised (once each)."""
