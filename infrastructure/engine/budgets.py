@@ -207,12 +207,10 @@ class BudgetService:
         # One writer asks whether there are budgets (``active``); concurrent steps wait for its
         # answer. Each step used to reserve and then ask on its own whenever the answer had
         # expired: a burst of both queries a second, which grew the ledger's pool to its limit.
-        if not self.active():
+        ledger = self._ledger
+        if ledger is None or not self.active():
             return None
-        assert self._ledger is not None  # active() is False without a ledger
-        return self._ledger.reserve(
-            scope, estimate, self._store.clock(), _seconds(self.reservation_ttl_s), uuid4()
-        )
+        return ledger.reserve(scope, estimate, self._store.clock(), _seconds(self.reservation_ttl_s), uuid4())
 
     def settle(self, reservation: Reservation, cost_usd: Decimal) -> list[Raised]:
         """Record the call's cost in place of its hold; append the alerts it raised (once each)."""
