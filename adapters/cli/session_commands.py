@@ -84,7 +84,9 @@ def forget(
 ) -> None:
     """Erase a user's personal data (destroy their sessions' data keys); tokens, cost and latency stay."""
     with reported_errors():
-        if (user_id is None) == (session is None):
+        if user_id is None and session is None:
+            raise ValidationError("user_id", "give a user id, or --session SESSION")
+        if user_id is not None and session is not None:
             raise ValidationError("user_id", "give a user id, or --session SESSION, not both")
         with Engine() as engine:
             report = engine.forget(user_id) if user_id is not None else engine.forget_session(str(session))
