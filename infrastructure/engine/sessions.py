@@ -335,8 +335,7 @@ class SessionService:
 
     def _version_at(self, session_id: str, as_of: datetime) -> int:
         """The last version of the longest prefix of events stamped at or before ``as_of``."""
-        if as_of.tzinfo is None:
-            raise ValidationError("as_of", "must be timezone-aware")
+        require_moment("as_of", as_of)
         version = 0
         for entry in self.history(session_id):
             if entry.timestamp > as_of:

@@ -20,7 +20,7 @@ from flowledger.domain.assignment import in_queue_order
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import AgentState, EscalationReason, ReleaseOutcome, TaskState, TaskStatus
-from flowledger.domain.values import MAX_DEADLINE, JsonObject, LlmUsage, require_duration
+from flowledger.domain.values import MAX_DEADLINE, JsonObject, LlmUsage, require_duration, require_moment
 from flowledger.infrastructure.engine.assigner import BatchAssigner
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
@@ -139,8 +139,7 @@ class TaskService:
     def escalate_overdue(self, now: datetime | None = None) -> list[TaskState]:
         """Escalate every open task whose deadline passed (each once); returns those escalated."""
         at = now if now is not None else self._store.clock()
-        if at.tzinfo is None:
-            raise ValidationError("now", "must be timezone-aware")
+        require_moment("now", at)
         escalated = []
         for entry in self._reads.index.overdue_tasks(at):
             state = self._task_write(entry.task_id, partial(self._sweep, entry.task_id, at))
