@@ -350,10 +350,14 @@ class AggregateStore:
         return [event for aggregate in uow.touched.values() for event in aggregate.collect_events()]
 
     def _save(self, uow: UnitOfWork, events: list[Any]) -> None:
+        # The mapper and recorder directly: the library's ``EventStore.put`` also builds a
+        # ``Recording`` and a ``Notification`` per event, which nothing here reads.
+        store = self.app.events
+        stored = [store.mapper.to_stored_event(event) for event in events]
         if uow.transaction is None:
-            self.app.events.put(events)
+            store.recorder.insert_events(stored)
         else:
-            self.app.events.put(events, transaction=uow.transaction)
+            store.recorder.insert_events(stored, transaction=uow.transaction)
 
     def _committed(self, at: tuple[UUID, int], command_id: str) -> bool:
         """Whether the stream holds an event of ``command_id`` at or after version ``at[1]``."""
