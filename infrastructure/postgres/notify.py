@@ -41,7 +41,13 @@ class Notifier:
 
     def poke(self) -> None:
         """Note that an append committed; listeners hear of it shortly."""
-        self._pending.set()
+        # Every append pokes: an Event already set, or a thread already running, need no
+        # lock (the thread clears the event before its NOTIFY, and exits only under the
+        # lock after seeing it unset, so a poke is never lost between the two).
+        if not self._pending.is_set():
+            self._pending.set()
+        if self._thread is not None:
+            return
         with self._lock:
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._run, name="flowledger-notify", daemon=True)

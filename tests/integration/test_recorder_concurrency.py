@@ -259,3 +259,29 @@ def test_a_connection_the_pool_drops_is_freed_with_its_append_cursor(
     # Then the old connection is gone (the cursor did not keep it alive), and appends go on
     assert dropped() is None
     assert recorder.insert_events([event(uuid.uuid4(), 1)])
+
+
+def test_every_burst_of_appends_is_heard_even_across_the_notifiers_idle_exit(
+    recorder: FlowledgerApplicationRecorder, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a recorder whose notifier goes idle after 50 ms (its only sender of NOTIFY), and a listener
+    import flowledger.infrastructure.postgres.notify as notify
+
+    monkeypatch.setattr(notify, "IDLE_EXIT_SECONDS", 0.05)
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{recorder.channel_name}"')
+        for burst in range(5):
+            # When eight threads append at once (each append pokes the notifier)
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda _: recorder.insert_events([event(uuid.uuid4(), 1)]), range(32)))
+            # Then a NOTIFY follows the burst, whether the notifier thread was running or
+            # had gone idle in between (after every other burst it is waited out)
+            heard = list(listener.notifies(timeout=5, stop_after=1))
+            assert heard, burst
+            assert {n.channel for n in heard} == {recorder.channel_name}
+            if burst % 2:
+                thread = recorder.notifier._thread
+                if thread is not None:
+                    thread.join(timeout=5)
+                assert recorder.notifier._thread is None
+            list(listener.notifies(timeout=0.2))  # the rest of this burst's, before the next
