@@ -98,8 +98,11 @@ class SessionService:
     def extend(self, session_id: str, ttl: timedelta, *, reopen_expired: bool = False) -> ExpiryChange:
         """Add ``ttl`` to the current expiry: a 24 h session extended by 1 h lives 25 h.
 
-        Each extension adds at most ``MAX_TTL``. A session that already expired stays expired
-        (SessionExpired), unless ``reopen_expired``: then it lives ``ttl`` from now.
+        The bound is ``set_expiry``'s: the new expiry may lie at most ``MAX_TTL`` (366 days) after
+        now, however many extensions came before; one past it is refused (ValidationError on
+        ``ttl``, saying how much can still be added) and nothing is recorded. A session that
+        already expired stays expired (SessionExpired), unless ``reopen_expired``: then it lives
+        ``ttl`` from now.
         """
         require_ttl(ttl)
         return self._store.write(session_id, partial(self._extend, session_id, ttl, reopen_expired))
@@ -286,7 +289,16 @@ class SessionService:
 
     def _extend(self, session_id: str, ttl: timedelta, reopen_expired: bool, uow: UnitOfWork) -> ExpiryChange:
         session = self._session(uow, session_id)
-        return self._move_expiry(session, uow.now, session.expires_at + ttl, uow.now + ttl, reopen_expired)
+        expires_at = session.expires_at + ttl
+        # The bound set_expiry holds to, on the same clock: ttl alone is at most MAX_TTL, but
+        # repeated extensions would otherwise push the expiry years ahead.
+        limit = uow.now + MAX_TTL
+        if expires_at > limit:
+            # Past the bound the session has not expired (its expiry lies after now), so this
+            # records nothing: it refuses a completed, abandoned or erased session first.
+            session.ensure_open(uow.now)
+            raise ValidationError("ttl", _beyond_bound(expires_at, limit, session.expires_at))
+        return self._move_expiry(session, uow.now, expires_at, uow.now + ttl, reopen_expired)
 
     def _move_expiry(
         self, session: Session, now: datetime, expires_at: datetime, reopen_at: datetime, reopen: bool
@@ -344,3 +356,13 @@ class SessionService:
         if version == 0:
             raise SessionNotFound(session_id)
         return version
+
+
+def _beyond_bound(expires_at: datetime, limit: datetime, current: datetime) -> str:
+    """Why an extension to ``expires_at`` is refused, and how much the session can still take."""
+    room = timedelta(seconds=int((limit - current).total_seconds()))
+    can_add = f"at most {room} can still be added" if room > timedelta(0) else "nothing can be added"
+    return (
+        f"the expiry would be {expires_at.isoformat()}, and must lie at most {MAX_TTL.days} days"
+        f" ahead (until {limit.isoformat()}): {can_add}"
+    )
