@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import Caller, Reader, requires
 from flowledger.adapters.http.errors import responses
-from flowledger.adapters.http.schemas import Body, PathId
+from flowledger.adapters.http.schemas import Body, PathId, money
 from flowledger.infrastructure.postgres.budgets import Burn
 
 router = APIRouter(prefix="/v1", tags=["budgets"])
@@ -33,7 +33,7 @@ _LIMIT = {
 class SetBudget(Body):
     """A budget's terms."""
 
-    limit_usd: Annotated[Decimal, WithJsonSchema(_LIMIT)] = Field(examples=["25.00"])
+    limit_usd: Annotated[Decimal, money(10, 12), WithJsonSchema(_LIMIT)] = Field(examples=["25.00"])
     mode: Literal["enforce", "alert"] = "enforce"
     webhook_url: str | None = Field(default=None, max_length=2000, examples=["https://ops.example/hooks"])
     webhook_secret: str | None = Field(default=None, min_length=16, max_length=200)

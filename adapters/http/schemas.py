@@ -9,13 +9,15 @@ and generated tests what is valid; the Engine checks them again and refuses with
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from flowledger.adapters.http.errors import worded
 from flowledger.domain.bounds import MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL
@@ -67,6 +69,48 @@ def free_input() -> Any:
     )
 
 
+def money(whole: int, decimals: int) -> Any:
+    """A validator for US dollars as the API takes them: a decimal string of at most ``whole``
+    digits before the point and ``decimals`` after (ASCII digits, no sign, no exponent), or a
+    JSON number, rounded to ``decimals`` decimal places (a number is not exact anyway). ``Decimal`` itself would also read
+    ``"1e5"``, ``"+5"``, ``" 5"`` or non-ASCII digits, which the schema's pattern refuses."""
+    pattern = re.compile(rf"[0-9]{{1,{whole}}}(\.[0-9]{{1,{decimals}}})?")
+    said = f"must be a decimal string like 0.25 (at most {whole} digits before the point, {decimals} after)"
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool):
+            raise PydanticCustomError("money", "must be a decimal string or a number, not a boolean")
+        if isinstance(value, str):
+            if pattern.fullmatch(value) is None:
+                raise PydanticCustomError("money", said)
+            return Decimal(value)
+        if isinstance(value, int | float):
+            amount = Decimal(str(value))  # as written in the JSON (a float's shortest repr)
+            exponent = amount.as_tuple().exponent
+            if isinstance(exponent, int) and exponent < -decimals:  # a number is not exact: rounded
+                amount = amount.quantize(Decimal(1).scaleb(-decimals))
+            return amount
+        return value  # a Decimal from a Python caller, or anything else: the field's own checks
+
+    return BeforeValidator(check)
+
+
+def _json_integer(value: Any) -> Any:
+    """A JSON integer, also as written with a zero fraction (``91.0``, which JSON Schema counts
+    as an integer); a boolean or a string is not one (pydantic alone reads ``true`` as 1)."""
+    if isinstance(value, bool | str):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JSON_INTEGER = BeforeValidator(_json_integer)
+Integer = Annotated[int, JSON_INTEGER]
+"""An integer body field: JSON integers only (``_json_integer``); an optional one is
+``Annotated[int | None, JSON_INTEGER]`` (so that its bounds stay in the JSON schema)."""
+
+
 _MONEY = {
     "anyOf": [
         {"type": "number", "minimum": 0, "maximum": 10**9},
@@ -74,6 +118,8 @@ _MONEY = {
     ],
     "description": "US dollars, exact: a decimal string (or a number)",
 }
+Money = Annotated[Decimal, money(9, 18), WithJsonSchema(_MONEY)]
+"""A call's cost in the API: exact dollars (``money``)."""
 
 
 class Body(BaseModel):
@@ -86,7 +132,7 @@ class StartSession(Body):
     session_id: str = required_name("user-123-1700000000")
     workflow: str = required_name("customer_service", field="workflow", webhook="workflow_name")
     user_id: str | None = name()
-    ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS)
+    ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS, strict=True)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -94,25 +140,25 @@ class UsageIn(Body):
     provider: str = Field(default="unknown", max_length=MAX_ID)
     request_model: str = Field(default="", max_length=MAX_ID)
     response_model: str = Field(default="", max_length=MAX_ID)
-    input_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
-    output_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
-    cache_read_input_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
-    reasoning_output_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
+    input_tokens: Integer = Field(default=0, ge=0, le=MAX_COUNT)
+    output_tokens: Integer = Field(default=0, ge=0, le=MAX_COUNT)
+    cache_read_input_tokens: Integer = Field(default=0, ge=0, le=MAX_COUNT)
+    reasoning_output_tokens: Integer = Field(default=0, ge=0, le=MAX_COUNT)
     finish_reasons: list[str] = Field(default_factory=list, max_length=64)
     response_id: str = Field(default="", max_length=MAX_ID)
-    cost_usd: Annotated[Decimal, WithJsonSchema(_MONEY)] = Field(
-        default=Decimal("0"), ge=0, le=Decimal(10**9)
-    )
+    cost_usd: Money = Field(default=Decimal("0"), ge=0, le=Decimal(10**9))
     price_version: str = Field(default="", max_length=MAX_ID)
-    latency_ms: float = Field(default=0.0, ge=0, le=MAX_TTL_SECONDS * 1000)
-    attempts: int = Field(default=1, ge=1, le=10_000)
-    cache_creation_input_tokens: int = Field(default=0, ge=0, le=MAX_COUNT, description="Cache writes.")
-    cache_creation_1h_input_tokens: int = Field(
+    latency_ms: float = Field(default=0.0, ge=0, le=MAX_TTL_SECONDS * 1000, strict=True)
+    attempts: Integer = Field(default=1, ge=1, le=10_000)
+    cache_creation_input_tokens: Integer = Field(default=0, ge=0, le=MAX_COUNT, description="Cache writes.")
+    cache_creation_1h_input_tokens: Integer = Field(
         default=0, ge=0, le=MAX_COUNT, description="The cache writes with a one-hour lifetime."
     )
-    unpriced: bool = Field(default=False, description="No price was known: cost_usd is not the cost.")
+    unpriced: bool = Field(
+        default=False, strict=True, description="No price was known: cost_usd is not the cost."
+    )
     cost_source: str = Field(default="", max_length=MAX_ID, description='"provider": its own charge.')
-    retried_cost_usd: Annotated[Decimal, WithJsonSchema(_MONEY)] = Field(
+    retried_cost_usd: Money = Field(
         default=Decimal("0"), ge=0, le=Decimal(10**9), description="What retried attempts were billed."
     )
 
@@ -147,8 +193,8 @@ class Extend(Body):
         json_schema_extra={"oneOf": [{"required": ["ttl_seconds"]}, {"required": ["expires_at"]}]}
     )
 
-    ttl_seconds: Annotated[float, Field(ge=0.001, le=MAX_TTL_SECONDS)] | SkipJsonSchema[None] = Field(
-        default=None, description="Added to the current expiry."
+    ttl_seconds: Annotated[float, Field(ge=0.001, le=MAX_TTL_SECONDS, strict=True)] | SkipJsonSchema[None] = (
+        Field(default=None, description="Added to the current expiry.")
     )
     expires_at: datetime | SkipJsonSchema[None] = Field(
         default=None, description="The new expiry (with a time zone), instead of ttl_seconds."
@@ -156,11 +202,11 @@ class Extend(Body):
 
 
 class ForkSession(Body):
-    at_version: int = Field(
+    at_version: Integer = Field(
         ge=1, le=MAX_VERSION, description="The parent's version whose state the fork takes."
     )
     new_session_id: str = required_name("user-123-1700000000-retry")
-    ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS)
+    ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS, strict=True)
 
 
 class Complete(Body):

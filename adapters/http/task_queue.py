@@ -10,7 +10,15 @@ from pydantic import Field
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses
-from flowledger.adapters.http.schemas import MAX_DEADLINE_HOURS, MAX_ID, NAME_PATTERN, Body, name
+from flowledger.adapters.http.schemas import (
+    JSON_INTEGER,
+    MAX_DEADLINE_HOURS,
+    MAX_ID,
+    NAME_PATTERN,
+    Body,
+    Integer,
+    name,
+)
 from flowledger.adapters.http.tasks import AgentId, Json, Priority, TaskId, any_case, out
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskStatus
@@ -22,9 +30,12 @@ router = APIRouter(prefix="/v1", tags=["tasks"])
 class RunQueue(Body):
     """How much of the queue to run."""
 
-    limit: int | None = Field(default=None, ge=1, le=MAX_LIST, description="at most this many tasks")
+    limit: Annotated[int | None, JSON_INTEGER] = Field(
+        default=None, ge=1, le=MAX_LIST, description="at most this many tasks"
+    )
     escalate_when_full: bool = Field(
         default=False,
+        strict=True,
         description="escalate tasks whose capable agents are all full (default: they keep waiting)",
     )
 
@@ -35,14 +46,18 @@ class Requeue(Body):
     reason: str = Field(min_length=1, max_length=1000)
     requested_by: str | None = name(description="the person; the API key's id when omitted")
     deadline_hours: float | None = Field(
-        default=None, ge=0.001, le=MAX_DEADLINE_HOURS, description="a new deadline, in hours from now"
+        default=None,
+        ge=0.001,
+        le=MAX_DEADLINE_HOURS,
+        strict=True,
+        description="a new deadline, in hours from now",
     )
 
 
 class Capacity(Body):
     """An agent's new capacity (never below the tasks it holds)."""
 
-    capacity: int = Field(ge=0, le=10_000)
+    capacity: Integer = Field(ge=0, le=10_000)
 
 
 StatusName = Annotated[

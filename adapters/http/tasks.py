@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, status
-from pydantic import AliasChoices, BeforeValidator, Field, WithJsonSchema
+from pydantic import AliasChoices, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses, worded
@@ -16,11 +17,13 @@ from flowledger.adapters.http.schemas import (
     NAME_PATTERN,
     Body,
     EventOut,
+    Integer,
     PathId,
     name,
     required_name,
 )
-from flowledger.domain.bounds import MAX_NAME_LENGTH, MAX_SKILLS, MAX_TEXT_LENGTH
+from flowledger.domain.bounds import MAX_NAME_LENGTH, MAX_SKILLS, MAX_TEXT_LENGTH, require_object
+from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import AgentState, TaskPriority, TaskState
 from flowledger.infrastructure.history import jsonable
 
@@ -29,12 +32,28 @@ Json = dict[str, Any]
 TaskId = Annotated[str, PathId]
 AgentId = Annotated[str, PathId]
 Skill = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
-_UNIX_TIME = {"type": "number", "minimum": -62_135_596_800, "maximum": 253_402_300_799}
+_EARLIEST_S, _LATEST_S = -62_135_596_800, 253_402_300_799
+_UNIX_TIME = {"type": "number", "minimum": _EARLIEST_S, "maximum": _LATEST_S}
+
+
+def _unix_seconds(value: Any) -> Any:
+    """A JSON number as Unix seconds, always: pydantic alone reads one above 2*10^10 as
+    milliseconds, so 20000000000 and 20000000001 landed 600 years apart. Booleans are refused."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("moment", "must be a time (RFC 3339 text or Unix seconds), not a boolean")
+    if isinstance(value, int | float):
+        if not _EARLIEST_S <= value <= _LATEST_S:
+            raise PydanticCustomError("moment", "must be Unix seconds within the years 1 to 9999")
+        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=value)
+    return value
+
+
 Moment = Annotated[
     datetime,
+    BeforeValidator(_unix_seconds),
     WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, _UNIX_TIME]}),
 ]
-"""A time: RFC 3339, or Unix seconds in years 1-9999 (pydantic reads both; the schema says so)."""
+"""A time: RFC 3339 text, or Unix seconds in years 1-9999 (the schema says both)."""
 
 
 def any_case(names: list[str]) -> str:
@@ -67,18 +86,20 @@ class RegisterAgent(Body):
     agent_id: str = required_name("be-1")
     name: str = required_name("Backend 1")
     skills: list[Skill] = Field(min_length=1, max_length=MAX_SKILLS)
-    capacity: int = Field(default=SEED_CAPACITY, ge=1, le=10_000)
+    capacity: Integer = Field(default=SEED_CAPACITY, ge=1, le=10_000)
 
 
 class CreateTask(Body):
-    """A task to create."""
+    """A task to create (a deadline as a time, or in hours from now: not both)."""
+
+    model_config = ConfigDict(json_schema_extra={"not": {"required": ["deadline", "deadline_hours"]}})
 
     task_id: str = required_name("T-1")
     description: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
     required_skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
     priority: Priority = TaskPriority.MEDIUM
     deadline: Moment | None = None
-    deadline_hours: float | None = Field(default=None, ge=0.001, le=MAX_DEADLINE_HOURS)
+    deadline_hours: float | None = Field(default=None, ge=0.001, le=MAX_DEADLINE_HOURS, strict=True)
 
 
 class Classify(Body):
@@ -91,7 +112,11 @@ class Outcome(Body):
     """What the finished task produced: ``resolution``, as a session ends with (``result``, the
     name before, is still accepted)."""
 
-    resolution: Json | None = Field(default=None, validation_alias=AliasChoices("resolution", "result"))
+    resolution: Json | str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("resolution", "result"),
+        description='A JSON object, or a string (kept as {"resolution": "..."}, as a session keeps it).',
+    )
 
 
 class Release(Body):
@@ -134,6 +159,8 @@ def get_agent(agent_id: AgentId, caller: Reader) -> Json:
 def create_task(body: CreateTask, caller: Writer) -> Json:
     """Create a task (a deadline as a time, or in hours from now)."""
     deadline: datetime | timedelta | None = body.deadline
+    if body.deadline is not None and body.deadline_hours is not None:
+        raise ValidationError("deadline_hours", "give deadline (a time) or deadline_hours, not both")
     if body.deadline_hours is not None:
         deadline = timedelta(hours=body.deadline_hours)
     state = caller.engine.create_task(
@@ -184,7 +211,11 @@ def start_task(task_id: TaskId, caller: Writer) -> Json:
 @router.post("/tasks/{task_id}/complete", responses=_WRITE)
 def complete_task(task_id: TaskId, body: Outcome, caller: Writer) -> Json:
     """The task is done; its agent is freed."""
-    return out(caller.engine.complete_task(task_id, body.resolution))
+    resolution = body.resolution
+    if isinstance(resolution, str):
+        resolution = {"resolution": resolution}
+    require_object("resolution", resolution, optional=True)  # named as the caller sent it
+    return out(caller.engine.complete_task(task_id, resolution))
 
 
 @router.post("/tasks/{task_id}/release", responses=_WRITE)

@@ -59,6 +59,7 @@ class WebhookRequest(BaseModel):
     model: str | None = Field(default=None, max_length=MAX_ID)
     expires_hours: float | None = Field(
         default=None,
+        strict=True,
         gt=0,
         le=MAX_HOURS,
         description="create_session: the session's lifetime (24). extend_session: hours added (24).",
@@ -68,7 +69,7 @@ class WebhookRequest(BaseModel):
     )
     idempotency_key: str | None = Field(default=None, max_length=MAX_ID)
     strict: bool | None = Field(
-        default=None, description="Strict mode for this request (default: the server's setting)."
+        default=None, strict=True, description="Strict mode for this request (default: the server's setting)."
     )
 
 
