@@ -11,9 +11,17 @@ _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
+MAX_SINCE = timedelta(weeks=99_999)
+"""The longest window (about 1,900 years: the HTTP pattern's five digits of weeks); a longer one
+would overflow ``timedelta`` or reach before the year 1."""
+
+
 def parse_since(text: str) -> timedelta:
-    """``90s``, ``30m``, ``24h``, ``7d`` or ``2w`` as a timedelta."""
+    """``90s``, ``30m``, ``24h``, ``7d`` or ``2w`` as a timedelta, at most ``MAX_SINCE``."""
     match = _DURATION.match(text.strip())
     if not match:
         raise ValidationError("since", f"{text!r} is not a duration like 30m, 24h or 7d")
-    return timedelta(**{_UNITS[match[2]]: int(match[1])})
+    amount, unit = int(match[1]), _UNITS[match[2]]
+    if amount > MAX_SINCE / timedelta(**{unit: 1}):
+        raise ValidationError("since", f"{text.strip()[:40]!r} is longer than the longest window, 99999w")
+    return timedelta(**{unit: amount})

@@ -23,6 +23,7 @@ from rich.table import Table
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.llm.pricing import load_price_table
+from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.projections import (
@@ -55,7 +56,8 @@ TenantOption = Annotated[str | None, typer.Option(help=TENANT_HELP)]
 
 
 def _tenant(engine: Engine, tenant: str | None) -> str:
-    return engine.tenant if tenant is None else tenant
+    """``--tenant`` (checked as a name, as everywhere a tenant is given), else the engine's."""
+    return engine.tenant if tenant is None else require_name("tenant", tenant)
 
 
 @contextmanager
@@ -153,7 +155,7 @@ def _print_horizon(projector: Projector) -> None:
 def tenant_views_command(tenant: Annotated[str, typer.Argument(help="The tenant.")]) -> None:
     """Create (or refresh) a schema of views showing only one tenant's rows; print its name."""
     with reported_errors(), Engine() as engine:
-        console.print(tenant_views(projector_for(engine), tenant), highlight=False)
+        console.print(tenant_views(projector_for(engine), require_name("tenant", tenant)), highlight=False)
 
 
 @projections_app.command("follow")
@@ -307,17 +309,18 @@ def dashboard_command(
     groups = by or ["model"]
     with reported_errors(), Engine() as engine:
         whose = _tenant(engine, tenant)
-        projector = projector_for(engine).ready_to_read()
         start = datetime.now(UTC) - parse_since(since)
+        if reprice_as is not None:  # refused before anything is printed
+            table = load_price_table(engine.settings.pricing_file)
+            prices = table.latest()
+            if reprice_as not in prices:
+                raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
+        projector = projector_for(engine).ready_to_read()
         with projector.connect_reader() as conn:
             read = "raw" if exact else "auto"
             rows = dashboard(conn, projector.names.reader, tenant=whose, since=start, by=groups, read=read)
             console.print(dashboard_table(rows, groups, f"model calls, last {since}"))
             if reprice_as is not None:
-                table = load_price_table(engine.settings.pricing_file)
-                prices = table.latest()
-                if reprice_as not in prices:
-                    raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
                 repriced = reprice(
                     conn,
                     projector.names.reader,

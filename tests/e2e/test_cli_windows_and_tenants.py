@@ -1,0 +1,80 @@
+"""The analytics commands refuse what they cannot show in one line and before printing anything:
+a window longer than the longest (it overflowed into a "bug" exit), a model without a price for
+``--reprice-as``, and a tenant that is not a name."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowledger.adapters.durations import MAX_SINCE, parse_since
+from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+from tests.e2e.test_cli_sessions import run
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("dashboard", "--since", "99999999999d"),
+        ("dashboard", "--since", "1000000d", "--exact"),
+        ("funnel", "customer_service", "--since", "99999999999d"),
+        ("funnel", "customer_service", "--since", "1000000d"),
+    ],
+)
+def test_a_window_longer_than_the_longest_is_a_usage_error(
+    database_url: str, pg_schema: str, args: tuple[str, ...]
+) -> None:
+    # When a dashboard or funnel is asked for a window of thousands of years
+    done = run(database_url, pg_schema, *args)
+    # Then it is refused in one line with the usage exit code (it was 70, "a bug")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines() == [
+        f"error: since: '{args[args.index('--since') + 1]}' is longer than the longest window, 99999w"
+    ]
+    assert done.stdout == ""
+
+
+def test_the_longest_window_itself_is_read() -> None:
+    assert parse_since("99999w") == MAX_SINCE
+    with pytest.raises(ValidationError, match="longer than the longest window"):
+        parse_since("699994d")
+
+
+def test_an_unknown_reprice_model_is_refused_before_the_table_is_printed(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a recorded step
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("s-1", "customer_service")
+        engine.record_step("s-1", "greet")
+    # When the dashboard is asked to reprice at a model without a price
+    done = run(database_url, pg_schema, "dashboard", "--since", "1h", "--reprice-as", "nosuchmodel")
+    # Then only the refusal is printed
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("error: reprice_as: no price for 'nosuchmodel'")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("dashboard", "--tenant", "a\x01"),
+        ("dashboard", "--tenant", ""),
+        ("funnel", "customer_service", "--tenant", " "),
+        ("projections", "tenant-views", ""),
+        ("projections", "tenant-views", "a\x01"),
+        ("projections", "tenant-views", "t" * 300),
+    ],
+)
+def test_a_tenant_that_is_not_a_name_is_refused(
+    database_url: str, pg_schema: str, args: tuple[str, ...]
+) -> None:
+    # When an analytics command names a blank tenant, one with a control character, or one too long
+    done = run(database_url, pg_schema, *args)
+    # Then it is refused in one line (nothing was shown, no tenant schema made)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("error: tenant: ")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert done.stdout == ""
