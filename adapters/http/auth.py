@@ -208,10 +208,21 @@ class Gate:
 def token_of(
     request: Request, credentials: HTTPAuthorizationCredentials | None, header_key: str | None
 ) -> str | None:
-    """The key a request carries: bearer first, then ``X-API-Key``."""
-    if credentials is not None and credentials.scheme.lower() == "bearer":
-        return credentials.credentials
-    return header_key
+    """The key a request carries, as a bearer token or ``X-API-Key``; 401 when it carries two
+    different keys (which one acts would be a guess: another tenant's, say). An
+    ``Authorization`` header of another scheme (a proxy's ``Basic``) is not a key."""
+    bearer_key = (
+        credentials.credentials
+        if credentials is not None and credentials.scheme.lower() == "bearer"
+        else None
+    )
+    if bearer_key and header_key and bearer_key != header_key:
+        raise HTTPException(
+            401,
+            "two different API keys were sent (Authorization: Bearer and X-API-Key): send one",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return bearer_key or header_key
 
 
 def requires(role: str) -> Callable[..., AsyncIterator[Caller]]:

@@ -89,6 +89,21 @@ def test_bearer_and_x_api_key_both_carry_a_key(server: httpx.Client) -> None:
     assert server.get("/v1/sessions/s1", headers={"X-API-Key": ACME_READER}).status_code == 200
 
 
+def test_two_different_keys_in_one_request_are_refused(server: httpx.Client) -> None:
+    # When a request carries one tenant's key as a bearer token and another's as X-API-Key
+    # (or a revoked one beside a good one)
+    two = server.get("/v1/tasks", headers={**bearer(GLOBEX_WRITER), "X-API-Key": ACME_WRITER})
+    # Then neither acts for it: 401, said plainly
+    assert two.status_code == 401
+    assert "two different API keys" in two.json()["error"]
+    # And the same key twice, or a proxy's Basic credentials beside a key, are still one key
+    assert (
+        server.get("/v1/tasks", headers={**bearer(ACME_WRITER), "X-API-Key": ACME_WRITER}).status_code == 200
+    )
+    basic = {"Authorization": "Basic dXNlcjpwYXNz", "X-API-Key": ACME_READER}
+    assert server.get("/v1/tasks", headers=basic).status_code == 200
+
+
 def test_a_reader_key_reads_but_every_command_is_403(server: httpx.Client, acme: Engine) -> None:
     acme.start_session("s1", "cs")
     head = acme.log.head()
