@@ -178,8 +178,9 @@ class BudgetExceeded(BudgetError):
     ) -> None:
         super().__init__(
             budget_id,
-            f"budget {scope}:{subject} per {period} would be exceeded: limit ${limit_usd}, "
-            f"spent ${spent_usd}, reserved ${reserved_usd}, this call up to ${estimate_usd}",
+            f"budget {scope}:{subject} per {period} would be exceeded: limit ${Decimal(limit_usd):f}, "
+            f"spent ${Decimal(spent_usd):f}, reserved ${Decimal(reserved_usd):f}, "
+            f"this call up to ${Decimal(estimate_usd):f}",
         )
         self.scope, self.subject, self.period = scope, subject, period
         self.limit_usd, self.spent_usd = limit_usd, spent_usd

@@ -64,11 +64,11 @@ class BudgetOut(BaseModel):
             subject=spec.subject,
             period=spec.period,
             mode=spec.mode,
-            limit_usd=str(spec.limit_usd),
+            limit_usd=format(spec.limit_usd, "f"),
             webhook_url=spec.webhook_url,
             window_start=burn.window_start,
-            spent_usd=str(burn.spent_usd),
-            reserved_usd=str(burn.reserved_usd),
+            spent_usd=format(burn.spent_usd, "f"),
+            reserved_usd=format(burn.reserved_usd, "f"),
             percent=str(burn.percent),
         )
 

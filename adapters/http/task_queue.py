@@ -90,9 +90,11 @@ def list_tasks(
 
 
 @router.post("/queue/run", responses=responses())
-def run_queue(body: RunQueue, caller: Writer) -> list[Json]:
+def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     """Offer every waiting task (requeued ones, those that waited for capacity) in queue order:
-    critical first, then the earliest deadline. Returns each task offered as it stands."""
+    critical first, then the earliest deadline. Returns each task offered as it stands. Every
+    field has a default, so the body may be left out."""
+    body = body or RunQueue()
     states = caller.engine.assign_pending(limit=body.limit, escalate_when_full=body.escalate_when_full)
     return [out(state) for state in states]
 

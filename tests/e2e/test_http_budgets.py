@@ -104,6 +104,10 @@ def test_an_admin_sets_a_budget_readers_list_its_burn_and_other_tenants_do_not_s
         ("/v1/budgets/planet/earth/day", {"limit_usd": "1"}),
         ("/v1/budgets/user/alice/week", {"limit_usd": "1"}),
         ("/v1/budgets/tenant/globex/day", {"limit_usd": "1"}),
+        ("/v1/budgets/user/alice/day", {"limit_usd": "1e-7"}),
+        ("/v1/budgets/user/alice/day", {"limit_usd": "1_000"}),
+        ("/v1/budgets/user/alice/day", {"limit_usd": " 5 "}),
+        ("/v1/budgets/user/alice/day", {"limit_usd": True}),
     ],
 )
 def test_bad_budgets_are_422_in_the_envelope_and_write_nothing(
@@ -136,6 +140,21 @@ def test_a_call_past_an_enforced_budget_is_402_in_the_envelope_and_reaches_no_mo
     assert seed.status_code == 402
     assert seed.json()["success"] is False
     assert simulator.stats["requests"] == 0
+
+
+def test_a_small_limit_given_as_a_number_is_answered_in_plain_decimals(server: httpx.Client) -> None:
+    # When a budget's limit is the JSON number 1e-7 and a call would pass it
+    put = server.put(
+        "/v1/budgets/workflow/support/month", json={"limit_usd": 1e-7}, headers=bearer(ACME_ADMIN)
+    )
+    assert put.status_code == 200, put.text
+    server.post("/v1/sessions", json={"session_id": "s1", "workflow": "support"}, headers=bearer(ACME_WRITER))
+    refused = server.post("/v1/sessions/s1/process", json={"step": "greet"}, headers=bearer(ACME_WRITER))
+    # Then the limit reads 0.0000001 in the budget and in the refusal, never 1E-7
+    assert put.json()["budget"]["limit_usd"] == "0.0000001"
+    assert refused.status_code == 402
+    assert "limit $0.0000001, spent $0" in refused.json()["error"]
+    assert "E-" not in refused.json()["error"]
 
 
 def test_the_openapi_document_gives_every_status_of_the_budget_routes(server: httpx.Client) -> None:

@@ -227,3 +227,9 @@ def test_an_integer_written_with_a_zero_fraction_is_still_an_integer(http: TestC
     # Then 3.0 is taken as 3, and 3.5 is refused
     assert http.get("/v1/agents/a-1").json()["capacity"] == 3
     assert http.put("/v1/agents/a-1/capacity", json={"capacity": 3.5}).status_code == 422
+
+
+def test_the_queue_runs_without_a_body(http: TestClient) -> None:
+    # Every field of the run's body has a default: leaving the body out is running with them
+    assert http.post("/v1/queue/run").status_code == 200
+    assert http.post("/v1/queue/run", json={}).status_code == 200
