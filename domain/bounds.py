@@ -245,7 +245,8 @@ def require_object(field_name: str, value: Any, *, optional: bool = False) -> No
 def require_duration(field_name: str, value: Any, *, maximum: timedelta) -> timedelta:
     """Raise ValidationError unless ``value`` is a timedelta in (0, ``maximum``]."""
     if not isinstance(value, timedelta) or value <= timedelta(0):
-        raise ValidationError(field_name, f"must be a positive duration, got {value!r}")
+        given = str(value) if isinstance(value, timedelta) else repr(value)  # 0:00:00, -1 day, 23:00:00
+        raise ValidationError(field_name, f"must be a positive duration, got {given}")
     if value > maximum:
         raise ValidationError(field_name, f"must be at most {_days(maximum)}, got {_days(value)}")
     return value

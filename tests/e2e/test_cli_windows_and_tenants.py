@@ -78,3 +78,14 @@ def test_a_tenant_that_is_not_a_name_is_refused(
     assert done.stderr.startswith("error: tenant: ")
     assert len(done.stderr.strip().splitlines()) == 1
     assert done.stdout == ""
+
+
+def test_a_duration_that_rounds_to_nothing_is_said_as_a_duration(database_url: str, pg_schema: str) -> None:
+    # Given a session
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("s-1", "customer_service")
+    # When it is extended by a fraction of an hour too small to be a microsecond
+    done = run(database_url, pg_schema, "extend", "s-1", "--hours", "1e-12")
+    # Then the refusal says the duration as people read it, not as Python's repr
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: ttl: must be a positive duration, got 0:00:00"
