@@ -96,6 +96,19 @@ class SimulatorConfig:
     cache_min_tokens: int = 64
     seed: int | None = None
 
+    def __post_init__(self) -> None:
+        """Refuse what would make every request hang or fail (an infinite latency, a negative
+        wait, an empty key that no client can match)."""
+        for name, value, most in (
+            ("latency_ms", self.latency_ms, 600_000.0),
+            ("retry_after", self.retry_after_s, 3_600.0),
+            ("hang_s", self.hang_s, 3_600.0),
+        ):
+            if value is not None and not (isinstance(value, int | float) and 0 <= value <= most):
+                raise ValidationError(name, f"must be a number from 0 to {most:,.0f}, got {value!r}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValidationError("api_key", "must not be blank (leave it out to accept any key)")
+
     def mean_latency_ms(self, model: str) -> float:
         """The mean latency of ``model`` (the override, else its own, else 45 ms)."""
         if self.latency_ms is not None:

@@ -89,3 +89,23 @@ def test_a_duration_that_rounds_to_nothing_is_said_as_a_duration(database_url: s
     # Then the refusal says the duration as people read it, not as Python's repr
     assert done.returncode == 2
     assert done.stderr.strip() == "error: ttl: must be a positive duration, got 0:00:00"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--latency-ms", "inf"), "error: latency_ms: must be a number from 0 to 600,000, got inf"),
+        (("--latency-ms", "-5"), "error: latency_ms: must be a number from 0 to 600,000, got -5.0"),
+        (("--retry-after", "-1"), "error: retry_after: must be a number from 0 to 3,600, got -1.0"),
+        (("--api-key", ""), "error: api_key: must not be blank (leave it out to accept any key)"),
+    ],
+)
+def test_the_simulator_refuses_settings_that_would_hang_or_refuse_every_request(
+    database_url: str, pg_schema: str, args: tuple[str, ...], said: str
+) -> None:
+    # When the simulator is started with an infinite or negative wait, or a blank key
+    done = run(database_url, pg_schema, "simulate-llm", "--port", "0", *args)
+    # Then it is refused in one line before it listens
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.strip() == said
+    assert "listening" not in done.stdout
