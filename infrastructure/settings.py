@@ -153,8 +153,8 @@ class Settings:
             database_url=env.get("FLOWLEDGER_DATABASE_URL") or None,
             read_database_url=env.get("FLOWLEDGER_READ_DATABASE_URL") or None,
             home=Path(env["FLOWLEDGER_HOME"]) if env.get("FLOWLEDGER_HOME") else defaults.home,
-            schema=env.get("FLOWLEDGER_SCHEMA") or defaults.schema,
-            tenant=env.get("FLOWLEDGER_TENANT") or defaults.tenant,
+            schema=_named(env, "FLOWLEDGER_SCHEMA", defaults.schema),
+            tenant=_named(env, "FLOWLEDGER_TENANT", defaults.tenant),
             llm_base_url=env.get("FLOWLEDGER_LLM_BASE_URL") or None,
             llm_api_key=env.get("FLOWLEDGER_LLM_API_KEY") or None,
             pricing_file=Path(pricing) if pricing else None,
@@ -203,6 +203,17 @@ class Settings:
         """A copy with the given non-None fields replaced."""
         given = {name: value for name, value in overrides.items() if value is not None}
         return replace(self, **given)  # type: ignore[arg-type]
+
+
+def _named(env: Mapping[str, str], name: str, default: str) -> str:
+    """``env[name]`` when set, else ``default``; set but blank is refused."""
+    # Where the data goes: `FLOWLEDGER_SCHEMA=$UNSET_VARIABLE` must not write to the default schema.
+    raw = env.get(name)
+    if raw is None:
+        return default
+    if not raw.strip():
+        raise ValidationError(name, f"must not be empty (unset it for the default, {default!r})")
+    return raw
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 import click
 import psycopg
@@ -22,6 +23,8 @@ from flowledger.domain import errors
 # Most specific first; Exception catches the rest. Codes from 64 up follow sysexits.h.
 EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.ValidationError, 2),
+    # typer vendors click: its BadParameter is no click.ClickException, so it lands here.
+    (typer.BadParameter, 2),
     (errors.UnknownModelPrice, 2),
     (errors.BudgetNotFound, 3),
     (errors.SessionArchived, 3),  # a SessionNotFound: said first, so it keeps its own entry
@@ -74,6 +77,9 @@ def one_line(error: Exception) -> str:
     """The error as one line: what went wrong and on what, without a traceback."""
     if isinstance(error, errors.FlowledgerError):
         text = str(error)
+    elif isinstance(error, typer.BadParameter):
+        # Worded as a ValidationError is: "host: ...", the option's name without its dashes.
+        text = f"{str(error.param_hint or 'value').lstrip('-')}: {error.message}"
     elif isinstance(error, OSError) and error.strerror and error.filename is not None:
         text = f"{error.filename}: {error.strerror}"
     elif isinstance(error, UnicodeDecodeError):
@@ -94,6 +100,11 @@ def reported_errors() -> Iterator[None]:
     except _DELIBERATE:
         raise
     except Exception as error:
-        # Escaped: a message quoting "[x]" would otherwise be read as rich markup and vanish.
-        _stderr.print(f"[red]error:[/red] {escape(one_line(error))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(exit_code_for(error)) from None
+        fail(one_line(error), exit_code_for(error))
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """End the command: ``message`` as the one ``error:`` line on stderr, and exit ``code``."""
+    # Escaped: a message quoting "[x]" would otherwise be read as rich markup and vanish.
+    _stderr.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code) from None

@@ -11,11 +11,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.errors import fail, reported_errors
 from flowledger.adapters.http.auth import Keyring
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
-from flowledger.infrastructure.postgres.keys import PostgresKeyStore
+from flowledger.infrastructure.postgres.keys import PostgresKeyStore, StaticKeys
+from flowledger.infrastructure.settings import MEMORY_URL
 
 console = Console()
 notes = Console(stderr=True)
@@ -24,11 +25,29 @@ keys_app = typer.Typer(
 )
 
 
+SHOWN_ID = 40
+"""The most characters of a key id an error line quotes: a pasted token must not fill the screen."""
+
+
+def _database_url(settings: Settings) -> str:
+    return settings.database_url or embedded_database_url(settings.home)
+
+
+def keyring(settings: Settings) -> Keyring:
+    """The keys ``settings`` give, and the database's table unless events live in memory.
+
+    What ``Keyring.of(engine)`` finds, without building an engine first: ``serve`` checks the keys
+    before it starts anything.
+    """
+    url = _database_url(settings)
+    store = None if url == MEMORY_URL else PostgresKeyStore(url, settings.schema, settings)
+    return Keyring(StaticKeys(settings.api_keys), store)
+
+
 @contextmanager
 def _store() -> Iterator[PostgresKeyStore]:
     settings = Settings.from_env()
-    url = settings.database_url or embedded_database_url(settings.home)
-    store = PostgresKeyStore(url, settings.schema, settings)
+    store = PostgresKeyStore(_database_url(settings), settings.schema, settings)
     try:
         yield store
     finally:
@@ -77,8 +96,10 @@ def revoke(key_id: Annotated[str, typer.Argument(help="The key's id, as listed."
     with reported_errors(), _store() as store:
         found = store.revoke(key_id)
     if not found:
-        console.print(f"no active key {key_id!r}", highlight=False)
-        raise typer.Exit(3)
+        shown = (
+            repr(key_id) if len(key_id) <= SHOWN_ID else f"{key_id[:SHOWN_ID]!r}… ({len(key_id)} characters)"
+        )
+        fail(f"no active key {shown}", 3)
     console.print(f"key {key_id} revoked", highlight=False)
 
 
@@ -92,7 +113,7 @@ def keys_required(host: str, keys: Keyring, *, insecure: bool, console: Console)
         loopback = False
     if not loopback and not insecure:
         raise typer.BadParameter(
-            f"no API key is configured: refusing to serve {host} to the network open. "
+            f"no API key is configured: refusing to serve {host or 'every interface'} to the network open. "
             "Create one (flowledger keys create --tenant T --role writer), set FLOWLEDGER_API_KEYS, "
             "or pass --insecure",
             param_hint="--host",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import socket
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
 from enum import StrEnum
@@ -21,16 +22,20 @@ import uvicorn
 from rich.console import Console
 
 from flowledger.adapters.cli.errors import reported_errors
-from flowledger.adapters.cli.keys_commands import keys_required
+from flowledger.adapters.cli.keys_commands import keyring, keys_required
 from flowledger.adapters.http.app import create_app
-from flowledger.adapters.http.auth import Keyring
 from flowledger.adapters.http.middleware import log_requests
 from flowledger.adapters.llm import OpenAICompatibleClient, WebhookNotifier
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.bounds import require_count
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine, Settings
 
 console = Console(stderr=True)
+
+
+HTTP_PARSERS = ("auto", "h11", "httptools")
+"""The values of ``--http``: uvicorn reads any other as an import string, and fails late."""
 
 
 class Loop(StrEnum):
@@ -49,13 +54,44 @@ def loop_runner(loop: Loop) -> tuple[str, Callable[[Coroutine[Any, Any, None]], 
     try:
         import uvloop
     except ImportError:
-        raise typer.BadParameter("uvloop is not installed (pip install 'flowledger[speed]')") from None
+        raise ValidationError("loop", "uvloop is not installed (pip install 'flowledger[speed]')") from None
 
     def run(main: Coroutine[Any, Any, None]) -> None:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(main)
 
     return "uvloop", run
+
+
+def http_parser(http: str) -> str:
+    """The HTTP parser uvicorn is to use: one of its three names (ValidationError otherwise)."""
+    # uvicorn would take any other string as "module:Class" and fail when serving starts.
+    if http not in HTTP_PARSERS:
+        raise ValidationError("http", f"{http!r} is not one of {', '.join(HTTP_PARSERS)}")
+    if http == "httptools" and importlib.util.find_spec("httptools") is None:
+        raise ValidationError("http", "httptools is not installed (pip install 'flowledger[speed]')")
+    return http
+
+
+def require_listenable(host: str, port: int) -> None:
+    """Refuse an address this host cannot listen on (ValidationError), before anything starts.
+
+    It binds as uvicorn will (``create_server`` on every address the host resolves to) and lets
+    go at once; uvicorn's own failure would come after start-up, as a page of log lines.
+    """
+
+    async def bind() -> None:
+        server = await asyncio.get_running_loop().create_server(asyncio.Protocol, host, port)
+        server.close()
+        await server.wait_closed()
+
+    where = f"{host}:{port}"
+    try:
+        asyncio.run(bind())
+    except socket.gaierror as error:
+        raise ValidationError("host", f"cannot listen on {where}: {error.strerror or error}") from None
+    except OSError as error:  # taken, not ours to bind, or not an address of this host
+        raise ValidationError("port", f"cannot listen on {where}: {error.strerror or error}") from None
 
 
 @contextlib.contextmanager
@@ -92,17 +128,24 @@ def serve(
     to the built-in simulator, which is announced on stderr.
     """
     with reported_errors():
+        # Every check first: a refusal must find nothing started (no simulator, no engine).
         require_count("port", port, most=65535)
         loop_name, run = loop_runner(loop)
+        parser = http_parser(http)
         base = Settings.from_env()
+        require_listenable(host, port)
+        keys = keyring(base)
+        try:
+            require_keys = keys_required(host, keys, insecure=insecure, console=console)
+        except BaseException:
+            keys.close()  # the app would have closed it; it never runs
+            raise
         with _llm_settings(base, simulate_llm or not base.llm_base_url) as settings:
             engine = Engine(
                 settings=settings,
                 llm=OpenAICompatibleClient.from_settings(settings),
                 alerts=WebhookNotifier(),
             )
-            keys = Keyring.of(engine)
-            require_keys = keys_required(host, keys, insecure=insecure, console=console)
             log_requests(enabled=access_log)
             config = uvicorn.Config(
                 create_app(engine, require_keys=require_keys, keys=keys),
@@ -113,7 +156,7 @@ def serve(
                 access_log=False,
                 # The loop is made by ``run`` below; uvicorn must not install another.
                 loop="none",
-                http=http,
+                http=parser,
             )
             console.print(f"serving on {loop_name}")
             run(_serve(uvicorn.Server(config), engine))
