@@ -10,6 +10,7 @@ ledger; this module holds the rules a budget is defined by and its events.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -40,10 +41,18 @@ def budget_uuid(tenant: str, scope: str, subject: str, period: str) -> UUID:
     return uuid5(BUDGET_NAMESPACE, f"{tenant}\x1f{scope}\x1f{subject}\x1f{period}")
 
 
+_PLAIN_DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+"""How a limit is written as text: ASCII digits, an optional fraction (a sign only to be refused
+as not more than 0); no exponent, underscore or space."""
+
+
 def require_limit(value: object) -> Decimal:
     """A positive, finite amount of USD with at most 12 decimals (floats refused: not exact)."""
     if isinstance(value, bool | float):
         raise ValidationError("limit_usd", f"must be an exact decimal (a string or Decimal), got {value!r}")
+    if isinstance(value, str) and _PLAIN_DECIMAL.fullmatch(value) is None:
+        # Decimal itself also reads "1_000", " 5 ", "1e3" and non-ASCII digits
+        raise ValidationError("limit_usd", f"must be a plain decimal like 25 or 0.50, got {value[:40]!r}")
     try:
         amount = Decimal(value) if isinstance(value, str | int) else value
     except InvalidOperation:

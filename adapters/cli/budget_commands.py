@@ -85,7 +85,7 @@ def set_budget(
     spec = made.spec
     verb = "set" if made.changed else "unchanged"
     console.print(
-        f"budget {spec.scope}:{spec.subject} per {spec.period}: ${spec.limit_usd} ({spec.mode}) {verb}",
+        f"budget {spec.scope}:{spec.subject} per {spec.period}: ${spec.limit_usd:f} ({spec.mode}) {verb}",
         highlight=False,
     )
     if made.webhook_secret is not None:
@@ -111,7 +111,7 @@ def list_budgets(tenant: TenantOpt = None) -> None:
             "all time" if spec.period == "total" else f"{burn.window_start:%Y-%m-%d}",
             str(burn.spent_usd),
             str(burn.reserved_usd),
-            str(spec.limit_usd),
+            format(spec.limit_usd, "f"),
             str(burn.percent),
         )
     console.print(table)

@@ -257,6 +257,10 @@ def test_bad_budgets_are_refused_and_write_nothing(settings: Settings) -> None:
             (("user", "alice", "day", "0"), {}),
             (("user", "alice", "day", 0.5), {}),
             (("user", "alice", "day", "NaN"), {}),
+            (("user", "alice", "day", "1_000"), {}),  # Decimal reads these; a limit is plain digits
+            (("user", "alice", "day", " 5 "), {}),
+            (("user", "alice", "day", "1e3"), {}),
+            (("user", "alice", "day", "\u0663"), {}),
             (("planet", "earth", "day", "1"), {}),
             (("user", "alice", "week", "1"), {}),
             (("user", "alice", "day", "1"), {"mode": "shout"}),
