@@ -1,22 +1,27 @@
 """How the HTTP layer reports errors: one status table, and the seed's error envelope.
 
 Every refusal has the same body, ``{"success": false, "error": "<a sentence>"}``:
-flowledger errors (by ``STATUS_CODES``), request validation (422), the HTTP layer's own
-refusals (401, 403, 404 for an unknown path, 405, 413, 429) and, from the request-context
-middleware, an unexpected exception (500, naming the request id that the log line carries).
+flowledger errors (by ``STATUS_CODES``), a body that cannot be read as JSON (400, one
+``body: ...`` sentence, REST and webhook alike), request validation (422), the HTTP layer's own
+refusals (401, 403, 404 for an unknown path, 405 with an ``Allow`` naming every method of the
+path, 413, 429) and, from the request-context middleware, an unexpected exception (500, naming
+the request id that the log line carries).
 ``responses(...)`` documents those bodies in the OpenAPI document, per operation.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from flowledger.domain import errors
 
@@ -132,9 +137,16 @@ def worded(pattern: str, words: str) -> str:
     return pattern
 
 
+def _is_unparsed_body(error: Any) -> bool:
+    """Whether a validation error is FastAPI's "the body is not JSON" (``loc`` is ``("body", offset)``),
+    not a field that failed the schema."""
+    loc = error["loc"]
+    return error["type"] == "json_invalid" and len(loc) == 2 and loc[0] == "body" and isinstance(loc[1], int)
+
+
 def _problem(error: Any) -> str:
     """One validation error as ``where: what`` (with the value, when it is short and plain)."""
-    if error["type"] == "json_invalid":
+    if _is_unparsed_body(error):
         # The location's last part is the character offset, not a field.
         detail = error.get("ctx", {}).get("error") or "cannot be parsed"
         return f"body: is not valid JSON ({detail}, at character {error['loc'][-1]})"
@@ -147,6 +159,35 @@ def _problem(error: Any) -> str:
     return f"{where}: {said}{shown}"
 
 
+# FastAPI's words (fastapi.routing.get_request_handler) when reading the body raised anything but
+# a JSONDecodeError; the exception it caught is the HTTPException's __cause__.
+_FASTAPI_UNREADABLE = "There was an error parsing the body"
+
+
+def unreadable_body(cause: BaseException | None) -> str:
+    """What is wrong with a body that ``json.loads`` refused other than by a JSONDecodeError."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"body: is not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "body: is nested too deeply"
+    if isinstance(cause, ValueError):  # int() past sys.get_int_max_str_digits(): json's only other ValueError
+        return f"body: holds a number too long to read (over {sys.get_int_max_str_digits():,} digits)"
+    return "body: cannot be read as JSON"
+
+
+def allowed_methods(app: FastAPI, request: Request) -> set[str]:
+    """Every method a route of ``app`` answers at the request's path. Starlette's 405 names only the
+    first matching route's, though ``GET`` and ``POST /v1/tasks`` are two routes (RFC 9110 wants all)."""
+    # A fresh scope: routing has filled the request's with the first route's parameters and context.
+    scope = {key: request.scope.get(key, "") for key in ("type", "path", "root_path", "method")}
+    methods: set[str] = set()
+    for route in iter_route_contexts(app.routes):
+        # A mount (no methods of its own, like the docs' assets) keeps the header its app gave.
+        if route.methods and route.matches(scope)[0] is not Match.NONE:
+            methods |= route.methods
+    return methods
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map flowledger errors and request-validation errors to 4xx/5xx with a message."""
 
@@ -156,15 +197,22 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_invalid_request(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
+        unparsed = [e for e in error.errors() if _is_unparsed_body(e)]
+        if unparsed:  # not JSON at all: unreadable (400), not invalid (422)
+            return JSONResponse(error_body(_problem(unparsed[0])), status_code=400)
         problems = "; ".join(_problem(e) for e in error.errors())
         return JSONResponse(error_body(problems or "invalid request"), status_code=422)
 
-    async def on_http_error(_: Request, error: Exception) -> JSONResponse:
+    async def on_http_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, HTTPException)
-        message = str(error.detail)
+        message, headers = str(error.detail), dict(error.headers or {})
+        if error.status_code == 400 and message == _FASTAPI_UNREADABLE:
+            message = unreadable_body(error.__cause__)
         if message in {"Not Found", "Method Not Allowed"}:  # Starlette's routing words
             message = f"{message.lower()}: see /openapi.json for the API's paths"
-        return JSONResponse(error_body(message), status_code=error.status_code, headers=error.headers)
+        if error.status_code == 405 and (methods := allowed_methods(app, request)):
+            headers["Allow"] = ", ".join(sorted(methods))
+        return JSONResponse(error_body(message), status_code=error.status_code, headers=headers)
 
     app.add_exception_handler(errors.FlowledgerError, on_flowledger_error)
     app.add_exception_handler(HTTPException, on_http_error)

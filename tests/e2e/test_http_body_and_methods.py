@@ -1,0 +1,109 @@
+"""A body that cannot be read as JSON is a 400 saying why, on REST and the webhook alike; a
+method a path lacks is a 405 whose ``Allow`` names every method of the path, not the first route's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flowledger.adapters.http.app import create_app
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+
+AS_JSON = {"content-type": "application/json"}
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+@pytest.fixture
+def memory_http() -> Iterator[TestClient]:
+    engine = Engine(settings=make_settings(database_url="memory:"))
+    with TestClient(create_app(engine)) as client:
+        yield client
+    engine.close()
+
+
+@pytest.mark.parametrize("path", ["/v1/sessions", "/webhook/workflow-state"])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"session_id":', "body: is not valid JSON (Expecting value, at character 14)"),
+        (b'{"session_id":"s9\xe9","workflow":"w"}', "body: is not UTF-8 (byte 0xe9 at offset 17)"),
+        (b'{"session_id":' + b"7" * 5000 + b"}", "body: holds a number too long to read (over 4,300 digits)"),
+        (DEEP, "body: is nested too deeply"),
+    ],
+    ids=["truncated", "not-utf8", "long-number", "too-deep"],
+)
+def test_an_unreadable_body_is_a_400_that_says_why_and_appends_nothing(
+    engine: Engine, path: str, content: bytes, message: str
+) -> None:
+    # Given an app with nothing recorded yet
+    with TestClient(create_app(engine)) as http:
+        head = engine.log.head()
+
+        # When a body that is not JSON Python can read comes in
+        response = http.post(path, content=content, headers=AS_JSON)
+
+        # Then it is refused as unreadable, in the error envelope, with one sentence and nothing appended
+        assert response.status_code == 400
+        assert response.json() == {"success": False, "error": message}
+        assert engine.log.head() == head
+
+
+@pytest.mark.parametrize(
+    ("path", "content", "message"),
+    [
+        ("/v1/sessions", b'{"session_id": "s-1"}', "workflow: is required"),
+        ("/webhook/workflow-state", b'["create_session"]', "body: must be a JSON object"),
+    ],
+)
+def test_a_body_that_is_json_but_breaks_the_schema_is_still_a_422(
+    memory_http: TestClient, path: str, content: bytes, message: str
+) -> None:
+    # When a readable JSON body misses what the operation needs
+    response = memory_http.post(path, content=content, headers=AS_JSON)
+
+    # Then it is invalid (422), not unreadable
+    assert response.status_code == 422
+    assert response.json()["error"].startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("DELETE", "/v1/agents", {"GET", "POST"}),
+        ("OPTIONS", "/v1/tasks", {"GET", "POST"}),
+        ("HEAD", "/v1/tasks", {"GET", "POST"}),
+        ("PATCH", "/v1/budgets/user/u/day", {"DELETE", "PUT"}),
+        ("PUT", "/v1/sessions/s-1", {"GET"}),
+        ("POST", "/openapi.json", {"GET", "HEAD"}),
+    ],
+)
+def test_a_wrong_method_is_a_405_allowing_every_method_of_the_path(
+    memory_http: TestClient, method: str, path: str, allowed: set[str]
+) -> None:
+    # When a path is asked with a method none of its routes answers
+    response = memory_http.request(method, path)
+
+    # Then Allow names the methods of all its routes, and the body is the error envelope
+    assert response.status_code == 405
+    assert set(response.headers["allow"].split(", ")) == allowed
+    if method != "HEAD":
+        assert response.json() == {
+            "success": False,
+            "error": "method not allowed: see /openapi.json for the API's paths",
+        }
+
+
+def test_every_method_a_405_allows_is_answered(memory_http: TestClient) -> None:
+    # Given the methods a 405 says a path with a parameter takes
+    allowed = memory_http.patch("/v1/budgets/user/u/day").headers["allow"].split(", ")
+
+    # When each is tried
+    statuses = {
+        method: memory_http.request(method, "/v1/budgets/user/u/day").status_code for method in allowed
+    }
+
+    # Then none of them is refused for its method
+    assert 405 not in statuses.values(), statuses
