@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
 
 MEMORY_URL = "memory:"
@@ -110,8 +111,7 @@ class Settings:
     def __post_init__(self) -> None:
         if not _SCHEMA_NAME.match(self.schema):
             raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
-        if not self.tenant.strip():
-            raise ValidationError("tenant", "must be a non-empty string")
+        require_name("tenant", self.tenant)  # not blank, no control characters, at most 200
         if self.pool_size < 1:
             raise ValidationError("pool_size", f"must be >= 1, got {self.pool_size}")
         if self.snapshot_interval < 1:

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.errors import fail, reported_errors
 from flowledger.adapters.http.auth import Keyring
+from flowledger.domain.bounds import require_name
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore, StaticKeys
@@ -73,8 +74,11 @@ def list_keys(
     revoked: Annotated[bool, typer.Option("--revoked", help="Include revoked keys.")] = False,
 ) -> None:
     """The keys, without their secrets."""
-    with reported_errors(), _store() as store:
-        keys = store.list(tenant, revoked=revoked)
+    with reported_errors():
+        if tenant is not None:
+            require_name("tenant", tenant)
+        with _store() as store:
+            keys = store.list(tenant, revoked=revoked)
     table = Table(title="API keys")
     for column in ("key id", "tenant", "role", "label", "created", "revoked"):
         table.add_column(column)
