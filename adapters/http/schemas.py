@@ -72,8 +72,9 @@ def free_input() -> Any:
 def money(whole: int, decimals: int) -> Any:
     """A validator for US dollars as the API takes them: a decimal string of at most ``whole``
     digits before the point and ``decimals`` after (ASCII digits, no sign, no exponent), or a
-    JSON number, rounded to ``decimals`` decimal places (a number is not exact anyway). ``Decimal`` itself would also read
-    ``"1e5"``, ``"+5"``, ``" 5"`` or non-ASCII digits, which the schema's pattern refuses."""
+    JSON number, rounded to ``decimals`` decimal places (a number is not exact anyway).
+    ``Decimal`` itself would also read ``"1e5"``, ``"+5"``, ``" 5"`` or non-ASCII digits,
+    which the schema's pattern refuses."""
     pattern = re.compile(rf"[0-9]{{1,{whole}}}(\.[0-9]{{1,{decimals}}})?")
     said = f"must be a decimal string like 0.25 (at most {whole} digits before the point, {decimals} after)"
 
