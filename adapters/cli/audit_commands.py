@@ -2,7 +2,8 @@
 chain a log from before the chain (docs/audit.md).
 
 Any finding exits 1; a read of the log that the read horizon held back is reported as
-partial (exit 75, "try again"), never as ok.
+partial (exit 75, "try again"), never as ok. A file the user names is read before anything
+else: one that cannot be read exits 74, one whose data is not what it should hold 65.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 
 from flowledger.adapters.cli.errors import reported_errors
@@ -33,6 +35,9 @@ console = Console(stderr=True)
 PARTIAL_EXIT = 75
 """Like a database that did not answer: nothing is wrong that trying again will not fix."""
 MAX_SHOWN = 50
+MALFORMED_EXIT = 65
+"""A named file that reads but does not hold what it should (sysexits' EX_DATAERR), as
+adapters/cli/errors.py exits for one that is not UTF-8 text."""
 
 PublicKey = Annotated[
     str | None,
@@ -50,6 +55,47 @@ def _public_key(given: str | None, engine: Engine | None = None) -> bytes:
         with Engine() as own:
             return own.audit.signing.public_bytes
     return engine.audit.signing.public_bytes
+
+
+def refuse_malformed(what: str, why: str) -> NoReturn:
+    """One line on stderr, as ``reported_errors`` writes it, and exit 65: ``what`` names the file's role."""
+    line = " ".join(f"{what}: {why}".split())
+    console.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(MALFORMED_EXIT)
+
+
+def _check_anchors(path: Path) -> None:
+    """Refuse an anchor file the user named unless every line is a checkpoint record.
+
+    Read here, before the database: a missing file would otherwise read as "no anchors" and a
+    stray record as a checkpoint dropped from the database. OSError and UnicodeDecodeError
+    go to the exit-code table (74, 65).
+    """
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                refuse_malformed("anchors", f"line {number}: not JSON ({error})")
+            why = _not_a_checkpoint(record)
+            if why:
+                refuse_malformed("anchors", f"line {number}: not a checkpoint record ({why})")
+
+
+def _not_a_checkpoint(record: Any) -> str:
+    """Why ``record`` is not what ``audit checkpoints`` writes (empty when it is)."""
+    if not isinstance(record, dict) or record.get("type") != "checkpoint":
+        return 'no "type": "checkpoint"'
+    statement = record.get("statement")
+    if not isinstance(statement, dict):
+        return "no statement object"
+    if type(statement.get("seq")) is not int or type(statement.get("position")) is not int:
+        return "its statement has no whole-number seq and position"
+    if not isinstance(record.get("signature"), str):
+        return "no signature"
+    return ""
 
 
 def _show(problems: list[str]) -> None:
@@ -114,7 +160,10 @@ def verify(
     public_key: PublicKey = None,
     anchors: Annotated[
         Path | None,
-        typer.Option(help="Checkpoints anchored elsewhere (JSON lines); default: this host's anchor file."),
+        typer.Option(
+            help="Checkpoints anchored elsewhere (JSON lines `audit checkpoints` wrote); default: this host's"
+            " anchor file."
+        ),
     ] = None,
     file: Annotated[
         Path | None,
@@ -139,6 +188,8 @@ def verify(
                 soft_wrap=True,
             )
             return
+        if anchors is not None:
+            _check_anchors(anchors)
         with Engine() as engine:
             stream = None
             if session is not None:

@@ -4,7 +4,9 @@ A repricing prices the calls made from ``--from`` on with the configured price t
 (``FLOWLEDGER_PRICING_FILE``, else the shipped one, or ``--file``), each at the entry in force
 at its time. ``--dry-run`` prints the change per model and day and writes nothing; without
 it the repricing is recorded, the cost projection rebuilt with it, and the same table read
-back from the rebuilt projection. Events are never changed.
+back from the rebuilt projection. Events are never changed. ``show --file`` reads the file
+as every command reads a file the user names: one it cannot read exits 74, one that is not
+UTF-8 text 65.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ FileOption = Annotated[
 ]
 
 
+def _readable(path: Path | None) -> Path | None:
+    """``path`` once it reads as UTF-8 text: the price table's reader would call a missing file
+    or binary bytes bad input (exit 2); OSError and UnicodeDecodeError go to the exit-code table."""
+    if path is not None:
+        path.read_text(encoding="utf-8")
+    return path
+
+
 def _moment(text: str) -> datetime:
     """An ISO 8601 time or date; a time without a zone is UTC."""
     try:
@@ -47,8 +57,10 @@ def _moment(text: str) -> datetime:
 @prices_app.command("show")
 def show_command(file: FileOption = None) -> None:
     """Each model's prices (USD per million tokens) and since when; then the aliases."""
-    with reported_errors(), Engine() as engine:
-        table, _ = read_price_file(file or engine.settings.pricing_file)
+    with reported_errors():
+        named = _readable(file)
+        with Engine() as engine:
+            table, _ = read_price_file(named or engine.settings.pricing_file)
         out = Table(title=f"prices {table.version} (USD / 1M tokens)", box=box.SIMPLE_HEAD)
         for column in ("model", "from", "input", "cached", "write 5m", "write 1h", "output", ">200k in/out"):
             left = column in ("model", "from")

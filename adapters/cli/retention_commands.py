@@ -2,11 +2,13 @@
 
 See docs/retention.md. ``run`` archives every policy's due sessions (or one workflow's), with
 ``--dry-run`` only counting them; ``restore`` checks a bundle against its signed proof and
-the sessions' bases before putting their events back.
+the sessions' bases before putting their events back: a file that cannot be read exits 74,
+one that is not a bundle 65, a bundle that does not verify 1.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -14,11 +16,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flowledger.adapters.cli.audit_commands import refuse_malformed
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.projections import projector_for
 from flowledger.projections.retention import archive
+from flowledger.verify import BUNDLE_FORMAT
 
 console = Console()
 notes = Console(stderr=True)
@@ -32,6 +37,33 @@ TenantOpt = Annotated[
 WorkflowOpt = Annotated[str, typer.Option("--workflow", help="The workflow the policy is for.")]
 
 
+def _tenant(given: str | None) -> str | None:
+    """The --tenant given, checked as a name (a control character would be stored, then printed)."""
+    return None if given is None else require_name("tenant", given)
+
+
+def _check_bundle(path: Path) -> None:
+    """Refuse a file that is not a bundle before the engine checks its proof (which exits 1).
+
+    Only the header line is read here: a bundle may be large, and the engine reads it whole.
+    OSError and UnicodeDecodeError go to the exit-code table (74, 65).
+    """
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                refuse_malformed("bundle", f"line {number}: not JSON ({error})")
+            if not isinstance(record, dict) or record.get("type") != "header":
+                refuse_malformed("bundle", f"line {number}: not a bundle (it starts with no header record)")
+            if record.get("format") != BUNDLE_FORMAT:
+                refuse_malformed("bundle", f"line {number}: not a bundle of format {BUNDLE_FORMAT}")
+            return
+    refuse_malformed("bundle", f"{path} is empty")
+
+
 @retention_app.command("set")
 def set_policy(
     workflow: WorkflowOpt,
@@ -39,7 +71,7 @@ def set_policy(
     tenant: TenantOpt = None,
 ) -> None:
     """Keep a workflow's closed sessions in the log for DAYS days after their last event."""
-    with reported_errors(), Engine(tenant=tenant) as engine:
+    with reported_errors(), Engine(tenant=_tenant(tenant)) as engine:
         engine.retention.set_policy(workflow, days)
     console.print(f"retention of {workflow}: {days} days", highlight=False)
 
@@ -47,7 +79,7 @@ def set_policy(
 @retention_app.command("list")
 def list_policies(tenant: TenantOpt = None) -> None:
     """The retention policies."""
-    with reported_errors(), Engine(tenant=tenant) as engine:
+    with reported_errors(), Engine(tenant=_tenant(tenant)) as engine:
         policies = engine.retention.policies()
     table = Table(title=f"retention policies of {engine.tenant}")
     table.add_column("workflow")
@@ -60,7 +92,7 @@ def list_policies(tenant: TenantOpt = None) -> None:
 @retention_app.command("remove")
 def remove_policy(workflow: WorkflowOpt, tenant: TenantOpt = None) -> None:
     """Stop archiving a workflow (exit 2 when it has no policy)."""
-    with reported_errors(), Engine(tenant=tenant) as engine:
+    with reported_errors(), Engine(tenant=_tenant(tenant)) as engine:
         if not engine.retention.delete_policy(workflow):
             raise ValidationError("workflow", f"no retention policy for workflow {workflow!r}")
     console.print(f"retention of {workflow} removed", highlight=False)
@@ -79,7 +111,7 @@ def run(
     tenant: TenantOpt = None,
 ) -> None:
     """Archive the closed sessions older than their policy: bundle, base, rows deleted."""
-    with reported_errors(), Engine(tenant=tenant) as engine:
+    with reported_errors(), Engine(tenant=_tenant(tenant)) as engine:
         target = out if out is not None else engine.settings.home / "archive"
         report = archive(engine, projector_for(engine), target, workflow=workflow, dry_run=dry_run)
     table = Table(title="would archive (dry run)" if dry_run else f"archived into {target}")
@@ -115,8 +147,11 @@ def restore(
     tenant: TenantOpt = None,
 ) -> None:
     """Check a bundle's proof and the sessions' bases, then put their events back."""
-    with reported_errors(), Engine(tenant=tenant) as engine:
-        report = engine.restore_sessions(bundle, session or None)
+    with reported_errors():
+        whose = _tenant(tenant)
+        _check_bundle(bundle)
+        with Engine(tenant=whose) as engine:
+            report = engine.restore_sessions(bundle, session or None)
     console.print(
         f"restored {len(report.sessions)} sessions ({report.events} events) from {bundle}",
         highlight=False,
