@@ -15,10 +15,9 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import Progress
 
-from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.errors import fail, reported_errors
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import AuditReport, verify_log
@@ -58,10 +57,8 @@ def _public_key(given: str | None, engine: Engine | None = None) -> bytes:
 
 
 def refuse_malformed(what: str, why: str) -> NoReturn:
-    """One line on stderr, as ``reported_errors`` writes it, and exit 65: ``what`` names the file's role."""
-    line = " ".join(f"{what}: {why}".split())
-    console.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(MALFORMED_EXIT)
+    """The one ``error:`` line and exit 65: ``what`` names the file's role, ``why`` what is wrong."""
+    fail(" ".join(f"{what}: {why}".split()), MALFORMED_EXIT)
 
 
 def _check_anchors(path: Path) -> None:
