@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -61,6 +62,20 @@ def refuse_malformed(what: str, why: str) -> NoReturn:
     fail(" ".join(f"{what}: {why}".split()), MALFORMED_EXIT)
 
 
+def json_records(path: Path, what: str) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of a JSON-lines file the user named, with its number; a line that is
+    not JSON is refused (exit 65, naming ``what`` and the line). OSError and UnicodeDecodeError
+    go to the exit-code table (74, 65)."""
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except ValueError as error:
+                refuse_malformed(what, f"line {number}: not JSON ({error})")
+
+
 def _check_anchors(path: Path) -> None:
     """Refuse an anchor file the user named unless every line is a checkpoint record.
 
@@ -68,17 +83,10 @@ def _check_anchors(path: Path) -> None:
     stray record as a checkpoint dropped from the database. OSError and UnicodeDecodeError
     go to the exit-code table (74, 65).
     """
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                refuse_malformed("anchors", f"line {number}: not JSON ({error})")
-            why = _not_a_checkpoint(record)
-            if why:
-                refuse_malformed("anchors", f"line {number}: not a checkpoint record ({why})")
+    for number, record in json_records(path, "anchors"):
+        why = _not_a_checkpoint(record)
+        if why:
+            refuse_malformed("anchors", f"line {number}: not a checkpoint record ({why})")
 
 
 def _not_a_checkpoint(record: Any) -> str:

@@ -8,7 +8,6 @@ one that is not a bundle 65, a bundle that does not verify 1.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flowledger.adapters.cli.audit_commands import refuse_malformed
+from flowledger.adapters.cli.audit_commands import json_records, refuse_malformed
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
@@ -48,19 +47,12 @@ def _check_bundle(path: Path) -> None:
     Only the header line is read here: a bundle may be large, and the engine reads it whole.
     OSError and UnicodeDecodeError go to the exit-code table (74, 65).
     """
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                refuse_malformed("bundle", f"line {number}: not JSON ({error})")
-            if not isinstance(record, dict) or record.get("type") != "header":
-                refuse_malformed("bundle", f"line {number}: not a bundle (it starts with no header record)")
-            if record.get("format") != BUNDLE_FORMAT:
-                refuse_malformed("bundle", f"line {number}: not a bundle of format {BUNDLE_FORMAT}")
-            return
+    for number, record in json_records(path, "bundle"):
+        if not isinstance(record, dict) or record.get("type") != "header":
+            refuse_malformed("bundle", f"line {number}: not a bundle (it starts with no header record)")
+        if record.get("format") != BUNDLE_FORMAT:
+            refuse_malformed("bundle", f"line {number}: not a bundle of format {BUNDLE_FORMAT}")
+        return
     refuse_malformed("bundle", f"{path} is empty")
 
 
