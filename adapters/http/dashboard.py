@@ -167,7 +167,10 @@ async def dashboard_page(
     """Cost, latency, traffic and funnels as pictures; without a key, the login form (401);
     an invalid window, the page with the error (422)."""
     gate: Gate = request.app.state.gate
-    token = token_of(request, credentials, header_key) or request.cookies.get(COOKIE)
+    try:
+        token = token_of(request, credentials, header_key) or request.cookies.get(COOKIE)
+    except HTTPException as conflict:  # two different keys: the page's 401 is its login form
+        return login_page(str(conflict.detail))
     url_key = request.query_params.get("key")
     if token is None and url_key and gate.tenants.base.settings.dashboard_url_keys:
         token = url_key

@@ -102,6 +102,11 @@ def test_two_different_keys_in_one_request_are_refused(server: httpx.Client) -> 
     )
     basic = {"Authorization": "Basic dXNlcjpwYXNz", "X-API-Key": ACME_READER}
     assert server.get("/v1/tasks", headers=basic).status_code == 200
+    # And the dashboard page answers the two keys with its login form, as every 401 of the page
+    page = server.get("/dashboard", headers={**bearer(GLOBEX_WRITER), "X-API-Key": ACME_WRITER})
+    assert page.status_code == 401
+    assert page.headers["content-type"].startswith("text/html")
+    assert "two different API keys" in page.text
 
 
 def test_a_reader_key_reads_but_every_command_is_403(server: httpx.Client, acme: Engine) -> None:
