@@ -16,8 +16,7 @@ from flowledger.adapters.http.auth import Keyring
 from flowledger.domain.bounds import require_name
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
-from flowledger.infrastructure.postgres.keys import PostgresKeyStore, StaticKeys
-from flowledger.infrastructure.settings import MEMORY_URL
+from flowledger.infrastructure.postgres.keys import PostgresKeyStore
 
 console = Console()
 notes = Console(stderr=True)
@@ -40,9 +39,7 @@ def keyring(settings: Settings) -> Keyring:
     What ``Keyring.of(engine)`` finds, without building an engine first: ``serve`` checks the keys
     before it starts anything.
     """
-    url = _database_url(settings)
-    store = None if url == MEMORY_URL else PostgresKeyStore(url, settings.schema, settings)
-    return Keyring(StaticKeys(settings.api_keys), store)
+    return Keyring.from_settings(settings, _database_url(settings))
 
 
 @contextmanager

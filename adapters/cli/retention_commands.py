@@ -17,7 +17,6 @@ from rich.table import Table
 
 from flowledger.adapters.cli.audit_commands import json_records, refuse_malformed
 from flowledger.adapters.cli.errors import reported_errors
-from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.projections import projector_for
@@ -34,11 +33,6 @@ TenantOpt = Annotated[
     str | None, typer.Option(help="Whose policies (default: FLOWLEDGER_TENANT or 'default').")
 ]
 WorkflowOpt = Annotated[str, typer.Option("--workflow", help="The workflow the policy is for.")]
-
-
-def _tenant(given: str | None) -> str | None:
-    """The --tenant given, checked as a name (a control character would be stored, then printed)."""
-    return None if given is None else require_name("tenant", given)
 
 
 def _check_bundle(path: Path) -> None:
@@ -63,7 +57,7 @@ def set_policy(
     tenant: TenantOpt = None,
 ) -> None:
     """Keep a workflow's closed sessions in the log for DAYS days after their last event."""
-    with reported_errors(), Engine(tenant=_tenant(tenant)) as engine:
+    with reported_errors(), Engine(tenant=tenant) as engine:
         engine.retention.set_policy(workflow, days)
     console.print(f"retention of {workflow}: {days} days", highlight=False)
 
@@ -71,7 +65,7 @@ def set_policy(
 @retention_app.command("list")
 def list_policies(tenant: TenantOpt = None) -> None:
     """The retention policies."""
-    with reported_errors(), Engine(tenant=_tenant(tenant)) as engine:
+    with reported_errors(), Engine(tenant=tenant) as engine:
         policies = engine.retention.policies()
     table = Table(title=f"retention policies of {engine.tenant}")
     table.add_column("workflow")
@@ -84,7 +78,7 @@ def list_policies(tenant: TenantOpt = None) -> None:
 @retention_app.command("remove")
 def remove_policy(workflow: WorkflowOpt, tenant: TenantOpt = None) -> None:
     """Stop archiving a workflow (exit 2 when it has no policy)."""
-    with reported_errors(), Engine(tenant=_tenant(tenant)) as engine:
+    with reported_errors(), Engine(tenant=tenant) as engine:
         if not engine.retention.delete_policy(workflow):
             raise ValidationError("workflow", f"no retention policy for workflow {workflow!r}")
     console.print(f"retention of {workflow} removed", highlight=False)
@@ -103,7 +97,7 @@ def run(
     tenant: TenantOpt = None,
 ) -> None:
     """Archive the closed sessions older than their policy: bundle, base, rows deleted."""
-    with reported_errors(), Engine(tenant=_tenant(tenant)) as engine:
+    with reported_errors(), Engine(tenant=tenant) as engine:
         target = out if out is not None else engine.settings.home / "archive"
         report = archive(engine, projector_for(engine), target, workflow=workflow, dry_run=dry_run)
     table = Table(title="would archive (dry run)" if dry_run else f"archived into {target}")
@@ -140,9 +134,8 @@ def restore(
 ) -> None:
     """Check a bundle's proof and the sessions' bases, then put their events back."""
     with reported_errors():
-        whose = _tenant(tenant)
         _check_bundle(bundle)
-        with Engine(tenant=whose) as engine:
+        with Engine(tenant=tenant) as engine:
             report = engine.restore_sessions(bundle, session or None)
     console.print(
         f"restored {len(report.sessions)} sessions ({report.events} events) from {bundle}",

@@ -53,10 +53,16 @@ class Keyring:
     @classmethod
     def of(cls, engine: Engine) -> Keyring:
         """The keys ``engine``'s settings give, and its database's table when it has one."""
-        store = None
-        if engine.database_url != MEMORY_URL:
-            store = PostgresKeyStore(engine.database_url, engine.settings.schema, engine.settings)
-        return cls(StaticKeys(engine.settings.api_keys), store)
+        return cls.from_settings(engine.settings, engine.database_url)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, database_url: str) -> Keyring:
+        """The keys ``settings`` give, and the table in ``database_url`` unless events live in
+        memory: what ``of`` finds, without an engine (``serve`` checks keys before it starts one)."""
+        store = (
+            None if database_url == MEMORY_URL else PostgresKeyStore(database_url, settings.schema, settings)
+        )
+        return cls(StaticKeys(settings.api_keys), store)
 
     def any_configured(self) -> bool:
         """Whether any key exists (blocking: asks the database)."""

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import Caller, Reader, requires
 from flowledger.adapters.http.errors import responses
-from flowledger.adapters.http.schemas import Body, PathId, money
+from flowledger.adapters.http.schemas import Body, PathId, money, money_pattern
 from flowledger.infrastructure.postgres.budgets import Burn
 
 router = APIRouter(prefix="/v1", tags=["budgets"])
@@ -25,7 +25,7 @@ Scope = Literal["tenant", "user", "session", "workflow", "model"]
 Period = Literal["day", "month", "total"]
 Subject = Annotated[str, PathId]
 _LIMIT = {
-    "anyOf": [{"type": "string", "pattern": r"^[0-9]{1,10}(\.[0-9]{1,12})?$"}, {"type": "number"}],
+    "anyOf": [{"type": "string", "pattern": money_pattern(10, 12)}, {"type": "number"}],
     "description": "US dollars, exact: a decimal string (or a number); more than 0",
 }
 

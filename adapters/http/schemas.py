@@ -69,13 +69,18 @@ def free_input() -> Any:
     )
 
 
+def money_pattern(whole: int, decimals: int) -> str:
+    """The JSON-schema pattern of a dollar string (``money`` matches the whole string with it)."""
+    return rf"^[0-9]{{1,{whole}}}(\.[0-9]{{1,{decimals}}})?$"
+
+
 def money(whole: int, decimals: int) -> Any:
     """A validator for US dollars as the API takes them: a decimal string of at most ``whole``
     digits before the point and ``decimals`` after (ASCII digits, no sign, no exponent), or a
     JSON number, rounded to ``decimals`` decimal places (a number is not exact anyway).
     ``Decimal`` itself would also read ``"1e5"``, ``"+5"``, ``" 5"`` or non-ASCII digits,
     which the schema's pattern refuses."""
-    pattern = re.compile(rf"[0-9]{{1,{whole}}}(\.[0-9]{{1,{decimals}}})?")
+    pattern = re.compile(money_pattern(whole, decimals))
     said = f"must be a decimal string like 0.25 (at most {whole} digits before the point, {decimals} after)"
 
     def check(value: Any) -> Any:
@@ -115,7 +120,7 @@ Integer = Annotated[int, JSON_INTEGER]
 _MONEY = {
     "anyOf": [
         {"type": "number", "minimum": 0, "maximum": 10**9},
-        {"type": "string", "pattern": r"^[0-9]{1,9}(\.[0-9]{1,18})?$"},
+        {"type": "string", "pattern": money_pattern(9, 18)},
     ],
     "description": "US dollars, exact: a decimal string (or a number)",
 }
