@@ -9,7 +9,8 @@ FlowledgerError
 │   ├── SessionExpired         carries ``expired_at``
 │   ├── SessionClosed          carries ``status``
 │   ├── StepInProgress         another worker holds the step's idempotency key
-│   └── StepNotPending         no step is pending under ``idempotency_key``
+│   ├── StepNotPending         no step is pending under ``idempotency_key``
+│   └── IdempotencyKeyReused   the key already names a step with another name or payload
 ├── ConcurrentUpdate           optimistic-concurrency retries ran out
 ├── StoreUnavailable           the event store did not answer within its deadline;
 │                              carries ``operation`` and ``retry_after`` (seconds)
@@ -276,6 +277,25 @@ class StepNotPending(SessionError):
     def __init__(self, session_id: str, idempotency_key: str) -> None:
         super().__init__(session_id, f"no step of session {session_id!r} is pending as {idempotency_key!r}")
         self.idempotency_key = idempotency_key
+
+
+class IdempotencyKeyReused(SessionError):
+    """The key already names a step of this session with another step name or payload.
+
+    A key names one request: a retry sends the same one and gets the recorded outcome; a
+    different request under the same key is refused (nothing appended), not answered with
+    another request's outcome. ``differs`` names the first field found different.
+    """
+
+    def __init__(self, session_id: str, idempotency_key: str, recorded_step: str, differs: str) -> None:
+        super().__init__(
+            session_id,
+            f"idempotency key {idempotency_key!r} of session {session_id!r} already names step "
+            f"{recorded_step!r} with another {differs}; use a new key for a new request",
+        )
+        self.idempotency_key = idempotency_key
+        self.recorded_step = recorded_step
+        self.differs = differs
 
 
 class LlmError(FlowledgerError):

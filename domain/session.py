@@ -21,6 +21,7 @@ from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.bounds import scoped_uuid
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.errors import (
+    IdempotencyKeyReused,
     SessionClosed,
     SessionConflict,
     SessionExpired,
@@ -39,6 +40,7 @@ from flowledger.domain.session_views import (
     StepFailure,
     StepRecord,
     Totals,
+    request_difference,
 )
 from flowledger.domain.values import (
     JsonObject,
@@ -474,6 +476,16 @@ class Session(FlowledgerAggregate):
                 f"workflow={self.workflow!r} user_id={self.user_id!r}, "
                 f"not workflow={workflow!r} user_id={user_id!r}",
             )
+
+    def ensure_same_request(
+        self, held: StepRecord | PendingStep, idempotency_key: str, step: str, **payload: Any
+    ) -> None:
+        """Raise IdempotencyKeyReused unless a request under ``idempotency_key`` is the one
+        the step ``held`` under it was made for: the same step name and the same ``payload``
+        (``input``; for a recorded step also ``output``, ``next_step``, ``context_update``)."""
+        differs = request_difference(held, step, payload)
+        if differs is not None:
+            raise IdempotencyKeyReused(self.session_id, idempotency_key, held.step, differs)
 
     def recorded_outcome(self, idempotency_key: str | None) -> StepRecord | None:
         """The step processed under this key if it is in the recent window (a failed key may be retried).

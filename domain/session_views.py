@@ -181,3 +181,27 @@ class SessionState:
     forked_from: str | None = None
     """The session this one was forked from (``Engine.fork_session``), and at which version."""
     forked_at_version: int | None = None
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values are the same value: a tuple equals the list of its items, 1
+    equals 1.0, and a bool equals only a bool (Python's ``True == 1`` does not hold here)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return isinstance(b, list | tuple) and len(a) == len(b) and all(map(same_json, a, b))
+    return not isinstance(b, dict | list | tuple) and a == b
+
+
+def request_difference(held: StepRecord | PendingStep, step: str, fields: dict[str, Any]) -> str | None:
+    """The first of the step name and ``fields`` (its payload: ``input``, and for a recorded
+    step ``output``, ``next_step``, ``context_update``) in which a request differs from the
+    step ``held`` under its idempotency key; None when it is the same request."""
+    if held.step != step:
+        return "step name"
+    for name, value in fields.items():
+        if not same_json(getattr(held, name), value):
+            return name
+    return None

@@ -23,6 +23,7 @@ from flowledger.domain import errors
 # Most specific first; Exception catches the rest. Codes from 64 up follow sysexits.h.
 EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.ValidationError, 2),
+    (errors.IdempotencyKeyReused, 2),  # a payload that does not fit its key: bad input
     # typer vendors click: its BadParameter is no click.ClickException, so it lands here.
     (typer.BadParameter, 2),
     (errors.UnknownModelPrice, 2),

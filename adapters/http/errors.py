@@ -28,6 +28,8 @@ from flowledger.domain import errors
 # Most specific first; FlowledgerError catches the rest.
 STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.ValidationError, 422),
+    # As the IETF draft on the Idempotency-Key header asks for a key reused with another payload.
+    (errors.IdempotencyKeyReused, 422),
     (errors.UnknownModelPrice, 422),
     (errors.BudgetExceeded, 402),
     (errors.BudgetNotFound, 404),

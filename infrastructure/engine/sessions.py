@@ -269,6 +269,16 @@ class SessionService:
         session = self._session(uow, session_id)
         recorded = self.find_outcome(session, request.idempotency_key)
         if recorded is not None:
+            assert request.idempotency_key is not None  # found under it
+            session.ensure_same_request(
+                recorded,
+                request.idempotency_key,
+                request.step,
+                input=request.input,
+                output=request.output,
+                next_step=request.next_step,
+                context_update=request.context_update,
+            )
             return recorded
         session.ensure_open(uow.now)
         return session.record_step(

@@ -234,9 +234,11 @@ class StepService:
         session = self._session(uow, call.session_id)
         recorded = self._sessions.find_outcome(session, call.key)
         if recorded is not None:
+            session.ensure_same_request(recorded, call.key, call.step, input=call.input)
             return StepOutcome(recorded, session.context)
         pending = session.pending.get(call.key)
         if pending is not None:
+            session.ensure_same_request(pending, call.key, call.step, input=call.input)
             if uow.now < pending.lease_until:
                 return _Wait(pending.lease_until)
             session.abandon_step(call.key, uow.now, f"the lease of worker {pending.worker} lapsed")

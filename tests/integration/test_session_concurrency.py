@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from flowledger.domain import ConcurrentUpdate, Session
+from flowledger.domain import ConcurrentUpdate, IdempotencyKeyReused, Session
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.store import UnitOfWork
 from tests.conftest import make_settings
@@ -83,13 +83,37 @@ def test_sixteen_threads_posting_one_idempotency_key_record_one_step(engines: li
 
     def post(thread: int) -> int:
         engine = engines[thread % ENGINES]
-        return engine.record_step("dup", "pay", output={"by": thread}, idempotency_key="pay-1").version
+        return engine.record_step("dup", "pay", output={"paid": True}, idempotency_key="pay-1").version
 
     with ThreadPoolExecutor(THREADS) as pool:
         versions = set(pool.map(post, range(THREADS)))
 
     assert versions == {2}
     assert [e.event_type for e in engines[0].history("dup")] == ["Session.Started", "Session.StepProcessed"]
+
+
+def test_sixteen_threads_posting_one_key_with_different_payloads_record_one_and_refuse_the_rest(
+    engines: list[Engine],
+) -> None:
+    engines[0].start_session("dup", "cs")
+
+    def post(thread: int) -> str:
+        engine = engines[thread % ENGINES]
+        try:
+            engine.record_step("dup", "pay", output={"by": thread}, idempotency_key="pay-1")
+        except IdempotencyKeyReused as refused:
+            return refused.differs
+        return str(thread)
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        answers = list(pool.map(post, range(THREADS)))
+    winners = [int(answer) for answer in answers if answer != "output"]
+
+    # One payload is recorded, once; every other thread is told its payload was not
+    assert len(winners) == 1
+    (stored,) = engines[0].get_session("dup").history
+    assert stored.output == {"by": winners[0]}
+    assert len(engines[1].history("dup")) == 2
 
 
 @pytest.mark.parametrize("retries", [0, 2])
@@ -133,11 +157,13 @@ def test_a_writer_whose_cached_session_went_stale_retries_against_fresh_state(
 
     # When another process records a step and then the same key engine 0 is about to use
     other.record_step("stale", "b", context_update={"from": "other"}, idempotency_key="k-b")
-    replayed = first.record_step("stale", "b-again", idempotency_key="k-b")
+    with pytest.raises(IdempotencyKeyReused, match="already names step 'b'"):
+        first.record_step("stale", "b-again", idempotency_key="k-b")
+    replayed = first.record_step("stale", "b", context_update={"from": "other"}, idempotency_key="k-b")
     first.record_step("stale", "c", idempotency_key="k-c")
 
     # Then engine 0 saw the other's step: no duplicate key, nothing lost
-    assert replayed.step == "b"
+    assert (replayed.step, replayed.version) == ("b", 3)
     state = other.get_session("stale")
     assert [r.step for r in state.history] == ["a", "b", "c"]
     assert state.context == {"from": "other"}

@@ -1,0 +1,151 @@
+"""An idempotency key names one request: a retry of it gets the recorded outcome, and another
+request under the same key (another step name or payload) is refused with
+IdempotencyKeyReused (HTTP 422, as the IETF draft on the Idempotency-Key header
+asks, and CLI exit 2), appending nothing and calling no model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flowledger.adapters.http.app import create_app
+from flowledger.domain.errors import IdempotencyKeyReused
+from flowledger.domain.session_views import same_json
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+from tests.support.llm import ScriptedLlm
+from tests.support.steps import start_elsewhere
+
+
+def event_count(engine: Engine, session_id: str) -> int:
+    return len(engine.history(session_id))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ({"a": [1, 2]}, {"a": (1, 2)}, True),
+        ({"n": 1}, {"n": 1.0}, True),
+        ({"flag": True}, {"flag": 1}, False),
+        ({"flag": 0}, {"flag": False}, False),
+        ({"a": {"b": None}}, {"a": {"b": None}}, True),
+        ({"a": 1}, {"a": 1, "b": 2}, False),
+        ({"a": [1]}, {"a": {"0": 1}}, False),
+        ({"s": "x"}, {"s": ["x"]}, False),
+        ([1, [2, 3]], [1, [2, 4]], False),
+    ],
+)
+def test_json_values_compare_as_json(a: Any, b: Any, same: bool) -> None:
+    assert same_json(a, b) is same
+    assert same_json(b, a) is same
+
+
+def test_a_retried_record_step_gets_the_recorded_step_and_appends_nothing(engine: Engine) -> None:
+    # Given a step recorded under a key
+    engine.start_session("s1", "w")
+    first = engine.record_step("s1", "classify", input={"q": [1, 2]}, output={"a": 1}, idempotency_key="k1")
+    events = event_count(engine, "s1")
+    # When the same request comes again (a tuple where JSON has an array is the same value)
+    again = engine.record_step("s1", "classify", input={"q": (1, 2)}, output={"a": 1}, idempotency_key="k1")
+    # Then it answers the recorded step, and nothing is appended
+    assert again == first
+    assert event_count(engine, "s1") == events
+
+
+@pytest.mark.parametrize(
+    ("change", "differs"),
+    [
+        ({"step": "refund"}, "step name"),
+        ({"input": {"q": "other"}}, "input"),
+        ({"output": {"a": 2}}, "output"),
+        ({"next_step": "done"}, "next_step"),
+        ({"context_update": {"x": 1}}, "context_update"),
+    ],
+)
+def test_another_request_under_a_used_key_is_refused_and_appends_nothing(
+    engine: Engine, change: dict[str, Any], differs: str
+) -> None:
+    # Given a step recorded under a key
+    engine.start_session("s1", "w")
+    request: dict[str, Any] = {"step": "classify", "input": {"q": "refund"}, "output": {"a": 1}}
+    engine.record_step("s1", **request, idempotency_key="k1")
+    events = event_count(engine, "s1")
+    # When another request uses the same key
+    with pytest.raises(IdempotencyKeyReused) as refused:
+        engine.record_step("s1", **{**request, **change}, idempotency_key="k1")
+    # Then it is refused, naming the key, the recorded step and what differs; nothing appended
+    assert (refused.value.idempotency_key, refused.value.recorded_step) == ("k1", "classify")
+    assert refused.value.differs == differs
+    assert f"already names step 'classify' with another {differs}" in str(refused.value)
+    assert event_count(engine, "s1") == events
+    assert engine.get_session("s1").step_count == 1
+
+
+def test_a_key_used_on_another_session_is_free_here(engine: Engine) -> None:
+    engine.start_session("s1", "w")
+    engine.start_session("s2", "w")
+    engine.record_step("s1", "classify", input={"q": 1}, output={}, idempotency_key="k1")
+    recorded = engine.record_step("s2", "other", input={"q": 2}, output={}, idempotency_key="k1")
+    assert recorded.step == "other"
+
+
+async def test_process_step_refuses_another_request_under_a_used_key_without_a_model_call(
+    engine: Engine,
+) -> None:
+    engine.llm = llm = ScriptedLlm()
+    engine.start_session("s1", "customer_service")
+    first = await engine.process_step("s1", "classify_intent", {"message": "refund"}, idempotency_key="k1")
+    events = event_count(engine, "s1")
+    # The same request again: the recorded outcome, no second call
+    assert (
+        await engine.process_step("s1", "classify_intent", {"message": "refund"}, idempotency_key="k1")
+        == first
+    )
+    # Another input, or another step, under the key: refused, no call, nothing appended
+    with pytest.raises(IdempotencyKeyReused, match="with another input"):
+        await engine.process_step("s1", "classify_intent", {"message": "hello"}, idempotency_key="k1")
+    with pytest.raises(IdempotencyKeyReused, match="with another step name"):
+        await engine.process_step("s1", "resolve", {"message": "refund"}, idempotency_key="k1")
+    assert len(llm.calls) == 1
+    assert event_count(engine, "s1") == events
+
+
+async def test_a_step_in_flight_under_the_key_refuses_another_request_at_once(engine: Engine) -> None:
+    # Given a step started under a key by a worker that is still alive (its lease runs)
+    engine.llm = llm = ScriptedLlm()
+    engine.start_session("s1", "customer_service")
+    start_elsewhere(engine, "s1", "k1")  # step "greet", input {}
+    events = event_count(engine, "s1")
+    # When another request comes under that key, it is refused without waiting for the lease
+    with pytest.raises(IdempotencyKeyReused, match="with another input"):
+        await asyncio.wait_for(
+            engine.process_step("s1", "greet", {"message": "other"}, idempotency_key="k1"), 5
+        )
+    assert llm.calls == []
+    assert event_count(engine, "s1") == events
+
+
+@pytest.fixture
+def http() -> Iterator[TestClient]:
+    engine = Engine(settings=make_settings(database_url="memory:"))
+    with TestClient(create_app(engine)) as client:
+        yield client
+    engine.close()
+
+
+def test_over_http_another_request_under_a_used_key_is_a_422(http: TestClient) -> None:
+    assert http.post("/v1/sessions", json={"session_id": "s1", "workflow": "w"}).status_code == 201
+    body = {"step": "classify", "input": {"q": 1}, "output": {"a": 1}, "idempotency_key": "k1"}
+    assert http.post("/v1/sessions/s1/steps", json=body).status_code == 201
+    # The same body again: the recorded step
+    again = http.post("/v1/sessions/s1/steps", json=body)
+    assert again.status_code in (200, 201), again.text
+    # Another body under the key: 422 with a message, nothing recorded
+    refused = http.post("/v1/sessions/s1/steps", json={**body, "input": {"q": 2}})
+    assert refused.status_code == 422, refused.text
+    assert "idempotency key 'k1'" in refused.json()["error"]
+    assert http.get("/v1/sessions/s1").json()["step_count"] == 1
