@@ -4,7 +4,7 @@ A repricing prices the calls made from ``--from`` on with the configured price t
 (``FLOWLEDGER_PRICING_FILE``, else the shipped one, or ``--file``), each at the entry in force
 at its time. ``--dry-run`` prints the change per model and day and writes nothing; without
 it the repricing is recorded, the cost projection rebuilt with it, and the same table read
-back from the rebuilt projection. Events are never changed. ``show --file`` reads the file
+back from the rebuilt projection. Events are never changed. ``--file`` (both commands) reads the file
 as every command reads a file the user names: one it cannot read exits 74, one that is not
 UTF-8 text 65.
 """
@@ -105,30 +105,33 @@ def reprice_command(
     file: FileOption = None,
 ) -> None:
     """Reprice recorded calls from a time on with the price table (the events never change)."""
-    with reported_errors(), Engine() as engine:
-        start = _moment(from_)
-        path = file or engine.settings.pricing_file
-        table, document = read_price_file(path)
-        repricing = Repricing(start, table, Path(path).name if path else SHIPPED_FILE)
-        projector = projector_for(engine, batch_size=5000)
-        planned = plan(projector, repricing)
-        note = " (dry run: nothing is written)" if dry_run else ""
-        console.print(f"reprice from {start.isoformat()} with {escape(table.version)}{note}", soft_wrap=True)
-        console.print(_changes_table(planned))
-        if dry_run:
-            return
-        schema = apply(projector, repricing, document)
-        with projector.connect() as conn:
-            now = recorded_costs(conn, projector.names.reader, start)
-        console.print(f"applied: the cost projection was rebuilt into {schema}; it now holds", soft_wrap=True)
-        after = Table(box=box.SIMPLE_HEAD)
-        for column in ("day", "model", "calls", "unpriced", "cost $"):
-            after.add_column(column, justify="left" if column in ("day", "model") else "right")
-        for (model, day), row in sorted(now.items(), key=lambda item: (item[0][1], item[0][0])):
-            after.add_row(
-                str(day), escape(model), f"{row.calls:,}", f"{row.unpriced:,}", f"{row.cost_usd:.6f}"
-            )
-        console.print(after)
+    with reported_errors():
+        named = _readable(file)
+        with Engine() as engine:
+            _reprice(engine, _moment(from_), named or engine.settings.pricing_file, dry_run=dry_run)
+
+
+def _reprice(engine: Engine, start: datetime, path: Path | None, *, dry_run: bool) -> None:
+    """``prices reprice``'s work, once the price file is known to read as text."""
+    table, document = read_price_file(path)
+    repricing = Repricing(start, table, Path(path).name if path else SHIPPED_FILE)
+    projector = projector_for(engine, batch_size=5000)
+    planned = plan(projector, repricing)
+    note = " (dry run: nothing is written)" if dry_run else ""
+    console.print(f"reprice from {start.isoformat()} with {escape(table.version)}{note}", soft_wrap=True)
+    console.print(_changes_table(planned))
+    if dry_run:
+        return
+    schema = apply(projector, repricing, document)
+    with projector.connect() as conn:
+        now = recorded_costs(conn, projector.names.reader, start)
+    console.print(f"applied: the cost projection was rebuilt into {schema}; it now holds", soft_wrap=True)
+    after = Table(box=box.SIMPLE_HEAD)
+    for column in ("day", "model", "calls", "unpriced", "cost $"):
+        after.add_column(column, justify="left" if column in ("day", "model") else "right")
+    for (model, day), row in sorted(now.items(), key=lambda item: (item[0][1], item[0][0])):
+        after.add_row(str(day), escape(model), f"{row.calls:,}", f"{row.unpriced:,}", f"{row.cost_usd:.6f}")
+    console.print(after)
 
 
 def _changes_table(changes: list[Change]) -> Table:

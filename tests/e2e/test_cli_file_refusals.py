@@ -55,7 +55,8 @@ def test_a_price_or_bundle_file_that_cannot_be_read_exits_74_and_one_not_text_65
     missing = tmp_path / "nonexistent.json"
     (tmp_path / "adir").mkdir()
     (tmp_path / "binary.bin").write_bytes(b'{"a": "\xd0\x00\xff"}\n')
-    for command in (["prices", "show", "--file"], ["retention", "restore"]):
+    reprice = ["prices", "reprice", "--from", "2026-01-01", "--file"]
+    for command in (["prices", "show", "--file"], reprice, ["retention", "restore"]):
         # When each is named as the file
         gone = run_cli(database_url, pg_schema, *command, str(missing))
         directory = run_cli(database_url, pg_schema, *command, str(tmp_path / "adir"))
