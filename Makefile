@@ -24,8 +24,11 @@ demo: $(STAMP)
 # down, so run-to-run noise cannot fail CI (93.5 % of lines and branches together in the
 # clean-clone CI run of 2026-11-30).
 COVERAGE_FLOOR := 92
+# Two pytest-xdist workers (CI has two cores): every test has its own schema, database or
+# server port, so they never see each other's data. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	HYPOTHESIS_PROFILE=ci $(BIN)/pytest --cov --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_FLOOR)
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n $(TEST_WORKERS) --cov --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_FLOOR)
 
 # The property tests with many more examples (Hypothesis profile "deep"); a test may take
 # many minutes here, so the per-test timeout is 30 minutes instead of 5.

@@ -1,8 +1,18 @@
-"""The ``flowledger`` command line: one typer app; each command group lives in its own module."""
+"""The ``flowledger`` command line: one typer app; each command group lives in its own module.
+
+``main`` is the executable's entry point: the app with click's usage errors (an unknown
+command, a missing argument, a value of the wrong type) said as every other refusal is, one
+``error:`` line on stderr and exit 2, instead of click's usage block and framed panel.
+"""
 
 from __future__ import annotations
 
+import sys
+
 import typer
+
+# typer vendors click (pinned ~=0.29): its usage errors are these, not the click package's.
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from flowledger.adapters.cli import (
     admin_commands,
@@ -16,6 +26,7 @@ from flowledger.adapters.cli import (
     serve,
     session_commands,
 )
+from flowledger.adapters.cli.errors import fail
 
 app = typer.Typer(
     name="flowledger",
@@ -35,5 +46,32 @@ price_commands.register(app)
 retention_commands.register(app)
 
 
+def main(args: list[str] | None = None) -> None:
+    """Run the command line on ``args`` (else ``sys.argv``); exits with the command's code."""
+    try:
+        code = app(args=args, prog_name="flowledger", standalone_mode=False)
+    except NoArgsIsHelpError as bare:  # a group named without a command: its help, as click does
+        typer.echo(bare.ctx.get_help() if bare.ctx is not None else "")
+        code = bare.exit_code
+    except UsageError as error:
+        hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+        code = _said(f"{error.format_message()}{hint}", error.exit_code)
+    except ClickException as error:
+        code = _said(error.format_message(), error.exit_code)
+    except typer.Abort:
+        code = _said("aborted", 1)
+    except typer.Exit as done:  # raised by commands (``fail``), outside click's own main
+        code = done.exit_code
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _said(message: str, code: int) -> int:
+    """``message`` as the one ``error:`` line on stderr (``fail``); returns ``code``."""
+    try:
+        fail(message, code)
+    except typer.Exit as done:
+        return done.exit_code
+
+
 if __name__ == "__main__":  # pragma: no cover
-    app()
+    main()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
@@ -42,16 +43,32 @@ def test_a_dry_run_shows_the_change_per_model_and_day_and_applying_it_reprices_t
     assert "0.0100" not in after.stdout
 
 
-def test_a_bad_time_or_price_file_exits_2_with_one_line(database_url: str, pg_schema: str) -> None:
+def test_a_bad_time_or_price_file_exits_2_with_one_line(
+    database_url: str, pg_schema: str, tmp_path: Path
+) -> None:
     bad_time = run_cli(database_url, pg_schema, "prices", "reprice", "--from", "last tuesday", "--dry-run")
     assert bad_time.returncode == 2
     assert bad_time.stderr.strip().count("\n") == 0
     assert "from" in bad_time.stderr
+    (tmp_path / "p.json").write_text('{"version": 3}')
+    bad = run_cli(
+        database_url,
+        pg_schema,
+        "prices",
+        "reprice",
+        "--from",
+        "2025-10-01",
+        "--file",
+        str(tmp_path / "p.json"),
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0
+    assert "pricing_file" in bad.stderr
+    # A file that cannot be read at all is 74, as for every command (test_cli_file_refusals.py)
     missing = run_cli(
         database_url, pg_schema, "prices", "reprice", "--from", "2025-10-01", "--file", "/nonexistent/p.json"
     )
-    assert missing.returncode == 2
-    assert "cannot read" in missing.stderr
+    assert missing.returncode == 74
 
 
 def test_prices_show_lists_dated_entries_and_aliases(database_url: str, pg_schema: str) -> None:
