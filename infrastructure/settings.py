@@ -93,6 +93,10 @@ class Settings:
     """An engine takes a signed checkpoint after it appended this many events (0: never by count)."""
     checkpoint_every_s: float = 300.0
     """... or when this many seconds passed since its last one and it appended since (0: never by time)."""
+    webhook_allow_private: bool = False
+    """Budget alert webhooks may call loopback, private and link-local addresses
+    (``FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE=1``); off: such a destination is refused when a budget is
+    set over HTTP and never called (``adapters/llm/alerts.py``)."""
     webhook_strict: bool = False
     """``/webhook/workflow-state`` in strict mode by default (no input merge, no restart, 400 for an
     unknown action); off: the seed's behaviour. A request's ``"strict"`` field overrides it."""
@@ -192,6 +196,7 @@ class Settings:
                 _whole(env, "FLOWLEDGER_CHECKPOINT_EVERY_S", int(defaults.checkpoint_every_s))
             ),
             webhook_strict=_flag(env, "FLOWLEDGER_WEBHOOK_STRICT"),
+            webhook_allow_private=_flag(env, "FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE"),
             seal_personal_data=_flag(env, "FLOWLEDGER_SEAL_PERSONAL_DATA"),
             data_key_cache_s=_seconds(env, "FLOWLEDGER_DATA_KEY_CACHE_S", defaults.data_key_cache_s),
             event_partitions=_whole(env, "FLOWLEDGER_EVENT_PARTITIONS", -1)

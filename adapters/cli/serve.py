@@ -144,7 +144,7 @@ def serve(
             engine = Engine(
                 settings=settings,
                 llm=OpenAICompatibleClient.from_settings(settings),
-                alerts=WebhookNotifier(),
+                alerts=WebhookNotifier(allow_private=settings.webhook_allow_private),
             )
             log_requests(enabled=access_log)
             config = uvicorn.Config(

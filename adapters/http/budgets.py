@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from flowledger.adapters.http.auth import Caller, Reader, requires
 from flowledger.adapters.http.errors import responses
 from flowledger.adapters.http.schemas import Body, PathId, money, money_pattern
+from flowledger.adapters.llm.alerts import require_public_destination
 from flowledger.infrastructure.postgres.budgets import Burn
 
 router = APIRouter(prefix="/v1", tags=["budgets"])
@@ -99,6 +100,7 @@ async def set_budget(
 ) -> BudgetSetOut:
     """Set (or change) a budget; checked before each model call of its scope."""
     budgets = caller.engine.budgets
+    require_public_destination(body.webhook_url, allow_private=caller.engine.settings.webhook_allow_private)
     made = await run_in_threadpool(
         budgets.set,
         scope,

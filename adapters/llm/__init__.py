@@ -29,7 +29,7 @@ def build_engine(
     """
     base = settings if settings is not None else Settings.from_env()
     client = OpenAICompatibleClient.from_settings(base, **(client_options or {}))
-    engine_options.setdefault("alerts", WebhookNotifier())
+    engine_options.setdefault("alerts", WebhookNotifier(allow_private=base.webhook_allow_private))
     return Engine(database_url, settings=base, llm=client, **engine_options)
 
 

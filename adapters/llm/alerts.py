@@ -5,6 +5,15 @@ HMAC-SHA256 under the budget's webhook secret of ``<t>.<body>`` (the timestamp l
 receiver refuse replays); ``X-Flowledger-Delivery`` is the same on every retry of one alert
 (``<budget id>:<window start>:<threshold>``), so a receiver can drop duplicates. Transport
 errors, 429 and 5xx are retried with jittered exponential backoff; other answers are final.
+
+A webhook is a URL that whoever sets a budget chooses and the server then calls: unless
+``FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE=1`` (``allow_private``), one whose host is, or resolves to,
+an address that is not public (loopback, private, link-local such as a cloud's metadata
+service at 169.254.169.254, unspecified, reserved) is not called, so a budget cannot make the
+server reach its own network. The HTTP API refuses such a literal address when the budget is
+set (``destination_refusal``); names are resolved and checked before each delivery (a name
+that changes its answer between that check and the connection is not caught: keep the
+setting off and the server's egress filtered where that matters).
 """
 
 from __future__ import annotations
@@ -12,11 +21,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
+import socket
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from tenacity import (
@@ -28,6 +40,7 @@ from tenacity import (
 )
 
 from flowledger.domain.budget import BudgetAlert
+from flowledger.domain.errors import ValidationError
 
 SIGNATURE_HEADER = "X-Flowledger-Signature"
 DELIVERY_HEADER = "X-Flowledger-Delivery"
@@ -36,6 +49,71 @@ _log = logging.getLogger(__name__)
 
 class _Retryable(Exception):
     """A 429 or 5xx answer: worth another attempt."""
+
+
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _literal_address(host: str) -> _Address | None:
+    """The address ``host`` spells, in any form a resolver takes (``127.1``, ``2130706433``,
+    ``0x7f.0.0.1``, ``[::ffff:127.0.0.1]``); None for a name."""
+    try:
+        return _unmapped(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        pass
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
+def _unmapped(address: _Address) -> _Address:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _not_public(address: _Address) -> str | None:
+    return None if address.is_global else f"{address} is not a public address"
+
+
+def destination_refusal(url: str) -> str | None:
+    """Why ``url`` may not be a webhook while private destinations are not allowed, judged
+    without a lookup (a literal address that is not public, or ``localhost``); None if it may."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"{host} is this machine"
+    address = _literal_address(host)
+    return _not_public(address) if address is not None else None
+
+
+def require_public_destination(url: str | None, *, allow_private: bool) -> None:
+    """Raise ValidationError on ``webhook_url`` when ``url`` is refused by ``destination_refusal``
+    and private destinations are not allowed (a budget being set: nothing is written)."""
+    if url is None or allow_private:
+        return
+    refusal = destination_refusal(url)
+    if refusal is not None:
+        raise ValidationError("webhook_url", f"{refusal}; FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE=1 allows it")
+
+
+async def resolved_refusal(url: str) -> str | None:
+    """``destination_refusal``, then every address the URL's host resolves to checked alike."""
+    refusal = destination_refusal(url)
+    if refusal is not None:
+        return refusal
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as error:
+        return f"{host} does not resolve: {error}"
+    for *_, sockaddr in found:
+        refusal = _not_public(_unmapped(ipaddress.ip_address(sockaddr[0])))
+        if refusal is not None:
+            return f"{host} resolves to {sockaddr[0]}, which is not a public address"
+    return None
 
 
 def alert_body(alert: BudgetAlert) -> bytes:
@@ -86,7 +164,11 @@ class WebhookNotifier:
         timeout_s: float = 5.0,
         initial_wait_s: float = 0.2,
         max_wait_s: float = 10.0,
+        allow_private: bool = False,
     ) -> None:
+        """``allow_private``: also call webhooks on loopback, private and link-local addresses
+        (``Settings.webhook_allow_private``; see the module's docstring)."""
+        self._allow_private = allow_private
         self._client = client
         self._attempts = attempts
         self._timeout_s = timeout_s
@@ -96,6 +178,8 @@ class WebhookNotifier:
         self._threads: set[threading.Thread] = set()
         self.delivered = 0
         self.failed = 0
+        self.refused = 0
+        """Alerts not sent because their webhook's destination is not public (also in ``failed``)."""
 
     def notify(self, alert: BudgetAlert, secret: str | None) -> None:
         """Start delivering ``alert`` and return at once: a task of the running loop, or (called
@@ -118,6 +202,13 @@ class WebhookNotifier:
     async def _deliver(self, alert: BudgetAlert, secret: str | None) -> bool:
         url = alert.spec.webhook_url
         assert url is not None  # notify() passes only alerts with a URL
+        if not self._allow_private:
+            refusal = await resolved_refusal(url)
+            if refusal is not None:
+                _log.warning("budget alert webhook %s not called: %s", url, refusal)
+                self.refused += 1
+                self.failed += 1
+                return False
         body = alert_body(alert)
         delivery = f"{alert.budget_id}:{alert.window_start.isoformat()}:{alert.threshold}"
         client = self._client or httpx.AsyncClient(timeout=self._timeout_s)

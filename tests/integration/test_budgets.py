@@ -187,7 +187,7 @@ async def test_alerts_fire_once_per_threshold_per_window_with_signed_webhooks(
     settings: Settings, simulator: Any, receiver: Receiver
 ) -> None:
     clock = Clock(datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
-    notifier = WebhookNotifier(initial_wait_s=0.01)
+    notifier = WebhookNotifier(initial_wait_s=0.01, allow_private=True)  # the receiver is on loopback
     engine = Engine(settings=settings, llm=client(simulator.base_url), clock=clock, alerts=notifier)
     try:
         engine.start_session("alerting", "support")
@@ -279,7 +279,7 @@ def test_bad_budgets_are_refused_and_write_nothing(settings: Settings) -> None:
 async def test_calls_recorded_elsewhere_count_once_against_budgets_and_can_exhaust_them(
     settings: Settings, simulator: Any, receiver: Receiver
 ) -> None:
-    notifier = WebhookNotifier(initial_wait_s=0.01)
+    notifier = WebhookNotifier(initial_wait_s=0.01, allow_private=True)  # the receiver is on loopback
     engine = Engine(settings=settings, llm=client(simulator.base_url), alerts=notifier)
     try:
         engine.start_session("elsewhere", "support", user_id="carol")

@@ -1,0 +1,179 @@
+"""A budget's webhook never makes the server call its own network unless allowed: a literal
+loopback, private, link-local or reserved address (in any spelling a resolver takes) is
+refused when the budget is set over HTTP or the CLI (422 / exit 2, nothing written), and a
+name is resolved and checked before each delivery. ``FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE=1``
+allows them (a receiver on the operator's own network)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flowledger.adapters.http.app import create_app
+from flowledger.adapters.llm.alerts import WebhookNotifier, destination_refusal, resolved_refusal
+from flowledger.domain.budget import BudgetAlert, BudgetSpec
+from flowledger.infrastructure import Engine, Settings
+from tests.conftest import make_settings
+from tests.integration.test_budgets import Receiver
+from tests.support.cli import run_cli
+
+NOT_PUBLIC = [
+    "http://127.0.0.1:8080/hook",
+    "http://127.1/hook",
+    "http://2130706433/hook",
+    "http://0x7f.0.0.1/hook",
+    "http://[::1]/hook",
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://169.254.169.254/latest/meta-data",
+    "http://10.1.2.3/hook",
+    "http://192.168.0.10/hook",
+    "http://172.16.0.1/hook",
+    "http://100.64.0.1/hook",
+    "http://0.0.0.0/hook",
+    "http://[fe80::1]/hook",
+    "http://[fc00::1]/hook",
+    "http://localhost:9000/hook",
+    "http://api.localhost/hook",
+    "http://LOCALHOST./hook",
+]
+
+
+@pytest.mark.parametrize("url", NOT_PUBLIC)
+def test_a_destination_that_is_not_public_is_named(url: str) -> None:
+    refusal = destination_refusal(url)
+    assert refusal is not None
+    assert "not a public address" in refusal or "this machine" in refusal
+
+
+@pytest.mark.parametrize(
+    "url", ["https://hooks.example.com/budget", "http://8.8.8.8/x", "https://[2606:4700::1]/"]
+)
+def test_a_public_destination_passes(url: str) -> None:
+    assert destination_refusal(url) is None
+
+
+async def test_a_name_is_judged_by_every_address_it_resolves_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a resolver that answers each name with its own addresses
+    answers = {
+        "public.example": ["93.184.216.34"],
+        "inside.example": ["10.0.0.7"],
+        "both.example": ["93.184.216.34", "::1"],
+    }
+
+    async def getaddrinfo(host: str, port: int, **_: object) -> list[tuple[object, ...]]:
+        if host not in answers:
+            raise OSError(f"no such name {host}")
+        return [(None, None, None, "", (address, port)) for address in answers[host]]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo)
+    # Then a name is refused when any of its addresses is not public, or when it does not resolve
+    assert await resolved_refusal("https://public.example/hook") is None
+    assert await resolved_refusal("https://inside.example/hook") == (
+        "inside.example resolves to 10.0.0.7, which is not a public address"
+    )
+    assert "resolves to ::1" in (await resolved_refusal("http://both.example:8080/hook") or "")
+    assert "does not resolve" in (await resolved_refusal("http://nowhere.example/hook") or "")
+    # And a literal address is judged without asking the resolver
+    assert await resolved_refusal("http://10.0.0.8/hook") == "10.0.0.8 is not a public address"
+
+
+def alert(url: str) -> BudgetAlert:
+    spec = BudgetSpec(scope="workflow", subject="w", period="day", limit_usd=Decimal(1), webhook_url=url)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    return BudgetAlert(
+        tenant="t", spec=spec, budget_id="b1", window_start=start, threshold=80, spent_usd=Decimal("0.8")
+    )
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    running = Receiver()
+    yield running
+    running.close()
+
+
+async def test_an_alert_to_a_loopback_receiver_is_not_sent_unless_allowed(receiver: Receiver) -> None:
+    # Given a receiver on loopback
+    refusing, allowing = WebhookNotifier(), WebhookNotifier(allow_private=True, initial_wait_s=0.01)
+    # When an alert names it, by address and by a name that resolves to it
+    for url in (receiver.url, receiver.url.replace("127.0.0.1", "localhost")):
+        refusing.notify(alert(url), "secret")
+    await refusing.drain(5)
+    # Then nothing is sent, and both are counted as refused
+    assert (refusing.refused, refusing.failed, refusing.delivered) == (2, 2, 0)
+    assert receiver.requests == []
+    # And with private destinations allowed, the same alert arrives
+    allowing.notify(alert(receiver.url), "secret")
+    await allowing.drain(5)
+    assert (allowing.refused, allowing.delivered) == (0, 1)
+    assert len(receiver.requests) == 1
+
+
+def test_alerts_sent_from_synchronous_code_are_checked_too(receiver: Receiver) -> None:
+    refusing = WebhookNotifier()
+    refusing.notify(alert(receiver.url), None)  # no running loop: a thread of its own
+    refusing.join_threads(5)
+    assert (refusing.refused, receiver.requests) == (1, [])
+
+
+@pytest.fixture
+def http(database_url: str, pg_schema: str) -> Iterator[TestClient]:
+    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema))
+    with TestClient(create_app(engine)) as client:
+        yield client
+    engine.close()
+
+
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest", "http://[::1]:9/x", "http://localhost/x"])
+def test_over_http_a_budget_naming_a_private_destination_is_a_422_and_not_set(
+    http: TestClient, url: str
+) -> None:
+    response = http.put("/v1/budgets/workflow/support/day", json={"limit_usd": "5", "webhook_url": url})
+    assert response.status_code == 422, response.text
+    assert "webhook_url:" in response.json()["error"]
+    assert "FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE=1" in response.json()["error"]
+    assert http.get("/v1/budgets").json() == []
+
+
+def test_over_http_a_public_destination_is_set_and_allowing_private_ones_takes_loopback(
+    database_url: str, pg_schema: str
+) -> None:
+    for allow, url in ((False, "https://hooks.example.com/b"), (True, "http://127.0.0.1:9/b")):
+        settings = make_settings(database_url=database_url, schema=pg_schema, webhook_allow_private=allow)
+        engine = Engine(settings=settings)
+        with TestClient(create_app(engine)) as client:
+            response = client.put(
+                "/v1/budgets/workflow/support/day", json={"limit_usd": "5", "webhook_url": url}
+            )
+            assert response.status_code == 200, response.text
+            assert response.json()["budget"]["webhook_url"] == url
+        engine.close()
+
+
+def test_the_cli_refuses_a_private_destination_with_exit_2(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FLOWLEDGER_HOME", str(tmp_path))
+    args = ("budgets", "set", "workflow", "support", "--limit", "5", "--mode", "alert")
+    refused = run_cli(database_url, pg_schema, *args, "--webhook-url", "http://10.0.0.1/hook")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().startswith("error: webhook_url: 10.0.0.1 is not a public address")
+    assert "support" not in run_cli(database_url, pg_schema, "budgets", "list").stdout
+    monkeypatch.setenv("FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE", "1")
+    allowed = run_cli(database_url, pg_schema, *args, "--webhook-url", "http://10.0.0.1/hook")
+    assert allowed.returncode == 0, allowed.stderr
+
+    assert "support" in run_cli(database_url, pg_schema, "budgets", "list").stdout
+
+
+def test_the_setting_is_read_from_the_environment_and_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE", raising=False)
+    assert Settings.from_env().webhook_allow_private is False
+    monkeypatch.setenv("FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE", "1")
+    assert Settings.from_env().webhook_allow_private is True
