@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.database import drop_schema
 from tests.conftest import make_settings
-
-FLOWLEDGER = str(Path(sys.executable).parent / "flowledger")
+from tests.support.cli import run_cli
 
 
 def run(database_url: str, schema: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "FLOWLEDGER_DATABASE_URL": database_url,
-        "FLOWLEDGER_SCHEMA": schema,
-        "COLUMNS": "200",
-    }
-    return subprocess.run(
-        [FLOWLEDGER, *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    return run_cli(database_url, schema, *args)
 
 
 def test_history_and_replay_show_a_session_as_it_was(database_url: str, pg_schema: str) -> None:

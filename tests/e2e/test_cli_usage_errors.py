@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from flowledger.adapters.cli.main import main
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli_process
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -52,6 +52,6 @@ def test_help_and_a_bare_group_still_print_help_to_stdout(capsys: pytest.Capture
 
 
 def test_the_installed_executable_runs_main(database_url: str, pg_schema: str) -> None:
-    result = run_cli(database_url, pg_schema, "nosuch")
+    result = run_cli_process(database_url, pg_schema, "nosuch")
     assert result.returncode == 2
     assert result.stderr.strip() == "error: No such command 'nosuch'. (see 'flowledger --help')"
