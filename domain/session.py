@@ -482,7 +482,10 @@ class Session(FlowledgerAggregate):
     ) -> None:
         """Raise IdempotencyKeyReused unless a request under ``idempotency_key`` is the one
         the step ``held`` under it was made for: the same step name and the same ``payload``
-        (``input``; for a recorded step also ``output``, ``next_step``, ``context_update``)."""
+        (``input``; for a recorded step also ``output``, ``next_step``, ``context_update``).
+        An erased session's payloads are gone: nothing is left to compare, the request passes."""
+        if self.erased:
+            return
         differs = request_difference(held, step, payload)
         if differs is not None:
             raise IdempotencyKeyReused(self.session_id, idempotency_key, held.step, differs)

@@ -85,6 +85,26 @@ def test_another_request_under_a_used_key_is_refused_and_appends_nothing(
     assert engine.get_session("s1").step_count == 1
 
 
+def test_after_erasure_a_retry_gets_the_erased_record_not_a_refusal(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a step recorded under a key on a session whose personal data was then erased
+    settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=settings) as engine:
+        engine.start_session("s1", "w", user_id="alice")
+        engine.record_step("s1", "classify", input={"q": "my address"}, output={"a": 1}, idempotency_key="k1")
+        engine.forget("alice")
+        events = event_count(engine, "s1")
+        # When the same request is retried, there is no payload left to compare it with:
+        # the recorded (erased) step is answered, nothing appended
+        again = engine.record_step(
+            "s1", "classify", input={"q": "my address"}, output={"a": 1}, idempotency_key="k1"
+        )
+        assert again.step == "classify"
+        assert again.input != {"q": "my address"}
+        assert event_count(engine, "s1") == events
+
+
 def test_a_key_used_on_another_session_is_free_here(engine: Engine) -> None:
     engine.start_session("s1", "w")
     engine.start_session("s2", "w")
