@@ -165,13 +165,17 @@ def test_the_rest_api_records_steps_idempotently_and_replays(
         "usage": {"request_model": "gpt-4.1", "input_tokens": 10, "output_tokens": 2, "cost_usd": "0.000036"},
     }
     first = http.post("/v1/sessions/r1/steps", json=step, headers={"Idempotency-Key": "k1"})
-    again = http.post(
+    again = http.post("/v1/sessions/r1/steps", json=step, headers={"Idempotency-Key": "k1"})
+    assert first.status_code == again.status_code == 201
+    assert again.json() == first.json()
+    # Another payload under the key is refused (422), and records nothing
+    changed = http.post(
         "/v1/sessions/r1/steps",
         json={**step, "output": {"text": "changed"}},
         headers={"Idempotency-Key": "k1"},
     )
-    assert first.status_code == again.status_code == 201
-    assert again.json() == first.json()
+    assert changed.status_code == 422, changed.text
+    assert "idempotency key 'k1'" in changed.json()["error"]
 
     session = http.get("/v1/sessions/r1").json()
     assert (session["version"], session["current_step"]) == (2, "classify")

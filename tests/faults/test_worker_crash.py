@@ -26,6 +26,8 @@ WORKER = Path(__file__).with_name("worker_process.py")
 LEASE_S = 2.0
 SESSION, KEY = "crashed-worker", "step-key-1"
 PAYLOAD = {"s": SESSION, "n": KEY, "message": "hello"}
+"""The request the worker sends (``worker_process.py``): a takeover repeats it under its key
+(another payload under a used key is refused); ``s`` and ``n`` are what ``tally`` counts by."""
 
 
 def wait_for_step_started(url: str, timeout_s: float) -> bool:

@@ -24,7 +24,9 @@ async def main(database_url: str, schema: str, base_url: str, session: str, key:
     )
     engine = build_engine(settings=settings, client_options={"request_timeout_s": 30.0, "max_retries": 0})
     try:
-        await engine.process_step(session, "greet", {"message": "hello"}, idempotency_key=key)
+        # The request test_worker_crash.PAYLOAD repeats (its ``s`` and ``n`` are what tally counts).
+        payload = {"s": session, "n": key, "message": "hello"}
+        await engine.process_step(session, "greet", payload, idempotency_key=key)
     finally:
         await engine.aclose()
 

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import chdir, contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
+from rich.console import Console
+
 from flowledger.adapters.cli.main import main
 
 FLOWLEDGER = str(Path(sys.executable).parent / "flowledger")
@@ -41,6 +43,27 @@ def _patched_environ(changes: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
+@contextmanager
+def _wide_consoles(columns: int) -> Iterator[None]:
+    """The CLI modules' consoles ``columns`` wide meanwhile: a console made at import takes
+    its width from the environment then (80 in a pytest-xdist worker), not from COLUMNS now."""
+    consoles = [
+        value
+        for name, module in list(sys.modules.items())
+        if name.startswith("flowledger.adapters.cli")
+        for value in vars(module).values()
+        if isinstance(value, Console)
+    ]
+    sizes = [console.size for console in consoles]
+    for console in consoles:
+        console.size = (columns, console.size.height)
+    try:
+        yield
+    finally:
+        for console, size in zip(consoles, sizes, strict=True):
+            console.size = size
+
+
 def run_cli(
     database_url: str, schema: str, *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -48,6 +71,7 @@ def run_cli(
     out, err = io.StringIO(), io.StringIO()
     with (
         _patched_environ(_environment(database_url, schema)),
+        _wide_consoles(200),
         chdir(cwd if cwd is not None else Path.cwd()),
         redirect_stdout(out),
         redirect_stderr(err),
