@@ -15,8 +15,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 
+from flowledger.adapters.http.app import create_app
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.database import migrate
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
@@ -131,6 +133,15 @@ def pg_engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
         yield engine
     finally:
         engine.close()
+
+
+@pytest.fixture
+def memory_http() -> Iterator[TestClient]:
+    """The HTTP API (no keys required) over an in-memory engine, as a TestClient."""
+    engine = Engine(settings=make_settings(database_url="memory:"))
+    with TestClient(create_app(engine)) as client:
+        yield client
+    engine.close()
 
 
 @pytest.fixture(params=["memory", "postgres"])

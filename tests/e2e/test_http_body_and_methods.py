@@ -3,25 +3,14 @@ method a path lacks is a 405 whose ``Allow`` names every method of the path, not
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
 from flowledger.infrastructure import Engine
-from tests.conftest import make_settings
 
 AS_JSON = {"content-type": "application/json"}
 DEEP = b"[" * 5000 + b"]" * 5000
-
-
-@pytest.fixture
-def memory_http() -> Iterator[TestClient]:
-    engine = Engine(settings=make_settings(database_url="memory:"))
-    with TestClient(create_app(engine)) as client:
-        yield client
-    engine.close()
 
 
 @pytest.mark.parametrize("path", ["/v1/sessions", "/webhook/workflow-state"])
@@ -39,11 +28,11 @@ def test_an_unreadable_body_is_a_400_that_says_why_and_appends_nothing(
     engine: Engine, path: str, content: bytes, message: str
 ) -> None:
     # Given an app with nothing recorded yet
-    with TestClient(create_app(engine)) as http:
+    with TestClient(create_app(engine)) as client:
         head = engine.log.head()
 
         # When a body that is not JSON Python can read comes in
-        response = http.post(path, content=content, headers=AS_JSON)
+        response = client.post(path, content=content, headers=AS_JSON)
 
         # Then it is refused as unreadable, in the error envelope, with one sentence and nothing appended
         assert response.status_code == 400

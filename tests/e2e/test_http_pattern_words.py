@@ -3,22 +3,8 @@ expression (which the OpenAPI document still carries for clients and generated t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from fastapi.testclient import TestClient
-
-from flowledger.adapters.http.app import create_app
-from flowledger.infrastructure import Engine
-from tests.conftest import make_settings
-
-
-@pytest.fixture
-def http() -> Iterator[TestClient]:
-    engine = Engine(settings=make_settings(database_url="memory:"))
-    with TestClient(create_app(engine)) as client:
-        yield client
-    engine.close()
 
 
 @pytest.mark.parametrize(
@@ -43,19 +29,19 @@ def http() -> Iterator[TestClient]:
         ),
     ],
 )
-def test_a_refused_pattern_is_said_in_words(http: TestClient, path: str, said: str) -> None:
-    response = http.get(path)
+def test_a_refused_pattern_is_said_in_words(memory_http: TestClient, path: str, said: str) -> None:
+    response = memory_http.get(path)
     assert response.status_code == 422
     error = response.json()["error"]
     assert error.startswith(said)
     assert "pattern" not in error
 
 
-def test_a_task_any_case_priority_is_still_taken_and_a_wrong_one_named(http: TestClient) -> None:
+def test_a_task_any_case_priority_is_still_taken_and_a_wrong_one_named(memory_http: TestClient) -> None:
     task = {"task_id": "t-1", "description": "Fix the race", "priority": "HiGh"}
-    assert http.post("/v1/tasks", json=task).json()["priority"] == "high"
-    assert http.get("/v1/tasks?status=PENDING").json()[0]["task_id"] == "t-1"
-    refused = http.post("/v1/tasks", json={**task, "task_id": "t-2", "priority": "urgent"})
+    assert memory_http.post("/v1/tasks", json=task).json()["priority"] == "high"
+    assert memory_http.get("/v1/tasks?status=PENDING").json()[0]["task_id"] == "t-1"
+    refused = memory_http.post("/v1/tasks", json={**task, "task_id": "t-2", "priority": "urgent"})
     assert refused.status_code == 422
     assert (
         "priority: Input should be 'low', 'medium', 'high' or 'critical' (got 'urgent')"
@@ -63,11 +49,11 @@ def test_a_task_any_case_priority_is_still_taken_and_a_wrong_one_named(http: Tes
     )
 
 
-def test_a_deadline_without_a_time_zone_is_said_as_written(http: TestClient) -> None:
+def test_a_deadline_without_a_time_zone_is_said_as_written(memory_http: TestClient) -> None:
     task = {"task_id": "t-1", "description": "Fix the race", "deadline": "2030-01-01T09:30:00"}
-    refused = http.post("/v1/tasks", json=task)
+    refused = memory_http.post("/v1/tasks", json=task)
     assert refused.status_code == 422
     assert refused.json()["error"] == (
         "deadline: must carry a time zone (like +00:00 or Z), got 2030-01-01T09:30:00"
     )
-    assert http.get("/v1/tasks").json() == []
+    assert memory_http.get("/v1/tasks").json() == []

@@ -5,7 +5,6 @@ body appends nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -14,20 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError as PydanticValidationError
 
-from flowledger.adapters.http.app import create_app
 from flowledger.adapters.http.budgets import SetBudget
-from flowledger.infrastructure import Engine
-from tests.conftest import make_settings
 
 WEBHOOK = "/webhook/workflow-state"
-
-
-@pytest.fixture
-def http() -> Iterator[TestClient]:
-    engine = Engine(settings=make_settings(database_url="memory:"))
-    with TestClient(create_app(engine)) as client:
-        yield client
-    engine.close()
 
 
 def refused(response: Any, said: str) -> None:
@@ -36,17 +24,21 @@ def refused(response: Any, said: str) -> None:
 
 
 @pytest.mark.parametrize("ttl", [True, False, "60", "1e3", None])
-def test_a_session_lifetime_must_be_a_number(http: TestClient, ttl: Any) -> None:
+def test_a_session_lifetime_must_be_a_number(memory_http: TestClient, ttl: Any) -> None:
     # When a session is started with a lifetime that is not a JSON number
-    response = http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w", "ttl_seconds": ttl})
+    response = memory_http.post(
+        "/v1/sessions", json={"session_id": "s-1", "workflow": "w", "ttl_seconds": ttl}
+    )
     # Then it is refused, naming the field, and no session exists
     refused(response, "ttl_seconds: Input should be a valid number")
-    assert http.get("/v1/sessions/s-1").status_code == 404
+    assert memory_http.get("/v1/sessions/s-1").status_code == 404
 
 
-def test_a_whole_number_is_still_a_lifetime(http: TestClient) -> None:
+def test_a_whole_number_is_still_a_lifetime(memory_http: TestClient) -> None:
     # When the lifetime is a JSON integer (a number, as JSON Schema says)
-    response = http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w", "ttl_seconds": 60})
+    response = memory_http.post(
+        "/v1/sessions", json={"session_id": "s-1", "workflow": "w", "ttl_seconds": 60}
+    )
     # Then it is taken
     assert response.status_code == 201
 
@@ -63,38 +55,38 @@ def test_a_whole_number_is_still_a_lifetime(http: TestClient) -> None:
     ],
 )
 def test_the_webhook_takes_numbers_and_booleans_as_typed(
-    http: TestClient, body: dict[str, Any], said: str
+    memory_http: TestClient, body: dict[str, Any], said: str
 ) -> None:
     # When the webhook gets a boolean for hours, or a string or number for a flag
-    response = http.post(WEBHOOK, json=body)
+    response = memory_http.post(WEBHOOK, json=body)
     # Then it is refused, naming the field, and no session was started
     assert response.status_code == 422, response.text
     assert said in response.json()["error"]
-    assert http.get("/v1/sessions/w-1").status_code == 404
+    assert memory_http.get("/v1/sessions/w-1").status_code == 404
 
 
-def test_task_queue_numbers_and_flags_are_typed(http: TestClient) -> None:
+def test_task_queue_numbers_and_flags_are_typed(memory_http: TestClient) -> None:
     # Given an agent
     agent = {"agent_id": "a-1", "name": "A", "skills": ["python"], "capacity": 2}
-    assert http.post("/v1/agents", json=agent).status_code == 201
+    assert memory_http.post("/v1/agents", json=agent).status_code == 201
     # When its capacity is set with booleans, and the queue is run with a number for a flag
     # Then each is refused, and the capacity did not change
     refused(
-        http.put("/v1/agents/a-1/capacity", json={"capacity": True}),
+        memory_http.put("/v1/agents/a-1/capacity", json={"capacity": True}),
         "capacity: Input should be a valid integer",
     )
     refused(
-        http.put("/v1/agents/a-1/capacity", json={"capacity": "3"}),
+        memory_http.put("/v1/agents/a-1/capacity", json={"capacity": "3"}),
         "capacity: Input should be a valid integer",
     )
-    assert http.get("/v1/agents/a-1").json()["capacity"] == 2
+    assert memory_http.get("/v1/agents/a-1").json()["capacity"] == 2
     refused(
-        http.post("/v1/queue/run", json={"escalate_when_full": 0, "limit": 1}),
+        memory_http.post("/v1/queue/run", json={"escalate_when_full": 0, "limit": 1}),
         "escalate_when_full: Input should be a valid boolean",
     )
-    refused(http.post("/v1/queue/run", json={"limit": True}), "limit: Input should be a valid integer")
+    refused(memory_http.post("/v1/queue/run", json={"limit": True}), "limit: Input should be a valid integer")
     refused(
-        http.post("/v1/agents", json={**agent, "agent_id": "a-2", "capacity": True}),
+        memory_http.post("/v1/agents", json={**agent, "agent_id": "a-2", "capacity": True}),
         "capacity: Input should be a valid integer",
     )
 
@@ -106,17 +98,17 @@ def _step(cost: Any, **usage: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "cost", ["1e5", "1_000", "\u0663", "+5", " 5", "5.", ".5", "-0", "1e-30", "0.1234567890123456789"]
 )
-def test_a_cost_string_must_match_the_documented_pattern(http: TestClient, cost: str) -> None:
+def test_a_cost_string_must_match_the_documented_pattern(memory_http: TestClient, cost: str) -> None:
     # Given a session
-    assert http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
+    assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
     # When a step's cost is a string Decimal reads but the schema's pattern refuses
-    response = http.post("/v1/sessions/s-1/steps", json=_step(cost))
+    response = memory_http.post("/v1/sessions/s-1/steps", json=_step(cost))
     # Then it is refused in words, and no step was recorded
     refused(
         response,
         "usage.cost_usd: must be a decimal string like 0.25 (at most 9 digits before the point, 18 after)",
     )
-    assert http.get("/v1/sessions/s-1").json()["step_count"] == 0
+    assert memory_http.get("/v1/sessions/s-1").json()["step_count"] == 0
 
 
 @pytest.mark.parametrize(
@@ -132,23 +124,27 @@ def test_a_cost_string_must_match_the_documented_pattern(http: TestClient, cost:
         ),
     ],
 )
-def test_usage_numbers_and_flags_are_typed(http: TestClient, usage: dict[str, Any], said: str) -> None:
-    assert http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
-    refused(http.post("/v1/sessions/s-1/steps", json=_step("0.001", **usage)), said)
-    assert http.get("/v1/sessions/s-1").json()["step_count"] == 0
+def test_usage_numbers_and_flags_are_typed(memory_http: TestClient, usage: dict[str, Any], said: str) -> None:
+    assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
+    refused(memory_http.post("/v1/sessions/s-1/steps", json=_step("0.001", **usage)), said)
+    assert memory_http.get("/v1/sessions/s-1").json()["step_count"] == 0
 
 
-def test_a_cost_is_taken_as_a_pattern_string_or_a_number_rounded_to_18_decimals(http: TestClient) -> None:
+def test_a_cost_is_taken_as_a_pattern_string_or_a_number_rounded_to_18_decimals(
+    memory_http: TestClient,
+) -> None:
     # Given a session
-    assert http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
+    assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
     # When steps cost "0.000197" (text), 0.000197 and 2 (numbers), and 1e-30 (a number below
     # the 18th decimal place)
     for i, cost in enumerate(["0.000197", 0.000197, 2, 1e-30]):
-        response = http.post("/v1/sessions/s-1/steps", json={**_step(cost), "idempotency_key": f"k-{i}"})
+        response = memory_http.post(
+            "/v1/sessions/s-1/steps", json={**_step(cost), "idempotency_key": f"k-{i}"}
+        )
         assert response.status_code == 201, response.text
     # Then all four are recorded, the last as 0 (rounded to 18 places), and the total is exact
-    assert Decimal(http.get("/v1/sessions/s-1").json()["totals"]["cost_usd"]) == Decimal("2.000394")
-    assert http.get("/v1/sessions/s-1").json()["step_count"] == 4
+    assert Decimal(memory_http.get("/v1/sessions/s-1").json()["totals"]["cost_usd"]) == Decimal("2.000394")
+    assert memory_http.get("/v1/sessions/s-1").json()["step_count"] == 4
 
 
 def test_a_budget_limit_follows_its_own_pattern() -> None:
@@ -160,15 +156,17 @@ def test_a_budget_limit_follows_its_own_pattern() -> None:
             SetBudget.model_validate({"limit_usd": bad})
 
 
-def test_unix_seconds_stay_seconds_at_any_size(http: TestClient) -> None:
+def test_unix_seconds_stay_seconds_at_any_size(memory_http: TestClient) -> None:
     # When tasks get deadlines as Unix seconds either side of 2*10^10 (where pydantic alone
     # would switch to milliseconds), and the schema's largest value
     for task_id, seconds in (("t-1", 20_000_000_000), ("t-2", 20_000_000_001), ("t-3", 253_402_300_799)):
-        response = http.post("/v1/tasks", json={"task_id": task_id, "description": "d", "deadline": seconds})
+        response = memory_http.post(
+            "/v1/tasks", json={"task_id": task_id, "description": "d", "deadline": seconds}
+        )
         assert response.status_code == 201, response.text
     # Then each deadline is that many seconds after the epoch
     deadlines = {
-        t: datetime.fromisoformat(http.get(f"/v1/tasks/{t}").json()["deadline"])
+        t: datetime.fromisoformat(memory_http.get(f"/v1/tasks/{t}").json()["deadline"])
         for t in ("t-1", "t-2", "t-3")
     }
     assert deadlines["t-1"] == datetime.fromtimestamp(20_000_000_000, UTC)
@@ -185,51 +183,53 @@ def test_unix_seconds_stay_seconds_at_any_size(http: TestClient) -> None:
     ],
 )
 def test_a_deadline_outside_the_documented_range_is_refused(
-    http: TestClient, deadline: Any, said: str
+    memory_http: TestClient, deadline: Any, said: str
 ) -> None:
-    refused(http.post("/v1/tasks", json={"task_id": "t-1", "description": "d", "deadline": deadline}), said)
-    assert http.get("/v1/tasks/t-1").status_code == 404
+    refused(
+        memory_http.post("/v1/tasks", json={"task_id": "t-1", "description": "d", "deadline": deadline}), said
+    )
+    assert memory_http.get("/v1/tasks/t-1").status_code == 404
 
 
-def test_a_deadline_is_given_one_way_only(http: TestClient) -> None:
+def test_a_deadline_is_given_one_way_only(memory_http: TestClient) -> None:
     # When a task names both a deadline and hours from now
     body = {"task_id": "t-1", "description": "bill", "deadline": "2027-01-01T00:00:00Z", "deadline_hours": 1}
     # Then it is refused (as every other either/or pair is), and no task exists
     refused(
-        http.post("/v1/tasks", json=body),
+        memory_http.post("/v1/tasks", json=body),
         "deadline_hours: give deadline (a time) or deadline_hours, not both",
     )
-    assert http.get("/v1/tasks/t-1").status_code == 404
+    assert memory_http.get("/v1/tasks/t-1").status_code == 404
 
 
-def test_a_task_resolution_may_be_a_string_as_a_sessions_may(http: TestClient) -> None:
+def test_a_task_resolution_may_be_a_string_as_a_sessions_may(memory_http: TestClient) -> None:
     # Given an assigned task
-    http.post("/v1/agents", json={"agent_id": "a-1", "name": "A", "skills": ["python"], "capacity": 2})
-    http.post("/v1/tasks", json={"task_id": "t-1", "description": "d", "required_skills": ["python"]})
-    assert http.post("/v1/tasks/t-1/assign").json()["status"] == "assigned"
+    memory_http.post("/v1/agents", json={"agent_id": "a-1", "name": "A", "skills": ["python"], "capacity": 2})
+    memory_http.post("/v1/tasks", json={"task_id": "t-1", "description": "d", "required_skills": ["python"]})
+    assert memory_http.post("/v1/tasks/t-1/assign").json()["status"] == "assigned"
     # When it is completed with a key the log cannot store, then with a string
     refused(
-        http.post("/v1/tasks/t-1/complete", json={"resolution": {"a\u0000": 1}}),
+        memory_http.post("/v1/tasks/t-1/complete", json={"resolution": {"a\u0000": 1}}),
         "resolution: key 'a\\x00'",
     )
-    done = http.post("/v1/tasks/t-1/complete", json={"resolution": "fixed it"})
+    done = memory_http.post("/v1/tasks/t-1/complete", json={"resolution": "fixed it"})
     # Then the first is refused under the caller's name for it, and the string is kept as a session keeps it
     assert done.status_code == 200, done.text
     assert done.json()["resolution"] == {"resolution": "fixed it"}
 
 
-def test_an_integer_written_with_a_zero_fraction_is_still_an_integer(http: TestClient) -> None:
+def test_an_integer_written_with_a_zero_fraction_is_still_an_integer(memory_http: TestClient) -> None:
     # Given an agent (JSON Schema counts 2.0 as an integer, and generated clients send it)
     agent = {"agent_id": "a-1", "name": "A", "skills": ["python"], "capacity": 2.0}
-    assert http.post("/v1/agents", json=agent).status_code == 201
+    assert memory_http.post("/v1/agents", json=agent).status_code == 201
     # When its capacity is set to 3.0, then to 3.5
-    assert http.put("/v1/agents/a-1/capacity", json={"capacity": 3.0}).status_code == 200
+    assert memory_http.put("/v1/agents/a-1/capacity", json={"capacity": 3.0}).status_code == 200
     # Then 3.0 is taken as 3, and 3.5 is refused
-    assert http.get("/v1/agents/a-1").json()["capacity"] == 3
-    assert http.put("/v1/agents/a-1/capacity", json={"capacity": 3.5}).status_code == 422
+    assert memory_http.get("/v1/agents/a-1").json()["capacity"] == 3
+    assert memory_http.put("/v1/agents/a-1/capacity", json={"capacity": 3.5}).status_code == 422
 
 
-def test_the_queue_runs_without_a_body(http: TestClient) -> None:
+def test_the_queue_runs_without_a_body(memory_http: TestClient) -> None:
     # Every field of the run's body has a default: leaving the body out is running with them
-    assert http.post("/v1/queue/run").status_code == 200
-    assert http.post("/v1/queue/run", json={}).status_code == 200
+    assert memory_http.post("/v1/queue/run").status_code == 200
+    assert memory_http.post("/v1/queue/run", json={}).status_code == 200

@@ -6,13 +6,11 @@ asks, and CLI exit 2), appending nothing and calling no model."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from flowledger.adapters.http.app import create_app
 from flowledger.domain.errors import IdempotencyKeyReused
 from flowledger.domain.session_views import same_json
 from flowledger.infrastructure import Engine
@@ -149,23 +147,15 @@ async def test_a_step_in_flight_under_the_key_refuses_another_request_at_once(en
     assert event_count(engine, "s1") == events
 
 
-@pytest.fixture
-def http() -> Iterator[TestClient]:
-    engine = Engine(settings=make_settings(database_url="memory:"))
-    with TestClient(create_app(engine)) as client:
-        yield client
-    engine.close()
-
-
-def test_over_http_another_request_under_a_used_key_is_a_422(http: TestClient) -> None:
-    assert http.post("/v1/sessions", json={"session_id": "s1", "workflow": "w"}).status_code == 201
+def test_over_http_another_request_under_a_used_key_is_a_422(memory_http: TestClient) -> None:
+    assert memory_http.post("/v1/sessions", json={"session_id": "s1", "workflow": "w"}).status_code == 201
     body = {"step": "classify", "input": {"q": 1}, "output": {"a": 1}, "idempotency_key": "k1"}
-    assert http.post("/v1/sessions/s1/steps", json=body).status_code == 201
+    assert memory_http.post("/v1/sessions/s1/steps", json=body).status_code == 201
     # The same body again: the recorded step
-    again = http.post("/v1/sessions/s1/steps", json=body)
+    again = memory_http.post("/v1/sessions/s1/steps", json=body)
     assert again.status_code in (200, 201), again.text
     # Another body under the key: 422 with a message, nothing recorded
-    refused = http.post("/v1/sessions/s1/steps", json={**body, "input": {"q": 2}})
+    refused = memory_http.post("/v1/sessions/s1/steps", json={**body, "input": {"q": 2}})
     assert refused.status_code == 422, refused.text
     assert "idempotency key 'k1'" in refused.json()["error"]
-    assert http.get("/v1/sessions/s1").json()["step_count"] == 1
+    assert memory_http.get("/v1/sessions/s1").json()["step_count"] == 1
