@@ -19,6 +19,7 @@ setting off and the server's egress filtered where that matters).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -77,14 +78,26 @@ def _not_public(address: _Address) -> str | None:
     return None if address.is_global else f"{address} is not a public address"
 
 
+def _hosts(url: str) -> list[str]:
+    """The URL's host as the standard library reads it and as httpx (which makes the call)
+    does: where two parsers disagree (``http://a@b\\@c/``), both are judged."""
+    hosts = [urlsplit(url).hostname or ""]
+    with contextlib.suppress(httpx.InvalidURL):  # then it cannot be called at all
+        hosts.append(httpx.URL(url).host)
+    return [host.rstrip(".").lower() for host in dict.fromkeys(hosts)]
+
+
 def destination_refusal(url: str) -> str | None:
     """Why ``url`` may not be a webhook while private destinations are not allowed, judged
     without a lookup (a literal address that is not public, or ``localhost``); None if it may."""
-    host = (urlsplit(url).hostname or "").rstrip(".").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return f"{host} is this machine"
-    address = _literal_address(host)
-    return _not_public(address) if address is not None else None
+    for host in _hosts(url):
+        if host == "localhost" or host.endswith(".localhost"):
+            return f"{host} is this machine"
+        address = _literal_address(host)
+        refusal = _not_public(address) if address is not None else None
+        if refusal is not None:
+            return refusal
+    return None
 
 
 def require_public_destination(url: str | None, *, allow_private: bool) -> None:
@@ -103,16 +116,15 @@ async def resolved_refusal(url: str) -> str | None:
     if refusal is not None:
         return refusal
     parts = urlsplit(url)
-    host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as error:
-        return f"{host} does not resolve: {error}"
-    for *_, sockaddr in found:
-        refusal = _not_public(_unmapped(ipaddress.ip_address(sockaddr[0])))
-        if refusal is not None:
-            return f"{host} resolves to {sockaddr[0]}, which is not a public address"
+    for host in _hosts(url):
+        try:
+            found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as error:
+            return f"{host} does not resolve: {error}"
+        for *_, sockaddr in found:
+            if _not_public(_unmapped(ipaddress.ip_address(sockaddr[0]))) is not None:
+                return f"{host} resolves to {sockaddr[0]}, which is not a public address"
     return None
 
 

@@ -41,6 +41,10 @@ NOT_PUBLIC = [
     "http://localhost:9000/hook",
     "http://api.localhost/hook",
     "http://LOCALHOST./hook",
+    "http://0177.0.0.1/hook",
+    "http://example.com@127.0.0.1/hook",
+    "http://[fe80::1%25eth0]/hook",
+    "http://example.com\\@10.0.0.1/hook",
 ]
 
 
