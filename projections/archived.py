@@ -10,8 +10,9 @@ events are not in the log, so nothing is counted twice, and the build equals the
 Rows are captured per table: tables with an ``originator_id`` column by it; the seed's
 ``workflow_executions`` through its ``workflow_states`` row. Tables of neither kind are
 derived (roll-ups) and left to ``rebased``. A base captured under another schema version of
-the projection is not used (its rows may not fit the new tables): restore such sessions
-from their bundles before rebuilding (``flowledger retention restore``).
+the projection (not one of its ``base_versions``, whose rows fit unchanged) is not used (its
+rows may not fit the new tables): restore such sessions from their bundles before
+rebuilding (``flowledger retention restore``).
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ def fold_bases(cur: Cursor[Any], store: str, projection: Projection, schema: str
     if found is None or found[0] is None:
         return 0
     bases = SQL("{}.{}").format(Identifier(store), Identifier(BASES))
-    fits = SQL("(b.projection_rows -> {p} ->> 'schema_version')::int = {v}").format(
-        p=Literal(projection.name), v=Literal(projection.schema_version)
+    versions = [projection.schema_version, *projection.base_versions]
+    fits = SQL("(b.projection_rows -> {p} ->> 'schema_version')::int = ANY({v})").format(
+        p=Literal(projection.name), v=Literal(versions)
     )
     cur.execute(SQL("SELECT count(*) FROM {} b WHERE {}").format(bases, fits))
     row = cur.fetchone()

@@ -53,6 +53,11 @@ class Projection(ABC):
     """Bumped whenever ``ddl`` changes: an installed build of an older version is replaced and
     rebuilt from the log."""
 
+    base_versions: ClassVar[tuple[int, ...]] = ()
+    """Older schema versions whose captured rows of archived sessions fit this version's tables
+    unchanged (a bump that changed only derived tables): their bases are used as this
+    version's (``projections/archived.py``)."""
+
     handles: ClassVar[tuple[type[Any], ...]]
     """Event classes whose events change this projection's rows; an aggregate class stands
     for every event class it defines."""

@@ -2,9 +2,9 @@
 
 An event is a dead letter of a build when it does not decode, when the projection's handler
 raises on it, or when the database refuses its rows (a NUL in a text column, a number out
-of range): the fault is the event's, and no retry will change it. Faults of the database
-itself (lost connection, timeouts, a missing table, privileges) are not the event's: they
-propagate, and the batch is retried as a whole. Dead letters live in
+of range, a key past an index's size limit): the fault is the event's, and no retry will
+change it. Faults of the database itself (lost connection, timeouts, a missing table,
+privileges) are not the event's: they propagate, and the batch is retried as a whole. Dead letters live in
 ``<schema>_projections.dead_letters``, one row per (build, notification id), dropped with
 their build; a rebuild (after a fix) applies them again.
 """
@@ -48,7 +48,11 @@ class DeadLetter:
 
 
 def is_event_fault(error: BaseException) -> bool:
-    """True when applying one event failed because of that event (see the module docstring)."""
+    """True when applying one event failed because of that event (see the module docstring).
+    A row past one of the server's limits (SQLSTATE class 54: a key longer than an index
+    takes, say) is the event's too, though psycopg files it under OperationalError."""
+    if isinstance(error, psycopg.Error) and (error.sqlstate or "").startswith("54"):
+        return True
     return isinstance(error, Exception) and not isinstance(error, _DATABASE_FAULTS)
 
 

@@ -128,7 +128,8 @@ class CompletionFunnel(Projection):
     name = "funnel"
     exposed = ("funnel_sessions", "funnel_steps", "funnel_paths", "funnel_reach", "funnel_firsts")
     ddl = DDL + ROLLUP_DDL
-    schema_version = 3  # 2: tenant on every row; 3: roll-ups
+    schema_version = 4  # 2: tenant on every row; 3: roll-ups; 4: paths keyed by their hash
+    base_versions = (3,)  # a v3 base's rows (sessions and steps) fit v4's tables as they are
     handles = (
         Session.Started,
         Session.StepStarted,

@@ -35,7 +35,10 @@ CREATE TABLE {s}.funnel_paths (
     status text NOT NULL,
     path jsonb NOT NULL,
     sessions bigint NOT NULL,
-    UNIQUE NULLS NOT DISTINCT (tenant, workflow, grain, at, first_model, status, path)
+    -- A path is as long as the steps it holds (up to 200 characters a name): keyed by its
+    -- SHA-256 (of jsonb's canonical text), as a btree key holds at most 2,704 bytes.
+    path_hash bytea NOT NULL,
+    UNIQUE NULLS NOT DISTINCT (tenant, workflow, grain, at, first_model, status, path_hash)
 );
 CREATE INDEX ON {s}.funnel_paths (sessions) WHERE sessions = 0;
 CREATE TABLE {s}.funnel_reach (
@@ -91,10 +94,11 @@ sessions AS ({SESSIONS}),
 reaches AS ({REACHES}),
 paths AS (
     INSERT INTO {{s}}.funnel_paths AS r
+        (grain, at, tenant, workflow, first_model, status, path, sessions, path_hash)
     SELECT g.grain, date_trunc(g.grain, started_at, 'UTC'), tenant, workflow, first_model, status, path,
-           %(sign)s * count(*)
+           %(sign)s * count(*), sha256(convert_to(path::text, 'UTF8'))
     FROM sessions CROSS JOIN grains AS g GROUP BY 1, 2, 3, 4, 5, 6, 7
-    ON CONFLICT (tenant, workflow, grain, at, first_model, status, path)
+    ON CONFLICT (tenant, workflow, grain, at, first_model, status, path_hash)
     DO UPDATE SET sessions = r.sessions + EXCLUDED.sessions
     RETURNING 1
 ), cells AS (

@@ -3,6 +3,7 @@ tenant-scoped analytics, and switches that keep grants and users' views."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 import uuid
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from flowledger.projections import (
     Envelope,
     Projector,
     dashboard,
+    dead_letters,
     follow,
     funnel_report,
     projector_for,
@@ -290,3 +292,42 @@ def test_a_build_of_an_older_schema_version_is_replaced_and_rebuilt_from_the_log
     assert new["current_state"][0] == old["current_state"]
     assert rows(projector, "SELECT tenant FROM {}.llm_calls") == [("default",)]
     assert len(all_projections()) == len(new)
+
+
+def test_a_session_of_many_long_step_names_keeps_every_projection_current(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given a session of 20 steps named with 200 random characters each (the longest a name
+    # may be; random, so the server cannot compress them): its funnel path is about 4 KB,
+    # past the 2,704 bytes a btree key may hold
+    pg_engine.start_session("long-path", "flow")
+    names = [f"{n:02d}-" + secrets.token_hex(100)[:197] for n in range(20)]
+    for name in names:
+        pg_engine.record_step("long-path", name, usage=USED)
+    work(pg_engine, "after")
+    # When the projections catch up
+    projector.catch_up()
+    # Then every build reached the head with no dead letter, and the funnel holds the path
+    assert at_head(projector, pg_engine)
+    assert {b.projection: b.dead_letters for b in status(projector)} == {
+        "current_state": 0,
+        "cost": 0,
+        "funnel": 0,
+        "seed": 0,
+    }
+    with projector.connect() as conn:
+        [report] = funnel_report(conn, projector.names.reader, "flow", tenant="default", read="rollups")
+        [board] = dashboard(
+            conn, projector.names.reader, tenant="default", since=T0 - timedelta(hours=1), by=[]
+        )
+    assert {s.step: s.reached for s in report.steps} == {**dict.fromkeys(names, 1), "one": 1}
+    assert board.calls == 21
+    assert verify(projector) == []
+
+
+def test_a_row_past_a_server_limit_is_the_events_fault_not_the_databases() -> None:
+    # An index key too long (SQLSTATE 54000) is the event's doing: a dead letter, not a stop;
+    # a lost connection is the database's: the batch is retried
+    too_long = psycopg.errors.ProgramLimitExceeded("index row size 5400 exceeds btree version 4 maximum 2704")
+    assert dead_letters.is_event_fault(too_long)
+    assert not dead_letters.is_event_fault(psycopg.OperationalError("server closed the connection"))
