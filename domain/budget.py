@@ -68,12 +68,21 @@ def require_limit(value: object) -> Decimal:
 
 
 def require_webhook_url(url: str | None) -> str | None:
-    """None, or an absolute http(s) URL of at most 2,000 characters."""
+    """None, or an absolute http(s) URL of at most 2,000 characters with a host, a valid port
+    if any, and no whitespace or control character anywhere."""
     if url is None:
         return None
-    parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc or len(url) > 2000:
+    if not isinstance(url, str) or len(url) > 2000 or any(c.isspace() or not c.isprintable() for c in url):
         raise ValidationError("webhook_url", f"must be an absolute http(s) URL, got {url!r}")
+    parts = urlsplit(url)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:  # not a number, or past 65535
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise ValidationError(
+            "webhook_url", f"must be an absolute http(s) URL with a host (and a port of 1-65535), got {url!r}"
+        )
     return url
 
 

@@ -28,8 +28,9 @@ import logging
 import socket
 import threading
 import time
+import unicodedata
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httpx
 from tenacity import (
@@ -55,27 +56,44 @@ class _Retryable(Exception):
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
 def _literal_address(host: str) -> _Address | None:
     """The address ``host`` spells, in any form a resolver takes (``127.1``, ``2130706433``,
-    ``0x7f.0.0.1``, ``[::ffff:127.0.0.1]``); None for a name."""
+    ``0x7f.0.0.1``, ``[::ffff:127.0.0.1]``, ``①②⑦.0.0.1``, ``%31%32%37.0.0.1``); None for a name."""
+    host = unicodedata.normalize("NFKC", unquote(host)).strip("[]")
     try:
-        return _unmapped(ipaddress.ip_address(host.strip("[]")))
+        return _unmapped(ipaddress.ip_address(host))
     except ValueError:
         pass
     try:
         return ipaddress.IPv4Address(socket.inet_aton(host))
-    except OSError:
+    except (OSError, ValueError):  # not an address (ValueError: a NUL in it)
         return None
 
 
 def _unmapped(address: _Address) -> _Address:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+    """An IPv6 address that carries an IPv4 one (mapped, compatible, NAT64, 6to4, Teredo
+    client) as that IPv4 address: where a packet to it may end up."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return address
+    if address.ipv4_mapped is not None:
         return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if (address in _NAT64 or address in _IPV4_COMPATIBLE) and int(address) > 1:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return address
 
 
 def _not_public(address: _Address) -> str | None:
-    return None if address.is_global else f"{address} is not a public address"
+    if address.is_global and not address.is_multicast:
+        return None
+    return f"{address} is not a public address"
 
 
 def _hosts(url: str) -> list[str]:

@@ -45,6 +45,12 @@ NOT_PUBLIC = [
     "http://example.com@127.0.0.1/hook",
     "http://[fe80::1%25eth0]/hook",
     "http://example.com\\@10.0.0.1/hook",
+    "http://[::127.0.0.1]/hook",
+    "http://[64:ff9b::7f00:1]/hook",
+    "http://[2002:7f00:1::]/hook",
+    "http://224.0.0.1/hook",
+    "http://①②⑦.0.0.1/hook",
+    "http://%31%32%37.0.0.1/hook",
 ]
 
 
@@ -142,6 +148,25 @@ def test_over_http_a_budget_naming_a_private_destination_is_a_422_and_not_set(
     assert response.status_code == 422, response.text
     assert "webhook_url:" in response.json()["error"]
     assert "FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE=1" in response.json()["error"]
+    assert http.get("/v1/budgets").json() == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://:80/x",
+        "https://example.com:99999/x",
+        "https://example.com:0/x",
+        "https://exa mple.com/x",
+        "https://exa\u0000mple.com/x",
+        "https://example.com/\nx",
+        "ftp://example.com/x",
+    ],
+)
+def test_over_http_a_webhook_that_could_never_be_called_is_a_422(http: TestClient, url: str) -> None:
+    response = http.put("/v1/budgets/workflow/support/day", json={"limit_usd": "5", "webhook_url": url})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"].startswith("webhook_url: must be an absolute http(s) URL")
     assert http.get("/v1/budgets").json() == []
 
 
