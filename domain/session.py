@@ -189,11 +189,14 @@ class Session(FlowledgerAggregate):
         idempotency_key: str | None
 
         def apply(self, aggregate: Session) -> None:
-            """Count the failure and keep it in the window; its key may be retried."""
+            """Count the failure and keep it in the window; its key may be retried (by the same
+            request: the key goes into the filter, so another request under it is found)."""
             aggregate.failures = [*aggregate.failures, StepFailure.of(self)][-RECENT_STEPS:]
             aggregate.failure_count += 1
             key = self.idempotency_key
             aggregate.pending = {k: p for k, p in aggregate.pending.items() if k != key}
+            if key is not None:
+                aggregate.key_filter = key_filter_with(aggregate.key_filter, key)
             aggregate.totals = aggregate.totals.add(self.usage)
 
     class ContextUpdated(FlowledgerAggregate.Event):
@@ -489,6 +492,11 @@ class Session(FlowledgerAggregate):
         differs = request_difference(held, step, payload)
         if differs is not None:
             raise IdempotencyKeyReused(self.session_id, idempotency_key, held.step, differs)
+
+    def may_have_used(self, idempotency_key: str) -> bool:
+        """False when no step was ever processed or failed under this key (certain); True
+        when one may have been (the key filter; about 0.2 % false positives at 10,000 keys)."""
+        return key_filter_may_hold(self.key_filter, idempotency_key)
 
     def recorded_outcome(self, idempotency_key: str | None) -> StepRecord | None:
         """The step processed under this key if it is in the recent window (a failed key may be retried).

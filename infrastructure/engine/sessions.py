@@ -16,7 +16,7 @@ from uuid import UUID
 from flowledger.domain.bounds import MAX_TTL, require_moment
 from flowledger.domain.errors import SessionClosed, SessionConflict, SessionNotFound, ValidationError
 from flowledger.domain.session import Session, session_uuid
-from flowledger.domain.session_views import MAYBE_SEEN, SessionState, StepRecord
+from flowledger.domain.session_views import MAYBE_SEEN, PendingStep, SessionState, StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_name, require_ttl
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.history import HistoryEntry, history_entry
@@ -196,6 +196,21 @@ class SessionService:
                 return StepRecord.of(event)
         return None
 
+    def ensure_key_fits(self, session: Session, key: str | None, step: str, input: JsonObject) -> None:
+        """With no step processed under ``key``: a step started under it before (one that
+        failed) must have been this request (``Session.ensure_same_request``). Only a key the
+        filter may hold is looked for in the stream, so a new key costs nothing."""
+        if key is None or session.erased or not session.may_have_used(key):
+            return
+        needle = b'"idempotency_key":' + json.dumps(key, ensure_ascii=False).encode()
+        started = [
+            event
+            for event in self._store.events_containing(session.id, Session.StepStarted, needle)
+            if event.idempotency_key == key
+        ]
+        if started:
+            session.ensure_same_request(PendingStep.of(started[-1]), key, step, input=input)
+
     # -- decisions (run by the store, once per attempt) ----------------------------------
 
     def _start(
@@ -280,6 +295,7 @@ class SessionService:
                 context_update=request.context_update,
             )
             return recorded
+        self.ensure_key_fits(session, request.idempotency_key, request.step, request.input)
         session.ensure_open(uow.now)
         return session.record_step(
             step=request.step,

@@ -242,6 +242,8 @@ class StepService:
             if uow.now < pending.lease_until:
                 return _Wait(pending.lease_until)
             session.abandon_step(call.key, uow.now, f"the lease of worker {pending.worker} lapsed")
+        else:
+            self._sessions.ensure_key_fits(session, call.key, call.step, call.input)
         session.ensure_open(uow.now)
         if call.merge_input:
             changed = changed_keys(session.context, call.input)

@@ -232,5 +232,10 @@ def test_idempotency_stays_exact_with_a_window_of_recent_steps(program: list[tup
         elif any(e.idempotency_key == key for e in processed):
             assert lookup is MAYBE_SEEN
             assert session.recorded_outcome(key) is None
+        elif any(isinstance(e, Session.StepFailed) and e.idempotency_key == key for e in events):
+            # A failed key is kept in the filter too: a retry must be the same request
+            assert lookup is MAYBE_SEEN
+            assert session.may_have_used(key)
         else:
             assert lookup is NOT_SEEN
+            assert not session.may_have_used(key)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from flowledger.domain.errors import IdempotencyKeyReused
+from flowledger.domain.errors import IdempotencyKeyReused, LlmCallFailed
 from flowledger.domain.session_views import same_json
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
@@ -130,6 +130,27 @@ async def test_process_step_refuses_another_request_under_a_used_key_without_a_m
         await engine.process_step("s1", "resolve", {"message": "refund"}, idempotency_key="k1")
     assert len(llm.calls) == 1
     assert event_count(engine, "s1") == events
+
+
+async def test_after_a_failed_step_its_key_takes_the_same_request_again_and_refuses_another(
+    engine: Engine,
+) -> None:
+    # Given a model step under a key that failed (the model call gave no usable reply)
+    engine.llm = failing = ScriptedLlm(error=LlmCallFailed("no reply", error_type="http_503", attempts=3))
+    engine.start_session("s1", "customer_service")
+    with pytest.raises(LlmCallFailed):
+        await engine.process_step("s1", "classify_intent", {"message": "refund"}, idempotency_key="k1")
+    events = event_count(engine, "s1")
+    # When another request comes under that key, by either path, it is refused: no call, no event
+    engine.llm = llm = ScriptedLlm()
+    with pytest.raises(IdempotencyKeyReused, match="already names step 'classify_intent' with another input"):
+        await engine.process_step("s1", "classify_intent", {"message": "other"}, idempotency_key="k1")
+    with pytest.raises(IdempotencyKeyReused, match="with another step name"):
+        engine.record_step("s1", "resolve", input={"message": "refund"}, idempotency_key="k1")
+    assert (len(llm.calls), event_count(engine, "s1")) == (0, events)
+    # And the same request is a retry: the model is called again and the step recorded
+    record = await engine.process_step("s1", "classify_intent", {"message": "refund"}, idempotency_key="k1")
+    assert (record.step, len(failing.calls), len(llm.calls)) == ("classify_intent", 1, 1)
 
 
 async def test_a_step_in_flight_under_the_key_refuses_another_request_at_once(engine: Engine) -> None:
