@@ -66,9 +66,10 @@ def main(args: list[str] | None = None) -> None:
 
 
 def _said(message: str, code: int) -> int:
-    """``message`` as the one ``error:`` line on stderr (``fail``); returns ``code``."""
+    """``message`` as the one ``error:`` line on stderr (``fail``; click puts a choice list on
+    lines of its own: they are joined); returns ``code``."""
     try:
-        fail(message, code)
+        fail(" ".join(line.strip() for line in message.splitlines() if line.strip()), code)
     except typer.Exit as done:
         return done.exit_code
 

@@ -71,7 +71,9 @@ def progress_bar(projector: Projector, label: str) -> Iterator[Any]:
 
 
 def _names(name: str | None) -> list[str] | None:
-    return [name] if name else None
+    """None (every projection) when no name is given; an empty or blank one is refused, not
+    read as "all" (an unset shell variable must not rebuild everything)."""
+    return None if name is None else [require_name("name", name)]
 
 
 @projections_app.command("rebuild")
@@ -356,6 +358,7 @@ def funnel_command(
 ) -> None:
     """Per step of one tenant's sessions: reaching it, conversion, drop-off by cause, time to reach it."""
     with reported_errors():
+        require_name("workflow", workflow)
         start = None if since is None else datetime.now(UTC) - parse_since(since)
         order = [s.strip() for s in steps.split(",")] if steps else None
         with Engine() as engine:

@@ -23,6 +23,13 @@ BAD_INPUT = [
     (["projections", "rebuild", "bogus"], 2, "unknown projection(s) ['bogus']; known:"),
     (["projections", "verify", "bogus"], 2, "unknown projection(s) ['bogus']; known:"),
     (["projections", "follow", "bogus"], 2, "unknown projection(s) ['bogus']; known:"),
+    # An empty name is not "every projection" (an unset shell variable must not rebuild all)
+    (["projections", "rebuild", ""], 2, "name: must be a non-empty string"),
+    (["projections", "verify", " "], 2, "name: must be a non-empty string"),
+    (["projections", "follow", ""], 2, "name: must be a non-empty string"),
+    (["funnel", ""], 2, "workflow: must be a non-empty string"),
+    (["funnel", "w\x01"], 2, "workflow:"),
+    (["funnel", "w" * 201], 2, "workflow:"),
     (["funnel", "wf", "--by", "bogus"], 2, "by: breakdown must be 'model' or 'metadata.<key>'"),
     (["funnel", "wf", "--steps", "a,nosuch"], 2, "steps: unknown in workflow 'wf': a, nosuch"),
     (["funnel", "wf", "--since", "yesterday"], 2, "since: 'yesterday' is not a duration"),

@@ -26,6 +26,11 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
         (["history", "s1", "--nope"], "error: No such option: --nope (see 'flowledger history --help')"),
         (["serve", "--port", "x"], "error: Invalid value for '--port': Input should be a valid integer"),
         (["audit", "nosuch"], "error: No such command 'nosuch'. (see 'flowledger audit --help')"),
+        (
+            ["budgets", "set"],
+            "error: Missing argument 'scope'. Choose from: tenant, user, session, workflow, model"
+            " (see 'flowledger budgets set --help')",
+        ),
     ],
 )
 def test_a_usage_error_is_one_line_and_exit_2(
