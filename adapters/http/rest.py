@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from flowledger.adapters.http import schemas
 from flowledger.adapters.http.auth import Caller, Reader, Writer
 from flowledger.adapters.http.errors import responses
+from flowledger.domain.errors import ValidationError
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
 IdempotencyKey = Annotated[
@@ -24,6 +25,16 @@ SessionId = Annotated[str, schemas.PathId]
 _READ = responses(404, 410)
 _WRITE = responses(404, 409, 410)
 _MODEL = responses(402, 404, 409, 410, 501, 502)
+
+
+def one_key(in_body: str | None, in_header: str | None) -> str | None:
+    """The request's idempotency key, from its body or its ``Idempotency-Key`` header; two
+    different ones are refused (422), as two different API keys are (nothing is recorded)."""
+    if in_body is not None and in_header is not None and in_body != in_header:
+        raise ValidationError(
+            "idempotency_key", f"the body says {in_body!r} and the Idempotency-Key header {in_header!r}"
+        )
+    return in_body if in_body is not None else in_header
 
 
 def ensure_user(caller: Caller, session_id: str, user_id: str | None) -> None:
@@ -76,6 +87,7 @@ def record_step(
 
     With ``user_id``, the step is refused (403) unless the session was started for that user.
     """
+    key = one_key(body.idempotency_key, idempotency_key)
     ensure_user(caller, session_id, body.user_id)
     record = caller.engine.record_step(
         session_id,
@@ -85,7 +97,7 @@ def record_step(
         next_step=body.next_step,
         context_update=body.context_update,
         usage=body.usage.to_usage() if body.usage else None,
-        idempotency_key=body.idempotency_key or idempotency_key,
+        idempotency_key=key,
     )
     return schemas.StepOut.of(record)
 
@@ -98,14 +110,11 @@ async def process_step(
 
     With ``user_id``, the step is refused (403) unless the session was started for that user.
     """
+    key = one_key(body.idempotency_key, idempotency_key)
     if body.user_id is not None:
         await run_in_threadpool(ensure_user, caller, session_id, body.user_id)
     record = await caller.engine.process_step(
-        session_id,
-        body.step,
-        body.input,
-        model=body.model,
-        idempotency_key=body.idempotency_key or idempotency_key,
+        session_id, body.step, body.input, model=body.model, idempotency_key=key
     )
     return schemas.StepOut.of(record)
 

@@ -180,3 +180,18 @@ def test_over_http_another_request_under_a_used_key_is_a_422(memory_http: TestCl
     assert refused.status_code == 422, refused.text
     assert "idempotency key 'k1'" in refused.json()["error"]
     assert memory_http.get("/v1/sessions/s1").json()["step_count"] == 1
+
+
+def test_over_http_a_body_key_and_a_header_key_that_differ_are_a_422(memory_http: TestClient) -> None:
+    assert memory_http.post("/v1/sessions", json={"session_id": "s1", "workflow": "w"}).status_code == 201
+    body = {"step": "classify", "input": {"q": 1}, "idempotency_key": "k1"}
+    refused = memory_http.post("/v1/sessions/s1/steps", json=body, headers={"Idempotency-Key": "k2"})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"] == (
+        "idempotency_key: the body says 'k1' and the Idempotency-Key header 'k2'"
+    )
+    assert memory_http.get("/v1/sessions/s1").json()["step_count"] == 0
+    # The same key in both places, or in either alone, is the key
+    same = memory_http.post("/v1/sessions/s1/steps", json=body, headers={"Idempotency-Key": "k1"})
+    assert same.status_code == 201
+    assert memory_http.post("/v1/sessions/s1/steps", json=body).json() == same.json()
