@@ -34,6 +34,8 @@ NAME_PATTERN = worded(
     "must be text that is not blank and holds no control characters",
 )
 """An id or name: not blank, no control characters (``domain.bounds.require_name``)."""
+TEXT_PATTERN = worded(r"^[^\x00]*[^\s\x00][^\x00]*$", "must be text that is not blank and holds no NUL")
+"""Free text (a description, a reason): not blank, no NUL (``domain.bounds.require_text``)."""
 MAX_VERSION = 2**31 - 1
 MAX_COUNT = 2**53
 """Token counts and attempts: exact in a JSON number anywhere, far inside PostgreSQL's bigint."""
@@ -220,7 +222,7 @@ class Complete(Body):
 
 
 class Abandon(Body):
-    reason: str = Field(default="abandoned", max_length=1000)
+    reason: str = Field(default="abandoned", min_length=1, max_length=1000, pattern=TEXT_PATTERN)
 
 
 class ContextUpdate(Body):

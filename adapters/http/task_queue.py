@@ -15,6 +15,7 @@ from flowledger.adapters.http.schemas import (
     MAX_DEADLINE_HOURS,
     MAX_ID,
     NAME_PATTERN,
+    TEXT_PATTERN,
     Body,
     Integer,
     name,
@@ -43,7 +44,7 @@ class RunQueue(Body):
 class Requeue(Body):
     """Who sends the escalated task back to the queue, and why."""
 
-    reason: str = Field(min_length=1, max_length=1000)
+    reason: str = Field(min_length=1, max_length=1000, pattern=TEXT_PATTERN)
     requested_by: str | None = name(description="the person; the API key's id when omitted")
     deadline_hours: float | None = Field(
         default=None,

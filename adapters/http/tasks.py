@@ -15,6 +15,7 @@ from flowledger.adapters.http.errors import responses, worded
 from flowledger.adapters.http.schemas import (
     MAX_DEADLINE_HOURS,
     NAME_PATTERN,
+    TEXT_PATTERN,
     Body,
     EventOut,
     Integer,
@@ -95,7 +96,7 @@ class CreateTask(Body):
     model_config = ConfigDict(json_schema_extra={"not": {"required": ["deadline", "deadline_hours"]}})
 
     task_id: str = required_name("T-1")
-    description: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
+    description: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, pattern=TEXT_PATTERN)
     required_skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
     priority: Priority = TaskPriority.MEDIUM
     deadline: Moment | None = None
@@ -122,7 +123,7 @@ class Outcome(Body):
 class Release(Body):
     """Why the task goes back to the queue."""
 
-    reason: str = Field(default="released", max_length=1000)
+    reason: str = Field(default="released", min_length=1, max_length=1000, pattern=TEXT_PATTERN)
 
 
 def out(state: Any) -> Json:

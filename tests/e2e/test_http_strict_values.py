@@ -233,3 +233,24 @@ def test_the_queue_runs_without_a_body(memory_http: TestClient) -> None:
     # Every field of the run's body has a default: leaving the body out is running with them
     assert memory_http.post("/v1/queue/run").status_code == 200
     assert memory_http.post("/v1/queue/run", json={}).status_code == 200
+
+
+def test_free_text_is_typed_as_the_server_checks_it(memory_http: TestClient) -> None:
+    # The document says what the server refuses: no blank reason, no NUL in a description
+    schemas = memory_http.get("/openapi.json").json()["components"]["schemas"]
+    reason = next(s["properties"]["reason"] for n, s in schemas.items() if n.startswith("Abandon"))
+    assert reason["minLength"] == 1
+    assert "pattern" in reason
+    assert (
+        "pattern"
+        in next(s for n, s in schemas.items() if n.startswith("CreateTask"))["properties"]["description"]
+    )
+    # And a body breaking them is refused, in words, appending nothing
+    assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
+    refused(memory_http.post("/v1/sessions/s-1/abandon", json={"reason": ""}), "reason")
+    refused(
+        memory_http.post("/v1/tasks", json={"task_id": "t-1", "description": "a\u0000b"}),
+        "description: must be text that is not blank and holds no NUL",
+    )
+    assert memory_http.get("/v1/tasks/t-1").status_code == 404
+    assert memory_http.get("/v1/sessions/s-1").json()["status"] == "active"
