@@ -62,18 +62,33 @@ def refuse_malformed(what: str, why: str) -> NoReturn:
     fail(" ".join(f"{what}: {why}".split()), MALFORMED_EXIT)
 
 
+MAX_LINE_CHARS = 64 * 1024 * 1024
+"""The longest line a JSON-lines file the user names may have (an event's line is a few MB at
+most): a longer one, or a file that never ends a line (``/dev/zero``), is refused, not read
+into memory until it runs out."""
+
+
+def bounded_lines(path: Path, what: str) -> Iterator[str]:
+    """The lines of a text file the user named, each at most ``MAX_LINE_CHARS`` (else exit 65,
+    naming ``what`` and the line). OSError and UnicodeDecodeError go to the exit-code table."""
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(iter(lambda: lines.readline(MAX_LINE_CHARS + 1), ""), start=1):
+            if len(line) > MAX_LINE_CHARS:
+                refuse_malformed(what, f"line {number}: longer than {MAX_LINE_CHARS:,} characters")
+            yield line
+
+
 def json_records(path: Path, what: str) -> Iterator[tuple[int, Any]]:
     """Each non-blank line of a JSON-lines file the user named, with its number; a line that is
-    not JSON is refused (exit 65, naming ``what`` and the line). OSError and UnicodeDecodeError
-    go to the exit-code table (74, 65)."""
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except ValueError as error:
-                refuse_malformed(what, f"line {number}: not JSON ({error})")
+    not JSON is refused (exit 65, naming ``what`` and the line), as is one too long
+    (``bounded_lines``). OSError and UnicodeDecodeError go to the exit-code table (74, 65)."""
+    for number, line in enumerate(bounded_lines(path, what), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except ValueError as error:
+            refuse_malformed(what, f"line {number}: not JSON ({error})")
 
 
 def _check_anchors(path: Path) -> None:
@@ -178,9 +193,7 @@ def verify(
     """Recompute every stream's chain, check it against the latest signed checkpoint, name what is wrong."""
     with reported_errors():
         if file is not None:
-            with file.open(encoding="utf-8") as lines:
-                text = list(lines)
-            report = verify_bundle(text, _public_key(public_key))
+            report = verify_bundle(list(bounded_lines(file, "bundle")), _public_key(public_key))
             _show(report.problems)
             if not report.ok:
                 console.print(

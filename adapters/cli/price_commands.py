@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flowledger.adapters.cli.errors import reported_errors
-from flowledger.adapters.llm.pricing import SHIPPED_FILE, read_price_file
+from flowledger.adapters.llm.pricing import MAX_PRICE_FILE_BYTES, SHIPPED_FILE, read_price_file
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.pricing import ModelPrice
 from flowledger.infrastructure import Engine
@@ -41,7 +41,8 @@ def _readable(path: Path | None) -> Path | None:
     """``path`` once it reads as UTF-8 text: the price table's reader would call a missing file
     or binary bytes bad input (exit 2); OSError and UnicodeDecodeError go to the exit-code table."""
     if path is not None:
-        path.read_text(encoding="utf-8")
+        with path.open(encoding="utf-8") as text:
+            text.read(MAX_PRICE_FILE_BYTES + 1)  # bounded: the reader refuses a larger file
     return path
 
 

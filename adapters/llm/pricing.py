@@ -29,6 +29,11 @@ SHIPPED_FILE = "prices.json"
 __all__ = ["SHIPPED_FILE", "DatedPrice", "ModelPrice", "PriceTable", "load_price_table", "read_price_file"]
 
 
+MAX_PRICE_FILE_BYTES = 16 * 1024 * 1024
+"""The largest price file read (the shipped one is a few KB): a larger one, or a file that
+never ends (``/dev/zero``), is refused after that many bytes."""
+
+
 def load_price_table(path: Path | None = None, *, default: ModelPrice | None = None) -> PriceTable:
     """The table in ``path``, or the shipped one; ``default`` prices models the file lacks."""
     return read_price_file(path, default=default)[0]
@@ -41,10 +46,13 @@ def read_price_file(path: Path | None = None, *, default: ModelPrice | None = No
         label = SHIPPED_FILE
     else:
         try:
-            raw = Path(path).read_bytes()
+            with Path(path).open("rb") as file:
+                raw = file.read(MAX_PRICE_FILE_BYTES + 1)
         except OSError as error:
             raise ValidationError("pricing_file", f"cannot read {path}: {error}") from None
         label = Path(path).name
+        if len(raw) > MAX_PRICE_FILE_BYTES:
+            raise ValidationError("pricing_file", f"{label} is larger than {MAX_PRICE_FILE_BYTES:,} bytes")
     try:
         data = json.loads(raw, parse_float=Decimal)
     except ValueError as error:

@@ -142,3 +142,20 @@ def test_a_tenant_with_a_control_character_is_refused_and_nothing_is_stored(
     assert "tenant: must not contain control characters" in line
     assert "\x01" not in result.stdout + result.stderr
     assert stored_rows(database_url, pg_schema) == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "said"),
+    [
+        (["prices", "show", "--file"], 2, "pricing_file: zero is larger than 16,777,216 bytes"),
+        (["audit", "verify", "--file"], 65, "bundle: line 1: longer than 67,108,864 characters"),
+        (["audit", "verify", "--anchors"], 65, "anchors: line 1: longer than 67,108,864 characters"),
+        (["retention", "restore"], 65, "bundle: line 1: longer than 67,108,864 characters"),
+    ],
+)
+def test_a_file_that_never_ends_is_refused_after_a_bound_not_read_until_memory_runs_out(
+    database_url: str, pg_schema: str, command: list[str], code: int, said: str
+) -> None:
+    # /dev/zero never ends a line nor the file: each reader stops at its bound and says so
+    result = run_cli(database_url, pg_schema, *command, "/dev/zero")
+    assert the_one_line(result, code) == f"error: {said}"
