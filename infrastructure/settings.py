@@ -141,6 +141,12 @@ class Settings:
             )
 
     @property
+    def connect_deadline_s(self) -> float:
+        """How long one connection attempt may take: ``connect_timeout_s``, cut to the operation
+        deadline (no single attempt outlasts the operation it serves)."""
+        return min(self.connect_timeout_s, self.operation_deadline_s)
+
+    @property
     def key_dir(self) -> Path:
         """The directory of the audit keys (``audit_key_dir``, else ``home/keys``)."""
         return self.audit_key_dir if self.audit_key_dir is not None else self.home / "keys"

@@ -85,7 +85,7 @@ class Engine:
             clock = (
                 utc_now
                 if url == MEMORY_URL
-                else DatabaseClock(server_time(url, self.settings.connect_timeout_s))
+                else DatabaseClock(server_time(url, self.settings.connect_deadline_s))
             )
         self.clock: Clock = clock
         env = library_env(

@@ -162,7 +162,7 @@ class AuditTrail:
         # next transaction may run on another backend (psycopg prepares a statement's 5th run).
         return psycopg.connect(
             self.database_url,
-            connect_timeout=max(2, round(self.settings.connect_timeout_s)),
+            connect_timeout=max(2, round(self.settings.connect_deadline_s)),
             prepare_threshold=None if self.settings.pgbouncer else 5,
         )
 

@@ -33,7 +33,7 @@ __all__ = [
 def deadlines_of(settings: Settings) -> Deadlines:
     """The database deadlines (and PgBouncer mode) in ``settings``."""
     return Deadlines(
-        connect_s=settings.connect_timeout_s,
+        connect_s=settings.connect_deadline_s,
         pool_s=settings.pool_timeout_s,
         statement_s=settings.statement_timeout_s,
         operation_s=settings.operation_deadline_s,

@@ -93,7 +93,7 @@ def migrate(
     settings = settings or Settings()
     names = ddl.TableNames.for_app(app_name)
     with psycopg.connect(
-        database_url, autocommit=True, connect_timeout=max(2, round(settings.connect_timeout_s))
+        database_url, autocommit=True, connect_timeout=max(2, round(settings.connect_deadline_s))
     ) as conn:
         layout = _already_right(conn, schema, names, settings)
         wanted = layout if settings.event_partitions is None else settings.event_partitions

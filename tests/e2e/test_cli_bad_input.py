@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,23 @@ def test_an_unreachable_database_is_one_line_and_exit_75(
     unreachable = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nothing"
     result = run_cli(unreachable, "unreachable", *args, cwd=tmp_path)
     assert_one_line(result, 75, "the event store is unavailable")
+
+
+def test_a_server_that_never_answers_gives_75_within_the_operation_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a listener that takes connections and never answers, and a connect timeout (30 s)
+    # longer than the operation deadline (3 s)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        monkeypatch.setenv("FLOWLEDGER_OPERATION_DEADLINE_S", "3")
+        monkeypatch.setenv("FLOWLEDGER_CONNECT_TIMEOUT_S", "30")
+        url = f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/nothing"
+        # When a command needs the database
+        started = time.monotonic()
+        result = run_cli(url, "silent", "history", "x", cwd=tmp_path)
+        took = time.monotonic() - started
+    # Then it gives up as unavailable within a few seconds of the deadline, not the timeout
+    assert_one_line(result, 75, "the event store is unavailable")
+    assert took < 12, took
