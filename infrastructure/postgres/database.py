@@ -8,6 +8,7 @@ from contextlib import contextmanager
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
 from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure.postgres.deadlines import LIBPQ_PARAMS_KEY, Deadlines
@@ -86,11 +87,22 @@ def library_env(
 
 def ensure_schema(database_url: str, schema: str, settings: Settings | None = None) -> None:
     """Make ``schema`` ready for an engine: ``migrate`` (kept under its old name for the engine),
-    which never converts an existing events table to another layout at an engine's start."""
+    which never converts an existing events table to another layout at an engine's start.
+
+    A database that cannot be reached is tried again (jittered backoff) until the operation
+    deadline, as every other call is: an engine started while its database restarts rides it
+    out, and gives up with ``StoreUnavailable`` once the deadline passes."""
     if database_url == MEMORY_URL:
         return
+    deadline_s = (settings or Settings()).operation_deadline_s
+    retrying = Retrying(
+        stop=stop_after_delay(deadline_s),
+        wait=wait_exponential_jitter(multiplier=0.1, max=1.0),
+        retry=retry_if_exception_type((psycopg.OperationalError, psycopg.InterfaceError)),
+        reraise=True,
+    )
     with unavailable_as_store_error("migrate"):
-        migrate(database_url, schema, settings, change_layout=False)
+        retrying(migrate, database_url, schema, settings, change_layout=False)
 
 
 def migrate_command(settings: Settings) -> MigrationReport:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
 import pytest
 
+from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure import Engine
 from tests.faults.ledger import Marker, fault_settings, tally
 from tests.faults.server import PrivateServer
@@ -71,3 +73,45 @@ def test_c_sixteen_engines_started_at_once_all_start_and_write(
     assert result.acknowledged == 2 * ENGINES * STEPS
     assert result.lost == 0
     assert result.doubled == 0
+
+
+def test_an_engine_started_while_its_server_is_down_comes_up_when_it_returns(
+    private_postgres: Callable[..., PrivateServer], report: Callable[[str], None]
+) -> None:
+    # Given a server that is down when an engine starts, with a 20 s operation deadline
+    server = private_postgres()
+    server.stop()
+    result: dict[str, object] = {}
+
+    def start() -> None:
+        started = time.monotonic()
+        try:
+            with Engine(settings=fault_settings(server.url, operation_deadline_s=20.0)) as engine:
+                engine.start_session("after-outage", "w")
+                result["sessions"] = engine.get_session("after-outage").session_id
+        except Exception as error:  # reported by the test
+            result["error"] = error
+        result["took_s"] = time.monotonic() - started
+
+    starter = threading.Thread(target=start, name="starter")
+    starter.start()
+    # When the server comes back 3 s later, within the deadline
+    time.sleep(3)
+    server.start()
+    starter.join(60)
+    report(f"engine started after the outage in {result.get('took_s', 0):.1f} s: {result}")
+    # Then the engine started (it tried again meanwhile) and works
+    assert "error" not in result, result
+    assert result["sessions"] == "after-outage"
+    assert 3 <= float(result["took_s"]) < 20  # type: ignore[arg-type]
+
+
+def test_an_engine_whose_server_stays_down_gives_up_at_the_deadline(
+    private_postgres: Callable[..., PrivateServer],
+) -> None:
+    server = private_postgres()
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=r"\(migrate\)"):
+        Engine(settings=fault_settings(server.url, operation_deadline_s=2.0))
+    assert 1.5 <= time.monotonic() - started < 10
