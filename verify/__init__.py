@@ -177,14 +177,20 @@ def signature_valid(public_key: bytes, statement: dict[str, Any], signature: byt
 def read_public_key(given: str) -> bytes:
     """A raw Ed25519 public key from 64 hex digits, or from a file holding them."""
     text = given.strip()
-    if len(text) != 64 and Path(text).is_file():
-        text = Path(text).read_text(encoding="utf-8").strip()
+    shown = repr(given) if len(given) <= 80 else repr(given[:77]) + "..."
+    try:
+        if len(text) != 64 and Path(text).is_file():
+            text = Path(text).read_text(encoding="utf-8").strip()
+    except OSError:  # a name too long to be a file's, say: then it is not a file
+        pass
+    except UnicodeDecodeError:
+        raise ValueError(f"{shown} is a file that is not text, not an Ed25519 public key") from None
     try:
         raw = bytes.fromhex(text)
     except ValueError:
         raw = b""
     if len(raw) != 32:
-        raise ValueError(f"{given!r} is not an Ed25519 public key (64 hex digits, or a file holding them)")
+        raise ValueError(f"{shown} is not an Ed25519 public key (64 hex digits, or a file holding them)")
     return raw
 
 

@@ -22,6 +22,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.postgres.database import deadlines_of, unavailable_as_store_error
 from flowledger.infrastructure.settings import Settings
@@ -144,8 +145,11 @@ class PostgresKeyStore:
             conn.execute(sql.SQL(_DDL).format(schema=sql.Identifier(self._schema)))
 
     def create(self, tenant: str, role: str, label: str = "") -> IssuedKey:
-        """A new key for ``tenant`` in ``role``; its token is in the result only."""
+        """A new key for ``tenant`` in ``role``; its token is in the result only. ``label``, if
+        given, is a name (at most 200 characters, no control characters)."""
         check_grant(tenant, role)
+        if label:
+            require_name("label", label)
         key_id = "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(12))
         token = f"flk_{key_id}_{secrets.token_urlsafe(32)}"
         with unavailable_as_store_error("api keys"), self._connection() as conn:

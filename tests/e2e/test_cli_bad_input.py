@@ -41,6 +41,23 @@ BAD_INPUT = [
     (["replay", "x", "--as-of", "yesterday"], 2, "as_of: 'yesterday' is not an ISO 8601 time"),
     (["replay", "x", "--version", "0"], 2, "version: must be >= 1, got 0"),
     (["keys", "create", "--tenant", "t", "--role", "bogus"], 2, "role: 'bogus' is not one of"),
+    (["keys", "create", "--tenant", "t", "--role", "admin", "--label", "a\nb"], 2, "label: must not contain"),
+    (
+        ["keys", "create", "--tenant", "t", "--role", "admin", "--label", "x" * 201],
+        2,
+        "label: must be at most 200",
+    ),
+    # A value too long to be a file's name is not a key either, and the line does not echo it whole
+    (
+        ["audit", "verify", "--public-key", "a" * 300],
+        2,
+        "public_key: '" + "a" * 77 + "'... is not an Ed25519",
+    ),
+    (
+        ["audit", "verify", "--public-key", "{binary}"],
+        2,
+        "is a file that is not text, not an Ed25519 public key",
+    ),
     (["serve", "--port", "99999"], 2, "port: must be a whole number from 0 to 65535"),
     (["simulate-llm", "--port", "99999"], 2, "port: must be a whole number from 0 to 65535"),
     (["demo", "--sessions", "0"], 2, "sessions: must be a whole number from 1"),
