@@ -519,7 +519,7 @@ class Session(FlowledgerAggregate):
         record = self.recorded_outcome(idempotency_key)
         if record is not None:
             return record
-        return MAYBE_SEEN if key_filter_may_hold(self.key_filter, idempotency_key) else NOT_SEEN
+        return MAYBE_SEEN if self.may_have_used(idempotency_key) else NOT_SEEN
 
     def start_step(
         self,

@@ -4,9 +4,9 @@ An event is a dead letter of a build when it does not decode, when the projectio
 raises on it, or when the database refuses its rows (a NUL in a text column, a number out
 of range, a key past an index's size limit): the fault is the event's, and no retry will
 change it. Faults of the database itself (lost connection, timeouts, a missing table,
-privileges) are not the event's: they propagate, and the batch is retried as a whole. Dead letters live in
-``<schema>_projections.dead_letters``, one row per (build, notification id), dropped with
-their build; a rebuild (after a fix) applies them again.
+privileges) are not the event's: they propagate, and the batch is retried as a whole. Dead
+letters live in ``<schema>_projections.dead_letters``, one row per (build, notification id),
+dropped with their build; a rebuild (after a fix) applies them again.
 """
 
 from __future__ import annotations

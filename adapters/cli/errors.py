@@ -90,6 +90,11 @@ def one_line(error: Exception) -> str:
     else:
         text = f"unexpected {type(error).__name__} (a bug in flowledger): {error}"
     # psycopg adds DETAIL / HINT / LINE lines; a message may quote input with newlines.
+    return joined(text)
+
+
+def joined(text: str) -> str:
+    """``text``'s non-blank lines, stripped, on one line."""
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
@@ -106,6 +111,11 @@ def reported_errors() -> Iterator[None]:
 
 def fail(message: str, code: int) -> NoReturn:
     """End the command: ``message`` as the one ``error:`` line on stderr, and exit ``code``."""
+    say_error(message)
+    raise typer.Exit(code) from None
+
+
+def say_error(message: str) -> None:
+    """``message`` as the one ``error:`` line on stderr."""
     # Escaped: a message quoting "[x]" would otherwise be read as rich markup and vanish.
     _stderr.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code) from None

@@ -26,7 +26,7 @@ from flowledger.adapters.cli import (
     serve,
     session_commands,
 )
-from flowledger.adapters.cli.errors import fail
+from flowledger.adapters.cli.errors import joined, say_error
 
 app = typer.Typer(
     name="flowledger",
@@ -55,23 +55,18 @@ def main(args: list[str] | None = None) -> None:
         code = bare.exit_code
     except UsageError as error:
         hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
-        code = _said(f"{error.format_message()}{hint}", error.exit_code)
+        # click puts a choice list on lines of its own: one line, as every refusal
+        say_error(joined(f"{error.format_message()}{hint}"))
+        code = error.exit_code
     except ClickException as error:
-        code = _said(error.format_message(), error.exit_code)
+        say_error(joined(error.format_message()))
+        code = error.exit_code
     except typer.Abort:
-        code = _said("aborted", 1)
+        say_error("aborted")
+        code = 1
     except typer.Exit as done:  # raised by commands (``fail``), outside click's own main
         code = done.exit_code
     sys.exit(code if isinstance(code, int) else 0)
-
-
-def _said(message: str, code: int) -> int:
-    """``message`` as the one ``error:`` line on stderr (``fail``; click puts a choice list on
-    lines of its own: they are joined); returns ``code``."""
-    try:
-        fail(" ".join(line.strip() for line in message.splitlines() if line.strip()), code)
-    except typer.Exit as done:
-        return done.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover

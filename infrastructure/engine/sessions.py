@@ -11,12 +11,13 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Any
 from uuid import UUID
 
 from flowledger.domain.bounds import MAX_TTL, require_moment
 from flowledger.domain.errors import SessionClosed, SessionConflict, SessionNotFound, ValidationError
 from flowledger.domain.session import Session, session_uuid
-from flowledger.domain.session_views import MAYBE_SEEN, PendingStep, SessionState, StepRecord
+from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, PendingStep, SessionState, StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_name, require_ttl
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.history import HistoryEntry, history_entry
@@ -187,29 +188,43 @@ class SessionService:
             return found
         if found is not MAYBE_SEEN:
             return None
-        # Rare: the key filter cannot rule the key out (a key older than the recent
-        # window, or a false positive). The stream settles it, searched for the key's
-        # bytes as the JSON transcoder writes them, and each match decoded to be sure.
-        needle = b'"idempotency_key":' + json.dumps(key, ensure_ascii=False).encode()
-        for event in self._store.events_containing(session.id, Session.StepProcessed, needle):
-            if event.idempotency_key == key:
-                return StepRecord.of(event)
-        return None
+        processed = self._events_under(session, Session.StepProcessed, key)
+        return StepRecord.of(processed[0]) if processed else None
 
-    def ensure_key_fits(self, session: Session, key: str | None, step: str, input: JsonObject) -> None:
-        """With no step processed under ``key``: a step started under it before (one that
-        failed) must have been this request (``Session.ensure_same_request``). Only a key the
-        filter may hold is looked for in the stream, so a new key costs nothing."""
-        if key is None or session.erased or not session.may_have_used(key):
-            return
+    def outcome_of_request(
+        self, session: Session, key: str | None, step: str, input: JsonObject, **rest: Any
+    ) -> StepRecord | None:
+        """``find_outcome`` for a request under ``key``, which must be the request the key was
+        used for (``Session.ensure_same_request``: the step name, ``input`` and the ``rest`` of
+        its payload): the recorded step, or None when none was processed under the key. A key
+        whose step failed is checked against its last ``StepStarted`` (input and name only).
+        The key filter is consulted once: a new key reads nothing."""
+        if key is None:
+            return None
+        found = session.outcome_lookup(key)
+        if isinstance(found, StepRecord):
+            record = found
+        elif found is NOT_SEEN:
+            return None
+        else:  # MAYBE_SEEN: the stream settles it
+            processed = self._events_under(session, Session.StepProcessed, key)
+            if not processed:
+                started = [] if session.erased else self._events_under(session, Session.StepStarted, key)
+                if started:
+                    session.ensure_same_request(PendingStep.of(started[-1]), key, step, input=input)
+                return None
+            record = StepRecord.of(processed[0])
+        session.ensure_same_request(record, key, step, input=input, **rest)
+        return record
+
+    def _events_under(self, session: Session, event_class: type[Any], key: str) -> list[Any]:
+        """The session's events of ``event_class`` under ``key``, oldest first. Rare (the key
+        filter cannot rule the key out: a key older than the recent window, a failed step's,
+        or a false positive): the stream is searched for the key's bytes as the JSON
+        transcoder writes them, and each match decoded to be sure."""
         needle = b'"idempotency_key":' + json.dumps(key, ensure_ascii=False).encode()
-        started = [
-            event
-            for event in self._store.events_containing(session.id, Session.StepStarted, needle)
-            if event.idempotency_key == key
-        ]
-        if started:
-            session.ensure_same_request(PendingStep.of(started[-1]), key, step, input=input)
+        found = self._store.events_containing(session.id, event_class, needle)
+        return [event for event in found if event.idempotency_key == key]
 
     # -- decisions (run by the store, once per attempt) ----------------------------------
 
@@ -282,20 +297,17 @@ class SessionService:
 
     def _record(self, session_id: str, request: StepRequest, uow: UnitOfWork) -> StepRecord:
         session = self._session(uow, session_id)
-        recorded = self.find_outcome(session, request.idempotency_key)
+        recorded = self.outcome_of_request(
+            session,
+            request.idempotency_key,
+            request.step,
+            request.input,
+            output=request.output,
+            next_step=request.next_step,
+            context_update=request.context_update,
+        )
         if recorded is not None:
-            assert request.idempotency_key is not None  # found under it
-            session.ensure_same_request(
-                recorded,
-                request.idempotency_key,
-                request.step,
-                input=request.input,
-                output=request.output,
-                next_step=request.next_step,
-                context_update=request.context_update,
-            )
             return recorded
-        self.ensure_key_fits(session, request.idempotency_key, request.step, request.input)
         session.ensure_open(uow.now)
         return session.record_step(
             step=request.step,

@@ -232,9 +232,8 @@ class StepService:
 
     def _begin(self, call: StepCall, uow: UnitOfWork) -> StepOutcome | _Go | _Wait:
         session = self._session(uow, call.session_id)
-        recorded = self._sessions.find_outcome(session, call.key)
+        recorded = self._sessions.outcome_of_request(session, call.key, call.step, call.input)
         if recorded is not None:
-            session.ensure_same_request(recorded, call.key, call.step, input=call.input)
             return StepOutcome(recorded, session.context)
         pending = session.pending.get(call.key)
         if pending is not None:
@@ -242,8 +241,6 @@ class StepService:
             if uow.now < pending.lease_until:
                 return _Wait(pending.lease_until)
             session.abandon_step(call.key, uow.now, f"the lease of worker {pending.worker} lapsed")
-        else:
-            self._sessions.ensure_key_fits(session, call.key, call.step, call.input)
         session.ensure_open(uow.now)
         if call.merge_input:
             changed = changed_keys(session.context, call.input)

@@ -67,16 +67,14 @@ class Deadlines:
     def connection_kwargs(self) -> dict[str, Any]:
         """psycopg connect arguments that carry these deadlines to the server.
 
-        libpq counts ``connect_timeout`` in whole seconds, and reads 1 as 2. A connect timeout
-        longer than the operation deadline is cut to it: no single attempt outlasts the whole
-        operation (30 s of connecting answered a 4 s deadline after 31.7 s). Behind
+        libpq counts ``connect_timeout`` in whole seconds, and reads 1 as 2 (``connect_s`` comes
+        from ``Settings.connect_deadline_s``, already cut to the operation deadline). Behind
         PgBouncer there are no server-side prepared statements (a prepared name lives in
         one backend, the next transaction may run on another) and no startup ``options``
         (PgBouncer refuses unknown startup parameters): set ``statement_timeout`` on the
         role there (``ALTER ROLE … SET statement_timeout``), see docs/recorder.md.
         """
-        connect_s = min(self.connect_s, self.operation_s)
-        kwargs: dict[str, Any] = {"connect_timeout": max(2, math.ceil(connect_s))}
+        kwargs: dict[str, Any] = {"connect_timeout": max(2, math.ceil(self.connect_s))}
         if self.pgbouncer:
             kwargs["prepare_threshold"] = None
         else:
