@@ -19,7 +19,7 @@ from uuid import UUID
 
 import psycopg
 from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
-from psycopg import Connection, Cursor
+from psycopg import Connection, Cursor, IsolationLevel
 
 from flowledger.domain.errors import ValidationError
 from flowledger.projections import dead_letters
@@ -80,9 +80,17 @@ class Projector:
         return psycopg.connect(self.database_url, autocommit=True, **self._connect_kwargs)
 
     def connect_reader(self) -> Connection[Any]:
-        """A new autocommit connection to read the read models on: the replica when there is
-        one (it holds what it has replayed), else the database the projections are written to."""
-        return psycopg.connect(self.read_url or self.database_url, autocommit=True, **self._connect_kwargs)
+        """A new connection to read the read models on: the replica when there is one (it holds
+        what it has replayed), else the database the projections are written to.
+
+        Its queries share one read-only ``REPEATABLE READ`` transaction (ended when the
+        ``with`` block closes the connection), so a report built from several queries sees one
+        moment: with a query each in autocommit, a batch the projections committed between two
+        of them made the answers disagree and the funnel raise."""
+        conn = psycopg.connect(self.read_url or self.database_url, **self._connect_kwargs)
+        conn.isolation_level = IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        return conn
 
     def ready_to_read(self) -> Projector:
         """This projector, once its read models may be read: caught up to the head of the log
