@@ -207,7 +207,7 @@ def _require_known_steps(
     """Refuse a step order naming a step twice or a step no session of the workflow reached."""
     repeated = sorted({s for s in steps if steps.count(s) > 1})
     if repeated:
-        raise ValidationError("steps", f"name each step once; repeated: {', '.join(repeated)}")
+        raise ValidationError("steps", f"name each step once; repeated: {', '.join(map(repr, repeated))}")
     statement = sql.SQL(KNOWN_STEPS).format(r=sql.Identifier(reader))
     known = [row[0] for row in conn.execute(statement, {"tenant": tenant, "workflow": workflow})]
     unknown = [s for s in steps if s not in known]

@@ -361,6 +361,10 @@ def funnel_command(
         require_name("workflow", workflow)
         start = None if since is None else datetime.now(UTC) - parse_since(since)
         order = [s.strip() for s in steps.split(",")] if steps else None
+        if order is not None and "" in order:
+            raise ValidationError(
+                "steps", f"a step name is empty in {steps!r}: name the steps, comma-separated"
+            )
         with Engine() as engine:
             whose = _tenant(engine, tenant)
             projector = projector_for(engine).ready_to_read()

@@ -119,9 +119,13 @@ def _parse_time(text: str, field: str = "as_of") -> datetime:
 
 
 def _duration(hours: float) -> timedelta:
-    most = MAX_TTL.total_seconds() / 3600
-    if not math.isfinite(hours) or not 0 < hours <= most:
-        raise ValidationError("hours", f"must be more than 0 and at most {most:g}, got {hours:g}")
+    """``hours`` as a duration: at least a millisecond (the HTTP API's least ``ttl_seconds``;
+    ``1e-9`` hours was a 4 µs extension) and at most ``MAX_TTL``."""
+    least, most = 0.001 / 3600, MAX_TTL.total_seconds() / 3600
+    if not math.isfinite(hours) or not least <= hours <= most:
+        raise ValidationError(
+            "hours", f"must be at least {least:.3g} (1 ms) and at most {most:g}, got {hours:g}"
+        )
     return timedelta(hours=hours)
 
 

@@ -97,7 +97,7 @@ def test_a_step_order_names_only_steps_the_workflow_has(projector: Projector) ->
         match=re.escape(UNKNOWN_STEP),
     ):
         report(projector, steps=["greet", "nosuch"])
-    with pytest.raises(ValidationError, match=r"steps: name each step once; repeated: greet"):
+    with pytest.raises(ValidationError, match=r"steps: name each step once; repeated: 'greet'"):
         report(projector, steps=["greet", "greet"])
 
 
