@@ -139,6 +139,20 @@ class StoreUnavailable(FlowledgerError):
         self.retry_after = retry_after
 
 
+class StoreRefused(StoreUnavailable):
+    """The database server answered and refused the login: no such database or role, a wrong
+    password, no ``pg_hba.conf`` entry. Trying again will not help, so it is not retried;
+    over HTTP it is still a 503 (the service cannot serve), on the command line exit 1."""
+
+    def __init__(self, operation: str, detail: str) -> None:
+        super().__init__(operation, detail)
+        FlowledgerError.__init__(
+            self,
+            f"the database refused the connection ({operation}): {detail}"
+            " (check FLOWLEDGER_DATABASE_URL: the database, user and password)",
+        )
+
+
 class RebuildInProgress(FlowledgerError):
     """Another process is rebuilding or verifying this projection."""
 

@@ -51,6 +51,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.LlmNotConfigured, 7),
     (errors.LlmError, 7),
     # The store did not answer within its deadline: retry later (sysexits' EX_TEMPFAIL).
+    (errors.StoreRefused, 1),
     (errors.StoreUnavailable, 75),
     (errors.FlowledgerError, 1),
     # A file named on the command line: missing, a directory, not writable (EX_IOERR) ...

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
-from flowledger.domain.errors import StoreUnavailable
+from flowledger.domain.errors import StoreRefused, StoreUnavailable
 from flowledger.infrastructure.postgres.deadlines import LIBPQ_PARAMS_KEY, Deadlines
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.migrations import MigrationReport, migrate
@@ -98,7 +99,7 @@ def ensure_schema(database_url: str, schema: str, settings: Settings | None = No
     retrying = Retrying(
         stop=stop_after_delay(deadline_s),
         wait=wait_exponential_jitter(multiplier=0.1, max=1.0),
-        retry=retry_if_exception_type((psycopg.OperationalError, psycopg.InterfaceError)),
+        retry=retry_if_exception(_worth_another_try),
         reraise=True,
     )
     with unavailable_as_store_error("migrate"):
@@ -121,9 +122,30 @@ def unavailable_as_store_error(operation: str) -> Iterator[None]:
     try:
         yield
     except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-        raise StoreUnavailable(
-            operation, str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        ) from error
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if refused_login(error):
+            raise StoreRefused(operation, detail) from error
+        raise StoreUnavailable(operation, detail) from error
+
+
+REFUSED_LOGIN = (
+    re.compile(r'FATAL: +(database|role) ".*" does not exist'),
+    re.compile(r"FATAL: +password authentication failed"),
+    re.compile(r"FATAL: +no pg_hba\.conf entry"),
+    re.compile(r"FATAL: +permission denied for database"),
+)
+"""libpq's words for a server that answered and refused the login (it gives no SQLSTATE for
+a failed connection, only the server's message, in English unless ``lc_messages`` says otherwise)."""
+
+
+def refused_login(error: BaseException) -> bool:
+    """Whether ``error`` is a connection the server refused for good (``REFUSED_LOGIN``)."""
+    return isinstance(error, psycopg.OperationalError) and any(p.search(str(error)) for p in REFUSED_LOGIN)
+
+
+def _worth_another_try(error: BaseException) -> bool:
+    """An outage may end within the deadline; a refused login will not."""
+    return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError)) and not refused_login(error)
 
 
 def create_schema(database_url: str, schema: str) -> None:

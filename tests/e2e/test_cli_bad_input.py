@@ -8,6 +8,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -161,3 +162,38 @@ def test_a_server_that_never_answers_gives_75_within_the_operation_deadline(
     # Then it gives up as unavailable within a few seconds of the deadline, not the timeout
     assert_one_line(result, 75, "the event store is unavailable")
     assert took < 12, took
+
+
+def _with_database(url: str, name: str, user: str | None = None) -> str:
+    """``url`` with its database (and user) replaced."""
+    parts = urlsplit(url)
+    netloc = parts.netloc if user is None else f"{user}@{parts.netloc.rpartition('@')[2]}"
+    return urlunsplit(parts._replace(netloc=netloc, path=f"/{name}"))
+
+
+@pytest.mark.parametrize(
+    ("database", "user", "message"),
+    [
+        ("no_such_db_f1", None, 'database "no_such_db_f1" does not exist'),
+        (None, "no_such_role_f1", 'role "no_such_role_f1" does not exist'),
+    ],
+)
+def test_a_database_that_refuses_the_login_is_exit_1_at_once(
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    database: str | None,
+    user: str | None,
+    message: str,
+) -> None:
+    # Given a server that answers, but has no such database or role: waiting will not help
+    monkeypatch.setenv("FLOWLEDGER_OPERATION_DEADLINE_S", "20")
+    url = _with_database(database_url, database or urlsplit(database_url).path.lstrip("/"), user)
+    started = time.monotonic()
+    result = run_cli(url, "refused", "history", "x", cwd=tmp_path)
+    took = time.monotonic() - started
+    # Then it says so in one line, exit 1 (not 75, "try again later"), without waiting out the deadline
+    assert_one_line(result, 1, "the database refused the connection (migrate)")
+    assert message in result.stderr
+    assert "FLOWLEDGER_DATABASE_URL" in result.stderr
+    assert took < 10, took
