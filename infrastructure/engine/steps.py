@@ -31,6 +31,7 @@ from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
     BudgetExceeded,
     FlowledgerError,
+    IdempotencyKeyReused,
     LlmCallFailed,
     LlmError,
     LlmNotConfigured,
@@ -40,7 +41,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.ports import CallEstimate, LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
-from flowledger.domain.session_views import SessionStatus, StepRecord
+from flowledger.domain.session_views import SessionStatus, StepRecord, same_json
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
 from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.sessions import SessionService
@@ -110,7 +111,8 @@ class StepService:
         self.llm = llm
         self.budgets = budgets
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
-        self._inflight: dict[tuple[str, str], asyncio.Future[StepOutcome]] = {}
+        # The call leading each (session, key) in this process, and the future its waiters share.
+        self._inflight: dict[tuple[str, str], tuple[StepCall, asyncio.Future[StepOutcome]]] = {}
         # Database work is blocking (psycopg): run it on threads sized like the pool.
         self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="flowledger-db")
 
@@ -170,14 +172,16 @@ class StepService:
         call = StepCall(session_id, step, payload, model, key, merge_input)
         loop = asyncio.get_running_loop()
         slot = (session_id, key)
-        while (running := self._inflight.get(slot)) is not None and running.get_loop() is loop:
+        while (inflight := self._inflight.get(slot)) is not None and inflight[1].get_loop() is loop:
+            leading, running = inflight
+            _ensure_same_request(leading, call)  # another request under the key shares nothing
             try:
                 return await asyncio.shield(running)
             except _LeaderGone:
                 continue
         future: asyncio.Future[StepOutcome] = loop.create_future()
         future.add_done_callback(_retrieve)
-        self._inflight[slot] = future
+        self._inflight[slot] = (call, future)
         try:
             outcome = await self._run(llm, call)
         except asyncio.CancelledError:
@@ -190,7 +194,7 @@ class StepService:
             future.set_result(outcome)
             return outcome
         finally:
-            if self._inflight.get(slot) is future:
+            if (current := self._inflight.get(slot)) is not None and current[1] is future:
                 del self._inflight[slot]
 
     async def aclose(self) -> None:
@@ -270,6 +274,18 @@ class StepService:
         except BaseException as error:
             await self._settle(hold, _usage_of(error))  # a cancelled call may carry it
             raise
+        # The model answered and was paid for: its settlement and StepProcessed are written
+        # whatever happens to the caller now. Cancelled between the two, the step stayed
+        # pending with its cost in the ledger and in no event, and a retry paid again.
+        recording = asyncio.ensure_future(self._record_reply(call, reply, hold))
+        try:
+            return await asyncio.shield(recording)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await recording
+            raise
+
+    async def _record_reply(self, call: StepCall, reply: LlmReply, hold: Reservation | None) -> StepOutcome:
         await self._settle(hold, reply.usage)
         outcome: StepOutcome | str = await self._in_db(
             self._store.write, call.session_id, partial(self._finish, call, reply)
@@ -499,6 +515,15 @@ def changed_keys(context: JsonObject, update: JsonObject) -> JsonObject:
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _ensure_same_request(leading: StepCall, call: StepCall) -> None:
+    """Raise IdempotencyKeyReused unless ``call`` is the request ``leading`` is running under
+    its key (the step name and input, compared as JSON), as a recorded step's key is checked."""
+    if leading.step != call.step:
+        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "step name")
+    if not same_json(leading.input, call.input):
+        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "input")
 
 
 def _retrieve(future: asyncio.Future[StepOutcome]) -> None:

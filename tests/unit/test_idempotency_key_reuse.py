@@ -168,6 +168,33 @@ async def test_a_step_in_flight_under_the_key_refuses_another_request_at_once(en
     assert event_count(engine, "s1") == events
 
 
+async def test_requests_racing_in_one_engine_under_one_key_share_only_one_request(engine: Engine) -> None:
+    # Given a slow model, and five callers of one engine sending under one key at once: the
+    # same request twice more, another input, another step name
+    engine.llm = llm = ScriptedLlm(delay=0.2)
+    engine.start_session("s1", "customer_service")
+    same = ("greet", {"message": "A"})
+    requests = [same, same, ("greet", {"message": "B"}), ("other_step", {"message": "A"}), same]
+    outcomes = await asyncio.gather(
+        *(engine.process_step("s1", step, data, idempotency_key="k1") for step, data in requests),
+        return_exceptions=True,
+    )
+    # Then the same request shares the one call's step; the others are refused, not given it
+    for (step, data), outcome in zip(requests, outcomes, strict=True):
+        if (step, data) == same:
+            assert not isinstance(outcome, BaseException), outcome
+            assert (outcome.step, outcome.input) == same
+        else:
+            assert isinstance(outcome, IdempotencyKeyReused), outcome
+    assert [o.differs for o in outcomes if isinstance(o, IdempotencyKeyReused)] == ["input", "step name"]
+    assert len(llm.calls) == 1
+    assert [e.event_type.rsplit(".", 1)[-1] for e in engine.history("s1")] == [
+        "Started",
+        "StepStarted",
+        "StepProcessed",
+    ]
+
+
 def test_over_http_another_request_under_a_used_key_is_a_422(memory_http: TestClient) -> None:
     assert memory_http.post("/v1/sessions", json={"session_id": "s1", "workflow": "w"}).status_code == 201
     body = {"step": "classify", "input": {"q": 1}, "output": {"a": 1}, "idempotency_key": "k1"}

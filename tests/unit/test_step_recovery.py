@@ -95,6 +95,42 @@ async def test_a_caller_cancelled_at_any_await_point_leaves_no_pending_step(engi
     assert len(llm.calls) >= 3
 
 
+@pytest.mark.postgres
+async def test_with_a_budget_a_caller_cancelled_at_any_await_point_leaves_no_pending_step_or_unbooked_cost(
+    pg_engine: Engine,
+) -> None:
+    # Given a budget (so the model's answer is settled in the ledger before the step is saved:
+    # one more await point between the paid answer and its StepProcessed)
+    engine = pg_engine
+    engine.steps._executor = InlineExecutor()
+    engine.llm = llm = ScriptedLlm(yields=3)
+    engine.budgets.set("tenant", None, "month", "100")
+    seen: set[tuple[str, ...]] = set()
+    turns = 0
+    while True:
+        session_id = f"s{turns}"
+        engine.start_session(session_id, "cs")
+        # When the caller is cancelled after ``turns`` turns of the loop
+        finished = await run_cancelled_after(engine, session_id, turns)
+        # Then the step is never left pending, and a paid answer is always its StepProcessed
+        types = event_types(engine, session_id)
+        assert engine.get_session(session_id).pending == (), (turns, types)
+        assert types in CANCELLED_OUTCOMES, (turns, types)
+        seen.add(tuple(types))
+        if finished:
+            break
+        turns += 1
+        assert turns < 200, "the call never completed"
+    # And the ledger holds nothing and charged exactly what the events record
+    [burn] = engine.budgets.burn()
+    assert burn.reserved_usd == Decimal(0)
+    states = [engine.get_session(f"s{n}") for n in range(turns + 1)]
+    records = [r for state in states for r in (*state.history, *state.failures) if r.usage is not None]
+    assert burn.spent_usd == sum((r.usage.charged_usd for r in records), Decimal(0))
+    assert len(llm.calls) >= 3
+    assert ("Started", "StepStarted", "StepProcessed") in seen
+
+
 async def test_a_waiter_takes_over_the_step_when_its_in_process_leader_is_cancelled(engine: Engine) -> None:
     # Given a leader whose model call hangs, and a second caller with the same key waiting on it
     engine.llm = llm = ScriptedLlm(delay=60)
