@@ -27,6 +27,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import IsolationLevel
 from psycopg.sql import SQL
 
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail, Checkpoint, Heads, heads_root
@@ -102,8 +103,14 @@ def verify_chain(
     report = ChainReport(since_checkpoint=since_checkpoint)
     key = trail.chain_key
     public = public_key if public_key is not None else trail.signing.public_bytes
+    # The anchor file first, then one snapshot of the database for every read: a checkpoint
+    # is committed before it is anchored, so each anchored one must be in the snapshot, and an
+    # archive or restore committed between two reads cannot look like deleted rows.
+    anchored = list(trail.anchored(anchors))
     with trail.connect() as conn:
-        heads = _check_checkpoints(trail, conn, public, anchors, report)
+        conn.isolation_level = IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        heads = _check_checkpoints(trail, conn, public, anchored, report)
         if stream is not None:
             heads = {stream: heads[stream]} if stream in heads else {}
         row = conn.execute(
@@ -175,7 +182,11 @@ def _bases(
 
 
 def _check_checkpoints(
-    trail: AuditTrail, conn: psycopg.Connection[Any], public: bytes, anchors: Path | None, report: ChainReport
+    trail: AuditTrail,
+    conn: psycopg.Connection[Any],
+    public: bytes,
+    anchored: list[dict[str, Any]],
+    report: ChainReport,
 ) -> Heads:
     """Check the checkpoints' order, links, signatures and anchors; the heads of the latest valid one."""
     heads: Heads = {}
@@ -238,7 +249,7 @@ def _check_checkpoints(
             )
         )
         heads, report.checkpoint = {}, None
-    for record in trail.anchored(anchors):
+    for record in anchored:
         statement = record.get("statement", {})
         seq = statement.get("seq")
         if seq not in digests:
