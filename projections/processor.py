@@ -155,11 +155,18 @@ class Projector:
     ) -> int:
         """Apply batches until the log (up to ``stop``) is exhausted; return notifications read.
 
+        ``stop`` defaults to the head of the log when the call begins, so a call ends under a
+        steady load: it chased the head for as long as an event arrived during each batch (a
+        dashboard read that caught up first answered only when the writers paused). A
+        follower goes on from there with what it is sent.
+
         Only the topics the targets handle are read. The head of the log is taken before each
         read, so a read that comes back short has seen every handled event up to the head,
         and the positions move to the head even when its last events are of other topics.
         """
         read = batches = 0
+        if stop is None:
+            stop = self.recorder.max_notification_id() or 0
         while max_batches is None or batches < max_batches:
             with conn.cursor() as cur:
                 targets = resolve(cur)

@@ -104,3 +104,31 @@ def test_every_query_on_a_reader_connection_sees_one_moment(engine: Engine) -> N
         second = funnel_report(conn, reader, "support", tenant="default", since=since, read="raw")
     assert first == second  # every query on the connection: the moment of its first
     assert first[0].sessions == 10
+
+
+def test_catching_up_ends_at_the_head_it_found_while_writes_go_on(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a projector behind the log, and a writer that appends an event during every batch
+    # (a steady load: a dashboard read caught up inline chased the head for as long as it lasted)
+    projector = projector_for(engine)
+    append(engine.log, interleave(sessions("a", ("classify",), 5)), per_transaction=50)
+    real_run_batch = projector.run_batch
+    batches: list[int] = []
+
+    def run_batch_while_writing(*args: Any, **kwargs: Any) -> bool:
+        batches.append(1)
+        assert len(batches) < 50, "catch_up chased the head"
+        append(engine.log, interleave(sessions(f"w{len(batches)}-", ("classify",), 1)), per_transaction=50)
+        return real_run_batch(*args, **kwargs)
+
+    monkeypatch.setattr(projector, "run_batch", run_batch_while_writing)
+    # When it catches up
+    projector.catch_up()
+    # Then it stops at the head the call found (one batch here), and the next call goes on from there
+    assert len(batches) == 1
+    monkeypatch.undo()
+    projector.catch_up()
+    with projector.connect_reader() as conn:
+        [report] = funnel_report(conn, projector.names.reader, "support", tenant="default", read="raw")
+    assert report.sessions == 6
