@@ -146,14 +146,20 @@ class OpenAICompatibleClient:
 
     def max_cost(self, model: str | None, messages: list[dict[str, Any]]) -> CallEstimate:
         """The most a call can cost (CostEstimator): the prompt's estimated tokens at the input
-        price plus ``max_tokens`` at the output price (the reasoning price, when dearer)."""
+        price plus ``max_tokens`` at the output price (the reasoning price, when dearer), under
+        the price table's name for the model."""
         name = model or self.config.default_model
         price = self.prices.price_for(name, at=self._now())
         prompt, output = estimate_prompt_tokens(messages), self.config.max_tokens
         dearer = price.output_cost_per_reasoning_token
         reasoning = output if dearer is not None and dearer > price.output_cost_per_token else 0
         cost = price.cost(input_tokens=prompt, output_tokens=output, reasoning_output_tokens=reasoning)
-        return CallEstimate(model=name, max_cost_usd=cost, prompt_tokens=prompt, max_output_tokens=output)
+        # The price table's name for the model: a model budget holds under every name the
+        # table prices as that model (a provider prefix, a dated version, an alias), as its cost does.
+        model_key = self.prices.resolve(name) or name
+        return CallEstimate(
+            model=model_key, max_cost_usd=cost, prompt_tokens=prompt, max_output_tokens=output
+        )
 
     async def complete(
         self, *, model: str | None, messages: list[dict[str, Any]], json_mode: bool = True

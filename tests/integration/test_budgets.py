@@ -175,6 +175,32 @@ async def test_a_refused_call_sends_nothing_and_records_budget_exceeded(
         await engine.aclose()
 
 
+@pytest.mark.parametrize(
+    "called_as", ["openai/sim-pricey", "sim-pricey-2026-04-14", "router/openai/sim-pricey"]
+)
+async def test_a_model_budget_holds_under_every_name_the_model_is_priced_by(
+    settings: Settings, simulator: Any, called_as: str
+) -> None:
+    # Given a model budget on the price table's name, and a call under another name of it
+    engine = Engine(settings=settings, llm=client(simulator.base_url))
+    try:
+        assert PRICES.resolve(called_as) == MODEL  # the same prices: the same model
+        engine.start_session("s1", "support")
+        engine.budgets.set("model", MODEL, "day", "0.000001")
+        # Then the budget refuses it before the call, as under the table's own name
+        with pytest.raises(BudgetExceeded):
+            await engine.process_step("s1", "greet", {"message": "hi"}, model=called_as, idempotency_key="k1")
+        assert simulator.stats["requests"] == 0
+        # And what a call under an alias spends is the model's: it counts against the budget
+        engine.budgets.set("model", MODEL, "day", "5")
+        await engine.process_step("s1", "greet", {"message": "hi"}, model=called_as, idempotency_key="k2")
+        [burn] = engine.budgets.burn()
+        assert burn.spent_usd > 0
+        assert burn.spent_usd == engine.get_session("s1").totals.cost_usd
+    finally:
+        await engine.aclose()
+
+
 class Clock:
     def __init__(self, now: datetime) -> None:
         self.now = now
