@@ -90,9 +90,10 @@ def test_a_duration_that_rounds_to_nothing_is_said_as_a_duration(database_url: s
         engine.start_session("s-1", "customer_service")
     # When it is extended by a fraction of an hour too small to be a microsecond
     done = run(database_url, pg_schema, "extend", "s-1", "--hours", "1e-12")
-    # Then the refusal says the duration as people read it, not as Python's repr
+    # Then the refusal says the value as it was given and the bounds in the option's unit,
+    # not Python's repr of a timedelta
     assert done.returncode == 2
-    assert done.stderr.strip() == "error: ttl: must be a positive duration, got 0:00:00"
+    assert done.stderr.strip() == "error: hours: must be at least 2.78e-07 (1 ms) and at most 8784, got 1e-12"
 
 
 @pytest.mark.parametrize(

@@ -180,7 +180,8 @@ def test_readyz_answers_503_within_its_deadline_when_the_database_does_not_answe
                 started = time.monotonic()
                 response = httpx.get(f"{url}/readyz", timeout=5)
                 assert response.status_code == 503
-                assert time.monotonic() - started < 1.5
+                # Well short of the connect timeout (a loaded 2-core machine took 1.7 s)
+                assert time.monotonic() - started < 3.0
                 assert response.json()["error"] == "the database did not answer within 0.3 s"
     finally:
         silent.close()
