@@ -142,6 +142,36 @@ def test_a_call_past_an_enforced_budget_is_402_in_the_envelope_and_reaches_no_mo
     assert simulator.stats["requests"] == 0
 
 
+def test_a_webhook_step_refused_by_a_budget_records_the_attempt_and_keeps_its_merged_input_once(
+    server: httpx.Client, simulator: Any
+) -> None:
+    # Given a budget no call fits in, and a webhook step whose input_data is merged as it begins
+    server.put(
+        "/v1/budgets/workflow/support/month", json={"limit_usd": "0.0000001"}, headers=bearer(ACME_ADMIN)
+    )
+    server.post("/v1/sessions", json={"session_id": "s1", "workflow": "support"}, headers=bearer(ACME_WRITER))
+    body = {
+        "action": "process_step",
+        "session_id": "s1",
+        "step_name": "greet",
+        "input_data": {"order": "A1"},
+        "model": "sim-pricey",
+        "idempotency_key": "k1",
+    }
+    # When it is sent, and sent again
+    for _ in range(2):
+        refused = server.post("/webhook/workflow-state", json=body, headers=bearer(ACME_WRITER))
+        assert refused.status_code == 402, refused.text
+    # Then (as the README says) each attempt is StepStarted and StepFailed, the input was
+    # merged once, and no model was called
+    history = server.get("/v1/sessions/s1/history", headers=bearer(ACME_WRITER)).json()
+    kinds = [e["event_type"].rsplit(".", 1)[-1] for e in history]
+    assert kinds == ["Started", "ContextUpdated", "StepStarted", "StepFailed", "StepStarted", "StepFailed"]
+    state = server.get("/v1/sessions/s1", headers=bearer(ACME_WRITER)).json()
+    assert state["context"] == {"order": "A1"}
+    assert simulator.stats["requests"] == 0
+
+
 def test_a_small_limit_given_as_a_number_is_answered_in_plain_decimals(server: httpx.Client) -> None:
     # When a budget's limit is the JSON number 1e-7 and a call would pass it
     put = server.put(
