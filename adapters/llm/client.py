@@ -10,10 +10,14 @@ usage is priced per token type; every attempt's outcome is kept in ``usage.extra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
+import threading
 import time
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -44,6 +48,37 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=Fa
 """httpx's own JSON body encoding, built once: ``json.dumps`` with options builds an encoder per call."""
 
 
+@dataclass(frozen=True)
+class _Pool:
+    """One event loop's connections: the httpx client, the transport of the endpoint, and
+    what closes them when the loop shuts down (``_closed_with_loop``)."""
+
+    http: httpx.AsyncClient
+    transport: httpx.AsyncBaseTransport
+    closer: AsyncGenerator[None, None]
+
+
+def _closed_with_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None]:
+    """An async generator, started on the running loop, whose ``finally`` closes ``http``.
+
+    The loop keeps its started async generators and closes them as it shuts down
+    (``asyncio.run`` calls ``shutdown_asyncgens``): a loop that ends without ``aclose`` still
+    closes its connections on itself, as aiohttp needs, instead of leaving them to the
+    garbage collector's "Unclosed client session" warnings.
+    """
+
+    async def closer() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            await http.aclose()
+
+    started = closer()
+    with contextlib.suppress(StopIteration):  # runs to its ``yield`` at once: nothing awaits before it
+        started.__anext__().send(None)
+    return started
+
+
 class OpenAICompatibleClient:
     """Calls a chat model over ``httpx.AsyncClient``; ``transport`` swaps the network out in tests.
 
@@ -72,21 +107,24 @@ class OpenAICompatibleClient:
         )
         self._clock = clock
         self._now = now
-        self._http = httpx.AsyncClient(
-            base_url=config.base_url.rstrip("/") + "/",
-            headers={"Authorization": f"Bearer {config.api_key.reveal()}"},
-            timeout=httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s),
-            transport=transport or build_transport(config),
-        )
+        self._given_transport = transport
         # Built once, not per call: a relative URL cost a urlparse and a merge, and
         # AsyncClient.send its auth, redirect and cookie steps (a quarter of a step's CPU
         # in the profile in docs/llm.md). Completions go straight to the transport httpx
         # would pick for the endpoint (proxies included), as an httpx.Request.
         self._endpoint = httpx.URL(config.endpoint)
-        self._headers = httpx.Headers(self._http.headers)
+        self._headers = httpx.Headers({"Authorization": f"Bearer {config.api_key.reveal()}"})
         self._headers["Content-Type"] = "application/json"
-        self._timeout = self._http.timeout.as_dict()
-        self._transport = self._http._transport_for_url(self._endpoint)
+        self._timeout = httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s).as_dict()
+        # A connection pool per event loop (aiohttp's session belongs to the loop it was made
+        # on): a script running ``asyncio.run`` per step, or threads with loops of their own,
+        # share one client. The last loop's pool is kept at hand for the next call.
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
+        self._last: tuple[asyncio.AbstractEventLoop, _Pool] | None = None
+        self._making = threading.Lock()
+        # The first loop's httpx client is made now (its TLS context takes tens of ms), not
+        # inside the first call; aiohttp's session in it is made on that loop, at its first request.
+        self._spare: httpx.AsyncClient | None = self._new_http()
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> OpenAICompatibleClient:
@@ -103,9 +141,43 @@ class OpenAICompatibleClient:
         config = ClientConfig(base_url=settings.llm_base_url, api_key=ApiKey(settings.llm_api_key), **options)
         return cls(config, prices=load_price_table(settings.pricing_file), transport=transport)
 
+    def _pool(self) -> _Pool:
+        """The running loop's connection pool, made on its first call."""
+        loop = asyncio.get_running_loop()
+        last = self._last
+        if last is not None and last[0] is loop:
+            return last[1]
+        with self._making:  # loops of other threads may be making theirs
+            pool = self._pools.get(loop)
+            if pool is None:
+                http, self._spare = self._spare or self._new_http(), None
+                transport = http._transport_for_url(self._endpoint)
+                pool = self._pools[loop] = _Pool(http, transport, _closed_with_loop(http))
+        self._last = (loop, pool)
+        return pool
+
+    def _new_http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.config.base_url.rstrip("/") + "/",
+            headers={"Authorization": f"Bearer {self.config.api_key.reveal()}"},
+            timeout=httpx.Timeout(self.config.request_timeout_s, connect=self.config.connect_timeout_s),
+            transport=self._given_transport or build_transport(self.config),
+        )
+
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._http.aclose()
+        """Close the running loop's connection pool (the next call makes a new one), and forget
+        those of loops already closed (their connections went with them)."""
+        loop = asyncio.get_running_loop()
+        pool = self._pools.pop(loop, None)
+        if self._last is not None and (self._last[0] is loop or self._last[0].is_closed()):
+            self._last = None
+        for other in [other for other in self._pools if other.is_closed()]:
+            del self._pools[other]
+        if pool is not None:
+            await pool.closer.aclose()
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await spare.aclose()
 
     async def __aenter__(self) -> OpenAICompatibleClient:
         return self
@@ -119,7 +191,7 @@ class OpenAICompatibleClient:
     async def verify(self) -> list[str]:
         """Check the key against ``GET /models`` and return the model ids the endpoint lists."""
         try:
-            response = await self._http.get("models")
+            response = await self._pool().http.get("models")
         except httpx.HTTPError as error:
             raise ValidationError("llm_base_url", f"cannot reach {self.config.base_url}: {error!r}") from None
         if response.status_code in (401, 403):
@@ -272,7 +344,7 @@ class OpenAICompatibleClient:
                             "reply body is not JSON", error_type="malformed_response", retryable=False
                         ) from None
                     return parse_completion(data)
-                async with self._http.stream("POST", "chat/completions", json=body) as response:
+                async with self._pool().http.stream("POST", "chat/completions", json=body) as response:
                     if not response.is_success:
                         await response.aread()
                         raise self._status_error(response)
@@ -295,7 +367,7 @@ class OpenAICompatibleClient:
             content=_JSON.encode(body).encode(),
             extensions={"timeout": self._timeout, WHOLE_BODY: True},
         )
-        response = await self._transport.handle_async_request(request)
+        response = await self._pool().transport.handle_async_request(request)
         try:
             await response.aread()
         finally:

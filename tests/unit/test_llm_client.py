@@ -112,9 +112,9 @@ async def test_timeouts_and_the_sharded_httpx_pool_limits_are_explicit() -> None
         transport="httpx",
     )
     llm = OpenAICompatibleClient(config, prices=load_price_table())
-    timeout = llm._http.timeout
+    timeout = llm._pool().http.timeout
     assert (timeout.connect, timeout.read) == (2.0, 20.0)
-    pools = [shard._pool for shard in llm._http._transport.pools]  # type: ignore[attr-defined]
+    pools = [shard._pool for shard in llm._pool().http._transport.pools]  # type: ignore[attr-defined]
     assert sum(p._max_connections for p in pools) >= 7
     assert sum(p._max_keepalive_connections for p in pools) >= 3
     assert all(p._max_connections <= config.pool_shard_size for p in pools)

@@ -127,13 +127,13 @@ def path_of(request: httpx.Request) -> str:
 async def test_the_default_transport_is_aiohttp_and_httpx_stays_selectable() -> None:
     config = ClientConfig(base_url=MOCK_URL, api_key=ApiKey("sk-test-secret-1"))
     llm = OpenAICompatibleClient(config, prices=load_price_table())
-    assert isinstance(llm._http._transport, AiohttpTransport)
+    assert isinstance(llm._pool().http._transport, AiohttpTransport)
     await llm.aclose()
     sharded = OpenAICompatibleClient(
         ClientConfig(base_url=MOCK_URL, api_key=ApiKey("sk-test-secret-1"), transport="httpx"),
         prices=load_price_table(),
     )
-    assert isinstance(sharded._http._transport, ShardedTransport)
+    assert isinstance(sharded._pool().http._transport, ShardedTransport)
     await sharded.aclose()
     with pytest.raises(ValidationError) as raised:
         ClientConfig(base_url=MOCK_URL, api_key=ApiKey("sk-test-secret-1"), transport="curl")  # type: ignore[arg-type]
@@ -193,7 +193,7 @@ async def test_the_aiohttp_transport_takes_the_pool_limit_and_sends_the_key() ->
         )
         async with OpenAICompatibleClient(config, prices=load_price_table()) as llm:
             await asyncio.gather(*(llm.complete(model="gpt-4.1", messages=MESSAGES) for _ in range(20)))
-            transport = llm._http._transport
+            transport = llm._pool().http._transport
             assert isinstance(transport, AiohttpTransport)
             session = transport.client
             assert session is not None
