@@ -254,7 +254,7 @@ class AggregateStore:
         budget = self.settings.max_conflict_retries if conflict_retries is None else conflict_retries
         unknown: dict[tuple[UUID, int], T] = {}
         conflicts = 0
-        refused_on_cache = False
+        read_afresh = False
         unreachable = _Deadline("save", self.settings.operation_deadline_s).pause
         with self._locks(lock_key):
             while True:
@@ -264,7 +264,7 @@ class AggregateStore:
                     self,
                     assume_new=assume_new,
                     actor=current_actor.get(),
-                    fresh=refused_on_cache,
+                    fresh=read_afresh,
                 )
                 try:
                     # With the caller's key, the domain answers a repeat from the log itself.
@@ -277,11 +277,18 @@ class AggregateStore:
                 except STATE_REFUSALS as refusal:
                     # Once, reading every aggregate from the store (a command may touch several
                     # cached copies); never for an error that saved events (Expired).
-                    if not uow.from_cache or refused_on_cache or isinstance(refusal, KEEPS_EVENTS):
+                    if not uow.from_cache or read_afresh or isinstance(refusal, KEEPS_EVENTS):
                         raise
-                    refused_on_cache = True
+                    read_afresh = True
                     continue
                 if not events:
+                    if uow.from_cache and not read_afresh:
+                        # Nothing to save, decided on cached copies: no version check will
+                        # catch a copy another engine has changed since (an assign on a stale
+                        # "escalated" copy answered 200 and did nothing), so decide once more
+                        # on state read from the log, as for a refusal.
+                        read_afresh = True
+                        continue
                     self._keep(uow)
                     return result
                 try:

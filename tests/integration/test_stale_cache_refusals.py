@@ -6,6 +6,7 @@ through another, which answered 409 "it is pending" from its cache)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -68,3 +69,61 @@ def test_a_task_and_agent_both_cached_stale_are_both_read_afresh(
     # Then the other engine read both afresh rather than refuse "pending" or "does not hold"
     assert done.status is TaskStatus.COMPLETED
     assert one.get_agent("a-1").load == 0
+
+
+# A command that finds nothing to do on a cached copy saves nothing, so no version check
+# catches a copy another server has changed since: it answered 2xx and did nothing (an outside
+# probe, 10 of 10 each). Such an answer is now decided once more on the log's state.
+
+
+def test_an_assign_on_a_stale_escalated_copy_assigns_the_requeued_task(
+    two_servers: tuple[Engine, Engine],
+) -> None:
+    one, other = two_servers
+    # Given a task the other engine escalated (no agent could take it), cached there
+    other.create_task("T-1", "fix the worker", ["python"])
+    assert other.assign_task("T-1").status is TaskStatus.ESCALATED
+    # When a person requeues it through one engine, and an agent appears
+    one.requeue_task("T-1", "ops@example.com", "an agent joined")
+    one.register_agent("a-1", "Agent 1", ["python"], capacity=1)
+    # Then an assign through the other engine assigns it, rather than answer "escalated"
+    assert other.assign_task("T-1").status is TaskStatus.ASSIGNED
+    assert one.get_task("T-1").status is TaskStatus.ASSIGNED
+    assert one.get_agent("a-1").load == 1
+
+
+def test_a_capacity_set_on_a_stale_copy_is_set(two_servers: tuple[Engine, Engine]) -> None:
+    one, other = two_servers
+    other.register_agent("a-1", "Agent 1", ["python"], capacity=5)  # cached there at 5
+    one.set_agent_capacity("a-1", 3)
+    # Setting 5 through the other engine is a change (the log says 3), not "already 5"
+    assert other.set_agent_capacity("a-1", 5).capacity == 5
+    assert one.get_agent("a-1").capacity == 5
+
+
+def test_a_sweep_on_a_stale_copy_escalates_a_requeued_overdue_task(
+    two_servers: tuple[Engine, Engine],
+) -> None:
+    one, other = two_servers
+    # Given an overdue task the other engine's sweep escalated (cached there as escalated)
+    one.register_agent("a-1", "Agent 1", ["python"], capacity=1)
+    other.create_task("T-1", "fix the worker", ["python"], deadline=timedelta(minutes=1))
+    later = datetime.now(UTC) + timedelta(hours=1)
+    [escalated] = other.escalate_overdue(later)
+    assert escalated.status is TaskStatus.ESCALATED
+    # When a person requeues it through one engine without a new deadline (still overdue)
+    one.requeue_task("T-1", "ops@example.com", "try again")
+    assert one.get_task("T-1").status is TaskStatus.PENDING
+    # Then the other engine's sweep escalates it again, as the log's state says it must
+    assert [t.task_id for t in other.escalate_overdue(later)] == ["T-1"]
+    assert one.get_task("T-1").status is TaskStatus.ESCALATED
+
+
+def test_a_repeated_create_on_a_stale_copy_answers_the_tasks_state_now(
+    two_servers: tuple[Engine, Engine],
+) -> None:
+    one, other = two_servers
+    one.register_agent("a-1", "Agent 1", ["python"], capacity=1)
+    other.create_task("T-1", "fix the worker", ["python"])  # cached there as pending
+    one.assign_task("T-1")
+    assert other.create_task("T-1", "fix the worker", ["python"]).status is TaskStatus.ASSIGNED
