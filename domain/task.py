@@ -7,6 +7,7 @@ in as arguments); the ``@event`` methods only assign, because they run on every 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
@@ -288,6 +289,19 @@ class Task(FlowledgerAggregate):
         if self.classification is not None and not again:
             raise TaskTransitionRejected(self.task_id, "already classified", "classify")
         derived = derivation if derivation is not None and self.task_status is TaskStatus.PENDING else None
+        priority = derived.priority.value if derived and derived.priority is not None else None
+        if derived and priority is None and self.priority != self.creator_priority:
+            # An earlier classification raised it and this one raises nothing: the raise it
+            # stood on is replaced, so the creator's priority applies again.
+            priority = self.creator_priority
+            derived = replace(
+                derived,
+                reasons=(
+                    *derived.reasons,
+                    f"priority back to {priority} as created"
+                    f" ({classification.complexity} complexity raises none)",
+                ),
+            )
         self._classified(
             category=classification.category,
             complexity=classification.complexity,
@@ -296,7 +310,7 @@ class Task(FlowledgerAggregate):
             required_skills=list(derived.required_skills)
             if derived and derived.required_skills is not None
             else None,
-            priority=derived.priority.value if derived and derived.priority is not None else None,
+            priority=priority,
             deadline=derived.deadline if derived else None,
             derivation=storable(derived.reason, 2000) if derived else "",
             route=storable(route, 500) if route else None,

@@ -174,5 +174,7 @@ class TaskClassifier:
         uow: UnitOfWork,
     ) -> TaskState:
         task = self._reads.task(uow, task_id)
-        task.classification_failed(model, detail, usage, fallback, uow.now)
+        # Closed during the call: the failure is kept (and what it cost), no fallback is tried.
+        next_try = None if task.task_status.is_final else fallback
+        task.classification_failed(model, detail, usage, next_try, uow.now)
         return task.state()

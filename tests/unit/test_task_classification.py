@@ -110,6 +110,25 @@ async def test_a_failed_model_call_leaves_an_assigned_task_with_its_agent(engine
     assert [(c.error_type, c.usage) for c in calls] == [("classification_failed", USAGE)] * 2
 
 
+async def test_a_failure_of_a_task_closed_during_the_call_names_no_fallback_and_tries_none(
+    engine: Engine,
+) -> None:
+    # Given an assigned task, and a model that fails while the task is completed meanwhile
+    engine.register_agent("be", "Backend", ["python"], 1)
+    engine.create_task("t1", "Fix the API", ["python"])
+    engine.assign_task("t1")
+    failure = LlmCallFailed("503", error_type="http_503", attempts=1, usage=USAGE, status_code=503)
+    engine.llm = llm = ScriptedLlm(usage=USAGE, error=failure, meanwhile=lambda: engine.complete_task("t1"))
+    # When it is classified
+    task = await engine.classify_task("t1")
+    # Then the failure is kept with its cost, no fallback is named, and none is called
+    assert task.status is TaskStatus.COMPLETED
+    assert len(llm.calls) == 1
+    last = engine.task_history("t1")[-1]
+    assert last.event_type.endswith("ClassificationFailed")
+    assert last.data["fallback"] is None
+
+
 async def test_a_waiting_task_can_be_classified_again_after_a_failure(engine: Engine) -> None:
     # Given a task whose classification failed on every model
     engine.llm = ScriptedLlm(answer(category="poetry", complexity="low", estimated_hours=1), usage=USAGE)
@@ -127,6 +146,26 @@ async def test_a_waiting_task_can_be_classified_again_after_a_failure(engine: En
     again = await engine.reclassify_task("t1")
     assert again.classification is not None
     assert again.classification.category == "feature"
+
+
+async def test_a_reclassification_that_raises_no_priority_gives_back_the_creators(engine: Engine) -> None:
+    # Given a low-priority task that a critical classification raised to critical
+    engine.llm = ScriptedLlm(
+        answer(category="bug_fix", complexity="critical", estimated_hours=2), usage=USAGE
+    )
+    engine.create_task("t1", "Fix the login page", [], priority="low")
+    assert (await engine.classify_task("t1")).priority.value == "critical"
+    # When it is reclassified as low complexity (which raises nothing)
+    engine.llm = ScriptedLlm(
+        answer(category="documentation", complexity="low", estimated_hours=1), usage=USAGE
+    )
+    again = await engine.reclassify_task("t1")
+    # Then its priority is the creator's again, and the classification says why
+    assert again.priority.value == "low"
+    assert "priority back to low as created" in engine.task_history("t1")[-1].data["derivation"]
+    # And a reclassification that raises it again raises it
+    engine.llm = ScriptedLlm(answer(category="bug_fix", complexity="high", estimated_hours=2), usage=USAGE)
+    assert (await engine.reclassify_task("t1")).priority.value == "high"
 
 
 async def test_classifying_without_an_llm_adapter_says_so(engine: Engine) -> None:
