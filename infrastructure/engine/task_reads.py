@@ -116,7 +116,9 @@ class TaskReads:
         engine's clock), oldest first, at most ``limit``. Open-only filters read the open queue."""
         wanted_status = _status(status) if status is not None else None
         wanted_priority = TaskPriority.parse(priority) if priority is not None else None
-        if isinstance(limit, bool) or not 1 <= limit <= MAX_LIST:
+        if overdue is not None and not isinstance(overdue, bool):
+            raise ValidationError("overdue", f"must be true, false or None, got {overdue!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
             raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")
         open_only = (
             overdue or agent_id is not None or (wanted_status is not None and not wanted_status.is_final)

@@ -180,6 +180,11 @@ def test_tasks_are_listed_by_status_priority_agent_and_overdue(engine: Engine) -
         engine.list_tasks(status="lost")
     with pytest.raises(ValidationError, match="limit"):
         engine.list_tasks(limit=0)
+    # A filter value of the wrong type is refused, not read as "matches nothing"
+    with pytest.raises(ValidationError, match="overdue: must be true, false or None, got 'yes'"):
+        engine.list_tasks(overdue="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="limit"):
+        engine.list_tasks(limit="10")  # type: ignore[arg-type]
 
 
 def test_a_catalogue_file_overrides_the_shipped_one(tmp_path: Path) -> None:
