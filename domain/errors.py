@@ -13,7 +13,9 @@ FlowledgerError
 │   └── IdempotencyKeyReused   the key already names a step with another name or payload
 ├── ConcurrentUpdate           optimistic-concurrency retries ran out
 ├── StoreUnavailable           the event store did not answer within its deadline;
-│                              carries ``operation`` and ``retry_after`` (seconds)
+│   │                          carries ``operation`` and ``retry_after`` (seconds)
+│   └── StoreRefused           the server refused the login (no such database or role,
+│                              a wrong password): not retried
 ├── RebuildInProgress          another process is rebuilding ``projection``
 ├── AuditError                 the audit trail cannot do what was asked (unchained events,
 │                              damaged checkpoints); carries ``message``

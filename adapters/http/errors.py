@@ -52,6 +52,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.LlmNotConfigured, 501),
     (errors.CircuitOpen, 503),
     (errors.ConcurrentUpdate, 503),
+    (errors.StoreRefused, 503),
     (errors.StoreUnavailable, 503),
     (errors.LlmCallFailed, 502),
     (errors.LlmError, 502),
