@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -285,16 +286,32 @@ class AuditTrail:
     def _anchor(self, checkpoint: Checkpoint) -> None:
         path = self.anchor_file
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with path.open("a", encoding="utf-8") as out:
-            out.write(json.dumps(checkpoint.record(), sort_keys=True) + "\n")
+        line = json.dumps(checkpoint.record(), sort_keys=True).encode() + b"\n"
+        with path.open("a+b") as out:
+            if out.seek(0, os.SEEK_END) > 0:
+                out.seek(-1, os.SEEK_END)
+                if out.read(1) != b"\n":
+                    # A line cut short (a crash mid-write, a hand edit) is not continued by this record.
+                    line = b"\n" + line
+            out.write(line)
 
     def anchored(self, path: Path | None = None) -> list[dict[str, Any]]:
-        """The checkpoint records in an anchor file (this database's by default; none if absent)."""
+        """The checkpoint records in an anchor file (this database's by default; none if absent).
+
+        Raises AuditError naming the file and line when a line is not a JSON object: a damaged
+        anchor file cannot vouch for the checkpoints, and is said to be so, not skipped."""
         target = path or self.anchor_file
         if not target.exists():
             return []
         records = []
-        for line in target.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                records.append(json.loads(line))
+        for number, line in enumerate(target.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                raise AuditError(f"the anchor file {target}, line {number}, is not JSON ({error})") from None
+            if not isinstance(record, dict):
+                raise AuditError(f"the anchor file {target}, line {number}, is not a checkpoint record")
+            records.append(record)
         return records

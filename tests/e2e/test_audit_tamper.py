@@ -222,6 +222,29 @@ def test_a_dropped_checkpoint_is_named(log: Log, database_url: str) -> None:
     assert "is in the anchor file but not in the database: it was dropped" in result.stderr
 
 
+def test_a_damaged_local_anchor_file_is_said_and_the_next_checkpoint_starts_a_line(
+    log: Log, database_url: str
+) -> None:
+    # Given this host's anchor file with its last line cut short (a crash mid-write, a hand edit)
+    with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
+        anchors = engine.audit.anchor_file
+        text = anchors.read_text()
+        anchors.write_text(text[: len(text) - 20])
+        # When verified, Then the file and line are named, one line, exit 1 (not a crash, 70)
+        result = run_cli(log.url, log.schema, "audit", "verify")
+        assert result.returncode == 1, result.stderr
+        assert f"the anchor file {anchors}, line 1, is not JSON" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        # And a new checkpoint is written on a line of its own, not onto the torn one
+        engine.start_session("later", "cs")
+        engine.audit.checkpoint()
+        lines = anchors.read_text().splitlines()
+        assert json.loads(lines[-1])["statement"]["seq"] == 2
+        # Once the torn line is removed by hand, the log verifies against the file again
+        anchors.write_text(lines[-1] + "\n")
+        assert run_cli(log.url, log.schema, "audit", "verify").returncode == 0
+
+
 def test_a_checkpoint_dropped_between_two_others_is_named(log: Log, database_url: str) -> None:
     with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
         for session in ("a", "b"):
