@@ -26,6 +26,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
@@ -35,7 +36,7 @@ from uuid import UUID
 
 import psycopg
 from eventsourcing.application import project_aggregate
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.utils import get_topic
 from psycopg.sql import SQL
 
@@ -336,7 +337,15 @@ class RetentionService:
         snapshot_store = self._app.snapshots
         if snapshot_store is None:
             raise AuditError("retention needs snapshots (the engine's application has them switched off)")
-        snapshot_store.put(snapshots)
+        try:
+            snapshot_store.put(snapshots)
+        except IntegrityError:
+            # A session's last version was snapshotted already (the engine's own snapshot every
+            # ``snapshot_interval`` versions, or an earlier archive's, left by a restore): the
+            # same state at the same version, so that one stays; the others are put one by one.
+            for snapshot in snapshots:
+                with suppress(IntegrityError):
+                    snapshot_store.put([snapshot])
         with self._trail.connect() as conn, conn.transaction():
             self.tables.insert_bases(conn, bases, self._trail.chain_key)
             deleted = conn.execute(

@@ -192,6 +192,33 @@ def test_archive_verify_rebuild_restore(engine: Engine, clock: Clock, tmp_path: 
         engine.restore_sessions(bundle, ["old-done"])  # not archived any more
 
 
+def test_a_session_with_a_snapshot_at_its_last_version_is_archived_and_archived_again(
+    engine: Engine, clock: Clock, tmp_path: Path
+) -> None:
+    # Given a closed session whose last version (6) the engine snapshotted (every 3 here),
+    # beside one whose last version (5) it did not
+    _session(engine, "on-six", steps=4)
+    _session(engine, "on-five", steps=3)
+    assert engine.get_session("on-six").version % 3 == 0
+    clock.now = START + timedelta(days=100)
+    engine.retention.set_policy(WORKFLOW, 90)
+    projector = projector_for(engine)
+    rebuild(projector)
+    before = {s: engine.get_session(s) for s in ("on-six", "on-five")}
+    # When retention runs, Then both are archived (the snapshot there already is kept)
+    report = archive(engine, projector, tmp_path / "first")
+    assert sorted(report.workflows[0].sessions) == ["on-five", "on-six"]
+    assert {s: engine.get_session(s) for s in before} == before
+    # And after a restore (which leaves the archive's snapshots), a second run archives them again
+    [bundle] = report.workflows[0].bundles
+    engine.restore_sessions(bundle)
+    again = archive(engine, projector, tmp_path / "second")
+    assert sorted(again.workflows[0].sessions) == ["on-five", "on-six"]
+    assert {s: engine.get_session(s) for s in before} == before
+    chain = verify_chain(engine.audit)
+    assert chain.ok, [f.describe() for f in chain.findings]
+
+
 def test_tampered_bundle_and_base_are_refused(engine: Engine, clock: Clock, tmp_path: Path) -> None:
     projector = projector_for(engine)
     _session(engine, "s-1")
