@@ -19,7 +19,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
 
@@ -28,7 +28,12 @@ from psycopg.sql import SQL, Composed, Identifier
 
 POLICIES = "flowledger_retention_policies"
 BASES = "flowledger_retention_bases"
-_SEAL_TAG = b"flowledger.retention-base.v1\x00"
+_SEAL_TAG = b"flowledger.retention-base.v2\x00"
+_SEAL_TAG_V1 = b"flowledger.retention-base.v1\x00"
+"""Bases archived before the seal covered their projection rows (still accepted, rows unproven)."""
+ROWS_DIGEST = "encode(sha256(convert_to({}::text, 'UTF8')), 'hex')"
+"""The projection rows' digest, taken by PostgreSQL on its own canonical text of the jsonb
+(keys ordered, numbers normalised), so sealing and checking agree whatever Python read back."""
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS {s}.{policies} (
@@ -96,10 +101,13 @@ class Base:
     projection_rows: dict[str, Any]
     bundle: str
     bundle_sha256: str
+    projection_rows_sha256: str | None = None
+    """SHA-256 of the projection rows as PostgreSQL prints them (``ROWS_DIGEST``); None for a
+    base sealed before the seal covered them (``_SEAL_TAG_V1``)."""
 
     def sealed_fields(self) -> bytes:
-        """The canonical bytes the seal covers."""
-        fields = {
+        """The canonical bytes the seal covers: the projection rows' digest too, when known."""
+        fields: dict[str, Any] = {
             "stream": str(self.stream_id),
             "through_version": self.through_version,
             "head_hash": self.head_hash.hex(),
@@ -108,7 +116,11 @@ class Base:
             "bundle_sha256": self.bundle_sha256,
             "snapshot_sha256": hashlib.sha256(self.snapshot_state).hexdigest(),
         }
-        return _SEAL_TAG + json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+        tag = _SEAL_TAG_V1
+        if self.projection_rows_sha256 is not None:
+            fields["projection_rows_sha256"] = self.projection_rows_sha256
+            tag = _SEAL_TAG
+        return tag + json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     def seal(self, key: bytes) -> bytes:
         """The base's HMAC under the chain key."""
@@ -191,7 +203,15 @@ class RetentionTables:
     # -- bases ----------------------------------------------------------------------------
 
     def insert_bases(self, conn: psycopg.Connection[Any], bases: Sequence[Base], key: bytes) -> None:
-        """Store the bases (sealed with ``key``); an existing base of a stream is replaced."""
+        """Store the bases (sealed with ``key``, their projection rows included); an existing
+        base of a stream is replaced."""
+        digests = conn.execute(
+            SQL("SELECT {} FROM unnest(%s::jsonb[]) WITH ORDINALITY AS t(r, n) ORDER BY n").format(
+                SQL(ROWS_DIGEST.format("r"))
+            ),
+            [[json.dumps(b.projection_rows) for b in bases]],
+        ).fetchall()
+        bases = [replace(b, projection_rows_sha256=d[0]) for b, d in zip(bases, digests, strict=True)]
         with conn.cursor() as cur:
             cur.executemany(
                 SQL(
@@ -239,7 +259,7 @@ class RetentionTables:
         with_rows: bool = False,
     ) -> dict[UUID, StoredBase]:
         """The stored bases (of ``streams``, or all), each with whether its seal checks; their
-        projection rows (which the seal does not cover) only ``with_rows`` (else empty)."""
+        projection rows only ``with_rows`` (else empty; their digest is checked either way)."""
         where = SQL(" WHERE stream_id = ANY(%s)") if streams is not None else SQL("")
         params: list[Any] = [list(streams)] if streams is not None else []
         rows_column = SQL("projection_rows") if with_rows else SQL("'{}'::jsonb")
@@ -247,8 +267,8 @@ class RetentionTables:
             SQL(
                 "SELECT stream_id, tenant, workflow, session_id, status, through_version, head_hash,"
                 " positions, last_event_at, totals, snapshot_topic, snapshot_state, {},"
-                " bundle, bundle_sha256, seal, archived_at FROM {}{}"
-            ).format(rows_column, self._t(BASES), where),
+                " bundle, bundle_sha256, seal, archived_at, {} FROM {}{}"
+            ).format(rows_column, SQL(ROWS_DIGEST.format("projection_rows")), self._t(BASES), where),
             params,
         ).fetchall()
         found: dict[UUID, StoredBase] = {}
@@ -269,8 +289,12 @@ class RetentionTables:
                 projection_rows=row[12],
                 bundle=row[13],
                 bundle_sha256=row[14],
+                projection_rows_sha256=row[17],
             )
-            sealed = hmac.compare_digest(base.seal(key), bytes(row[15]))
+            seal = bytes(row[15])
+            sealed = hmac.compare_digest(base.seal(key), seal) or hmac.compare_digest(
+                replace(base, projection_rows_sha256=None).seal(key), seal
+            )
             found[base.stream_id] = StoredBase(base, sealed, row[16].isoformat())
         return found
 

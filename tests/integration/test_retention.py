@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -20,6 +21,7 @@ from flowledger.domain.errors import AuditError, SessionArchived, SessionExpired
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
+from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.projections import projector_for
 from flowledger.projections.rebuild import rebuild, verify
 from flowledger.projections.retention import archive
@@ -247,6 +249,61 @@ def test_tampered_bundle_and_base_are_refused(engine: Engine, clock: Clock, tmp_
     assert [(f.kind, f.name) for f in findings] == [("forged", "s-1"), ("deleted", None)]
     with pytest.raises(AuditError, match="not sealed"):
         engine.restore_sessions(bundle)
+
+
+def test_a_cost_edited_in_a_bases_projection_rows_is_named(
+    engine: Engine, clock: Clock, tmp_path: Path
+) -> None:
+    # Given an archived session whose base keeps its dashboard rows (a rebuild reads them)
+    projector = projector_for(engine)
+    _session(engine, "s-1")
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    archive(engine, projector, tmp_path)
+    assert verify_chain(engine.audit).ok
+    # When a cost in those rows is edited in the database (what a rebuild would then show)
+    with psycopg.connect(engine.database_url) as conn:
+        conn.execute(
+            SQL(
+                "UPDATE {}.flowledger_retention_bases"
+                " SET projection_rows = replace(projection_rows::text, %s, %s)::jsonb"
+            ).format(Identifier(engine.settings.schema)),
+            ['"cost_usd": 0.0012', '"cost_usd": 99.5'],
+        )
+        changed = conn.execute(
+            SQL("SELECT projection_rows::text LIKE '%99.5%' FROM {}.flowledger_retention_bases").format(
+                Identifier(engine.settings.schema)
+            )
+        ).fetchone()
+    assert changed == (True,)
+    # Then audit verify names the base as forged (its seal covers the rows)
+    findings = verify_chain(engine.audit).findings
+    assert [(f.kind, f.name) for f in findings] == [("forged", "s-1"), ("deleted", None)]
+
+
+def test_a_base_sealed_before_its_rows_were_sealed_still_verifies(
+    engine: Engine, clock: Clock, tmp_path: Path
+) -> None:
+    # Given a base as an earlier version sealed it (over every field but the projection rows)
+    projector = projector_for(engine)
+    _session(engine, "s-1")
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    archive(engine, projector, tmp_path)
+    tables = RetentionTables(engine.settings.schema)
+    with psycopg.connect(engine.database_url) as conn:
+        [stored] = tables.bases(conn, engine.audit.chain_key).values()
+        legacy = replace(stored.base, projection_rows_sha256=None).seal(engine.audit.chain_key)
+        conn.execute(
+            SQL("UPDATE {}.flowledger_retention_bases SET seal = %s").format(
+                Identifier(engine.settings.schema)
+            ),
+            [legacy],
+        )
+    # Then it is still a valid base
+    report = verify_chain(engine.audit)
+    assert report.ok, [f.describe() for f in report.findings]
+    assert report.archived == 1
 
 
 def test_rows_deleted_without_a_base_are_still_found(engine: Engine) -> None:
