@@ -362,16 +362,18 @@ class StepService:
         recorded = self._sessions.find_outcome(session, call.key)
         if recorded is not None:
             return StepOutcome(recorded, session.context)
-        if session.status != SessionStatus.ACTIVE:
-            # Closed while the model answered: keep what the call cost, take no step.
+        closed = "erased" if session.erased else session.status
+        if closed != SessionStatus.ACTIVE:
+            # Closed (or its user forgotten) while the model answered: keep what the call
+            # cost, take no step: an erased session takes no more personal data.
             session.fail_step(
                 step=call.step,
                 error_type="session_closed",
                 idempotency_key=call.key,
                 usage=reply.usage,
-                error_message=f"the session was {session.status} when the model answered",
+                error_message=f"the session was {closed} when the model answered",
             )
-            return session.status
+            return str(closed)
         decision = parse_step_reply(reply.content)
         record = session.record_step(
             step=call.step,

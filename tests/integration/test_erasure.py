@@ -27,6 +27,7 @@ from flowledger.projections import projector_for
 from flowledger.projections.rebuild import verify
 from flowledger.verify import GENESIS, event_hash, event_mac
 from tests.conftest import make_settings
+from tests.support.llm import ScriptedLlm
 
 USER = "alice-7f3k"
 SECRETS = (
@@ -226,6 +227,26 @@ def test_an_erased_session_takes_no_more_commands_and_forget_is_idempotent(engin
 
     assert (again.sessions, again.keys_destroyed) == ((), 0)
     assert engine.log.head() == head
+
+
+async def test_a_step_whose_model_answers_after_the_user_was_forgotten_is_not_recorded_as_taken(
+    engine: Engine,
+) -> None:
+    # Given a step of alice's in flight, and alice forgotten while the model answers
+    engine.start_session("s-late", "support", user_id=USER, metadata={"email": "alice@example.org"})
+    engine.llm = llm = ScriptedLlm(usage=USAGE, meanwhile=lambda: engine.forget(USER))
+    # When the model's answer comes back, Then the session takes no step (as every later command)
+    with pytest.raises(SessionClosed, match="erased"):
+        await engine.process_step("s-late", "greet", {"message": "my parcel to Elm"}, idempotency_key="k1")
+    assert len(llm.calls) == 1
+    kinds = [e.event_type.rsplit(".", 1)[-1] for e in engine.history("s-late")]
+    assert kinds == ["Started", "StepStarted", "DataErased", "StepFailed"]
+    state = engine.get_session("s-late")
+    assert state.step_count == 0
+    # And what the call cost stays on the books, as every erased session's totals do
+    [failure] = state.failures
+    assert (failure.error_type, failure.usage) == ("session_closed", USAGE)
+    assert state.totals.cost_usd == USAGE.cost_usd
 
 
 def test_another_engine_stops_reading_plaintext_within_its_key_cache_time(
