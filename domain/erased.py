@@ -7,11 +7,11 @@ from typing import Any, Final
 from flowledger.domain.values import JsonObject
 
 ERASED_TEXT: Final = "[erased]"
-"""What an erased text field (the user id) reads as."""
+"""What an erased text field (the user id, an abandon reason) reads as."""
 ERASED_JSON: Final[JsonObject] = {"[erased]": True}
 """What an erased JSON object (input, output, context, metadata, resolution) reads as."""
 
-TEXT_FIELDS: Final = frozenset({"user_id"})
+TEXT_FIELDS: Final = frozenset({"user_id", "reason"})
 
 
 def erased_value(field: str) -> Any:

@@ -20,6 +20,7 @@ PERSONAL_FIELDS: Final[dict[type[Any], tuple[str, ...]]] = {
     Session.StepProcessed: ("input", "output", "context_update"),
     Session.ContextUpdated: ("update",),
     Session.Completed: ("resolution",),
+    Session.Abandoned: ("reason",),  # free text from the caller, like a resolution
     Session.Forked: ("context",),
     Session.Restarted: ("user_id",),
 }

@@ -38,6 +38,7 @@ SECRETS = (
     "12 Elm Street",
     "resolved for Alice Smith",
     "my parcel to Elm",
+    "moving to flat 3B on Elm",
 )
 USAGE = LlmUsage(
     provider="openai",
@@ -75,6 +76,8 @@ def _alice_and_bob(engine: Engine) -> None:
     engine.fork_session("s-a1", 3, "s-a2")
     engine.record_step("s-a2", "retry", input={"message": "my parcel to Elm"}, usage=USAGE)
     engine.complete_session("s-a1", {"summary": "resolved for Alice Smith"})
+    engine.start_session("s-a3", "customer_service", user_id=USER)
+    engine.abandon_session("s-a3", "moving to flat 3B on Elm")  # a reason is free text, like a resolution
     engine.start_session("s-b1", "customer_service", user_id="bob", metadata={"email": "bob@example.org"})
     engine.record_step("s-b1", "greet", input={"message": "hello from bob"}, usage=USAGE)
 
@@ -127,8 +130,8 @@ def test_forget_leaves_no_plaintext_of_the_user_in_any_table_and_keeps_every_tot
     projector.catch_up()
 
     # Then nothing of theirs is left in any row of any table, and every total is as it was
-    assert sorted(report.sessions) == ["s-a1", "s-a2"]
-    assert report.keys_destroyed == 2
+    assert sorted(report.sessions) == ["s-a1", "s-a2", "s-a3"]
+    assert report.keys_destroyed == 3
     dump = _every_row_as_text(database_url, pg_schema)
     assert {".sessions: ", ".llm_calls: ", ".workflow_executions: "} <= {
         name for name in (".sessions: ", ".llm_calls: ", ".workflow_executions: ") if name in dump
@@ -147,7 +150,7 @@ def test_forget_leaves_no_plaintext_of_the_user_in_any_table_and_keeps_every_tot
     # its chain (hashes over the stored ciphertext, seals under the engine's key) verifies
     stored_after = _event_rows(database_url, pg_schema)
     assert stored_after[: len(stored_before)] == stored_before
-    assert [row[2].rsplit(".", 1)[-1] for row in stored_after[len(stored_before) :]] == ["DataErased"] * 2
+    assert [row[2].rsplit(".", 1)[-1] for row in stored_after[len(stored_before) :]] == ["DataErased"] * 3
     _assert_chain_verifies(engine, stored_after)
     verified = verify_chain(engine.audit)  # what `flowledger audit verify` runs
     assert verified.ok, verified.findings
