@@ -69,10 +69,9 @@ def fork(
 ) -> None:
     """Start a new session from a session's state at a version (to retry a step with another model)."""
     with reported_errors():
-        if not 0 < ttl_hours <= 366 * 24:
-            raise ValidationError("ttl_hours", f"must be > 0 and at most {366 * 24}, got {ttl_hours}")
+        ttl = _duration(ttl_hours, "ttl_hours")
         with Engine() as engine:
-            state = engine.fork_session(session_id, at_version, new_session_id, timedelta(hours=ttl_hours))
+            state = engine.fork_session(session_id, at_version, new_session_id, ttl)
             console.print(session_table(state))
 
 
@@ -118,13 +117,13 @@ def _parse_time(text: str, field: str = "as_of") -> datetime:
     return moment
 
 
-def _duration(hours: float) -> timedelta:
+def _duration(hours: float, field: str = "hours") -> timedelta:
     """``hours`` as a duration: at least a millisecond (the HTTP API's least ``ttl_seconds``;
     ``1e-9`` hours was a 4 µs extension) and at most ``MAX_TTL``."""
     least, most = 0.001 / 3600, MAX_TTL.total_seconds() / 3600
     if not math.isfinite(hours) or not least <= hours <= most:
         raise ValidationError(
-            "hours", f"must be at least {least:.3g} (1 ms) and at most {most:g}, got {hours:g}"
+            field, f"must be at least {least:.3g} (1 ms) and at most {most:g}, got {hours:g}"
         )
     return timedelta(hours=hours)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import PurePath
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -58,6 +59,17 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.LlmError, 502),
     (errors.FlowledgerError, 400),
 )
+
+
+def _told(error: errors.FlowledgerError) -> str:
+    """What an API client is told: the error's message, except where the server is laid out
+    (an archived session's bundle is named by its file name, not the server's path to it)."""
+    if isinstance(error, errors.SessionArchived):
+        return (
+            f"session {error.session_id!r} was archived: its events are in the bundle"
+            f" {PurePath(error.bundle).name} (an operator puts them back with `flowledger retention restore`)"
+        )
+    return str(error)
 
 
 def status_for(error: errors.FlowledgerError) -> int:
@@ -196,7 +208,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_flowledger_error(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, errors.FlowledgerError)  # registered for that type only
-        return JSONResponse(error_body(str(error)), status_code=status_for(error), headers=headers_for(error))
+        return JSONResponse(
+            error_body(_told(error)), status_code=status_for(error), headers=headers_for(error)
+        )
 
     async def on_invalid_request(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)

@@ -108,6 +108,11 @@ def test_cli_fork_and_forget(database_url: str, pg_schema: str, monkeypatch: pyt
         (("fork", "c-1", "9", "x-1"), 2, "has 1 versions, not 9"),
         (("fork", "c-1", "1", "c-1"), 4, "already exists"),
         (("fork", "c-1", "1", "x-1", "--ttl-hours", "0"), 2, "ttl_hours"),
+        (
+            ("fork", "c-1", "1", "x-1", "--ttl-hours", "1e-12"),
+            2,
+            "ttl_hours: must be at least 2.78e-07 (1 ms)",
+        ),
         (("forget",), 2, "user_id: give a user id, or --session SESSION\n"),
         (("forget", "erin", "--session", "c-1"), 2, "not both"),
         (("forget", "--session", "nobody"), 3, "'nobody' not found"),

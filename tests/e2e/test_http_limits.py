@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from flowledger.adapters.simulator import Simulator
+from flowledger.domain.errors import SessionArchived
 from flowledger.infrastructure import Engine
 from tests.e2e.live_http import ACME_WRITER, bearer, keyed_app, keyed_engine, live_server
 
@@ -208,6 +209,24 @@ def test_an_unexpected_error_is_a_json_500_naming_the_request_id_in_the_log(
     (error,) = [r for r in caplog.records if r.name == "flowledger.http.errors"]
     assert "req-42" in error.getMessage()
     assert error.exc_info is not None
+
+
+def test_an_archived_session_is_a_404_naming_its_bundle_but_not_where_the_server_keeps_it(
+    acme: Engine,
+) -> None:
+    app = keyed_app(acme)
+
+    @app.get("/archived")
+    def archived() -> None:
+        raise SessionArchived("s-1", "/srv/flowledger/archive/acme-support-20261201T000000-0123.jsonl")
+
+    with live_server(app) as url:
+        response = httpx.get(f"{url}/archived")
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert "session 's-1' was archived" in error
+    assert "acme-support-20261201T000000-0123.jsonl" in error
+    assert "/srv/flowledger" not in error  # a tenant's client learns no server path
 
 
 def test_the_access_log_is_one_json_line_per_request_without_secrets_or_bodies(
