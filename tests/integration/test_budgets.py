@@ -25,6 +25,7 @@ from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
 from flowledger.infrastructure.postgres.database import create_schema
 from flowledger.infrastructure.postgres.migrations import migrate
+from tests.support.clock import SetClock
 
 pytestmark = pytest.mark.postgres
 MODEL = "sim-pricey"
@@ -201,18 +202,10 @@ async def test_a_model_budget_holds_under_every_name_the_model_is_priced_by(
         await engine.aclose()
 
 
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 async def test_alerts_fire_once_per_threshold_per_window_with_signed_webhooks(
     settings: Settings, simulator: Any, receiver: Receiver
 ) -> None:
-    clock = Clock(datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
+    clock = SetClock(datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
     notifier = WebhookNotifier(initial_wait_s=0.01, allow_private=True)  # the receiver is on loopback
     engine = Engine(settings=settings, llm=client(simulator.base_url), clock=clock, alerts=notifier)
     try:
@@ -254,7 +247,7 @@ async def test_alerts_fire_once_per_threshold_per_window_with_signed_webhooks(
 
 
 async def test_a_lapsed_reservation_is_released_for_the_next_call(settings: Settings, simulator: Any) -> None:
-    clock = Clock(datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
+    clock = SetClock(datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
     engine = Engine(settings=settings, llm=client(simulator.base_url), clock=clock)
     try:
         engine.start_session("crash", "support")

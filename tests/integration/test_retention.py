@@ -5,9 +5,8 @@ chain stay; a bundle restores them exactly, and a tampered one is refused."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ from flowledger.projections.rebuild import rebuild, verify
 from flowledger.projections.retention import archive
 from flowledger.verify import verify_bundle
 from tests.conftest import make_settings
+from tests.integration.conftest import CLOCK_START
+from tests.support.clock import SetClock
 from tests.support.partitions import both_layouts
 
 BOTH_LAYOUTS = {
@@ -42,7 +43,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 WORKFLOW = "customer_service"
-START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+START = CLOCK_START
 
 
 def usage(n: int) -> LlmUsage:
@@ -56,26 +57,9 @@ def usage(n: int) -> LlmUsage:
     )
 
 
-class Clock:
-    """The engines' clock, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def engine(database_url: str, pg_schema: str, clock: Clock) -> Iterator[Engine]:
-    settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=3)
-    with Engine(settings=settings, clock=clock) as engine:
-        yield engine
+def engine(clocked_engine: Engine) -> Engine:
+    return clocked_engine
 
 
 def _session(engine: Engine, session_id: str, *, steps: int = 5, close: str | None = "complete") -> None:
@@ -132,7 +116,7 @@ def _dashboard(engine: Engine) -> list[tuple[Any, ...]]:
     return [*calls, *sessions, *funnel]
 
 
-def test_archive_verify_rebuild_restore(engine: Engine, clock: Clock, tmp_path: Path) -> None:
+def test_archive_verify_rebuild_restore(engine: Engine, clock: SetClock, tmp_path: Path) -> None:
     projector = projector_for(engine)
     _session(engine, "old-done")
     _session(engine, "old-left", steps=3, close="abandon")
@@ -195,7 +179,7 @@ def test_archive_verify_rebuild_restore(engine: Engine, clock: Clock, tmp_path: 
 
 
 def test_a_session_with_a_snapshot_at_its_last_version_is_archived_and_archived_again(
-    engine: Engine, clock: Clock, tmp_path: Path
+    engine: Engine, clock: SetClock, tmp_path: Path
 ) -> None:
     # Given a closed session whose last version (6) the engine snapshotted (every 3 here),
     # beside one whose last version (5) it did not
@@ -221,7 +205,7 @@ def test_a_session_with_a_snapshot_at_its_last_version_is_archived_and_archived_
     assert chain.ok, [f.describe() for f in chain.findings]
 
 
-def test_tampered_bundle_and_base_are_refused(engine: Engine, clock: Clock, tmp_path: Path) -> None:
+def test_tampered_bundle_and_base_are_refused(engine: Engine, clock: SetClock, tmp_path: Path) -> None:
     projector = projector_for(engine)
     _session(engine, "s-1")
     clock.now = START + timedelta(days=10)
@@ -251,15 +235,19 @@ def test_tampered_bundle_and_base_are_refused(engine: Engine, clock: Clock, tmp_
         engine.restore_sessions(bundle)
 
 
-def test_a_cost_edited_in_a_bases_projection_rows_is_named(
-    engine: Engine, clock: Clock, tmp_path: Path
-) -> None:
-    # Given an archived session whose base keeps its dashboard rows (a rebuild reads them)
-    projector = projector_for(engine)
+def _archive_one(engine: Engine, clock: SetClock, tmp_path: Path) -> None:
+    """Archive one closed session, s-1, ten days later under a 7-day policy."""
     _session(engine, "s-1")
     clock.now = START + timedelta(days=10)
     engine.retention.set_policy(WORKFLOW, 7)
-    archive(engine, projector, tmp_path)
+    archive(engine, projector_for(engine), tmp_path)
+
+
+def test_a_cost_edited_in_a_bases_projection_rows_is_named(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given an archived session whose base keeps its dashboard rows (a rebuild reads them)
+    _archive_one(engine, clock, tmp_path)
     assert verify_chain(engine.audit).ok
     # When a cost in those rows is edited in the database (what a rebuild would then show)
     with psycopg.connect(engine.database_url) as conn:
@@ -282,14 +270,10 @@ def test_a_cost_edited_in_a_bases_projection_rows_is_named(
 
 
 def test_a_base_sealed_before_its_rows_were_sealed_still_verifies(
-    engine: Engine, clock: Clock, tmp_path: Path
+    engine: Engine, clock: SetClock, tmp_path: Path
 ) -> None:
     # Given a base as an earlier version sealed it (over every field but the projection rows)
-    projector = projector_for(engine)
-    _session(engine, "s-1")
-    clock.now = START + timedelta(days=10)
-    engine.retention.set_policy(WORKFLOW, 7)
-    archive(engine, projector, tmp_path)
+    _archive_one(engine, clock, tmp_path)
     tables = RetentionTables(engine.settings.schema)
     with psycopg.connect(engine.database_url) as conn:
         [stored] = tables.bases(conn, engine.audit.chain_key).values()
@@ -320,7 +304,7 @@ def test_rows_deleted_without_a_base_are_still_found(engine: Engine) -> None:
 
 
 def test_archived_session_written_again_chains_from_its_base(
-    engine: Engine, clock: Clock, tmp_path: Path
+    engine: Engine, clock: SetClock, tmp_path: Path
 ) -> None:
     engine.start_session("s-1", WORKFLOW, user_id="u-1", ttl=timedelta(hours=1))
     engine.record_step("s-1", "greet", input={"m": 1}, usage=usage(1))
@@ -364,7 +348,7 @@ def test_bad_policies_are_refused(engine: Engine, tmp_path: Path) -> None:
 
 
 def test_forgetting_an_archived_session_asks_for_a_restore(
-    database_url: str, pg_schema: str, clock: Clock, tmp_path: Path
+    database_url: str, pg_schema: str, clock: SetClock, tmp_path: Path
 ) -> None:
     settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
     with Engine(settings=settings, clock=clock) as engine:

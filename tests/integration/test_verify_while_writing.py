@@ -9,8 +9,7 @@ between two of the verification's reads, and the verification must come out clea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +20,17 @@ from flowledger.infrastructure.postgres import chain_verify
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.projections import projector_for
 from flowledger.projections.retention import archive
-from tests.conftest import make_settings
+from tests.integration.conftest import CLOCK_START
+from tests.support.clock import SetClock
 
 pytestmark = pytest.mark.postgres
 
-START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
+START = CLOCK_START
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def engine(database_url: str, pg_schema: str, clock: Clock) -> Iterator[Engine]:
-    settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=3)
-    with Engine(settings=settings, clock=clock) as engine:
-        yield engine
+def engine(clocked_engine: Engine) -> Engine:
+    return clocked_engine
 
 
 def sessions(engine: Engine, prefix: str, count: int) -> None:
@@ -107,7 +92,7 @@ def test_a_checkpoint_taken_while_verifying_is_not_reported_dropped(
 
 @pytest.mark.parametrize("since_checkpoint", [False, True])
 def test_sessions_archived_or_restored_while_verifying_are_not_reported_deleted(
-    engine: Engine, clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, since_checkpoint: bool
+    engine: Engine, clock: SetClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, since_checkpoint: bool
 ) -> None:
     # Given closed sessions old enough for their workflow's retention, and a checkpoint over them
     sessions(engine, "old", 4)

@@ -67,10 +67,10 @@ async def run_cancelled_after(engine: Engine, session_id: str, turns: int) -> bo
     return False
 
 
-async def test_a_caller_cancelled_at_any_await_point_leaves_no_pending_step(engine: Engine) -> None:
-    # Given an engine whose database hops complete inline, and a model that yields three times
-    engine.steps._executor = InlineExecutor()
-    engine.llm = llm = ScriptedLlm(yields=3)
+async def cancel_at_every_turn(engine: Engine) -> tuple[set[tuple[str, ...]], int]:
+    """One session per loop turn ``k``, its step cancelled after ``k`` turns, until a step
+    completes first; each left with no pending step and events in ``CANCELLED_OUTCOMES``.
+    The outcomes seen, and the sessions (``s0`` .. ``s<n>``) made."""
     seen: set[tuple[str, ...]] = set()
     turns = 0
     while True:
@@ -87,9 +87,16 @@ async def test_a_caller_cancelled_at_any_await_point_leaves_no_pending_step(engi
             assert [f.error_type for f in state.failures] == ["cancelled"]
         seen.add(tuple(types))
         if finished:
-            break
+            return seen, turns + 1
         turns += 1
         assert turns < 200, "the call never completed"
+
+
+async def test_a_caller_cancelled_at_any_await_point_leaves_no_pending_step(engine: Engine) -> None:
+    # Given an engine whose database hops complete inline, and a model that yields three times
+    engine.steps._executor = InlineExecutor()
+    engine.llm = llm = ScriptedLlm(yields=3)
+    seen, _ = await cancel_at_every_turn(engine)
     # And every kind of cancellation point was reached on the way
     assert seen == {tuple(t) for t in CANCELLED_OUTCOMES}
     assert len(llm.calls) >= 3
@@ -105,26 +112,11 @@ async def test_with_a_budget_a_caller_cancelled_at_any_await_point_leaves_no_pen
     engine.steps._executor = InlineExecutor()
     engine.llm = llm = ScriptedLlm(yields=3)
     engine.budgets.set("tenant", None, "month", "100")
-    seen: set[tuple[str, ...]] = set()
-    turns = 0
-    while True:
-        session_id = f"s{turns}"
-        engine.start_session(session_id, "cs")
-        # When the caller is cancelled after ``turns`` turns of the loop
-        finished = await run_cancelled_after(engine, session_id, turns)
-        # Then the step is never left pending, and a paid answer is always its StepProcessed
-        types = event_types(engine, session_id)
-        assert engine.get_session(session_id).pending == (), (turns, types)
-        assert types in CANCELLED_OUTCOMES, (turns, types)
-        seen.add(tuple(types))
-        if finished:
-            break
-        turns += 1
-        assert turns < 200, "the call never completed"
+    seen, sessions = await cancel_at_every_turn(engine)
     # And the ledger holds nothing and charged exactly what the events record
     [burn] = engine.budgets.burn()
     assert burn.reserved_usd == Decimal(0)
-    states = [engine.get_session(f"s{n}") for n in range(turns + 1)]
+    states = [engine.get_session(f"s{n}") for n in range(sessions)]
     records = [r for state in states for r in (*state.history, *state.failures) if r.usage is not None]
     assert burn.spent_usd == sum((r.usage.charged_usd for r in records), Decimal(0))
     assert len(llm.calls) >= 3
