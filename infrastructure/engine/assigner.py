@@ -175,10 +175,11 @@ class BatchAssigner:
         attempts: list[UnitOfWork] = []
 
         def decide(uow: UnitOfWork) -> list[TaskState]:
-            # A retry follows a lost save: read the log before deciding again.
+            # A retry follows a lost save, or a decision on cached copies that the store has
+            # read afresh: read the log before deciding again. Only a lost save is contention.
             again = bool(attempts)
             attempts.append(uow)
-            self._claims.begin(lost_save=again, first=self.batches == 0)
+            self._claims.begin(lost_save=again and not uow.fresh, first=self.batches == 0)
             states = self._decide(batch, uow, fresh=fresh or again)
             uow.transaction = self._claims.transaction()  # its commit releases the locks
             return states

@@ -77,10 +77,10 @@ class UnitOfWork:
 
     __slots__ = (
         "_assume_new",
-        "_fresh",
         "_store",
         "actor",
         "command_id",
+        "fresh",
         "from_cache",
         "now",
         "touched",
@@ -102,8 +102,9 @@ class UnitOfWork:
         self.actor = actor
         self._store = store
         self._assume_new = assume_new
-        self._fresh = fresh
-        """Read every aggregate from the store, none from the writers' cache."""
+        self.fresh = fresh
+        """Read every aggregate from the store, none from the writers' cache (a command decided
+        again after it was refused, or found nothing to do, on cached copies)."""
         self.touched: dict[UUID, FlowledgerAggregate] = {}
         self.transaction: Any = None
         """An open database transaction the save is to be made and committed in (it holds
@@ -118,7 +119,7 @@ class UnitOfWork:
         held = self.touched.get(aggregate_id)
         if held is not None:
             return held
-        aggregate = None if self._fresh else self._store.take_cached(aggregate_id)
+        aggregate = None if self.fresh else self._store.take_cached(aggregate_id)
         if aggregate is not None:
             self.from_cache = True
         elif not self._assume_new:
