@@ -151,7 +151,8 @@ def test_several_followers_never_count_an_event_twice(
     for n in range(6):
         append(pg_engine.log, interleave(scripts(f"f{n}", 10)), per_transaction=9)
     head = pg_engine.log.recorder.max_notification_id()
-    eventually(lambda: {b.position for b in status(projector)} == {head})
+    # Three followers and a two-worker suite on two cores: a CI run once needed more than 15 s
+    eventually(lambda: {b.position for b in status(projector)} == {head}, timeout=60)
     assert count(projector, "llm_calls") == count(projector, "workflow_executions") == 120
     # Each build counts the events it handles: the cost build has no use for Completed.
     events = {b.projection: b.events for b in status(projector)}
