@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -19,7 +20,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from flowledger.adapters.cli.errors import fail, reported_errors
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import SessionArchived, ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import AuditReport, verify_log
 from flowledger.infrastructure.postgres.bundles import export_bundle
@@ -135,8 +136,9 @@ def _verdict(chain: ChainReport, structure: AuditReport | None, what: str) -> No
         verdict = "[yellow]no problems in what was read, but the read was partial[/yellow]"
     else:
         verdict = "[green]ok[/green]"
+    archived = f" ({chain.archived:,} archived, proven by their sealed bases)" if chain.archived else ""
     console.print(
-        f"{what}: {chain.events:,} events in {chain.streams:,} streams: {verdict}",
+        f"{what}: {chain.events:,} events in {chain.streams:,} streams{archived}: {verdict}",
         highlight=False,
         soft_wrap=True,
     )
@@ -211,7 +213,9 @@ def verify(
         with Engine() as engine:
             stream = None
             if session is not None:
-                engine.history(session)  # raises SessionNotFound with the caller's id
+                # An archived one's sealed base stands for its events: the chain check proves it.
+                with suppress(SessionArchived):
+                    engine.history(session)  # raises SessionNotFound with the caller's id
                 stream = engine.session_uuid(session)
             key = _public_key(public_key, engine)
             chain = verify_chain(

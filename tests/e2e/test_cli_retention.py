@@ -57,7 +57,15 @@ def test_retention_cli(database_url: str, pg_schema: str, tmp_path: Path) -> Non
         check=False,
     )
     assert offline.returncode == 0, offline.stdout + offline.stderr
-    assert cli("audit", "verify").returncode == 0
+    whole = cli("audit", "verify")
+    assert whole.returncode == 0, whole.stderr
+    assert "(2 archived, proven by their sealed bases): ok" in whole.stdout + whole.stderr
+    # One archived session verifies by its base, as in the whole log (it was "not found", exit 3)
+    alone = cli("audit", "verify", "--session", "s-0")
+    assert alone.returncode == 0, alone.stderr
+    assert "session s-0: 0 events in 0 streams (1 archived, proven by their sealed bases): ok" in (
+        alone.stdout + alone.stderr
+    )
 
     tampered = tmp_path / "tampered.jsonl"
     tampered.write_text(bundle.read_text().replace("solved", "solvex"))
