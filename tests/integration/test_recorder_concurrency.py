@@ -232,9 +232,11 @@ def test_the_notifier_does_not_take_a_writer_connection(database_url: str, pg_sc
             # When an append commits while both pooled connections are held by callers
             held[0].execute(recorder.sql_append_one, (uuid.uuid4(), 1, "t:E", b"{}", None, None))
             recorder.notifier.poke()
-            # Then the NOTIFY still goes out (the notifier has a connection of its own)
+            # Then the NOTIFY still goes out (the notifier has a connection of its own);
+            # psycopg may hand over more than one if several arrive in one packet
             heard = list(listener.notifies(timeout=5, stop_after=1))
-            assert [n.channel for n in heard] == [recorder.channel_name]
+            assert heard
+            assert {n.channel for n in heard} == {recorder.channel_name}
         finally:
             for conn in held:
                 pool.putconn(conn)
