@@ -19,9 +19,10 @@ from uuid import UUID
 
 import psycopg
 from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
-from psycopg import Connection, Cursor, IsolationLevel
+from psycopg import Connection, Cursor
 
 from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure.postgres.database import as_snapshot_reader
 from flowledger.projections import dead_letters
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.calls import call_of
@@ -87,10 +88,7 @@ class Projector:
         ``with`` block closes the connection), so a report built from several queries sees one
         moment: with a query each in autocommit, a batch the projections committed between two
         of them made the answers disagree and the funnel raise."""
-        conn = psycopg.connect(self.read_url or self.database_url, **self._connect_kwargs)
-        conn.isolation_level = IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
-        return conn
+        return as_snapshot_reader(psycopg.connect(self.read_url or self.database_url, **self._connect_kwargs))
 
     def ready_to_read(self) -> Projector:
         """This projector, once its read models may be read: caught up to the head of the log

@@ -27,10 +27,10 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg import IsolationLevel
 from psycopg.sql import SQL
 
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail, Checkpoint, Heads, heads_root
+from flowledger.infrastructure.postgres.database import as_snapshot_reader
 from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.verify import GENESIS, event_hash, event_mac, signature_valid, statement_digest
 
@@ -107,9 +107,7 @@ def verify_chain(
     # is committed before it is anchored, so each anchored one must be in the snapshot, and an
     # archive or restore committed between two reads cannot look like deleted rows.
     anchored = list(trail.anchored(anchors))
-    with trail.connect() as conn:
-        conn.isolation_level = IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
+    with as_snapshot_reader(trail.connect()) as conn:
         heads = _check_checkpoints(trail, conn, public, anchored, report)
         if stream is not None:
             heads = {stream: heads[stream]} if stream in heads else {}

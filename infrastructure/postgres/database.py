@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -146,6 +147,15 @@ def refused_login(error: BaseException) -> bool:
 def _worth_another_try(error: BaseException) -> bool:
     """An outage may end within the deadline; a refused login will not."""
     return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError)) and not refused_login(error)
+
+
+def as_snapshot_reader(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """``conn``, set so that its queries share one read-only ``REPEATABLE READ`` transaction:
+    a report built from several queries sees one moment of the database (set before the
+    first query; the transaction ends when the connection commits, rolls back or closes)."""
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    return conn
 
 
 def create_schema(database_url: str, schema: str) -> None:
