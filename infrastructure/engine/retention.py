@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -30,7 +31,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 from uuid import UUID
 
@@ -386,10 +387,13 @@ class RetentionService:
     def restore(self, bundle: Path, sessions: Sequence[str] | None = None) -> RestoreReport:
         """Put the archived events in ``bundle`` back (of ``sessions`` only, when given)."""
         try:
-            text = bundle.read_text(encoding="utf-8")
+            raw = bundle.read_bytes()
+            lines = raw.decode("utf-8").splitlines()
         except OSError as error:
             raise ValidationError("bundle", f"cannot read {bundle}: {error.strerror}") from None
-        lines = text.splitlines()
+        except UnicodeDecodeError:
+            raise ValidationError("bundle", f"{bundle} is not UTF-8 text") from None
+        digest = hashlib.sha256(raw).hexdigest()
         checked = verify_bundle(lines, self._trail.signing.public_bytes)
         if not checked.ok:
             first = checked.problems[0] if checked.problems else "it holds no stream"
@@ -420,6 +424,12 @@ class RetentionService:
                     raise AuditError(
                         f"stream {stream}: the bundle's head (version {version}) is not the one its base"
                         f" keeps (version {base.through_version}): not restored"
+                    )
+                if not hmac.compare_digest(digest, base.bundle_sha256):
+                    raise AuditError(
+                        f"stream {stream}: {bundle.name} is not the file it was archived to"
+                        f" ({PurePath(base.bundle).name}, SHA-256 {base.bundle_sha256[:16]}...;"
+                        f" this file's is {digest[:16]}...): not restored"
                     )
                 mine = events[stream]
                 if tuple(e[4] for e in mine) != base.positions:

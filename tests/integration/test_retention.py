@@ -235,6 +235,29 @@ def test_tampered_bundle_and_base_are_refused(engine: Engine, clock: SetClock, t
         engine.restore_sessions(bundle)
 
 
+def test_a_bundle_that_verifies_but_is_not_the_archived_file_is_refused(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given an archived session, and its bundle written out again record by record: every
+    # event and proof the same (it still verifies), the bytes not (compact JSON)
+    projector = projector_for(engine)
+    _session(engine, "s-1")
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    [bundle] = archive(engine, projector, tmp_path).workflows[0].bundles
+    records = [json.loads(line) for line in Path(bundle).read_text().splitlines()]
+    rewritten = tmp_path / "rewritten.jsonl"
+    rewritten.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+    assert rewritten.read_bytes() != Path(bundle).read_bytes()
+    # When it is restored from, Then the base's SHA-256 refuses it, naming the archived file
+    with pytest.raises(AuditError, match=rf"not the file it was archived to \({Path(bundle).name}"):
+        engine.restore_sessions(rewritten)
+    assert _rows(engine, "s-1") == []
+    # And the archived file itself restores
+    assert engine.restore_sessions(bundle).sessions == ("s-1",)
+    assert len(_rows(engine, "s-1")) > 0
+
+
 def _archive_one(engine: Engine, clock: SetClock, tmp_path: Path) -> None:
     """Archive one closed session, s-1, ten days later under a 7-day policy."""
     _session(engine, "s-1")
