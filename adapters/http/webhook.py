@@ -30,7 +30,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import Caller, Reader
 from flowledger.adapters.http.errors import error_body, responses
-from flowledger.adapters.http.rest import ensure_user
+from flowledger.adapters.http.rest import ensure_user, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.infrastructure import Engine
@@ -105,7 +105,8 @@ async def workflow_state(
     if action == "create_session":
         data = await run_in_threadpool(_create, engine, body, session_id, strict)
     elif action == "process_step":
-        data = await _process(caller, body, session_id, body.idempotency_key or idempotency_key, strict)
+        key = one_key(body.idempotency_key, idempotency_key)
+        data = await _process(caller, body, session_id, key, strict)
     elif action == "extend_session":
         data = await run_in_threadpool(_extend, engine, body, session_id, strict)
     else:

@@ -354,3 +354,30 @@ def test_a_bad_input_data_is_refused_under_its_own_name_in_both_modes(
         assert response.json()["error"].startswith(message)
         assert each.engine.log.head() == head
         assert each.calls == []
+
+
+def test_a_body_key_and_an_idempotency_key_header_that_differ_are_refused_in_both_modes(
+    hook: Hook, strict_hook: Hook
+) -> None:
+    # docs/http.md: two different idempotency keys are a 422, as on the REST routes
+    body = {"action": "process_step", "session_id": "s1", "step_name": "intent_classification"}
+    for n, each in enumerate((hook, strict_hook)):
+        create(each)
+        head, calls = each.engine.log.head(), len(each.calls)
+        response = each.http.post(
+            "/webhook/workflow-state",
+            json={**body, "input_data": {"q": 1}, "idempotency_key": f"K2-{n}"},
+            headers={"Idempotency-Key": f"K3-{n}"},
+        )
+        assert (response.status_code, response.json()["success"]) == (422, False)
+        assert "idempotency_key" in response.json()["error"]
+        assert each.engine.log.head() == head
+        assert len(each.calls) == calls
+        # The same key in both places is one key
+        response = each.http.post(
+            "/webhook/workflow-state",
+            json={**body, "input_data": {"q": 1}, "idempotency_key": f"K2-{n}"},
+            headers={"Idempotency-Key": f"K2-{n}"},
+        )
+        assert response.status_code == 200, response.text
+        assert len(each.calls) == calls + 1
