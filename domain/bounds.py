@@ -44,6 +44,8 @@ MAX_SKILLS = 100
 """Skills an agent has or a task requires."""
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+UNSTORABLE_CHARACTERS = _UNSTORABLE
+"""What PostgreSQL cannot store in text: NUL, and lone surrogates (not UTF-8)."""
 _NOT_IN_NAMES = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _SCALARS = (str, int, float, bool, type(None))
 _LARGEST_PLAIN_INT_BITS = 10_000

@@ -339,7 +339,7 @@ class OpenAICompatibleClient:
                         raise self._status_error(response)
                     try:
                         data = json.loads(response.content)
-                    except ValueError:
+                    except (ValueError, RecursionError):  # not JSON, or nested past the parser
                         raise AttemptError(
                             "reply body is not JSON", error_type="malformed_response", retryable=False
                         ) from None

@@ -38,7 +38,9 @@ def parse_completion(data: Any) -> ParsedCompletion:
     content = message.get("content") if isinstance(message, dict) else None
     if content is not None and not isinstance(content, str):
         raise _malformed("message content is not a string", tokens)
-    reasons = tuple(str(c.get("finish_reason")) for c in choices if c.get("finish_reason"))
+    reasons = tuple(
+        str(c["finish_reason"]) for c in choices if isinstance(c, dict) and c.get("finish_reason")
+    )
     return ParsedCompletion(
         content=content or "",
         response_model=str(data.get("model") or ""),
@@ -72,7 +74,7 @@ async def read_stream(
             break
         try:
             chunk = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise _malformed("stream chunk is not JSON") from None
         if not isinstance(chunk, dict):
             raise _malformed("stream chunk is not an object")
@@ -81,7 +83,10 @@ async def read_stream(
         response_id = str(chunk.get("id") or response_id)
         if chunk.get("usage"):
             tokens = parse_usage(chunk["usage"])
-        for choice in chunk.get("choices") or []:
+        choices = chunk.get("choices") or []
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                continue
             delta = choice.get("delta") or {}
             text = delta.get("content") if isinstance(delta, dict) else None
             if isinstance(text, str) and text:

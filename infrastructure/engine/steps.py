@@ -38,10 +38,12 @@ from flowledger.domain.errors import (
     SessionClosed,
     SessionNotFound,
     StepInProgress,
+    ValidationError,
 )
 from flowledger.domain.ports import CallEstimate, LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionStatus, StepRecord, same_json
+from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
 from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.sessions import SessionService
@@ -80,6 +82,14 @@ class _Go:
     messages: list[dict[str, Any]]
     workflow: str = ""
     user_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _Unrecordable:
+    """A model reply the ledger could not store: recorded as StepFailed, raised as LlmError."""
+
+    message: str
+    usage: LlmUsage | None
 
 
 @dataclass(frozen=True)
@@ -287,11 +297,16 @@ class StepService:
 
     async def _record_reply(self, call: StepCall, reply: LlmReply, hold: Reservation | None) -> StepOutcome:
         await self._settle(hold, reply.usage)
-        outcome: StepOutcome | str = await self._in_db(
+        outcome: StepOutcome | _Unrecordable | str = await self._in_db(
             self._store.write, call.session_id, partial(self._finish, call, reply)
         )
         if isinstance(outcome, str):
             raise SessionClosed(call.session_id, outcome)
+        if isinstance(outcome, _Unrecordable):
+            attempts = outcome.usage.attempts if outcome.usage is not None else 1
+            raise LlmError(
+                outcome.message, error_type="malformed_response", attempts=attempts, usage=outcome.usage
+            )
         return outcome
 
     async def _reserve(self, llm: LlmPort, call: StepCall, go: _Go) -> Reservation | None:
@@ -356,7 +371,7 @@ class StepService:
         finally:
             renewer.stop()
 
-    def _finish(self, call: StepCall, reply: LlmReply, uow: UnitOfWork) -> StepOutcome | str:
+    def _finish(self, call: StepCall, reply: LlmReply, uow: UnitOfWork) -> StepOutcome | _Unrecordable | str:
         session = self._session(uow, call.session_id)
         # A worker that took this step over may have finished first: never record twice.
         recorded = self._sessions.find_outcome(session, call.key)
@@ -374,16 +389,29 @@ class StepService:
                 error_message=f"the session was {closed} when the model answered",
             )
             return str(closed)
-        decision = parse_step_reply(reply.content)
-        record = session.record_step(
-            step=call.step,
-            input=call.input,
-            output=decision.output(),
-            next_step=decision.next_step,
-            context_update=decision.context_update,
-            usage=reply.usage,
-            idempotency_key=call.key,
-        )
+        try:
+            decision = parse_step_reply(reply.content)
+            record = session.record_step(
+                step=call.step,
+                input=call.input,
+                output=decision.output(),
+                next_step=decision.next_step,
+                context_update=decision.context_update,
+                usage=reply.usage,
+                idempotency_key=call.key,
+            )
+        except ValidationError as error:
+            # The call's own fields were checked when it began: the model's reply is what the
+            # ledger cannot store (a NUL in its text, a name past its bounds). It was paid
+            # for: keep its usage on a StepFailed, and tell the caller it was the reply.
+            failure = session.fail_step(
+                step=call.step,
+                error_type="malformed_response",
+                error_message=f"the model's reply cannot be recorded: {error}"[:1_000],
+                usage=storable_usage(reply.usage),
+                idempotency_key=call.key,
+            )
+            return _Unrecordable(failure.error_message, failure.usage)
         # Context is replaced, never changed in place, by the session: no copy needed.
         return StepOutcome(record, session.context)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.domain.errors import (
     LlmCallFailed,
+    LlmError,
     LlmNotConfigured,
     SessionClosed,
     StepInProgress,
@@ -23,7 +25,8 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
-from tests.support.llm import ScriptedLlm
+from tests.support.llm import STEP_DECISION, ScriptedLlm
+from tests.support.llm import USAGE as USAGE_DOUBLE
 from tests.support.steps import start_elsewhere
 
 
@@ -289,3 +292,52 @@ async def test_a_step_for_a_model_without_a_price_is_refused_before_anything_is_
     assert event_types(engine, "s1") == ["Started"]
     assert engine.get_session("s1").pending == ()
     await engine.llm.aclose()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("content", "usage", "kept"),
+    [
+        # A reply whose text holds a NUL (a model can emit one; PostgreSQL cannot store it)
+        ('{"message": "a\\u0000b"}', USAGE_DOUBLE, {}),
+        ("text with a lone surrogate \udc80", USAGE_DOUBLE, {}),
+        # A usage past the ledger's bounds: a long or NUL model name, a long id, a huge cost
+        (STEP_DECISION, replace(USAGE_DOUBLE, response_model="m" * 300), {"response_model": "m" * 200}),
+        (STEP_DECISION, replace(USAGE_DOUBLE, response_model="gpt\x00x"), {"response_model": "gpt\ufffdx"}),
+        (STEP_DECISION, replace(USAGE_DOUBLE, response_id="i" * 1_001), {"response_id": "i" * 1_000}),
+        (STEP_DECISION, replace(USAGE_DOUBLE, cost_usd=Decimal("1e20")), {"cost_usd": Decimal(10**9)}),
+        (STEP_DECISION, replace(USAGE_DOUBLE, output_tokens=2**53 + 1), {"output_tokens": 10**12}),
+        (
+            STEP_DECISION,
+            replace(USAGE_DOUBLE, finish_reasons=("st\x00p",)),
+            {"finish_reasons": ("st\ufffdp",)},
+        ),
+    ],
+)
+async def test_a_reply_the_ledger_cannot_store_is_a_step_failed_that_keeps_its_usage(
+    engine: Engine, content: str, usage: LlmUsage, kept: dict[str, object]
+) -> None:
+    # Given a model whose answer (paid for) cannot be stored as it came
+    engine.llm = llm = ScriptedLlm(content=content, usage=usage)
+    engine.start_session("s1", "cs")
+    # When a step calls it, Then the caller hears it was the reply (not its own input) ...
+    with pytest.raises(LlmError) as raised:
+        await engine.process_step("s1", "greet", idempotency_key="k1")
+    assert raised.value.error_type == "malformed_response"
+    assert "cannot be recorded" in str(raised.value)
+    # ... the step is settled, not left pending, with the usage kept within the ledger's bounds
+    state = engine.get_session("s1")
+    assert event_types(engine, "s1") == ["Started", "StepStarted", "StepFailed"]
+    assert state.pending == ()
+    [failure] = state.failures
+    assert failure.error_type == "malformed_response"
+    assert failure.usage is not None
+    assert failure.usage.input_tokens == usage.input_tokens
+    for name, value in kept.items():
+        assert getattr(failure.usage, name) == value
+    if kept:  # what was changed is named, with the value as reported
+        assert set(failure.usage.extra["unstorable"]["as_reported"]) == set(kept)
+    # And a retry under the key is a new call (as after any failed step), not a wait for a lease
+    engine.llm = ScriptedLlm()
+    record = await asyncio.wait_for(engine.process_step("s1", "greet", idempotency_key="k1"), 10)
+    assert record.output["action"] == "classify"
+    assert len(llm.calls) == 1

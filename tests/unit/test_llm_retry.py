@@ -225,6 +225,49 @@ async def test_a_2xx_body_that_is_not_json_is_not_retried(transport: Transports)
     assert raised.value.error_type == "malformed_response"
 
 
+@pytest.mark.parametrize(
+    ("content", "billed"),
+    [
+        # A body nested past what a parser takes (200,000 levels)
+        (b"[" * 200_000 + b"]" * 200_000, 0),
+        (
+            b'{"choices": [{"message": {"content": "x"}}], "usage": '
+            + b"[" * 200_000
+            + b"]" * 200_000
+            + b"}",
+            0,
+        ),
+    ],
+)
+async def test_a_2xx_body_the_client_cannot_read_is_a_malformed_response_not_a_crash(
+    transport: Transports, content: bytes, billed: int
+) -> None:
+    # (It raised RecursionError, recorded as a bare exception name, without usage.)
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=content)
+
+    async with await served_client(transport, handler, []) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 1
+    assert raised.value.error_type == "malformed_response"
+    assert raised.value.usage is not None
+    assert raised.value.usage.input_tokens == billed
+
+
+async def test_a_choice_that_is_not_an_object_after_the_first_is_ignored(transport: Transports) -> None:
+    # (It raised AttributeError: the reply's billed usage was lost, the step failed unclassified.)
+    content = b'{"choices": [{"message": {"content": "x"}}, "junk"], "usage": {"prompt_tokens": 7}}'
+    async with await served_client(
+        transport, lambda request: httpx.Response(200, content=content), []
+    ) as llm:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert (reply.content, reply.usage.input_tokens) == ("x", 7)
+
+
 async def test_the_request_asks_for_json_with_explicit_limits(transport: Transports) -> None:
     handler, seen = failing_then_ok([])
     async with await served_client(transport, handler, [], max_tokens=256) as llm:
