@@ -19,6 +19,7 @@ import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from functools import partial
 from typing import Any
 
@@ -219,10 +220,15 @@ class OpenAICompatibleClient:
     def max_cost(self, model: str | None, messages: list[dict[str, Any]]) -> CallEstimate:
         """The most a call can cost (CostEstimator): the prompt's estimated tokens at the input
         price plus ``max_tokens`` at the output price (the reasoning price, when dearer), under
-        the price table's name for the model."""
+        the price table's name for the model. A model without a price, when the config flags
+        such calls (``unpriced_models="flag"``), holds nothing: its cost is not known."""
         name = model or self.config.default_model
-        price = self.prices.price_for(name, at=self._now())
+        price = self._price_now(name)
         prompt, output = estimate_prompt_tokens(messages), self.config.max_tokens
+        if price is None:  # unpriced_models="flag": what it costs is not known, so none is held
+            return CallEstimate(
+                model=name, max_cost_usd=Decimal(0), prompt_tokens=prompt, max_output_tokens=output
+            )
         dearer = price.output_cost_per_reasoning_token
         reasoning = output if dearer is not None and dearer > price.output_cost_per_token else 0
         cost = price.cost(input_tokens=prompt, output_tokens=output, reasoning_output_tokens=reasoning)

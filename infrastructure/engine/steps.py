@@ -318,7 +318,11 @@ class StepService:
         # An adapter that cannot estimate (no CostEstimator) reserves nothing: its calls are
         # still refused once a budget is spent, but concurrent ones may overshoot.
         estimator = getattr(llm, "max_cost", None)
-        estimate: CallEstimate | None = estimator(call.model, go.messages) if estimator else None
+        try:
+            estimate: CallEstimate | None = estimator(call.model, go.messages) if estimator else None
+        except Exception as error:  # StepStarted is written: never leave the step pending
+            await self._record_failure(call, type(error).__name__, str(error), None)
+            raise
         scope = CallScope(
             tenant=budgets.tenant,
             session=call.session_id,

@@ -369,3 +369,57 @@ def test_migrate_makes_the_ledger_tables_and_a_ledger_on_an_unmigrated_schema_ma
             assert ledger.has_budgets("t1") is False
         finally:
             ledger.close()
+
+
+async def test_a_model_without_a_price_is_called_and_flagged_when_configured_so_under_a_budget(
+    settings: Settings, simulator: Any
+) -> None:
+    # Given a client that flags unpriced models instead of refusing them, and a tenant budget
+    # (it raised UnknownModelPrice from the budget's estimate, after StepStarted: the step
+    # stayed pending, the model was not called)
+    config = ClientConfig(
+        base_url=simulator.base_url,
+        api_key=ApiKey("sk-budget-1"),
+        default_model=MODEL,
+        max_tokens=64,
+        unpriced_models="flag",
+    )
+    engine = Engine(settings=settings, llm=OpenAICompatibleClient(config, prices=PRICES))
+    try:
+        engine.budgets.set("tenant", None, "day", "1", mode="enforce")
+        engine.start_session("flagged", "support")
+        # When a step calls a model the price table does not know
+        record = await engine.process_step("flagged", "s1", {"message": "hi"}, model="mystery-model")
+        # Then the call is made and its usage says it is unpriced; nothing is left pending
+        assert record.usage is not None
+        assert (record.usage.request_model, record.usage.unpriced) == ("mystery-model", True)
+        assert engine.get_session("flagged").pending == ()
+        ledger = engine.budgets._ledger
+        assert ledger is not None
+        assert ledger.open_reservations() == 0
+    finally:
+        await engine.aclose()
+
+
+async def test_an_estimate_that_fails_leaves_a_step_failed_not_a_pending_step(
+    settings: Settings, simulator: Any
+) -> None:
+    # Given an adapter whose cost estimate raises, under an enforced budget
+    llm = client(simulator.base_url)
+
+    def broken(model: str | None, messages: list[dict[str, Any]]) -> Any:
+        raise RuntimeError("estimate broke")
+
+    llm.max_cost = broken  # type: ignore[method-assign]
+    engine = Engine(settings=settings, llm=llm)
+    try:
+        engine.budgets.set("tenant", None, "day", "1", mode="enforce")
+        engine.start_session("estimating", "support")
+        with pytest.raises(RuntimeError):
+            await engine.process_step("estimating", "s1", {"message": "hi"})
+        # Then the step that began is closed as failed, not left pending until its lease lapses
+        state = engine.get_session("estimating")
+        assert state.pending == ()
+        assert [f.error_type for f in state.failures] == ["RuntimeError"]
+    finally:
+        await engine.aclose()
