@@ -25,7 +25,12 @@ from typing import Any
 
 import httpx
 
-from flowledger.adapters.llm.completion import ParsedCompletion, estimate_prompt_tokens, parse_completion
+from flowledger.adapters.llm.completion import (
+    ParsedCompletion,
+    StreamProgress,
+    estimate_prompt_tokens,
+    parse_completion,
+)
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
@@ -310,8 +315,9 @@ class OpenAICompatibleClient:
     ) -> ParsedCompletion:
         trial = self.breaker.admit(attempts=len(outcomes))
         begun = self._clock()
+        progress = StreamProgress()
         try:
-            parsed = await self._send(body, stream, begun)
+            parsed = await self._send(body, stream, begun, progress)
         except AttemptError as error:
             self.breaker.record(error, trial=trial)
             outcomes.append(self._outcome(len(outcomes) + 1, error, begun, waited))
@@ -327,6 +333,7 @@ class OpenAICompatibleClient:
                         status_code=None,
                         elapsed_ms=(self._clock() - begun) * 1000,
                         waited_before_s=waited,
+                        usage=progress.tokens,  # a stream cancelled after its usage chunk was billed
                     )
                 )
             raise
@@ -335,7 +342,11 @@ class OpenAICompatibleClient:
         outcomes.append(self._outcome(len(outcomes) + 1, None, begun, waited, tokens))
         return parsed
 
-    async def _send(self, body: dict[str, Any], stream: bool, begun: float) -> ParsedCompletion:
+    async def _send(
+        self, body: dict[str, Any], stream: bool, begun: float, progress: StreamProgress
+    ) -> ParsedCompletion:
+        """One attempt; a stream's usage, once read, stays on the error if the stream then
+        breaks or times out (the provider billed it)."""
         timeout = self.config.request_timeout_s
         try:
             async with asyncio.timeout(timeout):
@@ -354,14 +365,21 @@ class OpenAICompatibleClient:
                     if not response.is_success:
                         await response.aread()
                         raise self._status_error(response)
-                    return await read_sse_stream(response, begun, self._clock)
+                    return await read_sse_stream(response, begun, self._clock, progress)
         except TimeoutError:
-            raise AttemptError(f"no reply within {timeout}s", error_type="timeout", retryable=True) from None
+            raise AttemptError(
+                f"no reply within {timeout}s", error_type="timeout", retryable=True, usage=progress.tokens
+            ) from None
         except httpx.TimeoutException as error:
-            raise AttemptError(f"timed out: {error!r}", error_type="timeout", retryable=True) from None
+            raise AttemptError(
+                f"timed out: {error!r}", error_type="timeout", retryable=True, usage=progress.tokens
+            ) from None
         except httpx.TransportError as error:
             raise AttemptError(
-                f"connection failed: {type(error).__name__}", error_type="connection_error", retryable=True
+                f"connection failed: {type(error).__name__}",
+                error_type="connection_error",
+                retryable=True,
+                usage=progress.tokens,
             ) from None
 
     async def _post(self, body: dict[str, Any]) -> httpx.Response:

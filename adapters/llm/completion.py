@@ -50,13 +50,25 @@ def parse_completion(data: Any) -> ParsedCompletion:
     )
 
 
+@dataclass
+class StreamProgress:
+    """What a stream has said so far: its usage, once the usage chunk came. A stream cut, timed
+    out or cancelled after that chunk was billed: the attempt keeps it."""
+
+    tokens: ReportedUsage | None = None
+
+
 async def read_stream(
-    response: httpx.Response, started: float, clock: Callable[[], float] = time.perf_counter
+    response: httpx.Response,
+    started: float,
+    clock: Callable[[], float] = time.perf_counter,
+    progress: StreamProgress | None = None,
 ) -> ParsedCompletion:
     """Consume an SSE stream sent with ``stream_options.include_usage``.
 
     The time to first token is taken when the first non-empty content delta arrives;
-    usage comes in the last chunk (with an empty ``choices`` list).
+    usage comes in the last chunk (with an empty ``choices`` list), and is put on
+    ``progress`` as soon as it is read.
     """
     parts: list[str] = []
     reasons: list[str] = []
@@ -83,6 +95,8 @@ async def read_stream(
         response_id = str(chunk.get("id") or response_id)
         if chunk.get("usage"):
             tokens = parse_usage(chunk["usage"])
+            if progress is not None and tokens.reported:
+                progress.tokens = tokens
         choices = chunk.get("choices") or []
         for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -204,3 +205,77 @@ async def test_verify_reports_a_rejected_key(transport: Transports) -> None:
     listing = {"data": [{"id": "gpt-4.1"}, {"id": "deepseek-v3.2"}]}
     async with await client(transport, lambda r: httpx.Response(200, json=listing)) as llm:
         assert await llm.verify() == ["gpt-4.1", "deepseek-v3.2"]
+
+
+STREAM_HEAD = [
+    {"id": "c1", "model": "gpt-4.1", "choices": [{"delta": {"content": '{"message": "hi"}'}}]},
+    {
+        "id": "c1",
+        "model": "gpt-4.1",
+        "choices": [],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 100},
+    },
+]
+"""A stream's content and its usage chunk (billed: 1,000 x $2/M + 100 x $8/M = $0.0028), before [DONE]."""
+
+
+def stream_then(ending: str, sent: asyncio.Event | None = None) -> Any:
+    """A handler whose first stream sends ``STREAM_HEAD`` and then is cut (``"drop"``) or hangs
+    (``"hang"``); later requests get a whole stream."""
+    requests: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(1)
+        if len(requests) > 1:
+            return httpx.Response(200, content=sse(*STREAM_HEAD))
+
+        async def body() -> Any:
+            for chunk in STREAM_HEAD:
+                yield f"data: {json.dumps(chunk)}\n\n".encode()
+            if sent is not None:
+                sent.set()
+            if ending == "drop":
+                raise httpx.ReadError("connection reset by peer")
+            await asyncio.sleep(30)
+
+        return httpx.Response(200, content=body(), headers={"content-type": "text/event-stream"})
+
+    return handler
+
+
+def mock_client(handler: Any, **options: Any) -> OpenAICompatibleClient:
+    async def no_sleep(_: float) -> None:
+        return None
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), stream=True, **options)
+    return OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=no_sleep
+    )
+
+
+@pytest.mark.parametrize("ending", ["drop", "hang"])
+async def test_a_stream_cut_or_timed_out_after_its_usage_chunk_keeps_what_it_was_billed(ending: str) -> None:
+    # (The attempt was logged without usage, so the retry's answer carried retried_cost_usd 0.)
+    llm = mock_client(stream_then(ending), request_timeout_s=0.5, connect_timeout_s=0.5)
+    reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    first = reply.usage.extra["attempt_log"][0]
+    assert first["outcome"] == ("connection_error" if ending == "drop" else "timeout")
+    assert first["usage"]["input_tokens"] == 1000
+    assert reply.usage.retried_cost_usd == Decimal("0.0028")
+    assert reply.usage.charged_usd == Decimal("0.0056")
+
+
+async def test_a_stream_cancelled_after_its_usage_chunk_carries_what_it_was_billed() -> None:
+    sent = asyncio.Event()
+    llm = mock_client(stream_then("hang", sent))
+    call = asyncio.ensure_future(llm.complete(model="gpt-4.1", messages=MESSAGES))
+    await asyncio.wait_for(sent.wait(), 5)
+    await asyncio.sleep(0.05)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError) as raised:
+        await call
+    await llm.aclose()
+    usage = raised.value.usage  # type: ignore[attr-defined]
+    assert usage.extra["attempt_log"][0]["outcome"] == "cancelled"
+    assert usage.charged_usd == Decimal("0.0028")
