@@ -275,6 +275,12 @@ class AggregateStore:
                 except UNREACHABLE as error:
                     unreachable(error)
                     continue
+                except _StaleRefusal as stale:
+                    conflicts += 1
+                    if conflicts > budget:
+                        raise stale.refusal from None
+                    read_afresh = True
+                    continue
                 except STATE_REFUSALS as refusal:
                     # Once, reading every aggregate from the store (a command may touch several
                     # cached copies); never for an error that saved events (Expired).
@@ -337,12 +343,17 @@ class AggregateStore:
                     raise _AlreadyCommitted(at)
             try:
                 result = decide(uow)
-            except KEEPS_EVENTS:
+            except KEEPS_EVENTS as refusal:
                 events = self._collect(uow)
                 if events:
-                    # Best effort: the next command records the same fact if this fails.
-                    with suppress(IntegrityError, *UNREACHABLE):
+                    try:
                         self._save(uow, events)
+                    except IntegrityError:
+                        # The stream moved on since the copy decided on was read (another
+                        # engine extended or closed the session): decide again on the log.
+                        raise _StaleRefusal(refusal) from None
+                    except UNREACHABLE:
+                        pass  # best effort: the next command records the same fact
                 raise
         except BaseException:
             self._forget(uow)
@@ -431,6 +442,15 @@ class _Deadline:
             detail = str(error).strip() or type(error).__name__
             raise StoreUnavailable(self.operation, detail) from error
         time.sleep(_UNREACHABLE_PAUSE_S)
+
+
+class _StaleRefusal(Exception):
+    """A refusal that keeps events (``KEEPS_EVENTS``) whose events clashed with the stream:
+    it was decided on state the log has moved past."""
+
+    def __init__(self, refusal: Exception) -> None:
+        super().__init__(refusal)
+        self.refusal = refusal
 
 
 class _AlreadyCommitted(Exception):
