@@ -47,6 +47,7 @@ from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.command_ids import new_command_id
 from flowledger.infrastructure.engine.keyed_locks import KeyedLocks
 from flowledger.infrastructure.engine.write_cache import WriteCache
+from flowledger.infrastructure.operation_deadline import operation_deadline, remaining_s
 from flowledger.infrastructure.settings import Settings
 
 T = TypeVar("T")
@@ -168,23 +169,25 @@ class AggregateStore:
 
     def load(self, aggregate_id: UUID, version: int | None = None) -> Any | None:
         """The aggregate at ``version`` (latest by default), or None; StoreUnavailable past the deadline."""
-        attempt = _Deadline("load", self.settings.operation_deadline_s).pause
-        while True:
-            try:
-                return self.app.repository.get(aggregate_id, version=version)
-            except AggregateNotFoundError:
-                return None
-            except UNREACHABLE as error:
-                attempt(error)
+        with operation_deadline(self.settings.operation_deadline_s):
+            attempt = _Deadline("load", self.settings.operation_deadline_s).pause
+            while True:
+                try:
+                    return self.app.repository.get(aggregate_id, version=version)
+                except AggregateNotFoundError:
+                    return None
+                except UNREACHABLE as error:
+                    attempt(error)
 
     def events(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
         """The aggregate's stored events, oldest first (optionally a version range)."""
-        attempt = _Deadline("read events", self.settings.operation_deadline_s).pause
-        while True:
-            try:
-                return list(self.app.events.get(aggregate_id, gt=gt, lte=lte))
-            except UNREACHABLE as error:
-                attempt(error)
+        with operation_deadline(self.settings.operation_deadline_s):
+            attempt = _Deadline("read events", self.settings.operation_deadline_s).pause
+            while True:
+                try:
+                    return list(self.app.events.get(aggregate_id, gt=gt, lte=lte))
+                except UNREACHABLE as error:
+                    attempt(error)
 
     def events_containing(self, aggregate_id: UUID, event_class: type[Any], needle: bytes) -> list[Any]:
         """The aggregate's events of ``event_class`` whose stored form contains ``needle``.
@@ -256,8 +259,9 @@ class AggregateStore:
         unknown: dict[tuple[UUID, int], T] = {}
         conflicts = 0
         read_afresh = False
-        unreachable = _Deadline("save", self.settings.operation_deadline_s).pause
-        with self._locks(lock_key):
+        with self._locks(lock_key), operation_deadline(self.settings.operation_deadline_s):
+            # One deadline for every attempt, wait for a connection and read-back of the call.
+            unreachable = _Deadline("save", self.settings.operation_deadline_s).pause
             while True:
                 uow = UnitOfWork(
                     command,
@@ -434,7 +438,7 @@ class _Deadline:
 
     def __init__(self, operation: str, seconds: float) -> None:
         self.operation = operation
-        self.at = time.monotonic() + seconds
+        self.at = time.monotonic() + remaining_s(seconds)  # within the enclosing operation's
 
     def pause(self, error: Exception) -> None:
         """Sleep before the next attempt, or raise StoreUnavailable when that would pass the deadline."""

@@ -21,6 +21,8 @@ from eventsourcing.persistence import InterfaceError, OperationalError
 from eventsourcing.postgres import ConnectionPool, PostgresDatastore
 from psycopg_pool.base import AttemptWithBackoff
 
+from flowledger.infrastructure.operation_deadline import remaining_s
+
 T = TypeVar("T")
 
 RETRYABLE = (InterfaceError, OperationalError)
@@ -96,7 +98,14 @@ class _PromptReconnect(AttemptWithBackoff):
 
 
 class ReconnectingPool(ConnectionPool[Any]):
-    """The library's pool with prompt reconnection (see ``_PromptReconnect``)."""
+    """The library's pool with prompt reconnection (see ``_PromptReconnect``), whose waits for
+    a connection end with the operation they serve (``operation_deadline``)."""
+
+    def getconn(self, timeout: float | None = None) -> Any:
+        """A connection, waiting at most the pool's timeout or what is left of the operation."""
+        if timeout is None:
+            timeout = max(remaining_s(self.timeout), 0.001)
+        return super().getconn(timeout)
 
     def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
         if attempt is None:
@@ -152,7 +161,7 @@ def call_within_deadline(call: Callable[[], T], *, budget_s: float, pool: Connec
     connections). After a failure the pool's idle connections are checked at once,
     so a restart does not cost one failed attempt per stale pooled connection.
     """
-    deadline = monotonic() + budget_s
+    deadline = monotonic() + remaining_s(budget_s)  # within the caller's operation, if any
     delay = 0.05
     while True:
         try:
