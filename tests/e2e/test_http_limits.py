@@ -78,7 +78,8 @@ def test_past_its_rate_a_key_gets_429_with_retry_after(simulator: Simulator) -> 
         with live_server(keyed_app(engine)) as url:
             statuses = [httpx.get(f"{url}/v1/agents", headers=bearer(ACME_WRITER)) for _ in range(4)]
             assert [r.status_code for r in statuses] == [200, 200, 200, 429]
-            assert statuses[-1].headers["retry-after"] == "2"
+            # A token comes every 2 s: at most 2 s to wait, less if the requests took a while
+            assert statuses[-1].headers["retry-after"] in ("1", "2")
             assert "rate limit" in statuses[-1].json()["error"]
             # another key has its own bucket; the probes have none
             assert httpx.get(
@@ -181,8 +182,11 @@ def test_readyz_answers_503_within_its_deadline_when_the_database_does_not_answe
                 started = time.monotonic()
                 response = httpx.get(f"{url}/readyz", timeout=5)
                 assert response.status_code == 503
-                # Well short of the connect timeout (a loaded 2-core machine took 1.7 s)
-                assert time.monotonic() - started < 3.0
+                # Ended by its own deadline, not by libpq's connect timeout (2 s at least) ...
+                assert response.json()["error"] == "the database did not answer within 0.3 s"
+                # ... and answered in about that time (a loaded 2-core machine took 1.7 s, one
+                # with a load average of 14 took 3.4 s)
+                assert time.monotonic() - started < 5.0
                 assert response.json()["error"] == "the database did not answer within 0.3 s"
     finally:
         silent.close()
