@@ -83,7 +83,9 @@ def build_usage(
         ttft = parsed.time_to_first_token_ms
         extra["time_to_first_token_ms"] = round(ttft, 3) if ttft is not None else None
     if parsed is not None and not parsed.tokens.reported:
+        # An answer that does not say what it used: its cost is not known, never a silent $0.
         extra["usage_reported"] = False
+        unpriced = True
     last = outcomes[-1].usage if outcomes else None
     tokens = last if last is not None else ReportedUsage()
     if last is None:

@@ -353,6 +353,11 @@ class StepService:
         if hold is None or self.budgets is None:
             return
         cost = usage.charged_usd if usage is not None else Decimal(0)  # retried attempts were billed too
+        if usage is not None and usage.unpriced:
+            # What it cost is not known (no price, or no usage in the reply): count the most
+            # it could have cost, as held, so a provider (or a proxy) that leaves usage out
+            # cannot spend past an enforced budget.
+            cost = max(cost, hold.amount_usd)
         raised = await asyncio.shield(self._in_db(self.budgets.settle, hold, cost))
         self.budgets.notify(raised)
 

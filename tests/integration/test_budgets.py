@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
@@ -421,5 +422,33 @@ async def test_an_estimate_that_fails_leaves_a_step_failed_not_a_pending_step(
         state = engine.get_session("estimating")
         assert state.pending == ()
         assert [f.error_type for f in state.failures] == ["RuntimeError"]
+    finally:
+        await engine.aclose()
+
+
+async def test_an_answer_without_usage_is_unpriced_and_counts_its_estimate_against_budgets(
+    settings: Settings,
+) -> None:
+    # Given a provider (or a proxy) that leaves usage out of its answers, under a budget
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, json={"id": "x", "model": MODEL, "choices": [{"message": {"content": "{}"}}]}
+        )
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-budget-1"), default_model=MODEL)
+    llm = OpenAICompatibleClient(config, prices=PRICES, transport=httpx.MockTransport(handler))
+    engine = Engine(settings=settings, llm=llm)
+    try:
+        engine.budgets.set("tenant", None, "day", "10", mode="enforce")
+        engine.start_session("silent", "support")
+        # When a step calls it
+        record = await engine.process_step("silent", "s1", {"message": "hi"})
+        # Then its cost is not known (not a silent $0), and the budget counts the most it could cost
+        assert record.usage is not None
+        assert record.usage.unpriced is True
+        assert record.usage.extra["usage_reported"] is False
+        estimate = llm.max_cost(MODEL, [{"role": "user", "content": "x"}]).max_cost_usd
+        [burn] = engine.budgets.burn()
+        assert burn.spent_usd > estimate / 2
     finally:
         await engine.aclose()
