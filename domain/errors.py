@@ -12,6 +12,8 @@ FlowledgerError
 │   ├── StepNotPending         no step is pending under ``idempotency_key``
 │   └── IdempotencyKeyReused   the key already names a step with another name or payload
 ├── ConcurrentUpdate           optimistic-concurrency retries ran out
+├── EngineClosed               the engine was closed: a programming error, not an outage;
+│                              carries ``operation``
 ├── StoreUnavailable           the event store did not answer within its deadline;
 │   │                          carries ``operation`` and ``retry_after`` (seconds)
 │   └── StoreRefused           the server refused the login (no such database or role,
@@ -129,6 +131,18 @@ class ConcurrentUpdate(FlowledgerError):
         super().__init__(f"{aggregate_id!r} was changed concurrently {attempts} times; giving up")
         self.aggregate_id = aggregate_id
         self.attempts = attempts
+
+
+class EngineClosed(FlowledgerError):
+    """The engine was closed (``Engine.close``): it takes no more commands or reads.
+
+    A programming error, not an outage: waiting will not reopen it, so it is refused at once
+    (not retried until a deadline like ``StoreUnavailable``).
+    """
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(f"this engine is closed ({operation}): build a new Engine to go on")
+        self.operation = operation
 
 
 class StoreUnavailable(FlowledgerError):

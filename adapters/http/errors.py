@@ -51,6 +51,8 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.TaskNotHeld, 409),
     (errors.SessionExpired, 410),
     (errors.LlmNotConfigured, 501),
+    # The server's engine was closed under it: its fault, and no retry mends it (no 503).
+    (errors.EngineClosed, 500),
     (errors.CircuitOpen, 503),
     (errors.ConcurrentUpdate, 503),
     (errors.StoreRefused, 503),
@@ -107,7 +109,7 @@ _MEANING = {
     413: "The request body is larger than the limit",
     422: "The request is invalid; the message says which field and why",
     429: "The API key's request rate was exceeded; see Retry-After",
-    500: "An unexpected error; the message names the request id in the server's log",
+    500: "An unexpected error (the message names the request id in the server's log), or a closed engine",
     501: "No model endpoint is configured",
     502: "The model call failed",
     503: "The database is unavailable (see Retry-After), the model's circuit is open, or too many writers",

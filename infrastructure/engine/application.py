@@ -11,6 +11,7 @@ from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType
 
 from flowledger.domain.agent import Agent
+from flowledger.domain.errors import EngineClosed
 from flowledger.domain.session import Session
 from flowledger.domain.task import Task
 from flowledger.infrastructure.postgres.data_keys import PostgresDataKeys
@@ -41,12 +42,26 @@ class FlowledgerApplication(Application[UUID]):
         self._seal = seal_personal_data
         self._key_cache_s = data_key_cache_s
         self.data_keys: DataKeys = MemoryDataKeys()
+        self.closed = False
+        """Set by ``close``: every read and write of the engine is then refused (EngineClosed)."""
         super().__init__(env)
         self.snapshotting_intervals = {  # type: ignore[misc]
             Session: snapshot_interval,
             Task: snapshot_interval,
             Agent: snapshot_interval,
         }
+
+    def close(self) -> None:
+        """Close the recorder's connections; from then on ``ensure_open`` refuses."""
+        self.closed = True
+        super().close()
+
+    def ensure_open(self, operation: str) -> None:
+        """Raise EngineClosed once the application is closed: its pool would otherwise be
+        retried as an unreachable database until the operation's deadline (StoreUnavailable),
+        and an in-memory store would go on answering."""
+        if self.closed:
+            raise EngineClosed(operation)
 
     def construct_env(self, name: str, env: EnvType | None = None) -> Environment:
         """Unlike the library, ignore ``os.environ``: Settings already read it once."""

@@ -71,6 +71,7 @@ class BudgetService:
         return self._tenant
 
     def _require_ledger(self) -> PostgresBudgetLedger:
+        self._store.app.ensure_open("read budgets")
         if self._ledger is None:
             raise ValidationError(
                 "database_url", "budgets need PostgreSQL (this engine keeps events in memory)"

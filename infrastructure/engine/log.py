@@ -33,10 +33,12 @@ class EventLog:
 
     def head(self) -> int:
         """The highest notification id readable now (0 for an empty log)."""
+        self._app.ensure_open("read the log")
         return self._app.recorder.max_notification_id() or 0
 
     def read(self, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()) -> list[Notification]:
         """Up to ``limit`` notifications after position ``after``, in order."""
+        self._app.ensure_open("read the log")
         return list(
             self._app.recorder.select_notifications(after, limit, topics=topics, inclusive_of_start=False)
         )
@@ -60,10 +62,12 @@ class EventLog:
 
     def stream(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
         """One aggregate's domain events, oldest first."""
+        self._app.ensure_open("read the log")
         return list(self._app.events.get(aggregate_id, gt=gt, lte=lte))
 
     def stored(self, aggregate_id: UUID) -> list[StoredEvent]:
         """One aggregate's stored events (topics and raw state), oldest first."""
+        self._app.ensure_open("read the log")
         return list(self._app.recorder.select_events(aggregate_id))
 
     def snapshots(self, aggregate_id: UUID) -> list[Any]:

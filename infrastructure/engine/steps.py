@@ -168,6 +168,7 @@ class StepService:
         A model the adapter cannot price (``check_model``) is refused before anything is
         recorded: no StepStarted, no StepFailed.
         """
+        self._store.app.ensure_open("process a step")  # before "no model": closed says more
         llm = self.llm
         if llm is None:
             raise LlmNotConfigured()

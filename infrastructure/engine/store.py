@@ -15,7 +15,8 @@ Other failures:
 - a version clash (another writer first) retries against fresh state with jittered
   exponential backoff, up to ``max_conflict_retries``, then ``ConcurrentUpdate``;
 - an unreachable database retries until ``operation_deadline_s``, then
-  ``StoreUnavailable`` (the caller may retry with the same key).
+  ``StoreUnavailable`` (the caller may retry with the same key);
+- a closed engine refuses every read and write at once (``EngineClosed``).
 """
 
 from __future__ import annotations
@@ -172,6 +173,7 @@ class AggregateStore:
         with operation_deadline(self.settings.operation_deadline_s):
             attempt = _Deadline("load", self.settings.operation_deadline_s).pause
             while True:
+                self.app.ensure_open("load")
                 try:
                     return self.app.repository.get(aggregate_id, version=version)
                 except AggregateNotFoundError:
@@ -184,6 +186,7 @@ class AggregateStore:
         with operation_deadline(self.settings.operation_deadline_s):
             attempt = _Deadline("read events", self.settings.operation_deadline_s).pause
             while True:
+                self.app.ensure_open("read events")
                 try:
                     return list(self.app.events.get(aggregate_id, gt=gt, lte=lte))
                 except UNREACHABLE as error:
@@ -198,6 +201,7 @@ class AggregateStore:
         recorder = self.app.recorder
         attempt = _Deadline("search events", self.settings.operation_deadline_s).pause
         while True:
+            self.app.ensure_open("search events")
             try:
                 search = getattr(recorder, "select_events_containing", None)
                 if search is not None:
@@ -223,6 +227,7 @@ class AggregateStore:
 
     def cached_or_loaded(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
         """The writer's copy: from the cache (trusted: saves are optimistic) or the store."""
+        self.app.ensure_open("load")
         cached = self._cache.get(aggregate_id)
         if cached is not None:
             return cached
@@ -263,6 +268,7 @@ class AggregateStore:
             # One deadline for every attempt, wait for a connection and read-back of the call.
             unreachable = _Deadline("save", self.settings.operation_deadline_s).pause
             while True:
+                self.app.ensure_open("save")  # checked on every attempt: a retry stops at close
                 uow = UnitOfWork(
                     command,
                     self.clock(),
@@ -389,6 +395,7 @@ class AggregateStore:
             return False
         attempt = _Deadline("read back an unknown commit", self.settings.operation_deadline_s).pause
         while True:
+            self.app.ensure_open("read back an unknown commit")
             try:
                 stored = self.app.events.get(aggregate_id, gt=version - 1)
                 return any(command_id_of(event) == command_id for event in stored)

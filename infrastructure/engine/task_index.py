@@ -38,7 +38,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.application import Application
 from eventsourcing.utils import get_topic
 
 from flowledger.domain.agent import Agent, agent_uuid
@@ -46,6 +45,7 @@ from flowledger.domain.assignment import AgentProfile
 from flowledger.domain.errors import StoreUnavailable
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import TaskPriority
+from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 
 _PAGE = 500
@@ -73,7 +73,7 @@ class IndexedTask:
 class LogIndex:
     """Open tasks and followed agents of one tenant, as found in the notification log."""
 
-    def __init__(self, app: Application[Any], tenant: str) -> None:
+    def __init__(self, app: FlowledgerApplication, tenant: str) -> None:
         self._app = app
         self._tenant = tenant
         self._lock = threading.Lock()
@@ -88,7 +88,9 @@ class LogIndex:
         """Agent events found in the log that this engine had not followed: another engine's."""
 
     def refresh(self) -> None:
-        """Catch up with the log: with every event committed before this call, or StoreUnavailable."""
+        """Catch up with the log: with every event committed before this call, or StoreUnavailable
+        (EngineClosed once the engine is closed)."""
+        self._app.ensure_open("read the task index")
         with self._lock:
             self._wait_for_head()
             if self._changes_position is None:
