@@ -105,7 +105,8 @@ async def workflow_state(
     if action == "create_session":
         data = await run_in_threadpool(_create, engine, body, session_id, strict)
     elif action == "process_step":
-        key = one_key(body.idempotency_key, idempotency_key)
+        # An empty key in the body stays "no key" here, as before (the engine refuses "" now).
+        key = one_key(body.idempotency_key, idempotency_key) or None
         data = await _process(caller, body, session_id, key, strict)
     elif action == "extend_session":
         data = await run_in_threadpool(_extend, engine, body, session_id, strict)

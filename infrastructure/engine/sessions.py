@@ -87,7 +87,14 @@ class SessionService:
         return self._store.write(session_id, decide, assume_new=True)
 
     def record_step(self, session_id: str, request: StepRequest) -> StepRecord:
-        """Record a step; a known idempotency key returns the step recorded under it."""
+        """Record a step; a known idempotency key returns the step recorded under it.
+
+        The key is checked first: it is the command's id and is looked up in the session's
+        key filter, which would fail on a value that is no string (an AttributeError, or a
+        TypeError for a list) instead of refusing it.
+        """
+        if request.idempotency_key is not None:
+            require_name("idempotency_key", request.idempotency_key)
         return self._store.write(
             session_id, partial(self._record, session_id, request), command_id=request.idempotency_key
         )

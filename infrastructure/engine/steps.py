@@ -179,7 +179,12 @@ class StepService:
         check_model = getattr(llm, "check_model", None)
         if check_model is not None:
             check_model(model)
-        key = require_name("idempotency_key", idempotency_key or f"step-{uuid4().hex}")
+        # Only None makes a fresh key: a falsy key (0, "", []) is refused like any other non-name.
+        key = (
+            f"step-{uuid4().hex}"
+            if idempotency_key is None
+            else require_name("idempotency_key", idempotency_key)
+        )
         call = StepCall(session_id, step, payload, model, key, merge_input)
         loop = asyncio.get_running_loop()
         slot = (session_id, key)
