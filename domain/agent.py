@@ -31,9 +31,12 @@ def agent_uuid(tenant: str, agent_id: str) -> UUID:
 
 
 def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:
-    """Skills as a sorted list of distinct lower-case names."""
-    if isinstance(skills, str):
+    """Skills as a sorted list of distinct lower-case names (ValidationError for anything
+    else: a string, None, a number)."""
+    if isinstance(skills, str | bytes):
         raise ValidationError(field_name, "must be a list of skill names, not a string")
+    if not isinstance(skills, Iterable):
+        raise ValidationError(field_name, f"must be a list of skill names, got {skills!r}")
     skills = list(skills)
     if len(skills) > MAX_SKILLS:
         raise ValidationError(field_name, f"must name at most {MAX_SKILLS} skills, got {len(skills)}")

@@ -291,6 +291,16 @@ def require_count(field_name: str, value: Any, *, least: int = 0, most: int) -> 
     return value
 
 
+def require_version(field_name: str, value: Any, *, optional: bool = False) -> int | None:
+    """Raise ValidationError unless ``value`` is a version: an int (not a bool) of at least 1
+    (or None when ``optional``). ``"3"`` or ``1.5`` is no version, not one out of range."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(field_name, f"must be a version >= 1, got {value!r}")
+    return value
+
+
 def _json_size(field_name: str, value: Any) -> int:
     try:
         return len(_COMPACT_JSON.encode(value))

@@ -32,6 +32,7 @@ from flowledger.domain.bounds import (
     require_object,
     require_text,
     require_ttl,
+    require_version,
     storable,
 )
 from flowledger.domain.errors import ValidationError
@@ -62,6 +63,7 @@ __all__ = [
     "require_text",
     "require_ttl",
     "require_usage",
+    "require_version",
     "storable",
 ]
 

@@ -73,8 +73,10 @@ class Engine:
         llm: LlmPort | None = None,
         alerts: AlertNotifier | None = None,
     ) -> None:
-        if clock is not None and clock().tzinfo is None:
-            raise ValidationError("clock", "must return timezone-aware datetimes")
+        reading = None if clock is None else clock()
+        if clock is not None and (not isinstance(reading, datetime) or reading.utcoffset() is None):
+            # Read once here: anything else fails far away (AttributeError: no tzinfo).
+            raise ValidationError("clock", f"must return timezone-aware datetimes, got {reading!r}")
         base = settings if settings is not None else Settings.from_env()
         self.settings = base.with_overrides(database_url=database_url, tenant=tenant, schema=schema)
         url = self.settings.database_url or embedded_database_url(self.settings.home)

@@ -18,7 +18,7 @@ from flowledger.domain.bounds import MAX_TTL, require_moment
 from flowledger.domain.errors import SessionClosed, SessionConflict, SessionNotFound, ValidationError
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, PendingStep, SessionState, StepRecord
-from flowledger.domain.values import JsonObject, LlmUsage, require_name, require_ttl
+from flowledger.domain.values import JsonObject, LlmUsage, require_name, require_ttl, require_version
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.history import HistoryEntry, history_entry
 
@@ -142,8 +142,7 @@ class SessionService:
         """Start ``new_session_id`` as ``session_id`` was at ``at_version`` (``Engine.fork_session``)."""
         require_name("new_session_id", new_session_id)
         require_ttl(ttl)
-        if isinstance(at_version, bool) or not isinstance(at_version, int) or at_version < 1:
-            raise ValidationError("at_version", f"must be a version >= 1, got {at_version!r}")
+        require_version("at_version", at_version)
         latest = self.get(session_id)
         if latest.erased:
             raise SessionClosed(session_id, "erased")
@@ -161,10 +160,9 @@ class SessionService:
         """The session now, at a version, or as it was at a moment (the longest prefix at or before it)."""
         if version is not None and as_of is not None:
             raise ValidationError("version", "give version or as_of, not both")
+        require_version("version", version, optional=True)
         if as_of is not None:
             version = self._version_at(session_id, as_of)
-        if version is not None and version < 1:
-            raise ValidationError("version", f"must be >= 1, got {version}")
         session: Session | None = self._store.load(self.session_uuid(session_id), version)
         if session is None:
             raise SessionNotFound(session_id)

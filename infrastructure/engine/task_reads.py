@@ -9,6 +9,7 @@ from flowledger.domain.agent import Agent, agent_uuid
 from flowledger.domain.errors import AgentNotFound, TaskNotFound, ValidationError
 from flowledger.domain.task import Task, task_uuid
 from flowledger.domain.task_views import AgentState, TaskPriority, TaskState, TaskStatus
+from flowledger.domain.values import require_version
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.history import HistoryEntry, history_entry
@@ -57,8 +58,7 @@ class TaskReads:
 
     def get_task(self, task_id: str, version: int | None = None) -> TaskState:
         """The task now, or at a version."""
-        if version is not None and version < 1:
-            raise ValidationError("version", f"must be >= 1, got {version}")
+        require_version("version", version, optional=True)
         task: Task | None = self._store.load(self.task_uuid(task_id), version)
         if task is None:
             raise TaskNotFound(task_id)
@@ -75,11 +75,12 @@ class TaskReads:
 
     def get_agent(self, agent_id: str, version: int | None = None) -> AgentState:
         """The agent now, or at a version."""
-        if version is not None and version < 1:
-            raise ValidationError("version", f"must be >= 1, got {version}")
+        require_version("version", version, optional=True)
         agent: Agent | None = self._store.load(self.agent_uuid(agent_id), version)
         if agent is None:
             raise AgentNotFound(agent_id)
+        if version is not None and agent.version < version:
+            raise ValidationError("version", f"agent has {agent.version} versions, not {version}")
         return agent.state()
 
     def agent_history(self, agent_id: str) -> list[HistoryEntry]:

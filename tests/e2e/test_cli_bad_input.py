@@ -42,7 +42,7 @@ BAD_INPUT = [
     (["dashboard", "--reprice-as", "nosuch"], 2, "reprice_as: no price for 'nosuch'"),
     (["history", "nobody"], 3, "session 'nobody' not found"),
     (["replay", "x", "--as-of", "yesterday"], 2, "as_of: 'yesterday' is not an ISO 8601 time"),
-    (["replay", "x", "--version", "0"], 2, "version: must be >= 1, got 0"),
+    (["replay", "x", "--version", "0"], 2, "version: must be a version >= 1, got 0"),
     (["keys", "create", "--tenant", "t", "--role", "bogus"], 2, "role: 'bogus' is not one of"),
     (["keys", "create", "--tenant", "t", "--role", "admin", "--label", "a\nb"], 2, "label: must not contain"),
     (

@@ -1,0 +1,68 @@
+"""Arguments of the wrong type are ValidationErrors naming the field, never a raw TypeError or
+AttributeError from deep inside: versions, skills, the engine's clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure import Engine, Settings
+
+NOT_VERSIONS: list[Any] = ["3", 1.5, 2.0, True, False, [1], 0, -1]
+
+
+@pytest.mark.parametrize("version", NOT_VERSIONS, ids=repr)
+def test_a_session_version_that_is_not_a_whole_number_from_one_is_refused(
+    engine: Engine, version: Any
+) -> None:
+    # Given a session of four versions
+    engine.start_session("s", "wf")
+    for step in ("a", "b", "c"):
+        engine.record_step("s", step)
+    # When it is read at a version that is no version
+    with pytest.raises(ValidationError) as raised:
+        engine.get_session("s", version=version)
+    # Then the version is refused as such (not "session has 1 versions, not 1.5")
+    assert raised.value.field == "version"
+    assert "versions, not" not in raised.value.message
+
+
+@pytest.mark.parametrize("version", NOT_VERSIONS, ids=repr)
+def test_a_task_or_agent_version_that_is_not_a_whole_number_from_one_is_refused(
+    engine: Engine, version: Any
+) -> None:
+    engine.create_task("t", "something")
+    engine.register_agent("a", "A", ["x"])
+    with pytest.raises(ValidationError) as task_refused:
+        engine.get_task("t", version=version)
+    with pytest.raises(ValidationError) as agent_refused:
+        engine.get_agent("a", version=version)
+    assert task_refused.value.field == agent_refused.value.field == "version"
+
+
+def test_an_agent_read_past_its_last_version_is_refused_as_a_task_read_is(engine: Engine) -> None:
+    engine.register_agent("a", "A", ["x"])
+    with pytest.raises(ValidationError, match="agent has 1 versions, not 5"):
+        engine.get_agent("a", version=5)
+
+
+@pytest.mark.parametrize("skills", [None, 5, object()], ids=repr)
+def test_skills_that_are_not_a_list_of_names_are_refused(engine: Engine, skills: Any) -> None:
+    with pytest.raises(ValidationError) as agent_refused:
+        engine.register_agent("a", "A", skills)
+    with pytest.raises(ValidationError) as task_refused:
+        engine.create_task("t", "something", required_skills=skills)
+    assert agent_refused.value.field == "skills"
+    assert task_refused.value.field == "required_skills"
+    assert engine.list_agents() == []
+    assert engine.list_tasks() == []
+
+
+@pytest.mark.parametrize("reading", ["now", None, 1_767_225_600, "2026-01-01T00:00:00Z"], ids=repr)
+def test_an_engine_refuses_a_clock_that_does_not_return_a_datetime(reading: Any) -> None:
+    with pytest.raises(ValidationError) as raised:
+        Engine(settings=Settings(database_url="memory:", home=Path("/nonexistent")), clock=lambda: reading)
+    assert raised.value.field == "clock"
