@@ -4,7 +4,9 @@ FlowledgerError
 ├── ValidationError            bad input; nothing was appended
 ├── SessionError               carries ``session_id``
 │   ├── SessionNotFound
-│   │   └── SessionArchived    retention archived its events; carries ``bundle``
+│   │   ├── SessionArchived    retention archived its events; carries ``bundle``
+│   │   └── SessionNotYetStarted  read as of a time before it started; carries
+│   │                          ``as_of`` and ``started_at``
 │   ├── SessionConflict        started again with another workflow or user
 │   ├── SessionExpired         carries ``expired_at``
 │   ├── SessionClosed          carries ``status``
@@ -99,6 +101,20 @@ class SessionArchived(SessionNotFound):
             " (`flowledger retention restore` puts them back)",
         )
         self.bundle = bundle
+
+
+class SessionNotYetStarted(SessionNotFound):
+    """The session was read as of a time before it started: it exists, but did not then."""
+
+    def __init__(self, session_id: str, as_of: datetime, started_at: datetime) -> None:
+        SessionError.__init__(
+            self,
+            session_id,
+            f"session {session_id!r} did not exist yet at {as_of.isoformat()}"
+            f" (it started at {started_at.isoformat()})",
+        )
+        self.as_of = as_of
+        self.started_at = started_at
 
 
 class SessionConflict(SessionError):

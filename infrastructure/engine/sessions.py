@@ -15,7 +15,13 @@ from typing import Any
 from uuid import UUID
 
 from flowledger.domain.bounds import MAX_TTL, require_moment
-from flowledger.domain.errors import SessionClosed, SessionConflict, SessionNotFound, ValidationError
+from flowledger.domain.errors import (
+    SessionClosed,
+    SessionConflict,
+    SessionNotFound,
+    SessionNotYetStarted,
+    ValidationError,
+)
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, PendingStep, SessionState, StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_name, require_ttl, require_version
@@ -389,15 +395,17 @@ class SessionService:
         return session
 
     def _version_at(self, session_id: str, as_of: datetime) -> int:
-        """The last version of the longest prefix of events stamped at or before ``as_of``."""
+        """The last version of the longest prefix of events stamped at or before ``as_of``
+        (SessionNotYetStarted, a SessionNotFound, when the session began after ``as_of``)."""
         require_moment("as_of", as_of)
+        history = self.history(session_id)
         version = 0
-        for entry in self.history(session_id):
+        for entry in history:
             if entry.timestamp > as_of:
                 break
             version = entry.version
         if version == 0:
-            raise SessionNotFound(session_id)
+            raise SessionNotYetStarted(session_id, as_of, history[0].timestamp)
         return version
 
 

@@ -225,7 +225,7 @@ def test_get_session_at_a_version_and_as_of_a_time(engine: Engine) -> None:
     assert as_of == at_two
     with pytest.raises(ValidationError, match=r"version: session has 3 versions, not 9"):
         engine.get_session("s1", version=9)
-    with pytest.raises(SessionNotFound, match=r"session 's1' not found"):
+    with pytest.raises(SessionNotFound, match=r"session 's1' did not exist yet at "):
         engine.get_session("s1", as_of=history[0].timestamp - timedelta(seconds=1))
 
 
