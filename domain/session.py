@@ -676,9 +676,11 @@ class Session(FlowledgerAggregate):
         return True
 
     def update_context(self, update: JsonObject) -> None:
-        """Merge keys into the context."""
+        """Merge keys into the context; an empty update records nothing (a no-op, as a repeated
+        start is: the store saves no events and the caller gets the state as it stands)."""
         require_object("context_update", update)
-        self.trigger_event(self.ContextUpdated, update=update)
+        if update:
+            self.trigger_event(self.ContextUpdated, update=update)
 
     def extend(self, expires_at: datetime) -> None:
         """Move the expiry (the engine computes it from its clock and a TTL)."""

@@ -360,7 +360,7 @@ class Engine:
         return await self.steps.run(session_id, step, input, model, idempotency_key, merge_input=merge_input)
 
     def update_context(self, session_id: str, update: JsonObject) -> SessionState:
-        """Merge keys into the session context."""
+        """Merge keys into the session context (``{}`` appends nothing and returns the state)."""
         return self.sessions.update_context(session_id, update)
 
     def extend_session(
