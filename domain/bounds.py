@@ -42,6 +42,8 @@ MAX_DEADLINE = timedelta(days=3660)
 """How far ahead a task's deadline may lie (about ten years)."""
 MAX_SKILLS = 100
 """Skills an agent has or a task requires."""
+MAX_REASON_LENGTH = 2_000
+"""A reason a caller gives: abandoning a session, releasing or requeueing a task, erasing data."""
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 UNSTORABLE_CHARACTERS = _UNSTORABLE
@@ -89,6 +91,20 @@ def require_text(field_name: str, value: Any, *, max_length: int = MAX_TEXT_LENG
     found = _UNSTORABLE.search(value)
     if found:
         raise ValidationError(field_name, _why(found.group()))
+    return value
+
+
+def require_resolution(value: Any) -> dict[str, Any]:
+    """A resolution as an object: a JSON object as it is, a string as ``{"resolution": s}``.
+
+    A string is free text and follows ``require_text`` (not blank, no NUL or lone surrogate, at
+    most ``MAX_TEXT_LENGTH``), as a reason does: ``""`` resolves nothing. ``{}`` is an object.
+    """
+    if isinstance(value, str):
+        return {"resolution": require_text("resolution", value)}
+    if not isinstance(value, dict):
+        raise ValidationError("resolution", "must be a string or a JSON object")
+    require_json("resolution", value)
     return value
 
 

@@ -43,6 +43,7 @@ from flowledger.domain.session_views import (
     request_difference,
 )
 from flowledger.domain.values import (
+    MAX_REASON_LENGTH,
     JsonObject,
     KeyFilter,
     LlmUsage,
@@ -669,7 +670,7 @@ class Session(FlowledgerAggregate):
 
     def erase(self, reason: str) -> bool:
         """Record that the session's personal data is erased; False (nothing recorded) when it already was."""
-        require_text("reason", reason, max_length=2000)
+        require_text("reason", reason, max_length=MAX_REASON_LENGTH)
         if self.erased:
             return False
         self.trigger_event(self.DataErased, reason=reason)
@@ -694,7 +695,7 @@ class Session(FlowledgerAggregate):
 
     def abandon(self, reason: str) -> None:
         """Give the session up (the reason is free text of at most 2,000 characters)."""
-        require_text("reason", reason, max_length=2000)
+        require_text("reason", reason, max_length=MAX_REASON_LENGTH)
         self.trigger_event(self.Abandoned, reason=reason)
 
     def state(self) -> SessionState:

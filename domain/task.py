@@ -30,6 +30,7 @@ from flowledger.domain.task_views import (
     TaskStatus,
 )
 from flowledger.domain.values import (
+    MAX_REASON_LENGTH,
     JsonObject,
     LlmUsage,
     require_moment,
@@ -331,7 +332,7 @@ class Task(FlowledgerAggregate):
         which must be ahead of ``at``)."""
         self._require("requeue", TaskStatus.ESCALATED)
         require_text("requested_by", requested_by)
-        require_text("reason", reason)
+        require_text("reason", reason, max_length=MAX_REASON_LENGTH)
         require_moment("deadline", deadline, optional=True)
         if deadline is not None and deadline <= at:
             raise ValidationError(
@@ -339,7 +340,7 @@ class Task(FlowledgerAggregate):
             )
         self._requeued(
             requested_by=storable(requested_by, 200),
-            reason=storable(reason, 1000),
+            reason=reason,
             escalation_reason=self.escalation.reason if self.escalation else None,
             requeued_at=at,
             deadline=deadline,
@@ -373,10 +374,12 @@ class Task(FlowledgerAggregate):
         return max((at - begun).total_seconds(), 0.0)
 
     def release(self, reason: str, at: datetime) -> str:
-        """Take the task back from its agent; returns that agent's id."""
+        """Take the task back from its agent; returns that agent's id. The reason is free text
+        of at most 2,000 characters, refused (not altered) otherwise, as ``Session.abandon``'s."""
+        require_text("reason", reason, max_length=MAX_REASON_LENGTH)
         self._require("release", TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
         agent_id = self.holder or ""
-        self._released(agent_id=agent_id, reason=storable(reason, 500), released_at=at)
+        self._released(agent_id=agent_id, reason=reason, released_at=at)
         return agent_id
 
     def escalate(

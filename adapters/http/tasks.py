@@ -23,7 +23,12 @@ from flowledger.adapters.http.schemas import (
     name,
     required_name,
 )
-from flowledger.domain.bounds import MAX_NAME_LENGTH, MAX_SKILLS, MAX_TEXT_LENGTH, require_object
+from flowledger.domain.bounds import (
+    MAX_NAME_LENGTH,
+    MAX_SKILLS,
+    MAX_TEXT_LENGTH,
+    require_resolution,
+)
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import AgentState, TaskPriority, TaskState
 from flowledger.infrastructure.history import jsonable
@@ -212,10 +217,8 @@ def start_task(task_id: TaskId, caller: Writer) -> Json:
 @router.post("/tasks/{task_id}/complete", responses=_WRITE)
 def complete_task(task_id: TaskId, body: Outcome, caller: Writer) -> Json:
     """The task is done; its agent is freed."""
-    resolution = body.resolution
-    if isinstance(resolution, str):
-        resolution = {"resolution": resolution}
-    require_object("resolution", resolution, optional=True)  # named as the caller sent it
+    # Named as the caller sent it; a string follows the session's rule (``require_resolution``).
+    resolution = None if body.resolution is None else require_resolution(body.resolution)
     return out(caller.engine.complete_task(task_id, resolution))
 
 

@@ -24,7 +24,14 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, PendingStep, SessionState, StepRecord
-from flowledger.domain.values import JsonObject, LlmUsage, require_name, require_ttl, require_version
+from flowledger.domain.values import (
+    JsonObject,
+    LlmUsage,
+    require_name,
+    require_resolution,
+    require_ttl,
+    require_version,
+)
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.history import HistoryEntry, history_entry
 
@@ -134,10 +141,9 @@ class SessionService:
         return self._store.write(session_id, decide)
 
     def complete(self, session_id: str, resolution: JsonObject | str) -> SessionState:
-        """End the session with a resolution: a JSON object, or a string kept as ``{"resolution": s}``."""
-        payload = {"resolution": resolution} if isinstance(resolution, str) else resolution
-        if not isinstance(payload, dict):
-            raise ValidationError("resolution", "must be a string or a JSON object")
+        """End the session with a resolution: a JSON object, or a string kept as ``{"resolution": s}``
+        (free text: a blank one, or one with NUL, is refused as a reason is; ``require_resolution``)."""
+        payload = require_resolution(resolution)
         return self._store.write(session_id, partial(self._complete, session_id, payload))
 
     def abandon(self, session_id: str, reason: str) -> SessionState:
