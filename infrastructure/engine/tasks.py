@@ -15,12 +15,27 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
-from flowledger.domain.agent import Agent, normalise_skills
+from flowledger.domain.agent import Agent, normalise_skills, require_capacity
 from flowledger.domain.assignment import in_queue_order
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
-from flowledger.domain.task_views import AgentState, EscalationReason, ReleaseOutcome, TaskState, TaskStatus
-from flowledger.domain.values import MAX_DEADLINE, JsonObject, LlmUsage, require_duration, require_moment
+from flowledger.domain.task_views import (
+    AgentState,
+    EscalationReason,
+    ReleaseOutcome,
+    TaskPriority,
+    TaskState,
+    TaskStatus,
+)
+from flowledger.domain.values import (
+    MAX_DEADLINE,
+    JsonObject,
+    LlmUsage,
+    require_duration,
+    require_moment,
+    require_name,
+    require_text,
+)
 from flowledger.infrastructure.engine.assigner import BatchAssigner
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
@@ -59,7 +74,13 @@ class TaskService:
     def register_agent(
         self, agent_id: str, name: str, skills: Iterable[str], capacity: int = SEED_CAPACITY
     ) -> AgentState:
-        """Register an agent; registering it again with the same fields is a no-op."""
+        """Register an agent; registering it again with the same fields is a no-op.
+
+        Every field is checked first, so that a repeat with an invalid one is a ValidationError,
+        not an AgentConflict from the comparison with the registered agent.
+        """
+        require_name("name", name)
+        require_capacity(capacity)
         decide = partial(self._register, agent_id, name, normalise_skills("skills", skills), capacity)
         return self._store.write(agent_key(agent_id), decide)
 
@@ -76,10 +97,14 @@ class TaskService:
         deadline: datetime | timedelta | None = None,
     ) -> TaskState:
         """Queue a task; ``deadline`` is a moment or a delay from now. Creating it again with
-        the same description, skills and priority returns it unchanged."""
+        the same description, skills and priority returns it unchanged (every field is checked
+        first: a repeat with an invalid one is refused, not compared and let through)."""
         skills = normalise_skills("required_skills", required_skills)
+        require_text("description", description)
+        TaskPriority.parse(priority)
         if isinstance(deadline, timedelta):
             deadline = self._store.clock() + require_duration("deadline", deadline, maximum=MAX_DEADLINE)
+        require_moment("deadline", deadline, optional=True)
         decide = partial(self._create, task_id, description, skills, priority, deadline)
         return self._task_write(task_id, decide)
 
