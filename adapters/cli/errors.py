@@ -29,6 +29,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.UnknownModelPrice, 2),
     (errors.BudgetNotFound, 3),
     (errors.SessionArchived, 3),  # a SessionNotFound: said first, so it keeps its own entry
+    (errors.SessionNotYetStarted, 3),  # a SessionNotFound as of a time before its start
     (errors.SessionNotFound, 3),
     (errors.TaskNotFound, 3),
     (errors.AgentNotFound, 3),

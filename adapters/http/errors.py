@@ -35,6 +35,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.BudgetExceeded, 402),
     (errors.BudgetNotFound, 404),
     (errors.SessionArchived, 404),  # a SessionNotFound whose message names the bundle
+    (errors.SessionNotYetStarted, 404),  # a SessionNotFound as of a time before its start
     (errors.SessionNotFound, 404),
     (errors.TaskNotFound, 404),
     (errors.AgentNotFound, 404),
