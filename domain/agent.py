@@ -16,7 +16,7 @@ from eventsourcing.domain import event
 
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import AgentProfile
-from flowledger.domain.bounds import scoped_uuid
+from flowledger.domain.bounds import require_id, scoped_uuid
 from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
 from flowledger.domain.task_views import AgentState, ReleaseOutcome
 from flowledger.domain.values import MAX_SKILLS, require_name
@@ -96,7 +96,7 @@ class Agent(FlowledgerAggregate):
     ) -> Agent:
         """A new agent, after checking and normalising its fields."""
         require_name("tenant", tenant)
-        require_name("agent_id", agent_id)
+        require_id("agent_id", agent_id)
         require_name("name", name)
         return cls(
             agent_id=agent_id,

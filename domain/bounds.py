@@ -9,6 +9,10 @@ Why each rule exists:
   on the way to the database (``UnicodeEncodeError``), and ``jsonb`` refuses its escape.
 - Ids and names also refuse control characters (U+0000..U+001F, U+007F..U+009F): the
   aggregate id is ``uuid5(tenant + U+001F + id)``, and ids end up in logs and terminals.
+- Session, task and agent ids also refuse ``/``: REST (and whoever links to it) addresses
+  them in URL paths, and servers decode ``%2F`` before routing, so ``ops/1`` could be created
+  but never read, completed or released again (an agent's slot held for good). Checked only
+  when the session, task or agent is created: ids stored before the rule still load and work.
 - Deeply nested JSON exhausts the recursion of every encoder and decoder on the way, and a
   large payload is stored twice (``StepStarted`` and ``StepProcessed``).
 - A duration beyond what ``datetime`` can add raises ``OverflowError`` far from the input.
@@ -121,6 +125,15 @@ def require_name(field_name: str, value: Any) -> str:
     if found:
         raise ValidationError(field_name, _why(found.group()))
     return value
+
+
+def require_id(field_name: str, value: Any) -> str:
+    """Raise ValidationError unless ``value`` is a name (``require_name``) holding no ``/``:
+    the id of a new session, task or agent, which URL paths address."""
+    name = require_name(field_name, value)
+    if "/" in name:
+        raise ValidationError(field_name, "must not contain '/': URL paths address the id and would split it")
+    return name
 
 
 def scoped_uuid(namespace: UUID, field_name: str, tenant: str, name: str) -> UUID:

@@ -18,7 +18,7 @@ from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from flowledger.domain.aggregate import FlowledgerAggregate
-from flowledger.domain.bounds import scoped_uuid
+from flowledger.domain.bounds import require_id, scoped_uuid
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.errors import (
     IdempotencyKeyReused,
@@ -361,7 +361,7 @@ class Session(FlowledgerAggregate):
     ) -> Session:
         """Check the fields and create the session (``__init__`` replays without checks)."""
         require_name("tenant", tenant)
-        require_name("session_id", session_id)
+        require_id("session_id", session_id)
         require_name("workflow", workflow)
         if user_id is not None:
             require_name("user_id", user_id)

@@ -17,7 +17,7 @@ from eventsourcing.domain import event
 from flowledger.domain.agent import normalise_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, QueuedTask
-from flowledger.domain.bounds import scoped_uuid
+from flowledger.domain.bounds import require_id, scoped_uuid
 from flowledger.domain.errors import TaskConflict, TaskTransitionRejected, ValidationError
 from flowledger.domain.skills import Derivation
 from flowledger.domain.task_views import (
@@ -184,7 +184,7 @@ class Task(FlowledgerAggregate):
     ) -> Task:
         """A new task, after checking and normalising its fields."""
         require_name("tenant", tenant)
-        require_name("task_id", task_id)
+        require_id("task_id", task_id)
         require_text("description", description)
         require_moment("deadline", deadline, optional=True)
         return cls(

@@ -34,6 +34,11 @@ NAME_PATTERN = worded(
     "must be text that is not blank and holds no control characters",
 )
 """An id or name: not blank, no control characters (``domain.bounds.require_name``)."""
+ID_PATTERN = worded(
+    r"^[^\x00-\x1f\x7f-\x9f/]*[^\s\x00-\x1f\x7f-\x9f/][^\x00-\x1f\x7f-\x9f/]*$",
+    "must be text that is not blank and holds no control characters and no '/' (URL paths address it)",
+)
+"""The id of a new session, task or agent: a name without ``/`` (``domain.bounds.require_id``)."""
 TEXT_PATTERN = worded(r"^[^\x00]*[^\s\x00][^\x00]*$", "must be text that is not blank and holds no NUL")
 """Free text (a description, a reason): not blank, no NUL (``domain.bounds.require_text``)."""
 MAX_VERSION = 2**31 - 1
@@ -60,6 +65,11 @@ def required_name(example: str, *, field: str | None = None, webhook: str | None
         validation_alias=AliasChoices(field, webhook),
         description=f"Also accepted as `{webhook}`, the webhook's name for it.",
     )
+
+
+def required_id(example: str) -> Any:
+    """A required body field holding the id of a session, task or agent it creates."""
+    return Field(min_length=1, max_length=MAX_ID, pattern=ID_PATTERN, examples=[example])
 
 
 def free_input() -> Any:
@@ -137,7 +147,7 @@ class Body(BaseModel):
 
 
 class StartSession(Body):
-    session_id: str = required_name("user-123-1700000000")
+    session_id: str = required_id("user-123-1700000000")
     workflow: str = required_name("customer_service", field="workflow", webhook="workflow_name")
     user_id: str | None = name()
     ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS, strict=True)
@@ -213,7 +223,7 @@ class ForkSession(Body):
     at_version: Integer = Field(
         ge=1, le=MAX_VERSION, description="The parent's version whose state the fork takes."
     )
-    new_session_id: str = required_name("user-123-1700000000-retry")
+    new_session_id: str = required_id("user-123-1700000000-retry")
     ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS, strict=True)
 
 

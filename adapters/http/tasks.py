@@ -21,6 +21,7 @@ from flowledger.adapters.http.schemas import (
     Integer,
     PathId,
     name,
+    required_id,
     required_name,
 )
 from flowledger.domain.bounds import (
@@ -89,7 +90,7 @@ _WRITE = responses(404, 409)
 class RegisterAgent(Body):
     """An agent to register."""
 
-    agent_id: str = required_name("be-1")
+    agent_id: str = required_id("be-1")
     name: str = required_name("Backend 1")
     skills: list[Skill] = Field(min_length=1, max_length=MAX_SKILLS)
     capacity: Integer = Field(default=SEED_CAPACITY, ge=1, le=10_000)
@@ -100,7 +101,7 @@ class CreateTask(Body):
 
     model_config = ConfigDict(json_schema_extra={"not": {"required": ["deadline", "deadline_hours"]}})
 
-    task_id: str = required_name("T-1")
+    task_id: str = required_id("T-1")
     description: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, pattern=TEXT_PATTERN)
     required_skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
     priority: Priority = TaskPriority.MEDIUM

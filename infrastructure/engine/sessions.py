@@ -27,6 +27,7 @@ from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, PendingStep, S
 from flowledger.domain.values import (
     JsonObject,
     LlmUsage,
+    require_id,
     require_name,
     require_resolution,
     require_ttl,
@@ -152,7 +153,7 @@ class SessionService:
 
     def fork(self, session_id: str, at_version: int, new_session_id: str, ttl: timedelta) -> SessionState:
         """Start ``new_session_id`` as ``session_id`` was at ``at_version`` (``Engine.fork_session``)."""
-        require_name("new_session_id", new_session_id)
+        require_id("new_session_id", new_session_id)
         require_ttl(ttl)
         require_version("at_version", at_version)
         latest = self.get(session_id)
