@@ -157,7 +157,8 @@ class Task(FlowledgerAggregate):
 
     class Requeued(FlowledgerAggregate.Event):
         """A person sent an escalated task back to the queue; who and why are recorded, and
-        the new ``deadline`` if they gave one (a breached one would escalate it again)."""
+        the new ``deadline`` (None: the old one stands, still ahead; once it has passed a new
+        one is required, else the queue would escalate the task again at once)."""
 
         class_version = 1
         requested_by: str
@@ -328,8 +329,9 @@ class Task(FlowledgerAggregate):
         )
 
     def requeue(self, requested_by: str, reason: str, at: datetime, deadline: datetime | None = None) -> None:
-        """Send an escalated task back to the queue, on a person's word (with a new deadline,
-        which must be ahead of ``at``)."""
+        """Send an escalated task back to the queue, on a person's word, with a new deadline
+        ahead of ``at``: optional while the old one (if any) is still ahead, required once it
+        passed, since the queue would escalate the task again at once."""
         self._require("requeue", TaskStatus.ESCALATED)
         require_text("requested_by", requested_by)
         require_text("reason", reason, max_length=MAX_REASON_LENGTH)
@@ -337,6 +339,12 @@ class Task(FlowledgerAggregate):
         if deadline is not None and deadline <= at:
             raise ValidationError(
                 "deadline", f"must be after now ({at.isoformat()}), got {deadline.isoformat()}"
+            )
+        if deadline is None and self.deadline is not None and self.deadline <= at:
+            raise ValidationError(
+                "deadline",
+                f"is needed: the task's deadline {self.deadline.isoformat()} has passed, so the queue"
+                " would escalate it again at once (give deadline, or deadline_hours over HTTP)",
             )
         self._requeued(
             requested_by=storable(requested_by, 200),

@@ -51,7 +51,7 @@ class Requeue(Body):
         ge=0.001,
         le=MAX_DEADLINE_HOURS,
         strict=True,
-        description="a new deadline, in hours from now",
+        description="a new deadline, in hours from now: required once the task's deadline has passed",
     )
 
 
@@ -108,7 +108,8 @@ def sweep_deadlines(caller: Writer) -> list[Json]:
 
 @router.post("/tasks/{task_id}/requeue", responses=responses(404, 409))
 def requeue_task(task_id: TaskId, body: Requeue, caller: Writer) -> Json:
-    """Send an escalated task back to the queue (409 unless it is escalated); who and why are recorded."""
+    """Send an escalated task back to the queue (409 unless it is escalated); who and why are
+    recorded. A task whose deadline has passed needs ``deadline_hours`` (422 without it)."""
     who = body.requested_by or caller.key_id
     if who is None:
         raise ValidationError("requested_by", "name the person (this server runs without API keys)")

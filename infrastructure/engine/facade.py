@@ -491,8 +491,8 @@ class Engine:
     def requeue_task(
         self, task_id: str, requested_by: str, reason: str, deadline: datetime | timedelta | None = None
     ) -> TaskState:
-        """A person sends an escalated task back to the queue; who and why are recorded (and a
-        new deadline, a moment or a delay from now, if given)."""
+        """A person sends an escalated task back to the queue; who and why are recorded, and a
+        new deadline (a moment or a delay from now): required once the old one has passed."""
         return self.tasks.requeue_task(task_id, requested_by, reason, deadline)
 
     def list_tasks(

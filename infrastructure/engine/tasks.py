@@ -142,7 +142,8 @@ class TaskService:
         self, task_id: str, requested_by: str, reason: str, deadline: datetime | timedelta | None = None
     ) -> TaskState:
         """A person sends an escalated task back to the queue (who and why are recorded), with
-        a new deadline (a moment, or a delay from now) if the old one passed."""
+        a new deadline (a moment, or a delay from now): required once the old one has passed
+        (ValidationError on ``deadline`` otherwise, nothing recorded), optional before."""
         if isinstance(deadline, timedelta):
             deadline = self._store.clock() + require_duration("deadline", deadline, maximum=MAX_DEADLINE)
         return self._task_write(task_id, partial(self._requeue, task_id, requested_by, reason, deadline))

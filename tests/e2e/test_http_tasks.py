@@ -94,3 +94,22 @@ def test_bad_task_requests_get_a_4xx_with_a_message(
     response = http.post(path, json=body)
     assert response.status_code == status
     assert response.json()["error"]
+
+
+def test_requeuing_a_task_past_its_deadline_asks_for_a_new_one(http: TestClient) -> None:
+    # Given a task escalated because its deadline passed
+    http.post("/v1/agents", json={"agent_id": "be-1", "name": "Back", "skills": ["golang"], "capacity": 2})
+    task = {"task_id": "T-1", "description": "Fix", "required_skills": ["golang"], "deadline": 1_000_000_000}
+    assert http.post("/v1/tasks", json=task).status_code == 201
+    assert http.post("/v1/tasks/T-1/assign").json()["status"] == "escalated"
+    # When it is requeued without deadline_hours
+    refused = http.post("/v1/tasks/T-1/requeue", json={"reason": "retry", "requested_by": "lead"})
+    # Then that is a 422 asking for one, and nothing is recorded
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"].startswith("deadline: "), refused.json()
+    assert "deadline_hours" in refused.json()["error"]
+    assert [e["event_type"] for e in http.get("/v1/tasks/T-1/history").json()][-1] == "Task.Escalated"
+    # And with deadline_hours it is requeued and assigned
+    body = {"reason": "retry", "requested_by": "lead", "deadline_hours": 8}
+    assert http.post("/v1/tasks/T-1/requeue", json=body).json()["status"] == "pending"
+    assert http.post("/v1/tasks/T-1/assign").json()["agent_id"] == "be-1"

@@ -7,7 +7,7 @@ refused by the real client's price table."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,27 @@ async def test_an_escalated_task_is_requeued_by_a_person_and_assigned_again(engi
     assert [(s.task_id, s.agent_id) for s in assigned] == [("t", "devops")]
     with pytest.raises(TaskTransitionRejected):
         engine.requeue_task("t", "alice", "again")
+
+
+def test_a_task_escalated_for_its_passed_deadline_is_requeued_only_with_a_new_one(engine: Engine) -> None:
+    # Given a task escalated because its deadline passed, and an agent who could take it
+    engine.register_agent("backend", "Backend", TEAMS["backend"], 10)
+    engine.create_task("t", "Fix the API", ["python"], deadline=datetime.now(UTC) - timedelta(hours=1))
+    assert engine.escalate_overdue()[0].task_id == "t"
+    # When a person requeues it without a new deadline
+    with pytest.raises(ValidationError, match="deadline_hours") as raised:
+        engine.requeue_task("t", "alice@example.com", "try again")
+    # Then it is refused, asking for one, and nothing is recorded: it stays escalated
+    assert raised.value.field == "deadline"
+    assert engine.get_task("t").status is TaskStatus.ESCALATED
+    assert [e.event_type for e in engine.task_history("t")][-1] == "Task.Escalated"
+    # And with a new deadline it goes back to the queue and is assigned, not escalated again
+    requeued = engine.requeue_task("t", "alice@example.com", "try again", timedelta(hours=8))
+    assert requeued.deadline is not None
+    assert requeued.deadline > datetime.now(UTC)
+    assert [s.agent_id for s in engine.assign_pending()] == ["backend"]
+    kinds = [e.event_type for e in engine.task_history("t")]
+    assert kinds == ["Task.Created", "Task.Escalated", "Task.Requeued", "Task.Assigned"]
 
 
 def test_tasks_that_waited_for_capacity_are_offered_again_when_an_agent_frees_up(engine: Engine) -> None:
