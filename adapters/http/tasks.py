@@ -115,6 +115,11 @@ class Classify(Body):
     model: str | None = name()
 
 
+class Assign(Body):
+    """Nothing to choose: the policy picks the agent (the model breaks ties when routing asks
+    it to). The body may be left out; a field in it is refused, as everywhere (422)."""
+
+
 class Outcome(Body):
     """What the finished task produced: ``resolution``, as a session ends with (``result``, the
     name before, is still accepted)."""
@@ -203,9 +208,10 @@ async def reclassify_task(task_id: TaskId, body: Classify, caller: Writer) -> Js
 
 
 @router.post("/tasks/{task_id}/assign", responses=_WRITE)
-async def assign_task(task_id: TaskId, caller: Writer) -> Json:
+async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = None) -> Json:
     """Assign to the best eligible agent, or escalate with a reason. With routing's
-    ``model_ranked_matching`` on, the model picks among agents the rule finds equally good."""
+    ``model_ranked_matching`` on, the model picks among agents the rule finds equally good.
+    No body is needed; one naming an agent (or anything else) is refused with 422."""
     return out(await caller.engine.assign_task_ranked(task_id))
 
 

@@ -96,3 +96,21 @@ def test_every_method_a_405_allows_is_answered(memory_http: TestClient) -> None:
 
     # Then none of them is refused for its method
     assert 405 not in statuses.values(), statuses
+
+
+def test_assign_refuses_a_body_with_fields_as_the_queue_run_does(memory_http: TestClient) -> None:
+    # Given two agents who could take a task
+    for agent_id in ("be-1", "be-2"):
+        agent = {"agent_id": agent_id, "name": agent_id, "skills": ["python"], "capacity": 2}
+        assert memory_http.post("/v1/agents", json=agent).status_code == 201
+    assert memory_http.post("/v1/tasks", json={"task_id": "t", "description": "d"}).status_code == 201
+    # When an assign names the agent it wants (no such field: the policy chooses)
+    response = memory_http.post("/v1/tasks/t/assign", json={"agent_id": "be-1"})
+    # Then it is a 422 naming the field, as /v1/queue/run answers, and the task still waits
+    assert response.status_code == 422, response.text
+    assert response.json()["error"].startswith("agent_id: "), response.json()
+    assert memory_http.post("/v1/queue/run", json={"agent_id": "be-1"}).status_code == 422
+    assert memory_http.get("/v1/tasks/t").json()["status"] == "pending"
+    # And an assign with no body, or an empty one, is still the policy's
+    assert memory_http.post("/v1/tasks/t/assign", json={}).json()["status"] == "assigned"
+    assert memory_http.post("/v1/tasks/t/assign").json()["status"] == "assigned"
