@@ -313,6 +313,26 @@ def require_moment(field_name: str, value: Any, *, optional: bool = False) -> No
         raise ValidationError(field_name, f"must be a timezone-aware datetime, got {value!r}")
 
 
+def require_deadline(field_name: str, value: Any, now: datetime) -> datetime | None:
+    """A deadline given as an aware moment or as a delay from ``now``, as a moment at most
+    ``MAX_DEADLINE`` after ``now`` (ValidationError otherwise; None stays None). One bound for
+    both forms: a moment in year 9999 was taken while a delay of eleven years was refused. A
+    moment may lie in the past (whoever offers the task then escalates it)."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return now + require_duration(field_name, value, maximum=MAX_DEADLINE)
+    require_moment(field_name, value)
+    deadline: datetime = value
+    if deadline - now > MAX_DEADLINE:
+        raise ValidationError(
+            field_name,
+            f"must be at most {_days(MAX_DEADLINE)} after now ({now.isoformat()}),"
+            f" got {deadline.isoformat()}",
+        )
+    return deadline
+
+
 def require_count(field_name: str, value: Any, *, least: int = 0, most: int) -> int:
     """Raise ValidationError unless ``value`` is an int (not a bool) in [``least``, ``most``]."""
     if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:

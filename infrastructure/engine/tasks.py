@@ -28,10 +28,9 @@ from flowledger.domain.task_views import (
     TaskStatus,
 )
 from flowledger.domain.values import (
-    MAX_DEADLINE,
     JsonObject,
     LlmUsage,
-    require_duration,
+    require_deadline,
     require_moment,
     require_name,
     require_text,
@@ -96,16 +95,15 @@ class TaskService:
         priority: str = "medium",
         deadline: datetime | timedelta | None = None,
     ) -> TaskState:
-        """Queue a task; ``deadline`` is a moment or a delay from now. Creating it again with
-        the same description, skills and priority returns it unchanged (every field is checked
-        first: a repeat with an invalid one is refused, not compared and let through)."""
+        """Queue a task; ``deadline`` is a moment or a delay from now, at most ``MAX_DEADLINE``
+        ahead either way. Creating it again with the same description, skills and priority
+        returns it unchanged (every field is checked first: a repeat with an invalid one is
+        refused, not compared and let through)."""
         skills = normalise_skills("required_skills", required_skills)
         require_text("description", description)
         TaskPriority.parse(priority)
-        if isinstance(deadline, timedelta):
-            deadline = self._store.clock() + require_duration("deadline", deadline, maximum=MAX_DEADLINE)
-        require_moment("deadline", deadline, optional=True)
-        decide = partial(self._create, task_id, description, skills, priority, deadline)
+        moment = require_deadline("deadline", deadline, self._store.clock())
+        decide = partial(self._create, task_id, description, skills, priority, moment)
         return self._task_write(task_id, decide)
 
     def assign_task(
@@ -144,9 +142,8 @@ class TaskService:
         """A person sends an escalated task back to the queue (who and why are recorded), with
         a new deadline (a moment, or a delay from now): required once the old one has passed
         (ValidationError on ``deadline`` otherwise, nothing recorded), optional before."""
-        if isinstance(deadline, timedelta):
-            deadline = self._store.clock() + require_duration("deadline", deadline, maximum=MAX_DEADLINE)
-        return self._task_write(task_id, partial(self._requeue, task_id, requested_by, reason, deadline))
+        moment = require_deadline("deadline", deadline, self._store.clock())
+        return self._task_write(task_id, partial(self._requeue, task_id, requested_by, reason, moment))
 
     def start_task(self, task_id: str) -> TaskState:
         """The holding agent began work."""

@@ -45,6 +45,7 @@ BY_RULE = {
     ("POST", "/v1/sessions"),  # metadata: JSON content rules (no NUL at any depth, depth, size)
     ("POST", "/v1/sessions/{session_id}/steps"),  # usage: cached tokens within input tokens; JSON rules
     ("POST", "/v1/sessions/{session_id}/extend"),  # expires_at: after now, at most 366 days ahead
+    ("POST", "/v1/tasks"),  # deadline as a time: at most MAX_DEADLINE (about ten years) after now
     # Free JSON (input, update, resolution, result): no NUL or lone surrogate at any depth, depth, size
     ("POST", "/v1/sessions/{session_id}/process"),
     ("PATCH", "/v1/sessions/{session_id}/context"),

@@ -5,7 +5,7 @@ body appends nothing."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -157,9 +157,9 @@ def test_a_budget_limit_follows_its_own_pattern() -> None:
 
 
 def test_unix_seconds_stay_seconds_at_any_size(memory_http: TestClient) -> None:
-    # When tasks get deadlines as Unix seconds either side of 2*10^10 (where pydantic alone
-    # would switch to milliseconds), and the schema's largest value
-    for task_id, seconds in (("t-1", 20_000_000_000), ("t-2", 20_000_000_001), ("t-3", 253_402_300_799)):
+    # When tasks get deadlines as Unix seconds either side of -2*10^10 (where pydantic alone
+    # would switch to milliseconds), and the schema's smallest value (past deadlines are taken)
+    for task_id, seconds in (("t-1", -20_000_000_000), ("t-2", -20_000_000_001), ("t-3", -62_135_596_800)):
         response = memory_http.post(
             "/v1/tasks", json={"task_id": task_id, "description": "d", "deadline": seconds}
         )
@@ -169,9 +169,24 @@ def test_unix_seconds_stay_seconds_at_any_size(memory_http: TestClient) -> None:
         t: datetime.fromisoformat(memory_http.get(f"/v1/tasks/{t}").json()["deadline"])
         for t in ("t-1", "t-2", "t-3")
     }
-    assert deadlines["t-1"] == datetime.fromtimestamp(20_000_000_000, UTC)
-    assert (deadlines["t-2"] - deadlines["t-1"]).total_seconds() == 1
-    assert deadlines["t-3"].year == 9999
+    assert deadlines["t-1"] == datetime(1970, 1, 1, tzinfo=UTC) - timedelta(seconds=20_000_000_000)
+    assert (deadlines["t-1"] - deadlines["t-2"]).total_seconds() == 1
+    assert deadlines["t-3"].year == 1
+    # And 2*10^10 is year 2603, beyond the deadline's bound: refused, not read as 1970
+    far = {"task_id": "t-4", "description": "d", "deadline": 20_000_000_000}
+    refused(memory_http.post("/v1/tasks", json=far), "deadline: must be at most 3660 days after now")
+
+
+@pytest.mark.parametrize(
+    "deadline", ["2200-01-01T00:00:00Z", "9999-12-31T23:59:59-05:00", 253_402_300_799], ids=str
+)
+def test_a_deadline_as_a_time_is_bounded_as_deadline_hours_is(memory_http: TestClient, deadline: Any) -> None:
+    # When a task's deadline is a time beyond about ten years from now (the last as text is
+    # year 10000 in UTC)
+    body = {"task_id": "t-1", "description": "d", "deadline": deadline}
+    # Then it is refused as deadline_hours that far would be, and no task exists
+    refused(memory_http.post("/v1/tasks", json=body), "deadline: must be at most 3660 days after now")
+    assert memory_http.get("/v1/tasks/t-1").status_code == 404
 
 
 @pytest.mark.parametrize(

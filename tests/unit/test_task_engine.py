@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -17,6 +17,7 @@ from flowledger.domain.errors import (
     ValidationError,
 )
 from flowledger.domain.task_views import EscalationReason, TaskStatus
+from flowledger.domain.values import MAX_DEADLINE
 from flowledger.infrastructure import Engine
 
 
@@ -242,6 +243,37 @@ def test_a_deadline_beyond_ten_years_is_refused_not_an_overflow(engine: Engine) 
     assert raised.value.field == "deadline"
     with pytest.raises(TaskNotFound, match=r"task 't-far' not found"):
         engine.get_task("t-far")
+
+
+def test_a_deadline_given_as_a_moment_has_the_same_bound_as_one_given_as_a_delay(engine: Engine) -> None:
+    # Given the bound a delay has (MAX_DEADLINE, about ten years from now)
+    now = datetime.now(UTC)
+    beyond = [
+        now + MAX_DEADLINE + timedelta(hours=1),
+        datetime(2200, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-5))),  # year 10000 in UTC
+    ]
+    # When tasks are created with deadlines as moments beyond it
+    for n, deadline in enumerate(beyond):
+        with pytest.raises(ValidationError, match="at most 3660 days after now") as raised:
+            engine.create_task(f"t-{n}", "someday", deadline=deadline)
+        # Then each is refused, naming the field, and no task exists
+        assert raised.value.field == "deadline"
+        with pytest.raises(TaskNotFound):
+            engine.get_task(f"t-{n}")
+    # And a moment within it is taken, a past one too (the task is escalated when offered)
+    within = now + MAX_DEADLINE - timedelta(hours=1)
+    assert engine.create_task("t-far", "someday", deadline=within).deadline == within
+    late = engine.create_task("t-late", "hotfix", deadline=now - timedelta(days=1))
+    assert late.status is TaskStatus.PENDING
+    # And a requeue's new deadline has the same bound, in both forms
+    engine.create_task("t-esc", "nobody can", ["cobol"])
+    assert engine.assign_task("t-esc").status is TaskStatus.ESCALATED
+    for deadline in (beyond[1], timedelta(days=10**4)):
+        with pytest.raises(ValidationError) as requeue_raised:
+            engine.requeue_task("t-esc", "alice", "again", deadline)
+        assert requeue_raised.value.field == "deadline"
+    assert engine.get_task("t-esc").status is TaskStatus.ESCALATED
 
 
 def test_the_log_index_knows_a_tasks_required_skills_as_created(engine: Engine) -> None:
