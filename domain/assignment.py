@@ -70,12 +70,16 @@ def capable_agents(required: Collection[str], agents: Iterable[AgentProfile]) ->
     return [agent for agent in agents if covers(required, agent.skills)]
 
 
+def eligible_agents(required: Collection[str], agents: Iterable[AgentProfile]) -> list[AgentProfile]:
+    """The agents that cover the required skills and have room, in the order given."""
+    return [agent for agent in capable_agents(required, agents) if agent.has_room]
+
+
 def rank_candidates(
     task_id: str, required: Collection[str], agents: Iterable[AgentProfile]
 ) -> list[AgentProfile]:
     """The eligible agents (covering, with room), best first."""
-    eligible = [agent for agent in capable_agents(required, agents) if agent.has_room]
-    return sorted(eligible, key=lambda agent: _rank_key(task_id, required, agent))
+    return sorted(eligible_agents(required, agents), key=lambda agent: _rank_key(task_id, required, agent))
 
 
 def _rank_key(
@@ -110,10 +114,20 @@ def _tied(task_id: str, required: Collection[str], ranked: list[AgentProfile]) -
 
 
 def choose_agent(
-    task_id: str, required: Collection[str], agents: Iterable[AgentProfile], *, prefer: str | None = None
+    task_id: str,
+    required: Collection[str],
+    agents: Iterable[AgentProfile],
+    *,
+    prefer: str | None = None,
+    eligible_in_all: int | None = None,
 ) -> Choice | NoChoice:
     """The best eligible agent for the task, or why there is none. ``prefer`` (a model's pick)
-    is taken when it is one of the agents tied for best (``tied_best``); else the rule decides."""
+    is taken when it is one of the agents tied for best (``tied_best``); else the rule decides.
+
+    ``eligible_in_all``: how many agents are eligible in all when ``agents`` holds only those
+    considered first (a batch's locked ones, across engines); the reason then gives both
+    counts, rather than call the choice the least loaded of fewer agents than there were.
+    """
     profiles = list(agents)
     ranked = rank_candidates(task_id, required, profiles)
     if ranked:
@@ -125,12 +139,13 @@ def choose_agent(
         recent = best.recent_completion_seconds
         pace = f"; recent completion {recent:.0f}s" if recent is not None else ""
         needs = ", ".join(sorted(required)) or "no particular skills"
+        among = f"of {len(ranked)} eligible"
+        if eligible_in_all is not None and eligible_in_all > len(ranked):
+            among = f"of the {len(ranked)} considered first, {eligible_in_all} eligible in all"
         return Choice(
             agent_id=best.agent_id,
             score=round(share * (1.0 - best.relative_load), 4),
-            reason=(
-                f"covers {needs}; least loaded of {len(ranked)} eligible ({best.load}/{best.capacity}){pace}"
-            ),
+            reason=f"covers {needs}; least loaded {among} ({best.load}/{best.capacity}){pace}",
         )
     capable = capable_agents(required, profiles)
     if capable:

@@ -16,7 +16,15 @@ from typing import Any
 from uuid import UUID
 
 from flowledger.domain.agent import Agent
-from flowledger.domain.assignment import AgentProfile, Choice, NoChoice, choose_agent, covers, rank_candidates
+from flowledger.domain.assignment import (
+    AgentProfile,
+    Choice,
+    NoChoice,
+    choose_agent,
+    covers,
+    eligible_agents,
+    rank_candidates,
+)
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import TaskStatus
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
@@ -134,12 +142,24 @@ class AgentClaims:
             # Among the agents already held first: any other's load may be staler than theirs,
             # and reaching for it costs a round trip and, often, the lock of another engine.
             held = [profiles[a] for a in self.held]
-            decision = choose_agent(task.task_id, task.required_skills, held, prefer=prefer)
+            decision = choose_agent(
+                task.task_id,
+                task.required_skills,
+                held,
+                prefer=prefer,
+                eligible_in_all=self._eligible(task, profiles),
+            )
             if isinstance(decision, Choice):
                 return decision
         while True:
             candidates = [p for p in profiles.values() if p.agent_id not in self.taken]
-            decision = choose_agent(task.task_id, task.required_skills, candidates, prefer=prefer)
+            decision = choose_agent(
+                task.task_id,
+                task.required_skills,
+                candidates,
+                prefer=prefer,
+                eligible_in_all=self._eligible(task, profiles),
+            )
             if isinstance(decision, Choice):
                 agent_id = decision.agent_id
                 aggregate_id = self._reads.agent_uuid(agent_id)
@@ -170,6 +190,12 @@ class AgentClaims:
             self.held.add(best.agent_id)
             self.taken.discard(best.agent_id)
             self.open(uow, best.agent_id, profiles, locked=True)
+
+    @staticmethod
+    def _eligible(task: Task, profiles: dict[str, AgentProfile]) -> int:
+        """How many agents of the roster could take the task, held or not: what an assignment's
+        reason counts when it chose among fewer (those held, or not locked elsewhere)."""
+        return len(eligible_agents(task.required_skills, profiles.values()))
 
     def open(
         self, uow: UnitOfWork, agent_id: str, profiles: dict[str, AgentProfile], *, locked: bool

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from flowledger.domain.agent import agent_uuid
+from flowledger.domain.assignment import AgentProfile, Choice, choose_agent
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.agent_claims import CONTENDED_S
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
@@ -187,3 +188,23 @@ def test_another_engines_assignments_in_the_log_turn_the_locks_back_on(
     assert len(calls) == 1
     assert state.agent_id == "a"
     assert pg_engine.store.conflicts == 0
+
+
+def test_a_choice_among_the_agents_a_batch_holds_counts_every_eligible_agent_in_its_reason(
+    pg_engine: Engine,
+) -> None:
+    # Given two equal agents, and an engine whose first batch locks only the agent it planned
+    for agent_id in ("a", "b"):
+        pg_engine.register_agent(agent_id, agent_id, ["python"], 4)
+    pg_engine.create_task("t", "Fix it", ["python"])
+    python = frozenset({"python"})
+    profiles = [AgentProfile(agent_id=a, skills=python, capacity=4, load=0) for a in ("a", "b")]
+    # When the task is assigned (chosen among the agents the batch holds first)
+    state = pg_engine.assign_task("t")
+    # Then the agent is the policy's choice over both, and the reason says both were eligible
+    # (it said "least loaded of 1 eligible")
+    expected = choose_agent("t", ["python"], profiles)
+    assert isinstance(expected, Choice)
+    assert state.agent_id == expected.agent_id
+    assert state.assignment is not None
+    assert "least loaded of the 1 considered first, 2 eligible in all" in state.assignment.reason

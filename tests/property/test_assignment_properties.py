@@ -62,8 +62,32 @@ def test_the_chosen_agent_covers_the_skills_has_room_and_is_least_loaded(
         assert chosen in eligible
         assert relative(chosen) == min(relative(a) for a in eligible)
         assert 0.0 <= decision.score <= 1.0
+        assert f"least loaded of {len(eligible)} eligible (" in decision.reason
     else:
         assert eligible == []
+
+
+@given(profiles(), required_skills, st.data())
+def test_a_choice_among_some_agents_counts_every_eligible_one_and_chooses_the_same(
+    agents: list[AgentProfile], required: set[str], data: st.DataObject
+) -> None:
+    # Given the agents an engine considers first (those whose locks its batch holds)
+    considered = agents[: data.draw(st.integers(min_value=0, max_value=len(agents)))]
+    in_all = len([a for a in agents if required <= set(a.skills) and a.load < a.capacity])
+    among = len([a for a in considered if required <= set(a.skills) and a.load < a.capacity])
+    # When it chooses among them, telling the policy how many are eligible in all
+    decision = choose_agent("t", required, considered, eligible_in_all=in_all)
+    # Then the agent is the one it would choose among them anyway, and the reason's counts are true
+    plain = choose_agent("t", required, considered)
+    assert type(decision) is type(plain)
+    if isinstance(decision, Choice) and isinstance(plain, Choice):
+        assert decision.agent_id == plain.agent_id
+        assert decision.score == plain.score
+        if among < in_all:
+            said = f"least loaded of the {among} considered first, {in_all} eligible in all ("
+            assert said in decision.reason
+        else:
+            assert decision.reason == plain.reason
 
 
 @given(profiles(), required_skills)
