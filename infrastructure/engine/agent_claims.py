@@ -138,28 +138,22 @@ class AgentClaims:
         None when only agents locked elsewhere could take it and this batch holds locks.
         ``prefer``: a model's pick, taken when it is among those tied for best."""
         locks = self.active
+
+        def pick(among: list[AgentProfile]) -> Choice | NoChoice:
+            # The reason counts every eligible agent, not only those considered first.
+            eligible = self._eligible(task, profiles)
+            return choose_agent(
+                task.task_id, task.required_skills, among, prefer=prefer, eligible_in_all=eligible
+            )
+
         if locks is not None and self.held:
             # Among the agents already held first: any other's load may be staler than theirs,
             # and reaching for it costs a round trip and, often, the lock of another engine.
-            held = [profiles[a] for a in self.held]
-            decision = choose_agent(
-                task.task_id,
-                task.required_skills,
-                held,
-                prefer=prefer,
-                eligible_in_all=self._eligible(task, profiles),
-            )
+            decision = pick([profiles[a] for a in self.held])
             if isinstance(decision, Choice):
                 return decision
         while True:
-            candidates = [p for p in profiles.values() if p.agent_id not in self.taken]
-            decision = choose_agent(
-                task.task_id,
-                task.required_skills,
-                candidates,
-                prefer=prefer,
-                eligible_in_all=self._eligible(task, profiles),
-            )
+            decision = pick([p for p in profiles.values() if p.agent_id not in self.taken])
             if isinstance(decision, Choice):
                 agent_id = decision.agent_id
                 aggregate_id = self._reads.agent_uuid(agent_id)

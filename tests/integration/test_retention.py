@@ -205,12 +205,17 @@ def test_a_session_with_a_snapshot_at_its_last_version_is_archived_and_archived_
     assert chain.ok, [f.describe() for f in chain.findings]
 
 
-def test_tampered_bundle_and_base_are_refused(engine: Engine, clock: SetClock, tmp_path: Path) -> None:
-    projector = projector_for(engine)
+def _archived_bundle(engine: Engine, clock: SetClock, tmp_path: Path) -> str:
+    """Archive one closed session, s-1, ten days later under a 7-day policy: its bundle."""
     _session(engine, "s-1")
     clock.now = START + timedelta(days=10)
     engine.retention.set_policy(WORKFLOW, 7)
-    [bundle] = archive(engine, projector, tmp_path).workflows[0].bundles
+    [bundle] = archive(engine, projector_for(engine), tmp_path).workflows[0].bundles
+    return bundle
+
+
+def test_tampered_bundle_and_base_are_refused(engine: Engine, clock: SetClock, tmp_path: Path) -> None:
+    bundle = _archived_bundle(engine, clock, tmp_path)
     records = [json.loads(line) for line in Path(bundle).read_text().splitlines()]
     for record in records:
         if record["type"] == "event" and record["version"] == 2:
@@ -240,11 +245,7 @@ def test_a_bundle_that_verifies_but_is_not_the_archived_file_is_refused(
 ) -> None:
     # Given an archived session, and its bundle written out again record by record: every
     # event and proof the same (it still verifies), the bytes not (compact JSON)
-    projector = projector_for(engine)
-    _session(engine, "s-1")
-    clock.now = START + timedelta(days=10)
-    engine.retention.set_policy(WORKFLOW, 7)
-    [bundle] = archive(engine, projector, tmp_path).workflows[0].bundles
+    bundle = _archived_bundle(engine, clock, tmp_path)
     records = [json.loads(line) for line in Path(bundle).read_text().splitlines()]
     rewritten = tmp_path / "rewritten.jsonl"
     rewritten.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
@@ -258,19 +259,11 @@ def test_a_bundle_that_verifies_but_is_not_the_archived_file_is_refused(
     assert len(_rows(engine, "s-1")) > 0
 
 
-def _archive_one(engine: Engine, clock: SetClock, tmp_path: Path) -> None:
-    """Archive one closed session, s-1, ten days later under a 7-day policy."""
-    _session(engine, "s-1")
-    clock.now = START + timedelta(days=10)
-    engine.retention.set_policy(WORKFLOW, 7)
-    archive(engine, projector_for(engine), tmp_path)
-
-
 def test_a_cost_edited_in_a_bases_projection_rows_is_named(
     engine: Engine, clock: SetClock, tmp_path: Path
 ) -> None:
     # Given an archived session whose base keeps its dashboard rows (a rebuild reads them)
-    _archive_one(engine, clock, tmp_path)
+    _archived_bundle(engine, clock, tmp_path)
     assert verify_chain(engine.audit).ok
     # When a cost in those rows is edited in the database (what a rebuild would then show)
     with psycopg.connect(engine.database_url) as conn:
@@ -296,7 +289,7 @@ def test_a_base_sealed_before_its_rows_were_sealed_still_verifies(
     engine: Engine, clock: SetClock, tmp_path: Path
 ) -> None:
     # Given a base as an earlier version sealed it (over every field but the projection rows)
-    _archive_one(engine, clock, tmp_path)
+    _archived_bundle(engine, clock, tmp_path)
     tables = RetentionTables(engine.settings.schema)
     with psycopg.connect(engine.database_url) as conn:
         [stored] = tables.bases(conn, engine.audit.chain_key).values()

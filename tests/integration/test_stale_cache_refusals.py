@@ -131,40 +131,43 @@ def test_a_repeated_create_on_a_stale_copy_answers_the_tasks_state_now(
     assert other.create_task("T-1", "fix the worker", ["python"]).status is TaskStatus.ASSIGNED
 
 
-def test_a_session_extended_elsewhere_is_not_expired_here_by_a_stale_copy(
-    database_url: str, pg_schema: str
-) -> None:
-    # Given two engines on one clock, a one-hour session cached by the first (it wrote a step)
+@pytest.fixture
+def clocked_servers(database_url: str, pg_schema: str) -> Iterator[tuple[Engine, Engine, SetClock]]:
+    """Two engines on one clock, and a one-hour session "s" cached by the first (it wrote a step)."""
     clock = SetClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
     settings = make_settings(database_url=database_url, schema=pg_schema)
     with Engine(settings=settings, clock=clock) as one, Engine(settings=settings, clock=clock) as other:
         one.start_session("s", "wf", ttl=timedelta(hours=1))
         one.record_step("s", "a")
-        # When the other engine extends it by five hours, and two hours pass
-        other.extend_session("s", timedelta(hours=5))
-        clock.now += timedelta(hours=2)
-        # Then the first engine records the step: the log says the session lives (its cached
-        # copy said expired; saving Expired clashed with the extension, and SessionExpired
-        # reached the caller)
-        record = one.record_step("s", "b")
-        assert record.step == "b"
-        state = one.get_session("s")
-        assert state.status is SessionStatus.ACTIVE
-        assert [e.event_type.rsplit(".", 1)[-1] for e in one.history("s")][-1] == "StepProcessed"
-        assert "Expired" not in [e.event_type.rsplit(".", 1)[-1] for e in one.history("s")]
+        yield one, other, clock
+
+
+def kinds(engine: Engine, session_id: str) -> list[str]:
+    return [e.event_type.rsplit(".", 1)[-1] for e in engine.history(session_id)]
+
+
+def test_a_session_extended_elsewhere_is_not_expired_here_by_a_stale_copy(
+    clocked_servers: tuple[Engine, Engine, SetClock],
+) -> None:
+    one, other, clock = clocked_servers
+    # When the other engine extends the session by five hours, and two hours pass
+    other.extend_session("s", timedelta(hours=5))
+    clock.now += timedelta(hours=2)
+    # Then the first engine records the step: the log says the session lives (its cached
+    # copy said expired; saving Expired clashed with the extension, and SessionExpired
+    # reached the caller)
+    assert one.record_step("s", "b").step == "b"
+    assert one.get_session("s").status is SessionStatus.ACTIVE
+    assert kinds(one, "s")[-1] == "StepProcessed"
+    assert "Expired" not in kinds(one, "s")
 
 
 def test_a_session_that_expired_is_still_expired_for_an_engine_with_a_stale_copy(
-    database_url: str, pg_schema: str
+    clocked_servers: tuple[Engine, Engine, SetClock],
 ) -> None:
-    clock = SetClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
-    settings = make_settings(database_url=database_url, schema=pg_schema)
-    with Engine(settings=settings, clock=clock) as one, Engine(settings=settings, clock=clock) as other:
-        one.start_session("s", "wf", ttl=timedelta(hours=1))
-        one.record_step("s", "a")
-        other.record_step("s", "b")  # the first engine's copy is one step behind
-        clock.now += timedelta(hours=2)
-        with pytest.raises(SessionExpired):
-            one.record_step("s", "c")
-        kinds = [e.event_type.rsplit(".", 1)[-1] for e in other.history("s")]
-        assert kinds.count("Expired") == 1
+    one, other, clock = clocked_servers
+    other.record_step("s", "b")  # the first engine's copy is one step behind
+    clock.now += timedelta(hours=2)
+    with pytest.raises(SessionExpired):
+        one.record_step("s", "c")
+    assert kinds(other, "s").count("Expired") == 1
