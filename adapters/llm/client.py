@@ -105,7 +105,7 @@ class OpenAICompatibleClient:
         self.config = config
         self.prices = prices
         self.retry = RetryPolicy(max_retries=config.max_retries, sleep=retry_sleep, rand=rand)
-        self.limiter = ModelRateLimiter(config.limits, config.default_limits)
+        self.limiter = ModelRateLimiter(config.limits, config.default_limits, self.prices.resolve)
         self.breaker = EndpointBreaker(
             config.endpoint,
             failure_threshold=config.breaker_failure_threshold,
@@ -273,7 +273,8 @@ class OpenAICompatibleClient:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         queued = self._clock()
-        await self.limiter.acquire(name, estimate_prompt_tokens(messages) + self.config.max_tokens)
+        tokens = estimate_prompt_tokens(messages) + self.config.max_tokens
+        await self.limiter.acquire(name, tokens)
         call = CallContext(
             provider=self.config.provider,
             model=name,
@@ -285,7 +286,7 @@ class OpenAICompatibleClient:
         )
         outcomes: list[AttemptOutcome] = []
         try:
-            parsed = await self.retry.run(partial(self._attempt, body, stream, outcomes))
+            parsed = await self.retry.run(partial(self._attempt, body, stream, outcomes, tokens))
         except AttemptError as error:
             usage = build_usage(call, None, outcomes, self._clock())
             raise LlmCallFailed(
@@ -311,8 +312,11 @@ class OpenAICompatibleClient:
         return LlmReply(content=parsed.content, usage=usage)
 
     async def _attempt(
-        self, body: dict[str, Any], stream: bool, outcomes: list[AttemptOutcome], waited: float
+        self, body: dict[str, Any], stream: bool, outcomes: list[AttemptOutcome], charge: int, waited: float
     ) -> ParsedCompletion:
+        """One attempt; ``charge``: the request's tokens for the model's limits."""
+        if outcomes:  # a retry is a request too: it waits for the model's limits as the first did
+            await self.limiter.acquire(body["model"], charge)
         trial = self.breaker.admit(attempts=len(outcomes))
         begun = self._clock()
         progress = StreamProgress()

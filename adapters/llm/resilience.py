@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import weakref
+from collections.abc import Callable, Mapping
 
 from aiolimiter import AsyncLimiter
 from circuitbreaker import STATE_CLOSED, STATE_HALF_OPEN, STATE_OPEN, CircuitBreaker
@@ -34,27 +36,47 @@ class ModelRateLimiter:
     way OpenAI itself counts a request against TPM.
     """
 
-    def __init__(self, limits: Mapping[str, ModelLimits], default: ModelLimits | None) -> None:
-        self._limits = dict(limits)
+    def __init__(
+        self,
+        limits: Mapping[str, ModelLimits],
+        default: ModelLimits | None,
+        resolve: Callable[[str], str | None] = lambda name: None,
+    ) -> None:
+        self._resolve = resolve
+        self._limits = {self._key(model): each for model, each in limits.items()}
         self._default = default
-        self._buckets: dict[str, tuple[AsyncLimiter, AsyncLimiter, ModelLimits]] = {}
+        # aiolimiter's buckets belong to the event loop that first waits on them: one set per
+        # loop (threads that run loops of their own each get the configured rate).
+        self._buckets: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, tuple[AsyncLimiter, AsyncLimiter]]
+        ] = weakref.WeakKeyDictionary()
+
+    def _key(self, model: str) -> str:
+        """The price table's name for ``model`` (a provider prefix, a dated version, an alias
+        are one model), else the name as given."""
+        return self._resolve(model) or model
 
     def limits_for(self, model: str) -> ModelLimits | None:
-        """The limits that apply to ``model`` (None: unlimited)."""
-        return self._limits.get(model, self._default)
+        """The limits that apply to ``model`` under any of its names (None: unlimited)."""
+        return self._limits.get(self._key(model), self._default)
 
     async def acquire(self, model: str, tokens: int) -> None:
-        """Wait until the model has room for one more request of ``tokens`` tokens."""
+        """Wait until the model has room for one more request of ``tokens`` tokens (every
+        attempt takes one: the provider counts retries too)."""
         limits = self.limits_for(model)
         if limits is None:
             return
-        if model not in self._buckets:
-            self._buckets[model] = (
+        loop = asyncio.get_running_loop()
+        buckets = self._buckets.get(loop)
+        if buckets is None:
+            buckets = self._buckets[loop] = {}
+        key = self._key(model)
+        if key not in buckets:
+            buckets[key] = (
                 AsyncLimiter(limits.rpm, limits.period_s),
                 AsyncLimiter(limits.tpm, limits.period_s),
-                limits,
             )
-        requests, token_bucket, _ = self._buckets[model]
+        requests, token_bucket = buckets[key]
         await requests.acquire()
         # A single request larger than the whole budget would wait forever: cap it.
         await token_bucket.acquire(min(max(tokens, 1), limits.tpm))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -203,3 +204,67 @@ async def test_the_client_waits_for_the_rate_limit_and_records_the_wait(transpor
     assert second.usage.extra["rate_limit_wait_ms"] >= 50
     assert first.usage.extra["rate_limit_wait_ms"] < second.usage.extra["rate_limit_wait_ms"]
     await llm.aclose()
+
+
+async def test_every_attempt_waits_for_the_models_limits_not_only_the_first() -> None:
+    # (Retries went out without waiting: 18 requests in one second under rpm=5 per second.)
+    seen: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(time.perf_counter())
+        return httpx.Response(503 if len(seen) < 4 else 200, json=OK)
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    config = ClientConfig(
+        base_url="https://llm.test/v1",
+        api_key=ApiKey("sk-test-secret-1"),
+        max_retries=3,
+        limits={"deepseek-v3.2": ModelLimits(rpm=1, tpm=100_000, period_s=0.1)},
+    )
+    llm = OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=no_sleep
+    )
+    await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    await llm.aclose()
+    # Four attempts, one request per 100 ms: at least 0.25 s from the first to the last
+    assert len(seen) == 4
+    assert seen[-1] - seen[0] >= 0.25
+
+
+async def test_limits_hold_under_every_name_the_price_table_gives_the_model() -> None:
+    limiter = ModelRateLimiter(
+        {"gpt-4.1": ModelLimits(rpm=1, tpm=10_000, period_s=0.2)},
+        default=None,
+        resolve=load_price_table().resolve,
+    )
+    started = time.perf_counter()
+    for name in ("gpt-4.1", "openai/gpt-4.1", "gpt-4.1-2025-04-14"):
+        await limiter.acquire(name, 10)
+    # (Other names went through at once.) One request per 0.2 s: the third waits ~0.4 s
+    assert time.perf_counter() - started >= 0.3
+
+
+def test_limits_are_kept_per_event_loop_so_threads_with_loops_of_their_own_can_share_a_client() -> None:
+    # (One AsyncLimiter bound to the first loop: another thread's loop failed with "attached
+    # to a different loop".)
+    limiter = ModelRateLimiter({}, default=ModelLimits(rpm=2, tpm=10_000, period_s=0.1))
+
+    async def burst() -> None:
+        await asyncio.gather(*(limiter.acquire("m", 10) for _ in range(6)))
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(burst())
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert errors == []
