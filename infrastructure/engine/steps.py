@@ -391,6 +391,16 @@ class StepService:
         # A worker that took this step over may have finished first: never record twice.
         recorded = self._sessions.find_outcome(session, call.key)
         if recorded is not None:
+            if recorded.usage != reply.usage and reply.usage is not None:
+                # Another worker took the step over (this one stalled past its lease) and
+                # finished first: its step stands, and this call was paid for too. Keep the
+                # cost on the books, under no key (the key's outcome is the step recorded).
+                session.fail_step(
+                    step=call.step,
+                    error_type="superseded",
+                    error_message=f"answered after another worker recorded the step under {call.key!r}",
+                    usage=storable_usage(reply.usage),
+                )
             return StepOutcome(recorded, session.context)
         closed = "erased" if session.erased else session.status
         if closed != SessionStatus.ACTIVE:

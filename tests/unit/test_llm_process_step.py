@@ -25,6 +25,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.engine.store import UnitOfWork
 from tests.support.llm import STEP_DECISION, ScriptedLlm
 from tests.support.llm import USAGE as USAGE_DOUBLE
 from tests.support.steps import start_elsewhere
@@ -341,3 +342,39 @@ async def test_a_reply_the_ledger_cannot_store_is_a_step_failed_that_keeps_its_u
     record = await asyncio.wait_for(engine.process_step("s1", "greet", idempotency_key="k1"), 10)
     assert record.output["action"] == "classify"
     assert len(llm.calls) == 1
+
+
+async def test_a_worker_answered_after_another_took_its_step_over_keeps_its_cost_on_the_books(
+    engine: Engine,
+) -> None:
+    # Given a worker whose model call outlasts its lease (stalled), while another worker takes
+    # the step over and records it first
+    other = replace(USAGE_DOUBLE, response_id="theirs", cost_usd=Decimal("0.0000100"))
+
+    def taken_over() -> None:
+        def take(uow: UnitOfWork) -> None:
+            session = uow.find(engine.session_uuid("s1"))
+            lapsed = uow.now + timedelta(hours=1)  # as the other worker's clock judged it
+            session.abandon_step("k1", lapsed, "the lease of worker this lapsed")
+            session.record_step(
+                step="greet", input={}, output={"m": "theirs"}, usage=other, idempotency_key="k1"
+            )
+
+        engine.store.write("s1", take)
+
+    engine.llm = ScriptedLlm(usage=replace(USAGE_DOUBLE, response_id="mine"), meanwhile=taken_over)
+    engine.start_session("s1", "cs")
+    # When the stalled worker's answer arrives
+    record = await engine.process_step("s1", "greet", idempotency_key="k1")
+    # Then the step recorded stands, once, and the late answer's cost is on the books too
+    # (it was dropped: two calls billed, one recorded)
+    assert record.usage == other
+    state = engine.get_session("s1")
+    assert [f.error_type for f in state.failures] == ["worker_lost", "superseded"]
+    assert state.failures[-1].usage is not None
+    assert state.failures[-1].usage.response_id == "mine"
+    assert event_types(engine, "s1").count("StepProcessed") == 1
+    # And a retry under the key returns the step, adding nothing
+    again = await engine.process_step("s1", "greet", idempotency_key="k1")
+    assert again == record
+    assert len(engine.get_session("s1").failures) == 2
