@@ -13,6 +13,10 @@ import threading
 from types import TracebackType
 
 
+class LockWaitTimeout(Exception):
+    """Another caller held a key's lock for longer than this caller could wait."""
+
+
 class KeyedLocks:
     """``with locks(key):`` holds ``key``'s lock; thread-safe; no lock outlives its users."""
 
@@ -20,9 +24,10 @@ class KeyedLocks:
         self._entries: dict[str, _Entry] = {}
         self._guard = threading.Lock()
 
-    def __call__(self, key: str) -> _Hold:
-        """A context manager holding ``key``'s lock (re-entering it from one thread blocks)."""
-        return _Hold(self, key)
+    def __call__(self, key: str, timeout: float | None = None) -> _Hold:
+        """A context manager holding ``key``'s lock (re-entering it from one thread blocks);
+        with ``timeout``, waiting longer raises ``LockWaitTimeout``."""
+        return _Hold(self, key, timeout)
 
     def __len__(self) -> int:
         """How many keys have a lock now (held or waited for; for tests)."""
@@ -54,19 +59,23 @@ class _Entry:
 class _Hold:
     """One caller's use of a key's lock: counted in on enter, out on exit."""
 
-    __slots__ = ("_entry", "_key", "_locks")
+    __slots__ = ("_entry", "_key", "_locks", "_timeout")
 
-    def __init__(self, locks: KeyedLocks, key: str) -> None:
+    def __init__(self, locks: KeyedLocks, key: str, timeout: float | None) -> None:
         self._locks = locks
         self._key = key
+        self._timeout = timeout
 
     def __enter__(self) -> None:
         entry = self._locks._enter(self._key)
         try:
-            entry.lock.acquire()
+            held = entry.lock.acquire(timeout=-1 if self._timeout is None else max(self._timeout, 0.0))
         except BaseException:  # interrupted while waiting: not a user any more
             self._locks._leave(self._key, entry)
             raise
+        if not held:
+            self._locks._leave(self._key, entry)
+            raise LockWaitTimeout(self._key)
         self._entry = entry
 
     def __exit__(

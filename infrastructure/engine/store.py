@@ -46,7 +46,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.command_ids import new_command_id
-from flowledger.infrastructure.engine.keyed_locks import KeyedLocks
+from flowledger.infrastructure.engine.keyed_locks import KeyedLocks, LockWaitTimeout
 from flowledger.infrastructure.engine.write_cache import WriteCache
 from flowledger.infrastructure.operation_deadline import operation_deadline, remaining_s
 from flowledger.infrastructure.settings import Settings
@@ -264,9 +264,12 @@ class AggregateStore:
         unknown: dict[tuple[UUID, int], T] = {}
         conflicts = 0
         read_afresh = False
-        with self._locks(lock_key), operation_deadline(self.settings.operation_deadline_s):
-            # One deadline for every attempt, wait for a connection and read-back of the call.
-            unreachable = _Deadline("save", self.settings.operation_deadline_s).pause
+        deadline_s = self.settings.operation_deadline_s
+        # One deadline for the whole call: the wait behind other writers of the key (stuck in
+        # an outage, each would otherwise hand the next a full deadline of its own), every
+        # attempt, every wait for a connection and the read-back of an unknown commit.
+        with operation_deadline(deadline_s), self._locked_within(lock_key, deadline_s):
+            unreachable = _Deadline("save", deadline_s).pause
             while True:
                 self.app.ensure_open("save")  # checked on every attempt: a retry stops at close
                 uow = UnitOfWork(
@@ -343,6 +346,21 @@ class AggregateStore:
                         listener(aggregate)
                 self._keep(uow)
                 return result
+
+    @contextmanager
+    def _locked_within(self, lock_key: str, deadline_s: float) -> Iterator[None]:
+        """Hold ``lock_key``'s in-process lock, waiting at most what is left of the operation."""
+        try:
+            hold = self._locks(lock_key, timeout=remaining_s(deadline_s))
+            hold.__enter__()
+        except LockWaitTimeout:
+            raise StoreUnavailable(
+                "save", f"other writers of {lock_key!r} held it past the operation's deadline"
+            ) from None
+        try:
+            yield
+        finally:
+            hold.__exit__(None, None, None)
 
     def _decide(
         self, uow: UnitOfWork, decide: Callable[[UnitOfWork], T], unknown: dict[tuple[UUID, int], T]
