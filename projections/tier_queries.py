@@ -21,7 +21,7 @@ from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.model_tiers import ModelTiers
-from flowledger.domain.pricing import PriceTable, TokenCounts, cost_of
+from flowledger.domain.pricing import LONG_CONTEXT_TOKENS, PriceTable, TokenCounts, cost_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,20 +70,25 @@ def reprice_by_tier(
     the one savings are measured against)."""
     if baseline not in policies:
         raise ValidationError("baseline", f"must be one of {sorted(policies)}, got {baseline!r}")
+    # Summed per priority and per price tier of the call (past LONG_CONTEXT_TOKENS input
+    # tokens a call takes the long-context rate): within a tier the rule is linear, so the
+    # sums price exactly as the calls one by one would.
     statement = sql.SQL("""
-        SELECT t.priority, count(*), coalesce(sum(c.cost_usd), 0), sum(c.input_tokens),
-               sum(c.output_tokens), sum(c.cache_read_input_tokens), sum(c.reasoning_output_tokens)
+        SELECT t.priority, c.input_tokens > %(long)s, count(*), coalesce(sum(c.cost_usd), 0),
+               sum(c.input_tokens), sum(c.output_tokens), sum(c.cache_read_input_tokens),
+               sum(c.reasoning_output_tokens)
         FROM {reader}.llm_calls AS c JOIN {reader}.tasks AS t ON t.originator_id = c.originator_id
         WHERE c.tenant = %(tenant)s AND c.source = 'task' AND c.occurred_at >= %(since)s
-        GROUP BY t.priority ORDER BY t.priority
+        GROUP BY 1, 2 ORDER BY 1, 2
     """).format(reader=sql.Identifier(reader))
-    sums: dict[str, TokenCounts] = {}
+    sums: dict[tuple[str, bool], TokenCounts] = {}
     calls: dict[str, int] = {}
     recorded = Decimal(0)
-    for priority, count, cost, *tokens in conn.execute(statement, {"tenant": tenant, "since": since}):
-        calls[priority] = int(count)
+    rows = conn.execute(statement, {"tenant": tenant, "since": since, "long": LONG_CONTEXT_TOKENS})
+    for priority, long_context, count, cost, *tokens in rows:
+        calls[priority] = calls.get(priority, 0) + int(count)
         recorded += cost
-        sums[priority] = TokenCounts(
+        sums[(priority, bool(long_context))] = TokenCounts(
             input_tokens=int(tokens[0]),
             output_tokens=int(tokens[1]),
             cache_read_input_tokens=int(tokens[2]),
@@ -91,8 +96,15 @@ def reprice_by_tier(
         )
     costs: dict[str, tuple[dict[str, str], Decimal]] = {}
     for name, tiers in policies.items():
-        models = {p: tier_model(tiers, p, prices) for p in sums}
-        costs[name] = (models, sum((cost_of(sums[p], prices.price_for(models[p])) for p in sums), Decimal(0)))
+        models = {p: tier_model(tiers, p, prices) for p in calls}
+        cost = sum(
+            (
+                cost_of(tokens, prices.price_for(models[p]), long_context=long)
+                for (p, long), tokens in sums.items()
+            ),
+            Decimal(0),
+        )
+        costs[name] = (models, cost)
     base = costs[baseline][1]
     return TierReport(
         calls=sum(calls.values()),

@@ -1,0 +1,75 @@
+"""The tier dashboard's arithmetic (``projections/tier_queries.py``): summed counts priced as
+the calls one by one would be, the long-context rate only for calls past it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from flowledger.adapters.llm import load_price_table
+from flowledger.domain.model_tiers import ModelTiers
+from flowledger.domain.pricing import LONG_CONTEXT_TOKENS
+from flowledger.projections.tier_queries import reprice_by_tier
+
+PRIORITIES = ("low", "medium", "high", "critical")
+
+
+class Rows:
+    """A connection whose one query answers with rows grouped as the query groups them."""
+
+    def __init__(self, calls: list[tuple[str, int, int]]) -> None:
+        self.calls = calls  # (priority, input tokens, output tokens), one a call
+
+    def execute(self, statement: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        groups: dict[tuple[str, bool], list[int]] = {}
+        for priority, tokens_in, tokens_out in self.calls:
+            group = groups.setdefault((priority, tokens_in > params["long"]), [0, 0, 0])
+            group[0] += 1
+            group[1] += tokens_in
+            group[2] += tokens_out
+        return [(p, long, n, Decimal(0), i, o, 0, 0) for (p, long), (n, i, o) in sorted(groups.items())]
+
+
+def test_calls_each_under_the_long_context_bound_are_priced_at_the_base_rate_whatever_their_sum() -> None:
+    # Given 80 "high" calls of 2,591 input tokens each: 207,280 summed, past 200k
+    calls = [("high", 2_591, 100)] * 80
+    assert sum(c[1] for c in calls) > LONG_CONTEXT_TOKENS
+    prices = load_price_table()
+    claude = prices.price_for("claude-sonnet-4.5")
+    assert claude.has_long_context_tier
+    policy = ModelTiers(version="test", tiers={p: ("claude-sonnet-4.5",) for p in PRIORITIES})
+    # When the dashboard reprices them
+    report = reprice_by_tier(
+        Rows(calls),  # type: ignore[arg-type]
+        "reader",
+        prices,
+        {"all claude": policy},
+        tenant="t",
+        since=datetime(2026, 1, 1, tzinfo=UTC),
+        baseline="all claude",
+    )
+    # Then each is priced as one call (it was priced at the long-context rate on the sum)
+    one_by_one = sum(claude.cost(input_tokens=i, output_tokens=o) for _, i, o in calls)
+    assert report.policies[0].cost_usd == one_by_one
+    assert report.calls == 80
+
+
+def test_a_call_past_the_bound_takes_the_long_context_rate_beside_calls_under_it() -> None:
+    calls = [("high", 250_000, 100), ("high", 1_000, 100), ("low", 1_000, 50)]
+    prices = load_price_table()
+    claude = prices.price_for("claude-sonnet-4.5")
+    policy = ModelTiers(version="test", tiers={p: ("claude-sonnet-4.5",) for p in PRIORITIES})
+    report = reprice_by_tier(
+        Rows(calls),  # type: ignore[arg-type]
+        "reader",
+        prices,
+        {"all claude": policy},
+        tenant="t",
+        since=datetime(2026, 1, 1, tzinfo=UTC),
+        baseline="all claude",
+    )
+    assert report.policies[0].cost_usd == sum(
+        claude.cost(input_tokens=i, output_tokens=o) for _, i, o in calls
+    )
+    assert report.calls_by_priority == {"high": 2, "low": 1}
