@@ -18,6 +18,19 @@ from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification, TaskPriority
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9+#.\-]*")
+_JOINS = re.compile(r"[.\-]+")
+
+
+def _words(text: str) -> set[str]:
+    """The words of ``text`` the catalogue may know: each as written (``node.js``, ``c++``),
+    without the punctuation that ends a sentence or a phrase (``kubernetes.``), and each part
+    of one joined by ``.`` or ``-`` (``react-router``: react, router)."""
+    words: set[str] = set()
+    for word in _WORD.findall(text.lower()):
+        trimmed = word.rstrip(".-")
+        words.update((word, trimmed))
+        words.update(part for part in _JOINS.split(trimmed) if part)
+    return words
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +108,7 @@ class SkillCatalogue:
         Words of the description that the catalogue knows name the stack (``go`` is
         golang); only when none does, the category's own skills apply.
         """
-        words = set(_WORD.findall(description.lower()))
+        words = _words(description)
         matched = sorted(word for word in words if word in self.keywords)
         if matched:
             skills = tuple(sorted({skill for word in matched for skill in self.keywords[word]}))

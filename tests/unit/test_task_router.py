@@ -252,6 +252,21 @@ def test_words_of_the_description_decide_the_stack_before_the_category() -> None
     assert derived.priority is None
 
 
+@pytest.mark.parametrize(
+    ("description", "skills"),
+    [
+        ("The pod crashes on Kubernetes.", ("kubernetes",)),  # a full stop after the word
+        ("Deploy with helm, then kubernetes...", ("kubernetes",)),
+        ("react-router drops the query", ("react",)),  # a word joined to another
+        ("Fix the k8s-helm chart!", ("kubernetes",)),
+    ],
+)
+def test_a_known_word_is_found_beside_punctuation(description: str, skills: tuple[str, ...]) -> None:
+    # (The word pattern kept '.' and '-' inside words: "Kubernetes." was no known word, and the
+    # task was routed by its category alone.)
+    assert load_skill_catalogue().skills_for("bug_fix", description)[0] == skills
+
+
 def load_now() -> Any:
     from datetime import UTC, datetime
 
