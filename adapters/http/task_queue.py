@@ -21,6 +21,7 @@ from flowledger.adapters.http.schemas import (
     name,
 )
 from flowledger.adapters.http.tasks import AgentId, Json, Priority, TaskId, any_case, out
+from flowledger.domain.bounds import MAX_REASON_LENGTH
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskStatus
 from flowledger.infrastructure.engine.task_reads import MAX_LIST
@@ -44,7 +45,7 @@ class RunQueue(Body):
 class Requeue(Body):
     """Who sends the escalated task back to the queue, and why."""
 
-    reason: str = Field(min_length=1, max_length=1000, pattern=TEXT_PATTERN)
+    reason: str = Field(min_length=1, max_length=MAX_REASON_LENGTH, pattern=TEXT_PATTERN)
     requested_by: str | None = name(description="the person; the API key's id when omitted")
     deadline_hours: float | None = Field(
         default=None,
@@ -79,7 +80,8 @@ def list_tasks(
     overdue: bool | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
 ) -> list[Json]:
-    """Tasks matching every filter given, oldest first."""
+    """Tasks matching every filter given, oldest first. ``agent_id`` and ``overdue`` look at open
+    tasks only (a task its agent completed is no longer that agent's)."""
     states = caller.engine.list_tasks(
         status=status,
         priority=priority.value if priority is not None else None,
@@ -93,7 +95,8 @@ def list_tasks(
 @router.post("/queue/run", responses=responses())
 def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     """Offer every waiting task (requeued ones, those that waited for capacity) in queue order:
-    critical first, then the earliest deadline. Returns each task offered as it stands. Every
+    by priority (critical, high, medium, low), then the earliest deadline, then the oldest: a
+    high task due later goes before a low one due sooner. Returns each task offered as it stands. Every
     field has a default, so the body may be left out."""
     body = body or RunQueue()
     states = caller.engine.assign_pending(limit=body.limit, escalate_when_full=body.escalate_when_full)

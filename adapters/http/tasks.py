@@ -26,6 +26,7 @@ from flowledger.adapters.http.schemas import (
 )
 from flowledger.domain.bounds import (
     MAX_NAME_LENGTH,
+    MAX_REASON_LENGTH,
     MAX_SKILLS,
     MAX_TEXT_LENGTH,
     require_resolution,
@@ -134,7 +135,7 @@ class Outcome(Body):
 class Release(Body):
     """Why the task goes back to the queue."""
 
-    reason: str = Field(default="released", min_length=1, max_length=1000, pattern=TEXT_PATTERN)
+    reason: str = Field(default="released", min_length=1, max_length=MAX_REASON_LENGTH, pattern=TEXT_PATTERN)
 
 
 def out(state: Any) -> Json:

@@ -9,7 +9,7 @@ from flowledger.domain.agent import Agent, agent_uuid
 from flowledger.domain.errors import AgentNotFound, TaskNotFound, ValidationError
 from flowledger.domain.task import Task, task_uuid
 from flowledger.domain.task_views import AgentState, TaskPriority, TaskState, TaskStatus
-from flowledger.domain.values import require_version
+from flowledger.domain.values import require_name, require_version
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.history import HistoryEntry, history_entry
@@ -115,6 +115,8 @@ class TaskReads:
     ) -> list[TaskState]:
         """Tasks matching every filter given (``overdue``: open and past the deadline, by the
         engine's clock), oldest first, at most ``limit``. Open-only filters read the open queue."""
+        if agent_id is not None:
+            require_name("agent_id", agent_id)
         wanted_status = _status(status) if status is not None else None
         wanted_priority = TaskPriority.parse(priority) if priority is not None else None
         if overdue is not None and not isinstance(overdue, bool):

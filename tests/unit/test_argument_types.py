@@ -66,3 +66,36 @@ def test_an_engine_refuses_a_clock_that_does_not_return_a_datetime(reading: Any)
     with pytest.raises(ValidationError) as raised:
         Engine(settings=Settings(database_url="memory:", home=Path("/nonexistent")), clock=lambda: reading)
     assert raised.value.field == "clock"
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda e: e.assign_pending(escalate_when_full="no"), "escalate_when_full"),
+        (lambda e: e.assign_task("t", escalate_when_full="no"), "escalate_when_full"),
+        (lambda e: e.assign_pending(limit="3"), "limit"),
+        (lambda e: e.assign_pending(limit=0), "limit"),
+        (lambda e: e.assign_pending(limit=True), "limit"),
+        (lambda e: e.list_tasks(agent_id=5), "agent_id"),
+    ],
+    ids=[
+        "pending-escalate-no",
+        "assign-escalate-no",
+        "limit-string",
+        "limit-zero",
+        "limit-bool",
+        "agent-int",
+    ],
+)
+def test_the_queues_arguments_are_checked_as_the_http_api_checks_them(
+    engine: Engine, call: Any, field: str
+) -> None:
+    # (A string "no" was taken as true and escalated tasks; limit "3" raised TypeError; limit 0
+    # and an agent id 5 answered [] where REST says 422.)
+    engine.register_agent("a", "A", ["x"], capacity=0)
+    engine.create_task("t", "something", ["x"])
+    before = engine.log.head()
+    with pytest.raises(ValidationError) as raised:
+        call(engine)
+    assert raised.value.field == field
+    assert engine.log.head() == before

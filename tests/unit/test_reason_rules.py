@@ -67,3 +67,14 @@ def test_over_http_a_blank_string_resolution_is_a_422(memory_http: TestClient) -
     answer = memory_http.post("/v1/sessions/s/complete", json={"resolution": " "})
     assert answer.status_code == 422
     assert answer.json()["error"].startswith("resolution: ")
+
+
+def test_over_http_a_reason_may_be_as_long_as_the_library_takes(memory_http: TestClient) -> None:
+    # (REST capped release and requeue reasons at 1,000 characters; the library takes 2,000.)
+    memory_http.post("/v1/agents", json={"agent_id": "a", "name": "A", "skills": ["x"]})
+    memory_http.post("/v1/tasks", json={"task_id": "t", "description": "d", "required_skills": ["x"]})
+    memory_http.post("/v1/tasks/t/assign")
+    released = memory_http.post("/v1/tasks/t/release", json={"reason": "r" * 1_500})
+    assert released.status_code == 200, released.text
+    too_long = memory_http.post("/v1/tasks/t/release", json={"reason": "r" * 2_001})
+    assert too_long.status_code == 422
