@@ -128,11 +128,16 @@ def require_name(field_name: str, value: Any) -> str:
 
 
 def require_id(field_name: str, value: Any) -> str:
-    """Raise ValidationError unless ``value`` is a name (``require_name``) holding no ``/``:
-    the id of a new session, task or agent, which URL paths address."""
+    """Raise ValidationError unless ``value`` is a name (``require_name``) holding no ``/`` and
+    not only dots: the id of a new session, task or agent, which URL paths address (clients
+    resolve ``.`` and ``..`` segments away: ``/v1/tasks/.`` is the task list)."""
     name = require_name(field_name, value)
     if "/" in name:
         raise ValidationError(field_name, "must not contain '/': URL paths address the id and would split it")
+    if not name.replace(".", "").strip():
+        raise ValidationError(
+            field_name, "must not be only dots: URL paths address the id ('.' and '..' vanish)"
+        )
     return name
 
 

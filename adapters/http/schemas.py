@@ -35,10 +35,12 @@ NAME_PATTERN = worded(
 )
 """An id or name: not blank, no control characters (``domain.bounds.require_name``)."""
 ID_PATTERN = worded(
-    r"^[^\x00-\x1f\x7f-\x9f/]*[^\s\x00-\x1f\x7f-\x9f/][^\x00-\x1f\x7f-\x9f/]*$",
-    "must be text that is not blank and holds no control characters and no '/' (URL paths address it)",
+    r"^[^\x00-\x1f\x7f-\x9f/]*[^\s\x00-\x1f\x7f-\x9f/.][^\x00-\x1f\x7f-\x9f/]*$",
+    "must be text that is not blank, not only dots, and holds no control characters and no '/'"
+    " (URL paths address it)",
 )
-"""The id of a new session, task or agent: a name without ``/`` (``domain.bounds.require_id``)."""
+"""The id of a new session, task or agent: a name without ``/`` and not only dots (``.`` and
+``..`` are path segments clients resolve away; ``domain.bounds.require_id``)."""
 TEXT_PATTERN = worded(r"^[^\x00]*[^\s\x00][^\x00]*$", "must be text that is not blank and holds no NUL")
 """Free text (a description, a reason): not blank, no NUL (``domain.bounds.require_text``)."""
 MAX_VERSION = 2**31 - 1

@@ -42,6 +42,17 @@ def test_a_task_or_agent_id_with_a_slash_is_refused_and_nothing_is_recorded(
     assert memory_http.get("/v1/agents").json() == []
 
 
+@pytest.mark.parametrize("bad", [".", "..", " . "])
+def test_an_id_of_dots_only_is_refused_and_nothing_is_recorded(memory_http: TestClient, bad: str) -> None:
+    # (A task "." was created, then /v1/tasks/. answered the task list and /start a 405.)
+    task = memory_http.post("/v1/tasks", json={"task_id": bad, "description": "Fix it"})
+    session = memory_http.post("/v1/sessions", json={"session_id": bad, "workflow": "w"})
+    for response, field in ((task, "task_id"), (session, "session_id")):
+        assert response.status_code == 422, response.text
+        assert response.json()["error"].startswith(f"{field}: ")
+    assert memory_http.get("/v1/tasks").json() == []
+
+
 def test_a_session_id_with_a_slash_is_refused_by_rest_fork_and_webhook(memory_http: TestClient) -> None:
     engine = engine_of(memory_http)
     # When sessions are started with an id holding "/", over REST and the webhook in both modes
