@@ -125,9 +125,13 @@ class EndpointBreaker:
         self._trial_running = False
 
     def record(self, error: BaseException | None, *, trial: bool) -> None:
-        """Feed one attempt's outcome (None: success) into the breaker."""
+        """Feed one attempt's outcome (None: success) into the breaker. A client error (4xx,
+        429 included) judges nothing: it neither counts as a failure nor clears the count, and a
+        half-open trial that gets one leaves the breaker half-open for the next trial."""
         if trial:
             self._trial_running = False
+        if error is not None and not is_endpoint_failure(error):
+            return
         try:
             with self._breaker:
                 if error is not None:

@@ -144,6 +144,38 @@ async def test_client_errors_do_not_count_against_the_endpoint(transport: Transp
     await llm.aclose()
 
 
+async def test_a_client_error_between_server_failures_does_not_clear_their_count(
+    transport: Transports,
+) -> None:
+    # (A 429 or 400 reset the count: 503, 503, 429, 503, 503, 429 ... never opened it.)
+    endpoint = Endpoint(503)
+    llm = await served_client(transport, endpoint)
+    await fail_times(llm, 2)
+    endpoint.status = 429
+    await fail_times(llm, 1)
+    endpoint.status = 503
+    await fail_times(llm, 1)
+    assert llm.breaker.state == STATE_OPEN
+    await llm.aclose()
+
+
+async def test_a_half_open_trial_that_gets_a_client_error_does_not_close_the_breaker(
+    transport: Transports,
+) -> None:
+    # (A 429 answered to the trial closed the breaker: only a success closes it.)
+    endpoint = Endpoint(503)
+    llm = await served_client(transport, endpoint)
+    await fail_times(llm, 3)
+    await asyncio.sleep(0.12)
+    endpoint.status = 429
+    await fail_times(llm, 1)
+    assert llm.breaker.state == STATE_HALF_OPEN
+    endpoint.status = 200
+    await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    assert llm.breaker.state == STATE_CLOSED
+    await llm.aclose()
+
+
 async def test_a_breaker_opening_mid_retry_stops_the_retries() -> None:
     async def instant(_: float) -> None:
         return None
