@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import os
 import socket
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
@@ -26,6 +27,7 @@ from flowledger.adapters.cli.keys_commands import keyring, keys_required
 from flowledger.adapters.http.app import create_app
 from flowledger.adapters.http.middleware import log_requests
 from flowledger.adapters.llm import OpenAICompatibleClient, WebhookNotifier
+from flowledger.adapters.llm.env_options import client_options_from_env
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.bounds import require_count
 from flowledger.domain.errors import ValidationError
@@ -133,6 +135,7 @@ def serve(
         loop_name, run = loop_runner(loop)
         parser = http_parser(http)
         base = Settings.from_env()
+        client_options_from_env(os.environ)  # a bad FLOWLEDGER_LLM_* value refused before anything starts
         require_listenable(host, port)
         keys = keyring(base)
         try:

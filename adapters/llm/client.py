@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import threading
 import time
@@ -33,6 +34,7 @@ from flowledger.adapters.llm.completion import (
 )
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig
+from flowledger.adapters.llm.env_options import client_options_from_env
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
 from flowledger.adapters.llm.reported_usage import ReportedUsage
 from flowledger.adapters.llm.resilience import EndpointBreaker, ModelRateLimiter
@@ -136,9 +138,11 @@ class OpenAICompatibleClient:
     def from_settings(cls, settings: Settings, **options: Any) -> OpenAICompatibleClient:
         """A client for ``FLOWLEDGER_LLM_BASE_URL`` with ``FLOWLEDGER_LLM_API_KEY`` (checked now).
 
-        ``options`` are further ClientConfig fields; prices come from
+        ``options`` are further ClientConfig fields, over those the environment sets
+        (``env_options``: timeouts, retries, breaker, streaming, limits); prices come from
         ``FLOWLEDGER_PRICING_FILE`` or the shipped table.
         """
+        options = {**client_options_from_env(os.environ), **options}
         if not settings.llm_base_url:
             raise ValidationError("llm_base_url", "FLOWLEDGER_LLM_BASE_URL is not set")
         if not settings.llm_api_key:

@@ -84,6 +84,17 @@ def test_serve_refuses_a_network_address_without_keys_in_one_line_before_startin
     assert "--insecure" in line
 
 
+def test_serve_refuses_a_client_setting_it_cannot_read_in_one_line_before_starting_anything(
+    database_url: str, pg_schema: str, tmp_path: Path, free_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a model-client setting in the environment that does not read
+    monkeypatch.setenv("FLOWLEDGER_LLM_MAX_RETRIES", "three")
+    # When serve starts, Then it exits 2 with one line naming the variable
+    result = run(database_url, pg_schema, tmp_path, "serve", "--port", str(free_port))
+    assert result.returncode == 2, result.stderr
+    assert the_error_line(result) == "error: FLOWLEDGER_LLM_MAX_RETRIES: must be a whole number, got 'three'"
+
+
 def test_serve_refuses_an_unknown_http_parser_naming_the_option_and_its_values(
     database_url: str, pg_schema: str, tmp_path: Path, free_port: int
 ) -> None:
