@@ -31,6 +31,20 @@ class Rows:
         return [(p, long, n, Decimal(0), i, o, 0, 0) for (p, long), (n, i, o) in sorted(groups.items())]
 
 
+def all_claude(calls: list[tuple[str, int, int]]) -> Any:
+    """The dashboard's report of ``calls`` under one policy: every priority on Claude."""
+    policy = ModelTiers(version="test", tiers={p: ("claude-sonnet-4.5",) for p in PRIORITIES})
+    return reprice_by_tier(
+        Rows(calls),  # type: ignore[arg-type]
+        "reader",
+        load_price_table(),
+        {"all claude": policy},
+        tenant="t",
+        since=datetime(2026, 1, 1, tzinfo=UTC),
+        baseline="all claude",
+    )
+
+
 def test_calls_each_under_the_long_context_bound_are_priced_at_the_base_rate_whatever_their_sum() -> None:
     # Given 80 "high" calls of 2,591 input tokens each: 207,280 summed, past 200k
     calls = [("high", 2_591, 100)] * 80
@@ -38,17 +52,8 @@ def test_calls_each_under_the_long_context_bound_are_priced_at_the_base_rate_wha
     prices = load_price_table()
     claude = prices.price_for("claude-sonnet-4.5")
     assert claude.has_long_context_tier
-    policy = ModelTiers(version="test", tiers={p: ("claude-sonnet-4.5",) for p in PRIORITIES})
     # When the dashboard reprices them
-    report = reprice_by_tier(
-        Rows(calls),  # type: ignore[arg-type]
-        "reader",
-        prices,
-        {"all claude": policy},
-        tenant="t",
-        since=datetime(2026, 1, 1, tzinfo=UTC),
-        baseline="all claude",
-    )
+    report = all_claude(calls)
     # Then each is priced as one call (it was priced at the long-context rate on the sum)
     one_by_one = sum(claude.cost(input_tokens=i, output_tokens=o) for _, i, o in calls)
     assert report.policies[0].cost_usd == one_by_one
@@ -59,16 +64,7 @@ def test_a_call_past_the_bound_takes_the_long_context_rate_beside_calls_under_it
     calls = [("high", 250_000, 100), ("high", 1_000, 100), ("low", 1_000, 50)]
     prices = load_price_table()
     claude = prices.price_for("claude-sonnet-4.5")
-    policy = ModelTiers(version="test", tiers={p: ("claude-sonnet-4.5",) for p in PRIORITIES})
-    report = reprice_by_tier(
-        Rows(calls),  # type: ignore[arg-type]
-        "reader",
-        prices,
-        {"all claude": policy},
-        tenant="t",
-        since=datetime(2026, 1, 1, tzinfo=UTC),
-        baseline="all claude",
-    )
+    report = all_claude(calls)
     assert report.policies[0].cost_usd == sum(
         claude.cost(input_tokens=i, output_tokens=o) for _, i, o in calls
     )
