@@ -20,7 +20,7 @@ from flowledger.adapters.http.schemas import (
     Integer,
     name,
 )
-from flowledger.adapters.http.tasks import AgentId, Json, Priority, TaskId, any_case, out
+from flowledger.adapters.http.tasks import AgentId, Json, NoFields, Priority, TaskId, any_case, out
 from flowledger.domain.bounds import MAX_REASON_LENGTH
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskStatus
@@ -104,8 +104,9 @@ def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
 
 
 @router.post("/queue/sweep", responses=responses())
-def sweep_deadlines(caller: Writer) -> list[Json]:
-    """Escalate every open task whose deadline has passed (each once); returns those escalated."""
+def sweep_deadlines(caller: Writer, body: NoFields | None = None) -> list[Json]:
+    """Escalate every open task whose deadline has passed (each once); returns those escalated.
+    No body is needed; one with fields is refused (422)."""
     return [out(state) for state in caller.engine.escalate_overdue()]
 
 

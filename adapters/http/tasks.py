@@ -121,6 +121,11 @@ class Assign(Body):
     it to). The body may be left out; a field in it is refused, as everywhere (422)."""
 
 
+class NoFields(Body):
+    """A command with nothing to say: the body may be left out; a field in it is refused, as
+    everywhere (422), rather than silently ignored."""
+
+
 class Outcome(Body):
     """What the finished task produced: ``resolution``, as a session ends with (``result``, the
     name before, is still accepted)."""
@@ -217,8 +222,8 @@ async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = Non
 
 
 @router.post("/tasks/{task_id}/start", responses=_WRITE)
-def start_task(task_id: TaskId, caller: Writer) -> Json:
-    """The assigned agent started work."""
+def start_task(task_id: TaskId, caller: Writer, body: NoFields | None = None) -> Json:
+    """The assigned agent started work (no body needed; one with fields is refused, 422)."""
     return out(caller.engine.start_task(task_id))
 
 
