@@ -8,6 +8,8 @@ test's backends are touched: other tests share the server.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,12 +55,36 @@ def terminate(database_url: str, pids: list[int]) -> None:
         eventually(lambda: not admin.execute(alive, [pids]).fetchall(), "the terminated backends are gone")
 
 
+def own_client_ports() -> list[int]:
+    """The local TCP ports of this process's sockets (Linux ``/proc``): a backend serves this
+    test only if its ``client_port`` is one of them. The notification channel is named after
+    the events table, the same in every schema, so another test's LISTEN or NOTIFY (another
+    pytest-xdist worker) names it too, and terminating that one broke that test."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    ports = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def backends_running(database_url: str, statement_start: str, channel: str) -> list[int]:
-    """Backends whose last statement starts with ``statement_start`` and names ``channel``."""
+    """This process's backends whose last statement starts with ``statement_start`` and names
+    ``channel`` (see ``own_client_ports``)."""
     with psycopg.connect(database_url, autocommit=True) as admin:
         rows = admin.execute(
-            "SELECT pid FROM pg_stat_activity WHERE starts_with(query, %s) AND position(%s in query) > 0",
-            [statement_start, channel],
+            "SELECT pid FROM pg_stat_activity WHERE starts_with(query, %s) AND position(%s in query) > 0"
+            " AND client_port = ANY(%s)",
+            [statement_start, channel, own_client_ports()],
         ).fetchall()
     return [pid for (pid,) in rows]
 
