@@ -128,7 +128,3 @@ class ClientConfig:
     def endpoint(self) -> str:
         """The chat-completions URL, which is also the circuit breaker's key."""
         return self.base_url.rstrip("/") + "/chat/completions"
-
-    def limits_for(self, model: str) -> ModelLimits | None:
-        """The model's own limits, else the default ones (None: unlimited)."""
-        return self.limits.get(model, self.default_limits)
