@@ -79,15 +79,19 @@ def list_tasks(
     agent_id: Annotated[str | None, Query(max_length=MAX_ID, pattern=NAME_PATTERN)] = None,
     overdue: bool | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
+    after: Annotated[str | None, Query(max_length=MAX_ID, pattern=NAME_PATTERN)] = None,
 ) -> list[Json]:
-    """Tasks matching every filter given, oldest first. ``agent_id`` and ``overdue`` look at open
-    tasks only (a task its agent completed is no longer that agent's)."""
+    """Tasks matching every filter given, oldest first, at most ``limit``. ``agent_id`` and
+    ``overdue`` look at open tasks only (a task its agent completed is no longer that agent's).
+    A longer list is read page by page: ``after`` is the last ``task_id`` of the page before
+    (422 when no task has that id)."""
     states = caller.engine.list_tasks(
         status=status,
         priority=priority.value if priority is not None else None,
         agent_id=agent_id,
         overdue=overdue,
         limit=limit,
+        after=after,
     )
     return [out(state) for state in states]
 

@@ -503,10 +503,12 @@ class Engine:
         agent_id: str | None = None,
         overdue: bool | None = None,
         limit: int = 100,
+        after: str | None = None,
     ) -> list[TaskState]:
-        """Tasks matching every filter given, oldest first (see ``TaskReads.list_tasks``)."""
+        """Tasks matching every filter given, oldest first, at most ``limit``, created after the
+        task ``after`` (the last id of the previous page; see ``TaskReads.list_tasks``)."""
         return self.task_reads.list_tasks(
-            status=status, priority=priority, agent_id=agent_id, overdue=overdue, limit=limit
+            status=status, priority=priority, agent_id=agent_id, overdue=overdue, limit=limit, after=after
         )
 
     def assign_task(self, task_id: str, *, escalate_when_full: bool = True) -> TaskState:

@@ -112,9 +112,14 @@ class TaskReads:
         agent_id: str | None = None,
         overdue: bool | None = None,
         limit: int = 100,
+        after: str | None = None,
     ) -> list[TaskState]:
         """Tasks matching every filter given (``overdue``: open and past the deadline, by the
-        engine's clock), oldest first, at most ``limit``. Open-only filters read the open queue."""
+        engine's clock), oldest first, at most ``limit``, created after the task ``after`` (the
+        last id of the page before: a listing longer than ``limit`` is read page by page).
+        Open-only filters read the open queue."""
+        if after is not None:
+            require_name("after", after)
         if agent_id is not None:
             require_name("agent_id", agent_id)
         wanted_status = _status(status) if status is not None else None
@@ -127,6 +132,11 @@ class TaskReads:
             overdue or agent_id is not None or (wanted_status is not None and not wanted_status.is_final)
         )
         entries = self.index.open_tasks() if open_only else self.index.all_tasks()
+        if after is not None:
+            cursor = self.index.task_entry(self.task_uuid(after))
+            if cursor is None:
+                raise ValidationError("after", f"no task {after!r} in this tenant")
+            entries = [entry for entry in entries if entry.position > cursor.position]
         now = self._store.clock()
         found = []
         for entry in entries:

@@ -113,3 +113,20 @@ def test_requeuing_a_task_past_its_deadline_asks_for_a_new_one(http: TestClient)
     body = {"reason": "retry", "requested_by": "lead", "deadline_hours": 8}
     assert http.post("/v1/tasks/T-1/requeue", json=body).json()["status"] == "pending"
     assert http.post("/v1/tasks/T-1/assign").json()["agent_id"] == "be-1"
+
+
+def test_the_task_list_is_read_page_by_page_after_the_last_id(http: TestClient) -> None:
+    # Given five tasks
+    for n in range(5):
+        assert http.post("/v1/tasks", json={"task_id": f"T-{n}", "description": "Fix"}).status_code == 201
+    ids = lambda response: [t["task_id"] for t in response.json()]  # noqa: E731
+    # When the list is read two at a time, each page after the last id of the one before
+    first = http.get("/v1/tasks", params={"limit": 2})
+    second = http.get("/v1/tasks", params={"limit": 2, "after": ids(first)[-1]})
+    third = http.get("/v1/tasks", params={"limit": 2, "after": ids(second)[-1], "status": "PENDING"})
+    # Then every task comes once, in order
+    assert ids(first) + ids(second) + ids(third) == [f"T-{n}" for n in range(5)]
+    # And a cursor that names no task is a 422 that says so
+    unknown = http.get("/v1/tasks", params={"after": "T-404"})
+    assert unknown.status_code == 422, unknown.text
+    assert unknown.json()["error"] == "after: no task 'T-404' in this tenant"

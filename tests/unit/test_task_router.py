@@ -208,6 +208,30 @@ def test_tasks_are_listed_by_status_priority_agent_and_overdue(engine: Engine) -
         engine.list_tasks(limit="10")  # type: ignore[arg-type]
 
 
+def test_a_listing_longer_than_its_limit_is_read_page_by_page_after_the_last_id(engine: Engine) -> None:
+    # Given five tasks, two of them done (a status filter skips them on every page)
+    engine.register_agent("be", "Backend", ["python"], 10)
+    for n in range(5):
+        engine.create_task(f"t{n}", "Fix the API", ["python"])
+    for done in ("t1", "t3"):
+        engine.assign_task(done)
+        engine.complete_task(done, {"ok": True})
+    ids = lambda states: [s.task_id for s in states]  # noqa: E731
+    # When each page starts after the last id of the one before
+    assert ids(engine.list_tasks(limit=2)) == ["t0", "t1"]
+    assert ids(engine.list_tasks(limit=2, after="t1")) == ["t2", "t3"]
+    assert ids(engine.list_tasks(limit=2, after="t3")) == ["t4"]
+    assert ids(engine.list_tasks(limit=2, after="t4")) == []
+    # Then filters apply within the pages, and the cursor may be a task the filter skips
+    assert ids(engine.list_tasks(status="pending", limit=1, after="t1")) == ["t2"]
+    assert ids(engine.list_tasks(status="pending", after="t0")) == ["t2", "t4"]
+    # And a cursor naming no task is refused, not read as "from the start"
+    with pytest.raises(ValidationError, match="after: no task 'nope'"):
+        engine.list_tasks(after="nope")
+    with pytest.raises(ValidationError, match="after"):
+        engine.list_tasks(after=5)  # type: ignore[arg-type]
+
+
 def test_a_catalogue_file_overrides_the_shipped_one(tmp_path: Path) -> None:
     shipped = load_skill_catalogue()
     data = json.loads((Path(__file__).parents[2] / "infrastructure" / "skills.json").read_text())
