@@ -277,7 +277,8 @@ class OpenAICompatibleClient:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         queued = self._clock()
-        tokens = estimate_prompt_tokens(messages) + self.config.max_tokens
+        prompt = estimate_prompt_tokens(messages)
+        tokens = prompt + self.config.max_tokens
         await self.limiter.acquire(name, tokens)
         call = CallContext(
             provider=self.config.provider,
@@ -287,6 +288,7 @@ class OpenAICompatibleClient:
             stream=stream,
             queued=queued,
             started=self._clock(),
+            estimated_prompt_tokens=prompt,
         )
         outcomes: list[AttemptOutcome] = []
         try:
@@ -328,7 +330,7 @@ class OpenAICompatibleClient:
             parsed = await self._send(body, stream, begun, progress)
         except AttemptError as error:
             self.breaker.record(error, trial=trial)
-            outcomes.append(self._outcome(len(outcomes) + 1, error, begun, waited))
+            outcomes.append(self._outcome(len(outcomes) + 1, error, begun, waited, progress=progress))
             raise
         except BaseException as error:
             if trial:
@@ -342,6 +344,8 @@ class OpenAICompatibleClient:
                         elapsed_ms=(self._clock() - begun) * 1000,
                         waited_before_s=waited,
                         usage=progress.tokens,  # a stream cancelled after its usage chunk was billed
+                        billed_unreported=progress.billed_unreported,  # one cancelled before it, too
+                        streamed_chars=progress.streamed_chars,
                     )
                 )
             raise
@@ -354,7 +358,7 @@ class OpenAICompatibleClient:
         self, body: dict[str, Any], stream: bool, begun: float, progress: StreamProgress
     ) -> ParsedCompletion:
         """One attempt; a stream's usage, once read, stays on the error if the stream then
-        breaks or times out (the provider billed it)."""
+        breaks or times out (the provider billed it). How far a stream got is on ``progress``."""
         timeout = self.config.request_timeout_s
         try:
             async with asyncio.timeout(timeout):
@@ -424,9 +428,16 @@ class OpenAICompatibleClient:
         begun: float,
         waited: float,
         usage: ReportedUsage | None = None,
+        progress: StreamProgress | None = None,
     ) -> AttemptOutcome:
+        """How an attempt ended; a failed one's ``progress`` says how far its stream got."""
+        unreported = False
         if error is not None:
             usage = error.usage
+            if usage is None and progress is not None:
+                # A stream's usage, once read, was billed whatever broke the stream after it.
+                usage = progress.tokens
+            unreported = progress is not None and progress.billed_unreported
         return AttemptOutcome(
             number=number,
             error_type="ok" if error is None else error.error_type,
@@ -434,6 +445,8 @@ class OpenAICompatibleClient:
             elapsed_ms=(self._clock() - begun) * 1000,
             waited_before_s=waited,
             usage=usage,
+            billed_unreported=unreported,
+            streamed_chars=progress.streamed_chars if progress is not None else 0,
         )
 
     def _scrub(self, text: str) -> str:

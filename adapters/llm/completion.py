@@ -52,10 +52,20 @@ def parse_completion(data: Any) -> ParsedCompletion:
 
 @dataclass
 class StreamProgress:
-    """What a stream has said so far: its usage, once the usage chunk came. A stream cut, timed
-    out or cancelled after that chunk was billed: the attempt keeps it."""
+    """What a stream has said so far: whether it ``began`` (its 2xx answer came: the provider
+    took the request, and bills it from there), its usage once the usage chunk came, and the
+    characters of content streamed. A stream cut, timed out or cancelled after that chunk was
+    billed for it: the attempt keeps it; one that began and ended before it was billed for
+    what is not known (``billed_unreported``)."""
 
+    began: bool = False
     tokens: ReportedUsage | None = None
+    streamed_chars: int = 0
+
+    @property
+    def billed_unreported(self) -> bool:
+        """The stream began and ended before its usage chunk: billed, for what is not known."""
+        return self.began and self.tokens is None
 
 
 async def read_stream(
@@ -68,8 +78,10 @@ async def read_stream(
 
     The time to first token is taken when the first non-empty content delta arrives;
     usage comes in the last chunk (with an empty ``choices`` list), and is put on
-    ``progress`` as soon as it is read.
+    ``progress`` as soon as it is read (as is the content's length, as it comes).
     """
+    if progress is not None:
+        progress.began = True
     parts: list[str] = []
     reasons: list[str] = []
     model = response_id = ""
@@ -107,6 +119,8 @@ async def read_stream(
                 if first_token_ms is None:
                     first_token_ms = (clock() - started) * 1000
                 parts.append(text)
+                if progress is not None:
+                    progress.streamed_chars += len(text)
             if choice.get("finish_reason"):
                 reasons.append(str(choice["finish_reason"]))
     if not done:

@@ -52,7 +52,9 @@ class AttemptError(Exception):
 @dataclass(frozen=True, kw_only=True)
 class AttemptOutcome:
     """How one attempt ended: ``error_type`` is ``"ok"`` for a success; ``usage`` is what it
-    was billed for, when the provider said."""
+    was billed for, when the provider said. ``billed_unreported``: a failed attempt whose
+    stream the provider began answering ended before its usage chunk, so it was billed for
+    what is not known; ``streamed_chars``, the content it had streamed by then."""
 
     number: int
     error_type: str
@@ -60,6 +62,8 @@ class AttemptOutcome:
     elapsed_ms: float
     waited_before_s: float
     usage: ReportedUsage | None = None
+    billed_unreported: bool = False
+    streamed_chars: int = 0
 
 
 def parse_retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time) -> float | None:

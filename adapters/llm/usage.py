@@ -4,7 +4,9 @@ Every attempt the provider billed (it reported usage: the answer, a 2xx body tha
 be read, a stream cut after its usage chunk) is priced on its own, in the attempt log. The
 usage's token fields and ``cost_usd`` are the last attempt's (the answer, when there is one);
 what the attempts before it were billed is ``retried_cost_usd``. A provider's own charge
-(OpenRouter's ``usage.cost``) overrides the price table for its attempt.
+(OpenRouter's ``usage.cost``) overrides the price table for its attempt. An attempt billed for
+what is not known (a stream that began and was cut, timed out or cancelled before its usage
+chunk), like an answer that reports no usage, makes the call ``unpriced``: never a silent $0.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from flowledger.domain.values import LlmUsage
 class CallContext:
     """What is fixed for one call before its first attempt (clock readings in seconds).
 
-    ``price`` is None for a model without a price (its usage is flagged ``unpriced``).
+    ``price`` is None for a model without a price (its usage is flagged ``unpriced``);
+    ``estimated_prompt_tokens`` is the prompt's rough size (``estimate_prompt_tokens``), kept
+    when an attempt was billed for tokens it did not report.
     """
 
     provider: str
@@ -34,6 +38,7 @@ class CallContext:
     stream: bool
     queued: float
     started: float
+    estimated_prompt_tokens: int = 0
 
 
 def attempt_cost(price: ModelPrice | None, tokens: ReportedUsage) -> Decimal | None:
@@ -53,7 +58,7 @@ def build_usage(
     log: list[dict[str, Any]] = []
     retried = Decimal(0)
     billed = 0
-    unpriced = False
+    unpriced = unreported = False
     cost: Decimal | None = None
     for index, outcome in enumerate(outcomes):
         entry: dict[str, Any] = {
@@ -71,14 +76,25 @@ def build_usage(
             unpriced = unpriced or cost is None
             if index < len(outcomes) - 1 and cost is not None:
                 retried += cost
+        elif outcome.billed_unreported:
+            # Its stream began (the prompt was taken) and ended before the usage chunk: billed,
+            # for what is not known. What is known is kept; no token count is made up.
+            entry["usage_reported"] = False
+            entry["cost_usd"] = None
+            entry["streamed_chars"] = outcome.streamed_chars
+            unreported = True
         log.append(entry)
     # Without a price, a call nothing was reported for is unpriced too: never a silent $0.
-    unpriced = unpriced or (call.price is None and not billed)
+    unpriced = unpriced or unreported or (call.price is None and not billed)
     extra: dict[str, Any] = {
         "streamed": call.stream,
         "rate_limit_wait_ms": round((call.started - call.queued) * 1000, 3),
         "attempt_log": log,
     }
+    if unreported:
+        extra["estimated_prompt_tokens"] = call.estimated_prompt_tokens
+        if outcomes[-1].billed_unreported:  # the usage's token fields are that attempt's: none
+            extra["usage_reported"] = False
     if parsed is not None and call.stream:
         ttft = parsed.time_to_first_token_ms
         extra["time_to_first_token_ms"] = round(ttft, 3) if ttft is not None else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient
 from flowledger.adapters.llm.alerts import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.budget import Budget, CallScope, budget_uuid
-from flowledger.domain.errors import BudgetExceeded, ValidationError
+from flowledger.domain.errors import BudgetExceeded, LlmCallFailed, ValidationError
 from flowledger.domain.pricing import ModelPrice, PriceTable
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
@@ -450,5 +451,51 @@ async def test_an_answer_without_usage_is_unpriced_and_counts_its_estimate_again
         estimate = llm.max_cost(MODEL, [{"role": "user", "content": "x"}]).max_cost_usd
         [burn] = engine.budgets.burn()
         assert burn.spent_usd > estimate / 2
+    finally:
+        await engine.aclose()
+
+
+async def test_a_stream_cut_before_its_usage_chunk_is_unpriced_and_counts_its_estimate_against_budgets(
+    settings: Settings,
+) -> None:
+    # Given a provider whose streams begin and are cut before their usage chunk, under a budget
+    def handler(request: httpx.Request) -> httpx.Response:
+        chunk = {"id": "x", "model": MODEL, "choices": [{"delta": {"content": '{"message": "h'}}]}
+        return httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, text=f"data: {json.dumps(chunk)}\n\n"
+        )
+
+    config = ClientConfig(
+        base_url="https://llm.test/v1",
+        api_key=ApiKey("sk-budget-1"),
+        default_model=MODEL,
+        stream=True,
+        max_retries=0,
+    )
+    llm = OpenAICompatibleClient(config, prices=PRICES, transport=httpx.MockTransport(handler))
+    held: list[Decimal] = []
+    estimate = llm.max_cost
+
+    def recording(model: str | None, messages: list[dict[str, Any]]) -> Any:
+        made = estimate(model, messages)
+        held.append(made.max_cost_usd)
+        return made
+
+    llm.max_cost = recording  # type: ignore[method-assign]
+    engine = Engine(settings=settings, llm=llm)
+    try:
+        engine.budgets.set("tenant", None, "day", "10", mode="enforce")
+        engine.start_session("cut", "support")
+        # When a step's call fails on such a stream
+        with pytest.raises(LlmCallFailed):
+            await engine.process_step("cut", "s1", {"message": "hi"})
+        # Then its StepFailed says the cost is not known (not a silent $0), and the budget
+        # counts the most it could have cost, as it held
+        [failure] = engine.get_session("cut").failures
+        assert failure.usage is not None
+        assert (failure.error_type, failure.usage.unpriced) == ("connection_error", True)
+        [burn] = engine.budgets.burn()
+        assert burn.spent_usd == held[0] > 0
+        assert burn.reserved_usd == 0
     finally:
         await engine.aclose()

@@ -13,7 +13,9 @@ import httpx
 import pytest
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.domain.session_views import StepFailure
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.postgres.budgets import Burn
 
 MODEL = "deepseek-v3.2"
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 10}
@@ -22,10 +24,11 @@ USAGE = {"prompt_tokens": 1000, "completion_tokens": 10}
 class SlowEndpoint:
     """Answers the first ``refusals`` requests with 429, then (when ``cut_stream``) one stream
     cut before ``[DONE]`` after its usage chunk (billed, retried), then never answers until
-    cancelled; ``hanging`` is set once a request hangs."""
+    cancelled (or, when ``hang_streaming``, begins a stream and never sends its usage chunk);
+    ``hanging`` is set once a request hangs."""
 
-    def __init__(self, refusals: int = 0, cut_stream: bool = False) -> None:
-        self.refusals, self.cut_stream = refusals, cut_stream
+    def __init__(self, refusals: int = 0, cut_stream: bool = False, hang_streaming: bool = False) -> None:
+        self.refusals, self.cut_stream, self.hang_streaming = refusals, cut_stream, hang_streaming
         self.requests = 0
         self.hanging = asyncio.Event()
 
@@ -40,9 +43,17 @@ class SlowEndpoint:
             ]
             text = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks)
             return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=text)
+        if self.hang_streaming:
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=self._begun())
         self.hanging.set()
         await asyncio.sleep(3600)
         raise AssertionError("the test cancels before this")
+
+    async def _begun(self) -> AsyncIterator[bytes]:
+        chunk = {"id": "c2", "model": MODEL, "choices": [{"delta": {"content": "Hel"}}]}
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
+        self.hanging.set()
+        await asyncio.sleep(3600)
 
 
 @pytest.fixture
@@ -107,20 +118,44 @@ async def test_attempts_billed_before_the_cancel_stay_in_the_books(engine: Engin
     assert failure.usage.attempts == 3
 
 
-@pytest.mark.postgres
-async def test_a_budget_is_charged_what_a_cancelled_calls_attempts_were_billed(
-    database_url: str, pg_schema: str
-) -> None:
+async def _cancelled_under_a_budget(
+    database_url: str, pg_schema: str, endpoint: SlowEndpoint
+) -> tuple[StepFailure, Burn]:
+    """The step failure and the budget's burn after a streamed step is cancelled while
+    ``endpoint`` hangs, under a user's budget on PostgreSQL."""
     settings = Settings(home=Path("/nonexistent"), database_url=database_url, schema=pg_schema)
-    endpoint = SlowEndpoint(cut_stream=True)
     engine = Engine(settings=settings, llm=client(endpoint, stream=True))
     try:
         engine.start_session("s1", "cs", user_id="alice")
         engine.budgets.set("user", "alice", "month", "5")
         await _cancel_while_hanging(engine, endpoint)
+        (failure,) = engine.get_session("s1").failures
         [burn] = engine.budgets.burn()
-        # The cut stream's 1,000 input and 10 output tokens (see above), and nothing still held.
-        assert burn.spent_usd == Decimal("0.0002842")
-        assert burn.reserved_usd == Decimal(0)
+        return failure, burn
     finally:
         await engine.aclose()
+
+
+@pytest.mark.postgres
+async def test_a_budget_is_charged_what_a_cancelled_calls_attempts_were_billed(
+    database_url: str, pg_schema: str
+) -> None:
+    _, burn = await _cancelled_under_a_budget(database_url, pg_schema, SlowEndpoint(cut_stream=True))
+    # The cut stream's 1,000 input and 10 output tokens (see above), and nothing still held.
+    assert burn.spent_usd == Decimal("0.0002842")
+    assert burn.reserved_usd == Decimal(0)
+
+
+@pytest.mark.postgres
+async def test_a_stream_cancelled_before_its_usage_chunk_counts_its_estimate_against_budgets(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a stream the provider began answering, cancelled before its usage chunk came
+    endpoint = SlowEndpoint(hang_streaming=True)
+    failure, burn = await _cancelled_under_a_budget(database_url, pg_schema, endpoint)
+    # Then the call's cost is not known (it was billed: not $0), and the budget counts the
+    # most it could have cost, as it held
+    assert failure.usage is not None
+    assert (failure.error_type, failure.usage.unpriced) == ("cancelled", True)
+    assert burn.spent_usd > 0
+    assert burn.reserved_usd == Decimal(0)

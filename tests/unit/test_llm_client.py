@@ -18,7 +18,9 @@ from flowledger.adapters.llm import (
     build_engine,
     load_price_table,
 )
+from flowledger.adapters.llm.completion import estimate_prompt_tokens
 from flowledger.domain.errors import LlmCallFailed, UnknownModelPrice, ValidationError
+from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Settings
 from tests.unit.test_llm_transports import Transports, transport_fixture  # noqa: F401 (a fixture)
 
@@ -219,9 +221,11 @@ STREAM_HEAD = [
 """A stream's content and its usage chunk (billed: 1,000 x $2/M + 100 x $8/M = $0.0028), before [DONE]."""
 
 
-def stream_then(ending: str, sent: asyncio.Event | None = None) -> Any:
-    """A handler whose first stream sends ``STREAM_HEAD`` and then is cut (``"drop"``) or hangs
-    (``"hang"``); later requests get a whole stream."""
+def stream_then(
+    ending: str, sent: asyncio.Event | None = None, head: list[dict[str, Any]] = STREAM_HEAD
+) -> Any:
+    """A handler whose first stream sends ``head`` (``STREAM_HEAD`` unless told) and then is
+    cut (``"drop"``) or hangs (``"hang"``); later requests get a whole stream."""
     requests: list[int] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -230,7 +234,7 @@ def stream_then(ending: str, sent: asyncio.Event | None = None) -> Any:
             return httpx.Response(200, content=sse(*STREAM_HEAD))
 
         async def body() -> Any:
-            for chunk in STREAM_HEAD:
+            for chunk in head:
                 yield f"data: {json.dumps(chunk)}\n\n".encode()
             if sent is not None:
                 sent.set()
@@ -266,9 +270,11 @@ async def test_a_stream_cut_or_timed_out_after_its_usage_chunk_keeps_what_it_was
     assert reply.usage.charged_usd == Decimal("0.0056")
 
 
-async def test_a_stream_cancelled_after_its_usage_chunk_carries_what_it_was_billed() -> None:
+async def cancelled_mid_stream(head: list[dict[str, Any]]) -> LlmUsage:
+    """The usage on the CancelledError of a call cancelled while its stream, having sent
+    ``head``, hangs."""
     sent = asyncio.Event()
-    llm = mock_client(stream_then("hang", sent))
+    llm = mock_client(stream_then("hang", sent, head=head))
     call = asyncio.ensure_future(llm.complete(model="gpt-4.1", messages=MESSAGES))
     await asyncio.wait_for(sent.wait(), 5)
     await asyncio.sleep(0.05)
@@ -277,5 +283,88 @@ async def test_a_stream_cancelled_after_its_usage_chunk_carries_what_it_was_bill
         await call
     await llm.aclose()
     usage = raised.value.usage  # type: ignore[attr-defined]
+    assert isinstance(usage, LlmUsage)
+    return usage
+
+
+async def test_a_stream_cancelled_after_its_usage_chunk_carries_what_it_was_billed() -> None:
+    usage = await cancelled_mid_stream(STREAM_HEAD)
     assert usage.extra["attempt_log"][0]["outcome"] == "cancelled"
     assert usage.charged_usd == Decimal("0.0028")
+
+
+CONTENT_ONLY = STREAM_HEAD[:1]
+"""A stream's content without its usage chunk: the provider bills it, but has not said for what."""
+
+
+@pytest.mark.parametrize("ending", ["drop", "hang"])
+async def test_a_stream_cut_or_timed_out_before_its_usage_chunk_is_unpriced_not_free(ending: str) -> None:
+    # Given a stream the provider began answering, cut or timed out before its usage chunk
+    llm = mock_client(
+        stream_then(ending, head=CONTENT_ONLY), request_timeout_s=0.5, connect_timeout_s=0.5, max_retries=0
+    )
+    # When the call fails on it
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    # Then what it cost is not known (it was billed: never a silent $0), and what is known is kept
+    usage = raised.value.usage
+    assert usage is not None
+    assert (usage.unpriced, usage.request_model, usage.charged_usd) == (True, "gpt-4.1", Decimal(0))
+    assert usage.input_tokens == usage.output_tokens == 0  # no counts made up
+    assert usage.extra["usage_reported"] is False
+    assert usage.extra["estimated_prompt_tokens"] == estimate_prompt_tokens(MESSAGES)
+    [cut] = usage.extra["attempt_log"]
+    assert cut["outcome"] == ("connection_error" if ending == "drop" else "timeout")
+    assert (cut["cost_usd"], cut["usage_reported"]) == (None, False)
+    assert cut["streamed_chars"] == len('{"message": "hi"}')
+    assert "usage" not in cut
+
+
+async def test_an_answer_after_a_stream_cut_before_its_usage_chunk_is_unpriced() -> None:
+    # Given a first stream cut before its usage chunk, and a retry that answers in full
+    llm = mock_client(stream_then("drop", head=CONTENT_ONLY))
+    # When the call succeeds on the retry
+    reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    # Then the answer is priced, but the call's cost is not known: the cut attempt was billed too
+    usage = reply.usage
+    assert usage.unpriced is True
+    assert (usage.cost_usd, usage.retried_cost_usd) == (Decimal("0.0028"), Decimal(0))
+    first, answer = usage.extra["attempt_log"]
+    assert (first["outcome"], first["cost_usd"], first["usage_reported"]) == ("connection_error", None, False)
+    assert Decimal(answer["cost_usd"]) == Decimal("0.0028")
+    assert "usage_reported" not in usage.extra  # the answer's own usage was reported
+
+
+async def test_a_stream_cancelled_before_its_usage_chunk_is_unpriced_not_free() -> None:
+    # Given a stream the provider began answering, and its caller cancelled before the usage chunk
+    usage = await cancelled_mid_stream(CONTENT_ONLY)
+    # Then the usage on the error says its cost is not known, not that it was free
+    assert (usage.unpriced, usage.request_model, usage.charged_usd) == (True, "gpt-4.1", Decimal(0))
+    [cancelled] = usage.extra["attempt_log"]
+    assert (cancelled["outcome"], cancelled["cost_usd"], cancelled["usage_reported"]) == (
+        "cancelled",
+        None,
+        False,
+    )
+    assert cancelled["streamed_chars"] == len('{"message": "hi"}')
+
+
+@pytest.mark.parametrize("refusal", ["connect_error", "http_503"])
+async def test_a_stream_that_never_began_was_not_billed_and_stays_priced(refusal: str) -> None:
+    # Given an endpoint that refuses the stream before it begins
+    def handler(request: httpx.Request) -> httpx.Response:
+        if refusal == "connect_error":
+            raise httpx.ConnectError("connection refused")
+        return httpx.Response(503, json={"error": "overloaded"})
+
+    llm = mock_client(handler, max_retries=0)
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    # Then nothing was billed: $0, and known to be $0
+    usage = raised.value.usage
+    assert usage is not None
+    assert (usage.unpriced, usage.charged_usd) == (False, Decimal(0))
+    assert "usage_reported" not in usage.extra["attempt_log"][0]

@@ -232,16 +232,27 @@ async def test_every_billed_attempt_is_in_the_usage_and_retried_attempts_are_pri
     assert Decimal(log[0]["cost_usd"]) == Decimal("0.0028")
 
 
-async def test_a_failed_call_keeps_what_its_unreadable_reply_was_billed() -> None:
-    body = {"id": "r", "usage": {"prompt_tokens": 1_000, "completion_tokens": 100}}
-    llm = client(lambda request: httpx.Response(200, json=body))
+BILLED = {"prompt_tokens": 1_000, "completion_tokens": 100}
+
+
+@pytest.mark.parametrize(
+    ("stream", "text"),
+    [
+        (False, json.dumps({"id": "r", "usage": BILLED})),
+        # (The stream's usage, read before the chunk that broke it, was dropped: a silent $0.)
+        (True, f"data: {json.dumps({'id': 'r', 'choices': [], 'usage': BILLED})}\n\ndata: {{not json\n\n"),
+    ],
+    ids=["a body without choices", "a stream broken after its usage chunk"],
+)
+async def test_a_failed_call_keeps_what_its_unreadable_reply_was_billed(stream: bool, text: str) -> None:
+    llm = client(lambda request: httpx.Response(200, text=text), stream=stream)
     with pytest.raises(LlmCallFailed) as raised:
         await llm.complete(model="gpt-4.1", messages=MESSAGES)
     await llm.aclose()
     usage = raised.value.usage
     assert usage is not None
     assert raised.value.error_type == "malformed_response"
-    assert (usage.input_tokens, usage.cost_usd) == (1_000, Decimal("0.0028"))
+    assert (usage.input_tokens, usage.cost_usd, usage.unpriced) == (1_000, Decimal("0.0028"), False)
 
 
 @pytest.mark.parametrize(
