@@ -24,19 +24,12 @@ from flowledger.domain.values import (
     MAX_FINISH_REASONS,
     MAX_LATENCY_MS,
     MAX_TOKENS,
+    USAGE_TEXT_LIMITS,
     LlmUsage,
     require_object,
     require_usage,
 )
 
-_TEXTS = {
-    "provider": MAX_NAME_LENGTH,
-    "request_model": MAX_NAME_LENGTH,
-    "response_model": MAX_NAME_LENGTH,
-    "cost_source": MAX_NAME_LENGTH,
-    "response_id": 1_000,
-    "price_version": 1_000,
-}
 _SHOWN = 200
 """Characters of a changed value kept in ``extra["unstorable"]``."""
 
@@ -49,7 +42,7 @@ def storable_usage(usage: LlmUsage | None) -> LlmUsage | None:
         return require_usage("usage", usage)
     except ValidationError as error:
         problem = str(error)
-    changes: dict[str, Any] = {name: _text(getattr(usage, name), limit) for name, limit in _TEXTS.items()}
+    changes: dict[str, Any] = {name: _text(getattr(usage, name), limit) for name, limit in USAGE_TEXT_LIMITS}
     changes.update({name: min(getattr(usage, name), MAX_TOKENS) for name in TOKEN_FIELDS})
     changes["attempts"] = min(usage.attempts, MAX_ATTEMPTS)
     changes["latency_ms"] = min(usage.latency_ms, MAX_LATENCY_MS)

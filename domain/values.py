@@ -53,6 +53,7 @@ __all__ = [
     "MAX_SKILLS",
     "MAX_TEXT_LENGTH",
     "MAX_TTL",
+    "USAGE_TEXT_LIMITS",
     "JsonObject",
     "KeyFilter",
     "LlmUsage",
@@ -262,8 +263,17 @@ MAX_LATENCY_MS = 86_400_000.0
 MAX_COST_USD = Decimal(10**9)
 """One call's cost."""
 MAX_FINISH_REASONS = 64
-_LONG_IDS = ("response_id", "price_version")
-"""Usage strings that may be longer than a name (provider-made ids): up to 1,000 characters."""
+USAGE_TEXT_LIMITS: tuple[tuple[str, int], ...] = (
+    ("provider", MAX_NAME_LENGTH),
+    ("request_model", MAX_NAME_LENGTH),
+    ("response_model", MAX_NAME_LENGTH),
+    ("cost_source", MAX_NAME_LENGTH),
+    ("response_id", 1_000),
+    ("price_version", 1_000),
+)
+"""LlmUsage's text fields, in the order they are checked, and the characters each may hold:
+names up to ``MAX_NAME_LENGTH`` (200), provider-made ids up to 1,000. ``require_usage``
+checks them, and ``storable_usage`` cuts a reply's texts to them."""
 
 
 def require_usage(field_name: str, usage: Any) -> LlmUsage | None:
@@ -280,12 +290,10 @@ def require_usage(field_name: str, usage: Any) -> LlmUsage | None:
         raise ValidationError(field_name, "must be an LlmUsage")
     if _plainly_within_bounds(usage):
         return usage  # every step's usage passes here: the careful checks below name a fault
-    for name in ("provider", "request_model", "response_model", "cost_source", *_LONG_IDS):
+    for name, limit in USAGE_TEXT_LIMITS:
         text = getattr(usage, name)
         if text:
-            require_text(
-                f"{field_name}.{name}", text, max_length=1_000 if name in _LONG_IDS else MAX_NAME_LENGTH
-            )
+            require_text(f"{field_name}.{name}", text, max_length=limit)
     for name in TOKEN_FIELDS:
         require_count(f"{field_name}.{name}", getattr(usage, name), most=MAX_TOKENS)
     require_count(f"{field_name}.attempts", usage.attempts, least=1, most=MAX_ATTEMPTS)
@@ -310,7 +318,7 @@ def require_usage(field_name: str, usage: Any) -> LlmUsage | None:
 
 def _plainly_within_bounds(usage: LlmUsage) -> bool:
     """True when ``require_usage``'s checks all pass, decided without building field names."""
-    for name, limit in _USAGE_TEXTS:
+    for name, limit in _PLAIN_TEXTS:
         text = getattr(usage, name)
         if text and not plainly_text(text, limit):
             return False
@@ -338,10 +346,8 @@ def _plainly_within_bounds(usage: LlmUsage) -> bool:
     )
 
 
-_USAGE_TEXTS = tuple(
-    (name, 1_000 if name in _LONG_IDS else MAX_NAME_LENGTH)
-    for name in ("provider", "request_model", "response_model", *_LONG_IDS)
-)
+_PLAIN_TEXTS = tuple((name, limit) for name, limit in USAGE_TEXT_LIMITS if name != "cost_source")
+"""The texts the plain path checks: a ``cost_source``, when set, sends a usage the careful way."""
 
 
 # -- the key filter --------------------------------------------------------------------
