@@ -39,7 +39,7 @@ MAX_TEXT_LENGTH = 10_000
 MAX_JSON_DEPTH = 32
 """Nesting of objects and arrays in a JSON payload; ``{"a": [1]}`` has depth 2."""
 MAX_JSON_BYTES = 1_048_576
-"""A JSON payload's size as compact JSON text (non-ASCII escaped), 1 MiB."""
+"""A JSON payload's size as stored: compact JSON text in UTF-8, 1 MiB (the HTTP body limit)."""
 MAX_TTL = timedelta(days=366)
 """A session's TTL, and how far one extension reaches."""
 MAX_DEADLINE = timedelta(days=3660)
@@ -58,7 +58,7 @@ _LARGEST_PLAIN_INT_BITS = 10_000
 """Larger ints take the encoder's path (it refuses past 4,300 digits, about 14,000 bits)."""
 _FINITE_MAX = sys.float_info.max
 _FINITE_MIN = -_FINITE_MAX
-_COMPACT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+_COMPACT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 """Built once: ``json.dumps`` with any option builds a new encoder on every call."""
 
 
@@ -357,7 +357,9 @@ def require_version(field_name: str, value: Any, *, optional: bool = False) -> i
 
 def _json_size(field_name: str, value: Any) -> int:
     try:
-        return len(_COMPACT_JSON.encode(value))
+        # UTF-8, as the event is stored ("surrogatepass": a lone surrogate is refused elsewhere,
+        # with its path; here it only has to be counted).
+        return len(_COMPACT_JSON.encode(value).encode("utf-8", "surrogatepass"))
     except (TypeError, ValueError) as error:  # NaN and infinity; huge ints (str conversion limit)
         raise ValidationError(field_name, f"must be JSON-serialisable: {error}") from None
 

@@ -126,12 +126,14 @@ def test_the_size_bound_that_spares_an_encoding_is_never_below_the_encoded_size(
     assert _plain_json_bound(value) >= exact
 
 
-@pytest.mark.parametrize("char", ["x", "\u00e9", "\U0001f600"])
+@pytest.mark.parametrize("char", ["x", "\u00e9", "\u4f60", "\U0001f600"])
 def test_json_of_exactly_the_size_limit_is_accepted_and_one_byte_more_is_refused(char: str) -> None:
-    width = len(json.dumps(char)) - 2  # bytes per character as JSON text (escaped when not ASCII)
+    # The size is what is stored: compact JSON in UTF-8 (a CJK character is 3 bytes, not the 6
+    # of a \\uXXXX escape: 900 KB of Chinese text under the HTTP body limit must fit)
+    width = len(char.encode())
     room = MAX_JSON_BYTES - len('{"s":""}')
     fits = {"s": char * (room // width) + "x" * (room % width)}
-    assert len(json.dumps(fits, separators=(",", ":"))) == MAX_JSON_BYTES
+    assert len(json.dumps(fits, separators=(",", ":"), ensure_ascii=False).encode()) == MAX_JSON_BYTES
     require_json("input", fits)
     with pytest.raises(ValidationError, match="bytes as JSON"):
         require_json("input", {"s": fits["s"] + "x"})
