@@ -12,6 +12,7 @@ from rich.table import Table
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.llm.alerts import require_public_destination
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.budgets import Burn
 
 console = Console()
 notes = Console(stderr=True)
@@ -95,6 +96,15 @@ def set_budget(
         print(made.webhook_secret)
 
 
+def budget_row(burn: Burn) -> list[str]:
+    """One budget's cells for ``budgets list``, amounts as plain decimals (the ledger's numeric
+    columns come back as e.g. ``Decimal('0E-9')``, which ``str`` prints as such)."""
+    spec = burn.spec
+    window = "all time" if spec.period == "total" else f"{burn.window_start:%Y-%m-%d}"
+    amounts = (burn.spent_usd, burn.reserved_usd, spec.limit_usd, burn.percent)
+    return [spec.scope, spec.subject, spec.period, spec.mode, window, *(format(a, "f") for a in amounts)]
+
+
 @budgets_app.command("list")
 def list_budgets(tenant: TenantOpt = None) -> None:
     """The budgets with their current window's burn: spent, reserved, limit, percent."""
@@ -104,18 +114,7 @@ def list_budgets(tenant: TenantOpt = None) -> None:
     for column in ("scope", "subject", "period", "mode", "window", "spent $", "reserved $", "limit $", "%"):
         table.add_column(column, justify="right" if column.endswith(("$", "%")) else "left")
     for burn in burns:
-        spec = burn.spec
-        table.add_row(
-            spec.scope,
-            spec.subject,
-            spec.period,
-            spec.mode,
-            "all time" if spec.period == "total" else f"{burn.window_start:%Y-%m-%d}",
-            str(burn.spent_usd),
-            str(burn.reserved_usd),
-            format(spec.limit_usd, "f"),
-            str(burn.percent),
-        )
+        table.add_row(*budget_row(burn))
     console.print(table)
 
 

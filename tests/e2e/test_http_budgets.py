@@ -213,6 +213,7 @@ def test_the_cli_sets_lists_and_removes_budgets_and_refuses_bad_input(
     listed = run_cli(database_url, pg_schema, "budgets", "list")
     assert "gpt-4o" in listed.stdout
     assert "default" in listed.stdout
+    assert "E-" not in listed.stdout  # amounts in plain decimals (nothing reserved was "0E-9")
     # Bad input: one line and exit 2, nothing written
     for args in (
         ["model", "gpt-4o", "--limit", "-5"],
