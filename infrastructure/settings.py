@@ -176,6 +176,7 @@ class Settings:
             operation_deadline_s=_seconds(
                 env, "FLOWLEDGER_OPERATION_DEADLINE_S", defaults.operation_deadline_s
             ),
+            step_lease_s=_seconds(env, "FLOWLEDGER_STEP_LEASE_S", defaults.step_lease_s),
             pgbouncer=_flag(env, "FLOWLEDGER_PGBOUNCER"),
             api_keys=_api_keys(env.get("FLOWLEDGER_API_KEYS") or ""),
             http_max_body_bytes=_count(env, "FLOWLEDGER_HTTP_MAX_BODY_BYTES", defaults.http_max_body_bytes),

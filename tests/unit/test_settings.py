@@ -95,3 +95,12 @@ def test_the_library_env_keeps_the_urls_other_parameters_for_the_pool() -> None:
         "target_session_attrs": "read-write",
         "sslmode": "require",
     }
+
+
+def test_the_step_lease_comes_from_the_environment_and_must_be_positive() -> None:
+    # A server's lease is set where it is started (``serve`` has no other way to set it)
+    assert Settings.from_env({}).step_lease_s == 15.0
+    assert Settings.from_env({"FLOWLEDGER_STEP_LEASE_S": "4.5"}).step_lease_s == 4.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ValidationError, match="FLOWLEDGER_STEP_LEASE_S"):
+            Settings.from_env({"FLOWLEDGER_STEP_LEASE_S": bad})
