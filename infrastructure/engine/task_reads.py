@@ -114,10 +114,10 @@ class TaskReads:
         limit: int = 100,
         after: str | None = None,
     ) -> list[TaskState]:
-        """Tasks matching every filter given (``overdue``: open and past the deadline, by the
-        engine's clock), oldest first, at most ``limit``, created after the task ``after`` (the
-        last id of the page before: a listing longer than ``limit`` is read page by page).
-        Open-only filters read the open queue."""
+        """Tasks matching every filter given (``overdue``: open and past the deadline by the
+        engine's clock, or, false, open and not past it), oldest first, at most ``limit``,
+        created after the task ``after`` (the last id of the page before: a listing longer
+        than ``limit`` is read page by page). Open-only filters read the open queue."""
         if after is not None:
             require_name("after", after)
         if agent_id is not None:
@@ -129,7 +129,9 @@ class TaskReads:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
             raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")
         open_only = (
-            overdue or agent_id is not None or (wanted_status is not None and not wanted_status.is_final)
+            overdue is not None
+            or agent_id is not None
+            or (wanted_status is not None and not wanted_status.is_final)
         )
         entries = self.index.open_tasks() if open_only else self.index.all_tasks()
         if after is not None:
@@ -142,6 +144,8 @@ class TaskReads:
         for entry in entries:
             state = self.get_task(entry.task_id)
             self.note(state)
+            if open_only and state.status.is_final:
+                continue  # closed since the index last looked
             if (
                 (wanted_status is None or state.status is wanted_status)
                 and (wanted_priority is None or state.priority is wanted_priority)

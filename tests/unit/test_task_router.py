@@ -197,6 +197,8 @@ def test_tasks_are_listed_by_status_priority_agent_and_overdue(engine: Engine) -
     assert ids(engine.list_tasks(priority="Critical")) == ["a"]
     assert ids(engine.list_tasks(agent_id="be")) == ["a"]
     assert ids(engine.list_tasks(overdue=True)) == []
+    # overdue looks at open tasks only, either way: false is "open and not overdue"
+    assert ids(engine.list_tasks(overdue=False)) == ["a", "b"]
     with pytest.raises(ValidationError, match="status: must be one of"):
         engine.list_tasks(status="lost")
     with pytest.raises(ValidationError, match="limit"):
