@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -42,6 +42,11 @@ from flowledger.domain.values import (
 )
 
 TASK_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/task")
+
+
+_DELAY_SLACK = timedelta(seconds=1)
+"""How far a repeated creation's delay may land from the first one's: the deadline is worked
+out before the write and the creation is stamped at it, a few milliseconds apart."""
 
 
 def task_uuid(tenant: str, task_id: str) -> UUID:
@@ -241,16 +246,42 @@ class Task(FlowledgerAggregate):
             return self.assignment.agent_id
         return None
 
-    def ensure_same(self, *, description: str, required_skills: Iterable[str], priority: str) -> None:
-        """Raise TaskConflict unless a repeated creation describes the same task."""
+    def ensure_same(
+        self,
+        *,
+        description: str,
+        required_skills: Iterable[str],
+        priority: str,
+        deadline: datetime | timedelta | None = None,
+    ) -> None:
+        """Raise TaskConflict unless a repeated creation describes the same task: the same
+        description, skills and priority, and the task's deadline if it names one (a delay
+        matches the delay from the task's creation it was given as, so a retry later with the
+        same delay is a repeat; a deadline where the task has none is a conflict)."""
         wanted = (
             description,
             normalise_skills("required_skills", required_skills),
             TaskPriority.parse(priority).value,
         )
         created = (self.description, self.creator_skills, self.creator_priority)
-        if wanted != created:
-            raise TaskConflict(self.task_id, f"priority={created[2]!r} skills={created[1]}")
+        if wanted != created or not self._same_deadline(deadline):
+            raise TaskConflict(
+                self.task_id, f"priority={created[2]!r} skills={created[1]} deadline={self._deadline_text()}"
+            )
+
+    def _same_deadline(self, deadline: datetime | timedelta | None) -> bool:
+        created = self.creator_deadline
+        if deadline is None:
+            return True  # a repeat may leave the deadline out
+        if created is None:
+            return False
+        if isinstance(deadline, timedelta):
+            return abs(created - self.created_on - deadline) <= _DELAY_SLACK
+        return deadline == created
+
+    def _deadline_text(self) -> str:
+        created = self.creator_deadline
+        return "none" if created is None else created.isoformat()
 
     # Tasks loaded from snapshots taken before these attributes existed fall back to the
     # current values, which no classification had changed then.

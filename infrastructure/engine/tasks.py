@@ -103,7 +103,9 @@ class TaskService:
         require_text("description", description)
         TaskPriority.parse(priority)
         moment = require_deadline("deadline", deadline, self._store.clock())
-        decide = partial(self._create, task_id, description, skills, priority, moment)
+        # A delay is compared as a delay (a retry later is a repeat), a moment as checked.
+        given = deadline if isinstance(deadline, timedelta) else moment
+        decide = partial(self._create, task_id, description, skills, priority, moment, given)
         return self._task_write(task_id, decide)
 
     def assign_task(
@@ -223,11 +225,14 @@ class TaskService:
         skills: list[str],
         priority: str,
         deadline: datetime | None,
+        given: datetime | timedelta | None,
         uow: UnitOfWork,
     ) -> TaskState:
         existing: Task | None = uow.find(self._reads.task_uuid(task_id))
         if existing is not None:
-            existing.ensure_same(description=description, required_skills=skills, priority=priority)
+            existing.ensure_same(
+                description=description, required_skills=skills, priority=priority, deadline=given
+            )
             return existing.state()
         task = Task.create(
             task_id=task_id,

@@ -3,11 +3,12 @@ input is a ValidationError (nothing appended), never a silent success or a confl
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import TaskConflict, ValidationError
 from flowledger.infrastructure import Engine
 
 
@@ -63,3 +64,27 @@ def test_a_repeated_create_with_the_same_valid_fields_is_still_a_no_op(engine: E
     assert engine.create_task("T", "something", ["X"], "HIGH") == created
     registered = engine.register_agent("x1", "X", ["py"], 3)
     assert engine.register_agent("x1", "X", ["py"], 3) == registered
+
+
+def test_creating_a_task_again_with_another_deadline_is_a_conflict_and_the_same_one_is_a_repeat(
+    engine: Engine,
+) -> None:
+    fields: dict[str, Any] = {"description": "something", "required_skills": ["x"]}
+    due = engine.clock() + timedelta(hours=4)
+    created = engine.create_task("D", **fields, deadline=due)
+    # The same moment, or none at all (a repeat may leave it out), repeats the creation
+    assert engine.create_task("D", **fields, deadline=due) == created
+    assert engine.create_task("D", **fields) == created
+    assert engine.create_task("N", **fields) == engine.create_task("N", **fields)
+    # A delay repeats it when it is the delay the task was created with (a retry, later)
+    relative = engine.create_task("R", **fields, deadline=timedelta(hours=2))
+    assert engine.create_task("R", **fields, deadline=timedelta(hours=2)) == relative
+    # Another deadline, or one where there was none: a conflict
+    for other in (due + timedelta(minutes=5), timedelta(hours=3)):
+        with pytest.raises(TaskConflict):
+            engine.create_task("D", **fields, deadline=other)
+    with pytest.raises(TaskConflict):
+        engine.create_task("N", **fields, deadline=due)
+    with pytest.raises(TaskConflict):
+        engine.create_task("R", **fields, deadline=timedelta(hours=1))
+    assert engine.get_task("D") == created
