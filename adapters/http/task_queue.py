@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses
@@ -20,7 +20,7 @@ from flowledger.adapters.http.schemas import (
     Integer,
     name,
 )
-from flowledger.adapters.http.tasks import AgentId, Json, NoFields, Priority, TaskId, any_case, out
+from flowledger.adapters.http.tasks import AgentId, Json, Moment, NoFields, Priority, TaskId, any_case, out
 from flowledger.domain.bounds import MAX_REASON_LENGTH
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskStatus
@@ -43,7 +43,10 @@ class RunQueue(Body):
 
 
 class Requeue(Body):
-    """Who sends the escalated task back to the queue, and why."""
+    """Who sends the escalated task back to the queue, and why (a new deadline as a time, or in
+    hours from now: not both)."""
+
+    model_config = ConfigDict(json_schema_extra={"not": {"required": ["deadline", "deadline_hours"]}})
 
     reason: str = Field(min_length=1, max_length=MAX_REASON_LENGTH, pattern=TEXT_PATTERN)
     requested_by: str | None = name(description="the person; the API key's id when omitted")
@@ -54,6 +57,7 @@ class Requeue(Body):
         strict=True,
         description="a new deadline, in hours from now: required once the task's deadline has passed",
     )
+    deadline: Moment | None = None
 
 
 class Capacity(Body):
@@ -117,11 +121,16 @@ def sweep_deadlines(caller: Writer, body: NoFields | None = None) -> list[Json]:
 @router.post("/tasks/{task_id}/requeue", responses=responses(404, 409))
 def requeue_task(task_id: TaskId, body: Requeue, caller: Writer) -> Json:
     """Send an escalated task back to the queue (409 unless it is escalated); who and why are
-    recorded. A task whose deadline has passed needs ``deadline_hours`` (422 without it)."""
+    recorded. A task whose deadline has passed needs a new one, ``deadline`` (a time) or
+    ``deadline_hours`` (422 without either)."""
     who = body.requested_by or caller.key_id
     if who is None:
         raise ValidationError("requested_by", "name the person (this server runs without API keys)")
-    deadline = timedelta(hours=body.deadline_hours) if body.deadline_hours is not None else None
+    if body.deadline is not None and body.deadline_hours is not None:
+        raise ValidationError("deadline_hours", "give deadline (a time) or deadline_hours, not both")
+    deadline: datetime | timedelta | None = body.deadline
+    if body.deadline_hours is not None:
+        deadline = timedelta(hours=body.deadline_hours)
     return out(caller.engine.requeue_task(task_id, who, body.reason, deadline))
 
 

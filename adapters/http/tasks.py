@@ -200,17 +200,17 @@ def task_history(task_id: TaskId, caller: Reader) -> list[EventOut]:
 
 
 @router.post("/tasks/{task_id}/classify", responses=responses(404, 409, 501, 502))
-async def classify_task(task_id: TaskId, body: Classify, caller: Writer) -> Json:
+async def classify_task(task_id: TaskId, caller: Writer, body: Classify | None = None) -> Json:
     """Classify through the model (the priority's tier unless ``model`` names one; usage is
     recorded). An unknown model is a 422 before anything is recorded; a failed call is
     retried on the fallback model, then the task keeps waiting with the failures recorded."""
-    return out(await caller.engine.classify_task(task_id, model=body.model))
+    return out(await caller.engine.classify_task(task_id, model=(body or Classify()).model))
 
 
 @router.post("/tasks/{task_id}/reclassify", responses=responses(404, 409, 501, 502))
-async def reclassify_task(task_id: TaskId, body: Classify, caller: Writer) -> Json:
+async def reclassify_task(task_id: TaskId, caller: Writer, body: Classify | None = None) -> Json:
     """Classify again, replacing the classification (409 once the task is completed or escalated)."""
-    return out(await caller.engine.reclassify_task(task_id, model=body.model))
+    return out(await caller.engine.reclassify_task(task_id, model=(body or Classify()).model))
 
 
 @router.post("/tasks/{task_id}/assign", responses=_WRITE)
@@ -228,14 +228,17 @@ def start_task(task_id: TaskId, caller: Writer, body: NoFields | None = None) ->
 
 
 @router.post("/tasks/{task_id}/complete", responses=_WRITE)
-def complete_task(task_id: TaskId, body: Outcome, caller: Writer) -> Json:
-    """The task is done; its agent is freed."""
+def complete_task(task_id: TaskId, caller: Writer, body: Outcome | None = None) -> Json:
+    """The task is done; its agent is freed (the body may be left out: no resolution)."""
+    body = body or Outcome()
     # Named as the caller sent it; a string follows the session's rule (``require_resolution``).
     resolution = None if body.resolution is None else require_resolution(body.resolution)
     return out(caller.engine.complete_task(task_id, resolution))
 
 
 @router.post("/tasks/{task_id}/release", responses=_WRITE)
-def release_task(task_id: TaskId, body: Release, caller: Writer) -> Json:
-    """Give the task back to the queue; its agent is freed."""
+def release_task(task_id: TaskId, caller: Writer, body: Release | None = None) -> Json:
+    """Give the task back to the queue; its agent is freed (the body may be left out: the
+    reason is "released")."""
+    body = body or Release()
     return out(caller.engine.release_task(task_id, body.reason))

@@ -130,3 +130,20 @@ def test_the_task_list_is_read_page_by_page_after_the_last_id(http: TestClient) 
     unknown = http.get("/v1/tasks", params={"after": "T-404"})
     assert unknown.status_code == 422, unknown.text
     assert unknown.json()["error"] == "after: no task 'T-404' in this tenant"
+
+
+def test_a_requeue_takes_its_new_deadline_as_a_time_as_a_creation_does(http: TestClient) -> None:
+    # Given a task escalated because its deadline passed
+    http.post("/v1/agents", json={"agent_id": "be-1", "name": "Back", "skills": ["golang"], "capacity": 2})
+    task = {"task_id": "T-1", "description": "Fix", "required_skills": ["golang"], "deadline": 1_000_000_000}
+    assert http.post("/v1/tasks", json=task).status_code == 201
+    assert http.post("/v1/tasks/T-1/assign").json()["status"] == "escalated"
+    # When it is requeued with a deadline given as a time
+    body = {"reason": "retry", "requested_by": "lead", "deadline": "2030-01-01T00:00:00Z"}
+    requeued = http.post("/v1/tasks/T-1/requeue", json=body)
+    # Then that is its deadline
+    assert requeued.status_code == 200, requeued.text
+    assert requeued.json()["deadline"].startswith("2030-01-01T00:00:00")
+    # And both forms at once are refused, as for a creation
+    both = {**body, "deadline_hours": 2}
+    assert http.post("/v1/tasks/T-1/requeue", json=both).status_code == 422
