@@ -23,6 +23,11 @@ from flowledger.domain.values import MAX_SKILLS, require_name
 
 AGENT_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/agent")
 RECENT_COMPLETIONS = 10
+SEED_CAPACITY = 10
+"""An agent's capacity when none is given (the seed's ``max_capacity`` default)."""
+MIN_REGISTERED_CAPACITY = 1
+"""The least capacity an agent is registered with (0, pausing it, is for a change later)."""
+MAX_CAPACITY = 10_000
 
 
 def agent_uuid(tenant: str, agent_id: str) -> UUID:
@@ -43,11 +48,28 @@ def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:
     return sorted({require_name(field_name, skill).strip().lower() for skill in skills})
 
 
-def require_capacity(capacity: int) -> int:
-    """Raise ValidationError unless ``capacity`` is an int in [0, 10000]."""
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or not 0 <= capacity <= 10_000:
-        raise ValidationError("capacity", f"must be an int in [0, 10000], got {capacity!r}")
+def require_capacity(capacity: int, *, at_least: int = 0) -> int:
+    """Raise ValidationError unless ``capacity`` is an int in [at_least, MAX_CAPACITY]."""
+    whole = isinstance(capacity, int) and not isinstance(capacity, bool)
+    if not whole or not at_least <= capacity <= MAX_CAPACITY:
+        raise ValidationError("capacity", f"must be an int in [{at_least}, {MAX_CAPACITY}], got {capacity!r}")
     return capacity
+
+
+def require_registration(name: str, skills: Iterable[str], capacity: int) -> tuple[list[str], int]:
+    """The normalised skills and capacity of an agent to register, after checking every field.
+
+    An agent is registered able to take a task: at least one skill and a capacity of at least
+    ``MIN_REGISTERED_CAPACITY`` (ValidationError otherwise). Pausing one later with capacity 0
+    is ``change_capacity``'s business. Only the command checks this, never the event's apply:
+    agents stored before the rule with no skills or capacity 0 still load and replay.
+    """
+    require_name("name", name)
+    require_capacity(capacity, at_least=MIN_REGISTERED_CAPACITY)
+    normalised = normalise_skills("skills", skills)
+    if not normalised:
+        raise ValidationError("skills", "must name at least one skill: an agent with none could take no task")
+    return normalised, capacity
 
 
 class Agent(FlowledgerAggregate):
@@ -94,17 +116,11 @@ class Agent(FlowledgerAggregate):
     def register(
         cls, *, agent_id: str, tenant: str, name: str, skills: Iterable[str], capacity: int
     ) -> Agent:
-        """A new agent, after checking and normalising its fields."""
+        """A new agent, after checking and normalising its fields (``require_registration``)."""
         require_name("tenant", tenant)
         require_id("agent_id", agent_id)
-        require_name("name", name)
-        return cls(
-            agent_id=agent_id,
-            tenant=tenant,
-            name=name,
-            skills=normalise_skills("skills", skills),
-            capacity=require_capacity(capacity),
-        )
+        normalised, capacity = require_registration(name, skills, capacity)
+        return cls(agent_id=agent_id, tenant=tenant, name=name, skills=normalised, capacity=capacity)
 
     @event(Registered)
     def __init__(self, *, agent_id: str, tenant: str, name: str, skills: list[str], capacity: int) -> None:

@@ -21,6 +21,7 @@ from flowledger.adapters.http.schemas import (
     name,
 )
 from flowledger.adapters.http.tasks import AgentId, Json, Moment, NoFields, Priority, TaskId, any_case, out
+from flowledger.domain.agent import MAX_CAPACITY
 from flowledger.domain.bounds import MAX_REASON_LENGTH
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskStatus
@@ -63,7 +64,7 @@ class Requeue(Body):
 class Capacity(Body):
     """An agent's new capacity (never below the tasks it holds)."""
 
-    capacity: Integer = Field(ge=0, le=10_000)
+    capacity: Integer = Field(ge=0, le=MAX_CAPACITY)
 
 
 StatusName = Annotated[

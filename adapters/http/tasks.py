@@ -24,6 +24,7 @@ from flowledger.adapters.http.schemas import (
     required_id,
     required_name,
 )
+from flowledger.domain.agent import MAX_CAPACITY, MIN_REGISTERED_CAPACITY, SEED_CAPACITY
 from flowledger.domain.bounds import (
     MAX_NAME_LENGTH,
     MAX_REASON_LENGTH,
@@ -82,19 +83,17 @@ Priority = Annotated[
     ),
 ]
 """A priority name in any case (``"MEDIUM"`` is ``medium``)."""
-SEED_CAPACITY = 10
-"""The seed's ``max_capacity`` default."""
 _READ = responses(404)
 _WRITE = responses(404, 409)
 
 
 class RegisterAgent(Body):
-    """An agent to register."""
+    """An agent to register: the domain's rule (``require_registration``), stated in the schema."""
 
     agent_id: str = required_id("be-1")
     name: str = required_name("Backend 1")
     skills: list[Skill] = Field(min_length=1, max_length=MAX_SKILLS)
-    capacity: Integer = Field(default=SEED_CAPACITY, ge=1, le=10_000)
+    capacity: Integer = Field(default=SEED_CAPACITY, ge=MIN_REGISTERED_CAPACITY, le=MAX_CAPACITY)
 
 
 class CreateTask(Body):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid5
 
+from flowledger.domain.agent import SEED_CAPACITY
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import SessionArchived, SessionNotFound, ValidationError
 from flowledger.domain.ports import AlertNotifier, LlmPort
@@ -41,7 +42,7 @@ from flowledger.infrastructure.engine.steps import StepOutcome, StepService
 from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
-from flowledger.infrastructure.engine.tasks import SEED_CAPACITY, TaskService
+from flowledger.infrastructure.engine.tasks import TaskService
 from flowledger.infrastructure.history import HistoryEntry
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
@@ -456,7 +457,8 @@ class Engine:
     def register_agent(
         self, agent_id: str, name: str, skills: Iterable[str], capacity: int = SEED_CAPACITY
     ) -> AgentState:
-        """Register an agent (capacity 10 by default, as the seed); again with the same fields is a no-op."""
+        """Register an agent (at least one skill; capacity 1 to 10,000, 10 by default as the seed's);
+        again with the same fields is a no-op. ``set_agent_capacity(id, 0)`` pauses one."""
         return self.tasks.register_agent(agent_id, name, skills, capacity)
 
     def set_agent_capacity(self, agent_id: str, capacity: int) -> AgentState:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
-from flowledger.domain.agent import Agent, normalise_skills, require_capacity
+from flowledger.domain.agent import SEED_CAPACITY, Agent, normalise_skills, require_registration
 from flowledger.domain.assignment import in_queue_order
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
@@ -32,7 +32,6 @@ from flowledger.domain.values import (
     LlmUsage,
     require_deadline,
     require_moment,
-    require_name,
     require_text,
 )
 from flowledger.infrastructure.engine.assigner import BatchAssigner
@@ -42,9 +41,6 @@ from flowledger.infrastructure.engine.task_reads import TaskReads, agent_key, ta
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 
 S = TypeVar("S", TaskState, TaskState | None)
-
-SEED_CAPACITY = 10
-"""An agent's capacity when none is given (the seed's ``max_capacity`` default)."""
 
 ASSIGNMENT_RETRY_FACTOR = 8
 """Assignments race for a handful of agents by nature: they get this many times the budget."""
@@ -73,14 +69,14 @@ class TaskService:
     def register_agent(
         self, agent_id: str, name: str, skills: Iterable[str], capacity: int = SEED_CAPACITY
     ) -> AgentState:
-        """Register an agent; registering it again with the same fields is a no-op.
+        """Register an agent (at least one skill, capacity at least 1); registering it again
+        with the same fields is a no-op.
 
         Every field is checked first, so that a repeat with an invalid one is a ValidationError,
         not an AgentConflict from the comparison with the registered agent.
         """
-        require_name("name", name)
-        require_capacity(capacity)
-        decide = partial(self._register, agent_id, name, normalise_skills("skills", skills), capacity)
+        normalised, capacity = require_registration(name, skills, capacity)
+        decide = partial(self._register, agent_id, name, normalised, capacity)
         return self._store.write(agent_key(agent_id), decide)
 
     def set_agent_capacity(self, agent_id: str, capacity: int) -> AgentState:

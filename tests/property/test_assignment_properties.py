@@ -157,7 +157,8 @@ def test_agent_load_is_accepted_minus_released_and_never_exceeds_capacity(
     capacity: int, script: list[tuple[str, int]]
 ) -> None:
     # Given an agent, a model of what it holds, and a random script of accepts, releases and capacity changes
-    agent = Agent.register(agent_id="a", tenant="t", name="A", skills=["go"], capacity=capacity)
+    agent = Agent.register(agent_id="a", tenant="t", name="A", skills=["go"], capacity=max(capacity, 1))
+    agent.change_capacity(capacity)  # 0 pauses it: an agent is registered with room for a task
     held: set[str] = set()
     limit = capacity
     for command, n in script:

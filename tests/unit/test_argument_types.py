@@ -92,7 +92,8 @@ def test_the_queues_arguments_are_checked_as_the_http_api_checks_them(
 ) -> None:
     # (A string "no" was taken as true and escalated tasks; limit "3" raised TypeError; limit 0
     # and an agent id 5 answered [] where REST says 422.)
-    engine.register_agent("a", "A", ["x"], capacity=0)
+    engine.register_agent("a", "A", ["x"], capacity=1)
+    engine.set_agent_capacity("a", 0)  # paused: registering takes a capacity of at least 1
     engine.create_task("t", "something", ["x"])
     before = engine.log.head()
     with pytest.raises(ValidationError) as raised:

@@ -43,6 +43,8 @@ def test_creating_an_existing_task_again_with_bad_fields_is_refused(
         ({"name": ""}, "name"),
         ({"name": "a\nb"}, "name"),
         ({"capacity": -5}, "capacity"),
+        ({"capacity": 0}, "capacity"),
+        ({"skills": []}, "skills"),
         ({"capacity": "10"}, "capacity"),
         ({"capacity": True}, "capacity"),
     ],
