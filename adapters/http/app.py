@@ -1,8 +1,8 @@
 """The FastAPI application: webhook, REST API, dashboard page, health, OpenAPI at /openapi.json.
 
 Layers, outermost first: ``RequestContext`` (request id, access log, JSON 500),
-``BodyLimit`` (413), then FastAPI (its error handlers, then the routes, each admitting its
-caller through ``auth.requires``).
+``BodyLimit`` (413), then FastAPI (its error handlers, then the routes, each refusing a query
+parameter it does not declare, ``query.py``, then admitting its caller through ``auth.requires``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
@@ -18,6 +18,7 @@ from flowledger.adapters.http import budgets, dashboard, health, login, rest, ta
 from flowledger.adapters.http.auth import Gate, Keyring, RateLimits, Tenants
 from flowledger.adapters.http.errors import install_error_handlers
 from flowledger.adapters.http.middleware import BodyLimit, RequestContext
+from flowledger.adapters.http.query import refuse_unknown_query
 from flowledger.infrastructure import Engine
 
 
@@ -59,6 +60,9 @@ def create_app(engine: Engine, *, require_keys: bool | None = None, keys: Keyrin
         static_url="/docs/assets",
         # Swagger UI would send the document to an outside validator for its badge.
         swagger_ui_parameters={"validatorUrl": None},
+        # Every route, those added to the app later included: a query parameter the operation
+        # does not declare is a 422, not ignored (``query.py``).
+        dependencies=[Depends(refuse_unknown_query)],
     )
     app.state.engine = engine
     app.state.gate = gate

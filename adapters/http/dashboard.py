@@ -25,7 +25,7 @@ from flowledger.adapters.durations import parse_since
 from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_header, bearer, token_of
 from flowledger.adapters.http.budget_panel import budget_panel
 from flowledger.adapters.http.charts import bar_chart, column_chart
-from flowledger.adapters.http.errors import responses, worded
+from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.login import LOGIN_FORM, login_page
 from flowledger.adapters.http.schemas import PathId
 from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
@@ -148,8 +148,9 @@ def funnel_json(
 
 _PAGE_ERROR: dict[int | str, dict[str, Any]] = {
     422: {
-        "description": "An invalid window (or no PostgreSQL): the page, saying why",
-        "content": {"text/html": {}},
+        "description": "An invalid window (or no PostgreSQL): the page, saying why; a query"
+        " parameter the page does not take: the error envelope, as everywhere",
+        "content": {"text/html": {}, **ERROR_CONTENT},
     }
 }
 
@@ -163,6 +164,9 @@ async def dashboard_page(
     since: Annotated[
         str, Query(description="A window like 30m, 24h or 7d.", json_schema_extra={"pattern": _WINDOW})
     ] = "24h",
+    # Declared, so that it is not an unknown parameter (query.py), but not advertised: a key
+    # in a URL ends up in history and logs, and the page takes it only when enabled.
+    key: Annotated[str | None, Query(include_in_schema=False)] = None,
 ) -> HTMLResponse:
     """Cost, latency, traffic and funnels as pictures; without a key, the login form (401);
     an invalid window, the page with the error (422)."""
@@ -171,9 +175,8 @@ async def dashboard_page(
         token = token_of(request, credentials, header_key) or request.cookies.get(COOKIE)
     except HTTPException as conflict:  # two different keys: the page's 401 is its login form
         return login_page(str(conflict.detail))
-    url_key = request.query_params.get("key")
-    if token is None and url_key and gate.tenants.base.settings.dashboard_url_keys:
-        token = url_key
+    if token is None and key and gate.tenants.base.settings.dashboard_url_keys:
+        token = key
     try:
         caller = await gate.admit(request, token, "reader")
     except HTTPException as refused:

@@ -119,18 +119,19 @@ COMMON = (400, 401, 403, 413, 422, 429, 500, 503)
 """What any operation behind a key can answer."""
 
 
-BASIC = (413, 500)
-"""What any operation can answer, key or not."""
+BASIC = (413, 422, 500)
+"""What any operation can answer, key or not (422: a query parameter it does not declare)."""
 
 
-_AS_JSON = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+"""An error response's OpenAPI ``content``: the envelope, as JSON."""
 
 
 def responses(*codes: int, common: tuple[int, ...] = COMMON) -> dict[int | str, dict[str, object]]:
     """OpenAPI ``responses=`` for the ``common`` statuses and ``codes``, each with the error envelope
     (as JSON, also on routes whose own answer is HTML)."""
     return {
-        code: {"model": ErrorBody, "description": _MEANING[code], "content": _AS_JSON}
+        code: {"model": ErrorBody, "description": _MEANING[code], "content": ERROR_CONTENT}
         for code in sorted({*common, *codes})
     }
 

@@ -237,12 +237,13 @@ def test_the_access_log_is_one_json_line_per_request_without_secrets_or_bodies(
     server: httpx.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger="flowledger.http.access"):
-        server.post("/v1/sessions/s1/steps?note=private", json={"step": "secret-step"}, headers=WRITER)
-        server.get("/v1/sessions/s1", headers={"X-API-Key": "wrong-key"})
+        server.post("/v1/sessions/s1/steps", json={"step": "secret-step"}, headers=WRITER)
+        # A query the operation declares (one it does not is refused, 422): not logged either
+        server.get("/v1/tasks?agent_id=private", headers={"X-API-Key": "wrong-key"})
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "flowledger.http.access"]
     assert [(line["method"], line["path"], line["status"]) for line in lines] == [
         ("POST", "/v1/sessions/s1/steps", 201),
-        ("GET", "/v1/sessions/s1", 401),
+        ("GET", "/v1/tasks", 401),
     ]
     assert lines[0]["tenant"] == "acme"
     assert lines[0]["key_id"].startswith("env-")
