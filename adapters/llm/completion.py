@@ -11,7 +11,34 @@ from typing import Any
 import httpx
 
 from flowledger.adapters.llm.reported_usage import ReportedUsage, parse_usage
-from flowledger.adapters.llm.retry import AttemptError
+from flowledger.adapters.llm.retry import AttemptError, status_is_retryable
+
+# What an error sent inside a stream would have been as an HTTP status, by its ``type`` or
+# ``code`` (OpenAI, Anthropic, OpenRouter and LiteLLM names); one named by neither is taken
+# for a server error: a stream that began was a request the endpoint took, and failed on.
+_STATUS_OF_ERROR = {
+    "invalid_request_error": 400,
+    "invalid_request": 400,
+    "bad_request": 400,
+    "context_length_exceeded": 400,
+    "authentication_error": 401,
+    "invalid_api_key": 401,
+    "permission_error": 403,
+    "permission_denied": 403,
+    "not_found_error": 404,
+    "model_not_found": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "rate_limit_exceeded": 429,
+    "requests": 429,
+    "tokens": 429,
+    "insufficient_quota": 429,
+    "server_error": 500,
+    "api_error": 500,
+    "internal_error": 500,
+    "overloaded_error": 503,
+    "overloaded": 503,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +105,8 @@ async def read_stream(
 
     The time to first token is taken when the first non-empty content delta arrives;
     usage comes in the last chunk (with an empty ``choices`` list), and is put on
-    ``progress`` as soon as it is read (as is the content's length, as it comes).
+    ``progress`` as soon as it is read (as is the content's length, as it comes). A chunk
+    with an ``error`` fails the attempt (``stream_error``).
     """
     if progress is not None:
         progress.began = True
@@ -109,6 +137,8 @@ async def read_stream(
             tokens = parse_usage(chunk["usage"])
             if progress is not None and tokens.reported:
                 progress.tokens = tokens
+        if chunk.get("error"):  # the SDK raises APIError on it: the attempt failed
+            raise stream_error(chunk["error"], tokens if tokens.reported else None)
         choices = chunk.get("choices") or []
         for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict):
@@ -140,6 +170,39 @@ async def read_stream(
         time_to_first_token_ms=first_token_ms,
         chunks=chunks,
     )
+
+
+def stream_error(error: Any, usage: ReportedUsage | None) -> AttemptError:
+    """An error sent inside a stream, failed as the HTTP error it stands for would be: a server
+    error (retried, and counted by the breaker), a rate limit (retried) or a rejected request
+    (not retried, but for 408 and 409); ``usage`` is what the stream said it used before it.
+    The headers came with the stream's 2xx, before the error: they say nothing of it."""
+    fields = error if isinstance(error, dict) else {}
+    message = fields.get("message") if isinstance(error, dict) else error
+    status = _status_of(fields)
+    kind = "rate_limited" if status == 429 else "server_error" if status >= 500 else "request_error"
+    return AttemptError(
+        f"error in stream: {message[:300] if isinstance(message, str) and message else 'no message'}",
+        error_type=f"stream_{kind}",
+        retryable=status_is_retryable(status, {}, None),
+        usage=usage,
+    )
+
+
+def _status_of(error: dict[str, Any]) -> int:
+    """The HTTP status an error object names (a number in ``code`` or ``status``), else the one
+    its ``type`` or ``code`` stands for; 500 for an error that names neither."""
+    for key in ("code", "status"):
+        value = error.get(key)
+        if isinstance(value, str) and len(value) == 3 and value.isascii() and value.isdigit():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+            return value
+    for key in ("type", "code"):
+        value = error.get(key)
+        if isinstance(value, str) and value.lower() in _STATUS_OF_ERROR:
+            return _STATUS_OF_ERROR[value.lower()]
+    return 500
 
 
 def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> int:

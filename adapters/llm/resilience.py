@@ -15,9 +15,10 @@ from flowledger.domain.errors import CircuitOpen
 
 __all__ = ["STATE_CLOSED", "STATE_HALF_OPEN", "STATE_OPEN", "EndpointBreaker", "ModelRateLimiter"]
 
-# What says "the endpoint is unwell": server errors, timeouts, dropped connections,
-# unreadable bodies. A 4xx (bad request, auth, 429) says something about the caller.
-_ENDPOINT_FAILURES = frozenset({"timeout", "connection_error", "malformed_response"})
+# What says "the endpoint is unwell": server errors (over HTTP or inside a stream), timeouts,
+# dropped connections, unreadable bodies. A 4xx (bad request, auth, 429) says something about
+# the caller.
+_ENDPOINT_FAILURES = frozenset({"timeout", "connection_error", "malformed_response", "stream_server_error"})
 
 
 def is_endpoint_failure(error: BaseException) -> bool:

@@ -368,3 +368,81 @@ async def test_a_stream_that_never_began_was_not_billed_and_stays_priced(refusal
     assert usage is not None
     assert (usage.unpriced, usage.charged_usd) == (False, Decimal(0))
     assert "usage_reported" not in usage.extra["attempt_log"][0]
+
+
+def error_in_stream(error: Any, *before: dict[str, Any]) -> bytes:
+    """A stream that begins (a role chunk, then ``before``), sends ``error`` in a chunk, then [DONE]."""
+    role = {"id": "c1", "model": "gpt-4.1", "choices": [{"delta": {"role": "assistant", "content": ""}}]}
+    return sse(role, *before, {"error": error})
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome", "requests", "endpoint_failures"),
+    [
+        ({"message": "The server had an error", "type": "server_error"}, "stream_server_error", 3, 3),
+        ({"message": "Overloaded", "type": "overloaded_error"}, "stream_server_error", 3, 3),
+        # OpenRouter: the status as a number in code
+        ({"message": "Provider returned error", "code": 502}, "stream_server_error", 3, 3),
+        ({"code": "server_error", "message": "Provider disconnected"}, "stream_server_error", 3, 3),
+        ({"message": "slow", "type": "requests", "code": "rate_limit_exceeded"}, "stream_rate_limited", 3, 0),
+        # LiteLLM: the status as a string in code
+        ({"message": "slow down", "type": None, "code": "429"}, "stream_rate_limited", 3, 0),
+        ({"message": "bad parameter", "type": "invalid_request_error"}, "stream_request_error", 1, 0),
+        ("something broke", "stream_server_error", 3, 3),
+    ],
+)
+async def test_an_error_inside_a_stream_fails_the_attempt_as_its_http_equivalent_would(
+    error: Any, outcome: str, requests: int, endpoint_failures: int
+) -> None:
+    # Given a stream that begins, then says it failed
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        content = error_in_stream(error)
+        return httpx.Response(200, content=content, headers={"content-type": "text/event-stream"})
+
+    llm = mock_client(handler)
+    # When the call is made, it fails (retried as the same error over HTTP would be), not an empty answer
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    assert (raised.value.error_type, len(seen)) == (outcome, requests)
+    assert llm.breaker.failure_count == endpoint_failures
+    # Then each attempt began (the provider took the prompt) without saying what it used: unpriced
+    usage = raised.value.usage
+    assert usage is not None
+    assert usage.unpriced is True
+    assert [entry["outcome"] for entry in usage.extra["attempt_log"]] == [outcome] * requests
+    assert all(entry["usage_reported"] is False for entry in usage.extra["attempt_log"])
+
+
+async def test_an_error_inside_a_stream_keeps_the_usage_read_before_it() -> None:
+    usage_chunk = {"id": "c1", "choices": [], "usage": {"prompt_tokens": 1000, "completion_tokens": 100}}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        content = error_in_stream({"message": "bad", "type": "invalid_request_error"}, usage_chunk)
+        return httpx.Response(200, content=content)
+
+    llm = mock_client(handler)
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    usage = raised.value.usage
+    assert usage is not None
+    assert raised.value.error_type == "stream_request_error"
+    assert (usage.input_tokens, usage.charged_usd, usage.unpriced) == (1000, Decimal("0.0028"), False)
+
+
+async def test_an_answer_after_an_error_inside_a_stream_is_taken() -> None:
+    replies = iter(
+        [
+            httpx.Response(200, content=error_in_stream({"message": "busy", "type": "server_error"})),
+            httpx.Response(200, content=sse(*STREAM_HEAD)),
+        ]
+    )
+    llm = mock_client(lambda request: next(replies))
+    reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    assert reply.content == '{"message": "hi"}'
+    assert [entry["outcome"] for entry in reply.usage.extra["attempt_log"]] == ["stream_server_error", "ok"]
