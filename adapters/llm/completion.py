@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -53,6 +53,15 @@ class ParsedCompletion:
     time_to_first_token_ms: float | None = None
     chunks: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def read_completion(body: bytes) -> ParsedCompletion:
+    """A non-streamed reply's body; one that is not JSON is a malformed response."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser
+        raise _malformed("reply body is not JSON") from None
+    return parse_completion(data)
 
 
 def parse_completion(data: Any) -> ParsedCompletion:
@@ -106,10 +115,16 @@ async def read_stream(
     The time to first token is taken when the first non-empty content delta arrives;
     usage comes in the last chunk (with an empty ``choices`` list), and is put on
     ``progress`` as soon as it is read (as is the content's length, as it comes). A chunk
-    with an ``error`` fails the attempt (``stream_error``).
+    with an ``error`` fails the attempt (``stream_error``). A JSON answer is read as a
+    non-streamed reply: some proxies ignore ``stream``.
     """
     if progress is not None:
         progress.began = True
+    media_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type == "application/json":
+        parsed = read_completion(await response.aread())
+        # Its first token came with the whole body.
+        return replace(parsed, time_to_first_token_ms=(clock() - started) * 1000)
     parts: list[str] = []
     reasons: list[str] = []
     model = response_id = ""

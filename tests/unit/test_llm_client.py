@@ -446,3 +446,53 @@ async def test_an_answer_after_an_error_inside_a_stream_is_taken() -> None:
     await llm.aclose()
     assert reply.content == '{"message": "hi"}'
     assert [entry["outcome"] for entry in reply.usage.extra["attempt_log"]] == ["stream_server_error", "ok"]
+
+
+async def test_a_stream_answered_with_a_whole_json_completion_is_read_as_one(transport: Transports) -> None:
+    # Given a proxy that ignores "stream": true and answers with the whole completion
+    seen: list[httpx.Request] = []
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        headers = {"content-type": "application/json; charset=utf-8"}
+        return httpx.Response(200, content=json.dumps(body(**usage)).encode(), headers=headers)
+
+    async with await client(transport, handler, stream=True) as llm:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    # Then it is the answer, priced at its usage: one request, not a retried "stream cut"
+    assert json.loads(seen[0].content)["stream"] is True
+    assert reply.content == '{"action": "x"}'
+    u = reply.usage
+    assert (len(seen), u.attempts, u.input_tokens, u.output_tokens) == (1, 1, 1000, 100)
+    assert (u.cost_usd, u.unpriced, u.finish_reasons) == (Decimal("0.0028"), False, ("stop",))
+    assert [entry["outcome"] for entry in u.extra["attempt_log"]] == ["ok"]
+    assert u.extra["time_to_first_token_ms"] is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "input_tokens", "unpriced"),
+    [
+        (json.dumps({"id": "r", "usage": {"prompt_tokens": 1000, "completion_tokens": 100}}), 1000, False),
+        ("{not json", 0, True),
+    ],
+    ids=["a body without choices", "a body that is not JSON"],
+)
+async def test_a_stream_answered_with_json_that_is_no_completion_is_a_malformed_response(
+    text: str, input_tokens: int, unpriced: bool
+) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=text.encode(), headers={"content-type": "application/json"})
+
+    llm = mock_client(handler)
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    # Not retried; it keeps the usage it names, and one that names none was billed for what is not known
+    usage = raised.value.usage
+    assert usage is not None
+    assert (raised.value.error_type, len(seen)) == ("malformed_response", 1)
+    assert (usage.input_tokens, usage.unpriced) == (input_tokens, unpriced)
