@@ -226,10 +226,6 @@ def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> int:
     return chars // 4 + 4 * len(messages)
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def _malformed(message: str, tokens: ReportedUsage | None = None) -> AttemptError:
     # The SDK does not retry a 2xx it cannot read; neither do we. A body that still says
     # what it used was billed: the attempt keeps that.

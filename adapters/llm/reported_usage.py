@@ -16,11 +16,16 @@ writes, ``output_tokens`` include reasoning). The shapes:
   ``toolUsePromptTokenCount``), ``candidatesTokenCount`` plus ``thoughtsTokenCount``,
   ``cachedContentTokenCount``; the SDK's snake_case names too.
 
+A count is a whole number >= 0, sent as an integer, an integer-valued float (``1000.0``) or a
+string of ASCII digits (``"1000"``); one left out or null is 0. Any other (negative,
+fractional, not finite, a boolean, other text) cannot be read: it is named in ``unreadable``
+and counted 0, and the attempt's cost is not known (``usage.attempt_cost``), never a silent $0.
 Impossible sub-counts are clamped, not trusted: a reply never makes the usage invalid.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -28,7 +33,8 @@ from typing import Any
 
 @dataclass(frozen=True, kw_only=True)
 class ReportedUsage:
-    """One attempt's token counts as the provider reported them, and its charge if it gave one."""
+    """One attempt's token counts as the provider reported them, and its charge if it gave one;
+    ``unreadable`` names the counts it sent that could not be read (each counted 0)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -38,6 +44,7 @@ class ReportedUsage:
     cache_creation_1h_input_tokens: int = 0
     provider_cost_usd: Decimal | None = None
     reported: bool = False
+    unreadable: tuple[str, ...] = ()
 
     def counts(self) -> dict[str, int]:
         """The token counts, as keyword arguments of ``LlmUsage`` and ``ModelPrice.cost``."""
@@ -67,10 +74,13 @@ def parse_usage(usage: Any) -> ReportedUsage:
 
 
 def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
+    read = _Counts()
     prompt_details = _object(usage.get("prompt_tokens_details"))
     completion_details = _object(usage.get("completion_tokens_details"))
-    writes = _count(usage.get("cache_creation_input_tokens")) or _count(
-        prompt_details.get("cache_write_tokens") or prompt_details.get("cache_creation_tokens")
+    writes = (
+        read(usage, "cache_creation_input_tokens")
+        or read(prompt_details, "cache_write_tokens")
+        or read(prompt_details, "cache_creation_tokens")
     )
     lifetimes = _object(
         usage.get("cache_creation_token_details")
@@ -78,34 +88,39 @@ def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
         or usage.get("cache_creation")
     )
     return _clamped(
-        input_tokens=_count(usage.get("prompt_tokens")),
-        output_tokens=_count(usage.get("completion_tokens")),
-        cached=_count(prompt_details.get("cached_tokens")),
-        reasoning=_count(completion_details.get("reasoning_tokens")),
+        read,
+        input_tokens=read(usage, "prompt_tokens"),
+        output_tokens=read(usage, "completion_tokens"),
+        cached=read(prompt_details, "cached_tokens"),
+        reasoning=read(completion_details, "reasoning_tokens"),
         writes=writes,
-        writes_1h=_count(lifetimes.get("ephemeral_1h_input_tokens")),
+        writes_1h=read(lifetimes, "ephemeral_1h_input_tokens"),
         cost=_money(usage.get("cost")),
     )
 
 
 def _openai_responses(usage: dict[str, Any]) -> ReportedUsage:
+    read = _Counts()
     return _clamped(
-        input_tokens=_count(usage.get("input_tokens")),
-        output_tokens=_count(usage.get("output_tokens")),
-        cached=_count(_object(usage.get("input_tokens_details")).get("cached_tokens")),
-        reasoning=_count(_object(usage.get("output_tokens_details")).get("reasoning_tokens")),
+        read,
+        input_tokens=read(usage, "input_tokens"),
+        output_tokens=read(usage, "output_tokens"),
+        cached=read(_object(usage.get("input_tokens_details")), "cached_tokens"),
+        reasoning=read(_object(usage.get("output_tokens_details")), "reasoning_tokens"),
     )
 
 
 def _anthropic(usage: dict[str, Any]) -> ReportedUsage:
+    read = _Counts()
     lifetimes = _object(usage.get("cache_creation"))
-    written_5m = _count(lifetimes.get("ephemeral_5m_input_tokens"))
-    written_1h = _count(lifetimes.get("ephemeral_1h_input_tokens"))
-    writes = max(_count(usage.get("cache_creation_input_tokens")), written_5m + written_1h)
-    cached = _count(usage.get("cache_read_input_tokens"))
+    written_5m = read(lifetimes, "ephemeral_5m_input_tokens")
+    written_1h = read(lifetimes, "ephemeral_1h_input_tokens")
+    writes = max(read(usage, "cache_creation_input_tokens"), written_5m + written_1h)
+    cached = read(usage, "cache_read_input_tokens")
     return _clamped(
-        input_tokens=_count(usage.get("input_tokens")) + cached + writes,
-        output_tokens=_count(usage.get("output_tokens")),
+        read,
+        input_tokens=read(usage, "input_tokens") + cached + writes,
+        output_tokens=read(usage, "output_tokens"),
         cached=cached,
         writes=writes,
         writes_1h=written_1h,
@@ -113,11 +128,14 @@ def _anthropic(usage: dict[str, Any]) -> ReportedUsage:
 
 
 def _gemini(usage: dict[str, Any]) -> ReportedUsage:
+    read = _Counts()
+
     def field(camel: str, snake: str) -> int:
-        return _count(usage.get(camel, usage.get(snake)))
+        return read(usage, camel if camel in usage else snake)
 
     thoughts = field("thoughtsTokenCount", "thoughts_token_count")
     return _clamped(
+        read,
         input_tokens=field("promptTokenCount", "prompt_token_count")
         + field("toolUsePromptTokenCount", "tool_use_prompt_token_count"),
         output_tokens=field("candidatesTokenCount", "candidates_token_count") + thoughts,
@@ -126,7 +144,30 @@ def _gemini(usage: dict[str, Any]) -> ReportedUsage:
     )
 
 
+class _Counts:
+    """Reads the counts of one usage object (the module docstring says which read), and names
+    those that cannot be read."""
+
+    def __init__(self) -> None:
+        self.unreadable: list[str] = []
+
+    def __call__(self, source: dict[str, Any], key: str) -> int:
+        value = source.get(key)
+        if value is None:
+            return 0
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        if isinstance(value, float) and value.is_integer() and value >= 0:  # nan and inf are not
+            return int(value)
+        if isinstance(value, str) and value.isascii() and value.isdigit():
+            with contextlib.suppress(ValueError):  # past int()'s 4,300 digits
+                return int(value)
+        self.unreadable.append(key)
+        return 0
+
+
 def _clamped(
+    read: _Counts,
     *,
     input_tokens: int,
     output_tokens: int,
@@ -147,15 +188,12 @@ def _clamped(
         cache_creation_1h_input_tokens=min(writes_1h, writes),
         provider_cost_usd=cost,
         reported=True,
+        unreadable=tuple(read.unreadable),
     )
 
 
 def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _money(value: Any) -> Decimal | None:

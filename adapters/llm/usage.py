@@ -6,7 +6,8 @@ usage's token fields and ``cost_usd`` are the last attempt's (the answer, when t
 what the attempts before it were billed is ``retried_cost_usd``. A provider's own charge
 (OpenRouter's ``usage.cost``) overrides the price table for its attempt. An attempt billed for
 what is not known (a stream that began and was cut, timed out or cancelled before its usage
-chunk), like an answer that reports no usage, makes the call ``unpriced``: never a silent $0.
+chunk), like an answer that reports no usage or counts that cannot be read, makes the call
+``unpriced``: never a silent $0.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ class CallContext:
 
 def attempt_cost(price: ModelPrice | None, tokens: ReportedUsage) -> Decimal | None:
     """What one attempt was billed: the provider's charge, else its tokens at ``price``; None
-    when neither is known."""
+    when neither is known (no price, or counts that could not be read)."""
     if tokens.provider_cost_usd is not None:
         return tokens.provider_cost_usd
-    if price is None:
+    if price is None or tokens.unreadable:
         return None
     return price.cost(**tokens.counts())
 
@@ -72,6 +73,8 @@ def build_usage(
             cost = attempt_cost(call.price, outcome.usage)
             entry["usage"] = outcome.usage.counts()
             entry["cost_usd"] = None if cost is None else str(cost)
+            if outcome.usage.unreadable:  # why its cost is not known
+                entry["unreadable_usage"] = list(outcome.usage.unreadable)
             billed += 1
             unpriced = unpriced or cost is None
             if index < len(outcomes) - 1 and cost is not None:

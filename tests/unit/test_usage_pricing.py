@@ -291,3 +291,27 @@ def test_prefixed_suffixed_dated_and_aliased_names_resolve_to_one_price(name: st
 
 def test_the_latest_prices_hold_each_dated_models_newest_entry() -> None:
     assert load_price_table().latest()["deepseek-chat"].input_cost_per_token == Decimal("2.8e-7")
+
+
+async def test_counts_sent_as_whole_floats_or_digit_strings_are_priced_as_integers() -> None:
+    u = await priced("gpt-4.1", reply({"prompt_tokens": 1000.0, "completion_tokens": "100"}))
+    assert (u.input_tokens, u.output_tokens) == (1000, 100)
+    assert (u.cost_usd, u.unpriced) == (Decimal("0.0028"), False)  # 1,000 x $2/M + 100 x $8/M
+
+
+@pytest.mark.parametrize("count", [-1000, 1000.5, "1,000", True])
+async def test_a_reply_whose_counts_cannot_be_read_is_unpriced_not_a_silent_zero(count: Any) -> None:
+    # Given an answer whose prompt tokens cannot be read
+    u = await priced("gpt-4.1", reply({"prompt_tokens": count, "completion_tokens": 100}))
+    # Then what it cost is not known (not the cost of 0 prompt tokens), and its log says why
+    assert u.unpriced is True
+    [answer] = u.extra["attempt_log"]
+    assert (answer["cost_usd"], answer["unreadable_usage"]) == (None, ["prompt_tokens"])
+    assert u.output_tokens == 100  # what could be read is kept
+
+
+async def test_a_providers_own_charge_prices_a_reply_whose_counts_cannot_be_read() -> None:
+    u = await priced(
+        "openrouter/openai/gpt-4.1", reply({"prompt_tokens": "?", "completion_tokens": 1, "cost": 0.5})
+    )
+    assert (u.cost_usd, u.cost_source, u.unpriced) == (Decimal("0.5"), "provider", False)

@@ -1,0 +1,74 @@
+"""Reading a reply's token counts: whole numbers as the providers send them, and counts that
+cannot be read named, never read as 0."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flowledger.adapters.llm.reported_usage import parse_usage
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": 1000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 200}},
+        {
+            "prompt_tokens": 1000.0,
+            "completion_tokens": 100.0,
+            "prompt_tokens_details": {"cached_tokens": 200.0},
+        },
+        {
+            "prompt_tokens": "1000",
+            "completion_tokens": "100",
+            "prompt_tokens_details": {"cached_tokens": "200"},
+        },
+    ],
+    ids=["integers", "integer-valued floats", "digit strings"],
+)
+def test_whole_counts_are_read_as_integers_whether_sent_as_integers_floats_or_digits(usage: Any) -> None:
+    parsed = parse_usage(usage)
+    assert (parsed.input_tokens, parsed.output_tokens, parsed.cache_read_input_tokens) == (1000, 100, 200)
+    assert all(type(count) is int for count in parsed.counts().values())
+    assert parsed.unreadable == ()
+
+
+@pytest.mark.parametrize(
+    "count", [-1, 10.5, -3.0, float("nan"), float("inf"), True, "ten", "1e3", "-5", "10.0", "", [], {}]
+)
+def test_a_count_that_cannot_be_read_is_named_not_read_as_zero(count: Any) -> None:
+    parsed = parse_usage({"prompt_tokens": count, "completion_tokens": 100})
+    assert parsed.reported is True
+    assert parsed.unreadable == ("prompt_tokens",)
+    assert parsed.output_tokens == 100
+
+
+@pytest.mark.parametrize(
+    ("usage", "unreadable"),
+    [
+        (
+            {"input_tokens": 5.0, "output_tokens": "7", "cache_read_input_tokens": -1},
+            ("cache_read_input_tokens",),
+        ),
+        ({"promptTokenCount": 3, "candidatesTokenCount": 1.5}, ("candidatesTokenCount",)),
+        (
+            {"input_tokens": 4, "output_tokens": 2, "input_tokens_details": {"cached_tokens": "x"}},
+            ("cached_tokens",),
+        ),
+        (
+            {"prompt_tokens": 1, "completion_tokens_details": {"reasoning_tokens": False}},
+            ("reasoning_tokens",),
+        ),
+    ],
+    ids=["anthropic", "gemini", "openai responses", "openai chat"],
+)
+def test_an_unreadable_count_is_named_in_every_usage_shape(usage: Any, unreadable: tuple[str, ...]) -> None:
+    assert parse_usage(usage).unreadable == unreadable
+
+
+def test_a_count_left_out_or_null_is_none_used_not_unreadable() -> None:
+    parsed = parse_usage(
+        {"prompt_tokens": 10, "completion_tokens": None, "prompt_tokens_details": None, "cost": None}
+    )
+    assert (parsed.input_tokens, parsed.output_tokens, parsed.unreadable) == (10, 0, ())
