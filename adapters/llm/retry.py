@@ -3,7 +3,8 @@
 Retried: HTTP 408, 409, 429 and >= 500, timeouts and connection errors. A server's
 ``x-should-retry: true|false`` overrides the status. The wait honours
 ``retry-after-ms``, then ``retry-after`` (seconds, or an HTTP date) when it lies in
-(0, 120] s; a longer server-directed wait is not retried at all. Otherwise the
+(0, 120] s; a longer server-directed wait is not retried at all. A negative or non-finite
+value is no wait the server could mean: it is ignored, as if not sent. Otherwise the
 wait is 0.5 s doubled per retry, capped at 8 s, less up to 25% jitter.
 """
 
@@ -67,7 +68,8 @@ class AttemptOutcome:
 
 
 def parse_retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time) -> float | None:
-    """Seconds the server asks us to wait, or None (``retry-after-ms`` wins over ``retry-after``)."""
+    """Seconds the server asks us to wait, or None (``retry-after-ms`` wins over ``retry-after``;
+    a negative or non-finite number is ignored: ``-inf`` read as past the cap stopped retries)."""
     for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         value = headers.get(header)
         if value is None:
@@ -76,9 +78,8 @@ def parse_retry_after(headers: Mapping[str, str], now: Callable[[], float] = tim
             delay = float(value)
         except ValueError:
             continue
-        if math.isinf(delay):
-            return MAX_RETRY_AFTER_S + 1
-        return delay / divisor
+        if math.isfinite(delay) and delay >= 0:
+            return delay / divisor
     value = headers.get("retry-after")
     if value is None:
         return None

@@ -125,6 +125,31 @@ async def test_the_wait_honours_retry_after_ms_then_retry_after(
     assert waits == [expected_wait]
 
 
+@pytest.mark.parametrize(
+    ("headers", "expected_wait"),
+    [
+        ({"retry-after": "-inf"}, 0.5),
+        ({"retry-after": "-5"}, 0.5),
+        ({"retry-after": "inf"}, 0.5),
+        ({"retry-after": "nan"}, 0.5),
+        ({"retry-after-ms": "-inf"}, 0.5),
+        ({"retry-after-ms": "inf"}, 0.5),
+        ({"retry-after-ms": "-250", "retry-after": "2"}, 2.0),
+        ({"retry-after-ms": "nan", "retry-after": "2"}, 2.0),
+    ],
+)
+async def test_a_negative_or_non_finite_retry_after_is_ignored(
+    headers: dict[str, str], expected_wait: float, transport: Transports
+) -> None:
+    # Given a retryable answer whose Retry-After is no wait at all
+    handler, seen = failing_then_ok([httpx.Response(429, headers=headers)])
+    waits: list[float] = []
+    async with await served_client(transport, handler, waits) as llm:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    # Then it is retried after the next header's wait, or the normal backoff
+    assert (len(seen), waits) == (2, [expected_wait])
+
+
 async def test_retry_after_as_an_http_date_is_honoured(transport: Transports) -> None:
     assert parse_retry_after({"retry-after": email.utils.formatdate(1_000_030)}, now=lambda: 1_000_000) == 30
     in_thirty = email.utils.formatdate(time.time() + 30, usegmt=True)
