@@ -88,7 +88,10 @@ class LlmUsage:
     ``unpriced`` (no price was known, so ``cost_usd`` is not the cost); ``cost_source``
     (``"provider"`` when the provider's own charge was taken); ``retried_cost_usd`` (what the
     attempts that did not give the answer were billed; each attempt is in
-    ``extra["attempt_log"]``).
+    ``extra["attempt_log"]``); ``billed_unreported`` (an attempt, the answer's included, was
+    billed for tokens the provider never reported: an answer without usage, a reply or stream
+    lost before its usage came. The token counts do not hold them, so no price table can
+    price the call: it is ``unpriced``, and a repricing leaves it so).
     """
 
     provider: str = "unknown"
@@ -110,6 +113,7 @@ class LlmUsage:
     unpriced: bool = False
     cost_source: str = ""
     retried_cost_usd: Decimal = Decimal("0")
+    billed_unreported: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -148,8 +152,13 @@ class LlmUsage:
             raise ValidationError(
                 "usage.cache_creation_1h_input_tokens", "cannot exceed cache_creation_input_tokens"
             )
-        if not isinstance(self.unpriced, bool):
-            raise ValidationError("usage.unpriced", f"must be a boolean, got {self.unpriced!r}")
+        for name in ("unpriced", "billed_unreported"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValidationError(f"usage.{name}", f"must be a boolean, got {getattr(self, name)!r}")
+        if self.billed_unreported and not self.unpriced:
+            raise ValidationError(
+                "usage.billed_unreported", "needs unpriced: what was not reported has no known cost"
+            )
         for name in ("cost_usd", "retried_cost_usd"):
             cost = getattr(self, name)
             if not isinstance(cost, Decimal) or not cost.is_finite() or cost < 0:
@@ -232,6 +241,7 @@ _LATER_FIELDS: tuple[tuple[str, Any], ...] = (
     ("unpriced", False),
     ("cost_source", ""),
     ("retried_cost_usd", Decimal("0")),
+    ("billed_unreported", False),
 )
 """LlmUsage fields added after release 0.1.0, with their defaults."""
 

@@ -3,7 +3,8 @@ and its roll-ups per minute, hour and day (``cost_rollups``), kept in the same t
 
 A call's cost is the one its event recorded, unless a repricing (``projections/repricing``)
 prices it anew; ``retried_cost_usd`` is what its retried attempts were billed, ``unpriced``
-says no price was known (its cost is not the call's cost, never a silent $0).
+says its cost is not known (no price, or billed for tokens not reported: ``cost_usd`` is not
+the call's cost, never a silent $0).
 
 ``subject_id`` is the caller's session id, or the task id for task calls (``source = 'task'``,
 filed under the workflow ``tasks``).

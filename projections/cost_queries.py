@@ -68,7 +68,8 @@ class DashboardRow:
     failed_cost_usd: Decimal = Decimal(0)
     """What the failed calls were billed (every attempt)."""
     unpriced_calls: int = 0
-    """Calls without a price: ``cost_usd`` leaves them out, so it is a lower bound."""
+    """Calls whose cost is not known (no price, or billed for tokens not reported): ``cost_usd``
+    leaves that out, so it is a lower bound."""
     cache_creation_tokens: int = 0
 
 

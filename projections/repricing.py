@@ -4,6 +4,8 @@ A repricing (a price table and the time it applies from) is kept in the control 
 ``repricings`` table. The cost projection prices each call with ``call_cost``: the latest
 repricing that applies at the call's time and has a price for its model wins, else the cost
 the event recorded. A provider's own charge (``cost_source = 'provider'``) is never repriced.
+A repricing prices the tokens a call reported: a call billed for tokens its provider never
+reported (``billed_unreported``) stays ``unpriced`` under any price table.
 ``plan`` works out, from the log, what the cost projection holds per model and day before
 and after a repricing, with the same ``call_cost``: the dry run and the rebuild agree by
 construction, and ``tests/integration/test_repricing.py`` checks that they do.
@@ -91,8 +93,25 @@ def call_cost(usage: LlmUsage, at: datetime, repricings: Sequence[Repricing]) ->
             retried = _retried_cost(usage, price)
         except (FlowledgerError, TypeError):
             return recorded  # counts a repricing cannot read: keep what was recorded
-        return CallCost(cost, retried, False, repricing.table.version)
+        # Its model has a price now; what was not reported still has none (its counts are zeros).
+        return CallCost(cost, retried, usage.unpriced and billed_unreported(usage), repricing.table.version)
     return recorded
+
+
+def billed_unreported(usage: LlmUsage) -> bool:
+    """Whether the call was billed for tokens its provider never reported, which no price table
+    can price. ``usage.billed_unreported`` says so; a usage stored before that field says it
+    only in the LLM adapter's ``extra``: ``usage_reported: false`` on the usage (its last
+    attempt's tokens) or on an entry of its attempt log."""
+    if usage.billed_unreported:
+        return True
+    extra = usage.extra
+    if extra.get("usage_reported") is False:
+        return True
+    log = extra.get("attempt_log")
+    return isinstance(log, list) and any(
+        isinstance(e, dict) and e.get("usage_reported") is False for e in log
+    )
 
 
 def _price(table: PriceTable, usage: LlmUsage, at: datetime) -> ModelPrice | None:

@@ -181,6 +181,12 @@ class UsageIn(Body):
     retried_cost_usd: Money = Field(
         default=Decimal("0"), ge=0, le=Decimal(10**9), description="What retried attempts were billed."
     )
+    billed_unreported: bool = Field(
+        default=False,
+        strict=True,
+        description="Billed for tokens the provider did not report (no usage in the reply, a reply "
+        "lost before it): the cost stays unknown under any prices. Needs unpriced.",
+    )
 
     def to_usage(self) -> LlmUsage:
         """The domain value object."""

@@ -7,7 +7,7 @@ what the attempts before it were billed is ``retried_cost_usd``. A provider's ow
 (OpenRouter's ``usage.cost``) overrides the price table for its attempt. An attempt billed for
 what is not known (a stream that began and was cut, timed out or cancelled before its usage
 chunk), like an answer that reports no usage or counts that cannot be read, makes the call
-``unpriced``: never a silent $0.
+``unpriced`` and ``billed_unreported``: never a silent $0, and no repricing makes it one.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def build_usage(
     log: list[dict[str, Any]] = []
     retried = Decimal(0)
     billed = 0
-    unpriced = unreported = False
+    unpriced = unreported = unreadable = False
     cost: Decimal | None = None
     for index, outcome in enumerate(outcomes):
         entry: dict[str, Any] = {
@@ -75,6 +75,8 @@ def build_usage(
             entry["cost_usd"] = None if cost is None else str(cost)
             if outcome.usage.unreadable:  # why its cost is not known
                 entry["unreadable_usage"] = list(outcome.usage.unreadable)
+                # Counts it could not read stand as zeros: no price table may price them.
+                unreadable = unreadable or cost is None
             billed += 1
             unpriced = unpriced or cost is None
             if index < len(outcomes) - 1 and cost is not None:
@@ -101,7 +103,8 @@ def build_usage(
     if parsed is not None and call.stream:
         ttft = parsed.time_to_first_token_ms
         extra["time_to_first_token_ms"] = round(ttft, 3) if ttft is not None else None
-    if parsed is not None and not parsed.tokens.reported:
+    silent = parsed is not None and not parsed.tokens.reported
+    if silent:
         # An answer that does not say what it used: its cost is not known, never a silent $0.
         extra["usage_reported"] = False
         unpriced = True
@@ -124,5 +127,6 @@ def build_usage(
         unpriced=unpriced,
         cost_source="provider" if tokens.provider_cost_usd is not None else "",
         retried_cost_usd=retried,
+        billed_unreported=unreported or silent or unreadable,
         **tokens.counts(),
     )

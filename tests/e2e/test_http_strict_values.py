@@ -117,6 +117,8 @@ def test_a_cost_string_must_match_the_documented_pattern(memory_http: TestClient
         ({"input_tokens": True}, "usage.input_tokens: Input should be a valid integer"),
         ({"input_tokens": "12"}, "usage.input_tokens: Input should be a valid integer"),
         ({"unpriced": "yes"}, "usage.unpriced: Input should be a valid boolean"),
+        ({"billed_unreported": 1}, "usage.billed_unreported: Input should be a valid boolean"),
+        ({"billed_unreported": True}, "usage.billed_unreported: needs unpriced"),
         ({"latency_ms": True}, "usage.latency_ms: Input should be a valid number"),
         (
             {"retried_cost_usd": True},

@@ -42,17 +42,29 @@ def usage(model: str, cost: str, **fields: Any) -> LlmUsage:
     )
 
 
+UNREPORTED = LlmUsage(
+    provider="mystery",
+    request_model="mystery-1",
+    response_model="mystery-1",
+    unpriced=True,
+    extra={"usage_reported": False, "attempt_log": [{"n": 1, "outcome": "ok", "cost_usd": None}]},
+)
+"""An answer without usage, as the adapter stored it before ``billed_unreported`` (only in
+``extra``): its token counts are zeros that stand for what was not said."""
+
+
 def at(day: int, hour: int) -> datetime:
     return datetime(2025, 9, day, hour, tzinfo=UTC)
 
 
 def history() -> list[SessionScript]:
     """Calls recorded at V3.1 prices throughout, one unpriced, one charged by the provider, one
-    retried before its answer, one failed."""
+    retried before its answer, one failed; and one whose answer reported no usage."""
     a = SessionScript("a", "support", at(28, 9))
     a.step("s1", at(28, 10), usage=usage("deepseek-chat", str(V31)))  # before --from: untouched
     a.step("s2", at(29, 12), usage=usage("deepseek-chat", str(V31)))  # before the cut: V3.1 stays
     a.step("s3", at(29, 18), usage=usage("deepseek-chat", str(V31)))  # after: V3.2
+    a.step("s4", at(29, 20), usage=UNREPORTED)
     b = SessionScript("b", "support", at(30, 9))
     b.step("s1", at(30, 10), usage=usage("deepseek-chat", "0.00042", cost_source="provider"))
     b.step("s2", at(30, 11), usage=usage("mystery-1", "0", unpriced=True))
@@ -167,3 +179,24 @@ def test_the_dashboard_splits_successful_retried_and_failed_cost_and_counts_unpr
     assert chat.cost_usd == chat.succeeded_cost_usd + chat.retried_cost_usd + chat.failed_cost_usd
     mystery = next(r for r in rows if r.group == ("mystery-1",))
     assert (mystery.unpriced_calls, mystery.cost_usd) == (1, 0)
+
+
+def test_a_call_whose_usage_was_not_reported_stays_unpriced_once_its_model_is_priced(
+    projector: Projector, new_prices: tuple[Repricing, str]
+) -> None:
+    repricing, document = new_prices
+    # When a repricing that prices its model is planned, then applied
+    planned = plan(projector, repricing)
+    apply(projector, repricing, document)
+    # Then the dry run, the rebuilt projection and the dashboard (raw and rolled up) all keep
+    # its cost unknown: never a $0 priced call
+    [change] = [c for c in planned if (c.model, c.day) == ("mystery-1", date(2025, 9, 29))]
+    assert (change.calls, change.unpriced_before, change.unpriced_after) == (1, 1, 1)
+    with projector.connect() as conn:
+        recorded = recorded_costs(conn, projector.names.reader, FROM)[("mystery-1", date(2025, 9, 29))]
+        assert (recorded.calls, recorded.unpriced) == (1, 1)
+        for read in ("raw", "rollups"):
+            rows = dashboard(
+                conn, projector.names.reader, tenant="default", since=FROM, until=at(30, 0), read=read
+            )
+            assert {r.group[0]: r.unpriced_calls for r in rows}["mystery-1"] == 1, read

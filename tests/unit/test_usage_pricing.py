@@ -1,7 +1,7 @@
 """Golden usage payloads (OpenAI, Anthropic, Gemini, OpenRouter shapes) priced to hand-computed
 values: cache reads, 5-minute and 1-hour cache writes, reasoning, a long-context tier, aliased
 and provider-prefixed names, a provider's own charge, effective dates, unpriced models, and
-every billed attempt of a call."""
+every billed attempt of a call; a repricing prices what was reported, never what was not."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ import pytest
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.adapters.llm.reported_usage import parse_usage
 from flowledger.domain.errors import LlmCallFailed, UnknownModelPrice, ValidationError
+from flowledger.domain.pricing import ModelPrice, PriceTable
 from flowledger.domain.values import LlmUsage
+from flowledger.projections.repricing import Repricing, call_cost, changes
 
 MESSAGES = [{"role": "user", "content": "where is my order?"}]
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -315,3 +317,114 @@ async def test_a_providers_own_charge_prices_a_reply_whose_counts_cannot_be_read
         "openrouter/openai/gpt-4.1", reply({"prompt_tokens": "?", "completion_tokens": 1, "cost": 0.5})
     )
     assert (u.cost_usd, u.cost_source, u.unpriced) == (Decimal("0.5"), "provider", False)
+
+
+# A repricing that prices the model that had no price, and gpt-4.1 anew.
+REPRICED_AT = datetime(2026, 12, 1, tzinfo=UTC)
+REPRICING = Repricing(
+    datetime(2026, 1, 1, tzinfo=UTC),
+    PriceTable(
+        version="repriced",
+        prices={
+            name: ModelPrice(input_cost_per_token=Decimal("1e-6"), output_cost_per_token=Decimal("2e-6"))
+            for name in ("mystery-model-7", "gpt-4.1")
+        },
+    ),
+    "repriced.json",
+)
+CUT = f"data: {json.dumps({'id': 'r', 'choices': [{'delta': {'content': '{'}}]})}\n\n"
+"""A stream the provider began answering, cut before its usage chunk."""
+
+
+async def test_a_repricing_prices_the_reported_tokens_of_a_model_that_had_no_price() -> None:
+    u = await priced("mystery-model-7", reply(BILLED), unpriced_models="flag")
+    repriced = call_cost(u, REPRICED_AT, [REPRICING])
+    # 1,000 x $1/M + 100 x $2/M
+    assert (repriced.unpriced, repriced.cost_usd, repriced.price_version) == (
+        False,
+        Decimal("0.0012"),
+        "repriced",
+    )
+
+
+async def _unreported(how: str, model: str) -> LlmUsage:
+    """The usage of a call on ``model`` billed for tokens its provider did not report."""
+    if how == "an answer without usage":
+        body = {"id": "r-1", "model": model, "choices": [{"message": {"content": "{}"}}]}
+        return await priced(model, body, unpriced_models="flag")
+    retried = how == "an answer after a stream cut before its usage chunk"
+    replies = iter([httpx.Response(200, text=CUT), httpx.Response(200, content=_sse(*STREAMED))])
+    options: dict[str, Any] = {"stream": True, "unpriced_models": "flag", "max_retries": int(retried)}
+    async with client(lambda request: next(replies), **options) as llm:
+        if retried:
+            return (await llm.complete(model=model, messages=MESSAGES)).usage
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model=model, messages=MESSAGES)
+    assert raised.value.usage is not None
+    return raised.value.usage
+
+
+STREAMED = (
+    {"id": "r", "model": "m", "choices": [{"delta": {"content": "{}"}, "finish_reason": "stop"}]},
+    {"choices": [], "usage": BILLED},
+)
+"""A whole stream: its content, and its usage chunk."""
+
+
+@pytest.mark.parametrize("model", ["mystery-model-7", "gpt-4.1"], ids=["no price when called", "priced"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "an answer without usage",
+        "a stream cut before its usage chunk",
+        "an answer after a stream cut before its usage chunk",
+    ],
+)
+async def test_a_repricing_never_prices_what_the_provider_did_not_report(how: str, model: str) -> None:
+    # Given a call billed for tokens its provider did not report: its cost is not known
+    u = await _unreported(how, model)
+    assert u.unpriced is True
+    # When a price table that prices its model reprices it (the projection, and the dry run)
+    repriced = call_cost(u, REPRICED_AT, [REPRICING])
+    [change] = changes(iter([(model, REPRICED_AT, u)]), [], REPRICING)
+    # Then its cost stays unknown: never a $0 made of the zeros that stand for what was not said
+    assert repriced.unpriced is True
+    assert (change.unpriced_before, change.unpriced_after) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"unpriced": True, "extra": {"usage_reported": False, "attempt_log": [{"n": 1, "outcome": "ok"}]}},
+        {
+            "input_tokens": 1_000,
+            "output_tokens": 100,
+            "unpriced": True,
+            "extra": {
+                "estimated_prompt_tokens": 5,
+                "attempt_log": [
+                    {"n": 1, "outcome": "connection_error", "usage_reported": False, "cost_usd": None},
+                    {"n": 2, "outcome": "ok", "usage": {"input_tokens": 1_000, "output_tokens": 100}},
+                ],
+            },
+        },
+    ],
+    ids=["its answer's usage", "a retried attempt's usage"],
+)
+def test_a_usage_stored_before_billed_unreported_was_recorded_is_still_not_repriced(
+    stored: dict[str, Any],
+) -> None:
+    # Given a usage as the release before stored it: what was not reported, only in extra
+    u = LlmUsage.from_dict({"provider": "openai", "request_model": "gpt-4.1", **stored})
+    # Then a repricing leaves its cost unknown (it reads the extra the adapter wrote)
+    assert call_cost(u, REPRICED_AT, [REPRICING]).unpriced is True
+    assert u.billed_unreported is False  # the field's default: the stored usage did not say
+
+
+def test_billed_unreported_is_kept_only_when_set_and_needs_unpriced() -> None:
+    u = LlmUsage(request_model="gpt-4.1", unpriced=True, billed_unreported=True)
+    assert LlmUsage.from_dict(u.to_dict()) == u
+    assert "billed_unreported" not in LlmUsage(request_model="gpt-4.1").to_dict()
+    with pytest.raises(ValidationError) as raised:
+        LlmUsage(request_model="gpt-4.1", billed_unreported=True)
+    assert raised.value.field == "usage.billed_unreported"
