@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 
 from flowledger.adapters.llm.completion import (
+    AttemptProgress,
     ParsedCompletion,
-    StreamProgress,
     estimate_prompt_tokens,
     parse_completion,
 )
@@ -45,7 +45,7 @@ from flowledger.adapters.llm.retry import (
     parse_retry_after,
     status_is_retryable,
 )
-from flowledger.adapters.llm.transport import WHOLE_BODY, build_transport
+from flowledger.adapters.llm.transport import NOT_SENT, WHOLE_BODY, build_transport
 from flowledger.adapters.llm.usage import CallContext, build_usage
 from flowledger.domain.errors import CircuitOpen, LlmCallFailed, UnknownModelPrice, ValidationError
 from flowledger.domain.ports import CallEstimate, LlmReply
@@ -325,7 +325,7 @@ class OpenAICompatibleClient:
             await self.limiter.acquire(body["model"], charge)
         trial = self.breaker.admit(attempts=len(outcomes))
         begun = self._clock()
-        progress = StreamProgress()
+        progress = AttemptProgress()
         try:
             parsed = await self._send(body, stream, begun, progress)
         except AttemptError as error:
@@ -344,7 +344,8 @@ class OpenAICompatibleClient:
                         elapsed_ms=(self._clock() - begun) * 1000,
                         waited_before_s=waited,
                         usage=progress.tokens,  # a stream cancelled after its usage chunk was billed
-                        billed_unreported=progress.billed_unreported,  # one cancelled before it, too
+                        # and one cancelled before it, or awaiting its reply, too
+                        billed_unreported=progress.billed_unreported,
                         streamed_chars=progress.streamed_chars,
                     )
                 )
@@ -355,15 +356,18 @@ class OpenAICompatibleClient:
         return parsed
 
     async def _send(
-        self, body: dict[str, Any], stream: bool, begun: float, progress: StreamProgress
+        self, body: dict[str, Any], stream: bool, begun: float, progress: AttemptProgress
     ) -> ParsedCompletion:
         """One attempt; a stream's usage, once read, stays on the error if the stream then
-        breaks or times out (the provider billed it). How far a stream got is on ``progress``."""
+        breaks or times out (the provider billed it). How far the attempt got is on ``progress``."""
         timeout = self.config.request_timeout_s
         try:
             async with asyncio.timeout(timeout):
+                # From here the request may reach the provider (until an error shows it did not).
+                progress.awaiting_reply = True
                 if not stream:
                     response = await self._post(body)
+                    progress.awaiting_reply = False
                     if not response.is_success:
                         raise self._status_error(response)
                     try:
@@ -374,19 +378,25 @@ class OpenAICompatibleClient:
                         ) from None
                     return parse_completion(data)
                 async with self._pool().http.stream("POST", "chat/completions", json=body) as response:
+                    progress.awaiting_reply = False
                     if not response.is_success:
                         await response.aread()
                         raise self._status_error(response)
                     return await read_sse_stream(response, begun, self._clock, progress)
         except TimeoutError:
+            # The attempt's deadline, reached with the request at the transport: whether it had
+            # gone out is not known (the transport does not say), so it counts as sent, the
+            # side a budget needs.
             raise AttemptError(
                 f"no reply within {timeout}s", error_type="timeout", retryable=True, usage=progress.tokens
             ) from None
-        except httpx.TimeoutException as error:
-            raise AttemptError(
-                f"timed out: {error!r}", error_type="timeout", retryable=True, usage=progress.tokens
-            ) from None
         except httpx.TransportError as error:
+            if isinstance(error, NOT_SENT):
+                progress.awaiting_reply = False  # the provider never had the whole request
+            if isinstance(error, httpx.TimeoutException):
+                raise AttemptError(
+                    f"timed out: {error!r}", error_type="timeout", retryable=True, usage=progress.tokens
+                ) from None
             raise AttemptError(
                 f"connection failed: {type(error).__name__}",
                 error_type="connection_error",
@@ -428,9 +438,9 @@ class OpenAICompatibleClient:
         begun: float,
         waited: float,
         usage: ReportedUsage | None = None,
-        progress: StreamProgress | None = None,
+        progress: AttemptProgress | None = None,
     ) -> AttemptOutcome:
-        """How an attempt ended; a failed one's ``progress`` says how far its stream got."""
+        """How an attempt ended; a failed one's ``progress`` says how far it got."""
         unreported = False
         if error is not None:
             usage = error.usage

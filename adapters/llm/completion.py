@@ -87,28 +87,33 @@ def parse_completion(data: Any) -> ParsedCompletion:
 
 
 @dataclass
-class StreamProgress:
-    """What a stream has said so far: whether it ``began`` (its 2xx answer came: the provider
-    took the request, and bills it from there), its usage once the usage chunk came, and the
-    characters of content streamed. A stream cut, timed out or cancelled after that chunk was
-    billed for it: the attempt keeps it; one that began and ended before it was billed for
-    what is not known (``billed_unreported``)."""
+class AttemptProgress:
+    """How far one attempt got: whether it is ``awaiting_reply`` (its request went out and no
+    answer has come: the provider may have the whole prompt, and bill it), whether its stream
+    ``began`` (its 2xx answer came: the provider took the request, and bills it from there),
+    its usage once the usage chunk came, and the characters of content streamed.
 
+    An attempt that ended (failed, timed out, cancelled) after its stream's usage chunk was
+    billed for it: the attempt keeps it. One that ended while awaiting its reply, or after its
+    stream began and before that chunk, was billed for what is not known (``billed_unreported``).
+    """
+
+    awaiting_reply: bool = False
     began: bool = False
     tokens: ReportedUsage | None = None
     streamed_chars: int = 0
 
     @property
     def billed_unreported(self) -> bool:
-        """The stream began and ended before its usage chunk: billed, for what is not known."""
-        return self.began and self.tokens is None
+        """The attempt ended after the provider had its request and before its usage came."""
+        return (self.awaiting_reply or self.began) and self.tokens is None
 
 
 async def read_stream(
     response: httpx.Response,
     started: float,
     clock: Callable[[], float] = time.perf_counter,
-    progress: StreamProgress | None = None,
+    progress: AttemptProgress | None = None,
 ) -> ParsedCompletion:
     """Consume an SSE stream sent with ``stream_options.include_usage``.
 

@@ -53,9 +53,10 @@ class AttemptError(Exception):
 @dataclass(frozen=True, kw_only=True)
 class AttemptOutcome:
     """How one attempt ended: ``error_type`` is ``"ok"`` for a success; ``usage`` is what it
-    was billed for, when the provider said. ``billed_unreported``: a failed attempt whose
-    stream the provider began answering ended before its usage chunk, so it was billed for
-    what is not known; ``streamed_chars``, the content it had streamed by then."""
+    was billed for, when the provider said. ``billed_unreported``: a failed attempt that ended
+    after the provider had its request and before it said what it used (a reply lost, a stream
+    cut before its usage chunk), so it was billed for what is not known; ``streamed_chars``,
+    the content it had streamed by then."""
 
     number: int
     error_type: str

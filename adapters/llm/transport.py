@@ -8,7 +8,10 @@ requests to the simulator on the 2-core machine (``bench/bench_llm.py``): httpx'
 
 ``httpx_aiohttp`` 0.2 maps every ``aiohttp.ClientConnectionError`` to ``httpx.ConnectTimeout``,
 so a dropped connection would read as a timeout; ``AiohttpTransport`` here restores the
-difference (``connection_error`` vs ``timeout`` in the attempt log and the breaker).
+difference (``connection_error`` vs ``timeout`` in the attempt log and the breaker), and the
+one between a connection never made (``httpx.ConnectError``: the request did not go out) and
+one dropped after it was made (``httpx.RemoteProtocolError``: the provider may have the
+request, and bill it; see ``NOT_SENT``).
 
 httpx's own pool (``transport="httpx"``) is kept for endpoints aiohttp cannot serve the same
 way (an HTTP/2-only gateway, a proxy set by httpx's environment variables). httpcore 1.0's
@@ -35,6 +38,25 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from flowledger.adapters.llm.config import ClientConfig
 
+NOT_SENT: tuple[type[httpx.TransportError], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.ProxyError,
+    httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
+    httpx.WriteError,
+    httpx.WriteTimeout,
+)
+"""The transport errors that show a request never reached the provider whole, so it cannot
+have been billed: no connection (refused, timed out, none free in the pool, a proxy that would
+not tunnel, a URL that cannot be sent), or the request's bytes not all written (an HTTP/1.1
+server reads the whole body before a model sees the prompt). Any other error once the request
+is with the transport (a read that times out or fails, a connection the server drops or
+breaks, the ``request_timeout_s`` deadline, a cancel) may come after the provider took it:
+its cost is not known. The aiohttp transport raises these classes as httpx's pool does
+(``AiohttpTransport``). A kept-alive connection the server had closed, found closed as the
+request is written, counts as sent: neither transport tells it from one dropped later."""
 WHOLE_BODY = "flowledger.whole_body"
 """A request extension: the caller reads the whole reply at once, so the aiohttp transport may
 read it before returning (any other transport ignores it)."""
@@ -55,8 +77,11 @@ def build_transport(config: ClientConfig) -> httpx.AsyncBaseTransport:
 
 
 def _dropped(error: httpx.TimeoutException) -> httpx.TransportError | None:
-    """The connection error an ``httpx_aiohttp`` "timeout" really was, or None for a real timeout."""
+    """The connection error an ``httpx_aiohttp`` "timeout" really was (``ConnectError`` for a
+    connection never made, ``RemoteProtocolError`` for one dropped), or None for a real timeout."""
     cause = error.__cause__
+    if isinstance(cause, aiohttp.ClientConnectorError):  # refused, DNS, TLS, proxy: nothing sent
+        return httpx.ConnectError(f"{type(cause).__name__}: {cause}")
     if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(cause, asyncio.TimeoutError):
         return httpx.RemoteProtocolError(f"{type(cause).__name__}: {cause}")
     return None

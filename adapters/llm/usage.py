@@ -5,8 +5,9 @@ be read, a stream cut after its usage chunk) is priced on its own, in the attemp
 usage's token fields and ``cost_usd`` are the last attempt's (the answer, when there is one);
 what the attempts before it were billed is ``retried_cost_usd``. A provider's own charge
 (OpenRouter's ``usage.cost``) overrides the price table for its attempt. An attempt billed for
-what is not known (a stream that began and was cut, timed out or cancelled before its usage
-chunk), like an answer that reports no usage or counts that cannot be read, makes the call
+what is not known (a request that went out and whose reply was lost: timed out, dropped or
+cancelled; a stream that began and was cut, timed out or cancelled before its usage chunk),
+like an answer that reports no usage or counts that cannot be read, makes the call
 ``unpriced`` and ``billed_unreported``: never a silent $0, and no repricing makes it one.
 """
 
@@ -82,11 +83,13 @@ def build_usage(
             if index < len(outcomes) - 1 and cost is not None:
                 retried += cost
         elif outcome.billed_unreported:
-            # Its stream began (the prompt was taken) and ended before the usage chunk: billed,
-            # for what is not known. What is known is kept; no token count is made up.
+            # The provider had the prompt (its reply was lost, or its stream ended before the
+            # usage chunk): billed, for what is not known. What is known is kept; no token
+            # count is made up.
             entry["usage_reported"] = False
             entry["cost_usd"] = None
-            entry["streamed_chars"] = outcome.streamed_chars
+            if call.stream:
+                entry["streamed_chars"] = outcome.streamed_chars
             unreported = True
         log.append(entry)
     # Without a price, a call nothing was reported for is unpriced too: never a silent $0.

@@ -455,21 +455,33 @@ async def test_an_answer_without_usage_is_unpriced_and_counts_its_estimate_again
         await engine.aclose()
 
 
-async def test_a_stream_cut_before_its_usage_chunk_is_unpriced_and_counts_its_estimate_against_budgets(
-    settings: Settings,
-) -> None:
-    # Given a provider whose streams begin and are cut before their usage chunk, under a budget
-    def handler(request: httpx.Request) -> httpx.Response:
-        chunk = {"id": "x", "model": MODEL, "choices": [{"delta": {"content": '{"message": "h'}}]}
-        return httpx.Response(
-            200, headers={"content-type": "text/event-stream"}, text=f"data: {json.dumps(chunk)}\n\n"
-        )
+def _cut_stream(request: httpx.Request) -> httpx.Response:
+    """A stream the provider began answering, cut before its usage chunk."""
+    chunk = {"id": "x", "model": MODEL, "choices": [{"delta": {"content": '{"message": "h'}}]}
+    return httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, text=f"data: {json.dumps(chunk)}\n\n"
+    )
 
+
+def _lost_reply(request: httpx.Request) -> httpx.Response:
+    """A request that went out (the provider has the prompt), whose reply never came."""
+    raise httpx.ReadTimeout("no reply")
+
+
+@pytest.mark.parametrize(
+    ("handler", "stream", "error_type"),
+    [(_cut_stream, True, "connection_error"), (_lost_reply, False, "timeout")],
+    ids=["a stream cut before its usage chunk", "a reply lost after its request went out"],
+)
+async def test_a_call_billed_for_what_was_not_reported_is_unpriced_and_counts_its_estimate_against_budgets(
+    settings: Settings, handler: Any, stream: bool, error_type: str
+) -> None:
+    # Given a provider whose answers are cut or lost before they say what they used, under a budget
     config = ClientConfig(
         base_url="https://llm.test/v1",
         api_key=ApiKey("sk-budget-1"),
         default_model=MODEL,
-        stream=True,
+        stream=stream,
         max_retries=0,
     )
     llm = OpenAICompatibleClient(config, prices=PRICES, transport=httpx.MockTransport(handler))
@@ -486,14 +498,14 @@ async def test_a_stream_cut_before_its_usage_chunk_is_unpriced_and_counts_its_es
     try:
         engine.budgets.set("tenant", None, "day", "10", mode="enforce")
         engine.start_session("cut", "support")
-        # When a step's call fails on such a stream
+        # When a step's call fails on such an answer
         with pytest.raises(LlmCallFailed):
             await engine.process_step("cut", "s1", {"message": "hi"})
         # Then its StepFailed says the cost is not known (not a silent $0), and the budget
         # counts the most it could have cost, as it held
         [failure] = engine.get_session("cut").failures
         assert failure.usage is not None
-        assert (failure.error_type, failure.usage.unpriced) == ("connection_error", True)
+        assert (failure.error_type, failure.usage.unpriced) == (error_type, True)
         [burn] = engine.budgets.burn()
         assert burn.spent_usd == held[0] > 0
         assert burn.reserved_usd == 0

@@ -8,11 +8,13 @@ import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.domain.ports import CallEstimate
 from flowledger.domain.session_views import StepFailure
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.budgets import Burn
@@ -119,19 +121,30 @@ async def test_attempts_billed_before_the_cancel_stay_in_the_books(engine: Engin
 
 
 async def _cancelled_under_a_budget(
-    database_url: str, pg_schema: str, endpoint: SlowEndpoint
-) -> tuple[StepFailure, Burn]:
-    """The step failure and the budget's burn after a streamed step is cancelled while
-    ``endpoint`` hangs, under a user's budget on PostgreSQL."""
+    database_url: str, pg_schema: str, endpoint: SlowEndpoint, *, stream: bool = True
+) -> tuple[StepFailure, Burn, Decimal]:
+    """The step failure, the budget's burn and what the call held, after a step (streamed
+    unless told) is cancelled while ``endpoint`` hangs, under a user's budget on PostgreSQL."""
     settings = Settings(home=Path("/nonexistent"), database_url=database_url, schema=pg_schema)
-    engine = Engine(settings=settings, llm=client(endpoint, stream=True))
+    llm = client(endpoint, stream=stream)
+    held: list[Decimal] = []
+    estimate = llm.max_cost
+
+    def recording(model: str | None, messages: list[dict[str, Any]]) -> CallEstimate:
+        made = estimate(model, messages)
+        held.append(made.max_cost_usd)
+        return made
+
+    llm.max_cost = recording  # type: ignore[method-assign]
+    engine = Engine(settings=settings, llm=llm)
     try:
         engine.start_session("s1", "cs", user_id="alice")
         engine.budgets.set("user", "alice", "month", "5")
         await _cancel_while_hanging(engine, endpoint)
         (failure,) = engine.get_session("s1").failures
         [burn] = engine.budgets.burn()
-        return failure, burn
+        [hold] = held
+        return failure, burn, hold
     finally:
         await engine.aclose()
 
@@ -140,22 +153,30 @@ async def _cancelled_under_a_budget(
 async def test_a_budget_is_charged_what_a_cancelled_calls_attempts_were_billed(
     database_url: str, pg_schema: str
 ) -> None:
-    _, burn = await _cancelled_under_a_budget(database_url, pg_schema, SlowEndpoint(cut_stream=True))
-    # The cut stream's 1,000 input and 10 output tokens (see above), and nothing still held.
-    assert burn.spent_usd == Decimal("0.0002842")
+    failure, burn, held = await _cancelled_under_a_budget(
+        database_url, pg_schema, SlowEndpoint(cut_stream=True)
+    )
+    # The cut stream's 1,000 input and 10 output tokens (see above) stay on the books; the
+    # cancelled request, awaiting its reply, may have been billed too (for what is not known),
+    # so the budget counts at least what the call held; and nothing is still held.
+    assert failure.usage is not None
+    assert (failure.usage.charged_usd, failure.usage.unpriced) == (Decimal("0.0002842"), True)
+    assert burn.spent_usd == max(Decimal("0.0002842"), held)
     assert burn.reserved_usd == Decimal(0)
 
 
 @pytest.mark.postgres
-async def test_a_stream_cancelled_before_its_usage_chunk_counts_its_estimate_against_budgets(
-    database_url: str, pg_schema: str
+@pytest.mark.parametrize("stream", [True, False], ids=["a stream that began", "a request awaiting its reply"])
+async def test_a_call_cancelled_before_it_said_what_it_used_counts_its_estimate_against_budgets(
+    database_url: str, pg_schema: str, stream: bool
 ) -> None:
-    # Given a stream the provider began answering, cancelled before its usage chunk came
-    endpoint = SlowEndpoint(hang_streaming=True)
-    failure, burn = await _cancelled_under_a_budget(database_url, pg_schema, endpoint)
+    # Given a stream the provider began answering, or a request it has whole, cancelled before
+    # the usage came
+    endpoint = SlowEndpoint(hang_streaming=stream)
+    failure, burn, held = await _cancelled_under_a_budget(database_url, pg_schema, endpoint, stream=stream)
     # Then the call's cost is not known (it was billed: not $0), and the budget counts the
     # most it could have cost, as it held
     assert failure.usage is not None
     assert (failure.error_type, failure.usage.unpriced) == ("cancelled", True)
-    assert burn.spent_usd > 0
+    assert burn.spent_usd == held > 0
     assert burn.reserved_usd == Decimal(0)

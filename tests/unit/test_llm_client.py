@@ -251,7 +251,8 @@ def mock_client(handler: Any, **options: Any) -> OpenAICompatibleClient:
     async def no_sleep(_: float) -> None:
         return None
 
-    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), stream=True, **options)
+    options = {"stream": True, **options}
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), **options)
     return OpenAICompatibleClient(
         config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=no_sleep
     )
@@ -496,3 +497,130 @@ async def test_a_stream_answered_with_json_that_is_no_completion_is_a_malformed_
     assert usage is not None
     assert (raised.value.error_type, len(seen)) == ("malformed_response", 1)
     assert (usage.input_tokens, usage.unpriced) == (input_tokens, unpriced)
+
+
+async def _lost(error: Exception | None) -> httpx.Response:
+    """A non-streamed request that reached the endpoint, whose reply is lost with ``error``
+    (None: it never comes)."""
+    if error is None:
+        await asyncio.sleep(30)
+    raise error or AssertionError("the call times out first")
+
+
+@pytest.mark.parametrize(
+    ("error", "error_type"),
+    [
+        (httpx.ReadTimeout("no reply"), "timeout"),
+        (httpx.ReadError("connection reset by peer"), "connection_error"),
+        (httpx.RemoteProtocolError("server disconnected without sending a response"), "connection_error"),
+        (None, "timeout"),
+    ],
+    ids=["read timeout", "read error", "server disconnected", "no reply within the request timeout"],
+)
+async def test_a_reply_lost_after_its_request_was_sent_is_unpriced_not_free(
+    error: Exception | None, error_type: str
+) -> None:
+    # Given a non-streamed call whose request went out (the provider has the whole prompt), and
+    # whose reply never came
+    llm = mock_client(
+        lambda request: _lost(error),
+        stream=False,
+        request_timeout_s=0.2,
+        connect_timeout_s=0.2,
+        max_retries=0,
+    )
+    # When the call fails on it
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    # Then what it cost is not known (the provider may have billed it): never a silent $0
+    usage = raised.value.usage
+    assert usage is not None
+    assert (raised.value.error_type, usage.unpriced, usage.billed_unreported) == (error_type, True, True)
+    assert (usage.charged_usd, usage.input_tokens, usage.output_tokens) == (Decimal(0), 0, 0)
+    assert usage.extra["usage_reported"] is False
+    assert usage.extra["estimated_prompt_tokens"] == estimate_prompt_tokens(MESSAGES)
+    [lost] = usage.extra["attempt_log"]
+    assert (lost["outcome"], lost["cost_usd"], lost["usage_reported"]) == (error_type, None, False)
+    assert "streamed_chars" not in lost  # nothing was streamed
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        httpx.ConnectError("connection refused"),
+        httpx.ConnectTimeout("no connection"),
+        httpx.PoolTimeout("no free connection"),
+        httpx.ProxyError("the proxy refused the tunnel"),
+        httpx.WriteError("broken pipe"),
+        httpx.WriteTimeout("the request could not be written"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["non-streamed", "streamed"])
+async def test_a_request_that_never_reached_the_provider_whole_was_not_billed(
+    error: Exception, stream: bool
+) -> None:
+    # Given a request that never went out, or not whole (the provider cannot answer half a prompt)
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise error
+
+    llm = mock_client(handler, stream=stream, max_retries=0)
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    # Then nothing was billed: $0, and known to be $0
+    usage = raised.value.usage
+    assert usage is not None
+    assert (usage.unpriced, usage.billed_unreported, usage.charged_usd) == (False, False, Decimal(0))
+    assert "usage_reported" not in usage.extra["attempt_log"][0]
+
+
+async def test_an_answer_after_a_reply_that_was_lost_is_unpriced() -> None:
+    # Given a first request whose reply is lost, and a retry that answers in full
+    requests: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        if len(requests) == 1:
+            raise httpx.ReadTimeout("no reply")
+        return httpx.Response(200, json=body(prompt_tokens=1000, completion_tokens=100))
+
+    llm = mock_client(handler, stream=False)
+    reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    # Then the answer is priced, but the call's cost is not known: the lost one may have been billed
+    usage = reply.usage
+    assert (usage.unpriced, usage.billed_unreported) == (True, True)
+    assert usage.cost_usd == Decimal("0.0028")
+    lost, answer = usage.extra["attempt_log"]
+    assert (lost["outcome"], lost["cost_usd"], lost["usage_reported"]) == ("timeout", None, False)
+    assert "usage_reported" not in answer
+
+
+async def test_a_call_cancelled_while_awaiting_its_reply_is_unpriced_not_free() -> None:
+    # Given a non-streamed request that went out, and its caller cancelled before the reply came
+    sent = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        sent.set()
+        await asyncio.sleep(30)
+        raise AssertionError("the test cancels before this")
+
+    llm = mock_client(handler, stream=False)
+    call = asyncio.ensure_future(llm.complete(model="gpt-4.1", messages=MESSAGES))
+    await asyncio.wait_for(sent.wait(), 5)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError) as raised:
+        await call
+    await llm.aclose()
+    # Then the usage on the error says its cost is not known, not that it was free
+    usage = raised.value.usage  # type: ignore[attr-defined]
+    assert isinstance(usage, LlmUsage)
+    assert (usage.unpriced, usage.billed_unreported, usage.charged_usd) == (True, True, Decimal(0))
+    [cancelled] = usage.extra["attempt_log"]
+    assert (cancelled["outcome"], cancelled["cost_usd"], cancelled["usage_reported"]) == (
+        "cancelled",
+        None,
+        False,
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -178,6 +179,62 @@ async def test_a_server_that_never_answers_is_a_timeout_on_both_transports(kind:
         for context in stack:
             await context.__aexit__(None, None, None)
     assert (raised.value.error_type, raised.value.attempts) == ("timeout", 2)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (a connection to it is refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole body", "streamed"])
+async def test_a_refused_connection_is_a_connect_error_through_aiohttp_not_a_dropped_one(whole: bool) -> None:
+    # (httpx_aiohttp maps every aiohttp connection error to ConnectTimeout, and a refusal read
+    # as RemoteProtocolError, the error of a connection dropped after the request went out.)
+    transport = AiohttpTransport()
+    request = httpx.Request(
+        "POST", f"http://127.0.0.1:{closed_port()}/v1", content=b"{}", extensions={WHOLE_BODY: whole}
+    )
+    try:
+        with pytest.raises(httpx.ConnectError):
+            await transport.handle_async_request(request)
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_a_request_dropped_after_it_went_out_is_unpriced_and_a_refused_one_is_not(kind: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("dropped")  # the server reads the request, then drops it
+
+    stack: list[Any] = []
+    dropped = await Transports(kind, stack).client(handler, max_retries=0)
+    refused = OpenAICompatibleClient(
+        ClientConfig(
+            base_url=f"http://127.0.0.1:{closed_port()}/v1",
+            api_key=ApiKey("sk-test-secret-1"),
+            transport=kind,  # type: ignore[arg-type]
+            max_retries=0,
+        ),
+        prices=load_price_table(),
+    )
+    usages = []
+    try:
+        for llm in (dropped, refused):
+            with pytest.raises(LlmCallFailed) as raised:
+                await llm.complete(model="gpt-4.1", messages=MESSAGES)
+            assert raised.value.usage is not None
+            usages.append(raised.value.usage)
+    finally:
+        await refused.aclose()
+        for context in reversed(stack):
+            await context.__aexit__(None, None, None)
+    # The dropped request may have been billed (cost unknown); the refused one was not ($0)
+    assert [(u.unpriced, u.extra["attempt_log"][0]["outcome"]) for u in usages] == [
+        (True, "connection_error"),
+        (False, "connection_error"),
+    ]
 
 
 async def test_the_aiohttp_transport_takes_the_pool_limit_and_sends_the_key() -> None:
