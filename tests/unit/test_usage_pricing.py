@@ -310,6 +310,9 @@ async def test_a_reply_whose_counts_cannot_be_read_is_unpriced_not_a_silent_zero
     [answer] = u.extra["attempt_log"]
     assert (answer["cost_usd"], answer["unreadable_usage"]) == (None, ["prompt_tokens"])
     assert u.output_tokens == 100  # what could be read is kept
+    # And no repricing prices the zero that stands for the count it could not read
+    assert u.billed_unreported is True
+    assert call_cost(u, REPRICED_AT, [REPRICING]).unpriced is True
 
 
 async def test_a_providers_own_charge_prices_a_reply_whose_counts_cannot_be_read() -> None:
