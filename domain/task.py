@@ -518,6 +518,7 @@ class Task(FlowledgerAggregate):
         deadline: datetime | None,
     ) -> None:
         self.status = TaskStatus.PENDING.value
+        self.escalation = None  # back in the queue; the history keeps why it was escalated
         if deadline is not None:
             self.deadline = deadline
 

@@ -198,7 +198,10 @@ class CurrentState(Projection):
     """Where every session, task and agent stands now."""
 
     name = "current_state"
-    schema_version = 2  # 2: a task's cost counts its discarded (paid) classification calls
+    # 2: a task's cost counts its discarded (paid) classification calls; 3: a requeue sets the
+    # task's new deadline and clears its escalation reason (sessions' rows unchanged)
+    schema_version = 3
+    base_versions = (2,)
     exposed = ("sessions", "tasks", "agents")
     ddl = DDL + work_rows.DDL
     handles = (Session, Task, Agent)

@@ -141,7 +141,9 @@ def fold_task(row: Row, event: Any) -> None:
         if event.usage is not None:
             row["cost_usd"] += event.usage.cost_usd
     elif isinstance(event, Task.Requeued):
-        row.update(status="pending", agent_id=None)
+        row.update(status="pending", agent_id=None, escalation_reason=None)
+        if event.deadline is not None:
+            row["deadline"] = event.deadline
     elif isinstance(event, Task.Started):
         row.update(status="in_progress", started_at=event.started_at)
     elif isinstance(event, Task.Completed):

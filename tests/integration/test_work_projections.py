@@ -9,6 +9,7 @@ aggregates' own state, and a full rebuild.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -111,3 +112,23 @@ async def test_task_and_agent_rows_follow_every_transition_and_equal_a_rebuild(p
     assert rows(projector, "tasks", "task_id") == tasks
     assert rows(projector, "agents", "agent_id") == agents
     assert verify(projector) == []
+
+
+def test_a_requeued_task_row_takes_the_new_deadline_and_drops_the_escalation(pg_engine: Engine) -> None:
+    # Given a task escalated for its passed deadline, requeued with a new one and assigned
+    engine = pg_engine
+    engine.register_agent("ana", "Ana", ["python"], 2)
+    engine.create_task("t", "Fix", ["python"], deadline=datetime.now(UTC) - timedelta(hours=1))
+    assert engine.escalate_overdue()[0].task_id == "t"
+    requeued = engine.requeue_task("t", "alice@example.com", "try again", timedelta(hours=8))
+    # Then the task's own state no longer says it is escalated, in the queue or once assigned
+    assert requeued.escalation is None
+    assigned = engine.assign_task("t")
+    assert (assigned.status.value, assigned.escalation) == ("assigned", None)
+    # And the projection's row has the new deadline and no escalation reason
+    projector = projector_for(engine, batch_size=3)
+    projector.catch_up()
+    row = rows(projector, "tasks", "task_id")["t"]
+    assert (row["status"], row["deadline"], row["escalation_reason"]) == ("assigned", requeued.deadline, None)
+    # And the history still says why it was escalated
+    assert engine.task_history("t")[2].data["escalation_reason"] == "deadline_breached"
