@@ -157,7 +157,7 @@ class Agent(FlowledgerAggregate):
         """Set a new capacity; refused below the current load."""
         require_capacity(capacity)
         if capacity < self.load:
-            raise AgentAtCapacity(self.agent_id, capacity, self.load)
+            raise AgentAtCapacity(self.agent_id, capacity, self.load, asked=capacity)
         if capacity != self.capacity:
             self._capacity_changed(capacity=capacity)
 

@@ -34,7 +34,7 @@ FlowledgerError
 ├── AgentError                 carries ``agent_id``
 │   ├── AgentNotFound
 │   ├── AgentConflict          registered again with another name, skills or capacity
-│   ├── AgentAtCapacity        carries ``capacity`` and ``load``
+│   ├── AgentAtCapacity        carries ``capacity``, ``load`` (and ``asked``)
 │   └── TaskNotHeld            the agent does not hold ``task_id``
 └── LlmError                   a model call gave no usable reply; carries ``error_type``,
     │                          ``attempts`` and ``usage`` (what was spent so far)
@@ -290,10 +290,18 @@ class AgentConflict(AgentError):
 class AgentAtCapacity(AgentError):
     """The agent cannot hold more tasks (or a capacity below its load was asked for)."""
 
-    def __init__(self, agent_id: str, capacity: int, load: int) -> None:
-        super().__init__(agent_id, f"agent {agent_id!r} holds {load} tasks of capacity {capacity}")
+    def __init__(self, agent_id: str, capacity: int, load: int, *, asked: int | None = None) -> None:
+        held = f"{load} task{'' if load == 1 else 's'}"
+        if asked is None:
+            message = f"agent {agent_id!r} is full: it holds {held} of a capacity of {capacity}"
+        else:
+            message = (
+                f"agent {agent_id!r} holds {held}: its capacity cannot go below that (asked for {asked})"
+            )
+        super().__init__(agent_id, message)
         self.capacity = capacity
         self.load = load
+        self.asked = asked
 
 
 class TaskNotHeld(AgentError):

@@ -31,7 +31,8 @@ class TaskPriority(StrEnum):
             return cls(str(priority).lower())
         except ValueError:
             names = [p.value for p in cls]
-            raise ValidationError("priority", f"must be one of {names}, got {priority!r}") from None
+            message = f"must be one of {names} (any case), got {priority!r}"
+            raise ValidationError("priority", message) from None
 
 
 _PRIORITY_RANKS = {priority: rank for rank, priority in enumerate(TaskPriority)}

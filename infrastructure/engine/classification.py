@@ -161,7 +161,12 @@ class TaskClassifier:
             task.classify(classification, derivation, route, again=again)
         elif classification.usage is not None:
             # Someone else classified or closed it during the call: keep what the call cost.
-            task.discard_classification(f"task already {task.task_status.value}", classification.usage)
+            why = (
+                f"task already {task.task_status.value}"
+                if task.task_status.is_final
+                else "task already classified (by another call while this one ran)"
+            )
+            task.discard_classification(why, classification.usage)
         return task.state()
 
     def _failed(

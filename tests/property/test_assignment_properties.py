@@ -168,7 +168,10 @@ def test_agent_load_is_accepted_minus_released_and_never_exceeds_capacity(
                 agent.accept(task_id, T0)
                 held.add(task_id)
             else:
-                with pytest.raises(AgentAtCapacity, match=f"holds {len(held)} tasks of capacity {limit}"):
+                held_text = f"{len(held)} task{'' if len(held) == 1 else 's'}"
+                with pytest.raises(
+                    AgentAtCapacity, match=f"is full: it holds {held_text} of a capacity of {limit}"
+                ):
                     agent.accept(task_id, T0)
         elif command == "release":
             if task_id in held:

@@ -139,7 +139,10 @@ def run_one(engine: Engine, model: Model, data: st.DataObject) -> str:
         capacity = data.draw(st.integers(0, 4), label="capacity")
         if capacity < len(agent.active):
             before = engine.get_agent(agent_id).version
-            with pytest.raises(AgentAtCapacity, match=f"holds {len(agent.active)} tasks") as raised:
+            held = f"{len(agent.active)} task{'' if len(agent.active) == 1 else 's'}"
+            with pytest.raises(
+                AgentAtCapacity, match=f"holds {held}: its capacity cannot go below"
+            ) as raised:
                 engine.set_agent_capacity(agent_id, capacity)
             assert (raised.value.capacity, raised.value.load) == (capacity, len(agent.active))
             assert engine.get_agent(agent_id).version == before, "a refused command appends nothing"

@@ -213,6 +213,7 @@ async def test_a_classification_that_lost_the_race_keeps_its_cost_on_the_task(en
     last = engine.task_history("t9")[-1]
     assert last.event_type == "Task.ClassificationDiscarded"
     assert last.data["usage"] == USAGE
+    assert last.data["reason"] == "task already classified (by another call while this one ran)"
     events = list(engine.log.stream(task_uuid(engine.tenant, "t9")))
     calls = [call for call in map(call_of, events) if call is not None]
     assert [call.usage for call in calls] == [USAGE]

@@ -46,7 +46,7 @@ def test_creating_a_task_again_is_a_no_op_but_a_different_one_conflicts(engine: 
     assert raised.value.task_id == "t1"
     with pytest.raises(
         ValidationError,
-        match=r"priority: must be one of \['low', 'medium', 'high', 'critical'\], got 'urgent'",
+        match=r"priority: must be one of \['low', 'medium', 'high', 'critical'\] \(any case\), got 'urgent'",
     ):
         engine.create_task("t2", "x", ["python"], "urgent")
     with pytest.raises(
@@ -198,6 +198,7 @@ def test_capacity_cannot_drop_below_the_current_load(engine: Engine) -> None:
     with pytest.raises(AgentAtCapacity) as raised:
         engine.set_agent_capacity("be", 1)
     assert (raised.value.capacity, raised.value.load) == (1, 2)
+    assert str(raised.value) == "agent 'be' holds 2 tasks: its capacity cannot go below that (asked for 1)"
     assert engine.set_agent_capacity("be", 5).capacity == 5
 
 
