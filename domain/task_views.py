@@ -89,10 +89,13 @@ class Classification:
     usage: LlmUsage | None = None
 
     def __post_init__(self) -> None:
-        if self.category not in CATEGORIES:
-            raise ValidationError("category", f"must be one of {CATEGORIES}, got {self.category!r}")
-        if self.complexity not in COMPLEXITIES:
-            raise ValidationError("complexity", f"must be one of {COMPLEXITIES}, got {self.complexity!r}")
+        for field_name, names in (("category", CATEGORIES), ("complexity", COMPLEXITIES)):
+            given = getattr(self, field_name)
+            name = given.lower() if isinstance(given, str) else given  # any case, as priorities
+            if name not in names:
+                message = f"must be one of {names} (any case), got {given!r}"
+                raise ValidationError(field_name, message)
+            object.__setattr__(self, field_name, name)
         hours = self.estimated_hours
         if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= 10_000:
             raise ValidationError("estimated_hours", f"must be a number in (0, 10000], got {hours!r}")

@@ -217,3 +217,16 @@ async def test_a_classification_that_lost_the_race_keeps_its_cost_on_the_task(en
     events = list(engine.log.stream(task_uuid(engine.tenant, "t9")))
     calls = [call for call in map(call_of, events) if call is not None]
     assert [call.usage for call in calls] == [USAGE]
+
+
+def test_a_classification_made_elsewhere_takes_its_category_and_complexity_in_any_case(
+    engine: Engine,
+) -> None:
+    # (as priorities and statuses are; "Bug_Fix" and "HIGH" were refused)
+    engine.create_task("t1", "Fix", ["python"])
+    task = engine.record_classification("t1", "Bug_Fix", "HIGH", 3)
+    assert task.classification == Classification(category="bug_fix", complexity="high", estimated_hours=3)
+    with pytest.raises(ValidationError, match=r"category: must be one of .* \(any case\), got 'bugfix'"):
+        engine.record_classification("t1", "bugfix", "high", 3)
+    with pytest.raises(ValidationError, match="complexity"):
+        engine.record_classification("t1", "bug_fix", 3, 3)  # type: ignore[arg-type]
