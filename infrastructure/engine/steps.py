@@ -67,13 +67,24 @@ class StepCall:
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """What a ``process_step`` caller needs back: the step, and the session's context after it.
+    """What a ``process_step`` caller needs back: the step, and the session's context right after it.
 
     The context comes from the same write (or read) that settled the step, so an edge that
-    answers with both (the webhook) need not load the session again.
+    answers with both (the webhook) need not load the session again. A key replayed once the
+    session has moved on is answered with the context read at the step's version: the same
+    answer as the first time, not the context later steps made.
     """
 
     record: StepRecord
+    context: JsonObject
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """A step recorded under the key before, found in the session at ``version`` (its ``context``)."""
+
+    record: StepRecord
+    version: int
     context: JsonObject
 
 
@@ -228,8 +239,8 @@ class StepService:
     async def _run(self, llm: LlmPort, call: StepCall) -> StepOutcome:
         while True:
             begun = await self._begin_surely(call)
-            if isinstance(begun, StepOutcome):
-                return begun
+            if isinstance(begun, _Recorded):
+                return await self._as_recorded(call, begun)
             if isinstance(begun, _Go):
                 return await self._call_and_record(llm, call, begun)
             outcome = await self._await_outcome(call)
@@ -237,7 +248,7 @@ class StepService:
                 return outcome
             # The key is no longer held by a live worker: decide afresh.
 
-    async def _begin_surely(self, call: StepCall) -> StepOutcome | _Go | _Wait:
+    async def _begin_surely(self, call: StepCall) -> _Recorded | _Go | _Wait:
         """Write StepStarted; if the caller is cancelled meanwhile, still close what was begun."""
         # The executor's future itself is shielded (no task around it): the write runs to
         # its end on its thread whatever happens to the caller.
@@ -250,11 +261,11 @@ class StepService:
                 await self._record_failure(call, "cancelled", "the caller cancelled the step", None)
             raise
 
-    def _begin(self, call: StepCall, uow: UnitOfWork) -> StepOutcome | _Go | _Wait:
+    def _begin(self, call: StepCall, uow: UnitOfWork) -> _Recorded | _Go | _Wait:
         session = self._session(uow, call.session_id)
         recorded = self._sessions.outcome_of_request(session, call.key, call.step, call.input)
         if recorded is not None:
-            return StepOutcome(recorded, session.context)
+            return _Recorded(recorded, session.version, session.context)
         pending = session.pending.get(call.key)
         if pending is not None:
             session.ensure_same_request(pending, call.key, call.step, input=call.input)
@@ -303,7 +314,7 @@ class StepService:
 
     async def _record_reply(self, call: StepCall, reply: LlmReply, hold: Reservation | None) -> StepOutcome:
         await self._settle(hold, reply.usage)
-        outcome: StepOutcome | _Unrecordable | str = await self._in_db(
+        outcome: StepOutcome | _Recorded | _Unrecordable | str = await self._in_db(
             self._store.write, call.session_id, partial(self._finish, call, reply)
         )
         if isinstance(outcome, str):
@@ -313,7 +324,23 @@ class StepService:
             raise LlmError(
                 outcome.message, error_type="malformed_response", attempts=attempts, usage=outcome.usage
             )
+        if isinstance(outcome, _Recorded):
+            return await self._as_recorded(call, outcome)
         return outcome
+
+    async def _as_recorded(self, call: StepCall, found: _Recorded) -> StepOutcome:
+        """A recorded step as its first caller got it: with the context right after it, read at
+        its version when the session has moved on since (a bounded state holds no earlier one),
+        so a replayed key answers the same and not the context later steps made."""
+        if found.version == found.record.version:
+            return StepOutcome(found.record, found.context)
+        try:
+            state = await self._in_db(self._sessions.get, call.session_id, found.record.version)
+        except SessionNotFound:
+            # Retention archived the events (docs/retention.md): the context at that version is
+            # in the bundle only. Answer as before rather than call an existing session unknown.
+            return StepOutcome(found.record, found.context)
+        return StepOutcome(found.record, state.context)
 
     async def _reserve(self, llm: LlmPort, call: StepCall, go: _Go) -> Reservation | None:
         """Hold the call's estimated maximum cost in its budgets; refuse it, recorded and unsent,
@@ -386,11 +413,14 @@ class StepService:
         finally:
             renewer.stop()
 
-    def _finish(self, call: StepCall, reply: LlmReply, uow: UnitOfWork) -> StepOutcome | _Unrecordable | str:
+    def _finish(
+        self, call: StepCall, reply: LlmReply, uow: UnitOfWork
+    ) -> StepOutcome | _Recorded | _Unrecordable | str:
         session = self._session(uow, call.session_id)
         # A worker that took this step over may have finished first: never record twice.
         recorded = self._sessions.find_outcome(session, call.key)
         if recorded is not None:
+            found = _Recorded(recorded, session.version, session.context)
             if recorded.usage != reply.usage and reply.usage is not None:
                 # Another worker took the step over (this one stalled past its lease) and
                 # finished first: its step stands, and this call was paid for too. Keep the
@@ -401,7 +431,7 @@ class StepService:
                     error_message=f"answered after another worker recorded the step under {call.key!r}",
                     usage=storable_usage(reply.usage),
                 )
-            return StepOutcome(recorded, session.context)
+            return found
         closed = "erased" if session.erased else session.status
         if closed != SessionStatus.ACTIVE:
             # Closed (or its user forgotten) while the model answered: keep what the call
@@ -476,7 +506,7 @@ class StepService:
             state = await self._in_db(self._sessions.get, call.session_id)
             for record in reversed(state.history):
                 if record.idempotency_key == call.key:
-                    return StepOutcome(record, state.context)
+                    return await self._as_recorded(call, _Recorded(record, state.version, state.context))
             pending = next((p for p in state.pending if p.idempotency_key == call.key), None)
             if pending is None:
                 failure = next((f for f in reversed(state.failures) if f.idempotency_key == call.key), None)

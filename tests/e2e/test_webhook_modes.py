@@ -9,6 +9,7 @@ names get a plain reply.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -381,3 +382,34 @@ def test_a_body_key_and_an_idempotency_key_header_that_differ_are_refused_in_bot
         )
         assert response.status_code == 200, response.text
         assert len(each.calls) == calls + 1
+
+
+@pytest.mark.parametrize("mode", ["seed", "strict"])
+def test_a_replayed_key_answers_as_its_step_did_not_with_the_context_of_later_steps(
+    hook: Hook, mode: str
+) -> None:
+    # Given a step under c1, then a later step under c2 that changes the context
+    create(hook)
+    strict = {"strict": mode == "strict"}
+    first_input = {"intent": "refund_request", "order_id": "A1"}
+    first = step(hook, "intent_classification", first_input, idempotency_key="c1", **strict)
+    later = step(hook, "refund_handler", {"order_id": "A1"}, idempotency_key="c2", **strict)
+    assert "refund_id" in later[1]["data"]["context"]
+    # When the c1 request comes again, over the webhook, then over REST and the library
+    again = step(hook, "intent_classification", first_input, idempotency_key="c1", **strict)
+    # Then it answers exactly as the first time: the context as it stood right after that step
+    assert again == first
+    assert "refund_id" not in again[1]["data"]["context"]
+    assert len(hook.calls) == 2
+    rest = {"step": "refund_handler", "input": {"order_id": "A1"}}
+    rest_first = hook.http.post("/v1/sessions/s1/process", json=rest, headers={"Idempotency-Key": "c3"})
+    step(hook, "session_complete", {}, idempotency_key="c4", **strict)
+    rest_again = hook.http.post("/v1/sessions/s1/process", json=rest, headers={"Idempotency-Key": "c3"})
+    assert (rest_again.status_code, rest_again.json()) == (rest_first.status_code, rest_first.json())
+    outcome = asyncio.run(
+        hook.engine.run_step(
+            "s1", "intent_classification", first_input, idempotency_key="c1", merge_input=mode == "seed"
+        )
+    )
+    assert outcome.context == first[1]["data"]["context"]
+    assert len(hook.calls) == 4

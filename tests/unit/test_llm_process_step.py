@@ -4,6 +4,7 @@ idempotency and takeover."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -378,3 +379,27 @@ async def test_a_worker_answered_after_another_took_its_step_over_keeps_its_cost
     again = await engine.process_step("s1", "greet", idempotency_key="k1")
     assert again == record
     assert len(engine.get_session("s1").failures) == 2
+
+
+async def test_a_key_replayed_after_its_step_left_the_window_answers_the_context_it_left(
+    engine: Engine,
+) -> None:
+    # Given a step under "k0", then 25 more steps (past the state's window of 20, and a
+    # snapshot at version 50), each answering a context update of its own
+    answers = iter(range(100))
+
+    def decision(messages: list[dict[str, object]]) -> str:
+        n = next(answers)
+        return json.dumps({"action": "ask", "context_update": {f"n{n}": n, "last": n}, "message": "ok"})
+
+    engine.llm = llm = ScriptedLlm(decision)
+    engine.start_session("s1", "cs")
+    first = await engine.run_step("s1", "greet", {"q": 0}, idempotency_key="k0")
+    assert first.context == {"n0": 0, "last": 0}
+    for n in range(1, 26):
+        await engine.process_step("s1", "ask", {"q": n}, idempotency_key=f"k{n}")
+    # When "k0" comes again
+    again = await engine.run_step("s1", "greet", {"q": 0}, idempotency_key="k0")
+    # Then it answers its step with the context as it stood right after it, not as it stands
+    assert again == first
+    assert len(llm.calls) == 26
