@@ -24,6 +24,7 @@ __all__ = [
     "LlmPort",
     "LlmReply",
     "ModelCheck",
+    "ModelNames",
     "StepReply",
     "parse_step_reply",
     "step_messages",
@@ -62,6 +63,16 @@ class ModelCheck(Protocol):
 
     def check_model(self, model: str | None) -> None:
         """Raise a FlowledgerError (``UnknownModelPrice``) for a model the adapter cannot call or price."""
+        ...
+
+
+class ModelNames(Protocol):
+    """Optional beside LlmPort: the one name a model goes by, whatever name a call asks for it under."""
+
+    def model_key(self, model: str | None) -> str:
+        """The model a call asking for ``model`` is made with, under one name for all the names
+        it is accepted by (an alias, a provider prefix, a dated release; None: the configured
+        default), as its price, budgets and rate limits count it."""
         ...
 
 

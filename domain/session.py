@@ -34,6 +34,7 @@ from flowledger.domain.session_views import (
     MAYBE_SEEN,
     NOT_SEEN,
     KeyLookup,
+    ModelAsked,
     PendingStep,
     SessionState,
     SessionStatus,
@@ -142,8 +143,12 @@ class Session(FlowledgerAggregate):
                 aggregate.pending = {**aggregate.pending, self.idempotency_key: renewed}
 
     class StepProcessed(FlowledgerAggregate.Event):
-        """A step finished, with the model usage that produced its output."""
+        """A step finished, with the model usage that produced its output.
 
+        Version 2 added ``model``: the model its request asked for (None: not known).
+        """
+
+        class_version = 2
         step: str
         input: JsonObject
         output: JsonObject
@@ -151,6 +156,12 @@ class Session(FlowledgerAggregate):
         context_update: JsonObject | None
         usage: LlmUsage | None
         idempotency_key: str | None
+        model: str | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Version-1 steps did not record the model asked for (a retry is not refused for it)."""
+            state["model"] = None
 
         def apply(self, aggregate: Session) -> None:
             """Count the step, keep it in the window, and remember its key."""
@@ -482,15 +493,22 @@ class Session(FlowledgerAggregate):
             )
 
     def ensure_same_request(
-        self, held: StepRecord | PendingStep, idempotency_key: str, step: str, **payload: Any
+        self,
+        held: StepRecord | PendingStep,
+        idempotency_key: str,
+        step: str,
+        *,
+        model: ModelAsked | None = None,
+        **payload: Any,
     ) -> None:
         """Raise IdempotencyKeyReused unless a request under ``idempotency_key`` is the one
-        the step ``held`` under it was made for: the same step name and the same ``payload``
-        (``input``; for a recorded step also ``output``, ``next_step``, ``context_update``).
+        the step ``held`` under it was made for: the same step name, the same ``payload``
+        (``input``; for a recorded step also ``output``, ``next_step``, ``context_update``) and
+        the same ``model`` (None: not compared; see ``ModelAsked`` for names of one model).
         An erased session's payloads are gone: nothing is left to compare, the request passes."""
         if self.erased:
             return
-        differs = request_difference(held, step, payload)
+        differs = request_difference(held, step, payload, model)
         if differs is not None:
             raise IdempotencyKeyReused(self.session_id, idempotency_key, held.step, differs)
 
@@ -603,9 +621,16 @@ class Session(FlowledgerAggregate):
         context_update: JsonObject | None = None,
         usage: LlmUsage | None = None,
         idempotency_key: str | None = None,
+        model: str | None = None,
     ) -> StepRecord:
-        """Record a processed step and return it."""
-        for name, value in (("step", step), ("next_step", next_step), ("idempotency_key", idempotency_key)):
+        """Record a processed step and return it (``model``: the model its request asked for)."""
+        names = (
+            ("step", step),
+            ("next_step", next_step),
+            ("idempotency_key", idempotency_key),
+            ("model", model),
+        )
+        for name, value in names:
             if value is not None or name == "step":
                 require_name(name, value)
         require_object("input", input)
@@ -621,6 +646,7 @@ class Session(FlowledgerAggregate):
             context_update=context_update,
             usage=usage,
             idempotency_key=idempotency_key,
+            model=model,
         )
         return self.history[-1]
 

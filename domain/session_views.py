@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -33,6 +34,9 @@ class StepRecord:
     idempotency_key: str | None
     version: int
     recorded_at: datetime
+    model: str | None = None
+    """The model the step's request asked for (``ModelAsked.key``); None when not recorded (a
+    step recorded by ``record_step``, or before models were)."""
 
     @classmethod
     def of(cls, processed: Any) -> StepRecord:
@@ -47,6 +51,7 @@ class StepRecord:
             idempotency_key=processed.idempotency_key,
             version=processed.originator_version,
             recorded_at=processed.timestamp,
+            model=processed.model,
         )
 
 
@@ -195,13 +200,37 @@ def same_json(a: Any, b: Any) -> bool:
     return not isinstance(b, dict | list | tuple) and a == b
 
 
-def request_difference(held: StepRecord | PendingStep, step: str, fields: dict[str, Any]) -> str | None:
-    """The first of the step name and ``fields`` (its payload: ``input``, and for a recorded
-    step ``output``, ``next_step``, ``context_update``) in which a request differs from the
-    step ``held`` under its idempotency key; None when it is the same request."""
+@dataclass(frozen=True)
+class ModelAsked:
+    """The model a step request asks for, under the one name the model goes by (``key``: an
+    LLM adapter's ``model_key``, which resolves aliases, provider prefixes and the default).
+
+    ``key_of`` keys a name recorded otherwise (a step started before keys were recorded, or
+    under a price table that lacked an alias since added).
+    """
+
+    key: str
+    key_of: Callable[[str], str] | None = None
+
+    def matches(self, recorded: str | None) -> bool:
+        """Whether a step that recorded ``recorded`` asked for this model; a step that recorded
+        none (``record_step``'s, or one older than the field) is not known to differ."""
+        if recorded is None or recorded == self.key:
+            return True
+        return self.key_of is not None and self.key_of(recorded) == self.key
+
+
+def request_difference(
+    held: StepRecord | PendingStep, step: str, fields: dict[str, Any], model: ModelAsked | None = None
+) -> str | None:
+    """The first of the step name, ``fields`` (its payload: ``input``, and for a recorded step
+    ``output``, ``next_step``, ``context_update``) and ``model`` in which a request differs from
+    the step ``held`` under its idempotency key; None when it is the same request."""
     if held.step != step:
         return "step name"
     for name, value in fields.items():
         if not same_json(getattr(held, name), value):
             return name
+    if model is not None and not model.matches(held.model):
+        return "model"
     return None

@@ -217,6 +217,13 @@ class OpenAICompatibleClient:
         default model), unless the config flags such calls instead of refusing them."""
         self._price_now(model or self.config.default_model)
 
+    def model_key(self, model: str | None) -> str:
+        """The price table's name for the model a call asking for ``model`` is made with (ModelNames):
+        ``model`` or the configured default, its alias, provider prefix, routing suffix and release
+        date resolved; a name the table does not know is its own key."""
+        name = model or self.config.default_model
+        return self.prices.resolve(name) or name
+
     def _price_now(self, model: str) -> ModelPrice | None:
         """The model's price in force now; None (flagged unpriced) or UnknownModelPrice without one."""
         try:
@@ -243,9 +250,8 @@ class OpenAICompatibleClient:
         cost = price.cost(input_tokens=prompt, output_tokens=output, reasoning_output_tokens=reasoning)
         # The price table's name for the model: a model budget holds under every name the
         # table prices as that model (a provider prefix, a dated version, an alias), as its cost does.
-        model_key = self.prices.resolve(name) or name
         return CallEstimate(
-            model=model_key, max_cost_usd=cost, prompt_tokens=prompt, max_output_tokens=output
+            model=self.model_key(name), max_cost_usd=cost, prompt_tokens=prompt, max_output_tokens=output
         )
 
     async def complete(

@@ -23,7 +23,14 @@ from flowledger.domain.errors import (
     ValidationError,
 )
 from flowledger.domain.session import Session, session_uuid
-from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, PendingStep, SessionState, StepRecord
+from flowledger.domain.session_views import (
+    MAYBE_SEEN,
+    NOT_SEEN,
+    ModelAsked,
+    PendingStep,
+    SessionState,
+    StepRecord,
+)
 from flowledger.domain.values import (
     JsonObject,
     LlmUsage,
@@ -210,13 +217,20 @@ class SessionService:
         return StepRecord.of(processed[0]) if processed else None
 
     def outcome_of_request(
-        self, session: Session, key: str | None, step: str, input: JsonObject, **rest: Any
+        self,
+        session: Session,
+        key: str | None,
+        step: str,
+        input: JsonObject,
+        *,
+        model: ModelAsked | None = None,
+        **rest: Any,
     ) -> StepRecord | None:
         """``find_outcome`` for a request under ``key``, which must be the request the key was
-        used for (``Session.ensure_same_request``: the step name, ``input`` and the ``rest`` of
-        its payload): the recorded step, or None when none was processed under the key. A key
-        whose step failed is checked against its last ``StepStarted`` (input and name only).
-        The key filter is consulted once: a new key reads nothing."""
+        used for (``Session.ensure_same_request``: the step name, ``input``, the ``model`` and
+        the ``rest`` of its payload): the recorded step, or None when none was processed under
+        the key. A key whose step failed is checked against its last ``StepStarted`` (name,
+        input and model). The key filter is consulted once: a new key reads nothing."""
         if key is None:
             return None
         found = session.outcome_lookup(key)
@@ -229,10 +243,11 @@ class SessionService:
             if not processed:
                 started = [] if session.erased else self._events_under(session, Session.StepStarted, key)
                 if started:
-                    session.ensure_same_request(PendingStep.of(started[-1]), key, step, input=input)
+                    held = PendingStep.of(started[-1])
+                    session.ensure_same_request(held, key, step, model=model, input=input)
                 return None
             record = StepRecord.of(processed[0])
-        session.ensure_same_request(record, key, step, input=input, **rest)
+        session.ensure_same_request(record, key, step, model=model, input=input, **rest)
         return record
 
     def _events_under(self, session: Session, event_class: type[Any], key: str) -> list[Any]:

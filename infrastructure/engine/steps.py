@@ -42,7 +42,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.ports import CallEstimate, LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
-from flowledger.domain.session_views import SessionStatus, StepRecord, same_json
+from flowledger.domain.session_views import ModelAsked, SessionStatus, StepRecord, same_json
 from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
 from flowledger.infrastructure.engine.budgets import BudgetService
@@ -63,6 +63,15 @@ class StepCall:
     model: str | None
     key: str
     merge_input: bool = False
+    asked: ModelAsked | None = None
+    """The model under the one name the adapter gives it (``ModelNames``), which the step
+    records and a request under its key is compared by; None when not known (no model named,
+    and an adapter that cannot name its default): then not compared."""
+
+    @property
+    def model_key(self) -> str | None:
+        """The model the step records."""
+        return self.asked.key if self.asked is not None else None
 
 
 @dataclass(frozen=True)
@@ -196,7 +205,7 @@ class StepService:
             if idempotency_key is None
             else require_name("idempotency_key", idempotency_key)
         )
-        call = StepCall(session_id, step, payload, model, key, merge_input)
+        call = StepCall(session_id, step, payload, model, key, merge_input, _asked(llm, model))
         loop = asyncio.get_running_loop()
         slot = (session_id, key)
         while (inflight := self._inflight.get(slot)) is not None and inflight[1].get_loop() is loop:
@@ -263,12 +272,14 @@ class StepService:
 
     def _begin(self, call: StepCall, uow: UnitOfWork) -> _Recorded | _Go | _Wait:
         session = self._session(uow, call.session_id)
-        recorded = self._sessions.outcome_of_request(session, call.key, call.step, call.input)
+        recorded = self._sessions.outcome_of_request(
+            session, call.key, call.step, call.input, model=call.asked
+        )
         if recorded is not None:
             return _Recorded(recorded, session.version, session.context)
         pending = session.pending.get(call.key)
         if pending is not None:
-            session.ensure_same_request(pending, call.key, call.step, input=call.input)
+            session.ensure_same_request(pending, call.key, call.step, model=call.asked, input=call.input)
             if uow.now < pending.lease_until:
                 return _Wait(pending.lease_until)
             session.abandon_step(call.key, uow.now, f"the lease of worker {pending.worker} lapsed")
@@ -283,7 +294,7 @@ class StepService:
         session.start_step(
             step=call.step,
             input=call.input,
-            model=call.model,
+            model=call.model_key,
             key=call.key,
             now=uow.now,
             lease_until=uow.now + self.lease,
@@ -454,6 +465,7 @@ class StepService:
                 context_update=decision.context_update,
                 usage=reply.usage,
                 idempotency_key=call.key,
+                model=call.model_key,
             )
         except ValidationError as error:
             # The call's own fields were checked when it began: the model's reply is what the
@@ -604,11 +616,22 @@ def _canonical(value: Any) -> str:
 
 def _ensure_same_request(leading: StepCall, call: StepCall) -> None:
     """Raise IdempotencyKeyReused unless ``call`` is the request ``leading`` is running under
-    its key (the step name and input, compared as JSON), as a recorded step's key is checked."""
+    its key (the step name, the input compared as JSON, the model), as a recorded step's key is checked."""
     if leading.step != call.step:
         raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "step name")
     if not same_json(leading.input, call.input):
         raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "input")
+    if call.asked is not None and not call.asked.matches(leading.model_key):
+        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "model")
+
+
+def _asked(llm: LlmPort, model: str | None) -> ModelAsked | None:
+    """The model a step asks for, under the adapter's one name for it (``ModelNames``); an
+    adapter without one has its names compared as they are, and its default (None) is not known."""
+    names = getattr(llm, "model_key", None)
+    if names is not None:
+        return ModelAsked(names(model), names)
+    return ModelAsked(model) if model is not None else None
 
 
 def _retrieve(future: asyncio.Future[StepOutcome]) -> None:

@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
 from flowledger.adapters.simulator import Exchange, Simulator, SimulatorConfig, run_simulator
+from flowledger.domain.errors import IdempotencyKeyReused
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.support.simulated import list_cost, simulated_client
@@ -413,3 +414,44 @@ def test_a_replayed_key_answers_as_its_step_did_not_with_the_context_of_later_st
     )
     assert outcome.context == first[1]["data"]["context"]
     assert len(hook.calls) == 4
+
+
+def test_a_key_with_another_model_is_refused_and_another_name_of_the_same_model_is_a_retry(
+    hook: Hook,
+) -> None:
+    # Given a step under c1 on deepseek-v3.2 (the configured default) over the webhook, and one
+    # under rest1 over REST without a model (the default)
+    create(hook)
+    first = step(hook, "intent_classification", {"q": 1}, idempotency_key="c1", model="deepseek-v3.2")
+    rest = {"step": "greet", "input": {"q": 2}}
+    rest_first = hook.http.post("/v1/sessions/s1/process", json=rest, headers={"Idempotency-Key": "rest1"})
+    assert (first[0], rest_first.status_code) == (200, 201)
+    head, calls = hook.engine.log.head(), len(hook.calls)
+    # When the same keys come with another model, by the webhook, REST or the library
+    status, refused = step(hook, "intent_classification", {"q": 1}, idempotency_key="c1", model="gpt-4.1")
+    other = hook.http.post(
+        "/v1/sessions/s1/process", json={**rest, "model": "gpt-4.1"}, headers={"Idempotency-Key": "rest1"}
+    )
+    with pytest.raises(IdempotencyKeyReused) as library:
+        asyncio.run(hook.engine.process_step("s1", "greet", {"q": 2}, "gpt-4.1", "rest1"))
+    # Then each is refused as another request (422), nothing recorded, no model called
+    assert (status, refused["success"]) == (422, False)
+    assert "with another model" in refused["error"]
+    assert other.status_code == 422
+    assert "with another model" in other.json()["error"]
+    assert library.value.differs == "model"
+    assert (hook.engine.log.head(), len(hook.calls)) == (head, calls)
+    # And the default left out, or the same model under another name it is accepted by, is the
+    # same request: the first answer again
+    assert step(hook, "intent_classification", {"q": 1}, idempotency_key="c1") == first
+    again = step(
+        hook, "intent_classification", {"q": 1}, idempotency_key="c1", model="deepseek/deepseek-v3.2"
+    )
+    assert again == first
+    named = hook.http.post(
+        "/v1/sessions/s1/process",
+        json={**rest, "model": "deepseek-v3.2"},
+        headers={"Idempotency-Key": "rest1"},
+    )
+    assert named.json() == rest_first.json()
+    assert (hook.engine.log.head(), len(hook.calls)) == (head, calls)

@@ -92,6 +92,7 @@ class SessionScript:
             context_update=context_update,
             usage=usage,
             idempotency_key=None,
+            model=None,
         )
 
     def fail(

@@ -71,6 +71,7 @@ def test_a_step_event_decodes_the_same_from_both_encodings(
         context_update={"é": [1, 2.5, None]},
         usage=usage,
         idempotency_key=key,
+        model="deepseek-v3.2" if with_usage else None,
     )
     object.__setattr__(event, "command_id", "cmd-1")
     library, fast = _mappers()

@@ -6,6 +6,7 @@ asks, and CLI exit 2), appending nothing and calling no model."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -222,3 +223,53 @@ def test_over_http_a_body_key_and_a_header_key_that_differ_are_a_422(memory_http
     same = memory_http.post("/v1/sessions/s1/steps", json=body, headers={"Idempotency-Key": "k1"})
     assert same.status_code == 201
     assert memory_http.post("/v1/sessions/s1/steps", json=body).json() == same.json()
+
+
+async def test_another_model_under_a_used_key_is_refused_whether_recorded_failed_pending_or_in_flight(
+    engine: Engine,
+) -> None:
+    # Given keys used on gpt-4.1: a recorded step, a failed one, one pending in another worker
+    engine.llm = llm = ScriptedLlm()
+    engine.start_session("s1", "customer_service")
+    await engine.process_step("s1", "greet", {"q": 1}, model="gpt-4.1", idempotency_key="done")
+    engine.llm = ScriptedLlm(error=LlmCallFailed("no reply", error_type="http_503", attempts=1))
+    with pytest.raises(LlmCallFailed):
+        await engine.process_step("s1", "greet", {"q": 1}, model="gpt-4.1", idempotency_key="failed")
+    start_elsewhere(engine, "s1", "pending", model="gpt-4.1")  # step "greet", input {}
+    engine.llm = llm = ScriptedLlm()
+    events = event_count(engine, "s1")
+    # When each key comes with the same step and input but another model
+    for key, data in (("done", {"q": 1}), ("failed", {"q": 1}), ("pending", {})):
+        with pytest.raises(IdempotencyKeyReused, match="already names step 'greet' with another model"):
+            await asyncio.wait_for(engine.process_step("s1", "greet", data, "claude-sonnet-4.5", key), 5)
+    # Then each is refused: no call, nothing appended; the same model is still the same request
+    assert (llm.calls, event_count(engine, "s1")) == ([], events)
+    again = await engine.process_step("s1", "greet", {"q": 1}, model="gpt-4.1", idempotency_key="done")
+    assert (again.step, llm.calls) == ("greet", [])
+
+
+async def test_a_request_racing_under_the_key_with_another_model_is_refused(engine: Engine) -> None:
+    engine.llm = llm = ScriptedLlm(delay=0.2)
+    engine.start_session("s1", "customer_service")
+    first, second = await asyncio.gather(
+        engine.process_step("s1", "greet", {}, "gpt-4.1", "k1"),
+        engine.process_step("s1", "greet", {}, "claude-sonnet-4.5", "k1"),
+        return_exceptions=True,
+    )
+    assert not isinstance(first, BaseException), first
+    assert isinstance(second, IdempotencyKeyReused)
+    assert second.differs == "model"
+    assert [call.model for call in llm.calls] == ["gpt-4.1"]
+
+
+async def test_a_step_recorded_without_a_model_is_the_same_request_whatever_the_model(engine: Engine) -> None:
+    # A step recorded by record_step (its model call made elsewhere), or a StepStarted written
+    # before models were recorded, says nothing of the model: taken as the one asked for now
+    engine.llm = llm = ScriptedLlm()
+    engine.start_session("s1", "customer_service")
+    recorded = engine.record_step("s1", "greet", input={}, output={"message": "hi"}, idempotency_key="k1")
+    start_elsewhere(engine, "s1", "k2", lease=timedelta(milliseconds=1))
+    await asyncio.sleep(0.01)  # its lease lapsed: the next caller takes it over
+    assert await engine.process_step("s1", "greet", {}, "gpt-4.1", "k1") == recorded
+    taken_over = await engine.process_step("s1", "greet", {}, "gpt-4.1", "k2")
+    assert (taken_over.idempotency_key, [call.model for call in llm.calls]) == ("k2", ["gpt-4.1"])

@@ -62,11 +62,16 @@ def test_the_stored_events_of_a_release_replay_to_the_states_it_recorded(
     for name, state in loaded.items():
         for added in set(state) - set(expected[name]):
             assert (added, state.pop(added)) == (added, ADDED_SINCE[added])
+        for record, was in zip(state.get("history", ()), expected[name].get("history", ()), strict=True):
+            for added in set(record) - set(was):
+                assert (added, record.pop(added)) == (added, ADDED_TO_STEPS_SINCE[added])
     assert loaded == expected
 
 
 ADDED_SINCE = {"erased": False, "forked_from": None, "forked_at_version": None}
 """Fields the views gained after a release, and what that release's aggregates read as."""
+ADDED_TO_STEPS_SINCE = {"model": None}
+"""The same for a session's steps (``StepRecord``): a release's steps did not record the model."""
 
 
 def _with_extra_keys(stored: StoredEvent) -> StoredEvent:
