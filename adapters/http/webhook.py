@@ -36,7 +36,6 @@ from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.infrastructure import Engine
 
 router = APIRouter(tags=["webhook"])
-DEFAULT_MODEL = "deepseek-v3.2"
 DEFAULT_HOURS = 24.0
 WRITES = frozenset({"create_session", "process_step", "extend_session"})
 
@@ -56,7 +55,11 @@ class WebhookRequest(BaseModel):
     input_data: dict[str, Any] | None = Field(
         default=None, description="Merged into the context before the model call (null: nothing)."
     )
-    model: str | None = Field(default=None, max_length=MAX_ID)
+    model: str | None = Field(
+        default=None,
+        max_length=MAX_ID,
+        description="process_step: the model to call (the configured default when left out).",
+    )
     expires_hours: float | None = Field(
         default=None,
         strict=True,
@@ -154,7 +157,7 @@ async def _process(
             session_id,
             step,
             body.input_data or {},
-            model=body.model or DEFAULT_MODEL,
+            model=body.model,  # None: the engine's configured default, as over REST
             idempotency_key=key,
             merge_input=not strict,
         )

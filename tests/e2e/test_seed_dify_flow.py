@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,15 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def server(database_url: str, pg_schema: str, simulator: Any, tmp_path: Path) -> Iterator[str]:
     """``flowledger serve`` as a separate process on a fresh schema; its base URL."""
+    with _served(database_url, pg_schema, simulator, tmp_path, {}) as base:
+        yield base
+
+
+@contextmanager
+def _served(
+    database_url: str, pg_schema: str, simulator: Any, tmp_path: Path, extra: dict[str, str]
+) -> Iterator[str]:
+    """``flowledger serve`` with ``extra`` in its environment, stopped on leaving; its base URL."""
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("FLOWLEDGER_")},
         "FLOWLEDGER_DATABASE_URL": database_url,
@@ -112,6 +122,7 @@ def server(database_url: str, pg_schema: str, simulator: Any, tmp_path: Path) ->
         # Generous deadlines: the database is shared with other test runs.
         "FLOWLEDGER_CONNECT_TIMEOUT_S": "20",
         "FLOWLEDGER_OPERATION_DEADLINE_S": "60",
+        **extra,
     }
     log = tmp_path / "serve.log"
     for _ in range(3):
@@ -341,3 +352,32 @@ def test_create_session_again_restarts_at_init_as_an_event_and_keeps_the_history
     kinds = [e["event_type"] for e in dify.http.get("/v1/sessions/user-9-1/history").json()]
     assert kinds[-1] == "Session.Restarted"
     assert kinds.count("Session.StepProcessed") == 1
+
+
+def test_a_step_without_a_model_runs_on_the_configured_default_over_the_webhook_and_rest_alike(
+    database_url: str, pg_schema: str, simulator: Any, tmp_path: Path
+) -> None:
+    # Given a server whose configured default model is gpt-4.1
+    extra = {"FLOWLEDGER_LLM_DEFAULT_MODEL": "gpt-4.1"}
+    with _served(database_url, pg_schema, simulator, tmp_path, extra) as base:
+        player = Dify(base, simulator.base_url)
+        player.webhook(
+            "init_session", {"action": "create_session", "session_id": "d1", "workflow_name": "cs"}
+        )
+        # When a step names no model, over the webhook and over REST
+        hook = player.webhook(
+            "state_manager",
+            {
+                "action": "process_step",
+                "session_id": "d1",
+                "step_name": "intent_classification",
+                "input_data": {},
+            },
+        )
+        webhook_model = simulator.exchanges[-1].model
+        rest = player.http.post("/v1/sessions/d1/process", json={"step": "greet"})
+        player.http.close()
+        # Then both call the configured default, and say so
+        assert rest.status_code == 201, rest.text
+        assert (webhook_model, simulator.exchanges[-1].model) == ("gpt-4.1", "gpt-4.1")
+        assert hook["ai_metrics"]["model"] == rest.json()["usage"]["request_model"] == "gpt-4.1"
