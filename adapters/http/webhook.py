@@ -178,7 +178,8 @@ async def _process(
         "ai_metrics": {
             "model": usage.response_model or usage.request_model if usage else body.model,
             "tokens": usage.total_tokens if usage else 0,
-            "cost_usd": float(usage.cost_usd) if usage else 0.0,
+            # What the step cost: every billed attempt (charged_usd), as totals and budgets count it.
+            "cost_usd": float(usage.charged_usd) if usage else 0.0,
             "latency_ms": round(usage.latency_ms) if usage else 0,
         },
     }
@@ -220,7 +221,7 @@ def _get_state(engine: Engine, session_id: str) -> dict[str, Any]:
             {
                 "step": r.step,
                 "timestamp": r.recorded_at.isoformat(),
-                "ai_cost": float(r.usage.cost_usd) if r.usage else 0.0,
+                "ai_cost": float(r.usage.charged_usd) if r.usage else 0.0,
             }
             for r in state.history
         ],

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from flowledger.adapters.simulator import Exchange, Simulator, SimulatorConfig, 
 from flowledger.domain.errors import IdempotencyKeyReused
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
+from tests.support.llm import USAGE, ScriptedLlm
 from tests.support.simulated import list_cost, simulated_client
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -455,3 +457,23 @@ def test_a_key_with_another_model_is_refused_and_another_name_of_the_same_model_
     )
     assert named.json() == rest_first.json()
     assert (hook.engine.log.head(), len(hook.calls)) == (head, calls)
+
+
+def test_ai_metrics_and_get_state_show_what_a_step_cost_with_every_billed_attempt() -> None:
+    # Given a step whose first attempt was billed and failed (a stream cut after its usage
+    # chunk) and whose retry answered: $0.0028 each, $0.0056 charged
+    usage = replace(USAGE, cost_usd=Decimal("0.0028"), retried_cost_usd=Decimal("0.0028"), attempts=2)
+    engine = Engine(settings=make_settings(database_url="memory:"), llm=ScriptedLlm(usage=usage))
+    with engine, TestClient(create_app(engine, require_keys=False)) as http:
+        create_body = {"action": "create_session", "session_id": "s1", "workflow_name": "cs"}
+        assert http.post("/webhook/workflow-state", json=create_body).status_code == 200
+        # When the step runs over the webhook, and the state is read back
+        processed = http.post(
+            "/webhook/workflow-state",
+            json={"action": "process_step", "session_id": "s1", "step_name": "greet", "input_data": {}},
+        ).json()["data"]
+        state = http.post("/webhook/workflow-state", json={"action": "get_state", "session_id": "s1"})
+        # Then both say what the step cost in all, as the session's totals (and budgets) count it
+        assert processed["ai_metrics"]["cost_usd"] == 0.0056
+        assert [h["ai_cost"] for h in state.json()["data"]["history"]] == [0.0056]
+        assert engine.get_session("s1").totals.cost_usd == Decimal("0.0056")
