@@ -11,12 +11,11 @@ import threading
 from collections.abc import Callable, Sequence
 from queue import Empty, Queue
 
-import psycopg
-from eventsourcing import persistence as es_persistence
 from eventsourcing.persistence import Notification
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from flowledger.domain.errors import StoreUnavailable
+from flowledger.infrastructure import outages
 from flowledger.projections.catalog import install
 from flowledger.projections.processor import BatchHook, Projector
 
@@ -96,13 +95,7 @@ def _next_batch(inbox: Queue[Notification | BaseException | None], limit: int) -
 
 # What a lost or restarted database looks like to the follower (ours, psycopg's own errors,
 # and the event library's wrappers of them when they surface through the recorder).
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    StoreUnavailable,
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
-    es_persistence.OperationalError,
-    es_persistence.InterfaceError,
-)
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, *outages.CONNECTION_ERRORS)
 
 
 def follow_until_stopped(

@@ -11,6 +11,7 @@ build (``dead_letters``) inside the same transaction, and the position moves pas
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
 from psycopg import Connection, Cursor
 
 from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.database import as_snapshot_reader
 from flowledger.projections import dead_letters
 from flowledger.projections.base import Envelope, Projection
@@ -61,6 +63,8 @@ class Projector:
         batch_size: int = 2000,
         read_url: str | None = None,
         pgbouncer: bool = False,
+        deadline_s: float = 15.0,
+        connect_timeout_s: float | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValidationError("batch_size", f"must be >= 1, got {batch_size}")
@@ -70,6 +74,11 @@ class Projector:
         # Behind PgBouncer in transaction mode a prepared statement lives in one backend and the
         # next transaction may run on another ("_pg3_0" already exists / does not exist).
         self._connect_kwargs: dict[str, Any] = {"prepare_threshold": None} if pgbouncer else {}
+        if connect_timeout_s is not None:  # libpq counts whole seconds, and reads 1 as 2
+            self._connect_kwargs["connect_timeout"] = max(2, math.ceil(connect_timeout_s))
+        self.deadline_s = deadline_s
+        """How long connecting, or a read of the log, is tried before StoreUnavailable (the engine's
+        operation deadline)."""
         self.names = Names(store_schema)
         self.recorder = recorder
         self.mapper = mapper
@@ -78,7 +87,11 @@ class Projector:
 
     def connect(self) -> Connection[Any]:
         """A new autocommit connection; transactions are opened explicitly."""
-        return psycopg.connect(self.database_url, autocommit=True, **self._connect_kwargs)
+        return within_deadline(
+            "connect to the read models",
+            self.deadline_s,
+            lambda: psycopg.connect(self.database_url, autocommit=True, **self._connect_kwargs),
+        )
 
     def connect_reader(self) -> Connection[Any]:
         """A new connection to read the read models on: the replica when there is one (it holds
@@ -88,7 +101,33 @@ class Projector:
         ``with`` block closes the connection), so a report built from several queries sees one
         moment: with a query each in autocommit, a batch the projections committed between two
         of them made the answers disagree and the funnel raise."""
-        return as_snapshot_reader(psycopg.connect(self.read_url or self.database_url, **self._connect_kwargs))
+        url = self.read_url or self.database_url
+        return as_snapshot_reader(
+            within_deadline(
+                "connect to the read models",
+                self.deadline_s,
+                lambda: psycopg.connect(url, **self._connect_kwargs),
+            )
+        )
+
+    def head(self) -> int:
+        """The highest notification id readable now (0 for an empty log)."""
+        return within_deadline(
+            "read the log", self.deadline_s, lambda: self.recorder.max_notification_id() or 0
+        )
+
+    def read(
+        self, start: int, stop: int, topics: Sequence[str], limit: int | None = None
+    ) -> list[Notification]:
+        """Up to ``limit`` (the batch size) notifications of ``topics`` from ``start`` through ``stop``."""
+        size = self.batch_size if limit is None else limit
+        return within_deadline(
+            "read the log",
+            self.deadline_s,
+            lambda: list(
+                self.recorder.select_notifications(start=start, limit=size, stop=stop, topics=topics)
+            ),
+        )
 
     def ready_to_read(self) -> Projector:
         """This projector, once its read models may be read: caught up to the head of the log
@@ -164,22 +203,18 @@ class Projector:
         """
         read = batches = 0
         if stop is None:
-            stop = self.recorder.max_notification_id() or 0
+            stop = self.head()
         while max_batches is None or batches < max_batches:
             with conn.cursor() as cur:
                 targets = resolve(cur)
                 if not targets:
                     break
                 after = min(self.positions(cur, [t.schema for t in targets]).values(), default=0)
-            head = self.recorder.max_notification_id() or 0
-            if stop is not None:
-                head = min(head, stop)
+            head = min(self.head(), stop)
             if after >= head:
                 break
             topics = sorted(set().union(*(t.projection.topics for t in targets)))
-            notifications = self.recorder.select_notifications(
-                start=after + 1, limit=self.batch_size, stop=head, topics=topics
-            )
+            notifications = self.read(after + 1, head, topics)
             through = notifications[-1].id if len(notifications) >= self.batch_size else head
             if self.run_batch(conn, resolve, notifications, after=after, through=through, on_batch=on_batch):
                 read += len(notifications)

@@ -132,7 +132,7 @@ def verify(
     with projector.connect() as conn, _exclusive(conn, names.store, [p.name for p in projections]):
         install(conn, names, projections)
         for projection in projections:
-            head = projector.recorder.max_notification_id() or 0
+            head = projector.head()
             why = _catch_up(projector, conn, projection)
             with conn.transaction(), conn.cursor() as cur:
                 target = Target(projection, create_build(cur, names, projection, "scratch"))

@@ -38,6 +38,8 @@ def projector_for(
         batch_size=batch_size,
         read_url=engine.settings.read_database_url,
         pgbouncer=engine.settings.pgbouncer,
+        deadline_s=engine.settings.operation_deadline_s,
+        connect_timeout_s=engine.settings.connect_deadline_s,
     )
 
 

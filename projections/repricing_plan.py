@@ -52,9 +52,9 @@ def plan(projector: Projector, repricing: Repricing) -> list[Change]:
 def _calls(projector: Projector, start: int) -> Iterator[tuple[str, datetime, LlmUsage]]:
     """Every model call with usage in the log from notification ``start`` on."""
     topics = sorted(CostDashboard().topics)
-    head = projector.recorder.max_notification_id() or 0
+    head = projector.head()
     while start <= head:
-        notes = projector.recorder.select_notifications(start=start, limit=_BATCH, stop=head, topics=topics)
+        notes = projector.read(start, head, topics, limit=_BATCH)
         if not notes:
             return
         for note in notes:

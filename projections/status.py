@@ -36,7 +36,7 @@ class BuildStatus:
 
 def status(projector: Projector) -> list[BuildStatus]:
     """Every build of every projection, live ones first."""
-    head = projector.recorder.max_notification_id() or 0
+    head = projector.head()
     names = projector.names
     with projector.connect() as conn:
         ensure_control(conn, names)

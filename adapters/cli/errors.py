@@ -1,7 +1,8 @@
 """How the CLI reports errors: one line on stderr and an exit code from one table.
 
 Every error a command meets ends this way, not only flowledger's own: a file the user named
-that cannot be read or written, the database failing outside the store's handling, and, as a
+that cannot be read or written, the database failing outside the store's handling (a lost
+connection is ``StoreUnavailable`` wherever it surfaces), and, as a
 last resort, a bug (its type named, so it can be reported). Exits that typer and click raise
 on purpose (``typer.Exit``, usage errors) pass through untouched.
 """
@@ -19,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from flowledger.domain import errors
+from flowledger.infrastructure.outages import CONNECTION_ERRORS, unavailable
 
 # Most specific first; Exception catches the rest. Codes from 64 up follow sysexits.h.
 EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
@@ -61,8 +63,8 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (OSError, 74),
     # ... or not text (EX_DATAERR).
     (UnicodeDecodeError, 65),
-    # The connection failed or broke mid-command: trying again may work (EX_TEMPFAIL).
-    (psycopg.OperationalError, 75),
+    # (A connection that failed or broke mid-command, in psycopg's words or the event library's,
+    # is reported as StoreUnavailable: see ``reported_errors``.)
     (psycopg.Error, 1),
     # Anything else is a bug in flowledger (EX_SOFTWARE).
     (Exception, 70),
@@ -110,7 +112,17 @@ def reported_errors() -> Iterator[None]:
     except _DELIBERATE:
         raise
     except Exception as error:
+        if isinstance(error, CONNECTION_ERRORS):
+            # It escaped the engine's own handling: still an outage (exit 75), not a bug (70).
+            error = unavailable(_command(), error)
         fail(one_line(error), exit_code_for(error))
+
+
+def _command() -> str:
+    """The running command's words (``projections status``), or "command" outside one."""
+    context = click.get_current_context(silent=True)
+    words = context.command_path.split()[1:] if context is not None else []
+    return " ".join(words) or "command"
 
 
 def fail(message: str, code: int) -> NoReturn:

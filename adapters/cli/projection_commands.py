@@ -63,7 +63,7 @@ def _tenant(engine: Engine, tenant: str | None) -> str:
 @contextmanager
 def progress_bar(projector: Projector, label: str) -> Iterator[Any]:
     """A rich progress bar over the log, advanced to each batch's last notification id."""
-    head = projector.recorder.max_notification_id() or 0
+    head = projector.head()
     columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(label, total=head)

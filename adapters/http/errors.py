@@ -1,7 +1,8 @@
 """How the HTTP layer reports errors: one status table, and the seed's error envelope.
 
 Every refusal has the same body, ``{"success": false, "error": "<a sentence>"}``:
-flowledger errors (by ``STATUS_CODES``), a body that cannot be read as JSON (400, one
+flowledger errors (by ``STATUS_CODES``; a database connection error that escaped the engine is
+answered as ``StoreUnavailable``), a body that cannot be read as JSON (400, one
 ``body: ...`` sentence, REST and webhook alike), request validation (422), the HTTP layer's own
 refusals (401, 403, 404 for an unknown path, 405 with an ``Allow`` naming every method of the
 path, 413, 429) and, from the request-context middleware, an unexpected exception (500, naming
@@ -25,6 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from flowledger.domain import errors
+from flowledger.infrastructure.outages import CONNECTION_ERRORS, unavailable
 
 # Most specific first; FlowledgerError catches the rest.
 STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
@@ -216,6 +218,11 @@ def install_error_handlers(app: FastAPI) -> None:
             error_body(_told(error)), status_code=status_for(error), headers=headers_for(error)
         )
 
+    async def on_outage(request: Request, error: Exception) -> JSONResponse:
+        # A connection error that escaped the engine's own handling: still the database's
+        # outage (503 with Retry-After), not the server's bug (500).
+        return await on_flowledger_error(request, unavailable(f"{request.method} {request.url.path}", error))
+
     async def on_invalid_request(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
         unparsed = [e for e in error.errors() if _is_unparsed_body(e)]
@@ -236,5 +243,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(message), status_code=error.status_code, headers=headers)
 
     app.add_exception_handler(errors.FlowledgerError, on_flowledger_error)
+    for outage in CONNECTION_ERRORS:
+        app.add_exception_handler(outage, on_outage)
     app.add_exception_handler(HTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_invalid_request)

@@ -13,13 +13,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 from uuid import UUID
 
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.values import require_name
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.sealing import DataKeys
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,14 +54,17 @@ class ErasureService:
     def forget_user(self, user_id: str, reason: str = "the user asked to be forgotten") -> ForgetReport:
         """Erase every session of ``user_id`` in this tenant (none found: an empty report)."""
         require_name("user_id", user_id)
-        return self._erase(self._keys.streams_of(self._tenant, user_id), reason)
+        streams = self._within_deadline(
+            "find the user's sessions", lambda: self._keys.streams_of(self._tenant, user_id)
+        )
+        return self._erase(streams, reason)
 
     def forget_session(self, session_id: str, reason: str = "the session was forgotten") -> ForgetReport:
         """Erase one session (for sessions started without a user id, too)."""
         stream = session_uuid(self._tenant, session_id)
         if self._store.load(stream) is None:
             raise SessionNotFound(session_id)
-        if self._keys.key_of(stream) is None:
+        if self._within_deadline("read a data key", lambda: self._keys.key_of(stream)) is None:
             raise ValidationError(
                 "session_id", f"session {session_id!r} was recorded without sealing: no key to destroy"
             )
@@ -79,8 +86,14 @@ class ErasureService:
             erased = self._store.write(str(stream), partial(self._mark, stream, reason))
             if erased is not None:
                 sessions.append(erased)
-        destroyed = self._keys.destroy(streams) if streams else 0
+        # Destroying a destroyed key changes nothing: safe to try again.
+        destroyed = (
+            self._within_deadline("destroy data keys", lambda: self._keys.destroy(streams)) if streams else 0
+        )
         return ForgetReport(sessions=tuple(sessions), keys_destroyed=destroyed)
+
+    def _within_deadline(self, operation: str, call: Callable[[], T]) -> T:
+        return within_deadline(operation, self._store.settings.operation_deadline_s, call)
 
     @staticmethod
     def _mark(stream: UUID, reason: str, uow: UnitOfWork) -> str | None:

@@ -102,7 +102,7 @@ class Engine:
         )
         self._chain_events()
         self._retention: RetentionService | None = None
-        self.log = EventLog(self._app)
+        self.log = EventLog(self._app, deadline_s=self.settings.operation_deadline_s)
         self.store = AggregateStore(self._app, self.settings, clock)
         self.sessions = SessionService(self.store, self.tenant)
         self.erasure = ErasureService(
@@ -116,7 +116,11 @@ class Engine:
         self.steps = StepService(
             self.store, self.sessions, llm, pool_size=self.settings.pool_size, budgets=self.budgets
         )
-        self.task_reads = TaskReads(self.store, self.tenant, LogIndex(self._app, self.tenant))
+        self.task_reads = TaskReads(
+            self.store,
+            self.tenant,
+            LogIndex(self._app, self.tenant, deadline_s=self.settings.operation_deadline_s),
+        )
         # Across processes, assigners take turns per agent (PostgreSQL only; not behind PgBouncer).
         self._agent_locks = (
             None

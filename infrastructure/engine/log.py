@@ -13,13 +13,21 @@ from uuid import UUID
 from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification, StoredEvent
 
 from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.outages import within_deadline
+
+_READ = "read the log"
 
 
 class EventLog:
-    """Read access to one engine's event log (and a raw append for tools and tests)."""
+    """Read access to one engine's event log (and a raw append for tools and tests).
 
-    def __init__(self, app: FlowledgerApplication) -> None:
+    Its reads are tried again within the engine's operation deadline, as the store's are, and
+    end in ``StoreUnavailable`` past it.
+    """
+
+    def __init__(self, app: FlowledgerApplication, *, deadline_s: float = 15.0) -> None:
         self._app = app
+        self._deadline_s = deadline_s
 
     @property
     def recorder(self) -> ApplicationRecorder:
@@ -33,14 +41,19 @@ class EventLog:
 
     def head(self) -> int:
         """The highest notification id readable now (0 for an empty log)."""
-        self._app.ensure_open("read the log")
-        return self._app.recorder.max_notification_id() or 0
+        self._app.ensure_open(_READ)
+        return within_deadline(_READ, self._deadline_s, lambda: self._app.recorder.max_notification_id() or 0)
 
     def read(self, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()) -> list[Notification]:
         """Up to ``limit`` notifications after position ``after``, in order."""
-        self._app.ensure_open("read the log")
-        return list(
-            self._app.recorder.select_notifications(after, limit, topics=topics, inclusive_of_start=False)
+        self._app.ensure_open(_READ)
+        recorder = self._app.recorder
+        return within_deadline(
+            _READ,
+            self._deadline_s,
+            lambda: list(
+                recorder.select_notifications(after, limit, topics=topics, inclusive_of_start=False)
+            ),
         )
 
     def notifications(self, after: int = 0, batch: int = 1000) -> Iterator[Notification]:
@@ -54,7 +67,8 @@ class EventLog:
 
     def decode(self, stored: StoredEvent | Notification) -> Any:
         """The domain event a stored event or notification holds."""
-        return self._app.mapper.to_domain_event(stored)
+        # A sealed event's data key may have to be read from the database.
+        return within_deadline(_READ, self._deadline_s, lambda: self._app.mapper.to_domain_event(stored))
 
     def encode(self, event: Any) -> StoredEvent:
         """The stored form of a domain event."""
@@ -62,18 +76,25 @@ class EventLog:
 
     def stream(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
         """One aggregate's domain events, oldest first."""
-        self._app.ensure_open("read the log")
-        return list(self._app.events.get(aggregate_id, gt=gt, lte=lte))
+        self._app.ensure_open(_READ)
+        return within_deadline(
+            _READ, self._deadline_s, lambda: list(self._app.events.get(aggregate_id, gt=gt, lte=lte))
+        )
 
     def stored(self, aggregate_id: UUID) -> list[StoredEvent]:
         """One aggregate's stored events (topics and raw state), oldest first."""
-        self._app.ensure_open("read the log")
-        return list(self._app.recorder.select_events(aggregate_id))
+        self._app.ensure_open(_READ)
+        return within_deadline(
+            _READ, self._deadline_s, lambda: list(self._app.recorder.select_events(aggregate_id))
+        )
 
     def snapshots(self, aggregate_id: UUID) -> list[Any]:
         """One aggregate's snapshots, oldest first (empty when snapshotting is off)."""
+        self._app.ensure_open(_READ)
         store = self._app.snapshots
-        return [] if store is None else list(store.get(aggregate_id))
+        if store is None:
+            return []
+        return within_deadline(_READ, self._deadline_s, lambda: list(store.get(aggregate_id)))
 
     def append(self, events: Sequence[Any]) -> list[int]:
         """Append domain events as they are (tools and tests; commands go through the Engine)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -47,6 +47,7 @@ from flowledger.domain.session_views import SessionStatus
 from flowledger.domain.values import require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.store import Clock
+from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.retention import Base, RetentionTables
@@ -59,6 +60,7 @@ CLOSING_TOPICS = tuple(get_topic(c) for c in (Session.Completed, Session.Expired
 CLOSED = frozenset({SessionStatus.COMPLETED, SessionStatus.EXPIRED, SessionStatus.ABANDONED})
 STARTED_TOPIC = get_topic(Session.Started)
 MAX_DAYS = 36_500
+T = TypeVar("T")
 
 
 @dataclass
@@ -135,12 +137,21 @@ class RetentionService:
         conn.commit()
         return conn
 
+    def _within_deadline(self, operation: str, call: Callable[[], T]) -> T:
+        """``call()`` (a read, or a write that sets a value) tried again after a lost connection
+        within the operation deadline, as the store's reads are; then StoreUnavailable."""
+        return within_deadline(operation, self._trail.settings.operation_deadline_s, call)
+
     def archived(self) -> dict[UUID, int]:
         """The archived streams, with the last version each one's base stands for (no tables: none)."""
-        with self._trail.connect() as conn:
-            if not self.tables.exists(conn):
-                return {}
-            return {s: b.base.through_version for s, b in self.tables.bases(conn, b"").items()}
+
+        def read() -> dict[UUID, int]:
+            with self._trail.connect() as conn:
+                if not self.tables.exists(conn):
+                    return {}
+                return {s: b.base.through_version for s, b in self.tables.bases(conn, b"").items()}
+
+        return self._within_deadline("read archived sessions", read)
 
     def archived_in(self, session_id: str) -> str | None:
         """The bundle an archived session's events are in (None: not archived)."""
@@ -150,10 +161,14 @@ class RetentionService:
 
     def bundles_of(self, streams: Sequence[UUID]) -> dict[UUID, str]:
         """Which of ``streams`` are archived, with the bundle each one's events are in."""
-        with self._trail.connect() as conn:
-            if not self.tables.exists(conn):
-                return {}
-            return {s: b.base.bundle for s, b in self.tables.bases(conn, b"", list(streams)).items()}
+
+        def read() -> dict[UUID, str]:
+            with self._trail.connect() as conn:
+                if not self.tables.exists(conn):
+                    return {}
+                return {s: b.base.bundle for s, b in self.tables.bases(conn, b"", list(streams)).items()}
+
+        return self._within_deadline("read archived sessions", read)
 
     # -- policies -------------------------------------------------------------------------
 
@@ -162,21 +177,33 @@ class RetentionService:
         require_name("workflow", workflow)
         if not 1 <= days <= MAX_DAYS:
             raise ValidationError("days", f"must be between 1 and {MAX_DAYS}, got {days}")
-        with self._connect() as conn:
-            self.tables.set_policy(conn, self._tenant, workflow, days)
+
+        def write() -> None:
+            with self._connect() as conn:
+                self.tables.set_policy(conn, self._tenant, workflow, days)
+
+        self._within_deadline("set a retention policy", write)
 
     def delete_policy(self, workflow: str) -> bool:
         """Stop archiving ``workflow``; whether it had a policy."""
         require_name("workflow", workflow)
-        with self._connect() as conn:
-            return self.tables.delete_policy(conn, self._tenant, workflow)
+
+        def write() -> bool:
+            with self._connect() as conn:
+                return self.tables.delete_policy(conn, self._tenant, workflow)
+
+        return self._within_deadline("delete a retention policy", write)
 
     def policies(self) -> dict[str, int]:
         """This tenant's policies: workflow -> days (reading makes no table)."""
-        with self._trail.connect() as conn:
-            if not self.tables.exists(conn):
-                return {}
-            return self.tables.policies(conn, self._tenant)
+
+        def read() -> dict[str, int]:
+            with self._trail.connect() as conn:
+                if not self.tables.exists(conn):
+                    return {}
+                return self.tables.policies(conn, self._tenant)
+
+        return self._within_deadline("read retention policies", read)
 
     # -- archiving ------------------------------------------------------------------------
 

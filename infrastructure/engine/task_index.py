@@ -46,6 +46,8 @@ from flowledger.domain.errors import StoreUnavailable
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import TaskPriority
 from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.operation_deadline import remaining_s
+from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 
 _PAGE = 500
@@ -73,9 +75,10 @@ class IndexedTask:
 class LogIndex:
     """Open tasks and followed agents of one tenant, as found in the notification log."""
 
-    def __init__(self, app: FlowledgerApplication, tenant: str) -> None:
+    def __init__(self, app: FlowledgerApplication, tenant: str, *, deadline_s: float = 15.0) -> None:
         self._app = app
         self._tenant = tenant
+        self._deadline_s = deadline_s
         self._lock = threading.Lock()
         self._creations_position = 0
         self._changes_position: int | None = None
@@ -89,8 +92,15 @@ class LogIndex:
 
     def refresh(self) -> None:
         """Catch up with the log: with every event committed before this call, or StoreUnavailable
-        (EngineClosed once the engine is closed)."""
+        within the operation deadline (EngineClosed once the engine is closed)."""
         self._app.ensure_open("read the task index")
+        # The deadline starts before the lock: during an outage, callers queued behind another
+        # one's refresh end with it instead of each trying for a deadline of its own after it.
+        within_deadline("read the task index", self._deadline_s, self._refresh)
+
+    def _refresh(self) -> None:
+        # Tried again as a whole after a lost connection: every step is safe to repeat (a
+        # tail applies only what lies past its position; an agent is applied version by version).
         with self._lock:
             self._wait_for_head()
             if self._changes_position is None:
@@ -110,7 +120,7 @@ class LogIndex:
         recorder = self._app.recorder
         if not isinstance(recorder, FlowledgerApplicationRecorder):
             return
-        budget = recorder.deadlines.operation_s
+        budget = remaining_s(recorder.deadlines.operation_s)
         head = recorder.committed_max_notification_id()
         if not recorder.readable_through(head, timeout=budget):
             lag = recorder.horizon_lag()
