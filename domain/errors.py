@@ -19,7 +19,10 @@ FlowledgerError
 ├── StoreUnavailable           the event store did not answer within its deadline;
 │   │                          carries ``operation`` and ``retry_after`` (seconds)
 │   └── StoreRefused           the server refused the login (no such database or role,
-│                              a wrong password): not retried
+│       │                      a wrong password): not retried
+│       └── MigrationRefused   the schema needs a change this role may not make (the
+│                              sequence's CACHE 1, a new version): its owner runs
+│                              ``flowledger migrate``; carries ``schema``
 ├── RebuildInProgress          another process is rebuilding ``projection``
 ├── AuditError                 the audit trail cannot do what was asked (unchained events,
 │                              damaged checkpoints); carries ``message``
@@ -183,6 +186,19 @@ class StoreRefused(StoreUnavailable):
             f"the database refused the connection ({operation}): {detail}"
             " (check FLOWLEDGER_DATABASE_URL: the database, user and password)",
         )
+
+
+class MigrationRefused(StoreRefused):
+    """The schema needs a change that this database role may not make (only the owner may
+    alter the log's sequence; creating needs CREATE): not retried, as waiting will not mend
+    it; ``detail`` says what is needed and who may do it."""
+
+    def __init__(self, schema: str, detail: str) -> None:
+        super().__init__("migrate", detail)
+        FlowledgerError.__init__(
+            self, f"schema {schema!r} cannot be migrated by this database role: {detail}"
+        )
+        self.schema = schema
 
 
 class RebuildInProgress(FlowledgerError):

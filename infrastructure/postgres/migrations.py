@@ -32,7 +32,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import MigrationRefused, ValidationError
 from flowledger.infrastructure.postgres import data_keys, ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.settings import Settings
@@ -109,10 +109,16 @@ def migrate(
                 foreign_rows_repaired=0,
                 partitions=layout,
             )
-        with conn.transaction():
-            report, upgraded = _migrate_locked(
-                conn, schema, names, originator_id_type, settings, change_layout=change_layout
-            )
+        try:
+            with conn.transaction():
+                report, upgraded = _migrate_locked(
+                    conn, schema, names, originator_id_type, settings, change_layout=change_layout
+                )
+        except psycopg.errors.InsufficientPrivilege as error:
+            reason = str(error).strip().splitlines()[0]
+            raise MigrationRefused(
+                schema, f"{reason}; run `flowledger migrate` as the schema's owner"
+            ) from error
         if upgraded:
             _wait_for_unmarked_appends(conn, schema, names.events, settings)
         return report
@@ -169,8 +175,7 @@ def _migrate_locked(
     # Transaction-level: released by COMMIT or ROLLBACK whatever happens, and never
     # held on a pooled connection (this one is our own).
     cur.execute("SELECT pg_advisory_xact_lock(%s)", (ddl.migration_lock_key(schema),))
-    cur.execute(SQL("CREATE SCHEMA IF NOT EXISTS {}").format(Identifier(schema)))
-    cur.execute(ddl.create_version_table(schema))
+    _create_schema_and_version_table(cur, schema)
     row = cur.execute(ddl.read_version(schema)).fetchone()
     version = 0 if row is None else int(row[0])
     created = version < SCHEMA_VERSION
@@ -209,6 +214,18 @@ def _migrate_locked(
         rows_moved=moved,
     )
     return report, 0 < version < MARKERS_SINCE
+
+
+def _create_schema_and_version_table(cur: psycopg.Cursor[Any], schema: str) -> None:
+    """Create the schema and its version table if missing, and only then: ``CREATE ... IF NOT
+    EXISTS`` needs the privilege to create even where the object exists, which a role that only
+    reads and writes the log has not (``permission denied for database``)."""
+    if cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
+        cur.execute(SQL("CREATE SCHEMA {}").format(Identifier(schema)))
+    table = SQL("{}.{}").format(Identifier(schema), Identifier(ddl.VERSION_TABLE)).as_string(cur)
+    found = cur.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+    if not (found and found[0]):
+        cur.execute(ddl.create_version_table(schema))
 
 
 def _wait_for_unmarked_appends(
@@ -437,8 +454,15 @@ def _force_sequence_cache_1(cur: psycopg.Cursor[Any], schema: str, table: str) -
     ).fetchone()
     if row is None or row[0] == 1:
         return False
+    try:
+        cur.execute(SQL("ALTER SEQUENCE {} CACHE 1").format(SQL(sequence)))
+    except psycopg.errors.InsufficientPrivilege:
+        raise MigrationRefused(
+            schema,
+            f"sequence {sequence} has CACHE {row[0]} and needs CACHE 1 (with more, readers can skip"
+            " ids); only its owner may change it: its owner should run `flowledger migrate`",
+        ) from None
     _log.warning("sequence %s had CACHE %s; set to CACHE 1 (readers could skip ids)", sequence, row[0])
-    cur.execute(SQL("ALTER SEQUENCE {} CACHE 1").format(SQL(sequence)))
     return True
 
 

@@ -1,0 +1,108 @@
+"""An engine started by a role that may read and write the log but not create (no CREATE on the
+database or the schema, not the owner of its objects): ``migrate`` creates nothing that exists,
+and a fix only the owner may make is a flowledger error that says which and who.
+
+An outside probe: with the notification sequence at CACHE 10, such a role's ``Engine()`` raised
+psycopg's ``InsufficientPrivilege: permission denied for database`` (exit 1 with that line),
+from the locked migration's ``CREATE SCHEMA IF NOT EXISTS``, which needs CREATE even when the
+schema exists.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg.sql import SQL, Identifier
+
+from flowledger.domain.errors import FlowledgerError, MigrationRefused
+from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.database import migrate
+from tests.conftest import make_settings
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.postgres
+
+
+def _as(url: str, user: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{user}@{parts.netloc.rpartition('@')[2]}"))
+
+
+def _execute(url: str, statement: SQL | str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+@pytest.fixture
+def dml_role(database_url: str, pg_schema: str) -> Iterator[str]:
+    """A URL for a new role that may use the migrated schema's tables, sequence and functions,
+    and create nothing (the database's default grants); dropped afterwards."""
+    migrate(database_url, pg_schema)
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    s, r = Identifier(pg_schema), Identifier(role)
+    _execute(database_url, SQL("CREATE ROLE {} LOGIN").format(r))
+    try:
+        for grant in (
+            "GRANT USAGE ON SCHEMA {s} TO {r}",
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {r}",
+            "GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {s} TO {r}",
+            "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r}",
+        ):
+            _execute(database_url, SQL(grant).format(s=s, r=r))
+        yield _as(database_url, role)
+    finally:
+        _execute(database_url, SQL("DROP OWNED BY {}").format(r))  # its grants
+        _execute(database_url, SQL("DROP ROLE {}").format(r))
+
+
+def _engine(url: str, schema: str) -> Engine:
+    return Engine(settings=make_settings(database_url=url, schema=schema))
+
+
+def test_a_role_that_may_not_create_runs_the_locked_migration_when_it_has_nothing_to_create(
+    database_url: str, pg_schema: str, dml_role: str
+) -> None:
+    # Given a schema whose version row names another cluster (as after a restore): the next
+    # start takes the migration lock to check the log's transaction ids, and creates nothing
+    _execute(
+        database_url,
+        SQL("UPDATE {}.flowledger_schema SET cluster_id = 'elsewhere'").format(Identifier(pg_schema)),
+    )
+    # When the role starts an engine, Then it starts (no CREATE SCHEMA or CREATE TABLE ran)
+    engine = _engine(dml_role, pg_schema)
+    try:
+        assert engine.start_session("s", "wf").version == 1
+    finally:
+        engine.close()
+    # ... and the check is recorded: the next start takes no lock
+    assert not migrate(database_url, pg_schema).locked
+
+
+def test_a_sequence_cache_only_the_owner_may_reset_is_a_flowledger_error_that_says_so(
+    database_url: str, pg_schema: str, dml_role: str
+) -> None:
+    # Given the log's sequence at CACHE 10, set by its owner
+    sequence = SQL("{}.flowledger_events_notification_id_seq").format(Identifier(pg_schema))
+    _execute(database_url, SQL("ALTER SEQUENCE {} CACHE 10").format(sequence))
+    # When the role that may not alter it starts an engine
+    with pytest.raises(MigrationRefused) as refused:
+        _engine(dml_role, pg_schema)
+    # Then the error is flowledger's, names the sequence and the fix
+    assert isinstance(refused.value, FlowledgerError)
+    assert refused.value.schema == pg_schema
+    message = str(refused.value)
+    assert "flowledger_events_notification_id_seq has CACHE 10 and needs CACHE 1" in message
+    assert "its owner should run `flowledger migrate`" in message
+    # ... and so does the command line, in one line, exit 1 (waiting will not mend it)
+    result = run_cli(dml_role, pg_schema, "history", "x")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "needs CACHE 1" in result.stderr
+    assert "Traceback" not in result.stderr
+    # When the owner migrates, Then the role's engines start again
+    assert migrate(database_url, pg_schema).sequence_cache_reset
+    _engine(dml_role, pg_schema).close()
