@@ -6,23 +6,28 @@ reaching into the event library's application; this is the one place that knows 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification, StoredEvent
+from eventsourcing.utils import TopicError
 
+from flowledger.domain.bounds import require_count
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.outages import within_deadline
 
 _READ = "read the log"
+_BIGINT = 2**63 - 1
+"""The largest notification id or version PostgreSQL stores (``bigint``)."""
 
 
 class EventLog:
     """Read access to one engine's event log (and a raw append for tools and tests).
 
     Its reads are tried again within the engine's operation deadline, as the store's are, and
-    end in ``StoreUnavailable`` past it.
+    end in ``StoreUnavailable`` past it; a bad argument is a ``ValidationError`` naming it.
     """
 
     def __init__(self, app: FlowledgerApplication, *, deadline_s: float = 15.0) -> None:
@@ -45,19 +50,28 @@ class EventLog:
         return within_deadline(_READ, self._deadline_s, lambda: self._app.recorder.max_notification_id() or 0)
 
     def read(self, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()) -> list[Notification]:
-        """Up to ``limit`` notifications after position ``after``, in order."""
+        """Up to ``limit`` notifications after position ``after``, in order (only of ``topics``
+        when given)."""
+        require_count("after", after, most=_BIGINT)
+        require_count("limit", limit, least=1, most=_BIGINT)
+        wanted = _topics(topics)
         self._app.ensure_open(_READ)
         recorder = self._app.recorder
         return within_deadline(
             _READ,
             self._deadline_s,
             lambda: list(
-                recorder.select_notifications(after, limit, topics=topics, inclusive_of_start=False)
+                recorder.select_notifications(after, limit, topics=wanted, inclusive_of_start=False)
             ),
         )
 
     def notifications(self, after: int = 0, batch: int = 1000) -> Iterator[Notification]:
-        """Every notification after ``after``, read in batches."""
+        """Every notification after ``after``, read in batches (the arguments checked at once)."""
+        require_count("after", after, most=_BIGINT)
+        require_count("batch", batch, least=1, most=_BIGINT)
+        return self._pages(after, batch)
+
+    def _pages(self, after: int, batch: int) -> Iterator[Notification]:
         while True:
             page = self.read(after, batch)
             if not page:
@@ -67,34 +81,47 @@ class EventLog:
 
     def decode(self, stored: StoredEvent | Notification) -> Any:
         """The domain event a stored event or notification holds."""
-        # A sealed event's data key may have to be read from the database.
-        return within_deadline(_READ, self._deadline_s, lambda: self._app.mapper.to_domain_event(stored))
+        if not isinstance(stored, StoredEvent):
+            raise ValidationError(
+                "stored", f"must be a stored event or a notification, got {type(stored).__name__}"
+            )
+        try:
+            # A sealed event's data key may have to be read from the database.
+            return within_deadline(_READ, self._deadline_s, lambda: self._app.mapper.to_domain_event(stored))
+        except TopicError as error:
+            raise ValidationError("stored", f"names no event class flowledger knows: {error}") from None
 
     def encode(self, event: Any) -> StoredEvent:
         """The stored form of a domain event."""
         return self._app.mapper.to_stored_event(event)
 
     def stream(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
-        """One aggregate's domain events, oldest first."""
+        """One aggregate's domain events, oldest first (after version ``gt``, through ``lte``)."""
+        stream = _stream_id(aggregate_id)
+        for name, version in (("gt", gt), ("lte", lte)):
+            if version is not None:
+                require_count(name, version, most=_BIGINT)
         self._app.ensure_open(_READ)
         return within_deadline(
-            _READ, self._deadline_s, lambda: list(self._app.events.get(aggregate_id, gt=gt, lte=lte))
+            _READ, self._deadline_s, lambda: list(self._app.events.get(stream, gt=gt, lte=lte))
         )
 
     def stored(self, aggregate_id: UUID) -> list[StoredEvent]:
         """One aggregate's stored events (topics and raw state), oldest first."""
+        stream = _stream_id(aggregate_id)
         self._app.ensure_open(_READ)
         return within_deadline(
-            _READ, self._deadline_s, lambda: list(self._app.recorder.select_events(aggregate_id))
+            _READ, self._deadline_s, lambda: list(self._app.recorder.select_events(stream))
         )
 
     def snapshots(self, aggregate_id: UUID) -> list[Any]:
         """One aggregate's snapshots, oldest first (empty when snapshotting is off)."""
+        stream = _stream_id(aggregate_id)
         self._app.ensure_open(_READ)
         store = self._app.snapshots
         if store is None:
             return []
-        return within_deadline(_READ, self._deadline_s, lambda: list(store.get(aggregate_id)))
+        return within_deadline(_READ, self._deadline_s, lambda: list(store.get(stream)))
 
     def append(self, events: Sequence[Any]) -> list[int]:
         """Append domain events as they are (tools and tests; commands go through the Engine)."""
@@ -104,3 +131,27 @@ class EventLog:
     def append_stored(self, stored: Sequence[StoredEvent]) -> list[int]:
         """Append already-encoded events (tests that store what a command never would)."""
         return list(self._app.recorder.insert_events(list(stored)) or [])
+
+
+def _stream_id(value: Any) -> UUID:
+    """An aggregate id: a UUID, or its text (``engine.session_uuid(id)`` gives a session's)."""
+    if isinstance(value, UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return UUID(value)
+        except ValueError:
+            pass
+    raise ValidationError(
+        "aggregate_id", f"must be a UUID (engine.session_uuid(id) gives a session's), got {value!r}"
+    )
+
+
+def _topics(value: Any) -> list[str]:
+    """Topics to read: strings, in a list or another collection (one string alone is refused)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ValidationError("topics", f"must be a list of topic strings, got {value!r}")
+    topics = list(value)
+    if not all(isinstance(topic, str) for topic in topics):
+        raise ValidationError("topics", f"must be a list of topic strings, got {topics!r}")
+    return topics
