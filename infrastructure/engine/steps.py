@@ -99,7 +99,14 @@ class _Recorded:
 
 @dataclass(frozen=True)
 class _Go:
+    """The go-ahead for one attempt at a step: its prompt, and when this worker started it.
+
+    ``started_at`` (with the worker's name) tells this attempt's pending step from a later
+    one under the same key: a worker that stalled past its lease may find it taken over.
+    """
+
     messages: list[dict[str, Any]]
+    started_at: datetime
     workflow: str = ""
     user_id: str | None = None
 
@@ -267,7 +274,7 @@ class StepService:
         except asyncio.CancelledError:
             begun = await saved
             if isinstance(begun, _Go):
-                await self._record_failure(call, "cancelled", "the caller cancelled the step", None)
+                await self._record_failure(call, begun, "cancelled", "the caller cancelled the step", None)
             raise
 
     def _begin(self, call: StepCall, uow: UnitOfWork) -> _Recorded | _Go | _Wait:
@@ -300,7 +307,7 @@ class StepService:
             lease_until=uow.now + self.lease,
             worker=self.worker,
         )
-        return _Go(messages, session.workflow, session.user_id)
+        return _Go(messages, uow.now, session.workflow, session.user_id)
 
     async def _call_and_record(self, llm: LlmPort, call: StepCall, go: _Go) -> StepOutcome:
         hold = await self._reserve(llm, call, go)
@@ -365,7 +372,7 @@ class StepService:
         try:
             estimate: CallEstimate | None = estimator(call.model, go.messages) if estimator else None
         except Exception as error:  # StepStarted is written: never leave the step pending
-            await self._record_failure(call, type(error).__name__, str(error), None)
+            await self._record_failure(call, go, type(error).__name__, str(error), None)
             raise
         scope = CallScope(
             tenant=budgets.tenant,
@@ -381,15 +388,15 @@ class StepService:
         try:
             return await asyncio.shield(reserving)
         except BudgetExceeded as error:
-            await self._record_failure(call, "budget_exceeded", str(error), None)
+            await self._record_failure(call, go, "budget_exceeded", str(error), None)
             raise
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 await self._settle(await reserving, None)
-            await self._record_failure(call, "cancelled", "the caller cancelled the step", None)
+            await self._record_failure(call, go, "cancelled", "the caller cancelled the step", None)
             raise
         except Exception as error:
-            await self._record_failure(call, type(error).__name__, str(error), None)
+            await self._record_failure(call, go, type(error).__name__, str(error), None)
             raise
 
     async def _settle(self, hold: Reservation | None, usage: LlmUsage | None) -> None:
@@ -407,19 +414,19 @@ class StepService:
 
     async def _call(self, llm: LlmPort, call: StepCall, go: _Go) -> LlmReply:
         """The model call itself; a failure is recorded as StepFailed before it is raised."""
-        renewer = _LeaseRenewer(self, call)
+        renewer = _LeaseRenewer(self, call, go)
         try:
             return await llm.complete(model=call.model, messages=go.messages, json_mode=True)
         except LlmError as error:
-            await self._record_failure(call, error.error_type, str(error), error.usage)
+            await self._record_failure(call, go, error.error_type, str(error), error.usage)
             raise
         except asyncio.CancelledError as error:
             await asyncio.shield(
-                self._record_failure(call, "cancelled", "the caller cancelled the step", _usage_of(error))
+                self._record_failure(call, go, "cancelled", "the caller cancelled the step", _usage_of(error))
             )
             raise
         except Exception as error:
-            await self._record_failure(call, type(error).__name__, str(error), None)
+            await self._record_failure(call, go, type(error).__name__, str(error), None)
             raise
         finally:
             renewer.stop()
@@ -482,32 +489,47 @@ class StepService:
         # Context is replaced, never changed in place, by the session: no copy needed.
         return StepOutcome(record, session.context)
 
-    def _renew(self, call: StepCall, uow: UnitOfWork) -> bool:
-        session = self._session(uow, call.session_id)
+    def _holds(self, session: Session, call: StepCall, go: _Go) -> bool:
+        """Whether the step pending under the call's key is still this attempt: started by
+        this worker when it began. Taken over (its lease lapsed while it stalled), it is not."""
         pending = session.pending.get(call.key)
-        if pending is None or pending.worker != self.worker:
+        return pending is not None and pending.worker == self.worker and pending.started_at == go.started_at
+
+    def _renew(self, call: StepCall, go: _Go, uow: UnitOfWork) -> bool:
+        session = self._session(uow, call.session_id)
+        if not self._holds(session, call, go):
             return False
         session.renew_lease(call.key, uow.now + self.lease)
         return True
 
     async def _record_failure(
-        self, call: StepCall, error_type: str, message: str, usage: LlmUsage | None
+        self, call: StepCall, go: _Go, error_type: str, message: str, usage: LlmUsage | None
     ) -> None:
         await self._in_db(
-            self._store.write, call.session_id, partial(self._fail, call, error_type, message, usage)
+            self._store.write, call.session_id, partial(self._fail, call, go, error_type, message, usage)
         )
 
     def _fail(
-        self, call: StepCall, error_type: str, message: str, usage: LlmUsage | None, uow: UnitOfWork
+        self, call: StepCall, go: _Go, error_type: str, message: str, usage: LlmUsage | None, uow: UnitOfWork
     ) -> None:
         session = self._session(uow, call.session_id)
-        if call.key in session.pending:
+        if self._holds(session, call, go):
             session.fail_step(
                 step=call.step,
                 error_type=error_type,
                 error_message=message,
                 usage=usage,
                 idempotency_key=call.key,
+            )
+        elif usage is not None:
+            # Taken over while this worker stalled: the key is another attempt's now (a failure
+            # recorded under it would end that attempt's live step, and the next caller would
+            # call the model a third time). What this call cost stays on the books, under no key.
+            session.fail_step(
+                step=call.step,
+                error_type="superseded",
+                error_message=f"failed ({error_type}: {message}) after another worker took over {call.key!r}",
+                usage=storable_usage(usage),
             )
 
     async def _await_outcome(self, call: StepCall) -> StepOutcome | None:
@@ -566,11 +588,12 @@ class _LeaseRenewer:
     timer on every step.
     """
 
-    __slots__ = ("_call", "_handle", "_loop", "_period", "_service", "_stopped")
+    __slots__ = ("_call", "_go", "_handle", "_loop", "_period", "_service", "_stopped")
 
-    def __init__(self, service: StepService, call: StepCall) -> None:
+    def __init__(self, service: StepService, call: StepCall, go: _Go) -> None:
         self._service = service
         self._call = call
+        self._go = go
         self._loop = asyncio.get_running_loop()
         self._period = service._store.settings.step_lease_s / 3
         self._stopped = False
@@ -585,7 +608,9 @@ class _LeaseRenewer:
     def _renew(self) -> None:
         self._handle = None
         service, call = self._service, self._call
-        renewal = service._db_future(service._store.write, call.session_id, partial(service._renew, call))
+        renewal = service._db_future(
+            service._store.write, call.session_id, partial(service._renew, call, self._go)
+        )
         renewal.add_done_callback(self._renewed)
 
     def _renewed(self, renewal: asyncio.Future[bool]) -> None:

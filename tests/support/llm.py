@@ -48,7 +48,8 @@ class ScriptedLlm:
     """Answers ``content`` (or ``content(messages)``) with ``usage``, or raises ``error``.
 
     Before answering it runs ``meanwhile`` (once per call), yields to the event loop
-    ``yields`` times and then sleeps ``delay`` seconds; every call is kept in ``calls``.
+    ``yields`` times, sleeps ``delay`` seconds and then waits for ``gate`` (when given) to be
+    set; every call is kept in ``calls``.
     """
 
     def __init__(
@@ -60,9 +61,10 @@ class ScriptedLlm:
         delay: float = 0.0,
         yields: int = 0,
         meanwhile: Callable[[], object] | None = None,
+        gate: asyncio.Event | None = None,
     ) -> None:
         self.content, self.usage, self.error = content, usage, error
-        self.delay, self.yields, self.meanwhile = delay, yields, meanwhile
+        self.delay, self.yields, self.meanwhile, self.gate = delay, yields, meanwhile, gate
         self.calls: list[Call] = []
 
     async def complete(
@@ -76,6 +78,8 @@ class ScriptedLlm:
             await asyncio.sleep(0)
         if self.delay:
             await asyncio.sleep(self.delay)
+        if self.gate is not None:
+            await self.gate.wait()
         if self.error is not None:
             raise self.error
         content = self.content if isinstance(self.content, str) else self.content(messages)

@@ -1,8 +1,13 @@
-"""What another worker leaves in a session while its model call runs: a pending, leased step."""
+"""What another worker leaves in a session while its model call runs (a pending, leased step),
+and how a test sees a caller waiting for it."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
+from typing import Any
+
+import pytest
 
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.store import UnitOfWork
@@ -32,3 +37,18 @@ def start_elsewhere(
         )
 
     engine.store.write(session_id, start)
+
+
+def first_poll(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set once a caller waiting on ``engine`` for a pending step has read the session."""
+    polled = threading.Event()
+    sessions = engine.steps._sessions
+    real_get = sessions.get
+
+    def get(*args: Any, **kwargs: Any) -> Any:
+        state = real_get(*args, **kwargs)
+        polled.set()
+        return state
+
+    monkeypatch.setattr(sessions, "get", get)
+    return polled

@@ -12,7 +12,6 @@ taken over. Each runs on both backends.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from datetime import timedelta
@@ -26,7 +25,7 @@ from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.store import UnitOfWork
 from tests.support.llm import ScriptedLlm
-from tests.support.steps import start_elsewhere
+from tests.support.steps import first_poll, start_elsewhere
 
 T = TypeVar("T")
 
@@ -147,21 +146,6 @@ async def test_a_waiter_takes_over_the_step_when_its_in_process_leader_is_cancel
     types = event_types(engine, "s1")
     assert types == ["Started", "StepStarted", "StepFailed", "StepStarted", "StepProcessed"]
     assert [f.error_type for f in engine.get_session("s1").failures] == ["cancelled"]
-
-
-def first_poll(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
-    """An event set once a waiting caller has read the session's state."""
-    polled = threading.Event()
-    sessions = engine.steps._sessions
-    real_get = sessions.get
-
-    def get(*args: Any, **kwargs: Any) -> Any:
-        state = real_get(*args, **kwargs)
-        polled.set()
-        return state
-
-    monkeypatch.setattr(sessions, "get", get)
-    return polled
 
 
 async def test_a_step_that_fails_in_another_worker_fails_its_waiter_with_that_error(
