@@ -32,7 +32,6 @@ from flowledger.domain.errors import (
     BudgetExceeded,
     FlowledgerError,
     IdempotencyKeyReused,
-    LlmCallFailed,
     LlmError,
     LlmNotConfigured,
     SessionClosed,
@@ -47,6 +46,7 @@ from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
 from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.sessions import SessionService
+from flowledger.infrastructure.engine.step_failures import waiter_error
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.postgres.budgets import Reservation
 
@@ -533,7 +533,11 @@ class StepService:
             )
 
     async def _await_outcome(self, call: StepCall) -> StepOutcome | None:
-        """Poll while a live worker holds the key; None once it does not (decide afresh)."""
+        """Poll while a live worker holds the key; None once it does not (decide afresh).
+
+        A failure recorded under the key is raised as the error its caller got, unless it
+        said nothing of the request (``step_failures.waiter_error``): then None as well.
+        """
         deadline = time.monotonic() + self.wait_timeout_s
         interval = self.poll_interval_s
         while True:
@@ -544,14 +548,10 @@ class StepService:
             pending = next((p for p in state.pending if p.idempotency_key == call.key), None)
             if pending is None:
                 failure = next((f for f in reversed(state.failures) if f.idempotency_key == call.key), None)
-                if failure is None or failure.error_type == "worker_lost":
-                    return None
-                raise LlmCallFailed(
-                    failure.error_message,
-                    error_type=failure.error_type,
-                    attempts=failure.usage.attempts if failure.usage is not None else 0,
-                    usage=failure.usage,
-                )
+                error = None if failure is None else waiter_error(failure, state, self._store.clock())
+                if error is None:
+                    return None  # nothing recorded about the request: run it (decide afresh)
+                raise error
             if self._store.clock() >= pending.lease_until:
                 return None
             if time.monotonic() >= deadline:

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from functools import partial
+from typing import Any
 
 import pytest
 
-from flowledger.domain.errors import LlmCallFailed
+from flowledger.adapters.http.errors import status_for
+from flowledger.domain.errors import CircuitOpen, FlowledgerError, LlmCallFailed
+from flowledger.domain.session_views import StepRecord
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
@@ -17,12 +22,13 @@ from tests.support.llm import ScriptedLlm
 from tests.support.steps import first_poll
 
 pytestmark = pytest.mark.postgres
-LEASE_S = 0.5
+LEASE_S = 2.0
+"""Short enough to wait out once; long enough that a loaded machine still renews in time."""
 
 
 @pytest.fixture
 def engines(database_url: str, pg_schema: str) -> Iterator[tuple[Engine, Engine]]:
-    """Two engines on one schema, with half-second leases."""
+    """Two engines on one schema, with two-second leases."""
     settings = make_settings(database_url=database_url, schema=pg_schema, step_lease_s=LEASE_S)
     first, second = Engine(settings=settings), Engine(settings=settings)
     try:
@@ -88,14 +94,14 @@ async def test_a_stalled_worker_that_fails_late_leaves_the_step_of_the_worker_th
     assert isinstance(a_end, type(late_end)), a_end
     polled = first_poll(first, monkeypatch)
     caller_c = asyncio.create_task(first.process_step("s1", "greet", idempotency_key="k"))
-    await asyncio.sleep(LEASE_S * 2)  # longer than a lease: B's renewals keep it live
+    while not (polled.is_set() or caller_c.done()):  # waiting for B's step, or not
+        await asyncio.sleep(0.01)
     answer.set()
     b_record = await asyncio.wait_for(worker_b, 30)
     c_record = await asyncio.wait_for(caller_c, 30)
 
     # Then A recorded nothing under the key (its cost, when known, is kept under none), B's step
     # stood, and C waited for it: the model was called twice for the key, not three times
-    assert polled.is_set()
     assert (len(stalled.calls), len(taker.calls)) == (1, 1)
     assert c_record == b_record
     assert keyed(first, "s1", "k") == [
@@ -114,3 +120,136 @@ async def test_a_stalled_worker_that_fails_late_leaves_the_step_of_the_worker_th
         assert kept.usage == late_end.usage
     else:
         assert unkeyed == []  # a cancel before any answer: nothing known to keep
+
+
+async def leader_and_waiter(
+    first: Engine, second: Engine, monkeypatch: pytest.MonkeyPatch, began: Callable[[], bool]
+) -> tuple[asyncio.Task[StepRecord], asyncio.Task[StepRecord]]:
+    """A step led by ``first`` (until ``began`` says it is under way) and a caller of ``second``
+    waiting for it under the same key (it has read the pending step once)."""
+    leader = asyncio.create_task(first.process_step("s1", "greet", idempotency_key="k"))
+    while not began():
+        await asyncio.sleep(0.01)
+    polled = first_poll(second, monkeypatch)
+    waiter = asyncio.create_task(second.process_step("s1", "greet", idempotency_key="k"))
+    assert await asyncio.to_thread(polled.wait, 30)
+    return leader, waiter
+
+
+async def test_a_waiter_in_another_engine_runs_the_step_itself_when_the_first_caller_is_cancelled(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a caller of one engine inside its model call, and a caller of another engine
+    # waiting for the same key
+    first, second = engines
+    first.start_session("s1", "cs")
+    first.llm = hung = ScriptedLlm(gate=asyncio.Event())
+    second.llm = own = ScriptedLlm()
+    leader, waiter = await leader_and_waiter(first, second, monkeypatch, lambda: bool(hung.calls))
+
+    # When the first caller is cancelled (a timeout around process_step)
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+
+    # Then the waiter runs the step itself, as a waiter in the same process does: the first
+    # caller's cancel says nothing about the request (it used to reach the waiter as a 502)
+    record = await asyncio.wait_for(waiter, 30)
+    assert record.idempotency_key == "k"
+    assert (len(hung.calls), len(own.calls)) == (1, 1)
+    assert keyed(first, "s1", "k") == [
+        ("StepStarted", None),
+        ("StepFailed", "cancelled"),
+        ("StepStarted", None),
+        ("StepProcessed", None),
+    ]
+
+
+def gated_llm(error: BaseException | None = None) -> ScriptedLlm:
+    return ScriptedLlm(error=error, gate=asyncio.Event())
+
+
+def model_answers(engine: Engine) -> None:
+    llm = engine.llm
+    assert isinstance(llm, ScriptedLlm)
+    assert llm.gate is not None
+    llm.gate.set()
+
+
+def circuit_open(
+    first: Engine, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Callable[[], bool], Callable[[], None]]:
+    first.llm = llm = gated_llm(CircuitOpen("http://model.test/v1", 12.0))
+    return lambda: bool(llm.calls), partial(model_answers, first)
+
+
+def model_failed(
+    first: Engine, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Callable[[], bool], Callable[[], None]]:
+    first.llm = llm = gated_llm(LlmCallFailed("HTTP 503", error_type="http_503", attempts=3, status_code=503))
+    return lambda: bool(llm.calls), partial(model_answers, first)
+
+
+def session_closed(
+    first: Engine, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Callable[[], bool], Callable[[], None]]:
+    first.llm = llm = gated_llm()
+
+    def closed_then_answered() -> None:
+        first.complete_session("s1", "done elsewhere")
+        model_answers(first)
+
+    return lambda: bool(llm.calls), closed_then_answered
+
+
+def budget_exceeded(
+    first: Engine, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Callable[[], bool], Callable[[], None]]:
+    # A spent session budget: the reservation refuses the call before any request.
+    first.llm = ScriptedLlm()
+    first.budgets.set("session", "s1", "total", "0.01")
+    spent = LlmUsage(request_model="deepseek-v3.2", cost_usd=Decimal("0.02"))
+    first.record_step("s1", "earlier", output={}, usage=spent)
+    reserving, go_on = threading.Event(), threading.Event()
+    reserve = first.budgets.reserve
+
+    def held_reserve(*args: Any, **kwargs: Any) -> Any:
+        reserving.set()
+        go_on.wait(30)
+        return reserve(*args, **kwargs)
+
+    monkeypatch.setattr(first.budgets, "reserve", held_reserve)
+    return reserving.is_set, go_on.set
+
+
+@pytest.mark.parametrize(
+    "fails", [circuit_open, model_failed, session_closed, budget_exceeded], ids=lambda f: f.__name__
+)
+async def test_a_waiter_in_another_engine_gets_the_error_class_the_first_caller_got(
+    engines: tuple[Engine, Engine],
+    monkeypatch: pytest.MonkeyPatch,
+    fails: Callable[[Engine, pytest.MonkeyPatch], tuple[Callable[[], bool], Callable[[], None]]],
+) -> None:
+    # Given a caller of one engine whose step will fail, and a caller of another engine waiting
+    # for the same key
+    first, second = engines
+    first.start_session("s1", "cs")
+    second.llm = own = ScriptedLlm()
+    began, fail = fails(first, monkeypatch)
+    leader, waiter = await leader_and_waiter(first, second, monkeypatch, began)
+
+    # When the first caller's step fails
+    await asyncio.to_thread(fail)
+    with pytest.raises(FlowledgerError) as first_error:
+        await asyncio.wait_for(leader, 30)
+
+    # Then the waiter gets an error of the same class, so the same HTTP status (402, 503, 409
+    # reached it as a 502), with the same message, and calls no model
+    with pytest.raises(FlowledgerError) as waiter_error:
+        await asyncio.wait_for(waiter, 30)
+    assert type(waiter_error.value) is type(first_error.value)
+    assert status_for(waiter_error.value) == status_for(first_error.value)
+    if not isinstance(first_error.value, CircuitOpen):  # its "next trial in" has moved on
+        assert str(waiter_error.value) == str(first_error.value)
+    assert vars(waiter_error.value).keys() == vars(first_error.value).keys()
+    assert own.calls == []
