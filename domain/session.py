@@ -599,10 +599,12 @@ class Session(FlowledgerAggregate):
             raise StepNotPending(self.session_id, key)
         if now < held.lease_until:
             raise StepInProgress(self.session_id, key, 0.0)
-        if usage is None and held.model:
-            # Nothing is known of the lost call but the model it asked for: named, so that
-            # the dashboard keeps the failure under its model (no tokens, no cost).
-            usage = LlmUsage(request_model=held.model)
+        if usage is None:
+            # Nothing is known of the lost call but the model it asked for. It may have been
+            # billed (the provider may have taken the prompt): its cost is not known, not $0
+            # (``unpriced``, as an answer that reports no usage); no token count is made up.
+            # Named, so that the dashboard keeps it under its model.
+            usage = LlmUsage(request_model=held.model or "", unpriced=True, extra={"usage_reported": False})
         return self.fail_step(
             step=held.step,
             error_type=WORKER_LOST,

@@ -13,10 +13,10 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
-from uuid import UUID, uuid4
+from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
 from flowledger.domain.budget import Budget, BudgetSpec, CallScope, budget_uuid
 from flowledger.domain.errors import BudgetNotFound, ValidationError
@@ -32,6 +32,13 @@ A budget set by another process applies within this delay; one set here, at once
 BUDGETS_SEEN_CACHE_S = 1.0
 """A tenant seen with budgets is not asked again for this long either (``active`` only
 decides whether a recorded step's cost is charged; the charge finds the budgets itself)."""
+STEP_HOLD_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/step-hold")
+
+
+def step_hold_id(session: UUID, key: str, worker: str, started_at: datetime) -> UUID:
+    """The reservation id of one attempt at a step (its session's aggregate id, key, worker and
+    start): a worker that takes the step over finds the hold of the attempt it abandons."""
+    return uuid5(STEP_HOLD_NAMESPACE, f"{session}\x1f{key}\x1f{worker}\x1f{started_at.isoformat()}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,8 +207,11 @@ class BudgetService:
         self._record_alerts(raised)
         return raised
 
-    def reserve(self, scope: CallScope, estimate: Decimal) -> Reservation | None:
-        """Hold the call's estimated maximum in every budget it is charged to (None: no budget).
+    def reserve(
+        self, scope: CallScope, estimate: Decimal, reservation_id: UUID | None = None
+    ) -> Reservation | None:
+        """Hold the call's estimated maximum in every budget it is charged to (None: no budget),
+        as ``reservation_id`` when given (``step_hold_id``), else a new id.
 
         Raises BudgetExceeded when an enforced budget cannot take it; nothing is held then.
         """
@@ -211,7 +221,18 @@ class BudgetService:
         ledger = self._ledger
         if ledger is None or not self.active():
             return None
-        return ledger.reserve(scope, estimate, self._store.clock(), _seconds(self.reservation_ttl_s), uuid4())
+        return ledger.reserve(
+            scope, estimate, self._store.clock(), _seconds(self.reservation_ttl_s), reservation_id or uuid4()
+        )
+
+    def spend_lost(self, reservation_id: UUID) -> list[Raised]:
+        """Take the hold of a call whose worker was lost as spent at its estimate (its cost is not
+        known); append the alerts it raised. Nothing when no such hold is open."""
+        if self._ledger is None:
+            return []
+        raised = self._ledger.spend_held(self._tenant, reservation_id)
+        self._record_alerts(raised)
+        return raised
 
     def settle(self, reservation: Reservation, cost_usd: Decimal) -> list[Raised]:
         """Record the call's cost in place of its hold; append the alerts it raised (once each)."""

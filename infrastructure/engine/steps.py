@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
 from typing import Any, TypeVar
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
@@ -41,10 +41,10 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.ports import CallEstimate, LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
-from flowledger.domain.session_views import ModelAsked, SessionStatus, StepRecord, same_json
+from flowledger.domain.session_views import ModelAsked, PendingStep, SessionStatus, StepRecord, same_json
 from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
-from flowledger.infrastructure.engine.budgets import BudgetService
+from flowledger.infrastructure.engine.budgets import BudgetService, step_hold_id
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.step_failures import waiter_error
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
@@ -103,12 +103,14 @@ class _Go:
 
     ``started_at`` (with the worker's name) tells this attempt's pending step from a later
     one under the same key: a worker that stalled past its lease may find it taken over.
+    ``lost`` is the attempt this one took over (recorded as ``worker_lost``), if any.
     """
 
     messages: list[dict[str, Any]]
     started_at: datetime
     workflow: str = ""
     user_id: str | None = None
+    lost: PendingStep | None = None
 
 
 @dataclass(frozen=True)
@@ -307,7 +309,7 @@ class StepService:
             lease_until=uow.now + self.lease,
             worker=self.worker,
         )
-        return _Go(messages, uow.now, session.workflow, session.user_id)
+        return _Go(messages, uow.now, session.workflow, session.user_id, lost=pending)
 
     async def _call_and_record(self, llm: LlmPort, call: StepCall, go: _Go) -> StepOutcome:
         hold = await self._reserve(llm, call, go)
@@ -382,9 +384,19 @@ class StepService:
             user=go.user_id,
         )
         amount = estimate.max_cost_usd if estimate is not None else Decimal(0)
+        session = self._sessions.session_uuid(call.session_id)
+        lost = go.lost
+        lost_hold = None if lost is None else step_hold_id(session, call.key, lost.worker, lost.started_at)
         # As in _begin_surely: the reservation runs to its end on its thread, so a caller
         # cancelled meanwhile can release what it holds.
-        reserving = self._db_future(budgets.reserve, scope, amount)
+        reserving = self._db_future(
+            _hold,
+            budgets,
+            scope,
+            amount,
+            step_hold_id(session, call.key, self.worker, go.started_at),
+            lost_hold,
+        )
         try:
             return await asyncio.shield(reserving)
         except BudgetExceeded as error:
@@ -623,6 +635,17 @@ class _LeaseRenewer:
             return  # a bug, not an outage: stop renewing rather than hide it in a loop
         # Renewed, or the database is away for now: try again at the next period.
         self._handle = self._loop.call_later(self._period, self._renew)
+
+
+def _hold(
+    budgets: BudgetService, scope: CallScope, amount: Decimal, hold: UUID, lost: UUID | None
+) -> Reservation | None:
+    """On a database thread: take the hold of the attempt this one took over as spent at its
+    estimate (its worker was lost, what its call cost is not known: not $0; it was left to
+    lapse and be released), then hold this call's estimate as ``hold``."""
+    if lost is not None:
+        budgets.notify(budgets.spend_lost(lost))  # off the loop: webhooks go out on a thread
+    return budgets.reserve(scope, amount, hold)
 
 
 def changed_keys(context: JsonObject, update: JsonObject) -> JsonObject:

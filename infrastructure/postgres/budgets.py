@@ -89,6 +89,18 @@ RETURNING w.budget_id, w.window_start, w.spent_usd, w.alerted, b.scope, b.subjec
     b.mode, b.webhook_url, b.webhook_secret
 """
 """Put the call's cost in place of its hold (a lapsed hold is gone already: only the cost is added)."""
+_SPEND_HELD = """
+WITH gone AS (
+    DELETE FROM {holds} WHERE reservation_id = %(reservation)s RETURNING budget_id, window_start, amount_usd
+)
+UPDATE {windows} w SET spent_usd = w.spent_usd + g.amount_usd,
+    reserved_usd = greatest(w.reserved_usd - g.amount_usd, 0)
+FROM gone g, {budgets} b
+WHERE w.budget_id = g.budget_id AND w.window_start = g.window_start AND b.budget_id = w.budget_id
+RETURNING w.budget_id, w.window_start, w.spent_usd, w.alerted, b.scope, b.subject, b.period, b.limit_usd,
+    b.mode, b.webhook_url, b.webhook_secret
+"""
+"""Turn a hold into spend of its own amount (windows locked first, in budget-id order)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,6 +357,28 @@ class PostgresBudgetLedger:
                 {"ids": ids, "starts": starts, "cost": cost_usd, "reservation": reservation.reservation_id},
             )
             return self._raise_alerts(cursor, tenant, cursor.fetchall())
+
+    def spend_held(self, tenant: str, reservation_id: UUID) -> list[Raised]:
+        """Take a hold whose call will never be settled by its worker as spent at its amount:
+        the call's estimate, the most it could have cost. The alerts it newly crosses.
+
+        For a worker lost mid-call (its step taken over): what its call cost is not known, so
+        it counts at its estimate, not $0. A hold that is gone (settled, released) spends nothing.
+        """
+        with self._connection() as conn, conn.transaction():
+            cursor = conn.cursor(row_factory=dict_row)
+            cursor.execute(_NO_FLUSH)
+            held = cursor.execute(
+                self._sql("SELECT budget_id, window_start FROM {holds} WHERE reservation_id = %s"),
+                [reservation_id],
+            ).fetchall()
+            if not held:
+                return []
+            ids = [row["budget_id"] for row in held]
+            starts = [row["window_start"] for row in held]
+            self._lock_windows(cursor, ids, starts)
+            rows = cursor.execute(self._sql(_SPEND_HELD), {"reservation": reservation_id}).fetchall()
+            return self._raise_alerts(cursor, tenant, rows)
 
     def charge(self, scope: CallScope, cost_usd: Decimal, now: datetime, charge_id: UUID) -> list[Raised]:
         """Add the cost of a call made elsewhere (``record_step``) to the budgets it is charged to.

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
@@ -17,7 +18,9 @@ import pytest
 from flowledger.adapters.llm import build_engine
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.errors import StepInProgress
+from flowledger.domain.session_views import SessionState
 from flowledger.infrastructure import Engine, HistoryEntry
+from flowledger.infrastructure.postgres.budgets import Burn
 from tests.faults.ledger import EVENTS_TABLE, fault_settings, tally
 from tests.faults.server import PrivateServer
 
@@ -28,6 +31,14 @@ SESSION, KEY = "crashed-worker", "step-key-1"
 PAYLOAD = {"s": SESSION, "n": KEY, "message": "hello"}
 """The request the worker sends (``worker_process.py``): a takeover repeats it under its key
 (another payload under a used key is refused); ``s`` and ``n`` are what ``tally`` counts by."""
+
+
+def held_usd(url: str) -> Decimal:
+    """What the open reservations of the faults schema hold, in all."""
+    query = "SELECT coalesce(sum(amount_usd), 0) FROM faults.budget_reservations"
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(query.encode()).fetchone()
+    return Decimal(row[0]) if row is not None else Decimal(0)
 
 
 def wait_for_step_started(url: str, timeout_s: float) -> bool:
@@ -52,6 +63,8 @@ class Takeover(threading.Thread):
         self.outcome: object = None
         self.in_progress_replies = 0
         self.history: list[HistoryEntry] = []
+        self.state: SessionState | None = None
+        self.burn: list[Burn] = []
 
     def run(self) -> None:
         asyncio.run(self._call_then_close())
@@ -61,6 +74,8 @@ class Takeover(threading.Thread):
         try:
             await self._call()
             self.history = self.engine.history(SESSION)
+            self.state = self.engine.get_session(SESSION)
+            self.burn = self.engine.budgets.burn()
         finally:
             await self.engine.aclose()
 
@@ -92,6 +107,7 @@ def test_d_a_worker_killed_mid_call_is_taken_over_after_its_lease_and_recorded(
         )
         engine = build_engine(settings=settings, client_options={"request_timeout_s": 10.0})
         engine.start_session(SESSION, "customer_service")
+        engine.budgets.set("session", SESSION, "total", "100")
 
         # Given a worker process inside a 5 s model call, its StepStarted stored
         log = (tmp_path / "worker.log").open("w")
@@ -101,6 +117,9 @@ def test_d_a_worker_killed_mid_call_is_taken_over_after_its_lease_and_recorded(
         )
         try:
             assert wait_for_step_started(server.url, timeout_s=20), "the worker never started its step"
+            deadline = time.monotonic() + 20
+            while (dead_hold := held_usd(server.url)) == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)  # its reservation follows its StepStarted
 
             # When another caller asks for the same key while the worker lives past one lease,
             takeover = Takeover(engine, deadline_s=15)
@@ -149,3 +168,20 @@ def test_d_a_worker_killed_mid_call_is_taken_over_after_its_lease_and_recorded(
     ]
     assert result.lost == 0
     assert result.doubled == 0
+    # And the lost call, which named no model, is on the books under the engine's default model
+    # as a call of unknown cost (it may have been billed: not a known $0), with no tokens made up
+    assert takeover.state is not None
+    [lost] = [f for f in takeover.state.failures if f.error_type == "worker_lost"]
+    assert lost.usage is not None
+    assert (lost.usage.request_model, lost.usage.unpriced, lost.usage.input_tokens) == (
+        "deepseek-v3.2",
+        True,
+        0,
+    )
+    # And its budget hold was taken as spent at its estimate when the step was taken over (it was
+    # left held, to be released as $0 once it lapsed), beside what the taker's call cost
+    [taker] = takeover.state.history
+    assert taker.usage is not None
+    [burn] = takeover.burn
+    assert dead_hold > 0
+    assert (burn.spent_usd, burn.reserved_usd) == (dead_hold + taker.usage.charged_usd, Decimal(0))

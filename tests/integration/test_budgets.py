@@ -11,6 +11,7 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import httpx
 import psycopg
@@ -270,6 +271,28 @@ async def test_a_lapsed_reservation_is_released_for_the_next_call(settings: Sett
         await engine.aclose()
 
 
+async def test_a_lost_workers_hold_is_taken_as_spent_at_its_estimate_once(settings: Settings) -> None:
+    engine = Engine(settings=settings)
+    try:
+        engine.start_session("crash", "support")
+        engine.budgets.set("session", "crash", "total", "1")
+        # Given a worker that held $0.4 and was lost mid-call (its step is being taken over)
+        scope = CallScope(tenant=engine.tenant, session="crash", workflow="support", model=MODEL)
+        hold = uuid4()
+        assert engine.budgets.reserve(scope, Decimal("0.4"), hold) is not None
+        # When the taker takes its hold as spent, and once more (a repeat finds nothing held)
+        engine.budgets.spend_lost(hold)
+        engine.budgets.spend_lost(hold)
+        engine.budgets.spend_lost(uuid4())  # no such hold
+        # Then the call counts at its estimate, once, and nothing stays held
+        [burn] = engine.budgets.burn()
+        assert (burn.spent_usd, burn.reserved_usd) == (Decimal("0.4"), Decimal(0))
+        assert engine.budgets._ledger is not None
+        assert engine.budgets._ledger.open_reservations() == 0
+    finally:
+        engine.close()
+
+
 def test_bad_budgets_are_refused_and_write_nothing(settings: Settings) -> None:
     engine = Engine(settings=settings)
     try:
@@ -333,9 +356,9 @@ async def test_steps_of_a_tenant_without_budgets_ask_the_ledger_once_then_skip_t
     reservations: list[CallScope] = []
     reserve = engine.budgets.reserve
 
-    def counted(scope: CallScope, estimate: Decimal) -> Any:
+    def counted(scope: CallScope, estimate: Decimal, *args: Any) -> Any:
         reservations.append(scope)
-        return reserve(scope, estimate)
+        return reserve(scope, estimate, *args)
 
     monkeypatch.setattr(engine.budgets, "reserve", counted)
     try:

@@ -128,14 +128,29 @@ def test_an_abandoned_step_keeps_the_lost_attempt_and_its_cost_on_the_books() ->
     assert session.outcome_lookup("k1") is MAYBE_SEEN
 
 
-def test_an_abandoned_step_with_nothing_known_of_its_call_keeps_its_model() -> None:
+def test_an_abandoned_step_with_nothing_known_of_its_call_is_unpriced_under_its_model() -> None:
     session = started()
     session.abandon_step("k1", T0 + LEASE, "worker silent")
     usage = session.failures[-1].usage
-    # The dashboard files the lost call under the model it asked for, with no tokens or cost.
+    # The lost call may have been billed (the provider may have taken the prompt): its cost is
+    # not known, not $0. The dashboard files it under the model it asked for; no token is made up.
     assert usage is not None
-    assert (usage.request_model, usage.input_tokens, usage.cost_usd) == ("m", 0, Decimal("0"))
-    assert session.state().totals.cost_usd == Decimal("0")
+    assert (usage.request_model, usage.unpriced, usage.extra) == ("m", True, {"usage_reported": False})
+    assert (usage.input_tokens, usage.output_tokens, usage.cost_usd) == (0, 0, Decimal("0"))
+
+
+def test_an_abandoned_step_that_named_no_model_is_still_unpriced() -> None:
+    # Given a step started without a model (an adapter that does not say its default)
+    session = a_session()
+    session.start_step(
+        step="answer", input={}, model=None, key="k1", now=T0, lease_until=T0 + LEASE, worker="w1"
+    )
+    # When its lease lapses
+    session.abandon_step("k1", T0 + LEASE, "worker silent")
+    # Then the lost call is still on the books as a call of unknown cost
+    usage = session.failures[-1].usage
+    assert usage is not None
+    assert (usage.request_model, usage.unpriced) == ("", True)
 
 
 def test_abandoning_a_step_that_is_not_pending_is_refused() -> None:
