@@ -234,11 +234,12 @@ class BudgetService:
         self._record_alerts(raised)
         return raised
 
-    def settle(self, reservation: Reservation, cost_usd: Decimal) -> list[Raised]:
-        """Record the call's cost in place of its hold; append the alerts it raised (once each)."""
+    def settle(self, reservation: Reservation, cost_usd: Decimal, *, held_only: bool = False) -> list[Raised]:
+        """Record the call's cost in place of its hold; append the alerts it raised (once each).
+        ``held_only``: a settlement tried again records nothing once its hold is gone."""
         if self._ledger is None:
             return []
-        raised = self._ledger.settle(self._tenant, reservation, cost_usd)
+        raised = self._ledger.settle(self._tenant, reservation, cost_usd, held_only=held_only)
         self._record_alerts(raised)
         return raised
 

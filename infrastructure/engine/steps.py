@@ -30,6 +30,7 @@ from uuid import UUID, uuid4
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
     BudgetExceeded,
+    ConcurrentUpdate,
     FlowledgerError,
     IdempotencyKeyReused,
     LlmError,
@@ -37,6 +38,7 @@ from flowledger.domain.errors import (
     SessionClosed,
     SessionNotFound,
     StepInProgress,
+    StoreUnavailable,
     ValidationError,
 )
 from flowledger.domain.ports import CallEstimate, LlmPort, LlmReply, parse_step_reply, step_messages
@@ -135,6 +137,9 @@ class StepService:
 
     wait_timeout_s: float = 120.0
     poll_interval_s: float = 0.02
+    save_retry_s: float = 120.0
+    """How long a worker keeps trying to save a paid answer the store would not take. Below the
+    budgets' RESERVATION_TTL_S (600 s): a settlement tried again counts only a hold still held."""
 
     def __init__(
         self,
@@ -154,6 +159,8 @@ class StepService:
         self._inflight: dict[tuple[str, str], tuple[StepCall, asyncio.Future[StepOutcome]]] = {}
         # Database work is blocking (psycopg): run it on threads sized like the pool.
         self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="flowledger-db")
+        # Answers still being saved after their caller was told the store is unavailable.
+        self._savers: set[asyncio.Future[None]] = set()
 
     @property
     def lease(self) -> timedelta:
@@ -244,6 +251,9 @@ class StepService:
 
     async def aclose(self) -> None:
         """Close the LLM adapter (when it has ``aclose``) and the worker threads."""
+        for saver in list(self._savers):
+            saver.cancel()
+        await asyncio.gather(*self._savers, return_exceptions=True)
         closer = getattr(self.llm, "aclose", None)
         if closer is not None:
             await closer()
@@ -251,7 +261,11 @@ class StepService:
         await asyncio.to_thread(self._executor.shutdown, True)
 
     def close(self) -> None:
-        """Stop the worker threads (without waiting for them)."""
+        """Stop the worker threads (without waiting for them) and the answers still being saved."""
+        for saver in list(self._savers):
+            loop = saver.get_loop()
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(saver.cancel)
         self._executor.shutdown(wait=False)
 
     async def _run(self, llm: LlmPort, call: StepCall) -> StepOutcome:
@@ -324,7 +338,7 @@ class StepService:
         # The model answered and was paid for: its settlement and StepProcessed are written
         # whatever happens to the caller now. Cancelled between the two, the step stayed
         # pending with its cost in the ledger and in no event, and a retry paid again.
-        recording = asyncio.ensure_future(self._record_reply(call, reply, hold))
+        recording = asyncio.ensure_future(self._record_reply(call, go, reply, hold))
         try:
             return await asyncio.shield(recording)
         except asyncio.CancelledError:
@@ -332,11 +346,24 @@ class StepService:
                 await recording
             raise
 
-    async def _record_reply(self, call: StepCall, reply: LlmReply, hold: Reservation | None) -> StepOutcome:
-        await self._settle(hold, reply.usage)
-        outcome: StepOutcome | _Recorded | _Unrecordable | str = await self._in_db(
-            self._store.write, call.session_id, partial(self._finish, call, reply)
-        )
+    async def _record_reply(
+        self, call: StepCall, go: _Go, reply: LlmReply, hold: Reservation | None
+    ) -> StepOutcome:
+        unsettled = hold
+        try:
+            await self._settle(hold, reply.usage)
+            unsettled = None
+            outcome: StepOutcome | _Recorded | _Unrecordable | str = await self._in_db(
+                self._store.write, call.session_id, partial(self._finish, call, reply)
+            )
+        except StoreUnavailable:
+            # The answer was paid for. Given up on here, the step stayed pending, a retry waited
+            # out its lease, recorded worker_lost and called the model again, and this answer's
+            # cost was in no event: keep saving it, holding the key, and let the caller know now.
+            saver = asyncio.ensure_future(self._keep_saving(call, go, reply, unsettled))
+            self._savers.add(saver)
+            saver.add_done_callback(self._savers.discard)
+            raise
         if isinstance(outcome, str):
             raise SessionClosed(call.session_id, outcome)
         if isinstance(outcome, _Unrecordable):
@@ -361,6 +388,33 @@ class StepService:
             # in the bundle only. Answer as before rather than call an existing session unknown.
             return StepOutcome(found.record, found.context)
         return StepOutcome(found.record, state.context)
+
+    async def _keep_saving(
+        self, call: StepCall, go: _Go, reply: LlmReply, unsettled: Reservation | None
+    ) -> None:
+        """Save an answer the store would not take (settling its hold first, if that failed too),
+        for at most ``save_retry_s``, the step's lease renewed meanwhile, so that a retry of the
+        key waits for this answer. The store retries each save until its deadline; between
+        saves it pauses 0.1 s, doubling up to 1 s, so that the answer is saved within about a
+        second of the database's return, before a waiter can see the lease lapse and take over."""
+        renewer = _LeaseRenewer(self, call, go, first_in=0.0)  # it may have lapsed while we tried
+        pause, deadline = 0.1, time.monotonic() + self.save_retry_s
+        try:
+            while time.monotonic() + pause < deadline:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                try:
+                    if unsettled is not None:
+                        await self._settle(unsettled, reply.usage, held_only=True)  # it may have committed
+                        unsettled = None
+                    await self._in_db(self._store.write, call.session_id, partial(self._finish, call, reply))
+                    return
+                except (StoreUnavailable, ConcurrentUpdate):
+                    continue
+        except FlowledgerError:
+            return  # the engine was closed, or the like: nothing more can be done here
+        finally:
+            renewer.stop()
 
     async def _reserve(self, llm: LlmPort, call: StepCall, go: _Go) -> Reservation | None:
         """Hold the call's estimated maximum cost in its budgets; refuse it, recorded and unsent,
@@ -411,8 +465,11 @@ class StepService:
             await self._record_failure(call, go, type(error).__name__, str(error), None)
             raise
 
-    async def _settle(self, hold: Reservation | None, usage: LlmUsage | None) -> None:
-        """Put the call's recorded cost in place of its hold; alerts go out without waiting."""
+    async def _settle(
+        self, hold: Reservation | None, usage: LlmUsage | None, *, held_only: bool = False
+    ) -> None:
+        """Put the call's recorded cost in place of its hold; alerts go out without waiting.
+        ``held_only``: tried again, it records nothing once the hold is gone."""
         if hold is None or self.budgets is None:
             return
         cost = usage.charged_usd if usage is not None else Decimal(0)  # retried attempts were billed too
@@ -421,7 +478,9 @@ class StepService:
             # it could have cost, as held, so a provider (or a proxy) that leaves usage out
             # cannot spend past an enforced budget.
             cost = max(cost, hold.amount_usd)
-        raised = await asyncio.shield(self._in_db(self.budgets.settle, hold, cost))
+        raised = await asyncio.shield(
+            self._in_db(partial(self.budgets.settle, held_only=held_only), hold, cost)
+        )
         self.budgets.notify(raised)
 
     async def _call(self, llm: LlmPort, call: StepCall, go: _Go) -> LlmReply:
@@ -602,14 +661,17 @@ class _LeaseRenewer:
 
     __slots__ = ("_call", "_go", "_handle", "_loop", "_period", "_service", "_stopped")
 
-    def __init__(self, service: StepService, call: StepCall, go: _Go) -> None:
+    def __init__(
+        self, service: StepService, call: StepCall, go: _Go, *, first_in: float | None = None
+    ) -> None:
         self._service = service
         self._call = call
         self._go = go
         self._loop = asyncio.get_running_loop()
         self._period = service._store.settings.step_lease_s / 3
         self._stopped = False
-        self._handle: asyncio.TimerHandle | None = self._loop.call_later(self._period, self._renew)
+        first = self._period if first_in is None else first_in
+        self._handle: asyncio.TimerHandle | None = self._loop.call_later(first, self._renew)
 
     def stop(self) -> None:
         """No more renewals (one already on its way finishes on its thread)."""

@@ -80,7 +80,8 @@ _SETTLE = """
 WITH gone AS (
     DELETE FROM {holds} WHERE reservation_id = %(reservation)s RETURNING budget_id, window_start, amount_usd
 )
-UPDATE {windows} w SET spent_usd = w.spent_usd + %(cost)s,
+UPDATE {windows} w SET spent_usd = w.spent_usd + CASE WHEN %(always)s OR EXISTS (SELECT 1 FROM gone)
+        THEN %(cost)s ELSE 0 END,
     reserved_usd = greatest(w.reserved_usd - coalesce((SELECT sum(g.amount_usd) FROM gone g
         WHERE g.budget_id = w.budget_id AND g.window_start = w.window_start), 0), 0)
 FROM {budgets} b, unnest(%(ids)s::uuid[], %(starts)s::timestamptz[]) AS u(id, s)
@@ -88,7 +89,8 @@ WHERE w.budget_id = u.id AND w.window_start = u.s AND b.budget_id = w.budget_id
 RETURNING w.budget_id, w.window_start, w.spent_usd, w.alerted, b.scope, b.subject, b.period, b.limit_usd,
     b.mode, b.webhook_url, b.webhook_secret
 """
-"""Put the call's cost in place of its hold (a lapsed hold is gone already: only the cost is added)."""
+"""Put the call's cost in place of its hold (a lapsed hold is gone already: only the cost is added,
+unless ``always`` is false: a settlement tried again adds nothing once its hold is gone)."""
 _SPEND_HELD = """
 WITH gone AS (
     DELETE FROM {holds} WHERE reservation_id = %(reservation)s RETURNING budget_id, window_start, amount_usd
@@ -332,11 +334,14 @@ class PostgresBudgetLedger:
             )
         return Reservation(reservation_id, tuple(zip(ids, starts, strict=True)), estimate)
 
-    def settle(self, tenant: str, reservation: Reservation, cost_usd: Decimal) -> list[Raised]:
+    def settle(
+        self, tenant: str, reservation: Reservation, cost_usd: Decimal, *, held_only: bool = False
+    ) -> list[Raised]:
         """Turn the hold into the call's recorded cost; the alerts it newly crosses, once each.
 
         A hold that already lapsed (released by ``_expire``) still has its cost recorded; a
-        budget removed meanwhile is skipped.
+        budget removed meanwhile is skipped. With ``held_only`` the cost is recorded only while
+        the hold is held: a settlement tried again after an error, which may have committed.
         """
         ids = [budget_id for budget_id, _ in reservation.windows]
         starts = [start for _, start in reservation.windows]
@@ -354,7 +359,13 @@ class PostgresBudgetLedger:
             )
             cursor.execute(
                 self._sql(_SETTLE),
-                {"ids": ids, "starts": starts, "cost": cost_usd, "reservation": reservation.reservation_id},
+                {
+                    "ids": ids,
+                    "starts": starts,
+                    "cost": cost_usd,
+                    "reservation": reservation.reservation_id,
+                    "always": not held_only,
+                },
             )
             return self._raise_alerts(cursor, tenant, cursor.fetchall())
 

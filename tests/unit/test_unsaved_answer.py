@@ -1,0 +1,122 @@
+"""A model answer the store would not take (an outage past the deadline) is not paid for twice:
+its worker keeps saving it, holding the step's lease, and a retry of the key gets it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from flowledger.domain.errors import StoreUnavailable
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+from tests.support.llm import USAGE, ScriptedLlm
+
+LEASE_S = 1.0
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """An engine with one-second leases, on each backend."""
+    url = "memory:" if request.param == "memory" else request.getfixturevalue("database_url")
+    schema = {} if request.param == "memory" else {"schema": request.getfixturevalue("pg_schema")}
+    engine = Engine(settings=make_settings(database_url=url, step_lease_s=LEASE_S, **schema))
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+class Outage:
+    """Every save of ``engine`` fails with StoreUnavailable (as past the operation deadline)
+    from the moment the model is first called until ``end``."""
+
+    def __init__(self, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.down = False
+        self.over = asyncio.Event()
+        write = engine.store.write
+
+        def failing_write(*args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                raise StoreUnavailable("save", "the database did not answer (the test's outage)")
+            return write(*args, **kwargs)
+
+        monkeypatch.setattr(engine.store, "write", failing_write)
+
+    def begin(self) -> None:
+        self.down = not self.over.is_set()  # one outage: a second model call meets none
+
+    def end(self) -> None:
+        self.down = False
+        self.over.set()
+
+
+def event_types(engine: Engine, session_id: str) -> list[str]:
+    return [e.event_type.rsplit(".", 1)[-1] for e in engine.history(session_id)]
+
+
+async def test_an_answer_whose_save_failed_is_saved_later_and_a_retry_gets_it_without_a_second_call(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a model that answers while the database stops taking saves
+    engine.start_session("s1", "cs")
+    outage = Outage(engine, monkeypatch)
+    engine.llm = llm = ScriptedLlm(meanwhile=outage.begin)
+
+    # When the answer cannot be saved, the caller is told so at once (503)
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        await engine.process_step("s1", "greet", idempotency_key="k1")
+    assert time.monotonic() - began < LEASE_S
+    # and the database comes back a moment later, and the caller retries the key
+    asyncio.get_running_loop().call_later(0.3, outage.end)
+    await outage.over.wait()
+    record = await asyncio.wait_for(engine.process_step("s1", "greet", idempotency_key="k1"), 30)
+
+    # Then the retry gets the answer the model gave (and was paid for) the first time: the model
+    # was called once, and no attempt was lost (the retry used to wait out the lease, record
+    # worker_lost with no usage and call the model again, the first answer's cost in no event)
+    assert len(llm.calls) == 1
+    assert record.usage == USAGE
+    types = [t for t in event_types(engine, "s1") if t != "StepLeaseRenewed"]
+    assert types == ["Started", "StepStarted", "StepProcessed"]
+    assert engine.get_session("s1").pending == ()
+
+
+@pytest.mark.postgres
+async def test_a_settlement_whose_reply_was_lost_is_not_counted_twice_when_the_answer_is_saved_later(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a budget, and a ledger whose first settlement commits and then loses its reply
+    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, step_lease_s=LEASE_S))
+    try:
+        engine.start_session("s1", "cs")
+        engine.budgets.set("session", "s1", "total", "100")
+        engine.llm = llm = ScriptedLlm()
+        settle = engine.budgets.settle
+        lost_replies = [StoreUnavailable("settle", "the reply to the commit was lost")]
+
+        def settle_then_lose_the_reply(*args: Any, **kwargs: Any) -> Any:
+            raised = settle(*args, **kwargs)
+            if lost_replies:
+                raise lost_replies.pop()
+            return raised
+
+        monkeypatch.setattr(engine.budgets, "settle", settle_then_lose_the_reply)
+
+        # When the step's caller is told the store is unavailable, and retries the key
+        with pytest.raises(StoreUnavailable):
+            await engine.process_step("s1", "greet", idempotency_key="k1")
+        record = await asyncio.wait_for(engine.process_step("s1", "greet", idempotency_key="k1"), 30)
+
+        # Then the answer was saved by its worker and its cost counted once
+        assert len(llm.calls) == 1
+        assert record.usage == USAGE
+        [burn] = engine.budgets.burn()
+        assert (burn.spent_usd, burn.reserved_usd) == (USAGE.charged_usd, 0)
+    finally:
+        await engine.aclose()
+        engine.close()
