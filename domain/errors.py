@@ -34,6 +34,8 @@ FlowledgerError
 │   ├── TaskNotFound
 │   ├── TaskConflict           created again with another description, skills or priority
 │   └── TaskTransitionRejected the task's ``status`` does not allow the ``action``
+│       └── TaskNeedsClassification  its classification failed and it names no skills:
+│                              nobody knows what it needs until it is reclassified
 ├── AgentError                 carries ``agent_id``
 │   ├── AgentNotFound
 │   ├── AgentConflict          registered again with another name, skills or capacity
@@ -279,6 +281,16 @@ class TaskTransitionRejected(TaskError):
         super().__init__(task_id, f"cannot {action} task {task_id!r}: it is {status}")
         self.status = status
         self.action = action
+
+
+class TaskNeedsClassification(TaskTransitionRejected):
+    """The task names no skills and its classification failed: reclassify it before assigning it."""
+
+    def __init__(self, task_id: str, held_back: str) -> None:
+        TaskError.__init__(self, task_id, f"cannot assign task {task_id!r}: {held_back}")
+        self.status = "pending"
+        self.action = "assign"
+        self.held_back = held_back
 
 
 class AgentError(FlowledgerError):

@@ -18,7 +18,12 @@ from flowledger.domain.agent import normalise_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, QueuedTask
 from flowledger.domain.bounds import require_id, scoped_uuid
-from flowledger.domain.errors import TaskConflict, TaskTransitionRejected, ValidationError
+from flowledger.domain.errors import (
+    TaskConflict,
+    TaskNeedsClassification,
+    TaskTransitionRejected,
+    ValidationError,
+)
 from flowledger.domain.skills import Derivation
 from flowledger.domain.task_views import (
     Assignment,
@@ -301,6 +306,24 @@ class Task(FlowledgerAggregate):
         value: datetime | None = self.__dict__.get("requested_deadline", self.deadline)
         return value
 
+    @property
+    def held_back(self) -> str | None:
+        """Why this waiting task may not be assigned yet, or None. A task that names no skills
+        needs what its classification derives; while every classification tried has failed,
+        that is not known, and any agent with room would do (the issue's Go bug sent to
+        DevOps): it waits for a ``reclassify``. A task never classified keeps the older rule
+        (it may go to any agent), as does one an earlier classification routed."""
+        failures = int(self.__dict__.get("classification_failures", 0))
+        if self.task_status is not TaskStatus.PENDING or self.creator_skills:
+            return None
+        if self.classification is not None or failures == 0:
+            return None
+        tries = "1 attempt" if failures == 1 else f"{failures} attempts"
+        return (
+            f"its classification failed ({tries}, none succeeded) and it names no skills,"
+            " so what it needs is not known: reclassify it first"
+        )
+
     def _require(self, action: str, *allowed: TaskStatus) -> None:
         if self.task_status not in allowed:
             raise TaskTransitionRejected(self.task_id, self.status, action)
@@ -389,6 +412,9 @@ class Task(FlowledgerAggregate):
         """Hand the waiting task to the chosen agent (the agent records TaskAccepted);
         ``usage`` is that of a model call that ranked the agents, if one did."""
         self._require("assign", TaskStatus.PENDING)
+        held_back = self.held_back
+        if held_back is not None:
+            raise TaskNeedsClassification(self.task_id, held_back)
         require_usage("usage", usage)
         self._assigned(
             agent_id=choice.agent_id,
@@ -470,6 +496,7 @@ class Task(FlowledgerAggregate):
             created_at=self.created_on,
             updated_at=self.modified_on,
             version=self.version,
+            held_back=self.held_back,
         )
 
     # -- state changes (replayed) ------------------------------------------------------

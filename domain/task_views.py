@@ -164,6 +164,9 @@ class TaskState:
     created_at: datetime
     updated_at: datetime
     version: int
+    held_back: str | None = None
+    """Why the queue leaves this waiting task alone (None: it is offered): it names no skills
+    and its classification failed, so what it needs is not known until it is reclassified."""
 
     @property
     def agent_id(self) -> str | None:

@@ -216,7 +216,8 @@ async def reclassify_task(task_id: TaskId, caller: Writer, body: Classify | None
 async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = None) -> Json:
     """Assign to the best eligible agent, or escalate with a reason. With routing's
     ``model_ranked_matching`` on, the model picks among agents the rule finds equally good.
-    No body is needed; one naming an agent (or anything else) is refused with 422."""
+    No body is needed; one naming an agent (or anything else) is refused with 422. A task that
+    names no skills and whose classification failed is refused with 409 (reclassify it first)."""
     return out(await caller.engine.assign_task_ranked(task_id))
 
 

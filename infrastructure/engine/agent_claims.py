@@ -97,7 +97,7 @@ class AgentClaims:
                 pending.append((task_id, entry.required_skills))
                 continue
             task = self._reads.task(uow, task_id)
-            if task.task_status is TaskStatus.PENDING:
+            if task.task_status is TaskStatus.PENDING and task.held_back is None:
                 pending.append((task.task_id, task.required_skills))
         trial = dict(profiles)
         plan: list[str] = []

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from flowledger.domain.assignment import Choice
-from flowledger.domain.errors import FlowledgerError
+from flowledger.domain.errors import FlowledgerError, TaskNeedsClassification
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import EscalationReason, TaskState, TaskStatus
 from flowledger.domain.values import LlmUsage
@@ -71,6 +71,9 @@ class _Request:
     task_id: str
     escalate_when_full: bool
     ranking: Ranking | None = None
+    queue_run: bool = False
+    """Part of a queue run, which passes over a task held back (``Task.held_back``); asked
+    for by name, such a task is refused (TaskNeedsClassification)."""
     done: bool = False
     state: TaskState | None = None
     error: BaseException | None = None
@@ -106,8 +109,9 @@ class BatchAssigner:
 
     def assign_all(self, task_ids: list[str], escalate_when_full: bool) -> list[TaskState]:
         """Assign tasks in the order given (batched with concurrent callers'); the first
-        error met is raised after every request is answered."""
-        return self._assign([_Request(task_id, escalate_when_full) for task_id in task_ids])
+        error met is raised after every request is answered. A task held back
+        (``Task.held_back``) is passed over and returned as it stands."""
+        return self._assign([_Request(task_id, escalate_when_full, queue_run=True) for task_id in task_ids])
 
     def _assign(self, requests: list[_Request]) -> list[TaskState]:
         with self._cv:
@@ -209,6 +213,12 @@ class BatchAssigner:
                 detail = f"deadline {deadline} passed before assignment"
                 self._escalate(uow, task, EscalationReason.DEADLINE_BREACHED, detail, usage)
                 states.append(task.state())
+                continue
+            held_back = task.held_back
+            if held_back is not None:
+                if not request.queue_run:
+                    raise TaskNeedsClassification(task.task_id, held_back)
+                states.append(task.state())  # it waits; its state says why
                 continue
             decision = self._claims.choose(task, profiles, uow, prefer=ranking.agent_id if ranking else None)
             if decision is None:

@@ -62,8 +62,8 @@ class TieBreaker:
         if llm is None or not self._classifier.tiers.model_ranked_matching:
             return None
         task: Task | None = await asyncio.to_thread(self._store.load, self._reads.task_uuid(task_id))
-        if task is None or task.task_status is not TaskStatus.PENDING:
-            return None  # the assignment itself says why (not found, or as it stands)
+        if task is None or task.task_status is not TaskStatus.PENDING or task.held_back is not None:
+            return None  # the assignment itself says why (not found, as it stands, or held back)
         # Read now (not a recent copy): an agent registered a moment ago may be one of the tied.
         profiles = await asyncio.to_thread(self._reads.index.agent_profiles)
         tied = tied_best(task.task_id, task.required_skills, profiles)

@@ -109,7 +109,8 @@ class TaskService:
     ) -> TaskState:
         """Give a waiting task to the best eligible agent, or escalate it with the reason.
 
-        A task that is no longer waiting is returned unchanged. With
+        A task that is no longer waiting is returned unchanged; one held back (no skills,
+        and its classification failed) is refused with TaskNeedsClassification. With
         ``escalate_when_full=False`` a task whose capable agents are all full keeps waiting.
         ``ranking``: a model's pick among tied agents, with its call's usage (``ranking.py``).
         """
@@ -120,7 +121,9 @@ class TaskService:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline).
 
         Every waiting task is offered again, including those that waited for capacity
-        (``escalate_when_full=False``) and requeued ones: run it when agents free up.
+        (``escalate_when_full=False``) and requeued ones: run it when agents free up. A task
+        held back (``TaskState.held_back``: no skills, and its classification failed) is
+        passed over and returned as it stands.
         """
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValidationError("limit", f"must be a whole number >= 1 or None, got {limit!r}")
