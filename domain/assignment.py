@@ -1,15 +1,19 @@
 """The assignment policy: who may take a task, who should, and in what order tasks are served.
 
 Pure functions over plain values, so the same decision can be recomputed from the log.
-Eligible agents cover every required skill and have room; they are ranked by coverage,
-then relative load (least loaded first), then recent completion time (fastest first).
+Eligible agents cover what the task needs (``Needs``) and have room; they are ranked by
+coverage, then relative load (least loaded first), then recent completion time (fastest first).
+Skills the creator named are all needed; skills the catalogue derived from the task's words
+are a preference: all of them if an agent of the roster covers them all, else as many as the
+best-covering agent does (at least one), so that a description naming two stacks ("the
+Dockerfile for the backend") goes to a team covering one, not to nobody.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from flowledger.domain.task_views import EscalationReason, TaskPriority
@@ -53,6 +57,49 @@ class NoChoice:
     detail: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class Needs:
+    """What an agent must cover to take a task: ``at_least`` of ``skills`` (None: not yet
+    weighed against a roster; named skills are then all needed, derived ones see ``against``)."""
+
+    skills: frozenset[str]
+    derived: bool = False
+    at_least: int | None = None
+
+    @classmethod
+    def of(cls, skills: Collection[str], *, derived: bool = False) -> Needs:
+        """Skills the creator named (all needed) or, ``derived``, the catalogue derived."""
+        return cls(skills=frozenset(skills), derived=derived)
+
+    def against(self, roster: Iterable[AgentProfile]) -> Needs:
+        """These needs with ``at_least`` fixed by the whole roster, room or not: every named
+        skill; of derived ones, the most any agent covers (at least one, so a roster that
+        covers none of them has nobody capable). Weighed once against the whole roster, they
+        keep an engine that chooses among some agents first (those it holds locks on) from
+        taking a weaker fit than the roster has."""
+        if self.at_least is not None:
+            return self
+        if not self.derived or not self.skills:
+            return replace(self, at_least=len(self.skills))
+        best = max((len(self.skills & agent.skills) for agent in roster), default=0)
+        return replace(self, at_least=max(best, 1))
+
+    def met_by(self, skills: Collection[str]) -> bool:
+        """True if an agent with ``skills`` covers enough of them (every one, unweighed)."""
+        wanted = len(self.skills) if self.at_least is None else self.at_least
+        return sum(1 for skill in self.skills if skill in skills) >= wanted
+
+    def is_partial(self) -> bool:
+        """True when fewer than all the skills are needed (derived ones nobody covers in full)."""
+        return self.at_least is not None and self.at_least < len(self.skills)
+
+
+def _needs(required: Collection[str] | Needs, roster: Iterable[AgentProfile]) -> Needs:
+    """``required`` as Needs weighed against ``roster`` (a plain collection: named skills)."""
+    needs = required if isinstance(required, Needs) else Needs.of(required)
+    return needs.against(roster)
+
+
 def coverage(required: Collection[str], skills: Collection[str]) -> float:
     """The share of the required skills the agent has (1.0 when nothing is required)."""
     if not required:
@@ -65,21 +112,25 @@ def covers(required: Collection[str], skills: Collection[str]) -> bool:
     return all(skill in skills for skill in required)
 
 
-def capable_agents(required: Collection[str], agents: Iterable[AgentProfile]) -> list[AgentProfile]:
-    """The agents that cover the required skills, whether or not they have room."""
-    return [agent for agent in agents if covers(required, agent.skills)]
+def capable_agents(required: Collection[str] | Needs, agents: Iterable[AgentProfile]) -> list[AgentProfile]:
+    """The agents that cover what is needed (``Needs``), whether or not they have room."""
+    profiles = list(agents)
+    needs = _needs(required, profiles)
+    return [agent for agent in profiles if needs.met_by(agent.skills)]
 
 
-def eligible_agents(required: Collection[str], agents: Iterable[AgentProfile]) -> list[AgentProfile]:
-    """The agents that cover the required skills and have room, in the order given."""
+def eligible_agents(required: Collection[str] | Needs, agents: Iterable[AgentProfile]) -> list[AgentProfile]:
+    """The agents that cover what is needed and have room, in the order given."""
     return [agent for agent in capable_agents(required, agents) if agent.has_room]
 
 
 def rank_candidates(
-    task_id: str, required: Collection[str], agents: Iterable[AgentProfile]
+    task_id: str, required: Collection[str] | Needs, agents: Iterable[AgentProfile]
 ) -> list[AgentProfile]:
     """The eligible agents (covering, with room), best first."""
-    return sorted(eligible_agents(required, agents), key=lambda agent: _rank_key(task_id, required, agent))
+    profiles = list(agents)
+    needs = _needs(required, profiles)
+    return sorted(eligible_agents(needs, profiles), key=lambda agent: _rank_key(task_id, needs.skills, agent))
 
 
 def _rank_key(
@@ -99,10 +150,14 @@ def _rank_key(
     )
 
 
-def tied_best(task_id: str, required: Collection[str], agents: Iterable[AgentProfile]) -> list[AgentProfile]:
+def tied_best(
+    task_id: str, required: Collection[str] | Needs, agents: Iterable[AgentProfile]
+) -> list[AgentProfile]:
     """The eligible agents the policy cannot tell apart (same coverage, relative load and
     recent completion time as the best), best first: what a model may break a tie between."""
-    return _tied(task_id, required, rank_candidates(task_id, required, agents))
+    profiles = list(agents)
+    needs = _needs(required, profiles)
+    return _tied(task_id, needs.skills, rank_candidates(task_id, needs, profiles))
 
 
 def _tied(task_id: str, required: Collection[str], ranked: list[AgentProfile]) -> list[AgentProfile]:
@@ -115,7 +170,7 @@ def _tied(task_id: str, required: Collection[str], ranked: list[AgentProfile]) -
 
 def choose_agent(
     task_id: str,
-    required: Collection[str],
+    required: Collection[str] | Needs,
     agents: Iterable[AgentProfile],
     *,
     prefer: str | None = None,
@@ -127,36 +182,45 @@ def choose_agent(
     ``eligible_in_all``: how many agents are eligible in all when ``agents`` holds only those
     considered first (a batch's locked ones, across engines); the reason then gives both
     counts, rather than call the choice the least loaded of fewer agents than there were.
+    Derived skills (``Needs``) should be weighed against the whole roster first when
+    ``agents`` holds only some of it (``Needs.against``).
     """
     profiles = list(agents)
-    ranked = rank_candidates(task_id, required, profiles)
+    needs = _needs(required, profiles)
+    skills = needs.skills
+    ranked = rank_candidates(task_id, needs, profiles)
     if ranked:
         best = ranked[0]
         if prefer is not None and prefer != best.agent_id:
-            preferred = [agent for agent in _tied(task_id, required, ranked) if agent.agent_id == prefer]
+            preferred = [agent for agent in _tied(task_id, skills, ranked) if agent.agent_id == prefer]
             best = preferred[0] if preferred else best
-        share = coverage(required, best.skills)
+        share = coverage(skills, best.skills)
         recent = best.recent_completion_seconds
         pace = f"; recent completion {recent:.0f}s" if recent is not None else ""
-        needs = ", ".join(sorted(required)) or "no particular skills"
+        covered = ", ".join(sorted(skills)) or "no particular skills"
+        if needs.is_partial():
+            held = sorted(skills & best.skills)
+            covered = f"{len(held)} of {len(skills)} derived skills: {', '.join(held)}"
         among = f"of {len(ranked)} eligible"
         if eligible_in_all is not None and eligible_in_all > len(ranked):
             among = f"of the {len(ranked)} considered first, {eligible_in_all} eligible in all"
         return Choice(
             agent_id=best.agent_id,
             score=round(share * (1.0 - best.relative_load), 4),
-            reason=f"covers {needs}; least loaded {among} ({best.load}/{best.capacity}){pace}",
+            reason=f"covers {covered}; least loaded {among} ({best.load}/{best.capacity}){pace}",
         )
-    capable = capable_agents(required, profiles)
+    capable = capable_agents(needs, profiles)
     if capable:
         return NoChoice(
             reason=EscalationReason.ALL_AT_CAPACITY,
             detail=f"all {len(capable)} capable agents are at capacity",
         )
-    needs = ", ".join(sorted(required))
+    wanted = ", ".join(sorted(skills))
+    if needs.derived and len(skills) > 1:
+        wanted = f"any of {wanted}"
     return NoChoice(
         reason=EscalationReason.NO_CAPABLE_AGENT,
-        detail=f"none of {len(profiles)} agents covers {needs or 'the task'}",
+        detail=f"none of {len(profiles)} agents covers {wanted or 'the task'}",
     )
 
 

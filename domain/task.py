@@ -16,7 +16,7 @@ from eventsourcing.domain import event
 
 from flowledger.domain.agent import normalise_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
-from flowledger.domain.assignment import Choice, QueuedTask
+from flowledger.domain.assignment import Choice, Needs, QueuedTask
 from flowledger.domain.bounds import require_id, scoped_uuid
 from flowledger.domain.errors import (
     TaskConflict,
@@ -305,6 +305,12 @@ class Task(FlowledgerAggregate):
         """The deadline the creator gave, if any."""
         value: datetime | None = self.__dict__.get("requested_deadline", self.deadline)
         return value
+
+    @property
+    def needs(self) -> Needs:
+        """What an agent must cover to take the task: the skills its creator named, all of
+        them; else those its classification derived, as a preference (``Needs``)."""
+        return Needs.of(self.required_skills, derived=not self.creator_skills)
 
     @property
     def held_back(self) -> str | None:

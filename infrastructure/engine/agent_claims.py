@@ -10,7 +10,7 @@ cannot take a task.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 from uuid import UUID
@@ -19,9 +19,9 @@ from flowledger.domain.agent import Agent
 from flowledger.domain.assignment import (
     AgentProfile,
     Choice,
+    Needs,
     NoChoice,
     choose_agent,
-    covers,
     eligible_agents,
     rank_candidates,
 )
@@ -87,22 +87,22 @@ class AgentClaims:
         has not seen (another process created them) are read in the same round trip, planned
         from what the log index knows of them. ``prefer``: a model's pick per task (``choose``)."""
         index = self._reads.index
-        pending: list[tuple[str, Sequence[str]]] = []
+        pending: list[tuple[str, Needs]] = []
         unseen: list[UUID] = []
         for task_id in task_ids:
             aggregate_id = self._reads.task_uuid(task_id)
             entry = index.task_entry(aggregate_id)
             if entry is not None and self._store.cached(aggregate_id) is None:
                 unseen.append(aggregate_id)
-                pending.append((task_id, entry.required_skills))
+                pending.append((task_id, Needs.of(entry.required_skills, derived=entry.skills_derived)))
                 continue
             task = self._reads.task(uow, task_id)
             if task.task_status is TaskStatus.PENDING and task.held_back is None:
-                pending.append((task.task_id, task.required_skills))
+                pending.append((task.task_id, task.needs))
         trial = dict(profiles)
         plan: list[str] = []
-        for task_id, skills in pending:
-            decision = choose_agent(task_id, skills, trial.values(), prefer=(prefer or {}).get(task_id))
+        for task_id, needs in pending:
+            decision = choose_agent(task_id, needs, trial.values(), prefer=(prefer or {}).get(task_id))
             if isinstance(decision, Choice):
                 chosen = trial[decision.agent_id]
                 trial[chosen.agent_id] = replace(chosen, load=chosen.load + 1)
@@ -111,8 +111,8 @@ class AgentClaims:
         if not plan:
             return
         order = list(plan)
-        for task_id, skills in pending:
-            order += [p.agent_id for p in rank_candidates(task_id, skills, trial.values())]
+        for task_id, needs in pending:
+            order += [p.agent_id for p in rank_candidates(task_id, needs, trial.values())]
         ids = {self._reads.agent_uuid(agent_id): agent_id for agent_id in dict.fromkeys(order)}
         known = [(agent, index.agent_version(agent_id)) for agent, agent_id in ids.items()]
         taken, elsewhere = locks.try_lock(known, wanted=len(plan), streams=unseen)
@@ -138,13 +138,14 @@ class AgentClaims:
         None when only agents locked elsewhere could take it and this batch holds locks.
         ``prefer``: a model's pick, taken when it is among those tied for best."""
         locks = self.active
+        # Weighed once against the whole roster: among the agents held first, one covering
+        # fewer derived skills than another of the roster does is no candidate.
+        needs = task.needs.against(profiles.values())
 
         def pick(among: list[AgentProfile]) -> Choice | NoChoice:
             # The reason counts every eligible agent, not only those considered first.
-            eligible = self._eligible(task, profiles)
-            return choose_agent(
-                task.task_id, task.required_skills, among, prefer=prefer, eligible_in_all=eligible
-            )
+            eligible = len(eligible_agents(needs, profiles.values()))
+            return choose_agent(task.task_id, needs, among, prefer=prefer, eligible_in_all=eligible)
 
         if locks is not None and self.held:
             # Among the agents already held first: any other's load may be staler than theirs,
@@ -169,27 +170,19 @@ class AgentClaims:
                 self.open(uow, agent_id, profiles, locked=True)
                 continue
             blocked = [
-                profiles[a]
-                for a in self.taken
-                if profiles[a].has_room and covers(task.required_skills, profiles[a].skills)
+                profiles[a] for a in self.taken if profiles[a].has_room and needs.met_by(profiles[a].skills)
             ]
             if not blocked or locks is None:
                 return decision
             if self.held:
                 return None
             # Holding no lock, waiting for one cannot deadlock: wait for the best of them.
-            best = choose_agent(task.task_id, task.required_skills, blocked)
+            best = choose_agent(task.task_id, needs, blocked)
             assert isinstance(best, Choice)  # they are eligible
             locks.lock(self._reads.agent_uuid(best.agent_id), self._reads.index.agent_version(best.agent_id))
             self.held.add(best.agent_id)
             self.taken.discard(best.agent_id)
             self.open(uow, best.agent_id, profiles, locked=True)
-
-    @staticmethod
-    def _eligible(task: Task, profiles: dict[str, AgentProfile]) -> int:
-        """How many agents of the roster could take the task, held or not: what an assignment's
-        reason counts when it chose among fewer (those held, or not locked elsewhere)."""
-        return len(eligible_agents(task.required_skills, profiles.values()))
 
     def open(
         self, uow: UnitOfWork, agent_id: str, profiles: dict[str, AgentProfile], *, locked: bool

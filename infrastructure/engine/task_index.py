@@ -68,6 +68,8 @@ class IndexedTask:
     position: int
     required_skills: tuple[str, ...] = ()
     """As created, or as a classification derived them (a hint for planning, not a decision)."""
+    skills_derived: bool = False
+    """Whether ``required_skills`` came from a classification (a preference, ``Needs``)."""
     reopened_at: int = 0
     """The task's version when it was last requeued: a final state seen before it is stale."""
 
@@ -175,6 +177,7 @@ class LogIndex:
                     priority=TaskPriority(event.priority) if event.priority else known.priority,
                     deadline=event.deadline or known.deadline,
                     required_skills=known.required_skills if skills is None else tuple(skills),
+                    skills_derived=known.skills_derived or skills is not None,
                 )
                 if event.originator_id in self._open:
                     self._open[event.originator_id] = known

@@ -12,6 +12,7 @@ from flowledger.domain.agent import Agent
 from flowledger.domain.assignment import (
     AgentProfile,
     Choice,
+    Needs,
     NoChoice,
     QueuedTask,
     choose_agent,
@@ -200,3 +201,55 @@ def test_agent_load_is_accepted_minus_released_and_never_exceeds_capacity(
         replayed = event.mutate(replayed)
     assert isinstance(replayed, Agent)
     assert replayed.state() == agent.state()
+
+
+def best_cover(required: set[str], agents: list[AgentProfile]) -> int:
+    """The most of ``required`` any agent covers, worked out here (at least one)."""
+    return max([len(required & set(a.skills)) for a in agents] + [1])
+
+
+@given(profiles(), required_skills, st.text(min_size=1, max_size=8))
+def test_derived_skills_go_to_an_agent_covering_the_most_of_them_with_room(
+    agents: list[AgentProfile], required: set[str], task_id: str
+) -> None:
+    # Given skills the catalogue derived (a preference, not a requirement)
+    decision = choose_agent(task_id, Needs.of(required, derived=True), agents)
+    # The oracle: the most any agent of the roster covers, room or not (at least one)
+    most = best_cover(required, agents) if required else 0
+    capable = [a for a in agents if len(required & set(a.skills)) >= most]
+    eligible = [a for a in capable if a.load < a.capacity]
+    if isinstance(decision, Choice):
+        chosen = next(a for a in agents if a.agent_id == decision.agent_id)
+        assert chosen in eligible
+        assert relative(chosen) == min(relative(a) for a in eligible)
+        assert 0.0 <= decision.score <= 1.0
+        if most < len(required):
+            covered = ", ".join(sorted(required & set(chosen.skills)))
+            assert f"covers {most} of {len(required)} derived skills: {covered};" in decision.reason
+        # And when some agent covers them all, the choice is the one named skills get
+        if most == len(required):
+            assert decision == choose_agent(task_id, required, agents)
+    else:
+        assert eligible == []
+        expected = EscalationReason.ALL_AT_CAPACITY if capable else EscalationReason.NO_CAPABLE_AGENT
+        assert decision.reason is expected
+
+
+@given(profiles(), required_skills, st.data())
+def test_derived_skills_among_some_agents_are_weighed_against_the_whole_roster(
+    agents: list[AgentProfile], required: set[str], data: st.DataObject
+) -> None:
+    # Given derived skills weighed against the roster, and the agents an engine considers first
+    needs = Needs.of(required, derived=True).against(agents)
+    considered = agents[: data.draw(st.integers(min_value=0, max_value=len(agents)))]
+    # When it chooses among them
+    decision = choose_agent("t", needs, considered)
+    # Then an agent covering fewer than the best of the roster is never chosen
+    if isinstance(decision, Choice):
+        chosen = next(a for a in considered if a.agent_id == decision.agent_id)
+        assert len(required & set(chosen.skills)) >= (best_cover(required, agents) if required else 0)
+
+
+@given(profiles(), required_skills)
+def test_named_skills_stay_a_requirement(agents: list[AgentProfile], required: set[str]) -> None:
+    assert choose_agent("t", Needs.of(required), agents) == choose_agent("t", required, agents)
