@@ -530,8 +530,11 @@ class Engine:
             self.tasks.assign_task, task_id, escalate_when_full=escalate_when_full, ranking=ranking
         )
 
-    def assign_pending(self, *, limit: int | None = None, escalate_when_full: bool = True) -> list[TaskState]:
-        """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline)."""
+    def assign_pending(
+        self, *, limit: int | None = None, escalate_when_full: bool = False
+    ) -> list[TaskState]:
+        """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline); those
+        whose capable agents are all full keep waiting unless ``escalate_when_full``."""
         return self.tasks.assign_pending(limit=limit, escalate_when_full=escalate_when_full)
 
     def start_task(self, task_id: str) -> TaskState:

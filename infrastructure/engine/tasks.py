@@ -117,11 +117,15 @@ class TaskService:
         _require_flag("escalate_when_full", escalate_when_full)
         return self.assigner.assign(task_id, escalate_when_full, ranking)
 
-    def assign_pending(self, *, limit: int | None = None, escalate_when_full: bool = True) -> list[TaskState]:
+    def assign_pending(
+        self, *, limit: int | None = None, escalate_when_full: bool = False
+    ) -> list[TaskState]:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline).
 
-        Every waiting task is offered again, including those that waited for capacity
-        (``escalate_when_full=False``) and requeued ones: run it when agents free up. A task
+        Every waiting task is offered again, including those that waited for capacity and
+        requeued ones: run it when agents free up. A task whose capable agents are all full
+        keeps waiting for the next run (as ``POST /v1/queue/run`` does); with
+        ``escalate_when_full=True`` it is escalated (``all_at_capacity``) instead. A task
         held back (``TaskState.held_back``: no skills, and its classification failed) is
         passed over and returned as it stands.
         """
