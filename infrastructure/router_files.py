@@ -2,17 +2,19 @@
 
 Each ships in the package (``skills.json``, ``routing.json``) and may be replaced by a
 file named in the settings (``FLOWLEDGER_SKILL_CATALOGUE_FILE``, ``FLOWLEDGER_ROUTING_FILE``),
-as the price table is. A file that cannot be read or is malformed is a ValidationError.
+as the price table is. A file that cannot be read or is malformed is a ValidationError, and
+so is a routing file naming a model the price table in use cannot price.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import UnknownModelPrice, ValidationError
 from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.skills import SkillCatalogue
 
@@ -23,10 +25,45 @@ def load_skill_catalogue(path: Path | None = None) -> SkillCatalogue:
     return SkillCatalogue.from_data(data, label)
 
 
-def load_model_tiers(path: Path | None = None) -> ModelTiers:
-    """The model tiers in ``path``, or the shipped ones."""
+def load_model_tiers(
+    path: Path | None = None, *, check_model: Callable[[str], object] | None = None
+) -> ModelTiers:
+    """The model tiers in ``path``, or the shipped ones; with ``check_model`` (the LLM
+    adapter's, ``ModelCheck``), every model they name checked against its price table."""
     data, label = _read("routing_file", "routing.json", path)
-    return ModelTiers.from_data(data, label)
+    tiers = ModelTiers.from_data(data, label)
+    if check_model is not None:
+        require_priced(tiers, check_model, label)
+    return tiers
+
+
+def routing_label(path: Path | None) -> str:
+    """How errors name the routing file: its name, or the shipped one's."""
+    return "routing.json" if path is None else Path(path).name
+
+
+def require_priced(tiers: ModelTiers, check_model: Callable[[str], object], label: str) -> None:
+    """Refuse tiers naming a model that ``check_model`` cannot price (UnknownModelPrice).
+
+    Found here, when the engine is built, rather than by the first classification routed to
+    that model (recorded as ``ClassificationFailed``) and by the tier dashboard (a 422 that
+    blamed the caller). An adapter that flags unpriced calls instead of refusing them
+    (``unpriced_models="flag"``) accepts every model, and so does this.
+    """
+    unpriced: list[str] = []
+    version = ""
+    for model in tiers.models():
+        try:
+            check_model(model)
+        except UnknownModelPrice as error:
+            unpriced.append(model)
+            version = error.price_version
+    if unpriced:
+        raise ValidationError(
+            "routing_file",
+            f"{label} names models with no price in price table {version!r}: {unpriced}"
+            " (price them in FLOWLEDGER_PRICING_FILE, or route to priced ones)",
+        )
 
 
 def _read(setting: str, shipped: str, path: Path | None) -> tuple[dict[str, Any], str]:

@@ -8,7 +8,7 @@ take and return plain values; ``engine.log`` is the typed read access to the eve
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -52,7 +52,12 @@ from flowledger.infrastructure.postgres.database import deadlines_of, ensure_sch
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.group_commit import GroupCommit
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
-from flowledger.infrastructure.router_files import load_model_tiers, load_skill_catalogue
+from flowledger.infrastructure.router_files import (
+    load_model_tiers,
+    load_skill_catalogue,
+    require_priced,
+    routing_label,
+)
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
 
 
@@ -80,6 +85,9 @@ class Engine:
             raise ValidationError("clock", f"must return timezone-aware datetimes, got {reading!r}")
         base = settings if settings is not None else Settings.from_env()
         self.settings = base.with_overrides(database_url=database_url, tenant=tenant, schema=schema)
+        # The router's files are checked before anything connects: a bad one refuses the engine.
+        catalogue = load_skill_catalogue(self.settings.skill_catalogue_file)
+        tiers = load_model_tiers(self.settings.routing_file, check_model=self._routing_check(llm))
         url = self.settings.database_url or embedded_database_url(self.settings.home)
         ensure_schema(url, self.settings.schema, self.settings)
         self.database_url = url
@@ -138,8 +146,8 @@ class Engine:
             self.store,
             self.task_reads,
             llm,
-            catalogue=load_skill_catalogue(self.settings.skill_catalogue_file),
-            tiers=load_model_tiers(self.settings.routing_file),
+            catalogue=catalogue,
+            tiers=tiers,
         )
         self.tie_breaker = TieBreaker(self.store, self.task_reads, self.classifier)
 
@@ -224,8 +232,22 @@ class Engine:
 
     @llm.setter
     def llm(self, llm: LlmPort | None) -> None:
+        check_model = self._routing_check(llm)
+        if check_model is not None:
+            require_priced(self.classifier.tiers, check_model, routing_label(self.settings.routing_file))
         self.steps.llm = llm
         self.classifier.llm = llm
+
+    def _routing_check(self, llm: LlmPort | None) -> Callable[[str], object] | None:
+        """How a routing file's models are checked against the adapter's price table (its
+        ``ModelCheck``), or None: no adapter that prices, or no routing file. Only a file the
+        operator named is checked: the shipped tiers are priced by the shipped table
+        (tests/unit/test_routing_file_prices.py), and an engine kept for sessions with a price
+        table of its own models is not refused for tiers nobody chose."""
+        if self.settings.routing_file is None:
+            return None
+        check: Callable[[str], object] | None = getattr(llm, "check_model", None)
+        return check
 
     def close(self) -> None:
         """Release database connections and worker threads."""
