@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from flowledger.domain.bounds import MAX_DEADLINE
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification, TaskPriority
 
@@ -145,11 +146,15 @@ class SkillCatalogue:
             )
         deadline: datetime | None = None
         if creator_deadline is None and self.deadline_factor > 0:
-            hours = classification.estimated_hours * self.deadline_factor
-            deadline = now + timedelta(hours=hours)
+            span = timedelta(hours=classification.estimated_hours * self.deadline_factor)
+            # The bound a deadline given by a caller has (require_deadline): up to 100 x 10,000
+            # estimated hours would put it a century ahead.
+            capped = span > MAX_DEADLINE
+            deadline = now + min(span, MAX_DEADLINE)
             reasons.append(
                 f"deadline {deadline.isoformat()} = classified at + {self.deadline_factor:g} x "
                 f"{classification.estimated_hours:g} estimated hours"
+                + (f", capped at {MAX_DEADLINE.days:,} days ahead (MAX_DEADLINE)" if capped else "")
             )
         return Derivation(
             required_skills=skills, priority=priority, deadline=deadline, reasons=tuple(reasons)
