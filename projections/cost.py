@@ -7,7 +7,10 @@ says its cost is not known (no price, or billed for tokens not reported: ``cost_
 the call's cost, never a silent $0).
 
 ``subject_id`` is the caller's session id, or the task id for task calls (``source = 'task'``,
-filed under the workflow ``tasks``).
+filed under the workflow ``tasks``). A task call's ``task_priority`` is the priority the task
+had when the call was made, the one that chose its tier's model (a classification may raise
+the priority: the call that raised it was made at the one before); ``subjects`` keeps each
+task's priority as the log has it so far.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ SUBJECT_COLUMNS: tuple[Column, ...] = (
     ("subject_id", "text"),
     ("workflow", "text"),
     ("tenant", "text"),
+    ("priority", "text"),
 )
 CALL_COLUMNS: tuple[Column, ...] = (
     ("id", "bigint"),
@@ -64,6 +68,7 @@ CALL_COLUMNS: tuple[Column, ...] = (
     ("unpriced", "boolean"),
     ("cost_source", "text"),
     ("retried_cost_usd", "numeric"),
+    ("task_priority", "text"),
 )
 
 DDL = """
@@ -71,7 +76,8 @@ CREATE TABLE {s}.subjects (
     originator_id uuid PRIMARY KEY,
     subject_id text NOT NULL,
     workflow text NOT NULL,
-    tenant text NOT NULL
+    tenant text NOT NULL,
+    priority text
 );
 CREATE TABLE {s}.llm_calls (
     id bigint PRIMARY KEY,
@@ -100,7 +106,8 @@ CREATE TABLE {s}.llm_calls (
     cache_creation_1h_input_tokens bigint NOT NULL DEFAULT 0,
     unpriced boolean NOT NULL DEFAULT false,
     cost_source text,
-    retried_cost_usd numeric NOT NULL DEFAULT 0
+    retried_cost_usd numeric NOT NULL DEFAULT 0,
+    task_priority text
 );
 CREATE INDEX ON {s}.llm_calls (tenant, occurred_at);
 CREATE INDEX ON {s}.llm_calls (tenant, workflow, occurred_at);
@@ -113,7 +120,10 @@ class CostDashboard(Projection):
     name = "cost"
     exposed = ("llm_calls", "cost_rollups")
     ddl = DDL + ROLLUP_DDL
-    schema_version = 4  # 2: tenant on every row; 3: cache writes, unpriced, retried attempts; 4: cost_rollups
+    # 2: tenant on every row; 3: cache writes, unpriced, retried attempts; 4: cost_rollups;
+    # 5: a task call's priority when it was made
+    schema_version = 5
+    base_versions = (4,)  # an archived session's v4 rows fit: the new columns are a task's (NULL)
 
     def __init__(self) -> None:
         self._repricings = RepricingCache()
@@ -131,27 +141,43 @@ class CostDashboard(Projection):
     )
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
-        """Insert a fact row for each call in the batch (and remember each session's workflow)."""
-        known: dict[UUID, tuple[str, str, str]] = {}
+        """Insert a fact row for each call in the batch (and remember each subject's workflow
+        and, for a task, its priority)."""
+        # subject id, workflow, tenant, priority (a task's, as the events so far leave it)
+        known: dict[UUID, list[Any]] = {}
         for envelope in batch:
             event = envelope.event
             if isinstance(event, Session.Started):
-                known[event.originator_id] = (event.session_id, event.workflow, event.tenant)
+                known[event.originator_id] = [event.session_id, event.workflow, event.tenant, None]
             elif isinstance(event, Task.Created):
-                known[event.originator_id] = (event.task_id, TASK_WORKFLOW, event.tenant)
-        write_rows(cur, schema, "subjects", SUBJECT_COLUMNS, [(k, *v) for k, v in known.items()])
+                known[event.originator_id] = [event.task_id, TASK_WORKFLOW, event.tenant, event.priority]
+        created = list(known)
         calls = [(e, e.call) for e in batch if e.call is not None]
-        missing = list({e.event.originator_id for e, _ in calls} - set(known))
+        reprioritised = {e.event.originator_id for e in batch if _priority_set(e.event) is not None}
+        missing = list(({e.event.originator_id for e, _ in calls} | reprioritised) - set(known))
         if missing:
             cur.execute(
                 q(
-                    "SELECT originator_id, subject_id, workflow, tenant FROM {s}.subjects"
+                    "SELECT originator_id, subject_id, workflow, tenant, priority FROM {s}.subjects"
                     " WHERE originator_id = ANY(%s)",
                     schema,
                 ),
                 [missing],
             )
-            known.update({row[0]: (row[1], row[2], row[3]) for row in cur.fetchall()})
+            known.update({row[0]: list(row[1:]) for row in cur.fetchall()})
+        # In log order: a call was made at the priority its task had before the event that
+        # records it (a Classified that raised the priority was routed by the one before).
+        priority_at: dict[int, str | None] = {}
+        for envelope in batch:
+            subject = known.get(envelope.event.originator_id)
+            if envelope.call is not None:
+                priority_at[envelope.id] = subject[3] if subject is not None else None
+            priority = _priority_set(envelope.event)
+            if priority is not None and subject is not None:
+                subject[3] = priority
+        write_rows(cur, schema, "subjects", SUBJECT_COLUMNS, [(k, *known[k]) for k in created])
+        changed = [(k, *known[k]) for k in reprioritised - set(created) if k in known]
+        write_rows(cur, schema, "subjects", SUBJECT_COLUMNS, changed, key=("originator_id",))
         repricings = self._repricings.load(cur, Names.of_build(schema, self.name).control) if calls else []
         rows = []
         for envelope, call in calls:
@@ -159,7 +185,7 @@ class CostDashboard(Projection):
             priced = call_cost(usage, event.timestamp, repricings) if usage else None
             # A call of a subject whose first event was not applied (a dead letter) has no
             # tenant: no tenant's dashboard shows it.
-            subject_id, workflow, tenant = known.get(event.originator_id, (None, "(unknown)", None))
+            subject_id, workflow, tenant, _ = known.get(event.originator_id, (None, "(unknown)", None, None))
             rows.append(
                 (
                     envelope.id,
@@ -189,6 +215,7 @@ class CostDashboard(Projection):
                     priced.unpriced if priced else False,
                     usage.cost_source or None if usage else None,
                     priced.retried_cost_usd if priced else 0,
+                    priority_at[envelope.id] if call.source == "task" else None,
                 )
             )
         write_rows(cur, schema, "llm_calls", CALL_COLUMNS, rows)
@@ -198,3 +225,8 @@ class CostDashboard(Projection):
     def rebased(self, cur: Cursor[Any], schema: str) -> None:
         """Roll up the archived sessions' calls just put into the empty build."""
         add_calls_to_rollups(cur, schema)
+
+
+def _priority_set(event: Any) -> str | None:
+    """The priority an event gives its task (a classification's raise, or its undoing), if any."""
+    return event.priority if isinstance(event, Task.Classified) else None

@@ -3,10 +3,13 @@
 The seed estimates that its mixed strategy (critical work on a premium model, routine work
 on budget ones) "saves 73 %" against one premium model, from assumed volumes and token
 counts. Here the same comparison is computed from the calls the log recorded: the task
-calls' tokens are summed per task priority (the current-state view's, which a
-classification may have raised), and each policy prices a priority's sums at its tier's
-model, by the domain's one pricing rule (``cost_of``: linear, so summed tokens price the
-same as the calls one by one).
+calls' tokens are summed per the priority the task had when each call was made (the cost
+view's ``task_priority``: the one that chose the call's tier, not the current one, which
+the classification may have raised since), and each policy prices a priority's sums at its
+tier's model, by the domain's one pricing rule (``cost_of``: linear, so summed tokens price
+the same as the calls one by one). So the configured policy prices the calls it routed at
+the models that made them: at their recorded cost, up to price-table changes (and calls
+retried on a fallback model).
 """
 
 from __future__ import annotations
@@ -74,11 +77,12 @@ def reprice_by_tier(
     # tokens a call takes the long-context rate): within a tier the rule is linear, so the
     # sums price exactly as the calls one by one would.
     statement = sql.SQL("""
-        SELECT t.priority, c.input_tokens > %(long)s, count(*), coalesce(sum(c.cost_usd), 0),
+        SELECT c.task_priority, c.input_tokens > %(long)s, count(*), coalesce(sum(c.cost_usd), 0),
                sum(c.input_tokens), sum(c.output_tokens), sum(c.cache_read_input_tokens),
                sum(c.reasoning_output_tokens)
-        FROM {reader}.llm_calls AS c JOIN {reader}.tasks AS t ON t.originator_id = c.originator_id
+        FROM {reader}.llm_calls AS c
         WHERE c.tenant = %(tenant)s AND c.source = 'task' AND c.occurred_at >= %(since)s
+          AND c.task_priority IS NOT NULL
         GROUP BY 1, 2 ORDER BY 1, 2
     """).format(reader=sql.Identifier(reader))
     sums: dict[tuple[str, bool], TokenCounts] = {}
