@@ -3,14 +3,14 @@
 Plain asyncio streams (HTTP/1.1 with keep-alive) rather than a web framework, so a
 fault can do what real networks do: drop the connection, hang, or send a broken
 body. Faults come from ``SimulatorConfig.faults`` (probabilities) or per request
-from the headers ``x-sim-fault`` (one of FAULTS) and ``x-sim-latency-ms``.
+from the headers ``x-sim-fault`` (one of FAULTS) and ``x-sim-latency-ms``. A request it
+cannot read is a 400 with OpenAI's error body (``wire``, ``chat_request``).
 Start it in-process with ``run_simulator()`` or from the CLI (``flowledger simulate-llm``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import random
 import threading
@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from flowledger.adapters.simulator.chat_request import chat_request, fault_override, latency_override_ms
 from flowledger.adapters.simulator.replies import (
-    FAULTS,
     PromptCache,
     SimulatorConfig,
     completion_body,
@@ -29,18 +29,17 @@ from flowledger.adapters.simulator.replies import (
     reply_content,
     stream_chunks,
 )
+from flowledger.adapters.simulator.wire import (
+    BadRequest,
+    Request,
+    error_body,
+    read_request,
+    send_json,
+    send_raw,
+    send_refusal,
+    send_stream,
+)
 from flowledger.domain.errors import ValidationError
-
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
-
 
 EXCHANGES_KEPT = 1000
 """How many answered calls a simulator remembers (``Simulator.exchanges``)."""
@@ -100,7 +99,7 @@ class Simulator:
         try:
             while await self._one_request(reader, writer):
                 pass
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+        except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
             # Only stop() cancels: end quietly, or asyncio logs the cancelled handler.
@@ -111,30 +110,33 @@ class Simulator:
             writer.close()
 
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        request_line = await reader.readline()
-        if not request_line:
-            return False
-        method, target, _version = request_line.decode("latin-1").split(" ", 2)
-        headers: dict[str, str] = {}
-        while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        body = await reader.readexactly(int(headers.get("content-length") or 0))
-        path = target.split("?", 1)[0].rstrip("/")
+        try:
+            request = await read_request(reader)
+            if request is None:
+                return False
+            return await self._route(request, writer)
+        except BadRequest as refusal:
+            self.stats["bad_request"] += 1
+            await send_refusal(writer, refusal)
+            return not refusal.close
+
+    async def _route(self, request: Request, writer: asyncio.StreamWriter) -> bool:
+        method, path, headers = request.method, request.path, request.headers
         if not self._authorised(headers):
             self.stats["rejected"] += 1
-            await _send_json(writer, 401, {"error": {"message": "invalid api key", "type": "auth"}})
+            refused = error_body("invalid api key", "invalid_request_error", code="invalid_api_key")
+            await send_json(writer, 401, refused)
         elif method == "GET" and path in ("/v1/models", "/models"):
             models = [
                 {"id": m, "object": "model", "owned_by": "simulator"} for m in self.config.model_latency_ms
             ]
-            await _send_json(writer, 200, {"object": "list", "data": models})
+            await send_json(writer, 200, {"object": "list", "data": models})
         elif method == "GET" and path == "/stats":
-            await _send_json(writer, 200, dict(self.stats))
+            await send_json(writer, 200, dict(self.stats))
         elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
-            return await self._chat(headers, body, writer)
+            return await self._chat(headers, request.body, writer)
         else:
-            await _send_json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
+            await send_json(writer, 404, error_body(f"no route {method} {path}", "invalid_request_error"))
         return headers.get("connection", "").lower() != "close"
 
     def _authorised(self, headers: dict[str, str]) -> bool:
@@ -145,21 +147,16 @@ class Simulator:
 
     async def _chat(self, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter) -> bool:
         self.stats["requests"] += 1
-        try:
-            request = json.loads(raw)
-            model, messages = str(request["model"]), list(request["messages"])
-        except (ValueError, KeyError, TypeError):
-            self.stats["bad_request"] += 1
-            await _send_json(writer, 400, {"error": {"message": "need model and messages"}})
-            return True
-        fault = headers.get("x-sim-fault") or self.config.faults.draw(self._rng)
-        latency_ms = headers.get("x-sim-latency-ms")
-        mean = float(latency_ms) if latency_ms else self.config.mean_latency_ms(model)
+        request = chat_request(raw)
+        model, messages = request.model, request.messages
+        latency_ms = latency_override_ms(headers)
+        fault = fault_override(headers) or self.config.faults.draw(self._rng)
+        mean = self.config.mean_latency_ms(model) if latency_ms is None else latency_ms
         latency = draw_latency_s(mean, self.config.latency_sigma, self._rng)
-        streamed = bool(request.get("stream"))
+        streamed = request.stream
         # A streamed reply shows its first token after ~60% of the latency, then trickles.
         await asyncio.sleep(latency * 0.6 if streamed and fault is None else latency)
-        if fault in FAULTS:
+        if fault is not None:
             self.stats[f"fault_{fault}"] += 1
             return await self._fault(fault, writer)
         content = reply_content(messages)
@@ -170,26 +167,25 @@ class Simulator:
         # Kept before the reply is sent: whoever has the reply finds its exchange here.
         self.exchanges.append(Exchange(model, messages, body))
         if streamed:
-            include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-            payloads = stream_chunks(body, include_usage)
-            await _send_stream(writer, payloads, latency * 0.4 / len(payloads))
+            payloads = stream_chunks(body, request.include_usage)
+            await send_stream(writer, payloads, latency * 0.4 / len(payloads))
         else:
-            await _send_json(writer, 200, body)
+            await send_json(writer, 200, body)
         return True
 
     async def _fault(self, fault: str, writer: asyncio.StreamWriter) -> bool:
         wait = self.config.retry_after_s
         if fault == "429":
-            await _send_json(
+            await send_json(
                 writer,
                 429,
                 {"error": {"message": "rate limited", "type": "requests"}},
                 {"retry-after-ms": str(round(wait * 1000)), "retry-after": str(math.ceil(wait))},
             )
         elif fault in ("500", "503"):
-            await _send_json(writer, int(fault), {"error": {"message": "simulated failure"}})
+            await send_json(writer, int(fault), {"error": {"message": "simulated failure"}})
         elif fault == "malformed":
-            await _send_raw(writer, 200, b'{"id": "chatcmpl-broken", "choices": [{"mess')
+            await send_raw(writer, 200, b'{"id": "chatcmpl-broken", "choices": [{"mess')
         elif fault == "timeout":
             await asyncio.sleep(self.config.hang_s)
             writer.transport.abort()
@@ -198,36 +194,6 @@ class Simulator:
             writer.transport.abort()
             return False
         return True
-
-
-async def _send_json(
-    writer: asyncio.StreamWriter, status: int, payload: Any, extra: dict[str, str] | None = None
-) -> None:
-    await _send_raw(writer, status, json.dumps(payload).encode(), extra)
-
-
-async def _send_raw(
-    writer: asyncio.StreamWriter, status: int, body: bytes, extra: dict[str, str] | None = None
-) -> None:
-    head = [
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}",
-        "content-type: application/json",
-        f"content-length: {len(body)}",
-    ]
-    head += [f"{k}: {v}" for k, v in (extra or {}).items()]
-    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-    await writer.drain()
-
-
-async def _send_stream(writer: asyncio.StreamWriter, payloads: list[str], gap_s: float) -> None:
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-    for payload in payloads:
-        data = f"data: {payload}\n\n".encode()
-        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        await writer.drain()
-        await asyncio.sleep(gap_s)
-    writer.write(b"0\r\n\r\n")
-    await writer.drain()
 
 
 @contextmanager

@@ -1,0 +1,143 @@
+"""What a chat-completions request asks the simulator, checked as OpenAI checks it.
+
+Every field the simulator reads is checked for its JSON type before use, so a malformed
+request is a 400 ``BadRequest`` that names the field (``param``), as OpenAI answers it; the
+checks are a few ``isinstance`` per message, cheap beside ``json.loads``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, NamedTuple
+
+from flowledger.adapters.simulator.replies import FAULTS
+from flowledger.adapters.simulator.wire import BadRequest
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# json.loads builds exactly these types, so ``type(x) in`` is the whole check, and cheap.
+_CONTENT_TYPES = frozenset({str, list, type(None)})
+
+
+class ChatRequest(NamedTuple):
+    """The fields of a request body that the simulator acts on (a tuple: built on every
+    request, and a frozen dataclass costs about 1 µs more)."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    stream: bool
+    include_usage: bool
+
+
+def chat_request(raw: bytes) -> ChatRequest:
+    """The request in ``raw`` (a JSON body), or a ``BadRequest`` naming what is wrong."""
+    try:
+        request = json.loads(raw)
+    except ValueError:  # not JSON, or not UTF-8
+        raise BadRequest("We could not parse the JSON body of your request.") from None
+    if type(request) is not dict:
+        raise BadRequest(f"The request body must be a JSON object, got {_kind(request)}.")
+    model = request.get("model")
+    if type(model) is not str:
+        raise _invalid_type("model", "a string", model)
+    messages = request.get("messages")
+    if type(messages) is not list:
+        raise _invalid_type("messages", "an array of objects", messages)
+    for index, message in enumerate(messages):
+        # One test per message on the common path; _message_refusal works out what is wrong.
+        if not (
+            type(message) is dict
+            and type(role := message.get("role")) is str
+            and role in ROLES
+            and type(message.get("content")) in _CONTENT_TYPES
+        ):
+            raise _message_refusal(index, message)
+    stream = request.get("stream")
+    options = request.get("stream_options")
+    if options is not None and type(options) is not dict:
+        raise _invalid_type("stream_options", "an object", options)
+    include_usage = options.get("include_usage") if options else None
+    if include_usage is not None and type(include_usage) is not bool:
+        raise _invalid_type("stream_options.include_usage", "a boolean", include_usage)
+    return ChatRequest(model, messages, bool(stream), bool(include_usage))
+
+
+def _message_refusal(index: int, message: Any) -> BadRequest:
+    where = f"messages[{index}]"
+    if type(message) is not dict:
+        return _invalid_type(where, "an object", message)
+    role = message.get("role")
+    if role is None:
+        return _missing(f"{where}.role")
+    if type(role) is not str:
+        return _invalid_type(f"{where}.role", "a string", role)
+    if role not in ROLES:
+        supported = ", ".join(f"'{r}'" for r in sorted(ROLES))
+        return BadRequest(
+            f"Invalid value: {role[:40]!r}. Supported values are: {supported}.",
+            param=f"{where}.role",
+            code="invalid_value",
+        )
+    return _invalid_type(f"{where}.content", "a string or an array of objects", message.get("content"))
+
+
+def latency_override_ms(headers: dict[str, str]) -> float | None:
+    """``x-sim-latency-ms``: a mean latency of 0 ms or more, or None when absent."""
+    given = headers.get("x-sim-latency-ms")
+    if not given:
+        return None
+    try:
+        value = float(given)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:  # NaN fails both
+        raise BadRequest(
+            f"x-sim-latency-ms must be a number of milliseconds, got {given[:40]!r}",
+            param="x-sim-latency-ms",
+            code="invalid_value",
+        )
+    return value
+
+
+def fault_override(headers: dict[str, str]) -> str | None:
+    """``x-sim-fault``: one of ``FAULTS``, or None when absent."""
+    given = headers.get("x-sim-fault")
+    if not given:
+        return None
+    if given not in FAULTS:
+        raise BadRequest(
+            f"x-sim-fault must be one of {', '.join(FAULTS)}, got {given[:40]!r}",
+            param="x-sim-fault",
+            code="invalid_value",
+        )
+    return given
+
+
+def _invalid_type(param: str, expected: str, got: Any) -> BadRequest:
+    if got is None and "." not in param and "[" not in param:
+        return _missing(param)
+    return BadRequest(
+        f"Invalid type for '{param}': expected {expected}, but got {_kind(got)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def _missing(param: str) -> BadRequest:
+    message = f"Missing required parameter: '{param}'."
+    return BadRequest(message, param=param, code="missing_required_parameter")
+
+
+def _kind(value: Any) -> str:
+    """The JSON type of ``value``, as OpenAI's messages name it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"

@@ -1,0 +1,131 @@
+"""HTTP/1.1 framing for the LLM simulator: read one request, write JSON, raw or SSE answers.
+
+A request the simulator cannot read is a ``BadRequest``, answered with an OpenAI-style error
+body (``{"error": {"message", "type", "param", "code"}}``), never a dropped connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, NamedTuple
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+class BadRequest(Exception):
+    """A request the simulator refuses with a 4xx; ``close`` when its framing is lost, so the
+    connection cannot carry another request."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int = 400,
+        close: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message, self.param, self.code, self.status, self.close = message, param, code, status, close
+
+    def body(self) -> dict[str, Any]:
+        """The error as OpenAI sends it."""
+        return error_body(self.message, "invalid_request_error", self.param, self.code)
+
+
+def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """An OpenAI-shaped error object."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+class Request(NamedTuple):
+    """One HTTP request: the method, the path without its query, lower-cased headers, the body."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+async def read_request(reader: asyncio.StreamReader) -> Request | None:
+    """The next request on the connection, or None once the client has closed it."""
+    request_line = await _line(reader)
+    if not request_line:
+        return None
+    parts = request_line.decode("latin-1").split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise BadRequest("the request line is not 'METHOD target HTTP/1.x'", close=True)
+    method, target, _version = parts
+    headers: dict[str, str] = {}
+    while (line := await _line(reader)) not in (b"\r\n", b"\n", b""):
+        name, colon, value = line.decode("latin-1").partition(":")
+        if not colon or not name or name != name.strip():
+            raise BadRequest(f"header line {line[:40]!r} is not 'name: value'", close=True)
+        headers[name.lower()] = value.strip()
+    body = await reader.readexactly(_content_length(headers))
+    return Request(method, target.split("?", 1)[0].rstrip("/"), headers, body)
+
+
+async def _line(reader: asyncio.StreamReader) -> bytes:
+    try:
+        return await reader.readline()
+    except ValueError:  # longer than the reader's limit (64 KiB)
+        raise BadRequest("a request or header line is longer than 64 KiB", close=True) from None
+
+
+def _content_length(headers: dict[str, str]) -> int:
+    given = headers.get("content-length")
+    if given is None:
+        return 0
+    # int() would also take " 12", "1_2", "+12" and non-ASCII digits.
+    if not (given.isascii() and given.isdigit()):
+        raise BadRequest(f"content-length must be a count of bytes, got {given[:40]!r}", close=True)
+    return int(given)
+
+
+async def send_json(
+    writer: asyncio.StreamWriter, status: int, payload: Any, extra: dict[str, str] | None = None
+) -> None:
+    """Answer ``payload`` as JSON."""
+    await send_raw(writer, status, json.dumps(payload).encode(), extra)
+
+
+async def send_raw(
+    writer: asyncio.StreamWriter, status: int, body: bytes, extra: dict[str, str] | None = None
+) -> None:
+    """Answer ``body`` as it is, labelled JSON (a fault sends a broken one)."""
+    head = [
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+    ]
+    head += [f"{k}: {v}" for k, v in (extra or {}).items()]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+    await writer.drain()
+
+
+async def send_refusal(writer: asyncio.StreamWriter, refusal: BadRequest) -> None:
+    """Answer a ``BadRequest``; says ``connection: close`` when the connection ends with it."""
+    closing = {"connection": "close"} if refusal.close else None
+    await send_json(writer, refusal.status, refusal.body(), closing)
+
+
+async def send_stream(writer: asyncio.StreamWriter, payloads: list[str], gap_s: float) -> None:
+    """Answer server-sent events, one ``data:`` line per payload, ``gap_s`` apart."""
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+    for payload in payloads:
+        data = f"data: {payload}\n\n".encode()
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        await writer.drain()
+        await asyncio.sleep(gap_s)
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()

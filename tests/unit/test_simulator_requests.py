@@ -1,0 +1,223 @@
+"""The simulator answers every request it cannot serve with an OpenAI-style 4xx, never a dropped line."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flowledger.adapters.simulator import Simulator, SimulatorConfig, run_simulator
+from flowledger.adapters.simulator.chat_request import chat_request
+from flowledger.adapters.simulator.wire import BadRequest
+
+KEY = "sk-sim-000000"
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def simulator() -> Iterator[Simulator]:
+    with run_simulator(SimulatorConfig(latency_ms=0, seed=5)) as running:
+        yield running
+
+
+@pytest.fixture
+def no_traceback(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """The simulator's loop runs on its own thread; what it logs still reaches caplog."""
+    with caplog.at_level(logging.WARNING):
+        yield
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def sdk(simulator: Simulator) -> openai.OpenAI:
+    return openai.OpenAI(base_url=simulator.base_url, api_key=KEY, max_retries=0, timeout=5)
+
+
+class _Responses:
+    """Reads responses one after another from one socket: a JSON body framed by its
+    content-length, or a chunked one (a stream) as its text."""
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+
+    def next(self) -> tuple[int, dict[str, str], Any]:
+        status_line = self._file.readline()
+        if not status_line:
+            raise ConnectionError("the simulator closed the connection without an answer")
+        headers = {}
+        while (line := self._file.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        status = int(status_line.split()[1])
+        if headers.get("transfer-encoding") != "chunked":
+            return status, headers, json.loads(self._file.read(int(headers["content-length"])))
+        text = b""
+        while size := int(self._file.readline(), 16):
+            text += self._file.read(size)
+            self._file.readline()
+        self._file.readline()
+        return status, headers, text.decode()
+
+
+@contextlib.contextmanager
+def connection(simulator: Simulator) -> Iterator[tuple[socket.socket, _Responses]]:
+    with (
+        socket.create_connection(("127.0.0.1", simulator.port), timeout=5) as sock,
+        sock.makefile("rb") as file,
+    ):
+        yield sock, _Responses(file)
+
+
+def exchange(simulator: Simulator, request: bytes) -> tuple[int, dict[str, str], Any]:
+    """Send raw bytes; the status, headers and body of the one response."""
+    with connection(simulator) as (sock, responses):
+        sock.sendall(request)
+        return responses.next()
+
+
+def post(body: bytes, *head: str) -> bytes:
+    lines = ["POST /v1/chat/completions HTTP/1.1", "host: sim", f"authorization: Bearer {KEY}", *head]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def assert_invalid_request(body: Any, param: str | None = None) -> None:
+    error = body.get("error", body)  # the SDK hands over the inner object
+    assert error["type"] == "invalid_request_error"
+    assert isinstance(error["message"], str)
+    assert error["message"]
+    assert set(error) >= {"message", "type", "param", "code"}
+    if param is not None:
+        assert error["param"] == param
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"model": None}, "model"),
+        ({"model": 4}, "model"),
+        ({"messages": None}, "messages"),
+        ({"messages": [1, 2]}, "messages[0]"),
+        ({"messages": "hello"}, "messages"),
+        ({"messages": {"role": "user", "content": "hello"}}, "messages"),
+        ({"messages": [{"content": "hello"}]}, "messages[0].role"),
+        ({"messages": [{"role": "robot", "content": "hello"}]}, "messages[0].role"),
+        ({"messages": [{"role": ["user"], "content": "hello"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
+        ({"stream_options": "x"}, "stream_options"),
+        ({"stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
+    ],
+)
+def test_a_malformed_body_is_a_400_with_an_openai_error(
+    simulator: Simulator, fields: dict[str, Any], param: str
+) -> None:
+    request: dict[str, Any] = {"model": "gpt-4.1", "messages": MESSAGES, **fields}
+    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(**request)
+    assert_invalid_request(raised.value.body, param)
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b"\xff\xfe", b""])
+def test_a_body_that_is_not_a_json_object_is_a_400(simulator: Simulator, body: bytes) -> None:
+    status, _, answer = exchange(simulator, post(body, f"content-length: {len(body)}"))
+    assert status == 400
+    assert_invalid_request(answer)
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize("length", ["abc", "-1", "1.5", "0x10", " ", "5, 5"])
+def test_a_content_length_that_is_not_a_count_is_a_400_and_the_connection_closes(
+    simulator: Simulator, length: str
+) -> None:
+    status, headers, answer = exchange(simulator, post(b"{}", f"content-length: {length}"))
+    assert status == 400
+    assert headers["connection"] == "close"
+    assert_invalid_request(answer)
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    "request_line", [b"GARBAGE\r\n\r\n", b"POST\r\n\r\n", b"\x00\x01 / HTTP/1.1\r\nx\r\n\r\n"]
+)
+def test_a_request_line_or_header_that_is_not_http_is_a_400(
+    simulator: Simulator, request_line: bytes
+) -> None:
+    status, headers, answer = exchange(simulator, request_line)
+    assert status == 400
+    assert headers["connection"] == "close"
+    assert_invalid_request(answer)
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("x-sim-latency-ms", "abc"),
+        ("x-sim-latency-ms", "nan"),
+        ("x-sim-latency-ms", "-5"),
+        ("x-sim-fault", "x"),
+    ],
+)
+def test_a_simulator_header_it_cannot_read_is_a_400(simulator: Simulator, name: str, value: str) -> None:
+    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, extra_headers={name: value})  # type: ignore[arg-type]
+    assert_invalid_request(raised.value.body, name)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+MESSAGE = st.fixed_dictionaries(
+    {}, optional={"role": st.sampled_from(["user", "system", "assistant", "x"]) | JSON, "content": JSON}
+)
+FIELDS = {
+    "model": st.sampled_from(["gpt-4.1", "gemini-2.5-flash"]) | JSON,
+    "messages": st.lists(MESSAGE, max_size=3) | JSON,
+    "stream": st.booleans() | JSON,
+    "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans() | JSON}) | JSON,
+}
+
+
+BODIES = st.fixed_dictionaries({}, optional=FIELDS) | JSON
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=BODIES)
+def test_any_json_body_is_read_or_refused_as_a_bad_request(body: Any) -> None:
+    try:
+        request = chat_request(json.dumps(body).encode())
+    except BadRequest as refusal:
+        assert_invalid_request(refusal.body())
+    else:
+        assert (request.model, request.messages) == (body["model"], body["messages"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(body=BODIES)
+def test_any_json_body_is_answered_200_or_400(simulator: Simulator, body: Any) -> None:
+    raw = json.dumps(body).encode()
+    status, _, answer = exchange(simulator, post(raw, f"content-length: {len(raw)}", "connection: close"))
+    if status != 200:
+        assert status == 400
+        assert_invalid_request(answer)
+
+
+def test_the_connection_stays_open_after_a_refused_body(simulator: Simulator) -> None:
+    # Given one connection
+    with connection(simulator) as (sock, responses):
+        good = json.dumps({"model": "gpt-4.1", "messages": MESSAGES}).encode()
+        # When a refused body is followed by a good one on the same connection
+        sock.sendall(post(b"[1]", "content-length: 3") + post(good, f"content-length: {len(good)}"))
+        statuses = [responses.next()[0] for _ in range(2)]
+    # Then both are answered, in order
+    assert statuses == [400, 200]
