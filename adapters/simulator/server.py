@@ -111,7 +111,7 @@ class Simulator:
 
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         try:
-            request = await read_request(reader)
+            request = await read_request(reader, writer)
             if request is None:
                 return False
             return await self._route(request, writer)

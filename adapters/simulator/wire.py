@@ -15,10 +15,16 @@ _REASONS = {
     400: "Bad Request",
     401: "Unauthorized",
     404: "Not Found",
+    413: "Content Too Large",
     429: "Too Many Requests",
     500: "Internal Server Error",
+    501: "Not Implemented",
     503: "Service Unavailable",
 }
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""The largest request body read (a 413 beyond it): far above any chat request, far below memory."""
 
 
 class BadRequest(Exception):
@@ -56,8 +62,9 @@ class Request(NamedTuple):
     body: bytes
 
 
-async def read_request(reader: asyncio.StreamReader) -> Request | None:
-    """The next request on the connection, or None once the client has closed it."""
+async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Request | None:
+    """The next request on the connection, or None once the client has closed it; the body is
+    read whole, framed by its Content-Length or chunked (``writer`` answers ``100 Continue``)."""
     request_line = await _line(reader)
     if not request_line:
         return None
@@ -71,7 +78,18 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
         if not colon or not name or name != name.strip():
             raise BadRequest(f"header line {line[:40]!r} is not 'name: value'", close=True)
         headers[name.lower()] = value.strip()
-    body = await reader.readexactly(_content_length(headers))
+    coding = headers.get("transfer-encoding")
+    length = _content_length(headers) if coding is None else None  # chunked overrides a length
+    if coding is not None and coding.lower() != "chunked":
+        raise BadRequest(
+            f"transfer-encoding {coding[:40]!r} is not supported (only chunked)",
+            param="transfer-encoding",
+            status=501,
+            close=True,
+        )
+    if headers.get("expect", "").lower() == "100-continue":
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    body = await (_chunked_body(reader) if length is None else reader.readexactly(length))
     return Request(method, target.split("?", 1)[0].rstrip("/"), headers, body)
 
 
@@ -89,7 +107,35 @@ def _content_length(headers: dict[str, str]) -> int:
     # int() would also take " 12", "1_2", "+12" and non-ASCII digits.
     if not (given.isascii() and given.isdigit()):
         raise BadRequest(f"content-length must be a count of bytes, got {given[:40]!r}", close=True)
-    return int(given)
+    return _within_limit(int(given))
+
+
+def _within_limit(size: int) -> int:
+    if size > MAX_BODY_BYTES:
+        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES:,} bytes", status=413, close=True)
+    return size
+
+
+async def _chunked_body(reader: asyncio.StreamReader) -> bytes:
+    pieces: list[bytes] = []
+    total = 0
+    while True:
+        size_line = await _line(reader)
+        if not size_line:
+            raise asyncio.IncompleteReadError(b"", None)  # the client went away mid-body
+        size = size_line.split(b";", 1)[0].strip()
+        # int(size, 16) would also take "-2", "0x2" and "1_0".
+        if not size or not _HEX.issuperset(size):
+            raise BadRequest(f"chunk size {size_line[:40]!r} is not hexadecimal", close=True)
+        if not (length := int(size, 16)):
+            break
+        total = _within_limit(total + length)
+        pieces.append(await reader.readexactly(length))
+        if (await _line(reader)).strip():
+            raise BadRequest("a chunk is longer than its size says", close=True)
+    while (await _line(reader)).strip():  # trailer fields, not read
+        pass
+    return b"".join(pieces)
 
 
 async def send_json(

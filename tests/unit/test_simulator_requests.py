@@ -9,6 +9,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from hypothesis import given, settings
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from flowledger.adapters.simulator import Simulator, SimulatorConfig, run_simulator
 from flowledger.adapters.simulator.chat_request import chat_request
-from flowledger.adapters.simulator.wire import BadRequest
+from flowledger.adapters.simulator.wire import MAX_BODY_BYTES, BadRequest
 
 KEY = "sk-sim-000000"
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -221,3 +222,76 @@ def test_the_connection_stays_open_after_a_refused_body(simulator: Simulator) ->
         statuses = [responses.next()[0] for _ in range(2)]
     # Then both are answered, in order
     assert statuses == [400, 200]
+
+
+def chunked(*pieces: bytes, trailer: bytes = b"") -> bytes:
+    return b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in pieces) + b"0\r\n" + trailer + b"\r\n"
+
+
+def test_a_chunked_body_is_read_whole(simulator: Simulator) -> None:
+    # Given a body sent in pieces, as a proxy or a streaming client sends it
+    body = json.dumps({"model": "gpt-4.1", "messages": MESSAGES}).encode()
+    pieces = (body[:10], body[10:11], body[11:])
+    with httpx.Client(base_url=simulator.base_url, headers={"authorization": f"Bearer {KEY}"}) as client:
+        # When it is posted without a length
+        reply = client.post("/chat/completions", content=iter(pieces))
+    # Then it is answered as if it had been sent whole
+    assert reply.request.headers["transfer-encoding"] == "chunked"
+    assert reply.status_code == 200
+    assert reply.json()["model"] == "gpt-4.1"
+
+
+def test_chunk_extensions_and_trailers_are_read_and_the_connection_goes_on(simulator: Simulator) -> None:
+    body = json.dumps({"model": "gpt-4.1", "messages": MESSAGES}).encode()
+    pieces = f"{5:x};name=value\r\n".encode() + body[:5] + b"\r\n" + chunked(body[5:], trailer=b"x-t: 1\r\n")
+    with connection(simulator) as (sock, responses):
+        sock.sendall(post(pieces, "transfer-encoding: chunked") * 2)
+        assert [responses.next()[0] for _ in range(2)] == [200, 200]
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    "pieces",
+    [b"zz\r\n{}\r\n0\r\n\r\n", b"-2\r\n{}\r\n0\r\n\r\n", b"0x2\r\n{}\r\n0\r\n\r\n", b"2\r\n{}xx0\r\n\r\n"],
+)
+def test_a_chunk_that_is_not_framed_is_a_400_and_the_connection_closes(
+    simulator: Simulator, pieces: bytes
+) -> None:
+    status, headers, answer = exchange(simulator, post(pieces, "transfer-encoding: chunked"))
+    assert (status, headers["connection"]) == (400, "close")
+    assert_invalid_request(answer)
+
+
+@pytest.mark.usefixtures("no_traceback")
+def test_a_transfer_coding_other_than_chunked_is_refused(simulator: Simulator) -> None:
+    status, headers, answer = exchange(simulator, post(b"{}", "transfer-encoding: gzip", "content-length: 2"))
+    assert (status, headers["connection"]) == (501, "close")
+    assert_invalid_request(answer, "transfer-encoding")
+
+
+def test_a_client_that_expects_100_continue_is_told_to_send_its_body(simulator: Simulator) -> None:
+    body = json.dumps({"model": "gpt-4.1", "messages": MESSAGES}).encode()
+    with connection(simulator) as (sock, responses):
+        # Given a client that waits for 100 Continue before sending its body
+        sock.sendall(post(b"", f"content-length: {len(body)}", "expect: 100-continue"))
+        # Then it is told to go on, and its body is answered
+        assert sock.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        assert responses.next()[0] == 200
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    "framing",
+    [
+        ("content-length: 99999999999",),
+        ("transfer-encoding: chunked",),
+    ],
+)
+def test_a_body_past_the_size_limit_is_a_413_before_it_is_read(
+    simulator: Simulator, framing: tuple[str]
+) -> None:
+    body = b"" if framing[0].startswith("content") else f"{MAX_BODY_BYTES + 1:x}\r\n".encode()
+    status, headers, answer = exchange(simulator, post(body, *framing))
+    assert (status, headers["connection"]) == (413, "close")
+    assert_invalid_request(answer)
