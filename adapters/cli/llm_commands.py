@@ -34,7 +34,13 @@ def simulate_llm(
     retry_after: Annotated[float, typer.Option(help="Seconds a 429 asks the client to wait.")] = 0.5,
     seed: Annotated[int | None, typer.Option(help="Seed for latencies and faults.")] = None,
 ) -> None:
-    """Serve an OpenAI-compatible /v1/chat/completions with realistic usage, latency and faults."""
+    """Serve an OpenAI-compatible /v1/chat/completions with realistic usage, latency and faults.
+
+    Any model name is played: one not listed in GET /v1/models is answered
+    like the others, at a 45 ms mean latency. A request it cannot read (a
+    field of the wrong JSON type, no messages, a stream flag that is not a
+    boolean, a broken body) is a 400 with OpenAI's error body.
+    """
     with reported_errors():
         require_count("port", port, most=65535)
         faults = FaultRates(  # a ValidationError for impossible rates

@@ -43,6 +43,12 @@ def chat_request(raw: bytes) -> ChatRequest:
     messages = request.get("messages")
     if type(messages) is not list:
         raise _invalid_type("messages", "an array of objects", messages)
+    if not messages:
+        raise BadRequest(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1.",
+            param="messages",
+            code="empty_array",
+        )
     for index, message in enumerate(messages):
         # One test per message on the common path; _message_refusal works out what is wrong.
         if not (
@@ -53,13 +59,15 @@ def chat_request(raw: bytes) -> ChatRequest:
         ):
             raise _message_refusal(index, message)
     stream = request.get("stream")
+    if stream is not None and type(stream) is not bool:  # "false" is a non-empty string: truthy
+        raise _invalid_type("stream", "a boolean", stream)
     options = request.get("stream_options")
     if options is not None and type(options) is not dict:
         raise _invalid_type("stream_options", "an object", options)
     include_usage = options.get("include_usage") if options else None
     if include_usage is not None and type(include_usage) is not bool:
         raise _invalid_type("stream_options.include_usage", "a boolean", include_usage)
-    return ChatRequest(model, messages, bool(stream), bool(include_usage))
+    return ChatRequest(model, messages, stream is True, include_usage is True)
 
 
 def _message_refusal(index: int, message: Any) -> BadRequest:

@@ -295,3 +295,29 @@ def test_a_body_past_the_size_limit_is_a_413_before_it_is_read(
     status, headers, answer = exchange(simulator, post(body, *framing))
     assert (status, headers["connection"]) == (413, "close")
     assert_invalid_request(answer)
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"stream": "false"}, "stream"),
+        ({"stream": 1}, "stream"),
+        ({"stream": [True]}, "stream"),
+        ({"messages": []}, "messages"),
+    ],
+)
+def test_a_stream_flag_that_is_not_a_boolean_or_no_messages_is_a_400(
+    simulator: Simulator, fields: dict[str, Any], param: str
+) -> None:
+    body = json.dumps({"model": "gpt-4.1", "messages": MESSAGES, **fields}).encode()
+    status, _, answer = exchange(simulator, post(body, f"content-length: {len(body)}"))
+    assert status == 400
+    assert_invalid_request(answer, param)
+
+
+def test_stream_null_is_not_streamed_and_any_model_name_is_played(simulator: Simulator) -> None:
+    body = json.dumps({"model": "no-such-model", "messages": MESSAGES, "stream": None}).encode()
+    status, headers, answer = exchange(simulator, post(body, f"content-length: {len(body)}"))
+    assert (status, headers["content-type"]) == (200, "application/json")
+    assert answer["model"] == "no-such-model"
