@@ -37,7 +37,9 @@ def simulate_llm(
     """Serve an OpenAI-compatible /v1/chat/completions with realistic usage, latency and faults.
 
     Any model name is played: one not listed in GET /v1/models is answered
-    like the others, at a 45 ms mean latency. A request it cannot read (a
+    like the others, at a 45 ms mean latency. max_tokens (and
+    max_completion_tokens) cut the reply, which then ends with finish_reason
+    "length"; n returns that many copies of the reply. A request it cannot read (a
     field of the wrong JSON type, no messages, a stream flag that is not a
     boolean, a broken body) is a 400 with OpenAI's error body.
     """

@@ -15,6 +15,8 @@ from flowledger.adapters.simulator.replies import FAULTS
 from flowledger.adapters.simulator.wire import BadRequest
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+MAX_CHOICES = 128
+"""The most choices (``n``) a request may ask for, as OpenAI allows."""
 # json.loads builds exactly these types, so ``type(x) in`` is the whole check, and cheap.
 _CONTENT_TYPES = frozenset({str, list, type(None)})
 
@@ -27,6 +29,9 @@ class ChatRequest(NamedTuple):
     messages: list[dict[str, Any]]
     stream: bool
     include_usage: bool
+    max_tokens: int | None
+    """The smaller of ``max_tokens`` and ``max_completion_tokens``, when either is given."""
+    n: int
 
 
 def chat_request(raw: bytes) -> ChatRequest:
@@ -67,7 +72,34 @@ def chat_request(raw: bytes) -> ChatRequest:
     include_usage = options.get("include_usage") if options else None
     if include_usage is not None and type(include_usage) is not bool:
         raise _invalid_type("stream_options.include_usage", "a boolean", include_usage)
-    return ChatRequest(model, messages, stream is True, include_usage is True)
+    cap = _count(request, "max_tokens")
+    if (newer := _count(request, "max_completion_tokens")) is not None:
+        cap = newer if cap is None else min(cap, newer)
+    n = _count(request, "n", most=MAX_CHOICES)
+    return ChatRequest(model, messages, stream is True, include_usage is True, cap, 1 if n is None else n)
+
+
+def _count(request: dict[str, Any], name: str, most: int | None = None) -> int | None:
+    """The field ``name``: None, or a whole number from 1 (to ``most``)."""
+    value = request.get(name)
+    if value is None:
+        return None
+    if type(value) is not int:  # nor bool, which isinstance takes for an int
+        raise _invalid_type(name, "an integer", value)
+    if value < 1:
+        raise BadRequest(
+            f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got {value} instead.",
+            param=name,
+            code="integer_below_min_value",
+        )
+    if most is not None and value > most:
+        raise BadRequest(
+            f"Invalid '{name}': integer above maximum value. Expected a value <= {most}, "
+            f"but got {value} instead.",
+            param=name,
+            code="integer_above_max_value",
+        )
+    return value
 
 
 def _message_refusal(index: int, message: Any) -> BadRequest:

@@ -243,12 +243,27 @@ class PromptCache:
 
 
 def completion_body(
-    model: str, messages: list[dict[str, Any]], content: str, cached: int, rng: random.Random
+    model: str,
+    messages: list[dict[str, Any]],
+    content: str,
+    cached: int,
+    rng: random.Random,
+    *,
+    max_tokens: int | None = None,
+    n: int = 1,
 ) -> dict[str, Any]:
-    """A chat.completion object with OpenAI-shaped usage (cached and reasoning details)."""
+    """A chat.completion object with OpenAI-shaped usage (cached and reasoning details): ``n``
+    identical choices, each cut to ``max_tokens`` (reasoning spends them first), and then
+    ``finish_reason`` is ``length``."""
     prompt = sum(count_tokens(str(m.get("content") or "")) + 4 for m in messages) + 3
     reasoning = rng.randint(16, 96) if model in REASONING_MODELS else 0
-    completion = count_tokens(content) + reasoning
+    finish = "stop"
+    if max_tokens is not None and reasoning + count_tokens(content) > max_tokens:
+        reasoning = min(reasoning, max_tokens)
+        # count_tokens is 4 characters a token, rounded up: this many characters fit.
+        content = content[: (max_tokens - reasoning) * 4]
+        finish = "length"
+    completion = ((count_tokens(content) if content else 0) + reasoning) * n
     return {
         "id": f"chatcmpl-sim-{rng.getrandbits(48):012x}",
         "object": "chat.completion",
@@ -256,36 +271,42 @@ def completion_body(
         "model": model,
         "choices": [
             {
-                "index": 0,
+                "index": i,
                 "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
+                "finish_reason": finish,
                 "logprobs": None,
             }
+            for i in range(n)
         ],
         "usage": {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": min(cached, prompt)},
-            "completion_tokens_details": {"reasoning_tokens": reasoning},
+            "completion_tokens_details": {"reasoning_tokens": reasoning * n},
         },
     }
 
 
 def stream_chunks(body: dict[str, Any], include_usage: bool, pieces: int = 4) -> list[str]:
-    """The reply as SSE ``data:`` payloads: role, content pieces, finish, usage, ``[DONE]``."""
-    content = body["choices"][0]["message"]["content"]
+    """The reply as SSE ``data:`` payloads: for each choice its role, content pieces and finish;
+    then the usage, then ``[DONE]``."""
     base = {
         "id": body["id"],
         "object": "chat.completion.chunk",
         "created": body["created"],
         "model": body["model"],
     }
-    size = max(1, math.ceil(len(content) / pieces))
-    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
-    deltas += [{"content": content[i : i + size]} for i in range(0, len(content), size)]
-    chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks: list[dict[str, Any]] = []
+    for choice in body["choices"]:
+        index, content = choice["index"], choice["message"]["content"]
+        size = max(1, math.ceil(len(content) / pieces))
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        deltas += [{"content": content[i : i + size]} for i in range(0, len(content), size)]
+        chunks += [{**base, "choices": [{"index": index, "delta": d, "finish_reason": None}]} for d in deltas]
+        chunks.append(
+            {**base, "choices": [{"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}]}
+        )
     if include_usage:
         chunks.append({**base, "choices": [], "usage": body["usage"]})
     return [json.dumps(c) for c in chunks] + ["[DONE]"]

@@ -161,7 +161,9 @@ class Simulator:
             return await self._fault(fault, writer)
         content = reply_content(messages)
         cached = self._cache.cached_tokens(messages, self.config.cache_min_tokens)
-        body = completion_body(model, messages, content, cached, self._rng)
+        body = completion_body(
+            model, messages, content, cached, self._rng, max_tokens=request.max_tokens, n=request.n
+        )
         self.stats["served"] += 1
         self.stats[f"model_{model}"] += 1
         # Kept before the reply is sent: whoever has the reply finds its exchange here.

@@ -321,3 +321,102 @@ def test_stream_null_is_not_streamed_and_any_model_name_is_played(simulator: Sim
     status, headers, answer = exchange(simulator, post(body, f"content-length: {len(body)}"))
     assert (status, headers["content-type"]) == (200, "application/json")
     assert answer["model"] == "no-such-model"
+
+
+@pytest.mark.parametrize("cap", ["max_tokens", "max_completion_tokens"])
+def test_a_token_cap_cuts_the_reply_and_says_length(simulator: Simulator, cap: str) -> None:
+    with sdk(simulator) as client:
+        whole = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES)
+        cut = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, **{cap: 1})
+    assert whole.usage is not None
+    assert cut.usage is not None
+    assert whole.usage.completion_tokens > 1
+    assert (cut.choices[0].finish_reason, cut.usage.completion_tokens) == ("length", 1)
+    assert cut.usage.total_tokens == cut.usage.prompt_tokens + 1
+    text = whole.choices[0].message.content or ""
+    assert text.startswith(cut.choices[0].message.content or "")
+    assert 0 < len(cut.choices[0].message.content or "") <= 4
+
+
+def test_a_cap_the_reply_fits_in_changes_nothing(simulator: Simulator) -> None:
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, max_tokens=4096)
+    assert reply.choices[0].finish_reason == "stop"
+
+
+def test_a_thinking_model_spends_its_cap_on_reasoning_first(simulator: Simulator) -> None:
+    # Given a model that reports 16 to 96 reasoning tokens, and a cap below that
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(
+            model="gemini-2.5-flash", messages=MESSAGES, max_completion_tokens=10, max_tokens=12
+        )
+    # Then the smaller cap holds, all of it reasoning, and nothing is shown
+    usage = reply.usage
+    assert usage is not None
+    assert usage.completion_tokens_details is not None
+    assert (usage.completion_tokens, usage.completion_tokens_details.reasoning_tokens) == (10, 10)
+    assert (reply.choices[0].finish_reason, reply.choices[0].message.content) == ("length", "")
+
+
+def test_a_capped_stream_ends_with_length_and_counts_what_it_sent(simulator: Simulator) -> None:
+    with sdk(simulator) as client:
+        stream = client.chat.completions.create(
+            model="gpt-4.1",
+            messages=MESSAGES,
+            max_tokens=3,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish == ["length"]
+    assert 8 < len(text) <= 12
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 3
+
+
+def test_n_choices_are_returned_and_counted(simulator: Simulator) -> None:
+    with sdk(simulator) as client:
+        one = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES)
+        three = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, n=3)
+    assert [c.index for c in three.choices] == [0, 1, 2]
+    assert {c.message.content for c in three.choices} == {one.choices[0].message.content}
+    assert one.usage is not None
+    assert three.usage is not None
+    assert three.usage.prompt_tokens == one.usage.prompt_tokens
+    assert three.usage.completion_tokens == 3 * one.usage.completion_tokens
+
+
+def test_n_streamed_choices_each_carry_the_whole_reply(simulator: Simulator) -> None:
+    with sdk(simulator) as client:
+        chunks = list(client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, n=2, stream=True))
+    texts = [
+        "".join(c.choices[0].delta.content or "" for c in chunks if c.choices[0].index == i) for i in (0, 1)
+    ]
+    assert texts[0] == texts[1]
+    assert json.loads(texts[0])
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_tokens", 0),
+        ("max_tokens", -1),
+        ("max_tokens", "5"),
+        ("max_tokens", 1.5),
+        ("max_tokens", True),
+        ("max_completion_tokens", 0),
+        ("n", 0),
+        ("n", 129),
+        ("n", "2"),
+    ],
+)
+def test_a_count_out_of_range_or_not_an_integer_is_a_400(
+    simulator: Simulator, field: str, value: Any
+) -> None:
+    body = json.dumps({"model": "gpt-4.1", "messages": MESSAGES, field: value}).encode()
+    status, _, answer = exchange(simulator, post(body, f"content-length: {len(body)}"))
+    assert status == 400
+    assert_invalid_request(answer, field)
