@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any, NamedTuple
 
-from flowledger.adapters.simulator.replies import FAULTS
+from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS
 from flowledger.adapters.simulator.wire import BadRequest
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -122,7 +122,8 @@ def _message_refusal(index: int, message: Any) -> BadRequest:
 
 
 def latency_override_ms(headers: dict[str, str]) -> float | None:
-    """``x-sim-latency-ms``: a mean latency of 0 ms or more, or None when absent."""
+    """``x-sim-latency-ms``: a mean latency from 0 to ``MAX_LATENCY_MS``, or None when absent
+    (beyond it a 400: a request asking for more would hang, not simulate anything)."""
     given = headers.get("x-sim-latency-ms")
     if not given:
         return None
@@ -130,9 +131,10 @@ def latency_override_ms(headers: dict[str, str]) -> float | None:
         value = float(given)
     except ValueError:
         value = math.nan
-    if not 0 <= value < math.inf:  # NaN fails both
+    if not 0 <= value <= MAX_LATENCY_MS:  # NaN fails both
         raise BadRequest(
-            f"x-sim-latency-ms must be a number of milliseconds, got {given[:40]!r}",
+            f"x-sim-latency-ms must be a number of milliseconds from 0 to {MAX_LATENCY_MS:,.0f}, "
+            f"got {given[:40]!r}",
             param="x-sim-latency-ms",
             code="invalid_value",
         )

@@ -24,6 +24,8 @@ DEFAULT_MODEL_LATENCY_MS: dict[str, float] = {
 # Models that think: they report reasoning tokens inside completion_tokens.
 REASONING_MODELS = frozenset({"gemini-2.5-flash"})
 FAULTS = ("429", "500", "503", "timeout", "malformed", "drop")
+MAX_LATENCY_MS = 600_000.0
+"""The longest mean latency, configured or asked for (``x-sim-latency-ms``): ten minutes."""
 
 # The older four-step script (greet -> classify_intent -> resolve -> satisfaction), kept for
 # callers that name those steps; the seed's own flow is in ``customer_service``.
@@ -100,7 +102,7 @@ class SimulatorConfig:
         """Refuse what would make every request hang or fail (an infinite latency, a negative
         wait, an empty key that no client can match)."""
         for name, value, most in (
-            ("latency_ms", self.latency_ms, 600_000.0),
+            ("latency_ms", self.latency_ms, MAX_LATENCY_MS),
             ("retry_after", self.retry_after_s, 3_600.0),
             ("hang_s", self.hang_s, 3_600.0),
         ):

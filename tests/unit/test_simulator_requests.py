@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowledger.adapters.simulator import Simulator, SimulatorConfig, run_simulator
-from flowledger.adapters.simulator.chat_request import chat_request
+from flowledger.adapters.simulator.chat_request import chat_request, latency_override_ms
 from flowledger.adapters.simulator.wire import MAX_BODY_BYTES, BadRequest
 
 KEY = "sk-sim-000000"
@@ -420,3 +420,23 @@ def test_a_count_out_of_range_or_not_an_integer_is_a_400(
     status, _, answer = exchange(simulator, post(body, f"content-length: {len(body)}"))
     assert status == 400
     assert_invalid_request(answer, field)
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize("latency", ["1e9", "600001", "inf"])
+def test_a_latency_past_ten_minutes_is_a_400_not_a_hang(simulator: Simulator, latency: str) -> None:
+    with (
+        openai.OpenAI(base_url=simulator.base_url, api_key=KEY, max_retries=0, timeout=2) as client,
+        pytest.raises(openai.BadRequestError) as raised,
+    ):
+        client.chat.completions.create(
+            model="gpt-4.1", messages=MESSAGES, extra_headers={"x-sim-latency-ms": latency}
+        )
+    assert_invalid_request(raised.value.body, "x-sim-latency-ms")
+    assert "600,000" in raised.value.message
+
+
+def test_a_latency_of_up_to_ten_minutes_is_taken() -> None:
+    assert latency_override_ms({"x-sim-latency-ms": "600000"}) == 600_000
+    assert latency_override_ms({"x-sim-latency-ms": "0"}) == 0
+    assert latency_override_ms({}) is None
