@@ -29,7 +29,10 @@ def simulate_llm(
     server_error: Annotated[float, typer.Option(help="Share answered 500.")] = 0.0,
     unavailable: Annotated[float, typer.Option(help="Share answered 503.")] = 0.0,
     timeout: Annotated[float, typer.Option(help="Share that hang without an answer.")] = 0.0,
-    malformed: Annotated[float, typer.Option(help="Share answered with a broken JSON body.")] = 0.0,
+    malformed: Annotated[
+        float,
+        typer.Option(help="Share answered with a broken JSON body (streamed: a chunk that is not JSON)."),
+    ] = 0.0,
     dropped: Annotated[float, typer.Option(help="Share whose connection is dropped.")] = 0.0,
     retry_after: Annotated[float, typer.Option(help="Seconds a 429 asks the client to wait.")] = 0.5,
     seed: Annotated[int | None, typer.Option(help="Seed for latencies and faults.")] = None,

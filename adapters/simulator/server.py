@@ -41,6 +41,13 @@ from flowledger.adapters.simulator.wire import (
 )
 from flowledger.domain.errors import ValidationError
 
+_BROKEN_STREAM = [
+    '{"id": "chatcmpl-broken", "object": "chat.completion.chunk", "choices": '
+    '[{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}',
+    '{"id": "chatcmpl-broken", "object": "chat.completion.chunk", "choices": [{"index": 0, "del',
+]
+"""The ``malformed`` fault on a streamed request: a first chunk, then one cut short."""
+
 EXCHANGES_KEPT = 1000
 """How many answered calls a simulator remembers (``Simulator.exchanges``)."""
 
@@ -158,7 +165,7 @@ class Simulator:
         await asyncio.sleep(latency * 0.6 if streamed and fault is None else latency)
         if fault is not None:
             self.stats[f"fault_{fault}"] += 1
-            return await self._fault(fault, writer)
+            return await self._fault(fault, streamed, writer)
         content = reply_content(messages)
         cached = self._cache.cached_tokens(messages, self.config.cache_min_tokens)
         body = completion_body(
@@ -175,7 +182,7 @@ class Simulator:
             await send_json(writer, 200, body)
         return True
 
-    async def _fault(self, fault: str, writer: asyncio.StreamWriter) -> bool:
+    async def _fault(self, fault: str, streamed: bool, writer: asyncio.StreamWriter) -> bool:
         wait = self.config.retry_after_s
         if fault == "429":
             await send_json(
@@ -186,6 +193,10 @@ class Simulator:
             )
         elif fault in ("500", "503"):
             await send_json(writer, int(fault), {"error": {"message": "simulated failure"}})
+        elif fault == "malformed" and streamed:
+            # A stream that begins, then sends a chunk that is not JSON: a JSON body here would
+            # read as a stream with no events, and a client would see no error at all.
+            await send_stream(writer, _BROKEN_STREAM, 0.0)
         elif fault == "malformed":
             await send_raw(writer, 200, b'{"id": "chatcmpl-broken", "choices": [{"mess')
         elif fault == "timeout":

@@ -97,6 +97,16 @@ def test_a_malformed_body_and_a_dropped_connection_are_real_network_faults(simul
             client.post("/chat/completions", json=body, headers={"x-sim-fault": "drop"})
 
 
+def test_a_malformed_stream_is_a_parse_error_for_the_sdk_not_an_empty_stream(simulator_url: str) -> None:
+    with sdk(simulator_url) as client:
+        stream = client.chat.completions.create(
+            model="deepseek-v3.2", messages=MESSAGES, stream=True, extra_headers={"x-sim-fault": "malformed"}
+        )
+        assert stream.response.headers["content-type"] == "text/event-stream"
+        with pytest.raises(json.JSONDecodeError):
+            list(stream)
+
+
 def test_a_timeout_fault_hangs_past_the_client_timeout(simulator_url: str) -> None:
     started = time.perf_counter()
     client = openai.OpenAI(base_url=simulator_url, api_key="sk-sim-000000", max_retries=0, timeout=0.3)
