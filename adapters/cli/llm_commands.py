@@ -28,13 +28,23 @@ def simulate_llm(
     rate_limited: Annotated[float, typer.Option(help="Share of requests answered 429.")] = 0.0,
     server_error: Annotated[float, typer.Option(help="Share answered 500.")] = 0.0,
     unavailable: Annotated[float, typer.Option(help="Share answered 503.")] = 0.0,
-    timeout: Annotated[float, typer.Option(help="Share that hang without an answer.")] = 0.0,
+    timeout: Annotated[
+        float,
+        typer.Option(help="Share held open without an answer until the client times out (see --hang)."),
+    ] = 0.0,
     malformed: Annotated[
         float,
         typer.Option(help="Share answered with a broken JSON body (streamed: a chunk that is not JSON)."),
     ] = 0.0,
     dropped: Annotated[float, typer.Option(help="Share whose connection is dropped.")] = 0.0,
     retry_after: Annotated[float, typer.Option(help="Seconds a 429 asks the client to wait.")] = 0.5,
+    hang: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a timeout fault holds a request before it drops the connection, "
+            "if the client has not given up first (at most 3600)."
+        ),
+    ] = 600.0,
     seed: Annotated[int | None, typer.Option(help="Seed for latencies and faults.")] = None,
 ) -> None:
     """Serve an OpenAI-compatible /v1/chat/completions with realistic usage, latency and faults.
@@ -63,6 +73,7 @@ def simulate_llm(
             latency_ms=latency_ms,
             faults=faults,
             retry_after_s=retry_after,
+            hang_s=hang,
             seed=seed,
         )
         try:

@@ -94,7 +94,10 @@ class SimulatorConfig:
     model_latency_ms: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MODEL_LATENCY_MS))
     faults: FaultRates = field(default_factory=FaultRates)
     retry_after_s: float = 0.05
-    hang_s: float = 30.0
+    hang_s: float = 600.0
+    """How long the ``timeout`` fault holds a request, unanswered, before it drops the
+    connection; the client's own timeout normally ends it first (this is the OpenAI SDK's
+    default read timeout, and ten times flowledger's)."""
     cache_min_tokens: int = 64
     seed: int | None = None
 

@@ -11,6 +11,7 @@ Start it in-process with ``run_simulator()`` or from the CLI (``flowledger simul
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import threading
@@ -78,6 +79,11 @@ class Simulator:
         self.port = self.config.port
 
     @property
+    def open_connections(self) -> int:
+        """Client connections open now."""
+        return len(self._handlers)
+
+    @property
     def base_url(self) -> str:
         """The OpenAI-style base URL (ends in ``/v1``)."""
         return f"http://{self.config.host}:{self.port}/v1"
@@ -121,13 +127,15 @@ class Simulator:
             request = await read_request(reader, writer)
             if request is None:
                 return False
-            return await self._route(request, writer)
+            return await self._route(request, reader, writer)
         except BadRequest as refusal:
             self.stats["bad_request"] += 1
             await send_refusal(writer, refusal)
             return not refusal.close
 
-    async def _route(self, request: Request, writer: asyncio.StreamWriter) -> bool:
+    async def _route(
+        self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         method, path, headers = request.method, request.path, request.headers
         if not self._authorised(headers):
             self.stats["rejected"] += 1
@@ -141,7 +149,7 @@ class Simulator:
         elif method == "GET" and path == "/stats":
             await send_json(writer, 200, dict(self.stats))
         elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
-            return await self._chat(headers, request.body, writer)
+            return await self._chat(request, reader, writer)
         else:
             await send_json(writer, 404, error_body(f"no route {method} {path}", "invalid_request_error"))
         return headers.get("connection", "").lower() != "close"
@@ -152,9 +160,10 @@ class Simulator:
             return False
         return self.config.api_key is None or given[7:] == self.config.api_key
 
-    async def _chat(self, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter) -> bool:
+    async def _chat(self, http: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        headers = http.headers
         self.stats["requests"] += 1
-        request = chat_request(raw)
+        request = chat_request(http.body)
         model, messages = request.model, request.messages
         latency_ms = latency_override_ms(headers)
         fault = fault_override(headers) or self.config.faults.draw(self._rng)
@@ -165,7 +174,7 @@ class Simulator:
         await asyncio.sleep(latency * 0.6 if streamed and fault is None else latency)
         if fault is not None:
             self.stats[f"fault_{fault}"] += 1
-            return await self._fault(fault, streamed, writer)
+            return await self._fault(fault, streamed, reader, writer)
         content = reply_content(messages)
         cached = self._cache.cached_tokens(messages, self.config.cache_min_tokens)
         body = completion_body(
@@ -182,7 +191,9 @@ class Simulator:
             await send_json(writer, 200, body)
         return True
 
-    async def _fault(self, fault: str, streamed: bool, writer: asyncio.StreamWriter) -> bool:
+    async def _fault(
+        self, fault: str, streamed: bool, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         wait = self.config.retry_after_s
         if fault == "429":
             await send_json(
@@ -200,7 +211,11 @@ class Simulator:
         elif fault == "malformed":
             await send_raw(writer, 200, b'{"id": "chatcmpl-broken", "choices": [{"mess')
         elif fault == "timeout":
-            await asyncio.sleep(self.config.hang_s)
+            # No answer: the client's own timeout ends it (hang_s is the longest it is held).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.hang_s):
+                    while await reader.read(65536):  # b"" once the client has hung up
+                        pass
             writer.transport.abort()
             return False
         else:  # drop

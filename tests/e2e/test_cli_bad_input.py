@@ -63,6 +63,7 @@ BAD_INPUT = [
     ),
     (["serve", "--port", "99999"], 2, "port: must be a whole number from 0 to 65535"),
     (["simulate-llm", "--port", "99999"], 2, "port: must be a whole number from 0 to 65535"),
+    (["simulate-llm", "--hang", "-1"], 2, "hang_s: must be a number from 0 to 3,600, got -1.0"),
     (["demo", "--sessions", "0"], 2, "sessions: must be a whole number from 1"),
     (["extend", "x", "--hours", "0"], 2, "hours: must be at least 2.78e-07 (1 ms) and at most 8784, got 0"),
     (

@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from flowledger.adapters.llm.config import ClientConfig
 from flowledger.adapters.simulator import Exchange, FaultRates, SimulatorConfig, run_simulator
 from flowledger.adapters.simulator.replies import draw_latency_s
 from flowledger.adapters.simulator.server import EXCHANGES_KEPT
@@ -115,6 +116,41 @@ def test_a_timeout_fault_hangs_past_the_client_timeout(simulator_url: str) -> No
             model="deepseek-v3.2", messages=MESSAGES, extra_headers={"x-sim-fault": "timeout"}
         )
     assert time.perf_counter() - started < 1.5
+
+
+def test_the_timeout_fault_outlasts_the_clients_default_timeouts() -> None:
+    # A client left at its default timeout sees a timeout, not a connection dropped first.
+    default_client_timeout = ClientConfig.__dataclass_fields__["request_timeout_s"].default
+    assert SimulatorConfig().hang_s >= default_client_timeout
+    assert SimulatorConfig().hang_s >= openai.DEFAULT_TIMEOUT.read
+
+
+def test_a_timeout_fault_holds_the_request_until_the_client_gives_up() -> None:
+    # Given a simulator that would hold a timed-out request for a minute
+    with run_simulator(SimulatorConfig(latency_ms=0, hang_s=60)) as simulator:
+        client = openai.OpenAI(
+            base_url=simulator.base_url, api_key="sk-sim-000000", max_retries=0, timeout=0.3
+        )
+        # When the client gives up first
+        with client, pytest.raises(openai.APITimeoutError):
+            client.chat.completions.create(
+                model="deepseek-v3.2", messages=MESSAGES, extra_headers={"x-sim-fault": "timeout"}
+            )
+        # Then the simulator lets the connection go too, rather than hold it for the minute
+        deadline = time.monotonic() + 2
+        while simulator.open_connections and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert simulator.open_connections == 0
+
+
+def test_a_timeout_fault_drops_the_connection_after_hang_s() -> None:
+    with run_simulator(SimulatorConfig(latency_ms=0, hang_s=0.3)) as simulator:
+        client = openai.OpenAI(base_url=simulator.base_url, api_key="sk-sim-000000", max_retries=0, timeout=5)
+        with client, pytest.raises(openai.APIConnectionError) as raised:
+            client.chat.completions.create(
+                model="deepseek-v3.2", messages=MESSAGES, extra_headers={"x-sim-fault": "timeout"}
+            )
+    assert not isinstance(raised.value, openai.APITimeoutError)
 
 
 def test_a_configured_key_is_enforced() -> None:
