@@ -1,8 +1,9 @@
 """What a chat-completions request asks the simulator, checked as OpenAI checks it.
 
 Every field the simulator reads is checked for its JSON type before use, so a malformed
-request is a 400 ``BadRequest`` that names the field (``param``), as OpenAI answers it; the
-checks are a few ``isinstance`` per message, cheap beside ``json.loads``.
+request is a 400 ``BadRequest`` that names the field (``param``), as OpenAI answers it. The
+common path is one ``type()`` test a field and one combined test a message (about 1 µs a
+request beside ``json.loads``' 4 to 5); the exact complaint is worked out only on refusal.
 """
 
 from __future__ import annotations
@@ -72,34 +73,38 @@ def chat_request(raw: bytes) -> ChatRequest:
     include_usage = options.get("include_usage") if options else None
     if include_usage is not None and type(include_usage) is not bool:
         raise _invalid_type("stream_options.include_usage", "a boolean", include_usage)
-    cap = _count(request, "max_tokens")
-    if (newer := _count(request, "max_completion_tokens")) is not None:
+    cap = request.get("max_tokens")
+    if cap is not None and not (type(cap) is int and cap >= 1):
+        raise _count_refusal("max_tokens", cap)
+    newer = request.get("max_completion_tokens")
+    if newer is not None:
+        if not (type(newer) is int and newer >= 1):
+            raise _count_refusal("max_completion_tokens", newer)
         cap = newer if cap is None else min(cap, newer)
-    n = _count(request, "n", most=MAX_CHOICES)
-    return ChatRequest(model, messages, stream is True, include_usage is True, cap, 1 if n is None else n)
+    n = request.get("n")
+    if n is None:
+        n = 1
+    elif not (type(n) is int and 1 <= n <= MAX_CHOICES):
+        raise _count_refusal("n", n, MAX_CHOICES)
+    return ChatRequest(model, messages, stream is True, include_usage is True, cap, n)
 
 
-def _count(request: dict[str, Any], name: str, most: int | None = None) -> int | None:
-    """The field ``name``: None, or a whole number from 1 (to ``most``)."""
-    value = request.get(name)
-    if value is None:
-        return None
+def _count_refusal(name: str, value: Any, most: int | None = None) -> BadRequest:
+    """Why ``value`` is not a whole number from 1 (to ``most``)."""
     if type(value) is not int:  # nor bool, which isinstance takes for an int
-        raise _invalid_type(name, "an integer", value)
+        return _invalid_type(name, "an integer", value)
     if value < 1:
-        raise BadRequest(
+        return BadRequest(
             f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got {value} instead.",
             param=name,
             code="integer_below_min_value",
         )
-    if most is not None and value > most:
-        raise BadRequest(
-            f"Invalid '{name}': integer above maximum value. Expected a value <= {most}, "
-            f"but got {value} instead.",
-            param=name,
-            code="integer_above_max_value",
-        )
-    return value
+    return BadRequest(
+        f"Invalid '{name}': integer above maximum value. Expected a value <= {most}, "
+        f"but got {value} instead.",
+        param=name,
+        code="integer_above_max_value",
+    )
 
 
 def _message_refusal(index: int, message: Any) -> BadRequest:

@@ -262,13 +262,13 @@ def completion_body(
     ``finish_reason`` is ``length``."""
     prompt = sum(count_tokens(str(m.get("content") or "")) + 4 for m in messages) + 3
     reasoning = rng.randint(16, 96) if model in REASONING_MODELS else 0
-    finish = "stop"
-    if max_tokens is not None and reasoning + count_tokens(content) > max_tokens:
+    shown, finish = count_tokens(content), "stop"
+    if max_tokens is not None and reasoning + shown > max_tokens:
         reasoning = min(reasoning, max_tokens)
         # count_tokens is 4 characters a token, rounded up: this many characters fit.
         content = content[: (max_tokens - reasoning) * 4]
-        finish = "length"
-    completion = ((count_tokens(content) if content else 0) + reasoning) * n
+        shown, finish = count_tokens(content) if content else 0, "length"
+    completion = (shown + reasoning) * n
     return {
         "id": f"chatcmpl-sim-{rng.getrandbits(48):012x}",
         "object": "chat.completion",

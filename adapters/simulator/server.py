@@ -11,13 +11,12 @@ Start it in-process with ``run_simulator()`` or from the CLI (``flowledger simul
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import random
 import threading
 from collections import Counter, deque
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,32 +126,28 @@ class Simulator:
             request = await read_request(reader, writer)
             if request is None:
                 return False
-            return await self._route(request, reader, writer)
+            method, path, headers = request.method, request.path, request.headers
+            if not self._authorised(headers):
+                self.stats["rejected"] += 1
+                refused = error_body("invalid api key", "invalid_request_error", code="invalid_api_key")
+                await send_json(writer, 401, refused)
+            elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
+                return await self._chat(request, reader, writer)
+            elif method == "GET" and path in ("/v1/models", "/models"):
+                models = [
+                    {"id": m, "object": "model", "owned_by": "simulator"}
+                    for m in self.config.model_latency_ms
+                ]
+                await send_json(writer, 200, {"object": "list", "data": models})
+            elif method == "GET" and path == "/stats":
+                await send_json(writer, 200, dict(self.stats))
+            else:
+                await send_json(writer, 404, error_body(f"no route {method} {path}", "invalid_request_error"))
+            return headers.get("connection", "").lower() != "close"
         except BadRequest as refusal:
             self.stats["bad_request"] += 1
             await send_refusal(writer, refusal)
             return not refusal.close
-
-    async def _route(
-        self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> bool:
-        method, path, headers = request.method, request.path, request.headers
-        if not self._authorised(headers):
-            self.stats["rejected"] += 1
-            refused = error_body("invalid api key", "invalid_request_error", code="invalid_api_key")
-            await send_json(writer, 401, refused)
-        elif method == "GET" and path in ("/v1/models", "/models"):
-            models = [
-                {"id": m, "object": "model", "owned_by": "simulator"} for m in self.config.model_latency_ms
-            ]
-            await send_json(writer, 200, {"object": "list", "data": models})
-        elif method == "GET" and path == "/stats":
-            await send_json(writer, 200, dict(self.stats))
-        elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
-            return await self._chat(request, reader, writer)
-        else:
-            await send_json(writer, 404, error_body(f"no route {method} {path}", "invalid_request_error"))
-        return headers.get("connection", "").lower() != "close"
 
     def _authorised(self, headers: dict[str, str]) -> bool:
         given = headers.get("authorization", "")
@@ -212,7 +207,7 @@ class Simulator:
             await send_raw(writer, 200, b'{"id": "chatcmpl-broken", "choices": [{"mess')
         elif fault == "timeout":
             # No answer: the client's own timeout ends it (hang_s is the longest it is held).
-            with contextlib.suppress(TimeoutError):
+            with suppress(TimeoutError):
                 async with asyncio.timeout(self.config.hang_s):
                     while await reader.read(65536):  # b"" once the client has hung up
                         pass
