@@ -41,6 +41,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.RebuildInProgress, 4),
     (errors.AuditError, 1),
     (errors.TaskConflict, 4),
+    (errors.TaskNeedsClassification, 4),
     (errors.TaskTransitionRejected, 4),
     (errors.AgentConflict, 4),
     (errors.AgentAtCapacity, 4),
@@ -56,6 +57,8 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     # A command ran on an engine already closed: a bug in flowledger, not an outage (EX_SOFTWARE).
     (errors.EngineClosed, 70),
     # The store did not answer within its deadline: retry later (sysexits' EX_TEMPFAIL).
+    # The schema needs its owner (a role without the privilege to migrate it): EX_NOPERM.
+    (errors.MigrationRefused, 77),
     (errors.StoreRefused, 1),
     (errors.StoreUnavailable, 75),
     (errors.FlowledgerError, 1),

@@ -99,7 +99,7 @@ def test_a_sequence_cache_only_the_owner_may_reset_is_a_flowledger_error_that_sa
     assert "its owner should run `flowledger migrate`" in message
     # ... and so does the command line, in one line, exit 1 (waiting will not mend it)
     result = run_cli(dml_role, pg_schema, "history", "x")
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 77, result.stderr  # EX_NOPERM: its owner must migrate it
     assert result.stderr.count("\n") == 1
     assert "needs CACHE 1" in result.stderr
     assert "Traceback" not in result.stderr
