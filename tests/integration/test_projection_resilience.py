@@ -94,6 +94,7 @@ def poisoned(log: Any) -> None:
                 context_update={"c": "\x00"},
                 usage=USED,
                 idempotency_key=None,
+                model=None,
             ),
         ]
     )
