@@ -47,6 +47,7 @@ BY_RULE = {
     ("POST", "/v1/sessions/{session_id}/extend"),  # expires_at: after now, at most 366 days ahead
     ("POST", "/v1/tasks"),  # deadline as a time: at most MAX_DEADLINE (about ten years) after now
     ("GET", "/v1/tasks"),  # after: the id of a task that exists (the last one of the page before)
+    ("POST", "/v1/tasks/{task_id}/requeue"),  # deadline as a time: ahead, at most MAX_DEADLINE
     # Free JSON (input, update, resolution, result): no NUL or lone surrogate at any depth, depth, size
     ("POST", "/v1/sessions/{session_id}/process"),
     ("PATCH", "/v1/sessions/{session_id}/context"),
