@@ -167,13 +167,25 @@ class EngineClosed(FlowledgerError):
 
 
 class StoreUnavailable(FlowledgerError):
-    """The event store could not be reached (or did not answer) within its deadline."""
+    """The event store could not be reached (or did not answer) within its deadline.
 
-    def __init__(self, operation: str, detail: str, retry_after: float = 1.0) -> None:
+    ``outcome_unknown``: a save was sent and its outcome never came back, so it may have been
+    stored; a retry with the same idempotency key answers from the log instead of storing it
+    again (without a key, a retry may store it twice)."""
+
+    def __init__(
+        self, operation: str, detail: str, retry_after: float = 1.0, *, outcome_unknown: bool = False
+    ) -> None:
+        if outcome_unknown:
+            detail = (
+                f"{detail} (the outcome of the save is unknown: it may have been stored;"
+                " retry with the same idempotency key)"
+            )
         super().__init__(f"the event store is unavailable ({operation}): {detail}")
         self.operation = operation
         self.detail = detail
         self.retry_after = retry_after
+        self.outcome_unknown = outcome_unknown
 
 
 class StoreRefused(StoreUnavailable):

@@ -1,9 +1,11 @@
 """How long the operation a thread (or task) runs may still take: one deadline for a call's
-every attempt, its waits for a pooled connection and its read-back of an unknown commit.
+every attempt, its waits for a pooled connection, its statements and its read-back of an
+unknown commit.
 
 The store opens an operation per call (``operation_deadline``); the pool cuts its wait for a
-connection to what is left (``remaining_s``), so no call outlasts ``operation_deadline_s``
-by the pool's own timeout.
+connection to what is left (``remaining_s``), and the statement watchdog ends a statement
+still running when the operation ends (``postgres/watchdog.py``), so no call outlasts
+``operation_deadline_s`` by the pool's own timeout or by a server that stopped answering.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ def operation_deadline(seconds: float) -> Iterator[float]:
     """Run the block as an operation that must end within ``seconds`` (within the enclosing
     operation's end, when there is one); yields the end. Waits for a pooled connection inside
     it are cut to what is left (``ReconnectingPool.getconn``)."""
-    end = monotonic() + seconds
+    with operation_until(monotonic() + seconds) as end:
+        yield end
+
+
+@contextmanager
+def operation_until(end: float) -> Iterator[float]:
+    """Run the block as an operation that must end by ``end`` (``time.monotonic``), or by the
+    enclosing operation's end when that is sooner; yields the end that holds."""
     outer = _operation_ends.get()
     if outer is not None and outer < end:
         end = outer
@@ -31,6 +40,11 @@ def operation_deadline(seconds: float) -> Iterator[float]:
         yield end
     finally:
         _operation_ends.reset(token)
+
+
+def operation_end() -> float | None:
+    """When the current operation must end (``time.monotonic``), or None outside one."""
+    return _operation_ends.get()
 
 
 def remaining_s(most: float) -> float:

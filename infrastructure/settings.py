@@ -51,7 +51,8 @@ class Settings:
     pool_timeout_s: float = 5.0
     """Deadline for taking a connection from the pool."""
     statement_timeout_s: float = 10.0
-    """Deadline for one SQL statement (server side)."""
+    """Deadline for one SQL statement (server side); a statement still running when its
+    operation's deadline passes is cancelled, then cut off, client side (``postgres/watchdog.py``)."""
     operation_deadline_s: float = 15.0
     """Deadline for one engine operation with its retries; past it, StoreUnavailable."""
     step_lease_s: float = 15.0

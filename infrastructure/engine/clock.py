@@ -6,6 +6,12 @@ forth. The engine instead reads the server's ``clock_timestamp()`` once per
 ``resync_s`` (half the round trip added) and advances it with ``time.monotonic()``, so
 every engine on one database agrees to within a round trip, whatever its host's clock
 says, and the store keeps each stream's stamps monotonic on top of it.
+
+A resync runs inside whichever call reads the clock first when it is due, so it reads on
+one of the engine's pooled connections, within a budget and the call's own deadline: the
+pool connects in the background, and a statement the server does not answer is ended by
+the watchdog (``postgres/watchdog.py``). A server that stopped answering costs the call
+at most the budget, and the clock keeps counting from its last base.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-import psycopg
+from eventsourcing.postgres import PostgresDatastore
+from psycopg.rows import tuple_row
+
+from flowledger.infrastructure.operation_deadline import operation_deadline
 
 ServerTime = Callable[[], datetime]
 
@@ -25,15 +34,18 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def server_time(database_url: str, connect_timeout_s: float) -> ServerTime:
-    """A reader of the server's clock over a short-lived connection of its own."""
+def server_time(datastore: PostgresDatastore, budget_s: float) -> ServerTime:
+    """A reader of the server's clock on one of ``datastore``'s pooled connections, taking at
+    most ``budget_s`` (and what is left of the operation it runs in)."""
 
     def read() -> datetime:
-        with psycopg.connect(
-            database_url, autocommit=True, connect_timeout=max(1, round(connect_timeout_s))
-        ) as conn:
+        with (
+            operation_deadline(budget_s),
+            datastore.get_connection() as conn,
+            conn.cursor(row_factory=tuple_row) as curs,
+        ):
             sent = time.monotonic()
-            row = conn.execute("SELECT clock_timestamp()").fetchone()
+            row = curs.execute("SELECT clock_timestamp()").fetchone()
             half_trip = (time.monotonic() - sent) / 2
         if row is None:  # pragma: no cover - the statement always returns a row
             raise RuntimeError("clock_timestamp() returned no row")

@@ -92,13 +92,6 @@ class Engine:
         ensure_schema(url, self.settings.schema, self.settings)
         self.database_url = url
         self.tenant = self.settings.tenant
-        if clock is None:
-            clock = (
-                utc_now
-                if url == MEMORY_URL
-                else DatabaseClock(server_time(url, self.settings.connect_deadline_s))
-            )
-        self.clock: Clock = clock
         env = library_env(
             url, schema=self.settings.schema, pool_size=self.settings.pool_size, settings=self.settings
         )
@@ -108,10 +101,11 @@ class Engine:
             seal_personal_data=self.settings.seal_personal_data,
             data_key_cache_s=self.settings.data_key_cache_s,
         )
+        self.clock: Clock = clock if clock is not None else self._database_clock()
         self._chain_events()
         self._retention: RetentionService | None = None
         self.log = EventLog(self._app, deadline_s=self.settings.operation_deadline_s)
-        self.store = AggregateStore(self._app, self.settings, clock)
+        self.store = AggregateStore(self._app, self.settings, self.clock)
         self.sessions = SessionService(self.store, self.tenant)
         self.erasure = ErasureService(
             self.store,
@@ -150,6 +144,13 @@ class Engine:
             tiers=tiers,
         )
         self.tie_breaker = TieBreaker(self.store, self.task_reads, self.classifier)
+
+    def _database_clock(self) -> Clock:
+        """The database server's clock, read on the engine's pool (the host's, in memory)."""
+        recorder = self._app.recorder
+        if not isinstance(recorder, FlowledgerApplicationRecorder):
+            return utc_now
+        return DatabaseClock(server_time(recorder.datastore, self.settings.connect_deadline_s))
 
     def _chain_events(self) -> None:
         """Every append of this engine stores its events' hashes and seals (docs/audit.md), a

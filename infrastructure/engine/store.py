@@ -15,7 +15,10 @@ Other failures:
 - a version clash (another writer first) retries against fresh state with jittered
   exponential backoff, up to ``max_conflict_retries``, then ``ConcurrentUpdate``;
 - an unreachable database retries until ``operation_deadline_s``, then
-  ``StoreUnavailable`` (the caller may retry with the same key);
+  ``StoreUnavailable`` (the caller may retry with the same key); a statement still running
+  then is ended by the statement watchdog (``postgres/watchdog.py``). When the last save's
+  outcome is still unknown then, ``StoreUnavailable.outcome_unknown`` says so: only a retry
+  with the same key is then sure to store the command once;
 - a closed engine refuses every read and write at once (``EngineClosed``).
 """
 
@@ -199,22 +202,23 @@ class AggregateStore:
         """
         topic = get_topic(event_class)
         recorder = self.app.recorder
-        attempt = _Deadline("search events", self.settings.operation_deadline_s).pause
-        while True:
-            self.app.ensure_open("search events")
-            try:
-                search = getattr(recorder, "select_events_containing", None)
-                if search is not None:
-                    stored = search(aggregate_id, topic, needle)
-                else:
-                    stored = [
-                        s
-                        for s in recorder.select_events(aggregate_id)
-                        if s.topic == topic and needle in s.state
-                    ]
-                return [self.app.mapper.to_domain_event(s) for s in stored]
-            except UNREACHABLE as error:
-                attempt(error)
+        with operation_deadline(self.settings.operation_deadline_s):
+            attempt = _Deadline("search events", self.settings.operation_deadline_s).pause
+            while True:
+                self.app.ensure_open("search events")
+                try:
+                    search = getattr(recorder, "select_events_containing", None)
+                    if search is not None:
+                        stored = search(aggregate_id, topic, needle)
+                    else:
+                        stored = [
+                            s
+                            for s in recorder.select_events(aggregate_id)
+                            if s.topic == topic and needle in s.state
+                        ]
+                    return [self.app.mapper.to_domain_event(s) for s in stored]
+                except UNREACHABLE as error:
+                    attempt(error)
 
     def cached(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
         """The writer's cached copy, or None (nothing is read); only to look at, never to change."""
@@ -267,7 +271,8 @@ class AggregateStore:
         deadline_s = self.settings.operation_deadline_s
         # One deadline for the whole call: the wait behind other writers of the key (stuck in
         # an outage, each would otherwise hand the next a full deadline of its own), every
-        # attempt, every wait for a connection and the read-back of an unknown commit.
+        # attempt, every wait for a connection, every statement and the read-back of an
+        # unknown commit.
         with operation_deadline(deadline_s), self._locked_within(lock_key, deadline_s):
             unreachable = _Deadline("save", deadline_s).pause
             while True:
@@ -286,7 +291,7 @@ class AggregateStore:
                 except _AlreadyCommitted as done:
                     return unknown[done.at]
                 except UNREACHABLE as error:
-                    unreachable(error)
+                    unreachable(error, outcome_unknown=bool(unknown))
                     continue
                 except _StaleRefusal as stale:
                     conflicts += 1
@@ -336,7 +341,7 @@ class AggregateStore:
                     # result; the next attempt looks for the command id before deciding.
                     self._forget(uow)
                     unknown[first] = result
-                    unreachable(error)
+                    unreachable(error, outcome_unknown=True)
                     continue
                 # Back in the cache only last: from then on another command may take and
                 # change the objects, and the snapshots and listeners must see them as saved.
@@ -403,18 +408,22 @@ class AggregateStore:
             store.recorder.insert_events(stored, transaction=uow.transaction)
 
     def _committed(self, at: tuple[UUID, int], command_id: str) -> bool:
-        """Whether the stream holds an event of ``command_id`` at or after version ``at[1]``."""
+        """Whether the stream holds an event of ``command_id`` at or after version ``at[1]``,
+        read within what is left of the operation (StoreUnavailable, outcome unknown, past it)."""
         aggregate_id, version = at
         if version == 0:
             return False
-        attempt = _Deadline("read back an unknown commit", self.settings.operation_deadline_s).pause
+        operation = "read back an unknown commit"
+        deadline = _Deadline(operation, self.settings.operation_deadline_s)
+        if deadline.at <= time.monotonic():
+            raise StoreUnavailable(operation, "the operation's deadline passed", outcome_unknown=True)
         while True:
-            self.app.ensure_open("read back an unknown commit")
+            self.app.ensure_open(operation)
             try:
                 stored = self.app.events.get(aggregate_id, gt=version - 1)
                 return any(command_id_of(event) == command_id for event in stored)
             except UNREACHABLE as error:
-                attempt(error)
+                deadline.pause(error, outcome_unknown=True)
 
     def _keep(self, uow: UnitOfWork) -> None:
         for aggregate_id, aggregate in uow.touched.items():
@@ -461,11 +470,12 @@ class _Deadline:
         self.operation = operation
         self.at = time.monotonic() + remaining_s(seconds)  # within the enclosing operation's
 
-    def pause(self, error: Exception) -> None:
-        """Sleep before the next attempt, or raise StoreUnavailable when that would pass the deadline."""
+    def pause(self, error: Exception, *, outcome_unknown: bool = False) -> None:
+        """Sleep before the next attempt, or raise StoreUnavailable when that would pass the
+        deadline (``outcome_unknown``: a save was sent whose outcome is not known)."""
         if time.monotonic() + _UNREACHABLE_PAUSE_S >= self.at:
             detail = str(error).strip() or type(error).__name__
-            raise StoreUnavailable(self.operation, detail) from error
+            raise StoreUnavailable(self.operation, detail, outcome_unknown=outcome_unknown) from error
         time.sleep(_UNREACHABLE_PAUSE_S)
 
 

@@ -32,6 +32,7 @@ from psycopg import sql
 
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.deadlines import Deadlines
+from flowledger.infrastructure.postgres.watchdog import watching
 
 IDLE_S = 5
 """Seconds the locks' transaction may sit idle before the server ends it (the library's default
@@ -108,7 +109,7 @@ class AgentLocks:
             return [], set()
         try:
             conn = self._connection()
-            with conn.pipeline():
+            with watching(conn), conn.pipeline():
                 locked = conn.execute(_TRY_FIRST, ([self.key(a) for a, _ in candidates], wanted))
                 since = conn.execute(self._since, ([a for a, _ in candidates], [k for _, k in candidates]))
                 read = conn.execute(self._streams, (list(streams),)) if streams else None
@@ -126,10 +127,11 @@ class AgentLocks:
         return [candidates[n][0] for n in taken], {a for a, _ in candidates[:tried] if a not in self.held}
 
     def lock(self, agent_id: UUID, known: int) -> None:
-        """Wait for the agent's lock (bounded by the statement timeout); its newer events go in ``held``."""
+        """Wait for the agent's lock (bounded by the statement timeout and the operation's deadline);
+        its newer events go in ``held``."""
         try:
             conn = self._connection()
-            with conn.pipeline():
+            with watching(conn), conn.pipeline():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.key(agent_id),))
                 since = conn.execute(self._since, ([agent_id], [known]))
             rows = since.fetchall()
@@ -189,7 +191,8 @@ class AgentLocks:
         if conn is None or conn.closed or conn.info.transaction_status not in _OPEN:
             return
         try:
-            conn.rollback()
+            with watching(conn):
+                conn.rollback()
         except psycopg.Error:
             self.close()  # the server frees a closed session's locks
 

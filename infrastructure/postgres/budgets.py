@@ -22,12 +22,13 @@ from uuid import UUID
 
 from psycopg import Connection, sql
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
 
 from flowledger.domain.budget import THRESHOLDS, BudgetAlert, BudgetSpec, CallScope, window_start
 from flowledger.domain.errors import BudgetExceeded
+from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.database import deadlines_of, unavailable_as_store_error
 from flowledger.infrastructure.postgres.ddl import create_budget_tables
+from flowledger.infrastructure.postgres.deadlines import ReconnectingPool
 from flowledger.infrastructure.settings import Settings
 
 _MATCHING = """
@@ -155,7 +156,8 @@ class PostgresBudgetLedger:
         settings = settings or Settings()
         self._schema = schema
         deadlines = deadlines_of(settings)
-        self._pool: ConnectionPool[Any] = ConnectionPool(
+        self._deadline_s = deadlines.operation_s
+        self._pool = ReconnectingPool(
             database_url,
             min_size=1,
             max_size=max(2, settings.pool_size),
@@ -176,14 +178,16 @@ class PostgresBudgetLedger:
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
-        with self._lock:
-            if not self._ready:
-                self._pool.open(wait=False)
-                if not self._tables_exist():
-                    self._create_tables()
-                self._ready = True
-        with unavailable_as_store_error("budgets"), self._pool.connection() as conn:
-            yield conn
+        """A pooled connection for one operation: its statements end with the deadline."""
+        with operation_deadline(self._deadline_s):
+            with self._lock:
+                if not self._ready:
+                    self._pool.open(wait=False)
+                    if not self._tables_exist():
+                        self._create_tables()
+                    self._ready = True
+            with unavailable_as_store_error("budgets"), self._pool.connection() as conn:
+                yield conn
 
     def _tables_exist(self) -> bool:
         """Whether ``migrate`` (schema version 5) made the tables: one read, where the DDL

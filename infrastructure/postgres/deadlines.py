@@ -19,9 +19,11 @@ from typing import Any, TypeVar
 import psycopg
 from eventsourcing.persistence import InterfaceError, OperationalError
 from eventsourcing.postgres import ConnectionPool, PostgresDatastore
+from psycopg_pool import PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
-from flowledger.infrastructure.operation_deadline import remaining_s
+from flowledger.infrastructure.operation_deadline import operation_deadline, operation_end
+from flowledger.infrastructure.postgres.watchdog import WATCHDOG, watching
 
 T = TypeVar("T")
 
@@ -34,6 +36,10 @@ ENV_KEYS = {
     "statement_s": "FLOWLEDGER_STATEMENT_TIMEOUT_S",
     "operation_s": "FLOWLEDGER_OPERATION_DEADLINE_S",
 }
+DEAD_PATH = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
+"""TCP keepalives on every connection: an idle one whose path died quietly (a host or a NAT
+gone) is found within about 11 s instead of the kernel's 2 hours. They cannot notice a server
+that stopped answering while its kernel still acknowledges: the watchdog ends those calls."""
 PGBOUNCER_KEY = "FLOWLEDGER_PGBOUNCER"
 LIBPQ_PARAMS_KEY = "FLOWLEDGER_LIBPQ_PARAMS"
 """The database URL's parameters besides the five the library's settings carry, as a conninfo."""
@@ -75,13 +81,24 @@ class Deadlines:
         one backend, the next transaction may run on another) and no startup ``options``
         (PgBouncer refuses unknown startup parameters): set ``statement_timeout`` on the
         role there (``ALTER ROLE … SET statement_timeout``), see docs/recorder.md.
+
+        ``DEAD_PATH`` and ``tcp_user_timeout`` (sent data unacknowledged for an operation's
+        deadline drops the connection) find a path that died quietly; the database URL may
+        set its own. A statement in flight is ended by the watchdog (``watchdog.py``).
         """
-        kwargs: dict[str, Any] = {"connect_timeout": max(2, math.ceil(self.connect_s))}
+        kwargs: dict[str, Any] = {
+            "connect_timeout": max(2, math.ceil(self.connect_s)),
+            **DEAD_PATH,
+            "tcp_user_timeout": math.ceil(self.operation_s * 1000),
+        }
         if self.pgbouncer:
             kwargs["prepare_threshold"] = None
         else:
             kwargs["options"] = f"-c statement_timeout={int(self.statement_s * 1000)}"
         return kwargs
+
+
+_TCP_KEYS = frozenset({*DEAD_PATH, "tcp_user_timeout"})
 
 
 class _PromptReconnect(AttemptWithBackoff):
@@ -99,13 +116,33 @@ class _PromptReconnect(AttemptWithBackoff):
 
 class ReconnectingPool(ConnectionPool[Any]):
     """The library's pool with prompt reconnection (see ``_PromptReconnect``), whose waits for
-    a connection end with the operation they serve (``operation_deadline``)."""
+    a connection end with the operation they serve (``operation_deadline``), and whose
+    connections are watched while out for one (``watchdog.py``)."""
 
     def getconn(self, timeout: float | None = None) -> Any:
-        """A connection, waiting at most the pool's timeout or what is left of the operation."""
+        """A connection, waiting at most the pool's timeout or what is left of the operation;
+        armed with the operation's end until it is given back."""
+        end = operation_end()
         if timeout is None:
-            timeout = max(remaining_s(self.timeout), 0.001)
-        return super().getconn(timeout)
+            timeout = self.timeout if end is None else min(self.timeout, end - monotonic())
+            if timeout <= 0:
+                raise PoolTimeout("the operation's deadline passed before a connection was taken")
+        conn = super().getconn(timeout)
+        if end is not None:
+            WATCHDOG.arm(conn, end)
+        return conn
+
+    def putconn(self, conn: Any) -> None:
+        """Give ``conn`` back; closed first (the pool replaces it) if the watchdog acted on it."""
+        if WATCHDOG.disarm(conn):
+            conn.close()
+        super().putconn(conn)
+
+    @staticmethod
+    def check_connection(conn: Any) -> None:
+        """The pool's check of an idle connection (``check()``), watched for the operation."""
+        with watching(conn):
+            ConnectionPool.check_connection(conn)
 
     def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
         if attempt is None:
@@ -128,7 +165,8 @@ def install_pool(
         raise OperationalError(msg)
     kwargs = dict(old.kwargs) if isinstance(old.kwargs, dict) else {}
     given = dict(url_params or {})
-    ours = deadlines.connection_kwargs()
+    # The URL's own keepalive settings win over ours; the deadlines do not.
+    ours = {k: v for k, v in deadlines.connection_kwargs().items() if k not in given or k not in _TCP_KEYS}
     if "options" in given and "options" in ours:
         ours["options"] = f"{given['options']} {ours['options']}"
     kwargs.update(given)
@@ -161,17 +199,19 @@ def call_within_deadline(call: Callable[[], T], *, budget_s: float, pool: Connec
     connections). After a failure the pool's idle connections are checked at once,
     so a restart does not cost one failed attempt per stale pooled connection.
     """
-    deadline = monotonic() + remaining_s(budget_s)  # within the caller's operation, if any
-    delay = 0.05
-    while True:
-        try:
-            return call()
-        except RETRYABLE:
-            if monotonic() + delay >= deadline:
-                raise
-            _drop_broken_connections(pool)
-            sleep(delay)
-            delay = min(delay * 2, 0.5)
+    # An operation of its own (within the caller's, if any): the pool's connections are
+    # watched for it, so a read of a server that stopped answering ends with it too.
+    with operation_deadline(budget_s) as deadline:
+        delay = 0.05
+        while True:
+            try:
+                return call()
+            except RETRYABLE:
+                if monotonic() + delay >= deadline:
+                    raise
+                _drop_broken_connections(pool)
+                sleep(delay)
+                delay = min(delay * 2, 0.5)
 
 
 def _drop_broken_connections(pool: ConnectionPool[Any]) -> None:

@@ -19,26 +19,35 @@ What each caller gets is what it would have got alone:
   as one.
 
 Appends inside a caller's open transaction (the task assigner's) are never grouped.
+
+Deadlines: a batch is written within the earliest end of its callers' operations (its
+connection is watched for that end, ``watchdog.py``), so no caller waits on it past its own;
+an append whose operation ends while it waits for a leader leaves the queue unwritten, and
+one whose operation has ended when its batch is taken is answered without being written.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from time import monotonic
 from typing import Any
 
-from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.persistence import IntegrityError, OperationalError, StoredEvent
 
 from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure.operation_deadline import operation_end, operation_until
 
 
 class _Append:
     """One caller's append, waiting for a leader (or to become one)."""
 
-    __slots__ = ("error", "events", "ids", "lead", "ready")
+    __slots__ = ("end", "error", "events", "ids", "lead", "ready")
 
     def __init__(self, events: Sequence[StoredEvent]) -> None:
         self.events = events
+        self.end = operation_end()
         self.ids: list[int] | None = None
         self.error: BaseException | None = None
         self.lead = False
@@ -73,13 +82,25 @@ class GroupCommit:
             mine.lead = self._leading < self._leaders
             self._leading += mine.lead
         if not mine.lead:
-            mine.ready.wait()
+            self._wait_turn(mine)
         if mine.lead:  # from the start, or handed over by the previous leader
             self._lead()
         if mine.error is not None:
             raise mine.error
         assert mine.ids is not None
         return mine.ids
+
+    def _wait_turn(self, mine: _Append) -> None:
+        """Wait until answered or made leader; leave the queue if the operation ends first."""
+        if mine.end is None or mine.ready.wait(max(0.0, mine.end - monotonic())):
+            mine.ready.wait()
+            return
+        with self._lock:
+            if not mine.lead and mine in self._waiting:
+                self._waiting.remove(mine)
+                mine.error = OperationalError("the operation's deadline passed waiting for a group commit")
+                return
+        mine.ready.wait()  # taken into a batch (written within this end) or made leader
 
     def _lead(self) -> None:
         """Write everything waiting now, answer each caller, hand over or stop leading."""
@@ -90,7 +111,16 @@ class GroupCommit:
             self.batches += 1
             self.appends += len(batch)
         try:
-            self._write_batch(batch)
+            now = monotonic()
+            due: list[_Append] = []
+            for append in batch:
+                if append.end is not None and append.end <= now:
+                    append.error = OperationalError("the operation's deadline passed before a group commit")
+                else:
+                    due.append(append)
+            ends = [append.end for append in due if append.end is not None]
+            with operation_until(min(ends)) if ends else nullcontext():
+                self._write_batch(due)
         finally:
             with self._lock:
                 if self._waiting:
@@ -106,6 +136,8 @@ class GroupCommit:
                 append.ready.set()
 
     def _write_batch(self, batch: list[_Append]) -> None:
+        if not batch:
+            return
         if len(batch) == 1:
             self._write_alone(batch[0])
             return

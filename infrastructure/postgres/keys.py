@@ -14,17 +14,20 @@ import hmac
 import re
 import secrets
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg import sql
+from psycopg import Connection, sql
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
 
 from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.database import deadlines_of, unavailable_as_store_error
+from flowledger.infrastructure.postgres.deadlines import ReconnectingPool
 from flowledger.infrastructure.settings import Settings
 
 ROLES = ("reader", "writer", "admin")
@@ -113,8 +116,9 @@ class PostgresKeyStore:
         self._schema = schema
         self._table = sql.Identifier(schema, "api_keys")
         deadlines = deadlines_of(settings or Settings())
+        self._deadline_s = deadlines.operation_s
         # A small pool of its own: a request's key check must not wait behind the engine's writers.
-        self._pool: ConnectionPool[Any] = ConnectionPool(
+        self._pool = ReconnectingPool(
             database_url,
             min_size=1,
             max_size=4,
@@ -129,13 +133,17 @@ class PostgresKeyStore:
         """Close the connections."""
         self._pool.close()
 
-    def _connection(self) -> Any:
-        with self._lock:
-            if not self._ready:
-                self._pool.open(wait=False)
-                self._create_table()
-                self._ready = True
-        return self._pool.connection()
+    @contextmanager
+    def _connection(self) -> Iterator[Connection[Any]]:
+        """A pooled connection for one operation: its statements end with the deadline."""
+        with operation_deadline(self._deadline_s):
+            with self._lock:
+                if not self._ready:
+                    self._pool.open(wait=False)
+                    self._create_table()
+                    self._ready = True
+            with self._pool.connection() as conn:
+                yield conn
 
     def _create_table(self) -> None:
         # Engines and `keys create` may start at once: the lock makes CREATE ... IF NOT EXISTS safe.

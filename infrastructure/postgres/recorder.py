@@ -72,6 +72,7 @@ from flowledger.infrastructure.postgres.horizon import Horizon, HorizonLag
 from flowledger.infrastructure.postgres.migrations import create_event_log
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
+from flowledger.infrastructure.postgres.watchdog import watching
 
 _CURSOR_ATTRIBUTE = "_flowledger_append_cursor"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -212,8 +213,9 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         if not stored_events:
             return []
         transaction: Connection[Any] | None = kwargs.get("transaction")
-        if transaction is not None:
-            return self.append_and_commit(transaction, stored_events)
+        if transaction is not None:  # a connection of the caller's, not the pool's: watched here
+            with watching(transaction):
+                return self.append_and_commit(transaction, stored_events)
         if self.group is not None:
             return self.group.append(stored_events)
         return self.append_now(stored_events)

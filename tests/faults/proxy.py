@@ -8,6 +8,10 @@ Query with the text) as one append. When the Nth append is seen the connection i
 it relays the request, withholds everything the server answers, and once the server says
 ReadyForQuery with an idle transaction status (the append committed) it closes both
 sides. The server has committed; the client never hears it.
+
+``stall()`` stops relaying in both directions until ``resume()``, keeping every connection
+open and accepting new ones: a path (or a server) that has stopped answering while TCP still
+acknowledges, which neither keepalives nor ``tcp_user_timeout`` notice.
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ class _Link:
             head = reader.exactly(8)
             length, code = struct.unpack("!ii", head)
             body = reader.exactly(length - 8)
+            self.proxy.wait_relaying()
             if code in (_SSL_REQUEST, _GSSENC_REQUEST):
                 self.client.sendall(b"N")  # no encryption through this proxy
                 continue
@@ -97,9 +102,11 @@ class _Link:
                 self.armed.set()
             outgoing.append(message)
             if kind == b"X":
+                self.proxy.wait_relaying()
                 self.server.sendall(b"".join(outgoing))
                 return
             if not reader.buffer:  # relay what the client sent together in one write
+                self.proxy.wait_relaying()
                 self.server.sendall(b"".join(outgoing))
                 outgoing.clear()
 
@@ -136,6 +143,7 @@ class _Link:
                 if not self.armed.is_set():
                     relayed.append(message)
                     if not reader.buffer:
+                        self.proxy.wait_relaying()
                         self.client.sendall(b"".join(relayed))
                         relayed.clear()
                     continue
@@ -198,6 +206,8 @@ class LosingProxy:
         self.dropped = 0
         self.not_committed = 0
         self._stopping = threading.Event()
+        self._relaying = threading.Event()
+        self._relaying.set()
         self._links: list[_Link] = []
         self._threads: list[threading.Thread] = []
         self._acceptor = threading.Thread(target=self._accept, daemon=True, name="proxy-accept")
@@ -214,6 +224,18 @@ class LosingProxy:
         with self._lock:
             self.appends_seen = 0
             self._countdown = sorted(nths)
+
+    def stall(self) -> None:
+        """Stop relaying, both ways, on every connection (and new ones): bytes are read and held."""
+        self._relaying.clear()
+
+    def resume(self) -> None:
+        """Relay again, held bytes first."""
+        self._relaying.set()
+
+    def wait_relaying(self) -> None:
+        """Called before every relayed write: blocks while stalled (at most the I/O timeout)."""
+        self._relaying.wait(timeout=_IO_TIMEOUT_S)
 
     def claim_drop(self) -> bool:
         """Called per append seen: True when this one's reply must be lost."""
@@ -254,6 +276,7 @@ class LosingProxy:
     def close(self) -> None:
         """Stop accepting, end every link, join every thread (bounded)."""
         self._stopping.set()
+        self._relaying.set()  # stalled relays go on, into closed sockets
         self._listener.close()
         self._acceptor.join(timeout=5)
         with self._lock:

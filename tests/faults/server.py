@@ -111,6 +111,28 @@ class PrivateServer:
                 process.send_signal(signal.SIGKILL)
         psutil.wait_procs(processes, timeout=10)
 
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster, then every backend: the server answers nothing, while the
+        kernel still accepts connections and acknowledges what is sent. Always ``thaw``."""
+        pid = self.postmaster_pid()
+        if pid is None:
+            raise RuntimeError("the server is not running")
+        postmaster = psutil.Process(pid)
+        postmaster.send_signal(signal.SIGSTOP)  # first: it forks no backend after this
+        for process in postmaster.children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT every process ``freeze`` stopped (a no-op on a server that is not frozen)."""
+        pid = self.postmaster_pid()
+        if pid is None:
+            return
+        postmaster = psutil.Process(pid)
+        for process in [*postmaster.children(recursive=True), postmaster]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signal.SIGCONT)
+
     def restart(self, mode: str = "fast") -> None:
         """Stop (``kill`` for a SIGKILL) and start again on the same port and data."""
         if mode == "kill":
@@ -121,6 +143,7 @@ class PrivateServer:
 
     def cleanup(self) -> None:
         """Stop the server however it can be stopped and remove its files."""
+        self.thaw()  # a frozen server would not hear pg_ctl
         if self.postmaster_pid() is not None:
             try:
                 self.stop("immediate")

@@ -1,25 +1,34 @@
 """Calls during an outage end within ``operation_deadline_s``, whatever the pool's own wait
 (an outside probe through a proxy it closed: with a 3 s deadline, ``record_step`` took 5 s,
 and with 15 s, 20.4 s: the last attempt waited the pool's full 5 s, and the read-back of the
-save's unknown outcome started a deadline of its own)."""
+save's unknown outcome started a deadline of its own), and whatever a statement in flight
+waits for: a path that stopped relaying, a table lock held elsewhere (a server that stopped
+answering altogether: ``tests/faults/test_frozen_server.py``)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
 import pytest
+from fastapi.testclient import TestClient
+from psycopg import sql
 
+from flowledger.adapters.http.app import create_app
 from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.engine.clock import server_time
+from flowledger.infrastructure.postgres.keys import PostgresKeyStore
 from tests.conftest import make_settings
 from tests.faults.proxy import losing_proxy
+from tests.support.bounded import SLACK_S, assert_done_in_time, assert_unavailable_in_time, within
 
 pytestmark = pytest.mark.postgres
 DEADLINE_S = 2.0
-SLACK_S = 0.6
-"""What a call may run past its deadline: the last pause's rounding and thread scheduling."""
 
 
 def test_calls_during_an_outage_end_within_the_operation_deadline(database_url: str, pg_schema: str) -> None:
@@ -89,3 +98,121 @@ def test_writers_queued_on_one_session_during_an_outage_each_end_within_the_dead
             assert max(took) < DEADLINE_S + SLACK_S, sorted(took)
         finally:
             engine.close()
+
+
+@pytest.mark.parametrize("group_commit", [False, True], ids=["a-commit-per-save", "group-commit"])
+def test_calls_on_a_path_that_stopped_relaying_end_within_the_operation_deadline(
+    database_url: str, pg_schema: str, group_commit: bool
+) -> None:
+    # (An outside probe: through a proxy that kept its sockets open and relayed nothing,
+    # record_step, get_session and history with a 3 s deadline were still running after
+    # 30-60 s: the server-side statement timeout is never enforced by a server that is not
+    # reached, and TCP still acknowledges, so no keepalive fires either.)
+    upstream = urlsplit(database_url)
+    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
+        settings = make_settings(
+            database_url=proxy.url_for(database_url),
+            schema=pg_schema,
+            operation_deadline_s=DEADLINE_S,
+            statement_timeout_s=5.0,
+            group_commit=group_commit,
+        )
+        engine = Engine(settings=settings)
+        try:
+            engine.start_session("s", "wf")
+            engine.record_step("s", "warm")
+            http = TestClient(create_app(engine, require_keys=False))
+            # When the path to the database stops relaying (connections stay open)
+            proxy.stall()
+            # Then each call fails with StoreUnavailable within the deadline
+            calls: list[Callable[[], object]] = [
+                lambda: engine.record_step("s", "during"),
+                lambda: engine.get_session("s", version=1),
+                lambda: engine.history("s"),
+                lambda: engine.list_tasks(),
+            ]
+            for call in calls:
+                assert_unavailable_in_time(within(DEADLINE_S + SLACK_S + 2, call), DEADLINE_S)
+            # And a read of the server's clock (the engine's resync) ends within its budget
+            read_clock = server_time(engine._app.recorder.datastore, 1.0)  # type: ignore[attr-defined]
+            clock_read = within(1.0 + SLACK_S + 2, read_clock)
+            assert clock_read.took is not None
+            assert clock_read.error is not None
+            assert clock_read.took < 1.0 + SLACK_S
+            # And over HTTP a step is answered 503 with Retry-After within the deadline
+            answered = within(
+                DEADLINE_S + SLACK_S + 2,
+                lambda: http.post("/v1/sessions/s/steps", json={"step": "over-http"}),
+            )
+            assert_done_in_time(answered, DEADLINE_S + SLACK_S)
+            response: Any = answered.value
+            assert response.status_code == 503, response.text
+            assert response.headers["Retry-After"] == "1"
+            # And once it relays again, calls succeed at once
+            proxy.resume()
+            assert_done_in_time(within(DEADLINE_S + 2, lambda: engine.record_step("s", "after")), DEADLINE_S)
+        finally:
+            proxy.resume()
+            engine.close()
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "statement_timeout_s"),
+    [(2.5, 10.0), (3.0, 2.0)],
+    ids=["statement-timeout-past-the-deadline", "append-cancelled-then-read-back"],
+)
+def test_a_statement_blocked_by_a_table_lock_ends_within_the_operation_deadline(
+    database_url: str, pg_schema: str, deadline_s: float, statement_timeout_s: float
+) -> None:
+    # (An outside probe, another session holding ACCESS EXCLUSIVE on the events table: with a
+    # 3 s deadline every call lasted the 10 s statement timeout, and with the defaults (15 s,
+    # 10 s) record_step ended after 20.2 s: the append's timeout, then a read-back of its
+    # unknown outcome with a full statement timeout of its own.)
+    settings = make_settings(
+        database_url=database_url,
+        schema=pg_schema,
+        operation_deadline_s=deadline_s,
+        statement_timeout_s=statement_timeout_s,
+    )
+    engine = Engine(settings=settings)
+    holder = psycopg.connect(database_url)
+    try:
+        engine.start_session("s", "wf")
+        engine.record_step("s", "warm")
+        table = engine._app.recorder.events_table_name  # type: ignore[attr-defined]
+        # When another session holds the events table locked
+        holder.execute(
+            sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(pg_schema, table))
+        )
+        # Then each call fails with StoreUnavailable within the deadline
+        saved = within(deadline_s + SLACK_S + 2, lambda: engine.record_step("s", "during"))
+        assert_unavailable_in_time(saved, deadline_s)
+        assert "outcome" in str(saved.error), saved.error  # it may have been stored: it says so
+        for call in (lambda: engine.get_session("s", version=1), lambda: engine.history("s")):
+            assert_unavailable_in_time(within(deadline_s + SLACK_S + 2, call), deadline_s)
+        # And once the lock is released, calls succeed at once
+        holder.rollback()
+        assert_done_in_time(within(deadline_s + 2, lambda: engine.record_step("s", "after")), 1.0)
+    finally:
+        holder.close()
+        engine.close()
+
+
+def test_an_api_key_check_on_a_path_that_stopped_relaying_ends_within_the_operation_deadline(
+    database_url: str, pg_schema: str
+) -> None:
+    # (Every request of a server whose keys live in the database checks its key there.)
+    upstream = urlsplit(database_url)
+    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
+        settings = make_settings(operation_deadline_s=DEADLINE_S, statement_timeout_s=5.0)
+        keys = PostgresKeyStore(proxy.url_for(database_url), pg_schema, settings)
+        try:
+            issued = keys.create("default", "admin")
+            assert keys.find(issued.token) is not None
+            proxy.stall()
+            assert_unavailable_in_time(
+                within(DEADLINE_S + SLACK_S + 2, lambda: keys.find(issued.token)), DEADLINE_S
+            )
+        finally:
+            proxy.resume()
+            keys.close()

@@ -4,6 +4,7 @@ leads, what shares a batch, and what each caller gets back when a batch fails.""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +13,7 @@ import pytest
 from eventsourcing.persistence import IntegrityError, OperationalError, StoredEvent
 
 from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure.operation_deadline import operation_deadline, operation_end
 from flowledger.infrastructure.postgres.group_commit import GroupCommit
 
 
@@ -31,9 +33,12 @@ class Log:
         self._hold = hold_first
         self.fail: type[Exception] | None = None
         self.clash: uuid.UUID | None = None
+        self.ends: list[float | None] = []
+        """The operation end each write ran within (what its connection is watched for)."""
 
     def write(self, events: Sequence[StoredEvent]) -> list[int]:
         self.calls.append(len(events))
+        self.ends.append(operation_end())
         if self._hold:
             self._hold = False
             self.entered.set()
@@ -164,6 +169,52 @@ def test_many_threads_lose_nothing_and_leadership_always_returns() -> None:
         ids = [i for mine in pool.map(writer, range(16)) for i in mine]
     assert sorted(ids) == list(range(1, 321))
     assert group.appends == 320
+    assert group._leading == 0
+    assert not group._waiting
+
+
+def append_within(group: GroupCommit, events: list[StoredEvent], seconds: float) -> tuple[float, list[int]]:
+    """``group.append`` inside an operation of ``seconds``: the operation's end, and the ids."""
+    with operation_deadline(seconds) as end:
+        return end, group.append(events)
+
+
+def test_a_batch_is_written_within_the_earliest_end_of_its_callers_operations() -> None:
+    # Given a commit held open, and two appends queued behind it with 5 s and 2 s deadlines
+    log = Log(hold_first=True)
+    group = GroupCommit(log.write, leaders=1)
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(append_within, group, [event(uuid.uuid4())], 5.0)
+        assert log.entered.wait(10)
+        later = pool.submit(append_within, group, [event(uuid.uuid4())], 5.0)
+        sooner = pool.submit(append_within, group, [event(uuid.uuid4())], 2.0)
+        while group.appends + len(group._waiting) < 3:
+            threading.Event().wait(0.001)
+        # When the held commit ends
+        log.release.set()
+        ends = [first.result(10)[0], later.result(10)[0], sooner.result(10)[0]]
+    # Then the batch of the two was written within the sooner end, whoever led it
+    assert log.calls == [1, 2]
+    assert log.ends == [ends[0], ends[2]]
+
+
+def test_an_append_queued_past_its_operation_deadline_leaves_the_queue_unwritten() -> None:
+    # Given a commit that stays open longer than the next caller's operation may take
+    log = Log(hold_first=True)
+    group = GroupCommit(log.write, leaders=1)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(group.append, [event(uuid.uuid4())])
+        assert log.entered.wait(10)
+        started = time.monotonic()
+        queued = pool.submit(append_within, group, [event(uuid.uuid4())], 0.3)
+        # Then that caller gets an error at its deadline, not when the commit ends
+        with pytest.raises(OperationalError, match="deadline"):
+            queued.result(5)
+        assert time.monotonic() - started < 1.0
+        log.release.set()
+        assert first.result(10) == [1]
+    # And its events were never written; leadership came back
+    assert log.calls == [1]
     assert group._leading == 0
     assert not group._waiting
 
