@@ -205,9 +205,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each case")
     parser.add_argument("--tasks", type=int, default=3000, help="tasks created per assign case")
+    parser.add_argument(
+        "--write-cache-size",
+        type=int,
+        default=Settings.write_cache_size,
+        help="aggregates each engine keeps in memory (Settings.write_cache_size); tasks past it "
+        "are loaded from the log when assigned",
+    )
     args = parser.parse_args()
     url, schema = database_url(), f"bench_{uuid.uuid4().hex[:10]}"
-    settings = Settings(database_url=url, schema=schema, home=Path(tempfile.gettempdir()))
+    settings = Settings(
+        database_url=url,
+        schema=schema,
+        home=Path(tempfile.gettempdir()),
+        write_cache_size=args.write_cache_size,
+    )
     try:
         steps = with_engines(settings, 1, lambda engines: bench_record_step(engines, args.seconds))
         results = [
