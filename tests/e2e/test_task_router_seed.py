@@ -179,7 +179,9 @@ def test_the_dashboard_reprices_recorded_task_calls_under_each_tier_policy(
     http: TestClient, request: pytest.FixtureRequest
 ) -> None:
     # Given tasks of every priority, classified on their tiers through the simulator
+    created: dict[str, str] = {}
     for n, priority in enumerate(["low", "medium", "medium", "medium", "high", "critical"] * 2):
+        created[f"t{n}"] = priority
         ok(
             http.post(
                 "/v1/tasks",
@@ -196,10 +198,11 @@ def test_the_dashboard_reprices_recorded_task_calls_under_each_tier_policy(
         return
     body = ok(report)
 
-    # Then each policy's cost is each call's tokens priced at its priority's tier model
+    # Then each policy's cost is each call's tokens priced at the tier model of the priority
+    # the task had when it was classified (its creator's: a classification may raise it after)
     prices = load_price_table()
     tasks = {t["task_id"]: t for t in ok(http.get("/v1/tasks", params={"limit": 1000}))}
-    usages = [(t["priority"], t["classification"]["usage"]) for t in tasks.values()]
+    usages = [(created[task_id], t["classification"]["usage"]) for task_id, t in tasks.items()]
     assert body["calls"] == len(usages) == 12
     assert Decimal(body["recorded_cost_usd"]) == sum(Decimal(u["cost_usd"]) for _, u in usages)
     policies = {p["policy"]: p for p in body["policies"]}
@@ -221,6 +224,8 @@ def test_the_dashboard_reprices_recorded_task_calls_under_each_tier_policy(
             for priority, u in usages
         )
         assert Decimal(policies[name]["cost_usd"]) == expected, name
+    # and the configured policy, which routed the calls, reprices to what they cost
+    assert Decimal(policies["configured"]["cost_usd"]) == Decimal(body["recorded_cost_usd"])
     # and the mixed policy's saving against Claude alone is measured, not assumed
     base, mixed_cost = (Decimal(policies[n]["cost_usd"]) for n in ("all claude-sonnet-4.5", "configured"))
     assert Decimal(policies["configured"]["saving_pct"]) == ((base - mixed_cost) / base * 100).quantize(
