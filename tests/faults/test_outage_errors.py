@@ -29,8 +29,10 @@ from tests.support.cli import run_cli
 
 DEADLINE_S = 1.0
 POOL_WAIT_S = 5.0
-SLACK_S = 0.7
-"""What a call may run past its deadline: the last pause's rounding and thread scheduling."""
+SLACK_S = 1.5
+"""What a call may run past its deadline: the last pause's rounding and thread scheduling
+(0.7 s was once too little in CI, with the other xdist worker busy: GET /v1/tasks answered its
+503 after 2.1 s). Still well short of the pool wait (``POOL_WAIT_S``) the calls used to take."""
 
 
 def _timed(call: Callable[[], Any]) -> tuple[float, Any]:
