@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 from flowledger.adapters.cli.errors import reported_errors
-from flowledger.adapters.llm.alerts import require_public_destination
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.budgets import Burn
 
@@ -75,6 +74,8 @@ def set_budget(
 ) -> None:
     """Set (or change) a budget."""
     with reported_errors(), Engine(tenant=tenant) as engine:
+        from flowledger.adapters.llm.alerts import require_public_destination  # (httpx: not at start-up)
+
         require_public_destination(webhook_url, allow_private=engine.settings.webhook_allow_private)
         made = engine.budgets.set(
             scope.value,

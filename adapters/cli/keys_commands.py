@@ -5,18 +5,20 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from flowledger.adapters.cli.errors import fail, reported_errors
-from flowledger.adapters.http.auth import Keyring
 from flowledger.domain.bounds import require_name
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore
+
+if TYPE_CHECKING:
+    from flowledger.adapters.http.auth import Keyring
 
 console = Console()
 notes = Console(stderr=True)
@@ -39,6 +41,8 @@ def keyring(settings: Settings) -> Keyring:
     What ``Keyring.of(engine)`` finds, without building an engine first: ``serve`` checks the keys
     before it starts anything.
     """
+    from flowledger.adapters.http.auth import Keyring  # FastAPI: only ``serve`` needs it
+
     return Keyring.from_settings(settings, _database_url(settings))
 
 

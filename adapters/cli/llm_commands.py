@@ -10,7 +10,6 @@ from rich.console import Console
 
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.simulator.replies import FaultRates, SimulatorConfig
-from flowledger.adapters.simulator.server import Simulator
 from flowledger.domain.bounds import require_count
 
 console = Console()
@@ -83,6 +82,9 @@ def simulate_llm(
 
 
 async def _serve(config: SimulatorConfig) -> None:
+    # Imported here: the simulator's web server (aiohttp) is no other command's start-up cost.
+    from flowledger.adapters.simulator.server import Simulator
+
     simulator = Simulator(config)
     await simulator.start()
     console.print(f"LLM simulator listening on [bold]{simulator.base_url}[/bold]")

@@ -16,22 +16,25 @@ import socket
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import uvicorn
 from rich.console import Console
 
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.keys_commands import keyring, keys_required
-from flowledger.adapters.http.app import create_app
-from flowledger.adapters.http.middleware import log_requests
-from flowledger.adapters.llm import OpenAICompatibleClient, WebhookNotifier
 from flowledger.adapters.llm.env_options import client_options_from_env
-from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.bounds import require_count
 from flowledger.domain.errors import ValidationError
-from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure import Settings
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from flowledger.infrastructure import Engine
+
+# The web stack (FastAPI, uvicorn, the HTTP client, the simulator) is imported by ``serve``
+# itself: every other command starts without it (about half of a command's start-up).
 
 console = Console(stderr=True)
 
@@ -102,6 +105,8 @@ def _llm_settings(settings: Settings, simulate: bool) -> Iterator[Settings]:
     if not simulate:
         yield settings
         return
+    from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+
     with run_simulator(SimulatorConfig()) as simulator:
         console.print(f"LLM simulator listening on {simulator.base_url}")
         yield replace(settings, llm_base_url=simulator.base_url, llm_api_key="sk-simulator")
@@ -129,6 +134,13 @@ def serve(
     Model calls go to FLOWLEDGER_LLM_BASE_URL; without it (or with --simulate-llm)
     to the built-in simulator, which is announced on stderr.
     """
+    import uvicorn
+
+    from flowledger.adapters.http.app import create_app
+    from flowledger.adapters.http.middleware import log_requests
+    from flowledger.adapters.llm import OpenAICompatibleClient, WebhookNotifier
+    from flowledger.infrastructure import Engine
+
     with reported_errors():
         # Every check first: a refusal must find nothing started (no simulator, no engine).
         require_count("port", port, most=65535)

@@ -2,17 +2,44 @@
 
 ``build_engine()`` gives an Engine whose ``process_step`` calls the endpoint named by
 ``FLOWLEDGER_LLM_BASE_URL`` with ``FLOWLEDGER_LLM_API_KEY``.
+
+The names below are imported when first used (PEP 562): a module of this package that
+needs no HTTP client (prices, settings from the environment) loads without httpx and
+aiohttp, so the command line's other commands start without them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from flowledger.adapters.llm.alerts import WebhookNotifier
-from flowledger.adapters.llm.client import OpenAICompatibleClient
-from flowledger.adapters.llm.config import ApiKey, ClientConfig, ModelLimits
-from flowledger.adapters.llm.pricing import ModelPrice, PriceTable, load_price_table
-from flowledger.infrastructure import Engine, Settings
+if TYPE_CHECKING:
+    from flowledger.adapters.llm.alerts import WebhookNotifier
+    from flowledger.adapters.llm.client import OpenAICompatibleClient
+    from flowledger.adapters.llm.config import ApiKey, ClientConfig, ModelLimits
+    from flowledger.adapters.llm.pricing import ModelPrice, PriceTable, load_price_table
+    from flowledger.infrastructure import Engine, Settings
+
+_EXPORTS = {
+    "ApiKey": "flowledger.adapters.llm.config",
+    "ClientConfig": "flowledger.adapters.llm.config",
+    "ModelLimits": "flowledger.adapters.llm.config",
+    "ModelPrice": "flowledger.adapters.llm.pricing",
+    "OpenAICompatibleClient": "flowledger.adapters.llm.client",
+    "PriceTable": "flowledger.adapters.llm.pricing",
+    "WebhookNotifier": "flowledger.adapters.llm.alerts",
+    "load_price_table": "flowledger.adapters.llm.pricing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The exported name, imported from its module on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # found directly from now on
+    return value
 
 
 def build_engine(
@@ -27,6 +54,10 @@ def build_engine(
     ``client_options`` are ClientConfig fields (timeouts, limits, retries...);
     close it with ``await engine.aclose()``, which closes the client too.
     """
+    from flowledger.adapters.llm.alerts import WebhookNotifier
+    from flowledger.adapters.llm.client import OpenAICompatibleClient
+    from flowledger.infrastructure import Engine, Settings
+
     base = settings if settings is not None else Settings.from_env()
     client = OpenAICompatibleClient.from_settings(base, **(client_options or {}))
     engine_options.setdefault("alerts", WebhookNotifier(allow_private=base.webhook_allow_private))
