@@ -162,7 +162,9 @@ def test_migrate_prepares_a_schema_once_and_says_so(database_url: str, pg_schema
 
 
 def test_an_unreachable_database_is_one_line_and_exit_code_75(pg_schema: str) -> None:
-    result = run("postgresql://nobody@127.0.0.1:1/test", pg_schema, "history", "anything")
+    # A short deadline: the default (15 s) is what the test would otherwise wait for.
+    deadline = {"FLOWLEDGER_OPERATION_DEADLINE_S": "2"}
+    result = run_cli("postgresql://nobody@127.0.0.1:1/test", pg_schema, "history", "anything", env=deadline)
     assert result.returncode == 75
     assert result.stderr.strip().startswith("error: the event store is unavailable")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -65,12 +65,17 @@ def _wide_consoles(columns: int) -> Iterator[None]:
 
 
 def run_cli(
-    database_url: str, schema: str, *args: str, cwd: Path | None = None
+    database_url: str,
+    schema: str,
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``flowledger *args`` on ``schema`` of ``database_url``, 200 columns wide, output captured."""
+    """``flowledger *args`` on ``schema`` of ``database_url``, 200 columns wide, output captured
+    (``env``: more environment variables, set meanwhile)."""
     out, err = io.StringIO(), io.StringIO()
     with (
-        _patched_environ(_environment(database_url, schema)),
+        _patched_environ({**_environment(database_url, schema), **(env or {})}),
         _wide_consoles(200),
         chdir(cwd if cwd is not None else Path.cwd()),
         redirect_stdout(out),
