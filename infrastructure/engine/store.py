@@ -52,6 +52,7 @@ from flowledger.infrastructure.engine.command_ids import new_command_id
 from flowledger.infrastructure.engine.keyed_locks import KeyedLocks, LockWaitTimeout
 from flowledger.infrastructure.engine.write_cache import WriteCache
 from flowledger.infrastructure.operation_deadline import operation_deadline, remaining_s
+from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.settings import Settings
 
 T = TypeVar("T")
@@ -173,27 +174,18 @@ class AggregateStore:
 
     def load(self, aggregate_id: UUID, version: int | None = None) -> Any | None:
         """The aggregate at ``version`` (latest by default), or None; StoreUnavailable past the deadline."""
-        with operation_deadline(self.settings.operation_deadline_s):
-            attempt = _Deadline("load", self.settings.operation_deadline_s).pause
-            while True:
-                self.app.ensure_open("load")
-                try:
-                    return self.app.repository.get(aggregate_id, version=version)
-                except AggregateNotFoundError:
-                    return None
-                except UNREACHABLE as error:
-                    attempt(error)
+
+        def get() -> Any | None:
+            try:
+                return self.app.repository.get(aggregate_id, version=version)
+            except AggregateNotFoundError:
+                return None
+
+        return self._read("load", get)
 
     def events(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
         """The aggregate's stored events, oldest first (optionally a version range)."""
-        with operation_deadline(self.settings.operation_deadline_s):
-            attempt = _Deadline("read events", self.settings.operation_deadline_s).pause
-            while True:
-                self.app.ensure_open("read events")
-                try:
-                    return list(self.app.events.get(aggregate_id, gt=gt, lte=lte))
-                except UNREACHABLE as error:
-                    attempt(error)
+        return self._read("read events", lambda: list(self.app.events.get(aggregate_id, gt=gt, lte=lte)))
 
     def events_containing(self, aggregate_id: UUID, event_class: type[Any], needle: bytes) -> list[Any]:
         """The aggregate's events of ``event_class`` whose stored form contains ``needle``.
@@ -202,23 +194,28 @@ class AggregateStore:
         """
         topic = get_topic(event_class)
         recorder = self.app.recorder
-        with operation_deadline(self.settings.operation_deadline_s):
-            attempt = _Deadline("search events", self.settings.operation_deadline_s).pause
-            while True:
-                self.app.ensure_open("search events")
-                try:
-                    search = getattr(recorder, "select_events_containing", None)
-                    if search is not None:
-                        stored = search(aggregate_id, topic, needle)
-                    else:
-                        stored = [
-                            s
-                            for s in recorder.select_events(aggregate_id)
-                            if s.topic == topic and needle in s.state
-                        ]
-                    return [self.app.mapper.to_domain_event(s) for s in stored]
-                except UNREACHABLE as error:
-                    attempt(error)
+
+        def search() -> list[Any]:
+            server_side = getattr(recorder, "select_events_containing", None)
+            if server_side is not None:
+                stored = server_side(aggregate_id, topic, needle)
+            else:
+                every = recorder.select_events(aggregate_id)
+                stored = [s for s in every if s.topic == topic and needle in s.state]
+            return [self.app.mapper.to_domain_event(s) for s in stored]
+
+        return self._read("search events", search)
+
+    def _read(self, operation: str, read: Callable[[], T]) -> T:
+        """``read()`` on an open engine, tried again after a connection error until the
+        operation's deadline (``within_deadline``: then StoreUnavailable, or StoreRefused at
+        once for a refused login). Reads only: they may run twice."""
+
+        def attempt() -> T:
+            self.app.ensure_open(operation)  # checked on every try: a retry stops at close
+            return read()
+
+        return within_deadline(operation, self.settings.operation_deadline_s, attempt)
 
     def cached(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
         """The writer's cached copy, or None (nothing is read); only to look at, never to change."""
