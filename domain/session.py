@@ -20,6 +20,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.bounds import require_id, scoped_uuid
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
+from flowledger.domain.error_detail import ErrorDetail, require_error_detail
 from flowledger.domain.errors import (
     IdempotencyKeyReused,
     SessionClosed,
@@ -192,13 +193,24 @@ class Session(FlowledgerAggregate):
             aggregate.totals = aggregate.totals.add(self.usage)
 
     class StepFailed(FlowledgerAggregate.Event):
-        """A step failed; the error type says why (``worker_lost``: its worker's lease lapsed)."""
+        """A step failed; the error type says why (``worker_lost``: its worker's lease lapsed).
 
+        Version 2 added ``error_detail``: the error's fields, from which a caller waiting on
+        the key rebuilds it (None: none recorded).
+        """
+
+        class_version = 2
         step: str
         error_type: str
         error_message: str
         usage: LlmUsage | None
         idempotency_key: str | None
+        error_detail: ErrorDetail | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Version-1 failures recorded only the error's type and message (a waiter reads those)."""
+            state["error_detail"] = None
 
         def apply(self, aggregate: Session) -> None:
             """Count the failure and keep it in the window; its key may be retried (by the same
@@ -660,8 +672,10 @@ class Session(FlowledgerAggregate):
         error_message: str,
         usage: LlmUsage | None = None,
         idempotency_key: str | None = None,
+        error_detail: ErrorDetail | None = None,
     ) -> StepFailure:
-        """Record a failed step and return it."""
+        """Record a failed step and return it (``error_detail``: the error's fields, see
+        ``domain/error_detail.py``)."""
         require_name("step", step)
         require_name("error_type", error_type)
         if idempotency_key is not None:
@@ -676,6 +690,7 @@ class Session(FlowledgerAggregate):
             error_message=storable(error_message, 2000),
             usage=usage,
             idempotency_key=idempotency_key,
+            error_detail=require_error_detail(error_detail),
         )
         return self.failures[-1]
 

@@ -9,6 +9,7 @@ from decimal import Decimal
 from enum import Enum, StrEnum
 from typing import Any
 
+from flowledger.domain.error_detail import ErrorDetail
 from flowledger.domain.values import JsonObject, LlmUsage
 
 
@@ -66,6 +67,9 @@ class StepFailure:
     idempotency_key: str | None
     version: int
     recorded_at: datetime
+    error_detail: ErrorDetail | None = None
+    """The error's fields, to rebuild it from (None: not recorded; the default keeps snapshots
+    taken before the field existed decodable)."""
 
     @classmethod
     def of(cls, failed: Any) -> StepFailure:
@@ -78,6 +82,7 @@ class StepFailure:
             idempotency_key=failed.idempotency_key,
             version=failed.originator_version,
             recorded_at=failed.timestamp,
+            error_detail=failed.error_detail,
         )
 
 

@@ -1,21 +1,24 @@
 """What a caller waiting for another worker's step gets when that step was recorded as failed.
 
-The worker that ran the step raised an error and recorded its type and message (StepFailed);
-a caller in another process (or engine) sees only the record. ``waiter_error`` rebuilds the
-error the worker raised, so the waiter answers as the first caller did (402 for a budget,
-503 for an open circuit, 409 for a closed session, 502 for a failed model call), or says
-None: the failure was about the first caller, not the request (it was cancelled, its worker
-was lost, its database was away), and the waiter runs the step itself, as a waiter in the
-first caller's own process does.
+The worker that ran the step raised an error and recorded its type, message and fields
+(StepFailed, ``failure_detail``); a caller in another process (or engine) sees only the record.
+``waiter_error`` rebuilds the error the worker raised from its fields, so the waiter answers as
+the first caller did (402 for a budget, 503 for an open circuit, 409 for a closed session, 422
+for a model without a price, 502 for a failed model call), or says None: the failure was about
+the first caller, not the request (it was cancelled, its worker was lost, its database was
+away), and the waiter runs the step itself, as a waiter in the first caller's own process does.
+Failures recorded before the fields were (StepFailed version 1) are read from their message.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
 
 from flowledger.domain.budget import budget_uuid
+from flowledger.domain.error_detail import ErrorDetail
 from flowledger.domain.errors import (
     BudgetExceeded,
     CircuitOpen,
@@ -23,6 +26,7 @@ from flowledger.domain.errors import (
     LlmCallFailed,
     LlmError,
     SessionClosed,
+    UnknownModelPrice,
 )
 from flowledger.domain.session import WORKER_LOST
 from flowledger.domain.session_views import SessionState, StepFailure
@@ -34,6 +38,156 @@ NOT_ABOUT_THE_REQUEST = frozenset(
 its worker lost, or its engine or database could not go on (the catch-alls record the error's
 class name). A waiter runs the step itself after one of these."""
 
+
+def failure_detail(error: BaseException) -> ErrorDetail | None:
+    """The fields ``waiter_error`` rebuilds ``error`` from, its class under ``"error"``; None
+    for an error of no class it rebuilds (a waiter reads its type and message, as before).
+
+    Texts are made plain ``str`` (a status is a StrEnum): the event takes JSON scalars only.
+    """
+    if isinstance(error, BudgetExceeded):
+        return {
+            "error": "BudgetExceeded",
+            "budget_id": str(error.budget_id),
+            "scope": str(error.scope),
+            "subject": str(error.subject),
+            "period": str(error.period),
+            # Exact decimal strings: a float would round the figures the waiter is told.
+            "limit_usd": f"{Decimal(error.limit_usd):f}",
+            "spent_usd": f"{Decimal(error.spent_usd):f}",
+            "reserved_usd": f"{Decimal(error.reserved_usd):f}",
+            "estimate_usd": f"{Decimal(error.estimate_usd):f}",
+        }
+    if isinstance(error, SessionClosed):
+        return {"error": "SessionClosed", "status": str(error.status)}
+    if isinstance(error, CircuitOpen):
+        return {
+            "error": "CircuitOpen",
+            "endpoint": str(error.endpoint),
+            "retry_in_s": float(error.retry_in_s),
+            "attempts": int(error.attempts),
+        }
+    if isinstance(error, UnknownModelPrice):
+        return {
+            "error": "UnknownModelPrice",
+            "model": str(error.model),
+            "price_version": str(error.price_version),
+        }
+    if isinstance(error, LlmCallFailed):
+        return {"error": "LlmCallFailed", "attempts": error.attempts, "status_code": error.status_code}
+    if type(error) is LlmError:
+        return {"error": "LlmError", "attempts": error.attempts}
+    return None
+
+
+def waiter_error(failure: StepFailure, state: SessionState, now: datetime) -> FlowledgerError | None:
+    """The error the step's own caller got, rebuilt from its record; None when the waiter
+    should run the step itself (``NOT_ABOUT_THE_REQUEST``)."""
+    if failure.error_type in NOT_ABOUT_THE_REQUEST:
+        return None
+    detail = failure.error_detail
+    rebuild = _REBUILDERS.get(str(detail.get("error"))) if detail is not None else None
+    if detail is not None and rebuild is not None:
+        try:
+            return rebuild(detail, failure, state, now)
+        except (TypeError, ValueError, ArithmeticError):
+            pass  # fields this release cannot read (a newer one's): as a failure without them
+    return _from_message(failure, state, now)
+
+
+def _budget_exceeded(
+    detail: ErrorDetail, failure: StepFailure, state: SessionState, now: datetime
+) -> BudgetExceeded:
+    return BudgetExceeded(
+        _text(detail, "budget_id"),
+        scope=_text(detail, "scope"),
+        subject=_text(detail, "subject"),
+        period=_text(detail, "period"),
+        limit_usd=Decimal(_text(detail, "limit_usd")),
+        spent_usd=Decimal(_text(detail, "spent_usd")),
+        reserved_usd=Decimal(_text(detail, "reserved_usd")),
+        estimate_usd=Decimal(_text(detail, "estimate_usd")),
+    )
+
+
+def _session_closed(
+    detail: ErrorDetail, failure: StepFailure, state: SessionState, now: datetime
+) -> SessionClosed:
+    return SessionClosed(state.session_id, _text(detail, "status"))
+
+
+def _circuit_open(
+    detail: ErrorDetail, failure: StepFailure, state: SessionState, now: datetime
+) -> CircuitOpen:
+    # The trial the first caller was told of has come that much closer since.
+    waited_s = (now - failure.recorded_at).total_seconds()
+    return CircuitOpen(
+        _text(detail, "endpoint"), _number(detail, "retry_in_s") - waited_s, _count(detail, "attempts")
+    )
+
+
+def _unknown_model_price(
+    detail: ErrorDetail, failure: StepFailure, state: SessionState, now: datetime
+) -> UnknownModelPrice:
+    return UnknownModelPrice(_text(detail, "model"), _text(detail, "price_version"))
+
+
+def _llm_call_failed(
+    detail: ErrorDetail, failure: StepFailure, state: SessionState, now: datetime
+) -> LlmCallFailed:
+    status = None if detail.get("status_code") is None else _count(detail, "status_code")
+    return LlmCallFailed(
+        failure.error_message,
+        error_type=failure.error_type,
+        attempts=_count(detail, "attempts"),
+        usage=failure.usage,
+        status_code=status,
+    )
+
+
+def _llm_error(detail: ErrorDetail, failure: StepFailure, state: SessionState, now: datetime) -> LlmError:
+    return LlmError(
+        failure.error_message,
+        error_type=failure.error_type,
+        attempts=_count(detail, "attempts"),
+        usage=failure.usage,
+    )
+
+
+_REBUILDERS: dict[str, Callable[[ErrorDetail, StepFailure, SessionState, datetime], FlowledgerError]] = {
+    "BudgetExceeded": _budget_exceeded,
+    "SessionClosed": _session_closed,
+    "CircuitOpen": _circuit_open,
+    "UnknownModelPrice": _unknown_model_price,
+    "LlmCallFailed": _llm_call_failed,
+    "LlmError": _llm_error,
+}
+"""The class ``failure_detail`` names under ``"error"`` -> how its error is rebuilt."""
+
+
+def _text(detail: ErrorDetail, name: str) -> str:
+    value = detail.get(name)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} is {value!r}")
+    return value
+
+
+def _number(detail: ErrorDetail, name: str) -> float:
+    value = detail.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} is {value!r}")
+    return float(value)
+
+
+def _count(detail: ErrorDetail, name: str) -> int:
+    value = detail.get(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} is {value!r}")
+    return value
+
+
+# Failures recorded before StepFailed carried the error's fields (version 1): their messages,
+# as ``str()`` of each error wrote them then. Never change these patterns with the messages.
 _MONEY = r"-?[0-9]+(?:\.[0-9]+)?"
 _BUDGET_EXCEEDED = re.compile(
     rf"budget (?P<scope>[a-z]+):(?P<subject>.+) per (?P<period>[a-z]+) would be exceeded: "
@@ -48,12 +202,9 @@ _SESSION_CLOSED = re.compile(r"the session was (?P<status>\w+) when the model an
 _HTTP_STATUS = re.compile(r"http_(?P<status>[0-9]{3})")
 
 
-def waiter_error(failure: StepFailure, state: SessionState, now: datetime) -> FlowledgerError | None:
-    """The error the step's own caller got, rebuilt from its record; None when the waiter
-    should run the step itself (``NOT_ABOUT_THE_REQUEST``)."""
+def _from_message(failure: StepFailure, state: SessionState, now: datetime) -> FlowledgerError:
+    """The error rebuilt from the failure's type and message (a failure with no fields)."""
     kind, message = failure.error_type, failure.error_message
-    if kind in NOT_ABOUT_THE_REQUEST:
-        return None
     attempts = failure.usage.attempts if failure.usage is not None else 0
     if kind == "budget_exceeded" and (found := _BUDGET_EXCEEDED.fullmatch(message)) is not None:
         scope, subject, period = found["scope"], found["subject"], found["period"]
@@ -68,7 +219,6 @@ def waiter_error(failure: StepFailure, state: SessionState, now: datetime) -> Fl
             estimate_usd=Decimal(found["estimate"]),
         )
     if kind == "circuit_open" and (found := _CIRCUIT_OPEN.fullmatch(message)) is not None:
-        # The trial the first caller was told of has come that much closer since.
         waited_s = (now - failure.recorded_at).total_seconds()
         return CircuitOpen(found["endpoint"], float(found["retry_in"]) - waited_s, attempts)
     if kind == "session_closed":

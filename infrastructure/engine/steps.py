@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
+from flowledger.domain.bounds import storable
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
     BudgetExceeded,
@@ -48,11 +49,12 @@ from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
 from flowledger.infrastructure.engine.budgets import BudgetService, step_hold_id
 from flowledger.infrastructure.engine.sessions import SessionService
-from flowledger.infrastructure.engine.step_failures import waiter_error
+from flowledger.infrastructure.engine.step_failures import failure_detail, waiter_error
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.postgres.budgets import Reservation
 
 T = TypeVar("T")
+_CANCELLED = "the caller cancelled the step"
 
 
 @dataclass(frozen=True)
@@ -117,10 +119,9 @@ class _Go:
 
 @dataclass(frozen=True)
 class _Unrecordable:
-    """A model reply the ledger could not store: recorded as StepFailed, raised as LlmError."""
+    """A model reply the ledger could not store: recorded as StepFailed, raised as ``error``."""
 
-    message: str
-    usage: LlmUsage | None
+    error: LlmError
 
 
 @dataclass(frozen=True)
@@ -367,10 +368,7 @@ class StepService:
         if isinstance(outcome, str):
             raise SessionClosed(call.session_id, outcome)
         if isinstance(outcome, _Unrecordable):
-            attempts = outcome.usage.attempts if outcome.usage is not None else 1
-            raise LlmError(
-                outcome.message, error_type="malformed_response", attempts=attempts, usage=outcome.usage
-            )
+            raise outcome.error
         if isinstance(outcome, _Recorded):
             return await self._as_recorded(call, outcome)
         return outcome
@@ -428,7 +426,7 @@ class StepService:
         try:
             estimate: CallEstimate | None = estimator(call.model, go.messages) if estimator else None
         except Exception as error:  # StepStarted is written: never leave the step pending
-            await self._record_failure(call, go, type(error).__name__, str(error), None)
+            await self._record_failure(call, go, type(error).__name__, error, None)
             raise
         scope = CallScope(
             tenant=budgets.tenant,
@@ -454,15 +452,15 @@ class StepService:
         try:
             return await asyncio.shield(reserving)
         except BudgetExceeded as error:
-            await self._record_failure(call, go, "budget_exceeded", str(error), None)
+            await self._record_failure(call, go, "budget_exceeded", error, None)
             raise
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 await self._settle(await reserving, None)
-            await self._record_failure(call, go, "cancelled", "the caller cancelled the step", None)
+            await self._record_failure(call, go, "cancelled", _CANCELLED, None)
             raise
         except Exception as error:
-            await self._record_failure(call, go, type(error).__name__, str(error), None)
+            await self._record_failure(call, go, type(error).__name__, error, None)
             raise
 
     async def _settle(
@@ -489,15 +487,13 @@ class StepService:
         try:
             return await llm.complete(model=call.model, messages=go.messages, json_mode=True)
         except LlmError as error:
-            await self._record_failure(call, go, error.error_type, str(error), error.usage)
+            await self._record_failure(call, go, error.error_type, error, error.usage)
             raise
         except asyncio.CancelledError as error:
-            await asyncio.shield(
-                self._record_failure(call, go, "cancelled", "the caller cancelled the step", _usage_of(error))
-            )
+            await asyncio.shield(self._record_failure(call, go, "cancelled", _CANCELLED, _usage_of(error)))
             raise
         except Exception as error:
-            await self._record_failure(call, go, type(error).__name__, str(error), None)
+            await self._record_failure(call, go, type(error).__name__, error, None)
             raise
         finally:
             renewer.stop()
@@ -531,6 +527,7 @@ class StepService:
                 idempotency_key=call.key,
                 usage=reply.usage,
                 error_message=f"the session was {closed} when the model answered",
+                error_detail=failure_detail(SessionClosed(call.session_id, closed)),
             )
             return str(closed)
         try:
@@ -549,14 +546,22 @@ class StepService:
             # The call's own fields were checked when it began: the model's reply is what the
             # ledger cannot store (a NUL in its text, a name past its bounds). It was paid
             # for: keep its usage on a StepFailed, and tell the caller it was the reply.
-            failure = session.fail_step(
-                step=call.step,
+            usage = storable_usage(reply.usage)
+            unrecordable = LlmError(
+                storable(f"the model's reply cannot be recorded: {error}", 1_000),
                 error_type="malformed_response",
-                error_message=f"the model's reply cannot be recorded: {error}"[:1_000],
-                usage=storable_usage(reply.usage),
-                idempotency_key=call.key,
+                attempts=usage.attempts if usage is not None else 1,
+                usage=usage,
             )
-            return _Unrecordable(failure.error_message, failure.usage)
+            session.fail_step(
+                step=call.step,
+                error_type=unrecordable.error_type,
+                error_message=str(unrecordable),
+                usage=usage,
+                idempotency_key=call.key,
+                error_detail=failure_detail(unrecordable),
+            )
+            return _Unrecordable(unrecordable)
         # Context is replaced, never changed in place, by the session: no copy needed.
         return StepOutcome(record, session.context)
 
@@ -574,16 +579,25 @@ class StepService:
         return True
 
     async def _record_failure(
-        self, call: StepCall, go: _Go, error_type: str, message: str, usage: LlmUsage | None
+        self, call: StepCall, go: _Go, error_type: str, error: BaseException | str, usage: LlmUsage | None
     ) -> None:
+        """Record the attempt as failed with ``error``'s message and fields (a string: a message
+        with no fields), so that a caller waiting on its key is given the same error."""
         await self._in_db(
-            self._store.write, call.session_id, partial(self._fail, call, go, error_type, message, usage)
+            self._store.write, call.session_id, partial(self._fail, call, go, error_type, error, usage)
         )
 
     def _fail(
-        self, call: StepCall, go: _Go, error_type: str, message: str, usage: LlmUsage | None, uow: UnitOfWork
+        self,
+        call: StepCall,
+        go: _Go,
+        error_type: str,
+        error: BaseException | str,
+        usage: LlmUsage | None,
+        uow: UnitOfWork,
     ) -> None:
         session = self._session(uow, call.session_id)
+        message = str(error)
         if self._holds(session, call, go):
             session.fail_step(
                 step=call.step,
@@ -591,6 +605,7 @@ class StepService:
                 error_message=message,
                 usage=usage,
                 idempotency_key=call.key,
+                error_detail=None if isinstance(error, str) else failure_detail(error),
             )
         elif usage is not None:
             # Taken over while this worker stalled: the key is another attempt's now (a failure

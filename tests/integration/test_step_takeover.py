@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from flowledger.adapters.http.errors import status_for
-from flowledger.domain.errors import CircuitOpen, FlowledgerError, LlmCallFailed
+from flowledger.domain.errors import CircuitOpen, FlowledgerError, LlmCallFailed, UnknownModelPrice
 from flowledger.domain.session_views import StepRecord
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.engine import step_failures
 from tests.conftest import make_settings
 from tests.support.llm import ScriptedLlm
 from tests.support.steps import first_poll
@@ -190,6 +191,13 @@ def model_failed(
     return lambda: bool(llm.calls), partial(model_answers, first)
 
 
+def model_unpriced(
+    first: Engine, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Callable[[], bool], Callable[[], None]]:
+    first.llm = llm = gated_llm(UnknownModelPrice("mystery-model", "v1"))
+    return lambda: bool(llm.calls), partial(model_answers, first)
+
+
 def session_closed(
     first: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Callable[[], bool], Callable[[], None]]:
@@ -223,7 +231,9 @@ def budget_exceeded(
 
 
 @pytest.mark.parametrize(
-    "fails", [circuit_open, model_failed, session_closed, budget_exceeded], ids=lambda f: f.__name__
+    "fails",
+    [circuit_open, model_failed, model_unpriced, session_closed, budget_exceeded],
+    ids=lambda f: f.__name__,
 )
 async def test_a_waiter_in_another_engine_gets_the_error_class_the_first_caller_got(
     engines: tuple[Engine, Engine],
@@ -231,7 +241,11 @@ async def test_a_waiter_in_another_engine_gets_the_error_class_the_first_caller_
     fails: Callable[[Engine, pytest.MonkeyPatch], tuple[Callable[[], bool], Callable[[], None]]],
 ) -> None:
     # Given a caller of one engine whose step will fail, and a caller of another engine waiting
-    # for the same key
+    # for the same key, which rebuilds the error from its recorded fields, never its message
+    def unread(*args: object) -> None:
+        raise AssertionError("the waiter parsed the failure's message")
+
+    monkeypatch.setattr(step_failures, "_from_message", unread)
     first, second = engines
     first.start_session("s1", "cs")
     second.llm = own = ScriptedLlm()
@@ -243,8 +257,8 @@ async def test_a_waiter_in_another_engine_gets_the_error_class_the_first_caller_
     with pytest.raises(FlowledgerError) as first_error:
         await asyncio.wait_for(leader, 30)
 
-    # Then the waiter gets an error of the same class, so the same HTTP status (402, 503, 409
-    # reached it as a 502), with the same message, and calls no model
+    # Then the waiter gets an error of the same class, so the same HTTP status (402, 503, 422,
+    # 409 reached it as a 502), with the same message and attributes, and calls no model
     with pytest.raises(FlowledgerError) as waiter_error:
         await asyncio.wait_for(waiter, 30)
     assert type(waiter_error.value) is type(first_error.value)
@@ -252,4 +266,7 @@ async def test_a_waiter_in_another_engine_gets_the_error_class_the_first_caller_
     if not isinstance(first_error.value, CircuitOpen):  # its "next trial in" has moved on
         assert str(waiter_error.value) == str(first_error.value)
     assert vars(waiter_error.value).keys() == vars(first_error.value).keys()
+    assert {k: v for k, v in vars(waiter_error.value).items() if k != "retry_in_s"} == {
+        k: v for k, v in vars(first_error.value).items() if k != "retry_in_s"
+    }
     assert own.calls == []

@@ -113,6 +113,7 @@ class SessionScript:
             error_message=message,
             usage=usage,
             idempotency_key=None,
+            error_detail=None,
         )
 
     def update_context(self, at: datetime, update: JsonObject) -> SessionScript:

@@ -82,6 +82,37 @@ def test_a_step_event_decodes_the_same_from_both_encodings(
     assert vars(fast.to_domain_event(fast_stored)) == vars(fast.to_domain_event(slow_stored))
 
 
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT
+)
+
+
+@given(st.none() | st.dictionaries(TEXT.filter(str.strip), SCALARS, max_size=6))
+def test_a_step_failure_and_its_error_fields_decode_the_same_from_both_encodings(
+    detail: dict[str, Any] | None,
+) -> None:
+    event = Session.StepFailed(  # type: ignore[call-arg]
+        originator_id=uuid4(),
+        originator_version=4,
+        timestamp=datetime(2026, 11, 30, 18, 0, tzinfo=UTC),
+        step="answer",
+        error_type="budget_exceeded",
+        error_message="budget session:s1 per month would be exceeded",
+        usage=None,
+        idempotency_key="k-1",
+        error_detail=detail,
+    )
+    library, fast = _mappers()
+    slow_stored, fast_stored = library.to_stored_event(event), fast.to_stored_event(event)
+    assert json.loads(fast_stored.state) == json.loads(slow_stored.state)
+    assert vars(fast.to_domain_event(fast_stored)) == vars(fast.to_domain_event(slow_stored))
+    assert fast.to_domain_event(fast_stored).error_detail == detail
+
+
 def test_without_floats_the_bytes_are_the_librarys() -> None:
     library, fast = _mappers()
     event = Session.ContextUpdated(  # type: ignore[call-arg]

@@ -81,6 +81,8 @@ async def test_a_failed_call_records_step_failed_with_its_error_type_and_usage(e
     assert event_types(engine, "s1") == ["Started", "StepStarted", "StepFailed"]
     assert state.failures[0].error_type == "http_503"
     assert state.failures[0].usage == spent
+    # with the error's fields, from which a caller waiting on the key rebuilds it
+    assert state.failures[0].error_detail == {"error": "LlmCallFailed", "attempts": 3, "status_code": None}
     assert state.pending == ()
 
 
@@ -89,7 +91,12 @@ async def test_an_unexpected_adapter_error_still_leaves_a_step_failed(memory_eng
     memory_engine.start_session("s1", "cs")
     with pytest.raises(RuntimeError):
         await memory_engine.process_step("s1", "greet")
-    assert memory_engine.get_session("s1").failures[0].error_type == "RuntimeError"
+    [failure] = memory_engine.get_session("s1").failures
+    assert (failure.error_type, failure.error_message, failure.error_detail) == (
+        "RuntimeError",
+        "bug in adapter",
+        None,
+    )
 
 
 async def test_fifty_concurrent_calls_with_one_key_make_one_model_call(engine: Engine) -> None:
@@ -332,6 +339,8 @@ async def test_a_reply_the_ledger_cannot_store_is_a_step_failed_that_keeps_its_u
     assert state.pending == ()
     [failure] = state.failures
     assert failure.error_type == "malformed_response"
+    assert failure.error_message == str(raised.value)
+    assert failure.error_detail == {"error": "LlmError", "attempts": raised.value.attempts}
     assert failure.usage is not None
     assert failure.usage.input_tokens == usage.input_tokens
     for name, value in kept.items():

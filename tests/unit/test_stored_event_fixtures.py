@@ -65,6 +65,9 @@ def test_the_stored_events_of_a_release_replay_to_the_states_it_recorded(
         for record, was in zip(state.get("history", ()), expected[name].get("history", ()), strict=True):
             for added in set(record) - set(was):
                 assert (added, record.pop(added)) == (added, ADDED_TO_STEPS_SINCE[added])
+        for failure, was in zip(state.get("failures", ()), expected[name].get("failures", ()), strict=True):
+            for added in set(failure) - set(was):
+                assert (added, failure.pop(added)) == (added, ADDED_TO_FAILURES_SINCE[added])
     assert loaded == expected
 
 
@@ -72,6 +75,8 @@ ADDED_SINCE = {"erased": False, "forked_from": None, "forked_at_version": None, 
 """Fields the views gained after a release, and what that release's aggregates read as."""
 ADDED_TO_STEPS_SINCE = {"model": None}
 """The same for a session's steps (``StepRecord``): a release's steps did not record the model."""
+ADDED_TO_FAILURES_SINCE = {"error_detail": None}
+"""The same for its failures (``StepFailure``): a release's failures did not record the error's fields."""
 
 
 def _with_extra_keys(stored: StoredEvent) -> StoredEvent:
