@@ -38,7 +38,8 @@ from flowledger.infrastructure.engine.retention import (
     RetentionService,
 )
 from flowledger.infrastructure.engine.sessions import ExpiryChange, Restart, SessionService, StepRequest
-from flowledger.infrastructure.engine.steps import StepOutcome, StepService
+from flowledger.infrastructure.engine.step_calls import StepOutcome
+from flowledger.infrastructure.engine.steps import StepService
 from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads

@@ -14,14 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import os
 import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from functools import partial
 from typing import Any, TypeVar
@@ -33,7 +31,6 @@ from flowledger.domain.errors import (
     BudgetExceeded,
     ConcurrentUpdate,
     FlowledgerError,
-    IdempotencyKeyReused,
     LlmError,
     LlmNotConfigured,
     SessionClosed,
@@ -44,93 +41,32 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.ports import CallEstimate, LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
-from flowledger.domain.session_views import ModelAsked, PendingStep, SessionStatus, StepRecord, same_json
+from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
 from flowledger.infrastructure.engine.budgets import BudgetService, step_hold_id
 from flowledger.infrastructure.engine.sessions import SessionService
+from flowledger.infrastructure.engine.step_calls import (
+    Go,
+    LeaderGone,
+    Recorded,
+    StepCall,
+    StepOutcome,
+    Unrecordable,
+    Wait,
+    asked_model,
+    changed_keys,
+    ensure_same_request,
+    retrieve_exception,
+    usage_of,
+)
 from flowledger.infrastructure.engine.step_failures import failure_detail, waiter_error
+from flowledger.infrastructure.engine.step_leases import LeaseRenewer
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.postgres.budgets import Reservation
 
 T = TypeVar("T")
 _CANCELLED = "the caller cancelled the step"
-
-
-@dataclass(frozen=True)
-class StepCall:
-    """One ``process_step`` call, as its parts pass it along."""
-
-    session_id: str
-    step: str
-    input: JsonObject
-    model: str | None
-    key: str
-    merge_input: bool = False
-    asked: ModelAsked | None = None
-    """The model under the one name the adapter gives it (``ModelNames``), which the step
-    records and a request under its key is compared by; None when not known (no model named,
-    and an adapter that cannot name its default): then not compared."""
-
-    @property
-    def model_key(self) -> str | None:
-        """The model the step records."""
-        return self.asked.key if self.asked is not None else None
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    """What a ``process_step`` caller needs back: the step, and the session's context right after it.
-
-    The context comes from the same write (or read) that settled the step, so an edge that
-    answers with both (the webhook) need not load the session again. A key replayed once the
-    session has moved on is answered with the context read at the step's version: the same
-    answer as the first time, not the context later steps made.
-    """
-
-    record: StepRecord
-    context: JsonObject
-
-
-@dataclass(frozen=True)
-class _Recorded:
-    """A step recorded under the key before, found in the session at ``version`` (its ``context``)."""
-
-    record: StepRecord
-    version: int
-    context: JsonObject
-
-
-@dataclass(frozen=True)
-class _Go:
-    """The go-ahead for one attempt at a step: its prompt, and when this worker started it.
-
-    ``started_at`` (with the worker's name) tells this attempt's pending step from a later
-    one under the same key: a worker that stalled past its lease may find it taken over.
-    ``lost`` is the attempt this one took over (recorded as ``worker_lost``), if any.
-    """
-
-    messages: list[dict[str, Any]]
-    started_at: datetime
-    workflow: str = ""
-    user_id: str | None = None
-    lost: PendingStep | None = None
-
-
-@dataclass(frozen=True)
-class _Unrecordable:
-    """A model reply the ledger could not store: recorded as StepFailed, raised as ``error``."""
-
-    error: LlmError
-
-
-@dataclass(frozen=True)
-class _Wait:
-    lease_until: datetime
-
-
-class _LeaderGone(Exception):
-    """The in-process caller running the step was cancelled; waiters start over."""
 
 
 class StepService:
@@ -222,23 +158,23 @@ class StepService:
             if idempotency_key is None
             else require_name("idempotency_key", idempotency_key)
         )
-        call = StepCall(session_id, step, payload, model, key, merge_input, _asked(llm, model))
+        call = StepCall(session_id, step, payload, model, key, merge_input, asked_model(llm, model))
         loop = asyncio.get_running_loop()
         slot = (session_id, key)
         while (inflight := self._inflight.get(slot)) is not None and inflight[1].get_loop() is loop:
             leading, running = inflight
-            _ensure_same_request(leading, call)  # another request under the key shares nothing
+            ensure_same_request(leading, call)  # another request under the key shares nothing
             try:
                 return await asyncio.shield(running)
-            except _LeaderGone:
+            except LeaderGone:
                 continue
         future: asyncio.Future[StepOutcome] = loop.create_future()
-        future.add_done_callback(_retrieve)
+        future.add_done_callback(retrieve_exception)
         self._inflight[slot] = (call, future)
         try:
             outcome = await self._run(llm, call)
         except asyncio.CancelledError:
-            future.set_exception(_LeaderGone())
+            future.set_exception(LeaderGone())
             raise
         except BaseException as error:
             future.set_exception(error)
@@ -272,16 +208,16 @@ class StepService:
     async def _run(self, llm: LlmPort, call: StepCall) -> StepOutcome:
         while True:
             begun = await self._begin_surely(call)
-            if isinstance(begun, _Recorded):
+            if isinstance(begun, Recorded):
                 return await self._as_recorded(call, begun)
-            if isinstance(begun, _Go):
+            if isinstance(begun, Go):
                 return await self._call_and_record(llm, call, begun)
             outcome = await self._await_outcome(call)
             if outcome is not None:
                 return outcome
             # The key is no longer held by a live worker: decide afresh.
 
-    async def _begin_surely(self, call: StepCall) -> _Recorded | _Go | _Wait:
+    async def _begin_surely(self, call: StepCall) -> Recorded | Go | Wait:
         """Write StepStarted; if the caller is cancelled meanwhile, still close what was begun."""
         # The executor's future itself is shielded (no task around it): the write runs to
         # its end on its thread whatever happens to the caller.
@@ -290,22 +226,22 @@ class StepService:
             return await asyncio.shield(saved)
         except asyncio.CancelledError:
             begun = await saved
-            if isinstance(begun, _Go):
+            if isinstance(begun, Go):
                 await self._record_failure(call, begun, "cancelled", "the caller cancelled the step", None)
             raise
 
-    def _begin(self, call: StepCall, uow: UnitOfWork) -> _Recorded | _Go | _Wait:
+    def _begin(self, call: StepCall, uow: UnitOfWork) -> Recorded | Go | Wait:
         session = self._session(uow, call.session_id)
         recorded = self._sessions.outcome_of_request(
             session, call.key, call.step, call.input, model=call.asked
         )
         if recorded is not None:
-            return _Recorded(recorded, session.version, session.context)
+            return Recorded(recorded, session.version, session.context)
         pending = session.pending.get(call.key)
         if pending is not None:
             session.ensure_same_request(pending, call.key, call.step, model=call.asked, input=call.input)
             if uow.now < pending.lease_until:
-                return _Wait(pending.lease_until)
+                return Wait(pending.lease_until)
             session.abandon_step(call.key, uow.now, f"the lease of worker {pending.worker} lapsed")
         session.ensure_open(uow.now)
         if call.merge_input:
@@ -324,9 +260,9 @@ class StepService:
             lease_until=uow.now + self.lease,
             worker=self.worker,
         )
-        return _Go(messages, uow.now, session.workflow, session.user_id, lost=pending)
+        return Go(messages, uow.now, session.workflow, session.user_id, lost=pending)
 
-    async def _call_and_record(self, llm: LlmPort, call: StepCall, go: _Go) -> StepOutcome:
+    async def _call_and_record(self, llm: LlmPort, call: StepCall, go: Go) -> StepOutcome:
         hold = await self._reserve(llm, call, go)
         try:
             reply = await self._call(llm, call, go)
@@ -334,7 +270,7 @@ class StepService:
             await self._settle(hold, error.usage)
             raise
         except BaseException as error:
-            await self._settle(hold, _usage_of(error))  # a cancelled call may carry it
+            await self._settle(hold, usage_of(error))  # a cancelled call may carry it
             raise
         # The model answered and was paid for: its settlement and StepProcessed are written
         # whatever happens to the caller now. Cancelled between the two, the step stayed
@@ -348,13 +284,13 @@ class StepService:
             raise
 
     async def _record_reply(
-        self, call: StepCall, go: _Go, reply: LlmReply, hold: Reservation | None
+        self, call: StepCall, go: Go, reply: LlmReply, hold: Reservation | None
     ) -> StepOutcome:
         unsettled = hold
         try:
             await self._settle(hold, reply.usage)
             unsettled = None
-            outcome: StepOutcome | _Recorded | _Unrecordable | str = await self._in_db(
+            outcome: StepOutcome | Recorded | Unrecordable | str = await self._in_db(
                 self._store.write, call.session_id, partial(self._finish, call, reply)
             )
         except StoreUnavailable:
@@ -367,13 +303,13 @@ class StepService:
             raise
         if isinstance(outcome, str):
             raise SessionClosed(call.session_id, outcome)
-        if isinstance(outcome, _Unrecordable):
+        if isinstance(outcome, Unrecordable):
             raise outcome.error
-        if isinstance(outcome, _Recorded):
+        if isinstance(outcome, Recorded):
             return await self._as_recorded(call, outcome)
         return outcome
 
-    async def _as_recorded(self, call: StepCall, found: _Recorded) -> StepOutcome:
+    async def _as_recorded(self, call: StepCall, found: Recorded) -> StepOutcome:
         """A recorded step as its first caller got it: with the context right after it, read at
         its version when the session has moved on since (a bounded state holds no earlier one),
         so a replayed key answers the same and not the context later steps made."""
@@ -388,14 +324,14 @@ class StepService:
         return StepOutcome(found.record, state.context)
 
     async def _keep_saving(
-        self, call: StepCall, go: _Go, reply: LlmReply, unsettled: Reservation | None
+        self, call: StepCall, go: Go, reply: LlmReply, unsettled: Reservation | None
     ) -> None:
         """Save an answer the store would not take (settling its hold first, if that failed too),
         for at most ``save_retry_s``, the step's lease renewed meanwhile, so that a retry of the
         key waits for this answer. The store retries each save until its deadline; between
         saves it pauses 0.1 s, doubling up to 1 s, so that the answer is saved within about a
         second of the database's return, before a waiter can see the lease lapse and take over."""
-        renewer = _LeaseRenewer(self, call, go, first_in=0.0)  # it may have lapsed while we tried
+        renewer = self._renewer(call, go, first_in=0.0)  # it may have lapsed while we tried
         pause, deadline = 0.1, time.monotonic() + self.save_retry_s
         try:
             while time.monotonic() + pause < deadline:
@@ -414,7 +350,7 @@ class StepService:
         finally:
             renewer.stop()
 
-    async def _reserve(self, llm: LlmPort, call: StepCall, go: _Go) -> Reservation | None:
+    async def _reserve(self, llm: LlmPort, call: StepCall, go: Go) -> Reservation | None:
         """Hold the call's estimated maximum cost in its budgets; refuse it, recorded and unsent,
         when an enforced budget cannot take it (``StepFailed("budget_exceeded")``)."""
         budgets = self.budgets
@@ -481,16 +417,16 @@ class StepService:
         )
         self.budgets.notify(raised)
 
-    async def _call(self, llm: LlmPort, call: StepCall, go: _Go) -> LlmReply:
+    async def _call(self, llm: LlmPort, call: StepCall, go: Go) -> LlmReply:
         """The model call itself; a failure is recorded as StepFailed before it is raised."""
-        renewer = _LeaseRenewer(self, call, go)
+        renewer = self._renewer(call, go)
         try:
             return await llm.complete(model=call.model, messages=go.messages, json_mode=True)
         except LlmError as error:
             await self._record_failure(call, go, error.error_type, error, error.usage)
             raise
         except asyncio.CancelledError as error:
-            await asyncio.shield(self._record_failure(call, go, "cancelled", _CANCELLED, _usage_of(error)))
+            await asyncio.shield(self._record_failure(call, go, "cancelled", _CANCELLED, usage_of(error)))
             raise
         except Exception as error:
             await self._record_failure(call, go, type(error).__name__, error, None)
@@ -500,12 +436,12 @@ class StepService:
 
     def _finish(
         self, call: StepCall, reply: LlmReply, uow: UnitOfWork
-    ) -> StepOutcome | _Recorded | _Unrecordable | str:
+    ) -> StepOutcome | Recorded | Unrecordable | str:
         session = self._session(uow, call.session_id)
         # A worker that took this step over may have finished first: never record twice.
         recorded = self._sessions.find_outcome(session, call.key)
         if recorded is not None:
-            found = _Recorded(recorded, session.version, session.context)
+            found = Recorded(recorded, session.version, session.context)
             if recorded.usage != reply.usage and reply.usage is not None:
                 # Another worker took the step over (this one stalled past its lease) and
                 # finished first: its step stands, and this call was paid for too. Keep the
@@ -561,17 +497,17 @@ class StepService:
                 idempotency_key=call.key,
                 error_detail=failure_detail(unrecordable),
             )
-            return _Unrecordable(unrecordable)
+            return Unrecordable(unrecordable)
         # Context is replaced, never changed in place, by the session: no copy needed.
         return StepOutcome(record, session.context)
 
-    def _holds(self, session: Session, call: StepCall, go: _Go) -> bool:
+    def _holds(self, session: Session, call: StepCall, go: Go) -> bool:
         """Whether the step pending under the call's key is still this attempt: started by
         this worker when it began. Taken over (its lease lapsed while it stalled), it is not."""
         pending = session.pending.get(call.key)
         return pending is not None and pending.worker == self.worker and pending.started_at == go.started_at
 
-    def _renew(self, call: StepCall, go: _Go, uow: UnitOfWork) -> bool:
+    def _renew(self, call: StepCall, go: Go, uow: UnitOfWork) -> bool:
         session = self._session(uow, call.session_id)
         if not self._holds(session, call, go):
             return False
@@ -579,7 +515,7 @@ class StepService:
         return True
 
     async def _record_failure(
-        self, call: StepCall, go: _Go, error_type: str, error: BaseException | str, usage: LlmUsage | None
+        self, call: StepCall, go: Go, error_type: str, error: BaseException | str, usage: LlmUsage | None
     ) -> None:
         """Record the attempt as failed with ``error``'s message and fields (a string: a message
         with no fields), so that a caller waiting on its key is given the same error."""
@@ -590,7 +526,7 @@ class StepService:
     def _fail(
         self,
         call: StepCall,
-        go: _Go,
+        go: Go,
         error_type: str,
         error: BaseException | str,
         usage: LlmUsage | None,
@@ -630,7 +566,7 @@ class StepService:
             state = await self._in_db(self._sessions.get, call.session_id)
             for record in reversed(state.history):
                 if record.idempotency_key == call.key:
-                    return await self._as_recorded(call, _Recorded(record, state.version, state.context))
+                    return await self._as_recorded(call, Recorded(record, state.version, state.context))
             pending = next((p for p in state.pending if p.idempotency_key == call.key), None)
             if pending is None:
                 failure = next((f for f in reversed(state.failures) if f.idempotency_key == call.key), None)
@@ -665,53 +601,13 @@ class StepService:
     async def _in_db(self, function: Callable[..., T], *args: Any) -> T:
         return await self._db_future(function, *args)
 
+    def _renewer(self, call: StepCall, go: Go, *, first_in: float | None = None) -> LeaseRenewer:
+        """Renewals of this attempt's lease (each a write on a database thread) until stopped."""
 
-class _LeaseRenewer:
-    """Renews a step's lease every third of its length while the model answers.
+        def renewal() -> asyncio.Future[bool]:
+            return self._db_future(self._store.write, call.session_id, partial(self._renew, call, go))
 
-    A timer, not a task: most calls end long before the first renewal, and a timer that
-    never fires costs one heap entry where a sleeping task cost a task, a future and a
-    timer on every step.
-    """
-
-    __slots__ = ("_call", "_go", "_handle", "_loop", "_period", "_service", "_stopped")
-
-    def __init__(
-        self, service: StepService, call: StepCall, go: _Go, *, first_in: float | None = None
-    ) -> None:
-        self._service = service
-        self._call = call
-        self._go = go
-        self._loop = asyncio.get_running_loop()
-        self._period = service._store.settings.step_lease_s / 3
-        self._stopped = False
-        first = self._period if first_in is None else first_in
-        self._handle: asyncio.TimerHandle | None = self._loop.call_later(first, self._renew)
-
-    def stop(self) -> None:
-        """No more renewals (one already on its way finishes on its thread)."""
-        self._stopped = True
-        if self._handle is not None:
-            self._handle.cancel()
-
-    def _renew(self) -> None:
-        self._handle = None
-        service, call = self._service, self._call
-        renewal = service._db_future(
-            service._store.write, call.session_id, partial(service._renew, call, self._go)
-        )
-        renewal.add_done_callback(self._renewed)
-
-    def _renewed(self, renewal: asyncio.Future[bool]) -> None:
-        error = None if renewal.cancelled() else renewal.exception()
-        if self._stopped or renewal.cancelled():
-            return
-        if error is None and not renewal.result():
-            return  # the step is no longer this worker's
-        if error is not None and not isinstance(error, FlowledgerError):
-            return  # a bug, not an outage: stop renewing rather than hide it in a loop
-        # Renewed, or the database is away for now: try again at the next period.
-        self._handle = self._loop.call_later(self._period, self._renew)
+        return LeaseRenewer(renewal, self._store.settings.step_lease_s, first_in=first_in)
 
 
 def _hold(
@@ -723,50 +619,3 @@ def _hold(
     if lost is not None:
         budgets.notify(budgets.spend_lost(lost))  # off the loop: webhooks go out on a thread
     return budgets.reserve(scope, amount, hold)
-
-
-def changed_keys(context: JsonObject, update: JsonObject) -> JsonObject:
-    """The keys of ``update`` that merging would change in ``context`` (compared as stored JSON,
-    so ``1``, ``1.0`` and ``true`` differ): a retried step merges nothing twice."""
-    return {
-        key: value
-        for key, value in update.items()
-        if key not in context or _canonical(context[key]) != _canonical(value)
-    }
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _ensure_same_request(leading: StepCall, call: StepCall) -> None:
-    """Raise IdempotencyKeyReused unless ``call`` is the request ``leading`` is running under
-    its key (the step name, the input compared as JSON, the model), as a recorded step's key is checked."""
-    if leading.step != call.step:
-        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "step name")
-    if not same_json(leading.input, call.input):
-        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "input")
-    if call.asked is not None and not call.asked.matches(leading.model_key):
-        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "model")
-
-
-def _asked(llm: LlmPort, model: str | None) -> ModelAsked | None:
-    """The model a step asks for, under the adapter's one name for it (``ModelNames``); an
-    adapter without one has its names compared as they are, and its default (None) is not known."""
-    names = getattr(llm, "model_key", None)
-    if names is not None:
-        return ModelAsked(names(model), names)
-    return ModelAsked(model) if model is not None else None
-
-
-def _retrieve(future: asyncio.Future[StepOutcome]) -> None:
-    # Waiters are optional: mark the exception retrieved so asyncio does not log it.
-    if not future.cancelled():
-        future.exception()
-
-
-def _usage_of(error: BaseException) -> LlmUsage | None:
-    """What a cancelled call's attempts were, when its adapter said (``usage`` on the
-    ``CancelledError``, see ``LlmPort``); None otherwise."""
-    usage = getattr(error, "usage", None)
-    return usage if isinstance(usage, LlmUsage) else None

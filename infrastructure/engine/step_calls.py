@@ -1,0 +1,140 @@
+"""The values a ``process_step`` call passes between its parts (``steps.py``), and the small
+rules they are checked by: the same request under one key, what merging would change."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flowledger.domain.errors import IdempotencyKeyReused, LlmError
+from flowledger.domain.ports import LlmPort
+from flowledger.domain.session_views import ModelAsked, PendingStep, StepRecord, same_json
+from flowledger.domain.values import JsonObject, LlmUsage
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """One ``process_step`` call, as its parts pass it along."""
+
+    session_id: str
+    step: str
+    input: JsonObject
+    model: str | None
+    key: str
+    merge_input: bool = False
+    asked: ModelAsked | None = None
+    """The model under the one name the adapter gives it (``ModelNames``), which the step
+    records and a request under its key is compared by; None when not known (no model named,
+    and an adapter that cannot name its default): then not compared."""
+
+    @property
+    def model_key(self) -> str | None:
+        """The model the step records."""
+        return self.asked.key if self.asked is not None else None
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a ``process_step`` caller needs back: the step, and the session's context right after it.
+
+    The context comes from the same write (or read) that settled the step, so an edge that
+    answers with both (the webhook) need not load the session again. A key replayed once the
+    session has moved on is answered with the context read at the step's version: the same
+    answer as the first time, not the context later steps made.
+    """
+
+    record: StepRecord
+    context: JsonObject
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A step recorded under the key before, found in the session at ``version`` (its ``context``)."""
+
+    record: StepRecord
+    version: int
+    context: JsonObject
+
+
+@dataclass(frozen=True)
+class Go:
+    """The go-ahead for one attempt at a step: its prompt, and when this worker started it.
+
+    ``started_at`` (with the worker's name) tells this attempt's pending step from a later
+    one under the same key: a worker that stalled past its lease may find it taken over.
+    ``lost`` is the attempt this one took over (recorded as ``worker_lost``), if any.
+    """
+
+    messages: list[dict[str, Any]]
+    started_at: datetime
+    workflow: str = ""
+    user_id: str | None = None
+    lost: PendingStep | None = None
+
+
+@dataclass(frozen=True)
+class Unrecordable:
+    """A model reply the ledger could not store: recorded as StepFailed, raised as ``error``."""
+
+    error: LlmError
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Another worker holds the step's key until ``lease_until``: wait for its outcome."""
+
+    lease_until: datetime
+
+
+class LeaderGone(Exception):
+    """The in-process caller running the step was cancelled; waiters start over."""
+
+
+def changed_keys(context: JsonObject, update: JsonObject) -> JsonObject:
+    """The keys of ``update`` that merging would change in ``context`` (compared as stored JSON,
+    so ``1``, ``1.0`` and ``true`` differ): a retried step merges nothing twice."""
+    return {
+        key: value
+        for key, value in update.items()
+        if key not in context or _canonical(context[key]) != _canonical(value)
+    }
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def ensure_same_request(leading: StepCall, call: StepCall) -> None:
+    """Raise IdempotencyKeyReused unless ``call`` is the request ``leading`` is running under
+    its key (the step name, the input compared as JSON, the model), as a recorded step's key is checked."""
+    if leading.step != call.step:
+        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "step name")
+    if not same_json(leading.input, call.input):
+        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "input")
+    if call.asked is not None and not call.asked.matches(leading.model_key):
+        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "model")
+
+
+def asked_model(llm: LlmPort, model: str | None) -> ModelAsked | None:
+    """The model a step asks for, under the adapter's one name for it (``ModelNames``); an
+    adapter without one has its names compared as they are, and its default (None) is not known."""
+    names = getattr(llm, "model_key", None)
+    if names is not None:
+        return ModelAsked(names(model), names)
+    return ModelAsked(model) if model is not None else None
+
+
+def retrieve_exception(future: asyncio.Future[StepOutcome]) -> None:
+    # Waiters are optional: mark the exception retrieved so asyncio does not log it.
+    if not future.cancelled():
+        future.exception()
+
+
+def usage_of(error: BaseException) -> LlmUsage | None:
+    """What a cancelled call's attempts were, when its adapter said (``usage`` on the
+    ``CancelledError``, see ``LlmPort``); None otherwise."""
+    usage = getattr(error, "usage", None)
+    return usage if isinstance(usage, LlmUsage) else None
