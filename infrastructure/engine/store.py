@@ -352,13 +352,16 @@ class AggregateStore:
     @contextmanager
     def _locked_within(self, lock_key: str, deadline_s: float) -> Iterator[None]:
         """Hold ``lock_key``'s in-process lock, waiting at most what is left of the operation."""
-        with ExitStack() as held:
-            try:
-                held.enter_context(self._locks(lock_key, timeout=remaining_s(deadline_s)))
-            except LockWaitTimeout:
-                detail = f"other writers of {lock_key!r} held it past the operation's deadline"
-                raise StoreUnavailable("save", detail) from None
+        hold = self._locks(lock_key, timeout=remaining_s(deadline_s))
+        try:
+            hold.__enter__()
+        except LockWaitTimeout:
+            detail = f"other writers of {lock_key!r} held it past the operation's deadline"
+            raise StoreUnavailable("save", detail) from None
+        try:
             yield
+        finally:
+            hold.__exit__(None, None, None)
 
     def _decide(
         self, uow: UnitOfWork, decide: Callable[[UnitOfWork], T], unknown: dict[tuple[UUID, int], T]
