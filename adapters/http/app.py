@@ -25,7 +25,7 @@ from flowledger.infrastructure import Engine
 def create_app(engine: Engine, *, require_keys: bool | None = None, keys: Keyring | None = None) -> FastAPI:
     """An app serving ``engine`` (the default tenant's); the caller owns it and closes it.
 
-    ``require_keys``: True, every route but health needs a key; False, the app is open
+    ``require_keys``: True, every route but health and the API's documents needs a key; False, the app is open
     (every request is ``engine``'s tenant's admin); None, open only when no key exists
     (environment or database), as found at start-up. ``keys`` defaults to ``Keyring.of(engine)``.
     Engines of other tenants are made on demand and closed when the app shuts down.

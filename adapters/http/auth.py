@@ -1,6 +1,7 @@
 """Who is calling: API keys to tenants and roles, one engine per tenant, the per-key rate.
 
-Every route but ``/healthz``, ``/readyz`` and the OpenAPI document asks for a key
+Every route but ``/healthz``, ``/readyz``, the OpenAPI document and its pages (``/docs``,
+``/redoc`` and their scripts) asks for a key
 (``Authorization: Bearer <key>`` or ``X-API-Key: <key>``; the dashboard page also takes
 the login form's cookie). A key names a tenant and a role; the caller's commands run on
 that tenant's engine, acting as the key (its id is recorded on every event written), so a
