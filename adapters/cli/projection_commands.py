@@ -42,12 +42,14 @@ from flowledger.projections import (
     verify,
     workflows,
 )
+from flowledger.projections.cost_queries import GROUPINGS
 
 console = Console()
 projections_app = typer.Typer(
     help="Rebuild, follow, verify and inspect the read models.", no_args_is_help=True
 )
-BY_HELP = "model, provider, workflow, step, source, minute, hour or day (repeatable)."
+BY_HELP = f"{', '.join(list(GROUPINGS)[:-1])} or {list(GROUPINGS)[-1]} (repeatable)."
+"""Every grouping the dashboard knows (``session`` was missing when this was written by hand)."""
 REPRICE_HELP = "Also price the same usage at this model's price (the configured price table)."
 NAME_HELP = "One projection: current_state, cost, funnel or seed (default: all)."
 STEPS_HELP = "Step order, comma-separated (default: the order sessions reached them)."
