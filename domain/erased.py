@@ -7,11 +7,12 @@ from typing import Any, Final
 from flowledger.domain.values import JsonObject
 
 ERASED_TEXT: Final = "[erased]"
-"""What an erased text field (the user id, an abandon reason) reads as."""
+"""What an erased text field (the user id, an abandon reason, a failed step's error message) reads as."""
 ERASED_JSON: Final[JsonObject] = {"[erased]": True}
-"""What an erased JSON object (input, output, context, metadata, resolution) reads as."""
+"""What an erased JSON object (input, output, context, metadata, resolution, a failed step's
+error fields) reads as."""
 
-TEXT_FIELDS: Final = frozenset({"user_id", "reason"})
+TEXT_FIELDS: Final = frozenset({"user_id", "reason", "error_message"})
 
 
 def erased_value(field: str) -> Any:

@@ -21,6 +21,9 @@ PERSONAL_FIELDS: Final[dict[type[Any], tuple[str, ...]]] = {
     Session.ContextUpdated: ("update",),
     Session.Completed: ("resolution",),
     Session.Abandoned: ("reason",),  # free text from the caller, like a resolution
+    # An error can name the user (a user budget's refusal) or echo the prompt (a provider's
+    # error text); its type stays in the clear: the dashboard counts errors by type.
+    Session.StepFailed: ("error_message", "error_detail"),
     Session.Forked: ("context",),
     Session.Restarted: ("user_id",),
 }

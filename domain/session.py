@@ -75,13 +75,20 @@ def session_uuid(tenant: str, session_id: str) -> UUID:
     return scoped_uuid(SESSION_NAMESPACE, "session_id", tenant, session_id)
 
 
+def _erased_failure(failure: StepFailure) -> StepFailure:
+    """A failure as its event reads once erased: its error's text and fields are the user's
+    (a user budget's refusal names them); its type, usage and key stay."""
+    return replace(failure, error_message=ERASED_TEXT, error_detail=erased_json(failure.error_detail))
+
+
 class Session(FlowledgerAggregate):
     """A workflow session: its steps, context, usage totals and expiry.
 
-    Version 2 of the state (snapshots) keeps windows and counters instead of every step.
+    Version 2 of the state (snapshots) keeps windows and counters instead of every step;
+    version 3 holds an erased session's failures erased (their error's text and fields).
     """
 
-    class_version = 2
+    class_version = 3
 
     class Started(FlowledgerAggregate.Created):
         """The session was created. Version 2 added ``metadata``."""
@@ -214,8 +221,14 @@ class Session(FlowledgerAggregate):
 
         def apply(self, aggregate: Session) -> None:
             """Count the failure and keep it in the window; its key may be retried (by the same
-            request: the key goes into the filter, so another request under it is found)."""
-            aggregate.failures = [*aggregate.failures, StepFailure.of(self)][-RECENT_STEPS:]
+            request: the key goes into the filter, so another request under it is found).
+
+            An erased session keeps it erased, as its stored event reads (a model that answered
+            after the erasure): its state, and so its snapshots, hold markers only."""
+            failure = StepFailure.of(self)
+            if aggregate.erased:
+                failure = _erased_failure(failure)
+            aggregate.failures = [*aggregate.failures, failure][-RECENT_STEPS:]
             aggregate.failure_count += 1
             key = self.idempotency_key
             aggregate.pending = {k: p for k, p in aggregate.pending.items() if k != key}
@@ -336,6 +349,7 @@ class Session(FlowledgerAggregate):
                 for r in aggregate.history
             ]
             aggregate.pending = {k: replace(p, input=dict(ERASED_JSON)) for k, p in aggregate.pending.items()}
+            aggregate.failures = [_erased_failure(f) for f in aggregate.failures]
 
     erased = False
     """Class defaults: snapshots taken before these attributes existed lack them."""
@@ -370,6 +384,13 @@ class Session(FlowledgerAggregate):
             else p
             for key, p in state.get("pending", {}).items()
         }
+
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        """A version-2 snapshot of an erased session kept the failures recorded after its
+        erasure as written (their text was not personal then): read them as erased."""
+        if state.get("erased", False):
+            state["failures"] = [_erased_failure(f) for f in state["failures"]]
 
     @classmethod
     def start(

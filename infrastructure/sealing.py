@@ -180,7 +180,7 @@ def _aad(originator_id: UUID | str, version: int, topic: str) -> bytes:
 
 
 _SNAPSHOT = Session.Snapshot
-_SNAPSHOT_FIELDS: Final = ("user_id", "metadata", "context", "history", "pending", "resolution")
+_SNAPSHOT_FIELDS: Final = ("user_id", "metadata", "context", "history", "pending", "resolution", "failures")
 """The personal attributes of a session's state (its snapshot's ``state``); the rest (counts,
 totals, the idempotency-key filter) stays in the clear and costs no decryption on a load."""
 

@@ -126,10 +126,13 @@ def fold(row: Row, event: Any) -> None:
 _ERASE_EXECUTIONS = (
     "UPDATE {s}.workflow_executions SET "
     "input_data = CASE WHEN jsonb_typeof(input_data) = 'object' THEN %(m)s::jsonb ELSE input_data END, "
-    "output_data = CASE WHEN jsonb_typeof(output_data) = 'object' THEN %(m)s::jsonb ELSE output_data END "
+    "output_data = CASE WHEN jsonb_typeof(output_data) = 'object' THEN %(m)s::jsonb ELSE output_data END, "
+    "error_message = split_part(error_message, ': ', 1) || ': ' || %(t)s "
     "WHERE workflow_id = ANY(%(ids)s)"
 )
-"""A session's calls as their events read once erased (a failed step's null input stays null)."""
+"""A session's calls as their events read once erased (a failed step's null input stays null;
+its ``error_type: message`` keeps the type, a code such as ``budget_exceeded`` or ``http_429``
+with no ``": "`` in it, and its message reads as the marker). NULL (no error) stays NULL."""
 
 
 class SeedTables(Projection):
@@ -202,7 +205,9 @@ class SeedTables(Projection):
         ]
         if erased:
             # After the inserts above: a call of this batch is erased as well.
-            cur.execute(q(_ERASE_EXECUTIONS, schema), {"m": dump_json(ERASED_JSON), "ids": erased})
+            cur.execute(
+                q(_ERASE_EXECUTIONS, schema), {"m": dump_json(ERASED_JSON), "t": ERASED_TEXT, "ids": erased}
+            )
 
     @staticmethod
     def _load(cur: Cursor[Any], schema: str, events: Sequence[Any]) -> dict[UUID, Row]:

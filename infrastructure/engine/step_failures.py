@@ -8,6 +8,9 @@ for a model without a price, 502 for a failed model call), or says None: the fai
 the first caller, not the request (it was cancelled, its worker was lost, its database was
 away), and the waiter runs the step itself, as a waiter in the first caller's own process does.
 Failures recorded before the fields were (StepFailed version 1) are read from their message.
+A failure's message and fields are the user's personal data (``domain/personal.py``): on an
+erased session the waiter is told the session is erased; a failure read as erased otherwise
+(no fields, its message the marker) falls back to a failed call of its type.
 """
 
 from __future__ import annotations
@@ -85,6 +88,11 @@ def waiter_error(failure: StepFailure, state: SessionState, now: datetime) -> Fl
     should run the step itself (``NOT_ABOUT_THE_REQUEST``)."""
     if failure.error_type in NOT_ABOUT_THE_REQUEST:
         return None
+    if state.erased:
+        # The failure's message and fields were the user's and are erased: nothing is left to
+        # rebuild, and the request could not run now anyway. The waiter is told what every
+        # command on the session is told.
+        return SessionClosed(state.session_id, "erased")
     detail = failure.error_detail
     rebuild = _REBUILDERS.get(str(detail.get("error"))) if detail is not None else None
     if detail is not None and rebuild is not None:

@@ -14,11 +14,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 from psycopg.sql import SQL, Identifier
 
+from flowledger.adapters.http.app import create_app
 from flowledger.domain import LlmUsage
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
-from flowledger.domain.errors import SessionClosed
+from flowledger.domain.errors import BudgetExceeded, SessionClosed
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.audit_keys import chain_key
@@ -290,3 +292,80 @@ def test_a_session_restarted_with_a_user_and_one_without_any_can_be_forgotten(
     assert _leaks(dump, ("anonymous secret", "gina's secret", "gina-2k")) == []
     assert engine.get_session("s-late").user_id == ERASED_TEXT
     assert engine.get_session("s-anon").user_id is None
+
+
+async def test_a_step_refused_by_the_users_budget_leaves_nothing_of_the_user_once_forgotten(
+    engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given a user whose own budget is spent, so that their next step is refused: the recorded
+    # StepFailed's message ("budget user:<id> per day …") and fields name them
+    user = "dora-5t9w"
+    engine.budgets.set("user", user, "day", "0.001")
+    engine.start_session("s-d1", "support", user_id=user)
+    engine.record_step("s-d1", "greet", input={"message": "hi"}, usage=USAGE)  # spends the budget
+    engine.llm = llm = ScriptedLlm(usage=USAGE)
+    with pytest.raises(BudgetExceeded):
+        await engine.process_step("s-d1", "ask", {"message": "where is my parcel"}, idempotency_key="k1")
+    assert llm.calls == []
+    [refused] = engine.get_session("s-d1").failures
+    assert user in refused.error_message
+    projector = projector_for(engine)
+    projector.catch_up()
+
+    # When the user is forgotten and the projections catch up
+    engine.forget(user)
+    projector.catch_up()
+
+    # Then no byte of the user's id is left in the session's stored events
+    stream = engine.session_uuid("s-d1")
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            SQL("SELECT state FROM {}.flowledger_events WHERE originator_id = %s").format(
+                Identifier(pg_schema)
+            ),
+            (stream,),
+        ).fetchall()
+        seed = conn.execute(
+            SQL(
+                "SELECT e.error_message FROM {r}.workflow_executions e "
+                "JOIN {r}.workflow_states s ON s.id = e.workflow_id "
+                "WHERE s.session_id = 's-d1' AND e.error_message IS NOT NULL"
+            ).format(r=Identifier(projector.names.reader))
+        ).fetchall()
+    assert len(rows) >= 5  # Started, StepProcessed, StepStarted, StepFailed, DataErased
+    assert [row for row in rows if user.encode() in bytes(row[0])] == []
+    # Nor anywhere but in the user's budget, which names them as its subject (the operator's
+    # setting, not the user's conversation): its row and its own stream's events
+    leaking = {
+        line.split(": ", 1)[0].rsplit(".", 1)[-1]
+        for line in _every_row_as_text(database_url, pg_schema).splitlines()
+        if _leaks(line, (user,))
+    }
+    assert leaking <= {"budgets", "flowledger_events"}, leaking
+    with psycopg.connect(database_url) as conn:
+        naming = conn.execute(
+            SQL("SELECT DISTINCT topic FROM {}.flowledger_events WHERE position(%s in state) > 0").format(
+                Identifier(pg_schema)
+            ),
+            (user.encode(),),
+        ).fetchall()
+    assert {topic.rsplit(":", 1)[-1].split(".")[0] for (topic,) in naming} <= {"Budget"}, naming
+    # The state, the library's and the REST views read the failure's text and fields as erased,
+    # its type as it was (the dashboard counts errors by type)
+    [failure] = engine.get_session("s-d1").failures
+    assert (failure.error_type, failure.error_message, failure.error_detail) == (
+        "budget_exceeded",
+        ERASED_TEXT,
+        ERASED_JSON,
+    )
+    failed = [e for e in engine.history("s-d1") if e.event_type.endswith("StepFailed")]
+    assert [(e.data["error_message"], e.data["error_detail"]) for e in failed] == [(ERASED_TEXT, ERASED_JSON)]
+    with TestClient(create_app(engine)) as client:
+        session = client.get("/v1/sessions/s-d1")
+        events = client.get("/v1/sessions/s-d1/history")
+    assert session.status_code == events.status_code == 200
+    assert user not in session.text + events.text
+    assert session.json()["failures"][0]["error_message"] == ERASED_TEXT
+    # And the seed's execution row of the refused step, rebuilt from the log alike
+    assert seed == [("budget_exceeded: [erased]",)]
+    assert verify(projector) == []

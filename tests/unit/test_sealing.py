@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 from uuid import uuid4
 
 import pytest
+from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent
 
 from flowledger.domain import LlmUsage, Session
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
+from flowledger.domain.error_detail import ErrorDetail
 from flowledger.domain.errors import SessionClosed
 from flowledger.domain.personal import PERSONAL_FIELDS
 from flowledger.infrastructure import Engine
@@ -185,3 +189,172 @@ def test_a_session_restarted_with_a_user_is_forgotten_with_that_user(memory: Eng
     assert memory.get_session("s-1").user_id == ERASED_TEXT
     with pytest.raises(SessionClosed, match="is erased"):
         memory.restart_session("s-1", "cs", user_id="frank")
+
+
+# A failed step's error text and fields can hold the user's data: a user-scoped budget's
+# refusal names the user, and a provider's error can echo the prompt.
+REFUSAL = "budget user:carol per day would be exceeded: limit $1, spent $1, reserved $0, this call up to $0.1"
+REFUSAL_DETAIL: ErrorDetail = {
+    "error": "BudgetExceeded",
+    "scope": "user",
+    "subject": "carol",
+    "limit_usd": "1",
+}
+
+
+def _failed(session: Session, detail: ErrorDetail | None = REFUSAL_DETAIL) -> None:
+    session.fail_step(
+        step="ask",
+        error_type="budget_exceeded",
+        error_message=REFUSAL,
+        usage=USAGE,
+        idempotency_key="k-2",
+        error_detail=detail,
+    )
+
+
+def test_a_failed_steps_error_text_and_fields_are_sealed_and_read_as_erased_once_forgotten(
+    memory: Engine,
+) -> None:
+    # Given a failure whose message and fields name the user, stored by a sealing engine
+    session = _session(memory)
+    _failed(session)
+    events = session.collect_events()
+    record = [memory.log.encode(e) for e in events][-1]  # Started first: it makes the key
+    failed = events[-1]
+
+    # Then the user is not in its stored bytes, and it reads back as written
+    assert isinstance(failed, Session.StepFailed)
+    assert b"carol" not in record.state
+    assert vars(memory.log.decode(record)) == vars(failed)
+    # What stays in the clear: the error's type (the dashboard counts errors by it), usage, key
+    assert b'"error_type":"budget_exceeded"' in record.state
+    assert b'"idempotency_key":"k-2"' in record.state
+
+    # When the key is destroyed, the message and fields read as erased, the rest as written
+    memory.log.mapper.keys.destroy([failed.originator_id])  # type: ignore[attr-defined]
+    erased = memory.log.decode(record)
+    assert (erased.error_message, erased.error_detail) == (ERASED_TEXT, ERASED_JSON)
+    assert (erased.error_type, erased.step, erased.usage, erased.idempotency_key) == (
+        "budget_exceeded",
+        "ask",
+        USAGE,
+        "k-2",
+    )
+
+
+def test_a_failure_without_fields_keeps_none_once_forgotten(memory: Engine) -> None:
+    session = _session(memory)
+    _failed(session, detail=None)
+    events = session.collect_events()
+    stored = [memory.log.encode(e) for e in events]
+
+    memory.log.mapper.keys.destroy([events[0].originator_id])  # type: ignore[attr-defined]
+    failed = memory.log.decode(stored[-1])
+
+    assert (failed.error_message, failed.error_detail) == (ERASED_TEXT, None)
+
+
+def _fail_saved(engine: Engine, session_id: str) -> None:
+    """Record the user's budget refusal on ``session_id`` through the store (as a worker does)."""
+
+    def decide(uow: Any) -> None:
+        _failed(uow.find(engine.session_uuid(session_id)))
+
+    engine.store.write(session_id, decide)
+
+
+def test_forget_erases_the_text_and_fields_of_the_failures_a_sessions_state_holds(memory: Engine) -> None:
+    # Given a session whose state holds a failure that names its user
+    memory.start_session("s-1", "cs", user_id="carol")
+    _fail_saved(memory, "s-1")
+    assert memory.get_session("s-1").failures[0].error_message == REFUSAL
+
+    # When the user is forgotten
+    memory.forget("carol")
+
+    # Then the failure's text and fields read as erased; its type, usage and key stay
+    [failure] = memory.get_session("s-1").failures
+    assert (failure.error_message, failure.error_detail) == (ERASED_TEXT, ERASED_JSON)
+    assert (failure.error_type, failure.usage, failure.idempotency_key) == ("budget_exceeded", USAGE, "k-2")
+
+
+def test_an_erased_sessions_state_erases_the_failures_recorded_after_the_erasure(memory: Engine) -> None:
+    # Given an erased session (the state of an engine whose write cache keeps the aggregate)
+    session = _session(memory)
+    session.erase("forgotten")
+
+    # When a step whose model answered meanwhile is recorded as failed
+    _failed(session)
+
+    # Then its state holds no personal value: its snapshot (written in the clear, the key being
+    # gone) may hold only markers
+    [failure] = session.failures
+    assert (failure.error_message, failure.error_detail) == (ERASED_TEXT, ERASED_JSON)
+
+
+def test_a_sessions_snapshot_seals_its_failures(memory: Engine) -> None:
+    session = _session(memory)
+    _failed(session)
+    started = session.collect_events()[0]
+    memory.log.encode(started)  # makes the stream's key
+
+    stored = memory.log.encode(Snapshot.take(session))
+
+    assert b"carol" not in stored.state
+    assert b"budget user:" not in stored.state
+    assert memory.log.decode(stored).mutate(None).failures == session.failures
+
+
+def test_a_step_failed_stored_in_the_clear_before_it_was_sealed_decodes_as_written(memory: Engine) -> None:
+    # Given a sealed session's StepFailed events as versions 1 and 2 stored them: in the clear
+    session = _session(memory)
+    _failed(session)
+    events = session.collect_events()
+    for event in events[:-1]:
+        memory.log.encode(event)  # the stream's key exists: its later events are sealed
+    failed = events[-1]
+    clear = {
+        "timestamp": {"_type_": "datetime_iso", "_data_": failed.timestamp.isoformat()},
+        "step": "ask",
+        "error_type": "budget_exceeded",
+        "error_message": REFUSAL,
+        "usage": None,
+        "idempotency_key": "k-2",
+    }
+    topic = "flowledger.domain.session:Session.StepFailed"
+    v1 = StoredEvent(failed.originator_id, 3, topic, json.dumps(clear).encode())
+    v2_state = {**clear, "error_detail": REFUSAL_DETAIL, "class_version": 2}
+    v2 = StoredEvent(failed.originator_id, 3, topic, json.dumps(v2_state).encode())
+
+    # When they are read, before and after the key is destroyed, then they read as written
+    for destroyed in (False, True):
+        if destroyed:
+            memory.log.mapper.keys.destroy([failed.originator_id])  # type: ignore[attr-defined]
+        old, newer = memory.log.decode(v1), memory.log.decode(v2)
+        assert (old.error_message, old.error_detail, old.error_type) == (REFUSAL, None, "budget_exceeded")
+        assert (newer.error_message, newer.error_detail) == (REFUSAL, REFUSAL_DETAIL)
+
+
+def test_a_snapshot_of_an_erased_session_taken_before_failures_were_erased_loads_them_erased(
+    memory: Engine,
+) -> None:
+    # Given a version-2 snapshot of an erased session, taken when the failures recorded after
+    # its erasure (a model that answered late) were kept as written
+    session = _session(memory)
+    session.erase("forgotten")
+    _failed(session)
+    session.collect_events()
+    session.failures = [
+        dataclasses.replace(f, error_message=REFUSAL, error_detail=REFUSAL_DETAIL) for f in session.failures
+    ]
+    stored = memory.log.encode(Snapshot.take(session))
+    body = json.loads(stored.state)
+    body["state"]["class_version"] = 2
+    old = StoredEvent(
+        stored.originator_id, stored.originator_version, stored.topic, json.dumps(body).encode()
+    )
+
+    # When it is loaded, then its failures read as erased
+    [failure] = memory.log.decode(old).mutate(None).failures
+    assert (failure.error_message, failure.error_detail) == (ERASED_TEXT, ERASED_JSON)

@@ -14,6 +14,7 @@ from eventsourcing.persistence import StoredEvent
 
 from flowledger.adapters.http.errors import status_for
 from flowledger.domain.budget import budget_uuid
+from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
 from flowledger.domain.error_detail import ErrorDetail
 from flowledger.domain.errors import (
     BudgetExceeded,
@@ -344,3 +345,22 @@ def test_a_failure_stores_odd_text_in_its_fields_as_it_stores_its_message(engine
         step="greet", error_type="x", error_message="y", error_detail={"endpoint": "a\x00b" + "c" * 3_000}
     )
     assert failure.error_detail == {"endpoint": "a\ufffdb" + "c" * 1_997}
+
+
+def test_a_waiter_on_an_erased_session_is_told_it_is_erased_not_given_an_erased_failures_text(
+    engine: Engine, state: SessionState
+) -> None:
+    # Given a budget refusal whose message and fields were erased with the session's data
+    failure = recorded("budget_exceeded", ERASED_TEXT, detail=dict(ERASED_JSON))
+    engine.store.write("s1", lambda uow: uow.find(engine.session_uuid("s1")).erase("forgotten"))
+    erased = engine.get_session("s1")
+
+    # When a waiter on the key rebuilds the error, then it is told what any command on the
+    # session is told (409): nothing of the first caller's error is left to rebuild
+    rebuilt = waiter_error(failure, erased, NOW)
+    assert isinstance(rebuilt, SessionClosed)
+    assert str(rebuilt) == str(SessionClosed("s1", "erased"))
+    # And one not yet erased reads it as a failed call of its type (fields nor message left)
+    fallback = waiter_error(failure, state, NOW)
+    assert type(fallback) is LlmCallFailed
+    assert (fallback.error_type, fallback.status_code) == ("budget_exceeded", None)
