@@ -11,9 +11,8 @@ deadlock between two calls sharing budgets) and admits the call only while
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -25,10 +24,9 @@ from psycopg.rows import dict_row
 
 from flowledger.domain.budget import THRESHOLDS, BudgetAlert, BudgetSpec, CallScope, window_start
 from flowledger.domain.errors import BudgetExceeded
-from flowledger.infrastructure.operation_deadline import operation_deadline
-from flowledger.infrastructure.postgres.database import deadlines_of, unavailable_as_store_error
+from flowledger.infrastructure.postgres.database import deadlines_of
 from flowledger.infrastructure.postgres.ddl import create_budget_tables
-from flowledger.infrastructure.postgres.deadlines import ReconnectingPool
+from flowledger.infrastructure.postgres.lazy_pool import LazyPool
 from flowledger.infrastructure.settings import Settings
 
 _MATCHING = """
@@ -155,18 +153,13 @@ class PostgresBudgetLedger:
     def __init__(self, database_url: str, schema: str, settings: Settings | None = None) -> None:
         settings = settings or Settings()
         self._schema = schema
-        deadlines = deadlines_of(settings)
-        self._deadline_s = deadlines.operation_s
-        self._pool = ReconnectingPool(
+        self._pool = LazyPool(
             database_url,
-            min_size=1,
+            operation="budgets",
+            deadlines=deadlines_of(settings),
             max_size=max(2, settings.pool_size),
-            kwargs={"autocommit": True, **deadlines.connection_kwargs()},
-            timeout=deadlines.pool_s,
-            open=False,
+            prepare=self._prepare,
         )
-        self._ready = False
-        self._lock = threading.Lock()
         self._t = {
             name: sql.Identifier(schema, name)
             for name in ("budgets", "budget_windows", "budget_reservations", "budget_charges")
@@ -176,32 +169,23 @@ class PostgresBudgetLedger:
         """Close the connections."""
         self._pool.close()
 
-    @contextmanager
-    def _connection(self) -> Iterator[Connection[Any]]:
+    def _connection(self) -> AbstractContextManager[Connection[Any]]:
         """A pooled connection for one operation: its statements end with the deadline."""
-        with operation_deadline(self._deadline_s):
-            with self._lock:
-                if not self._ready:
-                    self._pool.open(wait=False)
-                    if not self._tables_exist():
-                        self._create_tables()
-                    self._ready = True
-            with unavailable_as_store_error("budgets"), self._pool.connection() as conn:
-                yield conn
+        return self._pool.connection()
 
-    def _tables_exist(self) -> bool:
-        """Whether ``migrate`` (schema version 5) made the tables: one read, where the DDL
-        below took a lock and a commit inside the first step of every new engine."""
-        with unavailable_as_store_error("budgets"), self._pool.connection() as conn:
-            row = conn.execute(
-                "SELECT to_regclass(%s) IS NOT NULL",
-                [sql.Identifier(self._schema, "budget_charges").as_string(conn)],
-            ).fetchone()
-        return bool(row and row[0])
+    def _prepare(self, conn: Connection[Any]) -> None:
+        """Make the tables unless ``migrate`` (schema version 5) did: one read, where the DDL
+        took a lock and a commit inside the first step of every new engine."""
+        row = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL",
+            [sql.Identifier(self._schema, "budget_charges").as_string(conn)],
+        ).fetchone()
+        if not (row and row[0]):
+            self._create_tables(conn)
 
-    def _create_tables(self) -> None:
+    def _create_tables(self, conn: Connection[Any]) -> None:
         """Tables for a schema ``migrate`` has not brought to version 5 (a schema made otherwise)."""
-        with unavailable_as_store_error("budgets"), self._pool.connection() as conn, conn.transaction():
+        with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"{self._schema}.budgets"])
             for statement in create_budget_tables(self._schema):
                 conn.execute(statement)

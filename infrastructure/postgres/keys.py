@@ -13,9 +13,7 @@ import hashlib
 import hmac
 import re
 import secrets
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,9 +23,8 @@ from psycopg.rows import dict_row
 
 from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
-from flowledger.infrastructure.operation_deadline import operation_deadline
-from flowledger.infrastructure.postgres.database import deadlines_of, unavailable_as_store_error
-from flowledger.infrastructure.postgres.deadlines import ReconnectingPool
+from flowledger.infrastructure.postgres.database import deadlines_of
+from flowledger.infrastructure.postgres.lazy_pool import LazyPool
 from flowledger.infrastructure.settings import Settings
 
 ROLES = ("reader", "writer", "admin")
@@ -115,40 +112,27 @@ class PostgresKeyStore:
     def __init__(self, database_url: str, schema: str, settings: Settings | None = None) -> None:
         self._schema = schema
         self._table = sql.Identifier(schema, "api_keys")
-        deadlines = deadlines_of(settings or Settings())
-        self._deadline_s = deadlines.operation_s
         # A small pool of its own: a request's key check must not wait behind the engine's writers.
-        self._pool = ReconnectingPool(
+        self._pool = LazyPool(
             database_url,
-            min_size=1,
+            operation="api keys",
+            deadlines=deadlines_of(settings or Settings()),
             max_size=4,
-            kwargs={"autocommit": True, **deadlines.connection_kwargs()},
-            timeout=deadlines.pool_s,
-            open=False,
+            prepare=self._create_table,
         )
-        self._ready = False
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Close the connections."""
         self._pool.close()
 
-    @contextmanager
-    def _connection(self) -> Iterator[Connection[Any]]:
+    def _connection(self) -> AbstractContextManager[Connection[Any]]:
         """A pooled connection for one operation: its statements end with the deadline."""
-        with operation_deadline(self._deadline_s):
-            with self._lock:
-                if not self._ready:
-                    self._pool.open(wait=False)
-                    self._create_table()
-                    self._ready = True
-            with self._pool.connection() as conn:
-                yield conn
+        return self._pool.connection()
 
-    def _create_table(self) -> None:
+    def _create_table(self, conn: Connection[Any]) -> None:
         # Engines and `keys create` may start at once: the lock makes CREATE ... IF NOT EXISTS safe.
         lock = f"{self._schema}.api_keys"
-        with unavailable_as_store_error("api keys"), self._pool.connection() as conn, conn.transaction():
+        with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock])
             conn.execute(sql.SQL(_DDL).format(schema=sql.Identifier(self._schema)))
 
@@ -160,7 +144,7 @@ class PostgresKeyStore:
             require_name("label", label)
         key_id = "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(12))
         token = f"flk_{key_id}_{secrets.token_urlsafe(32)}"
-        with unavailable_as_store_error("api keys"), self._connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 sql.SQL(
                     "INSERT INTO {} (key_id, tenant, role, token_sha256, label) VALUES (%s, %s, %s, %s, %s) "
@@ -172,7 +156,7 @@ class PostgresKeyStore:
 
     def revoke(self, key_id: str) -> bool:
         """Revoke a key; False when no active key has that id."""
-        with unavailable_as_store_error("api keys"), self._connection() as conn:
+        with self._connection() as conn:
             cursor = conn.execute(
                 sql.SQL("UPDATE {} SET revoked_at = now() WHERE key_id = %s AND revoked_at IS NULL").format(
                     self._table
@@ -188,14 +172,14 @@ class PostgresKeyStore:
             "WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s) AND (%(revoked)s OR revoked_at IS NULL) "
             "ORDER BY created_at, key_id"
         ).format(self._table)
-        with unavailable_as_store_error("api keys"), self._connection() as conn:
+        with self._connection() as conn:
             cursor = conn.cursor(row_factory=dict_row)
             rows = cursor.execute(query, {"tenant": tenant, "revoked": revoked}).fetchall()
         return [ApiKey(**row) for row in rows]
 
     def has_active_keys(self) -> bool:
         """Whether any key may be used."""
-        with unavailable_as_store_error("api keys"), self._connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE revoked_at IS NULL)").format(self._table)
             ).fetchone()
@@ -206,7 +190,7 @@ class PostgresKeyStore:
         match = _TOKEN.match(token)
         if match is None:
             return None
-        with unavailable_as_store_error("api keys"), self._connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 sql.SQL(
                     "SELECT tenant, role, label, created_at, token_sha256 FROM {} "

@@ -13,9 +13,11 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from time import monotonic
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 FLOWLEDGER = str(Path(sys.executable).parent / "flowledger")
 PROMPTLY_S = 30
@@ -157,3 +159,39 @@ def test_a_schema_or_tenant_set_but_empty_is_refused_not_taken_for_the_default(
         if table is not None and table[0] is not None:
             query = "SELECT count(*) FROM flowledger.api_keys WHERE label = %s"
             assert conn.execute(query, [label]).fetchone() == (0,)
+
+
+REFUSED = {"database": ("dbname", "nosuchdb_clifix"), "role": ("user", "nosuchrole_clifix")}
+POOL_WAIT_S = 20
+"""The pool wait the refusal tests allow: a command that waited on the pool would take all of it."""
+
+
+@pytest.mark.parametrize("what", sorted(REFUSED))
+@pytest.mark.parametrize("command", ["keys list", "keys revoke abc", "serve"])
+def test_a_database_that_refuses_the_login_stops_keys_and_serve_at_once_naming_the_cause(
+    database_url: str,
+    pg_schema: str,
+    tmp_path: Path,
+    free_port: int,
+    monkeypatch: pytest.MonkeyPatch,
+    what: str,
+    command: str,
+) -> None:
+    # Given a database URL naming a database (or a role) the server does not have, and a long pool wait
+    field, value = REFUSED[what]
+    refused_url = make_conninfo("", **{**conninfo_to_dict(database_url), field: value})
+    monkeypatch.setenv("FLOWLEDGER_POOL_TIMEOUT_S", str(POOL_WAIT_S))
+    monkeypatch.setenv("FLOWLEDGER_OPERATION_DEADLINE_S", str(POOL_WAIT_S + 5))
+    args = command.split() + (["--port", str(free_port)] if command == "serve" else [])
+    # When the command runs
+    started = monotonic()
+    result = run(refused_url, pg_schema, tmp_path, *args)
+    took = monotonic() - started
+    # Then it exits 1 (not 75: waiting will not mend it) with one line naming the cause and the
+    # setting, long before the pool's wait would have ended (the process's start included)
+    assert result.returncode == 1, result.stderr
+    line = the_error_line(result)
+    assert line.startswith("error: the database refused the connection"), line
+    assert f'{what} "{value}" does not exist' in line
+    assert "FLOWLEDGER_DATABASE_URL" in line
+    assert took < POOL_WAIT_S / 2, took

@@ -1,0 +1,90 @@
+"""A store's own small pool, opened on its first use: the login checked first, then the store's
+tables made ready once (the API keys and the budget ledger each keep one).
+
+A pool opened with ``wait=False`` connects in the background: a server that refuses the login
+(no such database or role, a wrong password) only shows as a caller's wait for a connection
+ending in ``PoolTimeout`` after ``pool_s``, with no cause named. One direct connection first
+says it at once, as the engine's start does (``ensure_schema``): ``StoreRefused`` naming the
+cause and ``FLOWLEDGER_DATABASE_URL``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from flowledger.infrastructure.operation_deadline import operation_deadline
+from flowledger.infrastructure.postgres.database import refused_login, unavailable_as_store_error
+from flowledger.infrastructure.postgres.deadlines import Deadlines, ReconnectingPool
+
+
+def check_login(database_url: str, **kwargs: Any) -> None:
+    """Connect once to ``database_url``; psycopg's error if the server refuses the login
+    (``refused_login``), which ``unavailable_as_store_error`` turns into ``StoreRefused``.
+
+    An outage (no answer, a restart) is let through: the pool's wait for a connection rides it
+    out, or ends in ``StoreUnavailable``, as every call's does."""
+    try:
+        psycopg.connect(database_url, **kwargs).close()
+    except psycopg.OperationalError as error:
+        if refused_login(error):
+            raise
+
+
+class LazyPool:
+    """A ``ReconnectingPool`` of autocommit connections, opened at the first ``connection()``
+    after the login is checked (``check_login``); ``prepare`` then runs once on a pooled
+    connection (making the store's tables). Errors come out as flowledger's (``operation``
+    names the store in them)."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        operation: str,
+        deadlines: Deadlines,
+        max_size: int,
+        prepare: Callable[[psycopg.Connection[Any]], None],
+    ) -> None:
+        self._url = database_url
+        self._operation = operation
+        self._deadline_s = deadlines.operation_s
+        self._kwargs: dict[str, Any] = {"autocommit": True, **deadlines.connection_kwargs()}
+        self._pool = ReconnectingPool(
+            database_url,
+            min_size=1,
+            max_size=max_size,
+            kwargs=self._kwargs,
+            timeout=deadlines.pool_s,
+            open=False,
+        )
+        self._prepare = prepare
+        self._ready = False
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._pool.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for one operation: its statements end with the deadline."""
+        with operation_deadline(self._deadline_s), unavailable_as_store_error(self._operation):
+            if not self._ready:
+                self._open()
+            with self._pool.connection() as conn:
+                yield conn
+
+    def _open(self) -> None:
+        with self._lock:
+            if self._ready:
+                return
+            check_login(self._url, **self._kwargs)
+            self._pool.open(wait=False)
+            with self._pool.connection() as conn:
+                self._prepare(conn)
+            self._ready = True
