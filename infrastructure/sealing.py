@@ -51,6 +51,11 @@ _NONCE_BYTES: Final = 12
 KEY_BYTES: Final = 32
 
 
+def is_sealed(stored: StoredEvent) -> bool:
+    """Whether a stored event carries sealed fields (written by a sealing engine)."""
+    return _SEALED_BYTES in stored.state
+
+
 class Destroyed(Enum):
     """A key that existed and was destroyed: its stream's sealed fields are erased."""
 
@@ -263,7 +268,7 @@ class SealingMapper(StepEventMapper):
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         """The domain event; sealed fields opened with the stream's key, or read as erased."""
-        if _SEALED_BYTES not in stored_event.state:
+        if not is_sealed(stored_event):
             return super().to_domain_event(stored_event)
         cls = resolve_topic(stored_event.topic)
         try:

@@ -90,10 +90,19 @@ def forget(
         with Engine() as engine:
             report = engine.forget(user_id) if user_id is not None else engine.forget_session(str(session))
         erased = ", ".join(report.sessions) or "none"
+        if report.already_erased:
+            erased += f"; already erased: {', '.join(report.already_erased)}"
         console.print(
             f"erased {len(report.sessions)} sessions ({erased}); {report.keys_destroyed} data keys destroyed",
             markup=False,
         )
+        if report.in_the_clear:
+            # Not forgotten while any of them stays readable: a non-zero exit, as `--session` of one.
+            raise ValidationError(
+                "user_id",
+                f"{len(report.in_the_clear)} sessions of {user_id!r} were recorded without sealing and stay"
+                f" in the clear ({', '.join(report.in_the_clear)}): no key to destroy",
+            )
 
 
 def demo(

@@ -6,22 +6,29 @@ on them is refused, and projections replace their rows' personal values), and on
 destroys the keys and drops the sessions' snapshots. A crash in between leaves the keys
 in place and the user findable: running ``forget`` again completes it (both steps are
 idempotent). The events, their usage and their hashes are untouched.
+
+A session recorded without sealing has no key: ``forget`` cannot erase it, and says so
+(``ForgetReport.in_the_clear``; ``forget_session`` refuses it) rather than report "none".
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
 from uuid import UUID
 
+from eventsourcing.utils import get_topic
+
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.values import require_name
+from flowledger.infrastructure.engine.log import EventLog
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.outages import within_deadline
-from flowledger.infrastructure.sealing import DataKeys
+from flowledger.infrastructure.sealing import DataKeys, is_sealed
 
 T = TypeVar("T")
 
@@ -31,8 +38,18 @@ class ForgetReport:
     """What one ``forget`` erased."""
 
     sessions: tuple[str, ...]
-    """The ids of the sessions whose personal fields now read as erased."""
+    """The ids of the sessions this run erased (their personal fields now read as erased)."""
     keys_destroyed: int
+    already_erased: tuple[str, ...] = ()
+    """The ids of the sessions asked for that an earlier run erased: nothing new recorded."""
+    in_the_clear: tuple[str, ...] = ()
+    """The ids of the user's sessions recorded without sealing: they have no key to destroy,
+    so their personal fields stay in the clear (``forget_user`` only)."""
+
+
+_STARTS = (get_topic(Session.Started), get_topic(Session.Restarted))
+"""The events that name a session's user."""
+_PAGE = 5000
 
 
 class ErasureService:
@@ -43,21 +60,25 @@ class ErasureService:
         store: AggregateStore,
         keys: DataKeys,
         tenant: str,
+        log: EventLog,
         archived: Callable[[Sequence[UUID]], dict[UUID, str]] | None = None,
     ) -> None:
         self._store = store
         self._keys = keys
+        self._log = log
         self._tenant = tenant
         self._archived = archived
         """Which of some streams retention archived, with their bundles (``docs/retention.md``)."""
 
     def forget_user(self, user_id: str, reason: str = "the user asked to be forgotten") -> ForgetReport:
-        """Erase every session of ``user_id`` in this tenant (none found: an empty report)."""
+        """Erase every sealed session of ``user_id`` in this tenant; the report names the
+        user's sessions recorded without sealing, which stay in the clear (none: an empty report)."""
         require_name("user_id", user_id)
         streams = self._within_deadline(
             "find the user's sessions", lambda: self._keys.streams_of(self._tenant, user_id)
         )
-        return self._erase(streams, reason)
+        report = self._erase(streams, reason)
+        return replace(report, in_the_clear=self._unsealed_sessions_of(user_id))
 
     def forget_session(self, session_id: str, reason: str = "the session was forgotten") -> ForgetReport:
         """Erase one session (for sessions started without a user id, too)."""
@@ -81,24 +102,50 @@ class ErasureService:
                 f"{len(archived)} of the sessions are archived (bundles: {', '.join(bundles)}):"
                 " `flowledger retention restore` them first, then forget; nothing was erased",
             )
-        sessions = []
+        sessions: list[str] = []
+        already: list[str] = []
         for stream in streams:
-            erased = self._store.write(str(stream), partial(self._mark, stream, reason))
-            if erased is not None:
-                sessions.append(erased)
+            marked = self._store.write(str(stream), partial(self._mark, stream, reason))
+            if marked is not None:
+                session_id, newly = marked
+                (sessions if newly else already).append(session_id)
         # Destroying a destroyed key changes nothing: safe to try again.
         destroyed = (
             self._within_deadline("destroy data keys", lambda: self._keys.destroy(streams)) if streams else 0
         )
-        return ForgetReport(sessions=tuple(sessions), keys_destroyed=destroyed)
+        return ForgetReport(sessions=tuple(sessions), keys_destroyed=destroyed, already_erased=tuple(already))
+
+    def _unsealed_sessions_of(self, user_id: str) -> tuple[str, ...]:
+        """The ids of this tenant's sessions of ``user_id`` that have no data key (recorded without
+        sealing), sorted. One pass over the log's ``Started`` and ``Restarted`` events: a sealed
+        one hides its user, an unsealed one is opened only when its bytes name the user."""
+        # The user id's bytes as a JSON writer may put them: escaped, or as UTF-8.
+        needles = {json.dumps(user_id, ensure_ascii=ascii)[1:-1].encode() for ascii in (True, False)}
+        candidates: set[UUID] = set()
+        after = 0
+        while page := self._log.read(after, _PAGE, topics=_STARTS):
+            after = page[-1].id
+            for stored in page:
+                if is_sealed(stored) or not any(n in stored.state for n in needles):
+                    continue
+                if self._log.decode(stored).user_id == user_id:
+                    candidates.add(UUID(str(stored.originator_id)))
+        found = []
+        for stream in candidates:
+            if self._within_deadline("read a data key", partial(self._keys.key_of, stream)) is not None:
+                continue
+            session: Session | None = self._store.load(stream)
+            if session is not None and session.tenant == self._tenant and session.user_id == user_id:
+                found.append(session.session_id)
+        return tuple(sorted(found))
 
     def _within_deadline(self, operation: str, call: Callable[[], T]) -> T:
         return within_deadline(operation, self._store.settings.operation_deadline_s, call)
 
     @staticmethod
-    def _mark(stream: UUID, reason: str, uow: UnitOfWork) -> str | None:
+    def _mark(stream: UUID, reason: str, uow: UnitOfWork) -> tuple[str, bool] | None:
+        """The session's id, and whether this call erased it (False: an earlier one had)."""
         session: Session | None = uow.find(stream)
         if session is None:
             return None  # a key whose start never committed: destroying it is all there is
-        session.erase(reason)
-        return session.session_id
+        return session.session_id, session.erase(reason)

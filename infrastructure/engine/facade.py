@@ -112,6 +112,7 @@ class Engine:
             self.store,
             self._app.data_keys,
             self.tenant,
+            self.log,
             None if self._audit is None else lambda streams: self.retention.bundles_of(streams),
         )
         ledger = None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)

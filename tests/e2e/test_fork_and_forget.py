@@ -101,6 +101,47 @@ def test_cli_fork_and_forget(database_url: str, pg_schema: str, monkeypatch: pyt
         assert engine.get_session("c-1").context == ERASED_JSON
 
 
+def test_cli_forget_of_a_user_whose_sessions_were_recorded_unsealed_says_they_stay_in_the_clear(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given two sessions of frank's recorded without sealing (the default)
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("u-2", "cs", user_id="frank")
+        engine.start_session("u-1", "cs", user_id="frank", metadata={"email": "frank@example.org"})
+
+    # When frank is forgotten
+    result = run_cli(database_url, pg_schema, "forget", "frank")
+
+    # Then nothing could be erased and it exits 2 (as `forget --session` of an unsealed session
+    # does), one line naming the sessions that stay in the clear
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stdout.strip() == "erased 0 sessions (none); 0 data keys destroyed"
+    assert result.stderr.strip().splitlines() == [
+        "error: user_id: 2 sessions of 'frank' were recorded without sealing and stay in the clear"
+        " (u-1, u-2): no key to destroy"
+    ]
+
+
+def test_cli_forget_of_a_session_a_second_time_reports_it_already_erased(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a sealed session of gina's, forgotten once
+    monkeypatch.setenv("FLOWLEDGER_SEAL_PERSONAL_DATA", "1")
+    sealed = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=sealed) as engine:
+        engine.start_session("g-1", "cs", user_id="gina")
+    first = run_cli(database_url, pg_schema, "forget", "--session", "g-1")
+
+    # When it is forgotten again
+    again = run_cli(database_url, pg_schema, "forget", "--session", "g-1")
+
+    # Then the second run erased nothing and says so
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "erased 1 sessions (g-1); 1 data keys destroyed"
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "erased 0 sessions (none; already erased: g-1); 0 data keys destroyed"
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [

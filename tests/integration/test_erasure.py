@@ -369,3 +369,38 @@ async def test_a_step_refused_by_the_users_budget_leaves_nothing_of_the_user_onc
     # And the seed's execution row of the refused step, rebuilt from the log alike
     assert seed == [("budget_exceeded: [erased]",)]
     assert verify(projector) == []
+
+
+def test_forget_names_the_users_sessions_recorded_without_sealing_as_left_in_the_clear(
+    engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given two of alice's sessions and one of bob's recorded by an engine that does not seal,
+    # and one of alice's recorded sealed
+    plain = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=False)
+    with Engine(settings=plain) as unsealing:
+        unsealing.start_session("s-u2", "customer_service", user_id=USER)
+        unsealing.start_session("s-u1", "customer_service", user_id=USER, metadata={"email": "a@example.org"})
+        unsealing.start_session("s-b9", "customer_service", user_id="bob")
+    engine.start_session("s-a1", "customer_service", user_id=USER)
+    # When alice is forgotten
+    report = engine.forget(USER)
+    # Then the sealed session is erased, and the report names the two that stay in the clear
+    assert (report.sessions, report.keys_destroyed) == (("s-a1",), 1)
+    assert report.in_the_clear == ("s-u1", "s-u2")
+    assert engine.get_session("s-u1").user_id == USER
+    # And forgetting her again erases nothing more and still names them
+    again = engine.forget(USER)
+    assert (again.sessions, again.keys_destroyed, again.in_the_clear) == ((), 0, ("s-u1", "s-u2"))
+
+
+def test_forgetting_a_session_again_reports_it_already_erased_not_erased_again(engine: Engine) -> None:
+    # Given a sealed session that was forgotten
+    engine.start_session("s-a1", "customer_service", user_id=USER)
+    first = engine.forget_session("s-a1")
+    head = engine.log.head()
+    # When it is forgotten again
+    again = engine.forget_session("s-a1")
+    # Then nothing is erased or destroyed this time, and the report says it was erased already
+    assert (first.sessions, first.keys_destroyed, first.already_erased) == (("s-a1",), 1, ())
+    assert (again.sessions, again.keys_destroyed, again.already_erased) == ((), 0, ("s-a1",))
+    assert engine.log.head() == head
