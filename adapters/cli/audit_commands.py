@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 
-from flowledger.adapters.cli.errors import fail, reported_errors
+from flowledger.adapters.cli.errors import fail, naming, reported_errors
 from flowledger.domain.errors import SessionArchived, ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import AuditReport, verify_log
@@ -72,7 +72,7 @@ into memory until it runs out."""
 def bounded_lines(path: Path, what: str) -> Iterator[str]:
     """The lines of a text file the user named, each at most ``MAX_LINE_CHARS`` (else exit 65,
     naming ``what`` and the line). OSError and UnicodeDecodeError go to the exit-code table."""
-    with path.open(encoding="utf-8") as lines:
+    with naming(path), path.open(encoding="utf-8") as lines:
         for number, line in enumerate(iter(lambda: lines.readline(MAX_LINE_CHARS + 1), ""), start=1):
             if len(line) > MAX_LINE_CHARS:
                 refuse_malformed(what, f"line {number}: longer than {MAX_LINE_CHARS:,} characters")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import NoReturn
 
 import click
@@ -64,7 +65,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.FlowledgerError, 1),
     # A file named on the command line: missing, a directory, not writable (EX_IOERR) ...
     (OSError, 74),
-    # ... or not text (EX_DATAERR).
+    # ... or not text (EX_DATAERR; ``NotUtf8Text`` names the file).
     (UnicodeDecodeError, 65),
     # (A connection that failed or broke mid-command, in psycopg's words or the event library's,
     # is reported as StoreUnavailable: see ``reported_errors``.)
@@ -72,6 +73,25 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     # Anything else is a bug in flowledger (EX_SOFTWARE).
     (Exception, 70),
 )
+
+
+class NotUtf8Text(UnicodeDecodeError):
+    """A file the user named is not UTF-8 text: the decoder's error, with the file's ``path``."""
+
+    def __init__(self, path: Path, error: UnicodeDecodeError) -> None:
+        super().__init__(error.encoding, error.object, error.start, error.end, error.reason)
+        self.path = path
+
+
+@contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """Reads of ``path``, a file the user named, in the block: bytes that are not UTF-8 come
+    out as ``NotUtf8Text``, so the error line says which file (exit 65 all the same)."""
+    try:
+        yield
+    except UnicodeDecodeError as error:
+        raise NotUtf8Text(path, error) from None
+
 
 _stderr = Console(stderr=True)
 _DELIBERATE = (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException)
@@ -93,7 +113,13 @@ def one_line(error: Exception) -> str:
     elif isinstance(error, OSError) and error.strerror and error.filename is not None:
         text = f"{error.filename}: {error.strerror}"
     elif isinstance(error, UnicodeDecodeError):
-        text = f"not UTF-8 text: byte {error.start} ({error.reason})"
+        # A text reader decodes in chunks: its offset is into a chunk, not the file, so a
+        # named file's line gives none.
+        text = (
+            f"{error.path}: not UTF-8 text ({error.reason})"
+            if isinstance(error, NotUtf8Text)
+            else f"not UTF-8 text: byte {error.start} ({error.reason})"
+        )
     elif isinstance(error, OSError | psycopg.Error):
         text = str(error) or type(error).__name__
     else:

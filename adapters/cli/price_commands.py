@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.errors import naming, reported_errors
 from flowledger.adapters.llm.pricing import MAX_PRICE_FILE_BYTES, SHIPPED_FILE, read_price_file
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.pricing import ModelPrice
@@ -41,7 +41,7 @@ def _readable(path: Path | None) -> Path | None:
     """``path`` once it reads as UTF-8 text: the price table's reader would call a missing file
     or binary bytes bad input (exit 2); OSError and UnicodeDecodeError go to the exit-code table."""
     if path is not None:
-        with path.open(encoding="utf-8") as text:
+        with naming(path), path.open(encoding="utf-8") as text:
             text.read(MAX_PRICE_FILE_BYTES + 1)  # bounded: the reader refuses a larger file
     return path
 

@@ -53,14 +53,17 @@ def read_price_file(path: Path | None = None, *, default: ModelPrice | None = No
         label = Path(path).name
         if len(raw) > MAX_PRICE_FILE_BYTES:
             raise ValidationError("pricing_file", f"{label} is larger than {MAX_PRICE_FILE_BYTES:,} bytes")
+    # Text first: json.loads of bytes would guess UTF-16 or -32 and call the file "not JSON".
     try:
-        data = json.loads(raw, parse_float=Decimal)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValidationError(
+            "pricing_file", f"{label} is not UTF-8 text: byte {error.start} ({error.reason})"
+        ) from None
+    try:
+        data = json.loads(text, parse_float=Decimal)
     except ValueError as error:
         raise ValidationError("pricing_file", f"{label} is not JSON: {error}") from None
     if not isinstance(data, dict):
         raise ValidationError("pricing_file", f"{label} must hold a JSON object")
-    table = price_table_from_document(data, label=label, raw=raw, default=default)
-    try:
-        return table, raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValidationError("pricing_file", f"{label} is not UTF-8 text") from None
+    return price_table_from_document(data, label=label, raw=raw, default=default), text

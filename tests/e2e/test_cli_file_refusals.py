@@ -66,7 +66,9 @@ def test_a_price_or_bundle_file_that_cannot_be_read_exits_74_and_one_not_text_65
         assert f"{missing}: No such file or directory" in line
         assert line.count("No such file") == 1
         assert "Is a directory" in the_one_line(directory, 74)
-        assert "not UTF-8 text" in the_one_line(binary, 65)
+        # naming the file
+        line = the_one_line(binary, 65)
+        assert line == f"error: {tmp_path / 'binary.bin'}: not UTF-8 text (invalid continuation byte)"
 
 
 def test_a_bundle_to_restore_that_is_not_a_bundle_exits_65_naming_the_line(

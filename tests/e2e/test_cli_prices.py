@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
+
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
@@ -69,6 +71,22 @@ def test_a_bad_time_or_price_file_exits_2_with_one_line(
         database_url, pg_schema, "prices", "reprice", "--from", "2025-10-01", "--file", "/nonexistent/p.json"
     )
     assert missing.returncode == 74
+
+
+def test_a_configured_price_file_that_is_not_utf8_is_a_settings_error_naming_the_file_and_why(
+    database_url: str, pg_schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given FLOWLEDGER_PRICING_FILE naming a file in UTF-16 (its byte-order mark is no UTF-8)
+    (tmp_path / "prices16.json").write_bytes('{"version": 3}'.encode("utf-16"))
+    monkeypatch.setenv("FLOWLEDGER_PRICING_FILE", str(tmp_path / "prices16.json"))
+    # When the prices are shown
+    shown = run_cli(database_url, pg_schema, "prices", "show")
+    # Then it is a bad setting (exit 2, as any other fault of the configured file), one line
+    # naming the file and saying it is not UTF-8, not that it is not JSON
+    assert shown.returncode == 2, shown.stderr
+    assert shown.stderr.strip().splitlines() == [
+        "error: pricing_file: prices16.json is not UTF-8 text: byte 0 (invalid start byte)"
+    ]
 
 
 def test_prices_show_lists_dated_entries_and_aliases(database_url: str, pg_schema: str) -> None:
