@@ -17,11 +17,15 @@ would overflow ``timedelta`` or reach before the year 1."""
 
 
 def parse_since(text: str) -> timedelta:
-    """``90s``, ``30m``, ``24h``, ``7d`` or ``2w`` as a timedelta, at most ``MAX_SINCE``."""
+    """``90s``, ``30m``, ``24h``, ``7d`` or ``2w`` as a timedelta, above zero and at most ``MAX_SINCE``."""
     match = _DURATION.match(text.strip())
     if not match:
         raise ValidationError("since", f"{text!r} is not a duration like 30m, 24h or 7d")
     amount, unit = int(match[1]), _UNITS[match[2]]
+    if amount == 0:  # nothing can have happened in no time: an empty table would only mislead
+        raise ValidationError(
+            "since", f"{text.strip()!r} is an empty window: give one above zero, like 30m, 24h or 7d"
+        )
     if amount > MAX_SINCE / timedelta(**{unit: 1}):
         raise ValidationError("since", f"{text.strip()[:40]!r} is longer than the longest window, 99999w")
     return timedelta(**{unit: amount})

@@ -35,6 +35,26 @@ def test_a_window_longer_than_the_longest_is_a_usage_error(
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("dashboard", "--since", "0h"),
+        ("dashboard", "--since", "000m", "--exact"),
+        ("funnel", "customer_service", "--since", "0d"),
+    ],
+)
+def test_an_empty_window_is_a_usage_error(database_url: str, pg_schema: str, args: tuple[str, ...]) -> None:
+    # When a dashboard or funnel is asked for a window of no time (it printed an empty table, exit 0)
+    done = run(database_url, pg_schema, *args)
+    # Then it is refused in one line with the usage exit code, as a malformed window is
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines() == [
+        f"error: since: '{args[args.index('--since') + 1]}' is an empty window: give one above zero,"
+        " like 30m, 24h or 7d"
+    ]
+    assert done.stdout == ""
+
+
 def test_the_longest_window_itself_is_read() -> None:
     assert parse_since("99999w") == MAX_SINCE
     with pytest.raises(ValidationError, match="longer than the longest window"):
