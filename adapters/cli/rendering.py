@@ -5,11 +5,28 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from flowledger.domain.session_views import SessionState
 from flowledger.infrastructure.history import HistoryEntry
+
+RULE_MARGIN = 4
+"""What a rule adds around its title: a line piece and a space on each side."""
+
+
+def heading(console: Console, title: str, detail: str = "") -> None:
+    """A section heading: a rule with ``title``, and ``detail`` (addresses, names: what may be
+    long) on the line below, where it wraps. A title too wide for the rule goes below it too:
+    rich would cut it short with an ellipsis."""
+    if len(title) + RULE_MARGIN <= console.width:
+        console.rule(escape(title))
+    else:
+        console.rule()
+        console.print(title, markup=False, highlight=False)
+    if detail:
+        console.print(detail, style="dim", markup=False, highlight=False)
 
 
 def _compact(value: Any, limit: int = 80) -> str:

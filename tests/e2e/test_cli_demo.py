@@ -45,7 +45,8 @@ def demo(database_url: str, run_schemas: str) -> Iterator[tuple[str, str]]:
         **os.environ,
         "FLOWLEDGER_DATABASE_URL": database_url,
         "FLOWLEDGER_SCHEMA": schema,
-        "COLUMNS": "200",
+        # A terminal's usual width: the headings must fit it (one was cut short at 80)
+        "COLUMNS": "80",
         "NO_COLOR": "1",
     }
     result = subprocess.run(
@@ -63,6 +64,16 @@ def demo(database_url: str, run_schemas: str) -> Iterator[tuple[str, str]]:
         yield result.stdout, schema
     finally:
         drop_schemas(database_url, schema)
+
+
+def test_every_heading_of_the_demo_is_printed_whole_at_80_columns(demo: tuple[str, str]) -> None:
+    output, _ = demo
+    # Headings are rules (lines of ─ around a title): none cut short with an ellipsis
+    rules = [line for line in output.splitlines() if line.startswith("─") and line.rstrip().endswith("─")]
+    assert len(rules) >= 5, rules
+    assert [line for line in rules if "…" in line] == []
+    # and the simulator's address is said in full
+    assert re.search(r"http://127\.0\.0\.1:\d+\b", output)
 
 
 def totals(database_url: str, schema: str, pattern: str) -> tuple[int, int, int, int, int, Decimal]:

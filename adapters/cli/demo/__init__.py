@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from flowledger.adapters.cli.demo.llm import run_llm_sessions, simulator_client
+from flowledger.adapters.cli.demo.llm import RESOLVED, run_llm_sessions, simulator_client
 from flowledger.adapters.cli.demo.tasks import run_task_scenario
 from flowledger.adapters.cli.projection_commands import show_analytics
-from flowledger.adapters.cli.rendering import history_table, session_table
+from flowledger.adapters.cli.rendering import heading, history_table, session_table
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.session_views import SessionStatus
 from flowledger.domain.values import LlmUsage
@@ -79,7 +79,7 @@ def _run_session(engine: Engine, session_id: str, seed: int) -> None:
             idempotency_key=f"{session_id}:{step}",
         )
     if steps == len(script):
-        engine.complete_session(session_id, "resolved")
+        engine.complete_session(session_id, RESOLVED)
     elif rng.random() < 0.5:
         engine.abandon_session(session_id, "user went quiet")
 
@@ -122,9 +122,9 @@ def run_demo(console: Console, sessions: int) -> None:
     """The whole demo: recorded steps, model calls through the simulator, tasks, analytics."""
     with Engine() as engine:
         where = "FLOWLEDGER_DATABASE_URL" if engine.settings.database_url else "embedded PostgreSQL"
-        console.rule(f"flowledger demo on {where} (schema {engine.settings.schema})")
+        heading(console, "flowledger demo", f"on {where}, schema {engine.settings.schema}")
 
-        console.rule("1. steps whose model calls happened elsewhere (record_step)")
+        heading(console, "1. steps whose model calls happened elsewhere (record_step)")
         run = record_scripted_sessions(engine, console, sessions)
         console.print(summary_table(engine, run))
         example = run.session_ids[0]
@@ -132,10 +132,12 @@ def run_demo(console: Console, sessions: int) -> None:
         console.print(session_table(engine.get_session(example, version=2)))
 
         with run_simulator(SimulatorConfig(seed=2026)) as simulator:
-            console.rule(f"2. steps that call the model (process_step), simulator at {simulator.base_url}")
+            heading(
+                console, "2. steps that call the model (process_step)", f"simulator at {simulator.base_url}"
+            )
             asyncio.run(run_llm_sessions(engine, simulator.base_url, sessions, console))
-            console.rule("3. tasks classified by the model, assigned to agents, escalated")
+            heading(console, "3. tasks classified by the model, assigned to agents, escalated")
             run_task_scenario(engine, console, llm=simulator_client(engine, simulator.base_url))
 
-        console.rule("4. analytics rebuilt from the log (projections)")
+        heading(console, "4. analytics rebuilt from the log (projections)")
         show_analytics(engine, console)

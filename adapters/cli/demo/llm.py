@@ -29,6 +29,9 @@ from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 
 FIRST_STEP = "intent_classification"
+RESOLVED = {"outcome": "resolved"}
+"""How the demo ends a session: a resolution object. A bare string is kept as
+``{"resolution": s}``, which the Completed event then holds as ``resolution.resolution``."""
 MAX_STEPS = 6
 """A guard: the seed's graph takes three steps; a model naming steps in a loop stops here."""
 MESSAGES = (
@@ -183,4 +186,4 @@ async def _session(
             router.usages.append(usage)
             summary.add(usage)
         intent, step, payload = outcome.context.get("intent"), outcome.record.next_step, {}
-    await asyncio.to_thread(engine.complete_session, session_id, "resolved")
+    await asyncio.to_thread(engine.complete_session, session_id, RESOLVED)

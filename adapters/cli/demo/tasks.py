@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from rich.console import Console
 from rich.table import Table
 
+from flowledger.adapters.cli.rendering import heading
 from flowledger.domain.ports import LlmPort
 from flowledger.domain.task_views import EscalationReason, TaskPriority, TaskState, TaskStatus
 from flowledger.infrastructure import Engine
@@ -76,7 +77,7 @@ def run_task_scenario(engine: Engine, console: Console, llm: LlmPort | None = No
     clock = ScenarioClock(datetime.now(UTC).replace(microsecond=0))
     settings = engine.settings.with_overrides(database_url=engine.database_url, tenant=tenant)
     with Engine(settings=settings, clock=clock, llm=llm) as scenario:
-        console.rule(f"task assignment: three teams, a hundred tasks (tenant {tenant})")
+        heading(console, "task assignment: three teams, a hundred tasks", f"tenant {tenant}")
         for team, (skills, capacities) in TEAMS.items():
             for n, capacity in enumerate(capacities, 1):
                 scenario.register_agent(f"{team}-{n}", f"{team.title()} {n}", skills, capacity)
