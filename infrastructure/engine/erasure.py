@@ -50,6 +50,7 @@ class ForgetReport:
 _STARTS = (get_topic(Session.Started), get_topic(Session.Restarted))
 """The events that name a session's user."""
 _PAGE = 5000
+"""Start events read per query when looking for a user's unsealed sessions."""
 
 
 class ErasureService:
@@ -120,7 +121,7 @@ class ErasureService:
         sealing), sorted. One pass over the log's ``Started`` and ``Restarted`` events: a sealed
         one hides its user, an unsealed one is opened only when its bytes name the user."""
         # The user id's bytes as a JSON writer may put them: escaped, or as UTF-8.
-        needles = {json.dumps(user_id, ensure_ascii=ascii)[1:-1].encode() for ascii in (True, False)}
+        needles = {json.dumps(user_id, ensure_ascii=escaped)[1:-1].encode() for escaped in (True, False)}
         candidates: set[UUID] = set()
         after = 0
         while page := self._log.read(after, _PAGE, topics=_STARTS):
