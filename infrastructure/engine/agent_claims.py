@@ -116,6 +116,9 @@ class AgentClaims:
         ids = {self._reads.agent_uuid(agent_id): agent_id for agent_id in dict.fromkeys(order)}
         known = [(agent, index.agent_version(agent_id)) for agent, agent_id in ids.items()]
         taken, elsewhere = locks.try_lock(known, wanted=len(plan), streams=unseen)
+        for aggregate_id in self._catch_up(locks):
+            if aggregate_id not in uow.touched:  # the fresher load, for choosing among them
+                profiles[ids[aggregate_id]] = index.agent_profile(ids[aggregate_id])
         mapper = self._store.app.mapper
         for aggregate_id, stored in locks.streams.items():
             if aggregate_id not in uow.touched:  # a task missing here is read (or not found) as usual
@@ -161,7 +164,10 @@ class AgentClaims:
                 if locks is None or aggregate_id in uow.touched:
                     return decision
                 if agent_id not in self.held:
-                    if not locks.try_lock([(aggregate_id, self._reads.index.agent_version(agent_id))])[0]:
+                    ranked = [(aggregate_id, self._reads.index.agent_version(agent_id))]
+                    taken = locks.try_lock(ranked)[0]
+                    self._catch_up(locks)
+                    if not taken:
                         self.contend()
                         self.taken.add(agent_id)
                         continue
@@ -180,6 +186,7 @@ class AgentClaims:
             best = choose_agent(task.task_id, needs, blocked)
             assert isinstance(best, Choice)  # they are eligible
             locks.lock(self._reads.agent_uuid(best.agent_id), self._reads.index.agent_version(best.agent_id))
+            self._catch_up(locks)
             self.held.add(best.agent_id)
             self.taken.discard(best.agent_id)
             self.open(uow, best.agent_id, profiles, locked=True)
@@ -200,6 +207,14 @@ class AgentClaims:
         uow.adopt(agent)
         profiles[agent_id] = agent.profile()
         return agent
+
+    def _catch_up(self, locks: AgentLocks) -> list[UUID]:
+        """Bring the roster's copies up to what the last lock call read of each agent it asked
+        about (taken or not): later calls then ask from there, and read less. Returns the
+        agents it had news of."""
+        for aggregate_id, stored in locks.newer.items():
+            self._reads.index.catch_up(aggregate_id, stored)
+        return list(locks.newer)
 
     def contend(self) -> None:
         """Note a sign of another engine assigning."""

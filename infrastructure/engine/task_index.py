@@ -248,6 +248,21 @@ class LogIndex:
             if agent.id in self._agent_ids and (known is None or agent.version > known.version):
                 self._agents[agent.id] = agent.copy()
 
+    def catch_up(self, aggregate_id: UUID, stored: list[Any]) -> None:
+        """Apply a followed agent's stored events read elsewhere (``AgentLocks.newer``: every
+        event after some version, in order), so that the log's tail need not decode them
+        again nor an agent lock read them again. Those past this index's version are another
+        engine's (its own saves are followed at once): counted in ``foreign_agent_changes``."""
+        with self._lock:
+            agent = self._agents.get(aggregate_id)
+            if agent is None:
+                return
+            for event in stored:
+                if event.originator_version == agent.version + 1:
+                    decoded: Any = self._app.mapper.to_domain_event(event)
+                    decoded.mutate(agent)
+                    self.foreign_agent_changes += 1
+
     def task_entry(self, aggregate_id: UUID) -> IndexedTask | None:
         """What the log said of a task, if this index has seen it created (nothing is read)."""
         with self._lock:
@@ -257,6 +272,11 @@ class LogIndex:
         """The version of a followed agent as this index has it."""
         with self._lock:
             return self._agents[agent_uuid(self._tenant, agent_id)].version
+
+    def agent_profile(self, agent_id: str) -> AgentProfile:
+        """What the policy needs of one followed agent, as this index has it (nothing is read)."""
+        with self._lock:
+            return self._agents[agent_uuid(self._tenant, agent_id)].profile()
 
     def agent_copy(self, agent_id: str) -> Agent:
         """A private copy of a followed agent, to run a command on and save."""

@@ -30,6 +30,7 @@ import psycopg
 from eventsourcing.persistence import StoredEvent
 from psycopg import sql
 
+from flowledger.infrastructure.postgres import binary_arrays
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.deadlines import Deadlines
 from flowledger.infrastructure.postgres.watchdog import watching
@@ -38,6 +39,7 @@ IDLE_S = 5
 """Seconds the locks' transaction may sit idle before the server ends it (the library's default
 for its own connections)."""
 
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 _OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 # Rows are filtered one at a time in array order and the LIMIT stops the scan, so the
@@ -69,25 +71,33 @@ class AgentLocks:
         self.held: dict[UUID, list[StoredEvent] | None] = {}
         """Agents locked in the open transaction, each with its stored events after the
         version given when it was locked (None: unknown, read them)."""
+        self.newer: dict[UUID, list[StoredEvent]] = {}
+        """Every agent the last call asked about, taken or not, with its stored events after
+        the version given (a stream's versions leave no gaps: a prefix of what comes next,
+        however concurrent the writers), when there were any and the given version was
+        found: what an engine's roster can catch up with, read anyway."""
         # A statement of its own after the locks: its snapshot is taken after they are held.
-        # The row at the known version itself comes too, for its hash.
+        # The row at the known version itself comes too, for its hash. Whole streams are
+        # asked for in the same statement, from version 0 (``try_lock(streams=…)``).
         self._since = (
             sql.SQL(
                 "SELECT a.i, e.originator_version, e.topic, e.state, e.event_hash "
-                "FROM unnest(%s::uuid[], %s::int[]) WITH ORDINALITY AS a(id, known, i) "
+                "FROM unnest(%s::uuid[], %s::bigint[]) WITH ORDINALITY AS a(id, known, i) "
                 "JOIN {}.{} e ON e.originator_id = a.id AND e.originator_version >= a.known "
                 "ORDER BY a.i, e.originator_version"
             )
             .format(sql.Identifier(schema), sql.Identifier(events_table))
             .as_string(None)
         )
-        self._streams = (
-            sql.SQL(
-                "SELECT originator_id, originator_version, topic, state, event_hash FROM {}.{} "
-                "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
-            )
-            .format(sql.Identifier(schema), sql.Identifier(events_table))
-            .as_string(None)
+
+        # The locks and the read after them as one query string of two statements, values
+        # written in (ints and uuids only): one round trip in the simple protocol, each
+        # statement with its own snapshot, without psycopg's pipeline and parameter dumping
+        # (a third of an 8-process assignment's client CPU went to ``try_lock`` that way).
+        self._try_then_since = (
+            _TRY_FIRST.replace("%s::bigint[]", "'{:keys}'::bigint[]").replace("LIMIT %s", "LIMIT :wanted")
+            + "; "
+            + self._since.replace("%s::uuid[], %s::bigint[]", "'{:ids}'::uuid[], '{:known}'::bigint[]")
         )
 
     def key(self, agent_id: UUID) -> int:
@@ -104,23 +114,37 @@ class AgentLocks:
         round trip (into ``streams``: the batch's tasks this engine has not seen). When the
         database cannot say, the first ``wanted`` count as taken, events unknown (deciding
         without locks is safe, only slower)."""
+        self.newer.clear()
         candidates = [(agent, known) for agent, known in ranked if agent not in self.held]
         if not candidates or wanted < 1:
             return [], set()
+        query = (
+            self._try_then_since.replace(":keys", ",".join(str(self.key(a)) for a, _ in candidates))
+            .replace(":wanted", str(int(wanted)))
+            .replace(":ids", ",".join(str(UUID(str(a))) for a in [*(a for a, _ in candidates), *streams]))
+            .replace(
+                ":known", ",".join(str(int(k)) for k in [*(k for _, k in candidates), *[0] * len(streams)])
+            )
+        )
         try:
             conn = self._connection()
-            with watching(conn), conn.pipeline():
-                locked = conn.execute(_TRY_FIRST, ([self.key(a) for a, _ in candidates], wanted))
-                since = conn.execute(self._since, ([a for a, _ in candidates], [k for _, k in candidates]))
-                read = conn.execute(self._streams, (list(streams),)) if streams else None
-            taken = [int(row[0]) - 1 for row in locked.fetchall()]
-            rows = since.fetchall()
-            self._keep_streams(read.fetchall() if read is not None else [])
+            begin = "BEGIN; " if conn.pgconn.transaction_status == _IDLE else ""
+            with watching(conn), conn.cursor() as curs:
+                curs.execute(begin + query, prepare=False)
+                if begin:
+                    curs.nextset()
+                taken = [int(row[0]) - 1 for row in curs.fetchall()]
+                curs.nextset()
+                rows = curs.fetchall()
         except psycopg.Error:
             self.close()
             guessed = [agent for agent, _ in candidates[:wanted]]
             self.held.update(dict.fromkeys(guessed))
             return guessed, set()
+        first_stream = len(candidates) + 1
+        split = next((n for n, row in enumerate(rows) if row[0] >= first_stream), len(rows))
+        self._keep_streams([(streams[row[0] - first_stream], *row[1:]) for row in rows[split:]])
+        rows = rows[:split]
         self._hold(candidates, taken, rows)
         # Every candidate before the last one taken was tried; all were, if too few were taken.
         tried = len(candidates) if len(taken) < wanted else max(taken) + 1
@@ -128,12 +152,17 @@ class AgentLocks:
 
     def lock(self, agent_id: UUID, known: int) -> None:
         """Wait for the agent's lock (bounded by the statement timeout and the operation's deadline);
-        its newer events go in ``held``."""
+        its newer events go in ``held`` (and ``newer``)."""
+        self.newer.clear()
         try:
             conn = self._connection()
             with watching(conn), conn.pipeline():
+                if conn.pgconn.transaction_status == _IDLE:
+                    conn.execute("BEGIN")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.key(agent_id),))
-                since = conn.execute(self._since, ([agent_id], [known]))
+                since = conn.execute(
+                    self._since, (binary_arrays.uuids([agent_id]), binary_arrays.int8s([known]))
+                )
             rows = since.fetchall()
         except psycopg.Error:
             self.close()
@@ -160,16 +189,20 @@ class AgentLocks:
         found: dict[int, list[Any]] = {}
         for row in rows:
             found.setdefault(int(row[0]) - 1, []).append(row)
+        for n, stream in found.items():
+            agent, known = candidates[n]
+            if len(stream) > 1 and stream[0][1] == known:
+                self.newer[agent] = [
+                    StoredEvent(originator_id=agent, originator_version=v, topic=t, state=bytes(state))
+                    for _, v, t, state, _ in stream[1:]
+                ]
         for n in taken:
             agent, known = candidates[n]
             stream = found.get(n, [])
             if not stream or stream[0][1] != known:  # the known version is not stored: read it all
                 self.held[agent] = None
                 continue
-            self.held[agent] = [
-                StoredEvent(originator_id=agent, originator_version=v, topic=t, state=bytes(state))
-                for _, v, t, state, _ in stream[1:]
-            ]
+            self.held[agent] = self.newer.get(agent, [])
             last = stream[-1]
             if self._chain is not None and last[4] is not None:
                 self._chain.note_head(agent, last[1], bytes(last[4]))
@@ -186,6 +219,7 @@ class AgentLocks:
     def end(self) -> None:
         """Release every lock: roll back the transaction if nobody committed it."""
         self.held.clear()
+        self.newer.clear()
         self.streams.clear()
         conn = self._conn
         if conn is None or conn.closed or conn.info.transaction_status not in _OPEN:
@@ -210,5 +244,8 @@ class AgentLocks:
             kwargs["options"] = (
                 f"{kwargs.get('options', '')} -c idle_in_transaction_session_timeout={IDLE_S * 1000}"
             )
-            self._conn = psycopg.connect(self._url, autocommit=False, **kwargs)
+            # Autocommit, and each transaction begun by hand in the first query that needs it:
+            # psycopg would send its own BEGIN ahead of a query, a round trip of its own
+            # outside a pipeline. ``commit`` and ``rollback`` still end the open transaction.
+            self._conn = psycopg.connect(self._url, autocommit=True, **kwargs)
         return self._conn

@@ -61,6 +61,16 @@ def array(element_oid: int, items: Sequence[bytes | None]) -> BinaryArray:
     return BinaryArray(b"".join(parts))
 
 
+def uuids(items: Sequence[UUID]) -> BinaryArray:
+    """A ``uuid[]`` parameter."""
+    return array(_UUID_OID, [item.bytes for item in items])
+
+
+def int8s(items: Sequence[int]) -> BinaryArray:
+    """A ``bigint[]`` parameter."""
+    return array(_INT8_OID, [_INT8.pack(item) for item in items])
+
+
 Encoder = Callable[
     [Sequence[StoredEvent], Sequence[bytes | None], Sequence[bytes | None]], tuple[BinaryArray, ...] | None
 ]

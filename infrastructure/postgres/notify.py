@@ -33,7 +33,8 @@ class Notifier:
 
     def __init__(self, datastore: PostgresDatastore, channel: str) -> None:
         self._datastore = datastore
-        self._statement = SQL("NOTIFY {}").format(Identifier(channel))
+        # Rendered once: psycopg renders a ``Composed`` again on every call.
+        self._statement = SQL("NOTIFY {}").format(Identifier(channel)).as_string(None)
         self._pending = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None

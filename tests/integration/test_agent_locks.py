@@ -208,3 +208,46 @@ def test_a_choice_among_the_agents_a_batch_holds_counts_every_eligible_agent_in_
     assert state.agent_id == expected.agent_id
     assert state.assignment is not None
     assert "least loaded of the 1 considered first, 2 eligible in all" in state.assignment.reason
+
+
+def test_a_lock_round_trip_brings_the_roster_up_to_date_with_every_agent_it_asked_about(
+    pg_engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given a second engine that read the roster, then the first assigned a task to each agent
+    for agent_id in ("a", "b"):
+        pg_engine.register_agent(agent_id, agent_id, ["python"], 5)
+    for task_id in ("t1", "t2", "t3"):
+        pg_engine.create_task(task_id, "Fix it", ["python"])
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as other:
+        other.task_reads.index.refresh()
+        assert {pg_engine.assign_task(t).agent_id for t in ("t1", "t2")} == {"a", "b"}
+        index = other.task_reads.index
+        assert (index.agent_version("a"), index.agent_version("b")) == (1, 1)
+        # When the second assigns the third (one lock taken, both agents asked about)
+        chosen = other.assign_task("t3").agent_id
+        # Then its roster caught up with the agent it did not take too, from the same read
+        # (its next lock asks from there, and its log tail has nothing left to decode)
+        left = "b" if chosen == "a" else "a"
+        assert index.agent_version(left) == pg_engine.get_agent(left).version == 2
+        assert index.agent_profile(left).load == 1
+        assert other.store.conflicts == 0
+
+
+def test_waiting_for_a_lock_holds_it_until_the_transaction_ends(
+    pg_engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given an agent
+    pg_engine.register_agent("a", "a", ["python"], 5)
+    aggregate_id = agent_uuid(pg_engine.tenant, "a")
+    other = outside_locks(pg_engine, database_url, pg_schema)
+    try:
+        # When an engine waits for its lock (no transaction open before)
+        locks_of(pg_engine).lock(aggregate_id, 1)
+        # Then it holds it, with the agent's newer events (none), until its transaction ends
+        assert locks_of(pg_engine).held[aggregate_id] == []
+        assert other.try_lock([(aggregate_id, 1)]) == ([], {aggregate_id})
+        locks_of(pg_engine).end()
+        assert other.try_lock([(aggregate_id, 1)])[0] == [aggregate_id]
+    finally:
+        locks_of(pg_engine).end()
+        other.close()
