@@ -69,6 +69,7 @@ from flowledger.infrastructure.postgres.ddl import append_function_name
 from flowledger.infrastructure.postgres.deadlines import Deadlines, call_within_deadline
 from flowledger.infrastructure.postgres.group_commit import GroupCommit
 from flowledger.infrastructure.postgres.horizon import Horizon, HorizonLag
+from flowledger.infrastructure.postgres.literal_append import append_then_commit
 from flowledger.infrastructure.postgres.migrations import create_event_log
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
@@ -172,15 +173,24 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         # Several events' arrays in binary, built by hand (``binary_arrays.py``); None sends
         # Python lists through psycopg's list dumper (``bench/bench_append_call.py`` compares).
         self.encode_arrays: binary_arrays.Encoder | None = binary_arrays.append_arrays
-        self.sql_append = (
-            SQL("SELECT id FROM {}.{}(%s, %s, %s, %s, %s, %s) AS id")
-            .format(Identifier(schema), Identifier(self.append_function_name))
-            .as_string(None)
+        self.sql_append_function = (
+            SQL("{}.{}").format(Identifier(schema), Identifier(self.append_function_name)).as_string(None)
         )
+        self.sql_append = f"SELECT id FROM {self.sql_append_function}(%s, %s, %s, %s, %s, %s) AS id"
         table = self.events_table_name
         self.sql_max_notification_id = pg_sql.max_notification_id(schema, table).as_string(None)
         self.sql_committed_max = pg_sql.committed_max_notification_id(schema, table).as_string(None)
         self.horizon = Horizon(schema, self.events_table_name)
+        self.sql_events_after = (
+            SQL(
+                "SELECT e.originator_id, e.originator_version, e.topic, e.state "
+                "FROM unnest(%s::uuid[], %s::bigint[]) AS a(id, known) "
+                "JOIN {}.{} e ON e.originator_id = a.id AND e.originator_version > a.known "
+                "ORDER BY e.originator_id, e.originator_version"
+            )
+            .format(Identifier(schema), Identifier(table))
+            .as_string(None)
+        )
         self.notifier = Notifier(self.datastore, self.channel_name)
 
     def _create_table(self, curs: Cursor[DictRow]) -> None:
@@ -310,9 +320,13 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         curs = self._append_cursor(conn)
         try:
             hashes, macs, heads = self._seal(curs, stored_events)
-            with conn.pipeline():
-                self._send_append(curs, stored_events, hashes, macs)
-                conn.commit()
+            query = append_then_commit(self.sql_append_function, stored_events, hashes, macs)
+            if query is not None:  # one query string: the call, then COMMIT (``literal_append.py``)
+                curs.execute(query, prepare=False)
+            else:
+                with conn.pipeline():
+                    self._send_append(curs, stored_events, hashes, macs)
+                    conn.commit()
             ids = self._appended_ids(curs, stored_events)
         except psycopg.Error as error:
             raise library_error(error) from error
@@ -477,6 +491,22 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 )
             )
         return notifications
+
+    def select_events_after(self, known: Sequence[tuple[UUID, int]]) -> list[StoredEvent]:
+        """Each stream's events after the version given, in one statement, oldest first per
+        stream. Gap-free without the horizon: a stream's next version is only ever written
+        by a writer that read the one before it committed."""
+        if not known:
+            return []
+        ids = binary_arrays.uuids([stream for stream, _ in known])
+        versions = binary_arrays.int8s([version for _, version in known])
+
+        def read() -> list[StoredEvent]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                rows = curs.execute(self.sql_events_after, (ids, versions), prepare=self.prepare).fetchall()
+            return _stored(rows)
+
+        return self._within_deadline(read)
 
     def select_events_containing(self, originator_id: Any, topic: str, needle: bytes) -> list[StoredEvent]:
         """One stream's events of ``topic`` whose stored bytes contain ``needle``, oldest first.

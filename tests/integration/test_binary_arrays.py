@@ -14,6 +14,7 @@ from eventsourcing.persistence import IntegrityError, StoredEvent
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres import binary_arrays
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
+from tests.conftest import make_settings
 
 pytestmark = pytest.mark.postgres
 
@@ -73,7 +74,15 @@ def test_several_events_appended_through_the_arrays_store_what_was_given(pg_engi
     assert report.ok, report.findings
 
 
-def test_an_assignment_batch_saves_through_the_arrays(pg_engine: Engine) -> None:
+def test_an_assignment_batch_saves_through_the_arrays(database_url: str, pg_schema: str) -> None:
+    # Without agent locks: a batch under them appends in their transaction, in one query
+    # string of its own (``literal_append.py``, tests/integration/test_literal_append.py).
+    settings = make_settings(database_url=database_url, schema=pg_schema, agent_locks=False)
+    with Engine(settings=settings) as engine:
+        assert_assigned_through_the_arrays(engine)
+
+
+def assert_assigned_through_the_arrays(pg_engine: Engine) -> None:
     recorder = pg_engine.log.recorder
     real = recorder.encode_arrays
     assert real is binary_arrays.append_arrays
