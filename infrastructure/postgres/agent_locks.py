@@ -30,7 +30,6 @@ import psycopg
 from eventsourcing.persistence import StoredEvent
 from psycopg import sql
 
-from flowledger.infrastructure.postgres import binary_arrays
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.deadlines import Deadlines
 from flowledger.infrastructure.postgres.watchdog import watching
@@ -41,13 +40,6 @@ for its own connections)."""
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
-
-# Rows are filtered one at a time in array order and the LIMIT stops the scan, so the
-# function runs (and a lock is taken) only until enough were taken.
-_TRY_FIRST = (
-    "SELECT c.i FROM unnest(%s::bigint[]) WITH ORDINALITY AS c(k, i) "
-    "WHERE pg_try_advisory_xact_lock(c.k) LIMIT %s"
-)
 
 
 class AgentLocks:
@@ -94,10 +86,20 @@ class AgentLocks:
         # written in (ints and uuids only): one round trip in the simple protocol, each
         # statement with its own snapshot, without psycopg's pipeline and parameter dumping
         # (a third of an 8-process assignment's client CPU went to ``try_lock`` that way).
-        self._try_then_since = (
-            _TRY_FIRST.replace("%s::bigint[]", "'{:keys}'::bigint[]").replace("LIMIT %s", "LIMIT :wanted")
-            + "; "
-            + self._since.replace("%s::uuid[], %s::bigint[]", "'{:ids}'::uuid[], '{:known}'::bigint[]")
+        # The read's text around its two arrays, split once (the identifiers stay untouched).
+        head, rest = self._since.split("%s::uuid[]", 1)
+        middle, tail = rest.split("%s::bigint[]", 1)
+        self._since_parts = (head + "'{", "}'::uuid[]" + middle + "'{", "}'::bigint[]" + tail)
+
+    def _since_text(self, ids: Sequence[UUID], known: Sequence[int]) -> str:
+        """The read of the streams' events from the versions given, values written in."""
+        head, middle, tail = self._since_parts
+        return (
+            head
+            + ",".join(str(UUID(str(stream))) for stream in ids)
+            + middle
+            + ",".join(str(int(version)) for version in known)
+            + tail
         )
 
     def key(self, agent_id: UUID) -> int:
@@ -118,13 +120,14 @@ class AgentLocks:
         candidates = [(agent, known) for agent, known in ranked if agent not in self.held]
         if not candidates or wanted < 1:
             return [], set()
+        keys = ",".join(str(self.key(a)) for a, _ in candidates)
+        # Rows are filtered one at a time in array order and the LIMIT stops the scan, so the
+        # function runs (and a lock is taken) only until enough were taken.
         query = (
-            self._try_then_since.replace(":keys", ",".join(str(self.key(a)) for a, _ in candidates))
-            .replace(":wanted", str(int(wanted)))
-            .replace(":ids", ",".join(str(UUID(str(a))) for a in [*(a for a, _ in candidates), *streams]))
-            .replace(
-                ":known", ",".join(str(int(k)) for k in [*(k for _, k in candidates), *[0] * len(streams)])
-            )
+            f"SELECT c.i FROM unnest('{{{keys}}}'::bigint[]) WITH ORDINALITY AS c(k, i) "
+            f"WHERE pg_try_advisory_xact_lock(c.k) LIMIT {int(wanted)}; "
+        ) + self._since_text(
+            [*(a for a, _ in candidates), *streams], [*(k for _, k in candidates), *[0] * len(streams)]
         )
         try:
             conn = self._connection()
@@ -156,14 +159,15 @@ class AgentLocks:
         self.newer.clear()
         try:
             conn = self._connection()
-            with watching(conn), conn.pipeline():
-                if conn.pgconn.transaction_status == _IDLE:
-                    conn.execute("BEGIN")
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.key(agent_id),))
-                since = conn.execute(
-                    self._since, (binary_arrays.uuids([agent_id]), binary_arrays.int8s([known]))
-                )
-            rows = since.fetchall()
+            query = f"SELECT pg_advisory_xact_lock({self.key(agent_id)}); " + self._since_text(
+                [agent_id], [known]
+            )
+            begin = "BEGIN; " if conn.pgconn.transaction_status == _IDLE else ""
+            with watching(conn), conn.cursor() as curs:
+                curs.execute(begin + query, prepare=False)
+                for _ in range(2 if begin else 1):  # BEGIN's result, then the lock's
+                    curs.nextset()
+                rows = curs.fetchall()
         except psycopg.Error:
             self.close()
             self.held[agent_id] = None
