@@ -21,7 +21,7 @@ from eventsourcing.domain import event
 
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.values import require_name
+from flowledger.domain.values import require_id, require_name
 
 SCOPES = ("tenant", "user", "session", "workflow", "model")
 PERIODS = ("day", "month", "total")
@@ -86,6 +86,24 @@ def require_webhook_url(url: str | None) -> str | None:
     return url
 
 
+def require_subject(scope: str, subject: object) -> str:
+    """The subject of a ``scope`` budget, as that scope's ids are written: a name
+    (``require_name``) and, for ``session``, a session id (``require_id``: no ``/``, not only
+    dots), which a budget naming anything else would never meet. Model, workflow and user names
+    may hold ``/`` (LiteLLM's price table names ``openrouter/deepseek/deepseek-v3.2``)."""
+    name = require_name("subject", subject)
+    if scope == "session":
+        try:
+            require_id("subject", name)
+        except ValidationError:
+            raise ValidationError(
+                "subject",
+                f"must be a session id, which holds no '/' and is not only dots: no session could be"
+                f" charged to {name[:60]!r}",
+            ) from None
+    return name
+
+
 def window_start(period: str, now: datetime) -> datetime:
     """The start of the window of ``period`` that holds ``now`` (UTC days and months)."""
     at = now.astimezone(UTC)
@@ -148,7 +166,7 @@ class BudgetSpec:
             raise ValidationError("period", f"{period!r} is not one of {', '.join(PERIODS)}")
         if mode not in MODES:
             raise ValidationError("mode", f"{mode!r} is not one of {', '.join(MODES)}")
-        require_name("subject", subject)
+        require_subject(scope, subject)
         return cls(
             scope=scope,
             subject=subject,

@@ -1,7 +1,9 @@
 """REST API for budgets under /v1/budgets: list with burn (reader), set and remove (admin).
 
 A budget is addressed by what it limits: ``/v1/budgets/{scope}/{subject}/{period}`` (for
-``tenant`` the subject is the key's tenant). Amounts are exact decimal strings.
+``tenant`` the subject is the key's tenant). The subject may hold ``/``, escaped as ``%2F`` or
+not (model names do: ``openrouter/deepseek/deepseek-v3.2``): the route reads it as a path,
+the period being the last segment. Amounts are exact decimal strings.
 """
 
 from __future__ import annotations
@@ -10,13 +12,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Response, status
+from fastapi import APIRouter, Depends, Path, Response, status
 from pydantic import BaseModel, Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import Caller, Reader, requires
 from flowledger.adapters.http.errors import responses
-from flowledger.adapters.http.schemas import Body, PathId, money, money_pattern
+from flowledger.adapters.http.schemas import MAX_ID, NAME_PATTERN, Body, money, money_pattern
 from flowledger.adapters.llm.alerts import require_public_destination
 from flowledger.infrastructure.postgres.budgets import Burn
 
@@ -24,7 +26,16 @@ router = APIRouter(prefix="/v1", tags=["budgets"])
 Admin = Annotated[Caller, Depends(requires("admin"))]
 Scope = Literal["tenant", "user", "session", "workflow", "model"]
 Period = Literal["day", "month", "total"]
-Subject = Annotated[str, PathId]
+Subject = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=MAX_ID,
+        pattern=NAME_PATTERN,
+        description="What the budget limits: a user, session or workflow id, or a model's price-table"
+        " name (which may hold '/', escaped as %2F or not); for tenant, the key's tenant",
+    ),
+]
 _LIMIT = {
     "anyOf": [{"type": "string", "pattern": money_pattern(10, 12)}, {"type": "number"}],
     "description": "US dollars, exact: a decimal string (or a number); more than 0",
@@ -94,7 +105,7 @@ def dashboard_budgets(caller: Reader) -> list[BudgetOut]:
     return list_budgets(caller)
 
 
-@router.put("/budgets/{scope}/{subject}/{period}", responses=responses())
+@router.put("/budgets/{scope}/{subject:path}/{period}", responses=responses())
 async def set_budget(
     scope: Scope, subject: Subject, period: Period, body: SetBudget, caller: Admin
 ) -> BudgetSetOut:
@@ -116,7 +127,9 @@ async def set_budget(
 
 
 @router.delete(
-    "/budgets/{scope}/{subject}/{period}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404)
+    "/budgets/{scope}/{subject:path}/{period}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=responses(404),
 )
 def remove_budget(scope: Scope, subject: Subject, period: Period, caller: Admin) -> Response:
     """Remove a budget (its windows' spend goes with it)."""

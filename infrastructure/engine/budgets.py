@@ -18,9 +18,10 @@ from decimal import Decimal
 from functools import partial
 from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
-from flowledger.domain.budget import Budget, BudgetSpec, CallScope, budget_uuid
+from flowledger.domain.budget import PERIODS, Budget, BudgetSpec, CallScope, budget_uuid
 from flowledger.domain.errors import BudgetNotFound, ValidationError
 from flowledger.domain.ports import AlertNotifier
+from flowledger.domain.values import require_name
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.postgres.budgets import Burn, PostgresBudgetLedger, Raised, Reservation
 
@@ -130,13 +131,24 @@ class BudgetService:
     def remove(self, scope: str, subject: str | None, period: str) -> str:
         """Remove a budget (its windows' spend goes with it); BudgetNotFound when none is set."""
         ledger = self._require_ledger()
-        spec = BudgetSpec.of(scope=scope, subject=self._subject(scope, subject), period=period, limit_usd=1)
+        subject = self._subject(scope, subject)
+        refused = None
+        try:
+            spec = BudgetSpec.of(scope=scope, subject=subject, period=period, limit_usd=1)
+        except ValidationError as error:
+            if error.field != "subject" or scope != "session" or period not in PERIODS:
+                raise
+            # Set before subjects were checked by scope (``session a/b``): still removable.
+            refused = error
+            spec = BudgetSpec(
+                scope=scope, subject=require_name("subject", subject), period=period, limit_usd=Decimal(1)
+            )
         budget_id = self.budget_id(spec)
         removed = self._store.write(f"budget:{budget_id}", partial(self._remove, budget_id))
         deleted = ledger.delete(budget_id)
         self._some_until = 0.0
         if not (removed or deleted):
-            raise BudgetNotFound(f"{spec.scope}:{spec.subject}/{spec.period}")
+            raise refused or BudgetNotFound(f"{spec.scope}:{spec.subject}/{spec.period}")
         return str(budget_id)
 
     def burn(self) -> list[Burn]:

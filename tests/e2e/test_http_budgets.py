@@ -11,6 +11,7 @@ import pytest
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+from flowledger.domain import budget as budget_module
 from flowledger.domain.pricing import ModelPrice, PriceTable
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
@@ -263,3 +264,74 @@ def test_the_dashboard_shows_each_budgets_burn_as_json_and_on_the_page(server: h
     assert "budgets (current window)" in page.text
     assert f"${cost}" in page.text
     assert f"{burn['percent']}%" in page.text
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/budgets/model/openrouter%2Fdeepseek%2Fdeepseek-v3.2/day",
+        "/v1/budgets/model/openrouter/deepseek/deepseek-v3.2/day",
+    ],
+)
+def test_a_model_budget_on_a_name_holding_slashes_is_set_and_removed_over_rest(
+    server: httpx.Client, path: str
+) -> None:
+    # When an admin sets a budget on a price-table name holding '/' (escaped or not)
+    made = server.put(path, json={"limit_usd": "3"}, headers=bearer(ACME_ADMIN))
+    # Then it is set on that whole name, listed, and removed by the same path
+    assert made.status_code == 200, made.text
+    assert made.json()["budget"]["subject"] == "openrouter/deepseek/deepseek-v3.2"
+    assert made.json()["budget"]["period"] == "day"
+    [listed] = server.get("/v1/budgets", headers=bearer(ACME_READER)).json()
+    assert listed["subject"] == "openrouter/deepseek/deepseek-v3.2"
+    assert server.delete(path, headers=bearer(ACME_ADMIN)).status_code == 204
+    assert server.get("/v1/budgets", headers=bearer(ACME_READER)).json() == []
+    assert server.delete(path, headers=bearer(ACME_ADMIN)).status_code == 404
+
+
+@pytest.mark.parametrize("path", ["/v1/budgets/session/a%2Fb/day", "/v1/budgets/session/a/b/day"])
+def test_a_session_budget_on_a_subject_no_session_id_can_be_is_422(
+    server: httpx.Client, acme: Engine, path: str
+) -> None:
+    answer = server.put(path, json={"limit_usd": "1"}, headers=bearer(ACME_ADMIN))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"].startswith("subject: ")
+    assert "session id" in answer.json()["error"]
+    assert acme.log.head() == 0
+    assert server.delete(path, headers=bearer(ACME_ADMIN)).status_code == 422
+
+
+def test_the_cli_refuses_a_session_budget_on_a_subject_no_session_id_can_be(
+    database_url: str, pg_schema: str
+) -> None:
+    for verb, extra in (("set", ["--limit", "1"]), ("remove", [])):
+        refused = run_cli(
+            database_url, pg_schema, "budgets", verb, "session", "a/b", "--period", "day", *extra
+        )
+        assert refused.returncode == 2, (verb, refused.stdout, refused.stderr)
+        assert refused.stderr.strip().startswith("error: subject: "), refused.stderr
+    sloshed = run_cli(
+        database_url,
+        pg_schema,
+        "budgets",
+        "set",
+        "model",
+        "openrouter/deepseek/deepseek-v3.2",
+        "--limit",
+        "2",
+    )
+    assert sloshed.returncode == 0, sloshed.stderr
+
+
+def test_a_session_budget_set_before_subjects_were_checked_by_scope_can_still_be_removed(
+    server: httpx.Client, acme: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a session budget on 'a/b', set when any name was a session budget's subject
+    with monkeypatch.context() as before:
+        before.setattr(budget_module, "require_subject", lambda scope, subject: subject)
+        acme.budgets.set("session", "a/b", "day", "1")
+    assert [b.spec.subject for b in acme.budgets.burn()] == ["a/b"]
+    # When it is removed over REST, Then it goes (the rule refuses only where nothing is set)
+    assert server.delete("/v1/budgets/session/a%2Fb/day", headers=bearer(ACME_ADMIN)).status_code == 204
+    assert acme.budgets.burn() == []
+    assert server.delete("/v1/budgets/session/a%2Fb/day", headers=bearer(ACME_ADMIN)).status_code == 422
