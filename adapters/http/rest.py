@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Query, status
+from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http import schemas
@@ -49,17 +49,32 @@ def ensure_user(caller: Caller, session_id: str, user_id: str | None) -> None:
         raise HTTPException(403, "this session belongs to another user: the step's user_id does not match")
 
 
-@router.post("/sessions", status_code=status.HTTP_201_CREATED, responses=responses(409))
-def start_session(body: schemas.StartSession, caller: Writer) -> schemas.SessionOut:
-    """Start a session (starting it again with the same workflow and user returns it)."""
-    state = caller.engine.start_session(
+@router.post(
+    "/sessions",
+    status_code=status.HTTP_201_CREATED,
+    response_description="The session was created",
+    responses={
+        status.HTTP_200_OK: {
+            "model": schemas.SessionOut,
+            "description": "The session existed with this workflow and user: nothing was created"
+            " (its ttl_seconds and metadata are as first given)",
+        },
+        **responses(409),
+    },
+)
+def start_session(body: schemas.StartSession, caller: Writer, response: Response) -> schemas.SessionOut:
+    """Start a session: 201 when created; starting it again with the same workflow and user
+    returns it unchanged with 200 (another workflow or user is a 409)."""
+    start = caller.engine.start_or_get_session(
         body.session_id,
         body.workflow,
         user_id=body.user_id,
         ttl=timedelta(seconds=body.ttl_seconds),
         metadata=body.metadata,
     )
-    return schemas.SessionOut.of(state)
+    if not start.created:
+        response.status_code = status.HTTP_200_OK
+    return schemas.SessionOut.of(start.state)
 
 
 @router.get("/sessions/{session_id}", responses=_READ)
@@ -151,12 +166,18 @@ def extend(session_id: SessionId, body: schemas.Extend, caller: Writer) -> schem
 
 
 @router.post("/sessions/{session_id}/complete", responses=_WRITE)
-def complete(session_id: SessionId, body: schemas.Complete, caller: Writer) -> schemas.SessionOut:
-    """End the session with a resolution."""
+def complete(
+    session_id: SessionId, caller: Writer, body: schemas.Complete | None = None
+) -> schemas.SessionOut:
+    """End the session with a resolution (the body is optional: none is the resolution ``{}``)."""
+    if body is None:
+        return schemas.SessionOut.of(caller.engine.complete_session(session_id))
     return schemas.SessionOut.of(caller.engine.complete_session(session_id, body.resolution))
 
 
 @router.post("/sessions/{session_id}/abandon", responses=_WRITE)
-def abandon(session_id: SessionId, body: schemas.Abandon, caller: Writer) -> schemas.SessionOut:
-    """Give the session up."""
+def abandon(session_id: SessionId, caller: Writer, body: schemas.Abandon | None = None) -> schemas.SessionOut:
+    """Give the session up (the body is optional: none is the reason ``"abandoned"``)."""
+    if body is None:
+        return schemas.SessionOut.of(caller.engine.abandon_session(session_id))
     return schemas.SessionOut.of(caller.engine.abandon_session(session_id, body.reason))

@@ -12,10 +12,19 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from decimal import Decimal
+from functools import cache
 from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -142,10 +151,37 @@ Money = Annotated[Decimal, money(9, 18), WithJsonSchema(_MONEY)]
 """A call's cost in the API: exact dollars (``money``)."""
 
 
+@cache
+def _alias_pairs(model: type[BaseModel]) -> tuple[tuple[str, ...], ...]:
+    """The names each field of ``model`` is read under, for fields read under more than one."""
+    named = (field.validation_alias for field in model.model_fields.values())
+    return tuple(
+        names
+        for alias in named
+        if isinstance(alias, AliasChoices)
+        and len(names := tuple(choice for choice in alias.choices if isinstance(choice, str))) > 1
+    )
+
+
 class Body(BaseModel):
     """Request bodies reject unknown fields, so typos surface as 422."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_per_field(cls, data: Any) -> Any:
+        """Refuse a field given under two of its names (``step`` and ``step_name``) as that, not as
+        pydantic would: the second name as an "extra input", as if it were never accepted."""
+        if isinstance(data, dict):
+            for names in _alias_pairs(cls):
+                given = [f"`{name}`" for name in names if name in data]
+                if len(given) > 1:
+                    raise PydanticCustomError(
+                        "one_field",
+                        f"{' and '.join(given)} are one field under two names: give only one of them",
+                    )
+        return data
 
 
 class StartSession(Body):
@@ -236,7 +272,9 @@ class ForkSession(Body):
 
 
 class Complete(Body):
-    resolution: dict[str, Any] | str
+    resolution: dict[str, Any] | str = Field(
+        default_factory=dict, description='A JSON object, or text kept as {"resolution": text}.'
+    )
 
 
 class Abandon(Body):

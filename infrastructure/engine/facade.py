@@ -37,7 +37,13 @@ from flowledger.infrastructure.engine.retention import (
     RetentionReport,
     RetentionService,
 )
-from flowledger.infrastructure.engine.sessions import ExpiryChange, Restart, SessionService, StepRequest
+from flowledger.infrastructure.engine.sessions import (
+    ExpiryChange,
+    Restart,
+    SessionService,
+    Start,
+    StepRequest,
+)
 from flowledger.infrastructure.engine.step_calls import StepOutcome
 from flowledger.infrastructure.engine.steps import StepService
 from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
@@ -306,6 +312,20 @@ class Engine:
         """Start a session; starting it again with the same workflow and user is a no-op."""
         return self.sessions.start(session_id, workflow, user_id, ttl, {} if metadata is None else metadata)
 
+    def start_or_get_session(
+        self,
+        session_id: str,
+        workflow: str,
+        user_id: str | None = None,
+        ttl: timedelta = timedelta(hours=24),
+        metadata: JsonObject | None = None,
+    ) -> Start:
+        """``start_session``, saying whether it created the session (``Start.created``) or found
+        the one started with the same workflow and user."""
+        return self.sessions.start_or_get(
+            session_id, workflow, user_id, ttl, {} if metadata is None else metadata
+        )
+
     def restart_session(
         self,
         session_id: str,
@@ -424,8 +444,8 @@ class Engine:
             "expires_at", "give a duration to add or a moment to set (one of them, not both)"
         )
 
-    def complete_session(self, session_id: str, resolution: JsonObject | str) -> SessionState:
-        """End the session with a resolution (a JSON object, or a string)."""
+    def complete_session(self, session_id: str, resolution: JsonObject | str | None = None) -> SessionState:
+        """End the session with a resolution (a JSON object, or a string; none is ``{}``)."""
         return self.sessions.complete(session_id, resolution)
 
     def abandon_session(self, session_id: str, reason: str = "abandoned") -> SessionState:

@@ -58,6 +58,15 @@ class StepRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Start:
+    """What ``SessionService.start_or_get`` did: ``created`` the session, or found the one
+    started with the same workflow and user (nothing appended)."""
+
+    state: SessionState
+    created: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class Restart:
     """What ``SessionService.restart`` did: ``created`` the session, or took it back to ``init``
     (``reopened``: it had expired and was given a new expiry)."""
@@ -93,6 +102,12 @@ class SessionService:
         self, session_id: str, workflow: str, user_id: str | None, ttl: timedelta, metadata: JsonObject
     ) -> SessionState:
         """Start a session; starting it again with the same workflow and user is a no-op."""
+        return self.start_or_get(session_id, workflow, user_id, ttl, metadata).state
+
+    def start_or_get(
+        self, session_id: str, workflow: str, user_id: str | None, ttl: timedelta, metadata: JsonObject
+    ) -> Start:
+        """``start``, saying whether it created the session (REST answers 201 or 200 by it)."""
         require_ttl(ttl)
         decide = partial(self._start, session_id, workflow, user_id, ttl, metadata)
         # Most starts are of new sessions: write first, read only when version 1 exists.
@@ -148,10 +163,11 @@ class SessionService:
         decide = partial(self._set_expiry, session_id, expires_at, reopen_expired)
         return self._store.write(session_id, decide)
 
-    def complete(self, session_id: str, resolution: JsonObject | str) -> SessionState:
+    def complete(self, session_id: str, resolution: JsonObject | str | None) -> SessionState:
         """End the session with a resolution: a JSON object, or a string kept as ``{"resolution": s}``
-        (free text: a blank one, or one with NUL, is refused as a reason is; ``require_resolution``)."""
-        payload = require_resolution(resolution)
+        (free text: a blank one, or one with NUL, is refused as a reason is; ``require_resolution``);
+        None (none given) is ``{}``."""
+        payload = {} if resolution is None else require_resolution(resolution)
         return self._store.write(session_id, partial(self._complete, session_id, payload))
 
     def abandon(self, session_id: str, reason: str) -> SessionState:
@@ -269,11 +285,11 @@ class SessionService:
         ttl: timedelta,
         metadata: JsonObject,
         uow: UnitOfWork,
-    ) -> SessionState:
+    ) -> Start:
         existing: Session | None = uow.find(self.session_uuid(session_id))
         if existing is not None:
             existing.ensure_same_start(workflow=workflow, user_id=user_id)
-            return existing.state()
+            return Start(state=existing.state(), created=False)
         session = Session.start(
             session_id=session_id,
             tenant=self._tenant,
@@ -283,7 +299,7 @@ class SessionService:
             metadata=metadata,
         )
         uow.add(session)
-        return session.state()
+        return Start(state=session.state(), created=True)
 
     def _restart(
         self,
@@ -297,7 +313,7 @@ class SessionService:
         existing: Session | None = uow.find(self.session_uuid(session_id))
         if existing is None:
             started = self._start(session_id, workflow, user_id, ttl, metadata, uow)
-            return Restart(state=started, created=True, reopened=False)
+            return Restart(state=started.state, created=True, reopened=False)
         reopened = existing.restart(workflow=workflow, user_id=user_id, now=uow.now, expires_at=uow.now + ttl)
         return Restart(state=existing.state(), created=False, reopened=reopened)
 

@@ -240,3 +240,66 @@ def test_an_expired_session_is_gone() -> None:
         status, body = webhook(http, action="get_state", session_id="e1")
         assert status == 200
         assert body["data"]["current_step"] == "init"
+
+
+def test_starting_a_session_again_answers_200_and_only_a_new_one_201(
+    client: tuple[TestClient, Served],
+) -> None:
+    http, _ = client
+    body = {"session_id": "n1", "workflow": "cs", "user_id": "u"}
+    # When a session is started, and started again with the same workflow and user (a no-op)
+    first = http.post("/v1/sessions", json=body)
+    again = http.post("/v1/sessions", json=body)
+    # Then only the first created it (201); the second answers the same session with 200
+    assert first.status_code == 201, first.text
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json()
+    assert len(http.get("/v1/sessions/n1/history").json()) == 1
+    # And the OpenAPI document says both
+    responses = http.get("/openapi.json").json()["paths"]["/v1/sessions"]["post"]["responses"]
+    assert {"200", "201"} <= set(responses)
+    assert "created" in responses["201"]["description"].lower()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "names"),
+    [
+        (
+            "/v1/sessions",
+            {"session_id": "a1", "workflow": "cs", "workflow_name": "cs"},
+            ("workflow", "workflow_name"),
+        ),
+        ("/v1/sessions/r3/steps", {"step": "a", "step_name": "a"}, ("step", "step_name")),
+        ("/v1/sessions/r3/steps", {"step": "a", "input": {}, "input_data": {}}, ("input", "input_data")),
+        ("/v1/sessions/r3/process", {"step": "a", "step_name": "b"}, ("step", "step_name")),
+    ],
+)
+def test_both_names_of_one_field_are_refused_as_one_field_given_twice(
+    client: tuple[TestClient, Served], path: str, body: dict[str, Any], names: tuple[str, str]
+) -> None:
+    http, model = client
+    http.post("/v1/sessions", json={"session_id": "r3", "workflow": "cs"})
+    response = http.post(path, json=body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert "Extra inputs are not permitted" not in error
+    assert f"`{names[0]}` and `{names[1]}` are one field" in error, error
+    assert "only one" in error
+    assert len(http.get("/v1/sessions/r3/history").json()) == 1
+    assert model.calls == 0
+
+
+def test_a_session_is_completed_or_abandoned_with_no_body(client: tuple[TestClient, Served]) -> None:
+    http, _ = client
+    http.post("/v1/sessions", json={"session_id": "b1", "workflow": "cs"})
+    http.post("/v1/sessions", json={"session_id": "b2", "workflow": "cs"})
+    # When each is ended with no body at all
+    completed = http.post("/v1/sessions/b1/complete")
+    abandoned = http.post("/v1/sessions/b2/abandon")
+    # Then the library's defaults apply: an empty resolution, the reason "abandoned"
+    assert completed.status_code == 200, completed.text
+    assert (completed.json()["status"], completed.json()["resolution"]) == ("completed", {})
+    assert abandoned.status_code == 200, abandoned.text
+    assert abandoned.json()["status"] == "abandoned"
+    [*_, last] = http.get("/v1/sessions/b2/history").json()
+    assert last["data"]["reason"] == "abandoned"
