@@ -177,6 +177,16 @@ class Task(FlowledgerAggregate):
         requeued_at: datetime
         deadline: datetime | None
 
+    class_version = 2
+    """Of the aggregate's snapshots: version 2 holds no ``assignment`` for a waiting task."""
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """A version-1 snapshot kept a released or requeued task's last assignment: a waiting
+        task has none (its history keeps the old one)."""
+        if state.get("status") == TaskStatus.PENDING.value:
+            state["assignment"] = None
+
     @staticmethod
     def create_id(tenant: str, task_id: str) -> UUID:
         """Tasks are addressed by the caller's id; no lookup table."""
@@ -551,7 +561,9 @@ class Task(FlowledgerAggregate):
         deadline: datetime | None,
     ) -> None:
         self.status = TaskStatus.PENDING.value
-        self.escalation = None  # back in the queue; the history keeps why it was escalated
+        # Back in the queue; the history keeps why it was escalated and who had it.
+        self.escalation = None
+        self.assignment = None
         if deadline is not None:
             self.deadline = deadline
 
@@ -602,3 +614,4 @@ class Task(FlowledgerAggregate):
     @event(Released)
     def _released(self, agent_id: str, reason: str, released_at: datetime) -> None:
         self.status = TaskStatus.PENDING.value
+        self.assignment = None  # the agent let it go; the history keeps the assignment

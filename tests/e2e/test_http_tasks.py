@@ -147,3 +147,18 @@ def test_a_requeue_takes_its_new_deadline_as_a_time_as_a_creation_does(http: Tes
     # And both forms at once are refused, as for a creation
     both = {**body, "deadline_hours": 2}
     assert http.post("/v1/tasks/T-1/requeue", json=both).status_code == 422
+
+
+def test_a_released_task_carries_no_assignment_and_its_history_keeps_the_old_one(http: TestClient) -> None:
+    # Given a task assigned to the one agent who can take it
+    http.post("/v1/agents", json={"agent_id": "be-1", "name": "Backend", "skills": ["golang"], "capacity": 1})
+    http.post("/v1/tasks", json={"task_id": "T-9", "description": "Fix it", "required_skills": ["golang"]})
+    assert http.post("/v1/tasks/T-9/assign").json()["assignment"]["agent_id"] == "be-1"
+    # When it is released
+    released = http.post("/v1/tasks/T-9/release").json()
+    # Then it waits with no agent and no current assignment, as read back too
+    assert (released["status"], released["agent_id"], released["assignment"]) == ("pending", None, None)
+    assert http.get("/v1/tasks/T-9").json()["assignment"] is None
+    # And its history still says who had it
+    events = http.get("/v1/tasks/T-9/history").json()
+    assert [e["data"].get("agent_id") for e in events if e["event_type"] == "Task.Assigned"] == ["be-1"]

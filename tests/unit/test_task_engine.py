@@ -329,3 +329,29 @@ def test_the_log_index_decodes_no_agent_change_it_already_follows(
     # Then no agent change was decoded (each would have changed nothing), and the roster is right
     assert not [topic for topic in decoded if "Agent" in topic]
     assert [p.load for p in index.agent_profiles()] == [3]
+
+
+def test_a_released_or_requeued_task_has_no_current_assignment(engine: Engine) -> None:
+    # Given two assigned tasks
+    team(engine)
+    engine.create_task("t1", "API", ["python"])
+    engine.create_task("t2", "Hotfix", ["python"], deadline=timedelta(hours=1))
+    engine.assign_task("t1")
+    engine.assign_task("t2")
+    # When one is released, and the other escalated from its agent and requeued
+    released = engine.release_task("t1", "agent went home")
+    [escalated] = engine.escalate_overdue(datetime.now(UTC) + timedelta(hours=2))
+    requeued = engine.requeue_task("t2", "alice", "back", deadline=datetime.now(UTC) + timedelta(days=1))
+    # Then neither carries the agent it had as its assignment (the history does)
+    assert escalated.assignment is not None
+    assert (released.assignment, released.agent_id) == (None, None)
+    assert (requeued.assignment, requeued.agent_id) == (None, None)
+    assert engine.get_task("t1").assignment is None
+    assert engine.get_task("t2").assignment is None
+    assert [e.data["agent_id"] for e in engine.task_history("t1") if e.event_type == "Task.Assigned"] == [
+        "be"
+    ]
+    # And assigned again, the new assignment is current
+    again = engine.assign_task("t1")
+    assert again.assignment is not None
+    assert again.agent_id == "be"
