@@ -51,7 +51,7 @@ def extend(
 ) -> None:
     """Move a session's expiry: add --hours to it (24 h + 2 h is 26 h), or set it --until a moment."""
     with reported_errors():
-        by = None if hours is None else _duration(hours)
+        by = None if hours is None else _duration(hours, bounded=False)
         to = None if until is None else _parse_time(until, "until")
         with Engine() as engine:
             change = engine.change_expiry(session_id, by=by, to=to, reopen_expired=reopen)
@@ -126,15 +126,24 @@ def _parse_time(text: str, field: str = "as_of") -> datetime:
     return moment
 
 
-def _duration(hours: float, field: str = "hours") -> timedelta:
-    """``hours`` as a duration: at least a millisecond (the HTTP API's least ``ttl_seconds``;
-    ``1e-9`` hours was a 4 µs extension) and at most ``MAX_TTL``."""
+def _duration(hours: float, field: str = "hours", *, bounded: bool = True) -> timedelta:
+    """``hours`` as a duration: positive, at least a millisecond (the HTTP API's least
+    ``ttl_seconds``; ``1e-9`` hours was a 4 µs extension) and, when ``bounded``, at most
+    ``MAX_TTL``. An extension is not bounded here: the engine refuses one past its bound with
+    how much the session can still take, which only the session knows."""
     least, most = 0.001 / 3600, MAX_TTL.total_seconds() / 3600
-    if not math.isfinite(hours) or not least <= hours <= most:
+    if math.isnan(hours) or hours <= 0:
+        raise ValidationError(field, f"must be a positive number of hours, got {hours:g}")
+    if hours < least:
+        raise ValidationError(field, f"must be at least 1 ms ({least:.3g} hours), got {hours:g}")
+    if bounded and hours > most:
+        raise ValidationError(field, f"must be at most {most:g} ({MAX_TTL.days} days), got {hours:g}")
+    try:
+        return timedelta(hours=hours)
+    except OverflowError:  # past what a timedelta holds (inf too): no expiry lies that far ahead
         raise ValidationError(
-            field, f"must be at least {least:.3g} (1 ms) and at most {most:g}, got {hours:g}"
-        )
-    return timedelta(hours=hours)
+            field, f"{hours:g} hours reach past any expiry (at most {most:g} ahead)"
+        ) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 from uuid import UUID
 
-from flowledger.domain.bounds import MAX_TTL, require_moment
+from flowledger.domain.bounds import MAX_TTL, require_duration, require_moment
 from flowledger.domain.errors import (
     SessionClosed,
     SessionConflict,
@@ -144,11 +144,11 @@ class SessionService:
 
         The bound is ``set_expiry``'s: the new expiry may lie at most ``MAX_TTL`` (366 days) after
         now, however many extensions came before; one past it is refused (ValidationError on
-        ``ttl``, saying how much can still be added) and nothing is recorded. A session that
-        already expired stays expired (SessionExpired), unless ``reopen_expired``: then it lives
-        ``ttl`` from now.
+        ``ttl``, saying how much can still be added, a ``ttl`` longer than ``MAX_TTL`` too) and
+        nothing is recorded. A session that already expired stays expired (SessionExpired),
+        unless ``reopen_expired``: then it lives ``ttl`` from now.
         """
-        require_ttl(ttl)
+        require_duration("ttl", ttl, maximum=timedelta.max)  # positive; the bound is the session's
         return self._store.write(session_id, partial(self._extend, session_id, ttl, reopen_expired))
 
     def set_expiry(
@@ -376,16 +376,18 @@ class SessionService:
 
     def _extend(self, session_id: str, ttl: timedelta, reopen_expired: bool, uow: UnitOfWork) -> ExpiryChange:
         session = self._session(uow, session_id)
-        expires_at = session.expires_at + ttl
-        # The bound set_expiry holds to, on the same clock: ttl alone is at most MAX_TTL, but
-        # repeated extensions would otherwise push the expiry years ahead.
+        # The bound set_expiry holds to, on the same clock: repeated extensions would otherwise
+        # push the expiry years ahead. A session reopened lives ttl from now instead.
         limit = uow.now + MAX_TTL
-        if expires_at > limit:
-            # Past the bound the session has not expired (its expiry lies after now), so this
-            # records nothing: it refuses a completed, abandoned or erased session first.
-            session.ensure_open(uow.now)
-            raise ValidationError("ttl", _beyond_bound(expires_at, limit, session.expires_at))
-        return self._move_expiry(session, uow.now, expires_at, uow.now + ttl, reopen_expired)
+        reopening = reopen_expired and session.expired_by(uow.now)
+        base = uow.now if reopening else session.expires_at
+        if ttl > limit - base:  # compared as durations: base + ttl may lie past year 9999
+            if not reopening:
+                # Past the bound the session has not expired (its expiry lies after now), so
+                # this records nothing: it refuses a completed, abandoned or erased session first.
+                session.ensure_open(uow.now)
+            raise ValidationError("ttl", _beyond_bound(base, ttl, limit))
+        return self._move_expiry(session, uow.now, session.expires_at + ttl, uow.now + ttl, reopen_expired)
 
     def _move_expiry(
         self, session: Session, now: datetime, expires_at: datetime, reopen_at: datetime, reopen: bool
@@ -447,11 +449,12 @@ class SessionService:
         return version
 
 
-def _beyond_bound(expires_at: datetime, limit: datetime, current: datetime) -> str:
-    """Why an extension to ``expires_at`` is refused, and how much the session can still take."""
-    room = timedelta(seconds=int((limit - current).total_seconds()))
+def _beyond_bound(base: datetime, ttl: timedelta, limit: datetime) -> str:
+    """Why adding ``ttl`` to an expiry of ``base`` is refused, and how much it can still take."""
+    room = timedelta(seconds=int((limit - base).total_seconds()))
     can_add = f"at most {room} can still be added" if room > timedelta(0) else "nothing can be added"
-    return (
-        f"the expiry would be {expires_at.isoformat()}, and must lie at most {MAX_TTL.days} days"
-        f" ahead (until {limit.isoformat()}): {can_add}"
-    )
+    try:
+        would = f"the expiry would be {(base + ttl).isoformat()}"
+    except OverflowError:
+        would = f"the expiry would lie {ttl.days} days on, past the year {datetime.max.year}"
+    return f"{would}, and must lie at most {MAX_TTL.days} days ahead (until {limit.isoformat()}): {can_add}"

@@ -113,7 +113,27 @@ def test_a_duration_that_rounds_to_nothing_is_said_as_a_duration(database_url: s
     # Then the refusal says the value as it was given and the bounds in the option's unit,
     # not Python's repr of a timedelta
     assert done.returncode == 2
-    assert done.stderr.strip() == "error: hours: must be at least 2.78e-07 (1 ms) and at most 8784, got 1e-12"
+    assert done.stderr.strip() == "error: hours: must be at least 1 ms (2.78e-07 hours), got 1e-12"
+
+
+@pytest.mark.parametrize("hours", ["9999", "8784"])
+def test_extending_past_the_bound_says_how_much_can_still_be_added(
+    database_url: str, pg_schema: str, hours: str
+) -> None:
+    # Given a session that lives a day
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("s-1", "customer_service")
+    # When it is extended by more hours than its expiry may move ahead
+    done = run(database_url, pg_schema, "extend", "s-1", "--hours", hours)
+    # Then the refusal says how much can still be added, in one line, and nothing was recorded
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: ttl: the expiry would be "), line
+    assert "must lie at most 366 days ahead" in line
+    assert line.endswith("can still be added"), line
+    assert "at most 365 days, 0:" in line
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        assert len(engine.history("s-1")) == 1
 
 
 @pytest.mark.parametrize(

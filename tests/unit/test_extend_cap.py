@@ -133,3 +133,37 @@ def test_http_and_webhook_answer_422_with_the_field_and_the_message(still: Engin
         assert refused.json()["error"].startswith("ttl: the expiry would be 2027-03-02T13:00:00+00:00")
         assert "must lie at most 366 days ahead" in refused.json()["error"]
     assert [e.event_type for e in still.history("s1")] == ["Session.Started", "Session.Extended"]
+
+
+@pytest.mark.parametrize("ttl", [timedelta(days=400), MAX_TTL + timedelta(seconds=1), timedelta.max])
+def test_an_extension_longer_than_the_bound_itself_says_how_much_can_still_be_added(
+    still: Engine, ttl: timedelta
+) -> None:
+    # Given a session that lives one hour
+    started = still.start_session("s1", "cs", ttl=timedelta(hours=1))
+    # When it is extended by more than MAX_TTL at once
+    with pytest.raises(ValidationError) as raised:
+        still.extend_session("s1", ttl)
+    # Then the refusal says what is left, as one within MAX_TTL does, and nothing was recorded
+    assert raised.value.field == "ttl"
+    assert "must lie at most 366 days ahead (until 2027-03-02T12:00:00+00:00)" in raised.value.message
+    assert raised.value.message.endswith(": at most 365 days, 23:00:00 can still be added")
+    assert still.get_session("s1") == started
+
+
+def test_reopening_for_longer_than_the_bound_says_the_whole_bound_can_be_added() -> None:
+    now = [NOW]
+    with Engine(settings=make_settings(database_url="memory:"), clock=lambda: now[0]) as engine:
+        engine.start_session("s1", "cs", ttl=timedelta(hours=1))
+        now[0] += timedelta(hours=2)
+        with pytest.raises(ValidationError) as raised:
+            engine.change_expiry("s1", by=timedelta(days=400), reopen_expired=True)
+        assert raised.value.field == "ttl"
+        assert raised.value.message.endswith(": at most 366 days, 0:00:00 can still be added")
+
+
+@pytest.mark.parametrize("ttl", [timedelta(0), timedelta(hours=-1)])
+def test_an_extension_that_is_not_positive_is_refused_as_such(still: Engine, ttl: timedelta) -> None:
+    still.start_session("s1", "cs", ttl=timedelta(hours=1))
+    with pytest.raises(ValidationError, match="ttl: must be a positive duration"):
+        still.extend_session("s1", ttl)
