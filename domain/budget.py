@@ -88,10 +88,16 @@ def require_webhook_url(url: str | None) -> str | None:
 
 def require_subject(scope: str, subject: object) -> str:
     """The subject of a ``scope`` budget, as that scope's ids are written: a name
-    (``require_name``) and, for ``session``, a session id (``require_id``: no ``/``, not only
-    dots), which a budget naming anything else would never meet. Model, workflow and user names
-    may hold ``/`` (LiteLLM's price table names ``openrouter/deepseek/deepseek-v3.2``)."""
+    (``require_name``) that is not only dots (REST addresses a budget in its URL path, where
+    clients resolve ``.`` and ``..`` away) and, for ``session``, a session id (``require_id``:
+    no ``/`` either), since a budget naming anything else would never meet a session. Model,
+    workflow and user names may hold ``/`` (LiteLLM's price table names
+    ``openrouter/deepseek/deepseek-v3.2``)."""
     name = require_name("subject", subject)
+    if not name.replace(".", "").strip():
+        raise ValidationError(
+            "subject", "must not be only dots: URL paths address the budget ('.' and '..' vanish)"
+        )
     if scope == "session":
         try:
             require_id("subject", name)

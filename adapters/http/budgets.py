@@ -15,25 +15,42 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Path, Response, status
 from pydantic import BaseModel, Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from flowledger.adapters.http.auth import Caller, Reader, requires
-from flowledger.adapters.http.errors import responses
-from flowledger.adapters.http.schemas import MAX_ID, NAME_PATTERN, Body, money, money_pattern
+from flowledger.adapters.http.errors import responses, worded
+from flowledger.adapters.http.schemas import MAX_ID, Body, money, money_pattern
 from flowledger.adapters.llm.alerts import require_public_destination
 from flowledger.infrastructure.postgres.budgets import Burn
 
+
+class _SubjectConvertor(PathConvertor):
+    """A budget's subject in its path: any text, ``/`` included (the period is the last segment).
+    Starlette's ``path`` reads ``.*``, which stops at a line break: a subject holding one was
+    answered 404 (an unknown path) instead of 422 (no control characters)."""
+
+    regex = r"[\s\S]*"
+
+
+register_url_convertor("subject", _SubjectConvertor())
 router = APIRouter(prefix="/v1", tags=["budgets"])
 Admin = Annotated[Caller, Depends(requires("admin"))]
 Scope = Literal["tenant", "user", "session", "workflow", "model"]
 Period = Literal["day", "month", "total"]
+SUBJECT_PATTERN = worded(
+    r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f.][^\x00-\x1f\x7f-\x9f]*$",
+    "must be text that is not blank, not only dots and holds no control characters",
+)
+"""A budget's subject in its path: a name that is not only dots (``domain.budget.require_subject``;
+clients resolve a ``.`` or ``..`` segment away, so such a subject could never be reached)."""
 Subject = Annotated[
     str,
     Path(
         min_length=1,
         max_length=MAX_ID,
-        pattern=NAME_PATTERN,
+        pattern=SUBJECT_PATTERN,
         description="What the budget limits: a user, session or workflow id, or a model's price-table"
-        " name (which may hold '/', escaped as %2F or not); for tenant, the key's tenant",
+        " name (which may hold '/', escaped as %2F or not; not only dots); for tenant, the key's tenant",
     ),
 ]
 _LIMIT = {
@@ -105,7 +122,7 @@ def dashboard_budgets(caller: Reader) -> list[BudgetOut]:
     return list_budgets(caller)
 
 
-@router.put("/budgets/{scope}/{subject:path}/{period}", responses=responses())
+@router.put("/budgets/{scope}/{subject:subject}/{period}", responses=responses())
 async def set_budget(
     scope: Scope, subject: Subject, period: Period, body: SetBudget, caller: Admin
 ) -> BudgetSetOut:
@@ -127,7 +144,7 @@ async def set_budget(
 
 
 @router.delete(
-    "/budgets/{scope}/{subject:path}/{period}",
+    "/budgets/{scope}/{subject:subject}/{period}",
     status_code=status.HTTP_204_NO_CONTENT,
     responses=responses(404),
 )

@@ -18,7 +18,7 @@ from decimal import Decimal
 from functools import partial
 from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
-from flowledger.domain.budget import PERIODS, Budget, BudgetSpec, CallScope, budget_uuid
+from flowledger.domain.budget import PERIODS, SCOPES, Budget, BudgetSpec, CallScope, budget_uuid
 from flowledger.domain.errors import BudgetNotFound, ValidationError
 from flowledger.domain.ports import AlertNotifier
 from flowledger.domain.values import require_name
@@ -136,9 +136,9 @@ class BudgetService:
         try:
             spec = BudgetSpec.of(scope=scope, subject=subject, period=period, limit_usd=1)
         except ValidationError as error:
-            if error.field != "subject" or scope != "session" or period not in PERIODS:
+            if error.field != "subject" or scope not in SCOPES or period not in PERIODS:
                 raise
-            # Set before subjects were checked by scope (``session a/b``): still removable.
+            # Set before subjects were checked by scope (``session a/b``, ``user ..``): still removable.
             refused = error
             spec = BudgetSpec(
                 scope=scope, subject=require_name("subject", subject), period=period, limit_usd=Decimal(1)

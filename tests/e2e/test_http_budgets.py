@@ -109,6 +109,10 @@ def test_an_admin_sets_a_budget_readers_list_its_burn_and_other_tenants_do_not_s
         ("/v1/budgets/user/alice/day", {"limit_usd": "1_000"}),
         ("/v1/budgets/user/alice/day", {"limit_usd": " 5 "}),
         ("/v1/budgets/user/alice/day", {"limit_usd": True}),
+        ("/v1/budgets/model/.../day", {"limit_usd": "1"}),
+        ("/v1/budgets/model/%2E%2E/day", {"limit_usd": "1"}),
+        ("/v1/budgets/model/a%0Ab/day", {"limit_usd": "1"}),
+        ("/v1/budgets/model/a/%0A/day", {"limit_usd": "1"}),
     ],
 )
 def test_bad_budgets_are_422_in_the_envelope_and_write_nothing(
@@ -190,6 +194,12 @@ def test_a_small_limit_given_as_a_number_is_answered_in_plain_decimals(server: h
 
 def test_the_openapi_document_gives_every_status_of_the_budget_routes(server: httpx.Client) -> None:
     paths = server.get("/openapi.json").json()["paths"]
+    [subject] = [
+        p
+        for p in paths["/v1/budgets/{scope}/{subject}/{period}"]["put"]["parameters"]
+        if p["name"] == "subject"
+    ]
+    assert "not only dots" in subject["schema"]["description"]
     put = paths["/v1/budgets/{scope}/{subject}/{period}"]["put"]["responses"]
     delete = paths["/v1/budgets/{scope}/{subject}/{period}"]["delete"]["responses"]
     assert {"200", "401", "403", "422"} <= set(put)
