@@ -120,8 +120,9 @@ async def read_stream(
     The time to first token is taken when the first non-empty content delta arrives;
     usage comes in the last chunk (with an empty ``choices`` list), and is put on
     ``progress`` as soon as it is read (as is the content's length, as it comes). A chunk
-    with an ``error`` fails the attempt (``stream_error``). A JSON answer is read as a
-    non-streamed reply: some proxies ignore ``stream``.
+    with an ``error`` fails the attempt (``stream_error``); a chunk that cannot be read fails
+    it as a malformed response, retried when good chunks came before it (``_unreadable_chunk``).
+    A JSON answer is read as a non-streamed reply: some proxies ignore ``stream``.
     """
     if progress is not None:
         progress.began = True
@@ -147,9 +148,9 @@ async def read_stream(
         try:
             chunk = json.loads(payload)
         except (ValueError, RecursionError):
-            raise _malformed("stream chunk is not JSON") from None
+            raise _unreadable_chunk("stream chunk is not JSON", chunks, tokens) from None
         if not isinstance(chunk, dict):
-            raise _malformed("stream chunk is not an object")
+            raise _unreadable_chunk("stream chunk is not an object", chunks, tokens)
         chunks += 1
         model = str(chunk.get("model") or model)
         response_id = str(chunk.get("id") or response_id)
@@ -229,6 +230,16 @@ def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> int:
     """A rough prompt size (4 characters a token) for the tokens-per-minute budget."""
     chars = sum(len(str(m.get("content") or "")) for m in messages)
     return chars // 4 + 4 * len(messages)
+
+
+def _unreadable_chunk(message: str, read: int, tokens: ReportedUsage) -> AttemptError:
+    """A stream chunk that cannot be read: after ``read`` good chunks, the stream broke in
+    transit (a chunk cut or garbled, as llmock's ``corrupt`` does) and the attempt is retried,
+    as one cut before ``[DONE]`` is; as the first chunk, the endpoint does not send this format
+    at all, and a retry would only be paid for again (a malformed response, not retried)."""
+    error = _malformed(f"{message} (after {read} good chunk(s))", tokens)
+    error.retryable = read > 0
+    return error
 
 
 def _malformed(message: str, tokens: ReportedUsage | None = None) -> AttemptError:

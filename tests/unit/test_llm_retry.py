@@ -250,6 +250,62 @@ async def test_a_2xx_body_that_is_not_json_is_not_retried(transport: Transports)
     assert raised.value.error_type == "malformed_response"
 
 
+GOOD_CHUNK = b'data: {"id": "c", "choices": [{"delta": {"role": "assistant", "content": "{"}}]}\n\n'
+CUT_CHUNK = b'data: {"id": "c", "choices": [{"delta": {"cont\n\n'
+LAST_CHUNKS = (
+    b'data: {"id": "c", "choices": [{"delta": {"content": "}"}, "finish_reason": "stop"}]}\n\n'
+    b'data: {"id": "c", "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+@pytest.mark.parametrize(
+    "corrupted",
+    [GOOD_CHUNK + CUT_CHUNK + LAST_CHUNKS, GOOD_CHUNK + b"data: [1, 2]\n\n" + LAST_CHUNKS],
+    ids=["not JSON", "not an object"],
+)
+async def test_a_stream_corrupted_after_a_good_chunk_is_retried(
+    transport: Transports, corrupted: bytes
+) -> None:
+    # A stream that began well and then sent a chunk it cannot read broke in transit, as one
+    # cut before [DONE]: the attempt fails and is retried (llmock's ``malformed_chunk_ignored``:
+    # it was failed without a retry). Its cost is not known: the provider had the prompt.
+    bodies = [corrupted, GOOD_CHUNK + LAST_CHUNKS]
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=bodies.pop(0), headers={"content-type": "text/event-stream"})
+
+    waits: list[float] = []
+    async with await served_client(transport, handler, waits, stream=True) as llm:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 2
+    assert reply.content == "{}"
+    assert [a["outcome"] for a in reply.usage.extra["attempt_log"]] == ["malformed_response", "ok"]
+    assert reply.usage.unpriced
+    assert reply.usage.billed_unreported
+    assert waits == [0.5]
+
+
+async def test_a_stream_whose_first_chunk_cannot_be_read_is_not_retried(transport: Transports) -> None:
+    # Nothing readable came: an endpoint (or a proxy) that does not send this format, which a
+    # retry would only pay for again, as a 2xx JSON body that is not JSON.
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(
+            200, content=CUT_CHUNK + LAST_CHUNKS, headers={"content-type": "text/event-stream"}
+        )
+
+    async with await served_client(transport, handler, [], stream=True) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 1
+    assert raised.value.error_type == "malformed_response"
+
+
 @pytest.mark.parametrize(
     ("content", "billed"),
     [
