@@ -56,6 +56,17 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=Fa
 """httpx's own JSON body encoding, built once: ``json.dumps`` with options builds an encoder per call."""
 
 
+def _timeouts(config: ClientConfig, *, streamed: bool) -> httpx.Timeout:
+    """What the transport is told: the connect timeout, then ``request_timeout_s`` for writing,
+    a pooled connection and the read, which for a stream is ``read_timeout_s`` when set (the
+    longest between two reads: a stall ends then). A reply that is not streamed sends nothing
+    until it is whole: its read is bounded by the attempt's deadline alone."""
+    read = config.read_timeout_s if streamed and config.read_timeout_s is not None else None
+    return httpx.Timeout(
+        config.request_timeout_s, connect=config.connect_timeout_s, read=read or config.request_timeout_s
+    )
+
+
 @dataclass(frozen=True)
 class _Pool:
     """One event loop's connections: the httpx client, the transport of the endpoint, and
@@ -123,7 +134,7 @@ class OpenAICompatibleClient:
         self._endpoint = httpx.URL(config.endpoint)
         self._headers = httpx.Headers({"Authorization": f"Bearer {config.api_key.reveal()}"})
         self._headers["Content-Type"] = "application/json"
-        self._timeout = httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s).as_dict()
+        self._timeout = _timeouts(config, streamed=False).as_dict()
         # A connection pool per event loop (aiohttp's session belongs to the loop it was made
         # on): a script running ``asyncio.run`` per step, or threads with loops of their own,
         # share one client. The last loop's pool is kept at hand for the next call.
@@ -170,7 +181,7 @@ class OpenAICompatibleClient:
         return httpx.AsyncClient(
             base_url=self.config.base_url.rstrip("/") + "/",
             headers={"Authorization": f"Bearer {self.config.api_key.reveal()}"},
-            timeout=httpx.Timeout(self.config.request_timeout_s, connect=self.config.connect_timeout_s),
+            timeout=_timeouts(self.config, streamed=True),
             transport=self._given_transport or build_transport(self.config),
         )
 

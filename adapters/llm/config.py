@@ -63,8 +63,11 @@ class ClientConfig:
     """Everything the OpenAI-compatible client is configured with.
 
     ``request_timeout_s`` bounds one attempt end to end (connect, send, wait, read);
-    ``connect_timeout_s`` bounds the TCP/TLS connect alone. ``max_retries`` follows
-    the OpenAI SDK's meaning: retries after the first attempt. ``transport`` picks the
+    ``connect_timeout_s`` bounds the TCP/TLS connect alone; ``read_timeout_s`` the longest a
+    stream may go without a byte, its first included (a stalled stream ends then, and is
+    retried, instead of at the attempt's deadline), ``None`` for ``request_timeout_s``; a reply
+    that is not streamed sends nothing until it is whole, so only ``request_timeout_s`` bounds it.
+    ``max_retries`` follows the OpenAI SDK's meaning: retries after the first attempt. ``transport`` picks the
     client under httpx's API: ``"aiohttp"`` (the default, ``httpx-aiohttp``) or ``"httpx"``
     (httpx's own pool, split into pools of ``pool_shard_size`` connections); see ``transport``.
     ``unpriced_models`` says what a call to a model without a price does: ``"refuse"`` (raise
@@ -78,6 +81,7 @@ class ClientConfig:
     provider: str = "openai_compatible"
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 60.0
+    read_timeout_s: float | None = None
     max_connections: int = 200
     max_keepalive_connections: int = 100
     pool_shard_size: int = 8
@@ -105,6 +109,8 @@ class ClientConfig:
                 raise ValidationError(name, "must be > 0")
         if self.connect_timeout_s > self.request_timeout_s:
             raise ValidationError("connect_timeout_s", "cannot exceed request_timeout_s")
+        if self.read_timeout_s is not None and not 0 < self.read_timeout_s <= self.request_timeout_s:
+            raise ValidationError("read_timeout_s", "must be > 0 and cannot exceed request_timeout_s")
         if self.max_connections < 1 or not 0 <= self.max_keepalive_connections <= self.max_connections:
             raise ValidationError("max_connections", "need 1 <= keepalive <= max_connections")
         if self.transport not in TRANSPORTS:

@@ -3,7 +3,8 @@ other way to set them): timeouts, retries, the breaker, streaming, unpriced mode
 rate limit for every model.
 
 - ``FLOWLEDGER_LLM_DEFAULT_MODEL``: ``default_model``;
-- ``FLOWLEDGER_LLM_CONNECT_TIMEOUT_S``, ``FLOWLEDGER_LLM_REQUEST_TIMEOUT_S``: the timeouts;
+- ``FLOWLEDGER_LLM_CONNECT_TIMEOUT_S``, ``FLOWLEDGER_LLM_REQUEST_TIMEOUT_S``,
+  ``FLOWLEDGER_LLM_READ_TIMEOUT_S``: the timeouts;
 - ``FLOWLEDGER_LLM_MAX_RETRIES``, ``FLOWLEDGER_LLM_MAX_TOKENS``;
 - ``FLOWLEDGER_LLM_STREAM``: ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``;
 - ``FLOWLEDGER_LLM_UNPRICED_MODELS``: ``refuse`` or ``flag``;
@@ -26,6 +27,7 @@ _FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "FLOWLEDGER_LLM_DEFAULT_MODEL": ("default_model", str),
     "FLOWLEDGER_LLM_CONNECT_TIMEOUT_S": ("connect_timeout_s", float),
     "FLOWLEDGER_LLM_REQUEST_TIMEOUT_S": ("request_timeout_s", float),
+    "FLOWLEDGER_LLM_READ_TIMEOUT_S": ("read_timeout_s", float),
     "FLOWLEDGER_LLM_MAX_RETRIES": ("max_retries", int),
     "FLOWLEDGER_LLM_MAX_TOKENS": ("max_tokens", int),
     "FLOWLEDGER_LLM_UNPRICED_MODELS": ("unpriced_models", str),

@@ -126,6 +126,32 @@ async def test_timeouts_and_the_sharded_httpx_pool_limits_are_explicit() -> None
         ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), connect_timeout_s=0)
 
 
+async def test_a_read_timeout_bounds_a_stream_between_reads_and_not_a_whole_reply() -> None:
+    # llmock's ``no_read_timeout``: a stream that stalled was waited out up to the attempt's
+    # deadline (60 s by default); ``read_timeout_s`` ends it sooner (test_llm_chaos.py).
+    config = ClientConfig(
+        base_url="https://llm.test/v1", api_key=ApiKey(SECRET), request_timeout_s=30.0, read_timeout_s=4.0
+    )
+    llm = OpenAICompatibleClient(config, prices=load_price_table())
+    assert llm._pool().http.timeout.read == 4.0  # streams (and GET /models)
+    assert llm._timeout["read"] == 30.0  # a reply that is not streamed comes whole, at the end
+    await llm.aclose()
+    default = OpenAICompatibleClient(
+        ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey(SECRET), request_timeout_s=30.0),
+        prices=load_price_table(),
+    )
+    assert default._pool().http.timeout.read == 30.0
+    await default.aclose()
+    for bad in (0.0, -1.0, 31.0):
+        with pytest.raises(ValidationError, match="read_timeout_s"):
+            ClientConfig(
+                base_url="https://llm.test/v1",
+                api_key=ApiKey(SECRET),
+                request_timeout_s=30.0,
+                read_timeout_s=bad,
+            )
+
+
 async def test_an_unknown_model_fails_before_any_request_is_sent(transport: Transports) -> None:
     seen: list[httpx.Request] = []
     async with await client(transport, lambda r: seen.append(r) or httpx.Response(200, json=body())) as llm:

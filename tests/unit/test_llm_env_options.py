@@ -16,6 +16,7 @@ ENV = {
     "FLOWLEDGER_LLM_DEFAULT_MODEL": "gpt-4.1",
     "FLOWLEDGER_LLM_CONNECT_TIMEOUT_S": "2",
     "FLOWLEDGER_LLM_REQUEST_TIMEOUT_S": "7.5",
+    "FLOWLEDGER_LLM_READ_TIMEOUT_S": "3",
     "FLOWLEDGER_LLM_MAX_RETRIES": "4",
     "FLOWLEDGER_LLM_MAX_TOKENS": "256",
     "FLOWLEDGER_LLM_STREAM": "yes",
@@ -41,6 +42,7 @@ async def test_a_client_built_from_settings_takes_its_options_from_the_environme
     llm = OpenAICompatibleClient.from_settings(settings)
     config = llm.config
     assert (config.default_model, config.connect_timeout_s, config.request_timeout_s) == ("gpt-4.1", 2.0, 7.5)
+    assert config.read_timeout_s == 3.0
     assert (config.max_retries, config.max_tokens, config.stream) == (4, 256, True)
     assert (config.unpriced_models, config.breaker_failure_threshold, config.breaker_recovery_s) == (
         "flag",
