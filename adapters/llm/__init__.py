@@ -10,8 +10,9 @@ aiohttp, so the command line's other commands start without them.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from flowledger.adapters.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from flowledger.adapters.llm.alerts import WebhookNotifier
@@ -32,14 +33,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """The exported name, imported from its module on first use."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # found directly from now on
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 
 def build_engine(

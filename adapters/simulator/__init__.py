@@ -6,8 +6,9 @@ the web server, so commands that only check a configuration start without aiohtt
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from flowledger.adapters.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from flowledger.adapters.simulator.replies import FaultRates, SimulatorConfig
@@ -22,14 +23,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """The exported name, imported from its module on first use."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 
 __all__ = ["Exchange", "FaultRates", "Simulator", "SimulatorConfig", "run_simulator"]
