@@ -25,6 +25,7 @@ from flowledger.domain.errors import (
     ValidationError,
 )
 from flowledger.domain.skills import Derivation
+from flowledger.domain.task_transitions import TaskAction, require_transition
 from flowledger.domain.task_views import (
     Assignment,
     Classification,
@@ -340,9 +341,8 @@ class Task(FlowledgerAggregate):
             " so what it needs is not known: reclassify it first"
         )
 
-    def _require(self, action: str, *allowed: TaskStatus) -> None:
-        if self.task_status not in allowed:
-            raise TaskTransitionRejected(self.task_id, self.status, action)
+    def _require(self, action: TaskAction) -> None:
+        require_transition(self.task_id, self.task_status, action)
 
     def classify(
         self,
@@ -355,8 +355,7 @@ class Task(FlowledgerAggregate):
         """Record what the task is and what that changes for routing; once unless ``again``
         (a reclassification), and not after it closed. Derived skills, priority and
         deadline apply only while the task waits."""
-        action = "reclassify" if again else "classify"
-        self._require(action, TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+        self._require("reclassify" if again else "classify")
         require_usage("usage", classification.usage)
         if self.classification is not None and not again:
             raise TaskTransitionRejected(self.task_id, "already classified", "classify")
@@ -402,7 +401,7 @@ class Task(FlowledgerAggregate):
         """Send an escalated task back to the queue, on a person's word, with a new deadline
         ahead of ``at``: optional while the old one (if any) is still ahead, required once it
         passed, since the queue would escalate the task again at once."""
-        self._require("requeue", TaskStatus.ESCALATED)
+        self._require("requeue")
         require_text("requested_by", requested_by)
         require_text("reason", reason, max_length=MAX_REASON_LENGTH)
         require_moment("deadline", deadline, optional=True)
@@ -427,7 +426,7 @@ class Task(FlowledgerAggregate):
     def assign(self, choice: Choice, at: datetime, usage: LlmUsage | None = None) -> None:
         """Hand the waiting task to the chosen agent (the agent records TaskAccepted);
         ``usage`` is that of a model call that ranked the agents, if one did."""
-        self._require("assign", TaskStatus.PENDING)
+        self._require("assign")
         held_back = self.held_back
         if held_back is not None:
             raise TaskNeedsClassification(self.task_id, held_back)
@@ -443,12 +442,12 @@ class Task(FlowledgerAggregate):
 
     def start(self, at: datetime) -> None:
         """The holding agent began work."""
-        self._require("start", TaskStatus.ASSIGNED)
+        self._require("start")
         self._started(started_at=at)
 
     def complete(self, result: JsonObject, at: datetime) -> float:
         """Close the task as done; returns the seconds it took since it was started (or assigned)."""
-        self._require("complete", TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+        self._require("complete")
         require_object("result", result)
         begun = self.started_at or (self.assignment.assigned_at if self.assignment else at)
         self._completed(result=result, completed_at=at)
@@ -458,7 +457,7 @@ class Task(FlowledgerAggregate):
         """Take the task back from its agent; returns that agent's id. The reason is free text
         of at most 2,000 characters, refused (not altered) otherwise, as ``Session.abandon``'s."""
         require_text("reason", reason, max_length=MAX_REASON_LENGTH)
-        self._require("release", TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+        self._require("release")
         agent_id = self.holder or ""
         self._released(agent_id=agent_id, reason=reason, released_at=at)
         return agent_id
@@ -467,7 +466,7 @@ class Task(FlowledgerAggregate):
         self, reason: EscalationReason, detail: str, at: datetime, usage: LlmUsage | None = None
     ) -> str | None:
         """Send the open task to a human; returns the agent it was taken from, if any."""
-        self._require("escalate", TaskStatus.PENDING, TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+        self._require("escalate")
         require_usage("usage", usage)
         agent_id = self.holder
         self._escalated(
