@@ -14,17 +14,21 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import event
 
-from flowledger.domain.agent import normalise_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, Needs, QueuedTask
-from flowledger.domain.bounds import require_id, scoped_uuid
+from flowledger.domain.bounds import scoped_uuid
 from flowledger.domain.errors import (
-    TaskConflict,
     TaskNeedsClassification,
     TaskTransitionRejected,
     ValidationError,
 )
 from flowledger.domain.skills import Derivation
+from flowledger.domain.task_checks import (
+    CreationTerms,
+    held_back_reason,
+    require_creation,
+    require_requeue_deadline,
+)
 from flowledger.domain.task_transitions import TaskAction, require_transition
 from flowledger.domain.task_views import (
     Assignment,
@@ -39,8 +43,6 @@ from flowledger.domain.values import (
     MAX_REASON_LENGTH,
     JsonObject,
     LlmUsage,
-    require_moment,
-    require_name,
     require_object,
     require_text,
     require_usage,
@@ -48,11 +50,6 @@ from flowledger.domain.values import (
 )
 
 TASK_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/task")
-
-
-_DELAY_SLACK = timedelta(seconds=1)
-"""How far a repeated creation's delay may land from the first one's: the deadline is worked
-out before the write and the creation is stamped at it, a few milliseconds apart."""
 
 
 def task_uuid(tenant: str, task_id: str) -> UUID:
@@ -204,17 +201,21 @@ class Task(FlowledgerAggregate):
         priority: str,
         deadline: datetime | None,
     ) -> Task:
-        """A new task, after checking and normalising its fields."""
-        require_name("tenant", tenant)
-        require_id("task_id", task_id)
-        require_text("description", description)
-        require_moment("deadline", deadline, optional=True)
+        """A new task, after checking and normalising its fields (``require_creation``)."""
+        skills, level = require_creation(
+            tenant=tenant,
+            task_id=task_id,
+            description=description,
+            required_skills=required_skills,
+            priority=priority,
+            deadline=deadline,
+        )
         return cls(
             task_id=task_id,
             tenant=tenant,
             description=description,
-            required_skills=normalise_skills("required_skills", required_skills),
-            priority=TaskPriority.parse(priority).value,
+            required_skills=skills,
+            priority=level,
             deadline=deadline,
         )
 
@@ -270,34 +271,11 @@ class Task(FlowledgerAggregate):
         priority: str,
         deadline: datetime | timedelta | None = None,
     ) -> None:
-        """Raise TaskConflict unless a repeated creation describes the same task: the same
-        description, skills and priority, and the task's deadline if it names one (a delay
-        matches the delay from the task's creation it was given as, so a retry later with the
-        same delay is a repeat; a deadline where the task has none is a conflict)."""
-        wanted = (
-            description,
-            normalise_skills("required_skills", required_skills),
-            TaskPriority.parse(priority).value,
+        """Raise TaskConflict unless a repeated creation describes the same task
+        (``CreationTerms.ensure_same``: a deadline may be left out or given as a delay)."""
+        self.as_created.ensure_same(
+            description=description, required_skills=required_skills, priority=priority, deadline=deadline
         )
-        created = (self.description, self.creator_skills, self.creator_priority)
-        if wanted != created or not self._same_deadline(deadline):
-            raise TaskConflict(
-                self.task_id, f"priority={created[2]!r} skills={created[1]} deadline={self._deadline_text()}"
-            )
-
-    def _same_deadline(self, deadline: datetime | timedelta | None) -> bool:
-        created = self.creator_deadline
-        if deadline is None:
-            return True  # a repeat may leave the deadline out
-        if created is None:
-            return False
-        if isinstance(deadline, timedelta):
-            return abs(created - self.created_on - deadline) <= _DELAY_SLACK
-        return deadline == created
-
-    def _deadline_text(self) -> str:
-        created = self.creator_deadline
-        return "none" if created is None else created.isoformat()
 
     # Tasks loaded from snapshots taken before these attributes existed fall back to the
     # current values, which no classification had changed then.
@@ -318,6 +296,18 @@ class Task(FlowledgerAggregate):
         return value
 
     @property
+    def as_created(self) -> CreationTerms:
+        """What the task was created with, for a repeated creation to be checked against."""
+        return CreationTerms(
+            task_id=self.task_id,
+            description=self.description,
+            skills=tuple(self.creator_skills),
+            priority=self.creator_priority,
+            deadline=self.creator_deadline,
+            created_on=self.created_on,
+        )
+
+    @property
     def needs(self) -> Needs:
         """What an agent must cover to take the task: the skills its creator named, all of
         them; else those its classification derived, as a preference (``Needs``)."""
@@ -325,20 +315,13 @@ class Task(FlowledgerAggregate):
 
     @property
     def held_back(self) -> str | None:
-        """Why this waiting task may not be assigned yet, or None. A task that names no skills
-        needs what its classification derives; while every classification tried has failed,
-        that is not known, and any agent with room would do (the issue's Go bug sent to
-        DevOps): it waits for a ``reclassify``. A task never classified keeps the older rule
-        (it may go to any agent), as does one an earlier classification routed."""
-        failures = int(self.__dict__.get("classification_failures", 0))
-        if self.task_status is not TaskStatus.PENDING or self.creator_skills:
-            return None
-        if self.classification is not None or failures == 0:
-            return None
-        tries = "1 attempt" if failures == 1 else f"{failures} attempts"
-        return (
-            f"its classification failed ({tries}, none succeeded) and it names no skills,"
-            " so what it needs is not known: reclassify it first"
+        """Why this waiting task may not be assigned yet, or None: it names no skills and
+        every classification tried has failed (``held_back_reason``)."""
+        return held_back_reason(
+            waiting=self.task_status is TaskStatus.PENDING,
+            creator_skills=self.creator_skills,
+            classified=self.classification is not None,
+            failures=int(self.__dict__.get("classification_failures", 0)),
         )
 
     def _require(self, action: TaskAction) -> None:
@@ -404,17 +387,7 @@ class Task(FlowledgerAggregate):
         self._require("requeue")
         require_text("requested_by", requested_by)
         require_text("reason", reason, max_length=MAX_REASON_LENGTH)
-        require_moment("deadline", deadline, optional=True)
-        if deadline is not None and deadline <= at:
-            raise ValidationError(
-                "deadline", f"must be after now ({at.isoformat()}), got {deadline.isoformat()}"
-            )
-        if deadline is None and self.deadline is not None and self.deadline <= at:
-            raise ValidationError(
-                "deadline",
-                f"is needed: the task's deadline {self.deadline.isoformat()} has passed, so the queue"
-                " would escalate it again at once (give deadline, or deadline_hours over HTTP)",
-            )
+        require_requeue_deadline(deadline, self.deadline, at)
         self._requeued(
             requested_by=storable(requested_by, 200),
             reason=reason,

@@ -1,0 +1,114 @@
+"""The checks a task's commands run before deciding: a new task's fields, a repeated creation,
+a requeue's deadline, and why a waiting task is held back from assignment."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from flowledger.domain.agent import normalise_skills
+from flowledger.domain.bounds import require_id
+from flowledger.domain.errors import TaskConflict, ValidationError
+from flowledger.domain.task_views import TaskPriority
+from flowledger.domain.values import require_moment, require_name, require_text
+
+DELAY_SLACK = timedelta(seconds=1)
+"""How far a repeated creation's delay may land from the first one's: the deadline is worked
+out before the write and the creation is stamped at it, a few milliseconds apart."""
+
+
+def require_creation(
+    *,
+    tenant: str,
+    task_id: str,
+    description: str,
+    required_skills: Iterable[str],
+    priority: str,
+    deadline: datetime | None,
+) -> tuple[list[str], str]:
+    """The normalised skills and priority of a task to create, after checking every field
+    (ValidationError naming the first one that is not valid)."""
+    require_name("tenant", tenant)
+    require_id("task_id", task_id)
+    require_text("description", description)
+    require_moment("deadline", deadline, optional=True)
+    return normalise_skills("required_skills", required_skills), TaskPriority.parse(priority).value
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreationTerms:
+    """What a task was created with: the description, and the skills, priority and deadline
+    its creator gave (a classification may have changed the task's current ones since)."""
+
+    task_id: str
+    description: str
+    skills: tuple[str, ...]
+    priority: str
+    deadline: datetime | None
+    created_on: datetime
+
+    def ensure_same(
+        self,
+        *,
+        description: str,
+        required_skills: Iterable[str],
+        priority: str,
+        deadline: datetime | timedelta | None = None,
+    ) -> None:
+        """Raise TaskConflict unless a repeated creation describes the same task: the same
+        description, skills and priority, and the task's deadline if it names one (a delay
+        matches the delay from the task's creation it was given as, so a retry later with the
+        same delay is a repeat; a deadline where the task has none is a conflict)."""
+        wanted = (
+            description,
+            normalise_skills("required_skills", required_skills),
+            TaskPriority.parse(priority).value,
+        )
+        if wanted != (self.description, list(self.skills), self.priority) or not self._same_deadline(
+            deadline
+        ):
+            made = "none" if self.deadline is None else self.deadline.isoformat()
+            detail = f"priority={self.priority!r} skills={list(self.skills)} deadline={made}"
+            raise TaskConflict(self.task_id, detail)
+
+    def _same_deadline(self, deadline: datetime | timedelta | None) -> bool:
+        if deadline is None:
+            return True  # a repeat may leave the deadline out
+        if self.deadline is None:
+            return False
+        if isinstance(deadline, timedelta):
+            return abs(self.deadline - self.created_on - deadline) <= DELAY_SLACK
+        return deadline == self.deadline
+
+
+def require_requeue_deadline(deadline: datetime | None, current: datetime | None, at: datetime) -> None:
+    """Raise ValidationError unless a task requeued at ``at`` has a deadline ahead: ``deadline``
+    after ``at`` if given; else the ``current`` one (if any) not yet passed, since the queue
+    would escalate the task again at once."""
+    require_moment("deadline", deadline, optional=True)
+    if deadline is not None and deadline <= at:
+        raise ValidationError("deadline", f"must be after now ({at.isoformat()}), got {deadline.isoformat()}")
+    if deadline is None and current is not None and current <= at:
+        raise ValidationError(
+            "deadline",
+            f"is needed: the task's deadline {current.isoformat()} has passed, so the queue"
+            " would escalate it again at once (give deadline, or deadline_hours over HTTP)",
+        )
+
+
+def held_back_reason(
+    *, waiting: bool, creator_skills: Collection[str], classified: bool, failures: int
+) -> str | None:
+    """Why a task may not be assigned yet, or None. A waiting task that names no skills needs
+    what its classification derives; while every classification tried has failed, that is not
+    known, and any agent with room would do (the issue's Go bug sent to DevOps): it waits for
+    a ``reclassify``. A task never classified keeps the older rule (it may go to any agent),
+    as does one an earlier classification routed."""
+    if not waiting or creator_skills or classified or failures == 0:
+        return None
+    tries = "1 attempt" if failures == 1 else f"{failures} attempts"
+    return (
+        f"its classification failed ({tries}, none succeeded) and it names no skills,"
+        " so what it needs is not known: reclassify it first"
+    )
