@@ -7,7 +7,6 @@ in as arguments); the ``@event`` methods only assign, because they run on every 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
@@ -29,6 +28,7 @@ from flowledger.domain.task_checks import (
     require_creation,
     require_requeue_deadline,
 )
+from flowledger.domain.task_derivation import routing_change
 from flowledger.domain.task_transitions import TaskAction, require_transition
 from flowledger.domain.task_views import (
     Assignment,
@@ -342,31 +342,22 @@ class Task(FlowledgerAggregate):
         require_usage("usage", classification.usage)
         if self.classification is not None and not again:
             raise TaskTransitionRejected(self.task_id, "already classified", "classify")
-        derived = derivation if derivation is not None and self.task_status is TaskStatus.PENDING else None
-        priority = derived.priority.value if derived and derived.priority is not None else None
-        if derived and priority is None and self.priority != self.creator_priority:
-            # An earlier classification raised it and this one raises nothing: the raise it
-            # stood on is replaced, so the creator's priority applies again.
-            priority = self.creator_priority
-            derived = replace(
-                derived,
-                reasons=(
-                    *derived.reasons,
-                    f"priority back to {priority} as created"
-                    f" ({classification.complexity} complexity raises none)",
-                ),
-            )
+        change = routing_change(
+            derivation,
+            waiting=self.task_status is TaskStatus.PENDING,
+            priority=self.priority,
+            creator_priority=self.creator_priority,
+            complexity=classification.complexity,
+        )
         self._classified(
             category=classification.category,
             complexity=classification.complexity,
             estimated_hours=classification.estimated_hours,
             usage=classification.usage,
-            required_skills=list(derived.required_skills)
-            if derived and derived.required_skills is not None
-            else None,
-            priority=priority,
-            deadline=derived.deadline if derived else None,
-            derivation=storable(derived.reason, 2000) if derived else "",
+            required_skills=None if change.required_skills is None else list(change.required_skills),
+            priority=change.priority,
+            deadline=change.deadline,
+            derivation=change.derivation,
             route=storable(route, 500) if route else None,
         )
 
