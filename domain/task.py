@@ -2,6 +2,9 @@
 
 Public methods check the transition and compute (times, scores, classifications come
 in as arguments); the ``@event`` methods only assign, because they run on every replay.
+The rules the commands apply live beside it, over plain values: ``task_transitions``
+(which command in which status), ``task_checks`` (a new or repeated task, a requeue's
+deadline, a task held back) and ``task_derivation`` (what a classification changes).
 """
 
 from __future__ import annotations
@@ -249,7 +252,7 @@ class Task(FlowledgerAggregate):
         self.requested_deadline = deadline
         self.classification_failures = 0
 
-    # -- commands ----------------------------------------------------------------------
+    # -- what the task is now ---------------------------------------------------------
 
     @property
     def task_status(self) -> TaskStatus:
@@ -262,20 +265,6 @@ class Task(FlowledgerAggregate):
         if self.task_status.holds_agent and self.assignment is not None:
             return self.assignment.agent_id
         return None
-
-    def ensure_same(
-        self,
-        *,
-        description: str,
-        required_skills: Iterable[str],
-        priority: str,
-        deadline: datetime | timedelta | None = None,
-    ) -> None:
-        """Raise TaskConflict unless a repeated creation describes the same task
-        (``CreationTerms.ensure_same``: a deadline may be left out or given as a delay)."""
-        self.as_created.ensure_same(
-            description=description, required_skills=required_skills, priority=priority, deadline=deadline
-        )
 
     # Tasks loaded from snapshots taken before these attributes existed fall back to the
     # current values, which no classification had changed then.
@@ -324,8 +313,57 @@ class Task(FlowledgerAggregate):
             failures=int(self.__dict__.get("classification_failures", 0)),
         )
 
-    def _require(self, action: TaskAction) -> None:
-        require_transition(self.task_id, self.task_status, action)
+    def is_overdue(self, now: datetime) -> bool:
+        """True if the task is open and its deadline has passed."""
+        return not self.task_status.is_final and self.deadline is not None and now >= self.deadline
+
+    def queued(self) -> QueuedTask:
+        """The task as the queue orders it."""
+        return QueuedTask(
+            task_id=self.task_id,
+            priority=TaskPriority(self.priority),
+            deadline=self.deadline,
+            created_at=self.created_on,
+        )
+
+    def state(self) -> TaskState:
+        """An immutable view of the task as it stands."""
+        return TaskState(
+            task_id=self.task_id,
+            tenant=self.tenant,
+            description=self.description,
+            required_skills=tuple(self.required_skills),
+            priority=TaskPriority(self.priority),
+            deadline=self.deadline,
+            status=self.task_status,
+            classification=self.classification,
+            assignment=self.assignment,
+            escalation=self.escalation,
+            times_assigned=self.times_assigned,
+            started_at=self.started_at,
+            completed_at=self.completed_at,
+            result=self.result,
+            created_at=self.created_on,
+            updated_at=self.modified_on,
+            version=self.version,
+            held_back=self.held_back,
+        )
+
+    # -- commands ---------------------------------------------------------------------
+
+    def ensure_same(
+        self,
+        *,
+        description: str,
+        required_skills: Iterable[str],
+        priority: str,
+        deadline: datetime | timedelta | None = None,
+    ) -> None:
+        """Raise TaskConflict unless a repeated creation describes the same task
+        (``CreationTerms.ensure_same``: a deadline may be left out or given as a delay)."""
+        self.as_created.ensure_same(
+            description=description, required_skills=required_skills, priority=priority, deadline=deadline
+        )
 
     def classify(
         self,
@@ -371,21 +409,12 @@ class Task(FlowledgerAggregate):
             model=model, detail=storable(detail, 2000), usage=usage, fallback=fallback, failed_at=at
         )
 
-    def requeue(self, requested_by: str, reason: str, at: datetime, deadline: datetime | None = None) -> None:
-        """Send an escalated task back to the queue, on a person's word, with a new deadline
-        ahead of ``at``: optional while the old one (if any) is still ahead, required once it
-        passed, since the queue would escalate the task again at once."""
-        self._require("requeue")
-        require_text("requested_by", requested_by)
-        require_text("reason", reason, max_length=MAX_REASON_LENGTH)
-        require_requeue_deadline(deadline, self.deadline, at)
-        self._requeued(
-            requested_by=storable(requested_by, 200),
-            reason=reason,
-            escalation_reason=self.escalation.reason if self.escalation else None,
-            requeued_at=at,
-            deadline=deadline,
-        )
+    def discard_classification(self, reason: str, usage: LlmUsage) -> None:
+        """Keep the usage of a classification that can no longer be applied; state is unchanged."""
+        if usage is None:
+            raise ValidationError("usage", "must be an LlmUsage")
+        require_usage("usage", usage)
+        self._classification_discarded(reason=storable(reason, 2000), usage=usage)
 
     def assign(self, choice: Choice, at: datetime, usage: LlmUsage | None = None) -> None:
         """Hand the waiting task to the chosen agent (the agent records TaskAccepted);
@@ -442,43 +471,26 @@ class Task(FlowledgerAggregate):
         )
         return agent_id
 
-    def is_overdue(self, now: datetime) -> bool:
-        """True if the task is open and its deadline has passed."""
-        return not self.task_status.is_final and self.deadline is not None and now >= self.deadline
-
-    def queued(self) -> QueuedTask:
-        """The task as the queue orders it."""
-        return QueuedTask(
-            task_id=self.task_id,
-            priority=TaskPriority(self.priority),
-            deadline=self.deadline,
-            created_at=self.created_on,
+    def requeue(self, requested_by: str, reason: str, at: datetime, deadline: datetime | None = None) -> None:
+        """Send an escalated task back to the queue, on a person's word, with a new deadline
+        ahead of ``at``: optional while the old one (if any) is still ahead, required once it
+        passed, since the queue would escalate the task again at once."""
+        self._require("requeue")
+        require_text("requested_by", requested_by)
+        require_text("reason", reason, max_length=MAX_REASON_LENGTH)
+        require_requeue_deadline(deadline, self.deadline, at)
+        self._requeued(
+            requested_by=storable(requested_by, 200),
+            reason=reason,
+            escalation_reason=self.escalation.reason if self.escalation else None,
+            requeued_at=at,
+            deadline=deadline,
         )
 
-    def state(self) -> TaskState:
-        """An immutable view of the task as it stands."""
-        return TaskState(
-            task_id=self.task_id,
-            tenant=self.tenant,
-            description=self.description,
-            required_skills=tuple(self.required_skills),
-            priority=TaskPriority(self.priority),
-            deadline=self.deadline,
-            status=self.task_status,
-            classification=self.classification,
-            assignment=self.assignment,
-            escalation=self.escalation,
-            times_assigned=self.times_assigned,
-            started_at=self.started_at,
-            completed_at=self.completed_at,
-            result=self.result,
-            created_at=self.created_on,
-            updated_at=self.modified_on,
-            version=self.version,
-            held_back=self.held_back,
-        )
+    def _require(self, action: TaskAction) -> None:
+        require_transition(self.task_id, self.task_status, action)
 
-    # -- state changes (replayed) ------------------------------------------------------
+    # -- state changes (replayed) -----------------------------------------------------
 
     @event(Classified)
     def _classified(
@@ -500,33 +512,6 @@ class Task(FlowledgerAggregate):
             self.required_skills = list(required_skills)
         if priority is not None:
             self.priority = priority
-        if deadline is not None:
-            self.deadline = deadline
-
-    @event(ClassificationFailed)
-    def _classification_failed(
-        self,
-        model: str | None,
-        detail: str,
-        usage: LlmUsage | None,
-        fallback: str | None,
-        failed_at: datetime,
-    ) -> None:
-        self.classification_failures = self.__dict__.get("classification_failures", 0) + 1
-
-    @event(Requeued)
-    def _requeued(
-        self,
-        requested_by: str,
-        reason: str,
-        escalation_reason: str | None,
-        requeued_at: datetime,
-        deadline: datetime | None,
-    ) -> None:
-        self.status = TaskStatus.PENDING.value
-        # Back in the queue; the history keeps why it was escalated and who had it.
-        self.escalation = None
-        self.assignment = None
         if deadline is not None:
             self.deadline = deadline
 
@@ -563,18 +548,38 @@ class Task(FlowledgerAggregate):
         self.status = TaskStatus.ESCALATED.value
         self.escalation = Escalation(reason=reason, detail=detail, escalated_at=escalated_at, usage=usage)
 
-    def discard_classification(self, reason: str, usage: LlmUsage) -> None:
-        """Keep the usage of a classification that can no longer be applied; state is unchanged."""
-        if usage is None:
-            raise ValidationError("usage", "must be an LlmUsage")
-        require_usage("usage", usage)
-        self._classification_discarded(reason=storable(reason, 2000), usage=usage)
+    @event(Released)
+    def _released(self, agent_id: str, reason: str, released_at: datetime) -> None:
+        self.status = TaskStatus.PENDING.value
+        self.assignment = None  # the agent let it go; the history keeps the assignment
 
     @event(ClassificationDiscarded)
     def _classification_discarded(self, reason: str, usage: LlmUsage) -> None:
         """Nothing to change: the event is there for the cost ledger."""
 
-    @event(Released)
-    def _released(self, agent_id: str, reason: str, released_at: datetime) -> None:
+    @event(ClassificationFailed)
+    def _classification_failed(
+        self,
+        model: str | None,
+        detail: str,
+        usage: LlmUsage | None,
+        fallback: str | None,
+        failed_at: datetime,
+    ) -> None:
+        self.classification_failures = self.__dict__.get("classification_failures", 0) + 1
+
+    @event(Requeued)
+    def _requeued(
+        self,
+        requested_by: str,
+        reason: str,
+        escalation_reason: str | None,
+        requeued_at: datetime,
+        deadline: datetime | None,
+    ) -> None:
         self.status = TaskStatus.PENDING.value
-        self.assignment = None  # the agent let it go; the history keeps the assignment
+        # Back in the queue; the history keeps why it was escalated and who had it.
+        self.escalation = None
+        self.assignment = None
+        if deadline is not None:
+            self.deadline = deadline
