@@ -1,5 +1,4 @@
-"""The checks a task's commands run before deciding: a new task's fields, a repeated creation,
-a requeue's deadline, and why a waiting task is held back from assignment."""
+"""The checks a task's commands run before deciding: new and repeated tasks, requeues, held-back tasks."""
 
 from __future__ import annotations
 
