@@ -30,6 +30,7 @@ from flowledger.domain.errors import (
     StepNotPending,
     ValidationError,
 )
+from flowledger.domain.session_erasure import erased_failure, erased_pending, erased_step
 from flowledger.domain.session_views import (
     LEASE_NOT_RECORDED,
     MAYBE_SEEN,
@@ -43,6 +44,12 @@ from flowledger.domain.session_views import (
     StepRecord,
     Totals,
     request_difference,
+)
+from flowledger.domain.session_window import (
+    step_under_key,
+    window_with_failure,
+    window_with_step,
+    without_pending,
 )
 from flowledger.domain.values import (
     MAX_REASON_LENGTH,
@@ -73,12 +80,6 @@ def session_uuid(tenant: str, session_id: str) -> UUID:
     """The aggregate id of a caller's session id, scoped by tenant (ValidationError for an id
     that is no name: every command and read goes through here first)."""
     return scoped_uuid(SESSION_NAMESPACE, "session_id", tenant, session_id)
-
-
-def _erased_failure(failure: StepFailure) -> StepFailure:
-    """A failure as its event reads once erased: its error's text and fields are the user's
-    (a user budget's refusal names them); its type, usage and key stay."""
-    return replace(failure, error_message=ERASED_TEXT, error_detail=erased_json(failure.error_detail))
 
 
 class Session(FlowledgerAggregate):
@@ -174,25 +175,12 @@ class Session(FlowledgerAggregate):
         def apply(self, aggregate: Session) -> None:
             """Count the step, keep it in the window, and remember its key."""
             record = StepRecord.of(self)
-            history, keys = aggregate.history, aggregate.recent_keys
-            leaving = len(history) + 1 - RECENT_STEPS  # steps that drop out of the window
-            window = [*history[leaving:], record] if leaving > 0 else [*history, record]
-            forgotten = [
-                gone.idempotency_key
-                for gone in (history[:leaving] if leaving > 0 else ())
-                if gone.idempotency_key is not None and keys.get(gone.idempotency_key) == gone.version
-            ]
-            key = self.idempotency_key
-            if forgotten or key is not None:
-                keys = dict(keys)  # a new map, never changed in place: earlier states share the old
-                for gone_key in forgotten:
-                    del keys[gone_key]
-            if key is not None:
-                keys[key] = record.version
-                aggregate.key_filter = key_filter_with(aggregate.key_filter, key)
-                aggregate.pending = {k: p for k, p in aggregate.pending.items() if k != key}
-            aggregate.history = window
-            aggregate.recent_keys = keys
+            aggregate.history, aggregate.recent_keys = window_with_step(
+                aggregate.history, aggregate.recent_keys, record, RECENT_STEPS
+            )
+            if self.idempotency_key is not None:
+                aggregate.key_filter = key_filter_with(aggregate.key_filter, self.idempotency_key)
+                aggregate.pending = without_pending(aggregate.pending, self.idempotency_key)
             aggregate.step_count += 1
             if self.context_update:
                 aggregate.context = {**aggregate.context, **self.context_update}
@@ -227,13 +215,12 @@ class Session(FlowledgerAggregate):
             after the erasure): its state, and so its snapshots, hold markers only."""
             failure = StepFailure.of(self)
             if aggregate.erased:
-                failure = _erased_failure(failure)
-            aggregate.failures = [*aggregate.failures, failure][-RECENT_STEPS:]
+                failure = erased_failure(failure)
+            aggregate.failures = window_with_failure(aggregate.failures, failure, RECENT_STEPS)
             aggregate.failure_count += 1
-            key = self.idempotency_key
-            aggregate.pending = {k: p for k, p in aggregate.pending.items() if k != key}
-            if key is not None:
-                aggregate.key_filter = key_filter_with(aggregate.key_filter, key)
+            aggregate.pending = without_pending(aggregate.pending, self.idempotency_key)
+            if self.idempotency_key is not None:
+                aggregate.key_filter = key_filter_with(aggregate.key_filter, self.idempotency_key)
             aggregate.totals = aggregate.totals.add(self.usage)
 
     class ContextUpdated(FlowledgerAggregate.Event):
@@ -339,17 +326,9 @@ class Session(FlowledgerAggregate):
             aggregate.metadata = dict(ERASED_JSON)
             aggregate.context = dict(ERASED_JSON) if aggregate.context else {}
             aggregate.resolution = erased_json(aggregate.resolution)
-            aggregate.history = [
-                replace(
-                    r,
-                    input=dict(ERASED_JSON),
-                    output=dict(ERASED_JSON),
-                    context_update=erased_json(r.context_update),
-                )
-                for r in aggregate.history
-            ]
-            aggregate.pending = {k: replace(p, input=dict(ERASED_JSON)) for k, p in aggregate.pending.items()}
-            aggregate.failures = [_erased_failure(f) for f in aggregate.failures]
+            aggregate.history = [erased_step(r) for r in aggregate.history]
+            aggregate.pending = {k: erased_pending(p) for k, p in aggregate.pending.items()}
+            aggregate.failures = [erased_failure(f) for f in aggregate.failures]
 
     erased = False
     """Class defaults: snapshots taken before these attributes existed lack them."""
@@ -390,7 +369,7 @@ class Session(FlowledgerAggregate):
         """A version-2 snapshot of an erased session kept the failures recorded after its
         erasure as written (their text was not personal then): read them as erased."""
         if state.get("erased", False):
-            state["failures"] = [_erased_failure(f) for f in state["failures"]]
+            state["failures"] = [erased_failure(f) for f in state["failures"]]
 
     @classmethod
     def start(
@@ -555,10 +534,7 @@ class Session(FlowledgerAggregate):
 
         None does not mean "never processed": ``outcome_lookup`` says whether it may have been.
         """
-        version = None if idempotency_key is None else self.recent_keys.get(idempotency_key)
-        if version is None:
-            return None
-        return next((record for record in reversed(self.history) if record.version == version), None)
+        return step_under_key(self.history, self.recent_keys, idempotency_key)
 
     def outcome_lookup(self, idempotency_key: str | None) -> StepRecord | KeyLookup:
         """The recent step processed under this key, else NOT_SEEN (certain) or MAYBE_SEEN.

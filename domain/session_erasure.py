@@ -1,0 +1,33 @@
+"""What a session's steps read as once its personal data is erased (``Session.DataErased``).
+
+Markers come from ``domain/erased.py``: what the user sent or was told is erased; step names,
+keys, versions, usage and error types stay, so that counts and costs still add up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
+from flowledger.domain.session_views import PendingStep, StepFailure, StepRecord
+
+
+def erased_step(record: StepRecord) -> StepRecord:
+    """A processed step once erased: its input, output and context update are the user's."""
+    return replace(
+        record,
+        input=dict(ERASED_JSON),
+        output=dict(ERASED_JSON),
+        context_update=erased_json(record.context_update),
+    )
+
+
+def erased_failure(failure: StepFailure) -> StepFailure:
+    """A failure as its event reads once erased: its error's text and fields are the user's
+    (a user budget's refusal names them); its type, usage and key stay."""
+    return replace(failure, error_message=ERASED_TEXT, error_detail=erased_json(failure.error_detail))
+
+
+def erased_pending(pending: PendingStep) -> PendingStep:
+    """A pending step once erased: its input is the user's; its lease and worker stay."""
+    return replace(pending, input=dict(ERASED_JSON))
