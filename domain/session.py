@@ -13,7 +13,7 @@ idempotency key ever processed (see ``outcome_lookup``).
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -26,13 +26,20 @@ from flowledger.domain.errors import (
     SessionClosed,
     SessionConflict,
     SessionExpired,
-    StepInProgress,
     StepNotPending,
     ValidationError,
 )
 from flowledger.domain.session_erasure import erased_failure, erased_pending, erased_step
+from flowledger.domain.session_leases import (
+    LEGACY_LEASE,
+    WORKER_LOST,
+    lost_attempt_message,
+    lost_call_usage,
+    pending_step,
+    require_lapsed,
+)
+from flowledger.domain.session_upcasts import snapshot_v1_v2, snapshot_v2_v3
 from flowledger.domain.session_views import (
-    LEASE_NOT_RECORDED,
     MAYBE_SEEN,
     NOT_SEEN,
     KeyLookup,
@@ -67,13 +74,19 @@ from flowledger.domain.values import (
     storable,
 )
 
+__all__ = [
+    "LEGACY_LEASE",
+    "RECENT_STEPS",
+    "SESSION_NAMESPACE",
+    "WORKER_LOST",
+    "Session",
+    "StepNotPending",
+    "session_uuid",
+]
+
 SESSION_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/session")
 RECENT_STEPS = 20
 """Processed (and failed) steps a session keeps in its state and snapshots."""
-LEGACY_LEASE = timedelta(minutes=5)
-"""The lease read into steps started before leases existed (the old stale-step wait)."""
-WORKER_LOST = "worker_lost"
-"""The error type of a step attempt whose worker's lease lapsed without an outcome."""
 
 
 def session_uuid(tenant: str, session_id: str) -> UUID:
@@ -343,33 +356,12 @@ class Session(FlowledgerAggregate):
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
         """A version-1 snapshot held every step: keep the window, count the rest, filter the keys."""
-        history: list[StepRecord] = state.pop("history")
-        failures: list[StepFailure] = state.pop("failures")
-        state.pop("outcomes", None)
-        key_filter: KeyFilter = []
-        for record in history:
-            if record.idempotency_key is not None:
-                key_filter = key_filter_with(key_filter, record.idempotency_key)
-        window = history[-RECENT_STEPS:]
-        state["history"] = window
-        state["failures"] = failures[-RECENT_STEPS:]
-        state["step_count"] = len(history)
-        state["failure_count"] = len(failures)
-        state["recent_keys"] = {r.idempotency_key: r.version for r in window if r.idempotency_key}
-        state["key_filter"] = key_filter
-        state["pending"] = {
-            key: replace(p, lease_until=p.started_at + LEGACY_LEASE)
-            if p.lease_until == LEASE_NOT_RECORDED
-            else p
-            for key, p in state.get("pending", {}).items()
-        }
+        snapshot_v1_v2(state, RECENT_STEPS)
 
     @staticmethod
     def upcast_v2_v3(state: dict[str, Any]) -> None:
-        """A version-2 snapshot of an erased session kept the failures recorded after its
-        erasure as written (their text was not personal then): read them as erased."""
-        if state.get("erased", False):
-            state["failures"] = [erased_failure(f) for f in state["failures"]]
+        """A version-2 snapshot of an erased session reads its later failures as erased."""
+        snapshot_v2_v3(state)
 
     @classmethod
     def start(
@@ -590,9 +582,7 @@ class Session(FlowledgerAggregate):
     def renew_lease(self, key: str, lease_until: datetime, *, worker: str | None = None) -> None:
         """Hold a pending step until ``lease_until``; refused once it is no longer pending
         (or, with ``worker`` given, when another worker has taken it over)."""
-        held = self.pending.get(key)
-        if held is None or (worker is not None and held.worker != worker):
-            raise StepNotPending(self.session_id, key)
+        pending_step(self.session_id, self.pending, key, worker=worker)
         self.trigger_event(self.StepLeaseRenewed, idempotency_key=key, lease_until=lease_until)
 
     def abandon_step(
@@ -603,22 +593,13 @@ class Session(FlowledgerAggregate):
         The crashed worker's attempt stays on the books, with whatever is known of its
         usage. Refused while the lease runs (StepInProgress): its worker may still be alive.
         """
-        held = self.pending.get(key)
-        if held is None:
-            raise StepNotPending(self.session_id, key)
-        if now < held.lease_until:
-            raise StepInProgress(self.session_id, key, 0.0)
-        if usage is None:
-            # Nothing is known of the lost call but the model it asked for. It may have been
-            # billed (the provider may have taken the prompt): its cost is not known, not $0
-            # (``unpriced``, as an answer that reports no usage); no token count is made up.
-            # Named, so that the dashboard keeps it under its model.
-            usage = LlmUsage(request_model=held.model or "", unpriced=True, extra={"usage_reported": False})
+        held = pending_step(self.session_id, self.pending, key)
+        require_lapsed(self.session_id, key, held, now)
         return self.fail_step(
             step=held.step,
             error_type=WORKER_LOST,
-            error_message=f"{reason} (worker {held.worker}, lease until {held.lease_until.isoformat()})",
-            usage=usage,
+            error_message=lost_attempt_message(reason, held),
+            usage=lost_call_usage(held) if usage is None else usage,
             idempotency_key=key,
         )
 

@@ -1,0 +1,43 @@
+"""How a Session snapshot stored under an older class version reads today (``Session.upcast_vN_vM``).
+
+The events' own upcasters stay in their classes in ``domain/session.py``: each is a line or two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from flowledger.domain.session_erasure import erased_failure
+from flowledger.domain.session_leases import LEGACY_LEASE
+from flowledger.domain.session_views import LEASE_NOT_RECORDED, StepFailure, StepRecord
+from flowledger.domain.values import KeyFilter, key_filter_with
+
+
+def snapshot_v1_v2(state: dict[str, Any], window: int) -> None:
+    """A version-1 snapshot held every step: keep the last ``window``, count the rest, filter the keys."""
+    history: list[StepRecord] = state.pop("history")
+    failures: list[StepFailure] = state.pop("failures")
+    state.pop("outcomes", None)
+    key_filter: KeyFilter = []
+    for record in history:
+        if record.idempotency_key is not None:
+            key_filter = key_filter_with(key_filter, record.idempotency_key)
+    recent = history[-window:]
+    state["history"] = recent
+    state["failures"] = failures[-window:]
+    state["step_count"] = len(history)
+    state["failure_count"] = len(failures)
+    state["recent_keys"] = {r.idempotency_key: r.version for r in recent if r.idempotency_key}
+    state["key_filter"] = key_filter
+    state["pending"] = {
+        key: replace(p, lease_until=p.started_at + LEGACY_LEASE) if p.lease_until == LEASE_NOT_RECORDED else p
+        for key, p in state.get("pending", {}).items()
+    }
+
+
+def snapshot_v2_v3(state: dict[str, Any]) -> None:
+    """A version-2 snapshot of an erased session kept the failures recorded after its erasure
+    as written (their text was not personal then): read them as erased."""
+    if state.get("erased", False):
+        state["failures"] = [erased_failure(f) for f in state["failures"]]
