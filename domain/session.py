@@ -8,6 +8,12 @@ step's record carries its event's version and timestamp, which only the event kn
 State stays bounded whatever the session's length: totals and counters, the last
 ``RECENT_STEPS`` steps and failures, the pending steps, and a fixed-size filter of every
 idempotency key ever processed (see ``outcome_lookup``).
+
+This module declares the aggregate (its events, state and commands); its siblings hold the
+rest: ``session_rules`` (the checks a command makes), ``session_window`` (the folds of the
+bounded state), ``session_leases`` (pending steps and lost attempts), ``session_erasure``
+(what erased state reads as), ``session_upcasts`` (old snapshots) and ``session_views``
+(the values handed to callers).
 """
 
 from __future__ import annotations
@@ -18,13 +24,12 @@ from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from flowledger.domain.aggregate import FlowledgerAggregate
-from flowledger.domain.bounds import require_id, scoped_uuid
+from flowledger.domain.bounds import scoped_uuid
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.error_detail import ErrorDetail, require_error_detail
 from flowledger.domain.errors import (
     IdempotencyKeyReused,
     SessionClosed,
-    SessionConflict,
     SessionExpired,
     StepNotPending,
     ValidationError,
@@ -37,6 +42,17 @@ from flowledger.domain.session_leases import (
     lost_call_usage,
     pending_step,
     require_lapsed,
+)
+from flowledger.domain.session_rules import (
+    require_failed_step,
+    require_fork,
+    require_processed_step,
+    require_reopening,
+    require_restart,
+    require_restartable,
+    require_same_start,
+    require_start,
+    require_step_start,
 )
 from flowledger.domain.session_upcasts import snapshot_v1_v2, snapshot_v2_v3
 from flowledger.domain.session_views import (
@@ -67,10 +83,8 @@ from flowledger.domain.values import (
     key_filter_with,
     require_json,
     require_moment,
-    require_name,
     require_object,
     require_text,
-    require_usage,
     storable,
 )
 
@@ -375,13 +389,14 @@ class Session(FlowledgerAggregate):
         metadata: JsonObject,
     ) -> Session:
         """Check the fields and create the session (``__init__`` replays without checks)."""
-        require_name("tenant", tenant)
-        require_id("session_id", session_id)
-        require_name("workflow", workflow)
-        if user_id is not None:
-            require_name("user_id", user_id)
-        require_object("metadata", metadata)
-        require_moment("expires_at", expires_at)
+        require_start(
+            tenant=tenant,
+            session_id=session_id,
+            workflow=workflow,
+            user_id=user_id,
+            metadata=metadata,
+            expires_at=expires_at,
+        )
         return cls(
             session_id=session_id,
             tenant=tenant,
@@ -454,18 +469,10 @@ class Session(FlowledgerAggregate):
         Context and history are kept. Refused for another workflow, or another user than the
         session's (SessionConflict), and for a completed or abandoned session (SessionClosed).
         """
-        require_name("workflow", workflow)
-        if user_id is not None:
-            require_name("user_id", user_id)
-        require_moment("expires_at", expires_at)
+        require_restart(workflow=workflow, user_id=user_id, expires_at=expires_at)
         if self.erased:
             raise SessionClosed(self.session_id, "erased")
-        if workflow != self.workflow or (user_id is not None and self.user_id not in (None, user_id)):
-            raise SessionConflict(
-                self.session_id,
-                f"workflow={self.workflow!r} user_id={self.user_id!r}, "
-                f"not workflow={workflow!r} user_id={user_id!r}",
-            )
+        require_restartable(self.session_id, (self.workflow, self.user_id), (workflow, user_id))
         if self.status in (SessionStatus.COMPLETED, SessionStatus.ABANDONED):
             raise SessionClosed(self.session_id, self.status)
         expired = self.expired_by(now)
@@ -480,21 +487,14 @@ class Session(FlowledgerAggregate):
         """Give an expired session time again, until ``expires_at`` (after ``now``); its step stays."""
         if self.erased:
             raise SessionClosed(self.session_id, "erased")
-        require_moment("expires_at", expires_at)
-        if expires_at <= now:
-            raise ValidationError("expires_at", f"must lie after now ({now.isoformat()})")
+        require_reopening(expires_at, now)
         if not self.expired_by(now):
             raise ValidationError("session", f"session {self.session_id!r} has not expired")
         self.trigger_event(self.Reopened, expires_at=expires_at)
 
     def ensure_same_start(self, *, workflow: str, user_id: str | None) -> None:
         """Raise SessionConflict unless a repeated start names the same workflow and user."""
-        if (workflow, user_id) != (self.workflow, self.user_id):
-            raise SessionConflict(
-                self.session_id,
-                f"workflow={self.workflow!r} user_id={self.user_id!r}, "
-                f"not workflow={workflow!r} user_id={user_id!r}",
-            )
+        require_same_start(self.session_id, (self.workflow, self.user_id), (workflow, user_id))
 
     def ensure_same_request(
         self,
@@ -557,15 +557,9 @@ class Session(FlowledgerAggregate):
         A key pending under a live lease is refused (StepInProgress); under a lapsed one the
         lost attempt is recorded first (``abandon_step``), so that it stays on the books.
         """
-        require_name("step", step)
-        require_object("input", input)
-        if model is not None:
-            require_name("model", model)
-        require_name("idempotency_key", key)
-        require_name("worker", worker)
-        require_moment("lease_until", lease_until)
-        if lease_until <= now:
-            raise ValidationError("lease_until", "must be later than now")
+        require_step_start(
+            step=step, input=input, model=model, key=key, worker=worker, lease_until=lease_until, now=now
+        )
         if key in self.pending:
             self.abandon_step(key, now=now, reason=f"lease lapsed; taken over by {worker}")
         self.trigger_event(
@@ -616,19 +610,16 @@ class Session(FlowledgerAggregate):
         model: str | None = None,
     ) -> StepRecord:
         """Record a processed step and return it (``model``: the model its request asked for)."""
-        names = (
-            ("step", step),
-            ("next_step", next_step),
-            ("idempotency_key", idempotency_key),
-            ("model", model),
+        require_processed_step(
+            step=step,
+            input=input,
+            output=output,
+            next_step=next_step,
+            context_update=context_update,
+            usage=usage,
+            idempotency_key=idempotency_key,
+            model=model,
         )
-        for name, value in names:
-            if value is not None or name == "step":
-                require_name(name, value)
-        require_object("input", input)
-        require_object("output", output)
-        require_object("context_update", context_update, optional=True)
-        require_usage("usage", usage)
         self.trigger_event(
             self.StepProcessed,
             step=step,
@@ -654,13 +645,13 @@ class Session(FlowledgerAggregate):
     ) -> StepFailure:
         """Record a failed step and return it (``error_detail``: the error's fields, see
         ``domain/error_detail.py``)."""
-        require_name("step", step)
-        require_name("error_type", error_type)
-        if idempotency_key is not None:
-            require_name("idempotency_key", idempotency_key)
-        if not isinstance(error_message, str):
-            raise ValidationError("error_message", "must be a string")
-        require_usage("usage", usage)
+        require_failed_step(
+            step=step,
+            error_type=error_type,
+            error_message=error_message,
+            usage=usage,
+            idempotency_key=idempotency_key,
+        )
         self.trigger_event(
             self.StepFailed,
             step=step,
@@ -676,11 +667,12 @@ class Session(FlowledgerAggregate):
         self, *, parent_session_id: str, parent_version: int, current_step: str, context: JsonObject
     ) -> None:
         """Begin as a copy of another session's step and context (a just-started session only)."""
-        require_name("parent_session_id", parent_session_id)
-        require_name("current_step", current_step)
-        require_object("context", context)
-        if self.version != 1:
-            raise ValidationError("new_session_id", "only a just-started session can be a fork")
+        require_fork(
+            parent_session_id=parent_session_id,
+            current_step=current_step,
+            context=context,
+            version=self.version,
+        )
         self.trigger_event(
             self.Forked,
             parent_session_id=parent_session_id,
