@@ -89,7 +89,9 @@ class AgentClaims:
         index = self._reads.index
         pending: list[tuple[str, Needs]] = []
         unseen: list[UUID] = []
-        for task_id in task_ids:
+        # Once each: two callers' requests for one task share a batch (two queue runs at
+        # once), and a stream read twice would replay its creation onto the task.
+        for task_id in dict.fromkeys(task_ids):
             aggregate_id = self._reads.task_uuid(task_id)
             entry = index.task_entry(aggregate_id)
             if entry is not None and self._store.cached(aggregate_id) is None:

@@ -251,3 +251,21 @@ def test_waiting_for_a_lock_holds_it_until_the_transaction_ends(
     finally:
         locks_of(pg_engine).end()
         other.close()
+
+
+def test_two_callers_asking_for_a_task_another_engine_created_share_one_batch_without_error(
+    pg_engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given a task and an agent created by one engine, and a second engine that knows of the
+    # task from the log but has never read it
+    pg_engine.register_agent("a", "a", ["python"], 2)
+    pg_engine.create_task("t1", "Fix it", ["python"])
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as other:
+        other.task_reads.index.refresh()
+        # When two of its callers ask for that task in one batch (two queue runs at once,
+        # as two `POST /v1/queue/run` on one server: each lists the task)
+        states = other.tasks.assigner.assign_all(["t1", "t1"], False)
+        # Then the batch reads the task's stream once: it is assigned once, both answered
+        assert [s.agent_id for s in states] == ["a", "a"]
+        assert pg_engine.get_agent("a").active_tasks == ("t1",)
+        assert [e.event_type for e in pg_engine.task_history("t1")] == ["Task.Created", "Task.Assigned"]
