@@ -18,16 +18,17 @@ from flowledger.domain.bounds import MAX_DEADLINE
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification, TaskPriority
 
-_WORD = re.compile(r"[a-z0-9][a-z0-9+#.\-]*")
+_WORD = re.compile(r"[a-z0-9][a-z0-9+#.\-]*", re.IGNORECASE)
 _JOINS = re.compile(r"[.\-]+")
 
 
 def _words(text: str) -> set[str]:
-    """The words of ``text`` the catalogue may know: each as written (``node.js``, ``c++``),
-    without the punctuation that ends a sentence or a phrase (``kubernetes.``), and each part
-    of one joined by ``.`` or ``-`` (``react-router``: react, router)."""
+    """The words of ``text`` the catalogue may know, in their case as written: each whole
+    (``node.js``, ``c++``), without the punctuation that ends a sentence or a phrase
+    (``kubernetes.``), and each part of one joined by ``.`` or ``-`` (``react-router``: react,
+    router)."""
     words: set[str] = set()
-    for word in _WORD.findall(text.lower()):
+    for word in _WORD.findall(text):
         trimmed = word.rstrip(".-")
         words.update((word, trimmed))
         words.update(part for part in _JOINS.split(trimmed) if part)
@@ -109,8 +110,11 @@ class SkillCatalogue:
         Words of the description that the catalogue knows name the stack (``go`` is
         golang); only when none does, the category's own skills apply.
         """
-        words = _words(description)
-        matched = sorted(word for word in words if word in self.keywords)
+        written = _words(description)
+        folded = {word.lower() for word in written}
+        # A keyword holding a capital matches only as written: "Go" is the language, while
+        # "go" in "let's go over the Terraform state" names no stack. Others match in any case.
+        matched = sorted(word for word in self.keywords if word in (folded if word.islower() else written))
         if matched:
             skills = tuple(sorted({skill for word in matched for skill in self.keywords[word]}))
             source = f"the words {', '.join(repr(w) for w in matched)} of a {category} task"
@@ -168,5 +172,7 @@ def _skill_map(value: Any, name: str, label: str) -> dict[str, tuple[str, ...]]:
     for key, skills in value.items():
         if not isinstance(skills, list) or not all(isinstance(s, str) and s.strip() for s in skills):
             raise ValidationError(f"skill_catalogue.{name}.{key}", f"{label}: must be a list of skill names")
-        result[str(key).lower()] = tuple(sorted({s.strip().lower() for s in skills}))
+        # A category in any case; a keyword as written (one holding a capital matches so only).
+        written = str(key) if name == "keywords" and not str(key).islower() else str(key).lower()
+        result[written] = tuple(sorted({s.strip().lower() for s in skills}))
     return result

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from flowledger.adapters.cli.demo.tasks import WORK
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.domain.errors import TaskTransitionRejected, UnknownModelPrice, ValidationError
 from flowledger.domain.skills import SkillCatalogue
@@ -53,7 +54,7 @@ async def test_a_task_created_without_skills_goes_to_the_team_its_words_name(eng
     assert classified.required_skills == ("golang",)
     assert assigned.agent_id == "backend"
     history = {e.event_type: e.data for e in engine.task_history("go-race")}
-    assert "skills golang from the words 'go'" in history["Task.Classified"]["derivation"]
+    assert "skills golang from the words 'Go'" in history["Task.Classified"]["derivation"]
     assert history["Task.Assigned"]["required_skills"] == ["golang"]
     assert "covers golang" in history["Task.Assigned"]["reason"]
 
@@ -242,7 +243,7 @@ def test_a_catalogue_file_overrides_the_shipped_one(tmp_path: Path) -> None:
     path = tmp_path / "skills.json"
     path.write_text(json.dumps(data))
     ours = load_skill_catalogue(path)
-    assert (shipped.version, ours.version) == ("2026-11-30.1", "ours-1")
+    assert (shipped.version, ours.version) == ("2026-12-03.1", "ours-1")
     assert ours.skills_for("documentation", "Explain the setup")[0] == ("markdown",)
     with Engine.in_memory(settings=Settings(skill_catalogue_file=path)) as engine:
         assert engine.classifier.catalogue.version == "ours-1"
@@ -297,3 +298,33 @@ def load_now() -> Any:
     from datetime import UTC, datetime
 
     return datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("description", "category", "skills"),
+    [
+        ("Fix the race in the Go worker", "bug_fix", ("golang",)),  # Go, the language
+        ("Let's go over the Terraform state", "deployment", ("terraform",)),  # go, the verb
+        ("Go live with the new S3 bucket", "deployment", ("aws", "golang")),  # as written: the language
+        ("Rewrite the goroutine pool", "feature", ("golang",)),
+    ],
+)
+def test_go_names_the_language_only_as_the_language_is_written(
+    description: str, category: str, skills: tuple[str, ...]
+) -> None:
+    # (The catalogue lowercased every word: "Let's go over the Terraform state" derived golang
+    # beside terraform, and Backend, covering one of the two as DevOps did, could take it.)
+    assert load_skill_catalogue().skills_for(category, description)[0] == skills
+
+
+@pytest.mark.parametrize(
+    ("team", "description", "category"), [(w[0], w[2], w[3]) for w in WORK if w[0] in TEAMS]
+)
+def test_the_seeds_own_task_descriptions_derive_skills_their_team_covers(
+    team: str, description: str, category: str
+) -> None:
+    # (Created without skills, "Review the settings page" and "Slim the base image" were
+    # routed by their category alone, python, to Backend.)
+    skills, reason = load_skill_catalogue().skills_for(category, description)
+    assert skills
+    assert set(skills) <= set(TEAMS[team]), reason
