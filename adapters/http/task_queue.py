@@ -86,8 +86,9 @@ def list_tasks(
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
     after: Annotated[str | None, Query(max_length=MAX_ID, pattern=NAME_PATTERN)] = None,
 ) -> list[Json]:
-    """Tasks matching every filter given, oldest first, at most ``limit``. ``agent_id`` and
-    ``overdue`` look at open tasks only (a task its agent completed is no longer that agent's).
+    """Tasks matching every filter given, oldest first, at most ``limit``. ``agent_id`` is the
+    agent holding the task, or the one that completed it (``status=completed&agent_id=X``: what
+    X finished); a waiting task is nobody's. ``overdue`` looks at open tasks only.
     A longer list is read page by page: ``after`` is the last ``task_id`` of the page before
     (422 when no task has that id)."""
     states = caller.engine.list_tasks(

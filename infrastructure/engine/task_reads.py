@@ -22,6 +22,14 @@ def _overdue(state: TaskState, now: datetime) -> bool:
     return not state.status.is_final and state.deadline is not None and now >= state.deadline
 
 
+def _agent_of(state: TaskState) -> str | None:
+    """The agent a listing files the task under: the one holding it, or, once it is completed,
+    the one that completed it (a waiting task, released or requeued, is nobody's)."""
+    if state.status is TaskStatus.COMPLETED and state.assignment is not None:
+        return state.assignment.agent_id
+    return state.agent_id
+
+
 def _status(status: str) -> TaskStatus:
     try:
         return TaskStatus(str(status).lower())
@@ -114,10 +122,11 @@ class TaskReads:
         limit: int = 100,
         after: str | None = None,
     ) -> list[TaskState]:
-        """Tasks matching every filter given (``overdue``: open and past the deadline by the
-        engine's clock, or, false, open and not past it), oldest first, at most ``limit``,
-        created after the task ``after`` (the last id of the page before: a listing longer
-        than ``limit`` is read page by page). Open-only filters read the open queue."""
+        """Tasks matching every filter given (``agent_id``: the agent holding the task, or
+        the one that completed it; ``overdue``: open and past the deadline by the engine's
+        clock, or, false, open and not past it), oldest first, at most ``limit``, created
+        after the task ``after`` (the last id of the page before: a listing longer than
+        ``limit`` is read page by page). Open-only filters read the open queue."""
         if after is not None:
             require_name("after", after)
         if agent_id is not None:
@@ -128,11 +137,7 @@ class TaskReads:
             raise ValidationError("overdue", f"must be true, false or None, got {overdue!r}")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
             raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")
-        open_only = (
-            overdue is not None
-            or agent_id is not None
-            or (wanted_status is not None and not wanted_status.is_final)
-        )
+        open_only = overdue is not None or (wanted_status is not None and not wanted_status.is_final)
         entries = self.index.open_tasks() if open_only else self.index.all_tasks()
         if after is not None:
             cursor = self.index.task_entry(self.task_uuid(after))
@@ -149,7 +154,7 @@ class TaskReads:
             if (
                 (wanted_status is None or state.status is wanted_status)
                 and (wanted_priority is None or state.priority is wanted_priority)
-                and (agent_id is None or state.agent_id == agent_id)
+                and (agent_id is None or _agent_of(state) == agent_id)
                 and (overdue is None or _overdue(state, now) is overdue)
             ):
                 found.append(state)

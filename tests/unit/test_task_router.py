@@ -211,6 +211,24 @@ def test_tasks_are_listed_by_status_priority_agent_and_overdue(engine: Engine) -
         engine.list_tasks(limit="10")  # type: ignore[arg-type]
 
 
+def test_an_agents_completed_tasks_are_listed_under_its_id(engine: Engine) -> None:
+    # Given an agent that completed one task, holds two, and handed one back
+    engine.register_agent("be", "Backend", ["python"], 10)
+    for task_id in ("a", "b", "c", "d"):
+        engine.create_task(task_id, task_id.upper(), ["python"])
+        engine.assign_task(task_id)
+    engine.complete_task("a", {"pr": 1})
+    engine.release_task("d", "blocked")
+    ids = lambda states: [s.task_id for s in states]  # noqa: E731
+    # When its tasks are listed, with and without a status
+    # Then a completed task counts as the agent's that completed it; a released one as nobody's
+    # (status=completed&agent_id=be answered [] for any agent: the filter saw open tasks only)
+    assert ids(engine.list_tasks(agent_id="be", status="completed")) == ["a"]
+    assert ids(engine.list_tasks(agent_id="be", status="assigned")) == ["b", "c"]
+    assert ids(engine.list_tasks(agent_id="be")) == ["a", "b", "c"]
+    assert ids(engine.list_tasks(agent_id="nobody", status="completed")) == []
+
+
 def test_a_listing_longer_than_its_limit_is_read_page_by_page_after_the_last_id(engine: Engine) -> None:
     # Given five tasks, two of them done (a status filter skips them on every page)
     engine.register_agent("be", "Backend", ["python"], 10)
