@@ -1,7 +1,13 @@
 """Query strings: an operation refuses a parameter it does not declare (422), so a typo
-(``GET /v1/tasks?stauts=pending``) is told, not answered as if no filter had been given."""
+(``GET /v1/tasks?stauts=pending``) is told, not answered as if no filter had been given; and
+one that takes a single value given twice (``?status=pending&status=assigned``), which was
+answered by the last value alone."""
 
 from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Sequence
 
 from fastapi import Request
 from fastapi.dependencies.models import Dependant
@@ -16,6 +22,24 @@ def declared_query(dependant: Dependant) -> list[str]:
     names = [field.alias for field in dependant.query_params]
     for dependency in dependant.dependencies:
         names += [name for name in declared_query(dependency) if name not in names]
+    return names
+
+
+def takes_many(annotation: object) -> bool:
+    """Whether a parameter so annotated takes several values (``by=model&by=step``)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return takes_many(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return any(takes_many(arg) for arg in typing.get_args(annotation))
+    return isinstance(origin, type) and issubclass(origin, Sequence | set | frozenset) and origin is not str
+
+
+def single_query(dependant: Dependant) -> set[str]:
+    """The query parameters of an operation (its dependencies' included) that take one value."""
+    names = {field.alias for field in dependant.query_params if not takes_many(field.field_info.annotation)}
+    for dependency in dependant.dependencies:
+        names |= single_query(dependency)
     return names
 
 
@@ -37,6 +61,14 @@ async def refuse_unknown_query(request: Request) -> None:
     declared = declared_query(route.dependant)
     unknown = [name for name in request.query_params if name not in declared]
     if not unknown:
+        # A parameter that takes one value, given more than once: which one counts would be
+        # the framework's guess (the last), the others dropped without a word.
+        single = single_query(route.dependant)
+        for name in dict.fromkeys(request.query_params):
+            given = len(request.query_params.getlist(name))
+            if given > 1 and name in single:
+                problem = f"{name!r} given {given} times: it takes one value ({request.method} {route.path})"
+                raise RequestValidationError([{"type": "query_repeated", "loc": ("query",), "msg": problem}])
         return
     named = ", ".join(repr(name) for name in unknown)
     takes = f"takes {', '.join(declared)}" if declared else "takes no query parameters"

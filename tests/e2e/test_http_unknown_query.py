@@ -56,6 +56,30 @@ def test_a_misspelt_filter_is_refused_naming_it_and_the_parameters_the_operation
     assert [task["task_id"] for task in pending] == ["t-2"]
 
 
+def test_a_filter_given_twice_is_refused_rather_than_one_of_its_values_ignored(
+    memory_http: TestClient,
+) -> None:
+    # Given a pending task and an assigned one
+    memory_http.post("/v1/agents", json={"agent_id": "a-1", "name": "A", "skills": ["go"]})
+    memory_http.post("/v1/tasks", json={"task_id": "t-1", "description": "one", "required_skills": ["go"]})
+    memory_http.post("/v1/tasks/t-1/assign")
+    memory_http.post("/v1/tasks", json={"task_id": "t-2", "description": "two"})
+
+    # When the list is asked for with two statuses (as if the filter took either)
+    response = memory_http.get("/v1/tasks", params=[("status", "pending"), ("status", "assigned")])
+
+    # Then it is refused, naming the parameter (it answered the assigned task alone, the
+    # pending one silently left out)
+    assert response.status_code == 422
+    assert response.json() == {
+        "success": False,
+        "error": "query: 'status' given 2 times: it takes one value (GET /v1/tasks)",
+    }
+    # And a parameter that takes several values still takes them
+    dashboard = memory_http.get("/v1/dashboard", params=[("by", "model"), ("by", "step")])
+    assert "given 2 times" not in dashboard.text
+
+
 def test_an_unknown_parameter_beside_known_ones_is_still_refused_and_all_unknown_ones_are_named(
     memory_http: TestClient,
 ) -> None:
