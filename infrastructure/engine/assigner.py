@@ -63,7 +63,8 @@ Escalate = Callable[[UnitOfWork, Task, EscalationReason, str, LlmUsage | None], 
 
 
 class _NeedsFreshRoster(Exception):
-    """A negative decision was about to be made from a roster that was not read just now."""
+    """A negative decision was about to be made from a roster that was not read just now, or a
+    task the batch was asked for was found taken on a cached copy."""
 
 
 @dataclass(eq=False)
@@ -201,6 +202,12 @@ class BatchAssigner:
             prefer = {r.task_id: r.ranking.agent_id for r in batch if r.ranking is not None}
             self._claims.lock_planned(self._claims.active, [r.task_id for r in batch], profiles, uow, prefer)
         tasks = [self._reads.task(uow, request.task_id) for request in batch]
+        if not fresh and uow.from_cache and any(t.task_status is not TaskStatus.PENDING for t in tasks):
+            # A cached copy saying "taken" may be one another engine moved on (released or
+            # requeued the task): a batch that saves other tasks gets no version check on it,
+            # so it would answer the copy and pass the task over. Read the log first, as the
+            # store does for a command that saves nothing.
+            raise _NeedsFreshRoster()  # the store drops this attempt's copies
         states = []
         for request, task in zip(batch, tasks, strict=True):
             if task.task_status is not TaskStatus.PENDING:

@@ -171,3 +171,27 @@ def test_a_session_that_expired_is_still_expired_for_an_engine_with_a_stale_copy
     with pytest.raises(SessionExpired):
         one.record_step("s", "c")
     assert kinds(other, "s").count("Expired") == 1
+
+
+def test_a_queue_run_offers_a_task_released_elsewhere_in_its_turn_despite_a_cached_assigned_copy(
+    two_servers: tuple[Engine, Engine],
+) -> None:
+    one, other = two_servers
+    # Given an agent holding two tasks, the oldest two of three, both assigned by queue runs of
+    # one engine (so its writers' cache holds them as assigned), its capacity raised by the other
+    one.register_agent("a-1", "Agent 1", ["python"], capacity=1)
+    for task_id in ("T-1", "T-2", "T-3"):
+        one.create_task(task_id, "fix the worker", ["python"])
+    one.assign_pending()
+    other.set_agent_capacity("a-1", 2)
+    one.assign_pending()
+    assert one.get_agent("a-1").active_tasks == ("T-1", "T-2")
+    # When the other engine releases the oldest, and the first runs the queue
+    other.release_task("T-1", "blocked")
+    ran = {state.task_id: state for state in one.assign_pending()}
+    # Then the released task, the oldest, is offered first and assigned again; nothing the run
+    # answers is the cached copy's (it said T-1 was assigned while it waited, and gave T-3
+    # the agent)
+    assert ran["T-1"].agent_id == "a-1"
+    assert ran["T-3"].status is TaskStatus.PENDING
+    assert one.get_agent("a-1").active_tasks == ("T-2", "T-1")
