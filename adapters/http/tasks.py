@@ -6,7 +6,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Response, status
 from pydantic import AliasChoices, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -154,10 +154,21 @@ def out(state: Any) -> Json:
     return result
 
 
-@router.post("/agents", status_code=status.HTTP_201_CREATED, responses=responses(409))
-def register_agent(body: RegisterAgent, caller: Writer) -> Json:
-    """Register an agent (again with the same fields is a no-op)."""
-    return out(caller.engine.register_agent(body.agent_id, body.name, body.skills, body.capacity))
+_FOUND = "It existed with these fields: nothing was created (a retry)"
+
+
+@router.post(
+    "/agents",
+    status_code=status.HTTP_201_CREATED,
+    responses={status.HTTP_200_OK: {"description": _FOUND}, **responses(409)},
+)
+def register_agent(body: RegisterAgent, caller: Writer, response: Response) -> Json:
+    """Register an agent: 201 when registered; again with the same fields returns it unchanged
+    with 200 (other fields are a 409)."""
+    done = caller.engine.register_or_get_agent(body.agent_id, body.name, body.skills, body.capacity)
+    if not done.created:
+        response.status_code = status.HTTP_200_OK
+    return out(done.state)
 
 
 @router.get("/agents", responses=responses())
@@ -172,18 +183,25 @@ def get_agent(agent_id: AgentId, caller: Reader) -> Json:
     return out(caller.engine.get_agent(agent_id))
 
 
-@router.post("/tasks", status_code=status.HTTP_201_CREATED, responses=responses(409))
-def create_task(body: CreateTask, caller: Writer) -> Json:
-    """Create a task (a deadline as a time, or in hours from now)."""
+@router.post(
+    "/tasks",
+    status_code=status.HTTP_201_CREATED,
+    responses={status.HTTP_200_OK: {"description": _FOUND}, **responses(409)},
+)
+def create_task(body: CreateTask, caller: Writer, response: Response) -> Json:
+    """Create a task (a deadline as a time, or in hours from now): 201 when created; again with
+    the same fields returns it unchanged with 200 (other fields are a 409)."""
     deadline: datetime | timedelta | None = body.deadline
     if body.deadline is not None and body.deadline_hours is not None:
         raise ValidationError("deadline_hours", "give deadline (a time) or deadline_hours, not both")
     if body.deadline_hours is not None:
         deadline = timedelta(hours=body.deadline_hours)
-    state = caller.engine.create_task(
+    done = caller.engine.create_or_get_task(
         body.task_id, body.description, body.required_skills, body.priority.value, deadline=deadline
     )
-    return out(state)
+    if not done.created:
+        response.status_code = status.HTTP_200_OK
+    return out(done.state)
 
 
 @router.get("/tasks/{task_id}", responses=_READ)

@@ -49,7 +49,7 @@ from flowledger.infrastructure.engine.steps import StepService
 from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
-from flowledger.infrastructure.engine.tasks import TaskService
+from flowledger.infrastructure.engine.tasks import Creation, Registration, TaskService
 from flowledger.infrastructure.history import HistoryEntry
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
@@ -510,6 +510,13 @@ class Engine:
         again with the same fields is a no-op. ``set_agent_capacity(id, 0)`` pauses one."""
         return self.tasks.register_agent(agent_id, name, skills, capacity)
 
+    def register_or_get_agent(
+        self, agent_id: str, name: str, skills: Iterable[str], capacity: int = SEED_CAPACITY
+    ) -> Registration:
+        """``register_agent``, saying whether it registered the agent (``Registration.created``)
+        or found it registered with the same fields."""
+        return self.tasks.register_or_get_agent(agent_id, name, skills, capacity)
+
     def set_agent_capacity(self, agent_id: str, capacity: int) -> AgentState:
         """Change an agent's capacity (refused below its current load)."""
         return self.tasks.set_agent_capacity(agent_id, capacity)
@@ -524,6 +531,18 @@ class Engine:
     ) -> TaskState:
         """Queue a task (see ``TaskService.create_task``)."""
         return self.tasks.create_task(task_id, description, required_skills, priority, deadline)
+
+    def create_or_get_task(
+        self,
+        task_id: str,
+        description: str,
+        required_skills: Iterable[str] = (),
+        priority: str = "medium",
+        deadline: datetime | timedelta | None = None,
+    ) -> Creation:
+        """``create_task``, saying whether it created the task (``Creation.created``) or found
+        it created with the same fields."""
+        return self.tasks.create_or_get_task(task_id, description, required_skills, priority, deadline)
 
     def record_classification(
         self, task_id: str, category: str, complexity: str, estimated_hours: float

@@ -11,6 +11,7 @@ for that task, and assignments are decided in batches (``assigner.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
@@ -40,10 +41,28 @@ from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, agent_key, task_key
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 
-S = TypeVar("S", TaskState, TaskState | None)
+S = TypeVar("S", TaskState, TaskState | None, "Creation")
 
 ASSIGNMENT_RETRY_FACTOR = 8
 """Assignments race for a handful of agents by nature: they get this many times the budget."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Creation:
+    """What ``create_or_get_task`` did: ``created`` the task, or found it created with the same
+    fields (nothing appended: a client's retry)."""
+
+    state: TaskState
+    created: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Registration:
+    """What ``register_or_get_agent`` did: ``created`` the agent, or found it registered with
+    the same fields (nothing appended)."""
+
+    state: AgentState
+    created: bool
 
 
 class TaskService:
@@ -75,6 +94,12 @@ class TaskService:
         Every field is checked first, so that a repeat with an invalid one is a ValidationError,
         not an AgentConflict from the comparison with the registered agent.
         """
+        return self.register_or_get_agent(agent_id, name, skills, capacity).state
+
+    def register_or_get_agent(
+        self, agent_id: str, name: str, skills: Iterable[str], capacity: int = SEED_CAPACITY
+    ) -> Registration:
+        """``register_agent``, saying whether it registered the agent or found it registered."""
         normalised, capacity = require_registration(name, skills, capacity)
         decide = partial(self._register, agent_id, name, normalised, capacity)
         return self._store.write(agent_key(agent_id), decide)
@@ -95,6 +120,17 @@ class TaskService:
         ahead either way. Creating it again with the same description, skills and priority
         returns it unchanged (every field is checked first: a repeat with an invalid one is
         refused, not compared and let through)."""
+        return self.create_or_get_task(task_id, description, required_skills, priority, deadline).state
+
+    def create_or_get_task(
+        self,
+        task_id: str,
+        description: str,
+        required_skills: Iterable[str] = (),
+        priority: str = "medium",
+        deadline: datetime | timedelta | None = None,
+    ) -> Creation:
+        """``create_task``, saying whether it created the task or found it created."""
         skills = normalise_skills("required_skills", required_skills)
         require_text("description", description)
         TaskPriority.parse(priority)
@@ -199,22 +235,24 @@ class TaskService:
         state = self._store.write(task_key(task_id), decide)
         if isinstance(state, TaskState):
             self._reads.note(state)
+        elif isinstance(state, Creation):
+            self._reads.note(state.state)
         return state
 
     # -- decisions (run by the store, once per attempt) ----------------------------------
 
     def _register(
         self, agent_id: str, name: str, skills: list[str], capacity: int, uow: UnitOfWork
-    ) -> AgentState:
+    ) -> Registration:
         existing: Agent | None = uow.find(self._reads.agent_uuid(agent_id))
         if existing is not None:
             existing.ensure_same(name=name, skills=skills, capacity=capacity)
-            return existing.state()
+            return Registration(state=existing.state(), created=False)
         agent = Agent.register(
             agent_id=agent_id, tenant=self._tenant, name=name, skills=skills, capacity=capacity
         )
         uow.add(agent)
-        return agent.state()
+        return Registration(state=agent.state(), created=True)
 
     def _change_capacity(self, agent_id: str, capacity: int, uow: UnitOfWork) -> AgentState:
         agent = self._reads.agent(uow, agent_id)
@@ -230,13 +268,13 @@ class TaskService:
         deadline: datetime | None,
         given: datetime | timedelta | None,
         uow: UnitOfWork,
-    ) -> TaskState:
+    ) -> Creation:
         existing: Task | None = uow.find(self._reads.task_uuid(task_id))
         if existing is not None:
             existing.ensure_same(
                 description=description, required_skills=skills, priority=priority, deadline=given
             )
-            return existing.state()
+            return Creation(state=existing.state(), created=False)
         task = Task.create(
             task_id=task_id,
             tenant=self._tenant,
@@ -246,7 +284,7 @@ class TaskService:
             deadline=deadline,
         )
         uow.add(task)
-        return task.state()
+        return Creation(state=task.state(), created=True)
 
     def _requeue(
         self, task_id: str, requested_by: str, reason: str, deadline: datetime | None, uow: UnitOfWork

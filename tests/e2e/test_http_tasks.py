@@ -162,3 +162,30 @@ def test_a_released_task_carries_no_assignment_and_its_history_keeps_the_old_one
     # And its history still says who had it
     events = http.get("/v1/tasks/T-9/history").json()
     assert [e["data"].get("agent_id") for e in events if e["event_type"] == "Task.Assigned"] == ["be-1"]
+
+
+def test_creating_a_task_or_agent_again_answers_200_as_starting_a_session_again_does(
+    http: TestClient,
+) -> None:
+    # Given a task and an agent just created (201)
+    task = {
+        "task_id": "t-rep",
+        "description": "Fix the worker",
+        "required_skills": ["python"],
+        "priority": "HIGH",
+    }
+    agent = {"agent_id": "a-rep", "name": "Backend", "skills": ["python"]}
+    first_task = http.post("/v1/tasks", json=task)
+    first_agent = http.post("/v1/agents", json=agent)
+    assert (first_task.status_code, first_agent.status_code) == (201, 201)
+    # When each is sent again with the same fields (a client's retry)
+    again_task = http.post("/v1/tasks", json=task)
+    again_agent = http.post("/v1/agents", json=agent)
+    # Then nothing was created: 200 and the same resource (both answered 201, "created")
+    assert (again_task.status_code, again_agent.status_code) == (200, 200)
+    assert again_task.json() == first_task.json()
+    assert again_agent.json() == first_agent.json()
+    assert len(http.get("/v1/tasks/t-rep/history").json()) == 1
+    # And other fields are still a conflict
+    assert http.post("/v1/tasks", json={**task, "priority": "low"}).status_code == 409
+    assert http.post("/v1/agents", json={**agent, "capacity": 3}).status_code == 409
