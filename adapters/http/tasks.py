@@ -220,7 +220,9 @@ def task_history(task_id: TaskId, caller: Reader) -> list[EventOut]:
 async def classify_task(task_id: TaskId, caller: Writer, body: Classify | None = None) -> Json:
     """Classify through the model (the priority's tier unless ``model`` names one; usage is
     recorded). An unknown model is a 422 before anything is recorded; a failed call is
-    retried on the fallback model, then the task keeps waiting with the failures recorded."""
+    retried on the fallback model, then the task keeps waiting with the failures recorded.
+    A task already classified (or closed) is returned as it stands, with no call, whatever
+    ``model`` says: a retry is answered, not paid twice; ``reclassify`` classifies again."""
     return out(await caller.engine.classify_task(task_id, model=(body or Classify()).model))
 
 
