@@ -107,7 +107,7 @@ class SkillCatalogue:
     def skills_for(self, category: str, description: str) -> tuple[tuple[str, ...], str]:
         """The skills a task of ``category`` described so needs, and where they came from.
 
-        Words of the description that the catalogue knows name the stack (``go`` is
+        Words of the description that the catalogue knows name the stack (``Go`` is
         golang); only when none does, the category's own skills apply.
         """
         written = _words(description)
