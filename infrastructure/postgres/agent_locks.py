@@ -14,14 +14,18 @@ The locks belong to a transaction on a connection of their own, and the batch's 
 made and committed in that same transaction (``transaction``): the commit releases them,
 with no unlock round trip, and a failed or abandoned batch releases them by rolling back
 (``end``). The locks are only ever an optimisation: the agents' versions keep capacity
-whatever happens, so a lost connection (which frees its locks on the server) just means
-deciding without them and saving through the pool. Behind PgBouncer in transaction mode
-locks taken outside the append's own round trip would not hold, so none are taken there.
+whatever happens, so a lost connection (which frees its locks on the server), a timeout or
+any other failure of the database to answer (``unanswered.py``) just means deciding without
+them and saving through the pool: counted in ``fallbacks``, warned once per burst. A
+statement the database refuses (a bug of ours) is raised, its transaction rolled back.
+Behind PgBouncer in transaction mode locks taken outside the append's own round trip would
+not hold, so none are taken there.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
@@ -32,6 +36,7 @@ from psycopg import sql
 
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.deadlines import Deadlines
+from flowledger.infrastructure.postgres.unanswered import unanswered
 from flowledger.infrastructure.postgres.watchdog import watching
 
 IDLE_S = 5
@@ -40,6 +45,8 @@ for its own connections)."""
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
+
+_log = logging.getLogger(__name__)
 
 
 class AgentLocks:
@@ -58,6 +65,9 @@ class AgentLocks:
         self._deadlines = deadlines
         self._chain = chain
         self._conn: psycopg.Connection[Any] | None = None
+        self.fallbacks = 0
+        """Lock calls the database could not answer, decided without the locks (for tests and benches)."""
+        self._falling_back = False
         self.streams: dict[UUID, list[StoredEvent]] = {}
         """Whole streams read with the locks (``try_lock(streams=…)``), oldest event first."""
         self.held: dict[UUID, list[StoredEvent] | None] = {}
@@ -114,8 +124,8 @@ class AgentLocks:
         the order given, in one round trip: returns those taken (their newer events in
         ``held``) and those found held elsewhere; ``streams`` are read whole in the same
         round trip (into ``streams``: the batch's tasks this engine has not seen). When the
-        database cannot say, the first ``wanted`` count as taken, events unknown (deciding
-        without locks is safe, only slower)."""
+        database cannot answer (``unanswered``), the first ``wanted`` count as taken, events
+        unknown (deciding without locks is safe, only slower); any other psycopg error is raised."""
         self.newer.clear()
         candidates = [(agent, known) for agent, known in ranked if agent not in self.held]
         if not candidates or wanted < 1:
@@ -139,11 +149,12 @@ class AgentLocks:
                 taken = [int(row[0]) - 1 for row in curs.fetchall()]
                 curs.nextset()
                 rows = curs.fetchall()
-        except psycopg.Error:
-            self.close()
+        except psycopg.Error as error:
+            self._fall_back(error)
             guessed = [agent for agent, _ in candidates[:wanted]]
             self.held.update(dict.fromkeys(guessed))
             return guessed, set()
+        self._answered()
         first_stream = len(candidates) + 1
         split = next((n for n, row in enumerate(rows) if row[0] >= first_stream), len(rows))
         self._keep_streams([(streams[row[0] - first_stream], *row[1:]) for row in rows[split:]])
@@ -155,7 +166,8 @@ class AgentLocks:
 
     def lock(self, agent_id: UUID, known: int) -> None:
         """Wait for the agent's lock (bounded by the statement timeout and the operation's deadline);
-        its newer events go in ``held`` (and ``newer``)."""
+        its newer events go in ``held`` (and ``newer``); unknown when the database cannot answer,
+        as in ``try_lock``."""
         self.newer.clear()
         try:
             conn = self._connection()
@@ -168,11 +180,30 @@ class AgentLocks:
                 for _ in range(2 if begin else 1):  # BEGIN's result, then the lock's
                     curs.nextset()
                 rows = curs.fetchall()
-        except psycopg.Error:
-            self.close()
+        except psycopg.Error as error:
+            self._fall_back(error)
             self.held[agent_id] = None
             return
+        self._answered()
         self._hold([(agent_id, known)], [0], rows)
+
+    def _fall_back(self, error: psycopg.Error) -> None:
+        """Go on without the locks when the database could not answer; raise anything else,
+        with no lock left behind (the failed statement may have taken some before it failed)."""
+        if not unanswered(error):
+            self.end()
+            raise error
+        self.close()
+        self.fallbacks += 1
+        if not self._falling_back:  # one warning for an outage, not one per batch
+            self._falling_back = True
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            _log.warning("agent locks unavailable, deciding without them until they answer: %s", detail)
+
+    def _answered(self) -> None:
+        if self._falling_back:
+            self._falling_back = False
+            _log.info("agent locks answer again")
 
     def _keep_streams(self, rows: list[Any]) -> None:
         for stream, version, topic, state, _hashed in rows:
@@ -232,7 +263,9 @@ class AgentLocks:
             with watching(conn):
                 conn.rollback()
         except psycopg.Error:
-            self.close()  # the server frees a closed session's locks
+            # Whatever the rollback met (it runs no statement of ours that could be wrong),
+            # closing is the cleanup: the server frees a closed session's locks.
+            self.close()
 
     def close(self) -> None:
         """Close the connection (its locks go with it)."""

@@ -4,15 +4,18 @@ read after the lock is held; the batch's append commits the locks away."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
+import psycopg
 import pytest
 
 from flowledger.domain.agent import agent_uuid
 from flowledger.domain.assignment import AgentProfile, Choice, choose_agent
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.agent_claims import CONTENDED_S
+from flowledger.infrastructure.postgres import agent_locks
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.database import deadlines_of
@@ -25,9 +28,21 @@ def locks_of(engine: Engine) -> AgentLocks:
     return locks
 
 
-def outside_locks(engine: Engine, database_url: str, schema: str) -> AgentLocks:
-    table = engine._app.recorder.events_table_name  # type: ignore[attr-defined]
+def outside_locks(engine: Engine, database_url: str, schema: str, table: str | None = None) -> AgentLocks:
+    table = table or engine._app.recorder.events_table_name  # type: ignore[attr-defined]
     return AgentLocks(database_url, schema, table, deadlines_of(engine.settings))
+
+
+def terminate(database_url: str, locks: AgentLocks) -> None:
+    """End the locks' connection on the server, as an administrator or a failover would."""
+    conn = locks._conn
+    assert conn is not None
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", [conn.info.backend_pid])
+
+
+def fallback_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == agent_locks.__name__ and r.levelno == logging.WARNING]
 
 
 def test_a_lock_is_exclusive_across_engines_and_brings_the_agents_newer_events(
@@ -269,3 +284,116 @@ def test_two_callers_asking_for_a_task_another_engine_created_share_one_batch_wi
         assert [s.agent_id for s in states] == ["a", "a"]
         assert pg_engine.get_agent("a").active_tasks == ("t1",)
         assert [e.event_type for e in pg_engine.task_history("t1")] == ["Task.Created", "Task.Assigned"]
+
+
+def test_a_broken_query_of_our_own_raises_and_leaves_no_lock_behind(
+    pg_engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given an agent, and locks whose read after the lock names a table that does not exist
+    # (a bug of ours, as a misspelt column or a wrong parameter type would be)
+    pg_engine.register_agent("a", "a", ["python"], 5)
+    aggregate_id = agent_uuid(pg_engine.tenant, "a")
+    broken = outside_locks(pg_engine, database_url, pg_schema, table="no_such_events")
+    other = outside_locks(pg_engine, database_url, pg_schema)
+    try:
+        # When they try to lock it, or wait for its lock
+        # Then the error is raised (it used to be taken for an outage: the agent counted as
+        # locked, events unknown), nothing counts as held and no fallback is counted
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            broken.try_lock([(aggregate_id, 1)])
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            broken.lock(aggregate_id, 1)
+        assert broken.held == {}
+        assert broken.fallbacks == 0
+        # And the lock its first statement took went with the failed transaction
+        assert other.try_lock([(aggregate_id, 1)]) == ([aggregate_id], set())
+    finally:
+        broken.close()
+        other.close()
+
+
+def test_an_assignment_whose_lock_connection_was_terminated_falls_back_and_assigns(
+    pg_engine: Engine, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given an agent and a task, and the engine's lock connection ended on the server
+    pg_engine.register_agent("a", "a", ["python"], 1)
+    pg_engine.create_task("t1", "Fix it", ["python"])
+    pg_engine.create_task("t2", "Fix it", ["python"])
+    locks = locks_of(pg_engine)
+    locks.try_lock([(agent_uuid(pg_engine.tenant, "a"), 1)])
+    locks.end()
+    terminate(database_url, locks)
+    # When the engine's first batch (which takes the locks) assigns a task
+    with caplog.at_level(logging.WARNING, logger=agent_locks.__name__):
+        state = pg_engine.assign_task("t1")
+    # Then it decided without the locks, said so once, and assigned as it would have
+    assert locks.fallbacks == 1
+    assert len(fallback_warnings(caplog)) == 1
+    assert state.agent_id == "a"
+    assert pg_engine.get_agent("a").active_tasks == ("t1",)
+    assert pg_engine.store.conflicts == 0
+    # And the agent's capacity still holds for the next task
+    assert pg_engine.assign_task("t2", escalate_when_full=False).agent_id is None
+
+
+def test_fallbacks_are_counted_each_and_warned_once_per_burst(
+    pg_engine: Engine, database_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given an agent, and locks on a database nobody listens for
+    pg_engine.register_agent("a", "a", ["python"], 5)
+    aggregate_id = agent_uuid(pg_engine.tenant, "a")
+    table = pg_engine._app.recorder.events_table_name  # type: ignore[attr-defined]
+    unreachable = AgentLocks(
+        "postgresql://postgres@127.0.0.1:1/test", pg_schema, table, deadlines_of(pg_engine.settings)
+    )
+    live = outside_locks(pg_engine, database_url, pg_schema)
+    try:
+        with caplog.at_level(logging.WARNING, logger=agent_locks.__name__):
+            # When three lock calls in a row cannot reach it
+            assert unreachable.try_lock([(aggregate_id, 1)]) == ([aggregate_id], set())
+            unreachable.end()
+            assert unreachable.try_lock([(aggregate_id, 1)]) == ([aggregate_id], set())
+            unreachable.lock(aggregate_id, 1)
+            # Then each counts, the agent counts as held with its events unknown, and one
+            # warning covers them all
+            assert unreachable.fallbacks == 3
+            assert unreachable.held == {aggregate_id: None}
+            assert len(fallback_warnings(caplog)) == 1
+            # When another connection's calls fail, then work, then fail again
+            live.try_lock([(aggregate_id, 1)])
+            live.end()
+            for _ in range(2):
+                terminate(database_url, live)
+                assert live.try_lock([(aggregate_id, 1)]) == ([aggregate_id], set())
+                live.end()
+                assert live.try_lock([(aggregate_id, 1)]) == ([aggregate_id], set())
+                live.end()
+        # Then each failure after a call that worked is a burst of its own, warned again
+        assert live.fallbacks == 2
+        assert len(fallback_warnings(caplog)) == 3
+    finally:
+        unreachable.close()
+        live.close()
+
+
+def test_a_lock_transaction_the_server_ended_for_idling_falls_back(
+    pg_engine: Engine, database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given locks whose transaction idles past the server's timeout while holding an agent
+    # (psycopg raises this one as an InternalError, SQLSTATE 25P03, not an OperationalError)
+    monkeypatch.setattr(agent_locks, "IDLE_S", 0.2)
+    for agent_id in ("a", "b"):
+        pg_engine.register_agent(agent_id, agent_id, ["python"], 5)
+    a, b = (agent_uuid(pg_engine.tenant, agent_id) for agent_id in ("a", "b"))
+    locks = outside_locks(pg_engine, database_url, pg_schema)
+    try:
+        assert locks.try_lock([(a, 1)])[0] == [a]
+        time.sleep(0.6)
+        # When it asks for another agent in that transaction
+        taken = locks.try_lock([(b, 1)])
+        # Then it decides without the locks rather than raise
+        assert taken == ([b], set())
+        assert locks.fallbacks == 1
+        assert locks.transaction is None
+    finally:
+        locks.close()
