@@ -10,19 +10,21 @@ and generated tests what is valid; the Engine checks them again and refuses with
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import cache
 from typing import Annotated, Any
 
 from fastapi import Path
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
@@ -151,6 +153,26 @@ Money = Annotated[Decimal, money(9, 18), WithJsonSchema(_MONEY)]
 """A call's cost in the API: exact dollars (``money``)."""
 
 
+def _within_max_ttl(seconds: float) -> float:
+    """At most ``MAX_TTL``, refused in the library's words (``bounds.require_ttl``): pydantic's
+    ``le`` said only "less than or equal to 31622400"."""
+    if seconds > MAX_TTL_SECONDS:
+        raise PydanticCustomError(
+            "ttl_too_long", f"must be at most {MAX_TTL.days} days ({int(MAX_TTL_SECONDS)} seconds)"
+        )
+    return seconds
+
+
+_TTL_SCHEMA = Field(ge=0.001, strict=True, json_schema_extra={"maximum": MAX_TTL_SECONDS})
+"""A lifetime in seconds: at least a millisecond, and at most ``MAX_TTL`` as the document says
+(its ``maximum``, for clients and generated tests); the bound is checked apart, in words."""
+TtlSeconds = Annotated[float, _TTL_SCHEMA, AfterValidator(_within_max_ttl)]
+"""A new session's lifetime in seconds (``ttl_seconds``)."""
+ExtensionSeconds = Annotated[float, _TTL_SCHEMA]
+"""Seconds added to an expiry: the bound is left to the engine, which says how much the session
+can still take (``SessionService.extend_session``), as the CLI's ``extend`` does."""
+
+
 @cache
 def _alias_pairs(model: type[BaseModel]) -> tuple[tuple[str, ...], ...]:
     """The names each field of ``model`` is read under, for fields read under more than one."""
@@ -188,7 +210,7 @@ class StartSession(Body):
     session_id: str = required_id("user-123-1700000000")
     workflow: str = required_name("customer_service", field="workflow", webhook="workflow_name")
     user_id: str | None = name()
-    ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS, strict=True)
+    ttl_seconds: TtlSeconds = 86_400
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -255,12 +277,26 @@ class Extend(Body):
         json_schema_extra={"oneOf": [{"required": ["ttl_seconds"]}, {"required": ["expires_at"]}]}
     )
 
-    ttl_seconds: Annotated[float, Field(ge=0.001, le=MAX_TTL_SECONDS, strict=True)] | SkipJsonSchema[None] = (
-        Field(default=None, description="Added to the current expiry.")
+    ttl_seconds: ExtensionSeconds | SkipJsonSchema[None] = Field(
+        default=None, description="Added to the current expiry."
     )
     expires_at: datetime | SkipJsonSchema[None] = Field(
         default=None, description="The new expiry (with a time zone), instead of ttl_seconds."
     )
+
+    @field_validator("ttl_seconds")
+    @classmethod
+    def _a_duration(cls, seconds: float | None) -> float | None:
+        """Seconds a duration can hold (``timedelta(seconds=1e300)`` overflows); the bound
+        itself is the engine's to say, with how much can still be added."""
+        if seconds is not None:
+            try:
+                timedelta(seconds=seconds)
+            except OverflowError:
+                raise PydanticCustomError(
+                    "ttl_too_long", f"reaches past any expiry (at most {MAX_TTL.days} days can be added)"
+                ) from None
+        return seconds
 
 
 class ForkSession(Body):
@@ -268,7 +304,7 @@ class ForkSession(Body):
         ge=1, le=MAX_VERSION, description="The parent's version whose state the fork takes."
     )
     new_session_id: str = required_id("user-123-1700000000-retry")
-    ttl_seconds: float = Field(default=86_400, ge=0.001, le=MAX_TTL_SECONDS, strict=True)
+    ttl_seconds: TtlSeconds = 86_400
 
 
 class Complete(Body):

@@ -271,3 +271,70 @@ def test_free_text_is_typed_as_the_server_checks_it(memory_http: TestClient) -> 
     )
     assert memory_http.get("/v1/tasks/t-1").status_code == 404
     assert memory_http.get("/v1/sessions/s-1").json()["status"] == "active"
+
+
+LONGEST_TTL_S = 366 * 86_400
+"""The domain's ``MAX_TTL`` in seconds, written out: the bound the messages and the document name."""
+
+
+@pytest.mark.parametrize("ttl", [LONGEST_TTL_S + 1, 400 * 86_400.0, 1e300], ids=str)
+def test_a_lifetime_past_366_days_is_refused_in_words_as_the_library_does(
+    memory_http: TestClient, ttl: float
+) -> None:
+    # Given a session to fork
+    assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
+    # When a session is started, or forked, to live longer than 366 days
+    started = memory_http.post(
+        "/v1/sessions", json={"session_id": "s-2", "workflow": "w", "ttl_seconds": ttl}
+    )
+    forked = memory_http.post(
+        "/v1/sessions/s-1/fork", json={"at_version": 1, "new_session_id": "s-3", "ttl_seconds": ttl}
+    )
+    # Then both are refused naming the bound in days (pydantic said "Input should be less than
+    # or equal to 31622400"), and neither session exists
+    for response in (started, forked):
+        refused(response, f"ttl_seconds: must be at most 366 days ({LONGEST_TTL_S} seconds)")
+    assert memory_http.get("/v1/sessions/s-2").status_code == 404
+    assert memory_http.get("/v1/sessions/s-3").status_code == 404
+
+
+def test_a_lifetime_of_exactly_366_days_is_taken(memory_http: TestClient) -> None:
+    response = memory_http.post(
+        "/v1/sessions", json={"session_id": "s-1", "workflow": "w", "ttl_seconds": LONGEST_TTL_S}
+    )
+    assert response.status_code == 201, response.text
+
+
+@pytest.mark.parametrize("ttl", [LONGEST_TTL_S + 1, 400 * 86_400.0], ids=str)
+def test_an_extension_past_366_days_says_how_much_can_still_be_added(
+    memory_http: TestClient, ttl: float
+) -> None:
+    # Given a session that lives a day
+    assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
+    before = memory_http.get("/v1/sessions/s-1").json()
+    # When it is extended by more than 366 days at once
+    response = memory_http.post("/v1/sessions/s-1/extend", json={"ttl_seconds": ttl})
+    # Then the refusal is the library's: the bound, and what is left of it (pydantic's "less
+    # than or equal to" said neither), and nothing changed
+    refused(response, "must lie at most 366 days ahead")
+    assert response.json()["error"].endswith("can still be added"), response.json()["error"]
+    assert "at most 365 days, " in response.json()["error"]
+    assert memory_http.get("/v1/sessions/s-1").json() == before
+
+
+@pytest.mark.parametrize("ttl", [1e14, 1e300], ids=str)
+def test_an_extension_no_duration_can_hold_is_refused_in_words(memory_http: TestClient, ttl: float) -> None:
+    # Given a session
+    assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
+    # When it is extended by more seconds than a duration holds (about 2.7 million years)
+    response = memory_http.post("/v1/sessions/s-1/extend", json={"ttl_seconds": ttl})
+    # Then it is refused with the bound, not a server error
+    refused(response, "ttl_seconds: reaches past any expiry (at most 366 days can be added)")
+
+
+def test_the_document_still_gives_every_lifetime_its_bounds(memory_http: TestClient) -> None:
+    # The refusals are worded by the server, but clients and generated tests read the bounds here
+    schemas = memory_http.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("StartSession", "ForkSession", "Extend"):
+        ttl = schemas[name]["properties"]["ttl_seconds"]
+        assert (ttl["minimum"], ttl["maximum"], ttl["type"]) == (0.001, LONGEST_TTL_S, "number"), name
