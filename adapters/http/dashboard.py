@@ -48,7 +48,10 @@ from flowledger.projections.cost_queries import GROUPINGS
 from flowledger.projections.tier_queries import reprice_by_tier
 
 router = APIRouter(tags=["analytics"])
-_WINDOW = worded(r"^\s*[0-9]{1,5}[smhdw]\s*$", "must be a window like 30m, 24h or 7d")
+# One to five digits, not all zeros: the pattern says exactly what ``parse_since`` takes, so a
+# value the API document allows is never refused by the handler (schemathesis checks that).
+_AMOUNT = r"(?:[1-9][0-9]{0,4}|0[1-9][0-9]{0,3}|00[1-9][0-9]{0,2}|000[1-9][0-9]?|0000[1-9])"
+_WINDOW = worded(rf"^\s*{_AMOUNT}[smhdw]\s*$", "must be a window above zero like 30m, 24h or 7d")
 Since = Annotated[
     str,
     Query(description="A window like 30m, 24h or 7d.", max_length=20, pattern=_WINDOW),
