@@ -26,9 +26,10 @@ class TaskPriority(StrEnum):
 
     @classmethod
     def parse(cls, priority: str) -> TaskPriority:
-        """The priority named (any case), or ValidationError."""
+        """The priority named (any case, spaces around it trimmed as a skill's are), or
+        ValidationError."""
         try:
-            return cls(str(priority).lower())
+            return cls(str(priority).strip().lower())
         except ValueError:
             names = [p.value for p in cls]
             message = f"must be one of {names} (any case), got {priority!r}"

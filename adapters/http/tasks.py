@@ -65,24 +65,32 @@ Moment = Annotated[
 """A time: RFC 3339 text, or Unix seconds in years 1-9999 (the schema says both)."""
 
 
-def any_case(names: list[str]) -> str:
-    """A JSON-schema pattern matching exactly one of ``names`` in any case (``[Ll][Oo][Ww]``)."""
+_PAD = "[ \\t\\n\\r]*"
+"""Spaces, tabs or line breaks around a value the server trims."""
+
+
+def any_case(names: list[str], *, padded: bool = False) -> str:
+    """A JSON-schema pattern matching exactly one of ``names`` in any case (``[Ll][Oo][Ww]``);
+    ``padded``: with spaces, tabs or line breaks around it too."""
     spelled = ("".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in n) for n in names)
-    return worded("^(" + "|".join(spelled) + ")$", f"must be one of {', '.join(names)} (any case)")
+    pad = _PAD if padded else ""
+    return worded(
+        f"^{pad}(" + "|".join(spelled) + f"){pad}$", f"must be one of {', '.join(names)} (any case)"
+    )
 
 
 Priority = Annotated[
     TaskPriority,
-    BeforeValidator(lambda value: value.lower() if isinstance(value, str) else value),
+    BeforeValidator(lambda value: value.strip().lower() if isinstance(value, str) else value),
     WithJsonSchema(
         {
             "type": "string",
-            "pattern": any_case([p.value for p in TaskPriority]),
-            "description": "low, medium, high or critical, in any case",
+            "pattern": any_case([p.value for p in TaskPriority], padded=True),
+            "description": "low, medium, high or critical, in any case, spaces around it trimmed",
         }
     ),
 ]
-"""A priority name in any case (``"MEDIUM"`` is ``medium``)."""
+"""A priority name in any case, trimmed as a skill is (``" MEDIUM"`` is ``medium``)."""
 _READ = responses(404)
 _WRITE = responses(404, 409)
 

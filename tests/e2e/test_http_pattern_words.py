@@ -3,6 +3,8 @@ expression (which the OpenAPI document still carries for clients and generated t
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -54,6 +56,24 @@ def test_a_task_any_case_priority_is_still_taken_and_a_wrong_one_named(memory_ht
         "priority: Input should be 'low', 'medium', 'high' or 'critical' (got 'urgent')"
         in refused.json()["error"]
     )
+
+
+def test_a_priority_with_spaces_around_it_is_trimmed_like_the_skills(memory_http: TestClient) -> None:
+    # Given a task whose priority and skill were typed with spaces around them
+    task = {"task_id": "t-1", "description": "Fix the race", "priority": " high", "required_skills": [" go "]}
+    # When it is created over REST, and the list is filtered by a spaced priority
+    created = memory_http.post("/v1/tasks", json=task)
+    listed = memory_http.get("/v1/tasks", params={"priority": "HIGH "})
+    # Then both are trimmed (not a 422), and the filter finds it
+    assert created.status_code == 201, created.text
+    assert (created.json()["priority"], created.json()["required_skills"]) == ("high", ["go"])
+    assert [t["task_id"] for t in listed.json()] == ["t-1"]
+    # And the schema clients read says so: the pattern takes the spaced spelling
+    schema = memory_http.get("/openapi.json").json()["components"]["schemas"]["CreateTask"]
+    pattern = schema["properties"]["priority"]["pattern"]
+    assert re.fullmatch(pattern, " high")
+    assert re.fullmatch(pattern, "HIGH\t")
+    assert not re.fullmatch(pattern, "hi gh")
 
 
 def test_a_deadline_without_a_time_zone_is_said_as_written(memory_http: TestClient) -> None:

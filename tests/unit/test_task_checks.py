@@ -41,6 +41,32 @@ def test_a_new_task_comes_back_with_its_skills_and_priority_normalised() -> None
     assert (skills, priority) == (["go", "python"], "high")
 
 
+@pytest.mark.parametrize("spelled", [" high", "high ", "\tHigh\n", "  HIGH  "])
+def test_a_priority_with_spaces_around_it_is_trimmed_as_skills_are(spelled: str) -> None:
+    # Given a priority typed with spaces around it, beside a skill typed the same way
+    # When a task is created with them, and created again with the priority as stored
+    skills, priority = require_creation(
+        tenant="t",
+        task_id="t1",
+        description="d",
+        required_skills=[" Go "],
+        priority=spelled,
+        deadline=None,
+    )
+    # Then both are trimmed, and the repeat with the trimmed or the spaced spelling is the same task
+    assert (skills, priority) == (["go"], "high")
+    CREATED.ensure_same(**{**SAME, "priority": spelled})
+
+
+@pytest.mark.parametrize("spelled", ["", "   ", "hi gh", "high\x00"])
+def test_a_priority_that_is_blank_or_spaced_inside_is_still_refused(spelled: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        require_creation(
+            tenant="t", task_id="t1", description="d", required_skills=[], priority=spelled, deadline=None
+        )
+    assert refused.value.field == "priority"
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
