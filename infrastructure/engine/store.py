@@ -71,7 +71,11 @@ KEEPS_EVENTS = (SessionExpired,)
 STATE_REFUSALS = (SessionError, TaskError, AgentError)
 """The domain's refusals that depend on an aggregate's state. Decided on a cached copy, one
 may be stale: another process moved the aggregate on (a task it assigned, found "pending"
-here), so the command is decided once more on state read from the log before it is refused."""
+here), so the command is decided once more on state read from the log before it is refused.
+So is one decided on several aggregates, even all read from the log: they were read one after
+the other, and another process may have written between the reads (a task read "assigned",
+then its agent read after another server completed it: "does not hold" instead of
+"completed")."""
 
 _BACKOFF_BASE_S = 0.002
 _BACKOFF_CAP_S = 0.1
@@ -298,8 +302,10 @@ class AggregateStore:
                     continue
                 except STATE_REFUSALS as refusal:
                     # Once, reading every aggregate from the store (a command may touch several
-                    # cached copies); never for an error that saved events (Expired).
-                    if not uow.from_cache or read_afresh or isinstance(refusal, KEEPS_EVENTS):
+                    # cached copies, or read several at different moments); never for an error
+                    # that saved events (Expired).
+                    maybe_stale = uow.from_cache or len(uow.touched) > 1
+                    if not maybe_stale or read_afresh or isinstance(refusal, KEEPS_EVENTS):
                         raise
                     read_afresh = True
                     continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -70,6 +71,36 @@ def test_a_task_and_agent_both_cached_stale_are_both_read_afresh(
     done = other.complete_task("T-2", {"fixed": True})
     # Then the other engine read both afresh rather than refuse "pending" or "does not hold"
     assert done.status is TaskStatus.COMPLETED
+    assert one.get_agent("a-1").load == 0
+
+
+def test_a_complete_that_loses_a_race_to_another_server_is_told_the_task_is_completed(
+    two_servers: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, other = two_servers
+    # Given an assigned task that the other engine has never cached
+    one.register_agent("a-1", "Agent 1", ["python"], capacity=1)
+    one.create_task("T-1", "fix the worker", ["python"])
+    one.assign_task("T-1")
+    # And one engine completes it after the other read the task (assigned) from the log but
+    # before it read the agent (an outside probe: 1 in 60 racing completes over REST)
+    reads = other.task_reads
+    read_agent = reads.agent
+
+    def agent_after_the_race(uow: Any, agent_id: str) -> Any:
+        if not raced:
+            raced.append(one.complete_task("T-1", {"by": "one"}))
+        return read_agent(uow, agent_id)
+
+    raced: list[object] = []
+    monkeypatch.setattr(reads, "agent", agent_after_the_race)
+    # When the other engine completes it too
+    with pytest.raises(TaskTransitionRejected) as refused:
+        other.complete_task("T-1", {"by": "other"})
+    # Then it is told the task is completed (not "agent a-1 does not hold task T-1"), and the
+    # first completion stands with the agent freed once
+    assert refused.value.status == "completed"
+    assert one.get_task("T-1").result == {"by": "one"}
     assert one.get_agent("a-1").load == 0
 
 
