@@ -8,12 +8,19 @@ is recorded as ``ClassificationFailed`` (with whatever usage it reported) and re
 on the routing's fallback model; if that fails too the task keeps waiting, unclassified,
 for a ``reclassify``. A classification derives, through the skill catalogue, the skills,
 priority and deadline the creator left out, recorded with their reasons.
+
+Concurrent classifications of one task in one engine share one call (single flight, as
+steps do): the first caller leads, and a later ``classify`` waits for its outcome and gets
+the same answer (or error); a later ``reclassify`` shares only another ``reclassify`` on the
+same model, and otherwise makes its own call once the first has ended. A cancelled leader
+hands over to the first waiter.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import partial
 
@@ -33,6 +40,7 @@ from flowledger.domain.skills import SkillCatalogue
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import Classification, TaskPriority, TaskState
 from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure.engine.step_calls import LeaderGone
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
 
@@ -58,6 +66,8 @@ class TaskClassifier:
         self.catalogue = catalogue
         self.tiers = tiers
         self._observed: deque[LlmUsage] = deque(maxlen=2000)
+        # The call classifying each task in this process, and the future its waiters share.
+        self._inflight: dict[str, tuple[_Request, asyncio.Future[TaskState]]] = {}
 
     def record(self, task_id: str, category: str, complexity: str, estimated_hours: float) -> TaskState:
         """Record a classification made elsewhere (no model usage). The first one recorded
@@ -101,6 +111,39 @@ class TaskClassifier:
         check_model = getattr(llm, "check_model", None)
         if model is not None and check_model is not None:
             check_model(model)  # UnknownModelPrice: refused before anything is recorded
+        request = _Request(model, again)
+        loop = asyncio.get_running_loop()
+        while (inflight := self._inflight.get(task_id)) is not None and inflight[1].get_loop() is loop:
+            leading, running = inflight
+            try:
+                state = await asyncio.shield(running)
+            except LeaderGone:
+                continue  # its caller was cancelled: the first waiter to wake leads
+            except Exception:
+                if request.shares(leading, answered=False):
+                    raise
+                continue
+            if request.shares(leading, answered=True):
+                return state
+        future: asyncio.Future[TaskState] = loop.create_future()
+        future.add_done_callback(_retrieve_exception)
+        self._inflight[task_id] = (request, future)
+        try:
+            state = await self._lead(llm, task_id, model, again=again)
+        except asyncio.CancelledError:
+            future.set_exception(LeaderGone())
+            raise
+        except BaseException as error:
+            future.set_exception(error)
+            raise
+        else:
+            future.set_result(state)
+            return state
+        finally:
+            if (current := self._inflight.get(task_id)) is not None and current[1] is future:
+                del self._inflight[task_id]
+
+    async def _lead(self, llm: LlmPort, task_id: str, model: str | None, *, again: bool) -> TaskState:
         task: Task | None = await asyncio.to_thread(self._store.load, self._reads.task_uuid(task_id))
         if task is None:
             raise TaskNotFound(task_id)
@@ -183,3 +226,29 @@ class TaskClassifier:
         next_try = None if task.task_status.is_final else fallback
         task.classification_failed(model, detail, usage, next_try, uow.now)
         return task.state()
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What a caller asked for: ``classify`` (``again`` false) or ``reclassify``, on ``model``."""
+
+    model: str | None
+    again: bool
+
+    def shares(self, leading: _Request, *, answered: bool) -> bool:
+        """Whether this waiting caller takes the outcome of ``leading``'s call as its own.
+
+        A classify takes any answered call's task (classified now, or waiting after its
+        failures were recorded: a classify would return it unchanged, or pay to fail again)
+        and a classify's error. A reclassify takes only another reclassify on the same model:
+        after any other it makes its call of its own.
+        """
+        if self.again:
+            return leading == self
+        return answered or not leading.again
+
+
+def _retrieve_exception(future: asyncio.Future[TaskState]) -> None:
+    # Waiters are optional: mark the exception retrieved so asyncio does not log it.
+    if not future.cancelled():
+        future.exception()
