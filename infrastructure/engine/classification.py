@@ -13,7 +13,11 @@ Concurrent classifications of one task in one engine share one call (single flig
 steps do): the first caller leads, and a later ``classify`` waits for its outcome and gets
 the same answer (or error); a later ``reclassify`` shares only another ``reclassify`` on the
 same model, and otherwise makes its own call once the first has ended. A cancelled leader
-hands over to the first waiter.
+hands over to the first waiter. Across engines (PostgreSQL), a classify about to call the
+model holds the task's lock (``TaskLocks``) through the call and the save; one that waited
+for it reads the task again and, finding it classified, makes no call. The lock is only an
+optimisation: waiting for it is bounded (``lock_wait_s``), and without it (memory, PgBouncer,
+the database not answering) a classify calls anyway, as before.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from collections import deque
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import partial
+from typing import Protocol
+from uuid import UUID
 
 from flowledger.domain.errors import (
     LlmError,
@@ -48,8 +54,24 @@ _TYPICAL_CALL = {"input_tokens": 300, "output_tokens": 60}
 """The size of a classification call, for comparing models' costs (prompt ~300, reply ~60 tokens)."""
 
 
+class TaskLocks(Protocol):
+    """Locks on tasks shared by engines on one database (``postgres/classification_locks.py``)."""
+
+    def try_lock(self, task_id: UUID) -> bool | None:
+        """True when taken, False when held elsewhere, None when the database could not be asked."""
+
+    def unlock(self, task_id: UUID) -> None:
+        """Let the lock go."""
+
+
 class TaskClassifier:
     """Classifies one tenant's tasks, by a model through the LLM port or as the caller says."""
+
+    lock_wait_s: float = 60.0
+    """How long a classify waits for another engine's classification of the task to end
+    before it calls the model anyway (a stalled engine holds nobody back for longer)."""
+    lock_poll_s: float = 0.05
+    """How often a waiting classify asks for the lock again."""
 
     def __init__(
         self,
@@ -59,8 +81,10 @@ class TaskClassifier:
         *,
         catalogue: SkillCatalogue,
         tiers: ModelTiers,
+        locks: TaskLocks | None = None,
     ) -> None:
         self._store = store
+        self.locks = locks
         self._reads = reads
         self.llm = llm
         self.catalogue = catalogue
@@ -144,6 +168,29 @@ class TaskClassifier:
                 del self._inflight[task_id]
 
     async def _lead(self, llm: LlmPort, task_id: str, model: str | None, *, again: bool) -> TaskState:
+        found = await self._load(task_id, again=again)
+        if isinstance(found, TaskState):
+            return found
+        locks = None if again else self.locks
+        if locks is None:
+            return await self._call(llm, found, model, again=again)
+        # Across processes: one classify at a time per task; one that waited reads the task
+        # again, which the other has classified by then (module docstring).
+        key = found.id
+        taken, waited = await self._lock(locks, key)
+        try:
+            if waited:
+                found = await self._load(task_id, again=again)
+                if isinstance(found, TaskState):
+                    return found
+            return await self._call(llm, found, model, again=again)
+        finally:
+            if taken:
+                await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(locks.unlock, key)))
+
+    async def _load(self, task_id: str, *, again: bool) -> Task | TaskState:
+        """The task to classify, or its state when there is nothing to do (already classified,
+        or closed: TaskTransitionRejected for a reclassify)."""
         task: Task | None = await asyncio.to_thread(self._store.load, self._reads.task_uuid(task_id))
         if task is None:
             raise TaskNotFound(task_id)
@@ -153,6 +200,28 @@ class TaskClassifier:
             return task.state()
         if task.classification is not None and not again:
             return task.state()
+        return task
+
+    async def _lock(self, locks: TaskLocks, task: UUID) -> tuple[bool, bool]:
+        """Take the task's lock, waiting up to ``lock_wait_s`` while another engine holds it:
+        (taken, waited). Not taken when the wait ran out or the database could not be asked."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.lock_wait_s
+        waited = False
+        while True:
+            attempt = asyncio.ensure_future(asyncio.to_thread(locks.try_lock, task))
+            try:
+                taken = await asyncio.shield(attempt)
+            except asyncio.CancelledError:
+                attempt.add_done_callback(partial(_unlock_if_taken, loop, locks, task))
+                raise
+            if taken is not False or loop.time() >= give_up:
+                return bool(taken), waited
+            waited = True
+            await asyncio.sleep(self.lock_poll_s)
+
+    async def _call(self, llm: LlmPort, task: Task, model: str | None, *, again: bool) -> TaskState:
+        task_id = task.task_id
         if model is not None:
             chosen, route = model, "named by the caller"
         else:
@@ -252,3 +321,11 @@ def _retrieve_exception(future: asyncio.Future[TaskState]) -> None:
     # Waiters are optional: mark the exception retrieved so asyncio does not log it.
     if not future.cancelled():
         future.exception()
+
+
+def _unlock_if_taken(
+    loop: asyncio.AbstractEventLoop, locks: TaskLocks, task: UUID, attempt: asyncio.Future[bool | None]
+) -> None:
+    # The caller was cancelled while the lock was being taken: let it go if it was.
+    if not attempt.cancelled() and attempt.exception() is None and attempt.result():
+        loop.run_in_executor(None, locks.unlock, task)

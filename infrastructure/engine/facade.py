@@ -55,6 +55,7 @@ from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
+from flowledger.infrastructure.postgres.classification_locks import ClassificationLocks
 from flowledger.infrastructure.postgres.database import deadlines_of, ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.group_commit import GroupCommit
@@ -144,12 +145,19 @@ class Engine:
             )
         )
         self.tasks = TaskService(self.store, self.task_reads, self.tenant, self._agent_locks)
+        # Across processes, one classify of a task at a time (PostgreSQL only; not behind PgBouncer).
+        self._classification_locks = (
+            None
+            if url == MEMORY_URL or self.settings.pgbouncer
+            else ClassificationLocks(url, self.settings.schema, deadlines_of(self.settings))
+        )
         self.classifier = TaskClassifier(
             self.store,
             self.task_reads,
             llm,
             catalogue=catalogue,
             tiers=tiers,
+            locks=self._classification_locks,
         )
         self.tie_breaker = TieBreaker(self.store, self.task_reads, self.classifier)
 
@@ -266,6 +274,8 @@ class Engine:
         self.budgets.close()
         if self._agent_locks is not None:
             self._agent_locks.close()
+        if self._classification_locks is not None:
+            self._classification_locks.close()
         self._app.close()
 
     async def aclose(self) -> None:
@@ -278,6 +288,8 @@ class Engine:
         self.budgets.close()
         if self._agent_locks is not None:
             self._agent_locks.close()
+        if self._classification_locks is not None:
+            self._classification_locks.close()
         self._app.close()
 
     @contextmanager
