@@ -48,6 +48,12 @@ _BROKEN_STREAM = [
 ]
 """The ``malformed`` fault on a streamed request: a first chunk, then one cut short."""
 
+_SERVER_ERRORS = {
+    "500": "The server had an error while processing your request (simulated)",
+    "503": "The server is overloaded or not ready yet (simulated)",
+}
+"""The messages of the ``500`` and ``503`` faults, worded as OpenAI's."""
+
 EXCHANGES_KEPT = 1000
 """How many answered calls a simulator remembers (``Simulator.exchanges``)."""
 
@@ -194,11 +200,12 @@ class Simulator:
             await send_json(
                 writer,
                 429,
-                {"error": {"message": "rate limited", "type": "requests"}},
+                error_body("Rate limit reached (simulated)", "requests", code="rate_limit_exceeded"),
                 {"retry-after-ms": str(round(wait * 1000)), "retry-after": str(math.ceil(wait))},
             )
         elif fault in ("500", "503"):
-            await send_json(writer, int(fault), {"error": {"message": "simulated failure"}})
+            # OpenAI's whole error object, as for a request it refuses: the SDK reads type and code.
+            await send_json(writer, int(fault), error_body(_SERVER_ERRORS[fault], "server_error"))
         elif fault == "malformed" and streamed:
             # A stream that begins, then sends a chunk that is not JSON: a JSON body here would
             # read as a stream with no events, and a client would see no error at all.

@@ -86,6 +86,29 @@ def test_server_errors_are_injected_by_header(simulator_url: str, fault: str, er
     assert getattr(raised.value, "status_code", None) == int(fault)
 
 
+@pytest.mark.parametrize(
+    ("fault", "kind", "code"),
+    [
+        ("429", "requests", "rate_limit_exceeded"),
+        ("500", "server_error", None),
+        ("503", "server_error", None),
+    ],
+)
+def test_an_injected_error_has_openais_error_body_which_the_sdk_reads(
+    simulator_url: str, fault: str, kind: str, code: str | None
+) -> None:
+    # The faults answered {"error": {"message"}} (and the 429 a "type"), where a request the
+    # simulator cannot read got OpenAI's whole error object: the SDK's error had type and code None.
+    with sdk(simulator_url) as client, pytest.raises(openai.APIStatusError) as raised:
+        client.chat.completions.create(
+            model="deepseek-v3.2", messages=MESSAGES, extra_headers={"x-sim-fault": fault}
+        )
+    error = raised.value
+    assert set(error.response.json()["error"]) == {"message", "type", "param", "code"}
+    assert (error.type, error.code, error.param) == (kind, code, None)
+    assert error.message.startswith(f"Error code: {fault} - ")
+
+
 def test_a_malformed_body_and_a_dropped_connection_are_real_network_faults(simulator_url: str) -> None:
     headers = {"authorization": "Bearer sk-sim-000000"}
     body = {"model": "deepseek-v3.2", "messages": MESSAGES}
