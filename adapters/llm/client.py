@@ -150,7 +150,8 @@ class OpenAICompatibleClient:
         """A client for ``FLOWLEDGER_LLM_BASE_URL`` with ``FLOWLEDGER_LLM_API_KEY`` (checked now).
 
         ``options`` are further ClientConfig fields, over those the environment sets
-        (``env_options``: timeouts, retries, breaker, streaming, limits); prices come from
+        (``env_options``: timeouts, retries, breaker, streaming, limits, transport), and
+        ``transport`` may instead be an ``httpx.AsyncBaseTransport`` to send through; prices come from
         ``FLOWLEDGER_PRICING_FILE`` or the shipped table.
         """
         options = {**client_options_from_env(os.environ), **options}
@@ -158,7 +159,11 @@ class OpenAICompatibleClient:
             raise ValidationError("llm_base_url", "FLOWLEDGER_LLM_BASE_URL is not set")
         if not settings.llm_api_key:
             raise ValidationError("llm_api_key", "FLOWLEDGER_LLM_API_KEY is not set")
+        # ``transport`` is either ClientConfig's (a name: "aiohttp", "httpx") or an httpx
+        # transport to send through (tests' MockTransport); a name was taken for the latter.
         transport = options.pop("transport", None)
+        if isinstance(transport, str):
+            options["transport"], transport = transport, None
         config = ClientConfig(base_url=settings.llm_base_url, api_key=ApiKey(settings.llm_api_key), **options)
         return cls(config, prices=load_price_table(settings.pricing_file), transport=transport)
 

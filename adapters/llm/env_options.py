@@ -9,7 +9,8 @@ rate limit for every model.
 - ``FLOWLEDGER_LLM_STREAM``: ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``;
 - ``FLOWLEDGER_LLM_UNPRICED_MODELS``: ``refuse`` or ``flag``;
 - ``FLOWLEDGER_LLM_BREAKER_THRESHOLD``, ``FLOWLEDGER_LLM_BREAKER_RECOVERY_S``: the breaker;
-- ``FLOWLEDGER_LLM_RPM`` with ``FLOWLEDGER_LLM_TPM``: ``default_limits``, per minute.
+- ``FLOWLEDGER_LLM_RPM`` with ``FLOWLEDGER_LLM_TPM``: ``default_limits``, per minute;
+- ``FLOWLEDGER_LLM_TRANSPORT``: ``aiohttp`` (the default) or ``httpx`` (``transport``).
 
 A value that does not read is a ValidationError naming the variable; the config's own
 checks (``ClientConfig``) apply to what is read.
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flowledger.adapters.llm.config import ModelLimits
+from flowledger.adapters.llm.config import TRANSPORTS, ModelLimits
 from flowledger.domain.errors import ValidationError
 
 _FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -53,6 +54,13 @@ def client_options_from_env(env: Mapping[str, str]) -> dict[str, Any]:
         if stream.strip().lower() not in _TRUE | _FALSE:
             raise ValidationError("FLOWLEDGER_LLM_STREAM", f"must be true or false, got {stream!r}")
         options["stream"] = stream.strip().lower() in _TRUE
+    transport = env.get("FLOWLEDGER_LLM_TRANSPORT")
+    if transport:
+        if transport.strip().lower() not in TRANSPORTS:
+            raise ValidationError(
+                "FLOWLEDGER_LLM_TRANSPORT", f"must be one of {', '.join(TRANSPORTS)}, got {transport!r}"
+            )
+        options["transport"] = transport.strip().lower()
     rpm, tpm = env.get("FLOWLEDGER_LLM_RPM"), env.get("FLOWLEDGER_LLM_TPM")
     if rpm or tpm:
         if not (rpm and tpm):
@@ -60,9 +68,14 @@ def client_options_from_env(env: Mapping[str, str]) -> dict[str, Any]:
                 "FLOWLEDGER_LLM_RPM", "FLOWLEDGER_LLM_RPM and FLOWLEDGER_LLM_TPM go together"
             )
         try:
-            options["default_limits"] = ModelLimits(rpm=int(rpm), tpm=int(tpm))
+            per_minute = int(rpm), int(tpm)
         except ValueError:
             raise ValidationError(
                 "FLOWLEDGER_LLM_RPM", f"rpm and tpm must be whole numbers, got {rpm!r}/{tpm!r}"
             ) from None
+        # ModelLimits' own refusal (a count below 1) is a ValidationError, itself a ValueError:
+        # read apart from the conversion, or it was reported as "must be whole numbers".
+        if min(per_minute) < 1:
+            raise ValidationError("FLOWLEDGER_LLM_RPM", f"rpm and tpm must be >= 1, got {rpm!r}/{tpm!r}")
+        options["default_limits"] = ModelLimits(rpm=per_minute[0], tpm=per_minute[1])
     return options

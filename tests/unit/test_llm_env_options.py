@@ -9,6 +9,7 @@ import pytest
 
 from flowledger.adapters.llm import ModelLimits, OpenAICompatibleClient
 from flowledger.adapters.llm.env_options import client_options_from_env
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Settings
 
@@ -73,3 +74,48 @@ def test_a_value_that_does_not_read_names_its_variable(env: dict[str, str], fiel
     with pytest.raises(ValidationError) as raised:
         client_options_from_env(env)
     assert raised.value.field == field
+
+
+def _settings(base_url: str) -> Settings:
+    return Settings(
+        database_url="memory:", home=Path("/nonexistent"), llm_base_url=base_url, llm_api_key="sk-env-1234"
+    )
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_a_transport_named_in_the_options_or_the_environment_is_the_one_calls_go_through(
+    monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    # ``from_settings(settings, transport="httpx")`` took the name for an httpx transport
+    # object: the client was built, and its first call failed with AttributeError ('str'
+    # object has no attribute 'handle_async_request'), recorded as a failed step.
+    with run_simulator(SimulatorConfig(latency_ms=1, seed=3)) as simulator:
+        settings = _settings(simulator.base_url)
+        named = OpenAICompatibleClient.from_settings(settings, transport=transport)
+        monkeypatch.setenv("FLOWLEDGER_LLM_TRANSPORT", transport)
+        from_env = OpenAICompatibleClient.from_settings(settings)
+        for llm in (named, from_env):
+            # When
+            reply = await llm.complete(model="deepseek-v3.2", messages=[{"role": "user", "content": "hi"}])
+            # Then
+            assert llm.config.transport == transport
+            assert reply.usage.attempts == 1
+            assert reply.usage.output_tokens > 0
+            await llm.aclose()
+
+
+def test_an_unknown_transport_in_the_environment_names_its_variable() -> None:
+    with pytest.raises(ValidationError) as raised:
+        client_options_from_env({"FLOWLEDGER_LLM_TRANSPORT": "curl"})
+    assert raised.value.field == "FLOWLEDGER_LLM_TRANSPORT"
+    assert "aiohttp, httpx" in str(raised.value)
+
+
+@pytest.mark.parametrize(("rpm", "tpm"), [("0", "1000"), ("60", "-5")])
+def test_limits_below_one_are_refused_for_what_they_are(rpm: str, tpm: str) -> None:
+    # '0' was refused as "rpm and tpm must be whole numbers, got '0'/'1000'": it is one.
+    with pytest.raises(ValidationError) as raised:
+        client_options_from_env({"FLOWLEDGER_LLM_RPM": rpm, "FLOWLEDGER_LLM_TPM": tpm})
+    assert raised.value.field == "FLOWLEDGER_LLM_RPM"
+    assert "must be >= 1" in str(raised.value)
+    assert "whole numbers" not in str(raised.value)
