@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,38 @@ class ApiKey:
         return "ApiKey('***')"
 
     __str__ = __repr__
+
+
+def require_endpoint_url(base_url: str) -> None:
+    """Refuse (ValidationError on ``llm_base_url``) a base URL the client cannot request as given.
+
+    Each of these was taken and failed every call: a port past 65535 or credentials in the URL
+    (a bare ValueError from the HTTP client, recorded as a failed step), a query or a fragment
+    (the path ``/chat/completions`` went after it: a 404), a URL that does not parse. The key
+    goes in ``FLOWLEDGER_LLM_API_KEY``; credentials are never echoed back.
+    """
+    if any(char.isspace() or not char.isprintable() for char in base_url):
+        raise ValidationError("llm_base_url", f"holds a space or a control character: {base_url!r}")
+    try:
+        parts = urlsplit(base_url)
+        port = parts.port
+    except ValueError as error:  # "Invalid IPv6 URL", "Port out of range 0-65535", ...
+        problem = "port must be 1-65535" if "Port" in str(error) else f"not a URL ({error})"
+        raise ValidationError("llm_base_url", f"{problem}: {base_url!r}") from None
+    if parts.username is not None or parts.password is not None:
+        raise ValidationError(
+            "llm_base_url", "holds credentials (user:password@); give the key in FLOWLEDGER_LLM_API_KEY"
+        )
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError("llm_base_url", f"must be an http(s) URL with a host, got {base_url!r}")
+    if port == 0:
+        raise ValidationError("llm_base_url", f"port must be 1-65535: {base_url!r}")
+    for part, text in (("query", parts.query), ("fragment", parts.fragment)):
+        if text or base_url.endswith("?" if part == "query" else "#"):
+            raise ValidationError(
+                "llm_base_url",
+                f"must not hold a {part} (the path /chat/completions is added to it): {base_url!r}",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,16 +130,15 @@ class ClientConfig:
     unpriced_models: str = "refuse"
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValidationError("llm_base_url", f"must be an http(s) URL, got {self.base_url!r}")
+        require_endpoint_url(self.base_url)
         if not isinstance(self.api_key, ApiKey):
             raise ValidationError("llm_api_key", "must be an ApiKey")
         if not self.default_model.strip():
             raise ValidationError("default_model", "must be a non-empty string")
         for name in ("connect_timeout_s", "request_timeout_s", "breaker_recovery_s"):
-            if not getattr(self, name) > 0:
-                raise ValidationError(name, "must be > 0")
+            # inf was taken, and every call then failed (OverflowError in the event loop's timer).
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValidationError(name, "must be a finite number of seconds > 0")
         if self.connect_timeout_s > self.request_timeout_s:
             raise ValidationError("connect_timeout_s", "cannot exceed request_timeout_s")
         if self.read_timeout_s is not None and not 0 < self.read_timeout_s <= self.request_timeout_s:

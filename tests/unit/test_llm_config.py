@@ -1,0 +1,73 @@
+"""ClientConfig refuses at construction what would fail every call later (``adapters/llm/config.py``):
+an endpoint URL that cannot be requested as given, and timeouts that are not finite."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from flowledger.adapters.llm import ApiKey, ClientConfig, build_engine
+from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure import Settings
+
+KEY = ApiKey("sk-config-1234")
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        # Each was accepted, and then every call failed: a bare ValueError (port, credentials,
+        # recorded as a failed step) or a 404 from a URL with the path after the query.
+        ("http://127.0.0.1:99999/v1", "port"),
+        ("http://[::1/v1", "not a URL"),
+        ("http://user:secret@llm.test/v1", "credentials"),
+        ("http://llm.test/v1?api-version=2024-06-01", "query"),
+        ("http://llm.test/v1#part", "fragment"),
+    ],
+)
+def test_an_endpoint_url_that_cannot_be_requested_as_given_is_refused_at_start_up(
+    url: str, says: str
+) -> None:
+    with pytest.raises(ValidationError) as raised:
+        ClientConfig(base_url=url, api_key=KEY)
+    assert raised.value.field == "llm_base_url"
+    assert says in str(raised.value)
+    assert "secret" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8089/v1", "https://api.openai.com/v1/", "http://[::1]:80/v1"]
+)
+def test_an_endpoint_url_with_a_host_port_and_path_is_taken(url: str) -> None:
+    assert ClientConfig(base_url=url, api_key=KEY).endpoint.endswith("/v1/chat/completions")
+
+
+@pytest.mark.parametrize(
+    "field", ["request_timeout_s", "read_timeout_s", "connect_timeout_s", "breaker_recovery_s"]
+)
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+def test_a_timeout_that_is_not_a_finite_number_of_seconds_is_refused(field: str, value: float) -> None:
+    # request_timeout_s=inf was taken, and every call failed with OverflowError
+    # ("cannot convert float infinity to integer"), recorded as a failed step.
+    with pytest.raises(ValidationError) as raised:
+        ClientConfig(base_url="http://llm.test/v1", api_key=KEY, **{field: value})
+    assert raised.value.field == field
+
+
+def test_a_bad_timeout_in_the_environment_stops_the_engine_being_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given
+    monkeypatch.setenv("FLOWLEDGER_LLM_REQUEST_TIMEOUT_S", "inf")
+    settings = Settings(
+        database_url="memory:",
+        home=Path("/nonexistent"),
+        llm_base_url="http://llm.test/v1",
+        llm_api_key="sk-e-1234",
+    )
+    # When / Then
+    with pytest.raises(ValidationError) as raised:
+        build_engine(settings=settings)
+    assert raised.value.field == "request_timeout_s"
