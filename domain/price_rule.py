@@ -80,8 +80,10 @@ class ModelPrice:
     def __post_init__(self) -> None:
         for item in fields(self):
             value = getattr(self, item.name)
-            if value is not None and (not isinstance(value, Decimal) or not value >= 0):
-                raise ValidationError(f"price.{item.name}", f"must be a Decimal >= 0, got {value!r}")
+            if value is not None and not isinstance(value, Decimal):
+                raise ValidationError(f"price.{item.name}", f"must be a Decimal, got {value!r}")
+            if value is not None and not value >= 0:
+                raise ValidationError(f"price.{item.name}", f"must be >= 0, got {value}")
 
     def cost(
         self,

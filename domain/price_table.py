@@ -138,13 +138,17 @@ def price_table_from_document(
     """The table a price file holds (``data`` is its JSON, numbers read as Decimal; ``raw`` its
     bytes, which name the version of a LiteLLM file); ``default`` prices models it lacks."""
     aliases: dict[str, str] = {}
-    if isinstance(data.get("models"), dict):
+    own_format = isinstance(data.get("models"), dict)
+    if own_format:
         version = data.get("version")
         if not isinstance(version, str) or not version.strip():
             raise ValidationError("pricing_file", f"{label} needs a non-empty 'version'")
         entries: dict[str, Any] = data["models"]
         if default is None and isinstance(data.get("default"), dict):
-            default = ModelPrice.from_entry(data["default"])
+            try:
+                default = ModelPrice.from_entry(data["default"])
+            except ValidationError as error:
+                raise _in_file(label, "default", error) from None
         raw_aliases = data.get("aliases", {})
         if not isinstance(raw_aliases, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in raw_aliases.items()
@@ -158,32 +162,44 @@ def price_table_from_document(
     prices: dict[str, ModelPrice] = {}
     schedule: dict[str, list[DatedPrice]] = {}
     for model, entry in entries.items():
-        if isinstance(entry, list):
-            schedule[model] = sorted(
-                (_dated(model, item) for item in entry), key=lambda dated: dated.effective_from
-            )
-        elif _is_price(entry) and "effective_from" in entry:
-            schedule[model] = [_dated(model, entry)]
-        elif _is_price(entry):
-            prices[model] = ModelPrice.from_entry(entry)
+        try:
+            if isinstance(entry, list):
+                schedule[model] = sorted(
+                    (_dated(item) for item in entry), key=lambda dated: dated.effective_from
+                )
+            elif _is_price(entry) and "effective_from" in entry:
+                schedule[model] = [_dated(entry)]
+            elif _is_price(entry) or own_format:
+                # Our own format lists prices only: an entry without both was left out without a
+                # word, and its model then had no price. LiteLLM's lists models priced otherwise.
+                prices[model] = ModelPrice.from_entry(entry if isinstance(entry, dict) else {})
+        except ValidationError as error:
+            raise _in_file(label, model, error) from None
     if not prices and not schedule:
         raise ValidationError("pricing_file", f"{label} has no model with input and output prices")
     return PriceTable(version=version, prices=prices, default=default, schedule=schedule, aliases=aliases)
+
+
+def _in_file(label: str, model: str, error: ValidationError) -> ValidationError:
+    """An entry's error naming the file and the model: its own named neither
+    ("price: needs input_cost_per_token and output_cost_per_token")."""
+    what = error.field.removeprefix("price").removeprefix(".")
+    return ValidationError(
+        "pricing_file", f"{label}, model {model!r}: {what + ' ' if what else ''}{error.message}"
+    )
 
 
 def _is_price(entry: Any) -> bool:
     return isinstance(entry, dict) and "input_cost_per_token" in entry and "output_cost_per_token" in entry
 
 
-def _dated(model: str, entry: Any) -> DatedPrice:
+def _dated(entry: Any) -> DatedPrice:
     if not _is_price(entry) or not isinstance(entry.get("effective_from"), str):
-        raise ValidationError(
-            f"prices.{model}", "each dated entry needs effective_from, input and output prices"
-        )
+        raise ValidationError("price", "each dated entry needs effective_from, input and output prices")
     try:
         start = datetime.fromisoformat(entry["effective_from"])
     except ValueError:
         raise ValidationError(
-            f"prices.{model}.effective_from", f"not an ISO 8601 time: {entry['effective_from']!r}"
+            "price.effective_from", f"not an ISO 8601 time: {entry['effective_from']!r}"
         ) from None
     return DatedPrice(effective_from=start, price=ModelPrice.from_entry(entry))

@@ -151,7 +151,7 @@ def test_our_own_format_needs_a_version_and_may_carry_a_default(tmp_path: Path) 
         ("[1, 2]", r"pricing_file: prices\.json must hold a JSON object"),
         (
             '{"version": "v", "models": {"m": {"input_cost_per_token": -1, "output_cost_per_token": 1}}}',
-            r"price\.input_cost_per_token: must be a Decimal >= 0, got Decimal\('-1'\)",
+            r"pricing_file: prices\.json, model 'm': input_cost_per_token must be >= 0, got -1$",
         ),
     ],
 )
@@ -162,3 +162,63 @@ def test_a_broken_price_file_is_rejected(tmp_path: Path, content: str, message: 
         load_price_table(path)
     with pytest.raises(ValidationError, match=r"pricing_file: cannot read .*missing\.json"):
         load_price_table(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        # Said "price.input_cost_per_token: must be a Decimal >= 0, got Decimal('-0.000001')",
+        # "price: needs input_cost_per_token and output_cost_per_token", ...: no file, no model.
+        (
+            {"input_cost_per_token": -1e-6, "output_cost_per_token": 1e-6},
+            "input_cost_per_token must be >= 0, got -0.000001",
+        ),
+        (
+            {"input_cost_per_token": 1e-6, "output_cost_per_token": None},
+            "needs input_cost_per_token and output_cost_per_token",
+        ),
+        # An entry of our own format without an output price was left out without a word: a
+        # call to the model was then refused as having no price.
+        ({"input_cost_per_token": 1e-6}, "needs input_cost_per_token and output_cost_per_token"),
+        ({"output_cost_per_token": 1e-6}, "needs input_cost_per_token and output_cost_per_token"),
+        (
+            {"input_cost_per_token": "abc", "output_cost_per_token": 1e-6},
+            "input_cost_per_token must be a number, got 'abc'",
+        ),
+        (
+            {
+                "input_cost_per_token": 1e-6,
+                "output_cost_per_token": 1e-6,
+                "cache_read_input_token_cost": True,
+            },
+            "cache_read_input_token_cost must be a number, got True",
+        ),
+        (
+            [{"effective_from": "2025-01-01T00:00:00Z", "input_cost_per_token": 1e-6}],
+            "each dated entry needs effective_from, input and output prices",
+        ),
+    ],
+)
+def test_a_price_that_cannot_be_used_names_its_file_and_model(
+    tmp_path: Path, entry: object, message: str
+) -> None:
+    # Given a file whose one bad entry sits among good ones
+    path = tmp_path / "team-prices.json"
+    good = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
+    path.write_text(json.dumps({"version": "v1", "models": {"good": good, "acme/bad-1": entry}}))
+    # When / Then
+    with pytest.raises(ValidationError) as raised:
+        load_price_table(path)
+    assert raised.value.field == "pricing_file"
+    assert str(raised.value) == f"pricing_file: team-prices.json, model 'acme/bad-1': {message}"
+
+
+def test_a_litellm_file_still_leaves_out_entries_that_price_no_chat(tmp_path: Path) -> None:
+    # LiteLLM's own file lists embedding and image models without an output price.
+    path = tmp_path / "model_prices_and_context_window.json"
+    chat = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
+    embedding = {"mode": "embedding", "input_cost_per_token": 1e-7}
+    path.write_text(json.dumps({"chat-1": chat, "embed-1": embedding}))
+    table = load_price_table(path)
+    assert table.knows("chat-1")
+    assert not table.knows("embed-1")
