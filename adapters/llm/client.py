@@ -165,7 +165,17 @@ class OpenAICompatibleClient:
         if isinstance(transport, str):
             options["transport"], transport = transport, None
         config = ClientConfig(base_url=settings.llm_base_url, api_key=ApiKey(settings.llm_api_key), **options)
-        return cls(config, prices=load_price_table(settings.pricing_file), transport=transport)
+        prices = load_price_table(settings.pricing_file)
+        # A default model named (not the built-in one) that the table cannot price was taken, and
+        # every step naming no model was then refused: say so at start-up instead.
+        named = "default_model" in options and config.unpriced_models == "refuse"
+        if named and not prices.knows(config.default_model):
+            raise ValidationError(
+                "default_model",
+                f"{config.default_model!r} has no price in {prices.version} "
+                "(FLOWLEDGER_PRICING_FILE; or FLOWLEDGER_LLM_UNPRICED_MODELS=flag to call it unpriced)",
+            )
+        return cls(config, prices=prices, transport=transport)
 
     def _pool(self) -> _Pool:
         """The running loop's connection pool, made on its first call."""

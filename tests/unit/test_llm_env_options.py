@@ -119,3 +119,38 @@ def test_limits_below_one_are_refused_for_what_they_are(rpm: str, tpm: str) -> N
     assert raised.value.field == "FLOWLEDGER_LLM_RPM"
     assert "must be >= 1" in str(raised.value)
     assert "whole numbers" not in str(raised.value)
+
+
+@pytest.mark.parametrize("unpriced", ["refuse", "flag"])
+def test_a_default_model_named_without_a_price_is_refused_unless_unpriced_calls_are_flagged(
+    monkeypatch: pytest.MonkeyPatch, unpriced: str
+) -> None:
+    # FLOWLEDGER_LLM_DEFAULT_MODEL=gpt-4.2 was taken: serve started, and every step that named
+    # no model was then refused (422, UnknownModelPrice).
+    monkeypatch.setenv("FLOWLEDGER_LLM_DEFAULT_MODEL", "gpt-4.2")
+    monkeypatch.setenv("FLOWLEDGER_LLM_UNPRICED_MODELS", unpriced)
+    settings = _settings("http://127.0.0.1:9/v1")
+    if unpriced == "flag":
+        assert OpenAICompatibleClient.from_settings(settings).config.default_model == "gpt-4.2"
+        return
+    with pytest.raises(ValidationError) as raised:
+        OpenAICompatibleClient.from_settings(settings)
+    assert raised.value.field == "default_model"
+    assert "'gpt-4.2' has no price in flowledger-" in str(raised.value)
+
+
+def test_the_built_in_default_model_is_not_required_of_a_price_file(tmp_path: Path) -> None:
+    # A table of one's own models, none named as the default: steps name their model.
+    path = tmp_path / "prices.json"
+    path.write_text(
+        '{"version": "v1", "models": {"m1": {"input_cost_per_token": 1, "output_cost_per_token": 2}}}'
+    )
+    settings = Settings(
+        database_url="memory:",
+        home=Path("/nonexistent"),
+        llm_base_url="http://127.0.0.1:9/v1",
+        llm_api_key="sk-env-1234",
+        pricing_file=path,
+    )
+    llm = OpenAICompatibleClient.from_settings(settings)
+    assert not llm.prices.knows(llm.config.default_model)
