@@ -85,9 +85,13 @@ def status_for(error: errors.FlowledgerError) -> int:
 
 
 def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
-    """Extra response headers: ``Retry-After`` (whole seconds, at least 1) when the store is down."""
+    """Extra response headers: ``Retry-After`` (whole seconds, at least 1) when the store is down,
+    and when the model endpoint's circuit is open (until its next trial: a 503 without it was
+    retried at once, into the same open circuit)."""
     if isinstance(error, errors.StoreUnavailable):
         return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
+    if isinstance(error, errors.CircuitOpen) and math.isfinite(error.retry_in_s):
+        return {"Retry-After": str(max(1, math.ceil(error.retry_in_s)))}
     return {}
 
 
@@ -117,7 +121,7 @@ _MEANING = {
     500: "An unexpected error (the message names the request id in the server's log), or a closed engine",
     501: "No model endpoint is configured",
     502: "The model call failed",
-    503: "The database is unavailable (see Retry-After), the model's circuit is open, or too many writers",
+    503: "The database is unavailable or the model's circuit is open (see Retry-After), or too many writers",
 }
 COMMON = (400, 401, 403, 413, 422, 429, 500, 503)
 """What any operation behind a key can answer."""
