@@ -242,7 +242,7 @@ class StepService:
             session.ensure_same_request(pending, call.key, call.step, model=call.asked, input=call.input)
             if uow.now < pending.lease_until:
                 return Wait(pending.lease_until)
-            session.abandon_step(call.key, uow.now, f"the lease of worker {pending.worker} lapsed")
+            session.abandon_step(call.key, uow.now, "the worker's lease lapsed")
         session.ensure_open(uow.now)
         if call.merge_input:
             changed = changed_keys(session.context, call.input)

@@ -195,6 +195,8 @@ async def test_a_lease_that_lapses_while_a_caller_waits_is_taken_over(
     assert state.pending == ()
     [lost] = state.failures
     assert lost.error_type == "worker_lost"
-    assert lost.error_message.startswith("the lease of worker elsewhere lapsed")
+    # The worker named once: it read "the lease of worker W lapsed (worker W, lease until ...)"
+    assert lost.error_message.startswith("the worker's lease lapsed (worker elsewhere, lease until ")
+    assert lost.error_message.count("elsewhere") == 1
     types = event_types(engine, "s1")
     assert types == ["Started", "StepStarted", "StepFailed", "StepStarted", "StepProcessed"]
