@@ -140,11 +140,10 @@ class Simulator:
             elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
                 return await self._chat(request, reader, writer)
             elif method == "GET" and path in ("/v1/models", "/models"):
-                models = [
-                    {"id": m, "object": "model", "owned_by": "simulator"}
-                    for m in self.config.model_latency_ms
-                ]
+                models = [_model(m) for m in self.config.model_latency_ms]
                 await send_json(writer, 200, {"object": "list", "data": models})
+            elif method == "GET" and path.startswith(("/v1/models/", "/models/")):
+                await self._model(path.rpartition("/models/")[2], writer)
             elif method == "GET" and path == "/stats":
                 await send_json(writer, 200, dict(self.stats))
             else:
@@ -154,6 +153,16 @@ class Simulator:
             self.stats["bad_request"] += 1
             await send_refusal(writer, refusal)
             return not refusal.close
+
+    async def _model(self, model: str, writer: asyncio.StreamWriter) -> None:
+        """``GET /v1/models/{id}``: a listed model, or OpenAI's 404 (the SDK's ``models.retrieve``)."""
+        if model in self.config.model_latency_ms:
+            await send_json(writer, 200, _model(model))
+            return
+        missing = error_body(
+            f"The model {model!r} does not exist", "invalid_request_error", "model", "model_not_found"
+        )
+        await send_json(writer, 404, missing)
 
     def _authorised(self, headers: dict[str, str]) -> bool:
         given = headers.get("authorization", "")
@@ -224,6 +233,11 @@ class Simulator:
             writer.transport.abort()
             return False
         return True
+
+
+def _model(model: str) -> dict[str, Any]:
+    """A model as ``/v1/models`` lists it."""
+    return {"id": model, "object": "model", "owned_by": "simulator"}
 
 
 @contextmanager

@@ -109,6 +109,19 @@ def test_an_injected_error_has_openais_error_body_which_the_sdk_reads(
     assert error.message.startswith(f"Error code: {fault} - ")
 
 
+def test_the_openai_sdk_retrieves_a_listed_model_and_is_told_of_another(simulator_url: str) -> None:
+    # GET /v1/models/{id} was "no route": the SDK's models.retrieve failed for every model.
+    with sdk(simulator_url) as client:
+        listed = [model.id for model in client.models.list()]
+        model = client.models.retrieve("gpt-4.1")
+        with pytest.raises(openai.NotFoundError) as raised:
+            client.models.retrieve("gpt-9")
+    assert "gpt-4.1" in listed
+    assert (model.id, model.object, model.owned_by) == ("gpt-4.1", "model", "simulator")
+    assert (raised.value.code, raised.value.type) == ("model_not_found", "invalid_request_error")
+    assert raised.value.message.endswith("The model 'gpt-9' does not exist")
+
+
 def test_a_malformed_body_and_a_dropped_connection_are_real_network_faults(simulator_url: str) -> None:
     headers = {"authorization": "Bearer sk-sim-000000"}
     body = {"model": "deepseek-v3.2", "messages": MESSAGES}
