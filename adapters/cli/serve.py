@@ -69,13 +69,22 @@ def loop_runner(loop: Loop) -> tuple[str, Callable[[Coroutine[Any, Any, None]], 
 
 
 def http_parser(http: str) -> str:
-    """The HTTP parser uvicorn is to use: one of its three names (ValidationError otherwise)."""
+    """The HTTP parser uvicorn is to use, ``h11`` or ``httptools`` ("auto": httptools when
+    installed, as uvicorn's own "auto" picks, but named, so ``serving_line`` can say it)."""
     # uvicorn would take any other string as "module:Class" and fail when serving starts.
     if http not in HTTP_PARSERS:
         raise ValidationError("http", f"{http!r} is not one of {', '.join(HTTP_PARSERS)}")
-    if http == "httptools" and importlib.util.find_spec("httptools") is None:
+    installed = importlib.util.find_spec("httptools") is not None
+    if http == "httptools" and not installed:
         raise ValidationError("http", "httptools is not installed (pip install 'flowledger[speed]')")
+    if http == "auto":
+        return "httptools" if installed else "h11"
     return http
+
+
+def serving_line(loop_name: str, parser: str) -> str:
+    """What ``serve`` says on stderr before it serves: the event loop and the HTTP parser."""
+    return f"serving on {loop_name}, HTTP parsed by {parser}"
 
 
 def require_listenable(host: str, port: int) -> None:
@@ -173,7 +182,7 @@ def serve(
                 loop="none",
                 http=parser,
             )
-            console.print(f"serving on {loop_name}")
+            console.print(serving_line(loop_name, parser))
             run(_serve(uvicorn.Server(config), engine))
 
 
