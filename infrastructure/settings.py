@@ -188,7 +188,7 @@ class Settings:
             agent_locks=(env.get("FLOWLEDGER_AGENT_LOCKS") or "1").strip().lower() not in _OFF,
             audit_chain=(env.get("FLOWLEDGER_AUDIT_CHAIN") or "on").strip().lower() not in _OFF,
             pool_size=_count(env, "FLOWLEDGER_POOL_SIZE", defaults.pool_size),
-            group_commit=(env.get("FLOWLEDGER_GROUP_COMMIT") or "off").strip().lower() not in _OFF,
+            group_commit=_on_or_off(env, "FLOWLEDGER_GROUP_COMMIT"),
             group_commit_leaders=_count(
                 env, "FLOWLEDGER_GROUP_COMMIT_LEADERS", defaults.group_commit_leaders
             ),
@@ -267,6 +267,7 @@ def _api_keys(raw: str) -> tuple[tuple[str, str, str], ...]:
 
 
 _OFF = {"0", "false", "no", "off", "n"}
+_ON = {"1", "true", "yes", "on", "y"}
 
 
 def _whole(env: Mapping[str, str], name: str, default: int) -> int:
@@ -293,6 +294,17 @@ def _hex_key(env: Mapping[str, str], name: str, size: int, *, exact: bool = Fals
             name, f"must be {'exactly' if exact else 'at least'} {size} bytes ({2 * size} hex digits)"
         )
     return key
+
+
+def _on_or_off(env: Mapping[str, str], name: str) -> bool:
+    """An opt-in mode: an on word, an off word (or unset: off), anything else refused; a typo
+    of "true" used to turn it on."""
+    raw = (env.get(name) or "").strip().lower()
+    if not raw or raw in _OFF:
+        return False
+    if raw in _ON:
+        return True
+    raise ValidationError(name, f"must be on or off (1/true/yes/on, 0/false/no/off), got {env[name]!r}")
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

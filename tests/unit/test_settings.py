@@ -27,6 +27,26 @@ def test_settings_read_the_flowledger_variables() -> None:
     assert settings.pricing_file == Path("/etc/prices.json")
 
 
+@pytest.mark.parametrize("value", ["maybe", "2", "ture", "enabled"])
+def test_group_commit_set_to_neither_on_nor_off_is_refused(value: str) -> None:
+    # Any value but an "off" word turned it on: FLOWLEDGER_GROUP_COMMIT=maybe (or a typo of
+    # "true") ran every save through the opt-in group commit without a word.
+    with pytest.raises(ValidationError) as raised:
+        Settings.from_env({"FLOWLEDGER_GROUP_COMMIT": value})
+    assert raised.value.field == "FLOWLEDGER_GROUP_COMMIT"
+    assert (
+        str(raised.value)
+        == f"FLOWLEDGER_GROUP_COMMIT: must be on or off (1/true/yes/on, 0/false/no/off), got {value!r}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "on"), [("1", True), ("Yes", True), ("on", True), ("0", False), ("off", False), ("", False)]
+)
+def test_group_commit_reads_the_usual_words(value: str, on: bool) -> None:
+    assert Settings.from_env({"FLOWLEDGER_GROUP_COMMIT": value}).group_commit is on
+
+
 def test_group_commit_is_off_unless_asked_for() -> None:
     assert Settings.from_env({}).group_commit is False
     on = Settings.from_env({"FLOWLEDGER_GROUP_COMMIT": "1", "FLOWLEDGER_GROUP_COMMIT_LEADERS": "3"})
