@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +13,9 @@ from flowledger.domain.errors import ValidationError
 # Printable ASCII without spaces: what every provider's keys look like, and what an
 # HTTP header can carry. A pasted key with a newline or quotes is caught at start-up.
 _KEY_SHAPE = re.compile(r"^[\x21-\x7e]{8,512}$")
+
+MAX_SECONDS = 86_400.0
+"""The longest timeout or breaker recovery taken: a day (the OpenAI SDK's default timeout is 600 s)."""
 
 Transport = Literal["aiohttp", "httpx"]
 TRANSPORTS: tuple[Transport, ...] = ("aiohttp", "httpx")
@@ -136,9 +138,12 @@ class ClientConfig:
         if not self.default_model.strip():
             raise ValidationError("default_model", "must be a non-empty string")
         for name in ("connect_timeout_s", "request_timeout_s", "breaker_recovery_s"):
-            # inf was taken, and every call then failed (OverflowError in the event loop's timer).
-            if not 0 < getattr(self, name) < math.inf:
-                raise ValidationError(name, "must be a finite number of seconds > 0")
+            # inf was taken, and every call then failed (OverflowError in the event loop's timer);
+            # 1e300 was taken too, and an open breaker asked callers to wait that long.
+            if not 0 < getattr(self, name) <= MAX_SECONDS:
+                raise ValidationError(
+                    name, f"must be a number of seconds > 0 and at most {MAX_SECONDS:,.0f} (a day)"
+                )
         if self.connect_timeout_s > self.request_timeout_s:
             raise ValidationError("connect_timeout_s", "cannot exceed request_timeout_s")
         if self.read_timeout_s is not None and not 0 < self.read_timeout_s <= self.request_timeout_s:

@@ -47,10 +47,11 @@ def test_an_endpoint_url_with_a_host_port_and_path_is_taken(url: str) -> None:
 @pytest.mark.parametrize(
     "field", ["request_timeout_s", "read_timeout_s", "connect_timeout_s", "breaker_recovery_s"]
 )
-@pytest.mark.parametrize("value", [math.inf, math.nan])
+@pytest.mark.parametrize("value", [math.inf, math.nan, 1e300, 86_400.5])
 def test_a_timeout_that_is_not_a_finite_number_of_seconds_is_refused(field: str, value: float) -> None:
     # request_timeout_s=inf was taken, and every call failed with OverflowError
-    # ("cannot convert float infinity to integer"), recorded as a failed step.
+    # ("cannot convert float infinity to integer"), recorded as a failed step; 1e300 was taken
+    # too, and an open breaker then asked callers to come back in 1e300 s (Retry-After).
     with pytest.raises(ValidationError) as raised:
         ClientConfig(base_url="http://llm.test/v1", api_key=KEY, **{field: value})
     assert raised.value.field == field
@@ -71,3 +72,16 @@ def test_a_bad_timeout_in_the_environment_stops_the_engine_being_built(
     with pytest.raises(ValidationError) as raised:
         build_engine(settings=settings)
     assert raised.value.field == "request_timeout_s"
+
+
+def test_a_day_is_the_longest_timeout_and_breaker_recovery() -> None:
+    day = 86_400.0
+    config = ClientConfig(
+        base_url="http://llm.test/v1",
+        api_key=KEY,
+        connect_timeout_s=day,
+        request_timeout_s=day,
+        read_timeout_s=day,
+        breaker_recovery_s=day,
+    )
+    assert (config.request_timeout_s, config.breaker_recovery_s) == (day, day)
