@@ -15,7 +15,6 @@ from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
 
 MEMORY_URL = "memory:"
-_OFF = {"0", "false", "no", "off", "n"}
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MAX_EVENT_PARTITIONS = 1024
 """The most hash partitions ``event_partitions`` may ask for."""
@@ -178,15 +177,15 @@ class Settings:
                 env, "FLOWLEDGER_OPERATION_DEADLINE_S", defaults.operation_deadline_s
             ),
             step_lease_s=_seconds(env, "FLOWLEDGER_STEP_LEASE_S", defaults.step_lease_s),
-            pgbouncer=_flag(env, "FLOWLEDGER_PGBOUNCER"),
+            pgbouncer=_on_or_off(env, "FLOWLEDGER_PGBOUNCER"),
             api_keys=_api_keys(env.get("FLOWLEDGER_API_KEYS") or ""),
             http_max_body_bytes=_count(env, "FLOWLEDGER_HTTP_MAX_BODY_BYTES", defaults.http_max_body_bytes),
             http_rate_per_s=_seconds(env, "FLOWLEDGER_HTTP_RATE_PER_S", defaults.http_rate_per_s),
             http_rate_burst=_count(env, "FLOWLEDGER_HTTP_RATE_BURST", defaults.http_rate_burst),
             ready_timeout_s=_seconds(env, "FLOWLEDGER_READY_TIMEOUT_S", defaults.ready_timeout_s),
-            dashboard_url_keys=_flag(env, "FLOWLEDGER_DASHBOARD_URL_KEYS"),
-            agent_locks=(env.get("FLOWLEDGER_AGENT_LOCKS") or "1").strip().lower() not in _OFF,
-            audit_chain=(env.get("FLOWLEDGER_AUDIT_CHAIN") or "on").strip().lower() not in _OFF,
+            dashboard_url_keys=_on_or_off(env, "FLOWLEDGER_DASHBOARD_URL_KEYS"),
+            agent_locks=_on_or_off(env, "FLOWLEDGER_AGENT_LOCKS", default=True),
+            audit_chain=_on_or_off(env, "FLOWLEDGER_AUDIT_CHAIN", default=True),
             pool_size=_count(env, "FLOWLEDGER_POOL_SIZE", defaults.pool_size),
             group_commit=_on_or_off(env, "FLOWLEDGER_GROUP_COMMIT"),
             group_commit_leaders=_count(
@@ -203,9 +202,9 @@ class Settings:
             checkpoint_every_s=float(
                 _whole(env, "FLOWLEDGER_CHECKPOINT_EVERY_S", int(defaults.checkpoint_every_s))
             ),
-            webhook_strict=_flag(env, "FLOWLEDGER_WEBHOOK_STRICT"),
-            webhook_allow_private=_flag(env, "FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE"),
-            seal_personal_data=_flag(env, "FLOWLEDGER_SEAL_PERSONAL_DATA"),
+            webhook_strict=_on_or_off(env, "FLOWLEDGER_WEBHOOK_STRICT"),
+            webhook_allow_private=_on_or_off(env, "FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE"),
+            seal_personal_data=_on_or_off(env, "FLOWLEDGER_SEAL_PERSONAL_DATA"),
             data_key_cache_s=_seconds(env, "FLOWLEDGER_DATA_KEY_CACHE_S", defaults.data_key_cache_s),
             event_partitions=_whole(env, "FLOWLEDGER_EVENT_PARTITIONS", -1)
             if (env.get("FLOWLEDGER_EVENT_PARTITIONS") or "").strip()
@@ -296,17 +295,15 @@ def _hex_key(env: Mapping[str, str], name: str, size: int, *, exact: bool = Fals
     return key
 
 
-def _on_or_off(env: Mapping[str, str], name: str) -> bool:
-    """An opt-in mode: an on word, an off word (or unset: off), anything else refused; a typo
-    of "true" used to turn it on."""
+def _on_or_off(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:
+    """A switch: an on word, an off word, unset (or empty) for ``default``; anything else is
+    refused. Loose readings hid typos: an opt-in took any other word for off, a switch on by
+    default any other word for on, and a typo of "true" once turned group commit on."""
     raw = (env.get(name) or "").strip().lower()
-    if not raw or raw in _OFF:
+    if not raw:
+        return default
+    if raw in _OFF:
         return False
     if raw in _ON:
         return True
     raise ValidationError(name, f"must be on or off (1/true/yes/on, 0/false/no/off), got {env[name]!r}")
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    """``1``/``true``/``yes``/``on`` (any case) is true; unset or anything else is false."""
-    return (env.get(name) or "").strip().lower() in {"1", "true", "yes", "on", "y"}

@@ -47,6 +47,38 @@ def test_group_commit_reads_the_usual_words(value: str, on: bool) -> None:
     assert Settings.from_env({"FLOWLEDGER_GROUP_COMMIT": value}).group_commit is on
 
 
+# Every on/off setting reads the same words; each was loose in its own way: the opt-ins took
+# anything but an on word as off (FLOWLEDGER_SEAL_PERSONAL_DATA=enabled left personal data in
+# the clear without a word), the two on by default anything but an off word as on.
+SWITCHES = {
+    "FLOWLEDGER_PGBOUNCER": ("pgbouncer", False),
+    "FLOWLEDGER_DASHBOARD_URL_KEYS": ("dashboard_url_keys", False),
+    "FLOWLEDGER_WEBHOOK_STRICT": ("webhook_strict", False),
+    "FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE": ("webhook_allow_private", False),
+    "FLOWLEDGER_SEAL_PERSONAL_DATA": ("seal_personal_data", False),
+    "FLOWLEDGER_AGENT_LOCKS": ("agent_locks", True),
+    "FLOWLEDGER_AUDIT_CHAIN": ("audit_chain", True),
+    "FLOWLEDGER_GROUP_COMMIT": ("group_commit", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SWITCHES))
+@pytest.mark.parametrize("value", ["maybe", "enabled", "2", "ture"])
+def test_every_switch_refuses_a_word_that_is_neither_on_nor_off(name: str, value: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        Settings.from_env({name: value})
+    assert str(raised.value) == f"{name}: must be on or off (1/true/yes/on, 0/false/no/off), got {value!r}"
+
+
+@pytest.mark.parametrize("name", sorted(SWITCHES))
+def test_every_switch_reads_the_usual_words_and_keeps_its_default_when_unset(name: str) -> None:
+    field, default = SWITCHES[name]
+    assert getattr(Settings.from_env({}), field) is default
+    assert getattr(Settings.from_env({name: ""}), field) is default
+    assert getattr(Settings.from_env({name: " Yes "}), field) is True
+    assert getattr(Settings.from_env({name: "OFF"}), field) is False
+
+
 def test_group_commit_is_off_unless_asked_for() -> None:
     assert Settings.from_env({}).group_commit is False
     on = Settings.from_env({"FLOWLEDGER_GROUP_COMMIT": "1", "FLOWLEDGER_GROUP_COMMIT_LEADERS": "3"})
