@@ -212,12 +212,20 @@ async def test_a_server_quota_refusal_is_waited_for_as_long_as_it_says(
     # counts reaches llmock at once, not as they open.
     client = client_for(request_timeout_s=5.0)
     await burst(client, "deepseek-v3.2", "warm")
-    llmock.reset().limits(rpm=60)  # a full bucket of 60, refilled at one request a second
-    replies = await burst(client, MODEL, "q")
-    refused = [record for record in llmock.requests if record.status == 429]
-    assert len(refused) == 1  # the 61st found the bucket empty and was told the true wait
-    (waited,) = [reply for reply in replies if outcomes(reply.usage)[0] == "http_429"]
-    assert outcomes(waited.usage)[-1] == "ok"
+    # A full bucket of 60, refilled at one request a second: the 61st of a burst is refused
+    # only if the burst reaches llmock within that second, which a loaded machine (a CI run
+    # beside other work) did not always do; so the burst is sent again, up to three times,
+    # until one found the bucket empty, and whatever was refused is then judged.
+    for _ in range(3):
+        llmock.reset().limits(rpm=60)
+        replies = await burst(client, MODEL, "q")
+        refused = [record for record in llmock.requests if record.status == 429]
+        if refused:
+            break
+    assert refused  # a request found the bucket empty and was told the true wait
+    waited = [reply for reply in replies if outcomes(reply.usage)[0] == "http_429"]
+    assert 1 <= len(waited) <= len(refused)  # a retry refused again is one more 429 of one call
+    assert all(outcomes(reply.usage)[-1] == "ok" for reply in waited)
     llmock.assert_resilient(strict=True)  # waited as long as Retry-After asked
 
 
