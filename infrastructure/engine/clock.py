@@ -7,11 +7,15 @@ forth. The engine instead reads the server's ``clock_timestamp()`` once per
 every engine on one database agrees to within a round trip, whatever its host's clock
 says, and the store keeps each stream's stamps monotonic on top of it.
 
-A resync runs inside whichever call reads the clock first when it is due, so it reads on
-one of the engine's pooled connections, within a budget and the call's own deadline: the
-pool connects in the background, and a statement the server does not answer is ended by
-the watchdog (``postgres/watchdog.py``). A server that stopped answering costs the call
-at most the budget, and the clock keeps counting from its last base.
+A resync runs on a thread of its own, started by the first reading that finds it due; that
+reading, and every other, is answered from the carried-forward base at once. No caller waits
+for the server: an outside probe saw create_task with a 3 s deadline end after 6 s when the
+server stopped answering (it read the clock before its write's deadline began, and the
+resync waited its own budget), and a reading on an event loop would have stalled every call
+on it. The resync reads on one of the engine's pooled connections within a budget: the pool
+connects in the background, and a statement the server does not answer is ended by the
+watchdog (``postgres/watchdog.py``). While the server is away the clock keeps counting from
+its last base, and the next resync tries again.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from psycopg.rows import tuple_row
 from flowledger.infrastructure.operation_deadline import operation_deadline
 
 ServerTime = Callable[[], datetime]
+
+RESYNC_S = 60.0
+"""How often the engine's clock reads the server's again (seconds)."""
 
 
 def utc_now() -> datetime:
@@ -58,30 +65,37 @@ def server_time(datastore: PostgresDatastore, budget_s: float) -> ServerTime:
 class DatabaseClock:
     """``clock()`` is the database's time now; resynchronised every ``resync_s`` seconds."""
 
-    def __init__(self, read_server_time: ServerTime, *, resync_s: float = 60.0) -> None:
+    def __init__(self, read_server_time: ServerTime, *, resync_s: float | None = None) -> None:
         self._read = read_server_time
-        self._resync_s = resync_s
+        self._resync_s = RESYNC_S if resync_s is None else resync_s
         self._lock = threading.Lock()
         # (server time as epoch seconds, monotonic reading then): one tuple, swapped whole,
         # so a reader on another thread never pairs one sync's epoch with another's reading.
         self._anchor = (read_server_time().timestamp(), time.monotonic())
-        self._next_sync = self._anchor[1] + resync_s
+        self._next_sync = self._anchor[1] + self._resync_s
 
     def __call__(self) -> datetime:
         """The server's time now (as of the last synchronisation, advanced monotonically)."""
         now_mono = time.monotonic()
         if now_mono >= self._next_sync:
-            self._resync()
-            now_mono = time.monotonic()
+            self._start_resync()
         # One C call (a timedelta and an addition cost three times as much, per event).
         epoch, mono = self._anchor
         return datetime.fromtimestamp(epoch + (now_mono - mono), UTC)
 
-    def _resync(self) -> None:
+    def _start_resync(self) -> None:
+        """Resynchronise on a thread of its own (one at a time); the caller does not wait."""
         if not self._lock.acquire(blocking=False):
             return  # another thread is at it; the old base is good for a while yet
+        self._next_sync = time.monotonic() + self._resync_s
         try:
-            self._next_sync = time.monotonic() + self._resync_s
+            threading.Thread(target=self._resync, daemon=True, name="flowledger-clock-resync").start()
+        except RuntimeError:  # no new threads (the interpreter is shutting down): try next time
+            self._lock.release()
+
+    def _resync(self) -> None:
+        """Read the server's time and move the base to it (never back); holds ``_lock``."""
+        try:
             server = self._read().timestamp()
             # Never step back: a resync that reads earlier than the carried-forward time
             # (network jitter) keeps the carried-forward time.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ from psycopg import sql
 from flowledger.adapters.http.app import create_app
 from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.engine import clock as clock_module
 from flowledger.infrastructure.engine.clock import server_time
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore
 from tests.conftest import make_settings
@@ -216,3 +218,42 @@ def test_an_api_key_check_on_a_path_that_stopped_relaying_ends_within_the_operat
         finally:
             proxy.resume()
             keys.close()
+
+
+def test_calls_that_read_the_clock_before_writing_end_within_the_deadline_when_a_resync_is_due(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (An outside probe, a server that stopped answering, 3 s deadline: create_task raised
+    # StoreUnavailable after 6 s. It reads the clock (for its deadline) before its write's
+    # operation begins; the clock's once-a-minute resync was due and waited its own budget.)
+    monkeypatch.setattr(clock_module, "RESYNC_S", 0.3)
+    upstream = urlsplit(database_url)
+    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
+        settings = make_settings(
+            database_url=proxy.url_for(database_url),
+            schema=pg_schema,
+            operation_deadline_s=DEADLINE_S,
+            statement_timeout_s=5.0,
+        )
+        engine = Engine(settings=settings)
+        try:
+            engine.register_agent("ag", "Agent", ["x"])
+            engine.create_task("warm", "a task", ["x"])
+            calls: list[Callable[[], object]] = [
+                lambda: engine.create_task("t", "a task", ["x"], deadline=timedelta(hours=1)),
+                lambda: engine.list_tasks(overdue=True),
+                lambda: engine.escalate_overdue(),
+            ]
+            for call in calls:
+                # Given a clock due to resync
+                time.sleep(0.4)
+                # When the path to the database stops relaying
+                proxy.stall()
+                try:
+                    # Then the call fails with StoreUnavailable within the deadline
+                    assert_unavailable_in_time(within(2 * DEADLINE_S + SLACK_S + 2, call), DEADLINE_S)
+                finally:
+                    proxy.resume()
+        finally:
+            proxy.resume()
+            engine.close()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from flowledger.infrastructure.engine.clock import DatabaseClock
+from tests.support.bounded import within
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -22,16 +25,26 @@ def test_the_clock_follows_the_server_not_the_host() -> None:
 
 def test_a_resync_moves_forward_to_the_server_and_never_back() -> None:
     server = [T0]
-    clock = DatabaseClock(lambda: server[0], resync_s=0.02)
+    reads = [0]
+
+    def read() -> datetime:
+        reads[0] += 1
+        return server[0]
+
+    clock = DatabaseClock(read, resync_s=0.02)
     clock()
-    # When the server's clock is found 10 s ahead at the next sync
+    # When the server's clock is found 10 s ahead at the next sync (it runs on its own thread)
     server[0] = T0 + timedelta(seconds=10)
     time.sleep(0.03)
+    clock()
+    assert _eventually(lambda: clock() >= T0 + timedelta(seconds=10))
     ahead = clock()
-    assert ahead >= T0 + timedelta(seconds=10)
     # And then read behind what was carried forward (jitter): the clock does not step back
     server[0] = T0
+    synced = reads[0]
     time.sleep(0.03)
+    clock()
+    assert _eventually(lambda: reads[0] > synced and not clock._lock.locked())
     assert clock() >= ahead
 
 
@@ -49,3 +62,41 @@ def test_a_server_that_cannot_be_read_keeps_the_clock_counting() -> None:
     time.sleep(0.02)
     assert clock() > first
     assert calls[0] >= 2
+
+
+def test_a_due_resync_never_makes_a_reader_wait_for_the_server() -> None:
+    # (An outside probe: with the server stopped answering, create_task with a 3 s deadline
+    # raised StoreUnavailable after 6 s. It read the clock before its write's deadline began,
+    # the resync was due, and the reading waited its own 3 s budget for the server; on an
+    # event loop (process_step's wait for a live worker) such a reading stalls every call.)
+    answer = threading.Event()
+    reads = [0]
+
+    def stalled_after_the_first_read() -> datetime:
+        reads[0] += 1
+        if reads[0] > 1:
+            answer.wait(5.0)
+        return T0
+
+    clock = DatabaseClock(stalled_after_the_first_read, resync_s=0.01)
+    time.sleep(0.02)
+    try:
+        # When a reading finds the resync due while the server does not answer
+        read = within(2.0, clock)
+        # Then it is answered from the carried-forward base at once, and the resync runs anyway
+        assert read.took is not None
+        assert read.took < 0.2, read.took
+        assert isinstance(read.value, datetime)
+        assert read.value > T0
+        assert _eventually(lambda: reads[0] == 2)
+    finally:
+        answer.set()
+
+
+def _eventually(check: Callable[[], bool], within_s: float = 2.0) -> bool:
+    ends = time.monotonic() + within_s
+    while time.monotonic() < ends:
+        if check():
+            return True
+        time.sleep(0.005)
+    return check()
