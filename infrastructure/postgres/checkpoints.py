@@ -31,6 +31,8 @@ from psycopg.sql import SQL, Identifier
 
 from flowledger.domain.errors import AuditError
 from flowledger.infrastructure.audit_keys import SigningKey, chain_key, signing_key
+from flowledger.infrastructure.operation_deadline import operation_deadline
+from flowledger.infrastructure.postgres.database import unavailable_as_store_error
 from flowledger.infrastructure.postgres.ddl import TableNames
 from flowledger.infrastructure.settings import Settings
 from flowledger.verify import (
@@ -189,7 +191,12 @@ class AuditTrail:
 
     def checkpoint(self) -> Checkpoint:
         """Sign the heads of every stream up to the readable end of the log (the latest
-        checkpoint again when nothing was appended since)."""
+        checkpoint again when nothing was appended since); ``StoreUnavailable`` when the
+        database cannot be reached within the operation deadline."""
+        with operation_deadline(self.settings.operation_deadline_s), unavailable_as_store_error("checkpoint"):
+            return self._checkpoint()
+
+    def _checkpoint(self) -> Checkpoint:
         position = int(self._readable_head() or 0)
         signing = self.signing
         with self.connect() as conn:
@@ -226,7 +233,7 @@ class AuditTrail:
 
     def heads_at(self, checkpoint: Checkpoint) -> Heads:
         """Every stream head of ``checkpoint`` (folded from the stored deltas, checked against its root)."""
-        with self.connect() as conn:
+        with unavailable_as_store_error("read checkpoints"), self.connect() as conn:
             stored = [c for c in self._valid(self.checkpoints(conn)) if c.seq <= checkpoint.seq]
         heads = self._heads_of(stored)
         if heads_root(heads).hex() != checkpoint.statement.get("root"):

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from eventsourcing.persistence import InterfaceError, OperationalError
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
@@ -119,10 +120,11 @@ def migrate_command(settings: Settings) -> MigrationReport:
 
 @contextmanager
 def unavailable_as_store_error(operation: str) -> Iterator[None]:
-    """A database that cannot be reached (or timed out) is ``StoreUnavailable``, not a psycopg error."""
+    """A database that cannot be reached (or timed out) is ``StoreUnavailable``, not psycopg's
+    error, nor the event library's (its pool's timeout, say)."""
     try:
         yield
-    except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+    except (psycopg.OperationalError, psycopg.InterfaceError, OperationalError, InterfaceError) as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if refused_login(error):
             raise StoreRefused(operation, detail) from error

@@ -98,6 +98,7 @@ def test_every_call_during_an_outage_is_store_unavailable_within_the_deadline(
         "escalate_overdue": engine.escalate_overdue,
         "forget": lambda: engine.forget("u"),
         "retention.set_policy": lambda: engine.retention.set_policy("wf", 30),
+        "audit.checkpoint": lambda: engine.audit.checkpoint(),
     }
     wrong: dict[str, str] = {}
     for name, call in library.items():
