@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import select
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from time import monotonic, sleep
@@ -143,6 +144,18 @@ class ReconnectingPool(ConnectionPool[Any]):
         """The pool's check of an idle connection (``check()``), watched for the operation."""
         with watching(conn):
             ConnectionPool.check_connection(conn)
+
+    @staticmethod
+    def check_if_told(conn: Any) -> None:
+        """A check for lending a connection (the pool's ``check`` callback): a round trip only
+        when the server has sent something to the idle connection, as it does when it ends
+        it (a restart's "terminating connection", then its close). A connection a restart
+        killed is replaced before a caller's statement fails on it; a sound one costs a
+        ``poll`` system call, not a round trip."""
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        if poller.poll(0):
+            ReconnectingPool.check_connection(conn)
 
     def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
         if attempt is None:
