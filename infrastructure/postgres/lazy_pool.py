@@ -64,7 +64,7 @@ class LazyPool:
             # Each use is tried once (not every one may run twice): after a server restart the
             # first uses got its killed connections ("terminating connection"), StoreUnavailable
             # with the server back (tests/faults/test_restart_side_pools.py).
-            check=ReconnectingPool.check_if_told,
+            check_lent=True,
         )
         self._prepare = prepare
         self._ready = False
