@@ -9,9 +9,11 @@ the alerts ``settle`` decides are appended as ``Budget.AlertRaised`` and handed 
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -19,7 +21,7 @@ from functools import partial
 from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
 from flowledger.domain.budget import PERIODS, SCOPES, Budget, BudgetSpec, CallScope, budget_uuid
-from flowledger.domain.errors import BudgetNotFound, ValidationError
+from flowledger.domain.errors import BudgetNotFound, FlowledgerError, StoreUnavailable, ValidationError
 from flowledger.domain.ports import AlertNotifier
 from flowledger.domain.values import require_name
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
@@ -34,6 +36,10 @@ BUDGETS_SEEN_CACHE_S = 1.0
 """A tenant seen with budgets is not asked again for this long either (``active`` only
 decides whether a recorded step's cost is charged; the charge finds the budgets itself)."""
 STEP_HOLD_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/step-hold")
+CHARGE_RETRY_S = 120.0
+"""How long the charge of a stored step is tried again, in the background, while the ledger is away."""
+
+_log = logging.getLogger(__name__)
 
 
 def step_hold_id(session: UUID, key: str, worker: str, started_at: datetime) -> UUID:
@@ -218,6 +224,35 @@ class BudgetService:
         raised = self._ledger.charge(scope, cost_usd, self._store.clock(), charge_id)
         self._record_alerts(raised)
         return raised
+
+    def charge_stored(self, charge: Callable[[], list[Raised]]) -> None:
+        """Run ``charge`` (a ``charge`` of a step already stored) and notify its alerts; while
+        the ledger is away, try it again on a thread of its own for up to ``CHARGE_RETRY_S``.
+
+        The step's call must not fail for its charge: it was stored, and a caller told
+        ``StoreUnavailable`` retries, which without a key stores the step twice. The charge
+        counts once per charge id however often it is tried.
+        """
+        try:
+            self.notify(charge())
+        except StoreUnavailable:
+            threading.Thread(
+                target=self._charge_later, args=(charge,), daemon=True, name="flowledger-budget-charge"
+            ).start()
+
+    def _charge_later(self, charge: Callable[[], list[Raised]]) -> None:
+        pause, ends = 0.1, time.monotonic() + CHARGE_RETRY_S
+        while time.monotonic() + pause < ends:
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            try:
+                self.notify(charge())
+                return
+            except StoreUnavailable:
+                continue
+            except FlowledgerError:
+                return  # the engine was closed, or the like: nothing more can be done here
+        _log.error("a stored step's cost could not be charged to its budgets within %s s", CHARGE_RETRY_S)
 
     def reserve(
         self, scope: CallScope, estimate: Decimal, reservation_id: UUID | None = None

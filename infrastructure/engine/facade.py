@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid5
@@ -52,7 +53,7 @@ from flowledger.infrastructure.engine.task_reads import TaskReads
 from flowledger.infrastructure.engine.tasks import Creation, Registration, TaskService
 from flowledger.infrastructure.history import HistoryEntry
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
-from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
+from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger, Raised
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.classification_locks import ClassificationLocks
@@ -372,12 +373,15 @@ class Engine:
             idempotency_key=idempotency_key,
         )
         record = self.sessions.record_step(session_id, request)
-        if usage is not None and usage.charged_usd > 0 and self.budgets.active():
-            self._charge_budgets(session_id, record, usage)
+        if usage is not None and usage.charged_usd > 0 and not self.budgets.known_idle():
+            # Stored now: a ledger that is away is tried again later, never the caller's error.
+            self.budgets.charge_stored(partial(self._charge_budgets, session_id, record, usage))
         return record
 
-    def _charge_budgets(self, session_id: str, record: StepRecord, usage: LlmUsage) -> None:
+    def _charge_budgets(self, session_id: str, record: StepRecord, usage: LlmUsage) -> list[Raised]:
         """A call made elsewhere counts against budgets too: charged once per recorded step."""
+        if not self.budgets.active():
+            return []
         # The writer's copy record_step just saved (read afresh only if it was evicted).
         state = self.store.cached_or_loaded(self.session_uuid(session_id))
         if not isinstance(state, Session):
@@ -390,7 +394,7 @@ class Engine:
             user=state.user_id,
         )
         charge_id = uuid5(self.session_uuid(session_id), f"step-cost:{record.version}")
-        self.budgets.notify(self.budgets.charge(scope, usage.charged_usd, charge_id))
+        return self.budgets.charge(scope, usage.charged_usd, charge_id)
 
     async def process_step(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -534,3 +535,44 @@ async def test_a_call_billed_for_what_was_not_reported_is_unpriced_and_counts_it
         assert burn.reserved_usd == 0
     finally:
         await engine.aclose()
+
+
+def test_a_recorded_step_whose_charge_waits_for_the_ledger_is_returned_and_charged_later(
+    settings: Settings,
+) -> None:
+    # (An outside probe, the ledger's windows locked by another session, 2 s deadline:
+    # record_step raised StoreUnavailable ("budgets: canceling statement") with
+    # outcome_unknown false, after its step was stored; the step's cost was never charged,
+    # and a retry without a key would have stored the step twice.)
+    engine = Engine(settings=settings.with_overrides(operation_deadline_s=1.0))
+    holder = psycopg.connect(settings.database_url or "")
+    try:
+        engine.start_session("ledger-away", "support")
+        engine.budgets.set("tenant", None, "day", "10")
+        usage = LlmUsage(
+            provider="x", request_model=MODEL, input_tokens=10, output_tokens=5, cost_usd=Decimal("0.5")
+        )
+        engine.record_step("ledger-away", "a", usage=usage)
+        # When the ledger cannot be written (its windows locked elsewhere) as a step is recorded
+        holder.execute(
+            psycopg.sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+                psycopg.sql.Identifier(settings.schema, "budget_windows")
+            )
+        )
+        record = engine.record_step("ledger-away", "b", usage=usage)
+        # Then the call returns the stored step
+        assert record.step == "b"
+        assert engine.get_session("ledger-away").step_count == 2
+        # And once the ledger is back, the step's cost is charged, once
+        holder.rollback()
+        spent = Decimal(0)
+        for _ in range(100):
+            (burn,) = engine.budgets.burn()
+            spent = burn.spent_usd
+            if spent == Decimal("1.0"):
+                break
+            time.sleep(0.05)
+        assert spent == Decimal("1.0")
+    finally:
+        holder.close()
+        engine.close()
