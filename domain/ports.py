@@ -8,7 +8,9 @@ re-exported here for callers that import them from the port.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -55,6 +57,15 @@ class LlmPort(Protocol):
         attempts made may set its ``usage`` attribute (an ``LlmUsage``, the cancelled attempt
         last) so the failure is recorded with what was billed.
         """
+        ...
+
+
+class PricedByClock(Protocol):
+    """Optional beside LlmPort: an adapter that prices calls by the time they are made takes the
+    engine's clock, so that every engine on a database picks the same price version."""
+
+    def use_clock(self, now: Callable[[], datetime]) -> None:
+        """Read the time of a call (the price in force) from ``now`` instead of the host."""
         ...
 
 

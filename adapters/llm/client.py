@@ -238,6 +238,12 @@ class OpenAICompatibleClient:
             raise ValidationError("llm_base_url", f"GET /models answered {response.status_code}")
         return [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
 
+    def use_clock(self, now: Callable[[], datetime]) -> None:
+        """Price calls by ``now``: an engine hands over its clock (the database's, one for every
+        engine on it), so a host minutes off does not price a call near a price change by the
+        other version (``PricedByClock``)."""
+        self._now = now
+
     def check_model(self, model: str | None) -> None:
         """Raise UnknownModelPrice for a model the price table cannot price now (None: the
         default model), unless the config flags such calls instead of refusing them."""

@@ -111,6 +111,7 @@ class Engine:
             data_key_cache_s=self.settings.data_key_cache_s,
         )
         self.clock: Clock = clock if clock is not None else self._database_clock()
+        self._lend_clock(llm)
         self._chain_events()
         self._retention: RetentionService | None = None
         self.log = EventLog(self._app, deadline_s=self.settings.operation_deadline_s)
@@ -253,8 +254,15 @@ class Engine:
         check_model = self._routing_check(llm)
         if check_model is not None:
             require_priced(self.classifier.tiers, check_model, routing_label(self.settings.routing_file))
+        self._lend_clock(llm)
         self.steps.llm = llm
         self.classifier.llm = llm
+
+    def _lend_clock(self, llm: LlmPort | None) -> None:
+        """An adapter that prices by the time of a call reads it from this engine's clock."""
+        use_clock: Callable[[Callable[[], datetime]], None] | None = getattr(llm, "use_clock", None)
+        if use_clock is not None:
+            use_clock(self.clock)
 
     def _routing_check(self, llm: LlmPort | None) -> Callable[[str], object] | None:
         """How a routing file's models are checked against the adapter's price table (its

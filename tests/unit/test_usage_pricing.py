@@ -21,6 +21,7 @@ from flowledger.adapters.llm.reported_usage import parse_usage
 from flowledger.domain.errors import LlmCallFailed, UnknownModelPrice, ValidationError
 from flowledger.domain.pricing import ModelPrice, PriceTable
 from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure import Engine, Settings
 from flowledger.projections.repricing import Repricing, call_cost, changes
 
 MESSAGES = [{"role": "user", "content": "where is my order?"}]
@@ -431,3 +432,27 @@ def test_billed_unreported_is_kept_only_when_set_and_needs_unpriced() -> None:
     with pytest.raises(ValidationError) as raised:
         LlmUsage(request_model="gpt-4.1", billed_unreported=True)
     assert raised.value.field == "usage.billed_unreported"
+
+
+async def test_an_engine_prices_its_calls_by_its_own_clock_not_the_hosts() -> None:
+    # Given a client whose host clock reads after deepseek-chat's price fell (2025-09-29 16:00
+    # UTC), handed to an engine whose clock (one for every engine on the database) reads before
+    body = reply({"prompt_tokens": 1_000_000, "completion_tokens": 0})
+    host_after = client(
+        lambda request: httpx.Response(200, json=body), now=lambda: datetime(2025, 10, 20, tzinfo=UTC)
+    )
+    engine = Engine.in_memory(
+        settings=Settings(home=Path("/nonexistent")),
+        llm=host_after,
+        clock=lambda: datetime(2025, 9, 20, tzinfo=UTC),
+    )
+    try:
+        engine.start_session("s-1", "support")
+        # When a step calls the model
+        step = await engine.process_step("s-1", "answer", {"message": "hi"}, model="deepseek-chat")
+        # Then the call is priced at the price in force by the engine's clock: a host minutes
+        # off priced a call near a price change by the other version
+        assert step.usage is not None
+        assert step.usage.cost_usd == Decimal("0.56")
+    finally:
+        await engine.aclose()
