@@ -46,7 +46,7 @@ from flowledger.domain.skills import SkillCatalogue
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import Classification, TaskPriority, TaskState
 from flowledger.domain.values import LlmUsage
-from flowledger.infrastructure.engine.step_calls import LeaderGone
+from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
 
@@ -149,23 +149,9 @@ class TaskClassifier:
                 continue
             if request.shares(leading, answered=True):
                 return state
-        future: asyncio.Future[TaskState] = loop.create_future()
-        future.add_done_callback(_retrieve_exception)
-        self._inflight[task_id] = (request, future)
-        try:
-            state = await self._lead(llm, task_id, model, again=again)
-        except asyncio.CancelledError:
-            future.set_exception(LeaderGone())
-            raise
-        except BaseException as error:
-            future.set_exception(error)
-            raise
-        else:
-            future.set_result(state)
-            return state
-        finally:
-            if (current := self._inflight.get(task_id)) is not None and current[1] is future:
-                del self._inflight[task_id]
+        return await lead(
+            self._inflight, task_id, request, partial(self._lead, llm, task_id, model, again=again)
+        )
 
     async def _lead(self, llm: LlmPort, task_id: str, model: str | None, *, again: bool) -> TaskState:
         found = await self._load(task_id, again=again)
@@ -315,12 +301,6 @@ class _Request:
         if self.again:
             return leading == self
         return answered or not leading.again
-
-
-def _retrieve_exception(future: asyncio.Future[TaskState]) -> None:
-    # Waiters are optional: mark the exception retrieved so asyncio does not log it.
-    if not future.cancelled():
-        future.exception()
 
 
 def _unlock_if_taken(

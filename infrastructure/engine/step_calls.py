@@ -3,7 +3,6 @@ rules they are checked by: the same request under one key, what merging would ch
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -89,10 +88,6 @@ class Wait:
     lease_until: datetime
 
 
-class LeaderGone(Exception):
-    """The in-process caller running the step was cancelled; waiters start over."""
-
-
 def changed_keys(context: JsonObject, update: JsonObject) -> JsonObject:
     """The keys of ``update`` that merging would change in ``context`` (compared as stored JSON,
     so ``1``, ``1.0`` and ``true`` differ): a retried step merges nothing twice."""
@@ -125,12 +120,6 @@ def asked_model(llm: LlmPort, model: str | None) -> ModelAsked | None:
     if names is not None:
         return ModelAsked(names(model), names)
     return ModelAsked(model) if model is not None else None
-
-
-def retrieve_exception(future: asyncio.Future[StepOutcome]) -> None:
-    # Waiters are optional: mark the exception retrieved so asyncio does not log it.
-    if not future.cancelled():
-        future.exception()
 
 
 def usage_of(error: BaseException) -> LlmUsage | None:

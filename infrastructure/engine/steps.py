@@ -46,9 +46,9 @@ from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
 from flowledger.infrastructure.engine.budgets import BudgetService, step_hold_id
 from flowledger.infrastructure.engine.sessions import SessionService
+from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.step_calls import (
     Go,
-    LeaderGone,
     Recorded,
     StepCall,
     StepOutcome,
@@ -57,7 +57,6 @@ from flowledger.infrastructure.engine.step_calls import (
     asked_model,
     changed_keys,
     ensure_same_request,
-    retrieve_exception,
     usage_of,
 )
 from flowledger.infrastructure.engine.step_failures import failure_detail, waiter_error
@@ -168,23 +167,7 @@ class StepService:
                 return await asyncio.shield(running)
             except LeaderGone:
                 continue
-        future: asyncio.Future[StepOutcome] = loop.create_future()
-        future.add_done_callback(retrieve_exception)
-        self._inflight[slot] = (call, future)
-        try:
-            outcome = await self._run(llm, call)
-        except asyncio.CancelledError:
-            future.set_exception(LeaderGone())
-            raise
-        except BaseException as error:
-            future.set_exception(error)
-            raise
-        else:
-            future.set_result(outcome)
-            return outcome
-        finally:
-            if (current := self._inflight.get(slot)) is not None and current[1] is future:
-                del self._inflight[slot]
+        return await lead(self._inflight, slot, call, partial(self._run, llm, call))
 
     async def aclose(self) -> None:
         """Close the LLM adapter (when it has ``aclose``) and the worker threads."""
