@@ -21,23 +21,44 @@ an expired session stays expired, and an unknown action is a 400.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import Caller, Reader
 from flowledger.adapters.http.errors import error_body, responses
 from flowledger.adapters.http.rest import ensure_user, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN
+from flowledger.domain.bounds import MAX_TTL
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.infrastructure import Engine
 
 router = APIRouter(tags=["webhook"])
 DEFAULT_HOURS = 24.0
 WRITES = frozenset({"create_session", "process_step", "extend_session"})
+
+
+def _within_max_hours(hours: float) -> float:
+    """At most ``MAX_HOURS`` (366 days), refused in words as ``ttl_seconds`` is over REST: pydantic's
+    ``le`` said only "less than or equal to 8784"."""
+    if hours > MAX_HOURS:
+        raise PydanticCustomError(
+            "hours_too_long", f"must be at most {MAX_TTL.days} days ({MAX_HOURS:.0f} hours)"
+        )
+    return hours
+
+
+Hours = Annotated[
+    float,
+    Field(strict=True, gt=0, json_schema_extra={"maximum": MAX_HOURS}),
+    AfterValidator(_within_max_hours),
+]
+"""Hours of a lifetime or an extension, more than zero and at most 366 days (the document's
+``maximum``, for clients and generated tests; checked apart, in words)."""
 
 
 class WebhookRequest(BaseModel):
@@ -60,11 +81,8 @@ class WebhookRequest(BaseModel):
         max_length=MAX_ID,
         description="process_step: the model to call (the configured default when left out).",
     )
-    expires_hours: float | None = Field(
+    expires_hours: Hours | None = Field(
         default=None,
-        strict=True,
-        gt=0,
-        le=MAX_HOURS,
         description="create_session: the session's lifetime (24). extend_session: hours added (24).",
     )
     expires_at: datetime | None = Field(

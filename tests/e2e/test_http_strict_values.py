@@ -338,3 +338,28 @@ def test_the_document_still_gives_every_lifetime_its_bounds(memory_http: TestCli
     for name in ("StartSession", "ForkSession", "Extend"):
         ttl = schemas[name]["properties"]["ttl_seconds"]
         assert (ttl["minimum"], ttl["maximum"], ttl["type"]) == (0.001, LONGEST_TTL_S, "number"), name
+
+
+@pytest.mark.parametrize(
+    ("action", "hours"), [("create_session", 8784.5), ("extend_session", 9000), ("create_session", 1e300)]
+)
+def test_webhook_hours_past_366_days_are_refused_in_words(
+    memory_http: TestClient, action: str, hours: float
+) -> None:
+    # Given a session to extend
+    memory_http.post(WEBHOOK, json={"action": "create_session", "session_id": "w-0", "workflow_name": "w"})
+    # When the webhook is asked for a lifetime, or an extension, past 366 days
+    body = {
+        "action": action,
+        "session_id": "w-0" if action == "extend_session" else "w-1",
+        "workflow_name": "w",
+        "expires_hours": hours,
+    }
+    if action == "extend_session":
+        del body["workflow_name"]
+    response = memory_http.post(WEBHOOK, json=body)
+    # Then it is refused saying the bound in words (pydantic's `le` said only "less than or
+    # equal to 8784"), and nothing changed
+    refused(response, "expires_hours: must be at most 366 days (8784 hours)")
+    assert "less than or equal" not in response.json()["error"]
+    assert memory_http.get("/v1/sessions/w-1").status_code == 404
