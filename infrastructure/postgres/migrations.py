@@ -37,14 +37,15 @@ from flowledger.infrastructure.postgres import data_keys, ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.settings import Settings
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: events (with transaction_id), snapshots, tracking, append functions that unlock on failure.
 2: the append functions hold an in-flight marker lock until they commit (readers' horizon).
 3: the audit chain: each event's hash and keyed seal (``event_hash``, ``event_mac``), appended
 with it; signed checkpoints and the record of ``audit chain`` upgrades (docs/audit.md).
 4: the data-key table of sealed personal fields (``data_keys.py``).
 5: the budget ledger's tables (``budgets.py``), which the ledger made at first use before:
-inside a step, which every writer of a new engine waited for (bench/README.md, issue 11)."""
+inside a step, which every writer of a new engine waited for (bench/README.md, issue 11).
+6: the append functions refuse an id handed out from a sequence cache (``sql.ID_FROM_SEQUENCE_CACHE``)."""
 
 MARKERS_SINCE = 2
 """The first version whose appends hold in-flight markers: upgrading from before waits for
@@ -191,7 +192,7 @@ def _migrate_locked(
             cur.execute(statement)
     elif version > SCHEMA_VERSION:
         _log.warning("schema %s is at version %s, newer than this code's %s", schema, version, SCHEMA_VERSION)
-    cache_reset = _force_sequence_cache_1(cur, schema, names.events)
+    cache_reset = force_sequence_cache_1(cur, schema, names.events)
     repaired = _repair_foreign_transaction_ids(cur, schema, names.events)
     layout = event_log_partitions(cur, schema, names.events) or 0
     wanted = settings.event_partitions
@@ -443,11 +444,12 @@ def _sequence_of(cur: psycopg.Cursor[Any], schema: str, table: str) -> str:
     return str(row[0])
 
 
-def _force_sequence_cache_1(cur: psycopg.Cursor[Any], schema: str, table: str) -> bool:
+def force_sequence_cache_1(cur: psycopg.Cursor[Any], schema: str, table: str) -> bool:
     """A cached sequence hands each backend a block of ids: a later writer can commit a
     lower id after a reader passed it, which the horizon cannot see (it orders by
     transaction, and the lower id's transaction started later). Writers that already
-    hold a cached block keep using it until they reconnect."""
+    hold a cached block are refused by the append functions until they reconnect (the
+    recorder closes a refused connection). True when it changed the cache."""
     sequence = _sequence_of(cur, schema, table)
     row = cur.execute(
         "SELECT seqcache FROM pg_sequence WHERE seqrelid = %s::regclass", (sequence,)

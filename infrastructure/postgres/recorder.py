@@ -62,6 +62,7 @@ from psycopg import Connection, Cursor
 from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
+from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure.postgres import binary_arrays
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.postgres.chain import Heads, StreamChain
@@ -70,7 +71,7 @@ from flowledger.infrastructure.postgres.deadlines import Deadlines, call_within_
 from flowledger.infrastructure.postgres.group_commit import GroupCommit
 from flowledger.infrastructure.postgres.horizon import Horizon, HorizonLag
 from flowledger.infrastructure.postgres.literal_append import append_then_commit
-from flowledger.infrastructure.postgres.migrations import create_event_log
+from flowledger.infrastructure.postgres.migrations import create_event_log, force_sequence_cache_1
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
 from flowledger.infrastructure.postgres.watchdog import watching
@@ -93,6 +94,16 @@ _LIBRARY_ERRORS: tuple[tuple[type[psycopg.Error], type[PersistenceError]], ...] 
     (psycopg.NotSupportedError, NotSupportedError),
     (psycopg.DatabaseError, DatabaseError),
 )
+
+
+class _IdFromCache(Exception):
+    """The append function refused an id handed out from a sequence cache (nothing stored)."""
+
+
+def _cached_id(error: psycopg.Error) -> bool:
+    return isinstance(error, psycopg.errors.ObjectNotInPrerequisiteState) and (
+        pg_sql.ID_FROM_SEQUENCE_CACHE in str(error)
+    )
 
 
 def close_unfinished(conn: Connection[Any]) -> None:
@@ -231,7 +242,36 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         return self.append_now(stored_events)
 
     def append_now(self, stored_events: Sequence[StoredEvent]) -> list[int]:
-        """Append ``stored_events`` in a transaction of their own (a pooled connection)."""
+        """Append ``stored_events`` in a transaction of their own (a pooled connection).
+
+        An append refused for an id from a sequence cache (``sql.ID_FROM_SEQUENCE_CACHE``:
+        someone gave the sequence a cache while engines ran) stored nothing: the cache is
+        set back to 1, the refused connection (which holds the cached block) is closed, and
+        the append is tried again, at most once per pooled connection; past that, or when
+        this role may not alter the sequence, the caller gets a ``FlowledgerError`` saying so.
+        """
+        attempts = self.datastore.pool.max_size + 1
+        for _ in range(attempts - 1):
+            try:
+                return self._append_pooled(stored_events)
+            except _IdFromCache:
+                self._force_cache_1()
+        try:
+            return self._append_pooled(stored_events)
+        except _IdFromCache as refused:
+            raise StoreUnavailable(
+                "append",
+                f"{pg_sql.ID_FROM_SEQUENCE_CACHE}; nothing was stored. Set it with `flowledger migrate`"
+                f" ({refused})",
+            ) from refused
+
+    def _force_cache_1(self) -> None:
+        """``ALTER SEQUENCE ... CACHE 1`` on a pooled connection (``MigrationRefused`` when
+        this role is not the sequence's owner)."""
+        with self.datastore.pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            force_sequence_cache_1(cur, self.datastore.schema, self.events_table_name)
+
+    def _append_pooled(self, stored_events: Sequence[StoredEvent]) -> list[int]:
         pool = self.datastore.pool
         if pool.closed:  # not opened yet (or closed): the library opens it, or says why not
             with self.datastore.get_connection():
@@ -253,6 +293,9 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 # pool replaces it (``target_session_attrs=read-write`` finds the primary).
                 if isinstance(error, psycopg.errors.ReadOnlySqlTransaction):
                     conn.close()
+                if _cached_id(error):  # its backend holds the cached block: end it
+                    conn.close()
+                    raise _IdFromCache(str(error)) from error
                 raise library_error(error) from error
             except BaseException:
                 close_unfinished(conn)

@@ -15,6 +15,8 @@ from psycopg.sql import SQL, Composed, Identifier, Literal
 # runs in a transaction that already has an id: its rows could then sort before rows
 # of transactions that took ids earlier, and readers could skip them.
 XID_ALREADY_ASSIGNED = "the event log append must be the first write of its transaction"
+ID_FROM_SEQUENCE_CACHE = "the event log's id sequence handed out a cached id (it needs CACHE 1)"
+"""The append functions' refusal of an id that is not the sequence's last value."""
 
 
 def section_lock_key(schema: str, table: str) -> int:
@@ -156,7 +158,12 @@ def create_append_functions(
     in it (a cancel, a statement timeout, an exhausted sequence) releases the lock in
     the same statement: a session lock survives rollback, and an unlock sent later as a
     separate statement could reach another backend behind a transaction-pooling
-    PgBouncer. The handler unlocks only if the lock was granted (a cancel may arrive
+    PgBouncer. The section also refuses an id that is not the sequence's last value: with a
+    cache (``ALTER SEQUENCE ... CACHE 10``, even while engines run) a backend hands out ids
+    from a block it took earlier, below ids other writers already committed, and a follower
+    that passed them never reads them (measured: 1,743 of 4,310 events never delivered). Only
+    these functions take ids, under this lock, so with ``CACHE 1`` the id just taken is
+    always the last value. The handler unlocks only if the lock was granted (a cancel may arrive
     while waiting for it). The block costs a subtransaction per append, which gets no
     id of its own (the transaction id is the top-level one), measured in docs/recorder.md.
     """
@@ -165,6 +172,12 @@ def create_append_functions(
         "    RAISE EXCEPTION {message} USING ERRCODE = 'object_not_in_prerequisite_state';\n"
         "  END IF;\n"
     ).format(message=Literal(XID_ALREADY_ASSIGNED))
+    cached = SQL(
+        "    IF pg_sequence_last_value({sequence}) IS DISTINCT FROM {last} THEN\n"
+        "      RAISE EXCEPTION {message} USING ERRCODE = 'object_not_in_prerequisite_state';\n"
+        "    END IF;\n"
+    )
+    message = Literal(ID_FROM_SEQUENCE_CACHE)
     names = {
         "schema": Identifier(schema),
         "one": Identifier(f"{function}_one"[:63]),
@@ -176,6 +189,10 @@ def create_append_functions(
         "marker": Literal(in_flight_space << 32),
         "guard": guard,
         "release": _release_if_held(lock_key),
+        "one_cached": cached.format(sequence=Literal(sequence), last=SQL("id"), message=message),
+        "many_cached": cached.format(
+            sequence=Literal(sequence), last=SQL("ids[cardinality(ids)]"), message=message
+        ),
     }
     one = SQL(
         "CREATE OR REPLACE FUNCTION {schema}.{one}"
@@ -187,7 +204,7 @@ def create_append_functions(
         "    PERFORM pg_advisory_lock({key});\n"
         "    tx := pg_current_xact_id();\n"
         "    PERFORM pg_advisory_xact_lock_shared({marker} | (tx::text::bigint & 4294967295));\n"
-        "    id := nextval({sequence});\n"
+        "    id := nextval({sequence});\n{one_cached}"
         "  EXCEPTION WHEN OTHERS OR query_canceled THEN\n{release}"
         "  END;\n"
         "  PERFORM pg_advisory_unlock({key});\n"
@@ -210,6 +227,7 @@ def create_append_functions(
         "    tx := pg_current_xact_id();\n"
         "    PERFORM pg_advisory_xact_lock_shared({marker} | (tx::text::bigint & 4294967295));\n"
         "    ids := ARRAY(SELECT nextval({sequence}) FROM generate_series(1, cardinality(p_ids)));\n"
+        "{many_cached}"
         "  EXCEPTION WHEN OTHERS OR query_canceled THEN\n{release}"
         "  END;\n"
         "  PERFORM pg_advisory_unlock({key});\n"

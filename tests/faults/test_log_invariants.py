@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import psycopg
@@ -131,3 +133,82 @@ def test_g_a_failure_inside_the_append_id_section_blocks_no_later_writer(
     assert max(timings) < 1.0
     assert result.lost == 0
     assert result.doubled == 0
+
+
+def test_e_a_cache_set_while_engines_write_loses_no_event_for_a_follower(
+    private_postgres: Callable[..., PrivateServer], report: Callable[[str], None]
+) -> None:
+    # Given two engines writing and a follower reading the log in id order, as projections do
+    server = private_postgres()
+    settings = fault_settings(server.url)
+    writers = [Engine(settings=settings) for _ in range(2)]
+    follower = Engine(settings=settings)
+    acknowledged: list[Marker] = []
+    refusals: Counter[str] = Counter()
+    delivered: list[int] = []
+    stop = threading.Event()
+
+    def write(engine: Engine, session: str) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                record(engine, session, n, acknowledged)
+            except FlowledgerError as error:  # refused: counted, the writer goes on
+                refusals[type(error).__name__] += 1
+            n += 1
+
+    def follow() -> None:
+        last = 0
+        while True:
+            page = list(follower.log.notifications(after=last))
+            delivered.extend(n.id for n in page)
+            last = delivered[-1] if delivered else 0
+            if stop.is_set() and not page:
+                return
+            time.sleep(0.005)
+
+    try:
+        for index, engine in enumerate(writers):
+            engine.start_session(f"live-{index}", "customer_service")
+        threads = [
+            threading.Thread(target=write, args=(engine, f"live-{index}"), daemon=True)
+            for index, engine in enumerate(writers)
+        ]
+        threads.append(threading.Thread(target=follow, daemon=True))
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)
+
+        # When an operator gives the sequence a cache of 10 while they run
+        execute(server.url, f"ALTER SEQUENCE {sequence_name(server.url)} CACHE 10")
+        time.sleep(1.2)
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        assert not any(thread.is_alive() for thread in threads), "a writer or the follower hung"
+    finally:
+        stop.set()
+        for engine in (*writers, follower):
+            engine.close()
+
+    # Then the follower delivered every stored event once, in id order, skipping none
+    stored = [
+        int(str(row[0]))
+        for row in execute(server.url, "SELECT notification_id FROM faults.flowledger_events ORDER BY 1")
+    ]
+    (cache_size,) = execute(
+        server.url,
+        "SELECT cache_size FROM pg_sequences WHERE schemaname = 'faults' "
+        "AND sequencename = 'flowledger_events_notification_id_seq'",
+    )[0]
+    result = tally(server.url, "faults", acknowledged)
+    skipped = sorted(set(stored) - set(delivered))
+    report(
+        f"{result.line()} delivered={len(delivered)} stored_events={len(stored)} skipped={len(skipped)} "
+        f"refused={dict(refusals)} cache_size={cache_size}"
+    )
+    assert skipped == [], f"the follower never delivered {len(skipped)} stored ids, first {skipped[:5]}"
+    assert delivered == stored
+    assert result.lost == 0
+    assert result.doubled == 0
+    assert result.acknowledged > 40, "the writers did not go on after the cache was set"

@@ -1,4 +1,5 @@
-"""PostgreSQL restarted (`-m fast`) or SIGKILLed under eight writers: nothing lost, nothing doubled."""
+"""PostgreSQL restarted (`-m fast`) or SIGKILLed under eight writers, group commit off and
+on (``FLOWLEDGER_GROUP_COMMIT=1``): nothing lost, nothing doubled."""
 
 from __future__ import annotations
 
@@ -13,13 +14,21 @@ from tests.faults.server import PrivateServer
 pytestmark = pytest.mark.postgres
 
 
-@pytest.mark.parametrize("mode", ["fast", "kill"])
+@pytest.mark.parametrize(
+    ("mode", "group_commit"),
+    [("fast", False), ("kill", False), ("kill", True)],
+    ids=["fast", "kill", "kill-grouped"],
+)
 def test_a_server_restart_under_writer_load_loses_and_doubles_no_step(
-    private_postgres: Callable[..., PrivateServer], report: Callable[[str], None], mode: str
+    private_postgres: Callable[..., PrivateServer],
+    report: Callable[[str], None],
+    mode: str,
+    group_commit: bool,
 ) -> None:
-    # Given eight writers on four sessions of an engine over a private server
+    # Given eight writers on four sessions of an engine over a private server (with group
+    # commit, a batch of several writers' steps goes down with the server in one transaction)
     server = private_postgres()
-    engine = Engine(settings=fault_settings(server.url))
+    engine = Engine(settings=fault_settings(server.url, group_commit=group_commit))
     sessions = [f"restart-{i}" for i in range(4)]
     for session in sessions:
         engine.start_session(session, "customer_service")
