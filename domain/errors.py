@@ -193,12 +193,15 @@ class StoreRefused(StoreUnavailable):
     password, no ``pg_hba.conf`` entry. Trying again will not help, so it is not retried;
     over HTTP it is still a 503 (the service cannot serve), on the command line exit 1."""
 
-    def __init__(self, operation: str, detail: str) -> None:
+    def __init__(
+        self,
+        operation: str,
+        detail: str,
+        hint: str = "check FLOWLEDGER_DATABASE_URL: the database, user and password",
+    ) -> None:
         super().__init__(operation, detail)
         FlowledgerError.__init__(
-            self,
-            f"the database refused the connection ({operation}): {detail}"
-            " (check FLOWLEDGER_DATABASE_URL: the database, user and password)",
+            self, f"the database refused the connection ({operation}): {detail} ({hint})"
         )
 
 

@@ -18,6 +18,7 @@ import psycopg
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
+    OperationalError,
     ProcessRecorder,
     StoredEvent,
     Tracking,
@@ -31,6 +32,7 @@ from eventsourcing.postgres import (
 from eventsourcing.utils import Environment, EnvType
 from psycopg.conninfo import conninfo_to_dict
 
+from flowledger.domain.errors import StoreRefused, StoreUnavailable
 from flowledger.infrastructure.postgres.deadlines import (
     LIBPQ_PARAMS_KEY,
     Deadlines,
@@ -121,13 +123,19 @@ class FlowledgerPostgresFactory(PostgresFactory):
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
         """The snapshot store's recorder, with this factory's deadlines."""
-        recorder = super().aggregate_recorder(purpose)
+        try:
+            recorder = super().aggregate_recorder(purpose)
+        except OperationalError as error:
+            raise self._unreachable(error) from error
         self._configure(recorder)
         return recorder
 
     def application_recorder(self) -> ApplicationRecorder:
         """The event log's recorder; its notifier is stopped when the factory closes."""
-        recorder = super().application_recorder()
+        try:
+            recorder = super().application_recorder()
+        except OperationalError as error:
+            raise self._unreachable(error) from error
         self._configure(recorder)
         return recorder
 
@@ -143,6 +151,30 @@ class FlowledgerPostgresFactory(PostgresFactory):
             notifier.close()
         self._notifiers.clear()
         super().close()
+
+    def _unreachable(self, error: OperationalError) -> Exception:
+        """Why the pool found no connection at start, which it hides ("couldn't get a
+        connection"): one direct connection with the pool's own parameters says it. A server
+        that refuses the startup options (PgBouncer, which takes no ``options``) is refused at
+        once, naming the setting; anything else is the outage it looks like."""
+        pool = self.datastore.pool
+        kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs or {}
+        conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+        params = {key: value for key, value in kwargs.items() if key != "row_factory"}
+        try:
+            psycopg.connect(conninfo, autocommit=True, **params).close()
+        except psycopg.OperationalError as direct:
+            detail = " ".join(str(direct).split())
+            if "unsupported startup parameter" in detail:
+                return StoreRefused(
+                    "start",
+                    detail,
+                    "behind PgBouncer in transaction pooling mode, set FLOWLEDGER_PGBOUNCER=1",
+                )
+            return StoreUnavailable("start", detail)
+        except Exception:  # the direct try says nothing more than the pool did
+            pass
+        return StoreUnavailable("start", str(error))
 
     def _configure(self, recorder: object) -> None:
         if isinstance(recorder, FlowledgerApplicationRecorder | FlowledgerSnapshotRecorder):

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from eventsourcing.persistence import Notification
 
+from flowledger.domain.errors import StoreRefused
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.projections import projector_for
@@ -181,3 +182,19 @@ def test_through_transaction_pooling_every_step_is_recorded_once_and_the_feed_sk
         f"from {clients} client connections over {backends[0]} server connections; "
         f"feed {len(fed)} = stored {len(stored)} events"
     )
+
+
+def test_an_engine_reached_through_pgbouncer_without_the_setting_is_refused_naming_it(
+    bouncer: PgBouncer,
+) -> None:
+    # Given PgBouncer in front of the server, and an engine not told so (FLOWLEDGER_PGBOUNCER
+    # unset): its connections send startup options (the statement timeout) PgBouncer refuses
+    settings = make_settings(database_url=bouncer.url(), schema="not_told", pool_size=2)
+    # When it starts
+    with pytest.raises(StoreRefused) as refused:
+        Engine(settings=settings).close()
+    # Then it is refused at once in the project's error tree, naming the cause and the setting
+    # (it raised the event library's bare OperationalError "couldn't get a connection after
+    # 3.00 sec", which said neither)
+    assert "unsupported startup parameter" in str(refused.value)
+    assert "FLOWLEDGER_PGBOUNCER=1" in str(refused.value)
