@@ -15,8 +15,11 @@ the same answer (or error); a later ``reclassify`` shares only another ``reclass
 same model, and otherwise makes its own call once the first has ended. A cancelled leader
 hands over to the first waiter. Across engines (PostgreSQL), a classify about to call the
 model holds the task's lock (``TaskLocks``) through the call and the save; one that waited
-for it reads the task again and, finding it classified, makes no call. The lock is only an
-optimisation: waiting for it is bounded (``lock_wait_s``), and without it (memory, PgBouncer,
+for it reads the task again and, finding it classified, makes no call. A reclassify holds a
+lock of the task's for its model (``_Request.purpose``), so only a reclassify on the same
+model waits for it; one that waited and finds a classification (or its failure) recorded
+since it read the task takes that as its answer, as it would in one engine. The lock is only
+an optimisation: waiting for it is bounded (``lock_wait_s``), and without it (memory, PgBouncer,
 the database not answering) a classify calls anyway, as before.
 """
 
@@ -57,10 +60,10 @@ _TYPICAL_CALL = {"input_tokens": 300, "output_tokens": 60}
 class TaskLocks(Protocol):
     """Locks on tasks shared by engines on one database (``postgres/classification_locks.py``)."""
 
-    def try_lock(self, task_id: UUID) -> bool | None:
+    def try_lock(self, task_id: UUID, purpose: str) -> bool | None:
         """True when taken, False when held elsewhere, None when the database could not be asked."""
 
-    def unlock(self, task_id: UUID) -> None:
+    def unlock(self, task_id: UUID, purpose: str) -> None:
         """Let the lock go."""
 
 
@@ -157,22 +160,26 @@ class TaskClassifier:
         found = await self._load(task_id, again=again)
         if isinstance(found, TaskState):
             return found
-        locks = None if again else self.locks
+        locks = self.locks
         if locks is None:
             return await self._call(llm, found, model, again=again)
-        # Across processes: one classify at a time per task; one that waited reads the task
-        # again, which the other has classified by then (module docstring).
-        key = found.id
-        taken, waited = await self._lock(locks, key)
+        # Across processes: one classify (or reclassify on one model) at a time per task; one
+        # that waited reads the task again, which the other has classified by then (module
+        # docstring).
+        key, purpose, seen = found.id, _Request(model, again).purpose, found.version
+        taken, waited = await self._lock(locks, key, purpose)
         try:
             if waited:
                 found = await self._load(task_id, again=again)
                 if isinstance(found, TaskState):
                     return found
+                if again and await self._classified_since(key, seen):
+                    return found.state()
             return await self._call(llm, found, model, again=again)
         finally:
             if taken:
-                await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(locks.unlock, key)))
+                unlock = asyncio.to_thread(locks.unlock, key, purpose)
+                await asyncio.shield(asyncio.ensure_future(unlock))
 
     async def _load(self, task_id: str, *, again: bool) -> Task | TaskState:
         """The task to classify, or its state when there is nothing to do (already classified,
@@ -188,18 +195,24 @@ class TaskClassifier:
             return task.state()
         return task
 
-    async def _lock(self, locks: TaskLocks, task: UUID) -> tuple[bool, bool]:
+    async def _classified_since(self, task: UUID, version: int) -> bool:
+        """Whether a classification, or a failed one, was recorded on the task after ``version``
+        (by the reclassify on the same model this one waited for)."""
+        events = await asyncio.to_thread(self._store.events, task, gt=version)
+        return any(isinstance(event, Task.Classified | Task.ClassificationFailed) for event in events)
+
+    async def _lock(self, locks: TaskLocks, task: UUID, purpose: str) -> tuple[bool, bool]:
         """Take the task's lock, waiting up to ``lock_wait_s`` while another engine holds it:
         (taken, waited). Not taken when the wait ran out or the database could not be asked."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.lock_wait_s
         waited = False
         while True:
-            attempt = asyncio.ensure_future(asyncio.to_thread(locks.try_lock, task))
+            attempt = asyncio.ensure_future(asyncio.to_thread(locks.try_lock, task, purpose))
             try:
                 taken = await asyncio.shield(attempt)
             except asyncio.CancelledError:
-                attempt.add_done_callback(partial(_unlock_if_taken, loop, locks, task))
+                attempt.add_done_callback(partial(_unlock_if_taken, loop, locks, task, purpose))
                 raise
             if taken is not False or loop.time() >= give_up:
                 return bool(taken), waited
@@ -302,10 +315,20 @@ class _Request:
             return leading == self
         return answered or not leading.again
 
+    @property
+    def purpose(self) -> str:
+        """The purpose of the task's lock across engines: one for classify, one per model for
+        reclassify (the callers that would share one call in one engine wait for each other)."""
+        return f"reclassify\x1f{self.model or ''}" if self.again else "classify"
+
 
 def _unlock_if_taken(
-    loop: asyncio.AbstractEventLoop, locks: TaskLocks, task: UUID, attempt: asyncio.Future[bool | None]
+    loop: asyncio.AbstractEventLoop,
+    locks: TaskLocks,
+    task: UUID,
+    purpose: str,
+    attempt: asyncio.Future[bool | None],
 ) -> None:
     # The caller was cancelled while the lock was being taken: let it go if it was.
     if not attempt.cancelled() and attempt.exception() is None and attempt.result():
-        loop.run_in_executor(None, locks.unlock, task)
+        loop.run_in_executor(None, locks.unlock, task, purpose)

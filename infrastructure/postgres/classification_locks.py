@@ -4,7 +4,9 @@ model call per task, not one each.
 An engine about to classify a task (``TaskClassifier``) takes the task's lock with
 ``pg_try_advisory_lock`` and holds it through the model call and the save; an engine that
 finds it held waits (polling, up to a bound) and then reads the task again, which the first
-has classified by then: it answers from the task, with no call. The locks are session-level
+has classified by then: it answers from the task, with no call. A ``reclassify`` takes a lock
+of its own per task and model (the purpose names them), so that only a reclassify on the same
+model waits for it and takes the outcome recorded meanwhile as its own. The locks are session-level
 and live on one autocommit connection of their own (no transaction is held open during a
 call), shared by the engine's classifications under a thread lock: each statement is one
 short round trip. They are only ever an optimisation: a lost connection frees its locks on
@@ -37,20 +39,20 @@ class ClassificationLocks:
         self._conn: psycopg.Connection[Any] | None = None
         self._guard = threading.Lock()
 
-    def key(self, task_id: UUID) -> int:
+    def key(self, task_id: UUID, purpose: str = "classify") -> int:
         """The lock's 64-bit key: the schema, the purpose and the task (never an agent's key)."""
-        digest = hashlib.blake2b(f"{self._schema}\x1fclassify\x1f{task_id}".encode(), digest_size=8).digest()
+        digest = hashlib.blake2b(f"{self._schema}\x1f{purpose}\x1f{task_id}".encode(), digest_size=8).digest()
         return int.from_bytes(digest, "big", signed=True)
 
-    def try_lock(self, task_id: UUID) -> bool | None:
-        """Take the task's lock: True when taken, False when another session holds it, None
-        when the database could not be asked (classify without it)."""
-        row = self._run(f"SELECT pg_try_advisory_lock({self.key(task_id)})")
+    def try_lock(self, task_id: UUID, purpose: str = "classify") -> bool | None:
+        """Take the task's lock for ``purpose``: True when taken, False when another session
+        holds it, None when the database could not be asked (classify without it)."""
+        row = self._run(f"SELECT pg_try_advisory_lock({self.key(task_id, purpose)})")
         return None if row is None else bool(row[0])
 
-    def unlock(self, task_id: UUID) -> None:
-        """Let the task's lock go (a lost connection has let it go already)."""
-        self._run(f"SELECT pg_advisory_unlock({self.key(task_id)})")
+    def unlock(self, task_id: UUID, purpose: str = "classify") -> None:
+        """Let the task's lock for ``purpose`` go (a lost connection has let it go already)."""
+        self._run(f"SELECT pg_advisory_unlock({self.key(task_id, purpose)})")
 
     def close(self) -> None:
         """Close the connection (its locks go with it)."""

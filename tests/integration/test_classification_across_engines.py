@@ -59,6 +59,50 @@ async def test_a_classify_through_each_of_two_servers_at_once_makes_one_call(
     assert event_names(one, "t1") == ["Created", "Classified"]
 
 
+async def test_a_reclassify_through_each_of_two_servers_at_once_makes_one_call(
+    two_servers: tuple[Engine, Engine],
+) -> None:
+    one, other = two_servers
+    # Given a classified task, and a model behind each server that takes a while to answer
+    one.create_task("t1", "Add OAuth login", [])
+    one.llm = first = ScriptedLlm(FEATURE, delay=0.2)
+    other.llm = second = ScriptedLlm(FEATURE, delay=0.2)
+    await one.classify_task("t1")
+    first.calls.clear()
+
+    # When both servers reclassify it at once on the same model, three callers each
+    states = await asyncio.gather(
+        *(engine.reclassify_task("t1", "deepseek-v3.2") for engine in (one, other) * 3)
+    )
+
+    # Then one model call was made in all, one reclassification recorded, and every caller
+    # got the same task
+    assert len(first.calls) + len(second.calls) == 1
+    assert event_names(one, "t1") == ["Created", "Classified", "Classified"]
+    assert all(state.classification == states[0].classification for state in states)
+
+
+async def test_reclassifies_on_different_models_through_two_servers_each_make_their_call(
+    two_servers: tuple[Engine, Engine],
+) -> None:
+    one, other = two_servers
+    # Given a classified task
+    one.create_task("t1", "Add OAuth login", [])
+    one.llm = first = ScriptedLlm(FEATURE, delay=0.2)
+    other.llm = second = ScriptedLlm(FEATURE, delay=0.2)
+    await one.classify_task("t1")
+    first.calls.clear()
+
+    # When the servers reclassify it at once, each on a model of its own
+    await asyncio.gather(
+        one.reclassify_task("t1", "deepseek-v3.2"), other.reclassify_task("t1", "gemini-2.5-flash")
+    )
+
+    # Then each made its call and both were applied, as in one engine
+    assert [call.model for call in first.calls + second.calls] == ["deepseek-v3.2", "gemini-2.5-flash"]
+    assert event_names(one, "t1") == ["Created", "Classified", "Classified", "Classified"]
+
+
 async def test_a_classify_waits_for_a_stalled_holder_no_longer_than_its_bound(
     two_servers: tuple[Engine, Engine], database_url: str, pg_schema: str
 ) -> None:
