@@ -56,6 +56,10 @@ class Settings:
     """Deadline for one engine operation with its retries; past it, StoreUnavailable."""
     step_lease_s: float = 15.0
     """How long a started step's worker holds its idempotency key without renewing it."""
+    classify_lock_wait_s: float = 60.0
+    """How long a classify waits for another engine's classification of the task to end before
+    it calls the model anyway (``FLOWLEDGER_CLASSIFY_LOCK_WAIT_S``): a stalled engine holds
+    nobody back for longer."""
     pgbouncer: bool = False
     """PgBouncer (transaction pooling) sits between: no server-side prepared statements, no session SET."""
     api_keys: tuple[tuple[str, str, str], ...] = field(default=(), repr=False)
@@ -126,6 +130,8 @@ class Settings:
             raise ValidationError("checkpoint_every", "must be >= 0 (0: off)")
         if not self.data_key_cache_s >= 0:
             raise ValidationError("data_key_cache_s", "must be >= 0")
+        if not self.classify_lock_wait_s > 0:  # NaN too: the wait would never end
+            raise ValidationError("classify_lock_wait_s", f"must be > 0, got {self.classify_lock_wait_s!r}")
         if self.read_database_url is not None:
             try:
                 conninfo_to_dict(self.read_database_url)
@@ -177,6 +183,9 @@ class Settings:
                 env, "FLOWLEDGER_OPERATION_DEADLINE_S", defaults.operation_deadline_s
             ),
             step_lease_s=_seconds(env, "FLOWLEDGER_STEP_LEASE_S", defaults.step_lease_s),
+            classify_lock_wait_s=_seconds(
+                env, "FLOWLEDGER_CLASSIFY_LOCK_WAIT_S", defaults.classify_lock_wait_s
+            ),
             pgbouncer=_on_or_off(env, "FLOWLEDGER_PGBOUNCER"),
             api_keys=_api_keys(env.get("FLOWLEDGER_API_KEYS") or ""),
             http_max_body_bytes=_count(env, "FLOWLEDGER_HTTP_MAX_BODY_BYTES", defaults.http_max_body_bytes),

@@ -19,8 +19,9 @@ for it reads the task again and, finding it classified, makes no call. A reclass
 lock of the task's for its model (``_Request.purpose``), so only a reclassify on the same
 model waits for it; one that waited and finds a classification (or its failure) recorded
 since it read the task takes that as its answer, as it would in one engine. The lock is only
-an optimisation: waiting for it is bounded (``lock_wait_s``), and without it (memory, PgBouncer,
-the database not answering) a classify calls anyway, as before.
+an optimisation: waiting for it is bounded (``lock_wait_s``, the setting
+``FLOWLEDGER_CLASSIFY_LOCK_WAIT_S``), and without it (memory, PgBouncer, the database not
+answering) a classify calls anyway, as before.
 """
 
 from __future__ import annotations
@@ -70,9 +71,6 @@ class TaskLocks(Protocol):
 class TaskClassifier:
     """Classifies one tenant's tasks, by a model through the LLM port or as the caller says."""
 
-    lock_wait_s: float = 60.0
-    """How long a classify waits for another engine's classification of the task to end
-    before it calls the model anyway (a stalled engine holds nobody back for longer)."""
     lock_poll_s: float = 0.05
     """How often a waiting classify asks for the lock again."""
 
@@ -85,9 +83,13 @@ class TaskClassifier:
         catalogue: SkillCatalogue,
         tiers: ModelTiers,
         locks: TaskLocks | None = None,
+        lock_wait_s: float = 60.0,
     ) -> None:
         self._store = store
         self.locks = locks
+        self.lock_wait_s = lock_wait_s
+        """How long a classify waits for another engine's classification of the task to end
+        before it calls the model anyway (``Settings.classify_lock_wait_s``)."""
         self._reads = reads
         self.llm = llm
         self.catalogue = catalogue

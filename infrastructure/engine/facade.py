@@ -160,6 +160,7 @@ class Engine:
             catalogue=catalogue,
             tiers=tiers,
             locks=self._classification_locks,
+            lock_wait_s=self.settings.classify_lock_wait_s,
         )
         self.tie_breaker = TieBreaker(self.store, self.task_reads, self.classifier)
 

@@ -104,13 +104,15 @@ async def test_reclassifies_on_different_models_through_two_servers_each_make_th
 
 
 async def test_a_classify_waits_for_a_stalled_holder_no_longer_than_its_bound(
-    two_servers: tuple[Engine, Engine], database_url: str, pg_schema: str
+    database_url: str, pg_schema: str, request: pytest.FixtureRequest
 ) -> None:
-    one, _ = two_servers
-    # Given a task whose lock another session holds and does not let go (a stalled process)
+    # Given a server whose classifications wait at most 0.3 s for another's (the setting), and a
+    # task whose lock another session holds and does not let go (a stalled process)
+    settings = make_settings(database_url=database_url, schema=pg_schema, classify_lock_wait_s=0.3)
+    one = Engine(settings=settings)
+    request.addfinalizer(one.close)
     one.create_task("t1", "Add OAuth login", [])
     one.llm = llm = ScriptedLlm(FEATURE)
-    one.classifier.lock_wait_s = 0.3
     with psycopg.connect(database_url, autocommit=True) as stalled:
         stalled.execute(f"SELECT pg_advisory_lock({lock_key(one, pg_schema, 't1')})")
         # When the task is classified
@@ -118,7 +120,7 @@ async def test_a_classify_waits_for_a_stalled_holder_no_longer_than_its_bound(
         state = await one.classify_task("t1")
         waited = time.monotonic() - began
     # Then it waited for the bound, then classified it anyway
-    assert waited >= 0.3
+    assert 0.3 <= waited < 5
     assert len(llm.calls) == 1
     assert state.classification is not None
 

@@ -156,3 +156,15 @@ def test_the_step_lease_comes_from_the_environment_and_must_be_positive() -> Non
     for bad in ("0", "-1", "soon"):
         with pytest.raises(ValidationError, match="FLOWLEDGER_STEP_LEASE_S"):
             Settings.from_env({"FLOWLEDGER_STEP_LEASE_S": bad})
+
+
+def test_the_classify_lock_wait_comes_from_the_environment_and_must_be_positive() -> None:
+    # How long a classify waits for another server's classification of the task is set where
+    # the server is started
+    assert Settings.from_env({}).classify_lock_wait_s == 60.0
+    assert Settings.from_env({"FLOWLEDGER_CLASSIFY_LOCK_WAIT_S": "2.5"}).classify_lock_wait_s == 2.5
+    for bad in ("0", "-1", "soon", "nan"):
+        with pytest.raises(ValidationError, match="FLOWLEDGER_CLASSIFY_LOCK_WAIT_S"):
+            Settings.from_env({"FLOWLEDGER_CLASSIFY_LOCK_WAIT_S": bad})
+    with pytest.raises(ValidationError, match="classify_lock_wait_s"):
+        Settings(classify_lock_wait_s=0)
