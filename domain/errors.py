@@ -413,7 +413,9 @@ class LlmError(FlowledgerError):
 
 
 class LlmCallFailed(LlmError):
-    """The call failed after its retries (or was not retryable); carries the last status code."""
+    """The call failed after its retries (or was not retryable); carries the last status code
+    and, when that last attempt was refused (429, 503) saying when to come back, the wait it
+    asked for in seconds (``retry_after_s``; None when it said nothing)."""
 
     def __init__(
         self,
@@ -423,9 +425,11 @@ class LlmCallFailed(LlmError):
         attempts: int,
         usage: LlmUsage | None = None,
         status_code: int | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         super().__init__(message, error_type=error_type, attempts=attempts, usage=usage)
         self.status_code = status_code
+        self.retry_after_s = retry_after_s
 
 
 class CircuitOpen(LlmError):

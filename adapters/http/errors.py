@@ -86,12 +86,17 @@ def status_for(error: errors.FlowledgerError) -> int:
 
 def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
     """Extra response headers: ``Retry-After`` (whole seconds, at least 1) when the store is down,
-    and when the model endpoint's circuit is open (until its next trial: a 503 without it was
-    retried at once, into the same open circuit)."""
+    when the model endpoint's circuit is open (until its next trial: a 503 without it was
+    retried at once, into the same open circuit), and when the endpoint refused the call's
+    last attempt saying when to come back (its 429 or 503 ``retry-after``, on our 502)."""
     if isinstance(error, errors.StoreUnavailable):
         return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
     if isinstance(error, errors.CircuitOpen) and math.isfinite(error.retry_in_s):
         return {"Retry-After": str(max(1, math.ceil(error.retry_in_s)))}
+    if isinstance(error, errors.LlmCallFailed):
+        wait = error.retry_after_s
+        if wait is not None and math.isfinite(wait):
+            return {"Retry-After": str(max(1, math.ceil(wait)))}
     return {}
 
 
@@ -120,7 +125,7 @@ _MEANING = {
     429: "The API key's request rate was exceeded; see Retry-After",
     500: "An unexpected error (the message names the request id in the server's log), or a closed engine",
     501: "No model endpoint is configured",
-    502: "The model call failed",
+    502: "The model call failed (see Retry-After when the model endpoint said when to come back)",
     503: "The database is unavailable or the model's circuit is open (see Retry-After), or too many writers",
 }
 COMMON = (400, 401, 403, 413, 422, 429, 500, 503)

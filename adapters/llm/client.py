@@ -39,6 +39,7 @@ from flowledger.adapters.llm.pricing import PriceTable, load_price_table
 from flowledger.adapters.llm.reported_usage import ReportedUsage
 from flowledger.adapters.llm.resilience import EndpointBreaker, ModelRateLimiter
 from flowledger.adapters.llm.retry import (
+    REFUSALS_WITH_WAIT,
     AttemptError,
     AttemptOutcome,
     RetryPolicy,
@@ -340,6 +341,7 @@ class OpenAICompatibleClient:
                 attempts=len(outcomes),
                 usage=usage,
                 status_code=error.status_code,
+                retry_after_s=error.retry_after_s if error.status_code in REFUSALS_WITH_WAIT else None,
             ) from None
         except asyncio.CancelledError as error:
             # The caller gave up: what the attempts so far were billed, and the cancelled one

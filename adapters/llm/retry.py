@@ -25,6 +25,9 @@ INITIAL_RETRY_DELAY_S = 0.5
 MAX_RETRY_DELAY_S = 8.0
 MAX_RETRY_AFTER_S = 120.0
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+REFUSALS_WITH_WAIT = frozenset({429, 503})
+"""The statuses whose ``retry-after`` tells a caller when to come back (RFC 9110 15.5/15.6):
+a call whose last attempt was one of them passes the wait on (``LlmCallFailed.retry_after_s``)."""
 T = TypeVar("T")
 
 

@@ -15,6 +15,7 @@ erased session the waiter is told the session is erased; a failure read as erase
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -77,7 +78,14 @@ def failure_detail(error: BaseException) -> ErrorDetail | None:
             "price_version": str(error.price_version),
         }
     if isinstance(error, LlmCallFailed):
-        return {"error": "LlmCallFailed", "attempts": error.attempts, "status_code": error.status_code}
+        detail: ErrorDetail = {
+            "error": "LlmCallFailed",
+            "attempts": error.attempts,
+            "status_code": error.status_code,
+        }
+        if error.retry_after_s is not None and math.isfinite(error.retry_after_s):
+            detail["retry_after_s"] = float(error.retry_after_s)
+        return detail
     if type(error) is LlmError:
         return {"error": "LlmError", "attempts": error.attempts}
     return None
@@ -144,12 +152,16 @@ def _llm_call_failed(
     detail: ErrorDetail, failure: StepFailure, state: SessionState, now: datetime
 ) -> LlmCallFailed:
     status = None if detail.get("status_code") is None else _count(detail, "status_code")
+    # The wait the endpoint asked for has run on since the first caller was told of it.
+    waited_s = (now - failure.recorded_at).total_seconds()
+    wait = None if detail.get("retry_after_s") is None else _number(detail, "retry_after_s") - waited_s
     return LlmCallFailed(
         failure.error_message,
         error_type=failure.error_type,
         attempts=_count(detail, "attempts"),
         usage=failure.usage,
         status_code=status,
+        retry_after_s=wait,
     )
 
 

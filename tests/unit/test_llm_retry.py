@@ -357,3 +357,47 @@ async def test_the_request_asks_for_json_with_explicit_limits(transport: Transpo
     assert body["response_format"] == {"type": "json_object"}
     assert body["max_tokens"] == 256
     assert path_of(seen[0]) == "/v1/chat/completions"
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "retry_after_s"),
+    [
+        (429, {"retry-after": "7"}, 7.0),
+        (503, {"retry-after-ms": "2500", "retry-after": "9"}, 2.5),
+        (429, {"retry-after": "600"}, 600.0),  # past the cap: not retried, but still said
+        (429, {}, None),
+        (503, {"retry-after": "soon"}, None),
+        (500, {"retry-after": "7"}, None),  # only a refusal's Retry-After says when to come back
+    ],
+)
+async def test_a_call_refused_to_the_end_keeps_the_wait_its_last_refusal_asked_for(
+    status: int, headers: dict[str, str], retry_after_s: float | None, transport: Transports
+) -> None:
+    # Given an endpoint that refuses every attempt, saying (or not) when to come back
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, headers=headers, json={"error": {"message": "slow down"}})
+
+    # When its retries run out
+    async with await served_client(transport, handler, [], max_retries=1) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+
+    # Then the error keeps the last refusal's wait, for the caller to pass on
+    assert raised.value.status_code == status
+    assert raised.value.retry_after_s == retry_after_s
+
+
+async def test_the_wait_is_the_last_attempts_not_an_earlier_ones() -> None:
+    # Given an endpoint that asks to wait once, then fails without saying when to come back
+    handler, _ = failing_then_ok(
+        [
+            httpx.Response(429, headers={"retry-after": "3"}),
+            httpx.Response(503, json={"error": {"message": "down"}}),
+        ]
+    )
+    # When the retries run out on the second
+    async with client(handler, [], max_retries=1) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    # Then no wait is kept: the last refusal did not ask for one
+    assert raised.value.retry_after_s is None

@@ -155,6 +155,12 @@ RAISED: list[tuple[str, FlowledgerError]] = [
         LlmCallFailed("slow down", error_type="rate_limited", attempts=4, usage=SPENT, status_code=429),
     ),
     (
+        "http_429",
+        LlmCallFailed(
+            "HTTP 429", error_type="http_429", attempts=3, usage=SPENT, status_code=429, retry_after_s=7.0
+        ),
+    ),
+    (
         "malformed_response",
         LlmError("unstorable reply", error_type="malformed_response", attempts=4, usage=SPENT),
     ),
@@ -184,6 +190,17 @@ def test_an_open_circuit_rebuilt_from_its_fields_has_its_trial_that_much_closer(
     rebuilt = waiter_error(failure, state, NOW + timedelta(seconds=2))
     assert isinstance(rebuilt, CircuitOpen)
     assert (rebuilt.endpoint, rebuilt.retry_in_s, rebuilt.attempts) == ("http://model.test/v1", 10.0, 1)
+
+
+def test_a_refused_call_rebuilt_from_its_fields_asks_for_that_much_less_of_a_wait(
+    state: SessionState,
+) -> None:
+    # The waiter is answered later than the first caller: the endpoint's wait has run on since
+    raised = LlmCallFailed("HTTP 429", error_type="http_429", attempts=3, status_code=429, retry_after_s=7.0)
+    failure = recorded("http_429", "HTTP 429", detail=failure_detail(raised))
+    rebuilt = waiter_error(failure, state, NOW + timedelta(seconds=2))
+    assert isinstance(rebuilt, LlmCallFailed)
+    assert (rebuilt.status_code, rebuilt.retry_after_s) == (429, 5.0)
 
 
 @pytest.mark.parametrize(
