@@ -1,7 +1,7 @@
 """``flowledger serve``: the HTTP API (webhook, REST, dashboard) under uvicorn.
 
-The event loop is uvloop's when it is installed (``pip install 'flowledger[speed]'``), else
-asyncio's, and HTTP is parsed by httptools when installed (the same extra), else h11;
+The event loop is uvloop's when it is installed (``pip install 'flowledger[speed]'``) and
+imports, else asyncio's, and HTTP is parsed by httptools when installed (the same extra), else h11;
 ``--loop`` and ``--http`` pick. What they change is measured by ``bench/bench_llm.py``
 (the webhook rows).
 """
@@ -52,14 +52,25 @@ class Loop(StrEnum):
 
 
 def loop_runner(loop: Loop) -> tuple[str, Callable[[Coroutine[Any, Any, None]], None]]:
-    """The loop's name and a function that runs a coroutine on it to the end."""
-    use_uvloop = loop is Loop.uvloop or (loop is Loop.auto and importlib.util.find_spec("uvloop") is not None)
-    if not use_uvloop:
+    """The loop's name and a function that runs a coroutine on it to the end.
+
+    uvloop installed but failing to import (built for another Python, a library it links
+    missing) is, under ``auto``, served on asyncio with a line saying why; asked for by name,
+    it is refused saying why (it was "not installed", which sent people to reinstall it)."""
+    installed = importlib.util.find_spec("uvloop") is not None
+    if loop is Loop.asyncio or (loop is Loop.auto and not installed):
         return "asyncio", asyncio.run
     try:
         import uvloop
-    except ImportError:
-        raise ValidationError("loop", "uvloop is not installed (pip install 'flowledger[speed]')") from None
+    except ImportError as error:
+        if not installed:
+            raise ValidationError(
+                "loop", "uvloop is not installed (pip install 'flowledger[speed]')"
+            ) from None
+        if loop is Loop.auto:
+            console.print(f"uvloop is installed but does not import ({error}): serving on asyncio")
+            return "asyncio", asyncio.run
+        raise ValidationError("loop", f"uvloop is installed but does not import: {error}") from None
 
     def run(main: Coroutine[Any, Any, None]) -> None:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -4,7 +4,10 @@ installed, on asyncio and h11 when it is not, and says which (``adapters/cli/ser
 from __future__ import annotations
 
 import asyncio
+import builtins
+import importlib.util
 import sys
+from typing import Any
 
 import pytest
 
@@ -39,6 +42,41 @@ def test_uvloop_asked_for_and_not_installed_is_refused_in_one_line(monkeypatch: 
     without(monkeypatch, "uvloop")
     with pytest.raises(
         ValidationError, match=r"^loop: uvloop is not installed \(pip install 'flowledger\[speed\]'\)$"
+    ):
+        loop_runner(Loop.uvloop)
+
+
+def broken(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    """As if ``module`` were installed but failed to import (built for another Python, a
+    library it links missing): find_spec still finds it, ``import`` raises ImportError."""
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    real_import = builtins.__import__
+
+    def importing(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == module:
+            raise ImportError(f"{module}/loop.so: undefined symbol: PyFoo")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", importing)
+
+
+def test_auto_runs_on_asyncio_when_uvloop_is_installed_but_does_not_import(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given uvloop installed but failing to import
+    broken(monkeypatch, "uvloop")
+    assert importlib.util.find_spec("uvloop") is not None
+    # When serve picks its loop by itself, then it runs on asyncio (it was refused: "uvloop is
+    # not installed", and serve did not start)
+    assert loop_runner(Loop.auto) == ("asyncio", asyncio.run)
+    # and says why it is not on uvloop
+    assert "uvloop is installed but does not import" in capsys.readouterr().err
+
+
+def test_uvloop_asked_for_but_not_importing_is_refused_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    broken(monkeypatch, "uvloop")
+    with pytest.raises(
+        ValidationError, match=r"^loop: uvloop is installed but does not import: .*undefined symbol"
     ):
         loop_runner(Loop.uvloop)
 
