@@ -81,16 +81,26 @@ def loop_runner(loop: Loop) -> tuple[str, Callable[[Coroutine[Any, Any, None]], 
 
 def http_parser(http: str) -> str:
     """The HTTP parser uvicorn is to use, ``h11`` or ``httptools`` ("auto": httptools when
-    installed, as uvicorn's own "auto" picks, but named, so ``serving_line`` can say it)."""
+    installed and importing, as uvicorn's own "auto" picks, but named, so ``serving_line`` can
+    say it)."""
     # uvicorn would take any other string as "module:Class" and fail when serving starts.
     if http not in HTTP_PARSERS:
         raise ValidationError("http", f"{http!r} is not one of {', '.join(HTTP_PARSERS)}")
-    installed = importlib.util.find_spec("httptools") is not None
-    if http == "httptools" and not installed:
-        raise ValidationError("http", "httptools is not installed (pip install 'flowledger[speed]')")
-    if http == "auto":
-        return "httptools" if installed else "h11"
-    return http
+    if http == "h11":
+        return http
+    if importlib.util.find_spec("httptools") is None:
+        if http == "httptools":
+            raise ValidationError("http", "httptools is not installed (pip install 'flowledger[speed]')")
+        return "h11"
+    try:
+        # Installed but failing to import, uvicorn failed on it once serving began.
+        import httptools  # noqa: F401
+    except ImportError as error:
+        if http == "httptools":
+            raise ValidationError("http", f"httptools is installed but does not import: {error}") from None
+        console.print(f"httptools is installed but does not import ({error}): HTTP parsed by h11")
+        return "h11"
+    return "httptools"
 
 
 def serving_line(loop_name: str, parser: str) -> str:

@@ -91,6 +91,18 @@ def test_the_auto_parser_is_named_for_what_it_is(monkeypatch: pytest.MonkeyPatch
         http_parser("httptools")
 
 
+def test_the_auto_parser_is_h11_when_httptools_is_installed_but_does_not_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It was named httptools, and uvicorn failed to import it once serving began
+    broken(monkeypatch, "httptools")
+    assert http_parser("auto") == "h11"
+    with pytest.raises(
+        ValidationError, match=r"^http: httptools is installed but does not import: .*undefined"
+    ):
+        http_parser("httptools")
+
+
 def test_serve_says_which_loop_and_parser_it_runs_on() -> None:
     assert serving_line("uvloop", "httptools") == "serving on uvloop, HTTP parsed by httptools"
     assert serving_line("asyncio", "h11") == "serving on asyncio, HTTP parsed by h11"
