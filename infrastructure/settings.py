@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -248,6 +249,8 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         raise ValidationError(name, f"{raw!r} is not a number of seconds") from None
     if not value > 0:
         raise ValidationError(name, f"must be > 0, got {raw!r}")
+    if math.isinf(value):  # "inf" parses: a wait or deadline without end
+        raise ValidationError(name, f"must be a finite number of seconds, got {raw!r}")
     return value
 
 

@@ -168,3 +168,13 @@ def test_the_classify_lock_wait_comes_from_the_environment_and_must_be_positive(
             Settings.from_env({"FLOWLEDGER_CLASSIFY_LOCK_WAIT_S": bad})
     with pytest.raises(ValidationError, match="classify_lock_wait_s"):
         Settings(classify_lock_wait_s=0)
+
+
+@pytest.mark.parametrize(
+    "name", ["FLOWLEDGER_OPERATION_DEADLINE_S", "FLOWLEDGER_CLASSIFY_LOCK_WAIT_S", "FLOWLEDGER_STEP_LEASE_S"]
+)
+def test_a_wait_without_end_is_refused(name: str) -> None:
+    # "inf" parses as a float: a deadline or a wait that never ends, taken without a word
+    with pytest.raises(ValidationError) as refused:
+        Settings.from_env({name: "inf"})
+    assert str(refused.value) == f"{name}: must be a finite number of seconds, got 'inf'"
