@@ -153,20 +153,24 @@ Money = Annotated[Decimal, money(9, 18), WithJsonSchema(_MONEY)]
 """A call's cost in the API: exact dollars (``money``)."""
 
 
-def _within_max_ttl(seconds: float) -> float:
-    """At most ``MAX_TTL``, refused in the library's words (``bounds.require_ttl``): pydantic's
-    ``le`` said only "less than or equal to 31622400"."""
-    if seconds > MAX_TTL_SECONDS:
-        raise PydanticCustomError(
-            "ttl_too_long", f"must be at most {MAX_TTL.days} days ({int(MAX_TTL_SECONDS)} seconds)"
-        )
-    return seconds
+def within_max_ttl(limit: float, unit: str) -> AfterValidator:
+    """At most ``MAX_TTL`` given as ``limit`` ``unit``s, refused in the library's words
+    (``bounds.require_ttl``): pydantic's ``le`` said only "less than or equal to 31622400"."""
+
+    def check(amount: float) -> float:
+        if amount > limit:
+            raise PydanticCustomError(
+                "ttl_too_long", f"must be at most {MAX_TTL.days} days ({limit:.0f} {unit})"
+            )
+        return amount
+
+    return AfterValidator(check)
 
 
 _TTL_SCHEMA = Field(ge=0.001, strict=True, json_schema_extra={"maximum": MAX_TTL_SECONDS})
 """A lifetime in seconds: at least a millisecond, and at most ``MAX_TTL`` as the document says
 (its ``maximum``, for clients and generated tests); the bound is checked apart, in words."""
-TtlSeconds = Annotated[float, _TTL_SCHEMA, AfterValidator(_within_max_ttl)]
+TtlSeconds = Annotated[float, _TTL_SCHEMA, within_max_ttl(MAX_TTL_SECONDS, "seconds")]
 """A new session's lifetime in seconds (``ttl_seconds``)."""
 ExtensionSeconds = Annotated[float, _TTL_SCHEMA]
 """Seconds added to an expiry: the bound is left to the engine, which says how much the session

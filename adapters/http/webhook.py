@@ -25,15 +25,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import Caller, Reader
 from flowledger.adapters.http.errors import error_body, responses
 from flowledger.adapters.http.rest import ensure_user, one_key
-from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN
-from flowledger.domain.bounds import MAX_TTL
+from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN, within_max_ttl
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.infrastructure import Engine
 
@@ -42,20 +40,10 @@ DEFAULT_HOURS = 24.0
 WRITES = frozenset({"create_session", "process_step", "extend_session"})
 
 
-def _within_max_hours(hours: float) -> float:
-    """At most ``MAX_HOURS`` (366 days), refused in words as ``ttl_seconds`` is over REST: pydantic's
-    ``le`` said only "less than or equal to 8784"."""
-    if hours > MAX_HOURS:
-        raise PydanticCustomError(
-            "hours_too_long", f"must be at most {MAX_TTL.days} days ({MAX_HOURS:.0f} hours)"
-        )
-    return hours
-
-
 Hours = Annotated[
     float,
     Field(strict=True, gt=0, json_schema_extra={"maximum": MAX_HOURS}),
-    AfterValidator(_within_max_hours),
+    within_max_ttl(MAX_HOURS, "hours"),
 ]
 """Hours of a lifetime or an extension, more than zero and at most 366 days (the document's
 ``maximum``, for clients and generated tests; checked apart, in words)."""
