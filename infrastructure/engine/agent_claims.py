@@ -181,6 +181,14 @@ class AgentClaims:
                 profiles[a] for a in self.taken if profiles[a].has_room and needs.met_by(profiles[a].skills)
             ]
             if not blocked or locks is None:
+                if isinstance(decision, NoChoice) and self.taken:
+                    # Judged among the agents not locked elsewhere: one of those may cover the
+                    # task with no room left, which makes it "all at capacity", not "no capable
+                    # agent" (32 threads in four engines escalated a coverable task so about
+                    # one run in four). The whole roster gives the reason.
+                    whole = pick(list(profiles.values()))
+                    if isinstance(whole, NoChoice):
+                        return whole
                 return decision
             if self.held:
                 return None
