@@ -24,7 +24,6 @@ not hold, so none are taken there.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +35,7 @@ from psycopg import sql
 
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.deadlines import Deadlines
+from flowledger.infrastructure.postgres.sql import advisory_key
 from flowledger.infrastructure.postgres.unanswered import unanswered
 from flowledger.infrastructure.postgres.watchdog import watching
 
@@ -114,8 +114,7 @@ class AgentLocks:
 
     def key(self, agent_id: UUID) -> int:
         """The lock's 64-bit key: the schema and the agent (agents of two schemas never share one)."""
-        digest = hashlib.blake2b(f"{self._schema}\x1f{agent_id}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big", signed=True)
+        return advisory_key(f"{self._schema}\x1f{agent_id}")
 
     def try_lock(
         self, ranked: Sequence[tuple[UUID, int]], wanted: int = 1, *, streams: Sequence[UUID] = ()

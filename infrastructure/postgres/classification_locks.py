@@ -17,7 +17,6 @@ PgBouncer in transaction mode a session lock would not hold, so none are taken t
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from typing import Any
@@ -26,6 +25,7 @@ from uuid import UUID
 import psycopg
 
 from flowledger.infrastructure.postgres.deadlines import Deadlines
+from flowledger.infrastructure.postgres.sql import advisory_key
 from flowledger.infrastructure.postgres.watchdog import watching
 
 
@@ -41,8 +41,7 @@ class ClassificationLocks:
 
     def key(self, task_id: UUID, purpose: str = "classify") -> int:
         """The lock's 64-bit key: the schema, the purpose and the task (never an agent's key)."""
-        digest = hashlib.blake2b(f"{self._schema}\x1f{purpose}\x1f{task_id}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big", signed=True)
+        return advisory_key(f"{self._schema}\x1f{purpose}\x1f{task_id}")
 
     def try_lock(self, task_id: UUID, purpose: str = "classify") -> bool | None:
         """Take the task's lock for ``purpose``: True when taken, False when another session

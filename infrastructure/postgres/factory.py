@@ -39,7 +39,7 @@ from flowledger.infrastructure.postgres.deadlines import (
     call_within_deadline,
     install_pool,
 )
-from flowledger.infrastructure.postgres.notify import Notifier
+from flowledger.infrastructure.postgres.notify import Notifier, connect_like
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder, close_unfinished
 
 
@@ -157,12 +157,8 @@ class FlowledgerPostgresFactory(PostgresFactory):
         connection"): one direct connection with the pool's own parameters says it. A server
         that refuses the startup options (PgBouncer, which takes no ``options``) is refused at
         once, naming the setting; anything else is the outage it looks like."""
-        pool = self.datastore.pool
-        kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs or {}
-        conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
-        params = {key: value for key, value in kwargs.items() if key != "row_factory"}
         try:
-            psycopg.connect(conninfo, autocommit=True, **params).close()
+            connect_like(self.datastore).close()
         except psycopg.OperationalError as direct:
             detail = " ".join(str(direct).split())
             if "unsupported startup parameter" in detail:

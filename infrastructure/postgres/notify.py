@@ -88,11 +88,16 @@ class Notifier:
 
     def _connect(self) -> psycopg.Connection[Any]:
         """A connection with the pool's parameters, but not taken from the pool."""
-        pool = self._datastore.pool
-        kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs or {}
-        conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
-        params = {k: v for k, v in kwargs.items() if k != "row_factory"}
-        return psycopg.connect(conninfo, autocommit=True, **params)
+        return connect_like(self._datastore)
+
+
+def connect_like(datastore: PostgresDatastore) -> psycopg.Connection[Any]:
+    """An autocommit connection with the parameters of ``datastore``'s pool, outside the pool."""
+    pool = datastore.pool
+    kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs or {}
+    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    params = {k: v for k, v in kwargs.items() if k != "row_factory"}
+    return psycopg.connect(conninfo, autocommit=True, **params)
 
 
 class FlowledgerSubscription(PostgresSubscription):

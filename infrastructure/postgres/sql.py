@@ -19,10 +19,15 @@ ID_FROM_SEQUENCE_CACHE = "the event log's id sequence handed out a cached id (it
 """The append functions' refusal of an id that is not the sequence's last value."""
 
 
+def advisory_key(text: str) -> int:
+    """A stable advisory-lock key (signed 64-bit) for ``text``: every engine of every version
+    computes the same one, so a key's text must never change."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True)
+
+
 def section_lock_key(schema: str, table: str) -> int:
     """A stable advisory-lock key (signed 64-bit) for one events table."""
-    digest = hashlib.blake2b(f"flowledger:{schema}.{table}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    return advisory_key(f"flowledger:{schema}.{table}")
 
 
 def in_flight_lock_space(schema: str, table: str) -> int:
