@@ -11,15 +11,24 @@ is argued in docs/recorder.md.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from time import monotonic, sleep
 from typing import Any
 
+import psycopg
 from eventsourcing.persistence import OperationalError
 from psycopg import Cursor
 from psycopg.sql import Composed
 
+from flowledger.infrastructure.postgres import ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
+
+_log = logging.getLogger(__name__)
+_FOREIGN = "SELECT %s::xid8 >= pg_snapshot_xmax(pg_current_snapshot()) AS foreign"
+# A role that may not write (a read-only user, a hot standby) leaves the repair to
+# ``flowledger migrate``: the reader says so and goes on waiting as before.
+_CANNOT_WRITE = (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +55,9 @@ class Horizon:
         self.sql_horizon = _render(pg_sql.horizon(space))
         self.sql_horizon_and_oldest = _render(pg_sql.horizon_and_oldest(space))
         self.sql_lag = _render(pg_sql.horizon_lag(schema, table))
+        self.sql_repair = _render(ddl.repair_foreign_transaction_ids(schema, table))
+        self.table = f"{schema}.{table}"
+        self._told_cannot_repair = False
 
     def read(self, curs: Cursor[Any], *, prepare: bool | None) -> str:
         """The horizon now (a decimal transaction id): run it before the statement that reads rows."""
@@ -62,6 +74,40 @@ class Horizon:
                 return horizon
             sleep(delay)
             delay = min(delay * 2, 0.02)
+
+    def repair_foreign(self, curs: Cursor[Any], held_back: list[str]) -> bool:
+        """Whether rows held back carried transaction ids this cluster has not issued, and were
+        rewritten to 0 (as ``flowledger migrate`` does; ``migrations.py``).
+
+        A visible row's id at or past this snapshot's xmax cannot be this cluster's: its
+        transaction committed, so it took its id before the snapshot. Such rows came from
+        another cluster (a logical copy into a live log, which the start-up check, looking at
+        the newest row only, does not see) and would hold every reader back until the
+        counter reached them. The rewrite tests each row against its own statement's
+        snapshot, so no append of this cluster is touched.
+        """
+        newest = max(held_back, key=int)
+        row = curs.execute(_FOREIGN, (newest,)).fetchone()
+        if not _column(row, "foreign", 0):
+            return False
+        try:
+            curs.execute(self.sql_repair)
+        except _CANNOT_WRITE as error:
+            if not self._told_cannot_repair:
+                self._told_cannot_repair = True
+                _log.error(
+                    "%s holds rows with transaction ids from another cluster (readers stop before "
+                    "them) and this role cannot rewrite them (%s): run `flowledger migrate`",
+                    self.table,
+                    error.sqlstate,
+                )
+            return False
+        _log.warning(
+            "%s: %s rows carried transaction ids from another cluster; rewritten to 0",
+            self.table,
+            curs.rowcount,
+        )
+        return True
 
     def lag(self, curs: Cursor[Any], *, prepare: bool | None) -> HorizonLag:
         """The readable and committed heads, the rows between them, and how long they have waited."""

@@ -516,9 +516,12 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             held_back = [row["tx"] for row in rows if not row["safe"]]
             # Rows committed before this call: wait once for the last of them, re-read.
             # Re-read even if that wait ran out: the rows before it may have passed
-            # (the last may never pass, e.g. a row restored from another cluster).
+            # (the last may never pass: a row from another cluster that this role may not repair).
             if held_back:
-                horizon = self.horizon.wait_past(curs, held_back[-1], deadline, prepare=prepare)
+                if self.horizon.repair_foreign(curs, held_back):
+                    horizon = self.horizon.read(curs, prepare=prepare)
+                else:
+                    horizon = self.horizon.wait_past(curs, held_back[-1], deadline, prepare=prepare)
                 rows = curs.execute(statement, [horizon, *params], prepare=prepare).fetchall()
         notifications: list[Notification] = []
         for row in rows:
@@ -576,7 +579,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             if row is None:
                 return None
             if row["last_safe"] is False:
-                horizon = self.horizon.wait_past(curs, row["last_tx"], deadline, prepare=prepare)
+                if self.horizon.repair_foreign(curs, [row["last_tx"]]):
+                    horizon = self.horizon.read(curs, prepare=prepare)
+                else:
+                    horizon = self.horizon.wait_past(curs, row["last_tx"], deadline, prepare=prepare)
                 row = curs.execute(statement, (horizon, horizon), prepare=prepare).fetchone()
             return None if row is None else row["safe_max"]
 

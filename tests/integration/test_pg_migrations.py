@@ -153,8 +153,7 @@ def test_rows_restored_from_an_older_cluster_are_readable_after_migrate(
             "UPDATE {}.flowledger_events SET transaction_id = '999999999999' WHERE notification_id = 3"
         ).format(Identifier(pg_schema)),
     )
-    # (readers stop before it: it never passes the horizon)
-    assert [n.id for n in recorder.select_notifications(None, 10)] == [1, 2]
+    assert foreign_rows(database_url, pg_schema) == 1
 
     # When an engine starts
     report = migrate(database_url, pg_schema)
@@ -179,7 +178,7 @@ def test_a_restore_into_another_cluster_repairs_every_foreign_row(
         ).format(schema),
     )
     execute(database_url, SQL("UPDATE {}.flowledger_schema SET cluster_id = 'elsewhere'").format(schema))
-    assert [n.id for n in recorder.select_notifications(None, 10)] == [1]
+    assert foreign_rows(database_url, pg_schema) == 2
 
     # When an engine starts
     report = migrate(database_url, pg_schema)
@@ -188,6 +187,75 @@ def test_a_restore_into_another_cluster_repairs_every_foreign_row(
     assert report.foreign_rows_repaired == 2
     assert [n.id for n in recorder.select_notifications(None, 10)] == [1, 2, 3, 4]
     assert not migrate(database_url, pg_schema).locked
+
+
+def foreign_rows(database_url: str, schema: str) -> int:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            SQL(
+                "SELECT count(*) FROM {}.flowledger_events "
+                "WHERE transaction_id >= pg_snapshot_xmax(pg_current_snapshot())"
+            ).format(Identifier(schema))
+        ).fetchone()
+    return int(row[0]) if row else -1
+
+
+def test_a_reader_repairs_rows_copied_in_from_another_cluster_while_engines_run(
+    database_url: str, pg_schema: str, recorder: FlowledgerApplicationRecorder
+) -> None:
+    # Given foreign transaction ids on rows in the middle of a live log (a logical copy
+    # while engines ran), the newest row this cluster's: the start-up check does not see them
+    for _ in range(5):
+        recorder.insert_events([event()])
+    make_foreign(database_url, pg_schema, [2, 4])
+    assert not migrate(database_url, pg_schema).locked
+
+    # When a reader pages through the log, and asks for its head
+    started = time.monotonic()
+    read = [n.id for n in recorder.select_notifications(None, 10)]
+
+    # Then it rewrote them and read every row at once, not after its horizon wait
+    assert read == [1, 2, 3, 4, 5]
+    assert time.monotonic() - started < recorder.horizon_wait
+    assert foreign_rows(database_url, pg_schema) == 0
+    make_foreign(database_url, pg_schema, [5])
+    assert recorder.max_notification_id() == 5
+    assert foreign_rows(database_url, pg_schema) == 0
+
+
+def test_a_reader_that_may_not_write_leaves_foreign_rows_and_says_so(
+    database_url: str, pg_schema: str, recorder: FlowledgerApplicationRecorder, caplog: Any
+) -> None:
+    # Given a foreign row, and a reader whose role may only read
+    for _ in range(3):
+        recorder.insert_events([event()])
+    make_foreign(database_url, pg_schema, [2])
+    role = f"reader_{uuid.uuid4().hex[:12]}"
+    execute(database_url, SQL("CREATE ROLE {} LOGIN").format(Identifier(role)))
+    try:
+        grants = "GRANT USAGE ON SCHEMA {s} TO {r}; GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {r}"
+        execute(database_url, SQL(grants).format(s=Identifier(pg_schema), r=Identifier(role)))
+        conninfo = psycopg.conninfo.make_conninfo(database_url, user=role)
+        reader = open_factory(conninfo, pg_schema)
+        try:
+            made = reader.application_recorder()
+            assert isinstance(made, FlowledgerApplicationRecorder)
+            made.horizon_wait = 0.05
+
+            # When it reads, twice
+            first = [n.id for n in made.select_notifications(None, 10)]
+            second = [n.id for n in made.select_notifications(None, 10)]
+        finally:
+            reader.close()
+    finally:
+        drop = "DROP OWNED BY {r}; DROP ROLE {r}"
+        execute(database_url, SQL(drop).format(r=Identifier(role)))
+
+    # Then it stops before the row as before, and says once what to run
+    assert first == second == [1]
+    told = [r for r in caplog.records if "flowledger migrate" in r.getMessage()]
+    assert len(told) == 1
+    assert foreign_rows(database_url, pg_schema) == 1
 
 
 def _exhaust_sequence(database_url: str, schema: str) -> None:
