@@ -21,9 +21,10 @@ from functools import partial
 from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
 from flowledger.domain.budget import PERIODS, SCOPES, Budget, BudgetSpec, CallScope, budget_uuid
-from flowledger.domain.errors import BudgetNotFound, FlowledgerError, StoreUnavailable, ValidationError
+from flowledger.domain.errors import BudgetNotFound, StoreUnavailable, ValidationError
 from flowledger.domain.ports import AlertNotifier
 from flowledger.domain.values import require_name
+from flowledger.infrastructure.engine.later_charges import LaterCharges
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.postgres.budgets import Burn, PostgresBudgetLedger, Raised, Reservation
 
@@ -78,6 +79,8 @@ class BudgetService:
         self._none_until = 0.0
         self._some_until = 0.0
         self._asking = threading.Lock()
+        self.later = LaterCharges(CHARGE_RETRY_S)
+        """Charges of stored steps waiting for the ledger."""
 
     @property
     def tenant(self) -> str:
@@ -227,7 +230,8 @@ class BudgetService:
 
     def charge_stored(self, charge: Callable[[], list[Raised]]) -> None:
         """Run ``charge`` (a ``charge`` of a step already stored) and notify its alerts; while
-        the ledger is away, try it again on a thread of its own for up to ``CHARGE_RETRY_S``.
+        the ledger is away, queue it to be tried again for up to ``CHARGE_RETRY_S``
+        (``later_charges.py``: one thread for all, oldest first).
 
         The step's call must not fail for its charge: it was stored, and a caller told
         ``StoreUnavailable`` retries, which without a key stores the step twice. The charge
@@ -236,23 +240,7 @@ class BudgetService:
         try:
             self.notify(charge())
         except StoreUnavailable:
-            threading.Thread(
-                target=self._charge_later, args=(charge,), daemon=True, name="flowledger-budget-charge"
-            ).start()
-
-    def _charge_later(self, charge: Callable[[], list[Raised]]) -> None:
-        pause, ends = 0.1, time.monotonic() + CHARGE_RETRY_S
-        while time.monotonic() + pause < ends:
-            time.sleep(pause)
-            pause = min(pause * 2, 2.0)
-            try:
-                self.notify(charge())
-                return
-            except StoreUnavailable:
-                continue
-            except FlowledgerError:
-                return  # the engine was closed, or the like: nothing more can be done here
-        _log.error("a stored step's cost could not be charged to its budgets within %s s", CHARGE_RETRY_S)
+            self.later.add(lambda: self.notify(charge()))
 
     def reserve(
         self, scope: CallScope, estimate: Decimal, reservation_id: UUID | None = None
