@@ -37,7 +37,7 @@ from flowledger.infrastructure.postgres import data_keys, ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.settings import Settings
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """1: events (with transaction_id), snapshots, tracking, append functions that unlock on failure.
 2: the append functions hold an in-flight marker lock until they commit (readers' horizon).
 3: the audit chain: each event's hash and keyed seal (``event_hash``, ``event_mac``), appended
@@ -45,7 +45,9 @@ with it; signed checkpoints and the record of ``audit chain`` upgrades (docs/aud
 4: the data-key table of sealed personal fields (``data_keys.py``).
 5: the budget ledger's tables (``budgets.py``), which the ledger made at first use before:
 inside a step, which every writer of a new engine waited for (bench/README.md, issue 11).
-6: the append functions refuse an id handed out from a sequence cache (``sql.ID_FROM_SEQUENCE_CACHE``)."""
+6: the append functions refuse an id handed out from a sequence cache (``sql.ID_FROM_SEQUENCE_CACHE``).
+7: the append functions unlock the id section inside its exception block (a cancel at the unlock
+left the lock held)."""
 
 MARKERS_SINCE = 2
 """The first version whose appends hold in-flight markers: upgrading from before waits for

@@ -76,6 +76,7 @@ from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, No
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
 from flowledger.infrastructure.postgres.watchdog import watching
 
+_CLOSE_AFTER = (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.QueryCanceled)
 _CURSOR_ATTRIBUTE = "_flowledger_append_cursor"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 T = TypeVar("T")
@@ -289,9 +290,12 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             except psycopg.Error as error:
                 # The function released the id section's lock itself (its exception
                 # block), so the connection goes back to the pool as it is; unless it
-                # reached a read-only server, which it will never write to: closed, the
-                # pool replaces it (``target_session_attrs=read-write`` finds the primary).
-                if isinstance(error, psycopg.errors.ReadOnlySqlTransaction):
+                # reached a read-only server, which it will never write to (closed, the
+                # pool replaces it: ``target_session_attrs=read-write`` finds the primary),
+                # or was cancelled (a statement timeout, ``pg_cancel_backend``): a second
+                # cancel can stop the handler before its unlock, and a closed backend
+                # holds no lock. Rare, so the reconnect costs nothing that matters.
+                if isinstance(error, _CLOSE_AFTER):
                     conn.close()
                 if _cached_id(error):  # its backend holds the cached block: end it
                     conn.close()

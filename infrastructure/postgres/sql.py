@@ -168,8 +168,11 @@ def create_append_functions(
     from a block it took earlier, below ids other writers already committed, and a follower
     that passed them never reads them (measured: 1,743 of 4,310 events never delivered). Only
     these functions take ids, under this lock, so with ``CACHE 1`` the id just taken is
-    always the last value. The handler unlocks only if the lock was granted (a cancel may arrive
-    while waiting for it). The block costs a subtransaction per append, which gets no
+    always the last value. The unlock is the section's last statement, inside the block: after
+    the block it was past the handler, and a statement timeout or cancel taken at the start of
+    that unlock left the lock held by a pooled connection (schema version 7). The handler
+    unlocks only if the lock is still held (a cancel may arrive while waiting for it, or after
+    the unlock). The block costs a subtransaction per append, which gets no
     id of its own (the transaction id is the top-level one), measured in docs/recorder.md.
     """
     guard = SQL(
@@ -210,9 +213,9 @@ def create_append_functions(
         "    tx := pg_current_xact_id();\n"
         "    PERFORM pg_advisory_xact_lock_shared({marker} | (tx::text::bigint & 4294967295));\n"
         "    id := nextval({sequence});\n{one_cached}"
+        "    PERFORM pg_advisory_unlock({key});\n"
         "  EXCEPTION WHEN OTHERS OR query_canceled THEN\n{release}"
         "  END;\n"
-        "  PERFORM pg_advisory_unlock({key});\n"
         "  INSERT INTO {schema}.{table} "
         "(originator_id, originator_version, topic, state, notification_id, transaction_id, "
         "event_hash, event_mac) "
@@ -233,9 +236,9 @@ def create_append_functions(
         "    PERFORM pg_advisory_xact_lock_shared({marker} | (tx::text::bigint & 4294967295));\n"
         "    ids := ARRAY(SELECT nextval({sequence}) FROM generate_series(1, cardinality(p_ids)));\n"
         "{many_cached}"
+        "    PERFORM pg_advisory_unlock({key});\n"
         "  EXCEPTION WHEN OTHERS OR query_canceled THEN\n{release}"
         "  END;\n"
-        "  PERFORM pg_advisory_unlock({key});\n"
         "  INSERT INTO {schema}.{table} "
         "(originator_id, originator_version, topic, state, notification_id, transaction_id, "
         "event_hash, event_mac)\n"

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
 import pytest
-from eventsourcing.persistence import DataError, StoredEvent, Tracking
+from eventsourcing.persistence import DataError, PersistenceError, StoredEvent, Tracking
 from eventsourcing.utils import Environment
 from psycopg.sql import SQL, Identifier
 
@@ -265,6 +267,116 @@ def _exhaust_sequence(database_url: str, schema: str) -> None:
         ).fetchone()
         assert row is not None
         conn.execute(SQL("ALTER SEQUENCE {}.{} MAXVALUE {}").format(*_sequence(schema), row[0]))
+
+
+def test_cancels_and_statement_timeouts_anywhere_in_an_append_leave_no_lock_held(
+    database_url: str, pg_schema: str, recorder: FlowledgerApplicationRecorder
+) -> None:
+    # (An append whose unlock came after its exception block left the section's lock held
+    # when a cancel was taken at that unlock: 3 of 93 cancelled appends in a 20 s run of
+    # this loop, which then blocked every other writer.)
+    recorder.insert_events([event()])
+    append = SQL("SELECT {}.flowledger_events_append_one(%s, 1, 't:E', '{{}}', NULL, NULL)").format(
+        Identifier(pg_schema)
+    )
+    held_query = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+        "AND granted AND ((classid::bigint << 32) | objid::bigint) = %s::bigint"
+    )
+    key = section_lock_key(pg_schema, "flowledger_events")
+    ends = time.monotonic() + 6.0
+    counts = Counter[str]()
+
+    def writer(seed: int) -> None:
+        chance = random.Random(seed)
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            while time.monotonic() < ends:
+                # Given appends cut short at random moments, by a statement timeout or a cancel
+                # (one of the two: a second cancel while the handler runs can stop it before
+                # its unlock, which is why the recorder closes a cancelled connection)
+                by_timeout = chance.random() < 0.5
+                timeout_ms = chance.choice((1, 1, 2, 3)) if by_timeout else 0
+                conn.execute(f"SET statement_timeout = '{timeout_ms}ms'".encode())
+                timer = threading.Timer(chance.uniform(0, 0.0008), conn.cancel)
+                if not by_timeout:
+                    timer.start()
+                try:
+                    conn.execute(append, (uuid.uuid4(),))
+                    counts["stored"] += 1
+                except psycopg.errors.QueryCanceled:
+                    counts["cancelled"] += 1
+                finally:
+                    timer.cancel()
+                    if not by_timeout:
+                        timer.join()
+                while True:  # a cancel may still land on the next statement
+                    try:
+                        conn.execute("SET statement_timeout = 0")
+                        break
+                    except psycopg.errors.QueryCanceled:
+                        continue
+                # Then the connection never keeps the lock
+                row = conn.execute(held_query, (key,)).fetchone()
+                if row and row[0]:
+                    counts["held"] += 1
+                    conn.execute("SELECT pg_advisory_unlock_all()")
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counts["cancelled"] > 3, counts
+    assert counts["held"] == 0, counts
+    assert section_locks_held(database_url, pg_schema) == 0
+
+
+def test_a_pooled_append_cancelled_twice_leaves_no_lock_held(
+    database_url: str, pg_schema: str, recorder: FlowledgerApplicationRecorder
+) -> None:
+    # Given writers appending through the recorder's pool
+    ends = time.monotonic() + 4.0
+    counts = Counter[str]()
+    cancel = (
+        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+        "AND state = 'active' AND query LIKE %s"
+    )
+
+    def writer() -> None:
+        while time.monotonic() < ends:
+            try:
+                recorder.insert_events([event()])
+                counts["stored"] += 1
+            except PersistenceError:
+                counts["failed"] += 1
+
+    def canceller() -> None:
+        # When another session cancels their appends, twice in a row (the second can land
+        # while the function's exception handler runs, before its unlock)
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            while time.monotonic() < ends:
+                for _ in range(2):
+                    conn.execute(cancel, (f"%{pg_schema}%append%",))
+                time.sleep(0.001)
+
+    threads = [threading.Thread(target=writer) for _ in range(3)] + [threading.Thread(target=canceller)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # Then no connection, pooled or closed, holds the id section's lock, and appends go on
+    assert counts["failed"] > 0, counts
+    assert section_locks_held(database_url, pg_schema) == 0
+    with psycopg.connect(database_url, autocommit=True) as other:
+        other.execute("SET lock_timeout = '1s'")
+        other.execute(
+            SQL("SELECT {}.flowledger_events_append_one(%s, 1, 't:E', '{{}}', NULL, NULL)").format(
+                Identifier(pg_schema)
+            ),
+            (uuid.uuid4(),),
+        )
+    assert recorder.insert_events([event()])
 
 
 def test_a_failure_inside_the_id_section_releases_the_lock(
