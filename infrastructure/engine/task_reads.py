@@ -126,7 +126,8 @@ class TaskReads:
         the one that completed it; ``overdue``: open and past the deadline by the engine's
         clock, or, false, open and not past it), oldest first, at most ``limit``, created
         after the task ``after`` (the last id of the page before: a listing longer than
-        ``limit`` is read page by page). Open-only filters read the open queue."""
+        ``limit`` is read page by page). Open-only filters read the open queue; ``overdue`` with
+        a closed status (completed, escalated) is refused, as it could only ever list nothing."""
         if after is not None:
             require_name("after", after)
         if agent_id is not None:
@@ -135,6 +136,11 @@ class TaskReads:
         wanted_priority = TaskPriority.parse(priority) if priority is not None else None
         if overdue is not None and not isinstance(overdue, bool):
             raise ValidationError("overdue", f"must be true, false or None, got {overdue!r}")
+        if overdue is not None and wanted_status is not None and wanted_status.is_final:
+            # A closed task is neither overdue nor not: the pair would list nothing, always.
+            raise ValidationError(
+                "overdue", f"looks at open tasks only; status={wanted_status.value} tasks are closed"
+            )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
             raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")
         open_only = overdue is not None or (wanted_status is not None and not wanted_status.is_final)

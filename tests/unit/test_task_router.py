@@ -200,6 +200,12 @@ def test_tasks_are_listed_by_status_priority_agent_and_overdue(engine: Engine) -
     assert ids(engine.list_tasks(overdue=True)) == []
     # overdue looks at open tasks only, either way: false is "open and not overdue"
     assert ids(engine.list_tasks(overdue=False)) == ["a", "b"]
+    # ... so with a closed status the pair is refused, not answered with an empty list
+    for closed in ("completed", "ESCALATED"):
+        for flag in (True, False):
+            with pytest.raises(ValidationError, match="overdue: looks at open tasks only"):
+                engine.list_tasks(status=closed, overdue=flag)
+    assert ids(engine.list_tasks(status="assigned", overdue=False)) == ["a"]
     with pytest.raises(ValidationError, match="status: must be one of"):
         engine.list_tasks(status="lost")
     with pytest.raises(ValidationError, match="limit"):
