@@ -22,13 +22,57 @@ _WORD = re.compile(r"[a-z0-9][a-z0-9+#.\-]*", re.IGNORECASE)
 _JOINS = re.compile(r"[.\-]+")
 
 
+_VERB_FOLLOWERS = frozenset(
+    [
+        "a",
+        "after",
+        "ahead",
+        "and",
+        "away",
+        "back",
+        "by",
+        "check",
+        "down",
+        "fix",
+        "for",
+        "forward",
+        "from",
+        "green",
+        "home",
+        "in",
+        "into",
+        "live",
+        "look",
+        "on",
+        "out",
+        "over",
+        "public",
+        "the",
+        "through",
+        "to",
+        "up",
+        "via",
+        "with",
+    ]
+)
+"""Words after which a capitalised first word of a sentence is read as a verb (``Go live``,
+``Go over the logs``), not as the keyword written so (``Go service crashes``: the language)."""
+
+
 def _words(text: str) -> set[str]:
     """The words of ``text`` the catalogue may know, in their case as written: each whole
     (``node.js``, ``c++``), without the punctuation that ends a sentence or a phrase
     (``kubernetes.``), and each part of one joined by ``.`` or ``-`` (``react-router``: react,
-    router)."""
+    router). A sentence's capitalised first word followed by one of ``_VERB_FOLLOWERS`` is
+    taken in lower case: it is capitalised for its place, not as a name."""
     words: set[str] = set()
-    for word in _WORD.findall(text):
+    found = list(_WORD.finditer(text))
+    for n, match in enumerate(found):
+        word = match.group()
+        before = text[: match.start()].rstrip()
+        follower = found[n + 1].group() if n + 1 < len(found) else ""
+        if (not before or before[-1] in ".!?;:") and follower in _VERB_FOLLOWERS:
+            word = word.lower()
         trimmed = word.rstrip(".-")
         words.update((word, trimmed))
         words.update(part for part in _JOINS.split(trimmed) if part)
@@ -113,7 +157,8 @@ class SkillCatalogue:
         written = _words(description)
         folded = {word.lower() for word in written}
         # A keyword holding a capital matches only as written: "Go" is the language, while
-        # "go" in "let's go over the Terraform state" names no stack. Others match in any case.
+        # "go" in "let's go over the Terraform state" (or "Go live", a sentence's first word
+        # before a verb's follower: ``_words``) names no stack. Others match in any case.
         matched = sorted(word for word in self.keywords if word in (folded if word.islower() else written))
         if matched:
             skills = tuple(sorted({skill for word in matched for skill in self.keywords[word]}))

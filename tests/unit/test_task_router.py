@@ -329,7 +329,11 @@ def load_now() -> Any:
     [
         ("Fix the race in the Go worker", "bug_fix", ("golang",)),  # Go, the language
         ("Let's go over the Terraform state", "deployment", ("terraform",)),  # go, the verb
-        ("Go live with the new S3 bucket", "deployment", ("aws", "golang")),  # as written: the language
+        ("Go live with the new S3 bucket", "deployment", ("aws",)),  # a sentence's first word: the verb
+        ("Deploy it. Go over the Terraform state", "deployment", ("terraform",)),
+        ("Go service crashes on start", "bug_fix", ("golang",)),  # first, but a name: the language
+        ("Go over the Go worker's race", "bug_fix", ("golang",)),  # the verb, then the language
+        ("go", "bug_fix", ("python",)),  # no known word: the category
         ("Rewrite the goroutine pool", "feature", ("golang",)),
     ],
 )
