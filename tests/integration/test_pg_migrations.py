@@ -368,15 +368,20 @@ def test_a_pooled_append_cancelled_twice_leaves_no_lock_held(
     # Then no connection, pooled or closed, holds the id section's lock, and appends go on
     assert counts["failed"] > 0, counts
     assert section_locks_held(database_url, pg_schema) == 0
+    append_without_waiting(database_url, pg_schema)
+    assert recorder.insert_events([event()])
+
+
+def append_without_waiting(database_url: str, schema: str) -> None:
+    """One append on a connection of its own that fails, rather than waits, on a held lock."""
     with psycopg.connect(database_url, autocommit=True) as other:
         other.execute("SET lock_timeout = '1s'")
         other.execute(
             SQL("SELECT {}.flowledger_events_append_one(%s, 1, 't:E', '{{}}', NULL, NULL)").format(
-                Identifier(pg_schema)
+                Identifier(schema)
             ),
             (uuid.uuid4(),),
         )
-    assert recorder.insert_events([event()])
 
 
 def test_a_failure_inside_the_id_section_releases_the_lock(
@@ -396,14 +401,7 @@ def test_a_failure_inside_the_id_section_releases_the_lock(
     # another connection appends without waiting (a held lock would hit lock_timeout)
     assert section_locks_held(database_url, pg_schema) == 0
     execute(database_url, SQL("ALTER SEQUENCE {}.{} NO MAXVALUE").format(*_sequence(pg_schema)))
-    with psycopg.connect(database_url, autocommit=True) as other:
-        other.execute("SET lock_timeout = '1s'")
-        other.execute(
-            SQL("SELECT {}.flowledger_events_append_one(%s, 1, 't:E', '{{}}', NULL, NULL)").format(
-                Identifier(pg_schema)
-            ),
-            (uuid.uuid4(),),
-        )
+    append_without_waiting(database_url, pg_schema)
     assert recorder.insert_events([event()])
 
 
