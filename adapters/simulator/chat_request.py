@@ -39,7 +39,7 @@ def chat_request(raw: bytes) -> ChatRequest:
     """The request in ``raw`` (a JSON body), or a ``BadRequest`` naming what is wrong."""
     try:
         request = json.loads(raw)
-    except ValueError:  # not JSON, or not UTF-8
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
         raise BadRequest("We could not parse the JSON body of your request.") from None
     if type(request) is not dict:
         raise BadRequest(f"The request body must be a JSON object, got {_kind(request)}.")

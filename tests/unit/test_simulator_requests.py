@@ -126,7 +126,19 @@ def test_a_malformed_body_is_a_400_with_an_openai_error(
 
 
 @pytest.mark.usefixtures("no_traceback")
-@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b"\xff\xfe", b""])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b"\xff\xfe",
+        b"",
+        # Nested past the parser: json.loads raises RecursionError, which dropped the connection.
+        b"[" * 100_000,
+        b'{"model": "gpt-4.1", "messages": [{"role": "user", "content": ' + b"[" * 100_000 + b"]}]}",
+    ],
+    ids=["not-json", "array", "not-utf8", "empty", "nested-array", "nested-content"],
+)
 def test_a_body_that_is_not_a_json_object_is_a_400(simulator: Simulator, body: bytes) -> None:
     status, _, answer = exchange(simulator, post(body, f"content-length: {len(body)}"))
     assert status == 400
