@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from flowledger.adapters.simulator.chat_request import chat_request, fault_override, latency_override_ms
 from flowledger.adapters.simulator.replies import (
@@ -143,7 +144,8 @@ class Simulator:
                 models = [_model(m) for m in self.config.model_latency_ms]
                 await send_json(writer, 200, {"object": "list", "data": models})
             elif method == "GET" and path.startswith(("/v1/models/", "/models/")):
-                await self._model(path.rpartition("/models/")[2], writer)
+                # The SDK percent-encodes the id ("openai/gpt-4.1" comes as "openai%2Fgpt-4.1").
+                await self._model(unquote(path.partition("/models/")[2]), writer)
             elif method == "GET" and path == "/stats":
                 await send_json(writer, 200, dict(self.stats))
             else:

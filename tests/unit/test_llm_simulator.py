@@ -122,6 +122,18 @@ def test_the_openai_sdk_retrieves_a_listed_model_and_is_told_of_another(simulato
     assert raised.value.message.endswith("The model 'gpt-9' does not exist")
 
 
+def test_the_openai_sdk_retrieves_a_model_whose_id_it_percent_encodes() -> None:
+    # The SDK sends "openai/gpt-4.1" as "openai%2Fgpt-4.1": it was looked up encoded, a 404
+    # for a listed model, and the refusal named "openai%2Fgpt-9".
+    config = SimulatorConfig(latency_ms=0, model_latency_ms={"openai/gpt-4.1": 5.0})
+    with run_simulator(config) as simulator, sdk(simulator.base_url) as client:
+        model = client.models.retrieve("openai/gpt-4.1")
+        with pytest.raises(openai.NotFoundError) as raised:
+            client.models.retrieve("openai/gpt-9")
+    assert model.id == "openai/gpt-4.1"
+    assert raised.value.message.endswith("The model 'openai/gpt-9' does not exist")
+
+
 def test_a_malformed_body_and_a_dropped_connection_are_real_network_faults(simulator_url: str) -> None:
     headers = {"authorization": "Bearer sk-sim-000000"}
     body = {"model": "deepseek-v3.2", "messages": MESSAGES}
