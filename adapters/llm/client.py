@@ -36,6 +36,7 @@ from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig
 from flowledger.adapters.llm.env_options import client_options_from_env
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
+from flowledger.adapters.llm.reply_limit import REPLY_LIMIT, ReplyTooLarge, bound
 from flowledger.adapters.llm.reported_usage import ReportedUsage
 from flowledger.adapters.llm.resilience import EndpointBreaker, ModelRateLimiter
 from flowledger.adapters.llm.retry import (
@@ -419,10 +420,13 @@ class OpenAICompatibleClient:
                     return parse_completion(data)
                 async with self._pool().http.stream("POST", "chat/completions", json=body) as response:
                     progress.awaiting_reply = False
+                    bound(response, self.config.max_reply_bytes)
                     if not response.is_success:
                         await response.aread()
                         raise self._status_error(response)
                     return await read_sse_stream(response, begun, self._clock, progress)
+        except ReplyTooLarge as error:
+            raise _too_large(error, progress) from None
         except TimeoutError:
             # The attempt's deadline, reached with the request at the transport: whether it had
             # gone out is not known (the transport does not say), so it counts as sent, the
@@ -451,10 +455,11 @@ class OpenAICompatibleClient:
             self._endpoint,
             headers=self._headers,
             content=_JSON.encode(body).encode(),
-            extensions={"timeout": self._timeout, WHOLE_BODY: True},
+            extensions={"timeout": self._timeout, WHOLE_BODY: True, REPLY_LIMIT: self.config.max_reply_bytes},
         )
         response = await self._pool().transport.handle_async_request(request)
         try:
+            bound(response, self.config.max_reply_bytes)  # the lean path read it within the limit already
             await response.aread()
         finally:
             await response.aclose()
@@ -501,3 +506,19 @@ class OpenAICompatibleClient:
 
     def _scrub(self, text: str) -> str:
         return text.replace(self.config.api_key.reveal(), "***")
+
+
+def _too_large(error: ReplyTooLarge, progress: AttemptProgress) -> AttemptError:
+    """The attempt error for a reply past ``max_reply_bytes``: an error answer as its status is
+    (not billed), a 2xx as ``reply_too_large``, not retried (the provider billed it, and would
+    again) and billed for what it did not say it used (``progress``: awaiting or begun)."""
+    status = error.status_code
+    if not 200 <= status < 300:
+        progress.awaiting_reply = False
+        return AttemptError(
+            str(error),
+            error_type=f"http_{status}",
+            retryable=status_is_retryable(status, httpx.Headers(), None),
+            status_code=status,
+        )
+    return AttemptError(str(error), error_type="reply_too_large", retryable=False, usage=progress.tokens)

@@ -17,6 +17,10 @@ _KEY_SHAPE = re.compile(r"^[\x21-\x7e]{8,512}$")
 MAX_SECONDS = 86_400.0
 """The longest timeout or breaker recovery taken: a day (the OpenAI SDK's default timeout is 600 s)."""
 
+MIN_REPLY_BYTES = 1024
+MAX_REPLY_BYTES = 1024**3
+"""The range ``max_reply_bytes`` takes: a completion's JSON is a few KiB; a GiB is past any reply."""
+
 Transport = Literal["aiohttp", "httpx"]
 TRANSPORTS: tuple[Transport, ...] = ("aiohttp", "httpx")
 """The clients a request can go through, under httpx's API (``transport.build_transport``)."""
@@ -108,6 +112,7 @@ class ClientConfig:
     ``unpriced_models`` says what a call to a model without a price does: ``"refuse"`` (raise
     UnknownModelPrice before anything is sent) or ``"flag"`` (call it; its usage says
     ``unpriced`` and ``prices reprice`` can price it once a price is added).
+    ``max_reply_bytes`` bounds what is read of one reply, streamed or not (``reply_limit``).
     """
 
     base_url: str
@@ -130,6 +135,7 @@ class ClientConfig:
     breaker_failure_threshold: int = 5
     breaker_recovery_s: float = 30.0
     unpriced_models: str = "refuse"
+    max_reply_bytes: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         require_endpoint_url(self.base_url)
@@ -160,6 +166,10 @@ class ClientConfig:
             raise ValidationError("max_retries", "must be between 0 and 10")
         if self.max_tokens < 1:
             raise ValidationError("max_tokens", "must be >= 1")
+        if not MIN_REPLY_BYTES <= self.max_reply_bytes <= MAX_REPLY_BYTES:
+            raise ValidationError(
+                "max_reply_bytes", f"must be from {MIN_REPLY_BYTES:,} to {MAX_REPLY_BYTES:,} bytes"
+            )
         if self.breaker_failure_threshold < 1:
             raise ValidationError("breaker_failure_threshold", "must be >= 1")
         if self.unpriced_models not in ("refuse", "flag"):

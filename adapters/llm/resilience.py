@@ -18,7 +18,9 @@ __all__ = ["STATE_CLOSED", "STATE_HALF_OPEN", "STATE_OPEN", "EndpointBreaker", "
 # What says "the endpoint is unwell": server errors (over HTTP or inside a stream), timeouts,
 # dropped connections, unreadable bodies. A 4xx (bad request, auth, 429) says something about
 # the caller.
-_ENDPOINT_FAILURES = frozenset({"timeout", "connection_error", "malformed_response", "stream_server_error"})
+_ENDPOINT_FAILURES = frozenset(
+    {"timeout", "connection_error", "malformed_response", "reply_too_large", "stream_server_error"}
+)
 
 
 def is_endpoint_failure(error: BaseException) -> bool:

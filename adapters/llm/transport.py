@@ -37,6 +37,7 @@ import yarl
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from flowledger.adapters.llm.config import ClientConfig
+from flowledger.adapters.llm.reply_limit import REPLY_LIMIT, read_within
 
 NOT_SENT: tuple[type[httpx.TransportError], ...] = (
     httpx.ConnectError,
@@ -143,7 +144,8 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
                     proxy_auth=aiohttp.BasicAuth(*proxy.auth) if proxy and proxy.auth else None,
                     proxy_headers=proxy.headers if proxy else None,
                 ) as response:
-                    body = await response.read()
+                    limit = request.extensions.get(REPLY_LIMIT)
+                    body = await (response.read() if limit is None else read_within(response, limit))
         except httpx.TimeoutException as error:
             dropped = _dropped(error)
             if dropped is None:
