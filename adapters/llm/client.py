@@ -411,13 +411,20 @@ class OpenAICompatibleClient:
                     progress.awaiting_reply = False
                     if not response.is_success:
                         raise self._status_error(response)
+                    # A 2xx came: the provider took the request and bills it, as a stream that
+                    # began; a body that does not say what it used leaves that cost unknown.
+                    progress.began = True
                     try:
                         data = json.loads(response.content)
                     except (ValueError, RecursionError):  # not JSON, or nested past the parser
                         raise AttemptError(
                             "reply body is not JSON", error_type="malformed_response", retryable=False
                         ) from None
-                    return parse_completion(data)
+                    try:
+                        return parse_completion(data)
+                    except AttemptError as unreadable:
+                        progress.tokens = unreadable.usage  # what a body without choices still names
+                        raise
                 async with self._pool().http.stream("POST", "chat/completions", json=body) as response:
                     progress.awaiting_reply = False
                     bound(response, self.config.max_reply_bytes)

@@ -525,6 +525,38 @@ async def test_a_stream_answered_with_json_that_is_no_completion_is_a_malformed_
     assert (usage.input_tokens, usage.unpriced) == (input_tokens, unpriced)
 
 
+@pytest.mark.parametrize(
+    ("text", "input_tokens", "unpriced"),
+    [
+        (json.dumps({"id": "r", "usage": {"prompt_tokens": 1000, "completion_tokens": 100}}), 1000, False),
+        ('{"id": "chatcmpl-1", "choices": [{"mess', 0, True),
+        ("<html>upstream hiccup</html>", 0, True),
+        (json.dumps({"id": "r", "choices": []}), 0, True),
+    ],
+    ids=["a body without choices", "a body cut short", "a body that is not JSON", "no choices, no usage"],
+)
+async def test_a_2xx_that_is_no_completion_is_billed_for_what_it_does_not_say_as_a_stream_is(
+    transport: Transports, text: str, input_tokens: int, unpriced: bool
+) -> None:
+    # Answered to a request that was not streamed, it was priced a known $0 (unpriced False),
+    # while the same body answered to a streamed request was unpriced: a 2xx came, so the
+    # provider took the request and billed it, and the body did not say for what.
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=text.encode(), headers={"content-type": "application/json"})
+
+    llm = await transport.client(handler)
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    usage = raised.value.usage
+    assert usage is not None
+    assert (raised.value.error_type, len(seen)) == ("malformed_response", 1)
+    assert (usage.input_tokens, usage.unpriced, usage.billed_unreported) == (input_tokens, unpriced, unpriced)
+    assert ("usage_reported" in usage.extra["attempt_log"][0]) is unpriced
+
+
 async def _lost(error: Exception | None) -> httpx.Response:
     """A non-streamed request that reached the endpoint, whose reply is lost with ``error``
     (None: it never comes)."""
