@@ -82,6 +82,10 @@ class ModelPrice:
             value = getattr(self, item.name)
             if value is not None and not isinstance(value, Decimal):
                 raise ValidationError(f"price.{item.name}", f"must be a Decimal, got {value!r}")
+            if value is not None and not value.is_finite():
+                # NaN raised InvalidOperation at this comparison; Infinity passed it, and every
+                # call to the model then raised InvalidOperation when it was priced.
+                raise ValidationError(f"price.{item.name}", f"must be a finite number, got {value}")
             if value is not None and not value >= 0:
                 raise ValidationError(f"price.{item.name}", f"must be >= 0, got {value}")
 

@@ -153,6 +153,22 @@ def test_our_own_format_needs_a_version_and_may_carry_a_default(tmp_path: Path) 
             '{"version": "v", "models": {"m": {"input_cost_per_token": -1, "output_cost_per_token": 1}}}',
             r"pricing_file: prices\.json, model 'm': input_cost_per_token must be >= 0, got -1$",
         ),
+        # JSON's NaN raised decimal.InvalidOperation out of the loader; Infinity (and a string
+        # "inf") was taken, and every call to the model then raised InvalidOperation.
+        (
+            '{"version": "v", "models": {"m": {"input_cost_per_token": NaN, "output_cost_per_token": 1}}}',
+            r"pricing_file: prices\.json, model 'm': input_cost_per_token must be a finite number, got NaN$",
+        ),
+        (
+            '{"version": "v", "models": {"m": {"input_cost_per_token": 1,'
+            ' "output_cost_per_token": Infinity}}}',
+            r"model 'm': output_cost_per_token must be a finite number, got Infinity$",
+        ),
+        (
+            '{"version": "v", "models": {"m": {"input_cost_per_token": 1, "output_cost_per_token": 1,'
+            ' "cache_read_input_token_cost": "-inf"}}}',
+            r"model 'm': cache_read_input_token_cost must be a finite number, got -Infinity$",
+        ),
     ],
 )
 def test_a_broken_price_file_is_rejected(tmp_path: Path, content: str, message: str) -> None:
