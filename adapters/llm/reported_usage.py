@@ -7,7 +7,8 @@ writes, ``output_tokens`` include reasoning). The shapes:
   (cache included), ``prompt_tokens_details.cached_tokens``,
   ``completion_tokens_details.reasoning_tokens``; cache writes as ``cache_creation_input_tokens``
   (LiteLLM, with ``cache_creation_token_details``) or ``prompt_tokens_details.cache_write_tokens``
-  (OpenRouter); OpenRouter's own charge as ``cost`` (USD).
+  (OpenRouter); OpenRouter's own charge as ``cost`` (USD); DeepSeek's cache hits as
+  ``prompt_cache_hit_tokens`` when ``cached_tokens`` is not given.
 - OpenAI responses: ``input_tokens`` (cache included) with ``input_tokens_details``.
 - Anthropic messages: ``input_tokens`` *excluding* ``cache_read_input_tokens`` and
   ``cache_creation_input_tokens``, the writes split by lifetime in
@@ -91,7 +92,8 @@ def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
         read,
         input_tokens=read(usage, "prompt_tokens"),
         output_tokens=read(usage, "completion_tokens"),
-        cached=read(prompt_details, "cached_tokens"),
+        # DeepSeek's own API names its cache hits only as prompt_cache_hit_tokens.
+        cached=read(prompt_details, "cached_tokens") or read(usage, "prompt_cache_hit_tokens"),
         reasoning=read(completion_details, "reasoning_tokens"),
         writes=writes,
         writes_1h=read(lifetimes, "ephemeral_1h_input_tokens"),

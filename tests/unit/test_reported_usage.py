@@ -3,10 +3,12 @@ cannot be read named, never read as 0."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from flowledger.adapters.llm import load_price_table
 from flowledger.adapters.llm.reported_usage import parse_usage
 
 
@@ -72,3 +74,36 @@ def test_a_count_left_out_or_null_is_none_used_not_unreadable() -> None:
         {"prompt_tokens": 10, "completion_tokens": None, "prompt_tokens_details": None, "cost": None}
     )
     assert (parsed.input_tokens, parsed.output_tokens, parsed.unreadable) == (10, 0, ())
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        # DeepSeek's own API: the cache hits only as prompt_cache_hit_tokens (and the misses).
+        {
+            "prompt_tokens": 1000,
+            "completion_tokens": 10,
+            "prompt_cache_hit_tokens": 600,
+            "prompt_cache_miss_tokens": 400,
+        },
+        # Newer replies name them in OpenAI's field as well: counted once.
+        {
+            "prompt_tokens": 1000,
+            "completion_tokens": 10,
+            "prompt_tokens_details": {"cached_tokens": 600},
+            "prompt_cache_hit_tokens": 600,
+            "prompt_cache_miss_tokens": 400,
+        },
+    ],
+    ids=["deepseek fields", "both"],
+)
+def test_deepseek_cache_hits_are_read_as_cache_reads(usage: Any) -> None:
+    # They were not read: 600 cached tokens of deepseek-v3.2 charged at the input price, the
+    # call $0.0002842 instead of $0.0001330 (cache reads cost a tenth).
+    parsed = parse_usage(usage)
+    assert (parsed.input_tokens, parsed.cache_read_input_tokens, parsed.output_tokens) == (1000, 600, 10)
+    assert parsed.unreadable == ()
+    price = load_price_table().price_for("deepseek-v3.2")
+    assert price is not None
+    # 400 x $0.28/M + 600 x $0.028/M + 10 x $0.42/M
+    assert price.cost(**parsed.counts()) == Decimal("0.000112") + Decimal("0.0000168") + Decimal("0.0000042")
