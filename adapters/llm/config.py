@@ -166,6 +166,15 @@ class ClientConfig:
             raise ValidationError("max_retries", "must be between 0 and 10")
         if self.max_tokens < 1:
             raise ValidationError("max_tokens", "must be >= 1")
+        # NaN and inf failed every call as a bare ValueError (the body cannot be JSON); outside
+        # 0 to 2, OpenAI refuses every call with a 400.
+        temperature = self.temperature
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, int | float)
+            or not 0 <= temperature <= 2
+        ):
+            raise ValidationError("temperature", f"must be a number from 0 to 2, got {temperature!r}")
         if not MIN_REPLY_BYTES <= self.max_reply_bytes <= MAX_REPLY_BYTES:
             raise ValidationError(
                 "max_reply_bytes", f"must be from {MIN_REPLY_BYTES:,} to {MAX_REPLY_BYTES:,} bytes"

@@ -85,3 +85,18 @@ def test_a_day_is_the_longest_timeout_and_breaker_recovery() -> None:
         breaker_recovery_s=day,
     )
     assert (config.request_timeout_s, config.breaker_recovery_s) == (day, day)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -0.1, 2.01, 5.0, True, "0.3"])
+def test_a_temperature_outside_0_to_2_is_refused(value: object) -> None:
+    # NaN and inf were taken, and every call then raised a bare ValueError ("Out of range float
+    # values are not JSON compliant") encoding the body; 5 and -1 were taken, and every call
+    # was refused by the endpoint with a 400 (OpenAI takes 0 to 2).
+    with pytest.raises(ValidationError) as raised:
+        ClientConfig(base_url="http://llm.test/v1", api_key=KEY, temperature=value)  # type: ignore[arg-type]
+    assert raised.value.field == "temperature"
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 1, 2.0])
+def test_a_temperature_from_0_to_2_is_taken(value: float) -> None:
+    assert ClientConfig(base_url="http://llm.test/v1", api_key=KEY, temperature=value).temperature == value
