@@ -20,6 +20,7 @@ MAX_CHOICES = 128
 """The most choices (``n``) a request may ask for, as OpenAI allows."""
 # json.loads builds exactly these types, so ``type(x) in`` is the whole check, and cheap.
 _CONTENT_TYPES = frozenset({str, list, type(None)})
+_NUMBER_TYPES = frozenset({int, float})
 
 
 class ChatRequest(NamedTuple):
@@ -81,6 +82,9 @@ def chat_request(raw: bytes) -> ChatRequest:
         if not (type(newer) is int and newer >= 1):
             raise _count_refusal("max_completion_tokens", newer)
         cap = newer if cap is None else min(cap, newer)
+    temperature = request.get("temperature")
+    if temperature is not None and not (type(temperature) in _NUMBER_TYPES and 0 <= temperature <= 2):
+        raise _temperature_refusal(temperature)
     n = request.get("n")
     if n is None:
         n = 1
@@ -104,6 +108,21 @@ def _count_refusal(name: str, value: Any, most: int | None = None) -> BadRequest
         f"but got {value} instead.",
         param=name,
         code="integer_above_max_value",
+    )
+
+
+def _temperature_refusal(value: Any) -> BadRequest:
+    """Why ``value`` is not a temperature OpenAI takes (a number from 0 to 2)."""
+    if type(value) not in _NUMBER_TYPES:  # nor bool
+        return _invalid_type("temperature", "a decimal", value)
+    if not value <= 2:  # NaN too (json.loads reads it)
+        side, expected, code = "above maximum", "<= 2", "decimal_above_max_value"
+    else:
+        side, expected, code = "below minimum", ">= 0", "decimal_below_min_value"
+    return BadRequest(
+        f"Invalid 'temperature': decimal {side} value. Expected a value {expected}, but got {value} instead.",
+        param="temperature",
+        code=code,
     )
 
 

@@ -452,3 +452,26 @@ def test_a_latency_of_up_to_ten_minutes_is_taken() -> None:
     assert latency_override_ms({"x-sim-latency-ms": "600000"}) == 600_000
     assert latency_override_ms({"x-sim-latency-ms": "0"}) == 0
     assert latency_override_ms({}) is None
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [(2.5, "decimal_above_max_value"), (-0.5, "decimal_below_min_value"), ("hot", "invalid_type")],
+)
+def test_a_temperature_outside_0_to_2_is_a_400_as_openai_answers_it(
+    simulator: Simulator, value: Any, code: str
+) -> None:
+    # It was answered 200 whatever it was, so a client sending 5 passed against the simulator
+    # and failed every call against OpenAI.
+    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, temperature=value)
+    assert_invalid_request(raised.value.body, "temperature")
+    assert raised.value.code == code
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 1, 2])
+def test_a_temperature_from_0_to_2_is_answered(simulator: Simulator, value: float) -> None:
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, temperature=value)
+    assert reply.choices[0].finish_reason == "stop"
