@@ -36,7 +36,7 @@ from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig
 from flowledger.adapters.llm.env_options import client_options_from_env
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
-from flowledger.adapters.llm.reply_limit import REPLY_LIMIT, ReplyTooLarge, bound
+from flowledger.adapters.llm.reply_limit import REPLY_LIMIT, ReplyTooLarge, bound, read_body
 from flowledger.adapters.llm.reported_usage import ReportedUsage
 from flowledger.adapters.llm.resilience import EndpointBreaker, ModelRateLimiter
 from flowledger.adapters.llm.retry import (
@@ -407,15 +407,15 @@ class OpenAICompatibleClient:
                 # From here the request may reach the provider (until an error shows it did not).
                 progress.awaiting_reply = True
                 if not stream:
-                    response = await self._post(body)
+                    response, content = await self._post(body)
                     progress.awaiting_reply = False
                     if not response.is_success:
-                        raise self._status_error(response)
+                        raise self._status_error(response, content)
                     # A 2xx came: the provider took the request and bills it, as a stream that
                     # began; a body that does not say what it used leaves that cost unknown.
                     progress.began = True
                     try:
-                        data = json.loads(response.content)
+                        data = json.loads(content)
                     except (ValueError, RecursionError):  # not JSON, or nested past the parser
                         raise AttemptError(
                             "reply body is not JSON", error_type="malformed_response", retryable=False
@@ -429,9 +429,11 @@ class OpenAICompatibleClient:
                     progress.awaiting_reply = False
                     bound(response, self.config.max_reply_bytes)
                     if not response.is_success:
-                        await response.aread()
-                        raise self._status_error(response)
-                    return await read_sse_stream(response, begun, self._clock, progress)
+                        content = await read_body(response, self.config.max_reply_bytes)
+                        raise self._status_error(response, content)
+                    return await read_sse_stream(
+                        response, begun, self._clock, progress, limit=self.config.max_reply_bytes
+                    )
         except ReplyTooLarge as error:
             raise _too_large(error, progress) from None
         except TimeoutError:
@@ -455,8 +457,8 @@ class OpenAICompatibleClient:
                 usage=progress.tokens,
             ) from None
 
-    async def _post(self, body: dict[str, Any]) -> httpx.Response:
-        """POST ``body`` as JSON to the endpoint; the response is read and closed."""
+    async def _post(self, body: dict[str, Any]) -> tuple[httpx.Response, bytes]:
+        """POST ``body`` as JSON to the endpoint; the response (closed) and its body, decoded."""
         request = httpx.Request(
             "POST",
             self._endpoint,
@@ -467,14 +469,14 @@ class OpenAICompatibleClient:
         response = await self._pool().transport.handle_async_request(request)
         try:
             bound(response, self.config.max_reply_bytes)  # the lean path read it within the limit already
-            await response.aread()
+            content = await read_body(response, self.config.max_reply_bytes)
         finally:
             await response.aclose()
-        return response
+        return response, content
 
-    def _status_error(self, response: httpx.Response) -> AttemptError:
+    def _status_error(self, response: httpx.Response, content: bytes) -> AttemptError:
         retry_after = parse_retry_after(response.headers)
-        detail = response.text[:300]
+        detail = content[:1200].decode(response.encoding or "utf-8", errors="replace")[:300]
         return AttemptError(
             f"HTTP {response.status_code}: {detail}",
             error_type=f"http_{response.status_code}",

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from flowledger.adapters.llm.reply_limit import DEFAULT_REPLY_BYTES, read_body, read_lines
 from flowledger.adapters.llm.reported_usage import ReportedUsage, parse_usage
 from flowledger.adapters.llm.retry import AttemptError, status_is_retryable
 
@@ -114,8 +115,11 @@ async def read_stream(
     started: float,
     clock: Callable[[], float] = time.perf_counter,
     progress: AttemptProgress | None = None,
+    *,
+    limit: int = DEFAULT_REPLY_BYTES,
 ) -> ParsedCompletion:
-    """Consume an SSE stream sent with ``stream_options.include_usage``.
+    """Consume an SSE stream sent with ``stream_options.include_usage``; ``ReplyTooLarge``
+    once more than ``limit`` bytes of it (decoded) came.
 
     The time to first token is taken when the first non-empty content delta arrives;
     usage comes in the last chunk (with an empty ``choices`` list), and is put on
@@ -128,7 +132,7 @@ async def read_stream(
         progress.began = True
     media_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media_type == "application/json":
-        parsed = read_completion(await response.aread())
+        parsed = read_completion(await read_body(response, limit))
         # Its first token came with the whole body.
         return replace(parsed, time_to_first_token_ms=(clock() - started) * 1000)
     parts: list[str] = []
@@ -138,7 +142,7 @@ async def read_stream(
     first_token_ms: float | None = None
     chunks = 0
     done = False
-    async for line in response.aiter_lines():
+    async for line in read_lines(response, limit):
         if not line.startswith("data:"):
             continue
         payload = line[5:].strip()

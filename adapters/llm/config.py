@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
+from flowledger.adapters.llm.reply_limit import DEFAULT_REPLY_BYTES
 from flowledger.domain.errors import ValidationError
 
 # Printable ASCII without spaces: what every provider's keys look like, and what an
@@ -135,7 +136,7 @@ class ClientConfig:
     breaker_failure_threshold: int = 5
     breaker_recovery_s: float = 30.0
     unpriced_models: str = "refuse"
-    max_reply_bytes: int = 32 * 1024 * 1024
+    max_reply_bytes: int = DEFAULT_REPLY_BYTES
 
     def __post_init__(self) -> None:
         require_endpoint_url(self.base_url)

@@ -13,8 +13,12 @@ from collections.abc import AsyncIterator
 import aiohttp
 import httpx
 
+DEFAULT_REPLY_BYTES = 32 * 1024 * 1024
+"""``ClientConfig.max_reply_bytes`` unless set: a completion's JSON is a few KiB."""
 REPLY_LIMIT = "flowledger.reply_limit"
-"""A request extension: the most bytes of the reply the aiohttp transport's lean path reads."""
+"""A request extension: the most bytes of the reply the aiohttp transport's lean path reads
+(decompressed by aiohttp as they come, so they are counted as they expand)."""
+_AS_SENT = (b"content-encoding", b"content-length")
 
 
 class ReplyTooLarge(Exception):
@@ -54,10 +58,52 @@ def bound(response: httpx.Response, limit: int) -> None:
         response.stream = BoundedStream(response.stream, limit, response.status_code)
 
 
+async def read_body(response: httpx.Response, limit: int) -> bytes:
+    """``response``'s body decoded, or ``ReplyTooLarge`` once more than ``limit`` bytes of it
+    came: a gzip body is counted as it expands (``aread`` expanded it whole, unbounded)."""
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in response.aiter_bytes():
+        total += len(chunk)
+        if total > limit:
+            raise ReplyTooLarge(limit, response.status_code)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_lines(response: httpx.Response, limit: int) -> AsyncIterator[str]:
+    """``response``'s text line by line (as ``aiter_lines``), or ``ReplyTooLarge`` once more
+    than ``limit`` characters of it came: one line that never ends is not held whole."""
+    total = 0
+    pending: list[str] = []
+    async for text in response.aiter_text():
+        total += len(text)
+        if total > limit:
+            raise ReplyTooLarge(limit, response.status_code)
+        if "\n" not in text and "\r" not in text:
+            pending.append(text)
+            continue
+        pending.append(text)
+        lines = "".join(pending).splitlines(keepends=True)
+        pending = [lines.pop()] if not lines[-1].endswith(("\n", "\r")) else []
+        for line in lines:
+            yield line.rstrip("\r\n")
+    if pending:
+        yield "".join(pending)
+
+
+def decoded_headers(response: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
+    """``response``'s headers for a body aiohttp has decompressed: without its content-encoding
+    and content-length, which describe the bytes as sent."""
+    if "Content-Encoding" not in response.headers:
+        return list(response.raw_headers)
+    return [(name, value) for name, value in response.raw_headers if name.lower() not in _AS_SENT]
+
+
 async def read_within(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The whole body of an aiohttp ``response``, or ``ReplyTooLarge`` past ``limit`` bytes
-    (at once when its content-length says so)."""
-    declared = response.content_length
+    """The whole body of an aiohttp ``response`` (decompressed by aiohttp as it comes), or
+    ``ReplyTooLarge`` past ``limit`` bytes of it (at once when its content-length says so)."""
+    declared = None if "Content-Encoding" in response.headers else response.content_length
     if declared is not None:
         if declared > limit:
             raise ReplyTooLarge(limit, response.status, declared)

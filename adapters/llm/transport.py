@@ -37,7 +37,7 @@ import yarl
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from flowledger.adapters.llm.config import ClientConfig
-from flowledger.adapters.llm.reply_limit import REPLY_LIMIT, read_within
+from flowledger.adapters.llm.reply_limit import REPLY_LIMIT, decoded_headers, read_within
 
 NOT_SENT: tuple[type[httpx.TransportError], ...] = (
     httpx.ConnectError,
@@ -117,16 +117,18 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
     async def _whole(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` and read the whole reply before returning it (in memory).
 
-        The same exchange as the streamed path (no redirects, no decompression, the same
-        timeouts and error mapping), without the per-request work that path does around
-        aiohttp: the URL is parsed, the headers converted and the timeout built once per
-        distinct value; the body is read in one call, not through two async generators; the
-        response's body is a ``ByteStream``. That work was half of a completion's client CPU
-        at 200 concurrent calls (cProfile, docs/llm.md "Where a step's CPU goes").
+        The same exchange as the streamed path (no redirects, the same timeouts and error
+        mapping; aiohttp decompresses, so ``max_reply_bytes`` counts the body expanded),
+        without the per-request work that path does around aiohttp: the URL is parsed, the
+        headers converted and the timeout built once per distinct value; the body is read in
+        one call, not through two async generators; the response's body is a ``ByteStream``.
+        That work was half of a completion's client CPU at 200 concurrent calls (cProfile,
+        docs/llm.md "Where a step's CPU goes").
         """
         if not isinstance(self.client, aiohttp.ClientSession):
             self.client = self.get_client()
         timeout = request.extensions.get("timeout", {})
+        limit = request.extensions.get(REPLY_LIMIT)
         proxy = self.proxy
         try:
             with httpx_aiohttp.transport.map_aiohttp_exceptions():
@@ -136,7 +138,9 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
                     headers=self._header_map(request.headers),
                     data=request.content or None,
                     allow_redirects=False,
-                    auto_decompress=False,
+                    # A bounded read lets aiohttp decompress as the bytes come, so the limit
+                    # counts them expanded: httpx expanded a gzip body whole, after any count.
+                    auto_decompress=limit is not None,
                     compress=False,
                     timeout=self._timeout(timeout),
                     server_hostname=request.extensions.get("sni_hostname"),
@@ -144,7 +148,6 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
                     proxy_auth=aiohttp.BasicAuth(*proxy.auth) if proxy and proxy.auth else None,
                     proxy_headers=proxy.headers if proxy else None,
                 ) as response:
-                    limit = request.extensions.get(REPLY_LIMIT)
                     body = await (response.read() if limit is None else read_within(response, limit))
         except httpx.TimeoutException as error:
             dropped = _dropped(error)
@@ -156,7 +159,7 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
             extensions["reason_phrase"] = response.reason.encode()
         return httpx.Response(
             response.status,
-            headers=response.raw_headers,
+            headers=response.raw_headers if limit is None else decoded_headers(response),
             stream=httpx.ByteStream(body),
             request=request,
             extensions=extensions,

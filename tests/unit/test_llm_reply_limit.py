@@ -4,6 +4,7 @@ through MockTransport, aiohttp's transport and httpx's pool (``reply_limit``).""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 from collections.abc import AsyncIterator
@@ -120,6 +121,68 @@ async def test_a_body_without_end_or_length_is_cut_at_the_limit_not_at_the_deadl
         await llm.aclose()
     assert (raised.value.error_type, raised.value.attempts) == ("reply_too_large", 1)
     assert time.perf_counter() - began < 10
+
+
+def gzip_reply(stream: bool, content: str) -> bytes:
+    """A completion (or a stream of one) carrying ``content``, gzip-compressed."""
+    if not stream:
+        return gzip.compress(json.dumps({**OK_BODY, "choices": [{"message": {"content": content}}]}).encode())
+    chunk = {"choices": [{"delta": {"content": content}, "finish_reason": "stop"}], "usage": OK_BODY["usage"]}
+    return gzip.compress(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+
+
+@pytest.fixture
+async def gzip_url() -> AsyncIterator[str]:
+    """Replies gzip-compressed; the path's first part is how many characters of content."""
+
+    async def answer(request: web.Request) -> web.Response:
+        stream = bool(json.loads(await request.read()).get("stream"))
+        body = gzip_reply(stream, "x" * int(request.match_info["size"]))
+        media = "text/event-stream" if stream else "application/json"
+        return web.Response(body=body, headers={"content-type": media, "content-encoding": "gzip"})
+
+    app = web.Application()
+    app.router.add_post("/{size}/v1/chat/completions", answer)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def complete_from(url: str, kind: str, stream: bool) -> tuple[str, LlmCallFailed | None]:
+    config = ClientConfig(
+        base_url=url,
+        api_key=ApiKey("sk-test-secret-1"),
+        transport=kind,  # type: ignore[arg-type]
+        max_reply_bytes=1024 * 1024,
+        stream=stream,
+    )
+    llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
+    try:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    except LlmCallFailed as error:
+        return "", error
+    finally:
+        await llm.aclose()
+    return reply.content, None
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_a_compressed_reply_is_counted_as_it_expands(gzip_url: str, kind: str, stream: bool) -> None:
+    # A 200 KB gzip body of 200 MB passed a 1 MiB limit: it was decompressed whole, after the count.
+    expanded = 8 * 1024 * 1024
+    assert len(gzip_reply(stream, "x" * expanded)) < 1024 * 1024
+    content, error = await complete_from(f"{gzip_url}/{expanded}/v1", kind, stream)
+    assert error is not None
+    assert (error.error_type, error.attempts) == ("reply_too_large", 1)
+    # One within the limit is read as it was before.
+    content, error = await complete_from(f"{gzip_url}/1000/v1", kind, stream)
+    assert (content, error) == ("x" * 1000, None)
 
 
 @pytest.mark.parametrize("size", [0, 1023, 1024**3 + 1])
