@@ -436,6 +436,11 @@ class OpenAICompatibleClient:
                     )
         except ReplyTooLarge as error:
             raise _too_large(error, progress) from None
+        except httpx.DecodingError as error:
+            # A body not in its content-encoding (gzip that is not): it escaped as itself.
+            raise AttemptError(
+                f"reply body cannot be decoded: {error}", error_type="malformed_response", retryable=False
+            ) from None
         except TimeoutError:
             # The attempt's deadline, reached with the request at the transport: whether it had
             # gone out is not known (the transport does not say), so it counts as sent, the

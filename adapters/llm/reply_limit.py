@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import httpx
+from aiohttp.http_exceptions import ContentEncodingError
 
 DEFAULT_REPLY_BYTES = 32 * 1024 * 1024
 """``ClientConfig.max_reply_bytes`` unless set: a completion's JSON is a few KiB."""
@@ -110,9 +111,15 @@ async def read_within(response: aiohttp.ClientResponse, limit: int) -> bytes:
         return await response.read()  # one read, as before: the common case
     chunks: list[bytes] = []
     total = 0
-    async for chunk in response.content.iter_any():
-        total += len(chunk)
-        if total > limit:
-            raise ReplyTooLarge(limit, response.status)
-        chunks.append(chunk)
+    try:
+        async for chunk in response.content.iter_any():
+            total += len(chunk)
+            if total > limit:
+                raise ReplyTooLarge(limit, response.status)
+            chunks.append(chunk)
+    except aiohttp.ClientPayloadError as error:
+        # A body that is not in its content-encoding, as httpx says it (not a dropped connection).
+        if isinstance(error.__cause__, ContentEncodingError):
+            raise httpx.DecodingError(str(error.__cause__).strip()) from error
+        raise
     return b"".join(chunks)

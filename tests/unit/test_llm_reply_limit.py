@@ -141,7 +141,15 @@ async def gzip_url() -> AsyncIterator[str]:
         media = "text/event-stream" if stream else "application/json"
         return web.Response(body=body, headers={"content-type": media, "content-encoding": "gzip"})
 
+    async def broken(request: web.Request) -> web.Response:
+        stream = bool(json.loads(await request.read()).get("stream"))
+        media = "text/event-stream" if stream else "application/json"
+        return web.Response(
+            body=b"not gzip " * 20, headers={"content-type": media, "content-encoding": "gzip"}
+        )
+
     app = web.Application()
+    app.router.add_post("/broken/v1/chat/completions", broken)
     app.router.add_post("/{size}/v1/chat/completions", answer)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
     await runner.setup()
@@ -183,6 +191,20 @@ async def test_a_compressed_reply_is_counted_as_it_expands(gzip_url: str, kind: 
     # One within the limit is read as it was before.
     content, error = await complete_from(f"{gzip_url}/1000/v1", kind, stream)
     assert (content, error) == ("x" * 1000, None)
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_a_body_that_is_not_in_its_content_encoding_is_a_malformed_response(
+    gzip_url: str, kind: str, stream: bool
+) -> None:
+    # httpx.DecodingError ("Error -3 while decompressing data: incorrect header check")
+    # escaped complete() as itself, not as LlmCallFailed, with no usage.
+    _, error = await complete_from(f"{gzip_url}/broken/v1", kind, stream)
+    assert error is not None
+    assert (error.error_type, error.attempts) == ("malformed_response", 1)
+    assert error.usage is not None
+    assert error.usage.unpriced is True  # a 2xx came: billed, for what it does not say
 
 
 @pytest.mark.parametrize("size", [0, 1023, 1024**3 + 1])
