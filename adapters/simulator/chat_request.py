@@ -19,7 +19,7 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function
 MAX_CHOICES = 128
 """The most choices (``n``) a request may ask for, as OpenAI allows."""
 # json.loads builds exactly these types, so ``type(x) in`` is the whole check, and cheap.
-_CONTENT_TYPES = frozenset({str, list, type(None)})
+_CONTENT_TYPES = frozenset({str, list})
 _NUMBER_TYPES = frozenset({int, float})
 
 
@@ -62,7 +62,11 @@ def chat_request(raw: bytes) -> ChatRequest:
             type(message) is dict
             and type(role := message.get("role")) is str
             and role in ROLES
-            and type(message.get("content")) in _CONTENT_TYPES
+            # Only an assistant's message (carrying tool calls) may leave its content out.
+            and (
+                type(content := message.get("content")) in _CONTENT_TYPES
+                or (content is None and role == "assistant")
+            )
         ):
             raise _message_refusal(index, message)
     stream = request.get("stream")
@@ -142,6 +146,8 @@ def _message_refusal(index: int, message: Any) -> BadRequest:
             param=f"{where}.role",
             code="invalid_value",
         )
+    if message.get("content") is None:
+        return _missing(f"{where}.content")
     return _invalid_type(f"{where}.content", "a string or an array of objects", message.get("content"))
 
 

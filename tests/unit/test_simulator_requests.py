@@ -112,6 +112,11 @@ def assert_invalid_request(body: Any, param: str | None = None) -> None:
         ({"messages": [{"role": "robot", "content": "hello"}]}, "messages[0].role"),
         ({"messages": [{"role": ["user"], "content": "hello"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
+        # A message other than the assistant's without content was answered 200; OpenAI
+        # refuses it (only an assistant's, carrying tool calls, may leave it out).
+        ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        ({"messages": [{"role": "system", "content": None}, *MESSAGES]}, "messages[0].content"),
+        ({"messages": [*MESSAGES, {"role": "tool", "tool_call_id": "c1"}]}, "messages[1].content"),
         ({"stream_options": "x"}, "stream_options"),
         ({"stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
     ],
@@ -474,4 +479,16 @@ def test_a_temperature_outside_0_to_2_is_a_400_as_openai_answers_it(
 def test_a_temperature_from_0_to_2_is_answered(simulator: Simulator, value: float) -> None:
     with sdk(simulator) as client:
         reply = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, temperature=value)
+    assert reply.choices[0].finish_reason == "stop"
+
+
+def test_an_assistant_message_with_tool_calls_and_no_content_is_read(simulator: Simulator) -> None:
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    history = [
+        *MESSAGES,
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(model="gpt-4.1", messages=history)  # type: ignore[arg-type]
     assert reply.choices[0].finish_reason == "stop"
