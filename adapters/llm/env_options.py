@@ -1,11 +1,12 @@
 """The client's settings a server takes from its environment (``flowledger serve`` has no
-other way to set them): timeouts, retries, the breaker, streaming, unpriced models and one
-rate limit for every model.
+other way to set them): timeouts, retries, the breaker, streaming, unpriced models, the
+reply size limit and one rate limit for every model.
 
 - ``FLOWLEDGER_LLM_DEFAULT_MODEL``: ``default_model``;
 - ``FLOWLEDGER_LLM_CONNECT_TIMEOUT_S``, ``FLOWLEDGER_LLM_REQUEST_TIMEOUT_S``,
   ``FLOWLEDGER_LLM_READ_TIMEOUT_S``: the timeouts;
-- ``FLOWLEDGER_LLM_MAX_RETRIES``, ``FLOWLEDGER_LLM_MAX_TOKENS``;
+- ``FLOWLEDGER_LLM_MAX_RETRIES``, ``FLOWLEDGER_LLM_MAX_TOKENS``,
+  ``FLOWLEDGER_LLM_MAX_REPLY_BYTES`` (``max_reply_bytes``);
 - ``FLOWLEDGER_LLM_STREAM``: ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``;
 - ``FLOWLEDGER_LLM_UNPRICED_MODELS``: ``refuse`` or ``flag``;
 - ``FLOWLEDGER_LLM_BREAKER_THRESHOLD``, ``FLOWLEDGER_LLM_BREAKER_RECOVERY_S``: the breaker;
@@ -31,6 +32,7 @@ _FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "FLOWLEDGER_LLM_READ_TIMEOUT_S": ("read_timeout_s", float),
     "FLOWLEDGER_LLM_MAX_RETRIES": ("max_retries", int),
     "FLOWLEDGER_LLM_MAX_TOKENS": ("max_tokens", int),
+    "FLOWLEDGER_LLM_MAX_REPLY_BYTES": ("max_reply_bytes", int),
     "FLOWLEDGER_LLM_UNPRICED_MODELS": ("unpriced_models", str),
     "FLOWLEDGER_LLM_BREAKER_THRESHOLD": ("breaker_failure_threshold", int),
     "FLOWLEDGER_LLM_BREAKER_RECOVERY_S": ("breaker_recovery_s", float),
