@@ -73,7 +73,8 @@ class AttemptOutcome:
 
 def parse_retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time) -> float | None:
     """Seconds the server asks us to wait, or None (``retry-after-ms`` wins over ``retry-after``;
-    a negative or non-finite number is ignored: ``-inf`` read as past the cap stopped retries)."""
+    a negative or non-finite number is ignored: ``-inf`` read as past the cap stopped retries;
+    an HTTP date already past is 0)."""
     for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         value = headers.get(header)
         if value is None:
@@ -91,7 +92,9 @@ def parse_retry_after(headers: Mapping[str, str], now: Callable[[], float] = tim
         parsed = email.utils.parsedate_tz(value)
         if parsed is None:
             return None
-        return float(email.utils.mktime_tz(parsed) - now())
+        # A date already past is no wait: read as it was, it gave -350,894,809 s for 2015,
+        # which callers were handed as the wait the endpoint asked for.
+        return max(0.0, float(email.utils.mktime_tz(parsed) - now()))
     except (TypeError, ValueError, OverflowError):
         return None
 

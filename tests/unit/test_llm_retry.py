@@ -161,6 +161,28 @@ async def test_retry_after_as_an_http_date_is_honoured(transport: Transports) ->
     assert 28 <= waits[0] <= 31
 
 
+def test_retry_after_as_a_date_already_past_is_no_wait_not_a_negative_one() -> None:
+    # It was read as -350,894,809.7 s (a date of 2015), and LlmCallFailed.retry_after_s, the
+    # StepFailed's error_detail and a waiter's Retry-After carried that.
+    past = {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}
+    assert parse_retry_after(past) == 0.0
+    assert parse_retry_after({"retry-after": email.utils.formatdate(999_970)}, now=lambda: 1_000_000) == 0.0
+
+
+async def test_a_refusal_with_a_past_date_fails_with_no_wait_after_the_normal_backoff(
+    transport: Transports,
+) -> None:
+    past = {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}
+    handler, seen = failing_then_ok([httpx.Response(429, headers=past)] * 3)
+    waits: list[float] = []
+    async with await served_client(transport, handler, waits) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert len(seen) == 3
+    assert all(0.375 <= wait <= 1.0 for wait in waits)  # the backoff, as for no header
+    assert raised.value.retry_after_s == 0.0
+
+
 async def test_a_retry_after_beyond_two_minutes_is_not_retried(transport: Transports) -> None:
     handler, seen = failing_then_ok([httpx.Response(429, headers={"retry-after": "121"})])
     async with await served_client(transport, handler, []) as llm:
