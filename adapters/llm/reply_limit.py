@@ -73,24 +73,26 @@ async def read_body(response: httpx.Response, limit: int) -> bytes:
 
 
 async def read_lines(response: httpx.Response, limit: int) -> AsyncIterator[str]:
-    """``response``'s text line by line (as ``aiter_lines``), or ``ReplyTooLarge`` once more
-    than ``limit`` characters of it came: one line that never ends is not held whole."""
+    """``response``'s lines as an event stream has them (ended by CR, LF or CRLF, UTF-8), or
+    ``ReplyTooLarge`` once more than ``limit`` bytes of it came: one line that never ends is
+    not held whole. httpx's ``aiter_lines`` also ended a line at U+2028, U+2029 and U+0085
+    (``str.splitlines``), which JSON may carry raw inside a chunk's text."""
     total = 0
-    pending: list[str] = []
-    async for text in response.aiter_text():
-        total += len(text)
+    pending: list[bytes] = []
+    async for chunk in response.aiter_bytes():
+        total += len(chunk)
         if total > limit:
             raise ReplyTooLarge(limit, response.status_code)
-        if "\n" not in text and "\r" not in text:
-            pending.append(text)
+        pending.append(chunk)
+        if b"\n" not in chunk and b"\r" not in chunk:
             continue
-        pending.append(text)
-        lines = "".join(pending).splitlines(keepends=True)
-        pending = [lines.pop()] if not lines[-1].endswith(("\n", "\r")) else []
+        # bytes.splitlines ends lines at CR and LF only, which never occur inside UTF-8 sequences.
+        lines = b"".join(pending).splitlines(keepends=True)
+        pending = [] if lines[-1].endswith((b"\n", b"\r")) else [lines.pop()]
         for line in lines:
-            yield line.rstrip("\r\n")
+            yield line.rstrip(b"\r\n").decode("utf-8", errors="replace")
     if pending:
-        yield "".join(pending)
+        yield b"".join(pending).decode("utf-8", errors="replace")
 
 
 def decoded_headers(response: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:

@@ -166,6 +166,29 @@ def sse(*chunks: dict[str, Any]) -> bytes:
     return "".join(lines).encode()
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+async def test_a_streamed_text_with_a_unicode_line_separator_is_one_event(
+    transport: Transports, separator: str
+) -> None:
+    # SSE lines end only at CR or LF; httpx's aiter_lines also split at U+2028, U+0085 and the
+    # like (str.splitlines), so a model's reply holding one raw broke its chunk in two, and the
+    # step failed as malformed_response. JSON may carry them raw (ensure_ascii=False).
+    text = f"first{separator}second"
+    chunk = {"id": "c", "choices": [{"delta": {"content": text}, "finish_reason": "stop"}]}
+    usage = {"id": "c", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}}
+    body = (
+        "".join(f"data: {json.dumps(c, ensure_ascii=False)}\n\n" for c in (chunk, usage)) + "data: [DONE]\n\n"
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
+
+    async with await client(transport, handler) as llm:
+        reply = await llm.complete_streaming(model="gpt-4.1", messages=MESSAGES)
+    assert reply.content == text
+    assert reply.usage.input_tokens == 4
+
+
 async def test_a_streamed_reply_is_assembled_with_usage_and_time_to_first_token(
     transport: Transports,
 ) -> None:
