@@ -8,7 +8,7 @@ line without a newline) before the attempt ended.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
 import httpx
@@ -95,11 +95,11 @@ async def read_lines(response: httpx.Response, limit: int) -> AsyncIterator[str]
         yield b"".join(pending).decode("utf-8", errors="replace")
 
 
-def decoded_headers(response: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
+def decoded_headers(response: aiohttp.ClientResponse) -> Sequence[tuple[bytes, bytes]]:
     """``response``'s headers for a body aiohttp has decompressed: without its content-encoding
-    and content-length, which describe the bytes as sent."""
+    and content-length, which describe the bytes as sent (as they are when it was not encoded)."""
     if "Content-Encoding" not in response.headers:
-        return list(response.raw_headers)
+        return response.raw_headers
     return [(name, value) for name, value in response.raw_headers if name.lower() not in _AS_SENT]
 
 
