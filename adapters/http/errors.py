@@ -84,11 +84,16 @@ def status_for(error: errors.FlowledgerError) -> int:
     return next(code for kind, code in STATUS_CODES if isinstance(error, kind))
 
 
+MAX_PASSED_RETRY_AFTER_S = 86_400.0
+"""The longest wait passed on from a model endpoint's ``retry-after`` (a day)."""
+
+
 def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
     """Extra response headers: ``Retry-After`` (whole seconds, at least 1) when the store is down,
     when the model endpoint's circuit is open (until its next trial: a 503 without it was
     retried at once, into the same open circuit), and when the endpoint refused the call's
-    last attempt saying when to come back (its 429 or 503 ``retry-after``, on our 502)."""
+    last attempt saying when to come back (its 429 or 503 ``retry-after``, on our 502, at most
+    ``MAX_PASSED_RETRY_AFTER_S``)."""
     if isinstance(error, errors.StoreUnavailable):
         return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
     if isinstance(error, errors.CircuitOpen) and math.isfinite(error.retry_in_s):
@@ -96,7 +101,8 @@ def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
     if isinstance(error, errors.LlmCallFailed):
         wait = error.retry_after_s
         if wait is not None and math.isfinite(wait):
-            return {"Retry-After": str(max(1, math.ceil(wait)))}
+            # The endpoint's word, within a day: ``retry-after-ms: 1e308`` gave a 306-digit header.
+            return {"Retry-After": str(max(1, math.ceil(min(wait, MAX_PASSED_RETRY_AFTER_S))))}
     return {}
 
 

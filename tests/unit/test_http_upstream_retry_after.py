@@ -77,3 +77,5 @@ def test_the_wait_is_whole_seconds_and_at_least_one() -> None:
     assert headers_for(failed(0.0)) == {"Retry-After": "1"}
     assert headers_for(failed(-4.0)) == {"Retry-After": "1"}  # an HTTP date already past
     assert headers_for(failed(None)) == {}
+    # An endpoint's absurd wait (retry-after-ms: 1e308) is passed on as a day at most
+    assert headers_for(failed(1e305)) == {"Retry-After": "86400"}
