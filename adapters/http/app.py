@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http import budgets, dashboard, health, login, rest, task_queue, tasks, webhook
 from flowledger.adapters.http.auth import Gate, Keyring, RateLimits, Tenants
-from flowledger.adapters.http.errors import install_error_handlers
+from flowledger.adapters.http.errors import document_json_bodies, install_error_handlers
 from flowledger.adapters.http.middleware import BodyLimit, RequestContext
 from flowledger.adapters.http.query import refuse_unknown_query
 from flowledger.infrastructure import Engine
@@ -75,6 +75,7 @@ def create_app(engine: Engine, *, require_keys: bool | None = None, keys: Keyrin
     app.include_router(dashboard.router)
     app.include_router(login.router)
     app.include_router(health.router)
+    document_json_bodies(app)
     app.add_middleware(BodyLimit, limit=settings.http_max_body_bytes)
     app.add_middleware(RequestContext)  # added last: the outermost
     return app

@@ -5,8 +5,8 @@ flowledger errors (by ``STATUS_CODES``; a database connection error that escaped
 answered as ``StoreUnavailable``), a body that cannot be read as JSON (400, one
 ``body: ...`` sentence, REST and webhook alike), request validation (422), the HTTP layer's own
 refusals (401, 403, 404 for an unknown path, 405 with an ``Allow`` naming every method of the
-path, 413, 429) and, from the request-context middleware, an unexpected exception (500, naming
-the request id that the log line carries).
+path, 413, 415 for a body not sent as JSON, 429) and, from the request-context middleware, an
+unexpected exception (500, naming the request id that the log line carries).
 ``responses(...)`` documents those bodies in the OpenAPI document, per operation.
 """
 
@@ -127,6 +127,7 @@ _MEANING = {
     409: "Conflicts with the current state (closed, another workflow, a step in progress)",
     410: "The session expired",
     413: "The request body is larger than the limit",
+    415: "The body was sent without Content-Type: application/json",
     422: "The request is invalid; the message says which field and why",
     429: "The API key's request rate was exceeded; see Retry-After",
     500: "An unexpected error (the message names the request id in the server's log), or a closed engine",
@@ -144,6 +145,24 @@ BASIC = (413, 422, 500)
 
 ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
 """An error response's OpenAPI ``content``: the envelope, as JSON."""
+
+
+def document_json_bodies(app: FastAPI) -> None:
+    """List 415 in ``app``'s OpenAPI document on every operation that takes a JSON body (only those
+    can answer it), whichever router the operation came from."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            for operations in build().get("paths", {}).values():
+                for operation in operations.values():
+                    if "application/json" in operation.get("requestBody", {}).get("content", {}):
+                        answers = operation["responses"]
+                        answers["415"] = {"description": _MEANING[415], "content": ERROR_CONTENT}
+                        operation["responses"] = dict(sorted(answers.items()))
+        return app.openapi_schema or build()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def responses(*codes: int, common: tuple[int, ...] = COMMON) -> dict[int | str, dict[str, object]]:
@@ -180,6 +199,12 @@ def _is_unparsed_body(error: Any) -> bool:
     not a field that failed the schema."""
     loc = error["loc"]
     return error["type"] == "json_invalid" and len(loc) == 2 and loc[0] == "body" and isinstance(loc[1], int)
+
+
+def _is_unlabelled_body(error: Any) -> bool:
+    """Whether a validation error is about a body that came without a JSON content type: FastAPI
+    then checks the raw bytes against the schema (``body: must be a JSON object``, though it may be one)."""
+    return tuple(error["loc"]) == ("body",) and isinstance(error.get("input"), bytes)
 
 
 def _problem(error: Any) -> str:
@@ -240,8 +265,15 @@ def install_error_handlers(app: FastAPI) -> None:
         # outage (503 with Retry-After), not the server's bug (500).
         return await on_flowledger_error(request, unavailable(f"{request.method} {request.url.path}", error))
 
-    async def on_invalid_request(_: Request, error: Exception) -> JSONResponse:
+    async def on_invalid_request(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
+        if any(_is_unlabelled_body(e) for e in error.errors()):
+            # FastAPI reads a body as JSON only when labelled so (a text/plain one could come from any
+            # web page's form without a preflight): say what was sent, not that the JSON is wrong.
+            given = request.headers.get("content-type")
+            named = repr(given) if given else "no Content-Type"
+            message = f"body: must be sent as Content-Type: application/json (got {named})"
+            return JSONResponse(error_body(message), status_code=415)
         unparsed = [e for e in error.errors() if _is_unparsed_body(e)]
         if unparsed:  # not JSON at all: unreadable (400), not invalid (422)
             return JSONResponse(error_body(_problem(unparsed[0])), status_code=400)

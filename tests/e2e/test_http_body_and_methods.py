@@ -1,5 +1,6 @@
-"""A body that cannot be read as JSON is a 400 saying why, on REST and the webhook alike; a
-method a path lacks is a 405 whose ``Allow`` names every method of the path, not the first route's."""
+"""A body that cannot be read as JSON is a 400 saying why, on REST and the webhook alike; a JSON
+body sent as another media type is a 415 naming it; a method a path lacks is a 405 whose
+``Allow`` names every method of the path, not the first route's."""
 
 from __future__ import annotations
 
@@ -56,6 +57,58 @@ def test_a_body_that_is_json_but_breaks_the_schema_is_still_a_422(
     # Then it is invalid (422), not unreadable
     assert response.status_code == 422
     assert response.json()["error"].startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "content"),
+    [
+        ("POST", "/v1/sessions", b'{"session_id": "s-1", "workflow": "w"}'),
+        ("POST", "/webhook/workflow-state", b'{"action": "create_session", "session_id": "s-1"}'),
+        ("PATCH", "/v1/sessions/s-0/context", b'{"update": {"lang": "en"}}'),
+        ("POST", "/v1/queue/run", b"{}"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("content_type", "named"),
+    [
+        ("text/plain", "'text/plain'"),
+        ("application/x-www-form-urlencoded", "'application/x-www-form-urlencoded'"),
+        (None, "no Content-Type"),
+    ],
+)
+def test_a_json_body_sent_as_another_media_type_is_a_415_naming_it_and_appends_nothing(
+    engine: Engine, method: str, path: str, content: bytes, content_type: str | None, named: str
+) -> None:
+    # Given an app with one session
+    engine.start_session("s-0", "w")
+    with TestClient(create_app(engine)) as client:
+        head = engine.log.head()
+
+        # When a JSON object comes labelled as something else (curl -d sends a form's type), or unlabelled
+        headers = {"content-type": content_type} if content_type else {}
+        response = client.request(method, path, content=content, headers=headers)
+
+        # Then it is refused as a media type the operation does not take (not "must be a JSON object",
+        # which it is), saying what was sent, and nothing is appended
+        assert response.status_code == 415
+        assert response.json() == {
+            "success": False,
+            "error": f"body: must be sent as Content-Type: application/json (got {named})",
+        }
+        assert engine.log.head() == head
+
+
+def test_the_document_lists_415_on_every_operation_with_a_json_body_and_only_there(
+    memory_http: TestClient,
+) -> None:
+    # When the OpenAPI document is read
+    paths = memory_http.get("/openapi.json").json()["paths"]
+
+    # Then an operation lists 415 exactly when it takes a JSON body
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            takes_json = "application/json" in operation.get("requestBody", {}).get("content", {})
+            assert ("415" in operation["responses"]) == takes_json, f"{method.upper()} {path}"
 
 
 @pytest.mark.parametrize(
