@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, Security
+from fastapi.dependencies.models import Dependant
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
@@ -185,17 +186,7 @@ class Gate:
         if self.open:
             base = self.tenants.base
             return Caller(None, base.tenant, "admin", base)
-        if not token:
-            raise HTTPException(
-                401,
-                "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        key = await run_in_threadpool(self.keys.find, token)
-        if key is None:
-            raise HTTPException(
-                401, "this API key is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
-            )
+        key = await self.known(token)
         request.state.key_id, request.state.tenant = key.key_id, key.tenant
         wait = self.limits.take(key.key_id)
         if wait > 0:
@@ -210,6 +201,42 @@ class Gate:
         caller = Caller(key.key_id, key.tenant, key.role, engine)
         caller.require(role)
         return caller
+
+    async def known(self, token: str | None) -> ApiKey:
+        """The key ``token`` names, or 401 (none sent, or unknown or revoked)."""
+        if not token:
+            raise HTTPException(
+                401,
+                "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        key = await run_in_threadpool(self.keys.find, token)
+        if key is None:
+            raise HTTPException(
+                401, "this API key is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
+            )
+        return key
+
+
+async def refusal_before_body(request: Request) -> HTTPException | None:
+    """The 401 owed to a request whose body could not be read, when its route needs a key and it
+    carries none or an unknown one (None otherwise). FastAPI reads the body before the route's
+    dependencies run, so without this a caller with no key was told what is wrong with its body."""
+    gate: Gate = request.app.state.gate
+    if gate.open or not _reads_key(getattr(request.scope.get("route"), "dependant", None)):
+        return None
+    try:
+        await gate.known(token_of(request, await bearer(request), await api_key_header(request)))
+    except HTTPException as refusal:
+        return refusal
+    return None
+
+
+def _reads_key(dependant: Dependant | None) -> bool:
+    """Whether a route's dependencies read an API key (those admitted through ``requires``)."""
+    return dependant is not None and any(
+        needed.call is bearer or _reads_key(needed) for needed in dependant.dependencies
+    )
 
 
 def token_of(

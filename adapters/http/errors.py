@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
+from flowledger.adapters.http.auth import refusal_before_body
 from flowledger.domain import errors
 from flowledger.infrastructure.outages import CONNECTION_ERRORS, unavailable
 
@@ -275,7 +276,9 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"body: must be sent as Content-Type: application/json (got {named})"
             return JSONResponse(error_body(message), status_code=415)
         unparsed = [e for e in error.errors() if _is_unparsed_body(e)]
-        if unparsed:  # not JSON at all: unreadable (400), not invalid (422)
+        if unparsed:  # not JSON at all: unreadable (400), not invalid (422), once the key is known
+            if (refusal := await refusal_before_body(request)) is not None:
+                return await on_http_error(request, refusal)
             return JSONResponse(error_body(_problem(unparsed[0])), status_code=400)
         problems = "; ".join(_problem(e) for e in error.errors())
         return JSONResponse(error_body(problems or "invalid request"), status_code=422)
@@ -284,6 +287,8 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(error, HTTPException)
         message, headers = str(error.detail), dict(error.headers or {})
         if error.status_code == 400 and message == _FASTAPI_UNREADABLE:
+            if (refusal := await refusal_before_body(request)) is not None:
+                return await on_http_error(request, refusal)
             message = unreadable_body(error.__cause__)
         if message in {"Not Found", "Method Not Allowed"}:  # Starlette's routing words
             message = f"{message.lower()}: see /openapi.json for the API's paths"

@@ -34,6 +34,7 @@ from tests.e2e.live_http import (
 )
 from tests.support.simulated import list_cost
 
+JSON = {"content-type": "application/json"}
 OPEN_PATHS = {"/healthz", "/readyz", "/dashboard", "/dashboard/login", "/dashboard/logout"}
 
 
@@ -75,6 +76,32 @@ def test_every_route_but_health_refuses_a_request_without_a_key(server: httpx.Cl
             assert response.json()["success"] is False
             assert "key" in response.json()["error"]
             assert response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"not json", b'{"session_id":', b"\xe9", b"[" * 5000 + b"]" * 5000],
+    ids=["not-json", "truncated", "not-utf8", "too-deep"],
+)
+def test_a_body_that_cannot_be_read_is_401_without_a_key_not_400(
+    server: httpx.Client, content: bytes
+) -> None:
+    # Given the operations that take a JSON body
+    calls = [(m, p) for m, p in operations(server) if m in {"POST", "PUT", "PATCH"} and p not in OPEN_PATHS]
+    assert len(calls) >= 20
+    for method, path in calls:
+        # When one is sent a body that is not JSON, without a key or with a wrong one
+        for headers in ({}, bearer("not-a-key"), {"X-API-Key": "nope"}):
+            headers = {**headers, "content-type": "application/json"}
+            response = server.request(method, path, content=content, headers=headers)
+            # Then it is refused for the key, as with a readable body: the body is nobody's business
+            # until the caller is known (FastAPI reads it before the key is looked at)
+            assert response.status_code == 401, (method, path, headers, response.text)
+            assert response.headers["www-authenticate"] == "Bearer"
+    # And with a key the same body is what is wrong (400, saying why)
+    response = server.post("/v1/sessions", content=content, headers={**bearer(ACME_WRITER), **JSON})
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("body: ")
 
 
 def test_the_health_probes_need_no_key(server: httpx.Client) -> None:
