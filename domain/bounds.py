@@ -306,6 +306,13 @@ def require_ttl(ttl: Any) -> timedelta:
     return require_duration("ttl", ttl, maximum=MAX_TTL)
 
 
+def require_flag(field_name: str, value: Any) -> bool:
+    """Raise ValidationError unless ``value`` is True or False (a string "no" is not false)."""
+    if not isinstance(value, bool):
+        raise ValidationError(field_name, f"must be true or false, got {value!r}")
+    return value
+
+
 def require_moment(field_name: str, value: Any, *, optional: bool = False) -> None:
     """Raise ValidationError unless ``value`` is a timezone-aware datetime (or None when ``optional``)."""
     if value is None and optional:

@@ -8,13 +8,20 @@ session, calls one Session method and returns a plain value. The store does the 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
-from flowledger.domain.bounds import MAX_TTL, require_duration, require_moment
+from flowledger.domain.bounds import (
+    MAX_TTL,
+    require_duration,
+    require_flag,
+    require_moment,
+    require_object,
+)
 from flowledger.domain.errors import (
     SessionClosed,
     SessionConflict,
@@ -42,6 +49,8 @@ from flowledger.domain.values import (
 )
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.history import HistoryEntry, history_entry
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +105,12 @@ class SessionService:
         """The aggregate id of a caller's session id in this tenant."""
         return session_uuid(self._tenant, session_id)
 
+    def _write(self, session_id: str, decide: Callable[[UnitOfWork], T], **options: Any) -> T:
+        """``AggregateStore.write`` under the session's key, the id checked first: the key's lock
+        is taken before ``decide`` runs, and a list or dict there raised "unhashable type"."""
+        self.session_uuid(session_id)
+        return self._store.write(session_id, decide, **options)
+
     # -- commands ----------------------------------------------------------------------
 
     def start(
@@ -109,18 +124,21 @@ class SessionService:
     ) -> Start:
         """``start``, saying whether it created the session (REST answers 201 or 200 by it)."""
         require_ttl(ttl)
+        require_object("metadata", metadata)  # a repeat too: it would answer without looking
         decide = partial(self._start, session_id, workflow, user_id, ttl, metadata)
         # Most starts are of new sessions: write first, read only when version 1 exists.
-        return self._store.write(session_id, decide, assume_new=True)
+        return self._write(session_id, decide, assume_new=True)
 
     def restart(
         self, session_id: str, workflow: str, user_id: str | None, ttl: timedelta, metadata: JsonObject
     ) -> Restart:
         """Start a session, or take an existing one back to ``init`` as an event of its own
-        (``Session.restart``: history and context kept; an expired one lives ``ttl`` from now)."""
+        (``Session.restart``: history and context kept; an expired one lives ``ttl`` from now).
+        The metadata is checked whether or not it is used (a restart keeps the session's own)."""
         require_ttl(ttl)
+        require_object("metadata", metadata)
         decide = partial(self._restart, session_id, workflow, user_id, ttl, metadata)
-        return self._store.write(session_id, decide, assume_new=True)
+        return self._write(session_id, decide, assume_new=True)
 
     def record_step(self, session_id: str, request: StepRequest) -> StepRecord:
         """Record a step; a known idempotency key returns the step recorded under it.
@@ -131,13 +149,13 @@ class SessionService:
         """
         if request.idempotency_key is not None:
             require_name("idempotency_key", request.idempotency_key)
-        return self._store.write(
+        return self._write(
             session_id, partial(self._record, session_id, request), command_id=request.idempotency_key
         )
 
     def update_context(self, session_id: str, update: JsonObject) -> SessionState:
         """Merge keys into the session context."""
-        return self._store.write(session_id, partial(self._update_context, session_id, update))
+        return self._write(session_id, partial(self._update_context, session_id, update))
 
     def extend(self, session_id: str, ttl: timedelta, *, reopen_expired: bool = False) -> ExpiryChange:
         """Add ``ttl`` to the current expiry: a 24 h session extended by 1 h lives 25 h.
@@ -149,7 +167,8 @@ class SessionService:
         unless ``reopen_expired``: then it lives ``ttl`` from now.
         """
         require_duration("ttl", ttl, maximum=timedelta.max)  # positive; the bound is the session's
-        return self._store.write(session_id, partial(self._extend, session_id, ttl, reopen_expired))
+        require_flag("reopen_expired", reopen_expired)
+        return self._write(session_id, partial(self._extend, session_id, ttl, reopen_expired))
 
     def set_expiry(
         self, session_id: str, expires_at: datetime, *, reopen_expired: bool = False
@@ -160,19 +179,20 @@ class SessionService:
         (SessionExpired), unless ``reopen_expired``: then it lives until ``expires_at``.
         """
         require_moment("expires_at", expires_at)
+        require_flag("reopen_expired", reopen_expired)
         decide = partial(self._set_expiry, session_id, expires_at, reopen_expired)
-        return self._store.write(session_id, decide)
+        return self._write(session_id, decide)
 
     def complete(self, session_id: str, resolution: JsonObject | str | None) -> SessionState:
         """End the session with a resolution: a JSON object, or a string kept as ``{"resolution": s}``
         (free text: a blank one, or one with NUL, is refused as a reason is; ``require_resolution``);
         None (none given) is ``{}``."""
         payload = {} if resolution is None else require_resolution(resolution)
-        return self._store.write(session_id, partial(self._complete, session_id, payload))
+        return self._write(session_id, partial(self._complete, session_id, payload))
 
     def abandon(self, session_id: str, reason: str) -> SessionState:
         """Give the session up."""
-        return self._store.write(session_id, partial(self._abandon, session_id, reason))
+        return self._write(session_id, partial(self._abandon, session_id, reason))
 
     def fork(self, session_id: str, at_version: int, new_session_id: str, ttl: timedelta) -> SessionState:
         """Start ``new_session_id`` as ``session_id`` was at ``at_version`` (``Engine.fork_session``)."""
@@ -188,7 +208,7 @@ class SessionService:
             )
         parent = self.get(session_id, version=at_version)
         decide = partial(self._fork, parent, new_session_id, ttl)
-        return self._store.write(new_session_id, decide)
+        return self._write(new_session_id, decide)
 
     # -- queries -----------------------------------------------------------------------
 

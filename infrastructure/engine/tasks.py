@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from flowledger.domain.agent import SEED_CAPACITY, Agent, normalise_skills, require_registration
 from flowledger.domain.assignment import in_queue_order
+from flowledger.domain.bounds import require_flag
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import (
@@ -150,7 +151,7 @@ class TaskService:
         ``escalate_when_full=False`` a task whose capable agents are all full keeps waiting.
         ``ranking``: a model's pick among tied agents, with its call's usage (``ranking.py``).
         """
-        _require_flag("escalate_when_full", escalate_when_full)
+        require_flag("escalate_when_full", escalate_when_full)
         return self.assigner.assign(task_id, escalate_when_full, ranking)
 
     def assign_pending(
@@ -167,7 +168,7 @@ class TaskService:
         """
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValidationError("limit", f"must be a whole number >= 1 or None, got {limit!r}")
-        _require_flag("escalate_when_full", escalate_when_full)
+        require_flag("escalate_when_full", escalate_when_full)
         waiting = []
         for entry in self._reads.index.open_tasks():
             task: Task | None = self._store.load(entry.aggregate_id)
@@ -319,9 +320,3 @@ class TaskService:
         deadline = task.deadline.isoformat() if task.deadline else "?"
         self.escalate(uow, task, EscalationReason.DEADLINE_BREACHED, f"deadline {deadline} passed", at)
         return task.state()
-
-
-def _require_flag(field_name: str, value: object) -> None:
-    """Raise ValidationError unless ``value`` is True or False (a string "no" is not false)."""
-    if not isinstance(value, bool):
-        raise ValidationError(field_name, f"must be true or false, got {value!r}")

@@ -3,6 +3,7 @@ AttributeError from deep inside: versions, skills, the engine's clock."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -99,4 +100,81 @@ def test_the_queues_arguments_are_checked_as_the_http_api_checks_them(
     with pytest.raises(ValidationError) as raised:
         call(engine)
     assert raised.value.field == field
+    assert engine.log.head() == before
+
+
+SESSION_COMMANDS: list[Any] = [
+    lambda e, sid: e.start_session(sid, "wf"),
+    lambda e, sid: e.restart_session(sid, "wf"),
+    lambda e, sid: e.record_step(sid, "step"),
+    lambda e, sid: e.update_context(sid, {"k": 1}),
+    lambda e, sid: e.extend_session(sid, timedelta(hours=1)),
+    lambda e, sid: e.set_expiry(sid, datetime.now(UTC) + timedelta(hours=1)),
+    lambda e, sid: e.change_expiry(sid, by=timedelta(hours=1)),
+    lambda e, sid: e.complete_session(sid, "done"),
+    lambda e, sid: e.abandon_session(sid, "gone"),
+]
+SESSION_COMMAND_IDS = [
+    "start",
+    "restart",
+    "record_step",
+    "update_context",
+    "extend",
+    "set_expiry",
+    "change_expiry",
+    "complete",
+    "abandon",
+]
+
+
+@pytest.mark.parametrize("session_id", [["s"], {"s": 1}, {"s"}], ids=["list", "dict", "set"])
+@pytest.mark.parametrize("command", SESSION_COMMANDS, ids=SESSION_COMMAND_IDS)
+def test_a_session_id_that_is_no_string_is_refused_by_every_session_command(
+    engine: Engine, command: Any, session_id: Any
+) -> None:
+    # (A list or dict raised TypeError "unhashable type": the session's write lock was taken
+    # on the id before the id was checked.)
+    engine.start_session("s", "wf")
+    before = engine.log.head()
+    with pytest.raises(ValidationError) as raised:
+        command(engine, session_id)
+    assert raised.value.field == "session_id"
+    assert engine.log.head() == before
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda e: e.extend_session("s", timedelta(hours=1), reopen_expired="no"),
+        lambda e: e.set_expiry("s", datetime.now(UTC) + timedelta(hours=1), reopen_expired=1),
+        lambda e: e.change_expiry("s", by=timedelta(hours=1), reopen_expired=None),
+    ],
+    ids=["extend-string", "set_expiry-int", "change_expiry-None"],
+)
+def test_reopen_expired_that_is_not_true_or_false_is_refused(engine: Engine, call: Any) -> None:
+    # (Any value was taken for its truth: "no" reopened an expired session.)
+    engine.start_session("s", "wf")
+    before = engine.log.head()
+    with pytest.raises(ValidationError) as raised:
+        call(engine)
+    assert raised.value.field == "reopen_expired"
+    assert engine.log.head() == before
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [object(), float("nan"), "text", {"k": float("nan")}],
+    ids=["object", "nan", "text", "nan-value"],
+)
+@pytest.mark.parametrize("command", ["start_session", "restart_session"])
+def test_metadata_that_is_no_json_object_is_refused_when_the_session_exists_too(
+    engine: Engine, command: str, metadata: Any
+) -> None:
+    # (A restart of an existing session recorded Restarted whatever the metadata was, and a
+    # repeated start answered the session: only a new session's metadata was checked.)
+    engine.start_session("s", "wf", user_id="u")
+    before = engine.log.head()
+    with pytest.raises(ValidationError) as raised:
+        getattr(engine, command)("s", "wf", user_id="u", metadata=metadata)
+    assert raised.value.field == "metadata"
     assert engine.log.head() == before
