@@ -67,9 +67,24 @@ class ValidationError(FlowledgerError, ValueError):
     """A command's input is invalid; nothing was appended."""
 
     def __init__(self, field: str, message: str) -> None:
+        message = _one_short_line(message)
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+MAX_MESSAGE_LENGTH = 800
+"""Characters of a ValidationError's message kept: messages quote what they refuse ("got
+'...'"), and a 2,000,000-character argument otherwise came back whole, into logs, the CLI's
+one line and HTTP bodies."""
+
+
+def _one_short_line(message: str) -> str:
+    """``message`` as it is, or its start and how long it was when it is longer than
+    ``MAX_MESSAGE_LENGTH`` (the rule comes first in every message; the quoted value last)."""
+    if len(message) <= MAX_MESSAGE_LENGTH:
+        return message
+    return f"{message[: MAX_MESSAGE_LENGTH - 60]}… [cut: {len(message):,} characters in all]"
 
 
 class AuditError(FlowledgerError):

@@ -267,3 +267,61 @@ def test_a_session_with_every_field_at_its_limit_is_accepted(memory: Engine) -> 
     step = memory.record_step(name, name, input=nested(MAX_JSON_DEPTH - 1), idempotency_key=name)
     assert step.step == name
     assert memory.get_session(name).expires_at > datetime.now(UTC) + MAX_TTL - timedelta(minutes=1)
+
+
+HUGE = "x" * 2_000_000
+
+HUGE_ARGUMENTS: list[Callable[[Any], object]] = [
+    lambda e: e.start_session("s2", "wf", ttl=HUGE),
+    lambda e: e.get_session("s", version=HUGE),
+    lambda e: e.get_session("s", as_of=HUGE),
+    lambda e: e.set_expiry("s", HUGE),
+    lambda e: e.set_agent_capacity("a", HUGE),
+    lambda e: e.create_task("t2", "d", ["x"], HUGE),
+    lambda e: e.record_classification("t", HUGE, "low", 1.0),
+    lambda e: e.list_tasks(status=HUGE),
+    lambda e: e.escalate_overdue(now=HUGE),
+    lambda e: e.fork_session("s", HUGE, "s9"),
+]
+
+
+@pytest.mark.parametrize(
+    "call",
+    HUGE_ARGUMENTS,
+    ids=[
+        "ttl",
+        "version",
+        "as_of",
+        "expires_at",
+        "capacity",
+        "priority",
+        "category",
+        "status",
+        "now",
+        "at_version",
+    ],
+)
+def test_a_refusal_of_a_huge_argument_is_one_short_line_not_the_argument_echoed(
+    call: Callable[[Any], object],
+) -> None:
+    # (A 2,000,000-character string given as a ttl, a version or a priority came back as a
+    # 2,000,040-character message: "got 'xxxx…" echoed it whole, into logs and the CLI's line.)
+    from flowledger.infrastructure import Engine
+
+    engine = Engine.in_memory()
+    engine.start_session("s", "wf")
+    engine.register_agent("a", "A", ["x"])
+    engine.create_task("t", "d", ["x"])
+    before = engine.log.head()
+    with pytest.raises(ValidationError) as raised:
+        call(engine)
+    assert len(str(raised.value)) <= 1_000
+    assert raised.value.message.endswith("characters in all]")  # says that it was cut, and how much
+    assert engine.log.head() == before
+    engine.close()
+
+
+def test_a_short_refusal_keeps_its_whole_message() -> None:
+    message = "must be one of " + ", ".join(f"model-{i}" for i in range(60))
+    assert len(message) < 1_000
+    assert ValidationError("field", message).message == message
