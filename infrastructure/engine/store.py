@@ -93,6 +93,7 @@ class UnitOfWork:
         "fresh",
         "from_cache",
         "now",
+        "read_versions",
         "touched",
         "transaction",
     )
@@ -121,6 +122,8 @@ class UnitOfWork:
         locks the command took, ``agent_locks.py``); None saves on a connection of its own."""
         self.from_cache = False
         """Whether an aggregate came from the writer's cache (possibly behind another process)."""
+        self.read_versions: dict[UUID, int] = {}
+        """The version each existing aggregate was read at (``AggregateStore._moved_on``)."""
 
     def find(self, aggregate_id: UUID) -> Any | None:
         """The aggregate (taken out of the writers' cache, or loaded), opened for this command;
@@ -135,6 +138,7 @@ class UnitOfWork:
         elif not self._assume_new:
             aggregate = self._store.load(aggregate_id)
         if aggregate is not None:
+            self.read_versions[aggregate_id] = aggregate.version
             aggregate.begin(self.command_id, self.now, self.actor)
             self.touched[aggregate_id] = aggregate
         return aggregate
@@ -146,6 +150,7 @@ class UnitOfWork:
 
     def adopt(self, aggregate: FlowledgerAggregate) -> None:
         """An aggregate loaded elsewhere (a follower's copy), opened for this command."""
+        self.read_versions[aggregate.id] = aggregate.version
         aggregate.begin(self.command_id, self.now, self.actor)
         self.touched[aggregate.id] = aggregate
 
@@ -305,8 +310,20 @@ class AggregateStore:
                     # cached copies, or read several at different moments); never for an error
                     # that saved events (Expired).
                     maybe_stale = uow.from_cache or len(uow.touched) > 1
-                    if not maybe_stale or read_afresh or isinstance(refusal, KEEPS_EVENTS):
+                    if not maybe_stale or isinstance(refusal, KEEPS_EVENTS):
                         raise
+                    if read_afresh:
+                        # Read afresh, one after the other, and raced again: another writer
+                        # moved one of them on between the reads (a sweep read a task held by
+                        # a-1, then a-1 after the task went to a-2: "does not hold"). Such a
+                        # refusal is a lost race, retried as one; a refusal the log still
+                        # confirms reaches the caller.
+                        if len(uow.touched) < 2 or not self._moved_on(uow):
+                            raise
+                        conflicts += 1
+                        if conflicts > budget:
+                            raise
+                        continue
                     read_afresh = True
                     continue
                 if not events:
@@ -430,6 +447,18 @@ class AggregateStore:
                 return any(command_id_of(event) == command_id for event in stored)
             except UNREACHABLE as error:
                 deadline.pause(error, outcome_unknown=True)
+
+    def _moved_on(self, uow: UnitOfWork) -> bool:
+        """Whether the log holds an event past the version this attempt read of any aggregate."""
+        recorder = self.app.recorder
+
+        def check() -> bool:
+            return any(
+                recorder.select_events(aggregate_id, gt=version, limit=1)
+                for aggregate_id, version in uow.read_versions.items()
+            )
+
+        return self._read("check what a refusal was decided on", check)
 
     def _keep(self, uow: UnitOfWork) -> None:
         for aggregate_id, aggregate in uow.touched.items():

@@ -104,6 +104,43 @@ def test_a_complete_that_loses_a_race_to_another_server_is_told_the_task_is_comp
     assert one.get_agent("a-1").load == 0
 
 
+def test_a_sweep_that_loses_the_race_on_its_fresh_read_too_tries_again_rather_than_refuse(
+    two_servers: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (A library probe, 2 processes x 4 engines of random router commands for 25 s: one
+    # escalate_overdue raised TaskNotHeld. A refusal decided on several aggregates is decided
+    # once more on the log's state, but that second read raced again: the task moved from one
+    # agent to another both times between reading the task and reading its agent.)
+    one, other = two_servers
+    one.register_agent("a-1", "Agent 1", ["python"], capacity=1)
+    one.register_agent("a-2", "Agent 2", ["python"], capacity=1)
+    one.set_agent_capacity("a-2", 0)
+    one.create_task("T-1", "fix the worker", ["python"], deadline=timedelta(minutes=1))
+    assert one.assign_task("T-1").agent_id == "a-1"
+    reads = other.task_reads
+    read_agent = reads.agent
+    moves = [("a-1", "a-2"), ("a-2", "a-1")]  # the task changes hands before each agent read
+
+    def agent_after_the_race(uow: Any, agent_id: str) -> Any:
+        if moves:
+            held, taker = moves.pop(0)
+            one.release_task("T-1", "handed over")
+            one.set_agent_capacity(held, 0)
+            one.set_agent_capacity(taker, 1)
+            assert one.assign_task("T-1").agent_id == taker
+        return read_agent(uow, agent_id)
+
+    monkeypatch.setattr(reads, "agent", agent_after_the_race)
+    # When the other engine sweeps once the deadline has passed
+    [escalated] = other.escalate_overdue(datetime.now(UTC) + timedelta(hours=1))
+    # Then the task is escalated from the agent that held it last, which is freed
+    assert not moves
+    assert escalated.status is TaskStatus.ESCALATED
+    escalations = [e for e in one.task_history("T-1") if e.event_type.endswith("Escalated")]
+    assert [e.data["agent_id"] for e in escalations] == ["a-1"]
+    assert one.get_agent("a-1").load == one.get_agent("a-2").load == 0
+
+
 # A command that finds nothing to do on a cached copy saves nothing, so no version check
 # catches a copy another server has changed since: it answered 2xx and did nothing (an outside
 # probe, 10 of 10 each). Such an answer is now decided once more on the log's state.
