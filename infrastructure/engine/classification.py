@@ -49,7 +49,7 @@ from flowledger.domain.routing import observed_latencies
 from flowledger.domain.skills import SkillCatalogue
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import Classification, TaskPriority, TaskState
-from flowledger.domain.values import LlmUsage
+from flowledger.domain.values import LlmUsage, require_name
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
@@ -134,6 +134,9 @@ class TaskClassifier:
         )
 
     async def _run(self, task_id: str, model: str | None, *, again: bool) -> TaskState:
+        self._reads.task_uuid(task_id)  # checked before it keys the single-flight table
+        if model is not None:
+            require_name("model", model)
         llm = self.llm
         if llm is None:
             raise LlmNotConfigured()

@@ -58,6 +58,7 @@ class TieBreaker:
     async def rank(self, task_id: str) -> Ranking | None:
         """The model's pick among the agents tied for the waiting task, or None when there is
         nothing to ask (switched off, the task is not waiting, fewer than two agents tied)."""
+        self._reads.task_uuid(task_id)  # the id checked whether or not a model is asked
         llm = self._classifier.llm
         if llm is None or not self._classifier.tiers.model_ranked_matching:
             return None

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
-from flowledger.domain.bounds import storable
+from flowledger.domain.bounds import require_flag, require_object, storable
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
     BudgetExceeded,
@@ -43,7 +43,7 @@ from flowledger.domain.ports import CallEstimate, LlmPort, LlmReply, parse_step_
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.storable_usage import storable_usage
-from flowledger.domain.values import JsonObject, LlmUsage, require_json, require_name
+from flowledger.domain.values import JsonObject, LlmUsage, require_name
 from flowledger.infrastructure.engine.budgets import BudgetService, step_hold_id
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
@@ -147,7 +147,10 @@ class StepService:
         require_name("session_id", session_id)
         require_name("step", step)
         payload = input if input is not None else {}
-        require_json("input", payload)
+        require_object("input", payload)  # the prompt merges it into the context
+        if model is not None:
+            require_name("model", model)  # before the price table strips it
+        require_flag("merge_input", merge_input)
         check_model = getattr(llm, "check_model", None)
         if check_model is not None:
             check_model(model)
