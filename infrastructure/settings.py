@@ -118,9 +118,23 @@ class Settings:
     (unset): new schemas get one table, and an existing log keeps the layout it has."""
 
     def __post_init__(self) -> None:
-        if not _SCHEMA_NAME.match(self.schema):
+        if not isinstance(self.schema, str) or not _SCHEMA_NAME.match(self.schema):
             raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
         require_name("tenant", self.tenant)  # not blank, no control characters, at most 200
+        if self.database_url is not None and self.database_url != MEMORY_URL:
+            _require_conninfo("database_url", self.database_url)
+        # Given as arguments, not read from the environment: checked as ``_count``/``_seconds``
+        # check the variables ("x" failed at the first comparison, NaN waited for ever).
+        for name in _WHOLE_NUMBERS:
+            value = getattr(self, name)
+            if type(value) is not int:
+                raise ValidationError(name, f"must be a whole number, got {value!r}")
+        if self.write_cache_size < 0:
+            raise ValidationError("write_cache_size", f"must be >= 0, got {self.write_cache_size}")
+        for name in _POSITIVE_SECONDS:
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not (0 < value < math.inf):
+                raise ValidationError(name, f"must be a finite number > 0, got {value!r}")
         if self.pool_size < 1:
             raise ValidationError("pool_size", f"must be >= 1, got {self.pool_size}")
         if self.snapshot_interval < 1:
@@ -134,13 +148,7 @@ class Settings:
         if not self.classify_lock_wait_s > 0:  # NaN too: the wait would never end
             raise ValidationError("classify_lock_wait_s", f"must be > 0, got {self.classify_lock_wait_s!r}")
         if self.read_database_url is not None:
-            try:
-                conninfo_to_dict(self.read_database_url)
-            except psycopg.ProgrammingError:  # its message may quote the string (a password)
-                raise ValidationError(
-                    "FLOWLEDGER_READ_DATABASE_URL",
-                    "is not a PostgreSQL connection string (postgresql://… or key=value pairs)",
-                ) from None
+            _require_conninfo("FLOWLEDGER_READ_DATABASE_URL", self.read_database_url)
         if self.event_partitions is not None and not 0 <= self.event_partitions <= MAX_EVENT_PARTITIONS:
             raise ValidationError(
                 "event_partitions",
@@ -225,6 +233,40 @@ class Settings:
         """A copy with the given non-None fields replaced."""
         given = {name: value for name, value in overrides.items() if value is not None}
         return replace(self, **given)  # type: ignore[arg-type]
+
+
+_WHOLE_NUMBERS = (
+    "snapshot_interval",
+    "max_conflict_retries",
+    "pool_size",
+    "write_cache_size",
+    "http_max_body_bytes",
+    "http_rate_burst",
+    "group_commit_leaders",
+    "checkpoint_every_events",
+)
+_POSITIVE_SECONDS = (
+    "connect_timeout_s",
+    "pool_timeout_s",
+    "statement_timeout_s",
+    "operation_deadline_s",
+    "step_lease_s",
+    "http_rate_per_s",
+    "ready_timeout_s",
+)
+
+
+def _require_conninfo(field_name: str, url: object) -> None:
+    """Raise ValidationError unless ``url`` is a libpq connection string (a URL or key=value
+    pairs); the driver's own message may quote the string, password and all."""
+    try:
+        if not isinstance(url, str):
+            raise psycopg.ProgrammingError
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        raise ValidationError(
+            field_name, "is not a PostgreSQL connection string (postgresql://… or key=value pairs)"
+        ) from None
 
 
 def _named(env: Mapping[str, str], name: str, default: str) -> str:

@@ -178,3 +178,41 @@ def test_a_wait_without_end_is_refused(name: str) -> None:
     with pytest.raises(ValidationError) as refused:
         Settings.from_env({name: "inf"})
     assert str(refused.value) == f"{name}: must be a finite number of seconds, got 'inf'"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"schema": 5}, "schema"),
+        ({"database_url": 5}, "database_url"),
+        ({"database_url": "not a url"}, "database_url"),
+        ({"database_url": "http://db:5432"}, "database_url"),
+        ({"pool_size": "x"}, "pool_size"),
+        ({"pool_size": 2.5}, "pool_size"),
+        ({"max_conflict_retries": True}, "max_conflict_retries"),
+        ({"write_cache_size": -1}, "write_cache_size"),
+        ({"operation_deadline_s": float("nan")}, "operation_deadline_s"),
+        ({"operation_deadline_s": -1}, "operation_deadline_s"),
+        ({"operation_deadline_s": float("inf")}, "operation_deadline_s"),
+        ({"statement_timeout_s": 0}, "statement_timeout_s"),
+        ({"connect_timeout_s": "3"}, "connect_timeout_s"),
+        ({"pool_timeout_s": -0.5}, "pool_timeout_s"),
+        ({"step_lease_s": float("nan")}, "step_lease_s"),
+    ],
+    ids=repr,
+)
+def test_settings_given_as_arguments_are_checked_as_the_environment_is(
+    overrides: dict[str, object], field: str
+) -> None:
+    # (An embedding probe: Engine(schema=5) raised TypeError from the regex, database_url=5
+    # AttributeError, "not a url" psycopg's ProgrammingError, pool_size="x" TypeError, and a
+    # NaN or negative operation deadline was taken as it was.)
+    with pytest.raises(ValidationError) as raised:
+        Settings(database_url="memory:").with_overrides(**overrides)
+    assert raised.value.field == field
+
+
+def test_a_memory_url_or_a_libpq_string_is_a_database_url() -> None:
+    Settings(database_url="memory:")
+    Settings(database_url="postgresql://app@db:5432/flows")
+    Settings(database_url="host=db dbname=flows user=app")
