@@ -8,6 +8,7 @@ take and return plain values; ``engine.log`` is the typed read access to the eve
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -23,7 +24,7 @@ from flowledger.domain.ports import AlertNotifier, LlmPort
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.task_views import AgentState, TaskState
-from flowledger.domain.values import JsonObject, LlmUsage
+from flowledger.domain.values import JsonObject, LlmUsage, require_count, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.checkpointer import Checkpointer
@@ -228,8 +229,9 @@ class Engine:
         ``flowledger.projections.retention.archive`` passes ``projection_rows`` so that rebuilds
         keep the archived sessions' rows; without it, only the live projection builds keep them.
         One bundle holds up to ``batch_size`` sessions."""
+        require_count("batch_size", batch_size, least=1, most=MAX_BATCH)
         return self.retention.archive(
-            Path(out_dir),
+            _path("out_dir", out_dir),
             workflow=workflow,
             dry_run=dry_run,
             batch_size=batch_size,
@@ -238,7 +240,9 @@ class Engine:
 
     def restore_sessions(self, bundle: str | Path, sessions: list[str] | None = None) -> RestoreReport:
         """Put the archived events of ``bundle`` back, checked against its proof and their bases."""
-        return self.retention.restore(Path(bundle), sessions)
+        if sessions is not None and (isinstance(sessions, str) or not isinstance(sessions, list | tuple)):
+            raise ValidationError("sessions", f"must be a list of session ids, got {sessions!r}")
+        return self.retention.restore(_path("bundle", bundle), sessions)
 
     @classmethod
     def in_memory(cls, **kwargs: Any) -> Engine:
@@ -304,7 +308,9 @@ class Engine:
 
     @contextmanager
     def acting_as(self, actor: str) -> Iterator[None]:
-        """Commands run inside record ``actor`` (e.g. an API key's id) on every event they write."""
+        """Commands run inside record ``actor`` (e.g. an API key's id) on every event they write;
+        a name (``require_name``), checked here rather than by the first save that stores it."""
+        require_name("actor", actor)
         token = current_actor.set(actor)
         try:
             yield
@@ -665,3 +671,14 @@ class Engine:
     def open_tasks(self) -> list[TaskState]:
         """Tasks not completed or escalated, oldest first."""
         return self.task_reads.open_tasks()
+
+
+MAX_BATCH = 100_000
+"""The most sessions one archive bundle may hold."""
+
+
+def _path(field_name: str, value: object) -> Path:
+    """``value`` as a Path, or a ValidationError naming the field (not pathlib's TypeError)."""
+    if not isinstance(value, str | os.PathLike) or not str(value):
+        raise ValidationError(field_name, f"must be a path, got {value!r}")
+    return Path(value)

@@ -178,3 +178,36 @@ def test_metadata_that_is_no_json_object_is_refused_when_the_session_exists_too(
         getattr(engine, command)("s", "wf", user_id="u", metadata=metadata)
     assert raised.value.field == "metadata"
     assert engine.log.head() == before
+
+
+@pytest.mark.parametrize("actor", [5, None, "", "a\x00b", "a\ud800", "x" * 201, ["key-1"]], ids=repr)
+def test_an_actor_that_is_no_name_is_refused_before_any_command_runs(engine: Engine, actor: Any) -> None:
+    # (acting_as took anything: 5, "", NUL and 100,000 characters were recorded on the step's
+    # events as its actor, and a lone surrogate failed the save with UnicodeEncodeError.)
+    engine.start_session("s", "wf")
+    before = engine.log.head()
+    with pytest.raises(ValidationError) as raised, engine.acting_as(actor):
+        engine.record_step("s", "step")
+    assert raised.value.field == "actor"
+    assert engine.log.head() == before
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda e, d: e.archive_sessions(5), "out_dir"),
+        (lambda e, d: e.archive_sessions(d, batch_size="x"), "batch_size"),
+        (lambda e, d: e.archive_sessions(d, batch_size=2.5), "batch_size"),
+        (lambda e, d: e.restore_sessions(5), "bundle"),
+        (lambda e, d: e.restore_sessions(d / "b.jsonl", sessions="s"), "sessions"),
+    ],
+    ids=["out_dir-int", "batch-string", "batch-float", "bundle-int", "sessions-string"],
+)
+def test_retentions_arguments_of_the_wrong_type_are_refused(
+    pg_engine: Engine, tmp_path: Path, call: Any, field: str
+) -> None:
+    # (out_dir=5 and bundle=5 raised TypeError from pathlib, batch_size="x" TypeError from a
+    # comparison.)
+    with pytest.raises(ValidationError) as raised:
+        call(pg_engine, tmp_path)
+    assert raised.value.field == field
