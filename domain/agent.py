@@ -8,7 +8,7 @@ no interleaving of writers can record more tasks than the capacity.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -40,7 +40,7 @@ def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:
     else: a string, None, a number)."""
     if isinstance(skills, str | bytes):
         raise ValidationError(field_name, "must be a list of skill names, not a string")
-    if not isinstance(skills, Iterable):
+    if not isinstance(skills, Iterable) or isinstance(skills, Mapping):  # a dict's keys: unmeant
         raise ValidationError(field_name, f"must be a list of skill names, got {skills!r}")
     skills = list(skills)
     if len(skills) > MAX_SKILLS:

@@ -50,7 +50,10 @@ def test_an_agent_read_past_its_last_version_is_refused_as_a_task_read_is(engine
         engine.get_agent("a", version=5)
 
 
-@pytest.mark.parametrize("skills", [None, 5, object()], ids=["None", "5", "an-object"])
+# (A dict was taken for its keys: {"python": 1} registered an agent with skill "python".)
+@pytest.mark.parametrize(
+    "skills", [None, 5, object(), {"python": 1}], ids=["None", "5", "an-object", "a-dict"]
+)
 def test_skills_that_are_not_a_list_of_names_are_refused(engine: Engine, skills: Any) -> None:
     with pytest.raises(ValidationError) as agent_refused:
         engine.register_agent("a", "A", skills)
