@@ -26,6 +26,9 @@ FlowledgerError
 ├── RebuildInProgress          another process is rebuilding ``projection``
 ├── AuditError                 the audit trail cannot do what was asked (unchained events,
 │                              damaged checkpoints); carries ``message``
+├── StoredEventUnreadable      a row of the log no longer reads back as an event (changed or
+│                              damaged in the database); carries ``stream``, ``version``,
+│                              ``topic`` and ``reason``
 ├── BudgetError                carries ``budget_id``
 │   ├── BudgetNotFound
 │   └── BudgetExceeded         a call's estimate would take an enforced budget past its
@@ -93,6 +96,21 @@ class AuditError(FlowledgerError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class StoredEventUnreadable(FlowledgerError):
+    """A stored event no longer reads back (its payload or topic was changed in the database):
+    bad data, not a bug; ``flowledger audit verify`` checks every row."""
+
+    def __init__(self, stream: str, version: int, topic: str, reason: str) -> None:
+        super().__init__(
+            f"a stored event does not read back: stream {stream} version {version} ({topic}): {reason}"
+            " (changed in the database? `flowledger audit verify` checks every row)"
+        )
+        self.stream = stream
+        self.version = version
+        self.topic = topic
+        self.reason = reason
 
 
 class SessionError(FlowledgerError):

@@ -37,9 +37,10 @@ from eventsourcing.persistence import (
     StoredEvent,
     find_id_convertor,
 )
-from eventsourcing.utils import get_topic, resolve_topic
+from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
 from flowledger.domain.erased import erased_value
+from flowledger.domain.errors import StoredEventUnreadable
 from flowledger.domain.personal import PERSONAL_FIELDS
 from flowledger.domain.session import Session
 from flowledger.infrastructure.fast_json import StepEventMapper
@@ -267,7 +268,24 @@ class SealingMapper(StepEventMapper):
         state[SEALED] = base64.b64encode(nonce + sealed).decode("ascii")
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
-        """The domain event; sealed fields opened with the stream's key, or read as erased."""
+        """The domain event; sealed fields opened with the stream's key, or read as erased.
+
+        A row that does not read back (not JSON, a topic no class has, a seal that does not
+        open) is ``StoredEventUnreadable``, naming its stream and version: a row changed in the
+        database is bad data, and every reader (history, replay, a command) says which."""
+        try:
+            return self._domain_event(stored_event)
+        except (MapperDeserialisationError, TopicError) as error:
+            # The library's message repeats the row; its cause says what is wrong with it.
+            reason = error.__cause__ if isinstance(error.__cause__, ValueError) else error
+            raise StoredEventUnreadable(
+                str(stored_event.originator_id),
+                stored_event.originator_version,
+                stored_event.topic,
+                str(reason),
+            ) from error
+
+    def _domain_event(self, stored_event: StoredEvent) -> Any:
         if not is_sealed(stored_event):
             return super().to_domain_event(stored_event)
         cls = resolve_topic(stored_event.topic)

@@ -14,7 +14,7 @@ from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification,
 from eventsourcing.utils import TopicError
 
 from flowledger.domain.bounds import require_count
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import StoredEventUnreadable, ValidationError
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.outages import within_deadline
 
@@ -88,8 +88,11 @@ class EventLog:
         try:
             # A sealed event's data key may have to be read from the database.
             return within_deadline(_READ, self._deadline_s, lambda: self._app.mapper.to_domain_event(stored))
-        except TopicError as error:
-            raise ValidationError("stored", f"names no event class flowledger knows: {error}") from None
+        except StoredEventUnreadable as error:
+            if not isinstance(error.__cause__, TopicError):
+                raise
+            reason = error.__cause__
+            raise ValidationError("stored", f"names no event class flowledger knows: {reason}") from None
 
     def encode(self, event: Any) -> StoredEvent:
         """The stored form of a domain event."""

@@ -12,12 +12,12 @@ from uuid import uuid4
 
 import pytest
 from eventsourcing.domain import Snapshot
-from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent
+from eventsourcing.persistence import Mapper, StoredEvent
 
 from flowledger.domain import LlmUsage, Session
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
 from flowledger.domain.error_detail import ErrorDetail
-from flowledger.domain.errors import SessionClosed
+from flowledger.domain.errors import SessionClosed, StoredEventUnreadable
 from flowledger.domain.personal import PERSONAL_FIELDS
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.sealing import DESTROYED, MemoryDataKeys, SealingMapper, new_data_key
@@ -85,7 +85,7 @@ def test_sealed_fields_do_not_open_with_another_key() -> None:
     other.create(stream, "default", "carol")  # another random key for the same stream
     stored = SealingMapper(Mapper(transcoder), keys=keys).to_stored_event(events[1])
 
-    with pytest.raises(MapperDeserialisationError, match="do not open with its data key"):
+    with pytest.raises(StoredEventUnreadable, match="do not open with its data key"):
         SealingMapper(Mapper(transcoder), keys=other).to_domain_event(stored)
 
 
@@ -95,7 +95,7 @@ def test_a_sealed_value_moved_to_another_event_does_not_open(memory: Engine) -> 
     first, second = (memory.log.encode(e) for e in events)
     moved = StoredEvent(first.originator_id, 2, first.topic, first.state)
 
-    with pytest.raises(MapperDeserialisationError, match="do not open"):
+    with pytest.raises(StoredEventUnreadable, match="do not open"):
         memory.log.decode(moved)
     assert memory.log.decode(second).input == {"message": "my secret"}
 

@@ -1,0 +1,61 @@
+"""A row of the log changed in the database so that it no longer reads back (a byte of its
+payload overwritten, a topic no event class has) is bad data, not a bug in flowledger: every
+command that reads the stream says which row, in one line, exit 65 (EX_DATAERR)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from uuid import UUID
+
+import psycopg
+import pytest
+from psycopg.sql import SQL, Identifier
+
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+from tests.support.cli import run_cli
+
+DAMAGE = {
+    # The first payload byte: '{' becomes 0xff, which is not UTF-8 (nor JSON)
+    "a payload byte overwritten": "UPDATE {events} SET state = set_byte(state, 0, 255)",
+    "a topic no event class has": "UPDATE {events} SET topic = 'flowledger.domain.nosuch:Thing'",
+}
+
+READERS = [
+    ["history", "victim"],
+    ["replay", "victim"],
+    ["extend", "victim", "--hours", "1"],
+    ["fork", "victim", "3", "victim-2"],
+]
+
+
+@pytest.fixture
+def victim(database_url: str, pg_schema: str) -> Iterator[UUID]:
+    """A session of three events, in its own schema."""
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("victim", "cs", user_id="u-1")
+        engine.record_step("victim", "greet", input={"q": "hello"})  # version 2
+        engine.record_step("victim", "answer", input={"q": "refund?"})  # version 3
+        yield engine.session_uuid("victim")
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+@pytest.mark.parametrize("args", READERS, ids=[a[0] for a in READERS])
+def test_a_row_that_no_longer_reads_is_named_in_one_line_exit_65(
+    database_url: str, pg_schema: str, victim: UUID, damage: str, args: list[str]
+) -> None:
+    # Given version 2 of the session's stream changed in the database directly
+    statement = SQL(DAMAGE[damage] + " WHERE originator_id = %s AND originator_version = 2")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(statement.format(events=Identifier(pg_schema, "flowledger_events")), (victim,))
+    # When a command reads the stream
+    result = run_cli(database_url, pg_schema, *args)
+    # Then it names the row and what to run, in one line, as bad data (not "a bug in flowledger")
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: a stored event does not read back: "), lines
+    assert f"stream {victim} version 2" in lines[0]
+    assert "flowledger audit verify" in lines[0]
+    assert "a bug in flowledger" not in lines[0]
+    assert result.returncode == 65, (result.returncode, lines)
