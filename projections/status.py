@@ -3,6 +3,7 @@ and the events it set aside as dead letters."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -57,14 +58,23 @@ def status(projector: Projector) -> list[BuildStatus]:
     ]
 
 
-def recent_dead_letters(projector: Projector, *, live_only: bool = True, limit: int = 20) -> list[DeadLetter]:
-    """The newest dead letters (of the live builds only, by default), newest first."""
+def recent_dead_letters(
+    projector: Projector,
+    *,
+    live_only: bool = True,
+    schemas: Collection[str] | None = None,
+    limit: int = 20,
+) -> list[DeadLetter]:
+    """The newest dead letters (of the live builds only, by default; of the builds in
+    ``schemas`` when given), newest first."""
     names = projector.names
     with projector.connect() as conn:
         ensure_control(conn, names)
         with conn.cursor() as cur:
-            schemas = None
+            if schemas is not None:
+                return dead_letters.listed(cur, names, schemas=sorted(schemas), limit=limit)
+            live: list[str] | None = None
             if live_only:
                 cur.execute(q("SELECT schema_name FROM {s}.active", names.control))
-                schemas = [row[0] for row in cur.fetchall()]
-            return dead_letters.listed(cur, names, schemas=schemas, limit=limit)
+                live = [row[0] for row in cur.fetchall()]
+            return dead_letters.listed(cur, names, schemas=live, limit=limit)

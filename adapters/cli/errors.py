@@ -162,6 +162,12 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code) from None
 
 
+def say_problem(label: str, message: str) -> None:
+    """A finding the command goes on past (``label: message``), one line on stderr; the
+    command ends with an ``error:`` line (``fail``) once it has named them all."""
+    _stderr.print(f"[red]{escape(label)}:[/red] {escape(joined(message))}", highlight=False, soft_wrap=True)
+
+
 def say_error(message: str) -> None:
     """``message`` as the one ``error:`` line on stderr."""
     # Escaped: a message quoting "[x]" would otherwise be read as rich markup and vanish.

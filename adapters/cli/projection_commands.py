@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.errors import fail, reported_errors, say_problem
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.bounds import require_name
@@ -88,6 +88,27 @@ def rebuild_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] 
             schemas = rebuild(projector, _names(name), progress=advance)
         for projection, schema in schemas.items():
             console.print(f"[green]rebuilt[/green] {projection} → {schema}")
+        _report_dead_letters(projector, set(schemas.values()))
+
+
+def _report_dead_letters(projector: Projector, built: set[str]) -> None:
+    """Name the events the new builds set aside (the first 20) and exit 1 if there are any:
+    the builds are live all the same (a dead letter never wedges them), but a rebuild that
+    could not apply a row (one changed in the database, say) must not pass for a clean one."""
+    set_aside = sum(b.dead_letters for b in status(projector) if b.schema in built)
+    if not set_aside:
+        return
+    for letter in reversed(recent_dead_letters(projector, schemas=built)):
+        say_problem(
+            "dead letter",
+            f"{letter.projection}: event {letter.notification_id} (stream {letter.originator_id}"
+            f" version {letter.originator_version}, {letter.topic}): {letter.error}",
+        )
+    fail(
+        f"the new builds set aside {set_aside} events as dead letters (readers use the builds"
+        " all the same): see `flowledger projections status`",
+        1,
+    )
 
 
 @projections_app.command("status")

@@ -59,3 +59,36 @@ def test_a_row_that_no_longer_reads_is_named_in_one_line_exit_65(
     assert "flowledger audit verify" in lines[0]
     assert "a bug in flowledger" not in lines[0]
     assert result.returncode == 65, (result.returncode, lines)
+
+
+def test_a_rebuild_that_sets_a_row_aside_names_it_and_exits_1(
+    database_url: str, pg_schema: str, victim: UUID
+) -> None:
+    # Given version 2 of the session's stream overwritten in the database directly
+    statement = SQL(
+        DAMAGE["a payload byte overwritten"] + " WHERE originator_id = %s AND originator_version = 2"
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(statement.format(events=Identifier(pg_schema, "flowledger_events")), (victim,))
+    # When the projections are rebuilt from the log
+    result = run_cli(database_url, pg_schema, "projections", "rebuild")
+    # Then the builds still go live (a dead letter never wedges them), but the rebuild does not
+    # pass for a clean one: each set-aside row is named and the exit status is 1
+    assert "Traceback" not in result.stderr
+    assert "rebuilt current_state" in result.stdout
+    lines = result.stderr.strip().splitlines()
+    letters = [line for line in lines if line.startswith("dead letter: ")]
+    assert letters, result.stderr
+    assert all(f"stream {victim} version 2" in line for line in letters), letters
+    assert lines[-1].startswith("error: the new builds set aside "), lines
+    assert "flowledger projections status" in lines[-1]
+    assert result.returncode == 1, (result.returncode, lines)
+
+
+def test_a_clean_rebuild_says_nothing_on_stderr_and_exits_0(
+    database_url: str, pg_schema: str, victim: UUID
+) -> None:
+    result = run_cli(database_url, pg_schema, "projections", "rebuild")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "rebuilt cost" in result.stdout
