@@ -18,6 +18,7 @@ key (written while sealing was off) is read and written in the clear.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import threading
@@ -50,6 +51,27 @@ SEALED: Final = "_sealed"
 _SEALED_BYTES: Final = b'"_sealed":'
 _NONCE_BYTES: Final = 12
 KEY_BYTES: Final = 32
+
+
+def _unreadable(stored: StoredEvent, reason: str) -> StoredEventUnreadable:
+    return StoredEventUnreadable(str(stored.originator_id), stored.originator_version, stored.topic, reason)
+
+
+_REQUIRED_FIELDS: dict[type[object], frozenset[str]] = {}
+
+
+def _required_fields(cls: type[object]) -> frozenset[str]:
+    """The fields of an event class that have no default: every stored payload holds them
+    (after upcasting). Kept per class: it is asked on every decode."""
+    known = _REQUIRED_FIELDS.get(cls)
+    if known is None:
+        fields = dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ()
+        known = _REQUIRED_FIELDS[cls] = frozenset(
+            f.name
+            for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+    return known
 
 
 def is_sealed(stored: StoredEvent) -> bool:
@@ -274,16 +296,18 @@ class SealingMapper(StepEventMapper):
         open) is ``StoredEventUnreadable``, naming its stream and version: a row changed in the
         database is bad data, and every reader (history, replay, a command) says which."""
         try:
-            return self._domain_event(stored_event)
+            event = self._domain_event(stored_event)
         except (MapperDeserialisationError, TopicError) as error:
             # The library's message repeats the row; its cause says what is wrong with it.
             reason = error.__cause__ if isinstance(error.__cause__, ValueError) else error
-            raise StoredEventUnreadable(
-                str(stored_event.originator_id),
-                stored_event.originator_version,
-                stored_event.topic,
-                str(reason),
-            ) from error
+            raise _unreadable(stored_event, str(reason)) from error
+        # JSON that decodes but lacks a field (a key renamed or removed in the database) would
+        # otherwise fail later, as an AttributeError of whatever reads the event.
+        event_class: type[object] = type(event)
+        missing = _required_fields(event_class).difference(vars(event))
+        if missing:
+            raise _unreadable(stored_event, f"its payload lacks {', '.join(sorted(missing))}")
+        return event
 
     def _domain_event(self, stored_event: StoredEvent) -> Any:
         if not is_sealed(stored_event):

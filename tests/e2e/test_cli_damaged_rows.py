@@ -19,6 +19,12 @@ DAMAGE = {
     # The first payload byte: '{' becomes 0xff, which is not UTF-8 (nor JSON)
     "a payload byte overwritten": "UPDATE {events} SET state = set_byte(state, 0, 255)",
     "a topic no event class has": "UPDATE {events} SET topic = 'flowledger.domain.nosuch:Thing'",
+    # JSON still, but a field's key renamed: it once surfaced as an AttributeError (exit 70)
+    "a field renamed": (
+        "UPDATE {events} SET state ="
+        " convert_to(replace(convert_from(state, 'UTF8'), '\"step\"', '\"stap\"'), 'UTF8')"
+    ),
+    "an empty payload": "UPDATE {events} SET state = '{{}}'::bytea",
 }
 
 READERS = [
