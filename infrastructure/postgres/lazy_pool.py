@@ -16,23 +16,26 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.database import refused_login, unavailable_as_store_error
 from flowledger.infrastructure.postgres.deadlines import Deadlines, ReconnectingPool
 
 
-def check_login(database_url: str, **kwargs: Any) -> None:
+def check_login(database_url: str, **kwargs: Any) -> psycopg.OperationalError | None:
     """Connect once to ``database_url``; psycopg's error if the server refuses the login
     (``refused_login``), which ``unavailable_as_store_error`` turns into ``StoreRefused``.
 
-    An outage (no answer, a restart) is let through: the pool's wait for a connection rides it
-    out, or ends in ``StoreUnavailable``, as every call's does."""
+    An outage (no answer, a restart) is let through, and returned: the pool's wait for a
+    connection rides it out, or ends in ``StoreUnavailable``, as every call's does."""
     try:
         psycopg.connect(database_url, **kwargs).close()
     except psycopg.OperationalError as error:
         if refused_login(error):
             raise
+        return error
+    return None
 
 
 class LazyPool:
@@ -87,8 +90,16 @@ class LazyPool:
         with self._lock:
             if self._ready:
                 return
-            check_login(self._url, **self._kwargs)
+            outage = check_login(self._url, **self._kwargs)
             self._pool.open(wait=False)
-            with self._pool.connection() as conn:
-                self._prepare(conn)
+            try:
+                with self._pool.connection() as conn:
+                    self._prepare(conn)
+            except PoolTimeout as error:
+                if outage is None:
+                    raise
+                # The pool's timeout names no cause: the outage the first connection met does
+                # ("Connection refused", "timeout expired").
+                first = str(outage).strip().splitlines()[0] if str(outage).strip() else type(outage).__name__
+                raise PoolTimeout(f"{error} ({first})") from error
             self._ready = True

@@ -198,3 +198,15 @@ def test_a_database_that_refuses_the_login_is_exit_1_at_once(
     assert message in result.stderr
     assert "FLOWLEDGER_DATABASE_URL" in result.stderr
     assert took < 10, took
+
+
+@pytest.mark.parametrize("args", [["keys", "list"], ["keys", "revoke", "k"], ["budgets", "list"]])
+def test_a_store_with_a_pool_of_its_own_names_why_it_could_not_connect(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The API keys' pool once said only "couldn't get a connection after 5.00 sec"
+    monkeypatch.setenv("FLOWLEDGER_OPERATION_DEADLINE_S", "2")
+    unreachable = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nothing"
+    result = run_cli(unreachable, "unreachable", *args, cwd=tmp_path)
+    assert_one_line(result, 75, "the event store is unavailable")
+    assert "Connection refused" in result.stderr
