@@ -98,3 +98,27 @@ def test_a_clean_rebuild_says_nothing_on_stderr_and_exits_0(
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert "rebuilt cost" in result.stdout
+
+
+def test_audit_verify_of_the_damaged_session_reports_the_row_instead_of_stopping_on_it(
+    database_url: str, pg_schema: str, victim: UUID
+) -> None:
+    # Given version 2 overwritten so that it no longer reads back
+    statement = SQL(
+        DAMAGE["a payload byte overwritten"] + " WHERE originator_id = %s AND originator_version = 2"
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(statement.format(events=Identifier(pg_schema, "flowledger_events")), (victim,))
+    # When that one session's stream is verified
+    result = run_cli(database_url, pg_schema, "audit", "verify", "--session", "victim")
+    # Then the check runs (its existence check once read every event) and names the row
+    assert result.returncode == 1, result.stderr
+    assert f"problem: altered: stream {victim} (victim) version 2" in result.stderr
+
+
+def test_audit_verify_of_a_session_that_never_existed_is_still_not_found(
+    database_url: str, pg_schema: str
+) -> None:
+    result = run_cli(database_url, pg_schema, "audit", "verify", "--session", "nobody")
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.strip() == "error: session 'nobody' not found"
