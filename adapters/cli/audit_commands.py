@@ -173,6 +173,25 @@ def _verdict(chain: ChainReport, structure: AuditReport | None, what: str) -> No
         raise typer.Exit(PARTIAL_EXIT)
 
 
+def _bundle_options_only(*, session: str | None, since_checkpoint: bool, anchors: Path | None) -> None:
+    """Refuse the options that check the database's log beside ``--file``: they were ignored,
+    and the bundle's "ok" read as if they had been applied."""
+    given = [
+        option
+        for option, used in (
+            ("--session", session is not None),
+            ("--since-checkpoint", since_checkpoint),
+            ("--anchors", anchors is not None),
+        )
+        if used
+    ]
+    if given:
+        verb = "does" if len(given) == 1 else "do"
+        raise ValidationError(
+            "file", f"a bundle is checked whole (with --public-key only): {', '.join(given)} {verb} not apply"
+        )
+
+
 @audit.command()
 def verify(
     session: Annotated[str | None, typer.Option(help="Only this session's stream.")] = None,
@@ -195,6 +214,7 @@ def verify(
     """Recompute every stream's chain, check it against the latest signed checkpoint, name what is wrong."""
     with reported_errors():
         if file is not None:
+            _bundle_options_only(session=session, since_checkpoint=since_checkpoint, anchors=anchors)
             report = verify_bundle(list(bounded_lines(file, "bundle")), _public_key(public_key))
             _show(report.problems)
             if not report.ok:

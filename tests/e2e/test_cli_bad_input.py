@@ -20,6 +20,17 @@ BAD_INPUT = [
     (["audit", "verify", "--file", "missing"], 74, "missing: No such file or directory"),
     (["audit", "verify", "--file", "{dir}"], 74, "Is a directory"),
     (["audit", "verify", "--file", "{binary}"], 65, "not UTF-8 text"),
+    # Options for the database's log were ignored with a bundle, which passed as "ok"
+    (
+        ["audit", "verify", "--file", "missing", "--session", "x"],
+        2,
+        "file: a bundle is checked whole (with --public-key only): --session does not apply",
+    ),
+    (
+        ["audit", "verify", "--file", "missing", "--since-checkpoint", "--anchors", "a.jsonl"],
+        2,
+        "(with --public-key only): --since-checkpoint, --anchors do not apply",
+    ),
     (["audit", "export", "--out", "/no/such/dir/x"], 74, "/no/such/dir/x: No such file or directory"),
     (["audit", "export", "--session", "nobody"], 3, "session 'nobody' not found"),
     (["projections", "rebuild", "bogus"], 2, "unknown projection(s) ['bogus']; known:"),
