@@ -13,6 +13,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.errors import fail, reported_errors
 from flowledger.domain.bounds import require_name
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore
@@ -98,8 +99,11 @@ def list_keys(
 @keys_app.command("revoke")
 def revoke(key_id: Annotated[str, typer.Argument(help="The key's id, as listed.")]) -> None:
     """Revoke a key: servers refuse it within 5 s (their cache of good keys)."""
-    with reported_errors(), _store() as store:
-        found = store.revoke(key_id)
+    with reported_errors():
+        if not key_id.strip():  # an unset shell variable: a mistake, not a key that is not there
+            raise ValidationError("key_id", "must be a non-empty string")
+        with _store() as store:
+            found = store.revoke(key_id)
     if not found:
         shown = (
             repr(key_id) if len(key_id) <= SHOWN_ID else f"{key_id[:SHOWN_ID]!r}… ({len(key_id)} characters)"

@@ -55,6 +55,9 @@ BAD_INPUT = [
     (["replay", "x", "--as-of", "yesterday"], 2, "as_of: 'yesterday' is not an ISO 8601 time"),
     (["replay", "x", "--version", "0"], 2, "version: must be a version >= 1, got 0"),
     (["keys", "create", "--tenant", "t", "--role", "bogus"], 2, "role: 'bogus' is not one of"),
+    # An empty id (an unset shell variable) was "no active key ''", exit 3
+    (["keys", "revoke", ""], 2, "key_id: must be a non-empty string"),
+    (["keys", "revoke", " "], 2, "key_id: must be a non-empty string"),
     (["keys", "create", "--tenant", "t", "--role", "admin", "--label", "a\nb"], 2, "label: must not contain"),
     (
         ["keys", "create", "--tenant", "t", "--role", "admin", "--label", "x" * 201],
