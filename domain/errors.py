@@ -26,9 +26,11 @@ FlowledgerError
 ├── RebuildInProgress          another process is rebuilding ``projection``
 ├── AuditError                 the audit trail cannot do what was asked (unchained events,
 │                              damaged checkpoints); carries ``message``
-├── StoredEventUnreadable      a row of the log no longer reads back as an event (changed or
-│                              damaged in the database); carries ``stream``, ``version``,
-│                              ``topic`` and ``reason``
+├── LogDamaged                 a stream's rows were changed in the database: bad data, not a
+│   │                          bug; carries ``stream`` and ``version``
+│   ├── StoredEventUnreadable  a row no longer reads back as an event; carries ``topic``
+│   │                          and ``reason``
+│   └── StoredEventMissing     a version is missing between two others (a row deleted)
 ├── BudgetError                carries ``budget_id``
 │   ├── BudgetNotFound
 │   └── BudgetExceeded         a call's estimate would take an enforced budget past its
@@ -98,19 +100,39 @@ class AuditError(FlowledgerError):
         self.message = message
 
 
-class StoredEventUnreadable(FlowledgerError):
-    """A stored event no longer reads back (its payload or topic was changed in the database):
-    bad data, not a bug; ``flowledger audit verify`` checks every row."""
+class LogDamaged(FlowledgerError):
+    """A stream's rows were changed in the database (edited, deleted): bad data, not a bug;
+    ``flowledger audit verify`` checks every row."""
+
+    def __init__(self, stream: str, version: int, message: str) -> None:
+        super().__init__(f"{message} (changed in the database? `flowledger audit verify` checks every row)")
+        self.stream = stream
+        self.version = version
+
+
+class StoredEventUnreadable(LogDamaged):
+    """A stored event no longer reads back (its payload or topic was changed in the database)."""
 
     def __init__(self, stream: str, version: int, topic: str, reason: str) -> None:
         super().__init__(
-            f"a stored event does not read back: stream {stream} version {version} ({topic}): {reason}"
-            " (changed in the database? `flowledger audit verify` checks every row)"
+            stream,
+            version,
+            f"a stored event does not read back: stream {stream} version {version} ({topic}): {reason}",
         )
-        self.stream = stream
-        self.version = version
         self.topic = topic
         self.reason = reason
+
+
+class StoredEventMissing(LogDamaged):
+    """A stream's version is missing between two stored ones (its row was deleted)."""
+
+    def __init__(self, stream: str, version: int, found: int) -> None:
+        super().__init__(
+            stream,
+            version,
+            f"a stored event is missing: stream {stream} version {version} (the next stored is {found})",
+        )
+        self.found = found
 
 
 class SessionError(FlowledgerError):

@@ -58,7 +58,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.LlmNotConfigured, 501),
     # The server's engine was closed under it: its fault, and no retry mends it (no 503).
     (errors.EngineClosed, 500),
-    (errors.StoredEventUnreadable, 500),  # the log's row is damaged: the server's data, not the request
+    (errors.LogDamaged, 500),  # the log's row is damaged: the server's data, not the request
     (errors.CircuitOpen, 503),
     (errors.ConcurrentUpdate, 503),
     (errors.MigrationRefused, 503),

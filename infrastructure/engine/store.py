@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.domain import OriginatorVersionError
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
 from eventsourcing.utils import get_topic
 
@@ -44,6 +45,7 @@ from flowledger.domain.errors import (
     ConcurrentUpdate,
     SessionError,
     SessionExpired,
+    StoredEventMissing,
     StoreUnavailable,
     TaskError,
 )
@@ -189,6 +191,9 @@ class AggregateStore:
                 return self.app.repository.get(aggregate_id, version=version)
             except AggregateNotFoundError:
                 return None
+            except OriginatorVersionError as error:  # (found, expected): a row deleted between them
+                found, expected = (*error.args, 0, 0)[:2]
+                raise StoredEventMissing(str(aggregate_id), int(expected), int(found)) from None
 
         return self._read("load", get)
 

@@ -122,3 +122,22 @@ def test_audit_verify_of_a_session_that_never_existed_is_still_not_found(
     result = run_cli(database_url, pg_schema, "audit", "verify", "--session", "nobody")
     assert result.returncode == 3, result.stderr
     assert result.stderr.strip() == "error: session 'nobody' not found"
+
+
+@pytest.mark.parametrize("args", READERS[1:], ids=[a[0] for a in READERS[1:]])
+def test_a_row_deleted_from_the_middle_of_a_stream_is_named_in_one_line_exit_65(
+    database_url: str, pg_schema: str, victim: UUID, args: list[str]
+) -> None:
+    # Given version 2 deleted in the database directly: version 3 now follows version 1
+    statement = SQL("DELETE FROM {events} WHERE originator_id = %s AND originator_version = 2")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(statement.format(events=Identifier(pg_schema, "flowledger_events")), (victim,))
+    # When a command loads the session
+    result = run_cli(database_url, pg_schema, *args)
+    # Then it names the missing version (it was "unexpected OriginatorVersionError (a bug in
+    # flowledger): (3, 2)", exit 70)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: a stored event is missing: stream {victim} version 2"), lines
+    assert "flowledger audit verify" in lines[0]
+    assert result.returncode == 65, (result.returncode, lines)
