@@ -174,8 +174,11 @@ class Settings:
         pricing = env.get("FLOWLEDGER_PRICING_FILE")
         catalogue = env.get("FLOWLEDGER_SKILL_CATALOGUE_FILE")
         routing = env.get("FLOWLEDGER_ROUTING_FILE")
+        database_url = env.get("FLOWLEDGER_DATABASE_URL") or None
+        if database_url is not None and database_url != MEMORY_URL:
+            _require_conninfo("FLOWLEDGER_DATABASE_URL", database_url)  # named as the user set it
         return cls(
-            database_url=env.get("FLOWLEDGER_DATABASE_URL") or None,
+            database_url=database_url,
             read_database_url=env.get("FLOWLEDGER_READ_DATABASE_URL") or None,
             home=Path(env["FLOWLEDGER_HOME"]) if env.get("FLOWLEDGER_HOME") else defaults.home,
             schema=_named(env, "FLOWLEDGER_SCHEMA", defaults.schema),
@@ -258,15 +261,20 @@ _POSITIVE_SECONDS = (
 
 def _require_conninfo(field_name: str, url: object) -> None:
     """Raise ValidationError unless ``url`` is a libpq connection string (a URL or key=value
-    pairs); the driver's own message may quote the string, password and all."""
+    pairs) whose ports are port numbers: libpq finds a port outside 1-65535 only when it
+    connects, and that was retried as an outage until the deadline. The messages never quote
+    the string (the driver's own may): it may hold a password."""
     try:
         if not isinstance(url, str):
             raise psycopg.ProgrammingError
-        conninfo_to_dict(url)
+        params = conninfo_to_dict(url)
     except psycopg.ProgrammingError:
         raise ValidationError(
             field_name, "is not a PostgreSQL connection string (postgresql://… or key=value pairs)"
         ) from None
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValidationError(field_name, f"port {port!r} is not a port number (1 to 65535)")
 
 
 def _named(env: Mapping[str, str], name: str, default: str) -> str:

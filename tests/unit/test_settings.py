@@ -216,3 +216,32 @@ def test_a_memory_url_or_a_libpq_string_is_a_database_url() -> None:
     Settings(database_url="memory:")
     Settings(database_url="postgresql://app@db:5432/flows")
     Settings(database_url="host=db dbname=flows user=app")
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("garbage", "is not a PostgreSQL connection string"),
+        ("mysql://x@127.0.0.1/test", "is not a PostgreSQL connection string"),
+        ("postgresql://u@127.0.0.1:99999/db", "port '99999' is not a port number (1 to 65535)"),
+        ("postgresql://u:s3cret@127.0.0.1:0/db", "port '0' is not a port number (1 to 65535)"),
+    ],
+)
+def test_a_database_url_that_cannot_name_a_server_is_refused_at_once(url: str, why: str) -> None:
+    # It was tried as an outage for the whole deadline ("invalid port number", exit 75 after
+    # 16 s) or reached the user as psycopg's 'missing "=" after "garbage"', exit 1
+    with pytest.raises(ValidationError, match="FLOWLEDGER_DATABASE_URL") as refused:
+        Settings.from_env({"FLOWLEDGER_DATABASE_URL": url})
+    assert why in str(refused.value)
+    assert "s3cret" not in str(refused.value)
+
+
+def test_usual_database_urls_and_the_memory_store_are_accepted() -> None:
+    for url in (
+        "postgresql://u@127.0.0.1:5432/db",
+        "postgres://u@h1:5432,h2:5433/db",
+        "host=127.0.0.1 port=5432 dbname=db",
+        "postgresql:///db?host=/var/run/postgresql",
+        "memory:",
+    ):
+        assert Settings(database_url=url).database_url == url
