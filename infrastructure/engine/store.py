@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from contextvars import ContextVar
 from datetime import datetime
+from itertools import pairwise
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -198,8 +199,14 @@ class AggregateStore:
         return self._read("load", get)
 
     def events(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
-        """The aggregate's stored events, oldest first (optionally a version range)."""
-        return self._read("read events", lambda: list(self.app.events.get(aggregate_id, gt=gt, lte=lte)))
+        """The aggregate's stored events, oldest first (optionally a version range); a version
+        missing between two of them (a row deleted) is ``StoredEventMissing``, as a load's is."""
+        events = self._read("read events", lambda: list(self.app.events.get(aggregate_id, gt=gt, lte=lte)))
+        for before, after in pairwise(events):
+            if after.originator_version != before.originator_version + 1:
+                expected = before.originator_version + 1
+                raise StoredEventMissing(str(aggregate_id), expected, after.originator_version)
+        return events
 
     def events_containing(self, aggregate_id: UUID, event_class: type[Any], needle: bytes) -> list[Any]:
         """The aggregate's events of ``event_class`` whose stored form contains ``needle``.
