@@ -63,7 +63,8 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.StoreRefused, 1),
     (errors.StoreUnavailable, 75),
     # A row of the log changed in the database so that it no longer reads: bad data (EX_DATAERR).
-    (errors.LogDamaged, 65),
+    (errors.StoredEventUnreadable, 65),
+    (errors.StoredEventMissing, 65),
     (errors.FlowledgerError, 1),
     # A file named on the command line: missing, a directory, not writable (EX_IOERR) ...
     (OSError, 74),

@@ -58,7 +58,9 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.LlmNotConfigured, 501),
     # The server's engine was closed under it: its fault, and no retry mends it (no 503).
     (errors.EngineClosed, 500),
-    (errors.LogDamaged, 500),  # the log's row is damaged: the server's data, not the request
+    # A row of the log changed or deleted in the database: the server's data, not the request.
+    (errors.StoredEventUnreadable, 500),
+    (errors.StoredEventMissing, 500),
     (errors.CircuitOpen, 503),
     (errors.ConcurrentUpdate, 503),
     (errors.MigrationRefused, 503),

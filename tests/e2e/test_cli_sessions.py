@@ -100,6 +100,7 @@ def test_every_error_class_has_an_exit_code_and_an_http_status() -> None:
         errors.AgentError,
         errors.LlmError,
         errors.BudgetError,  # a base: BudgetNotFound and BudgetExceeded are raised
+        errors.LogDamaged,  # a base: StoredEventUnreadable and StoredEventMissing are raised
     }
     for kind in set(classes) - abstract:
         assert any(kind is k for k, _ in EXIT_CODES), f"{kind.__name__} has no exit code of its own"
