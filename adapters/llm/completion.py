@@ -10,7 +10,8 @@ from typing import Any
 
 import httpx
 
-from flowledger.adapters.llm.reply_limit import DEFAULT_REPLY_BYTES, read_body, read_lines
+from flowledger.adapters.llm.config import DEFAULT_REPLY_BYTES
+from flowledger.adapters.llm.reply_limit import read_body, read_lines
 from flowledger.adapters.llm.reported_usage import ReportedUsage, parse_usage
 from flowledger.adapters.llm.retry import AttemptError, status_is_retryable
 

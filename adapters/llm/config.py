@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from flowledger.adapters.llm.reply_limit import DEFAULT_REPLY_BYTES
 from flowledger.domain.errors import ValidationError
 
 # Printable ASCII without spaces: what every provider's keys look like, and what an
@@ -18,6 +17,9 @@ _KEY_SHAPE = re.compile(r"^[\x21-\x7e]{8,512}$")
 MAX_SECONDS = 86_400.0
 """The longest timeout or breaker recovery taken: a day (the OpenAI SDK's default timeout is 600 s)."""
 
+DEFAULT_REPLY_BYTES = 32 * 1024 * 1024
+"""``ClientConfig.max_reply_bytes`` unless set: a completion's JSON is a few KiB. Here, not in
+``reply_limit`` (which imports aiohttp), so the command line loads no HTTP client."""
 MIN_REPLY_BYTES = 1024
 MAX_REPLY_BYTES = 1024**3
 """The range ``max_reply_bytes`` takes: a completion's JSON is a few KiB; a GiB is past any reply."""

@@ -14,8 +14,6 @@ import aiohttp
 import httpx
 from aiohttp.http_exceptions import ContentEncodingError
 
-DEFAULT_REPLY_BYTES = 32 * 1024 * 1024
-"""``ClientConfig.max_reply_bytes`` unless set: a completion's JSON is a few KiB."""
 REPLY_LIMIT = "flowledger.reply_limit"
 """A request extension: the most bytes of the reply the aiohttp transport's lean path reads
 (decompressed by aiohttp as they come, so they are counted as they expand)."""
