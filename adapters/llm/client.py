@@ -473,7 +473,7 @@ class OpenAICompatibleClient:
         )
         response = await self._pool().transport.handle_async_request(request)
         try:
-            bound(response, self.config.max_reply_bytes)  # the lean path read it within the limit already
+            bound(response, self.config.max_reply_bytes)
             content = await read_body(response, self.config.max_reply_bytes)
         finally:
             await response.aclose()

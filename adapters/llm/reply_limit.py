@@ -29,45 +29,29 @@ class ReplyTooLarge(Exception):
         self.limit, self.status_code, self.declared = limit, status_code, declared
 
 
-class BoundedStream(httpx.AsyncByteStream):
-    """A response body that raises ``ReplyTooLarge`` once more than ``limit`` bytes came."""
-
-    def __init__(self, stream: httpx.AsyncByteStream, limit: int, status_code: int) -> None:
-        self._stream, self._limit, self._status = stream, limit, status_code
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        total = 0
-        async for chunk in self._stream:
-            total += len(chunk)
-            if total > self._limit:
-                raise ReplyTooLarge(self._limit, self._status)
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
+async def _within(chunks: AsyncIterator[bytes], limit: int, status_code: int) -> AsyncIterator[bytes]:
+    """``chunks`` as they come, or ``ReplyTooLarge`` once more than ``limit`` bytes of them came:
+    the one count every reader of a reply goes through."""
+    total = 0
+    async for chunk in chunks:
+        total += len(chunk)
+        if total > limit:
+            raise ReplyTooLarge(limit, status_code)
+        yield chunk
 
 
 def bound(response: httpx.Response, limit: int) -> None:
-    """Make ``response``'s body raise ``ReplyTooLarge`` past ``limit`` bytes (before it is read);
-    raise it now when its content-length says so (a body already in memory is not read again)."""
+    """``ReplyTooLarge`` now when ``response``'s content-length says it is past ``limit`` bytes;
+    a body without one is counted as it is read (``read_body``, ``read_lines``)."""
     declared = response.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise ReplyTooLarge(limit, response.status_code, int(declared))
-    if isinstance(response.stream, httpx.AsyncByteStream):
-        response.stream = BoundedStream(response.stream, limit, response.status_code)
 
 
 async def read_body(response: httpx.Response, limit: int) -> bytes:
     """``response``'s body decoded, or ``ReplyTooLarge`` once more than ``limit`` bytes of it
     came: a gzip body is counted as it expands (``aread`` expanded it whole, unbounded)."""
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in response.aiter_bytes():
-        total += len(chunk)
-        if total > limit:
-            raise ReplyTooLarge(limit, response.status_code)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return b"".join([chunk async for chunk in _within(response.aiter_bytes(), limit, response.status_code)])
 
 
 async def read_lines(response: httpx.Response, limit: int) -> AsyncIterator[str]:
@@ -75,12 +59,8 @@ async def read_lines(response: httpx.Response, limit: int) -> AsyncIterator[str]
     ``ReplyTooLarge`` once more than ``limit`` bytes of it came: one line that never ends is
     not held whole. httpx's ``aiter_lines`` also ended a line at U+2028, U+2029 and U+0085
     (``str.splitlines``), which JSON may carry raw inside a chunk's text."""
-    total = 0
     pending: list[bytes] = []
-    async for chunk in response.aiter_bytes():
-        total += len(chunk)
-        if total > limit:
-            raise ReplyTooLarge(limit, response.status_code)
+    async for chunk in _within(response.aiter_bytes(), limit, response.status_code):
         pending.append(chunk)
         if b"\n" not in chunk and b"\r" not in chunk:
             continue
@@ -109,17 +89,12 @@ async def read_within(response: aiohttp.ClientResponse, limit: int) -> bytes:
         if declared > limit:
             raise ReplyTooLarge(limit, response.status, declared)
         return await response.read()  # one read, as before: the common case
-    chunks: list[bytes] = []
-    total = 0
     try:
-        async for chunk in response.content.iter_any():
-            total += len(chunk)
-            if total > limit:
-                raise ReplyTooLarge(limit, response.status)
-            chunks.append(chunk)
+        return b"".join(
+            [chunk async for chunk in _within(response.content.iter_any(), limit, response.status)]
+        )
     except aiohttp.ClientPayloadError as error:
         # A body that is not in its content-encoding, as httpx says it (not a dropped connection).
         if isinstance(error.__cause__, ContentEncodingError):
             raise httpx.DecodingError(str(error.__cause__).strip()) from error
         raise
-    return b"".join(chunks)

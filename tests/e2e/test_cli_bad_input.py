@@ -147,15 +147,22 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def run_unreachable(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> subprocess.CompletedProcess[str]:
+    """``args`` run against a closed port on loopback, with a 2 s operation deadline."""
+    monkeypatch.setenv("FLOWLEDGER_OPERATION_DEADLINE_S", "2")
+    unreachable = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nothing"
+    return run_cli(unreachable, "unreachable", *args, cwd=tmp_path)
+
+
 @pytest.mark.parametrize("args", NO_DATABASE, ids=[" ".join(a) for a in NO_DATABASE])
 def test_an_unreachable_database_is_one_line_and_exit_75(
     args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A 2 s deadline rather than the default 15 s: the refusal is the same, only sooner
     # (how the deadline behaves is tests/integration/test_pg_outages.py's part).
-    monkeypatch.setenv("FLOWLEDGER_OPERATION_DEADLINE_S", "2")
-    unreachable = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nothing"
-    result = run_cli(unreachable, "unreachable", *args, cwd=tmp_path)
+    result = run_unreachable(args, tmp_path, monkeypatch)
     assert_one_line(result, 75, "the event store is unavailable")
 
 
@@ -219,8 +226,6 @@ def test_a_store_with_a_pool_of_its_own_names_why_it_could_not_connect(
     args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The API keys' pool once said only "couldn't get a connection after 5.00 sec"
-    monkeypatch.setenv("FLOWLEDGER_OPERATION_DEADLINE_S", "2")
-    unreachable = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nothing"
-    result = run_cli(unreachable, "unreachable", *args, cwd=tmp_path)
+    result = run_unreachable(args, tmp_path, monkeypatch)
     assert_one_line(result, 75, "the event store is unavailable")
     assert "Connection refused" in result.stderr

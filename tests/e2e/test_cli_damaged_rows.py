@@ -45,15 +45,20 @@ def victim(database_url: str, pg_schema: str) -> Iterator[UUID]:
         yield engine.session_uuid("victim")
 
 
+def damage_version_2(database_url: str, schema: str, victim: UUID, damage: str) -> None:
+    """Change version 2 of ``victim``'s stream in the database directly, as ``DAMAGE[damage]`` says."""
+    statement = SQL(DAMAGE[damage] + " WHERE originator_id = %s AND originator_version = 2")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(statement.format(events=Identifier(schema, "flowledger_events")), (victim,))
+
+
 @pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
 @pytest.mark.parametrize("args", READERS, ids=[a[0] for a in READERS])
 def test_a_row_that_no_longer_reads_is_named_in_one_line_exit_65(
     database_url: str, pg_schema: str, victim: UUID, damage: str, args: list[str]
 ) -> None:
     # Given version 2 of the session's stream changed in the database directly
-    statement = SQL(DAMAGE[damage] + " WHERE originator_id = %s AND originator_version = 2")
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(statement.format(events=Identifier(pg_schema, "flowledger_events")), (victim,))
+    damage_version_2(database_url, pg_schema, victim, damage)
     # When a command reads the stream
     result = run_cli(database_url, pg_schema, *args)
     # Then it names the row and what to run, in one line, as bad data (not "a bug in flowledger")
@@ -71,11 +76,7 @@ def test_a_rebuild_that_sets_a_row_aside_names_it_and_exits_1(
     database_url: str, pg_schema: str, victim: UUID
 ) -> None:
     # Given version 2 of the session's stream overwritten in the database directly
-    statement = SQL(
-        DAMAGE["a payload byte overwritten"] + " WHERE originator_id = %s AND originator_version = 2"
-    )
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(statement.format(events=Identifier(pg_schema, "flowledger_events")), (victim,))
+    damage_version_2(database_url, pg_schema, victim, "a payload byte overwritten")
     # When the projections are rebuilt from the log
     result = run_cli(database_url, pg_schema, "projections", "rebuild")
     # Then the builds still go live (a dead letter never wedges them), but the rebuild does not
@@ -104,11 +105,7 @@ def test_audit_verify_of_the_damaged_session_reports_the_row_instead_of_stopping
     database_url: str, pg_schema: str, victim: UUID
 ) -> None:
     # Given version 2 overwritten so that it no longer reads back
-    statement = SQL(
-        DAMAGE["a payload byte overwritten"] + " WHERE originator_id = %s AND originator_version = 2"
-    )
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(statement.format(events=Identifier(pg_schema, "flowledger_events")), (victim,))
+    damage_version_2(database_url, pg_schema, victim, "a payload byte overwritten")
     # When that one session's stream is verified
     result = run_cli(database_url, pg_schema, "audit", "verify", "--session", "victim")
     # Then the check runs (its existence check once read every event) and names the row
