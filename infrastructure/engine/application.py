@@ -45,6 +45,9 @@ class FlowledgerApplication(Application[UUID]):
         self.closed = False
         """Set by ``close``: every read and write of the engine is then refused (EngineClosed)."""
         super().__init__(env)
+        warm_idle = getattr(self.factory, "warm_idle", None)
+        if warm_idle is not None:  # PostgreSQL: the first reads find their statements prepared
+            warm_idle()
         self.snapshotting_intervals = {  # type: ignore[misc]
             Session: snapshot_interval,
             Task: snapshot_interval,

@@ -24,6 +24,7 @@ from psycopg_pool import PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
 from flowledger.infrastructure.operation_deadline import operation_deadline, operation_end
+from flowledger.infrastructure.postgres.stream_reads import StreamQuery, warm_up
 from flowledger.infrastructure.postgres.watchdog import WATCHDOG, watching
 
 T = TypeVar("T")
@@ -124,9 +125,17 @@ class ReconnectingPool(ConnectionPool[Any]):
     whose users try each use once (the budget ledger, the API keys: ``lazy_pool.py``).
     """
 
-    def __init__(self, *args: Any, check_lent: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        check_lent: bool = False,
+        warm_reads: list[StreamQuery] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._check_lent = check_lent
+        self.warm_reads = warm_reads
+        """The reads each new connection runs once (None: no warm-up, behind PgBouncer)."""
 
     def getconn(self, timeout: float | None = None) -> Any:
         """A connection, waiting at most the pool's timeout or what is left of the operation;
@@ -140,6 +149,21 @@ class ReconnectingPool(ConnectionPool[Any]):
         if end is not None:
             WATCHDOG.arm(conn, end)
         return conn
+
+    def warm_idle(self) -> None:
+        """Run ``warm_reads`` on the idle connections: those the pool made before the
+        recorders named their reads (the library's recorders use the pool as they are made)."""
+        if not self.warm_reads:
+            return
+        taken: list[Any] = []
+        try:
+            for _ in range(self.get_stats().get("pool_available", 0)):
+                taken.append(self.getconn(timeout=self.timeout))
+            for conn in taken:
+                warm_up(conn, self.warm_reads)
+        finally:
+            for conn in taken:
+                self.putconn(conn)
 
     def putconn(self, conn: Any) -> None:
         """Give ``conn`` back; closed first (the pool replaces it) if the watchdog acted on it."""
@@ -206,7 +230,8 @@ def install_pool(
         ours["options"] = f"{given['options']} {ours['options']}"
     kwargs.update(given)
     kwargs.update(ours)
-    configure = _autocommit_only if deadlines.pgbouncer else old._configure
+    warm_reads: list[StreamQuery] | None = None if deadlines.pgbouncer else []
+    configure = _autocommit_only if warm_reads is None else _then_warm_up(old._configure, warm_reads)
     datastore.pool = ReconnectingPool(
         get_password_func=old.get_password_func,
         connection_class=old.connection_class,
@@ -219,7 +244,22 @@ def install_pool(
         max_waiting=old.max_waiting,
         max_lifetime=old.max_lifetime,
         check=old._check,
+        warm_reads=warm_reads,
     )
+
+
+def _then_warm_up(
+    configure: Callable[[psycopg.Connection[Any]], None] | None, reads: list[StreamQuery]
+) -> Callable[[psycopg.Connection[Any]], None]:
+    """``configure``, then ``reads`` (which the recorders fill as they are made) on each new
+    connection before it is lent (``stream_reads.py``)."""
+
+    def configure_and_warm(conn: psycopg.Connection[Any]) -> None:
+        if configure is not None:
+            configure(conn)
+        warm_up(conn, reads)
+
+    return configure_and_warm
 
 
 def _autocommit_only(conn: psycopg.Connection[Any]) -> None:

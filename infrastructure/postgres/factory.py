@@ -36,11 +36,13 @@ from flowledger.domain.errors import StoreRefused, StoreUnavailable
 from flowledger.infrastructure.postgres.deadlines import (
     LIBPQ_PARAMS_KEY,
     Deadlines,
+    ReconnectingPool,
     call_within_deadline,
     install_pool,
 )
 from flowledger.infrastructure.postgres.notify import Notifier, connect_like
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder, close_unfinished
+from flowledger.infrastructure.postgres.stream_reads import event_reads, snapshot_reads, stream_query
 
 
 class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
@@ -63,12 +65,31 @@ class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         """The library's read, retried within the operation deadline (not 10 times)."""
-        read = PostgresAggregateRecorder.select_events.__wrapped__  # type: ignore[attr-defined]
         return call_within_deadline(
-            lambda: read(self, originator_id, gt=gt, lte=lte, desc=desc, limit=limit),  # type: ignore[no-any-return]
+            lambda: self._select(originator_id, gt, lte, desc, limit),
             budget_s=self.deadlines.operation_s,
             pool=self.datastore.pool,
         )
+
+    def _select(
+        self, originator_id: UUID | str, gt: int | None, lte: int | None, desc: bool, limit: int | None
+    ) -> list[StoredEvent]:
+        # The library's statement, but not prepared at its first run on a connection: a new
+        # pooled connection has it prepared already (stream_reads.py).
+        statement, params = stream_query(
+            self.select_events_statement, originator_id, gt=gt, lte=lte, desc=desc, limit=limit
+        )
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            rows = curs.execute(statement, params, prepare=None).fetchall()
+        return [
+            StoredEvent(
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in rows
+        ]
 
 
 class FlowledgerProcessRecorder(PostgresProcessRecorder, FlowledgerApplicationRecorder):
@@ -145,6 +166,13 @@ class FlowledgerPostgresFactory(PostgresFactory):
         self._configure(recorder)
         return recorder
 
+    def warm_idle(self) -> None:
+        """Warm the pool's idle connections with the recorders' reads (``stream_reads.py``);
+        call once the application has made its recorders."""
+        pool = self.datastore.pool
+        if isinstance(pool, ReconnectingPool):
+            pool.warm_idle()
+
     def close(self) -> None:
         """Stop the notifiers (they hold connections of their own), then the pool."""
         for notifier in self._notifiers:
@@ -175,5 +203,11 @@ class FlowledgerPostgresFactory(PostgresFactory):
     def _configure(self, recorder: object) -> None:
         if isinstance(recorder, FlowledgerApplicationRecorder | FlowledgerSnapshotRecorder):
             recorder.deadlines = self.deadlines
+        warm = getattr(self.datastore.pool, "warm_reads", None)  # None behind PgBouncer
+        if warm is not None:
+            if isinstance(recorder, FlowledgerApplicationRecorder):
+                warm.extend(event_reads(recorder.select_events_statement))
+            elif isinstance(recorder, FlowledgerSnapshotRecorder):
+                warm.extend(snapshot_reads(recorder.select_events_statement))
         if isinstance(recorder, FlowledgerApplicationRecorder):
             self._notifiers.append(recorder.notifier)

@@ -74,6 +74,7 @@ from flowledger.infrastructure.postgres.literal_append import append_then_commit
 from flowledger.infrastructure.postgres.migrations import create_event_log, force_sequence_cache_1
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
+from flowledger.infrastructure.postgres.stream_reads import stream_query
 from flowledger.infrastructure.postgres.watchdog import watching
 
 _CLOSE_AFTER = (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.QueryCanceled)
@@ -452,20 +453,13 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
     def _select_events(
         self, originator_id: UUID | str, gt: int | None, lte: int | None, desc: bool, limit: int | None
     ) -> list[StoredEvent]:
-        statement = self.select_events_statement
-        params: list[Any] = [originator_id]
-        if gt is not None:
-            params.append(gt)
-            statement += SQL(" AND originator_version > %s")
-        if lte is not None:
-            params.append(lte)
-            statement += SQL(" AND originator_version <= %s")
-        statement += SQL(" ORDER BY originator_version DESC" if desc else " ORDER BY originator_version ASC")
-        if limit is not None:
-            params.append(limit)
-            statement += SQL(" LIMIT %s")
+        statement, params = stream_query(
+            self.select_events_statement, originator_id, gt=gt, lte=lte, desc=desc, limit=limit
+        )
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            rows = curs.execute(statement, params, prepare=self.prepare).fetchall()
+            # psycopg prepares a statement at its 5th run on a connection (never behind
+            # PgBouncer); a new pooled connection has these prepared already (stream_reads.py).
+            rows = curs.execute(statement, params, prepare=None).fetchall()
         chain = self.chain
         if chain is not None and rows:
             newest = rows[0] if desc else rows[-1]
