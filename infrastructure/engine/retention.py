@@ -225,8 +225,29 @@ class RetentionService:
             if workflow not in policies:
                 raise ValidationError("workflow", f"no retention policy for workflow {workflow!r}")
             policies = {workflow: policies[workflow]}
+        # Made before any row is touched (an unwritable directory fails first); one this run
+        # made and left empty (nothing was due) is removed again.
+        made = [] if dry_run else [d for d in (out_dir, *out_dir.parents) if not d.exists()]
         if not dry_run:
             out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            report = self._archive_due(out_dir, policies, dry_run, batch_size, projection_rows)
+        finally:
+            for directory in made:  # innermost first
+                if any(directory.iterdir()):
+                    break
+                directory.rmdir()
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _archive_due(
+        self,
+        out_dir: Path,
+        policies: dict[str, int],
+        dry_run: bool,
+        batch_size: int,
+        projection_rows: ProjectionRows | None,
+    ) -> RetentionReport:
         report = RetentionReport(dry_run=dry_run)
         now = self._clock()
         for name, days in policies.items():
@@ -245,7 +266,6 @@ class RetentionService:
                     part.events += sum(len(c.positions) for c in candidates)
                 elif candidates:
                     self._archive_batch(out_dir, name, candidates, part, projection_rows)
-        report.seconds = time.perf_counter() - started
         return report
 
     def _due(self, workflow: str, cutoff: datetime, after: UUID | None, limit: int) -> list[UUID]:

@@ -363,6 +363,25 @@ def test_bad_policies_are_refused(engine: Engine, tmp_path: Path) -> None:
         engine.restore_sessions(tmp_path / "missing.jsonl")
 
 
+def test_a_run_with_nothing_due_leaves_no_directory_behind(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    _session(engine, "young-done", steps=2)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 90)
+    report = engine.archive_sessions(tmp_path / "new" / "archive")
+    assert report.events == 0
+    assert not (tmp_path / "new").exists()  # nor the parent it made
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    engine.archive_sessions(kept)
+    assert kept.is_dir()  # a directory that was there before stays
+    clock.now = START + timedelta(days=100)
+    report = engine.archive_sessions(tmp_path / "new" / "archive")
+    assert report.events > 0
+    assert len(list((tmp_path / "new" / "archive").iterdir())) == 1
+
+
 def test_forgetting_an_archived_session_asks_for_a_restore(
     database_url: str, pg_schema: str, clock: SetClock, tmp_path: Path
 ) -> None:
