@@ -20,9 +20,11 @@ FlowledgerError
 │   │                          carries ``operation`` and ``retry_after`` (seconds)
 │   └── StoreRefused           the server refused the login (no such database or role,
 │       │                      a wrong password): not retried
-│       └── MigrationRefused   the schema needs a change this role may not make (the
-│                              sequence's CACHE 1, a new version): its owner runs
-│                              ``flowledger migrate``; carries ``schema``
+│       ├── MigrationRefused   the schema needs a change this role may not make (the
+│       │                      sequence's CACHE 1, a new version): its owner runs
+│       │                      ``flowledger migrate``; carries ``schema``
+│       └── StoreForbidden     the role may not do what the operation needs (permission
+│                              denied: a read-only role recording a step): not retried
 ├── RebuildInProgress          another process is rebuilding ``projection``
 ├── AuditError                 the audit trail cannot do what was asked (unchained events,
 │                              damaged checkpoints); carries ``message``
@@ -271,6 +273,21 @@ class MigrationRefused(StoreRefused):
             self, f"schema {schema!r} cannot be migrated by this database role: {detail}"
         )
         self.schema = schema
+
+
+class StoreForbidden(StoreRefused):
+    """The database refused a statement for the role's privileges (permission denied, SQLSTATE
+    42501: a role that may only read, recording a step): not retried, as waiting will not mend
+    it; ``detail`` is the server's words, naming what was refused."""
+
+    def __init__(self, operation: str, detail: str) -> None:
+        super().__init__(operation, detail)
+        FlowledgerError.__init__(
+            self,
+            f"the database role may not do this ({operation}): {detail} (grant the role what"
+            " flowledger needs on the schema: SELECT, INSERT, UPDATE, DELETE on its tables and"
+            " USAGE on its sequences, or connect as one that has them)",
+        )
 
 
 class RebuildInProgress(FlowledgerError):

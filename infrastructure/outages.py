@@ -17,7 +17,12 @@ from eventsourcing.persistence import InterfaceError, OperationalError
 
 from flowledger.domain.errors import StoreRefused, StoreUnavailable
 from flowledger.infrastructure.operation_deadline import operation_deadline
-from flowledger.infrastructure.postgres.database import REFUSED_LOGIN
+from flowledger.infrastructure.postgres.database import (
+    PRIVILEGE_ERRORS,
+    REFUSED_LOGIN,
+    forbidden,
+    refused_privilege,
+)
 
 T = TypeVar("T")
 
@@ -49,11 +54,16 @@ def within_deadline(operation: str, deadline_s: float, call: Callable[[], T]) ->
     """``call()``, tried again after a connection error until ``deadline_s`` has passed (or an
     enclosing operation's end, when sooner), then ``StoreUnavailable``. Waits for a pooled
     connection inside are cut to what is left. Only for calls that may run twice: reads, and
-    writes that set a value."""
+    writes that set a value. A statement refused for the role's privileges is
+    ``StoreForbidden`` at once."""
     with operation_deadline(deadline_s) as end:
         while True:
             try:
                 return call()
+            except PRIVILEGE_ERRORS as error:
+                if refused_privilege(error):
+                    raise forbidden(operation, error) from error
+                raise
             except CONNECTION_ERRORS as error:
                 failure = unavailable(operation, error)
                 if isinstance(failure, StoreRefused) or monotonic() + _PAUSE_S >= end:

@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from flowledger.domain import errors
 from flowledger.infrastructure.outages import CONNECTION_ERRORS, unavailable
+from flowledger.infrastructure.postgres.database import forbidden, refused_privilege
 
 # Most specific first; Exception catches the rest. Codes from 64 up follow sysexits.h.
 EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
@@ -60,6 +61,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     # The store did not answer within its deadline: retry later (sysexits' EX_TEMPFAIL).
     # The schema needs its owner (a role without the privilege to migrate it): EX_NOPERM.
     (errors.MigrationRefused, 77),
+    (errors.StoreForbidden, 77),  # the role lacks a privilege (a read-only role writing)
     (errors.StoreRefused, 1),
     (errors.StoreUnavailable, 75),
     # A row of the log changed in the database so that it no longer reads: bad data (EX_DATAERR).
@@ -147,6 +149,8 @@ def reported_errors() -> Iterator[None]:
         if isinstance(error, CONNECTION_ERRORS):
             # It escaped the engine's own handling: still an outage (exit 75), not a bug (70).
             error = unavailable(_command(), error)
+        elif not isinstance(error, errors.FlowledgerError) and refused_privilege(error):
+            error = forbidden(_command(), error)  # the role's privileges, not a bug (77, not 70)
         fail(one_line(error), exit_code_for(error))
 
 

@@ -64,6 +64,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.CircuitOpen, 503),
     (errors.ConcurrentUpdate, 503),
     (errors.MigrationRefused, 503),
+    (errors.StoreForbidden, 503),
     (errors.StoreRefused, 503),
     (errors.StoreUnavailable, 503),
     (errors.LlmCallFailed, 502),

@@ -56,6 +56,7 @@ from flowledger.infrastructure.engine.keyed_locks import KeyedLocks, LockWaitTim
 from flowledger.infrastructure.engine.write_cache import WriteCache
 from flowledger.infrastructure.operation_deadline import operation_deadline, remaining_s
 from flowledger.infrastructure.outages import within_deadline
+from flowledger.infrastructure.postgres.database import PRIVILEGE_ERRORS, forbidden, refused_privilege
 from flowledger.infrastructure.settings import Settings
 
 T = TypeVar("T")
@@ -375,6 +376,11 @@ class AggregateStore:
                     unknown[first] = result
                     unreachable(error, outcome_unknown=True)
                     continue
+                except PRIVILEGE_ERRORS as error:
+                    self._forget(uow)
+                    if refused_privilege(error):  # a read-only role, say: waiting will not mend it
+                        raise forbidden("save", error) from error
+                    raise
                 # Back in the cache only last: from then on another command may take and
                 # change the objects, and the snapshots and listeners must see them as saved.
                 self._snapshot(uow, events)

@@ -8,12 +8,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from eventsourcing.persistence import InterfaceError, OperationalError
+from eventsourcing.persistence import InterfaceError, OperationalError, ProgrammingError
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
-from flowledger.domain.errors import StoreRefused, StoreUnavailable
+from flowledger.domain.errors import StoreForbidden, StoreRefused, StoreUnavailable
 from flowledger.infrastructure.postgres.deadlines import LIBPQ_PARAMS_KEY, Deadlines
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.migrations import MigrationReport, migrate
@@ -118,12 +118,39 @@ def migrate_command(settings: Settings) -> MigrationReport:
         return migrate(url, settings.schema, settings)
 
 
+PRIVILEGE_ERRORS: tuple[type[Exception], ...] = (psycopg.errors.InsufficientPrivilege, ProgrammingError)
+"""Where a statement refused for the role's privileges surfaces: psycopg's error, or the event
+library's ``ProgrammingError`` wrapping it (``refused_privilege`` tells which are)."""
+
+
+def refused_privilege(error: BaseException) -> bool:
+    """Whether the server refused a statement for the role's privileges (SQLSTATE 42501:
+    "permission denied for table ..."), as psycopg raises it or the event library wraps it."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, psycopg.errors.InsufficientPrivilege):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def forbidden(operation: str, error: BaseException) -> StoreForbidden:
+    """``StoreForbidden`` for a statement the server refused for the role's privileges."""
+    text = str(error).strip()
+    return StoreForbidden(operation, text.splitlines()[0] if text else type(error).__name__)
+
+
 @contextmanager
 def unavailable_as_store_error(operation: str) -> Iterator[None]:
     """A database that cannot be reached (or timed out) is ``StoreUnavailable``, not psycopg's
-    error, nor the event library's (its pool's timeout, say)."""
+    error, nor the event library's (its pool's timeout, say); a statement refused for the
+    role's privileges is ``StoreForbidden``."""
     try:
         yield
+    except PRIVILEGE_ERRORS as error:
+        if refused_privilege(error):
+            raise forbidden(operation, error) from error
+        raise
     except (psycopg.OperationalError, psycopg.InterfaceError, OperationalError, InterfaceError) as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if refused_login(error):
