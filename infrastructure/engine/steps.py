@@ -36,6 +36,7 @@ from flowledger.domain.errors import (
     SessionClosed,
     SessionNotFound,
     StepInProgress,
+    StoreRefused,
     StoreUnavailable,
     ValidationError,
 )
@@ -279,14 +280,17 @@ class StepService:
             outcome: StepOutcome | Recorded | Unrecordable | str = await self._in_db(
                 self._store.write, call.session_id, partial(self._finish, call, reply)
             )
-        except StoreUnavailable:
+        except StoreUnavailable as error:
             # The answer was paid for. Given up on here, the step stayed pending, a retry waited
             # out its lease, recorded worker_lost and called the model again, and this answer's
             # cost was in no event: keep saving it, holding the key, and let the caller know now.
             saver = asyncio.ensure_future(self._keep_saving(call, go, reply, unsettled))
             self._savers.add(saver)
             saver.add_done_callback(self._savers.discard)
-            raise
+            told = _being_saved(error, call.key)
+            if told is error:
+                raise
+            raise told from error
         if isinstance(outcome, str):
             raise SessionClosed(call.session_id, outcome)
         if isinstance(outcome, Unrecordable):
@@ -594,6 +598,17 @@ class StepService:
             return self._db_future(self._store.write, call.session_id, partial(self._renew, call, go))
 
         return LeaseRenewer(renewal, self._store.settings.step_lease_s, first_in=first_in)
+
+
+def _being_saved(error: StoreUnavailable, key: str) -> StoreUnavailable:
+    """The error for a caller whose paid answer is still being saved in the background: its
+    outcome is unknown (the step will most likely be stored), said with the key to retry under.
+    An outside probe saw the plain error (``outcome_unknown`` false) on steps stored a moment
+    later; a caller that trusted it and retried without the key paid for a second call."""
+    if error.outcome_unknown or isinstance(error, StoreRefused):
+        return error
+    detail = f"{error.detail}; the model answered and its answer is being saved under idempotency key {key!r}"
+    return StoreUnavailable(error.operation, detail, error.retry_after, outcome_unknown=True)
 
 
 def _hold(

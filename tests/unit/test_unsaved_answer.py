@@ -86,6 +86,31 @@ async def test_an_answer_whose_save_failed_is_saved_later_and_a_retry_gets_it_wi
     assert engine.get_session("s1").pending == ()
 
 
+async def test_a_caller_whose_answer_is_still_being_saved_is_told_its_outcome_is_unknown_and_the_key(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a model that answers while the database stops taking saves, and a caller with no key
+    engine.start_session("s1", "cs")
+    outage = Outage(engine, monkeypatch)
+    engine.llm = llm = ScriptedLlm(meanwhile=outage.begin)
+
+    # When the answer cannot be saved at once
+    with pytest.raises(StoreUnavailable) as raised:
+        await engine.process_step("s1", "greet")
+    outage.end()
+
+    # Then the error says the outcome is unknown (its worker saves the answer in the
+    # background: an outside probe saw such steps stored with the error saying nothing of it)
+    # and names the key the step is saved under, so a retry does not pay for a second call
+    assert raised.value.outcome_unknown
+    [started] = [e for e in engine.history("s1") if e.event_type.endswith("StepStarted")]
+    key = started.data["idempotency_key"]
+    assert repr(key) in str(raised.value)
+    record = await asyncio.wait_for(engine.process_step("s1", "greet", idempotency_key=key), 30)
+    assert len(llm.calls) == 1
+    assert record.usage == USAGE
+
+
 @pytest.mark.postgres
 async def test_a_settlement_whose_reply_was_lost_is_not_counted_twice_when_the_answer_is_saved_later(
     database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
