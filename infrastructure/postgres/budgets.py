@@ -275,8 +275,33 @@ class PostgresBudgetLedger:
         """Hold ``estimate`` in the current window of every budget the call is charged to.
 
         None when no budget applies. Raises BudgetExceeded (holding nothing) when an
-        enforced budget's ``spent + reserved + estimate`` would pass its limit.
+        enforced budget's ``spent + reserved + estimate`` would pass its limit. Tried again
+        after a lost connection; a try after one whose reply was lost finds its hold.
         """
+
+        def attempt(again: bool) -> Reservation | None:
+            held = self._held(reservation_id) if again else None
+            return held or self._reserve(scope, estimate, now, ttl, reservation_id)
+
+        return self._pool.tried_again(attempt)
+
+    def _held(self, reservation_id: UUID) -> Reservation | None:
+        """The hold ``reservation_id`` as made, or None when there is none."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                self._sql(
+                    "SELECT budget_id, window_start, amount_usd FROM {holds}"
+                    " WHERE reservation_id = %s ORDER BY budget_id"
+                ),
+                [reservation_id],
+            ).fetchall()
+        if not rows:
+            return None
+        return Reservation(reservation_id, tuple((row[0], row[1]) for row in rows), rows[0][2])
+
+    def _reserve(
+        self, scope: CallScope, estimate: Decimal, now: datetime, ttl: timedelta, reservation_id: UUID
+    ) -> Reservation | None:
         params = {**_params(scope), **_starts(now), "now": now}
         # Two round trips, pipelined: (BEGIN, make the windows, lock and read them), then
         # (release lapsed holds, hold this call's estimate, COMMIT). Measured before on this
@@ -331,6 +356,17 @@ class PostgresBudgetLedger:
         budget removed meanwhile is skipped. With ``held_only`` the cost is recorded only while
         the hold is held: a settlement tried again after an error, which may have committed.
         """
+
+        def attempt(again: bool) -> list[Raised]:
+            # A try after a lost connection counts the cost only while the hold is held: the
+            # one before may have committed and lost its reply.
+            return self._settle(tenant, reservation, cost_usd, held_only=held_only or again)
+
+        return self._pool.tried_again(attempt)
+
+    def _settle(
+        self, tenant: str, reservation: Reservation, cost_usd: Decimal, *, held_only: bool
+    ) -> list[Raised]:
         ids = [budget_id for budget_id, _ in reservation.windows]
         starts = [start for _, start in reservation.windows]
         # Two round trips, pipelined: (BEGIN, lock in budget-id order, settle), then the
@@ -384,6 +420,10 @@ class PostgresBudgetLedger:
 
         Once per ``charge_id``: a repeated record (same step, same key) charges nothing.
         """
+        # Tried again after a lost connection: the charge id makes a second try charge nothing.
+        return self._pool.tried_again(lambda _again: self._charge(scope, cost_usd, now, charge_id))
+
+    def _charge(self, scope: CallScope, cost_usd: Decimal, now: datetime, charge_id: UUID) -> list[Raised]:
         with self._connection() as conn, conn.transaction():
             cursor = conn.cursor(row_factory=dict_row)
             budgets = [_row(r) for r in cursor.execute(self._sql(_MATCHING), _params(scope)).fetchall()]
