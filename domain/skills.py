@@ -14,12 +14,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from flowledger.domain.bounds import MAX_DEADLINE
+from flowledger.domain.agent import normalise_skills
+from flowledger.domain.bounds import MAX_DEADLINE, require_name
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification, TaskPriority
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9+#.\-]*", re.IGNORECASE)
 _JOINS = re.compile(r"[.\-]+")
+_FIELDS = ("version", "description", "categories", "keywords", "priority_floors", "deadline_factor")
+"""A catalogue file's fields: any other is refused, as a misspelt ``keyword`` was read as
+no keywords at all, every task then routed by its category alone without a word said."""
 
 
 _VERB_FOLLOWERS = frozenset(
@@ -133,18 +137,21 @@ class SkillCatalogue:
     @classmethod
     def from_data(cls, data: Mapping[str, Any], label: str = "skill catalogue") -> SkillCatalogue:
         """A catalogue from its JSON form (``infrastructure/skills.json``); ValidationError if malformed."""
+        unknown = sorted(str(key) for key in data if key not in _FIELDS)
+        if unknown:
+            raise ValidationError(
+                "skill_catalogue", f"{label}: unknown fields {unknown} (known: {list(_FIELDS)})"
+            )
         version = data.get("version")
         if not isinstance(version, str):
             raise ValidationError("skill_catalogue", f"{label} needs a string 'version'")
-        floors = data.get("priority_floors", {})
-        if not isinstance(floors, Mapping):
-            raise ValidationError("skill_catalogue.priority_floors", f"{label}: must be an object")
+        require_name("skill_catalogue.version", version)  # it is quoted in every derivation's reason
         factor = data.get("deadline_factor", 2.0)
         return cls(
             version=version,
             categories=_skill_map(data.get("categories"), "categories", label),
             keywords=_skill_map(data.get("keywords", {}), "keywords", label),
-            priority_floors={str(k): TaskPriority.parse(str(v)) for k, v in floors.items()},
+            priority_floors=_floors(data.get("priority_floors", {}), label),
             deadline_factor=factor,
         )
 
@@ -210,14 +217,43 @@ class SkillCatalogue:
         )
 
 
+def _floors(value: Any, label: str) -> dict[str, TaskPriority]:
+    if not isinstance(value, Mapping):
+        raise ValidationError("skill_catalogue.priority_floors", f"{label}: must be an object")
+    floors = {}
+    for complexity, priority in value.items():
+        try:
+            floors[str(complexity)] = TaskPriority.parse(priority if isinstance(priority, str) else "")
+        except ValidationError:
+            names = [p.value for p in TaskPriority]
+            raise ValidationError(
+                f"skill_catalogue.priority_floors.{complexity}",
+                f"{label}: must be one of {names}, got {priority!r}",
+            ) from None
+    return floors
+
+
 def _skill_map(value: Any, name: str, label: str) -> dict[str, tuple[str, ...]]:
+    """Skills by category or keyword. Skills follow an agent's rule (``normalise_skills``), as
+    an agent must be able to hold them; each entry names one at least (a keyword naming none
+    masked its category's skills, leaving the task to any agent); a keyword is one word as
+    ``_words`` reads a description, or it could never match; a category is named once in any case."""
     if not isinstance(value, Mapping):
         raise ValidationError(f"skill_catalogue.{name}", f"{label}: must be an object of skill lists")
     result: dict[str, tuple[str, ...]] = {}
     for key, skills in value.items():
+        where = f"skill_catalogue.{name}.{key}"
         if not isinstance(skills, list) or not all(isinstance(s, str) and s.strip() for s in skills):
-            raise ValidationError(f"skill_catalogue.{name}.{key}", f"{label}: must be a list of skill names")
+            raise ValidationError(where, f"{label}: must be a list of skill names")
+        if not skills:
+            raise ValidationError(where, f"{label}: must name at least one skill")
+        if name == "keywords" and not _WORD.fullmatch(str(key)):
+            raise ValidationError(
+                where, f"{label}: a keyword is one word of ASCII letters, digits, '+', '#', '.' or '-'"
+            )
         # A category in any case; a keyword as written (one holding a capital matches so only).
         written = str(key) if name == "keywords" and not str(key).islower() else str(key).lower()
-        result[written] = tuple(sorted({s.strip().lower() for s in skills}))
+        if written in result:
+            raise ValidationError(where, f"{label}: names {written!r} twice")
+        result[written] = tuple(normalise_skills(where, skills))
     return result
