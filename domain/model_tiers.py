@@ -11,9 +11,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.routing import RoutingPolicy
 from flowledger.domain.task_views import TaskPriority
+
+_FIELDS = ("version", "description", "tiers", "fallback", "latency_target_ms", "model_ranked_matching")
+"""A routing file's fields: any other is refused, as a misspelt ``fallbacks`` was read as no
+fallback and a misspelt ``model_ranked_matching`` as off, without a word said."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,9 +49,13 @@ class ModelTiers:
     @classmethod
     def from_data(cls, data: Mapping[str, Any], label: str = "routing") -> ModelTiers:
         """The configuration from its JSON form (see ``infrastructure/routing.json``)."""
+        unknown = sorted(str(key) for key in data if key not in _FIELDS)
+        if unknown:
+            raise ValidationError("routing", f"{label}: unknown fields {unknown} (known: {list(_FIELDS)})")
         version, tiers = data.get("version"), data.get("tiers")
         if not isinstance(version, str) or not isinstance(tiers, Mapping):
             raise ValidationError("routing", f"{label} needs a string 'version' and a 'tiers' object")
+        require_name("routing.version", version)  # it is quoted in every classification's route
         fallback = data.get("fallback", [])
         if not isinstance(fallback, list) or not all(isinstance(m, str) and m for m in fallback):
             raise ValidationError("routing.fallback", f"{label}: must be a list of model names")
@@ -58,7 +67,7 @@ class ModelTiers:
             raise ValidationError("routing.model_ranked_matching", f"{label}: must be true or false")
         return cls(
             version=version,
-            tiers={str(TaskPriority.parse(str(k)).value): _models(v, k, label) for k, v in tiers.items()},
+            tiers=_tiers(tiers, label),
             fallback=tuple(fallback),
             latency_target_ms=float(target),
             model_ranked_matching=ranked,
@@ -84,6 +93,24 @@ class ModelTiers:
     def fallback_for(self, failed: str) -> str | None:
         """The model to retry a failed call on: the first fallback other than ``failed``."""
         return next((m for m in self.fallback if m != failed), None)
+
+
+def _tiers(value: Mapping[str, Any], label: str) -> dict[str, tuple[str, ...]]:
+    """Models by priority, each priority named once in any case (``HIGH`` beside ``high``: the
+    last one silently won)."""
+    tiers: dict[str, tuple[str, ...]] = {}
+    for name, models in value.items():
+        try:
+            priority = TaskPriority.parse(name if isinstance(name, str) else "").value
+        except ValidationError:
+            names = [p.value for p in TaskPriority]
+            raise ValidationError(
+                f"routing.tiers.{name}", f"{label}: not a priority, one of {names}"
+            ) from None
+        if priority in tiers:
+            raise ValidationError(f"routing.tiers.{name}", f"{label}: names tier {priority!r} twice")
+        tiers[priority] = _models(models, name, label)
+    return tiers
 
 
 def _models(value: Any, tier: Any, label: str) -> tuple[str, ...]:
