@@ -285,6 +285,14 @@ class Task(FlowledgerAggregate):
         return value
 
     @property
+    def given_deadline(self) -> datetime | None:
+        """The deadline a person gave: the last requeue's, if it named one, else the creator's.
+        A classification derives one from its estimate only where this is None (a requeue's
+        "give it a week" was replaced by a reclassification's 2 x 1.5 hours)."""
+        requeued: datetime | None = self.__dict__.get("requeued_deadline")
+        return requeued if requeued is not None else self.creator_deadline
+
+    @property
     def as_created(self) -> CreationTerms:
         """What the task was created with, for a repeated creation to be checked against."""
         return CreationTerms(
@@ -583,3 +591,4 @@ class Task(FlowledgerAggregate):
         self.assignment = None
         if deadline is not None:
             self.deadline = deadline
+            self.requeued_deadline = deadline

@@ -271,7 +271,7 @@ class TaskClassifier:
                 description=task.description,
                 creator_skills=tuple(task.creator_skills),
                 creator_priority=TaskPriority(task.creator_priority),
-                creator_deadline=task.creator_deadline,
+                creator_deadline=task.given_deadline,  # the creator's, or a requeue's
                 now=uow.now,
             )
             task.classify(classification, derivation, route, again=again)
