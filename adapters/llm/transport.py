@@ -11,7 +11,8 @@ so a dropped connection would read as a timeout; ``AiohttpTransport`` here resto
 difference (``connection_error`` vs ``timeout`` in the attempt log and the breaker), and the
 one between a connection never made (``httpx.ConnectError``: the request did not go out) and
 one dropped after it was made (``httpx.RemoteProtocolError``: the provider may have the
-request, and bill it; see ``NOT_SENT``).
+request, and bill it; see ``NOT_SENT``). A reply aiohttp cannot parse as HTTP (its
+``ClientResponseError``) is ``httpx.RemoteProtocolError``, as httpx's pool raises for it.
 
 httpx's own pool (``transport="httpx"``) is kept for endpoints aiohttp cannot serve the same
 way (an HTTP/2-only gateway, a proxy set by httpx's environment variables). httpcore 1.0's
@@ -88,6 +89,14 @@ def _dropped(error: httpx.TimeoutException) -> httpx.TransportError | None:
     return None
 
 
+def _unreadable(error: aiohttp.ClientResponseError) -> httpx.RemoteProtocolError:
+    """The error httpx's pool raises for a reply that is not HTTP (a status line that cannot be
+    read, a header past aiohttp's limits): aiohttp's own ``ClientResponseError`` escaped the
+    client unmapped, and the step failed as ``ClientResponseError``, not retried, its cost unknown
+    to the usage, where httpx's pool gave a retried ``connection_error``."""
+    return httpx.RemoteProtocolError(f"the reply is not readable HTTP: {error.message} ({error.status})")
+
+
 class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
     """``httpx_aiohttp``'s transport, with dropped connections reported as connection errors,
     and a lean path for requests marked ``WHOLE_BODY`` (see ``_whole``)."""
@@ -110,6 +119,8 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
             if dropped is None:
                 raise
             raise dropped from error
+        except aiohttp.ClientResponseError as error:
+            raise _unreadable(error) from error
         if isinstance(response.stream, httpx.AsyncByteStream):
             response.stream = _MappedStream(response.stream)
         return response
@@ -154,6 +165,8 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
             if dropped is None:
                 raise
             raise dropped from error
+        except aiohttp.ClientResponseError as error:
+            raise _unreadable(error) from error
         extensions: dict[str, Any] = {"http_version": b"HTTP/1.1"}
         if response.reason:
             extensions["reason_phrase"] = response.reason.encode()

@@ -307,3 +307,74 @@ async def test_the_lean_path_caches_stay_bounded() -> None:
 
 async def _no_sleep(_: float) -> None:
     return None
+
+
+BAD_REPLIES = {
+    "status line": b"HTTP/1.1 abc OK\r\n\r\n",
+    "header past the limits": b"HTTP/1.1 200 OK\r\nx-huge: "
+    + b"a" * 200_000
+    + b"\r\ncontent-length: 0\r\n\r\n",
+    "no HTTP at all": b"{}",
+}
+
+
+@asynccontextmanager
+async def answering_first(reply: bytes) -> AsyncIterator[str]:
+    """A raw loopback server: the first request gets ``reply`` (then the connection closes), the
+    next ones a completion; yields its base URL."""
+    good = httpx.Response(200, json=OK_BODY)
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(
+        good.content
+    )
+    served_count = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served_count
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
+            await reader.readexactly(length)
+            served_count += 1
+            writer.write(reply if served_count == 1 else answer + good.content)
+            await writer.drain()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("reply", list(BAD_REPLIES), ids=list(BAD_REPLIES))
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_reply_that_is_not_readable_http_is_a_retried_connection_error_on_both_transports(
+    reply: str, kind: str, stream: bool
+) -> None:
+    # Through aiohttp, its ClientResponseError (a status line or header it cannot parse)
+    # escaped the client as itself: the step failed as "ClientResponseError", not retried, with
+    # no usage; httpx's pool gave a retried connection_error (RemoteProtocolError).
+    async with answering_first(BAD_REPLIES[reply]) as url:
+        config = ClientConfig(
+            base_url=url,
+            api_key=ApiKey("sk-test-secret-1"),
+            transport=kind,  # type: ignore[arg-type]
+            request_timeout_s=5.0,
+            stream=stream,  # the retry's JSON answer to a stream is read as a whole reply
+        )
+        llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
+        try:
+            completion = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+        finally:
+            await llm.aclose()
+    assert [a["outcome"] for a in completion.usage.extra["attempt_log"]] == ["connection_error", "ok"]
