@@ -439,7 +439,9 @@ class OpenAICompatibleClient:
         except httpx.DecodingError as error:
             # A body not in its content-encoding (gzip that is not): it escaped as itself.
             raise AttemptError(
-                f"reply body cannot be decoded: {error}", error_type="malformed_response", retryable=False
+                f"reply body cannot be decoded: {_detail(error)}",
+                error_type="malformed_response",
+                retryable=False,
             ) from None
         except TimeoutError:
             # The attempt's deadline, reached with the request at the transport: whether it had
@@ -456,7 +458,7 @@ class OpenAICompatibleClient:
                     f"timed out: {error!r}", error_type="timeout", retryable=True, usage=progress.tokens
                 ) from None
             raise AttemptError(
-                f"connection failed: {type(error).__name__}",
+                f"connection failed: {type(error).__name__}: {_detail(error)}",
                 error_type="connection_error",
                 retryable=True,
                 usage=progress.tokens,
@@ -520,6 +522,22 @@ class OpenAICompatibleClient:
 
     def _scrub(self, text: str) -> str:
         return text.replace(self.config.api_key.reveal(), "***")
+
+
+def _detail(error: Exception) -> str:
+    """What ``error`` says, on one line and at most ``_DETAIL_CHARS`` long, for a failure's reason.
+
+    A connection error's reason was its class alone (``connection failed:
+    RemoteProtocolError``), the same for a connection dropped before the reply, a status line
+    that is not HTTP and a header past the parser's limits; aiohttp's decoding errors span
+    lines (``400, message:\\n  Can not decode content-encoding: gzip``)."""
+    text = " ".join(str(error).split())
+    if not text:
+        return "(no detail)"
+    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
+
+
+_DETAIL_CHARS = 200
 
 
 def _too_large(error: ReplyTooLarge, progress: AttemptProgress) -> AttemptError:

@@ -205,6 +205,10 @@ async def test_a_body_that_is_not_in_its_content_encoding_is_a_malformed_respons
     assert (error.error_type, error.attempts) == ("malformed_response", 1)
     assert error.usage is not None
     assert error.usage.unpriced is True  # a 2xx came: billed, for what it does not say
+    # The reason is one line that says what was wrong (aiohttp's spanned two lines:
+    # "reply body cannot be decoded: 400, message:\n  Can not decode content-encoding: gzip").
+    assert "\n" not in str(error)
+    assert "reply body cannot be decoded: " in str(error)
 
 
 @pytest.mark.parametrize("size", [0, 1023, 1024**3 + 1])

@@ -378,3 +378,29 @@ async def test_a_reply_that_is_not_readable_http_is_a_retried_connection_error_o
         finally:
             await llm.aclose()
     assert [a["outcome"] for a in completion.usage.extra["attempt_log"]] == ["connection_error", "ok"]
+
+
+@pytest.mark.parametrize("reply", list(BAD_REPLIES), ids=list(BAD_REPLIES))
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_a_connection_error_says_what_went_wrong_on_one_line(reply: str, kind: str) -> None:
+    # The reason was the error's class alone ("connection failed: RemoteProtocolError"), the
+    # same for a dropped connection, a status line that is not HTTP and a header past limits.
+    async with answering_first(BAD_REPLIES[reply]) as url:
+        config = ClientConfig(
+            base_url=url,
+            api_key=ApiKey("sk-test-secret-1"),
+            transport=kind,  # type: ignore[arg-type]
+            request_timeout_s=5.0,
+            max_retries=0,
+        )
+        llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
+        try:
+            with pytest.raises(LlmCallFailed) as raised:
+                await llm.complete(model="gpt-4.1", messages=MESSAGES)
+        finally:
+            await llm.aclose()
+    message = str(raised.value)
+    assert raised.value.error_type == "connection_error"
+    assert "\n" not in message
+    detail = message.split("connection failed: RemoteProtocolError: ", 1)[1]
+    assert detail.split(" (after 1 attempt")[0].strip()  # something beyond the class's name
