@@ -14,6 +14,7 @@ from typing import Any
 
 from psycopg import Connection, Cursor
 
+from flowledger.domain.errors import LogDamaged
 from flowledger.domain.errors import RebuildInProgress as RebuildInProgress  # its old home
 from flowledger.projections import dead_letters
 from flowledger.projections.base import Projection
@@ -76,6 +77,8 @@ def rebuild(
 
     The old builds stay live (and followed) until the switch, which catches the new
     builds up to the head and replaces the views in one transaction. Returns the new schemas.
+    A log with a row deleted from a stream's middle is ``StoredEventMissing``: the readers
+    keep the builds they had, and the new ones are dropped.
     """
     projections = projector.select(wanted)
     names = projector.names
@@ -93,20 +96,28 @@ def rebuild(
             for (stale,) in cur.fetchall():
                 drop_build(cur, names, stale)
             targets = [Target(p, create_build(cur, names, p, "build")) for p in projections]
-        projector.drive(conn, _fixed(targets), progress=progress)
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute(
-                q(
-                    "SELECT projection, schema_name FROM {s}.active WHERE projection = ANY(%s)"
-                    " ORDER BY projection FOR UPDATE",
-                    names.control,
-                ),
-                [[p.name for p in projections]],
-            )
-            old = [row[1] for row in cur.fetchall()]
+        try:
             projector.drive(conn, _fixed(targets), progress=progress)
-            for target in targets:
-                point_views(cur, names, target.projection, target.schema)
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(
+                    q(
+                        "SELECT projection, schema_name FROM {s}.active WHERE projection = ANY(%s)"
+                        " ORDER BY projection FOR UPDATE",
+                        names.control,
+                    ),
+                    [[p.name for p in projections]],
+                )
+                old = [row[1] for row in cur.fetchall()]
+                projector.drive(conn, _fixed(targets), progress=progress)
+                for target in targets:
+                    point_views(cur, names, target.projection, target.schema)
+        except LogDamaged:
+            # The readers keep the builds they had: drop the unfinished ones, which `status`
+            # would otherwise list as rebuilding for good.
+            with conn.transaction(), conn.cursor() as cur:
+                for target in targets:
+                    drop_build(cur, names, target.schema)
+            raise
         with conn.transaction(), conn.cursor() as cur:
             for schema in old:
                 drop_build(cur, names, schema)

@@ -1,0 +1,153 @@
+"""A row deleted from the middle of a stream stops a rebuild and a follower, naming the stream
+and the version, as it stops every other reader; gaps that are not damage (ids a rolled-back
+append used, sessions retention archived) do not."""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from psycopg.sql import SQL, Identifier
+
+from flowledger.domain import LlmUsage, StoredEventMissing
+from flowledger.infrastructure import Engine
+from flowledger.projections import Projector, follow, projector_for, rebuild, status
+from tests.support.partitions import both_layouts
+
+pytestmark = pytest.mark.postgres
+pytest_generate_tests = both_layouts
+
+USED = LlmUsage(request_model="m", input_tokens=10, output_tokens=5, cost_usd=Decimal("0.01"), latency_ms=5.0)
+
+
+@pytest.fixture
+def projector(pg_engine: Engine) -> Projector:
+    return projector_for(pg_engine, batch_size=3)
+
+
+def steps(engine: Engine, session_id: str, count: int) -> None:
+    engine.start_session(session_id, "flow")
+    for n in range(count):
+        engine.record_step(session_id, f"step-{n}", usage=USED)
+
+
+def sql(engine: Engine, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    events = Identifier(engine.settings.schema, "flowledger_events")
+    with psycopg.connect(engine.database_url, autocommit=True) as conn:
+        cursor = conn.execute(SQL(statement).format(events=events), params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def delete_version(engine: Engine, stream: UUID, version: int) -> None:
+    sql(engine, "DELETE FROM {events} WHERE originator_id = %s AND originator_version = %s", stream, version)
+
+
+def calls(projector: Projector) -> int:
+    with projector.connect() as conn:
+        reader = Identifier(projector.names.reader)
+        row = conn.execute(SQL("SELECT count(*) FROM {}.llm_calls").format(reader)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_rebuild_refuses_a_log_with_a_row_deleted_from_a_streams_middle(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given two sessions of four steps, projected, then version 3 of one deleted in the database
+    steps(pg_engine, "kept", 4)
+    steps(pg_engine, "damaged", 4)
+    projector.catch_up()
+    assert calls(projector) == 8
+    damaged = pg_engine.session_uuid("damaged")
+    delete_version(pg_engine, damaged, 3)
+    # When the projections are rebuilt from the log
+    with pytest.raises(StoredEventMissing) as raised:
+        rebuild(projector)
+    # Then the error names the stream and the missing version (it counted 7 calls, silently)
+    assert (raised.value.stream, raised.value.version, raised.value.found) == (str(damaged), 3, 4)
+    assert f"stream {damaged} version 3" in str(raised.value)
+    # And the readers keep the builds they had; the unfinished ones are gone
+    assert calls(projector) == 8
+    assert {b.state for b in status(projector)} == {"live"}
+
+
+def test_a_rebuild_names_the_first_of_several_deleted_versions(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    steps(pg_engine, "damaged", 5)
+    damaged = pg_engine.session_uuid("damaged")
+    delete_version(pg_engine, damaged, 2)
+    delete_version(pg_engine, damaged, 3)
+    with pytest.raises(StoredEventMissing) as raised:
+        rebuild(projector)
+    assert (raised.value.version, raised.value.found) == (2, 4)
+
+
+def test_a_catch_up_stops_at_a_version_deleted_before_it_was_projected(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given a session projected through version 3, then versions 4 and 5 appended and 4 deleted
+    steps(pg_engine, "damaged", 2)
+    projector.catch_up()
+    before = [b.position for b in status(projector)]
+    pg_engine.record_step("damaged", "later", usage=USED)
+    pg_engine.record_step("damaged", "later-2", usage=USED)
+    damaged = pg_engine.session_uuid("damaged")
+    delete_version(pg_engine, damaged, 4)
+    # When the projections catch up, Then the deleted version is named and no build moves
+    with pytest.raises(StoredEventMissing) as raised:
+        projector.catch_up()
+    assert (raised.value.stream, raised.value.version, raised.value.found) == (str(damaged), 4, 5)
+    assert [b.position for b in status(projector)] == before
+
+
+def test_a_follower_stops_on_a_row_deleted_before_it_applied_it(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    steps(pg_engine, "damaged", 2)
+    damaged = pg_engine.session_uuid("damaged")
+    stop, ready, errors = threading.Event(), threading.Event(), []
+
+    def run() -> None:
+        try:
+            follow(projector, stop=stop, ready=ready)
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+            ready.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(15)
+    try:
+        # The follower waits on the tracking rows while versions 4 and 5 arrive and 4 is deleted
+        with psycopg.connect(pg_engine.database_url) as holder:
+            builds = SQL("SELECT 1 FROM {}.builds FOR UPDATE").format(Identifier(projector.names.control))
+            holder.execute(builds)
+            pg_engine.record_step("damaged", "later", usage=USED)
+            pg_engine.record_step("damaged", "later-2", usage=USED)
+            delete_version(pg_engine, damaged, 4)
+        thread.join(15)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert len(errors) == 1, errors
+    assert isinstance(errors[0], StoredEventMissing)
+    assert (errors[0].stream, errors[0].version) == (str(damaged), 4)
+
+
+def test_ids_left_by_rolled_back_appends_are_not_missing_events(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given notification ids taken and never used between a session's events
+    pg_engine.start_session("s", "flow")
+    taken = f"{pg_engine.settings.schema}.flowledger_events_notification_id_seq"
+    sql(pg_engine, "SELECT nextval(%s) FROM generate_series(1, 5)", taken)
+    pg_engine.record_step("s", "one", usage=USED)
+    pg_engine.record_step("s", "two", usage=USED)
+    # When the projections are rebuilt, Then every step is counted
+    rebuild(projector)
+    projector.catch_up()
+    assert calls(projector) == 2
