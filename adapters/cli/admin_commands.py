@@ -8,6 +8,7 @@ from rich.console import Console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.database import migrate_command
+from flowledger.infrastructure.postgres.migrations import SCHEMA_VERSION
 
 console = Console()
 
@@ -21,7 +22,10 @@ def migrate() -> None:
     """
     with reported_errors():
         report = migrate_command(Settings.from_env())
-    done = "created or upgraded" if report.created else "already current"
+    if report.version > SCHEMA_VERSION:
+        done = f"newer than this flowledger's {SCHEMA_VERSION}, left as it is (upgrade flowledger)"
+    else:
+        done = "created or upgraded" if report.created else "already current"
     console.print(f"schema {report.schema!r} at version {report.version}: {done}")
     layout = f"{report.partitions} hash partitions by stream" if report.partitions else "unpartitioned"
     if report.rows_moved is not None:

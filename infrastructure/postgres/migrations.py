@@ -98,14 +98,16 @@ def migrate(
     with psycopg.connect(
         database_url, autocommit=True, connect_timeout=max(2, round(settings.connect_deadline_s))
     ) as conn:
-        layout = _already_right(conn, schema, names, settings)
+        version, layout = _already_right(conn, schema, names, settings) or (SCHEMA_VERSION, None)
         wanted = layout if settings.event_partitions is None else settings.event_partitions
         if layout is not None and (layout == wanted or not change_layout):
             if wanted is not None and layout != wanted:
                 _warn_layout(schema, names.events, layout, wanted)
+            if version > SCHEMA_VERSION:
+                _warn_newer(schema, version)
             return MigrationReport(
                 schema=schema,
-                version=SCHEMA_VERSION,
+                version=version,
                 locked=False,
                 created=False,
                 sequence_cache_reset=False,
@@ -127,6 +129,10 @@ def migrate(
         return report
 
 
+def _warn_newer(schema: str, version: int) -> None:
+    _log.warning("schema %s is at version %s, newer than this code's %s", schema, version, SCHEMA_VERSION)
+
+
 def _warn_layout(schema: str, table: str, layout: int, wanted: int) -> None:
     _log.warning(
         "%s.%s has %s; FLOWLEDGER_EVENT_PARTITIONS asks for %s: run `flowledger migrate` to convert it",
@@ -143,9 +149,13 @@ def _layout_words(partitions: int) -> str:
 
 def _already_right(
     conn: psycopg.Connection[Any], schema: str, names: ddl.TableNames, settings: Settings
-) -> int | None:
-    """One read, no lock: the events table's layout when the version is current, the cluster
-    unchanged and both invariants hold; else None (the locked migration must run)."""
+) -> tuple[int, int] | None:
+    """One read, no lock: the version and the events table's layout when the version is
+    current (or newer: a later flowledger migrated it), the cluster unchanged and both
+    invariants hold; else None (the locked migration must run).
+
+    A newer version used to count as not right: every engine of the older code (a rolling
+    upgrade's) took the migration lock at its start and rewrote the version row."""
     try:
         # SET LOCAL, not a session SET or a startup option: both would misbehave behind PgBouncer.
         with conn.transaction():
@@ -158,8 +168,8 @@ def _already_right(
     if row is None:
         return None
     version, cluster, cluster_now, cache, foreign_tail, layout = row
-    right = version == SCHEMA_VERSION and cluster == cluster_now and cache == 1 and not foreign_tail
-    return int(layout) if right and layout is not None else None
+    right = version >= SCHEMA_VERSION and cluster == cluster_now and cache == 1 and not foreign_tail
+    return (int(version), int(layout)) if right and layout is not None else None
 
 
 def _migrate_locked(
@@ -193,7 +203,7 @@ def _migrate_locked(
         for statement in ddl.create_budget_tables(schema):
             cur.execute(statement)
     elif version > SCHEMA_VERSION:
-        _log.warning("schema %s is at version %s, newer than this code's %s", schema, version, SCHEMA_VERSION)
+        _warn_newer(schema, version)
     cache_reset = force_sequence_cache_1(cur, schema, names.events)
     repaired = _repair_foreign_transaction_ids(cur, schema, names.events)
     layout = event_log_partitions(cur, schema, names.events) or 0
