@@ -130,6 +130,13 @@ class PostgresKeyStore:
         return self._pool.connection()
 
     def _create_table(self, conn: Connection[Any]) -> None:
+        # Looked up first: CREATE SCHEMA (and TABLE) IF NOT EXISTS need the CREATE privilege even
+        # when the object exists, so a role that may use the table but create nothing (as engines
+        # may run: docs/write-path.md) could not list keys or serve ("permission denied for
+        # database", found by an outside probe).
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [self._table.as_string(conn)]).fetchone()
+        if row and row[0]:
+            return
         # Engines and `keys create` may start at once: the lock makes CREATE ... IF NOT EXISTS safe.
         lock = f"{self._schema}.api_keys"
         with conn.transaction():

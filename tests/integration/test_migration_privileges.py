@@ -21,6 +21,7 @@ from psycopg.sql import SQL, Identifier
 from flowledger.domain.errors import FlowledgerError, MigrationRefused
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.database import migrate
+from flowledger.infrastructure.postgres.keys import PostgresKeyStore
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
 
@@ -106,3 +107,33 @@ def test_a_sequence_cache_only_the_owner_may_reset_is_a_flowledger_error_that_sa
     # When the owner migrates, Then the role's engines start again
     assert migrate(database_url, pg_schema).sequence_cache_reset
     _engine(dml_role, pg_schema).close()
+
+
+def test_a_role_that_may_not_create_uses_the_api_keys_table_its_owner_made(
+    database_url: str, pg_schema: str, dml_role: str
+) -> None:
+    # Given the API keys table made by the owner, and the role allowed to use it
+    owner = PostgresKeyStore(database_url, pg_schema)
+    try:
+        owner.list()
+    finally:
+        owner.close()
+    role = urlsplit(dml_role).netloc.partition("@")[0]
+    _execute(
+        database_url,
+        SQL("GRANT SELECT, INSERT, UPDATE ON {}.api_keys TO {}").format(
+            Identifier(pg_schema), Identifier(role)
+        ),
+    )
+
+    # When the role creates and lists keys (as `flowledger keys` and `serve` do)
+    keys = PostgresKeyStore(dml_role, pg_schema)
+    try:
+        issued = keys.create("acme", "reader")
+        listed = keys.list()
+    finally:
+        keys.close()
+
+    # Then it may (an outside probe saw "permission denied for database": the store ran
+    # CREATE SCHEMA IF NOT EXISTS on every first use, which needs CREATE even when it exists)
+    assert [key.key_id for key in listed] == [issued.key.key_id]
