@@ -118,10 +118,34 @@ def lock_key(*parts: str) -> str:
 
 def ensure_control(conn: Connection[Any], names: Names) -> None:
     """Create the control and reader schemas if missing (serialised against concurrent callers)."""
+    if _control_ready(conn, names):
+        # Looked up first: CREATE ... IF NOT EXISTS needs CREATE (and ALTER ... IF NOT EXISTS
+        # ownership) even when the object exists, so a role that may read and write the
+        # projections but create nothing could not run `dashboard`, `funnel` or `projections
+        # status` ("permission denied for database", found by an outside probe).
+        return
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock_key(names.store, "ddl")])
         cur.execute(q(CONTROL_DDL, names.control))
         cur.execute(q("CREATE SCHEMA IF NOT EXISTS {s}", names.reader))
+
+
+def _control_ready(conn: Connection[Any], names: Names) -> bool:
+    """Whether CONTROL_DDL's last table, its added column and the reader schema all exist (one read)."""
+    control = sql.Identifier(names.control)
+    with conn.transaction():
+        row = conn.execute(
+            sql.SQL(
+                "SELECT to_regclass({active}) IS NOT NULL AND to_regnamespace({reader}) IS NOT NULL"
+                " AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass({builds})"
+                " AND attname = 'schema_version' AND NOT attisdropped)"
+            ).format(
+                active=sql.Literal(sql.SQL("{}.active").format(control).as_string(conn)),
+                builds=sql.Literal(sql.SQL("{}.builds").format(control).as_string(conn)),
+                reader=sql.Literal(sql.Identifier(names.reader).as_string(conn)),
+            )
+        ).fetchone()
+    return bool(row and row[0])
 
 
 def create_build(cur: Cursor[Any], names: Names, projection: Projection, kind: str) -> str:

@@ -137,3 +137,36 @@ def test_a_role_that_may_not_create_uses_the_api_keys_table_its_owner_made(
     # Then it may (an outside probe saw "permission denied for database": the store ran
     # CREATE SCHEMA IF NOT EXISTS on every first use, which needs CREATE even when it exists)
     assert [key.key_id for key in listed] == [issued.key.key_id]
+
+
+def test_a_role_that_may_not_create_reads_the_projections_its_owner_installed(
+    database_url: str, pg_schema: str, dml_role: str
+) -> None:
+    # Given the projections installed by the owner, and the role allowed to use their schemas
+    for args in (("projections", "status"), ("dashboard",)):
+        installed = run_cli(database_url, pg_schema, *args)
+        assert installed.returncode == 0, installed.stderr
+    role = Identifier(urlsplit(dml_role).netloc.partition("@")[0])
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        schemas = [
+            row[0]
+            for row in conn.execute(
+                "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", [f"{pg_schema}\\_%"]
+            )
+        ]
+    assert schemas, "the owner's `projections status` installed no projection schema"
+    for schema in schemas:
+        s = Identifier(schema)
+        _execute(database_url, SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, role))
+        _execute(
+            database_url,
+            SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}").format(s, role),
+        )
+        _execute(database_url, SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {} TO {}").format(s, role))
+
+    # When the role reads them (as an operator's dashboard and status do)
+    done = [run_cli(dml_role, pg_schema, *args) for args in (("projections", "status"), ("dashboard",))]
+
+    # Then it may (an outside probe saw "permission denied for database": every read ran the
+    # control tables' CREATE SCHEMA / TABLE IF NOT EXISTS, which need CREATE even when they exist)
+    assert [d.returncode for d in done] == [0, 0], [d.stderr for d in done]
