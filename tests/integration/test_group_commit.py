@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.group_commit import GroupCommit
@@ -53,6 +55,7 @@ def test_sixteen_threads_on_two_engines_with_group_commit_store_every_step_once(
             engine.close()
 
 
+@pytest.mark.default_settings
 def test_group_commit_is_off_by_default(database_url: str, pg_schema: str) -> None:
     engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema))
     try:
