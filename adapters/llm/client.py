@@ -227,9 +227,25 @@ class OpenAICompatibleClient:
         return f"OpenAICompatibleClient(base_url={self.config.base_url!r}, api_key=***)"
 
     async def verify(self) -> list[str]:
-        """Check the key against ``GET /models`` and return the model ids the endpoint lists."""
+        """Check the key against ``GET /models`` and return the model ids the endpoint lists.
+
+        Every way it fails is a ``ValidationError``: on ``llm_api_key`` for a 401 or 403, else
+        on ``llm_base_url`` (no answer within ``request_timeout_s``, another status, a body
+        past ``max_reply_bytes`` or not OpenAI's ``{"data": [...]}``). A body that was not a
+        model list escaped as the parser's error (``JSONDecodeError``, ``AttributeError``,
+        ``TypeError``, ``RecursionError``), and one of any size was read whole.
+        """
+        limit = self.config.max_reply_bytes
         try:
-            response = await self._pool().http.get("models")
+            async with asyncio.timeout(self.config.request_timeout_s):
+                async with self._pool().http.stream("GET", "models") as response:
+                    bound(response, limit)
+                    content = await read_body(response, limit)
+        except TimeoutError:
+            detail = f"no answer within {self.config.request_timeout_s}s"
+            raise ValidationError("llm_base_url", f"cannot reach {self.config.base_url}: {detail}") from None
+        except ReplyTooLarge:
+            raise ValidationError("llm_base_url", f"GET /models answered more than {limit:,} bytes") from None
         except httpx.HTTPError as error:
             raise ValidationError("llm_base_url", f"cannot reach {self.config.base_url}: {error!r}") from None
         if response.status_code in (401, 403):
@@ -238,7 +254,16 @@ class OpenAICompatibleClient:
             )
         if response.status_code != 200:
             raise ValidationError("llm_base_url", f"GET /models answered {response.status_code}")
-        return [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
+        try:
+            listing = json.loads(content)
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser
+            listing = None
+        models = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(models, list):
+            raise ValidationError(
+                "llm_base_url", 'GET /models answered a body that is not a model list ({"data": [...]})'
+            )
+        return [str(m.get("id")) for m in models if isinstance(m, dict)]
 
     def use_clock(self, now: Callable[[], datetime]) -> None:
         """Price calls by ``now``: an engine hands over its clock (the database's, one for every

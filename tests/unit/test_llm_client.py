@@ -258,6 +258,38 @@ async def test_verify_reports_a_rejected_key(transport: Transports) -> None:
         assert await llm.verify() == ["gpt-4.1", "deepseek-v3.2"]
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"<html>not json</html>",
+        b"[1, 2]",
+        b'{"data": null}',
+        b'{"data": 5}',
+        b"[" * 100_000,
+        b'{"data": [' + b'{"id": "m"}, ' * 100_000 + b'{"id": "z"}]}',
+    ],
+    ids=[
+        "not JSON",
+        "a list",
+        "data null",
+        "data a number",
+        "nested past the parser",
+        "past max_reply_bytes",
+    ],
+)
+async def test_verify_refuses_a_models_answer_that_is_not_a_model_list(
+    transport: Transports, content: bytes
+) -> None:
+    # A 200 whose body was not a model list escaped verify() as JSONDecodeError,
+    # AttributeError, TypeError or RecursionError, and a body of any size was read whole.
+    reply = httpx.Response(200, content=content, headers={"content-type": "application/json"})
+    async with await client(transport, lambda r: reply, max_reply_bytes=1024 * 1024) as llm:
+        with pytest.raises(ValidationError) as raised:
+            await llm.verify()
+    assert raised.value.field == "llm_base_url"
+    assert "GET /models" in raised.value.message
+
+
 STREAM_HEAD = [
     {"id": "c1", "model": "gpt-4.1", "choices": [{"delta": {"content": '{"message": "hi"}'}}]},
     {
