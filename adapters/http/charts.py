@@ -9,6 +9,13 @@ PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2")
 Format = Callable[[float], str]
 
 
+def isolated(name: str) -> str:
+    """``name`` (a user's workflow, step or model name) as a bidirectional isolate (U+2068 …
+    U+2069), for text that goes on after it: a name holding a right-to-left override (U+202E)
+    otherwise turned the rest of a chart's title around ("funnel: wf(snoisses 1)")."""
+    return f"\u2068{name}\u2069"
+
+
 def bar_chart(
     title: str, labels: Sequence[str], series: Mapping[str, Sequence[float]], fmt: Format, *, width: int = 560
 ) -> str:

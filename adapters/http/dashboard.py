@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_header, bearer, token_of
 from flowledger.adapters.http.budget_panel import budget_panel
-from flowledger.adapters.http.charts import bar_chart, column_chart
+from flowledger.adapters.http.charts import bar_chart, column_chart, isolated
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.login import LOGIN_FORM, login_page
 from flowledger.adapters.http.schemas import PathId
@@ -321,7 +321,7 @@ def _errors(rows: list[DashboardRow]) -> str:
 def _funnel(report: FunnelReport) -> str:
     labels = [step.step for step in report.steps]
     chart = bar_chart(
-        f"funnel: {report.workflow} ({report.sessions:,} sessions)",
+        f"funnel: {isolated(report.workflow)} ({report.sessions:,} sessions)",
         labels,
         {"reached": [float(s.reached) for s in report.steps]},
         lambda v: f"{v:,.0f}",

@@ -88,7 +88,7 @@ def test_the_dashboard_in_a_browser_shows_models_bucketed_time_and_unwrapped_tab
     assert "model calls per minute (UTC)" in dom
     assert "time (UTC), one column per minute" in dom
     assert ">calls</text>" in dom
-    assert "funnel: customer_service" in dom
+    assert "funnel: \u2068customer_service\u2069" in dom  # the name isolated (charts.isolated)
     # And in a narrow frame, no table cell's text breaks over two lines
     measured = re.search(r'<pre id="out">(.*?)</pre>', dom_after_scripts(f"{site}/__measure"), re.DOTALL)
     assert measured is not None

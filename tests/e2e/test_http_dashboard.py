@@ -83,7 +83,7 @@ def test_the_dashboard_page_draws_cost_latency_traffic_and_funnel(http: TestClie
         "cost of successful steps vs failed and retried attempts",
         "latency by model",
         "model calls per minute",
-        "funnel: cs",
+        "funnel: \u2068cs\u2069 (3 sessions)",
         "gpt-4.1",
         "RateLimited",
         "$0.0041",

@@ -1,0 +1,43 @@
+"""The dashboard page shows whatever names its callers chose (markup, right-to-left overrides)
+as text: escaped, and unable to turn the page's own words around."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flowledger.adapters.http.app import create_app
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
+
+WORKFLOW = 'wf\u202e<script>alert("w")</script>'
+MODEL = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+def page(pg_engine: Engine) -> str:
+    used = LlmUsage(
+        request_model=MODEL, input_tokens=10, output_tokens=5, cost_usd=Decimal("0.01"), latency_ms=5.0
+    )
+    pg_engine.start_session("s-1", WORKFLOW)
+    pg_engine.record_step("s-1", "st</text>ep", usage=used)
+    with TestClient(create_app(pg_engine)) as client:
+        response = client.get("/dashboard", params={"since": "1h"})
+    assert response.status_code == 200
+    return response.text
+
+
+def test_names_holding_markup_are_shown_as_text(page: str) -> None:
+    assert "<script" not in page
+    assert "<img" not in page
+    assert "st</text>ep" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "st&lt;/text&gt;ep" in page
+
+
+def test_a_right_to_left_override_in_a_workflow_name_ends_with_the_name(page: str) -> None:
+    # The override once ran on into " (1 sessions)", drawn as "(snoisses 1)"
+    escaped = "wf\u202e&lt;script&gt;alert(&quot;w&quot;)&lt;/script&gt;"
+    assert f'class="title">funnel: \u2068{escaped}\u2069 (1 sessions)</text>' in page
