@@ -25,6 +25,13 @@ DAMAGE = {
         " convert_to(replace(convert_from(state, 'UTF8'), '\"step\"', '\"stap\"'), 'UTF8')"
     ),
     "an empty payload": "UPDATE {events} SET state = '{{}}'::bytea",
+    # JSON still, but the step name holds an escaped lone surrogate: it read back as a str no
+    # UTF-8 writer takes (history exited 0, HTTP reads were a 500 "internal error")
+    "a lone surrogate escaped": (
+        "UPDATE {events} SET state ="
+        " convert_to(replace(convert_from(state, 'UTF8'),"
+        " '\"greet\"', '\"gr' || chr(92) || 'ud800eet\"'), 'UTF8')"
+    ),
 }
 
 READERS = [
