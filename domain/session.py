@@ -620,6 +620,7 @@ class Session(FlowledgerAggregate):
             idempotency_key=idempotency_key,
             model=model,
         )
+        self._require_context_fits(context_update)
         self.trigger_event(
             self.StepProcessed,
             step=step,
@@ -693,8 +694,18 @@ class Session(FlowledgerAggregate):
         """Merge keys into the context; an empty update records nothing (a no-op, as a repeated
         start is: the store saves no events and the caller gets the state as it stands)."""
         require_object("context_update", update)
+        self._require_context_fits(update)
         if update:
             self.trigger_event(self.ContextUpdated, update=update)
+
+    def _require_context_fits(self, update: JsonObject | None) -> None:
+        """Refuse an update after which the context would pass ``MAX_JSON_BYTES`` as JSON.
+
+        The context is state, so every snapshot carries it: merged without a bound, keys
+        added step after step grew a session's snapshots with its length (an outside probe:
+        1,500 updates of a new 1 KB key, a 1.5 MB context, accepted)."""
+        if update:
+            require_json("context after the update", {**self.context, **update})
 
     def extend(self, expires_at: datetime) -> None:
         """Move the expiry (the engine computes it from its clock and a TTL)."""
