@@ -486,8 +486,14 @@ class Engine:
     def get_session(
         self, session_id: str, version: int | None = None, as_of: datetime | None = None
     ) -> SessionState:
-        """The session now, at a version, or as it was at a moment (not both)."""
-        return self.sessions.get(session_id, version, as_of)
+        """The session now, at a version, or as it was at a moment (not both).
+
+        An archived session reads now and at its last version from its base; an earlier version or
+        a moment needs its events: SessionArchived, naming the bundle that holds them."""
+        if version is None and as_of is None:
+            return self.sessions.get(session_id, version, as_of)
+        with self._archived_as_such(session_id):
+            return self.sessions.get(session_id, version, as_of)
 
     def history(self, session_id: str) -> list[HistoryEntry]:
         """The session's events, oldest first (SessionArchived when retention moved them)."""
@@ -520,8 +526,10 @@ class Engine:
         its steps, usage and totals start from zero, so a step retried with another model can
         be compared with the parent's. Unknown parent: ``SessionNotFound``; a version out of
         range: ``ValidationError``; an existing new id: ``SessionConflict``; nothing appended.
+        An archived parent forks at its last version; an earlier one is ``SessionArchived``.
         """
-        return self.sessions.fork(session_id, at_version, new_session_id, ttl)
+        with self._archived_as_such(session_id):
+            return self.sessions.fork(session_id, at_version, new_session_id, ttl)
 
     def forget(self, user_id: str) -> ForgetReport:
         """Erase the user's personal data: record ``DataErased`` on each of their sessions, then

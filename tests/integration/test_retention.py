@@ -16,7 +16,13 @@ import pytest
 from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage
-from flowledger.domain.errors import AuditError, SessionArchived, SessionExpired, ValidationError
+from flowledger.domain.errors import (
+    AuditError,
+    SessionArchived,
+    SessionExpired,
+    SessionNotFound,
+    ValidationError,
+)
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
@@ -395,3 +401,31 @@ def test_forgetting_an_archived_session_asks_for_a_restore(
             engine.forget("user-s-1")
         engine.restore_sessions(bundle)
         assert engine.forget("user-s-1").sessions == ("s-1",)
+
+
+def test_a_replay_or_fork_before_an_archived_sessions_head_names_its_bundle(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given a session of 5 events (start, 3 steps, complete) archived by its policy
+    _session(engine, "s-old", steps=3)
+    head = engine.get_session("s-old")
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    # When it is read at its head, that is its base's state
+    assert engine.get_session("s-old", version=head.version) == head
+    # Then a replay at an earlier version or a time, and a fork from an earlier version, need the
+    # events: each says where they are (exit 3 / 404 as not found), not that the session is unknown
+    for read in (
+        lambda: engine.get_session("s-old", version=2),
+        lambda: engine.get_session("s-old", as_of=START + timedelta(days=5)),
+        lambda: engine.fork_session("s-old", 2, "s-old-fork"),
+    ):
+        with pytest.raises(SessionArchived) as refused:
+            read()
+        assert refused.value.bundle == bundle
+    # and the fork appended nothing
+    with pytest.raises(SessionNotFound, match="s-old-fork' not found"):
+        engine.get_session("s-old-fork")
+    engine.restore_sessions(bundle)
+    assert engine.get_session("s-old", version=2).step_count == 1
