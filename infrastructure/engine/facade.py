@@ -488,12 +488,21 @@ class Engine:
     ) -> SessionState:
         """The session now, at a version, or as it was at a moment (not both).
 
-        An archived session reads now and at its last version from its base; an earlier version or
-        a moment needs its events: SessionArchived, naming the bundle that holds them."""
+        An archived session reads now, at its last version and as of a moment at or after its last
+        event from its base; an earlier version or moment needs its events: SessionArchived,
+        naming the bundle that holds them."""
         if version is None and as_of is None:
             return self.sessions.get(session_id, version, as_of)
-        with self._archived_as_such(session_id):
-            return self.sessions.get(session_id, version, as_of)
+        try:
+            with self._archived_as_such(session_id):
+                return self.sessions.get(session_id, version, as_of)
+        except SessionArchived:
+            if as_of is None:
+                raise
+            head = self.sessions.get(session_id)
+            if head.updated_at <= as_of:  # the whole stream is the prefix
+                return head
+            raise
 
     def history(self, session_id: str) -> list[HistoryEntry]:
         """The session's events, oldest first (SessionArchived when retention moved them)."""

@@ -412,13 +412,16 @@ def test_a_replay_or_fork_before_an_archived_sessions_head_names_its_bundle(
     clock.now = START + timedelta(days=10)
     engine.retention.set_policy(WORKFLOW, 7)
     [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
-    # When it is read at its head, that is its base's state
+    # When it is read at its head, or as of a moment at or after its last event, that is its
+    # base's state
     assert engine.get_session("s-old", version=head.version) == head
+    assert engine.get_session("s-old", as_of=head.updated_at) == head
+    assert engine.get_session("s-old", as_of=START + timedelta(days=9)) == head
     # Then a replay at an earlier version or a time, and a fork from an earlier version, need the
     # events: each says where they are (exit 3 / 404 as not found), not that the session is unknown
     for read in (
         lambda: engine.get_session("s-old", version=2),
-        lambda: engine.get_session("s-old", as_of=START + timedelta(days=5)),
+        lambda: engine.get_session("s-old", as_of=head.updated_at - timedelta(microseconds=1)),
         lambda: engine.fork_session("s-old", 2, "s-old-fork"),
     ):
         with pytest.raises(SessionArchived) as refused:
