@@ -41,8 +41,12 @@ from flowledger.infrastructure.postgres.deadlines import (
     install_pool,
 )
 from flowledger.infrastructure.postgres.notify import Notifier, connect_like
-from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder, close_unfinished
-from flowledger.infrastructure.postgres.stream_reads import event_reads, snapshot_reads, stream_query
+from flowledger.infrastructure.postgres.recorder import (
+    FlowledgerApplicationRecorder,
+    close_unfinished,
+    stored_events,
+)
+from flowledger.infrastructure.postgres.stream_reads import event_reads, read_stream, snapshot_reads
 
 
 class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
@@ -74,22 +78,17 @@ class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
     def _select(
         self, originator_id: UUID | str, gt: int | None, lte: int | None, desc: bool, limit: int | None
     ) -> list[StoredEvent]:
-        # The library's statement, but not prepared at its first run on a connection: a new
-        # pooled connection has it prepared already (stream_reads.py).
-        statement, params = stream_query(
-            self.select_events_statement, originator_id, gt=gt, lte=lte, desc=desc, limit=limit
+        # The library's statement, not prepared at its first run (stream_reads.py).
+        rows = read_stream(
+            self.datastore,
+            self.select_events_statement,
+            originator_id,
+            gt=gt,
+            lte=lte,
+            desc=desc,
+            limit=limit,
         )
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            rows = curs.execute(statement, params, prepare=None).fetchall()
-        return [
-            StoredEvent(
-                originator_id=row["originator_id"],
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=bytes(row["state"]),
-            )
-            for row in rows
-        ]
+        return stored_events(rows)
 
 
 class FlowledgerProcessRecorder(PostgresProcessRecorder, FlowledgerApplicationRecorder):

@@ -74,7 +74,7 @@ from flowledger.infrastructure.postgres.literal_append import append_then_commit
 from flowledger.infrastructure.postgres.migrations import create_event_log, force_sequence_cache_1
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
-from flowledger.infrastructure.postgres.stream_reads import stream_query
+from flowledger.infrastructure.postgres.stream_reads import read_stream
 from flowledger.infrastructure.postgres.watchdog import watching
 
 _CLOSE_AFTER = (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.QueryCanceled)
@@ -453,13 +453,15 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
     def _select_events(
         self, originator_id: UUID | str, gt: int | None, lte: int | None, desc: bool, limit: int | None
     ) -> list[StoredEvent]:
-        statement, params = stream_query(
-            self.select_events_statement, originator_id, gt=gt, lte=lte, desc=desc, limit=limit
+        rows = read_stream(
+            self.datastore,
+            self.select_events_statement,
+            originator_id,
+            gt=gt,
+            lte=lte,
+            desc=desc,
+            limit=limit,
         )
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            # psycopg prepares a statement at its 5th run on a connection (never behind
-            # PgBouncer); a new pooled connection has these prepared already (stream_reads.py).
-            rows = curs.execute(statement, params, prepare=None).fetchall()
         chain = self.chain
         if chain is not None and rows:
             newest = rows[0] if desc else rows[-1]
@@ -467,7 +469,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 chain.note_head(
                     newest["originator_id"], newest["originator_version"], bytes(newest["event_hash"])
                 )
-        return _stored(rows)
+        return stored_events(rows)
 
     def select_notifications(
         self,
@@ -548,7 +550,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         def read() -> list[StoredEvent]:
             with self.datastore.get_connection() as conn, conn.cursor() as curs:
                 rows = curs.execute(self.sql_events_after, (ids, versions), prepare=self.prepare).fetchall()
-            return _stored(rows)
+            return stored_events(rows)
 
         return self._within_deadline(read)
 
@@ -561,7 +563,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         statement = pg_sql.select_events_containing(self.datastore.schema, self.events_table_name)
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             rows = curs.execute(statement, (originator_id, topic, needle), prepare=self.prepare).fetchall()
-        return _stored(rows)
+        return stored_events(rows)
 
     def max_notification_id(self) -> int | None:
         """The highest notification id a reader may consume up to now."""
@@ -637,7 +639,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         return FlowledgerSubscription(recorder=self, gt=gt, topics=topics)
 
 
-def _stored(rows: list[Any]) -> list[StoredEvent]:
+def stored_events(rows: list[Any]) -> list[StoredEvent]:
     """Rows of the events table (dict rows) as the library's stored events."""
     return [
         StoredEvent(

@@ -20,6 +20,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Composed
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,24 @@ def stream_query(
         params.append(limit)
         statement += SQL(" LIMIT %s")
     return statement, params
+
+
+def read_stream(
+    datastore: PostgresDatastore,
+    select: Composed,
+    originator_id: UUID | str,
+    *,
+    gt: int | None = None,
+    lte: int | None = None,
+    desc: bool = False,
+    limit: int | None = None,
+) -> list[Any]:
+    """The stream's rows (dict rows), read as ``stream_query`` composes them. Not prepared at
+    the first run: psycopg prepares a statement at its 5th on a connection (never behind
+    PgBouncer), and a new pooled connection has these prepared already (``warm_up``)."""
+    statement, params = stream_query(select, originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+    with datastore.get_connection() as conn, conn.cursor() as curs:
+        return curs.execute(statement, params, prepare=None).fetchall()
 
 
 def event_reads(select: Composed) -> list[StreamQuery]:
