@@ -79,15 +79,7 @@ class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
         self, originator_id: UUID | str, gt: int | None, lte: int | None, desc: bool, limit: int | None
     ) -> list[StoredEvent]:
         # The library's statement, not prepared at its first run (stream_reads.py).
-        rows = read_stream(
-            self.datastore,
-            self.select_events_statement,
-            originator_id,
-            gt=gt,
-            lte=lte,
-            desc=desc,
-            limit=limit,
-        )
+        rows = read_stream(self, originator_id, gt, lte, desc, limit)
         return stored_events(rows)
 
 

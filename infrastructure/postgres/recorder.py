@@ -453,15 +453,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
     def _select_events(
         self, originator_id: UUID | str, gt: int | None, lte: int | None, desc: bool, limit: int | None
     ) -> list[StoredEvent]:
-        rows = read_stream(
-            self.datastore,
-            self.select_events_statement,
-            originator_id,
-            gt=gt,
-            lte=lte,
-            desc=desc,
-            limit=limit,
-        )
+        rows = read_stream(self, originator_id, gt, lte, desc, limit)
         chain = self.chain
         if chain is not None and rows:
             newest = rows[0] if desc else rows[-1]

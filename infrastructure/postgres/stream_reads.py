@@ -20,7 +20,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from eventsourcing.postgres import PostgresDatastore
+from eventsourcing.postgres import PostgresAggregateRecorder
 from psycopg.sql import SQL, Composed
 
 log = logging.getLogger(__name__)
@@ -58,20 +58,20 @@ def stream_query(
 
 
 def read_stream(
-    datastore: PostgresDatastore,
-    select: Composed,
+    recorder: PostgresAggregateRecorder,
     originator_id: UUID | str,
-    *,
-    gt: int | None = None,
-    lte: int | None = None,
-    desc: bool = False,
-    limit: int | None = None,
+    gt: int | None,
+    lte: int | None,
+    desc: bool,
+    limit: int | None,
 ) -> list[Any]:
-    """The stream's rows (dict rows), read as ``stream_query`` composes them. Not prepared at
-    the first run: psycopg prepares a statement at its 5th on a connection (never behind
-    PgBouncer), and a new pooled connection has these prepared already (``warm_up``)."""
+    """The stream's rows (dict rows) from ``recorder``'s table, read as ``stream_query``
+    composes them. Not prepared at the first run: psycopg prepares a statement at its 5th on
+    a connection (never behind PgBouncer), and a new pooled connection has these prepared
+    already (``warm_up``)."""
+    select = recorder.select_events_statement
     statement, params = stream_query(select, originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
-    with datastore.get_connection() as conn, conn.cursor() as curs:
+    with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
         return curs.execute(statement, params, prepare=None).fetchall()
 
 
