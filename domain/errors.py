@@ -32,7 +32,9 @@ FlowledgerError
 │   │                          bug; carries ``stream`` and ``version``
 │   ├── StoredEventUnreadable  a row no longer reads back as an event; carries ``topic``
 │   │                          and ``reason``
-│   └── StoredEventMissing     a version is missing between two others (a row deleted)
+│   ├── StoredEventMissing     a version is missing between two others (a row deleted)
+│   └── ArchivedBaseForged     an archived session's retention base does not match its seal
+│                              (its projection rows edited); carries ``session_id``
 ├── BudgetError                carries ``budget_id``
 │   ├── BudgetNotFound
 │   └── BudgetExceeded         a call's estimate would take an enforced budget past its
@@ -135,6 +137,21 @@ class StoredEventMissing(LogDamaged):
             f"a stored event is missing: stream {stream} version {version} (the next stored is {found})",
         )
         self.found = found
+
+
+class ArchivedBaseForged(LogDamaged):
+    """An archived session's retention base does not match its seal (docs/retention.md): its
+    projection rows, or another sealed field, were changed in the database (or it was sealed
+    under another chain key). A projection build refuses to fold such rows in."""
+
+    def __init__(self, stream: str, version: int, session_id: str) -> None:
+        super().__init__(
+            stream,
+            version,
+            f"the retention base of archived session {session_id!r} (stream {stream}, through"
+            f" version {version}) does not match its seal: its rows are not taken into a projection build",
+        )
+        self.session_id = session_id
 
 
 class SessionError(FlowledgerError):

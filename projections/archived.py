@@ -13,20 +13,31 @@ derived (roll-ups) and left to ``rebased``. A base captured under another schema
 the projection (not one of its ``base_versions``, whose rows fit unchanged) is not used (its
 rows may not fit the new tables): restore such sessions from their bundles before
 rebuilding (``flowledger retention restore``).
+
+The rows are taken only from bases whose seal checks under the chain key (``key``, the
+engine's: ``projector_for`` passes it): a base whose rows were edited in the database (a cost
+0.01 made 5.55) is ``ArchivedBaseForged``, and the build is not made. Bases sealed before the
+seal covered their rows (``v1``) still fold, their rows unproven, as ``audit verify`` accepts
+them. A projector without a key folds no bases: it refuses when there are some to fold.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from psycopg import Cursor
-from psycopg.sql import SQL, Identifier, Literal
+from psycopg.sql import SQL, Composed, Identifier, Literal
 
+from flowledger.domain.errors import ArchivedBaseForged, ValidationError
+from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.projections.base import Projection
 
 BASES = "flowledger_retention_bases"
 """The bases table in the event store's schema (``infrastructure/postgres/retention.py``)."""
+ChainKey = Callable[[], bytes]
+"""Gives the chain key the bases are sealed under (read when there are bases to check)."""
 VIA: dict[str, tuple[str, str, str]] = {"workflow_executions": ("workflow_states", "workflow_id", "id")}
 """Tables without ``originator_id``, reached through another table: (table, column, its key)."""
 
@@ -36,9 +47,15 @@ def tables_of(projection: Projection) -> list[str]:
     return re.findall(r"CREATE TABLE \{s\}\.(\w+)", projection.ddl)
 
 
-def fold_bases(cur: Cursor[Any], store: str, projection: Projection, schema: str) -> int:
+def fold_bases(
+    cur: Cursor[Any], store: str, projection: Projection, schema: str, key: ChainKey | None
+) -> int:
     """Put the archived sessions' rows of ``projection`` into the empty build ``schema``; how
-    many sessions' rows it took (0 when the store has no bases)."""
+    many sessions' rows it took (0 when the store has no bases).
+
+    Raises ``ArchivedBaseForged`` for the first base (by session id) whose seal does not check
+    under ``key``, and ``ValidationError`` when there are bases to fold and no ``key``; the
+    caller's transaction then rolls the build back."""
     cur.execute(
         "SELECT to_regclass(%s)", [SQL("{}.{}").format(Identifier(store), Identifier(BASES)).as_string(cur)]
     )
@@ -55,6 +72,7 @@ def fold_bases(cur: Cursor[Any], store: str, projection: Projection, schema: str
     sessions = int(row[0]) if row else 0
     if not sessions:
         return 0
+    _check_seals(cur, store, fits, key)
     for table in tables_of(projection):
         target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
         cur.execute(
@@ -66,6 +84,26 @@ def fold_bases(cur: Cursor[Any], store: str, projection: Projection, schema: str
         )
     projection.rebased(cur, schema)
     return sessions
+
+
+def _check_seals(cur: Cursor[Any], store: str, fits: Composed, key: ChainKey | None) -> None:
+    """Refuse the bases ``fits`` selects unless each one's seal checks; they stay locked (FOR
+    SHARE) to the end of the transaction, so the rows folded are the rows checked."""
+    if key is None:
+        raise ValidationError(
+            "chain_key",
+            "archived sessions' bases cannot be checked without the chain key, so their rows are"
+            " not taken into a build: build the projector with chain_key (projector_for does)",
+        )
+    cur.execute(
+        SQL("SELECT b.stream_id FROM {}.{} b WHERE {}").format(Identifier(store), Identifier(BASES), fits)
+    )
+    streams = [row[0] for row in cur.fetchall()]
+    stored = RetentionTables(store).bases(cur.connection, key(), streams, lock=True)
+    forged = sorted((s.base for s in stored.values() if not s.sealed), key=lambda b: b.session_id)
+    if forged:
+        base = forged[0]
+        raise ArchivedBaseForged(str(base.stream_id), base.through_version, base.session_id)
 
 
 def capture(cur: Cursor[Any], projection: Projection, schema: str) -> dict[Any, dict[str, Any]]:

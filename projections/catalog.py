@@ -29,7 +29,7 @@ import psycopg
 from psycopg import Connection, Cursor, sql
 
 from flowledger.domain.errors import ValidationError
-from flowledger.projections.archived import fold_bases
+from flowledger.projections.archived import ChainKey, fold_bases
 from flowledger.projections.base import Projection
 from flowledger.projections.sql import q
 
@@ -148,9 +148,11 @@ def _control_ready(conn: Connection[Any], names: Names) -> bool:
     return bool(row and row[0])
 
 
-def create_build(cur: Cursor[Any], names: Names, projection: Projection, kind: str) -> str:
+def create_build(
+    cur: Cursor[Any], names: Names, projection: Projection, kind: str, *, key: ChainKey | None
+) -> str:
     """Create a fresh build schema at position 0, holding only the rows of archived sessions
-    (``archived.py``); return its name."""
+    whose bases' seals check under the chain ``key`` (``archived.py``); return its name."""
     if kind == "scratch":
         schema = names.scratch(projection.name)
         drop_build(cur, names, schema)
@@ -161,7 +163,7 @@ def create_build(cur: Cursor[Any], names: Names, projection: Projection, kind: s
         schema = names.build(projection.name, int(row[0]))
     cur.execute(q("CREATE SCHEMA {s}", schema))
     projection.create(cur, schema)
-    fold_bases(cur, names.store, projection, schema)
+    fold_bases(cur, names.store, projection, schema, key)
     cur.execute(
         q(
             "INSERT INTO {s}.builds (schema_name, projection, kind, schema_version) VALUES (%s, %s, %s, %s)",
@@ -240,9 +242,12 @@ def _role(cur: Cursor[Any], oid: int) -> str:
     return str(row[0]) if row else str(oid)
 
 
-def install(conn: Connection[Any], names: Names, projections: list[Projection]) -> None:
+def install(
+    conn: Connection[Any], names: Names, projections: list[Projection], *, key: ChainKey | None
+) -> None:
     """Give every projection that has no live build, or a live build of an older schema
-    version, an empty one at position 0 (the next catch-up fills it from the first event)."""
+    version, an empty one at position 0 (the next catch-up fills it from the first event);
+    it starts with the archived sessions' rows, their bases checked under ``key``."""
     ensure_control(conn, names)
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock_key(names.store, "ddl")])
@@ -258,12 +263,14 @@ def install(conn: Connection[Any], names: Names, projections: list[Projection]) 
             schema, version = live.get(projection.name, (None, None))
             if version == projection.schema_version:
                 continue
-            point_views(cur, names, projection, create_build(cur, names, projection, "live"))
+            point_views(cur, names, projection, create_build(cur, names, projection, "live", key=key))
             if schema is not None:
                 drop_build(cur, names, schema)
 
 
-def tenant_reader(conn: Connection[Any], names: Names, projections: list[Projection], tenant: str) -> str:
+def tenant_reader(
+    conn: Connection[Any], names: Names, projections: list[Projection], tenant: str, *, key: ChainKey | None
+) -> str:
     """A schema of views that show one tenant's rows of every exposed table; returns its name.
 
     For plain SQL (the seed article's dashboard queries, psql, Grafana): with ``SET
@@ -271,7 +278,7 @@ def tenant_reader(conn: Connection[Any], names: Names, projections: list[Project
     over the reader views, so they survive rebuilds and switches. Grant a tenant's role
     USAGE on its schema and SELECT on its views, not on ``<schema>_read``.
     """
-    install(conn, names, projections)
+    install(conn, names, projections, key=key)
     schema = names.tenant(tenant)
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock_key(names.store, "ddl")])

@@ -35,7 +35,7 @@ def follow(
     projections = projector.select(wanted)
     resolve = projector.live(projections)
     with projector.connect() as conn:
-        install(conn, projector.names, projections)
+        install(conn, projector.names, projections, key=projector.chain_key)
         applied = projector.drive(conn, resolve, on_batch=on_batch)
         with conn.cursor() as cur:
             targets = resolve(cur)

@@ -26,6 +26,7 @@ from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.database import as_snapshot_reader
 from flowledger.projections import dead_letters
+from flowledger.projections.archived import ChainKey
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.calls import call_of
 from flowledger.projections.catalog import Names, active_schemas, install
@@ -66,6 +67,7 @@ class Projector:
         pgbouncer: bool = False,
         deadline_s: float = 15.0,
         connect_timeout_s: float | None = None,
+        chain_key: ChainKey | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValidationError("batch_size", f"must be >= 1, got {batch_size}")
@@ -87,6 +89,9 @@ class Projector:
         self.mapper = mapper
         self.projections = list(projections)
         self.batch_size = batch_size
+        self.chain_key = chain_key
+        """Gives the chain key archived sessions' bases are checked under before a new build
+        takes their rows (``archived.py``); None: a build over a store with bases is refused."""
 
     def connect(self) -> Connection[Any]:
         """A new autocommit connection; transactions are opened explicitly."""
@@ -171,7 +176,7 @@ class Projector:
         """Bring the live builds up to the head of the log; return how many notifications were read."""
         projections = self.select(wanted)
         with self.connect() as conn:
-            install(conn, self.names, projections)
+            install(conn, self.names, projections, key=self.chain_key)
             return self.drive(
                 conn, self.live(projections), progress=progress, on_batch=on_batch, max_batches=max_batches
             )

@@ -77,8 +77,9 @@ def rebuild(
 
     The old builds stay live (and followed) until the switch, which catches the new
     builds up to the head and replaces the views in one transaction. Returns the new schemas.
-    A log with a row deleted from a stream's middle is ``StoredEventMissing``: the readers
-    keep the builds they had, and the new ones are dropped.
+    A log with a row deleted from a stream's middle is ``StoredEventMissing``, an archived
+    session's base that does not match its seal ``ArchivedBaseForged``: the readers keep the
+    builds they had, and the new ones are dropped (never made, for the latter).
     """
     projections = projector.select(wanted)
     names = projector.names
@@ -95,7 +96,9 @@ def rebuild(
             )
             for (stale,) in cur.fetchall():
                 drop_build(cur, names, stale)
-            targets = [Target(p, create_build(cur, names, p, "build")) for p in projections]
+            targets = [
+                Target(p, create_build(cur, names, p, "build", key=projector.chain_key)) for p in projections
+            ]
         try:
             projector.drive(conn, _fixed(targets), progress=progress)
             with conn.transaction(), conn.cursor() as cur:
@@ -141,12 +144,14 @@ def verify(
     names = projector.names
     differences: list[Difference] = []
     with projector.connect() as conn, _exclusive(conn, names.store, [p.name for p in projections]):
-        install(conn, names, projections)
+        install(conn, names, projections, key=projector.chain_key)
         for projection in projections:
             head = projector.head()
             why = _catch_up(projector, conn, projection)
             with conn.transaction(), conn.cursor() as cur:
-                target = Target(projection, create_build(cur, names, projection, "scratch"))
+                target = Target(
+                    projection, create_build(cur, names, projection, "scratch", key=projector.chain_key)
+                )
             try:
                 position, found = _compare_when_aligned(projector, conn, target, progress, limit)
             finally:

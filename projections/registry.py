@@ -24,7 +24,8 @@ def all_projections() -> list[Projection]:
 def projector_for(
     engine: Engine, *, batch_size: int = 2000, projections: Sequence[Projection] | None = None
 ) -> Projector:
-    """A projector over ``engine``'s log; it reads through the engine's recorder and mapper."""
+    """A projector over ``engine``'s log; it reads through the engine's recorder and mapper, and
+    checks archived sessions' bases under the engine's chain key (``archived.py``)."""
     if engine.database_url == MEMORY_URL:
         raise ValidationError(
             "database_url", "projections are PostgreSQL tables: the engine needs a PostgreSQL database"
@@ -40,10 +41,11 @@ def projector_for(
         pgbouncer=engine.settings.pgbouncer,
         deadline_s=engine.settings.operation_deadline_s,
         connect_timeout_s=engine.settings.connect_deadline_s,
+        chain_key=lambda: engine.audit.chain_key,
     )
 
 
 def tenant_views(projector: Projector, tenant: str) -> str:
     """A schema of views showing only ``tenant``'s rows of every read model (see ``tenant_reader``)."""
     with projector.connect() as conn:
-        return tenant_reader(conn, projector.names, projector.projections, tenant)
+        return tenant_reader(conn, projector.names, projector.projections, tenant, key=projector.chain_key)

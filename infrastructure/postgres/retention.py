@@ -257,10 +257,15 @@ class RetentionTables:
         streams: Iterable[UUID] | None = None,
         *,
         with_rows: bool = False,
+        lock: bool = False,
     ) -> dict[UUID, StoredBase]:
         """The stored bases (of ``streams``, or all), each with whether its seal checks; their
-        projection rows only ``with_rows`` (else empty; their digest is checked either way)."""
-        where = SQL(" WHERE stream_id = ANY(%s)") if streams is not None else SQL("")
+        projection rows only ``with_rows`` (else empty; their digest is checked either way).
+        With ``lock``, the rows are held (FOR SHARE) until the transaction ends, so what was
+        checked is what a later statement of it reads."""
+        where: SQL | Composed = SQL(" WHERE stream_id = ANY(%s)") if streams is not None else SQL("")
+        if lock:
+            where = SQL("{} FOR SHARE").format(where)
         params: list[Any] = [list(streams)] if streams is not None else []
         rows_column = SQL("projection_rows") if with_rows else SQL("'{}'::jsonb")
         rows = conn.execute(

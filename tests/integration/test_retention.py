@@ -17,6 +17,7 @@ from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage
 from flowledger.domain.errors import (
+    ArchivedBaseForged,
     AuditError,
     SessionArchived,
     SessionExpired,
@@ -27,12 +28,13 @@ from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.retention import RetentionTables
-from flowledger.projections import projector_for
+from flowledger.projections import Projector, projector_for, status
 from flowledger.projections.rebuild import rebuild, verify
 from flowledger.projections.retention import archive
 from flowledger.verify import verify_bundle
-from tests.conftest import make_settings
+from tests.conftest import TEST_KEY_DIR, make_settings
 from tests.integration.conftest import CLOCK_START
+from tests.support.cli import run_cli
 from tests.support.clock import SetClock
 from tests.support.partitions import both_layouts
 
@@ -291,11 +293,99 @@ def test_a_cost_edited_in_a_bases_projection_rows_is_named(
     assert [(f.kind, f.name) for f in findings] == [("forged", "s-1"), ("deleted", None)]
 
 
+def _edit_costs(engine: Engine, old: str, new: str) -> None:
+    """Replace ``old`` by ``new`` in every base's projection rows, in SQL (as an intruder would)."""
+    with psycopg.connect(engine.database_url) as conn:
+        conn.execute(
+            SQL(
+                "UPDATE {}.flowledger_retention_bases"
+                " SET projection_rows = replace(projection_rows::text, %s, %s)::jsonb"
+            ).format(Identifier(engine.settings.schema)),
+            [old, new],
+        )
+
+
+def test_a_rebuild_refuses_a_base_whose_projection_rows_were_edited(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given an archived session (s-1) and an open one, projected; then a cost in the archived
+    # session's base edited in the database (0.0012 -> 5.55)
+    _archived_bundle(engine, clock, tmp_path)
+    _session(engine, "s-2", steps=2, close=None)
+    projector = projector_for(engine)
+    projector.catch_up()
+    before = _dashboard(engine)
+    _edit_costs(engine, '"cost_usd": 0.0012', '"cost_usd": 5.55')
+    # When the projections are rebuilt (or verified against a scratch rebuild)
+    with pytest.raises(ArchivedBaseForged) as raised:
+        rebuild(projector)
+    # Then the error names the session and its stream (before: exit 0, the dashboard at 5.55)
+    stream = str(engine.session_uuid("s-1"))
+    assert (raised.value.session_id, raised.value.stream) == ("s-1", stream)
+    assert f"archived session 's-1' (stream {stream}" in str(raised.value)
+    assert "does not match its seal" in str(raised.value)
+    with pytest.raises(ArchivedBaseForged):
+        verify(projector)
+    # And nothing is half-written: the readers keep their builds, no other build is left
+    assert _dashboard(engine) == before
+    assert {b.state for b in status(projector)} == {"live"}
+    # And with the rows put back as sealed, the rebuild goes through and shows the same totals
+    _edit_costs(engine, '"cost_usd": 5.55', '"cost_usd": 0.0012')
+    rebuild(projector)
+    assert _dashboard(engine) == before
+    assert verify(projector) == []
+
+
+def test_a_cli_rebuild_over_an_edited_base_exits_65_naming_the_session(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given an archived session whose base's rows were edited in the database
+    _archived_bundle(engine, clock, tmp_path)
+    projector_for(engine).catch_up()
+    before = _dashboard(engine)
+    _edit_costs(engine, '"cost_usd": 0.0012', '"cost_usd": 5.55')
+    # When `flowledger projections rebuild` runs with the engine's chain key
+    keys = {"FLOWLEDGER_AUDIT_KEY_DIR": str(TEST_KEY_DIR)}
+    result = run_cli(engine.database_url, engine.settings.schema, "projections", "rebuild", env=keys)
+    # Then it exits 65 (bad data, as for a deleted row) with one line naming the session
+    assert result.returncode == 65, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "archived session 's-1'" in line
+    assert "does not match its seal" in line
+    assert _dashboard(engine) == before
+
+
+def test_a_rebuild_without_the_chain_key_folds_no_base(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given an archived session with its base intact
+    _archived_bundle(engine, clock, tmp_path)
+    projector_for(engine).catch_up()
+    before = _dashboard(engine)
+    # When a projector built without the chain key rebuilds: refused, nothing changed
+    keyless = projector_for(engine)
+    keyless.chain_key = None
+    with pytest.raises(ValidationError) as raised:
+        rebuild(keyless)
+    assert raised.value.field == "chain_key"
+    assert _dashboard(engine) == before
+    # And a CLI process whose key directory holds another key (a new one is made there on
+    # first use) cannot prove the base either: refused as forged, nothing changed
+    other = {"FLOWLEDGER_AUDIT_KEY_DIR": str(tmp_path / "other-keys")}
+    result = run_cli(engine.database_url, engine.settings.schema, "projections", "rebuild", env=other)
+    assert result.returncode == 65, result.stderr
+    assert "archived session 's-1'" in result.stderr
+    assert _dashboard(engine) == before
+
+
 def test_a_base_sealed_before_its_rows_were_sealed_still_verifies(
     engine: Engine, clock: SetClock, tmp_path: Path
 ) -> None:
     # Given a base as an earlier version sealed it (over every field but the projection rows)
     _archived_bundle(engine, clock, tmp_path)
+    projector: Projector = projector_for(engine)
+    projector.catch_up()
+    before = _dashboard(engine)
     tables = RetentionTables(engine.settings.schema)
     with psycopg.connect(engine.database_url) as conn:
         [stored] = tables.bases(conn, engine.audit.chain_key).values()
@@ -310,6 +400,9 @@ def test_a_base_sealed_before_its_rows_were_sealed_still_verifies(
     report = verify_chain(engine.audit)
     assert report.ok, [f.describe() for f in report.findings]
     assert report.archived == 1
+    # And a rebuild still takes its rows (unproven by the seal: docs/retention.md)
+    rebuild(projector)
+    assert _dashboard(engine) == before
 
 
 def test_rows_deleted_without_a_base_are_still_found(engine: Engine) -> None:
