@@ -36,6 +36,8 @@ from flowledger.projections.base import Projection
 
 BASES = "flowledger_retention_bases"
 """The bases table in the event store's schema (``infrastructure/postgres/retention.py``)."""
+CHECK_BATCH = 2000
+"""Bases read (and their seals checked) at a time."""
 ChainKey = Callable[[], bytes]
 """Gives the chain key the bases are sealed under (read when there are bases to check)."""
 VIA: dict[str, tuple[str, str, str]] = {"workflow_executions": ("workflow_states", "workflow_id", "id")}
@@ -99,10 +101,13 @@ def _check_seals(cur: Cursor[Any], store: str, fits: Composed, key: ChainKey | N
         SQL("SELECT b.stream_id FROM {}.{} b WHERE {}").format(Identifier(store), Identifier(BASES), fits)
     )
     streams = [row[0] for row in cur.fetchall()]
-    stored = RetentionTables(store).bases(cur.connection, key(), streams, lock=True)
-    forged = sorted((s.base for s in stored.values() if not s.sealed), key=lambda b: b.session_id)
+    tables, secret = RetentionTables(store), key()
+    forged = []
+    for start in range(0, len(streams), CHECK_BATCH):  # bounded memory: snapshots are read too
+        stored = tables.bases(cur.connection, secret, streams[start : start + CHECK_BATCH], lock=True)
+        forged += [s.base for s in stored.values() if not s.sealed]
     if forged:
-        base = forged[0]
+        base = min(forged, key=lambda b: b.session_id)
         raise ArchivedBaseForged(str(base.stream_id), base.through_version, base.session_id)
 
 

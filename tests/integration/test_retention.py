@@ -28,7 +28,7 @@ from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.retention import RetentionTables
-from flowledger.projections import Projector, projector_for, status
+from flowledger.projections import Projector, archived, projector_for, status
 from flowledger.projections.rebuild import rebuild, verify
 from flowledger.projections.retention import archive
 from flowledger.verify import verify_bundle
@@ -334,6 +334,30 @@ def test_a_rebuild_refuses_a_base_whose_projection_rows_were_edited(
     rebuild(projector)
     assert _dashboard(engine) == before
     assert verify(projector) == []
+
+
+def test_the_edited_base_among_several_is_the_one_named(
+    engine: Engine, clock: SetClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three archived sessions, their bases checked one at a time, and only s-3's edited
+    for session_id in ("s-1", "s-2", "s-3"):
+        _session(engine, session_id, steps=2)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    assert archive(engine, projector_for(engine), tmp_path).sessions == 3
+    monkeypatch.setattr(archived, "CHECK_BATCH", 1)
+    with psycopg.connect(engine.database_url) as conn:
+        conn.execute(
+            SQL(
+                "UPDATE {}.flowledger_retention_bases"
+                " SET projection_rows = replace(projection_rows::text, %s, %s)::jsonb WHERE session_id = %s"
+            ).format(Identifier(engine.settings.schema)),
+            ['"cost_usd": 0.0012', '"cost_usd": 5.55', "s-3"],
+        )
+    # When rebuilt, Then the error names s-3, not the sessions whose bases check
+    with pytest.raises(ArchivedBaseForged) as raised:
+        rebuild(projector_for(engine))
+    assert raised.value.session_id == "s-3"
 
 
 def test_a_cli_rebuild_over_an_edited_base_exits_65_naming_the_session(
