@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.database import migrate_command
 from flowledger.infrastructure.postgres.migrations import SCHEMA_VERSION
 
-console = Console()
+console = cli_console()
 
 
 def migrate() -> None:

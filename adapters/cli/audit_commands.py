@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import fail, naming, reported_errors
 from flowledger.domain.errors import SessionArchived, ValidationError
 from flowledger.infrastructure import Engine
@@ -32,7 +32,7 @@ audit = typer.Typer(
     help="Prove the event log: its hash chain, signed checkpoints, bundles checked offline.",
     no_args_is_help=True,
 )
-console = Console(stderr=True)
+console = cli_console(stderr=True)
 PARTIAL_EXIT = 75
 """Like a database that did not answer: nothing is wrong that trying again will not fix."""
 MAX_SHOWN = 50

@@ -6,15 +6,15 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.budgets import Burn
 
-console = Console()
-notes = Console(stderr=True)
+console = cli_console()
+notes = cli_console(stderr=True)
 budgets_app = typer.Typer(
     help="Budgets in USD per tenant, user, session, workflow or model, per day, month or in total.",
     no_args_is_help=True,

@@ -17,9 +17,9 @@ from typing import NoReturn
 import click
 import psycopg
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.domain import errors
 from flowledger.infrastructure.outages import CONNECTION_ERRORS, unavailable
 from flowledger.infrastructure.postgres.database import forbidden, refused_privilege
@@ -99,7 +99,7 @@ def naming(path: Path) -> Iterator[None]:
         raise NotUtf8Text(path, error) from None
 
 
-_stderr = Console(stderr=True)
+_stderr = cli_console(stderr=True)
 _DELIBERATE = (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException)
 """Raised by commands on purpose (an exit code, a usage error): they subclass RuntimeError."""
 

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import fail, reported_errors
 from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
@@ -21,8 +22,8 @@ from flowledger.infrastructure.postgres.keys import PostgresKeyStore
 if TYPE_CHECKING:
     from flowledger.adapters.http.auth import Keyring
 
-console = Console()
-notes = Console(stderr=True)
+console = cli_console()
+notes = cli_console(stderr=True)
 keys_app = typer.Typer(
     help="API keys of the HTTP API: create (shown once), list, revoke.", no_args_is_help=True
 )

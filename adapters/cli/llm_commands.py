@@ -6,13 +6,13 @@ import asyncio
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.simulator.replies import FaultRates, SimulatorConfig
 from flowledger.domain.bounds import require_count
 
-console = Console()
+console = cli_console()
 
 
 def simulate_llm(

@@ -17,10 +17,10 @@ from typing import Annotated
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import naming, reported_errors
 from flowledger.adapters.llm.pricing import MAX_PRICE_FILE_BYTES, SHIPPED_FILE, read_price_file
 from flowledger.domain.errors import ValidationError
@@ -30,7 +30,7 @@ from flowledger.projections import projector_for
 from flowledger.projections.repricing import Change, Repricing
 from flowledger.projections.repricing_plan import apply, plan, recorded_costs
 
-console = Console()
+console = cli_console()
 prices_app = typer.Typer(help="The price table: show it, reprice recorded calls.", no_args_is_help=True)
 FileOption = Annotated[
     Path | None, typer.Option("--file", help="A price file (default: FLOWLEDGER_PRICING_FILE, else shipped).")

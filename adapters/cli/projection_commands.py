@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import fail, reported_errors, say_problem
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.llm.pricing import load_price_table
@@ -44,7 +45,7 @@ from flowledger.projections import (
 )
 from flowledger.projections.cost_queries import GROUPINGS
 
-console = Console()
+console = cli_console()
 projections_app = typer.Typer(
     help="Rebuild, follow, verify and inspect the read models.", no_args_is_help=True
 )

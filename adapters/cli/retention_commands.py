@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from flowledger.adapters.cli.audit_commands import json_records, refuse_malformed
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
@@ -23,8 +23,8 @@ from flowledger.projections import projector_for
 from flowledger.projections.retention import archive
 from flowledger.verify import BUNDLE_FORMAT
 
-console = Console()
-notes = Console(stderr=True)
+console = cli_console()
+notes = cli_console(stderr=True)
 retention_app = typer.Typer(
     help="Archive closed sessions past their workflow's retention to verified bundles; restore them.",
     no_args_is_help=True,

@@ -19,8 +19,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.keys_commands import keyring, keys_required
 from flowledger.adapters.llm.env_options import client_options_from_env
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # The web stack (FastAPI, uvicorn, the HTTP client, the simulator) is imported by ``serve``
 # itself: every other command starts without it (about half of a command's start-up).
 
-console = Console(stderr=True)
+console = cli_console(stderr=True)
 
 
 HTTP_PARSERS = ("auto", "h11", "httptools")

@@ -8,15 +8,15 @@ from datetime import datetime, timedelta
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.rendering import history_table, session_table
 from flowledger.domain.bounds import MAX_TTL, require_count
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 
-console = Console()
+console = cli_console()
 
 
 def history(session_id: Annotated[str, typer.Argument(help="The caller's session id.")]) -> None:

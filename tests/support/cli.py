@@ -70,13 +70,15 @@ def run_cli(
     *args: str,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
+    columns: int = 200,
 ) -> subprocess.CompletedProcess[str]:
-    """``flowledger *args`` on ``schema`` of ``database_url``, 200 columns wide, output captured
-    (``env``: more environment variables, set meanwhile)."""
+    """``flowledger *args`` on ``schema`` of ``database_url``, ``columns`` wide (200 unless
+    told: 80 is what rich assumes of a pipe), output captured (``env``: more environment
+    variables, set meanwhile)."""
     out, err = io.StringIO(), io.StringIO()
     with (
-        _patched_environ({**_environment(database_url, schema), **(env or {})}),
-        _wide_consoles(200),
+        _patched_environ({**_environment(database_url, schema), "COLUMNS": str(columns), **(env or {})}),
+        _wide_consoles(columns),
         chdir(cwd if cwd is not None else Path.cwd()),
         redirect_stdout(out),
         redirect_stderr(err),
