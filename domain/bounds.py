@@ -127,6 +127,25 @@ def require_name(field_name: str, value: Any) -> str:
     return value
 
 
+def require_tenant(value: Any) -> str:
+    """Raise ValidationError (field ``tenant``) unless ``value`` is a tenant's name: the one rule
+    for a tenant wherever it is given, an engine's (``Settings.tenant``, ``FLOWLEDGER_TENANT``,
+    ``--tenant``) and an API key's (``flowledger keys create``, ``FLOWLEDGER_API_KEYS``).
+
+    It is a name (``require_name``: not blank, at most 200 characters, no control characters),
+    so ``acme corp`` is one. Keys once took only letters, digits, '.', '_' and '-' (at most
+    100): a tenant the engine accepted and stored data for could then have no key, and the
+    HTTP API could never reach its data. A key's rule was widened rather than the engine's
+    narrowed: a narrower rule would lock data already written under a wider name out. Nothing
+    breaks for a wider key name: the tenant is never part of a URL, header or SQL name (its
+    views' schema is a hash of it); only ``FLOWLEDGER_API_KEYS`` cannot spell ':' or ',' in
+    one (its separators): such a tenant's key is made with ``flowledger keys create``.
+    The domain's checks of a tenant (``scoped_uuid``, a new session, task, agent or budget)
+    apply this same rule as ``require_name("tenant", ...)``.
+    """
+    return require_name("tenant", value)
+
+
 def require_id(field_name: str, value: Any) -> str:
     """Raise ValidationError unless ``value`` is a name (``require_name``) holding no ``/`` and
     not only dots: the id of a new session, task or agent, which URL paths address (clients

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from flowledger.domain.bounds import require_name
+from flowledger.domain.bounds import require_tenant
 from flowledger.domain.errors import ValidationError
 
 MEMORY_URL = "memory:"
@@ -120,7 +120,7 @@ class Settings:
     def __post_init__(self) -> None:
         if not isinstance(self.schema, str) or not _SCHEMA_NAME.match(self.schema):
             raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
-        require_name("tenant", self.tenant)  # not blank, no control characters, at most 200
+        require_tenant(self.tenant)  # not blank, no control characters, at most 200 (as a key's)
         if self.database_url is not None and self.database_url != MEMORY_URL:
             _require_conninfo("database_url", self.database_url)
         # Given as arguments, not read from the environment: checked as ``_count``/``_seconds``

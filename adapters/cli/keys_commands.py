@@ -13,7 +13,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import fail, reported_errors
-from flowledger.domain.bounds import require_name
+from flowledger.domain.bounds import require_tenant
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
@@ -79,7 +79,7 @@ def list_keys(
     """The keys, without their secrets."""
     with reported_errors():
         if tenant is not None:
-            require_name("tenant", tenant)
+            require_tenant(tenant)
         with _store() as store:
             keys = store.list(tenant, revoked=revoked)
     table = Table(title="API keys")

@@ -24,7 +24,7 @@ from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import fail, reported_errors, say_problem
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.llm.pricing import load_price_table
-from flowledger.domain.bounds import require_name
+from flowledger.domain.bounds import require_name, require_tenant
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.projections import (
@@ -60,7 +60,7 @@ TenantOption = Annotated[str | None, typer.Option(help=TENANT_HELP)]
 
 def _tenant(engine: Engine, tenant: str | None) -> str:
     """``--tenant`` (checked as a name, as everywhere a tenant is given), else the engine's."""
-    return engine.tenant if tenant is None else require_name("tenant", tenant)
+    return engine.tenant if tenant is None else require_tenant(tenant)
 
 
 @contextmanager
@@ -181,7 +181,7 @@ def _print_horizon(projector: Projector) -> None:
 def tenant_views_command(tenant: Annotated[str, typer.Argument(help="The tenant.")]) -> None:
     """Create (or refresh) a schema of views showing only one tenant's rows; print its name."""
     with reported_errors(), Engine() as engine:
-        console.print(tenant_views(projector_for(engine), require_name("tenant", tenant)), highlight=False)
+        console.print(tenant_views(projector_for(engine), require_tenant(tenant)), highlight=False)
 
 
 @projections_app.command("follow")

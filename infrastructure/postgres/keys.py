@@ -21,7 +21,7 @@ from typing import Any
 from psycopg import Connection, sql
 from psycopg.rows import dict_row
 
-from flowledger.domain.bounds import require_name
+from flowledger.domain.bounds import require_name, require_tenant
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.postgres.database import deadlines_of
 from flowledger.infrastructure.postgres.lazy_pool import LazyPool
@@ -31,7 +31,6 @@ ROLES = ("reader", "writer", "admin")
 """Each role may do what the ones before it may."""
 
 _TOKEN = re.compile(r"^flk_([a-z0-9]{12})_[A-Za-z0-9_-]{43}$")
-_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _DDL = """
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.api_keys (
@@ -72,11 +71,11 @@ def digest(token: str) -> bytes:
 
 
 def check_grant(tenant: str, role: str) -> None:
-    """Refuse an unknown role, or a tenant name that is not a short plain name."""
+    """Refuse an unknown role, or a tenant that could not be an engine's (``require_tenant``):
+    a key acts for a tenant's engine, so every tenant an engine may have can have a key."""
     if role not in ROLES:
         raise ValidationError("role", f"{role!r} is not one of {', '.join(ROLES)}")
-    if not _TENANT.match(tenant):
-        raise ValidationError("tenant", f"{tenant!r} is not a name of letters, digits, '.', '_' or '-'")
+    require_tenant(tenant)
 
 
 class StaticKeys:
