@@ -164,15 +164,9 @@ def serve(
     Model calls go to FLOWLEDGER_LLM_BASE_URL; without it (or with --simulate-llm)
     to the built-in simulator, which is announced on stderr.
     """
-    import uvicorn
-
-    from flowledger.adapters.http.app import create_app
-    from flowledger.adapters.http.middleware import log_requests
-    from flowledger.adapters.llm import OpenAICompatibleClient, WebhookNotifier
-    from flowledger.infrastructure import Engine
-
     with reported_errors():
-        # Every check first: a refusal must find nothing started (no simulator, no engine).
+        # Every check first: a refusal must find nothing started (no simulator, no engine),
+        # and need not wait for the server's imports (uvicorn, FastAPI, aiohttp: about 2 s).
         require_count("port", port, most=65535)
         loop_name, run = loop_runner(loop)
         parser = http_parser(http)
@@ -185,6 +179,13 @@ def serve(
         except BaseException:
             keys.close()  # the app would have closed it; it never runs
             raise
+        import uvicorn
+
+        from flowledger.adapters.http.app import create_app
+        from flowledger.adapters.http.middleware import log_requests
+        from flowledger.adapters.llm import OpenAICompatibleClient, WebhookNotifier
+        from flowledger.infrastructure import Engine
+
         with _llm_settings(base, simulate_llm or not base.llm_base_url) as settings:
             engine = Engine(
                 settings=settings,
