@@ -4,7 +4,6 @@ append used, sessions retention archived) do not."""
 
 from __future__ import annotations
 
-import threading
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -15,7 +14,8 @@ from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage, StoredEventMissing
 from flowledger.infrastructure import Engine
-from flowledger.projections import Projector, follow, projector_for, rebuild, status
+from flowledger.projections import Projector, projector_for, rebuild, status
+from tests.support.following import following
 from tests.support.partitions import both_layouts
 
 pytestmark = pytest.mark.postgres
@@ -109,19 +109,7 @@ def test_a_follower_stops_on_a_row_deleted_before_it_applied_it(
 ) -> None:
     steps(pg_engine, "damaged", 2)
     damaged = pg_engine.session_uuid("damaged")
-    stop, ready, errors = threading.Event(), threading.Event(), []
-
-    def run() -> None:
-        try:
-            follow(projector, stop=stop, ready=ready)
-        except BaseException as error:  # surfaced below
-            errors.append(error)
-            ready.set()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(15)
-    try:
+    with following(projector) as follower:
         # The follower waits on the tracking rows while versions 4 and 5 arrive and 4 is deleted
         with psycopg.connect(pg_engine.database_url) as holder:
             builds = SQL("SELECT 1 FROM {}.builds FOR UPDATE").format(Identifier(projector.names.control))
@@ -129,10 +117,8 @@ def test_a_follower_stops_on_a_row_deleted_before_it_applied_it(
             pg_engine.record_step("damaged", "later", usage=USED)
             pg_engine.record_step("damaged", "later-2", usage=USED)
             delete_version(pg_engine, damaged, 4)
-        thread.join(15)
-    finally:
-        stop.set()
-        thread.join(10)
+        follower.thread.join(15)
+    errors = follower.errors
     assert len(errors) == 1, errors
     assert isinstance(errors[0], StoredEventMissing)
     assert (errors[0].stream, errors[0].version) == (str(damaged), 4)

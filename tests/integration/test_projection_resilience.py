@@ -4,7 +4,6 @@ tenant-scoped analytics, and switches that keep grants and users' views."""
 from __future__ import annotations
 
 import secrets
-import threading
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -25,7 +24,6 @@ from flowledger.projections import (
     Projector,
     dashboard,
     dead_letters,
-    follow,
     funnel_report,
     projector_for,
     rebuild,
@@ -40,6 +38,7 @@ from flowledger.projections.current_state import CurrentState
 from flowledger.projections.rebuild import POSITION
 from flowledger.projections.registry import all_projections
 from tests.conftest import make_settings
+from tests.support.following import following
 
 pytestmark = pytest.mark.postgres
 
@@ -139,27 +138,13 @@ def test_a_nul_stored_in_events_becomes_dead_letters_and_every_projection_moves_
 
 
 def test_a_follower_goes_on_past_a_poisoned_event(pg_engine: Engine, projector: Projector) -> None:
-    stop, ready, errors = threading.Event(), threading.Event(), []
-
-    def run() -> None:
-        try:
-            follow(projector, stop=stop, ready=ready)
-        except BaseException as error:  # surfaced below
-            errors.append(error)
-            ready.set()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(15)
-    try:
+    with following(projector) as follower:
         poisoned(pg_engine.log)
         work(pg_engine, "after")
         deadline = datetime.now(UTC) + timedelta(seconds=15)
         while not rows(projector, "SELECT 1 FROM {}.sessions") and datetime.now(UTC) < deadline:
-            stop.wait(0.05)
-    finally:
-        stop.set()
-        thread.join(10)
+            follower.stop.wait(0.05)
+    errors = follower.errors
     assert not errors
     assert rows(projector, "SELECT session_id FROM {}.sessions") == [("after",)]
 
