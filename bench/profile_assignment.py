@@ -168,6 +168,8 @@ def process_assigner(
 
 def profile_processes(url: str, processes: int, seconds: float, tasks: int, profile: str) -> None:
     """``processes`` spawned processes assign one roster's tasks; print CPU and statements per task."""
+    if profile:  # the processes write their profiles there; a missing folder failed them all
+        os.makedirs(profile, exist_ok=True)
     schema = f"prof_{uuid.uuid4().hex[:10]}"
     application = schema  # how the server's backends of this run are found
     tagged = make_conninfo(url, application_name=application)
