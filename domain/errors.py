@@ -33,6 +33,8 @@ FlowledgerError
 │   ├── StoredEventUnreadable  a row no longer reads back as an event; carries ``topic``
 │   │                          and ``reason``
 │   ├── StoredEventMissing     a version is missing between two others (a row deleted)
+│   ├── StoredEventOutOfOrder  a version stands before the one it follows in the log's order
+│   │                          (notification ids changed); carries ``position``, ``earlier_position``
 │   └── ArchivedBaseForged     an archived session's retention base does not match its seal
 │                              (its projection rows edited); carries ``session_id``
 ├── BudgetError                carries ``budget_id``
@@ -137,6 +139,22 @@ class StoredEventMissing(LogDamaged):
             f"a stored event is missing: stream {stream} version {version} (the next stored is {found})",
         )
         self.found = found
+
+
+class StoredEventOutOfOrder(LogDamaged):
+    """A stream's version stands before the version it follows in the log's order (the rows'
+    notification ids were changed in the database, two of them swapped): read in log order, the
+    later event would be applied first."""
+
+    def __init__(self, stream: str, version: int, position: int, earlier_position: int) -> None:
+        super().__init__(
+            stream,
+            version,
+            f"stored events are out of order: stream {stream} version {version} (log position"
+            f" {position}) comes before version {version - 1} (log position {earlier_position})",
+        )
+        self.position = position
+        self.earlier_position = earlier_position
 
 
 class ArchivedBaseForged(LogDamaged):

@@ -30,7 +30,7 @@ from flowledger.projections.archived import ChainKey
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.calls import call_of
 from flowledger.projections.catalog import Names, active_schemas, install
-from flowledger.projections.continuity import check_streams
+from flowledger.projections.continuity import StreamChecks
 from flowledger.projections.sql import q
 
 Progress = Callable[[int], None]
@@ -86,6 +86,8 @@ class Projector:
         self.recorder = recorder
         self.events_table: str = getattr(recorder, "events_table_name", "stored_events")
         """The log's table in ``store_schema`` (checked for deleted rows batch by batch)."""
+        self.continuity = StreamChecks(self.names.store, self.events_table)
+        """Checks each batch's range of the log for a row deleted or moved (``continuity``)."""
         self.mapper = mapper
         self.projections = list(projections)
         self.batch_size = batch_size
@@ -246,10 +248,11 @@ class Projector:
 
         An event a projection cannot apply becomes a dead letter of that build, and the
         rest of the batch is applied (see ``dead_letters``). A row deleted from the middle
-        of a stream in the batch's range is ``StoredEventMissing``, with nothing written
-        (``continuity``): a build must not count a session without its step. Returns False, writing
-        nothing, if some target's position is behind ``after`` (its build changed since
-        the batch was read): the caller reads again.
+        of a stream in the batch's range is ``StoredEventMissing``, and one moved before the
+        version it follows ``StoredEventOutOfOrder``, with nothing written (``continuity``): a
+        build must not count a session without its step, nor apply its steps out of order.
+        Returns False, writing nothing, if some target's position is behind ``after`` (its
+        build changed since the batch was read): the caller reads again.
         """
         last = through if through is not None else notifications[-1].id if notifications else after
         with conn.transaction(), conn.cursor() as cur:
@@ -257,13 +260,7 @@ class Projector:
             positions = self.positions(cur, [t.schema for t in targets], lock=True)
             if any(positions.get(t.schema, -1) < after for t in targets):
                 return False
-            check_streams(
-                cur,
-                self.names.store,
-                self.events_table,
-                after=min(positions.values(), default=last),
-                through=last,
-            )
+            self.continuity.check(cur, after=min(positions.values(), default=last), through=last)
             ids = [n.id for n in notifications]
             first = bisect_right(ids, min(positions.values(), default=0))
             envelopes = [decoded(self.mapper, n) for n in notifications[first:]]

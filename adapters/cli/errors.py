@@ -67,6 +67,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     # A row of the log changed in the database so that it no longer reads: bad data (EX_DATAERR).
     (errors.StoredEventUnreadable, 65),
     (errors.StoredEventMissing, 65),
+    (errors.StoredEventOutOfOrder, 65),
     (errors.ArchivedBaseForged, 65),
     (errors.FlowledgerError, 1),
     # A file named on the command line: missing, a directory, not writable (EX_IOERR) ...

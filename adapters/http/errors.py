@@ -61,6 +61,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     # A row of the log changed or deleted in the database: the server's data, not the request.
     (errors.StoredEventUnreadable, 500),
     (errors.StoredEventMissing, 500),
+    (errors.StoredEventOutOfOrder, 500),
     (errors.ArchivedBaseForged, 500),
     (errors.CircuitOpen, 503),
     (errors.ConcurrentUpdate, 503),

@@ -147,3 +147,35 @@ def test_a_row_deleted_from_the_middle_of_a_stream_is_named_in_one_line_exit_65(
     assert lines[0].startswith(f"error: a stored event is missing: stream {victim} version 2"), lines
     assert "flowledger audit verify" in lines[0]
     assert result.returncode == 65, (result.returncode, lines)
+
+
+def test_rows_swapped_in_the_log_stop_a_rebuild_in_one_line_exit_65(
+    database_url: str, pg_schema: str, victim: UUID
+) -> None:
+    # Given versions 2 and 3 swapped in the log's order (their notification ids exchanged)
+    events = Identifier(pg_schema, "flowledger_events")
+    move = SQL("UPDATE {} SET notification_id = %s WHERE originator_id = %s AND originator_version = %s")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        held = dict(
+            conn.execute(
+                SQL(
+                    "SELECT originator_version, notification_id FROM {} WHERE originator_id = %s"
+                    " AND originator_version IN (2, 3)"
+                ).format(events),
+                (victim,),
+            ).fetchall()
+        )
+        conn.execute(move.format(events), (-held[2], victim, 2))
+        conn.execute(move.format(events), (held[2], victim, 3))
+        conn.execute(move.format(events), (held[3], victim, 2))
+    # When the projections are rebuilt, Then the stream and the versions are named (it was exit
+    # 0, the answer applied before the greeting), as bad data
+    result = run_cli(database_url, pg_schema, "projections", "rebuild")
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(
+        f"error: stored events are out of order: stream {victim} version 3 (log position {held[2]})"
+        f" comes before version 2 (log position {held[3]})"
+    ), lines
+    assert "flowledger audit verify" in lines[0]
+    assert result.returncode == 65, (result.returncode, lines)

@@ -1,6 +1,7 @@
 """A row deleted from the middle of a stream stops a rebuild and a follower, naming the stream
-and the version, as it stops every other reader; gaps that are not damage (ids a rolled-back
-append used, sessions retention archived) do not."""
+and the version, as it stops every other reader, and so do two rows of a stream whose
+notification ids were swapped (a later version before an earlier one in the log's order);
+gaps that are not damage (ids a rolled-back append used, sessions retention archived) do not."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
-from flowledger.domain import LlmUsage, StoredEventMissing
+from flowledger.domain import LlmUsage, StoredEventMissing, StoredEventOutOfOrder
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.projections import Projector, projector_for, rebuild, status
 from tests.support.following import following
 from tests.support.partitions import both_layouts
@@ -44,6 +46,25 @@ def sql(engine: Engine, statement: str, *params: Any) -> list[tuple[Any, ...]]:
 
 def delete_version(engine: Engine, stream: UUID, version: int) -> None:
     sql(engine, "DELETE FROM {events} WHERE originator_id = %s AND originator_version = %s", stream, version)
+
+
+def swap_positions(engine: Engine, stream: UUID, first: int, second: int) -> tuple[int, int]:
+    """Swap the notification ids of two versions of ``stream`` in the database, as an UPDATE
+    could; the ids the two versions held before."""
+    held = sql(
+        engine,
+        "SELECT originator_version, notification_id FROM {events} WHERE originator_id = %s"
+        " AND originator_version IN (%s, %s)",
+        stream,
+        first,
+        second,
+    )
+    position = {int(v): int(n) for v, n in held}
+    move = "UPDATE {events} SET notification_id = %s WHERE originator_id = %s AND originator_version = %s"
+    sql(engine, move, -position[first], stream, first)  # out of the way of the other's id
+    sql(engine, move, position[first], stream, second)
+    sql(engine, move, position[second], stream, first)
+    return position[first], position[second]
 
 
 def calls(projector: Projector) -> int:
@@ -137,3 +158,106 @@ def test_ids_left_by_rolled_back_appends_are_not_missing_events(
     rebuild(projector)
     projector.catch_up()
     assert calls(projector) == 2
+
+
+def test_a_rebuild_refuses_a_stream_whose_rows_were_swapped_in_the_log(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given two sessions of four steps, projected, then versions 4 and 5 of one swapped in
+    # the log's order (their notification ids exchanged in the database)
+    steps(pg_engine, "kept", 4)
+    steps(pg_engine, "damaged", 4)
+    projector.catch_up()
+    damaged = pg_engine.session_uuid("damaged")
+    four, five = swap_positions(pg_engine, damaged, 4, 5)
+    # When the projections are rebuilt from the log
+    with pytest.raises(StoredEventOutOfOrder) as raised:
+        rebuild(projector)
+    # Then the error names the stream, the version that comes too early and both positions
+    # (before: the rebuild applied step 3 before step 2, exit 0)
+    found = raised.value
+    assert (found.stream, found.version, found.position, found.earlier_position) == (
+        str(damaged),
+        5,
+        four,
+        five,
+    )
+    assert f"stream {damaged} version 5 (log position {four}) comes before version 4" in str(found)
+    # And the readers keep the builds they had; the unfinished ones are gone
+    assert calls(projector) == 8
+    assert {b.state for b in status(projector)} == {"live"}
+
+
+def test_a_catch_up_stops_at_rows_swapped_before_they_were_projected(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given a session projected through version 3, then versions 4 to 6 appended, 4 and 6 swapped
+    steps(pg_engine, "damaged", 2)
+    projector.catch_up()
+    before = [b.position for b in status(projector)]
+    for name in ("later", "later-2", "later-3"):
+        pg_engine.record_step("damaged", name, usage=USED)
+    damaged = pg_engine.session_uuid("damaged")
+    swap_positions(pg_engine, damaged, 4, 6)
+    # When the projections catch up, Then version 6, now first, is named and no build moves
+    with pytest.raises(StoredEventOutOfOrder) as raised:
+        projector.catch_up()
+    assert (raised.value.stream, raised.value.version) == (str(damaged), 6)
+    assert [b.position for b in status(projector)] == before
+
+
+def test_a_follower_stops_on_rows_swapped_before_it_applied_them(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    steps(pg_engine, "damaged", 2)
+    damaged = pg_engine.session_uuid("damaged")
+    with following(projector) as follower:
+        # The follower waits on the tracking rows while versions 4 and 5 arrive and are swapped
+        with psycopg.connect(pg_engine.database_url) as holder:
+            builds = SQL("SELECT 1 FROM {}.builds FOR UPDATE").format(Identifier(projector.names.control))
+            holder.execute(builds)
+            pg_engine.record_step("damaged", "later", usage=USED)
+            pg_engine.record_step("damaged", "later-2", usage=USED)
+            swap_positions(pg_engine, damaged, 4, 5)
+        follower.thread.join(15)
+    errors = follower.errors
+    assert len(errors) == 1, errors
+    assert isinstance(errors[0], StoredEventOutOfOrder)
+    assert (errors[0].stream, errors[0].version) == (str(damaged), 5)
+
+
+def bases_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement a cursor of this process runs from now on that looks the retention
+    bases table up (``to_regclass``), as it is sent."""
+    seen: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def spy(cur: psycopg.Cursor[Any], query: Any, params: Any = None, **kwargs: Any) -> Any:
+        text = query if isinstance(query, str) else query.as_string(cur)
+        if "to_regclass" in text and params and "flowledger_retention_bases" in str(params[0]):
+            seen.append(text)
+        return execute(cur, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", spy)
+    return seen
+
+
+def test_the_bases_table_once_found_is_not_looked_up_again_batch_after_batch(
+    pg_engine: Engine, projector: Projector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a store without retention's tables, its builds installed, and 9 events to apply
+    projector.catch_up()
+    steps(pg_engine, "s", 8)
+    lookups = bases_lookups(monkeypatch)
+    # When the projections catch up in batches of 3, Then every batch asks again (not found)
+    projector.catch_up(max_batches=2)
+    assert len(lookups) == 2
+    # When retention makes its tables, Then the next batch finds them and the later ones do
+    # not ask again (before: one more round trip in every batch of a follow or a rebuild)
+    with psycopg.connect(pg_engine.database_url, autocommit=True) as conn:
+        RetentionTables(pg_engine.settings.schema).ensure(conn)
+    steps(pg_engine, "t", 8)
+    lookups.clear()
+    projector.catch_up()
+    assert len(lookups) == 1
+    assert calls(projector) == 16
