@@ -19,12 +19,14 @@ engine's: ``projector_for`` passes it): a base whose rows were edited in the dat
 0.01 made 5.55) is ``ArchivedBaseForged``, and the build is not made. Bases sealed before the
 seal covered their rows (``v1``) still fold, their rows unproven, as ``audit verify`` accepts
 them. A projector without a key folds no bases: it refuses when there are some to fold.
+Builds made together in one transaction (a rebuild's, an install's) have the seals checked
+once for all of them (``check_seals``), not once per projection.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from psycopg import Cursor
@@ -50,31 +52,32 @@ def tables_of(projection: Projection) -> list[str]:
 
 
 def fold_bases(
-    cur: Cursor[Any], store: str, projection: Projection, schema: str, key: ChainKey | None
+    cur: Cursor[Any],
+    store: str,
+    projection: Projection,
+    schema: str,
+    key: ChainKey | None,
+    *,
+    checked: bool = False,
 ) -> int:
     """Put the archived sessions' rows of ``projection`` into the empty build ``schema``; how
     many sessions' rows it took (0 when the store has no bases).
 
     Raises ``ArchivedBaseForged`` for the first base (by session id) whose seal does not check
     under ``key``, and ``ValidationError`` when there are bases to fold and no ``key``; the
-    caller's transaction then rolls the build back."""
-    cur.execute(
-        "SELECT to_regclass(%s)", [SQL("{}.{}").format(Identifier(store), Identifier(BASES)).as_string(cur)]
-    )
-    found = cur.fetchone()
-    if found is None or found[0] is None:
+    caller's transaction then rolls the build back. ``checked``: ``check_seals`` already
+    checked (and locked) these bases in this transaction, so they are not checked again."""
+    bases = _bases_table(cur, store)
+    if bases is None:
         return 0
-    bases = SQL("{}.{}").format(Identifier(store), Identifier(BASES))
-    versions = [projection.schema_version, *projection.base_versions]
-    fits = SQL("(b.projection_rows -> {p} ->> 'schema_version')::int = ANY({v})").format(
-        p=Literal(projection.name), v=Literal(versions)
-    )
+    fits = _fits(projection)
     cur.execute(SQL("SELECT count(*) FROM {} b WHERE {}").format(bases, fits))
     row = cur.fetchone()
     sessions = int(row[0]) if row else 0
     if not sessions:
         return 0
-    _check_seals(cur, store, fits, key)
+    if not checked:
+        _check_seals(cur, store, fits, key)
     for table in tables_of(projection):
         target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
         cur.execute(
@@ -86,6 +89,48 @@ def fold_bases(
         )
     projection.rebased(cur, schema)
     return sessions
+
+
+def check_seals(
+    cur: Cursor[Any], store: str, projections: Sequence[Projection], key: ChainKey | None
+) -> None:
+    """Check, once, the seals of every base any of ``projections`` would fold: for builds made
+    together in the caller's transaction (a rebuild, an install), which then ``fold_bases``
+    with ``checked``. The same refusals as ``fold_bases`` (``ArchivedBaseForged``,
+    ``ValidationError`` without a key).
+
+    The bases table is locked against writes (``SHARE``) to the end of the transaction: the
+    builds fold their rows after this check, each in statements of their own, and a base
+    archived or changed in between would be folded unchecked. ``retention run`` and
+    ``restore`` wait for the builds to be made."""
+    if not projections:
+        return
+    bases = _bases_table(cur, store)
+    if bases is None:
+        return
+    cur.execute(SQL("LOCK TABLE {} IN SHARE MODE").format(bases))
+    fits = SQL("({})").format(SQL(" OR ").join(_fits(p) for p in projections))
+    cur.execute(SQL("SELECT EXISTS (SELECT 1 FROM {} b WHERE {})").format(bases, fits))
+    row = cur.fetchone()
+    if row and row[0]:
+        _check_seals(cur, store, fits, key)
+
+
+def _bases_table(cur: Cursor[Any], store: str) -> Composed | None:
+    """The store's bases table, or None when retention never made it."""
+    bases = SQL("{}.{}").format(Identifier(store), Identifier(BASES))
+    cur.execute("SELECT to_regclass(%s)", [bases.as_string(cur)])
+    found = cur.fetchone()
+    return None if found is None or found[0] is None else bases
+
+
+def _fits(projection: Projection) -> Composed:
+    """Selects the bases (``b``) whose rows of ``projection`` fit its tables (its schema version
+    or one of its ``base_versions``)."""
+    versions = [projection.schema_version, *projection.base_versions]
+    return SQL("(b.projection_rows -> {p} ->> 'schema_version')::int = ANY({v})").format(
+        p=Literal(projection.name), v=Literal(versions)
+    )
 
 
 def _check_seals(cur: Cursor[Any], store: str, fits: Composed, key: ChainKey | None) -> None:

@@ -29,7 +29,7 @@ import psycopg
 from psycopg import Connection, Cursor, sql
 
 from flowledger.domain.errors import ValidationError
-from flowledger.projections.archived import ChainKey, fold_bases
+from flowledger.projections.archived import ChainKey, check_seals, fold_bases
 from flowledger.projections.base import Projection
 from flowledger.projections.sql import q
 
@@ -149,10 +149,17 @@ def _control_ready(conn: Connection[Any], names: Names) -> bool:
 
 
 def create_build(
-    cur: Cursor[Any], names: Names, projection: Projection, kind: str, *, key: ChainKey | None
+    cur: Cursor[Any],
+    names: Names,
+    projection: Projection,
+    kind: str,
+    *,
+    key: ChainKey | None,
+    checked: bool = False,
 ) -> str:
     """Create a fresh build schema at position 0, holding only the rows of archived sessions
-    whose bases' seals check under the chain ``key`` (``archived.py``); return its name."""
+    whose bases' seals check under the chain ``key`` (``archived.py``); return its name.
+    ``checked``: ``check_seals`` already checked them for this build in this transaction."""
     if kind == "scratch":
         schema = names.scratch(projection.name)
         drop_build(cur, names, schema)
@@ -163,7 +170,7 @@ def create_build(
         schema = names.build(projection.name, int(row[0]))
     cur.execute(q("CREATE SCHEMA {s}", schema))
     projection.create(cur, schema)
-    fold_bases(cur, names.store, projection, schema, key)
+    fold_bases(cur, names.store, projection, schema, key, checked=checked)
     cur.execute(
         q(
             "INSERT INTO {s}.builds (schema_name, projection, kind, schema_version) VALUES (%s, %s, %s, %s)",
@@ -259,11 +266,12 @@ def install(
             )
         )
         live = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
-        for projection in projections:
-            schema, version = live.get(projection.name, (None, None))
-            if version == projection.schema_version:
-                continue
-            point_views(cur, names, projection, create_build(cur, names, projection, "live", key=key))
+        new = [p for p in projections if live.get(p.name, (None, None))[1] != p.schema_version]
+        check_seals(cur, names.store, new, key)  # once for every build made here
+        for projection in new:
+            schema = live.get(projection.name, (None, None))[0]
+            build = create_build(cur, names, projection, "live", key=key, checked=True)
+            point_views(cur, names, projection, build)
             if schema is not None:
                 drop_build(cur, names, schema)
 

@@ -17,6 +17,7 @@ from psycopg import Connection, Cursor
 from flowledger.domain.errors import LogDamaged
 from flowledger.domain.errors import RebuildInProgress as RebuildInProgress  # its old home
 from flowledger.projections import dead_letters
+from flowledger.projections.archived import check_seals
 from flowledger.projections.base import Projection
 from flowledger.projections.catalog import (
     create_build,
@@ -77,9 +78,10 @@ def rebuild(
 
     The old builds stay live (and followed) until the switch, which catches the new
     builds up to the head and replaces the views in one transaction. Returns the new schemas.
-    A log with a row deleted from a stream's middle is ``StoredEventMissing``, an archived
-    session's base that does not match its seal ``ArchivedBaseForged``: the readers keep the
-    builds they had, and the new ones are dropped (never made, for the latter).
+    A log with a row deleted from a stream's middle is ``StoredEventMissing``, one with a
+    stream's rows out of order ``StoredEventOutOfOrder``, an archived session's base that does
+    not match its seal ``ArchivedBaseForged`` (checked once for all the new builds): the readers
+    keep the builds they had, and the new ones are dropped (never made, for the latter).
     """
     projections = projector.select(wanted)
     names = projector.names
@@ -96,8 +98,11 @@ def rebuild(
             )
             for (stale,) in cur.fetchall():
                 drop_build(cur, names, stale)
+            # The archived sessions' bases are checked once for every new build, not per build.
+            check_seals(cur, names.store, projections, projector.chain_key)
             targets = [
-                Target(p, create_build(cur, names, p, "build", key=projector.chain_key)) for p in projections
+                Target(p, create_build(cur, names, p, "build", key=projector.chain_key, checked=True))
+                for p in projections
             ]
         try:
             projector.drive(conn, _fixed(targets), progress=progress)

@@ -336,6 +336,30 @@ def test_a_rebuild_refuses_a_base_whose_projection_rows_were_edited(
     assert verify(projector) == []
 
 
+def test_a_rebuild_checks_the_bases_seals_once_for_all_its_projections(
+    engine: Engine, clock: SetClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an archived session, whose base every projection folds into its new build
+    _archived_bundle(engine, clock, tmp_path)
+    projector = projector_for(engine)
+    projector.catch_up()
+    before = _dashboard(engine)
+    checks: list[str] = []
+    check = archived._check_seals
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        checks.append("checked")
+        check(*args, **kwargs)
+
+    monkeypatch.setattr(archived, "_check_seals", counted)
+    # When every projection is rebuilt
+    rebuild(projector)
+    # Then the seals were checked once (before: once per projection), and the rows folded
+    assert len(projector.projections) > 1
+    assert checks == ["checked"]
+    assert _dashboard(engine) == before
+
+
 def test_the_edited_base_among_several_is_the_one_named(
     engine: Engine, clock: SetClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
