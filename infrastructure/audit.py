@@ -2,7 +2,8 @@
 
 ``verify_log`` reads the whole log in notification order and reports each event that
 does not decode, lives outside the ``flowledger.`` topic namespace, breaks its stream's
-version sequence, or opens a stream with anything but a creation event. The proof that
+version sequence (a version missing before it: a dropped row; or one lower than a version
+read before it: reordered rows), or opens a stream with anything but a creation event. The proof that
 nothing was changed is the stored hash chain and the signed checkpoints
 (``postgres/chain_verify.py``, ``postgres/bundles.py``, docs/audit.md).
 
@@ -102,9 +103,19 @@ def verify_log(
         if not n.topic.startswith("flowledger."):
             report.problems.append(f"{where}: topic {n.topic!r} is outside flowledger.")
         expected = versions.get(n.originator_id, 0) + 1
-        if n.originator_version != expected:
-            report.problems.append(f"{where}: expected version {expected}")
-        versions[n.originator_id] = n.originator_version
+        version = n.originator_version
+        if version > expected:
+            gone = f"{expected}" if version == expected + 1 else f"{expected}..{version - 1}"
+            report.problems.append(
+                f"{where}: dropped row: expected version {expected}, and version {gone} is not before"
+                " it in the log (deleted; or moved later in the log, then named below as reordered)"
+            )
+        elif version < expected:
+            report.problems.append(
+                f"{where}: reordered rows: version {version} comes after version {expected - 1} in the"
+                " log (their notification ids were changed)"
+            )
+        versions[n.originator_id] = max(version, expected - 1)
         seen.add(n.originator_id)
         try:
             event = log.decode(n)

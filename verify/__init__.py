@@ -271,7 +271,7 @@ def _check_checkpoint(
     if not signature_valid(public_key, statement, bytes.fromhex(record["signature"])):
         report.problems.append(
             f"line {number}: the checkpoint's signature is not valid for this public key"
-            " (the statement was edited, or signed by another key)"
+            " (the statement was altered, or signed by another key)"
         )
         return None
     report.checkpoint = statement
@@ -294,14 +294,15 @@ def _check_event(
     if version != current.version + 1:
         missing = current.version + 1
         report.problems.append(
-            f"{where}: expected version {missing} (version {missing} was removed, or this one moved)"
+            f"{where}: expected version {missing} (a dropped row: version {missing} was removed,"
+            " or rows reordered: this one moved)"
         )
         current.broken = True
         return current
     state = record["state"].encode() if "state" in record else _b64(record["state_b64"])
     computed = event_hash(current.previous, stream, version, str(record["topic"]), state)
     if computed.hex() != record["hash"]:
-        report.problems.append(f"{where}: the event does not match its hash (edited)")
+        report.problems.append(f"{where}: the event does not match its hash (an altered row)")
         current.broken = True
         return current
     current.version, current.previous = version, computed
@@ -315,7 +316,8 @@ def _check_head(record: dict[str, Any], current: _Stream, root: bytes | None, re
     if int(record["version"]) != current.version or record["hash"] != current.previous.hex():
         report.problems.append(
             f"{where}: the chain ends at version {current.version}, the proven head is version"
-            f" {record['version']} (events removed or added at the end, or the chain recomputed)"
+            f" {record['version']} (a broken head: events dropped or added at the end, or the chain"
+            " recomputed)"
         )
         return
     if root is None:
@@ -325,7 +327,7 @@ def _check_head(record: dict[str, Any], current: _Stream, root: bytes | None, re
     if proven_root(head_leaf(current.stream, current.version, current.previous), proof) != root:
         report.problems.append(
             f"{where}: its head (version {current.version}) is not in the signed checkpoint"
-            " (the events were edited and re-chained, or the proof is wrong)"
+            " (a broken head: the events were altered and re-chained, or the proof is wrong)"
         )
 
 

@@ -3,15 +3,17 @@
 The verification reads every stream in version order (or one, or only what follows the
 latest checkpoint), recomputes each event's hash from its content and its predecessor's,
 checks each seal with the chain key, and compares each stream's end with the heads the
-latest valid checkpoint signed. Per stream it names the first event found wrong:
+latest valid checkpoint signed. Per stream it names the first event found wrong. The kind
+(``Finding.kind``) is the stable word a script matches; the detail says plainly what was
+found (an altered row, dropped rows, a broken head, an inserted row):
 
-| finding | what it means |
+| kind | what it means |
 |---|---|
-| ``altered`` | the event's content (topic, payload, version, stream) is not what was hashed |
-| ``forged`` | the hash fits the content, the seal does not: written without the key (inserted, re-chained) |
-| ``deleted`` | versions missing in the middle, or at the end of what a checkpoint signed |
+| ``altered`` | a row altered in place (its content is not what was hashed), or a broken head |
+| ``forged`` | hash fits, seal does not: altered and re-hashed without the key, or inserted |
+| ``deleted`` | rows dropped: versions missing in the middle, or at the end of what a checkpoint signed |
 | ``unchained`` | stored without a hash (chain off, inserted directly, or from before the chain) |
-| ``checkpoint`` | a checkpoint dropped, replaced, edited or badly signed |
+| ``checkpoint`` | a checkpoint dropped, replaced, altered or badly signed |
 """
 
 from __future__ import annotations
@@ -140,14 +142,19 @@ def verify_chain(
                     report.archived += 1
                 else:
                     detail = (
-                        f"its retention base (version {bases[gone][0]}) is not the head the checkpoint signed"
+                        f"broken head: its retention base ends at version {bases[gone][0]}, not at the"
+                        " head the checkpoint signed"
                     )
                     report.findings.append(Finding("altered", gone, version, detail))
             elif start:
-                detail = f"version {version} (the head the checkpoint signed) and any after it are gone"
+                detail = (
+                    f"dropped rows: version {version} (the head the checkpoint signed) and any after it"
+                    " were deleted"
+                )
                 report.findings.append(Finding("deleted", gone, version, detail))
             else:
-                detail = f"the whole stream is gone (the checkpoint signed versions 1..{version})"
+                detail = "dropped rows: the whole stream was deleted"
+                detail += f" (the checkpoint signed versions 1..{version})"
                 report.findings.append(Finding("deleted", gone, 1, detail))
         _name_streams(trail, conn, report)
     report.seconds = time.perf_counter() - started
@@ -172,7 +179,8 @@ def _bases(
                     "forged",
                     stream_id,
                     base.through_version,
-                    "its retention base is not sealed by the chain key (written or edited in the database)",
+                    "its retention base does not match its seal: altered in the database (or written"
+                    " there without the chain key)",
                     base.session_id,
                 )
             )
@@ -193,7 +201,12 @@ def _check_checkpoints(
     for stored in trail.checkpoints(conn):
         if not isinstance(stored, Checkpoint):
             report.findings.append(
-                Finding("checkpoint", None, None, f"checkpoint {stored[0]} is damaged: {stored[1]}")
+                Finding(
+                    "checkpoint",
+                    None,
+                    None,
+                    f"checkpoint {stored[0]} was altered (it no longer reads): {stored[1]}",
+                )
             )
             trusted = False
             continue
@@ -207,7 +220,10 @@ def _check_checkpoints(
         elif statement.get("previous") != previous:
             report.findings.append(
                 Finding(
-                    "checkpoint", None, None, f"checkpoint {stored.seq} does not follow the one before it"
+                    "checkpoint",
+                    None,
+                    None,
+                    f"checkpoint {stored.seq} does not follow the one before it (replaced or altered)",
                 )
             )
         expected = stored.seq + 1
@@ -218,7 +234,7 @@ def _check_checkpoints(
                     None,
                     None,
                     f"checkpoint {stored.seq}: the signature is not valid for the public key"
-                    " (its statement was edited, or another key signed it)",
+                    " (its statement was altered, or another key signed it)",
                 )
             )
             trusted = False
@@ -228,7 +244,7 @@ def _check_checkpoints(
                     "checkpoint",
                     None,
                     None,
-                    f"checkpoint {stored.seq}: its row differs from its signed statement",
+                    f"checkpoint {stored.seq}: its row was altered (it differs from its signed statement)",
                 )
             )
             trusted = False
@@ -243,7 +259,8 @@ def _check_checkpoints(
                 "checkpoint",
                 None,
                 None,
-                f"checkpoint {report.checkpoint.seq}: its stored stream heads do not match its signed root",
+                f"checkpoint {report.checkpoint.seq}: its stored stream heads were altered (they do not"
+                " match its signed root)",
             )
         )
         heads, report.checkpoint = {}, None
@@ -345,14 +362,20 @@ def _walk(
             continue
         if start is not None and version == start[0]:
             if stored is None or bytes(stored) != start[1]:
-                finding = Finding("altered", stream, version, "differs from the head the checkpoint signed")
+                finding = Finding(
+                    "altered", stream, version, "broken head: not the head the checkpoint signed (altered)"
+                )
             expected = version + 1
             at_head = start[1] if head and version == head[0] else at_head
             continue
         if version != expected:
             missing = f"{expected}" if version == expected + 1 else f"{expected}..{version - 1}"
             finding = Finding(
-                "deleted", stream, expected, f"version {missing} missing before version {version}"
+                "deleted",
+                stream,
+                expected,
+                f"dropped {'row' if version == expected + 1 else 'rows'}: version {missing} missing"
+                f" before version {version}",
             )
             continue
         if stored is None:
@@ -372,17 +395,24 @@ def _walk(
                 "altered",
                 stream,
                 version,
-                "its topic or payload is not what was written (the sealed hash no longer matches)"
+                "altered row: its topic or payload is not what was written (the sealed hash no longer"
+                " matches)"
                 if sealed
-                else "neither its content nor its seal match (edited and re-hashed, moved, or inserted)",
+                else "altered row: neither its content nor its seal match (altered and re-hashed, moved,"
+                " or inserted)",
             )
             continue
         if not sealed:
+            signed = head is not None and version <= head[0]
             finding = Finding(
                 "forged",
                 stream,
                 version,
-                "its hash was computed without the chain key (inserted or re-chained in the database)",
+                "altered row: altered in place and re-hashed without the chain key (the checkpoint"
+                " signed this version; its seal no longer matches)"
+                if signed
+                else "its hash was computed without the chain key: a row inserted, or altered and"
+                " re-hashed, in the database",
             )
             continue
         previous, expected = stored, version + 1
@@ -396,10 +426,12 @@ def _walk(
                 "deleted",
                 stream,
                 last + 1,
-                f"version {missing} missing at the end (the checkpoint signed {head[0]})",
+                f"dropped rows: version {missing} deleted at the end (the checkpoint signed {head[0]})",
             )
         elif at_head != head[1]:
-            finding = Finding("altered", stream, head[0], "differs from the head the checkpoint signed")
+            finding = Finding(
+                "altered", stream, head[0], "broken head: not the head the checkpoint signed (altered)"
+            )
     return finding, count
 
 

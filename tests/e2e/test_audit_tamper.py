@@ -155,16 +155,32 @@ def edit_and_rehash(log: Log) -> None:
         )
 
 
-TAMPERING: list[tuple[Callable[[Log], None], str, int]] = [
-    (edit_cost, "altered", 2),
-    (edit_input, "altered", 3),
-    (delete_last, "deleted", 5),
-    (delete_middle, "deleted", 3),
-    (swap_payloads, "altered", 2),
-    (forge_next_event, "forged", 6),
-    (change_topic_to_completed, "altered", 3),
-    (truncate_tail, "deleted", 3),
-    (edit_and_rehash, "forged", 3),
+def swap_positions(log: Log) -> None:
+    """Swap the notification ids of versions 3 and 4 (version 4 now comes first in the log)."""
+    held = dict(
+        log.sql(
+            "SELECT originator_version, notification_id FROM {events} WHERE originator_id = %s"
+            " AND originator_version IN (3, 4)",
+            log.victim,
+        )
+    )
+    move = "UPDATE {events} SET notification_id = %s WHERE originator_id = %s AND originator_version = %s"
+    log.sql(move, -held[3], log.victim, 3)
+    log.sql(move, held[3], log.victim, 4)
+    log.sql(move, held[4], log.victim, 3)
+
+
+TAMPERING: list[tuple[Callable[[Log], None], str, int, str]] = [
+    # (the change, the finding's kind (stable, for scripts), its version, what its line says)
+    (edit_cost, "altered", 2, "altered row: its topic or payload is not what was written"),
+    (edit_input, "altered", 3, "altered row: its topic or payload is not what was written"),
+    (delete_last, "deleted", 5, "dropped rows: version 5 deleted at the end (the checkpoint signed 5)"),
+    (delete_middle, "deleted", 3, "dropped row: version 3 missing before version 4"),
+    (swap_payloads, "altered", 2, "altered row: its topic or payload is not what was written"),
+    (forge_next_event, "forged", 6, "its hash was computed without the chain key: a row inserted"),
+    (change_topic_to_completed, "altered", 3, "altered row: its topic or payload is not what was written"),
+    (truncate_tail, "deleted", 3, "dropped rows: version 3..5 deleted at the end"),
+    (edit_and_rehash, "forged", 3, "altered row: altered in place and re-hashed without the chain key"),
 ]
 
 
@@ -176,9 +192,11 @@ def test_an_untouched_log_verifies_and_prints_its_rate(log: Log) -> None:
     assert "latest checkpoint: 1" in result.stderr
 
 
-@pytest.mark.parametrize(("tamper", "kind", "version"), TAMPERING, ids=[t[0].__name__ for t in TAMPERING])
+@pytest.mark.parametrize(
+    ("tamper", "kind", "version", "says"), TAMPERING, ids=[t[0].__name__ for t in TAMPERING]
+)
 def test_audit_verify_names_the_stream_and_version_of_each_change(
-    log: Log, tamper: Callable[[Log], None], kind: str, version: int
+    log: Log, tamper: Callable[[Log], None], kind: str, version: int, says: str
 ) -> None:
     # Given a change made in the database directly
     tamper(log)
@@ -190,6 +208,24 @@ def test_audit_verify_names_the_stream_and_version_of_each_change(
     assert problems[0].startswith(f"problem: {kind}: stream {log.victim} (victim) version {version}:"), (
         problems
     )
+    # And says plainly what was found (a row edited in place was "forged"; rows deleted "gone")
+    assert says in problems[0], problems
+    assert str(log.bystander) not in result.stderr
+
+
+def test_audit_verify_names_rows_reordered_in_the_log(log: Log) -> None:
+    # Given versions 3 and 4 of a session swapped in the log's order (notification ids exchanged)
+    swap_positions(log)
+    # When the log is verified
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    # Then the structure check says version 3 is not before 4, and 3 comes after 4: reordered
+    assert result.returncode == 1, result.stderr
+    problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
+    assert len(problems) == 2, problems
+    assert (
+        f"({log.victim} v4): dropped row: expected version 3, and version 3 is not before it" in problems[0]
+    )
+    assert f"({log.victim} v3): reordered rows: version 3 comes after version 4 in the log" in problems[1]
     assert str(log.bystander) not in result.stderr
 
 

@@ -82,7 +82,7 @@ def test_audit_verifies_the_log_and_an_exported_session(
     export.write_text(export.read_text().replace("greet", "forged"))
     tampered = run(database_url, pg_schema, "audit", "verify", "--file", str(export))
     assert tampered.returncode == 1
-    assert "version 2: the event does not match its hash (edited)" in tampered.stderr
+    assert "version 2: the event does not match its hash (an altered row)" in tampered.stderr
 
 
 def test_every_error_class_has_an_exit_code_and_an_http_status() -> None:

@@ -288,9 +288,14 @@ def test_a_cost_edited_in_a_bases_projection_rows_is_named(
             )
         ).fetchone()
     assert changed == (True,)
-    # Then audit verify names the base as forged (its seal covers the rows)
+    # Then audit verify names the base as forged (its seal covers the rows), saying plainly that
+    # it was altered, and the stream its base no longer proves as deleted (it said "gone")
     findings = verify_chain(engine.audit).findings
     assert [(f.kind, f.name) for f in findings] == [("forged", "s-1"), ("deleted", None)]
+    assert findings[0].detail.startswith(
+        "its retention base does not match its seal: altered in the database"
+    )
+    assert findings[1].detail.startswith("dropped rows: the whole stream was deleted")
 
 
 def _edit_costs(engine: Engine, old: str, new: str) -> None:
