@@ -8,6 +8,7 @@ no interleaving of writers can record more tasks than the capacity.
 from __future__ import annotations
 
 import copy
+import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from uuid import NAMESPACE_URL, UUID, uuid5
@@ -16,7 +17,7 @@ from eventsourcing.domain import event
 
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import AgentProfile
-from flowledger.domain.bounds import require_id, scoped_uuid
+from flowledger.domain.bounds import MAX_NAME_LENGTH, require_id, scoped_uuid
 from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
 from flowledger.domain.task_views import AgentState, ReleaseOutcome
 from flowledger.domain.values import MAX_SKILLS, require_name
@@ -35,9 +36,36 @@ def agent_uuid(tenant: str, agent_id: str) -> UUID:
     return scoped_uuid(AGENT_NAMESPACE, "agent_id", tenant, agent_id)
 
 
+def fold_skill(skill: str) -> str:
+    """A skill's one spelling: Unicode NFKC with case folded (NFKC, casefold, NFKC again, so
+    the result is stable), spaces around it trimmed. "Kubernetes", "KUBERNETES" and its full-width
+    letters (U+FF2B...) are one skill, as are the ligature U+FB01 + "le" and "file", "STRASSE" and "straße",
+    and "café" composed or decomposed. An ASCII name comes out as ``.strip().lower()`` made it
+    (the rule before), so skills stored under that rule keep their spelling."""
+    if skill.isascii():
+        return skill.strip().lower()
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", skill).casefold())
+    return folded.strip()
+
+
+def stored_skills(skills: Iterable[str]) -> list[str]:
+    """Skills read from a stored event, in their one spelling (``fold_skill``). Events written
+    under the older rule (``.strip().lower()``, sorted, distinct) hold ASCII names already so
+    spelt: such a list comes back as stored, so folding old events gives the state it gave
+    before. A non-ASCII name stored under that rule (full-width, decomposed, "ß") is folded
+    as a new one is, and the list sorted and each name kept once, as ``normalise_skills``
+    gives it, so an agent and a task spelling a skill differently still match, and a repeated
+    registration spelling it the new way is the same agent."""
+    stored = list(skills)
+    folded = [skill if skill.isascii() else fold_skill(skill) for skill in stored]
+    return stored if folded == stored else sorted(set(folded))
+
+
 def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:
-    """Skills as a sorted list of distinct lower-case names (ValidationError for anything
-    else: a string, None, a number)."""
+    """Skills as a sorted list of distinct names in their one spelling (``fold_skill``:
+    Unicode NFKC, case folded, trimmed); ValidationError for anything else (a string, None,
+    a number), or a name that is not one before or after folding (folding may lengthen it:
+    one character can become 18)."""
     if isinstance(skills, str | bytes):
         raise ValidationError(field_name, "must be a list of skill names, not a string")
     if not isinstance(skills, Iterable) or isinstance(skills, Mapping):  # a dict's keys: unmeant
@@ -45,7 +73,19 @@ def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:
     skills = list(skills)
     if len(skills) > MAX_SKILLS:
         raise ValidationError(field_name, f"must name at most {MAX_SKILLS} skills, got {len(skills)}")
-    return sorted({require_name(field_name, skill).strip().lower() for skill in skills})
+    folded = set()
+    for skill in skills:
+        name = fold_skill(require_name(field_name, skill))
+        if len(name) > MAX_NAME_LENGTH:
+            raise ValidationError(
+                field_name,
+                f"must be at most {MAX_NAME_LENGTH} characters once folded (Unicode NFKC, case"
+                f" folded), got {len(name)} from {skill[:20]!r}...",
+            )
+        if not name.isascii():
+            require_name(field_name, name)  # what folding made is a name too
+        folded.add(name)
+    return sorted(folded)
 
 
 def require_capacity(capacity: int, *, at_least: int = 0) -> int:
@@ -127,7 +167,7 @@ class Agent(FlowledgerAggregate):
         self.agent_id = agent_id
         self.tenant = tenant
         self.name = name
-        self.skills = list(skills)
+        self.skills = stored_skills(skills)
         self.capacity = capacity
         self.active: dict[str, datetime] = {}
         self.completed = 0

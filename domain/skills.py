@@ -9,6 +9,7 @@ derivation comes back with its reason, so that the event recording it explains i
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -161,8 +162,10 @@ class SkillCatalogue:
         Words of the description that the catalogue knows name the stack (``Go`` is
         golang); only when none does, the category's own skills apply.
         """
-        written = _words(description)
-        folded = {word.lower() for word in written}
+        # Read in Unicode NFKC, as skills are (``fold_skill``): full-width letters are their ASCII
+        # ones, a ligature (U+FB01) is "fi", so a description matches the keyword it spells.
+        written = _words(unicodedata.normalize("NFKC", description))
+        folded = {word.casefold() for word in written}
         # A keyword holding a capital matches only as written: "Go" is the language, while
         # "go" in "let's go over the Terraform state" (or "Go live", a sentence's first word
         # before a verb's follower: ``_words``) names no stack. Others match in any case.
@@ -241,18 +244,21 @@ def _skill_map(value: Any, name: str, label: str) -> dict[str, tuple[str, ...]]:
     if not isinstance(value, Mapping):
         raise ValidationError(f"skill_catalogue.{name}", f"{label}: must be an object of skill lists")
     result: dict[str, tuple[str, ...]] = {}
-    for key, skills in value.items():
-        where = f"skill_catalogue.{name}.{key}"
+    for raw, skills in value.items():
+        # In Unicode NFKC as descriptions are read (``skills_for``): a full-width keyword is its
+        # ASCII one, and two spellings of one name are one key, refused twice below.
+        key = unicodedata.normalize("NFKC", str(raw))
+        where = f"skill_catalogue.{name}.{raw}"
         if not isinstance(skills, list) or not all(isinstance(s, str) and s.strip() for s in skills):
             raise ValidationError(where, f"{label}: must be a list of skill names")
         if not skills:
             raise ValidationError(where, f"{label}: must name at least one skill")
-        if name == "keywords" and not _WORD.fullmatch(str(key)):
+        if name == "keywords" and not _WORD.fullmatch(key):
             raise ValidationError(
                 where, f"{label}: a keyword is one word of ASCII letters, digits, '+', '#', '.' or '-'"
             )
         # A category in any case; a keyword as written (one holding a capital matches so only).
-        written = str(key) if name == "keywords" and not str(key).islower() else str(key).lower()
+        written = key if name == "keywords" and not key.islower() else key.casefold()
         if written in result:
             raise ValidationError(where, f"{label}: names {written!r} twice")
         result[written] = tuple(normalise_skills(where, skills))

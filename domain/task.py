@@ -16,6 +16,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import event
 
+from flowledger.domain.agent import stored_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, Needs, QueuedTask
 from flowledger.domain.bounds import scoped_uuid
@@ -236,7 +237,7 @@ class Task(FlowledgerAggregate):
         self.task_id = task_id
         self.tenant = tenant
         self.description = description
-        self.required_skills = list(required_skills)
+        self.required_skills = stored_skills(required_skills)
         self.priority = priority
         self.deadline = deadline
         self.status: str = TaskStatus.PENDING.value
@@ -247,7 +248,7 @@ class Task(FlowledgerAggregate):
         self.started_at: datetime | None = None
         self.completed_at: datetime | None = None
         self.result: JsonObject | None = None
-        self.requested_skills = list(required_skills)
+        self.requested_skills = list(self.required_skills)
         self.requested_priority = priority
         self.requested_deadline = deadline
         self.classification_failures = 0
@@ -517,7 +518,7 @@ class Task(FlowledgerAggregate):
             category=category, complexity=complexity, estimated_hours=estimated_hours, usage=usage
         )
         if required_skills is not None:
-            self.required_skills = list(required_skills)
+            self.required_skills = stored_skills(required_skills)
         if priority is not None:
             self.priority = priority
         if deadline is not None:

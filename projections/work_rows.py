@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from flowledger.domain.agent import Agent
+from flowledger.domain.agent import Agent, stored_skills
 from flowledger.domain.task import Task
 from flowledger.projections.sql import Column
 
@@ -98,7 +98,7 @@ def created_task_row(event: Task.Created) -> Row:
         "task_id": event.task_id,
         "tenant": event.tenant,
         "description": event.description,
-        "required_skills": list(event.required_skills),
+        "required_skills": stored_skills(event.required_skills),
         "priority": event.priority,
         "deadline": event.deadline,
         "status": "pending",
@@ -127,7 +127,7 @@ def fold_task(row: Row, event: Any) -> None:
             row["cost_usd"] += event.usage.cost_usd
         # Version 2: what the classification changed for routing (None: unchanged).
         if event.required_skills is not None:
-            row["required_skills"] = list(event.required_skills)
+            row["required_skills"] = stored_skills(event.required_skills)
         if event.priority is not None:
             row["priority"] = event.priority
         if event.deadline is not None:
@@ -168,7 +168,7 @@ def registered_agent_row(event: Agent.Registered) -> Row:
         "agent_id": event.agent_id,
         "tenant": event.tenant,
         "name": event.name,
-        "skills": list(event.skills),
+        "skills": stored_skills(event.skills),
         "capacity": event.capacity,
         "load": 0,
         "active_tasks": [],

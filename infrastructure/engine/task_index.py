@@ -43,7 +43,7 @@ from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
-from flowledger.domain.agent import Agent, agent_uuid
+from flowledger.domain.agent import Agent, agent_uuid, stored_skills
 from flowledger.domain.assignment import AgentProfile
 from flowledger.domain.errors import StoreUnavailable
 from flowledger.domain.task import Task
@@ -177,7 +177,7 @@ class LogIndex:
                     priority=TaskPriority(event.priority),
                     deadline=event.deadline,
                     position=position,
-                    required_skills=tuple(event.required_skills),
+                    required_skills=tuple(stored_skills(event.required_skills)),
                 )
                 self._tasks[event.originator_id] = self._open[event.originator_id] = indexed
         elif isinstance(event, Task.Classified | Task.Requeued):
@@ -195,7 +195,7 @@ class LogIndex:
                     known,
                     priority=TaskPriority(event.priority) if event.priority else known.priority,
                     deadline=event.deadline or known.deadline,
-                    required_skills=known.required_skills if skills is None else tuple(skills),
+                    required_skills=known.required_skills if skills is None else tuple(stored_skills(skills)),
                     skills_derived=known.skills_derived or skills is not None,
                 )
                 if event.originator_id in self._open:

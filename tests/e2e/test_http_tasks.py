@@ -189,3 +189,23 @@ def test_creating_a_task_or_agent_again_answers_200_as_starting_a_session_again_
     # And other fields are still a conflict
     assert http.post("/v1/tasks", json={**task, "priority": "low"}).status_code == 409
     assert http.post("/v1/agents", json={**agent, "capacity": 3}).status_code == 409
+
+
+def test_a_skill_spelt_in_full_width_letters_or_decomposed_is_the_same_skill(http: TestClient) -> None:
+    wide = "".join(chr(ord(c) + 0xFEE0) for c in "Kubernetes")  # full-width letters
+    cafe_nfd, cafe_nfc = "cafe\u0301", "caf\u00e9"
+    agent = {"agent_id": "be-u", "name": "Backend", "skills": [wide, cafe_nfd, "stra\u00dfe"], "capacity": 1}
+    assert http.post("/v1/agents", json=agent).status_code == 201
+    assert http.get("/v1/agents/be-u").json()["skills"] == [cafe_nfc, "kubernetes", "strasse"]
+    task = {
+        "task_id": "T-u",
+        "description": "Scale it",
+        "required_skills": ["KUBERNETES", "STRASSE", "CAF\u00c9"],
+    }
+    created = http.post("/v1/tasks", json=task)
+    assert created.status_code == 201
+    assert created.json()["required_skills"] == [cafe_nfc, "kubernetes", "strasse"]
+    assert http.post("/v1/tasks/T-u/assign").json()["agent_id"] == "be-u"
+    # the same agent registered again in another spelling is a repeat, not a conflict
+    again = {**agent, "skills": ["kubernetes", cafe_nfc, "STRASSE"]}
+    assert http.post("/v1/agents", json=again).status_code == 200
