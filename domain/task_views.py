@@ -10,6 +10,12 @@ from enum import StrEnum
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.values import JsonObject, LlmUsage
 
+PRIORITY_PADDING = " \t\n\r"
+"""What is trimmed around a priority's name: spaces, tabs and line breaks, what the HTTP schema's
+pattern allows. ``str.strip()`` trimmed any whitespace, control characters among them (U+001C,
+U+0085, a vertical tab) and Unicode spaces (no-break, em), which the schema refuses: a client
+following it was told one rule and the server kept another."""
+
 
 class TaskPriority(StrEnum):
     """How urgent a task is; the queue serves higher ranks first."""
@@ -26,10 +32,10 @@ class TaskPriority(StrEnum):
 
     @classmethod
     def parse(cls, priority: str) -> TaskPriority:
-        """The priority named (any case, spaces around it trimmed as a skill's are), or
-        ValidationError."""
+        """The priority named (any case; spaces, tabs and line breaks around it trimmed:
+        ``PRIORITY_PADDING``), or ValidationError."""
         try:
-            return cls(str(priority).strip().lower())
+            return cls(str(priority).strip(PRIORITY_PADDING).lower())
         except ValueError:
             names = [p.value for p in cls]
             message = f"must be one of {names} (any case), got {priority!r}"

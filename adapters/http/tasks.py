@@ -33,7 +33,7 @@ from flowledger.domain.bounds import (
     require_resolution,
 )
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.task_views import AgentState, TaskPriority, TaskState
+from flowledger.domain.task_views import PRIORITY_PADDING, AgentState, TaskPriority, TaskState
 from flowledger.infrastructure.history import jsonable
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
@@ -81,7 +81,7 @@ def any_case(names: list[str], *, padded: bool = False) -> str:
 
 Priority = Annotated[
     TaskPriority,
-    BeforeValidator(lambda value: value.strip().lower() if isinstance(value, str) else value),
+    BeforeValidator(lambda value: value.strip(PRIORITY_PADDING).lower() if isinstance(value, str) else value),
     WithJsonSchema(
         {
             "type": "string",
@@ -90,7 +90,8 @@ Priority = Annotated[
         }
     ),
 ]
-"""A priority name in any case, trimmed as a skill is (``" MEDIUM"`` is ``medium``)."""
+"""A priority name in any case, spaces, tabs and line breaks around it trimmed (``" MEDIUM"`` is
+``medium``; ``PRIORITY_PADDING``, what the pattern says: no other character around it)."""
 _READ = responses(404)
 _WRITE = responses(404, 409)
 

@@ -363,3 +363,33 @@ def test_webhook_hours_past_366_days_are_refused_in_words(
     refused(response, "expires_hours: must be at most 366 days (8784 hours)")
     assert "less than or equal" not in response.json()["error"]
     assert memory_http.get("/v1/sessions/w-1").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "priority", ["high\x1c", "\x85high", "high\x0b", "high\x0c", "high\u00a0", "\u2003HIGH"]
+)
+def test_a_priority_is_trimmed_of_spaces_tabs_and_line_breaks_only(
+    memory_http: TestClient, priority: str
+) -> None:
+    # The documented pattern allows spaces, tabs and line breaks around the name; an outside
+    # probe saw a control character (U+001C, U+0085, a vertical tab) or a no-break or em space
+    # around it taken as "high" (201), in a body and in GET /v1/tasks?priority=
+    response = memory_http.post(
+        "/v1/tasks", json={"task_id": "T-p", "description": "d", "priority": priority}
+    )
+    refused(response, "priority: Input should be 'low', 'medium', 'high' or 'critical'")
+    assert memory_http.get("/v1/tasks/T-p").status_code == 404
+    listed = memory_http.get("/v1/tasks", params={"priority": priority})
+    refused(listed, "priority: Input should be 'low', 'medium', 'high' or 'critical'")
+
+
+def test_a_priority_in_any_case_with_spaces_tabs_or_line_breaks_around_it_is_taken(
+    memory_http: TestClient,
+) -> None:
+    for n, priority in enumerate([" HIGH", "High\t", "\r\nhigh \n"]):
+        made = memory_http.post(
+            "/v1/tasks", json={"task_id": f"T-{n}", "description": "d", "priority": priority}
+        )
+        assert made.status_code == 201, made.text
+        assert made.json()["priority"] == "high"
+    assert len(memory_http.get("/v1/tasks", params={"priority": " HIGH\t"}).json()) == 3

@@ -356,3 +356,10 @@ def test_the_seeds_own_task_descriptions_derive_skills_their_team_covers(
     skills, reason = load_skill_catalogue().skills_for(category, description)
     assert skills
     assert set(skills) <= set(TEAMS[team]), reason
+
+
+@pytest.mark.parametrize("padded", ["high\x1c", "\x85high", "high\u00a0", "\u2003high"])
+def test_a_priority_is_trimmed_of_spaces_tabs_and_line_breaks_only(padded: str) -> None:
+    with pytest.raises(ValidationError, match="must be one of"):
+        TaskPriority.parse(padded)
+    assert TaskPriority.parse(" \tHIGH\r\n") is TaskPriority.HIGH
