@@ -8,6 +8,7 @@ no interleaving of writers can record more tasks than the capacity.
 from __future__ import annotations
 
 import copy
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -36,16 +37,40 @@ def agent_uuid(tenant: str, agent_id: str) -> UUID:
     return scoped_uuid(AGENT_NAMESPACE, "agent_id", tenant, agent_id)
 
 
+_IGNORABLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+"""Unicode's Default_Ignorable_Code_Point characters (DerivedCoreProperties.txt): drawn as
+nothing (zero-width space and joiners, the byte-order mark, soft hyphen, bidi controls,
+variation selectors). Unicode's NFKC_Casefold drops them, and so does ``fold_text``."""
+
+
+def without_ignorables(text: str) -> str:
+    """``text`` without the characters Unicode draws as nothing (``_IGNORABLE``)."""
+    return _IGNORABLE.sub("", text)
+
+
+def fold_text(text: str) -> str:
+    """``text`` as Unicode compares names: characters drawn as nothing (``_IGNORABLE``) removed,
+    then NFKC (full-width letters are ASCII ones, a ligature its letters, a composed accent
+    one character) and case folded ("ß" is "ss"), then NFKC again so the result is stable.
+    Python's spelling of Unicode's NFKC_Casefold."""
+    nfkc = unicodedata.normalize("NFKC", _IGNORABLE.sub("", text))
+    return _IGNORABLE.sub("", unicodedata.normalize("NFKC", nfkc.casefold()))
+
+
 def fold_skill(skill: str) -> str:
-    """A skill's one spelling: Unicode NFKC with case folded (NFKC, casefold, NFKC again, so
-    the result is stable), spaces around it trimmed. "Kubernetes", "KUBERNETES" and its full-width
-    letters (U+FF2B...) are one skill, as are the ligature U+FB01 + "le" and "file", "STRASSE" and "straße",
-    and "café" composed or decomposed. An ASCII name comes out as ``.strip().lower()`` made it
-    (the rule before), so skills stored under that rule keep their spelling."""
+    """A skill's one spelling: ``fold_text`` (Unicode NFKC_Casefold), spaces around it trimmed.
+    "Kubernetes", "KUBERNETES" and its full-width letters (U+FF2B...) are one skill, as are the
+    ligature U+FB01 + "le" and "file", "STRASSE" and "straße", "café" composed or decomposed,
+    and "python" with or without a zero-width space or byte-order mark in it. An ASCII name
+    comes out as ``.strip().lower()`` made it (the rule before), so skills stored under that
+    rule keep their spelling."""
     if skill.isascii():
         return skill.strip().lower()
-    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", skill).casefold())
-    return folded.strip()
+    return fold_text(skill).strip()
 
 
 def stored_skills(skills: Iterable[str]) -> list[str]:
@@ -57,7 +82,9 @@ def stored_skills(skills: Iterable[str]) -> list[str]:
     gives it, so an agent and a task spelling a skill differently still match, and a repeated
     registration spelling it the new way is the same agent."""
     stored = list(skills)
-    folded = [skill if skill.isascii() else fold_skill(skill) for skill in stored]
+    # A name that folds to nothing (one stored before made only of characters drawn as
+    # nothing) keeps its stored spelling: nothing given now could name it either way.
+    folded = [skill if skill.isascii() else fold_skill(skill) or skill for skill in stored]
     return stored if folded == stored else sorted(set(folded))
 
 
@@ -76,6 +103,12 @@ def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:
     folded = set()
     for skill in skills:
         name = fold_skill(require_name(field_name, skill))
+        if not name.strip():
+            raise ValidationError(
+                field_name,
+                f"must hold a visible character: {skill!r} is blank once folded (Unicode"
+                " NFKC_Casefold drops characters drawn as nothing)",
+            )
         if len(name) > MAX_NAME_LENGTH:
             raise ValidationError(
                 field_name,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from flowledger.domain.agent import normalise_skills
+from flowledger.domain.agent import normalise_skills, without_ignorables
 from flowledger.domain.bounds import MAX_DEADLINE, require_name
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification, TaskPriority
@@ -162,9 +162,11 @@ class SkillCatalogue:
         Words of the description that the catalogue knows name the stack (``Go`` is
         golang); only when none does, the category's own skills apply.
         """
-        # Read in Unicode NFKC, as skills are (``fold_skill``): full-width letters are their ASCII
-        # ones, a ligature (U+FB01) is "fi", so a description matches the keyword it spells.
-        written = _words(unicodedata.normalize("NFKC", description))
+        # Read in Unicode NFKC without the characters drawn as nothing, as skills are
+        # (``fold_text``): full-width letters are their ASCII ones, a ligature (U+FB01) is "fi",
+        # "Kuber" + a zero-width space + "netes" is one word, so a description matches the
+        # keyword it spells.
+        written = _words(unicodedata.normalize("NFKC", without_ignorables(description)))
         folded = {word.casefold() for word in written}
         # A keyword holding a capital matches only as written: "Go" is the language, while
         # "go" in "let's go over the Terraform state" (or "Go live", a sentence's first word
@@ -247,7 +249,7 @@ def _skill_map(value: Any, name: str, label: str) -> dict[str, tuple[str, ...]]:
     for raw, skills in value.items():
         # In Unicode NFKC as descriptions are read (``skills_for``): a full-width keyword is its
         # ASCII one, and two spellings of one name are one key, refused twice below.
-        key = unicodedata.normalize("NFKC", str(raw))
+        key = unicodedata.normalize("NFKC", without_ignorables(str(raw)))
         where = f"skill_catalogue.{name}.{raw}"
         if not isinstance(skills, list) or not all(isinstance(s, str) and s.strip() for s in skills):
             raise ValidationError(where, f"{label}: must be a list of skill names")

@@ -209,3 +209,19 @@ def test_a_skill_spelt_in_full_width_letters_or_decomposed_is_the_same_skill(htt
     # the same agent registered again in another spelling is a repeat, not a conflict
     again = {**agent, "skills": ["kubernetes", cafe_nfc, "STRASSE"]}
     assert http.post("/v1/agents", json=again).status_code == 200
+
+
+def test_a_skill_drawn_as_nothing_is_refused_and_nothing_recorded(http: TestClient) -> None:
+    # An outside probe registered an agent whose only skill was a zero-width space (201)
+    for n, invisible in enumerate(["\u200b", "\ufeff", "\u2060\u200d"]):
+        agent = {"agent_id": f"inv-{n}", "name": "Invisible", "skills": [invisible]}
+        refused = http.post("/v1/agents", json=agent)
+        assert refused.status_code == 422, refused.text
+        assert "is blank once folded" in refused.json()["error"]
+        assert http.get(f"/v1/agents/inv-{n}").status_code == 404
+    task = {"task_id": "T-inv", "description": "d", "required_skills": ["python", "\u200b"]}
+    assert http.post("/v1/tasks", json=task).status_code == 422
+    assert http.get("/v1/tasks/T-inv").status_code == 404
+    # within a name they are dropped: "py" + zero-width space + "thon" is python
+    agent = {"agent_id": "zw", "name": "Zero width", "skills": ["py\u200bthon", "\ufeffPython"]}
+    assert http.post("/v1/agents", json=agent).json()["skills"] == ["python"]

@@ -108,3 +108,19 @@ def test_an_agent_and_a_task_spelling_a_skill_differently_are_matched(engine: En
     assert engine.assign_task("T-1").agent_id == "be"
     # Registering again in another spelling is the same agent, not a conflict
     assert not engine.register_or_get_agent("be", "Backend", ["kubernetes", CAFE_NFC], 2).created
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\ufeff", "\u200b\u2060\u00ad", "\u202e"])
+def test_a_skill_drawn_as_nothing_is_refused(invisible: str) -> None:
+    # An outside probe registered an agent whose only skill was a zero-width space (201)
+    with pytest.raises(ValidationError, match=r"must hold a visible character: .* is blank once folded"):
+        normalise_skills("skills", ["python", invisible])
+
+
+def test_characters_drawn_as_nothing_are_no_part_of_a_skill() -> None:
+    assert normalise_skills("skills", ["py\u200bthon", "\ufeffPython", "PY\u00adTHON"]) == ["python"]
+    assert load_skill_catalogue().skills_for("bug_fix", "Restart the Kuber\u200bnetes pod")[0] == (
+        "kubernetes",
+    )
+    # one stored before made only of them keeps its stored spelling; others lose them
+    assert stored_skills(["\u200b", "py\u200bthon"]) == ["python", "\u200b"]
