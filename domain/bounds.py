@@ -127,6 +127,21 @@ def require_name(field_name: str, value: Any) -> str:
     return value
 
 
+def require_model(value: Any) -> str:
+    """Raise ValidationError (field ``model``) unless ``value`` is a name (``require_name``) with
+    no space around it. The price table reads a name with its spaces trimmed (``model_names``),
+    so " deepseek-v3.2" passed the check for an unknown model, while the provider was asked
+    for the name as written and the call recorded under it (a row of its own on the cost
+    dashboard); a provider would answer that it has no such model."""
+    require_name("model", value)
+    if value != value.strip():
+        raise ValidationError(
+            "model",
+            f"must have no space around it, got {value!r} (the provider is asked for the name as written)",
+        )
+    return str(value)
+
+
 def require_tenant(value: Any) -> str:
     """Raise ValidationError (field ``tenant``) unless ``value`` is a tenant's name: the one rule
     for a tenant wherever it is given, an engine's (``Settings.tenant``, ``FLOWLEDGER_TENANT``,

@@ -34,6 +34,7 @@ from functools import partial
 from typing import Protocol
 from uuid import UUID
 
+from flowledger.domain.bounds import require_model
 from flowledger.domain.errors import (
     LlmError,
     LlmNotConfigured,
@@ -49,7 +50,7 @@ from flowledger.domain.routing import observed_latencies
 from flowledger.domain.skills import SkillCatalogue
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import Classification, TaskPriority, TaskState
-from flowledger.domain.values import LlmUsage, require_name
+from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
@@ -136,7 +137,7 @@ class TaskClassifier:
     async def _run(self, task_id: str, model: str | None, *, again: bool) -> TaskState:
         self._reads.task_uuid(task_id)  # checked before it keys the single-flight table
         if model is not None:
-            require_name("model", model)
+            require_model(model)
         llm = self.llm
         if llm is None:
             raise LlmNotConfigured()

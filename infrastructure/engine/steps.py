@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
-from flowledger.domain.bounds import require_flag, require_object, storable
+from flowledger.domain.bounds import require_flag, require_model, require_object, storable
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
     BudgetExceeded,
@@ -150,7 +150,7 @@ class StepService:
         payload = input if input is not None else {}
         require_object("input", payload)  # the prompt merges it into the context
         if model is not None:
-            require_name("model", model)  # before the price table strips it
+            require_model(model)  # before the price table strips it
         require_flag("merge_input", merge_input)
         check_model = getattr(llm, "check_model", None)
         if check_model is not None:

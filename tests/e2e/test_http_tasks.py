@@ -225,3 +225,25 @@ def test_a_skill_drawn_as_nothing_is_refused_and_nothing_recorded(http: TestClie
     # within a name they are dropped: "py" + zero-width space + "thon" is python
     agent = {"agent_id": "zw", "name": "Zero width", "skills": ["py\u200bthon", "\ufeffPython"]}
     assert http.post("/v1/agents", json=agent).json()["skills"] == ["python"]
+
+
+@pytest.mark.parametrize("model", [" deepseek-v3.2", "deepseek-v3.2 ", "\u2003claude-sonnet-4.5"])
+def test_a_model_named_with_spaces_around_it_is_refused_before_anything_is_recorded(
+    http: TestClient, simulator: Simulator, model: str
+) -> None:
+    # An outside probe classified a task with "model": " deepseek-v3.2": the price table read
+    # it trimmed, so it passed the unknown-model check, and the provider was asked for the name
+    # with its space (a real one has no such model), the call recorded under it. Same for a step.
+    http.post("/v1/tasks", json={"task_id": "T-m", "description": "Write docs for the API"})
+    calls = len(simulator.exchanges)
+    for path in ("/v1/tasks/T-m/classify", "/v1/tasks/T-m/reclassify"):
+        refused = http.post(path, json={"model": model})
+        assert refused.status_code == 422, refused.text
+        assert "model: must have no space around it" in refused.json()["error"]
+    assert [e["event_type"] for e in http.get("/v1/tasks/T-m/history").json()] == ["Task.Created"]
+    http.post("/v1/sessions", json={"session_id": "s-m", "workflow_name": "wf", "user_id": "u"})
+    step = http.post("/v1/sessions/s-m/process", json={"step_name": "a", "input_data": {}, "model": model})
+    assert step.status_code == 422, step.text
+    assert "model: must have no space around it" in step.json()["error"]
+    assert http.get("/v1/sessions/s-m").json()["version"] == 1
+    assert len(simulator.exchanges) == calls
