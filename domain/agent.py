@@ -112,8 +112,8 @@ def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:
         if len(name) > MAX_NAME_LENGTH:
             raise ValidationError(
                 field_name,
-                f"must be at most {MAX_NAME_LENGTH} characters once folded (Unicode NFKC, case"
-                f" folded), got {len(name)} from {skill[:20]!r}...",
+                f"must be at most {MAX_NAME_LENGTH} characters once folded (Unicode NFKC_Casefold),"
+                f" got {len(name)} from {skill[:20]!r}...",
             )
         if not name.isascii():
             require_name(field_name, name)  # what folding made is a name too
