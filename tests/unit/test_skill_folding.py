@@ -13,6 +13,7 @@ import pytest
 from flowledger.domain.agent import Agent, fold_skill, normalise_skills, stored_skills
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.skills import SkillCatalogue
+from flowledger.domain.task import Task
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.router_files import load_skill_catalogue
 
@@ -124,3 +125,28 @@ def test_characters_drawn_as_nothing_are_no_part_of_a_skill() -> None:
     )
     # one stored before made only of them keeps its stored spelling; others lose them
     assert stored_skills(["\u200b", "py\u200bthon"]) == ["python", "\u200b"]
+
+
+def test_an_old_log_spelling_a_skill_the_older_way_matches_new_spellings(engine: Engine) -> None:
+    # Given an agent and a task stored under the older rule (.strip().lower()), as an old log
+    # holds them: full-width lower-case letters, a decomposed accent, a sharp s
+    engine.store.app.save(
+        Agent(
+            agent_id="old", tenant=engine.tenant, name="Old", skills=[OLD_RULE(WIDE_KUBERNETES)], capacity=2
+        ),
+        Task(
+            task_id="old-t",
+            tenant=engine.tenant,
+            description="Fix the street map",
+            required_skills=[OLD_RULE(CAFE_NFD), "stra\u00dfe"],
+            priority="medium",
+            deadline=None,
+        ),
+    )
+    # When they are read, and work meets them spelt the new way
+    assert engine.get_agent("old").skills == ("kubernetes",)
+    assert engine.get_task("old-t").required_skills == (CAFE_NFC, "strasse")
+    engine.register_agent("new", "New", ["STRASSE", CAFE_NFC.upper()], 2)
+    engine.create_task("new-t", "Scale the cluster", ["Kubernetes"])
+    # Then each finds the other: the queue (its index folds the old task) and a direct assignment
+    assert {t.task_id: t.agent_id for t in engine.assign_pending()} == {"old-t": "new", "new-t": "old"}
