@@ -5,9 +5,11 @@ Every event is an explicit class whose ``apply`` only assigns, because it runs a
 every replay; the session uses that style throughout (not ``@event`` methods) because a
 step's record carries its event's version and timestamp, which only the event knows.
 
-State stays bounded whatever the session's length: totals and counters, the last
-``RECENT_STEPS`` steps and failures, the pending steps, and a fixed-size filter of every
-idempotency key ever processed (see ``outcome_lookup``).
+State stays bounded whatever the session's length: totals and counters, the most recent
+steps and failures (at most ``RECENT_STEPS`` of each, whose payloads add up to at most
+``WINDOW_BYTES`` and ``FAILURE_WINDOW_BYTES``), the pending steps, and a fixed-size filter of
+every idempotency key ever processed (see ``outcome_lookup``); the full history is in the
+session's events.
 
 This module declares the aggregate (its events, state and commands); its siblings hold the
 rest: ``session_rules`` (the checks a command makes), ``session_window`` (the folds of the
@@ -54,7 +56,7 @@ from flowledger.domain.session_rules import (
     require_start,
     require_step_start,
 )
-from flowledger.domain.session_upcasts import snapshot_v1_v2, snapshot_v2_v3
+from flowledger.domain.session_upcasts import snapshot_v1_v2, snapshot_v2_v3, snapshot_v3_v4
 from flowledger.domain.session_views import (
     MAYBE_SEEN,
     NOT_SEEN,
@@ -89,9 +91,11 @@ from flowledger.domain.values import (
 )
 
 __all__ = [
+    "FAILURE_WINDOW_BYTES",
     "LEGACY_LEASE",
     "RECENT_STEPS",
     "SESSION_NAMESPACE",
+    "WINDOW_BYTES",
     "WORKER_LOST",
     "Session",
     "StepNotPending",
@@ -100,7 +104,18 @@ __all__ = [
 
 SESSION_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/session")
 RECENT_STEPS = 20
-"""Processed (and failed) steps a session keeps in its state and snapshots."""
+"""Processed (and failed) steps a session keeps in its state and snapshots, at most."""
+WINDOW_BYTES = 16_384
+"""The most the payloads of the processed steps a session keeps may add up to: each step's
+``input``, ``output`` and ``context_update`` as compact JSON (``StepRecord.window_bytes``).
+
+The oldest drop out first; a step larger than this is not kept at all (its event is, and
+``outcome_lookup`` finds it there). Sized so that a snapshot stays under 64 KiB whatever the
+steps carry: the key filter (21.9 KB), 20 steps' other fields (about 0.9 KB each with their
+usage) and these 16 KiB come to about 57 KB; a window of 4 KB steps keeps 4 of them."""
+FAILURE_WINDOW_BYTES = 8_192
+"""The same for the failed steps a session keeps: each one's ``error_message`` and
+``error_detail`` as compact JSON (``StepFailure.window_bytes``)."""
 
 
 def session_uuid(tenant: str, session_id: str) -> UUID:
@@ -113,10 +128,12 @@ class Session(FlowledgerAggregate):
     """A workflow session: its steps, context, usage totals and expiry.
 
     Version 2 of the state (snapshots) keeps windows and counters instead of every step;
-    version 3 holds an erased session's failures erased (their error's text and fields).
+    version 3 holds an erased session's failures erased (their error's text and fields);
+    version 4 bounds the windows by bytes too (``WINDOW_BYTES``, ``FAILURE_WINDOW_BYTES``),
+    each record carrying its ``window_bytes``.
     """
 
-    class_version = 3
+    class_version = 4
 
     class Started(FlowledgerAggregate.Created):
         """The session was created. Version 2 added ``metadata``."""
@@ -203,7 +220,7 @@ class Session(FlowledgerAggregate):
             """Count the step, keep it in the window, and remember its key."""
             record = StepRecord.of(self)
             aggregate.history, aggregate.recent_keys = window_with_step(
-                aggregate.history, aggregate.recent_keys, record, RECENT_STEPS
+                aggregate.history, aggregate.recent_keys, record, RECENT_STEPS, WINDOW_BYTES
             )
             if self.idempotency_key is not None:
                 aggregate.key_filter = key_filter_with(aggregate.key_filter, self.idempotency_key)
@@ -243,7 +260,9 @@ class Session(FlowledgerAggregate):
             failure = StepFailure.of(self)
             if aggregate.erased:
                 failure = erased_failure(failure)
-            aggregate.failures = window_with_failure(aggregate.failures, failure, RECENT_STEPS)
+            aggregate.failures = window_with_failure(
+                aggregate.failures, failure, RECENT_STEPS, FAILURE_WINDOW_BYTES
+            )
             aggregate.failure_count += 1
             aggregate.pending = without_pending(aggregate.pending, self.idempotency_key)
             if self.idempotency_key is not None:
@@ -377,6 +396,12 @@ class Session(FlowledgerAggregate):
         """A version-2 snapshot of an erased session reads its later failures as erased."""
         snapshot_v2_v3(state)
 
+    @staticmethod
+    def upcast_v3_v4(state: dict[str, Any]) -> None:
+        """A version-3 snapshot's windows held 20 records whatever their size: measure them and
+        keep what the byte budgets keep, as a fold of the session's events does."""
+        snapshot_v3_v4(state, RECENT_STEPS, WINDOW_BYTES, FAILURE_WINDOW_BYTES)
+
     @classmethod
     def start(
         cls,
@@ -427,9 +452,9 @@ class Session(FlowledgerAggregate):
         self.current_step = "init"
         self.context: JsonObject = {}
         self.history: list[StepRecord] = []
-        """The last RECENT_STEPS processed steps."""
+        """The most recent processed steps: at most RECENT_STEPS, within WINDOW_BYTES."""
         self.failures: list[StepFailure] = []
-        """The last RECENT_STEPS failed steps."""
+        """The most recent failed steps: at most RECENT_STEPS, within FAILURE_WINDOW_BYTES."""
         self.step_count = 0
         self.failure_count = 0
         self.recent_keys: dict[str, int] = {}
@@ -632,7 +657,10 @@ class Session(FlowledgerAggregate):
             idempotency_key=idempotency_key,
             model=model,
         )
-        return self.history[-1]
+        kept = self.history[-1] if self.history else None
+        if kept is not None and kept.version == self.version:
+            return kept
+        return StepRecord.of(self.pending_events[-1])  # too large for the window: its event holds it
 
     def fail_step(
         self,
@@ -662,7 +690,11 @@ class Session(FlowledgerAggregate):
             idempotency_key=idempotency_key,
             error_detail=require_error_detail(error_detail),
         )
-        return self.failures[-1]
+        kept = self.failures[-1] if self.failures else None
+        if kept is not None and kept.version == self.version:
+            return kept
+        failure = StepFailure.of(self.pending_events[-1])  # too large for the window
+        return erased_failure(failure) if self.erased else failure
 
     def fork_from(
         self, *, parent_session_id: str, parent_version: int, current_step: str, context: JsonObject

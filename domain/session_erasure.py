@@ -9,23 +9,38 @@ from __future__ import annotations
 from dataclasses import replace
 
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
-from flowledger.domain.session_views import PendingStep, StepFailure, StepRecord
+from flowledger.domain.session_views import (
+    PendingStep,
+    StepFailure,
+    StepRecord,
+    failure_payload_bytes,
+    step_payload_bytes,
+)
 
 
 def erased_step(record: StepRecord) -> StepRecord:
-    """A processed step once erased: its input, output and context update are the user's."""
+    """A processed step once erased: its input, output and context update are the user's
+    (measured again: the step weighs what a fold of its erased event weighs)."""
+    context_update = erased_json(record.context_update)
     return replace(
         record,
         input=dict(ERASED_JSON),
         output=dict(ERASED_JSON),
-        context_update=erased_json(record.context_update),
+        context_update=context_update,
+        window_bytes=step_payload_bytes(ERASED_JSON, ERASED_JSON, context_update),
     )
 
 
 def erased_failure(failure: StepFailure) -> StepFailure:
     """A failure as its event reads once erased: its error's text and fields are the user's
     (a user budget's refusal names them); its type, usage and key stay."""
-    return replace(failure, error_message=ERASED_TEXT, error_detail=erased_json(failure.error_detail))
+    detail = erased_json(failure.error_detail)
+    return replace(
+        failure,
+        error_message=ERASED_TEXT,
+        error_detail=detail,
+        window_bytes=failure_payload_bytes(ERASED_TEXT, detail),
+    )
 
 
 def erased_pending(pending: PendingStep) -> PendingStep:

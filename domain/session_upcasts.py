@@ -10,7 +10,14 @@ from typing import Any
 
 from flowledger.domain.session_erasure import erased_failure
 from flowledger.domain.session_leases import LEGACY_LEASE
-from flowledger.domain.session_views import LEASE_NOT_RECORDED, StepFailure, StepRecord
+from flowledger.domain.session_views import (
+    LEASE_NOT_RECORDED,
+    StepFailure,
+    StepRecord,
+    failure_payload_bytes,
+    step_payload_bytes,
+)
+from flowledger.domain.session_window import recent
 from flowledger.domain.values import KeyFilter, key_filter_with
 
 
@@ -41,3 +48,22 @@ def snapshot_v2_v3(state: dict[str, Any]) -> None:
     as written (their text was not personal then): read them as erased."""
     if state.get("erased", False):
         state["failures"] = [erased_failure(f) for f in state["failures"]]
+
+
+def snapshot_v3_v4(state: dict[str, Any], window: int, step_budget: int, failure_budget: int) -> None:
+    """A version-3 snapshot kept the last ``window`` steps and failures whatever their size:
+    measure each (``window_bytes``) and keep the most recent within the byte budgets, with the
+    keys of the steps kept. The same windows as a fold of the events from the first: both keep
+    the longest run of most recent records within both bounds (``session_window.recent``)."""
+    history = [
+        replace(r, window_bytes=step_payload_bytes(r.input, r.output, r.context_update))
+        for r in state["history"]
+    ]
+    kept = recent(history, window, step_budget)
+    state["history"] = kept
+    state["recent_keys"] = {r.idempotency_key: r.version for r in kept if r.idempotency_key is not None}
+    failures = [
+        replace(f, window_bytes=failure_payload_bytes(f.error_message, f.error_detail))
+        for f in state["failures"]
+    ]
+    state["failures"] = recent(failures, window, failure_budget)

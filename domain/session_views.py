@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import Enum, StrEnum
 from typing import Any
 
+from flowledger.domain.bounds import json_bytes
 from flowledger.domain.error_detail import ErrorDetail
 from flowledger.domain.values import JsonObject, LlmUsage
+
+DERIVED = "flowledger.derived"
+"""Field metadata: a figure the state keeps for its own folds, worked out from the record's
+other fields; views shown to people and JSON (``infrastructure.history.jsonable``) leave it out."""
 
 
 class SessionStatus(StrEnum):
@@ -38,6 +43,10 @@ class StepRecord:
     model: str | None = None
     """The model the step's request asked for (``ModelAsked.key``); None when not recorded (a
     step recorded by ``record_step``, or before models were)."""
+    window_bytes: int = field(default=0, repr=False, metadata={DERIVED: True})
+    """What the step counts against the window's byte budget (``Session.WINDOW_BYTES``): its
+    payload, ``step_payload_bytes``. Derived from the fields above (0: decoded from a snapshot
+    older than the field, which the snapshot's upcaster measures again)."""
 
     @classmethod
     def of(cls, processed: Any) -> StepRecord:
@@ -53,6 +62,7 @@ class StepRecord:
             version=processed.originator_version,
             recorded_at=processed.timestamp,
             model=processed.model,
+            window_bytes=step_payload_bytes(processed.input, processed.output, processed.context_update),
         )
 
 
@@ -70,6 +80,10 @@ class StepFailure:
     error_detail: ErrorDetail | None = None
     """The error's fields, to rebuild it from (None: not recorded; the default keeps snapshots
     taken before the field existed decodable)."""
+    window_bytes: int = field(default=0, repr=False, metadata={DERIVED: True})
+    """What the failure counts against its window's byte budget (``Session.FAILURE_WINDOW_BYTES``):
+    ``failure_payload_bytes`` (0: decoded from a snapshot older than the field, which the
+    snapshot's upcaster measures again)."""
 
     @classmethod
     def of(cls, failed: Any) -> StepFailure:
@@ -83,7 +97,19 @@ class StepFailure:
             version=failed.originator_version,
             recorded_at=failed.timestamp,
             error_detail=failed.error_detail,
+            window_bytes=failure_payload_bytes(failed.error_message, failed.error_detail),
         )
+
+
+def step_payload_bytes(input: JsonObject, output: JsonObject, context_update: JsonObject | None) -> int:
+    """A processed step's payload as compact JSON: ``[input, output, context_update]``, in bytes
+    (``bounds.json_bytes``: the same whether the step comes from its event or a snapshot)."""
+    return json_bytes((input, output, context_update))
+
+
+def failure_payload_bytes(error_message: str, error_detail: ErrorDetail | None) -> int:
+    """A failed step's payload as compact JSON: ``[error_message, error_detail]``, in bytes."""
+    return json_bytes((error_message, error_detail))
 
 
 class KeyLookup(Enum):

@@ -7,23 +7,30 @@ state (a snapshot taken, a replay stopped at a version) may share the old one.
 
 from __future__ import annotations
 
+from operator import attrgetter
+from typing import TypeVar
+
 from flowledger.domain.session_views import PendingStep, StepFailure, StepRecord
+
+R = TypeVar("R", StepRecord, StepFailure)
+_WEIGHT = attrgetter("window_bytes")
 
 
 def window_with_step(
-    history: list[StepRecord], recent_keys: dict[str, int], record: StepRecord, size: int
+    history: list[StepRecord], recent_keys: dict[str, int], record: StepRecord, size: int, budget: int
 ) -> tuple[list[StepRecord], dict[str, int]]:
-    """The last ``size`` processed steps once ``record`` is added, and the key map of that window
-    (idempotency key -> version): a step that drops out takes its key along, unless a later
-    step in the window holds the same key."""
-    leaving = len(history) + 1 - size  # steps that drop out of the window
-    window = [*history[leaving:], record] if leaving > 0 else [*history, record]
+    """The window once ``record`` is added (``recent``: its most recent steps within ``size`` and
+    ``budget``), and the key map of that window (idempotency key -> version): a step that drops
+    out takes its key along, unless a later step in the window holds the same key."""
+    window = recent([*history, record], size, budget)
+    leaving = len(history) + 1 - len(window)  # steps that drop out (the record itself may)
+    gone = history[:leaving] if leaving <= len(history) else history
     forgotten = [
-        gone.idempotency_key
-        for gone in (history[:leaving] if leaving > 0 else ())
-        if gone.idempotency_key is not None and recent_keys.get(gone.idempotency_key) == gone.version
+        old.idempotency_key
+        for old in gone
+        if old.idempotency_key is not None and recent_keys.get(old.idempotency_key) == old.version
     ]
-    key = record.idempotency_key
+    key = record.idempotency_key if window and window[-1] is record else None
     keys = recent_keys
     if forgotten or key is not None:
         keys = dict(recent_keys)
@@ -34,9 +41,31 @@ def window_with_step(
     return window, keys
 
 
-def window_with_failure(failures: list[StepFailure], failure: StepFailure, size: int) -> list[StepFailure]:
-    """The last ``size`` failed steps once ``failure`` is added."""
-    return [*failures, failure][-size:]
+def window_with_failure(
+    failures: list[StepFailure], failure: StepFailure, size: int, budget: int
+) -> list[StepFailure]:
+    """The failures' window once ``failure`` is added (``recent``, within ``size`` and ``budget``)."""
+    return recent([*failures, failure], size, budget)
+
+
+def recent(records: list[R], size: int, budget: int) -> list[R]:
+    """The longest run of the most recent ``records`` (oldest first) that holds at most ``size``
+    of them whose ``window_bytes`` add up to at most ``budget``: older ones drop out first, and
+    a record larger than the whole budget leaves the window empty (the stream holds it).
+
+    One rule, whatever the order folds apply it in: adding records one at a time keeps the
+    same window as cutting the whole list once (a snapshot's upcaster does that)."""
+    last = records[-size:] if size > 0 else []
+    if sum(map(_WEIGHT, last)) <= budget:  # the usual case, summed in C: the count bounds it
+        return last
+    total = 0
+    kept = 0
+    for record in reversed(records):
+        total += record.window_bytes
+        if total > budget or kept == size:
+            break
+        kept += 1
+    return records[len(records) - kept :] if kept else []
 
 
 def without_pending(pending: dict[str, PendingStep], key: str | None) -> dict[str, PendingStep]:

@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from flowledger.domain.session_views import DERIVED
 from flowledger.domain.values import LlmUsage
 
 _ENVELOPE = {"originator_id", "originator_version", "timestamp", "originator_topic"}
@@ -38,7 +39,8 @@ def history_entry(event: Any) -> HistoryEntry:
 def jsonable(value: Any) -> Any:
     """``value`` with Decimals, UUIDs, times and dataclasses turned into JSON types.
 
-    Decimals become strings so that money stays exact.
+    Decimals become strings so that money stays exact. A dataclass field marked ``DERIVED``
+    (a figure the state keeps for itself, e.g. ``StepRecord.window_bytes``) is left out.
     """
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
@@ -51,5 +53,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, LlmUsage):
         return jsonable(value.to_dict())  # its later fields only when set
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return jsonable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+        shown = (f for f in dataclasses.fields(value) if not f.metadata.get(DERIVED))
+        return jsonable({f.name: getattr(value, f.name) for f in shown})
     return value

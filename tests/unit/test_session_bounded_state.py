@@ -14,8 +14,13 @@ from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import DatetimeAsISO, DecimalAsStr, JSONTranscoder, Mapper, UUIDAsHex
 
 from flowledger.domain import LlmUsage, Session
-from flowledger.domain.session import LEGACY_LEASE, RECENT_STEPS
-from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, StepRecord
+from flowledger.domain.session import (
+    FAILURE_WINDOW_BYTES,
+    LEGACY_LEASE,
+    RECENT_STEPS,
+    WINDOW_BYTES,
+)
+from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, StepFailure, StepRecord
 from flowledger.infrastructure.transcodings import register_transcodings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -209,3 +214,111 @@ def test_a_snapshot_from_before_the_window_loads_as_the_bounded_state() -> None:
     assert loaded.outcome_lookup("k0") is MAYBE_SEEN
     assert loaded.outcome_lookup(f"k{RECENT_STEPS + 4}") == every_step[-1]
     assert loaded.outcome_lookup("never") is NOT_SEEN
+
+
+def four_kb_session(steps: int, *, failures: bool = False) -> Session:
+    """``steps`` keyed steps of about 4 KB of input and output each (a realistic LLM step)."""
+    session = a_session()
+    for n in range(steps):
+        session.record_step(
+            step="answer",
+            input={"prompt": f"{n} " + "p" * 2_500},
+            output={"reply": f"{n} " + "r" * 1_500},
+            usage=usage(n),
+            idempotency_key=f"turn-{n}",
+        )
+        if failures:
+            session.fail_step(
+                step="answer", error_type="upstream", error_message=f"{n} " + "e" * 1_900, usage=usage(n)
+            )
+    return session
+
+
+def test_a_long_session_of_four_kb_steps_snapshots_in_under_64_kib() -> None:
+    # Given 2,000 steps of about 4 KB each (the count-only window kept 20 of them: 109 KB)
+    session = four_kb_session(2_000)
+    # Then the window keeps the most recent steps within WINDOW_BYTES, and the snapshot is small
+    assert len(session.history) == WINDOW_BYTES // session.history[-1].window_bytes == 4
+    assert sum(r.window_bytes for r in session.history) <= WINDOW_BYTES
+    assert [r.idempotency_key for r in session.history] == [f"turn-{n}" for n in range(1_996, 2_000)]
+    assert session.recent_keys == {f"turn-{n}": n + 2 for n in range(1_996, 2_000)}
+    stored = json_mapper().to_stored_event(Snapshot.take(session))
+    assert len(stored.state) < SNAPSHOT_LIMIT
+    assert session.outcome_lookup("turn-1995") is MAYBE_SEEN
+
+
+def test_large_failures_are_bounded_by_bytes_as_well() -> None:
+    session = four_kb_session(50, failures=True)
+    assert 0 < len(session.failures) < RECENT_STEPS
+    assert sum(f.window_bytes for f in session.failures) <= FAILURE_WINDOW_BYTES
+    assert len(json_mapper().to_stored_event(Snapshot.take(session)).state) < SNAPSHOT_LIMIT
+
+
+def test_a_step_larger_than_the_budget_is_returned_but_not_kept() -> None:
+    session = four_kb_session(3)
+    huge = session.record_step(
+        step="big", input={"doc": "d" * 40_000}, output={"ok": True}, idempotency_key="huge"
+    )
+    assert (huge.step, huge.idempotency_key, huge.version) == ("big", "huge", session.version)
+    assert huge.window_bytes > WINDOW_BYTES
+    assert session.history == []
+    assert session.recent_keys == {}
+    assert session.outcome_lookup("huge") is MAYBE_SEEN  # the stream holds it
+    failure = session.fail_step(
+        step="big",
+        error_type="x",
+        error_message="m" * 2_000,
+        error_detail={f"f{n}": "v" * 2_000 for n in range(8)},
+    )
+    assert failure.version == session.version
+    assert session.failures == []
+
+
+def test_replaying_four_kb_steps_equals_the_incremental_fold_and_the_snapshot() -> None:
+    session = four_kb_session(60, failures=True)
+    events = list(session.collect_events())
+    replayed = project_aggregate(None, events)
+    assert replayed is not None
+    assert vars(replayed) == vars(session)
+    mapper = json_mapper()
+    snapshot = mapper.to_domain_event(mapper.to_stored_event(Snapshot.take(session)))
+    loaded = snapshot.mutate(None)
+    assert vars(loaded) == vars(session)
+    assert [r.window_bytes for r in loaded.history] == [r.window_bytes for r in session.history]
+
+
+def test_a_version_3_snapshot_of_large_steps_loads_as_the_byte_bounded_fold() -> None:
+    # Given a snapshot as version 3 took it: the last 20 steps and failures whatever their
+    # size (about 4 KB each), their keys, and no window_bytes
+    session = four_kb_session(30, failures=True)
+    events = list(session.collect_events())
+    every_step = [StepRecord.of(e) for e in events if isinstance(e, Session.StepProcessed)]
+    every_failure = [StepFailure.of(e) for e in events if isinstance(e, Session.StepFailed)]
+    snapshot = Snapshot.take(session)
+    window = every_step[-RECENT_STEPS:]
+    old_state = dict(snapshot.state)
+    old_state.update(
+        history=window,
+        failures=every_failure[-RECENT_STEPS:],
+        recent_keys={r.idempotency_key: r.version for r in window if r.idempotency_key},
+    )
+    mapper = json_mapper()
+    body = json.loads(mapper.to_stored_event(replace(snapshot, state=old_state)).state)
+    body["state"]["class_version"] = 3
+    for record in body["state"]["history"] + body["state"]["failures"]:
+        del record["_data_"]["window_bytes"]
+    stored = replace(mapper.to_stored_event(snapshot), state=json.dumps(body).encode())
+    assert b"window_bytes" not in stored.state
+    assert len(stored.state) > 100_000
+    # When it is loaded
+    old = mapper.to_domain_event(stored)
+    assert isinstance(old, Snapshot)
+    loaded = old.mutate(None)
+    # Then it is the state a fold of the events from the first keeps
+    assert isinstance(loaded, Session)
+    assert vars(loaded) == vars(session)
+    assert len(loaded.history) == 4
+    assert loaded.outcome_lookup("turn-29") == session.history[-1]
+    assert loaded.outcome_lookup("turn-25") is MAYBE_SEEN
+    # And it snapshots under 64 KiB again
+    assert len(mapper.to_stored_event(Snapshot.take(loaded)).state) < SNAPSHOT_LIMIT

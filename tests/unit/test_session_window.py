@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from flowledger.domain.session_views import PendingStep, StepFailure, StepRecord
+from flowledger.domain.session_views import (
+    PendingStep,
+    StepFailure,
+    StepRecord,
+    failure_payload_bytes,
+    step_payload_bytes,
+)
 from flowledger.domain.session_window import (
+    recent,
     step_under_key,
     window_with_failure,
     window_with_step,
@@ -15,10 +22,15 @@ from flowledger.domain.session_window import (
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def record(version: int, key: str | None) -> StepRecord:
+UNBOUNDED = 1 << 40
+"""A byte budget no test step reaches: the count alone bounds the window."""
+
+
+def record(version: int, key: str | None, payload: int = 0) -> StepRecord:
+    input = {"n": version, "text": "x" * payload}
     return StepRecord(
         step=f"step-{version}",
-        input={"n": version},
+        input=input,
         output={},
         next_step=None,
         context_update=None,
@@ -26,14 +38,17 @@ def record(version: int, key: str | None) -> StepRecord:
         idempotency_key=key,
         version=version,
         recorded_at=AT,
+        window_bytes=step_payload_bytes(input, {}, None),
     )
 
 
-def fold(keys: list[str | None], size: int) -> tuple[list[StepRecord], dict[str, int]]:
+def fold(
+    keys: list[str | None], size: int, budget: int = UNBOUNDED, payload: int = 0
+) -> tuple[list[StepRecord], dict[str, int]]:
     history: list[StepRecord] = []
     recent: dict[str, int] = {}
     for version, key in enumerate(keys, start=2):
-        history, recent = window_with_step(history, recent, record(version, key), size)
+        history, recent = window_with_step(history, recent, record(version, key, payload), size, budget)
     return history, recent
 
 
@@ -59,7 +74,7 @@ def test_adding_a_step_never_changes_the_window_or_key_map_it_was_given() -> Non
     history, recent = fold(["a", "b", "c"], size=3)
     before = (list(history), dict(recent))
     # When a fourth step is folded in
-    window_with_step(history, recent, record(9, "d"), 3)
+    window_with_step(history, recent, record(9, "d"), 3, UNBOUNDED)
     # Then the earlier window and key map read as they did
     assert (history, recent) == before
 
@@ -83,7 +98,7 @@ def test_the_failure_window_keeps_the_last_failures_only() -> None:
             version=version,
             recorded_at=AT,
         )
-        failures = window_with_failure(failures, failure, 2)
+        failures = window_with_failure(failures, failure, 2, UNBOUNDED)
     assert [f.version for f in failures] == [5, 6]
 
 
@@ -95,3 +110,64 @@ def test_an_outcome_takes_its_step_out_of_the_pending_steps_and_no_other() -> No
     assert list(without_pending(pending, "k1")) == ["k2"]
     assert list(without_pending(pending, None)) == ["k1", "k2"]
     assert list(pending) == ["k1", "k2"]
+
+
+def test_a_step_is_measured_as_its_payload_in_compact_json() -> None:
+    # [input, output, context_update] as compact UTF-8 JSON: 2 brackets, 2 commas, "null"
+    assert step_payload_bytes({"a": "é"}, {}, None) == len('[{"a":"é"},{},null]'.encode())
+    assert failure_payload_bytes("boom", {"status": 429}) == len(b'["boom",{"status":429}]')
+
+
+def test_the_window_keeps_the_most_recent_steps_within_the_byte_budget() -> None:
+    # Given steps of about 1,000 bytes each and a budget of 3,500 bytes
+    size = record(2, None, payload=1_000).window_bytes
+    history, recent = fold(["a", "b", "c", "d", "e"], size=20, budget=3_500, payload=1_000)
+    # Then the three most recent fit (a fourth would pass the budget), with their keys only
+    assert 3 * size <= 3_500 < 4 * size
+    assert [r.idempotency_key for r in history] == ["c", "d", "e"]
+    assert recent == {"c": 4, "d": 5, "e": 6}
+
+
+def test_a_step_larger_than_the_budget_is_not_kept_and_empties_the_window() -> None:
+    # Given a window of small keyed steps
+    history, recent = fold(["a", "b"], size=20, budget=2_000)
+    # When a step larger than the whole budget is folded in
+    huge = record(9, "huge", payload=5_000)
+    history, recent = window_with_step(history, recent, huge, 20, 2_000)
+    # Then the window is empty (the most recent steps that fit: none) and holds no key
+    assert (history, recent) == ([], {})
+    # And the next small step is kept again
+    history, recent = window_with_step(history, recent, record(10, "c"), 20, 2_000)
+    assert [r.idempotency_key for r in history] == ["c"]
+    assert recent == {"c": 10}
+
+
+def test_the_failure_window_is_bounded_by_bytes_too() -> None:
+    failures: list[StepFailure] = []
+    for version, message in enumerate(["a" * 900, "b" * 900, "c" * 900, "d" * 3_000], start=2):
+        failure = StepFailure(
+            step="s",
+            error_type="timeout",
+            error_message=message,
+            usage=None,
+            idempotency_key=None,
+            version=version,
+            recorded_at=AT,
+            window_bytes=failure_payload_bytes(message, None),
+        )
+        failures = window_with_failure(failures, failure, 20, 2_000)
+        if version == 4:
+            assert [f.version for f in failures] == [3, 4]  # two of ~910 bytes fit in 2,000
+    assert failures == []  # 3,000 bytes: larger than the budget
+
+
+def test_folding_one_at_a_time_keeps_what_cutting_the_whole_list_once_keeps() -> None:
+    # The rule a snapshot's upcaster relies on: any sizes, any order of folds
+    sizes = [100, 3_000, 50, 900, 900, 5_000, 10, 10, 10, 1_200, 700, 2_000, 40]
+    records = [record(v, f"k{v}", payload=p) for v, p in enumerate(sizes, start=2)]
+    history: list[StepRecord] = []
+    keys: dict[str, int] = {}
+    for n, step in enumerate(records, start=1):
+        history, keys = window_with_step(history, keys, step, 4, 3_000)
+        assert history == recent(records[:n], 4, 3_000)
+        assert keys == {r.idempotency_key: r.version for r in history if r.idempotency_key}

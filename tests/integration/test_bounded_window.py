@@ -1,0 +1,169 @@
+"""A session's window of recent steps is bounded by bytes as well as by count (issue 11, item 3):
+stored snapshots stay under 64 KiB with realistic step payloads, replay equals the fold, and a
+key whose step left the window (or never entered it) is still found in the stream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from eventsourcing.application import project_aggregate
+from psycopg import sql
+
+from flowledger.domain.session import RECENT_STEPS, WINDOW_BYTES
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+
+SNAPSHOT_LIMIT = 64 * 1024
+
+
+@pytest.fixture
+def snapshotting_engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
+    """An engine on PostgreSQL with the default snapshot interval (every 50 events)."""
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        yield engine
+
+
+def latest_snapshot(database_url: str, schema: str, engine: Engine, session_id: str) -> tuple[int, bytes]:
+    """The version and stored bytes of a session's latest snapshot, as bench_long_sessions reads them."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            sql.SQL(
+                "SELECT originator_version, state FROM {}.flowledger_snapshots WHERE originator_id = %s "
+                "ORDER BY originator_version DESC LIMIT 1"
+            ).format(sql.Identifier(schema)),
+            (engine.session_uuid(session_id),),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), bytes(row[1])
+
+
+def record_four_kb_steps(engine: Engine, session_id: str, steps: int) -> None:
+    for n in range(steps):
+        engine.record_step(
+            session_id,
+            "answer",
+            input={"prompt": f"{n} " + "p" * 2_500},
+            output={"reply": f"{n} " + "r" * 1_500},
+            idempotency_key=f"turn-{n}",
+        )
+
+
+def test_a_long_session_of_four_kb_steps_stores_snapshots_under_64_kib(
+    snapshotting_engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given 2,000 steps of about 4 KB of input and output each (the count-only window: 109 KB)
+    engine = snapshotting_engine
+    engine.start_session("long", "cs")
+    record_four_kb_steps(engine, "long", 2_000)
+    # Then the latest stored snapshot is under 64 KiB
+    version, stored = latest_snapshot(database_url, pg_schema, engine, "long")
+    assert version == 2_000
+    assert len(stored) < SNAPSHOT_LIMIT
+    # And the state keeps the most recent steps within the byte budget
+    state = engine.get_session("long")
+    assert [r.idempotency_key for r in state.history] == [f"turn-{n}" for n in range(1_996, 2_000)]
+    assert sum(r.window_bytes for r in state.history) <= WINDOW_BYTES
+    assert state.step_count == 2_000
+    # And a fresh engine, loading from that snapshot, reads what a fold from the first event does
+    aggregate_id = engine.session_uuid("long")
+    with Engine(settings=engine.settings) as fresh:
+        from_snapshot = fresh.get_session("long")
+        folded = project_aggregate(None, fresh.log.stream(aggregate_id))
+    assert folded is not None
+    assert from_snapshot == folded.state() == state
+    # And a step that left the window is still found by its key, and nothing is appended
+    again = engine.record_step(
+        "long",
+        "answer",
+        input={"prompt": "10 " + "p" * 2_500},
+        output={"reply": "10 " + "r" * 1_500},
+        idempotency_key="turn-10",
+    )
+    assert again.version == 12
+    assert engine.get_session("long").version == 2_001
+
+
+def test_a_small_step_session_still_keeps_twenty_steps(
+    snapshotting_engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    engine = snapshotting_engine
+    engine.start_session("small", "cs")
+    for n in range(199):
+        engine.record_step(
+            "small", "answer", input={"q": f"q{n}"}, output={"a": f"a{n}"}, idempotency_key=f"k{n}"
+        )
+    state = engine.get_session("small")
+    assert len(state.history) == RECENT_STEPS
+    assert state.history[-1].idempotency_key == "k198"
+    _, stored = latest_snapshot(database_url, pg_schema, engine, "small")
+    assert len(stored) < SNAPSHOT_LIMIT
+    assert b"window_bytes" in stored
+
+
+def test_a_retry_of_a_step_too_large_for_the_window_returns_it_and_appends_nothing(engine: Engine) -> None:
+    # Given a keyed step larger than the whole window budget, after a few small ones
+    engine.start_session("big", "cs")
+    for n in range(3):
+        engine.record_step("big", "answer", input={"q": n}, output={"a": n}, idempotency_key=f"k{n}")
+    document = {"doc": "d" * (WINDOW_BYTES + 1_000)}
+    first = engine.record_step(
+        "big", "summarise", input=document, output={"ok": True}, idempotency_key="huge"
+    )
+    state = engine.get_session("big")
+    assert state.history == ()  # not kept: the window may be empty
+    assert (first.step, first.version, first.input) == ("summarise", 5, document)
+    # When it is retried under its key
+    again = engine.record_step(
+        "big", "summarise", input=document, output={"ok": True}, idempotency_key="huge"
+    )
+    # Then the same step is returned and nothing is appended
+    assert again == first
+    assert engine.get_session("big").version == state.version == 5
+    assert len(engine.history("big")) == 5
+    # And the full history still holds every step
+    assert [r.idempotency_key for r in engine.session_steps("big")] == ["k0", "k1", "k2", "huge"]
+
+
+def test_an_old_snapshot_whose_window_passes_the_budget_loads_as_the_fold(
+    snapshotting_engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    # Given a stored snapshot as version 3 took it: 20 steps of about 4 KB, no window_bytes
+    engine = snapshotting_engine
+    engine.start_session("old", "cs")
+    record_four_kb_steps(engine, "old", 49)  # the snapshot at version 50
+    aggregate_id = engine.session_uuid("old")
+    steps = engine.session_steps("old")
+    version, stored = latest_snapshot(database_url, pg_schema, engine, "old")
+    assert version == 50
+    body = json.loads(stored)
+    mapper = engine.log.mapper.transcoder
+    window = steps[-RECENT_STEPS:]
+    old = json.loads(mapper.encode({"history": window}))["history"]
+    for record in old:
+        del record["_data_"]["window_bytes"]
+    body["state"].update(
+        class_version=3,
+        history=old,
+        recent_keys={r.idempotency_key: r.version for r in window if r.idempotency_key},
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {}.flowledger_snapshots SET state = %s"
+                " WHERE originator_id = %s AND originator_version = 50"
+            ).format(sql.Identifier(pg_schema)),
+            (json.dumps(body).encode(), aggregate_id),
+        )
+    # When a fresh engine loads the session from it
+    with Engine(settings=engine.settings) as fresh:
+        loaded = fresh.get_session("old")
+        folded = project_aggregate(None, fresh.log.stream(aggregate_id))
+        # Then it reads as the fold of every event does, and takes steps on from there
+        assert folded is not None
+        assert loaded == folded.state()
+        assert len(loaded.history) == 4
+        record_four_kb_steps(fresh, "old", 1)  # turn-0 again: found in the stream
+        assert fresh.get_session("old").version == 50
