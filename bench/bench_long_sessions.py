@@ -8,13 +8,16 @@ Figures (issue 11's goals beside each):
   the storage figures below count the long session alone), medians: ratio goal >= 0.8.
   One pair of 200-step windows (0.15 s each) moved between 0.74x and 1.11x from run to run
   on an idle machine; the medians of interleaved pairs do not follow one slow moment;
-- the size of that session's latest snapshot (goal: bounded, < 64 KiB);
+- the size of that session's latest snapshot (goal: bounded, < 64 KiB), and of a session of
+  ``--large-steps`` steps (2,000) carrying about 4 KB of input and output each, a realistic
+  LLM step (the window is bounded by bytes as well as by count: ``WINDOW_BYTES``);
 - bytes stored per step, events and snapshots with their indexes, beside a plain table
   holding the same event rows (goal <= 2 KB per step);
 - the current state of a 1,000-step session read by a fresh engine (goal <= 5 ms; the
   peers' figures in the issue: LangGraph ``get_state`` 4.9 ms, DBOS 9.4 ms).
 
-Run: ``.venv/bin/python bench/bench_long_sessions.py [--steps 10000]``. Uses
+Run: ``.venv/bin/python bench/bench_long_sessions.py [--steps 10000] [--large-steps 2000]``
+(``--large-only``: that 4 KB row alone, e.g. ``--large-only --large-steps 200``). Uses
 FLOWLEDGER_DATABASE_URL, else 127.0.0.1:5432 (db ``test``), in a scratch schema it drops.
 """
 
@@ -38,6 +41,9 @@ from flowledger.infrastructure import Engine, Settings
 
 WINDOW = 200
 ROUNDS = 5
+LARGE_INPUT = {"prompt": "p" * 2_500, "history": "Where is my order? " * 20}
+LARGE_OUTPUT = {"reply": "r" * 1_300, "intent": "order_status"}
+"""A step of about 4 KB of input and output (a prompt with its context, a model's answer)."""
 
 
 def engine(url: str, schema: str) -> Engine:
@@ -83,6 +89,36 @@ def plain_copy_bytes(url: str, schema: str) -> int:
     return relation_bytes(url, schema, "plain")
 
 
+def large_step_snapshot(url: str, steps: int) -> tuple[int, int]:
+    """The latest snapshot's bytes of a session of ``steps`` keyed ~4 KB steps, and the steps its
+    window keeps (in a scratch schema of its own, so the storage figures count the long session)."""
+    with scratch_schema(url, "bench_large") as schema:
+        eng = engine(url, schema)
+        try:
+            eng.start_session("large", "customer_service")
+            for n in range(steps):
+                eng.record_step(
+                    "large",
+                    "answer",
+                    input=LARGE_INPUT,
+                    output=LARGE_OUTPUT,
+                    usage=USAGE,
+                    idempotency_key=f"k-{n}",
+                )
+            return latest_snapshot_bytes(url, schema, eng, "large"), len(eng.get_session("large").history)
+        finally:
+            eng.close()
+
+
+def large_row(table: Table, steps: int, snapshot: int, kept: int) -> None:
+    table.add_row(
+        f"latest snapshot, {steps:,} steps of ~4 KB input+output ({kept} kept in the window)",
+        f"{snapshot:,} B",
+        "65,536 B",
+        f"{snapshot / 65536:.2f} (goal < 1)",
+    )
+
+
 def fresh_reads(url: str, schema: str, session_id: str, rounds: int = 15) -> float:
     """Median ms for a new engine's first ``get_session``: started and connected, nothing cached."""
     times = []
@@ -99,9 +135,18 @@ def fresh_reads(url: str, schema: str, session_id: str, rounds: int = 15) -> flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--large-steps", type=int, default=2_000, help="steps of ~4 KB (0: skip that row)")
+    parser.add_argument("--large-only", action="store_true", help="only the ~4 KB steps' snapshot row")
     args = parser.parse_args()
     url = database_url()
     console = Console()
+    if args.large_only:
+        table = Table(title="Long sessions: snapshot of ~4 KB steps")
+        for column in ("figure", "measured", "compared with", "ratio / goal"):
+            table.add_column(column, justify="left" if column == "figure" else "right")
+        large_row(table, args.large_steps, *large_step_snapshot(url, args.large_steps))
+        console.print(table)
+        return
     with scratch_schema(url, "bench_long") as schema, scratch_schema(url, "bench_short") as short_schema:
         eng = engine(url, schema)
         short = engine(url, short_schema)
@@ -135,6 +180,7 @@ def main() -> None:
         record(eng, "thousand", 1, 1000)
         eng.close()
         read_ms = fresh_reads(url, schema, "thousand")
+    large = large_step_snapshot(url, args.large_steps) if args.large_steps > 0 else None
 
     table = Table(title=f"Long sessions ({steps:,} steps in one session)")
     table.add_column("figure")
@@ -153,6 +199,8 @@ def main() -> None:
     table.add_row(
         "latest snapshot of that session", f"{snapshot:,} B", "65,536 B", f"{snapshot / 65536:.2f} (goal < 1)"
     )
+    if large is not None:
+        large_row(table, args.large_steps, *large)
     table.add_row(
         "bytes stored per step (events + snapshots)",
         f"{stored / steps:,.0f} B",

@@ -112,7 +112,7 @@ WINDOW_BYTES = 16_384
 The oldest drop out first; a step larger than this is not kept at all (its event is, and
 ``outcome_lookup`` finds it there). Sized so that a snapshot stays under 64 KiB whatever the
 steps carry: the key filter (21.9 KB), 20 steps' other fields (about 0.9 KB each with their
-usage) and these 16 KiB come to about 57 KB; a window of 4 KB steps keeps 4 of them."""
+usage) and these 16 KiB come to about 56 KB; a window of 4 KB steps keeps 3 or 4."""
 FAILURE_WINDOW_BYTES = 8_192
 """The same for the failed steps a session keeps: each one's ``error_message`` and
 ``error_detail`` as compact JSON (``StepFailure.window_bytes``)."""

@@ -197,10 +197,13 @@ class SessionState:
     context: JsonObject
     metadata: JsonObject
     history: tuple[StepRecord, ...]
-    """The most recent processed steps (at most ``RECENT_STEPS``), oldest first; the
-    full history is in the session's events."""
+    """The most recent processed steps, oldest first: at most ``RECENT_STEPS`` (20), whose
+    payloads add up to at most ``WINDOW_BYTES`` (16 KiB; a step larger than that is not kept,
+    so this may be empty). The full history is in the session's events
+    (``Engine.session_steps``)."""
     failures: tuple[StepFailure, ...]
-    """The most recent failed steps (at most ``RECENT_STEPS``), oldest first."""
+    """The most recent failed steps, oldest first: at most ``RECENT_STEPS``, within
+    ``FAILURE_WINDOW_BYTES`` (8 KiB of messages and error details)."""
     step_count: int
     """How many steps were processed, in all."""
     failure_count: int
