@@ -4,6 +4,7 @@ key whose step left the window (or never entered it) is still found in the strea
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
@@ -15,6 +16,7 @@ from psycopg import sql
 from flowledger.domain.session import RECENT_STEPS, WINDOW_BYTES
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
+from tests.support.llm import ScriptedLlm
 
 SNAPSHOT_LIMIT = 64 * 1024
 
@@ -167,3 +169,27 @@ def test_an_old_snapshot_whose_window_passes_the_budget_loads_as_the_fold(
         assert len(loaded.history) == 4
         record_four_kb_steps(fresh, "old", 1)  # turn-0 again: found in the stream
         assert fresh.get_session("old").version == 50
+
+
+async def test_concurrent_calls_under_one_key_for_a_step_too_large_for_the_window_share_one_call(
+    engine: Engine,
+) -> None:
+    # Given a model step whose input alone passes the window's budget, asked 10 times at once
+    engine.llm = llm = ScriptedLlm(delay=0.05)
+    engine.start_session("big", "cs")
+    document = {"doc": "d" * (WINDOW_BYTES + 1_000)}
+    records = await asyncio.gather(
+        *(engine.process_step("big", "summarise", document, idempotency_key="huge") for _ in range(10))
+    )
+    # Then the waiters, finding no record in the window, get the stored step: one model call
+    assert len(llm.calls) == 1
+    assert all(r == records[0] for r in records)
+    assert engine.get_session("big").history == ()
+    again = await engine.process_step("big", "summarise", document, idempotency_key="huge")
+    assert again == records[0]
+    assert len(llm.calls) == 1
+    assert [e.event_type.rsplit(".", 1)[-1] for e in engine.history("big")] == [
+        "Started",
+        "StepStarted",
+        "StepProcessed",
+    ]
