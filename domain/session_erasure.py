@@ -13,8 +13,8 @@ from flowledger.domain.session_views import (
     PendingStep,
     StepFailure,
     StepRecord,
-    failure_payload_bytes,
-    step_payload_bytes,
+    failure_window_bytes,
+    step_window_bytes,
 )
 
 
@@ -27,7 +27,7 @@ def erased_step(record: StepRecord) -> StepRecord:
         input=dict(ERASED_JSON),
         output=dict(ERASED_JSON),
         context_update=context_update,
-        window_bytes=step_payload_bytes(ERASED_JSON, ERASED_JSON, context_update),
+        window_bytes=step_window_bytes(ERASED_JSON, ERASED_JSON, context_update, record.usage),
     )
 
 
@@ -39,7 +39,7 @@ def erased_failure(failure: StepFailure) -> StepFailure:
         failure,
         error_message=ERASED_TEXT,
         error_detail=detail,
-        window_bytes=failure_payload_bytes(ERASED_TEXT, detail),
+        window_bytes=failure_window_bytes(ERASED_TEXT, detail, failure.usage),
     )
 
 

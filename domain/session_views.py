@@ -44,9 +44,10 @@ class StepRecord:
     """The model the step's request asked for (``ModelAsked.key``); None when not recorded (a
     step recorded by ``record_step``, or before models were)."""
     window_bytes: int = field(default=0, repr=False, metadata={DERIVED: True})
-    """What the step counts against the window's byte budget (``Session.WINDOW_BYTES``): its
-    payload, ``step_payload_bytes``. Derived from the fields above (0: decoded from a snapshot
-    older than the field, which the snapshot's upcaster measures again)."""
+    """What the step counts against the window's byte budget (``Session.WINDOW_BYTES``):
+    ``step_window_bytes``, its payload and an allowance for its other fields. Derived from the
+    fields above (0: decoded from a snapshot older than the field, which the snapshot's
+    upcaster measures again)."""
 
     @classmethod
     def of(cls, processed: Any) -> StepRecord:
@@ -62,7 +63,9 @@ class StepRecord:
             version=processed.originator_version,
             recorded_at=processed.timestamp,
             model=processed.model,
-            window_bytes=step_payload_bytes(processed.input, processed.output, processed.context_update),
+            window_bytes=step_window_bytes(
+                processed.input, processed.output, processed.context_update, processed.usage
+            ),
         )
 
 
@@ -82,7 +85,7 @@ class StepFailure:
     taken before the field existed decodable)."""
     window_bytes: int = field(default=0, repr=False, metadata={DERIVED: True})
     """What the failure counts against its window's byte budget (``Session.FAILURE_WINDOW_BYTES``):
-    ``failure_payload_bytes`` (0: decoded from a snapshot older than the field, which the
+    ``failure_window_bytes`` (0: decoded from a snapshot older than the field, which the
     snapshot's upcaster measures again)."""
 
     @classmethod
@@ -97,19 +100,31 @@ class StepFailure:
             version=failed.originator_version,
             recorded_at=failed.timestamp,
             error_detail=failed.error_detail,
-            window_bytes=failure_payload_bytes(failed.error_message, failed.error_detail),
+            window_bytes=failure_window_bytes(failed.error_message, failed.error_detail, failed.usage),
         )
 
 
-def step_payload_bytes(input: JsonObject, output: JsonObject, context_update: JsonObject | None) -> int:
-    """A processed step's payload as compact JSON: ``[input, output, context_update]``, in bytes
-    (``bounds.json_bytes``: the same whether the step comes from its event or a snapshot)."""
-    return json_bytes((input, output, context_update))
+RECORD_BYTES = 384
+"""What a step or failure counts for its own fields besides its payload and usage (name, key,
+version, time, model, as a snapshot stores them: about 320 bytes measured)."""
+USAGE_BYTES = 640
+"""What it counts for its usage, when it has one (an ``LlmUsage`` as stored: about 580 bytes)."""
 
 
-def failure_payload_bytes(error_message: str, error_detail: ErrorDetail | None) -> int:
-    """A failed step's payload as compact JSON: ``[error_message, error_detail]``, in bytes."""
-    return json_bytes((error_message, error_detail))
+def step_window_bytes(
+    input: JsonObject, output: JsonObject, context_update: JsonObject | None, usage: LlmUsage | None
+) -> int:
+    """What a processed step counts against its window's budget: its payload as compact JSON,
+    ``[input, output, context_update]`` in bytes (``bounds.json_bytes``: the same whether the
+    step comes from its event or a snapshot), plus ``RECORD_BYTES`` and, with a usage,
+    ``USAGE_BYTES``: about what the step takes in a snapshot."""
+    return json_bytes((input, output, context_update)) + RECORD_BYTES + (0 if usage is None else USAGE_BYTES)
+
+
+def failure_window_bytes(error_message: str, error_detail: ErrorDetail | None, usage: LlmUsage | None) -> int:
+    """The same for a failed step: ``[error_message, error_detail]`` as compact JSON, plus
+    ``RECORD_BYTES`` and, with a usage, ``USAGE_BYTES``."""
+    return json_bytes((error_message, error_detail)) + RECORD_BYTES + (0 if usage is None else USAGE_BYTES)
 
 
 class KeyLookup(Enum):
@@ -197,13 +212,13 @@ class SessionState:
     context: JsonObject
     metadata: JsonObject
     history: tuple[StepRecord, ...]
-    """The most recent processed steps, oldest first: at most ``RECENT_STEPS`` (20), whose
-    payloads add up to at most ``WINDOW_BYTES`` (16 KiB; a step larger than that is not kept,
-    so this may be empty). The full history is in the session's events
-    (``Engine.session_steps``)."""
+    """The most recent processed steps, oldest first: at most ``RECENT_STEPS`` (20), which
+    count together at most ``WINDOW_BYTES`` (28 KiB: payloads and an allowance for their other
+    fields, ``StepRecord.window_bytes``; a step larger than that is not kept, so this may be
+    empty). The full history is in the session's events (``Engine.session_steps``)."""
     failures: tuple[StepFailure, ...]
     """The most recent failed steps, oldest first: at most ``RECENT_STEPS``, within
-    ``FAILURE_WINDOW_BYTES`` (8 KiB of messages and error details)."""
+    ``FAILURE_WINDOW_BYTES`` (12 KiB, counted the same way)."""
     step_count: int
     """How many steps were processed, in all."""
     failure_count: int

@@ -88,7 +88,8 @@ def test_a_ten_thousand_step_session_snapshots_in_under_64_kib(
     stored = json_mapper().to_stored_event(Snapshot.take(session))
     assert len(stored.state) < SNAPSHOT_LIMIT
     assert len(session.history) == RECENT_STEPS
-    assert len(session.failures) == RECENT_STEPS
+    # Failures with usage count about 1 KB each against FAILURE_WINDOW_BYTES: 11 are kept
+    assert len(session.failures) == FAILURE_WINDOW_BYTES // session.failures[-1].window_bytes == 11
 
 
 def test_a_snapshot_loads_back_to_the_same_state(long_session: tuple[Session, list[Any]]) -> None:
@@ -238,13 +239,13 @@ def test_a_long_session_of_four_kb_steps_snapshots_in_under_64_kib() -> None:
     # Given 2,000 steps of about 4 KB each (the count-only window kept 20 of them: 109 KB)
     session = four_kb_session(2_000)
     # Then the window keeps the most recent steps within WINDOW_BYTES, and the snapshot is small
-    assert len(session.history) == WINDOW_BYTES // session.history[-1].window_bytes == 4
+    assert len(session.history) == WINDOW_BYTES // session.history[-1].window_bytes == 5
     assert sum(r.window_bytes for r in session.history) <= WINDOW_BYTES
-    assert [r.idempotency_key for r in session.history] == [f"turn-{n}" for n in range(1_996, 2_000)]
-    assert session.recent_keys == {f"turn-{n}": n + 2 for n in range(1_996, 2_000)}
+    assert [r.idempotency_key for r in session.history] == [f"turn-{n}" for n in range(1_995, 2_000)]
+    assert session.recent_keys == {f"turn-{n}": n + 2 for n in range(1_995, 2_000)}
     stored = json_mapper().to_stored_event(Snapshot.take(session))
     assert len(stored.state) < SNAPSHOT_LIMIT
-    assert session.outcome_lookup("turn-1995") is MAYBE_SEEN
+    assert session.outcome_lookup("turn-1994") is MAYBE_SEEN
 
 
 def test_large_failures_are_bounded_by_bytes_as_well() -> None:
@@ -317,8 +318,8 @@ def test_a_version_3_snapshot_of_large_steps_loads_as_the_byte_bounded_fold() ->
     # Then it is the state a fold of the events from the first keeps
     assert isinstance(loaded, Session)
     assert vars(loaded) == vars(session)
-    assert len(loaded.history) == 4
+    assert len(loaded.history) == 5
     assert loaded.outcome_lookup("turn-29") == session.history[-1]
-    assert loaded.outcome_lookup("turn-25") is MAYBE_SEEN
+    assert loaded.outcome_lookup("turn-24") is MAYBE_SEEN
     # And it snapshots under 64 KiB again
     assert len(mapper.to_stored_event(Snapshot.take(loaded)).state) < SNAPSHOT_LIMIT

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
+from decimal import Decimal
+
+from eventsourcing.persistence import DatetimeAsISO, DecimalAsStr, JSONTranscoder, UUIDAsHex
 
 from flowledger.domain.session_views import (
+    RECORD_BYTES,
+    USAGE_BYTES,
     PendingStep,
     StepFailure,
     StepRecord,
-    failure_payload_bytes,
-    step_payload_bytes,
+    failure_window_bytes,
+    step_window_bytes,
 )
 from flowledger.domain.session_window import (
     recent,
@@ -18,8 +24,22 @@ from flowledger.domain.session_window import (
     window_with_step,
     without_pending,
 )
+from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure.transcodings import register_transcodings
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
+USAGE = LlmUsage(
+    provider="deepseek",
+    request_model="deepseek-v3.2",
+    response_model="deepseek-v3.2",
+    input_tokens=412,
+    output_tokens=58,
+    finish_reasons=("stop",),
+    response_id="chatcmpl-0123456789abcdef0123456789abcdef",
+    cost_usd=Decimal("0.000197"),
+    price_version="2025-01",
+    latency_ms=812.0,
+)
 
 
 UNBOUNDED = 1 << 40
@@ -38,7 +58,7 @@ def record(version: int, key: str | None, payload: int = 0) -> StepRecord:
         idempotency_key=key,
         version=version,
         recorded_at=AT,
-        window_bytes=step_payload_bytes(input, {}, None),
+        window_bytes=step_window_bytes(input, {}, None, None),
     )
 
 
@@ -112,18 +132,45 @@ def test_an_outcome_takes_its_step_out_of_the_pending_steps_and_no_other() -> No
     assert list(pending) == ["k1", "k2"]
 
 
-def test_a_step_is_measured_as_its_payload_in_compact_json() -> None:
+def test_a_record_counts_its_payload_in_compact_json_and_an_allowance_for_its_other_fields() -> None:
     # [input, output, context_update] as compact UTF-8 JSON: 2 brackets, 2 commas, "null"
-    assert step_payload_bytes({"a": "é"}, {}, None) == len('[{"a":"é"},{},null]'.encode())
-    assert failure_payload_bytes("boom", {"status": 429}) == len(b'["boom",{"status":429}]')
+    payload = len('[{"a":"é"},{},null]'.encode())
+    assert step_window_bytes({"a": "é"}, {}, None, None) == payload + RECORD_BYTES
+    assert step_window_bytes({"a": "é"}, {}, None, USAGE) == payload + RECORD_BYTES + USAGE_BYTES
+    failure = len(b'["boom",{"status":429}]')
+    assert failure_window_bytes("boom", {"status": 429}, None) == failure + RECORD_BYTES
+    assert failure_window_bytes("boom", {"status": 429}, USAGE) == failure + RECORD_BYTES + USAGE_BYTES
+
+
+def test_the_allowances_cover_what_a_record_takes_in_a_snapshot() -> None:
+    # A record with empty payloads, stored as a snapshot stores it: its fields and usage
+    transcoder = JSONTranscoder()
+    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+        transcoder.register(transcoding)
+    register_transcodings(transcoder)
+    for usage in (None, USAGE):
+        step = replace(record(123_456, "user-123-turn-123456"), input={}, usage=usage, model="deepseek-v3.2")
+        step = replace(step, window_bytes=step_window_bytes({}, {}, None, usage))
+        assert len(transcoder.encode(step)) <= step.window_bytes
+        failure = StepFailure(
+            step="answer",
+            error_type="http_429",
+            error_message="",
+            usage=usage,
+            idempotency_key="user-123-turn-123456",
+            version=123_456,
+            recorded_at=AT,
+            window_bytes=failure_window_bytes("", None, usage),
+        )
+        assert len(transcoder.encode(failure)) <= failure.window_bytes
 
 
 def test_the_window_keeps_the_most_recent_steps_within_the_byte_budget() -> None:
-    # Given steps of about 1,000 bytes each and a budget of 3,500 bytes
+    # Given steps counting about 1,400 bytes each and a budget of 5,000 bytes
     size = record(2, None, payload=1_000).window_bytes
-    history, recent = fold(["a", "b", "c", "d", "e"], size=20, budget=3_500, payload=1_000)
+    history, recent = fold(["a", "b", "c", "d", "e"], size=20, budget=5_000, payload=1_000)
     # Then the three most recent fit (a fourth would pass the budget), with their keys only
-    assert 3 * size <= 3_500 < 4 * size
+    assert 3 * size <= 5_000 < 4 * size
     assert [r.idempotency_key for r in history] == ["c", "d", "e"]
     assert recent == {"c": 4, "d": 5, "e": 6}
 
@@ -144,7 +191,7 @@ def test_a_step_larger_than_the_budget_is_not_kept_and_empties_the_window() -> N
 
 def test_the_failure_window_is_bounded_by_bytes_too() -> None:
     failures: list[StepFailure] = []
-    for version, message in enumerate(["a" * 900, "b" * 900, "c" * 900, "d" * 3_000], start=2):
+    for version, message in enumerate(["a" * 500, "b" * 500, "c" * 500, "d" * 3_000], start=2):
         failure = StepFailure(
             step="s",
             error_type="timeout",
@@ -153,11 +200,11 @@ def test_the_failure_window_is_bounded_by_bytes_too() -> None:
             idempotency_key=None,
             version=version,
             recorded_at=AT,
-            window_bytes=failure_payload_bytes(message, None),
+            window_bytes=failure_window_bytes(message, None, None),
         )
         failures = window_with_failure(failures, failure, 20, 2_000)
         if version == 4:
-            assert [f.version for f in failures] == [3, 4]  # two of ~910 bytes fit in 2,000
+            assert [f.version for f in failures] == [3, 4]  # two of ~900 bytes fit in 2,000
     assert failures == []  # 3,000 bytes: larger than the budget
 
 
