@@ -114,6 +114,10 @@ class ErasureService:
         destroyed = (
             self._within_deadline("destroy data keys", lambda: self._keys.destroy(streams)) if streams else 0
         )
+        # The copies this engine cached applied the erasure to the window they held, which was
+        # measured in the clear; the log now reads as markers, which measure smaller, so a fold
+        # of it keeps more steps (session_window). Read afresh, the state is that fold.
+        self._store.evict(streams)
         return ForgetReport(sessions=tuple(sessions), keys_destroyed=destroyed, already_erased=tuple(already))
 
     def _unsealed_sessions_of(self, user_id: str) -> tuple[str, ...]:

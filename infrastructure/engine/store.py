@@ -248,6 +248,11 @@ class AggregateStore:
         save (``write`` puts it back after the save), or None."""
         return self._cache.take(aggregate_id)
 
+    def evict(self, aggregate_ids: Iterable[UUID]) -> None:
+        """Drop the writers' cached copies: the next command on each reads the store."""
+        for aggregate_id in aggregate_ids:
+            self._cache.evict(aggregate_id)
+
     def cached_or_loaded(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
         """The writer's copy: from the cache (trusted: saves are optimistic) or the store."""
         self.app.ensure_open("load")

@@ -193,3 +193,27 @@ async def test_concurrent_calls_under_one_key_for_a_step_too_large_for_the_windo
         "StepStarted",
         "StepProcessed",
     ]
+
+
+def test_after_forget_the_erasing_engine_shows_the_window_a_fresh_replay_shows(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a sealed session of 4 KB steps: its window keeps a few of them, measured in the clear
+    settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=settings) as engine:
+        engine.start_session("forgotten", "support", user_id="erin")
+        record_four_kb_steps(engine, "forgotten", 12)
+        assert len(engine.get_session("forgotten").history) < 12
+        # When its data is erased
+        engine.forget_session("forgotten")
+        # Then the erasing engine's state is the fold of the log as it now reads (markers, which
+        # measure small: all 12 fit), as a fresh engine's, not its earlier window turned to markers
+        seen_here = engine.get_session("forgotten")
+        with Engine(settings=settings) as fresh:
+            replayed = fresh.get_session("forgotten")
+        assert [r.version for r in seen_here.history] == [r.version for r in replayed.history]
+        assert len(replayed.history) == 12
+        # And the copy its next command would decide on (a pending step's answer may still be
+        # recorded, and snapshotted) is no earlier window either: none is cached, the log is read
+        cached = engine.store.cached(engine.session_uuid("forgotten"))
+        assert cached is None or [r.version for r in cached.history] == [r.version for r in replayed.history]
