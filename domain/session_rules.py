@@ -120,7 +120,7 @@ def require_processed_step(
     require_object("input", input)
     require_object("output", output)
     require_object("context_update", context_update, optional=True)
-    require_usage("usage", usage)
+    require_usage("usage", usage, least_attempts=1)  # an answer came from at least one request
 
 
 def require_failed_step(

@@ -386,7 +386,7 @@ class Task(FlowledgerAggregate):
         (a reclassification), and not after it closed. Derived skills, priority and
         deadline apply only while the task waits."""
         self._require("reclassify" if again else "classify")
-        require_usage("usage", classification.usage)
+        require_usage("usage", classification.usage, least_attempts=1)  # an answer: one request at least
         if self.classification is not None and not again:
             raise TaskTransitionRejected(self.task_id, "already classified", "classify")
         change = routing_change(

@@ -91,7 +91,8 @@ class LlmUsage:
     ``extra["attempt_log"]``); ``billed_unreported`` (an attempt, the answer's included, was
     billed for tokens the provider never reported: an answer without usage, a reply or stream
     lost before its usage came. The token counts do not hold them, so no price table can
-    price the call: it is ``unpriced``, and a repricing leaves it so).
+    price the call: it is ``unpriced``, and a repricing leaves it so). ``attempts`` counts the
+    requests made: 0 for a call refused before any (the endpoint's breaker open).
     """
 
     provider: str = "unknown"
@@ -136,9 +137,8 @@ class LlmUsage:
             "cache_creation_1h_input_tokens",
         ):
             value = getattr(self, name)
-            least = 1 if name == "attempts" else 0
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValidationError(f"usage.{name}", f"must be an int >= {least}, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValidationError(f"usage.{name}", f"must be an int >= 0, got {value!r}")
         if self.cache_read_input_tokens > self.input_tokens:
             raise ValidationError(
                 "usage.cache_read_input_tokens", "cannot exceed input_tokens (which include them)"
@@ -286,19 +286,20 @@ names up to ``MAX_NAME_LENGTH`` (200), provider-made ids up to 1,000. ``require_
 checks them, and ``storable_usage`` cuts a reply's texts to them."""
 
 
-def require_usage(field_name: str, usage: Any) -> LlmUsage | None:
+def require_usage(field_name: str, usage: Any, *, least_attempts: int = 0) -> LlmUsage | None:
     """Raise ValidationError unless ``usage`` is None or an LlmUsage within bounds a command takes.
 
     Beyond ``LlmUsage``'s own checks: strings storable in PostgreSQL (names at most 200
-    characters, ids 1,000), token counts at most 10^12, attempts at most 1,000, latency at
-    most a day, cost at most 10^9 USD with at most 40 decimal places, and ``extra`` within
-    the JSON bounds.
+    characters, ids 1,000), token counts at most 10^12, attempts at most 1,000 and at least
+    ``least_attempts`` (1 for an answer; a failure may have made none: a call the open breaker
+    refused sent no request), latency at most a day, cost at most 10^9 USD with at most 40
+    decimal places, and ``extra`` within the JSON bounds.
     """
     if usage is None:
         return None
     if not isinstance(usage, LlmUsage):
         raise ValidationError(field_name, "must be an LlmUsage")
-    if _plainly_within_bounds(usage):
+    if _plainly_within_bounds(usage) and usage.attempts >= least_attempts:
         return usage  # every step's usage passes here: the careful checks below name a fault
     for name, limit in USAGE_TEXT_LIMITS:
         text = getattr(usage, name)
@@ -306,7 +307,7 @@ def require_usage(field_name: str, usage: Any) -> LlmUsage | None:
             require_text(f"{field_name}.{name}", text, max_length=limit)
     for name in TOKEN_FIELDS:
         require_count(f"{field_name}.{name}", getattr(usage, name), most=MAX_TOKENS)
-    require_count(f"{field_name}.attempts", usage.attempts, least=1, most=MAX_ATTEMPTS)
+    require_count(f"{field_name}.attempts", usage.attempts, least=least_attempts, most=MAX_ATTEMPTS)
     if usage.latency_ms > MAX_LATENCY_MS:
         raise ValidationError(f"{field_name}.latency_ms", f"must be at most {MAX_LATENCY_MS:.0f} (a day)")
     for name in ("cost_usd", "retried_cost_usd"):
@@ -343,7 +344,7 @@ def _plainly_within_bounds(usage: LlmUsage) -> bool:
         return False  # rare: the careful path checks them
     if any(type(count) is not int or not 0 <= count <= MAX_TOKENS for count in counts):
         return False
-    if type(usage.attempts) is not int or not 1 <= usage.attempts <= MAX_ATTEMPTS:
+    if type(usage.attempts) is not int or not 0 <= usage.attempts <= MAX_ATTEMPTS:
         return False
     exponent = usage.cost_usd.as_tuple().exponent
     return (

@@ -125,7 +125,7 @@ def build_usage(
         cost_usd=cost if cost is not None else Decimal(0),
         price_version=call.price_version,
         latency_ms=round((now - call.started) * 1000, 3),
-        attempts=max(len(outcomes), 1),
+        attempts=len(outcomes),  # 0 when no request went out (the breaker refused the call)
         extra=extra,
         unpriced=unpriced,
         cost_source="provider" if tokens.provider_cost_usd is not None else "",

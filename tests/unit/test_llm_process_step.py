@@ -16,6 +16,7 @@ import pytest
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.domain.errors import (
+    CircuitOpen,
     LlmCallFailed,
     LlmError,
     LlmNotConfigured,
@@ -412,3 +413,36 @@ async def test_a_key_replayed_after_its_step_left_the_window_answers_the_context
     # Then it answers its step with the context as it stood right after it, not as it stands
     assert again == first
     assert len(llm.calls) == 26
+
+
+async def test_a_step_refused_by_the_open_breaker_records_zero_attempts(engine: Engine) -> None:
+    # Given the real adapter whose breaker one failure opens
+    requests: list[httpx.Request] = []
+    config = ClientConfig(
+        base_url="https://llm.test/v1",
+        api_key=ApiKey("sk-test-secret-1"),
+        max_retries=0,
+        breaker_failure_threshold=1,
+    )
+    engine.llm = OpenAICompatibleClient(
+        config,
+        prices=load_price_table(),
+        transport=httpx.MockTransport(lambda r: requests.append(r) or httpx.Response(500)),
+    )
+    engine.start_session("s1", "customer_service")
+    with pytest.raises(LlmCallFailed):
+        await engine.process_step("s1", "classify_intent", {"message": "hi"}, idempotency_key="a")
+    # When the next step finds the breaker open
+    with pytest.raises(CircuitOpen) as raised:
+        await engine.process_step("s1", "classify_intent", {"message": "hi"}, idempotency_key="b")
+    # Then no request went out, and the StepFailed says so: 0 attempts (it said 1)
+    assert len(requests) == 1
+    assert raised.value.attempts == 0
+    failed, refused = engine.get_session("s1").failures
+    assert (failed.usage.attempts, failed.error_detail["attempts"]) == (1, 1)  # type: ignore[union-attr,index]
+    assert refused.error_type == "circuit_open"
+    assert refused.usage is not None
+    assert (refused.usage.attempts, refused.usage.extra["attempt_log"]) == (0, [])
+    assert refused.error_detail is not None
+    assert refused.error_detail["attempts"] == 0
+    await engine.llm.aclose()  # type: ignore[union-attr]

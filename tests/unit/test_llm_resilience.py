@@ -91,6 +91,8 @@ async def test_the_breaker_opens_after_consecutive_server_failures_and_then_fail
     usage = raised.value.usage
     assert usage is not None
     assert (usage.request_model, usage.input_tokens, usage.cost_usd) == ("deepseek-v3.2", 0, 0)
+    # and says no request went out: 0 attempts (its usage said 1)
+    assert (raised.value.attempts, usage.attempts, usage.extra["attempt_log"]) == (0, 0, [])
     await llm.aclose()
 
 

@@ -236,6 +236,8 @@ REFUSED: list[tuple[str, Command]] = [
     ("context_update", lambda e: e.record_step("s1", "greet", context_update={SURROGATE: 1})),
     ("idempotency_key", lambda e: e.record_step("s1", "greet", idempotency_key=NUL)),
     ("usage.input_tokens", lambda e: e.record_step("s1", "greet", usage=LlmUsage(input_tokens=10**15))),
+    # A usage may say 0 attempts (a call the open breaker refused), never for an answer
+    ("usage.attempts", lambda e: e.record_step("s1", "greet", usage=LlmUsage(attempts=0))),
     ("ttl", lambda e: e.extend_session("s1", timedelta.max)),
     ("reason", lambda e: e.abandon_session("s1", NUL)),
     ("task_id", lambda e: e.create_task(NUL, "fix it", ["go"], "low")),
