@@ -30,6 +30,8 @@ from flowledger.adapters.llm.completion import (
     AttemptProgress,
     ParsedCompletion,
     estimate_prompt_tokens,
+    media_type_of,
+    not_json,
     parse_completion,
 )
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
@@ -442,9 +444,7 @@ class OpenAICompatibleClient:
                     try:
                         data = json.loads(content)
                     except (ValueError, RecursionError):  # not JSON, or nested past the parser
-                        raise AttemptError(
-                            "reply body is not JSON", error_type="malformed_response", retryable=False
-                        ) from None
+                        raise not_json(content, media_type_of(response)) from None
                     try:
                         return parse_completion(data)
                     except AttemptError as unreadable:

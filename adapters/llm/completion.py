@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -57,13 +58,49 @@ class ParsedCompletion:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def read_completion(body: bytes) -> ParsedCompletion:
-    """A non-streamed reply's body; one that is not JSON is a malformed response."""
+def read_completion(body: bytes, media_type: str = "application/json") -> ParsedCompletion:
+    """A non-streamed reply's body; one that is not JSON is a malformed response, or a page
+    (``not_json``)."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):  # not JSON, or nested past the parser
-        raise _malformed("reply body is not JSON") from None
+        raise not_json(body, media_type) from None
     return parse_completion(data)
+
+
+PAGE_TYPES = frozenset({"text/html", "application/xhtml+xml", "text/xml", "application/xml"})
+"""Media types of a page, which no chat-completions API answers with."""
+_TITLE = re.compile(rb"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+
+
+def media_type_of(response: httpx.Response) -> str:
+    """The response's media type, lower-cased, without its parameters ("" when it names none)."""
+    return str(response.headers.get("content-type", "")).partition(";")[0].strip().lower()
+
+
+def not_json(body: bytes, media_type: str) -> AttemptError:
+    """The attempt error for a 2xx body that is not JSON.
+
+    A page (labelled HTML or XML, or beginning with ``<``: a proxy's login page, a captive
+    portal, a gateway's notice) came from something in front of the API, not from the model:
+    ``not_an_api_reply``, retried as an unreadable reply is (``connection_error``), and counted
+    by the breaker. It names no usage and none is made up; whether the request went past that
+    in front is not known, so the attempt's cost is unknown (the call ``unpriced``; a budget
+    counts the most it could have cost), and its reason says so. Any other body that is not
+    JSON (one cut short) came from the endpoint: ``malformed_response``, not retried, as the
+    SDK does not retry a 2xx it cannot read.
+    """
+    if media_type in PAGE_TYPES or body.lstrip()[:1] == b"<":
+        found = _TITLE.search(body[:65_536])
+        title = " ".join(found[1].decode("utf-8", "replace").split())[:80] if found else ""
+        kind = "an XML page" if "xml" in media_type and "html" not in media_type else "an HTML page"
+        return AttemptError(
+            f"HTTP 2xx with {kind}{f' {title!r}' if title else ''} ({media_type or 'no content-type'}), "
+            "not the API's JSON: a proxy or gateway answered; its cost is not known",
+            error_type="not_an_api_reply",
+            retryable=True,
+        )
+    return _malformed("reply body is not JSON")
 
 
 def parse_completion(data: Any) -> ParsedCompletion:
@@ -131,9 +168,11 @@ async def read_stream(
     """
     if progress is not None:
         progress.began = True
-    media_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    media_type = media_type_of(response)
+    if media_type in PAGE_TYPES:  # a page, not a stream: see ``not_json``
+        raise not_json(await read_body(response, limit), media_type)
     if media_type == "application/json":
-        parsed = read_completion(await read_body(response, limit))
+        parsed = read_completion(await read_body(response, limit), media_type)
         # Its first token came with the whole body.
         return replace(parsed, time_to_first_token_ms=(clock() - started) * 1000)
     parts: list[str] = []

@@ -19,7 +19,14 @@ __all__ = ["STATE_CLOSED", "STATE_HALF_OPEN", "STATE_OPEN", "EndpointBreaker", "
 # dropped connections, unreadable bodies. A 4xx (bad request, auth, 429) says something about
 # the caller.
 _ENDPOINT_FAILURES = frozenset(
-    {"timeout", "connection_error", "malformed_response", "reply_too_large", "stream_server_error"}
+    {
+        "timeout",
+        "connection_error",
+        "malformed_response",
+        "not_an_api_reply",
+        "reply_too_large",
+        "stream_server_error",
+    }
 )
 
 

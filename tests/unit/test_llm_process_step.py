@@ -446,3 +446,37 @@ async def test_a_step_refused_by_the_open_breaker_records_zero_attempts(engine: 
     assert refused.error_detail is not None
     assert refused.error_detail["attempts"] == 0
     await engine.llm.aclose()  # type: ignore[union-attr]
+
+
+async def test_a_proxys_html_page_answered_200_is_a_failed_step_whose_cost_is_not_known(
+    engine: Engine,
+) -> None:
+    # Given an endpoint behind a proxy that answers its login page, 200, to every request
+    requests: list[httpx.Request] = []
+
+    def page(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        page = b"<html><title>Log in</title></html>"
+        return httpx.Response(200, content=page, headers={"content-type": "text/html"})
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=1)
+    engine.llm = OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(page), retry_sleep=_no_wait
+    )
+    engine.start_session("s1", "customer_service")
+    with pytest.raises(LlmCallFailed):
+        await engine.process_step("s1", "classify_intent", {"message": "hi"})
+    # Then the step failed (retried once), naming the page, with no tokens made up
+    [failure] = engine.get_session("s1").failures
+    assert (failure.error_type, len(requests)) == ("not_an_api_reply", 2)
+    assert "\n" not in failure.error_message
+    assert "HTML page 'Log in'" in failure.error_message
+    assert "cost is not known" in failure.error_message
+    assert failure.usage is not None
+    assert (failure.usage.input_tokens, failure.usage.output_tokens) == (0, 0)
+    assert (failure.usage.unpriced, failure.usage.billed_unreported) == (True, True)
+    await engine.llm.aclose()  # type: ignore[union-attr]
+
+
+async def _no_wait(_: float) -> None:
+    return None

@@ -404,3 +404,94 @@ async def test_a_connection_error_says_what_went_wrong_on_one_line(reply: str, k
     assert "\n" not in message
     detail = message.split("connection failed: RemoteProtocolError: ", 1)[1]
     assert detail.split(" (after 1 attempt")[0].strip()  # something beyond the class's name
+
+
+LOGIN_PAGE = (
+    b"<!DOCTYPE html>\n<html><head><title>Sign in to\n the proxy</title></head>"
+    b"<body><form>user</form></body></html>"
+)
+PAGES = {
+    "text/html": ("text/html; charset=utf-8", LOGIN_PAGE),
+    "HTML labelled JSON": ("application/json", b"  \r\n" + LOGIN_PAGE),
+}
+
+
+def _page_first(label: str) -> tuple[list[int], Handler]:
+    """A handler answering the page ``label`` names (200) to the first request, then a completion."""
+    content_type, page = PAGES[label]
+    seen: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(1)
+        if len(seen) == 1:
+            return httpx.Response(200, content=page, headers={"content-type": content_type})
+        return httpx.Response(200, json=OK_BODY)
+
+    return seen, handler
+
+
+@pytest.mark.parametrize("label", list(PAGES))
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_200_with_an_html_page_is_not_an_answer_and_is_retried_on_both_transports(
+    label: str, kind: str, stream: bool
+) -> None:
+    # A proxy's login page answered 200 was the model's "malformed_response": not retried,
+    # billed at the estimate as if the model had answered (a whole reply), or "stream ended
+    # before [DONE]" (a stream), its reason saying nothing of the page.
+    seen, handler = _page_first(label)
+    async with served(handler) as url:
+        config = ClientConfig(
+            base_url=url,
+            api_key=ApiKey("sk-test-secret-1"),
+            transport=kind,  # type: ignore[arg-type]
+            request_timeout_s=5.0,
+            stream=stream,
+        )
+        llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
+        try:
+            completion = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+        finally:
+            await llm.aclose()
+    log = completion.usage.extra["attempt_log"]
+    assert [a["outcome"] for a in log] == ["not_an_api_reply", "ok"]
+    assert len(seen) == 2
+    # The page's attempt named no usage: none is made up, its cost is not known
+    assert (log[0]["usage_reported"], log[0]["cost_usd"]) == (False, None)
+    assert (completion.usage.input_tokens, completion.usage.output_tokens) == (10, 5)
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_page_on_every_attempt_fails_the_call_saying_so_on_one_line(kind: str, stream: bool) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=LOGIN_PAGE, headers={"content-type": "text/html"})
+
+    async with served(handler) as url:
+        config = ClientConfig(
+            base_url=url,
+            api_key=ApiKey("sk-test-secret-1"),
+            transport=kind,  # type: ignore[arg-type]
+            request_timeout_s=5.0,
+            stream=stream,
+            max_retries=1,
+        )
+        llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
+        try:
+            with pytest.raises(LlmCallFailed) as raised:
+                await llm.complete(model="gpt-4.1", messages=MESSAGES)
+        finally:
+            await llm.aclose()
+    error = raised.value
+    message = str(error)
+    assert (error.error_type, error.attempts) == ("not_an_api_reply", 2)
+    assert "\n" not in message
+    assert "an HTML page" in message
+    assert "'Sign in to the proxy'" in message
+    assert "cost is not known" in message
+    usage = error.usage
+    assert usage is not None
+    # No tokens made up; unpriced, as what the page's attempts cost is not known
+    assert (usage.input_tokens, usage.output_tokens, usage.cost_usd) == (0, 0, 0)
+    assert (usage.unpriced, usage.billed_unreported) == (True, True)
+    assert "estimated_prompt_tokens" in usage.extra
