@@ -18,8 +18,60 @@ from flowledger.adapters.simulator.wire import BadRequest
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_CHOICES = 128
 """The most choices (``n``) a request may ask for, as OpenAI allows."""
+MAX_STOPS = 4
+"""The most stop sequences a request may give, as OpenAI allows."""
+MAX_TOP_LOGPROBS = 20
+_READ = frozenset(
+    {
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "n",
+    }
+)
+"""The fields ``chat_request`` reads (and checks on its way)."""
+KNOWN_FIELDS = _READ | frozenset(
+    {
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "metadata",
+        "modalities",
+        "moderation",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    }
+)
+"""Every request field OpenAI's chat completions take (the official SDK's
+``CompletionCreateParams``, 2.x); another is refused as OpenAI refuses it."""
+_RESPONSE_FORMATS = ("json_object", "json_schema", "text")
+_TOOL_CHOICES = ("auto", "none", "required")
 # json.loads builds exactly these types, so ``type(x) in`` is the whole check, and cheap.
-_CONTENT_TYPES = frozenset({str, list})
 _NUMBER_TYPES = frozenset({int, float})
 
 
@@ -64,9 +116,13 @@ def chat_request(raw: bytes) -> ChatRequest:
             and role in ROLES
             # Only an assistant's message (carrying tool calls) may leave its content out.
             and (
-                type(content := message.get("content")) in _CONTENT_TYPES
+                type(content := message.get("content")) is str
+                or (type(content) is list and all(type(part) is dict for part in content))
                 or (content is None and role == "assistant")
             )
+            # A tool's message answers a call: it names it.
+            and (role != "tool" or type(message.get("tool_call_id")) is str)
+            and type(message.get("name", "")) is str
         ):
             raise _message_refusal(index, message)
     stream = request.get("stream")
@@ -94,7 +150,160 @@ def chat_request(raw: bytes) -> ChatRequest:
         n = 1
     elif not (type(n) is int and 1 <= n <= MAX_CHOICES):
         raise _count_refusal("n", n, MAX_CHOICES)
+    if not _READ.issuperset(request):  # the other fields OpenAI takes, checked as it checks them
+        _check_other_fields(request)
     return ChatRequest(model, messages, stream is True, include_usage is True, cap, n)
+
+
+def _check_other_fields(request: dict[str, Any]) -> None:
+    """Raise ``BadRequest`` for a field OpenAI does not take, or one it takes given a value it
+    refuses (null is the field left out, as OpenAI reads it)."""
+    for name, value in request.items():
+        if name in _READ:
+            continue
+        if name not in KNOWN_FIELDS:
+            raise BadRequest(f"Unrecognized request argument supplied: {name[:100]}")
+        if value is None:
+            continue
+        check = _CHECKS.get(name)
+        if check is not None:
+            check(name, value, request)
+
+
+def _number_within(least: float, most: float) -> Any:
+    def check(name: str, value: Any, _request: dict[str, Any]) -> None:
+        if type(value) not in _NUMBER_TYPES:  # nor bool
+            raise _invalid_type(name, "a decimal", value)
+        if not value <= most:  # NaN too (json.loads reads it)
+            raise _decimal_refusal(name, value, "above maximum", f"<= {most:g}", "decimal_above_max_value")
+        if not value >= least:
+            raise _decimal_refusal(name, value, "below minimum", f">= {least:g}", "decimal_below_min_value")
+
+    return check
+
+
+def _of_type(kind: type, expected: str) -> Any:
+    def check(name: str, value: Any, _request: dict[str, Any]) -> None:
+        if type(value) is not kind:  # a bool is not an int here
+            raise _invalid_type(name, expected, value)
+
+    return check
+
+
+def _check_top_logprobs(name: str, value: Any, request: dict[str, Any]) -> None:
+    if not (type(value) is int and 0 <= value <= MAX_TOP_LOGPROBS):
+        if type(value) is int and value < 0:
+            raise BadRequest(
+                f"Invalid '{name}': integer below minimum value. "
+                f"Expected a value >= 0, but got {value} instead.",
+                param=name,
+                code="integer_below_min_value",
+            )
+        raise _count_refusal(name, value, MAX_TOP_LOGPROBS)
+    if request.get("logprobs") is not True:
+        raise BadRequest(
+            "Invalid value for 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is given.",
+            param=name,
+            code="invalid_value",
+        )
+
+
+def _check_stop(name: str, value: Any, _request: dict[str, Any]) -> None:
+    if type(value) is str:
+        return
+    if type(value) is not list:
+        raise _invalid_type(name, "a string or an array of strings", value)
+    if len(value) > MAX_STOPS:
+        raise BadRequest(
+            f"Invalid '{name}': array too long. Expected an array with maximum length {MAX_STOPS}, "
+            f"but got an array with length {len(value)} instead.",
+            param=name,
+            code="array_above_max_length",
+        )
+    for index, item in enumerate(value):
+        if type(item) is not str:
+            raise _invalid_type(f"{name}[{index}]", "a string", item)
+
+
+def _check_response_format(name: str, value: Any, _request: dict[str, Any]) -> None:
+    if type(value) is not dict:
+        raise _invalid_type(name, "an object", value)
+    kind = value.get("type")
+    if kind is None:
+        raise _missing(f"{name}.type")
+    if kind not in _RESPONSE_FORMATS:
+        raise _invalid_value(f"{name}.type", kind, _RESPONSE_FORMATS)
+    if kind == "json_schema" and type(value.get("json_schema")) is not dict:
+        if value.get("json_schema") is None:
+            raise _missing(f"{name}.json_schema")
+        raise _invalid_type(f"{name}.json_schema", "an object", value.get("json_schema"))
+
+
+def _check_logit_bias(name: str, value: Any, _request: dict[str, Any]) -> None:
+    if type(value) is not dict:
+        raise _invalid_type(name, "an object", value)
+    for token, bias in value.items():
+        if not (token.isascii() and token.isdigit() and type(bias) in _NUMBER_TYPES and -100 <= bias <= 100):
+            raise BadRequest(
+                f"Invalid '{name}': each key must be a token id and each value a number from -100 to 100, "
+                f"got {token[:20]!r}: {str(bias)[:20]}.",
+                param=name,
+                code="invalid_value",
+            )
+
+
+def _check_tools(name: str, value: Any, _request: dict[str, Any]) -> None:
+    if type(value) is not list:
+        raise _invalid_type(name, "an array of objects", value)
+    for index, tool in enumerate(value):
+        if type(tool) is not dict:
+            raise _invalid_type(f"{name}[{index}]", "an object", tool)
+
+
+def _check_tool_choice(name: str, value: Any, _request: dict[str, Any]) -> None:
+    if type(value) is dict:
+        return
+    if type(value) is not str:
+        raise _invalid_type(name, "a string or an object", value)
+    if value not in _TOOL_CHOICES:
+        raise _invalid_value(name, value, _TOOL_CHOICES)
+
+
+_CHECKS: dict[str, Any] = {
+    "top_p": _number_within(0, 1),
+    "frequency_penalty": _number_within(-2, 2),
+    "presence_penalty": _number_within(-2, 2),
+    "seed": _of_type(int, "an integer"),
+    "logprobs": _of_type(bool, "a boolean"),
+    "store": _of_type(bool, "a boolean"),
+    "parallel_tool_calls": _of_type(bool, "a boolean"),
+    "user": _of_type(str, "a string"),
+    "metadata": _of_type(dict, "an object"),
+    "top_logprobs": _check_top_logprobs,
+    "stop": _check_stop,
+    "response_format": _check_response_format,
+    "logit_bias": _check_logit_bias,
+    "tools": _check_tools,
+    "tool_choice": _check_tool_choice,
+}
+"""How each field OpenAI takes (and the simulator does not read) is checked, as OpenAI checks it."""
+
+
+def _decimal_refusal(name: str, value: Any, side: str, expected: str, code: str) -> BadRequest:
+    return BadRequest(
+        f"Invalid '{name}': decimal {side} value. Expected a value {expected}, but got {value} instead.",
+        param=name,
+        code=code,
+    )
+
+
+def _invalid_value(param: str, value: Any, supported: tuple[str, ...]) -> BadRequest:
+    names = ", ".join(f"'{choice}'" for choice in supported)
+    return BadRequest(
+        f"Invalid value: {str(value)[:40]!r}. Supported values are: {names}.",
+        param=param,
+        code="invalid_value",
+    )
 
 
 def _count_refusal(name: str, value: Any, most: int | None = None) -> BadRequest:
@@ -146,9 +355,24 @@ def _message_refusal(index: int, message: Any) -> BadRequest:
             param=f"{where}.role",
             code="invalid_value",
         )
-    if message.get("content") is None:
+    content = message.get("content")
+    if content is None and role != "assistant":
         return _missing(f"{where}.content")
-    return _invalid_type(f"{where}.content", "a string or an array of objects", message.get("content"))
+    if type(content) is list:
+        for part_index, part in enumerate(content):
+            if type(part) is not dict:
+                return _invalid_type(f"{where}.content[{part_index}]", "an object", part)
+    elif type(content) is not str and content is not None:
+        return _invalid_type(f"{where}.content", "a string or an array of objects", content)
+    if role == "tool" and type(message.get("tool_call_id")) is not str:
+        if message.get("tool_call_id") is None:
+            return BadRequest(
+                "Missing parameter 'tool_call_id': messages with role 'tool' must have a 'tool_call_id'.",
+                param=f"{where}.tool_call_id",
+                code="missing_required_parameter",
+            )
+        return _invalid_type(f"{where}.tool_call_id", "a string", message.get("tool_call_id"))
+    return _invalid_type(f"{where}.name", "a string", message.get("name"))
 
 
 def latency_override_ms(headers: dict[str, str]) -> float | None:

@@ -492,3 +492,100 @@ def test_an_assistant_message_with_tool_calls_and_no_content_is_read(simulator: 
     with sdk(simulator) as client:
         reply = client.chat.completions.create(model="gpt-4.1", messages=history)  # type: ignore[arg-type]
     assert reply.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("fields", "param", "code"),
+    [
+        ({"top_p": 1.5}, "top_p", "decimal_above_max_value"),
+        ({"top_p": -0.1}, "top_p", "decimal_below_min_value"),
+        ({"top_p": "1"}, "top_p", "invalid_type"),
+        ({"frequency_penalty": 2.5}, "frequency_penalty", "decimal_above_max_value"),
+        ({"presence_penalty": -3}, "presence_penalty", "decimal_below_min_value"),
+        ({"presence_penalty": True}, "presence_penalty", "invalid_type"),
+        ({"seed": 1.5}, "seed", "invalid_type"),
+        ({"seed": "42"}, "seed", "invalid_type"),
+        ({"logprobs": "yes"}, "logprobs", "invalid_type"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "integer_above_max_value"),
+        ({"logprobs": True, "top_logprobs": -1}, "top_logprobs", "integer_below_min_value"),
+        ({"top_logprobs": 2}, "top_logprobs", "invalid_value"),
+        ({"user": 7}, "user", "invalid_type"),
+        ({"store": "no"}, "store", "invalid_type"),
+        ({"parallel_tool_calls": 1}, "parallel_tool_calls", "invalid_type"),
+        ({"metadata": ["a"]}, "metadata", "invalid_type"),
+        ({"stop": 5}, "stop", "invalid_type"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "array_above_max_length"),
+        ({"stop": ["a", 5]}, "stop[1]", "invalid_type"),
+        ({"response_format": "json"}, "response_format", "invalid_type"),
+        ({"response_format": {"type": "yaml"}}, "response_format.type", "invalid_value"),
+        ({"response_format": {}}, "response_format.type", "missing_required_parameter"),
+        (
+            {"response_format": {"type": "json_schema"}},
+            "response_format.json_schema",
+            "missing_required_parameter",
+        ),
+        ({"logit_bias": [1]}, "logit_bias", "invalid_type"),
+        ({"logit_bias": {"50256": 101}}, "logit_bias", "invalid_value"),
+        ({"tools": {"type": "function"}}, "tools", "invalid_type"),
+        ({"tools": [5]}, "tools[0]", "invalid_type"),
+        ({"tool_choice": "sometimes"}, "tool_choice", "invalid_value"),
+        ({"messages": [*MESSAGES, {"role": "tool", "content": "sunny"}]}, "messages[1].tool_call_id", None),
+        ({"messages": [{"role": "user", "content": [5]}]}, "messages[0].content[0]", "invalid_type"),
+        ({"messages": [{"role": "user", "content": "hi", "name": 3}]}, "messages[0].name", "invalid_type"),
+    ],
+)
+def test_a_field_openai_refuses_is_a_400_the_sdk_raises_as_a_bad_request(
+    simulator: Simulator, fields: dict[str, Any], param: str, code: str | None
+) -> None:
+    # Each was answered 200, so a client sending it passed against the simulator and failed
+    # every call against OpenAI.
+    request: dict[str, Any] = {"model": "gpt-4.1", "messages": MESSAGES, **fields}
+    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(**request)
+    assert raised.value.status_code == 400
+    assert_invalid_request(raised.value.body, param)
+    if code is not None:
+        assert raised.value.code == code
+
+
+@pytest.mark.usefixtures("no_traceback")
+def test_an_argument_openai_does_not_know_is_refused_as_openai_refuses_it(simulator: Simulator) -> None:
+    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, extra_body={"top_k": 40})  # type: ignore[arg-type]
+    assert raised.value.body == {
+        "message": "Unrecognized request argument supplied: top_k",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"top_p": 0},
+        {"top_p": 1},
+        {"frequency_penalty": -2, "presence_penalty": 2.0},
+        {"seed": 42},
+        {"logprobs": True, "top_logprobs": 20},
+        {"logprobs": False},
+        {"user": "u-1", "store": False, "metadata": {"k": "v"}, "parallel_tool_calls": True},
+        {"stop": "END"},
+        {"stop": ["a", "b", "c", "d"]},
+        {"stop": None, "top_p": None, "seed": None},
+        {"response_format": {"type": "text"}},
+        {"response_format": {"type": "json_object"}},
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+        {"logit_bias": {"50256": -100}},
+        {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"},
+        {"tool_choice": {"type": "function", "function": {"name": "f"}}},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "ann"}]},
+        {"reasoning_effort": "low", "service_tier": "auto", "prompt_cache_key": "k"},
+    ],
+)
+def test_fields_openai_takes_are_answered(simulator: Simulator, fields: dict[str, Any]) -> None:
+    request: dict[str, Any] = {"model": "gpt-4.1", "messages": MESSAGES, **fields}
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(**request)
+    assert reply.choices[0].finish_reason == "stop"
