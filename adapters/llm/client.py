@@ -508,9 +508,8 @@ class OpenAICompatibleClient:
 
     def _status_error(self, response: httpx.Response, content: bytes) -> AttemptError:
         retry_after = parse_retry_after(response.headers)
-        detail = content[:1200].decode(response.encoding or "utf-8", errors="replace")[:300]
         return AttemptError(
-            f"HTTP {response.status_code}: {detail}",
+            f"HTTP {response.status_code}{_error_reason(content, response.encoding)}",
             error_type=f"http_{response.status_code}",
             retryable=status_is_retryable(response.status_code, response.headers, retry_after),
             status_code=response.status_code,
@@ -563,6 +562,31 @@ def _detail(error: Exception) -> str:
 
 
 _DETAIL_CHARS = 200
+_REASON_CHARS = 300
+
+
+def _error_reason(content: bytes, encoding: str | None) -> str:
+    """What an error answer says, on one line of at most ``_REASON_CHARS``: OpenAI's error
+    object as ``" invalid_request_error (param messages, code empty_array): <message>"``, or
+    the body's text. OpenAI pretty-prints its error bodies: the reason was that JSON over
+    eight lines, cut at 300 characters whatever it said."""
+    head = content[:8_192]
+    try:
+        error = json.loads(head).get("error") if head.lstrip()[:1] == b"{" else None
+    except (ValueError, RecursionError):  # cut by the slice, or not JSON: the text is shown
+        error = None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        named = ", ".join(
+            f"{key} {error[key]}" for key in ("param", "code") if type(error.get(key)) in (str, int)
+        )
+        kind = f" {error['type']}" if isinstance(error.get("type"), str) else ""
+        prefix, text = kind + (f" ({named})" if named else "") + ": ", error["message"]
+    elif isinstance(error, str):
+        prefix, text = ": ", error
+    else:
+        prefix, text = ": ", head[:1_200].decode(encoding or "utf-8", errors="replace")
+    reason = prefix + (" ".join(text.split()) or "(no body)")
+    return reason if len(reason) <= _REASON_CHARS else reason[: _REASON_CHARS - 1] + "…"
 
 
 def _too_large(error: ReplyTooLarge, progress: AttemptProgress) -> AttemptError:

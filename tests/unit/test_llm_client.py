@@ -19,6 +19,7 @@ from flowledger.adapters.llm import (
     load_price_table,
 )
 from flowledger.adapters.llm.completion import estimate_prompt_tokens
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.errors import LlmCallFailed, UnknownModelPrice, ValidationError
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Settings
@@ -737,4 +738,79 @@ async def test_a_call_cancelled_while_awaiting_its_reply_is_unpriced_not_free() 
         "cancelled",
         None,
         False,
+    )
+
+
+OPENAI_400 = json.dumps(
+    {
+        "error": {
+            "message": "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "empty_array",
+        }
+    },
+    indent=2,  # as OpenAI sends it
+).encode()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_refused_request_fails_at_once_with_openais_reason_on_one_line(
+    transport: Transports, stream: bool
+) -> None:
+    # OpenAI's error body is pretty-printed: the reason was "HTTP 400: {\n  \"error\": {\n ..."
+    # over eight lines, cut at 300 characters whatever it said.
+    seen: list[httpx.Request] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(400, content=OPENAI_400, headers={"content-type": "application/json"})
+
+    llm = await client(transport, refuse, stream=stream)
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    error = raised.value
+    assert (error.error_type, error.status_code, error.attempts, len(seen)) == ("http_400", 400, 1, 1)
+    assert "\n" not in str(error)
+    assert str(error).endswith(
+        ": HTTP 400 invalid_request_error (param messages, code empty_array): Invalid 'messages': "
+        "empty array. Expected an array with minimum length 1, but got an empty array instead. "
+        "(after 1 attempt(s))"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"error": "model not found"}', "HTTP 404: model not found"),
+        (b'{"detail": "Not Found"}', 'HTTP 404: {"detail": "Not Found"}'),
+        (
+            b"<html>\n<body>\n404 Not Found\n</body>\n</html>",
+            "HTTP 404: <html> <body> 404 Not Found </body> </html>",
+        ),
+        (b'{"error": {"message": "' + b"x" * 500 + b'"}}', "HTTP 404: " + "x" * 297 + "…"),
+    ],
+    ids=["error a string", "another shape", "a page", "a long message"],
+)
+async def test_an_error_answer_in_another_shape_is_one_line_too(body: bytes, reason: str) -> None:
+    llm = mock_client(lambda r: httpx.Response(404, content=body), stream=False)
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    assert str(raised.value).split(": ", 1)[1] == f"{reason} (after 1 attempt(s))"
+
+
+async def test_the_simulators_refusal_is_a_bad_request_the_client_does_not_retry() -> None:
+    with run_simulator(SimulatorConfig(latency_ms=0)) as simulator:
+        config = ClientConfig(base_url=simulator.base_url, api_key=ApiKey(SECRET))
+        llm = OpenAICompatibleClient(config, prices=load_price_table())
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=[])
+        await llm.aclose()
+        refused = simulator.stats["bad_request"]
+    assert (raised.value.error_type, raised.value.attempts, refused) == ("http_400", 1, 1)
+    assert "HTTP 400 invalid_request_error (param messages, code empty_array): Invalid 'messages'" in str(
+        raised.value
     )

@@ -480,3 +480,33 @@ async def test_a_proxys_html_page_answered_200_is_a_failed_step_whose_cost_is_no
 
 async def _no_wait(_: float) -> None:
     return None
+
+
+async def test_a_request_the_endpoint_refuses_is_a_step_failed_with_its_reason_on_one_line(
+    engine: Engine,
+) -> None:
+    # OpenAI pretty-prints its error bodies: the StepFailed's reason was that JSON, eight lines
+    refusal = json.dumps(
+        {"error": {"message": "Invalid 'messages[0].role': 'robot'.", "type": "invalid_request_error"}},
+        indent=2,
+    ).encode()
+    requests: list[httpx.Request] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(400, content=refusal, headers={"content-type": "application/json"})
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"))
+    engine.llm = OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(refuse)
+    )
+    engine.start_session("s1", "customer_service")
+    with pytest.raises(LlmCallFailed):
+        await engine.process_step("s1", "classify_intent", {"message": "hi"})
+    [failure] = engine.get_session("s1").failures
+    assert (failure.error_type, len(requests)) == ("http_400", 1)
+    assert failure.error_message.endswith(
+        ": HTTP 400 invalid_request_error: Invalid 'messages[0].role': 'robot'. (after 1 attempt(s))"
+    )
+    assert failure.error_detail == {"error": "LlmCallFailed", "attempts": 1, "status_code": 400}
+    await engine.llm.aclose()  # type: ignore[union-attr]
