@@ -169,9 +169,9 @@ async def read_stream(
     if progress is not None:
         progress.began = True
     media_type = media_type_of(response)
-    if media_type in PAGE_TYPES:  # a page, not a stream: see ``not_json``
-        raise not_json(await read_body(response, limit), media_type)
-    if media_type == "application/json":
+    # A whole reply, not a stream; a page (``not_json``) is read as one, so that a completion
+    # mislabelled as a page is taken, as it is when not streamed.
+    if media_type == "application/json" or media_type in PAGE_TYPES:
         parsed = read_completion(await read_body(response, limit), media_type)
         # Its first token came with the whole body.
         return replace(parsed, time_to_first_token_ms=(clock() - started) * 1000)

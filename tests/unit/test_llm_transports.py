@@ -495,3 +495,28 @@ async def test_a_page_on_every_attempt_fails_the_call_saying_so_on_one_line(kind
     assert (usage.input_tokens, usage.output_tokens, usage.cost_usd) == (0, 0, 0)
     assert (usage.unpriced, usage.billed_unreported) == (True, True)
     assert "estimated_prompt_tokens" in usage.extra
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_completion_labelled_as_a_page_is_taken_streamed_or_not(kind: str, stream: bool) -> None:
+    # A completion labelled text/html was taken when not streamed, and refused as a page
+    # (not_an_api_reply, retried, unpriced) when answered to a streamed request.
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=OK_BODY, headers={"content-type": "text/html"})
+
+    async with served(handler) as url:
+        config = ClientConfig(
+            base_url=url,
+            api_key=ApiKey("sk-test-secret-1"),
+            transport=kind,  # type: ignore[arg-type]
+            request_timeout_s=5.0,
+            stream=stream,
+        )
+        llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
+        try:
+            completion = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+        finally:
+            await llm.aclose()
+    assert [a["outcome"] for a in completion.usage.extra["attempt_log"]] == ["ok"]
+    assert (completion.usage.input_tokens, completion.usage.unpriced) == (10, False)
