@@ -108,6 +108,12 @@ def parse_completion(data: Any) -> ParsedCompletion:
     tokens = parse_usage(data.get("usage") or data.get("usageMetadata")) if isinstance(data, dict) else None
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if isinstance(data, dict) and data.get("error"):
+            # A proxy's error answered 2xx (OpenRouter, LiteLLM): failed as an error sent inside
+            # a stream is. It was "reply has no choices", not retried, its message lost.
+            raise stream_error(
+                data["error"], tokens if tokens is not None and tokens.reported else None, "reply"
+            )
         raise _malformed("reply has no choices", tokens)
     message = choices[0].get("message") or {}
     content = message.get("content") if isinstance(message, dict) else None
@@ -237,18 +243,20 @@ async def read_stream(
     )
 
 
-def stream_error(error: Any, usage: ReportedUsage | None) -> AttemptError:
-    """An error sent inside a stream, failed as the HTTP error it stands for would be: a server
-    error (retried, and counted by the breaker), a rate limit (retried) or a rejected request
-    (not retried, but for 408 and 409); ``usage`` is what the stream said it used before it.
-    The headers came with the stream's 2xx, before the error: they say nothing of it."""
+def stream_error(error: Any, usage: ReportedUsage | None, where: str = "stream") -> AttemptError:
+    """An error sent inside a stream (or, ``where="reply"``, as a 2xx body), failed as the HTTP
+    error it stands for would be: a server error (retried, and counted by the breaker), a rate
+    limit (retried) or a rejected request (not retried, but for 408 and 409); ``usage`` is what
+    the stream said it used before it. The headers came with the 2xx, before the error: they
+    say nothing of it. Its message is put on one line (it came over lines as sent)."""
     fields = error if isinstance(error, dict) else {}
     message = fields.get("message") if isinstance(error, dict) else error
+    text = " ".join(message.split())[:300] if isinstance(message, str) else ""
     status = _status_of(fields)
     kind = "rate_limited" if status == 429 else "server_error" if status >= 500 else "request_error"
     return AttemptError(
-        f"error in stream: {message[:300] if isinstance(message, str) and message else 'no message'}",
-        error_type=f"stream_{kind}",
+        f"error in {where}: {text or 'no message'}",
+        error_type=f"{where}_{kind}",
         retryable=status_is_retryable(status, {}, None),
         usage=usage,
     )

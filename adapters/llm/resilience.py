@@ -26,6 +26,7 @@ _ENDPOINT_FAILURES = frozenset(
         "not_an_api_reply",
         "reply_too_large",
         "stream_server_error",
+        "reply_server_error",
     }
 )
 

@@ -814,3 +814,53 @@ async def test_the_simulators_refusal_is_a_bad_request_the_client_does_not_retry
     assert "HTTP 400 invalid_request_error (param messages, code empty_array): Invalid 'messages'" in str(
         raised.value
     )
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome", "requests", "endpoint_failures"),
+    [
+        ({"message": "Provider returned error", "code": 502}, "reply_server_error", 3, 3),
+        ({"message": "Overloaded", "type": "overloaded_error"}, "reply_server_error", 3, 3),
+        ({"message": "slow down", "code": "429"}, "reply_rate_limited", 3, 0),
+        ({"message": "bad parameter", "type": "invalid_request_error"}, "reply_request_error", 1, 0),
+        ("something broke", "reply_server_error", 3, 3),
+    ],
+)
+async def test_a_2xx_body_that_is_an_error_fails_as_its_http_equivalent_would(
+    transport: Transports, error: Any, outcome: str, requests: int, endpoint_failures: int
+) -> None:
+    # A proxy (OpenRouter, LiteLLM) may answer 200 with an error object: it was the model's
+    # malformed_response "reply has no choices", not retried whatever it said, its message lost.
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"error": error})
+
+    llm = await client(transport, handler, retry_sleep=_instant, stream=False)
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    assert (raised.value.error_type, len(seen)) == (outcome, requests)
+    assert llm.breaker.failure_count == endpoint_failures
+    message = error["message"] if isinstance(error, dict) else error
+    assert f": error in reply: {message} (after {requests} attempt(s))" in str(raised.value)
+    usage = raised.value.usage
+    assert usage is not None
+    assert (usage.unpriced, usage.input_tokens) == (True, 0)  # it did not say what it used
+
+
+async def _instant(_: float) -> None:
+    return None
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_an_error_message_over_lines_is_one_line_in_the_reason(stream: bool) -> None:
+    # An error sent inside a stream put its message in the reason as it came: over lines
+    error = {"message": "upstream said:\n  overloaded\r\n  try later", "type": "invalid_request_error"}
+    body = error_in_stream(error) if stream else json.dumps({"error": error}).encode()
+    llm = mock_client(lambda request: httpx.Response(200, content=body), stream=stream)
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    assert str(raised.value).endswith(": upstream said: overloaded try later (after 1 attempt(s))")
