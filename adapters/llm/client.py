@@ -594,7 +594,12 @@ def _too_large(error: ReplyTooLarge, progress: AttemptProgress) -> AttemptError:
     (not billed), a 2xx as ``reply_too_large``, not retried (the provider billed it, and would
     again) and billed for what it did not say it used (``progress``: awaiting or begun)."""
     status = error.status_code
-    if not 200 <= status < 300:
+    if 200 <= status < 300:
+        # A 2xx came: the provider took the request, and bills it, whether the refusal came
+        # from its declared length (before a stream counted as begun: it was a known $0) or
+        # from what was read.
+        progress.began = True
+    else:
         progress.awaiting_reply = False
         return AttemptError(
             str(error),

@@ -29,14 +29,19 @@ def big_completion() -> dict[str, object]:
     return {**OK_BODY, "choices": [choice]}
 
 
-async def test_a_reply_past_the_limit_fails_at_once_and_its_cost_is_unknown(transport: Transports) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_reply_past_the_limit_fails_at_once_and_its_cost_is_unknown(
+    transport: Transports, stream: bool
+) -> None:
+    # Streamed, a 2xx whose content-length passed the limit (a whole completion: a proxy that
+    # ignores "stream") was refused before its stream counted as begun: recorded as a known $0.
     calls: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request)
         return httpx.Response(200, json=big_completion())
 
-    llm = await transport.client(handler, max_reply_bytes=LIMIT, retry_sleep=_no_sleep)
+    llm = await transport.client(handler, max_reply_bytes=LIMIT, retry_sleep=_no_sleep, stream=stream)
     with pytest.raises(LlmCallFailed) as raised:
         await llm.complete(model="gpt-4.1", messages=MESSAGES)
     error = raised.value
