@@ -33,6 +33,7 @@ from flowledger.adapters.http.errors import error_body, responses
 from flowledger.adapters.http.rest import ensure_user, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN, within_max_ttl
 from flowledger.domain.errors import SessionNotFound, ValidationError
+from flowledger.domain.session_views import StepRecord
 from flowledger.infrastructure import Engine
 
 router = APIRouter(tags=["webhook"])
@@ -174,6 +175,15 @@ async def _process(
         raise ValidationError(_ENGINE_NAMES[error.field], error.message) from None
     record = outcome.record
     usage = record.usage
+    metrics: dict[str, Any] = {
+        "model": usage.response_model or usage.request_model if usage else body.model,
+        "tokens": usage.total_tokens if usage else 0,
+        # What the step cost: every billed attempt (charged_usd), as totals and budgets count it.
+        "cost_usd": float(usage.charged_usd) if usage else 0.0,
+        "latency_ms": round(usage.latency_ms) if usage else 0,
+    }
+    if usage is not None and usage.unpriced:
+        metrics["unpriced"] = True  # cost_usd is the known part only: never a silent $0
     return {
         "session_id": session_id,
         "step": record.step,
@@ -181,13 +191,7 @@ async def _process(
         "action": record.output.get("action"),
         "message": record.output.get("message"),
         "context": outcome.context,
-        "ai_metrics": {
-            "model": usage.response_model or usage.request_model if usage else body.model,
-            "tokens": usage.total_tokens if usage else 0,
-            # What the step cost: every billed attempt (charged_usd), as totals and budgets count it.
-            "cost_usd": float(usage.charged_usd) if usage else 0.0,
-            "latency_ms": round(usage.latency_ms) if usage else 0,
-        },
+        "ai_metrics": metrics,
     }
 
 
@@ -223,12 +227,17 @@ def _get_state(engine: Engine, session_id: str) -> dict[str, Any]:
     return {
         "context": state.context,
         "current_step": state.current_step,
-        "history": [
-            {
-                "step": r.step,
-                "timestamp": r.recorded_at.isoformat(),
-                "ai_cost": float(r.usage.charged_usd) if r.usage else 0.0,
-            }
-            for r in state.history
-        ],
+        "history": [_history_entry(r) for r in state.history],
     }
+
+
+def _history_entry(record: StepRecord) -> dict[str, Any]:
+    """One step of ``get_state``: the seed's fields, and ``unpriced`` when its cost is not known."""
+    entry: dict[str, Any] = {
+        "step": record.step,
+        "timestamp": record.recorded_at.isoformat(),
+        "ai_cost": float(record.usage.charged_usd) if record.usage else 0.0,
+    }
+    if record.usage is not None and record.usage.unpriced:
+        entry["unpriced"] = True
+    return entry
