@@ -32,6 +32,7 @@ from flowledger.adapters.llm.completion import (
     estimate_prompt_tokens,
     media_type_of,
     not_json,
+    one_line,
     parse_completion,
 )
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
@@ -555,10 +556,7 @@ def _detail(error: Exception) -> str:
     RemoteProtocolError``), the same for a connection dropped before the reply, a status line
     that is not HTTP and a header past the parser's limits; aiohttp's decoding errors span
     lines (``400, message:\\n  Can not decode content-encoding: gzip``)."""
-    text = " ".join(str(error).split())
-    if not text:
-        return "(no detail)"
-    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
+    return one_line(str(error), _DETAIL_CHARS) or "(no detail)"
 
 
 _DETAIL_CHARS = 200
@@ -575,18 +573,22 @@ def _error_reason(content: bytes, encoding: str | None) -> str:
         error = json.loads(head).get("error") if head.lstrip()[:1] == b"{" else None
     except (ValueError, RecursionError):  # cut by the slice, or not JSON: the text is shown
         error = None
+    label, text = "", ""
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         named = ", ".join(
             f"{key} {error[key]}" for key in ("param", "code") if type(error.get(key)) in (str, int)
         )
-        kind = f" {error['type']}" if isinstance(error.get("type"), str) else ""
-        prefix, text = kind + (f" ({named})" if named else "") + ": ", error["message"]
+        kind = error["type"] if isinstance(error.get("type"), str) else ""
+        label, text = (
+            " ".join(part for part in (kind, f"({named})" if named else "") if part),
+            error["message"],
+        )
     elif isinstance(error, str):
-        prefix, text = ": ", error
+        text = error
     else:
-        prefix, text = ": ", head[:1_200].decode(encoding or "utf-8", errors="replace")
-    reason = prefix + (" ".join(text.split()) or "(no body)")
-    return reason if len(reason) <= _REASON_CHARS else reason[: _REASON_CHARS - 1] + "…"
+        text = head[:1_200].decode(encoding or "utf-8", errors="replace")
+    said = f"{label}: {text.strip() or '(no body)'}" if label else text.strip() or "(no body)"
+    return (" " if label else ": ") + one_line(said, _REASON_CHARS)
 
 
 def _too_large(error: ReplyTooLarge, progress: AttemptProgress) -> AttemptError:

@@ -44,6 +44,17 @@ _STATUS_OF_ERROR = {
 }
 
 
+def one_line(text: str, limit: int) -> str:
+    """``text`` as a failure's reason may hold it: its whitespace runs (line breaks included)
+    one space, what is left that cannot be printed (NUL, DEL, a terminal's ESC) U+FFFD, at most
+    ``limit`` characters (the last an ellipsis when cut). What an endpoint sent reached
+    reasons as it came, its escapes recolouring a terminal that printed them."""
+    folded = " ".join(text.split())
+    if not folded.isprintable():
+        folded = "".join(c if c.isprintable() else "\ufffd" for c in folded)
+    return folded if len(folded) <= limit else folded[: limit - 1] + "…"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ParsedCompletion:
     """What one successful attempt returned."""
@@ -251,7 +262,7 @@ def stream_error(error: Any, usage: ReportedUsage | None, where: str = "stream")
     say nothing of it. Its message is put on one line (it came over lines as sent)."""
     fields = error if isinstance(error, dict) else {}
     message = fields.get("message") if isinstance(error, dict) else error
-    text = " ".join(message.split())[:300] if isinstance(message, str) else ""
+    text = one_line(message, 300) if isinstance(message, str) else ""
     status = _status_of(fields)
     kind = "rate_limited" if status == 429 else "server_error" if status >= 500 else "request_error"
     return AttemptError(

@@ -790,7 +790,7 @@ async def test_a_refused_request_fails_at_once_with_openais_reason_on_one_line(
             b"<html>\n<body>\n404 Not Found\n</body>\n</html>",
             "HTTP 404: <html> <body> 404 Not Found </body> </html>",
         ),
-        (b'{"error": {"message": "' + b"x" * 500 + b'"}}', "HTTP 404: " + "x" * 297 + "…"),
+        (b'{"error": {"message": "' + b"x" * 500 + b'"}}', "HTTP 404: " + "x" * 299 + "…"),
     ],
     ids=["error a string", "another shape", "a page", "a long message"],
 )
@@ -864,3 +864,26 @@ async def test_an_error_message_over_lines_is_one_line_in_the_reason(stream: boo
         await llm.complete(model="gpt-4.1", messages=MESSAGES)
     await llm.aclose()
     assert str(raised.value).endswith(": upstream said: overloaded try later (after 1 attempt(s))")
+
+
+CONTROLS = "line one\r\nline two\x00 \x1b[31mred\x1b[0m \x7f\x85end"
+
+
+@pytest.mark.parametrize("where", ["error answer", "error object", "error in stream"])
+async def test_an_endpoints_control_characters_never_reach_a_reason(where: str) -> None:
+    # An error answer's text went into LlmCallFailed's reason, and StepFailed's, with its NUL,
+    # DEL and terminal escapes (ESC [31m) as sent: a CLI or log printing it was recoloured.
+    error = {"message": CONTROLS, "type": "invalid_request_error"}
+    if where == "error answer":
+        reply = httpx.Response(400, content=CONTROLS.encode(), headers={"content-type": "text/plain"})
+    elif where == "error object":
+        reply = httpx.Response(400, json={"error": error})
+    else:
+        reply = httpx.Response(200, content=error_in_stream(error))
+    llm = mock_client(lambda request: reply, stream=where == "error in stream")
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    await llm.aclose()
+    reason = str(raised.value)
+    assert reason.isprintable()
+    assert "line one line two\ufffd \ufffd[31mred\ufffd[0m \ufffd end (after 1 attempt(s))" in reason
