@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from flowledger.domain.values import MAX_COST_USD
+
 
 @dataclass(frozen=True, kw_only=True)
 class ReportedUsage:
@@ -199,11 +201,17 @@ def _object(value: Any) -> dict[str, Any]:
 
 
 def _money(value: Any) -> Decimal | None:
-    """A provider's charge: a finite number >= 0 (read from its text, so 0.1 stays 0.1)."""
+    """A provider's charge: a finite number from 0 to what the ledger stores of one call
+    ($10^9, at most 40 decimal places), read from its text, so 0.1 stays 0.1; None for
+    another, and the table prices the call (a proxy's 1e300 was taken, and the step failed as a
+    reply that cannot be recorded, its cost recorded as $10^9)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     try:
         amount = Decimal(str(value))
     except InvalidOperation:
         return None
-    return amount if amount.is_finite() and amount >= 0 else None
+    if not amount.is_finite() or not 0 <= amount <= MAX_COST_USD:
+        return None
+    exponent = amount.as_tuple().exponent
+    return amount if isinstance(exponent, int) and exponent >= -40 else None

@@ -151,6 +151,17 @@ async def test_an_openrouter_name_resolves_to_the_model_and_its_own_charge_overr
     assert charged.to_dict()["cost_source"] == "provider"
 
 
+@pytest.mark.parametrize("cost", [1e300, "1e400", 1_000_000_001, "1e-50"])
+async def test_a_provider_charge_no_call_can_have_is_not_taken_over_the_table(cost: Any) -> None:
+    # A proxy's usage.cost of 1e300 (or "1e400") was taken as the call's charge: past what the
+    # ledger stores ($10^9), the step failed as a reply that cannot be recorded, its cost recorded
+    # as $10^9. Like a negative or non-finite charge, it is not read: the table prices the call.
+    usage: dict[str, Any] = {"prompt_tokens": 1_000, "completion_tokens": 100}
+    u = await priced("openrouter/deepseek/deepseek-v3.2", reply({**usage, "cost": cost}))
+    assert u.cost_usd == Decimal("0.000322")
+    assert u.cost_source == ""
+
+
 async def test_an_azure_deployment_is_priced_through_an_alias_in_the_price_file(tmp_path: Path) -> None:
     shipped = json.loads(resources.files("flowledger.adapters.llm").joinpath("prices.json").read_text())
     path = tmp_path / "prices.json"
