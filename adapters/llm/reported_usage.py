@@ -17,21 +17,21 @@ writes, ``output_tokens`` include reasoning). The shapes:
   ``toolUsePromptTokenCount``), ``candidatesTokenCount`` plus ``thoughtsTokenCount``,
   ``cachedContentTokenCount``; the SDK's snake_case names too.
 
-A count is a whole number >= 0, sent as an integer, an integer-valued float (``1000.0``) or a
-string of ASCII digits (``"1000"``); one left out or null is 0. Any other (negative,
-fractional, not finite, a boolean, other text) cannot be read: it is named in ``unreadable``
+A count is a whole number from 0 to ``MAX_TOKENS`` (10^12, what the ledger stores), sent as an
+integer, an integer-valued float (``1000.0``) or a string of ASCII digits (``"1000"``); one
+left out or null is 0. Any other (negative, past 10^12, fractional, not finite, a boolean,
+other text) cannot be read: it is named in ``unreadable``
 and counted 0, and the attempt's cost is not known (``usage.attempt_cost``), never a silent $0.
 Impossible sub-counts are clamped, not trusted: a reply never makes the usage invalid.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from flowledger.domain.values import MAX_COST_USD
+from flowledger.domain.values import MAX_COST_USD, MAX_TOKENS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,13 +159,14 @@ class _Counts:
         value = source.get(key)
         if value is None:
             return 0
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
             return value
-        if isinstance(value, float) and value.is_integer() and value >= 0:  # nan and inf are not
+        if isinstance(value, float) and value.is_integer() and 0 <= value <= MAX_TOKENS:  # nor nan, inf
             return int(value)
-        if isinstance(value, str) and value.isascii() and value.isdigit():
-            with contextlib.suppress(ValueError):  # past int()'s 4,300 digits
-                return int(value)
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 13:
+            count = int(value)
+            if count <= MAX_TOKENS:
+                return count
         self.unreadable.append(key)
         return 0
 

@@ -162,6 +162,16 @@ async def test_a_provider_charge_no_call_can_have_is_not_taken_over_the_table(co
     assert u.cost_source == ""
 
 
+@pytest.mark.parametrize("count", [10**30, 1e30, "1" + "0" * 30, 10**12 + 1])
+async def test_a_token_count_no_call_can_have_cannot_be_read(count: Any) -> None:
+    # A proxy's prompt_tokens of 10^30 was read as such and priced ($2 x 10^24 for gpt-4.1):
+    # past what the ledger stores (10^12 tokens, $10^9), the step failed as a reply that cannot
+    # be recorded, its cost recorded as $10^9. It cannot be read, as a negative count cannot.
+    u = await priced("gpt-4.1", reply({"prompt_tokens": count, "completion_tokens": 100}))
+    assert (u.input_tokens, u.output_tokens, u.unpriced) == (0, 100, True)
+    assert u.extra["attempt_log"][0]["unreadable_usage"] == ["prompt_tokens"]
+
+
 async def test_an_azure_deployment_is_priced_through_an_alias_in_the_price_file(tmp_path: Path) -> None:
     shipped = json.loads(resources.files("flowledger.adapters.llm").joinpath("prices.json").read_text())
     path = tmp_path / "prices.json"
