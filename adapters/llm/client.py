@@ -442,6 +442,15 @@ class OpenAICompatibleClient:
                     # A 2xx came: the provider took the request and bills it, as a stream that
                     # began; a body that does not say what it used leaves that cost unknown.
                     progress.began = True
+                    if media_type_of(response) == "text/event-stream":
+                        # A proxy that streams whatever it is asked: its stream, read as one (it
+                        # was "reply body is not JSON", its reported usage lost).
+                        whole = httpx.Response(
+                            200, headers={"content-type": "text/event-stream"}, content=content
+                        )
+                        return await read_sse_stream(
+                            whole, begun, self._clock, progress, limit=self.config.max_reply_bytes
+                        )
                     try:
                         data = json.loads(content)
                     except (ValueError, RecursionError):  # not JSON, or nested past the parser

@@ -520,3 +520,31 @@ async def test_a_completion_labelled_as_a_page_is_taken_streamed_or_not(kind: st
             await llm.aclose()
     assert [a["outcome"] for a in completion.usage.extra["attempt_log"]] == ["ok"]
     assert (completion.usage.input_tokens, completion.usage.unpriced) == (10, False)
+
+
+SSE_REPLY = (
+    b'data: {"id": "c1", "model": "gpt-4.1", '
+    b'"choices": [{"delta": {"content": "{\\"message\\": \\"hi\\"}"}}]}\n\n'
+    b'data: {"id": "c1", "choices": [{"delta": {}, "finish_reason": "stop"}]}\n\n'
+    b'data: {"id": "c1", "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+@pytest.mark.parametrize("kind", ["mock", "aiohttp", "httpx"])
+async def test_a_stream_answered_to_a_request_not_streamed_is_read_as_one(kind: str) -> None:
+    # A proxy that streams whatever it is asked: its whole stream, usage included, came to a
+    # request not streamed and was "reply body is not JSON" (malformed_response, not retried,
+    # its cost unknown), where the same stream to a streamed request is an answer, priced.
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=SSE_REPLY, headers={"content-type": "text/event-stream"})
+
+    llm = await Transports(kind, stack := []).client(handler, stream=False, retry_sleep=_no_sleep)
+    try:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    finally:
+        for context in reversed(stack):
+            await context.__aexit__(None, None, None)
+    assert reply.content == '{"message": "hi"}'
+    assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.unpriced) == (10, 5, False)
+    assert reply.usage.finish_reasons == ("stop",)
