@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import unquote
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -315,16 +316,35 @@ def _count(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 def _api_keys(raw: str) -> tuple[tuple[str, str, str], ...]:
-    """``tenant:role:secret,...`` as triples (the secret may itself contain ``:``)."""
+    """``tenant:role:secret,...`` as triples (the secret may itself contain ``:``).
+
+    The tenant is percent-decoded, so that every tenant name can be spelt here (``keys
+    create`` takes any): ``%3A`` is ``:``, ``%2C`` is ``,`` and ``%25`` is ``%``. A ``%``
+    followed by anything but two hex digits stays as written."""
     keys = []
     for item in raw.split(","):
         if not item.strip():
             continue
         parts = item.strip().split(":", 2)
         if len(parts) != 3 or not all(parts):
-            raise ValidationError("FLOWLEDGER_API_KEYS", "each key is tenant:role:secret, comma-separated")
-        keys.append((parts[0], parts[1], parts[2]))
+            raise ValidationError(
+                "FLOWLEDGER_API_KEYS",
+                "each key is tenant:role:secret, comma-separated (a tenant's ':' is %3A, ',' is %2C)",
+            )
+        keys.append((_tenant(parts[0]), parts[1], parts[2]))
     return tuple(keys)
+
+
+def _tenant(written: str) -> str:
+    """A key's tenant as ``FLOWLEDGER_API_KEYS`` spells it, percent-decoded (``_api_keys``)."""
+    if "%" not in written:
+        return written
+    try:
+        return unquote(written, errors="strict")
+    except UnicodeDecodeError:
+        raise ValidationError(
+            "FLOWLEDGER_API_KEYS", f"the tenant {written!r} is not UTF-8 once percent-decoded"
+        ) from None
 
 
 _OFF = {"0", "false", "no", "off", "n"}

@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore, StaticKeys
 from tests.conftest import make_settings
@@ -124,3 +125,24 @@ def assert_refused(result: subprocess.CompletedProcess[str], line: str) -> None:
     """Exit 2, and ``line`` the only line on stderr."""
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stderr.splitlines() == [line]
+
+
+@pytest.mark.parametrize(
+    ("written", "tenant"),
+    [
+        ("acme%3Aeu", "acme:eu"),  # a tenant holding the separators, percent-encoded
+        ("north%2Csouth", "north,south"),
+        ("50%25", "50%"),
+        ("caf%C3%A9", "café"),
+        ("100%", "100%"),  # a % not followed by two hex digits stays as written
+    ],
+)
+def test_a_key_in_the_environment_spells_any_tenant_percent_encoded(written: str, tenant: str) -> None:
+    settings = Settings.from_env({"FLOWLEDGER_API_KEYS": f"{written}:writer:s3cret:with:colons"})
+    assert settings.api_keys == ((tenant, "writer", "s3cret:with:colons"),)
+    assert [key.tenant for key in StaticKeys(settings.api_keys).list()] == [tenant]
+
+
+def test_a_tenant_that_is_no_utf8_once_percent_decoded_is_refused() -> None:
+    with pytest.raises(ValidationError, match="not UTF-8 once percent-decoded"):
+        Settings.from_env({"FLOWLEDGER_API_KEYS": "caf%E9:writer:s3cret-s3cret"})
