@@ -309,6 +309,22 @@ async def _no_sleep(_: float) -> None:
     return None
 
 
+async def _complete(url: str, kind: str, **options: Any) -> Any:
+    """One ``complete`` through a fresh client on ``kind`` (no sleeps between attempts)."""
+    config = ClientConfig(
+        base_url=url,
+        api_key=ApiKey("sk-test-secret-1"),
+        transport=kind,  # type: ignore[arg-type]
+        request_timeout_s=5.0,
+        **options,
+    )
+    llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
+    try:
+        return await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    finally:
+        await llm.aclose()
+
+
 BAD_REPLIES = {
     "status line": b"HTTP/1.1 abc OK\r\n\r\n",
     "header past the limits": b"HTTP/1.1 200 OK\r\nx-huge: "
@@ -365,18 +381,7 @@ async def test_a_reply_that_is_not_readable_http_is_a_retried_connection_error_o
     # escaped the client as itself: the step failed as "ClientResponseError", not retried, with
     # no usage; httpx's pool gave a retried connection_error (RemoteProtocolError).
     async with answering_first(BAD_REPLIES[reply]) as url:
-        config = ClientConfig(
-            base_url=url,
-            api_key=ApiKey("sk-test-secret-1"),
-            transport=kind,  # type: ignore[arg-type]
-            request_timeout_s=5.0,
-            stream=stream,  # the retry's JSON answer to a stream is read as a whole reply
-        )
-        llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
-        try:
-            completion = await llm.complete(model="gpt-4.1", messages=MESSAGES)
-        finally:
-            await llm.aclose()
+        completion = await _complete(url, kind, stream=stream)
     assert [a["outcome"] for a in completion.usage.extra["attempt_log"]] == ["connection_error", "ok"]
 
 
@@ -386,19 +391,8 @@ async def test_a_connection_error_says_what_went_wrong_on_one_line(reply: str, k
     # The reason was the error's class alone ("connection failed: RemoteProtocolError"), the
     # same for a dropped connection, a status line that is not HTTP and a header past limits.
     async with answering_first(BAD_REPLIES[reply]) as url:
-        config = ClientConfig(
-            base_url=url,
-            api_key=ApiKey("sk-test-secret-1"),
-            transport=kind,  # type: ignore[arg-type]
-            request_timeout_s=5.0,
-            max_retries=0,
-        )
-        llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
-        try:
-            with pytest.raises(LlmCallFailed) as raised:
-                await llm.complete(model="gpt-4.1", messages=MESSAGES)
-        finally:
-            await llm.aclose()
+        with pytest.raises(LlmCallFailed) as raised:
+            await _complete(url, kind, max_retries=0)
     message = str(raised.value)
     assert raised.value.error_type == "connection_error"
     assert "\n" not in message
@@ -441,18 +435,7 @@ async def test_a_200_with_an_html_page_is_not_an_answer_and_is_retried_on_both_t
     # before [DONE]" (a stream), its reason saying nothing of the page.
     seen, handler = _page_first(label)
     async with served(handler) as url:
-        config = ClientConfig(
-            base_url=url,
-            api_key=ApiKey("sk-test-secret-1"),
-            transport=kind,  # type: ignore[arg-type]
-            request_timeout_s=5.0,
-            stream=stream,
-        )
-        llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
-        try:
-            completion = await llm.complete(model="gpt-4.1", messages=MESSAGES)
-        finally:
-            await llm.aclose()
+        completion = await _complete(url, kind, stream=stream)
     log = completion.usage.extra["attempt_log"]
     assert [a["outcome"] for a in log] == ["not_an_api_reply", "ok"]
     assert len(seen) == 2
@@ -468,20 +451,8 @@ async def test_a_page_on_every_attempt_fails_the_call_saying_so_on_one_line(kind
         return httpx.Response(200, content=LOGIN_PAGE, headers={"content-type": "text/html"})
 
     async with served(handler) as url:
-        config = ClientConfig(
-            base_url=url,
-            api_key=ApiKey("sk-test-secret-1"),
-            transport=kind,  # type: ignore[arg-type]
-            request_timeout_s=5.0,
-            stream=stream,
-            max_retries=1,
-        )
-        llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
-        try:
-            with pytest.raises(LlmCallFailed) as raised:
-                await llm.complete(model="gpt-4.1", messages=MESSAGES)
-        finally:
-            await llm.aclose()
+        with pytest.raises(LlmCallFailed) as raised:
+            await _complete(url, kind, stream=stream, max_retries=1)
     error = raised.value
     message = str(error)
     assert (error.error_type, error.attempts) == ("not_an_api_reply", 2)
@@ -506,18 +477,7 @@ async def test_a_completion_labelled_as_a_page_is_taken_streamed_or_not(kind: st
         return httpx.Response(200, json=OK_BODY, headers={"content-type": "text/html"})
 
     async with served(handler) as url:
-        config = ClientConfig(
-            base_url=url,
-            api_key=ApiKey("sk-test-secret-1"),
-            transport=kind,  # type: ignore[arg-type]
-            request_timeout_s=5.0,
-            stream=stream,
-        )
-        llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
-        try:
-            completion = await llm.complete(model="gpt-4.1", messages=MESSAGES)
-        finally:
-            await llm.aclose()
+        completion = await _complete(url, kind, stream=stream)
     assert [a["outcome"] for a in completion.usage.extra["attempt_log"]] == ["ok"]
     assert (completion.usage.input_tokens, completion.usage.unpriced) == (10, False)
 
