@@ -5,6 +5,7 @@ gaps that are not damage (ids a rolled-back append used, sessions retention arch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -125,24 +126,36 @@ def test_a_catch_up_stops_at_a_version_deleted_before_it_was_projected(
     assert [b.position for b in status(projector)] == before
 
 
-def test_a_follower_stops_on_a_row_deleted_before_it_applied_it(
-    pg_engine: Engine, projector: Projector
+@pytest.mark.parametrize(
+    ("damage", "error", "version"),
+    [
+        (lambda engine, stream: delete_version(engine, stream, 4), StoredEventMissing, 4),
+        (lambda engine, stream: swap_positions(engine, stream, 4, 5), StoredEventOutOfOrder, 5),
+    ],
+    ids=["deleted", "swapped"],
+)
+def test_a_follower_stops_on_rows_damaged_before_it_applied_them(
+    pg_engine: Engine,
+    projector: Projector,
+    damage: Callable[[Engine, UUID], None],
+    error: type[Exception],
+    version: int,
 ) -> None:
     steps(pg_engine, "damaged", 2)
     damaged = pg_engine.session_uuid("damaged")
     with following(projector) as follower:
-        # The follower waits on the tracking rows while versions 4 and 5 arrive and 4 is deleted
+        # The follower waits on the tracking rows while versions 4 and 5 arrive and are damaged
         with psycopg.connect(pg_engine.database_url) as holder:
             builds = SQL("SELECT 1 FROM {}.builds FOR UPDATE").format(Identifier(projector.names.control))
             holder.execute(builds)
             pg_engine.record_step("damaged", "later", usage=USED)
             pg_engine.record_step("damaged", "later-2", usage=USED)
-            delete_version(pg_engine, damaged, 4)
+            damage(pg_engine, damaged)
         follower.thread.join(15)
     errors = follower.errors
     assert len(errors) == 1, errors
-    assert isinstance(errors[0], StoredEventMissing)
-    assert (errors[0].stream, errors[0].version) == (str(damaged), 4)
+    assert isinstance(errors[0], error)
+    assert (errors[0].stream, errors[0].version) == (str(damaged), version)  # type: ignore[attr-defined]
 
 
 def test_ids_left_by_rolled_back_appends_are_not_missing_events(
@@ -204,26 +217,6 @@ def test_a_catch_up_stops_at_rows_swapped_before_they_were_projected(
         projector.catch_up()
     assert (raised.value.stream, raised.value.version) == (str(damaged), 6)
     assert [b.position for b in status(projector)] == before
-
-
-def test_a_follower_stops_on_rows_swapped_before_it_applied_them(
-    pg_engine: Engine, projector: Projector
-) -> None:
-    steps(pg_engine, "damaged", 2)
-    damaged = pg_engine.session_uuid("damaged")
-    with following(projector) as follower:
-        # The follower waits on the tracking rows while versions 4 and 5 arrive and are swapped
-        with psycopg.connect(pg_engine.database_url) as holder:
-            builds = SQL("SELECT 1 FROM {}.builds FOR UPDATE").format(Identifier(projector.names.control))
-            holder.execute(builds)
-            pg_engine.record_step("damaged", "later", usage=USED)
-            pg_engine.record_step("damaged", "later-2", usage=USED)
-            swap_positions(pg_engine, damaged, 4, 5)
-        follower.thread.join(15)
-    errors = follower.errors
-    assert len(errors) == 1, errors
-    assert isinstance(errors[0], StoredEventOutOfOrder)
-    assert (errors[0].stream, errors[0].version) == (str(damaged), 5)
 
 
 def bases_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
