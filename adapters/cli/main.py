@@ -16,6 +16,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 
 from flowledger.adapters.cli import (
     admin_commands,
+    agent_commands,
     audit_commands,
     budget_commands,
     keys_commands,
@@ -25,6 +26,7 @@ from flowledger.adapters.cli import (
     retention_commands,
     serve,
     session_commands,
+    task_commands,
 )
 from flowledger.adapters.cli.errors import joined, say_error
 
@@ -44,6 +46,8 @@ keys_commands.register(app)
 budget_commands.register(app)
 price_commands.register(app)
 retention_commands.register(app)
+task_commands.register(app)
+agent_commands.register(app)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -34,7 +34,7 @@ def replay(
 ) -> None:
     """Print a session's state as it was at a version or a moment."""
     with reported_errors():
-        moment = _parse_time(as_of) if as_of is not None else None
+        moment = parse_time(as_of) if as_of is not None else None
         with Engine() as engine:
             console.print(session_table(engine.get_session(session_id, version=version, as_of=moment)))
 
@@ -51,8 +51,8 @@ def extend(
 ) -> None:
     """Move a session's expiry: add --hours to it (24 h + 2 h is 26 h), or set it --until a moment."""
     with reported_errors():
-        by = None if hours is None else _duration(hours, bounded=False)
-        to = None if until is None else _parse_time(until, "until")
+        by = None if hours is None else duration(hours, bounded=False)
+        to = None if until is None else parse_time(until, "until")
         with Engine() as engine:
             change = engine.change_expiry(session_id, by=by, to=to, reopen_expired=reopen)
         after = change.state.expires_at.isoformat(timespec="seconds")
@@ -69,7 +69,7 @@ def fork(
 ) -> None:
     """Start a new session from a session's state at a version (to retry a step with another model)."""
     with reported_errors():
-        ttl = _duration(ttl_hours, "ttl_hours")
+        ttl = duration(ttl_hours, "ttl_hours")
         with Engine() as engine:
             state = engine.fork_session(session_id, at_version, new_session_id, ttl)
             console.print(session_table(state))
@@ -116,7 +116,8 @@ def demo(
         run_demo(console, sessions=sessions)
 
 
-def _parse_time(text: str, field: str = "as_of") -> datetime:
+def parse_time(text: str, field: str = "as_of") -> datetime:
+    """``text`` as an ISO 8601 time with a zone, or a ValidationError on ``field``."""
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
@@ -126,7 +127,7 @@ def _parse_time(text: str, field: str = "as_of") -> datetime:
     return moment
 
 
-def _duration(hours: float, field: str = "hours", *, bounded: bool = True) -> timedelta:
+def duration(hours: float, field: str = "hours", *, bounded: bool = True) -> timedelta:
     """``hours`` as a duration: positive, at least a millisecond (the HTTP API's least
     ``ttl_seconds``; ``1e-9`` hours was a 4 µs extension) and, when ``bounded``, at most
     ``MAX_TTL``. An extension is not bounded here: the engine refuses one past its bound with

@@ -1,0 +1,294 @@
+"""``flowledger tasks ...``: the life of a task, as the REST API has it (``/v1/tasks``,
+``/v1/queue``): create, classify, assign, run the queue, sweep deadlines, work, requeue.
+
+One tenant's tasks (``--tenant``, else the engine's). The names, defaults and rules are the
+REST API's and the domain's: priorities in any case (medium by default), a deadline as a time
+or in hours from now, an outcome as ``resolution`` (``--result``, the older name, too). Model
+calls (``classify``, ``reclassify``; ``assign`` when routing asks the model to break ties) go
+to FLOWLEDGER_LLM_BASE_URL, as ``serve``'s do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from datetime import datetime, timedelta
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from flowledger.adapters.cli.consoles import cli_console
+from flowledger.adapters.cli.errors import fail, reported_errors
+from flowledger.adapters.cli.rendering import history_table
+from flowledger.adapters.cli.session_commands import duration, parse_time
+from flowledger.adapters.cli.task_rendering import task_line, task_table, tasks_table
+from flowledger.domain.bounds import MAX_REASON_LENGTH, require_resolution, require_text
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.task_views import TaskPriority, TaskState, TaskStatus
+from flowledger.infrastructure import Engine, Settings
+
+T = TypeVar("T")
+console = cli_console()
+tasks_app = typer.Typer(
+    help="Tasks: create, classify, assign, run the queue, sweep deadlines, complete, requeue.",
+    no_args_is_help=True,
+)
+TenantOpt = Annotated[str | None, typer.Option(help="Whose tasks (default: FLOWLEDGER_TENANT or 'default').")]
+TaskArg = Annotated[str, typer.Argument(help="The task's id.")]
+DeadlineOpt = Annotated[
+    str | None, typer.Option(help="A deadline: an ISO 8601 time with a zone (or --deadline-hours).")
+]
+DeadlineHoursOpt = Annotated[float | None, typer.Option(help="A deadline, in hours from now.")]
+ModelOpt = Annotated[str | None, typer.Option(help="The model (default: the priority's tier).")]
+NO_MODEL = (
+    "no model configured: set FLOWLEDGER_LLM_BASE_URL and FLOWLEDGER_LLM_API_KEY"
+    " (flowledger simulate-llm serves one)"
+)
+
+
+def _deadline(at: str | None, hours: float | None, field: str = "deadline") -> datetime | timedelta | None:
+    """A deadline given as a time or in hours from now (not both); the domain bounds it."""
+    if at is not None and hours is not None:
+        raise ValidationError(f"{field}_hours", f"give {field} (a time) or {field}_hours, not both")
+    if hours is not None:
+        return duration(hours, f"{field}_hours", bounded=False)
+    return parse_time(at, field) if at is not None else None
+
+
+def _resolution(text: str | None) -> dict[str, Any] | None:
+    """``--resolution`` as the REST body's field: JSON, an object or a string."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValidationError(
+            "resolution",
+            f"must be JSON, an object or a string in quotes: {error.msg} at character {error.pos}",
+        ) from None
+    return require_resolution(value)
+
+
+def _say(state: TaskState, note: str = "") -> None:
+    console.print(task_line(state) + note, markup=False, highlight=False)
+
+
+def _with_model(tenant: str | None, act: Callable[[Engine], Coroutine[Any, Any, T]], *, required: bool) -> T:
+    """``act`` on an engine with the configured model (as ``serve`` builds it), or, when none
+    is configured and ``required`` is false, without one; with none required: exit 7, nothing done."""
+    settings = Settings.from_env()
+    if not settings.llm_base_url:
+        if required:
+            fail(NO_MODEL, 7)
+        with Engine(settings=settings, tenant=tenant) as plain:
+            return asyncio.run(act(plain))
+
+    async def run() -> T:
+        from flowledger.adapters.llm import build_engine  # the HTTP client: only these commands
+
+        engine = build_engine(settings=settings, tenant=tenant)
+        try:
+            return await act(engine)
+        finally:
+            await engine.aclose()
+
+    return asyncio.run(run())
+
+
+@tasks_app.command("create")
+def create_task(
+    task_id: TaskArg,
+    description: Annotated[str, typer.Option(help="What is to be done.")],
+    skill: Annotated[
+        list[str] | None, typer.Option(help="A required skill (repeat); none: classification derives them.")
+    ] = None,
+    priority: Annotated[str, typer.Option(help="low, medium, high or critical (any case).")] = "medium",
+    deadline: DeadlineOpt = None,
+    deadline_hours: DeadlineHoursOpt = None,
+    tenant: TenantOpt = None,
+) -> None:
+    """Queue a task; again with the same fields changes nothing (other fields: exit 4)."""
+    with reported_errors():
+        due = _deadline(deadline, deadline_hours)
+        level = TaskPriority.parse(priority).value
+        with Engine(tenant=tenant) as engine:
+            done = engine.create_or_get_task(task_id, description, skill or [], level, deadline=due)
+    _say(done.state, "" if done.created else " (it existed with these fields: nothing created)")
+
+
+@tasks_app.command("list")
+def list_tasks(
+    status: Annotated[
+        str | None, typer.Option(help="pending, assigned, in_progress, completed or escalated.")
+    ] = None,
+    priority: Annotated[str | None, typer.Option(help="low, medium, high or critical (any case).")] = None,
+    agent: Annotated[str | None, typer.Option(help="Held, or completed, by this agent.")] = None,
+    overdue: Annotated[
+        bool | None, typer.Option("--overdue/--not-overdue", help="Open tasks past (or not) their deadline.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
+    after: Annotated[str | None, typer.Option(help="The last task id of the page before.")] = None,
+    tenant: TenantOpt = None,
+) -> None:
+    """Tasks matching every filter given, oldest first."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        tasks = engine.list_tasks(
+            status=status, priority=priority, agent_id=agent, overdue=overdue, limit=limit, after=after
+        )
+    console.print(tasks_table(f"tasks of {engine.tenant}", tasks))
+
+
+@tasks_app.command("show")
+def show_task(task_id: TaskArg, tenant: TenantOpt = None) -> None:
+    """A task now: status, skills, classification, assignment or escalation."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        task = engine.get_task(task_id)
+    console.print(task_table(task))
+
+
+@tasks_app.command("history")
+def task_history(task_id: TaskArg, tenant: TenantOpt = None) -> None:
+    """A task's events, oldest first."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        entries = engine.task_history(task_id)
+    console.print(history_table(task_id, entries))
+
+
+async def _classify(engine: Engine, task_id: str, model: str | None, *, again: bool) -> tuple[TaskState, str]:
+    """Classify (``again``: reclassify) the task; with why it failed, when every model call
+    of this attempt failed (recorded, as REST records them: the task keeps waiting), else ""."""
+    before = engine.get_task(task_id).version
+    classify = engine.reclassify_task if again else engine.classify_task
+    state = await classify(task_id, model)
+    made = [entry for entry in engine.task_history(task_id) if entry.version > before]
+    if any(entry.event_type.endswith(".Classified") for entry in made):
+        return state, ""
+    failed = [entry for entry in made if entry.event_type.endswith(".ClassificationFailed")]
+    return state, str(failed[-1].data.get("detail", "")) if failed else ""
+
+
+def _classified(task_id: str, model: str | None, tenant: str | None, *, again: bool) -> None:
+    with reported_errors():
+        state, failure = _with_model(
+            tenant, lambda engine: _classify(engine, task_id, model, again=again), required=True
+        )
+    if failure:
+        # REST answers the task as it stands; a script here needs the exit code to see it.
+        fail(
+            f"task {task_id!r} was not classified ({failure}): the failed calls are recorded and it"
+            f" waits; reclassify it",
+            7,
+        )
+    _say(state)
+
+
+@tasks_app.command("classify")
+def classify_task(task_id: TaskArg, model: ModelOpt = None, tenant: TenantOpt = None) -> None:
+    """Classify through the model (the priority's tier unless --model); one already classified
+    is left as it is. Exit 7: no model configured (nothing recorded), or every call failed."""
+    _classified(task_id, model, tenant, again=False)
+
+
+@tasks_app.command("reclassify")
+def reclassify_task(task_id: TaskArg, model: ModelOpt = None, tenant: TenantOpt = None) -> None:
+    """Classify again through the model, replacing the classification (exit 7 as classify)."""
+    _classified(task_id, model, tenant, again=True)
+
+
+@tasks_app.command("assign")
+def assign_task(task_id: TaskArg, tenant: TenantOpt = None) -> None:
+    """Assign to the best eligible agent, or escalate with the reason."""
+    with reported_errors():
+        state = _with_model(tenant, lambda engine: engine.assign_task_ranked(task_id), required=False)
+    _say(state)
+
+
+@tasks_app.command("run-queue")
+def run_queue(
+    limit: Annotated[int | None, typer.Option(help="At most this many tasks.")] = None,
+    escalate_when_full: Annotated[
+        bool, typer.Option("--escalate-when-full", help="Escalate tasks whose capable agents are all full.")
+    ] = False,
+    tenant: TenantOpt = None,
+) -> None:
+    """Offer every waiting task in queue order (priority, then deadline, then age)."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        offered = engine.assign_pending(limit=limit, escalate_when_full=escalate_when_full)
+    counts = {s: sum(t.status is s for t in offered) for s in (TaskStatus.ASSIGNED, TaskStatus.ESCALATED)}
+    waiting = len(offered) - sum(counts.values())
+    title = (
+        f"queue run: {len(offered)} offered, {counts[TaskStatus.ASSIGNED]} assigned,"
+        f" {counts[TaskStatus.ESCALATED]} escalated, {waiting} waiting"
+    )
+    console.print(tasks_table(title, offered))
+
+
+@tasks_app.command("sweep")
+def sweep(tenant: TenantOpt = None) -> None:
+    """Escalate every open task whose deadline has passed (each once)."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        escalated = engine.escalate_overdue()
+    console.print(tasks_table(f"deadline sweep: {len(escalated)} escalated", escalated))
+
+
+@tasks_app.command("start")
+def start_task(task_id: TaskArg, tenant: TenantOpt = None) -> None:
+    """The assigned agent started work."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        state = engine.start_task(task_id)
+    _say(state)
+
+
+@tasks_app.command("complete")
+def complete_task(
+    task_id: TaskArg,
+    resolution: Annotated[
+        str | None,
+        typer.Option("--resolution", "--result", help='What it produced: JSON, an object or a "string".'),
+    ] = None,
+    tenant: TenantOpt = None,
+) -> None:
+    """The task is done; its agent is freed."""
+    with reported_errors():
+        outcome = _resolution(resolution)
+        with Engine(tenant=tenant) as engine:
+            state = engine.complete_task(task_id, outcome)
+    _say(state)
+
+
+@tasks_app.command("release")
+def release_task(
+    task_id: TaskArg,
+    reason: Annotated[str, typer.Option(help="Why it goes back to the queue.")] = "released",
+    tenant: TenantOpt = None,
+) -> None:
+    """Give the task back to the queue; its agent is freed."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        state = engine.release_task(task_id, reason)
+    _say(state)
+
+
+@tasks_app.command("requeue")
+def requeue_task(
+    task_id: TaskArg,
+    by: Annotated[str, typer.Option("--by", help="Who sends it back (recorded).")],
+    reason: Annotated[str, typer.Option(help="Why (recorded).")],
+    deadline: DeadlineOpt = None,
+    deadline_hours: DeadlineHoursOpt = None,
+    tenant: TenantOpt = None,
+) -> None:
+    """Send an escalated task back to the queue; a new deadline is needed once the old one passed."""
+    with reported_errors():
+        # Checked first, as REST's body is: a blank --by is a mistake whatever the task's state.
+        require_text("requested_by", by)
+        require_text("reason", reason, max_length=MAX_REASON_LENGTH)
+        due = _deadline(deadline, deadline_hours)
+        with Engine(tenant=tenant) as engine:
+            state = engine.requeue_task(task_id, by, reason, due)
+    _say(state)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``tasks`` to the top-level app."""
+    app.add_typer(tasks_app, name="tasks")

@@ -1,0 +1,84 @@
+"""Rich renderings of tasks for ``flowledger tasks``: a line for what became of one, tables
+for a list and for one task's fields."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from rich.markup import escape
+from rich.table import Table
+
+from flowledger.domain.task_views import TaskState, TaskStatus
+
+
+def task_line(state: TaskState) -> str:
+    """What became of a task, in one line: its status and why."""
+    head = f"task {state.task_id!r} {state.status.value}"
+    if state.status in (TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS) and state.assignment:
+        return f"{head}: agent {state.assignment.agent_id!r} ({state.assignment.reason})"
+    if state.status is TaskStatus.ESCALATED and state.escalation:
+        return f"{head}: {state.escalation.reason} ({state.escalation.detail})"
+    if state.status is TaskStatus.COMPLETED:
+        return f"{head}: {json.dumps(state.result, default=str)}"
+    if state.held_back:
+        return f"{head}: held back ({state.held_back})"
+    skills = ", ".join(state.required_skills) or "no skills yet"
+    return f"{head}: {state.priority.value}, {skills}"
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.isoformat(timespec="seconds") if moment is not None else ""
+
+
+def tasks_table(title: str, tasks: list[TaskState]) -> Table:
+    """One row per task: status, priority, skills, deadline, agent."""
+    table = Table(title=escape(title))
+    for column in ("task", "status", "priority", "skills", "deadline", "agent", "description"):
+        table.add_column(column, overflow="fold")
+    for task in tasks:
+        table.add_row(
+            escape(task.task_id),
+            task.status.value + (" (held back)" if task.held_back else ""),
+            task.priority.value,
+            escape(", ".join(task.required_skills)),
+            _when(task.deadline),
+            escape(task.agent_id or ""),
+            escape(task.description if len(task.description) <= 60 else task.description[:59] + "…"),
+        )
+    return table
+
+
+def task_table(task: TaskState) -> Table:
+    """A task's every field, two columns."""
+    table = Table(title=escape(f"task {task.task_id} at version {task.version}"), show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    rows = [
+        ("description", task.description),
+        ("status", task.status.value),
+        ("priority", task.priority.value),
+        ("skills", ", ".join(task.required_skills)),
+        ("deadline", _when(task.deadline)),
+    ]
+    if task.held_back:
+        rows.append(("held back", task.held_back))
+    if task.classification is not None:
+        c = task.classification
+        rows.append(("classification", f"{c.category}, {c.complexity}, {c.estimated_hours:g} h"))
+    if task.assignment is not None:
+        a = task.assignment
+        rows.append(("assignment", f"{a.agent_id} at {_when(a.assigned_at)}: {a.reason}"))
+    if task.escalation is not None:
+        e = task.escalation
+        rows.append(("escalation", f"{e.reason} at {_when(e.escalated_at)}: {e.detail}"))
+    if task.result is not None:
+        rows.append(("resolution", json.dumps(task.result, default=str)))
+    rows += [
+        ("times assigned", str(task.times_assigned)),
+        ("created", _when(task.created_at)),
+        ("updated", _when(task.updated_at)),
+    ]
+    for field, value in rows:
+        table.add_row(field, escape(value))
+    return table

@@ -1,0 +1,294 @@
+"""``flowledger agents`` and ``flowledger tasks`` end to end: the seed's teams and a few tasks
+through the command line (classified by the built-in simulator, assigned, listed with filters,
+swept, completed, an escalated one requeued and assigned again), and bad input refused with
+one line and an exit code, nothing recorded."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from psycopg import sql
+
+from flowledger.adapters.simulator import Simulator
+from tests.support.cli import run_cli
+
+TEAMS = {
+    "backend": ["python", "golang", "kubernetes"],
+    "frontend": ["react", "vue", "css"],
+    "devops": ["terraform", "aws", "docker"],
+}
+
+
+def stored_events(database_url: str, schema: str) -> int:
+    """Rows in the schema's events tables (0 when there are none yet)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename LIKE '%%\\_events'",
+            [schema],
+        ).fetchall()
+        total = 0
+        for (table,) in tables:
+            query = sql.SQL("SELECT count(*) FROM {}.{}").format(
+                sql.Identifier(schema), sql.Identifier(table)
+            )
+            row = conn.execute(query).fetchone()
+            total += row[0] if row is not None else 0
+        return total
+
+
+def listed(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The first cell of each row of the table a command printed (a row folded onto more
+    lines, in 80 columns, continues with an empty first cell)."""
+    assert result.returncode == 0, result.stderr
+    cells = [line.split("│")[1].strip() for line in result.stdout.splitlines() if line.startswith("│")]
+    return [cell for cell in cells if cell]
+
+
+def said(result: subprocess.CompletedProcess[str]) -> str:
+    """The one line a command printed (after a zero exit)."""
+    assert result.returncode == 0, result.stderr
+    [line] = result.stdout.splitlines()
+    return line
+
+
+def test_the_seed_scenario_through_the_command_line(
+    database_url: str, pg_schema: str, simulator: Simulator
+) -> None:
+    model = {"FLOWLEDGER_LLM_BASE_URL": simulator.base_url, "FLOWLEDGER_LLM_API_KEY": "sk-test-simulator"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(database_url, pg_schema, *args, env=model, columns=80)
+
+    # Given the seed's three teams, at the seed's default capacity
+    for agent_id, skills in TEAMS.items():
+        skill_options = [word for skill in skills for word in ("--skill", skill)]
+        line = said(cli("agents", "register", agent_id, "--name", agent_id.title(), *skill_options))
+        assert line.endswith("load 0/10 registered"), line
+    again = ["agents", "register", "backend", "--name", "Backend", "--skill", "python", "--skill", "golang"]
+    assert cli(*again, "--skill", "kubernetes").stdout.strip().endswith("already registered")
+    assert listed(cli("agents", "list")) == list(TEAMS)
+
+    # When a critical task without skills is classified by the model and assigned
+    created = said(
+        cli(
+            "tasks",
+            "create",
+            "T-go",
+            "--description",
+            "Fix the crash in the Go worker 1",
+            "--priority",
+            "CRITICAL",
+        )
+    )
+    assert created == "task 'T-go' pending: critical, no skills yet"
+    classified = said(cli("tasks", "classify", "T-go"))
+    assert classified.startswith("task 'T-go' pending: critical, golang"), classified
+    assert said(cli("tasks", "assign", "T-go")).startswith("task 'T-go' assigned: agent 'backend'")
+
+    # And tasks with skills, one nobody has, one long overdue, go through the queue and the sweep
+    cli(
+        "tasks",
+        "create",
+        "T-css",
+        "--description",
+        "Fix the layout",
+        "--skill",
+        "css",
+        "--priority",
+        "Medium",
+        "--deadline-hours",
+        "2",
+    )
+    cli(
+        "tasks",
+        "create",
+        "T-helm",
+        "--description",
+        "Write the Helm chart",
+        "--skill",
+        "helm",
+        "--priority",
+        " HIGH",
+    )
+    past = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    cli(
+        "tasks",
+        "create",
+        "T-late",
+        "--description",
+        "Late work",
+        "--skill",
+        "aws",
+        "--priority",
+        "low",
+        "--deadline",
+        past,
+    )
+    assert listed(cli("tasks", "list", "--overdue")) == ["T-late"]
+    swept = cli("tasks", "sweep")
+    assert listed(swept) == ["T-late"]
+    assert "deadline sweep: 1 escalated" in swept.stdout
+    ran = cli("tasks", "run-queue")
+    assert "queue run: 2 offered, 1 assigned, 1 escalated, 0 waiting" in ran.stdout
+    assert set(listed(ran)) == {"T-css", "T-helm"}
+
+    # Then the list filters as REST's do
+    assert listed(cli("tasks", "list", "--status", "ASSIGNED")) == ["T-go", "T-css"]
+    assert listed(cli("tasks", "list", "--priority", "high")) == ["T-helm"]
+    assert listed(cli("tasks", "list", "--agent", "frontend")) == ["T-css"]
+    assert listed(cli("tasks", "list", "--status", "escalated")) == ["T-helm", "T-late"]
+    assert listed(cli("tasks", "list", "--limit", "1", "--after", "T-go")) == ["T-css"]
+    shown = cli("tasks", "show", "T-helm")
+    assert "no_capable_agent" in shown.stdout
+    assert "helm" in shown.stdout
+
+    # When work completes, the agent is freed and the task lists as what it finished
+    assert said(cli("tasks", "start", "T-go")).startswith("task 'T-go' in_progress")
+    assert (
+        said(cli("tasks", "complete", "T-go", "--result", '{"pr": 42}'))
+        == "task 'T-go' completed: {\"pr\": 42}"
+    )
+    assert listed(cli("tasks", "list", "--status", "completed", "--agent", "backend")) == ["T-go"]
+    assert "0/10" in said(cli("agents", "capacity", "backend", "10"))
+    done = said(cli("tasks", "complete", "T-css", "--resolution", '"fixed"'))
+    assert done == 'task \'T-css\' completed: {"resolution": "fixed"}'
+
+    # And a person requeues the escalated ones once someone can take them
+    cli("agents", "register", "platform", "--name", "Platform", "--skill", "helm", "--capacity", "1")
+    requeued = said(
+        cli("tasks", "requeue", "T-helm", "--by", "alice@example.com", "--reason", "Platform joined")
+    )
+    assert requeued.startswith("task 'T-helm' pending")
+    late = cli("tasks", "requeue", "T-late", "--by", "alice@example.com", "--reason", "again")
+    assert late.returncode == 2, late.stderr  # its deadline passed: a new one is needed
+    assert said(
+        cli("tasks", "requeue", "T-late", "--by", "bob", "--reason", "again", "--deadline-hours", "4")
+    )
+    ran = cli("tasks", "run-queue")
+    assert "2 offered, 2 assigned" in ran.stdout
+    assert "platform" in cli("tasks", "show", "T-helm").stdout
+    assert listed(cli("tasks", "list", "--agent", "platform")) == ["T-helm"]
+    assert listed(cli("tasks", "list", "--agent", "devops")) == ["T-late"]
+    history = cli("tasks", "history", "T-helm")
+    assert "Task.Requeued" in history.stdout
+    assert "T-helm" in cli("agents", "show", "platform").stdout
+
+
+# (arguments, exit code, the one line's text) on a roster of one agent and one waiting task
+BAD_INPUT = [
+    (["tasks", "show", "nope"], 3, "task 'nope' not found"),
+    (["tasks", "assign", "nope"], 3, "task 'nope' not found"),
+    (["tasks", "complete", "nope"], 3, "task 'nope' not found"),
+    (["tasks", "requeue", "nope", "--by", "a", "--reason", "r"], 3, "task 'nope' not found"),
+    (["agents", "show", "nope"], 3, "agent 'nope' not found"),
+    (["agents", "capacity", "nope", "3"], 3, "agent 'nope' not found"),
+    (["tasks", "create", "T-2", "--description", "d", "--priority", "urgent"], 2, "priority: must be one of"),
+    (["tasks", "list", "--priority", "urgent"], 2, "priority: must be one of"),
+    (["tasks", "list", "--status", "bogus"], 2, "status: must be one of"),
+    (["tasks", "list", "--overdue", "--status", "completed"], 2, "overdue: looks at open tasks only"),
+    (
+        ["agents", "register", "a-2", "--name", "n", "--skill", "python", "--capacity", "0"],
+        2,
+        "capacity: must be an int in [1, 10000], got 0",
+    ),
+    (
+        ["agents", "register", "a-2", "--name", "n", "--skill", "python", "--capacity", "-3"],
+        2,
+        "capacity: must be an int in [1, 10000], got -3",
+    ),
+    (["agents", "register", "a-2", "--name", "n"], 2, "Missing option '--skill'"),
+    (["agents", "register", "a-2", "--name", "n", "--skill", " "], 2, "skills: must be a non-empty string"),
+    (["agents", "capacity", "backend", "--", "-1"], 2, "capacity: must be an int in [0, 10000], got -1"),
+    (["agents", "capacity", "backend", "ten"], 2, "Invalid value for 'capacity'"),
+    (
+        ["tasks", "create", "T-2", "--description", "d", "--deadline", "tomorrow"],
+        2,
+        "deadline: 'tomorrow' is not an ISO 8601 time",
+    ),
+    (
+        ["tasks", "create", "T-2", "--description", "d", "--deadline", "2030-01-01T10:00:00"],
+        2,
+        "deadline: needs a time zone",
+    ),
+    (
+        ["tasks", "create", "T-2", "--description", "d", "--deadline-hours", "-1"],
+        2,
+        "deadline_hours: must be a positive number of hours",
+    ),
+    (["tasks", "create", "T-2", "--description", "d", "--deadline-hours", "1e9"], 2, "deadline"),
+    (
+        [
+            "tasks",
+            "create",
+            "T-2",
+            "--description",
+            "d",
+            "--deadline",
+            "2030-01-01T10:00:00+00:00",
+            "--deadline-hours",
+            "1",
+        ],
+        2,
+        "deadline_hours: give deadline (a time) or deadline_hours, not both",
+    ),
+    (["tasks", "create", "T-1", "--description", "other words"], 4, "T-1"),
+    (["tasks", "complete", "T-1", "--result", '{"pr": 42'], 2, "resolution: must be JSON"),
+    (["tasks", "complete", "T-1", "--result", "[1, 2]"], 2, "resolution: must be a string or a JSON object"),
+    (["tasks", "complete", "T-1", "--result", '{"pr": 42}'], 4, "T-1"),  # waiting: nobody holds it
+    (["tasks", "requeue", "T-1", "--by", "a", "--reason", "r"], 4, "T-1"),  # not escalated
+    (["tasks", "requeue", "T-1", "--by", " ", "--reason", "r"], 2, "requested_by"),
+    (["tasks", "classify", "T-1"], 7, "no model configured: set FLOWLEDGER_LLM_BASE_URL"),
+]
+
+
+def test_bad_input_is_one_line_an_exit_code_and_nothing_recorded(
+    database_url: str, pg_schema: str, simulator: Simulator
+) -> None:
+    no_model = {"FLOWLEDGER_LLM_BASE_URL": ""}
+
+    def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return run_cli(database_url, pg_schema, *args, env=env or no_model, columns=80)
+
+    assert cli("agents", "register", "backend", "--name", "B", "--skill", "python").returncode == 0
+    assert cli("tasks", "create", "T-1", "--description", "Fix the API").returncode == 0
+    before = stored_events(database_url, pg_schema)
+    model = {"FLOWLEDGER_LLM_BASE_URL": simulator.base_url, "FLOWLEDGER_LLM_API_KEY": "sk-test-simulator"}
+    cases = [*BAD_INPUT, (["tasks", "classify", "T-1", "--model", "no-such-model"], 2, "no-such-model")]
+    for args, code, message in cases:
+        result = cli(*args, env=model if "--model" in args else None)
+        lines = result.stderr.splitlines()
+        assert (result.returncode, len(lines)) == (code, 1), (args, result.returncode, result.stderr)
+        assert lines[0].startswith("error: "), (args, lines[0])
+        assert message in lines[0], (args, lines[0])
+        assert result.stdout == "", (args, result.stdout)
+        assert stored_events(database_url, pg_schema) == before, args
+
+
+def test_a_classification_whose_model_is_unreachable_exits_7_and_the_task_waits(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a task without skills, and a model endpoint nobody listens on
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = {
+        "FLOWLEDGER_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1",
+        "FLOWLEDGER_LLM_API_KEY": "sk-unreachable",
+    }
+    cli = lambda *args: run_cli(database_url, pg_schema, *args, env=model, columns=80)  # noqa: E731
+    assert cli("tasks", "create", "T-1", "--description", "Fix the Go worker").returncode == 0
+
+    # When it is classified
+    result = cli("tasks", "classify", "T-1")
+
+    # Then the command says so in one line, exit 7 (REST answers the task as it stands) ...
+    assert result.returncode == 7, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: task 'T-1' was not classified ("), line
+    assert line.endswith("the failed calls are recorded and it waits; reclassify it"), line
+    # ... and the task waits, held back, the failures in its history
+    assert "held back" in cli("tasks", "show", "T-1").stdout
+    assert "Task.ClassificationFailed" in cli("tasks", "history", "T-1").stdout
