@@ -56,6 +56,7 @@ class StreamChecks:
     def __init__(self, store: str, events_table: str) -> None:
         self.store = store
         self.events_table = events_table
+        self._events = SQL("{}.{}").format(Identifier(store), Identifier(events_table))
         self._with_bases: Composed | None = None
         """The check's statement once the bases table is known to exist."""
 
@@ -80,17 +81,17 @@ class StreamChecks:
         bases = SQL("{}.{}").format(Identifier(self.store), Identifier(BASES))
         cur.execute("SELECT to_regclass(%s) IS NOT NULL", [bases.as_string(cur)])
         found = cur.fetchone()
-        events = SQL("{}.{}").format(Identifier(self.store), Identifier(self.events_table))
         if not (found and found[0]):
-            return SQL(_BROKEN).format(events=events, archived=SQL(""))
-        self._with_bases = SQL(_BROKEN).format(events=events, archived=SQL(_NOT_ARCHIVED).format(bases=bases))
+            return SQL(_BROKEN).format(events=self._events, archived=SQL(""))
+        archived = SQL(_NOT_ARCHIVED).format(bases=bases)
+        self._with_bases = SQL(_BROKEN).format(events=self._events, archived=archived)
         return self._with_bases
 
     def _damage(
         self, cur: Cursor[Any], stream: Any, version: int, position: int
     ) -> StoredEventMissing | StoredEventOutOfOrder:
         """What is wrong before ``version`` of ``stream`` (at notification id ``position``)."""
-        events = SQL("{}.{}").format(Identifier(self.store), Identifier(self.events_table))
+        events = self._events
         cur.execute(
             SQL("SELECT notification_id FROM {} WHERE originator_id = %s AND originator_version = %s").format(
                 events

@@ -31,9 +31,8 @@ from flowledger.adapters.llm.completion import (
     ParsedCompletion,
     estimate_prompt_tokens,
     media_type_of,
-    not_json,
     one_line,
-    parse_completion,
+    read_completion,
 )
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig
@@ -442,7 +441,8 @@ class OpenAICompatibleClient:
                     # A 2xx came: the provider took the request and bills it, as a stream that
                     # began; a body that does not say what it used leaves that cost unknown.
                     progress.began = True
-                    if media_type_of(response) == "text/event-stream":
+                    media_type = media_type_of(response)
+                    if media_type == "text/event-stream":
                         # A proxy that streams whatever it is asked: its stream, read as one (it
                         # was "reply body is not JSON", its reported usage lost).
                         whole = httpx.Response(
@@ -452,11 +452,7 @@ class OpenAICompatibleClient:
                             whole, begun, self._clock, progress, limit=self.config.max_reply_bytes
                         )
                     try:
-                        data = json.loads(content)
-                    except (ValueError, RecursionError):  # not JSON, or nested past the parser
-                        raise not_json(content, media_type_of(response)) from None
-                    try:
-                        return parse_completion(data)
+                        return read_completion(content, media_type)
                     except AttemptError as unreadable:
                         progress.tokens = unreadable.usage  # what a body without choices still names
                         raise
