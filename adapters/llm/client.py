@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import partial
@@ -382,8 +382,26 @@ class OpenAICompatibleClient:
             # dashboard keeps the failed call under its model (not "(none)"), with no tokens.
             error.usage = build_usage(call, None, outcomes, self._clock())
             raise
-        usage = build_usage(call, parsed, outcomes, self._clock())
+        served = self.priced_as_served(call, parsed.response_model)
+        usage = build_usage(served, parsed, outcomes, self._clock())
         return LlmReply(content=parsed.content, usage=usage)
+
+    def priced_as_served(self, call: CallContext, served: str) -> CallContext:
+        """``call`` priced by the model that answered (``served``, the reply's ``model``) when
+        the price table knows it as another model than the one asked for: a router (OpenRouter's
+        ``openrouter/auto``) or a provider's fallback bills the model it ran. A dated release or
+        alias of the model asked for resolves to it and changes nothing; a served model the
+        table does not know keeps the price asked for (its name is in ``response_model``)."""
+        if not served or served == call.model:
+            return call
+        key = self.prices.resolve(served)
+        if key is None or key == self.prices.resolve(call.model):
+            return call
+        try:
+            price = self.prices.price_for(served, at=self._now())
+        except UnknownModelPrice:  # known by name, not priced at this moment
+            return call
+        return replace(call, price=price, priced_as=key)
 
     async def _attempt(
         self, body: dict[str, Any], stream: bool, outcomes: list[AttemptOutcome], charge: int, waited: float

@@ -30,7 +30,9 @@ class CallContext:
 
     ``price`` is None for a model without a price (its usage is flagged ``unpriced``);
     ``estimated_prompt_tokens`` is the prompt's rough size (``estimate_prompt_tokens``), kept
-    when an attempt was billed for tokens it did not report.
+    when an attempt was billed for tokens it did not report. ``priced_as``: the price table's
+    name for the model that answered, when its price replaced the one asked for
+    (``OpenAICompatibleClient.priced_as_served``); "" otherwise.
     """
 
     provider: str
@@ -41,6 +43,7 @@ class CallContext:
     queued: float
     started: float
     estimated_prompt_tokens: int = 0
+    priced_as: str = ""
 
 
 def attempt_cost(price: ModelPrice | None, tokens: ReportedUsage) -> Decimal | None:
@@ -99,6 +102,8 @@ def build_usage(
         "rate_limit_wait_ms": round((call.started - call.queued) * 1000, 3),
         "attempt_log": log,
     }
+    if call.priced_as:
+        extra["priced_as"] = call.priced_as
     if unreported:
         extra["estimated_prompt_tokens"] = call.estimated_prompt_tokens
         if outcomes[-1].billed_unreported:  # the usage's token fields are that attempt's: none

@@ -68,6 +68,32 @@ async def test_usage_is_read_per_token_type_and_priced_exactly(transport: Transp
     assert reply.content == '{"action": "x"}'
 
 
+@pytest.mark.parametrize(
+    ("served", "cost", "priced_as"),
+    [
+        # 1,000 x $3/M + 100 x $15/M: the model that ran, as a router or a fallback bills it
+        ("anthropic/claude-sonnet-4.5", Decimal("0.0045"), "claude-sonnet-4.5"),
+        # 1,000 x $2/M + 100 x $8/M: a dated release of the model asked for is that model
+        ("gpt-4.1-2025-04-14", Decimal("0.0028"), None),
+        # a model the table does not know: the price asked for, its name kept
+        ("someone-elses-model", Decimal("0.0028"), None),
+    ],
+    ids=["another-priced-model", "a-dated-release", "an-unknown-model"],
+)
+async def test_a_reply_naming_another_model_is_priced_as_the_model_that_answered(
+    transport: Transports, served: str, cost: Decimal, priced_as: str | None
+) -> None:
+    # (An outside probe: a reply naming another model was priced at the model asked for.)
+    reply_body = {**body(prompt_tokens=1000, completion_tokens=100), "model": served}
+    async with await client(transport, lambda request: httpx.Response(200, json=reply_body)) as llm:
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    usage = reply.usage
+    assert (usage.request_model, usage.response_model) == ("gpt-4.1", served)
+    assert usage.cost_usd == cost
+    assert usage.extra.get("priced_as") == priced_as
+    assert not usage.unpriced
+
+
 async def test_the_api_key_goes_only_into_the_authorization_header(transport: Transports) -> None:
     seen: list[httpx.Request] = []
 
