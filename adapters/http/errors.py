@@ -96,12 +96,15 @@ MAX_PASSED_RETRY_AFTER_S = 86_400.0
 
 
 def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
-    """Extra response headers: ``Retry-After`` (whole seconds, at least 1) when the store is down,
+    """Extra response headers: ``Retry-After`` (whole seconds, at least 1) when the store is down
+    (not when it refused: ``StoreRefused`` and its kinds),
     when the model endpoint's circuit is open (until its next trial: a 503 without it was
     retried at once, into the same open circuit), and when the endpoint refused the call's
     last attempt saying when to come back (its 429 or 503 ``retry-after``, on our 502, at most
     ``MAX_PASSED_RETRY_AFTER_S``)."""
-    if isinstance(error, errors.StoreUnavailable):
+    if isinstance(error, errors.StoreUnavailable) and not isinstance(error, errors.StoreRefused):
+        # A refusal (the login, a privilege, a migration only the owner may run) is not
+        # mended by waiting: no Retry-After, or clients would try again for ever.
         return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
     if isinstance(error, errors.CircuitOpen) and math.isfinite(error.retry_in_s):
         return {"Retry-After": str(max(1, math.ceil(error.retry_in_s)))}

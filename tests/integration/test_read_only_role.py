@@ -1,5 +1,6 @@
 """A role that may only read the log (SELECT on the schema's tables): every write is
-``StoreForbidden``, one clear error (CLI exit 77, HTTP 503), and its reads work.
+``StoreForbidden``, one clear error (CLI exit 77, HTTP 503 without ``Retry-After``: waiting
+will not mend it), and its reads work.
 
 An outside probe, as such a role: ``record_step``, ``start_session`` and ``create_task`` raised
 the event library's ``ProgrammingError`` ("permission denied for sequence
@@ -15,8 +16,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 from psycopg.sql import SQL, Identifier
 
+from flowledger.adapters.http.app import create_app
 from flowledger.domain.errors import StoreForbidden
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
@@ -96,3 +99,23 @@ def test_the_cli_of_a_read_only_role_says_so_in_one_line_with_exit_77(
         assert done.stderr.count("error:") == 1
         assert "the database role may not do this" in done.stderr
         assert "a bug in flowledger" not in done.stderr
+
+
+def test_a_read_only_roles_server_answers_a_write_503_naming_the_refusal_and_no_retry_after(
+    reader_url: str, pg_schema: str
+) -> None:
+    # Given a server whose engine's role may only read
+    engine = Engine(settings=make_settings(database_url=reader_url, schema=pg_schema))
+    try:
+        http = TestClient(create_app(engine, require_keys=False))
+        assert http.get("/v1/sessions/s").status_code == 200
+        # When a client records a step
+        answered = http.post("/v1/sessions/s/steps", json={"step": "greet"})
+        # Then it is told the store refused, and not to come back later (a 503 with
+        # Retry-After had clients retry a refusal no wait mends)
+        assert answered.status_code == 503, answered.text
+        assert "permission denied" in answered.json()["error"]
+        assert "Retry-After" not in answered.headers
+        assert engine.get_session("s").version == 1
+    finally:
+        engine.close()
