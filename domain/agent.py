@@ -8,7 +8,6 @@ no interleaving of writers can record more tasks than the capacity.
 from __future__ import annotations
 
 import copy
-import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -18,7 +17,7 @@ from eventsourcing.domain import event
 
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import AgentProfile
-from flowledger.domain.bounds import MAX_NAME_LENGTH, require_id, scoped_uuid
+from flowledger.domain.bounds import MAX_NAME_LENGTH, require_id, scoped_uuid, without_ignorables
 from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
 from flowledger.domain.task_views import AgentState, ReleaseOutcome
 from flowledger.domain.values import MAX_SKILLS, require_name
@@ -37,28 +36,13 @@ def agent_uuid(tenant: str, agent_id: str) -> UUID:
     return scoped_uuid(AGENT_NAMESPACE, "agent_id", tenant, agent_id)
 
 
-_IGNORABLE = re.compile(
-    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
-    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
-    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
-)
-"""Unicode's Default_Ignorable_Code_Point characters (DerivedCoreProperties.txt): drawn as
-nothing (zero-width space and joiners, the byte-order mark, soft hyphen, bidi controls,
-variation selectors). Unicode's NFKC_Casefold drops them, and so does ``fold_text``."""
-
-
-def without_ignorables(text: str) -> str:
-    """``text`` without the characters Unicode draws as nothing (``_IGNORABLE``)."""
-    return _IGNORABLE.sub("", text)
-
-
 def fold_text(text: str) -> str:
-    """``text`` as Unicode compares names: characters drawn as nothing (``_IGNORABLE``) removed,
+    """``text`` as Unicode compares names: characters drawn as nothing (``bounds.IGNORABLE_CLASS``) removed,
     then NFKC (full-width letters are ASCII ones, a ligature its letters, a composed accent
     one character) and case folded ("ß" is "ss"), then NFKC again so the result is stable.
     Python's spelling of Unicode's NFKC_Casefold."""
-    nfkc = unicodedata.normalize("NFKC", _IGNORABLE.sub("", text))
-    return _IGNORABLE.sub("", unicodedata.normalize("NFKC", nfkc.casefold()))
+    nfkc = unicodedata.normalize("NFKC", without_ignorables(text))
+    return without_ignorables(unicodedata.normalize("NFKC", nfkc.casefold()))
 
 
 def fold_skill(skill: str) -> str:

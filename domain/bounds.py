@@ -53,6 +53,16 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 UNSTORABLE_CHARACTERS = _UNSTORABLE
 """What PostgreSQL cannot store in text: NUL, and lone surrogates (not UTF-8)."""
 _NOT_IN_NAMES = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+IGNORABLE_CLASS = (
+    r"\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    r"\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+    r"\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+)
+"""Unicode's Default_Ignorable_Code_Point characters (DerivedCoreProperties.txt), as the body
+of a regular expression's character class (Python's, and the HTTP schema's patterns): drawn as
+nothing (zero-width space and joiners, the byte-order mark, soft hyphen, bidi controls,
+variation selectors). Unicode's NFKC_Casefold drops them, and so does ``agent.fold_text``."""
+_IGNORABLE = re.compile(f"[{IGNORABLE_CLASS}]")
 _SCALARS = (str, int, float, bool, type(None))
 _LARGEST_PLAIN_INT_BITS = 10_000
 """Larger ints take the encoder's path (it refuses past 4,300 digits, about 14,000 bits)."""
@@ -114,7 +124,20 @@ def require_resolution(value: Any) -> dict[str, Any]:
 
 def require_name(field_name: str, value: Any) -> str:
     """Raise ValidationError unless ``value`` is a non-blank string of at most 200 characters
-    with no control characters (and so no NUL) and no lone surrogates."""
+    with no control characters (and so no NUL) and no lone surrogates, holding a character
+    that is drawn (not only ``IGNORABLE_CLASS``'s)."""
+    name = _require_storable_name(field_name, value)
+    if not name.isascii() and not without_ignorables(name).strip():
+        # (An outside probe: a session id of one zero-width space was taken, and shown as nothing.)
+        raise ValidationError(
+            field_name, "must hold a visible character, not only ones drawn as nothing (a zero-width space)"
+        )
+    return name
+
+
+def _require_storable_name(field_name: str, value: Any) -> str:
+    """``require_name`` but for the visible character: the rule an id is looked up by, so that
+    one stored before that rule (only characters drawn as nothing) can still be read."""
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(field_name, "must be a non-empty string")
     if len(value) > MAX_NAME_LENGTH:
@@ -125,6 +148,11 @@ def require_name(field_name: str, value: Any) -> str:
     if found:
         raise ValidationError(field_name, _why(found.group()))
     return value
+
+
+def without_ignorables(text: str) -> str:
+    """``text`` without the characters Unicode draws as nothing (``IGNORABLE_CLASS``)."""
+    return _IGNORABLE.sub("", text)
 
 
 def require_model(value: Any) -> str:
@@ -168,7 +196,7 @@ def require_id(field_name: str, value: Any) -> str:
     name = require_name(field_name, value)
     if "/" in name:
         raise ValidationError(field_name, "must not contain '/': URL paths address the id and would split it")
-    if not name.replace(".", "").strip():
+    if not without_ignorables(name).replace(".", "").strip():
         raise ValidationError(
             field_name, "must not be only dots: URL paths address the id ('.' and '..' vanish)"
         )
@@ -190,8 +218,9 @@ def scoped_uuid(namespace: UUID, field_name: str, tenant: str, name: str) -> UUI
 
 @lru_cache(maxsize=65_536)
 def _scoped_uuid(namespace: UUID, field_name: str, tenant: str, name: str) -> UUID:
-    require_name("tenant", tenant)
-    require_name(field_name, name)
+    # Looked up, so ids stored before names needed a visible character are still found.
+    _require_storable_name("tenant", tenant)
+    _require_storable_name(field_name, name)
     return uuid5(namespace, f"{tenant}\x1f{name}")
 
 

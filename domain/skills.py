@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from flowledger.domain.agent import normalise_skills, without_ignorables
-from flowledger.domain.bounds import MAX_DEADLINE, require_name
+from flowledger.domain.agent import normalise_skills
+from flowledger.domain.bounds import MAX_DEADLINE, require_name, without_ignorables
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification, TaskPriority
 

@@ -19,10 +19,11 @@ from fastapi.testclient import TestClient
         ),
         (
             "/v1/agents/bad%01id",
-            "path.agent_id: must be text that is not blank and holds no control characters "
-            "(got 'bad\\x01id')",
+            "path.agent_id: must be text that is not blank (nor only characters drawn as nothing) "
+            "and holds no control characters (got 'bad\\x01id')",
         ),
-        ("/v1/sessions/%20%20", "path.session_id: must be text that is not blank and holds no control"),
+        ("/v1/sessions/%20%20", "path.session_id: must be text that is not blank (nor only characters"),
+        ("/v1/sessions/%E2%80%8B", "path.session_id: must be text that is not blank (nor only characters"),
         (
             "/v1/dashboard?since=abc",
             "query.since: must be a window above zero like 30m, 24h or 7d (got 'abc')",

@@ -217,7 +217,7 @@ def test_a_skill_drawn_as_nothing_is_refused_and_nothing_recorded(http: TestClie
         agent = {"agent_id": f"inv-{n}", "name": "Invisible", "skills": [invisible]}
         refused = http.post("/v1/agents", json=agent)
         assert refused.status_code == 422, refused.text
-        assert "is blank once folded" in refused.json()["error"]
+        assert "drawn as nothing" in refused.json()["error"]
         assert http.get(f"/v1/agents/inv-{n}").status_code == 404
     task = {"task_id": "T-inv", "description": "d", "required_skills": ["python", "\u200b"]}
     assert http.post("/v1/tasks", json=task).status_code == 422

@@ -60,7 +60,13 @@ def storable_in_postgres(text: str) -> bool:
     return "\x00" not in text
 
 
-@pytest.mark.parametrize("bad", [NUL, SURROGATE, "tab\tin", "x" * (MAX_NAME_LENGTH + 1), "", "   ", 5, None])
+INVISIBLE = "\u200b\ufeff\u00ad"
+"""Characters drawn as nothing: a zero-width space, a byte-order mark, a soft hyphen."""
+
+
+@pytest.mark.parametrize(
+    "bad", [NUL, SURROGATE, "tab\tin", "x" * (MAX_NAME_LENGTH + 1), "", "   ", INVISIBLE, " \u200b ", 5, None]
+)
 def test_names_refuse_nul_surrogates_control_characters_and_overlong_text(bad: Any) -> None:
     with pytest.raises(ValidationError) as raised:
         require_name("session_id", bad)
@@ -74,11 +80,15 @@ def test_a_refused_name_says_why_in_words() -> None:
         require_name("workflow", SURROGATE)
     with pytest.raises(ValidationError, match="at most 200 characters"):
         require_name("workflow", "w" * 201)
+    # (An outside probe: a session id of one zero-width space was taken, and listed as nothing.)
+    with pytest.raises(ValidationError, match="must hold a visible character"):
+        require_name("workflow", "\U000e0001")
 
 
 def test_names_of_exactly_the_limit_and_any_language_are_accepted() -> None:
     assert require_name("step", "s" * MAX_NAME_LENGTH)
     assert require_name("step", "étape-確認-🙂")
+    assert require_name("step", "zero\u200bwidth")  # one drawn among others is the caller's to write
 
 
 @settings(max_examples=150, deadline=None)
@@ -225,12 +235,14 @@ REFUSED: list[tuple[str, Command]] = [
     ("session_id", lambda e: e.start_session(NUL, "cs")),
     ("session_id", lambda e: e.start_session(SURROGATE, "cs")),
     ("session_id", lambda e: e.start_session("s" * 201, "cs")),
+    ("session_id", lambda e: e.start_session(INVISIBLE, "cs")),
     ("workflow", lambda e: e.start_session("s2", NUL)),
     ("user_id", lambda e: e.start_session("s2", "cs", user_id=NUL)),
     ("metadata", lambda e: e.start_session("s2", "cs", metadata={"k": NUL})),
     ("ttl", lambda e: e.start_session("s2", "cs", ttl=timedelta(days=10**6))),
     ("step", lambda e: e.record_step("s1", NUL)),
     ("step", lambda e: e.record_step("s1", SURROGATE)),
+    ("step", lambda e: e.record_step("s1", "\u200b")),
     ("input", lambda e: e.record_step("s1", "greet", input={"m": NUL})),
     ("output", lambda e: e.record_step("s1", "greet", output=nested(64))),
     ("context_update", lambda e: e.record_step("s1", "greet", context_update={SURROGATE: 1})),
@@ -246,6 +258,7 @@ REFUSED: list[tuple[str, Command]] = [
     ("required_skills", lambda e: e.create_task("t1", "fix", [NUL], "low")),
     ("required_skills", lambda e: e.create_task("t1", "fix", [f"s{n}" for n in range(101)], "low")),
     ("agent_id", lambda e: e.register_agent(SURROGATE, "A", ["go"], capacity=1)),
+    ("task_id", lambda e: e.create_task("\u2060", "fix it", ["go"], "low")),
     ("name", lambda e: e.register_agent("a1", NUL, ["go"], capacity=1)),
     ("capacity", lambda e: e.register_agent("a1", "A", ["go"], capacity=10**9)),
 ]
