@@ -17,7 +17,13 @@ from eventsourcing.domain import event
 
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import AgentProfile
-from flowledger.domain.bounds import MAX_NAME_LENGTH, require_id, scoped_uuid, without_ignorables
+from flowledger.domain.bounds import (
+    MAX_NAME_LENGTH,
+    require_id,
+    require_tenant,
+    scoped_uuid,
+    without_ignorables,
+)
 from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
 from flowledger.domain.task_views import AgentState, ReleaseOutcome
 from flowledger.domain.values import MAX_SKILLS, require_name
@@ -174,7 +180,7 @@ class Agent(FlowledgerAggregate):
         cls, *, agent_id: str, tenant: str, name: str, skills: Iterable[str], capacity: int
     ) -> Agent:
         """A new agent, after checking and normalising its fields (``require_registration``)."""
-        require_name("tenant", tenant)
+        require_tenant(tenant)
         require_id("agent_id", agent_id)
         normalised, capacity = require_registration(name, skills, capacity)
         return cls(agent_id=agent_id, tenant=tenant, name=name, skills=normalised, capacity=capacity)

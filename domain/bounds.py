@@ -184,9 +184,11 @@ def require_tenant(value: Any) -> str:
     views' schema is a hash of it); only ``FLOWLEDGER_API_KEYS`` cannot spell ':' or ',' in
     one (its separators): such a tenant's key is made with ``flowledger keys create``.
     The domain's checks of a tenant (``scoped_uuid``, a new session, task, agent or budget)
-    apply this same rule as ``require_name("tenant", ...)``.
+    apply this same rule (``require_tenant``).
+
+    Not held to a name's visible character: a tenant names data already stored under it.
     """
-    return require_name("tenant", value)
+    return _require_storable_name("tenant", value)
 
 
 def require_id(field_name: str, value: Any) -> str:

@@ -20,6 +20,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 from eventsourcing.domain import event
 
 from flowledger.domain.aggregate import FlowledgerAggregate
+from flowledger.domain.bounds import require_tenant
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.values import require_id, require_name
 
@@ -255,7 +256,7 @@ class Budget(FlowledgerAggregate):
     @classmethod
     def define(cls, tenant: str, spec: BudgetSpec) -> Budget:
         """A new budget with a checked spec."""
-        require_name("tenant", tenant)
+        require_tenant(tenant)
         return cls(
             tenant=tenant,
             scope=spec.scope,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from flowledger.domain.bounds import require_tenant
 from flowledger.domain.errors import SessionConflict, ValidationError
 from flowledger.domain.values import (
     JsonObject,
@@ -34,7 +35,7 @@ def require_start(
     expires_at: datetime,
 ) -> None:
     """Raise ValidationError unless the fields of a new session are well formed."""
-    require_name("tenant", tenant)
+    require_tenant(tenant)
     require_id("session_id", session_id)
     require_name("workflow", workflow)
     if user_id is not None:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flowledger.domain.agent import normalise_skills
-from flowledger.domain.bounds import require_id
+from flowledger.domain.bounds import require_id, require_tenant
 from flowledger.domain.errors import TaskConflict, ValidationError
 from flowledger.domain.task_views import TaskPriority
-from flowledger.domain.values import require_moment, require_name, require_text
+from flowledger.domain.values import require_moment, require_text
 
 DELAY_SLACK = timedelta(seconds=1)
 """How far a repeated creation's delay may land from the first one's: the deadline is worked
@@ -28,7 +28,7 @@ def require_creation(
 ) -> tuple[list[str], str]:
     """The normalised skills and priority of a task to create, after checking every field
     (ValidationError naming the first one that is not valid)."""
-    require_name("tenant", tenant)
+    require_tenant(tenant)
     require_id("task_id", task_id)
     require_text("description", description)
     require_moment("deadline", deadline, optional=True)
