@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -52,6 +52,20 @@ def model_names(model: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def billed_key(resolve: Callable[[str], str | None], asked: str | None, answered: str | None) -> str | None:
+    """The price entry a call is charged at, of the model ``asked`` for and the one that
+    ``answered`` (the reply's ``model``), each found by ``resolve``: the one that answered when
+    it is known as another model (a router such as ``openrouter/auto``, or a provider's
+    fallback, bills the model it ran), else the one asked for (a provider answers with a dated
+    name of it), else the one that answered; None when neither is known. The one rule for the
+    LLM adapter, ``reprice`` and the dashboard's what-if."""
+    asked_key = resolve(asked) if asked else None
+    answered_key = resolve(answered) if answered else None
+    if answered_key is not None and answered_key != asked_key:
+        return answered_key
+    return asked_key
+
+
 @dataclass(frozen=True, kw_only=True)
 class PriceTable:
     """Prices by model name, under one version that every recorded cost cites.
@@ -77,6 +91,11 @@ class PriceTable:
         for alias, target in self.aliases.items():
             if self._key(target) is None:
                 raise ValidationError(f"aliases.{alias}", f"names {target!r}, which has no price")
+
+    def billed_model(self, asked: str | None, answered: str | None) -> str | None:
+        """The table key a call asking for ``asked`` and answered by ``answered`` is priced by
+        (``billed_key``), or None."""
+        return billed_key(self.resolve, asked, answered)
 
     def resolve(self, model: str) -> str | None:
         """The table key whose prices ``model`` is charged at, or None."""

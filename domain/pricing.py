@@ -11,7 +11,13 @@ Reading a price file is I/O and stays in the adapter (``load_price_table``).
 from __future__ import annotations
 
 from flowledger.domain.price_rule import LONG_CONTEXT_TOKENS, TOKEN_FIELDS, ModelPrice, TokenCounts, cost_of
-from flowledger.domain.price_table import DatedPrice, PriceTable, model_names, price_table_from_document
+from flowledger.domain.price_table import (
+    DatedPrice,
+    PriceTable,
+    billed_key,
+    model_names,
+    price_table_from_document,
+)
 
 __all__ = [
     "LONG_CONTEXT_TOKENS",
@@ -20,6 +26,7 @@ __all__ = [
     "ModelPrice",
     "PriceTable",
     "TokenCounts",
+    "billed_key",
     "cost_of",
     "model_names",
     "price_table_from_document",

@@ -18,6 +18,7 @@ from flowledger.domain.pricing import (
     TOKEN_FIELDS,
     ModelPrice,
     TokenCounts,
+    billed_key,
     cost_of,
     model_names,
 )
@@ -289,12 +290,13 @@ def _model_price(price: ModelPrice | Price) -> ModelPrice:
 def _price_of(
     table: Mapping[str, ModelPrice], as_model: str | None, request_model: str | None, model: str | None
 ) -> ModelPrice | None:
-    # The asked-for model first, then the requested one (providers answer with dated
-    # names), then the answering one, each also without a ``provider/`` prefix.
+    # The what-if model when one is asked for, else the entry the adapter charges
+    # (``billed_key``), each name also without a ``provider/`` prefix or a release date.
     if as_model is not None:
         return table[as_model]
-    for name in (request_model, model):
-        for candidate in model_names(name) if name else ():
-            if candidate in table:
-                return table[candidate]
-    return None
+
+    def entry(name: str) -> str | None:
+        return next((candidate for candidate in model_names(name) if candidate in table), None)
+
+    key = billed_key(entry, request_model, model)
+    return None if key is None else table[key]

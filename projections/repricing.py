@@ -115,7 +115,10 @@ def billed_unreported(usage: LlmUsage) -> bool:
 
 
 def _price(table: PriceTable, usage: LlmUsage, at: datetime) -> ModelPrice | None:
-    for model in (usage.request_model, usage.response_model):
+    # The entry the adapter charges (``billed_key``: the model that answered when the table
+    # knows it as another), then the others when that one has no price in force at ``at``.
+    billed = table.billed_model(usage.request_model, usage.response_model)
+    for model in (billed, usage.request_model, usage.response_model):
         if model:
             try:
                 return table.price_for(model, at)

@@ -394,7 +394,7 @@ class OpenAICompatibleClient:
         table does not know keeps the price asked for (its name is in ``response_model``)."""
         if not served or served == call.model:
             return call
-        key = self.prices.resolve(served)
+        key = self.prices.billed_model(call.model, served)
         if key is None or key == self.prices.resolve(call.model):
             return call
         try:

@@ -19,7 +19,7 @@ import pytest
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.adapters.llm.reported_usage import parse_usage
 from flowledger.domain.errors import LlmCallFailed, UnknownModelPrice, ValidationError
-from flowledger.domain.pricing import ModelPrice, PriceTable
+from flowledger.domain.pricing import ModelPrice, PriceTable, billed_key
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
 from flowledger.projections.repricing import Repricing, call_cost, changes
@@ -477,3 +477,44 @@ async def test_an_engine_prices_its_calls_by_its_own_clock_not_the_hosts() -> No
         assert step.usage.cost_usd == Decimal("0.56")
     finally:
         await engine.aclose()
+
+
+@pytest.mark.parametrize(
+    ("asked", "answered", "billed"),
+    [
+        ("gpt-4.1", "anthropic/claude-sonnet-4.5", "claude-sonnet-4.5"),  # a router's or a fallback's bill
+        ("gpt-4.1", "gpt-4.1-2025-04-14", "gpt-4.1"),  # a dated name of the model asked for
+        ("gpt-4.1", "someone-elses-model", "gpt-4.1"),  # a model the table does not know
+        ("openrouter/auto", "deepseek/deepseek-v3.2", "deepseek-v3.2"),  # asked for no priced model
+        ("gpt-4.1", "", "gpt-4.1"),
+        ("mystery", "", None),
+    ],
+)
+def test_a_call_is_billed_as_the_model_that_answered_when_the_table_knows_it_as_another(
+    asked: str, answered: str, billed: str | None
+) -> None:
+    # One rule for the adapter, reprice and the dashboard's what-if (billed_key)
+    assert load_price_table().billed_model(asked, answered) == billed
+    assert billed_key({"a": "a", "b": "b"}.get, "a", "b") == "b"
+
+
+def test_a_repricing_prices_a_call_as_the_model_that_answered() -> None:
+    # Given a call asked of gpt-4.1 and answered by another model, both priced by a repricing
+    usage = LlmUsage(request_model="gpt-4.1", response_model="claude-x", input_tokens=1000, output_tokens=100)
+    repricing = Repricing(
+        datetime(2026, 1, 1, tzinfo=UTC),
+        PriceTable(
+            version="two-models",
+            prices={
+                "gpt-4.1": ModelPrice(
+                    input_cost_per_token=Decimal("1e-6"), output_cost_per_token=Decimal("2e-6")
+                ),
+                "claude-x": ModelPrice(
+                    input_cost_per_token=Decimal("3e-6"), output_cost_per_token=Decimal("15e-6")
+                ),
+            },
+        ),
+        "two-models.json",
+    )
+    # Then it is repriced as the adapter prices it: 1,000 x $3/M + 100 x $15/M
+    assert call_cost(usage, REPRICED_AT, [repricing]).cost_usd == Decimal("0.0045")
