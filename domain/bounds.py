@@ -53,16 +53,21 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 UNSTORABLE_CHARACTERS = _UNSTORABLE
 """What PostgreSQL cannot store in text: NUL, and lone surrogates (not UTF-8)."""
 _NOT_IN_NAMES = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-IGNORABLE_CLASS = (
+NAME_IGNORABLE_CLASS = (
     r"\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
-    r"\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
-    r"\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+    r"\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
 )
-"""Unicode's Default_Ignorable_Code_Point characters (DerivedCoreProperties.txt), as the body
-of a regular expression's character class (Python's, and the HTTP schema's patterns): drawn as
-nothing (zero-width space and joiners, the byte-order mark, soft hyphen, bidi controls,
-variation selectors). Unicode's NFKC_Casefold drops them, and so does ``agent.fold_text``."""
+"""The characters drawn as nothing that a name may not be made of alone (``require_name``), as
+the body of a regular expression's character class: Unicode's Default_Ignorable_Code_Point
+characters of the Basic Multilingual Plane (zero-width space and joiners, the byte-order mark,
+soft hyphen, bidi controls, variation selectors). The HTTP schema's patterns name them too,
+and a JSON schema's pattern (ECMA-262 without the ``u`` flag, as Swagger UI runs it) can name
+no character past U+FFFF in a class; the few past it (tag characters) are left to the fold."""
+IGNORABLE_CLASS = NAME_IGNORABLE_CLASS + r"\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+"""Every Default_Ignorable_Code_Point character (DerivedCoreProperties.txt), as a class body:
+Unicode's NFKC_Casefold drops them, and so does ``agent.fold_text``."""
 _IGNORABLE = re.compile(f"[{IGNORABLE_CLASS}]")
+_NAME_IGNORABLE = re.compile(f"[{NAME_IGNORABLE_CLASS}]")
 _SCALARS = (str, int, float, bool, type(None))
 _LARGEST_PLAIN_INT_BITS = 10_000
 """Larger ints take the encoder's path (it refuses past 4,300 digits, about 14,000 bits)."""
@@ -125,9 +130,9 @@ def require_resolution(value: Any) -> dict[str, Any]:
 def require_name(field_name: str, value: Any) -> str:
     """Raise ValidationError unless ``value`` is a non-blank string of at most 200 characters
     with no control characters (and so no NUL) and no lone surrogates, holding a character
-    that is drawn (not only ``IGNORABLE_CLASS``'s)."""
+    that is drawn (not only ``NAME_IGNORABLE_CLASS``'s)."""
     name = _require_storable_name(field_name, value)
-    if not name.isascii() and not without_ignorables(name).strip():
+    if not name.isascii() and not _NAME_IGNORABLE.sub("", name).strip():
         # (An outside probe: a session id of one zero-width space was taken, and shown as nothing.)
         raise ValidationError(
             field_name, "must hold a visible character, not only ones drawn as nothing (a zero-width space)"
@@ -198,7 +203,7 @@ def require_id(field_name: str, value: Any) -> str:
     name = require_name(field_name, value)
     if "/" in name:
         raise ValidationError(field_name, "must not contain '/': URL paths address the id and would split it")
-    if not without_ignorables(name).replace(".", "").strip():
+    if not _NAME_IGNORABLE.sub("", name).replace(".", "").strip():
         raise ValidationError(
             field_name, "must not be only dots: URL paths address the id ('.' and '..' vanish)"
         )

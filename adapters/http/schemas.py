@@ -31,7 +31,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from flowledger.adapters.http.errors import worded
-from flowledger.domain.bounds import IGNORABLE_CLASS, MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL
+from flowledger.domain.bounds import MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL, NAME_IGNORABLE_CLASS
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.history import HistoryEntry, jsonable
@@ -41,12 +41,12 @@ MAX_TTL_SECONDS = MAX_TTL.total_seconds()
 MAX_HOURS = MAX_TTL_SECONDS / 3600
 MAX_DEADLINE_HOURS = MAX_DEADLINE.total_seconds() / 3600
 NAME_PATTERN = worded(
-    rf"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f{IGNORABLE_CLASS}][^\x00-\x1f\x7f-\x9f]*$",
+    rf"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f{NAME_IGNORABLE_CLASS}][^\x00-\x1f\x7f-\x9f]*$",
     "must be text that is not blank (nor only characters drawn as nothing) and holds no control characters",
 )
 """An id or name: not blank, no control characters (``domain.bounds.require_name``)."""
 ID_PATTERN = worded(
-    rf"^[^\x00-\x1f\x7f-\x9f/]*[^\s\x00-\x1f\x7f-\x9f/.{IGNORABLE_CLASS}][^\x00-\x1f\x7f-\x9f/]*$",
+    rf"^[^\x00-\x1f\x7f-\x9f/]*[^\s\x00-\x1f\x7f-\x9f/.{NAME_IGNORABLE_CLASS}][^\x00-\x1f\x7f-\x9f/]*$",
     "must be text that is not blank (nor only characters drawn as nothing), not only dots, and holds"
     " no control characters and no '/'"
     " (URL paths address it)",

@@ -45,6 +45,32 @@ def test_swagger_ui_sends_the_document_to_no_outside_validator(http: TestClient)
     assert '"validatorUrl": null' in http.get("/docs").text
 
 
+def patterns_in(node: object) -> Iterator[str]:
+    """Every ``pattern`` in a JSON document."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "pattern" and isinstance(value, str):
+                yield value
+            else:
+                yield from patterns_in(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from patterns_in(value)
+
+
+def test_every_pattern_in_the_api_document_reads_alike_as_ecma_262(http: TestClient) -> None:
+    # (A pattern naming characters past U+FFFF as \U escapes, valid in Python and pydantic,
+    # reads in JavaScript without the u flag as "U" and digits: Swagger UI's check of a path
+    # id then refused "abc" and "123".) JSON schema patterns are ECMA-262: \u escapes only.
+    patterns = list(patterns_in(http.get("/openapi.json").json()))
+    assert len(patterns) > 10
+    for pattern in patterns:
+        assert "\\U" not in pattern, pattern
+        assert "\\x{" not in pattern, pattern
+        assert all(ord(char) <= 0xFFFF for char in pattern), pattern
+        re.compile(pattern)
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [
