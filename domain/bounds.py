@@ -132,7 +132,7 @@ def require_name(field_name: str, value: Any) -> str:
     with no control characters (and so no NUL) and no lone surrogates, holding a character
     that is drawn (not only ``NAME_IGNORABLE_CLASS``'s)."""
     name = _require_storable_name(field_name, value)
-    if not name.isascii() and not _NAME_IGNORABLE.sub("", name).strip():
+    if not _drawn(name).strip():
         # (An outside probe: a session id of one zero-width space was taken, and shown as nothing.)
         raise ValidationError(
             field_name, "must hold a visible character, not only ones drawn as nothing (a zero-width space)"
@@ -153,6 +153,11 @@ def _require_storable_name(field_name: str, value: Any) -> str:
     if found:
         raise ValidationError(field_name, _why(found.group()))
     return value
+
+
+def _drawn(name: str) -> str:
+    """``name`` without ``NAME_IGNORABLE_CLASS``'s characters (an ASCII name has none: as it is)."""
+    return name if name.isascii() else _NAME_IGNORABLE.sub("", name)
 
 
 def without_ignorables(text: str) -> str:
@@ -203,7 +208,7 @@ def require_id(field_name: str, value: Any) -> str:
     name = require_name(field_name, value)
     if "/" in name:
         raise ValidationError(field_name, "must not contain '/': URL paths address the id and would split it")
-    if not _NAME_IGNORABLE.sub("", name).replace(".", "").strip():
+    if not _drawn(name).replace(".", "").strip():
         raise ValidationError(
             field_name, "must not be only dots: URL paths address the id ('.' and '..' vanish)"
         )
