@@ -60,14 +60,14 @@ NAME_IGNORABLE_CLASS = (
 """The characters drawn as nothing that a name may not be made of alone (``require_name``), as
 the body of a regular expression's character class: Unicode's Default_Ignorable_Code_Point
 characters of the Basic Multilingual Plane (zero-width space and joiners, the byte-order mark,
-soft hyphen, bidi controls, variation selectors). The HTTP schema's patterns name them too,
-and a JSON schema's pattern (ECMA-262 without the ``u`` flag, as Swagger UI runs it) can name
-no character past U+FFFF in a class; the few past it (tag characters) are left to the fold."""
+soft hyphen, bidi controls, variation selectors). The HTTP schema's patterns name these, as a
+JSON schema's pattern (ECMA-262 without the ``u`` flag, as Swagger UI runs it) can name no
+character past U+FFFF in a class; the domain's check (``require_name``) also refuses a name of
+only the few past it (``IGNORABLE_CLASS``: tag characters), which the schema passes on to it."""
 IGNORABLE_CLASS = NAME_IGNORABLE_CLASS + r"\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
 """Every Default_Ignorable_Code_Point character (DerivedCoreProperties.txt), as a class body:
 Unicode's NFKC_Casefold drops them, and so does ``agent.fold_text``."""
 _IGNORABLE = re.compile(f"[{IGNORABLE_CLASS}]")
-_NAME_IGNORABLE = re.compile(f"[{NAME_IGNORABLE_CLASS}]")
 _SCALARS = (str, int, float, bool, type(None))
 _LARGEST_PLAIN_INT_BITS = 10_000
 """Larger ints take the encoder's path (it refuses past 4,300 digits, about 14,000 bits)."""
@@ -130,7 +130,7 @@ def require_resolution(value: Any) -> dict[str, Any]:
 def require_name(field_name: str, value: Any) -> str:
     """Raise ValidationError unless ``value`` is a non-blank string of at most 200 characters
     with no control characters (and so no NUL) and no lone surrogates, holding a character
-    that is drawn (not only ``NAME_IGNORABLE_CLASS``'s)."""
+    that is drawn (not only ``IGNORABLE_CLASS``'s)."""
     name = _require_storable_name(field_name, value)
     if not _drawn(name).strip():
         # (An outside probe: a session id of one zero-width space was taken, and shown as nothing.)
@@ -156,8 +156,9 @@ def _require_storable_name(field_name: str, value: Any) -> str:
 
 
 def _drawn(name: str) -> str:
-    """``name`` without ``NAME_IGNORABLE_CLASS``'s characters (an ASCII name has none: as it is)."""
-    return name if name.isascii() else _NAME_IGNORABLE.sub("", name)
+    """``name`` without the characters drawn as nothing (``IGNORABLE_CLASS``, the astral ones
+    included; an ASCII name has none: as it is)."""
+    return name if name.isascii() else _IGNORABLE.sub("", name)
 
 
 def without_ignorables(text: str) -> str:

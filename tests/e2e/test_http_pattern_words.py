@@ -85,3 +85,16 @@ def test_a_deadline_without_a_time_zone_is_said_as_written(memory_http: TestClie
         "deadline: must carry a time zone (like +00:00 or Z), got 2030-01-01T09:30:00"
     )
     assert memory_http.get("/v1/tasks").json() == []
+
+
+def test_an_id_of_only_tag_characters_is_refused_by_the_domain_past_the_schema(
+    memory_http: TestClient,
+) -> None:
+    # The schema's patterns cannot name characters past U+FFFF (ECMA-262 without the u flag),
+    # so a session id of only tag characters (drawn as nothing) passes them: the domain's own
+    # check refuses it, in the same words, and records nothing.
+    tags = "\U000e0041\U000e0042"
+    refused = memory_http.post("/v1/sessions", json={"session_id": tags, "workflow": "cs"})
+    assert refused.status_code == 422, refused.text
+    assert "must hold a visible character" in refused.json()["error"]
+    assert memory_http.get(f"/v1/sessions/{tags}").status_code == 404

@@ -62,10 +62,13 @@ def storable_in_postgres(text: str) -> bool:
 
 INVISIBLE = "\u200b\ufeff\u00ad"
 """Characters drawn as nothing: a zero-width space, a byte-order mark, a soft hyphen."""
+TAGS = "\U000e0041\U000e0042\U000e007f"
+"""Tag characters (past U+FFFF, which the HTTP schema's patterns cannot name): drawn as nothing."""
 
 
 @pytest.mark.parametrize(
-    "bad", [NUL, SURROGATE, "tab\tin", "x" * (MAX_NAME_LENGTH + 1), "", "   ", INVISIBLE, " \u200b ", 5, None]
+    "bad",
+    [NUL, SURROGATE, "tab\tin", "x" * (MAX_NAME_LENGTH + 1), "", "   ", INVISIBLE, " \u200b ", TAGS, 5, None],
 )
 def test_names_refuse_nul_surrogates_control_characters_and_overlong_text(bad: Any) -> None:
     with pytest.raises(ValidationError) as raised:
