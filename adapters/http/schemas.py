@@ -33,7 +33,13 @@ from pydantic_core import PydanticCustomError
 from flowledger.adapters.http.errors import worded
 from flowledger.domain.bounds import MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL, NAME_IGNORABLE_CLASS
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
-from flowledger.domain.values import LlmUsage
+from flowledger.domain.values import (
+    MAX_ATTEMPTS,
+    MAX_FINISH_REASONS,
+    MAX_LATENCY_MS,
+    MAX_TOKENS,
+    LlmUsage,
+)
 from flowledger.infrastructure.history import HistoryEntry, jsonable
 
 MAX_ID = MAX_NAME_LENGTH
@@ -56,8 +62,6 @@ ID_PATTERN = worded(
 TEXT_PATTERN = worded(r"^[^\x00]*[^\s\x00][^\x00]*$", "must be text that is not blank and holds no NUL")
 """Free text (a description, a reason): not blank, no NUL (``domain.bounds.require_text``)."""
 MAX_VERSION = 2**31 - 1
-MAX_COUNT = 2**53
-"""Token counts and attempts: exact in a JSON number anywhere, far inside PostgreSQL's bigint."""
 PathId = Path(min_length=1, max_length=MAX_ID, pattern=NAME_PATTERN, description="The caller's id")
 
 
@@ -223,19 +227,21 @@ class UsageIn(Body):
     provider: str = Field(default="unknown", max_length=MAX_ID)
     request_model: str = Field(default="", max_length=MAX_ID)
     response_model: str = Field(default="", max_length=MAX_ID)
-    input_tokens: Integer = Field(default=0, ge=0, le=MAX_COUNT)
-    output_tokens: Integer = Field(default=0, ge=0, le=MAX_COUNT)
-    cache_read_input_tokens: Integer = Field(default=0, ge=0, le=MAX_COUNT)
-    reasoning_output_tokens: Integer = Field(default=0, ge=0, le=MAX_COUNT)
-    finish_reasons: list[str] = Field(default_factory=list, max_length=64)
+    input_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS)
+    output_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS)
+    cache_read_input_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS)
+    reasoning_output_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS)
+    finish_reasons: list[Annotated[str, Field(max_length=MAX_NAME_LENGTH)]] = Field(
+        default_factory=list, max_length=MAX_FINISH_REASONS
+    )
     response_id: str = Field(default="", max_length=MAX_ID)
     cost_usd: Money = Field(default=Decimal("0"), ge=0, le=Decimal(10**9))
     price_version: str = Field(default="", max_length=MAX_ID)
-    latency_ms: float = Field(default=0.0, ge=0, le=MAX_TTL_SECONDS * 1000, strict=True)
-    attempts: Integer = Field(default=1, ge=1, le=10_000)
-    cache_creation_input_tokens: Integer = Field(default=0, ge=0, le=MAX_COUNT, description="Cache writes.")
+    latency_ms: float = Field(default=0.0, ge=0, le=MAX_LATENCY_MS, strict=True)
+    attempts: Integer = Field(default=1, ge=1, le=MAX_ATTEMPTS)
+    cache_creation_input_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS, description="Cache writes.")
     cache_creation_1h_input_tokens: Integer = Field(
-        default=0, ge=0, le=MAX_COUNT, description="The cache writes with a one-hour lifetime."
+        default=0, ge=0, le=MAX_TOKENS, description="The cache writes with a one-hour lifetime."
     )
     unpriced: bool = Field(
         default=False, strict=True, description="No price was known: cost_usd is not the cost."

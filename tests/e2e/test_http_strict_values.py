@@ -393,3 +393,45 @@ def test_a_priority_in_any_case_with_spaces_tabs_or_line_breaks_around_it_is_tak
         assert made.status_code == 201, made.text
         assert made.json()["priority"] == "high"
     assert len(memory_http.get("/v1/tasks", params={"priority": " HIGH\t"}).json()) == 3
+
+
+# The bounds the ledger keeps a recorded call's usage within (domain/values.py), written out.
+USAGE_BOUNDS = {
+    "input_tokens": 10**12,
+    "output_tokens": 10**12,
+    "cache_read_input_tokens": 10**12,
+    "reasoning_output_tokens": 10**12,
+    "cache_creation_input_tokens": 10**12,
+    "cache_creation_1h_input_tokens": 10**12,
+    "attempts": 1_000,
+    "latency_ms": 86_400_000,
+}
+
+
+def test_the_document_gives_a_recorded_usage_the_bounds_the_server_keeps(memory_http: TestClient) -> None:
+    # The document said 2^53 tokens, 10,000 attempts and 366 days of latency, and finish
+    # reasons of any length: a client built from it sent 10^13 tokens and got a 422
+    usage = memory_http.get("/openapi.json").json()["components"]["schemas"]["UsageIn"]["properties"]
+    for name, most in USAGE_BOUNDS.items():
+        assert usage[name]["maximum"] == most, name
+    reasons = usage["finish_reasons"]
+    assert (reasons["maxItems"], reasons["items"]["maxLength"]) == (64, 200)
+
+
+@pytest.mark.parametrize(("name", "most"), list(USAGE_BOUNDS.items()))
+def test_a_usage_one_past_its_documented_bound_is_refused_and_the_bound_taken(
+    memory_http: TestClient, name: str, most: int
+) -> None:
+    # Given a session
+    assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
+    # A cache count needs input tokens that include it (and one-hour writes, writes)
+    base = {"input_tokens": most} if name.startswith("cache_") else {}
+    if name == "cache_creation_1h_input_tokens":
+        base["cache_creation_input_tokens"] = most
+    # When a step made elsewhere is recorded with a usage one past the document's bound
+    past = memory_http.post("/v1/sessions/s-1/steps", json={"step": "a", "usage": {**base, name: most + 1}})
+    # Then it is refused, naming the field, and the bound itself is taken
+    refused(past, name)
+    taken = memory_http.post("/v1/sessions/s-1/steps", json={"step": "b", "usage": {**base, name: most}})
+    assert taken.status_code == 201, taken.text
+    assert [step["step"] for step in memory_http.get("/v1/sessions/s-1").json()["history"]] == ["b"]
