@@ -35,10 +35,12 @@ __all__ = [
 
 @dataclass(frozen=True, kw_only=True)
 class LlmReply:
-    """A model's answer and what it cost."""
+    """A model's answer and what it cost; ``refusal``: the model's words when it declined to
+    answer (OpenAI's ``message.refusal``), None when it did not."""
 
     content: str
     usage: LlmUsage
+    refusal: str | None = None
 
 
 class LlmPort(Protocol):

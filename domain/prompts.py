@@ -102,15 +102,28 @@ class StepReply:
         }
 
 
-def parse_step_reply(content: str) -> StepReply:
+def parse_step_reply(
+    content: str, *, finish_reasons: Collection[str] = (), refusal: str | None = None
+) -> StepReply:
     """Read ``action``, ``context_update``, ``next_step`` and ``message`` from a model reply.
 
     Models often wrap JSON in a Markdown fence; that is accepted. Anything that is not
-    a JSON object falls back to a plain message, flagged ``structured=False``.
+    a JSON object falls back to a plain message, flagged ``structured=False``. What the
+    provider said of the answer is named in ``problems``: a ``refusal`` (its words become the
+    message when there is no text), a reply cut at the token limit or by a content filter
+    (``finish_reasons``), an answer with no text (a tool call). They were recorded as plain
+    steps with an empty or broken message, the refusal's words dropped.
     """
+    told = _told_problems(content, finish_reasons, refusal)
+    if refusal and not content.strip():
+        return StepReply(
+            action=None, context_update=None, next_step=None, message=refusal, structured=False, problems=told
+        )
     data = _json_object(content)
     if data is None:
-        return StepReply(action=None, context_update=None, next_step=None, message=content, structured=False)
+        return StepReply(
+            action=None, context_update=None, next_step=None, message=content, structured=False, problems=told
+        )
     problems: list[str] = []
     action = _optional_text(data.get("action"), "action", problems, limit=200)
     next_step = _optional_text(data.get("next_step"), "next_step", problems, limit=200)
@@ -125,8 +138,28 @@ def parse_step_reply(content: str) -> StepReply:
         next_step=next_step,
         message=message,
         structured=True,
-        problems=tuple(problems),
+        problems=(*told, *problems),
     )
+
+
+_CUT_BY = {
+    "length": "the reply was cut at the token limit (finish_reason: length)",
+    "content_filter": (
+        "the reply was withheld by the provider's content filter (finish_reason: content_filter)"
+    ),
+}
+"""The finish reasons that say a reply is not the whole answer, and how a step names them."""
+
+
+def _told_problems(content: str, finish_reasons: Collection[str], refusal: str | None) -> tuple[str, ...]:
+    """What the provider said of the reply besides its text: a refusal, a cut, no text at all."""
+    told = [_CUT_BY[reason] for reason in dict.fromkeys(finish_reasons) if reason in _CUT_BY]
+    if refusal:
+        told.insert(0, "the model refused to answer")
+    elif not content.strip() and not told:
+        others = [reason for reason in dict.fromkeys(finish_reasons) if reason != "stop"][:3]
+        told.append("the reply has no text" + (f" (finish_reason: {', '.join(others)})" if others else ""))
+    return tuple(told)
 
 
 def step_messages(

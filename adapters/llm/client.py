@@ -384,7 +384,7 @@ class OpenAICompatibleClient:
             raise
         served = self.priced_as_served(call, parsed.response_model)
         usage = build_usage(served, parsed, outcomes, self._clock())
-        return LlmReply(content=parsed.content, usage=usage)
+        return LlmReply(content=parsed.content, usage=usage, refusal=parsed.refusal or None)
 
     def priced_as_served(self, call: CallContext, served: str) -> CallContext:
         """``call`` priced by the model that answered (``served``, the reply's ``model``) when

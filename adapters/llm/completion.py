@@ -64,6 +64,7 @@ class ParsedCompletion:
     response_id: str
     finish_reasons: tuple[str, ...]
     tokens: ReportedUsage
+    refusal: str = ""
     time_to_first_token_ms: float | None = None
     chunks: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -128,8 +129,11 @@ def parse_completion(data: Any) -> ParsedCompletion:
         raise _malformed("reply has no choices", tokens)
     message = choices[0].get("message") or {}
     content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, list):
+        content = text_of_parts(content)
     if content is not None and not isinstance(content, str):
         raise _malformed("message content is not a string", tokens)
+    refusal = message.get("refusal") if isinstance(message, dict) else None
     reasons = tuple(
         str(c["finish_reason"]) for c in choices if isinstance(c, dict) and c.get("finish_reason")
     )
@@ -139,6 +143,23 @@ def parse_completion(data: Any) -> ParsedCompletion:
         response_id=str(data.get("id") or ""),
         finish_reasons=reasons,
         tokens=tokens or ReportedUsage(),
+        refusal=refusal if isinstance(refusal, str) else "",
+    )
+
+
+TEXT_PARTS = frozenset({"text", "output_text"})
+"""The content parts that are the answer's text; others (a reasoning model's ``thinking``,
+an image) are not the answer."""
+
+
+def text_of_parts(parts: list[Any]) -> str:
+    """The text of a content sent as a list of parts (``[{"type": "text", "text": ...}]``,
+    as Mistral's reasoning models and some gateways send it): it was ``malformed_response``,
+    the step failed and its paid answer was lost."""
+    return "".join(
+        part["text"]
+        for part in parts
+        if isinstance(part, dict) and part.get("type") in TEXT_PARTS and isinstance(part.get("text"), str)
     )
 
 
@@ -193,6 +214,7 @@ async def read_stream(
         # Its first token came with the whole body.
         return replace(parsed, time_to_first_token_ms=(clock() - started) * 1000)
     parts: list[str] = []
+    refused: list[str] = []
     reasons: list[str] = []
     model = response_id = ""
     tokens = ReportedUsage()
@@ -227,6 +249,11 @@ async def read_stream(
                 continue
             delta = choice.get("delta") or {}
             text = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(text, list):
+                text = text_of_parts(text)
+            refusal = delta.get("refusal") if isinstance(delta, dict) else None
+            if isinstance(refusal, str):
+                refused.append(refusal)
             if isinstance(text, str) and text:
                 if first_token_ms is None:
                     first_token_ms = (clock() - started) * 1000
@@ -249,6 +276,7 @@ async def read_stream(
         response_id=response_id,
         finish_reasons=tuple(reasons),
         tokens=tokens,
+        refusal="".join(refused),
         time_to_first_token_ms=first_token_ms,
         chunks=chunks,
     )

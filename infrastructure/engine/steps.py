@@ -457,7 +457,9 @@ class StepService:
             )
             return str(closed)
         try:
-            decision = parse_step_reply(reply.content)
+            decision = parse_step_reply(
+                reply.content, finish_reasons=reply.usage.finish_reasons, refusal=reply.refusal
+            )
             record = session.record_step(
                 step=call.step,
                 input=call.input,
