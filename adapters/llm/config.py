@@ -100,14 +100,22 @@ class ModelLimits:
             raise ValidationError("limits.period_s", "must be > 0")
 
 
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+"""How long connecting may take when ``connect_timeout_s`` is not given (and the request's
+deadline is no shorter)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClientConfig:
     """Everything the OpenAI-compatible client is configured with.
 
     ``request_timeout_s`` bounds one attempt end to end (connect, send, wait, read);
-    ``connect_timeout_s`` bounds the TCP/TLS connect alone; ``read_timeout_s`` the longest a
-    stream may go without a byte, its first included (a stalled stream ends then, and is
-    retried, instead of at the attempt's deadline), ``None`` for ``request_timeout_s``; a reply
+    ``connect_timeout_s`` bounds the TCP/TLS connect alone (None, the default: 5 s, or
+    ``request_timeout_s`` when that is shorter; a request timeout of 1 s alone was refused as
+    "connect_timeout_s: cannot exceed request_timeout_s", a timeout nobody had set);
+    ``read_timeout_s`` the longest a stream may go without a byte, its first included (a
+    stalled stream ends then, and is retried, instead of at the attempt's deadline), ``None``
+    for ``request_timeout_s``; a reply
     that is not streamed sends nothing until it is whole, so only ``request_timeout_s`` bounds it.
     ``max_retries`` follows the OpenAI SDK's meaning: retries after the first attempt. ``transport`` picks the
     client under httpx's API: ``"aiohttp"`` (the default, ``httpx-aiohttp``) or ``"httpx"``
@@ -122,7 +130,7 @@ class ClientConfig:
     api_key: ApiKey
     default_model: str = "deepseek-v3.2"
     provider: str = "openai_compatible"
-    connect_timeout_s: float = 5.0
+    connect_timeout_s: float | None = None
     request_timeout_s: float = 60.0
     read_timeout_s: float | None = None
     max_connections: int = 200
@@ -146,6 +154,12 @@ class ClientConfig:
             raise ValidationError("llm_api_key", "must be an ApiKey")
         if not self.default_model.strip():
             raise ValidationError("default_model", "must be a non-empty string")
+        if self.connect_timeout_s is None:
+            # A number that is no timeout stays what it is, for the check below to name.
+            shorter = (
+                self.request_timeout_s if 0 < self.request_timeout_s < DEFAULT_CONNECT_TIMEOUT_S else None
+            )
+            object.__setattr__(self, "connect_timeout_s", shorter or DEFAULT_CONNECT_TIMEOUT_S)
         for name in ("connect_timeout_s", "request_timeout_s", "breaker_recovery_s"):
             # inf was taken, and every call then failed (OverflowError in the event loop's timer);
             # 1e300 was taken too, and an open breaker asked callers to wait that long.
@@ -153,8 +167,12 @@ class ClientConfig:
                 raise ValidationError(
                     name, f"must be a number of seconds > 0 and at most {MAX_SECONDS:,.0f} (a day)"
                 )
-        if self.connect_timeout_s > self.request_timeout_s:
-            raise ValidationError("connect_timeout_s", "cannot exceed request_timeout_s")
+        if self.connect_timeout_s > self.request_timeout_s:  # type: ignore[operator]
+            raise ValidationError(
+                "connect_timeout_s",
+                f"cannot exceed request_timeout_s: "
+                f"{self.connect_timeout_s:g} s > {self.request_timeout_s:g} s",
+            )
         if self.read_timeout_s is not None and not 0 < self.read_timeout_s <= self.request_timeout_s:
             raise ValidationError("read_timeout_s", "must be > 0 and cannot exceed request_timeout_s")
         if self.max_connections < 1 or not 0 <= self.max_keepalive_connections <= self.max_connections:

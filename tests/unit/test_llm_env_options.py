@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flowledger.adapters.llm import ModelLimits, OpenAICompatibleClient
+from flowledger.adapters.llm import ApiKey, ClientConfig, ModelLimits, OpenAICompatibleClient
 from flowledger.adapters.llm.env_options import client_options_from_env
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.errors import ValidationError
@@ -156,3 +156,37 @@ def test_the_built_in_default_model_is_not_required_of_a_price_file(tmp_path: Pa
     )
     llm = OpenAICompatibleClient.from_settings(settings)
     assert not llm.prices.knows(llm.config.default_model)
+
+
+async def test_a_request_timeout_below_the_default_connect_timeout_bounds_connecting_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given only a request timeout of 1 s (`serve` refused to start: "connect_timeout_s: cannot
+    # exceed request_timeout_s", a timeout nobody set, at its default of 5 s)
+    monkeypatch.setenv("FLOWLEDGER_LLM_REQUEST_TIMEOUT_S", "1")
+    settings = Settings(
+        database_url="memory:",
+        home=Path("/nonexistent"),
+        llm_base_url="http://127.0.0.1:9/v1",
+        llm_api_key="sk-env-1234",
+    )
+    # When the client is built, Then connecting is bounded by the attempt's deadline
+    llm = OpenAICompatibleClient.from_settings(settings)
+    assert (llm.config.connect_timeout_s, llm.config.request_timeout_s) == (1.0, 1.0)
+    await llm.aclose()
+    # And left to both defaults, connecting keeps its 5 s
+    assert (
+        ClientConfig(base_url="http://127.0.0.1:9/v1", api_key=ApiKey("sk-env-1234")).connect_timeout_s == 5.0
+    )
+
+
+def test_a_connect_timeout_set_past_the_request_timeout_is_refused_with_both_values() -> None:
+    with pytest.raises(ValidationError) as raised:
+        ClientConfig(
+            base_url="http://127.0.0.1:9/v1",
+            api_key=ApiKey("sk-env-1234"),
+            connect_timeout_s=5,
+            request_timeout_s=1,
+        )
+    assert raised.value.field == "connect_timeout_s"
+    assert "cannot exceed request_timeout_s: 5 s > 1 s" in str(raised.value)
