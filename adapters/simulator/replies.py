@@ -7,6 +7,7 @@ import math
 import random
 import re
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,21 +230,33 @@ def agent_pick(prompt: str) -> dict[str, Any]:
     return {"agent_id": agent_id, "reason": f"the task names {fit}"}
 
 
+PROMPTS_CACHED = 10_000
+"""System prompts the simulator remembers (the oldest forgotten first): it kept every one it
+saw, so a long run with prompts that differ grew without bound."""
+
+
 @dataclass
 class PromptCache:
-    """Remembers system prompts, so a repeated prefix is reported as cached input."""
+    """Remembers system prompts per model, so a repeated prefix is reported as cached input
+    by the model that saw it (a provider's prompt cache is its model's: one prompt sent to
+    gpt-4.1 was reported cached when gemini-2.5-flash first got it)."""
 
-    seen: set[str] = field(default_factory=set)
+    seen: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
 
-    def cached_tokens(self, messages: list[dict[str, Any]], min_tokens: int) -> int:
-        """Tokens of the system prompt already seen (whole 64-token blocks, as providers bill)."""
+    def cached_tokens(self, model: str, messages: list[dict[str, Any]], min_tokens: int) -> int:
+        """Tokens of the system prompt ``model`` already saw (whole 64-token blocks, as
+        providers bill)."""
         system = "".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
         tokens = count_tokens(system) if system else 0
         if tokens < min_tokens:
             return 0
-        if system in self.seen:
+        key = (model, system)
+        if key in self.seen:
+            self.seen.move_to_end(key)
             return tokens // 64 * 64
-        self.seen.add(system)
+        self.seen[key] = None
+        if len(self.seen) > PROMPTS_CACHED:
+            self.seen.popitem(last=False)
         return 0
 
 

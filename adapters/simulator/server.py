@@ -188,7 +188,7 @@ class Simulator:
             self.stats[f"fault_{fault}"] += 1
             return await self._fault(fault, streamed, reader, writer)
         content = reply_content(messages)
-        cached = self._cache.cached_tokens(messages, self.config.cache_min_tokens)
+        cached = self._cache.cached_tokens(model, messages, self.config.cache_min_tokens)
         body = completion_body(
             model, messages, content, cached, self._rng, max_tokens=request.max_tokens, n=request.n
         )

@@ -13,7 +13,7 @@ import pytest
 
 from flowledger.adapters.llm.config import ClientConfig
 from flowledger.adapters.simulator import Exchange, FaultRates, SimulatorConfig, run_simulator
-from flowledger.adapters.simulator.replies import draw_latency_s
+from flowledger.adapters.simulator.replies import PROMPTS_CACHED, PromptCache, draw_latency_s
 from flowledger.adapters.simulator.server import EXCHANGES_KEPT
 
 MESSAGES = [
@@ -260,3 +260,37 @@ def test_latencies_are_drawn_around_the_mean_with_a_tail() -> None:
     mean = sum(samples) / len(samples)
     assert 43 <= mean <= 47
     assert samples[int(0.95 * len(samples))] > 60
+
+
+def test_a_prompt_cached_for_one_model_is_not_cached_for_another() -> None:
+    # Given a system prompt long enough to be cached, sent once to one model
+    system = {"role": "system", "content": "You are a careful support agent. " * 40}
+    messages = [system, {"role": "user", "content": "hello"}]
+    with run_simulator(SimulatorConfig(latency_ms=0, seed=1)) as simulator, sdk(simulator.base_url) as client:
+
+        def cached(model: str) -> int:
+            usage = client.chat.completions.create(model=model, messages=messages).usage  # type: ignore[arg-type]
+            assert usage is not None
+            assert usage.prompt_tokens_details is not None
+            return usage.prompt_tokens_details.cached_tokens or 0
+
+        assert cached("gpt-4.1") == 0
+        # When another model gets the same prompt, Then it has nothing cached (a provider's
+        # prompt cache is its model's: the simulator reported gpt-4.1's cache to gemini)
+        assert cached("gemini-2.5-flash") == 0
+        # And each model's own repeat is cached
+        assert cached("gpt-4.1") > 0
+        assert cached("gemini-2.5-flash") > 0
+
+
+def test_the_simulators_prompt_cache_forgets_its_oldest_prompts_past_its_bound() -> None:
+    cache = PromptCache()
+    prompts = [
+        [{"role": "system", "content": f"prompt {i} " + "word " * 80}] for i in range(PROMPTS_CACHED + 1)
+    ]
+    for messages in prompts:
+        cache.cached_tokens("gpt-4.1", messages, 64)
+    # It kept every prompt it saw: a long run of differing prompts grew without bound
+    assert len(cache.seen) == PROMPTS_CACHED
+    assert cache.cached_tokens("gpt-4.1", prompts[-1], 64) > 0
+    assert cache.cached_tokens("gpt-4.1", prompts[0], 64) == 0
