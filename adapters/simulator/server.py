@@ -237,9 +237,14 @@ class Simulator:
         return True
 
 
+MODELS_CREATED = 1_735_689_600
+"""When the simulator's models say they were made (2025-01-01 UTC): OpenAI's model object
+always has ``created``, which it left out, and a client that requires it could not read one."""
+
+
 def _model(model: str) -> dict[str, Any]:
     """A model as ``/v1/models`` lists it."""
-    return {"id": model, "object": "model", "owned_by": "simulator"}
+    return {"id": model, "object": "model", "created": MODELS_CREATED, "owned_by": "simulator"}
 
 
 @contextmanager

@@ -294,3 +294,16 @@ def test_the_simulators_prompt_cache_forgets_its_oldest_prompts_past_its_bound()
     assert len(cache.seen) == PROMPTS_CACHED
     assert cache.cached_tokens("gpt-4.1", prompts[-1], 64) > 0
     assert cache.cached_tokens("gpt-4.1", prompts[0], 64) == 0
+
+
+def test_every_model_listed_or_retrieved_has_the_fields_openai_always_sends(simulator_url: str) -> None:
+    # OpenAI's model object always has id, object, created (Unix seconds) and owned_by; the
+    # simulator left created out, which a client that requires it (the SDK types it int, typed
+    # clients in other languages refuse the object) could not read
+    headers = {"authorization": "Bearer sk-sim-000000"}
+    listed = httpx.get(f"{simulator_url}/models", headers=headers).json()["data"]
+    retrieved = httpx.get(f"{simulator_url}/models/gpt-4.1", headers=headers).json()
+    for model in [*listed, retrieved]:
+        assert set(model) == {"id", "object", "created", "owned_by"}, model
+        assert type(model["created"]) is int
+        assert model["created"] > 0
