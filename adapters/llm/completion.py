@@ -318,9 +318,19 @@ def _status_of(error: dict[str, Any]) -> int:
 
 
 def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> int:
-    """A rough prompt size (4 characters a token) for the tokens-per-minute budget."""
-    chars = sum(len(str(m.get("content") or "")) for m in messages)
-    return chars // 4 + 4 * len(messages)
+    """A prompt's rough size in tokens, for the tokens-per-minute limits and a budget's hold:
+    four characters a token for ASCII text (English averages about that), and more for other
+    scripts, by their UTF-8 length: a character of two bytes (an accented letter, Cyrillic)
+    about three quarters of a token, of three (Chinese, Japanese, Korean) one and a quarter,
+    of four (an emoji) one and three quarters. OpenAI's tokenizers make a token or more of
+    each Chinese character; at four characters a token such a prompt was held at a quarter
+    of its cost, and a budget let through a call that cost twice its limit."""
+    total = 0
+    for message in messages:
+        text = str(message.get("content") or "")
+        wide = 0 if text.isascii() else len(text.encode("utf-8", "surrogatepass")) - len(text)
+        total += (len(text) + 2 * wide) // 4
+    return total + 4 * len(messages)
 
 
 def _unreadable_chunk(message: str, read: int, tokens: ReportedUsage) -> AttemptError:

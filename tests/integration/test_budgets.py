@@ -576,3 +576,39 @@ def test_a_recorded_step_whose_charge_waits_for_the_ledger_is_returned_and_charg
     finally:
         holder.close()
         engine.close()
+
+
+CJK_MESSAGE = "我的订单什么时候到" * 1_000
+"""9,000 Chinese characters: an OpenAI tokenizer makes a token or more of each."""
+
+
+async def test_a_prompt_in_a_script_of_many_tokens_a_character_is_refused_by_a_budget_it_would_pass(
+    settings: Settings,
+) -> None:
+    # Given an endpoint that bills a token a character, as OpenAI's tokenizers do for Chinese
+    requests: list[httpx.Request] = []
+
+    def billed(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        prompt = sum(len(m["content"]) for m in json.loads(request.content)["messages"])
+        usage = {"prompt_tokens": prompt, "completion_tokens": 20, "total_tokens": prompt + 20}
+        choice = {"index": 0, "message": {"role": "assistant", "content": "{}"}, "finish_reason": "stop"}
+        return httpx.Response(200, json={"id": "c", "model": MODEL, "choices": [choice], "usage": usage})
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-budget-1"), default_model=MODEL)
+    llm = OpenAICompatibleClient(config, prices=PRICES, transport=httpx.MockTransport(billed))
+    engine = Engine(settings=settings, llm=llm)
+    try:
+        # And a budget the call would pass: 9,000 prompt tokens cost $9 at $0.001 a token
+        engine.start_session("zh", "support", user_id="li")
+        engine.budgets.set("user", "li", "month", "5")
+        # When a step sends the 9,000 characters
+        with pytest.raises(BudgetExceeded):
+            await engine.process_step("zh", "greet", {"message": CJK_MESSAGE}, idempotency_key="k")
+        # Then it is refused before the call: the estimate took four characters a token, held
+        # $4.30 (2,250 tokens and the 1,024-token reply cap) and the call spent $9.3
+        assert requests == []
+        [burn] = engine.budgets.burn()
+        assert (burn.spent_usd, burn.reserved_usd) == (Decimal(0), Decimal(0))
+    finally:
+        await engine.aclose()
