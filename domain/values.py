@@ -207,7 +207,7 @@ class LlmUsage:
             "reasoning_output_tokens": self.reasoning_output_tokens,
             "finish_reasons": list(self.finish_reasons),
             "response_id": self.response_id,
-            "cost_usd": str(self.cost_usd),
+            "cost_usd": plain_decimal(self.cost_usd),
             "price_version": self.price_version,
             "latency_ms": self.latency_ms,
             "attempts": self.attempts,
@@ -216,7 +216,7 @@ class LlmUsage:
         for name, default in _LATER_FIELDS:
             value = getattr(self, name)
             if value != default:
-                data[name] = str(value) if isinstance(value, Decimal) else value
+                data[name] = plain_decimal(value) if isinstance(value, Decimal) else value
         return data
 
     @classmethod
@@ -247,6 +247,12 @@ _LATER_FIELDS: tuple[tuple[str, Any], ...] = (
 
 _PLAIN_JSON = json.JSONEncoder(allow_nan=False)
 """Built once: ``json.dumps`` with any option builds a new encoder on every call."""
+
+
+def plain_decimal(value: Decimal) -> str:
+    """``value`` as text without an exponent (``0.0000001``, not ``str``'s ``1E-7``; a zero at
+    seven places ``0.0000000``, not ``0E-7``): the one way money is written out for JSON."""
+    return format(value, "f")
 
 
 def _require_plain_object(field_name: str, value: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from flowledger.domain.session_views import DERIVED
-from flowledger.domain.values import LlmUsage
+from flowledger.domain.values import LlmUsage, plain_decimal
 
 _ENVELOPE = {"originator_id", "originator_version", "timestamp", "originator_topic"}
 
@@ -46,7 +46,9 @@ def jsonable(value: Any) -> Any:
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
-    if isinstance(value, Decimal | UUID):
+    if isinstance(value, Decimal):
+        return plain_decimal(value)  # str() wrote 1E-7 and 0E-7
+    if isinstance(value, UUID):
         return str(value)
     if isinstance(value, datetime):
         return value.isoformat()

@@ -39,6 +39,7 @@ from flowledger.domain.values import (
     MAX_LATENCY_MS,
     MAX_TOKENS,
     LlmUsage,
+    plain_decimal,
 )
 from flowledger.infrastructure.history import HistoryEntry, jsonable
 
@@ -432,7 +433,7 @@ class SessionOut(BaseModel):
                 output_tokens=totals.output_tokens,
                 cache_read_input_tokens=totals.cache_read_input_tokens,
                 reasoning_output_tokens=totals.reasoning_output_tokens,
-                cost_usd=str(totals.cost_usd),
+                cost_usd=plain_decimal(totals.cost_usd),
             ),
             resolution=state.resolution,
             created_at=state.created_at,

@@ -43,6 +43,7 @@ from tenacity import (
 
 from flowledger.domain.budget import BudgetAlert
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.values import plain_decimal
 
 SIGNATURE_HEADER = "X-Flowledger-Signature"
 DELIVERY_HEADER = "X-Flowledger-Delivery"
@@ -159,8 +160,8 @@ def alert_body(alert: BudgetAlert) -> bytes:
         "mode": spec.mode,
         "window_start": alert.window_start.isoformat(),
         "threshold": alert.threshold,
-        "spent_usd": str(alert.spent_usd),
-        "limit_usd": str(spec.limit_usd),
+        "spent_usd": plain_decimal(alert.spent_usd),
+        "limit_usd": plain_decimal(spec.limit_usd),
     }
     return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
 

@@ -21,7 +21,7 @@ from flowledger.adapters.llm.completion import ParsedCompletion
 from flowledger.adapters.llm.reported_usage import ReportedUsage
 from flowledger.adapters.llm.retry import AttemptOutcome
 from flowledger.domain.pricing import ModelPrice
-from flowledger.domain.values import LlmUsage
+from flowledger.domain.values import LlmUsage, plain_decimal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +76,7 @@ def build_usage(
         if outcome.usage is not None:
             cost = attempt_cost(call.price, outcome.usage)
             entry["usage"] = outcome.usage.counts()
-            entry["cost_usd"] = None if cost is None else str(cost)
+            entry["cost_usd"] = None if cost is None else plain_decimal(cost)
             if outcome.usage.unreadable:  # why its cost is not known
                 entry["unreadable_usage"] = list(outcome.usage.unreadable)
                 # Counts it could not read stand as zeros: no price table may price them.

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError as PydanticValidationError
 
 from flowledger.adapters.http.budgets import SetBudget
+from flowledger.infrastructure.history import jsonable
 
 WEBHOOK = "/webhook/workflow-state"
 
@@ -435,3 +436,37 @@ def test_a_usage_one_past_its_documented_bound_is_refused_and_the_bound_taken(
     taken = memory_http.post("/v1/sessions/s-1/steps", json={"step": "b", "usage": {**base, name: most}})
     assert taken.status_code == 201, taken.text
     assert [step["step"] for step in memory_http.get("/v1/sessions/s-1").json()["history"]] == ["b"]
+
+
+def test_costs_are_answered_as_plain_decimals_in_a_sessions_state_and_history(
+    memory_http: TestClient,
+) -> None:
+    # Given steps recorded with tiny costs, one of them a cost of zero at seven places (what an
+    # unpriced or refused call records: 0E-7)
+    assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
+    for step, cost in (("a", "0.0000001"), ("b", 0.0000001), ("c", "0.0000000")):
+        recorded = memory_http.post(
+            "/v1/sessions/s-1/steps",
+            json={"step": step, "usage": {"request_model": "gpt-4.1", "cost_usd": cost}},
+        )
+        assert recorded.status_code == 201, recorded.text
+        assert "E-" not in recorded.text, recorded.text
+    # When the session, its history and its steps are read
+    state = memory_http.get("/v1/sessions/s-1")
+    history = memory_http.get("/v1/sessions/s-1/history")
+    # Then every cost reads as a plain decimal, as the document promises (they read "1E-7",
+    # "2E-7" and "0E-7": a client comparing strings, or a person, read them wrong)
+    for answer in (state, history):
+        assert "E-" not in answer.text, answer.text
+    assert state.json()["totals"]["cost_usd"] == "0.0000002"
+    assert [s["usage"]["cost_usd"] for s in state.json()["history"]] == [
+        "0.0000001",
+        "0.0000001",
+        "0.0000000",
+    ]
+
+
+def test_a_decimal_is_made_json_as_a_plain_decimal() -> None:
+    # The one rendering of money for the API, the dashboard and the CLI
+    data = jsonable({"cost": Decimal("1E-7"), "zero": Decimal("0E-9"), "big": Decimal("1E+3")})
+    assert data == {"cost": "0.0000001", "zero": "0.000000000", "big": "1000"}
