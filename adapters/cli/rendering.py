@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flowledger.domain.session_views import SessionState
+from flowledger.domain.values import plain_decimal
 from flowledger.infrastructure.history import HistoryEntry
 
 RULE_MARGIN = 4
@@ -68,7 +69,7 @@ def session_table(state: SessionState) -> Table:
         ),
         ("context", _compact(state.context, 200)),
         ("tokens", f"{state.totals.input_tokens} in / {state.totals.output_tokens} out"),
-        ("cost", f"${state.totals.cost_usd}"),
+        ("cost", f"${plain_decimal(state.totals.cost_usd)}"),
         ("expires", state.expires_at.isoformat(timespec="seconds")),
         ("updated", state.updated_at.isoformat(timespec="milliseconds")),
     ]

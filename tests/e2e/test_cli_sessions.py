@@ -170,3 +170,21 @@ def test_an_unreachable_database_is_one_line_and_exit_code_75(pg_schema: str) ->
     assert result.stderr.strip().startswith("error: the event store is unavailable")
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr
+
+
+def test_replay_writes_a_tiny_cost_as_a_plain_decimal(database_url: str, pg_schema: str) -> None:
+    from decimal import Decimal
+
+    from flowledger.domain import LlmUsage
+
+    # Given a step that cost a ten-millionth of a dollar
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("tiny", "checkout")
+        engine.record_step(
+            "tiny", "cart", usage=LlmUsage(request_model="gpt-4.1", cost_usd=Decimal("0.0000001"))
+        )
+    # When the session is replayed, Then its cost reads $0.0000001 (it read $1E-7)
+    replay = run(database_url, pg_schema, "replay", "tiny")
+    assert replay.returncode == 0, replay.stderr
+    assert "$0.0000001" in replay.stdout
+    assert "E-7" not in replay.stdout
