@@ -540,16 +540,23 @@ class LlmCallFailed(LlmError):
 
 
 class CircuitOpen(LlmError):
-    """The endpoint's circuit breaker is open; the call failed fast without a request."""
+    """The endpoint's circuit breaker is open; the call failed fast without a request.
 
-    def __init__(self, endpoint: str, retry_in_s: float, attempts: int = 0) -> None:
+    ``opened_by``: when the call made attempts before the breaker opened (its failures among
+    those that opened it), how they failed (``"http_500, http_500"``), "" otherwise; the
+    message then names them (it said only that the circuit was open, as if no request had
+    gone out)."""
+
+    def __init__(self, endpoint: str, retry_in_s: float, attempts: int = 0, opened_by: str = "") -> None:
+        told = f" (after this call's {attempts} attempt(s): {opened_by})" if opened_by else ""
         super().__init__(
-            f"circuit for {endpoint} is open; next trial in {max(retry_in_s, 0.0):.1f}s",
+            f"circuit for {endpoint} is open; next trial in {max(retry_in_s, 0.0):.1f}s{told}",
             error_type="circuit_open",
             attempts=attempts,
         )
         self.endpoint = endpoint
         self.retry_in_s = retry_in_s
+        self.opened_by = opened_by
 
 
 class UnknownModelPrice(LlmError):

@@ -377,11 +377,15 @@ class OpenAICompatibleClient:
             error.usage = build_usage(call, None, outcomes, self._clock())  # type: ignore[attr-defined]
             raise
         except CircuitOpen as error:
-            error.attempts = len(outcomes)
+            usage = build_usage(call, None, outcomes, self._clock())
+            if outcomes:  # the breaker opened on this call's own failures: say which
+                opened_by = ", ".join(outcome.error_type for outcome in outcomes)
+                error = CircuitOpen(error.endpoint, error.retry_in_s, len(outcomes), opened_by=opened_by)
             # Usage even when no request went out: it names the model asked for, so the
             # dashboard keeps the failed call under its model (not "(none)"), with no tokens.
-            error.usage = build_usage(call, None, outcomes, self._clock())
-            raise
+            error.attempts = len(outcomes)
+            error.usage = usage
+            raise error from None
         served = self.priced_as_served(call, parsed.response_model)
         usage = build_usage(served, parsed, outcomes, self._clock())
         return LlmReply(content=parsed.content, usage=usage, refusal=parsed.refusal or None)

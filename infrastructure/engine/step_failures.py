@@ -65,12 +65,15 @@ def failure_detail(error: BaseException) -> ErrorDetail | None:
     if isinstance(error, SessionClosed):
         return {"error": "SessionClosed", "status": str(error.status)}
     if isinstance(error, CircuitOpen):
-        return {
+        circuit: ErrorDetail = {
             "error": "CircuitOpen",
             "endpoint": str(error.endpoint),
             "retry_in_s": float(error.retry_in_s),
             "attempts": int(error.attempts),
         }
+        if error.opened_by:
+            circuit["opened_by"] = str(error.opened_by)
+        return circuit
     if isinstance(error, UnknownModelPrice):
         return {
             "error": "UnknownModelPrice",
@@ -137,8 +140,12 @@ def _circuit_open(
 ) -> CircuitOpen:
     # The trial the first caller was told of has come that much closer since.
     waited_s = (now - failure.recorded_at).total_seconds()
+    opened_by = detail.get("opened_by", "")
     return CircuitOpen(
-        _text(detail, "endpoint"), _number(detail, "retry_in_s") - waited_s, _count(detail, "attempts")
+        _text(detail, "endpoint"),
+        _number(detail, "retry_in_s") - waited_s,
+        _count(detail, "attempts"),
+        opened_by=opened_by if isinstance(opened_by, str) else "",
     )
 
 

@@ -201,6 +201,35 @@ async def test_a_breaker_opening_mid_retry_stops_the_retries() -> None:
     await llm.aclose()
 
 
+async def test_a_breaker_opening_mid_retry_says_which_failures_opened_it() -> None:
+    async def instant(_: float) -> None:
+        return None
+
+    # Given an endpoint failing with 500s and a breaker that opens after two
+    config = ClientConfig(
+        base_url="https://llm.test/v1",
+        api_key=ApiKey("sk-test-secret-1"),
+        max_retries=5,
+        breaker_failure_threshold=2,
+    )
+    llm = OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(Endpoint(500)), retry_sleep=instant
+    )
+    # When one call's own attempts open it
+    with pytest.raises(CircuitOpen) as raised:
+        await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    # Then its error names what the endpoint did (it said only that the circuit was open, as
+    # if no request had gone out: the 500s were in no message)
+    assert raised.value.opened_by == "http_500, http_500"
+    assert str(raised.value).endswith("(after this call's 2 attempt(s): http_500, http_500)")
+    # And a call refused by the open breaker, which sent nothing, says nothing of the kind
+    with pytest.raises(CircuitOpen) as refused:
+        await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    assert refused.value.opened_by == ""
+    assert str(refused.value).endswith("s")
+    await llm.aclose()
+
+
 async def test_requests_per_minute_are_limited_per_model() -> None:
     limiter = ModelRateLimiter({"gpt-4.1": ModelLimits(rpm=2, tpm=10_000, period_s=0.2)}, default=None)
     started = time.perf_counter()

@@ -192,6 +192,18 @@ def test_an_open_circuit_rebuilt_from_its_fields_has_its_trial_that_much_closer(
     assert (rebuilt.endpoint, rebuilt.retry_in_s, rebuilt.attempts) == ("http://model.test/v1", 10.0, 1)
 
 
+def test_an_open_circuit_rebuilt_from_its_fields_names_the_failures_that_opened_it(
+    state: SessionState,
+) -> None:
+    raised = CircuitOpen("http://model.test/v1", 12.0, attempts=2, opened_by="http_500, http_500")
+    failure = recorded("circuit_open", str(raised), detail=failure_detail(raised))
+    rebuilt = waiter_error(failure, state, NOW)
+    assert isinstance(rebuilt, CircuitOpen)
+    # The waiter is told what the first caller was
+    assert str(rebuilt) == str(raised)
+    assert rebuilt.opened_by == "http_500, http_500"
+
+
 def test_a_refused_call_rebuilt_from_its_fields_asks_for_that_much_less_of_a_wait(
     state: SessionState,
 ) -> None:
