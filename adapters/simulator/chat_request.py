@@ -134,6 +134,10 @@ def chat_request(raw: bytes) -> ChatRequest:
     include_usage = options.get("include_usage") if options else None
     if include_usage is not None and type(include_usage) is not bool:
         raise _invalid_type("stream_options.include_usage", "a boolean", include_usage)
+    if options is not None and not stream:  # answered 200: such a client failed at OpenAI
+        raise BadRequest(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.", param="stream_options"
+        )
     cap = request.get("max_tokens")
     if cap is not None and not (type(cap) is int and cap >= 1):
         raise _count_refusal("max_tokens", cap)

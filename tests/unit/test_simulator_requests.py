@@ -550,6 +550,26 @@ def test_a_field_openai_refuses_is_a_400_the_sdk_raises_as_a_bad_request(
 
 
 @pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize("stream", [None, False])
+def test_stream_options_without_a_stream_is_refused_as_openai_refuses_it(
+    simulator: Simulator, stream: bool | None
+) -> None:
+    # It was answered 200: a client sending include_usage on every request passed against the
+    # simulator and failed every call that was not streamed against OpenAI
+    fields: dict[str, Any] = {"stream_options": {"include_usage": True}}
+    if stream is not None:
+        fields["stream"] = stream
+    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, **fields)
+    assert raised.value.body == {
+        "message": "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+        "type": "invalid_request_error",
+        "param": "stream_options",
+        "code": None,
+    }
+
+
+@pytest.mark.usefixtures("no_traceback")
 def test_an_argument_openai_does_not_know_is_refused_as_openai_refuses_it(simulator: Simulator) -> None:
     with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, extra_body={"top_k": 40})  # type: ignore[arg-type]
