@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flowledger.domain.errors import IdempotencyKeyReused, LlmError
+from flowledger.domain.errors import LlmError
 from flowledger.domain.ports import LlmPort
 from flowledger.domain.session_views import ModelAsked, PendingStep, StepRecord, same_json
 from flowledger.domain.values import JsonObject, LlmUsage
@@ -102,15 +102,14 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def ensure_same_request(leading: StepCall, call: StepCall) -> None:
-    """Raise IdempotencyKeyReused unless ``call`` is the request ``leading`` is running under
-    its key (the step name, the input compared as JSON, the model), as a recorded step's key is checked."""
-    if leading.step != call.step:
-        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "step name")
-    if not same_json(leading.input, call.input):
-        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "input")
-    if call.asked is not None and not call.asked.matches(leading.model_key):
-        raise IdempotencyKeyReused(call.session_id, call.key, leading.step, "model")
+def same_request(leading: StepCall, call: StepCall) -> bool:
+    """Whether ``call`` is the request ``leading`` is running under its key (the step name, the
+    input compared as JSON, the model), as a recorded step's key is checked."""
+    return (
+        leading.step == call.step
+        and same_json(leading.input, call.input)
+        and (call.asked is None or call.asked.matches(leading.model_key))
+    )
 
 
 def asked_model(llm: LlmPort, model: str | None) -> ModelAsked | None:

@@ -57,7 +57,7 @@ from flowledger.infrastructure.engine.step_calls import (
     Wait,
     asked_model,
     changed_keys,
-    ensure_same_request,
+    same_request,
     usage_of,
 )
 from flowledger.infrastructure.engine.step_failures import failure_detail, waiter_error
@@ -166,7 +166,13 @@ class StepService:
         slot = (session_id, key)
         while (inflight := self._inflight.get(slot)) is not None and inflight[1].get_loop() is loop:
             leading, running = inflight
-            ensure_same_request(leading, call)  # another request under the key shares nothing
+            if not same_request(leading, call):
+                # Another request under the key shares nothing, and is not what decides it: the
+                # store says which request the key names once the one in flight here has begun
+                # or been refused. Refused here at once, a request the key named (held by
+                # another process) was told "another input" when the one ahead was refused.
+                await asyncio.wait([running])
+                continue
             try:
                 return await asyncio.shield(running)
             except LeaderGone:

@@ -196,6 +196,30 @@ async def test_requests_racing_in_one_engine_under_one_key_share_only_one_reques
     ]
 
 
+async def test_a_request_racing_behind_another_that_the_key_does_not_name_is_not_refused_for_it(
+    engine: Engine,
+) -> None:
+    # Given a key another process holds for greet {} (its worker's lease about to lapse)
+    engine.llm = llm = ScriptedLlm()
+    engine.start_session("s1", "customer_service")
+    start_elsewhere(engine, "s1", "k1", lease=timedelta(milliseconds=300))
+    # When, in this process, a request with another input comes under the key first and the
+    # key's own request right behind it
+    other, own = await asyncio.gather(
+        engine.process_step("s1", "greet", {"message": "other"}, idempotency_key="k1"),
+        asyncio.wait_for(engine.process_step("s1", "greet", {}, idempotency_key="k1"), 10),
+        return_exceptions=True,
+    )
+    # Then only the other is refused: the key's own request was refused with it ("another
+    # input", compared with the refused request in flight here, not with what the key names),
+    # and is answered as the key's request is (here: its lapsed step taken over)
+    assert isinstance(other, IdempotencyKeyReused), other
+    assert other.differs == "input"
+    assert not isinstance(own, BaseException), own
+    assert (own.step, own.input, own.idempotency_key) == ("greet", {}, "k1")
+    assert len(llm.calls) == 1
+
+
 def test_over_http_another_request_under_a_used_key_is_a_422(memory_http: TestClient) -> None:
     assert memory_http.post("/v1/sessions", json={"session_id": "s1", "workflow": "w"}).status_code == 201
     body = {"step": "classify", "input": {"q": 1}, "output": {"a": 1}, "idempotency_key": "k1"}
