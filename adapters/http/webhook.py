@@ -184,7 +184,7 @@ async def _process(
     }
     if usage is not None and usage.unpriced:
         metrics["unpriced"] = True  # cost_usd is the known part only: never a silent $0
-    return {
+    answer = {
         "session_id": session_id,
         "step": record.step,
         "next_step": record.next_step,
@@ -193,6 +193,10 @@ async def _process(
         "context": outcome.context,
         "ai_metrics": metrics,
     }
+    problems = record.output.get("problems")
+    if problems:  # a refusal, a reply cut short, a field dropped: the seed's fields read as whole
+        answer["problems"] = problems
+    return answer
 
 
 def _extend(engine: Engine, body: WebhookRequest, session_id: str, strict: bool) -> dict[str, Any]:

@@ -477,3 +477,48 @@ def test_ai_metrics_and_get_state_show_what_a_step_cost_with_every_billed_attemp
         assert processed["ai_metrics"]["cost_usd"] == 0.0056
         assert [h["ai_cost"] for h in state.json()["data"]["history"]] == [0.0056]
         assert engine.get_session("s1").totals.cost_usd == Decimal("0.0056")
+
+
+@pytest.mark.parametrize(
+    ("content", "reasons", "problem"),
+    [
+        (
+            '{"action": "classify", "mess',
+            ("length",),
+            "the reply was cut at the token limit (finish_reason: length)",
+        ),
+        ('{"action": "classify", "next_step": 5}', ("stop",), "next_step is not a non-empty string"),
+    ],
+    ids=["cut", "field dropped"],
+)
+def test_a_reply_that_is_not_the_whole_decision_says_so_over_the_webhook(
+    content: str, reasons: tuple[str, ...], problem: str
+) -> None:
+    # Given a model whose reply is cut at the token limit, or names a field it cannot use
+    usage = replace(USAGE, finish_reasons=reasons)
+    engine = Engine(settings=make_settings(database_url="memory:"), llm=ScriptedLlm(content, usage=usage))
+    with engine, TestClient(create_app(engine, require_keys=False)) as http:
+        create_body = {"action": "create_session", "session_id": "s1", "workflow_name": "cs"}
+        assert http.post("/webhook/workflow-state", json=create_body).status_code == 200
+        # When the step runs over the webhook
+        processed = http.post(
+            "/webhook/workflow-state",
+            json={"action": "process_step", "session_id": "s1", "step_name": "greet", "input_data": {}},
+        ).json()["data"]
+    # Then its answer names the problem, as the step's recorded output does (the seed's fields
+    # alone read as a plain answer: a workflow could not tell it was cut or dropped a field)
+    assert problem in processed["problems"], processed
+
+
+def test_a_whole_decision_over_the_webhook_has_no_problems_field() -> None:
+    engine = Engine(settings=make_settings(database_url="memory:"), llm=ScriptedLlm())
+    with engine, TestClient(create_app(engine, require_keys=False)) as http:
+        http.post(
+            "/webhook/workflow-state",
+            json={"action": "create_session", "session_id": "s1", "workflow_name": "cs"},
+        )
+        processed = http.post(
+            "/webhook/workflow-state",
+            json={"action": "process_step", "session_id": "s1", "step_name": "greet", "input_data": {}},
+        ).json()["data"]
+    assert "problems" not in processed
