@@ -163,13 +163,17 @@ def out(state: Any) -> Json:
     return result
 
 
-_FOUND = "It existed with these fields: nothing was created (a retry)"
+_FOUND: dict[str, Any] = {
+    "description": "It existed with these fields: nothing was created (a retry); the body is as the 201's",
+    "model": Json,
+}
+"""A repeated creation's 200: with the body it answers (the document gave it none)."""
 
 
 @router.post(
     "/agents",
     status_code=status.HTTP_201_CREATED,
-    responses={status.HTTP_200_OK: {"description": _FOUND}, **responses(409)},
+    responses={status.HTTP_200_OK: _FOUND, **responses(409)},
 )
 def register_agent(body: RegisterAgent, caller: Writer, response: Response) -> Json:
     """Register an agent: 201 when registered; again with the same fields returns it unchanged
@@ -195,7 +199,7 @@ def get_agent(agent_id: AgentId, caller: Reader) -> Json:
 @router.post(
     "/tasks",
     status_code=status.HTTP_201_CREATED,
-    responses={status.HTTP_200_OK: {"description": _FOUND}, **responses(409)},
+    responses={status.HTTP_200_OK: _FOUND, **responses(409)},
 )
 def create_task(body: CreateTask, caller: Writer, response: Response) -> Json:
     """Create a task (a deadline as a time, or in hours from now): 201 when created; again with

@@ -133,3 +133,25 @@ def test_a_body_naming_a_field_twice_under_both_names_is_refused(simulator: Simu
         assert refused.status_code == 422
         assert "step_name" in refused.json()["error"]
         assert engine.session_steps("s-1") == []
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/sessions", {"session_id": "s-1", "workflow": "cs"}),
+        ("/v1/tasks", {"task_id": "T-1", "description": "Fix the race in the Go worker"}),
+        ("/v1/agents", {"agent_id": "be-1", "name": "Backend 1", "skills": ["golang"]}),
+    ],
+)
+def test_a_repeated_creation_is_documented_with_the_body_it_answers(
+    http: TestClient, path: str, body: dict[str, object]
+) -> None:
+    # Given a creation sent twice: 201 the first time, 200 with the same JSON body the second
+    first = http.post(path, json=body, headers=bearer(ACME_WRITER))
+    again = http.post(path, json=body, headers=bearer(ACME_WRITER))
+    assert (first.status_code, again.status_code) == (201, 200), again.text
+    assert again.json() == first.json()
+    # Then the document gives the 200 a JSON body, as it gives the 201 (it gave the 200 none)
+    responses = http.get("/openapi.json").json()["paths"][path]["post"]["responses"]
+    created, found = (responses[code]["content"]["application/json"]["schema"] for code in ("201", "200"))
+    assert found.get("$ref", found.get("type")) == created.get("$ref", created.get("type"))
