@@ -177,8 +177,11 @@ class TaskState:
 
     @property
     def agent_id(self) -> str | None:
-        """The agent holding the task now, if any."""
-        return self.assignment.agent_id if self.status.holds_agent and self.assignment else None
+        """The agent holding the task now, or, once it is completed, the one that completed it
+        (the agent a listing by ``agent_id`` files it under); None while it waits or is
+        escalated, when no agent holds it."""
+        named = self.status.holds_agent or self.status is TaskStatus.COMPLETED
+        return self.assignment.agent_id if named and self.assignment else None
 
 
 @dataclass(frozen=True, kw_only=True)

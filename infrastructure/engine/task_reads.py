@@ -22,14 +22,6 @@ def _overdue(state: TaskState, now: datetime) -> bool:
     return not state.status.is_final and state.deadline is not None and now >= state.deadline
 
 
-def _agent_of(state: TaskState) -> str | None:
-    """The agent a listing files the task under: the one holding it, or, once it is completed,
-    the one that completed it (a waiting task, released or requeued, is nobody's)."""
-    if state.status is TaskStatus.COMPLETED and state.assignment is not None:
-        return state.assignment.agent_id
-    return state.agent_id
-
-
 def _status(status: str) -> TaskStatus:
     try:
         return TaskStatus(str(status).lower())
@@ -160,7 +152,7 @@ class TaskReads:
             if (
                 (wanted_status is None or state.status is wanted_status)
                 and (wanted_priority is None or state.priority is wanted_priority)
-                and (agent_id is None or _agent_of(state) == agent_id)
+                and (agent_id is None or state.agent_id == agent_id)
                 and (overdue is None or _overdue(state, now) is overdue)
             ):
                 found.append(state)

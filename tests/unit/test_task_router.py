@@ -235,6 +235,29 @@ def test_an_agents_completed_tasks_are_listed_under_its_id(engine: Engine) -> No
     assert ids(engine.list_tasks(agent_id="nobody", status="completed")) == []
 
 
+def test_every_task_listed_under_an_agent_names_that_agent(engine: Engine) -> None:
+    # Given an agent that completed one task and holds another
+    engine.register_agent("be", "Backend", ["python"], 10)
+    for task_id in ("a", "b"):
+        engine.create_task(task_id, task_id.upper(), ["python"])
+        engine.assign_task(task_id)
+    engine.complete_task("a", {"pr": 1})
+    # When its tasks are listed by its id
+    listed = engine.list_tasks(agent_id="be")
+    # Then each one says it is that agent's: the completed one names the agent that completed it
+    # (it said agent_id None, listed under "be" while naming nobody)
+    assert [(s.task_id, s.status, s.agent_id) for s in listed] == [
+        ("a", TaskStatus.COMPLETED, "be"),
+        ("b", TaskStatus.ASSIGNED, "be"),
+    ]
+    assert engine.get_task("a").agent_id == "be"
+    # And a task waiting again, or escalated, names nobody: no agent holds it
+    engine.release_task("b", "blocked")
+    assert engine.get_task("b").agent_id is None
+    engine.create_task("c", "C", ["cobol"])
+    assert engine.assign_task("c").agent_id is None
+
+
 def test_a_listing_longer_than_its_limit_is_read_page_by_page_after_the_last_id(engine: Engine) -> None:
     # Given five tasks, two of them done (a status filter skips them on every page)
     engine.register_agent("be", "Backend", ["python"], 10)
