@@ -209,11 +209,16 @@ class Agent(FlowledgerAggregate):
 
     def ensure_same(self, *, name: str, skills: Iterable[str], capacity: int) -> None:
         """Raise AgentConflict unless a repeated registration names the same agent."""
-        wanted = (name, normalise_skills("skills", skills), capacity)
-        if wanted != (self.name, self.skills, self.capacity):
+        same = {
+            "name": name == self.name,
+            "skills": normalise_skills("skills", skills) == self.skills,
+            "capacity": capacity == self.capacity,
+        }
+        if not all(same.values()):
             raise AgentConflict(
                 self.agent_id,
                 f"name={self.name!r} skills={self.skills} capacity={self.capacity}",
+                tuple(field for field, equal in same.items() if not equal),
             )
 
     def change_capacity(self, capacity: int) -> None:

@@ -389,11 +389,22 @@ class TaskNotFound(TaskError):
         super().__init__(task_id, f"task {task_id!r} not found")
 
 
-class TaskConflict(TaskError):
-    """The task exists with a different description, skills or priority."""
+def _differing(fields: tuple[str, ...], detail: str) -> str:
+    """What a repeated creation changed, then what stands: ": its description and priority
+    differ (it has ...)"; ``: detail`` when no field is named."""
+    if not fields:
+        return f": {detail}"
+    listed = fields[0] if len(fields) == 1 else f"{', '.join(fields[:-1])} and {fields[-1]}"
+    return f", and its {listed} differ{'s' if len(fields) == 1 else ''} (it has {detail})"
 
-    def __init__(self, task_id: str, detail: str) -> None:
-        super().__init__(task_id, f"task {task_id!r} already exists: {detail}")
+
+class TaskConflict(TaskError):
+    """The task exists with a different description, skills, priority or deadline; ``fields``
+    names those the repeat changed."""
+
+    def __init__(self, task_id: str, detail: str, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(task_id, f"task {task_id!r} already exists{_differing(fields, detail)}")
+        self.fields = fields
 
 
 class TaskTransitionRejected(TaskError):
@@ -431,10 +442,12 @@ class AgentNotFound(AgentError):
 
 
 class AgentConflict(AgentError):
-    """The agent exists with a different name, skills or capacity."""
+    """The agent exists with a different name, skills or capacity; ``fields`` names those the
+    repeat changed."""
 
-    def __init__(self, agent_id: str, detail: str) -> None:
-        super().__init__(agent_id, f"agent {agent_id!r} already exists: {detail}")
+    def __init__(self, agent_id: str, detail: str, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(agent_id, f"agent {agent_id!r} already exists{_differing(fields, detail)}")
+        self.fields = fields
 
 
 class AgentAtCapacity(AgentError):

@@ -59,17 +59,19 @@ class CreationTerms:
         description, skills and priority, and the task's deadline if it names one (a delay
         matches the delay from the task's creation it was given as, so a retry later with the
         same delay is a repeat; a deadline where the task has none is a conflict)."""
-        wanted = (
-            description,
-            normalise_skills("required_skills", required_skills),
-            TaskPriority.parse(priority).value,
-        )
-        if wanted != (self.description, list(self.skills), self.priority) or not self._same_deadline(
-            deadline
-        ):
+        same = {
+            "description": description == self.description,
+            "required_skills": normalise_skills("required_skills", required_skills) == list(self.skills),
+            "priority": TaskPriority.parse(priority).value == self.priority,
+            "deadline": self._same_deadline(deadline),
+        }
+        if not all(same.values()):
             made = "none" if self.deadline is None else self.deadline.isoformat()
-            detail = f"priority={self.priority!r} skills={list(self.skills)} deadline={made}"
-            raise TaskConflict(self.task_id, detail)
+            raise TaskConflict(
+                self.task_id,
+                f"priority={self.priority!r} skills={list(self.skills)} deadline={made}",
+                tuple(field for field, equal in same.items() if not equal),
+            )
 
     def _same_deadline(self, deadline: datetime | timedelta | None) -> bool:
         if deadline is None:

@@ -55,6 +55,30 @@ def test_creating_a_task_again_is_a_no_op_but_a_different_one_conflicts(engine: 
         engine.create_task("t3", "x", "python")
 
 
+def test_a_conflicting_repeat_names_the_fields_it_changed(engine: Engine) -> None:
+    # Given a task and an agent
+    engine.create_task("t1", "Fix login", ["python"], "high", deadline=timedelta(hours=2))
+    engine.register_agent("be", "Backend", ["python"], 3)
+    # When they are created again with another description, or other skills and capacity
+    with pytest.raises(TaskConflict) as task_raised:
+        engine.create_task("t1", "Fix the login", ["python"], "high")
+    with pytest.raises(AgentConflict) as agent_raised:
+        engine.register_agent("be", "Backend", ["golang"], 4)
+    # Then the refusal says what differs (it listed only priority, skills and deadline, so
+    # another description read as a conflict over fields that were all the same)
+    assert task_raised.value.fields == ("description",)
+    assert str(task_raised.value).startswith(
+        "task 't1' already exists, and its description differs (it has priority='high'"
+    )
+    assert agent_raised.value.fields == ("skills", "capacity")
+    assert str(agent_raised.value) == (
+        "agent 'be' already exists, and its skills and capacity differ"
+        " (it has name='Backend' skills=['python'] capacity=3)"
+    )
+    assert len(engine.task_history("t1")) == 1
+    assert len(engine.agent_history("be")) == 1
+
+
 def test_unknown_tasks_and_agents_are_not_found(engine: Engine) -> None:
     with pytest.raises(TaskNotFound) as task_raised:
         engine.assign_task("nope")
