@@ -461,4 +461,7 @@ def json_bytes(value: Any) -> int:
 
 
 def _days(value: timedelta) -> str:
-    return f"{value.days} days" if value >= timedelta(days=2) else str(value)
+    """A duration as "3660 days", or with the rest of a day ("3660 days, 1:00:00"): the bound
+    and a delay an hour past it read the same when the hours were dropped."""
+    whole = value >= timedelta(days=2) and value == timedelta(days=value.days)
+    return f"{value.days} days" if whole else str(value)

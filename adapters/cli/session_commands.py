@@ -127,18 +127,21 @@ def parse_time(text: str, field: str = "as_of") -> datetime:
     return moment
 
 
-def duration(hours: float, field: str = "hours", *, bounded: bool = True) -> timedelta:
+def duration(
+    hours: float, field: str = "hours", *, bounded: bool = True, maximum: timedelta = MAX_TTL
+) -> timedelta:
     """``hours`` as a duration: positive, at least a millisecond (the HTTP API's least
     ``ttl_seconds``; ``1e-9`` hours was a 4 µs extension) and, when ``bounded``, at most
-    ``MAX_TTL``. An extension is not bounded here: the engine refuses one past its bound with
-    how much the session can still take, which only the session knows."""
-    least, most = 0.001 / 3600, MAX_TTL.total_seconds() / 3600
+    ``maximum`` (``MAX_TTL``; a deadline's is ``MAX_DEADLINE``). An extension is not bounded
+    here: the engine refuses one past its bound with how much the session can still take,
+    which only the session knows."""
+    least, most = 0.001 / 3600, maximum.total_seconds() / 3600
     if math.isnan(hours) or hours <= 0:
         raise ValidationError(field, f"must be a positive number of hours, got {hours:g}")
     if hours < least:
         raise ValidationError(field, f"must be at least 1 ms ({least:.3g} hours), got {hours:g}")
     if bounded and hours > most:
-        raise ValidationError(field, f"must be at most {most:g} ({MAX_TTL.days} days), got {hours:g}")
+        raise ValidationError(field, f"must be at most {most:g} ({maximum.days} days), got {hours:g}")
     try:
         return timedelta(hours=hours)
     except OverflowError:  # past what a timedelta holds (inf too): no expiry lies that far ahead

@@ -23,7 +23,7 @@ from flowledger.adapters.cli.errors import fail, reported_errors
 from flowledger.adapters.cli.rendering import history_table
 from flowledger.adapters.cli.session_commands import duration, parse_time
 from flowledger.adapters.cli.task_rendering import task_line, task_table, tasks_table
-from flowledger.domain.bounds import MAX_REASON_LENGTH, require_resolution, require_text
+from flowledger.domain.bounds import MAX_DEADLINE, MAX_REASON_LENGTH, require_resolution, require_text
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskPriority, TaskState, TaskStatus
 from flowledger.infrastructure import Engine, Settings
@@ -52,7 +52,8 @@ def _deadline(at: str | None, hours: float | None, field: str = "deadline") -> d
     if at is not None and hours is not None:
         raise ValidationError(f"{field}_hours", f"give {field} (a time) or {field}_hours, not both")
     if hours is not None:
-        return duration(hours, f"{field}_hours", bounded=False)
+        # Bounded here as REST's deadline_hours is: an overflow said a session's 366 days.
+        return duration(hours, f"{field}_hours", maximum=MAX_DEADLINE)
     return parse_time(at, field) if at is not None else None
 
 

@@ -219,6 +219,21 @@ BAD_INPUT = [
         "deadline_hours: must be a positive number of hours",
     ),
     (["tasks", "create", "T-2", "--description", "d", "--deadline-hours", "1e9"], 2, "deadline"),
+    # A deadline's bound is MAX_DEADLINE (87840 hours, as REST's deadline_hours says), not a
+    # session's 366 days: "inf hours reach past any expiry (at most 8784 ahead)" named the wrong one
+    *(
+        (
+            ["tasks", "create", "T-2", "--description", "d", "--deadline-hours", hours],
+            2,
+            f"deadline_hours: must be at most 87840 (3660 days), got {hours}",
+        )
+        for hours in ("87841", "1e+300", "inf")
+    ),
+    (
+        ["tasks", "requeue", "T-1", "--by", "a", "--reason", "r", "--deadline-hours", "inf"],
+        2,
+        "deadline_hours: must be at most 87840 (3660 days), got inf",
+    ),
     (
         [
             "tasks",

@@ -270,6 +270,17 @@ def test_a_deadline_beyond_ten_years_is_refused_not_an_overflow(engine: Engine) 
         engine.get_task("t-far")
 
 
+def test_a_delay_just_past_the_bound_is_refused_saying_how_far_past(engine: Engine) -> None:
+    # When a task's deadline is a delay an hour past MAX_DEADLINE
+    with pytest.raises(ValidationError) as raised:
+        engine.create_task("t-1", "someday", deadline=MAX_DEADLINE + timedelta(hours=1))
+    # Then the refusal says the delay given, not the bound twice ("at most 3660 days, got
+    # 3660 days": the hour was dropped)
+    assert str(raised.value) == "deadline: must be at most 3660 days, got 3660 days, 1:00:00"
+    with pytest.raises(TaskNotFound):
+        engine.get_task("t-1")
+
+
 def test_a_deadline_given_as_a_moment_has_the_same_bound_as_one_given_as_a_delay(engine: Engine) -> None:
     # Given the bound a delay has (MAX_DEADLINE, about ten years from now)
     now = datetime.now(UTC)
