@@ -390,7 +390,10 @@ def require_flag(field_name: str, value: Any) -> bool:
 
 
 def require_moment(field_name: str, value: Any, *, optional: bool = False) -> None:
-    """Raise ValidationError unless ``value`` is a timezone-aware datetime (or None when ``optional``)."""
+    """Raise ValidationError unless ``value`` is a timezone-aware datetime (or None when
+    ``optional``) that lies in year 1 or later in UTC too: year 1 at +14:00 can be year 0 there,
+    which PostgreSQL stores as BC and psycopg cannot read back ("timestamp too small"). The
+    other end is each field's bound to say (a deadline's ``MAX_DEADLINE``)."""
     if value is None and optional:
         return
     if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
@@ -399,6 +402,9 @@ def require_moment(field_name: str, value: Any, *, optional: bool = False) -> No
                 field_name, f"must carry a time zone (like +00:00 or Z), got {value.isoformat()}"
             )
         raise ValidationError(field_name, f"must be a timezone-aware datetime, got {value!r}")
+    offset = value.utcoffset()
+    if offset is not None and value.replace(tzinfo=None) - datetime.min < offset:
+        raise ValidationError(field_name, f"must lie in year 1 or later in UTC, got {value.isoformat()}")
 
 
 def require_deadline(field_name: str, value: Any, now: datetime) -> datetime | None:

@@ -470,3 +470,17 @@ def test_a_decimal_is_made_json_as_a_plain_decimal() -> None:
     # The one rendering of money for the API, the dashboard and the CLI
     data = jsonable({"cost": Decimal("1E-7"), "zero": Decimal("0E-9"), "big": Decimal("1E+3")})
     assert data == {"cost": "0.0000001", "zero": "0.000000000", "big": "1000"}
+
+
+@pytest.mark.parametrize("deadline", ["0001-01-01T00:00:00+14:00", "0001-01-01T13:59:59+14:00"])
+def test_a_deadline_before_year_1_in_utc_is_refused(memory_http: TestClient, deadline: str) -> None:
+    # When a task's deadline is written in year 1 with an offset that puts it in year 0 in UTC
+    # (its Unix seconds would be refused as before year 1; the text was taken, and the current
+    # state projection then held a BC timestamp that psycopg cannot read: "timestamp too small")
+    body = {"task_id": "t-1", "description": "d", "deadline": deadline}
+    # Then it is refused as the same moment in Unix seconds is, and no task exists
+    refused(memory_http.post("/v1/tasks", json=body), "deadline: must lie in year 1 or later in UTC")
+    assert memory_http.get("/v1/tasks/t-1").status_code == 404
+    # And the first moment of year 1 in UTC is still a (past) deadline
+    body["deadline"] = "0001-01-01T14:00:00+14:00"
+    assert memory_http.post("/v1/tasks", json=body).status_code == 201
