@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -132,12 +134,17 @@ def list_tasks(
     after: Annotated[str | None, typer.Option(help="The last task id of the page before.")] = None,
     tenant: TenantOpt = None,
 ) -> None:
-    """Tasks matching every filter given, oldest first."""
+    """Tasks matching every filter given, oldest first; a page cut at --limit says how to read
+    the next one."""
     with reported_errors(), Engine(tenant=tenant) as engine:
-        tasks = engine.list_tasks(
-            status=status, priority=priority, agent_id=agent, overdue=overdue, limit=limit, after=after
-        )
+        page = partial(engine.list_tasks, status=status, priority=priority, agent_id=agent, overdue=overdue)
+        tasks = page(limit=limit, after=after)
+        # A page as long as the limit may be all there is: one more row tells.
+        more = len(tasks) == limit and bool(page(limit=1, after=tasks[-1].task_id))
     console.print(tasks_table(f"tasks of {engine.tenant}", tasks))
+    if more:
+        last = tasks[-1].task_id
+        console.print(f"more after {last}: add --after {shlex.quote(last)}", markup=False, highlight=False)
 
 
 @tasks_app.command("show")

@@ -307,3 +307,23 @@ def test_a_classification_whose_model_is_unreachable_exits_7_and_the_task_waits(
     # ... and the task waits, held back, the failures in its history
     assert "held back" in cli("tasks", "show", "T-1").stdout
     assert "Task.ClassificationFailed" in cli("tasks", "history", "T-1").stdout
+
+
+def test_a_listing_cut_at_its_limit_says_how_to_read_the_next_page(database_url: str, pg_schema: str) -> None:
+    # Given three tasks
+    cli = lambda *args: run_cli(database_url, pg_schema, *args, columns=120)  # noqa: E731
+    for n in (1, 2, 3):
+        assert cli("tasks", "create", f"T-{n}", "--description", "Fix the API").returncode == 0
+    # When they are listed two at a time
+    first = cli("tasks", "list", "--limit", "2")
+    # Then the page says more follow and how to read them (it printed two rows, nothing more,
+    # as if there were no others: the default limit is 100)
+    assert listed(first) == ["T-1", "T-2"]
+    assert "more after T-2: add --after T-2" in first.stdout
+    # And the last page, or one that holds everything, says nothing of the kind
+    last = cli("tasks", "list", "--limit", "2", "--after", "T-2")
+    assert listed(last) == ["T-3"]
+    assert "more after" not in last.stdout
+    everything = cli("tasks", "list", "--limit", "3")
+    assert listed(everything) == ["T-1", "T-2", "T-3"]
+    assert "more after" not in everything.stdout
