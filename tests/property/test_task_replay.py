@@ -128,7 +128,7 @@ def run_one(engine: Engine, model: Model, data: st.DataObject) -> str:
         holder.active.discard(task_id)
         if command == "complete":
             engine.complete_task(task_id, {"ok": True})
-            task.status, task.agent = "completed", None  # a closed task has no holder
+            task.status = "completed"  # no holder, but agent_id names the agent that completed it
             holder.completed += 1
         else:
             engine.release_task(task_id, "handed back")
