@@ -192,6 +192,7 @@ class Agent(FlowledgerAggregate):
         self.name = name
         self.skills = stored_skills(skills)
         self.capacity = capacity
+        self.registered_capacity = capacity
         self.active: dict[str, datetime] = {}
         self.completed = 0
         self.recent: list[float] = []
@@ -208,16 +209,22 @@ class Agent(FlowledgerAggregate):
         return task_id in self.active
 
     def ensure_same(self, *, name: str, skills: Iterable[str], capacity: int) -> None:
-        """Raise AgentConflict unless a repeated registration names the same agent."""
+        """Raise AgentConflict unless a repeated registration names the same agent: its name and
+        skills, and the capacity it was registered with or has now (a registration sent again
+        after a person changed the capacity is a repeat, as a task's is checked against what
+        it was created with)."""
+        # Snapshots taken before ``registered_capacity`` existed: the capacity now.
+        registered: int = self.__dict__.get("registered_capacity", self.capacity)
         same = {
             "name": name == self.name,
             "skills": normalise_skills("skills", skills) == self.skills,
-            "capacity": capacity == self.capacity,
+            "capacity": capacity in (registered, self.capacity),
         }
         if not all(same.values()):
+            first = "" if registered == self.capacity else f", registered with {registered}"
             raise AgentConflict(
                 self.agent_id,
-                f"name={self.name!r} skills={self.skills} capacity={self.capacity}",
+                f"name={self.name!r} skills={self.skills} capacity={self.capacity}{first}",
                 tuple(field for field, equal in same.items() if not equal),
             )
 

@@ -55,6 +55,25 @@ def test_creating_a_task_again_is_a_no_op_but_a_different_one_conflicts(engine: 
         engine.create_task("t3", "x", "python")
 
 
+def test_registering_again_as_first_registered_is_a_repeat_after_a_capacity_change(engine: Engine) -> None:
+    # Given an agent registered with capacity 10, then paused by a person
+    engine.register_agent("be", "Backend", ["python"], 10)
+    engine.set_agent_capacity("be", 0)
+    # When its registration is sent again as it was first sent (a setup script run again)
+    again = engine.register_agent("be", "Backend", ["python"], 10)
+    # Then it is a repeat: the agent as it stands, still paused, nothing appended (it was an
+    # AgentConflict, as a task's repeat is compared with what it was created with, not what it is)
+    assert (again.capacity, again.version) == (0, 2)
+    # And a registration naming the capacity it has now is a repeat too; any other conflicts
+    engine.set_agent_capacity("be", 4)
+    assert engine.register_agent("be", "Backend", ["python"], 4).capacity == 4
+    with pytest.raises(AgentConflict) as raised:
+        engine.register_agent("be", "Backend", ["python"], 7)
+    assert raised.value.fields == ("capacity",)
+    assert str(raised.value).endswith("capacity=4, registered with 10)")
+    assert len(engine.agent_history("be")) == 3
+
+
 def test_a_conflicting_repeat_names_the_fields_it_changed(engine: Engine) -> None:
     # Given a task and an agent
     engine.create_task("t1", "Fix login", ["python"], "high", deadline=timedelta(hours=2))
