@@ -484,3 +484,19 @@ def test_a_deadline_before_year_1_in_utc_is_refused(memory_http: TestClient, dea
     # And the first moment of year 1 in UTC is still a (past) deadline
     body["deadline"] = "0001-01-01T14:00:00+14:00"
     assert memory_http.post("/v1/tasks", json=body).status_code == 201
+
+
+@pytest.mark.parametrize("deadline", ["20000000001", "1767225600", "0", " 42 ", "-5", "1.5e9"])
+def test_a_deadline_as_text_must_be_a_time_not_a_number_in_quotes(
+    memory_http: TestClient, deadline: str
+) -> None:
+    # When a task's deadline is a number written as text (pydantic read "20000000001" as
+    # milliseconds, 1970-08-20, where the JSON number 20000000001 is seconds, year 2603; and the
+    # document types text as an RFC 3339 date-time)
+    body = {"task_id": "t-1", "description": "d", "deadline": deadline}
+    # Then it is refused, saying how to write a time, and no task exists
+    refused(memory_http.post("/v1/tasks", json=body), "deadline: must be RFC 3339 text with a zone")
+    assert memory_http.get("/v1/tasks/t-1").status_code == 404
+    # And a requeue's deadline is read alike
+    requeue = {"reason": "r", "requested_by": "me", "deadline": deadline}
+    refused(memory_http.post("/v1/tasks/t-1/requeue", json=requeue), "deadline: must be RFC 3339 text")
