@@ -109,7 +109,8 @@ def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     by priority (critical, high, medium, low), then the earliest deadline, then the oldest: a
     high task due later goes before a low one due sooner. Returns each task offered as it stands:
     one that names no skills and whose classification failed is passed over, still pending, its
-    ``held_back`` saying why (reclassify it). Every field has a default, so the body may be left out."""
+    ``held_back`` saying why (reclassify it), and takes no place of ``limit``. Every field has a
+    default, so the body may be left out."""
     body = body or RunQueue()
     states = caller.engine.assign_pending(limit=body.limit, escalate_when_full=body.escalate_when_full)
     return [out(state) for state in states]

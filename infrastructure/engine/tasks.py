@@ -164,12 +164,12 @@ class TaskService:
         keeps waiting for the next run (as ``POST /v1/queue/run`` does); with
         ``escalate_when_full=True`` it is escalated (``all_at_capacity``) instead. A task
         held back (``TaskState.held_back``: no skills, and its classification failed) is
-        passed over and returned as it stands.
+        passed over and returned as it stands, without counting towards ``limit``.
         """
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValidationError("limit", f"must be a whole number >= 1 or None, got {limit!r}")
         require_flag("escalate_when_full", escalate_when_full)
-        waiting = []
+        waiting, held = [], set()
         for entry in self._reads.index.open_tasks():
             task: Task | None = self._store.load(entry.aggregate_id)
             if task is None:
@@ -177,7 +177,18 @@ class TaskService:
             self._reads.note(task.state())
             if task.task_status is TaskStatus.PENDING:
                 waiting.append(task.queued())
-        ordered = [queued.task_id for queued in in_queue_order(waiting)[:limit]]
+                if task.held_back is not None:
+                    held.add(task.task_id)
+        # A held-back task is passed over, so it takes no place of the limit: a run of one
+        # offered the same held-back critical task every time and never placed another.
+        ordered: list[str] = []
+        places = limit
+        for queued in in_queue_order(waiting):
+            if places is not None and places == 0:
+                break
+            ordered.append(queued.task_id)
+            if places is not None and queued.task_id not in held:
+                places -= 1
         return self.assigner.assign_all(ordered, escalate_when_full)
 
     def requeue_task(

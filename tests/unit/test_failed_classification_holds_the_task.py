@@ -49,6 +49,26 @@ async def test_the_queue_passes_over_a_task_whose_classification_failed(engine: 
     assert engine.get_agent("devops").load == 0
 
 
+async def test_a_held_back_task_does_not_use_up_a_limited_queue_run(engine: Engine) -> None:
+    # Given a critical task held back (its classification failed) and a low one that can be placed
+    engine.llm = ScriptedLlm(MALFORMED)
+    teams(engine)
+    engine.create_task("T-1", "Fix the race in the Go worker", priority="critical")
+    assert (await engine.classify_task("T-1")).held_back is not None
+    engine.create_task("T-2", "Rotate the keys", ["aws"], priority="low")
+
+    # When the queue runs one task at a time
+    ran = engine.assign_pending(limit=1)
+
+    # Then the held-back task is passed over without taking the one place: the low task is
+    # assigned (every run with limit=1 offered the held-back task alone, so none was ever placed)
+    assert [(s.task_id, s.status) for s in ran] == [("T-1", TaskStatus.PENDING), ("T-2", TaskStatus.ASSIGNED)]
+    assert engine.get_task("T-2").agent_id == "devops"
+    # And a run that has no other task to offer still says why the held-back one waits
+    (again,) = engine.assign_pending(limit=1)
+    assert (again.task_id, again.held_back is not None) == ("T-1", True)
+
+
 async def test_assigning_a_task_whose_classification_failed_is_refused(engine: Engine) -> None:
     engine.llm = ScriptedLlm(MALFORMED)
     teams(engine)
