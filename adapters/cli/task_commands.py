@@ -163,22 +163,32 @@ def task_history(task_id: TaskArg, tenant: TenantOpt = None) -> None:
     console.print(history_table(task_id, entries))
 
 
-async def _classify(engine: Engine, task_id: str, model: str | None, *, again: bool) -> tuple[TaskState, str]:
+async def _classify(
+    engine: Engine, task_id: str, model: str | None, *, again: bool
+) -> tuple[TaskState, str, bool]:
     """Classify (``again``: reclassify) the task; with why it failed, when every model call
-    of this attempt failed (recorded, as REST records them: the task keeps waiting), else ""."""
+    of this attempt failed (recorded, as REST records them: the task keeps waiting), else "";
+    and whether anything was recorded."""
     before = engine.get_task(task_id).version
     classify = engine.reclassify_task if again else engine.classify_task
     state = await classify(task_id, model)
     made = [entry for entry in engine.task_history(task_id) if entry.version > before]
     if any(entry.event_type.endswith(".Classified") for entry in made):
-        return state, ""
+        return state, "", True
     failed = [entry for entry in made if entry.event_type.endswith(".ClassificationFailed")]
-    return state, str(failed[-1].data.get("detail", "")) if failed else ""
+    return state, str(failed[-1].data.get("detail", "")) if failed else "", bool(made)
+
+
+def _nothing_done(state: TaskState) -> str:
+    """Why ``classify`` made no call: the task's line alone read as if it had classified it."""
+    if state.classification is not None:
+        return " (already classified: nothing done; reclassify classifies again)"
+    return f" (not classified: it is {state.status.value}; nothing done)"
 
 
 def _classified(task_id: str, model: str | None, tenant: str | None, *, again: bool) -> None:
     with reported_errors():
-        state, failure = _with_model(
+        state, failure, recorded = _with_model(
             tenant, lambda engine: _classify(engine, task_id, model, again=again), required=True
         )
     if failure:
@@ -188,7 +198,7 @@ def _classified(task_id: str, model: str | None, tenant: str | None, *, again: b
             f" waits; reclassify it",
             7,
         )
-    _say(state)
+    _say(state, "" if recorded or again else _nothing_done(state))
 
 
 @tasks_app.command("classify")

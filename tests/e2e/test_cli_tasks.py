@@ -327,3 +327,23 @@ def test_a_listing_cut_at_its_limit_says_how_to_read_the_next_page(database_url:
     everything = cli("tasks", "list", "--limit", "3")
     assert listed(everything) == ["T-1", "T-2", "T-3"]
     assert "more after" not in everything.stdout
+
+
+def test_classifying_a_task_that_needs_no_call_says_nothing_was_done(
+    database_url: str, pg_schema: str, simulator: Simulator
+) -> None:
+    model = {"FLOWLEDGER_LLM_BASE_URL": simulator.base_url, "FLOWLEDGER_LLM_API_KEY": "sk-test-simulator"}
+    cli = lambda *args: run_cli(database_url, pg_schema, *args, env=model, columns=200)  # noqa: E731
+    # Given a classified task, and an escalated one never classified
+    assert cli("tasks", "create", "T-1", "--description", "Fix the Go worker").returncode == 0
+    assert "nothing done" not in said(cli("tasks", "classify", "T-1"))
+    assert cli("tasks", "create", "T-2", "--description", "Port it", "--skill", "cobol").returncode == 0
+    assert "escalated" in said(cli("tasks", "assign", "T-2"))
+    before = stored_events(database_url, pg_schema)
+    # When each is classified (again)
+    again, closed = said(cli("tasks", "classify", "T-1")), said(cli("tasks", "classify", "T-2"))
+    # Then each line says that no classification was made, and why (both printed the task's
+    # line alone, exit 0, as if it had been classified), and nothing is recorded
+    assert again.endswith("(already classified: nothing done; reclassify classifies again)"), again
+    assert closed.endswith("(not classified: it is escalated; nothing done)"), closed
+    assert stored_events(database_url, pg_schema) == before
