@@ -241,15 +241,17 @@ def verify(
                     with suppress(SessionArchived):
                         engine.history(session)  # raises SessionNotFound with the caller's id
             key = _public_key(public_key, engine)
+            whole_log = stream is None and not since_checkpoint
             chain = verify_chain(
                 engine.audit,
                 stream=stream,
                 since_checkpoint=since_checkpoint,
                 public_key=key,
                 anchors=anchors,
+                log_order=not whole_log,  # the structure check below names reordered rows
             )
             structure = None
-            if stream is None and not since_checkpoint:
+            if whole_log:
                 with Progress(console=console, transient=True) as progress:
                     task = progress.add_task("decoding every event", total=None)
                     structure = verify_log(

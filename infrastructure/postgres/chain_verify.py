@@ -13,6 +13,7 @@ found (an altered row, dropped rows, a broken head, an inserted row):
 | ``forged`` | hash fits, seal does not: altered and re-hashed without the key, or inserted |
 | ``deleted`` | rows dropped: versions missing in the middle, or at the end of what a checkpoint signed |
 | ``unchained`` | stored without a hash (chain off, inserted directly, or from before the chain) |
+| ``reordered`` | a version at an earlier log position than the one before it (notification ids changed) |
 | ``checkpoint`` | a checkpoint dropped, replaced, altered or badly signed |
 """
 
@@ -99,8 +100,14 @@ def verify_chain(
     since_checkpoint: bool = False,
     public_key: bytes | None = None,
     anchors: Path | None = None,
+    log_order: bool = True,
 ) -> ChainReport:
-    """Check the stored chain (one stream, or all; everything, or only since the latest checkpoint)."""
+    """Check the stored chain (one stream, or all; everything, or only since the latest checkpoint).
+
+    ``log_order``: also name a stream whose versions are not in log order (the chain does not
+    cover log positions, so a swap of notification ids keeps every hash). The whole log's
+    structure check (``infrastructure/audit.py``) says the same in log order: a caller that
+    runs it passes False rather than have each swap named twice."""
     started = time.perf_counter()
     report = ChainReport(since_checkpoint=since_checkpoint)
     key = trail.chain_key
@@ -130,7 +137,13 @@ def verify_chain(
                 seen.add(stream_id)
                 report.streams += 1
                 finding, count = _walk(
-                    stream_id, group, key, start.get(stream_id), heads.get(stream_id), bases.get(stream_id)
+                    stream_id,
+                    group,
+                    key,
+                    start.get(stream_id),
+                    heads.get(stream_id),
+                    bases.get(stream_id),
+                    log_order=log_order,
                 )
                 report.events += count
                 if finding is not None:
@@ -342,6 +355,8 @@ def _walk(
     start: tuple[int, bytes] | None,
     head: tuple[int, bytes] | None,
     base: tuple[int, bytes] | None = None,
+    *,
+    log_order: bool = True,
 ) -> tuple[Finding | None, int]:
     """Check one stream's rows (oldest first); the first finding and how many rows were read.
 
@@ -356,10 +371,21 @@ def _walk(
     finding: Finding | None = None
     count = 0
     at_head: bytes | None = base[1] if base and head and head[0] == base[0] else None
-    for _, version, topic, state, _position, stored, mac in rows:
+    last_position: tuple[int, int] | None = None  # (version, log position) of the row before
+    for _, version, topic, state, position, stored, mac in rows:
         count += 1
         if finding is not None:
             continue
+        if log_order and last_position is not None and position < last_position[1]:
+            finding = Finding(
+                "reordered",
+                stream,
+                version,
+                f"reordered rows: version {version} is at log position {position:,}, before version"
+                f" {last_position[0]} (at {last_position[1]:,}): their notification ids were changed",
+            )
+            continue
+        last_position = (version, position)
         if start is not None and version == start[0]:
             if stored is None or bytes(stored) != start[1]:
                 finding = Finding(

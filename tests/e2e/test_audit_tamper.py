@@ -229,6 +229,21 @@ def test_audit_verify_names_rows_reordered_in_the_log(log: Log) -> None:
     assert str(log.bystander) not in result.stderr
 
 
+def test_a_session_verified_alone_names_its_rows_reordered_in_the_log(log: Log) -> None:
+    # Given versions 3 and 4 of a session swapped in the log's order (every hash still fits)
+    swap_positions(log)
+    # When that session alone is verified
+    result = run_cli(log.url, log.schema, "audit", "verify", "--session", "victim")
+    # Then it exits 1 naming the stream, the version that comes too early and both positions
+    assert result.returncode == 1, result.stderr
+    problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"problem: reordered: stream {log.victim} (victim) version 4:"), problems
+    assert "reordered rows: version 4 is at log position" in problems[0]
+    # And the bystander, untouched, still verifies alone
+    assert run_cli(log.url, log.schema, "audit", "verify", "--session", "bystander").returncode == 0
+
+
 def test_one_session_and_only_what_follows_the_checkpoint_can_be_verified(log: Log) -> None:
     delete_last(log)
     alone = run_cli(log.url, log.schema, "audit", "verify", "--session", "victim")
