@@ -134,10 +134,11 @@ class Session(FlowledgerAggregate):
     Version 2 of the state (snapshots) keeps windows and counters instead of every step;
     version 3 holds an erased session's failures erased (their error's text and fields);
     version 4 bounds the windows by bytes too (``WINDOW_BYTES``, ``FAILURE_WINDOW_BYTES``),
-    each record carrying its ``window_bytes``.
+    each record carrying its ``window_bytes``; version 5 counts a usage's variable fields in
+    them (``usage_window_bytes``).
     """
 
-    class_version = 4
+    class_version = 5
 
     class Started(FlowledgerAggregate.Created):
         """The session was created. Version 2 added ``metadata``."""
@@ -404,6 +405,12 @@ class Session(FlowledgerAggregate):
     def upcast_v3_v4(state: dict[str, Any]) -> None:
         """A version-3 snapshot's windows held 20 records whatever their size: measure them and
         keep what the byte budgets keep, as a fold of the session's events does."""
+        snapshot_v3_v4(state, RECENT_STEPS, WINDOW_BYTES, FAILURE_WINDOW_BYTES)
+
+    @staticmethod
+    def upcast_v4_v5(state: dict[str, Any]) -> None:
+        """A version-4 snapshot counted every usage as a flat ``USAGE_BYTES``: measure its records
+        again and keep what the byte budgets keep, as a fold of the session's events does."""
         snapshot_v3_v4(state, RECENT_STEPS, WINDOW_BYTES, FAILURE_WINDOW_BYTES)
 
     @classmethod

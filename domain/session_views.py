@@ -108,7 +108,8 @@ RECORD_BYTES = 384
 """What a step or failure counts for its own fields besides its payload and usage (name, key,
 version, time, model, as a snapshot stores them: about 320 bytes measured)."""
 USAGE_BYTES = 640
-"""What it counts for its usage, when it has one (an ``LlmUsage`` as stored: about 580 bytes)."""
+"""What it counts for its usage's fixed fields, when it has one (an ``LlmUsage`` as stored:
+about 580 bytes); its variable ones are measured (``usage_window_bytes``)."""
 
 
 def step_window_bytes(
@@ -117,14 +118,26 @@ def step_window_bytes(
     """What a processed step counts against its window's budget: its payload as compact JSON,
     ``[input, output, context_update]`` in bytes (``bounds.json_bytes``: the same whether the
     step comes from its event or a snapshot), plus ``RECORD_BYTES`` and, with a usage,
-    ``USAGE_BYTES``: about what the step takes in a snapshot."""
-    return json_bytes((input, output, context_update)) + RECORD_BYTES + (0 if usage is None else USAGE_BYTES)
+    ``usage_window_bytes``: about what the step takes in a snapshot."""
+    return json_bytes((input, output, context_update)) + RECORD_BYTES + usage_window_bytes(usage)
 
 
 def failure_window_bytes(error_message: str, error_detail: ErrorDetail | None, usage: LlmUsage | None) -> int:
     """The same for a failed step: ``[error_message, error_detail]`` as compact JSON, plus
-    ``RECORD_BYTES`` and, with a usage, ``USAGE_BYTES``."""
-    return json_bytes((error_message, error_detail)) + RECORD_BYTES + (0 if usage is None else USAGE_BYTES)
+    ``RECORD_BYTES`` and, with a usage, ``usage_window_bytes``."""
+    return json_bytes((error_message, error_detail)) + RECORD_BYTES + usage_window_bytes(usage)
+
+
+def usage_window_bytes(usage: LlmUsage | None) -> int:
+    """What a usage counts against a window: ``USAGE_BYTES`` for its fixed fields plus its
+    variable ones, ``[extra, finish_reasons, response_id]``, as compact JSON (0 without one).
+
+    ``extra`` may hold up to 1 MiB (a caller's fields, the adapter's ``attempt_log``) and the
+    other two 13 KB: counted as a flat 640 bytes, 20 steps with empty payloads and a 20 KB
+    ``extra`` made snapshots of 383 KB (an outside probe through ``record_step``)."""
+    if usage is None:
+        return 0
+    return USAGE_BYTES + json_bytes((usage.extra, usage.finish_reasons, usage.response_id))
 
 
 class KeyLookup(Enum):

@@ -323,3 +323,63 @@ def test_a_version_3_snapshot_of_large_steps_loads_as_the_byte_bounded_fold() ->
     assert loaded.outcome_lookup("turn-24") is MAYBE_SEEN
     # And it snapshots under 64 KiB again
     assert len(mapper.to_stored_event(Snapshot.take(loaded)).state) < SNAPSHOT_LIMIT
+
+
+def a_usage_carrying(extra_bytes: int, reasons: int = 1) -> LlmUsage:
+    """A usage whose variable parts are large: ``extra`` (a caller's or the adapter's
+    ``attempt_log``), ``finish_reasons`` and ``response_id`` at their bounds."""
+    return replace(
+        usage(0),
+        extra={"attempt_log": "a" * extra_bytes},
+        finish_reasons=tuple("r" * 200 for _ in range(reasons)),
+        response_id="i" * 1000,
+    )
+
+
+def test_steps_and_failures_whose_usage_carries_large_extras_keep_the_snapshot_under_64_kib() -> None:
+    # Given steps and failures with empty payloads whose usage holds 10-20 KB of extra fields and
+    # 64 long finish reasons (before, only a fixed 640 bytes were counted for any usage, so
+    # 20 such steps filled a snapshot of 383 KB through record_step)
+    session = a_session()
+    for _ in range(40):
+        session.record_step(step="s", input={}, output={}, usage=a_usage_carrying(10_000, reasons=64))
+        session.fail_step(step="s", error_type="x", error_message="m", usage=a_usage_carrying(20_000))
+    # Then the windows count the usage as stored, and the snapshot stays under 64 KiB
+    assert sum(r.window_bytes for r in session.history) <= WINDOW_BYTES
+    assert len(session.history) == 1
+    assert len(session.failures) == 0
+    stored = json_mapper().to_stored_event(Snapshot.take(session))
+    assert len(stored.state) < SNAPSHOT_LIMIT
+    # And a replay of the events is the same fold
+    replayed = project_aggregate(None, list(session.collect_events()))
+    assert replayed is not None
+    assert vars(replayed) == vars(session)
+
+
+def test_a_version_4_snapshot_whose_window_undercounted_usage_loads_as_the_fold() -> None:
+    # Given a snapshot as version 4 took it: steps measured without their usage's extra
+    session = a_session()
+    for n in range(RECENT_STEPS):
+        session.record_step(
+            step="s", input={}, output={}, usage=a_usage_carrying(5_000), idempotency_key=f"k{n}"
+        )
+    events = list(session.collect_events())
+    snapshot = Snapshot.take(session)
+    mapper = json_mapper()
+    body = json.loads(mapper.to_stored_event(snapshot).state)
+    body["state"]["class_version"] = 4
+    every_step = [StepRecord.of(e) for e in events if isinstance(e, Session.StepProcessed)]
+    old = replace(
+        snapshot,
+        state=dict(snapshot.state, history=every_step, recent_keys={f"k{n}": n + 2 for n in range(20)}),
+    )
+    body = json.loads(mapper.to_stored_event(old).state)
+    body["state"]["class_version"] = 4
+    for record in body["state"]["history"]:
+        record["_data_"]["window_bytes"] = 1_000  # the count version 4 gave such a step
+    stored = replace(mapper.to_stored_event(snapshot), state=json.dumps(body).encode())
+    # When it is loaded
+    loaded = mapper.to_domain_event(stored).mutate(None)
+    # Then it is the state a fold of the events keeps
+    assert vars(loaded) == vars(session)
+    assert len(loaded.history) == len(session.history) < RECENT_STEPS

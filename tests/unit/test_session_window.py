@@ -136,10 +136,16 @@ def test_a_record_counts_its_payload_in_compact_json_and_an_allowance_for_its_ot
     # [input, output, context_update] as compact UTF-8 JSON: 2 brackets, 2 commas, "null"
     payload = len('[{"a":"é"},{},null]'.encode())
     assert step_window_bytes({"a": "é"}, {}, None, None) == payload + RECORD_BYTES
-    assert step_window_bytes({"a": "é"}, {}, None, USAGE) == payload + RECORD_BYTES + USAGE_BYTES
+    # a usage: USAGE_BYTES for its fixed fields, and [extra, finish_reasons, response_id] measured
+    usage = USAGE_BYTES + len(b'[{},["stop"],"chatcmpl-0123456789abcdef0123456789abcdef"]')
+    assert step_window_bytes({"a": "é"}, {}, None, USAGE) == payload + RECORD_BYTES + usage
     failure = len(b'["boom",{"status":429}]')
     assert failure_window_bytes("boom", {"status": 429}, None) == failure + RECORD_BYTES
-    assert failure_window_bytes("boom", {"status": 429}, USAGE) == failure + RECORD_BYTES + USAGE_BYTES
+    assert failure_window_bytes("boom", {"status": 429}, USAGE) == failure + RECORD_BYTES + usage
+    extra = replace(USAGE, extra={"attempt_log": [{"status": 429}]})
+    assert step_window_bytes({}, {}, None, extra) - step_window_bytes({}, {}, None, USAGE) == len(
+        b'{"attempt_log":[{"status":429}]}'
+    ) - len(b"{}")
 
 
 def test_the_allowances_cover_what_a_record_takes_in_a_snapshot() -> None:
