@@ -13,7 +13,9 @@ from flowledger.domain.session_views import (
     PendingStep,
     StepFailure,
     StepRecord,
+    failure_names,
     failure_window_bytes,
+    step_names,
     step_window_bytes,
 )
 
@@ -27,7 +29,13 @@ def erased_step(record: StepRecord) -> StepRecord:
         input=dict(ERASED_JSON),
         output=dict(ERASED_JSON),
         context_update=context_update,
-        window_bytes=step_window_bytes(ERASED_JSON, ERASED_JSON, context_update, record.usage),
+        window_bytes=step_window_bytes(
+            ERASED_JSON,
+            ERASED_JSON,
+            context_update,
+            record.usage,
+            step_names(record.step, record.next_step, record.idempotency_key, record.model),
+        ),
     )
 
 
@@ -39,7 +47,12 @@ def erased_failure(failure: StepFailure) -> StepFailure:
         failure,
         error_message=ERASED_TEXT,
         error_detail=detail,
-        window_bytes=failure_window_bytes(ERASED_TEXT, detail, failure.usage),
+        window_bytes=failure_window_bytes(
+            ERASED_TEXT,
+            detail,
+            failure.usage,
+            failure_names(failure.step, failure.error_type, failure.idempotency_key),
+        ),
     )
 
 

@@ -14,7 +14,9 @@ from flowledger.domain.session_views import (
     LEASE_NOT_RECORDED,
     StepFailure,
     StepRecord,
+    failure_names,
     failure_window_bytes,
+    step_names,
     step_window_bytes,
 )
 from flowledger.domain.session_window import recent
@@ -56,14 +58,31 @@ def snapshot_v3_v4(state: dict[str, Any], window: int, step_budget: int, failure
     keys of the steps kept. The same windows as a fold of the events from the first: both keep
     the longest run of most recent records within both bounds (``session_window.recent``)."""
     history = [
-        replace(r, window_bytes=step_window_bytes(r.input, r.output, r.context_update, r.usage))
+        replace(
+            r,
+            window_bytes=step_window_bytes(
+                r.input,
+                r.output,
+                r.context_update,
+                r.usage,
+                step_names(r.step, r.next_step, r.idempotency_key, r.model),
+            ),
+        )
         for r in state["history"]
     ]
     kept = recent(history, window, step_budget)
     state["history"] = kept
     state["recent_keys"] = {r.idempotency_key: r.version for r in kept if r.idempotency_key is not None}
     failures = [
-        replace(f, window_bytes=failure_window_bytes(f.error_message, f.error_detail, f.usage))
+        replace(
+            f,
+            window_bytes=failure_window_bytes(
+                f.error_message,
+                f.error_detail,
+                f.usage,
+                failure_names(f.step, f.error_type, f.idempotency_key),
+            ),
+        )
         for f in state["failures"]
     ]
     state["failures"] = recent(failures, window, failure_budget)

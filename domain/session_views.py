@@ -64,7 +64,11 @@ class StepRecord:
             recorded_at=processed.timestamp,
             model=processed.model,
             window_bytes=step_window_bytes(
-                processed.input, processed.output, processed.context_update, processed.usage
+                processed.input,
+                processed.output,
+                processed.context_update,
+                processed.usage,
+                step_names(processed.step, processed.next_step, processed.idempotency_key, processed.model),
             ),
         )
 
@@ -100,44 +104,85 @@ class StepFailure:
             version=failed.originator_version,
             recorded_at=failed.timestamp,
             error_detail=failed.error_detail,
-            window_bytes=failure_window_bytes(failed.error_message, failed.error_detail, failed.usage),
+            window_bytes=failure_window_bytes(
+                failed.error_message,
+                failed.error_detail,
+                failed.usage,
+                failure_names(failed.step, failed.error_type, failed.idempotency_key),
+            ),
         )
 
 
-RECORD_BYTES = 384
-"""What a step or failure counts for its own fields besides its payload and usage (name, key,
-version, time, model, as a snapshot stores them: about 320 bytes measured)."""
-USAGE_BYTES = 640
+RECORD_BYTES = 352
+"""What a step or failure counts for its own fields besides its payload, names and usage (the
+field names, version, time, as a snapshot stores them: about 320 bytes measured with short
+names); its names are measured (``step_names``, ``failure_names``)."""
+USAGE_BYTES = 608
 """What it counts for its usage's fixed fields, when it has one (an ``LlmUsage`` as stored:
 about 580 bytes); its variable ones are measured (``usage_window_bytes``)."""
 
 
 def step_window_bytes(
-    input: JsonObject, output: JsonObject, context_update: JsonObject | None, usage: LlmUsage | None
+    input: JsonObject,
+    output: JsonObject,
+    context_update: JsonObject | None,
+    usage: LlmUsage | None,
+    names: tuple[str | None, ...] = (),
 ) -> int:
-    """What a processed step counts against its window's budget: its payload as compact JSON,
-    ``[input, output, context_update]`` in bytes (``bounds.json_bytes``: the same whether the
-    step comes from its event or a snapshot), plus ``RECORD_BYTES`` and, with a usage,
-    ``usage_window_bytes``: about what the step takes in a snapshot."""
-    return json_bytes((input, output, context_update)) + RECORD_BYTES + usage_window_bytes(usage)
+    """What a processed step counts against its window's budget: its payload and ``names``
+    (``step_names``) as compact JSON, ``[input, output, context_update, *names]`` in bytes
+    (``bounds.json_bytes``: the same whether the step comes from its event or a snapshot),
+    plus ``RECORD_BYTES`` and, with a usage, ``usage_window_bytes``: about what the step takes
+    in a snapshot."""
+    return json_bytes((input, output, context_update, *names)) + RECORD_BYTES + usage_window_bytes(usage)
 
 
-def failure_window_bytes(error_message: str, error_detail: ErrorDetail | None, usage: LlmUsage | None) -> int:
-    """The same for a failed step: ``[error_message, error_detail]`` as compact JSON, plus
-    ``RECORD_BYTES`` and, with a usage, ``usage_window_bytes``."""
-    return json_bytes((error_message, error_detail)) + RECORD_BYTES + usage_window_bytes(usage)
+def failure_window_bytes(
+    error_message: str,
+    error_detail: ErrorDetail | None,
+    usage: LlmUsage | None,
+    names: tuple[str | None, ...] = (),
+) -> int:
+    """The same for a failed step: ``[error_message, error_detail, *names]`` (``failure_names``)
+    as compact JSON, plus ``RECORD_BYTES`` and, with a usage, ``usage_window_bytes``."""
+    return json_bytes((error_message, error_detail, *names)) + RECORD_BYTES + usage_window_bytes(usage)
+
+
+def step_names(
+    step: str, next_step: str | None, key: str | None, model: str | None
+) -> tuple[str | None, ...]:
+    """A step's names as its window counts them, the key twice (the record and the session's
+    ``recent_keys`` both hold it). Up to 200 characters each, 800 bytes in UTF-8: within a
+    flat allowance, 20 steps named in 4-byte characters made snapshots of 93 KB."""
+    return (step, next_step, key, key, model)
+
+
+def failure_names(step: str, error_type: str, key: str | None) -> tuple[str | None, ...]:
+    """A failure's names as its window counts them."""
+    return (step, error_type, key)
 
 
 def usage_window_bytes(usage: LlmUsage | None) -> int:
     """What a usage counts against a window: ``USAGE_BYTES`` for its fixed fields plus its
-    variable ones, ``[extra, finish_reasons, response_id]``, as compact JSON (0 without one).
+    variable ones (``extra``, ``finish_reasons``, ``response_id`` and its names) as compact
+    JSON (0 without one).
 
     ``extra`` may hold up to 1 MiB (a caller's fields, the adapter's ``attempt_log``) and the
     other two 13 KB: counted as a flat 640 bytes, 20 steps with empty payloads and a 20 KB
     ``extra`` made snapshots of 383 KB (an outside probe through ``record_step``)."""
     if usage is None:
         return 0
-    return USAGE_BYTES + json_bytes((usage.extra, usage.finish_reasons, usage.response_id))
+    variable = (
+        usage.extra,
+        usage.finish_reasons,
+        usage.response_id,
+        usage.provider,
+        usage.request_model,
+        usage.response_model,
+        usage.price_version,
+        usage.cost_source,
+    )
+    return USAGE_BYTES + json_bytes(variable)
 
 
 class KeyLookup(Enum):

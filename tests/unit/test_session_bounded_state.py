@@ -383,3 +383,30 @@ def test_a_version_4_snapshot_whose_window_undercounted_usage_loads_as_the_fold(
     # Then it is the state a fold of the events keeps
     assert vars(loaded) == vars(session)
     assert len(loaded.history) == len(session.history) < RECENT_STEPS
+
+
+def test_steps_named_at_the_longest_in_four_byte_characters_keep_the_snapshot_under_64_kib() -> None:
+    # Given steps with empty payloads whose step, next step and key are 200 characters of four
+    # bytes each, and failures named alike (before, a flat allowance covered the names: 20 such
+    # steps made snapshots of 93 KB)
+    long_name = "😀" * 197
+    session = a_session()
+    for n in range(40):
+        session.record_step(
+            step=f"{long_name}{n:03d}",
+            input={},
+            output={},
+            next_step=long_name,
+            idempotency_key=f"{long_name}{n:03d}",
+        )
+        session.fail_step(
+            step=long_name, error_type=long_name, error_message="m", idempotency_key=f"{long_name}-{n:02d}"
+        )
+    # Then the windows count the names, and the snapshot stays under 64 KiB
+    assert sum(r.window_bytes for r in session.history) <= WINDOW_BYTES
+    assert 0 < len(session.history) < RECENT_STEPS
+    stored = json_mapper().to_stored_event(Snapshot.take(session))
+    assert len(stored.state) < SNAPSHOT_LIMIT
+    replayed = project_aggregate(None, list(session.collect_events()))
+    assert replayed is not None
+    assert vars(replayed) == vars(session)

@@ -14,7 +14,9 @@ from flowledger.domain.session_views import (
     PendingStep,
     StepFailure,
     StepRecord,
+    failure_names,
     failure_window_bytes,
+    step_names,
     step_window_bytes,
 )
 from flowledger.domain.session_window import (
@@ -136,8 +138,11 @@ def test_a_record_counts_its_payload_in_compact_json_and_an_allowance_for_its_ot
     # [input, output, context_update] as compact UTF-8 JSON: 2 brackets, 2 commas, "null"
     payload = len('[{"a":"é"},{},null]'.encode())
     assert step_window_bytes({"a": "é"}, {}, None, None) == payload + RECORD_BYTES
-    # a usage: USAGE_BYTES for its fixed fields, and [extra, finish_reasons, response_id] measured
-    usage = USAGE_BYTES + len(b'[{},["stop"],"chatcmpl-0123456789abcdef0123456789abcdef"]')
+    # a usage: USAGE_BYTES for its fixed fields, and its variable ones measured
+    usage = USAGE_BYTES + len(
+        b'[{},["stop"],"chatcmpl-0123456789abcdef0123456789abcdef","deepseek","deepseek-v3.2","deepseek-v3.2",'
+        b'"2025-01",""]'
+    )
     assert step_window_bytes({"a": "é"}, {}, None, USAGE) == payload + RECORD_BYTES + usage
     failure = len(b'["boom",{"status":429}]')
     assert failure_window_bytes("boom", {"status": 429}, None) == failure + RECORD_BYTES
@@ -156,7 +161,8 @@ def test_the_allowances_cover_what_a_record_takes_in_a_snapshot() -> None:
     register_transcodings(transcoder)
     for usage in (None, USAGE):
         step = replace(record(123_456, "user-123-turn-123456"), input={}, usage=usage, model="deepseek-v3.2")
-        step = replace(step, window_bytes=step_window_bytes({}, {}, None, usage))
+        names = step_names(step.step, step.next_step, step.idempotency_key, step.model)
+        step = replace(step, window_bytes=step_window_bytes({}, {}, None, usage, names))
         assert len(transcoder.encode(step)) <= step.window_bytes
         failure = StepFailure(
             step="answer",
@@ -166,7 +172,9 @@ def test_the_allowances_cover_what_a_record_takes_in_a_snapshot() -> None:
             idempotency_key="user-123-turn-123456",
             version=123_456,
             recorded_at=AT,
-            window_bytes=failure_window_bytes("", None, usage),
+            window_bytes=failure_window_bytes(
+                "", None, usage, failure_names("answer", "http_429", "user-123-turn-123456")
+            ),
         )
         assert len(transcoder.encode(failure)) <= failure.window_bytes
 
