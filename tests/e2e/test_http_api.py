@@ -303,3 +303,21 @@ def test_a_session_is_completed_or_abandoned_with_no_body(client: tuple[TestClie
     assert abandoned.json()["status"] == "abandoned"
     [*_, last] = http.get("/v1/sessions/b2/history").json()
     assert last["data"]["reason"] == "abandoned"
+
+
+def test_a_time_whose_plus_sign_a_url_turned_into_a_space_is_refused_saying_to_send_it_as_2b(
+    memory_http: TestClient,
+) -> None:
+    # Given a session, and a time zone written with a bare "+" in the query (curl sends it as
+    # typed; a URL query reads "+" as a space)
+    memory_http.post("/v1/sessions", json={"session_id": "s-plus", "workflow": "w"})
+    refused = memory_http.get("/v1/sessions/s-plus?as_of=2099-01-01T00:00:00+02:00")
+    # Then the 422 says what happened to the "+" and how to send it
+    assert refused.status_code == 422
+    error = refused.json()["error"]
+    assert error.startswith("query.as_of: "), error
+    assert "'2099-01-01T00:00:00 02:00'" in error
+    assert 'a "+" in a URL query reads as a space: send it as %2B (2099-01-01T00:00:00%2B02:00)' in error
+    # And sent so, or with Z, the time reads
+    assert memory_http.get("/v1/sessions/s-plus?as_of=2099-01-01T00:00:00%2B02:00").status_code == 200
+    assert memory_http.get("/v1/sessions/s-plus?as_of=2099-01-01T00:00:00Z").status_code == 200
