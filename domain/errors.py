@@ -282,14 +282,15 @@ class StoreUnavailable(FlowledgerError):
 
 class StoreRefused(StoreUnavailable):
     """The database server answered and refused the login: no such database or role, a wrong
-    password, no ``pg_hba.conf`` entry. Trying again will not help, so it is not retried;
+    password, no ``pg_hba.conf`` entry, a startup option or TLS setting of the URL it will not
+    take. Trying again will not help, so it is not retried;
     over HTTP it is still a 503 (the service cannot serve), on the command line exit 1."""
 
     def __init__(
         self,
         operation: str,
         detail: str,
-        hint: str = "check FLOWLEDGER_DATABASE_URL: the database, user and password",
+        hint: str = "check FLOWLEDGER_DATABASE_URL: the database, user, password and options",
     ) -> None:
         super().__init__(operation, detail)
         FlowledgerError.__init__(

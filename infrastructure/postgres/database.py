@@ -163,9 +163,17 @@ REFUSED_LOGIN = (
     re.compile(r"FATAL: +password authentication failed"),
     re.compile(r"FATAL: +no pg_hba\.conf entry"),
     re.compile(r"FATAL: +permission denied for database"),
+    # The URL's own options, refused on every try: a startup parameter the server will not take,
+    # TLS required of a server without it, a certificate that does not verify.
+    re.compile(r'FATAL: +(invalid value for parameter|unrecognized configuration parameter) "'),
+    re.compile(r"server does not support SSL, but SSL was required"),
+    re.compile(r"certificate verify failed"),
 )
-"""libpq's words for a server that answered and refused the login (it gives no SQLSTATE for
-a failed connection, only the server's message, in English unless ``lc_messages`` says otherwise)."""
+"""libpq's words for a server that answered and refused the login, or for a connection the
+URL's own options make fail every time (it gives no SQLSTATE for a failed connection, only the
+server's message, in English unless ``lc_messages`` says otherwise). An outside probe had seen
+an engine on ``?sslmode=require`` (a server without TLS), or with ``options=-c
+statement_timeout=x``, try for the whole operation deadline (15 s) and call it an outage."""
 
 
 def refused_login(error: BaseException) -> bool:

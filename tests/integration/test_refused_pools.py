@@ -9,6 +9,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from flowledger.domain.errors import StoreRefused
+from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore
 from tests.conftest import make_settings
@@ -64,3 +65,20 @@ def test_the_budget_ledger_says_at_once_that_the_login_was_refused_and_why(
     # Then the refusal comes promptly, naming the missing database or role
     assert took < PROMPTLY_S, took
     assert f'{what} "{REFUSALS[what][1]}" does not exist' in str(refused.value)
+
+
+def test_an_engine_whose_url_sets_an_option_the_server_refuses_says_so_at_once(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a URL whose startup options the server refuses on every connection (before, the
+    # engine's start tried again until the operation deadline, 15 s, as for an outage)
+    url = make_conninfo("", **{**conninfo_to_dict(database_url), "options": "-c statement_timeout=x"})
+    settings = make_settings(database_url=url, schema=pg_schema, operation_deadline_s=20.0)
+    # When an engine starts on it
+    started = monotonic()
+    with pytest.raises(StoreRefused) as refused:
+        Engine(settings=settings)
+    # Then it is refused promptly, with the server's words and the setting to check
+    assert monotonic() - started < PROMPTLY_S
+    assert 'invalid value for parameter "statement_timeout": "x"' in str(refused.value)
+    assert "FLOWLEDGER_DATABASE_URL" in str(refused.value)

@@ -18,6 +18,11 @@ HOST = 'connection to server at "127.0.0.1", port 5432 failed: '
         HOST + 'FATAL:  password authentication failed for user "app"',
         HOST + 'FATAL:  no pg_hba.conf entry for host "10.0.0.5", user "app", database "flows"',
         HOST + 'FATAL:  permission denied for database "flows"',
+        # The URL's own options, which the server (or libpq) refuses on every try
+        HOST + "server does not support SSL, but SSL was required",
+        HOST + 'FATAL:  invalid value for parameter "statement_timeout": "x"',
+        HOST + 'FATAL:  unrecognized configuration parameter "statment_timeout"',
+        HOST + "SSL error: certificate verify failed",
     ],
 )
 def test_a_login_the_server_refused_is_not_worth_another_try(message: str) -> None:
