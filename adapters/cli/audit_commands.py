@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.progress import Progress
 
-from flowledger.adapters.cli.consoles import cli_console
+from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import fail, naming, reported_errors
 from flowledger.domain.errors import SessionArchived, ValidationError
 from flowledger.infrastructure import Engine
@@ -252,7 +251,7 @@ def verify(
             )
             structure = None
             if whole_log:
-                with Progress(console=console, transient=True) as progress:
+                with transient_progress(console) as progress:
                     task = progress.add_task("decoding every event", total=None)
                     structure = verify_log(
                         engine.log,

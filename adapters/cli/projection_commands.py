@@ -17,10 +17,10 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from flowledger.adapters.cli.consoles import cli_console
+from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import fail, reported_errors, say_problem
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.llm.pricing import load_price_table
@@ -68,7 +68,7 @@ def progress_bar(projector: Projector, label: str) -> Iterator[Any]:
     """A rich progress bar over the log, advanced to each batch's last notification id."""
     head = projector.head()
     columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
+    with transient_progress(console, *columns) as bar:
         task = bar.add_task(label, total=head)
         yield lambda position: bar.update(task, completed=min(position, head))
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import subprocess
 
+import psycopg
 import pytest
+from psycopg.sql import SQL, Identifier
 
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
@@ -102,3 +104,28 @@ def test_tables_still_fit_the_width(database_url: str, pg_schema: str) -> None:
     history = run(database_url, pg_schema, "history", "s-1")
     assert history.returncode == 0, history.stderr
     assert max(len(line) for line in history.stdout.splitlines()) <= 80
+
+
+def test_a_command_with_a_progress_bar_prints_no_blank_line_where_it_was_when_piped(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a session whose middle row was deleted in the database
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("s-1", "cs")
+        for step in ("a", "b"):
+            engine.record_step("s-1", step)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            SQL("DELETE FROM {} WHERE originator_version = 2").format(
+                Identifier(pg_schema, "flowledger_events")
+            )
+        )
+    # When a rebuild and a verification run piped (their progress bars are transient)
+    rebuilt = run(database_url, pg_schema, "projections", "rebuild")
+    verified = run(database_url, pg_schema, "audit", "verify")
+    # Then the refusal is the first and only line, with no blank line left by the bar before it
+    assert rebuilt.returncode == 65
+    assert rebuilt.stderr.splitlines() == [rebuilt.stderr.strip()], rebuilt.stderr
+    assert rebuilt.stderr.startswith("error: a stored event is missing: stream ")
+    assert verified.returncode == 1
+    assert verified.stderr.startswith("problem: deleted: stream "), verified.stderr
