@@ -27,7 +27,7 @@ import re
 import sys
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar, cast
 from uuid import UUID, uuid5
 
 from flowledger.domain.errors import ValidationError
@@ -263,6 +263,35 @@ def require_json(field_name: str, value: Any) -> None:
         size = _json_size(field_name, value)
         if size > MAX_JSON_BYTES:
             raise ValidationError(field_name, f"is {size:,} bytes as JSON; the limit is {MAX_JSON_BYTES:,}")
+
+
+J = TypeVar("J")
+
+
+def plain_json(value: J) -> J:
+    """``value`` as its stored event reads back: tuples as lists, subclasses of ``str``,
+    ``int``, ``float`` and ``dict`` (an enum of strings, an ``OrderedDict``) as the plain types;
+    ``value`` itself when it holds none (the usual case: one walk, no copy). For JSON that
+    ``require_json`` accepted.
+
+    A command keeps what it was given in its event until the event is stored and read back:
+    ``record_step`` with ``input={"tags": ("a", "b")}`` answered with the tuple, and a retry
+    under the same key, answered from the log, with a list, so the two answers to one request
+    differed (``(1, 2) != [1, 2]``)."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key, child in item.items():
+                if type(key) is not str:
+                    return cast(J, json.loads(_COMPACT_JSON.encode(value)))
+                stack.append(child)
+        elif kind is list:
+            stack.extend(item)
+        elif not (kind is str or kind is int or kind is float or kind is bool or item is None):
+            return cast(J, json.loads(_COMPACT_JSON.encode(value)))
+    return value
 
 
 def _plain_json_bound(value: Any) -> int:

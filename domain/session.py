@@ -83,6 +83,7 @@ from flowledger.domain.values import (
     LlmUsage,
     key_filter_may_hold,
     key_filter_with,
+    plain_json,
     require_json,
     require_moment,
     require_object,
@@ -601,7 +602,7 @@ class Session(FlowledgerAggregate):
         self.trigger_event(
             self.StepStarted,
             step=step,
-            input=input,
+            input=plain_json(input),
             model=model,
             idempotency_key=key,
             started_at=now,
@@ -660,10 +661,10 @@ class Session(FlowledgerAggregate):
         self.trigger_event(
             self.StepProcessed,
             step=step,
-            input=input,
-            output=output,
+            input=plain_json(input),
+            output=plain_json(output),
             next_step=next_step,
-            context_update=context_update,
+            context_update=plain_json(context_update),
             usage=usage,
             idempotency_key=idempotency_key,
             model=model,
@@ -739,7 +740,7 @@ class Session(FlowledgerAggregate):
         require_object("context_update", update)
         self._require_context_fits(update)
         if update:
-            self.trigger_event(self.ContextUpdated, update=update)
+            self.trigger_event(self.ContextUpdated, update=plain_json(update))
 
     def _require_context_fits(self, update: JsonObject | None) -> None:
         """Refuse an update after which the context would pass ``MAX_JSON_BYTES`` as JSON.
@@ -758,7 +759,7 @@ class Session(FlowledgerAggregate):
     def complete(self, resolution: JsonObject) -> None:
         """End the session with a resolution."""
         require_json("resolution", resolution)
-        self.trigger_event(self.Completed, resolution=resolution)
+        self.trigger_event(self.Completed, resolution=plain_json(resolution))
 
     def abandon(self, reason: str) -> None:
         """Give the session up (the reason is free text of at most 2,000 characters)."""

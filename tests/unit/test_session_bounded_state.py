@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
 import pytest
@@ -410,3 +411,26 @@ def test_steps_named_at_the_longest_in_four_byte_characters_keep_the_snapshot_un
     replayed = project_aggregate(None, list(session.collect_events()))
     assert replayed is not None
     assert vars(replayed) == vars(session)
+
+
+def test_a_step_given_tuples_answers_as_a_retry_read_from_the_log_would() -> None:
+    # Given a step whose payload holds tuples and a string enum (JSON has only arrays and strings)
+    class Tone(StrEnum):
+        CALM = "calm"
+
+    session = a_session()
+    first = session.record_step(
+        step="s",
+        input={"tags": ("a", "b"), "tone": Tone.CALM},
+        output={"pair": (1, 2)},
+        context_update={"seen": ("a",)},
+        idempotency_key="k",
+    )
+    # Then the answer holds what the stored event reads back: lists and plain strings
+    assert first.input == {"tags": ["a", "b"], "tone": "calm"}
+    assert type(first.input["tone"]) is str
+    assert (first.output, first.context_update) == ({"pair": [1, 2]}, {"seen": ["a"]})
+    # And equals the step read back from the events, as a retry under its key is answered
+    stored = json_mapper().to_domain_event(json_mapper().to_stored_event(session.collect_events()[-1]))
+    assert first == StepRecord.of(stored)
+    assert session.context == {"seen": ["a"]}
