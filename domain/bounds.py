@@ -479,6 +479,11 @@ def _json_size(field_name: str, value: Any) -> int:
         # with its path; here it only has to be counted).
         return len(_COMPACT_JSON.encode(value).encode("utf-8", "surrogatepass"))
     except (TypeError, ValueError) as error:  # NaN and infinity; huge ints (str conversion limit)
+        if "integer string conversion" in str(error):
+            # Python's own words end "use sys.set_int_max_str_digits() to increase the limit":
+            # advice for the interpreter's owner, not for a caller whose value is refused.
+            limit = sys.get_int_max_str_digits()
+            raise ValidationError(field_name, f"holds an integer of more than {limit:,} digits") from None
         raise ValidationError(field_name, f"must be JSON-serialisable: {error}") from None
 
 

@@ -343,3 +343,11 @@ def test_a_short_refusal_keeps_its_whole_message() -> None:
     message = "must be one of " + ", ".join(f"model-{i}" for i in range(60))
     assert len(message) < 1_000
     assert ValidationError("field", message).message == message
+
+
+def test_an_integer_too_long_to_write_is_refused_in_words_without_python_advice() -> None:
+    # Before: "must be JSON-serialisable: Exceeds the limit (4300 digits) for integer string
+    # conversion; use sys.set_int_max_str_digits() to increase the limit"
+    with pytest.raises(ValidationError) as refused:
+        require_json("input", {"n": 10**5000})
+    assert str(refused.value) == "input: holds an integer of more than 4,300 digits"
