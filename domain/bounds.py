@@ -372,6 +372,15 @@ def _explain_json(field_name: str, value: Any) -> None:
             raise ValidationError(
                 field_name, f"must be JSON (object, array, string, number, bool, null), got {item!r}{at}"
             )
+        elif isinstance(item, float) and not _FINITE_MIN <= item <= _FINITE_MAX:  # NaN fails both
+            # Named here, with its path: the encoder's words were "Out of range float values
+            # are not JSON compliant", with no place.
+            raise ValidationError(
+                field_name, f"numbers must be finite (JSON has no NaN or Infinity), got {item!r}{at}"
+            )
+        elif isinstance(item, int) and item.bit_length() > _LARGEST_PLAIN_INT_BITS and _too_long(item):
+            limit = sys.get_int_max_str_digits()
+            raise ValidationError(field_name, f"holds an integer of more than {limit:,} digits{at}")
 
 
 def require_object(field_name: str, value: Any, *, optional: bool = False) -> None:
@@ -471,6 +480,15 @@ def require_version(field_name: str, value: Any, *, optional: bool = False) -> i
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValidationError(field_name, f"must be a version >= 1, got {value!r}")
     return value
+
+
+def _too_long(number: int) -> bool:
+    """Whether ``number`` has more digits than Python will write (its ``str`` raises)."""
+    try:
+        str(number)
+    except ValueError:
+        return True
+    return False
 
 
 def _json_size(field_name: str, value: Any) -> int:

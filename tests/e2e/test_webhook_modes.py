@@ -338,7 +338,7 @@ def _nested(levels: int) -> Any:
 @pytest.mark.parametrize(
     ("input_data", "message"),
     [
-        ('{"x": 1e400}', "input_data: must be JSON-serialisable"),
+        ('{"x": 1e400}', "input_data: numbers must be finite (JSON has no NaN or Infinity), got inf (at x)"),
         ('{"\\u0000": 1}', "input_data: key '\\x00' must not contain NUL characters"),
         (json.dumps({"deep": _nested(40)}), "input_data: is nested more than 32 levels deep"),
     ],

@@ -350,4 +350,14 @@ def test_an_integer_too_long_to_write_is_refused_in_words_without_python_advice(
     # conversion; use sys.set_int_max_str_digits() to increase the limit"
     with pytest.raises(ValidationError) as refused:
         require_json("input", {"n": 10**5000})
-    assert str(refused.value) == "input: holds an integer of more than 4,300 digits"
+    assert str(refused.value) == "input: holds an integer of more than 4,300 digits (at n)"
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), -float("inf")])
+def test_a_number_json_cannot_hold_is_refused_naming_where_it_is(number: float) -> None:
+    # Before: "must be JSON-serialisable: Out of range float values are not JSON compliant"
+    with pytest.raises(ValidationError) as refused:
+        require_json("output", {"scores": [1.0, number]})
+    assert str(refused.value) == (
+        f"output: numbers must be finite (JSON has no NaN or Infinity), got {number!r} (at scores[1])"
+    )
