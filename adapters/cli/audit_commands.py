@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -19,7 +18,7 @@ import typer
 
 from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import fail, naming, reported_errors
-from flowledger.domain.errors import SessionArchived, ValidationError
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import AuditReport, verify_log
 from flowledger.infrastructure.postgres.bundles import export_bundle
@@ -230,15 +229,7 @@ def verify(
         if anchors is not None:
             _check_anchors(anchors)
         with Engine() as engine:
-            stream = None
-            if session is not None:
-                stream = engine.session_uuid(session)
-                # Its rows as stored, not decoded: a row that no longer reads back is for the
-                # check to name, not a reason to stop before it.
-                if not engine.log.stored(stream):
-                    # An archived one's sealed base stands for its events: the chain check proves it.
-                    with suppress(SessionArchived):
-                        engine.history(session)  # raises SessionNotFound with the caller's id
+            stream = None if session is None else engine.session_uuid(session)
             key = _public_key(public_key, engine)
             whole_log = stream is None and not since_checkpoint
             chain = verify_chain(
@@ -249,6 +240,11 @@ def verify(
                 anchors=anchors,
                 log_order=not whole_log,  # the structure check below names reordered rows
             )
+            if session is not None and not (chain.events or chain.findings or chain.archived):
+                # No row, no base, and nothing a checkpoint signed says it had any: unknown. (A
+                # row that no longer reads back, an archived stream's base, a whole stream deleted
+                # under a checkpoint are the check's to name, not reasons to stop before it.)
+                engine.history(session)  # raises SessionNotFound with the caller's id
             structure = None
             if whole_log:
                 with transient_progress(console) as progress:

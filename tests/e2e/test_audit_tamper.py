@@ -244,6 +244,22 @@ def test_a_session_verified_alone_names_its_rows_reordered_in_the_log(log: Log) 
     assert run_cli(log.url, log.schema, "audit", "verify", "--session", "bystander").returncode == 0
 
 
+def test_a_session_verified_alone_whose_rows_were_all_deleted_is_named_deleted_not_unknown(log: Log) -> None:
+    # Given every row of a session the checkpoint signed deleted in the database
+    log.sql("DELETE FROM {events} WHERE originator_id = %s", log.victim)
+    # When that session alone is verified
+    result = run_cli(log.url, log.schema, "audit", "verify", "--session", "victim")
+    # Then it is a deletion the checkpoint proves (exit 1), not "session 'victim' not found" (exit 3)
+    assert result.returncode == 1, result.stderr
+    problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
+    assert problems == [
+        f"problem: deleted: stream {log.victim} version 1: dropped rows: the whole stream was deleted"
+        " (the checkpoint signed versions 1..5)"
+    ], result.stderr
+    # And a session that never existed is still not found
+    assert run_cli(log.url, log.schema, "audit", "verify", "--session", "nobody").returncode == 3
+
+
 def test_one_session_and_only_what_follows_the_checkpoint_can_be_verified(log: Log) -> None:
     delete_last(log)
     alone = run_cli(log.url, log.schema, "audit", "verify", "--session", "victim")
