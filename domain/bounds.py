@@ -518,6 +518,21 @@ def json_bytes(value: Any) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+def names_json_bytes(values: tuple[str | None, ...]) -> int:
+    """``json_bytes(values)`` for a tuple of names (strings or None), without the encoder when
+    every string is printable ASCII needing no escape (each is then its length plus two
+    quotes): a usage's names are measured on every step (``session_views.usage_window_bytes``)."""
+    total = 1 + len(values)  # the brackets and the commas between the items
+    for value in values:
+        if value is None:
+            total += 4
+        elif value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+            total += len(value) + 2
+        else:
+            return json_bytes(values)
+    return total if values else 2
+
+
 def _days(value: timedelta) -> str:
     """A duration as "3660 days", or with the rest of a day ("3660 days, 1:00:00"): the bound
     and a delay an hour past it read the same when the hours were dropped."""

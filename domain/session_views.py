@@ -9,7 +9,7 @@ from decimal import Decimal
 from enum import Enum, StrEnum
 from typing import Any
 
-from flowledger.domain.bounds import json_bytes
+from flowledger.domain.bounds import json_bytes, names_json_bytes
 from flowledger.domain.error_detail import ErrorDetail
 from flowledger.domain.values import JsonObject, LlmUsage
 
@@ -172,9 +172,10 @@ def usage_window_bytes(usage: LlmUsage | None) -> int:
     ``extra`` made snapshots of 383 KB (an outside probe through ``record_step``)."""
     if usage is None:
         return 0
-    variable = (
-        usage.extra,
-        usage.finish_reasons,
+    # As json_bytes of [extra, finish_reasons, response_id, provider, request_model,
+    # response_model, price_version, cost_source] (the figure a snapshot's upcast measures),
+    # in parts: a step's usage usually has no extra and plain ASCII names (4 us as one encode).
+    names = (
         usage.response_id,
         usage.provider,
         usage.request_model,
@@ -182,7 +183,10 @@ def usage_window_bytes(usage: LlmUsage | None) -> int:
         usage.price_version,
         usage.cost_source,
     )
-    return USAGE_BYTES + json_bytes(variable)
+    extra = json_bytes(usage.extra) if usage.extra else 2
+    # the names' own brackets stand for the whole list's; two more commas, before the names'
+    # list and before finish_reasons, and the finish_reasons' brackets are its own
+    return USAGE_BYTES + extra + names_json_bytes(usage.finish_reasons) + names_json_bytes(names) + 2
 
 
 class KeyLookup(Enum):

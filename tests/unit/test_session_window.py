@@ -6,8 +6,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 
+import pytest
 from eventsourcing.persistence import DatetimeAsISO, DecimalAsStr, JSONTranscoder, UUIDAsHex
 
+from flowledger.domain.bounds import json_bytes
 from flowledger.domain.session_views import (
     RECORD_BYTES,
     USAGE_BYTES,
@@ -18,6 +20,7 @@ from flowledger.domain.session_views import (
     failure_window_bytes,
     step_names,
     step_window_bytes,
+    usage_window_bytes,
 )
 from flowledger.domain.session_window import (
     recent,
@@ -232,3 +235,29 @@ def test_folding_one_at_a_time_keeps_what_cutting_the_whole_list_once_keeps() ->
         history, keys = window_with_step(history, keys, step, 4, 3_000)
         assert history == recent(records[:n], 4, 3_000)
         assert keys == {r.idempotency_key: r.version for r in history if r.idempotency_key}
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        USAGE,
+        replace(USAGE, finish_reasons=(), response_id="", price_version=""),
+        replace(
+            USAGE, extra={"attempt_log": [{"n": 1, "error": "http_500"}]}, finish_reasons=("length", "stop")
+        ),
+        replace(USAGE, response_id='id "quoted" \\ and é', provider="прованс", finish_reasons=("\u00e9",)),
+    ],
+)
+def test_a_usage_counts_its_variable_fields_as_compact_json(usage: LlmUsage) -> None:
+    # What usage_window_bytes says it counts, written out whole: its parts must add up to it
+    variable = (
+        usage.extra,
+        usage.finish_reasons,
+        usage.response_id,
+        usage.provider,
+        usage.request_model,
+        usage.response_model,
+        usage.price_version,
+        usage.cost_source,
+    )
+    assert usage_window_bytes(usage) == USAGE_BYTES + json_bytes(variable)

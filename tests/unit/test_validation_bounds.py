@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowledger.domain import LlmUsage, ValidationError
-from flowledger.domain.bounds import _plain_json_bound
+from flowledger.domain.bounds import _plain_json_bound, json_bytes, names_json_bytes
 from flowledger.domain.values import (
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
@@ -361,3 +361,11 @@ def test_a_number_json_cannot_hold_is_refused_naming_where_it_is(number: float) 
     assert str(refused.value) == (
         f"output: numbers must be finite (JSON has no NaN or Infinity), got {number!r} (at scores[1])"
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.none() | st.text(max_size=12) | st.text(st.characters(max_codepoint=127), max_size=12)))
+def test_a_tuple_of_names_measures_as_the_encoder_writes_it(names: list[str | None]) -> None:
+    # The window's fast path for a usage's names (plain ASCII needs no encoder) must give the
+    # encoder's figure exactly: a snapshot's upcast and a fold of the events measure alike.
+    assert names_json_bytes(tuple(names)) == json_bytes(tuple(names))
