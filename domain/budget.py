@@ -125,11 +125,12 @@ def window_start(period: str, now: datetime) -> datetime:
 
 @dataclass(frozen=True, kw_only=True)
 class CallScope:
-    """What a model call is charged to: one subject per scope (``user`` may be unknown)."""
+    """What a model call is charged to: one subject per scope (None: the call has none, as a
+    task's classification or ranking call has no session, workflow or user)."""
 
     tenant: str
-    session: str
-    workflow: str
+    session: str | None
+    workflow: str | None
     model: str
     user: str | None = None
 

@@ -204,19 +204,21 @@ def _classified(task_id: str, model: str | None, tenant: str | None, *, again: b
 @tasks_app.command("classify")
 def classify_task(task_id: TaskArg, model: ModelOpt = None, tenant: TenantOpt = None) -> None:
     """Classify through the model (the priority's tier unless --model); one already classified
-    is left as it is. Exit 7: no model configured (nothing recorded), or every call failed."""
+    is left as it is. Exit 7: no model configured (nothing recorded), or every call failed;
+    exit 8: a budget refused the call (not made, nothing recorded)."""
     _classified(task_id, model, tenant, again=False)
 
 
 @tasks_app.command("reclassify")
 def reclassify_task(task_id: TaskArg, model: ModelOpt = None, tenant: TenantOpt = None) -> None:
-    """Classify again through the model, replacing the classification (exit 7 as classify)."""
+    """Classify again through the model, replacing the classification (exit 7 and 8 as classify)."""
     _classified(task_id, model, tenant, again=True)
 
 
 @tasks_app.command("assign")
 def assign_task(task_id: TaskArg, tenant: TenantOpt = None) -> None:
-    """Assign to the best eligible agent, or escalate with the reason."""
+    """Assign to the best eligible agent, or escalate with the reason (exit 8: a budget refused
+    the model-ranked tie-break routing asks for; the task waits as it was)."""
     with reported_errors():
         state = _with_model(tenant, lambda engine: engine.assign_task_ranked(task_id), required=False)
     _say(state)

@@ -241,26 +241,29 @@ def task_history(task_id: TaskId, caller: Reader) -> list[EventOut]:
     return [EventOut.of(entry) for entry in caller.engine.task_history(task_id)]
 
 
-@router.post("/tasks/{task_id}/classify", responses=responses(404, 409, 501, 502))
+@router.post("/tasks/{task_id}/classify", responses=responses(402, 404, 409, 501, 502))
 async def classify_task(task_id: TaskId, caller: Writer, body: Classify | None = None) -> Json:
     """Classify through the model (the priority's tier unless ``model`` names one; usage is
-    recorded). An unknown model is a 422 before anything is recorded; a failed call is
-    retried on the fallback model, then the task keeps waiting with the failures recorded.
+    recorded). An unknown model is a 422 before anything is recorded; a call an enforced
+    budget cannot take is a 402 before it is made (nothing recorded, no fallback tried); a
+    failed call is retried on the fallback model, then the task keeps waiting with the
+    failures recorded.
     A task already classified (or closed) is returned as it stands, with no call, whatever
     ``model`` says: a retry is answered, not paid twice; ``reclassify`` classifies again."""
     return out(await caller.engine.classify_task(task_id, model=(body or Classify()).model))
 
 
-@router.post("/tasks/{task_id}/reclassify", responses=responses(404, 409, 501, 502))
+@router.post("/tasks/{task_id}/reclassify", responses=responses(402, 404, 409, 501, 502))
 async def reclassify_task(task_id: TaskId, caller: Writer, body: Classify | None = None) -> Json:
     """Classify again, replacing the classification (409 once the task is completed or escalated)."""
     return out(await caller.engine.reclassify_task(task_id, model=(body or Classify()).model))
 
 
-@router.post("/tasks/{task_id}/assign", responses=_WRITE)
+@router.post("/tasks/{task_id}/assign", responses=responses(402, 404, 409))
 async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = None) -> Json:
     """Assign to the best eligible agent, or escalate with a reason. With routing's
-    ``model_ranked_matching`` on, the model picks among agents the rule finds equally good.
+    ``model_ranked_matching`` on, the model picks among agents the rule finds equally good
+    (402 when an enforced budget cannot take that call: it is not made, the task waits).
     No body is needed; one naming an agent (or anything else) is refused with 422. A task that
     names no skills and whose classification failed is refused with 409 (reclassify it first)."""
     return out(await caller.engine.assign_task_ranked(task_id))

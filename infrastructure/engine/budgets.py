@@ -9,6 +9,7 @@ the alerts ``settle`` decides are appended as ``Budget.AlertRaised`` and handed 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 import threading
@@ -23,7 +24,7 @@ from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 from flowledger.domain.budget import PERIODS, SCOPES, Budget, BudgetSpec, CallScope, budget_uuid
 from flowledger.domain.errors import BudgetNotFound, StoreUnavailable, ValidationError
 from flowledger.domain.ports import AlertNotifier
-from flowledger.domain.values import require_name
+from flowledger.domain.values import LlmUsage, require_name
 from flowledger.infrastructure.engine.later_charges import LaterCharges
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.postgres.budgets import Burn, PostgresBudgetLedger, Raised, Reservation
@@ -41,6 +42,17 @@ CHARGE_RETRY_S = 120.0
 """How long the charge of a stored step is tried again, in the background, while the ledger is away."""
 
 _log = logging.getLogger(__name__)
+
+
+def call_cost(usage: LlmUsage | None, hold: Reservation) -> Decimal:
+    """What a call settles: its usage's ``charged_usd`` (retried attempts were billed too; $0
+    without usage), and at least what it held when its cost is not known (``unpriced``: no
+    price, or no usage in the reply), so a provider (or a proxy) that leaves usage out cannot
+    spend past an enforced budget."""
+    cost = usage.charged_usd if usage is not None else Decimal(0)
+    if usage is not None and usage.unpriced:
+        cost = max(cost, hold.amount_usd)
+    return cost
 
 
 def step_hold_id(session: UUID, key: str, worker: str, started_at: datetime) -> UUID:
@@ -277,6 +289,18 @@ class BudgetService:
         raised = self._ledger.settle(self._tenant, reservation, cost_usd, held_only=held_only)
         self._record_alerts(raised)
         return raised
+
+    def settle_surely(self, reservation: Reservation, cost_usd: Decimal) -> None:
+        """``settle``, and notify its alerts; while the ledger is away, the settlement is queued
+        and tried again as ``charge_stored`` tries a charge (then ``held_only``: a try whose
+        reply was lost may have committed). For a task's model call: its answer is recorded
+        whether or not the ledger can take its cost now."""
+        tries = itertools.count()
+
+        def settle() -> list[Raised]:
+            return self.settle(reservation, cost_usd, held_only=next(tries) > 0)
+
+        self.charge_stored(settle)
 
     def _record_alerts(self, raised: list[Raised]) -> None:
         for alert in raised:

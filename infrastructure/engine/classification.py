@@ -9,6 +9,12 @@ on the routing's fallback model; if that fails too the task keeps waiting, uncla
 for a ``reclassify``. A classification derives, through the skill catalogue, the skills,
 priority and deadline the creator left out, recorded with their reasons.
 
+Budgets hold each call, the fallback's included, as they hold a step's (``task_budgets.py``,
+docs/budgets.md "Task calls"): a call an enforced budget cannot take is not made and
+``BudgetExceeded`` is raised with nothing recorded; a refused primary does not try the
+fallback (a refusal is not a failure). A fallback refused after the primary failed leaves the
+primary's ``ClassificationFailed`` naming no fallback, its detail saying why, and raises.
+
 Concurrent classifications of one task in one engine share one call (single flight, as
 steps do): the first caller leads, and a later ``classify`` waits for its outcome and gets
 the same answer (or error); a later ``reclassify`` shares only another ``reclassify`` on the
@@ -27,11 +33,12 @@ answering) a classify calls anyway, as before.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from flowledger.domain.bounds import require_model
@@ -53,7 +60,9 @@ from flowledger.domain.task_views import Classification, TaskPriority, TaskState
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.engine.task_budgets import TaskCallBudgets
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
+from flowledger.infrastructure.postgres.budgets import Reservation
 
 _TYPICAL_CALL = {"input_tokens": 300, "output_tokens": 60}
 """The size of a classification call, for comparing models' costs (prompt ~300, reply ~60 tokens)."""
@@ -85,8 +94,11 @@ class TaskClassifier:
         tiers: ModelTiers,
         locks: TaskLocks | None = None,
         lock_wait_s: float = 60.0,
+        budgets: TaskCallBudgets | None = None,
     ) -> None:
         self._store = store
+        self.budgets = budgets if budgets is not None else TaskCallBudgets(None)
+        """The budgets each model call of a task is held in and settled against."""
         self.locks = locks
         self.lock_wait_s = lock_wait_s
         """How long a classify waits for another engine's classification of the task to end
@@ -232,30 +244,68 @@ class TaskClassifier:
         else:
             chosen, route = self.route(TaskPriority(task.priority))
         messages = classification_messages(task)
+        # Refused by a budget: BudgetExceeded, nothing recorded, and the fallback is not tried
+        # (it stands in for a model that failed, not for one the budgets stopped).
+        hold = await self.budgets.hold(llm, chosen, messages)
         attempt: str | None = chosen
         state = task.state()
         while attempt is not None:
             usage: LlmUsage | None = None
             try:
-                reply = await llm.complete(model=attempt, messages=messages, json_mode=True)
+                reply = await self.budgets.complete(llm, attempt, messages, hold)
                 usage = reply.usage
                 self._observed.append(reply.usage)
                 classification = Classification.from_reply(reply.content, reply.usage)
             except (LlmError, ValidationError) as error:
                 if isinstance(error, LlmError):
                     usage = error.usage
-                fallback = self.tiers.fallback_for(attempt) if attempt == chosen else None
                 detail = f"{type(error).__name__}: {error}"
-                decide = partial(self._failed, task_id, attempt, detail, usage, fallback)
+            else:
+                decide = partial(self._classify, task_id, classification, route, again)
+                return await asyncio.to_thread(self._write, task_id, decide)
+            fallback = self.tiers.fallback_for(attempt) if attempt == chosen else None
+            try:
+                hold, refused = await self._hold_fallback(llm, fallback, messages)
+            except asyncio.CancelledError:
+                # The failed call was paid: its failure is recorded all the same.
+                detail = f"{detail}; cancelled before fallback {fallback} was tried"
+                decide = partial(self._failed, task_id, attempt, detail, usage, None)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(
+                        asyncio.ensure_future(asyncio.to_thread(self._write, task_id, decide))
+                    )
+                raise
+            if refused is not None:
+                detail = f"{detail}; fallback {fallback} not tried: {refused}"
+                fallback = None
+            decide = partial(self._failed, task_id, attempt, detail, usage, fallback)
+            try:
                 state = await asyncio.to_thread(self._write, task_id, decide)
-                if state.status.is_final:
-                    return state
-                route = f"{route}; retried on fallback {fallback} after {attempt} failed"
-                attempt = fallback
-                continue
-            decide = partial(self._classify, task_id, classification, route, again)
-            return await asyncio.to_thread(self._write, task_id, decide)
+            except BaseException:
+                await self.budgets.settle(hold, None)
+                raise
+            if state.status.is_final:
+                await self.budgets.settle(hold, None)
+                return state
+            if refused is not None:
+                raise refused
+            route = f"{route}; retried on fallback {fallback} after {attempt} failed"
+            attempt = fallback
         return state
+
+    async def _hold_fallback(
+        self, llm: LlmPort, fallback: str | None, messages: list[dict[str, Any]]
+    ) -> tuple[Reservation | None, Exception | None]:
+        """The budgets' hold for the fallback's call, taken before the failure that calls for it
+        is recorded (which names the fallback only if it will be tried): (hold, None), or
+        (None, why) when the budgets refuse it (or the ledger cannot be asked, or the cost
+        not estimated): raised once the failure is recorded."""
+        if fallback is None:
+            return None, None
+        try:
+            return await self.budgets.hold(llm, fallback, messages), None
+        except Exception as error:
+            return None, error
 
     def _write(self, task_id: str, decide: partial[TaskState]) -> TaskState:
         state: TaskState = self._store.write(task_key(task_id), decide)

@@ -49,6 +49,7 @@ from flowledger.infrastructure.engine.sessions import (
 from flowledger.infrastructure.engine.step_calls import StepOutcome
 from flowledger.infrastructure.engine.steps import StepService
 from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
+from flowledger.infrastructure.engine.task_budgets import TaskCallBudgets
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
 from flowledger.infrastructure.engine.tasks import Creation, Registration, TaskService
@@ -162,6 +163,7 @@ class Engine:
             tiers=tiers,
             locks=self._classification_locks,
             lock_wait_s=self.settings.classify_lock_wait_s,
+            budgets=TaskCallBudgets(self.budgets),
         )
         self.tie_breaker = TieBreaker(self.store, self.task_reads, self.classifier)
 

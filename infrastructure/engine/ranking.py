@@ -9,7 +9,9 @@ happens before the assignment and outside every lock; the assignment then takes 
 pick if it is still one of the agents tied for best, else decides by the rule, and the
 ``Assigned`` event carries the call's usage and, in its reason, what the model said or why
 its pick was not used. A failed call or an unusable reply costs the tie-break only: the
-rule decides, and the usage the call reported is still recorded.
+rule decides, and the usage the call reported is still recorded. Budgets hold the call as
+they hold a step's (``task_budgets.py``): one an enforced budget cannot take is not made,
+and the assignment raises ``BudgetExceeded`` with the task left waiting as it was.
 """
 
 from __future__ import annotations
@@ -72,8 +74,12 @@ class TieBreaker:
             return None
         model, _ = self._classifier.route(TaskPriority(task.priority))
         messages = ranking_messages(task, [(p.agent_id, sorted(p.skills)) for p in tied])
+        # Refused by a budget: BudgetExceeded before the call, and the task is not assigned
+        # (as a step's call is refused: the caller learns the budget stopped it).
+        budgets = self._classifier.budgets
+        hold = await budgets.hold(llm, model, messages)
         try:
-            reply = await llm.complete(model=model, messages=messages, json_mode=True)
+            reply = await budgets.complete(llm, model, messages, hold)
         except LlmError as error:
             note = f"model ranking on {model} failed ({type(error).__name__}), the rule decided"
             return Ranking(agent_id=None, usage=error.usage, note=note)

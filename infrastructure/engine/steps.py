@@ -45,7 +45,7 @@ from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
-from flowledger.infrastructure.engine.budgets import BudgetService, step_hold_id
+from flowledger.infrastructure.engine.budgets import BudgetService, call_cost, step_hold_id
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.step_calls import (
@@ -402,12 +402,7 @@ class StepService:
         ``held_only``: tried again, it records nothing once the hold is gone."""
         if hold is None or self.budgets is None:
             return
-        cost = usage.charged_usd if usage is not None else Decimal(0)  # retried attempts were billed too
-        if usage is not None and usage.unpriced:
-            # What it cost is not known (no price, or no usage in the reply): count the most
-            # it could have cost, as held, so a provider (or a proxy) that leaves usage out
-            # cannot spend past an enforced budget.
-            cost = max(cost, hold.amount_usd)
+        cost = call_cost(usage, hold)  # at least its hold when what it cost is not known
         raised = await asyncio.shield(
             self._in_db(partial(self.budgets.settle, held_only=held_only), hold, cost)
         )
