@@ -430,7 +430,7 @@ def require_flag(field_name: str, value: Any) -> bool:
 def require_moment(field_name: str, value: Any, *, optional: bool = False) -> None:
     """Raise ValidationError unless ``value`` is a timezone-aware datetime (or None when
     ``optional``) that lies in year 1 or later in UTC too: year 1 at +14:00 can be year 0 there,
-    which PostgreSQL stores as BC and psycopg cannot read back ("timestamp too small"). The
+    which PostgreSQL stores as BC and its Python driver cannot read back ("timestamp too small"). The
     other end is each field's bound to say (a deadline's ``MAX_DEADLINE``)."""
     if value is None and optional:
         return
