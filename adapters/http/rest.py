@@ -6,7 +6,7 @@ engine (``Caller.engine``), so another tenant's session answers exactly as an un
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from flowledger.adapters.http import schemas
 from flowledger.adapters.http.auth import Caller, Reader, Writer
 from flowledger.adapters.http.errors import responses
+from flowledger.adapters.http.moments import QueryMoment
 from flowledger.domain.errors import ValidationError
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
@@ -82,7 +83,9 @@ def get_session(
     session_id: SessionId,
     caller: Reader,
     version: Annotated[int | None, Query(ge=1, le=schemas.MAX_VERSION)] = None,
-    as_of: datetime | None = None,
+    as_of: Annotated[
+        QueryMoment | None, Query(description="RFC 3339 text with a zone (a + written %2B).")
+    ] = None,
 ) -> schemas.SessionOut:
     """The session now, at a version, or as of a time."""
     return schemas.SessionOut.of(caller.engine.get_session(session_id, version=version, as_of=as_of))

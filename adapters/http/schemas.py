@@ -31,6 +31,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from flowledger.adapters.http.errors import worded
+from flowledger.adapters.http.moments import MOMENT_SCHEMA, Moment
 from flowledger.domain.bounds import MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL, NAME_IGNORABLE_CLASS
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
 from flowledger.domain.values import (
@@ -292,8 +293,9 @@ class Extend(Body):
     ttl_seconds: ExtensionSeconds | SkipJsonSchema[None] = Field(
         default=None, description="Added to the current expiry."
     )
-    expires_at: datetime | SkipJsonSchema[None] = Field(
-        default=None, description="The new expiry (with a time zone), instead of ttl_seconds."
+    expires_at: Annotated[Moment | None, WithJsonSchema(MOMENT_SCHEMA)] = Field(
+        default=None,
+        description="The new expiry (RFC 3339 text with a zone, or Unix seconds), instead of ttl_seconds.",
     )
 
     @field_validator("ttl_seconds")

@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses
+from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.schemas import (
     JSON_INTEGER,
     MAX_DEADLINE_HOURS,
@@ -20,7 +21,7 @@ from flowledger.adapters.http.schemas import (
     Integer,
     name,
 )
-from flowledger.adapters.http.tasks import AgentId, Json, Moment, NoFields, Priority, TaskId, any_case, out
+from flowledger.adapters.http.tasks import AgentId, Json, NoFields, Priority, TaskId, any_case, out
 from flowledger.domain.agent import MAX_CAPACITY
 from flowledger.domain.bounds import MAX_REASON_LENGTH
 from flowledger.domain.errors import ValidationError

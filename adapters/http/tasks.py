@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Response, status
 from pydantic import AliasChoices, BeforeValidator, ConfigDict, Field, WithJsonSchema
-from pydantic_core import PydanticCustomError
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses, worded
+from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.schemas import (
     MAX_DEADLINE_HOURS,
     NAME_PATTERN,
@@ -42,39 +41,6 @@ Json = dict[str, Any]
 TaskId = Annotated[str, PathId]
 AgentId = Annotated[str, PathId]
 Skill = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
-_EARLIEST_S, _LATEST_S = -62_135_596_800, 253_402_300_799
-_UNIX_TIME = {"type": "number", "minimum": _EARLIEST_S, "maximum": _LATEST_S}
-
-
-_NUMBER_TEXT = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
-
-
-def _unix_seconds(value: Any) -> Any:
-    """A JSON number as Unix seconds, always: pydantic alone reads one above 2*10^10 as
-    milliseconds, so 20000000000 and 20000000001 landed 600 years apart. Booleans are refused,
-    and so is a number written as text, which pydantic read the same way ("20000000001" was
-    1970-08-20) and the document's date-time format does not take."""
-    if isinstance(value, bool):
-        raise PydanticCustomError("moment", "must be a time (RFC 3339 text or Unix seconds), not a boolean")
-    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value):
-        raise PydanticCustomError(
-            "moment",
-            "must be RFC 3339 text with a zone (like 2026-12-05T10:00:00Z), or Unix seconds as a"
-            " JSON number, not in quotes",
-        )
-    if isinstance(value, int | float):
-        if not _EARLIEST_S <= value <= _LATEST_S:
-            raise PydanticCustomError("moment", "must be Unix seconds within the years 1 to 9999")
-        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=value)
-    return value
-
-
-Moment = Annotated[
-    datetime,
-    BeforeValidator(_unix_seconds),
-    WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, _UNIX_TIME]}),
-]
-"""A time: RFC 3339 text, or Unix seconds in years 1-9999 (the schema says both)."""
 
 
 _PAD = "[ \\t\\n\\r]*"

@@ -20,7 +20,7 @@ an expired session stays expired, and an unknown action is a 400.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import Caller, Reader
 from flowledger.adapters.http.errors import error_body, responses
+from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import ensure_user, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN, within_max_ttl
 from flowledger.domain.errors import SessionNotFound, ValidationError
@@ -74,8 +75,10 @@ class WebhookRequest(BaseModel):
         default=None,
         description="create_session: the session's lifetime (24). extend_session: hours added (24).",
     )
-    expires_at: datetime | None = Field(
-        default=None, description="extend_session: set the expiry to this moment instead (with a zone)."
+    expires_at: Moment | None = Field(
+        default=None,
+        description="extend_session: set the expiry to this moment instead (RFC 3339 text with a zone,"
+        " or Unix seconds).",
     )
     idempotency_key: str | None = Field(default=None, max_length=MAX_ID)
     strict: bool | None = Field(

@@ -1,11 +1,12 @@
 """Numbers, booleans, money and times in request bodies are taken as the OpenAPI document types
 them: a boolean or a string is not a number, a number is not a boolean, a dollar string
-matches the documented pattern, and Unix seconds stay seconds whatever their size. A refused
+matches the documented pattern, and Unix seconds stay seconds whatever their size (a time in
+a query string is RFC 3339 text, never a number). A refused
 body appends nothing."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -500,3 +501,133 @@ def test_a_deadline_as_text_must_be_a_time_not_a_number_in_quotes(
     # And a requeue's deadline is read alike
     requeue = {"reason": "r", "requested_by": "me", "deadline": deadline}
     refused(memory_http.post("/v1/tasks/t-1/requeue", json=requeue), "deadline: must be RFC 3339 text")
+
+
+def started(client: TestClient, session_id: str = "s-1") -> dict[str, Any]:
+    response = client.post("/v1/sessions", json={"session_id": session_id, "workflow": "w"})
+    assert response.status_code == 201, response.text
+    state: dict[str, Any] = response.json()
+    return state
+
+
+@pytest.mark.parametrize("expires_at", ["20000000001", "1796425540", " 42 ", "1.5e9"])
+def test_a_session_expiry_as_text_must_be_a_time_not_a_number_in_quotes(
+    memory_http: TestClient, expires_at: str
+) -> None:
+    # Given a session
+    before = started(memory_http)
+    # When its expiry is set to a number written as text (pydantic read "20000000001" as
+    # milliseconds, 1970-08-20, where a task's deadline refuses it)
+    extended = memory_http.post("/v1/sessions/s-1/extend", json={"expires_at": expires_at})
+    hooked = memory_http.post(
+        WEBHOOK, json={"action": "extend_session", "session_id": "s-1", "expires_at": expires_at}
+    )
+    # Then both are refused as a deadline is, saying how to write a time, and nothing is recorded
+    refused(extended, "expires_at: must be RFC 3339 text with a zone (like 2026-12-05T10:00:00Z)")
+    refused(hooked, "expires_at: must be RFC 3339 text with a zone (like 2026-12-05T10:00:00Z)")
+    assert memory_http.get("/v1/sessions/s-1").json()["version"] == before["version"]
+
+
+def test_a_session_expiry_as_a_number_is_unix_seconds_whatever_its_size(memory_http: TestClient) -> None:
+    # Given a session
+    before = started(memory_http)
+    # When its expiry is set to a JSON number of seconds, one day after its own expiry
+    at = datetime.fromisoformat(before["expires_at"]).replace(microsecond=0) + timedelta(days=1)
+    for path, body in (
+        ("/v1/sessions/s-1/extend", {"expires_at": at.timestamp()}),
+        (WEBHOOK, {"action": "extend_session", "session_id": "s-1", "expires_at": int(at.timestamp())}),
+    ):
+        answer = memory_http.post(path, json=body)
+        assert answer.status_code == 200, answer.text
+    # Then it is that moment
+    assert datetime.fromisoformat(memory_http.get("/v1/sessions/s-1").json()["expires_at"]) == at
+    # And 20000000001 is year 2603 (refused as too far ahead), not 1970 (refused as past)
+    far = memory_http.post("/v1/sessions/s-1/extend", json={"expires_at": 20_000_000_001})
+    refused(far, "expires_at: must lie at most 366 days ahead, got 2603-10-11T11:33:21+00:00")
+
+
+@pytest.mark.parametrize(
+    ("expires_at", "said"),
+    [
+        (-62_135_596_801, "expires_at: must be Unix seconds within the years 1 to 9999"),
+        (253_402_300_800, "expires_at: must be Unix seconds within the years 1 to 9999"),
+        (True, "expires_at: must be a time (RFC 3339 text or Unix seconds), not a boolean"),
+        ("soon", "expires_at: must be RFC 3339 text with a zone (like 2026-12-05T10:00:00Z)"),
+        (
+            "2030-01-01T09:30:00",
+            "expires_at: must carry a time zone (like +00:00 or Z), got 2030-01-01T09:30:00",
+        ),
+        ("0001-01-01T00:00:00+14:00", "expires_at: must lie in year 1 or later in UTC"),
+    ],
+)
+def test_a_session_expiry_is_read_as_a_deadline_is(
+    memory_http: TestClient, expires_at: Any, said: str
+) -> None:
+    before = started(memory_http)
+    refused(memory_http.post("/v1/sessions/s-1/extend", json={"expires_at": expires_at}), said)
+    hooked = {"action": "extend_session", "session_id": "s-1", "expires_at": expires_at}
+    refused(memory_http.post(WEBHOOK, json=hooked), said)
+    assert memory_http.get("/v1/sessions/s-1").json()["version"] == before["version"]
+
+
+@pytest.mark.parametrize("as_of", ["1796425540000", "1796425540", "0", "-5", "1.5e9"])
+def test_as_of_in_a_query_is_rfc_3339_text_never_a_number(memory_http: TestClient, as_of: str) -> None:
+    # Given a session
+    started(memory_http)
+    # When it is read as of a number (pydantic read ?as_of=1796425540000 as milliseconds and
+    # ?as_of=1796425540 as seconds: the same moment, said two ways, one of them a guess)
+    answer = memory_http.get("/v1/sessions/s-1", params={"as_of": as_of})
+    # Then it is refused, saying how to write a time
+    refused(answer, "as_of: must be RFC 3339 text with a zone (like 2026-12-05T10:00:00Z), not a number")
+
+
+@pytest.mark.parametrize(
+    ("as_of", "said"),
+    [
+        ("yesterday", "as_of: must be RFC 3339 text with a zone (like 2026-12-05T10:00:00Z)"),
+        ("true", "as_of: must be RFC 3339 text with a zone (like 2026-12-05T10:00:00Z)"),
+        ("2030-01-01T09:30:00", "as_of: must carry a time zone (like +00:00 or Z), got 2030-01-01T09:30:00"),
+        # A "+" left unescaped in a URL reads as a space
+        ("2030-01-01T09:30:00 01:00", "write the offset's + as %2B"),
+        ("0001-01-01T00:00:00+14:00", "as_of: must lie in year 1 or later in UTC"),
+    ],
+)
+def test_as_of_in_a_query_is_refused_in_words(memory_http: TestClient, as_of: str, said: str) -> None:
+    started(memory_http)
+    refused(memory_http.get("/v1/sessions/s-1", params={"as_of": as_of}), said)
+
+
+def test_as_of_in_a_query_takes_rfc_3339_text(memory_http: TestClient) -> None:
+    # Given a session
+    state = started(memory_http)
+    # When it is read as of its start, in UTC and at an offset (the + escaped)
+    at = datetime.fromisoformat(state["created_at"])
+    for text in (at.isoformat(), at.astimezone(timezone(timedelta(hours=2))).isoformat()):
+        answer = memory_http.get("/v1/sessions/s-1", params={"as_of": text})
+        # Then it is the session as it started
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["version"] == 1
+
+
+def test_the_document_types_every_time_alike(memory_http: TestClient) -> None:
+    # Given the OpenAPI document
+    doc = memory_http.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    # Then every time in a body is RFC 3339 text or Unix seconds in years 1-9999, as a deadline is
+    deadline = schemas["CreateTask"]["properties"]["deadline"]
+    times = [
+        schemas["Requeue"]["properties"]["deadline"],
+        schemas["Extend"]["properties"]["expires_at"],
+        schemas["WebhookRequest"]["properties"]["expires_at"],
+    ]
+    moment = [s for s in deadline["anyOf"] if s.get("type") != "null"]
+    for schema in times:
+        assert [s for s in schema.get("anyOf", [schema]) if s.get("type") != "null"] == moment, schema
+    assert {"type": "string", "format": "date-time"} in moment
+    # And a time in a query is RFC 3339 text only
+    [as_of] = [
+        p for p in doc["paths"]["/v1/sessions/{session_id}"]["get"]["parameters"] if p["name"] == "as_of"
+    ]
+    assert [s for s in as_of["schema"]["anyOf"] if s.get("type") != "null"] == [
+        {"type": "string", "format": "date-time"}
+    ]

@@ -248,7 +248,7 @@ def test_extend_session_reopens_an_expired_session_unless_strict(hook: Hook) -> 
             "expires_at: must carry a time zone (like +00:00 or Z), got 2026-03-02T00:00:00",
         ),
         ({"expires_at": "2026-02-01T00:00:00+00:00"}, "expires_at: must lie in the future"),
-        ({"expires_at": "soon"}, "expires_at: Input should be a valid datetime"),
+        ({"expires_at": "soon"}, "expires_at: must be RFC 3339 text with a zone (like 2026-12-05T10:00:00Z)"),
         ({"expires_hours": -1}, "expires_hours: Input should be greater than 0"),
     ],
 )
