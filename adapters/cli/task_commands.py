@@ -29,6 +29,7 @@ from flowledger.domain.bounds import MAX_DEADLINE, MAX_REASON_LENGTH, require_re
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskPriority, TaskState, TaskStatus
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.engine.task_reads import MAX_LIST
 
 T = TypeVar("T")
 console = cli_console()
@@ -130,7 +131,7 @@ def list_tasks(
     overdue: Annotated[
         bool | None, typer.Option("--overdue/--not-overdue", help="Open tasks past (or not) their deadline.")
     ] = None,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
+    limit: Annotated[int, typer.Option(help=f"At most this many (1 to {MAX_LIST:,}).")] = 100,
     after: Annotated[str | None, typer.Option(help="The last task id of the page before.")] = None,
     tenant: TenantOpt = None,
 ) -> None:
@@ -226,7 +227,7 @@ def assign_task(task_id: TaskArg, tenant: TenantOpt = None) -> None:
 
 @tasks_app.command("run-queue")
 def run_queue(
-    limit: Annotated[int | None, typer.Option(help="At most this many tasks.")] = None,
+    limit: Annotated[int | None, typer.Option(help=f"At most this many tasks (1 to {MAX_LIST:,}).")] = None,
     escalate_when_full: Annotated[
         bool, typer.Option("--escalate-when-full", help="Escalate tasks whose capable agents are all full.")
     ] = False,

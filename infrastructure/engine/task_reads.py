@@ -15,7 +15,7 @@ from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.history import HistoryEntry, history_entry
 
 MAX_LIST = 1000
-"""The most tasks one listing returns."""
+"""The most tasks one listing returns, or one queue run offers (REST, the CLI and the library alike)."""
 
 
 def _overdue(state: TaskState, now: datetime) -> bool:

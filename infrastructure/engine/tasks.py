@@ -39,7 +39,7 @@ from flowledger.domain.values import (
 from flowledger.infrastructure.engine.assigner import BatchAssigner
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
-from flowledger.infrastructure.engine.task_reads import TaskReads, agent_key, task_key
+from flowledger.infrastructure.engine.task_reads import MAX_LIST, TaskReads, agent_key, task_key
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 
 S = TypeVar("S", TaskState, TaskState | None, "Creation")
@@ -164,10 +164,13 @@ class TaskService:
         keeps waiting for the next run (as ``POST /v1/queue/run`` does); with
         ``escalate_when_full=True`` it is escalated (``all_at_capacity``) instead. A task
         held back (``TaskState.held_back``: no skills, and its classification failed) is
-        passed over and returned as it stands, without counting towards ``limit``.
+        passed over and returned as it stands, without counting towards ``limit``: at most
+        ``MAX_LIST`` (1,000), REST's bound, so the CLI and the library answer as it does.
         """
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ValidationError("limit", f"must be a whole number >= 1 or None, got {limit!r}")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST
+        ):
+            raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")
         require_flag("escalate_when_full", escalate_when_full)
         waiting, held = [], set()
         for entry in self._reads.index.open_tasks():

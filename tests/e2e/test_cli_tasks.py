@@ -256,6 +256,10 @@ BAD_INPUT = [
     (["tasks", "requeue", "T-1", "--by", "a", "--reason", "r"], 4, "T-1"),  # not escalated
     (["tasks", "requeue", "T-1", "--by", " ", "--reason", "r"], 2, "requested_by"),
     (["tasks", "classify", "T-1"], 7, "no model configured: set FLOWLEDGER_LLM_BASE_URL"),
+    # REST's bound on a queue run (POST /v1/queue/run {"limit": 1001} is a 422): the CLI took any
+    (["tasks", "run-queue", "--limit", "1001"], 2, "limit: must be in [1, 1000], got 1001"),
+    (["tasks", "run-queue", "--limit", "0"], 2, "limit: must be in [1, 1000], got 0"),
+    (["tasks", "list", "--limit", "1001"], 2, "limit: must be in [1, 1000], got 1001"),
 ]
 
 

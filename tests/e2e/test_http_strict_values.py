@@ -1,8 +1,7 @@
 """Numbers, booleans, money and times in request bodies are taken as the OpenAPI document types
 them: a boolean or a string is not a number, a number is not a boolean, a dollar string
 matches the documented pattern, and Unix seconds stay seconds whatever their size (a time in
-a query string is RFC 3339 text, never a number). A refused
-body appends nothing."""
+a query string is RFC 3339 text, never a number). A refused body appends nothing."""
 
 from __future__ import annotations
 

@@ -80,6 +80,7 @@ def test_an_engine_refuses_a_clock_that_does_not_return_a_datetime(reading: Any)
         (lambda e: e.assign_pending(limit="3"), "limit"),
         (lambda e: e.assign_pending(limit=0), "limit"),
         (lambda e: e.assign_pending(limit=True), "limit"),
+        (lambda e: e.assign_pending(limit=1001), "limit"),
         (lambda e: e.list_tasks(agent_id=5), "agent_id"),
     ],
     ids=[
@@ -88,6 +89,7 @@ def test_an_engine_refuses_a_clock_that_does_not_return_a_datetime(reading: Any)
         "limit-string",
         "limit-zero",
         "limit-bool",
+        "limit-over-rests-1000",
         "agent-int",
     ],
 )
