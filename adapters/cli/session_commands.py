@@ -12,7 +12,7 @@ import typer
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.rendering import history_table, session_table
-from flowledger.domain.bounds import MAX_TTL, require_count
+from flowledger.domain.bounds import MAX_TTL, require_count, require_moment
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 
@@ -117,13 +117,19 @@ def demo(
 
 
 def parse_time(text: str, field: str = "as_of") -> datetime:
-    """``text`` as an ISO 8601 time with a zone, or a ValidationError on ``field``."""
+    """``text`` as an ISO 8601 time with a zone, or a ValidationError on ``field``. Digits alone
+    are no time, as in REST's query strings: ``20261205`` is a date in ISO 8601's basic form and
+    ``1796425540`` could be Unix seconds or milliseconds, so neither is guessed at. The zone and
+    year-1 rule is the domain's, in its words (``require_moment``), as REST answers."""
+    if text.strip().isdigit():
+        raise ValidationError(
+            field, f"{text!r} is a number, not a time: give one with a zone, like 2026-12-05T10:00:00Z"
+        )
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise ValidationError(field, f"{text!r} is not an ISO 8601 time") from None
-    if moment.tzinfo is None:
-        raise ValidationError(field, "needs a time zone, e.g. 2026-11-30T10:00:00+00:00")
+    require_moment(field, moment)
     return moment
 
 

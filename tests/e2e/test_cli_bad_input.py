@@ -91,6 +91,24 @@ BAD_INPUT = [
         "hours: 1e+300 hours reach past any expiry (at most 8784 ahead)",
     ),
     (["extend", "x", "--until", "soon"], 2, "until: 'soon' is not an ISO 8601 time"),
+    # A time as REST reads one: digits are no time (seconds or milliseconds would be a guess),
+    # no zone and before year 1 in UTC in the domain's words (the CLI said "needs a time zone")
+    (
+        ["replay", "x", "--as-of", "1796425540000"],
+        2,
+        "as_of: '1796425540000' is a number, not a time: give one with a zone, like 2026-12-05T10:00:00Z",
+    ),
+    (["extend", "x", "--until", "20261205"], 2, "until: '20261205' is a number, not a time"),
+    (
+        ["extend", "x", "--until", "2030-01-01T10:00:00"],
+        2,
+        "until: must carry a time zone (like +00:00 or Z), got 2030-01-01T10:00:00",
+    ),
+    (
+        ["replay", "x", "--as-of", "0001-01-01T00:00:00+14:00"],
+        2,
+        "as_of: must lie in year 1 or later in UTC, got 0001-01-01T00:00:00+14:00",
+    ),
     (["extend", "x"], 2, "expires_at: give a duration to add or a moment to set (one of them, not both)"),
     (["extend", "nobody", "--hours", "1"], 3, "session 'nobody' not found"),
 ]

@@ -211,7 +211,7 @@ BAD_INPUT = [
     (
         ["tasks", "create", "T-2", "--description", "d", "--deadline", "2030-01-01T10:00:00"],
         2,
-        "deadline: needs a time zone",
+        "deadline: must carry a time zone (like +00:00 or Z), got 2030-01-01T10:00:00",
     ),
     (
         ["tasks", "create", "T-2", "--description", "d", "--deadline-hours", "-1"],
