@@ -13,7 +13,6 @@ unexpected exception (500, naming the request id that the log line carries).
 from __future__ import annotations
 
 import math
-import re
 import sys
 from pathlib import PurePath
 from typing import Any
@@ -230,23 +229,7 @@ def _problem(error: Any) -> str:
     said = _PLAIN.get(error["type"], error["msg"])
     if error["type"] == "string_pattern_mismatch":
         said = PATTERN_WORDS.get(str(error.get("ctx", {}).get("pattern")), said)
-    return f"{where}: {said}{shown}{_plus_read_as_space(error)}"
-
-
-_SPACED_OFFSET = re.compile(r"\d ((?:\d\d)(?::?\d\d)?)$")
-"""A time's zone offset after a space: what ``+02:00`` reads as in a URL query sent unencoded."""
-
-
-def _plus_read_as_space(error: Any) -> str:
-    """A hint for a time in a query whose ``+`` the URL's decoding made a space (curl sends
-    ``?as_of=...T10:00:00+02:00`` as typed): it read as "unexpected extra characters"."""
-    given = error.get("input")
-    if error["loc"][:1] != ("query",) or not isinstance(given, str) or not _SPACED_OFFSET.search(given):
-        return ""
-    if not str(error["type"]).startswith(("datetime", "date")):
-        return ""
-    fixed = given[: given.rindex(" ")] + "%2B" + given[given.rindex(" ") + 1 :]
-    return f'; a "+" in a URL query reads as a space: send it as %2B ({fixed})'
+    return f"{where}: {said}{shown}"
 
 
 # FastAPI's words (fastapi.routing.get_request_handler) when reading the body raised anything but

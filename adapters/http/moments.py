@@ -45,8 +45,13 @@ def _moment(value: Any, handler: ValidatorFunctionWrapHandler, *, numbers: bool)
         moment: datetime = handler(value)
     except ValidationError:
         if not numbers and _SPACED_OFFSET.match(value):
-            # A "+" left unescaped in a query string reads as a space (form encoding).
-            said += ": write the offset's + as %2B in a URL, or end the time with Z"
+            # A "+" left unescaped in a query string reads as a space (form encoding; curl
+            # sends ?as_of=...T10:00:00+02:00 as typed): say so, with the time as it should go.
+            fixed = value[: value.rindex(" ")] + "%2B" + value[value.rindex(" ") + 1 :]
+            said += (
+                f": a '+' in a URL reads as a space: write the offset's + as %2B ({fixed}),"
+                " or end the time with Z"
+            )
         raise PydanticCustomError("moment", said) from None
     return moment
 

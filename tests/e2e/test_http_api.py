@@ -317,7 +317,9 @@ def test_a_time_whose_plus_sign_a_url_turned_into_a_space_is_refused_saying_to_s
     error = refused.json()["error"]
     assert error.startswith("query.as_of: "), error
     assert "'2099-01-01T00:00:00 02:00'" in error
-    assert 'a "+" in a URL query reads as a space: send it as %2B (2099-01-01T00:00:00%2B02:00)' in error
+    assert (
+        "a '+' in a URL reads as a space: write the offset's + as %2B (2099-01-01T00:00:00%2B02:00)" in error
+    )
     # And sent so, or with Z, the time reads
     assert memory_http.get("/v1/sessions/s-plus?as_of=2099-01-01T00:00:00%2B02:00").status_code == 200
     assert memory_http.get("/v1/sessions/s-plus?as_of=2099-01-01T00:00:00Z").status_code == 200
