@@ -4,7 +4,10 @@ a window longer than the longest (it overflowed into a "bug" exit), a model with
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from fastapi.testclient import TestClient
 
 from flowledger.adapters.durations import MAX_SINCE, parse_since
 from flowledger.domain.errors import ValidationError
@@ -59,6 +62,30 @@ def test_the_longest_window_itself_is_read() -> None:
     assert parse_since("99999w") == MAX_SINCE
     with pytest.raises(ValidationError, match="longer than the longest window"):
         parse_since("699994d")
+
+
+@pytest.mark.parametrize("since", ["100000s", "000001h", "\u0663d", "1\uff10m"])
+def test_a_window_the_api_refuses_is_refused_by_the_cli_too(since: str, memory_http: TestClient) -> None:
+    # The CLI took six digits and any script's digits where the API's pattern takes five ASCII
+    # ones: the same window answered by one and refused by the other
+    assert since_refused_by_the_api(memory_http, since)
+    with pytest.raises(ValidationError) as refused:
+        parse_since(since)
+    assert refused.value.field == "since"
+
+
+@pytest.mark.parametrize("since", ["99999s", "00001h", " 7d ", "30m"])
+def test_a_window_the_api_takes_is_taken_by_the_cli_too(since: str, memory_http: TestClient) -> None:
+    assert not since_refused_by_the_api(memory_http, since)
+    assert parse_since(since) > timedelta(0)
+
+
+def since_refused_by_the_api(http: TestClient, since: str) -> bool:
+    """Whether the dashboard refuses ``since`` (the in-memory engine has no dashboard, so a
+    window it takes is refused for that instead, naming no query field)."""
+    answer = http.get("/v1/dashboard", params={"since": since})
+    assert answer.status_code == 422, answer.text
+    return bool(answer.json()["error"].startswith("query.since"))
 
 
 def test_an_unknown_reprice_model_is_refused_before_the_table_is_printed(
