@@ -56,6 +56,7 @@ def within_deadline(operation: str, deadline_s: float, call: Callable[[], T]) ->
     connection inside are cut to what is left. Only for calls that may run twice: reads, and
     writes that set a value. A statement refused for the role's privileges is
     ``StoreForbidden`` at once."""
+    started = monotonic()
     with operation_deadline(deadline_s) as end:
         while True:
             try:
@@ -66,6 +67,10 @@ def within_deadline(operation: str, deadline_s: float, call: Callable[[], T]) ->
                 raise
             except CONNECTION_ERRORS as error:
                 failure = unavailable(operation, error)
-                if isinstance(failure, StoreRefused) or monotonic() + _PAUSE_S >= end:
+                if isinstance(failure, StoreRefused):
                     raise failure from error
+                if monotonic() + _PAUSE_S >= end:
+                    # say for how long, so a wrong port is not taken for a hang
+                    tried = f"{failure.detail} (tried for {monotonic() - started:.1f} s)"
+                    raise StoreUnavailable(operation, tried) from error
                 sleep(_PAUSE_S)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from time import monotonic
 from typing import Any
 
 import psycopg
@@ -104,7 +105,7 @@ def ensure_schema(database_url: str, schema: str, settings: Settings | None = No
         retry=retry_if_exception(_worth_another_try),
         reraise=True,
     )
-    with unavailable_as_store_error("migrate"):
+    with unavailable_as_store_error("migrate", tried_since=monotonic()):
         retrying(migrate, database_url, schema, settings, change_layout=False)
 
 
@@ -141,10 +142,11 @@ def forbidden(operation: str, error: BaseException) -> StoreForbidden:
 
 
 @contextmanager
-def unavailable_as_store_error(operation: str) -> Iterator[None]:
+def unavailable_as_store_error(operation: str, *, tried_since: float | None = None) -> Iterator[None]:
     """A database that cannot be reached (or timed out) is ``StoreUnavailable``, not psycopg's
     error, nor the event library's (its pool's timeout, say); a statement refused for the
-    role's privileges is ``StoreForbidden``."""
+    role's privileges is ``StoreForbidden``. ``tried_since``: when (``monotonic()``) the
+    block began trying again, so the error says for how long (a wrong port looked like a hang)."""
     try:
         yield
     except PRIVILEGE_ERRORS as error:
@@ -155,6 +157,8 @@ def unavailable_as_store_error(operation: str) -> Iterator[None]:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if refused_login(error):
             raise StoreRefused(operation, detail) from error
+        if tried_since is not None:
+            detail = f"{detail} (tried for {monotonic() - tried_since:.1f} s)"
         raise StoreUnavailable(operation, detail) from error
 
 

@@ -4,6 +4,7 @@ database it cannot reach."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import time
@@ -182,6 +183,16 @@ def test_an_unreachable_database_is_one_line_and_exit_75(
     # (how the deadline behaves is tests/integration/test_pg_outages.py's part).
     result = run_unreachable(args, tmp_path, monkeypatch)
     assert_one_line(result, 75, "the event store is unavailable")
+
+
+def test_an_unreachable_database_says_how_long_it_was_tried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wrong port looked like a hang: the line said "Connection refused" after the whole
+    # deadline without saying that it had been tried again for that long
+    result = run_unreachable(["history", "s-1"], tmp_path, monkeypatch)
+    assert_one_line(result, 75, "the event store is unavailable")
+    assert re.search(r"Connection refused \(tried for [12]\.\d s\)", result.stderr), result.stderr
 
 
 def test_a_server_that_never_answers_gives_75_within_the_operation_deadline(

@@ -4,6 +4,7 @@ refused login stays ``StoreRefused`` (503, exit 1)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import psycopg
@@ -15,7 +16,9 @@ from psycopg_pool import PoolTimeout
 
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.http.app import create_app
+from flowledger.domain.errors import StoreRefused, StoreUnavailable
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.outages import within_deadline
 from tests.conftest import make_settings
 
 ESCAPED = [
@@ -73,3 +76,17 @@ def test_an_escaped_connection_error_exits_75(error: Exception, capsys: pytest.C
 def test_an_escaped_refused_login_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert _exit_code(REFUSED) == 1
     assert "the database refused the connection" in capsys.readouterr().err
+
+
+def test_a_call_tried_until_its_deadline_says_for_how_long() -> None:
+    # A wrong port answered "Connection refused" after the whole deadline, which read as a hang
+    def refused() -> None:
+        raise psycopg.OperationalError("connection failed: Connection refused")
+
+    with pytest.raises(StoreUnavailable) as failed:
+        within_deadline("read", 0.3, refused)
+    assert re.fullmatch(r"connection failed: Connection refused \(tried for 0\.\d s\)", failed.value.detail)
+    # a refused login is not tried again, so it says nothing of time
+    with pytest.raises(StoreRefused) as refused_login:
+        within_deadline("read", 5.0, lambda: (_ for _ in ()).throw(REFUSED))
+    assert "tried for" not in str(refused_login.value)
