@@ -33,6 +33,7 @@ from flowledger.adapters.http.errors import error_body, responses
 from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import ensure_user, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN, within_max_ttl
+from flowledger.adapters.http.webhook_answers import WebhookAnswer
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.domain.session_views import StepRecord
 from flowledger.infrastructure import Engine
@@ -93,7 +94,12 @@ def _required(value: str | None, field: str, action: str) -> str:
 
 
 @router.post(
-    "/webhook/workflow-state", response_model=None, responses=responses(400, 402, 404, 409, 410, 501, 502)
+    "/webhook/workflow-state",
+    response_model=None,
+    responses={
+        200: {"model": WebhookAnswer, "description": "The action's answer in the seed's envelope"},
+        **responses(400, 402, 404, 409, 410, 501, 502),
+    },
 )
 async def workflow_state(
     body: WebhookRequest,

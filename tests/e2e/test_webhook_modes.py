@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import jsonschema_rs
 import pytest
 from fastapi.testclient import TestClient
 
@@ -522,3 +523,27 @@ def test_a_whole_decision_over_the_webhook_has_no_problems_field() -> None:
             json={"action": "process_step", "session_id": "s1", "step_name": "greet", "input_data": {}},
         ).json()["data"]
     assert "problems" not in processed
+
+
+def test_every_answer_of_the_webhook_is_the_shape_its_document_gives(hook: Hook) -> None:
+    # The document gave the 200 an empty schema ({}): a client or a generated test could check
+    # nothing of the seed's envelope. Each action's answer, in both modes' shapes, now matches it.
+    document = hook.http.get("/openapi.json").json()
+    answer = document["paths"]["/webhook/workflow-state"]["post"]["responses"]["200"]
+    schema = {**answer["content"]["application/json"]["schema"], "components": document["components"]}
+    answers = [
+        create(hook),
+        step(hook, "intent_classification", {"q": "refund"}),
+        step(hook, "greet", {}),
+        hook.post(action="extend_session", session_id="s1", expires_hours=2),
+        hook.post(action="get_state", session_id="s1"),
+        hook.post(action="get_state", session_id="nobody"),
+        hook.post(action="no_such_action", session_id="s1"),
+        create(hook),  # again: the seed's mode restarts it
+    ]
+    for status, body in answers:
+        assert status == 200, body
+        jsonschema_rs.validate(schema, body)
+    # and the schema is not one that takes anything
+    with pytest.raises(jsonschema_rs.ValidationError):
+        jsonschema_rs.validate(schema, {"success": True, "data": {"session_id": 5}})
