@@ -23,7 +23,8 @@ from flowledger.projections.catalog import Names
 from flowledger.projections.sql import q
 
 # Not the event's fault: the database went away or timed out (OperationalError), is
-# misconfigured (ProgrammingError: missing table, privileges), or broke (InternalError).
+# misconfigured (ProgrammingError from the server: missing table, privileges), or broke
+# (InternalError).
 _DATABASE_FAULTS = (
     psycopg.OperationalError,
     psycopg.InterfaceError,
@@ -50,8 +51,12 @@ class DeadLetter:
 def is_event_fault(error: BaseException) -> bool:
     """True when applying one event failed because of that event (see the module docstring).
     A row past one of the server's limits (SQLSTATE class 54: a key longer than an index
-    takes, say) is the event's too, though psycopg files it under OperationalError."""
+    takes, say) is the event's too, though psycopg files it under OperationalError; so is a
+    value psycopg cannot send as its column's type (a JSON object where a stored row had a step
+    name): a ProgrammingError raised by the client, with no SQLSTATE, before the server saw it."""
     if isinstance(error, psycopg.Error) and (error.sqlstate or "").startswith("54"):
+        return True
+    if isinstance(error, psycopg.ProgrammingError) and error.sqlstate is None:
         return True
     return isinstance(error, Exception) and not isinstance(error, _DATABASE_FAULTS)
 

@@ -39,6 +39,7 @@ from flowledger.projections.rebuild import POSITION
 from flowledger.projections.registry import all_projections
 from tests.conftest import make_settings
 from tests.support.following import following
+from tests.support.synthetic import SessionScript, append
 
 pytestmark = pytest.mark.postgres
 
@@ -317,3 +318,33 @@ def test_a_row_past_a_server_limit_is_the_events_fault_not_the_databases() -> No
     too_long = psycopg.errors.ProgramLimitExceeded("index row size 5400 exceeds btree version 4 maximum 2704")
     assert dead_letters.is_event_fault(too_long)
     assert not dead_letters.is_event_fault(psycopg.OperationalError("server closed the connection"))
+
+
+def test_a_step_name_changed_in_the_database_to_a_json_object_is_a_dead_letter_not_a_stop(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given sessions around one whose step name and error type were changed in the database
+    # to a JSON object (the events still decode; psycopg refuses to write a dict as text)
+    work(pg_engine, "before")
+    odd_session = SessionScript("odd", "flow", T0)
+    odd_session.step("odd-step", T0, usage=USED).fail("odd-fail", T0, "odd-error", usage=USED)
+    append(pg_engine.log, odd_session.events)
+    work(pg_engine, "after")
+    with projector.connect() as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {}.flowledger_events SET state = convert_to(replace(replace("
+                "convert_from(state, 'UTF8'), '\"odd-step\"', %(odd)s), '\"odd-error\"', %(odd)s), 'UTF8')"
+            ).format(sql.Identifier(pg_engine.settings.schema)),
+            {"odd": '{"a": 1}'},
+        )
+    # When the projections catch up
+    projector.catch_up()
+    # Then every build reached the head, the other sessions' calls are in, and the odd events
+    # are dead letters of the builds that copy their text
+    assert at_head(projector, pg_engine)
+    assert sorted(r[0] for r in rows(projector, "SELECT subject_id FROM {}.llm_calls")) == ["after", "before"]
+    letters = recent_dead_letters(projector)
+    assert {d.projection for d in letters} == {"current_state", "cost", "funnel", "seed"}
+    assert {d.topic.rsplit(".", 1)[1] for d in letters} == {"StepProcessed", "StepFailed"}
+    assert verify(projector) == []
