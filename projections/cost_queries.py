@@ -234,7 +234,8 @@ def reprice(
 ) -> list[RepriceRow]:
     """What ``tenant``'s recorded usage would have cost: each call at its own model's price in
     ``prices``, or every call at ``as_model``'s price. Calls without a price are counted but
-    not priced.
+    not priced, and so are unpriced calls (their recorded cost is not known: comparing a price
+    with it would count it as $0).
 
     The database sums tokens per group and model; the domain's ``cost_of`` prices the sums
     (the rule is linear), so no second pricing formula lives in SQL.
@@ -245,7 +246,7 @@ def reprice(
     statement = sql.SQL("""
         WITH calls AS (
             SELECT {groups}, c.request_model AS priced_request_model, c.model AS priced_model,
-                   c.input_tokens > %(long)s AS long_context,
+                   c.input_tokens > %(long)s AS long_context, c.unpriced,
                    c.input_tokens, c.output_tokens, c.cache_read_input_tokens,
                    c.reasoning_output_tokens, c.cache_creation_input_tokens,
                    c.cache_creation_1h_input_tokens, c.cost_usd
@@ -253,22 +254,23 @@ def reprice(
             WHERE c.tenant = %(tenant)s
               AND occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
         )
-        SELECT {keys}, priced_request_model, priced_model, long_context, count(*),
+        SELECT {keys}, priced_request_model, priced_model, long_context, unpriced, count(*),
                coalesce(sum(cost_usd), 0), sum(input_tokens), sum(output_tokens),
                sum(cache_read_input_tokens), sum(reasoning_output_tokens),
                sum(cache_creation_input_tokens), sum(cache_creation_1h_input_tokens)
-        FROM calls GROUP BY {keys}, priced_request_model, priced_model, long_context ORDER BY {keys}
+        FROM calls GROUP BY {keys}, priced_request_model, priced_model, long_context, unpriced
+        ORDER BY {keys}
     """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=_keys(len(by)))
     width = max(len(by), 1)
     totals: dict[tuple[Any, ...], list[Any]] = {}
     params = {"tenant": tenant, "since": since, "until": until, "long": LONG_CONTEXT_TOKENS}
     for row in conn.execute(statement, params).fetchall():
         group = tuple(row[:width])
-        request_model, model, long_context, calls, recorded, *sums = row[width:]
+        request_model, model, long_context, unpriced, calls, recorded, *sums = row[width:]
         total = totals.setdefault(group, [0, 0, Decimal(0), Decimal(0)])
         total[0] += calls
         price = _price_of(table, as_model, request_model, model)
-        if price is None:
+        if price is None or unpriced:
             continue
         total[1] += calls
         total[2] += recorded

@@ -232,3 +232,30 @@ def test_reprice_finds_the_price_of_a_dated_or_provider_prefixed_model(
 
     # Then both calls found that price: 2 x (1000*2e-6 + 100*8e-6)
     assert (row.calls, row.priced_calls, row.repriced_cost_usd) == (2, 2, Decimal("0.0056"))
+
+
+def test_reprice_leaves_out_calls_whose_recorded_cost_is_not_known(pg_engine: Engine) -> None:
+    # Given two gpt-4.1 calls of the same tokens: one priced at $0.001, one unpriced (its cost
+    # not known: recorded as 0, which the dashboard never counts as $0)
+    tokens = {"provider": "openai", "request_model": "gpt-4.1", "input_tokens": 1000, "output_tokens": 100}
+    priced = LlmUsage(**tokens, cost_usd=Decimal("0.001"))
+    unpriced = LlmUsage(**tokens, unpriced=True)
+    script = SessionScript("u", "support", at(0))
+    script.step("one", at(1), usage=priced).step("two", at(2), usage=unpriced)
+    append(pg_engine.log, interleave([script]))
+    projector = projector_for(pg_engine)
+    projector.catch_up()
+    table = {"gpt-4.1": Price(Decimal("0.000002"), Decimal("0.000008"))}
+
+    # When the usage is repriced, at gpt-4.1's price and under the table
+    with projector.connect() as conn:
+        repriced = [
+            reprice(conn, projector.names.reader, table, as_model=as_model, since=T0, by=(), tenant="default")
+            for as_model in ("gpt-4.1", None)
+        ]
+
+    # Then only the priced call is compared: 1000*2e-6 + 100*8e-6 = 0.0028 against 0.001
+    for [row] in repriced:
+        assert (row.calls, row.priced_calls) == (2, 1)
+        assert (row.recorded_cost_usd, row.repriced_cost_usd) == (Decimal("0.001"), Decimal("0.0028"))
+        assert row.difference_usd == Decimal("0.0018")
