@@ -348,3 +348,11 @@ def test_a_step_name_changed_in_the_database_to_a_json_object_is_a_dead_letter_n
     assert {d.projection for d in letters} == {"current_state", "cost", "funnel", "seed"}
     assert {d.topic.rsplit(".", 1)[1] for d in letters} == {"StepProcessed", "StepFailed"}
     assert verify(projector) == []
+
+
+def test_a_value_the_client_cannot_send_is_the_events_fault_a_missing_table_the_databases() -> None:
+    # psycopg raises "cannot adapt type" before the server sees the row (no SQLSTATE): the
+    # event's value; a missing table or a privilege the server refuses is the database's
+    assert dead_letters.is_event_fault(psycopg.ProgrammingError("cannot adapt type 'dict'"))
+    assert not dead_letters.is_event_fault(psycopg.errors.UndefinedTable("relation does not exist"))
+    assert not dead_letters.is_event_fault(psycopg.errors.InsufficientPrivilege("permission denied"))
