@@ -226,7 +226,7 @@ async def refusal_before_body(request: Request) -> HTTPException | None:
     if gate.open or not _reads_key(getattr(request.scope.get("route"), "dependant", None)):
         return None
     try:
-        await gate.known(token_of(request, await bearer(request), await api_key_header(request)))
+        await gate.known(token_of(request))
     except HTTPException as refusal:
         return refusal
     return None
@@ -239,24 +239,29 @@ def _reads_key(dependant: Dependant | None) -> bool:
     )
 
 
-def token_of(
-    request: Request, credentials: HTTPAuthorizationCredentials | None, header_key: str | None
-) -> str | None:
-    """The key a request carries, as a bearer token or ``X-API-Key``; 401 when it carries two
-    different keys (which one acts would be a guess: another tenant's, say). An
-    ``Authorization`` header of another scheme (a proxy's ``Basic``) is not a key."""
-    bearer_key = (
-        credentials.credentials
-        if credentials is not None and credentials.scheme.lower() == "bearer"
-        else None
-    )
-    if bearer_key and header_key and bearer_key != header_key:
+def token_of(request: Request) -> str | None:
+    """The key a request carries, as a bearer token or ``X-API-Key``, without the spaces around it
+    (HTTP says they are not part of a header's value; httptools leaves trailing ones in); 401 when
+    it carries two different keys, in the two headers or in one of them sent twice (which one
+    acts would be a guess: another tenant's, say). An ``Authorization`` header of another scheme
+    (a proxy's ``Basic``) is not a key."""
+    sent = [_bearer_token(value) for value in request.headers.getlist("authorization")]
+    sent += [value.strip() for value in request.headers.getlist("x-api-key")]
+    keys = {key for key in sent if key}
+    if len(keys) > 1:
         raise HTTPException(
             401,
-            "two different API keys were sent (Authorization: Bearer and X-API-Key): send one",
+            "two different API keys were sent (in Authorization: Bearer and X-API-Key, or in one"
+            " of them twice): send one",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    return bearer_key or header_key
+    return keys.pop() if keys else None
+
+
+def _bearer_token(authorization: str) -> str | None:
+    """The token of ``Bearer <token>`` (the scheme in any case, any spaces), else None."""
+    parts = authorization.split(None, 1)
+    return parts[1].strip() if len(parts) == 2 and parts[0].lower() == "bearer" else None
 
 
 def requires(role: str) -> Callable[..., AsyncIterator[Caller]]:
@@ -269,11 +274,13 @@ def requires(role: str) -> Callable[..., AsyncIterator[Caller]]:
 
     async def dependency(
         request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
-        header_key: Annotated[str | None, Security(api_key_header)],
+        # Declared for the OpenAPI document's security schemes; ``token_of`` reads every header
+        # itself (these see only the first of a header sent twice).
+        _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+        _header_key: Annotated[str | None, Security(api_key_header)],
     ) -> AsyncIterator[Caller]:
         gate: Gate = request.app.state.gate
-        caller = await gate.admit(request, token_of(request, credentials, header_key), role)
+        caller = await gate.admit(request, token_of(request), role)
         with caller.acting():
             yield caller
 

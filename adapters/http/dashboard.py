@@ -161,8 +161,9 @@ _PAGE_ERROR: dict[int | str, dict[str, Any]] = {
 @router.get("/dashboard", response_class=HTMLResponse, responses={**_ANALYTICS, **LOGIN_FORM, **_PAGE_ERROR})
 async def dashboard_page(
     request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
-    header_key: Annotated[str | None, Security(api_key_header)],
+    # Declared for the document's security schemes; ``token_of`` reads the headers itself.
+    _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    _header_key: Annotated[str | None, Security(api_key_header)],
     # Checked here, not by FastAPI: a person who typed a bad window gets the page saying so.
     since: Annotated[
         str, Query(description="A window like 30m, 24h or 7d.", json_schema_extra={"pattern": _WINDOW})
@@ -175,7 +176,7 @@ async def dashboard_page(
     an invalid window, the page with the error (422)."""
     gate: Gate = request.app.state.gate
     try:
-        token = token_of(request, credentials, header_key) or request.cookies.get(COOKIE)
+        token = token_of(request) or request.cookies.get(COOKIE)
     except HTTPException as conflict:  # two different keys: the page's 401 is its login form
         return login_page(str(conflict.detail))
     if token is None and key and gate.tenants.base.settings.dashboard_url_keys:
