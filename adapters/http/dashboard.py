@@ -26,7 +26,7 @@ from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_
 from flowledger.adapters.http.budget_panel import budget_panel
 from flowledger.adapters.http.charts import bar_chart, column_chart, isolated
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
-from flowledger.adapters.http.login import LOGIN_FORM, login_page
+from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page
 from flowledger.adapters.http.schemas import PathId
 from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
 from flowledger.adapters.llm.pricing import load_price_table
@@ -196,7 +196,8 @@ async def dashboard_page(
 
 def _page(body: str, since: str, *, status: int = 200) -> HTMLResponse:
     return HTMLResponse(
-        _PAGE.replace("{{since}}", escape(since)).replace("{{body}}", body), status_code=status
+        _PAGE.replace("{{icon}}", ICON).replace("{{since}}", escape(since)).replace("{{body}}", body),
+        status_code=status,
     )
 
 

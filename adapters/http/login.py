@@ -20,8 +20,15 @@ from flowledger.adapters.http.errors import BASIC, responses
 router = APIRouter(tags=["analytics"])
 _MAX_AGE_S = 8 * 3600
 
+ICON = (
+    '<link rel="icon" href="data:image/svg+xml,%3Csvg xmlns=\'http://www.w3.org/2000/svg\''
+    " viewBox='0 0 16 16'%3E%3Crect width='16' height='16' rx='3' fill='%234c78a8'/%3E%3C/svg%3E\">"
+)
+"""The pages' icon, in the page: without one a browser asks for /favicon.ico, whose 404 its
+console shows as an error on every page."""
+
 _FORM = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>flowledger: sign in</title>
+<html lang="en"><head><meta charset="utf-8"><title>flowledger: sign in</title>{icon}
 <style>body {{ font: 14px/1.4 system-ui, sans-serif; margin: 48px auto; max-width: 420px; }}
 input {{ width: 100%; padding: 6px; margin: 6px 0 12px; }} .error {{ color: #b00; }}</style></head>
 <body><h1>flowledger</h1><p>The dashboard needs an API key (any role).</p>{error}
@@ -33,7 +40,7 @@ input {{ width: 100%; padding: 6px; margin: 6px 0 12px; }} .error {{ color: #b00
 def login_page(error: str | None, status: int = 401) -> HTMLResponse:
     """The form, with a message when a key was refused."""
     message = f'<p class="error">{escape(error)}</p>' if error else ""
-    return HTMLResponse(_FORM.format(error=message), status_code=status)
+    return HTMLResponse(_FORM.format(error=message, icon=ICON), status_code=status)
 
 
 LOGIN_FORM: dict[int | str, dict[str, Any]] = {

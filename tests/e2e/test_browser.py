@@ -11,11 +11,13 @@ from decimal import Decimal
 
 import pytest
 from fastapi.responses import HTMLResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flowledger.adapters.http.app import create_app
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
-from tests.e2e.live_http import live_server
+from tests.conftest import make_settings
+from tests.e2e.live_http import ACME_READER, KEYS, live_server
 from tests.support.browser import dom_after_scripts, screenshot
 
 # A page of the test's own, served beside the dashboard (same origin): it loads the dashboard
@@ -115,3 +117,44 @@ def test_swagger_ui_renders_the_api_with_no_network(site: str) -> None:
     # Then Swagger UI ran (its script and styles came from the app) and drew the operations
     for path in ("/webhook/workflow-state", "/v1/sessions", "/v1/dashboard"):
         assert f'data-path="{path}"' in dom
+
+
+class Answered:
+    """The app, noting the path and status of every response it gives."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.seen: list[tuple[str, int]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def noted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.seen.append((scope["path"], message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, noted)
+
+
+def test_the_signed_in_dashboard_loads_with_no_failed_request_in_the_browser(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a server that needs keys (the page takes one in its address here), over a recorded call
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, tenant="acme", api_keys=KEYS, dashboard_url_keys=True
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("k-1", "customer_service")
+        engine.record_step(
+            "k-1", "greet", next_step="classify_intent", usage=usage("gpt-4.1", "0.0030", 420.0)
+        )
+        app = Answered(create_app(engine, require_keys=True))
+        with live_server(app) as base_url:  # type: ignore[arg-type]
+            # When a browser opens the page with a reader's key
+            dom = dom_after_scripts(f"{base_url}/dashboard?key={ACME_READER}")
+    # Then it shows the data
+    assert "<title>flowledger dashboard</title>" in dom
+    assert "gpt-4.1" in dom
+    # And nothing it asked for failed, which the browser's console would show as an error (its
+    # own request for /favicon.ico was a 404 on every page: the page names no icon)
+    assert app.seen, "the server saw no request"
+    assert [(path, status) for path, status in app.seen if status >= 400] == []
