@@ -183,6 +183,7 @@ def serve(
 
         from flowledger.adapters.http.app import create_app
         from flowledger.adapters.http.middleware import log_requests
+        from flowledger.adapters.http.protocol import MAX_HEAD_BYTES, BoundedHttpTools
         from flowledger.adapters.llm import OpenAICompatibleClient, WebhookNotifier
         from flowledger.infrastructure import Engine
 
@@ -202,7 +203,9 @@ def serve(
                 access_log=False,
                 # The loop is made by ``run`` below; uvicorn must not install another.
                 loop="none",
-                http=parser,
+                # A request's line and headers bounded alike under both parsers (protocol.py).
+                http=BoundedHttpTools if parser == "httptools" else parser,
+                h11_max_incomplete_event_size=MAX_HEAD_BYTES,
             )
             console.print(serving_line(loop_name, parser))
             run(_serve(uvicorn.Server(config), engine))
