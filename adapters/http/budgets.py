@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from fastapi import APIRouter, Depends, Path, Response, status
 from pydantic import BaseModel, Field, WithJsonSchema
@@ -77,7 +78,7 @@ class BudgetOut(BaseModel):
     period: str
     mode: str
     limit_usd: str
-    webhook_url: str | None
+    webhook_url: str | None = Field(description="The webhook, any credentials in it masked as ***")
     window_start: datetime
     spent_usd: str
     reserved_usd: str
@@ -94,12 +95,24 @@ class BudgetOut(BaseModel):
             period=spec.period,
             mode=spec.mode,
             limit_usd=format(spec.limit_usd, "f"),
-            webhook_url=spec.webhook_url,
+            webhook_url=listed_url(spec.webhook_url),
             window_start=burn.window_start,
             spent_usd=format(burn.spent_usd, "f"),
             reserved_usd=format(burn.reserved_usd, "f"),
             percent=str(burn.percent),
         )
+
+
+def listed_url(url: str | None) -> str | None:
+    """A webhook's URL as listed: credentials in it (``user:password@``) masked as ``***``.
+    Readers list budgets, and the admin who set one need not see it again, as the webhook
+    secret is never listed either; the URL as set is what the alerts are sent to."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 class BudgetSetOut(BaseModel):

@@ -345,3 +345,19 @@ def test_a_session_budget_set_before_subjects_were_checked_by_scope_can_still_be
     assert server.delete("/v1/budgets/session/a%2Fb/day", headers=bearer(ACME_ADMIN)).status_code == 204
     assert acme.budgets.burn() == []
     assert server.delete("/v1/budgets/session/a%2Fb/day", headers=bearer(ACME_ADMIN)).status_code == 422
+
+
+def test_a_webhook_urls_credentials_are_not_listed_to_readers(server: httpx.Client) -> None:
+    # Given a budget whose webhook carries credentials in its URL (set by an admin)
+    url = "https://alerts:hunter2-password@93.184.216.34/hooks/budget?team=ops"
+    body = {"limit_usd": "5", "webhook_url": url}
+    made = server.put("/v1/budgets/workflow/support/day", json=body, headers=bearer(ACME_ADMIN))
+    assert made.status_code == 200, made.text
+    # When a reader lists the budgets (they read the URL whole: password included)
+    listed = server.get("/v1/budgets", headers=bearer(ACME_READER))
+    # Then the credentials are masked, as the webhook secret is never listed; the rest is shown
+    [budget] = listed.json()
+    assert budget["webhook_url"] == "https://***@93.184.216.34/hooks/budget?team=ops"
+    assert "hunter2" not in listed.text
+    assert "hunter2" not in made.text
+    assert "hunter2" not in server.get("/v1/dashboard/budgets", headers=bearer(ACME_READER)).text
