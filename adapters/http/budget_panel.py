@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from html import escape
 
+from flowledger.domain.values import plain_decimal
 from flowledger.infrastructure.postgres.budgets import Burn
 
 _BAR_WIDTH = 160
@@ -33,9 +34,10 @@ def _row(burn: Burn) -> str:
     )
     window = "all time" if spec.period == "total" else f"{burn.window_start:%Y-%m-%d}"
     cells = (spec.scope, spec.subject, spec.period, spec.mode, window)
+    amounts = (burn.spent_usd, burn.reserved_usd, spec.limit_usd)
     return (
         "<tr>"
         + "".join(f"<td>{escape(cell)}</td>" for cell in cells)
-        + f"<td>${burn.spent_usd}</td><td>${burn.reserved_usd}</td><td>${spec.limit_usd}</td>"
+        + "".join(f"<td>${plain_decimal(usd)}</td>" for usd in amounts)
         + f"<td>{bar}</td></tr>"
     )

@@ -361,3 +361,19 @@ def test_a_webhook_urls_credentials_are_not_listed_to_readers(server: httpx.Clie
     assert "hunter2" not in listed.text
     assert "hunter2" not in made.text
     assert "hunter2" not in server.get("/v1/dashboard/budgets", headers=bearer(ACME_READER)).text
+
+
+def test_the_pages_budget_panel_writes_money_in_plain_decimals(server: httpx.Client) -> None:
+    # Given a budget of a tenth of a micro-dollar (Decimal('1E-7') as str writes it)
+    body = {"limit_usd": "0.0000001", "mode": "alert"}
+    made = server.put("/v1/budgets/workflow/support/day", json=body, headers=bearer(ACME_ADMIN))
+    assert made.status_code == 200, made.text
+    [burn] = server.get("/v1/dashboard/budgets", headers=bearer(ACME_READER)).json()
+    # When the page is drawn
+    page = server.get("/dashboard", headers=bearer(ACME_READER)).text
+    panel = page[page.index("budgets (current window)") :].split("</table>", 1)[0]
+    # Then its amounts read as the JSON's, never with an exponent (the limit read "$1E-7", and a
+    # settled hold's zero reserve "$0E-9")
+    assert "E-" not in panel, panel
+    for field in ("spent_usd", "reserved_usd", "limit_usd"):
+        assert f"${burn[field]}" in panel, (field, burn[field], panel)
