@@ -195,7 +195,10 @@ def serve(
             )
             log_requests(enabled=access_log)
             config = uvicorn.Config(
-                create_app(engine, require_keys=require_keys, keys=keys),
+                # Open on loopback: for callers on this machine only, whatever Host a browser sends.
+                create_app(
+                    engine, require_keys=require_keys, keys=keys, local_only=not require_keys and not insecure
+                ),
                 host=host,
                 port=port,
                 log_level="info",

@@ -22,19 +22,23 @@ from flowledger.adapters.http.query import refuse_unknown_query
 from flowledger.infrastructure import Engine
 
 
-def create_app(engine: Engine, *, require_keys: bool | None = None, keys: Keyring | None = None) -> FastAPI:
+def create_app(
+    engine: Engine, *, require_keys: bool | None = None, keys: Keyring | None = None, local_only: bool = False
+) -> FastAPI:
     """An app serving ``engine`` (the default tenant's); the caller owns it and closes it.
 
     ``require_keys``: True, every route but health and the API's documents needs a key; False, the app is open
     (every request is ``engine``'s tenant's admin); None, open only when no key exists
     (environment or database), as found at start-up. ``keys`` defaults to ``Keyring.of(engine)``.
     Engines of other tenants are made on demand and closed when the app shuts down.
+    ``local_only``: when the app runs open, a request whose Host is not this machine is a 403
+    (``serve`` on a loopback address without ``--insecure``: no DNS rebinding into it).
     """
     keyring = keys if keys is not None else Keyring.of(engine)
     settings = engine.settings
     tenants = Tenants(engine)
     limits = RateLimits(settings.http_rate_per_s, settings.http_rate_burst)
-    gate = Gate(tenants, keyring, limits, open_=require_keys is False)
+    gate = Gate(tenants, keyring, limits, open_=require_keys is False, local_only=local_only)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

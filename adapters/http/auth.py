@@ -12,6 +12,7 @@ loopback only, or with ``--insecure``).
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -178,12 +179,25 @@ class Caller:
 class Gate:
     """Admits a request: finds its key, checks the role, takes from the key's rate bucket."""
 
-    def __init__(self, tenants: Tenants, keys: Keyring, limits: RateLimits, *, open_: bool) -> None:
+    def __init__(
+        self, tenants: Tenants, keys: Keyring, limits: RateLimits, *, open_: bool, local_only: bool = False
+    ) -> None:
         self.tenants, self.keys, self.limits, self.open = tenants, keys, limits, open_
+        self.local_only = local_only
 
     async def admit(self, request: Request, token: str | None, role: str) -> Caller:
-        """The caller, or 401 (no or unknown key), 403 (role), 429 (rate)."""
+        """The caller, or 401 (no or unknown key), 403 (role, or a Host that is not this machine
+        to an app open to local callers only), 429 (rate)."""
         if self.open:
+            host = request.headers.get("host", "")
+            if self.local_only and not loopback_host(host):
+                # A page on another site can reach a loopback server through DNS rebinding (its
+                # name made to resolve to 127.0.0.1): the browser then sends that name as Host.
+                raise HTTPException(
+                    403,
+                    "this server runs without API keys for callers on this machine only, and the"
+                    " Host header names another: open it as localhost or 127.0.0.1, or create a key",
+                )
             base = self.tenants.base
             return Caller(None, base.tenant, "admin", base)
         key = await self.known(token)
@@ -216,6 +230,21 @@ class Gate:
                 401, "this API key is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
             )
         return key
+
+
+def loopback_host(host: str) -> bool:
+    """Whether a Host header names this machine: ``localhost`` or a loopback address, any port."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1:].partition("]")[0]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    if name in {"localhost", "localhost."}:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 async def refusal_before_body(request: Request) -> HTTPException | None:
