@@ -42,3 +42,29 @@ def test_the_scenario_classifies_through_the_llm_port_when_given_one() -> None:
         summary = run_task_scenario(engine, Console(file=out, width=160), llm=ScriptedLlm(FEATURE))
     assert summary.classification_source == "the LLM adapter"
     assert "classification_failed" not in summary.escalated
+
+
+def test_each_row_of_the_priority_table_adds_up_to_its_tasks() -> None:
+    # Given the scenario's printed tables (a task handed back may later be escalated)
+    out = io.StringIO()
+    with Engine(settings=make_settings(database_url="memory:")) as engine:
+        run_task_scenario(engine, Console(file=out, width=160))
+    text = out.getvalue()
+    lines = text[text.index("tasks by priority") :].splitlines()
+    header = next(line for line in lines if line.startswith("┃"))
+    columns = [cell.strip() for cell in header.strip("┃ ").split("┃")]
+    rows = []
+    for line in lines[1:]:
+        if line.startswith("└"):
+            break
+        if line.startswith("│"):
+            cells = [cell.strip() for cell in line.strip("│ ").split("│")]
+            rows.append(dict(zip(columns, cells, strict=True)))
+
+    # Then every task is counted once by where it stands: held by an agent, completed,
+    # escalated or waiting; the tasks ever assigned are a column of their own
+    assert len(rows) == 4
+    for row in rows:
+        standing = sum(int(row[name]) for name in ("held", "completed", "escalated", "waiting"))
+        assert standing == int(row["tasks"]), row
+        assert int(row["ever assigned"]) >= int(row["held"]) + int(row["completed"])

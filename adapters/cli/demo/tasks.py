@@ -229,18 +229,26 @@ def _assignments_table(states: list[TaskState]) -> Table:
 
 
 def _priority_table(states: list[TaskState]) -> Table:
-    table = Table(title="tasks by priority")
-    for column in ("priority", "tasks", "assigned", "completed", "escalated", "waiting"):
+    # A task handed back and then escalated was assigned and is escalated: counting "ever
+    # assigned" beside the final statuses made a row add up to more tasks than it has, so
+    # the statuses come first, one column each, and the assignments after them.
+    table = Table(
+        title="tasks by priority",
+        caption="held (by an agent) + completed + escalated + waiting = tasks; "
+        "ever assigned counts a task handed back and escalated too",
+    )
+    for column in ("priority", "tasks", "held", "completed", "escalated", "waiting", "ever assigned"):
         table.add_column(column, justify="right")
     for priority in reversed(TaskPriority):
         group = [s for s in states if s.priority is priority]
         table.add_row(
             priority.value,
             str(len(group)),
-            str(sum(1 for s in group if s.times_assigned)),
+            str(sum(1 for s in group if s.status in (TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS))),
             str(sum(1 for s in group if s.status is TaskStatus.COMPLETED)),
             str(sum(1 for s in group if s.status is TaskStatus.ESCALATED)),
             str(sum(1 for s in group if s.status is TaskStatus.PENDING)),
+            str(sum(1 for s in group if s.times_assigned)),
         )
     return table
 
