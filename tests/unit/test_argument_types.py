@@ -3,6 +3,7 @@ AttributeError from deep inside: versions, skills, the engine's clock."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,35 @@ def test_a_session_id_that_is_no_string_is_refused_by_every_session_command(
     with pytest.raises(ValidationError) as raised:
         command(engine, session_id)
     assert raised.value.field == "session_id"
+    assert engine.log.head() == before
+
+
+TASK_COMMANDS: list[Any] = [
+    lambda e, t: e.assign_task(t),
+    lambda e, t: asyncio.run(e.assign_task_ranked(t)),
+    lambda e, t: e.start_task(t),
+    lambda e, t: e.complete_task(t),
+    lambda e, t: e.release_task(t),
+    lambda e, t: e.requeue_task(t, "alice", "why"),
+    lambda e, t: e.get_task(t),
+    lambda e, t: e.task_history(t),
+]
+TASK_COMMAND_IDS = ["assign", "assign_ranked", "start", "complete", "release", "requeue", "get", "history"]
+
+
+@pytest.mark.parametrize("task_id", [["t"], {"t": 1}, {"t"}], ids=["list", "dict", "set"])
+@pytest.mark.parametrize("command", TASK_COMMANDS, ids=TASK_COMMAND_IDS)
+def test_a_task_id_that_is_no_string_is_refused_by_every_task_command(
+    engine: Engine, command: Any, task_id: Any
+) -> None:
+    # (On PostgreSQL assign_task(["t"]) raised TypeError "unhashable type": the agents' locks
+    # were planned on the batch's ids before the id was checked, failing the whole batch.)
+    engine.register_agent("a", "A", ["python"])
+    engine.create_task("t", "something", required_skills=["python"])
+    before = engine.log.head()
+    with pytest.raises(ValidationError) as raised:
+        command(engine, task_id)
+    assert raised.value.field == "task_id"
     assert engine.log.head() == before
 
 
