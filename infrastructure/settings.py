@@ -15,6 +15,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from flowledger.domain.bounds import require_tenant
 from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure.variables import refuse_misspelt_variables
 
 MEMORY_URL = "memory:"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -171,6 +172,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Settings from ``FLOWLEDGER_*`` variables (``os.environ`` by default)."""
         env = os.environ if environ is None else environ
+        refuse_misspelt_variables(env)
         defaults = cls()
         pricing = env.get("FLOWLEDGER_PRICING_FILE")
         catalogue = env.get("FLOWLEDGER_SKILL_CATALOGUE_FILE")

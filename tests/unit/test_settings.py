@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from psycopg.conninfo import conninfo_to_dict
 from flowledger.domain import ValidationError
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.database import library_env
+from flowledger.infrastructure.variables import LEFT_ALONE, READ, refuse_misspelt_variables
 
 
 def test_settings_read_the_flowledger_variables() -> None:
@@ -245,3 +247,47 @@ def test_usual_database_urls_and_the_memory_store_are_accepted() -> None:
         "memory:",
     ):
         assert Settings(database_url=url).database_url == url
+
+
+@pytest.mark.parametrize(
+    ("misspelt", "meant"),
+    [
+        ("FLOWLEDGER_DATABSE_URL", "FLOWLEDGER_DATABASE_URL"),
+        ("FLOWLEDGER_POOL_SIZ", "FLOWLEDGER_POOL_SIZE"),
+        ("FLOWLEDGER_OPERATION_DEADLINE", "FLOWLEDGER_OPERATION_DEADLINE_S"),
+        ("FLOWLEDGER_LLM_BASEURL", "FLOWLEDGER_LLM_BASE_URL"),
+        ("FLOWLEDGER_SEAL_PERSONAL_DATE", "FLOWLEDGER_SEAL_PERSONAL_DATA"),
+    ],
+)
+def test_a_misspelt_variable_is_refused_naming_the_one_it_resembles(misspelt: str, meant: str) -> None:
+    # (A misspelt FLOWLEDGER_DATABASE_URL was passed over in silence: the engine then started
+    # an embedded PostgreSQL under FLOWLEDGER_HOME and wrote there instead.)
+    with pytest.raises(ValidationError) as raised:
+        Settings.from_env({misspelt: "1"})
+    assert raised.value.field == misspelt
+    assert meant in raised.value.message
+
+
+def test_every_documented_variable_and_other_names_under_the_prefix_are_let_through() -> None:
+    # Given every variable the README's configuration table names, with the test suite's own
+    # and a name of the embedding service's that resembles none of flowledger's
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    configuration = readme[readme.index("## Configuration") : readme.index("## Benchmarks")]
+    table = "\n".join(line for line in configuration.splitlines() if line.startswith("| `FLOWLEDGER_"))
+    documented = set(re.findall(r"`(FLOWLEDGER_[A-Z0-9_]+)`", table))
+    assert "FLOWLEDGER_DATABASE_URL" in documented
+    others = {"FLOWLEDGER_TEST_DATABASE_URL", "FLOWLEDGER_TEST_RUN_ID", "FLOWLEDGER_MY_SERVICE_REGION"}
+    # Then each is read or left alone, none refused as a misspelling
+    for name in documented | others:
+        refuse_misspelt_variables({name: "x"})
+
+
+def test_every_variable_the_source_reads_is_known_as_read() -> None:
+    # (A variable added to the code but not to the list would be refused as a typo of another.)
+    root = Path(__file__).resolve().parents[2]
+    named: set[str] = set()
+    for folder in ("domain", "infrastructure", "projections", "adapters", "verify"):
+        for source in (root / folder).rglob("*.py"):
+            text = source.read_text(encoding="utf-8")
+            named |= set(re.findall(r"\b(FLOWLEDGER_[A-Z0-9_]*[A-Z0-9])\b", text))
+    assert named - READ - LEFT_ALONE == set()
