@@ -12,7 +12,7 @@ import psycopg
 from eventsourcing.persistence import InterfaceError, OperationalError, ProgrammingError
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
 
 from flowledger.domain.errors import StoreForbidden, StoreRefused, StoreUnavailable
 from flowledger.infrastructure.postgres.deadlines import LIBPQ_PARAMS_KEY, Deadlines
@@ -98,15 +98,28 @@ def ensure_schema(database_url: str, schema: str, settings: Settings | None = No
     out, and gives up with ``StoreUnavailable`` once the deadline passes."""
     if database_url == MEMORY_URL:
         return
-    deadline_s = (settings or Settings()).operation_deadline_s
+    given = settings or Settings()
+    deadline = monotonic() + given.operation_deadline_s
+    backoff = wait_exponential_jitter(multiplier=0.1, max=1.0)
+
+    def left() -> float:
+        return max(deadline - monotonic(), 0.0)
+
+    def attempt() -> None:
+        # An attempt's connection may take only the time left (at least a beat, to be made at all)
+        cut = given.with_overrides(connect_timeout_s=max(min(given.connect_timeout_s, left()), 0.05))
+        migrate(database_url, schema, cut, change_layout=False)
+
+    # A backoff is cut to the time left: slept whole, the last one (up to 1 s) and the attempt
+    # after it ended an engine's start up to 0.8 s past its deadline.
     retrying = Retrying(
-        stop=stop_after_delay(deadline_s),
-        wait=wait_exponential_jitter(multiplier=0.1, max=1.0),
+        stop=lambda _: left() <= 0.0,
+        wait=lambda state: min(backoff(state), left()),
         retry=retry_if_exception(_worth_another_try),
         reraise=True,
     )
-    with unavailable_as_store_error("migrate", tried_since=monotonic()):
-        retrying(migrate, database_url, schema, settings, change_layout=False)
+    with unavailable_as_store_error("migrate", tried_since=deadline - given.operation_deadline_s):
+        retrying(attempt)
 
 
 def migrate_command(settings: Settings) -> MigrationReport:

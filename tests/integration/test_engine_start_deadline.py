@@ -1,0 +1,28 @@
+"""An engine started against a database that does not answer gives up at its operation
+deadline, as every other call does (README: "an engine's start included ... within 0.25 s")."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from flowledger.domain import StoreUnavailable
+from flowledger.infrastructure import Engine, Settings
+from tests.support.cluster import free_port
+
+
+def test_an_engine_started_against_a_refusing_server_gives_up_within_its_deadline() -> None:
+    # (The start's retries slept their whole jittered backoff, up to 1 s, past the deadline, then
+    # tried once more: a 1 s deadline ended after 1.05-1.82 s.)
+    # Given a port nothing listens on and a 1 s operation deadline
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/test"
+    settings = Settings(database_url=url, schema="nowhere", operation_deadline_s=1.0)
+    for _ in range(5):
+        # When an engine is started there
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            Engine(settings=settings)
+        elapsed = time.monotonic() - started
+        # Then it gave up after about its deadline, not a backoff later
+        assert 0.9 < elapsed < 1.25, elapsed
