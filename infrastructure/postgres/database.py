@@ -98,17 +98,25 @@ def ensure_schema(database_url: str, schema: str, settings: Settings | None = No
     out, and gives up with ``StoreUnavailable`` once the deadline passes."""
     if database_url == MEMORY_URL:
         return
-    given = settings or Settings()
-    deadline = monotonic() + given.operation_deadline_s
+    with unavailable_as_store_error("migrate", tried_since=monotonic()):
+        _migrate_until_deadline(database_url, schema, settings or Settings(), change_layout=False)
+
+
+def _migrate_until_deadline(
+    database_url: str, schema: str, settings: Settings, *, change_layout: bool
+) -> MigrationReport:
+    """``migrate``, tried again (jittered backoff) while the database cannot be reached, until
+    the operation deadline."""
+    deadline = monotonic() + settings.operation_deadline_s
     backoff = wait_exponential_jitter(multiplier=0.1, max=1.0)
 
     def left() -> float:
         return max(deadline - monotonic(), 0.0)
 
-    def attempt() -> None:
+    def attempt() -> MigrationReport:
         # An attempt's connection may take only the time left (at least a beat, to be made at all)
-        cut = given.with_overrides(connect_timeout_s=max(min(given.connect_timeout_s, left()), 0.05))
-        migrate(database_url, schema, cut, change_layout=False)
+        cut = settings.with_overrides(connect_timeout_s=max(min(settings.connect_timeout_s, left()), 0.05))
+        return migrate(database_url, schema, cut, change_layout=change_layout)
 
     # A backoff is cut to the time left: slept whole, the last one (up to 1 s) and the attempt
     # after it ended an engine's start up to 0.8 s past its deadline.
@@ -118,18 +126,18 @@ def ensure_schema(database_url: str, schema: str, settings: Settings | None = No
         retry=retry_if_exception(_worth_another_try),
         reraise=True,
     )
-    with unavailable_as_store_error("migrate", tried_since=deadline - given.operation_deadline_s):
-        retrying(attempt)
+    return retrying(attempt)
 
 
 def migrate_command(settings: Settings) -> MigrationReport:
     """What ``flowledger migrate`` runs: migrate the configured database and schema.
 
-    The embedded server is used when no URL is configured, as the Engine does.
+    The embedded server is used when no URL is configured, as the Engine does; a database that
+    cannot be reached is tried again until the operation deadline, as at an engine's start.
     """
     url = settings.database_url or embedded_database_url(settings.home)
-    with unavailable_as_store_error("migrate"):
-        return migrate(url, settings.schema, settings)
+    with unavailable_as_store_error("migrate", tried_since=monotonic()):
+        return _migrate_until_deadline(url, settings.schema, settings, change_layout=True)
 
 
 PRIVILEGE_ERRORS: tuple[type[Exception], ...] = (psycopg.errors.InsufficientPrivilege, ProgrammingError)

@@ -9,6 +9,7 @@ import pytest
 
 from flowledger.domain import StoreUnavailable
 from flowledger.infrastructure import Engine, Settings
+from tests.support.cli import run_cli
 from tests.support.cluster import free_port
 
 
@@ -26,3 +27,16 @@ def test_an_engine_started_against_a_refusing_server_gives_up_within_its_deadlin
         elapsed = time.monotonic() - started
         # Then it gave up after about its deadline, not a backoff later
         assert 0.9 < elapsed < 1.25, elapsed
+
+
+@pytest.mark.parametrize("command", [["migrate"], ["history", "s-1"]], ids=["migrate", "history"])
+def test_a_command_against_a_refusing_server_is_tried_again_until_its_deadline(command: list[str]) -> None:
+    # (`flowledger migrate` gave up at the first refusal, where README's exit 75 says "tried
+    # again until the operation deadline first", as every other command is.)
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/test"
+    started = time.monotonic()
+    result = run_cli(url, "nowhere", *command, env={"FLOWLEDGER_OPERATION_DEADLINE_S": "1"})
+    elapsed = time.monotonic() - started
+    assert result.returncode == 75, result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert 0.9 < elapsed < 1.25, elapsed
