@@ -282,7 +282,10 @@ def call_within_deadline(call: Callable[[], T], *, budget_s: float, pool: Connec
             try:
                 return call()
             except RETRYABLE:
-                if monotonic() + delay >= deadline:
+                # A pool closed here was opened (the library's read opens it first), and one
+                # opened and closed cannot be reused: retried, a read in flight when its engine
+                # closed waited out the whole deadline before the engine said it was closed.
+                if pool.closed or monotonic() + delay >= deadline:
                     raise
                 _drop_broken_connections(pool)
                 sleep(delay)
