@@ -14,8 +14,9 @@ from typing import TypeVar
 
 import psycopg
 from eventsourcing.persistence import InterfaceError, OperationalError
+from psycopg_pool import PoolClosed
 
-from flowledger.domain.errors import StoreRefused, StoreUnavailable
+from flowledger.domain.errors import EngineClosed, StoreRefused, StoreUnavailable
 from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.database import (
     PRIVILEGE_ERRORS,
@@ -38,6 +39,19 @@ wraps them (its recorder and datastore) and as psycopg raises them (direct conne
 
 _PAUSE_S = 0.2
 """Between tries: a refused connection costs a millisecond, a restart takes about a second."""
+
+
+def closed_for_good(error: BaseException) -> bool:
+    """Whether ``error`` comes of a pool that was opened and then closed: its engine's ``close``,
+    which no retry outlives (psycopg_pool never reopens such a pool)."""
+    seen: BaseException | None = error
+    for _ in range(8):  # a chain of causes can loop
+        if seen is None:
+            return False
+        if isinstance(seen, PoolClosed) and "not open yet" not in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def unavailable(operation: str, error: BaseException) -> StoreUnavailable:
@@ -66,6 +80,8 @@ def within_deadline(operation: str, deadline_s: float, call: Callable[[], T]) ->
                     raise forbidden(operation, error) from error
                 raise
             except CONNECTION_ERRORS as error:
+                if closed_for_good(error):
+                    raise EngineClosed(operation) from error
                 failure = unavailable(operation, error)
                 if isinstance(failure, StoreRefused):
                     raise failure from error

@@ -9,10 +9,11 @@ from collections import Counter
 
 import pytest
 from eventsourcing.persistence import OperationalError
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolClosed
 
 from flowledger.domain import EngineClosed, FlowledgerError
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.deadlines import call_within_deadline
 
 
@@ -49,6 +50,8 @@ def test_threads_inside_an_engines_calls_when_it_closes_end_with_engine_closed(p
                 pg_engine.record_step(f"s-{n}", f"step-{step}")
                 pg_engine.get_session(f"s-{n}")
                 pg_engine.session_steps(f"s-{n}")
+                pg_engine.history(f"s-{n}")
+                pg_engine.list_tasks()
         except FlowledgerError as error:
             ended[type(error).__name__] += 1
 
@@ -64,3 +67,23 @@ def test_threads_inside_an_engines_calls_when_it_closes_end_with_engine_closed(p
     # Then every thread ended within moments, each with EngineClosed
     assert not any(thread.is_alive() for thread in threads), ended
     assert ended == Counter({EngineClosed.__name__: 8})
+
+
+def test_a_read_that_meets_a_closed_pool_is_engine_closed_at_once() -> None:
+    # (The task index's, the log's and erasure's reads tried a closed pool again until the
+    # deadline, then said StoreUnavailable: list_tasks during close hung 15 s.)
+    calls = 0
+
+    def read() -> None:
+        nonlocal calls
+        calls += 1
+        try:
+            raise PoolClosed("the pool 'pool-1' is already closed")
+        except PoolClosed as closed:
+            raise OperationalError(str(closed)) from closed
+
+    started = time.monotonic()
+    with pytest.raises(EngineClosed):
+        within_deadline("read the task index", 5.0, read)
+    assert calls == 1
+    assert time.monotonic() - started < 0.5
