@@ -39,6 +39,20 @@ def test_every_error_class_is_drawn_in_the_tree() -> None:
     assert [c.__name__ for c in classes if c.__name__ not in tree] == []
 
 
+def test_every_error_class_can_be_imported_from_flowledger_domain() -> None:
+    # (BudgetExceeded, CircuitOpen, LlmCallFailed, SessionArchived and eight more were only in
+    # flowledger.domain.errors: `from flowledger.domain import BudgetExceeded`, beside the
+    # README's `from flowledger.domain import SessionExpired`, was an ImportError.)
+    domain = importlib.import_module("flowledger.domain")
+    classes = {
+        name
+        for name, value in vars(errors).items()
+        if inspect.isclass(value) and issubclass(value, errors.FlowledgerError)
+    }
+    assert classes - set(domain.__all__) == set()
+    assert all(getattr(domain, name) is getattr(errors, name) for name in classes)
+
+
 def test_an_unknown_projection_name_is_a_validation_error_that_lists_the_known_ones() -> None:
     with pytest.raises(errors.ValidationError) as raised:
         _projector().select(["cost", "costs"])
