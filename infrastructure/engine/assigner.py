@@ -35,7 +35,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from flowledger.domain.assignment import Choice
-from flowledger.domain.bounds import require_id
 from flowledger.domain.errors import FlowledgerError, TaskNeedsClassification
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import EscalationReason, TaskState, TaskStatus
@@ -107,9 +106,10 @@ class BatchAssigner:
     def assign(self, task_id: str, escalate_when_full: bool, ranking: Ranking | None = None) -> TaskState:
         """Assign one task (batched with concurrent callers'); see ``TaskService.assign_task``.
         ``ranking``: a model's pick among tied agents, and its call's usage (``ranking.py``).
-        The id is checked before it joins a batch: the agents' locks are planned on the batch's
-        ids, where one that is no string failed every caller's request in it."""
-        require_id("task_id", task_id)
+        The id is checked before it joins a batch, by the rule ids are looked up by (one stored
+        before a later rule for new ids, a ``/`` in it, is still found): the agents' locks are
+        planned on the batch's ids, where one that is no string failed every caller's request."""
+        self._reads.task_uuid(task_id)
         return self._assign([_Request(task_id, escalate_when_full, ranking)])[0]
 
     def assign_all(self, task_ids: list[str], escalate_when_full: bool) -> list[TaskState]:
