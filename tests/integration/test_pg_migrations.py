@@ -317,15 +317,16 @@ def test_cancels_and_statement_timeouts_anywhere_in_an_append_leave_no_lock_held
                 timer = threading.Timer(chance.uniform(0, 0.0008), conn.cancel)
                 if not by_timeout:
                     timer.start()
+                outcome = "stored"
                 try:
                     conn.execute(append, (uuid.uuid4(),))
-                    counts["stored"] += 1
                 except psycopg.errors.QueryCanceled:
-                    counts["cancelled"] += 1
+                    outcome = "cancelled"
                 finally:
                     timer.cancel()
                     if not by_timeout:
                         timer.join()
+                counts[outcome] += 1
                 while True:  # a cancel may still land on the next statement
                     try:
                         conn.execute("SET statement_timeout = 0")
@@ -335,7 +336,7 @@ def test_cancels_and_statement_timeouts_anywhere_in_an_append_leave_no_lock_held
                 # Then the connection never keeps the lock
                 row = conn.execute(held_query, (key,)).fetchone()
                 if row and row[0]:
-                    counts["held"] += 1
+                    counts[f"held after {outcome}"] += 1
                     conn.execute("SELECT pg_advisory_unlock_all()")
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
@@ -345,7 +346,12 @@ def test_cancels_and_statement_timeouts_anywhere_in_an_append_leave_no_lock_held
     for thread in threads:
         thread.join()
     assert counts["cancelled"] >= 10, counts
-    assert counts["held"] == 0, counts
+    # A stored append never leaves it held; a cancelled one only by the rare second interrupt
+    # taken while the handler runs, before its unlock (docs/recorder.md: 1 of 313 in one CI
+    # run), which is why the recorder closes a connection whose append was cancelled (the next
+    # test); the bug this guards against held it after 3 of 93
+    assert counts["held after stored"] == 0, counts
+    assert counts["held after cancelled"] <= max(1, counts["cancelled"] // 100), counts
     assert section_locks_held(database_url, pg_schema) == 0
 
 
