@@ -23,6 +23,7 @@ from flowledger.infrastructure.postgres.database import (
     REFUSED_LOGIN,
     forbidden,
     refused_privilege,
+    tried_for,
 )
 
 T = TypeVar("T")
@@ -86,7 +87,5 @@ def within_deadline(operation: str, deadline_s: float, call: Callable[[], T]) ->
                 if isinstance(failure, StoreRefused):
                     raise failure from error
                 if monotonic() + _PAUSE_S >= end:
-                    # say for how long, so a wrong port is not taken for a hang
-                    tried = f"{failure.detail} (tried for {monotonic() - started:.1f} s)"
-                    raise StoreUnavailable(operation, tried) from error
+                    raise StoreUnavailable(operation, tried_for(failure.detail, started)) from error
                 sleep(_PAUSE_S)

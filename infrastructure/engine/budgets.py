@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
+from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
 from flowledger.domain.budget import PERIODS, SCOPES, Budget, BudgetSpec, CallScope, budget_uuid
 from flowledger.domain.errors import BudgetNotFound, StoreUnavailable, ValidationError
-from flowledger.domain.ports import AlertNotifier
+from flowledger.domain.ports import AlertNotifier, CallEstimate
 from flowledger.domain.values import LlmUsage, require_name
 from flowledger.infrastructure.engine.later_charges import LaterCharges
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
@@ -53,6 +54,17 @@ def call_cost(usage: LlmUsage | None, hold: Reservation) -> Decimal:
     if usage is not None and usage.unpriced:
         cost = max(cost, hold.amount_usd)
     return cost
+
+
+def held_estimate(llm: object, model: str | None, messages: list[dict[str, Any]]) -> tuple[str, Decimal]:
+    """The model a call is charged as (the price table's name) and the amount held before it:
+    the adapter's estimated maximum (``max_cost``), or $0 for an adapter that cannot estimate
+    (its calls are still refused once a budget is spent, but concurrent ones may overshoot)."""
+    estimator = getattr(llm, "max_cost", None)
+    estimate: CallEstimate | None = estimator(model, messages) if estimator is not None else None
+    if estimate is None:
+        return model or "", Decimal(0)
+    return estimate.model, estimate.max_cost_usd
 
 
 def step_hold_id(session: UUID, key: str, worker: str, started_at: datetime) -> UUID:

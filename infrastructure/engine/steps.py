@@ -40,12 +40,12 @@ from flowledger.domain.errors import (
     StoreUnavailable,
     ValidationError,
 )
-from flowledger.domain.ports import CallEstimate, LlmPort, LlmReply, parse_step_reply, step_messages
+from flowledger.domain.ports import LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
-from flowledger.infrastructure.engine.budgets import BudgetService, call_cost, step_hold_id
+from flowledger.infrastructure.engine.budgets import BudgetService, call_cost, held_estimate, step_hold_id
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.step_calls import (
@@ -352,22 +352,14 @@ class StepService:
         budgets = self.budgets
         if budgets is None or budgets.known_idle():
             return None
-        # An adapter that cannot estimate (no CostEstimator) reserves nothing: its calls are
-        # still refused once a budget is spent, but concurrent ones may overshoot.
-        estimator = getattr(llm, "max_cost", None)
         try:
-            estimate: CallEstimate | None = estimator(call.model, go.messages) if estimator else None
+            model, amount = held_estimate(llm, call.model, go.messages)
         except Exception as error:  # StepStarted is written: never leave the step pending
             await self._record_failure(call, go, type(error).__name__, error, None)
             raise
         scope = CallScope(
-            tenant=budgets.tenant,
-            session=call.session_id,
-            workflow=go.workflow,
-            model=estimate.model if estimate is not None else call.model or "",
-            user=go.user_id,
+            tenant=budgets.tenant, session=call.session_id, workflow=go.workflow, model=model, user=go.user_id
         )
-        amount = estimate.max_cost_usd if estimate is not None else Decimal(0)
         session = self._sessions.session_uuid(call.session_id)
         lost = go.lost
         lost_hold = None if lost is None else step_hold_id(session, call.key, lost.worker, lost.started_at)

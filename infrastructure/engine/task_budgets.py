@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from decimal import Decimal
 from typing import Any
 
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import LlmError
-from flowledger.domain.ports import CallEstimate, LlmPort, LlmReply
+from flowledger.domain.ports import LlmPort, LlmReply
 from flowledger.domain.values import LlmUsage
-from flowledger.infrastructure.engine.budgets import BudgetService, call_cost
+from flowledger.infrastructure.engine.budgets import BudgetService, call_cost, held_estimate
 from flowledger.infrastructure.engine.step_calls import usage_of
 from flowledger.infrastructure.postgres.budgets import Reservation
 
@@ -40,15 +39,8 @@ class TaskCallBudgets:
         budgets = self.budgets
         if budgets is None or budgets.known_idle():
             return None
-        estimator = getattr(llm, "max_cost", None)
-        estimate: CallEstimate | None = estimator(model, messages) if estimator is not None else None
-        scope = CallScope(
-            tenant=budgets.tenant,
-            session=None,
-            workflow=None,
-            model=estimate.model if estimate is not None else model,
-        )
-        amount = estimate.max_cost_usd if estimate is not None else Decimal(0)
+        charged_as, amount = held_estimate(llm, model, messages)
+        scope = CallScope(tenant=budgets.tenant, session=None, workflow=None, model=charged_as)
         # The reservation runs to its end on its thread: a caller cancelled meanwhile releases it.
         reserving = asyncio.ensure_future(asyncio.to_thread(budgets.reserve, scope, amount))
         try:

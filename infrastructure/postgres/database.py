@@ -179,8 +179,14 @@ def unavailable_as_store_error(operation: str, *, tried_since: float | None = No
         if refused_login(error):
             raise StoreRefused(operation, detail) from error
         if tried_since is not None:
-            detail = f"{detail} (tried for {monotonic() - tried_since:.1f} s)"
+            detail = tried_for(detail, tried_since)
         raise StoreUnavailable(operation, detail) from error
+
+
+def tried_for(detail: str, since: float) -> str:
+    """``detail`` saying how long the call was tried since ``since`` (``monotonic()``): a wrong
+    port answered "Connection refused" only after the whole deadline, which read as a hang."""
+    return f"{detail} (tried for {monotonic() - since:.1f} s)"
 
 
 REFUSED_LOGIN = (
