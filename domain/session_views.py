@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import Enum, StrEnum
@@ -297,6 +297,14 @@ class SessionState:
     forked_from: str | None = None
     """The session this one was forked from (``Engine.fork_session``), and at which version."""
     forked_at_version: int | None = None
+
+    def judged_at(self, now: datetime) -> SessionState:
+        """The session as a command at ``now`` finds it: an active session whose expiry has
+        passed reads ``expired``, though its ``Expired`` event is recorded only by the next
+        command on it or by ``Engine.expire_session`` (reads never write)."""
+        if self.status is SessionStatus.ACTIVE and now >= self.expires_at:
+            return replace(self, status=SessionStatus.EXPIRED)
+        return self
 
 
 def same_json(a: Any, b: Any) -> bool:

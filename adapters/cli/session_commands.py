@@ -1,5 +1,6 @@
 """CLI commands on sessions: ``history`` and ``replay`` read them, ``extend`` moves the expiry,
-``fork`` starts one from another, ``forget`` erases a user's; and ``demo``."""
+``expire-sessions`` records the expiries that have passed, ``fork`` starts one from another,
+``forget`` erases a user's; and ``demo``."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ from datetime import datetime, timedelta
 from typing import Annotated
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
-from flowledger.adapters.cli.consoles import cli_console
+from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.rendering import history_table, session_table
 from flowledger.domain.bounds import MAX_TTL, require_count, require_moment
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
+from flowledger.projections.expiry import expire_overdue
+from flowledger.projections.registry import projector_for
 
 console = cli_console()
 
@@ -59,6 +63,35 @@ def extend(
         before = change.previous_expires_at.isoformat(timespec="seconds")
         how = "reopened: it had expired" if change.reopened else f"it was {before}"
         console.print(f"session {session_id!r} now expires at {after} ({how})", highlight=False)
+
+
+def expire_sessions(
+    limit: Annotated[int, typer.Option(help="The most sessions one run looks at (1 to 100,000).")] = 1000,
+    tenant: Annotated[
+        str | None, typer.Option(help="Whose sessions (default: FLOWLEDGER_TENANT or 'default').")
+    ] = None,
+) -> None:
+    """Record Expired for every active session whose expiry has passed (run it from cron: a
+    session nobody touches again otherwise stays active in the read models and the funnel)."""
+    with reported_errors():
+        require_count("limit", limit, least=1, most=100_000)
+        with Engine(tenant=tenant) as engine:
+            projector = projector_for(engine)
+            columns = (TextColumn("expiring sessions"), BarColumn(), MofNCompleteColumn())
+            with transient_progress(console, *columns) as bar:
+                task = bar.add_task("expire", total=None)
+                sweep = expire_overdue(
+                    engine, projector, limit=limit, on_session=lambda _sid, _done: bar.advance(task)
+                )
+        shown = ", ".join(sweep.expired[:20]) + (", ..." if len(sweep.expired) > 20 else "")
+        more = "" if sweep.complete else f"; more may be overdue past --limit {limit}: run it again"
+        console.print(
+            f"expired {len(sweep.expired)} of {sweep.examined} overdue sessions"
+            + (f" ({shown})" if sweep.expired else "")
+            + more,
+            markup=False,
+            highlight=False,
+        )
 
 
 def fork(
@@ -161,6 +194,7 @@ def register(app: typer.Typer) -> None:
     app.command()(history)
     app.command()(replay)
     app.command()(extend)
+    app.command("expire-sessions")(expire_sessions)
     app.command()(fork)
     app.command()(forget)
     app.command()(demo)

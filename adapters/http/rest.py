@@ -17,6 +17,8 @@ from flowledger.adapters.http.auth import Caller, Reader, Writer
 from flowledger.adapters.http.errors import responses
 from flowledger.adapters.http.moments import QueryMoment
 from flowledger.domain.errors import ValidationError
+from flowledger.projections.expiry import expire_overdue
+from flowledger.projections.registry import projector_for
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
 IdempotencyKey = Annotated[
@@ -184,3 +186,14 @@ def abandon(session_id: SessionId, caller: Writer, body: schemas.Abandon | None 
     if body is None:
         return schemas.SessionOut.of(caller.engine.abandon_session(session_id))
     return schemas.SessionOut.of(caller.engine.abandon_session(session_id, body.reason))
+
+
+@router.post("/expiry/sweep", responses=responses())
+def sweep_expiries(caller: Writer, body: schemas.ExpirySweep | None = None) -> schemas.ExpirySweepOut:
+    """Record ``Expired`` for the tenant's active sessions whose expiry has passed, the longest
+    overdue first, at most ``limit`` looked at (``complete`` false: run it again). A session
+    nobody touches again otherwise reads ``expired`` but stays active in its events and in the
+    read models (dashboard, funnel). Needs PostgreSQL (422 on an in-memory engine)."""
+    limit = (body or schemas.ExpirySweep()).limit
+    sweep = expire_overdue(caller.engine, projector_for(caller.engine), limit=limit)
+    return schemas.ExpirySweepOut(expired=sweep.expired, examined=sweep.examined, complete=sweep.complete)

@@ -331,6 +331,21 @@ class Abandon(Body):
     reason: str = Field(default="abandoned", min_length=1, max_length=1000, pattern=TEXT_PATTERN)
 
 
+class ExpirySweep(Body):
+    """How many overdue sessions one sweep may look at (the body may be left out)."""
+
+    limit: Integer = Field(default=1_000, ge=1, le=100_000, description="at most this many sessions")
+
+
+class ExpirySweepOut(BaseModel):
+    """What a sweep did: the sessions it expired, how many it looked at, and whether that was
+    all of them (``complete`` false: more may be overdue, run it again)."""
+
+    expired: list[str]
+    examined: int
+    complete: bool
+
+
 class ContextUpdate(Body):
     update: dict[str, Any]
 

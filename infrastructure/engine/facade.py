@@ -485,10 +485,17 @@ class Engine:
         """Give the session up."""
         return self.sessions.abandon(session_id, reason)
 
+    def expire_session(self, session_id: str) -> bool:
+        """Record ``Expired`` for a session whose expiry has passed by the engine's clock (a
+        command on it would record it too); True when this call did, False when the session is
+        still live or already closed. ``projections.expiry.expire_overdue`` sweeps a tenant."""
+        return self.sessions.expire(session_id)
+
     def get_session(
         self, session_id: str, version: int | None = None, as_of: datetime | None = None
     ) -> SessionState:
-        """The session now, at a version, or as it was at a moment (not both).
+        """The session now, at a version, or as it was at a moment (not both). Now, an active
+        session whose expiry has passed reads ``expired`` (its event waits for a command).
 
         An archived session reads now, at its last version and as of a moment at or after its last
         event from its base; an earlier version or moment needs its events: SessionArchived,

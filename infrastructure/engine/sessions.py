@@ -36,6 +36,7 @@ from flowledger.domain.session_views import (
     ModelAsked,
     PendingStep,
     SessionState,
+    SessionStatus,
     StepRecord,
 )
 from flowledger.domain.values import (
@@ -183,6 +184,11 @@ class SessionService:
         decide = partial(self._set_expiry, session_id, expires_at, reopen_expired)
         return self._write(session_id, decide)
 
+    def expire(self, session_id: str) -> bool:
+        """Record ``Expired`` when the session is active and its expiry has passed (the engine's
+        clock); True when this call recorded it, False for a session still live or closed."""
+        return self._write(session_id, partial(self._expire, session_id))
+
     def complete(self, session_id: str, resolution: JsonObject | str | None) -> SessionState:
         """End the session with a resolution: a JSON object, or a string kept as ``{"resolution": s}``
         (free text: a blank one, or one with NUL, is refused as a reason is; ``require_resolution``);
@@ -213,7 +219,9 @@ class SessionService:
     # -- queries -----------------------------------------------------------------------
 
     def get(self, session_id: str, version: int | None = None, as_of: datetime | None = None) -> SessionState:
-        """The session now, at a version, or as it was at a moment (the longest prefix at or before it)."""
+        """The session now, at a version, or as it was at a moment (the longest prefix at or before it).
+
+        Now, an active session whose expiry has passed reads ``expired`` (``SessionState.judged_at``)."""
         if version is not None and as_of is not None:
             raise ValidationError("version", "give version or as_of, not both")
         require_version("version", version, optional=True)
@@ -224,6 +232,8 @@ class SessionService:
             raise SessionNotFound(session_id)
         if version is not None and session.version < version:
             raise ValidationError("version", f"session has {session.version} versions, not {version}")
+        if version is None:  # now, not a version (nor a moment) of the past
+            return session.state().judged_at(self._store.clock())
         return session.state()
 
     def history(self, session_id: str) -> list[HistoryEntry]:
@@ -435,6 +445,11 @@ class SessionService:
             )
         session = self._session(uow, session_id)
         return self._move_expiry(session, uow.now, expires_at, expires_at, reopen_expired)
+
+    def _expire(self, session_id: str, uow: UnitOfWork) -> bool:
+        session = self._session(uow, session_id)
+        was_active = session.status == SessionStatus.ACTIVE
+        return session.expired_by(uow.now) and was_active
 
     def _complete(self, session_id: str, resolution: JsonObject, uow: UnitOfWork) -> SessionState:
         session = self._session(uow, session_id)

@@ -188,3 +188,22 @@ def test_replay_writes_a_tiny_cost_as_a_plain_decimal(database_url: str, pg_sche
     assert replay.returncode == 0, replay.stderr
     assert "$0.0000001" in replay.stdout
     assert "E-7" not in replay.stdout
+
+
+def test_expire_sessions_records_the_expiries_that_passed(database_url: str, pg_schema: str) -> None:
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("gone", "wf", ttl=timedelta(milliseconds=1))
+        engine.start_session("here", "wf", ttl=timedelta(hours=1))
+
+    swept = run(database_url, pg_schema, "expire-sessions")
+    again = run(database_url, pg_schema, "expire-sessions")
+    bad = run(database_url, pg_schema, "expire-sessions", "--limit", "0")
+
+    assert swept.returncode == 0, swept.stderr
+    assert swept.stdout.strip() == "expired 1 of 1 overdue sessions (gone)"
+    assert again.stdout.strip() == "expired 0 of 0 overdue sessions"
+    assert bad.returncode == 2
+    assert "limit: must be a whole number from 1 to 100000, got 0" in bad.stderr
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        states = (engine.get_session("gone"), engine.get_session("here"))
+    assert [e.status for e in states] == ["expired", "active"]
