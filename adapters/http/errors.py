@@ -86,8 +86,18 @@ def _told(error: errors.FlowledgerError) -> str:
     return str(error)
 
 
+REQUEST_REFUSED_BY_MODEL = frozenset({400, 404, 413, 422})
+"""A model endpoint's answers that refuse the request itself (malformed, a context past the
+model's window, a model it does not serve, too large): the caller must change the request,
+so it is told 422, not a 502 that clients and gateways retry into the same refusal (each retry
+a model call). 401 and 403 (this server's credentials) and 429 / 5xx stay 502."""
+
+
 def status_for(error: errors.FlowledgerError) -> int:
-    """The HTTP status for an error, by the first matching row of STATUS_CODES."""
+    """The HTTP status for an error, by the first matching row of STATUS_CODES; a model call
+    whose endpoint refused the request itself is 422 (``REQUEST_REFUSED_BY_MODEL``)."""
+    if isinstance(error, errors.LlmCallFailed) and error.status_code in REQUEST_REFUSED_BY_MODEL:
+        return 422
     return next(code for kind, code in STATUS_CODES if isinstance(error, kind))
 
 
