@@ -348,7 +348,10 @@ def request_difference(
     if held.step != step:
         return "step name"
     for name, value in fields.items():
-        if not same_json(getattr(held, name), value):
+        recorded = getattr(held, name)
+        if name == "context_update":  # {} merges nothing, as None does: the same request
+            recorded, value = recorded or None, value or None
+        if not same_json(recorded, value):
             return name
     if model is not None and not model.matches(held.model):
         return "model"

@@ -55,6 +55,21 @@ def test_a_retried_record_step_gets_the_recorded_step_and_appends_nothing(engine
     assert event_count(engine, "s1") == events
 
 
+@pytest.mark.parametrize(("first", "retry"), [({}, None), (None, {}), ({}, {})])
+def test_an_empty_context_update_and_none_are_the_same_request(
+    engine: Engine, first: dict[str, Any] | None, retry: dict[str, Any] | None
+) -> None:
+    # Given a step recorded under a key with no context update, written one way
+    engine.start_session("s1", "w")
+    recorded = engine.record_step("s1", "a", output={"x": 1}, context_update=first, idempotency_key="k1")
+    events = event_count(engine, "s1")
+    # When its retry writes it the other way (both merge nothing)
+    again = engine.record_step("s1", "a", output={"x": 1}, context_update=retry, idempotency_key="k1")
+    # Then it is the same request: the recorded step, nothing appended
+    assert again == recorded
+    assert event_count(engine, "s1") == events
+
+
 @pytest.mark.parametrize(
     ("change", "differs"),
     [
