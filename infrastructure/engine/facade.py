@@ -23,7 +23,7 @@ from flowledger.domain.errors import SessionArchived, SessionNotFound, Validatio
 from flowledger.domain.ports import AlertNotifier, LlmPort
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionState, StepRecord
-from flowledger.domain.task_views import AgentState, TaskState
+from flowledger.domain.task_views import AgentState, TaskState, TaskStatus
 from flowledger.domain.values import JsonObject, LlmUsage, require_count, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.budgets import BudgetService
@@ -643,9 +643,23 @@ class Engine:
         return self.tasks.assign_task(task_id, escalate_when_full=escalate_when_full)
 
     async def assign_task_ranked(self, task_id: str, *, escalate_when_full: bool = True) -> TaskState:
-        """``assign_task``; with routing's ``model_ranked_matching`` on, the model of the task's
-        tier first picks among agents the rule finds equally good, its usage recorded on the
-        assignment (``ranking.py``). Off (the default), exactly ``assign_task``."""
+        """``assign_task`` as the seed's pipeline runs it (REST and the CLI call this): a waiting
+        task that names no skills and was never classified is classified first when a model is
+        configured (``classify_task``: its tier's model, usage and budget as always), so that its
+        category and words decide who can take it instead of "any agent"; a classification
+        that fails holds the task back (TaskNeedsClassification: reclassify it). With
+        routing's ``model_ranked_matching`` on, the model of the task's tier then picks among
+        agents the rule finds equally good, its usage recorded on the assignment
+        (``ranking.py``). Without a model, or for a task with skills, exactly ``assign_task``."""
+        if self.llm is not None:
+            waiting = await asyncio.to_thread(self.task_reads.get_task, task_id)
+            if (
+                waiting.status is TaskStatus.PENDING
+                and not waiting.required_skills
+                and waiting.classification is None
+                and waiting.held_back is None
+            ):
+                await self.classifier.classify(task_id)
         ranking = await self.tie_breaker.rank(task_id)
         return await asyncio.to_thread(
             self.tasks.assign_task, task_id, escalate_when_full=escalate_when_full, ranking=ranking

@@ -247,3 +247,44 @@ def test_a_model_named_with_spaces_around_it_is_refused_before_anything_is_recor
     assert "model: must have no space around it" in step.json()["error"]
     assert http.get("/v1/sessions/s-m").json()["version"] == 1
     assert len(simulator.exchanges) == calls
+
+
+TEAMS = (
+    ("backend", ["python", "golang", "kubernetes"]),
+    ("frontend", ["react", "vue", "css"]),
+    ("devops", ["terraform", "aws", "docker"]),
+)
+
+
+def test_assigning_a_task_without_skills_classifies_it_first_as_the_seed_does(
+    http: TestClient, simulator: Simulator
+) -> None:
+    # Given the seed's three teams (DevOps idle, so "least loaded" alone would pick it)
+    for agent_id, skills in TEAMS:
+        assert http.post(
+            "/v1/agents", json={"agent_id": agent_id, "name": agent_id, "skills": skills}
+        ).is_success
+    # And the task, created without skills and never classified
+    assert http.post(
+        "/v1/tasks", json={"task_id": "go", "description": "Fix the race in the Go worker"}
+    ).is_success
+    calls = len(simulator.exchanges)
+
+    # When it is assigned
+    assigned = http.post("/v1/tasks/go/assign")
+
+    # Then it was classified on the way (one call, recorded), and its words chose the team
+    assert assigned.status_code == 200, assigned.text
+    state = assigned.json()
+    assert len(simulator.exchanges) == calls + 1
+    assert state["classification"]["category"] == "bug_fix"
+    assert state["required_skills"] == ["golang"]
+    assert state["assignment"]["agent_id"] == "backend"
+    events = [e["event_type"] for e in http.get("/v1/tasks/go/history").json()]
+    assert events[-2:] == ["Task.Classified", "Task.Assigned"]
+    # And a task that names its skills is assigned without a call
+    assert http.post(
+        "/v1/tasks", json={"task_id": "ui", "description": "x", "required_skills": ["css"]}
+    ).is_success
+    assert http.post("/v1/tasks/ui/assign").json()["assignment"]["agent_id"] == "frontend"
+    assert len(simulator.exchanges) == calls + 1
