@@ -233,9 +233,14 @@ def run_queue(
     ] = False,
     tenant: TenantOpt = None,
 ) -> None:
-    """Offer every waiting task in queue order (priority, then deadline, then age)."""
-    with reported_errors(), Engine(tenant=tenant) as engine:
-        offered = engine.assign_pending(limit=limit, escalate_when_full=escalate_when_full)
+    """Offer every waiting task in queue order (priority, then deadline, then age); with a model
+    configured, those that name no skills and were never classified are classified first."""
+    with reported_errors():
+        offered = _with_model(
+            tenant,
+            lambda engine: engine.assign_pending_routed(limit=limit, escalate_when_full=escalate_when_full),
+            required=False,
+        )
     counts = {s: sum(t.status is s for t in offered) for s in (TaskStatus.ASSIGNED, TaskStatus.ESCALATED)}
     waiting = len(offered) - sum(counts.values())
     title = (

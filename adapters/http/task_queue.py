@@ -105,15 +105,19 @@ def list_tasks(
 
 
 @router.post("/queue/run", responses=responses())
-def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
+async def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     """Offer every waiting task (requeued ones, those that waited for capacity) in queue order:
     by priority (critical, high, medium, low), then the earliest deadline, then the oldest: a
-    high task due later goes before a low one due sooner. Returns each task offered as it stands:
-    one that names no skills and whose classification failed is passed over, still pending, its
-    ``held_back`` saying why (reclassify it), and takes no place of ``limit``. Every field has a
-    default, so the body may be left out."""
+    high task due later goes before a low one due sooner. With a model configured, a task that
+    names no skills and was never classified is classified first (the seed's pipeline; a
+    refused classification, 402 or 503, stops the run before any assignment). Returns each
+    task offered as it stands: one that names no skills and whose classification failed is
+    passed over, still pending, its ``held_back`` saying why (reclassify it), and takes no
+    place of ``limit``. Every field has a default, so the body may be left out."""
     body = body or RunQueue()
-    states = caller.engine.assign_pending(limit=body.limit, escalate_when_full=body.escalate_when_full)
+    states = await caller.engine.assign_pending_routed(
+        limit=body.limit, escalate_when_full=body.escalate_when_full
+    )
     return [out(state) for state in states]
 
 

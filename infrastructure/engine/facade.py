@@ -23,12 +23,13 @@ from flowledger.domain.errors import SessionArchived, SessionNotFound, Validatio
 from flowledger.domain.ports import AlertNotifier, LlmPort
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionState, StepRecord
-from flowledger.domain.task_views import AgentState, TaskState, TaskStatus
+from flowledger.domain.task_views import AgentState, TaskState
 from flowledger.domain.values import JsonObject, LlmUsage, require_count, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.checkpointer import Checkpointer
 from flowledger.infrastructure.engine.classification import TaskClassifier
+from flowledger.infrastructure.engine.classify_first import classify_in_queue_order, needs_classifying
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.erasure import ErasureService, ForgetReport
 from flowledger.infrastructure.engine.log import EventLog
@@ -52,7 +53,7 @@ from flowledger.infrastructure.engine.store import AggregateStore, Clock, curren
 from flowledger.infrastructure.engine.task_budgets import TaskCallBudgets
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
-from flowledger.infrastructure.engine.tasks import Creation, Registration, TaskService
+from flowledger.infrastructure.engine.tasks import Creation, Registration, TaskService, require_queue_run
 from flowledger.infrastructure.history import HistoryEntry
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger, Raised
@@ -651,15 +652,8 @@ class Engine:
         routing's ``model_ranked_matching`` on, the model of the task's tier then picks among
         agents the rule finds equally good, its usage recorded on the assignment
         (``ranking.py``). Without a model, or for a task with skills, exactly ``assign_task``."""
-        if self.llm is not None:
-            waiting = await asyncio.to_thread(self.task_reads.get_task, task_id)
-            if (
-                waiting.status is TaskStatus.PENDING
-                and not waiting.required_skills
-                and waiting.classification is None
-                and waiting.held_back is None
-            ):
-                await self.classifier.classify(task_id)
+        if self.llm is not None and needs_classifying(await asyncio.to_thread(self.get_task, task_id)):
+            await self.classifier.classify(task_id)
         ranking = await self.tie_breaker.rank(task_id)
         return await asyncio.to_thread(
             self.tasks.assign_task, task_id, escalate_when_full=escalate_when_full, ranking=ranking
@@ -671,6 +665,22 @@ class Engine:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline); those
         whose capable agents are all full keep waiting unless ``escalate_when_full``."""
         return self.tasks.assign_pending(limit=limit, escalate_when_full=escalate_when_full)
+
+    async def assign_pending_routed(
+        self, *, limit: int | None = None, escalate_when_full: bool = False
+    ) -> list[TaskState]:
+        """``assign_pending`` as REST and the CLI run it: with a model configured, the waiting
+        tasks that name no skills and were never classified (the first ``limit`` of them in
+        queue order) are classified first, as ``assign_task_ranked`` does for one; a refused
+        classification (a budget, an open circuit) stops the run with its error, assigning
+        nothing (the classifications made are kept)."""
+        require_queue_run(limit, escalate_when_full)  # before any call
+        if self.llm is not None:
+            waiting = await asyncio.to_thread(self.open_tasks)
+            await classify_in_queue_order(self.classifier.classify, waiting, limit)
+        return await asyncio.to_thread(
+            self.tasks.assign_pending, limit=limit, escalate_when_full=escalate_when_full
+        )
 
     def start_task(self, task_id: str) -> TaskState:
         """The holding agent began work."""

@@ -167,11 +167,7 @@ class TaskService:
         passed over and returned as it stands, without counting towards ``limit``: at most
         ``MAX_LIST`` (1,000), REST's bound, so the CLI and the library answer as it does.
         """
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST
-        ):
-            raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")
-        require_flag("escalate_when_full", escalate_when_full)
+        require_queue_run(limit, escalate_when_full)
         waiting, held = [], set()
         for entry in self._reads.index.open_tasks():
             task: Task | None = self._store.load(entry.aggregate_id)
@@ -334,3 +330,13 @@ class TaskService:
         deadline = task.deadline.isoformat() if task.deadline else "?"
         self.escalate(uow, task, EscalationReason.DEADLINE_BREACHED, f"deadline {deadline} passed", at)
         return task.state()
+
+
+def require_queue_run(limit: int | None, escalate_when_full: bool) -> None:
+    """Raise ValidationError unless ``limit`` is None or a whole number in [1, ``MAX_LIST``] and
+    ``escalate_when_full`` is True or False."""
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST
+    ):
+        raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")
+    require_flag("escalate_when_full", escalate_when_full)

@@ -288,3 +288,33 @@ def test_assigning_a_task_without_skills_classifies_it_first_as_the_seed_does(
     ).is_success
     assert http.post("/v1/tasks/ui/assign").json()["assignment"]["agent_id"] == "frontend"
     assert len(simulator.exchanges) == calls + 1
+
+
+def test_a_queue_run_classifies_the_tasks_without_skills_first_and_routes_them_by_their_words(
+    http: TestClient, simulator: Simulator
+) -> None:
+    # Given the seed's three teams and tasks created without skills, never classified
+    for agent_id, skills in TEAMS:
+        agent = {"agent_id": agent_id, "name": agent_id, "skills": skills}
+        assert http.post("/v1/agents", json=agent).is_success
+    tasks = {
+        "go": ("Fix the race in the Go worker", "backend"),
+        "ui": ("Add a dark mode toggle to the React settings page", "frontend"),
+        "tf": ("Write the Terraform module for the AWS staging VPC", "devops"),
+    }
+    for task_id, (description, _) in tasks.items():
+        assert http.post("/v1/tasks", json={"task_id": task_id, "description": description}).is_success
+    calls = len(simulator.exchanges)
+
+    # When the queue runs (a bad limit is refused before any call)
+    refused = http.post("/v1/queue/run", json={"limit": 0})
+    assert refused.status_code == 422
+    assert len(simulator.exchanges) == calls
+    offered = http.post("/v1/queue/run")
+
+    # Then each was classified (one call each) and went to the team its words name
+    assert offered.status_code == 200, offered.text
+    assert len(simulator.exchanges) == calls + 3
+    placed = {t["task_id"]: t["assignment"]["agent_id"] for t in offered.json()}
+    assert placed == {task_id: team for task_id, (_, team) in tasks.items()}
+    assert all(t["classification"] is not None for t in offered.json())

@@ -1,0 +1,52 @@
+"""Assignment as the seed's pipeline runs it (classify, match, assign): a waiting task that
+names no skills and was never classified is classified before it is matched, so that its
+category and words decide who can take it, not "any agent with room" (REST and the CLI;
+``Engine.assign_task_ranked`` and ``Engine.assign_pending_routed``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+
+from flowledger.domain.assignment import QueuedTask, in_queue_order
+from flowledger.domain.task_views import TaskState, TaskStatus
+
+CONCURRENT_CALLS = 8
+"""Classifications a queue run has in flight at once."""
+
+
+def needs_classifying(state: TaskState) -> bool:
+    """Whether ``state`` is a waiting task with no skills, never classified and not held back
+    (a failed classification holds it back: only ``reclassify`` tries again)."""
+    return (
+        state.status is TaskStatus.PENDING
+        and not state.required_skills
+        and state.classification is None
+        and state.held_back is None
+    )
+
+
+async def classify_in_queue_order(
+    classify: Callable[[str], Awaitable[TaskState]], waiting: Iterable[TaskState], limit: int | None
+) -> None:
+    """Classify those of the first ``limit`` waiting tasks in queue order (a queue run's
+    window: tasks held back take no place in it) that need it, ``CONCURRENT_CALLS`` at a time.
+    Every call is let finish (what they cost is recorded); then the first error raised (a
+    budget's refusal, an open circuit) is raised, so that the run assigns nothing it could
+    not classify."""
+    states = {s.task_id: s for s in waiting if s.status is TaskStatus.PENDING and s.held_back is None}
+    queued = [
+        QueuedTask(task_id=s.task_id, priority=s.priority, deadline=s.deadline, created_at=s.created_at)
+        for s in states.values()
+    ]
+    ordered = [q for q in in_queue_order(queued)[:limit] if needs_classifying(states[q.task_id])]
+    gate = asyncio.Semaphore(CONCURRENT_CALLS)
+
+    async def one(task_id: str) -> None:
+        async with gate:
+            await classify(task_id)
+
+    outcomes = await asyncio.gather(*(one(q.task_id) for q in ordered), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
