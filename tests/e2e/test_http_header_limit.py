@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import select
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from flowledger.adapters.http.protocol import MAX_HEAD_BYTES
+from tests.support.serve_process import serve_env, served
 
 WRITER = "header-limit-writer-0123456789abcdef0123"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(params=["httptools", "h11"])
@@ -32,38 +22,10 @@ def server(
 ) -> Iterator[tuple[str, str]]:
     """``flowledger serve --http <parser>`` as a process of its own, with a key; its base URL
     and the parser."""
-    port = _free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("FLOWLEDGER_")},
-        "FLOWLEDGER_DATABASE_URL": database_url,
-        "FLOWLEDGER_SCHEMA": pg_schema,
-        "FLOWLEDGER_HOME": str(tmp_path),
-        "FLOWLEDGER_API_KEYS": f"acme:writer:{WRITER}",
-    }
-    command = [sys.executable, "-m", "flowledger.adapters.cli.main", "serve", "--port", str(port)]
-    command += ["--simulate-llm", "--no-access-log", "--http", request.param]
-    with (tmp_path / "serve.log").open("w") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120  # the machine is shared: starting may be slow
-        while True:
-            assert process.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-            time.sleep(0.2)
+    env = serve_env(database_url, pg_schema, tmp_path, FLOWLEDGER_API_KEYS=f"acme:writer:{WRITER}")
+    options = ("--simulate-llm", "--no-access-log", "--http", request.param)
+    with served(env, tmp_path / "serve.log", *options) as base:
         yield base, request.param
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 def _answer(base: str, header_bytes: int) -> tuple[int, bytes]:

@@ -3,11 +3,6 @@ whatever name a browser was led to use for it (DNS rebinding)."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,48 +12,15 @@ import pytest
 from flowledger.adapters.http.auth import loopback_host
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.support.serve_process import serve_env, served
 
 
 @pytest.fixture
 def open_server(database_url: str, pg_schema: str, tmp_path: Path) -> Iterator[str]:
     """``flowledger serve`` on 127.0.0.1 with no key configured; its base URL."""
-    port = _free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("FLOWLEDGER_")},
-        "FLOWLEDGER_DATABASE_URL": database_url,
-        "FLOWLEDGER_SCHEMA": pg_schema,
-        "FLOWLEDGER_HOME": str(tmp_path),
-    }
-    command = [sys.executable, "-m", "flowledger.adapters.cli.main", "serve", "--port", str(port)]
-    command += ["--simulate-llm", "--no-access-log"]
-    with (tmp_path / "serve.log").open("w") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120  # the machine is shared: starting may be slow
-        while True:
-            assert process.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-            time.sleep(0.2)
+    env = serve_env(database_url, pg_schema, tmp_path)
+    with served(env, tmp_path / "serve.log", "--simulate-llm", "--no-access-log") as base:
         yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 def test_an_open_loopback_server_refuses_a_host_that_is_not_this_machine(

@@ -12,11 +12,6 @@ node of the article's ``DIFY_NODE_CONFIG`` sends the whole context back as ``inp
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +21,7 @@ import httpx
 import pytest
 
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+from tests.support.serve_process import serve_env, served
 
 WRITER = "default-writer-5f0c2d9e8b7a6c5d4e3f2a1b"
 HEADERS = {"Authorization": f"Bearer {WRITER}", "Content-Type": "application/json"}
@@ -55,48 +51,10 @@ Context: {context}
 Be helpful and guide them through the process."""
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def simulator() -> Iterator[Any]:
     with run_simulator(SimulatorConfig(latency_ms=0, seed=11)) as running:
         yield running
-
-
-def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str] | None:
-    """Start ``flowledger serve`` on a free port; the process and its URL once ``/healthz``
-    answers, or None if it exited first (the port was taken meanwhile, say)."""
-    port = _free_port()
-    command = [sys.executable, "-m", "flowledger.adapters.cli.main", "serve", "--port", str(port)]
-    command += ["--no-access-log", "--loop", "asyncio"]
-    with log.open("w") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120  # the machine is shared: starting may be slow
-    while process.poll() is None:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return process, base
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            _stop(process)
-            raise RuntimeError(f"flowledger serve did not answer /healthz in 120 s: {log.read_text()}")
-        time.sleep(0.2)
-    return None
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
 
 
 @pytest.fixture
@@ -111,31 +69,20 @@ def _served(
     database_url: str, pg_schema: str, simulator: Any, tmp_path: Path, extra: dict[str, str]
 ) -> Iterator[str]:
     """``flowledger serve`` with ``extra`` in its environment, stopped on leaving; its base URL."""
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("FLOWLEDGER_")},
-        "FLOWLEDGER_DATABASE_URL": database_url,
-        "FLOWLEDGER_SCHEMA": pg_schema,
-        "FLOWLEDGER_HOME": str(tmp_path),
-        "FLOWLEDGER_LLM_BASE_URL": simulator.base_url,
-        "FLOWLEDGER_LLM_API_KEY": "sk-simulator-000000",
-        "FLOWLEDGER_API_KEYS": f"default:writer:{WRITER}",
+    env = serve_env(
+        database_url,
+        pg_schema,
+        tmp_path,
+        FLOWLEDGER_LLM_BASE_URL=simulator.base_url,
+        FLOWLEDGER_LLM_API_KEY="sk-simulator-000000",
+        FLOWLEDGER_API_KEYS=f"default:writer:{WRITER}",
         # Generous deadlines: the database is shared with other test runs.
-        "FLOWLEDGER_CONNECT_TIMEOUT_S": "20",
-        "FLOWLEDGER_OPERATION_DEADLINE_S": "60",
+        FLOWLEDGER_CONNECT_TIMEOUT_S="20",
+        FLOWLEDGER_OPERATION_DEADLINE_S="60",
         **extra,
-    }
-    log = tmp_path / "serve.log"
-    for _ in range(3):
-        started = _serve(env, log)
-        if started is not None:
-            break
-    else:
-        raise RuntimeError(f"flowledger serve exited three times; the last time: {log.read_text()}")
-    process, base = started
-    try:
+    )
+    with served(env, tmp_path / "serve.log", "--no-access-log", "--loop", "asyncio") as base:
         yield base
-    finally:
-        _stop(process)
 
 
 @pytest.fixture
