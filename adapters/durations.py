@@ -18,23 +18,23 @@ MAX_SINCE = timedelta(weeks=99_999)
 would overflow ``timedelta`` or reach before the year 1."""
 
 
-def parse_since(text: str) -> timedelta:
+def parse_since(text: str, *, field: str = "since") -> timedelta:
     """``90s``, ``30m``, ``24h``, ``7d`` or ``2w`` as a timedelta, above zero and at most ``MAX_SINCE``,
     its amount of ASCII digits, at most ``MAX_DIGITS`` of them: what the HTTP API's pattern takes,
     so the CLI and the API read a window alike (``100000s`` and the Arabic-Indic digits of
-    ``٣d`` were taken here and refused there)."""
+    ``٣d`` were taken here and refused there). ``field`` names the value in a refusal."""
     match = _DURATION.match(text.strip())
     if not match:
-        raise ValidationError("since", f"{text!r} is not a duration like 30m, 24h or 7d")
+        raise ValidationError(field, f"{text!r} is not a duration like 30m, 24h or 7d")
     amount, unit = int(match[1]), _UNITS[match[2]]
     if amount == 0:  # nothing can have happened in no time: an empty table would only mislead
         raise ValidationError(
-            "since", f"{text.strip()!r} is an empty window: give one above zero, like 30m, 24h or 7d"
+            field, f"{text.strip()!r} is an empty window: give one above zero, like 30m, 24h or 7d"
         )
     if amount > MAX_SINCE / timedelta(**{unit: 1}):
-        raise ValidationError("since", f"{text.strip()[:40]!r} is longer than the longest window, 99999w")
+        raise ValidationError(field, f"{text.strip()[:40]!r} is longer than the longest window, 99999w")
     if len(match[1]) > MAX_DIGITS:  # the API refuses it: one rule wherever a window is given
         raise ValidationError(
-            "since", f"{text.strip()!r} has more than {MAX_DIGITS} digits: give it in a larger unit, like 24h"
+            field, f"{text.strip()!r} has more than {MAX_DIGITS} digits: give it in a larger unit, like 24h"
         )
     return timedelta(**{unit: amount})

@@ -73,6 +73,11 @@ class Settings:
     """Requests per second each API key may make (sustained); past it, 429 with Retry-After."""
     http_rate_burst: int = 100
     """Requests an API key may make at once before the rate applies."""
+    http_auth_failures: int = 20
+    """Refused keys one client address may send in ``http_auth_failure_window_s``; past them its
+    requests are answered 429 without their key being looked up, until the window ends."""
+    http_auth_failure_window_s: float = 60.0
+    """The window of ``http_auth_failures``, from an address's first refused key."""
     ready_timeout_s: float = 2.0
     """How long ``/readyz`` waits for the database before answering 503."""
     agent_locks: bool = True
@@ -139,6 +144,8 @@ class Settings:
                 raise ValidationError(name, f"must be a finite number > 0, got {value!r}")
         if self.pool_size < 1:
             raise ValidationError("pool_size", f"must be >= 1, got {self.pool_size}")
+        if self.http_auth_failures < 1:
+            raise ValidationError("http_auth_failures", f"must be >= 1, got {self.http_auth_failures}")
         if self.snapshot_interval < 1:
             raise ValidationError("snapshot_interval", "must be >= 1")
         if self.max_conflict_retries < 0:
@@ -206,6 +213,10 @@ class Settings:
             http_max_body_bytes=_count(env, "FLOWLEDGER_HTTP_MAX_BODY_BYTES", defaults.http_max_body_bytes),
             http_rate_per_s=_seconds(env, "FLOWLEDGER_HTTP_RATE_PER_S", defaults.http_rate_per_s),
             http_rate_burst=_count(env, "FLOWLEDGER_HTTP_RATE_BURST", defaults.http_rate_burst),
+            http_auth_failures=_count(env, "FLOWLEDGER_HTTP_AUTH_FAILURES", defaults.http_auth_failures),
+            http_auth_failure_window_s=_seconds(
+                env, "FLOWLEDGER_HTTP_AUTH_FAILURE_WINDOW_S", defaults.http_auth_failure_window_s
+            ),
             ready_timeout_s=_seconds(env, "FLOWLEDGER_READY_TIMEOUT_S", defaults.ready_timeout_s),
             dashboard_url_keys=_on_or_off(env, "FLOWLEDGER_DASHBOARD_URL_KEYS"),
             agent_locks=_on_or_off(env, "FLOWLEDGER_AGENT_LOCKS", default=True),
@@ -248,6 +259,7 @@ _WHOLE_NUMBERS = (
     "write_cache_size",
     "http_max_body_bytes",
     "http_rate_burst",
+    "http_auth_failures",
     "group_commit_leaders",
     "checkpoint_every_events",
 )
@@ -258,6 +270,7 @@ _POSITIVE_SECONDS = (
     "operation_deadline_s",
     "step_lease_s",
     "http_rate_per_s",
+    "http_auth_failure_window_s",
     "ready_timeout_s",
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -13,11 +14,17 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import fail, reported_errors
+from flowledger.adapters.durations import parse_since
 from flowledger.domain.bounds import require_tenant
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
-from flowledger.infrastructure.postgres.keys import PostgresKeyStore
+from flowledger.infrastructure.postgres.keys import (
+    MAX_KEY_LIFETIME,
+    ApiKey,
+    PostgresKeyStore,
+    require_lifetime,
+)
 
 if TYPE_CHECKING:
     from flowledger.adapters.http.auth import Keyring
@@ -63,11 +70,24 @@ def create(
     tenant: Annotated[str, typer.Option(help="The tenant the key acts for.")],
     role: Annotated[str, typer.Option(help="reader (reads, analytics), writer (and commands) or admin.")],
     label: Annotated[str, typer.Option(help="A note for whoever lists the keys.")] = "",
+    expires_in: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Refuse the key after this long: 90m, 12h, 30d, 8w (at most {MAX_KEY_LIFETIME.days}d)."
+            " Without it the key never expires."
+        ),
+    ] = None,
 ) -> None:
     """Create a key and print it once: only its hash is kept."""
-    with reported_errors(), _store() as store:
-        issued = store.create(tenant, role, label)
-    notes.print(f"key {issued.key.key_id} for {tenant!r} as {role}, shown this once:", highlight=False)
+    with reported_errors():
+        lifetime = None if expires_in is None else parse_since(expires_in, field="--expires-in")
+        if lifetime is not None:
+            require_lifetime(lifetime, "--expires-in")
+        with _store() as store:
+            issued = store.create(tenant, role, label, expires_in=lifetime)
+    expires = issued.key.expires_at
+    until = f", until {expires.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if expires else ""
+    notes.print(f"key {issued.key.key_id} for {tenant!r} as {role}{until}, shown this once:", highlight=False)
     print(issued.token)
 
 
@@ -76,14 +96,16 @@ def list_keys(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
     revoked: Annotated[bool, typer.Option("--revoked", help="Include revoked keys.")] = False,
 ) -> None:
-    """The keys, without their secrets."""
+    """The keys, without their secrets; ``expires`` says when each stops working (``expired``
+    once it has: it is still listed until revoked)."""
     with reported_errors():
         if tenant is not None:
             require_tenant(tenant)
         with _store() as store:
             keys = store.list(tenant, revoked=revoked)
     table = Table(title="API keys")
-    for column in ("key id", "tenant", "role", "label", "created", "revoked"):
+    now = datetime.now(UTC)
+    for column in ("key id", "tenant", "role", "label", "created", "expires", "revoked"):
         table.add_column(column)
     for key in keys:
         table.add_row(
@@ -92,9 +114,18 @@ def list_keys(
             key.role,
             key.label,
             f"{key.created_at:%Y-%m-%d %H:%M}" if key.created_at else "",
+            _expiry(key, now),
             f"{key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "",
         )
     console.print(table)
+
+
+def _expiry(key: ApiKey, now: datetime) -> str:
+    """A key's expiry as listed: ``never``, the time in UTC, and ``(expired)`` once past."""
+    if key.expires_at is None:
+        return "never"
+    shown = f"{key.expires_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    return f"{shown} (expired)" if key.expired(now) else shown
 
 
 @keys_app.command("revoke")

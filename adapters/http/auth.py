@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, Security
@@ -25,6 +26,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from flowledger.adapters.http.guesses import Guesses, retry_after
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.keys import ROLES, ApiKey, PostgresKeyStore, StaticKeys, digest
 from flowledger.infrastructure.settings import MEMORY_URL
@@ -32,7 +34,12 @@ from flowledger.infrastructure.settings import MEMORY_URL
 COOKIE = "flowledger_key"
 """The dashboard login's cookie (HttpOnly, SameSite=Strict, path /dashboard)."""
 KEY_CACHE_S = 5.0
-"""A key found in the database is trusted this long: a revocation takes effect within it."""
+"""A key found in the database is trusted this long: a revocation takes effect within it (an
+expiry does not wait for it: it is judged at each request, from the cached row)."""
+UNKNOWN_KEY = "this API key is unknown or revoked"
+EXPIRED_KEY = "this API key has expired: ask for a new one"
+"""The 401 of a key whose ``expires_at`` has passed: only the holder of the whole token gets it."""
+TOO_MANY_REFUSED = "too many refused API keys from this address: retry later"
 
 bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer flk_...`")
 api_key_header = APIKeyHeader(
@@ -180,14 +187,24 @@ class Gate:
     """Admits a request: finds its key, checks the role, takes from the key's rate bucket."""
 
     def __init__(
-        self, tenants: Tenants, keys: Keyring, limits: RateLimits, *, open_: bool, local_only: bool = False
+        self,
+        tenants: Tenants,
+        keys: Keyring,
+        limits: RateLimits,
+        *,
+        open_: bool,
+        local_only: bool = False,
+        guesses: Guesses | None = None,
     ) -> None:
         self.tenants, self.keys, self.limits, self.open = tenants, keys, limits, open_
         self.local_only = local_only
+        settings = tenants.base.settings
+        self.guesses = guesses or Guesses(settings.http_auth_failures, settings.http_auth_failure_window_s)
 
     async def admit(self, request: Request, token: str | None, role: str) -> Caller:
-        """The caller, or 401 (no or unknown key), 403 (role, or a Host that is not this machine
-        to an app open to local callers only), 429 (rate)."""
+        """The caller, or 401 (no, unknown or expired key), 403 (role, or a Host that is not this
+        machine to an app open to local callers only), 429 (the key's rate, or too many refused
+        keys from the caller's address)."""
         if self.open:
             host = request.headers.get("host", "")
             if self.local_only and not loopback_host(host):
@@ -200,7 +217,7 @@ class Gate:
                 )
             base = self.tenants.base
             return Caller(None, base.tenant, "admin", base)
-        key = await self.known(token)
+        key = await self.known(request, token)
         request.state.key_id, request.state.tenant = key.key_id, key.tenant
         wait = self.limits.take(key.key_id)
         if wait > 0:
@@ -216,19 +233,31 @@ class Gate:
         caller.require(role)
         return caller
 
-    async def known(self, token: str | None) -> ApiKey:
-        """The key ``token`` names, or 401 (none sent, or unknown or revoked)."""
+    async def known(self, request: Request, token: str | None) -> ApiKey:
+        """The key ``token`` names, or 401 (none sent, or unknown, revoked or expired), or 429
+        before any lookup when the caller's address has sent too many refused keys (``Guesses``):
+        a valid key from that address is refused too until its bucket drains, since telling it
+        from a guess would take the lookup the limit is there to spare."""
         if not token:
             raise HTTPException(
                 401,
                 "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        key = await run_in_threadpool(self.keys.find, token)
-        if key is None:
+        address = request.client.host if request.client else None
+        wait = self.guesses.wait(address)
+        if wait > 0:
             raise HTTPException(
-                401, "this API key is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
+                429,
+                TOO_MANY_REFUSED,
+                headers={"Retry-After": retry_after(wait)},
             )
+        key = await run_in_threadpool(self.keys.find, token)
+        # Judged here, at each request, from the row the keyring may have cached for 5 s.
+        refusal = UNKNOWN_KEY if key is None else EXPIRED_KEY if key.expired(datetime.now(UTC)) else None
+        if key is None or refusal is not None:
+            self.guesses.refused(address)
+            raise HTTPException(401, refusal, headers={"WWW-Authenticate": "Bearer"})
         return key
 
 
@@ -255,7 +284,7 @@ async def refusal_before_body(request: Request) -> HTTPException | None:
     if gate.open or not _reads_key(getattr(request.scope.get("route"), "dependant", None)):
         return None
     try:
-        await gate.known(token_of(request))
+        await gate.known(request, token_of(request))
     except HTTPException as refusal:
         return refusal
     return None

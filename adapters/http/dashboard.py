@@ -26,7 +26,7 @@ from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_
 from flowledger.adapters.http.budget_panel import budget_panel
 from flowledger.adapters.http.charts import bar_chart, column_chart, isolated
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
-from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page
+from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page, refused_login
 from flowledger.adapters.http.schemas import PathId
 from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
 from flowledger.adapters.llm.pricing import load_price_table
@@ -184,9 +184,7 @@ async def dashboard_page(
     try:
         caller = await gate.admit(request, token, "reader")
     except HTTPException as refused:
-        if refused.status_code != 401:
-            raise
-        return login_page(None if token is None else "That key is unknown or revoked.")
+        return refused_login(refused, token)
     try:
         page: HTMLResponse = await run_in_threadpool(_render, caller, since)
     except ValidationError as invalid:

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from flowledger.adapters.http.auth import COOKIE, Gate
+from flowledger.adapters.http.auth import COOKIE, EXPIRED_KEY, TOO_MANY_REFUSED, Gate
 from flowledger.adapters.http.errors import BASIC, responses
 
 router = APIRouter(tags=["analytics"])
@@ -41,6 +41,22 @@ def login_page(error: str | None, status: int = 401) -> HTMLResponse:
     """The form, with a message when a key was refused."""
     message = f'<p class="error">{escape(error)}</p>' if error else ""
     return HTMLResponse(_FORM.format(error=message, icon=ICON), status_code=status)
+
+
+def refused_login(refused: HTTPException, token: str | None, *, missing: str | None = None) -> HTMLResponse:
+    """The form answering a key the gate refused: 401 saying whether it is unknown or expired
+    (``missing`` when none was given), 429 with ``Retry-After`` when the address sent too many
+    refused keys; any other refusal (403, the key's rate) is raised as it is."""
+    if refused.detail == TOO_MANY_REFUSED:
+        page = login_page("Too many refused keys from this address: try again later.", status=429)
+        page.headers.update(refused.headers or {})
+        return page
+    if refused.status_code != 401:
+        raise refused
+    if token is None:
+        return login_page(missing)
+    expired = refused.detail == EXPIRED_KEY
+    return login_page("That key has expired." if expired else "That key is unknown or revoked.")
 
 
 LOGIN_FORM: dict[int | str, dict[str, Any]] = {
@@ -82,9 +98,7 @@ async def login(request: Request) -> HTMLResponse | RedirectResponse:
     try:
         await gate.admit(request, token, "reader")
     except HTTPException as refused:
-        if refused.status_code != 401:
-            raise
-        return login_page("That key is unknown or revoked." if token else "Enter an API key.")
+        return refused_login(refused, token or None, missing="Enter an API key.")
     response = RedirectResponse("/dashboard", status_code=303)
     response.set_cookie(
         COOKIE,

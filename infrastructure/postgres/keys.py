@@ -4,7 +4,8 @@ A key is the token ``flk_<key id>_<secret>`` (a random 43-character secret: 256 
 Only its SHA-256 is stored, in ``<schema>.api_keys``: a fast hash is enough for a
 256-bit random secret (nothing to guess from it), and it keeps the check on every request
 cheap; digests are compared in constant time. Keys given in the environment
-(``FLOWLEDGER_API_KEYS``, ``Settings.api_keys``) are held the same way, in memory.
+(``FLOWLEDGER_API_KEYS``, ``Settings.api_keys``) are held the same way, in memory, and never
+expire; a stored key may (``expires_at``: the server judges it at each request).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 import secrets
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import Connection, sql
@@ -41,8 +42,12 @@ CREATE TABLE IF NOT EXISTS {schema}.api_keys (
     label text NOT NULL DEFAULT '',
     created_at timestamptz NOT NULL DEFAULT now(),
     revoked_at timestamptz
-)
+);
+ALTER TABLE {schema}.api_keys ADD COLUMN IF NOT EXISTS expires_at timestamptz
 """
+MAX_KEY_LIFETIME = timedelta(days=3660)
+"""The longest a key may be made to last (about ten years, as a task's deadline): a longer
+``--expires-in`` is more likely a slip than a plan; a key that should never expire has none."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,12 @@ class ApiKey:
     label: str = ""
     created_at: datetime | None = None
     revoked_at: datetime | None = None
+    expires_at: datetime | None = None
+    """None: never (every key made before keys could expire, and those of the environment)."""
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the key may no longer be used at ``now``."""
+        return self.expires_at is not None and self.expires_at <= now
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,16 @@ def check_grant(tenant: str, role: str) -> None:
     if role not in ROLES:
         raise ValidationError("role", f"{role!r} is not one of {', '.join(ROLES)}")
     require_tenant(tenant)
+
+
+def require_lifetime(expires_in: timedelta, field: str = "expires_in") -> None:
+    """Refuse a key's lifetime that is not above zero, or longer than ``MAX_KEY_LIFETIME``."""
+    if not timedelta(0) < expires_in <= MAX_KEY_LIFETIME:
+        raise ValidationError(
+            field,
+            f"must be above zero and at most {MAX_KEY_LIFETIME.days} days (a key that should never"
+            " expire is made without one)",
+        )
 
 
 class StaticKeys:
@@ -133,7 +154,13 @@ class PostgresKeyStore:
         # when the object exists, so a role that may use the table but create nothing (as engines
         # may run: docs/write-path.md) could not list keys or serve ("permission denied for
         # database", found by an outside probe).
-        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [self._table.as_string(conn)]).fetchone()
+        # A table made before keys could expire has no ``expires_at``: it is added under the same
+        # lock, and its keys read as never expiring (NULL).
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s)"
+            " AND attname = 'expires_at' AND NOT attisdropped)",
+            [self._table.as_string(conn)],
+        ).fetchone()
         if row and row[0]:
             return
         # Engines and `keys create` may start at once: the lock makes CREATE ... IF NOT EXISTS safe.
@@ -142,23 +169,30 @@ class PostgresKeyStore:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock])
             conn.execute(sql.SQL(_DDL).format(schema=sql.Identifier(self._schema)))
 
-    def create(self, tenant: str, role: str, label: str = "") -> IssuedKey:
+    def create(
+        self, tenant: str, role: str, label: str = "", *, expires_in: timedelta | None = None
+    ) -> IssuedKey:
         """A new key for ``tenant`` in ``role``; its token is in the result only. ``label``, if
-        given, is a name (at most 200 characters, no control characters)."""
+        given, is a name (at most 200 characters, no control characters); ``expires_in``, if
+        given, how long from now (the database's clock) the key may be used: above zero, at most
+        ``MAX_KEY_LIFETIME``."""
         check_grant(tenant, role)
         if label:
             require_name("label", label)
+        if expires_in is not None:
+            require_lifetime(expires_in)
         key_id = "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(12))
         token = f"flk_{key_id}_{secrets.token_urlsafe(32)}"
         with self._connection() as conn:
             row = conn.execute(
                 sql.SQL(
-                    "INSERT INTO {} (key_id, tenant, role, token_sha256, label) VALUES (%s, %s, %s, %s, %s) "
-                    "RETURNING created_at"
+                    "INSERT INTO {} (key_id, tenant, role, token_sha256, label, expires_at)"
+                    " VALUES (%s, %s, %s, %s, %s, now() + %s::interval) RETURNING created_at, expires_at"
                 ).format(self._table),
-                [key_id, tenant, role, digest(token), label],
+                [key_id, tenant, role, digest(token), label, expires_in],
             ).fetchone()
-        return IssuedKey(ApiKey(key_id, tenant, role, label, created_at=row[0] if row else None), token)
+        created_at, expires_at = row if row else (None, None)
+        return IssuedKey(ApiKey(key_id, tenant, role, label, created_at, expires_at=expires_at), token)
 
     def revoke(self, key_id: str) -> bool:
         """Revoke a key; False when no active key has that id."""
@@ -174,7 +208,7 @@ class PostgresKeyStore:
     def list(self, tenant: str | None = None, *, revoked: bool = False) -> list[ApiKey]:
         """The keys (of one tenant when given), oldest first, without secrets."""
         query = sql.SQL(
-            "SELECT key_id, tenant, role, label, created_at, revoked_at FROM {} "
+            "SELECT key_id, tenant, role, label, created_at, revoked_at, expires_at FROM {} "
             "WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s) AND (%(revoked)s OR revoked_at IS NULL) "
             "ORDER BY created_at, key_id"
         ).format(self._table)
@@ -192,18 +226,20 @@ class PostgresKeyStore:
         return bool(row and row[0])
 
     def find(self, token: str) -> ApiKey | None:
-        """The active key whose token this is, else None (a malformed token costs no query)."""
+        """The unrevoked key whose token this is, else None (a malformed token costs no query).
+        An expired key is found, with its ``expires_at``: whoever uses it judges it at its own
+        moment (the server caches a found key for a few seconds)."""
         match = _TOKEN.match(token)
         if match is None:
             return None
         with self._connection() as conn:
             row = conn.execute(
                 sql.SQL(
-                    "SELECT tenant, role, label, created_at, token_sha256 FROM {} "
+                    "SELECT tenant, role, label, created_at, token_sha256, expires_at FROM {} "
                     "WHERE key_id = %s AND revoked_at IS NULL"
                 ).format(self._table),
                 [match.group(1)],
             ).fetchone()
         if row is None or not hmac.compare_digest(bytes(row[4]), digest(token)):
             return None
-        return ApiKey(match.group(1), row[0], row[1], row[2], created_at=row[3])
+        return ApiKey(match.group(1), row[0], row[1], row[2], created_at=row[3], expires_at=row[5])

@@ -1,0 +1,87 @@
+"""Refused keys per client address: past a limit, an address's requests are answered 429 before
+their key is looked up, so guessing costs the database nothing.
+
+Each address may have ``failures`` keys refused per window of ``window_s`` seconds, counted from
+its first refusal; after that its requests are 429 until the window ends (``Retry-After``). Only a
+refused key counts (unknown, revoked, expired or malformed), never a request that sent none: a
+browser opening the dashboard page before its login is no guess. The counts live in memory, in a
+``cachetools.TTLCache``: an entry leaves when its window ends, and the cache holds at most
+``MAX_ADDRESSES`` (the least recently seen dropped first), so an attacker rotating addresses
+cannot grow it without bound. IPv6 addresses are counted per /64, the block one subscriber is
+usually given. aiolimiter, which paces the model calls, does not fit here: its buckets belong to
+the event loop that first used them, and these are judged without waiting.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+from cachetools import TTLCache
+
+MAX_ADDRESSES = 10_000
+"""The most addresses whose refusals are remembered (a few MB at most)."""
+
+
+@dataclass
+class _Window:
+    """One address's refusals since ``started`` (monotonic seconds)."""
+
+    started: float
+    count: int = 0
+
+
+class Guesses:
+    """Refused keys per client address, for the gate (``auth.Gate.known``)."""
+
+    def __init__(self, failures: int, window_s: float, *, max_addresses: int = MAX_ADDRESSES) -> None:
+        self.failures, self.window_s = failures, window_s
+        # An entry is stored once, at its first refusal, and only mutated after: storing it again
+        # would restart its time to live, and with it the window.
+        self._windows: TTLCache[str, _Window] = TTLCache(max_addresses, window_s, timer=time.monotonic)
+        self._lock = threading.Lock()  # the login form and the routes may run in other threads
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._windows.expire()
+            return len(self._windows)
+
+    def wait(self, address: str | None) -> float:
+        """0 when ``address`` may have its key looked up, else the seconds until it may."""
+        with self._lock:
+            window = self._windows.get(source_of(address))
+            if window is None or window.count < self.failures:
+                return 0.0
+            return max(0.0, window.started + self.window_s - time.monotonic())
+
+    def refused(self, address: str | None) -> None:
+        """Count a refused key from ``address``."""
+        source = source_of(address)
+        with self._lock:
+            window = self._windows.get(source)
+            if window is None:
+                window = self._windows[source] = _Window(time.monotonic())
+            window.count += 1
+
+
+def retry_after(wait_s: float) -> str:
+    """A ``Retry-After`` value: whole seconds, at least 1."""
+    return str(max(1, math.ceil(wait_s)))
+
+
+def source_of(address: str | None) -> str:
+    """What an address is counted as: itself, an IPv6 one's /64, ``unknown`` when not known."""
+    if not address:
+        return "unknown"
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:  # ::ffff:203.0.113.7 is that IPv4 address
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return str(parsed)

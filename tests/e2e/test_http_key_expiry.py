@@ -1,0 +1,177 @@
+"""Keys that expire: made with ``keys create --expires-in``, listed with their expiry, refused
+with a 401 that says so once past it (the server's 5 s cache of good keys included), and a
+table made before keys could expire upgraded in place, its keys never expiring."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+from typer.testing import CliRunner
+
+from flowledger.adapters.cli.main import app as cli
+from flowledger.adapters.http.app import create_app
+from flowledger.adapters.http.auth import Keyring
+from flowledger.domain.errors import SessionNotFound
+from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.keys import PostgresKeyStore, digest
+from tests.conftest import make_settings
+from tests.e2e.live_http import bearer, live_server
+
+
+@pytest.fixture
+def store(database_url: str, pg_schema: str) -> Iterator[PostgresKeyStore]:
+    keys = PostgresKeyStore(database_url, pg_schema)
+    yield keys
+    keys.close()
+
+
+@pytest.fixture
+def cli_env(database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("FLOWLEDGER_DATABASE_URL", database_url)
+    monkeypatch.setenv("FLOWLEDGER_SCHEMA", pg_schema)
+    return CliRunner()
+
+
+def test_a_key_made_with_expires_in_carries_its_expiry_and_the_list_shows_it(
+    cli_env: CliRunner, store: PostgresKeyStore
+) -> None:
+    # When one key is made to last 30 days and another without an expiry
+    before = datetime.now(UTC)
+    made = cli_env.invoke(
+        cli, ["keys", "create", "--tenant", "acme", "--role", "reader", "--expires-in", "30d"]
+    )
+    assert made.exit_code == 0, made.output
+    assert cli_env.invoke(cli, ["keys", "create", "--tenant", "acme", "--role", "writer"]).exit_code == 0
+    # Then the first expires 30 days after it was made, the second never
+    expiring, lasting = sorted(store.list(), key=lambda key: key.expires_at is None)
+    assert expiring.expires_at is not None
+    assert expiring.created_at is not None
+    assert expiring.expires_at - expiring.created_at == timedelta(days=30)
+    assert before + timedelta(days=30) - timedelta(seconds=5) < expiring.expires_at
+    assert lasting.expires_at is None
+    # And the note on stderr and the list both say when
+    shown = f"{expiring.expires_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    assert shown in made.stderr
+    listed = cli_env.invoke(cli, ["keys", "list"], env={"COLUMNS": "200"})
+    assert "expires" in listed.stdout
+    assert shown in listed.stdout
+    assert "never" in listed.stdout
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ("0d", "is an empty window"),
+        ("30", "is not a duration like 30m, 24h or 7d"),
+        ("-5d", "is not a duration like 30m, 24h or 7d"),
+        ("", "is not a duration like 30m, 24h or 7d"),
+        ("2026-12-31T00:00:00Z", "is not a duration like 30m, 24h or 7d"),
+        ("3661d", "must be above zero and at most 3660 days"),
+        ("100000d", "has more than 5 digits"),
+    ],
+)
+def test_a_bad_expires_in_is_one_line_and_exit_2_and_makes_no_key(
+    cli_env: CliRunner, store: PostgresKeyStore, given: str, words: str
+) -> None:
+    result = cli_env.invoke(
+        cli, ["keys", "create", "--tenant", "acme", "--role", "reader", "--expires-in", given]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith("error: --expires-in: "), result.stderr
+    assert words in result.stderr
+    assert result.stdout == ""
+    assert store.list(revoked=True) == []
+
+
+def test_an_expired_key_is_refused_with_401_saying_so_even_while_the_server_caches_it(
+    database_url: str, pg_schema: str, store: PostgresKeyStore
+) -> None:
+    # Given a key that expires in two seconds, and a server of its tenant
+    issued = store.create("acme", "writer", expires_in=timedelta(seconds=2))
+    assert issued.key.expires_at is not None
+    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, tenant="acme"))
+    keyring = Keyring.of(engine)
+    try:
+        with live_server(create_app(engine, keys=keyring)) as url, httpx.Client(base_url=url) as client:
+            # When it is used before its expiry, it works (and the server caches its row)
+            assert client.get("/v1/agents", headers=bearer(issued.token)).status_code == 200
+            assert keyring._cache  # the row a cache-only check would go on trusting for 5 s
+            # And after its expiry, within the cache's 5 s
+            time.sleep(max(0.0, (issued.key.expires_at - datetime.now(UTC)).total_seconds()) + 0.2)
+            read = client.get("/v1/agents", headers=bearer(issued.token))
+            write = client.post(
+                "/v1/sessions", json={"session_id": "s1", "workflow": "cs"}, headers=bearer(issued.token)
+            )
+            # Then both are 401, saying the key expired, and nothing is written
+            for refused in (read, write):
+                assert refused.status_code == 401, refused.text
+                assert refused.json() == {
+                    "success": False,
+                    "error": "this API key has expired: ask for a new one",
+                }
+                assert refused.headers["www-authenticate"] == "Bearer"
+            with pytest.raises(SessionNotFound):
+                engine.history("s1")
+            # And a wrong secret under the same key id is still only "unknown"
+            forged = issued.token[:-4] + ("aaaa" if not issued.token.endswith("aaaa") else "bbbb")
+            unknown = client.get("/v1/agents", headers=bearer(forged))
+            assert unknown.json()["error"] == "this API key is unknown or revoked"
+            # And an expired key still counts as configured: a restarted server stays closed
+            assert store.has_active_keys()
+            # And the dashboard's login form says it expired too
+            login = client.post("/dashboard/login", data={"key": issued.token})
+            assert login.status_code == 401
+            assert "That key has expired." in login.text
+    finally:
+        engine.close()
+
+
+_OLD_TABLE = """
+CREATE TABLE {table} (
+    key_id text PRIMARY KEY,
+    tenant text NOT NULL,
+    role text NOT NULL CHECK (role IN ('reader', 'writer', 'admin')),
+    token_sha256 bytea NOT NULL,
+    label text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    revoked_at timestamptz
+)
+"""
+
+
+def test_a_table_made_before_keys_could_expire_is_upgraded_and_its_keys_never_expire(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given the table as an older version made it, holding one key
+    token = "flk_abcdefghijkl_" + "x" * 43
+    table = sql.Identifier(pg_schema, "api_keys")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(pg_schema)))
+        conn.execute(sql.SQL(_OLD_TABLE).format(table=table))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (key_id, tenant, role, token_sha256) VALUES (%s, 'acme', 'reader', %s)"
+            ).format(table),
+            ["abcdefghijkl", digest(token)],
+        )
+    # When this version finds the key and makes one that expires
+    store = PostgresKeyStore(database_url, pg_schema)
+    try:
+        old = store.find(token)
+        new = store.create("acme", "reader", expires_in=timedelta(hours=1))
+        # Then the old key reads as never expiring, and the new one keeps its expiry
+        assert old is not None
+        assert old.expires_at is None
+        assert {key.key_id: key.expires_at is None for key in store.list()} == {
+            "abcdefghijkl": True,
+            new.key.key_id: False,
+        }
+    finally:
+        store.close()
