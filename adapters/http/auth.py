@@ -79,7 +79,7 @@ class Keyring:
         return len(self.static) > 0 or (self.store is not None and self.store.has_active_keys())
 
     def find(self, token: str) -> ApiKey | None:
-        """The key, or None (blocking on a cache miss)."""
+        """The key, revoked or not, or None when the token is no key's (blocking on a cache miss)."""
         key = self.static.find(token)
         if key is not None or self.store is None:
             return key
@@ -87,7 +87,7 @@ class Keyring:
         cached = self._cache.get(held)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
-        key = self.store.find(token)
+        key = self.store.lookup(token)
         if key is None:
             self._cache.pop(held, None)
         else:
@@ -253,11 +253,17 @@ class Gate:
                 headers={"Retry-After": retry_after(wait)},
             )
         key = await run_in_threadpool(self.keys.find, token)
-        # Judged here, at each request, from the row the keyring may have cached for 5 s.
-        refusal = UNKNOWN_KEY if key is None else EXPIRED_KEY if key.expired(datetime.now(UTC)) else None
-        if key is None or refusal is not None:
+        if key is None:  # a guess, or a mistyped key: counted against the address
             self.guesses.refused(address)
-            raise HTTPException(401, refusal, headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(401, UNKNOWN_KEY, headers={"WWW-Authenticate": "Bearer"})
+        # A revoked or expired key is refused without counting: its holder has a real token (a
+        # client left with a stale key must not lock its address's other keys out), and its row
+        # is cached like a good key's. Judged here, at each request, from the row the keyring
+        # may have cached for 5 s.
+        if key.revoked_at is not None:
+            raise HTTPException(401, UNKNOWN_KEY, headers={"WWW-Authenticate": "Bearer"})
+        if key.expired(datetime.now(UTC)):
+            raise HTTPException(401, EXPIRED_KEY, headers={"WWW-Authenticate": "Bearer"})
         return key
 
 

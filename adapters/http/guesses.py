@@ -3,8 +3,10 @@ their key is looked up, so guessing costs the database nothing.
 
 Each address may have ``failures`` keys refused per window of ``window_s`` seconds, counted from
 its first refusal; after that its requests are 429 until the window ends (``Retry-After``). Only a
-refused key counts (unknown, revoked, expired or malformed), never a request that sent none: a
-browser opening the dashboard page before its login is no guess. The counts live in memory, in a
+token that is no key's counts (unknown, mistyped or malformed), never a request that sent none (a
+browser opening the dashboard page before its login is no guess), nor a revoked or expired key
+(its holder has a real token: a client left with a stale key must not lock out the other keys
+of its address). The counts live in memory, in a
 ``cachetools.TTLCache``: an entry leaves when its window ends, and the cache holds at most
 ``MAX_ADDRESSES`` (the least recently seen dropped first), so an attacker rotating addresses
 cannot grow it without bound. IPv6 addresses are counted per /64, the block one subscriber is

@@ -229,17 +229,23 @@ class PostgresKeyStore:
         """The unrevoked key whose token this is, else None (a malformed token costs no query).
         An expired key is found, with its ``expires_at``: whoever uses it judges it at its own
         moment (the server caches a found key for a few seconds)."""
+        key = self.lookup(token)
+        return None if key is None or key.revoked_at is not None else key
+
+    def lookup(self, token: str) -> ApiKey | None:
+        """The key whose token this is, revoked or not, else None (a malformed token costs no
+        query): the server tells a stale key, whose holder has a real token, from a guess."""
         match = _TOKEN.match(token)
         if match is None:
             return None
         with self._connection() as conn:
             row = conn.execute(
                 sql.SQL(
-                    "SELECT tenant, role, label, created_at, token_sha256, expires_at FROM {} "
-                    "WHERE key_id = %s AND revoked_at IS NULL"
+                    "SELECT tenant, role, label, created_at, token_sha256, expires_at, revoked_at FROM {} "
+                    "WHERE key_id = %s"
                 ).format(self._table),
                 [match.group(1)],
             ).fetchone()
         if row is None or not hmac.compare_digest(bytes(row[4]), digest(token)):
             return None
-        return ApiKey(match.group(1), row[0], row[1], row[2], created_at=row[3], expires_at=row[5])
+        return ApiKey(match.group(1), row[0], row[1], row[2], row[3], revoked_at=row[6], expires_at=row[5])

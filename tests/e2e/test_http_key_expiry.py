@@ -175,3 +175,39 @@ def test_a_table_made_before_keys_could_expire_is_upgraded_and_its_keys_never_ex
         }
     finally:
         store.close()
+
+
+def test_a_revoked_or_expired_key_still_in_use_does_not_lock_the_other_keys_of_its_address_out(
+    database_url: str, pg_schema: str, store: PostgresKeyStore
+) -> None:
+    # Given a client (a Dify server, say) holding three keys of one server: one revoked, one
+    # expired, one good, and a server that allows 3 refused keys per address
+    revoked = store.create("acme", "writer")
+    expired = store.create("acme", "writer", expires_in=timedelta(milliseconds=1))
+    good = store.create("acme", "writer")
+    assert store.revoke(revoked.key.key_id)
+    settings = make_settings(database_url=database_url, schema=pg_schema, tenant="acme", http_auth_failures=3)
+    engine = Engine(settings=settings)
+    try:
+        with live_server(create_app(engine)) as url, httpx.Client(base_url=url) as client:
+            # When the stale keys go on being sent, well past the limit
+            for _ in range(5):
+                assert client.get("/v1/agents", headers=bearer(revoked.token)).status_code == 401
+                assert client.get("/v1/agents", headers=bearer(expired.token)).status_code == 401
+            # Then they are refused as what they are, not as guesses, and the good key still works:
+            # their holder has a real token, and a revoked or expired one costs no more lookups than
+            # a good one (the server caches the row it found)
+            assert client.get("/v1/agents", headers=bearer(revoked.token)).json()["error"] == (
+                "this API key is unknown or revoked"
+            )
+            assert client.get("/v1/agents", headers=bearer(good.token)).status_code == 200
+            # And a guess from that address is still counted: three are looked up, the fourth is 429
+            guess = "flk_abcdefghijkl_" + "g" * 43
+            assert [client.get("/v1/agents", headers=bearer(guess)).status_code for _ in range(4)] == [
+                401,
+                401,
+                401,
+                429,
+            ]
+    finally:
+        engine.close()
