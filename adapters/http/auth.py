@@ -244,17 +244,18 @@ class Gate:
                 "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        address = request.client.host if request.client else None
-        wait = self.guesses.wait(address)
+        address, held = request.client.host if request.client else None, digest(token)
+        wait = self.guesses.admit(address, held)
         if wait > 0:
-            raise HTTPException(
-                429,
-                TOO_MANY_REFUSED,
-                headers={"Retry-After": retry_after(wait)},
-            )
-        key = await run_in_threadpool(self.keys.find, token)
-        if key is None:  # a guess, or a mistyped key: counted against the address
-            self.guesses.refused(address)
+            raise HTTPException(429, TOO_MANY_REFUSED, headers={"Retry-After": retry_after(wait)})
+        try:
+            key = await run_in_threadpool(self.keys.find, token)
+        except BaseException:  # the database's fault (or a cancelled request), not a guess
+            self.guesses.settle(address, held, refused=False)
+            raise
+        # No key: a guess, or a mistyped key, counted against the address.
+        self.guesses.settle(address, held, refused=key is None)
+        if key is None:
             raise HTTPException(401, UNKNOWN_KEY, headers={"WWW-Authenticate": "Bearer"})
         # A revoked or expired key is refused without counting: its holder has a real token (a
         # client left with a stale key must not lock its address's other keys out), and its row

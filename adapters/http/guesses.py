@@ -6,12 +6,15 @@ its first refusal; after that its requests are 429 until the window ends (``Retr
 token that is no key's counts (unknown, mistyped or malformed), never a request that sent none (a
 browser opening the dashboard page before its login is no guess), nor a revoked or expired key
 (its holder has a real token: a client left with a stale key must not lock out the other keys
-of its address). The counts live in memory, in a
-``cachetools.TTLCache``: an entry leaves when its window ends, and the cache holds at most
-``MAX_ADDRESSES`` (the least recently seen dropped first), so an attacker rotating addresses
-cannot grow it without bound. IPv6 addresses are counted per /64, the block one subscriber is
-usually given. aiolimiter, which paces the model calls, does not fit here: its buckets belong to
-the event loop that first used them, and these are judged without waiting.
+of its address). Lookups under way count as refusals until they end (``admit``, ``settle``), so
+guesses sent all at once get no more lookups than guesses sent one by one; the same token sent
+many times at once counts once, so a client's burst with its good key is never refused. The
+counts live in memory, in a ``cachetools.TTLCache``: an entry leaves when its window ends, and
+the cache holds at most ``MAX_ADDRESSES`` (the least recently seen dropped first), so an
+attacker rotating addresses cannot grow it without bound. IPv6 addresses are counted per /64,
+the block one subscriber is usually given. aiolimiter, which paces the model calls, does not
+fit here: its buckets belong to the event loop that first used them, and these are judged
+without waiting.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import ipaddress
 import math
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from cachetools import TTLCache
@@ -44,6 +48,8 @@ class Guesses:
         # An entry is stored once, at its first refusal, and only mutated after: storing it again
         # would restart its time to live, and with it the window.
         self._windows: TTLCache[str, _Window] = TTLCache(max_addresses, window_s, timer=time.monotonic)
+        # The tokens each address has being looked up now (bounded by the requests in flight).
+        self._pending: dict[str, Counter[bytes]] = {}
         self._lock = threading.Lock()  # the login form and the routes may run in other threads
 
     def __len__(self) -> int:
@@ -58,6 +64,40 @@ class Guesses:
             if window is None or window.count < self.failures:
                 return 0.0
             return max(0.0, window.started + self.window_s - time.monotonic())
+
+    def admit(self, address: str | None, token: bytes) -> float:
+        """0 when ``address`` may have ``token`` (its digest) looked up now, else the seconds until it
+        may; a 0 must be followed by ``settle``. A token already under way for the address always
+        may; another may while the address's refusals and distinct tokens under way stay below
+        the limit."""
+        source = source_of(address)
+        with self._lock:
+            pending = self._pending.setdefault(source, Counter())
+            if token not in pending:
+                window = self._windows.get(source)
+                refusals = window.count if window is not None else 0
+                if refusals + len(pending) >= self.failures:
+                    if not pending:
+                        del self._pending[source]
+                    if window is not None and refusals >= self.failures:
+                        return max(0.0, window.started + self.window_s - time.monotonic())
+                    return 1.0  # the lookups under way end within a second or two
+            pending[token] += 1
+            return 0.0
+
+    def settle(self, address: str | None, token: bytes, *, refused: bool) -> None:
+        """End a lookup ``admit`` let through, counting a refusal when the token was no key's."""
+        source = source_of(address)
+        with self._lock:
+            pending = self._pending.get(source)
+            if pending is not None:
+                pending[token] -= 1
+                if pending[token] <= 0:
+                    del pending[token]
+                if not pending:
+                    del self._pending[source]
+        if refused:
+            self.refused(address)
 
     def refused(self, address: str | None) -> None:
         """Count a refused key from ``address``."""

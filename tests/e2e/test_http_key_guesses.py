@@ -4,9 +4,12 @@ count bounded in memory (``adapters/http/guesses.py``)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -18,7 +21,7 @@ from flowledger.adapters.simulator import Simulator
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.keys import ApiKey, StaticKeys
-from tests.e2e.live_http import ACME_WRITER, KEYS, bearer, keyed_engine
+from tests.e2e.live_http import ACME_WRITER, KEYS, bearer, keyed_engine, live_server
 
 GUESS = "flk_abcdefghijkl_" + "g" * 43
 
@@ -29,9 +32,11 @@ class CountingKeyring(Keyring):
     def __init__(self) -> None:
         super().__init__(StaticKeys(KEYS), None)
         self.lookups = 0
+        self._counting = threading.Lock()  # lookups run in the server's worker threads
 
     def find(self, token: str) -> ApiKey | None:
-        self.lookups += 1
+        with self._counting:
+            self.lookups += 1
         return super().find(token)
 
 
@@ -166,5 +171,43 @@ def test_the_gate_allows_twenty_refused_keys_a_minute_by_default(simulator: Simu
     try:
         gate = create_app(engine, require_keys=True).state.gate
         assert (gate.guesses.failures, gate.guesses.window_s) == (20, 60.0)
+    finally:
+        engine.close()
+
+
+class SlowKeyring(CountingKeyring):
+    """A keyring whose lookups take 0.2 s, as a busy database's: concurrent guesses overlap."""
+
+    def find(self, token: str) -> ApiKey | None:
+        time.sleep(0.2)
+        return super().find(token)
+
+
+def test_concurrent_guesses_get_no_more_lookups_than_the_limit_and_a_burst_of_one_key_takes_one(
+    simulator: Simulator,
+) -> None:
+    # Given a server allowing 5 refused keys per address, whose key lookups are slow
+    keyring = SlowKeyring()
+    engine = keyed_engine(simulator, http_auth_failures=5)
+    try:
+        with live_server(create_app(engine, require_keys=True, keys=keyring)) as url:
+
+            async def burst(tokens: list[str]) -> list[int]:
+                limits = httpx.Limits(max_connections=len(tokens))
+                async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+                    sent = [client.get("/v1/agents", headers=bearer(token)) for token in tokens]
+                    return [response.status_code for response in await asyncio.gather(*sent)]
+
+            # When 40 different guesses arrive at once, all before any lookup has ended
+            statuses = asyncio.run(burst([f"flk_{n:012d}_" + "g" * 43 for n in range(40)]))
+            # Then only 5 were looked up (401); the others were refused before a lookup (429)
+            assert keyring.lookups == 5
+            assert sorted(statuses) == [401] * 5 + [429] * 35
+        keyring.lookups = 0
+        engine_of_one_client = keyed_engine(simulator, http_auth_failures=2)
+        with live_server(create_app(engine_of_one_client, require_keys=True, keys=keyring)) as url:
+            # And a client sending one good key in 30 requests at once is served every one of them
+            assert asyncio.run(burst([ACME_WRITER] * 30)) == [200] * 30
+        engine_of_one_client.close()
     finally:
         engine.close()
