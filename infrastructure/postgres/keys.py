@@ -20,10 +20,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import Connection, sql
+from psycopg.errors import InsufficientPrivilege
 from psycopg.rows import dict_row
 
 from flowledger.domain.bounds import require_name, require_tenant
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import MigrationRefused, ValidationError
 from flowledger.infrastructure.postgres.database import deadlines_of
 from flowledger.infrastructure.postgres.lazy_pool import LazyPool
 from flowledger.infrastructure.settings import Settings
@@ -42,9 +43,10 @@ CREATE TABLE IF NOT EXISTS {schema}.api_keys (
     label text NOT NULL DEFAULT '',
     created_at timestamptz NOT NULL DEFAULT now(),
     revoked_at timestamptz
-);
-ALTER TABLE {schema}.api_keys ADD COLUMN IF NOT EXISTS expires_at timestamptz
+)
 """
+_EXPIRY_COLUMN = "ALTER TABLE {schema}.api_keys ADD COLUMN IF NOT EXISTS expires_at timestamptz"
+"""What a table made before keys could expire lacks: its keys then read as never expiring (NULL)."""
 MAX_KEY_LIFETIME = timedelta(days=3660)
 """The longest a key may be made to last (about ten years, as a task's deadline): a longer
 ``--expires-in`` is more likely a slip than a plan; a key that should never expire has none."""
@@ -155,19 +157,32 @@ class PostgresKeyStore:
         # may run: docs/write-path.md) could not list keys or serve ("permission denied for
         # database", found by an outside probe).
         # A table made before keys could expire has no ``expires_at``: it is added under the same
-        # lock, and its keys read as never expiring (NULL).
+        # lock, without CREATE SCHEMA (which such a role may not run either).
         row = conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s)"
-            " AND attname = 'expires_at' AND NOT attisdropped)",
-            [self._table.as_string(conn)],
+            "SELECT to_regclass(%(table)s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute"
+            " WHERE attrelid = to_regclass(%(table)s) AND attname = 'expires_at' AND NOT attisdropped)",
+            {"table": self._table.as_string(conn)},
         ).fetchone()
-        if row and row[0]:
+        table_exists, expiry_exists = row if row else (False, False)
+        if expiry_exists:
             return
+        schema = sql.Identifier(self._schema)
         # Engines and `keys create` may start at once: the lock makes CREATE ... IF NOT EXISTS safe.
         lock = f"{self._schema}.api_keys"
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock])
-            conn.execute(sql.SQL(_DDL).format(schema=sql.Identifier(self._schema)))
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock])
+                if not table_exists:
+                    conn.execute(sql.SQL(_DDL).format(schema=schema))
+                conn.execute(sql.SQL(_EXPIRY_COLUMN).format(schema=schema))
+        except InsufficientPrivilege:
+            if not table_exists:
+                raise
+            raise MigrationRefused(
+                self._schema,
+                "api_keys has no expires_at column (it was made before keys could expire) and only"
+                " the table's owner may add it: its owner should run `flowledger keys list` once",
+            ) from None
 
     def create(
         self, tenant: str, role: str, label: str = "", *, expires_in: timedelta | None = None

@@ -170,3 +170,46 @@ def test_a_role_that_may_not_create_reads_the_projections_its_owner_installed(
     # Then it may (an outside probe saw "permission denied for database": every read ran the
     # control tables' CREATE SCHEMA / TABLE IF NOT EXISTS, which need CREATE even when they exist)
     assert [d.returncode for d in done] == [0, 0], [d.stderr for d in done]
+
+
+def test_a_role_that_may_not_alter_an_api_keys_table_made_before_expiry_is_told_who_may(
+    database_url: str, pg_schema: str, dml_role: str
+) -> None:
+    # Given the API keys table as a version before keys could expire made it, its owner's, and
+    # the role allowed to use it
+    table = SQL("{}.api_keys").format(Identifier(pg_schema))
+    _execute(
+        database_url,
+        SQL(
+            "CREATE TABLE {} (key_id text PRIMARY KEY, tenant text NOT NULL, role text NOT NULL,"
+            " token_sha256 bytea NOT NULL, label text NOT NULL DEFAULT '',"
+            " created_at timestamptz NOT NULL DEFAULT now(), revoked_at timestamptz)"
+        ).format(table),
+    )
+    role = urlsplit(dml_role).netloc.partition("@")[0]
+    _execute(database_url, SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(table, Identifier(role)))
+    # When the role lists keys (as `flowledger keys` and `serve` do), Then it is told the table
+    # needs its expiry column and that its owner adds it by running any `flowledger keys` command
+    keys = PostgresKeyStore(dml_role, pg_schema)
+    try:
+        with pytest.raises(MigrationRefused) as refused:
+            keys.list()
+    finally:
+        keys.close()
+    assert "api_keys has no expires_at column" in str(refused.value)
+    assert "its owner should run `flowledger keys list`" in str(refused.value)
+    result = run_cli(dml_role, pg_schema, "keys", "list")
+    assert result.returncode == 77, result.stderr
+    assert result.stderr.count("\n") == 1
+    # And once the owner has, the role's store works, the old keys never expiring
+    owner = PostgresKeyStore(database_url, pg_schema)
+    try:
+        owner.list()
+    finally:
+        owner.close()
+    keys = PostgresKeyStore(dml_role, pg_schema)
+    try:
+        issued = keys.create("acme", "reader")
+        assert [key.key_id for key in keys.list()] == [issued.key.key_id]
+    finally:
+        keys.close()
