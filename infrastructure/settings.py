@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import unquote
@@ -128,6 +128,7 @@ class Settings:
         if not isinstance(self.schema, str) or not _SCHEMA_NAME.match(self.schema):
             raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
         require_tenant(self.tenant)  # not blank, no control characters, at most 200 (as a key's)
+        _require_distinct_secrets("api_keys", self.api_keys)
         if self.database_url is not None and self.database_url != MEMORY_URL:
             _require_conninfo("database_url", self.database_url)
         # Given as arguments, not read from the environment: checked as ``_count``/``_seconds``
@@ -347,7 +348,22 @@ def _api_keys(raw: str) -> tuple[tuple[str, str, str], ...]:
                 "each key is tenant:role:secret, comma-separated (a tenant's ':' is %3A, ',' is %2C)",
             )
         keys.append((_tenant(parts[0]), parts[1], parts[2]))
+    _require_distinct_secrets("FLOWLEDGER_API_KEYS", keys)
     return tuple(keys)
+
+
+def _require_distinct_secrets(field_name: str, keys: Iterable[tuple[str, str, str]]) -> None:
+    """Refuse a secret given to two keys: which grant acts would be a guess (the last one listed
+    did: a secret listed as a reader's and an admin's acted as the admin). The message numbers
+    the keys and never quotes a secret."""
+    first: dict[str, int] = {}
+    for number, (_, _, secret) in enumerate(keys, start=1):
+        if secret in first:
+            raise ValidationError(
+                field_name,
+                f"keys {first[secret]} and {number} have the same secret: give each key its own",
+            )
+        first[secret] = number
 
 
 def _tenant(written: str) -> str:

@@ -291,3 +291,22 @@ def test_every_variable_the_source_reads_is_known_as_read() -> None:
             text = source.read_text(encoding="utf-8")
             named |= set(re.findall(r"\b(FLOWLEDGER_[A-Z0-9_]*[A-Z0-9])\b", text))
     assert named - READ - LEFT_ALONE == set()
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "acme:reader:same-secret-0123456789,acme:admin:same-secret-0123456789",
+        "acme:reader:same-secret-0123456789,globex:reader:same-secret-0123456789",
+        "acme:reader:same-secret-0123456789,acme:reader:same-secret-0123456789",
+    ],
+    ids=["two-roles", "two-tenants", "twice-the-same"],
+)
+def test_one_secret_given_twice_in_the_environment_is_refused_without_quoting_it(given: str) -> None:
+    # One secret listed as a reader's and an admin's acted as the admin (the last one listed)
+    with pytest.raises(ValidationError) as refused:
+        Settings.from_env({"FLOWLEDGER_API_KEYS": given})
+    assert str(refused.value).startswith("FLOWLEDGER_API_KEYS: keys 1 and 2 have the same secret")
+    assert "same-secret" not in str(refused.value)
+    with pytest.raises(ValidationError, match="api_keys: keys 1 and 2 have the same secret"):
+        Settings(api_keys=(("acme", "reader", "s" * 20), ("acme", "admin", "s" * 20)))
