@@ -128,7 +128,7 @@ class Settings:
         if not isinstance(self.schema, str) or not _SCHEMA_NAME.match(self.schema):
             raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
         require_tenant(self.tenant)  # not blank, no control characters, at most 200 (as a key's)
-        _require_distinct_secrets("api_keys", self.api_keys)
+        _require_usable_secrets("api_keys", self.api_keys)
         if self.database_url is not None and self.database_url != MEMORY_URL:
             _require_conninfo("database_url", self.database_url)
         # Given as arguments, not read from the environment: checked as ``_count``/``_seconds``
@@ -348,16 +348,23 @@ def _api_keys(raw: str) -> tuple[tuple[str, str, str], ...]:
                 "each key is tenant:role:secret, comma-separated (a tenant's ':' is %3A, ',' is %2C)",
             )
         keys.append((_tenant(parts[0]), parts[1], parts[2]))
-    _require_distinct_secrets("FLOWLEDGER_API_KEYS", keys)
+    _require_usable_secrets("FLOWLEDGER_API_KEYS", keys)
     return tuple(keys)
 
 
-def _require_distinct_secrets(field_name: str, keys: Iterable[tuple[str, str, str]]) -> None:
-    """Refuse a secret given to two keys: which grant acts would be a guess (the last one listed
-    did: a secret listed as a reader's and an admin's acted as the admin). The message numbers
-    the keys and never quotes a secret."""
+def _require_usable_secrets(field_name: str, keys: Iterable[tuple[str, str, str]]) -> None:
+    """Refuse a secret that begins or ends with white space (a request's key never holds the
+    spaces around it: such a key could never be used), or one given to two keys (which grant
+    acts would be a guess: a secret listed as a reader's and an admin's acted as the admin, the
+    last one listed). The message numbers the keys and never quotes a secret."""
     first: dict[str, int] = {}
     for number, (_, _, secret) in enumerate(keys, start=1):
+        if secret != secret.strip():
+            raise ValidationError(
+                field_name,
+                f"the secret of key {number} begins or ends with white space, which no request can"
+                " carry (HTTP drops it): remove it",
+            )
         if secret in first:
             raise ValidationError(
                 field_name,

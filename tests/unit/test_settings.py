@@ -310,3 +310,22 @@ def test_one_secret_given_twice_in_the_environment_is_refused_without_quoting_it
     assert "same-secret" not in str(refused.value)
     with pytest.raises(ValidationError, match="api_keys: keys 1 and 2 have the same secret"):
         Settings(api_keys=(("acme", "reader", "s" * 20), ("acme", "admin", "s" * 20)))
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "acme:writer: secret-0123456789abcdef",
+        "acme:writer:\tsecret-0123456789abcdef,acme:reader:other-0123456789",
+    ],
+    ids=["space-after-the-colon", "tab-after-the-colon"],
+)
+def test_a_secret_with_white_space_at_an_end_is_refused_since_no_request_can_carry_it(given: str) -> None:
+    # "acme:writer: secret" was read as the secret " secret", and a request's key never holds
+    # the spaces around it (HTTP drops them): the key could never be used, and nothing said so
+    with pytest.raises(ValidationError) as refused:
+        Settings.from_env({"FLOWLEDGER_API_KEYS": given})
+    assert str(refused.value) == (
+        "FLOWLEDGER_API_KEYS: the secret of key 1 begins or ends with white space, which no request"
+        " can carry (HTTP drops it): remove it"
+    )
