@@ -23,6 +23,7 @@ from flowledger.infrastructure.postgres.keys import (
     MAX_KEY_LIFETIME,
     ApiKey,
     PostgresKeyStore,
+    StaticKeys,
     require_lifetime,
 )
 
@@ -130,12 +131,20 @@ def _expiry(key: ApiKey, now: datetime) -> str:
 
 @keys_app.command("revoke")
 def revoke(key_id: Annotated[str, typer.Argument(help="The key's id, as listed.")]) -> None:
-    """Revoke a key: servers refuse it within 5 s (their cache of good keys)."""
+    """Revoke a key: servers refuse it within 5 s (their cache of good keys). A key of
+    ``FLOWLEDGER_API_KEYS`` is not stored: the command says so (exit 3)."""
     with reported_errors():
         if not key_id.strip():  # an unset shell variable: a mistake, not a key that is not there
             raise ValidationError("key_id", "must be a non-empty string")
         with _store() as store:
             found = store.revoke(key_id)
+        given = {key.key_id for key in StaticKeys(Settings.from_env().api_keys).list()}
+    if not found and key_id in given:
+        fail(
+            f"key {key_id!r} is given in FLOWLEDGER_API_KEYS, not stored: remove it there and restart the"
+            " servers that read it",
+            3,
+        )
     if not found:
         shown = (
             repr(key_id) if len(key_id) <= SHOWN_ID else f"{key_id[:SHOWN_ID]!r}… ({len(key_id)} characters)"

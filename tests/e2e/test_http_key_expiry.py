@@ -18,8 +18,8 @@ from flowledger.adapters.cli.main import app as cli
 from flowledger.adapters.http.app import create_app
 from flowledger.adapters.http.auth import Keyring
 from flowledger.domain.errors import SessionNotFound
-from flowledger.infrastructure import Engine
-from flowledger.infrastructure.postgres.keys import PostgresKeyStore, digest
+from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.postgres.keys import PostgresKeyStore, StaticKeys, digest
 from tests.conftest import make_settings
 from tests.e2e.live_http import bearer, live_server
 
@@ -211,3 +211,20 @@ def test_a_revoked_or_expired_key_still_in_use_does_not_lock_the_other_keys_of_i
             ]
     finally:
         engine.close()
+
+
+def test_revoking_a_key_of_the_environment_says_where_it_comes_from(
+    cli_env: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a key given in FLOWLEDGER_API_KEYS, whose id the access log and the events show
+    monkeypatch.setenv("FLOWLEDGER_API_KEYS", "acme:writer:env-secret-0123456789abcdef")
+    key_id = StaticKeys(Settings.from_env().api_keys).list()[0].key_id
+    # When it is revoked
+    result = cli_env.invoke(cli, ["keys", "revoke", key_id])
+    # Then the command says it is the environment's, which only removing it there revokes
+    # (it said "no active key", of a key every server accepts)
+    assert result.exit_code == 3, result.output
+    assert result.stderr.strip() == (
+        f"error: key {key_id!r} is given in FLOWLEDGER_API_KEYS, not stored: remove it there and"
+        " restart the servers that read it"
+    )
