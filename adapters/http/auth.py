@@ -236,8 +236,8 @@ class Gate:
     async def known(self, request: Request, token: str | None) -> ApiKey:
         """The key ``token`` names, or 401 (none sent, or unknown, revoked or expired), or 429
         before any lookup when the caller's address has sent too many refused keys (``Guesses``):
-        a valid key from that address is refused too until its bucket drains, since telling it
-        from a guess would take the lookup the limit is there to spare."""
+        a valid key from that address is refused too until the address's window ends, since
+        telling it from a guess would take the lookup the limit is there to spare."""
         if not token:
             raise HTTPException(
                 401,

@@ -15,7 +15,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from flowledger.adapters.http.auth import COOKIE, EXPIRED_KEY, TOO_MANY_REFUSED, Gate
-from flowledger.adapters.http.errors import BASIC, responses
+from flowledger.adapters.http.errors import BASIC, ERROR_CONTENT, responses
 
 router = APIRouter(tags=["analytics"])
 _MAX_AGE_S = 8 * 3600
@@ -60,7 +60,12 @@ def refused_login(refused: HTTPException, token: str | None, *, missing: str | N
 
 
 LOGIN_FORM: dict[int | str, dict[str, Any]] = {
-    401: {"description": "No key, or a refused one: the login form", "content": {"text/html": {}}}
+    401: {"description": "No key, or a refused one: the login form", "content": {"text/html": {}}},
+    429: {
+        "description": "Too many refused keys from this address (`Retry-After`), or the key's rate:"
+        " the login form saying so, or the error envelope",
+        "content": {"text/html": {}, **ERROR_CONTENT},
+    },
 }
 """How the page and the login document their 401: the form, as HTML."""
 
