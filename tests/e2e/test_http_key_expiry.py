@@ -22,6 +22,7 @@ from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore, StaticKeys, digest
 from tests.conftest import make_settings
 from tests.e2e.live_http import bearer, live_server
+from tests.support.cli import run_cli
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def cli_env(database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_key_made_with_expires_in_carries_its_expiry_and_the_list_shows_it(
-    cli_env: CliRunner, store: PostgresKeyStore
+    cli_env: CliRunner, store: PostgresKeyStore, database_url: str, pg_schema: str
 ) -> None:
     # When one key is made to last 30 days and another without an expiry
     before = datetime.now(UTC)
@@ -58,7 +59,8 @@ def test_a_key_made_with_expires_in_carries_its_expiry_and_the_list_shows_it(
     # And the note on stderr and the list both say when
     shown = f"{expiring.expires_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
     assert shown in made.stderr
-    listed = cli_env.invoke(cli, ["keys", "list"], env={"COLUMNS": "200"})
+    # (run as a user would, 200 columns wide: CliRunner's COLUMNS reached no console made before)
+    listed = run_cli(database_url, pg_schema, "keys", "list")
     assert "expires" in listed.stdout
     assert shown in listed.stdout
     assert "never" in listed.stdout
