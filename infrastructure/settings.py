@@ -352,11 +352,18 @@ def _api_keys(raw: str) -> tuple[tuple[str, str, str], ...]:
     return tuple(keys)
 
 
+MIN_SECRET_LENGTH = 16
+"""The shortest secret a key given in the environment may have: ``x`` was taken, and the
+limit on refused keys (``FLOWLEDGER_HTTP_AUTH_FAILURES``) slows guessing, it does not make a
+short secret safe. ``flowledger keys create`` makes 43-character ones."""
+
+
 def _require_usable_secrets(field_name: str, keys: Iterable[tuple[str, str, str]]) -> None:
-    """Refuse a secret that begins or ends with white space (a request's key never holds the
-    spaces around it: such a key could never be used), or one given to two keys (which grant
-    acts would be a guess: a secret listed as a reader's and an admin's acted as the admin, the
-    last one listed). The message numbers the keys and never quotes a secret."""
+    """Refuse a secret shorter than ``MIN_SECRET_LENGTH``, one that begins or ends with white
+    space (a request's key never holds the spaces around it: such a key could never be used),
+    or one given to two keys (which grant acts would be a guess: a secret listed as a reader's
+    and an admin's acted as the admin, the last one listed). The message numbers the keys and
+    never quotes a secret."""
     first: dict[str, int] = {}
     for number, (_, _, secret) in enumerate(keys, start=1):
         if secret != secret.strip():
@@ -364,6 +371,12 @@ def _require_usable_secrets(field_name: str, keys: Iterable[tuple[str, str, str]
                 field_name,
                 f"the secret of key {number} begins or ends with white space, which no request can"
                 " carry (HTTP drops it): remove it",
+            )
+        if len(secret) < MIN_SECRET_LENGTH:
+            raise ValidationError(
+                field_name,
+                f"the secret of key {number} has {len(secret)} characters; give at least"
+                f" {MIN_SECRET_LENGTH}: a random one, such as `flowledger keys create` makes",
             )
         if secret in first:
             raise ValidationError(

@@ -73,8 +73,8 @@ def test_a_key_reaches_a_tenant_whose_name_has_a_space(
 
 
 def test_a_key_in_the_environment_may_name_such_a_tenant() -> None:
-    settings = Settings.from_env({"FLOWLEDGER_API_KEYS": f"{SPACED}:writer:s3cret-s3cret"})
-    assert settings.api_keys == ((SPACED, "writer", "s3cret-s3cret"),)
+    settings = Settings.from_env({"FLOWLEDGER_API_KEYS": f"{SPACED}:writer:s3cret-s3cret-s3cret"})
+    assert settings.api_keys == ((SPACED, "writer", "s3cret-s3cret-s3cret"),)
     assert [key.tenant for key in StaticKeys(settings.api_keys).list()] == [SPACED]
 
 
@@ -116,7 +116,7 @@ def test_a_key_in_the_environment_is_refused_with_the_same_line(
 ) -> None:
     # `serve` reads FLOWLEDGER_API_KEYS before it starts anything (a process of its own, with
     # a timeout: were the key taken, it would serve)
-    with _environment({"FLOWLEDGER_API_KEYS": f"{tenant}:writer:s3cret-s3cret"}):
+    with _environment({"FLOWLEDGER_API_KEYS": f"{tenant}:writer:s3cret-s3cret-s3cret"}):
         result = run_cli_process(database_url, pg_schema, "serve", "--port", "0")
     assert_refused(result, line)
 
@@ -138,11 +138,11 @@ def assert_refused(result: subprocess.CompletedProcess[str], line: str) -> None:
     ],
 )
 def test_a_key_in_the_environment_spells_any_tenant_percent_encoded(written: str, tenant: str) -> None:
-    settings = Settings.from_env({"FLOWLEDGER_API_KEYS": f"{written}:writer:s3cret:with:colons"})
-    assert settings.api_keys == ((tenant, "writer", "s3cret:with:colons"),)
+    settings = Settings.from_env({"FLOWLEDGER_API_KEYS": f"{written}:writer:s3cret:with:colons:and:more"})
+    assert settings.api_keys == ((tenant, "writer", "s3cret:with:colons:and:more"),)
     assert [key.tenant for key in StaticKeys(settings.api_keys).list()] == [tenant]
 
 
 def test_a_tenant_that_is_no_utf8_once_percent_decoded_is_refused() -> None:
     with pytest.raises(ValidationError, match="not UTF-8 once percent-decoded"):
-        Settings.from_env({"FLOWLEDGER_API_KEYS": "caf%E9:writer:s3cret-s3cret"})
+        Settings.from_env({"FLOWLEDGER_API_KEYS": "caf%E9:writer:s3cret-s3cret-s3cret"})

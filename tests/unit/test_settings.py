@@ -329,3 +329,10 @@ def test_a_secret_with_white_space_at_an_end_is_refused_since_no_request_can_car
         "FLOWLEDGER_API_KEYS: the secret of key 1 begins or ends with white space, which no request"
         " can carry (HTTP drops it): remove it"
     )
+
+
+def test_a_short_secret_in_the_environment_is_refused_without_quoting_it() -> None:
+    with pytest.raises(ValidationError) as refused:
+        Settings.from_env({"FLOWLEDGER_API_KEYS": "acme:writer:0123456789abcdef,acme:reader:x"})
+    assert "the secret of key 2 has 1 characters; give at least 16" in str(refused.value)
+    assert ":x" not in str(refused.value)
