@@ -1,8 +1,9 @@
 """The FastAPI application: webhook, REST API, dashboard page, health, OpenAPI at /openapi.json.
 
-Layers, outermost first: ``RequestContext`` (request id, access log, JSON 500),
-``BodyLimit`` (413), then FastAPI (its error handlers, then the routes, each refusing a query
-parameter it does not declare, ``query.py``, then admitting its caller through ``auth.requires``).
+Layers, outermost first: ``SecurityHeaders`` (no-store, nosniff, framing, the policy),
+``RequestContext`` (request id, access log, JSON 500), ``BodyLimit`` (413), then FastAPI (its
+error handlers, then the routes, each refusing a query parameter it does not declare,
+``query.py``, then admitting its caller through ``auth.requires``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ from starlette.concurrency import run_in_threadpool
 from flowledger.adapters.http import budgets, dashboard, health, login, rest, task_queue, tasks, webhook
 from flowledger.adapters.http.auth import Gate, Keyring, RateLimits, Tenants
 from flowledger.adapters.http.errors import document_json_bodies, install_error_handlers
+from flowledger.adapters.http.headers import SecurityHeaders
 from flowledger.adapters.http.middleware import BodyLimit, RequestContext
 from flowledger.adapters.http.query import refuse_unknown_query
 from flowledger.infrastructure import Engine
+
+_STATIC = "/docs/assets"
+"""Where the API documents' scripts are served: the one path whose answers may be cached."""
 
 
 def create_app(
@@ -61,7 +66,7 @@ def create_app(
         summary="Event-sourced state for LLM workflow sessions.",
         version="0.1.0",
         lifespan=lifespan,
-        static_url="/docs/assets",
+        static_url=_STATIC,
         # Swagger UI would send the document to an outside validator for its badge.
         swagger_ui_parameters={"validatorUrl": None},
         # Every route, those added to the app later included: a query parameter the operation
@@ -81,5 +86,7 @@ def create_app(
     app.include_router(health.router)
     document_json_bodies(app)
     app.add_middleware(BodyLimit, limit=settings.http_max_body_bytes)
-    app.add_middleware(RequestContext)  # added last: the outermost
+    app.add_middleware(RequestContext)
+    # Outermost: its headers go on every answer, a 413 or a JSON 500 included.
+    app.add_middleware(SecurityHeaders, static=_STATIC)
     return app

@@ -26,6 +26,7 @@ from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_
 from flowledger.adapters.http.budget_panel import budget_panel
 from flowledger.adapters.http.charts import bar_chart, column_chart, isolated
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
+from flowledger.adapters.http.headers import page_policy
 from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page, refused_login
 from flowledger.adapters.http.schemas import PathId
 from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
@@ -57,6 +58,7 @@ Since = Annotated[
     Query(description="A window like 30m, 24h or 7d.", max_length=20, pattern=_WINDOW),
 ]
 _PAGE = (Path(__file__).parent / "dashboard.html").read_text(encoding="utf-8")
+_POLICY = page_policy(_PAGE)
 _ANALYTICS = responses(400)
 Grouping = Annotated[
     str,
@@ -196,6 +198,7 @@ def _page(body: str, since: str, *, status: int = 200) -> HTMLResponse:
     return HTMLResponse(
         _PAGE.replace("{{icon}}", ICON).replace("{{since}}", escape(since)).replace("{{body}}", body),
         status_code=status,
+        headers={"Content-Security-Policy": _POLICY},
     )
 
 

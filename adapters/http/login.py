@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from flowledger.adapters.http.auth import COOKIE, EXPIRED_KEY, TOO_MANY_REFUSED, Gate
 from flowledger.adapters.http.errors import BASIC, ERROR_CONTENT, responses
+from flowledger.adapters.http.headers import foreign_post, page_policy
 
 router = APIRouter(tags=["analytics"])
 _MAX_AGE_S = 8 * 3600
@@ -37,10 +38,30 @@ input {{ width: 100%; padding: 6px; margin: 6px 0 12px; }} .error {{ color: #b00
 <button type="submit">Open the dashboard</button></form></body></html>"""
 
 
+_POLICY = page_policy(_FORM.format(error="", icon=ICON))
+
+
 def login_page(error: str | None, status: int = 401) -> HTMLResponse:
-    """The form, with a message when a key was refused."""
+    """The form, with a message when a key was refused, under the pages' script-free policy."""
     message = f'<p class="error">{escape(error)}</p>' if error else ""
-    return HTMLResponse(_FORM.format(error=message, icon=ICON), status_code=status)
+    page = _FORM.format(error=message, icon=ICON)
+    return HTMLResponse(page, status_code=status, headers={"Content-Security-Policy": _POLICY})
+
+
+def _refused_as_foreign(request: Request) -> HTMLResponse | None:
+    """The form again (403) for a form posted by another site's page, which changes nothing."""
+    foreign = foreign_post(request)
+    if foreign is None:
+        return None
+    return login_page(f"Refused: {foreign}. Sign in on this server's own page.", status=403)
+
+
+_FOREIGN: dict[int | str, dict[str, Any]] = {
+    403: {
+        "description": "A form posted by a page of another site (login CSRF): the form, refused",
+        "content": {"text/html": {}},
+    }
+}
 
 
 def refused_login(refused: HTTPException, token: str | None, *, missing: str | None = None) -> HTMLResponse:
@@ -78,6 +99,7 @@ LOGIN_FORM: dict[int | str, dict[str, Any]] = {
     responses={
         **responses(),
         **LOGIN_FORM,
+        **_FOREIGN,
         303: {"description": "Signed in: the cookie is set, on to /dashboard", "content": {}},
     },
     openapi_extra={
@@ -96,7 +118,11 @@ LOGIN_FORM: dict[int | str, dict[str, Any]] = {
     },
 )
 async def login(request: Request) -> HTMLResponse | RedirectResponse:
-    """Check the form's key; if it is good, set the cookie and go to the dashboard."""
+    """Check the form's key; if it is good, set the cookie and go to the dashboard. A form
+    posted by another site's page is refused (403) before its key is looked at."""
+    refused_as_foreign = _refused_as_foreign(request)
+    if refused_as_foreign is not None:
+        return refused_as_foreign
     fields = parse_qs((await request.body()).decode("utf-8", "replace"))
     token = (fields.get("key") or [""])[0].strip()
     gate: Gate = request.app.state.gate
@@ -120,11 +146,15 @@ async def login(request: Request) -> HTMLResponse | RedirectResponse:
 @router.post(
     "/dashboard/logout",
     response_class=RedirectResponse,
+    response_model=None,
     status_code=303,
-    responses={**responses(common=BASIC), 303: {"description": "Signed out", "content": {}}},
+    responses={**responses(common=BASIC), **_FOREIGN, 303: {"description": "Signed out", "content": {}}},
 )
-def logout() -> RedirectResponse:
-    """Forget the cookie."""
+def logout(request: Request) -> HTMLResponse | RedirectResponse:
+    """Forget the cookie; not for a form posted by another site's page (403)."""
+    refused_as_foreign = _refused_as_foreign(request)
+    if refused_as_foreign is not None:
+        return refused_as_foreign
     response = RedirectResponse("/dashboard", status_code=303)
     response.delete_cookie(COOKIE, path="/dashboard", httponly=True, samesite="strict")
     return response
