@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import event
@@ -85,6 +85,19 @@ def require_webhook_url(url: str | None) -> str | None:
             "webhook_url", f"must be an absolute http(s) URL with a host (and a port of 1-65535), got {url!r}"
         )
     return url
+
+
+def listed_url(url: str | None) -> str | None:
+    """A webhook's URL as listed and logged: credentials in it (``user:password@``) masked as
+    ``***``. Readers list budgets, the admin who set one need not see it again (the webhook
+    secret is never listed either), and logs travel further than either; the URL as set is
+    what the alerts are sent to."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def require_subject(scope: str, subject: object) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from fastapi import APIRouter, Depends, Path, Response, status
 from pydantic import BaseModel, Field, WithJsonSchema
@@ -22,6 +21,7 @@ from flowledger.adapters.http.auth import Caller, Reader, requires
 from flowledger.adapters.http.errors import responses, worded
 from flowledger.adapters.http.schemas import MAX_ID, Body, money, money_pattern
 from flowledger.adapters.llm.alerts import require_public_destination
+from flowledger.domain.budget import listed_url
 from flowledger.infrastructure.postgres.budgets import Burn
 
 
@@ -101,18 +101,6 @@ class BudgetOut(BaseModel):
             reserved_usd=format(burn.reserved_usd, "f"),
             percent=str(burn.percent),
         )
-
-
-def listed_url(url: str | None) -> str | None:
-    """A webhook's URL as listed: credentials in it (``user:password@``) masked as ``***``.
-    Readers list budgets, and the admin who set one need not see it again, as the webhook
-    secret is never listed either; the URL as set is what the alerts are sent to."""
-    if url is None:
-        return None
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 class BudgetSetOut(BaseModel):

@@ -41,7 +41,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from flowledger.domain.budget import BudgetAlert
+from flowledger.domain.budget import BudgetAlert, listed_url
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.values import plain_decimal
 
@@ -233,10 +233,11 @@ class WebhookNotifier:
     async def _deliver(self, alert: BudgetAlert, secret: str | None) -> bool:
         url = alert.spec.webhook_url
         assert url is not None  # notify() passes only alerts with a URL
+        shown = listed_url(url)  # what the log names: never the password the URL may carry
         if not self._allow_private:
             refusal = await resolved_refusal(url)
             if refusal is not None:
-                _log.warning("budget alert webhook %s not called: %s", url, refusal)
+                _log.warning("budget alert webhook %s not called: %s", shown, refusal)
                 self.refused += 1
                 self.failed += 1
                 return False
@@ -255,13 +256,15 @@ class WebhookNotifier:
                         headers[SIGNATURE_HEADER] = signature(secret, int(time.time()), body)
                     response = await client.post(url, content=body, headers=headers)
                     if response.status_code == 429 or response.status_code >= 500:
-                        raise _Retryable(f"{url} answered {response.status_code}")
+                        raise _Retryable(f"{shown} answered {response.status_code}")
                     if response.status_code >= 300:
-                        _log.warning("budget alert webhook %s refused: %s", url, response.status_code)
+                        _log.warning("budget alert webhook %s refused: %s", shown, response.status_code)
                         self.failed += 1
                         return False
         except (RetryError, httpx.TransportError, _Retryable) as error:
-            _log.warning("budget alert webhook %s gave up after %d attempts: %s", url, self._attempts, error)
+            _log.warning(
+                "budget alert webhook %s gave up after %d attempts: %s", shown, self._attempts, error
+            )
             self.failed += 1
             return False
         finally:

@@ -7,11 +7,13 @@ allows them (a receiver on the operator's own network)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -206,3 +208,31 @@ def test_the_setting_is_read_from_the_environment_and_off_by_default(monkeypatch
     assert Settings.from_env().webhook_allow_private is False
     monkeypatch.setenv("FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE", "1")
     assert Settings.from_env().webhook_allow_private is True
+
+
+async def test_the_alert_log_never_carries_the_credentials_a_webhook_url_holds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given webhooks whose URL carries a password: one refused as not public, one whose
+    # receiver answers 404, one whose receiver answers 503 until the notifier gives up
+    def answering(status: int) -> WebhookNotifier:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(lambda _: httpx.Response(status)))
+        return WebhookNotifier(client=client, allow_private=True, attempts=2, initial_wait_s=0.01)
+
+    cases = [
+        (WebhookNotifier(), "http://ops:hunter2@localhost:9/hook", "not called"),
+        (answering(404), "https://ops:hunter2@hooks.example/hook", "refused: 404"),
+        (answering(503), "https://ops:hunter2@hooks.example/hook", "gave up after 2 attempts"),
+    ]
+    with caplog.at_level(logging.WARNING, logger="flowledger.adapters.llm.alerts"):
+        for notifier, url, _ in cases:
+            # When an alert is delivered to it
+            notifier.notify(alert(url), "secret")
+            await notifier.drain(5)
+            await notifier.aclose()
+    # Then each outcome is logged, naming the host and the user masked, never the password
+    lines = [record.getMessage() for record in caplog.records]
+    for (_, _, outcome), line in zip(cases, lines, strict=True):
+        assert outcome in line
+        assert "***@" in line
+        assert "hunter2" not in line
