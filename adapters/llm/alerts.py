@@ -11,9 +11,10 @@ A webhook is a URL that whoever sets a budget chooses and the server then calls:
 an address that is not public (loopback, private, link-local such as a cloud's metadata
 service at 169.254.169.254, unspecified, reserved) is not called, so a budget cannot make the
 server reach its own network. The HTTP API refuses such a literal address when the budget is
-set (``destination_refusal``); names are resolved and checked before each delivery (a name
-that changes its answer between that check and the connection is not caught: keep the
-setting off and the server's egress filtered where that matters).
+set (``destination_refusal``); names are resolved and checked before each delivery, and the
+call is made at the address checked (``pinned_request``: the name as ``Host`` and as the name
+TLS checks the certificate against), so a name that answers a public address to the check and
+a private one afterwards (DNS rebinding) is never looked up a second time.
 """
 
 from __future__ import annotations
@@ -129,22 +130,46 @@ def require_public_destination(url: str | None, *, allow_private: bool) -> None:
         raise ValidationError("webhook_url", f"{refusal}; FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE=1 allows it")
 
 
-async def resolved_refusal(url: str) -> str | None:
-    """``destination_refusal``, then every address the URL's host resolves to checked alike."""
+async def resolved_destination(url: str) -> tuple[str | None, str | None]:
+    """``destination_refusal``, then every address the URL's host resolves to checked alike:
+    ``(why not, None)``, or ``(None, the address to connect to)``: the first the host of the
+    call resolved to, so that the call makes no lookup of its own, whose answer could differ
+    (DNS rebinding: public when checked, loopback when connecting)."""
     refusal = destination_refusal(url)
     if refusal is not None:
-        return refusal
+        return refusal, None
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    for host in _hosts(url):
+    hosts = _hosts(url)
+    called = hosts[-1]  # httpx's reading when it has one: the host the call goes to
+    address = None
+    for host in hosts:
         try:
             found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as error:
-            return f"{host} does not resolve: {error}"
+            return f"{host} does not resolve: {error}", None
         for *_, sockaddr in found:
             if _not_public(_unmapped(ipaddress.ip_address(sockaddr[0]))) is not None:
-                return f"{host} resolves to {sockaddr[0]}, which is not a public address"
-    return None
+                return f"{host} resolves to {sockaddr[0]}, which is not a public address", None
+        if host == called and found:
+            address = str(found[0][4][0])
+    return None, address
+
+
+async def resolved_refusal(url: str) -> str | None:
+    """Why ``url`` may not be called, judged on every address its host resolves to; None if it may."""
+    return (await resolved_destination(url))[0]
+
+
+def pinned_request(url: str, address: str | None) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
+    """The URL, extra headers and extensions of a call to ``url`` made at ``address``: the
+    address in the URL, the name it was given as ``Host`` and, over TLS, as the name the
+    server's certificate is checked against (SNI); ``url`` as it is when no address is given."""
+    given = httpx.URL(url)
+    if address is None:
+        return given, {}, {}
+    extensions: dict[str, Any] = {"sni_hostname": given.host} if given.scheme == "https" else {}
+    return given.copy_with(host=address), {"Host": given.netloc.decode("ascii")}, extensions
 
 
 def alert_body(alert: BudgetAlert) -> bytes:
@@ -234,13 +259,15 @@ class WebhookNotifier:
         url = alert.spec.webhook_url
         assert url is not None  # notify() passes only alerts with a URL
         shown = listed_url(url)  # what the log names: never the password the URL may carry
+        address = None
         if not self._allow_private:
-            refusal = await resolved_refusal(url)
+            refusal, address = await resolved_destination(url)
             if refusal is not None:
                 _log.warning("budget alert webhook %s not called: %s", shown, refusal)
                 self.refused += 1
                 self.failed += 1
                 return False
+        target, pinned_headers, extensions = pinned_request(url, address)
         body = alert_body(alert)
         delivery = f"{alert.budget_id}:{alert.window_start.isoformat()}:{alert.threshold}"
         client = self._client or httpx.AsyncClient(timeout=self._timeout_s)
@@ -251,10 +278,14 @@ class WebhookNotifier:
                 retry=retry_if_exception_type((httpx.TransportError, _Retryable)),
             ):
                 with attempt:
-                    headers = {"Content-Type": "application/json", DELIVERY_HEADER: delivery}
+                    headers = {
+                        "Content-Type": "application/json",
+                        DELIVERY_HEADER: delivery,
+                        **pinned_headers,
+                    }
                     if secret is not None:
                         headers[SIGNATURE_HEADER] = signature(secret, int(time.time()), body)
-                    response = await client.post(url, content=body, headers=headers)
+                    response = await client.post(target, content=body, headers=headers, extensions=extensions)
                     if response.status_code == 429 or response.status_code >= 500:
                         raise _Retryable(f"{shown} answered {response.status_code}")
                     if response.status_code >= 300:

@@ -8,17 +8,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, ClassVar
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
-from flowledger.adapters.llm.alerts import WebhookNotifier, destination_refusal, resolved_refusal
+from flowledger.adapters.llm.alerts import (
+    WebhookNotifier,
+    destination_refusal,
+    pinned_request,
+    resolved_refusal,
+)
 from flowledger.domain.budget import BudgetAlert, BudgetSpec
 from flowledger.infrastructure import Engine, Settings
 from tests.conftest import make_settings
@@ -236,3 +249,119 @@ async def test_the_alert_log_never_carries_the_credentials_a_webhook_url_holds(
         assert outcome in line
         assert "***@" in line
         assert "hunter2" not in line
+
+
+async def test_an_alert_goes_to_the_address_that_was_checked_not_to_a_second_lookup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a name whose first answer is public and every later one loopback (DNS rebinding: the
+    # check sees a public address, a second lookup by the HTTP client would reach the inside)
+    lookups: list[str] = []
+
+    async def getaddrinfo(host: str, port: int, **_: object) -> list[tuple[object, ...]]:
+        lookups.append(host)
+        address = "93.184.216.34" if len(lookups) == 1 else "127.0.0.1"
+        return [(None, None, None, "", (address, port))]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo)
+    sent: list[httpx.Request] = []
+
+    def receive(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(204)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(receive))
+    notifier = WebhookNotifier(client=client)
+    # When an alert is delivered to it
+    notifier.notify(alert("https://ops:pw@rebind.example:8443/hook?x=1"), "secret")
+    await notifier.drain(5)
+    await notifier.aclose()
+    # Then the request is addressed to the address checked, under the name it was given (its
+    # Host header, and the name TLS checks the certificate against), with its credentials
+    assert notifier.delivered == 1
+    assert lookups == ["rebind.example"]
+    (request,) = sent
+    assert str(request.url) == "https://ops:pw@93.184.216.34:8443/hook?x=1"
+    assert request.headers["host"] == "rebind.example:8443"
+    assert request.extensions["sni_hostname"] == "rebind.example"
+    assert request.headers["authorization"].startswith("Basic ")
+
+
+async def test_with_private_destinations_allowed_an_alert_goes_to_its_url_as_written() -> None:
+    sent: list[httpx.Request] = []
+    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(204)))
+    notifier = WebhookNotifier(client=client, allow_private=True)
+    notifier.notify(alert("http://hooks.internal:8080/hook"), None)
+    await notifier.drain(5)
+    await notifier.aclose()
+    assert [str(request.url) for request in sent] == ["http://hooks.internal:8080/hook"]
+    assert "sni_hostname" not in sent[0].extensions
+
+
+def _certificate_for(name: str, folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for ``name`` and its key, as PEM files in ``folder``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+def test_a_call_made_at_the_checked_address_still_checks_the_certificate_against_the_name(
+    tmp_path: Path,
+) -> None:
+    # Given a TLS receiver on loopback whose certificate names hooks.test, not its address
+    cert, key = _certificate_for("hooks.test", tmp_path)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NoContent)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://hooks.test:{server.server_address[1]}/hook"
+    trusting = ssl.create_default_context(cafile=str(cert))
+    try:
+        with httpx.Client(verify=trusting, timeout=5) as client:
+            # When the call to hooks.test is made at the address it was checked at
+            target, headers, extensions = pinned_request(url, "127.0.0.1")
+            answer = client.post(target, content=b"{}", headers=headers, extensions=extensions)
+            # Then TLS checked the certificate against the name, and the receiver saw the name
+            assert answer.status_code == 204
+            assert _NoContent.hosts[-1] == f"hooks.test:{server.server_address[1]}"
+            # And the address alone would not have passed the check
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                client.post(target, content=b"{}", headers=headers)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _NoContent(BaseHTTPRequestHandler):
+    """Answers every POST 204, noting its Host header."""
+
+    hosts: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.hosts.append(self.headers["Host"])
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        pass
