@@ -9,11 +9,30 @@ PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2")
 Format = Callable[[float], str]
 
 
+_ISOLATE_OPENERS = frozenset("\u2066\u2067\u2068")  # LRI, RLI, FSI
+_ISOLATE_CLOSER = "\u2069"  # PDI
+
+
 def isolated(name: str) -> str:
     """``name`` (a user's workflow, step or model name) as a bidirectional isolate (U+2068 …
     U+2069), for text that goes on after it: a name holding a right-to-left override (U+202E)
-    otherwise turned the rest of a chart's title around ("funnel: wf(snoisses 1)")."""
-    return f"\u2068{name}\u2069"
+    otherwise turned the rest of a chart's title around ("funnel: wf(snoisses 1)").
+
+    The name cannot leave the isolate: a closer (U+2069) that would match the one around it
+    (alone, it closes nothing, so it shows nothing) is dropped, and an isolate the name leaves
+    open is closed before the one around it; ``wf`` U+2069 U+202E turned the title around again.
+    Overrides and embeddings inside end with the closing U+2069 (the bidi algorithm's rule X6a).
+    """
+    kept, still_open = [], 0
+    for char in name:
+        if char in _ISOLATE_OPENERS:
+            still_open += 1
+        elif char == _ISOLATE_CLOSER:
+            if not still_open:
+                continue
+            still_open -= 1
+        kept.append(char)
+    return "\u2068" + "".join(kept) + _ISOLATE_CLOSER * (still_open + 1)
 
 
 def bar_chart(

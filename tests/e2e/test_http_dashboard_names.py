@@ -14,6 +14,7 @@ from flowledger.infrastructure import Engine
 
 WORKFLOW = 'wf\u202e<script>alert("w")</script>'
 MODEL = "<img src=x onerror=alert(1)>"
+ESCAPING = "wf\u2069\u202e"  # closes the isolate around it, then overrides what follows
 
 
 @pytest.fixture
@@ -23,6 +24,8 @@ def page(pg_engine: Engine) -> str:
     )
     pg_engine.start_session("s-1", WORKFLOW)
     pg_engine.record_step("s-1", "st</text>ep", usage=used)
+    pg_engine.start_session("s-2", ESCAPING)
+    pg_engine.record_step("s-2", "greet")
     with TestClient(create_app(pg_engine)) as client:
         response = client.get("/dashboard", params={"since": "1h"})
     assert response.status_code == 200
@@ -41,3 +44,9 @@ def test_a_right_to_left_override_in_a_workflow_name_ends_with_the_name(page: st
     # The override once ran on into " (1 sessions)", drawn as "(snoisses 1)"
     escaped = "wf\u202e&lt;script&gt;alert(&quot;w&quot;)&lt;/script&gt;"
     assert f'class="title">funnel: \u2068{escaped}\u2069 (1 sessions)</text>' in page
+
+
+def test_a_workflow_name_that_closes_its_isolate_first_cannot_turn_the_title_around(page: str) -> None:
+    # "wf" U+2069 U+202E closed the isolate around it, and the override then ran on into
+    # " (1 sessions)" again; its stray closer is dropped, so the override ends with the name
+    assert 'class="title">funnel: \u2068wf\u202e\u2069 (1 sessions)</text>' in page
