@@ -271,7 +271,8 @@ def _summary(rows: list[DashboardRow], since: str) -> str:
 def _label(row: DashboardRow) -> str:
     """The model, marked when some of its calls had no price (their cost is not counted)."""
     name = str(row.group[0])
-    return f"{name} (unpriced: {row.unpriced_calls:,})" if row.unpriced_calls else name
+    # Isolated when text follows: an override in the name (U+202E) turned "(unpriced: 1)" around.
+    return f"{isolated(name)} (unpriced: {row.unpriced_calls:,})" if row.unpriced_calls else name
 
 
 def _cost_chart(rows: list[DashboardRow]) -> str:

@@ -15,6 +15,7 @@ from flowledger.infrastructure import Engine
 WORKFLOW = 'wf\u202e<script>alert("w")</script>'
 MODEL = "<img src=x onerror=alert(1)>"
 ESCAPING = "wf\u2069\u202e"  # closes the isolate around it, then overrides what follows
+OVERRIDING_MODEL = "m\u202e"  # a model whose name overrides what follows it
 
 
 @pytest.fixture
@@ -26,6 +27,8 @@ def page(pg_engine: Engine) -> str:
     pg_engine.record_step("s-1", "st</text>ep", usage=used)
     pg_engine.start_session("s-2", ESCAPING)
     pg_engine.record_step("s-2", "greet")
+    unpriced = LlmUsage(request_model=OVERRIDING_MODEL, input_tokens=1, output_tokens=1, unpriced=True)
+    pg_engine.record_step("s-2", "answer", usage=unpriced)
     with TestClient(create_app(pg_engine)) as client:
         response = client.get("/dashboard", params={"since": "1h"})
     assert response.status_code == 200
@@ -50,3 +53,8 @@ def test_a_workflow_name_that_closes_its_isolate_first_cannot_turn_the_title_aro
     # "wf" U+2069 U+202E closed the isolate around it, and the override then ran on into
     # " (1 sessions)" again; its stray closer is dropped, so the override ends with the name
     assert 'class="title">funnel: \u2068wf\u202e\u2069 (1 sessions)</text>' in page
+
+
+def test_a_model_name_in_a_chart_label_cannot_turn_the_unpriced_count_after_it_around(page: str) -> None:
+    # The label "m" U+202E " (unpriced: 1)" was drawn "m(1 :decirpnu)"
+    assert 'text-anchor="end">\u2068m\u202e\u2069 (unpriced: 1)</text>' in page
