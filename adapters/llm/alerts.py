@@ -14,7 +14,8 @@ server reach its own network. The HTTP API refuses such a literal address when t
 set (``destination_refusal``); names are resolved and checked before each delivery, and the
 call is made at the address checked (``pinned_request``: the name as ``Host`` and as the name
 TLS checks the certificate against), so a name that answers a public address to the check and
-a private one afterwards (DNS rebinding) is never looked up a second time.
+a private one afterwards (DNS rebinding) is never looked up a second time, and a redirect
+from the receiver is never followed, whatever the client given.
 """
 
 from __future__ import annotations
@@ -285,7 +286,10 @@ class WebhookNotifier:
                     }
                     if secret is not None:
                         headers[SIGNATURE_HEADER] = signature(secret, int(time.time()), body)
-                    response = await client.post(target, content=body, headers=headers, extensions=extensions)
+                    # Never followed, whatever the client's default: only the URL checked is called.
+                    response = await client.post(
+                        target, content=body, headers=headers, extensions=extensions, follow_redirects=False
+                    )
                     if response.status_code == 429 or response.status_code >= 500:
                         raise _Retryable(f"{shown} answered {response.status_code}")
                     if response.status_code >= 300:

@@ -365,3 +365,22 @@ class _NoContent(BaseHTTPRequestHandler):
 
     def log_message(self, *_: Any) -> None:
         pass
+
+
+async def test_a_redirect_from_the_receiver_is_not_followed_to_where_it_points() -> None:
+    # Given a public receiver that answers every alert with a redirect to the metadata service
+    sent: list[httpx.Request] = []
+
+    def redirect(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(307, headers={"Location": "http://169.254.169.254/latest/meta-data"})
+
+    # (through a client that would follow redirects: the notifier's calls never do)
+    client = httpx.AsyncClient(transport=httpx.MockTransport(redirect), follow_redirects=True)
+    notifier = WebhookNotifier(client=client)
+    notifier.notify(alert("https://93.184.216.34/hook"), "secret")
+    await notifier.drain(5)
+    await notifier.aclose()
+    # Then only the receiver was called, once: a 3xx is a final answer, counted as failed
+    assert [request.url.host for request in sent] == ["93.184.216.34"]
+    assert (notifier.delivered, notifier.failed) == (0, 1)
