@@ -87,16 +87,20 @@ def require_webhook_url(url: str | None) -> str | None:
     return url
 
 
-def listed_url(url: str | None) -> str | None:
+def listed_url(url: str | None, *, path: bool = True) -> str | None:
     """A webhook's URL as listed and logged: credentials in it (``user:password@``) masked as
     ``***``. Readers list budgets, the admin who set one need not see it again (the webhook
     secret is never listed either), and logs travel further than either; the URL as set is
-    what the alerts are sent to."""
+    what the alerts are sent to. Without ``path`` (to a key that may not set budgets), the path
+    and query go too, as ``/***``: a capability URL's path is its secret (Slack's, Teams' and
+    Discord's incoming webhooks), with which anyone may post to the tenant's channel."""
     if url is None:
         return None
     parts = urlsplit(url)
+    if not path and (parts.path not in ("", "/") or parts.query or parts.fragment):
+        parts = parts._replace(path="/***", query="", fragment="")
     if "@" not in parts.netloc:
-        return url
+        return urlunsplit(parts)
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import PathConvertor, register_url_convertor
 
-from flowledger.adapters.http.auth import Caller, Reader, requires
+from flowledger.adapters.http.auth import Caller, Reader, rank, requires
 from flowledger.adapters.http.errors import responses, worded
 from flowledger.adapters.http.schemas import MAX_ID, Body, money, money_pattern
 from flowledger.adapters.llm.alerts import require_public_destination
@@ -78,15 +78,19 @@ class BudgetOut(BaseModel):
     period: str
     mode: str
     limit_usd: str
-    webhook_url: str | None = Field(description="The webhook, any credentials in it masked as ***")
+    webhook_url: str | None = Field(
+        description="The webhook, any credentials in it masked as ***; to a key below admin, its path"
+        " and query too (/***): a capability URL's path is its secret"
+    )
     window_start: datetime
     spent_usd: str
     reserved_usd: str
     percent: str = Field(description="Recorded spend as a percentage of the limit")
 
     @classmethod
-    def of(cls, burn: Burn) -> BudgetOut:
-        """From the ledger's row."""
+    def of(cls, burn: Burn, caller: Caller) -> BudgetOut:
+        """From the ledger's row, the webhook's URL as ``caller`` may see it (``listed_url``:
+        its path and query to an admin only, who may set it)."""
         spec = burn.spec
         return cls(
             budget_id=str(burn.budget_id),
@@ -95,7 +99,7 @@ class BudgetOut(BaseModel):
             period=spec.period,
             mode=spec.mode,
             limit_usd=format(spec.limit_usd, "f"),
-            webhook_url=listed_url(spec.webhook_url),
+            webhook_url=listed_url(spec.webhook_url, path=rank(caller.role) >= rank("admin")),
             window_start=burn.window_start,
             spent_usd=format(burn.spent_usd, "f"),
             reserved_usd=format(burn.reserved_usd, "f"),
@@ -114,7 +118,7 @@ class BudgetSetOut(BaseModel):
 @router.get("/budgets", responses=responses())
 def list_budgets(caller: Reader) -> list[BudgetOut]:
     """The tenant's budgets, each with its current window's spent, reserved and percent."""
-    return [BudgetOut.of(burn) for burn in caller.engine.budgets.burn()]
+    return [BudgetOut.of(burn, caller) for burn in caller.engine.budgets.burn()]
 
 
 @router.get("/dashboard/budgets", responses=responses(), tags=["analytics"])
@@ -141,7 +145,9 @@ async def set_budget(
         webhook_secret=body.webhook_secret,
     )
     burn = next(b for b in await run_in_threadpool(budgets.burn) if str(b.budget_id) == made.budget_id)
-    return BudgetSetOut(budget=BudgetOut.of(burn), changed=made.changed, webhook_secret=made.webhook_secret)
+    return BudgetSetOut(
+        budget=BudgetOut.of(burn, caller), changed=made.changed, webhook_secret=made.webhook_secret
+    )
 
 
 @router.delete(

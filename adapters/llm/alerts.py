@@ -259,7 +259,7 @@ class WebhookNotifier:
     async def _deliver(self, alert: BudgetAlert, secret: str | None) -> bool:
         url = alert.spec.webhook_url
         assert url is not None  # notify() passes only alerts with a URL
-        shown = listed_url(url)  # what the log names: never the password the URL may carry
+        shown = listed_url(url, path=False)  # what the log names: never a password or a secret path
         address = None
         if not self._allow_private:
             refusal, address = await resolved_destination(url)

@@ -355,12 +355,38 @@ def test_a_webhook_urls_credentials_are_not_listed_to_readers(server: httpx.Clie
     assert made.status_code == 200, made.text
     # When a reader lists the budgets (they read the URL whole: password included)
     listed = server.get("/v1/budgets", headers=bearer(ACME_READER))
-    # Then the credentials are masked, as the webhook secret is never listed; the rest is shown
+    # Then the credentials are masked, as the webhook secret is never listed (and, to a reader,
+    # the path and query too); the admin sees the rest
     [budget] = listed.json()
+    assert budget["webhook_url"] == "https://***@93.184.216.34/***"
+    [budget] = server.get("/v1/budgets", headers=bearer(ACME_ADMIN)).json()
     assert budget["webhook_url"] == "https://***@93.184.216.34/hooks/budget?team=ops"
     assert "hunter2" not in listed.text
     assert "hunter2" not in made.text
     assert "hunter2" not in server.get("/v1/dashboard/budgets", headers=bearer(ACME_READER)).text
+
+
+def test_a_webhook_urls_path_which_may_be_its_secret_is_listed_to_admins_only(server: httpx.Client) -> None:
+    # Given a budget whose webhook is a capability URL: its path is the secret (Slack's, Teams',
+    # Discord's incoming webhooks), whoever knows it may post to the tenant's channel
+    url = "https://hooks.slack.example/services/T0001/B0002/SeCrEtToKeN123?token=abc"
+    made = server.put(
+        "/v1/budgets/workflow/support/day",
+        json={"limit_usd": "5", "webhook_url": url},
+        headers=bearer(ACME_ADMIN),
+    )
+    assert made.status_code == 200, made.text
+    # When a reader and a writer list the budgets (they read the URL whole)
+    for key in (ACME_READER, ACME_WRITER):
+        for path in ("/v1/budgets", "/v1/dashboard/budgets"):
+            listed = server.get(path, headers=bearer(key))
+            # Then they see where alerts go, not the path or query
+            assert [b["webhook_url"] for b in listed.json()] == ["https://hooks.slack.example/***"]
+            assert "SeCrEt" not in listed.text
+    # And the admin, who may set it, sees it as set (in the answer to setting it, and listed)
+    assert made.json()["budget"]["webhook_url"] == url
+    [budget] = server.get("/v1/budgets", headers=bearer(ACME_ADMIN)).json()
+    assert budget["webhook_url"] == url
 
 
 def test_the_pages_budget_panel_writes_money_in_plain_decimals(server: httpx.Client) -> None:
