@@ -72,21 +72,38 @@ def site(database_url: str, pg_schema: str) -> Iterator[str]:
         globex.record_step("g-1", "answer", usage=_usage(f"model{XSS}"))
         app = create_app(acme, require_keys=True)
         app.add_api_route("/__probe", lambda: HTMLResponse(PROBE), include_in_schema=False)
+        signin = _sign_in_page("", GLOBEX_WRITER)
+        app.add_api_route("/__signin", lambda: HTMLResponse(signin), include_in_schema=False)
         with live_server(app) as base_url:
             yield base_url
 
 
-def _attacker(target: str, key: str) -> FastAPI:
-    """A page of another origin (another port: the same site, which SameSite does not tell
-    apart) that posts the login form to ``target`` with ``key`` as soon as it loads."""
-    page = (
+def _sign_in_page(target: str, key: str) -> str:
+    """A page that posts the login form to ``target`` (this origin when empty) with ``key`` as
+    soon as it loads, as a person submitting the form does."""
+    return (
         f'<!doctype html><html><body><form id="f" method="post" action="{target}/dashboard/login">'
         f'<input name="key" value="{key}">'
         '</form><script>document.getElementById("f").submit();</script></body></html>'
     )
+
+
+def _attacker(target: str, key: str) -> FastAPI:
+    """A page of another origin (another port: the same site, which SameSite does not tell
+    apart) that posts the login form to ``target`` with ``key``."""
+    page = _sign_in_page(target, key)
     app = FastAPI()
     app.add_api_route("/", lambda: HTMLResponse(page))
     return app
+
+
+def test_the_login_form_posted_from_the_servers_own_page_signs_the_browser_in(site: str) -> None:
+    # Given the server's own origin posting its login form, as a person signing in does
+    # When a browser opens it
+    dom = dom_after_scripts(f"{site}/__signin")
+    # Then the browser is signed in and shown the key's tenant
+    assert "<title>flowledger dashboard</title>" in dom
+    assert GLOBEX_MODEL in dom
 
 
 def test_a_sign_in_posted_by_another_sites_page_does_not_sign_the_browser_in(site: str) -> None:
