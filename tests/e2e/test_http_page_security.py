@@ -198,3 +198,16 @@ def test_the_signed_in_page_shows_names_with_markup_as_text_and_keeps_its_styles
     assert report.group(1) == (
         '{"title":"flowledger dashboard","scripts":0,"images":0,"names":true,"margin":"24px"}'
     )
+
+
+def test_the_cookie_is_secure_when_a_proxy_on_this_machine_says_the_browser_came_over_https(
+    site: str,
+) -> None:
+    with httpx.Client(base_url=site, timeout=10) as client:
+        behind_tls = client.post(
+            "/dashboard/login", data={"key": ACME_READER}, headers={"X-Forwarded-Proto": "https"}
+        )
+        plain = client.post("/dashboard/login", data={"key": ACME_READER})
+    assert behind_tls.status_code == plain.status_code == 303
+    assert "; secure" in behind_tls.headers["set-cookie"].lower()
+    assert "secure" not in plain.headers["set-cookie"].lower()
