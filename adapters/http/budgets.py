@@ -15,25 +15,14 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Path, Response, status
 from pydantic import BaseModel, Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
-from starlette.convertors import PathConvertor, register_url_convertor
 
 from flowledger.adapters.http.auth import Caller, Reader, rank, requires
 from flowledger.adapters.http.errors import responses, worded
-from flowledger.adapters.http.schemas import MAX_ID, Body, money, money_pattern
+from flowledger.adapters.http.schemas import ANY_TEXT, MAX_ID, Body, money, money_pattern
 from flowledger.adapters.llm.alerts import require_public_destination
 from flowledger.domain.budget import listed_url
 from flowledger.infrastructure.postgres.budgets import Burn
 
-
-class _SubjectConvertor(PathConvertor):
-    """A budget's subject in its path: any text, ``/`` included (the period is the last segment).
-    Starlette's ``path`` reads ``.*``, which stops at a line break: a subject holding one was
-    answered 404 (an unknown path) instead of 422 (no control characters)."""
-
-    regex = r"[\s\S]*"
-
-
-register_url_convertor("subject", _SubjectConvertor())
 router = APIRouter(prefix="/v1", tags=["budgets"])
 Admin = Annotated[Caller, Depends(requires("admin"))]
 Scope = Literal["tenant", "user", "session", "workflow", "model"]
@@ -127,7 +116,7 @@ def dashboard_budgets(caller: Reader) -> list[BudgetOut]:
     return list_budgets(caller)
 
 
-@router.put("/budgets/{scope}/{subject:subject}/{period}", responses=responses())
+@router.put(f"/budgets/{{scope}}/{{subject:{ANY_TEXT}}}/{{period}}", responses=responses())
 async def set_budget(
     scope: Scope, subject: Subject, period: Period, body: SetBudget, caller: Admin
 ) -> BudgetSetOut:
@@ -151,7 +140,7 @@ async def set_budget(
 
 
 @router.delete(
-    "/budgets/{scope}/{subject:subject}/{period}",
+    f"/budgets/{{scope}}/{{subject:{ANY_TEXT}}}/{{period}}",
     status_code=status.HTTP_204_NO_CONTENT,
     responses=responses(404),
 )

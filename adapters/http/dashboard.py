@@ -28,7 +28,7 @@ from flowledger.adapters.http.charts import bar_chart, column_chart, isolated
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.headers import page_policy
 from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page, refused_login
-from flowledger.adapters.http.schemas import PathId
+from flowledger.adapters.http.schemas import ANY_TEXT, PathId
 from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.errors import ValidationError
@@ -137,7 +137,9 @@ def _with_reprice(row: DashboardRow, model: str, repriced: RepriceRow) -> dict[s
     return both
 
 
-@router.get("/v1/funnel/{workflow}", responses=_ANALYTICS)
+# Any text: a workflow's name may hold '/', which the server decodes before routing (``%2F``)
+# and clients may leave unescaped; it was a 404, an unknown path.
+@router.get(f"/v1/funnel/{{workflow:{ANY_TEXT}}}", responses=_ANALYTICS)
 def funnel_json(
     workflow: Annotated[str, PathId], caller: Reader, since: Since = "7d", exact: Exact = False
 ) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from flowledger.adapters.http.errors import worded
 from flowledger.adapters.http.moments import MOMENT_SCHEMA, Moment
@@ -64,6 +65,21 @@ ID_PATTERN = worded(
 TEXT_PATTERN = worded(r"^[^\x00]*[^\s\x00][^\x00]*$", "must be text that is not blank and holds no NUL")
 """Free text (a description, a reason): not blank, no NUL (``domain.bounds.require_text``)."""
 MAX_VERSION = 2**31 - 1
+
+
+class _AnyTextConvertor(PathConvertor):
+    """A path parameter that is any text, ``/`` included: a budget's subject (the period is the
+    last segment), a workflow's name. Starlette's ``path`` reads ``.*``, which stops at a line
+    break: a name holding one was answered 404 (an unknown path) instead of 422 (no control
+    characters)."""
+
+    regex = r"[\s\S]*"
+
+
+ANY_TEXT = "subject"
+"""The convertor's name in a route's path (``{workflow:subject}``), registered here, where every
+router that names it imports it from."""
+register_url_convertor(ANY_TEXT, _AnyTextConvertor())
 PathId = Path(min_length=1, max_length=MAX_ID, pattern=NAME_PATTERN, description="The caller's id")
 
 

@@ -160,3 +160,21 @@ def test_repricing_at_a_model_with_no_price_is_a_422_naming_it(http: TestClient)
     response = http.get("/v1/dashboard", params={"reprice_as": "no-such-model"})
     assert response.status_code == 422
     assert "no-such-model" in response.json()["error"]
+
+
+def test_the_funnel_of_a_workflow_whose_name_holds_a_slash_is_read_over_rest(pg_engine: Engine) -> None:
+    # Given a workflow named as the engine allows, with a '/' (a team's prefix); the page drew
+    # its funnel, but GET /v1/funnel/team%2Fsupport was a 404 "not found" path, as was team/support
+    pg_engine.start_session("w-1", "team/support")
+    pg_engine.record_step("w-1", "greet")
+    with TestClient(create_app(pg_engine)) as client:
+        for path in ("/v1/funnel/team%2Fsupport", "/v1/funnel/team/support"):
+            # When its funnel is asked for, the slash escaped or not
+            answer = client.get(path)
+            # Then it is answered
+            assert answer.status_code == 200, (path, answer.text)
+            [report] = answer.json()
+            assert (report["workflow"], report["sessions"]) == ("team/support", 1)
+        # And a name holding a line break is refused as invalid, not taken for an unknown path
+        refused = client.get("/v1/funnel/team%0Asupport")
+        assert refused.status_code == 422, refused.text
