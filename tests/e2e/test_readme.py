@@ -275,3 +275,26 @@ def test_the_exit_code_table_lists_every_code_the_cli_exits_with() -> None:
     shown = {int(code) for code in re.findall(r"^\| (\d+) \|", _section("Command line"), re.MULTILINE)}
     # Then they are the same codes
     assert shown == {code for _, code in EXIT_CODES}
+
+
+_NAMED_PATH = re.compile(r"`((?:[\w.*-]+/)+[\w.*-]+\.(?:py|md|json|toml|sh|ya?ml|html|txt|cfg|ini|jsonl))`")
+_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
+
+
+def test_every_file_the_readme_and_the_docs_name_is_there() -> None:
+    # (docs/recorder.md named infrastructure/keyed_locks.py and docs/tasks.md
+    # infrastructure/task_index.py, both moved to infrastructure/engine/; docs/write-path.md named
+    # files as postgres/chain.py, found from no folder a reader starts in.)
+    # Given every relative link of README.md and docs/*.md, and every repository path they quote
+    # in backticks (a file the tests or a make target write, under .venv/, is not in a clone)
+    missing = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for link in _LINK.findall(text):
+            if not re.match(r"[a-z]+:", link) and not (doc.parent / link).exists():
+                missing.append(f"{doc.name}: link {link}")
+        for path in _NAMED_PATH.findall(text):
+            if not path.startswith(".venv/") and not list(ROOT.glob(path)):
+                missing.append(f"{doc.name}: `{path}`")
+    # Then each names a file of the repository, from its root (a link: from the page's folder)
+    assert not missing, f"these files are not in the repository: {missing}"
