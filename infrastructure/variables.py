@@ -70,6 +70,10 @@ READ: frozenset[str] = frozenset(
 )
 """Every variable some part of flowledger reads (``tests/unit/test_settings.py`` checks the
 source for others)."""
+INTERNAL: frozenset[str] = frozenset({"FLOWLEDGER_LIBPQ_PARAMS"})
+"""Names among ``READ`` that the engine sets for itself (the database URL's other parameters,
+handed to the event library's pool), not a user: the README's configuration table lists the
+others (``tests/unit/test_settings.py``)."""
 LEFT_ALONE: frozenset[str] = frozenset(
     {
         "FLOWLEDGER_TEST_DATABASE_URL",

@@ -11,7 +11,7 @@ from psycopg.conninfo import conninfo_to_dict
 from flowledger.domain import ValidationError
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.database import library_env
-from flowledger.infrastructure.variables import LEFT_ALONE, READ, refuse_misspelt_variables
+from flowledger.infrastructure.variables import INTERNAL, LEFT_ALONE, READ, refuse_misspelt_variables
 
 
 def test_settings_read_the_flowledger_variables() -> None:
@@ -268,13 +268,18 @@ def test_a_misspelt_variable_is_refused_naming_the_one_it_resembles(misspelt: st
     assert meant in raised.value.message
 
 
+def _configuration_table() -> set[str]:
+    """The variables named in the first column of the README's configuration table."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    configuration = readme[readme.index("## Configuration") : readme.index("## Benchmarks")]
+    rows = [line for line in configuration.splitlines() if line.startswith("| `FLOWLEDGER_")]
+    return {name for row in rows for name in re.findall(r"`(FLOWLEDGER_[A-Z0-9_]+)`", row.split("|")[1])}
+
+
 def test_every_documented_variable_and_other_names_under_the_prefix_are_let_through() -> None:
     # Given every variable the README's configuration table names, with the test suite's own
     # and a name of the embedding service's that resembles none of flowledger's
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    configuration = readme[readme.index("## Configuration") : readme.index("## Benchmarks")]
-    table = "\n".join(line for line in configuration.splitlines() if line.startswith("| `FLOWLEDGER_"))
-    documented = set(re.findall(r"`(FLOWLEDGER_[A-Z0-9_]+)`", table))
+    documented = _configuration_table()
     assert "FLOWLEDGER_DATABASE_URL" in documented
     others = {"FLOWLEDGER_TEST_DATABASE_URL", "FLOWLEDGER_TEST_RUN_ID", "FLOWLEDGER_MY_SERVICE_REGION"}
     # Then each is read or left alone, none refused as a misspelling
@@ -336,3 +341,12 @@ def test_a_short_secret_in_the_environment_is_refused_without_quoting_it() -> No
         Settings.from_env({"FLOWLEDGER_API_KEYS": "acme:writer:0123456789abcdef,acme:reader:x"})
     assert "the secret of key 2 has 1 characters; give at least 16" in str(refused.value)
     assert ":x" not in str(refused.value)
+
+
+def test_the_readmes_configuration_table_names_every_variable_a_user_may_set_and_no_other() -> None:
+    # (FLOWLEDGER_ROUTING_FILE, FLOWLEDGER_SKILL_CATALOGUE_FILE and FLOWLEDGER_LLM_MAX_REPLY_BYTES
+    # were read but missing from the table a newcomer looks them up in.)
+    # Given the variables of the README's table, and those flowledger reads
+    documented = _configuration_table()
+    # Then the table has a row for each one a user sets, and none that nothing reads
+    assert documented == READ - INTERNAL
