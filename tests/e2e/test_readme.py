@@ -8,6 +8,8 @@ The convention, for anyone adding a section to the README or a doc: put an HTML 
     <!-- readme-test: run, same as examples/x.py -->    ... and must equal that file, byte for byte
     <!-- readme-test: run, with a server -->            ... with `flowledger serve` answering at
                                                         localhost:8000 (see below)
+    <!-- readme-test: run, with a simulator -->         ... with FLOWLEDGER_LLM_BASE_URL naming the
+                                                        built-in simulator, for the CLI's model calls
     <!-- readme-test: skip: why it cannot run -->       it does not run (say why)
 
 Every ```python block needs one of them (an unmarked one fails
@@ -16,7 +18,8 @@ A block run ``with a server`` gets ``flowledger serve --simulate-llm`` on a free
 ``localhost:8000`` rewritten to it) and the keys ``$KEY`` (writer), ``$READER_KEY`` and
 ``$ADMIN_KEY`` of the default tenant; its ``curl`` fails on an HTTP error status, and a
 comment that starts with ``# {`` or ``# [`` (continued on comment lines indented by two
-spaces or more) is output the block must print: each piece between ``...`` in order.
+spaces or more) is output the block must print: each piece between ``...`` in order; so is a
+comment line that starts with ``#>``, in any ```bash block that runs.
 A python block runs as a script; a bash block runs line by line under ``bash -euo pipefail``
 with the project's executables first on PATH (``flowledger``, ``python``). Both run from the
 repository root with FLOWLEDGER_DATABASE_URL set to the test server and FLOWLEDGER_SCHEMA to
@@ -34,7 +37,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +47,7 @@ import typer.main
 
 from flowledger.adapters.cli.errors import EXIT_CODES
 from flowledger.adapters.cli.main import app
+from flowledger.adapters.simulator import run_simulator
 from tests.support.cluster import free_port
 from tests.support.schemas import drop_schemas, scratch_schema
 
@@ -54,6 +58,7 @@ _FENCE = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 _MARK = re.compile(r"<!--\s*readme-test:\s*(run|skip)\b(.*?)-->")
 _SAME_AS = re.compile(r"same as\s+(\S+)")
 _WITH_SERVER = re.compile(r"\bwith a server\b")
+_WITH_SIMULATOR = re.compile(r"\bwith a simulator\b")
 _SHOWN_PORT = "localhost:8000"
 _FAIL_ON_HTTP_ERRORS = 'curl() { command curl --fail-with-body "$@"; }\n'
 
@@ -70,6 +75,7 @@ class Snippet:
     same_as: str | None
     with_server: bool = False
     source: str = "README.md"
+    with_simulator: bool = False
 
     @property
     def name(self) -> str:
@@ -79,7 +85,7 @@ class Snippet:
 
 def expected_output(code: str) -> list[list[str]]:
     """The outputs a block says it prints: each ``# {`` / ``# [`` comment with its indented
-    continuation lines, joined, as the pieces between its ``...``."""
+    continuation lines, joined, and each ``#>`` line, as the pieces between their ``...``."""
     shown: list[list[str]] = []
     text: str | None = None
     for line in [*code.splitlines(), ""]:
@@ -91,6 +97,8 @@ def expected_output(code: str) -> list[list[str]]:
             text = None
         if re.match(r"# [\[{]", line):
             text = line[2:].strip()
+        elif line.startswith("#> "):
+            shown.append([piece for piece in line[3:].strip().split("...") if piece])
     return shown
 
 
@@ -113,6 +121,7 @@ def snippets(text: str, source: str = "README.md") -> list[Snippet]:
                 same_as=same_as.group(1) if same_as else None,
                 with_server=bool(mark and _WITH_SERVER.search(mark.group(2))),
                 source=source,
+                with_simulator=bool(mark and _WITH_SIMULATOR.search(mark.group(2))),
             )
         )
     return found
@@ -143,17 +152,22 @@ def test_the_marks_parse_as_the_convention_says() -> None:
     )
     assert (second.language, second.mark, first.with_server) == ("bash", None, False)
     (served,) = snippets("<!-- readme-test: run, with a server -->\n```bash\ncurl x\n```\n")
-    assert (served.mark, served.with_server) == ("run", True)
+    assert (served.mark, served.with_server, served.with_simulator) == ("run", True, False)
+    (modelled,) = snippets("<!-- readme-test: run, with a simulator -->\n```bash\nflowledger x\n```\n")
+    assert (modelled.mark, modelled.with_server, modelled.with_simulator) == ("run", False, True)
 
 
 def test_a_served_block_says_its_output_in_comments_cut_at_ellipses() -> None:
     code = 'curl -s x  # [not this]\n# [{"a":1,...,"b":2,\n#   "c":3}]\n# not output\ncurl -s y\n# {"d":4}\n'
     assert expected_output(code) == [['[{"a":1,', ',"b":2,"c":3}]'], ['{"d":4}']]
+    assert expected_output("flowledger x  #> not this\n#> done: 1 ... (2)\n#>no\n") == [["done: 1 ", " (2)"]]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("snippet", RUNNABLE, ids=[s.name for s in RUNNABLE])
-def test_the_readme_snippet_runs_as_written(snippet: Snippet, database_url: str, run_schemas: str) -> None:
+def test_the_readme_snippet_runs_as_written(
+    snippet: Snippet, database_url: str, run_schemas: str, stack: ExitStack
+) -> None:
     if snippet.same_as is not None:
         assert (ROOT / snippet.same_as).read_text(encoding="utf-8") == snippet.code, (
             f"the README block at line {snippet.line} differs from {snippet.same_as}"
@@ -174,6 +188,9 @@ def test_the_readme_snippet_runs_as_written(snippet: Snippet, database_url: str,
         command = ["bash", "-euo", "pipefail", "-c", code]
     else:
         pytest.fail(f"{snippet.source} block at line {snippet.line}: cannot run a {snippet.language!r} block")
+    if snippet.with_simulator:
+        simulator = stack.enter_context(run_simulator())
+        env |= {"FLOWLEDGER_LLM_BASE_URL": simulator.base_url, "FLOWLEDGER_LLM_API_KEY": "sk-simulator"}
     try:
         with served(env, bin_dir) if snippet.with_server else _nothing() as (address, keys):
             if snippet.with_server:
@@ -189,7 +206,7 @@ def test_the_readme_snippet_runs_as_written(snippet: Snippet, database_url: str,
         f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
     )
     assert "Traceback" not in result.stderr
-    if snippet.with_server:
+    if snippet.language != "python":
         for pieces in expected_output(snippet.code):
             at = 0
             for piece in pieces:
@@ -198,6 +215,13 @@ def test_the_readme_snippet_runs_as_written(snippet: Snippet, database_url: str,
                     f"block at line {snippet.line} shows {piece!r}, which it did not print:\n{result.stdout}"
                 )
                 at = found + len(piece)
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    """What a snippet's run holds open (the simulator), closed after it."""
+    with ExitStack() as held:
+        yield held
 
 
 @contextmanager
