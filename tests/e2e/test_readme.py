@@ -322,3 +322,15 @@ def test_every_file_the_readme_and_the_docs_name_is_there() -> None:
                 missing.append(f"{doc.name}: `{path}`")
     # Then each names a file of the repository, from its root (a link: from the page's folder)
     assert not missing, f"these files are not in the repository: {missing}"
+
+
+def test_the_readme_names_every_make_target() -> None:
+    # (make install, test-deep and clean were not named: a newcomer who added a module met an
+    # ImportError, the strict editable install needing `make install` again, unexplained.)
+    # Given the Makefile's targets
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.MULTILINE))
+    assert {"demo", "test"} <= targets
+    # Then the README names each as a make command
+    text = README.read_text(encoding="utf-8")
+    assert sorted(t for t in targets if not re.search(rf"`make {t}`", text)) == []
