@@ -14,6 +14,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.domain.agent import SEED_CAPACITY
 from flowledger.domain.task_views import AgentState
 from flowledger.infrastructure import Engine
@@ -48,7 +49,7 @@ def agents_table(title: str, agents: list[AgentState]) -> Table:
             str(agent.completed),
             escape(", ".join(agent.active_tasks)),
         )
-    return table
+    return whole_cells(table)
 
 
 @agents_app.command("register")

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.budgets import Burn
 
@@ -116,7 +117,7 @@ def list_budgets(tenant: TenantOpt = None) -> None:
         table.add_column(column, justify="right" if column.endswith(("$", "%")) else "left")
     for burn in burns:
         table.add_row(*budget_row(burn))
-    console.print(table)
+    console.print(whole_cells(table))
 
 
 @budgets_app.command("remove")

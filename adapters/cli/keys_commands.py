@@ -14,6 +14,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import fail, reported_errors
+from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.adapters.durations import parse_since
 from flowledger.domain.bounds import require_tenant
 from flowledger.domain.errors import ValidationError
@@ -118,7 +119,7 @@ def list_keys(
             _expiry(key, now),
             f"{key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "",
         )
-    console.print(table)
+    console.print(whole_cells(table))
 
 
 def _expiry(key: ApiKey, now: datetime) -> str:

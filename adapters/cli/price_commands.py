@@ -22,6 +22,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import naming, reported_errors
+from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.adapters.llm.pricing import MAX_PRICE_FILE_BYTES, SHIPPED_FILE, read_price_file
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.pricing import ModelPrice
@@ -65,7 +66,7 @@ def show_command(file: FileOption = None) -> None:
         out = Table(title=f"prices {table.version} (USD / 1M tokens)", box=box.SIMPLE_HEAD)
         for column in ("model", "from", "input", "cached", "write 5m", "write 1h", "output", ">200k in/out"):
             left = column in ("model", "from")
-            out.add_column(column, justify="left" if left else "right", no_wrap=left)
+            out.add_column(column, justify="left" if left else "right")
         rows: list[tuple[str, datetime | None, ModelPrice]] = [(m, None, p) for m, p in table.prices.items()]
         rows += [(m, d.effective_from, d.price) for m, dated in table.schedule.items() for d in dated]
         for model, start, p in sorted(rows, key=lambda r: (r[0], r[1] or datetime.min.replace(tzinfo=UTC))):
@@ -90,7 +91,7 @@ def show_command(file: FileOption = None) -> None:
                     )
                 ),
             )
-        console.print(out)
+        console.print(whole_cells(out))
         for alias, target in sorted(table.aliases.items()):
             console.print(f"alias {escape(alias)} -> {escape(target)}")
 
@@ -132,7 +133,7 @@ def _reprice(engine: Engine, start: datetime, path: Path | None, *, dry_run: boo
         after.add_column(column, justify="left" if column in ("day", "model") else "right")
     for (model, day), row in sorted(now.items(), key=lambda item: (item[0][1], item[0][0])):
         after.add_row(str(day), escape(model), f"{row.calls:,}", f"{row.unpriced:,}", f"{row.cost_usd:.6f}")
-    console.print(after)
+    console.print(whole_cells(after))
 
 
 def _changes_table(changes: list[Change]) -> Table:
@@ -151,7 +152,7 @@ def _changes_table(changes: list[Change]) -> Table:
         )
     if not changes:
         out.add_row("-", "no calls from then on", "0", "-", "-", "-", "-")
-    return out
+    return whole_cells(out)
 
 
 def register(app: typer.Typer) -> None:

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import fail, reported_errors, say_problem
+from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.bounds import require_name, require_tenant
@@ -145,7 +146,7 @@ def status_command() -> None:
                 dead,
                 build.updated_at.isoformat(timespec="seconds"),
             )
-        console.print(table)
+        console.print(whole_cells(table))
         _print_horizon(projector)
         letters = recent_dead_letters(projector)
         if letters:
@@ -228,7 +229,7 @@ def verify_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
             table.add_column(column)
         for d in differences:
             table.add_row(d.projection, d.table, d.side, d.row)
-        console.print(table)
+        console.print(whole_cells(table))
         raise typer.Exit(1)
 
 

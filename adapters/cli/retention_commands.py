@@ -17,6 +17,7 @@ from rich.table import Table
 from flowledger.adapters.cli.audit_commands import json_records, refuse_malformed
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.projections import projector_for
@@ -72,7 +73,7 @@ def list_policies(tenant: TenantOpt = None) -> None:
     table.add_column("days", justify="right")
     for workflow, days in policies.items():
         table.add_row(workflow, str(days))
-    console.print(table)
+    console.print(whole_cells(table))
 
 
 @retention_app.command("remove")
@@ -112,7 +113,7 @@ def run(
             str(len(part.bundles)),
             str(len(part.skipped)),
         )
-    console.print(table)
+    console.print(whole_cells(table))
     for part in report.workflows:
         for bundle in part.bundles:
             console.print(f"bundle: {bundle}", highlight=False, soft_wrap=True)
