@@ -234,7 +234,7 @@ def verify_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
 
 
 def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Table:
-    """The cost dashboard as a rich table, readable at 80 characters."""
+    """The cost dashboard as a rich table, readable at 80 characters: no cell cut short."""
     table = Table(
         title=f"{title} (latency: avg p50/p95/p99)",
         box=box.SIMPLE_HEAD,
@@ -261,7 +261,7 @@ def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Tabl
             f"{r.cost_usd:.4f}" + (f" +{r.unpriced_calls} unpriced" if r.unpriced_calls else ""),
             latency,
         )
-    return table
+    return whole_cells(table)
 
 
 def _short(count: int) -> str:
@@ -305,7 +305,7 @@ def funnel_table(report: FunnelReport) -> Table:
             str(s.completed),
             f"{_seconds(s.p50_seconds)}/{_seconds(s.p95_seconds)}",
         )
-    return table
+    return whole_cells(table)
 
 
 def _ms(value: float | None) -> str:

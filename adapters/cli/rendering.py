@@ -37,6 +37,7 @@ def whole_cells(table: Table) -> Table:
     for column in table.columns:
         column.no_wrap = False
         column.overflow = "fold"
+        column.min_width = None  # a minimum is kept past the console's width: the table overran it
     return table
 
 

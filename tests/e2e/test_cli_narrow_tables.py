@@ -3,6 +3,9 @@ too wide for its column is folded onto more lines, never cut short with an ellip
 
 from __future__ import annotations
 
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
 from tests.support.cli import run_cli
 
 NARROW = 80
@@ -49,3 +52,26 @@ def test_the_budget_agent_key_and_projection_tables_cut_nothing_at_80_columns(
         # Then no cell is cut short
         assert shown.returncode == 0, shown.stderr
         assert "…" not in shown.stdout, f"flowledger {' '.join(command)} cut a cell:\n{shown.stdout}"
+
+
+def test_the_dashboard_and_the_funnel_cut_nothing_and_fit_80_columns(
+    database_url: str, pg_schema: str
+) -> None:
+    # (By workflow and step the dashboard read the cost as "0.0…" and the latency as "66/96/…";
+    # the funnel's step column kept a minimum width and its lines ran to 84 characters.)
+    # Given a model call recorded on a step with a long name
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("n-1", "customer_service")
+        usage = LlmUsage(request_model="gpt-4.1", input_tokens=19_700, output_tokens=4_300, latency_ms=66.0)
+        engine.record_step("n-1", "intent_classification", usage=usage, next_step="order_status_handler")
+        engine.record_step("n-1", "order_status_handler_with_a_longer_name", usage=usage)
+    # When the dashboard by workflow and step, and the funnel, are shown 80 columns wide
+    for command in (
+        ("dashboard", "--since", "1h", "--by", "workflow", "--by", "step"),
+        ("funnel", "customer_service"),
+    ):
+        shown = run_cli(database_url, pg_schema, *command, columns=NARROW)
+        # Then no cell is cut short and no line is wider than the terminal
+        assert shown.returncode == 0, shown.stderr
+        assert "…" not in shown.stdout, f"flowledger {' '.join(command)} cut a cell:\n{shown.stdout}"
+        assert max(len(line) for line in shown.stdout.splitlines()) <= NARROW, shown.stdout
