@@ -167,3 +167,14 @@ def test_the_task_scenarios_sentence_adds_up_to_its_tables(demo: tuple[str, str]
         int(escalated) == sum(int(row[4]) for row in by_priority) == sum(int(row[1]) for row in escalations)
     )
     assert sum(int(row[1]) for row in by_priority) == 100
+
+
+def test_the_demos_tables_cut_no_cell_at_80_columns(demo: tuple[str, str]) -> None:
+    # (The first-assignments table cut every task id to "backend-task-0…" at 80 columns.)
+    output, _ = demo
+    # Table rows (lines drawn between │): only the last cell, a history's data, a JSON summary
+    # cut short on purpose, may hold an ellipsis
+    rows = [line.split("│")[1:-1] for line in output.splitlines() if line.startswith("│")]
+    cut = ["│".join(cells) for cells in rows if any("…" in cell for cell in cells[:-1])]
+    assert len(rows) > 20
+    assert cut == [], "\n".join(cut)

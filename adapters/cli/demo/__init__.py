@@ -21,7 +21,7 @@ from rich.table import Table
 from flowledger.adapters.cli.demo.llm import RESOLVED, run_llm_sessions, simulator_client
 from flowledger.adapters.cli.demo.tasks import run_task_scenario
 from flowledger.adapters.cli.projection_commands import show_analytics
-from flowledger.adapters.cli.rendering import heading, history_table, session_table
+from flowledger.adapters.cli.rendering import heading, history_table, session_table, whole_cells
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.session_views import SessionStatus
 from flowledger.domain.values import LlmUsage
@@ -115,7 +115,7 @@ def summary_table(engine: Engine, run: DemoRun) -> Table:
     table.add_row("output tokens", f"{sum(s.totals.output_tokens for s in states):,}")
     table.add_row("cost (caller-supplied)", f"${sum(s.totals.cost_usd for s in states):.6f}")
     table.add_row("wall time", f"{run.seconds:.2f} s ({events / run.seconds:,.0f} events/s)")
-    return table
+    return whole_cells(table)
 
 
 def run_demo(console: Console, sessions: int) -> None:

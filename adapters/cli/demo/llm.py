@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.adapters.llm.client import OpenAICompatibleClient
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
 from flowledger.domain.errors import LlmError
@@ -93,7 +94,7 @@ class LlmDemoSummary:
             table.add_row(f"  {model}", f"{calls} calls, ${self.cost_by_model[model]}")
         for error_type, count in self.error_types.most_common():
             table.add_row(f"  failed: {error_type}", str(count))
-        return table
+        return whole_cells(table)
 
 
 class _Router:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from rich.console import Console
 from rich.table import Table
 
-from flowledger.adapters.cli.rendering import heading
+from flowledger.adapters.cli.rendering import heading, whole_cells
 from flowledger.domain.ports import LlmPort
 from flowledger.domain.task_views import EscalationReason, TaskPriority, TaskState, TaskStatus
 from flowledger.infrastructure import Engine
@@ -225,7 +225,7 @@ def _assignments_table(states: list[TaskState]) -> Table:
             f"{s.assignment.score:.2f}" if s.assignment else "-",
             why,
         )
-    return table
+    return whole_cells(table)
 
 
 def _priority_table(states: list[TaskState]) -> Table:
@@ -250,7 +250,7 @@ def _priority_table(states: list[TaskState]) -> Table:
             str(sum(1 for s in group if s.status is TaskStatus.PENDING)),
             str(sum(1 for s in group if s.times_assigned)),
         )
-    return table
+    return whole_cells(table)
 
 
 def _escalation_table(states: list[TaskState]) -> Table:
@@ -262,7 +262,7 @@ def _escalation_table(states: list[TaskState]) -> Table:
         first = group[0] if group else None
         example = f"{first.task_id}: {first.escalation.detail}" if first and first.escalation else "-"
         table.add_row(reason.value, str(len(group)), example)
-    return table
+    return whole_cells(table)
 
 
 def _agent_table(engine: Engine) -> Table:
@@ -279,4 +279,4 @@ def _agent_table(engine: Engine) -> Table:
             str(a.completed),
             f"{recent / 60:.0f} min" if recent is not None else "-",
         )
-    return table
+    return whole_cells(table)
