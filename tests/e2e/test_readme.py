@@ -334,3 +334,13 @@ def test_the_readme_names_every_make_target() -> None:
     # Then the README names each as a make command
     text = README.read_text(encoding="utf-8")
     assert sorted(t for t in targets if not re.search(rf"`make {t}`", text)) == []
+
+
+def test_the_readme_says_what_the_seed_is_before_it_names_it() -> None:
+    # ("the seed's task-assignment scenario", "as the seed did": nineteen mentions, and nowhere
+    # did the README say that the seed is the two guides flowledger was built against.)
+    text = _FENCE.sub("", README.read_text(encoding="utf-8"))
+    first = re.search(r"\bseed\b", text, re.IGNORECASE)
+    assert first is not None
+    sentence = text[text.rfind(".", 0, first.start()) + 1 : text.find(".", first.end())]
+    assert "**the\nseed**" in sentence or "**the seed**" in sentence, sentence
