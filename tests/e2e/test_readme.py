@@ -344,3 +344,12 @@ def test_the_readme_says_what_the_seed_is_before_it_names_it() -> None:
     assert first is not None
     sentence = text[text.rfind(".", 0, first.start()) + 1 : text.find(".", first.end())]
     assert "**the\nseed**" in sentence or "**the seed**" in sentence, sentence
+
+
+def test_the_readmes_list_of_deeper_notes_names_every_docs_page() -> None:
+    # (It named seven of the eleven pages: not docs/http.md, budgets.md, erasure.md or scaling.md.)
+    text = README.read_text(encoding="utf-8")
+    notes = text[text.index("Deeper\nnotes:") :]
+    notes = notes[: notes.index("\n\n")] if "\n\n" in notes else notes
+    pages = {f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md")}
+    assert sorted(page for page in pages if f"`{page}`" not in notes) == []
