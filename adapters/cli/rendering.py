@@ -68,7 +68,7 @@ def session_table(state: SessionState) -> Table:
     """The session's state as a two-column table."""
     table = Table(title=escape(f"session {state.session_id} at version {state.version}"), show_header=False)
     table.add_column("field", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long JSON word is folded, not cut (whole_cells)
     rows: list[tuple[str, str]] = [
         ("workflow", escape(state.workflow)),
         ("user", escape(state.user_id or "-")),

@@ -75,3 +75,23 @@ def test_the_dashboard_and_the_funnel_cut_nothing_and_fit_80_columns(
         assert shown.returncode == 0, shown.stderr
         assert "…" not in shown.stdout, f"flowledger {' '.join(command)} cut a cell:\n{shown.stdout}"
         assert max(len(line) for line in shown.stdout.splitlines()) <= NARROW, shown.stdout
+
+
+def test_a_sessions_state_shows_its_whole_context_at_80_columns(database_url: str, pg_schema: str) -> None:
+    # (flowledger replay cut the context the webhook's README example builds after its third
+    # line: '..."order_id":"A1001","…', though it was shorter than the 200 characters shown.)
+    context = {
+        "intent": "order_status",
+        "original_message": "Where is my order #A1001?",
+        "route": "order_status_handler",
+        "order_id": "A1001",
+        "order_status": "shipped",
+        "carrier": "DHL",
+    }
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("c-1", "customer_service")
+        engine.update_context("c-1", context)
+    shown = run_cli(database_url, pg_schema, "replay", "c-1", columns=NARROW)
+    assert shown.returncode == 0, shown.stderr
+    assert "…" not in shown.stdout, shown.stdout
+    assert '"carrier":"DHL"' in "".join(line.strip(" │") for line in shown.stdout.splitlines())
