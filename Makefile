@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# flock (util-linux) keeps two makes started at once from installing over each other; macOS
+# has none, and there the install runs unlocked rather than failing with "flock: not found".
+FLOCK := $(if $(shell command -v flock 2>/dev/null),flock $(VENV)/.install.lock)
 SOURCES := $(shell find domain infrastructure projections adapters verify -name '*.py' -o -name '*.json' -o -name '*.html' 2>/dev/null)
 
 .PHONY: demo test test-deep bench soak lint typecheck check install clean fuzz
@@ -11,7 +14,7 @@ SOURCES := $(shell find domain infrastructure projections adapters verify -name 
 $(STAMP): pyproject.toml $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	flock $(VENV)/.install.lock $(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
+	$(FLOCK) $(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 install: $(STAMP)
