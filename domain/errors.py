@@ -26,6 +26,7 @@ FlowledgerError
 │       └── StoreForbidden     the role may not do what the operation needs (permission
 │                              denied: a read-only role recording a step): not retried
 ├── RebuildInProgress          another process is rebuilding ``projection``
+├── RetentionPolicyNotFound    no retention policy for ``workflow`` (in this tenant)
 ├── AuditError                 the audit trail cannot do what was asked (unchained events,
 │                              damaged checkpoints); carries ``message``
 ├── LogDamaged                 a stream's rows were changed in the database: bad data, not a
@@ -332,6 +333,14 @@ class RebuildInProgress(FlowledgerError):
     def __init__(self, projection: str) -> None:
         super().__init__(f"projection {projection!r} is being rebuilt or verified elsewhere")
         self.projection = projection
+
+
+class RetentionPolicyNotFound(FlowledgerError):
+    """No retention policy is set for this workflow (in this tenant)."""
+
+    def __init__(self, workflow: str) -> None:
+        super().__init__(f"no retention policy for workflow {workflow!r}")
+        self.workflow = workflow
 
 
 class BudgetError(FlowledgerError):

@@ -32,6 +32,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (typer.BadParameter, 2),
     (errors.UnknownModelPrice, 2),
     (errors.BudgetNotFound, 3),
+    (errors.RetentionPolicyNotFound, 3),
     (errors.SessionArchived, 3),  # a SessionNotFound: said first, so it keeps its own entry
     (errors.SessionNotYetStarted, 3),  # a SessionNotFound as of a time before its start
     (errors.SessionNotFound, 3),

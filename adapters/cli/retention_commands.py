@@ -18,7 +18,7 @@ from flowledger.adapters.cli.audit_commands import json_records, refuse_malforme
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.rendering import whole_cells
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import RetentionPolicyNotFound
 from flowledger.infrastructure import Engine
 from flowledger.projections import projector_for
 from flowledger.projections.retention import archive
@@ -78,10 +78,10 @@ def list_policies(tenant: TenantOpt = None) -> None:
 
 @retention_app.command("remove")
 def remove_policy(workflow: WorkflowOpt, tenant: TenantOpt = None) -> None:
-    """Stop archiving a workflow (exit 2 when it has no policy)."""
+    """Stop archiving a workflow (exit 3 when it has no policy, as for a budget)."""
     with reported_errors(), Engine(tenant=tenant) as engine:
         if not engine.retention.delete_policy(workflow):
-            raise ValidationError("workflow", f"no retention policy for workflow {workflow!r}")
+            raise RetentionPolicyNotFound(workflow)
     console.print(f"retention of {workflow} removed", highlight=False)
 
 

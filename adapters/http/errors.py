@@ -37,6 +37,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.UnknownModelPrice, 422),
     (errors.BudgetExceeded, 402),
     (errors.BudgetNotFound, 404),
+    (errors.RetentionPolicyNotFound, 404),
     (errors.SessionArchived, 404),  # a SessionNotFound whose message names the bundle
     (errors.SessionNotYetStarted, 404),  # a SessionNotFound as of a time before its start
     (errors.SessionNotFound, 404),

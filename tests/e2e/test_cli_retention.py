@@ -79,3 +79,23 @@ def test_retention_cli(database_url: str, pg_schema: str, tmp_path: Path) -> Non
     assert cli("history", "s-0").returncode == 0
     assert cli("history", "s-1").returncode == 3
     assert cli("audit", "verify").returncode == 0
+
+
+def test_removing_a_policy_that_is_not_there_is_not_found_as_for_a_budget(
+    database_url: str, pg_schema: str
+) -> None:
+    # (it was exit 2, a validation error, where budgets remove of no budget is exit 3)
+    assert (
+        run_cli(
+            database_url, pg_schema, "retention", "set", "--workflow", "support", "--days", "3"
+        ).returncode
+        == 0
+    )
+    removed = run_cli(database_url, pg_schema, "retention", "remove", "--workflow", "support")
+    again = run_cli(database_url, pg_schema, "retention", "remove", "--workflow", "support")
+    budget = run_cli(database_url, pg_schema, "budgets", "remove", "workflow", "support")
+
+    assert removed.returncode == 0, removed.stderr
+    assert again.returncode == 3
+    assert again.stderr.strip() == "error: no retention policy for workflow 'support'"
+    assert budget.returncode == 3
