@@ -6,15 +6,17 @@ abandoned) whose last event is older than the policy's days, and for each batch 
 1. exports their events as an audit bundle (``audit export``: events as stored, the heads'
    Merkle proofs, a signed checkpoint) under a temporary name, checks it with
    ``flowledger.verify`` against this engine's public key, and links it into place;
-2. stores each session's snapshot at its last version (the state it is read from now);
-3. in one transaction, writes each session's *base* (head version and hash, the log
+2. in one transaction, writes each session's *base* (head version and hash, the log
    positions, totals, the snapshot as stored, the bundle's path and SHA-256, the rows the
-   projections held, sealed under the chain key) and deletes the event rows.
+   projections held, sealed under the chain key), puts that same snapshot, byte for byte,
+   in the snapshot table at its last version (the state it is read from now), and deletes
+   the event rows.
 
 A crash before the transaction leaves every row in place (and a bundle file nothing refers
 to); after it, the base and the bundle hold everything. ``restore`` checks a bundle offline
 (signature, chain, proofs), checks each stream's head against its sealed base, and puts
-the rows back as they were: same versions, payloads, hashes, seals and log positions.
+the rows back as they were: same versions, payloads, hashes, seals and log positions, and
+the base's sealed snapshot at the head version.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
@@ -37,7 +38,7 @@ from uuid import UUID
 
 import psycopg
 from eventsourcing.application import project_aggregate
-from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 from psycopg.sql import SQL
 
@@ -128,7 +129,7 @@ class RetentionService:
         self._trail = trail
         self._tenant = tenant
         self._clock = clock
-        self.tables = RetentionTables(trail.schema, trail.names.events)
+        self.tables = RetentionTables(trail.schema, trail.names.events, trail.names.snapshots)
         self._events = trail.table(trail.names.events)
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -346,11 +347,9 @@ class RetentionService:
         rows = projection_rows(streams) if projection_rows is not None else {}
         path, digest = self._write_bundle(out_dir, workflow, streams)
         mapper = self._app.mapper
-        snapshots = []
         bases = []
         for c in candidates:
             snapshot = Session.Snapshot.take(c.session)  # type: ignore[attr-defined]
-            snapshots.append(snapshot)
             stored = mapper.to_stored_event(snapshot)
             state = c.session.state()
             totals = state.totals
@@ -382,20 +381,13 @@ class RetentionService:
                     bundle_sha256=digest,
                 )
             )
-        snapshot_store = self._app.snapshots
-        if snapshot_store is None:
+        if self._app.snapshots is None:
             raise AuditError("retention needs snapshots (the engine's application has them switched off)")
-        try:
-            snapshot_store.put(snapshots)
-        except IntegrityError:
-            # A session's last version was snapshotted already (the engine's own snapshot every
-            # ``snapshot_interval`` versions, or an earlier archive's, left by a restore): the
-            # same state at the same version, so that one stays; the others are put one by one.
-            for snapshot in snapshots:
-                with suppress(IntegrityError):
-                    snapshot_store.put([snapshot])
         with self._trail.connect() as conn, conn.transaction():
             self.tables.insert_bases(conn, bases, self._trail.chain_key)
+            # The snapshot an archived session is read from is the one its base seals, byte for
+            # byte (put through the mapper again, its personal fields would be sealed anew).
+            self.tables.put_snapshots(conn, bases)
             deleted = conn.execute(
                 SQL(
                     "DELETE FROM {} e USING unnest(%s::uuid[], %s::bigint[]) AS a(id, v)"
@@ -451,6 +443,7 @@ class RetentionService:
         skipped: dict[str, str] = {}
         restored: list[str] = []
         streams: list[UUID] = []
+        restoring: list[Base] = []
         rows: list[tuple[Any, ...]] = []
         with self._connect() as conn:
             bases = self.tables.bases(conn, key, list(heads))
@@ -488,10 +481,14 @@ class RetentionService:
                 ]
                 restored.append(base.session_id)
                 streams.append(stream)
+                restoring.append(base)
             if wanted is not None and not restored:
                 raise ValidationError("session", f"none of {sorted(sessions or ())} is archived in {bundle}")
             with conn.transaction(), conn.cursor() as cur:
                 self.tables.delete_bases(conn, streams)  # first: the guard refuses rows a base holds
+                # The sealed snapshot goes back too: one edited while archived would otherwise
+                # stay the state the restored session is read from.
+                self.tables.put_snapshots(conn, restoring)
                 cur.executemany(
                     SQL(
                         "INSERT INTO {} (originator_id, originator_version, topic, state, notification_id,"

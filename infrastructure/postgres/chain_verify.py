@@ -34,7 +34,7 @@ from psycopg.sql import SQL
 
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail, Checkpoint, Heads, heads_root
 from flowledger.infrastructure.postgres.database import as_snapshot_reader
-from flowledger.infrastructure.postgres.retention import RetentionTables
+from flowledger.infrastructure.postgres.retention import Base, RetentionTables
 from flowledger.verify import GENESIS, event_hash, event_mac, signature_valid, statement_digest
 
 _COLUMNS = (
@@ -177,15 +177,18 @@ def verify_chain(
 def _bases(
     trail: AuditTrail, conn: psycopg.Connection[Any], key: bytes, stream: UUID | None, report: ChainReport
 ) -> dict[UUID, tuple[int, bytes]]:
-    """The archived streams' heads their sealed bases keep; a base whose seal fails is a finding."""
-    tables = RetentionTables(trail.schema)
+    """The archived streams' heads their sealed bases keep; a base whose seal fails is a finding,
+    and so is a sealed base whose session is read from a snapshot other than the one it seals."""
+    tables = RetentionTables(trail.schema, trail.names.events, trail.names.snapshots)
     if not tables.exists(conn):
         return {}
     found: dict[UUID, tuple[int, bytes]] = {}
+    sealed: list[Base] = []
     for stream_id, stored in tables.bases(conn, key, None if stream is None else [stream]).items():
         base = stored.base
         if stored.sealed:
             found[stream_id] = (base.through_version, base.head_hash)
+            sealed.append(base)
         else:
             report.findings.append(
                 Finding(
@@ -197,7 +200,43 @@ def _bases(
                     base.session_id,
                 )
             )
+    latest = tables.latest_snapshots(conn, [b.stream_id for b in sealed])
+    for base in sealed:
+        finding = _snapshot_finding(base, latest.get(base.stream_id))
+        if finding is not None:
+            report.findings.append(finding)
     return found
+
+
+def _snapshot_finding(base: Base, latest: tuple[int, str, bytes, bool] | None) -> Finding | None:
+    """What is wrong with the snapshot an archived session's state is read from, if anything.
+
+    With its events gone, that snapshot is the session's whole state (``get_session``, its
+    totals): it must be the one the base seals, byte for byte, unless the stream was written
+    again after archiving and a later snapshot stands on a stored event."""
+    where = (base.stream_id, base.through_version)
+    if latest is None or latest[0] < base.through_version:
+        detail = (
+            f"dropped snapshot: the snapshot at version {base.through_version} that the archived"
+            " session is read from was deleted (its retention base keeps it: restore the bundle)"
+        )
+        return Finding("deleted", *where, detail, base.session_id)
+    version, topic, state, on_event = latest
+    if version == base.through_version:
+        if (topic, state) == (base.snapshot_topic, base.snapshot_state):
+            return None
+        detail = (
+            f"altered snapshot: the state the archived session is read from (its snapshot at version"
+            f" {version}) is not the one its retention base seals (restore the bundle to put it back)"
+        )
+        return Finding("altered", *where, detail, base.session_id)
+    if on_event:
+        return None
+    detail = (
+        f"altered snapshot: the archived session is read from a snapshot at version {version}, past its"
+        f" base (version {base.through_version}) and every stored event (one written in the database)"
+    )
+    return Finding("altered", base.stream_id, version, detail, base.session_id)
 
 
 def _check_checkpoints(

@@ -139,9 +139,12 @@ class StoredBase:
 class RetentionTables:
     """SQL over the retention tables of one schema."""
 
-    def __init__(self, schema: str, events: str = "flowledger_events") -> None:
+    def __init__(
+        self, schema: str, events: str = "flowledger_events", snapshots: str = "flowledger_snapshots"
+    ) -> None:
         self.schema = schema
         self.events = events
+        self.snapshots = snapshots
 
     def _t(self, name: str) -> Composed:
         return SQL("{}.{}").format(Identifier(self.schema), Identifier(name))
@@ -302,6 +305,44 @@ class RetentionTables:
             )
             found[base.stream_id] = StoredBase(base, sealed, row[16].isoformat())
         return found
+
+    def put_snapshots(self, conn: psycopg.Connection[Any], bases: Sequence[Base]) -> None:
+        """Store each base's snapshot, byte for byte as its seal covers it, at its head version
+        (replacing one there: an engine's own, or one edited meanwhile). An archived session is
+        read from this row, so ``audit verify`` can then compare the two bytewise."""
+        streams = [b.stream_id for b in bases]
+        versions = [b.through_version for b in bases]
+        conn.execute(
+            SQL(
+                "DELETE FROM {} s USING unnest(%s::uuid[], %s::bigint[]) AS a(id, v)"
+                " WHERE s.originator_id = a.id AND s.originator_version = a.v"
+            ).format(self._t(self.snapshots)),
+            [streams, versions],
+        )
+        conn.execute(
+            SQL(
+                "INSERT INTO {} (originator_id, originator_version, topic, state)"
+                " SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[])"
+            ).format(self._t(self.snapshots)),
+            [streams, versions, [b.snapshot_topic for b in bases], [b.snapshot_state for b in bases]],
+        )
+
+    def latest_snapshots(
+        self, conn: psycopg.Connection[Any], streams: Sequence[UUID]
+    ) -> dict[UUID, tuple[int, str, bytes, bool]]:
+        """Per stream, the snapshot a load starts from (its highest version): version, topic,
+        state, and whether an event row is stored at that version."""
+        rows = conn.execute(
+            SQL(
+                "SELECT DISTINCT ON (s.originator_id) s.originator_id, s.originator_version, s.topic,"
+                " s.state, EXISTS (SELECT 1 FROM {events} e WHERE e.originator_id = s.originator_id"
+                " AND e.originator_version = s.originator_version)"
+                " FROM {snapshots} s WHERE s.originator_id = ANY(%s)"
+                " ORDER BY s.originator_id, s.originator_version DESC"
+            ).format(events=self._t(self.events), snapshots=self._t(self.snapshots)),
+            [list(streams)],
+        ).fetchall()
+        return {r[0]: (int(r[1]), str(r[2]), bytes(r[3]), bool(r[4])) for r in rows}
 
     def delete_bases(self, conn: psycopg.Connection[Any], streams: Sequence[UUID]) -> int:
         """Drop the bases of ``streams`` (restored); how many there were."""

@@ -578,3 +578,79 @@ def test_a_replay_or_fork_before_an_archived_sessions_head_names_its_bundle(
         engine.get_session("s-old-fork")
     engine.restore_sessions(bundle)
     assert engine.get_session("s-old", version=2).step_count == 1
+
+
+def _snapshot_sql(engine: Engine, statement: str, session_id: str) -> int:
+    """Run ``statement`` (``{}``: the snapshot table, ``%s``: the session's stream) as an intruder would."""
+    with psycopg.connect(engine.database_url) as conn:
+        table = SQL("{}.flowledger_snapshots").format(Identifier(engine.settings.schema))
+        return conn.execute(SQL(statement).format(table), [engine.session_uuid(session_id)]).rowcount
+
+
+@pytest.mark.parametrize("seal_personal_data", [False, True])
+def test_an_archived_sessions_snapshot_edited_in_sql_is_named_and_a_restore_puts_the_sealed_one_back(
+    database_url: str, pg_schema: str, clock: SetClock, tmp_path: Path, seal_personal_data: bool
+) -> None:
+    # Given an archived session (its events gone: its state is read from its snapshot alone),
+    # whose last version the engine had snapshotted already (6, every 3 here)
+    settings = make_settings(
+        database_url=database_url,
+        schema=pg_schema,
+        snapshot_interval=3,
+        seal_personal_data=seal_personal_data,
+    )
+    with Engine(settings=settings, clock=clock) as engine:
+        _session(engine, "s-1", steps=4)
+        clock.now = START + timedelta(days=10)
+        engine.retention.set_policy(WORKFLOW, 7)
+        [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
+        before = engine.get_session("s-1")
+        assert verify_chain(engine.audit).ok
+        # When its total cost (0.0054) is edited in the snapshot's row
+        edited = _snapshot_sql(
+            engine,
+            "UPDATE {} SET state = convert_to(replace(convert_from(state, 'UTF8'),"
+            ' \'"_data_":"0.0054"\', \'"_data_":"99.0054"\'), \'UTF8\')'
+            " WHERE originator_id = %s AND originator_version = 6",
+            "s-1",
+        )
+        assert edited == 1
+    with Engine(settings=settings, clock=clock) as engine:
+        assert engine.get_session("s-1").totals.cost_usd == before.totals.cost_usd + 99
+        # Then audit verify names it (it had said ok), and so does --session
+        for report in (
+            verify_chain(engine.audit),
+            verify_chain(engine.audit, stream=engine.session_uuid("s-1")),
+        ):
+            assert [(f.kind, f.name, f.version) for f in report.findings] == [("altered", "s-1", 6)]
+            assert "altered snapshot" in report.findings[0].detail
+        # And a restore puts the sealed snapshot back: the session reads as it was archived
+        engine.restore_sessions(bundle)
+    with Engine(settings=settings, clock=clock) as engine:
+        assert engine.get_session("s-1") == before
+        assert verify_chain(engine.audit).ok
+
+
+def test_an_archived_sessions_snapshot_deleted_or_written_past_its_head_is_named(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given two archived sessions of 7 events (snapshots at 3 and 6, and the archive's at 7)
+    _session(engine, "gone")
+    _session(engine, "added")
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    engine.archive_sessions(tmp_path)
+    # When one's snapshot at its head is deleted (it then reads as at version 6), and the
+    # other gains a snapshot at version 8, copied from its own, past every event
+    assert _snapshot_sql(engine, "DELETE FROM {} WHERE originator_id = %s AND originator_version = 7", "gone")
+    assert _snapshot_sql(
+        engine,
+        "INSERT INTO {0} SELECT originator_id, 8, topic, state FROM {0}"
+        " WHERE originator_id = %s AND originator_version = 7",
+        "added",
+    )
+    # Then audit verify names both
+    found = sorted(
+        (f.kind, f.name, f.version, f.detail.split(":")[0]) for f in verify_chain(engine.audit).findings
+    )
+    assert found == [("altered", "added", 8, "altered snapshot"), ("deleted", "gone", 7, "dropped snapshot")]
