@@ -440,25 +440,27 @@ class RetentionService:
         events, heads = _read_bundle(lines)
         wanted = None if sessions is None else {session_uuid(self._tenant, s) for s in sessions}
         key = self._trail.chain_key
-        skipped: dict[str, str] = {}
         restored: list[str] = []
         streams: list[UUID] = []
         restoring: list[Base] = []
         rows: list[tuple[Any, ...]] = []
         with self._connect() as conn:
             bases = self.tables.bases(conn, key, list(heads))
+            skipped = self._left_alone(conn, bundle, heads, set(bases), wanted)
             for stream, (version, hashed) in heads.items():
-                stored = bases.get(stream)
-                if wanted is not None and stream not in wanted:
-                    skipped[str(stream)] = "not asked for"
+                if str(stream) in skipped:
                     continue
-                if stored is None:
-                    skipped[str(stream)] = "not archived now (restored already, or archived again later)"
-                    continue
+                stored = bases[stream]
                 base = stored.base
                 if not stored.sealed:
                     raise AuditError(
                         f"the base of stream {stream} is not sealed by the chain key: not restored"
+                    )
+                if base.tenant != self._tenant:
+                    raise ValidationError(
+                        "tenant",
+                        f"{bundle.name} holds sessions of tenant {base.tenant!r}, not {self._tenant!r}:"
+                        " nothing restored (restore it with that tenant)",
                     )
                 if (base.through_version, base.head_hash) != (version, hashed):
                     raise AuditError(
@@ -497,6 +499,32 @@ class RetentionService:
                     rows,
                 )
         return RestoreReport(tuple(restored), len(rows), skipped)
+
+    def _left_alone(
+        self,
+        conn: psycopg.Connection[Any],
+        bundle: Path,
+        heads: dict[UUID, tuple[int, bytes]],
+        archived: set[UUID],
+        wanted: set[UUID] | None,
+    ) -> dict[str, str]:
+        """Why each of the bundle's streams that is not restored is left alone (not asked for, or
+        restored already: its head event is stored); ValidationError, before anything is
+        written, for a stream neither archived nor stored here (another schema or database: a
+        restore there had reported "restored 0 sessions" and exited 0)."""
+        skipped = {str(s): "not asked for" for s in heads if wanted is not None and s not in wanted}
+        missing = {s: h for s, h in heads.items() if str(s) not in skipped and s not in archived}
+        stored = self.tables.stored_heads(conn, missing)
+        unknown = sorted((s for s in missing if s not in stored), key=str)
+        if unknown:
+            raise ValidationError(
+                "bundle",
+                f"{bundle.name}: {len(unknown)} of its streams (the first {unknown[0]}) are neither archived"
+                f" nor stored in schema {self._trail.schema!r} (another schema or database? if their rows"
+                " were deleted, see audit verify): nothing restored",
+            )
+        skipped |= {str(s): "restored already: its events are stored up to the bundle's head" for s in stored}
+        return skipped
 
 
 def _read_bundle(

@@ -26,6 +26,9 @@ from uuid import UUID
 import psycopg
 from psycopg.sql import SQL, Composed, Identifier
 
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.session import session_uuid
+
 POLICIES = "flowledger_retention_policies"
 BASES = "flowledger_retention_bases"
 _SEAL_TAG = b"flowledger.retention-base.v2\x00"
@@ -300,8 +303,9 @@ class RetentionTables:
                 projection_rows_sha256=row[17],
             )
             seal = bytes(row[15])
-            sealed = hmac.compare_digest(base.seal(key), seal) or hmac.compare_digest(
-                replace(base, projection_rows_sha256=None).seal(key), seal
+            sealed = _names_its_stream(base) and (
+                hmac.compare_digest(base.seal(key), seal)
+                or hmac.compare_digest(replace(base, projection_rows_sha256=None).seal(key), seal)
             )
             found[base.stream_id] = StoredBase(base, sealed, row[16].isoformat())
         return found
@@ -350,6 +354,29 @@ class RetentionTables:
             SQL("DELETE FROM {} WHERE stream_id = ANY(%s)").format(self._t(BASES)), [list(streams)]
         )
         return cur.rowcount
+
+    def stored_heads(self, conn: psycopg.Connection[Any], heads: dict[UUID, tuple[int, bytes]]) -> set[UUID]:
+        """Which of the streams have their event at ``heads``' version stored, with that hash."""
+        if not heads:
+            return set()
+        rows = conn.execute(
+            SQL(
+                "SELECT e.originator_id FROM {} e JOIN unnest(%s::uuid[], %s::bigint[], %s::bytea[])"
+                " AS h(id, v, hash) ON e.originator_id = h.id AND e.originator_version = h.v"
+                " AND e.event_hash = h.hash"
+            ).format(self._t(self.events)),
+            [list(heads), [v for v, _ in heads.values()], [h for _, h in heads.values()]],
+        ).fetchall()
+        return {row[0] for row in rows}
+
+
+def _names_its_stream(base: Base) -> bool:
+    """Whether the base's tenant and session id are the ones its (sealed) stream id was made
+    from: the seal does not cover them itself, and a restore trusts the tenant."""
+    try:
+        return session_uuid(base.tenant, base.session_id) == base.stream_id
+    except ValidationError:  # edited into something that is no name
+        return False
 
 
 def head_of_base_sql(schema: str) -> str:

@@ -654,3 +654,71 @@ def test_an_archived_sessions_snapshot_deleted_or_written_past_its_head_is_named
         (f.kind, f.name, f.version, f.detail.split(":")[0]) for f in verify_chain(engine.audit).findings
     )
     assert found == [("altered", "added", 8, "altered snapshot"), ("deleted", "gone", 7, "dropped snapshot")]
+
+
+def test_a_bundle_is_restored_only_by_its_own_tenant(
+    database_url: str, pg_schema: str, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given a session of tenant acme, archived
+    settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=3)
+    with Engine(settings=settings, clock=clock, tenant="acme") as acme:
+        _session(acme, "s-1")
+        clock.now = START + timedelta(days=10)
+        acme.retention.set_policy(WORKFLOW, 7)
+        [bundle] = acme.archive_sessions(tmp_path).workflows[0].bundles
+    # When globex restores acme's bundle, Then it is refused naming the tenant, and nothing is put back
+    with (
+        Engine(settings=settings, clock=clock, tenant="globex") as globex,
+        pytest.raises(ValidationError, match="of tenant 'acme', not 'globex'"),
+    ):
+        globex.restore_sessions(bundle)
+    with Engine(settings=settings, clock=clock, tenant="acme") as acme:
+        assert _rows(acme, "s-1") == []
+        # And acme restores it
+        assert acme.restore_sessions(bundle).sessions == ("s-1",)
+
+
+def test_a_bases_tenant_or_session_id_edited_in_sql_is_forged(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given an archived session whose base's session id is then edited (the seal covers its
+    # stream id, which is the session id's uuid under its tenant)
+    bundle = _archived_bundle(engine, clock, tmp_path)
+    for column, value in (("session_id", "s-2"), ("tenant", "globex")):
+        with psycopg.connect(engine.database_url) as conn:
+            table = SQL("{}.flowledger_retention_bases").format(Identifier(engine.settings.schema))
+            conn.execute(SQL("UPDATE {} SET {} = %s").format(table, Identifier(column)), [value])
+        # Then audit verify names the base forged, and a restore refuses it
+        findings = verify_chain(engine.audit).findings
+        assert [f.kind for f in findings] == ["forged", "deleted"], column
+        with pytest.raises(AuditError, match="not sealed"):
+            engine.restore_sessions(bundle)
+        with psycopg.connect(engine.database_url) as conn:
+            conn.execute(SQL("UPDATE {} SET session_id = 's-1', tenant = 'default'").format(table))
+        assert verify_chain(engine.audit).ok
+
+
+def test_a_bundle_restored_into_a_store_that_never_held_it_is_refused(
+    engine: Engine, clock: SetClock, tmp_path: Path, database_url: str, pg_schema: str
+) -> None:
+    # Given an archived session's bundle
+    bundle = _archived_bundle(engine, clock, tmp_path)
+    # When it is restored into another schema (which has the retention tables, and no base of it)
+    other = make_settings(database_url=database_url, schema=f"{pg_schema}_other")
+    try:
+        with Engine(settings=other) as elsewhere:
+            elsewhere.retention.set_policy(WORKFLOW, 7)
+            # Then it is refused: its sessions were neither archived nor stored there
+            with pytest.raises(ValidationError, match="neither archived nor stored"):
+                elsewhere.restore_sessions(bundle)
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(Identifier(f"{pg_schema}_other")))
+            conn.execute(
+                SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(Identifier(f"{pg_schema}_other_read"))
+            )
+    # And restored where it was archived, then again, the second time says it was restored already
+    assert engine.restore_sessions(bundle).sessions == ("s-1",)
+    again = engine.restore_sessions(bundle)
+    assert again.sessions == ()
+    assert list(again.skipped.values()) == ["restored already: its events are stored up to the bundle's head"]
