@@ -36,6 +36,8 @@ FlowledgerError
 │   ├── StoredEventMissing     a version is missing between two others (a row deleted)
 │   ├── StoredEventOutOfOrder  a version stands before the one it follows in the log's order
 │   │                          (notification ids changed); carries ``position``, ``earlier_position``
+│   ├── StoredEventAltered     a row's content is not what its stored hash, chained from its
+│   │                          predecessor's, was taken over (edited, or one before it re-hashed)
 │   └── ArchivedBaseForged     an archived session's retention base does not match its seal
 │                              (its projection rows edited); carries ``session_id``
 ├── BudgetError                carries ``budget_id``
@@ -156,6 +158,20 @@ class StoredEventOutOfOrder(LogDamaged):
         )
         self.position = position
         self.earlier_position = earlier_position
+
+
+class StoredEventAltered(LogDamaged):
+    """A stored event's topic or payload is not what its stored hash was taken over, after its
+    predecessor's stored hash (the row was edited in the database, or the one before it was
+    edited and re-hashed): a projection build refuses to apply it."""
+
+    def __init__(self, stream: str, version: int) -> None:
+        super().__init__(
+            stream,
+            version,
+            f"a stored event was altered: stream {stream} version {version} is not what its chained"
+            " hash was taken over (the row, or the one before it, was changed): it is not applied",
+        )
 
 
 class ArchivedBaseForged(LogDamaged):

@@ -22,7 +22,7 @@ import psycopg
 from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
 from psycopg import Connection, Cursor
 
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import StoredEventAltered, ValidationError
 from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.database import as_snapshot_reader
 from flowledger.projections import dead_letters
@@ -263,7 +263,8 @@ class Projector:
             self.continuity.check(cur, after=min(positions.values(), default=last), through=last)
             ids = [n.id for n in notifications]
             first = bisect_right(ids, min(positions.values(), default=0))
-            envelopes = [decoded(self.mapper, n) for n in notifications[first:]]
+            altered = self.continuity.altered(cur, notifications[first:])
+            envelopes = [decoded(self.mapper, n, altered=n.id in altered) for n in notifications[first:]]
             for target in targets:
                 position = positions[target.schema]
                 topics = target.projection.topics
@@ -312,9 +313,14 @@ class _Undecodable:
     originator_version: int
 
 
-def decoded(mapper: Mapper[UUID], notification: Notification) -> Envelope:
+def decoded(mapper: Mapper[UUID], notification: Notification, *, altered: bool = False) -> Envelope:
+    """The notification's event, or a stand-in set aside as a dead letter: one that does not
+    decode, or (``altered``) one whose content is not what its chained hash was taken over,
+    which a build must not count (``continuity``)."""
     try:
         event = mapper.to_domain_event(notification)
+        if altered:
+            raise StoredEventAltered(str(notification.originator_id), notification.originator_version)
         return Envelope(notification.id, event, call_of(event), notification.topic)
     except Exception as error:  # any decoding failure is a dead letter, not a stop
         stand_in = _Undecodable(

@@ -69,6 +69,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.StoredEventUnreadable, 65),
     (errors.StoredEventMissing, 65),
     (errors.StoredEventOutOfOrder, 65),
+    (errors.StoredEventAltered, 65),
     (errors.ArchivedBaseForged, 65),
     (errors.FlowledgerError, 1),
     # A file named on the command line: missing, a directory, not writable (EX_IOERR) ...

@@ -63,6 +63,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.StoredEventUnreadable, 500),
     (errors.StoredEventMissing, 500),
     (errors.StoredEventOutOfOrder, 500),
+    (errors.StoredEventAltered, 500),
     (errors.ArchivedBaseForged, 500),
     (errors.CircuitOpen, 503),
     (errors.ConcurrentUpdate, 503),

@@ -101,6 +101,28 @@ def test_a_rebuild_that_sets_a_row_aside_names_it_and_exits_1(
     assert result.returncode == 1, (result.returncode, lines)
 
 
+def test_a_rebuild_sets_aside_a_row_edited_so_that_it_still_reads_and_exits_1(
+    database_url: str, pg_schema: str, victim: UUID
+) -> None:
+    # Given the input of version 2 changed in the database: it still reads back, but its stored
+    # hash no longer fits (audit verify names it altered)
+    statement = SQL(
+        "UPDATE {} SET state = convert_to(replace(convert_from(state, 'UTF8'), 'hello', 'HELLO'), 'UTF8')"
+        " WHERE originator_id = %s AND originator_version = 2"
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert conn.execute(statement.format(Identifier(pg_schema, "flowledger_events")), (victim,)).rowcount
+    # When the projections are rebuilt, Then the row is set aside as altered, named, exit 1
+    # (the rebuild had applied it, exit 0, with no word)
+    result = run_cli(database_url, pg_schema, "projections", "rebuild")
+    lines = result.stderr.strip().splitlines()
+    letters = [line for line in lines if line.startswith("dead letter: ")]
+    assert letters, result.stderr
+    assert all(f"stream {victim} version 2" in line and "altered" in line for line in letters), letters
+    assert lines[-1].startswith("error: the new builds set aside "), lines
+    assert result.returncode == 1, (result.returncode, lines)
+
+
 def test_a_clean_rebuild_says_nothing_on_stderr_and_exits_0(
     database_url: str, pg_schema: str, victim: UUID
 ) -> None:

@@ -17,7 +17,8 @@ from psycopg.sql import SQL, Identifier
 from flowledger.domain import LlmUsage, StoredEventMissing, StoredEventOutOfOrder
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.retention import RetentionTables
-from flowledger.projections import Projector, projector_for, rebuild, status
+from flowledger.projections import Projector, projector_for, rebuild, recent_dead_letters, status
+from flowledger.verify import event_hash
 from tests.support.following import following
 from tests.support.partitions import both_layouts
 
@@ -254,3 +255,99 @@ def test_the_bases_table_once_found_is_not_looked_up_again_batch_after_batch(
     projector.catch_up()
     assert len(lookups) == 1
     assert calls(projector) == 16
+
+
+def edit_cost(engine: Engine, stream: UUID, version: int) -> None:
+    """Change the cost of ``version`` of ``stream`` in the database from 0.01 to 5.01, as an UPDATE could."""
+    edited = sql(
+        engine,
+        "UPDATE {events} SET state = convert_to(replace(convert_from(state, 'UTF8'), '\"0.01\"', '\"5.01\"'),"
+        " 'UTF8') WHERE originator_id = %s AND originator_version = %s RETURNING 1",
+        stream,
+        version,
+    )
+    assert edited == [(1,)]
+
+
+def rehash(engine: Engine, stream: UUID, version: int) -> None:
+    """Recompute the stored hash of ``version`` of ``stream`` from its content and its predecessor's
+    stored hash, as anyone can who reads the public rule (not its seal: that needs the chain key)."""
+    [(previous, topic, state)] = sql(
+        engine,
+        "SELECT p.event_hash, e.topic, e.state FROM {events} e JOIN {events} p"
+        " ON p.originator_id = e.originator_id AND p.originator_version = e.originator_version - 1"
+        " WHERE e.originator_id = %s AND e.originator_version = %s",
+        stream,
+        version,
+    )
+    hashed = event_hash(bytes(previous), str(stream), version, topic, bytes(state))
+    sql(
+        engine,
+        "UPDATE {events} SET event_hash = %s WHERE originator_id = %s AND originator_version = %s",
+        hashed,
+        stream,
+        version,
+    )
+
+
+def cost(projector: Projector) -> Decimal:
+    with projector.connect() as conn:
+        reader = Identifier(projector.names.reader)
+        row = conn.execute(
+            SQL("SELECT coalesce(sum(cost_usd), 0) FROM {}.llm_calls").format(reader)
+        ).fetchone()
+    return Decimal(row[0]) if row else Decimal(0)
+
+
+def altered_letters(projector: Projector) -> set[tuple[str, int]]:
+    """(stream, version) of the dead letters the builds set aside as altered."""
+    return {
+        (str(d.originator_id), int(d.originator_version or 0))
+        for d in recent_dead_letters(projector)
+        if d.error.startswith("StoredEventAltered: ")
+    }
+
+
+def test_a_rebuild_sets_aside_an_event_edited_in_the_database(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given two sessions of four steps (0.01 each), projected, then the cost of version 3 of
+    # one changed to 5.01 in the database (audit verify names it; its stored hash no longer fits)
+    steps(pg_engine, "kept", 4)
+    steps(pg_engine, "damaged", 4)
+    projector.catch_up()
+    assert cost(projector) == Decimal("0.08")
+    damaged = pg_engine.session_uuid("damaged")
+    edit_cost(pg_engine, damaged, 3)
+    # When the projections are rebuilt from the log
+    rebuild(projector)
+    # Then the edited event is set aside, named (the rebuild had carried 5.01 into the dashboard
+    # with no word), and not counted
+    assert altered_letters(projector) == {(str(damaged), 3)}
+    assert cost(projector) == Decimal("0.07")
+
+
+def test_an_edit_rehashed_without_the_key_sets_aside_the_event_after_it(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given a session whose version 3 was edited and its hash recomputed by the public rule
+    steps(pg_engine, "damaged", 4)
+    damaged = pg_engine.session_uuid("damaged")
+    edit_cost(pg_engine, damaged, 3)
+    rehash(pg_engine, damaged, 3)
+    # When the projections are rebuilt, Then version 4, whose hash chains from the old one, is named
+    rebuild(projector)
+    assert altered_letters(projector) == {(str(damaged), 4)}
+
+
+def test_a_catch_up_sets_aside_an_event_edited_before_it_was_projected(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    steps(pg_engine, "damaged", 2)
+    projector.catch_up()
+    pg_engine.record_step("damaged", "later", usage=USED)
+    damaged = pg_engine.session_uuid("damaged")
+    edit_cost(pg_engine, damaged, 4)
+    projector.catch_up()
+    assert altered_letters(projector) == {(str(damaged), 4)}
+    assert cost(projector) == Decimal("0.02")
