@@ -28,11 +28,12 @@ SIGNING_KEY_FILE = "checkpoint.key"
 PUBLIC_KEY_FILE = "checkpoint.pub"
 
 
-def chain_key(settings: Settings) -> bytes:
-    """The chain's HMAC key (made in ``key_dir`` on first use unless given)."""
+def chain_key(settings: Settings, *, make: bool = True) -> bytes:
+    """The chain's HMAC key (made in ``key_dir`` on first use unless given; without ``make``,
+    a missing one is a ValidationError: a check must use the writers' key, not a new one)."""
     if settings.chain_key is not None:
         return settings.chain_key
-    return _key_file(settings.key_dir / CHAIN_KEY_FILE, 32, "FLOWLEDGER_CHAIN_KEY")
+    return _key_file(settings.key_dir / CHAIN_KEY_FILE, 32, "FLOWLEDGER_CHAIN_KEY", make=make)
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,13 @@ class SigningKey:
         return self.private.sign(message)
 
 
-def signing_key(settings: Settings) -> SigningKey:
-    """The checkpoint signing key (made in ``key_dir`` on first use unless given); also writes
-    the public key beside it (``checkpoint.pub``) for publication."""
+def signing_key(settings: Settings, *, make: bool = True) -> SigningKey:
+    """The checkpoint signing key (made in ``key_dir`` on first use unless given, or refused
+    when missing without ``make``); also writes the public key beside it (``checkpoint.pub``)
+    for publication."""
     seed = settings.signing_key
     if seed is None:
-        seed = _key_file(settings.key_dir / SIGNING_KEY_FILE, 32, "FLOWLEDGER_SIGNING_KEY")
+        seed = _key_file(settings.key_dir / SIGNING_KEY_FILE, 32, "FLOWLEDGER_SIGNING_KEY", make=make)
     key = SigningKey(Ed25519PrivateKey.from_private_bytes(seed))
     public = settings.key_dir / PUBLIC_KEY_FILE
     if settings.signing_key is None and not public.exists():
@@ -69,8 +71,15 @@ def signing_key(settings: Settings) -> SigningKey:
     return key
 
 
-def _key_file(path: Path, size: int, variable: str) -> bytes:
-    """The key in ``path``; a new random one written there (0600) when there is none."""
+def _key_file(path: Path, size: int, variable: str, *, make: bool = True) -> bytes:
+    """The key in ``path``; a new random one written there (0600) when there is none and
+    ``make``, else a ValidationError naming the variable and the file."""
+    if not path.exists() and not make:
+        raise ValidationError(
+            variable,
+            f"not set, and {path} does not exist: audit verify checks with the writers' keys and makes"
+            f" none (copy their key directory, or set {variable})",
+        )
     if not path.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

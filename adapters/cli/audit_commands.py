@@ -19,8 +19,9 @@ import typer
 from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import fail, naming, reported_errors
 from flowledger.domain.errors import ValidationError
-from flowledger.infrastructure import Engine
+from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.audit import AuditReport, verify_log
+from flowledger.infrastructure.audit_keys import signing_key
 from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.chain_verify import ChainReport, chain_existing, verify_chain
 from flowledger.infrastructure.postgres.checkpoints import Checkpoint
@@ -44,16 +45,14 @@ PublicKey = Annotated[
 ]
 
 
-def _public_key(given: str | None, engine: Engine | None = None) -> bytes:
+def _public_key(given: str | None) -> bytes:
+    """The public key given, else the writers' (from their signing key; none is made here)."""
     if given is not None:
         try:
             return read_public_key(given)
         except ValueError as error:
             raise ValidationError("public_key", str(error)) from None
-    if engine is None:
-        with Engine() as own:
-            return own.audit.signing.public_bytes
-    return engine.audit.signing.public_bytes
+    return signing_key(Settings.from_env(), make=False).public_bytes
 
 
 def refuse_malformed(what: str, why: str) -> NoReturn:
@@ -134,6 +133,14 @@ def _verdict(chain: ChainReport, structure: AuditReport | None, what: str) -> No
         verdict = "[yellow]no problems in what was read, but the read was partial[/yellow]"
     else:
         verdict = "[green]ok[/green]"
+    if chain.wrong_key:
+        console.print(
+            "[yellow]no event's seal checks under this chain key: unless the whole log was forged, it is"
+            " not the key the log was sealed with (FLOWLEDGER_CHAIN_KEY, or chain.key in the audit key"
+            " directory: use the writers')[/yellow]",
+            highlight=False,
+            soft_wrap=True,
+        )
     archived = f" ({chain.archived:,} archived, proven by their sealed bases)" if chain.archived else ""
     console.print(
         f"{what}: {chain.events:,} events in {chain.streams:,} streams{archived}: {verdict}",
@@ -228,9 +235,11 @@ def verify(
             return
         if anchors is not None:
             _check_anchors(anchors)
-        with Engine() as engine:
+        key = None if public_key is None else _public_key(public_key)
+        # An engine that appends makes missing keys at its start; this one appends nothing, and
+        # the check reads the writers' keys without making any.
+        with Engine(settings=Settings.from_env().with_overrides(audit_chain=False)) as engine:
             stream = None if session is None else engine.session_uuid(session)
-            key = _public_key(public_key, engine)
             whole_log = stream is None and not since_checkpoint
             chain = verify_chain(
                 engine.audit,

@@ -22,8 +22,9 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,9 @@ class ChainReport:
     upgraded_through: int | None = None
     """Events up to this log position were chained after the fact by ``audit chain``."""
     since_checkpoint: bool = False
+    wrong_key: bool = False
+    """No walked stream's seals check under the key used (every one is ``forged``): most likely
+    not the key the log was sealed with, rather than a log forged whole."""
 
     @property
     def ok(self) -> bool:
@@ -110,8 +114,12 @@ def verify_chain(
     runs it passes False rather than have each swap named twice."""
     started = time.perf_counter()
     report = ChainReport(since_checkpoint=since_checkpoint)
-    key = trail.chain_key
-    public = public_key if public_key is not None else trail.signing.public_bytes
+    key = trail.chain_key_to_check()
+
+    @cache
+    def public() -> bytes:  # read when a checkpoint is checked: a log with none needs no signing key
+        return public_key if public_key is not None else trail.public_key_to_check()
+
     # The anchor file first, then one snapshot of the database for every read: a checkpoint
     # is committed before it is anchored, so each anchored one must be in the snapshot, and an
     # archive or restore committed between two reads cannot look like deleted rows.
@@ -130,6 +138,7 @@ def verify_chain(
             if archived in start and start[archived][0] <= through:
                 del start[archived]  # the walk starts from the base instead
         seen: set[UUID] = set()
+        forged = 0
         for rows in _rows(trail, conn, stream, start, report.checkpoint):
             for stream_id, group in groupby(rows, key=lambda r: r[0]):
                 if stream_id in seen:
@@ -148,6 +157,7 @@ def verify_chain(
                 report.events += count
                 if finding is not None:
                     report.findings.append(finding)
+                    forged += finding.kind == "forged"
         for gone in sorted(set(heads) - seen, key=str):
             version = heads[gone][0]
             if gone in bases:
@@ -169,6 +179,7 @@ def verify_chain(
                 detail = "dropped rows: the whole stream was deleted"
                 detail += f" (the checkpoint signed versions 1..{version})"
                 report.findings.append(Finding("deleted", gone, 1, detail))
+        report.wrong_key = report.streams > 0 and forged == report.streams
         _name_streams(trail, conn, report)
     report.seconds = time.perf_counter() - started
     return report
@@ -242,7 +253,7 @@ def _snapshot_finding(base: Base, latest: tuple[int, str, bytes, bool] | None) -
 def _check_checkpoints(
     trail: AuditTrail,
     conn: psycopg.Connection[Any],
-    public: bytes,
+    public: Callable[[], bytes],
     anchored: list[dict[str, Any]],
     report: ChainReport,
 ) -> Heads:
@@ -279,7 +290,7 @@ def _check_checkpoints(
                 )
             )
         expected = stored.seq + 1
-        if not signature_valid(public, statement, stored.signature):
+        if not signature_valid(public(), statement, stored.signature):
             report.findings.append(
                 Finding(
                     "checkpoint",

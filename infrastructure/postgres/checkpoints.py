@@ -138,6 +138,18 @@ class AuditTrail:
             self._chain_key = chain_key(self.settings)
         return self._chain_key
 
+    def chain_key_to_check(self) -> bytes:
+        """The chain key as the writers keep it, for checking: a missing one is a
+        ValidationError, never made here (a key made by a check would read every seal as
+        forged, and the engines on this host would then seal with it)."""
+        return self._chain_key if self._chain_key is not None else chain_key(self.settings, make=False)
+
+    def public_key_to_check(self) -> bytes:
+        """The checkpoints' public key, from the signing key as the writers keep it (a missing
+        one is a ValidationError, never made here)."""
+        signing = self._signing if self._signing is not None else signing_key(self.settings, make=False)
+        return signing.public_bytes
+
     @property
     def signing(self) -> SigningKey:
         """The checkpoint signing key."""
