@@ -445,7 +445,9 @@ class RetentionService:
         restoring: list[Base] = []
         rows: list[tuple[Any, ...]] = []
         with self._connect() as conn:
-            bases = self.tables.bases(conn, key, list(heads))
+            # Held until the rows are in: a second restore of the bundle waits here, then finds
+            # its streams restored already (both had inserted the rows: a UniqueViolation).
+            bases = self.tables.bases(conn, key, list(heads), for_update=True)
             skipped = self._left_alone(conn, bundle, heads, set(bases), wanted)
             for stream, (version, hashed) in heads.items():
                 if str(stream) in skipped:

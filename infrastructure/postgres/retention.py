@@ -264,14 +264,16 @@ class RetentionTables:
         *,
         with_rows: bool = False,
         lock: bool = False,
+        for_update: bool = False,
     ) -> dict[UUID, StoredBase]:
         """The stored bases (of ``streams``, or all), each with whether its seal checks; their
         projection rows only ``with_rows`` (else empty; their digest is checked either way).
         With ``lock``, the rows are held (FOR SHARE) until the transaction ends, so what was
-        checked is what a later statement of it reads."""
+        checked is what a later statement of it reads; ``for_update`` holds them for a change
+        (a restore: a second one waits, then finds them gone)."""
         where: SQL | Composed = SQL(" WHERE stream_id = ANY(%s)") if streams is not None else SQL("")
-        if lock:
-            where = SQL("{} FOR SHARE").format(where)
+        if lock or for_update:
+            where = SQL("{} FOR UPDATE" if for_update else "{} FOR SHARE").format(where)
         params: list[Any] = [list(streams)] if streams is not None else []
         rows_column = SQL("projection_rows") if with_rows else SQL("'{}'::jsonb")
         rows = conn.execute(

@@ -5,6 +5,8 @@ chain stay; a bundle restores them exactly, and a tampered one is refused."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
@@ -26,6 +28,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
+from flowledger.infrastructure.engine.retention import RestoreReport
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.projections import Projector, archived, projector_for, status
@@ -722,3 +725,44 @@ def test_a_bundle_restored_into_a_store_that_never_held_it_is_refused(
     again = engine.restore_sessions(bundle)
     assert again.sessions == ()
     assert list(again.skipped.values()) == ["restored already: its events are stored up to the bundle's head"]
+
+
+def test_two_restores_of_one_bundle_at_once_restore_it_once(
+    engine: Engine, clock: SetClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an archived session, and a first restore held after it checked the bases and
+    # before it drops them, while a second restore of the same bundle starts
+    bundle = _archived_bundle(engine, clock, tmp_path)
+    second_started = threading.Event()
+    drop = RetentionTables.delete_bases
+
+    def held(self: RetentionTables, conn: Any, streams: Any) -> int:
+        if threading.current_thread().name == "first":
+            second_started.wait(10)
+            time.sleep(0.5)  # the second restore reads the bases meanwhile
+        return drop(self, conn, streams)
+
+    monkeypatch.setattr(RetentionTables, "delete_bases", held)
+    outcomes: dict[str, Any] = {}
+
+    def restore(name: str) -> None:
+        with Engine(settings=engine.settings, clock=clock) as own:
+            if name == "second":
+                second_started.set()
+            try:
+                outcomes[name] = own.restore_sessions(bundle)
+            except Exception as error:
+                outcomes[name] = error
+
+    threads = [threading.Thread(target=restore, args=(n,), name=n) for n in ("first", "second")]
+    threads[0].start()
+    time.sleep(0.2)
+    threads[1].start()
+    for thread in threads:
+        thread.join(30)
+    # Then one restores it and the other finds it restored already (it had been a bare
+    # UniqueViolation from the events' primary key)
+    assert isinstance(outcomes["first"], RestoreReport), outcomes
+    assert isinstance(outcomes["second"], RestoreReport), outcomes
+    assert sorted(len(r.sessions) for r in (outcomes["first"], outcomes["second"])) == [0, 1]
+    assert verify_chain(engine.audit).ok
