@@ -277,17 +277,30 @@ def export(
         if session is not None:
             engine.history(session)  # raises SessionNotFound with the caller's id
             streams = [engine.session_uuid(session)]
+        made = out is not None and not out.exists()
         target = out.open("w", encoding="utf-8") if out is not None else sys.stdout
         try:
             summary = export_bundle(engine.audit, target, streams)
-        finally:
+        except BaseException:
             if out is not None:
                 target.close()
+                if made:  # no half-written bundle left where a bundle is expected
+                    out.unlink(missing_ok=True)
+            raise
+        if out is not None:
+            target.close()
+        left_out = (
+            f"; {summary.archived:,} archived stream{'s' if summary.archived != 1 else ''} left out"
+            " (their events are in their retention bundles)"
+            if summary.archived
+            else ""
+        )
         console.print(
             f"exported {summary.events:,} events of {summary.streams:,} streams"
             + (f" to {out}" if out else "")
             + f", proven by checkpoint {summary.checkpoint.seq}"
-            + f" (log position {summary.checkpoint.position:,})",
+            + f" (log position {summary.checkpoint.position:,})"
+            + left_out,
             highlight=False,
             soft_wrap=True,
         )

@@ -3,7 +3,9 @@
 One JSON object a line: a header; the signed checkpoint; then, per stream, its events as
 stored (topic, payload bytes as text, or base64 when they are not UTF-8; hash) and its head
 with the Merkle proof that leads from it to the checkpoint's signed root. The export takes
-a new checkpoint first when the latest one does not cover every event readable now.
+a new checkpoint first when the latest one does not cover every event readable now. An
+export of every stream leaves out the streams retention archived (their events are in their
+own retention bundles).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from uuid import UUID
 from psycopg.sql import SQL
 
 from flowledger.infrastructure.postgres.checkpoints import AuditError, AuditTrail, Checkpoint, proofs
+from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.verify import BUNDLE_FORMAT
 
 
@@ -28,13 +31,18 @@ class BundleSummary:
     events: int
     streams: int
     checkpoint: Checkpoint
+    archived: int = 0
+    """Streams left out of an export of every stream: retention archived them (their sealed
+    base keeps the signed head; their events are in their retention bundle)."""
 
 
 def export_bundle(trail: AuditTrail, out: TextIO, streams: list[UUID] | None = None) -> BundleSummary:
-    """Write the bundle of ``streams`` (every stream by default) to ``out``."""
+    """Write the bundle of ``streams`` (every stream by default, but those retention archived)
+    to ``out``."""
     checkpoint = trail.checkpoint()
     heads = trail.heads_at(checkpoint)
-    selected = sorted(heads, key=str) if streams is None else streams
+    archived = _archived(trail, heads) if streams is None else set()
+    selected = sorted(set(heads) - archived, key=str) if streams is None else streams
     missing = [s for s in selected if s not in heads]
     if missing:
         raise AuditError(f"stream {missing[0]} has no events in checkpoint {checkpoint.seq}")
@@ -86,7 +94,22 @@ def export_bundle(trail: AuditTrail, out: TextIO, streams: list[UUID] | None = N
                     "proof": [[side, sibling.hex()] for side, sibling in proof_of[stream]],
                 }
             )
-    return BundleSummary(events, len(selected), checkpoint)
+    return BundleSummary(events, len(selected), checkpoint, len(archived))
+
+
+def _archived(trail: AuditTrail, heads: dict[UUID, tuple[int, bytes]]) -> set[UUID]:
+    """The signed streams whose rows retention archived: a base sealed under the chain key keeps
+    their signed head (an export of every stream had stopped at the first one, its rows gone)."""
+    tables = RetentionTables(trail.schema, trail.names.events, trail.names.snapshots)
+    with trail.connect() as conn:
+        if not tables.exists(conn):
+            return set()
+        bases = tables.bases(conn, trail.chain_key, list(heads))
+    return {
+        stream
+        for stream, stored in bases.items()
+        if stored.sealed and (stored.base.through_version, stored.base.head_hash) == heads.get(stream)
+    }
 
 
 def _payload(state: bytes) -> dict[str, str]:

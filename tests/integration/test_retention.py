@@ -766,3 +766,43 @@ def test_two_restores_of_one_bundle_at_once_restore_it_once(
     assert isinstance(outcomes["second"], RestoreReport), outcomes
     assert sorted(len(r.sessions) for r in (outcomes["first"], outcomes["second"])) == [0, 1]
     assert verify_chain(engine.audit).ok
+
+
+def test_the_whole_log_is_exported_after_a_retention_run_leaving_out_the_archived_streams(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given an archived session beside one that is still open
+    _archived_bundle(engine, clock, tmp_path / "archive")
+    _session(engine, "open", steps=2, close=None)
+    # When the whole log is exported (it had refused: "stream … does not end at the head
+    # checkpoint 1 signed (version 7); run `flowledger audit verify`", which said ok)
+    result = run_cli(
+        engine.database_url, engine.settings.schema, "audit", "export", "--out", str(tmp_path / "all.jsonl")
+    )
+    # Then the bundle holds the open session's stream and verifies; the archived one is left out, and said so
+    assert result.returncode == 0, result.stderr
+    assert "1 archived stream left out" in result.stderr
+    lines = (tmp_path / "all.jsonl").read_text().splitlines()
+    checked = verify_bundle(lines, engine.audit.signing.public_bytes)
+    assert checked.ok, checked.problems
+    assert checked.streams == 1
+    assert {json.loads(line).get("stream") for line in lines} - {None} == {str(engine.session_uuid("open"))}
+
+
+def test_an_export_that_fails_leaves_no_file_behind(engine: Engine, tmp_path: Path) -> None:
+    # Given a session whose last event was deleted after a checkpoint signed it
+    _session(engine, "s-1", steps=2)
+    engine.audit.checkpoint()
+    with psycopg.connect(engine.database_url) as conn:
+        conn.execute(
+            SQL(
+                "DELETE FROM {}.flowledger_events WHERE originator_id = %s AND originator_version = 4"
+            ).format(Identifier(engine.settings.schema)),
+            [engine.session_uuid("s-1")],
+        )
+    # When it is exported, Then it is refused and no half-written bundle is left at --out
+    out = tmp_path / "all.jsonl"
+    result = run_cli(engine.database_url, engine.settings.schema, "audit", "export", "--out", str(out))
+    assert result.returncode == 1, result.stderr
+    assert "does not end at the head" in result.stderr
+    assert not out.exists()
