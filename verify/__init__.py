@@ -205,6 +205,9 @@ class BundleReport:
     streams: int = 0
     checkpoint: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
+    declared: int | None = None
+    """How many streams the bundle's header says it holds (the header is not signed: this
+    catches a file cut off, or a stream taken out, not a header edited to match)."""
 
     @property
     def ok(self) -> bool:
@@ -239,6 +242,8 @@ def verify_bundle(lines: Iterable[str], public_key: bytes) -> BundleReport:
             if number == 1 or kind == "header":
                 if number != 1 or kind != "header" or record.get("format") != BUNDLE_FORMAT:
                     report.problems.append(f"line {number}: a bundle starts with its header (format 1)")
+                elif isinstance(record.get("streams"), int):
+                    report.declared = record["streams"]
             elif kind == "checkpoint":
                 root = _check_checkpoint(record, public_key, report, number)
             elif kind == "event":
@@ -258,6 +263,13 @@ def verify_bundle(lines: Iterable[str], public_key: bytes) -> BundleReport:
         report.problems.append(f"stream {current.stream}: its events have no proven head (cut off?)")
     if report.checkpoint is None and not any("checkpoint" in p for p in report.problems):
         report.problems.append("the bundle has no signed checkpoint")
+    if report.declared is not None and report.streams != report.declared:
+        report.problems.append(
+            f"the header declares {report.declared} streams, the bundle holds {report.streams} with a"
+            " proven head (cut off, or streams taken out)"
+        )
+    elif report.streams == 0 and not report.problems:
+        report.problems.append("the bundle holds no stream")
     return report
 
 

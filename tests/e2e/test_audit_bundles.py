@@ -148,3 +148,34 @@ def test_a_bad_public_key_is_one_line_and_exit_2(exported: tuple[Path, str, str]
     assert result.stderr.strip().splitlines() == [
         "error: 'not-a-key' is not an Ed25519 public key (64 hex digits, or a file holding them)"
     ]
+
+
+def test_a_bundle_cut_off_or_missing_a_whole_stream_fails_in_both_verifiers(
+    database_url: str, pg_schema: str, exported: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    # Given an export of the whole log (two streams), then the same bundle without its last
+    # stream (a file cut off at a stream's end), without its first stream, and with no stream
+    _, public_key, _ = exported
+    bundle = tmp_path / "all.jsonl"
+    assert run_cli(database_url, pg_schema, "audit", "export", "--out", str(bundle)).returncode == 0
+    records = read(bundle)
+    heads = [i for i, r in enumerate(records) if r["type"] == "head"]
+    assert len(heads) == 2
+    cuts = {
+        "last stream cut off": records[: heads[0] + 1],
+        "first stream removed": [*records[:2], *records[heads[0] + 1 :]],
+        "every stream cut off": records[:2],
+    }
+    for what, kept in cuts.items():
+        cut = tmp_path / f"{what}.jsonl"
+        write(cut, kept)
+        # When it is checked, Then both verifiers refuse it, saying how many streams are missing
+        # (it had verified: "1 events in 1 streams"; with none, "NOT verified (0 problems)")
+        held = sum(r["type"] == "head" for r in kept)
+        expected = f"the header declares 2 streams, the bundle holds {held}"
+        offline = verify(cut, public_key)
+        assert offline.returncode == 1, (what, offline.stdout)
+        assert expected in offline.stdout, (what, offline.stdout)
+        checked = run_cli(database_url, pg_schema, "audit", "verify", "--file", str(cut))
+        assert checked.returncode == 1, (what, checked.stderr)
+        assert expected in checked.stderr, (what, checked.stderr)
