@@ -31,7 +31,7 @@ from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.engine.retention import RestoreReport
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.retention import RetentionTables
-from flowledger.projections import Projector, archived, projector_for, status
+from flowledger.projections import Projector, archived, projector_for, recent_dead_letters, status
 from flowledger.projections.rebuild import rebuild, verify
 from flowledger.projections.retention import archive
 from flowledger.verify import verify_bundle
@@ -500,6 +500,28 @@ def test_archived_session_written_again_chains_from_its_base(
     assert chain.ok, [f.describe() for f in chain.findings]
     assert verify_log(engine.log, archived=engine.retention.archived()).ok
     assert not verify_log(engine.log).ok  # without the bases, the stream starts at a gap
+    # A rebuild checks the new event's hash from the base's head too: nothing is set aside
+    projector = projector_for(engine)
+    rebuild(projector)
+    assert recent_dead_letters(projector) == []
+    # ... and one edited there is set aside
+    with psycopg.connect(engine.database_url) as conn:
+        stored = SQL("{}.flowledger_events").format(Identifier(engine.settings.schema))
+        edit = SQL(
+            "UPDATE {} SET state = convert_to(replace(convert_from(state, 'UTF8'), 'u-1', 'u-2'), 'UTF8')"
+            " WHERE originator_id = %s AND originator_version = %s"
+        ).format(stored)
+        assert conn.execute(edit, [engine.session_uuid("s-1"), archived.version + 1]).rowcount == 1
+    rebuild(projector)
+    assert {(d.originator_version, d.error.split(":")[0]) for d in recent_dead_letters(projector)} == {
+        (archived.version + 1, "StoredEventAltered")
+    }
+    with psycopg.connect(engine.database_url) as conn:
+        undo = SQL(
+            "UPDATE {} SET state = convert_to(replace(convert_from(state, 'UTF8'), 'u-2', 'u-1'), 'UTF8')"
+            " WHERE originator_id = %s AND originator_version = %s"
+        ).format(stored)
+        conn.execute(undo, [engine.session_uuid("s-1"), archived.version + 1])
     # ... and restoring the archived part gives back one whole stream.
     engine.restore_sessions(bundle)
     assert [e.version for e in engine.history("s-1")] == list(range(1, archived.version + 2))
