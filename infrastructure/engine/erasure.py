@@ -63,6 +63,7 @@ class ErasureService:
         tenant: str,
         log: EventLog,
         archived: Callable[[Sequence[UUID]], dict[UUID, str]] | None = None,
+        sign: Callable[[], object] | None = None,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -70,6 +71,8 @@ class ErasureService:
         self._tenant = tenant
         self._archived = archived
         """Which of some streams retention archived, with their bundles (``docs/retention.md``)."""
+        self._sign = sign
+        """Takes a signed checkpoint (the chain's), so the erasure events are signed at once."""
 
     def forget_user(self, user_id: str, reason: str = "the user asked to be forgotten") -> ForgetReport:
         """Erase every sealed session of ``user_id`` in this tenant; the report names the
@@ -118,6 +121,10 @@ class ErasureService:
         # measured in the clear; the log now reads as markers, which measure smaller, so a fold
         # of it keeps more steps (session_window). Read afresh, the state is that fold.
         self._store.evict(streams)
+        if self._sign is not None and streams:
+            # Signed now: the erasure events are each stream's last, and an event appended after
+            # the latest checkpoint can be deleted from a stream's end unseen (docs/audit.md).
+            self._sign()
         return ForgetReport(sessions=tuple(sessions), keys_destroyed=destroyed, already_erased=tuple(already))
 
     def _unsealed_sessions_of(self, user_id: str) -> tuple[str, ...]:

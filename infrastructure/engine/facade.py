@@ -126,6 +126,7 @@ class Engine:
             self.tenant,
             self.log,
             None if self._audit is None else lambda streams: self.retention.bundles_of(streams),
+            None if self._audit is None or not self.settings.audit_chain else self._audit.checkpoint,
         )
         ledger = None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)
         self.budgets = BudgetService(self.store, ledger, self.tenant, alerts)

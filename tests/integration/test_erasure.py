@@ -404,3 +404,26 @@ def test_forgetting_a_session_again_reports_it_already_erased_not_erased_again(e
     assert (first.sessions, first.keys_destroyed, first.already_erased) == (("s-a1",), 1, ())
     assert (again.sessions, again.keys_destroyed, again.already_erased) == ((), 0, ("s-a1",))
     assert engine.log.head() == head
+
+
+def test_an_erasure_event_deleted_afterwards_is_named_by_audit_verify(engine: Engine) -> None:
+    # Given a user's session, checkpointed, then forgotten
+    engine.start_session("s-1", "support", user_id="alice")
+    engine.record_step("s-1", "answer", input={"q": "secret"})
+    engine.audit.checkpoint()
+    assert engine.forget("alice").sessions == ("s-1",)
+    # When the erasure event (the stream's last) is deleted in the database
+    stream = engine.session_uuid("s-1")
+    with psycopg.connect(engine.database_url, autocommit=True) as conn:
+        deleted = conn.execute(
+            SQL(
+                "DELETE FROM {}.flowledger_events WHERE originator_id = %s AND topic LIKE %s RETURNING"
+                " originator_version"
+            ).format(Identifier(engine.settings.schema)),
+            [stream, "%DataErased"],
+        ).fetchall()
+    assert deleted == [(3,)]
+    # Then audit verify names it: forget signed a checkpoint over it (it was appended after the
+    # latest one, so its deletion from the stream's end went unseen: "ok")
+    findings = verify_chain(engine.audit).findings
+    assert [(f.kind, f.stream, f.version) for f in findings] == [("deleted", stream, 3)]
