@@ -26,6 +26,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from flowledger.adapters.http.dashboard_sessions import session_key_id, session_matches
 from flowledger.adapters.http.guesses import Guesses, retry_after
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.keys import ROLES, ApiKey, PostgresKeyStore, StaticKeys, digest
@@ -95,6 +96,20 @@ class Keyring:
                 self._cache.clear()
             self._cache[held] = (time.monotonic() + KEY_CACHE_S, key)
         return key
+
+    def find_session(self, value: str) -> ApiKey | None:
+        """The key a dashboard session names, as a reader, when the session is one this server's
+        keys made and has not ended, else None (blocking: asks the database for the key as it
+        stands, revoked or expired keys included; the gate judges those)."""
+        key_id = session_key_id(value, time.time())
+        if key_id is None:
+            return None
+        found = self.static.by_id(key_id)
+        if found is None and self.store is not None:
+            found = self.store.by_id(key_id)
+        if found is None or not session_matches(value, found[1]):
+            return None
+        return replace(found[0], role="reader")
 
     def close(self) -> None:
         """Close the database connections."""
@@ -201,10 +216,11 @@ class Gate:
         settings = tenants.base.settings
         self.guesses = guesses or Guesses(settings.http_auth_failures, settings.http_auth_failure_window_s)
 
-    async def admit(self, request: Request, token: str | None, role: str) -> Caller:
+    async def admit(self, request: Request, token: str | None, role: str, *, session: bool = False) -> Caller:
         """The caller, or 401 (no, unknown or expired key), 403 (role, or a Host that is not this
         machine to an app open to local callers only), 429 (the key's rate, or too many refused
-        keys from the caller's address)."""
+        keys from the caller's address). ``session``: ``token`` is the dashboard's sign-in
+        cookie (``dashboard_sessions.py``), which acts as its key's reader."""
         if self.open:
             host = request.headers.get("host", "")
             if self.local_only and not loopback_host(host):
@@ -217,7 +233,7 @@ class Gate:
                 )
             base = self.tenants.base
             return Caller(None, base.tenant, "admin", base)
-        key = await self.known(request, token)
+        key = await self.known(request, token, session=session)
         request.state.key_id, request.state.tenant = key.key_id, key.tenant
         wait = self.limits.take(key.key_id)
         if wait > 0:
@@ -233,7 +249,7 @@ class Gate:
         caller.require(role)
         return caller
 
-    async def known(self, request: Request, token: str | None) -> ApiKey:
+    async def known(self, request: Request, token: str | None, *, session: bool = False) -> ApiKey:
         """The key ``token`` names, or 401 (none sent, or unknown, revoked or expired), or 429
         before any lookup when the caller's address has sent too many refused keys (``Guesses``):
         a valid key from that address is refused too until the address's window ends, since
@@ -249,7 +265,7 @@ class Gate:
         if wait > 0:
             raise HTTPException(429, TOO_MANY_REFUSED, headers={"Retry-After": retry_after(wait)})
         try:
-            key = await run_in_threadpool(self.keys.find, token)
+            key = await run_in_threadpool(self.keys.find_session if session else self.keys.find, token)
         except BaseException:  # the database's fault (or a cancelled request), not a guess
             self.guesses.settle(address, held, refused=False)
             raise

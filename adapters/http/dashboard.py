@@ -180,13 +180,14 @@ async def dashboard_page(
     an invalid window, the page with the error (422)."""
     gate: Gate = request.app.state.gate
     try:
-        token = token_of(request) or request.cookies.get(COOKIE)
+        token = token_of(request)
     except HTTPException as conflict:  # two different keys: the page's 401 is its login form
         return login_page(str(conflict.detail))
     if token is None and key and gate.tenants.base.settings.dashboard_url_keys:
         token = key
+    signed_in = request.cookies.get(COOKIE) if token is None else None
     try:
-        caller = await gate.admit(request, token, "reader")
+        caller = await gate.admit(request, token or signed_in, "reader", session=signed_in is not None)
     except HTTPException as refused:
         return refused_login(refused, token)
     try:

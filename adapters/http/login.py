@@ -1,12 +1,15 @@
-"""The dashboard page's login: a form that takes an API key and keeps it in a cookie.
+"""The dashboard page's login: a form that takes an API key and keeps a session in a cookie.
 
-The cookie is HttpOnly (no script reads it), SameSite=Strict (no other site's page sends
-it), Secure over HTTPS, and scoped to ``/dashboard``: it opens the page only, never the
-JSON API, so a browser holding it cannot be made to write anything.
+The cookie holds a session derived from the key, never the key (``dashboard_sessions.py``:
+8 hours, a reader's, ended with the key). It is HttpOnly (no script reads it),
+SameSite=Strict (no other site's page sends it), Secure over HTTPS, and scoped to
+``/dashboard``: it opens the page only, never the JSON API, so a browser holding it cannot
+be made to write anything.
 """
 
 from __future__ import annotations
 
+import time
 from html import escape
 from typing import Any
 from urllib.parse import parse_qs
@@ -15,11 +18,12 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from flowledger.adapters.http.auth import COOKIE, EXPIRED_KEY, TOO_MANY_REFUSED, Gate
+from flowledger.adapters.http.dashboard_sessions import SESSION_S, session_for
 from flowledger.adapters.http.errors import BASIC, ERROR_CONTENT, responses
 from flowledger.adapters.http.headers import foreign_post, page_policy
+from flowledger.infrastructure.postgres.keys import digest
 
 router = APIRouter(tags=["analytics"])
-_MAX_AGE_S = 8 * 3600
 
 ICON = (
     '<link rel="icon" href="data:image/svg+xml,%3Csvg xmlns=\'http://www.w3.org/2000/svg\''
@@ -127,14 +131,17 @@ async def login(request: Request) -> HTMLResponse | RedirectResponse:
     token = (fields.get("key") or [""])[0].strip()
     gate: Gate = request.app.state.gate
     try:
-        await gate.admit(request, token, "reader")
+        caller = await gate.admit(request, token, "reader")
     except HTTPException as refused:
         return refused_login(refused, token or None, missing="Enter an API key.")
     response = RedirectResponse("/dashboard", status_code=303)
+    # A session derived from the key, not the key: it reads the dashboard, ends, and dies
+    # with the key (dashboard_sessions.py). An open server has no key: its page needs none.
+    signed_in = "" if caller.key_id is None else session_for(caller.key_id, digest(token), time.time())
     response.set_cookie(
         COOKIE,
-        token,
-        max_age=_MAX_AGE_S,
+        signed_in,
+        max_age=SESSION_S,
         path="/dashboard",
         httponly=True,
         samesite="strict",

@@ -33,6 +33,7 @@ ROLES = ("reader", "writer", "admin")
 """Each role may do what the ones before it may."""
 
 _TOKEN = re.compile(r"^flk_([a-z0-9]{12})_[A-Za-z0-9_-]{43}$")
+_KEY_ID = re.compile(r"[a-z0-9]{12}")
 _DDL = """
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.api_keys (
@@ -126,6 +127,10 @@ class StaticKeys:
     def list(self) -> list[ApiKey]:
         """The keys, without secrets."""
         return [key for _, key in self._keys]
+
+    def by_id(self, key_id: str) -> tuple[ApiKey, bytes] | None:
+        """The key with this id and its secret's digest, else None."""
+        return next(((key, stored) for stored, key in self._keys if key.key_id == key_id), None)
 
 
 class PostgresKeyStore:
@@ -246,6 +251,24 @@ class PostgresKeyStore:
         moment (the server caches a found key for a few seconds)."""
         key = self.lookup(token)
         return None if key is None or key.revoked_at is not None else key
+
+    def by_id(self, key_id: str) -> tuple[ApiKey, bytes] | None:
+        """The key with this id, revoked or not, and its token's digest (``digest``), else None:
+        what a dashboard session, which carries the id and not the token, is checked against."""
+        if not _KEY_ID.fullmatch(key_id):
+            return None
+        with self._connection() as conn:
+            row = conn.execute(
+                sql.SQL(
+                    "SELECT tenant, role, label, created_at, token_sha256, expires_at, revoked_at FROM {} "
+                    "WHERE key_id = %s"
+                ).format(self._table),
+                [key_id],
+            ).fetchone()
+        if row is None:
+            return None
+        key = ApiKey(key_id, row[0], row[1], row[2], row[3], revoked_at=row[6], expires_at=row[5])
+        return key, bytes(row[4])
 
     def lookup(self, token: str) -> ApiKey | None:
         """The key whose token this is, revoked or not, else None (a malformed token costs no
