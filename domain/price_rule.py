@@ -110,6 +110,26 @@ class ModelPrice:
         )
         return cost_of(tokens, self)
 
+    def most(self, *, input_tokens: int, output_tokens: int) -> Decimal:
+        """The most a call of ``input_tokens`` in and at most ``output_tokens`` out can cost,
+        whatever the provider then reports them as: the input all at the dearest input-side
+        type (plain, cache read, a five-minute or one-hour cache write), the output all at the
+        dearer of output and reasoning. A one-hour cache write costs twice the input at
+        Anthropic: a prompt the provider writes to the cache priced at the input rate held
+        half of what it cost (``OpenAICompatibleClient.max_cost``)."""
+        n = input_tokens
+        inputs: tuple[dict[str, int], ...] = (
+            {},  # plain input
+            {"cache_read_input_tokens": n},
+            {"cache_creation_input_tokens": n},
+            {"cache_creation_input_tokens": n, "cache_creation_1h_input_tokens": n},
+        )
+        return max(
+            self.cost(input_tokens=n, output_tokens=output_tokens, reasoning_output_tokens=thought, **split)
+            for split in inputs
+            for thought in (0, output_tokens)
+        )
+
     @property
     def has_long_context_tier(self) -> bool:
         """Whether any ``…_above_200k_tokens`` rate is set."""

@@ -295,9 +295,10 @@ class OpenAICompatibleClient:
             raise
 
     def max_cost(self, model: str | None, messages: list[dict[str, Any]]) -> CallEstimate:
-        """The most a call can cost (CostEstimator): the prompt's estimated tokens at the input
-        price plus ``max_tokens`` at the output price (the reasoning price, when dearer), under
-        the price table's name for the model. A model without a price, when the config flags
+        """The most a call can cost (CostEstimator): the prompt's estimated tokens at the dearest
+        input-side price (input, or a cache write when the model's is dearer) plus ``max_tokens``
+        at the output price (the reasoning price, when dearer): ``ModelPrice.most``, under the
+        price table's name for the model. A model without a price, when the config flags
         such calls (``unpriced_models="flag"``), holds nothing: its cost is not known."""
         name = model or self.config.default_model
         price = self._price_now(name)
@@ -306,9 +307,7 @@ class OpenAICompatibleClient:
             return CallEstimate(
                 model=name, max_cost_usd=Decimal(0), prompt_tokens=prompt, max_output_tokens=output
             )
-        dearer = price.output_cost_per_reasoning_token
-        reasoning = output if dearer is not None and dearer > price.output_cost_per_token else 0
-        cost = price.cost(input_tokens=prompt, output_tokens=output, reasoning_output_tokens=reasoning)
+        cost = price.most(input_tokens=prompt, output_tokens=output)
         # The price table's name for the model: a model budget holds under every name the
         # table prices as that model (a provider prefix, a dated version, an alias), as its cost does.
         return CallEstimate(

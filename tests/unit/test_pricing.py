@@ -238,3 +238,47 @@ def test_a_litellm_file_still_leaves_out_entries_that_price_no_chat(tmp_path: Pa
     table = load_price_table(path)
     assert table.knows("chat-1")
     assert not table.knows("embed-1")
+
+
+def test_a_calls_most_is_its_prompt_at_the_dearest_input_type_and_its_cap_at_the_dearest_output() -> None:
+    # Given claude-sonnet-4.5: $3/M input, $3.75/M 5-minute cache writes, $6/M 1-hour writes
+    price = load_price_table().price_for("claude-sonnet-4.5")
+    # When the most a 10,000-token prompt with a 16-token cap can cost is asked
+    most = price.most(input_tokens=10_000, output_tokens=16)
+    # Then it is the prompt written to the 1-hour cache: 10,000 x 6e-6 + 16 x 15e-6,
+    # what the provider bills when the request asks for that cache
+    assert most == Decimal("0.06024")
+    assert most == price.cost(
+        input_tokens=10_000,
+        output_tokens=16,
+        cache_creation_input_tokens=10_000,
+        cache_creation_1h_input_tokens=10_000,
+    )
+    # And a dearer reasoning rate prices the whole cap
+    thinking = ModelPrice(
+        input_cost_per_token=Decimal("1e-6"),
+        output_cost_per_token=Decimal("4e-6"),
+        output_cost_per_reasoning_token=Decimal("5e-6"),
+    )
+    assert thinking.most(input_tokens=100, output_tokens=10) == Decimal("0.00015")
+
+
+def test_a_calls_estimate_holds_what_a_prompt_written_to_the_cache_costs() -> None:
+    # Given a client of the shipped table and a 40,000-character prompt for claude-sonnet-4.5
+    client = OpenAICompatibleClient.from_settings(
+        Settings(llm_base_url="https://llm.test/v1", llm_api_key="sk-test-key"), max_tokens=16
+    )
+    messages = [{"role": "user", "content": "x" * 40_000}]
+    # When its most is estimated
+    estimate = client.max_cost("claude-sonnet-4.5", messages)
+    # Then it holds the prompt at the 1-hour cache-write rate: at the input rate it held
+    # $0.030252 for a call the provider bills $0.060264 when it writes the prompt to that cache
+    price = client.prices.price_for("claude-sonnet-4.5")
+    prompt = estimate.prompt_tokens
+    billed = price.cost(
+        input_tokens=prompt,
+        output_tokens=16,
+        cache_creation_input_tokens=prompt,
+        cache_creation_1h_input_tokens=prompt,
+    )
+    assert estimate.max_cost_usd == billed == Decimal("0.060264")
