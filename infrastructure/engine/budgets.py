@@ -67,6 +67,17 @@ def held_estimate(llm: object, model: str | None, messages: list[dict[str, Any]]
     return estimate.model, estimate.max_cost_usd
 
 
+def recorded_model(llm: object, usage: LlmUsage) -> str:
+    """The model a call made elsewhere (``record_step``) is charged as: the one it asked for
+    (the one that answered when it names none), under the adapter's one name for it
+    (``ModelNames.model_key``: alias, provider prefix, release date resolved), as a call
+    ``process_step`` makes is charged. Charged by the reply's name, a call OpenAI answered as
+    ``gpt-4.1-2025-04-14`` missed the budget on ``gpt-4.1``."""
+    model = usage.request_model or usage.response_model
+    names = getattr(llm, "model_key", None)
+    return names(model) if names is not None and model else model
+
+
 def step_hold_id(session: UUID, key: str, worker: str, started_at: datetime) -> UUID:
     """The reservation id of one attempt at a step (its session's aggregate id, key, worker and
     start): a worker that takes the step over finds the hold of the attempt it abandons."""

@@ -26,7 +26,7 @@ from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.task_views import AgentState, TaskState
 from flowledger.domain.values import JsonObject, LlmUsage, require_count, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
-from flowledger.infrastructure.engine.budgets import BudgetService
+from flowledger.infrastructure.engine.budgets import BudgetService, recorded_model
 from flowledger.infrastructure.engine.checkpointer import Checkpointer
 from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.classify_first import classify_in_queue_order, needs_classifying
@@ -409,7 +409,7 @@ class Engine:
             tenant=self.tenant,
             session=session_id,
             workflow=state.workflow,
-            model=usage.response_model or usage.request_model,
+            model=recorded_model(self.llm, usage),
             user=state.user_id,
         )
         charge_id = uuid5(self.session_uuid(session_id), f"step-cost:{record.version}")

@@ -18,7 +18,13 @@ import httpx
 import psycopg
 import pytest
 
-from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, WebhookNotifier
+from flowledger.adapters.llm import (
+    ApiKey,
+    ClientConfig,
+    OpenAICompatibleClient,
+    WebhookNotifier,
+    load_price_table,
+)
 from flowledger.adapters.llm.alerts import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.budget import Budget, CallScope, budget_uuid
@@ -610,5 +616,42 @@ async def test_a_prompt_in_a_script_of_many_tokens_a_character_is_refused_by_a_b
         assert requests == []
         [burn] = engine.budgets.burn()
         assert (burn.spent_usd, burn.reserved_usd) == (Decimal(0), Decimal(0))
+    finally:
+        await engine.aclose()
+
+
+async def test_a_call_recorded_under_a_dated_release_counts_against_its_models_budget(
+    settings: Settings,
+) -> None:
+    # Given an engine whose adapter prices with the shipped table, and a $1 budget on gpt-4.1
+    config = ClientConfig(
+        base_url="https://llm.test/v1", api_key=ApiKey("sk-budget-1"), default_model="gpt-4.1"
+    )
+    llm = OpenAICompatibleClient(config, prices=load_price_table())
+    engine = Engine(settings=settings, llm=llm)
+    try:
+        engine.start_session("made-elsewhere", "support")
+        engine.budgets.set("model", "gpt-4.1", "day", "1")
+        # When a call made elsewhere is recorded as OpenAI answers it: asked for openai/gpt-4.1,
+        # answered by the dated release
+        usage = LlmUsage(
+            provider="openai",
+            request_model="openai/gpt-4.1",
+            response_model="gpt-4.1-2025-04-14",
+            input_tokens=10,
+            output_tokens=5,
+            cost_usd=Decimal("0.6"),
+        )
+        engine.record_step("made-elsewhere", "a", usage=usage, idempotency_key="ext-1")
+        # Then the model's budget counts it, as it counts a call process_step makes under
+        # either name (it stayed at $0: the charge looked for a budget on the dated name)
+        spent = Decimal(0)
+        for _ in range(100):
+            [burn] = engine.budgets.burn()
+            spent = burn.spent_usd
+            if spent:
+                break
+            time.sleep(0.05)
+        assert spent == Decimal("0.6")
     finally:
         await engine.aclose()
