@@ -248,8 +248,11 @@ class Budget(FlowledgerAggregate):
         class_version = 1
 
         def apply(self, aggregate: Budget) -> None:
-            """Mark it removed."""
+            """Mark it removed, and forget its alerts: its windows go with it, so set again it
+            starts from zero and raises each threshold anew (kept, the alerts the ledger raised
+            again were refused here while their webhooks went out unrecorded)."""
             aggregate.removed = True
+            aggregate.alerted_window, aggregate.alerted = None, ()
 
     class AlertRaised(FlowledgerAggregate.Event):
         """The window's recorded spend reached ``threshold`` % of the limit."""

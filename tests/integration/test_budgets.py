@@ -655,3 +655,36 @@ async def test_a_call_recorded_under_a_dated_release_counts_against_its_models_b
         assert spent == Decimal("0.6")
     finally:
         await engine.aclose()
+
+
+async def test_a_budget_removed_and_set_again_records_each_alert_it_sends_again(
+    settings: Settings, receiver: Receiver
+) -> None:
+    notifier = WebhookNotifier(initial_wait_s=0.01, allow_private=True)  # the receiver is on loopback
+    engine = Engine(settings=settings, alerts=notifier)
+    try:
+        engine.start_session("twice", "support")
+        usage = LlmUsage(
+            provider="x", request_model=MODEL, input_tokens=10, output_tokens=5, cost_usd=Decimal("0.6")
+        )
+        budget_id = budget_uuid(engine.tenant, "tenant", engine.tenant, "day")
+
+        def alerts() -> list[int]:
+            return [e.threshold for e in engine.store.events(budget_id) if isinstance(e, Budget.AlertRaised)]
+
+        # Given an alert budget whose 50 % alert went out
+        engine.budgets.set("tenant", None, "day", "1", mode="alert", webhook_url=receiver.url)
+        engine.record_step("twice", "a", usage=usage, idempotency_key="a")
+        await notifier.drain()
+        assert (alerts(), len(receiver.requests)) == ([50], 1)
+        # When it is removed and set again the same day (its spend starts from zero)
+        engine.budgets.remove("tenant", None, "day")
+        engine.budgets.set("tenant", None, "day", "1", mode="alert", webhook_url=receiver.url)
+        engine.record_step("twice", "b", usage=usage, idempotency_key="b")
+        await notifier.drain()
+        # Then the alert it sends again is recorded again: the webhook went out while the
+        # aggregate, remembering the removed budget's window, refused the event
+        assert len(receiver.requests) == 2
+        assert alerts() == [50, 50]
+    finally:
+        await engine.aclose()
