@@ -238,7 +238,11 @@ class Budget(FlowledgerAggregate):
         webhook_url: str | None
 
         def apply(self, aggregate: Budget) -> None:
-            """Take the new terms; a removed budget is active again."""
+            """Take the new terms; a removed budget is active again. Under another limit the
+            window's alerts are forgotten: the ledger, which knows the spend, decides which
+            thresholds of the new limit are still to raise (``PostgresBudgetLedger.put``)."""
+            if self.limit_usd != aggregate.limit_usd:
+                aggregate.alerted_window, aggregate.alerted = None, ()
             aggregate.limit_usd, aggregate.mode = self.limit_usd, self.mode
             aggregate.webhook_url, aggregate.removed = self.webhook_url, False
 

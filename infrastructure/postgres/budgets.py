@@ -201,8 +201,14 @@ class PostgresBudgetLedger:
     # -- terms -------------------------------------------------------------------------
 
     def put(self, tenant: str, budget_id: UUID, spec: BudgetSpec, webhook_secret: str | None) -> None:
-        """Insert or replace a budget's terms (its windows and their spend are kept)."""
-        with self._connection() as conn:
+        """Insert or replace a budget's terms (its windows and their spend are kept).
+
+        A window keeps, of the alerts it raised, those its spend still reaches under the new
+        limit: raised, the limit's thresholds are raised again as the spend reaches them (the
+        old limit's 50 % stopped the new one's for the rest of the window); lowered, those the
+        spend already passes are raised by the next call settled.
+        """
+        with self._connection() as conn, conn.transaction():
             conn.execute(
                 self._sql(
                     "INSERT INTO {budgets} (budget_id, tenant, scope, subject, period, limit_usd, mode,"
@@ -214,6 +220,14 @@ class PostgresBudgetLedger:
                 [budget_id, tenant, spec.scope, spec.subject, spec.period, spec.limit_usd, spec.mode,
                  spec.webhook_url, webhook_secret],
             )  # fmt: skip
+            conn.execute(
+                self._sql(
+                    "UPDATE {windows} SET alerted = ARRAY(SELECT t FROM unnest(alerted) AS t"
+                    " WHERE spent_usd * 100 >= %(limit)s * t ORDER BY t)"
+                    " WHERE budget_id = %(id)s AND cardinality(alerted) > 0"
+                ),
+                {"id": budget_id, "limit": spec.limit_usd},
+            )
 
     def delete(self, budget_id: UUID) -> bool:
         """Drop a budget with its windows and reservations; False when there was none."""

@@ -688,3 +688,40 @@ async def test_a_budget_removed_and_set_again_records_each_alert_it_sends_again(
         assert alerts() == [50, 50]
     finally:
         await engine.aclose()
+
+
+async def test_a_limit_raised_within_a_window_alerts_at_the_new_limits_thresholds(settings: Settings) -> None:
+    engine = Engine(settings=settings)
+    try:
+        engine.start_session("raised", "support")
+        budget_id = budget_uuid(engine.tenant, "tenant", engine.tenant, "day")
+
+        def spend(step: str, cost: str) -> None:
+            usage = LlmUsage(
+                provider="x", request_model=MODEL, input_tokens=1, output_tokens=1, cost_usd=Decimal(cost)
+            )
+            engine.record_step("raised", step, usage=usage, idempotency_key=step)
+
+        def alerts() -> list[tuple[int, Decimal]]:
+            return [
+                (e.threshold, e.limit_usd)
+                for e in engine.store.events(budget_id)
+                if isinstance(e, Budget.AlertRaised)
+            ]
+
+        # Given a $1 alert budget that raised its 50 % alert at $0.60
+        engine.budgets.set("tenant", None, "day", "1", mode="alert")
+        spend("a", "0.6")
+        assert alerts() == [(50, Decimal(1))]
+        # When the owner raises the limit to $10 and the day's spend reaches $5.10
+        engine.budgets.set("tenant", None, "day", "10", mode="alert")
+        spend("b", "4.5")
+        # Then 50 % of the new limit is raised: the window remembered the old limit's 50 %
+        # and raised nothing for the rest of the day
+        assert alerts() == [(50, Decimal(1)), (50, Decimal(10))]
+        # And lowered back to $1, the thresholds the spend now passes are raised at the next call
+        engine.budgets.set("tenant", None, "day", "1", mode="alert")
+        spend("c", "0.01")
+        assert [t for t, _ in alerts()] == [50, 50, 80, 100]
+    finally:
+        await engine.aclose()
