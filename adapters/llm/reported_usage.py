@@ -19,8 +19,10 @@ writes, ``output_tokens`` include reasoning). The shapes:
 
 A count is a whole number from 0 to ``MAX_TOKENS`` (10^12, what the ledger stores), sent as an
 integer, an integer-valued float (``1000.0``) or a string of ASCII digits (``"1000"``); one
-left out or null is 0. Any other (negative, past 10^12, fractional, not finite, a boolean,
-other text) cannot be read: it is named in ``unreadable``
+left out or null is 0, except the two every reply of its shape carries (OpenAI chat's
+``prompt_tokens`` and ``completion_tokens``, the Responses API's and Anthropic's ``input_tokens``
+and ``output_tokens``), which cannot be read then. Any other (negative, past 10^12,
+fractional, not finite, a boolean, other text) cannot be read: it is named in ``unreadable``
 and counted 0, and the attempt's cost is not known (``usage.attempt_cost``), never a silent $0.
 Impossible sub-counts are clamped, not trusted: a reply never makes the usage invalid.
 """
@@ -92,8 +94,8 @@ def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
     )
     return _clamped(
         read,
-        input_tokens=read(usage, "prompt_tokens"),
-        output_tokens=read(usage, "completion_tokens"),
+        input_tokens=read.required(usage, "prompt_tokens"),
+        output_tokens=read.required(usage, "completion_tokens"),
         # DeepSeek's own API names its cache hits only as prompt_cache_hit_tokens.
         cached=read(prompt_details, "cached_tokens") or read(usage, "prompt_cache_hit_tokens"),
         reasoning=read(completion_details, "reasoning_tokens"),
@@ -107,8 +109,8 @@ def _openai_responses(usage: dict[str, Any]) -> ReportedUsage:
     read = _Counts()
     return _clamped(
         read,
-        input_tokens=read(usage, "input_tokens"),
-        output_tokens=read(usage, "output_tokens"),
+        input_tokens=read.required(usage, "input_tokens"),
+        output_tokens=read.required(usage, "output_tokens"),
         cached=read(_object(usage.get("input_tokens_details")), "cached_tokens"),
         reasoning=read(_object(usage.get("output_tokens_details")), "reasoning_tokens"),
     )
@@ -123,8 +125,8 @@ def _anthropic(usage: dict[str, Any]) -> ReportedUsage:
     cached = read(usage, "cache_read_input_tokens")
     return _clamped(
         read,
-        input_tokens=read(usage, "input_tokens") + cached + writes,
-        output_tokens=read(usage, "output_tokens"),
+        input_tokens=read.required(usage, "input_tokens") + cached + writes,
+        output_tokens=read.required(usage, "output_tokens"),
         cached=cached,
         writes=writes,
         writes_1h=written_1h,
@@ -169,6 +171,15 @@ class _Counts:
                 return count
         self.unreadable.append(key)
         return 0
+
+    def required(self, source: dict[str, Any], key: str) -> int:
+        """A count every usage of its shape carries: left out or null, it is not known either
+        (named, counted 0). Read as 0 output tokens, a reply whose proxy dropped
+        ``completion_tokens`` was priced at its prompt alone, past any enforced budget."""
+        if source.get(key) is None:
+            self.unreadable.append(key)
+            return 0
+        return self(source, key)
 
 
 def _clamped(

@@ -59,7 +59,11 @@ def test_a_count_that_cannot_be_read_is_named_not_read_as_zero(count: Any) -> No
             ("cached_tokens",),
         ),
         (
-            {"prompt_tokens": 1, "completion_tokens_details": {"reasoning_tokens": False}},
+            {
+                "prompt_tokens": 1,
+                "completion_tokens": 2,
+                "completion_tokens_details": {"reasoning_tokens": False},
+            },
             ("reasoning_tokens",),
         ),
     ],
@@ -71,9 +75,22 @@ def test_an_unreadable_count_is_named_in_every_usage_shape(usage: Any, unreadabl
 
 def test_a_count_left_out_or_null_is_none_used_not_unreadable() -> None:
     parsed = parse_usage(
-        {"prompt_tokens": 10, "completion_tokens": None, "prompt_tokens_details": None, "cost": None}
+        {
+            "prompt_tokens": 10,
+            "completion_tokens": 3,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": {"reasoning_tokens": None},
+            "cost": None,
+        }
     )
-    assert (parsed.input_tokens, parsed.output_tokens, parsed.unreadable) == (10, 0, ())
+    assert (parsed.input_tokens, parsed.output_tokens, parsed.unreadable) == (10, 3, ())
+    assert (parsed.cache_read_input_tokens, parsed.reasoning_output_tokens) == (0, 0)
+
+
+def test_a_count_every_reply_of_its_shape_carries_left_out_or_null_is_not_known() -> None:
+    # (completion_tokens null was read as 0 output tokens: the call priced at its prompt alone)
+    parsed = parse_usage({"prompt_tokens": 10, "completion_tokens": None})
+    assert (parsed.input_tokens, parsed.output_tokens, parsed.unreadable) == (10, 0, ("completion_tokens",))
 
 
 @pytest.mark.parametrize(

@@ -337,6 +337,32 @@ async def test_a_reply_whose_counts_cannot_be_read_is_unpriced_not_a_silent_zero
     assert call_cost(u, REPRICED_AT, [REPRICING]).unpriced is True
 
 
+@pytest.mark.parametrize(
+    ("usage", "missing"),
+    [
+        ({"prompt_tokens": 1000}, ["completion_tokens"]),
+        ({"prompt_tokens": 1000, "completion_tokens": None}, ["completion_tokens"]),
+        ({"prompt_tokens": None, "completion_tokens": 100}, ["prompt_tokens"]),
+        ({"input_tokens": 1000}, ["output_tokens"]),
+        ({"input_tokens": 1000, "output_tokens": 10, "input_tokens_details": {}}, []),
+    ],
+    ids=["chat without completion", "chat null completion", "chat null prompt", "anthropic", "responses"],
+)
+async def test_a_reply_that_leaves_out_a_count_its_shape_always_has_is_unpriced(
+    usage: dict[str, Any], missing: list[str]
+) -> None:
+    # Given an answer whose usage leaves out (or nulls) a count every reply of its shape carries
+    u = await priced("gpt-4.1", reply(usage))
+    # Then what it cost is not known, and the log names the count: priced as 0 output tokens,
+    # a proxy that dropped completion_tokens paid only for the prompt ($0.002), past any budget
+    [answer] = u.extra["attempt_log"]
+    if missing:
+        assert (u.unpriced, u.billed_unreported) == (True, True)
+        assert (answer["cost_usd"], answer["unreadable_usage"]) == (None, missing)
+    else:
+        assert (u.unpriced, answer["cost_usd"]) == (False, "0.0020800")
+
+
 async def test_a_providers_own_charge_prices_a_reply_whose_counts_cannot_be_read() -> None:
     u = await priced(
         "openrouter/openai/gpt-4.1", reply({"prompt_tokens": "?", "completion_tokens": 1, "cost": 0.5})
