@@ -22,7 +22,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import naming, reported_errors
-from flowledger.adapters.cli.rendering import whole_cells
+from flowledger.adapters.cli.rendering import money, whole_cells
 from flowledger.adapters.llm.pricing import MAX_PRICE_FILE_BYTES, SHIPPED_FILE, read_price_file
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.pricing import ModelPrice
@@ -132,7 +132,7 @@ def _reprice(engine: Engine, start: datetime, path: Path | None, *, dry_run: boo
     for column in ("day", "model", "calls", "unpriced", "cost $"):
         after.add_column(column, justify="left" if column in ("day", "model") else "right")
     for (model, day), row in sorted(now.items(), key=lambda item: (item[0][1], item[0][0])):
-        after.add_row(str(day), escape(model), f"{row.calls:,}", f"{row.unpriced:,}", f"{row.cost_usd:.6f}")
+        after.add_row(str(day), escape(model), f"{row.calls:,}", f"{row.unpriced:,}", money(row.cost_usd, 6))
     console.print(whole_cells(after))
 
 
@@ -146,9 +146,9 @@ def _changes_table(changes: list[Change]) -> Table:
             escape(c.model),
             f"{c.calls:,}",
             f"{c.unpriced_before}->{c.unpriced_after}",
-            f"{c.before_usd:.6f}",
-            f"{c.after_usd:.6f}",
-            f"{c.change_usd:+.6f}",
+            money(c.before_usd, 6),
+            money(c.after_usd, 6),
+            money(c.change_usd, 6, sign=True),
         )
     if not changes:
         out.add_row("-", "no calls from then on", "0", "-", "-", "-", "-")

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import fail, reported_errors, say_problem
-from flowledger.adapters.cli.rendering import whole_cells
+from flowledger.adapters.cli.rendering import money, whole_cells
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.bounds import require_name, require_tenant
@@ -258,7 +258,7 @@ def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Tabl
             f"{r.calls:,}",
             escape(errors),
             tokens,
-            f"{r.cost_usd:.4f}" + (f" +{r.unpriced_calls} unpriced" if r.unpriced_calls else ""),
+            money(r.cost_usd, 4) + (f" +{r.unpriced_calls} unpriced" if r.unpriced_calls else ""),
             latency,
         )
     return whole_cells(table)
@@ -364,9 +364,9 @@ def dashboard_command(
                     out.add_row(
                         *(str(g) for g in r.group),
                         str(r.calls),
-                        f"{r.recorded_cost_usd:.6f}",
-                        f"{r.repriced_cost_usd:.6f}",
-                        f"{r.difference_usd:+.6f}",
+                        money(r.recorded_cost_usd, 6),
+                        money(r.repriced_cost_usd, 6),
+                        money(r.difference_usd, 6, sign=True),
                     )
                 console.print(out)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 from rich.console import Console
@@ -15,6 +16,15 @@ from flowledger.infrastructure.history import HistoryEntry
 
 RULE_MARGIN = 4
 """What a rule adds around its title: a line piece and a space on each side."""
+
+
+def money(amount: Decimal, places: int, *, sign: bool = False) -> str:
+    """``amount`` with at least ``places`` decimals and every further one it has: exact, as
+    the ledger and the projections hold it. At a fixed ``places`` a gemini-2.5-flash day of
+    $0.00004 read 0.0000 in ``dashboard``, and a repricing to $0.00028 read 0.0003."""
+    exponent = amount.normalize().as_tuple().exponent
+    shown = max(places, -exponent) if isinstance(exponent, int) else places
+    return f"{amount:{'+' if sign else ''}.{shown}f}"
 
 
 def heading(console: Console, title: str, detail: str = "") -> None:

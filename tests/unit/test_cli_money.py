@@ -1,0 +1,48 @@
+"""The CLI's cost cells are exact: at least a column's decimals, and every further one a cost has."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from rich.console import Console
+
+from flowledger.adapters.cli.projection_commands import dashboard_table
+from flowledger.adapters.cli.rendering import money
+from flowledger.projections.cost_queries import DashboardRow
+
+
+def test_a_cost_below_the_columns_decimals_is_shown_whole_not_rounded_away() -> None:
+    # (the dashboard printed $0.00004 as 0.0000 and $0.00028 as 0.0003)
+    assert money(Decimal("0.00004"), 4) == "0.00004"
+    assert money(Decimal("0.00028000"), 4) == "0.00028"
+    assert money(Decimal("0.0084"), 4) == "0.0084"
+    assert money(Decimal("0.01"), 4) == "0.0100"
+    assert money(Decimal("0E-9"), 4) == "0.0000"
+    assert money(Decimal("-0.00972"), 6, sign=True) == "-0.009720"
+    assert money(Decimal("0.0000125"), 6, sign=True) == "+0.0000125"
+
+
+def test_the_dashboard_shows_a_cheap_models_cost_exactly() -> None:
+    # Given a day of gemini-2.5-flash calls that cost $0.00004 in all
+    row = DashboardRow(
+        group=("gemini-2.5-flash",),
+        calls=4,
+        errors=0,
+        errors_by_type={},
+        input_tokens=100,
+        output_tokens=4,
+        cached_tokens=0,
+        reasoning_tokens=0,
+        cost_usd=Decimal("0.0000400"),
+        latency_avg_ms=10.0,
+        latency_p50_ms=10.0,
+        latency_p95_ms=10.0,
+        latency_p99_ms=10.0,
+    )
+    # When the dashboard table is printed
+    console = Console(width=200, record=True)
+    console.print(dashboard_table([row], ["model"], "model calls"))
+    # Then its cost reads $0.00004, not 0.0000 (free)
+    text = console.export_text()
+    assert "0.00004" in text
+    assert "0.0000 " not in text
