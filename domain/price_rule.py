@@ -7,7 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from decimal import Decimal
+from decimal import (
+    MAX_EMAX,
+    MAX_PREC,
+    MIN_EMIN,
+    Context,
+    Decimal,
+    DivisionByZero,
+    InvalidOperation,
+    Overflow,
+    localcontext,
+)
 from typing import Any
 
 from flowledger.domain.errors import ValidationError
@@ -15,6 +25,15 @@ from flowledger.domain.errors import ValidationError
 LONG_CONTEXT_TOKENS = 200_000
 """A call whose input (cached and cache writes included) exceeds this many tokens is priced at
 the ``…_above_200k_tokens`` rates where the model has them (LiteLLM's rule)."""
+
+
+EXACT = Context(
+    prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[InvalidOperation, DivisionByZero, Overflow]
+)
+"""The context money is added and multiplied in: no rounding at all (a product has at most the
+digits of its factors), whatever the thread's context says. Under the thread's own, an embedding
+service's ``getcontext().prec = 6`` made a $1.524596 call cost $1.52460, and the default 28
+digits dropped the last digit of 987,654,321,987 tokens at a 17-digit price."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +193,11 @@ def cost_of(tokens: TokenCounts, price: ModelPrice, *, long_context: bool | None
     the cost of summed counts is the sum of costs, when ``long_context`` says which tier
     the calls summed were in (None: decide from ``tokens``, one call's counts).
     """
+    with localcontext(EXACT):
+        return _cost_of(tokens, price, long_context)
+
+
+def _cost_of(tokens: TokenCounts, price: ModelPrice, long_context: bool | None) -> Decimal:
     p = price
     if long_context is None:
         long_context = tokens.input_tokens > LONG_CONTEXT_TOKENS

@@ -10,7 +10,14 @@ Reading a price file is I/O and stays in the adapter (``load_price_table``).
 
 from __future__ import annotations
 
-from flowledger.domain.price_rule import LONG_CONTEXT_TOKENS, TOKEN_FIELDS, ModelPrice, TokenCounts, cost_of
+from flowledger.domain.price_rule import (
+    EXACT,
+    LONG_CONTEXT_TOKENS,
+    TOKEN_FIELDS,
+    ModelPrice,
+    TokenCounts,
+    cost_of,
+)
 from flowledger.domain.price_table import (
     DatedPrice,
     PriceTable,
@@ -20,6 +27,7 @@ from flowledger.domain.price_table import (
 )
 
 __all__ = [
+    "EXACT",
     "LONG_CONTEXT_TOKENS",
     "TOKEN_FIELDS",
     "DatedPrice",

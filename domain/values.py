@@ -10,7 +10,7 @@ import json
 import math
 import struct
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from hashlib import blake2b
 from typing import Any
 
@@ -41,7 +41,7 @@ from flowledger.domain.bounds import (
     storable,
 )
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.price_rule import TOKEN_FIELDS
+from flowledger.domain.price_rule import EXACT, TOKEN_FIELDS
 
 JsonObject = dict[str, Any]
 
@@ -190,8 +190,10 @@ class LlmUsage:
 
     @property
     def charged_usd(self) -> Decimal:
-        """Everything the call was billed: the reply's cost and the retried attempts'."""
-        return self.cost_usd + self.retried_cost_usd
+        """Everything the call was billed: the reply's cost and the retried attempts', exactly
+        (``EXACT``, whatever the thread's decimal context)."""
+        with localcontext(EXACT):
+            return self.cost_usd + self.retried_cost_usd
 
     def to_dict(self) -> JsonObject:
         """A JSON-ready dict (costs as strings, to keep them exact).

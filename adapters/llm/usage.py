@@ -14,13 +14,13 @@ like an answer that reports no usage or counts that cannot be read, makes the ca
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from flowledger.adapters.llm.completion import ParsedCompletion
 from flowledger.adapters.llm.reported_usage import ReportedUsage
 from flowledger.adapters.llm.retry import AttemptOutcome
-from flowledger.domain.pricing import ModelPrice
+from flowledger.domain.pricing import EXACT, ModelPrice
 from flowledger.domain.values import LlmUsage, plain_decimal
 
 
@@ -84,7 +84,8 @@ def build_usage(
             billed += 1
             unpriced = unpriced or cost is None
             if index < len(outcomes) - 1 and cost is not None:
-                retried += cost
+                with localcontext(EXACT):
+                    retried += cost
         elif outcome.billed_unreported:
             # The provider had the prompt (its reply was lost, or its stream ended before the
             # usage chunk): billed, for what is not known. What is known is kept; no token

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 from uuid import UUID
 
@@ -24,6 +24,7 @@ from psycopg.rows import dict_row
 
 from flowledger.domain.budget import THRESHOLDS, BudgetAlert, BudgetSpec, CallScope, window_start
 from flowledger.domain.errors import BudgetExceeded
+from flowledger.domain.pricing import EXACT
 from flowledger.infrastructure.postgres.database import deadlines_of
 from flowledger.infrastructure.postgres.ddl import create_budget_tables
 from flowledger.infrastructure.postgres.lazy_pool import LazyPool
@@ -332,9 +333,11 @@ class PostgresBudgetLedger:
                 budget = _row(window)
                 if budget.spec.mode != "enforce":
                     continue
-                spent, reserved = window["spent_usd"], window["reserved_usd"] - window["lapsed_usd"]
+                with localcontext(EXACT):  # not the thread's context: it may round
+                    spent, reserved = window["spent_usd"], window["reserved_usd"] - window["lapsed_usd"]
+                    held = spent + reserved + estimate
                 # A spent budget refuses even a call of unknown (zero) estimate.
-                if spent + reserved + estimate > budget.spec.limit_usd or spent >= budget.spec.limit_usd:
+                if held > budget.spec.limit_usd or spent >= budget.spec.limit_usd:
                     raise BudgetExceeded(
                         str(budget.budget_id),
                         scope=budget.spec.scope,

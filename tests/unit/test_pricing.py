@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from pathlib import Path
 
 import httpx
@@ -11,6 +11,7 @@ import pytest
 
 from flowledger.adapters.llm import ModelPrice, OpenAICompatibleClient, load_price_table
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
+from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Settings
 
 PER_MILLION = Decimal(1_000_000)
@@ -282,3 +283,23 @@ def test_a_calls_estimate_holds_what_a_prompt_written_to_the_cache_costs() -> No
         cache_creation_1h_input_tokens=prompt,
     )
     assert estimate.max_cost_usd == billed == Decimal("0.060264")
+
+
+def test_a_cost_is_exact_past_28_digits_and_whatever_decimal_context_the_thread_has() -> None:
+    # Given a price written with 17 significant digits
+    price = ModelPrice(
+        input_cost_per_token=Decimal("1.2345678901234567e-06"),
+        output_cost_per_token=Decimal("4.9382715604938268e-06"),
+    )
+    # When 987,654,321,987 input tokens are priced: 29 significant digits
+    huge = price.cost(input_tokens=987_654_321_987, output_tokens=123_456_789)
+    # Then none is rounded away (the default context's 28 digits dropped the last one)
+    assert huge == Decimal("1219935.9756168723278743026081")
+    # And a service that embeds the engine and sets its own precision changes no cost
+    with localcontext() as embedder:
+        embedder.prec = 6
+        cost = price.cost(input_tokens=1_234_567, output_tokens=89)
+        usage = LlmUsage(cost_usd=cost, retried_cost_usd=Decimal("0.0000001"))
+        charged = usage.charged_usd
+    assert cost == Decimal("1.5245962825749295183341")  # was 1.52460
+    assert charged == Decimal("1.5245963825749295183341")
