@@ -258,11 +258,15 @@ class PostgresBudgetLedger:
         return bool(row and row[0])
 
     def burn(self, tenant: str, now: datetime) -> list[Burn]:
-        """Every budget of the tenant with its current window's spent and reserved amounts."""
+        """Every budget of the tenant with its current window's spent and reserved amounts;
+        a lapsed hold is not reserved (the next reservation on its window releases its row, but
+        with no call since, a dead worker's hold was listed as reserved for good)."""
         query = self._sql(
             "SELECT b.budget_id, b.scope, b.subject, b.period, b.limit_usd, b.mode, b.webhook_url,"
             " CASE b.period WHEN 'day' THEN %(day)s WHEN 'month' THEN %(month)s ELSE %(total)s END AS start,"
-            " coalesce(w.spent_usd, 0) AS spent_usd, coalesce(w.reserved_usd, 0) AS reserved_usd"
+            " coalesce(w.spent_usd, 0) AS spent_usd, greatest(coalesce(w.reserved_usd, 0) - coalesce(("
+            "SELECT sum(r.amount_usd) FROM {holds} r WHERE r.budget_id = w.budget_id"
+            " AND r.window_start = w.window_start AND r.expires_at < %(now)s), 0), 0) AS reserved_usd"
             " FROM {budgets} b LEFT JOIN {windows} w ON w.budget_id = b.budget_id AND w.window_start ="
             " CASE b.period WHEN 'day' THEN %(day)s WHEN 'month' THEN %(month)s ELSE %(total)s END"
             " WHERE b.tenant = %(tenant)s ORDER BY b.scope, b.subject, b.period"
@@ -270,7 +274,7 @@ class PostgresBudgetLedger:
         starts = {p: window_start(p, now) for p in ("day", "month", "total")}
         with self._connection() as conn:
             cursor = conn.cursor(row_factory=dict_row)
-            rows = cursor.execute(query, {"tenant": tenant, **starts}).fetchall()
+            rows = cursor.execute(query, {"tenant": tenant, "now": now, **starts}).fetchall()
         return [
             Burn(
                 budget_id=r["budget_id"],

@@ -270,9 +270,15 @@ async def test_a_lapsed_reservation_is_released_for_the_next_call(settings: Sett
         assert engine.budgets.reserve(scope, Decimal("0.4")) is not None
         with pytest.raises(BudgetExceeded):
             engine.budgets.reserve(scope, Decimal("0.4"))
-        # Once its hold lapsed, the next reservation releases it and is admitted
+        # Once its hold lapsed, the budget's burn no longer counts it, though no call came since
+        # (budgets list showed the dead hold as reserved until the next reservation on the window)
         clock.now += timedelta(seconds=engine.budgets.reservation_ttl_s + 1)
+        [burn] = engine.budgets.burn()
+        assert (burn.spent_usd, burn.reserved_usd) == (Decimal(0), Decimal(0))
+        # And the next reservation releases it and is admitted
         assert engine.budgets.reserve(scope, Decimal("0.4")) is not None
+        [burn] = engine.budgets.burn()
+        assert burn.reserved_usd == Decimal("0.4")
         assert ledger.open_reservations([scope_budget]) == 1
     finally:
         await engine.aclose()
