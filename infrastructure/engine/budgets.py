@@ -255,11 +255,15 @@ class BudgetService:
             self._none_until = time.monotonic() + NO_BUDGETS_CACHE_S
             return False
 
-    def charge(self, scope: CallScope, cost_usd: Decimal, charge_id: UUID) -> list[Raised]:
-        """Add the recorded cost of a call made elsewhere, once per ``charge_id``; the alerts it raised."""
+    def charge(
+        self, scope: CallScope, cost_usd: Decimal, charge_id: UUID, at: datetime | None = None
+    ) -> list[Raised]:
+        """Add the recorded cost of a call made elsewhere, once per ``charge_id``, to the windows
+        holding ``at`` (when it was recorded; None: now); the alerts it raised. A charge that
+        waited for the ledger past midnight counted in the next day, taken from the clock."""
         if self._ledger is None or time.monotonic() < self._none_until:
             return []
-        raised = self._ledger.charge(scope, cost_usd, self._store.clock(), charge_id)
+        raised = self._ledger.charge(scope, cost_usd, at or self._store.clock(), charge_id)
         self._record_alerts(raised)
         return raised
 

@@ -413,7 +413,7 @@ class Engine:
             user=state.user_id,
         )
         charge_id = uuid5(self.session_uuid(session_id), f"step-cost:{record.version}")
-        return self.budgets.charge(scope, usage.charged_usd, charge_id)
+        return self.budgets.charge(scope, usage.charged_usd, charge_id, at=record.recorded_at)
 
     async def process_step(
         self,

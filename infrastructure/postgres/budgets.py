@@ -437,7 +437,8 @@ class PostgresBudgetLedger:
             return self._raise_alerts(cursor, tenant, rows)
 
     def charge(self, scope: CallScope, cost_usd: Decimal, now: datetime, charge_id: UUID) -> list[Raised]:
-        """Add the cost of a call made elsewhere (``record_step``) to the budgets it is charged to.
+        """Add the cost of a call made elsewhere (``record_step``) to the budgets it is charged to,
+        in their windows holding ``now`` (when the call was recorded).
 
         Once per ``charge_id``: a repeated record (same step, same key) charges nothing.
         """

@@ -731,3 +731,50 @@ async def test_a_limit_raised_within_a_window_alerts_at_the_new_limits_threshold
         assert [t for t, _ in alerts()] == [50, 50, 80, 100]
     finally:
         await engine.aclose()
+
+
+def test_a_recorded_steps_charge_that_lands_after_midnight_counts_in_the_day_it_was_recorded(
+    settings: Settings,
+) -> None:
+    # Given a day budget, a minute before midnight (UTC), and its ledger locked by another session
+    clock = SetClock(datetime(2026, 11, 30, 23, 59, 30, tzinfo=UTC))
+    engine = Engine(settings=settings.with_overrides(operation_deadline_s=1.0), clock=clock)
+    holder = psycopg.connect(settings.database_url or "")
+    windows = psycopg.sql.Identifier(settings.schema, "budget_windows")
+    try:
+        engine.start_session("late", "support")
+        engine.budgets.set("tenant", None, "day", "10")
+        usage = LlmUsage(
+            provider="x", request_model=MODEL, input_tokens=1, output_tokens=1, cost_usd=Decimal("0.5")
+        )
+        engine.record_step("late", "a", usage=usage)
+        holder.execute(psycopg.sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(windows))
+        # When a step is recorded at 23:59:30 and its charge lands after midnight
+        record = engine.record_step("late", "b", usage=usage)
+        assert record.recorded_at.day == 30
+        clock.now += timedelta(minutes=1)
+        holder.rollback()
+        charged = 0
+        for _ in range(100):
+            row = holder.execute(
+                psycopg.sql.SQL("SELECT count(*) FROM {}").format(
+                    psycopg.sql.Identifier(settings.schema, "budget_charges")
+                )
+            ).fetchone()
+            holder.rollback()
+            charged = row[0] if row else 0
+            if charged == 2:
+                break
+            time.sleep(0.05)
+        assert charged == 2
+        # Then the day it was recorded counts it, not the next (its window was taken from the
+        # clock when the charge landed: 2026-12-01 spent $0.50 of a call made on 30 November)
+        spent = dict(
+            holder.execute(
+                psycopg.sql.SQL("SELECT window_start::date::text, spent_usd FROM {}").format(windows)
+            ).fetchall()
+        )
+        assert spent == {"2026-11-30": Decimal("1.0")}
+    finally:
+        holder.close()
+        engine.close()
