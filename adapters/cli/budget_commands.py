@@ -78,6 +78,12 @@ def set_budget(
         from flowledger.adapters.llm.alerts import require_public_destination  # (httpx: not at start-up)
 
         require_public_destination(webhook_url, allow_private=engine.settings.webhook_allow_private)
+        if scope is Scope.model and engine.budgets.charged_as is None and engine.settings.llm_base_url:
+            # The server calling the model (same settings) charges its calls by this table's names.
+            from flowledger.adapters.llm.pricing import load_price_table
+
+            table = load_price_table(engine.settings.pricing_file)
+            engine.budgets.charged_as = lambda name: table.resolve(name) or name
         made = engine.budgets.set(
             scope.value,
             subject,

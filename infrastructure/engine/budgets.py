@@ -116,6 +116,9 @@ class BudgetService:
         self._asking = threading.Lock()
         self.later = LaterCharges(CHARGE_RETRY_S)
         """Charges of stored steps waiting for the ledger."""
+        self.charged_as: Callable[[str], str] | None = None
+        """The name calls to a model are charged as (the LLM adapter's ``model_key``: the price
+        table's name), which a model budget must be set on to hold; None: not known here."""
 
     @property
     def tenant(self) -> str:
@@ -158,6 +161,7 @@ class BudgetService:
             mode=mode,
             webhook_url=webhook_url,
         )
+        self._require_charged_name(spec)
         if webhook_secret is not None and (webhook_url is None or not 16 <= len(webhook_secret) <= 200):
             raise ValidationError("webhook_secret", "needs a webhook_url and 16 to 200 characters")
         made = None
@@ -171,6 +175,20 @@ class BudgetService:
         ledger.put(self._tenant, budget_id, spec, webhook_secret)
         self._none_until = 0.0
         return BudgetSet(budget_id=str(budget_id), spec=spec, changed=changed, webhook_secret=made)
+
+    def _require_charged_name(self, spec: BudgetSpec) -> None:
+        """Refuse a model budget on a name no call is charged as: calls to ``openai/gpt-4.1``,
+        ``gpt-4.1-2025-04-14`` or an alias are charged as ``gpt-4.1``, so an enforced budget set
+        on one of those other names was accepted and never refused a call."""
+        if spec.scope != "model" or self.charged_as is None:
+            return
+        charged = self.charged_as(spec.subject)
+        if charged != spec.subject:
+            raise ValidationError(
+                "subject",
+                f"calls to {spec.subject!r} are charged as {charged!r}, the price table's name for it:"
+                f" a budget on {spec.subject!r} would never hold; set it on {charged!r}",
+            )
 
     def remove(self, scope: str, subject: str | None, period: str) -> str:
         """Remove a budget (its windows' spend goes with it); BudgetNotFound when none is set."""

@@ -130,6 +130,7 @@ class Engine:
         )
         ledger = None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)
         self.budgets = BudgetService(self.store, ledger, self.tenant, alerts)
+        self.budgets.charged_as = getattr(llm, "model_key", None)
         self.steps = StepService(
             self.store, self.sessions, llm, pool_size=self.settings.pool_size, budgets=self.budgets
         )
@@ -266,6 +267,7 @@ class Engine:
         self._lend_clock(llm)
         self.steps.llm = llm
         self.classifier.llm = llm
+        self.budgets.charged_as = getattr(llm, "model_key", None)
 
     def _lend_clock(self, llm: LlmPort | None) -> None:
         """An adapter that prices by the time of a call reads it from this engine's clock."""

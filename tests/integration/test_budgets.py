@@ -778,3 +778,26 @@ def test_a_recorded_steps_charge_that_lands_after_midnight_counts_in_the_day_it_
     finally:
         holder.close()
         engine.close()
+
+
+async def test_a_model_budget_on_a_name_calls_are_not_charged_as_is_refused_naming_the_one_they_are(
+    settings: Settings, simulator: Any
+) -> None:
+    engine = Engine(settings=settings, llm=client(simulator.base_url))
+    try:
+        engine.start_session("prefixed", "support")
+        # When a budget is set on the name the caller's code uses, with a provider prefix
+        with pytest.raises(ValidationError) as refused:
+            engine.budgets.set("model", f"openrouter/{MODEL}", "day", "0.000001")
+        # Then it is refused, naming the price table's name: accepted, it never held, and a
+        # call to openrouter/sim-pricey went through a $0.000001 budget
+        assert refused.value.field == "subject"
+        assert f"set it on '{MODEL}'" in refused.value.message
+        assert engine.budgets.burn() == []
+        await engine.process_step("prefixed", "s1", {"message": "hi"}, model=f"openrouter/{MODEL}")
+        # And the table's name is accepted and holds for the prefixed calls
+        engine.budgets.set("model", MODEL, "day", "0.000001")
+        with pytest.raises(BudgetExceeded):
+            await engine.process_step("prefixed", "s2", {"message": "hi"}, model=f"openrouter/{MODEL}")
+    finally:
+        await engine.aclose()
