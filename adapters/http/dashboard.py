@@ -249,6 +249,14 @@ def _money(value: float) -> str:
     return f"${value:,.4f}" if value < 100 else f"${value:,.2f}"
 
 
+def _exact_money(amount: Decimal) -> str:
+    """A tile's amount: ``_money``'s decimals and every further one it has. Through ``float``
+    at 4 places, a day of cheap calls that cost $0.00004 read $0.0000."""
+    exponent = amount.normalize().as_tuple().exponent
+    places = max(4 if amount < 100 else 2, -exponent if isinstance(exponent, int) else 0)
+    return f"${amount:,.{places}f}"
+
+
 def _summary(rows: list[DashboardRow], since: str) -> str:
     calls = sum(r.calls for r in rows)
     errors = sum(r.errors for r in rows)
@@ -258,8 +266,8 @@ def _summary(rows: list[DashboardRow], since: str) -> str:
     unpriced = sum(r.unpriced_calls for r in rows)
     tiles = [
         ("model calls", f"{calls:,}"),
-        ("cost" + (" (without unpriced calls)" if unpriced else ""), _money(float(cost))),
-        ("of it failed and retried attempts", _money(float(wasted))),
+        ("cost" + (" (without unpriced calls)" if unpriced else ""), _exact_money(cost)),
+        ("of it failed and retried attempts", _exact_money(wasted)),
         ("tokens", f"{tokens:,}"),
         ("error rate", f"{errors / calls:.1%}" if calls else "-"),
     ]
