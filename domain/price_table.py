@@ -92,6 +92,13 @@ class PriceTable:
             if self._key(target) is None:
                 raise ValidationError(f"aliases.{alias}", f"names {target!r}, which has no price")
 
+    def in_force(self, at: datetime) -> dict[str, ModelPrice]:
+        """Each model's price in force at ``at``: a what-if prices with what a call would be
+        charged then, never an entry that takes effect later (``prices`` holds a scheduled
+        model's newest entry, which may lie ahead). A model with no entry in force yet is left
+        out."""
+        return {model: self.price_for(model, at) for model in self.models() if self.knows(model, at)}
+
     def billed_model(self, asked: str | None, answered: str | None) -> str | None:
         """The table key a call asking for ``asked`` and answered by ``answered`` is priced by
         (``billed_key``), or None."""

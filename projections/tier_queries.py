@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -68,9 +68,11 @@ def reprice_by_tier(
     tenant: str,
     since: datetime,
     baseline: str,
+    now: datetime | None = None,
 ) -> TierReport:
     """The tenant's task calls since ``since``, priced under each policy (``baseline`` names
-    the one savings are measured against)."""
+    the one savings are measured against) at the prices in force ``now`` (default: the
+    present), never at an entry that takes effect later."""
     if baseline not in policies:
         raise ValidationError("baseline", f"must be one of {sorted(policies)}, got {baseline!r}")
     # Summed per priority and per price tier of the call (past LONG_CONTEXT_TOKENS input
@@ -99,11 +101,12 @@ def reprice_by_tier(
             reasoning_output_tokens=int(tokens[3]),
         )
     costs: dict[str, tuple[dict[str, str], Decimal]] = {}
+    at = now if now is not None else datetime.now(UTC)
     for name, tiers in policies.items():
         models = {p: tier_model(tiers, p, prices) for p in calls}
         cost = sum(
             (
-                cost_of(tokens, prices.price_for(models[p]), long_context=long)
+                cost_of(tokens, prices.price_for(models[p], at), long_context=long)
                 for (p, long), tokens in sums.items()
             ),
             Decimal(0),

@@ -339,7 +339,7 @@ def dashboard_command(
         start = datetime.now(UTC) - parse_since(since)
         if reprice_as is not None:  # refused before anything is printed
             table = load_price_table(engine.settings.pricing_file)
-            prices = table.latest()
+            prices = table.in_force(datetime.now(UTC))  # not an entry that takes effect later
             if reprice_as not in prices:
                 raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
         projector = projector_for(engine).ready_to_read()
