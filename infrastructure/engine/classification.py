@@ -13,7 +13,9 @@ Budgets hold each call, the fallback's included, as they hold a step's (``task_b
 docs/budgets.md "Task calls"): a call an enforced budget cannot take is not made and
 ``BudgetExceeded`` is raised with nothing recorded; a refused primary does not try the
 fallback (a refusal is not a failure). A fallback refused after the primary failed leaves the
-primary's ``ClassificationFailed`` naming no fallback, its detail saying why, and raises.
+primary's ``ClassificationFailed`` naming no fallback, its detail saying why, and raises. A
+primary call the endpoint's open circuit refused before sending anything is no failure either:
+``CircuitOpen`` is raised with nothing recorded and the task is not held back.
 
 Concurrent classifications of one task in one engine share one call (single flight, as
 steps do): the first caller leads, and a later ``classify`` waits for its outcome and gets
@@ -43,6 +45,7 @@ from uuid import UUID
 
 from flowledger.domain.bounds import require_model
 from flowledger.domain.errors import (
+    CircuitOpen,
     LlmError,
     LlmNotConfigured,
     TaskNotFound,
@@ -76,6 +79,14 @@ class TaskLocks(Protocol):
 
     def unlock(self, task_id: UUID, purpose: str) -> None:
         """Let the lock go."""
+
+
+def refused_unsent(error: Exception) -> bool:
+    """Whether the call was refused before any request went out by the endpoint's open circuit:
+    not a failed classification (nothing was asked), so, as a budget's refusal, it is raised with
+    nothing recorded. Recorded, it held the task back until reclassified by hand: a queue run into
+    an open circuit held back every task after the breaker opened and answered 200."""
+    return isinstance(error, CircuitOpen) and error.attempts == 0
 
 
 class TaskClassifier:
@@ -257,6 +268,8 @@ class TaskClassifier:
                 self._observed.append(reply.usage)
                 classification = Classification.from_reply(reply.content, reply.usage)
             except (LlmError, ValidationError) as error:
+                if attempt == chosen and refused_unsent(error):
+                    raise
                 if isinstance(error, LlmError):
                     usage = error.usage
                 detail = f"{type(error).__name__}: {error}"
