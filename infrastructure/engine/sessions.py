@@ -221,7 +221,10 @@ class SessionService:
     def get(self, session_id: str, version: int | None = None, as_of: datetime | None = None) -> SessionState:
         """The session now, at a version, or as it was at a moment (the longest prefix at or before it).
 
-        Now, an active session whose expiry has passed reads ``expired`` (``SessionState.judged_at``)."""
+        Now, an active session whose expiry has passed reads ``expired`` (``SessionState.judged_at``),
+        and so does it as of a moment past its expiry: a command at that moment found it expired
+        (as of now it read ``active`` where the read now said ``expired``). A version is not a
+        moment: it reads as recorded."""
         if version is not None and as_of is not None:
             raise ValidationError("version", "give version or as_of, not both")
         require_version("version", version, optional=True)
@@ -232,8 +235,11 @@ class SessionService:
             raise SessionNotFound(session_id)
         if version is not None and session.version < version:
             raise ValidationError("version", f"session has {session.version} versions, not {version}")
+        now = self._store.clock()
         if version is None:  # now, not a version (nor a moment) of the past
-            return session.state().judged_at(self._store.clock())
+            return session.state().judged_at(now)
+        if as_of is not None:  # judged at that moment (a moment to come reads as now does)
+            return session.state().judged_at(min(as_of, now))
         return session.state()
 
     def history(self, session_id: str) -> list[HistoryEntry]:
@@ -319,7 +325,8 @@ class SessionService:
         existing: Session | None = uow.find(self.session_uuid(session_id))
         if existing is not None:
             existing.ensure_same_start(workflow=workflow, user_id=user_id)
-            return Start(state=existing.state(), created=False)
+            # Answered as a read answers it: an overdue session is expired, not 'active'.
+            return Start(state=existing.state().judged_at(uow.now), created=False)
         session = Session.start(
             session_id=session_id,
             tenant=self._tenant,

@@ -134,3 +134,38 @@ def test_the_sweep_needs_postgresql() -> None:
     engine = Engine(settings=make_settings(database_url="memory:"))
     with engine, pytest.raises(ValidationError, match="PostgreSQL"):
         expire_overdue(engine, projector_for(engine))
+
+
+def test_a_read_as_of_a_moment_after_the_expiry_reads_expired_as_a_read_now_does(
+    clocked_engine: Engine, clock: SetClock
+) -> None:
+    # Given a session whose expiry passed with nothing recorded since
+    clocked_engine.start_session("s", "wf", ttl=timedelta(minutes=3))
+    started = clock.now
+    clock.now += timedelta(minutes=10)
+
+    # Then a read as of now, or of any moment past the expiry, agrees with the read now
+    assert clocked_engine.get_session("s").status is SessionStatus.EXPIRED
+    assert clocked_engine.get_session("s", as_of=clock.now).status is SessionStatus.EXPIRED
+    past_expiry = started + timedelta(minutes=5)
+    assert clocked_engine.get_session("s", as_of=past_expiry).status is SessionStatus.EXPIRED
+    # And a moment before the expiry, or a moment still to come read as now, as before
+    before = started + timedelta(minutes=1)
+    assert clocked_engine.get_session("s", as_of=before).status is SessionStatus.ACTIVE
+    assert expired_events(clocked_engine, "s") == 0  # reads never write
+
+
+def test_starting_an_overdue_session_again_answers_it_expired(
+    clocked_engine: Engine, clock: SetClock
+) -> None:
+    # Given a session whose expiry passed with nothing recorded since
+    clocked_engine.start_session("s", "wf", ttl=timedelta(minutes=3))
+    clock.now += timedelta(minutes=10)
+
+    # When it is started again with the same workflow (REST POST /v1/sessions: 200, unchanged)
+    again = clocked_engine.start_or_get_session("s", "wf")
+
+    # Then it is answered as a read answers it: expired, not active
+    assert not again.created
+    assert again.state.status is SessionStatus.EXPIRED
+    assert again.state == clocked_engine.get_session("s")
