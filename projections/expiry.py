@@ -4,8 +4,9 @@ A session's expiry is judged when a command reaches it (``Session.ensure_open``)
 nobody touches again stays ``active`` in its events, and in every read model folded from
 them (the current state, the funnel's ``in_progress``), until something records it. The
 sweep finds the candidates in the current-state read model (active, expiry at or before the
-engine's clock) and asks the engine to expire each (``Engine.expire_session``), which judges
-it again on the session itself: a candidate extended or closed since the read model saw it
+engine's clock), caught up and read on the primary even with a replica configured, and asks
+the engine to expire each (``Engine.expire_session``), which judges it again on the session
+itself: a candidate extended or closed since the read model saw it
 is left as it is, and a sweep run twice, or by two processes at once, records each
 ``Expired`` once.
 """
@@ -46,8 +47,11 @@ def expire_overdue(
 ) -> Sweep:
     """Expire up to ``limit`` of the engine's tenant's overdue sessions, the longest overdue
     first; ``on_session(session_id, expired)`` is told of each candidate (progress)."""
-    projector.ready_to_read()
-    with projector.connect_reader() as conn:
+    # Caught up and read on the primary, never on a replica: the sweep writes there anyway, and
+    # a replica's read model that lagged (a follower stopped, replay paused) listed the sessions
+    # the last sweep had expired again and again, so a sweep with a limit never got past them.
+    projector.catch_up()
+    with projector.connect_reader(primary=True) as conn:
         rows = conn.execute(
             q(OVERDUE, projector.names.reader),
             {"tenant": engine.tenant, "now": engine.clock(), "limit": limit},

@@ -103,15 +103,16 @@ class Projector:
             lambda: psycopg.connect(self.database_url, autocommit=True, **self._connect_kwargs),
         )
 
-    def connect_reader(self) -> Connection[Any]:
+    def connect_reader(self, *, primary: bool = False) -> Connection[Any]:
         """A new connection to read the read models on: the replica when there is one (it holds
-        what it has replayed), else the database the projections are written to.
+        what it has replayed), else (or with ``primary``) the database the projections are
+        written to.
 
         Its queries share one read-only ``REPEATABLE READ`` transaction (ended when the
         ``with`` block closes the connection), so a report built from several queries sees one
         moment: with a query each in autocommit, a batch the projections committed between two
         of them made the answers disagree and the funnel raise."""
-        url = self.read_url or self.database_url
+        url = self.database_url if primary else (self.read_url or self.database_url)
         return as_snapshot_reader(
             within_deadline(
                 "connect to the read models",

@@ -169,3 +169,25 @@ def test_starting_an_overdue_session_again_answers_it_expired(
     assert not again.created
     assert again.state.status is SessionStatus.EXPIRED
     assert again.state == clocked_engine.get_session("s")
+
+
+def test_a_sweep_gets_past_what_it_expired_though_the_replicas_read_model_lags(
+    database_url: str, pg_schema: str, clock: SetClock
+) -> None:
+    # Given overdue sessions, and a read database whose read model stopped where a follower left
+    # it (a replica replaying nothing more: here the same database, which nobody catches up)
+    writer_settings = make_settings(database_url=database_url, schema=pg_schema)
+    with Engine(settings=writer_settings, clock=clock) as writer:
+        for n in range(5):
+            writer.start_session(f"s{n}", "wf", ttl=timedelta(minutes=1 + n))
+        projector_for(writer).catch_up()
+    clock.now += timedelta(hours=1)
+    settings = make_settings(database_url=database_url, schema=pg_schema, read_database_url=database_url)
+    with Engine(settings=settings, clock=clock) as engine:
+        # When sweeps of two run one after another
+        sweeps = [expire_overdue(engine, projector_for(engine), limit=2) for _ in range(3)]
+
+        # Then each takes the next two overdue sessions, and every one is recorded once
+        assert [s.expired for s in sweeps] == [["s0", "s1"], ["s2", "s3"], ["s4"]]
+        assert sweeps[-1].complete
+        assert [expired_events(engine, f"s{n}") for n in range(5)] == [1] * 5
