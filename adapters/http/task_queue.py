@@ -104,7 +104,9 @@ def list_tasks(
     return [out(state) for state in states]
 
 
-@router.post("/queue/run", responses=responses())
+# 402: a classification before the run that a budget refuses (not listed, a client generated
+# from the document had no case for it).
+@router.post("/queue/run", responses=responses(402))
 async def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     """Offer every waiting task (requeued ones, those that waited for capacity) in queue order:
     by priority (critical, high, medium, low), then the earliest deadline, then the oldest: a

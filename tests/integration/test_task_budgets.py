@@ -320,3 +320,25 @@ async def test_a_classification_cancelled_during_its_call_lets_its_hold_go(
         assert kinds(engine, "BG-1") == ["Task.Created"]
     finally:
         await engine.aclose()
+
+
+def test_a_queue_run_a_budget_stops_answers_402_and_its_openapi_entry_lists_it(
+    routed: Engine, simulator: Simulator
+) -> None:
+    # Given an enforced budget no call fits in, on the high tier's model, and a high task that
+    # names no skills (a queue run classifies it first)
+    routed.budgets.set("model", TIER_MODEL, "day", NOTHING)
+    routed.register_agent("backend", "Backend", ["golang"], capacity=1)
+    routed.create_task("BG-Q", "Fix the race in the Go worker pool", [], "high")
+
+    # When the queue runs over REST
+    with TestClient(create_app(routed)) as client:
+        answer = client.post("/v1/queue/run")
+        documented = client.get("/openapi.json").json()["paths"]["/v1/queue/run"]["post"]["responses"]
+
+    # Then the budget's refusal is the answer, nothing was sent or appended, and the API's
+    # document lists that answer for the operation
+    assert answer.status_code == 402, answer.text
+    assert simulator.stats["requests"] == 0
+    assert kinds(routed, "BG-Q") == ["Task.Created"]
+    assert "402" in documented
