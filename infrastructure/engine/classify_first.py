@@ -27,19 +27,34 @@ def needs_classifying(state: TaskState) -> bool:
 
 
 async def classify_in_queue_order(
-    classify: Callable[[str], Awaitable[TaskState]], waiting: Iterable[TaskState], limit: int | None
-) -> None:
+    classify: Callable[[str], Awaitable[TaskState]],
+    waiting: Iterable[TaskState],
+    limit: int | None,
+    tried: set[str] | None = None,
+) -> int:
     """Classify those of the first ``limit`` waiting tasks in queue order (a queue run's
-    window: tasks held back take no place in it) that need it, ``CONCURRENT_CALLS`` at a time.
+    window: tasks held back take no place in it) that need it and are not in ``tried``,
+    ``CONCURRENT_CALLS`` at a time, adding them to ``tried``; return how many were sent.
     Every call is let finish (what they cost is recorded); then the first error raised (a
     budget's refusal, an open circuit) is raised, so that the run assigns nothing it could
-    not classify."""
+    not classify.
+
+    A classification that fails holds its task back, which then leaves the window, and the
+    next task slides in: the caller reads the tasks again and calls this until it returns 0
+    (``Engine.assign_pending_routed``). Called once, a run of ``limit=1`` whose first task's
+    classification failed assigned the second, never classified, to any agent with room."""
+    tried = set() if tried is None else tried
     states = {s.task_id: s for s in waiting if s.status is TaskStatus.PENDING and s.held_back is None}
     queued = [
         QueuedTask(task_id=s.task_id, priority=s.priority, deadline=s.deadline, created_at=s.created_at)
         for s in states.values()
     ]
-    ordered = [q for q in in_queue_order(queued)[:limit] if needs_classifying(states[q.task_id])]
+    ordered = [
+        q
+        for q in in_queue_order(queued)[:limit]
+        if needs_classifying(states[q.task_id]) and q.task_id not in tried
+    ]
+    tried.update(q.task_id for q in ordered)
     gate = asyncio.Semaphore(CONCURRENT_CALLS)
 
     async def one(task_id: str) -> None:
@@ -50,3 +65,4 @@ async def classify_in_queue_order(
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
+    return len(ordered)

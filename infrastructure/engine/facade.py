@@ -674,13 +674,17 @@ class Engine:
     ) -> list[TaskState]:
         """``assign_pending`` as REST and the CLI run it: with a model configured, the waiting
         tasks that name no skills and were never classified (the first ``limit`` of them in
-        queue order) are classified first, as ``assign_task_ranked`` does for one; a refused
+        queue order) are classified first, as ``assign_task_ranked`` does for one, and so are
+        those that slide into the window when a failed classification holds one back; a refused
         classification (a budget, an open circuit) stops the run with its error, assigning
         nothing (the classifications made are kept)."""
         require_queue_run(limit, escalate_when_full)  # before any call
         if self.llm is not None:
-            waiting = await asyncio.to_thread(self.open_tasks)
-            await classify_in_queue_order(self.classifier.classify, waiting, limit)
+            tried: set[str] = set()  # a task held back by its failure leaves the window: read again
+            while True:
+                waiting = await asyncio.to_thread(self.open_tasks)
+                if not await classify_in_queue_order(self.classifier.classify, waiting, limit, tried):
+                    break
         return await asyncio.to_thread(
             self.tasks.assign_pending, limit=limit, escalate_when_full=escalate_when_full
         )

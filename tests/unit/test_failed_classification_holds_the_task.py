@@ -138,3 +138,28 @@ def test_over_rest_the_queue_run_says_why_and_an_assignment_is_a_409() -> None:
     assert "reclassify" in run["held_back"]
     assert refused.status_code == 409
     assert "reclassify" in refused.json()["error"]
+
+
+async def test_a_queue_run_classifies_the_task_that_slides_into_its_window_when_one_is_held_back(
+    engine: Engine,
+) -> None:
+    # Given two tasks without skills, never classified, and a model that cannot classify the first
+    def reply(messages: list[dict[str, object]]) -> str:
+        return MALFORMED if "Terraform" in json.dumps(messages) else GO_BUG
+
+    engine.llm = llm = ScriptedLlm(reply)
+    teams(engine)
+    engine.create_task("T-1", "Write the Terraform module for the staging VPC")
+    engine.create_task("T-2", "Fix the race in the Go worker")
+
+    # When the queue runs one task at a time, classifying first
+    offered = await engine.assign_pending_routed(limit=1)
+
+    # Then the first, held back by its failed classification, leaves the window, and the one
+    # that slides in is classified before it is assigned (not given to any agent unclassified)
+    history = [entry.event_type for entry in engine.task_history("T-2")]
+    assert history == ["Task.Created", "Task.Classified", "Task.Assigned"]
+    placed = {t.task_id: t.assignment.agent_id if t.assignment else None for t in offered}
+    assert placed["T-2"] == "backend"
+    assert engine.get_task("T-1").held_back is not None
+    assert len(llm.calls) == 3  # T-1 and its fallback, then T-2
