@@ -187,6 +187,22 @@ def document_json_bodies(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+MODEL_REFUSED_422 = (
+    f"{_MEANING[422]}; or the model endpoint refused the request itself (its 400, 404, 413 or 422:"
+    " a context past the model's window, a model it does not serve), its reason in the message:"
+    " change the request, a retry meets the same refusal"
+)
+"""The 422 of an operation that calls the model (``REQUEST_REFUSED_BY_MODEL``): the document
+described it only as invalid input, so a client reading it had no word of the model's refusal."""
+
+
+def model_call_responses(*codes: int) -> dict[int | str, dict[str, object]]:
+    """``responses(*codes)`` for an operation whose model call may be refused (its 422 says so)."""
+    listed = responses(*codes)
+    listed[422] = {**listed[422], "description": MODEL_REFUSED_422}
+    return listed
+
+
 def responses(*codes: int, common: tuple[int, ...] = COMMON) -> dict[int | str, dict[str, object]]:
     """OpenAPI ``responses=`` for the ``common`` statuses and ``codes``, each with the error envelope
     (as JSON, also on routes whose own answer is HTML)."""

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http import schemas
 from flowledger.adapters.http.auth import Caller, Reader, Writer
-from flowledger.adapters.http.errors import responses
+from flowledger.adapters.http.errors import model_call_responses, responses
 from flowledger.adapters.http.moments import QueryMoment
 from flowledger.domain.errors import ValidationError
 from flowledger.projections.expiry import expire_overdue
@@ -27,7 +27,7 @@ IdempotencyKey = Annotated[
 SessionId = Annotated[str, schemas.PathId]
 _READ = responses(404, 410)
 _WRITE = responses(404, 409, 410)
-_MODEL = responses(402, 404, 409, 410, 501, 502)
+_MODEL = model_call_responses(402, 404, 409, 410, 501, 502)
 
 
 def one_key(in_body: str | None, in_header: str | None) -> str | None:

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import Caller, Reader
-from flowledger.adapters.http.errors import error_body, responses
+from flowledger.adapters.http.errors import error_body, model_call_responses
 from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import ensure_user, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN, within_max_ttl
@@ -98,7 +98,7 @@ def _required(value: str | None, field: str, action: str) -> str:
     response_model=None,
     responses={
         200: {"model": WebhookAnswer, "description": "The action's answer in the seed's envelope"},
-        **responses(400, 402, 404, 409, 410, 501, 502),
+        **model_call_responses(400, 402, 404, 409, 410, 501, 502),
     },
 )
 async def workflow_state(

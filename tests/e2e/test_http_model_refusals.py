@@ -63,3 +63,16 @@ def test_the_webhook_answers_a_refused_request_422_too() -> None:
 
     assert answer.status_code == 422, answer.text
     assert answer.json()["success"] is False
+
+
+def test_the_openapi_document_says_the_422_of_a_model_call_may_be_the_models_refusal() -> None:
+    with engine_answering(400, []) as engine, TestClient(create_app(engine)) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+
+    for path in ("/v1/sessions/{session_id}/process", "/webhook/workflow-state"):
+        told = paths[path]["post"]["responses"]["422"]["description"]
+        assert "model endpoint refused the request itself" in told, path
+        assert "400, 404, 413 or 422" in told
+    # An operation that calls no model keeps the plain wording
+    plain = paths["/v1/sessions"]["post"]["responses"]["422"]["description"]
+    assert "model" not in plain
