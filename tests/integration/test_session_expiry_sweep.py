@@ -191,3 +191,20 @@ def test_a_sweep_gets_past_what_it_expired_though_the_replicas_read_model_lags(
         assert [s.expired for s in sweeps] == [["s0", "s1"], ["s2", "s3"], ["s4"]]
         assert sweeps[-1].complete
         assert [expired_events(engine, f"s{n}") for n in range(5)] == [1] * 5
+
+
+def test_an_erased_session_is_expired_by_the_sweep_with_nothing_personal(
+    database_url: str, pg_schema: str, clock: SetClock
+) -> None:
+    settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=settings, clock=clock) as engine:
+        engine.start_session("gone", "wf", user_id="alice", ttl=timedelta(minutes=1))
+        engine.forget("alice")
+        clock.now += timedelta(minutes=2)
+
+        swept = expire_overdue(engine, projector_for(engine))
+
+        assert swept.expired == ["gone"]
+        names = [type(e).__name__ for e in engine.store.events(engine.sessions.session_uuid("gone"))]
+        assert names[-2:] == ["DataErased", "Expired"]
+        assert expire_overdue(engine, projector_for(engine)).examined == 0  # no place in later sweeps
