@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -118,7 +118,9 @@ class Keyring:
 
 
 class Tenants:
-    """One engine per tenant, made on first use; they share the base engine's settings, clock and model."""
+    """One engine per tenant, made on first use over the base engine's store
+    (``Engine.for_tenant``): any number of tenants use the base engine's connections and
+    threads, and share its settings, clock and model."""
 
     def __init__(self, base: Engine) -> None:
         self.base = base
@@ -130,22 +132,17 @@ class Tenants:
         return self._engines.get(tenant)
 
     def engine_for(self, tenant: str) -> Engine:
-        """The tenant's engine (blocking the first time: it connects)."""
+        """The tenant's engine (made the first time; it opens no connection)."""
         with self._lock:
             engine = self._engines.get(tenant)
             if engine is None:
-                settings: Settings = replace(self.base.settings, tenant=tenant)
-                engine = Engine(
-                    settings=settings,
-                    clock=self.base.clock,
-                    llm=self.base.llm,
-                    alerts=self.base.budgets.notifier,
-                )
+                engine = self.base.for_tenant(tenant)
                 self._engines[tenant] = engine
             return engine
 
     def close(self) -> None:
-        """Close the engines made here (the base engine belongs to the app's caller)."""
+        """Close the engines made here (the base engine, and the store they share, belong to the
+        app's caller)."""
         with self._lock:
             for engine in self._engines.values():
                 if engine is not self.base:
@@ -242,9 +239,7 @@ class Gate:
                 f"rate limit of this API key reached ({self.limits.rate:g} requests/s): retry later",
                 headers={"Retry-After": str(max(1, int(wait + 0.999)))},
             )
-        engine = self.tenants.cached(key.tenant)
-        if engine is None:
-            engine = await run_in_threadpool(self.tenants.engine_for, key.tenant)
+        engine = self.tenants.cached(key.tenant) or self.tenants.engine_for(key.tenant)
         caller = Caller(key.key_id, key.tenant, key.role, engine)
         caller.require(role)
         return caller

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import partial
@@ -20,9 +21,11 @@ from uuid import UUID, uuid5
 from flowledger.domain.agent import SEED_CAPACITY
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import SessionArchived, SessionNotFound, ValidationError
+from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.ports import AlertNotifier, LlmPort
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionState, StepRecord
+from flowledger.domain.skills import SkillCatalogue
 from flowledger.domain.task_views import AgentState, TaskState
 from flowledger.domain.values import JsonObject, LlmUsage, require_count, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
@@ -80,6 +83,9 @@ class Engine:
     database); in-memory engines use the host's. Pass one to control time in tests.
     """
 
+    _audit: AuditTrail | None
+    _checkpointer: Checkpointer | None
+
     def __init__(
         self,
         database_url: str | None = None,
@@ -119,25 +125,8 @@ class Engine:
         self._retention: RetentionService | None = None
         self.log = EventLog(self._app, deadline_s=self.settings.operation_deadline_s)
         self.store = AggregateStore(self._app, self.settings, self.clock)
-        self.sessions = SessionService(self.store, self.tenant)
-        self.erasure = ErasureService(
-            self.store,
-            self._app.data_keys,
-            self.tenant,
-            self.log,
-            None if self._audit is None else lambda streams: self.retention.bundles_of(streams),
-            None if self._audit is None or not self.settings.audit_chain else self._audit.checkpoint,
-        )
-        ledger = None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)
-        self.budgets = BudgetService(self.store, ledger, self.tenant, alerts)
-        self.budgets.charged_as = getattr(llm, "model_key", None)
-        self.steps = StepService(
-            self.store, self.sessions, llm, pool_size=self.settings.pool_size, budgets=self.budgets
-        )
-        self.task_reads = TaskReads(
-            self.store,
-            self.tenant,
-            LogIndex(self._app, self.tenant, deadline_s=self.settings.operation_deadline_s),
+        self._ledger = (
+            None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)
         )
         # Across processes, assigners take turns per agent (PostgreSQL only; not behind PgBouncer).
         self._agent_locks = (
@@ -151,13 +140,45 @@ class Engine:
                 chain=getattr(self._app.recorder, "chain", None),
             )
         )
-        self.tasks = TaskService(self.store, self.task_reads, self.tenant, self._agent_locks)
         # Across processes, one classify of a task at a time (PostgreSQL only; not behind PgBouncer).
         self._classification_locks = (
             None
             if url == MEMORY_URL or self.settings.pgbouncer
             else ClassificationLocks(url, self.settings.schema, deadlines_of(self.settings))
         )
+        self._owner: Engine | None = None
+        # Database work is blocking (psycopg): run it on threads sized like the pool.
+        executor = ThreadPoolExecutor(max_workers=self.settings.pool_size, thread_name_prefix="flowledger-db")
+        self._compose(llm, alerts, catalogue, tiers, executor)
+
+    def _compose(
+        self,
+        llm: LlmPort | None,
+        alerts: AlertNotifier | None,
+        catalogue: SkillCatalogue,
+        tiers: ModelTiers,
+        executor: ThreadPoolExecutor,
+    ) -> None:
+        """The tenant's own services over the store: sessions, steps, budgets, tasks and agents
+        (with the tenant's task index), classification and erasure."""
+        self.sessions = SessionService(self.store, self.tenant)
+        self.erasure = ErasureService(
+            self.store,
+            self._app.data_keys,
+            self.tenant,
+            self.log,
+            None if self._audit is None else lambda streams: self.retention.bundles_of(streams),
+            None if self._audit is None or not self.settings.audit_chain else self._audit.checkpoint,
+        )
+        self.budgets = BudgetService(self.store, self._ledger, self.tenant, alerts)
+        self.budgets.charged_as = getattr(llm, "model_key", None)
+        self.steps = StepService(self.store, self.sessions, llm, executor=executor, budgets=self.budgets)
+        self.task_reads = TaskReads(
+            self.store,
+            self.tenant,
+            LogIndex(self._app, self.tenant, deadline_s=self.settings.operation_deadline_s),
+        )
+        self.tasks = TaskService(self.store, self.task_reads, self.tenant, self._agent_locks)
         self.classifier = TaskClassifier(
             self.store,
             self.task_reads,
@@ -170,6 +191,47 @@ class Engine:
         )
         self.tie_breaker = TieBreaker(self.store, self.task_reads, self.classifier)
 
+    def for_tenant(self, tenant: str) -> Engine:
+        """``tenant``'s engine over this engine's store (this engine itself for its own tenant).
+
+        It shares everything that holds a connection or a thread: the event store's pool and
+        notifier, the writers' cache, the clock, the audit trail and its checkpointer, the
+        budget ledger, the agent and classification lock connections and the worker threads.
+        Only the tenant's own services are apart (sessions, steps in flight, budgets, tasks and
+        agents with its task index); every aggregate id is scoped by tenant, so what one
+        tenant writes another never finds. Any number of tenants thus use one engine's
+        connections (``docs/scaling.md``). Closing it stops only its own services; closing this
+        engine closes the store under every engine it made.
+        """
+        settings = self.settings.with_overrides(tenant=tenant)  # the name checked as any tenant's
+        if settings.tenant == self.tenant:
+            return self
+        owner = self._owner or self
+        shared = type(self).__new__(type(self))
+        shared._share_store(owner, settings)
+        return shared
+
+    def _share_store(self, owner: Engine, settings: Settings) -> None:
+        """Become ``settings.tenant``'s engine over ``owner``'s store (``for_tenant``)."""
+        self.settings = settings
+        self.tenant = settings.tenant
+        self.database_url = owner.database_url
+        self._app = owner._app
+        self.clock = owner.clock
+        self._audit = owner._audit
+        self._checkpointer = None  # the owner's signs the whole log
+        self._retention = None
+        self.log = owner.log
+        self.store = owner.store
+        self._ledger = owner._ledger
+        self._agent_locks = owner._agent_locks
+        self._classification_locks = owner._classification_locks
+        self._owner = owner
+        classifier = owner.classifier
+        self._compose(
+            owner.llm, owner.budgets.notifier, classifier.catalogue, classifier.tiers, owner.steps.executor
+        )
+
     def _database_clock(self) -> Clock:
         """The database server's clock, read on the engine's pool (the host's, in memory)."""
         recorder = self._app.recorder
@@ -181,8 +243,8 @@ class Engine:
         """Every append of this engine stores its events' hashes and seals (docs/audit.md), a
         background thread signs checkpoints as configured, and, if switched on, concurrent
         appends share a transaction (group commit)."""
-        self._audit: AuditTrail | None = None
-        self._checkpointer: Checkpointer | None = None
+        self._audit = None
+        self._checkpointer = None
         recorder = self._app.recorder
         if not isinstance(recorder, FlowledgerApplicationRecorder):
             return
@@ -287,7 +349,12 @@ class Engine:
         return check
 
     def close(self) -> None:
-        """Release database connections and worker threads."""
+        """Release database connections and worker threads (an engine of ``for_tenant``: only
+        its own services; its owner's close releases the store)."""
+        self.tasks.close()
+        if self._owner is not None:
+            self.steps.close(executor=False)
+            return
         if self._checkpointer is not None:
             self._checkpointer.close()
         self.steps.close()
@@ -299,9 +366,14 @@ class Engine:
         self._app.close()
 
     async def aclose(self) -> None:
-        """Close the LLM adapter, the alert notifier, the worker threads and the engine."""
+        """Close the LLM adapter, the alert notifier, the worker threads and the engine (an
+        engine of ``for_tenant``: only its own services, as ``close``)."""
+        if self._owner is not None:
+            await asyncio.to_thread(self.close)
+            return
         if self._checkpointer is not None:
             self._checkpointer.close()
+        self.tasks.close()
         await self.steps.aclose()
         if self.budgets.notifier is not None:
             await self.budgets.notifier.aclose()

@@ -84,7 +84,7 @@ class StepService:
         sessions: SessionService,
         llm: LlmPort | None,
         *,
-        pool_size: int,
+        executor: ThreadPoolExecutor,
         budgets: BudgetService | None = None,
     ) -> None:
         self._store = store
@@ -94,8 +94,8 @@ class StepService:
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         # The call leading each (session, key) in this process, and the future its waiters share.
         self._inflight: dict[tuple[str, str], tuple[StepCall, asyncio.Future[StepOutcome]]] = {}
-        # Database work is blocking (psycopg): run it on threads sized like the pool.
-        self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="flowledger-db")
+        self.executor = executor
+        """The threads database work runs on (blocking, psycopg): shared by the engines of one store."""
         # Answers still being saved after their caller was told the store is unavailable.
         self._savers: set[asyncio.Future[None]] = set()
 
@@ -188,15 +188,18 @@ class StepService:
         if closer is not None:
             await closer()
         # Waiting for the worker threads blocks: do it off the event loop.
-        await asyncio.to_thread(self._executor.shutdown, True)
+        await asyncio.to_thread(self.executor.shutdown, True)
 
-    def close(self) -> None:
-        """Stop the worker threads (without waiting for them) and the answers still being saved."""
+    def close(self, *, executor: bool = True) -> None:
+        """Stop the answers still being saved and, unless ``executor`` is False (the threads
+        belong to another engine of the store, ``Engine.for_tenant``), the worker threads
+        (without waiting for them)."""
         for saver in list(self._savers):
             loop = saver.get_loop()
             if not loop.is_closed():
                 loop.call_soon_threadsafe(saver.cancel)
-        self._executor.shutdown(wait=False)
+        if executor:
+            self.executor.shutdown(wait=False)
 
     async def _run(self, llm: LlmPort, call: StepCall) -> StepOutcome:
         while True:
@@ -580,7 +583,7 @@ class StepService:
         """
         context = contextvars.copy_context()
         return asyncio.get_running_loop().run_in_executor(
-            self._executor, partial(context.run, function, *args)
+            self.executor, partial(context.run, function, *args)
         )
 
     async def _in_db(self, function: Callable[..., T], *args: Any) -> T:

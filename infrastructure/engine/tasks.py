@@ -238,6 +238,11 @@ class TaskService:
         if holder is not None:
             self._reads.agent(uow, holder).release(task.task_id, ReleaseOutcome.ESCALATED, at, None)
 
+    def close(self) -> None:
+        """Stop following the store's saves (the store may outlive this service: ``for_tenant``)."""
+        if self._follow in self._store.saved_listeners:
+            self._store.saved_listeners.remove(self._follow)
+
     def _follow(self, aggregate: object) -> None:
         if isinstance(aggregate, Agent):
             self._reads.index.remember(aggregate)

@@ -93,7 +93,7 @@ async def cancel_at_every_turn(engine: Engine) -> tuple[set[tuple[str, ...]], in
 
 async def test_a_caller_cancelled_at_any_await_point_leaves_no_pending_step(engine: Engine) -> None:
     # Given an engine whose database hops complete inline, and a model that yields three times
-    engine.steps._executor = InlineExecutor()
+    engine.steps.executor = InlineExecutor()
     engine.llm = llm = ScriptedLlm(yields=3)
     seen, _ = await cancel_at_every_turn(engine)
     # And every kind of cancellation point was reached on the way
@@ -108,7 +108,7 @@ async def test_with_a_budget_a_caller_cancelled_at_any_await_point_leaves_no_pen
     # Given a budget (so the model's answer is settled in the ledger before the step is saved:
     # one more await point between the paid answer and its StepProcessed)
     engine = pg_engine
-    engine.steps._executor = InlineExecutor()
+    engine.steps.executor = InlineExecutor()
     engine.llm = llm = ScriptedLlm(yields=3)
     engine.budgets.set("tenant", None, "month", "100")
     seen, sessions = await cancel_at_every_turn(engine)
