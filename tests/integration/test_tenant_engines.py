@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from flowledger.domain.errors import SessionNotFound, TaskNotFound, ValidationError
 from flowledger.infrastructure import Engine
+from tests.support.llm import ScriptedLlm
 
 
 def test_an_engine_for_another_tenant_shares_the_store_and_keeps_its_sessions_apart(engine: Engine) -> None:
@@ -56,6 +58,25 @@ def test_closing_a_tenant_engine_leaves_the_store_to_the_others(engine: Engine) 
     assert len(engine.store.saved_listeners) == listeners - 1
     # and a new engine of globex finds its session where it was left
     assert engine.for_tenant("globex").get_session("kept").workflow == "w"
+
+
+async def test_a_step_in_flight_on_one_tenant_is_stored_when_another_tenants_engine_closes(
+    engine: Engine,
+) -> None:
+    # Given a model call of acme's held open, on the store it shares with globex
+    gate = asyncio.Event()
+    engine.llm = model = ScriptedLlm(gate=gate)
+    acme, globex = engine.for_tenant("acme"), engine.for_tenant("globex")
+    await asyncio.to_thread(acme.start_session, "s", "w")
+    step = asyncio.create_task(acme.process_step("s", "classify", {"q": "refund"}))
+    while not model.calls:
+        await asyncio.sleep(0.01)
+    # When globex's engine closes (its services only) and the call then ends
+    await asyncio.to_thread(globex.close)
+    gate.set()
+    # Then acme's step is stored, on the threads globex's engine shared
+    assert (await step).step == "classify"
+    assert [record.step for record in await asyncio.to_thread(acme.session_steps, "s")] == ["classify"]
 
 
 def test_tenants_write_at_once_through_one_store(engine: Engine) -> None:
