@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -128,18 +129,7 @@ class Engine:
         self._ledger = (
             None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)
         )
-        # Across processes, assigners take turns per agent (PostgreSQL only; not behind PgBouncer).
-        self._agent_locks = (
-            None
-            if url == MEMORY_URL or self.settings.pgbouncer or not self.settings.agent_locks
-            else AgentLocks(
-                url,
-                self.settings.schema,
-                self._app.recorder.events_table_name.rsplit(".", 1)[-1],  # type: ignore[attr-defined]
-                deadlines_of(self.settings),
-                chain=getattr(self._app.recorder, "chain", None),
-            )
-        )
+        self._agent_locks = self._new_agent_locks()
         # Across processes, one classify of a task at a time (PostgreSQL only; not behind PgBouncer).
         self._classification_locks = (
             None
@@ -147,6 +137,8 @@ class Engine:
             else ClassificationLocks(url, self.settings.schema, deadlines_of(self.settings))
         )
         self._owner: Engine | None = None
+        self._tenant_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+        """The engines ``for_tenant`` made over this one's store: closed with it."""
         # Database work is blocking (psycopg): run it on threads sized like the pool.
         executor = ThreadPoolExecutor(max_workers=self.settings.pool_size, thread_name_prefix="flowledger-db")
         self._compose(llm, alerts, catalogue, tiers, executor)
@@ -191,6 +183,20 @@ class Engine:
         )
         self.tie_breaker = TieBreaker(self.store, self.task_reads, self.classifier)
 
+    def _new_agent_locks(self) -> AgentLocks | None:
+        """Across processes, assigners take turns per agent (PostgreSQL only; not behind
+        PgBouncer). One per tenant's engine: a batch holds its locks in a transaction of the
+        object's one connection (opened at its first lock, only while another process assigns)."""
+        if self.database_url == MEMORY_URL or self.settings.pgbouncer or not self.settings.agent_locks:
+            return None
+        return AgentLocks(
+            self.database_url,
+            self.settings.schema,
+            self._app.recorder.events_table_name.rsplit(".", 1)[-1],  # type: ignore[attr-defined]
+            deadlines_of(self.settings),
+            chain=getattr(self._app.recorder, "chain", None),
+        )
+
     def for_tenant(self, tenant: str) -> Engine:
         """``tenant``'s engine over this engine's store (this engine itself for its own tenant).
 
@@ -200,8 +206,8 @@ class Engine:
         Only the tenant's own services are apart (sessions, steps in flight, budgets, tasks and
         agents with its task index); every aggregate id is scoped by tenant, so what one
         tenant writes another never finds. Any number of tenants thus use one engine's
-        connections (``docs/scaling.md``). Closing it stops only its own services; closing this
-        engine closes the store under every engine it made.
+        connections (``docs/http.md``). Closing it stops only its own services; closing this
+        engine closes every engine it made, and the store under them.
         """
         settings = self.settings.with_overrides(tenant=tenant)  # the name checked as any tenant's
         if settings.tenant == self.tenant:
@@ -209,6 +215,7 @@ class Engine:
         owner = self._owner or self
         shared = type(self).__new__(type(self))
         shared._share_store(owner, settings)
+        owner._tenant_engines.add(shared)
         return shared
 
     def _share_store(self, owner: Engine, settings: Settings) -> None:
@@ -224,9 +231,10 @@ class Engine:
         self.log = owner.log
         self.store = owner.store
         self._ledger = owner._ledger
-        self._agent_locks = owner._agent_locks
+        self._agent_locks = self._new_agent_locks()
         self._classification_locks = owner._classification_locks
         self._owner = owner
+        self._tenant_engines = weakref.WeakSet()
         classifier = owner.classifier
         self._compose(
             owner.llm, owner.budgets.notifier, classifier.catalogue, classifier.tiers, owner.steps.executor
@@ -354,7 +362,11 @@ class Engine:
         self.tasks.close()
         if self._owner is not None:
             self.steps.close(executor=False)
+            if self._agent_locks is not None:
+                self._agent_locks.close()
             return
+        for tenant_engine in list(self._tenant_engines):
+            tenant_engine.close()
         if self._checkpointer is not None:
             self._checkpointer.close()
         self.steps.close()
@@ -371,6 +383,8 @@ class Engine:
         if self._owner is not None:
             await asyncio.to_thread(self.close)
             return
+        for tenant_engine in list(self._tenant_engines):
+            await asyncio.to_thread(tenant_engine.close)
         if self._checkpointer is not None:
             self._checkpointer.close()
         self.tasks.close()

@@ -106,3 +106,24 @@ def test_an_engine_for_its_own_tenant_is_itself_and_a_bad_tenant_name_is_refused
         engine.for_tenant("")
     with pytest.raises(ValidationError):
         engine.for_tenant("bad\nname")
+
+
+def test_each_tenants_assignments_hold_their_agent_locks_in_a_transaction_of_their_own(
+    pg_engine: Engine,
+) -> None:
+    # Given two tenants' engines over one store, each registering an agent
+    acme, globex = pg_engine.for_tenant("acme"), pg_engine.for_tenant("globex")
+    acme.register_agent("a1", "Ann", ["billing"])
+    globex.register_agent("g1", "Gus", ["billing"])
+    acme_locks, globex_locks = acme._agent_locks, globex._agent_locks
+    assert acme_locks is not None
+    assert globex_locks is not None
+    # When acme's batch takes its agent's lock, and globex's batch then ends (it took none)
+    ann = acme.session_uuid("unused")  # any UUID of acme's: only the lock key matters here
+    taken, _ = acme_locks.try_lock([(ann, 0)])
+    assert taken == [ann]
+    globex_locks.end()
+    # Then acme's batch still holds its lock, in its open transaction, for its append to commit
+    assert acme_locks.transaction is not None
+    assert ann in acme_locks.held
+    acme_locks.end()
