@@ -29,6 +29,7 @@ from flowledger.domain.task import Task
 from flowledger.domain.task_views import TaskStatus
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads
+from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 
 CONTENDED_S = 0.5
@@ -41,12 +42,15 @@ it a round trip per batch, and capacity holds on the agents' versions all the sa
 class AgentClaims:
     """The agents one engine's assigner holds and opens, attempt by attempt."""
 
-    def __init__(self, store: AggregateStore, reads: TaskReads, locks: AgentLocks | None) -> None:
+    def __init__(
+        self, store: AggregateStore, reads: TaskReads, locks: AgentLocks | AgentLockLender | None
+    ) -> None:
         self._store = store
         self._reads = reads
         self._locks = locks
         self.active: AgentLocks | None = None
-        """The locks this attempt takes: ``locks`` while another engine is assigning, else None."""
+        """The locks this attempt takes: ``locks`` (or locks it lends) while another engine is
+        assigning, else None."""
         self.held: set[str] = set()
         self.taken: set[str] = set()
         """Agents found locked by another engine in this attempt."""
@@ -59,7 +63,12 @@ class AgentClaims:
         self.release()
         if lost_save:
             self.contend()
-        self.active = self._locks if self._contended(first) else None
+        if not self._contended(first):
+            self.active = None
+        elif isinstance(self._locks, AgentLockLender):
+            self.active = self._locks.borrow()
+        else:
+            self.active = self._locks
 
     def transaction(self) -> Any:
         """The transaction the batch's append must commit (it holds the locks), or None."""
@@ -69,6 +78,9 @@ class AgentClaims:
         """Release every agent lock (a no-op once the batch's append committed them away)."""
         if self.active is not None:
             self.active.end()
+            if isinstance(self._locks, AgentLockLender):
+                self._locks.give_back(self.active)
+                self.active = None
         self.held.clear()
         self.taken.clear()
 

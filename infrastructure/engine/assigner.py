@@ -43,6 +43,7 @@ from flowledger.infrastructure.engine.agent_claims import AgentClaims
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
+from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 
 MAX_BATCH = 64
@@ -90,7 +91,7 @@ class BatchAssigner:
         escalate: Escalate,
         *,
         conflict_retries: int,
-        agent_locks: AgentLocks | None = None,
+        agent_locks: AgentLocks | AgentLockLender | None = None,
     ) -> None:
         self._store = store
         self._reads = reads

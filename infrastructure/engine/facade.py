@@ -59,6 +59,7 @@ from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
 from flowledger.infrastructure.engine.tasks import Creation, Registration, TaskService, require_queue_run
 from flowledger.infrastructure.history import HistoryEntry
+from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger, Raised
 from flowledger.infrastructure.postgres.chain import StreamChain
@@ -130,6 +131,8 @@ class Engine:
             None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)
         )
         self._agent_locks = self._new_agent_locks()
+        self._agent_lender = None if self._agent_locks is None else AgentLockLender(self._make_agent_locks)
+        """Agent locks lent per batch to the engines ``for_tenant`` makes."""
         # Across processes, one classify of a task at a time (PostgreSQL only; not behind PgBouncer).
         self._classification_locks = (
             None
@@ -141,7 +144,7 @@ class Engine:
         """The engines ``for_tenant`` made over this one's store: closed with it."""
         # Database work is blocking (psycopg): run it on threads sized like the pool.
         executor = ThreadPoolExecutor(max_workers=self.settings.pool_size, thread_name_prefix="flowledger-db")
-        self._compose(llm, alerts, catalogue, tiers, executor)
+        self._compose(llm, alerts, catalogue, tiers, executor, self._agent_locks)
 
     def _compose(
         self,
@@ -150,6 +153,7 @@ class Engine:
         catalogue: SkillCatalogue,
         tiers: ModelTiers,
         executor: ThreadPoolExecutor,
+        agent_locks: AgentLocks | AgentLockLender | None,
     ) -> None:
         """The tenant's own services over the store: sessions, steps, budgets, tasks and agents
         (with the tenant's task index), classification and erasure."""
@@ -170,7 +174,7 @@ class Engine:
             self.tenant,
             LogIndex(self._app, self.tenant, deadline_s=self.settings.operation_deadline_s),
         )
-        self.tasks = TaskService(self.store, self.task_reads, self.tenant, self._agent_locks)
+        self.tasks = TaskService(self.store, self.task_reads, self.tenant, agent_locks)
         self.classifier = TaskClassifier(
             self.store,
             self.task_reads,
@@ -185,10 +189,14 @@ class Engine:
 
     def _new_agent_locks(self) -> AgentLocks | None:
         """Across processes, assigners take turns per agent (PostgreSQL only; not behind
-        PgBouncer). One per tenant's engine: a batch holds its locks in a transaction of the
-        object's one connection (opened at its first lock, only while another process assigns)."""
+        PgBouncer). A batch holds its locks in a transaction of the object's one connection
+        (opened at its first lock), so the engines of ``for_tenant`` borrow one per batch."""
         if self.database_url == MEMORY_URL or self.settings.pgbouncer or not self.settings.agent_locks:
             return None
+        return self._make_agent_locks()
+
+    def _make_agent_locks(self) -> AgentLocks:
+        """Agent locks on this engine's database (their connection opened at their first lock)."""
         return AgentLocks(
             self.database_url,
             self.settings.schema,
@@ -231,13 +239,19 @@ class Engine:
         self.log = owner.log
         self.store = owner.store
         self._ledger = owner._ledger
-        self._agent_locks = self._new_agent_locks()
+        self._agent_locks = None
+        self._agent_lender = owner._agent_lender
         self._classification_locks = owner._classification_locks
         self._owner = owner
         self._tenant_engines = weakref.WeakSet()
         classifier = owner.classifier
         self._compose(
-            owner.llm, owner.budgets.notifier, classifier.catalogue, classifier.tiers, owner.steps.executor
+            owner.llm,
+            owner.budgets.notifier,
+            classifier.catalogue,
+            classifier.tiers,
+            owner.steps.executor,
+            self._agent_lender,
         )
 
     def _database_clock(self) -> Clock:
@@ -362,8 +376,6 @@ class Engine:
         self.tasks.close()
         if self._owner is not None:
             self.steps.close(executor=False)
-            if self._agent_locks is not None:
-                self._agent_locks.close()
             return
         for tenant_engine in list(self._tenant_engines):
             tenant_engine.close()
@@ -373,6 +385,8 @@ class Engine:
         self.budgets.close()
         if self._agent_locks is not None:
             self._agent_locks.close()
+        if self._agent_lender is not None:
+            self._agent_lender.close()
         if self._classification_locks is not None:
             self._classification_locks.close()
         self._app.close()
@@ -394,6 +408,8 @@ class Engine:
         self.budgets.close()
         if self._agent_locks is not None:
             self._agent_locks.close()
+        if self._agent_lender is not None:
+            self._agent_lender.close()
         if self._classification_locks is not None:
             self._classification_locks.close()
         self._app.close()

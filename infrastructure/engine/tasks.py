@@ -40,6 +40,7 @@ from flowledger.infrastructure.engine.assigner import BatchAssigner
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import MAX_LIST, TaskReads, agent_key, task_key
+from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 
 S = TypeVar("S", TaskState, TaskState | None, "Creation")
@@ -70,7 +71,11 @@ class TaskService:
     """Commands on one tenant's tasks and agents."""
 
     def __init__(
-        self, store: AggregateStore, reads: TaskReads, tenant: str, agent_locks: AgentLocks | None = None
+        self,
+        store: AggregateStore,
+        reads: TaskReads,
+        tenant: str,
+        agent_locks: AgentLocks | AgentLockLender | None = None,
     ) -> None:
         self._store = store
         self._reads = reads

@@ -105,23 +105,38 @@ def test_two_hundred_tenants_use_one_engines_connections_and_threads(private_url
             Peak(private_url) as peak,
         ):
 
-            def calls(tenant: str) -> tuple[int, int, str]:
+            def calls(tenant: str) -> tuple[int, int, str, str]:
                 headers = bearer(secret_of(tenant))
                 body = {"session_id": "same-id", "workflow": f"flow-of-{tenant}"}
                 started = http.post("/v1/sessions", json=body, headers=headers)
                 read = http.get("/v1/sessions/same-id", headers=headers)
-                return started.status_code, read.status_code, read.json().get("workflow", read.text)
+                # A tenant's first assignment takes agent locks (a connection, lent per batch)
+                agent = {"agent_id": f"agent-of-{tenant}", "name": "Ann", "skills": ["billing"]}
+                http.post("/v1/agents", json=agent, headers=headers)
+                task = {"task_id": "t1", "description": "refund", "required_skills": ["billing"]}
+                http.post("/v1/tasks", json=task, headers=headers)
+                assigned = http.post("/v1/tasks/t1/assign", headers=headers).json()
+                return (
+                    started.status_code,
+                    read.status_code,
+                    read.json().get("workflow", read.text),
+                    (assigned.get("assignment") or {}).get("agent_id", str(assigned)),
+                )
 
-            # When each tenant starts a session and reads it, 16 requests at a time
+            # When each tenant starts a session and reads it, and assigns a task, 16 requests at a time
             with ThreadPoolExecutor(16) as pool:
                 answers = dict(zip(tenants, pool.map(calls, tenants), strict=True))
             threads_during = threading.active_count()
 
-        # Then every request was answered, each tenant reading its own session under one id
-        assert answers == {tenant: (201, 200, f"flow-of-{tenant}") for tenant in tenants}
+        # Then every request was answered, each tenant reading its own session under one id and
+        # its task given to its own agent
+        assert answers == {
+            tenant: (201, 200, f"flow-of-{tenant}", f"agent-of-{tenant}") for tenant in tenants
+        }
         # and the server stayed within one engine's connections: the event store's and the budget
-        # ledger's pools (pool_size each), the key table's pool (4) and a few single connections
-        bound = 2 * POOL_SIZE + 4 + 4
+        # ledger's pools (pool_size each), the key table's pool (4), a few single connections and
+        # the agent locks lent to the 16 batches that may take them at once
+        bound = 2 * POOL_SIZE + 4 + 4 + 16
         assert peak.highest <= bound, f"{peak.highest} connections for {TENANTS} tenants (bound {bound})"
         # and threads do not grow with the tenants (the server's, the pool's workers, 16 clients)
         assert threads_during - threads_before <= 16 + POOL_SIZE + 10

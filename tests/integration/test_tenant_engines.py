@@ -111,15 +111,20 @@ def test_an_engine_for_its_own_tenant_is_itself_and_a_bad_tenant_name_is_refused
 def test_each_tenants_assignments_hold_their_agent_locks_in_a_transaction_of_their_own(
     pg_engine: Engine,
 ) -> None:
-    # Given two tenants' engines over one store, each registering an agent
-    acme, globex = pg_engine.for_tenant("acme"), pg_engine.for_tenant("globex")
-    acme.register_agent("a1", "Ann", ["billing"])
-    globex.register_agent("g1", "Gus", ["billing"])
-    acme_locks, globex_locks = acme._agent_locks, globex._agent_locks
-    assert acme_locks is not None
-    assert globex_locks is not None
+    # Given two tenants' engines over one store, each assigning a task (a first batch takes
+    # agent locks), then two batches borrowing agent locks at once
+    for tenant in ("acme", "globex"):
+        engine = pg_engine.for_tenant(tenant)
+        engine.register_agent("a1", "Ann", ["billing"])
+        engine.create_task("t1", "refund", ["billing"])
+        assert engine.assign_task("t1").status == "assigned"
+    lender = pg_engine._agent_lender
+    assert lender is not None
+    assert lender.made == 1  # the two tenants' batches, one after the other, used one connection
+    acme_locks, globex_locks = lender.borrow(), lender.borrow()
+    assert acme_locks is not globex_locks
     # When acme's batch takes its agent's lock, and globex's batch then ends (it took none)
-    ann = acme.session_uuid("unused")  # any UUID of acme's: only the lock key matters here
+    ann = pg_engine.for_tenant("acme").session_uuid("unused")  # any UUID: only the lock key matters
     taken, _ = acme_locks.try_lock([(ann, 0)])
     assert taken == [ann]
     globex_locks.end()
@@ -127,3 +132,5 @@ def test_each_tenants_assignments_hold_their_agent_locks_in_a_transaction_of_the
     assert acme_locks.transaction is not None
     assert ann in acme_locks.held
     acme_locks.end()
+    lender.give_back(acme_locks)
+    lender.give_back(globex_locks)
