@@ -276,14 +276,7 @@ class PostgresKeyStore:
         match = _TOKEN.match(token)
         if match is None:
             return None
-        with self._connection() as conn:
-            row = conn.execute(
-                sql.SQL(
-                    "SELECT tenant, role, label, created_at, token_sha256, expires_at, revoked_at FROM {} "
-                    "WHERE key_id = %s"
-                ).format(self._table),
-                [match.group(1)],
-            ).fetchone()
-        if row is None or not hmac.compare_digest(bytes(row[4]), digest(token)):
+        found = self.by_id(match.group(1))
+        if found is None or not hmac.compare_digest(found[1], digest(token)):
             return None
-        return ApiKey(match.group(1), row[0], row[1], row[2], row[3], revoked_at=row[6], expires_at=row[5])
+        return found[0]
