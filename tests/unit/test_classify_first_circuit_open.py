@@ -63,7 +63,10 @@ def test_a_queue_run_into_an_open_circuit_is_a_503_and_holds_back_no_task_it_nev
     # (a task whose call failed has its fallback, refused unsent once the breaker opened,
     # recorded after it: its classification was tried and failed)
     tried = [n for n in range(TASKS) if failures_recorded(engine, f"t{n}") > 0]
-    assert len(tried) == len(requests) < TASKS
+    # (one task may send two requests: its fallback went out when the breaker had not opened
+    # yet, eight calls being in flight at once; counting requests failed 1 run in 3)
+    sent_for = {n for n in range(TASKS) for r in requests if f"case {n}\\" in r.content.decode()}
+    assert len(tried) == len(sent_for) < TASKS
     untouched = [t for t in engine.open_tasks() if failures_recorded(engine, t.task_id) == 0]
     assert untouched
     assert all(needs_classifying(t) for t in untouched)
