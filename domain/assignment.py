@@ -243,3 +243,18 @@ def queue_key(task: QueuedTask) -> tuple[int, bool, datetime, datetime, str]:
 def in_queue_order(tasks: Iterable[QueuedTask]) -> list[QueuedTask]:
     """The waiting tasks in the order they are served: a CRITICAL one before any LOW one."""
     return sorted(tasks, key=queue_key)
+
+
+def queue_window(tasks: Iterable[QueuedTask], held: Collection[str], limit: int | None) -> list[str]:
+    """The ids a queue run of ``limit`` offers, in queue order: a held-back task (``held``) is
+    passed over, so it takes no place of the limit (a run of one offered the same held-back
+    critical task every time and never placed another), but is offered as it stands."""
+    window: list[str] = []
+    places = limit
+    for queued in in_queue_order(tasks):
+        if places is not None and places == 0:
+            break
+        window.append(queued.task_id)
+        if places is not None and queued.task_id not in held:
+            places -= 1
+    return window

@@ -259,6 +259,16 @@ def plain_decimal(value: Decimal) -> str:
     return format(value, "f")
 
 
+def exact_decimal(value: Decimal, places: int, *, sign: bool = False, grouping: bool = False) -> str:
+    """``value`` with at least ``places`` decimals and every further one it has, never rounded:
+    how money is shown to a person (the CLI's tables, the page's tiles), where a fixed number
+    of places showed a day of $0.00004 as 0.0000. ``sign`` writes ``+`` before a positive
+    value, ``grouping`` separates thousands."""
+    exponent = value.normalize().as_tuple().exponent
+    shown = max(places, -exponent) if isinstance(exponent, int) else places
+    return f"{value:{'+' if sign else ''}{',' if grouping else ''}.{shown}f}"
+
+
 def _require_plain_object(field_name: str, value: Any) -> None:
     """The shape check a decoded value also passes: a JSON-serialisable dict with string keys.
 

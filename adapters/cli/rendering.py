@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flowledger.domain.session_views import SessionState
-from flowledger.domain.values import plain_decimal
+from flowledger.domain.values import exact_decimal, plain_decimal
 from flowledger.infrastructure.history import HistoryEntry
 
 RULE_MARGIN = 4
@@ -19,12 +19,9 @@ RULE_MARGIN = 4
 
 
 def money(amount: Decimal, places: int, *, sign: bool = False) -> str:
-    """``amount`` with at least ``places`` decimals and every further one it has: exact, as
-    the ledger and the projections hold it. At a fixed ``places`` a gemini-2.5-flash day of
-    $0.00004 read 0.0000 in ``dashboard``, and a repricing to $0.00028 read 0.0003."""
-    exponent = amount.normalize().as_tuple().exponent
-    shown = max(places, -exponent) if isinstance(exponent, int) else places
-    return f"{amount:{'+' if sign else ''}.{shown}f}"
+    """``amount`` exact, at least ``places`` decimals (``values.exact_decimal``): at a fixed
+    ``places`` a gemini-2.5-flash day of $0.00004 read 0.0000 in ``dashboard``."""
+    return exact_decimal(amount, places, sign=sign)
 
 
 def heading(console: Console, title: str, detail: str = "") -> None:

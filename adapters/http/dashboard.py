@@ -33,6 +33,7 @@ from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.model_tiers import ModelTiers
+from flowledger.domain.values import exact_decimal
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.history import jsonable
 from flowledger.projections import (
@@ -253,9 +254,7 @@ def _money(value: float) -> str:
 def _exact_money(amount: Decimal) -> str:
     """A tile's amount: ``_money``'s decimals and every further one it has. Through ``float``
     at 4 places, a day of cheap calls that cost $0.00004 read $0.0000."""
-    exponent = amount.normalize().as_tuple().exponent
-    places = max(4 if amount < 100 else 2, -exponent if isinstance(exponent, int) else 0)
-    return f"${amount:,.{places}f}"
+    return "$" + exact_decimal(amount, 4 if amount < 100 else 2, grouping=True)
 
 
 def _summary(rows: list[DashboardRow], since: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 
-from flowledger.domain.assignment import QueuedTask, in_queue_order
+from flowledger.domain.assignment import QueuedTask, queue_window
 from flowledger.domain.task_views import TaskState, TaskStatus
 
 CONCURRENT_CALLS = 8
@@ -44,24 +44,25 @@ async def classify_in_queue_order(
     (``Engine.assign_pending_routed``). Called once, a run of ``limit=1`` whose first task's
     classification failed assigned the second, never classified, to any agent with room."""
     tried = set() if tried is None else tried
-    states = {s.task_id: s for s in waiting if s.status is TaskStatus.PENDING and s.held_back is None}
+    states = {s.task_id: s for s in waiting if s.status is TaskStatus.PENDING}
     queued = [
         QueuedTask(task_id=s.task_id, priority=s.priority, deadline=s.deadline, created_at=s.created_at)
         for s in states.values()
     ]
+    held = {s.task_id for s in states.values() if s.held_back is not None}
     ordered = [
-        q
-        for q in in_queue_order(queued)[:limit]
-        if needs_classifying(states[q.task_id]) and q.task_id not in tried
+        task_id
+        for task_id in queue_window(queued, held, limit)  # the window assign_pending offers
+        if needs_classifying(states[task_id]) and task_id not in tried
     ]
-    tried.update(q.task_id for q in ordered)
+    tried.update(ordered)
     gate = asyncio.Semaphore(CONCURRENT_CALLS)
 
     async def one(task_id: str) -> None:
         async with gate:
             await classify(task_id)
 
-    outcomes = await asyncio.gather(*(one(q.task_id) for q in ordered), return_exceptions=True)
+    outcomes = await asyncio.gather(*(one(task_id) for task_id in ordered), return_exceptions=True)
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome

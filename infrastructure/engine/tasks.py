@@ -17,7 +17,7 @@ from functools import partial
 from typing import TypeVar
 
 from flowledger.domain.agent import SEED_CAPACITY, Agent, normalise_skills, require_registration
-from flowledger.domain.assignment import in_queue_order
+from flowledger.domain.assignment import queue_window
 from flowledger.domain.bounds import require_flag
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
@@ -183,17 +183,7 @@ class TaskService:
                 waiting.append(task.queued())
                 if task.held_back is not None:
                     held.add(task.task_id)
-        # A held-back task is passed over, so it takes no place of the limit: a run of one
-        # offered the same held-back critical task every time and never placed another.
-        ordered: list[str] = []
-        places = limit
-        for queued in in_queue_order(waiting):
-            if places is not None and places == 0:
-                break
-            ordered.append(queued.task_id)
-            if places is not None and queued.task_id not in held:
-                places -= 1
-        return self.assigner.assign_all(ordered, escalate_when_full)
+        return self.assigner.assign_all(queue_window(waiting, held, limit), escalate_when_full)
 
     def requeue_task(
         self, task_id: str, requested_by: str, reason: str, deadline: datetime | timedelta | None = None
