@@ -44,11 +44,23 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 DATABASE_FIXTURES = frozenset({"database_url", "pg_schema", "pg_engine"})
 
 
+SLOW_FIRST = Path(__file__).with_name("slow_first.txt")
+
+
+def slow_first_names() -> frozenset[str]:
+    """The test functions listed in ``tests/slow_first.txt`` (``path::function``)."""
+    lines = SLOW_FIRST.read_text(encoding="utf-8").splitlines()
+    return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that reaches PostgreSQL through a fixture carries the ``postgres`` marker."""
+    """Every test that reaches PostgreSQL through a fixture carries the ``postgres`` marker, and
+    the tests known to take long run first (the others keep their order)."""
     for item in items:
         if DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.postgres)
+    slow = slow_first_names()
+    items.sort(key=lambda item: item.nodeid.split("[", 1)[0] not in slow)
 
 
 def _reachable(url: str) -> bool:

@@ -69,9 +69,11 @@ def other_table(database_url: str, pg_schema: str) -> Iterator[str]:
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def other_database(database_url: str) -> Iterator[str]:
-    """A scratch database on the same server: its transactions share the cluster's ids."""
+    """A scratch database on the same server: its transactions share the cluster's ids. One for
+    the module: dropping a database makes the server checkpoint, which took up to 25 s under the
+    whole suite's writes (its tests each roll back the only row they write there)."""
     name = f"scratch_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
