@@ -76,16 +76,19 @@ def test_past_its_rate_a_key_gets_429_with_retry_after(simulator: Simulator) -> 
     engine = keyed_engine(simulator, http_rate_per_s=0.5, http_rate_burst=3)
     try:
         with live_server(keyed_app(engine)) as url:
-            statuses = [httpx.get(f"{url}/v1/agents", headers=bearer(ACME_WRITER)) for _ in range(4)]
+            # (A generous timeout: a loaded machine can take seconds to check a key the first time.)
+            statuses = [
+                httpx.get(f"{url}/v1/agents", headers=bearer(ACME_WRITER), timeout=60) for _ in range(4)
+            ]
             assert [r.status_code for r in statuses] == [200, 200, 200, 429]
             # A token comes every 2 s: at most 2 s to wait, less if the requests took a while
             assert statuses[-1].headers["retry-after"] in ("1", "2")
             assert "rate limit" in statuses[-1].json()["error"]
             # another key has its own bucket; the probes have none
             assert httpx.get(
-                f"{url}/v1/agents", headers=bearer("acme-reader-0123456789abcdef0123456789")
+                f"{url}/v1/agents", headers=bearer("acme-reader-0123456789abcdef0123456789"), timeout=60
             ).is_success
-            assert all(httpx.get(f"{url}/healthz").is_success for _ in range(5))
+            assert all(httpx.get(f"{url}/healthz", timeout=60).is_success for _ in range(5))
     finally:
         engine.close()
 

@@ -119,7 +119,7 @@ def test_a_sign_in_posted_by_another_sites_page_does_not_sign_the_browser_in(sit
 
 
 def test_a_sign_in_or_out_from_another_origin_is_403_and_leaves_the_cookie_alone(site: str) -> None:
-    with httpx.Client(base_url=site, timeout=10) as client:
+    with httpx.Client(base_url=site, timeout=60) as client:
         # What a browser sends with a form posted by another site's page
         for headers in (
             {"Origin": "http://attacker.example", "Sec-Fetch-Site": "cross-site"},
@@ -155,7 +155,7 @@ def _pages(client: httpx.Client) -> dict[str, httpx.Response]:
 
 
 def test_pages_and_answers_that_carry_a_tenants_data_are_not_stored_by_any_cache(site: str) -> None:
-    with httpx.Client(base_url=site, timeout=10) as client:
+    with httpx.Client(base_url=site, timeout=60) as client:
         answers = {
             **_pages(client),
             "session": client.get("/v1/sessions/g-1", headers=bearer(GLOBEX_WRITER)),
@@ -170,7 +170,7 @@ def test_pages_and_answers_that_carry_a_tenants_data_are_not_stored_by_any_cache
 
 
 def test_the_pages_policy_allows_no_script_and_no_other_sites_frame(site: str) -> None:
-    with httpx.Client(base_url=site, timeout=10) as client:
+    with httpx.Client(base_url=site, timeout=60) as client:
         for name, page in _pages(client).items():
             policy = page.headers.get("content-security-policy", "")
             directives = dict(d.strip().split(" ", 1) for d in policy.split(";") if d.strip())
@@ -203,7 +203,7 @@ def test_the_signed_in_page_shows_names_with_markup_as_text_and_keeps_its_styles
 def test_the_cookie_is_secure_when_a_proxy_on_this_machine_says_the_browser_came_over_https(
     site: str,
 ) -> None:
-    with httpx.Client(base_url=site, timeout=10) as client:
+    with httpx.Client(base_url=site, timeout=60) as client:
         behind_tls = client.post(
             "/dashboard/login", data={"key": ACME_READER}, headers={"X-Forwarded-Proto": "https"}
         )
