@@ -103,9 +103,19 @@ def required_name(example: str, *, field: str | None = None, webhook: str | None
     )
 
 
-def required_id(example: str) -> Any:
-    """A required body field holding the id of a session, task or agent it creates."""
-    return Field(min_length=1, max_length=MAX_ID, pattern=ID_PATTERN, examples=[example])
+def required_id(example: str, *, field: str | None = None, seed: str | None = None) -> Any:
+    """A required body field holding the id of a session, task or agent it creates; ``field``
+    is also read as ``seed``, the seed article's name for it (its agents and tasks say ``id``)."""
+    if field is None or seed is None:
+        return Field(min_length=1, max_length=MAX_ID, pattern=ID_PATTERN, examples=[example])
+    return Field(
+        min_length=1,
+        max_length=MAX_ID,
+        pattern=ID_PATTERN,
+        examples=[example],
+        validation_alias=AliasChoices(field, seed),
+        description=f"Also accepted as `{seed}`, the seed's name for it.",
+    )
 
 
 def free_input() -> Any:

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import ConfigDict, Field
+from pydantic import AliasChoices, ConfigDict, Field
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses
@@ -21,7 +21,16 @@ from flowledger.adapters.http.schemas import (
     Integer,
     name,
 )
-from flowledger.adapters.http.tasks import AgentId, Json, NoFields, Priority, TaskId, any_case, out
+from flowledger.adapters.http.tasks import (
+    SEED_CAPACITY_NAME,
+    AgentId,
+    Json,
+    NoFields,
+    Priority,
+    TaskId,
+    any_case,
+    out,
+)
 from flowledger.domain.agent import MAX_CAPACITY
 from flowledger.domain.bounds import MAX_REASON_LENGTH
 from flowledger.domain.errors import ValidationError
@@ -65,7 +74,12 @@ class Requeue(Body):
 class Capacity(Body):
     """An agent's new capacity (never below the tasks it holds)."""
 
-    capacity: Integer = Field(ge=0, le=MAX_CAPACITY)
+    capacity: Integer = Field(
+        ge=0,
+        le=MAX_CAPACITY,
+        validation_alias=AliasChoices("capacity", SEED_CAPACITY_NAME),
+        description=f"Also accepted as `{SEED_CAPACITY_NAME}`, the seed's name for it.",
+    )
 
 
 StatusName = Annotated[

@@ -70,6 +70,8 @@ Priority = Annotated[
 ]
 """A priority name in any case, spaces, tabs and line breaks around it trimmed (``" MEDIUM"`` is
 ``medium``; ``PRIORITY_PADDING``, what the pattern says: no other character around it)."""
+SEED_CAPACITY_NAME = "max_capacity"
+"""The seed's name for an agent's capacity (its ``Agent.max_capacity``, 10 by default)."""
 _READ = responses(404)
 _WRITE = responses(404, 409)
 
@@ -77,10 +79,16 @@ _WRITE = responses(404, 409)
 class RegisterAgent(Body):
     """An agent to register: the domain's rule (``require_registration``), stated in the schema."""
 
-    agent_id: str = required_id("be-1")
+    agent_id: str = required_id("be-1", field="agent_id", seed="id")
     name: str = required_name("Backend 1")
     skills: list[Skill] = Field(min_length=1, max_length=MAX_SKILLS)
-    capacity: Integer = Field(default=SEED_CAPACITY, ge=MIN_REGISTERED_CAPACITY, le=MAX_CAPACITY)
+    capacity: Integer = Field(
+        default=SEED_CAPACITY,
+        ge=MIN_REGISTERED_CAPACITY,
+        le=MAX_CAPACITY,
+        validation_alias=AliasChoices("capacity", SEED_CAPACITY_NAME),
+        description=f"Also accepted as `{SEED_CAPACITY_NAME}`, the seed's name for it.",
+    )
 
 
 class CreateTask(Body):
@@ -88,7 +96,7 @@ class CreateTask(Body):
 
     model_config = ConfigDict(json_schema_extra={"not": {"required": ["deadline", "deadline_hours"]}})
 
-    task_id: str = required_id("T-1")
+    task_id: str = required_id("T-1", field="task_id", seed="id")
     description: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, pattern=TEXT_PATTERN)
     required_skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
     priority: Priority = TaskPriority.MEDIUM

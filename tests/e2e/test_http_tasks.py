@@ -318,3 +318,54 @@ def test_a_queue_run_classifies_the_tasks_without_skills_first_and_routes_them_b
     placed = {t["task_id"]: t["assignment"]["agent_id"] for t in offered.json()}
     assert placed == {task_id: team for task_id, (_, team) in tasks.items()}
     assert all(t["classification"] is not None for t in offered.json())
+
+
+def test_the_seeds_own_agent_and_task_fields_are_taken(http: TestClient) -> None:
+    # Given the seed's agent configs ({"id", "name", "skills", "max_capacity"}, 10 by default)
+    # and its Task fields ("id", "MEDIUM"), sent as the seed's client would
+    backend = {"id": "A1", "name": "Backend Team", "skills": ["python", "golang", "kubernetes"]}
+    devops = {"id": "A3", "name": "DevOps", "skills": ["terraform", "aws", "docker"], "max_capacity": 3}
+    task = {
+        "id": "task_0",
+        "description": "Implement REST API feature",
+        "required_skills": ["python"],
+        "priority": "MEDIUM",
+        "deadline_hours": 24,
+    }
+    # When they are posted
+    created = [http.post("/v1/agents", json=backend), http.post("/v1/agents", json=devops)]
+    made = http.post("/v1/tasks", json=task)
+    # Then they are registered and created under those ids, with the seed's default capacity
+    assert [r.status_code for r in created] == [201, 201], [r.text for r in created]
+    assert [(r.json()["agent_id"], r.json()["capacity"]) for r in created] == [("A1", 10), ("A3", 3)]
+    assert made.status_code == 201, made.text
+    assert (made.json()["task_id"], made.json()["priority"]) == ("task_0", "medium")
+    # and sent again, they are repeats (200), the capacity changeable under its seed name too
+    assert http.post("/v1/agents", json=devops).status_code == 200
+    assert http.post("/v1/tasks", json=task).status_code == 200
+    paused = http.put("/v1/agents/A3/capacity", json={"max_capacity": 0})
+    assert (paused.status_code, paused.json()["capacity"]) == (200, 0)
+
+
+def test_a_field_given_under_its_name_and_the_seeds_is_refused_with_nothing_recorded(
+    http: TestClient,
+) -> None:
+    both_ids = {"agent_id": "A1", "id": "A2", "name": "Backend Team", "skills": ["python"]}
+    both_capacities = {
+        "agent_id": "A1",
+        "name": "Backend Team",
+        "skills": ["python"],
+        "capacity": 2,
+        "max_capacity": 3,
+    }
+    both_task_ids = {"task_id": "T-1", "id": "T-2", "description": "Fix it"}
+    for path, body in [
+        ("/v1/agents", both_ids),
+        ("/v1/agents", both_capacities),
+        ("/v1/tasks", both_task_ids),
+    ]:
+        refused = http.post(path, json=body)
+        assert refused.status_code == 422, refused.text
+        assert "are one field under two names" in refused.json()["error"]
+    assert http.get("/v1/agents").json() == []
+    assert http.get("/v1/tasks").json() == []
