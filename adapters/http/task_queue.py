@@ -21,6 +21,7 @@ from flowledger.adapters.http.schemas import (
     Integer,
     name,
 )
+from flowledger.adapters.http.task_schemas import AgentOut, TaskOut, answers
 from flowledger.adapters.http.tasks import (
     SEED_CAPACITY_NAME,
     AgentId,
@@ -91,7 +92,7 @@ StatusName = Annotated[
 ]
 
 
-@router.get("/tasks", responses=responses())
+@router.get("/tasks", response_model=None, responses={**answers(list[TaskOut]), **responses()})
 def list_tasks(
     caller: Reader,
     status: StatusName = None,
@@ -120,7 +121,7 @@ def list_tasks(
 
 # 402: a classification before the run that a budget refuses (not listed, a client generated
 # from the document had no case for it).
-@router.post("/queue/run", responses=responses(402))
+@router.post("/queue/run", response_model=None, responses={**answers(list[TaskOut]), **responses(402)})
 async def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     """Offer every waiting task (requeued ones, those that waited for capacity) in queue order:
     by priority (critical, high, medium, low), then the earliest deadline, then the oldest: a
@@ -137,14 +138,16 @@ async def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     return [out(state) for state in states]
 
 
-@router.post("/queue/sweep", responses=responses())
+@router.post("/queue/sweep", response_model=None, responses={**answers(list[TaskOut]), **responses()})
 def sweep_deadlines(caller: Writer, body: NoFields | None = None) -> list[Json]:
     """Escalate every open task whose deadline has passed (each once); returns those escalated.
     No body is needed; one with fields is refused (422)."""
     return [out(state) for state in caller.engine.escalate_overdue()]
 
 
-@router.post("/tasks/{task_id}/requeue", responses=responses(404, 409))
+@router.post(
+    "/tasks/{task_id}/requeue", response_model=None, responses={**answers(TaskOut), **responses(404, 409)}
+)
 def requeue_task(task_id: TaskId, body: Requeue, caller: Writer) -> Json:
     """Send an escalated task back to the queue (409 unless it is escalated); who and why are
     recorded. A task whose deadline has passed needs a new one, ``deadline`` (a time) or
@@ -160,7 +163,9 @@ def requeue_task(task_id: TaskId, body: Requeue, caller: Writer) -> Json:
     return out(caller.engine.requeue_task(task_id, who, body.reason, deadline))
 
 
-@router.put("/agents/{agent_id}/capacity", responses=responses(404, 409))
+@router.put(
+    "/agents/{agent_id}/capacity", response_model=None, responses={**answers(AgentOut), **responses(404, 409)}
+)
 def set_capacity(agent_id: AgentId, body: Capacity, caller: Writer) -> Json:
     """Change an agent's capacity (409 below the tasks it holds)."""
     return out(caller.engine.set_agent_capacity(agent_id, body.capacity))

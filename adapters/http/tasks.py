@@ -24,6 +24,7 @@ from flowledger.adapters.http.schemas import (
     required_id,
     required_name,
 )
+from flowledger.adapters.http.task_schemas import AgentOut, TaskOut, answers
 from flowledger.domain.agent import MAX_CAPACITY, MIN_REGISTERED_CAPACITY, SEED_CAPACITY
 from flowledger.domain.bounds import (
     MAX_NAME_LENGTH,
@@ -73,7 +74,8 @@ Priority = Annotated[
 SEED_CAPACITY_NAME = "max_capacity"
 """The seed's name for an agent's capacity (its ``Agent.max_capacity``, 10 by default)."""
 _READ = responses(404)
-_WRITE = responses(404, 409)
+_TASK_WRITE = {**answers(TaskOut), **responses(404, 409)}
+_CLASSIFY = {**answers(TaskOut), **responses(402, 404, 409, 501, 502)}
 
 
 class RegisterAgent(Body):
@@ -149,17 +151,24 @@ def out(state: Any) -> Json:
     return result
 
 
-_FOUND: dict[str, Any] = {
-    "description": "It existed with these fields: nothing was created (a retry); the body is as the 201's",
-    "model": Json,
-}
-"""A repeated creation's 200: with the body it answers (the document gave it none)."""
+_FOUND = "It existed with these fields: nothing was created (a retry); the body is as the 201's"
+"""A repeated creation's 200."""
+
+
+def created(model: type[TaskOut | AgentOut]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` of a creation: ``model`` as its 201, and as its 200 for a repeat."""
+    return {
+        status.HTTP_201_CREATED: {"model": model, "description": "Created"},
+        **answers(model, _FOUND),
+        **responses(409),
+    }
 
 
 @router.post(
     "/agents",
     status_code=status.HTTP_201_CREATED,
-    responses={status.HTTP_200_OK: _FOUND, **responses(409)},
+    response_model=None,
+    responses=created(AgentOut),
 )
 def register_agent(body: RegisterAgent, caller: Writer, response: Response) -> Json:
     """Register an agent: 201 when registered; again with the same fields returns it unchanged
@@ -170,13 +179,13 @@ def register_agent(body: RegisterAgent, caller: Writer, response: Response) -> J
     return out(done.state)
 
 
-@router.get("/agents", responses=responses())
+@router.get("/agents", response_model=None, responses={**answers(list[AgentOut]), **responses()})
 def list_agents(caller: Reader) -> list[Json]:
     """Every agent with its load."""
     return [out(agent) for agent in caller.engine.list_agents()]
 
 
-@router.get("/agents/{agent_id}", responses=_READ)
+@router.get("/agents/{agent_id}", response_model=None, responses={**answers(AgentOut), **_READ})
 def get_agent(agent_id: AgentId, caller: Reader) -> Json:
     """An agent: skills, capacity, load, recent completions."""
     return out(caller.engine.get_agent(agent_id))
@@ -185,7 +194,8 @@ def get_agent(agent_id: AgentId, caller: Reader) -> Json:
 @router.post(
     "/tasks",
     status_code=status.HTTP_201_CREATED,
-    responses={status.HTTP_200_OK: _FOUND, **responses(409)},
+    response_model=None,
+    responses=created(TaskOut),
 )
 def create_task(body: CreateTask, caller: Writer, response: Response) -> Json:
     """Create a task (a deadline as a time, or in hours from now): 201 when created; again with
@@ -203,7 +213,7 @@ def create_task(body: CreateTask, caller: Writer, response: Response) -> Json:
     return out(done.state)
 
 
-@router.get("/tasks/{task_id}", responses=_READ)
+@router.get("/tasks/{task_id}", response_model=None, responses={**answers(TaskOut), **_READ})
 def get_task(task_id: TaskId, caller: Reader) -> Json:
     """A task now."""
     return out(caller.engine.get_task(task_id))
@@ -215,7 +225,7 @@ def task_history(task_id: TaskId, caller: Reader) -> list[EventOut]:
     return [EventOut.of(entry) for entry in caller.engine.task_history(task_id)]
 
 
-@router.post("/tasks/{task_id}/classify", responses=responses(402, 404, 409, 501, 502))
+@router.post("/tasks/{task_id}/classify", response_model=None, responses=_CLASSIFY)
 async def classify_task(task_id: TaskId, caller: Writer, body: Classify | None = None) -> Json:
     """Classify through the model (the priority's tier unless ``model`` names one; usage is
     recorded). An unknown model is a 422 before anything is recorded; a call an enforced
@@ -227,13 +237,15 @@ async def classify_task(task_id: TaskId, caller: Writer, body: Classify | None =
     return out(await caller.engine.classify_task(task_id, model=(body or Classify()).model))
 
 
-@router.post("/tasks/{task_id}/reclassify", responses=responses(402, 404, 409, 501, 502))
+@router.post("/tasks/{task_id}/reclassify", response_model=None, responses=_CLASSIFY)
 async def reclassify_task(task_id: TaskId, caller: Writer, body: Classify | None = None) -> Json:
     """Classify again, replacing the classification (409 once the task is completed or escalated)."""
     return out(await caller.engine.reclassify_task(task_id, model=(body or Classify()).model))
 
 
-@router.post("/tasks/{task_id}/assign", responses=responses(402, 404, 409))
+@router.post(
+    "/tasks/{task_id}/assign", response_model=None, responses={**answers(TaskOut), **responses(402, 404, 409)}
+)
 async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = None) -> Json:
     """Assign to the best eligible agent, or escalate with a reason. With routing's
     ``model_ranked_matching`` on, the model picks among agents the rule finds equally good
@@ -243,13 +255,13 @@ async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = Non
     return out(await caller.engine.assign_task_ranked(task_id))
 
 
-@router.post("/tasks/{task_id}/start", responses=_WRITE)
+@router.post("/tasks/{task_id}/start", response_model=None, responses=_TASK_WRITE)
 def start_task(task_id: TaskId, caller: Writer, body: NoFields | None = None) -> Json:
     """The assigned agent started work (no body needed; one with fields is refused, 422)."""
     return out(caller.engine.start_task(task_id))
 
 
-@router.post("/tasks/{task_id}/complete", responses=_WRITE)
+@router.post("/tasks/{task_id}/complete", response_model=None, responses=_TASK_WRITE)
 def complete_task(task_id: TaskId, caller: Writer, body: Outcome | None = None) -> Json:
     """The task is done; its agent is freed (the body may be left out: no resolution)."""
     body = body or Outcome()
@@ -258,7 +270,7 @@ def complete_task(task_id: TaskId, caller: Writer, body: Outcome | None = None) 
     return out(caller.engine.complete_task(task_id, resolution))
 
 
-@router.post("/tasks/{task_id}/release", responses=_WRITE)
+@router.post("/tasks/{task_id}/release", response_model=None, responses=_TASK_WRITE)
 def release_task(task_id: TaskId, caller: Writer, body: Release | None = None) -> Json:
     """Give the task back to the queue; its agent is freed (the body may be left out: the
     reason is "released")."""

@@ -1,0 +1,91 @@
+"""What the task and agent routes answer, for ``/openapi.json``: the shape ``tasks.out`` writes.
+
+The routes answer ``out``'s dict as it is (no second validation on every answer); these models
+only describe it, and ``tests/e2e/test_http_task_schemas.py`` holds every answer of a task's
+life to them (unknown fields refused), so the document cannot drift from the answers.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flowledger.domain.task_views import TaskPriority, TaskStatus
+
+
+class Described(BaseModel):
+    """An answer's shape: a field it does not list is a mistake of the document."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClassificationOut(Described):
+    category: str = Field(description="bug_fix, feature, documentation, review, deployment or research")
+    complexity: str = Field(description="low, medium, high or critical")
+    estimated_hours: float
+    usage: dict[str, Any] | None = Field(
+        description="The model call's usage and cost; null when recorded by hand"
+    )
+
+
+class AssignmentOut(Described):
+    agent_id: str
+    score: float
+    reason: str = Field(description="Why this agent: the skills it covers, its load, how many were eligible")
+    assigned_at: datetime
+
+
+class EscalationOut(Described):
+    reason: str = Field(description="no_capable_agent, all_at_capacity or deadline_breached")
+    detail: str
+    escalated_at: datetime
+    usage: dict[str, Any] | None = Field(description="A model call made before it escalated (a tie-break)")
+
+
+class TaskOut(Described):
+    task_id: str
+    tenant: str
+    description: str
+    required_skills: list[str] = Field(description="Named by the creator, else derived by the classification")
+    priority: TaskPriority
+    deadline: datetime | None
+    status: TaskStatus
+    classification: ClassificationOut | None
+    assignment: AssignmentOut | None = Field(description="The current (or last, once closed) assignment")
+    escalation: EscalationOut | None
+    times_assigned: int
+    started_at: datetime | None
+    completed_at: datetime | None
+    result: dict[str, Any] | None = Field(description="The outcome under its former name (as resolution)")
+    created_at: datetime
+    updated_at: datetime
+    version: int
+    held_back: str | None = Field(
+        description="Why the queue passes over this waiting task (null: it is offered)"
+    )
+    agent_id: str | None = Field(description="The agent holding it, or the one that completed it")
+    resolution: dict[str, Any] | None = Field(description="What the completed task produced")
+
+
+class AgentOut(Described):
+    agent_id: str
+    tenant: str
+    name: str
+    skills: list[str]
+    capacity: int = Field(description="At most this many tasks at once (0: paused)")
+    active_tasks: list[str]
+    completed: int
+    recent_completion_seconds: float | None
+    registered_at: datetime
+    updated_at: datetime
+    version: int
+    load: int = Field(description="The tasks it holds")
+    relative_load: float = Field(description="load / capacity")
+
+
+def answers(model: object, description: str = "Successful Response") -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` entry for a route's 200 answering ``model`` (the route itself
+    declares ``response_model=None``: it returns ``out``'s dict unvalidated)."""
+    return {200: {"model": model, "description": description}}
