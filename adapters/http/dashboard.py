@@ -29,10 +29,10 @@ from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.headers import page_policy
 from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page, refused_login
 from flowledger.adapters.http.schemas import ANY_TEXT, PathId
+from flowledger.adapters.http.tier_panel import tier_panel, tier_report
 from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.values import exact_decimal
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.history import jsonable
@@ -47,7 +47,6 @@ from flowledger.projections import (
     reprice,
 )
 from flowledger.projections.cost_queries import GROUPINGS
-from flowledger.projections.tier_queries import reprice_by_tier
 
 router = APIRouter(tags=["analytics"])
 # One to five digits, not all zeros: the pattern says exactly what ``parse_since`` takes, so a
@@ -227,6 +226,7 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
             ).fetchall()
         ]
         funnels = [r for w in workflows for r in funnel_report(conn, reader, w, tenant=tenant, since=start)]
+        tiers = tier_report(caller.engine, conn, reader, tenant=tenant, since=start)
     calls = {row.group[0]: float(row.calls) for row in by_time}
     if bucket == "day" and calls:  # a long window starts at its first day with calls
         start = max(start, min(calls))
@@ -234,6 +234,7 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
         [
             _summary(by_model, since),
             budget_panel(caller.engine.budgets.burn()),
+            tier_panel(tiers),
             '<section class="grid">',
             _cost_chart(by_model),
             _cost_split_chart(by_model),
@@ -368,20 +369,8 @@ def tiers_json(caller: Reader, since: Since = "24h") -> dict[str, Any]:
     them: the configured tiers, and every priority on one of their models. Savings are
     measured against the configured premium model alone (the seed's "mixed saves 73 %")."""
     start = _start(since)
-    engine = caller.engine
-    configured = engine.classifier.tiers
-    premium = configured.tiers["critical"][0]
-    policies = {"configured": configured, **{f"all {m}": ModelTiers.single(m) for m in configured.models()}}
-    projector = _projector(engine)
+    projector = _projector(caller.engine)
     with projector.connect_reader() as conn:
-        report = reprice_by_tier(
-            conn,
-            projector.names.reader,
-            load_price_table(engine.settings.pricing_file),
-            policies,
-            tenant=caller.tenant,
-            since=start,
-            baseline=f"all {premium}",
-        )
+        report = tier_report(caller.engine, conn, projector.names.reader, tenant=caller.tenant, since=start)
     result: dict[str, Any] = jsonable(asdict(report))
     return result

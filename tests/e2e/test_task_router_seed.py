@@ -17,6 +17,7 @@ from flowledger.adapters.http.app import create_app
 from flowledger.adapters.llm.client import OpenAICompatibleClient
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+from flowledger.domain.values import plain_decimal
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 
@@ -232,3 +233,36 @@ def test_the_dashboard_reprices_recorded_task_calls_under_each_tier_policy(
         Decimal("0.1")
     )
     assert 0 < Decimal(policies["configured"]["saving_pct"]) < 100
+
+
+def test_the_dashboard_page_shows_the_tier_what_if_the_json_gives(
+    http: TestClient, request: pytest.FixtureRequest
+) -> None:
+    if "memory" in request.node.callspec.id:
+        # The read models live in PostgreSQL only: the page says so, as the JSON does
+        assert http.get("/dashboard", params={"since": "1h"}).status_code == 422
+        return
+    # Given an empty window: the page has no tier panel
+    empty = http.get("/dashboard", params={"since": "1h"})
+    assert empty.status_code == 200, empty.text
+    assert "model tiers: what if" not in empty.text
+    # and tasks of every priority classified on their tiers through the simulator
+    for n, priority in enumerate(["low", "medium", "high", "critical"]):
+        task = {"task_id": f"t{n}", "description": f"Fix the Go worker {n}", "priority": priority}
+        ok(http.post("/v1/tasks", json=task), 201)
+        ok(http.post(f"/v1/tasks/t{n}/classify", json={}))
+    body = ok(http.get("/v1/dashboard/tiers", params={"since": "1h"}))
+    # When the dashboard page is opened
+    page = http.get("/dashboard", params={"since": "1h"})
+    assert page.status_code == 200, page.text
+    # Then it shows the what-if the JSON gives: each policy's models, cost and saving
+    panel = page.text[page.text.index("model tiers: what if") :]
+    assert (
+        f"{body['calls']:,} task calls recorded at ${plain_decimal(Decimal(body['recorded_cost_usd']))}"
+        in panel
+    )
+    assert "saving against all claude-sonnet-4.5" in panel
+    for policy in body["policies"]:
+        models = "".join(f"<td>{policy['models'][p]}</td>" for p in ("critical", "high", "medium", "low"))
+        cells = f"<td>{policy['policy']}</td>{models}<td>${plain_decimal(Decimal(policy['cost_usd']))}</td>"
+        assert f"<tr>{cells}<td>{policy['saving_pct']}%</td></tr>" in panel, policy

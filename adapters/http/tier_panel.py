@@ -1,0 +1,64 @@
+"""The model-tier what-if, for ``GET /v1/dashboard/tiers`` and the dashboard page's panel: the
+task calls recorded in a window, priced as if each tier policy had routed them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from html import escape
+from typing import Any
+
+from psycopg import Connection
+
+from flowledger.adapters.llm.pricing import load_price_table
+from flowledger.domain.model_tiers import ModelTiers
+from flowledger.domain.task_views import TaskPriority
+from flowledger.domain.values import plain_decimal
+from flowledger.infrastructure import Engine
+from flowledger.projections.tier_queries import TierReport, reprice_by_tier
+
+_URGENT_FIRST = sorted(TaskPriority, key=lambda p: -p.rank)
+
+
+def tier_report(
+    engine: Engine, conn: Connection[Any], reader: str, *, tenant: str, since: datetime
+) -> TierReport:
+    """The configured tiers, and every priority on one of their models, measured against the
+    configured premium model alone (the seed's "mixed saves 73 %")."""
+    configured = engine.classifier.tiers
+    premium = configured.tiers[TaskPriority.CRITICAL.value][0]
+    policies = {"configured": configured, **{f"all {m}": ModelTiers.single(m) for m in configured.models()}}
+    return reprice_by_tier(
+        conn,
+        reader,
+        load_price_table(engine.settings.pricing_file),
+        policies,
+        tenant=tenant,
+        since=since,
+        baseline=f"all {premium}",
+    )
+
+
+def tier_panel(report: TierReport) -> str:
+    """An HTML panel: each policy's model per priority, its cost and its saving against the
+    baseline; empty when the window holds no task call."""
+    if not report.calls:
+        return ""
+    head = "".join(
+        f"<th>{p.value} ({report.calls_by_priority.get(p.value, 0):,})</th>" for p in _URGENT_FIRST
+    )
+    rows = "".join(
+        "<tr>"
+        + f"<td>{escape(policy.policy)}</td>"
+        + "".join(f"<td>{escape(policy.models.get(p.value, '-'))}</td>" for p in _URGENT_FIRST)
+        + f"<td>${plain_decimal(policy.cost_usd)}</td>"
+        + f"<td>{'-' if policy.saving_pct is None else f'{policy.saving_pct}%'}</td></tr>"
+        for policy in report.policies
+    )
+    caption = (
+        f"{report.calls:,} task calls recorded at ${plain_decimal(report.recorded_cost_usd)}, "
+        f"priced as if each policy had routed them (saving against {escape(report.baseline)})"
+    )
+    return (
+        f'<section class="grid"><div class="panel"><h3>model tiers: what if</h3><p>{caption}</p><table>'
+        f"<tr><th>policy</th>{head}<th>cost</th><th>saving</th></tr>{rows}</table></div></section>"
+    )
