@@ -29,6 +29,7 @@ from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.headers import page_policy
 from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page, refused_login
 from flowledger.adapters.http.schemas import ANY_TEXT, PathId
+from flowledger.adapters.http.task_schemas import TierReportOut, answers
 from flowledger.adapters.http.tier_panel import tier_panel, tier_report
 from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
 from flowledger.adapters.llm.pricing import load_price_table
@@ -363,7 +364,7 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f} s"
 
 
-@router.get("/v1/dashboard/tiers", responses=_ANALYTICS)
+@router.get("/v1/dashboard/tiers", response_model=None, responses={**answers(TierReportOut), **_ANALYTICS})
 def tiers_json(caller: Reader, since: Since = "24h") -> dict[str, Any]:
     """The task calls recorded in the window, priced as if each model-tier policy had routed
     them: the configured tiers, and every priority on one of their models. Savings are

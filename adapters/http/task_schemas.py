@@ -1,8 +1,10 @@
-"""What the task and agent routes answer, for ``/openapi.json``: the shape ``tasks.out`` writes.
+"""What the task and agent routes answer, for ``/openapi.json``: the shape ``tasks.out`` writes,
+and the tier what-if of ``GET /v1/dashboard/tiers``.
 
 The routes answer ``out``'s dict as it is (no second validation on every answer); these models
 only describe it, and ``tests/e2e/test_http_task_schemas.py`` holds every answer of a task's
-life to them (unknown fields refused), so the document cannot drift from the answers.
+life to them (unknown fields refused; the tiers' in ``tests/e2e/test_task_router_seed.py``), so
+the document cannot drift from the answers.
 """
 
 from __future__ import annotations
@@ -89,3 +91,20 @@ def answers(model: object, description: str = "Successful Response") -> dict[int
     """OpenAPI ``responses=`` entry for a route's 200 answering ``model`` (the route itself
     declares ``response_model=None``: it returns ``out``'s dict unvalidated)."""
     return {200: {"model": model, "description": description}}
+
+
+class PolicyCostOut(Described):
+    policy: str = Field(description="configured, or all M: every priority on model M")
+    models: dict[str, str] = Field(description="The model each priority's calls are priced at")
+    cost_usd: str = Field(description="What the recorded calls would have cost, exact (a decimal string)")
+    saving_pct: str | None = Field(description="Against the baseline, to 0.1 %; null when it costs nothing")
+
+
+class TierReportOut(Described):
+    calls: int = Field(description="Task calls recorded in the window")
+    calls_by_priority: dict[str, int] = Field(
+        description="By the priority the task had when its call was made"
+    )
+    recorded_cost_usd: str = Field(description="What they cost, exact (a decimal string)")
+    baseline: str = Field(description="The policy savings are measured against: the premium model alone")
+    policies: list[PolicyCostOut]

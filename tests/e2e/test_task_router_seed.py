@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
+from flowledger.adapters.http.task_schemas import TierReportOut
 from flowledger.adapters.llm.client import OpenAICompatibleClient
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
@@ -238,6 +239,11 @@ def test_the_dashboard_reprices_recorded_task_calls_under_each_tier_policy(
 def test_the_dashboard_page_shows_the_tier_what_if_the_json_gives(
     http: TestClient, request: pytest.FixtureRequest
 ) -> None:
+    # The document names the what-if's shape (it was an untyped object)
+    document = ok(http.get("/openapi.json"))["paths"]["/v1/dashboard/tiers"]["get"]
+    assert document["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/TierReportOut"
+    }
     if "memory" in request.node.callspec.id:
         # The read models live in PostgreSQL only: the page says so, as the JSON does
         assert http.get("/dashboard", params={"since": "1h"}).status_code == 422
@@ -252,6 +258,7 @@ def test_the_dashboard_page_shows_the_tier_what_if_the_json_gives(
         ok(http.post("/v1/tasks", json=task), 201)
         ok(http.post(f"/v1/tasks/t{n}/classify", json={}))
     body = ok(http.get("/v1/dashboard/tiers", params={"since": "1h"}))
+    TierReportOut.model_validate(body)  # the shape the document names, no field more or less
     # When the dashboard page is opened
     page = http.get("/dashboard", params={"since": "1h"})
     assert page.status_code == 200, page.text
