@@ -84,6 +84,13 @@ def _words(text: str) -> set[str]:
     return words
 
 
+def _extensions(words: set[str]) -> set[str]:
+    """The extensions of the file names among ``words`` (``main.go``: go), case folded: the
+    last part of a word joined by ``.``, when some name stands before it."""
+    ends = (word.rstrip(".").rpartition(".") for word in words)
+    return {extension.casefold() for name, _, extension in ends if name.strip(".") and extension}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Derivation:
     """What a classification changes about how a task is routed, and why.
@@ -171,7 +178,14 @@ class SkillCatalogue:
         # A keyword holding a capital matches only as written: "Go" is the language, while
         # "go" in "let's go over the Terraform state" (or "Go live", a sentence's first word
         # before a verb's follower: ``_words``) names no stack. Others match in any case.
-        matched = sorted(word for word in self.keywords if word in (folded if word.islower() else written))
+        # A file's extension is no verb, written in lower case by custom: "main.go" is Go
+        # (it was routed by its category alone, "Fix the crash in main.go" to python).
+        extensions = _extensions(written)
+        matched = sorted(
+            word
+            for word in self.keywords
+            if word in (folded if word.islower() else written) or word.casefold() in extensions
+        )
         if matched:
             skills = tuple(sorted({skill for word in matched for skill in self.keywords[word]}))
             source = f"the words {', '.join(repr(w) for w in matched)} of a {category} task"

@@ -290,7 +290,7 @@ def test_a_catalogue_file_overrides_the_shipped_one(tmp_path: Path) -> None:
     path = tmp_path / "skills.json"
     path.write_text(json.dumps(data))
     ours = load_skill_catalogue(path)
-    assert (shipped.version, ours.version) == ("2026-12-03.1", "ours-1")
+    assert (shipped.version, ours.version) == ("2026-12-05.1", "ours-1")
     assert ours.skills_for("documentation", "Explain the setup")[0] == ("markdown",)
     with Engine.in_memory(settings=Settings(skill_catalogue_file=path)) as engine:
         assert engine.classifier.catalogue.version == "ours-1"
@@ -339,6 +339,24 @@ def test_a_known_word_is_found_beside_punctuation(description: str, skills: tupl
     # (The word pattern kept '.' and '-' inside words: "Kubernetes." was no known word, and the
     # task was routed by its category alone.)
     assert load_skill_catalogue().skills_for("bug_fix", description)[0] == skills
+
+
+@pytest.mark.parametrize(
+    ("description", "skills"),
+    [
+        ("Fix the crash in main.go", ("golang",)),  # a file's extension: Go, not the verb
+        ("Fix the crash in cmd/server/main.go.", ("golang",)),
+        ("Bump go.mod to the new client", ("golang",)),
+        ("Update the bucket policy in main.tf", ("terraform",)),
+        ("Fix the settings form in index.tsx", ("react",)),
+        ("Fix the import in handler.py", ("python",)),
+        ("Let's go.", ("docker",)),  # the verb, a sentence's end: still no stack
+        ("Ship it, e.g. tonight", ("docker",)),  # "e.g" ends in no extension the catalogue knows
+    ],
+)
+def test_a_file_named_in_the_description_names_its_stack(description: str, skills: tuple[str, ...]) -> None:
+    # (Routed by the category alone before: "Fix the crash in main.go", a deployment, went to docker.)
+    assert load_skill_catalogue().skills_for("deployment", description)[0] == skills
 
 
 def load_now() -> Any:
