@@ -50,6 +50,14 @@ class TierReport:
     policies: list[PolicyCost]
 
 
+def tier_policies(configured: ModelTiers) -> tuple[dict[str, ModelTiers], str]:
+    """The policies a what-if compares: the configured tiers, and every priority on one of
+    their models; and the baseline savings are measured against, the configured premium
+    (critical) model alone (the seed's "mixed saves 73 %")."""
+    policies = {"configured": configured, **{f"all {m}": ModelTiers.single(m) for m in configured.models()}}
+    return policies, f"all {configured.tiers['critical'][0]}"
+
+
 def tier_model(tiers: ModelTiers, priority: str, prices: PriceTable) -> str:
     """The model a policy prices a priority's calls at: its tier's cheapest (for a typical call)."""
     models = tiers.tiers[priority]

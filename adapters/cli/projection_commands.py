@@ -23,6 +23,7 @@ from rich.table import Table
 from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import fail, reported_errors, say_problem
 from flowledger.adapters.cli.rendering import money, whole_cells
+from flowledger.adapters.cli.task_rendering import tiers_table
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.bounds import require_name, require_tenant
@@ -45,6 +46,7 @@ from flowledger.projections import (
     workflows,
 )
 from flowledger.projections.cost_queries import GROUPINGS
+from flowledger.projections.tier_queries import reprice_by_tier, tier_policies
 
 console = cli_console()
 projections_app = typer.Typer(
@@ -53,6 +55,9 @@ projections_app = typer.Typer(
 BY_HELP = f"{', '.join(list(GROUPINGS)[:-1])} or {list(GROUPINGS)[-1]} (repeatable)."
 """Every grouping the dashboard knows (``session`` was missing when this was written by hand)."""
 REPRICE_HELP = "Also price the same usage at this model's price (the configured price table)."
+TIERS_HELP = (
+    "Also price the task calls as if each model-tier policy had routed them (GET /v1/dashboard/tiers)."
+)
 NAME_HELP = "One projection: current_state, cost, funnel or seed (default: all)."
 STEPS_HELP = "Step order, comma-separated (default: the order sessions reached them)."
 TENANT_HELP = "Whose data (default: the engine's tenant, FLOWLEDGER_TENANT or 'default')."
@@ -331,6 +336,7 @@ def dashboard_command(
     reprice_as: Annotated[str | None, typer.Option(help=REPRICE_HELP)] = None,
     tenant: TenantOption = None,
     exact: ExactOption = False,
+    tiers: Annotated[bool, typer.Option("--tiers", help=TIERS_HELP)] = False,
 ) -> None:
     """Calls, errors, tokens, cost and latency percentiles of one tenant's model calls, grouped."""
     groups = by or ["model"]
@@ -369,6 +375,18 @@ def dashboard_command(
                         money(r.difference_usd, 6, sign=True),
                     )
                 console.print(out)
+            if tiers:
+                policies, baseline = tier_policies(engine.classifier.tiers)
+                report = reprice_by_tier(
+                    conn,
+                    projector.names.reader,
+                    load_price_table(engine.settings.pricing_file),
+                    policies,
+                    tenant=whose,
+                    since=start,
+                    baseline=baseline,
+                )
+                console.print(tiers_table(report, since))
 
 
 def funnel_command(

@@ -9,7 +9,11 @@ from datetime import datetime
 from rich.markup import escape
 from rich.table import Table
 
-from flowledger.domain.task_views import TaskState, TaskStatus
+from flowledger.domain.task_views import TaskPriority, TaskState, TaskStatus
+from flowledger.domain.values import plain_decimal
+from flowledger.projections.tier_queries import TierReport
+
+_URGENT_FIRST = sorted(TaskPriority, key=lambda p: -p.rank)
 
 
 def task_line(state: TaskState) -> str:
@@ -81,4 +85,27 @@ def task_table(task: TaskState) -> Table:
     ]
     for field, value in rows:
         table.add_row(field, escape(value))
+    return table
+
+
+def tiers_table(report: TierReport, since: str) -> Table:
+    """The model-tier what-if (``GET /v1/dashboard/tiers``): each policy's model per priority
+    (the calls counted in the heading), its cost and its saving against the baseline."""
+    recorded = plain_decimal(report.recorded_cost_usd)
+    table = Table(
+        title=f"task calls, last {since}: {report.calls:,} recorded at ${recorded};"
+        f" priced as if each tier policy had routed them (saving against {escape(report.baseline)})"
+    )
+    table.add_column("policy")
+    for priority in _URGENT_FIRST:
+        table.add_column(f"{priority.value} ({report.calls_by_priority.get(priority.value, 0):,})")
+    table.add_column("cost $", justify="right")
+    table.add_column("saving", justify="right")
+    for policy in report.policies:
+        table.add_row(
+            escape(policy.policy),
+            *(escape(policy.models.get(p.value, "-")) for p in _URGENT_FIRST),
+            plain_decimal(policy.cost_usd),
+            "-" if policy.saving_pct is None else f"{policy.saving_pct}%",
+        )
     return table

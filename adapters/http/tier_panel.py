@@ -10,11 +10,10 @@ from typing import Any
 from psycopg import Connection
 
 from flowledger.adapters.llm.pricing import load_price_table
-from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.task_views import TaskPriority
 from flowledger.domain.values import plain_decimal
 from flowledger.infrastructure import Engine
-from flowledger.projections.tier_queries import TierReport, reprice_by_tier
+from flowledger.projections.tier_queries import TierReport, reprice_by_tier, tier_policies
 
 _URGENT_FIRST = sorted(TaskPriority, key=lambda p: -p.rank)
 
@@ -22,20 +21,10 @@ _URGENT_FIRST = sorted(TaskPriority, key=lambda p: -p.rank)
 def tier_report(
     engine: Engine, conn: Connection[Any], reader: str, *, tenant: str, since: datetime
 ) -> TierReport:
-    """The configured tiers, and every priority on one of their models, measured against the
-    configured premium model alone (the seed's "mixed saves 73 %")."""
-    configured = engine.classifier.tiers
-    premium = configured.tiers[TaskPriority.CRITICAL.value][0]
-    policies = {"configured": configured, **{f"all {m}": ModelTiers.single(m) for m in configured.models()}}
-    return reprice_by_tier(
-        conn,
-        reader,
-        load_price_table(engine.settings.pricing_file),
-        policies,
-        tenant=tenant,
-        since=since,
-        baseline=f"all {premium}",
-    )
+    """The task calls of ``tenant`` since ``since`` under each policy of ``tier_policies``."""
+    policies, baseline = tier_policies(engine.classifier.tiers)
+    prices = load_price_table(engine.settings.pricing_file)
+    return reprice_by_tier(conn, reader, prices, policies, tenant=tenant, since=since, baseline=baseline)
 
 
 def tier_panel(report: TierReport) -> str:

@@ -351,3 +351,36 @@ def test_classifying_a_task_that_needs_no_call_says_nothing_was_done(
     assert again.endswith("(already classified: nothing done; reclassify classifies again)"), again
     assert closed.endswith("(not classified: it is escalated; nothing done)"), closed
     assert stored_events(database_url, pg_schema) == before
+
+
+def test_the_dashboard_prints_the_tier_what_if_with_tiers(
+    database_url: str, pg_schema: str, simulator: Simulator
+) -> None:
+    model = {"FLOWLEDGER_LLM_BASE_URL": simulator.base_url, "FLOWLEDGER_LLM_API_KEY": "sk-test-simulator"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(database_url, pg_schema, *args, env=model, columns=160)
+
+    # Given a critical task and a low one, classified on their tiers' models
+    for task_id, priority in (("T-1", "critical"), ("T-2", "low")):
+        said(cli("tasks", "create", task_id, "--description", "Fix the Go worker", "--priority", priority))
+        said(cli("tasks", "classify", task_id))
+    # When the dashboard is asked for the tiers
+    shown = cli("dashboard", "--since", "1h", "--tiers")
+    # Then it prints each policy's model per priority, with the calls counted, its cost and saving
+    assert shown.returncode == 0, shown.stderr
+    assert "task calls, last 1h: 2 recorded at $" in shown.stdout
+    assert "saving against all claude-sonnet-4.5" in shown.stdout
+    rows = {
+        cells[0]: cells[1:]
+        for line in shown.stdout.splitlines()
+        if line.startswith("│") and len(cells := [c.strip() for c in line.strip("│").split("│")]) == 7
+    }
+    # (a priority without calls prices nothing: no model named for it)
+    assert rows["configured"][:4] == ["claude-sonnet-4.5", "-", "-", "gemini-2.5-flash"]
+    assert rows["all claude-sonnet-4.5"][-1] == "0.0%"
+    assert 0 < float(rows["configured"][-1].rstrip("%")) < 100
+    assert "critical (1)" in shown.stdout
+    assert "low (1)" in shown.stdout
+    # and without --tiers, no such table
+    assert "tier policy" not in cli("dashboard", "--since", "1h").stdout
