@@ -22,6 +22,7 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.durations import parse_since
+from flowledger.adapters.http.analytics_schemas import DashboardRowOut, FunnelReportOut
 from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_header, bearer, token_of
 from flowledger.adapters.http.budget_panel import budget_panel
 from flowledger.adapters.http.charts import bar_chart, column_chart, isolated
@@ -87,7 +88,7 @@ def _projector(engine: Engine) -> Projector:
     return projector_for(engine).ready_to_read()  # ValidationError for an in-memory engine
 
 
-@router.get("/v1/dashboard", responses=_ANALYTICS)
+@router.get("/v1/dashboard", response_model=None, responses={**answers(list[DashboardRowOut]), **_ANALYTICS})
 def dashboard_json(
     caller: Reader,
     since: Since = "24h",
@@ -141,7 +142,11 @@ def _with_reprice(row: DashboardRow, model: str, repriced: RepriceRow) -> dict[s
 
 # Any text: a workflow's name may hold '/', which the server decodes before routing (``%2F``)
 # and clients may leave unescaped; it was a 404, an unknown path.
-@router.get(f"/v1/funnel/{{workflow:{ANY_TEXT}}}", responses=_ANALYTICS)
+@router.get(
+    f"/v1/funnel/{{workflow:{ANY_TEXT}}}",
+    response_model=None,
+    responses={**answers(list[FunnelReportOut]), **_ANALYTICS},
+)
 def funnel_json(
     workflow: Annotated[str, PathId], caller: Reader, since: Since = "7d", exact: Exact = False
 ) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from flowledger.adapters.http.analytics_schemas import DashboardRowOut, FunnelReportOut
 from flowledger.adapters.http.app import create_app
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
@@ -178,3 +179,30 @@ def test_the_funnel_of_a_workflow_whose_name_holds_a_slash_is_read_over_rest(pg_
         # And a name holding a line break is refused as invalid, not taken for an unknown path
         refused = client.get("/v1/funnel/team%0Asupport")
         assert refused.status_code == 422, refused.text
+
+
+def test_the_analytics_answers_have_the_shapes_their_openapi_entries_name(http: TestClient) -> None:
+    # Given the document: each analytics route names its rows (they were untyped objects)
+    paths = http.get("/openapi.json").json()["paths"]
+    for path, name in (("/v1/dashboard", "DashboardRowOut"), ("/v1/funnel/{workflow}", "FunnelReportOut")):
+        schema = paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert schema["items"] == {"$ref": f"#/components/schemas/{name}"}, path
+    # When the analytics are read, grouped, repriced and as a funnel
+    answers = [
+        http.get("/v1/dashboard", params={"by": "model"}),
+        http.get("/v1/dashboard", params=[("by", "model"), ("by", "day")]),
+        http.get("/v1/dashboard", params={"by": "model", "reprice_as": "claude-sonnet-4.5"}),
+        http.get("/v1/dashboard", params={"by": "workflow", "since": "7d"}),
+    ]
+    funnel = http.get("/v1/funnel/cs")
+    # Then every row has exactly the shape named, no field more or less
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        assert answer.json()
+        for row in answer.json():
+            DashboardRowOut.model_validate(row)
+    assert "repriced_cost_usd" in answers[2].json()[0]
+    assert funnel.status_code == 200, funnel.text
+    for report in funnel.json():
+        FunnelReportOut.model_validate(report)
+    assert funnel.json()[0]["steps"]
