@@ -14,6 +14,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.number_arguments import NumberArguments
 from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.domain.agent import SEED_CAPACITY
 from flowledger.domain.task_views import AgentState
@@ -85,7 +86,7 @@ def show_agent(agent_id: AgentArg, tenant: TenantOpt = None) -> None:
     console.print(agents_table(f"agent {agent_id} at version {agent.version}", [agent]))
 
 
-@agents_app.command("capacity")
+@agents_app.command("capacity", cls=NumberArguments)
 def set_capacity(
     agent_id: AgentArg,
     capacity: Annotated[int, typer.Argument(help="The new capacity (0 pauses it; never below its load).")],

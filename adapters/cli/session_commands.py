@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
 from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.number_arguments import NumberArguments
 from flowledger.adapters.cli.rendering import history_table, session_table
 from flowledger.domain.bounds import MAX_TTL, require_count, require_moment
 from flowledger.domain.errors import ValidationError
@@ -195,6 +196,6 @@ def register(app: typer.Typer) -> None:
     app.command()(replay)
     app.command()(extend)
     app.command("expire-sessions")(expire_sessions)
-    app.command()(fork)
+    app.command(cls=NumberArguments)(fork)
     app.command()(forget)
     app.command()(demo)

@@ -55,6 +55,8 @@ BAD_INPUT = [
     (["history", "nobody"], 3, "session 'nobody' not found"),
     (["replay", "x", "--as-of", "yesterday"], 2, "as_of: 'yesterday' is not an ISO 8601 time"),
     (["replay", "x", "--version", "0"], 2, "version: must be a version >= 1, got 0"),
+    # A negative number argument was taken for an option: "No such option: -1"
+    (["fork", "x", "-1", "y"], 2, "at_version: must be a version >= 1, got -1"),
     (["keys", "create", "--tenant", "t", "--role", "bogus"], 2, "role: 'bogus' is not one of"),
     # An empty id (an unset shell variable) was "no active key ''", exit 3
     (["keys", "revoke", ""], 2, "key_id: must be a non-empty string"),

@@ -202,6 +202,10 @@ BAD_INPUT = [
     (["agents", "register", "a-2", "--name", "n"], 2, "Missing option '--skill'"),
     (["agents", "register", "a-2", "--name", "n", "--skill", " "], 2, "skills: must be a non-empty string"),
     (["agents", "capacity", "backend", "--", "-1"], 2, "capacity: must be an int in [0, 10000], got -1"),
+    # Without "--", click took "-1" for an option: "No such option: -1", not the capacity's rule
+    (["agents", "capacity", "backend", "-1"], 2, "capacity: must be an int in [0, 10000], got -1"),
+    (["agents", "capacity", "backend", "-2.5"], 2, "Invalid value for 'capacity'"),
+    (["agents", "capacity", "backend", "-x"], 2, "No such option: -x"),
     (["agents", "capacity", "backend", "ten"], 2, "Invalid value for 'capacity'"),
     (
         ["tasks", "create", "T-2", "--description", "d", "--deadline", "tomorrow"],

@@ -1,0 +1,39 @@
+"""A command whose arguments may be negative numbers: ``agents capacity a1 -1``.
+
+click takes every word starting with ``-`` for an option, so ``-1`` was refused as
+"No such option: -1" before the domain could say what is wrong with it (a capacity below
+0). Commands with a number argument use ``NumberArguments``: a word that reads as a number
+and names no option of the command is an argument, and the value's own check answers.
+"""
+
+from __future__ import annotations
+
+import re
+
+# typer vendors click (pinned ~=0.29): its parser is this one, not the click package's.
+from typer._click.core import Context
+from typer._click.parser import _OptionParser, _ParsingState
+from typer.core import TyperCommand
+
+_NUMBER = re.compile(r"-(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
+
+
+class _NumbersAreArguments(_OptionParser):
+    """click's parser, but a negative number that is no option goes to the arguments."""
+
+    def _process_opts(self, arg: str, state: _ParsingState) -> None:
+        if _NUMBER.fullmatch(arg) and arg not in self._short_opt and arg not in self._long_opt:
+            state.largs.append(arg)
+            return
+        super()._process_opts(arg, state)
+
+
+class NumberArguments(TyperCommand):
+    """A typer command whose arguments may be negative numbers (``cls=NumberArguments``)."""
+
+    def make_parser(self, ctx: Context) -> _OptionParser:
+        """The command's parser: click's, with negative numbers kept as arguments."""
+        parser = _NumbersAreArguments(ctx)
+        for param in self.get_params(ctx):
+            param.add_to_parser(parser, ctx)
+        return parser
