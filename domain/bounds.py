@@ -197,7 +197,8 @@ def require_tenant(value: Any) -> str:
     The domain's checks of a tenant (``scoped_uuid``, a new session, task, agent or budget)
     apply this same rule (``require_tenant``).
 
-    Not held to a name's visible character: a tenant names data already stored under it.
+    Not held to a name's visible character: a tenant names data already stored under it. A
+    *new* tenant's name is held to more (``tenant_names.require_new_tenant``).
     """
     return _require_storable_name("tenant", value)
 

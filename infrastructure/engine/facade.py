@@ -69,6 +69,7 @@ from flowledger.infrastructure.postgres.database import deadlines_of, ensure_sch
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.group_commit import GroupCommit
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
+from flowledger.infrastructure.postgres.tenants import admit_engine_tenant
 from flowledger.infrastructure.router_files import (
     load_model_tiers,
     load_skill_catalogue,
@@ -110,6 +111,7 @@ class Engine:
         tiers = load_model_tiers(self.settings.routing_file, check_model=self._routing_check(llm))
         url = self.settings.database_url or embedded_database_url(self.settings.home)
         ensure_schema(url, self.settings.schema, self.settings)
+        admit_engine_tenant(url, self.settings)  # a new tenant's name: domain.tenant_names
         self.database_url = url
         self.tenant = self.settings.tenant
         env = library_env(
@@ -220,6 +222,7 @@ class Engine:
         settings = self.settings.with_overrides(tenant=tenant)  # the name checked as any tenant's
         if settings.tenant == self.tenant:
             return self
+        admit_engine_tenant(self.database_url, settings)  # a new tenant's name: domain.tenant_names
         owner = self._owner or self
         shared = type(self).__new__(type(self))
         shared._share_store(owner, settings)

@@ -27,6 +27,7 @@ from flowledger.domain.bounds import require_name, require_tenant
 from flowledger.domain.errors import MigrationRefused, ValidationError
 from flowledger.infrastructure.postgres.database import deadlines_of
 from flowledger.infrastructure.postgres.lazy_pool import LazyPool
+from flowledger.infrastructure.postgres.tenants import admit_tenant
 from flowledger.infrastructure.settings import Settings
 
 ROLES = ("reader", "writer", "admin")
@@ -204,6 +205,7 @@ class PostgresKeyStore:
         key_id = "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(12))
         token = f"flk_{key_id}_{secrets.token_urlsafe(32)}"
         with self._connection() as conn:
+            admit_tenant(conn, self._schema, tenant)  # a new tenant's name: domain.tenant_names
             row = conn.execute(
                 sql.SQL(
                     "INSERT INTO {} (key_id, tenant, role, token_sha256, label, expires_at)"

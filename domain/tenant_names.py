@@ -1,0 +1,54 @@
+"""The rule a new tenant's name follows (``require_new_tenant``), narrower than the one every
+tenant's name follows (``bounds.require_tenant``), which still admits names stored before it.
+
+A probe found ``'acme '`` (a trailing space) and a name of one zero-width space accepted as
+tenants: names that look like another tenant's or like nothing in a key list, a dashboard
+and a log. A new tenant's name therefore also has no whitespace at either end, holds a
+visible character, and holds no Unicode format character (category Cf: zero-width spaces
+and joiners, bidi controls, the soft hyphen, the byte-order mark), so that what is shown is
+what is stored. Data already stored under a name outside this rule stays readable and
+writable: the rule is applied where a tenant is first named (an API key made, an engine
+started for a tenant that holds nothing yet), never where an existing one is read.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+from flowledger.domain.bounds import require_name, require_tenant
+from flowledger.domain.errors import ValidationError
+
+_RULE = "a new tenant's name"
+
+
+def require_new_tenant(value: Any) -> str:
+    """Raise ValidationError (field ``tenant``) unless ``value`` may name a new tenant: a tenant's
+    name (``require_tenant``) with a visible character, no whitespace at either end and no
+    format character (category Cf)."""
+    name = require_tenant(value)
+    if name != name.strip():
+        raise ValidationError("tenant", f"{_RULE} must not start or end with whitespace, got {name!r}")
+    try:
+        require_name("tenant", name)
+    except ValidationError:
+        raise ValidationError(
+            "tenant", f"{_RULE} must hold a visible character, not only ones drawn as nothing, got {name!r}"
+        ) from None
+    if not name.isascii():
+        for char in name:
+            if unicodedata.category(char) == "Cf":
+                raise ValidationError(
+                    "tenant",
+                    f"{_RULE} must not contain format characters (found U+{ord(char):04X}, drawn as nothing)",
+                )
+    return name
+
+
+def new_tenant_refusal(value: str) -> ValidationError | None:
+    """Why ``value`` (a tenant's name) may not name a new tenant, else None."""
+    try:
+        require_new_tenant(value)
+    except ValidationError as refused:
+        return refused
+    return None
