@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from fastapi.responses import HTMLResponse
@@ -37,6 +38,31 @@ document.getElementById("page").addEventListener("load", () => {
   }).map((cell) => cell.textContent);
   document.getElementById("out").textContent = JSON.stringify({cells: cells.length, wrapped});
 });
+</script></body></html>"""
+
+
+# Loads the dashboard in a frame as wide as ``?width=`` says, then writes into its own DOM how
+# wide the page became and every box whose content is wider than the box (clipped, or
+# scrolled inside it: said with its overflow-x), so that ``--dump-dom`` carries the layout.
+FIT = """<!doctype html><html><body style="margin:0">
+<iframe id="page" style="height:2400px;border:0"></iframe>
+<pre id="out">pending</pre>
+<script>
+const frame = document.getElementById("page");
+frame.style.width = new URLSearchParams(location.search).get("width") + "px";
+frame.addEventListener("load", () => {
+  const doc = frame.contentDocument;
+  const boxes = [...doc.querySelectorAll(".panel, .grid > *, .tiles")];
+  const overflowing = boxes.filter((box) => box.scrollWidth > box.clientWidth + 1).map((box) => ({
+    text: box.textContent.slice(0, 40),
+    overflowX: getComputedStyle(box).overflowX,
+    tables: box.querySelectorAll("table").length,
+  }));
+  document.getElementById("out").textContent = JSON.stringify({
+    page: doc.documentElement.scrollWidth, boxes: boxes.length, overflowing,
+  });
+});
+frame.src = "/dashboard?since=1h";
 </script></body></html>"""
 
 
@@ -77,6 +103,7 @@ def site(pg_engine: Engine) -> Iterator[str]:
     )
     app = create_app(pg_engine)
     app.add_api_route("/__measure", lambda: HTMLResponse(MEASURE), include_in_schema=False)
+    app.add_api_route("/__fit", lambda: HTMLResponse(FIT), include_in_schema=False)
     with live_server(app) as base_url:
         yield base_url
 
@@ -101,6 +128,34 @@ def test_the_dashboard_in_a_browser_shows_models_bucketed_time_and_unwrapped_tab
     shot = screenshot(f"{site}/dashboard?since=1h", "dashboard.png")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000
+
+
+def _fit(site: str, width: int) -> dict[str, Any]:
+    measured = re.search(
+        r'<pre id="out">(.*?)</pre>', dom_after_scripts(f"{site}/__fit?width={width}"), re.DOTALL
+    )
+    assert measured is not None
+    layout: dict[str, Any] = json.loads(measured.group(1))
+    assert layout["boxes"] > 5, layout
+    return layout
+
+
+def test_at_1280_pixels_every_panel_the_funnel_table_included_fits_its_box(site: str) -> None:
+    # (The funnel's table was cut at "p9" in a 1280 x 900 window: its column took 3/5 of the row.)
+    layout = _fit(site, 1280)
+    assert layout["page"] <= 1280, layout
+    assert layout["overflowing"] == [], layout
+    shot = screenshot(f"{site}/dashboard?since=1h", "dashboard-1280.png", width=1280, height=900)
+    assert shot.stat().st_size > 20_000
+
+
+def test_in_a_narrow_window_a_table_too_wide_scrolls_inside_its_own_box(site: str) -> None:
+    layout = _fit(site, 640)
+    # The page itself never scrolls sideways: what does not fit scrolls in its panel
+    assert layout["page"] <= 640, layout
+    assert layout["overflowing"], layout  # at 640 pixels the funnel's table does not fit
+    for box in layout["overflowing"]:
+        assert box["overflowX"] == "auto", layout
 
 
 def test_an_invalid_window_in_the_address_shows_the_error_on_the_page(site: str) -> None:
