@@ -16,6 +16,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http import budgets, dashboard, health, login, rest, task_queue, tasks, webhook
+from flowledger.adapters.http.api_docs import add_api_docs
 from flowledger.adapters.http.auth import Gate, Keyring, RateLimits, Tenants
 from flowledger.adapters.http.errors import document_json_bodies, install_error_handlers
 from flowledger.adapters.http.headers import SecurityHeaders
@@ -61,7 +62,10 @@ def create_app(
 
     # Swagger UI at /docs and ReDoc at /redoc, their scripts served from the installed
     # package under /docs/assets: the pages work with no network (a CDN left /docs blank).
+    # The pages themselves are ``api_docs``'s, with a Content-Security-Policy.
     app = FastAPIOffline(
+        docs_url=None,
+        redoc_url=None,
         title="flowledger",
         summary="Event-sourced state for LLM workflow sessions.",
         version="0.1.0",
@@ -73,6 +77,7 @@ def create_app(
         # does not declare is a 422, not ignored (``query.py``).
         dependencies=[Depends(refuse_unknown_query)],
     )
+    add_api_docs(app, static=_STATIC)
     app.state.engine = engine
     app.state.gate = gate
     install_error_handlers(app)

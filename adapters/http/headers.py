@@ -4,9 +4,9 @@ the login came from the server's own page.
 
 The pages hold no script at all, so their policy allows none (``default-src 'none'``) and names
 their one inline ``<style>`` by its hash: even a name that slipped past escaping could run
-nothing. Answers that are not HTML (JSON, errors) get ``default-src 'none'`` alone; an HTML page
-that is not the app's own (Swagger UI and ReDoc at ``/docs`` and ``/redoc``, which need their
-scripts) keeps the headers it was given, framing and caching rules aside.
+nothing. Answers that are not HTML (JSON, errors) get ``default-src 'none'`` alone. Swagger UI
+and ReDoc (``/docs``, ``/redoc``) need their scripts: ``docs_policy`` runs the ones the app
+serves and the pages' inline one by its hash, and loads nothing from another host.
 """
 
 from __future__ import annotations
@@ -36,6 +36,36 @@ def page_policy(html: str) -> str:
     return (
         f"default-src 'none'; style-src {styles}; img-src data:; form-action 'self'; "
         "frame-ancestors 'self'; base-uri 'none'"
+    )
+
+
+_INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
+
+
+def _hashes(blocks: list[str]) -> str:
+    return " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(b.encode()).digest()).decode() + "'" for b in blocks
+    )
+
+
+def docs_policy(html: str, *, generated_styles: bool) -> str:
+    """The policy of an API document's page (``api_docs``): scripts and styles from this origin
+    only, the page's inline ``<script>`` and ``<style>`` blocks by hash, its document fetched
+    from this origin, images from it or ``data:``; nothing from another host.
+
+    ``generated_styles``: the script writes ``<style>`` elements (ReDoc's styled-components),
+    which no hash can name: styles inline are then allowed (a style runs no code), and its
+    search index's worker, which it starts from a ``blob:`` it made.
+    """
+    scripts = " ".join(["'self'", _hashes(_INLINE_SCRIPT.findall(html))]).strip()
+    styles = (
+        "'self' 'unsafe-inline'" if generated_styles else f"'self' {_hashes(_STYLE.findall(html))}".strip()
+    )
+    worker = "; worker-src blob:" if generated_styles else ""
+    return (
+        f"default-src 'none'; script-src {scripts}; style-src {styles}; img-src 'self' data:; "
+        f"font-src 'self' data:; connect-src 'self'{worker}; form-action 'self'; frame-ancestors 'self'; "
+        "base-uri 'none'"
     )
 
 

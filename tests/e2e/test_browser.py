@@ -19,7 +19,7 @@ from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.e2e.live_http import ACME_READER, KEYS, live_server
-from tests.support.browser import dom_after_scripts, screenshot
+from tests.support.browser import console_lines, dom_after_scripts, screenshot
 
 # A page of the test's own, served beside the dashboard (same origin): it loads the dashboard
 # in a 760-pixel frame, then writes into its own DOM every table cell whose text takes more
@@ -164,6 +164,28 @@ def test_an_invalid_window_in_the_address_shows_the_error_on_the_page(site: str)
     assert alert is not None
     assert "bogus" in alert.group(1)
     assert "<h1>flowledger</h1>" in dom
+
+
+@pytest.mark.parametrize(
+    ("page", "drawn"),
+    [
+        ("/docs", ['data-path="/v1/sessions"', 'data-path="/v1/dashboard"']),
+        ("/redoc", ["/webhook/workflow-state", "API docs by Redocly"]),
+    ],
+)
+def test_the_api_documents_run_under_their_policy_and_ask_for_nothing_it_refuses(
+    site: str, page: str, drawn: list[str]
+) -> None:
+    # (/docs and /redoc had no Content-Security-Policy, and ReDoc fetched its logo from a CDN.)
+    # When the page is opened with every host but loopback unreachable
+    lines = console_lines(f"{site}{page}", budget_ms=15000)
+    dom = dom_after_scripts(f"{site}{page}", budget_ms=15000)
+    # Then its scripts ran under the policy and drew the API
+    for text in drawn:
+        assert text in dom, (page, text)
+    # And the browser refused nothing and reported no error: no request to the CDN either
+    assert [line for line in lines if "Content Security Policy" in line or "cdn." in line] == [], lines
+    assert "cdn.redoc.ly" not in dom
 
 
 def test_swagger_ui_renders_the_api_with_no_network(site: str) -> None:

@@ -3,6 +3,8 @@ unknown paths and methods, and the webhook's field names accepted by the REST AP
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from collections.abc import Iterator
 
@@ -39,6 +41,40 @@ def test_the_api_documentation_loads_only_assets_the_app_serves(http: TestClient
         assert served.status_code == 200, url
         assert len(served.content) > 1000, url
     assert "/openapi.json" in response.text
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc", "/docs/oauth2-redirect"])
+def test_the_api_documents_have_a_policy_that_runs_only_the_apps_scripts(http: TestClient, page: str) -> None:
+    # (They were served with no Content-Security-Policy, while the app's other pages had one.)
+    response = http.get(page)
+    assert response.status_code == 200
+    policy = dict(
+        directive.strip().split(" ", 1)
+        for directive in response.headers["content-security-policy"].split(";")
+    )
+    assert policy["default-src"] == "'none'"
+    assert policy["frame-ancestors"] == "'self'"
+    scripts = policy["script-src"].split()
+    assert scripts[0] == "'self'"
+    assert "'unsafe-inline'" not in scripts
+    assert "'unsafe-eval'" not in scripts
+    # Every inline script is named by its hash, and no other host is trusted for anything
+    for inline in re.findall(r"<script>(.*?)</script>", response.text, re.S):
+        digest = base64.b64encode(hashlib.sha256(inline.encode()).digest()).decode()
+        assert f"'sha256-{digest}'" in scripts
+    assert "http" not in response.headers["content-security-policy"]
+    assert policy["img-src"] == "'self' data:"
+
+
+def test_redocs_script_is_served_without_its_cdn_logo(http: TestClient) -> None:
+    page = http.get("/redoc").text
+    (script,) = re.findall(r'<script src="([^"]+)">', page)
+    served = http.get(script)
+    assert served.status_code == 200
+    assert served.headers["content-type"].startswith("text/javascript")
+    assert len(served.content) > 500_000  # the whole of ReDoc's script
+    assert b"cdn.redoc.ly" not in served.content
+    assert b'alt:"redocly logo"' in served.content  # the image is still made, from "data:,"
 
 
 def test_swagger_ui_sends_the_document_to_no_outside_validator(http: TestClient) -> None:

@@ -74,6 +74,20 @@ def dom_after_scripts(url: str, *, budget_ms: int = 8000, width: int = 1280, hei
     ).stdout
 
 
+def console_lines(url: str, *, budget_ms: int = 8000, width: int = 1280, height: int = 1200) -> list[str]:
+    """What the page wrote to the browser's console once its scripts ran (virtual time
+    ``budget_ms``), a refusal by its Content-Security-Policy included, one line each."""
+    result = _run(
+        url,
+        f"--virtual-time-budget={budget_ms}",
+        f"--window-size={width},{height}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--dump-dom",
+    )
+    return [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
+
+
 def screenshot(url: str, name: str, *, width: int = 1280, height: int = 1600, budget_ms: int = 5000) -> Path:
     """A PNG of the page, kept under ``ARTIFACTS`` as ``name``; its path."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
