@@ -369,3 +369,30 @@ def test_a_field_given_under_its_name_and_the_seeds_is_refused_with_nothing_reco
         assert "are one field under two names" in refused.json()["error"]
     assert http.get("/v1/agents").json() == []
     assert http.get("/v1/tasks").json() == []
+
+
+def test_assigning_a_task_no_longer_waiting_answers_its_state_unchanged_and_records_nothing(
+    http: TestClient,
+) -> None:
+    # (Kept, not made a 409: the assign takes no idempotency key, so this answer is what a
+    # retry whose first reply was lost reads; docs/tasks.md "Assigning again".)
+    engine: Engine = http.app.state.engine  # type: ignore[attr-defined]
+    http.post("/v1/agents", json={"agent_id": "a", "name": "A", "skills": ["go"], "capacity": 1})
+    for task_id in ("T-1", "T-2"):
+        http.post("/v1/tasks", json={"task_id": task_id, "description": "d", "required_skills": ["go"]})
+    assigned = http.post("/v1/tasks/T-1/assign").json()
+    escalated = http.post("/v1/tasks/T-2/assign").json()  # the only agent is full
+    assert (assigned["status"], escalated["status"]) == ("assigned", "escalated")
+    head = engine.log.head()
+    # When both are assigned again: the same answers, nothing recorded
+    again = http.post("/v1/tasks/T-1/assign")
+    assert (again.status_code, again.json()) == (200, assigned)
+    assert http.post("/v1/tasks/T-2/assign").json() == escalated
+    assert engine.log.head() == head
+    # And a completed task answers as completed
+    http.post("/v1/tasks/T-1/start")
+    completed = http.post("/v1/tasks/T-1/complete", json={"resolution": "done"}).json()
+    head = engine.log.head()
+    after = http.post("/v1/tasks/T-1/assign")
+    assert (after.status_code, after.json()) == (200, completed)
+    assert engine.log.head() == head
