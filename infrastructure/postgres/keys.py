@@ -196,7 +196,8 @@ class PostgresKeyStore:
         """A new key for ``tenant`` in ``role``; its token is in the result only. ``label``, if
         given, is a name (at most 200 characters, no control characters); ``expires_in``, if
         given, how long from now (the database's clock) the key may be used: above zero, at most
-        ``MAX_KEY_LIFETIME``."""
+        ``MAX_KEY_LIFETIME``. A tenant the schema does not know yet takes a new tenant's name
+        (``tenant_names.require_new_tenant``: no ``'acme '``, no zero-width name)."""
         check_grant(tenant, role)
         if label:
             require_name("label", label)

@@ -3,9 +3,10 @@
 ``domain.tenant_names.require_new_tenant`` narrows the names of new tenants only: a tenant
 whose data or keys were stored under a wider name (``'acme '``) must still reach them. So
 a name outside the rule is asked about here, and admitted when the schema knows it: a key
-made for it (revoked too), a budget, or a session, task or agent it created (the creation
-events carry the tenant). The log is scanned for those events; only names outside the rule
-ever cost that scan, once per engine and tenant.
+made for it (revoked too), a budget, a retention policy, an archived session (its events
+left the log), or a session, task or agent it created (the creation events carry the
+tenant). The log is scanned for those events; only names outside the rule ever cost that
+scan, once per engine and tenant.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from flowledger.domain.task import Task
 from flowledger.domain.tenant_names import new_tenant_refusal
 from flowledger.infrastructure.postgres.database import deadlines_of, unavailable_as_store_error
 from flowledger.infrastructure.postgres.ddl import TableNames
+from flowledger.infrastructure.postgres.retention import BASES, POLICIES
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
 
 CREATION_TOPICS = [get_topic(Session.Started), get_topic(Task.Created), get_topic(Agent.Registered)]
@@ -38,11 +40,13 @@ _BY_CREATION = (
 def tenant_is_known(
     conn: psycopg.Connection[Any], schema: str, tenant: str, *, app_name: str = "flowledger"
 ) -> bool:
-    """Whether ``schema`` holds a key, a budget, or a session, task or agent of ``tenant``
-    (a table not made yet holds nothing)."""
+    """Whether ``schema`` holds a key, a budget, a retention policy, an archived session, or a
+    session, task or agent of ``tenant`` (a table not made yet holds nothing)."""
     probes = {
         "api_keys": _BY_COLUMN,
         "budgets": _BY_COLUMN,
+        POLICIES: _BY_COLUMN,
+        BASES: _BY_COLUMN,  # sessions archived: their events left the log
         TableNames.for_app(app_name).events: _BY_CREATION,
     }
     tables = [sql.Identifier(schema, table) for table in probes]

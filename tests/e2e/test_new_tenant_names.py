@@ -117,6 +117,20 @@ def test_a_tenant_whose_data_was_stored_under_such_a_name_still_reads_writes_and
     assert read.status_code == 200, read.text
 
 
+def test_a_tenant_known_only_by_a_retention_policy_still_gets_its_engine(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a retention policy set for ' acme' before the rule, and nothing else of it
+    settings = make_settings(database_url=database_url, schema=pg_schema)
+    with monkeypatch.context() as before_the_rule:
+        before_the_rule.setattr(facade, "admit_engine_tenant", lambda url, settings: None)
+        with Engine(settings=settings.with_overrides(tenant=" acme")) as old:
+            old.retention.set_policy("cs", 30)
+    # When its engine is started again, Then it is, and reads the policy
+    with Engine(settings=settings.with_overrides(tenant=" acme")) as engine:
+        assert engine.retention.policies() == {"cs": 30}
+
+
 def test_a_tenant_that_holds_only_a_key_made_before_the_rule_gets_another(
     database_url: str, pg_schema: str, keys: PostgresKeyStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
