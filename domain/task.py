@@ -37,6 +37,7 @@ from flowledger.domain.task_transitions import TaskAction, require_transition
 from flowledger.domain.task_views import (
     Assignment,
     Classification,
+    ClassificationFailure,
     Escalation,
     EscalationReason,
     TaskPriority,
@@ -322,6 +323,16 @@ class Task(FlowledgerAggregate):
             failures=int(self.__dict__.get("classification_failures", 0)),
         )
 
+    @property
+    def classification_failure(self) -> ClassificationFailure | None:
+        """The last failed classification, with the attempts failed since the last that
+        succeeded (None: none failed since; a ``reclassify`` that failed keeps the earlier
+        classification and shows this beside it)."""
+        last = self.__dict__.get("last_classification_failure")
+        if last is None:
+            return None
+        return ClassificationFailure(last["model"], last["detail"], int(last["attempts"]), last["failed_at"])
+
     def is_overdue(self, now: datetime) -> bool:
         """True if the task is open and its deadline has passed."""
         return not self.task_status.is_final and self.deadline is not None and now >= self.deadline
@@ -356,6 +367,7 @@ class Task(FlowledgerAggregate):
             updated_at=self.modified_on,
             version=self.version,
             held_back=self.held_back,
+            classification_failure=self.classification_failure,
         )
 
     # -- commands ---------------------------------------------------------------------
@@ -517,6 +529,7 @@ class Task(FlowledgerAggregate):
         self.classification = Classification(
             category=category, complexity=complexity, estimated_hours=estimated_hours, usage=usage
         )
+        self.last_classification_failure: dict[str, Any] | None = None
         if required_skills is not None:
             self.required_skills = stored_skills(required_skills)
         if priority is not None:
@@ -576,6 +589,15 @@ class Task(FlowledgerAggregate):
         failed_at: datetime,
     ) -> None:
         self.classification_failures = self.__dict__.get("classification_failures", 0) + 1
+        # Kept as plain values (the snapshot's state): ``classification_failure`` reads them.
+        before = self.__dict__.get("last_classification_failure")
+        attempts = 1 + (before["attempts"] if before is not None else 0)
+        self.last_classification_failure = {
+            "model": model,
+            "detail": detail,
+            "attempts": attempts,
+            "failed_at": failed_at,
+        }
 
     @event(Requeued)
     def _requeued(

@@ -150,6 +150,18 @@ class Escalation:
     usage: LlmUsage | None = None
 
 
+@dataclass(frozen=True)
+class ClassificationFailure:
+    """A task's last failed classification, when none succeeded after it: the model tried
+    (None: the routed model) and why (``ClassificationFailed``), how many attempts failed
+    since the last that succeeded (or since the task was created), and when the last did."""
+
+    model: str | None
+    detail: str
+    attempts: int
+    failed_at: datetime
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskState:
     """A task as it stands at one version."""
@@ -174,6 +186,10 @@ class TaskState:
     held_back: str | None = None
     """Why the queue leaves this waiting task alone (None: it is offered): it names no skills
     and its classification failed, so what it needs is not known until it is reclassified."""
+    classification_failure: ClassificationFailure | None = None
+    """The last failed classification, if none succeeded after it (None: none failed since):
+    what a caller of ``classify`` or ``reclassify`` reads when both the tier's model and the
+    fallback failed, whether or not the task is held back."""
 
     @property
     def agent_id(self) -> str | None:

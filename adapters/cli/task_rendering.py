@@ -70,6 +70,11 @@ def task_table(task: TaskState) -> Table:
     if task.classification is not None:
         c = task.classification
         rows.append(("classification", f"{c.category}, {c.complexity}, {c.estimated_hours:g} h"))
+    if task.classification_failure is not None:
+        f = task.classification_failure
+        tries = "1 attempt" if f.attempts == 1 else f"{f.attempts} attempts"
+        on = f" on {f.model}" if f.model else ""
+        rows.append(("classification failed", f"{tries}, the last{on} at {_when(f.failed_at)}: {f.detail}"))
     if task.assignment is not None:
         a = task.assignment
         rows.append(("assignment", f"{a.agent_id} at {_when(a.assigned_at)}: {a.reason}"))

@@ -46,6 +46,13 @@ class EscalationOut(Described):
     usage: dict[str, Any] | None = Field(description="A model call made before it escalated (a tie-break)")
 
 
+class ClassificationFailureOut(Described):
+    model: str | None = Field(description="The model tried last (null: the routed model)")
+    detail: str = Field(description="Why the call failed or its reply was unusable")
+    attempts: int = Field(description="Attempts failed since the last classification that succeeded")
+    failed_at: datetime
+
+
 class TaskOut(Described):
     task_id: str
     tenant: str
@@ -66,6 +73,12 @@ class TaskOut(Described):
     version: int
     held_back: str | None = Field(
         description="Why the queue passes over this waiting task (null: it is offered)"
+    )
+    classification_failure: ClassificationFailureOut | None = Field(
+        default=None,
+        description="The last classification that failed, if none succeeded after it (the"
+        " tier's model and the fallback both failed; a failed reclassify keeps the earlier"
+        " classification beside this)",
     )
     agent_id: str | None = Field(description="The agent holding it, or the one that completed it")
     resolution: dict[str, Any] | None = Field(description="What the completed task produced")

@@ -71,7 +71,13 @@ def test_the_stored_events_of_a_release_replay_to_the_states_it_recorded(
     assert loaded == expected
 
 
-ADDED_SINCE = {"erased": False, "forked_from": None, "forked_at_version": None, "held_back": None}
+ADDED_SINCE = {
+    "erased": False,
+    "forked_from": None,
+    "forked_at_version": None,
+    "held_back": None,
+    "classification_failure": None,
+}
 """Fields the views gained after a release, and what that release's aggregates read as."""
 ADDED_TO_STEPS_SINCE = {"model": None}
 """The same for a session's steps (``StepRecord``): a release's steps did not record the model."""
