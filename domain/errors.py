@@ -47,6 +47,7 @@ FlowledgerError
 ├── TaskError                  carries ``task_id``
 │   ├── TaskNotFound
 │   ├── TaskConflict           created again with another description, skills or priority
+│   ├── TaskIdempotencyKeyReused  the key already names another classify or reclassify
 │   └── TaskTransitionRejected the task's ``status`` does not allow the ``action``
 │       └── TaskNeedsClassification  its classification failed and it names no skills:
 │                              nobody knows what it needs until it is reclassified
@@ -440,6 +441,22 @@ class TaskTransitionRejected(TaskError):
         super().__init__(task_id, f"cannot {action} task {task_id!r}: it is {status}")
         self.status = status
         self.action = action
+
+
+class TaskIdempotencyKeyReused(TaskError):
+    """The key already names a classification of this task asked for as another command (a
+    classify and a reclassify, or two models): a retry sends the same request and gets the
+    task as that call left it, with no second call; another request under the key is refused
+    (nothing recorded)."""
+
+    def __init__(self, task_id: str, idempotency_key: str, recorded: str) -> None:
+        super().__init__(
+            task_id,
+            f"idempotency key {idempotency_key!r} of task {task_id!r} already names {recorded};"
+            " use a new key for a new request",
+        )
+        self.idempotency_key = idempotency_key
+        self.recorded = recorded
 
 
 class TaskNeedsClassification(TaskTransitionRejected):

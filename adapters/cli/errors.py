@@ -28,6 +28,7 @@ from flowledger.infrastructure.postgres.database import forbidden, refused_privi
 EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.ValidationError, 2),
     (errors.IdempotencyKeyReused, 2),  # a payload that does not fit its key: bad input
+    (errors.TaskIdempotencyKeyReused, 2),
     # typer vendors click: its BadParameter is no click.ClickException, so it lands here.
     (typer.BadParameter, 2),
     (errors.UnknownModelPrice, 2),

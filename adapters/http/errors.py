@@ -34,6 +34,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.ValidationError, 422),
     # As the IETF draft on the Idempotency-Key header asks for a key reused with another payload.
     (errors.IdempotencyKeyReused, 422),
+    (errors.TaskIdempotencyKeyReused, 422),
     (errors.UnknownModelPrice, 422),
     (errors.BudgetExceeded, 402),
     (errors.BudgetNotFound, 404),

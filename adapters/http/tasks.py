@@ -12,6 +12,7 @@ from pydantic import AliasChoices, BeforeValidator, ConfigDict, Field, WithJsonS
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses, worded
 from flowledger.adapters.http.moments import Moment
+from flowledger.adapters.http.rest import IdempotencyKey, one_key
 from flowledger.adapters.http.schemas import (
     MAX_DEADLINE_HOURS,
     NAME_PATTERN,
@@ -75,7 +76,7 @@ SEED_CAPACITY_NAME = "max_capacity"
 """The seed's name for an agent's capacity (its ``Agent.max_capacity``, 10 by default)."""
 _READ = responses(404)
 _TASK_WRITE = {**answers(TaskOut), **responses(404, 409)}
-_CLASSIFY = {**answers(TaskOut), **responses(402, 404, 409, 501, 502)}
+_CLASSIFY = {**answers(TaskOut), **responses(402, 404, 409, 422, 501, 502)}
 
 
 class RegisterAgent(Body):
@@ -107,9 +108,11 @@ class CreateTask(Body):
 
 
 class Classify(Body):
-    """Which model classifies (the default when omitted)."""
+    """Which model classifies (the default when omitted), and the request's idempotency key
+    (or the ``Idempotency-Key`` header): a retry with it makes no second call."""
 
     model: str | None = name()
+    idempotency_key: str | None = name()
 
 
 class Assign(Body):
@@ -226,21 +229,33 @@ def task_history(task_id: TaskId, caller: Reader) -> list[EventOut]:
 
 
 @router.post("/tasks/{task_id}/classify", response_model=None, responses=_CLASSIFY)
-async def classify_task(task_id: TaskId, caller: Writer, body: Classify | None = None) -> Json:
+async def classify_task(
+    task_id: TaskId, caller: Writer, body: Classify | None = None, idempotency_key: IdempotencyKey = None
+) -> Json:
     """Classify through the model (the priority's tier unless ``model`` names one; usage is
     recorded). An unknown model is a 422 before anything is recorded; a call an enforced
     budget cannot take is a 402 before it is made (nothing recorded, no fallback tried); a
     failed call is retried on the fallback model, then the task keeps waiting with the
     failures recorded.
     A task already classified (or closed) is returned as it stands, with no call, whatever
-    ``model`` says: a retry is answered, not paid twice; ``reclassify`` classifies again."""
-    return out(await caller.engine.classify_task(task_id, model=(body or Classify()).model))
+    ``model`` says: a retry is answered, not paid twice; ``reclassify`` classifies again.
+    With an idempotency key, a retry after every call failed is answered too, with no call
+    (the key reused for another model, or for a reclassify: 422, nothing recorded)."""
+    asked = body or Classify()
+    key = one_key(asked.idempotency_key, idempotency_key)
+    return out(await caller.engine.classify_task(task_id, model=asked.model, idempotency_key=key))
 
 
 @router.post("/tasks/{task_id}/reclassify", response_model=None, responses=_CLASSIFY)
-async def reclassify_task(task_id: TaskId, caller: Writer, body: Classify | None = None) -> Json:
-    """Classify again, replacing the classification (409 once the task is completed or escalated)."""
-    return out(await caller.engine.reclassify_task(task_id, model=(body or Classify()).model))
+async def reclassify_task(
+    task_id: TaskId, caller: Writer, body: Classify | None = None, idempotency_key: IdempotencyKey = None
+) -> Json:
+    """Classify again, replacing the classification (409 once the task is completed or escalated).
+    With an idempotency key, a retry of an answered reclassify makes no second call and
+    answers the task as it stands (the key reused for another model: 422, nothing recorded)."""
+    asked = body or Classify()
+    key = one_key(asked.idempotency_key, idempotency_key)
+    return out(await caller.engine.reclassify_task(task_id, model=asked.model, idempotency_key=key))
 
 
 @router.post(

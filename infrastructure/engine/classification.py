@@ -37,17 +37,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import partial
 from typing import Any, Protocol
 from uuid import UUID
 
-from flowledger.domain.bounds import require_model
+from flowledger.domain.aggregate import command_id_of
+from flowledger.domain.bounds import require_model, require_name
 from flowledger.domain.errors import (
     CircuitOpen,
     LlmError,
     LlmNotConfigured,
+    TaskIdempotencyKeyReused,
     TaskNotFound,
     TaskTransitionRejected,
     ValidationError,
@@ -130,16 +133,23 @@ class TaskClassifier:
         )
         return self._write(task_id, partial(self._classify, task_id, classification, None, False))
 
-    async def classify(self, task_id: str, model: str | None = None) -> TaskState:
+    async def classify(
+        self, task_id: str, model: str | None = None, *, idempotency_key: str | None = None
+    ) -> TaskState:
         """Ask the model what the task is and record it with the call's usage.
 
         A task already classified, completed or escalated is returned unchanged (no call).
+        ``idempotency_key``: a retry with it after the call was answered (a task whose every
+        call failed, say) makes no second call (``_Command``).
         """
-        return await self._run(task_id, model, again=False)
+        return await self._run(task_id, model, again=False, key=idempotency_key)
 
-    async def reclassify(self, task_id: str, model: str | None = None) -> TaskState:
-        """Classify again, replacing the classification (TaskTransitionRejected once closed)."""
-        return await self._run(task_id, model, again=True)
+    async def reclassify(
+        self, task_id: str, model: str | None = None, *, idempotency_key: str | None = None
+    ) -> TaskState:
+        """Classify again, replacing the classification (TaskTransitionRejected once closed);
+        with ``idempotency_key``, a retry after the call was answered makes no second call."""
+        return await self._run(task_id, model, again=True, key=idempotency_key)
 
     def route(self, priority: TaskPriority) -> tuple[str, str]:
         """The model a task of ``priority`` is classified on, and why."""
@@ -157,17 +167,19 @@ class TaskClassifier:
             f"{priority.value} tier [{tier}] (routing {self.tiers.version}): {chosen.reason.value}",
         )
 
-    async def _run(self, task_id: str, model: str | None, *, again: bool) -> TaskState:
+    async def _run(self, task_id: str, model: str | None, *, again: bool, key: str | None) -> TaskState:
         self._reads.task_uuid(task_id)  # checked before it keys the single-flight table
         if model is not None:
             require_model(model)
+        if key is not None:
+            require_name("idempotency_key", key)
         llm = self.llm
         if llm is None:
             raise LlmNotConfigured()
         check_model = getattr(llm, "check_model", None)
         if model is not None and check_model is not None:
             check_model(model)  # UnknownModelPrice: refused before anything is recorded
-        request = _Request(model, again)
+        request = _Request(model, again, key)
         loop = asyncio.get_running_loop()
         while (inflight := self._inflight.get(task_id)) is not None and inflight[1].get_loop() is loop:
             leading, running = inflight
@@ -181,41 +193,46 @@ class TaskClassifier:
                 continue
             if request.shares(leading, answered=True):
                 return state
-        return await lead(
-            self._inflight, task_id, request, partial(self._lead, llm, task_id, model, again=again)
-        )
+        return await lead(self._inflight, task_id, request, partial(self._lead, llm, task_id, request))
 
-    async def _lead(self, llm: LlmPort, task_id: str, model: str | None, *, again: bool) -> TaskState:
-        found = await self._load(task_id, again=again)
+    async def _lead(self, llm: LlmPort, task_id: str, request: _Request) -> TaskState:
+        model, again = request.model, request.again
+        command = _Command.of(request)
+        found = await self._load(task_id, again=again, command=command)
         if isinstance(found, TaskState):
             return found
         locks = self.locks
         if locks is None:
-            return await self._call(llm, found, model, again=again)
+            return await self._call(llm, found, model, again=again, command=command)
         # Across processes: one classify (or reclassify on one model) at a time per task; one
         # that waited reads the task again, which the other has classified by then (module
         # docstring).
-        key, purpose, seen = found.id, _Request(model, again).purpose, found.version
+        key, purpose, seen = found.id, request.purpose, found.version
         taken, waited = await self._lock(locks, key, purpose)
         try:
             if waited:
-                found = await self._load(task_id, again=again)
+                found = await self._load(task_id, again=again, command=command)
                 if isinstance(found, TaskState):
                     return found
                 if again and await self._classified_since(key, seen):
                     return found.state()
-            return await self._call(llm, found, model, again=again)
+            return await self._call(llm, found, model, again=again, command=command)
         finally:
             if taken:
                 unlock = asyncio.to_thread(locks.unlock, key, purpose)
                 await asyncio.shield(asyncio.ensure_future(unlock))
 
-    async def _load(self, task_id: str, *, again: bool) -> Task | TaskState:
+    async def _load(self, task_id: str, *, again: bool, command: _Command | None) -> Task | TaskState:
         """The task to classify, or its state when there is nothing to do (already classified,
-        or closed: TaskTransitionRejected for a reclassify)."""
+        or closed: TaskTransitionRejected for a reclassify; the caller's key already answered:
+        TaskIdempotencyKeyReused when it named another request)."""
         task: Task | None = await asyncio.to_thread(self._store.load, self._reads.task_uuid(task_id))
         if task is None:
             raise TaskNotFound(task_id)
+        if command is not None:
+            events = await asyncio.to_thread(self._store.events, task.id)
+            if command.answered(task_id, [command_id_of(event) for event in events]):
+                return task.state()
         if task.task_status.is_final:
             if again:
                 raise TaskTransitionRejected(task_id, task.status, "reclassify")
@@ -248,8 +265,11 @@ class TaskClassifier:
             waited = True
             await asyncio.sleep(self.lock_poll_s)
 
-    async def _call(self, llm: LlmPort, task: Task, model: str | None, *, again: bool) -> TaskState:
+    async def _call(
+        self, llm: LlmPort, task: Task, model: str | None, *, again: bool, command: _Command | None
+    ) -> TaskState:
         task_id = task.task_id
+        since = task.version
         if model is not None:
             chosen, route = model, "named by the caller"
         else:
@@ -275,7 +295,8 @@ class TaskClassifier:
                 detail = f"{type(error).__name__}: {error}"
             else:
                 decide = partial(self._classify, task_id, classification, route, again)
-                return await asyncio.to_thread(self._write, task_id, decide)
+                write = self._writer(task_id, command, attempt == chosen, since)
+                return await asyncio.to_thread(write, decide)
             fallback = self.tiers.fallback_for(attempt) if attempt == chosen else None
             try:
                 hold, refused = await self._hold_fallback(llm, fallback, messages)
@@ -283,17 +304,18 @@ class TaskClassifier:
                 # The failed call was paid: its failure is recorded all the same.
                 detail = f"{detail}; cancelled before fallback {fallback} was tried"
                 decide = partial(self._failed, task_id, attempt, detail, usage, None)
+                write = self._writer(task_id, command, attempt == chosen, since)
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(
-                        asyncio.ensure_future(asyncio.to_thread(self._write, task_id, decide))
-                    )
+                    await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(write, decide)))
                 raise
             if refused is not None:
                 detail = f"{detail}; fallback {fallback} not tried: {refused}"
                 fallback = None
             decide = partial(self._failed, task_id, attempt, detail, usage, fallback)
             try:
-                state = await asyncio.to_thread(self._write, task_id, decide)
+                state = await asyncio.to_thread(
+                    self._writer(task_id, command, attempt == chosen, since), decide
+                )
             except BaseException:
                 await self.budgets.settle(hold, None)
                 raise
@@ -324,6 +346,31 @@ class TaskClassifier:
         state: TaskState = self._store.write(task_key(task_id), decide)
         self._reads.note(state)
         return state
+
+    def _writer(
+        self, task_id: str, command: _Command | None, primary: bool, since: int
+    ) -> Callable[[partial[TaskState]], TaskState]:
+        """How one outcome of a call is saved: as any write without the caller's key; with it,
+        under the command id of that outcome (the primary's or the fallback's), and once only:
+        a save retried after its commit was lost finds its id in the log and writes nothing
+        again (the store decides again, rather than answering, for a caller's id)."""
+        if command is None:
+            return partial(self._write, task_id)
+        command_id = command.id(primary=primary)
+        task = self._reads.task_uuid(task_id)
+
+        def write(decide: partial[TaskState]) -> TaskState:
+            def once(uow: UnitOfWork) -> TaskState:
+                stored = self._store.events(task, gt=since)
+                if any(command_id_of(event) == command_id for event in stored):
+                    return self._reads.task(uow, task_id).state()
+                return decide(uow)
+
+            state: TaskState = self._store.write(task_key(task_id), once, command_id=command_id)
+            self._reads.note(state)
+            return state
+
+        return write
 
     def _classify(
         self, task_id: str, classification: Classification, route: str | None, again: bool, uow: UnitOfWork
@@ -367,10 +414,12 @@ class TaskClassifier:
 
 @dataclass(frozen=True)
 class _Request:
-    """What a caller asked for: ``classify`` (``again`` false) or ``reclassify``, on ``model``."""
+    """What a caller asked for: ``classify`` (``again`` false) or ``reclassify``, on ``model``,
+    under the caller's idempotency ``key`` (None: none given)."""
 
     model: str | None
     again: bool
+    key: str | None = None
 
     def shares(self, leading: _Request, *, answered: bool) -> bool:
         """Whether this waiting caller takes the outcome of ``leading``'s call as its own.
@@ -389,6 +438,44 @@ class _Request:
         """The purpose of the task's lock across engines: one for classify, one per model for
         reclassify (the callers that would share one call in one engine wait for each other)."""
         return f"reclassify\x1f{self.model or ''}" if self.again else "classify"
+
+
+_CALL = "task-call"
+_SEP = "\x1f"  # never in a name (``require_name``), so never in a key or a model
+
+
+@dataclass(frozen=True)
+class _Command:
+    """A caller's key for a classify or reclassify, as the command ids its saves carry:
+    ``task-call␟<classify|reclassify>␟<model>␟<key>␟<primary|fallback>``. The events a call
+    wrote under a key answer a retry with it (no second call); a key that names another kind
+    or model is refused (``TaskIdempotencyKeyReused``), nothing recorded."""
+
+    kind: str
+    model: str
+    key: str
+
+    @classmethod
+    def of(cls, request: _Request) -> _Command | None:
+        if request.key is None:
+            return None
+        return cls("reclassify" if request.again else "classify", request.model or "", request.key)
+
+    def id(self, *, primary: bool) -> str:
+        return _SEP.join((_CALL, self.kind, self.model, self.key, "primary" if primary else "fallback"))
+
+    def answered(self, task_id: str, command_ids: list[str | None]) -> bool:
+        """Whether the task's events hold this command's outcome (TaskIdempotencyKeyReused when
+        the key names another request)."""
+        for command_id in command_ids:
+            parts = (command_id or "").split(_SEP)
+            if len(parts) != 5 or parts[0] != _CALL or parts[3] != self.key:
+                continue
+            if (parts[1], parts[2]) == (self.kind, self.model):
+                return True
+            named = f"a {parts[1]}" + (f" on {parts[2]}" if parts[2] else " on the routed model")
+            raise TaskIdempotencyKeyReused(task_id, self.key, named)
+        return False
 
 
 def _unlock_if_taken(

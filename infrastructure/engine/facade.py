@@ -716,13 +716,19 @@ class Engine:
         """Record a classification made elsewhere; the first one recorded stands."""
         return self.classifier.record(task_id, category, complexity, estimated_hours)
 
-    async def classify_task(self, task_id: str, model: str | None = None) -> TaskState:
-        """Ask the model what the task is and record it with the call's usage."""
-        return await self.classifier.classify(task_id, model)
+    async def classify_task(
+        self, task_id: str, model: str | None = None, *, idempotency_key: str | None = None
+    ) -> TaskState:
+        """Ask the model what the task is and record it with the call's usage (with
+        ``idempotency_key``, a retry after the call was answered makes no second call)."""
+        return await self.classifier.classify(task_id, model, idempotency_key=idempotency_key)
 
-    async def reclassify_task(self, task_id: str, model: str | None = None) -> TaskState:
-        """Classify again through the model, replacing the classification (see ``TaskClassifier``)."""
-        return await self.classifier.reclassify(task_id, model)
+    async def reclassify_task(
+        self, task_id: str, model: str | None = None, *, idempotency_key: str | None = None
+    ) -> TaskState:
+        """Classify again through the model, replacing the classification (see ``TaskClassifier``);
+        with ``idempotency_key``, a retry after the call was answered makes no second call."""
+        return await self.classifier.reclassify(task_id, model, idempotency_key=idempotency_key)
 
     def requeue_task(
         self, task_id: str, requested_by: str, reason: str, deadline: datetime | timedelta | None = None
