@@ -25,6 +25,7 @@ from flowledger.infrastructure.audit_keys import signing_key
 from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.chain_verify import ChainReport, chain_existing, verify_chain
 from flowledger.infrastructure.postgres.checkpoints import Checkpoint
+from flowledger.infrastructure.snapshot_audit import verify_snapshots
 from flowledger.verify import read_public_key, verify_bundle
 
 audit = typer.Typer(
@@ -123,8 +124,11 @@ def _show(problems: list[str]) -> None:
         console.print(f"... and {len(problems) - MAX_SHOWN} more")
 
 
-def _verdict(chain: ChainReport, structure: AuditReport | None, what: str) -> None:
+def _verdict(
+    chain: ChainReport, structure: AuditReport | None, what: str, snapshots: list[str] | None = None
+) -> None:
     problems = [f.describe() for f in chain.findings] + (structure.problems if structure else [])
+    problems += snapshots or []
     _show(problems)
     partial = structure is not None and structure.partial
     if problems:
@@ -263,7 +267,11 @@ def verify(
                         progress=lambda n: progress.advance(task, n),
                         archived=engine.retention.archived(),
                     )
-        _verdict(chain, structure, f"session {session}" if session else "event log")
+            snapshots = None
+            if not since_checkpoint:
+                streams = [stream] if stream is not None else engine.log.snapshotted_streams()
+                snapshots = verify_snapshots(engine.log, streams, engine.retention.archived())
+        _verdict(chain, structure, f"session {session}" if session else "event log", snapshots)
 
 
 @audit.command()

@@ -126,6 +126,19 @@ class EventLog:
             return []
         return within_deadline(_READ, self._deadline_s, lambda: list(store.get(stream)))
 
+    def snapshotted_streams(self) -> list[UUID]:
+        """Every aggregate id that has a snapshot (none when snapshotting is off)."""
+        self._app.ensure_open(_READ)
+        store = self._app.snapshots
+        if store is None:
+            return []
+        recorder = store.recorder
+        streams = getattr(recorder, "streams", None)
+        if callable(streams):  # PostgreSQL
+            return within_deadline(_READ, self._deadline_s, streams)
+        index: dict[str, Any] = getattr(recorder, "_stored_events_index", {})  # in memory
+        return sorted(UUID(stream) for stream, versions in index.items() if versions)
+
     def append(self, events: Sequence[Any]) -> list[int]:
         """Append domain events as they are (tools and tests; commands go through the Engine)."""
         ids = self._app.recorder.insert_events([self._app.mapper.to_stored_event(e) for e in events])

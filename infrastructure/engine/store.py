@@ -215,8 +215,8 @@ class AggregateStore:
     def _folded_from_events(self, aggregate_id: UUID, version: int | None) -> Any:
         """The aggregate folded from its events alone, when a load met a row that does not read.
 
-        The row may be its snapshot, which is derived data (``audit verify`` checks the events,
-        not snapshots): a snapshot changed in the database made the session unreadable and
+        The row may be its snapshot, which is derived data (``audit verify`` compares it with
+        the fold of its events): a snapshot changed in the database made the session unreadable and
         unwritable, with an error that pointed at ``audit verify``, which found nothing. An
         event row that does not read raises again here, naming itself."""
         events = list(self.app.events.get(aggregate_id, lte=version))

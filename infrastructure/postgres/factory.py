@@ -31,6 +31,7 @@ from eventsourcing.postgres import (
 )
 from eventsourcing.utils import Environment, EnvType
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.sql import SQL, Identifier
 
 from flowledger.domain.errors import StoreRefused, StoreUnavailable
 from flowledger.infrastructure.postgres.deadlines import (
@@ -81,6 +82,19 @@ class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
         # The library's statement, not prepared at its first run (stream_reads.py).
         rows = read_stream(self, originator_id, gt, lte, desc, limit)
         return stored_events(rows)
+
+    def streams(self) -> list[UUID]:
+        """Every stream that has a snapshot (``audit verify`` compares them with their events)."""
+        statement = SQL("SELECT DISTINCT originator_id FROM {}.{} ORDER BY originator_id").format(
+            Identifier(self.datastore.schema), Identifier(self.events_table_name)
+        )
+
+        def read() -> list[UUID]:
+            with self.datastore.transaction(commit=False) as curs:
+                curs.execute(statement)
+                return [row["originator_id"] for row in curs.fetchall()]
+
+        return call_within_deadline(read, budget_s=self.deadlines.operation_s, pool=self.datastore.pool)
 
 
 class FlowledgerProcessRecorder(PostgresProcessRecorder, FlowledgerApplicationRecorder):
