@@ -219,6 +219,8 @@ class Engine:
         connections (``docs/http.md``). Closing it stops only its own services; closing this
         engine closes every engine it made, and the store under them.
         """
+        if tenant is None:  # with_overrides reads None as "keep this engine's": not a tenant
+            raise ValidationError("tenant", "must be a non-empty string, got None")
         settings = self.settings.with_overrides(tenant=tenant)  # the name checked as any tenant's
         if settings.tenant == self.tenant:
             return self

@@ -246,3 +246,14 @@ def test_retentions_arguments_of_the_wrong_type_are_refused(
     with pytest.raises(ValidationError) as raised:
         call(pg_engine, tmp_path)
     assert raised.value.field == field
+
+
+@pytest.mark.parametrize("tenant", [None, 5, ""], ids=repr)
+def test_a_tenant_engine_for_no_tenant_name_is_refused(tenant: Any) -> None:
+    # (None was read as "this engine's tenant": the engine itself came back, and a caller's
+    # `with engine.for_tenant(name):` then closed the engine every tenant shares.)
+    with Engine(settings=Settings(database_url="memory:", home=Path("/nonexistent"))) as engine:
+        with pytest.raises(ValidationError) as raised:
+            engine.for_tenant(tenant)
+        assert raised.value.field == "tenant"
+        engine.start_session("s", "wf")  # still open
