@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification, StoredEvent
+from eventsourcing.persistence import ApplicationRecorder, IntegrityError, Mapper, Notification, StoredEvent
 from eventsourcing.utils import TopicError
 
 from flowledger.domain.bounds import require_count
@@ -96,6 +96,8 @@ class EventLog:
 
     def encode(self, event: Any) -> StoredEvent:
         """The stored form of a domain event."""
+        if not isinstance(getattr(event, "originator_id", None), UUID):
+            raise ValidationError("event", f"must be a domain event, got {type(event).__name__}")
         return self._app.mapper.to_stored_event(event)
 
     def stream(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
@@ -141,12 +143,32 @@ class EventLog:
 
     def append(self, events: Sequence[Any]) -> list[int]:
         """Append domain events as they are (tools and tests; commands go through the Engine)."""
-        ids = self._app.recorder.insert_events([self._app.mapper.to_stored_event(e) for e in events])
-        return list(ids or [])
+        return self.append_stored([self.encode(event) for event in _listed("events", events)])
 
     def append_stored(self, stored: Sequence[StoredEvent]) -> list[int]:
-        """Append already-encoded events (tests that store what a command never would)."""
-        return list(self._app.recorder.insert_events(list(stored)) or [])
+        """Append already-encoded events (tests that store what a command never would).
+
+        Not tried again: an append whose reply was lost may have been stored. A version the
+        stream already has is a ``ValidationError``, and nothing of the batch is stored."""
+        rows = _listed("stored", stored)
+        for row in rows:
+            if not isinstance(row, StoredEvent):
+                raise ValidationError("stored", f"must hold stored events, got {type(row).__name__}")
+        self._app.ensure_open("append to the log")
+        try:
+            return list(self._app.recorder.insert_events(rows) or [])
+        except IntegrityError:
+            versions = ", ".join(f"{row.originator_id} v{row.originator_version}" for row in rows[:5])
+            raise ValidationError(
+                "stored", f"a version of these is already stored (or archived): {versions}"
+            ) from None
+
+
+def _listed(name: str, value: Any) -> list[Any]:
+    """The items of a list, tuple or other collection (one string, bytes or event alone is refused)."""
+    if isinstance(value, str | bytes | StoredEvent) or not isinstance(value, Iterable):
+        raise ValidationError(name, f"must be a list, got {type(value).__name__}")
+    return list(value)
 
 
 def _stream_id(value: Any) -> UUID:

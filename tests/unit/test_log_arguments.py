@@ -12,7 +12,7 @@ from uuid import uuid4
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import EngineClosed, ValidationError
 from flowledger.infrastructure import Engine
 
 BAD_CALLS: list[tuple[str, Callable[[Engine], Any], str]] = [
@@ -36,6 +36,17 @@ BAD_CALLS: list[tuple[str, Callable[[Engine], Any], str]] = [
         "stored",
     ),
     ("decode what is not a stored event", lambda e: e.log.decode({"topic": "x"}), "stored"),
+    # (These were the library's TypeError and AttributeError.)
+    ("encode what is not an event", lambda e: e.log.encode(5), "event"),
+    ("append no list", lambda e: e.log.append(None), "events"),  # type: ignore[arg-type]
+    ("append one string as events", lambda e: e.log.append("x"), "events"),  # type: ignore[arg-type]
+    ("append strings as events", lambda e: e.log.append(["x"]), "event"),
+    ("append strings as stored events", lambda e: e.log.append_stored(["x"]), "stored"),  # type: ignore[list-item]
+    (
+        "append one stored event alone",
+        lambda e: e.log.append_stored(StoredEvent(uuid4(), 1, "t", b"{}")),  # type: ignore[arg-type]
+        "stored",
+    ),
 ]
 
 
@@ -58,3 +69,25 @@ def test_good_arguments_still_read_the_log(engine: Engine) -> None:
     assert len(engine.log.stream(stream, gt=0, lte=1)) == 1
     assert type(engine.log.decode(engine.log.stored(stream)[0])).__name__ == "Started"
     assert engine.log.snapshots(stream) == []
+
+
+def test_appending_a_version_already_stored_is_refused_and_stores_nothing(engine: Engine) -> None:
+    # Given a session of two events
+    engine.start_session("s", "wf")
+    engine.record_step("s", "a")
+    stream = engine.session_uuid("s")
+    events, head = engine.log.stream(stream), engine.log.head()
+    # When its events are appended again (it had raised the library's IntegrityError)
+    with pytest.raises(ValidationError, match=f"already stored .*{stream} v1") as refused:
+        engine.log.append(events)
+    # Then the refusal names the field, and the log is as it was
+    assert refused.value.field == "stored"
+    assert engine.log.head() == head
+
+
+def test_an_append_to_a_closed_engines_log_is_engine_closed(engine: Engine) -> None:
+    engine.start_session("s", "wf")
+    stored = engine.log.stored(engine.session_uuid("s"))
+    engine.close()
+    with pytest.raises(EngineClosed):  # it had reached the recorder (in memory: stored it)
+        engine.log.append_stored(stored)
