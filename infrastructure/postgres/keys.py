@@ -23,7 +23,7 @@ from psycopg import Connection, sql
 from psycopg.errors import InsufficientPrivilege
 from psycopg.rows import dict_row
 
-from flowledger.domain.bounds import require_name, require_tenant
+from flowledger.domain.bounds import UNSTORABLE_CHARACTERS, require_name, require_tenant
 from flowledger.domain.errors import MigrationRefused, ValidationError
 from flowledger.infrastructure.postgres.database import deadlines_of
 from flowledger.infrastructure.postgres.lazy_pool import LazyPool
@@ -219,6 +219,10 @@ class PostgresKeyStore:
 
     def revoke(self, key_id: str) -> bool:
         """Revoke a key; False when no active key has that id."""
+        if UNSTORABLE_CHARACTERS.search(key_id):
+            # No stored key has such an id (PostgreSQL text cannot hold it): the query itself had
+            # failed, a lone surrogate with UnicodeEncodeError (CLI exit 70), a NUL as DataError.
+            return False
         with self._connection() as conn:
             cursor = conn.execute(
                 sql.SQL("UPDATE {} SET revoked_at = now() WHERE key_id = %s AND revoked_at IS NULL").format(

@@ -61,6 +61,10 @@ BAD_INPUT = [
     # An empty id (an unset shell variable) was "no active key ''", exit 3
     (["keys", "revoke", ""], 2, "key_id: must be a non-empty string"),
     (["keys", "revoke", " "], 2, "key_id: must be a non-empty string"),
+    # An id PostgreSQL text cannot hold names no stored key (a lone surrogate, as a byte that is
+    # not UTF-8 in argv reads, was exit 70 "unexpected UnicodeEncodeError"; a NUL exit 1)
+    (["keys", "revoke", "\udcff"], 3, "no active key '\\udcff'"),
+    (["keys", "revoke", "k\x00"], 3, "no active key 'k\\x00'"),
     (["keys", "create", "--tenant", "t", "--role", "admin", "--label", "a\nb"], 2, "label: must not contain"),
     (
         ["keys", "create", "--tenant", "t", "--role", "admin", "--label", "x" * 201],
