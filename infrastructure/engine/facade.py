@@ -851,4 +851,10 @@ def _path(field_name: str, value: object) -> Path:
     """``value`` as a Path, or a ValidationError naming the field (not pathlib's TypeError)."""
     if not isinstance(value, str | os.PathLike) or not str(value):
         raise ValidationError(field_name, f"must be a path, got {value!r}")
+    try:
+        encoded = os.fsencode(value)
+    except (TypeError, UnicodeEncodeError):  # a lone surrogate the file system cannot encode
+        raise ValidationError(field_name, f"must be a path the file system can encode: {value!r}") from None
+    if b"\x00" in encoded:  # open() had raised ValueError "embedded null byte"
+        raise ValidationError(field_name, f"must not contain NUL characters, got {value!r}")
     return Path(value)

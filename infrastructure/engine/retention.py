@@ -223,6 +223,7 @@ class RetentionService:
         started = time.perf_counter()
         policies = self.policies()
         if workflow is not None:
+            require_name("workflow", workflow)  # a list had raised TypeError "unhashable type" below
             if workflow not in policies:
                 raise ValidationError("workflow", f"no retention policy for workflow {workflow!r}")
             policies = {workflow: policies[workflow]}

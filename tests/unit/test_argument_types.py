@@ -235,8 +235,26 @@ def test_an_actor_that_is_no_name_is_refused_before_any_command_runs(engine: Eng
         (lambda e, d: e.archive_sessions(d, batch_size=2.5), "batch_size"),
         (lambda e, d: e.restore_sessions(5), "bundle"),
         (lambda e, d: e.restore_sessions(d / "b.jsonl", sessions="s"), "sessions"),
+        # (These were ValueError "embedded null byte" and UnicodeEncodeError from open(), and
+        # TypeError "unhashable type: 'list'" from the policy lookup.)
+        (lambda e, d: e.restore_sessions(f"{d}/b\x00.jsonl"), "bundle"),
+        (lambda e, d: e.restore_sessions(f"{d}/b\ud800.jsonl"), "bundle"),
+        (lambda e, d: e.archive_sessions(f"{d}/out\x00"), "out_dir"),
+        (lambda e, d: e.archive_sessions(d, workflow=["wf"]), "workflow"),
+        (lambda e, d: e.archive_sessions(d, workflow={"wf": 1}, dry_run=True), "workflow"),
     ],
-    ids=["out_dir-int", "batch-string", "batch-float", "bundle-int", "sessions-string"],
+    ids=[
+        "out_dir-int",
+        "batch-string",
+        "batch-float",
+        "bundle-int",
+        "sessions-string",
+        "bundle-nul",
+        "bundle-lone-surrogate",
+        "out_dir-nul",
+        "workflow-list",
+        "workflow-dict",
+    ],
 )
 def test_retentions_arguments_of_the_wrong_type_are_refused(
     pg_engine: Engine, tmp_path: Path, call: Any, field: str
