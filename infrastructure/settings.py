@@ -285,7 +285,7 @@ def _require_conninfo(field_name: str, url: object) -> None:
         if not isinstance(url, str):
             raise psycopg.ProgrammingError
         params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
+    except (psycopg.ProgrammingError, UnicodeEncodeError):  # a lone surrogate: libpq takes UTF-8
         raise ValidationError(
             field_name, "is not a PostgreSQL connection string (postgresql://… or key=value pairs)"
         ) from None

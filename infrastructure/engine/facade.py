@@ -104,6 +104,8 @@ class Engine:
         if clock is not None and (not isinstance(reading, datetime) or reading.utcoffset() is None):
             # Read once here: anything else fails far away (AttributeError: no tzinfo).
             raise ValidationError("clock", f"must return timezone-aware datetimes, got {reading!r}")
+        if settings is not None and not isinstance(settings, Settings):
+            raise ValidationError("settings", f"must be a Settings, got {type(settings).__name__}")
         base = settings if settings is not None else Settings.from_env()
         self.settings = base.with_overrides(database_url=database_url, tenant=tenant, schema=schema)
         # The router's files are checked before anything connects: a bad one refuses the engine.

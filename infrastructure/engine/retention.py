@@ -28,7 +28,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
@@ -45,7 +45,7 @@ from psycopg.sql import SQL
 from flowledger.domain.errors import AuditError, ValidationError
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionStatus
-from flowledger.domain.values import require_name
+from flowledger.domain.values import require_count, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.store import Clock
 from flowledger.infrastructure.outages import within_deadline
@@ -162,6 +162,11 @@ class RetentionService:
 
     def bundles_of(self, streams: Sequence[UUID]) -> dict[UUID, str]:
         """Which of ``streams`` are archived, with the bundle each one's events are in."""
+        if isinstance(streams, str | bytes) or not isinstance(streams, Iterable):
+            raise ValidationError("streams", f"must be a list of aggregate ids, got {type(streams).__name__}")
+        streams = list(streams)
+        if not all(isinstance(stream, UUID) for stream in streams):
+            raise ValidationError("streams", "must be a list of aggregate ids (UUIDs)")
 
         def read() -> dict[UUID, str]:
             with self._trail.connect() as conn:
@@ -176,8 +181,9 @@ class RetentionService:
     def set_policy(self, workflow: str, days: int) -> None:
         """Archive ``workflow``'s closed sessions ``days`` days after their last event."""
         require_name("workflow", workflow)
-        if not 1 <= days <= MAX_DAYS:
-            raise ValidationError("days", f"must be between 1 and {MAX_DAYS}, got {days}")
+        # A whole number: 1.5 had been stored as 2 (PostgreSQL rounds into the integer column),
+        # "90" had raised TypeError and True a DatatypeMismatch.
+        require_count("days", days, least=1, most=MAX_DAYS)
 
         def write() -> None:
             with self._connect() as conn:

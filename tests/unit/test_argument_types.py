@@ -242,6 +242,12 @@ def test_an_actor_that_is_no_name_is_refused_before_any_command_runs(engine: Eng
         (lambda e, d: e.archive_sessions(f"{d}/out\x00"), "out_dir"),
         (lambda e, d: e.archive_sessions(d, workflow=["wf"]), "workflow"),
         (lambda e, d: e.archive_sessions(d, workflow={"wf": 1}, dry_run=True), "workflow"),
+        # (TypeError from a comparison, DatatypeMismatch from the insert, a string's characters
+        # sent as UUIDs.)
+        (lambda e, d: e.retention.set_policy("wf", "90"), "days"),
+        (lambda e, d: e.retention.set_policy("wf", True), "days"),
+        (lambda e, d: e.retention.bundles_of("x"), "streams"),
+        (lambda e, d: e.retention.bundles_of(["x"]), "streams"),
     ],
     ids=[
         "out_dir-int",
@@ -254,6 +260,10 @@ def test_an_actor_that_is_no_name_is_refused_before_any_command_runs(engine: Eng
         "out_dir-nul",
         "workflow-list",
         "workflow-dict",
+        "days-string",
+        "days-bool",
+        "streams-string",
+        "streams-not-uuids",
     ],
 )
 def test_retentions_arguments_of_the_wrong_type_are_refused(
@@ -275,3 +285,29 @@ def test_a_tenant_engine_for_no_tenant_name_is_refused(tenant: Any) -> None:
             engine.for_tenant(tenant)
         assert raised.value.field == "tenant"
         engine.start_session("s", "wf")  # still open
+
+
+def test_a_retention_of_a_fraction_of_days_is_refused_not_rounded(pg_engine: Engine) -> None:
+    # (1.5 passed the range check and PostgreSQL rounded it into the integer column: 2 days.)
+    with pytest.raises(ValidationError) as raised:
+        pg_engine.retention.set_policy("wf", 1.5)  # type: ignore[arg-type]
+    assert raised.value.field == "days"
+    assert pg_engine.retention.policies() == {}
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Engine(settings="memory:"), "settings"),  # type: ignore[arg-type]
+        (
+            lambda: Engine("postgresql://u@h/\ud800", settings=Settings(home=Path("/nonexistent"))),
+            "database_url",
+        ),
+    ],
+    ids=["settings-string", "url-lone-surrogate"],
+)
+def test_an_engine_built_from_arguments_of_the_wrong_kind_is_refused(make: Any, field: str) -> None:
+    # (AttributeError "'str' object has no attribute 'with_overrides'"; UnicodeEncodeError.)
+    with pytest.raises(ValidationError) as raised:
+        make()
+    assert raised.value.field == field
