@@ -25,34 +25,64 @@ def verify_snapshots(
 
     ``archived``: the streams retention archived, with the last version their bases stand
     for; a snapshot at or before it stands for events no longer stored and is proven by its
-    sealed base instead (``audit verify``'s chain check)."""
+    sealed base instead (``audit verify``'s chain check). Each stream's events are read and
+    folded once, compared at each snapshot's version on the way (a stream of 10,000 steps
+    has 200 snapshots: folding from the start for each was quadratic)."""
     problems: list[str] = []
     for stream in streams:
         through = (archived or {}).get(stream, 0)
-        for snapshot in log.snapshots(stream):
-            version = snapshot.originator_version
-            if version <= through:
-                continue
-            problem = _difference(log, stream, version, snapshot)
-            if problem:
-                problems.append(f"snapshot of {stream} at version {version}: {problem}")
+        every = sorted(log.snapshots(stream), key=lambda s: s.originator_version)
+        snapshots = [s for s in every if s.originator_version > through]
+        if not snapshots:
+            continue
+        # An archived stream written again folds on from the snapshot its base seals.
+        base = next((s for s in every if s.originator_version == through), None) if through else None
+        try:
+            differences = _differences(log, stream, snapshots, through, base)
+        except Exception as error:  # a row that does not read or fold: the chain check names it
+            problems.append(f"snapshots of {stream}: not compared, its events do not fold: {error}")
+            continue
+        problems += [
+            f"snapshot of {stream} at version {version}: {problem}" for version, problem in differences
+        ]
     return problems
 
 
-def _difference(log: EventLog, stream: UUID, version: int, snapshot: Any) -> str | None:
-    """What differs between a snapshot and the fold of its stream's events, or None."""
-    try:
-        from_snapshot = _state(log, snapshot.mutate(None))
-    except Exception as error:  # any failure to rebuild is a finding, not a crash
-        return f"does not rebuild its aggregate: {error}"
-    events = log.stream(stream, lte=version)
-    if not events or events[-1].originator_version != version:
-        return f"stands for version {version}, but the stream's events end at version {_last(events)}"
-    folded = _state(log, project_aggregate(None, events))
-    fields = sorted(k for k in from_snapshot.keys() | folded.keys() if from_snapshot.get(k) != folded.get(k))
-    if not fields:
-        return None
-    return f"altered: {', '.join(fields)} differ from its events folded to that version"
+def _differences(
+    log: EventLog, stream: UUID, snapshots: list[Any], through: int, base: Any
+) -> list[tuple[int, str]]:
+    """(version, what differs) for each snapshot that is not the fold of the stream's events
+    after version ``through`` (onto ``base``, the archived state, when there is one)."""
+    found: list[tuple[int, str]] = []
+    events = iter(log.stream(stream, gt=through or None, lte=snapshots[-1].originator_version))
+    aggregate: Any = None if base is None else base.mutate(None)
+    last = through
+    for snapshot in snapshots:
+        version = snapshot.originator_version
+        for event in events:
+            aggregate = project_aggregate(aggregate, [event])
+            last = event.originator_version
+            if last >= version:
+                break
+        if last != version or aggregate is None:
+            found.append(
+                (version, f"stands for version {version}, but the stream's events end at version {last}")
+            )
+            continue
+        try:
+            from_snapshot = _state(log, snapshot.mutate(None))
+        except Exception as error:  # any failure to rebuild is a finding, not a crash
+            found.append((version, f"does not rebuild its aggregate: {error}"))
+            continue
+        folded = _state(log, aggregate)
+        fields = sorted(
+            k for k in from_snapshot.keys() | folded.keys() if from_snapshot.get(k) != folded.get(k)
+        )
+        if fields:
+            found.append(
+                (version, f"altered: {', '.join(fields)} differ from its events folded to that version")
+            )
+    return found
 
 
 def _state(log: EventLog, aggregate: Any) -> dict[str, Any]:
@@ -61,7 +91,3 @@ def _state(log: EventLog, aggregate: Any) -> dict[str, Any]:
     taken = type(aggregate).Snapshot.take(aggregate)
     state: dict[str, Any] = json.loads(log.mapper.transcoder.encode(taken.state))
     return state
-
-
-def _last(events: list[Any]) -> int:
-    return events[-1].originator_version if events else 0

@@ -109,3 +109,39 @@ def test_snapshots_in_memory_equal_their_folds() -> None:
         streams = engine.log.snapshotted_streams()
         assert streams == [engine.session_uuid("s")]
         assert verify_snapshots(engine.log, streams) == []
+
+
+def _sql(snapshotted: Snapshotted, statement: str) -> None:
+    with psycopg.connect(snapshotted.url, autocommit=True) as conn:
+        conn.execute(
+            SQL(statement).format(events=Identifier(snapshotted.schema, "flowledger_events")),
+            (snapshotted.victim,),
+        )
+
+
+@pytest.mark.parametrize(
+    ("statement", "kind"),
+    [
+        ("DELETE FROM {events} WHERE originator_id = %s AND originator_version = 3", "deleted"),
+        (
+            "UPDATE {events} SET state = 'not json' WHERE originator_id = %s AND originator_version = 3",
+            "altered",
+        ),
+    ],
+    ids=["a-middle-event-deleted", "an-event-that-does-not-decode"],
+)
+def test_a_stream_whose_events_do_not_fold_is_named_not_a_crash(
+    snapshotted: Snapshotted, statement: str, kind: str
+) -> None:
+    # Given a snapshotted stream with an event before its snapshots deleted, or unreadable
+    _sql(snapshotted, statement)
+    # When it is verified
+    result = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify", "--session", "victim")
+    # Then the chain's finding is named, and the snapshots are said not to be compared (exit 1,
+    # not exit 65 or 70 from folding the stream)
+    assert result.returncode == 1, result.stderr
+    problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
+    assert problems[0].startswith(f"problem: {kind}: stream {snapshotted.victim}"), problems
+    assert (
+        f"problem: snapshots of {snapshotted.victim}: not compared, its events do not fold" in result.stderr
+    )
