@@ -199,7 +199,10 @@ async def read_stream(
 
     The time to first token is taken when the first non-empty content delta arrives;
     usage comes in the last chunk (with an empty ``choices`` list), and is put on
-    ``progress`` as soon as it is read (as is the content's length, as it comes). A chunk
+    ``progress`` as soon as it is read (as is the content's length, as it comes). A stream
+    whose body ends without ``[DONE]`` is cut (retried), unless a finish reason and the usage
+    chunk came: then it is whole, as the OpenAI SDK reads it (it stops at the body's end), and
+    retrying it paid for the answer again. A chunk
     with an ``error`` fails the attempt (``stream_error``); a chunk that cannot be read fails
     it as a malformed response, retried when good chunks came before it (``_unreadable_chunk``).
     A JSON answer is read as a non-streamed reply: some proxies ignore ``stream``.
@@ -262,7 +265,8 @@ async def read_stream(
                     progress.streamed_chars += len(text)
             if choice.get("finish_reason"):
                 reasons.append(str(choice["finish_reason"]))
-    if not done:
+    if not done and not (reasons and tokens.reported):
+        # Cut: no [DONE], and not both the finish reason and the usage chunk that come last.
         # Billed when the usage chunk came: the attempt keeps it.
         raise AttemptError(
             "stream ended before [DONE]",

@@ -275,6 +275,57 @@ async def test_a_stream_cut_before_done_is_a_retryable_connection_error() -> Non
     assert (raised.value.error_type, len(calls)) == ("connection_error", 2)
 
 
+@pytest.mark.parametrize(
+    ("last", "whole"),
+    [
+        ("usage", True),  # finished and billed: the stream is whole, [DONE] or not
+        ("finish", False),  # the usage chunk may still have been coming
+        ("content", False),  # cut mid-answer (llmock's truncate)
+    ],
+)
+async def test_a_stream_ended_without_done_is_whole_only_after_its_finish_and_usage(
+    transport: Transports, last: str, whole: bool
+) -> None:
+    # Given an endpoint whose stream ends cleanly without "data: [DONE]" (the OpenAI SDK stops
+    # at the body's end): it was retried as cut, every attempt billed, and the step failed
+    chunks: list[dict[str, Any]] = [
+        {"id": "c", "model": "gpt-4.1", "choices": [{"delta": {"content": '{"message": "hi"}'}}]},
+        {"id": "c", "model": "gpt-4.1", "choices": [{"delta": {}, "finish_reason": "stop"}]},
+        {
+            "id": "c",
+            "model": "gpt-4.1",
+            "choices": [],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 100},
+        },
+    ]
+    sent = chunks[: {"content": 1, "finish": 2, "usage": 3}[last]]
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        content = "".join(f"data: {json.dumps(c)}\n\n" for c in sent).encode()
+        return httpx.Response(200, content=content, headers={"content-type": "text/event-stream"})
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    async with await client(transport, handler, max_retries=1, retry_sleep=no_sleep) as llm:
+        if whole:
+            # Then a finished, billed stream is the answer, priced once: 1,000 x $2/M + 100 x $8/M
+            reply = await llm.complete_streaming(model="gpt-4.1", messages=MESSAGES)
+            assert (reply.content, reply.usage.cost_usd, len(calls)) == (
+                '{"message": "hi"}',
+                Decimal("0.0028"),
+                1,
+            )
+            assert reply.usage.finish_reasons == ("stop",)
+        else:
+            # And one that may have been cut is retried, as before
+            with pytest.raises(LlmCallFailed) as raised:
+                await llm.complete_streaming(model="gpt-4.1", messages=MESSAGES)
+            assert (raised.value.error_type, len(calls)) == ("connection_error", 2)
+
+
 async def test_verify_reports_a_rejected_key(transport: Transports) -> None:
     async with await client(transport, lambda r: httpx.Response(401, json={"error": "no"})) as llm:
         with pytest.raises(ValidationError) as raised:
