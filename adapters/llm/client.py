@@ -79,6 +79,9 @@ class _Pool:
     http: httpx.AsyncClient
     transport: httpx.AsyncBaseTransport
     closer: AsyncGenerator[None, None]
+    slots: asyncio.Semaphore
+    """``max_connections`` requests in flight at most: a call waits here for a free connection,
+    before its attempt's deadline starts (``OpenAICompatibleClient._slot``)."""
 
 
 def _closed_with_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None]:
@@ -192,7 +195,8 @@ class OpenAICompatibleClient:
             if pool is None:
                 http, self._spare = self._spare or self._new_http(), None
                 transport = http._transport_for_url(self._endpoint)
-                pool = self._pools[loop] = _Pool(http, transport, _closed_with_loop(http))
+                slots = asyncio.Semaphore(self.config.max_connections)
+                pool = self._pools[loop] = _Pool(http, transport, _closed_with_loop(http), slots)
         self._last = (loop, pool)
         return pool
 
@@ -449,6 +453,40 @@ class OpenAICompatibleClient:
     ) -> ParsedCompletion:
         """One attempt; a stream's usage, once read, stays on the error if the stream then
         breaks or times out (the provider billed it). How far the attempt got is on ``progress``."""
+        slots = await self._slot()
+        try:
+            return await self._exchange(body, stream, begun, progress)
+        finally:
+            slots.release()
+
+    async def _slot(self) -> asyncio.Semaphore:
+        """Wait for one of ``max_connections`` (the pool's size) to be free, at most
+        ``request_timeout_s``; returns the semaphore, one slot held. A call waiting here has
+        sent nothing. The wait was inside the attempt's deadline: calls queued behind a full
+        pool ran out of it there and were recorded as endpoint timeouts, counted by the
+        breaker and left ``unpriced`` as if the provider had had them (60 calls over 10
+        connections to a model taking 1 s of a 3 s deadline: 40 "timeouts", the breaker open)."""
+        slots = self._pool().slots
+        if not slots.locked():
+            await slots.acquire()  # free: no suspension, no timer
+            return slots
+        timeout = self.config.request_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                await slots.acquire()
+        except TimeoutError:
+            raise AttemptError(
+                f"no free connection within {timeout}s: all {self.config.max_connections} "
+                "(max_connections) were in use; nothing was sent",
+                error_type="pool_timeout",
+                retryable=True,
+            ) from None
+        return slots
+
+    async def _exchange(
+        self, body: dict[str, Any], stream: bool, begun: float, progress: AttemptProgress
+    ) -> ParsedCompletion:
+        """The attempt on a held connection slot, within ``request_timeout_s``."""
         timeout = self.config.request_timeout_s
         try:
             async with asyncio.timeout(timeout):

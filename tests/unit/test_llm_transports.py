@@ -508,3 +508,39 @@ async def test_a_stream_answered_to_a_request_not_streamed_is_read_as_one(kind: 
     assert reply.content == '{"message": "hi"}'
     assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.unpriced) == (10, 5, False)
     assert reply.usage.finish_reasons == ("stop",)
+
+
+async def test_a_call_waiting_for_a_free_connection_starts_its_deadline_when_it_gets_one(
+    transport: Transports,
+) -> None:
+    # Given one connection, a 2 s deadline and a model that answers in 1.5 s; three calls at
+    # once, and a breaker that opens on the first endpoint failure
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(1.5)
+        return httpx.Response(200, json=OK_BODY)
+
+    llm = await transport.client(
+        handler,
+        max_connections=1,
+        max_keepalive_connections=1,
+        request_timeout_s=2.0,
+        max_retries=0,
+        breaker_failure_threshold=1,
+    )
+    first, second, third = await asyncio.gather(
+        *(llm.complete(model="gpt-4.1", messages=MESSAGES) for _ in range(3)), return_exceptions=True
+    )
+    # Then the first is answered, and so is the second, whose 1.5 s in the queue was not taken
+    # from its deadline (it failed as an endpoint "timeout" at 2 s, unpriced, the breaker open)
+    assert not isinstance(first, BaseException)
+    assert not isinstance(second, BaseException)
+    assert [a["outcome"] for a in second.usage.extra["attempt_log"]] == ["ok"]
+    # And the third, still queued when its deadline passed, sent nothing: a pool timeout, $0 and
+    # priced, that says nothing of the endpoint (the breaker stays closed)
+    assert isinstance(third, LlmCallFailed)
+    assert third.error_type == "pool_timeout"
+    assert "max_connections" in str(third)
+    assert third.usage is not None
+    assert (third.usage.cost_usd, third.usage.unpriced) == (0, False)
+    assert third.usage.extra["attempt_log"][0].get("usage_reported") is not False
+    assert llm.breaker.state == "closed"
