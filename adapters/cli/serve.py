@@ -39,6 +39,14 @@ if TYPE_CHECKING:
 console = cli_console(stderr=True)
 
 
+KEEP_ALIVE_S = 75
+"""How long ``serve`` keeps an idle connection open. uvicorn's 5 s is httpx's own idle expiry
+(Dify's HTTP Request node sends through httpx): a client reused a connection at the moment
+the server closed it, and the request failed with no answer (``ReadError``; 1-4 of 200
+webhook calls per batch of a client reusing its connections, every parser and loop). Longer
+than the usual clients' and proxies' idle timeouts (httpx 5 s, aiohttp 15 s, nginx and load
+balancers 60 s), as a server's must be: the client then always closes first."""
+
 HTTP_PARSERS = ("auto", "h11", "httptools")
 """The values of ``--http``: uvicorn reads any other as an import string, and fails late."""
 
@@ -209,6 +217,7 @@ def serve(
                 # A request's line and headers bounded alike under both parsers (protocol.py).
                 http=BoundedHttpTools if parser == "httptools" else parser,
                 h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+                timeout_keep_alive=KEEP_ALIVE_S,
             )
             console.print(serving_line(loop_name, parser))
             run(_serve(uvicorn.Server(config), engine))
