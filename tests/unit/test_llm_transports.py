@@ -544,3 +544,34 @@ async def test_a_call_waiting_for_a_free_connection_starts_its_deadline_when_it_
     assert (third.usage.cost_usd, third.usage.unpriced) == (0, False)
     assert third.usage.extra["attempt_log"][0].get("usage_reported") is not False
     assert llm.breaker.state == "closed"
+
+
+async def test_httpx_pools_send_to_a_pool_with_a_free_connection_not_merely_the_next() -> None:
+    # Given httpx's pool split in two pools of two connections, and a server that holds some
+    # requests until told and answers the others at once
+    release = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.content == b"hold":
+            await release.wait()
+        return httpx.Response(200, json=OK_BODY)
+
+    limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
+    transport = ShardedTransport(limits=limits, shard_size=2)
+    async with served(handler) as url, httpx.AsyncClient(transport=transport, timeout=30) as http:
+        held = [asyncio.create_task(http.post(url, content=b"hold"))]
+        await asyncio.sleep(0.2)
+        await http.post(url, content=b"quick")
+        for _ in range(2):
+            held.append(asyncio.create_task(http.post(url, content=b"hold")))
+            await asyncio.sleep(0.2)
+        # (in turn: the first and third held calls on one pool, now full; the second on the other)
+        # When a request comes whose turn is that full pool's
+        answered = await asyncio.wait_for(http.post(url, content=b"quick"), 5)
+        # Then it goes to the pool with a free connection and is answered at once (it queued
+        # behind the held calls, inside its deadline, while a connection stood free)
+        assert answered.status_code == 200
+        release.set()
+        assert [r.status_code for r in await asyncio.gather(*held)] == [200, 200, 200]
+    # And every response closed gave its connection back to the count
+    assert transport.busy == [0, 0]
