@@ -100,6 +100,14 @@ class ModelLimits:
             raise ValidationError("limits.period_s", "must be > 0")
 
 
+DEFAULT_KEEPALIVE_EXPIRY_S = 4.0
+"""How long an idle connection is kept for the next call: under the 5 s after which uvicorn
+(vLLM, the LiteLLM proxy, most Python servers) and Node close an idle connection. At httpx's
+5 s (aiohttp's 15 s) the server closed connections as the client reused them: against a
+uvicorn endpoint, calls 5 s apart failed their first attempt on 3-6 % of calls
+(``connection_error``, retried), and each such call was recorded ``unpriced``, as a request
+the provider may have had."""
+
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 """How long connecting may take when ``connect_timeout_s`` is not given (and the request's
 deadline is no shorter)."""
@@ -124,6 +132,8 @@ class ClientConfig:
     UnknownModelPrice before anything is sent) or ``"flag"`` (call it; its usage says
     ``unpriced`` and ``prices reprice`` can price it once a price is added).
     ``max_reply_bytes`` bounds what is read of one reply, streamed or not (``reply_limit``).
+    ``keepalive_expiry_s`` (4 s) is how long an idle connection is kept: shorter than the
+    endpoint's own idle timeout, or a call reuses a connection as the server closes it.
     """
 
     base_url: str
@@ -135,6 +145,7 @@ class ClientConfig:
     read_timeout_s: float | None = None
     max_connections: int = 200
     max_keepalive_connections: int = 100
+    keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S
     pool_shard_size: int = 8
     transport: Transport = "aiohttp"
     max_retries: int = 2
@@ -160,7 +171,7 @@ class ClientConfig:
                 self.request_timeout_s if 0 < self.request_timeout_s < DEFAULT_CONNECT_TIMEOUT_S else None
             )
             object.__setattr__(self, "connect_timeout_s", shorter or DEFAULT_CONNECT_TIMEOUT_S)
-        for name in ("connect_timeout_s", "request_timeout_s", "breaker_recovery_s"):
+        for name in ("connect_timeout_s", "request_timeout_s", "breaker_recovery_s", "keepalive_expiry_s"):
             # inf was taken, and every call then failed (OverflowError in the event loop's timer);
             # 1e300 was taken too, and an open breaker asked callers to wait that long.
             if not 0 < getattr(self, name) <= MAX_SECONDS:

@@ -11,7 +11,8 @@ reply size limit and one rate limit for every model.
 - ``FLOWLEDGER_LLM_UNPRICED_MODELS``: ``refuse`` or ``flag``;
 - ``FLOWLEDGER_LLM_BREAKER_THRESHOLD``, ``FLOWLEDGER_LLM_BREAKER_RECOVERY_S``: the breaker;
 - ``FLOWLEDGER_LLM_RPM`` with ``FLOWLEDGER_LLM_TPM``: ``default_limits``, per minute;
-- ``FLOWLEDGER_LLM_TRANSPORT``: ``aiohttp`` (the default) or ``httpx`` (``transport``).
+- ``FLOWLEDGER_LLM_TRANSPORT``: ``aiohttp`` (the default) or ``httpx`` (``transport``);
+- ``FLOWLEDGER_LLM_KEEPALIVE_S``: ``keepalive_expiry_s``.
 
 A value that does not read is a ValidationError naming the variable; the config's own
 checks (``ClientConfig``) apply to what is read.
@@ -36,6 +37,7 @@ _FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "FLOWLEDGER_LLM_UNPRICED_MODELS": ("unpriced_models", str),
     "FLOWLEDGER_LLM_BREAKER_THRESHOLD": ("breaker_failure_threshold", int),
     "FLOWLEDGER_LLM_BREAKER_RECOVERY_S": ("breaker_recovery_s", float),
+    "FLOWLEDGER_LLM_KEEPALIVE_S": ("keepalive_expiry_s", float),
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 _KINDS: dict[Callable[[str], Any], str] = {str: "text", int: "a whole number", float: "a number"}

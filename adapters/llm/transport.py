@@ -71,6 +71,7 @@ def build_transport(config: ClientConfig) -> httpx.AsyncBaseTransport:
     limits = httpx.Limits(
         max_connections=config.max_connections,
         max_keepalive_connections=config.max_keepalive_connections,
+        keepalive_expiry=config.keepalive_expiry_s,
     )
     if config.transport == "httpx":
         return ShardedTransport(limits=limits, shard_size=config.pool_shard_size)

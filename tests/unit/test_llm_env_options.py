@@ -27,6 +27,7 @@ ENV = {
     "FLOWLEDGER_LLM_RPM": "60",
     "FLOWLEDGER_LLM_TPM": "100000",
     "FLOWLEDGER_LLM_MAX_REPLY_BYTES": "1048576",
+    "FLOWLEDGER_LLM_KEEPALIVE_S": "2.5",
 }
 
 
@@ -53,6 +54,7 @@ async def test_a_client_built_from_settings_takes_its_options_from_the_environme
     )
     assert config.default_limits == ModelLimits(rpm=60, tpm=100_000)
     assert config.max_reply_bytes == 1_048_576
+    assert config.keepalive_expiry_s == 2.5
     # And an option given in code wins over the environment
     assert OpenAICompatibleClient.from_settings(settings, max_retries=0).config.max_retries == 0
     await llm.aclose()

@@ -575,3 +575,47 @@ async def test_httpx_pools_send_to_a_pool_with_a_free_connection_not_merely_the_
         assert [r.status_code for r in await asyncio.gather(*held)] == [200, 200, 200]
     # And every response closed gave its connection back to the count
     assert transport.busy == [0, 0]
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_an_idle_connection_is_dropped_before_a_five_second_server_closes_it(kind: str) -> None:
+    # uvicorn (vLLM, the LiteLLM proxy) and Node close an idle connection after 5 s; the client
+    # kept one 5 s (httpx) or 15 s (aiohttp) and reused it as the server closed it: 3-6 % of
+    # calls 5 s apart failed their first attempt and were recorded unpriced. Given a server that
+    # notes the client port of each request
+    ports: list[int] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        ports.append(peer[1] if peer else 0)
+        return web.json_response(OK_BODY)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=60)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    # (one pool of httpx's: each of its shards keeps connections of its own)
+    config = ClientConfig(
+        base_url=url,
+        api_key=ApiKey("sk-test-secret-1"),
+        transport=kind,  # type: ignore[arg-type]
+        max_connections=8,
+        max_keepalive_connections=8,
+    )
+    assert config.keepalive_expiry_s < 5
+    llm = OpenAICompatibleClient(config, prices=load_price_table())
+    try:
+        # When calls come back to back, and again after 4.5 s idle
+        for pause in (0.0, 0.0, config.keepalive_expiry_s + 0.5):
+            await asyncio.sleep(pause)
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    finally:
+        await llm.aclose()
+        await runner.cleanup()
+    # Then the connection is kept between close calls, and not reused once idle that long
+    assert ports[0] == ports[1]
+    assert ports[2] != ports[1]
