@@ -231,13 +231,16 @@ class _MappedStream(httpx.AsyncByteStream):
 
 
 class ShardedTransport(httpx.AsyncBaseTransport):
-    """Spreads requests over ``ceil(max_connections / shard_size)`` httpx pools: the next pool in
-    turn that has a free connection, else the least busy.
+    """Spreads requests over ``ceil(max_connections / shard_size)`` httpx pools: the first pool
+    that has a free connection, else the least busy.
 
     Plain rotation sent a request to a pool whose connections were all held by slow calls while
     another pool's stood free: it queued there, inside its attempt's deadline, and ran out of it
     as an endpoint "timeout", unpriced (16 connections in two pools, 8 calls of 2.5 s on one, 3
-    of 6 later 1.3 s calls timed out at a 3 s deadline; none through aiohttp's one pool).
+    of 6 later 1.3 s calls timed out at a 3 s deadline; none through aiohttp's one pool). It
+    also spread a trickle of calls over all the pools (25 at the default 200 connections), each
+    pool's idle connection expiring before its turn came again: every call at one a second
+    opened a new connection (a TLS handshake). The first pool with room keeps them warm.
     """
 
     def __init__(self, *, limits: httpx.Limits, shard_size: int = 8) -> None:
@@ -255,10 +258,9 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         self._size = per_shard.max_connections or total
         # Requests each pool holds a connection for: from the send until the response is closed.
         self.busy = [0] * shards
-        self._turn = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Send on the next pool in turn with a free connection (``_pick``)."""
+        """Send on the first pool with a free connection (``_pick``)."""
         index = self._pick()
         self.busy[index] += 1
         try:
@@ -273,14 +275,11 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         return response
 
     def _pick(self) -> int:
-        count = len(self.pools)
-        start = self._turn
-        self._turn = (start + 1) % count
-        for step in range(count):
-            index = (start + step) % count
-            if self.busy[index] < self._size:
+        busy = self.busy
+        for index, held in enumerate(busy):
+            if held < self._size:
                 return index
-        return min(range(count), key=self.busy.__getitem__)
+        return min(range(len(busy)), key=busy.__getitem__)
 
     async def aclose(self) -> None:
         """Close every pool."""

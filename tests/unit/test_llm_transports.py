@@ -565,8 +565,8 @@ async def test_httpx_pools_send_to_a_pool_with_a_free_connection_not_merely_the_
         for _ in range(2):
             held.append(asyncio.create_task(http.post(url, content=b"hold")))
             await asyncio.sleep(0.2)
-        # (in turn: the first and third held calls on one pool, now full; the second on the other)
-        # When a request comes whose turn is that full pool's
+        # (the first two held calls fill one pool, the third is on the other)
+        # When a request comes whose turn, in plain rotation, is the full pool's
         answered = await asyncio.wait_for(http.post(url, content=b"quick"), 5)
         # Then it goes to the pool with a free connection and is answered at once (it queued
         # behind the held calls, inside its deadline, while a connection stood free)
@@ -584,20 +584,7 @@ async def test_an_idle_connection_is_dropped_before_a_five_second_server_closes_
     # calls 5 s apart failed their first attempt and were recorded unpriced. Given a server that
     # notes the client port of each request
     ports: list[int] = []
-
-    async def answer(request: web.Request) -> web.Response:
-        await request.read()
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        ports.append(peer[1] if peer else 0)
-        return web.json_response(OK_BODY)
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", answer)
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=60)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    runner, url = await _port_noting_server(ports)
     # (one pool of httpx's: each of its shards keeps connections of its own)
     config = ClientConfig(
         base_url=url,
@@ -619,3 +606,39 @@ async def test_an_idle_connection_is_dropped_before_a_five_second_server_closes_
     # Then the connection is kept between close calls, and not reused once idle that long
     assert ports[0] == ports[1]
     assert ports[2] != ports[1]
+
+
+async def _port_noting_server(ports: list[int]) -> tuple[web.AppRunner, str]:
+    """A loopback completions server (idle connections kept 60 s) that appends each request's
+    client port to ``ports``; its runner and base URL."""
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        ports.append(peer[1] if peer else 0)
+        return web.json_response(OK_BODY)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=60)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+
+
+async def test_httpx_pools_keep_one_connection_warm_for_calls_one_at_a_time() -> None:
+    # Rotation sent each call to the next of the pools (25 at 200 connections), whose idle
+    # connection had expired by its next turn: calls one at a time each opened a new
+    # connection (a TLS handshake to a real endpoint)
+    ports: list[int] = []
+    runner, url = await _port_noting_server(ports)
+    config = ClientConfig(base_url=url, api_key=ApiKey("sk-test-secret-1"), transport="httpx")
+    llm = OpenAICompatibleClient(config, prices=load_price_table())
+    try:
+        for _ in range(5):
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    finally:
+        await llm.aclose()
+        await runner.cleanup()
+    assert len(set(ports)) == 1
