@@ -34,6 +34,7 @@ import httpx
 import httpx_aiohttp
 import httpx_aiohttp.transport
 import yarl
+from aiohttp.http_exceptions import ContentEncodingError
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from flowledger.adapters.llm.config import ClientConfig
@@ -89,11 +90,21 @@ def _dropped(error: httpx.TimeoutException) -> httpx.TransportError | None:
     return None
 
 
-def _unreadable(error: aiohttp.ClientResponseError) -> httpx.RemoteProtocolError:
+def _unreadable(error: aiohttp.ClientResponseError) -> httpx.RemoteProtocolError | httpx.DecodingError:
     """The error httpx's pool raises for a reply that is not HTTP (a status line that cannot be
     read, a header past aiohttp's limits): aiohttp's own ``ClientResponseError`` escaped the
     client unmapped, and the step failed as ``ClientResponseError``, not retried, its cost unknown
-    to the usage, where httpx's pool gave a retried ``connection_error``."""
+    to the usage, where httpx's pool gave a retried ``connection_error``.
+
+    A body in an encoding aiohttp cannot decode (``br`` or ``zstd`` without their libraries,
+    refused as the headers are read) is a ``DecodingError``, as a body not in its encoding is
+    (``malformed_response``, not retried): it was read as unreadable HTTP, a connection error,
+    retried twice more and counted by the breaker, each attempt paid for."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ContentEncodingError):
+            return httpx.DecodingError(f"{error.message}")
+        cause = cause.__cause__
     return httpx.RemoteProtocolError(f"the reply is not readable HTTP: {error.message} ({error.status})")
 
 

@@ -642,3 +642,38 @@ async def test_httpx_pools_keep_one_connection_warm_for_calls_one_at_a_time() ->
         await llm.aclose()
         await runner.cleanup()
     assert len(set(ports)) == 1
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("encoding", ["br", "zstd"])
+async def test_a_reply_in_an_encoding_the_client_cannot_decode_is_one_malformed_attempt(
+    kind: str, encoding: str
+) -> None:
+    # Given an endpoint answering 200 in an encoding neither transport decodes here (brotli and
+    # zstandard are not installed; the client never asked for them)
+    requests: list[int] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        requests.append(1)
+        headers = {"content-type": "application/json", "content-encoding": encoding}
+        return web.Response(body=b"\x1b\x8f\x00\xf8\x25\x82\x02\x0a\xc5\x13", headers=headers)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    config = ClientConfig(base_url=url, api_key=ApiKey("sk-test-secret-1"), transport=kind)  # type: ignore[arg-type]
+    llm = OpenAICompatibleClient(config, prices=load_price_table(), retry_sleep=_no_sleep)
+    try:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    finally:
+        await llm.aclose()
+        await runner.cleanup()
+    # Then it is the unreadable answer it is on both transports: not retried, one failure for
+    # the breaker (through aiohttp it was unreadable HTTP: a connection error, tried 3 times)
+    assert (raised.value.error_type, len(requests)) == ("malformed_response", 1)
+    assert llm.breaker.failure_count == 1
