@@ -101,7 +101,20 @@ def status_for(error: errors.FlowledgerError) -> int:
     whose endpoint refused the request itself is 422 (``REQUEST_REFUSED_BY_MODEL``)."""
     if isinstance(error, errors.LlmCallFailed) and error.status_code in REQUEST_REFUSED_BY_MODEL:
         return 422
+    if _queued_out(error):
+        return 503
     return next(code for kind, code in STATUS_CODES if isinstance(error, kind))
+
+
+POOL_TIMEOUT = "pool_timeout"
+"""The ``error_type`` of a model call that never got one of this server's connections to the
+endpoint (all ``max_connections`` in use for ``request_timeout_s``): nothing was sent, and the
+model is not at fault, so it is this server's 503 with ``Retry-After``, not the 502 of a model
+that failed."""
+
+
+def _queued_out(error: errors.FlowledgerError) -> bool:
+    return isinstance(error, errors.LlmError) and error.error_type == POOL_TIMEOUT
 
 
 MAX_PASSED_RETRY_AFTER_S = 86_400.0
@@ -112,7 +125,8 @@ def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
     """Extra response headers: ``Retry-After`` (whole seconds, at least 1) when the store is down
     (not when it refused: ``StoreRefused`` and its kinds),
     when the model endpoint's circuit is open (until its next trial: a 503 without it was
-    retried at once, into the same open circuit), and when the endpoint refused the call's
+    retried at once, into the same open circuit), when every connection to it stayed in use
+    (``POOL_TIMEOUT``: 1 s), and when the endpoint refused the call's
     last attempt saying when to come back (its 429 or 503 ``retry-after``, on our 502, at most
     ``MAX_PASSED_RETRY_AFTER_S``)."""
     if isinstance(error, errors.StoreUnavailable) and not isinstance(error, errors.StoreRefused):
@@ -121,6 +135,8 @@ def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
         return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
     if isinstance(error, errors.CircuitOpen) and math.isfinite(error.retry_in_s):
         return {"Retry-After": str(max(1, math.ceil(error.retry_in_s)))}
+    if _queued_out(error):
+        return {"Retry-After": "1"}  # a connection frees as soon as any call in flight ends
     if isinstance(error, errors.LlmCallFailed):
         wait = error.retry_after_s
         if wait is not None and math.isfinite(wait):
