@@ -230,16 +230,23 @@ def _sse(*chunks: dict[str, Any], done: bool = True) -> bytes:
 
 
 async def test_every_billed_attempt_is_in_the_usage_and_retried_attempts_are_priced_apart() -> None:
-    # Given a stream cut after its usage chunk (billed, retried), a 503, then an answer
+    # Given a stream cut after its usage chunk but before its finish reason (billed, retried;
+    # one with both and no [DONE] is whole: see
+    # test_a_stream_ended_without_done_is_whole_only_after_its_finish_and_usage), a 503, then an answer
     billed = {"prompt_tokens": 1_000, "completion_tokens": 100}
     delta = {
         "id": "r",
         "model": "gpt-4.1",
         "choices": [{"delta": {"content": "{}"}, "finish_reason": "stop"}],
     }
+    unfinished = {
+        "id": "r",
+        "model": "gpt-4.1",
+        "choices": [{"delta": {"content": "{"}, "finish_reason": None}],
+    }
     replies = iter(
         [
-            httpx.Response(200, content=_sse(delta, {"choices": [], "usage": billed}, done=False)),
+            httpx.Response(200, content=_sse(unfinished, {"choices": [], "usage": billed}, done=False)),
             httpx.Response(503, json={"error": {"message": "busy"}}),
             httpx.Response(200, content=_sse(delta, {"choices": [], "usage": billed})),
         ]
