@@ -13,6 +13,8 @@ from flowledger.domain.errors import StepInProgress, StepNotPending
 from flowledger.domain.session_views import PendingStep
 from flowledger.domain.values import LlmUsage
 
+REAPED_PER_START = 64
+"""At most this many lapsed pending steps of other keys are given up when a step starts."""
 LEGACY_LEASE = timedelta(minutes=5)
 """The lease read into steps started before leases existed (the old stale-step wait)."""
 WORKER_LOST = "worker_lost"
@@ -34,6 +36,15 @@ def require_lapsed(session_id: str, key: str, held: PendingStep, now: datetime) 
     its worker may still be alive."""
     if now < held.lease_until:
         raise StepInProgress(session_id, key, 0.0)
+
+
+def lapsed_others(pending: dict[str, PendingStep], key: str, now: datetime) -> list[PendingStep]:
+    """The pending steps under keys other than ``key`` whose lease lapsed at ``now`` (at most
+    ``REAPED_PER_START``, the longest lapsed first): their workers are gone, and nobody may ever
+    retry their keys, so they are given up when another step starts instead of being carried
+    in every snapshot of the session (inputs and all) for good."""
+    lapsed = [held for other, held in pending.items() if other != key and held.lease_until <= now]
+    return sorted(lapsed, key=lambda held: held.lease_until)[:REAPED_PER_START]
 
 
 def lost_call_usage(held: PendingStep) -> LlmUsage:

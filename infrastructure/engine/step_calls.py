@@ -64,7 +64,9 @@ class Go:
 
     ``started_at`` (with the worker's name) tells this attempt's pending step from a later
     one under the same key: a worker that stalled past its lease may find it taken over.
-    ``lost`` is the attempt this one took over (recorded as ``worker_lost``), if any.
+    ``lost`` is the attempt this one took over (recorded as ``worker_lost``), if any;
+    ``reaped`` the lapsed attempts under other keys given up when this one started (each
+    recorded as ``worker_lost`` too), whose budget holds are spent like ``lost``'s.
     """
 
     messages: list[dict[str, Any]]
@@ -72,6 +74,7 @@ class Go:
     workflow: str = ""
     user_id: str | None = None
     lost: PendingStep | None = None
+    reaped: tuple[PendingStep, ...] = ()
 
 
 @dataclass(frozen=True)

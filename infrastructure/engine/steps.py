@@ -42,6 +42,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.ports import LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
+from flowledger.domain.session_leases import lapsed_others
 from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
@@ -247,6 +248,10 @@ class StepService:
         messages = step_messages(
             step=call.step, previous_step=session.current_step, context=session.context, input=call.input
         )
+        reaped = tuple(lapsed_others(session.pending, call.key, uow.now))
+        for held in reaped:
+            reason = f"the worker's lease lapsed; given up when {call.key!r} started"
+            session.abandon_step(held.idempotency_key, uow.now, reason)
         session.start_step(
             step=call.step,
             input=call.input,
@@ -256,7 +261,7 @@ class StepService:
             lease_until=uow.now + self.lease,
             worker=self.worker,
         )
-        return Go(messages, uow.now, session.workflow, session.user_id, lost=pending)
+        return Go(messages, uow.now, session.workflow, session.user_id, lost=pending, reaped=reaped)
 
     async def _call_and_record(self, llm: LlmPort, call: StepCall, go: Go) -> StepOutcome:
         hold = await self._reserve(llm, call, go)
@@ -364,8 +369,10 @@ class StepService:
             tenant=budgets.tenant, session=call.session_id, workflow=go.workflow, model=model, user=go.user_id
         )
         session = self._sessions.session_uuid(call.session_id)
-        lost = go.lost
-        lost_hold = None if lost is None else step_hold_id(session, call.key, lost.worker, lost.started_at)
+        lost_holds = tuple(
+            step_hold_id(session, held.idempotency_key, held.worker, held.started_at)
+            for held in (*(() if go.lost is None else (go.lost,)), *go.reaped)
+        )
         # As in _begin_surely: the reservation runs to its end on its thread, so a caller
         # cancelled meanwhile can release what it holds.
         reserving = self._db_future(
@@ -374,7 +381,7 @@ class StepService:
             scope,
             amount,
             step_hold_id(session, call.key, self.worker, go.started_at),
-            lost_hold,
+            lost_holds,
         )
         try:
             return await asyncio.shield(reserving)
@@ -610,11 +617,11 @@ def _being_saved(error: StoreUnavailable, key: str) -> StoreUnavailable:
 
 
 def _hold(
-    budgets: BudgetService, scope: CallScope, amount: Decimal, hold: UUID, lost: UUID | None
+    budgets: BudgetService, scope: CallScope, amount: Decimal, hold: UUID, lost: tuple[UUID, ...]
 ) -> Reservation | None:
-    """On a database thread: take the hold of the attempt this one took over as spent at its
-    estimate (its worker was lost, what its call cost is not known: not $0; it was left to
-    lapse and be released), then hold this call's estimate as ``hold``."""
-    if lost is not None:
-        budgets.notify(budgets.spend_lost(lost))  # off the loop: webhooks go out on a thread
+    """On a database thread: take the holds of the attempts this one took over or gave up as
+    spent at their estimate (their workers were lost, what their calls cost is not known: not
+    $0; they were left to lapse and be released), then hold this call's estimate as ``hold``."""
+    for lost_hold in lost:
+        budgets.notify(budgets.spend_lost(lost_hold))  # off the loop: webhooks go out on a thread
     return budgets.reserve(scope, amount, hold)
