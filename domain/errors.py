@@ -256,12 +256,20 @@ class SessionClosed(SessionError):
 
 
 class ConcurrentUpdate(FlowledgerError):
-    """Other writers kept changing the aggregate; retries ran out."""
+    """Other writers kept changing the aggregate; retries ran out (``bound``: the retries
+    allowed, the engine's ``max_conflict_retries``, when known)."""
 
-    def __init__(self, aggregate_id: str, attempts: int) -> None:
-        super().__init__(f"{aggregate_id!r} was changed concurrently {attempts} times; giving up")
+    def __init__(self, aggregate_id: str, attempts: int, bound: int | None = None) -> None:
+        message = f"{aggregate_id!r} was changed concurrently {attempts} times in a row; giving up"
+        if bound is not None:
+            message += (
+                f" (more than max_conflict_retries, {bound}: FLOWLEDGER_MAX_CONFLICT_RETRIES;"
+                " try again shortly)"
+            )
+        super().__init__(message)
         self.aggregate_id = aggregate_id
         self.attempts = attempts
+        self.bound = bound
 
 
 class EngineClosed(FlowledgerError):

@@ -223,6 +223,9 @@ class Settings:
             agent_locks=_on_or_off(env, "FLOWLEDGER_AGENT_LOCKS", default=True),
             audit_chain=_on_or_off(env, "FLOWLEDGER_AUDIT_CHAIN", default=True),
             pool_size=_count(env, "FLOWLEDGER_POOL_SIZE", defaults.pool_size),
+            max_conflict_retries=_whole(
+                env, "FLOWLEDGER_MAX_CONFLICT_RETRIES", defaults.max_conflict_retries
+            ),
             group_commit=_on_or_off(env, "FLOWLEDGER_GROUP_COMMIT"),
             group_commit_leaders=_count(
                 env, "FLOWLEDGER_GROUP_COMMIT_LEADERS", defaults.group_commit_leaders

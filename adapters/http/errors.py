@@ -128,11 +128,14 @@ def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
     retried at once, into the same open circuit), when every connection to it stayed in use
     (``POOL_TIMEOUT``: 1 s), and when the endpoint refused the call's
     last attempt saying when to come back (its 429 or 503 ``retry-after``, on our 502, at most
-    ``MAX_PASSED_RETRY_AFTER_S``)."""
+    ``MAX_PASSED_RETRY_AFTER_S``), and 1 s when other writers kept winning (``ConcurrentUpdate``:
+    a 503 that had none, so a client could not tell it from a fault to give up on)."""
     if isinstance(error, errors.StoreUnavailable) and not isinstance(error, errors.StoreRefused):
         # A refusal (the login, a privilege, a migration only the owner may run) is not
         # mended by waiting: no Retry-After, or clients would try again for ever.
         return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
+    if isinstance(error, errors.ConcurrentUpdate):
+        return {"Retry-After": "1"}  # too many writers at this moment: a retry soon may win
     if isinstance(error, errors.CircuitOpen) and math.isfinite(error.retry_in_s):
         return {"Retry-After": str(max(1, math.ceil(error.retry_in_s)))}
     if _queued_out(error):

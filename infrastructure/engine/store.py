@@ -402,7 +402,8 @@ class AggregateStore:
                     with self._conflicts_lock:
                         self.conflicts += 1
                     if conflicts > budget:
-                        raise ConcurrentUpdate(lock_key, conflicts) from None
+                        bound = self.settings.max_conflict_retries
+                        raise ConcurrentUpdate(lock_key, conflicts, bound) from None
                     time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**conflicts)))
                     continue
                 except UNREACHABLE as error:

@@ -140,6 +140,9 @@ def test_a_writer_that_keeps_losing_the_race_gets_concurrent_update(
 
     # Then it gave up after 1 + retries attempts, each against fresh state, and wrote nothing
     assert raised.value.attempts == retries + 1
+    # and the error names the bound and how to raise it
+    assert raised.value.bound == retries
+    assert f"max_conflict_retries, {retries}: FLOWLEDGER_MAX_CONFLICT_RETRIES" in str(raised.value)
     assert attempts == list(range(1, retries + 2))
     steps = [r.step for r in winner.get_session("race").history]
     assert steps == ["interloper"] * (retries + 1)

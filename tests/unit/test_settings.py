@@ -350,3 +350,13 @@ def test_the_readmes_configuration_table_names_every_variable_a_user_may_set_and
     documented = _configuration_table()
     # Then the table has a row for each one a user sets, and none that nothing reads
     assert documented == READ - INTERNAL
+
+
+def test_the_conflict_bound_is_set_from_the_environment() -> None:
+    # The bound ConcurrentUpdate names could only be set in code: ``serve`` kept 64.
+    assert Settings.from_env({}).max_conflict_retries == 64
+    assert Settings.from_env({"FLOWLEDGER_MAX_CONFLICT_RETRIES": "200"}).max_conflict_retries == 200
+    assert Settings.from_env({"FLOWLEDGER_MAX_CONFLICT_RETRIES": "0"}).max_conflict_retries == 0
+    with pytest.raises(ValidationError) as refused:
+        Settings.from_env({"FLOWLEDGER_MAX_CONFLICT_RETRIES": "-1"})
+    assert refused.value.field == "FLOWLEDGER_MAX_CONFLICT_RETRIES"
