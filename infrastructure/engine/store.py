@@ -564,7 +564,10 @@ class _Deadline:
         """Sleep before the next attempt, or raise StoreUnavailable when that would pass the
         deadline (``outcome_unknown``: a save was sent whose outcome is not known)."""
         if time.monotonic() + _UNREACHABLE_PAUSE_S >= self.at:
-            detail = str(error).strip() or type(error).__name__
+            # The server's first line, as every other StoreUnavailable: the rest is its CONTEXT
+            # (the append's SQL and internal function), which reached HTTP bodies and the CLI.
+            text = str(error).strip()
+            detail = text.splitlines()[0] if text else type(error).__name__
             raise StoreUnavailable(self.operation, detail, outcome_unknown=outcome_unknown) from error
         time.sleep(_UNREACHABLE_PAUSE_S)
 

@@ -193,6 +193,10 @@ def test_a_statement_blocked_by_a_table_lock_ends_within_the_operation_deadline(
         saved = within(deadline_s + SLACK_S + 2, lambda: engine.record_step("s", "during"))
         assert_unavailable_in_time(saved, deadline_s)
         assert "outcome" in str(saved.error), saved.error  # it may have been stored: it says so
+        # in one line, without the server's CONTEXT (the append's SQL text and internal function:
+        # an outside probe saw them in HTTP 503 bodies)
+        assert "\n" not in str(saved.error), saved.error
+        assert "CONTEXT" not in str(saved.error), saved.error
         for call in (lambda: engine.get_session("s", version=1), lambda: engine.history("s")):
             assert_unavailable_in_time(within(deadline_s + SLACK_S + 2, call), deadline_s)
         # And once the lock is released, calls succeed at once
