@@ -59,6 +59,7 @@ from flowledger.infrastructure.engine.write_cache import WriteCache
 from flowledger.infrastructure.operation_deadline import operation_deadline, remaining_s
 from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.database import PRIVILEGE_ERRORS, forbidden, refused_privilege
+from flowledger.infrastructure.postgres.not_sent import AppendNotSent
 from flowledger.infrastructure.settings import Settings
 
 T = TypeVar("T")
@@ -405,6 +406,11 @@ class AggregateStore:
                         bound = self.settings.max_conflict_retries
                         raise ConcurrentUpdate(lock_key, conflicts, bound) from None
                     time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**conflicts)))
+                    continue
+                except AppendNotSent as error:
+                    # Never sent (no connection could be taken): nothing was stored by it.
+                    self._forget(uow)
+                    unreachable(error, outcome_unknown=bool(unknown))
                     continue
                 except UNREACHABLE as error:
                     # The append may or may not have committed: remember this attempt's

@@ -34,10 +34,11 @@ from contextlib import nullcontext
 from time import monotonic
 from typing import Any
 
-from eventsourcing.persistence import IntegrityError, OperationalError, StoredEvent
+from eventsourcing.persistence import IntegrityError, StoredEvent
 
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.operation_deadline import operation_end, operation_until
+from flowledger.infrastructure.postgres.not_sent import AppendNotSent
 
 
 class _Append:
@@ -98,7 +99,7 @@ class GroupCommit:
         with self._lock:
             if not mine.lead and mine in self._waiting:
                 self._waiting.remove(mine)
-                mine.error = OperationalError("the operation's deadline passed waiting for a group commit")
+                mine.error = AppendNotSent("the operation's deadline passed waiting for a group commit")
                 return
         mine.ready.wait()  # taken into a batch (written within this end) or made leader
 
@@ -115,7 +116,7 @@ class GroupCommit:
             due: list[_Append] = []
             for append in batch:
                 if append.end is not None and append.end <= now:
-                    append.error = OperationalError("the operation's deadline passed before a group commit")
+                    append.error = AppendNotSent("the operation's deadline passed before a group commit")
                 else:
                     due.append(append)
             ends = [append.end for append in due if append.end is not None]

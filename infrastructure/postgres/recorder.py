@@ -72,6 +72,7 @@ from flowledger.infrastructure.postgres.group_commit import GroupCommit
 from flowledger.infrastructure.postgres.horizon import Horizon, HorizonLag
 from flowledger.infrastructure.postgres.literal_append import append_then_commit
 from flowledger.infrastructure.postgres.migrations import create_event_log, force_sequence_cache_1
+from flowledger.infrastructure.postgres.not_sent import AppendNotSent
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
 from flowledger.infrastructure.postgres.stream_reads import read_stream
@@ -283,7 +284,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         try:
             conn = pool.getconn()
         except psycopg.Error as error:  # PoolTimeout is an OperationalError
-            raise library_error(error) from error
+            mapped = library_error(error)
+            if isinstance(mapped, OperationalError):  # no connection: nothing was sent
+                raise AppendNotSent(str(error)) from error
+            raise mapped from error
         try:
             curs = self._append_cursor(conn)
             try:
