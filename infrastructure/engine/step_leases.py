@@ -1,52 +1,105 @@
-"""A step's lease, kept alive while its model call runs (``steps.py``)."""
+"""A step's lease, kept alive while its model call runs (``steps.py``).
+
+Renewals are timed by one scheduler thread per process and written on the engine's database
+threads, never on the caller's event loop: a loop that the model call blocks (a blocking
+client inside the async port) or that is busy elsewhere for longer than the lease must not
+let the lease lapse while its worker lives. An outside probe, 1 s leases, a model call that
+blocked its loop for 4 s: the renewals (loop timers) never ran, a caller in another engine
+took the step over after 1.5 s and the model was called twice for one key.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import heapq
+import itertools
+import threading
 from collections.abc import Callable
+from time import monotonic
 
 from flowledger.domain.errors import FlowledgerError
+
+
+class _Scheduler:
+    """One daemon thread that calls each renewer's ``_due`` at its time (a heap of times)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, LeaseRenewer]] = []
+        self._order = itertools.count()
+        self._wake = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+
+    def at(self, when: float, renewer: LeaseRenewer) -> None:
+        with self._wake:
+            entry = (when, next(self._order), renewer)
+            heapq.heappush(self._heap, entry)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="flowledger-leases")
+                self._thread.start()
+            elif self._heap[0] is entry:  # sooner than the thread is waiting for
+                self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._heap or self._heap[0][0] > monotonic():
+                    self._wake.wait(None if not self._heap else self._heap[0][0] - monotonic())
+                _, _, renewer = heapq.heappop(self._heap)
+            try:
+                renewer._due()
+            except Exception:  # never let one renewer stop every other's
+                renewer.stop()
+
+
+_SCHEDULER = _Scheduler()
 
 
 class LeaseRenewer:
     """Renews a step's lease every third of its length while the model answers.
 
-    A timer, not a task: most calls end long before the first renewal, and a timer that
-    never fires costs one heap entry where a sleeping task cost a task, a future and a
-    timer on every step.
+    A heap entry, not a task nor a thread: most calls end long before the first renewal, and
+    a stopped renewer costs its entry until its time comes.
     """
 
-    __slots__ = ("_handle", "_loop", "_period", "_renewal", "_stopped")
+    __slots__ = ("_period", "_renewal", "_stopped", "_submit")
 
     def __init__(
-        self, renewal: Callable[[], asyncio.Future[bool]], lease_s: float, *, first_in: float | None = None
+        self,
+        renewal: Callable[[], bool],
+        submit: Callable[[Callable[[], None]], object],
+        lease_s: float,
+        *,
+        first_in: float | None = None,
     ) -> None:
-        """``renewal()`` starts one renewal on a database thread; its result: whether the step
-        is still this worker's. The first comes after a third of ``lease_s`` (or ``first_in``)."""
+        """``renewal()`` writes one renewal (blocking) and says whether the step is still this
+        worker's; ``submit(fn)`` runs ``fn`` on a database thread. The first renewal comes
+        after a third of ``lease_s`` (or ``first_in``)."""
         self._renewal = renewal
-        self._loop = asyncio.get_running_loop()
+        self._submit = submit
         self._period = lease_s / 3
         self._stopped = False
-        first = self._period if first_in is None else first_in
-        self._handle: asyncio.TimerHandle | None = self._loop.call_later(first, self._renew)
+        _SCHEDULER.at(monotonic() + (self._period if first_in is None else first_in), self)
 
     def stop(self) -> None:
         """No more renewals (one already on its way finishes on its thread)."""
         self._stopped = True
-        if self._handle is not None:
-            self._handle.cancel()
+
+    def _due(self) -> None:
+        """On the scheduler's thread: hand the renewal to a database thread."""
+        if self._stopped:
+            return
+        try:
+            self._submit(self._renew)
+        except RuntimeError:  # the engine's threads were shut down (Engine.close)
+            self._stopped = True
 
     def _renew(self) -> None:
-        self._handle = None
-        self._renewal().add_done_callback(self._renewed)
-
-    def _renewed(self, renewal: asyncio.Future[bool]) -> None:
-        error = None if renewal.cancelled() else renewal.exception()
-        if self._stopped or renewal.cancelled():
+        if self._stopped:
             return
-        if error is None and not renewal.result():
-            return  # the step is no longer this worker's
-        if error is not None and not isinstance(error, FlowledgerError):
+        try:
+            still_held = self._renewal()
+        except FlowledgerError:
+            still_held = True  # the database is away for now: try again at the next period
+        except Exception:
             return  # a bug, not an outage: stop renewing rather than hide it in a loop
-        # Renewed, or the database is away for now: try again at the next period.
-        self._handle = self._loop.call_later(self._period, self._renew)
+        if still_held and not self._stopped:
+            _SCHEDULER.at(monotonic() + self._period, self)

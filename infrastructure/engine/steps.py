@@ -599,10 +599,16 @@ class StepService:
     def _renewer(self, call: StepCall, go: Go, *, first_in: float | None = None) -> LeaseRenewer:
         """Renewals of this attempt's lease (each a write on a database thread) until stopped."""
 
-        def renewal() -> asyncio.Future[bool]:
-            return self._db_future(self._store.write, call.session_id, partial(self._renew, call, go))
+        # Run in a copy of the caller's context, as ``_db_future`` runs its work.
+        context = contextvars.copy_context()
 
-        return LeaseRenewer(renewal, self._store.settings.step_lease_s, first_in=first_in)
+        def renewal() -> bool:
+            renew = partial(self._store.write, call.session_id, partial(self._renew, call, go))
+            return context.copy().run(renew)
+
+        return LeaseRenewer(
+            renewal, self.executor.submit, self._store.settings.step_lease_s, first_in=first_in
+        )
 
 
 def _being_saved(error: StoreUnavailable, key: str) -> StoreUnavailable:

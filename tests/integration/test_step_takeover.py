@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -78,9 +79,11 @@ async def test_a_stalled_worker_that_fails_late_leaves_the_step_of_the_worker_th
     first, second = engines
     first.start_session("s1", "cs")
     took_over = threading.Event()
-    # Given worker A whose process freezes inside its model call (its event loop blocked: no
-    # lease renewals) until worker B has waited out A's lease and called the model itself
+    # Given worker A whose process freezes inside its model call (its event loop blocked, and
+    # its renewals, which run off the loop, frozen too, as in a stopped process) until worker
+    # B has waited out A's lease and called the model itself
     first.llm = stalled = ScriptedLlm(error=late_end, meanwhile=lambda: took_over.wait(30))
+    monkeypatch.setattr(first.steps, "_renewer", lambda *_, **__: SimpleNamespace(stop=lambda: None))
     answer = asyncio.Event()
     second.llm = taker = ScriptedLlm(meanwhile=took_over.set, gate=answer)
     worker_a, a_ended = run_in_thread(first.process_step("s1", "greet", idempotency_key="k"))
