@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from time import monotonic
@@ -51,6 +52,15 @@ class _Scheduler:
 
 
 _SCHEDULER = _Scheduler()
+
+
+def _reset_after_fork() -> None:
+    """A forked child has no scheduler thread (nor its parent's renewers): start afresh."""
+    global _SCHEDULER
+    _SCHEDULER = _Scheduler()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 class LeaseRenewer:

@@ -1,0 +1,53 @@
+"""Lease renewals run on the process's scheduler thread, whatever the caller's event loop does,
+and in a forked child too (which inherits the scheduler but not its thread)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from flowledger.infrastructure.engine.step_leases import LeaseRenewer
+
+
+def renewals_within(seconds: float) -> int:
+    """How many renewals a 0.3 s lease (one every 0.1 s) gets within ``seconds``."""
+    done = threading.Event()
+    count = [0]
+
+    def renewal() -> bool:
+        count[0] += 1
+        return True
+
+    renewer = LeaseRenewer(renewal, lambda run: run(), 0.3)
+    done.wait(seconds)
+    renewer.stop()
+    return count[0]
+
+
+def test_renewals_come_every_third_of_the_lease_without_an_event_loop() -> None:
+    assert renewals_within(0.55) >= 3
+
+
+def test_a_stopped_renewer_renews_no_more() -> None:
+    count = [0]
+    renewer = LeaseRenewer(lambda: count.__setitem__(0, count[0] + 1) or True, lambda run: run(), 0.3)
+    renewer.stop()
+    time.sleep(0.25)
+    assert count == [0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_child_renews_its_own_leases() -> None:
+    assert renewals_within(0.25) >= 1  # the parent's scheduler thread is running
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        os.write(write, str(renewals_within(0.55)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    with os.fdopen(read) as pipe:
+        assert int(pipe.read() or "0") >= 3
