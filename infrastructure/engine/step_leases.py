@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from time import monotonic
 
-from flowledger.domain.errors import FlowledgerError
+from flowledger.domain.errors import EngineClosed, FlowledgerError
 
 
 class _Scheduler:
@@ -107,6 +107,8 @@ class LeaseRenewer:
             return
         try:
             still_held = self._renewal()
+        except EngineClosed:
+            return  # nothing more will be written through this engine
         except FlowledgerError:
             still_held = True  # the database is away for now: try again at the next period
         except Exception:

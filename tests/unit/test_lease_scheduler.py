@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from flowledger.domain.errors import EngineClosed
 from flowledger.infrastructure.engine.step_leases import LeaseRenewer
 
 
@@ -37,6 +38,18 @@ def test_a_stopped_renewer_renews_no_more() -> None:
     renewer.stop()
     time.sleep(0.25)
     assert count == [0]
+
+
+def test_a_closed_engine_ends_the_renewals_an_outage_would_retry() -> None:
+    calls: list[str] = []
+
+    def closed() -> bool:
+        calls.append("renewal")
+        raise EngineClosed("renew a lease")
+
+    LeaseRenewer(closed, lambda run: run(), 0.3)  # never stopped by its caller
+    time.sleep(0.45)
+    assert calls == ["renewal"]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
