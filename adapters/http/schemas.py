@@ -91,30 +91,29 @@ def name(*, default: str | None = None, description: str | None = None) -> Any:
 def required_name(example: str, *, field: str | None = None, webhook: str | None = None) -> Any:
     """A required body field holding an id or a name; ``field`` is also read as ``webhook``,
     the webhook's (the seed's) name for it."""
-    if field is None or webhook is None:
-        return Field(min_length=1, max_length=MAX_ID, pattern=NAME_PATTERN, examples=[example])
-    return Field(
-        min_length=1,
-        max_length=MAX_ID,
-        pattern=NAME_PATTERN,
-        examples=[example],
-        validation_alias=AliasChoices(field, webhook),
-        description=f"Also accepted as `{webhook}`, the webhook's name for it.",
-    )
+    also = None if field is None or webhook is None else (field, webhook, "the webhook's name for it")
+    return _required(NAME_PATTERN, example, also)
 
 
 def required_id(example: str, *, field: str | None = None, seed: str | None = None) -> Any:
     """A required body field holding the id of a session, task or agent it creates; ``field``
     is also read as ``seed``, the seed article's name for it (its agents and tasks say ``id``)."""
-    if field is None or seed is None:
-        return Field(min_length=1, max_length=MAX_ID, pattern=ID_PATTERN, examples=[example])
+    also = None if field is None or seed is None else (field, seed, "the seed's name for it")
+    return _required(ID_PATTERN, example, also)
+
+
+def _required(pattern: str, example: str, also: tuple[str, str, str] | None) -> Any:
+    """A required id or name field; ``also``: (its name, the other name it is read as, whose)."""
+    if also is None:
+        return Field(min_length=1, max_length=MAX_ID, pattern=pattern, examples=[example])
+    field, other, whose = also
     return Field(
         min_length=1,
         max_length=MAX_ID,
-        pattern=ID_PATTERN,
+        pattern=pattern,
         examples=[example],
-        validation_alias=AliasChoices(field, seed),
-        description=f"Also accepted as `{seed}`, the seed's name for it.",
+        validation_alias=AliasChoices(field, other),
+        description=f"Also accepted as `{other}`, {whose}.",
     )
 
 
