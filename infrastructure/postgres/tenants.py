@@ -89,6 +89,4 @@ def admit_engine_tenant(database_url: str, settings: Settings) -> None:
         unavailable_as_store_error("start"),
         psycopg.connect(database_url, autocommit=True, **deadlines_of(settings).connection_kwargs()) as conn,
     ):
-        known = tenant_is_known(conn, settings.schema, settings.tenant)
-    if not known:
-        raise refusal
+        admit_tenant(conn, settings.schema, settings.tenant)

@@ -11,26 +11,14 @@ from fastapi.testclient import TestClient
 from httpx import Response
 from pydantic import BaseModel
 
-from flowledger.adapters.http.app import create_app
 from flowledger.adapters.http.task_schemas import AgentOut, TaskOut
 from flowledger.adapters.simulator import Simulator
-from flowledger.infrastructure import Engine
-from tests.conftest import make_settings
-from tests.support.simulated import simulated_client
+from tests.support.simulated_http import simulated_http
 
 
 @pytest.fixture(params=["memory", "postgres"])
 def http(request: pytest.FixtureRequest, simulator: Simulator) -> Iterator[TestClient]:
-    if request.param == "memory":
-        settings = make_settings(database_url="memory:")
-    else:
-        settings = make_settings(
-            database_url=request.getfixturevalue("database_url"), schema=request.getfixturevalue("pg_schema")
-        )
-    engine = Engine(settings=settings, llm=simulated_client(simulator.base_url))
-    with TestClient(create_app(engine)) as client:
-        yield client
-    engine.close()
+    yield from simulated_http(request, simulator)
 
 
 def _answered(document: dict[str, Any], method: str, path: str, status: int) -> str:

@@ -10,25 +10,15 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from flowledger.adapters.http.app import create_app
 from flowledger.adapters.simulator import Simulator
 from flowledger.infrastructure import Engine
-from tests.conftest import make_settings
-from tests.support.simulated import list_cost, simulated_client
+from tests.support.simulated import list_cost
+from tests.support.simulated_http import simulated_http
 
 
 @pytest.fixture(params=["memory", "postgres"])
 def http(request: pytest.FixtureRequest, simulator: Simulator) -> Iterator[TestClient]:
-    if request.param == "memory":
-        settings = make_settings(database_url="memory:")
-    else:
-        settings = make_settings(
-            database_url=request.getfixturevalue("database_url"), schema=request.getfixturevalue("pg_schema")
-        )
-    engine = Engine(settings=settings, llm=simulated_client(simulator.base_url))
-    with TestClient(create_app(engine)) as client:
-        yield client
-    engine.close()
+    yield from simulated_http(request, simulator)
 
 
 def test_a_task_is_classified_assigned_worked_and_completed(http: TestClient, simulator: Simulator) -> None:

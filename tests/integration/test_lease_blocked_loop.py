@@ -16,9 +16,9 @@ import pytest
 
 from flowledger.domain.ports import LlmReply
 from flowledger.infrastructure import Engine
-from tests.conftest import make_settings
 from tests.integration.test_step_takeover import keyed, run_in_thread
 from tests.support.llm import ScriptedLlm
+from tests.support.two_engines import two_engines
 
 pytestmark = pytest.mark.postgres
 LEASE_S = 1.0
@@ -40,13 +40,8 @@ class BlockingLlm(ScriptedLlm):
 
 @pytest.fixture
 def engines(database_url: str, pg_schema: str) -> Iterator[tuple[Engine, Engine]]:
-    settings = make_settings(database_url=database_url, schema=pg_schema, step_lease_s=LEASE_S)
-    first, second = Engine(settings=settings), Engine(settings=settings)
-    try:
-        yield first, second
-    finally:
-        first.close()
-        second.close()
+    with two_engines(database_url, pg_schema, LEASE_S) as pair:
+        yield pair
 
 
 def test_a_model_call_that_blocks_its_loop_past_the_lease_is_not_taken_over(

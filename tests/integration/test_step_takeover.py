@@ -19,9 +19,9 @@ from flowledger.domain.session_views import StepRecord
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine import step_failures
-from tests.conftest import make_settings
 from tests.support.llm import ScriptedLlm
 from tests.support.steps import first_poll
+from tests.support.two_engines import two_engines
 
 pytestmark = pytest.mark.postgres
 LEASE_S = 2.0
@@ -31,13 +31,8 @@ LEASE_S = 2.0
 @pytest.fixture
 def engines(database_url: str, pg_schema: str) -> Iterator[tuple[Engine, Engine]]:
     """Two engines on one schema, with two-second leases."""
-    settings = make_settings(database_url=database_url, schema=pg_schema, step_lease_s=LEASE_S)
-    first, second = Engine(settings=settings), Engine(settings=settings)
-    try:
-        yield first, second
-    finally:
-        first.close()
-        second.close()
+    with two_engines(database_url, pg_schema, LEASE_S) as pair:
+        yield pair
 
 
 def keyed(engine: Engine, session_id: str, key: str) -> list[tuple[str, object]]:
