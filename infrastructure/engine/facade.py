@@ -8,6 +8,7 @@ take and return plain values; ``engine.log`` is the typed read access to the eve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -125,6 +126,22 @@ class Engine:
             seal_personal_data=self.settings.seal_personal_data,
             data_key_cache_s=self.settings.data_key_cache_s,
         )
+        try:
+            self._start_over_store(url, clock, llm, alerts, catalogue, tiers)
+        except BaseException:
+            self._close_half_started()
+            raise
+
+    def _start_over_store(
+        self,
+        url: str,
+        clock: Clock | None,
+        llm: LlmPort | None,
+        alerts: AlertNotifier | None,
+        catalogue: SkillCatalogue,
+        tiers: ModelTiers,
+    ) -> None:
+        """Everything the engine builds over its opened store (``__init__``'s second half)."""
         self.clock: Clock = clock if clock is not None else self._database_clock()
         self._lend_clock(llm)
         self._chain_events()
@@ -149,6 +166,15 @@ class Engine:
         # Database work is blocking (psycopg): run it on threads sized like the pool.
         executor = ThreadPoolExecutor(max_workers=self.settings.pool_size, thread_name_prefix="flowledger-db")
         self._compose(llm, alerts, catalogue, tiers, executor, self._agent_locks)
+
+    def _close_half_started(self) -> None:
+        """Close what a constructor that failed had opened, now rather than in whichever thread
+        the garbage collector runs ``__del__``; the constructor's error is the one raised."""
+        for part in ("_classification_locks", "_agent_lender", "_agent_locks", "_ledger", "_app"):
+            opened = getattr(self, part, None)
+            if opened is not None:
+                with contextlib.suppress(Exception):
+                    opened.close()
 
     def _compose(
         self,
