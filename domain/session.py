@@ -756,6 +756,15 @@ class Session(FlowledgerAggregate):
         require_moment("expires_at", expires_at)
         self.trigger_event(self.Extended, expires_at=expires_at)
 
+    def completed_with(self, resolution: JsonObject) -> bool:
+        """Whether the session already ended completed with exactly this resolution: a client's
+        retry of a completion whose answer it lost, answered with the state and nothing recorded
+        (another resolution, or any other end, is still SessionClosed)."""
+        if self.erased or self.status != SessionStatus.COMPLETED:
+            return False
+        require_json("resolution", resolution)
+        return self.resolution == plain_json(resolution)
+
     def complete(self, resolution: JsonObject) -> None:
         """End the session with a resolution."""
         require_json("resolution", resolution)

@@ -459,6 +459,11 @@ class Task(FlowledgerAggregate):
         self._require("start")
         self._started(started_at=at)
 
+    def completed_with(self, result: JsonObject) -> bool:
+        """Whether the task is already done with exactly this result: a client's retry of a
+        completion whose answer it lost, answered with the state and nothing recorded."""
+        return self.task_status == TaskStatus.COMPLETED and self.result == result
+
     def complete(self, result: JsonObject, at: datetime) -> float:
         """Close the task as done; returns the seconds it took since it was started (or assigned)."""
         self._require("complete")

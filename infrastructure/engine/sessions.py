@@ -460,15 +460,28 @@ class SessionService:
 
     def _complete(self, session_id: str, resolution: JsonObject, uow: UnitOfWork) -> SessionState:
         session = self._session(uow, session_id)
+        if session.completed_with(resolution):  # a retry whose first answer was lost
+            return session.state()
         session.ensure_open(uow.now)
         session.complete(resolution)
         return session.state()
 
     def _abandon(self, session_id: str, reason: str, uow: UnitOfWork) -> SessionState:
         session = self._session(uow, session_id)
+        if session.status == SessionStatus.ABANDONED and self._abandoned_for(session, reason):
+            return session.state()  # a retry whose first answer was lost
         session.ensure_open(uow.now)
         session.abandon(reason)
         return session.state()
+
+    def _abandoned_for(self, session: Session, reason: str) -> bool:
+        """Whether ``session`` was abandoned for exactly ``reason`` (read from its last
+        ``Abandoned`` event: the state keeps no reason, which is personal data)."""
+        if session.erased:
+            return False
+        events = self._store.events(session.id, gt=max(session.version - 8, 0))  # it ended the stream
+        ended = next((e for e in reversed(events) if isinstance(e, Session.Abandoned)), None)
+        return ended is not None and ended.reason == reason
 
     def _session(self, uow: UnitOfWork, session_id: str) -> Session:
         session: Session | None = uow.find(self.session_uuid(session_id))

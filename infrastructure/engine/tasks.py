@@ -311,6 +311,8 @@ class TaskService:
 
     def _complete(self, task_id: str, result: JsonObject, uow: UnitOfWork) -> TaskState:
         task = self._reads.task(uow, task_id)
+        if task.completed_with(result):  # a retry whose first answer was lost
+            return task.state()
         holder = task.holder
         seconds = task.complete(result, uow.now)
         self._reads.agent(uow, holder or "").release(task_id, ReleaseOutcome.COMPLETED, uow.now, seconds)
