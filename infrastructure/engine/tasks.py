@@ -306,7 +306,8 @@ class TaskService:
 
     def _start(self, task_id: str, uow: UnitOfWork) -> TaskState:
         task = self._reads.task(uow, task_id)
-        task.start(uow.now)
+        if task.task_status != TaskStatus.IN_PROGRESS:  # started already: a retry, answered as is
+            task.start(uow.now)
         return task.state()
 
     def _complete(self, task_id: str, result: JsonObject, uow: UnitOfWork) -> TaskState:

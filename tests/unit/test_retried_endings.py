@@ -86,3 +86,15 @@ def test_a_retried_completion_over_rest_answers_200_with_the_same_body(memory_ht
     assert again.json() == first.json()
     other = memory_http.post("/v1/sessions/s1/complete", json={"resolution": {"ok": False}})
     assert other.status_code == 409
+
+
+def test_starting_a_task_again_records_nothing(engine: Engine) -> None:
+    engine.register_agent("a1", "Ann", skills=["python"], capacity=2)
+    engine.create_task("t1", "Fix the login bug", required_skills=["python"])
+    engine.assign_task("t1")
+    first = engine.start_task("t1")
+    assert engine.start_task("t1") == first
+    assert engine.get_task("t1").version == first.version
+    engine.complete_task("t1")
+    with pytest.raises(TaskTransitionRejected):
+        engine.start_task("t1")
