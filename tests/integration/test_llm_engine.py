@@ -82,6 +82,8 @@ async def test_under_injected_faults_every_step_ends_in_exactly_one_outcome(
         history = engine.history(session_id)
         per_key: dict[str, list[str]] = {}
         for entry in history[1:]:
+            if entry.event_type.endswith(".StepLeaseRenewed"):
+                continue  # a call slower than the renewal period (a loaded machine) renews its lease
             per_key.setdefault(entry.data["idempotency_key"], []).append(entry.event_type.rsplit(".", 1)[-1])
             usage = entry.data.get("usage")
             attempts += usage.attempts if usage is not None else 0
