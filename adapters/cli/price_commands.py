@@ -48,12 +48,27 @@ def _readable(path: Path | None) -> Path | None:
 
 
 def _moment(text: str) -> datetime:
-    """An ISO 8601 time or date; a time without a zone is UTC."""
+    """An ISO 8601 time or date (a time without a zone is UTC) within the years 1 to 9999 in
+    UTC. The repricing is kept in PostgreSQL and read back by every build of the cost
+    projection: ``0001-01-01T00:00:00+01:00`` was stored as year 1 BC (and
+    ``9999-12-31T23:59:59-01:00`` as year 10000), which the driver cannot read, so every
+    later rebuild set each call aside as a dead letter and every reprice failed (exit 1).
+    Digits alone are no time, as for every other time option (``parse_time``)."""
+    if text.strip().isdigit():
+        raise ValidationError("from", f"{text!r} is a number, not a time or date: give one like 2026-11-30")
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValidationError("from", f"not an ISO 8601 time or date: {text!r}") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError(
+            "from", f"must lie within the years 1 to 9999 in UTC, got {moment.isoformat()}"
+        ) from None
+    return moment
 
 
 @prices_app.command("show")

@@ -94,3 +94,48 @@ def test_prices_show_lists_dated_entries_and_aliases(database_url: str, pg_schem
     assert shown.returncode == 0, shown.stderr
     assert "2025-09-29 16:00Z" in shown.stdout
     assert "alias claude-sonnet-4-5 -> claude-sonnet-4.5" in shown.stdout
+
+
+@pytest.mark.parametrize("start", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_reprice_from_a_time_outside_the_years_1_to_9999_in_utc_is_refused_and_writes_nothing(
+    database_url: str, pg_schema: str, start: str
+) -> None:
+    """A repricing is read back by every build of the cost projection: one from year 1 BC (or
+    10000) in UTC was recorded, then every rebuild set each call aside as a dead letter and every
+    later reprice failed, as the driver cannot read such a time. It is refused (exit 2, one
+    line) and nothing is recorded: a later reprice and a rebuild still work."""
+    # Given a recorded call
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("p-9", "cs")
+        usage = LlmUsage(
+            request_model="gpt-4.1", input_tokens=100, output_tokens=10, cost_usd=Decimal("0.01")
+        )
+        engine.record_step("p-9", "greet", usage=usage)
+    # When a repricing from a time that lies before year 1 (or after 9999) in UTC is applied
+    refused = run_cli(database_url, pg_schema, "prices", "reprice", "--from", start)
+    # Then it is refused in one line, exit 2
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"error: from: must lie within the years 1 to 9999 in UTC, got {start}"
+    ]
+    # And nothing was recorded: the projections rebuild with no dead letter, the call is still
+    # on the dashboard, and a later reprice works
+    rebuilt = run_cli(database_url, pg_schema, "projections", "rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "0.0100" in run_cli(database_url, pg_schema, "dashboard", "--since", "2h").stdout
+    since = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    later = run_cli(database_url, pg_schema, "prices", "reprice", "--from", since, "--dry-run")
+    assert later.returncode == 0, later.stderr
+
+
+def test_a_reprice_from_digits_alone_is_refused_as_every_time_option_refuses_them(
+    database_url: str, pg_schema: str
+) -> None:
+    """``20261130`` (ISO's basic date) and ``1796425540`` (seconds or milliseconds?) are no time
+    to the other time options (``parse_time``); ``--from`` took the first as a date."""
+    for digits in ("20261130", "1796425540"):
+        refused = run_cli(database_url, pg_schema, "prices", "reprice", "--from", digits, "--dry-run")
+        assert refused.returncode == 2, refused.stdout
+        assert refused.stderr.strip().splitlines() == [
+            f"error: from: '{digits}' is a number, not a time or date: give one like 2026-11-30"
+        ]
