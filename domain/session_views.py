@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from enum import Enum, StrEnum
 from typing import Any
 
 from flowledger.domain.bounds import json_bytes, names_json_bytes
 from flowledger.domain.error_detail import ErrorDetail
+from flowledger.domain.price_rule import EXACT
 from flowledger.domain.values import JsonObject, LlmUsage
 
 DERIVED = "flowledger.derived"
@@ -251,13 +252,15 @@ class Totals:
         """These totals with one more call's usage added."""
         if usage is None:
             return self
+        with localcontext(EXACT):  # not the thread's context: an embedding service's may round
+            cost_usd = self.cost_usd + usage.charged_usd
         return Totals(
             calls=self.calls + 1,
             input_tokens=self.input_tokens + usage.input_tokens,
             output_tokens=self.output_tokens + usage.output_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + usage.cache_read_input_tokens,
             reasoning_output_tokens=self.reasoning_output_tokens + usage.reasoning_output_tokens,
-            cost_usd=self.cost_usd + usage.charged_usd,
+            cost_usd=cost_usd,
         )
 
 

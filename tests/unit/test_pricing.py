@@ -303,3 +303,29 @@ def test_a_cost_is_exact_past_28_digits_and_whatever_decimal_context_the_thread_
         charged = usage.charged_usd
     assert cost == Decimal("1.5245962825749295183341")  # was 1.52460
     assert charged == Decimal("1.5245963825749295183341")
+
+
+def test_a_sessions_total_cost_is_not_rounded_by_an_embedding_services_decimal_context() -> None:
+    """A session's ``totals.cost_usd`` sums its calls' costs: under an embedding service's
+    ``getcontext().prec = 6`` two calls of $1.5245962825749295 totalled $3.04920, though README
+    says costs and their sums are never rounded (the sum was taken in the thread's context)."""
+    from flowledger.infrastructure import Engine
+
+    # Given a session with two recorded calls of a 17-digit cost
+    with Engine.in_memory() as engine:
+        engine.start_session("s-1", "wf")
+        for n in range(2):
+            usage = LlmUsage(
+                request_model="gpt-4.1",
+                input_tokens=10,
+                output_tokens=1,
+                cost_usd=Decimal("1.5245962825749295"),
+                retried_cost_usd=Decimal("0.0000000000000001"),
+            )
+            engine.record_step("s-1", f"step-{n}", usage=usage)
+        # When a service that set its own precision reads the session
+        with localcontext() as embedder:
+            embedder.prec = 6
+            total = engine.get_session("s-1").totals.cost_usd
+    # Then its total is the exact sum of what each call was charged
+    assert total == Decimal("3.0491925651498592")
