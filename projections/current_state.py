@@ -19,6 +19,7 @@ from flowledger.domain.values import LlmUsage
 from flowledger.projections import work_rows
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.sql import Column, dump_json, q, write_rows
+from flowledger.projections.work_rows import charged
 
 Row = dict[str, Any]
 
@@ -114,7 +115,7 @@ def _add_usage(row: Row, usage: LlmUsage | None) -> None:
     row["output_tokens"] += usage.output_tokens
     row["cache_read_input_tokens"] += usage.cache_read_input_tokens
     row["reasoning_output_tokens"] += usage.reasoning_output_tokens
-    row["cost_usd"] += usage.cost_usd
+    row["cost_usd"] = charged(row["cost_usd"], usage)
 
 
 def erase_row(row: Row) -> None:
@@ -199,9 +200,11 @@ class CurrentState(Projection):
 
     name = "current_state"
     # 2: a task's cost counts its discarded (paid) classification calls; 3: a requeue sets the
-    # task's new deadline and clears its escalation reason (sessions' rows unchanged)
-    schema_version = 3
-    base_versions = (2,)
+    # task's new deadline and clears its escalation reason (sessions' rows unchanged); 4: a
+    # session's and a task's cost count what their retried attempts were billed (charged_usd), as
+    # the session's totals and the cost dashboard do (archived v2/v3 rows keep the cost they had)
+    schema_version = 4
+    base_versions = (2, 3)
     exposed = ("sessions", "tasks", "agents")
     ddl = DDL + work_rows.DDL
     handles = (Session, Task, Agent)

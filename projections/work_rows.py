@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from flowledger.domain.agent import Agent, stored_skills
+from flowledger.domain.pricing import EXACT
 from flowledger.domain.task import Task
+from flowledger.domain.values import LlmUsage
 from flowledger.projections.sql import Column
 
 Row = dict[str, Any]
@@ -117,6 +119,14 @@ def created_task_row(event: Task.Created) -> Row:
     }
 
 
+def charged(total: Decimal, usage: LlmUsage) -> Decimal:
+    """``total`` and what a call was charged (``charged_usd``: its answer and the attempts retried
+    before it, which were billed too), exactly. A session's and a task's row counted the answer
+    only, where the session's totals and the cost dashboard count both."""
+    with localcontext(EXACT):  # not the thread's context: an embedding service's may round
+        return total + usage.charged_usd
+
+
 def fold_task(row: Row, event: Any) -> None:
     """Apply one later task event to its row (in place)."""
     if isinstance(event, Task.Classified):
@@ -124,7 +134,7 @@ def fold_task(row: Row, event: Any) -> None:
             category=event.category, complexity=event.complexity, estimated_hours=event.estimated_hours
         )
         if event.usage is not None:
-            row["cost_usd"] += event.usage.cost_usd
+            row["cost_usd"] = charged(row["cost_usd"], event.usage)
         # Version 2: what the classification changed for routing (None: unchanged).
         if event.required_skills is not None:
             row["required_skills"] = stored_skills(event.required_skills)
@@ -136,10 +146,10 @@ def fold_task(row: Row, event: Any) -> None:
         row.update(status="assigned", agent_id=event.agent_id, started_at=None)
         row["times_assigned"] += 1
         if event.usage is not None:
-            row["cost_usd"] += event.usage.cost_usd
+            row["cost_usd"] = charged(row["cost_usd"], event.usage)
     elif isinstance(event, Task.ClassificationFailed):
         if event.usage is not None:
-            row["cost_usd"] += event.usage.cost_usd
+            row["cost_usd"] = charged(row["cost_usd"], event.usage)
     elif isinstance(event, Task.Requeued):
         row.update(status="pending", agent_id=None, escalation_reason=None)
         if event.deadline is not None:
@@ -151,13 +161,13 @@ def fold_task(row: Row, event: Any) -> None:
     elif isinstance(event, Task.Escalated):
         row.update(status="escalated", agent_id=None, escalation_reason=event.reason)
         if event.usage is not None:
-            row["cost_usd"] += event.usage.cost_usd
+            row["cost_usd"] = charged(row["cost_usd"], event.usage)
     elif isinstance(event, Task.Released):
         row.update(status="pending", agent_id=None)
     elif isinstance(event, Task.ClassificationDiscarded):
         # A call whose answer came too late was still paid for: the task's cost counts it,
         # as the cost dashboard does.
-        row["cost_usd"] += event.usage.cost_usd
+        row["cost_usd"] = charged(row["cost_usd"], event.usage)
     row.update(updated_at=event.timestamp, version=event.originator_version)
 
 

@@ -132,3 +132,33 @@ def test_a_requeued_task_row_takes_the_new_deadline_and_drops_the_escalation(pg_
     assert (row["status"], row["deadline"], row["escalation_reason"]) == ("assigned", requeued.deadline, None)
     # And the history still says why it was escalated
     assert engine.task_history("t")[2].data["escalation_reason"] == "deadline_breached"
+
+
+async def test_a_sessions_and_a_tasks_cost_count_what_their_retried_attempts_were_billed(
+    pg_engine: Engine,
+) -> None:
+    """The current-state rows' ``cost_usd`` added each call's answer only: a session whose one
+    call cost $0.01 after a retried attempt billed $0.02 read 0.03 in its state's totals (and
+    on the cost dashboard) but 0.01 in its ``sessions`` row, and a task's row likewise."""
+    engine = pg_engine
+    retried = LlmUsage(
+        provider="double",
+        request_model="m",
+        input_tokens=100,
+        output_tokens=10,
+        cost_usd=Decimal("0.01"),
+        retried_cost_usd=Decimal("0.02"),
+    )
+    # Given a session step and a task classification, each a call with a billed retry
+    engine.start_session("s-retried", "wf")
+    engine.record_step("s-retried", "greet", usage=retried)
+    engine.create_task("t-retried", "task", ["python"], priority="high")
+    engine.llm = ScriptedLlm(CLASSIFIED, usage=retried)
+    await engine.classify_task("t-retried")
+    # When the projection is caught up
+    projector = projector_for(engine)
+    projector.catch_up()
+    # Then both rows count the answer and the retried attempt, as the session's totals do
+    assert engine.get_session("s-retried").totals.cost_usd == Decimal("0.03")
+    assert rows(projector, "sessions", "session_id")["s-retried"]["cost_usd"] == Decimal("0.03")
+    assert rows(projector, "tasks", "task_id")["t-retried"]["cost_usd"] == Decimal("0.03")
