@@ -172,7 +172,7 @@ class BudgetService:
                 webhook_secret = made = secrets.token_urlsafe(32)
         budget_id = self.budget_id(spec)
         changed = self._store.write(f"budget:{budget_id}", partial(self._define, budget_id, spec))
-        ledger.put(self._tenant, budget_id, spec, webhook_secret)
+        ledger.put(self._tenant, budget_id, spec, webhook_secret, latest=partial(self._latest, budget_id))
         self._none_until = 0.0
         return BudgetSet(budget_id=str(budget_id), spec=spec, changed=changed, webhook_secret=made)
 
@@ -207,7 +207,7 @@ class BudgetService:
             )
         budget_id = self.budget_id(spec)
         removed = self._store.write(f"budget:{budget_id}", partial(self._remove, budget_id))
-        deleted = ledger.delete(budget_id)
+        deleted = ledger.delete(budget_id, latest=partial(self._latest, budget_id))
         self._some_until = 0.0
         if not (removed or deleted):
             raise refused or BudgetNotFound(f"{spec.scope}:{spec.subject}/{spec.period}")
@@ -229,6 +229,13 @@ class BudgetService:
         if subject is not None and subject != self._tenant:
             raise ValidationError("subject", f"a tenant budget is on this tenant ({self._tenant!r}) only")
         return self._tenant
+
+    def _latest(self, budget_id: UUID) -> BudgetSpec | None:
+        """The budget's terms as its events last recorded them (None: removed, or never set):
+        what the ledger row is written from, so the slower of two processes' writes cannot put
+        older terms back."""
+        budget: Budget | None = self._store.load(budget_id)
+        return None if budget is None or budget.removed else budget.spec
 
     def _define(self, budget_id: UUID, spec: BudgetSpec, uow: UnitOfWork) -> bool:
         budget: Budget | None = uow.find(budget_id)

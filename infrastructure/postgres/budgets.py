@@ -11,7 +11,7 @@ deadlock between two calls sharing budgets) and admits the call only while
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -201,8 +201,23 @@ class PostgresBudgetLedger:
 
     # -- terms -------------------------------------------------------------------------
 
-    def put(self, tenant: str, budget_id: UUID, spec: BudgetSpec, webhook_secret: str | None) -> None:
+    def put(
+        self,
+        tenant: str,
+        budget_id: UUID,
+        spec: BudgetSpec,
+        webhook_secret: str | None,
+        *,
+        latest: Callable[[], BudgetSpec | None] | None = None,
+    ) -> None:
         """Insert or replace a budget's terms (its windows and their spend are kept).
+
+        With ``latest`` (the budget's terms as its events last recorded them, None when
+        removed), the row is written from it under the budget's lock, after the event that
+        ``spec`` was recorded by: two processes setting one budget (or one removing it) each
+        write the row after their event, and the slower write put its own older terms back
+        over the newer ones. The secret is ``webhook_secret`` while ``spec`` is still the
+        latest; otherwise the row keeps its own.
 
         A window keeps, of the alerts it raised, those its spend still reaches under the new
         limit: raised, the limit's thresholds are raised again as the spend reaches them (the
@@ -210,16 +225,28 @@ class PostgresBudgetLedger:
         spend already passes are raised by the next call settled.
         """
         with self._connection() as conn, conn.transaction():
+            keep_secret = False
+            if latest is not None:
+                self._lock_budget(conn, budget_id)
+                current = latest()
+                if current is None:  # removed since: its removal stands
+                    conn.execute(self._sql("DELETE FROM {budgets} WHERE budget_id = %s"), [budget_id])
+                    return
+                keep_secret = current != spec
+                spec = current
+            if spec.webhook_url is None:
+                webhook_secret = None
             conn.execute(
                 self._sql(
                     "INSERT INTO {budgets} (budget_id, tenant, scope, subject, period, limit_usd, mode,"
                     " webhook_url, webhook_secret) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
                     " ON CONFLICT (budget_id) DO UPDATE SET limit_usd = EXCLUDED.limit_usd,"
                     " mode = EXCLUDED.mode, webhook_url = EXCLUDED.webhook_url,"
-                    " webhook_secret = EXCLUDED.webhook_secret, updated_at = now()"
+                    " webhook_secret = CASE WHEN %s AND EXCLUDED.webhook_url IS NOT NULL"
+                    " THEN {budgets}.webhook_secret ELSE EXCLUDED.webhook_secret END, updated_at = now()"
                 ),
                 [budget_id, tenant, spec.scope, spec.subject, spec.period, spec.limit_usd, spec.mode,
-                 spec.webhook_url, webhook_secret],
+                 spec.webhook_url, webhook_secret, keep_secret],
             )  # fmt: skip
             conn.execute(
                 self._sql(
@@ -230,11 +257,23 @@ class PostgresBudgetLedger:
                 {"id": budget_id, "limit": spec.limit_usd},
             )
 
-    def delete(self, budget_id: UUID) -> bool:
-        """Drop a budget with its windows and reservations; False when there was none."""
-        with self._connection() as conn:
+    def delete(self, budget_id: UUID, *, latest: Callable[[], BudgetSpec | None] | None = None) -> bool:
+        """Drop a budget with its windows and reservations; False when there was none. With
+        ``latest`` (as for ``put``), under the budget's lock, and only while the budget's
+        events still say it is removed: set again since, its new terms stand."""
+        with self._connection() as conn, conn.transaction():
+            if latest is not None:
+                self._lock_budget(conn, budget_id)
+                if latest() is not None:
+                    return False
             cursor = conn.execute(self._sql("DELETE FROM {budgets} WHERE budget_id = %s"), [budget_id])
             return bool(cursor.rowcount == 1)
+
+    def _lock_budget(self, conn: Connection[Any], budget_id: UUID) -> None:
+        """The lock every write of a budget's terms takes (until its transaction ends), in any process."""
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"{self._schema}.budget:{budget_id}"]
+        )
 
     def find(self, budget_id: UUID) -> BudgetRow | None:
         """A budget's terms, or None."""

@@ -801,3 +801,54 @@ async def test_a_model_budget_on_a_name_calls_are_not_charged_as_is_refused_nami
             await engine.process_step("prefixed", "s2", {"message": "hi"}, model=f"openrouter/{MODEL}")
     finally:
         await engine.aclose()
+
+
+def _held_ledger_writes(engine: Engine, method: str) -> tuple[threading.Event, threading.Event]:
+    """Make ``engine``'s next ledger ``method`` (put, delete) wait until released: a process
+    whose budget's event is stored and whose ledger write is slow (a network pause)."""
+    ledger: Any = engine.budgets._ledger
+    original = getattr(ledger, method)
+    waiting, release = threading.Event(), threading.Event()
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        waiting.set()
+        assert release.wait(30)
+        return original(*args, **kwargs)
+
+    setattr(ledger, method, held)
+    return waiting, release
+
+
+@pytest.mark.parametrize("second", ["set", "remove"])
+def test_two_processes_setting_one_budget_leave_the_ledger_on_the_terms_last_recorded(
+    settings: Settings, second: str
+) -> None:
+    """Setting a budget appends its event, then writes the ledger row the calls are checked
+    against, neither under a lock another process shares: engine A's set to $1 stored its event,
+    engine B's set to $2 (or its removal) stored its own and wrote the row, then A's slower
+    write put $1 back (or the removed budget in force again). The audit trail said $2 (removed)
+    while every call was held to $1. The ledger row now follows the budget's last recorded terms,
+    whichever write lands last."""
+    with Engine(settings=settings) as a, Engine(settings=settings) as b:
+        b.budgets.set("workflow", "wf", "day", "5")
+        # Given engine A setting the budget to $1, its event stored, its ledger write slow
+        waiting, release = _held_ledger_writes(a, "put")
+        slow = threading.Thread(target=a.budgets.set, args=("workflow", "wf", "day", "1"))
+        slow.start()
+        assert waiting.wait(30)
+        # When engine B sets it to $2 (or removes it) meanwhile, and then A's write lands
+        if second == "set":
+            b.budgets.set("workflow", "wf", "day", "2")
+        else:
+            b.budgets.remove("workflow", "wf", "day")
+        release.set()
+        slow.join(30)
+        # Then the ledger holds the terms the budget's events last recorded
+        aggregate = b.budgets._store.load(budget_uuid(b.budgets.tenant, "workflow", "wf", "day"))
+        listed = {burn.spec.subject: burn.spec.limit_usd for burn in b.budgets.burn()}
+        if second == "set":
+            assert aggregate.limit_usd == Decimal("2")
+            assert listed == {"wf": Decimal("2")}
+        else:
+            assert aggregate.removed
+            assert listed == {}
