@@ -73,6 +73,9 @@ TOKEN_FIELDS: tuple[str, ...] = tuple(item.name for item in fields(TokenCounts))
 
 
 _REQUIRED = ("input_cost_per_token", "output_cost_per_token")
+MAX_COST_DECIMALS = 40
+"""The most decimal places a recorded cost has (``domain.values.require_usage``), and so a price:
+tokens are whole, so a call's cost has its prices' decimal places."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +110,14 @@ class ModelPrice:
                 raise ValidationError(f"price.{item.name}", f"must be a finite number, got {value}")
             if value is not None and not value >= 0:
                 raise ValidationError(f"price.{item.name}", f"must be >= 0, got {value}")
+            exponent = value.as_tuple().exponent if value is not None else 0
+            if isinstance(exponent, int) and exponent < -MAX_COST_DECIMALS:
+                # Taken, every call the model answered was then refused as a cost that cannot
+                # be recorded, after it was made and paid.
+                raise ValidationError(
+                    f"price.{item.name}",
+                    f"must have at most {MAX_COST_DECIMALS} decimal places (as a recorded cost), got {value}",
+                )
 
     def cost(
         self,

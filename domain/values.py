@@ -41,7 +41,7 @@ from flowledger.domain.bounds import (
     storable,
 )
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.price_rule import EXACT, TOKEN_FIELDS
+from flowledger.domain.price_rule import EXACT, MAX_COST_DECIMALS, TOKEN_FIELDS
 
 JsonObject = dict[str, Any]
 
@@ -333,9 +333,10 @@ def require_usage(field_name: str, usage: Any, *, least_attempts: int = 0) -> Ll
     for name in ("cost_usd", "retried_cost_usd"):
         cost = getattr(usage, name)
         exponent = cost.as_tuple().exponent
-        if cost > MAX_COST_USD or (isinstance(exponent, int) and exponent < -40):
+        if cost > MAX_COST_USD or (isinstance(exponent, int) and exponent < -MAX_COST_DECIMALS):
             raise ValidationError(
-                f"{field_name}.{name}", f"must be at most {MAX_COST_USD} with at most 40 decimal places"
+                f"{field_name}.{name}",
+                f"must be at most {MAX_COST_USD} with at most {MAX_COST_DECIMALS} decimal places",
             )
     if len(usage.finish_reasons) > MAX_FINISH_REASONS:
         raise ValidationError(
@@ -370,7 +371,7 @@ def _plainly_within_bounds(usage: LlmUsage) -> bool:
     return (
         usage.latency_ms <= MAX_LATENCY_MS
         and usage.cost_usd <= MAX_COST_USD
-        and not (isinstance(exponent, int) and exponent < -40)
+        and not (isinstance(exponent, int) and exponent < -MAX_COST_DECIMALS)
         and len(usage.finish_reasons) <= MAX_FINISH_REASONS
         and all(plainly_text(reason, MAX_NAME_LENGTH) for reason in usage.finish_reasons)
         and not usage.extra  # anything in extra takes the careful path (its JSON bounds)

@@ -170,6 +170,14 @@ def test_our_own_format_needs_a_version_and_may_carry_a_default(tmp_path: Path) 
             ' "cache_read_input_token_cost": "-inf"}}}',
             r"model 'm': cache_read_input_token_cost must be a finite number, got -Infinity$",
         ),
+        # 41 decimal places: taken, every call the model answered was made, paid, then refused
+        # as "the model's reply cannot be recorded: usage.cost_usd: ... at most 40 decimal places"
+        (
+            '{"version": "v", "models": {"m": {"output_cost_per_token": 1,'
+            ' "input_cost_per_token": "0.00000012345678901234567890123456789012345"}}}',
+            r"model 'm': input_cost_per_token must have at most 40 decimal places \(as a recorded cost\),"
+            r" got 1\.2345678901234567890123456789012345E-7$",
+        ),
     ],
 )
 def test_a_broken_price_file_is_rejected(tmp_path: Path, content: str, message: str) -> None:
