@@ -76,6 +76,8 @@ _REQUIRED = ("input_cost_per_token", "output_cost_per_token")
 MAX_COST_DECIMALS = 40
 """The most decimal places a recorded cost has (``domain.values.require_usage``), and so a price:
 tokens are whole, so a call's cost has its prices' decimal places."""
+MAX_COST_USD = Decimal(10**9)
+"""The most one call may cost (``domain.values.require_usage``), and so one token's price."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +112,12 @@ class ModelPrice:
                 raise ValidationError(f"price.{item.name}", f"must be a finite number, got {value}")
             if value is not None and not value >= 0:
                 raise ValidationError(f"price.{item.name}", f"must be >= 0, got {value}")
+            if value is not None and value > MAX_COST_USD:
+                # 1e999999 was taken: prices show then stopped on decimal.Overflow (exit 70), and
+                # every call of the model cost more than a cost may be recorded as, after it was paid.
+                raise ValidationError(
+                    f"price.{item.name}", f"must be at most {MAX_COST_USD} (a call's most), got {value}"
+                )
             exponent = value.as_tuple().exponent if value is not None else 0
             if isinstance(exponent, int) and exponent < -MAX_COST_DECIMALS:
                 # Taken, every call the model answered was then refused as a cost that cannot

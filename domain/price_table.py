@@ -16,7 +16,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -37,6 +37,13 @@ class DatedPrice:
     def __post_init__(self) -> None:
         if self.effective_from.utcoffset() is None:
             raise ValidationError("effective_from", "must carry a time zone (e.g. 2025-10-01T00:00:00Z)")
+        try:
+            self.effective_from.astimezone(UTC)
+        except OverflowError:  # prices show, a what-if and repricing all read it in UTC (exit 70)
+            raise ValidationError(
+                "effective_from",
+                f"must lie within the years 1 to 9999 in UTC, got {self.effective_from.isoformat()}",
+            ) from None
 
 
 def model_names(model: str) -> tuple[str, ...]:
@@ -193,6 +200,10 @@ def price_table_from_document(
                 schedule[model] = sorted(
                     (_dated(item) for item in entry), key=lambda dated: dated.effective_from
                 )
+                starts = {dated.effective_from for dated in schedule[model]}
+                if not entry or len(starts) != len(entry):
+                    # Said by the table ("prices.m: ..."), without the file's name.
+                    raise ValidationError("price", "needs dated entries, no two in force from the same time")
             elif _is_price(entry) and "effective_from" in entry:
                 schedule[model] = [_dated(entry)]
             elif _is_price(entry) or own_format:
@@ -203,7 +214,10 @@ def price_table_from_document(
             raise _in_file(label, model, error) from None
     if not prices and not schedule:
         raise ValidationError("pricing_file", f"{label} has no model with input and output prices")
-    return PriceTable(version=version, prices=prices, default=default, schedule=schedule, aliases=aliases)
+    try:
+        return PriceTable(version=version, prices=prices, default=default, schedule=schedule, aliases=aliases)
+    except ValidationError as error:  # an alias naming no price: said without the file's name
+        raise ValidationError("pricing_file", f"{label}: {error.field}: {error.message}") from None
 
 
 def _in_file(label: str, model: str, error: ValidationError) -> ValidationError:

@@ -42,6 +42,7 @@ from flowledger.domain.bounds import (
 )
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.price_rule import EXACT, MAX_COST_DECIMALS, TOKEN_FIELDS
+from flowledger.domain.price_rule import MAX_COST_USD as MAX_COST_USD  # one call's cost, re-exported
 
 JsonObject = dict[str, Any]
 
@@ -290,8 +291,6 @@ MAX_ATTEMPTS = 1_000
 """Attempts of one call."""
 MAX_LATENCY_MS = 86_400_000.0
 """One call's latency: a day."""
-MAX_COST_USD = Decimal(10**9)
-"""One call's cost."""
 MAX_FINISH_REASONS = 64
 USAGE_TEXT_LIMITS: tuple[tuple[str, int], ...] = (
     ("provider", MAX_NAME_LENGTH),

@@ -222,6 +222,39 @@ def test_a_broken_price_file_is_rejected(tmp_path: Path, content: str, message: 
             [{"effective_from": "2025-01-01T00:00:00Z", "input_cost_per_token": 1e-6}],
             "each dated entry needs effective_from, input and output prices",
         ),
+        # Taken: prices show stopped on decimal.Overflow (exit 70), and every call of the model
+        # cost more than a cost may be recorded as, after it was made and paid.
+        (
+            {"input_cost_per_token": "1e999999", "output_cost_per_token": 1e-6},
+            "input_cost_per_token must be at most 1000000000 (a call's most), got 1E+999999",
+        ),
+        # Taken: prices show stopped on OverflowError (exit 70) reading it in UTC.
+        (
+            [
+                {
+                    "effective_from": "0001-01-01T00:00:00+01:00",
+                    "input_cost_per_token": 1e-6,
+                    "output_cost_per_token": 1e-6,
+                }
+            ],
+            "effective_from must lie within the years 1 to 9999 in UTC, got 0001-01-01T00:00:00+01:00",
+        ),
+        # Said "prices.acme/bad-1: needs entries in effective_from order, no two alike": no file.
+        (
+            [
+                {
+                    "effective_from": "2026-01-01T00:00:00Z",
+                    "input_cost_per_token": 1e-6,
+                    "output_cost_per_token": 1e-6,
+                },
+                {
+                    "effective_from": "2026-01-01T01:00:00+01:00",
+                    "input_cost_per_token": 2e-6,
+                    "output_cost_per_token": 1e-6,
+                },
+            ],
+            "needs dated entries, no two in force from the same time",
+        ),
     ],
 )
 def test_a_price_that_cannot_be_used_names_its_file_and_model(
@@ -337,3 +370,14 @@ def test_a_sessions_total_cost_is_not_rounded_by_an_embedding_services_decimal_c
             total = engine.get_session("s-1").totals.cost_usd
     # Then its total is the exact sum of what each call was charged
     assert total == Decimal("3.0491925651498592")
+
+
+def test_an_alias_naming_no_price_names_its_file(tmp_path: Path) -> None:
+    """Said "aliases.x: names 'nope', which has no price", without the file, as every other
+    fault of a price file names it."""
+    path = tmp_path / "team-prices.json"
+    good = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
+    path.write_text(json.dumps({"version": "v1", "models": {"good": good}, "aliases": {"x": "nope"}}))
+    with pytest.raises(ValidationError) as raised:
+        load_price_table(path)
+    assert str(raised.value) == "pricing_file: team-prices.json: aliases.x: names 'nope', which has no price"
