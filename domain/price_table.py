@@ -106,6 +106,14 @@ class PriceTable:
         out."""
         return {model: self.price_for(model, at) for model in self.models() if self.knows(model, at)}
 
+    def key_in_force(self, model: str, at: datetime) -> str | None:
+        """The table key ``model`` is priced as (``resolve``: alias, provider prefix, release date)
+        when that key has an entry in force at ``at`` (``in_force``), else None: a what-if's
+        model named as calls name it (``openai/gpt-4.1``, ``gpt-4.1-2025-04-14``) was said to
+        have no price, though every call by that name is priced."""
+        key = self.resolve(model)
+        return key if key is not None and key in self.in_force(at) else None
+
     def billed_model(self, asked: str | None, answered: str | None) -> str | None:
         """The table key a call asking for ``asked`` and answered by ``answered`` is priced by
         (``billed_key``), or None."""

@@ -345,8 +345,10 @@ def dashboard_command(
         start = datetime.now(UTC) - parse_since(since)
         if reprice_as is not None:  # refused before anything is printed
             table = load_price_table(engine.settings.pricing_file)
-            prices = table.in_force(datetime.now(UTC))  # not an entry that takes effect later
-            if reprice_as not in prices:
+            now = datetime.now(UTC)
+            prices = table.in_force(now)  # not an entry that takes effect later
+            as_key = table.key_in_force(reprice_as, now)
+            if as_key is None:
                 raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
         projector = projector_for(engine).ready_to_read()
         with projector.connect_reader() as conn:
@@ -359,7 +361,7 @@ def dashboard_command(
                     projector.names.reader,
                     prices,
                     tenant=whose,
-                    as_model=reprice_as,
+                    as_model=as_key,
                     since=start,
                     by=groups,
                 )

@@ -108,20 +108,22 @@ def dashboard_json(
     usage would have cost at that model's prices (422 for a model with no price)."""
     start = _start(since)
     prices = None if reprice_as is None else load_price_table(caller.engine.settings.pricing_file)
-    in_force = None if prices is None else prices.in_force(datetime.now(UTC))  # no entry of the future
-    if prices is not None and in_force is not None and reprice_as not in in_force:
+    now = datetime.now(UTC)
+    in_force = None if prices is None else prices.in_force(now)  # no entry of the future
+    as_key = None if prices is None or reprice_as is None else prices.key_in_force(reprice_as, now)
+    if prices is not None and as_key is None:
         raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {prices.version}")
     projector = _projector(caller.engine)
     reader = projector.names.reader
     with projector.connect_reader() as conn:
         read = "raw" if exact else "auto"
         rows = dashboard(conn, reader, tenant=caller.tenant, since=start, by=by, read=read)
-        if in_force is None or reprice_as is None:
+        if in_force is None or reprice_as is None or as_key is None:
             return [jsonable(asdict(row)) for row in rows]
         repriced = {
             r.group: r
             for r in reprice(
-                conn, reader, in_force, tenant=caller.tenant, as_model=reprice_as, since=start, by=by
+                conn, reader, in_force, tenant=caller.tenant, as_model=as_key, since=start, by=by
             )
         }
     return [_with_reprice(row, reprice_as, repriced[row.group]) for row in rows]

@@ -139,3 +139,25 @@ def test_a_reprice_from_digits_alone_is_refused_as_every_time_option_refuses_the
         assert refused.stderr.strip().splitlines() == [
             f"error: from: '{digits}' is a number, not a time or date: give one like 2026-11-30"
         ]
+
+
+def test_the_dashboards_what_if_takes_a_model_by_any_name_its_calls_are_priced_by(
+    database_url: str, pg_schema: str
+) -> None:
+    """``dashboard --reprice-as openai/gpt-4.1`` (or ``gpt-4.1-2025-04-14``) said "no price for
+    'openai/gpt-4.1'" (exit 2), though a call by that name is priced as gpt-4.1; REST's
+    ``?reprice_as=`` likewise (422). The name is resolved as a call's is."""
+    # Given a recorded gpt-4.1 call: 100 in, 10 out
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("p-2", "cs")
+        usage = LlmUsage(
+            request_model="gpt-4.1", input_tokens=100, output_tokens=10, cost_usd=Decimal("0.01")
+        )
+        engine.record_step("p-2", "greet", usage=usage)
+    for name in ("openai/gpt-4.1", "gpt-4.1-2025-04-14"):
+        # When the what-if names the model as calls name it
+        done = run_cli(database_url, pg_schema, "dashboard", "--since", "2h", "--reprice-as", name)
+        # Then it prices the usage at gpt-4.1's shipped price: 100 x $2/M + 10 x $8/M
+        assert done.returncode == 0, done.stderr
+        assert "0.000280" in done.stdout
+        assert "-0.009720" in done.stdout

@@ -34,3 +34,20 @@ def test_in_force_takes_each_models_entry_at_the_moment_and_leaves_out_models_no
 
     assert in_force == {"plain": price("0.001"), "cut": price("0.002")}
     assert table.latest()["cut"] == price("0.0001")  # what the what-ifs used to price with
+
+
+def test_a_what_ifs_model_is_found_by_any_name_a_call_is_priced_by_and_only_while_in_force() -> None:
+    table = PriceTable(
+        version="t",
+        prices={"gpt-4.1": price("0.001")},
+        schedule={
+            "coming": [DatedPrice(effective_from=datetime(2027, 1, 1, tzinfo=UTC), price=price("0.003"))]
+        },
+        aliases={"azure/prod": "gpt-4.1"},
+    )
+
+    assert table.key_in_force("openai/gpt-4.1", NOW) == "gpt-4.1"
+    assert table.key_in_force("gpt-4.1-2025-04-14", NOW) == "gpt-4.1"
+    assert table.key_in_force("azure/prod", NOW) == "gpt-4.1"
+    assert table.key_in_force("coming", NOW) is None  # priced from next year only
+    assert table.key_in_force("nosuch", NOW) is None
