@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal, localcontext
+from decimal import Context, Decimal, localcontext
 from typing import Any
 from uuid import UUID
 
@@ -126,8 +126,12 @@ class Burn:
 
     @property
     def percent(self) -> Decimal:
-        """Recorded spend as a percentage of the limit (2 decimals)."""
-        return (self.spent_usd * 100 / self.spec.limit_usd).quantize(Decimal("0.01"))
+        """Recorded spend as a percentage of the limit (2 decimals), in a context of its own: in
+        an embedding service's ``getcontext().prec = 6`` an alert budget spent past 10,000 % of
+        its limit raised InvalidOperation (the quantized figure needs more digits than 6). A
+        limit has at most 12 decimals, so 100 digits hold the percentage of any spend."""
+        with localcontext(Context(prec=100)):
+            return (self.spent_usd * 100 / self.spec.limit_usd).quantize(Decimal("0.01"))
 
 
 @dataclass(frozen=True)

@@ -35,3 +35,23 @@ def test_a_released_reservation_reads_as_zero_not_in_exponent_notation() -> None
         "25",
         "0.00",
     ]
+
+
+def test_a_budgets_percentage_is_read_whatever_decimal_context_the_caller_set() -> None:
+    """An alert budget spent at 15,050 % of its limit: ``Burn.percent`` raised InvalidOperation
+    in an embedding service's ``getcontext().prec = 6`` (the quantized 15050.00 needs 7 digits),
+    so its ``engine.budgets.burn()`` rows could not be read for their percentage."""
+    from decimal import localcontext
+
+    spec = BudgetSpec(scope="tenant", subject="t", period="day", limit_usd=Decimal("1"), mode="alert")
+    burn = Burn(
+        budget_id=uuid.uuid4(),
+        spec=spec,
+        window_start=datetime(2026, 12, 6, tzinfo=UTC),
+        spent_usd=Decimal("150.5"),
+        reserved_usd=Decimal(0),
+    )
+    with localcontext() as embedder:
+        embedder.prec = 6
+        percent = burn.percent
+    assert percent == Decimal("15050.00")
