@@ -364,7 +364,7 @@ class OpenAICompatibleClient:
         try:
             parsed = await self.retry.run(partial(self._attempt, body, stream, outcomes, tokens))
         except AttemptError as error:
-            usage = build_usage(call, None, outcomes, self._clock())
+            usage = build_usage(self._priced_now(call), None, outcomes, self._clock())
             raise LlmCallFailed(
                 f"{name} at {self.config.endpoint}: {self._scrub(str(error))} "
                 f"(after {len(outcomes)} attempt(s))",
@@ -377,10 +377,10 @@ class OpenAICompatibleClient:
         except asyncio.CancelledError as error:
             # The caller gave up: what the attempts so far were billed, and the cancelled one
             # (a stream cut short is billed by the provider too), travel on the error.
-            error.usage = build_usage(call, None, outcomes, self._clock())  # type: ignore[attr-defined]
+            error.usage = build_usage(self._priced_now(call), None, outcomes, self._clock())  # type: ignore[attr-defined]
             raise
         except CircuitOpen as error:
-            usage = build_usage(call, None, outcomes, self._clock())
+            usage = build_usage(self._priced_now(call), None, outcomes, self._clock())
             if outcomes:  # the breaker opened on this call's own failures: say which
                 opened_by = ", ".join(outcome.error_type for outcome in outcomes)
                 error = CircuitOpen(error.endpoint, error.retry_in_s, len(outcomes), opened_by=opened_by)
@@ -389,9 +389,23 @@ class OpenAICompatibleClient:
             error.attempts = len(outcomes)
             error.usage = usage
             raise error from None
-        served = self.priced_as_served(call, parsed.response_model)
+        served = self.priced_as_served(self._priced_now(call), parsed.response_model)
         usage = build_usage(served, parsed, outcomes, self._clock())
         return LlmReply(content=parsed.content, usage=usage, refusal=parsed.refusal or None)
+
+    def _priced_now(self, call: CallContext) -> CallContext:
+        """``call`` priced at the entry in force as its answer (or failure) comes, which is when
+        its step is recorded and what ``prices reprice`` prices it by, and when a model that
+        answered for another is priced (``priced_as_served``). Priced when the call began, one
+        sent after a price change (queued behind the limits, retried) kept the old price, and a
+        repricing with the very file it was priced by changed its cost."""
+        if call.price is None:
+            return call
+        try:
+            price = self.prices.price_for(call.model, at=self._now())
+        except UnknownModelPrice:  # no entry in force now (none is ever withdrawn): as it began
+            return call
+        return call if price == call.price else replace(call, price=price)
 
     def priced_as_served(self, call: CallContext, served: str) -> CallContext:
         """``call`` priced by the model that answered (``served``, the reply's ``model``) when
