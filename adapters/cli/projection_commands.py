@@ -162,9 +162,9 @@ def status_command() -> None:
                 out.add_row(
                     d.projection,
                     str(d.notification_id),
-                    d.topic,
+                    escape(d.topic),
                     f"{d.originator_id} v{d.originator_version}",
-                    d.error,
+                    escape(d.error),  # may quote a stored value: "[/x]" was read as a closing tag
                 )
             console.print(out, highlight=False)
 
@@ -233,7 +233,8 @@ def verify_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
         for column in ("projection", "table", "side", "row"):
             table.add_column(column)
         for d in differences:
-            table.add_row(d.projection, d.table, d.side, d.row)
+            # A row holds the callers' names: "[/x]" was read as a closing tag (MarkupError, exit 70).
+            table.add_row(d.projection, d.table, d.side, escape(d.row))
         console.print(whole_cells(table))
         raise typer.Exit(1)
 
@@ -365,12 +366,12 @@ def dashboard_command(
                     since=start,
                     by=groups,
                 )
-                out = Table(title=f"same usage at {reprice_as} prices ({table.version})")
+                out = Table(title=escape(f"same usage at {reprice_as} prices ({table.version})"))
                 for column in [*groups, "calls", "recorded $", f"{reprice_as} $", "difference $"]:
-                    out.add_column(column, justify="left" if column in groups else "right")
+                    out.add_column(escape(column), justify="left" if column in groups else "right")
                 for r in repriced:
                     out.add_row(
-                        *(str(g) for g in r.group),
+                        *(escape(str(g)) for g in r.group),  # as the dashboard's: names, not markup
                         str(r.calls),
                         money(r.recorded_cost_usd, 6),
                         money(r.repriced_cost_usd, 6),
