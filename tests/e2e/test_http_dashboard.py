@@ -206,3 +206,16 @@ def test_the_analytics_answers_have_the_shapes_their_openapi_entries_name(http: 
     for report in funnel.json():
         FunnelReportOut.model_validate(report)
     assert funnel.json()[0]["steps"]
+
+
+@pytest.mark.parametrize("since", ["{{body}}", "{{icon}}x"])
+def test_a_window_naming_a_placeholder_of_the_page_is_shown_as_typed(since: str) -> None:
+    """The page's placeholders are filled in one pass: a window typed as ``{{body}}`` was put in
+    first and then filled with the body too, so the error showed twice, once inside the
+    page's ``<code>since=…</code>`` line."""
+    engine = Engine(settings=make_settings(database_url="memory:"))
+    with TestClient(create_app(engine)) as client:
+        response = client.get("/dashboard", params={"since": since})
+    assert response.status_code == 422
+    assert response.text.count('role="alert"') == 1
+    assert f"<code>since={since}</code>" in response.text
