@@ -240,8 +240,8 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
         funnels = [r for w in workflows for r in funnel_report(conn, reader, w, tenant=tenant, since=start)]
         tiers = tier_report(caller.engine, conn, reader, tenant=tenant, since=start)
     calls = {row.group[0]: float(row.calls) for row in by_time}
-    if bucket == "day" and calls:  # a long window starts at its first day with calls
-        start = max(start, min(calls))
+    if bucket == "day":  # a long window starts at its first day with calls (none: today)
+        start = max(start, min(calls, default=end))
     body = "".join(
         [
             _summary(by_model, since),

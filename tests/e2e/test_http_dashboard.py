@@ -219,3 +219,18 @@ def test_a_window_naming_a_placeholder_of_the_page_is_shown_as_typed(since: str)
     assert response.status_code == 422
     assert response.text.count('role="alert"') == 1
     assert f"<code>since={since}</code>" in response.text
+
+
+def test_a_long_window_without_model_calls_draws_one_day_not_every_day_of_it(pg_engine: Engine) -> None:
+    """A long window starts its traffic chart at its first day with calls; with none, at today.
+    It drew every day of the window: 700,000 columns, a 70 MB page, for ``since=99999w``."""
+    # Given a tenant whose sessions have made no model call
+    pg_engine.start_session("quiet", "cs")
+    with TestClient(create_app(pg_engine)) as client:
+        # When the page is asked for the longest window
+        page = client.get("/dashboard", params={"since": "99999w"}).text
+    # Then its traffic chart is today's one column, on a page of ordinary size
+    chart = page[page.index("model calls per day (UTC)") :]
+    chart = chart[: chart.index("</svg>")]
+    assert chart.count("<rect") == 1
+    assert len(page) < 100_000
