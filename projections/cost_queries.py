@@ -174,7 +174,6 @@ def dashboard(
                count(*) FILTER (WHERE unpriced), sum(cache_creation_input_tokens)
         FROM calls LEFT JOIN errors USING ({keys})
         GROUP BY {keys}
-        ORDER BY sum(cost_usd) DESC, {keys}
     """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=keys)
     rows = conn.execute(statement, {"tenant": tenant, "since": since, "until": until}).fetchall()
     width = max(len(by), 1)
@@ -203,7 +202,14 @@ def dashboard(
                 cache_creation_tokens=int(n[16]),
             )
         )
-    return result
+    return costliest_first(result)
+
+
+def costliest_first(rows: list[DashboardRow]) -> list[DashboardRow]:
+    """Dashboard rows by cost, highest first, then by group with names by code point: raw rows
+    and roll-ups in one order (ORDER BY in SQL broke ties by the database's collation, 'a'
+    before 'B' under en-US, where the roll-ups put 'B' first)."""
+    return sorted(rows, key=lambda r: (-r.cost_usd, r.group))
 
 
 def _reads_rollups(read: str, since: datetime, until: datetime | None) -> bool:

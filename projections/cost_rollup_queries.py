@@ -11,7 +11,7 @@ from typing import Any
 
 from psycopg import Connection, sql
 
-from flowledger.projections.cost_queries import GROUPINGS, DashboardRow
+from flowledger.projections.cost_queries import GROUPINGS, DashboardRow, costliest_first
 from flowledger.projections.cost_rollups import MEASURES, SUMS
 from flowledger.projections.latency_sketch import bucket_sql, percentiles
 from flowledger.projections.windows import GRAINS, Piece, cover
@@ -89,7 +89,7 @@ def rollup_dashboard(
         total["latency_calls"] += int(latency_calls)
         total["latency_sum"] += latency_sum
     result = [_row(group, total, histograms.get(group, [])) for group, total in totals.items()]
-    return sorted(result, key=lambda r: (-r.cost_usd, r.group))
+    return costliest_first(result)
 
 
 def ranges(pieces: Sequence[Piece], column: str, *, table: str | None = None) -> sql.Composable:

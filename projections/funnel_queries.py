@@ -88,9 +88,11 @@ furthest AS (
     FROM r ORDER BY originator_id, idx DESC
 )
 """
+# A tie goes by code point (COLLATE "C"), as the roll-up read sorts: under the database's
+# collation (en-US: 'a' before 'B') the two reads listed tied steps in different orders.
 AUTO_ORDER = (
-    "SELECT step, row_number() OVER (ORDER BY avg(reach_order), min(first_reached_at), step) AS idx"
-    " FROM st GROUP BY step"
+    "SELECT step, row_number() OVER (ORDER BY avg(reach_order), min(first_reached_at),"
+    ' step COLLATE "C") AS idx FROM st GROUP BY step'
 )
 GIVEN_ORDER = "SELECT step, idx FROM unnest(%(steps)s::text[]) WITH ORDINALITY AS o(step, idx)"
 REACHED = """
