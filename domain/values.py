@@ -265,7 +265,8 @@ def exact_decimal(value: Decimal, places: int, *, sign: bool = False, grouping: 
     how money is shown to a person (the CLI's tables, the page's tiles), where a fixed number
     of places showed a day of $0.00004 as 0.0000. ``sign`` writes ``+`` before a positive
     value, ``grouping`` separates thousands."""
-    exponent = value.normalize().as_tuple().exponent
+    with localcontext(EXACT):  # normalize() rounds to the context: 28 digits by default
+        exponent = value.normalize().as_tuple().exponent
     shown = max(places, -exponent) if isinstance(exponent, int) else places
     return f"{value:{'+' if sign else ''}{',' if grouping else ''}.{shown}f}"
 

@@ -7,13 +7,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.pricing import (
+    EXACT,
     LONG_CONTEXT_TOKENS,
     TOKEN_FIELDS,
     ModelPrice,
@@ -107,7 +108,8 @@ class RepriceRow:
     @property
     def difference_usd(self) -> Decimal:
         """Repriced minus recorded, over the calls that had a price (negative is a saving)."""
-        return self.repriced_cost_usd - self.recorded_cost_usd
+        with localcontext(EXACT):  # not the thread's context: it may round
+            return self.repriced_cost_usd - self.recorded_cost_usd
 
 
 def _groups(by: Sequence[str]) -> list[sql.Composable]:
@@ -209,7 +211,9 @@ def costliest_first(rows: list[DashboardRow]) -> list[DashboardRow]:
     """Dashboard rows by cost, highest first, then by group with names by code point: raw rows
     and roll-ups in one order (ORDER BY in SQL broke ties by the database's collation, 'a'
     before 'B' under en-US, where the roll-ups put 'B' first)."""
-    return sorted(rows, key=lambda r: (-r.cost_usd, r.group))
+    # Two stable sorts, not a key of -cost: negating a Decimal rounds it to the thread's context.
+    by_group = sorted(rows, key=lambda r: r.group)
+    return sorted(by_group, key=lambda r: r.cost_usd, reverse=True)
 
 
 def _reads_rollups(read: str, since: datetime, until: datetime | None) -> bool:
@@ -279,8 +283,9 @@ def reprice(
         if price is None or unpriced:
             continue
         total[1] += calls
-        total[2] += recorded
-        total[3] += _cost_of_sums(price, [int(n) for n in sums], bool(long_context))
+        with localcontext(EXACT):  # money: the thread's context rounds (28 digits, or fewer)
+            total[2] += recorded
+            total[3] += _cost_of_sums(price, [int(n) for n in sums], bool(long_context))
     return [RepriceRow(group, *total) for group, total in totals.items()]
 
 

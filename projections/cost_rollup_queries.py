@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from psycopg import Connection, sql
 
+from flowledger.domain.pricing import EXACT
 from flowledger.projections.cost_queries import GROUPINGS, DashboardRow, costliest_first
 from flowledger.projections.cost_rollups import MEASURES, SUMS
 from flowledger.projections.latency_sketch import bucket_sql, percentiles
@@ -85,9 +86,10 @@ def rollup_dashboard(
         side = "failed" if error_type is not None else "succeeded"
         if error_type is not None:
             total["errors_by_type"][error_type] = int(calls)
-        total[side] = [a + b for a, b in zip(total[side], sums, strict=True)]
+        with localcontext(EXACT):  # money: the thread's context rounds (28 digits, or fewer)
+            total[side] = [a + b for a, b in zip(total[side], sums, strict=True)]
+            total["latency_sum"] += latency_sum
         total["latency_calls"] += int(latency_calls)
-        total["latency_sum"] += latency_sum
     result = [_row(group, total, histograms.get(group, [])) for group, total in totals.items()]
     return costliest_first(result)
 
@@ -134,7 +136,10 @@ def _empty() -> dict[str, Any]:
 def _row(group: tuple[Any, ...], total: dict[str, Any], histogram: list[tuple[int, int]]) -> DashboardRow:
     ok = dict(zip(SUMS, total["succeeded"], strict=True))
     failed = dict(zip(SUMS, total["failed"], strict=True))
-    sums = {name: ok[name] + failed[name] for name in SUMS}
+    with localcontext(EXACT):  # not the latency average below: a quotient needs a precision
+        sums = {name: ok[name] + failed[name] for name in SUMS}
+        cost_usd = sums["cost_usd"] + sums["retried_cost_usd"]
+        failed_cost_usd = failed["cost_usd"] + failed["retried_cost_usd"]
     p50, p95, p99 = percentiles(histogram, QUANTILES)
     n = total["latency_calls"]
     return DashboardRow(
@@ -146,14 +151,14 @@ def _row(group: tuple[Any, ...], total: dict[str, Any], histogram: list[tuple[in
         output_tokens=int(sums["output_tokens"]),
         cached_tokens=int(sums["cache_read_input_tokens"]),
         reasoning_tokens=int(sums["reasoning_output_tokens"]),
-        cost_usd=sums["cost_usd"] + sums["retried_cost_usd"],
+        cost_usd=cost_usd,
         latency_avg_ms=float(total["latency_sum"] / n) if n else None,
         latency_p50_ms=p50,
         latency_p95_ms=p95,
         latency_p99_ms=p99,
         succeeded_cost_usd=ok["cost_usd"],
         retried_cost_usd=ok["retried_cost_usd"],
-        failed_cost_usd=failed["cost_usd"] + failed["retried_cost_usd"],
+        failed_cost_usd=failed_cost_usd,
         unpriced_calls=int(sums["unpriced_calls"]),
         cache_creation_tokens=int(sums["cache_creation_input_tokens"]),
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from html import escape
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,6 +36,7 @@ from flowledger.adapters.http.tier_panel import tier_panel, tier_report
 from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.pricing import EXACT
 from flowledger.domain.values import exact_decimal
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.history import jsonable
@@ -273,9 +274,10 @@ def _exact_money(amount: Decimal) -> str:
 def _summary(rows: list[DashboardRow], since: str) -> str:
     calls = sum(r.calls for r in rows)
     errors = sum(r.errors for r in rows)
-    cost = sum((r.cost_usd for r in rows), Decimal("0"))
+    with localcontext(EXACT):  # the tiles show every decimal: none rounded away at 28 digits
+        cost = sum((r.cost_usd for r in rows), Decimal("0"))
+        wasted = sum((r.retried_cost_usd + r.failed_cost_usd for r in rows), Decimal("0"))
     tokens = sum(r.input_tokens + r.output_tokens for r in rows)
-    wasted = sum((r.retried_cost_usd + r.failed_cost_usd for r in rows), Decimal("0"))
     unpriced = sum(r.unpriced_calls for r in rows)
     tiles = [
         ("model calls", f"{calls:,}"),

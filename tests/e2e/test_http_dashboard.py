@@ -234,3 +234,17 @@ def test_a_long_window_without_model_calls_draws_one_day_not_every_day_of_it(pg_
     chart = chart[: chart.index("</svg>")]
     assert chart.count("<rect") == 1
     assert len(page) < 100_000
+
+
+def test_the_cost_tile_shows_every_decimal_of_a_cost_longer_than_28_digits(pg_engine: Engine) -> None:
+    """The tiles add the models' costs in Python: at the default 28 significant digits a cost of
+    40 decimals read $0.1234567890123456789012345679 on the page."""
+    # Given a call whose cost has 40 decimals
+    cost = "0.1234567890123456789012345678901234567891"
+    pg_engine.start_session("precise", "cs")
+    pg_engine.record_step("precise", "greet", usage=usage("gpt-4.1", cost, 5.0))
+    # When the page is drawn
+    with TestClient(create_app(pg_engine)) as client:
+        page = client.get("/dashboard", params={"since": "1h"}).text
+    # Then the cost tile holds the cost to its last decimal
+    assert f'<div class="tile"><b>${cost}</b><span>cost</span></div>' in page

@@ -8,7 +8,7 @@ import random
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from pathlib import Path
 
 import pytest
@@ -230,3 +230,33 @@ def test_rebuild_gives_the_same_rollups_and_a_recount_follows_prices_changed_in_
                 raw = dashboard(conn, reader, tenant=tenant, since=T0, by=by, read="raw")
                 rolled = dashboard(conn, reader, tenant=tenant, since=T0, by=by, read="rollups")
                 assert_same(raw, rolled)
+
+
+def test_rollup_costs_are_exact_to_every_decimal_whatever_the_threads_decimal_context(
+    pg_engine: Engine,
+) -> None:
+    """The roll-up read adds money in Python: under the thread's decimal context it rounded to
+    28 significant digits (0.1234567890123456789012345679 for a call of 40 decimals), and an
+    embedding service's ``getcontext().prec = 6`` would round every sum to 6."""
+    # Given two calls whose costs have 40 decimals
+    costs = [Decimal("0.1234567890123456789012345678901234567891"), Decimal("1E-40")]
+    for n, cost in enumerate(costs):
+        pg_engine.start_session(f"s-{n}", "support")
+        used = LlmUsage(
+            request_model="gpt-4.1", input_tokens=1, output_tokens=1, cost_usd=cost, retried_cost_usd=cost
+        )
+        pg_engine.record_step(f"s-{n}", "answer", usage=used)
+    projector = projector_for(pg_engine)
+    projector.catch_up()
+    half = Decimal("0.1234567890123456789012345678901234567892")  # the answers' (and the retries')
+    exact = Decimal("0.2469135780246913578024691357802469135784")
+    # When the dashboard is read from the roll-ups, in a thread whose context keeps 6 digits
+    since = datetime.now(UTC) - timedelta(days=3)
+    with projector.connect_reader() as conn, localcontext(prec=6):
+        raw = dashboard(conn, projector.names.reader, tenant="default", since=since, read="raw")
+        rolled = dashboard(conn, projector.names.reader, tenant="default", since=since, read="rollups")
+    # Then its cost and the cost's parts are the raw query's, to the last decimal
+    assert [r.cost_usd for r in raw] == [exact]
+    for read in (raw, rolled):
+        [row] = read
+        assert (row.cost_usd, row.succeeded_cost_usd, row.retried_cost_usd) == (exact, half, half)
