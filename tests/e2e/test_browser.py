@@ -235,3 +235,23 @@ def test_the_signed_in_dashboard_loads_with_no_failed_request_in_the_browser(
     # own request for /favicon.ico was a 404 on every page: the page names no icon)
     assert app.seen, "the server saw no request"
     assert [(path, status) for path, status in app.seen if status >= 400] == []
+
+
+def test_in_a_narrow_window_a_cost_of_many_decimals_wraps_in_its_tile(site: str, pg_engine: Engine) -> None:
+    # Given a call whose retried attempts cost 1E-40 (a tile shows every decimal: 42 characters)
+    pg_engine.start_session("b-precise", "customer_service")
+    precise = LlmUsage(
+        provider="test",
+        request_model="gpt-4.1",
+        input_tokens=10,
+        output_tokens=1,
+        cost_usd=Decimal("123456789.1234567890123456789012345678901234567891"),
+        retried_cost_usd=Decimal("1E-40"),
+        latency_ms=5.0,
+    )
+    pg_engine.record_step("b-precise", "greet", usage=precise)
+    # When the page is drawn 640 pixels wide
+    layout = _fit(site, 640)
+    # Then the page does not scroll sideways (the tiles' numbers pushed it to 692 pixels)
+    assert layout["page"] <= 640, layout
+    assert not [box for box in layout["overflowing"] if box["tables"] == 0], layout
