@@ -184,7 +184,7 @@ def dashboard(
         n = row[width:]
         result.append(
             DashboardRow(
-                group=tuple(row[:width]),
+                group=in_utc(row[:width]),
                 calls=n[0],
                 errors=n[1],
                 errors_by_type=_json_counts(n[11]),
@@ -214,6 +214,13 @@ def costliest_first(rows: list[DashboardRow]) -> list[DashboardRow]:
     # Two stable sorts, not a key of -cost: negating a Decimal rounds it to the thread's context.
     by_group = sorted(rows, key=lambda r: r.group)
     return sorted(by_group, key=lambda r: r.cost_usd, reverse=True)
+
+
+def in_utc(group: Sequence[Any]) -> tuple[Any, ...]:
+    """A row's group with its time buckets in UTC: they are UTC minutes, hours and days, but
+    psycopg gives a timestamptz in the connection's TimeZone (a server's default, or PGTZ), and
+    an hour came back as 06:30+05:30."""
+    return tuple(key.astimezone(UTC) if isinstance(key, datetime) else key for key in group)
 
 
 def _reads_rollups(read: str, since: datetime, until: datetime | None) -> bool:
@@ -275,7 +282,7 @@ def reprice(
     totals: dict[tuple[Any, ...], list[Any]] = {}
     params = {"tenant": tenant, "since": since, "until": until, "long": LONG_CONTEXT_TOKENS}
     for row in conn.execute(statement, params).fetchall():
-        group = tuple(row[:width])
+        group = in_utc(row[:width])
         request_model, model, long_context, unpriced, calls, recorded, *sums = row[width:]
         total = totals.setdefault(group, [0, 0, Decimal(0), Decimal(0)])
         total[0] += calls

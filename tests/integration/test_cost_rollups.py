@@ -260,3 +260,20 @@ def test_rollup_costs_are_exact_to_every_decimal_whatever_the_threads_decimal_co
     for read in (raw, rolled):
         [row] = read
         assert (row.cost_usd, row.succeeded_cost_usd, row.retried_cost_usd) == (exact, half, half)
+
+
+@pytest.mark.parametrize("read", ["raw", "rollups"])
+def test_time_buckets_are_given_in_utc_whatever_the_sessions_time_zone(pg_engine: Engine, read: str) -> None:
+    """A bucket is a UTC hour: on a connection whose TimeZone was Asia/Kolkata (a server's
+    default, or PGTZ) it came back as 06:30+05:30, and the CLI printed buckets starting at :30."""
+    pg_engine.start_session("s-1", "support")
+    pg_engine.record_step("s-1", "answer", usage=LlmUsage(request_model="gpt-4.1", input_tokens=1))
+    projector = projector_for(pg_engine)
+    projector.catch_up()
+    since = datetime.now(UTC) - timedelta(days=3)
+    with projector.connect_reader() as conn:
+        conn.execute("SET TIME ZONE 'Asia/Kolkata'")
+        [row] = dashboard(conn, projector.names.reader, tenant="default", since=since, by=["hour"], read=read)
+    [bucket] = row.group
+    assert bucket.utcoffset() == timedelta(0)
+    assert bucket.isoformat().endswith(":00:00+00:00")
