@@ -132,7 +132,7 @@ def _expiry(key: ApiKey, now: datetime) -> str:
 
 @keys_app.command("revoke")
 def revoke(key_id: Annotated[str, typer.Argument(help="The key's id, as listed.")]) -> None:
-    """Revoke a key: servers refuse it within 5 s (their cache of good keys). A key of
+    """Revoke a key: every server refuses it from its next request. A key of
     ``FLOWLEDGER_API_KEYS`` is not stored: the command says so (exit 3)."""
     with reported_errors():
         if not key_id.strip():  # an unset shell variable: a mistake, not a key that is not there

@@ -34,9 +34,6 @@ from flowledger.infrastructure.settings import MEMORY_URL
 
 COOKIE = "flowledger_key"
 """The dashboard login's cookie (HttpOnly, SameSite=Strict, path /dashboard)."""
-KEY_CACHE_S = 5.0
-"""A key found in the database is trusted this long: a revocation takes effect within it (an
-expiry does not wait for it: it is judged at each request, from the cached row)."""
 UNKNOWN_KEY = "this API key is unknown or revoked"
 EXPIRED_KEY = "this API key has expired: ask for a new one"
 """The 401 of a key whose ``expires_at`` has passed: only the holder of the whole token gets it."""
@@ -54,12 +51,15 @@ def rank(role: str) -> int:
 
 
 class Keyring:
-    """Finds the key a token belongs to: keys from the environment, then the database's (cached)."""
+    """Finds the key a token belongs to: keys from the environment, then the database's.
+
+    A stored key is looked up at each request (one query by primary key on the store's own
+    pool), never cached: a revocation is refused by every server at once, as the dashboard's
+    sessions already were (a 5-second cache of good keys let a revoked key act for seconds)."""
 
     def __init__(self, static: StaticKeys, store: PostgresKeyStore | None) -> None:
         self.static = static
         self.store = store
-        self._cache: dict[bytes, tuple[float, ApiKey]] = {}
 
     @classmethod
     def of(cls, engine: Engine) -> Keyring:
@@ -80,22 +80,12 @@ class Keyring:
         return len(self.static) > 0 or (self.store is not None and self.store.has_active_keys())
 
     def find(self, token: str) -> ApiKey | None:
-        """The key, revoked or not, or None when the token is no key's (blocking on a cache miss)."""
+        """The key as stored now, revoked or not, or None when the token is no key's (blocking:
+        asks the database for a token shaped as a stored key's)."""
         key = self.static.find(token)
         if key is not None or self.store is None:
             return key
-        held = digest(token)
-        cached = self._cache.get(held)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
-        key = self.store.lookup(token)
-        if key is None:
-            self._cache.pop(held, None)
-        else:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[held] = (time.monotonic() + KEY_CACHE_S, key)
-        return key
+        return self.store.lookup(token)
 
     def find_session(self, value: str) -> ApiKey | None:
         """The key a dashboard session names, as a reader, when the session is one this server's
@@ -269,9 +259,8 @@ class Gate:
         if key is None:
             raise HTTPException(401, UNKNOWN_KEY, headers={"WWW-Authenticate": "Bearer"})
         # A revoked or expired key is refused without counting: its holder has a real token (a
-        # client left with a stale key must not lock its address's other keys out), and its row
-        # is cached like a good key's. Judged here, at each request, from the row the keyring
-        # may have cached for 5 s.
+        # client left with a stale key must not lock its address's other keys out). Judged here,
+        # at each request, from the row as it stands.
         if key.revoked_at is not None:
             raise HTTPException(401, UNKNOWN_KEY, headers={"WWW-Authenticate": "Bearer"})
         if key.expired(datetime.now(UTC)):

@@ -92,7 +92,7 @@ def test_a_bad_expires_in_is_one_line_and_exit_2_and_makes_no_key(
     assert store.list(revoked=True) == []
 
 
-def test_an_expired_key_is_refused_with_401_saying_so_even_while_the_server_caches_it(
+def test_an_expired_key_is_refused_with_401_saying_so_right_after_it_was_admitted(
     database_url: str, pg_schema: str, store: PostgresKeyStore
 ) -> None:
     # Given a key that expires in two seconds, and a server of its tenant
@@ -102,10 +102,9 @@ def test_an_expired_key_is_refused_with_401_saying_so_even_while_the_server_cach
     keyring = Keyring.of(engine)
     try:
         with live_server(create_app(engine, keys=keyring)) as url, httpx.Client(base_url=url) as client:
-            # When it is used before its expiry, it works (and the server caches its row)
+            # When it is used before its expiry, it works
             assert client.get("/v1/agents", headers=bearer(issued.token)).status_code == 200
-            assert keyring._cache  # the row a cache-only check would go on trusting for 5 s
-            # And after its expiry, within the cache's 5 s
+            # And after its expiry, within 5 s of that (as long as a cache of good keys once held it)
             time.sleep(max(0.0, (issued.key.expires_at - datetime.now(UTC)).total_seconds()) + 0.2)
             read = client.get("/v1/agents", headers=bearer(issued.token))
             write = client.post(
