@@ -26,7 +26,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from flowledger.adapters.http.dashboard_sessions import session_key_id, session_matches
+from flowledger.adapters.http.dashboard_sessions import session_key_id, session_matches, session_until
 from flowledger.adapters.http.guesses import Guesses, retry_after
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.keys import ROLES, ApiKey, PostgresKeyStore, StaticKeys, digest
@@ -60,6 +60,8 @@ class Keyring:
     def __init__(self, static: StaticKeys, store: PostgresKeyStore | None) -> None:
         self.static = static
         self.store = store
+        self._signed_out: dict[str, int] = {}
+        """Sign-outs of the environment's keys (``end_session``), by key id."""
 
     @classmethod
     def of(cls, engine: Engine) -> Keyring:
@@ -89,8 +91,18 @@ class Keyring:
 
     def find_session(self, value: str) -> ApiKey | None:
         """The key a dashboard session names, as a reader, when the session is one this server's
-        keys made and has not ended, else None (blocking: asks the database for the key as it
-        stands, revoked or expired keys included; the gate judges those)."""
+        keys made and has neither ended nor been signed out, else None (blocking: asks the
+        database for the key as it stands, revoked or expired keys included; the gate judges
+        those)."""
+        key = self._session_key(value)
+        if key is None:
+            return None
+        if session_until(value) <= (self.signed_out_until(key) or 0):
+            return None
+        return replace(key, role="reader")
+
+    def _session_key(self, value: str) -> ApiKey | None:
+        """The key a session names, when its MAC is that key's and it has not ended."""
         key_id = session_key_id(value, time.time())
         if key_id is None:
             return None
@@ -99,7 +111,33 @@ class Keyring:
             found = self.store.by_id(key_id)
         if found is None or not session_matches(value, found[1]):
             return None
-        return replace(found[0], role="reader")
+        return found[0]
+
+    def signed_out_until(self, key: ApiKey) -> int | None:
+        """The latest end of a signed-out dashboard session of ``key`` (as read with it), if any."""
+        if key.key_id in self._signed_out:  # a key of the environment: no row to keep it in
+            return self._signed_out[key.key_id]
+        return key.sessions_ended_until
+
+    def session_mark(self, key_id: str) -> int | None:
+        """What ``signed_out_until`` says of the key ``key_id`` now (blocking), for a new sign-in."""
+        found = self.static.by_id(key_id)
+        if found is None and self.store is not None:
+            found = self.store.by_id(key_id)
+        return None if found is None else self.signed_out_until(found[0])
+
+    def end_session(self, value: str) -> None:
+        """Sign out the dashboard session ``value`` (and those of its key made before it), on every
+        server of the database; nothing for a value that is no current session (blocking). A key
+        of ``FLOWLEDGER_API_KEYS`` has no row: its sign-outs are kept by this server alone."""
+        key = self._session_key(value)
+        if key is None:
+            return
+        until = session_until(value)
+        if self.store is not None and self.static.by_id(key.key_id) is None:
+            self.store.end_sessions(key.key_id, until)
+        else:
+            self._signed_out[key.key_id] = max(until, self._signed_out.get(key.key_id, 0))
 
     def close(self) -> None:
         """Close the database connections."""

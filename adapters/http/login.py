@@ -16,6 +16,7 @@ from urllib.parse import parse_qs
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import COOKIE, EXPIRED_KEY, TOO_MANY_REFUSED, Gate
 from flowledger.adapters.http.dashboard_sessions import SESSION_S, session_for
@@ -137,7 +138,10 @@ async def login(request: Request) -> HTMLResponse | RedirectResponse:
     response = RedirectResponse("/dashboard", status_code=303)
     # A session derived from the key, not the key: it reads the dashboard, ends, and dies
     # with the key (dashboard_sessions.py). An open server has no key: its page needs none.
-    signed_in = "" if caller.key_id is None else session_for(caller.key_id, digest(token), time.time())
+    signed_in = ""
+    if caller.key_id is not None:
+        mark = await run_in_threadpool(gate.keys.session_mark, caller.key_id)
+        signed_in = session_for(caller.key_id, digest(token), time.time(), signed_out_until=mark)
     response.set_cookie(
         COOKIE,
         signed_in,
@@ -157,11 +161,16 @@ async def login(request: Request) -> HTMLResponse | RedirectResponse:
     status_code=303,
     responses={**responses(common=BASIC), **_FOREIGN, 303: {"description": "Signed out", "content": {}}},
 )
-def logout(request: Request) -> HTMLResponse | RedirectResponse:
-    """Forget the cookie; not for a form posted by another site's page (403)."""
+async def logout(request: Request) -> HTMLResponse | RedirectResponse:
+    """End the session on every server (a copy of the cookie opens nothing after it) and forget
+    the cookie; not for a form posted by another site's page (403)."""
     refused_as_foreign = _refused_as_foreign(request)
     if refused_as_foreign is not None:
         return refused_as_foreign
+    session = request.cookies.get(COOKIE)
+    if session:
+        gate: Gate = request.app.state.gate
+        await run_in_threadpool(gate.keys.end_session, session)
     response = RedirectResponse("/dashboard", status_code=303)
     response.delete_cookie(COOKIE, path="/dashboard", httponly=True, samesite="strict")
     return response

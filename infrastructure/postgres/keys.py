@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS {schema}.api_keys (
 """
 _EXPIRY_COLUMN = "ALTER TABLE {schema}.api_keys ADD COLUMN IF NOT EXISTS expires_at timestamptz"
 """What a table made before keys could expire lacks: its keys then read as never expiring (NULL)."""
+_SIGN_OUT_COLUMN = "ALTER TABLE {schema}.api_keys ADD COLUMN IF NOT EXISTS sessions_ended_until bigint"
+"""What a table made before dashboard sign-outs were kept lacks (NULL: none signed out)."""
 MAX_KEY_LIFETIME = timedelta(days=3660)
 """The longest a key may be made to last (about ten years, as a task's deadline): a longer
 ``--expires-in`` is more likely a slip than a plan; a key that should never expire has none."""
@@ -66,6 +68,9 @@ class ApiKey:
     revoked_at: datetime | None = None
     expires_at: datetime | None = None
     """None: never (every key made before keys could expire, and those of the environment)."""
+    sessions_ended_until: int | None = None
+    """The dashboard sessions of this key that end (Unix second) at or before this were signed
+    out (``end_sessions``); None: none was."""
 
     def expired(self, now: datetime) -> bool:
         """Whether the key may no longer be used at ``now``."""
@@ -162,15 +167,18 @@ class PostgresKeyStore:
         # when the object exists, so a role that may use the table but create nothing (as engines
         # may run: docs/write-path.md) could not list keys or serve ("permission denied for
         # database", found by an outside probe).
-        # A table made before keys could expire has no ``expires_at``: it is added under the same
-        # lock, without CREATE SCHEMA (which such a role may not run either).
+        # A table made before keys could expire has no ``expires_at``, one made before dashboard
+        # sign-outs were kept no ``sessions_ended_until``: each is added under the same lock,
+        # without CREATE SCHEMA (which such a role may not run either).
         row = conn.execute(
             "SELECT to_regclass(%(table)s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute"
-            " WHERE attrelid = to_regclass(%(table)s) AND attname = 'expires_at' AND NOT attisdropped)",
+            " WHERE attrelid = to_regclass(%(table)s) AND attname = 'expires_at' AND NOT attisdropped),"
+            " EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%(table)s)"
+            " AND attname = 'sessions_ended_until' AND NOT attisdropped)",
             {"table": self._table.as_string(conn)},
         ).fetchone()
-        table_exists, expiry_exists = row if row else (False, False)
-        if expiry_exists:
+        table_exists, expiry_exists, sign_out_exists = row if row else (False, False, False)
+        if expiry_exists and sign_out_exists:
             return
         schema = sql.Identifier(self._schema)
         # Engines and `keys create` may start at once: the lock makes CREATE ... IF NOT EXISTS safe.
@@ -181,12 +189,18 @@ class PostgresKeyStore:
                 if not table_exists:
                     conn.execute(sql.SQL(_DDL).format(schema=schema))
                 conn.execute(sql.SQL(_EXPIRY_COLUMN).format(schema=schema))
+                conn.execute(sql.SQL(_SIGN_OUT_COLUMN).format(schema=schema))
         except InsufficientPrivilege:
             if not table_exists:
                 raise
+            column, since = (
+                ("expires_at", "keys could expire")
+                if not expiry_exists
+                else ("sessions_ended_until", "dashboard sign-outs were kept")
+            )
             raise MigrationRefused(
                 self._schema,
-                "api_keys has no expires_at column (it was made before keys could expire) and only"
+                f"api_keys has no {column} column (it was made before {since}) and only"
                 " the table's owner may add it: its owner should run `flowledger keys list` once",
             ) from None
 
@@ -267,15 +281,36 @@ class PostgresKeyStore:
         with self._connection() as conn:
             row = conn.execute(
                 sql.SQL(
-                    "SELECT tenant, role, label, created_at, token_sha256, expires_at, revoked_at FROM {} "
-                    "WHERE key_id = %s"
+                    "SELECT tenant, role, label, created_at, token_sha256, expires_at, revoked_at,"
+                    " sessions_ended_until FROM {} WHERE key_id = %s"
                 ).format(self._table),
                 [key_id],
             ).fetchone()
         if row is None:
             return None
-        key = ApiKey(key_id, row[0], row[1], row[2], row[3], revoked_at=row[6], expires_at=row[5])
+        key = ApiKey(
+            key_id,
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            revoked_at=row[6],
+            expires_at=row[5],
+            sessions_ended_until=row[7],
+        )
         return key, bytes(row[4])
+
+    def end_sessions(self, key_id: str, until: int) -> None:
+        """Sign out the dashboard sessions of ``key_id`` that end at or before ``until`` (a Unix
+        second): those made up to the one signing out, on every server of the database."""
+        with self._connection() as conn:
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET sessions_ended_until = GREATEST(sessions_ended_until, %s)"
+                    " WHERE key_id = %s"
+                ).format(self._table),
+                [until, key_id],
+            )
 
     def lookup(self, token: str) -> ApiKey | None:
         """The key whose token this is, revoked or not, else None (a malformed token costs no

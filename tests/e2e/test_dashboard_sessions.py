@@ -96,3 +96,55 @@ def test_a_browser_signed_in_before_keeps_no_key_a_raw_key_cookie_is_refused(cli
     client.cookies.set(COOKIE, ACME_WRITER, path="/dashboard")
     assert client.get("/dashboard").status_code == 401
     assert httpx.codes.is_success(client.get("/dashboard", headers=bearer(ACME_WRITER)).status_code)
+
+
+def test_signing_out_ends_the_session_for_whoever_kept_the_cookie(client: TestClient) -> None:
+    """A sign-out ends the session on the server, not only in the browser: a copy of the cookie
+    (a shared machine, a proxy's log) opened the page for the rest of its 8 hours."""
+    # Given a signed-in browser whose cookie someone copied
+    cookie = signed_in(client, ACME_WRITER)
+    assert client.get("/dashboard").status_code == 200
+    # When the browser signs out
+    assert client.post("/dashboard/logout", headers=SAME_ORIGIN, follow_redirects=False).status_code == 303
+    # Then the copied cookie opens nothing: the login form again
+    client.cookies.clear()
+    client.cookies.set(COOKIE, cookie, path="/dashboard")
+    replayed = client.get("/dashboard")
+    assert replayed.status_code == 401
+    assert "API key" in replayed.text
+    # And signing in again, even within the same second, opens the page
+    client.cookies.clear()
+    again = signed_in(client, ACME_WRITER)
+    assert again != cookie
+    assert client.get("/dashboard").status_code == 200
+
+
+def test_a_sign_out_on_one_server_ends_the_session_on_every_server(database_url: str, pg_schema: str) -> None:
+    settings = make_settings(database_url=database_url, schema=pg_schema, tenant="acme")
+    store = PostgresKeyStore(database_url, pg_schema, settings)
+    try:
+        issued = store.create("acme", "reader", "dashboard")
+        with (
+            Engine(settings=settings) as one,
+            Engine(settings=settings) as two,
+            TestClient(create_app(one, require_keys=True)) as first,
+            TestClient(create_app(two, require_keys=True)) as second,
+        ):
+            # Given a session made on one server, which the other accepts too
+            cookie = signed_in(first, issued.token)
+            second.cookies.set(COOKIE, cookie, path="/dashboard")
+            assert second.get("/dashboard").status_code == 200
+            # When the browser signs out on the first
+            assert (
+                first.post("/dashboard/logout", headers=SAME_ORIGIN, follow_redirects=False).status_code
+                == 303
+            )
+            # Then the second refuses the cookie too, and the key itself still works
+            assert second.get("/dashboard").status_code == 401
+            assert second.get("/v1/tasks", headers=bearer(issued.token)).status_code == 200
+            # And a new sign-in opens the page on both
+            fresh = signed_in(first, issued.token)
+            second.cookies.set(COOKIE, fresh, path="/dashboard")
+            assert second.get("/dashboard").status_code == 200
+    finally:
+        store.close()

@@ -213,3 +213,44 @@ def test_a_role_that_may_not_alter_an_api_keys_table_made_before_expiry_is_told_
         assert [key.key_id for key in keys.list()] == [issued.key.key_id]
     finally:
         keys.close()
+
+
+def test_a_role_that_may_not_alter_an_api_keys_table_made_before_sign_outs_is_told_who_may(
+    database_url: str, pg_schema: str, dml_role: str
+) -> None:
+    # Given the API keys table as a version before dashboard sign-outs were kept made it (with
+    # its expiry column), its owner's, and the role allowed to use it
+    table = SQL("{}.api_keys").format(Identifier(pg_schema))
+    _execute(
+        database_url,
+        SQL(
+            "CREATE TABLE {} (key_id text PRIMARY KEY, tenant text NOT NULL, role text NOT NULL,"
+            " token_sha256 bytea NOT NULL, label text NOT NULL DEFAULT '',"
+            " created_at timestamptz NOT NULL DEFAULT now(), revoked_at timestamptz, expires_at timestamptz)"
+        ).format(table),
+    )
+    role = urlsplit(dml_role).netloc.partition("@")[0]
+    _execute(database_url, SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(table, Identifier(role)))
+    # When the role lists keys, Then it is told which column is missing and who adds it
+    keys = PostgresKeyStore(dml_role, pg_schema)
+    try:
+        with pytest.raises(MigrationRefused) as refused:
+            keys.list()
+    finally:
+        keys.close()
+    assert "api_keys has no sessions_ended_until column" in str(refused.value)
+    assert "its owner should run `flowledger keys list`" in str(refused.value)
+    # And once its owner has run a keys command, the role signs a session out
+    owner = PostgresKeyStore(database_url, pg_schema)
+    try:
+        issued = owner.create("acme", "reader")
+    finally:
+        owner.close()
+    keys = PostgresKeyStore(dml_role, pg_schema)
+    try:
+        keys.end_sessions(issued.key.key_id, 1_900_000_000)
+        found = keys.by_id(issued.key.key_id)
+    finally:
+        keys.close()
+    assert found is not None
+    assert found[0].sessions_ended_until == 1_900_000_000
