@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import select
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,3 +73,56 @@ def test_a_request_whose_headers_pass_the_bound_is_refused_and_one_within_it_ser
     # And headers within it are served under both parsers alike (h11 refused 32 KiB)
     status, body = _answer(base, MAX_HEAD_BYTES // 2)
     assert status == 200, body
+
+
+@pytest.fixture
+def httptools_server(database_url: str, pg_schema: str, tmp_path: Path) -> Iterator[int]:
+    """``flowledger serve --http httptools`` with a key; its port."""
+    env = serve_env(database_url, pg_schema, tmp_path, FLOWLEDGER_API_KEYS=f"acme:writer:{WRITER}")
+    options = ("--simulate-llm", "--no-access-log", "--http", "httptools")
+    with served(env, tmp_path / "serve.log", *options) as base:
+        yield int(base.rsplit(":", 1)[1])
+
+
+def _head_of(size: int, *, close: bool = True) -> bytes:
+    """A GET of /v1/tasks with the key whose line and headers are exactly ``size`` bytes."""
+    start = f"GET /v1/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {WRITER}\r\n"
+    start += "Connection: close\r\n" if close else ""
+    padding = size - len(start) - len("X-Padding: \r\n\r\n")
+    head = f"{start}X-Padding: {'p' * padding}\r\n\r\n".encode()
+    assert len(head) == size
+    return head
+
+
+def _status_of(sock: socket.socket, head: bytes) -> int:
+    """Send ``head`` whole and read the answer's status (the server may close with bytes unread)."""
+    answer = b""
+    try:
+        sock.sendall(head)
+        while b"\r\n" not in answer and (chunk := sock.recv(65536)):
+            answer += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    assert answer, "the server answered nothing"
+    return int(answer.split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize(("size", "status"), [(MAX_HEAD_BYTES, 200), (MAX_HEAD_BYTES + 1, 431)])
+def test_the_bound_is_exact_on_a_connections_first_request_and_on_a_kept_alive_one(
+    httptools_server: int, size: int, status: int
+) -> None:
+    """A probe found heads up to 81,920 bytes served under the 65,536-byte bound (the bytes of the
+    first slice fed to the parser were not counted, nor the one in which the headers ended), and
+    on a kept-alive connection the next request's first read was not counted at all."""
+    # When a connection's first request has a head of exactly the bound, or one byte more
+    with socket.create_connection(("127.0.0.1", httptools_server), timeout=30) as sock:
+        first = _status_of(sock, _head_of(size))
+    # And when the same head follows a request on a kept-alive connection
+    with socket.create_connection(("127.0.0.1", httptools_server), timeout=30) as sock:
+        assert _status_of(sock, _head_of(300, close=False)) == 200
+        time.sleep(0.2)
+        if select.select([sock], [], [], 0)[0]:
+            sock.recv(65536)  # the rest of the first answer
+        kept_alive = _status_of(sock, _head_of(size))
+    # Then each is served at the bound and refused one byte past it
+    assert (first, kept_alive) == (status, status)
