@@ -191,7 +191,7 @@ def serve(
 
         from flowledger.adapters.http.app import create_app
         from flowledger.adapters.http.middleware import log_requests
-        from flowledger.adapters.http.protocol import MAX_HEAD_BYTES, BoundedHttpTools
+        from flowledger.adapters.http.protocol import MAX_HEAD_BYTES, BoundedH11, BoundedHttpTools
         from flowledger.adapters.llm import OpenAICompatibleClient, WebhookNotifier
         from flowledger.infrastructure import Engine
 
@@ -215,7 +215,7 @@ def serve(
                 # The loop is made by ``run`` below; uvicorn must not install another.
                 loop="none",
                 # A request's line and headers bounded alike under both parsers (protocol.py).
-                http=BoundedHttpTools if parser == "httptools" else parser,
+                http=BoundedHttpTools if parser == "httptools" else BoundedH11,
                 h11_max_incomplete_event_size=MAX_HEAD_BYTES,
                 timeout_keep_alive=KEEP_ALIVE_S,
             )

@@ -3,14 +3,20 @@
 uvicorn's httptools protocol keeps every byte of a request's URL and headers, however many: a
 request with a 50 MB header was read whole (the server's peak memory went from 105 to 235 MB)
 and answered 200. h11 stops at its ``max_incomplete_event_size`` (16 KiB by default), so the
-two parsers did not even agree. ``serve`` gives h11 the same bound.
+two parsers did not even agree; and that bound is on a head still incomplete, so a longer one
+that arrived in one read was served. Each parser is fed a request's head a bounded slice at a
+time here, and both answer a head one byte past ``MAX_HEAD_BYTES`` with the same 431.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from flowledger.adapters.http.errors import error_body
 
@@ -64,19 +70,43 @@ class BoundedHttpTools(HttpToolsProtocol):
         if not self._head_too_large:
             super().send_400_response(msg)
             return
-        too_large = f"the request's line and headers are larger than the limit of {MAX_HEAD_BYTES:,} bytes"
-        body = json.dumps(error_body(too_large)).encode()
-        content = [STATUS_LINE[431]]
-        for name, value in self.server_state.default_headers:
-            content.extend([name, b": ", value, b"\r\n"])
-        content.extend(
-            [
-                b"content-type: application/json\r\n",
-                b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
-                b"connection: close\r\n",
-                b"\r\n",
-                body,
-            ]
-        )
-        self.transport.write(b"".join(content))
-        self.transport.close()
+        refuse_head(self.transport, self.server_state)
+
+
+def refuse_head(transport: asyncio.Transport, server_state: ServerState) -> None:
+    """Answer 431 in the error envelope and close the connection: the head passed the bound."""
+    too_large = f"the request's line and headers are larger than the limit of {MAX_HEAD_BYTES:,} bytes"
+    body = json.dumps(error_body(too_large)).encode()
+    content = [STATUS_LINE[431]]
+    for name, value in server_state.default_headers:
+        content.extend([name, b": ", value, b"\r\n"])
+    content.extend(
+        [
+            b"content-type: application/json\r\n",
+            b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
+            b"connection: close\r\n",
+            b"\r\n",
+            body,
+        ]
+    )
+    transport.write(b"".join(content))
+    transport.close()
+
+
+class BoundedH11(H11Protocol):
+    """uvicorn's h11 protocol, fed a request's head so that h11 never holds more than
+    ``MAX_HEAD_BYTES`` of it: a head still incomplete at the bound is answered 431, as under
+    httptools (h11's own bound, ``serve`` sets it to the same, is then never the one reached)."""
+
+    def data_received(self, data: bytes) -> None:
+        # h11 waits for a request's head while the peer's state is IDLE; what it holds then is
+        # that head so far (bytes read while it answers a request are parsed after, as before).
+        while data and self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            room = MAX_HEAD_BYTES - len(self.conn.trailing_data[0])
+            if room <= 0:
+                refuse_head(self.transport, self.server_state)
+                return
+            piece, data = data[:room], data[room:]
+            super().data_received(piece)
+        if data and not self.transport.is_closing():
+            super().data_received(data)
