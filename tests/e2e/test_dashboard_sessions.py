@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -16,7 +17,7 @@ from flowledger.adapters.http.dashboard_sessions import SESSION_S, session_for
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore, digest
 from tests.conftest import make_settings
-from tests.e2e.live_http import ACME_WRITER, KEYS, bearer
+from tests.e2e.live_http import ACME_WRITER, GLOBEX_WRITER, KEYS, bearer
 
 SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
 
@@ -148,3 +149,27 @@ def test_a_sign_out_on_one_server_ends_the_session_on_every_server(database_url:
             assert second.get("/dashboard").status_code == 200
     finally:
         store.close()
+
+
+def test_a_login_form_with_two_different_keys_signs_in_as_neither(client: TestClient) -> None:
+    """As two different keys in one request's headers are a 401: the form's first key used to
+    sign in unnoticed (``key=<acme's>&key=<globex's>`` opened acme's page)."""
+    # When a form posted to the login carries two different keys
+    answer = client.post(
+        "/dashboard/login",
+        content=urlencode([("key", ACME_WRITER), ("key", GLOBEX_WRITER)]),
+        headers={**SAME_ORIGIN, "content-type": "application/x-www-form-urlencoded"},
+        follow_redirects=False,
+    )
+    # Then neither signs in: the form again, saying why, and no cookie
+    assert answer.status_code == 401
+    assert "two different API keys" in answer.text
+    assert client.cookies.get(COOKIE) is None
+    # And the same key twice is still one key
+    again = client.post(
+        "/dashboard/login",
+        content=urlencode([("key", ACME_WRITER), ("key", ACME_WRITER)]),
+        headers={**SAME_ORIGIN, "content-type": "application/x-www-form-urlencoded"},
+        follow_redirects=False,
+    )
+    assert again.status_code == 303
