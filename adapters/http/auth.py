@@ -13,6 +13,7 @@ loopback only, or with ``--insecure``).
 from __future__ import annotations
 
 import ipaddress
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -278,11 +279,7 @@ class Gate:
         a valid key from that address is refused too until the address's window ends, since
         telling it from a guess would take the lookup the limit is there to spare."""
         if not token:
-            raise HTTPException(
-                401,
-                "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+            raise HTTPException(401, no_key_said(request), headers={"WWW-Authenticate": "Bearer"})
         address, held = request.client.host if request.client else None, digest(token)
         wait = self.guesses.admit(address, held)
         if wait > 0:
@@ -304,6 +301,27 @@ class Gate:
         if key.expired(datetime.now(UTC)):
             raise HTTPException(401, EXPIRED_KEY, headers={"WWW-Authenticate": "Bearer"})
         return key
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,19}")
+"""What is quoted of an Authorization header's scheme: a word (a key's characters run longer)."""
+
+
+def no_key_said(request: Request) -> str:
+    """The 401 of a request that carries no key: what its Authorization header lacks, if it sent
+    one (a key sent without 'Bearer ' was told only that a key is required), never its value."""
+    send = "send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
+    sent = [value.strip() for value in request.headers.getlist("authorization") if value.strip()]
+    if not sent:
+        return f"an API key is required: {send}"
+    scheme, _, rest = sent[0].partition(" ")
+    if scheme.lower() == "bearer":
+        lacks = "no key after 'Bearer'"
+    elif rest.strip() and _SCHEME.fullmatch(scheme):
+        lacks = f"the scheme {scheme!r}, not Bearer"
+    else:
+        lacks = "no scheme: a key goes after 'Bearer '"
+    return f"an API key is required (the Authorization header has {lacks}): {send}"
 
 
 def loopback_host(host: str) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -82,3 +83,27 @@ def test_one_key_header_sent_twice_with_different_keys_is_refused(server: str, n
     status, page = status_of(server, [(name, spelt(GLOBEX_WRITER)), (name, spelt(ACME_READER))], "/dashboard")
     assert status == 401
     assert b"two different API keys" in page
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (ACME_READER, "no scheme"),  # the key alone, the commonest slip
+        (f"Token {ACME_READER}", "scheme 'Token'"),
+        ("Basic dXNlcjpwYXNz", "scheme 'Basic'"),
+        ("Bearer", "no key after 'Bearer'"),
+    ],
+)
+def test_an_authorization_header_that_is_not_a_bearer_key_is_told_what_is_wrong(
+    server: str, value: str, said: str
+) -> None:
+    """It answered "an API key is required", as to a request with no header at all, which left a
+    caller who had sent its key without 'Bearer ' guessing."""
+    # When the only key header is an Authorization header that holds no bearer key
+    status, body = status_of(server, [("Authorization", value)])
+    # Then it is a 401 that names what the header lacks and how to send a key
+    assert status == 401
+    error = json.loads(body)["error"]
+    assert said in error, error
+    assert "'Authorization: Bearer <key>'" in error
+    assert ACME_READER not in error  # a key sent wrongly is never echoed
