@@ -247,6 +247,15 @@ def storable(text: str, max_length: int) -> str:
     return _UNSTORABLE.sub("\ufffd", text[:max_length])
 
 
+def storable_name(value: object, fallback: str) -> str:
+    """``value`` as a name ``require_name`` takes: cut to ``MAX_NAME_LENGTH``, each character a
+    name may not hold replaced by U+FFFD, ``fallback`` when nothing visible is left. For names
+    the system records from elsewhere (a failure's error type from an LLM adapter), which are
+    kept rather than refused: a failure must be recorded whatever its adapter called it."""
+    text = _NOT_IN_NAMES.sub("\ufffd", str(value)[:MAX_NAME_LENGTH]) if isinstance(value, str) else ""
+    return text if _drawn(text).strip() else fallback
+
+
 def require_json(field_name: str, value: Any) -> None:
     """Raise ValidationError unless ``value`` is plain JSON that PostgreSQL's ``jsonb`` can hold.
 

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
-from flowledger.domain.bounds import require_flag, require_model, require_object, storable
+from flowledger.domain.bounds import require_flag, require_model, require_object, storable, storable_name
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
     BudgetExceeded,
@@ -529,6 +529,11 @@ class StepService:
     ) -> None:
         session = self._session(uow, call.session_id)
         message = str(error)
+        # What an adapter raised is recorded whatever it holds (a NUL in a custom adapter's
+        # error type, usage past its bounds): refused, the step stayed pending until its lease
+        # lapsed, and the caller got a ValidationError about the adapter's own error.
+        error_type = storable_name(error_type, "unknown")
+        usage = storable_usage(usage)
         if self._holds(session, call, go):
             session.fail_step(
                 step=call.step,
