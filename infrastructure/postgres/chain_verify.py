@@ -82,6 +82,9 @@ class ChainReport:
     upgraded_through: int | None = None
     """Events up to this log position were chained after the fact by ``audit chain``."""
     since_checkpoint: bool = False
+    superseded: list[tuple[UUID, int, bytes, int]] = field(default_factory=list, repr=False)
+    """Heads an earlier valid checkpoint signed and a later one moved on from: (stream, version,
+    hash, the checkpoint's seq). Each must still be in its stream's chain."""
     wrong_key: bool = False
     """No walked stream's seals check under the key used (every one is ``forged``): most likely
     not the key the log was sealed with, rather than a log forged whole."""
@@ -179,6 +182,8 @@ def verify_chain(
                 detail = "dropped rows: the whole stream was deleted"
                 detail += f" (the checkpoint signed versions 1..{version})"
                 report.findings.append(Finding("deleted", gone, 1, detail))
+        if not since_checkpoint:
+            _check_superseded(trail, conn, stream, bases, report)
         report.wrong_key = report.streams > 0 and forged == report.streams
         _name_streams(trail, conn, report)
     report.seconds = time.perf_counter() - started
@@ -261,6 +266,7 @@ def _check_checkpoints(
     heads: Heads = {}
     previous, expected, trusted = _NO_PREVIOUS, 1, True
     digests: dict[int, str] = {}
+    signed_by: dict[UUID, int] = {}
     for stored in trail.checkpoints(conn):
         if not isinstance(stored, Checkpoint):
             report.findings.append(
@@ -313,6 +319,11 @@ def _check_checkpoints(
             trusted = False
         if not trusted:
             continue
+        for moved, head in stored.delta.items():
+            earlier = heads.get(moved)
+            if earlier is not None and earlier != head:
+                report.superseded.append((moved, earlier[0], earlier[1], signed_by[moved]))
+            signed_by[moved] = stored.seq
         heads.update(stored.delta)
         previous = stored.digest
         report.checkpoint = stored
@@ -327,6 +338,7 @@ def _check_checkpoints(
             )
         )
         heads, report.checkpoint = {}, None
+        report.superseded.clear()
     for record in anchored:
         statement = record.get("statement", {})
         seq = statement.get("seq")
@@ -509,6 +521,47 @@ def _walk(
                 "altered", stream, head[0], "broken head: not the head the checkpoint signed (altered)"
             )
     return finding, count
+
+
+_SUPERSEDED_BATCH = 10_000
+
+
+def _check_superseded(
+    trail: AuditTrail,
+    conn: psycopg.Connection[Any],
+    stream: UUID | None,
+    bases: dict[UUID, tuple[int, bytes]],
+    report: ChainReport,
+) -> None:
+    """Name each stream whose chain no longer passes through a head an earlier checkpoint signed.
+
+    The walk compares each stream's end with the latest checkpoint only: a signed last event
+    deleted, its version written again by the application and a later checkpoint taken left a
+    chain that verified. A head at or before an archived stream's base has no row to compare
+    (the base's seal keeps the signed head)."""
+    found = {f.stream for f in report.findings}
+    wanted = [s for s in report.superseded if (stream is None or s[0] == stream) and s[0] not in found]
+    events = trail.table(trail.names.events)
+    query = SQL(
+        "SELECT h.id, h.v, h.seq, e.originator_id IS NULL FROM "
+        "unnest(%s::uuid[], %s::bigint[], %s::bytea[], %s::bigint[]) AS h(id, v, hash, seq) "
+        "LEFT JOIN {} e ON e.originator_id = h.id AND e.originator_version = h.v "
+        "WHERE e.event_hash IS DISTINCT FROM h.hash ORDER BY h.id, h.v"
+    ).format(events)
+    for at in range(0, len(wanted), _SUPERSEDED_BATCH):
+        batch = wanted[at : at + _SUPERSEDED_BATCH]
+        rows = conn.execute(query, [[c[i] for c in batch] for i in range(4)]).fetchall()
+        for moved, version, seq, missing in rows:
+            if moved in found or (missing and moved in bases and version <= bases[moved][0]):
+                continue
+            found.add(moved)
+            detail = (
+                f"dropped rows: checkpoint {seq} signed version {version}, and it is no longer stored"
+                if missing
+                else f"broken head: checkpoint {seq} signed version {version} with another hash (its rows"
+                " were deleted or altered and written again since)"
+            )
+            report.findings.append(Finding("deleted" if missing else "altered", moved, version, detail))
 
 
 def _name_streams(trail: AuditTrail, conn: psycopg.Connection[Any], report: ChainReport) -> None:

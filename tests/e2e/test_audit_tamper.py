@@ -273,6 +273,39 @@ def test_one_session_and_only_what_follows_the_checkpoint_can_be_verified(log: L
     assert clean.returncode == 0, clean.stderr
 
 
+def test_a_signed_tail_deleted_then_written_over_before_the_next_checkpoint_is_named(
+    log: Log, database_url: str
+) -> None:
+    """Only the latest checkpoint's heads were compared: a signed last event deleted, its
+    version written again by the application and a later checkpoint taken (engines take one
+    every 5 minutes) left a chain that verified, and the deletion went unnoticed."""
+    # Given a session written across checkpoints 2 and 3 as the application writes (no false alarm)
+    with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
+        engine.start_session("ongoing", "cs")
+        engine.audit.checkpoint()
+        engine.record_step("ongoing", "greet")
+        engine.audit.checkpoint()
+    # And the victim's last event, signed by checkpoint 1, deleted in the database
+    delete_last(log)
+    # And the application writing that version again, then a fourth checkpoint signing it
+    with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
+        engine.record_step("victim", "cheaper", input={"q": "again"})
+        engine.record_step("ongoing", "answer")
+        engine.audit.checkpoint()
+    # When the log is verified (the whole of it, or the victim's session alone)
+    for scope in ((), ("--session", "victim")):
+        result = run_cli(log.url, log.schema, "audit", "verify", *scope)
+        # Then version 5 is named, and nothing else: not what checkpoint 1 signed, exit 1
+        assert result.returncode == 1, result.stderr
+        problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
+        assert problems == [
+            f"problem: altered: stream {log.victim} (victim) version 5: broken head: checkpoint 1 signed"
+            " version 5 with another hash (its rows were deleted or altered and written again since)"
+        ], result.stderr
+    # And the session written across checkpoints verifies alone
+    assert run_cli(log.url, log.schema, "audit", "verify", "--session", "ongoing").returncode == 0
+
+
 def test_a_dropped_checkpoint_is_named(log: Log, database_url: str) -> None:
     # Given a second checkpoint after more events, then dropped with the events it covered
     with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
