@@ -34,6 +34,7 @@ from flowledger.infrastructure.audit_keys import SigningKey, chain_key, signing_
 from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.database import unavailable_as_store_error
 from flowledger.infrastructure.postgres.ddl import TableNames
+from flowledger.infrastructure.postgres.retention import BASES, bases_table_name
 from flowledger.infrastructure.settings import Settings
 from flowledger.verify import (
     head_leaf,
@@ -219,6 +220,7 @@ class AuditTrail:
                 return previous
             heads = self._heads_of(stored)
             delta = self._changed(conn, previous.position if previous else 0, position)
+            self._refuse_rewritten(conn, heads, delta, previous)
             heads.update(delta)
             seq = (previous.seq if previous else 0) + 1
             statement: dict[str, Any] = {
@@ -297,6 +299,52 @@ class AuditTrail:
                 f" version {unchained[0][1]}); run `flowledger audit chain` before taking a checkpoint"
             )
         return {row[0]: (int(row[1]), bytes(row[2])) for row in rows}
+
+    def _refuse_rewritten(
+        self, conn: psycopg.Connection[Any], heads: Heads, delta: Heads, previous: Checkpoint | None
+    ) -> None:
+        """AuditError when a head the previous checkpoint signed is no longer in its stream's
+        chain (the signed last event deleted or altered, then its version written again): signing
+        over it would make the latest checkpoint vouch for the rewritten stream, and
+        ``audit verify --since-checkpoint`` compares with the latest only. A head at or before an
+        archived stream's base has no row (the base keeps it)."""
+        moved = [
+            (stream, *heads[stream]) for stream, head in delta.items() if heads.get(stream, head) != head
+        ]
+        if not moved or previous is None:
+            return
+        rows = conn.execute(
+            SQL(
+                "SELECT h.id, h.v, e.originator_id IS NULL FROM unnest(%s::uuid[], %s::bigint[], %s::bytea[])"
+                " AS h(id, v, hash) LEFT JOIN {} e ON e.originator_id = h.id AND e.originator_version = h.v"
+                " WHERE e.event_hash IS DISTINCT FROM h.hash ORDER BY h.id"
+            ).format(self.table(self.names.events)),
+            [[m[i] for m in moved] for i in range(3)],
+        ).fetchall()
+        bases = self._archived_through(conn, [row[0] for row in rows if row[2]])
+        for stream, version, missing in rows:
+            if missing and bases.get(stream, 0) >= version:
+                continue
+            raise AuditError(
+                f"checkpoint refused: stream {stream} version {version}, signed by checkpoint"
+                f" {previous.seq}, is no longer stored with the hash it was signed with (deleted or altered,"
+                " then written again); run flowledger audit verify"
+            )
+
+    def _archived_through(self, conn: psycopg.Connection[Any], streams: list[UUID]) -> dict[UUID, int]:
+        """The last version each of ``streams`` has archived in its retention base (none: absent)."""
+        if not streams:
+            return {}
+        found = conn.execute("SELECT to_regclass(%s)", (bases_table_name(self.schema),)).fetchone()
+        if found is None or found[0] is None:
+            return {}
+        rows = conn.execute(
+            SQL("SELECT stream_id, through_version FROM {} WHERE stream_id = ANY(%s)").format(
+                self.table(BASES)
+            ),
+            (streams,),
+        ).fetchall()
+        return {stream: int(through) for stream, through in rows}
 
     def _lock_key(self) -> int:
         digest = hashlib.blake2b(f"flowledger-checkpoint:{self.schema}".encode(), digest_size=8).digest()

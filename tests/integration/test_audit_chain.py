@@ -148,6 +148,59 @@ def test_a_checkpoint_over_unchained_events_is_refused_with_what_to_run(
         assert off.audit.checkpoint().seq == 1
 
 
+def test_a_checkpoint_over_a_signed_head_deleted_and_written_again_is_refused(
+    database_url: str, pg_schema: str
+) -> None:
+    """A checkpoint signed whatever heads the log held: a signed last event deleted and its
+    version written again by the application was signed over by the next checkpoint (engines
+    take one every 5 minutes), and ``audit verify --since-checkpoint`` then said ok."""
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        # Given a session whose last event (version 3) checkpoint 1 signed, and another one
+        engine.start_session("s", "cs")
+        engine.record_step("s", "greet")
+        engine.record_step("s", "costly", usage=LlmUsage(input_tokens=9, output_tokens=9))
+        engine.start_session("other", "cs")
+        engine.audit.checkpoint()
+        stream = engine.session_uuid("s")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            SQL(
+                "DELETE FROM {}.flowledger_events WHERE originator_id = %s AND originator_version = 3"
+            ).format(Identifier(pg_schema)),
+            (stream,),
+        )
+    with Engine(settings=settings) as engine:
+        # And version 3 written again by the application, and the other session continued
+        engine.record_step("s", "cheap")
+        engine.record_step("other", "greet")
+        # When a checkpoint is taken, Then it is refused, naming the stream and version
+        with pytest.raises(
+            AuditError, match=f"checkpoint refused: stream {stream} version 3, signed by checkpoint 1"
+        ):
+            engine.audit.checkpoint()
+        # And the latest checkpoint still signs the old head: the nightly check names the stream
+        since = verify_chain(engine.audit, since_checkpoint=True)
+        assert [(f.kind, f.stream, f.version) for f in since.findings] == [("altered", stream, 3)]
+
+
+def test_a_checkpoint_after_a_stream_is_continued_normally_is_taken(
+    database_url: str, pg_schema: str
+) -> None:
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("s", "cs")
+        engine.audit.checkpoint()
+    with Engine(settings=settings) as engine:
+        engine.record_step("s", "greet")
+        assert engine.audit.checkpoint().seq == 2
+        assert verify_chain(engine.audit).ok
+
+
 def test_an_in_memory_engine_has_no_audit_trail() -> None:
     with Engine.in_memory() as engine, pytest.raises(ValidationError, match="needs PostgreSQL"):
         _ = engine.audit

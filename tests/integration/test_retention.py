@@ -483,6 +483,7 @@ def test_archived_session_written_again_chains_from_its_base(
     with pytest.raises(SessionExpired):
         engine.record_step("s-1", "late", input={"m": 2})  # records Expired first
     clock.now = START + timedelta(days=5)
+    engine.audit.checkpoint()  # signs the head the base keeps: the checkpoint after must build on it
     engine.retention.set_policy(WORKFLOW, 1)
     report = engine.archive_sessions(tmp_path)
     assert report.sessions == 1
