@@ -361,7 +361,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         key = read_public_key(args.public_key)
         with args.bundle.open(encoding="utf-8") as lines:
             report = verify_bundle(lines, key)
-    except (OSError, ValueError) as error:
+    except UnicodeDecodeError as error:  # a ValueError: said of the bundle, not in Python's words
+        print(f"error: {args.bundle}: not UTF-8 text ({error.reason})", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: {args.bundle}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for problem in report.problems:

@@ -179,3 +179,17 @@ def test_a_bundle_cut_off_or_missing_a_whole_stream_fails_in_both_verifiers(
         checked = run_cli(database_url, pg_schema, "audit", "verify", "--file", str(cut))
         assert checked.returncode == 1, (what, checked.stderr)
         assert expected in checked.stderr, (what, checked.stderr)
+
+
+def test_a_bundle_that_is_not_text_or_not_a_file_is_named_in_one_line(
+    exported: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    """The offline verifier printed Python's own words: "error: 'utf-8' codec can't decode byte
+    0x90 in position 0: invalid start byte" (which file?) and "error: [Errno 21] Is a directory: ..."."""
+    _, public_key, _ = exported
+    binary = tmp_path / "bundle.bin"
+    binary.write_bytes(b"\x90\x00\xff")
+    for given, says in ((binary, "not UTF-8 text (invalid start byte)"), (tmp_path, "Is a directory")):
+        result = verify(given, public_key)
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [f"error: {given}: {says}"]
