@@ -15,6 +15,7 @@ known there (``audit verify`` compares). Export them to anchor elsewhere too
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import zlib
@@ -37,6 +38,7 @@ from flowledger.infrastructure.postgres.ddl import TableNames
 from flowledger.infrastructure.postgres.retention import BASES, bases_table_name
 from flowledger.infrastructure.settings import Settings
 from flowledger.verify import (
+    MacKey,
     head_leaf,
     merkle_levels,
     merkle_proof,
@@ -221,6 +223,7 @@ class AuditTrail:
             heads = self._heads_of(stored)
             delta = self._changed(conn, previous.position if previous else 0, position)
             self._refuse_rewritten(conn, heads, delta, previous)
+            self._refuse_unsealed(conn, heads, delta)
             heads.update(delta)
             seq = (previous.seq if previous else 0) + 1
             statement: dict[str, Any] = {
@@ -330,6 +333,38 @@ class AuditTrail:
                 f" {previous.seq}, is no longer stored with the hash it was signed with (deleted or altered,"
                 " then written again); run flowledger audit verify"
             )
+
+    def _refuse_unsealed(self, conn: psycopg.Connection[Any], heads: Heads, delta: Heads) -> None:
+        """AuditError when a row the checkpoint would vouch for (each changed stream's rows after
+        the head signed before, through its new head) has a hash but not its seal under the chain
+        key: a row inserted, or altered and re-hashed, in the database. Its public hash fits, so a
+        bundle signed over it verified offline. (Rows stored without a hash are ``audit verify``'s
+        ``unchained``; an unchained head is refused by ``_changed``.)"""
+        if not delta:
+            return
+        streams = list(delta)
+        key = MacKey(self.chain_key)
+        query = SQL(
+            "SELECT e.originator_id, e.originator_version, e.event_hash, e.event_mac FROM"
+            " unnest(%s::uuid[], %s::bigint[], %s::bigint[]) AS h(id, after, through) JOIN {} e"
+            " ON e.originator_id = h.id AND e.originator_version > h.after"
+            " AND e.originator_version <= h.through"
+            " WHERE e.event_hash IS NOT NULL"
+        ).format(self.table(self.names.events))
+        params = [streams, [heads.get(s, (0, b""))[0] for s in streams], [delta[s][0] for s in streams]]
+        with conn.cursor(name="checkpoint_seals") as cur:
+            cur.itersize = 5000
+            cur.execute(query, params)
+            for stream, version, chained, mac in cur:
+                if mac is not None and hmac.compare_digest(
+                    key.mac(str(stream), version, bytes(chained)), bytes(mac)
+                ):
+                    continue
+                raise AuditError(
+                    f"checkpoint refused: stream {stream} version {version} is not sealed with the chain key"
+                    " (a row inserted, or altered and re-hashed, in the database; or sealed under another"
+                    " chain key); run flowledger audit verify"
+                )
 
     def _archived_through(self, conn: psycopg.Connection[Any], streams: list[UUID]) -> dict[UUID, int]:
         """The last version each of ``streams`` has archived in its retention base (none: absent)."""

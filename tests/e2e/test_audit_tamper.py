@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -16,6 +17,7 @@ import pytest
 from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage
+from flowledger.domain.errors import AuditError
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.verify import event_hash
@@ -308,6 +310,33 @@ def test_a_signed_tail_deleted_then_written_over_before_the_next_checkpoint_is_n
         ], result.stderr
     # And the session written across checkpoints verifies alone
     assert run_cli(log.url, log.schema, "audit", "verify", "--session", "ongoing").returncode == 0
+
+
+def test_a_checkpoint_or_export_over_a_row_inserted_with_a_fitting_public_hash_is_refused(
+    log: Log, database_url: str, tmp_path: Path
+) -> None:
+    """A checkpoint signed the heads it found: a Completed event inserted by SQL with its public
+    hash recomputed (the rule is public; only the seal was made up) was signed by the next
+    checkpoint, and the bundle `audit export` took one for verified offline."""
+    # Given a forged last event (version 6) whose public hash fits
+    forge_next_event(log)
+    # When a bundle of the session is exported, Then it is refused (exit 1), naming the row, no file
+    out = tmp_path / "victim.jsonl"
+    exported = run_cli(log.url, log.schema, "audit", "export", "--session", "victim", "--out", str(out))
+    assert exported.returncode == 1, exported.stderr
+    assert exported.stderr.strip().splitlines() == [
+        f"error: checkpoint refused: stream {log.victim} version 6 is not sealed with the chain key (a row"
+        " inserted, or altered and re-hashed, in the database; or sealed under another chain key); run"
+        " flowledger audit verify"
+    ]
+    assert not out.exists()
+    # And no engine signs over it either (engines take one every 5 minutes)
+    settings = make_settings(database_url=database_url, schema=log.schema)
+    with Engine(settings=settings) as engine, pytest.raises(AuditError, match="version 6 is not sealed"):
+        engine.audit.checkpoint()
+    # And verify still names it as inserted after what the checkpoint signed
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    assert f"forged: stream {log.victim} (victim) version 6: its hash was computed without" in result.stderr
 
 
 def test_a_dropped_checkpoint_is_named(log: Log, database_url: str) -> None:
