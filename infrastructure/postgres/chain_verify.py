@@ -141,14 +141,14 @@ def verify_chain(
             if archived in start and start[archived][0] <= through:
                 del start[archived]  # the walk starts from the base instead
         seen: set[UUID] = set()
-        forged = 0
+        forged = sealed = 0
         for rows in _rows(trail, conn, stream, start, report.checkpoint):
             for stream_id, group in groupby(rows, key=lambda r: r[0]):
                 if stream_id in seen:
                     continue
                 seen.add(stream_id)
                 report.streams += 1
-                finding, count = _walk(
+                finding, count, checked = _walk(
                     stream_id,
                     group,
                     key,
@@ -158,6 +158,7 @@ def verify_chain(
                     log_order=log_order,
                 )
                 report.events += count
+                sealed += checked
                 if finding is not None:
                     report.findings.append(finding)
                     forged += finding.kind == "forged"
@@ -184,7 +185,7 @@ def verify_chain(
                 report.findings.append(Finding("deleted", gone, 1, detail))
         if not since_checkpoint:
             _check_superseded(trail, conn, stream, bases, report)
-        report.wrong_key = report.streams > 0 and forged == report.streams
+        report.wrong_key = report.streams > 0 and forged == report.streams and not sealed
         _name_streams(trail, conn, report)
     report.seconds = time.perf_counter() - started
     return report
@@ -419,8 +420,9 @@ def _walk(
     base: tuple[int, bytes] | None = None,
     *,
     log_order: bool = True,
-) -> tuple[Finding | None, int]:
-    """Check one stream's rows (oldest first); the first finding and how many rows were read.
+) -> tuple[Finding | None, int, int]:
+    """Check one stream's rows (oldest first); the first finding, how many rows were read and
+    how many of them had a seal that checked under ``key``.
 
     An archived stream's rows start after its base: the base's head is their predecessor."""
     name = str(stream)
@@ -431,7 +433,7 @@ def _walk(
     else:
         expected, previous = 1, GENESIS
     finding: Finding | None = None
-    count = 0
+    count = checked = 0
     at_head: bytes | None = base[1] if base and head and head[0] == base[0] else None
     last_position: tuple[int, int] | None = None  # (version, log position) of the row before
     for _, version, topic, state, position, stored, mac in rows:
@@ -503,6 +505,7 @@ def _walk(
                 " re-hashed, in the database",
             )
             continue
+        checked += 1
         previous, expected = stored, version + 1
         if head is not None and version == head[0]:
             at_head = stored
@@ -520,7 +523,7 @@ def _walk(
             finding = Finding(
                 "altered", stream, head[0], "broken head: not the head the checkpoint signed (altered)"
             )
-    return finding, count
+    return finding, count, checked
 
 
 _SUPERSEDED_BATCH = 10_000

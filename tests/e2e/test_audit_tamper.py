@@ -339,6 +339,17 @@ def test_a_checkpoint_or_export_over_a_row_inserted_with_a_fitting_public_hash_i
     assert f"forged: stream {log.victim} (victim) version 6: its hash was computed without" in result.stderr
 
 
+def test_one_forged_row_is_not_blamed_on_the_chain_key(log: Log) -> None:
+    """The wrong-key line counted streams whose first finding was forged: a session verified
+    alone whose one inserted last row was forged was told "no event's seal checks under this
+    chain key ... it is not the key the log was sealed with", though its other five checked."""
+    forge_next_event(log)
+    result = run_cli(log.url, log.schema, "audit", "verify", "--session", "victim")
+    assert result.returncode == 1, result.stderr
+    assert f"forged: stream {log.victim} (victim) version 6" in result.stderr
+    assert "no event's seal checks under this chain key" not in result.stderr
+
+
 def test_a_dropped_checkpoint_is_named(log: Log, database_url: str) -> None:
     # Given a second checkpoint after more events, then dropped with the events it covered
     with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
