@@ -9,6 +9,7 @@ else: one that cannot be read exits 74, one whose data is not what it should hol
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -285,18 +286,22 @@ def export(
         if session is not None:
             engine.history(session)  # raises SessionNotFound with the caller's id
             streams = [engine.session_uuid(session)]
-        made = out is not None and not out.exists()
-        target = out.open("w", encoding="utf-8") if out is not None else sys.stdout
+        # Written beside --out and moved into place whole: an export that fails leaves no file
+        # it made, and a bundle already there as it was (it had been truncated first).
+        partial = _partial_path(out)
+        target = _open_for_writing(partial or out, out) if out is not None else sys.stdout
         try:
             summary = export_bundle(engine.audit, target, streams)
         except BaseException:
             if out is not None:
                 target.close()
-                if made:  # no half-written bundle left where a bundle is expected
-                    out.unlink(missing_ok=True)
+                if partial is not None:
+                    partial.unlink(missing_ok=True)
             raise
         if out is not None:
             target.close()
+            if partial is not None:
+                partial.replace(out)
         left_out = (
             f"; {summary.archived:,} archived stream{'s' if summary.archived != 1 else ''} left out"
             " (their events are in their retention bundles)"
@@ -318,6 +323,21 @@ def export(
             highlight=False,
             soft_wrap=True,
         )
+
+
+def _partial_path(out: Path | None) -> Path | None:
+    """Where an export to ``out`` is written first (None: written in place, a device or pipe)."""
+    if out is None or (out.exists() and not out.is_file()):
+        return None
+    return out.with_name(f".{out.name}.{os.getpid()}.partial")
+
+
+def _open_for_writing(path: Path, named: Path) -> Any:
+    """``path`` opened for writing; an OSError names ``named``, the file the user gave."""
+    try:
+        return path.open("w", encoding="utf-8")
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(named)) from None
 
 
 @audit.command()

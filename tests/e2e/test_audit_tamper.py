@@ -339,6 +339,28 @@ def test_a_checkpoint_or_export_over_a_row_inserted_with_a_fitting_public_hash_i
     assert f"forged: stream {log.victim} (victim) version 6: its hash was computed without" in result.stderr
 
 
+def test_a_refused_export_leaves_the_bundle_already_at_its_path_as_it_was(log: Log, tmp_path: Path) -> None:
+    """`audit export --out F` truncated F before exporting: an export refused after a row was
+    forged left an empty file where the last good bundle of the session had been."""
+    # Given a good bundle of the session at F
+    out = tmp_path / "victim.jsonl"
+    first = run_cli(log.url, log.schema, "audit", "export", "--session", "victim", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    kept = out.read_bytes()
+    # When a later export to F is refused (a row forged since)
+    forge_next_event(log)
+    again = run_cli(log.url, log.schema, "audit", "export", "--session", "victim", "--out", str(out))
+    assert again.returncode == 1, again.stderr
+    # Then F holds the good bundle still, and nothing else was left beside it
+    assert out.read_bytes() == kept
+    assert [p.name for p in tmp_path.iterdir()] == ["victim.jsonl"]
+    # And an export to a directory that does not exist names the file the user gave
+    missing = tmp_path / "no-such-dir" / "b.jsonl"
+    refused = run_cli(log.url, log.schema, "audit", "export", "--out", str(missing))
+    assert refused.returncode == 74
+    assert refused.stderr.strip().splitlines() == [f"error: {missing}: No such file or directory"]
+
+
 def test_one_forged_row_is_not_blamed_on_the_chain_key(log: Log) -> None:
     """The wrong-key line counted streams whose first finding was forged: a session verified
     alone whose one inserted last row was forged was told "no event's seal checks under this
