@@ -2,7 +2,9 @@
 
 The thread reads nothing until this engine has appended enough (the chain counts its
 commits), so an idle engine costs a wake-up a second. A failure is logged and tried again
-at the next turn: checkpoints never hold up the write path.
+at the next turn: checkpoints never hold up the write path. A checkpoint refused because
+the log was tampered with (``AuditError``) is said in one line and tried again after the
+checkpoint interval (5 minutes when none is set in seconds).
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ import logging
 import threading
 import time
 
+from flowledger.domain.errors import AuditError
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 
 _log = logging.getLogger(__name__)
+_REFUSED_RETRY_S = 300.0
+"""How long a refused checkpoint (``AuditError``) waits before the next try when no
+checkpoint interval in seconds is set."""
 
 
 class Checkpointer:
@@ -32,15 +38,22 @@ class Checkpointer:
     def _run(self) -> None:
         done, last = self.chain.appended, time.monotonic()
         tick = min(1.0, self.every_s) if self.every_s > 0 else 1.0
+        refused_until = 0.0
         while not self._stop.wait(tick):
             appended = self.chain.appended - done
             due = (self.every_events > 0 and appended >= self.every_events) or (
                 self.every_s > 0 and appended > 0 and time.monotonic() - last >= self.every_s
             )
-            if not due:
+            if not due or time.monotonic() < refused_until:
                 continue
             try:
                 self.trail.checkpoint()
+            except AuditError as error:
+                # The log was tampered with (or keys differ): it stays so until someone looks.
+                # Said in one line once per interval, not retried with a traceback every turn.
+                refused_until = time.monotonic() + (self.every_s if self.every_s > 0 else _REFUSED_RETRY_S)
+                _log.error("%s (trying again in %.0f s)", error, refused_until - time.monotonic())
+                continue
             except Exception:  # logged and retried next turn: never fatal to the engine
                 _log.exception("taking a checkpoint failed; trying again later")
                 continue
