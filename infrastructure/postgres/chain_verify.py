@@ -268,8 +268,12 @@ def _check_checkpoints(
     previous, expected, trusted = _NO_PREVIOUS, 1, True
     digests: dict[int, str] = {}
     signed_by: dict[UUID, int] = {}
+    unreadable: set[int] = set()
+    gap = False
     for stored in trail.checkpoints(conn):
         if not isinstance(stored, Checkpoint):
+            unreadable.add(stored[0])
+            expected = stored[0] + 1
             report.findings.append(
                 Finding(
                     "checkpoint",
@@ -283,6 +287,7 @@ def _check_checkpoints(
         digests[stored.seq] = stored.digest
         statement = stored.statement
         if stored.seq > expected:
+            gap = True
             missing = f"{expected}" if stored.seq == expected + 1 else f"{expected}..{stored.seq - 1}"
             report.findings.append(
                 Finding("checkpoint", None, None, f"checkpoint {missing} was dropped from the database")
@@ -329,13 +334,15 @@ def _check_checkpoints(
         previous = stored.digest
         report.checkpoint = stored
     if report.checkpoint is not None and heads_root(heads).hex() != report.checkpoint.statement.get("root"):
+        why = (
+            "do not match its signed root (a checkpoint before it was dropped, its changes with it; or"
+            " they were altered)"
+            if gap
+            else "were altered (they do not match its signed root)"
+        )
         report.findings.append(
             Finding(
-                "checkpoint",
-                None,
-                None,
-                f"checkpoint {report.checkpoint.seq}: its stored stream heads were altered (they do not"
-                " match its signed root)",
+                "checkpoint", None, None, f"checkpoint {report.checkpoint.seq}: its stored stream heads {why}"
             )
         )
         heads, report.checkpoint = {}, None
@@ -343,6 +350,8 @@ def _check_checkpoints(
     for record in anchored:
         statement = record.get("statement", {})
         seq = statement.get("seq")
+        if seq in unreadable:
+            continue  # named above as altered
         if seq not in digests:
             report.findings.append(
                 Finding(

@@ -411,6 +411,19 @@ def test_a_damaged_local_anchor_file_is_said_and_the_next_checkpoint_starts_a_li
         assert run_cli(log.url, log.schema, "audit", "verify").returncode == 0
 
 
+def test_a_checkpoint_that_no_longer_reads_is_named_altered_not_also_dropped(log: Log) -> None:
+    """A checkpoint whose stored heads were damaged was named twice: "altered (it no longer
+    reads)", and "is in the anchor file but not in the database: it was dropped", which it was not."""
+    log.sql(
+        "UPDATE {checkpoints} SET heads = overlay(heads placing '\\x00'::bytea from 5 for 1) WHERE seq = 1"
+    )
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    assert result.returncode == 1, result.stderr
+    problems = [line for line in result.stderr.splitlines() if line.startswith("problem: checkpoint")]
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("problem: checkpoint: checkpoint 1 was altered (it no longer reads)")
+
+
 def test_a_checkpoint_dropped_between_two_others_is_named(log: Log, database_url: str) -> None:
     with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
         for session in ("a", "b"):
@@ -420,6 +433,12 @@ def test_a_checkpoint_dropped_between_two_others_is_named(log: Log, database_url
     result = run_cli(log.url, log.schema, "audit", "verify", "--anchors", "/dev/null")
     assert result.returncode == 1
     assert "problem: checkpoint: checkpoint 2 was dropped from the database" in result.stderr
+    # And checkpoint 3's heads, folded without checkpoint 2's, are not blamed on checkpoint 3
+    assert "checkpoint 3: its stored stream heads were altered" not in result.stderr
+    assert (
+        "checkpoint 3: its stored stream heads do not match its signed root (a checkpoint before it was"
+        in (result.stderr)
+    )
 
 
 def test_audit_chain_chains_events_stored_without_a_hash_and_says_from_where_the_chain_is_original(
