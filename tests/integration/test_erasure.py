@@ -427,3 +427,37 @@ def test_an_erasure_event_deleted_afterwards_is_named_by_audit_verify(engine: En
     # latest one, so its deletion from the stream's end went unseen: "ok")
     findings = verify_chain(engine.audit).findings
     assert [(f.kind, f.stream, f.version) for f in findings] == [("deleted", stream, 3)]
+
+
+def test_a_forget_whose_checkpoint_is_refused_still_reports_the_erasure_it_did(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Forget signs a checkpoint after destroying the keys: with a row forged elsewhere in the log
+    since the last checkpoint, that checkpoint is refused, and forget raised "checkpoint
+    refused: ..." (exit 1) though the user's keys were already destroyed."""
+    # Given a sealed session, and another one with a row inserted by SQL after a checkpoint
+    engine.start_session("s-a1", "customer_service", user_id=USER)
+    engine.start_session("s-other", "customer_service")
+    engine.audit.checkpoint()
+    other = engine.session_uuid("s-other")
+    events = Identifier(engine.settings.schema, "flowledger_events")
+    with psycopg.connect(engine.database_url, autocommit=True) as conn:
+        ((previous,),) = conn.execute(
+            SQL("SELECT event_hash FROM {} WHERE originator_id = %s").format(events), (other,)
+        ).fetchall()
+        topic = "flowledger.domain.session:Session.Completed"
+        forged = b'{"timestamp":{"_type_":"datetime_iso","_data_":"2026-01-01T00:00:00+00:00"}}'
+        conn.execute(
+            SQL(
+                "INSERT INTO {} (originator_id, originator_version, topic, state, transaction_id, event_hash,"
+                " event_mac) VALUES (%s, 2, %s, %s, pg_current_xact_id(), %s, %s)"
+            ).format(events),
+            (other, topic, forged, event_hash(bytes(previous), str(other), 2, topic, forged), bytes(32)),
+        )
+    # When the user is forgotten
+    with caplog.at_level("WARNING"):
+        report = engine.forget_session("s-a1")
+    # Then the erasure is reported as done, and the refused checkpoint is said, naming the row
+    assert (report.sessions, report.keys_destroyed) == (("s-a1",), 1)
+    assert any(f"checkpoint refused: stream {other} version 2" in r.getMessage() for r in caplog.records)
+    assert engine.get_session("s-a1").erased
