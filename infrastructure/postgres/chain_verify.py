@@ -185,6 +185,7 @@ def verify_chain(
                 report.findings.append(Finding("deleted", gone, 1, detail))
         if not since_checkpoint:
             _check_superseded(trail, conn, stream, bases, report)
+        _check_ids_issued(trail, conn, stream, report)
         report.wrong_key = report.streams > 0 and forged == report.streams and not sealed
         _name_streams(trail, conn, report)
     report.seconds = time.perf_counter() - started
@@ -536,6 +537,46 @@ def _walk(
 
 
 _SUPERSEDED_BATCH = 10_000
+
+
+def _check_ids_issued(
+    trail: AuditTrail, conn: psycopg.Connection[Any], stream: UUID | None, report: ChainReport
+) -> None:
+    """Name a row whose notification id lies past the last id the log's sequence issued: only
+    an edit puts it there, and the chain does not cover log positions, so its hashes still
+    check. A follower that passed it would skip every event appended after it (their ids
+    come from the sequence, below it)."""
+    events = trail.table(trail.names.events)
+    qualified = events.as_string(conn)
+    try:
+        with conn.transaction():  # a savepoint: a role that may not read the sequence skips this
+            found = conn.execute(
+                "SELECT pg_get_serial_sequence(%s, 'notification_id')", (qualified,)
+            ).fetchone()
+            if found is None or found[0] is None:
+                return  # ids from no sequence of the log's own: nothing to compare with
+            last = conn.execute(SQL("SELECT last_value, is_called FROM {}").format(SQL(found[0]))).fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        return
+    if last is None:
+        return
+    where = SQL(" WHERE originator_id = %s") if stream is not None else SQL("")
+    params = [stream] if stream is not None else []
+    issued = int(last[0]) if last[1] else int(last[0]) - 1
+    beyond = conn.execute(
+        SQL(
+            "SELECT originator_id, originator_version, notification_id FROM {}{} "
+            "ORDER BY notification_id DESC LIMIT 1"
+        ).format(events, where),
+        params,
+    ).fetchone()
+    if beyond is not None and int(beyond[2]) > issued:
+        detail = (
+            f"moved rows: its log position {int(beyond[2]):,} lies past the last one the log's sequence"
+            f" issued ({issued:,}): its notification id was changed, and a follower that read it would"
+            " skip every event appended after it"
+        )
+        report.findings.append(Finding("reordered", beyond[0], int(beyond[1]), detail))
 
 
 def _check_superseded(

@@ -173,6 +173,16 @@ def swap_positions(log: Log) -> None:
     log.sql(move, held[4], log.victim, 3)
 
 
+def move_last_ahead(log: Log) -> None:
+    """Move the victim's last event far ahead in the log, past any id the sequence issued: every
+    hash still checks, and a follower that read it would skip every event appended after it."""
+    log.sql(
+        "UPDATE {events} SET notification_id = notification_id + 1000 WHERE originator_id = %s"
+        " AND originator_version = 5",
+        log.victim,
+    )
+
+
 TAMPERING: list[tuple[Callable[[Log], None], str, int, str]] = [
     # (the change, the finding's kind (stable, for scripts), its version, what its line says)
     (edit_cost, "altered", 2, "altered row: its topic or payload is not what was written"),
@@ -184,6 +194,7 @@ TAMPERING: list[tuple[Callable[[Log], None], str, int, str]] = [
     (change_topic_to_completed, "altered", 3, "altered row: its topic or payload is not what was written"),
     (truncate_tail, "deleted", 3, "dropped rows: version 3..5 deleted at the end"),
     (edit_and_rehash, "forged", 3, "altered row: altered in place and re-hashed without the chain key"),
+    (move_last_ahead, "reordered", 5, "lies past the last one the log's sequence issued"),
 ]
 
 
