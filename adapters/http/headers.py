@@ -94,6 +94,14 @@ def foreign_post(request: Request) -> str | None:
     return None
 
 
+ANSWER_HEADERS: tuple[tuple[str, str], ...] = (
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "SAMEORIGIN"),
+    ("referrer-policy", "no-referrer"),
+)
+"""What every answer carries (``SecurityHeaders``; the 431 written before the app, ``protocol.py``)."""
+
+
 class SecurityHeaders:
     """Adds to every answer ``Cache-Control: no-store`` (pages and answers carry a tenant's data,
     which no browser or proxy cache should keep; the API documents' scripts under ``static``
@@ -113,11 +121,7 @@ class SecurityHeaders:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 given = Headers(raw=message.get("headers", []))
-                added = {
-                    "x-content-type-options": "nosniff",
-                    "x-frame-options": "SAMEORIGIN",
-                    "referrer-policy": "no-referrer",
-                }
+                added = dict(ANSWER_HEADERS)
                 if not cached:
                     added["cache-control"] = "no-store"
                 if not given.get("content-type", "").startswith("text/html"):

@@ -19,6 +19,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from flowledger.adapters.http.errors import error_body
+from flowledger.adapters.http.headers import ANSWER_HEADERS, ANSWER_POLICY
 
 MAX_HEAD_BYTES = 64 * 1024
 """The most bytes a request may send before its headers end: its request line and headers."""
@@ -82,6 +83,9 @@ def refuse_head(transport: asyncio.Transport, server_state: ServerState) -> None
         content.extend([name, b": ", value, b"\r\n"])
     content.extend(
         [
+            *(f"{name}: {value}\r\n".encode("ascii") for name, value in ANSWER_HEADERS),
+            b"cache-control: no-store\r\n",
+            b"content-security-policy: " + ANSWER_POLICY.encode("ascii") + b"\r\n",
             b"content-type: application/json\r\n",
             b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
             b"connection: close\r\n",

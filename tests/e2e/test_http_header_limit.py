@@ -29,8 +29,8 @@ def server(
         yield base, request.param
 
 
-def _answer(base: str, header_bytes: int) -> tuple[int, bytes]:
-    """The status and body answered to a GET carrying one extra header of ``header_bytes``."""
+def _answer(base: str, header_bytes: int) -> tuple[int, bytes, bytes]:
+    """The status, headers and body answered to a GET carrying one extra header of ``header_bytes``."""
     port = int(base.rsplit(":", 1)[1])
     head = (
         f"GET /v1/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-API-Key: {WRITER}\r\n"
@@ -51,7 +51,8 @@ def _answer(base: str, header_bytes: int) -> tuple[int, bytes]:
             pass
     assert answer, "the server answered nothing"
     status_line, _, rest = answer.partition(b"\r\n")
-    return int(status_line.split(b" ", 2)[1]), rest.partition(b"\r\n\r\n")[2]
+    headers, _, body = rest.partition(b"\r\n\r\n")
+    return int(status_line.split(b" ", 2)[1]), headers.lower(), body
 
 
 def test_a_request_whose_headers_pass_the_bound_is_refused_and_one_within_it_served(
@@ -60,7 +61,7 @@ def test_a_request_whose_headers_pass_the_bound_is_refused_and_one_within_it_ser
     base, parser = server
     # When a request carries headers past the bound (httptools read any size: a 50 MB header
     # was read whole and answered 200, the server's memory doubled; h11 stopped at 16 KiB)
-    status, body = _answer(base, 4 * MAX_HEAD_BYTES)
+    status, headers, body = _answer(base, 4 * MAX_HEAD_BYTES)
     # Then it is refused before it reaches the app: 431 in the envelope, under either parser
     # (h11 answered uvicorn's own plain 400)
     assert status == 431, (parser, body)
@@ -68,8 +69,17 @@ def test_a_request_whose_headers_pass_the_bound_is_refused_and_one_within_it_ser
         "success": False,
         "error": f"the request's line and headers are larger than the limit of {MAX_HEAD_BYTES:,} bytes",
     }
+    # With the headers every answer of the service carries (it never reaches the app's layers)
+    for header in (
+        b"x-content-type-options: nosniff",
+        b"x-frame-options: sameorigin",
+        b"referrer-policy: no-referrer",
+        b"cache-control: no-store",
+        b"content-security-policy: ",
+    ):
+        assert header in headers, (parser, headers)
     # And headers within it are served under both parsers alike (h11 refused 32 KiB)
-    status, body = _answer(base, MAX_HEAD_BYTES // 2)
+    status, _, body = _answer(base, MAX_HEAD_BYTES // 2)
     assert status == 200, body
 
 
