@@ -38,9 +38,12 @@ digits dropped the last digit of 987,654,321,987 tokens at a 17-digit price."""
 
 @dataclass(frozen=True, kw_only=True)
 class TokenCounts:
-    """A call's tokens as OpenAI reports them: ``input_tokens`` include the cache reads and the
-    cache writes, ``output_tokens`` the reasoning ones. ``cache_creation_1h_input_tokens`` is
-    the part of ``cache_creation_input_tokens`` written with a one-hour lifetime."""
+    """A call's tokens as OpenAI reports them: ``input_tokens`` include the cache reads, the
+    cache writes and the audio input, ``output_tokens`` the reasoning and the audio output.
+    ``cache_creation_1h_input_tokens`` is the part of ``cache_creation_input_tokens`` written
+    with a one-hour lifetime. ``audio_input_tokens`` are the uncached audio input tokens (apart
+    from the cache reads and writes), ``audio_output_tokens`` the audio output (apart from the
+    reasoning)."""
 
     input_tokens: int
     output_tokens: int
@@ -48,6 +51,8 @@ class TokenCounts:
     reasoning_output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_creation_1h_input_tokens: int = 0
+    audio_input_tokens: int = 0
+    audio_output_tokens: int = 0
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -65,6 +70,15 @@ class TokenCounts:
         if self.cache_creation_1h_input_tokens > self.cache_creation_input_tokens:
             raise ValidationError(
                 "cache_creation_1h_input_tokens", "must be between 0 and cache_creation_input_tokens"
+            )
+        cached = self.cache_read_input_tokens + self.cache_creation_input_tokens
+        if cached + self.audio_input_tokens > self.input_tokens:
+            raise ValidationError(
+                "audio_input_tokens", "cache reads, cache writes and audio input cannot exceed input_tokens"
+            )
+        if self.reasoning_output_tokens + self.audio_output_tokens > self.output_tokens:
+            raise ValidationError(
+                "audio_output_tokens", "reasoning plus audio output cannot exceed output_tokens"
             )
 
 
@@ -86,7 +100,8 @@ class ModelPrice:
 
     Only the input and output prices are required. A missing rate falls back: cache reads and
     five-minute cache writes to the input rate, one-hour writes to the five-minute rate,
-    reasoning to the output rate, and each ``…_above_200k_tokens`` rate to its base rate.
+    reasoning to the output rate, audio input and output to the (text) input and output rates,
+    and each ``…_above_200k_tokens`` rate to its base rate.
     """
 
     input_cost_per_token: Decimal
@@ -100,6 +115,8 @@ class ModelPrice:
     cache_read_input_token_cost_above_200k_tokens: Decimal | None = None
     cache_creation_input_token_cost_above_200k_tokens: Decimal | None = None
     cache_creation_input_token_cost_above_1hr_above_200k_tokens: Decimal | None = None
+    input_cost_per_audio_token: Decimal | None = None
+    output_cost_per_audio_token: Decimal | None = None
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -136,6 +153,8 @@ class ModelPrice:
         reasoning_output_tokens: int = 0,
         cache_creation_input_tokens: int = 0,
         cache_creation_1h_input_tokens: int = 0,
+        audio_input_tokens: int = 0,
+        audio_output_tokens: int = 0,
     ) -> Decimal:
         """The exact cost of one call (see ``cost_of``)."""
         tokens = TokenCounts(
@@ -145,27 +164,36 @@ class ModelPrice:
             reasoning_output_tokens=reasoning_output_tokens,
             cache_creation_input_tokens=cache_creation_input_tokens,
             cache_creation_1h_input_tokens=cache_creation_1h_input_tokens,
+            audio_input_tokens=audio_input_tokens,
+            audio_output_tokens=audio_output_tokens,
         )
         return cost_of(tokens, self)
 
     def most(self, *, input_tokens: int, output_tokens: int) -> Decimal:
         """The most a call of ``input_tokens`` in and at most ``output_tokens`` out can cost,
         whatever the provider then reports them as: the input all at the dearest input-side
-        type (plain, cache read, a five-minute or one-hour cache write), the output all at the
-        dearer of output and reasoning. A one-hour cache write costs twice the input at
-        Anthropic: a prompt the provider writes to the cache priced at the input rate held
-        half of what it cost (``OpenAICompatibleClient.max_cost``)."""
-        n = input_tokens
+        type (plain, cache read, a five-minute or one-hour cache write, audio), the output all
+        at the dearest of output, reasoning and audio. A one-hour cache write costs twice the
+        input at Anthropic: a prompt the provider writes to the cache priced at the input rate
+        held half of what it cost (``OpenAICompatibleClient.max_cost``); audio input costs 16
+        times the text input at OpenAI's gpt-4o-audio-preview."""
+        n, m = input_tokens, output_tokens
         inputs: tuple[dict[str, int], ...] = (
             {},  # plain input
             {"cache_read_input_tokens": n},
             {"cache_creation_input_tokens": n},
             {"cache_creation_input_tokens": n, "cache_creation_1h_input_tokens": n},
+            {"audio_input_tokens": n},
+        )
+        outputs: tuple[dict[str, int], ...] = (
+            {},  # plain output
+            {"reasoning_output_tokens": m},
+            {"audio_output_tokens": m},
         )
         return max(
-            self.cost(input_tokens=n, output_tokens=output_tokens, reasoning_output_tokens=thought, **split)
+            self.cost(input_tokens=n, output_tokens=m, **split, **said)
             for split in inputs
-            for thought in (0, output_tokens)
+            for said in outputs
         )
 
     @property
@@ -206,8 +234,8 @@ def _first(*rates: Decimal | None) -> Decimal:
 def cost_of(tokens: TokenCounts, price: ModelPrice, *, long_context: bool | None = None) -> Decimal:
     """What ``tokens`` cost at ``price``: each token type at its own rate, never on the total.
 
-    Cache reads and cache writes are split out of ``input_tokens`` and reasoning out of
-    ``output_tokens`` before pricing. Above ``LONG_CONTEXT_TOKENS`` input tokens every type
+    Cache reads, cache writes and audio are split out of ``input_tokens``, and reasoning and
+    audio out of ``output_tokens``, before pricing. Above ``LONG_CONTEXT_TOKENS`` input tokens every type
     takes its long-context rate where the model has one. Within a tier the rule is linear:
     the cost of summed counts is the sum of costs, when ``long_context`` says which tier
     the calls summed were in (None: decide from ``tokens``, one call's counts).
@@ -239,12 +267,15 @@ def _cost_of(tokens: TokenCounts, price: ModelPrice, long_context: bool | None) 
         write_rate,
     )
     reasoning_rate = _first(p.output_cost_per_reasoning_token, output_rate)
+    audio_in_rate = _first(p.input_cost_per_audio_token, input_rate)
+    audio_out_rate = _first(p.output_cost_per_audio_token, output_rate)
     written_1h = tokens.cache_creation_1h_input_tokens
     written_5m = tokens.cache_creation_input_tokens - written_1h
+    audio_in, audio_out = tokens.audio_input_tokens, tokens.audio_output_tokens
     uncached = tokens.input_tokens - tokens.cache_read_input_tokens - tokens.cache_creation_input_tokens
-    cost = uncached * input_rate
+    cost = (uncached - audio_in) * input_rate + audio_in * audio_in_rate
     cost += tokens.cache_read_input_tokens * read_rate
     cost += written_5m * write_rate + written_1h * write_1h_rate
-    cost += (tokens.output_tokens - tokens.reasoning_output_tokens) * output_rate
-    cost += tokens.reasoning_output_tokens * reasoning_rate
+    cost += (tokens.output_tokens - tokens.reasoning_output_tokens - audio_out) * output_rate
+    cost += tokens.reasoning_output_tokens * reasoning_rate + audio_out * audio_out_rate
     return cost

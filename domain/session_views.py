@@ -247,6 +247,8 @@ class Totals:
     cache_read_input_tokens: int = 0
     reasoning_output_tokens: int = 0
     cost_usd: Decimal = Decimal("0")
+    audio_input_tokens: int = 0
+    audio_output_tokens: int = 0
 
     def add(self, usage: LlmUsage | None) -> Totals:
         """These totals with one more call's usage added."""
@@ -261,6 +263,8 @@ class Totals:
             cache_read_input_tokens=self.cache_read_input_tokens + usage.cache_read_input_tokens,
             reasoning_output_tokens=self.reasoning_output_tokens + usage.reasoning_output_tokens,
             cost_usd=cost_usd,
+            audio_input_tokens=self.audio_input_tokens + usage.audio_input_tokens,
+            audio_output_tokens=self.audio_output_tokens + usage.audio_output_tokens,
         )
 
 

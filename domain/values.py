@@ -95,7 +95,9 @@ class LlmUsage:
     billed for tokens the provider never reported: an answer without usage, a reply or stream
     lost before its usage came. The token counts do not hold them, so no price table can
     price the call: it is ``unpriced``, and a repricing leaves it so). ``attempts`` counts the
-    requests made: 0 for a call refused before any (the endpoint's breaker open).
+    requests made: 0 for a call refused before any (the endpoint's breaker open);
+    ``audio_input_tokens`` (the uncached audio part of ``input_tokens``) and
+    ``audio_output_tokens`` (the audio part of ``output_tokens``, apart from the reasoning).
     """
 
     provider: str = "unknown"
@@ -118,6 +120,8 @@ class LlmUsage:
     cost_source: str = ""
     retried_cost_usd: Decimal = Decimal("0")
     billed_unreported: bool = False
+    audio_input_tokens: int = 0
+    audio_output_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -138,6 +142,8 @@ class LlmUsage:
             "attempts",
             "cache_creation_input_tokens",
             "cache_creation_1h_input_tokens",
+            "audio_input_tokens",
+            "audio_output_tokens",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -154,6 +160,19 @@ class LlmUsage:
         if self.cache_creation_1h_input_tokens > self.cache_creation_input_tokens:
             raise ValidationError(
                 "usage.cache_creation_1h_input_tokens", "cannot exceed cache_creation_input_tokens"
+            )
+        if self.cache_read_input_tokens + self.cache_creation_input_tokens + self.audio_input_tokens > (
+            self.input_tokens
+        ):
+            raise ValidationError(
+                "usage.audio_input_tokens",
+                "cache reads, cache writes and audio input cannot exceed input_tokens (which include them)",
+            )
+        audio_out = self.audio_output_tokens
+        if audio_out and self.reasoning_output_tokens + audio_out > self.output_tokens:
+            raise ValidationError(
+                "usage.audio_output_tokens",
+                "reasoning plus audio output cannot exceed output_tokens (which include them)",
             )
         for name in ("unpriced", "billed_unreported"):
             if not isinstance(getattr(self, name), bool):
@@ -247,6 +266,8 @@ _LATER_FIELDS: tuple[tuple[str, Any], ...] = (
     ("cost_source", ""),
     ("retried_cost_usd", Decimal("0")),
     ("billed_unreported", False),
+    ("audio_input_tokens", 0),
+    ("audio_output_tokens", 0),
 )
 """LlmUsage fields added after release 0.1.0, with their defaults."""
 

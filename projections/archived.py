@@ -25,6 +25,7 @@ once for all of them (``check_seals``), not once per projection.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -80,12 +81,22 @@ def fold_bases(
         _check_seals(cur, store, fits, key)
     for table in tables_of(projection):
         target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
+        rows = SQL("b.projection_rows -> {p} -> 'tables' -> {t}").format(
+            p=Literal(projection.name), t=Literal(table)
+        )
+        defaults = projection.base_defaults.get(table)
+        if defaults:  # a row captured before a column was added takes its default, not NULL
+            rows = SQL("(SELECT jsonb_agg({d}::jsonb || e) FROM jsonb_array_elements({rows}) AS e)").format(
+                d=Literal(json.dumps(defaults)), rows=rows
+            )
         cur.execute(
             SQL(
                 "INSERT INTO {target} SELECT r.* FROM {bases} b,"
-                " jsonb_populate_recordset(NULL::{target}, b.projection_rows -> {p} -> 'tables' -> {t}) r"
+                " jsonb_populate_recordset(NULL::{target}, {rows}) r"
                 " WHERE {fits} AND b.projection_rows -> {p} -> 'tables' ? {t}"
-            ).format(target=target, bases=bases, p=Literal(projection.name), t=Literal(table), fits=fits)
+            ).format(
+                target=target, bases=bases, rows=rows, p=Literal(projection.name), t=Literal(table), fits=fits
+            )
         )
     projection.rebased(cur, schema)
     return sessions

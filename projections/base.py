@@ -58,6 +58,11 @@ class Projection(ABC):
     unchanged (a bump that changed only derived tables): their bases are used as this
     version's (``projections/archived.py``)."""
 
+    base_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
+    """Per table, the columns added since a ``base_versions`` version (a new token type), with
+    the value a row captured before them takes (their ``DEFAULT``): a base's rows are read as
+    JSON, where a key left out would be NULL."""
+
     handles: ClassVar[tuple[type[Any], ...]]
     """Event classes whose events change this projection's rows; an aggregate class stands
     for every event class it defines."""

@@ -69,6 +69,8 @@ CALL_COLUMNS: tuple[Column, ...] = (
     ("cost_source", "text"),
     ("retried_cost_usd", "numeric"),
     ("task_priority", "text"),
+    ("audio_input_tokens", "bigint"),
+    ("audio_output_tokens", "bigint"),
 )
 
 DDL = """
@@ -107,7 +109,9 @@ CREATE TABLE {s}.llm_calls (
     unpriced boolean NOT NULL DEFAULT false,
     cost_source text,
     retried_cost_usd numeric NOT NULL DEFAULT 0,
-    task_priority text
+    task_priority text,
+    audio_input_tokens bigint NOT NULL DEFAULT 0,
+    audio_output_tokens bigint NOT NULL DEFAULT 0
 );
 CREATE INDEX ON {s}.llm_calls (tenant, occurred_at);
 CREATE INDEX ON {s}.llm_calls (tenant, workflow, occurred_at);
@@ -121,9 +125,12 @@ class CostDashboard(Projection):
     exposed = ("llm_calls", "cost_rollups")
     ddl = DDL + ROLLUP_DDL
     # 2: tenant on every row; 3: cache writes, unpriced, retried attempts; 4: cost_rollups;
-    # 5: a task call's priority when it was made
-    schema_version = 5
-    base_versions = (4,)  # an archived session's v4 rows fit: the new columns are a task's (NULL)
+    # 5: a task call's priority when it was made; 6: audio input and output tokens (priced apart)
+    schema_version = 6
+    # An archived session's v4 and v5 rows fit: task_priority is a task's (NULL), and a call
+    # captured before the audio columns had no audio tokens read (0).
+    base_versions = (4, 5)
+    base_defaults = {"llm_calls": {"audio_input_tokens": 0, "audio_output_tokens": 0}}
 
     def __init__(self) -> None:
         self._repricings = RepricingCache()
@@ -216,6 +223,8 @@ class CostDashboard(Projection):
                     usage.cost_source or None if usage else None,
                     priced.retried_cost_usd if priced else 0,
                     priority_at[envelope.id] if call.source == "task" else None,
+                    usage.audio_input_tokens if usage else 0,
+                    usage.audio_output_tokens if usage else 0,
                 )
             )
         write_rows(cur, schema, "llm_calls", CALL_COLUMNS, rows)

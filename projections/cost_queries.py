@@ -73,6 +73,10 @@ class DashboardRow:
     """Calls whose cost is not known (no price, or billed for tokens not reported): ``cost_usd``
     leaves that out, so it is a lower bound."""
     cache_creation_tokens: int = 0
+    audio_input_tokens: int = 0
+    """The audio part of ``input_tokens`` (priced at the model's audio input rate)."""
+    audio_output_tokens: int = 0
+    """The audio part of ``output_tokens``."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,8 @@ def dashboard(
         WITH calls AS (
             SELECT {groups}, error_type, input_tokens, output_tokens, cache_read_input_tokens,
                    reasoning_output_tokens, cost_usd + retried_cost_usd AS cost_usd, latency_ms,
-                   cost_usd AS answer_usd, retried_cost_usd, unpriced, cache_creation_input_tokens
+                   cost_usd AS answer_usd, retried_cost_usd, unpriced, cache_creation_input_tokens,
+                   audio_input_tokens, audio_output_tokens
             FROM {reader}.llm_calls
             WHERE tenant = %(tenant)s
               AND occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
@@ -173,7 +178,8 @@ def dashboard(
                coalesce(sum(answer_usd) FILTER (WHERE error_type IS NULL), 0),
                coalesce(sum(retried_cost_usd) FILTER (WHERE error_type IS NULL), 0),
                coalesce(sum(cost_usd) FILTER (WHERE error_type IS NOT NULL), 0),
-               count(*) FILTER (WHERE unpriced), sum(cache_creation_input_tokens)
+               count(*) FILTER (WHERE unpriced), sum(cache_creation_input_tokens),
+               sum(audio_input_tokens), sum(audio_output_tokens)
         FROM calls LEFT JOIN errors USING ({keys})
         GROUP BY {keys}
     """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=keys)
@@ -202,6 +208,8 @@ def dashboard(
                 failed_cost_usd=n[14],
                 unpriced_calls=n[15],
                 cache_creation_tokens=int(n[16]),
+                audio_input_tokens=int(n[17]),
+                audio_output_tokens=int(n[18]),
             )
         )
     return costliest_first(result)
@@ -266,7 +274,8 @@ def reprice(
                    c.input_tokens > %(long)s AS long_context, c.unpriced,
                    c.input_tokens, c.output_tokens, c.cache_read_input_tokens,
                    c.reasoning_output_tokens, c.cache_creation_input_tokens,
-                   c.cache_creation_1h_input_tokens, c.cost_usd
+                   c.cache_creation_1h_input_tokens, c.audio_input_tokens, c.audio_output_tokens,
+                   c.cost_usd
             FROM {reader}.llm_calls AS c
             WHERE c.tenant = %(tenant)s
               AND occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)
@@ -274,7 +283,8 @@ def reprice(
         SELECT {keys}, priced_request_model, priced_model, long_context, unpriced, count(*),
                coalesce(sum(cost_usd), 0), sum(input_tokens), sum(output_tokens),
                sum(cache_read_input_tokens), sum(reasoning_output_tokens),
-               sum(cache_creation_input_tokens), sum(cache_creation_1h_input_tokens)
+               sum(cache_creation_input_tokens), sum(cache_creation_1h_input_tokens),
+               sum(audio_input_tokens), sum(audio_output_tokens)
         FROM calls GROUP BY {keys}, priced_request_model, priced_model, long_context, unpriced
         ORDER BY {keys}
     """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=_keys(len(by)))

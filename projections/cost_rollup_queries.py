@@ -161,4 +161,6 @@ def _row(group: tuple[Any, ...], total: dict[str, Any], histogram: list[tuple[in
         failed_cost_usd=failed_cost_usd,
         unpriced_calls=int(sums["unpriced_calls"]),
         cache_creation_tokens=int(sums["cache_creation_input_tokens"]),
+        audio_input_tokens=int(sums["audio_input_tokens"]),
+        audio_output_tokens=int(sums["audio_output_tokens"]),
     )

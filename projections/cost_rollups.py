@@ -28,6 +28,8 @@ MEASURES: tuple[tuple[str, str, str], ...] = (
     ("reasoning_output_tokens", "reasoning_output_tokens", "bigint"),
     ("cache_creation_input_tokens", "cache_creation_input_tokens", "bigint"),
     ("cache_creation_1h_input_tokens", "cache_creation_1h_input_tokens", "bigint"),
+    ("audio_input_tokens", "audio_input_tokens", "bigint"),
+    ("audio_output_tokens", "audio_output_tokens", "bigint"),
     ("cost_usd", "cost_usd", "numeric"),
     ("retried_cost_usd", "retried_cost_usd", "numeric"),
     ("unpriced_calls", "unpriced::integer", "bigint"),

@@ -46,6 +46,8 @@ COLUMNS: tuple[Column, ...] = (
     ("updated_at", "timestamptz"),
     ("expires_at", "timestamptz"),
     ("version", "integer"),
+    ("audio_input_tokens", "bigint"),
+    ("audio_output_tokens", "bigint"),
 )
 
 DDL = """
@@ -71,7 +73,9 @@ CREATE TABLE {s}.sessions (
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL,
     expires_at timestamptz NOT NULL,
-    version integer NOT NULL
+    version integer NOT NULL,
+    audio_input_tokens bigint NOT NULL DEFAULT 0,
+    audio_output_tokens bigint NOT NULL DEFAULT 0
 );
 CREATE INDEX ON {s}.sessions (tenant, session_id);
 CREATE INDEX ON {s}.sessions (workflow, status);
@@ -104,6 +108,8 @@ def started_row(event: Session.Started) -> Row:
         "updated_at": event.timestamp,
         "expires_at": event.expires_at,
         "version": event.originator_version,
+        "audio_input_tokens": 0,
+        "audio_output_tokens": 0,
     }
 
 
@@ -115,6 +121,8 @@ def _add_usage(row: Row, usage: LlmUsage | None) -> None:
     row["output_tokens"] += usage.output_tokens
     row["cache_read_input_tokens"] += usage.cache_read_input_tokens
     row["reasoning_output_tokens"] += usage.reasoning_output_tokens
+    row["audio_input_tokens"] += usage.audio_input_tokens
+    row["audio_output_tokens"] += usage.audio_output_tokens
     row["cost_usd"] = charged(row["cost_usd"], usage)
 
 
@@ -202,9 +210,11 @@ class CurrentState(Projection):
     # 2: a task's cost counts its discarded (paid) classification calls; 3: a requeue sets the
     # task's new deadline and clears its escalation reason (sessions' rows unchanged); 4: a
     # session's and a task's cost count what their retried attempts were billed (charged_usd), as
-    # the session's totals and the cost dashboard do (archived v2/v3 rows keep the cost they had)
-    schema_version = 4
-    base_versions = (2, 3)
+    # the session's totals and the cost dashboard do (archived v2/v3 rows keep the cost they had);
+    # 5: a session's audio input and output tokens (archived rows from before had none read: 0)
+    schema_version = 5
+    base_versions = (2, 3, 4)
+    base_defaults = {"sessions": {"audio_input_tokens": 0, "audio_output_tokens": 0}}
     exposed = ("sessions", "tasks", "agents")
     ddl = DDL + work_rows.DDL
     handles = (Session, Task, Agent)

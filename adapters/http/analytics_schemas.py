@@ -33,6 +33,8 @@ class DashboardRowOut(Described):
     failed_cost_usd: str
     unpriced_calls: int = Field(description="Calls with no known cost: cost_usd leaves them out")
     cache_creation_tokens: int
+    audio_input_tokens: int = Field(default=0, description="The audio part of input_tokens")
+    audio_output_tokens: int = Field(default=0, description="The audio part of output_tokens")
     reprice_as: str | None = Field(default=None, description="With reprice_as: the model priced at")
     priced_calls: int | None = Field(default=None, description="With reprice_as: the calls it could price")
     repriced_cost_usd: str | None = Field(

@@ -283,6 +283,12 @@ class UsageIn(Body):
         description="Billed for tokens the provider did not report (no usage in the reply, a reply "
         "lost before it): the cost stays unknown under any prices. Needs unpriced.",
     )
+    audio_input_tokens: Integer = Field(
+        default=0, ge=0, le=MAX_TOKENS, description="The uncached audio part of input_tokens."
+    )
+    audio_output_tokens: Integer = Field(
+        default=0, ge=0, le=MAX_TOKENS, description="The audio part of output_tokens."
+    )
 
     def to_usage(self) -> LlmUsage:
         """The domain value object."""
@@ -428,6 +434,8 @@ class TotalsOut(BaseModel):
     cache_read_input_tokens: int
     reasoning_output_tokens: int
     cost_usd: str
+    audio_input_tokens: int = 0
+    audio_output_tokens: int = 0
 
 
 class SessionOut(BaseModel):
@@ -476,6 +484,8 @@ class SessionOut(BaseModel):
                 cache_read_input_tokens=totals.cache_read_input_tokens,
                 reasoning_output_tokens=totals.reasoning_output_tokens,
                 cost_usd=plain_decimal(totals.cost_usd),
+                audio_input_tokens=totals.audio_input_tokens,
+                audio_output_tokens=totals.audio_output_tokens,
             ),
             resolution=state.resolution,
             created_at=state.created_at,

@@ -300,8 +300,8 @@ class OpenAICompatibleClient:
 
     def max_cost(self, model: str | None, messages: list[dict[str, Any]]) -> CallEstimate:
         """The most a call can cost (CostEstimator): the prompt's estimated tokens at the dearest
-        input-side price (input, or a cache write when the model's is dearer) plus ``max_tokens``
-        at the output price (the reasoning price, when dearer): ``ModelPrice.most``, under the
+        input-side price (input, audio, or a cache write when dearer) plus ``max_tokens``
+        at the output price (the reasoning or audio price, when dearer): ``ModelPrice.most``, under the
         price table's name for the model. A model without a price, when the config flags
         such calls (``unpriced_models="flag"``), holds nothing: its cost is not known."""
         name = model or self.config.default_model

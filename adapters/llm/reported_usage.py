@@ -1,21 +1,25 @@
 """Reading a reply's usage object in OpenAI's, Anthropic's or Gemini's shape into one set of counts.
 
-Counts follow the OpenTelemetry GenAI fields (``input_tokens`` include cache reads and cache
-writes, ``output_tokens`` include reasoning). The shapes:
+Counts follow the OpenTelemetry GenAI fields (``input_tokens`` include cache reads, cache
+writes and audio, ``output_tokens`` include reasoning and audio). The shapes:
 
 - OpenAI chat completions (and the proxies that speak it: LiteLLM, OpenRouter): ``prompt_tokens``
   (cache included), ``prompt_tokens_details.cached_tokens``,
   ``completion_tokens_details.reasoning_tokens``; cache writes as ``cache_creation_input_tokens``
   (LiteLLM, with ``cache_creation_token_details``) or ``prompt_tokens_details.cache_write_tokens``
   (OpenRouter); OpenRouter's own charge as ``cost`` (USD); DeepSeek's cache hits as
-  ``prompt_cache_hit_tokens`` when ``cached_tokens`` is not given.
+  ``prompt_cache_hit_tokens`` when ``cached_tokens`` is not given; audio as
+  ``prompt_tokens_details.audio_tokens`` (less ``cached_tokens_details.audio_tokens``, the cached
+  part) and ``completion_tokens_details.audio_tokens``.
 - OpenAI responses: ``input_tokens`` (cache included) with ``input_tokens_details``.
 - Anthropic messages: ``input_tokens`` *excluding* ``cache_read_input_tokens`` and
   ``cache_creation_input_tokens``, the writes split by lifetime in
   ``cache_creation.ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``.
 - Gemini ``usageMetadata``: ``promptTokenCount`` (cached content included, plus
   ``toolUsePromptTokenCount``), ``candidatesTokenCount`` plus ``thoughtsTokenCount``,
-  ``cachedContentTokenCount``; the SDK's snake_case names too.
+  ``cachedContentTokenCount``; audio as the ``modality: "AUDIO"`` entries of
+  ``promptTokensDetails`` (less those of ``cacheTokensDetails``) and ``candidatesTokensDetails``;
+  the SDK's snake_case names too.
 
 A count is a whole number from 0 to ``MAX_TOKENS`` (10^12, what the ledger stores), sent as an
 integer, an integer-valued float (``1000.0``) or a string of ASCII digits (``"1000"``); one
@@ -47,6 +51,8 @@ class ReportedUsage:
     reasoning_output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_creation_1h_input_tokens: int = 0
+    audio_input_tokens: int = 0
+    audio_output_tokens: int = 0
     provider_cost_usd: Decimal | None = None
     reported: bool = False
     unreadable: tuple[str, ...] = ()
@@ -60,6 +66,8 @@ class ReportedUsage:
             "reasoning_output_tokens": self.reasoning_output_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "cache_creation_1h_input_tokens": self.cache_creation_1h_input_tokens,
+            "audio_input_tokens": self.audio_input_tokens,
+            "audio_output_tokens": self.audio_output_tokens,
         }
 
 
@@ -101,6 +109,12 @@ def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
         reasoning=read(completion_details, "reasoning_tokens"),
         writes=writes,
         writes_1h=read(lifetimes, "ephemeral_1h_input_tokens"),
+        audio_in=max(
+            read(prompt_details, "audio_tokens")
+            - read(_object(prompt_details.get("cached_tokens_details")), "audio_tokens"),
+            0,
+        ),
+        audio_out=read(completion_details, "audio_tokens"),
         cost=_money(usage.get("cost")),
     )
 
@@ -139,7 +153,20 @@ def _gemini(usage: dict[str, Any]) -> ReportedUsage:
     def field(camel: str, snake: str) -> int:
         return read(usage, camel if camel in usage else snake)
 
+    def audio(camel: str, snake: str) -> int:
+        """The tokens of the ``AUDIO`` entries of one per-modality list."""
+        entries = usage.get(camel if camel in usage else snake)
+        if not isinstance(entries, list):
+            return 0
+        return sum(
+            read(entry, "tokenCount" if "tokenCount" in entry else "token_count")
+            for entry in entries
+            if isinstance(entry, dict) and str(entry.get("modality", "")).upper() == "AUDIO"
+        )
+
     thoughts = field("thoughtsTokenCount", "thoughts_token_count")
+    prompt_audio = audio("promptTokensDetails", "prompt_tokens_details")
+    cached_audio = audio("cacheTokensDetails", "cache_tokens_details")
     return _clamped(
         read,
         input_tokens=field("promptTokenCount", "prompt_token_count")
@@ -147,6 +174,8 @@ def _gemini(usage: dict[str, Any]) -> ReportedUsage:
         output_tokens=field("candidatesTokenCount", "candidates_token_count") + thoughts,
         cached=field("cachedContentTokenCount", "cached_content_token_count"),
         reasoning=thoughts,
+        audio_in=max(prompt_audio - cached_audio, 0),
+        audio_out=audio("candidatesTokensDetails", "candidates_tokens_details"),
     )
 
 
@@ -191,17 +220,22 @@ def _clamped(
     reasoning: int = 0,
     writes: int = 0,
     writes_1h: int = 0,
+    audio_in: int = 0,
+    audio_out: int = 0,
     cost: Decimal | None = None,
 ) -> ReportedUsage:
     cached = min(cached, input_tokens)
     writes = min(writes, input_tokens - cached)
+    reasoning = min(reasoning, output_tokens)
     return ReportedUsage(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cache_read_input_tokens=cached,
-        reasoning_output_tokens=min(reasoning, output_tokens),
+        reasoning_output_tokens=reasoning,
         cache_creation_input_tokens=writes,
         cache_creation_1h_input_tokens=min(writes_1h, writes),
+        audio_input_tokens=min(audio_in, input_tokens - cached - writes),
+        audio_output_tokens=min(audio_out, output_tokens - reasoning),
         provider_cost_usd=cost,
         reported=True,
         unreadable=tuple(read.unreadable),

@@ -379,6 +379,8 @@ class RetentionService:
                         "output_tokens": totals.output_tokens,
                         "cache_read_input_tokens": totals.cache_read_input_tokens,
                         "reasoning_output_tokens": totals.reasoning_output_tokens,
+                        "audio_input_tokens": totals.audio_input_tokens,
+                        "audio_output_tokens": totals.audio_output_tokens,
                         "cost_usd": str(totals.cost_usd),
                     },
                     snapshot_topic=stored.topic,

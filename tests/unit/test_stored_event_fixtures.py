@@ -68,6 +68,9 @@ def test_the_stored_events_of_a_release_replay_to_the_states_it_recorded(
         for failure, was in zip(state.get("failures", ()), expected[name].get("failures", ()), strict=True):
             for added in set(failure) - set(was):
                 assert (added, failure.pop(added)) == (added, ADDED_TO_FAILURES_SINCE[added])
+        totals, was_totals = state.get("totals", {}), expected[name].get("totals", {})
+        for added in set(totals) - set(was_totals):
+            assert (added, totals.pop(added)) == (added, ADDED_TO_TOTALS_SINCE[added])
     assert loaded == expected
 
 
@@ -83,6 +86,8 @@ ADDED_TO_STEPS_SINCE = {"model": None}
 """The same for a session's steps (``StepRecord``): a release's steps did not record the model."""
 ADDED_TO_FAILURES_SINCE = {"error_detail": None}
 """The same for its failures (``StepFailure``): a release's failures did not record the error's fields."""
+ADDED_TO_TOTALS_SINCE = {"audio_input_tokens": 0, "audio_output_tokens": 0}
+"""The same for its totals: a release's calls had no audio tokens read, so they sum to 0."""
 
 
 def _with_extra_keys(stored: StoredEvent) -> StoredEvent:

@@ -28,7 +28,7 @@ class Rows:
             group[0] += 1
             group[1] += tokens_in
             group[2] += tokens_out
-        return [(p, long, n, Decimal(0), i, o, 0, 0) for (p, long), (n, i, o) in sorted(groups.items())]
+        return [(p, long, n, Decimal(0), i, o, 0, 0, 0, 0) for (p, long), (n, i, o) in sorted(groups.items())]
 
 
 def all_claude(calls: list[tuple[str, int, int]]) -> Any:
