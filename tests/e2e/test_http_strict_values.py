@@ -404,6 +404,8 @@ USAGE_BOUNDS = {
     "reasoning_output_tokens": 10**12,
     "cache_creation_input_tokens": 10**12,
     "cache_creation_1h_input_tokens": 10**12,
+    "audio_input_tokens": 10**12,
+    "audio_output_tokens": 10**12,
     "attempts": 1_000,
     "latency_ms": 86_400_000,
 }
@@ -425,10 +427,12 @@ def test_a_usage_one_past_its_documented_bound_is_refused_and_the_bound_taken(
 ) -> None:
     # Given a session
     assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
-    # A cache count needs input tokens that include it (and one-hour writes, writes)
-    base = {"input_tokens": most} if name.startswith("cache_") else {}
+    # A cache or audio count needs input (output) tokens that include it (and one-hour writes, writes)
+    base = {"input_tokens": most} if name.startswith("cache_") or name == "audio_input_tokens" else {}
     if name == "cache_creation_1h_input_tokens":
         base["cache_creation_input_tokens"] = most
+    if name == "audio_output_tokens":
+        base["output_tokens"] = most
     # When a step made elsewhere is recorded with a usage one past the document's bound
     past = memory_http.post("/v1/sessions/s-1/steps", json={"step": "a", "usage": {**base, name: most + 1}})
     # Then it is refused, naming the field, and the bound itself is taken
