@@ -35,10 +35,29 @@ def isolated(name: str) -> str:
     return "\u2068" + "".join(kept) + _ISOLATE_CLOSER * (still_open + 1)
 
 
+LABEL_CHARS = 20
+"""The characters of a bar's label that fit left of its bars (150 px at the page's font)."""
+
+
+def fitted(name: str, room: int = LABEL_CHARS) -> str:
+    """``name`` cut to ``room`` characters with "…" when longer: a long model or step name ran
+    off the chart's left edge, its start unreadable (the chart shows the whole name on hover)."""
+    return name if len(name) <= room else name[: max(room - 1, 1)] + "…"
+
+
 def bar_chart(
-    title: str, labels: Sequence[str], series: Mapping[str, Sequence[float]], fmt: Format, *, width: int = 560
+    title: str,
+    labels: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    fmt: Format,
+    *,
+    width: int = 560,
+    whole: Sequence[str] | None = None,
 ) -> str:
-    """Horizontal bars, one group per label and one bar per series (a legend when several)."""
+    """Horizontal bars, one group per label and one bar per series (a legend when several).
+
+    A label longer than ``LABEL_CHARS`` is cut (``fitted``); ``whole`` (the labels uncut, when
+    the caller cut them itself) is shown when the pointer rests on one."""
     names = list(series)
     peak = max((v for values in series.values() for v in values), default=0.0) or 1.0
     bar, gap, label_w, value_w = 14, 10, 150, 90
@@ -51,9 +70,10 @@ def bar_chart(
     plot_w = width - label_w - value_w
     for row, label in enumerate(labels):
         top = 28 + row * group_h
+        full = whole[row] if whole is not None else label
         parts.append(
             f'<text x="{label_w - 6}" y="{top + bar * len(names) / 2 + 4}" '
-            f'text-anchor="end">{escape(label)}</text>'
+            f'text-anchor="end"><title>{escape(full)}</title>{escape(fitted(label))}</text>'
         )
         for index, name in enumerate(names):
             value = series[name][row]

@@ -26,7 +26,7 @@ from flowledger.adapters.durations import parse_since
 from flowledger.adapters.http.analytics_schemas import DashboardRowOut, FunnelReportOut
 from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_header, bearer, token_of
 from flowledger.adapters.http.budget_panel import budget_panel
-from flowledger.adapters.http.charts import bar_chart, column_chart, isolated
+from flowledger.adapters.http.charts import LABEL_CHARS, bar_chart, column_chart, fitted, isolated
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.headers import page_policy
 from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page, refused_login
@@ -297,13 +297,18 @@ def _summary(rows: list[DashboardRow], since: str) -> str:
 def _label(row: DashboardRow) -> str:
     """The model, marked when some of its calls had no price (their cost is not counted)."""
     name = str(row.group[0])
-    # Isolated when text follows: an override in the name (U+202E) turned "(unpriced: 1)" around.
-    return f"{isolated(name)} (unpriced: {row.unpriced_calls:,})" if row.unpriced_calls else name
+    if not row.unpriced_calls:
+        return name
+    # Isolated when text follows: an override in the name (U+202E) turned "(unpriced: 1)" around;
+    # cut so that the mark still fits beside its bars (the chart cuts what is longer than that).
+    mark = f" (unpriced: {row.unpriced_calls:,})"
+    return f"{isolated(fitted(name, max(LABEL_CHARS - 2 - len(mark), 4)))}{mark}"
 
 
 def _cost_chart(rows: list[DashboardRow]) -> str:
     labels = [_label(r) for r in rows]
-    return bar_chart("cost by model (USD)", labels, {"cost": [float(r.cost_usd) for r in rows]}, _money)
+    costs = {"cost": [float(r.cost_usd) for r in rows]}
+    return bar_chart("cost by model (USD)", labels, costs, _money, whole=[str(r.group[0]) for r in rows])
 
 
 def _cost_split_chart(rows: list[DashboardRow]) -> str:
@@ -313,7 +318,8 @@ def _cost_split_chart(rows: list[DashboardRow]) -> str:
         "retried attempts": [float(r.retried_cost_usd) for r in rows],
         "failed calls": [float(r.failed_cost_usd) for r in rows],
     }
-    return bar_chart("cost of successful steps vs failed and retried attempts (USD)", labels, series, _money)
+    title = "cost of successful steps vs failed and retried attempts (USD)"
+    return bar_chart(title, labels, series, _money, whole=[str(r.group[0]) for r in rows])
 
 
 def _latency_chart(rows: list[DashboardRow]) -> str:
