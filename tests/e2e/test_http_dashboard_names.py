@@ -57,4 +57,4 @@ def test_a_workflow_name_that_closes_its_isolate_first_cannot_turn_the_title_aro
 
 def test_a_model_name_in_a_chart_label_cannot_turn_the_unpriced_count_after_it_around(page: str) -> None:
     # The label "m" U+202E " (unpriced: 1)" was drawn "m(1 :decirpnu)"
-    assert '</title>\u2068m\u202e\u2069 (unpriced: 1)</text>' in page
+    assert "</title>\u2068m\u202e\u2069 (unpriced: 1)</text>" in page
