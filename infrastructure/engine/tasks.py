@@ -321,9 +321,16 @@ class TaskService:
 
     def _release(self, task_id: str, reason: str, uow: UnitOfWork) -> TaskState:
         task = self._reads.task(uow, task_id)
+        if task.task_status == TaskStatus.PENDING and self._released_for(task, reason):
+            return task.state()  # a retry whose first answer was lost
         agent = self._reads.agent(uow, task.release(reason, uow.now))
         agent.release(task_id, ReleaseOutcome.RELEASED, uow.now, None)
         return task.state()
+
+    def _released_for(self, task: Task, reason: str) -> bool:
+        """Whether the task's last event released it for exactly ``reason`` (nothing since)."""
+        last = self._store.events(task.id, gt=task.version - 1)
+        return bool(last) and isinstance(last[-1], Task.Released) and last[-1].reason == reason
 
     def _sweep(self, task_id: str, at: datetime, uow: UnitOfWork) -> TaskState | None:
         task = self._reads.task(uow, task_id)

@@ -98,3 +98,16 @@ def test_starting_a_task_again_records_nothing(engine: Engine) -> None:
     engine.complete_task("t1")
     with pytest.raises(TaskTransitionRejected):
         engine.start_task("t1")
+
+
+def test_releasing_a_task_again_for_the_same_reason_records_nothing(engine: Engine) -> None:
+    engine.register_agent("a1", "Ann", skills=["python"], capacity=2)
+    engine.create_task("t1", "Fix the login bug", required_skills=["python"])
+    engine.assign_task("t1")
+    first = engine.release_task("t1", "out sick")
+    assert engine.release_task("t1", "out sick") == first
+    assert engine.get_task("t1").version == first.version
+    assert engine.get_agent("a1").load == 0
+    # Another reason, or a release once the task was assigned again and let go otherwise, is refused
+    with pytest.raises(TaskTransitionRejected):
+        engine.release_task("t1", "another reason")
