@@ -27,6 +27,7 @@ import hmac
 import json
 import os
 import re
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -416,8 +417,10 @@ class RetentionService:
         stamp = self._clock().strftime("%Y%m%dT%H%M%S")
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self._tenant}-{workflow}")[:80]
         path = out_dir / f"{safe}-{stamp}-{streams[0].hex[:12]}.jsonl"
-        temporary = path.with_suffix(".partial")
-        with temporary.open("w", encoding="utf-8") as out:
+        # A name of its own for the file being written (another run may write into out_dir too).
+        handle, name = tempfile.mkstemp(dir=out_dir, prefix=f"{path.stem}.", suffix=".partial")
+        temporary = Path(name)
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
             summary = export_bundle(self._trail, out, streams)
             out.flush()
             os.fsync(out.fileno())
@@ -427,8 +430,7 @@ class RetentionService:
             temporary.unlink()
             first = checked.problems[0] if checked.problems else "it does not hold every stream"
             raise AuditError(f"the bundle just written does not verify ({first}); nothing was archived")
-        os.replace(temporary, path)
-        return path, hashlib.sha256(text).hexdigest()
+        return _link_new(temporary, path), hashlib.sha256(text).hexdigest()
 
     # -- restoring ------------------------------------------------------------------------
 
@@ -536,6 +538,23 @@ class RetentionService:
             )
         skipped |= {str(s): "restored already: its events are stored up to the bundle's head" for s in stored}
         return skipped
+
+
+def _link_new(temporary: Path, path: Path) -> Path:
+    """Link ``temporary`` into place as ``path``, or as ``path-2``, ``-3``... when a file has
+    that name, and drop the temporary name. Never over a file: one with that name may be the
+    bundle other archived sessions are still in (a session of it restored alone and archived
+    again in the same second made the same name, and its new bundle replaced the old one)."""
+    candidate, number = path, 1
+    while True:
+        try:
+            os.link(temporary, candidate)
+        except FileExistsError:
+            number += 1
+            candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
+            continue
+        temporary.unlink()
+        return candidate
 
 
 def _read_bundle(

@@ -829,3 +829,31 @@ def test_an_export_that_fails_leaves_no_file_behind(engine: Engine, tmp_path: Pa
     assert result.returncode == 1, result.stderr
     assert "does not end at the head" in result.stderr
     assert not out.exists()
+
+
+def test_a_later_run_never_writes_over_a_bundle_that_still_holds_archived_sessions(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """A bundle's name is made of the tenant, workflow, the run's second and its first stream: a
+    session of a bundle restored alone and archived again in that second (or under a frozen
+    clock) made the same name, and the new bundle replaced the old one, whose other sessions
+    were still archived in it: their events were gone. Each run's bundle gets a name of its own."""
+    # Given two sessions archived into one bundle
+    _session(engine, "s-1", steps=1)
+    _session(engine, "s-2", steps=1)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    [first] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    kept = Path(first).read_bytes()
+    # When the bundle's first session is restored alone and archived again at the same time
+    head = min(("s-1", "s-2"), key=lambda s: str(engine.session_uuid(s)))
+    other = "s-2" if head == "s-1" else "s-1"
+    engine.restore_sessions(Path(first), [head])
+    [second] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    # Then the first bundle is untouched, and both sessions restore from their own bundles
+    assert second != first
+    assert Path(first).read_bytes() == kept
+    assert engine.restore_sessions(Path(first), [other]).sessions == (other,)
+    assert engine.restore_sessions(Path(second)).sessions == (head,)
+    assert [e.version for e in engine.history(other)] == [1, 2, 3]
+    assert verify_chain(engine.audit).ok
