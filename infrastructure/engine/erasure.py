@@ -98,17 +98,21 @@ class ErasureService:
             )
         return self._erase([stream], reason)
 
-    def _erase(self, streams: Sequence[UUID], reason: str) -> ForgetReport:
+    def _refuse_archived(self, streams: Sequence[UUID], done: str) -> None:
+        """ValidationError naming the bundles when retention archived some of ``streams``: their
+        bases keep the projections' rows (personal values in the clear) and their state is a
+        snapshot sealed under the key. Restore them, then forget."""
         archived = self._archived(streams) if self._archived is not None and streams else {}
         if archived:
-            # Their bases keep the projections' rows (personal values in the clear) and their
-            # state is a snapshot sealed under the key: restore them, then forget.
             bundles = sorted(set(archived.values()))
             raise ValidationError(
                 "session",
                 f"{len(archived)} of the sessions are archived (bundles: {', '.join(bundles)}):"
-                " `flowledger retention restore` them first, then forget; nothing was erased",
+                f" `flowledger retention restore` them first, then forget; {done}",
             )
+
+    def _erase(self, streams: Sequence[UUID], reason: str) -> ForgetReport:
+        self._refuse_archived(streams, "nothing was erased")
         sessions: list[str] = []
         already: list[str] = []
         for stream in streams:
@@ -116,6 +120,12 @@ class ErasureService:
             if marked is not None:
                 session_id, newly = marked
                 (sessions if newly else already).append(session_id)
+        # Again before any key goes: a retention run may have archived a session since the
+        # check above (its base holds the rows of before the erasure). A run that reads a
+        # session after its erasure event leaves it alone.
+        self._refuse_archived(
+            streams, "their erasure is recorded, no data key was destroyed: forget again after the restore"
+        )
         # Destroying a destroyed key changes nothing: safe to try again.
         destroyed = (
             self._within_deadline("destroy data keys", lambda: self._keys.destroy(streams)) if streams else 0

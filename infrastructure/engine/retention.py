@@ -108,6 +108,14 @@ class RestoreReport:
     """Stream id -> why it was not restored (not archived now, or not wanted)."""
 
 
+class _WrittenMeanwhile(Exception):
+    """Streams written while their batch was being archived (the batch's transaction rolls back)."""
+
+    def __init__(self, streams: set[UUID]) -> None:
+        super().__init__(f"{len(streams)} streams were written meanwhile")
+        self.streams = streams
+
+
 @dataclass(frozen=True)
 class _Candidate:
     stream: UUID
@@ -351,48 +359,71 @@ class RetentionService:
         part: WorkflowReport,
         projection_rows: ProjectionRows | None,
     ) -> None:
+        if self._app.snapshots is None:
+            raise AuditError("retention needs snapshots (the engine's application has them switched off)")
         streams = [c.stream for c in candidates]
         rows = projection_rows(streams) if projection_rows is not None else {}
         path, digest = self._write_bundle(out_dir, workflow, streams)
-        mapper = self._app.mapper
-        bases = []
-        for c in candidates:
-            snapshot = Session.Snapshot.take(c.session)  # type: ignore[attr-defined]
-            stored = mapper.to_stored_event(snapshot)
-            state = c.session.state()
-            totals = state.totals
-            bases.append(
-                Base(
-                    stream_id=c.stream,
-                    tenant=state.tenant,
-                    workflow=state.workflow,
-                    session_id=state.session_id,
-                    status=str(state.status),
-                    through_version=c.session.version,
-                    head_hash=c.head_hash,
-                    positions=c.positions,
-                    last_event_at=state.updated_at.isoformat(),
-                    totals={
-                        "steps": state.step_count,
-                        "failures": state.failure_count,
-                        "calls": totals.calls,
-                        "input_tokens": totals.input_tokens,
-                        "output_tokens": totals.output_tokens,
-                        "cache_read_input_tokens": totals.cache_read_input_tokens,
-                        "reasoning_output_tokens": totals.reasoning_output_tokens,
-                        "audio_input_tokens": totals.audio_input_tokens,
-                        "audio_output_tokens": totals.audio_output_tokens,
-                        "cost_usd": str(totals.cost_usd),
-                    },
-                    snapshot_topic=stored.topic,
-                    snapshot_state=stored.state,
-                    projection_rows=rows.get(c.stream, {}),
-                    bundle=str(path),
-                    bundle_sha256=digest,
-                )
-            )
-        if self._app.snapshots is None:
-            raise AuditError("retention needs snapshots (the engine's application has them switched off)")
+        # A session written since it was read (its user forgotten, an expired one taken back to
+        # init) is left for the next run: its base would keep the rows and the state of before
+        # (the user's values, in the clear, after `forget` said they were erased).
+        with self._trail.connect() as conn:
+            written = self._written_since(conn, candidates)
+        candidates = self._left_out(candidates, written, part)
+        bases = [self._base(c, rows.get(c.stream, {}), path, digest) for c in candidates]
+        deleted = 0
+        while bases:
+            try:
+                deleted = self._store_bases(bases)
+                break
+            except _WrittenMeanwhile as meanwhile:  # rolled back; again without them
+                candidates = self._left_out(candidates, meanwhile.streams, part)
+                bases = [b for b in bases if b.stream_id not in meanwhile.streams]
+        if not bases:
+            path.unlink()  # no base refers to it
+            return
+        part.sessions += [b.session_id for b in bases]
+        part.events += deleted
+        part.bundles.append(str(path))
+
+    def _base(self, c: _Candidate, rows: dict[str, Any], path: Path, digest: str) -> Base:
+        snapshot = Session.Snapshot.take(c.session)  # type: ignore[attr-defined]
+        stored = self._app.mapper.to_stored_event(snapshot)
+        state = c.session.state()
+        totals = state.totals
+        return Base(
+            stream_id=c.stream,
+            tenant=state.tenant,
+            workflow=state.workflow,
+            session_id=state.session_id,
+            status=str(state.status),
+            through_version=c.session.version,
+            head_hash=c.head_hash,
+            positions=c.positions,
+            last_event_at=state.updated_at.isoformat(),
+            totals={
+                "steps": state.step_count,
+                "failures": state.failure_count,
+                "calls": totals.calls,
+                "input_tokens": totals.input_tokens,
+                "output_tokens": totals.output_tokens,
+                "cache_read_input_tokens": totals.cache_read_input_tokens,
+                "reasoning_output_tokens": totals.reasoning_output_tokens,
+                "audio_input_tokens": totals.audio_input_tokens,
+                "audio_output_tokens": totals.audio_output_tokens,
+                "cost_usd": str(totals.cost_usd),
+            },
+            snapshot_topic=stored.topic,
+            snapshot_state=stored.state,
+            projection_rows=rows,
+            bundle=str(path),
+            bundle_sha256=digest,
+        )
+
+    def _store_bases(self, bases: list[Base]) -> int:
+        """One transaction: the bases, their snapshots, the rows deleted; the rows deleted.
+        ``_WrittenMeanwhile`` (rolled back) when a stream has an event past its base's head."""
+        streams = [b.stream_id for b in bases]
         with self._trail.connect() as conn, conn.transaction():
             self.tables.insert_bases(conn, bases, self._trail.chain_key)
             # The snapshot an archived session is read from is the one its base seals, byte for
@@ -405,12 +436,38 @@ class RetentionService:
                 ).format(self._events),
                 [streams, [b.through_version for b in bases]],
             ).rowcount
-            expected = sum(len(c.positions) for c in candidates)
+            expected = sum(len(b.positions) for b in bases)
             if deleted != expected:
                 raise AuditError(f"archive deleted {deleted} rows, expected {expected}: nothing was deleted")
-        part.sessions += [b.session_id for b in bases]
-        part.events += deleted
-        part.bundles.append(str(path))
+            # Checked last, so that only an append committing in the instant before this
+            # transaction does escapes it (and `forget` checks again after its own append).
+            written = self._written_since(conn, bases)
+            if written:
+                raise _WrittenMeanwhile(written)
+        return deleted
+
+    def _written_since(self, conn: psycopg.Connection[Any], heads: Sequence[_Candidate | Base]) -> set[UUID]:
+        """The streams with an event stored past the version read (a candidate's, a base's)."""
+        ids = [h.stream if isinstance(h, _Candidate) else h.stream_id for h in heads]
+        versions = [h.session.version if isinstance(h, _Candidate) else h.through_version for h in heads]
+        rows = conn.execute(
+            SQL(
+                "SELECT DISTINCT e.originator_id FROM {} e JOIN unnest(%s::uuid[], %s::bigint[]) AS a(id, v)"
+                " ON e.originator_id = a.id AND e.originator_version > a.v"
+            ).format(self._events),
+            [ids, versions],
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    @staticmethod
+    def _left_out(candidates: list[_Candidate], streams: set[UUID], part: WorkflowReport) -> list[_Candidate]:
+        """``candidates`` but those of ``streams``, named in ``part.skipped``."""
+        for c in candidates:
+            if c.stream in streams:
+                part.skipped[c.session.session_id] = (
+                    "written while it was being archived: left for the next run"
+                )
+        return [c for c in candidates if c.stream not in streams]
 
     def _write_bundle(self, out_dir: Path, workflow: str, streams: list[UUID]) -> tuple[Path, str]:
         """Export, verify and link the bundle of ``streams``; its path and SHA-256."""

@@ -28,7 +28,8 @@ from flowledger.domain.errors import (
 )
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
-from flowledger.infrastructure.engine.retention import RestoreReport
+from flowledger.infrastructure.engine.erasure import ErasureService
+from flowledger.infrastructure.engine.retention import RestoreReport, RetentionService
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.projections import Projector, archived, projector_for, recent_dead_letters, status
@@ -857,3 +858,88 @@ def test_a_later_run_never_writes_over_a_bundle_that_still_holds_archived_sessio
     assert engine.restore_sessions(Path(second)).sessions == (head,)
     assert [e.version for e in engine.history(other)] == [1, 2, 3]
     assert verify_chain(engine.audit).ok
+
+
+def _bases_text(engine: Engine) -> str:
+    """Every base row of the schema as text (its projection rows and all)."""
+    with psycopg.connect(engine.database_url) as conn:
+        rows = conn.execute(
+            SQL("SELECT b::text FROM {}.flowledger_retention_bases b").format(
+                Identifier(engine.settings.schema)
+            )
+        ).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def test_a_session_forgotten_while_its_batch_is_being_archived_is_left_out(
+    database_url: str, pg_schema: str, clock: SetClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session written between the run's read of it and its transaction (here: its user
+    forgotten while the bundle was written) had its rows up to the version read deleted and a
+    base written with the projections' rows of before, the user's values in the clear, while
+    ``forget`` reported it erased. The run now leaves out a session written meanwhile."""
+    settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=settings, clock=clock) as engine:
+        # Given a sealed session due for archiving, and another one
+        projector = projector_for(engine)
+        _session(engine, "s-1", steps=1)
+        _session(engine, "s-2", steps=1)
+        clock.now = START + timedelta(days=10)
+        engine.retention.set_policy(WORKFLOW, 7)
+        rebuild(projector)
+        write_bundle = RetentionService._write_bundle
+
+        def forget_meanwhile(service: RetentionService, *args: Any) -> Any:
+            written = write_bundle(service, *args)
+            assert engine.forget("user-s-1").sessions == ("s-1",)
+            return written
+
+        monkeypatch.setattr(RetentionService, "_write_bundle", forget_meanwhile)
+        # When the user of one is forgotten while the run writes their bundle
+        report = archive(engine, projector, tmp_path)
+        # Then that session is left out (its events stay), the other one is archived
+        assert report.workflows[0].sessions == ["s-2"]
+        assert "s-1" in report.workflows[0].skipped
+        assert "user-s-1" not in _bases_text(engine)
+        assert engine.get_session("s-1").erased
+        assert [e.version for e in engine.history("s-1")] == [1, 2, 3, 4]
+        assert verify_chain(engine.audit).ok
+
+
+def test_a_session_archived_while_its_user_is_being_forgotten_is_not_taken_as_forgotten(
+    database_url: str, pg_schema: str, clock: SetClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that archived a session after ``forget`` had checked it was not archived, and before
+    its keys were destroyed, left the base's projection rows with the user's values in the clear
+    while ``forget`` reported the user erased. ``forget`` now checks again before it destroys a
+    key: it refuses, naming the bundle, keeps the keys, and completes after a restore."""
+    settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=settings, clock=clock) as engine:
+        # Given a sealed session due for archiving
+        projector = projector_for(engine)
+        _session(engine, "s-1", steps=1)
+        clock.now = START + timedelta(days=10)
+        engine.retention.set_policy(WORKFLOW, 7)
+        rebuild(projector)
+        mark = ErasureService._mark
+        bundles: list[str] = []
+
+        def archive_meanwhile(stream: Any, reason: str, uow: Any) -> Any:
+            if not bundles:
+                bundles.extend(archive(engine, projector, tmp_path).workflows[0].bundles)
+            return mark(stream, reason, uow)
+
+        monkeypatch.setattr(ErasureService, "_mark", staticmethod(archive_meanwhile))
+        # When the run archives it while its user is being forgotten
+        with pytest.raises(ValidationError, match="retention restore"):
+            engine.forget("user-s-1")
+        # Then the key is kept (nothing is left unreadable that forget has not taken care of)
+        [bundle] = bundles
+        assert "user-s-1" in _bases_text(engine)
+        # and once restored, forget completes it
+        monkeypatch.setattr(ErasureService, "_mark", staticmethod(mark))
+        engine.restore_sessions(Path(bundle))
+        report = engine.forget("user-s-1")
+        assert report.keys_destroyed == 1
+        assert engine.get_session("s-1").erased
+        assert "user-s-1" not in _bases_text(engine)
