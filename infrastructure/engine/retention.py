@@ -27,7 +27,6 @@ import hmac
 import json
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from datetime import datetime, timedelta
 from itertools import groupby
 from pathlib import Path, PurePath
 from typing import Any, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import psycopg
 from eventsourcing.application import project_aggregate
@@ -475,8 +474,9 @@ class RetentionService:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self._tenant}-{workflow}")[:80]
         path = out_dir / f"{safe}-{stamp}-{streams[0].hex[:12]}.jsonl"
         # A name of its own for the file being written (another run may write into out_dir too).
-        handle, name = tempfile.mkstemp(dir=out_dir, prefix=f"{path.stem}.", suffix=".partial")
-        temporary = Path(name)
+        # (O_EXCL, the mode the umask leaves, as a file opened for writing gets it)
+        temporary = path.with_name(f"{path.stem}.{uuid4().hex[:12]}.partial")
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             summary = export_bundle(self._trail, out, streams)
             out.flush()
