@@ -241,6 +241,8 @@ class RetentionService:
             if workflow not in policies:
                 raise ValidationError("workflow", f"no retention policy for workflow {workflow!r}")
             policies = {workflow: policies[workflow]}
+        # Absolute: the bases name their bundle, for whoever reads them later, from anywhere.
+        out_dir = out_dir.absolute()
         # Made before any row is touched (an unwritable directory fails first); one this run
         # made and left empty (nothing was due) is removed again.
         made = [] if dry_run else [d for d in (out_dir, *out_dir.parents) if not d.exists()]

@@ -943,3 +943,24 @@ def test_a_session_archived_while_its_user_is_being_forgotten_is_not_taken_as_fo
         assert report.keys_destroyed == 1
         assert engine.get_session("s-1").erased
         assert "user-s-1" not in _bases_text(engine)
+
+
+def test_a_bundle_written_under_a_relative_directory_is_named_by_its_absolute_path(
+    engine: Engine, clock: SetClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``retention run --out archive`` kept ``archive/…jsonl`` in the base: ``history``, a replay
+    and ``forget`` then named a file relative to the directory the run happened to be in, which
+    another process (or the same shell, elsewhere) could not find. The base keeps the absolute path."""
+    # Given a run into a relative directory
+    _session(engine, "s-1", steps=1)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    monkeypatch.chdir(tmp_path)
+    [bundle] = engine.archive_sessions("archive").workflows[0].bundles
+    # Then the report and the base name the bundle by its absolute path
+    assert Path(bundle).is_absolute()
+    assert Path(bundle).parent == tmp_path / "archive"
+    monkeypatch.chdir("/")
+    with pytest.raises(SessionArchived, match=str(bundle)):
+        engine.history("s-1")
+    assert engine.restore_sessions(Path(bundle)).sessions == ("s-1",)
