@@ -10,6 +10,7 @@ which can no longer read those events, start from them (``archived.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -20,7 +21,7 @@ from psycopg.sql import SQL, Identifier
 
 from flowledger.domain.errors import AuditError
 from flowledger.infrastructure.engine.facade import Engine
-from flowledger.infrastructure.engine.retention import RetentionReport
+from flowledger.infrastructure.engine.retention import RestoreReport, RetentionReport
 from flowledger.projections.archived import capture
 from flowledger.projections.catalog import active_schemas, ensure_control, lock_key
 from flowledger.projections.processor import Projector, decoded
@@ -59,6 +60,53 @@ def archive(
                 )
         finally:
             conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+
+
+def restore(
+    engine: Engine, projector: Projector, bundle: str | Path, sessions: list[str] | None = None
+) -> RestoreReport:
+    """Restore ``bundle``'s sessions (``Engine.restore_sessions``) so that no projection build
+    counts them twice. A build made after they were archived (a rebuild, the scratch of
+    ``projections verify``, a first install or a new schema version) started from their rows
+    in the bases; one whose position is still before their events' would read them again once
+    they are back. A build with no stored event left to read before them has read all there
+    is up to there: its position moves past them. Any other is behind: the restore is refused."""
+    return engine.restore_sessions(bundle, sessions, before_insert=partial(_past_restored, projector))
+
+
+def _past_restored(projector: Projector, conn: Connection[Any], last: int) -> None:
+    """Move the builds before log position ``last`` with nothing stored left to read up to it
+    there; AuditError when a build is behind a stored event. Run with the bases held by the
+    restore (a build made meanwhile waits for them, then folds none)."""
+    names = projector.names
+    builds = SQL("{}.builds").format(Identifier(names.control))
+    found = conn.execute("SELECT to_regclass(%s)", [builds.as_string(conn)]).fetchone()
+    if found is None or found[0] is None:
+        return  # no projection was ever built
+    events = SQL("{}.{}").format(
+        Identifier(names.store),
+        Identifier(projector.recorder.events_table_name),  # type: ignore[attr-defined]
+    )
+    behind = conn.execute(
+        SQL(
+            "SELECT b.schema_name, b.position FROM {builds} b WHERE b.position < %(last)s"
+            " AND EXISTS (SELECT 1 FROM {events} e WHERE e.notification_id > b.position"
+            " AND e.notification_id <= %(last)s) ORDER BY b.schema_name"
+        ).format(builds=builds, events=events),
+        {"last": last},
+    ).fetchall()
+    if behind:
+        schema, position = behind[0]
+        raise AuditError(
+            f"projection build {schema} is at log position {position}, before the events this restore"
+            f" puts back (up to {last}); it started from their archived rows and would count them"
+            f" again: nothing restored (let {len(behind)} build(s) catch up: `flowledger projections"
+            " follow`, or the rebuild or verify under way; then restore again)"
+        )
+    conn.execute(
+        SQL("UPDATE {} SET position = %s, updated_at = now() WHERE position < %s").format(builds),
+        [last, last],
+    )
 
 
 class SessionRows:

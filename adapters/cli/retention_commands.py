@@ -22,6 +22,7 @@ from flowledger.domain.errors import RetentionPolicyNotFound
 from flowledger.infrastructure import Engine
 from flowledger.projections import projector_for
 from flowledger.projections.retention import archive
+from flowledger.projections.retention import restore as restore_sessions
 from flowledger.verify import BUNDLE_FORMAT
 
 console = cli_console()
@@ -137,7 +138,7 @@ def restore(
     with reported_errors():
         _check_bundle(bundle)
         with Engine(tenant=tenant) as engine:
-            report = engine.restore_sessions(bundle, session or None)
+            report = restore_sessions(engine, projector_for(engine), bundle, session or None)
     console.print(
         f"restored {len(report.sessions)} sessions ({report.events} events) from {bundle}",
         highlight=False,

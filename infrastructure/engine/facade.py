@@ -40,6 +40,7 @@ from flowledger.infrastructure.engine.erasure import ErasureService, ForgetRepor
 from flowledger.infrastructure.engine.log import EventLog
 from flowledger.infrastructure.engine.ranking import TieBreaker
 from flowledger.infrastructure.engine.retention import (
+    BeforeRestore,
     ProjectionRows,
     RestoreReport,
     RetentionReport,
@@ -360,11 +361,19 @@ class Engine:
             projection_rows=projection_rows,
         )
 
-    def restore_sessions(self, bundle: str | Path, sessions: list[str] | None = None) -> RestoreReport:
-        """Put the archived events of ``bundle`` back, checked against its proof and their bases."""
+    def restore_sessions(
+        self,
+        bundle: str | Path,
+        sessions: list[str] | None = None,
+        *,
+        before_insert: BeforeRestore | None = None,
+    ) -> RestoreReport:
+        """Put the archived events of ``bundle`` back, checked against its proof and their bases.
+        ``flowledger.projections.retention.restore`` passes ``before_insert`` so that no projection
+        build that folded the sessions' archived rows reads their events again."""
         if sessions is not None and (isinstance(sessions, str) or not isinstance(sessions, list | tuple)):
             raise ValidationError("sessions", f"must be a list of session ids, got {sessions!r}")
-        return self.retention.restore(_path("bundle", bundle), sessions)
+        return self.retention.restore(_path("bundle", bundle), sessions, before_insert=before_insert)
 
     @classmethod
     def in_memory(cls, **kwargs: Any) -> Engine:

@@ -56,6 +56,9 @@ from flowledger.verify import event_mac, verify_bundle
 
 ProjectionRows = Callable[[Sequence[UUID]], dict[UUID, dict[str, Any]]]
 """Given archived streams, the rows each projection holds for each (``projections.retention``)."""
+BeforeRestore = Callable[[psycopg.Connection[Any], int], None]
+"""Called in a restore's transaction, the bases held, with the highest log position it puts
+back, before any row is written; raises to refuse (``projections.retention.restore``)."""
 
 CLOSING_TOPICS = tuple(get_topic(c) for c in (Session.Completed, Session.Expired, Session.Abandoned))
 CLOSED = frozenset({SessionStatus.COMPLETED, SessionStatus.EXPIRED, SessionStatus.ABANDONED})
@@ -493,7 +496,13 @@ class RetentionService:
 
     # -- restoring ------------------------------------------------------------------------
 
-    def restore(self, bundle: Path, sessions: Sequence[str] | None = None) -> RestoreReport:
+    def restore(
+        self,
+        bundle: Path,
+        sessions: Sequence[str] | None = None,
+        *,
+        before_insert: BeforeRestore | None = None,
+    ) -> RestoreReport:
         """Put the archived events in ``bundle`` back (of ``sessions`` only, when given)."""
         try:
             raw = bundle.read_bytes()
@@ -558,6 +567,8 @@ class RetentionService:
                 restoring.append(base)
             if wanted is not None and not restored:
                 raise ValidationError("session", f"none of {sorted(sessions or ())} is archived in {bundle}")
+            if before_insert is not None and rows:
+                before_insert(conn, max(row[4] for row in rows))
             with conn.transaction(), conn.cursor() as cur:
                 self.tables.delete_bases(conn, streams)  # first: the guard refuses rows a base holds
                 # The sealed snapshot goes back too: one edited while archived would otherwise

@@ -34,7 +34,7 @@ from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.projections import Projector, archived, projector_for, recent_dead_letters, status
 from flowledger.projections.rebuild import rebuild, verify
-from flowledger.projections.retention import archive
+from flowledger.projections.retention import archive, restore
 from flowledger.verify import verify_bundle
 from tests.conftest import TEST_KEY_DIR, make_settings
 from tests.integration.conftest import CLOCK_START
@@ -964,3 +964,69 @@ def test_a_bundle_written_under_a_relative_directory_is_named_by_its_absolute_pa
     with pytest.raises(SessionArchived, match=str(bundle)):
         engine.history("s-1")
     assert engine.restore_sessions(Path(bundle)).sessions == ("s-1",)
+
+
+def test_sessions_restored_after_a_rebuild_are_not_counted_twice(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """A rebuild after archiving starts from the bases' rows; when the archived events were the
+    last of the log, its position stayed before them, and once restored they were read again:
+    the live tables counted the session twice (``projections verify`` listed the differences,
+    the cost rows set aside as UniqueViolation dead letters). A restore moves a build past
+    positions that hold no stored event (it has read everything there is up to them)."""
+    # Given an archived session, the last of the log, and a rebuild after it
+    projector = projector_for(engine)
+    _session(engine, "s-0", steps=1)
+    _session(engine, "s-1", steps=2)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    rebuild(projector)
+    dashboard = _dashboard(engine)
+    [bundle] = archive(engine, projector, tmp_path).workflows[0].bundles
+    rebuild(projector)
+    # When it is restored
+    assert sorted(restore(engine, projector, bundle).sessions) == ["s-0", "s-1"]
+    # Then the live tables, caught up, count each call once
+    assert verify(projector) == []
+    assert _dashboard(engine) == dashboard
+    assert recent_dead_letters(projector) == []
+
+
+def test_a_restore_while_a_rebuild_runs_is_not_counted_twice_by_it(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """A rebuild folds the archived sessions' rows from their bases, then reads the log: a
+    restore committed in between put the events back ahead of its reader, which applied them
+    again. A build behind a stored event before them refuses the restore; one that has read
+    all there is up to them is moved past them."""
+    # Given an archived session between two open ones (never archived)
+    projector = projector_for(engine)
+    _session(engine, "s-0", steps=1, close=None)
+    _session(engine, "s-1", steps=2)
+    _session(engine, "s-2", steps=1, close=None)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    rebuild(projector)
+    dashboard = _dashboard(engine)
+    [bundle] = archive(engine, projector, tmp_path).workflows[0].bundles
+    drive = projector.drive
+    attempts: list[str] = []
+
+    def restore_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        if not attempts:  # the rebuild has folded the bases and read nothing yet
+            with pytest.raises(AuditError, match="would count them again: nothing restored"):
+                restore(engine, projector, bundle)
+            attempts.append("refused")
+        return drive(*args, **kwargs)
+
+    # When a restore runs while a rebuild is under way, behind s-0's events
+    projector.drive = restore_meanwhile  # type: ignore[method-assign]
+    rebuild(projector)
+    projector.drive = drive  # type: ignore[method-assign]
+    # Then it was refused and nothing restored; once the rebuild is done, it restores
+    assert attempts == ["refused"]
+    with pytest.raises(SessionArchived):
+        engine.history("s-1")
+    assert restore(engine, projector, bundle).sessions == ("s-1",)
+    assert verify(projector) == []
+    assert _dashboard(engine) == dashboard
