@@ -70,7 +70,11 @@ def restore(
     ``projections verify``, a first install or a new schema version) started from their rows
     in the bases; one whose position is still before their events' would read them again once
     they are back. A build with no stored event left to read before them has read all there
-    is up to there: its position moves past them. Any other is behind: the restore is refused."""
+    is up to there: its position moves past them. Any other is behind: the restore is refused
+    (the live builds are caught up first, so only a build being filled can be)."""
+    with projector.connect() as conn:
+        ensure_control(conn, projector.names)
+        projector.drive(conn, projector.live(projector.projections))
     return engine.restore_sessions(bundle, sessions, before_insert=partial(_past_restored, projector))
 
 
