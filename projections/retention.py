@@ -56,10 +56,34 @@ def archive(
             projector.drive(conn, projector.live(projector.projections))
             with SessionRows(projector, conn) as rows:
                 return engine.archive_sessions(
-                    out_dir, workflow=workflow, batch_size=batch_size, projection_rows=rows
+                    out_dir,
+                    workflow=workflow,
+                    batch_size=batch_size,
+                    projection_rows=rows,
+                    before_commit=partial(_no_build_before, projector),
                 )
         finally:
             conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+
+
+def _no_build_before(projector: Projector, conn: Connection[Any], last: int) -> None:
+    """AuditError (the batch rolls back) when a build of the store is before log position
+    ``last``: one being filled (a rebuild, the scratch of ``projections verify``, a first
+    install) made before these bases, which would never read the events it deletes. Run last
+    in the batch's transaction: a build made after it waits for the bases (``check_seals``
+    locks their table), then folds them."""
+    builds = SQL("{}.builds").format(Identifier(projector.names.control))
+    behind = conn.execute(
+        SQL("SELECT schema_name, position FROM {} WHERE position < %s ORDER BY schema_name").format(builds),
+        [last],
+    ).fetchall()
+    if behind:
+        schema, position = behind[0]
+        raise AuditError(
+            f"projection build {schema} is at log position {position}, before the events this run"
+            f" would archive (up to {last}): it would never read them: nothing archived (run again"
+            " when the rebuild, verify or install under way is done)"
+        )
 
 
 def restore(

@@ -40,6 +40,7 @@ from flowledger.infrastructure.engine.erasure import ErasureService, ForgetRepor
 from flowledger.infrastructure.engine.log import EventLog
 from flowledger.infrastructure.engine.ranking import TieBreaker
 from flowledger.infrastructure.engine.retention import (
+    BeforeCommit,
     BeforeRestore,
     ProjectionRows,
     RestoreReport,
@@ -346,11 +347,13 @@ class Engine:
         dry_run: bool = False,
         batch_size: int = 1000,
         projection_rows: ProjectionRows | None = None,
+        before_commit: BeforeCommit | None = None,
     ) -> RetentionReport:
         """Archive the closed sessions older than their workflow's retention policy into bundles
         under ``out_dir`` and delete their events, keeping each one's base (``docs/retention.md``).
         ``flowledger.projections.retention.archive`` passes ``projection_rows`` so that rebuilds
-        keep the archived sessions' rows; without it, only the live projection builds keep them.
+        keep the archived sessions' rows; without it, only the live projection builds keep them
+        (and ``before_commit``, which refuses while a build being filled is behind them).
         One bundle holds up to ``batch_size`` sessions."""
         require_count("batch_size", batch_size, least=1, most=MAX_BATCH)
         return self.retention.archive(
@@ -359,6 +362,7 @@ class Engine:
             dry_run=dry_run,
             batch_size=batch_size,
             projection_rows=projection_rows,
+            before_commit=before_commit,
         )
 
     def restore_sessions(

@@ -56,6 +56,9 @@ from flowledger.verify import event_mac, verify_bundle
 
 ProjectionRows = Callable[[Sequence[UUID]], dict[UUID, dict[str, Any]]]
 """Given archived streams, the rows each projection holds for each (``projections.retention``)."""
+BeforeCommit = Callable[[psycopg.Connection[Any], int], None]
+"""Called last in an archive batch's transaction (bases written, rows deleted) with the highest
+log position it archives; raises to roll the batch back (``projections.retention.archive``)."""
 BeforeRestore = Callable[[psycopg.Connection[Any], int], None]
 """Called in a restore's transaction, the bases held, with the highest log position it puts
 back, before any row is written; raises to refuse (``projections.retention.restore``)."""
@@ -233,6 +236,7 @@ class RetentionService:
         dry_run: bool = False,
         batch_size: int = 1000,
         projection_rows: ProjectionRows | None = None,
+        before_commit: BeforeCommit | None = None,
     ) -> RetentionReport:
         """Archive every policy's due sessions (or one workflow's) into bundles under ``out_dir``."""
         if batch_size < 1:
@@ -252,7 +256,7 @@ class RetentionService:
         if not dry_run:
             out_dir.mkdir(parents=True, exist_ok=True)
         try:
-            report = self._archive_due(out_dir, policies, dry_run, batch_size, projection_rows)
+            report = self._archive_due(out_dir, policies, dry_run, batch_size, projection_rows, before_commit)
         finally:
             for directory in made:  # innermost first
                 if any(directory.iterdir()):
@@ -268,6 +272,7 @@ class RetentionService:
         dry_run: bool,
         batch_size: int,
         projection_rows: ProjectionRows | None,
+        before_commit: BeforeCommit | None,
     ) -> RetentionReport:
         report = RetentionReport(dry_run=dry_run)
         now = self._clock()
@@ -286,7 +291,7 @@ class RetentionService:
                     part.sessions += [c.session.session_id for c in candidates]
                     part.events += sum(len(c.positions) for c in candidates)
                 elif candidates:
-                    self._archive_batch(out_dir, name, candidates, part, projection_rows)
+                    self._archive_batch(out_dir, name, candidates, part, projection_rows, before_commit)
         return report
 
     def _due(self, workflow: str, cutoff: datetime, after: UUID | None, limit: int) -> list[UUID]:
@@ -362,6 +367,7 @@ class RetentionService:
         candidates: list[_Candidate],
         part: WorkflowReport,
         projection_rows: ProjectionRows | None,
+        before_commit: BeforeCommit | None,
     ) -> None:
         if self._app.snapshots is None:
             raise AuditError("retention needs snapshots (the engine's application has them switched off)")
@@ -378,11 +384,14 @@ class RetentionService:
         deleted = 0
         while bases:
             try:
-                deleted = self._store_bases(bases)
+                deleted = self._store_bases(bases, before_commit)
                 break
             except _WrittenMeanwhile as meanwhile:  # rolled back; again without them
                 candidates = self._left_out(candidates, meanwhile.streams, part)
                 bases = [b for b in bases if b.stream_id not in meanwhile.streams]
+            except BaseException:
+                path.unlink()  # rolled back: no base refers to it
+                raise
         if not bases:
             path.unlink()  # no base refers to it
             return
@@ -424,7 +433,7 @@ class RetentionService:
             bundle_sha256=digest,
         )
 
-    def _store_bases(self, bases: list[Base]) -> int:
+    def _store_bases(self, bases: list[Base], before_commit: BeforeCommit | None) -> int:
         """One transaction: the bases, their snapshots, the rows deleted; the rows deleted.
         ``_WrittenMeanwhile`` (rolled back) when a stream has an event past its base's head."""
         streams = [b.stream_id for b in bases]
@@ -448,6 +457,8 @@ class RetentionService:
             written = self._written_since(conn, bases)
             if written:
                 raise _WrittenMeanwhile(written)
+            if before_commit is not None:
+                before_commit(conn, max(max(b.positions) for b in bases))
         return deleted
 
     def _written_since(self, conn: psycopg.Connection[Any], heads: Sequence[_Candidate | Base]) -> set[UUID]:

@@ -1031,3 +1031,45 @@ def test_a_restore_while_a_rebuild_runs_is_not_counted_twice_by_it(
     assert restore(engine, projector, bundle).sessions == ("s-1",)
     assert verify(projector) == []
     assert _dashboard(engine) == dashboard
+
+
+def test_a_run_while_a_rebuild_runs_archives_nothing_the_rebuild_has_not_read(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """A rebuild made before a run folds no base of it, then reads the log: a run that deleted
+    rows it had not read yet left the new build without those sessions (the dashboard lost
+    their cost once it switched). A run now rolls back its batch while a build is behind the
+    events it archives, leaving no bundle, and archives once the rebuild is done."""
+    # Given a due session and the dashboard as it was
+    projector = projector_for(engine)
+    _session(engine, "s-1", steps=2)
+    _session(engine, "s-2", steps=1, close=None)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    rebuild(projector)
+    dashboard = _dashboard(engine)
+    drive = projector.drive
+    attempts: list[str] = []
+
+    def archive_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        if not attempts:  # the rebuild's builds are made and have read nothing yet
+            attempts.append("archive")  # (a run catches up the live builds: not again)
+            with pytest.raises(AuditError, match="it would never read them: nothing archived"):
+                archive(engine, projector, tmp_path / "out")
+            attempts.append("refused")
+        return drive(*args, **kwargs)
+
+    # When a run starts while a rebuild is under way
+    projector.drive = archive_meanwhile  # type: ignore[method-assign]
+    rebuild(projector)
+    projector.drive = drive  # type: ignore[method-assign]
+    # Then it archived nothing and left no bundle; the rebuild holds every session
+    assert attempts == ["archive", "refused"]
+    assert [e.version for e in engine.history("s-1")] == [1, 2, 3, 4]
+    assert list((tmp_path / "out").glob("*")) == []
+    assert _dashboard(engine) == dashboard
+    # ... and once it is done, the run archives, and a rebuild keeps the totals
+    assert archive(engine, projector, tmp_path / "out").workflows[0].sessions == ["s-1"]
+    rebuild(projector)
+    assert _dashboard(engine) == dashboard
+    assert verify(projector) == []
