@@ -17,7 +17,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification
 from psycopg import Connection
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Composed, Identifier
 
 from flowledger.domain.errors import AuditError
 from flowledger.infrastructure.engine.facade import Engine
@@ -72,18 +72,42 @@ def _no_build_before(projector: Projector, conn: Connection[Any], last: int) -> 
     install) made before these bases, which would never read the events it deletes. Run last
     in the batch's transaction: a build made after it waits for the bases (``check_seals``
     locks their table), then folds them."""
-    builds = SQL("{}.builds").format(Identifier(projector.names.control))
-    behind = conn.execute(
-        SQL("SELECT schema_name, position FROM {} WHERE position < %s ORDER BY schema_name").format(builds),
-        [last],
-    ).fetchall()
+    behind = _builds_before(projector, conn, last)
     if behind:
         schema, position = behind[0]
         raise AuditError(
             f"projection build {schema} is at log position {position}, before the events this run"
             f" would archive (up to {last}): it would never read them: nothing archived (run again"
-            " when the rebuild, verify or install under way is done)"
+            " when the rebuild, verify or install under way is done; a build one that stopped left"
+            " behind is dropped by the next `flowledger projections rebuild`)"
         )
+
+
+def _builds_before(
+    projector: Projector, conn: Connection[Any], last: int, condition: Composed | None = None
+) -> list[tuple[str, int]]:
+    """The builds of the store before log position ``last`` (and meeting ``condition``, a SQL
+    ``AND ...`` over ``b`` taking ``last`` again), but a rebuild's or verify's that no process
+    holds the projection's rebuild lock for: one left by a process that stopped, which no one
+    fills (the next rebuild or verify drops it), would otherwise refuse every run."""
+    builds = SQL("{}.builds").format(Identifier(projector.names.control))
+    rows = conn.execute(
+        SQL(
+            "SELECT b.schema_name, b.position, b.kind, b.projection FROM {} b WHERE b.position < %s{}"
+            " ORDER BY b.schema_name"
+        ).format(builds, condition if condition is not None else SQL("")),
+        [last] if condition is None else [last, last],
+    ).fetchall()
+    found = []
+    for schema, position, kind, projection in rows:
+        if kind != "live":
+            key = lock_key(projector.names.store, "rebuild", projection)
+            taken = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key]).fetchone()
+            if taken and taken[0]:
+                conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+                continue  # nobody is filling it
+        found.append((str(schema), int(position)))
+    return found
 
 
 def restore(
@@ -115,25 +139,31 @@ def _past_restored(projector: Projector, conn: Connection[Any], last: int) -> No
         Identifier(names.store),
         Identifier(projector.recorder.events_table_name),  # type: ignore[attr-defined]
     )
-    behind = conn.execute(
+    behind = _builds_before(
+        projector,
+        conn,
+        last,
         SQL(
-            "SELECT b.schema_name, b.position FROM {builds} b WHERE b.position < %(last)s"
-            " AND EXISTS (SELECT 1 FROM {events} e WHERE e.notification_id > b.position"
-            " AND e.notification_id <= %(last)s) ORDER BY b.schema_name"
-        ).format(builds=builds, events=events),
-        {"last": last},
-    ).fetchall()
+            " AND EXISTS (SELECT 1 FROM {} e WHERE e.notification_id > b.position"
+            " AND e.notification_id <= %s)"
+        ).format(events),
+    )
     if behind:
         schema, position = behind[0]
         raise AuditError(
             f"projection build {schema} is at log position {position}, before the events this restore"
             f" puts back (up to {last}); it started from their archived rows and would count them"
             f" again: nothing restored (let {len(behind)} build(s) catch up: `flowledger projections"
-            " follow`, or the rebuild or verify under way; then restore again)"
+            " follow`, or the rebuild or verify under way; a build one that stopped left behind is"
+            " dropped by the next `flowledger projections rebuild`; then restore again)"
         )
     conn.execute(
-        SQL("UPDATE {} SET position = %s, updated_at = now() WHERE position < %s").format(builds),
-        [last, last],
+        SQL(
+            "UPDATE {} b SET position = %(last)s, updated_at = now() WHERE b.position < %(last)s"
+            " AND NOT EXISTS (SELECT 1 FROM {} e WHERE e.notification_id > b.position"
+            " AND e.notification_id <= %(last)s)"
+        ).format(builds, events),
+        {"last": last},
     )
 
 

@@ -1073,3 +1073,30 @@ def test_a_run_while_a_rebuild_runs_archives_nothing_the_rebuild_has_not_read(
     rebuild(projector)
     assert _dashboard(engine) == dashboard
     assert verify(projector) == []
+
+
+def test_a_build_left_by_a_rebuild_that_stopped_does_not_stop_a_run(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """A run refuses while a build being filled is behind what it archives; one left by a
+    rebuild whose process stopped (killed), which nobody fills, does not stop every run."""
+    # Given a build at position 0 that no rebuild holds (its process was killed)
+    projector = projector_for(engine)
+    _session(engine, "s-1", steps=1)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    rebuild(projector)
+    dashboard = _dashboard(engine)
+    control = f"{engine.settings.schema}_projections"
+    with psycopg.connect(engine.database_url) as conn:
+        conn.execute(
+            SQL(
+                "INSERT INTO {}.builds (schema_name, projection, kind, position)"
+                " VALUES ('left_v9', 'cost', 'build', 0)"
+            ).format(Identifier(control))
+        )
+    # When a run starts, Then it archives, and a restore then puts the session back
+    [bundle] = archive(engine, projector, tmp_path).workflows[0].bundles
+    assert restore(engine, projector, bundle).sessions == ("s-1",)
+    assert _dashboard(engine) == dashboard
+    assert verify(projector) == []
