@@ -67,6 +67,7 @@ class ErasureService:
         log: EventLog,
         archived: Callable[[Sequence[UUID]], dict[UUID, str]] | None = None,
         sign: Callable[[], object] | None = None,
+        archived_naming: Callable[[Sequence[bytes]], list[UUID]] | None = None,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -76,6 +77,8 @@ class ErasureService:
         """Which of some streams retention archived, with their bundles (``docs/retention.md``)."""
         self._sign = sign
         """Takes a signed checkpoint (the chain's), so the erasure events are signed at once."""
+        self._archived_naming = archived_naming
+        """The archived streams whose stored snapshot holds one of some byte strings."""
 
     def forget_user(self, user_id: str, reason: str = "the user asked to be forgotten") -> ForgetReport:
         """Erase every sealed session of ``user_id`` in this tenant; the report names the
@@ -163,6 +166,12 @@ class ErasureService:
                     continue
                 if self._log.decode(stored).user_id == user_id:
                     candidates.add(UUID(str(stored.originator_id)))
+        if self._archived_naming is not None:
+            # Archived: their Started event is in a bundle, their state in the base's snapshot
+            # (one recorded in the clear holds the user id as written: `forget` had said none).
+            candidates |= set(
+                self._within_deadline("read archived sessions", partial(self._archived_naming, list(needles)))
+            )
         found = []
         for stream in candidates:
             if self._within_deadline("read a data key", partial(self._keys.key_of, stream)) is not None:

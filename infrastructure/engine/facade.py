@@ -197,6 +197,7 @@ class Engine:
             self.log,
             None if self._audit is None else lambda streams: self.retention.bundles_of(streams),
             None if self._audit is None or not self.settings.audit_chain else self._audit.checkpoint,
+            None if self._audit is None else lambda needles: self.retention.archived_naming(needles),
         )
         self.budgets = BudgetService(self.store, self._ledger, self.tenant, alerts)
         self.budgets.charged_as = getattr(llm, "model_key", None)

@@ -168,6 +168,18 @@ class RetentionService:
 
         return self._within_deadline("read archived sessions", read)
 
+    def archived_naming(self, needles: Sequence[bytes]) -> list[UUID]:
+        """This tenant's archived streams whose stored snapshot holds one of ``needles`` (a user
+        id as an unsealed snapshot writes it; no tables: none)."""
+
+        def read() -> list[UUID]:
+            with self._trail.connect() as conn:
+                if not self.tables.exists(conn):
+                    return []
+                return self.tables.snapshots_holding(conn, self._tenant, needles)
+
+        return self._within_deadline("read archived sessions", read)
+
     def archived_in(self, session_id: str) -> str | None:
         """The bundle an archived session's events are in (None: not archived)."""
         return self.bundles_of([session_uuid(self._tenant, session_id)]).get(

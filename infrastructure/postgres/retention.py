@@ -350,6 +350,19 @@ class RetentionTables:
         ).fetchall()
         return {r[0]: (int(r[1]), str(r[2]), bytes(r[3]), bool(r[4])) for r in rows}
 
+    def snapshots_holding(
+        self, conn: psycopg.Connection[Any], tenant: str, needles: Sequence[bytes]
+    ) -> list[UUID]:
+        """The ``tenant``'s archived streams whose base's snapshot holds one of ``needles``."""
+        rows = conn.execute(
+            SQL(
+                "SELECT stream_id FROM {} WHERE tenant = %s AND EXISTS"
+                " (SELECT 1 FROM unnest(%s::bytea[]) AS n(b) WHERE position(n.b IN snapshot_state) > 0)"
+            ).format(self._t(BASES)),
+            [tenant, list(needles)],
+        ).fetchall()
+        return [row[0] for row in rows]
+
     def delete_bases(self, conn: psycopg.Connection[Any], streams: Sequence[UUID]) -> int:
         """Drop the bases of ``streams`` (restored); how many there were."""
         cur = conn.execute(

@@ -1100,3 +1100,22 @@ def test_a_build_left_by_a_rebuild_that_stopped_does_not_stop_a_run(
     assert restore(engine, projector, bundle).sessions == ("s-1",)
     assert _dashboard(engine) == dashboard
     assert verify(projector) == []
+
+
+def test_forget_names_a_users_archived_session_recorded_in_the_clear(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """``forget USER`` names the user's sessions recorded without sealing (they stay in the
+    clear; the CLI exits 2), found by their Started events in the log. An archived one's events
+    are in its bundle: ``forget`` said "erased 0 sessions (none)" and exited 0 while the bundle
+    and the base's projection rows kept the user id in the clear. Its base's snapshot is read too."""
+    # Given a session recorded without sealing, archived, and one of another user
+    _session(engine, "s-1", steps=1)
+    _session(engine, "s-2", steps=1)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    assert engine.archive_sessions(tmp_path).sessions == 2
+    # When its user is forgotten, Then it is named as left in the clear
+    report = engine.forget("user-s-1")
+    assert (report.sessions, report.in_the_clear) == ((), ("s-1",))
+    assert engine.forget("user-s").in_the_clear == ()  # a prefix of a user id is no user
