@@ -505,17 +505,20 @@ class RetentionService:
         # (O_EXCL, the mode the umask leaves, as a file opened for writing gets it)
         temporary = path.with_name(f"{path.stem}.{uuid4().hex[:12]}.partial")
         handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            summary = export_bundle(self._trail, out, streams)
-            out.flush()
-            os.fsync(out.fileno())
-        text = temporary.read_bytes()
-        checked = verify_bundle(text.decode("utf-8").splitlines(), self._trail.signing.public_bytes)
-        if not checked.ok or checked.streams != len(streams) or checked.events != summary.events:
-            temporary.unlink()
-            first = checked.problems[0] if checked.problems else "it does not hold every stream"
-            raise AuditError(f"the bundle just written does not verify ({first}); nothing was archived")
-        return _link_new(temporary, path), hashlib.sha256(text).hexdigest()
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                summary = export_bundle(self._trail, out, streams)
+                out.flush()
+                os.fsync(out.fileno())
+            text = temporary.read_bytes()
+            checked = verify_bundle(text.decode("utf-8").splitlines(), self._trail.signing.public_bytes)
+            if not checked.ok or checked.streams != len(streams) or checked.events != summary.events:
+                first = checked.problems[0] if checked.problems else "it does not hold every stream"
+                raise AuditError(f"the bundle just written does not verify ({first}); nothing was archived")
+            return _link_new(temporary, path), hashlib.sha256(text).hexdigest()
+        finally:
+            # A half-written file (a full disk, an export refused) is not left behind either.
+            temporary.unlink(missing_ok=True)
 
     # -- restoring ------------------------------------------------------------------------
 
@@ -635,7 +638,7 @@ class RetentionService:
 
 def _link_new(temporary: Path, path: Path) -> Path:
     """Link ``temporary`` into place as ``path``, or as ``path-2``, ``-3``... when a file has
-    that name, and drop the temporary name. Never over a file: one with that name may be the
+    that name (the caller drops the temporary name). Never over a file: one with that name may be the
     bundle other archived sessions are still in (a session of it restored alone and archived
     again in the same second made the same name, and its new bundle replaced the old one)."""
     candidate, number = path, 1
@@ -646,7 +649,6 @@ def _link_new(temporary: Path, path: Path) -> Path:
             number += 1
             candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
             continue
-        temporary.unlink()
         return candidate
 
 

@@ -28,6 +28,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
+from flowledger.infrastructure.engine import retention as retention_module
 from flowledger.infrastructure.engine.erasure import ErasureService
 from flowledger.infrastructure.engine.retention import RestoreReport, RetentionService
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
@@ -1119,3 +1120,31 @@ def test_forget_names_a_users_archived_session_recorded_in_the_clear(
     report = engine.forget("user-s-1")
     assert (report.sessions, report.in_the_clear) == ((), ("s-1",))
     assert engine.forget("user-s").in_the_clear == ()  # a prefix of a user id is no user
+
+
+def test_a_bundle_that_cannot_be_written_whole_leaves_no_file_behind(
+    engine: Engine, clock: SetClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose bundle could not be written (a full disk) left its half-written ``.partial``
+    file in the archive directory; now it leaves nothing, and archives nothing."""
+    # Given a due session, and a disk that fills up during the export
+    _session(engine, "s-1", steps=1)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    export = retention_module.export_bundle
+
+    def full_disk(trail: Any, out: Any, streams: Any) -> Any:
+        out.write('{"type": "header"}\n')
+        out.flush()
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(retention_module, "export_bundle", full_disk)
+    out = tmp_path / "out"
+    out.mkdir()
+    # When the run writes its bundle, Then it fails and leaves no file, and no row moved
+    with pytest.raises(OSError, match="No space left"):
+        engine.archive_sessions(out)
+    assert list(out.iterdir()) == []
+    assert [e.version for e in engine.history("s-1")] == [1, 2, 3]
+    monkeypatch.setattr(retention_module, "export_bundle", export)
+    assert engine.archive_sessions(out).sessions == 1
