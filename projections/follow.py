@@ -36,7 +36,11 @@ def follow(
     resolve = projector.live(projections)
     with projector.connect() as conn:
         install(conn, projector.names, projections, key=projector.chain_key)
-        applied = projector.drive(conn, resolve, on_batch=on_batch)
+        # A stop request (SIGTERM, Ctrl-C) ends the catch-up between batches: a follower
+        # started on a long backlog ignored it until it had read the whole log.
+        applied = projector.drive(conn, resolve, on_batch=on_batch, halt=stop.is_set)
+        if stop.is_set():
+            return applied
         with conn.cursor() as cur:
             targets = resolve(cur)
             after = min(projector.positions(cur, [t.schema for t in targets]).values(), default=0)
@@ -65,7 +69,7 @@ def follow(
                         applied += len(batch)
                     else:
                         # A build moved behind what we were fed (a switch): read instead.
-                        applied += projector.drive(conn, resolve, on_batch=on_batch)
+                        applied += projector.drive(conn, resolve, on_batch=on_batch, halt=stop.is_set)
                     after = batch[-1].id
             finally:
                 subscription.stop()

@@ -200,8 +200,10 @@ class Projector:
         progress: Progress | None = None,
         on_batch: BatchHook | None = None,
         max_batches: int | None = None,
+        halt: Callable[[], bool] | None = None,
     ) -> int:
-        """Apply batches until the log (up to ``stop``) is exhausted; return notifications read.
+        """Apply batches until the log (up to ``stop``) is exhausted, or ``halt`` says so before
+        a batch (a follower asked to stop mid catch-up); return notifications read.
 
         ``stop`` defaults to the head of the log when the call begins, so a call ends under a
         steady load: it chased the head for as long as an event arrived during each batch (a
@@ -215,7 +217,7 @@ class Projector:
         read = batches = 0
         if stop is None:
             stop = self.head()
-        while max_batches is None or batches < max_batches:
+        while (max_batches is None or batches < max_batches) and not (halt is not None and halt()):
             with conn.cursor() as cur:
                 targets = resolve(cur)
                 if not targets:

@@ -219,3 +219,33 @@ def test_status_shows_each_projection_position_and_lag(pg_engine: Engine, projec
     builds = status(projector)
     assert sorted(b.projection for b in builds) == ["cost", "current_state", "funnel", "seed"]
     assert {(b.state, b.position, b.lag) for b in builds} == {("live", 8, 4)}
+
+
+def test_a_follower_asked_to_stop_during_its_catch_up_stops_between_batches(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    """A stop request (what SIGTERM or Ctrl-C sets in ``projections follow``) ends the catch-up
+    at the next batch: a follower started on 100,000 events took 29.6 s to exit after SIGTERM,
+    since it read the whole backlog before it looked at the request. What it applied stays,
+    and the next follower goes on from there."""
+    # Given a backlog of many batches (80 events, batches of 7)
+    append(pg_engine.log, interleave(scripts("bk", 20)))
+    head = pg_engine.log.recorder.max_notification_id()
+    stop = threading.Event()
+    batches = 0
+
+    def request_stop(_: int) -> None:
+        nonlocal batches
+        batches += 1
+        stop.set()  # as the signal handler does, while the first batch is being applied
+
+    # When a follower is asked to stop during its first batch
+    follow(projector, stop=stop, on_batch=request_stop)
+
+    # Then it returned after that batch, not at the head of the log
+    assert batches == 1
+    assert {b.position for b in status(projector)} == {7}
+    # And a later catch-up goes on from there to the same read models as a rebuild
+    projector.catch_up()
+    assert {b.position for b in status(projector)} == {head}
+    assert verify(projector) == []
