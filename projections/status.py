@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from flowledger.projections import dead_letters
-from flowledger.projections.catalog import ensure_control
+from flowledger.projections.catalog import ensure_control, lock_key
 from flowledger.projections.dead_letters import DeadLetter
 from flowledger.projections.processor import Projector
 from flowledger.projections.sql import q
@@ -16,7 +16,11 @@ from flowledger.projections.sql import q
 
 @dataclass(frozen=True)
 class BuildStatus:
-    """One build: live (read by dashboards), a rebuild in progress, or a verify scratch."""
+    """One build: live (read by dashboards), a rebuild in progress (``rebuilding``), a verify
+    scratch (``verifying``), or what a rebuild or verify left when its process died
+    (``abandoned``: nobody holds that projection's rebuild lock; the next rebuild, or for a
+    verify scratch the next verify, drops it). A rebuild killed mid-way was listed as
+    ``rebuilding`` for good, its lag growing, as if it were still running."""
 
     projection: str
     schema: str
@@ -44,6 +48,11 @@ def status(projector: Projector) -> list[BuildStatus]:
         rows = conn.execute(
             q(
                 "SELECT b.projection, b.schema_name, CASE WHEN a.projection IS NOT NULL THEN 'live'"
+                " WHEN NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'"
+                " AND l.objsubid = 1 AND l.granted AND l.database = (SELECT oid FROM pg_database"
+                " WHERE datname = current_database())"
+                " AND (l.classid::bigint << 32 | l.objid::bigint) = hashtext(%s || b.projection)::bigint)"
+                " THEN 'abandoned'"
                 " WHEN b.kind = 'scratch' THEN 'verifying' ELSE 'rebuilding' END,"
                 " b.position, b.events, b.updated_at,"
                 " (SELECT count(*) FROM {s}.dead_letters d WHERE d.schema_name = b.schema_name),"
@@ -51,7 +60,8 @@ def status(projector: Projector) -> list[BuildStatus]:
                 " FROM {s}.builds b LEFT JOIN {s}.active a ON a.schema_name = b.schema_name"
                 " ORDER BY b.projection, a.projection IS NULL, b.schema_name",
                 names.control,
-            )
+            ),
+            [lock_key(names.store, "rebuild", "")],
         ).fetchall()
     return [
         BuildStatus(r[0], r[1], r[2], int(r[3]), int(r[4]), head, r[5], int(r[6]), int(r[7])) for r in rows

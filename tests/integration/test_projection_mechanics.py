@@ -249,3 +249,30 @@ def test_a_follower_asked_to_stop_during_its_catch_up_stops_between_batches(
     projector.catch_up()
     assert {b.position for b in status(projector)} == {head}
     assert verify(projector) == []
+
+
+def test_status_tells_a_rebuild_that_died_from_one_still_running(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    """A rebuild whose process died (kill -9, an OOM) leaves its half-filled builds; ``status``
+    listed them as ``rebuilding`` for good, their lag growing, as if a rebuild were running.
+    Now a build nobody holds the rebuild lock of is ``abandoned``; the next rebuild drops it."""
+    # Given live builds and a rebuild that stops for good after its first batch
+    append(pg_engine.log, interleave(scripts("ab", 5)))
+    projector.catch_up()
+    seen_while_running: set[str] = set()
+
+    def die(_: int) -> None:
+        seen_while_running.update(b.state for b in status(projector) if b.state != "live")
+        raise RuntimeError("the rebuild's process died")
+
+    with pytest.raises(RuntimeError):
+        rebuild(projector, ["cost"], progress=die)
+
+    # Then while it ran its build was rebuilding, and now that it is gone it is abandoned
+    assert seen_while_running == {"rebuilding"}
+    left = [(b.projection, b.state) for b in status(projector) if b.state != "live"]
+    assert left == [("cost", "abandoned")]
+    # And the next rebuild drops it
+    rebuild(projector, ["cost"])
+    assert {b.state for b in status(projector)} == {"live"}
