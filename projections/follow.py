@@ -6,13 +6,11 @@ once: every batch locks the tracking rows and skips what another follower alread
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from queue import Empty, Queue
 
 from eventsourcing.persistence import Notification
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure import outages
@@ -102,6 +100,10 @@ def _next_batch(inbox: Queue[Notification | BaseException | None], limit: int) -
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, *outages.CONNECTION_ERRORS)
 
 
+FIRST_BACKOFF_S = 0.5
+"""The wait before the first try after a connection is lost."""
+
+
 def follow_until_stopped(
     projector: Projector,
     wanted: Sequence[str] | None = None,
@@ -112,28 +114,27 @@ def follow_until_stopped(
 ) -> None:
     """``follow`` until ``stop`` is set, starting again after a lost connection.
 
-    Waits 0.5 s, doubling up to ``max_backoff_s``, between tries; ``on_reconnect`` hears of
-    each (the error and the wait). Nothing is lost or applied twice by starting again: each
-    batch's rows and tracking position commit together, so ``follow`` resumes from them.
+    Waits 0.5 s, doubling up to ``max_backoff_s`` while tries fail, between tries;
+    ``on_reconnect`` hears of each (the error and the wait). A try that got back to
+    following (caught up and subscribed) ends that outage: the next loss waits 0.5 s again
+    (the waits doubled over the follower's life, so after a few brief outages, each
+    recovered from, it waited 30 s before trying again after every later one). Nothing is
+    lost or applied twice by starting again: each batch's rows and tracking position commit
+    together, so ``follow`` resumes from them.
     """
-
-    def announce(state: RetryCallState) -> None:
-        if on_reconnect is not None and state.outcome is not None and state.next_action is not None:
-            error = state.outcome.exception()
-            if error is not None:
-                on_reconnect(error, state.next_action.sleep)
-
-    def pause(seconds: float) -> None:
-        stop.wait(seconds)  # a stop request ends the wait at once
-
-    retrying = Retrying(
-        retry=retry_if_exception_type(CONNECTION_ERRORS),
-        wait=wait_exponential(multiplier=0.5, max=max_backoff_s),
-        stop=lambda _: stop.is_set(),
-        sleep=pause,
-        before_sleep=announce,
-        reraise=True,
-    )
-    with contextlib.suppress(*CONNECTION_ERRORS):
-        # Tenacity gives up only once ``stop`` is set: a last error then just ends the run.
-        retrying(follow, projector, wanted, stop=stop)
+    first = min(FIRST_BACKOFF_S, max_backoff_s)
+    backoff = first
+    while not stop.is_set():
+        following = threading.Event()
+        try:
+            follow(projector, wanted, stop=stop, ready=following)
+            return
+        except CONNECTION_ERRORS as error:
+            if stop.is_set():
+                return  # a last error while stopping just ends the run
+            if following.is_set():
+                backoff = first  # it had recovered: this is a new outage
+            if on_reconnect is not None:
+                on_reconnect(error, backoff)
+            stop.wait(backoff)  # a stop request ends the wait at once
+            backoff = min(backoff * 2, max_backoff_s)

@@ -119,14 +119,18 @@ class OwnConnections(Projector):
 
 
 @contextmanager
-def following(follower: Projector) -> Iterator[list[tuple[BaseException, float]]]:
+def following(follower: Projector, max_backoff_s: float = 0.5) -> Iterator[list[tuple[BaseException, float]]]:
     """``follow_until_stopped`` in a thread; yields the reconnections it announced."""
     reconnects: list[tuple[BaseException, float]] = []
     stop = threading.Event()
     thread = threading.Thread(
         target=follow_until_stopped,
         args=(follower,),
-        kwargs={"stop": stop, "on_reconnect": lambda e, w: reconnects.append((e, w)), "max_backoff_s": 0.5},
+        kwargs={
+            "stop": stop,
+            "on_reconnect": lambda e, w: reconnects.append((e, w)),
+            "max_backoff_s": max_backoff_s,
+        },
         daemon=True,
     )
     thread.start()
@@ -174,6 +178,51 @@ def test_a_follower_whose_backends_are_terminated_reconnects_and_loses_nothing(
     assert all(wait <= 0.5 for _, wait in reconnects)
     assert len(follower.pids) >= 2, "a new connection was opened"
     assert count(projector, "sessions") == 6
+    assert verify(projector) == []
+
+
+def test_each_outage_a_follower_recovered_from_starts_its_backoff_again(
+    pg_engine: Engine, database_url: str
+) -> None:
+    """The wait before reconnecting doubles while tries fail, and starts again at 0.5 s once
+    the follower was back: it doubled over the follower's life, so after three brief outages,
+    each recovered from, the third waited 2.0 s (a follower that had lived through seven
+    waited the full 30 s after every later loss, the dashboards that long behind)."""
+    # Given a follower (the default 30 s ceiling) that has caught up and is listening
+    projector = projector_for(pg_engine, batch_size=5)
+    projector.catch_up()
+    follower = OwnConnections(
+        database_url=projector.database_url,
+        store_schema=projector.names.store,
+        recorder=projector.recorder,
+        mapper=projector.mapper,
+        projections=projector.projections,
+        batch_size=projector.batch_size,
+    )
+    channel = projector.recorder.channel_name  # type: ignore[attr-defined]
+    first_waits: list[float] = []
+    with following(follower, max_backoff_s=30.0) as reconnects:
+        ended: list[int] = []
+        for outage in range(3):
+            # When the server ends its connections, once it is back following each time
+            eventually(
+                lambda gone=set(ended): bool(set(backends_running(database_url, "LISTEN", channel)) - gone),
+                "the follower listens",
+            )
+            announced = len(reconnects)
+            listening = backends_running(database_url, "LISTEN", channel)
+            ended += [follower.pids[-1], *listening]
+            terminate(database_url, [follower.pids[-1], *listening])
+            eventually(lambda n=announced: len(reconnects) > n, "the follower announced its reconnection")
+            first_waits.append(reconnects[announced][1])
+            work(pg_engine, f"outage-{outage}", 1)
+            eventually(
+                lambda n=outage + 1: count(projector, "llm_calls") == n,
+                "the follower applies the events after the outage",
+            )
+
+    # Then every outage began with the first wait, not one doubled by the outages before it
+    assert first_waits == [0.5, 0.5, 0.5]
     assert verify(projector) == []
 
 
