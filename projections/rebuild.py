@@ -7,14 +7,15 @@ stuck or lossy build equal to the log.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from psycopg import Connection, Cursor
 
-from flowledger.domain.errors import LogDamaged
 from flowledger.domain.errors import RebuildInProgress as RebuildInProgress  # its old home
 from flowledger.projections import dead_letters
 from flowledger.projections.archived import check_seals
@@ -119,17 +120,27 @@ def rebuild(
                 projector.drive(conn, _fixed(targets), progress=progress)
                 for target in targets:
                     point_views(cur, names, target.projection, target.schema)
-        except LogDamaged:
+        except BaseException:
             # The readers keep the builds they had: drop the unfinished ones, which `status`
-            # would otherwise list as rebuilding for good.
-            with conn.transaction(), conn.cursor() as cur:
-                for target in targets:
-                    drop_build(cur, names, target.schema)
+            # would otherwise list as abandoned until the next rebuild. Whatever stopped it (a
+            # damaged log, Ctrl-C, an error): an interrupted rebuild left its half-filled
+            # schemas behind (Ctrl-C 5 s into a 100,000-event rebuild: four, exit 130).
+            _drop_unfinished(conn, projector, targets)
             raise
         with conn.transaction(), conn.cursor() as cur:
             for schema in old:
                 drop_build(cur, names, schema)
     return {t.projection.name: t.schema for t in targets}
+
+
+def _drop_unfinished(conn: Connection[Any], projector: Projector, targets: list[Target]) -> None:
+    """Drop a rebuild's new builds after it failed, unless the connection went with it (then
+    they stay, ``abandoned``, for the next rebuild to drop); the failure is what is reported."""
+    if conn.broken:
+        return
+    with contextlib.suppress(psycopg.Error), conn.transaction(), conn.cursor() as cur:
+        for target in targets:
+            drop_build(cur, projector.names, target.schema)
 
 
 def verify(
