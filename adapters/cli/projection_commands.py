@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemaini
 from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console, transient_progress
-from flowledger.adapters.cli.errors import fail, reported_errors, say_problem
+from flowledger.adapters.cli.errors import fail, joined, reported_errors, say_problem
 from flowledger.adapters.cli.rendering import money, whole_cells
 from flowledger.adapters.cli.task_rendering import tiers_table
 from flowledger.adapters.durations import parse_since
@@ -202,10 +202,13 @@ def follow_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
         console.print("following the log (Ctrl-C to stop)")
 
         def reconnecting(error: BaseException, wait_s: float) -> None:
+            # One line, escaped: psycopg's "server closed the connection unexpectedly" runs
+            # over three, which a log reader grepping for "lost the database" found a third of.
+            what = escape(joined(f"{type(error).__name__}: {error}"))
             console.print(
-                f"[yellow]lost the database ({type(error).__name__}: {error}); "
-                f"starting again in {wait_s:.1f} s[/yellow]",
+                f"[yellow]lost the database ({what}); starting again in {wait_s:.1f} s[/yellow]",
                 highlight=False,
+                soft_wrap=True,
             )
 
         follow_until_stopped(projector, _names(name), stop=stop, on_reconnect=reconnecting)

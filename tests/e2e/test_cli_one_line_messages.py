@@ -8,6 +8,8 @@ message there: ``flowledger extend <a long id> --hours 1 | cat`` broke the line 
 from __future__ import annotations
 
 import subprocess
+import sys
+import threading
 
 import psycopg
 import pytest
@@ -129,3 +131,36 @@ def test_a_command_with_a_progress_bar_prints_no_blank_line_where_it_was_when_pi
     assert rebuilt.stderr.startswith("error: a stored event is missing: stream ")
     assert verified.returncode == 1
     assert verified.stderr.startswith("problem: deleted: stream "), verified.stderr
+
+
+def test_a_follower_says_it_lost_the_database_on_one_line(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``projections follow`` announces each lost connection; psycopg's message for a
+    connection the server closed runs over three lines (as a follower whose backends were
+    ended printed it), so its log held the announcement in three pieces."""
+    closed = psycopg.OperationalError(
+        "consuming input failed: server closed the connection unexpectedly\n"
+        "\tThis probably means the server terminated abnormally\n"
+        "\tbefore or while processing the request."
+    )
+    tries: list[int] = []
+
+    def follow_losing_the_database(*_: object, stop: threading.Event, **__: object) -> int:
+        tries.append(1)
+        if len(tries) == 1:
+            raise closed  # what the first try met
+        stop.set()  # the second one is stopped at once, as by SIGTERM
+        return 0
+
+    # The module (``flowledger.projections.follow`` names the function, which shadows it)
+    monkeypatch.setattr(sys.modules["flowledger.projections.follow"], "follow", follow_losing_the_database)
+    result = run(database_url, pg_schema, "projections", "follow")
+
+    assert result.returncode == 0, result.stderr
+    lost = [line for line in result.stdout.splitlines() if "lost the database" in line]
+    assert lost == [
+        "lost the database (OperationalError: consuming input failed: server closed the connection"
+        " unexpectedly This probably means the server terminated abnormally before or while"
+        " processing the request.); starting again in 0.5 s"
+    ], result.stdout
