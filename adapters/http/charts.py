@@ -56,8 +56,8 @@ def bar_chart(
 ) -> str:
     """Horizontal bars, one group per label and one bar per series (a legend when several).
 
-    A label longer than ``LABEL_CHARS`` is cut (``fitted``); ``whole`` (the labels uncut, when
-    the caller cut them itself) is shown when the pointer rests on one."""
+    A label longer than ``LABEL_CHARS`` is cut (``fitted``), unless the caller cut its labels
+    itself and gives them ``whole``; the whole label is shown when the pointer rests on one."""
     names = list(series)
     peak = max((v for values in series.values() for v in values), default=0.0) or 1.0
     bar, gap, label_w, value_w = 14, 10, 150, 90
@@ -70,10 +70,10 @@ def bar_chart(
     plot_w = width - label_w - value_w
     for row, label in enumerate(labels):
         top = 28 + row * group_h
-        full = whole[row] if whole is not None else label
+        full, shown = (label, fitted(label)) if whole is None else (whole[row], label)
         parts.append(
             f'<text x="{label_w - 6}" y="{top + bar * len(names) / 2 + 4}" '
-            f'text-anchor="end"><title>{escape(full)}</title>{escape(fitted(label))}</text>'
+            f'text-anchor="end"><title>{escape(full)}</title>{escape(shown)}</text>'
         )
         for index, name in enumerate(names):
             value = series[name][row]

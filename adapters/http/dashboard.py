@@ -26,7 +26,7 @@ from flowledger.adapters.durations import parse_since
 from flowledger.adapters.http.analytics_schemas import DashboardRowOut, FunnelReportOut
 from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_header, bearer, token_of
 from flowledger.adapters.http.budget_panel import budget_panel
-from flowledger.adapters.http.charts import LABEL_CHARS, bar_chart, column_chart, fitted, isolated
+from flowledger.adapters.http.charts import bar_chart, column_chart, fitted, isolated
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.headers import page_policy
 from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page, refused_login
@@ -300,9 +300,8 @@ def _label(row: DashboardRow) -> str:
     if not row.unpriced_calls:
         return name
     # Isolated when text follows: an override in the name (U+202E) turned "(unpriced: 1)" around;
-    # cut so that the mark still fits beside its bars (the chart cuts what is longer than that).
-    mark = f" (unpriced: {row.unpriced_calls:,})"
-    return f"{isolated(fitted(name, max(LABEL_CHARS - 2 - len(mark), 4)))}{mark}"
+    # the name cut as the chart cuts a label, the mark kept after it.
+    return f"{isolated(fitted(name))} (unpriced: {row.unpriced_calls:,})"
 
 
 def _cost_chart(rows: list[DashboardRow]) -> str:
