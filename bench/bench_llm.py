@@ -188,6 +188,9 @@ def start_server(
         "FLOWLEDGER_LLM_BASE_URL": llm_url,
         "FLOWLEDGER_LLM_API_KEY": KEY,
         "FLOWLEDGER_POOL_SIZE": str(pool_size),
+        # The bench's own engines' home: one chain key for every writer of the schema (a server
+        # with a key of its own seals rows the others' checkpoints refuse to sign).
+        "FLOWLEDGER_HOME": tempfile.gettempdir(),
     }
     command = [sys.executable, "-m", "flowledger.adapters.cli.main", "serve", "--port", str(port)]
     command += ["--loop", loop, "--http", http]
