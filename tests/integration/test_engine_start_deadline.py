@@ -3,21 +3,37 @@ deadline, as every other call does (README: "an engine's start included ... with
 
 from __future__ import annotations
 
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from flowledger.domain import StoreUnavailable
 from flowledger.infrastructure import Engine, Settings
 from tests.support.cli import run_cli
-from tests.support.cluster import free_port
+
+
+@contextmanager
+def refusing_port() -> Iterator[int]:
+    """A port on 127.0.0.1 held bound and not listening while the block runs: a connection is
+    refused at once, and no other test's server can take the port meanwhile (with a port merely
+    found free, another worker's private server can start on it: a start took 12.9 s once in CI)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield int(held.getsockname()[1])
 
 
 def test_an_engine_started_against_a_refusing_server_gives_up_within_its_deadline() -> None:
     # (The start's retries slept their whole jittered backoff, up to 1 s, past the deadline, then
     # tried once more: a 1 s deadline ended after 1.05-1.82 s.)
     # Given a port nothing listens on and a 1 s operation deadline
-    url = f"postgresql://postgres@127.0.0.1:{free_port()}/test"
+    with refusing_port() as port:
+        _start_five_times(f"postgresql://postgres@127.0.0.1:{port}/test")
+
+
+def _start_five_times(url: str) -> None:
     settings = Settings(database_url=url, schema="nowhere", operation_deadline_s=1.0)
     for _ in range(5):
         # When an engine is started there
@@ -33,10 +49,11 @@ def test_an_engine_started_against_a_refusing_server_gives_up_within_its_deadlin
 def test_a_command_against_a_refusing_server_is_tried_again_until_its_deadline(command: list[str]) -> None:
     # (`flowledger migrate` gave up at the first refusal, where README's exit 75 says "tried
     # again until the operation deadline first", as every other command is.)
-    url = f"postgresql://postgres@127.0.0.1:{free_port()}/test"
-    started = time.monotonic()
-    result = run_cli(url, "nowhere", *command, env={"FLOWLEDGER_OPERATION_DEADLINE_S": "1"})
-    elapsed = time.monotonic() - started
+    with refusing_port() as port:
+        url = f"postgresql://postgres@127.0.0.1:{port}/test"
+        started = time.monotonic()
+        result = run_cli(url, "nowhere", *command, env={"FLOWLEDGER_OPERATION_DEADLINE_S": "1"})
+        elapsed = time.monotonic() - started
     assert result.returncode == 75, result.stderr
     assert len(result.stderr.splitlines()) == 1
     # Tried until the deadline (not given up at the first refusal), then given up (not hung).
