@@ -10,8 +10,9 @@ the deadlines and reconnects promptly (``deadlines.py``). No recorder creates ta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from time import monotonic, sleep
+from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -48,6 +49,10 @@ from flowledger.infrastructure.postgres.recorder import (
     stored_events,
 )
 from flowledger.infrastructure.postgres.stream_reads import event_reads, read_stream, snapshot_reads
+
+R = TypeVar("R")
+_START_PAUSE_S = 0.2
+"""Between tries of a recorder's construction (``FlowledgerPostgresFactory._made``)."""
 
 
 class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
@@ -142,6 +147,7 @@ class FlowledgerPostgresFactory(PostgresFactory):
     process_recorder_class = FlowledgerProcessRecorder
 
     def __init__(self, env: Environment | EnvType | None):
+        self._started = monotonic()
         super().__init__(env)
         self.deadlines = Deadlines.from_env(self.env)
         install_pool(self.datastore, self.deadlines, conninfo_to_dict(self.env.get(LIBPQ_PARAMS_KEY) or ""))
@@ -149,25 +155,19 @@ class FlowledgerPostgresFactory(PostgresFactory):
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
         """The snapshot store's recorder, with this factory's deadlines."""
-        try:
-            recorder = super().aggregate_recorder(purpose)
-        except OperationalError as error:
-            raise self._unreachable(error) from error
+        recorder = self._made(lambda: super(FlowledgerPostgresFactory, self).aggregate_recorder(purpose))
         self._configure(recorder)
         return recorder
 
     def application_recorder(self) -> ApplicationRecorder:
         """The event log's recorder; its notifier is stopped when the factory closes."""
-        try:
-            recorder = super().application_recorder()
-        except OperationalError as error:
-            raise self._unreachable(error) from error
+        recorder = self._made(super().application_recorder)
         self._configure(recorder)
         return recorder
 
     def process_recorder(self) -> ProcessRecorder:
         """As ``application_recorder``, with tracking."""
-        recorder = super().process_recorder()
+        recorder = self._made(super().process_recorder)
         self._configure(recorder)
         return recorder
 
@@ -184,6 +184,21 @@ class FlowledgerPostgresFactory(PostgresFactory):
             notifier.close()
         self._notifiers.clear()
         super().close()
+
+    def _made(self, make: Callable[[], R]) -> R:
+        """``make()`` (a recorder, which reads its row type at once), tried again until the
+        operation's deadline while the pool finds no connection and the server is not refusing:
+        sixteen engines started at once on a loaded machine opened 320 connections, and one
+        waited past the pool's timeout (CI: ``StoreUnavailable (start)`` with the server up)."""
+        end = self._started + self.deadlines.operation_s
+        while True:
+            try:
+                return make()
+            except OperationalError as error:
+                verdict = self._unreachable(error)
+                if isinstance(verdict, StoreRefused) or monotonic() + _START_PAUSE_S >= end:
+                    raise verdict from error
+            sleep(_START_PAUSE_S)
 
     def _unreachable(self, error: OperationalError) -> Exception:
         """Why the pool found no connection at start, which it hides ("couldn't get a

@@ -9,9 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from eventsourcing.persistence import OperationalError
+from eventsourcing.postgres import PostgresDatastore
 
 from flowledger.domain import StoreUnavailable
 from flowledger.infrastructure import Engine, Settings
+from tests.conftest import make_settings
 from tests.support.cli import run_cli
 
 
@@ -61,3 +64,51 @@ def test_a_command_against_a_refusing_server_is_tried_again_until_its_deadline(c
     # adds its own start and error reporting, which beside the suite's heaviest tests took it to
     # 1.37-1.64 s in clean-clone runs (1.03 s on its own).
     assert 0.9 < elapsed < 3.0, elapsed
+
+
+def _pool_timeouts(monkeypatch: pytest.MonkeyPatch, times: int) -> list[float]:
+    """The recorders' first ``times`` reads of their row type find no pooled connection in time,
+    as one of sixteen engines started at once in CI did (the server up, the pool still
+    connecting its 320 connections); the times of the tries are returned."""
+    tries: list[float] = []
+    real = PostgresDatastore.register_type_adapters
+
+    def slow_pool(self: PostgresDatastore) -> None:
+        tries.append(time.monotonic())
+        if len(tries) <= times:
+            raise OperationalError("couldn't get a connection after 3.00 sec")
+        real(self)
+
+    monkeypatch.setattr(PostgresDatastore, "register_type_adapters", slow_pool)
+    return tries
+
+
+@pytest.mark.postgres
+def test_an_engine_whose_pool_is_slow_at_start_tries_again_and_starts(
+    monkeypatch: pytest.MonkeyPatch, database_url: str, pg_schema: str
+) -> None:
+    # (CI: one of sixteen engines started at once failed with "StoreUnavailable (start): couldn't
+    # get a connection" after the pool's 3 s while its server answered.)
+    # Given a server that answers, and a pool that twice finds no connection in time
+    tries = _pool_timeouts(monkeypatch, times=2)
+    # When an engine starts
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        # Then it tried again, started, and works
+        engine.start_session("s-1", "w")
+        assert engine.get_session("s-1").session_id == "s-1"
+    assert len(tries) > 2
+
+
+@pytest.mark.postgres
+def test_an_engine_whose_pool_stays_slow_gives_up_at_its_deadline_naming_the_start(
+    monkeypatch: pytest.MonkeyPatch, database_url: str, pg_schema: str
+) -> None:
+    # Given a pool that never finds a connection in time, and a 1 s operation deadline
+    tries = _pool_timeouts(monkeypatch, times=1_000)
+    settings = make_settings(database_url=database_url, schema=pg_schema, operation_deadline_s=1.0)
+    started = time.monotonic()
+    # When an engine starts, then it gives up at about its deadline, naming the start
+    with pytest.raises(StoreUnavailable, match=r"\(start\): couldn't get a connection"):
+        Engine(settings=settings)
+    assert 0.5 < time.monotonic() - started < 2.0
+    assert len(tries) > 1
