@@ -19,6 +19,7 @@ from flowledger.adapters.http import budgets, dashboard, health, login, rest, ta
 from flowledger.adapters.http.api_docs import add_api_docs
 from flowledger.adapters.http.auth import Gate, Keyring, RateLimits, Tenants
 from flowledger.adapters.http.errors import document_json_bodies, install_error_handlers
+from flowledger.adapters.http.head import HeadAsGet
 from flowledger.adapters.http.headers import SecurityHeaders
 from flowledger.adapters.http.middleware import BodyLimit, RequestContext
 from flowledger.adapters.http.query import refuse_unknown_query
@@ -90,6 +91,7 @@ def create_app(
     app.include_router(login.router)
     app.include_router(health.router)
     document_json_bodies(app)
+    app.add_middleware(HeadAsGet)  # innermost: the access log still names HEAD
     app.add_middleware(BodyLimit, limit=settings.http_max_body_bytes)
     app.add_middleware(RequestContext)
     # Outermost: its headers go on every answer, a 413 or a JSON 500 included.
