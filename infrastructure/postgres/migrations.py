@@ -35,6 +35,7 @@ from psycopg.sql import SQL, Composed, Identifier, Literal
 from flowledger.domain.errors import MigrationRefused, ValidationError
 from flowledger.infrastructure.postgres import data_keys, ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
+from flowledger.infrastructure.postgres.connect_within import connect_within
 from flowledger.infrastructure.settings import Settings
 
 SCHEMA_VERSION = 7
@@ -95,9 +96,7 @@ def migrate(
     left as it is, with a warning; with the setting None it is left as it is."""
     settings = settings or Settings()
     names = ddl.TableNames.for_app(app_name)
-    with psycopg.connect(
-        database_url, autocommit=True, connect_timeout=max(2, round(settings.connect_deadline_s))
-    ) as conn:
+    with connect_within(database_url, settings.connect_deadline_s, autocommit=True) as conn:
         version, layout = _already_right(conn, schema, names, settings) or (SCHEMA_VERSION, None)
         wanted = layout if settings.event_partitions is None else settings.event_partitions
         if layout is not None and (layout == wanted or not change_layout):

@@ -14,6 +14,7 @@ from eventsourcing.postgres import PostgresDatastore
 
 from flowledger.domain import StoreUnavailable
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.postgres.connect_within import connect_within
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
 
@@ -26,6 +27,40 @@ def refusing_port() -> Iterator[int]:
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         yield int(held.getsockname()[1])
+
+
+@contextmanager
+def silent_server() -> Iterator[int]:
+    """A port on 127.0.0.1 whose listener takes every connection and never says a word: a
+    server that hangs at start-up, or a path that lets the handshake through and nothing else."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield int(listener.getsockname()[1])
+
+
+@pytest.mark.parametrize("deadline_s", [1.0, 2.5])
+def test_an_engine_started_against_a_silent_server_gives_up_at_its_deadline(deadline_s: float) -> None:
+    # (libpq counts connect_timeout in whole seconds, at least 2: a 1 s deadline ended after
+    # 2.0 s, a 5 s one after 5.9 s, its last try rounded up to a whole 3 s.)
+    with silent_server() as port:
+        settings = Settings(
+            database_url=f"postgresql://postgres@127.0.0.1:{port}/test",
+            schema="nowhere",
+            operation_deadline_s=deadline_s,
+        )
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"\(migrate\): connection timeout expired"):
+            Engine(settings=settings)
+        elapsed = time.monotonic() - started
+    # (0.01-0.02 s past it on an idle machine; the margin is for a loaded CI run's own start)
+    assert deadline_s - 0.1 < elapsed < deadline_s + 0.4, elapsed
+
+
+@pytest.mark.postgres
+def test_a_connection_given_a_fraction_of_a_second_is_made_and_works(database_url: str) -> None:
+    with connect_within(database_url, 1.5, autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_an_engine_started_against_a_refusing_server_gives_up_within_its_deadline() -> None:
