@@ -355,8 +355,18 @@ class BudgetService:
         self.charge_stored(settle)
 
     def _record_alerts(self, raised: list[Raised]) -> None:
+        """Append each alert as ``Budget.AlertRaised``. The ledger has marked it raised already
+        and will not raise it again, so an append the store cannot make now waits with the
+        stored steps' charges (``later_charges.py``) instead of being lost; a retried charge
+        found its alerts marked and raised nothing, so neither the event nor the webhook ever
+        came. Appending it again is safe: ``Budget.raise_alert`` records a threshold once per
+        window."""
         for alert in raised:
-            self._store.write(f"budget:{alert.budget_id}", partial(self._alert, alert))
+            write = partial(self._store.write, f"budget:{alert.budget_id}", partial(self._alert, alert))
+            try:
+                write()
+            except StoreUnavailable:
+                self.later.add(write)
 
     def _alert(self, raised: Raised, uow: UnitOfWork) -> bool:
         budget: Budget | None = uow.find(raised.budget_id)

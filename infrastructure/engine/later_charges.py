@@ -1,5 +1,6 @@
-"""Charges of stored steps that the budget ledger could not take at once, tried again in order
-on one thread (``BudgetService.charge_stored``).
+"""Charges of stored steps that the budget ledger could not take at once, and alerts the event
+store could not append, tried again in order on one thread (``BudgetService.charge_stored``,
+``BudgetService._record_alerts``).
 
 A step is stored before its cost is charged; when the ledger is away the step's call still
 returns, and its charge waits here. One thread serves every waiting charge, oldest first: while
@@ -28,13 +29,13 @@ class LaterCharges:
 
     def __init__(self, retry_s: float) -> None:
         self.retry_s = retry_s
-        self._waiting: deque[tuple[float, Callable[[], None]]] = deque()
+        self._waiting: deque[tuple[float, Callable[[], object]]] = deque()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.given_up = 0
         """Charges dropped after ``retry_s`` (each also logged)."""
 
-    def add(self, charge: Callable[[], None]) -> None:
+    def add(self, charge: Callable[[], object]) -> None:
         """Queue ``charge`` (it raises StoreUnavailable while the ledger is away; trying it
         again must be safe) and make sure the thread runs."""
         with self._lock:
@@ -59,7 +60,7 @@ class LaterCharges:
                     return
                 ends, charge = self._waiting[0]
             if time.monotonic() >= ends:
-                self._drop("a stored step's cost could not be charged to its budgets within %s s")
+                self._drop("a stored step's cost (or a budget alert) could not be recorded within %s s")
                 continue
             time.sleep(min(pause, max(0.0, ends - time.monotonic())))
             try:

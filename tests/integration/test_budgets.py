@@ -28,7 +28,7 @@ from flowledger.adapters.llm import (
 from flowledger.adapters.llm.alerts import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.budget import Budget, CallScope, budget_uuid
-from flowledger.domain.errors import BudgetExceeded, LlmCallFailed, ValidationError
+from flowledger.domain.errors import BudgetExceeded, LlmCallFailed, StoreUnavailable, ValidationError
 from flowledger.domain.pricing import ModelPrice, PriceTable
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
@@ -852,3 +852,44 @@ def test_two_processes_setting_one_budget_leave_the_ledger_on_the_terms_last_rec
         else:
             assert aggregate.removed
             assert listed == {}
+
+
+async def test_an_alert_whose_event_could_not_be_appended_is_appended_later_and_sent(
+    settings: Settings, receiver: Receiver
+) -> None:
+    # (The ledger marked the alert raised, the append of AlertRaised failed, and the step's
+    # charge tried again found the alert marked: neither the event nor the webhook ever came.)
+    notifier = WebhookNotifier(initial_wait_s=0.01, allow_private=True)  # the receiver is on loopback
+    engine = Engine(settings=settings, alerts=notifier)
+    try:
+        engine.start_session("lost-alert", "support")
+        budget_id = budget_uuid(engine.tenant, "tenant", engine.tenant, "day")
+        engine.budgets.set("tenant", None, "day", "1", mode="alert", webhook_url=receiver.url)
+        # Given an event store that cannot take the budget's next append
+        real_write = engine.store.write
+        refused: list[str] = []
+
+        def write_once_refused(key: str, *args: Any, **kwargs: Any) -> Any:
+            if key.startswith("budget:") and not refused:
+                refused.append(key)
+                raise StoreUnavailable("append", "the server went away")
+            return real_write(key, *args, **kwargs)
+
+        engine.store.write = write_once_refused  # type: ignore[method-assign]
+        # When a step's cost crosses the 50 % threshold
+        usage = LlmUsage(
+            provider="x", request_model=MODEL, input_tokens=10, output_tokens=5, cost_usd=Decimal("0.6")
+        )
+        engine.record_step("lost-alert", "a", usage=usage, idempotency_key="a")
+        # Then the step is stored, and the alert is appended once the store takes it, and sent
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and engine.budgets.later.waiting:
+            await asyncio.sleep(0.05)
+        await notifier.drain()
+        alerts = [e.threshold for e in engine.store.events(budget_id) if isinstance(e, Budget.AlertRaised)]
+        assert refused
+        assert alerts == [50]
+        assert len(receiver.requests) == 1
+        assert engine.get_session("lost-alert").step_count == 1
+    finally:
+        await engine.aclose()

@@ -64,7 +64,7 @@ def test_a_charge_that_never_lands_is_given_up_and_logged(caplog: pytest.LogCapt
         wait_until(lambda: later.waiting == 0)
     assert later.given_up == 2
     assert ledger.landed == []
-    assert sum("could not be charged" in r.getMessage() for r in caplog.records) == 2
+    assert sum("could not be recorded" in r.getMessage() for r in caplog.records) == 2
 
 
 def test_a_closed_engine_drops_every_waiting_charge() -> None:
