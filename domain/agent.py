@@ -10,9 +10,12 @@ from __future__ import annotations
 import copy
 import unicodedata
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime
+from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
+from eventsourcing.domain import Snapshot as EventSourcingSnapshot
 from eventsourcing.domain import event
 
 from flowledger.domain.aggregate import FlowledgerAggregate
@@ -169,6 +172,30 @@ class Agent(FlowledgerAggregate):
         outcome: str
         completion_seconds: float | None
         released_at: datetime
+
+    class Snapshot(EventSourcingSnapshot):
+        """The library's snapshot with the held tasks stored as two lists (ids, and accepted
+        times as ISO text) rather than a dict of task id to datetime: each datetime went through
+        the JSON transcoder as an object of its own, one Python call apiece, and an agent holding
+        1,800 tasks took 8.0 ms and 150 KB a snapshot, every 50 versions (its assigners' largest
+        cost, ``bench/README.md``). Snapshots stored before it (the library's class) still load."""
+
+        @classmethod
+        def take(cls, aggregate: Any) -> Any:
+            """The agent's state, its held tasks as ``active_ids`` and ``active_at``."""
+            taken = super().take(aggregate)
+            state = dict(taken.state)
+            active: dict[str, datetime] = state.pop("active")
+            state["active_ids"] = list(active)
+            state["active_at"] = [at.isoformat() for at in active.values()]
+            return replace(taken, state=state)
+
+        def mutate(self, aggregate: Any) -> Any:
+            """The agent again, its held tasks a dict of task id to accepted time."""
+            state = dict(self.state)
+            ids, times = state.pop("active_ids"), state.pop("active_at")
+            state["active"] = dict(zip(ids, map(datetime.fromisoformat, times), strict=True))
+            return super(Agent.Snapshot, replace(self, state=state)).mutate(aggregate)
 
     @staticmethod
     def create_id(tenant: str, agent_id: str) -> UUID:
