@@ -62,6 +62,7 @@ from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
 from flowledger.infrastructure.engine.tasks import Creation, Registration, TaskService, require_queue_run
 from flowledger.infrastructure.history import HistoryEntry
+from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger, Raised
@@ -115,19 +116,22 @@ class Engine:
         catalogue = load_skill_catalogue(self.settings.skill_catalogue_file)
         tiers = load_model_tiers(self.settings.routing_file, check_model=self._routing_check(llm))
         url = self.settings.database_url or embedded_database_url(self.settings.home)
-        ensure_schema(url, self.settings.schema, self.settings)
-        admit_engine_tenant(url, self.settings)  # a new tenant's name: domain.tenant_names
-        self.database_url = url
-        self.tenant = self.settings.tenant
-        env = library_env(
-            url, schema=self.settings.schema, pool_size=self.settings.pool_size, settings=self.settings
-        )
-        self._app = FlowledgerApplication(
-            env,
-            snapshot_interval=self.settings.snapshot_interval,
-            seal_personal_data=self.settings.seal_personal_data,
-            data_key_cache_s=self.settings.data_key_cache_s,
-        )
+        # One deadline for the start's database work: the recorders' construction, tried again
+        # while the pool finds no connection, ends with it however long the migration took.
+        with operation_deadline(self.settings.operation_deadline_s):
+            ensure_schema(url, self.settings.schema, self.settings)
+            admit_engine_tenant(url, self.settings)  # a new tenant's name: domain.tenant_names
+            self.database_url = url
+            self.tenant = self.settings.tenant
+            env = library_env(
+                url, schema=self.settings.schema, pool_size=self.settings.pool_size, settings=self.settings
+            )
+            self._app = FlowledgerApplication(
+                env,
+                snapshot_interval=self.settings.snapshot_interval,
+                seal_personal_data=self.settings.seal_personal_data,
+                data_key_cache_s=self.settings.data_key_cache_s,
+            )
         try:
             self._start_over_store(url, clock, llm, alerts, catalogue, tiers)
         except BaseException:

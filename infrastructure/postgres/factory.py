@@ -35,6 +35,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.sql import SQL, Identifier
 
 from flowledger.domain.errors import StoreRefused, StoreUnavailable
+from flowledger.infrastructure.operation_deadline import operation_end
 from flowledger.infrastructure.postgres.deadlines import (
     LIBPQ_PARAMS_KEY,
     Deadlines,
@@ -189,8 +190,12 @@ class FlowledgerPostgresFactory(PostgresFactory):
         """``make()`` (a recorder, which reads its row type at once), tried again until the
         operation's deadline while the pool finds no connection and the server is not refusing:
         sixteen engines started at once on a loaded machine opened 320 connections, and one
-        waited past the pool's timeout (CI: ``StoreUnavailable (start)`` with the server up)."""
+        waited past the pool's timeout (CI: ``StoreUnavailable (start)`` with the server up).
+        Within an operation (an engine's start, ``operation_deadline``), its end holds."""
         end = self._started + self.deadlines.operation_s
+        outer = operation_end()
+        if outer is not None:
+            end = min(end, outer)
         while True:
             try:
                 return make()

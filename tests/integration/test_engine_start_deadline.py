@@ -14,6 +14,7 @@ from eventsourcing.postgres import PostgresDatastore
 
 from flowledger.domain import StoreUnavailable
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.engine import facade
 from flowledger.infrastructure.postgres.connect_within import connect_within
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
@@ -147,3 +148,24 @@ def test_an_engine_whose_pool_stays_slow_gives_up_at_its_deadline_naming_the_sta
         Engine(settings=settings)
     assert 0.5 < time.monotonic() - started < 2.0
     assert len(tries) > 1
+
+
+@pytest.mark.postgres
+def test_a_start_whose_migration_took_most_of_the_deadline_ends_at_the_same_deadline(
+    monkeypatch: pytest.MonkeyPatch, database_url: str, pg_schema: str
+) -> None:
+    # Given a migration that takes 0.6 s of a 1 s deadline, then a pool that finds no connection
+    real_ensure_schema = facade.ensure_schema
+
+    def slow_migration(*args: object, **kwargs: object) -> None:
+        time.sleep(0.6)
+        real_ensure_schema(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(facade, "ensure_schema", slow_migration)
+    _pool_timeouts(monkeypatch, times=1_000)
+    settings = make_settings(database_url=database_url, schema=pg_schema, operation_deadline_s=1.0)
+    started = time.monotonic()
+    # When an engine starts, then it gives up at the start's deadline (not 1 s after the migration)
+    with pytest.raises(StoreUnavailable, match=r"\(start\)"):
+        Engine(settings=settings)
+    assert time.monotonic() - started < 1.4
