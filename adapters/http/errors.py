@@ -306,6 +306,8 @@ def allowed_methods(app: FastAPI, request: Request) -> set[str]:
         # A mount (no methods of its own, like the docs' assets) keeps the header its app gave.
         if route.methods and route.matches(scope)[0] is not Match.NONE:
             methods |= route.methods
+    if "GET" in methods:  # answered as its GET (``head.py``)
+        methods.add("HEAD")
     return methods
 
 

@@ -114,11 +114,11 @@ def test_the_document_lists_415_on_every_operation_with_a_json_body_and_only_the
 @pytest.mark.parametrize(
     ("method", "path", "allowed"),
     [
-        ("DELETE", "/v1/agents", {"GET", "POST"}),
-        ("OPTIONS", "/v1/tasks", {"GET", "POST"}),
-        ("HEAD", "/v1/tasks", {"GET", "POST"}),
+        ("DELETE", "/v1/agents", {"GET", "HEAD", "POST"}),
+        ("OPTIONS", "/v1/tasks", {"GET", "HEAD", "POST"}),
+        ("HEAD", "/v1/sessions", {"POST"}),
         ("PATCH", "/v1/budgets/user/u/day", {"DELETE", "PUT"}),
-        ("PUT", "/v1/sessions/s-1", {"GET"}),
+        ("PUT", "/v1/sessions/s-1", {"GET", "HEAD"}),
         ("POST", "/openapi.json", {"GET", "HEAD"}),
     ],
 )
