@@ -17,6 +17,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import Snapshot as EventSourcingSnapshot
 from eventsourcing.domain import event
+from eventsourcing.utils import get_topic
 
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import AgentProfile
@@ -27,7 +28,13 @@ from flowledger.domain.bounds import (
     scoped_uuid,
     without_ignorables,
 )
-from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
+from flowledger.domain.errors import (
+    AgentAtCapacity,
+    AgentConflict,
+    StoredEventUnreadable,
+    TaskNotHeld,
+    ValidationError,
+)
 from flowledger.domain.task_views import AgentState, ReleaseOutcome
 from flowledger.domain.values import MAX_SKILLS, require_name
 
@@ -191,10 +198,17 @@ class Agent(FlowledgerAggregate):
             return replace(taken, state=state)
 
         def mutate(self, aggregate: Any) -> Any:
-            """The agent again, its held tasks a dict of task id to accepted time."""
+            """The agent again, its held tasks a dict of task id to accepted time. Held tasks
+            that do not read back (the row edited in the database) are ``StoredEventUnreadable``,
+            on which a load folds the agent from its events instead."""
             state = dict(self.state)
-            ids, times = state.pop("active_ids"), state.pop("active_at")
-            state["active"] = dict(zip(ids, map(datetime.fromisoformat, times), strict=True))
+            try:
+                ids, times = state.pop("active_ids"), state.pop("active_at")
+                state["active"] = dict(zip(ids, map(datetime.fromisoformat, times), strict=True))
+            except (KeyError, TypeError, ValueError) as error:
+                raise StoredEventUnreadable(
+                    str(self.originator_id), self.originator_version, get_topic(type(self)), repr(error)
+                ) from None
             return super(Agent.Snapshot, replace(self, state=state)).mutate(aggregate)
 
     @staticmethod

@@ -8,10 +8,14 @@ part of an assigning process's interpreter time in ``bench_assignment.py``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
+import psycopg
 import pytest
 from eventsourcing.domain import Snapshot as LibrarySnapshot
+from psycopg.sql import SQL, Identifier
 
 from flowledger.domain.agent import Agent, agent_uuid
 from flowledger.domain.task_views import ReleaseOutcome
@@ -93,3 +97,46 @@ def test_an_agent_reloaded_from_its_snapshots_equals_its_events_folded(
             # And a fresh engine (from the latest snapshot) reads the agent as the writer left it
             agent = fresh.get_agent("busy")
             assert (agent.load, agent.completed) == (22, 1)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda state: state.pop("active_ids"), id="held-task-ids-removed"),
+        pytest.param(lambda state: state["active_at"].pop(), id="one-time-fewer-than-ids"),
+        pytest.param(
+            lambda state: state["active_at"].__setitem__(0, "yesterday"), id="a-time-that-is-no-time"
+        ),
+    ],
+)
+def test_an_agent_whose_snapshot_was_edited_so_that_it_no_longer_reads_is_folded_from_its_events(
+    database_url: str, pg_schema: str, damage: Callable[[dict[str, Any]], object]
+) -> None:
+    # (A snapshot without its held tasks raised a bare KeyError out of get_agent.)
+    settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=5)
+    with Engine(settings=settings) as engine:
+        engine.register_agent("busy", "Busy", ["python"], 100)
+        for n in range(12):
+            engine.create_task(f"t{n}", "work", ["python"])
+            engine.assign_task(f"t{n}")
+    # Given its snapshots edited in the database so that they still parse as JSON
+    table = Identifier(pg_schema, "flowledger_snapshots")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            SQL("SELECT originator_id, originator_version, state FROM {} WHERE topic = %s").format(table),
+            ("flowledger.domain.agent:Agent.Snapshot",),
+        ).fetchall()
+        assert rows
+        for stream, version, stored in rows:
+            payload = json.loads(bytes(stored))
+            damage(payload["state"])
+            conn.execute(
+                SQL("UPDATE {} SET state = %s WHERE originator_id = %s AND originator_version = %s").format(
+                    table
+                ),
+                (json.dumps(payload).encode(), stream, version),
+            )
+    # When a fresh engine reads the agent, then it is folded from its events, as it was
+    with Engine(settings=settings) as fresh:
+        assert fresh.get_agent("busy").load == 12
