@@ -90,6 +90,27 @@ _BACKOFF_CAP_S = 0.1
 _UNREACHABLE_PAUSE_S = 0.2
 
 
+def _readable(get: Callable[[], Any]) -> Any:
+    """``get()`` (a load), once the aggregate it gives has folded and its state reads: one loaded
+    from a snapshot edited in the database so that it still parses but lacks a field raised a
+    bare AttributeError out of ``get_session`` (HTTP 500): a session's ``status`` removed, from
+    its ``state()``, or its ``totals``, from applying the events after the snapshot. Either is
+    ``_DoesNotFold`` here, on which the load folds the aggregate from its events, which are the
+    record (an error that folding from the events meets too is raised from there)."""
+    try:
+        aggregate = get()
+        state = getattr(aggregate, "state", None)
+        if callable(state):
+            state()
+    except (AttributeError, KeyError, TypeError) as error:
+        raise _DoesNotFold(repr(error)) from error
+    return aggregate
+
+
+class _DoesNotFold(Exception):
+    """A load's aggregate did not fold or does not read (``_readable``)."""
+
+
 class UnitOfWork:
     """The aggregates one attempt of a command touched; saved together, atomically."""
 
@@ -195,8 +216,8 @@ class AggregateStore:
         def get() -> Any | None:
             try:
                 try:
-                    return self.app.repository.get(aggregate_id, version=version)
-                except StoredEventUnreadable:
+                    return _readable(lambda: self.app.repository.get(aggregate_id, version=version))
+                except (StoredEventUnreadable, _DoesNotFold):
                     return self._folded_from_events(aggregate_id, version)
             except AggregateNotFoundError:
                 return None

@@ -14,6 +14,15 @@ DAMAGE = {
     "not JSON": "UPDATE {snapshots} SET state = convert_to('{{bad', 'UTF8')",
     "a topic no class has": "UPDATE {snapshots} SET topic = 'flowledger.domain.session:Nope'",
     "an empty payload": "UPDATE {snapshots} SET state = convert_to('{{}}', 'UTF8')",
+    # Still JSON, one field of the state removed: it raised a bare AttributeError (HTTP 500)
+    # from the session's state (status) or from applying the events after it (totals).
+    **{
+        f"the state's {field} removed": (
+            "UPDATE {snapshots} SET state = convert_to((convert_from(state, 'UTF8')::jsonb"
+            f" #- '{{{{state,{field}}}}}')::text, 'UTF8')"
+        )
+        for field in ("status", "totals", "history", "pending", "context")
+    },
 }
 
 
