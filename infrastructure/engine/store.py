@@ -90,6 +90,33 @@ _BACKOFF_CAP_S = 0.1
 _UNREACHABLE_PAUSE_S = 0.2
 
 
+def loaded(app: FlowledgerApplication, aggregate_id: UUID, version: int | None = None) -> Any:
+    """The aggregate at ``version`` (latest by default) from the application's repository (its
+    latest snapshot, then its later events), or folded from its events alone when that meets a
+    row that does not read (``StoredEventUnreadable``) or an aggregate that does not fold or read
+    (``_readable``). Every load of an aggregate goes through here: the engine's store, and the
+    task index's read of an agent another engine registered."""
+    try:
+        return _readable(lambda: app.repository.get(aggregate_id, version=version))
+    except (StoredEventUnreadable, _DoesNotFold):
+        return _folded_from_events(app, aggregate_id, version)
+
+
+def _folded_from_events(app: FlowledgerApplication, aggregate_id: UUID, version: int | None) -> Any:
+    """The aggregate folded from its events alone, when a load met a row that does not read.
+
+    The row may be its snapshot, which is derived data (``audit verify`` compares it with
+    the fold of its events): a snapshot changed in the database made the session unreadable and
+    unwritable, with an error that pointed at ``audit verify``, which found nothing. An
+    event row that does not read raises again here, naming itself."""
+    events = list(app.events.get(aggregate_id, lte=version))
+    aggregate = project_aggregate(None, events)
+    if aggregate is None:
+        raise AggregateNotFoundError(aggregate_id)
+    _log.warning("stream %s: its snapshot does not read back; folded from its events", aggregate_id)
+    return aggregate
+
+
 def _readable(get: Callable[[], Any]) -> Any:
     """``get()`` (a load), once the aggregate it gives has folded and its state reads: one loaded
     from a snapshot edited in the database so that it still parses but lacks a field raised a
@@ -215,10 +242,7 @@ class AggregateStore:
 
         def get() -> Any | None:
             try:
-                try:
-                    return _readable(lambda: self.app.repository.get(aggregate_id, version=version))
-                except (StoredEventUnreadable, _DoesNotFold):
-                    return self._folded_from_events(aggregate_id, version)
+                return loaded(self.app, aggregate_id, version)
             except AggregateNotFoundError:
                 return None
             except OriginatorVersionError as error:  # (found, expected): a row deleted between them
@@ -233,20 +257,6 @@ class AggregateStore:
                 raise
 
         return self._read("load", get)
-
-    def _folded_from_events(self, aggregate_id: UUID, version: int | None) -> Any:
-        """The aggregate folded from its events alone, when a load met a row that does not read.
-
-        The row may be its snapshot, which is derived data (``audit verify`` compares it with
-        the fold of its events): a snapshot changed in the database made the session unreadable and
-        unwritable, with an error that pointed at ``audit verify``, which found nothing. An
-        event row that does not read raises again here, naming itself."""
-        events = list(self.app.events.get(aggregate_id, lte=version))
-        aggregate = project_aggregate(None, events)
-        if aggregate is None:
-            raise AggregateNotFoundError(aggregate_id)
-        _log.warning("stream %s: its snapshot does not read back; folded from its events", aggregate_id)
-        return aggregate
 
     def events(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
         """The aggregate's stored events, oldest first (optionally a version range); a version

@@ -49,6 +49,7 @@ from flowledger.domain.errors import StoreUnavailable
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import TaskPriority
 from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.engine.store import loaded
 from flowledger.infrastructure.operation_deadline import remaining_s
 from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
@@ -117,7 +118,7 @@ class LogIndex:
             else:
                 self._changes_position = self._tail(self._changes_position or 0, _AGENT_CHANGES)
             for aggregate_id in self._agent_ids.keys() - self._agents.keys():
-                self._agents[aggregate_id] = self._app.repository.get(aggregate_id)
+                self._agents[aggregate_id] = loaded(self._app, aggregate_id)
             self._refreshed_at = time.monotonic()
 
     def _wait_for_head(self) -> None:

@@ -105,6 +105,8 @@ def test_an_agent_reloaded_from_its_snapshots_equals_its_events_folded(
     [
         pytest.param(lambda state: state.pop("active_ids"), id="held-task-ids-removed"),
         pytest.param(lambda state: state["active_at"].pop(), id="one-time-fewer-than-ids"),
+        pytest.param(lambda state: state.pop("completed"), id="completed-count-removed"),
+        pytest.param(lambda state: state.pop("recent"), id="recent-completions-removed"),
         pytest.param(
             lambda state: state["active_at"].__setitem__(0, "yesterday"), id="a-time-that-is-no-time"
         ),
@@ -137,6 +139,10 @@ def test_an_agent_whose_snapshot_was_edited_so_that_it_no_longer_reads_is_folded
                 ),
                 (json.dumps(payload).encode(), stream, version),
             )
-    # When a fresh engine reads the agent, then it is folded from its events, as it was
+    # When a fresh engine reads the agent, lists the roster (its task index reads each agent) and
+    # completes a task, then the agent is folded from its events, as it was
     with Engine(settings=settings) as fresh:
         assert fresh.get_agent("busy").load == 12
+        assert [(a.agent_id, a.load) for a in fresh.list_agents()] == [("busy", 12)]
+        fresh.complete_task("t0", {"done": True})
+        assert (fresh.get_agent("busy").load, fresh.get_agent("busy").completed) == (11, 1)
