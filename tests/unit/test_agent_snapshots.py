@@ -39,6 +39,14 @@ def busy_agent(tasks: int) -> Agent:
     return agent
 
 
+def give_busy_tasks(engine: Engine, tasks: int) -> None:
+    """Register agent "busy" (capacity 100) and assign it tasks ``t0``, ``t1``..."""
+    engine.register_agent("busy", "Busy", ["python"], 100)
+    for n in range(tasks):
+        engine.create_task(f"t{n}", "work", ["python"])
+        engine.assign_task(f"t{n}")
+
+
 @pytest.fixture
 def app() -> FlowledgerApplication:
     return FlowledgerApplication(library_env("memory:", schema="public", pool_size=1))
@@ -83,10 +91,7 @@ def test_an_agent_reloaded_from_its_snapshots_equals_its_events_folded(
     schema = "public" if backend == "memory" else request.getfixturevalue("pg_schema")
     settings = make_settings(database_url=url, schema=schema, snapshot_interval=5)
     with Engine(settings=settings) as engine:
-        engine.register_agent("busy", "Busy", ["python"], 100)
-        for n in range(23):
-            engine.create_task(f"t{n}", "work", ["python"])
-            engine.assign_task(f"t{n}")
+        give_busy_tasks(engine, 23)
         engine.complete_task("t0", {"n": 0})
         streams = engine.log.snapshotted_streams()
         assert agent_uuid(engine.tenant, "busy") in streams
@@ -118,10 +123,7 @@ def test_an_agent_whose_snapshot_was_edited_so_that_it_no_longer_reads_is_folded
     # (A snapshot without its held tasks raised a bare KeyError out of get_agent.)
     settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=5)
     with Engine(settings=settings) as engine:
-        engine.register_agent("busy", "Busy", ["python"], 100)
-        for n in range(12):
-            engine.create_task(f"t{n}", "work", ["python"])
-            engine.assign_task(f"t{n}")
+        give_busy_tasks(engine, 12)
     # Given its snapshots edited in the database so that they still parse as JSON
     table = Identifier(pg_schema, "flowledger_snapshots")
     with psycopg.connect(database_url, autocommit=True) as conn:
