@@ -17,7 +17,6 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import Snapshot as EventSourcingSnapshot
 from eventsourcing.domain import event
-from eventsourcing.utils import get_topic
 
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import AgentProfile
@@ -28,13 +27,7 @@ from flowledger.domain.bounds import (
     scoped_uuid,
     without_ignorables,
 )
-from flowledger.domain.errors import (
-    AgentAtCapacity,
-    AgentConflict,
-    StoredEventUnreadable,
-    TaskNotHeld,
-    ValidationError,
-)
+from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
 from flowledger.domain.task_views import AgentState, ReleaseOutcome
 from flowledger.domain.values import MAX_SKILLS, require_name
 
@@ -198,17 +191,12 @@ class Agent(FlowledgerAggregate):
             return replace(taken, state=state)
 
         def mutate(self, aggregate: Any) -> Any:
-            """The agent again, its held tasks a dict of task id to accepted time. Held tasks
-            that do not read back (the row edited in the database) are ``StoredEventUnreadable``,
-            on which a load folds the agent from its events instead."""
+            """The agent again, its held tasks a dict of task id to accepted time (held tasks
+            that do not read back, the row edited in the database, fail here, and a load folds
+            the agent from its events instead: ``store.loaded``)."""
             state = dict(self.state)
-            try:
-                ids, times = state.pop("active_ids"), state.pop("active_at")
-                state["active"] = dict(zip(ids, map(datetime.fromisoformat, times), strict=True))
-            except (KeyError, TypeError, ValueError) as error:
-                raise StoredEventUnreadable(
-                    str(self.originator_id), self.originator_version, get_topic(type(self)), repr(error)
-                ) from None
+            ids, times = state.pop("active_ids"), state.pop("active_at")
+            state["active"] = dict(zip(ids, map(datetime.fromisoformat, times), strict=True))
             return super(Agent.Snapshot, replace(self, state=state)).mutate(aggregate)
 
     @staticmethod

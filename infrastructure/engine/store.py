@@ -92,18 +92,29 @@ _UNREACHABLE_PAUSE_S = 0.2
 
 def loaded(app: FlowledgerApplication, aggregate_id: UUID, version: int | None = None) -> Any:
     """The aggregate at ``version`` (latest by default) from the application's repository (its
-    latest snapshot, then its later events), or folded from its events alone when that meets a
-    row that does not read (``StoredEventUnreadable``) or an aggregate that does not fold or read
-    (``_readable``). Every load of an aggregate goes through here: the engine's store, and the
-    task index's read of an agent another engine registered."""
+    latest snapshot, then its later events), or folded from its events alone when that load does
+    not read back. Every load of an aggregate goes through here: the engine's store, and the task
+    index's read of an agent another engine registered.
+
+    Not reading back: a row that does not decode (``StoredEventUnreadable``), and an aggregate
+    that does not fold from its snapshot or whose state then does not read. A snapshot edited in
+    the database so that it still parses but lacks a field raised a bare AttributeError out of
+    ``get_session`` (HTTP 500): a session's ``status`` removed, from its ``state()``, or its
+    ``totals``, from applying the events after the snapshot; an agent's held tasks cut short, a
+    ValueError. The events are the record: an error that folding them meets too is raised from
+    there."""
     try:
-        return _readable(lambda: app.repository.get(aggregate_id, version=version))
-    except (StoredEventUnreadable, _DoesNotFold):
+        aggregate: Any = app.repository.get(aggregate_id, version=version)
+        state = getattr(aggregate, "state", None)
+        if callable(state):
+            state()
+    except (StoredEventUnreadable, AttributeError, KeyError, TypeError, ValueError):
         return _folded_from_events(app, aggregate_id, version)
+    return aggregate
 
 
 def _folded_from_events(app: FlowledgerApplication, aggregate_id: UUID, version: int | None) -> Any:
-    """The aggregate folded from its events alone, when a load met a row that does not read.
+    """The aggregate folded from its events alone, when a load did not read back (``loaded``).
 
     The row may be its snapshot, which is derived data (``audit verify`` compares it with
     the fold of its events): a snapshot changed in the database made the session unreadable and
@@ -115,27 +126,6 @@ def _folded_from_events(app: FlowledgerApplication, aggregate_id: UUID, version:
         raise AggregateNotFoundError(aggregate_id)
     _log.warning("stream %s: its snapshot does not read back; folded from its events", aggregate_id)
     return aggregate
-
-
-def _readable(get: Callable[[], Any]) -> Any:
-    """``get()`` (a load), once the aggregate it gives has folded and its state reads: one loaded
-    from a snapshot edited in the database so that it still parses but lacks a field raised a
-    bare AttributeError out of ``get_session`` (HTTP 500): a session's ``status`` removed, from
-    its ``state()``, or its ``totals``, from applying the events after the snapshot. Either is
-    ``_DoesNotFold`` here, on which the load folds the aggregate from its events, which are the
-    record (an error that folding from the events meets too is raised from there)."""
-    try:
-        aggregate = get()
-        state = getattr(aggregate, "state", None)
-        if callable(state):
-            state()
-    except (AttributeError, KeyError, TypeError) as error:
-        raise _DoesNotFold(repr(error)) from error
-    return aggregate
-
-
-class _DoesNotFold(Exception):
-    """A load's aggregate did not fold or does not read (``_readable``)."""
 
 
 class UnitOfWork:

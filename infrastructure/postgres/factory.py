@@ -148,7 +148,6 @@ class FlowledgerPostgresFactory(PostgresFactory):
     process_recorder_class = FlowledgerProcessRecorder
 
     def __init__(self, env: Environment | EnvType | None):
-        self._started = monotonic()
         super().__init__(env)
         self.deadlines = Deadlines.from_env(self.env)
         install_pool(self.datastore, self.deadlines, conninfo_to_dict(self.env.get(LIBPQ_PARAMS_KEY) or ""))
@@ -192,10 +191,7 @@ class FlowledgerPostgresFactory(PostgresFactory):
         sixteen engines started at once on a loaded machine opened 320 connections, and one
         waited past the pool's timeout (CI: ``StoreUnavailable (start)`` with the server up).
         Within an operation (an engine's start, ``operation_deadline``), its end holds."""
-        end = self._started + self.deadlines.operation_s
-        outer = operation_end()
-        if outer is not None:
-            end = min(end, outer)
+        end = operation_end() or monotonic() + self.deadlines.operation_s
         while True:
             try:
                 return make()
