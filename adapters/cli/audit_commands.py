@@ -271,7 +271,9 @@ def verify(
             snapshots = None
             if not since_checkpoint:
                 streams = [stream] if stream is not None else engine.log.snapshotted_streams()
-                snapshots = verify_snapshots(engine.log, streams, engine.retention.archived())
+                snapshots = verify_snapshots(
+                    engine.log, streams, engine.retention.archived(), engine.audit.snapshot_seal()
+                )
         _verdict(chain, structure, f"session {session}" if session else "event log", snapshots)
 
 

@@ -71,8 +71,10 @@ from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.classification_locks import ClassificationLocks
 from flowledger.infrastructure.postgres.database import deadlines_of, ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
+from flowledger.infrastructure.postgres.factory import FlowledgerSnapshotRecorder
 from flowledger.infrastructure.postgres.group_commit import GroupCommit
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
+from flowledger.infrastructure.postgres.snapshot_seal import SnapshotSeal
 from flowledger.infrastructure.postgres.tenants import admit_engine_tenant
 from flowledger.infrastructure.router_files import (
     load_model_tiers,
@@ -302,7 +304,8 @@ class Engine:
         return DatabaseClock(server_time(recorder.datastore, self.settings.connect_deadline_s))
 
     def _chain_events(self) -> None:
-        """Every append of this engine stores its events' hashes and seals (docs/audit.md), a
+        """Every append of this engine stores its events' hashes and seals (docs/audit.md) and
+        every snapshot it stores is sealed and checked as it is read (``snapshot_seal.py``), a
         background thread signs checkpoints as configured, and, if switched on, concurrent
         appends share a transaction (group commit)."""
         self._audit = None
@@ -319,6 +322,9 @@ class Engine:
             self._audit.chain_key, schema=recorder.datastore.schema, table=recorder.events_table_name
         )
         recorder.chain = chain
+        snapshots = self._app.snapshots
+        if snapshots is not None and isinstance(snapshots.recorder, FlowledgerSnapshotRecorder):
+            snapshots.recorder.seal = SnapshotSeal(self._audit.chain_key)
         if self.settings.checkpoint_every_events or self.settings.checkpoint_every_s:
             self._checkpointer = Checkpointer(
                 self._audit,

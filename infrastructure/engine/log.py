@@ -17,6 +17,8 @@ from flowledger.domain.bounds import require_count
 from flowledger.domain.errors import StoredEventUnreadable, ValidationError
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.outages import within_deadline
+from flowledger.infrastructure.postgres.factory import FlowledgerSnapshotRecorder
+from flowledger.infrastructure.postgres.snapshot_seal import SnapshotSeal
 
 _READ = "read the log"
 _BIGINT = 2**63 - 1
@@ -119,14 +121,34 @@ class EventLog:
             _READ, self._deadline_s, lambda: list(self._app.recorder.select_events(stream))
         )
 
-    def snapshots(self, aggregate_id: UUID) -> list[Any]:
-        """One aggregate's snapshots, oldest first (empty when snapshotting is off)."""
+    def snapshots(
+        self,
+        aggregate_id: UUID,
+        *,
+        unreadable: list[StoredEventUnreadable] | None = None,
+        seal: SnapshotSeal | None = None,
+    ) -> list[Any]:
+        """One aggregate's snapshots, oldest first (empty when snapshotting is off).
+
+        A snapshot that does not read back (its seal does not check: ``snapshot_seal.py``)
+        raises ``StoredEventUnreadable``; with ``unreadable`` given, it is added there instead
+        and the others are returned, their seals checked under ``seal`` when given (``audit
+        verify``, whose engine appends nothing and so holds no seal of its own)."""
         stream = _stream_id(aggregate_id)
         self._app.ensure_open(_READ)
         store = self._app.snapshots
         if store is None:
             return []
-        return within_deadline(_READ, self._deadline_s, lambda: list(store.get(stream)))
+        recorder = store.recorder
+        if unreadable is None or not isinstance(recorder, FlowledgerSnapshotRecorder):
+            return within_deadline(_READ, self._deadline_s, lambda: list(store.get(stream)))
+
+        def read() -> list[Any]:
+            readable, bad = recorder.select_checked(stream, seal)
+            unreadable.extend(bad)
+            return [store.mapper.to_domain_event(s) for s in readable]
+
+        return within_deadline(_READ, self._deadline_s, read)
 
     def snapshotted_streams(self) -> list[UUID]:
         """Every aggregate id that has a snapshot (none when snapshotting is off)."""

@@ -51,6 +51,7 @@ from flowledger.infrastructure.engine.store import Clock
 from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
+from flowledger.infrastructure.postgres.factory import FlowledgerSnapshotRecorder
 from flowledger.infrastructure.postgres.retention import Base, RetentionTables
 from flowledger.verify import event_mac, verify_bundle
 
@@ -414,6 +415,9 @@ class RetentionService:
     def _base(self, c: _Candidate, rows: dict[str, Any], path: Path, digest: str) -> Base:
         snapshot = Session.Snapshot.take(c.session)  # type: ignore[attr-defined]
         stored = self._app.mapper.to_stored_event(snapshot)
+        recorder = self._app.snapshots.recorder if self._app.snapshots is not None else None
+        if isinstance(recorder, FlowledgerSnapshotRecorder) and recorder.seal is not None:
+            stored = recorder.seal.sealed(stored)  # read from this row, as any snapshot is
         state = c.session.state()
         totals = state.totals
         return Base(

@@ -108,19 +108,25 @@ def loaded(app: FlowledgerApplication, aggregate_id: UUID, version: int | None =
         state = getattr(aggregate, "state", None)
         if callable(state):
             state()
-    except (StoredEventUnreadable, AttributeError, KeyError, TypeError, ValueError):
-        return _folded_from_events(app, aggregate_id, version)
+    except (StoredEventUnreadable, AttributeError, KeyError, TypeError, ValueError) as error:
+        return _folded_from_events(app, aggregate_id, version, error)
     return aggregate
 
 
-def _folded_from_events(app: FlowledgerApplication, aggregate_id: UUID, version: int | None) -> Any:
+def _folded_from_events(
+    app: FlowledgerApplication, aggregate_id: UUID, version: int | None, error: Exception
+) -> Any:
     """The aggregate folded from its events alone, when a load did not read back (``loaded``).
 
     The row may be its snapshot, which is derived data (``audit verify`` compares it with
     the fold of its events): a snapshot changed in the database made the session unreadable and
     unwritable, with an error that pointed at ``audit verify``, which found nothing. An
-    event row that does not read raises again here, naming itself."""
+    event row that does not read raises again here, naming itself. A stream whose first events
+    are gone (archived by retention: its snapshot was its whole state) has nothing to fold
+    from: the snapshot's own error is raised (a sealed one edited, say), not "not found"."""
     events = list(app.events.get(aggregate_id, lte=version))
+    if (not events or events[0].originator_version != 1) and isinstance(error, StoredEventUnreadable):
+        raise error
     aggregate = project_aggregate(None, events)
     if aggregate is None:
         raise AggregateNotFoundError(aggregate_id)

@@ -36,6 +36,7 @@ from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.database import unavailable_as_store_error
 from flowledger.infrastructure.postgres.ddl import TableNames
 from flowledger.infrastructure.postgres.retention import BASES, bases_table_name
+from flowledger.infrastructure.postgres.snapshot_seal import SnapshotSeal
 from flowledger.infrastructure.settings import Settings
 from flowledger.verify import (
     MacKey,
@@ -146,6 +147,10 @@ class AuditTrail:
         ValidationError, never made here (a key made by a check would read every seal as
         forged, and the engines on this host would then seal with it)."""
         return self._chain_key if self._chain_key is not None else chain_key(self.settings, make=False)
+
+    def snapshot_seal(self) -> SnapshotSeal:
+        """The seal every snapshot must carry (``snapshot_seal.py``), under the key to check."""
+        return SnapshotSeal(self.chain_key_to_check())
 
     def public_key_to_check(self) -> bytes:
         """The checkpoints' public key, from the signing key as the writers keep it (a missing

@@ -32,9 +32,10 @@ from eventsourcing.postgres import (
 )
 from eventsourcing.utils import Environment, EnvType
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
-from flowledger.domain.errors import StoreRefused, StoreUnavailable
+from flowledger.domain.errors import StoredEventUnreadable, StoreRefused, StoreUnavailable
 from flowledger.infrastructure.operation_deadline import operation_end
 from flowledger.infrastructure.postgres.deadlines import (
     LIBPQ_PARAMS_KEY,
@@ -49,6 +50,8 @@ from flowledger.infrastructure.postgres.recorder import (
     close_unfinished,
     stored_events,
 )
+from flowledger.infrastructure.postgres.retention import RetentionTables
+from flowledger.infrastructure.postgres.snapshot_seal import SnapshotSeal, is_sealed, stripped
 from flowledger.infrastructure.postgres.stream_reads import event_reads, read_stream, snapshot_reads
 
 R = TypeVar("R")
@@ -57,12 +60,17 @@ _START_PAUSE_S = 0.2
 
 
 class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
-    """The library's snapshot recorder: reads within the operation deadline, writes without retry."""
+    """The library's snapshot recorder: reads within the operation deadline, writes without
+    retry; with ``seal`` set (the engine sets it when it chains its events), every snapshot is
+    sealed as it is stored and checked as it is read (``snapshot_seal.py``)."""
 
     deadlines = Deadlines()
+    seal: SnapshotSeal | None = None
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
         """Store snapshots; a failure raises at once (the caller decides about retrying)."""
+        if self.seal is not None:
+            stored_events = [self.seal.sealed(e) for e in stored_events]
         insert = PostgresAggregateRecorder.insert_events.__wrapped__  # type: ignore[attr-defined]
         return insert(self, stored_events, **kwargs)  # type: ignore[no-any-return]
 
@@ -87,7 +95,58 @@ class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
     ) -> list[StoredEvent]:
         # The library's statement, not prepared at its first run (stream_reads.py).
         rows = read_stream(self, originator_id, gt, lte, desc, limit)
-        return stored_events(rows)
+        return [self.opened(e) for e in stored_events(rows)]
+
+    def select_checked(
+        self, originator_id: UUID, seal: SnapshotSeal | None = None
+    ) -> tuple[list[StoredEvent], list[StoredEventUnreadable]]:
+        """Every snapshot of a stream, oldest first: those that read back (seals checked under
+        ``seal``, else this recorder's, and stripped), and why each other one does not (``audit
+        verify`` names them all)."""
+        rows = call_within_deadline(
+            lambda: stored_events(read_stream(self, originator_id, None, None, False, None)),
+            budget_s=self.deadlines.operation_s,
+            pool=self.datastore.pool,
+        )
+        readable: list[StoredEvent] = []
+        unreadable: list[StoredEventUnreadable] = []
+        for stored in rows:
+            try:
+                readable.append(self.opened(stored, seal))
+            except StoredEventUnreadable as error:
+                unreadable.append(error)
+        return readable, unreadable
+
+    def opened(self, stored: StoredEvent, seal: SnapshotSeal | None = None) -> StoredEvent:
+        """A stored snapshot with its seal checked under ``seal`` (else this recorder's) and
+        stripped; ``StoredEventUnreadable`` when it does not check. One stored unsealed is read
+        only as the snapshot an archived session's sealed base holds, byte for byte (archived
+        before snapshots were sealed). Without a seal to check with, a seal is stripped unchecked."""
+        seal = seal or self.seal
+        if seal is None:
+            return stripped(stored)
+        if is_sealed(stored.state) or not self._archived_as(stored, seal.key):
+            return seal.opened(stored)
+        return stored
+
+    def _archived_as(self, stored: StoredEvent, key: bytes) -> bool:
+        """Whether ``stored`` is the snapshot a base under the chain key seals, at its version."""
+        tables = RetentionTables(self.datastore.schema, snapshots=self.events_table_name)
+        stream = UUID(str(stored.originator_id))
+        with self.datastore.get_connection() as conn:
+            rows = conn.row_factory  # the pool's rows are dicts; the tables read tuples
+            conn.row_factory = tuple_row  # type: ignore[assignment]
+            try:
+                bases = tables.bases(conn, key, [stream]) if tables.exists(conn) else {}
+            finally:
+                conn.row_factory = rows
+        found = bases.get(stream)
+        return (
+            found is not None
+            and found.sealed
+            and found.base.through_version == stored.originator_version
+            and (found.base.snapshot_topic, found.base.snapshot_state) == (stored.topic, stored.state)
+        )
 
     def streams(self) -> list[UUID]:
         """Every stream that has a snapshot (``audit verify`` compares them with their events)."""

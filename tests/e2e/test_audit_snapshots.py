@@ -1,5 +1,7 @@
-"""A snapshot edited in the database so that it still reads back: ``flowledger audit verify``
-names it, as it names an edited event (snapshots are not chained, but a load starts from them)."""
+"""A snapshot edited in the database: ``flowledger audit verify`` names it, as it names an
+edited event (snapshots are not chained, but a load starts from them). Snapshots are sealed
+under the chain key: an edit without the key breaks the seal, and loads pass the snapshot over;
+one sealed again with the key (or written wrong by an engine) is compared with its events."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ from uuid import UUID
 
 import psycopg
 import pytest
+from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.snapshot_seal import SnapshotSeal, stripped
 from flowledger.infrastructure.snapshot_audit import verify_snapshots
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
@@ -24,23 +28,28 @@ class Snapshotted:
     url: str
     schema: str
     victim: UUID
+    key: bytes
 
-    def edit_snapshot(self, version: int, **fields: Any) -> None:
+    def edit_snapshot(self, version: int, *, reseal: bool, **fields: Any) -> None:
+        """Change fields of the victim's snapshot state; ``reseal``: seal it again with the key."""
         table = Identifier(self.schema, "flowledger_snapshots")
+        where = SQL("WHERE originator_id = %s AND originator_version = %s")
         with psycopg.connect(self.url, autocommit=True) as conn:
-            ((state,),) = conn.execute(
-                SQL("SELECT state FROM {} WHERE originator_id = %s AND originator_version = %s").format(
-                    table
-                ),
-                (self.victim, version),
+            ((topic, state),) = conn.execute(
+                SQL("SELECT topic, state FROM {} {}").format(table, where), (self.victim, version)
             ).fetchall()
-            payload = json.loads(bytes(state))
+            body = stripped(StoredEvent(self.victim, version, topic, bytes(state))).state
+            payload = json.loads(body)
             payload["state"].update(fields)
+            edited = StoredEvent(self.victim, version, topic, json.dumps(payload).encode())
+            # Sealed again with the key, or with the seal it had (an edit in place of the JSON)
+            edited = (
+                SnapshotSeal(self.key).sealed(edited)
+                if reseal
+                else StoredEvent(self.victim, version, topic, edited.state + bytes(state)[len(body) :])
+            )
             conn.execute(
-                SQL("UPDATE {} SET state = %s WHERE originator_id = %s AND originator_version = %s").format(
-                    table
-                ),
-                (json.dumps(payload, separators=(",", ":")).encode(), self.victim, version),
+                SQL("UPDATE {} SET state = %s {}").format(table, where), (edited.state, self.victim, version)
             )
 
 
@@ -58,7 +67,7 @@ def snapshotted(database_url: str, pg_schema: str) -> Iterator[Snapshotted]:
             engine.start_session(session, "cs", user_id="u-1")
             for n in range(8):  # snapshots at versions 4 and 8
                 engine.record_step(session, f"step-{n}", input={"n": n})
-        yield Snapshotted(database_url, pg_schema, engine.session_uuid("victim"))
+        yield Snapshotted(database_url, pg_schema, engine.session_uuid("victim"), engine.audit.chain_key)
 
 
 def test_an_untouched_snapshotted_log_verifies(snapshotted: Snapshotted) -> None:
@@ -67,9 +76,36 @@ def test_an_untouched_snapshotted_log_verifies(snapshotted: Snapshotted) -> None
     assert "18 events in 2 streams: ok" in result.stderr
 
 
-def test_audit_verify_names_a_snapshot_edited_so_that_it_still_reads_back(snapshotted: Snapshotted) -> None:
-    # Given the victim's latest snapshot edited: another user, a hundred times the steps
-    snapshotted.edit_snapshot(8, user_id="mallory", step_count=700)
+def test_a_snapshot_edited_without_the_key_is_named_and_passed_over_by_loads(
+    snapshotted: Snapshotted,
+) -> None:
+    # Given the victim's latest snapshot edited in the database: another user, a hundred times
+    # the steps (before snapshots were sealed, get_session answered the edit until audit verify
+    # next ran)
+    with Engine(settings=_settings(snapshotted)) as engine:
+        before = engine.get_session("victim")
+    snapshotted.edit_snapshot(8, reseal=False, user_id="mallory", step_count=700)
+    # When a fresh engine reads the session, and the log is verified
+    with Engine(settings=_settings(snapshotted)) as engine:
+        state = engine.get_session("victim")
+    whole = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify")
+    alone = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify", "--session", "victim")
+    # Then the session is its events' fold, and verify exits 1 naming the snapshot's broken seal
+    assert state == before
+    assert (state.user_id, state.step_count) == ("u-1", 8)
+    for result in (whole, alone):
+        assert result.returncode == 1, result.stderr
+        problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
+        assert problems == [
+            f"problem: snapshot of {snapshotted.victim} at version 8: does not read back: snapshot: its"
+            " seal does not match its stream, version, topic and state (changed in the database)"
+        ]
+
+
+def test_audit_verify_names_a_sealed_snapshot_that_differs_from_its_events(snapshotted: Snapshotted) -> None:
+    # Given the victim's latest snapshot edited and sealed again with the chain key (as a key
+    # holder could, or an engine whose snapshot code is wrong would store it)
+    snapshotted.edit_snapshot(8, reseal=True, user_id="mallory", step_count=700)
     # When the whole log, or the victim's session alone, is verified
     whole = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify")
     alone = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify", "--session", "victim")
@@ -81,6 +117,10 @@ def test_audit_verify_names_a_snapshot_edited_so_that_it_still_reads_back(snapsh
             f"problem: snapshot of {snapshotted.victim} at version 8: altered: step_count, user_id"
             " differ from its events folded to that version"
         ]
+
+
+def _settings(snapshotted: Snapshotted) -> Any:
+    return make_settings(database_url=snapshotted.url, schema=snapshotted.schema, snapshot_interval=4)
 
 
 def test_a_snapshot_of_a_version_the_stream_never_reached_is_named(snapshotted: Snapshotted) -> None:
@@ -95,9 +135,11 @@ def test_a_snapshot_of_a_version_the_stream_never_reached_is_named(snapshotted: 
         )
     result = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify", "--session", "victim")
     assert result.returncode == 1, result.stderr
+    # Its seal names its version: moved, it no longer checks (a snapshot sealed at a version the
+    # stream never reached is "stands for version 12, but the stream's events end at version 9")
     assert (
-        f"problem: snapshot of {snapshotted.victim} at version 12: stands for version 12, but the"
-        " stream's events end at version 9"
+        f"problem: snapshot of {snapshotted.victim} at version 12: does not read back: snapshot: its seal"
+        " does not match"
     ) in result.stderr
 
 

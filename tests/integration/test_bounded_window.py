@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 
 import psycopg
@@ -17,6 +18,7 @@ from flowledger.domain.session import RECENT_STEPS, WINDOW_BYTES
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.support.llm import ScriptedLlm
+from tests.support.snapshot_rows import sealed_again, snapshot_json
 
 SNAPSHOT_LIMIT = 64 * 1024
 
@@ -26,6 +28,10 @@ def snapshotting_engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
     """An engine on PostgreSQL with the default snapshot interval (every 50 events)."""
     with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
         yield engine
+
+
+SESSION_SNAPSHOT = "eventsourcing.domain:Snapshot"
+"""The topic a session's snapshots are stored under (the library's class, with its state)."""
 
 
 def latest_snapshot(database_url: str, schema: str, engine: Engine, session_id: str) -> tuple[int, bytes]:
@@ -130,9 +136,10 @@ def test_a_retry_of_a_step_too_large_for_the_window_returns_it_and_appends_nothi
 
 
 def test_an_old_snapshot_whose_window_passes_the_budget_loads_as_the_fold(
-    snapshotting_engine: Engine, database_url: str, pg_schema: str
+    snapshotting_engine: Engine, database_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Given a stored snapshot as version 3 took it: 20 steps of about 4 KB, no window_bytes
+    # Given a stored snapshot as version 3 took it: 20 steps of about 4 KB, no window_bytes (sealed
+    # with the chain key, as the engine stores every snapshot)
     engine = snapshotting_engine
     engine.start_session("old", "cs")
     record_four_kb_steps(engine, "old", 49)  # the snapshot at version 50
@@ -140,7 +147,7 @@ def test_an_old_snapshot_whose_window_passes_the_budget_loads_as_the_fold(
     steps = engine.session_steps("old")
     version, stored = latest_snapshot(database_url, pg_schema, engine, "old")
     assert version == 50
-    body = json.loads(stored)
+    body = snapshot_json(stored)
     mapper = engine.log.mapper.transcoder
     window = steps[-RECENT_STEPS:]
     old = json.loads(mapper.encode({"history": window}))["history"]
@@ -157,11 +164,12 @@ def test_an_old_snapshot_whose_window_passes_the_budget_loads_as_the_fold(
                 "UPDATE {}.flowledger_snapshots SET state = %s"
                 " WHERE originator_id = %s AND originator_version = 50"
             ).format(sql.Identifier(pg_schema)),
-            (json.dumps(body).encode(), aggregate_id),
+            (sealed_again(engine, aggregate_id, 50, SESSION_SNAPSHOT, body), aggregate_id),
         )
-    # When a fresh engine loads the session from it
-    with Engine(settings=engine.settings) as fresh:
+    # When a fresh engine loads the session from it (from it: not passed over as unreadable)
+    with caplog.at_level(logging.WARNING), Engine(settings=engine.settings) as fresh:
         loaded = fresh.get_session("old")
+        assert "does not read back" not in caplog.text
         folded = project_aggregate(None, fresh.log.stream(aggregate_id))
         # Then it reads as the fold of every event does, and takes steps on from there
         assert folded is not None

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage
@@ -24,6 +25,7 @@ from flowledger.domain.errors import (
     SessionArchived,
     SessionExpired,
     SessionNotFound,
+    StoredEventUnreadable,
     ValidationError,
 )
 from flowledger.infrastructure import Engine
@@ -33,6 +35,7 @@ from flowledger.infrastructure.engine.erasure import ErasureService
 from flowledger.infrastructure.engine.retention import RestoreReport, RetentionService
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.retention import RetentionTables
+from flowledger.infrastructure.postgres.snapshot_seal import stripped
 from flowledger.projections import Projector, archived, projector_for, recent_dead_letters, status
 from flowledger.projections.rebuild import rebuild, verify
 from flowledger.projections.retention import archive, restore
@@ -634,18 +637,22 @@ def test_an_archived_sessions_snapshot_edited_in_sql_is_named_and_a_restore_puts
         [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
         before = engine.get_session("s-1")
         assert verify_chain(engine.audit).ok
-        # When its total cost (0.0054) is edited in the snapshot's row
+        # When its total cost (0.0054) is edited in the snapshot's row, in place
         edited = _snapshot_sql(
             engine,
-            "UPDATE {} SET state = convert_to(replace(convert_from(state, 'UTF8'),"
-            ' \'"_data_":"0.0054"\', \'"_data_":"99.0054"\'), \'UTF8\')'
-            " WHERE originator_id = %s AND originator_version = 6",
+            "UPDATE {} SET state = overlay(state placing convert_to('\"_data_\":\"99.0054\"', 'UTF8')"
+            " from position(convert_to('\"_data_\":\"0.0054\"', 'UTF8') in state) for 17)"
+            " WHERE originator_id = %s AND originator_version = 6"
+            " AND position(convert_to('\"_data_\":\"0.0054\"', 'UTF8') in state) > 0",
             "s-1",
         )
         assert edited == 1
     with Engine(settings=settings, clock=clock) as engine:
-        assert engine.get_session("s-1").totals.cost_usd == before.totals.cost_usd + 99
-        # Then audit verify names it (it had said ok), and so does --session
+        # Then the session is not read from it (it answered the edited cost, 99.0054, before
+        # snapshots were sealed): its seal no longer checks, and it has no events to fold from
+        with pytest.raises(StoredEventUnreadable, match=r"version 6 .*its seal does not match"):
+            engine.get_session("s-1")
+        # And audit verify names it (it had said ok), and so does --session
         for report in (
             verify_chain(engine.audit),
             verify_chain(engine.audit, stream=engine.session_uuid("s-1")),
@@ -657,6 +664,50 @@ def test_an_archived_sessions_snapshot_edited_in_sql_is_named_and_a_restore_puts
     with Engine(settings=settings, clock=clock) as engine:
         assert engine.get_session("s-1") == before
         assert verify_chain(engine.audit).ok
+
+
+def test_a_session_archived_before_snapshots_were_sealed_reads_from_its_bases_snapshot(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given an archived session whose base and snapshot hold its snapshot unsealed, the base
+    # sealed with the chain key (as retention archived it before snapshots carried seals)
+    _session(engine, "old")
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    engine.archive_sessions(tmp_path)
+    before = engine.get_session("old")
+    stream, key = engine.session_uuid("old"), engine.audit.chain_key
+    tables = RetentionTables(engine.settings.schema)
+    with psycopg.connect(engine.database_url) as conn:
+        base = tables.bases(conn, key, [stream])[stream].base
+        unsealed = stripped(
+            StoredEvent(stream, base.through_version, base.snapshot_topic, base.snapshot_state)
+        )
+        old = replace(base, snapshot_state=unsealed.state)
+        conn.execute(
+            SQL(
+                "UPDATE {}.flowledger_retention_bases SET snapshot_state = %s, seal = %s WHERE stream_id = %s"
+            ).format(Identifier(engine.settings.schema)),
+            [old.snapshot_state, old.seal(key), stream],
+        )
+    assert _snapshot_sql(
+        engine,
+        "UPDATE {} SET state = substring(state for length(state) - 61) WHERE originator_id = %s",
+        "old",
+    )
+    # When a fresh engine reads it, then it reads as it was archived, and the log verifies
+    with Engine(settings=engine.settings, clock=clock) as fresh:
+        assert fresh.get_session("old") == before
+        assert verify_chain(fresh.audit).ok
+    # But the same unsealed snapshot edited is not read (its base no longer holds it)
+    assert _snapshot_sql(
+        engine,
+        "UPDATE {} SET state = overlay(state placing convert_to('u', 'UTF8') from 2 for 1)"
+        " WHERE originator_id = %s",
+        "old",
+    )
+    with Engine(settings=engine.settings, clock=clock) as fresh, pytest.raises(StoredEventUnreadable):
+        fresh.get_session("old")
 
 
 def test_an_archived_sessions_snapshot_deleted_or_written_past_its_head_is_named(

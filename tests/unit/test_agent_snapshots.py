@@ -24,6 +24,7 @@ from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.postgres.database import library_env
 from flowledger.infrastructure.snapshot_audit import verify_snapshots
 from tests.conftest import make_settings
+from tests.support.snapshot_rows import sealed_again, snapshot_json
 
 AT = datetime(2026, 12, 6, 5, 0, tzinfo=UTC)
 
@@ -124,23 +125,25 @@ def test_an_agent_whose_snapshot_was_edited_so_that_it_no_longer_reads_is_folded
     settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=5)
     with Engine(settings=settings) as engine:
         give_busy_tasks(engine, 12)
-    # Given its snapshots edited in the database so that they still parse as JSON
-    table = Identifier(pg_schema, "flowledger_snapshots")
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        rows = conn.execute(
-            SQL("SELECT originator_id, originator_version, state FROM {} WHERE topic = %s").format(table),
-            ("flowledger.domain.agent:Agent.Snapshot",),
-        ).fetchall()
-        assert rows
-        for stream, version, stored in rows:
-            payload = json.loads(bytes(stored))
-            damage(payload["state"])
-            conn.execute(
-                SQL("UPDATE {} SET state = %s WHERE originator_id = %s AND originator_version = %s").format(
-                    table
-                ),
-                (json.dumps(payload).encode(), stream, version),
-            )
+        # Given its snapshots edited so that they still parse as JSON, and sealed again with the
+        # chain key (as an engine's own wrong snapshot would be: an edit without the key breaks
+        # the seal, which tests/e2e/test_audit_snapshots.py covers)
+        table = Identifier(pg_schema, "flowledger_snapshots")
+        topic = "flowledger.domain.agent:Agent.Snapshot"
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            rows = conn.execute(
+                SQL("SELECT originator_id, originator_version, state FROM {} WHERE topic = %s").format(table),
+                (topic,),
+            ).fetchall()
+            assert rows
+            for stream, version, stored in rows:
+                payload = snapshot_json(bytes(stored))
+                damage(payload["state"])
+                where = "WHERE originator_id = %s AND originator_version = %s"
+                conn.execute(
+                    SQL("UPDATE {} SET state = %s " + where).format(table),
+                    (sealed_again(engine, stream, version, topic, payload), stream, version),
+                )
     # When a fresh engine reads the agent, lists the roster (its task index reads each agent) and
     # completes a task, then the agent is folded from its events, as it was
     with Engine(settings=settings) as fresh:
