@@ -220,7 +220,7 @@ def _json_object(content: str) -> dict[str, Any] | None:
             text = text[4:]
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser (2 KB of brackets)
         return None
     return data if isinstance(data, dict) else None
 

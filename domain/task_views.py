@@ -119,6 +119,8 @@ class Classification:
             data = json.loads(text[start : end + 1])
         except json.JSONDecodeError as error:
             raise ValidationError("classification", f"invalid JSON: {error}") from None
+        except RecursionError:  # a model's reply, so anything: 2 KB of brackets is enough
+            raise ValidationError("classification", "invalid JSON: nested too deep to read") from None
         if not isinstance(data, dict):
             raise ValidationError("classification", "must be a JSON object")
         hours = data.get("estimated_hours", data.get("estimated_duration_hours"))

@@ -65,3 +65,24 @@ def test_the_simulator_recognises_both_conversations_by_the_prompts_own_text() -
     assert classification.category == "deployment"
     decision = prompts.parse_step_reply(json.dumps(step_decision(step)))
     assert (decision.action, decision.next_step, decision.structured) == ("greet", "classify_intent", True)
+
+
+NESTED = "[" * 1100 + "]" * 1100
+"""Arrays nested deeper than ``json.loads`` can follow: it raises RecursionError, not ValueError."""
+
+
+def test_a_classification_reply_nested_past_the_parser_is_a_validation_error() -> None:
+    reply = '{"category": "bug_fix", "complexity": "low", "estimated_hours": 1, "x": ' + NESTED + "}"
+    with pytest.raises(ValidationError, match=r"classification: .*nested"):
+        prompts.parse_classification_reply(reply, None)
+
+
+def test_a_ranking_reply_nested_past_the_parser_is_a_validation_error() -> None:
+    with pytest.raises(ValidationError, match=r"ranking: the reply is not one JSON object"):
+        prompts.parse_ranking_reply('{"agent_id": "be-1", "x": ' + NESTED + "}", ["be-1"])
+
+
+def test_a_step_reply_nested_past_the_parser_is_a_plain_message() -> None:
+    content = '{"action": "reply", "x": ' + NESTED + "}"
+    reply = prompts.parse_step_reply(content)
+    assert (reply.structured, reply.message, reply.action) == (False, content, None)

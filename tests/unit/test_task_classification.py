@@ -230,3 +230,27 @@ def test_a_classification_made_elsewhere_takes_its_category_and_complexity_in_an
         engine.record_classification("t1", "bugfix", "high", 3)
     with pytest.raises(ValidationError, match="complexity"):
         engine.record_classification("t1", "bug_fix", 3, 3)  # type: ignore[arg-type]
+
+
+NESTED_PAST_THE_PARSER = '{"category": "bug_fix", "complexity": "low", "estimated_hours": 1, "x": ' + (
+    "[" * 1100 + "]" * 1100 + "}"
+)
+"""A reply of 2 KB whose arrays nest deeper than ``json.loads`` can follow (RecursionError)."""
+
+
+async def test_a_reply_nested_past_the_parser_is_a_failed_classification_not_a_crash(engine: Engine) -> None:
+    # Given a model whose reply nests 1,100 arrays deep (json.loads raises RecursionError)
+    llm = ScriptedLlm(NESTED_PAST_THE_PARSER, usage=USAGE)
+    engine.llm = llm
+    engine.create_task("t1", "Fix the race in the Go worker", [], priority="low")
+
+    # When the task is classified
+    task = await engine.classify_task("t1")
+
+    # Then it is an unusable reply like any other: the fallback was tried, both paid calls are
+    # recorded as failures, and the task waits (it raised RecursionError, HTTP 500, nothing recorded)
+    assert [call.model for call in llm.calls] == ["gemini-2.5-flash", "deepseek-v3.2"]
+    assert task.status is TaskStatus.PENDING
+    failed = [e for e in engine.task_history("t1") if e.event_type == "Task.ClassificationFailed"]
+    assert len(failed) == 2
+    assert all(e.data["usage"] == USAGE and "nested" in e.data["detail"] for e in failed)
