@@ -851,7 +851,10 @@ class Engine:
                 if not await classify_in_queue_order(self.classifier.classify, waiting, limit, tried):
                     break
         return await asyncio.to_thread(
-            self.tasks.assign_pending, limit=limit, escalate_when_full=escalate_when_full
+            self.tasks.assign_pending,
+            limit=limit,
+            escalate_when_full=escalate_when_full,
+            classified_first=self.llm is not None,
         )
 
     def start_task(self, task_id: str) -> TaskState:

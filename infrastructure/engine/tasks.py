@@ -37,6 +37,7 @@ from flowledger.domain.values import (
     require_text,
 )
 from flowledger.infrastructure.engine.assigner import BatchAssigner
+from flowledger.infrastructure.engine.classify_first import needs_classifying
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import MAX_LIST, TaskReads, agent_key, task_key
@@ -160,7 +161,7 @@ class TaskService:
         return self.assigner.assign(task_id, escalate_when_full, ranking)
 
     def assign_pending(
-        self, *, limit: int | None = None, escalate_when_full: bool = False
+        self, *, limit: int | None = None, escalate_when_full: bool = False, classified_first: bool = False
     ) -> list[TaskState]:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline).
 
@@ -171,6 +172,9 @@ class TaskService:
         held back (``TaskState.held_back``: no skills, and its classification failed) is
         passed over and returned as it stands, without counting towards ``limit``: at most
         ``MAX_LIST`` (1,000), REST's bound, so the CLI and the library answer as it does.
+        ``classified_first`` (the run that classified its window first, ``assign_pending_routed``):
+        a task that still needs classifying, one that arrived after that run's last look, is
+        left out, for the next run to classify, rather than given to any agent with room.
         """
         require_queue_run(limit, escalate_when_full)
         waiting, held = [], set()
@@ -178,7 +182,10 @@ class TaskService:
             task: Task | None = self._store.load(entry.aggregate_id)
             if task is None:
                 continue
-            self._reads.note(task.state())
+            state = task.state()
+            self._reads.note(state)
+            if classified_first and needs_classifying(state):
+                continue  # the next run classifies it first
             if task.task_status is TaskStatus.PENDING:
                 waiting.append(task.queued())
                 if task.held_back is not None:
