@@ -19,7 +19,7 @@ from eventsourcing.domain import event
 from flowledger.domain.agent import stored_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, Needs, QueuedTask
-from flowledger.domain.bounds import scoped_uuid
+from flowledger.domain.bounds import require_name, scoped_uuid
 from flowledger.domain.errors import (
     TaskNeedsClassification,
     TaskTransitionRejected,
@@ -502,11 +502,11 @@ class Task(FlowledgerAggregate):
         ahead of ``at``: optional while the old one (if any) is still ahead, required once it
         passed, since the queue would escalate the task again at once."""
         self._require("requeue")
-        require_text("requested_by", requested_by)
+        require_name("requested_by", requested_by)  # REST's rule: a name, kept as given
         require_text("reason", reason, max_length=MAX_REASON_LENGTH)
         require_requeue_deadline(deadline, self.deadline, at)
         self._requeued(
-            requested_by=storable(requested_by, 200),
+            requested_by=requested_by,
             reason=reason,
             escalation_reason=self.escalation.reason if self.escalation else None,
             requeued_at=at,

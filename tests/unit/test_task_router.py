@@ -148,6 +148,24 @@ async def test_an_escalated_task_is_requeued_by_a_person_and_assigned_again(engi
         engine.requeue_task("t", "alice", "again")
 
 
+def test_who_requeues_is_recorded_as_given_or_refused_as_rest_refuses_it(engine: Engine) -> None:
+    # Given an escalated task
+    engine.create_task("t", "Write the Terraform module", ["terraform"])
+    assert engine.assign_task("t").status is TaskStatus.ESCALATED
+    before = engine.task_history("t")
+
+    # When a person is named by 201 characters, or with a line break: REST's name rule
+    # (it was cut to 200 characters and recorded as another name, the line break kept)
+    for who in ("a" * 201, "alice\nbob"):
+        with pytest.raises(ValidationError, match="requested_by: must"):
+            engine.requeue_task("t", who, "DevOps joined")
+
+    # Then nothing is recorded, and a name of 200 characters is kept as given
+    assert engine.task_history("t") == before
+    engine.requeue_task("t", "a" * 200, "DevOps joined")
+    assert engine.task_history("t")[-1].data["requested_by"] == "a" * 200
+
+
 def test_a_task_escalated_for_its_passed_deadline_is_requeued_only_with_a_new_one(engine: Engine) -> None:
     # Given a task escalated because its deadline passed, and an agent who could take it
     engine.register_agent("backend", "Backend", TEAMS["backend"], 10)
