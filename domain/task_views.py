@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.values import JsonObject, LlmUsage
@@ -123,13 +124,20 @@ class Classification:
             raise ValidationError("classification", "invalid JSON: nested too deep to read") from None
         if not isinstance(data, dict):
             raise ValidationError("classification", "must be a JSON object")
-        hours = data.get("estimated_hours", data.get("estimated_duration_hours"))
+        # Passed as the model gave them (a string trimmed), so that a refusal, recorded on
+        # ClassificationFailed, quotes what it said: "got -1.0" stood for hours given as "3".
+        hours: Any = data.get("estimated_hours", data.get("estimated_duration_hours"))
         return cls(
-            category=str(data.get("category", "")).strip().lower(),
-            complexity=str(data.get("complexity", "")).strip().lower(),
-            estimated_hours=hours if isinstance(hours, int | float) else -1.0,
+            category=_trimmed(data.get("category")),
+            complexity=_trimmed(data.get("complexity")),
+            estimated_hours=hours,
             usage=usage,
         )
+
+
+def _trimmed(value: Any) -> Any:
+    """A string without the spaces around it; anything else as it is."""
+    return value.strip() if isinstance(value, str) else value
 
 
 @dataclass(frozen=True, kw_only=True)

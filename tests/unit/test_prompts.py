@@ -86,3 +86,19 @@ def test_a_step_reply_nested_past_the_parser_is_a_plain_message() -> None:
     content = '{"action": "reply", "x": ' + NESTED + "}"
     reply = prompts.parse_step_reply(content)
     assert (reply.structured, reply.message, reply.action) == (False, content, None)
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        ('{"category": "bug_fix", "complexity": "low", "estimated_hours": "3"}', r"estimated_hours: .*'3'"),
+        ('{"category": "bug_fix", "complexity": "high"}', r"estimated_hours: .*got None"),
+        ('{"category": null, "complexity": "high", "estimated_hours": 3}', r"category: .*got None"),
+        ('{"category": "bug_fix", "estimated_hours": 3}', r"complexity: .*got None"),
+    ],
+)
+def test_a_refused_classification_reply_quotes_what_the_model_said(reply: str, said: str) -> None:
+    # The failure is recorded (ClassificationFailed.detail) and shown: it said "got -1.0" for
+    # hours given as text or left out, and "got 'none'" for a category given as null
+    with pytest.raises(ValidationError, match=said):
+        prompts.parse_classification_reply(reply, None)
