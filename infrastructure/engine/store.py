@@ -136,7 +136,7 @@ def _folded_from_events(
     event row that does not read raises again here, naming itself. A stream whose first events
     are gone (archived by retention: its snapshot was its whole state) has nothing to fold
     from: the snapshot's own error is raised (a sealed one edited, say), not "not found"."""
-    events = list(app.events.get(aggregate_id, lte=version))
+    events: list[Any] = list(app.events.get(aggregate_id, lte=version))
     if (not events or events[0].originator_version != 1) and isinstance(error, StoredEventUnreadable):
         raise error
     aggregate: Any = None
