@@ -38,7 +38,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 GENESIS = bytes(32)
 """The ``previous`` hash of every stream's first event."""
 BUNDLE_FORMAT = 1
-_EVENT_TAG = b"flowledger.event.v1\x00"
+EVENT_TAG = b"flowledger.event.v1\x00"
+"""What ``event_hash`` hashes first (the projections recompute the rule in SQL too)."""
 _MAC_TAG = b"flowledger.mac.v1\x00"
 _CHECKPOINT_TAG = b"flowledger.checkpoint.v1\x00"
 
@@ -52,7 +53,7 @@ def event_hash(previous: bytes, stream: str, version: int, topic: str, state: by
     return hashlib.sha256(
         b"".join(
             (
-                _EVENT_TAG,
+                EVENT_TAG,
                 previous,
                 _prefixed(stream.encode()),
                 version.to_bytes(8, "big", signed=True),
