@@ -59,6 +59,15 @@ class FunnelReport:
     before_first_step: dict[str, int] = field(default_factory=dict)
     steps: list[FunnelStep] = field(default_factory=list)
 
+    def no_step_note(self) -> str | None:
+        """What became of the sessions that reached no step, as one line (they are counted in
+        ``sessions`` and in no step's row); None when every session reached one."""
+        stopped = sum(self.before_first_step.values())
+        if not stopped:
+            return None
+        causes = ", ".join(f"{c.replace('_', ' ')} {n}" for c, n in sorted(self.before_first_step.items()))
+        return f"{stopped} of {self.sessions} sessions reached no step: {causes}"
+
 
 def _segment(by: str | None) -> sql.Composable:
     if by is None:

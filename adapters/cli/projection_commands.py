@@ -285,8 +285,11 @@ def funnel_table(report: FunnelReport) -> Table:
     sessions stopped there, how many are still running or done, and time to reach it."""
     segment = f" [{report.segment}]" if report.segment is not None else ""
     # Titles and cells are rich markup: unescaped, "[gpt-4.1]" would be read as a style tag and vanish.
+    note = report.no_step_note()
     table = Table(
         title=escape(f"funnel {report.workflow}{segment}: {report.sessions} sessions"),
+        caption=escape(note) if note is not None else None,
+        caption_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,

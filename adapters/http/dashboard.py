@@ -367,10 +367,12 @@ def _funnel(report: FunnelReport) -> str:
         f"<td>{_seconds(s.p50_seconds)}</td><td>{_seconds(s.p95_seconds)}</td></tr>"
         for s in report.steps
     )
+    note = report.no_step_note()
+    below = f"<p>{escape(note)}</p>" if note is not None else ""
     return (
         f'<section class="grid funnel"><div class="panel">{chart}</div><div class="panel"><table>'
         "<tr><th>step</th><th>reached</th><th>overall</th><th>from previous</th><th>dropped</th>"
-        f"<th>in progress</th><th>p50 to reach</th><th>p95</th></tr>{rows}</table></div></section>"
+        f"<th>in progress</th><th>p50 to reach</th><th>p95</th></tr>{rows}</table>{below}</div></section>"
     )
 
 

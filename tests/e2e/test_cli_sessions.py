@@ -207,3 +207,20 @@ def test_expire_sessions_records_the_expiries_that_passed(database_url: str, pg_
     with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
         states = (engine.get_session("gone"), engine.get_session("here"))
     assert [e.status for e in states] == ["expired", "active"]
+
+
+def test_the_funnel_says_why_sessions_that_reached_no_step_stopped(database_url: str, pg_schema: str) -> None:
+    # Given four sessions of one workflow: one at a step, three that reached none (one abandoned,
+    # one completed, one still open)
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        for n in range(4):
+            engine.start_session(f"b-{n}", "checkout")
+        engine.record_step("b-0", "cart")
+        engine.abandon_session("b-1", "left")
+        engine.complete_session("b-2", "nothing to do")
+    # When the funnel is printed, Then its title counts four sessions and it says what became of
+    # the three that reached no step (the table showed only the step's row: 1 reached, 25 %)
+    funnel = run(database_url, pg_schema, "funnel", "checkout")
+    assert funnel.returncode == 0, funnel.stderr
+    assert "4 sessions" in funnel.stdout
+    assert "3 of 4 sessions reached no step: abandoned 1, completed 1, in progress 1" in funnel.stdout

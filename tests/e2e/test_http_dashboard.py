@@ -248,3 +248,13 @@ def test_the_cost_tile_shows_every_decimal_of_a_cost_longer_than_28_digits(pg_en
         page = client.get("/dashboard", params={"since": "1h"}).text
     # Then the cost tile holds the cost to its last decimal
     assert f'<div class="tile"><b>${cost}</b><span>cost</span></div>' in page
+
+
+def test_the_page_says_why_sessions_that_reached_no_step_stopped(pg_engine: Engine) -> None:
+    pg_engine.start_session("n-0", "cs")
+    pg_engine.record_step("n-0", "greet")
+    pg_engine.start_session("n-1", "cs")
+    pg_engine.abandon_session("n-1", "left")
+    with TestClient(create_app(pg_engine)) as client:
+        page = client.get("/dashboard").text
+    assert "1 of 2 sessions reached no step: abandoned 1" in page
