@@ -15,7 +15,7 @@ from flowledger.projections.funnel_queries import FunnelReport, FunnelStep, funn
 from flowledger.projections.processor import Projector
 from flowledger.projections.rebuild import Difference, rebuild, verify
 from flowledger.projections.registry import all_projections, projector_for, tenant_views
-from flowledger.projections.status import BuildStatus, recent_dead_letters, status
+from flowledger.projections.status import BuildStatus, dead_letter_events, recent_dead_letters, status
 
 __all__ = [
     "BuildStatus",
@@ -32,6 +32,7 @@ __all__ = [
     "RepriceRow",
     "all_projections",
     "dashboard",
+    "dead_letter_events",
     "follow",
     "follow_until_stopped",
     "funnel_report",

@@ -104,6 +104,20 @@ def listed(
     return [DeadLetter(*row) for row in cur.fetchall()]
 
 
+def events_of(cur: Cursor[Any], names: Names, schemas: list[str]) -> int:
+    """How many events the given builds set aside: one event is a dead letter of each build that
+    could not apply it, so this counts notification ids, not letters."""
+    cur.execute(
+        q(
+            "SELECT count(DISTINCT notification_id) FROM {s}.dead_letters WHERE schema_name = ANY(%s)",
+            names.control,
+        ),
+        [schemas],
+    )
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 def ids_through(cur: Cursor[Any], names: Names, schema: str, position: int) -> dict[int, str]:
     """A build's dead letters up to ``position``: notification id -> error."""
     cur.execute(

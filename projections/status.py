@@ -68,6 +68,15 @@ def status(projector: Projector) -> list[BuildStatus]:
     ]
 
 
+def dead_letter_events(projector: Projector, schemas: Collection[str]) -> int:
+    """How many events the builds in ``schemas`` set aside (each is a dead letter of every build
+    that could not apply it)."""
+    with projector.connect() as conn:
+        ensure_control(conn, projector.names)
+        with conn.cursor() as cur:
+            return dead_letters.events_of(cur, projector.names, sorted(schemas))
+
+
 def recent_dead_letters(
     projector: Projector,
     *,

@@ -34,6 +34,7 @@ from flowledger.projections import (
     FunnelReport,
     Projector,
     dashboard,
+    dead_letter_events,
     follow_until_stopped,
     funnel_report,
     projector_for,
@@ -112,10 +113,16 @@ def _report_dead_letters(projector: Projector, built: set[str]) -> None:
             f" version {letter.originator_version}, {letter.topic}): {letter.error}",
         )
     fail(
-        f"the new builds set aside {set_aside} events as dead letters (readers use the builds"
-        " all the same): see `flowledger projections status`",
+        f"the new builds set aside {_events_as_letters(projector, built, set_aside)} (readers use the"
+        " builds all the same): see `flowledger projections status`",
         1,
     )
+
+
+def _events_as_letters(projector: Projector, builds: set[str], letters: int) -> str:
+    """'1 event as 4 dead letters': an event is a dead letter of every build that set it aside."""
+    events = dead_letter_events(projector, builds)
+    return f"{events} event{'' if events == 1 else 's'} as {letters} dead letter{'' if letters == 1 else 's'}"
 
 
 @projections_app.command("status")
@@ -225,11 +232,12 @@ def verify_command(name: Annotated[str | None, typer.Argument(help=NAME_HELP)] =
             differences = verify(projector, _names(name), progress=advance)
         if not differences:
             console.print("[green]live tables equal a rebuild from the log, at the head of the log[/green]")
-            dead = sum(b.dead_letters for b in status(projector) if b.state == "live")
+            live = [b for b in status(projector) if b.state == "live"]
+            dead = sum(b.dead_letters for b in live)
             if dead:
+                same = _events_as_letters(projector, {b.schema for b in live}, dead)
                 console.print(
-                    f"[yellow]both set aside the same {dead} events as dead letters:"
-                    " see `flowledger projections status`[/yellow]"
+                    f"[yellow]both set aside the same {same}: see `flowledger projections status`[/yellow]"
                 )
             return
         table = Table(title="differences")

@@ -121,6 +121,14 @@ def test_a_rebuild_sets_aside_a_row_edited_so_that_it_still_reads_and_exits_1(
     assert all(f"stream {victim} version 2" in line and "altered" in line for line in letters), letters
     assert lines[-1].startswith("error: the new builds set aside "), lines
     assert result.returncode == 1, (result.returncode, lines)
+    # One event was edited: the count is of events, not of the builds' letters (it said 4 events)
+    said = f"error: the new builds set aside 1 event as {len(letters)} dead letters"
+    assert lines[-1].startswith(said), lines
+    # ... and verify, finding both sides set it aside, counts it so too
+    verified = run_cli(database_url, pg_schema, "projections", "verify")
+    assert verified.returncode == 0, verified.stderr
+    same = f"both set aside the same 1 event as {len(letters)} dead letters"
+    assert same in verified.stdout, verified.stdout
 
 
 def test_a_clean_rebuild_says_nothing_on_stderr_and_exits_0(
