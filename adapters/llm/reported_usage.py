@@ -5,10 +5,12 @@ writes and audio, ``output_tokens`` include reasoning and audio). The shapes:
 
 - OpenAI chat completions (and the proxies that speak it: LiteLLM, OpenRouter): ``prompt_tokens``
   (cache included), ``prompt_tokens_details.cached_tokens``,
-  ``completion_tokens_details.reasoning_tokens``; cache writes as ``cache_creation_input_tokens``
-  (LiteLLM, with ``cache_creation_token_details``) or ``prompt_tokens_details.cache_write_tokens``
-  (OpenRouter); OpenRouter's own charge as ``cost`` (USD); DeepSeek's cache hits as
-  ``prompt_cache_hit_tokens`` when ``cached_tokens`` is not given; audio as
+  ``completion_tokens_details.reasoning_tokens`` (within ``completion_tokens``, or beside it when
+  ``total_tokens`` says so, as proxies of Gemini's thinking models send it); cache writes as
+  ``cache_creation_input_tokens`` (LiteLLM, with ``cache_creation_token_details``) or
+  ``prompt_tokens_details.cache_write_tokens`` (OpenRouter); OpenRouter's own charge as ``cost``
+  (USD); DeepSeek's cache hits as ``prompt_cache_hit_tokens`` when ``cached_tokens`` is not
+  given; audio as
   ``prompt_tokens_details.audio_tokens`` (less ``cached_tokens_details.audio_tokens``, the cached
   part) and ``completion_tokens_details.audio_tokens``.
 - OpenAI responses: ``input_tokens`` (cache included) with ``input_tokens_details``.
@@ -100,13 +102,16 @@ def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
         or prompt_details.get("cache_creation_token_details")
         or usage.get("cache_creation")
     )
+    prompt = read.required(usage, "prompt_tokens")
+    completion = read.required(usage, "completion_tokens")
+    reasoning = read(completion_details, "reasoning_tokens")
     return _clamped(
         read,
-        input_tokens=read.required(usage, "prompt_tokens"),
-        output_tokens=read.required(usage, "completion_tokens"),
+        input_tokens=prompt,
+        output_tokens=completion + _reasoning_left_out(usage, prompt, completion, reasoning),
         # DeepSeek's own API names its cache hits only as prompt_cache_hit_tokens.
         cached=read(prompt_details, "cached_tokens") or read(usage, "prompt_cache_hit_tokens"),
-        reasoning=read(completion_details, "reasoning_tokens"),
+        reasoning=reasoning,
         writes=writes,
         writes_1h=read(lifetimes, "ephemeral_1h_input_tokens"),
         audio_in=max(
@@ -117,6 +122,17 @@ def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
         audio_out=read(completion_details, "audio_tokens"),
         cost=_money(usage.get("cost")),
     )
+
+
+def _reasoning_left_out(usage: dict[str, Any], prompt: int, completion: int, reasoning: int) -> int:
+    """The reasoning tokens ``completion_tokens`` leaves out, by the reply's own total: OpenAI
+    counts them in it (``total_tokens`` is prompt plus completion), proxies of Gemini's thinking
+    models beside it (the total is prompt plus completion plus reasoning). Clamped to
+    ``completion_tokens``, such reasoning was billed as no output at all."""
+    if not reasoning:
+        return 0
+    total = _Counts()(usage, "total_tokens")  # read to compare only: an odd total prices nothing
+    return reasoning if total == prompt + completion + reasoning else 0
 
 
 def _openai_responses(usage: dict[str, Any]) -> ReportedUsage:

@@ -124,3 +124,42 @@ def test_deepseek_cache_hits_are_read_as_cache_reads(usage: Any) -> None:
     assert price is not None
     # 400 x $0.28/M + 600 x $0.028/M + 10 x $0.42/M
     assert price.cost(**parsed.counts()) == Decimal("0.000112") + Decimal("0.0000168") + Decimal("0.0000042")
+
+
+def _thinking(prompt: int, completion: int, reasoning: int, total: int | None) -> dict[str, Any]:
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+    return usage if total is None else {**usage, "total_tokens": total}
+
+
+@pytest.mark.parametrize(
+    ("usage", "output", "reasoning"),
+    [
+        # A Gemini thinking model through a proxy (CLIProxyAPI, Portkey, Envoy's AI gateway sent
+        # it so): the thoughts are in the details and the total, not in completion_tokens.
+        (_thinking(21, 0, 60, total=81), 60, 60),
+        (_thinking(100, 40, 50, total=190), 90, 50),
+        # OpenAI's own: completion_tokens holds the reasoning, and the total says so.
+        (_thinking(100, 90, 50, total=190), 90, 50),
+        # No total to tell: completion_tokens is taken as OpenAI means it.
+        (_thinking(100, 90, 50, total=None), 90, 50),
+        (_thinking(21, 0, 60, total=None), 0, 0),
+    ],
+    ids=["no visible output", "thoughts beside the answer", "openai", "no total", "no total, clamped"],
+)
+def test_reasoning_that_the_total_shows_outside_completion_tokens_is_counted_as_output(
+    usage: dict[str, Any], output: int, reasoning: int
+) -> None:
+    # Reasoning past completion_tokens was clamped to it: gemini-2.5-flash's 60 thinking tokens
+    # reported as {"completion_tokens": 0, "reasoning_tokens": 60, "total_tokens": 81} cost $0
+    # of output (and a budget was charged the prompt alone); 50 beside 40 of answer, 40.
+    parsed = parse_usage(usage)
+    assert (parsed.output_tokens, parsed.reasoning_output_tokens) == (output, reasoning)
+    assert parsed.unreadable == ()
+    price = load_price_table().price_for("gemini-2.5-flash")
+    assert price is not None
+    expected = parsed.input_tokens * Decimal("0.0000003") + output * Decimal("0.0000025")
+    assert price.cost(**parsed.counts()) == expected
