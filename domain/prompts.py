@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from flowledger.domain.bounds import storable
+from flowledger.domain.bounds import MAX_NAME_LENGTH, require_name, storable
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification
 from flowledger.domain.values import JsonObject, LlmUsage
@@ -126,7 +126,7 @@ def parse_step_reply(
         )
     problems: list[str] = []
     action = _optional_text(data.get("action"), "action", problems, limit=200)
-    next_step = _optional_text(data.get("next_step"), "next_step", problems, limit=200)
+    next_step = _optional_name(data.get("next_step"), "next_step", problems)
     message = _optional_text(data.get("message"), "message", problems, limit=None) or ""
     update = data.get("context_update")
     if update is not None and not _plain_json_object(update):
@@ -233,6 +233,20 @@ def _plain_json_object(value: Any) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _optional_name(value: Any, name: str, problems: list[str]) -> str | None:
+    """``_optional_text`` held to the rule of a step's name (``require_name``): a next step with
+    a control character (``"resolve\\r"``) or only a zero-width space passed the length check,
+    and the session refused it after the call, so the paid answer failed the step (HTTP 502)."""
+    text = _optional_text(value, name, problems, limit=MAX_NAME_LENGTH)
+    if text is None:
+        return None
+    try:
+        return require_name(name, text)
+    except ValidationError as error:
+        problems.append(f"{name} is not a step name: {error.message}")
+        return None
 
 
 def _optional_text(value: Any, name: str, problems: list[str], *, limit: int | None) -> str | None:

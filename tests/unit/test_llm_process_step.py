@@ -510,3 +510,23 @@ async def test_a_request_the_endpoint_refuses_is_a_step_failed_with_its_reason_o
     )
     assert failure.error_detail == {"error": "LlmCallFailed", "attempts": 1, "status_code": 400}
     await engine.llm.aclose()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("next_step", ["resolve\r", "re\nsolve", "\u200b", "re\u009fsolve"])
+async def test_a_next_step_that_is_not_a_step_name_is_a_problem_of_the_reply_not_a_failed_step(
+    engine: Engine, next_step: str
+) -> None:
+    # Given a model whose decision names a next step no step may be called (a control character,
+    # only a zero-width space): an over-long or blank one was already dropped and listed
+    content = json.dumps({"action": "classify", "next_step": next_step, "message": "Refund, got it."})
+    engine.llm = llm = ScriptedLlm(content=content)
+    engine.start_session("s1", "cs")
+    # When a step calls it
+    record = await engine.process_step("s1", "greet", idempotency_key="k1")
+    # Then the paid answer is recorded, without the next step, which is named as a problem: it
+    # was StepFailed("malformed_response"), HTTP 502, the decision lost and a retry paid again
+    assert (record.next_step, record.output["action"]) == (None, "classify")
+    [problem] = record.output["problems"]
+    assert problem.startswith("next_step ")
+    assert event_types(engine, "s1") == ["Started", "StepStarted", "StepProcessed"]
+    assert len(llm.calls) == 1
