@@ -13,7 +13,9 @@ writes and audio, ``output_tokens`` include reasoning and audio). The shapes:
   given; audio as
   ``prompt_tokens_details.audio_tokens`` (less ``cached_tokens_details.audio_tokens``, the cached
   part) and ``completion_tokens_details.audio_tokens``.
-- OpenAI responses: ``input_tokens`` (cache included) with ``input_tokens_details``.
+- OpenAI responses: ``input_tokens`` (cache included) with ``input_tokens_details``; reasoning
+  as in chat completions (``output_tokens_details.reasoning_tokens``, beside ``output_tokens``
+  when ``total_tokens`` says so).
 - Anthropic messages: ``input_tokens`` *excluding* ``cache_read_input_tokens`` and
   ``cache_creation_input_tokens``, the writes split by lifetime in
   ``cache_creation.ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``.
@@ -125,7 +127,8 @@ def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
 
 
 def _reasoning_left_out(usage: dict[str, Any], prompt: int, completion: int, reasoning: int) -> int:
-    """The reasoning tokens ``completion_tokens`` leaves out, by the reply's own total: OpenAI
+    """The reasoning tokens ``completion_tokens`` (the Responses API's ``output_tokens``) leaves
+    out, by the reply's own total: OpenAI
     counts them in it (``total_tokens`` is prompt plus completion), proxies of Gemini's thinking
     models beside it (the total is prompt plus completion plus reasoning). Clamped to
     ``completion_tokens``, such reasoning was billed as no output at all."""
@@ -137,12 +140,15 @@ def _reasoning_left_out(usage: dict[str, Any], prompt: int, completion: int, rea
 
 def _openai_responses(usage: dict[str, Any]) -> ReportedUsage:
     read = _Counts()
+    given = read.required(usage, "input_tokens")
+    output = read.required(usage, "output_tokens")
+    reasoning = read(_object(usage.get("output_tokens_details")), "reasoning_tokens")
     return _clamped(
         read,
-        input_tokens=read.required(usage, "input_tokens"),
-        output_tokens=read.required(usage, "output_tokens"),
+        input_tokens=given,
+        output_tokens=output + _reasoning_left_out(usage, given, output, reasoning),
         cached=read(_object(usage.get("input_tokens_details")), "cached_tokens"),
-        reasoning=read(_object(usage.get("output_tokens_details")), "reasoning_tokens"),
+        reasoning=reasoning,
     )
 
 

@@ -163,3 +163,26 @@ def test_reasoning_that_the_total_shows_outside_completion_tokens_is_counted_as_
     assert price is not None
     expected = parsed.input_tokens * Decimal("0.0000003") + output * Decimal("0.0000025")
     assert price.cost(**parsed.counts()) == expected
+
+
+@pytest.mark.parametrize(
+    ("total", "output"),
+    [(81, 60), (21, 0), (None, 0)],
+    ids=["total with the thoughts", "openai's total", "no total"],
+)
+def test_reasoning_the_total_shows_outside_output_tokens_is_counted_in_the_responses_shape(
+    total: int | None, output: int
+) -> None:
+    # A Gemini proxy's Responses usage (CLIProxyAPI sent it so): 60 thoughts in the details and
+    # the total, output_tokens 0; they were clamped to 0 and billed as no output
+    usage: dict[str, Any] = {
+        "input_tokens": 21,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 0,
+        "output_tokens_details": {"reasoning_tokens": 60},
+    }
+    if total is not None:
+        usage["total_tokens"] = total
+    parsed = parse_usage(usage)
+    assert (parsed.output_tokens, parsed.reasoning_output_tokens) == (output, output)
+    assert parsed.unreadable == ()
