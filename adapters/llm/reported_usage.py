@@ -128,10 +128,10 @@ def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
 
 def _reasoning_left_out(usage: dict[str, Any], prompt: int, completion: int, reasoning: int) -> int:
     """The reasoning tokens ``completion_tokens`` (the Responses API's ``output_tokens``) leaves
-    out, by the reply's own total: OpenAI
-    counts them in it (``total_tokens`` is prompt plus completion), proxies of Gemini's thinking
-    models beside it (the total is prompt plus completion plus reasoning). Clamped to
-    ``completion_tokens``, such reasoning was billed as no output at all."""
+    out, by the reply's own total: OpenAI counts them in it (``total_tokens`` is prompt plus
+    completion), proxies of Gemini's thinking models beside it (the total is prompt plus
+    completion plus reasoning). Clamped to ``completion_tokens``, such reasoning was billed as
+    no output at all."""
     if not reasoning:
         return 0
     total = _Counts()(usage, "total_tokens")  # read to compare only: an odd total prices nothing
