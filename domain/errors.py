@@ -43,7 +43,9 @@ FlowledgerError
 ├── BudgetError                carries ``budget_id``
 │   ├── BudgetNotFound
 │   └── BudgetExceeded         a call's estimate would take an enforced budget past its
-│                              limit; carries the window's figures; nothing was sent
+│       │                      limit; carries the window's figures; nothing was sent
+│       └── BudgetLedgerDamaged  its ledger holds an amount that is no number (a row
+│                              edited in the database): refused the same way
 ├── TaskError                  carries ``task_id``
 │   ├── TaskNotFound
 │   ├── TaskConflict           created again with another description, skills or priority
@@ -407,6 +409,40 @@ class BudgetExceeded(BudgetError):
         self.scope, self.subject, self.period = scope, subject, period
         self.limit_usd, self.spent_usd = limit_usd, spent_usd
         self.reserved_usd, self.estimate_usd = reserved_usd, estimate_usd
+
+
+class BudgetLedgerDamaged(BudgetExceeded):
+    """An enforced budget's ledger holds an amount that is not a finite number (``NaN``,
+    ``Infinity``: a row edited in the database; PostgreSQL's ``numeric`` takes them, and
+    ``CHECK (limit_usd > 0)`` holds for NaN). The budget cannot be checked, so the call is
+    refused unsent, as one that would exceed it (HTTP 402, exit 8); ``column`` names the
+    amount, ``value`` what it holds."""
+
+    def __init__(
+        self,
+        budget_id: str,
+        *,
+        column: str,
+        value: Decimal,
+        scope: str,
+        subject: str,
+        period: str,
+        limit_usd: Decimal,
+        spent_usd: Decimal,
+        reserved_usd: Decimal,
+        estimate_usd: Decimal,
+    ) -> None:
+        BudgetError.__init__(
+            self,
+            budget_id,
+            f"budget {scope}:{subject} per {period} cannot be checked: its ledger holds {column} ="
+            f" {value}, not an amount (changed in the database?); its calls are refused until the"
+            " row is mended, or the budget removed and set again",
+        )
+        self.scope, self.subject, self.period = scope, subject, period
+        self.limit_usd, self.spent_usd = limit_usd, spent_usd
+        self.reserved_usd, self.estimate_usd = reserved_usd, estimate_usd
+        self.column, self.value = column, value
 
 
 class TaskError(FlowledgerError):

@@ -11,6 +11,7 @@ deadlock between two calls sharing budgets) and admits the call only while
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -23,12 +24,14 @@ from psycopg import Connection, sql
 from psycopg.rows import dict_row
 
 from flowledger.domain.budget import THRESHOLDS, BudgetAlert, BudgetSpec, CallScope, window_start
-from flowledger.domain.errors import BudgetExceeded
+from flowledger.domain.errors import BudgetExceeded, BudgetLedgerDamaged
 from flowledger.domain.pricing import EXACT
 from flowledger.infrastructure.postgres.database import deadlines_of
 from flowledger.infrastructure.postgres.ddl import create_budget_tables
 from flowledger.infrastructure.postgres.lazy_pool import LazyPool
 from flowledger.infrastructure.settings import Settings
+
+_log = logging.getLogger(__name__)
 
 _MATCHING = """
 SELECT budget_id, scope, subject, period, limit_usd, mode, webhook_url, webhook_secret
@@ -380,21 +383,23 @@ class PostgresBudgetLedger:
                 budget = _row(window)
                 if budget.spec.mode != "enforce":
                     continue
+                figures = {
+                    "scope": budget.spec.scope,
+                    "subject": budget.spec.subject,
+                    "period": budget.spec.period,
+                    "limit_usd": budget.spec.limit_usd,
+                    "spent_usd": window["spent_usd"],
+                    "reserved_usd": window["reserved_usd"],
+                    "estimate_usd": estimate,
+                }
+                if (damaged := _not_an_amount(budget, window)) is not None:
+                    raise BudgetLedgerDamaged(str(budget.budget_id), **damaged, **figures)
                 with localcontext(EXACT):  # not the thread's context: it may round
                     spent, reserved = window["spent_usd"], window["reserved_usd"] - window["lapsed_usd"]
                     held = spent + reserved + estimate
                 # A spent budget refuses even a call of unknown (zero) estimate.
                 if held > budget.spec.limit_usd or spent >= budget.spec.limit_usd:
-                    raise BudgetExceeded(
-                        str(budget.budget_id),
-                        scope=budget.spec.scope,
-                        subject=budget.spec.subject,
-                        period=budget.spec.period,
-                        limit_usd=budget.spec.limit_usd,
-                        spent_usd=spent,
-                        reserved_usd=reserved,
-                        estimate_usd=estimate,
-                    )
+                    raise BudgetExceeded(str(budget.budget_id), **{**figures, "reserved_usd": reserved})
             ids = [w["budget_id"] for w in rows]
             starts = [w["window_start"] for w in rows]
             made.execute(
@@ -541,6 +546,18 @@ class PostgresBudgetLedger:
             row = _row(window) if "limit_usd" in window else self._alerting(cursor, window["budget_id"])
             if row is None or row.spec.mode != "alert":
                 continue
+            if (damaged := _not_an_amount(row, window)) is not None:
+                # An alert budget refuses nothing: its call stands, its thresholds cannot be told.
+                _log.error(
+                    "budget %s:%s per %s: its ledger holds %s = %s, not an amount (changed in the"
+                    " database?); no alert is raised until the row is mended",
+                    row.spec.scope,
+                    row.spec.subject,
+                    row.spec.period,
+                    damaged["column"],
+                    damaged["value"],
+                )
+                continue
             crossed = [
                 t
                 for t in THRESHOLDS
@@ -607,6 +624,19 @@ def _params(scope: CallScope) -> dict[str, str | None]:
         "workflow": scope.workflow,
         "model": scope.model,
     }
+
+
+def _not_an_amount(budget: BudgetRow, window: dict[str, Any]) -> dict[str, Any] | None:
+    """The first of the budget's limit and its window's amounts that is not a finite number
+    (``column`` and ``value``), or None. ``numeric`` takes ``NaN`` and ``Infinity``, and an edited
+    row holding one raised ``decimal.InvalidOperation`` out of every call the budget covers
+    (HTTP 500, the step failed as ``InvalidOperation``)."""
+    amounts = {"limit_usd": budget.spec.limit_usd}
+    amounts |= {c: window[c] for c in ("spent_usd", "reserved_usd", "lapsed_usd") if c in window}
+    for column, value in amounts.items():
+        if not Decimal(value).is_finite():
+            return {"column": column, "value": value}
+    return None
 
 
 def _row(row: dict[str, Any]) -> BudgetRow:

@@ -17,6 +17,7 @@ from uuid import uuid4
 import httpx
 import psycopg
 import pytest
+from psycopg import sql
 
 from flowledger.adapters.llm import (
     ApiKey,
@@ -28,7 +29,13 @@ from flowledger.adapters.llm import (
 from flowledger.adapters.llm.alerts import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.budget import Budget, CallScope, budget_uuid
-from flowledger.domain.errors import BudgetExceeded, LlmCallFailed, StoreUnavailable, ValidationError
+from flowledger.domain.errors import (
+    BudgetExceeded,
+    BudgetLedgerDamaged,
+    LlmCallFailed,
+    StoreUnavailable,
+    ValidationError,
+)
 from flowledger.domain.pricing import ModelPrice, PriceTable
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
@@ -891,5 +898,56 @@ async def test_an_alert_whose_event_could_not_be_appended_is_appended_later_and_
         assert alerts == [50]
         assert len(receiver.requests) == 1
         assert engine.get_session("lost-alert").step_count == 1
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value"),
+    [
+        ("budget_windows", "spent_usd", "NaN"),
+        ("budget_windows", "reserved_usd", "Infinity"),
+        ("budgets", "limit_usd", "NaN"),  # the row's CHECK (limit_usd > 0) lets NaN through
+    ],
+)
+@pytest.mark.parametrize("mode", ["enforce", "alert"])
+async def test_a_ledger_amount_edited_to_no_number_is_named_not_an_internal_error(
+    settings: Settings, simulator: Any, table: str, column: str, value: str, mode: str
+) -> None:
+    # Given a budget whose ledger row was edited in the database to an amount that is no number
+    engine = Engine(settings=settings, llm=client(simulator.base_url))
+    try:
+        engine.start_session("s", "support")
+        engine.budgets.set("workflow", "support", "day", "100", mode=mode)
+        await engine.process_step("s", "greet", {"message": "hi"}, idempotency_key="k0")
+        calls = simulator.stats["requests"]
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("UPDATE {}.{} SET {} = %s::numeric").format(
+                    sql.Identifier(settings.schema), sql.Identifier(table), sql.Identifier(column)
+                ),
+                [value],
+            )
+        # When a step it covers is processed
+        if mode == "alert":
+            # Then an alert budget, which refuses nothing, lets it through
+            await engine.process_step("s", "greet", {"message": "hi"}, idempotency_key="k1")
+            assert simulator.stats["requests"] == calls + 1
+            assert engine.history("s")[-1].event_type.endswith("StepProcessed")
+            return
+        with pytest.raises(BudgetLedgerDamaged) as refused:
+            await engine.process_step("s", "greet", {"message": "hi"}, idempotency_key="k1")
+        # Then an enforced one refuses it unsent, as a budget it would exceed, naming the amount:
+        # it raised decimal.InvalidOperation, an HTTP 500 "internal error", and the step failed
+        # as "InvalidOperation: [<class 'decimal.InvalidOperation'>]"
+        assert f"holds {column} = {value}, not an amount" in str(refused.value)
+        assert str(refused.value).startswith("budget workflow:support per day cannot be checked")
+        assert simulator.stats["requests"] == calls
+        failed = engine.history("s")[-1]
+        assert failed.event_type.endswith("StepFailed")
+        assert (failed.data["error_type"], failed.data["error_message"]) == (
+            "budget_exceeded",
+            str(refused.value),
+        )
     finally:
         await engine.aclose()
