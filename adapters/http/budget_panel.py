@@ -25,8 +25,12 @@ def budget_panel(burns: list[Burn]) -> str:
 
 def _row(burn: Burn) -> str:
     spec = burn.spec
-    share = min(burn.percent, Decimal(100)) / 100
-    colour = "#c0392b" if burn.percent >= 100 else "#e67e22" if burn.percent >= 80 else "#2e86c1"
+    percent = burn.percent
+    if percent.is_nan():  # an amount edited to no number: the row says so, an empty red bar
+        share, colour = Decimal(0), "#c0392b"
+    else:
+        share = min(percent, Decimal(100)) / 100
+        colour = "#c0392b" if percent >= 100 else "#e67e22" if percent >= 80 else "#2e86c1"
     bar = (
         f'<svg width="{_BAR_WIDTH}" height="10" role="img" aria-label="{burn.percent}%">'
         f'<rect width="{_BAR_WIDTH}" height="10" fill="#eee"/>'

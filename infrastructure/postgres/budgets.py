@@ -132,7 +132,11 @@ class Burn:
         """Recorded spend as a percentage of the limit (2 decimals), in a context of its own: in
         an embedding service's ``getcontext().prec = 6`` an alert budget spent past 10,000 % of
         its limit raised InvalidOperation (the quantized figure needs more digits than 6). A
-        limit has at most 12 decimals, so 100 digits hold the percentage of any spend."""
+        limit has at most 12 decimals, so 100 digits hold the percentage of any spend. NaN
+        when an amount is no number (a row edited in the database to ``NaN`` or ``Infinity``):
+        the dashboard page's panel raised InvalidOperation on it, a 500 for the whole page."""
+        if not (self.spent_usd.is_finite() and self.spec.limit_usd.is_finite()):
+            return Decimal("NaN")
         with localcontext(Context(prec=100)):
             return (self.spent_usd * 100 / self.spec.limit_usd).quantize(Decimal("0.01"))
 

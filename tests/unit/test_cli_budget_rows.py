@@ -6,7 +6,10 @@ import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
 
+import pytest
+
 from flowledger.adapters.cli.budget_commands import budget_row
+from flowledger.adapters.http.budget_panel import budget_panel
 from flowledger.domain.budget import BudgetSpec
 from flowledger.infrastructure.postgres.budgets import Burn
 
@@ -55,3 +58,26 @@ def test_a_budgets_percentage_is_read_whatever_decimal_context_the_caller_set() 
         embedder.prec = 6
         percent = burn.percent
     assert percent == Decimal("15050.00")
+
+
+@pytest.mark.parametrize(
+    ("spent", "limit"),
+    [("NaN", "5"), ("Infinity", "5"), ("1", "NaN"), ("Infinity", "Infinity")],
+)
+def test_a_ledger_amount_that_is_no_number_is_shown_as_such_on_the_page_and_in_the_list(
+    spent: str, limit: str
+) -> None:
+    # Given a budget whose ledger row was edited in the database to an amount that is no number
+    spec = BudgetSpec(scope="workflow", subject="w", period="day", limit_usd=Decimal(limit), mode="enforce")
+    burn = Burn(
+        budget_id=uuid.uuid4(),
+        spec=spec,
+        window_start=datetime(2026, 12, 6, tzinfo=UTC),
+        spent_usd=Decimal(spent),
+        reserved_usd=Decimal(0),
+    )
+    # When the dashboard page's panel and the CLI's row are drawn, Then its burn reads NaN: the
+    # page's GET /dashboard was a 500 for the whole tenant (decimal.InvalidOperation comparing it)
+    assert burn.percent.is_nan()
+    assert "NaN%" in budget_panel([burn])
+    assert budget_row(burn)[-1] == "NaN"
