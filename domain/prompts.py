@@ -121,6 +121,8 @@ def parse_step_reply(
         )
     data = _json_object(content)
     if data is None:
+        if not told and (why := _broken_object(content)) is not None:
+            told = (f"the reply is a JSON object cut short or broken: {why}",)
         return StepReply(
             action=None, context_update=None, next_step=None, message=content, structured=False, problems=told
         )
@@ -212,17 +214,38 @@ def parse_ranking_reply(content: str, agent_ids: Collection[str]) -> RankingRepl
     return RankingReply(agent_id=agent_id, reason=storable(given, MAX_RANKING_REASON) or "no reason given")
 
 
-def _json_object(content: str) -> dict[str, Any] | None:
+def _unfenced(content: str) -> str:
+    """``content`` without the Markdown fence models often wrap JSON in."""
     text = content.strip()
     if text.startswith("```"):
         text = text.strip("`").strip()
         if text.startswith("json"):
             text = text[4:]
+    return text
+
+
+def _json_object(content: str) -> dict[str, Any] | None:
     try:
-        data = json.loads(text)
+        data = json.loads(_unfenced(content))
     except (ValueError, RecursionError):  # not JSON, or nested past the parser (2 KB of brackets)
         return None
     return data if isinstance(data, dict) else None
+
+
+def _broken_object(content: str) -> str | None:
+    """Why a reply that begins as a JSON object does not read as one (the parser's words), or
+    None: JSON cut short though the provider said it stopped (a proxy's early end) was recorded
+    as a plain message, the broken JSON the user's, and no problem named."""
+    text = _unfenced(content).lstrip()
+    if not text.startswith("{"):
+        return None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        return error.msg
+    except ValueError:
+        return "not JSON"
+    return None
 
 
 def _plain_json_object(value: Any) -> bool:
