@@ -23,7 +23,6 @@ from psycopg import Cursor
 
 from flowledger.domain.session import Session
 from flowledger.domain.task import Task
-from flowledger.domain.values import LlmUsage
 from flowledger.projections.base import Envelope, Projection
 from flowledger.projections.catalog import Names
 from flowledger.projections.cost_rollups import DDL as ROLLUP_DDL
@@ -126,13 +125,11 @@ class CostDashboard(Projection):
     exposed = ("llm_calls", "cost_rollups")
     ddl = DDL + ROLLUP_DDL
     # 2: tenant on every row; 3: cache writes, unpriced, retried attempts; 4: cost_rollups;
-    # 5: a task call's priority when it was made; 6: audio input and output tokens (priced apart);
-    # 7: no latency for a call that sent no request (0 attempts)
-    schema_version = 7
-    # An archived session's v4 to v6 rows fit: task_priority is a task's (NULL), a call captured
-    # before the audio columns had no audio tokens read (0), and one captured before v7 keeps
-    # the latency it was archived with.
-    base_versions = (4, 5, 6)
+    # 5: a task call's priority when it was made; 6: audio input and output tokens (priced apart)
+    schema_version = 6
+    # An archived session's v4 and v5 rows fit: task_priority is a task's (NULL), and a call
+    # captured before the audio columns had no audio tokens read (0).
+    base_versions = (4, 5)
     base_defaults = {"llm_calls": {"audio_input_tokens": 0, "audio_output_tokens": 0}}
 
     def __init__(self) -> None:
@@ -216,7 +213,7 @@ class CostDashboard(Projection):
                     usage.reasoning_output_tokens if usage else 0,
                     priced.cost_usd if priced else 0,
                     priced.price_version if priced else None,
-                    _latency(usage),
+                    usage.latency_ms if usage else None,
                     usage.attempts if usage else None,
                     event.timestamp,
                     tenant,
@@ -237,15 +234,6 @@ class CostDashboard(Projection):
     def rebased(self, cur: Cursor[Any], schema: str) -> None:
         """Roll up the archived sessions' calls just put into the empty build."""
         add_calls_to_rollups(cur, schema)
-
-
-def _latency(usage: LlmUsage | None) -> float | None:
-    """A call's latency, or None when no request went out (no usage, or 0 attempts: refused by
-    an open circuit, say, which records the model and the fraction of a millisecond the refusal
-    took). Counted, three such refusals made a model's p50 0.08 ms beside answers of 100-200 ms."""
-    if usage is None or usage.attempts == 0:
-        return None
-    return usage.latency_ms
 
 
 def _priority_set(event: Any) -> str | None:

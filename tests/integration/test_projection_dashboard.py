@@ -259,30 +259,3 @@ def test_reprice_leaves_out_calls_whose_recorded_cost_is_not_known(pg_engine: En
         assert (row.calls, row.priced_calls) == (2, 1)
         assert (row.recorded_cost_usd, row.repriced_cost_usd) == (Decimal("0.001"), Decimal("0.0028"))
         assert row.difference_usd == Decimal("0.0018")
-
-
-def test_a_call_refused_before_any_request_counts_as_an_error_without_a_latency(pg_engine: Engine) -> None:
-    # Given two gpt-4.1 calls answered in 100 and 200 ms, then three the open circuit refused
-    # before any request went out (their usage names the model, with 0 attempts and the
-    # fraction of a millisecond the refusal took)
-    refused = LlmUsage(provider="openai", request_model="gpt-4.1", attempts=0, latency_ms=0.08)
-    script = SessionScript("c", "support", at(0))
-    script.step("one", at(1), usage=usage("gpt-4.1", 10, 5, "0.001", 100.0))
-    script.step("two", at(2), usage=usage("gpt-4.1", 10, 5, "0.001", 200.0))
-    for n in range(3):
-        script.fail(f"refused-{n}", at(3 + n), error_type="circuit_open", usage=refused)
-    append(pg_engine.log, interleave([script]))
-    projector = projector_for(pg_engine)
-    projector.catch_up()
-    # When the dashboard is read, over raw rows and over the roll-ups
-    with projector.connect() as conn:
-        rows = [
-            dashboard(conn, projector.names.reader, tenant="default", since=since, read=read)
-            for since, read in ((T0, "raw"), (T0 - timedelta(days=7), "rollups"))
-        ]
-    # Then the refusals are calls and errors of gpt-4.1, and its latency is that of the calls
-    # made (p50 was 0.08 ms: three refusals that sent nothing outweighed the two answers)
-    for [row], tolerance in zip(rows, (1e-9, 0.02), strict=True):
-        assert (row.group, row.calls, row.errors) == (("gpt-4.1",), 5, 3)
-        assert row.latency_p50_ms == pytest.approx(150.0, rel=tolerance)
-        assert row.latency_avg_ms == pytest.approx(150.0)
