@@ -29,6 +29,15 @@ class Call:
             return None
         return self.usage.response_model or self.usage.request_model or None
 
+    @property
+    def latency_ms(self) -> float | None:
+        """How long the model took; None when no request was sent (no usage, or ``attempts``
+        0: a call the open breaker refused). Its refusal's 0.08 ms was counted as the model's
+        latency: an outage made the model's p50 look faster than any answer it gave."""
+        if self.usage is None or self.usage.attempts == 0:
+            return None
+        return self.usage.latency_ms
+
 
 def call_of(event: Any) -> Call | None:
     """The model call an event records, if it records one.

@@ -125,11 +125,13 @@ class CostDashboard(Projection):
     exposed = ("llm_calls", "cost_rollups")
     ddl = DDL + ROLLUP_DDL
     # 2: tenant on every row; 3: cache writes, unpriced, retried attempts; 4: cost_rollups;
-    # 5: a task call's priority when it was made; 6: audio input and output tokens (priced apart)
-    schema_version = 6
-    # An archived session's v4 and v5 rows fit: task_priority is a task's (NULL), and a call
-    # captured before the audio columns had no audio tokens read (0).
-    base_versions = (4, 5)
+    # 5: a task call's priority when it was made; 6: audio input and output tokens (priced apart);
+    # 7: no latency for a call that sent no request (the roll-ups' histograms counted it)
+    schema_version = 7
+    # An archived session's v4 to v6 rows fit: task_priority is a task's (NULL), and a call
+    # captured before the audio columns had no audio tokens read (0); one refused before any
+    # request keeps the latency it was archived with.
+    base_versions = (4, 5, 6)
     base_defaults = {"llm_calls": {"audio_input_tokens": 0, "audio_output_tokens": 0}}
 
     def __init__(self) -> None:
@@ -213,7 +215,7 @@ class CostDashboard(Projection):
                     usage.reasoning_output_tokens if usage else 0,
                     priced.cost_usd if priced else 0,
                     priced.price_version if priced else None,
-                    usage.latency_ms if usage else None,
+                    call.latency_ms,
                     usage.attempts if usage else None,
                     event.timestamp,
                     tenant,

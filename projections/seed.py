@@ -141,7 +141,8 @@ class SeedTables(Projection):
     name = "seed"
     exposed = ("workflow_states", "workflow_executions")
     ddl = DDL
-    schema_version = 2  # 2: tenant on every row
+    schema_version = 3  # 2: tenant on every row; 3: no latency for a call that sent no request
+    base_versions = (2,)  # an archived session's rows fit unchanged
     handles = (Session,)
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
@@ -189,7 +190,7 @@ class SeedTables(Projection):
                         call.model,
                         usage.total_tokens if usage else 0,
                         usage.cost_usd if usage else 0,
-                        usage.latency_ms if usage else None,
+                        call.latency_ms,
                         event.timestamp,
                         error,
                         row["tenant"],

@@ -259,3 +259,30 @@ def test_reprice_leaves_out_calls_whose_recorded_cost_is_not_known(pg_engine: En
         assert (row.calls, row.priced_calls) == (2, 1)
         assert (row.recorded_cost_usd, row.repriced_cost_usd) == (Decimal("0.001"), Decimal("0.0028"))
         assert row.difference_usd == Decimal("0.0018")
+
+
+@pytest.mark.parametrize("read", ["raw", "rollups"])
+def test_calls_refused_before_any_request_have_no_latency_in_the_dashboard(
+    pg_engine: Engine, read: str
+) -> None:
+    # Given a model answering in 500 ms, then an open breaker refusing three calls at once, each
+    # recorded as StepFailed("circuit_open") naming the model, attempts 0, its refusal's 0.08 ms
+    answered = LlmUsage(provider="openai", request_model="gpt-4.1", response_model="gpt-4.1", latency_ms=500)
+    refused = LlmUsage(provider="openai", request_model="gpt-4.1", latency_ms=0.08, attempts=0)
+    script = SessionScript("breaker", "support", at(0))
+    script.step("one", at(1), usage=answered).step("two", at(2), usage=answered)
+    for second in (3, 4, 5):
+        script.fail("three", at(second), "circuit_open", usage=refused)
+    append(pg_engine.log, interleave([script]))
+    projector = projector_for(pg_engine)
+    projector.catch_up()
+
+    # When the dashboard is read, from the calls or from the roll-ups
+    with projector.connect() as conn:
+        [row] = dashboard(conn, projector.names.reader, since=T0, by=["model"], tenant="default", read=read)
+
+    # Then the refusals are calls and errors, but no latency: the model's p50 was 0.08 ms, its
+    # average 200 ms, though every request it was sent took 500 ms
+    assert (row.calls, row.errors_by_type) == (5, {"circuit_open": 3})
+    assert row.latency_avg_ms == pytest.approx(500)
+    assert row.latency_p50_ms == pytest.approx(500, rel=0.05)
