@@ -32,9 +32,11 @@ class Call:
     @property
     def latency_ms(self) -> float | None:
         """How long the model took; None when no request was sent (no usage, or ``attempts``
-        0: a call the open breaker refused). Its refusal's 0.08 ms was counted as the model's
-        latency: an outage made the model's p50 look faster than any answer it gave."""
-        if self.usage is None or self.usage.attempts == 0:
+        0: a call the open breaker refused) or when it was never measured (0, ``LlmUsage``'s
+        default: a lost worker's call, one recorded with ``record_step`` without a latency).
+        They were counted as the model's latency: an outage made the model's p50 look faster
+        than any answer it gave."""
+        if self.usage is None or self.usage.attempts == 0 or self.usage.latency_ms <= 0:
             return None
         return self.usage.latency_ms
 

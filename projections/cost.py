@@ -126,7 +126,7 @@ class CostDashboard(Projection):
     ddl = DDL + ROLLUP_DDL
     # 2: tenant on every row; 3: cache writes, unpriced, retried attempts; 4: cost_rollups;
     # 5: a task call's priority when it was made; 6: audio input and output tokens (priced apart);
-    # 7: no latency for a call that sent no request (the roll-ups' histograms counted it)
+    # 7: no latency for a call that sent no request or whose latency was never measured
     schema_version = 7
     # An archived session's v4 to v6 rows fit: task_priority is a task's (NULL), and a call
     # captured before the audio columns had no audio tokens read (0); one refused before any

@@ -141,7 +141,7 @@ class SeedTables(Projection):
     name = "seed"
     exposed = ("workflow_states", "workflow_executions")
     ddl = DDL
-    schema_version = 3  # 2: tenant on every row; 3: no latency for a call that sent no request
+    schema_version = 3  # 2: tenant on every row; 3: no latency unless one was measured
     base_versions = (2,)  # an archived session's rows fit unchanged
     handles = (Session,)
 

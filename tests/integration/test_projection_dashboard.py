@@ -286,3 +286,31 @@ def test_calls_refused_before_any_request_have_no_latency_in_the_dashboard(
     assert (row.calls, row.errors_by_type) == (5, {"circuit_open": 3})
     assert row.latency_avg_ms == pytest.approx(500)
     assert row.latency_p50_ms == pytest.approx(500, rel=0.05)
+
+
+@pytest.mark.parametrize("read", ["raw", "rollups"])
+def test_a_call_whose_latency_was_never_measured_has_none_in_the_dashboard(
+    pg_engine: Engine, read: str
+) -> None:
+    # Given a model answering in 500 ms, a lost worker's call (StepFailed("worker_lost"): what
+    # it took is not known, recorded as LlmUsage's default 0.0) and a call recorded elsewhere
+    # without a latency (record_step's usage, 0.0 by default)
+    answered = LlmUsage(provider="openai", request_model="gpt-4.1", response_model="gpt-4.1", latency_ms=500)
+    lost = LlmUsage(request_model="gpt-4.1", unpriced=True, extra={"usage_reported": False})
+    unmeasured = LlmUsage(provider="openai", request_model="gpt-4.1", input_tokens=10, output_tokens=5)
+    script = SessionScript("lost", "support", at(0))
+    script.step("one", at(1), usage=answered).step("two", at(2), usage=answered)
+    script.fail("three", at(3), "worker_lost", usage=lost).step("four", at(4), usage=unmeasured)
+    append(pg_engine.log, interleave([script]))
+    projector = projector_for(pg_engine)
+    projector.catch_up()
+
+    # When the dashboard is read, from the calls or from the roll-ups
+    with projector.connect() as conn:
+        [row] = dashboard(conn, projector.names.reader, since=T0, by=["model"], tenant="default", read=read)
+
+    # Then both are calls, but their 0 ms is no latency: the model's p50 read 250 ms, its
+    # average 250 ms, though every latency measured was 500 ms
+    assert (row.calls, row.errors_by_type) == (4, {"worker_lost": 1})
+    assert row.latency_avg_ms == pytest.approx(500)
+    assert row.latency_p50_ms == pytest.approx(500, rel=0.05)
