@@ -386,7 +386,10 @@ class StepService:
         try:
             return await asyncio.shield(reserving)
         except BudgetExceeded as error:
-            await self._record_failure(call, go, "budget_exceeded", error, None)
+            # Named, no request made (attempts 0), as the open breaker's refusal: without usage
+            # the cost dashboard counted it under no model.
+            refused = LlmUsage(request_model=model or call.model or "", attempts=0)
+            await self._record_failure(call, go, "budget_exceeded", error, refused)
             raise
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):

@@ -42,6 +42,7 @@ from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
 from flowledger.infrastructure.postgres.database import create_schema
 from flowledger.infrastructure.postgres.migrations import migrate
+from flowledger.projections import dashboard, projector_for
 from tests.support.clock import SetClock
 
 pytestmark = pytest.mark.postgres
@@ -951,3 +952,32 @@ async def test_a_ledger_amount_edited_to_no_number_is_named_not_an_internal_erro
         )
     finally:
         await engine.aclose()
+
+
+async def test_a_refused_call_is_kept_under_its_model_on_the_cost_dashboard(
+    settings: Settings, simulator: Any
+) -> None:
+    # Given a budget that refuses a step's call
+    engine = Engine(settings=settings, llm=client(simulator.base_url))
+    try:
+        engine.start_session("tiny", "support")
+        engine.budgets.set("workflow", "support", "day", "0.01")
+        with pytest.raises(BudgetExceeded):
+            await engine.process_step("tiny", "greet", {"message": "hi"}, idempotency_key="g1")
+        # When the cost dashboard is read by model
+        projector = projector_for(engine)
+        projector.catch_up()
+        with projector.connect() as conn:
+            since = datetime.now(UTC) - timedelta(hours=1)
+            rows = dashboard(conn, projector.names.reader, since=since, by=["model"], tenant="default")
+        usage = engine.history("tiny")[-1].data["usage"]
+    finally:
+        await engine.aclose()
+    # Then the refusal is under the model it was refused for, with no request, no cost and no
+    # latency, as the open breaker's refusal is: it carried no usage and was counted under
+    # "(none)", so no model's refusals could be told apart
+    [row] = rows
+    assert (row.group, row.calls, row.errors_by_type) == ((MODEL,), 1, {"budget_exceeded": 1})
+    assert (row.cost_usd, row.latency_p50_ms) == (Decimal(0), None)
+    assert (usage.request_model, usage.attempts, usage.cost_usd) == (MODEL, 0, Decimal(0))
+    assert simulator.stats["requests"] == 0
