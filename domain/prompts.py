@@ -245,6 +245,8 @@ def _broken_object(content: str) -> str | None:
         return error.msg
     except ValueError:
         return "not JSON"
+    except RecursionError:
+        return "nested deeper than the parser reads"
     return None
 
 

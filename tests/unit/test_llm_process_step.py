@@ -530,3 +530,21 @@ async def test_a_next_step_that_is_not_a_step_name_is_a_problem_of_the_reply_not
     assert problem.startswith("next_step ")
     assert event_types(engine, "s1") == ["Started", "StepStarted", "StepProcessed"]
     assert len(llm.calls) == 1
+
+
+@pytest.mark.parametrize("content", ["[" * 50_000, '{"a":' * 50_000])
+async def test_a_reply_nested_past_the_parser_is_recorded_not_left_pending(
+    engine: Engine, content: str
+) -> None:
+    # Given a model whose text is JSON nested past what the parser recurses into (50 KB, well
+    # within max_reply_bytes)
+    engine.llm = llm = ScriptedLlm(content=content)
+    engine.start_session("s1", "cs")
+    # When a step calls it
+    record = await engine.process_step("s1", "greet", idempotency_key="k1")
+    # Then the paid answer is recorded as a message, not a decision: RecursionError escaped the
+    # reply parser, the webhook answered 500 and the step stayed pending (StepStarted alone)
+    assert (record.output["reply_format"], record.output["action"]) == ("text", None)
+    assert event_types(engine, "s1") == ["Started", "StepStarted", "StepProcessed"]
+    assert engine.get_session("s1").pending == ()
+    assert len(llm.calls) == 1

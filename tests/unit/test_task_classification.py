@@ -195,6 +195,12 @@ def test_a_reply_is_parsed_even_when_wrapped_in_prose() -> None:
         Classification.from_reply("no json here", None)
 
 
+def test_a_reply_nested_past_the_parser_is_an_invalid_classification() -> None:
+    # RecursionError escaped the parser, past the router's handling of an unusable answer
+    with pytest.raises(ValidationError, match="classification: invalid JSON: nested too deep"):
+        Classification.from_reply('{"category": ' * 50_000 + "}", None)
+
+
 async def test_a_classification_that_lost_the_race_keeps_its_cost_on_the_task(engine: Engine) -> None:
     # Given a task that the caller classifies while the model is still answering
     engine.create_task("t9", "Review the PR", ["python"])
