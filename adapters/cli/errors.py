@@ -50,6 +50,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.AgentConflict, 4),
     (errors.AgentAtCapacity, 4),
     (errors.TaskNotHeld, 4),
+    (errors.BudgetLedgerDamaged, 8),  # refused unsent, as a call past its budget
     (errors.BudgetExceeded, 8),
     (errors.SessionExpired, 5),
     (errors.SessionClosed, 5),

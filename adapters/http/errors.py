@@ -36,6 +36,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.IdempotencyKeyReused, 422),
     (errors.TaskIdempotencyKeyReused, 422),
     (errors.UnknownModelPrice, 422),
+    (errors.BudgetLedgerDamaged, 402),  # refused unsent, as a call past its budget
     (errors.BudgetExceeded, 402),
     (errors.BudgetNotFound, 404),
     (errors.RetentionPolicyNotFound, 404),
