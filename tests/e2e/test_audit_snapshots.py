@@ -88,39 +88,42 @@ def test_a_snapshot_edited_without_the_key_is_named_and_passed_over_by_loads(
     # When a fresh engine reads the session, and the log is verified
     with Engine(settings=_settings(snapshotted)) as engine:
         state = engine.get_session("victim")
-    whole = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify")
-    alone = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify", "--session", "victim")
+    problems = _problems_whole_and_alone(snapshotted)
     # Then the session is its events' fold, and verify exits 1 naming the snapshot's broken seal
     assert state == before
     assert (state.user_id, state.step_count) == ("u-1", 8)
-    for result in (whole, alone):
-        assert result.returncode == 1, result.stderr
-        problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
-        assert problems == [
-            f"problem: snapshot of {snapshotted.victim} at version 8: does not read back: snapshot: its"
-            " seal does not match its stream, version, topic and state (changed in the database)"
-        ]
+    assert problems == [
+        f"problem: snapshot of {snapshotted.victim} at version 8: does not read back: snapshot: its"
+        " seal does not match its stream, version, topic and state (changed in the database)"
+    ]
 
 
 def test_audit_verify_names_a_sealed_snapshot_that_differs_from_its_events(snapshotted: Snapshotted) -> None:
     # Given the victim's latest snapshot edited and sealed again with the chain key (as a key
     # holder could, or an engine whose snapshot code is wrong would store it)
     snapshotted.edit_snapshot(8, reseal=True, user_id="mallory", step_count=700)
-    # When the whole log, or the victim's session alone, is verified
-    whole = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify")
-    alone = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify", "--session", "victim")
-    # Then both exit 1 naming the snapshot, its stream and version and the fields that differ
-    for result in (whole, alone):
-        assert result.returncode == 1, result.stderr
-        problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
-        assert problems == [
-            f"problem: snapshot of {snapshotted.victim} at version 8: altered: step_count, user_id"
-            " differ from its events folded to that version"
-        ]
+    # When the whole log, or the victim's session alone, is verified, then both exit 1 naming
+    # the snapshot, its stream and version and the fields that differ
+    assert _problems_whole_and_alone(snapshotted) == [
+        f"problem: snapshot of {snapshotted.victim} at version 8: altered: step_count, user_id"
+        " differ from its events folded to that version"
+    ]
 
 
 def _settings(snapshotted: Snapshotted) -> Any:
     return make_settings(database_url=snapshotted.url, schema=snapshotted.schema, snapshot_interval=4)
+
+
+def _problems_whole_and_alone(snapshotted: Snapshotted) -> list[str]:
+    """The ``problem:`` lines of ``audit verify`` of the whole log, which must be those of the
+    victim's session alone; each run exits 1."""
+    found: list[list[str]] = []
+    for session in ([], ["--session", "victim"]):
+        result = run_cli(snapshotted.url, snapshotted.schema, "audit", "verify", *session)
+        assert result.returncode == 1, result.stderr
+        found.append([line for line in result.stderr.splitlines() if line.startswith("problem:")])
+    assert found[0] == found[1]
+    return found[0]
 
 
 def test_a_snapshot_of_a_version_the_stream_never_reached_is_named(snapshotted: Snapshotted) -> None:
