@@ -51,6 +51,18 @@ _EXPIRY_COLUMN = "ALTER TABLE {schema}.api_keys ADD COLUMN IF NOT EXISTS expires
 """What a table made before keys could expire lacks: its keys then read as never expiring (NULL)."""
 _SIGN_OUT_COLUMN = "ALTER TABLE {schema}.api_keys ADD COLUMN IF NOT EXISTS sessions_ended_until bigint"
 """What a table made before dashboard sign-outs were kept lacks (NULL: none signed out)."""
+_FIRST, _LAST = "'0001-01-02 00:00+00'::timestamptz", "'9999-12-30 00:00+00'::timestamptz"
+_TIMES = (
+    f"LEAST(GREATEST(created_at, {_FIRST}), {_LAST}) AS created_at,"
+    f" CASE WHEN revoked_at IS NOT NULL THEN LEAST(GREATEST(revoked_at, {_FIRST}), {_LAST})"
+    " END AS revoked_at,"
+    f" CASE WHEN expires_at <= {_LAST} THEN GREATEST(expires_at, {_FIRST}) END AS expires_at"
+)
+"""A key's times as Python can hold them. PostgreSQL also stores ``'infinity'`` (its way to write
+"never", which an operator may set by hand), ``'-infinity'`` and years past 9999 or before 1,
+which psycopg cannot load: every request with such a key was a 500 and ``keys list`` failed. An
+expiry past year 9999 reads as never, one before year 1 as that year (expired); a revocation,
+whenever written, still revokes. A day inside the bounds, for a session time zone's offset."""
 MAX_KEY_LIFETIME = timedelta(days=3660)
 """The longest a key may be made to last (about ten years, as a task's deadline): a longer
 ``--expires-in`` is more likely a slip than a plan; a key that should never expire has none."""
@@ -249,7 +261,7 @@ class PostgresKeyStore:
     def list(self, tenant: str | None = None, *, revoked: bool = False) -> list[ApiKey]:
         """The keys (of one tenant when given), oldest first, without secrets."""
         query = sql.SQL(
-            "SELECT key_id, tenant, role, label, created_at, revoked_at, expires_at FROM {} "
+            f"SELECT key_id, tenant, role, label, {_TIMES} FROM {{}} "
             "WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s) AND (%(revoked)s OR revoked_at IS NULL) "
             "ORDER BY created_at, key_id"
         ).format(self._table)
@@ -281,8 +293,8 @@ class PostgresKeyStore:
         with self._connection() as conn:
             row = conn.execute(
                 sql.SQL(
-                    "SELECT tenant, role, label, created_at, token_sha256, expires_at, revoked_at,"
-                    " sessions_ended_until FROM {} WHERE key_id = %s"
+                    f"SELECT tenant, role, label, token_sha256, sessions_ended_until, {_TIMES}"
+                    " FROM {} WHERE key_id = %s"
                 ).format(self._table),
                 [key_id],
             ).fetchone()
@@ -293,12 +305,12 @@ class PostgresKeyStore:
             row[0],
             row[1],
             row[2],
-            row[3],
+            row[5],
             revoked_at=row[6],
-            expires_at=row[5],
-            sessions_ended_until=row[7],
+            expires_at=row[7],
+            sessions_ended_until=row[4],
         )
-        return key, bytes(row[4])
+        return key, bytes(row[3])
 
     def end_sessions(self, key_id: str, until: int) -> None:
         """Sign out the dashboard sessions of ``key_id`` that end at or before ``until`` (a Unix

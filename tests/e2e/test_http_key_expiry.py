@@ -229,3 +229,54 @@ def test_revoking_a_key_of_the_environment_says_where_it_comes_from(
         f"error: key {key_id!r} is given in FLOWLEDGER_API_KEYS, not stored: remove it there and"
         " restart the servers that read it"
     )
+
+
+@pytest.mark.parametrize(
+    ("expires_at", "revoked_at", "status"),
+    [
+        ("infinity", None, 200),  # PostgreSQL's "never": the key works
+        ("20000-01-01 00:00+00", None, 200),  # past year 9999: as good as never
+        ("-infinity", None, 401),  # expired for ever
+        ("0044-03-15 00:00+00 BC", None, 401),
+        (None, "infinity", 401),  # revoked, whenever that was written
+        (None, "-infinity", 401),
+    ],
+)
+def test_a_key_whose_times_were_set_to_infinity_in_the_database_is_judged_not_a_500(
+    database_url: str,
+    pg_schema: str,
+    store: PostgresKeyStore,
+    expires_at: str | None,
+    revoked_at: str | None,
+    status: int,
+) -> None:
+    # Given a key whose expiry or revocation an operator set by hand to a time Python holds no
+    # datetime for ('infinity' is PostgreSQL's way to write "never"): every request with it was
+    # a 500 ("timestamp too large (after year 10K): 'infinity'"), and `keys list` failed alike
+    issued = store.create("acme", "writer")
+    store.create("acme", "reader")  # a key in use: the server is not open
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {} SET expires_at = %s::timestamptz, revoked_at = %s::timestamptz WHERE key_id = %s"
+            ).format(sql.Identifier(pg_schema, "api_keys")),
+            [expires_at, revoked_at, issued.key.key_id],
+        )
+    engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, tenant="acme"))
+    try:
+        with live_server(create_app(engine)) as url, httpx.Client(base_url=url) as client:
+            # When it is used
+            answer = client.get("/v1/agents", headers=bearer(issued.token))
+        # Then it is taken, or refused as expired or revoked: never a 500
+        assert answer.status_code == status, answer.text
+        if status == 401:
+            assert answer.json()["error"] in (
+                "this API key has expired: ask for a new one",
+                "this API key is unknown or revoked",
+            )
+        # And the keys read back: never expiring past year 9999, expired before year 1, revoked
+        (listed,) = [key for key in store.list(revoked=True) if key.key_id == issued.key.key_id]
+        assert (listed.expires_at is None) == (expires_at is None or status == 200)
+        assert (listed.revoked_at is None) == (revoked_at is None)
+    finally:
+        engine.close()
