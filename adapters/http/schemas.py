@@ -33,7 +33,13 @@ from starlette.convertors import PathConvertor, register_url_convertor
 
 from flowledger.adapters.http.errors import worded
 from flowledger.adapters.http.moments import MOMENT_SCHEMA, Moment
-from flowledger.domain.bounds import MAX_DEADLINE, MAX_NAME_LENGTH, MAX_TTL, NAME_IGNORABLE_CLASS
+from flowledger.domain.bounds import (
+    MAX_DEADLINE,
+    MAX_NAME_LENGTH,
+    MAX_TEXT_LENGTH,
+    MAX_TTL,
+    NAME_IGNORABLE_CLASS,
+)
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
 from flowledger.domain.values import (
     MAX_ATTEMPTS,
@@ -64,6 +70,12 @@ ID_PATTERN = worded(
 ``..`` are path segments clients resolve away; ``domain.bounds.require_id``)."""
 TEXT_PATTERN = worded(r"^[^\x00]*[^\s\x00][^\x00]*$", "must be text that is not blank and holds no NUL")
 """Free text (a description, a reason): not blank, no NUL (``domain.bounds.require_text``)."""
+ResolutionText = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_TEXT_LENGTH, "pattern": TEXT_PATTERN}),
+]
+"""A resolution given as text, checked by the domain (``bounds.require_resolution``, in its words);
+the document says its rule, which it typed as any string: generated clients sent ``""``, a 422."""
 MAX_VERSION = 2**31 - 1
 
 
@@ -353,7 +365,7 @@ class ForkSession(Body):
 
 
 class Complete(Body):
-    resolution: dict[str, Any] | str = Field(
+    resolution: dict[str, Any] | ResolutionText = Field(
         default_factory=dict, description='A JSON object, or text kept as {"resolution": text}.'
     )
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
+import jsonschema_rs
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError as PydanticValidationError
@@ -634,3 +635,27 @@ def test_the_document_types_every_time_alike(memory_http: TestClient) -> None:
     assert [s for s in as_of["schema"]["anyOf"] if s.get("type") != "null"] == [
         {"type": "string", "format": "date-time"}
     ]
+
+
+@pytest.mark.parametrize("text", ["", "   ", "a\u0000b", "x" * 10_001], ids=["empty", "blank", "nul", "long"])
+def test_a_resolution_given_as_text_is_typed_as_the_server_checks_it(
+    memory_http: TestClient, text: str
+) -> None:
+    # Given an active session and an assigned task
+    assert memory_http.post("/v1/sessions", json={"session_id": "s-1", "workflow": "w"}).status_code == 201
+    memory_http.post("/v1/agents", json={"agent_id": "a-1", "name": "A", "skills": ["python"], "capacity": 2})
+    memory_http.post("/v1/tasks", json={"task_id": "t-1", "description": "d", "required_skills": ["python"]})
+    assert memory_http.post("/v1/tasks/t-1/assign").json()["status"] == "assigned"
+    schemas = memory_http.get("/openapi.json").json()["components"]["schemas"]
+    for path, body in (("/v1/sessions/s-1/complete", "Complete"), ("/v1/tasks/t-1/complete", "Outcome")):
+        # When each is completed with text the domain refuses (require_text: not blank, no NUL,
+        # at most 10,000 characters)
+        response = memory_http.post(path, json={"resolution": text})
+        # Then the server refuses it, and so does the document it publishes: it typed the text
+        # as any string, so generated clients and tests sent "" and were told 422
+        refused(response, "resolution")
+        documented = jsonschema_rs.validator_for(schemas[body]["properties"]["resolution"])
+        assert not documented.is_valid(text), (body, schemas[body]["properties"]["resolution"])
+        assert documented.is_valid("fixed it")
+    assert memory_http.get("/v1/sessions/s-1").json()["status"] == "active"
+    assert memory_http.get("/v1/tasks/t-1").json()["status"] == "assigned"
