@@ -18,12 +18,13 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import Caller, Reader, rank, requires
 from flowledger.adapters.http.errors import responses, worded
+from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.schemas import ANY_TEXT, MAX_ID, Body, money, money_pattern
 from flowledger.adapters.llm.alerts import require_public_destination
 from flowledger.domain.budget import listed_url
 from flowledger.infrastructure.postgres.budgets import Burn
 
-router = APIRouter(prefix="/v1", tags=["budgets"])
+router = APIRouter(route_class=OneNameRoute, prefix="/v1", tags=["budgets"])
 Admin = Annotated[Caller, Depends(requires("admin"))]
 Scope = Literal["tenant", "user", "session", "workflow", "model"]
 Period = Literal["day", "month", "total"]

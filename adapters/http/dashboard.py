@@ -29,6 +29,7 @@ from flowledger.adapters.http.budget_panel import budget_panel
 from flowledger.adapters.http.charts import bar_chart, column_chart, fitted, isolated
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.headers import page_policy
+from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page, refused_login
 from flowledger.adapters.http.schemas import ANY_TEXT, PathId
 from flowledger.adapters.http.task_schemas import TierReportOut, answers
@@ -52,7 +53,7 @@ from flowledger.projections import (
 )
 from flowledger.projections.cost_queries import GROUPINGS
 
-router = APIRouter(tags=["analytics"])
+router = APIRouter(route_class=OneNameRoute, tags=["analytics"])
 # One to five digits, not all zeros: the pattern says exactly what ``parse_since`` takes, so a
 # value the API document allows is never refused by the handler (schemathesis checks that).
 _AMOUNT = r"(?:[1-9][0-9]{0,4}|0[1-9][0-9]{0,3}|00[1-9][0-9]{0,2}|000[1-9][0-9]?|0000[1-9])"

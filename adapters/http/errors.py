@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from flowledger.adapters.http.auth import refusal_before_body
+from flowledger.adapters.http.json_body import RepeatedName
 from flowledger.domain import errors
 from flowledger.infrastructure.outages import CONNECTION_ERRORS, unavailable
 
@@ -292,6 +293,8 @@ def unreadable_body(cause: BaseException | None) -> str:
         return f"body: is not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start})"
     if isinstance(cause, RecursionError):
         return "body: is nested too deeply"
+    if isinstance(cause, RepeatedName):
+        return str(cause)
     if isinstance(cause, ValueError):  # int() past sys.get_int_max_str_digits(): json's only other ValueError
         return f"body: holds a number too long to read (over {sys.get_int_max_str_digits():,} digits)"
     return "body: cannot be read as JSON"

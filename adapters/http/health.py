@@ -16,10 +16,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from flowledger.adapters.http.errors import BASIC, responses
+from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.settings import MEMORY_URL
 
-router = APIRouter(tags=["health"])
+router = APIRouter(route_class=OneNameRoute, tags=["health"])
 
 
 class Health(BaseModel):

@@ -22,9 +22,10 @@ from flowledger.adapters.http.auth import COOKIE, EXPIRED_KEY, TOO_MANY_REFUSED,
 from flowledger.adapters.http.dashboard_sessions import SESSION_S, session_for
 from flowledger.adapters.http.errors import BASIC, ERROR_CONTENT, responses
 from flowledger.adapters.http.headers import foreign_post, page_policy
+from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.infrastructure.postgres.keys import digest
 
-router = APIRouter(tags=["analytics"])
+router = APIRouter(route_class=OneNameRoute, tags=["analytics"])
 
 ICON = (
     '<link rel="icon" href="data:image/svg+xml,%3Csvg xmlns=\'http://www.w3.org/2000/svg\''

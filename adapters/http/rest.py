@@ -15,12 +15,13 @@ from starlette.concurrency import run_in_threadpool
 from flowledger.adapters.http import schemas
 from flowledger.adapters.http.auth import Caller, Reader, Writer
 from flowledger.adapters.http.errors import model_call_responses, responses
+from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import QueryMoment
 from flowledger.domain.errors import ValidationError
 from flowledger.projections.expiry import expire_overdue
 from flowledger.projections.registry import projector_for
 
-router = APIRouter(prefix="/v1", tags=["sessions"])
+router = APIRouter(route_class=OneNameRoute, prefix="/v1", tags=["sessions"])
 IdempotencyKey = Annotated[
     str | None, Header(alias="Idempotency-Key", max_length=schemas.MAX_ID, pattern=schemas.NAME_PATTERN)
 ]

@@ -10,6 +10,7 @@ from pydantic import AliasChoices, ConfigDict, Field
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses
+from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.schemas import (
     JSON_INTEGER,
@@ -38,7 +39,7 @@ from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskStatus
 from flowledger.infrastructure.engine.task_reads import MAX_LIST
 
-router = APIRouter(prefix="/v1", tags=["tasks"])
+router = APIRouter(route_class=OneNameRoute, prefix="/v1", tags=["tasks"])
 
 
 class RunQueue(Body):

@@ -11,6 +11,7 @@ from pydantic import AliasChoices, BeforeValidator, ConfigDict, Field, WithJsonS
 
 from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses, worded
+from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import IdempotencyKey, one_key
 from flowledger.adapters.http.schemas import (
@@ -39,7 +40,7 @@ from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import PRIORITY_PADDING, AgentState, TaskPriority, TaskState
 from flowledger.infrastructure.history import jsonable
 
-router = APIRouter(prefix="/v1", tags=["tasks"])
+router = APIRouter(route_class=OneNameRoute, prefix="/v1", tags=["tasks"])
 Json = dict[str, Any]
 TaskId = Annotated[str, PathId]
 AgentId = Annotated[str, PathId]

@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.auth import Caller, Reader
 from flowledger.adapters.http.errors import error_body, model_call_responses
+from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import ensure_user, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN, within_max_ttl
@@ -38,7 +39,7 @@ from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.domain.session_views import StepRecord
 from flowledger.infrastructure import Engine
 
-router = APIRouter(tags=["webhook"])
+router = APIRouter(route_class=OneNameRoute, tags=["webhook"])
 DEFAULT_HOURS = 24.0
 WRITES = frozenset({"create_session", "process_step", "extend_session"})
 

@@ -1,0 +1,64 @@
+"""Request bodies read as JSON whose objects give each name once.
+
+``json.loads`` keeps the last of a name given twice: ``{"session_id": "s-1", …, "session_id":
+"s-2"}`` started ``s-2``, and a webhook body naming ``action`` twice ran the second, the first
+dropped unnoticed. RFC 8259 leaves such an object's meaning to each reader (a proxy or a
+gateway that keeps the first sees another request than this server), so it is refused as a body
+that cannot be read (400, ``errors.unreadable_body``), as a query parameter given twice is
+(``query.py``). The routers of the app use ``OneNameRoute``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+
+class RepeatedName(ValueError):
+    """An object in a request's body gives one name twice."""
+
+    def __init__(self, name: str) -> None:
+        # Quoted when short, as a refused value is (``errors._problem``): a name may be long.
+        named = f"the name {name!r}" if len(repr(name)) <= 60 else f"a name of {len(name):,} characters"
+        super().__init__(f"body: gives {named} twice in one object: send it once")
+        self.name = name
+
+
+def _one_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members as a dict, or ``RepeatedName`` for the first name given again."""
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise RepeatedName(name)
+            seen.add(name)
+    return found
+
+
+class OneNameRequest(Request):
+    """A request whose ``json()`` refuses an object giving a name twice (``RepeatedName``)."""
+
+    async def json(self) -> Any:
+        """The body as JSON, read once."""
+        if not hasattr(self, "_json"):
+            self._json = json.loads(await self.body(), object_pairs_hook=_one_each)
+        return self._json
+
+
+class OneNameRoute(APIRoute):
+    """A route whose body is read by ``OneNameRequest`` (FastAPI answers what ``json()`` raises
+    as its 400 "There was an error parsing the body", the cause kept for ``unreadable_body``)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler, given the request as a ``OneNameRequest``."""
+        handler = super().get_route_handler()
+
+        async def one_name(request: Request) -> Response:
+            return await handler(OneNameRequest(request.scope, request.receive))
+
+        return one_name
