@@ -37,6 +37,9 @@ def isolated(name: str) -> str:
 
 LABEL_CHARS = 20
 """The characters of a bar's label that fit left of its bars (150 px at the page's font)."""
+VALUE_PX_PER_CHAR = 6.5
+"""How wide a figure's character is drawn, at most (11 px system-ui: "$2,000,000,000.00" is 105 px
+in Chromium), for the room kept right of the bars."""
 
 
 def fitted(name: str, room: int = LABEL_CHARS) -> str:
@@ -60,7 +63,10 @@ def bar_chart(
     itself and gives them ``whole``; the whole label is shown when the pointer rests on one."""
     names = list(series)
     peak = max((v for values in series.values() for v in values), default=0.0) or 1.0
-    bar, gap, label_w, value_w = 14, 10, 150, 90
+    # The figure after the longest bar must fit: 90 px held 13 characters, and a cost from
+    # "$10,000,000.00" on ran past the chart's edge, its last digits cut.
+    longest = max((len(fmt(v)) for values in series.values() for v in values), default=0)
+    bar, gap, label_w, value_w = 14, 10, 150, max(90, 4 + round(VALUE_PX_PER_CHAR * longest))
     group_h = bar * len(names) + gap
     height = 34 + group_h * len(labels) + (18 if len(names) > 1 else 0)
     parts = [

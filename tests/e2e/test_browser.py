@@ -66,6 +66,24 @@ frame.src = "/dashboard?since=1h";
 </script></body></html>"""
 
 
+# Loads the dashboard in a frame, then writes into its own DOM every chart text that runs past
+# its chart's right edge (the viewBox clips it), so that ``--dump-dom`` carries what was cut.
+CLIPPED = """<!doctype html><html><body>
+<iframe id="page" src="/dashboard?since=1h" style="width:1280px;height:2400px;border:0"></iframe>
+<pre id="out">pending</pre>
+<script>
+document.getElementById("page").addEventListener("load", () => {
+  const doc = document.getElementById("page").contentDocument;
+  const charts = [...doc.querySelectorAll("svg.chart")];
+  const cut = charts.flatMap((svg) => [...svg.querySelectorAll("text.value")].filter((text) => {
+    const box = text.getBBox();
+    return box.x + box.width > svg.viewBox.baseVal.width + 0.5;
+  }).map((text) => text.textContent));
+  document.getElementById("out").textContent = JSON.stringify({charts: charts.length, cut});
+});
+</script></body></html>"""
+
+
 def usage(model: str, cost: str, latency: float) -> LlmUsage:
     return LlmUsage(
         provider="test",
@@ -104,6 +122,7 @@ def site(pg_engine: Engine) -> Iterator[str]:
     app = create_app(pg_engine)
     app.add_api_route("/__measure", lambda: HTMLResponse(MEASURE), include_in_schema=False)
     app.add_api_route("/__fit", lambda: HTMLResponse(FIT), include_in_schema=False)
+    app.add_api_route("/__clipped", lambda: HTMLResponse(CLIPPED), include_in_schema=False)
     with live_server(app) as base_url:
         yield base_url
 
@@ -255,3 +274,18 @@ def test_in_a_narrow_window_a_cost_of_many_decimals_wraps_in_its_tile(site: str,
     # Then the page does not scroll sideways (the tiles' numbers pushed it to 692 pixels)
     assert layout["page"] <= 640, layout
     assert not [box for box in layout["overflowing"] if box["tables"] == 0], layout
+
+
+def test_a_large_cost_is_drawn_whole_beside_its_bar(site: str, pg_engine: Engine) -> None:
+    # Given two calls of a model that cost $999,999,999 each (a call may cost up to $10^9)
+    pg_engine.start_session("b-large", "customer_service")
+    for step in ("greet", "classify_intent"):
+        pg_engine.record_step("b-large", step, usage=usage("gpt-4.1", "999999999", 5.0))
+    # When the dashboard is drawn
+    measured = re.search(r'<pre id="out">(.*?)</pre>', dom_after_scripts(f"{site}/__clipped"), re.DOTALL)
+    assert measured is not None
+    layout = json.loads(measured.group(1))
+    # Then every figure beside a bar is whole: "$1,999,999,998.02" lost its last characters past
+    # the chart's right edge, which held 90 px for the figure after the longest bar
+    assert layout["charts"] >= 4, layout
+    assert layout["cut"] == [], layout
