@@ -296,10 +296,12 @@ def _summary(rows: list[DashboardRow], since: str) -> str:
 
 
 def _label(row: DashboardRow) -> str:
-    """The model, marked when some of its calls had no price (their cost is not counted)."""
+    """The model, cut to fit as the chart cuts a label (the chart, given whole labels, cuts none:
+    a long priced name ran off the cost charts' left edge), marked when some of its calls had no
+    price (their cost is not counted)."""
     name = str(row.group[0])
     if not row.unpriced_calls:
-        return name
+        return fitted(name)
     # Isolated when text follows: an override in the name (U+202E) turned "(unpriced: 1)" around;
     # the name cut as the chart cuts a label, the mark kept after it.
     return f"{isolated(fitted(name))} (unpriced: {row.unpriced_calls:,})"

@@ -3,6 +3,7 @@ and marks unpriced calls instead of counting them as $0."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
+from flowledger.adapters.http.charts import LABEL_CHARS
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
 
@@ -64,3 +66,21 @@ def test_the_dashboard_page_shows_the_split_and_marks_unpriced_calls(http: TestC
     assert "retried attempts: $0.0020" in page
     assert "\u2068mystery-1\u2069 (unpriced: 1)" in page  # the name isolated (charts.isolated)
     assert "unpriced calls: no price known, not $0" in page
+
+
+LONG = "openrouter/anthropic/claude-sonnet-4.5-20250929-experimental"
+
+
+def test_a_long_priced_model_name_is_cut_to_fit_in_every_chart(pg_engine: Engine) -> None:
+    # Given a priced model with a long name (an unpriced one's is cut before its mark)
+    pg_engine.start_session("s-long", "cs")
+    pg_engine.record_step("s-long", "a", usage=usage(LONG, "0.0030"))
+    with TestClient(create_app(pg_engine)) as client:
+        page = client.get("/dashboard").text
+    # When each chart's label of it is read (title on hover, text shown)
+    labels = re.findall(r'text-anchor="end"><title>([^<]*)</title>([^<]*)</text>', page)
+    shown = [text for title, text in labels if title == LONG]
+    # Then the cost charts cut it as the latency chart does (right-aligned in 150 px, the whole
+    # name ran off each cost chart's left edge, its start unreadable), the whole name on hover
+    assert len(shown) == 3, labels
+    assert shown == [LONG[: LABEL_CHARS - 1] + "…"] * 3
