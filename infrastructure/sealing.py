@@ -25,6 +25,7 @@ import re
 import threading
 import time
 from collections.abc import Hashable, Sequence
+from datetime import datetime
 from enum import Enum
 from functools import lru_cache
 from typing import Any, Final, Protocol, cast
@@ -56,6 +57,24 @@ KEY_BYTES: Final = 32
 
 def _unreadable(stored: StoredEvent, reason: str) -> StoredEventUnreadable:
     return StoredEventUnreadable(str(stored.originator_id), stored.originator_version, stored.topic, reason)
+
+
+_TOPIC_PREFIXES: Final = ("flowledger.", "eventsourcing.")
+"""Where every stored topic points (events are flowledger's, snapshots the library's class or
+flowledger's): a topic elsewhere is not resolved, which would import whatever module it names."""
+
+
+def _malformed_row(stored: StoredEvent) -> str | None:
+    """What is wrong with a row whose topic or payload is not there at all (NULL) or whose topic
+    names nothing of flowledger's, else None. Each once raised a bare TypeError,
+    AttributeError or KeyError out of every read of its stream."""
+    if not isinstance(stored.topic, str):
+        return "its topic is NULL"
+    if not stored.state:
+        return "its payload is empty (NULL)"
+    if not stored.topic.startswith(_TOPIC_PREFIXES):
+        return "its topic names no flowledger event"
+    return None
 
 
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD]")
@@ -320,6 +339,9 @@ class SealingMapper(StepEventMapper):
         A row that does not read back (not JSON, a topic no class has, a seal that does not
         open) is ``StoredEventUnreadable``, naming its stream and version: a row changed in the
         database is bad data, and every reader (history, replay, a command) says which."""
+        malformed = _malformed_row(stored_event)
+        if malformed is not None:
+            raise _unreadable(stored_event, malformed)
         surrogate = _lone_surrogate(stored_event.state)
         if surrogate is not None:
             raise _unreadable(stored_event, surrogate)
@@ -329,12 +351,20 @@ class SealingMapper(StepEventMapper):
             # The library's message repeats the row; its cause says what is wrong with it.
             reason = error.__cause__ if isinstance(error.__cause__, ValueError) else error
             raise _unreadable(stored_event, str(reason)) from error
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            # A payload that is JSON but no object, or a topic naming a class that is no event:
+            # the library's decode meets it as a bare error of its own (exit 70, HTTP 500).
+            raise _unreadable(stored_event, f"it does not decode as an event ({error})") from error
         # JSON that decodes but lacks a field (a key renamed or removed in the database) would
         # otherwise fail later, as an AttributeError of whatever reads the event.
         event_class: type[object] = type(event)
         missing = _required_fields(event_class).difference(vars(event))
         if missing:
             raise _unreadable(stored_event, f"its payload lacks {', '.join(sorted(missing))}")
+        if not isinstance(vars(event).get("timestamp"), datetime):
+            # Every event and snapshot is stamped; a stamp that is no time failed the next
+            # command's comparison of stamps with a TypeError.
+            raise _unreadable(stored_event, "its timestamp is not a time")
         return event
 
     def _domain_event(self, stored_event: StoredEvent) -> Any:

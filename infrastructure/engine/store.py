@@ -102,7 +102,7 @@ def loaded(app: FlowledgerApplication, aggregate_id: UUID, version: int | None =
     ``get_session`` (HTTP 500): a session's ``status`` removed, from its ``state()``, or its
     ``totals``, from applying the events after the snapshot; an agent's held tasks cut short, a
     ValueError. The events are the record: an error that folding them meets too is raised from
-    there."""
+    there, as ``StoredEventUnreadable`` naming the event that does not fold."""
     try:
         aggregate: Any = app.repository.get(aggregate_id, version=version)
         state = getattr(aggregate, "state", None)

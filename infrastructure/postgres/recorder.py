@@ -529,7 +529,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                     originator_id=row["originator_id"],
                     originator_version=row["originator_version"],
                     topic=row["topic"],
-                    state=bytes(row["state"]),
+                    state=payload(row),
                 )
             )
         return notifications
@@ -635,6 +635,13 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         return FlowledgerSubscription(recorder=self, gt=gt, topics=topics)
 
 
+def payload(row: Any) -> bytes:
+    """A row's payload as bytes; a NULL one (set so in the database) as no bytes, which the
+    mapper names as an unreadable row instead of a TypeError here."""
+    state = row["state"]
+    return b"" if state is None else bytes(state)
+
+
 def stored_events(rows: list[Any]) -> list[StoredEvent]:
     """Rows of the events table (dict rows) as the library's stored events."""
     return [
@@ -642,7 +649,7 @@ def stored_events(rows: list[Any]) -> list[StoredEvent]:
             originator_id=row["originator_id"],
             originator_version=row["originator_version"],
             topic=row["topic"],
-            state=bytes(row["state"]),
+            state=payload(row),
         )
         for row in rows
     ]

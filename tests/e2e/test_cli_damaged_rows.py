@@ -32,6 +32,18 @@ DAMAGE = {
         " convert_to(replace(convert_from(state, 'UTF8'),"
         " '\"greet\"', '\"gr' || chr(92) || 'ud800eet\"'), 'UTF8')"
     ),
+    # These raised a bare TypeError, AttributeError or KeyError out of every reader (exit 70)
+    "a NULL payload": "UPDATE {events} SET state = NULL",
+    "a NULL topic": "UPDATE {events} SET topic = NULL",
+    "a payload that is a JSON array": "UPDATE {events} SET state = convert_to('[1, 2]', 'UTF8')",
+    "a payload that is a JSON number": "UPDATE {events} SET state = convert_to('5', 'UTF8')",
+    "a topic naming a function": "UPDATE {events} SET topic = 'os:system'",
+    "a topic naming a class that is no event": "UPDATE {events} SET topic = 'builtins:dict'",
+    # JSON still, its stamp a string: record_step met a TypeError comparing stamps
+    "a stamp that is no time": (
+        "UPDATE {events} SET state = convert_to(jsonb_set(convert_from(state, 'UTF8')::jsonb,"
+        " '{{timestamp}}', '\"yesterday\"')::text, 'UTF8')"
+    ),
 }
 
 READERS = [

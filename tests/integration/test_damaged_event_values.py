@@ -1,0 +1,54 @@
+"""An event row edited in the database so that it still decodes but one of its values no longer
+folds (a context update that is no object, an idempotency key that is no name) is bad data: every
+load of the stream names the row as ``StoredEventUnreadable``, never a bare TypeError."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg.sql import SQL, Identifier
+
+from flowledger.domain import StoredEventUnreadable
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+
+DAMAGE = {
+    # Each raised a bare TypeError or AttributeError out of get_session and record_step (HTTP 500)
+    "a context update that is a list": "'{context_update}', '[1]'",
+    "a context update that is a string": "'{context_update}', '\"x\"'",
+    "an idempotency key that is a number": "'{idempotency_key}', '1'",
+}
+
+
+@pytest.mark.parametrize("snapshot_interval", [3, 50], ids=["after a snapshot", "no snapshot"])
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_stored_value_that_does_not_fold_names_its_row(
+    database_url: str, pg_schema: str, damage: str, snapshot_interval: int
+) -> None:
+    # Given a session of five events (a snapshot at version 3 or none), version 4 edited
+    settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=snapshot_interval)
+    with Engine(settings=settings) as engine:
+        engine.start_session("s-1", "cs", user_id="u-1")
+        for n in range(4):
+            engine.record_step("s-1", f"step-{n}", context_update={"n": n}, idempotency_key=f"k-{n}")
+        stream = engine.session_uuid("s-1")
+    edit = SQL(
+        "UPDATE {} SET state = convert_to(jsonb_set(convert_from(state, 'UTF8')::jsonb, "
+        + DAMAGE[damage].replace("{", "{{").replace("}", "}}")
+        + ")::text, 'UTF8') WHERE originator_id = %s AND originator_version = 4"
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(edit.format(Identifier(pg_schema, "flowledger_events")), (stream,))
+    # When a fresh engine reads the session, at its head and at the edited version, and writes it
+    with Engine(settings=settings) as engine:
+        for call in (
+            lambda: engine.get_session("s-1"),
+            lambda: engine.get_session("s-1", version=4),
+            lambda: engine.record_step("s-1", "after"),
+        ):
+            # Then each names the edited row
+            with pytest.raises(StoredEventUnreadable) as raised:
+                call()
+            assert (raised.value.stream, raised.value.version) == (str(stream), 4)
+        # And the versions before it still read
+        assert engine.get_session("s-1", version=3).context == {"n": 1}
