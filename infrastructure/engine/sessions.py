@@ -357,7 +357,11 @@ class SessionService:
     def _fork(
         self, parent: SessionState, new_session_id: str, ttl: timedelta, uow: UnitOfWork
     ) -> SessionState:
-        if uow.find(self.session_uuid(new_session_id)) is not None:
+        existing: Session | None = uow.find(self.session_uuid(new_session_id))
+        if existing is not None:
+            if (existing.forked_from, existing.forked_at_version) == (parent.session_id, parent.version):
+                # The same fork sent again (its answer lost): answered as start_session's repeat is.
+                return existing.state().judged_at(uow.now)
             raise SessionConflict(new_session_id, "a session with this id exists; a fork needs a new id")
         child = Session.start(
             session_id=new_session_id,

@@ -102,6 +102,27 @@ def test_a_fork_of_bad_input_is_refused_and_appends_nothing(
     assert engine.log.head() == head
 
 
+def test_a_fork_sent_again_after_its_answer_was_lost_answers_the_fork(engine: Engine) -> None:
+    # Given a fork whose answer a client lost (a timeout, a dropped connection) and a step on it
+    engine.start_session("g-1", "cs", user_id="u-1")
+    engine.record_step("g-1", "a", context_update={"n": 1})
+    engine.record_step("g-1", "b", context_update={"n": 2})
+    first = engine.fork_session("g-1", 2, "g-1-b")
+    engine.record_step("g-1-b", "c")
+    head = engine.log.head()
+
+    # When the client sends the same fork again (before: SessionConflict, HTTP 409, exit 4)
+    again = engine.fork_session("g-1", 2, "g-1-b")
+
+    # Then it is answered with the fork as it stands, and nothing is appended
+    assert again == engine.get_session("g-1-b")
+    assert (again.forked_from, again.forked_at_version, again.context) == ("g-1", 2, first.context)
+    assert engine.log.head() == head
+    # And a fork of another version (or parent) onto that id is still a conflict
+    with pytest.raises(SessionConflict, match="'g-1-b' already exists"):
+        engine.fork_session("g-1", 3, "g-1-b")
+
+
 def test_an_erased_session_cannot_be_forked() -> None:
     with Engine(settings=make_settings(database_url="memory:", seal_personal_data=True)) as engine:
         engine.start_session("e-1", "cs", user_id="gone")
