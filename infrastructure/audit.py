@@ -100,7 +100,7 @@ def verify_log(
         last = n.id
         report.events += 1
         where = f"event {n.id} ({n.originator_id} v{n.originator_version})"
-        if not n.topic.startswith("flowledger."):
+        if not (n.topic or "").startswith("flowledger."):  # NULL too, set so in the database
             report.problems.append(f"{where}: topic {n.topic!r} is outside flowledger.")
         expected = versions.get(n.originator_id, 0) + 1
         version = n.originator_version

@@ -488,7 +488,9 @@ def _walk(
             )
             continue
         stored = bytes(stored)
-        computed = event_hash(previous, name, version, topic, bytes(state))
+        # A topic or payload set to NULL in the database is hashed as empty: it is altered like any
+        # other edit (a TypeError or AttributeError out of `audit verify`, exit 70, before).
+        computed = event_hash(previous, name, version, topic or "", bytes(state or b""))
         sealed = mac is not None and hmac.compare_digest(event_mac(key, name, version, stored), bytes(mac))
         if computed != stored:
             finding = Finding(
@@ -631,7 +633,7 @@ def _name_streams(trail: AuditTrail, conn: psycopg.Connection[Any], report: Chai
     names: dict[UUID, str] = {}
     for stream, state in rows:
         try:
-            data = json.loads(bytes(state))
+            data = json.loads(bytes(state or b""))
         except ValueError:
             continue
         for name_field in _NAME_FIELDS:

@@ -164,6 +164,22 @@ def test_audit_verify_of_the_damaged_session_reports_the_row_instead_of_stopping
     assert f"problem: altered: stream {victim} (victim) version 2" in result.stderr
 
 
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+@pytest.mark.parametrize("scope", [[], ["--session", "victim"]], ids=["the log", "one session"])
+def test_audit_verify_reports_every_kind_of_damaged_row_as_a_finding(
+    database_url: str, pg_schema: str, victim: UUID, damage: str, scope: list[str]
+) -> None:
+    # Given version 2 changed in the database (a NULL topic: AttributeError, exit 70, before)
+    damage_version_2(database_url, pg_schema, victim, damage)
+    # When the log, or the session, is verified, as every damaged-row error advises
+    result = run_cli(database_url, pg_schema, "audit", "verify", *scope)
+    # Then the row is a finding (exit 1), not a bug in flowledger
+    assert "Traceback" not in result.stderr
+    assert "a bug in flowledger" not in result.stderr, result.stderr
+    assert result.returncode == 1, result.stderr
+    assert "version 2" in result.stderr or " v2)" in result.stderr, result.stderr
+
+
 def test_audit_verify_of_a_session_that_never_existed_is_still_not_found(
     database_url: str, pg_schema: str
 ) -> None:
