@@ -28,7 +28,8 @@ from collections.abc import Hashable, Sequence
 from datetime import datetime
 from enum import Enum
 from functools import lru_cache
-from typing import Any, Final, Protocol, cast
+from types import UnionType
+from typing import Any, Final, Protocol, Union, cast, get_args, get_origin, get_type_hints
 from uuid import UUID
 
 import orjson
@@ -132,6 +133,60 @@ class Destroyed(Enum):
 DESTROYED: Final = Destroyed.KEY
 DataKey = bytes | Destroyed | None
 """A stream's key, DESTROYED, or None (the stream has none: it is stored in the clear)."""
+
+
+_PLAIN_TYPES: Final[dict[Any, tuple[type, ...]]] = {
+    str: (str,),
+    int: (int,),
+    float: (int, float),  # JSON writes a whole float as an integer too
+    bool: (bool,),
+    datetime: (datetime,),
+}
+_FIELD_TYPES: dict[type[object], tuple[tuple[str, tuple[type, ...]], ...]] = {}
+
+
+def _accepted(hint: Any) -> tuple[type, ...] | None:
+    """The types a field annotated ``hint`` may hold, when that is checked with isinstance alone
+    (plain values, dicts and lists, and their optional forms), else None (not checked)."""
+    origin = get_origin(hint)
+    if origin is Union or origin is UnionType:
+        parts = [(type(None),) if arg is type(None) else _accepted(arg) for arg in get_args(hint)]
+        return None if None in parts else tuple(t for part in parts if part is not None for t in part)
+    if origin is dict or origin is list:
+        return (origin,)
+    return _PLAIN_TYPES.get(hint)
+
+
+def _field_types(cls: type[object]) -> tuple[tuple[str, tuple[type, ...]], ...]:
+    """The fields of an event class whose values ``_accepted`` checks, kept per class."""
+    known = _FIELD_TYPES.get(cls)
+    if known is None:
+        try:
+            hints = get_type_hints(cls)
+        except (NameError, TypeError):
+            hints = {}
+        checks = ((name, _accepted(hint)) for name, hint in hints.items())
+        known = _FIELD_TYPES[cls] = tuple((name, types) for name, types in checks if types is not None)
+    return known
+
+
+def _mistyped_field(cls: type[object], values: dict[str, Any]) -> str | None:
+    """What is wrong with a decoded event whose field holds a value not of its type, else None.
+
+    JSON edited in the database reads back whatever it holds: a step name that is a number
+    went into the session's state (HTTP GET then a 500, the response refusing it), a stamp
+    that is a string failed the next command's comparison of stamps with a TypeError."""
+    for name, types in _field_types(cls):
+        value = values.get(name)
+        if name in values and not isinstance(value, types):
+            expected = " or ".join(t.__name__ for t in types)
+            return f"its {name} is {type(value).__name__} {_short(value)}, not {expected}"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 class DataKeys(Protocol):
@@ -361,10 +416,9 @@ class SealingMapper(StepEventMapper):
         missing = _required_fields(event_class).difference(vars(event))
         if missing:
             raise _unreadable(stored_event, f"its payload lacks {', '.join(sorted(missing))}")
-        if not isinstance(vars(event).get("timestamp"), datetime):
-            # Every event and snapshot is stamped; a stamp that is no time failed the next
-            # command's comparison of stamps with a TypeError.
-            raise _unreadable(stored_event, "its timestamp is not a time")
+        mistyped = _mistyped_field(event_class, vars(event))
+        if mistyped is not None:
+            raise _unreadable(stored_event, mistyped)
         return event
 
     def _domain_event(self, stored_event: StoredEvent) -> Any:

@@ -1,6 +1,7 @@
-"""An event row edited in the database so that it still decodes but one of its values no longer
-folds (a context update that is no object, an idempotency key that is no name) is bad data: every
-load of the stream names the row as ``StoredEventUnreadable``, never a bare TypeError."""
+"""An event row edited in the database so that it is still JSON but one of its values is not of
+its field's type (a context update that is no object, a step name that is a number) is bad data:
+every load of the stream names the row as ``StoredEventUnreadable``, never a bare TypeError or a
+state holding the wrong type."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ DAMAGE = {
     "a context update that is a list": "'{context_update}', '[1]'",
     "a context update that is a string": "'{context_update}', '\"x\"'",
     "an idempotency key that is a number": "'{idempotency_key}', '1'",
+    # Each read back as it was: the step's name a number in the session's history, and HTTP
+    # GET /v1/sessions/{id} then a 500 (the response model refused it)
+    "a step name that is a number": "'{step}', '5'",
+    "a next step that is an object": "'{next_step}', '{}'",
+    "an input that is a list": "'{input}', '[1]'",
 }
 
 
