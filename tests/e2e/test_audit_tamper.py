@@ -126,7 +126,9 @@ def forge_next_event(log: Log) -> None:
     ((previous,),) = log.sql(
         "SELECT event_hash FROM {events} WHERE originator_id = %s AND originator_version = 5", log.victim
     )
-    state = json.dumps({"timestamp": log.payload(5)["timestamp"], "resolution": "refunded"}).encode()
+    # A resolution as complete_session stores one: a string there is refused when read back
+    resolution = {"resolution": "refunded"}
+    state = json.dumps({"timestamp": log.payload(5)["timestamp"], "resolution": resolution}).encode()
     chained = event_hash(bytes(previous), str(log.victim), 6, COMPLETED, state)
     log.sql(
         "INSERT INTO {events} (originator_id, originator_version, topic, state, transaction_id, event_hash, "
