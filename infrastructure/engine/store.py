@@ -28,10 +28,11 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from contextvars import ContextVar
 from datetime import datetime
+from functools import partial
 from itertools import pairwise
 from typing import Any, TypeVar
 from uuid import UUID
@@ -113,6 +114,8 @@ def loaded(app: FlowledgerApplication, aggregate_id: UUID, version: int | None =
     return aggregate
 
 
+_MANY = 500
+"""Streams read in one statement by ``AggregateStore.load_many``."""
 _DOES_NOT_FOLD = (AttributeError, KeyError, TypeError, ValueError)
 """What applying an event whose row was edited raises (a priority "urgent", skills null): the
 event decodes (the library sets its fields without checking them), and its aggregate cannot take it."""
@@ -276,6 +279,46 @@ class AggregateStore:
                 raise
 
         return self._read("load", get)
+
+    def folded_many(self, aggregate_ids: Sequence[UUID]) -> dict[UUID, Any]:
+        """The latest of many aggregates (a listing, a queue run), their events read together,
+        ``_MANY`` streams a statement: ``list_tasks`` loaded 1,500 tasks one at a time, two round
+        trips each (a snapshot's and the events'), 2.1-2.9 s on a quiet machine and 8-11 s under
+        load. Left out: an aggregate whose events do not fold that way (none stored, a version
+        missing, a row that does not read, a snapshot past events archived), for the caller to
+        ``load`` alone when it comes to it, so that it reads or fails exactly as there."""
+        select_streams: Callable[[Sequence[UUID]], list[Any]] | None = getattr(
+            self.app.recorder, "select_streams", None
+        )
+        if select_streams is None:  # in memory: no round trips to save
+            return {}
+        found: dict[UUID, Any] = {}
+        for start in range(0, len(aggregate_ids), _MANY):
+            batch = aggregate_ids[start : start + _MANY]
+            by_stream: dict[UUID, list[Any]] = {}
+            for row in self._read("load", partial(select_streams, batch)):
+                by_stream.setdefault(row.originator_id, []).append(row)
+            for aggregate_id, stored in by_stream.items():
+                folded = self._folded(stored)
+                if folded is not None:
+                    found[aggregate_id] = folded
+        return found
+
+    def _folded(self, stored: list[Any]) -> Any | None:
+        """An aggregate folded from all its stored events (versions 1 to n), else None."""
+        if not stored or [s.originator_version for s in stored] != list(range(1, len(stored) + 1)):
+            return None
+        try:
+            aggregate: Any = None
+            for row in stored:
+                event: Any = self.app.mapper.to_domain_event(row)
+                aggregate = event.mutate(aggregate)
+            state = getattr(aggregate, "state", None)
+            if callable(state):
+                state()
+        except (StoredEventUnreadable, *_DOES_NOT_FOLD):
+            return None
+        return aggregate
 
     def events(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
         """The aggregate's stored events, oldest first (optionally a version range); a version

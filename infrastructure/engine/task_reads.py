@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -11,10 +12,12 @@ from flowledger.domain.task import Task, task_uuid
 from flowledger.domain.task_views import AgentState, TaskPriority, TaskState, TaskStatus
 from flowledger.domain.values import require_name, require_version
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
-from flowledger.infrastructure.engine.task_index import LogIndex
+from flowledger.infrastructure.engine.task_index import IndexedTask, LogIndex
 from flowledger.infrastructure.history import HistoryEntry, history_entry
 
 MAX_LIST = 1000
+LOAD_BATCH = 100
+"""Tasks a listing or a queue run reads at once (``TaskReads.loaded``)."""
 """The most tasks one listing returns, or one queue run offers (REST, the CLI and the library alike)."""
 
 
@@ -144,8 +147,10 @@ class TaskReads:
             entries = [entry for entry in entries if entry.position > cursor.position]
         now = self._store.clock()
         found = []
-        for entry in entries:
-            state = self.get_task(entry.task_id)
+        for entry, task in self.loaded(entries):
+            if task is None:
+                raise TaskNotFound(entry.task_id)
+            state = task.state()
             self.note(state)
             if open_only and state.status.is_final:
                 continue  # closed since the index last looked
@@ -159,6 +164,17 @@ class TaskReads:
                 if len(found) == limit:
                     break
         return found
+
+    def loaded(self, entries: Sequence[IndexedTask]) -> Iterator[tuple[IndexedTask, Task | None]]:
+        """Each entry's task (None: not found), read a batch at a time as they are asked for
+        (``AggregateStore.folded_many``; one that does not fold so is loaded alone when its turn
+        comes): a listing that stops at its limit reads and fails no further."""
+        for start in range(0, len(entries), LOAD_BATCH):
+            batch = entries[start : start + LOAD_BATCH]
+            tasks = self._store.folded_many([entry.aggregate_id for entry in batch])
+            for entry in batch:
+                task = tasks.get(entry.aggregate_id)
+                yield entry, task if task is not None else self._store.load(entry.aggregate_id)
 
     # -- inside a unit of work -------------------------------------------------------
 

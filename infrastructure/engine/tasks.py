@@ -178,8 +178,7 @@ class TaskService:
         """
         require_queue_run(limit, escalate_when_full)
         waiting, held = [], set()
-        for entry in self._reads.index.open_tasks():
-            task: Task | None = self._store.load(entry.aggregate_id)
+        for _, task in self._reads.loaded(self._reads.index.open_tasks()):
             if task is None:
                 continue
             state = task.state()

@@ -75,7 +75,7 @@ from flowledger.infrastructure.postgres.migrations import create_event_log, forc
 from flowledger.infrastructure.postgres.not_sent import AppendNotSent
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
-from flowledger.infrastructure.postgres.stream_reads import read_stream
+from flowledger.infrastructure.postgres.stream_reads import read_stream, read_streams
 from flowledger.infrastructure.postgres.watchdog import watching
 
 _CLOSE_AFTER = (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.QueryCanceled)
@@ -466,6 +466,24 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                     newest["originator_id"], newest["originator_version"], bytes(newest["event_hash"])
                 )
         return stored_events(rows)
+
+    def select_streams(self, originator_ids: Sequence[UUID]) -> list[StoredEvent]:
+        """Every event of the streams in ``originator_ids``, by stream then version, in one
+        read within the operation deadline (the chain learns each stream's newest hash)."""
+
+        def read() -> list[StoredEvent]:
+            rows = read_streams(self, originator_ids)
+            chain = self.chain
+            if chain is not None:
+                for row, after in zip(rows, [*rows[1:], None], strict=True):
+                    last = after is None or after["originator_id"] != row["originator_id"]
+                    if last and row["event_hash"] is not None:
+                        chain.note_head(
+                            row["originator_id"], row["originator_version"], bytes(row["event_hash"])
+                        )
+            return stored_events(rows)
+
+        return self._within_deadline(read)
 
     def select_notifications(
         self,

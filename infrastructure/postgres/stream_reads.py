@@ -21,7 +21,7 @@ from uuid import UUID
 
 import psycopg
 from eventsourcing.postgres import PostgresAggregateRecorder
-from psycopg.sql import SQL, Composed
+from psycopg.sql import SQL, Composed, Identifier
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,18 @@ def read_stream(
     statement, params = stream_query(select, originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
     with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
         return curs.execute(statement, params, prepare=None).fetchall()
+
+
+def read_streams(recorder: PostgresAggregateRecorder, originator_ids: Sequence[UUID]) -> list[Any]:
+    """The rows (dict rows) of every stream in ``originator_ids``, in one statement, ordered by
+    stream and version: a listing of many aggregates reads their events at once instead of
+    two round trips for each (``AggregateStore.load_many``)."""
+    statement = SQL(
+        "SELECT * FROM {}.{} WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
+    )
+    table = statement.format(Identifier(recorder.datastore.schema), Identifier(recorder.events_table_name))
+    with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
+        return curs.execute(table, [list(originator_ids)]).fetchall()
 
 
 def event_reads(select: Composed) -> list[StreamQuery]:
