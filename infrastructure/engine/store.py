@@ -115,7 +115,7 @@ def loaded(app: FlowledgerApplication, aggregate_id: UUID, version: int | None =
 
 
 _MANY = 500
-"""Streams read in one statement by ``AggregateStore.load_many``."""
+"""Streams read in one statement by ``AggregateStore.folded_many``."""
 _DOES_NOT_FOLD = (AttributeError, KeyError, TypeError, ValueError)
 """What applying an event whose row was edited raises (a priority "urgent", skills null): the
 event decodes (the library sets its fields without checking them), and its aggregate cannot take it."""

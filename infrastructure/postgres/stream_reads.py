@@ -78,7 +78,7 @@ def read_stream(
 def read_streams(recorder: PostgresAggregateRecorder, originator_ids: Sequence[UUID]) -> list[Any]:
     """The rows (dict rows) of every stream in ``originator_ids``, in one statement, ordered by
     stream and version: a listing of many aggregates reads their events at once instead of
-    two round trips for each (``AggregateStore.load_many``)."""
+    two round trips for each (``AggregateStore.folded_many``)."""
     statement = SQL(
         "SELECT * FROM {}.{} WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
     )
