@@ -31,18 +31,11 @@ needs no key: a stream re-hashed to its end without the chain key, rows stored w
 hash and rows whose predecessor has none are ``audit verify``'s (it checks the seals). Whether
 the store has retention's bases table is asked until it is found, then remembered (retention
 makes it once and never drops it), so a batch costs one statement, not two.
-
-Nor did a row whose topic was edited leave a trace: changed to a name no class has, or to a
-class the batch's projections do not handle, the row was never read, so no projection applied
-it and none checked it; a rebuild dropped the step from every read model, exit 0.
-``unread_altered`` recomputes the same chained hash in SQL for the rows of the batch's range
-that the batch did not read, and names those whose stored hash does not fit; a newer release's
-event, of a class this one does not know but stored as the rule says, fits and is passed over.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from eventsourcing.persistence import Notification
@@ -51,7 +44,7 @@ from psycopg.sql import SQL, Composed, Identifier
 
 from flowledger.domain.errors import StoredEventMissing, StoredEventOutOfOrder
 from flowledger.infrastructure.postgres.retention import BASES
-from flowledger.verify import EVENT_TAG, GENESIS, event_hash
+from flowledger.verify import GENESIS, event_hash
 
 _BROKEN = """
 SELECT e.originator_id, e.originator_version, e.notification_id FROM {events} e
@@ -72,25 +65,6 @@ SELECT e.notification_id, e.event_hash, p.event_hash{base_head} FROM {events} e
 LEFT JOIN {events} p ON p.originator_id = e.originator_id AND p.originator_version = e.originator_version - 1
 {base_join}
 WHERE e.notification_id = ANY(%(ids)s) AND e.event_hash IS NOT NULL
-"""
-# The rows of a range the batch did not read whose stored hash is not ``event_hash`` of their
-# content (``flowledger.verify``'s rule, written in SQL: each part prefixed with its length as 4
-# bytes, the version as 8, big-endian); a row without a hash, or whose predecessor has none, is
-# passed over (NULL), as ``altered`` passes it over.
-_UNREAD_ALTERED = """
-SELECT e.notification_id, e.topic, e.originator_id, e.originator_version FROM {events} e
-LEFT JOIN {events} p ON p.originator_id = e.originator_id AND p.originator_version = e.originator_version - 1
-{base_join}
-WHERE e.notification_id > %(after)s AND e.notification_id <= %(through)s
-AND e.topic <> ALL(%(read)s) AND e.event_hash IS NOT NULL
-AND e.event_hash <> sha256(
-    %(tag)s::bytea
-    || CASE WHEN e.originator_version = 1 THEN %(genesis)s::bytea ELSE coalesce(p.event_hash, {base_head}) END
-    || int4send(octet_length(e.originator_id::text)) || convert_to(e.originator_id::text, 'UTF8')
-    || int8send(e.originator_version::bigint)
-    || int4send(octet_length(convert_to(e.topic, 'UTF8'))) || convert_to(e.topic, 'UTF8')
-    || int4send(octet_length(e.state)) || e.state)
-ORDER BY e.notification_id
 """
 _BASE_JOIN = """
 LEFT JOIN {bases} b ON b.stream_id = e.originator_id AND b.through_version = e.originator_version - 1
@@ -154,28 +128,6 @@ class StreamChecks:
             ):
                 found.add(n.id)
         return found
-
-    def unread_altered(
-        self, cur: Cursor[Any], *, after: int, through: int, read: Collection[str]
-    ) -> list[tuple[int, str, Any, int]]:
-        """The rows with id in (``after``, ``through``] of a topic not in ``read`` (so no
-        projection of the batch read them) whose stored hash is not the chained hash of their
-        content: (notification id, topic, stream, version). A topic edited in the database
-        hid its event from every projection that does not handle the new one. Run after
-        ``check``, which finds the bases table."""
-        if through <= after:
-            return []
-        known = self._with_bases is not None
-        bases = SQL("{}.{}").format(Identifier(self.store), Identifier(BASES))
-        cur.execute(
-            SQL(_UNREAD_ALTERED).format(
-                events=self._events,
-                base_head=SQL("b.head_hash" if known else "NULL::bytea"),
-                base_join=SQL(_BASE_JOIN).format(bases=bases) if known else SQL(""),
-            ),
-            {"after": after, "through": through, "read": sorted(read), "tag": EVENT_TAG, "genesis": GENESIS},
-        )
-        return [(int(r[0]), r[1], r[2], int(r[3])) for r in cur.fetchall()]
 
     def _statement(self, cur: Cursor[Any]) -> Composed:
         if self._with_bases is not None:

@@ -268,12 +268,6 @@ class Projector:
             first = bisect_right(ids, min(positions.values(), default=0))
             altered = self.continuity.altered(cur, notifications[first:])
             envelopes = [decoded(self.mapper, n, altered=n.id in altered) for n in notifications[first:]]
-            read = set().union(*(t.projection.topics for t in targets))
-            hidden = hidden_letters(
-                self.continuity.unread_altered(
-                    cur, after=min(positions.values(), default=last), through=last, read=read
-                )
-            )
             for target in targets:
                 position = positions[target.schema]
                 topics = target.projection.topics
@@ -282,7 +276,7 @@ class Projector:
                 if undecodable:
                     todo = [e for e in todo if not isinstance(e.event, _Undecodable)]
                 refused = _apply_isolating(cur, target, todo)
-                faults = undecodable + refused + [(e, why) for e, why in hidden if e.id > position]
+                faults = undecodable + refused
                 dead_letters.record(
                     cur,
                     self.names,
@@ -336,18 +330,6 @@ def decoded(mapper: Mapper[UUID], notification: Notification, *, altered: bool =
             dead_letters.describe(error), notification.originator_id, notification.originator_version
         )
         return Envelope(notification.id, stand_in, None, notification.topic)
-
-
-def hidden_letters(rows: Sequence[tuple[int, str, Any, int]]) -> list[tuple[Envelope, str]]:
-    """Rows no projection of the batch read whose stored hash does not fit their content
-    (``StreamChecks.unread_altered``), as dead letters of every build: a topic edited in the
-    database hides its event from the builds that do not read the new one."""
-    letters = []
-    for position, topic, stream, version in rows:
-        error = dead_letters.describe(StoredEventAltered(str(stream), version))
-        stand_in = _Undecodable(error, stream, version)
-        letters.append((Envelope(position, stand_in, None, topic), error))
-    return letters
 
 
 def _attribute(envelope: Envelope, name: str) -> Any:

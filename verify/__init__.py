@@ -38,8 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 GENESIS = bytes(32)
 """The ``previous`` hash of every stream's first event."""
 BUNDLE_FORMAT = 1
-EVENT_TAG = b"flowledger.event.v1\x00"
-"""What ``event_hash`` hashes first (the projections recompute the rule in SQL too)."""
+_EVENT_TAG = b"flowledger.event.v1\x00"
 _MAC_TAG = b"flowledger.mac.v1\x00"
 _CHECKPOINT_TAG = b"flowledger.checkpoint.v1\x00"
 
@@ -53,7 +52,7 @@ def event_hash(previous: bytes, stream: str, version: int, topic: str, state: by
     return hashlib.sha256(
         b"".join(
             (
-                EVENT_TAG,
+                _EVENT_TAG,
                 previous,
                 _prefixed(stream.encode()),
                 version.to_bytes(8, "big", signed=True),
