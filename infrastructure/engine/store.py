@@ -128,6 +128,24 @@ def _does_not_apply(aggregate_id: UUID, event: Any, failure: Exception) -> Store
     return StoredEventUnreadable(str(aggregate_id), event.originator_version, get_topic(type(event)), reason)
 
 
+def _fold(aggregate_id: UUID, events: list[Any]) -> Any:
+    """``events`` folded into their aggregate, its state read (None: no events); an event
+    that does not fold (a value edited in its row) is ``StoredEventUnreadable`` naming it."""
+    aggregate: Any = None
+    for event in events:
+        try:
+            aggregate = event.mutate(aggregate)
+        except _DOES_NOT_FOLD as failure:
+            raise _does_not_apply(aggregate_id, event, failure) from failure
+    state = getattr(aggregate, "state", None)
+    try:
+        if callable(state):
+            state()
+    except _DOES_NOT_FOLD as failure:
+        raise _does_not_apply(aggregate_id, events[-1], failure) from failure
+    return aggregate
+
+
 def _folded_from_events(
     app: FlowledgerApplication, aggregate_id: UUID, version: int | None, error: Exception
 ) -> Any:
@@ -142,20 +160,9 @@ def _folded_from_events(
     events: list[Any] = list(app.events.get(aggregate_id, lte=version))
     if (not events or events[0].originator_version != 1) and isinstance(error, StoredEventUnreadable):
         raise error
-    aggregate: Any = None
-    for event in events:
-        try:
-            aggregate = event.mutate(aggregate)
-        except _DOES_NOT_FOLD as failure:  # a value edited in its row: name the row
-            raise _does_not_apply(aggregate_id, event, failure) from failure
+    aggregate = _fold(aggregate_id, events)
     if aggregate is None:
         raise AggregateNotFoundError(aggregate_id)
-    state = getattr(aggregate, "state", None)
-    try:
-        if callable(state):
-            state()
-    except _DOES_NOT_FOLD as failure:
-        raise _does_not_apply(aggregate_id, events[-1], failure) from failure
     _log.warning("stream %s: its snapshot does not read back; folded from its events", aggregate_id)
     return aggregate
 
@@ -309,16 +316,10 @@ class AggregateStore:
         if not stored or [s.originator_version for s in stored] != list(range(1, len(stored) + 1)):
             return None
         try:
-            aggregate: Any = None
-            for row in stored:
-                event: Any = self.app.mapper.to_domain_event(row)
-                aggregate = event.mutate(aggregate)
-            state = getattr(aggregate, "state", None)
-            if callable(state):
-                state()
-        except (StoredEventUnreadable, *_DOES_NOT_FOLD):
+            events = [self.app.mapper.to_domain_event(row) for row in stored]
+            return _fold(stored[0].originator_id, events)
+        except StoredEventUnreadable:
             return None
-        return aggregate
 
     def events(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
         """The aggregate's stored events, oldest first (optionally a version range); a version

@@ -475,9 +475,9 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             rows = read_streams(self, originator_ids)
             chain = self.chain
             if chain is not None:
-                for row, after in zip(rows, [*rows[1:], None], strict=True):
-                    last = after is None or after["originator_id"] != row["originator_id"]
-                    if last and row["event_hash"] is not None:
+                newest = {row["originator_id"]: row for row in rows}  # rows come in version order
+                for row in newest.values():
+                    if row["event_hash"] is not None:
                         chain.note_head(
                             row["originator_id"], row["originator_version"], bytes(row["event_hash"])
                         )
