@@ -10,7 +10,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from queue import Empty, Queue
+from queue import Empty, Full, Queue
 from typing import Any
 
 import psycopg
@@ -50,17 +50,19 @@ def follow(
         with conn.cursor() as cur:
             targets = resolve(cur)
             after = min(projector.positions(cur, [t.schema for t in targets]).values(), default=0)
-        inbox: Queue[Notification | BaseException | None] = Queue()
+        inbox = _inbox(projector.batch_size)
+        halted = threading.Event()  # the main loop has ended: nobody takes from the inbox
         topics = sorted(set().union(*(p.topics for p in projections)))
         with projector.recorder.subscribe(gt=after, topics=topics) as subscription:
 
             def feed() -> None:
                 try:
                     for notification in subscription:
-                        inbox.put(notification)
+                        if not _offer(inbox, notification, halted):
+                            return
                 except BaseException as error:  # surfaced in the main loop
-                    inbox.put(error)
-                inbox.put(None)
+                    _offer(inbox, error, halted)
+                _offer(inbox, None, halted)
 
             feeder = threading.Thread(target=feed, name="projection-feed", daemon=True)
             feeder.start()
@@ -78,6 +80,7 @@ def follow(
                         applied += projector.drive(conn, resolve, on_batch=on_batch, halt=stop.is_set)
                     after = batch[-1].id
             finally:
+                halted.set()
                 subscription.stop()
                 feeder.join(timeout=5)
 
@@ -119,7 +122,31 @@ def _cancelled_when(stop: threading.Event, conn: Connection[Any]) -> Iterator[No
         watcher.join(timeout=5)
 
 
-def _next_batch(inbox: Queue[Notification | BaseException | None], limit: int) -> list[Notification]:
+INBOX_BATCHES = 4
+"""How many batches of notifications a follower holds while it applies one. The rest wait
+in the database (the subscription reads on when there is room): the inbox had no bound,
+so a follower slower than the writers, or held behind a lock, kept the whole backlog in
+memory."""
+
+Inbox = Queue[Notification | BaseException | None]
+
+
+def _inbox(batch_size: int) -> Inbox:
+    return Queue(maxsize=INBOX_BATCHES * max(batch_size, 1))
+
+
+def _offer(inbox: Inbox, item: Notification | BaseException | None, halted: threading.Event) -> bool:
+    """Put ``item`` in ``inbox``, waiting for room; False (not put) once ``halted`` is set."""
+    while not halted.is_set():
+        try:
+            inbox.put(item, timeout=0.1)
+        except Full:
+            continue
+        return True
+    return False
+
+
+def _next_batch(inbox: Inbox, limit: int) -> list[Notification]:
     """Wait briefly for one notification, then take whatever else is already waiting."""
     batch: list[Notification] = []
     try:

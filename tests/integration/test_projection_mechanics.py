@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from psycopg import sql
@@ -24,6 +26,8 @@ from flowledger.projections import (
 from tests.support.synthetic import SessionScript, append, interleave
 
 pytestmark = pytest.mark.postgres
+
+follow_module = importlib.import_module("flowledger.projections.follow")
 
 T0 = datetime.now(UTC) - timedelta(minutes=10)
 
@@ -367,3 +371,119 @@ def test_a_follower_waiting_for_a_lock_stops_when_asked(pg_engine: Engine, proje
     projector.catch_up()
     assert count(projector, "sessions") == 3
     assert verify(projector) == []
+
+
+class CountingSubscription:
+    """A subscription that counts the notifications taken from it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.taken = inner, 0
+
+    def __enter__(self) -> CountingSubscription:
+        self.inner.__enter__()
+        return self
+
+    def __exit__(self, *args: Any) -> Any:
+        return self.inner.__exit__(*args)
+
+    def __iter__(self) -> CountingSubscription:
+        return self
+
+    def __next__(self) -> Any:
+        notification = next(self.inner)
+        self.taken += 1
+        return notification
+
+    def stop(self) -> None:
+        self.inner.stop()
+
+
+def test_a_follower_held_behind_a_lock_takes_no_more_than_a_few_batches_into_memory(
+    pg_engine: Engine, projector: Projector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follower's inbox had no bound: held behind a lock (or slower than the writers) it
+    took the whole backlog from the subscription into memory. It now takes a few batches and
+    leaves the rest in the database until there is room; nothing is lost by waiting."""
+    # Given a follower (batches of 7) that has caught up, counting what it takes in
+    append(pg_engine.log, interleave(scripts("ib", 2)))
+    projector.catch_up()
+    subscriptions: list[CountingSubscription] = []
+    subscribe = projector.recorder.subscribe
+
+    def counting(*args: Any, **kwargs: Any) -> CountingSubscription:
+        subscriptions.append(CountingSubscription(subscribe(*args, **kwargs)))
+        return subscriptions[-1]
+
+    monkeypatch.setattr(projector.recorder, "subscribe", counting)
+    stop, ready = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(follow(projector_for_same(projector), stop=stop, ready=ready))
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(15)
+    builds = sql.SQL("SELECT position FROM {}.builds FOR SHARE").format(
+        sql.Identifier(projector.names.control)
+    )
+    try:
+        with projector.connect() as holder:
+            # And its batches held behind a lock while 240 events arrive
+            holder.execute("BEGIN")
+            holder.execute(builds)
+            append(pg_engine.log, interleave(scripts("ib-late", 60)), per_transaction=20)
+            time.sleep(1.5)  # the subscription reads new events within its 0.25 s poll
+
+            # Then it has taken a few batches (inbox, the batch in hand), not the backlog
+            taken = subscriptions[-1].taken
+            assert 0 < taken <= (follow_module.INBOX_BATCHES + 1) * projector.batch_size + 1, taken
+            holder.execute("ROLLBACK")
+
+        # And once the lock goes, every event is applied
+        eventually(lambda: count(projector, "sessions") == 62, timeout=60)
+        assert subscriptions[-1].taken == 240
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], int), outcome
+    assert verify(projector) == []
+
+
+def test_a_follower_whose_inbox_is_full_stops_when_asked(pg_engine: Engine, projector: Projector) -> None:
+    """Stopped while its inbox is full and its reader waits for room, the follower returns."""
+    append(pg_engine.log, interleave(scripts("ibs", 1)))
+    projector.catch_up()
+    stop, ready = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(follow(projector_for_same(projector), stop=stop, ready=ready))
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(15)
+    builds = sql.SQL("SELECT position FROM {}.builds FOR SHARE").format(
+        sql.Identifier(projector.names.control)
+    )
+    with projector.connect() as holder:
+        holder.execute("BEGIN")
+        holder.execute(builds)
+        append(pg_engine.log, interleave(scripts("ibs-late", 30)), per_transaction=20)
+        time.sleep(1.0)
+        stop.set()
+        thread.join(15)
+        holder.execute("ROLLBACK")
+    assert not thread.is_alive()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], int), outcome
+    lingering = [t.name for t in threading.enumerate() if t.name == "projection-feed" and t.is_alive()]
+    assert lingering == []
