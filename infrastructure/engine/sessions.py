@@ -497,15 +497,12 @@ class SessionService:
         """The last version of the longest prefix of events stamped at or before ``as_of``
         (SessionNotYetStarted, a SessionNotFound, when the session began after ``as_of``)."""
         require_moment("as_of", as_of)
-        history = self.history(session_id)
-        version = 0
-        for entry in history:
-            if entry.timestamp > as_of:
-                break
-            version = entry.version
-        if version == 0:
-            raise SessionNotYetStarted(session_id, as_of, history[0].timestamp)
-        return version
+        found = self._store.version_at(self.session_uuid(session_id), as_of)
+        if found is None:
+            raise SessionNotFound(session_id)
+        if found.version == 0:
+            raise SessionNotYetStarted(session_id, as_of, found.first_stamp)
+        return found.version
 
 
 def _beyond_bound(base: datetime, ttl: timedelta, limit: datetime) -> str:

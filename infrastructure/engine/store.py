@@ -56,6 +56,7 @@ from flowledger.domain.errors import (
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.command_ids import new_command_id
 from flowledger.infrastructure.engine.keyed_locks import KeyedLocks, LockWaitTimeout
+from flowledger.infrastructure.engine.version_at import VersionAt, version_at
 from flowledger.infrastructure.engine.write_cache import WriteCache
 from flowledger.infrastructure.operation_deadline import operation_deadline, remaining_s
 from flowledger.infrastructure.outages import within_deadline
@@ -320,6 +321,11 @@ class AggregateStore:
             return _fold(stored[0].originator_id, events)
         except StoredEventUnreadable:
             return None
+
+    def version_at(self, aggregate_id: UUID, moment: datetime) -> VersionAt | None:
+        """The aggregate's last version stamped at or before ``moment`` (``version_at.py``)."""
+        app = self.app
+        return self._read("read events", lambda: version_at(app.recorder, app.mapper, aggregate_id, moment))
 
     def events(self, aggregate_id: UUID, *, gt: int | None = None, lte: int | None = None) -> list[Any]:
         """The aggregate's stored events, oldest first (optionally a version range); a version
