@@ -113,6 +113,29 @@ def projector_for_same(projector: Projector) -> Projector:
     )
 
 
+def started_follower(projector: Projector) -> tuple[threading.Thread, threading.Event, list[object]]:
+    """A follower of another projector over the same log on a thread, ready (caught up and
+    subscribed); its thread, the event that stops it, and what it returned or raised."""
+    stop, ready = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(follow(projector_for_same(projector), stop=stop, ready=ready))
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(15)
+    return thread, stop, outcome
+
+
+def hold_builds(projector: Projector) -> sql.Composed:
+    """The statement that holds the builds' tracking rows (a follower's batch waits for them)."""
+    return sql.SQL("SELECT position FROM {}.builds FOR SHARE").format(sql.Identifier(projector.names.control))
+
+
 def test_a_crash_inside_a_batch_leaves_neither_rows_nor_position(
     pg_engine: Engine, projector: Projector
 ) -> None:
@@ -328,21 +351,8 @@ def test_a_follower_waiting_for_a_lock_stops_when_asked(pg_engine: Engine, proje
     # Given a follower that has caught up
     append(pg_engine.log, interleave(scripts("lk", 2)))
     projector.catch_up()
-    stop, ready = threading.Event(), threading.Event()
-    outcome: list[object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(follow(projector_for_same(projector), stop=stop, ready=ready))
-        except BaseException as error:
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(15)
-    builds = sql.SQL("SELECT position FROM {}.builds FOR SHARE").format(
-        sql.Identifier(projector.names.control)
-    )
+    thread, stop, outcome = started_follower(projector)
+    builds = hold_builds(projector)
     with projector.connect() as holder:
         try:
             # And another session holding its tracking rows while events arrive
@@ -415,21 +425,8 @@ def test_a_follower_held_behind_a_lock_takes_no_more_than_a_few_batches_into_mem
         return subscriptions[-1]
 
     monkeypatch.setattr(projector.recorder, "subscribe", counting)
-    stop, ready = threading.Event(), threading.Event()
-    outcome: list[object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(follow(projector_for_same(projector), stop=stop, ready=ready))
-        except BaseException as error:
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(15)
-    builds = sql.SQL("SELECT position FROM {}.builds FOR SHARE").format(
-        sql.Identifier(projector.names.control)
-    )
+    thread, stop, outcome = started_follower(projector)
+    builds = hold_builds(projector)
     try:
         with projector.connect() as holder:
             # And its batches held behind a lock while 240 events arrive
@@ -459,21 +456,8 @@ def test_a_follower_whose_inbox_is_full_stops_when_asked(pg_engine: Engine, proj
     """Stopped while its inbox is full and its reader waits for room, the follower returns."""
     append(pg_engine.log, interleave(scripts("ibs", 1)))
     projector.catch_up()
-    stop, ready = threading.Event(), threading.Event()
-    outcome: list[object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(follow(projector_for_same(projector), stop=stop, ready=ready))
-        except BaseException as error:
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(15)
-    builds = sql.SQL("SELECT position FROM {}.builds FOR SHARE").format(
-        sql.Identifier(projector.names.control)
-    )
+    thread, stop, outcome = started_follower(projector)
+    builds = hold_builds(projector)
     with projector.connect() as holder:
         holder.execute("BEGIN")
         holder.execute(builds)
