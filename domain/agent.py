@@ -25,6 +25,7 @@ from flowledger.domain.bounds import (
     require_id,
     require_tenant,
     scoped_uuid,
+    shown,
     without_ignorables,
 )
 from flowledger.domain.errors import AgentAtCapacity, AgentConflict, TaskNotHeld, ValidationError
@@ -118,7 +119,9 @@ def require_capacity(capacity: int, *, at_least: int = 0) -> int:
     """Raise ValidationError unless ``capacity`` is an int in [at_least, MAX_CAPACITY]."""
     whole = isinstance(capacity, int) and not isinstance(capacity, bool)
     if not whole or not at_least <= capacity <= MAX_CAPACITY:
-        raise ValidationError("capacity", f"must be an int in [{at_least}, {MAX_CAPACITY}], got {capacity!r}")
+        raise ValidationError(
+            "capacity", f"must be an int in [{at_least}, {MAX_CAPACITY}], got {shown(capacity)}"
+        )
     return capacity
 
 

@@ -23,6 +23,7 @@ The limits (``MAX_*``) are documented in ``docs/projections.md`` ("Bounded input
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from datetime import datetime, timedelta
@@ -75,6 +76,15 @@ _FINITE_MAX = sys.float_info.max
 _FINITE_MIN = -_FINITE_MAX
 _COMPACT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 """Built once: ``json.dumps`` with any option builds a new encoder on every call."""
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for a refusal's message; an int too long for Python to write out (past
+    4,300 digits, ``sys.get_int_max_str_digits``) by its size: its ``repr`` raises ValueError,
+    which reached the caller of ``get_session(version=10**5000)`` instead of the refusal."""
+    if type(value) is int and value.bit_length() > _LARGEST_PLAIN_INT_BITS and _too_long(value):
+        return f"an integer of {int(math.log10(abs(value))) + 1:,} digits"
+    return repr(value)
 
 
 def _why(char: str) -> str:
@@ -418,10 +428,10 @@ def duration_of(field_name: str, amount: Any, unit: timedelta, *, maximum: timed
     Checked before the timedelta is built: ``timedelta(hours=1e20)`` itself overflows.
     """
     if isinstance(amount, bool) or not isinstance(amount, int | float) or amount != amount:
-        raise ValidationError(field_name, f"must be a number, got {amount!r}")
+        raise ValidationError(field_name, f"must be a number, got {shown(amount)}")
     largest = maximum / unit
     if not 0 < amount <= largest:
-        raise ValidationError(field_name, f"must be more than 0 and at most {largest:g}, got {amount!r}")
+        raise ValidationError(field_name, f"must be more than 0 and at most {largest:g}, got {shown(amount)}")
     return require_duration(field_name, unit * amount, maximum=maximum)
 
 
@@ -478,7 +488,9 @@ def require_deadline(field_name: str, value: Any, now: datetime) -> datetime | N
 def require_count(field_name: str, value: Any, *, least: int = 0, most: int) -> int:
     """Raise ValidationError unless ``value`` is an int (not a bool) in [``least``, ``most``]."""
     if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-        raise ValidationError(field_name, f"must be a whole number from {least} to {most}, got {value!r}")
+        raise ValidationError(
+            field_name, f"must be a whole number from {least} to {most}, got {shown(value)}"
+        )
     return value
 
 
@@ -488,7 +500,7 @@ def require_version(field_name: str, value: Any, *, optional: bool = False) -> i
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValidationError(field_name, f"must be a version >= 1, got {value!r}")
+        raise ValidationError(field_name, f"must be a version >= 1, got {shown(value)}")
     return value
 
 

@@ -38,6 +38,7 @@ from flowledger.domain.bounds import (
     require_text,
     require_ttl,
     require_version,
+    shown,
     storable,
 )
 from flowledger.domain.errors import ValidationError
@@ -147,7 +148,7 @@ class LlmUsage:
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValidationError(f"usage.{name}", f"must be an int >= 0, got {value!r}")
+                raise ValidationError(f"usage.{name}", f"must be an int >= 0, got {shown(value)}")
         if self.cache_read_input_tokens > self.input_tokens:
             raise ValidationError(
                 "usage.cache_read_input_tokens", "cannot exceed input_tokens (which include them)"
@@ -184,15 +185,15 @@ class LlmUsage:
         for name in ("cost_usd", "retried_cost_usd"):
             cost = getattr(self, name)
             if not isinstance(cost, Decimal) or not cost.is_finite() or cost < 0:
-                raise ValidationError(f"usage.{name}", f"must be a finite Decimal >= 0, got {cost!r}")
+                raise ValidationError(f"usage.{name}", f"must be a finite Decimal >= 0, got {shown(cost)}")
         latency = self.latency_ms
         if (
             isinstance(latency, bool)
             or not isinstance(latency, int | float)
-            or not math.isfinite(latency)
+            or not -math.inf < latency < math.inf  # (math.isfinite raises OverflowError past a float)
             or latency < 0
         ):
-            raise ValidationError("usage.latency_ms", f"must be a number >= 0, got {latency!r}")
+            raise ValidationError("usage.latency_ms", f"must be a number >= 0, got {shown(latency)}")
         reasons = self.finish_reasons
         if (
             isinstance(reasons, str)

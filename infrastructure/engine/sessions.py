@@ -21,6 +21,7 @@ from flowledger.domain.bounds import (
     require_flag,
     require_moment,
     require_object,
+    shown,
 )
 from flowledger.domain.errors import (
     SessionClosed,
@@ -210,7 +211,7 @@ class SessionService:
             raise SessionClosed(session_id, "erased")
         if at_version > latest.version:
             raise ValidationError(
-                "at_version", f"session {session_id!r} has {latest.version} versions, not {at_version}"
+                "at_version", f"session {session_id!r} has {latest.version} versions, not {shown(at_version)}"
             )
         parent = self.get(session_id, version=at_version)
         decide = partial(self._fork, parent, new_session_id, ttl)
@@ -234,7 +235,7 @@ class SessionService:
         if session is None:
             raise SessionNotFound(session_id)
         if version is not None and session.version < version:
-            raise ValidationError("version", f"session has {session.version} versions, not {version}")
+            raise ValidationError("version", f"session has {session.version} versions, not {shown(version)}")
         now = self._store.clock()
         if version is None:  # now, not a version (nor a moment) of the past
             return session.state().judged_at(now)

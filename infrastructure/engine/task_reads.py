@@ -7,6 +7,7 @@ from datetime import datetime
 from uuid import UUID
 
 from flowledger.domain.agent import Agent, agent_uuid
+from flowledger.domain.bounds import shown
 from flowledger.domain.errors import AgentNotFound, TaskNotFound, ValidationError
 from flowledger.domain.task import Task, task_uuid
 from flowledger.domain.task_views import AgentState, TaskPriority, TaskState, TaskStatus
@@ -66,7 +67,7 @@ class TaskReads:
         if task is None:
             raise TaskNotFound(task_id)
         if version is not None and task.version < version:
-            raise ValidationError("version", f"task has {task.version} versions, not {version}")
+            raise ValidationError("version", f"task has {task.version} versions, not {shown(version)}")
         return task.state()
 
     def task_history(self, task_id: str) -> list[HistoryEntry]:
@@ -83,7 +84,7 @@ class TaskReads:
         if agent is None:
             raise AgentNotFound(agent_id)
         if version is not None and agent.version < version:
-            raise ValidationError("version", f"agent has {agent.version} versions, not {version}")
+            raise ValidationError("version", f"agent has {agent.version} versions, not {shown(version)}")
         return agent.state()
 
     def agent_history(self, agent_id: str) -> list[HistoryEntry]:
