@@ -7,17 +7,52 @@ print text unwrapped (rich's ``soft_wrap``): a terminal wraps a long line on scr
 pipe gets it whole. Tables are unaffected: they still fit the width, folding their cells.
 Progress bars show on a terminal only: on any other stream rich's transient bar left a blank
 line where it had been, before the one line a command answers with.
+
+Every text they print shows its control characters as escapes (``shown_text``): names taken
+as recorded (a model or provider a call reported) reach a table cell as they are.
 """
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from rich.console import Console
 from rich.progress import Progress, ProgressColumn
+from rich.text import Text
+
+_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""Every C0 control but the line break, DEL, every C1 control (U+009B is a terminal's CSI too),
+and the bidi embeddings, overrides and isolates (they reorder what follows them on a line)."""
+_SPELLED = {"\t": "\\t", "\r": "\\r"}
+
+
+def _spelled(found: re.Match[str]) -> str:
+    char = found.group()
+    return _SPELLED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def shown_text(text: str) -> str:
+    """``text`` with each control character written as its escape, as Python writes it
+    (``\\x1b``, ``\\u202e``); the line break stays one. ``flowledger dashboard`` printed a model
+    named ``a\\x1b[31mRED\\x1b[0m`` (recorded over REST) raw: an escape sequence in a name is the
+    recorder's to send to whoever reads the table (colours, erased lines, a window title, the
+    clipboard), and rich strips only five control characters (BEL, BS, VT, FF, CR), not ESC."""
+    return text if text.isprintable() or _CONTROLS.search(text) is None else _CONTROLS.sub(_spelled, text)
+
+
+class _ShownConsole(Console):
+    """A rich console whose every string (a message, a table cell, a title) passes ``shown_text``
+    first: rich turns each into a Text here, before markup and styles, which it adds itself."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(shown_text(text), **options)
 
 
 def cli_console(*, stderr: bool = False) -> Console:
-    """A console on stdout (results) or stderr (notes, errors) whose messages are never wrapped."""
-    return Console(stderr=stderr, soft_wrap=True)
+    """A console on stdout (results) or stderr (notes, errors) whose messages are never wrapped
+    and show control characters as escapes."""
+    return _ShownConsole(stderr=stderr, soft_wrap=True)
 
 
 def transient_progress(console: Console, *columns: str | ProgressColumn) -> Progress:

@@ -1,0 +1,63 @@
+"""Names recorded from a call's usage may hold control characters (a provider's model name is
+taken as reported): the CLI prints them as escapes (``\\x1b``), never as the characters
+themselves. ``flowledger dashboard`` wrote a model named ``a\\x1b[31mRED\\x1b[0m`` (recorded
+over REST by a writer key) to the reader's terminal raw: an escape sequence that colours,
+erases lines, retitles the window or sets the clipboard (OSC 52) is the recorder's to send."""
+
+from __future__ import annotations
+
+import io
+from decimal import Decimal
+
+from rich.table import Table
+
+from flowledger.adapters.cli.consoles import cli_console, shown_text
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+from tests.e2e.test_cli_sessions import run
+
+ESCAPING_MODEL = "a\x1b[31mRED\x1b[0m"
+ESCAPING_PROVIDER = "p\x1b]0;owned\x07\u202eevil\x9b2J"
+
+
+def test_the_dashboard_prints_control_characters_in_names_as_escapes(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a call recorded with a model and a provider holding escape sequences
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("s-1", "cs")
+        usage = LlmUsage(
+            provider=ESCAPING_PROVIDER,
+            request_model=ESCAPING_MODEL,
+            response_model=ESCAPING_MODEL,
+            input_tokens=10,
+            output_tokens=1,
+            cost_usd=Decimal("0.001"),
+        )
+        engine.record_step("s-1", "greet", usage=usage)
+    # When the dashboard groups by them
+    done = run(database_url, pg_schema, "dashboard", "--since", "1h", "--by", "model", "--by", "provider")
+    # Then no control character reaches the output, and each is shown as its escape
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    printed = done.stdout.replace("\n", "")
+    assert not any(char in printed for char in "\x1b\x07\x9b\u202e"), repr(done.stdout)
+    assert "a\\x1b[31mRED\\x1b[0m" in printed
+    for escape in ("\\x07", "\\u202e", "\\x9b"):
+        assert escape in printed
+
+
+def test_a_console_shows_every_control_character_but_the_line_break() -> None:
+    # Given a console writing to a buffer, and a table cell and a message with controls in them
+    out = io.StringIO()
+    console = cli_console()
+    console.file = out
+    table = Table("name")
+    table.add_row("x\x00\x08\r\x7f\x85\u2066y")
+    console.print(table)
+    console.print("one\ntwo\ttab")
+    # Then each control character is written as its escape; the line break stays one
+    written = out.getvalue()
+    assert "x\\x00\\x08\\r\\x7f\\x85\\u2066y" in written
+    assert "one\ntwo\\ttab" in written
+    assert shown_text("plain [b]text[/b] ünïcode") == "plain [b]text[/b] ünïcode"
