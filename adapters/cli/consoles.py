@@ -50,9 +50,10 @@ class _ShownConsole(Console):
 
 
 def cli_console(*, stderr: bool = False) -> Console:
-    """A console on stdout (results) or stderr (notes, errors) whose messages are never wrapped
-    and show control characters as escapes."""
-    return _ShownConsole(stderr=stderr, soft_wrap=True)
+    """A console on stdout (results) or stderr (notes, errors) whose messages are never wrapped,
+    show control characters as escapes and names as written (no emoji codes)."""
+    # emoji=False: rich drew a model named "gpt:thumbs_up:4" as "gpt👍4" (its emoji codes).
+    return _ShownConsole(stderr=stderr, soft_wrap=True, emoji=False)
 
 
 def transient_progress(console: Console, *columns: str | ProgressColumn) -> Progress:

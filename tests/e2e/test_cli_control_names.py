@@ -1,4 +1,6 @@
-"""Names recorded from a call's usage may hold control characters (a provider's model name is
+"""Names are printed as written: neither control characters nor rich's emoji codes act.
+
+Names recorded from a call's usage may hold control characters (a provider's model name is
 taken as reported): the CLI prints them as escapes (``\\x1b``), never as the characters
 themselves. ``flowledger dashboard`` wrote a model named ``a\\x1b[31mRED\\x1b[0m`` (recorded
 over REST by a writer key) to the reader's terminal raw: an escape sequence that colours,
@@ -61,3 +63,31 @@ def test_a_console_shows_every_control_character_but_the_line_break() -> None:
     assert "x\\x00\\x08\\r\\x7f\\x85\\u2066y" in written
     assert "one\ntwo\\ttab" in written
     assert shown_text("plain [b]text[/b] ünïcode") == "plain [b]text[/b] ünïcode"
+
+
+def test_names_that_read_as_emoji_codes_are_printed_as_written(database_url: str, pg_schema: str) -> None:
+    # Given a workflow, a step and a model whose names hold rich's emoji codes
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("s-1", "support:smile:")
+        engine.record_step(
+            "s-1", ":warning:", usage=LlmUsage(request_model="gpt:thumbs_up:4", input_tokens=1)
+        )
+    # When the dashboard groups by them
+    done = run(
+        database_url,
+        pg_schema,
+        "dashboard",
+        "--since",
+        "1h",
+        "--by",
+        "workflow",
+        "--by",
+        "step",
+        "--by",
+        "model",
+    )
+    # Then each name reads as recorded (rich drew "gpt👍4", "⚠" and "support😄")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    printed = done.stdout
+    for name in ("support:smile:", ":warning:", "gpt:thumbs_up:4"):
+        assert name in printed, printed
