@@ -87,6 +87,18 @@ def shown(value: Any) -> str:
     return repr(value)
 
 
+def json_problem(error: ValueError | RecursionError) -> str:
+    """Why ``json.loads`` refused a text, in words for whoever wrote it: nested deeper than the
+    reader follows (its ``RecursionError``, which ended a CLI command as "a bug in flowledger",
+    exit 70), a number too long to read (without Python's advice to raise
+    ``sys.set_int_max_str_digits()``, which is for the interpreter's owner), else its own words."""
+    if isinstance(error, RecursionError):
+        return "is nested too deeply to read"
+    if "integer string conversion" in str(error):
+        return f"holds a number of more than {sys.get_int_max_str_digits():,} digits"
+    return str(error)
+
+
 def _why(char: str) -> str:
     if char == "\x00":
         return "must not contain NUL characters (U+0000): PostgreSQL text cannot store them"

@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from flowledger.domain.bounds import json_problem
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
 from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.skills import SkillCatalogue
@@ -78,8 +79,8 @@ def _read(setting: str, shipped: str, path: Path | None) -> tuple[dict[str, Any]
         label = Path(path).name
     try:
         data = json.loads(raw)
-    except ValueError as error:
-        raise ValidationError(setting, f"{label} is not JSON: {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise ValidationError(setting, f"{label} is not JSON: {json_problem(error)}") from None
     if not isinstance(data, dict):
         raise ValidationError(setting, f"{label} must hold a JSON object")
     return data, label

@@ -235,7 +235,7 @@ def verify_bundle(lines: Iterable[str], public_key: bytes) -> BundleReport:
         try:
             record = json.loads(line)
             kind = record["type"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: nested too deep
             report.problems.append(f"line {number}: not a bundle record")
             continue
         try:

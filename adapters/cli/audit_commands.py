@@ -19,6 +19,7 @@ import typer
 
 from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import fail, naming, reported_errors
+from flowledger.domain.bounds import json_problem
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.audit import AuditReport, verify_log
@@ -87,8 +88,8 @@ def json_records(path: Path, what: str) -> Iterator[tuple[int, Any]]:
             continue
         try:
             yield number, json.loads(line)
-        except ValueError as error:
-            refuse_malformed(what, f"line {number}: not JSON ({error})")
+        except (ValueError, RecursionError) as error:
+            refuse_malformed(what, f"line {number}: not JSON ({json_problem(error)})")
 
 
 def _check_anchors(path: Path) -> None:

@@ -25,7 +25,13 @@ from flowledger.adapters.cli.errors import fail, reported_errors
 from flowledger.adapters.cli.rendering import history_table
 from flowledger.adapters.cli.session_commands import duration, parse_time
 from flowledger.adapters.cli.task_rendering import task_line, task_table, tasks_table
-from flowledger.domain.bounds import MAX_DEADLINE, MAX_REASON_LENGTH, require_resolution, require_text
+from flowledger.domain.bounds import (
+    MAX_DEADLINE,
+    MAX_REASON_LENGTH,
+    json_problem,
+    require_resolution,
+    require_text,
+)
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskPriority, TaskState, TaskStatus
 from flowledger.infrastructure import Engine, Settings
@@ -71,6 +77,8 @@ def _resolution(text: str | None) -> dict[str, Any] | None:
             "resolution",
             f"must be JSON, an object or a string in quotes: {error.msg} at character {error.pos}",
         ) from None
+    except (ValueError, RecursionError) as error:  # too deep, or a number too long to read
+        raise ValidationError("resolution", json_problem(error)) from None
     return require_resolution(value)
 
 

@@ -21,6 +21,7 @@ from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 
+from flowledger.domain.bounds import json_problem
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.pricing import DatedPrice, ModelPrice, PriceTable, price_table_from_document
 
@@ -62,8 +63,8 @@ def read_price_file(path: Path | None = None, *, default: ModelPrice | None = No
         ) from None
     try:
         data = json.loads(text, parse_float=Decimal)
-    except ValueError as error:
-        raise ValidationError("pricing_file", f"{label} is not JSON: {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise ValidationError("pricing_file", f"{label} is not JSON: {json_problem(error)}") from None
     if not isinstance(data, dict):
         raise ValidationError("pricing_file", f"{label} must hold a JSON object")
     return price_table_from_document(data, label=label, raw=raw, default=default), text

@@ -30,6 +30,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.sql import SQL, Identifier
 
+from flowledger.domain.bounds import json_problem
 from flowledger.domain.errors import AuditError
 from flowledger.infrastructure.audit_keys import SigningKey, chain_key, signing_key
 from flowledger.infrastructure.operation_deadline import operation_deadline
@@ -416,8 +417,10 @@ class AuditTrail:
                 continue
             try:
                 record = json.loads(line)
-            except ValueError as error:
-                raise AuditError(f"the anchor file {target}, line {number}, is not JSON ({error})") from None
+            except (ValueError, RecursionError) as error:
+                raise AuditError(
+                    f"the anchor file {target}, line {number}, is not JSON ({json_problem(error)})"
+                ) from None
             if not isinstance(record, dict):
                 raise AuditError(f"the anchor file {target}, line {number}, is not a checkpoint record")
             records.append(record)
