@@ -87,6 +87,29 @@ def shown(value: Any) -> str:
     return repr(value)
 
 
+_SHOWN_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+"""Every C0 control but the line break, DEL and every C1 control (U+009B is a terminal's CSI)."""
+_SHOWN_CONTROLS_AND_BIDI = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""The same, and the bidi embeddings, overrides and isolates (they reorder what follows them)."""
+_SPELLED = {"\t": "\\t", "\r": "\\r"}
+
+
+def _spelled(found: re.Match[str]) -> str:
+    char = found.group()
+    return _SPELLED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def spell_controls(text: str, *, bidi: bool = False) -> str:
+    """``text`` with each control character (and with ``bidi`` each bidi embedding, override
+    and isolate) written as its escape, as Python writes one (``\\x1b``, ``\\u202e``); the
+    line break stays one. For names shown as recorded (a model or provider a call reported may
+    hold any character): a terminal acts on ESC, a page draws it as nothing."""
+    if text.isprintable():
+        return text
+    pattern = _SHOWN_CONTROLS_AND_BIDI if bidi else _SHOWN_CONTROLS
+    return text if pattern.search(text) is None else pattern.sub(_spelled, text)
+
+
 def json_problem(error: ValueError | RecursionError) -> str:
     """Why ``json.loads`` refused a text, in words for whoever wrote it: nested deeper than the
     reader follows (its ``RecursionError``, which ended a CLI command as "a bug in flowledger",

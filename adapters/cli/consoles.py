@@ -14,22 +14,13 @@ as recorded (a model or provider a call reported) reach a table cell as they are
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress, ProgressColumn
 from rich.text import Text
 
-_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-"""Every C0 control but the line break, DEL, every C1 control (U+009B is a terminal's CSI too),
-and the bidi embeddings, overrides and isolates (they reorder what follows them on a line)."""
-_SPELLED = {"\t": "\\t", "\r": "\\r"}
-
-
-def _spelled(found: re.Match[str]) -> str:
-    char = found.group()
-    return _SPELLED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+from flowledger.domain.bounds import spell_controls
 
 
 def shown_text(text: str) -> str:
@@ -38,7 +29,7 @@ def shown_text(text: str) -> str:
     named ``a\\x1b[31mRED\\x1b[0m`` (recorded over REST) raw: an escape sequence in a name is the
     recorder's to send to whoever reads the table (colours, erased lines, a window title, the
     clipboard), and rich strips only five control characters (BEL, BS, VT, FF, CR), not ESC."""
-    return text if text.isprintable() or _CONTROLS.search(text) is None else _CONTROLS.sub(_spelled, text)
+    return spell_controls(text, bidi=True)
 
 
 class _ShownConsole(Console):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from html import escape
 
+from flowledger.adapters.http.page_text import escape
 from flowledger.domain.values import plain_decimal
 from flowledger.infrastructure.postgres.budgets import Burn
 

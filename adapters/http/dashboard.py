@@ -11,7 +11,6 @@ import re
 from dataclasses import asdict
 from datetime import UTC, datetime
 from decimal import Decimal, localcontext
-from html import escape
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,6 +30,7 @@ from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.headers import page_policy
 from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page, refused_login
+from flowledger.adapters.http.page_text import escape
 from flowledger.adapters.http.schemas import ANY_TEXT, PathId
 from flowledger.adapters.http.task_schemas import TierReportOut, answers
 from flowledger.adapters.http.tier_panel import tier_panel, tier_report

@@ -10,7 +10,6 @@ be made to write anything.
 from __future__ import annotations
 
 import time
-from html import escape
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -23,6 +22,7 @@ from flowledger.adapters.http.dashboard_sessions import SESSION_S, session_for
 from flowledger.adapters.http.errors import BASIC, ERROR_CONTENT, responses
 from flowledger.adapters.http.headers import foreign_post, page_policy
 from flowledger.adapters.http.json_body import OneNameRoute
+from flowledger.adapters.http.page_text import escape
 from flowledger.infrastructure.postgres.keys import digest
 
 router = APIRouter(route_class=OneNameRoute, tags=["analytics"])

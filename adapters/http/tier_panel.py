@@ -4,11 +4,11 @@ task calls recorded in a window, priced as if each tier policy had routed them."
 from __future__ import annotations
 
 from datetime import datetime
-from html import escape
 from typing import Any
 
 from psycopg import Connection
 
+from flowledger.adapters.http.page_text import escape
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.task_views import TaskPriority
 from flowledger.domain.values import plain_decimal

@@ -58,3 +58,21 @@ def test_a_workflow_name_that_closes_its_isolate_first_cannot_turn_the_title_aro
 def test_a_model_name_in_a_chart_label_cannot_turn_the_unpriced_count_after_it_around(page: str) -> None:
     # The label "m" U+202E " (unpriced: 1)" was drawn "m(1 :decirpnu)"
     assert "</title>\u2068m\u202e\u2069 (unpriced: 1)</text>" in page
+
+
+def test_control_characters_in_a_model_name_are_drawn_as_their_escapes(pg_engine: Engine) -> None:
+    # Given calls of a model whose name holds ESC, BEL and a C1 control, and of one without them
+    pg_engine.start_session("s-1", "wf")
+    for model in ("a\x1b[31mb\x07\x85", "a[31mb"):
+        used = LlmUsage(request_model=model, input_tokens=10, output_tokens=5, cost_usd=Decimal("0.01"))
+        pg_engine.record_step("s-1", "step", usage=used)
+    # When the page draws them
+    with TestClient(create_app(pg_engine)) as client:
+        response = client.get("/dashboard", params={"since": "1h"})
+    # Then no control character is in the page, and the two models read apart (a browser drew
+    # ESC and BEL as nothing: both read "a[31mb")
+    assert response.status_code == 200
+    page = response.text
+    assert not any(char in page for char in "\x1b\x07\x85")
+    assert "a\\x1b[31mb\\x07\\x85" in page
+    assert ">a[31mb<" in page
