@@ -186,6 +186,8 @@ class LlmUsage:
             cost = getattr(self, name)
             if not isinstance(cost, Decimal) or not cost.is_finite() or cost < 0:
                 raise ValidationError(f"usage.{name}", f"must be a finite Decimal >= 0, got {shown(cost)}")
+            if cost.is_signed():  # -0 (cost < 0 is refused): zero, written without its sign
+                object.__setattr__(self, name, cost.copy_abs())
         latency = self.latency_ms
         if (
             isinstance(latency, bool)
@@ -194,6 +196,8 @@ class LlmUsage:
             or latency < 0
         ):
             raise ValidationError("usage.latency_ms", f"must be a number >= 0, got {shown(latency)}")
+        if isinstance(latency, float) and latency == 0.0:
+            object.__setattr__(self, "latency_ms", 0.0)  # -0.0 too: answered as "-0.0" before
         reasons = self.finish_reasons
         if (
             isinstance(reasons, str)
