@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
 from flowledger.domain.price_rule import ModelPrice
 
@@ -195,6 +196,13 @@ def price_table_from_document(
             isinstance(k, str) and isinstance(v, str) for k, v in raw_aliases.items()
         ):
             raise ValidationError("pricing_file", f"{label}: 'aliases' must map names to model names")
+        for alias, target in raw_aliases.items():
+            try:
+                require_name("alias", alias)
+                require_name("model", target)
+            except ValidationError as error:
+                said = f"{label}: aliases: {error.field} {error.message}"
+                raise ValidationError("pricing_file", said) from None
         aliases = dict(raw_aliases)
     else:
         # LiteLLM's file: a flat map, with a documentation entry and non-chat models.
@@ -204,6 +212,10 @@ def price_table_from_document(
     schedule: dict[str, list[DatedPrice]] = {}
     for model, entry in entries.items():
         try:
+            if own_format or isinstance(entry, list) or _is_price(entry):
+                # A model the table prices is a model name as every command takes one: an empty,
+                # blank or control-character key (a NUL, an escape) was taken and shown as such.
+                require_name("model", model)
             if isinstance(entry, list):
                 schedule[model] = sorted(
                     (_dated(item) for item in entry), key=lambda dated: dated.effective_from

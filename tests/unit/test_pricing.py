@@ -178,6 +178,35 @@ def test_our_own_format_needs_a_version_and_may_carry_a_default(tmp_path: Path) 
             r"model 'm': input_cost_per_token must have at most 40 decimal places \(as a recorded cost\),"
             r" got 1\.2345678901234567890123456789012345E-7$",
         ),
+        # Model names no command takes were taken and shown as such (an outside probe): empty,
+        # blank, a NUL, an escape; in aliases too; and in a LiteLLM file's priced entries.
+        (
+            '{"version": "v", "models": {"": {"input_cost_per_token": 1, "output_cost_per_token": 1}}}',
+            r"prices\.json, model '': model must be a non-empty string$",
+        ),
+        (
+            '{"version": "v", "models": {"  ": {"input_cost_per_token": 1, "output_cost_per_token": 1}}}',
+            r"prices\.json, model '  ': model must be a non-empty string$",
+        ),
+        (
+            '{"version": "v", "models": {"a\\u0000b":'
+            ' {"input_cost_per_token": 1, "output_cost_per_token": 1}}}',
+            r"prices\.json, model 'a\\x00b': model must not contain NUL characters",
+        ),
+        (
+            '{"version": "v", "models": {"a\\u001bb":'
+            ' {"input_cost_per_token": 1, "output_cost_per_token": 1}}}',
+            r"prices\.json, model 'a\\x1bb': model must not contain control characters \(found U\+001B\)$",
+        ),
+        (
+            '{"version": "v", "models": {"m": {"input_cost_per_token": 1, "output_cost_per_token": 1}},'
+            ' "aliases": {"a\\u001b": "m"}}',
+            r"prices\.json: aliases: alias must not contain control characters",
+        ),
+        (
+            '{"a\\u0007": {"input_cost_per_token": 1, "output_cost_per_token": 1}}',
+            r"prices\.json, model 'a\\x07': model must not contain control characters",
+        ),
     ],
 )
 def test_a_broken_price_file_is_rejected(tmp_path: Path, content: str, message: str) -> None:
