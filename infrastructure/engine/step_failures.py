@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
 
+from flowledger.domain.bounds import storable, storable_name
 from flowledger.domain.budget import budget_uuid
 from flowledger.domain.error_detail import ErrorDetail
 from flowledger.domain.errors import (
@@ -34,6 +35,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.session import WORKER_LOST
 from flowledger.domain.session_views import SessionState, StepFailure
+from flowledger.domain.values import LlmUsage
 
 NOT_ABOUT_THE_REQUEST = frozenset(
     {"cancelled", WORKER_LOST, "StoreUnavailable", "StoreRefused", "ConcurrentUpdate", "EngineClosed"}
@@ -92,6 +94,19 @@ def failure_detail(error: BaseException) -> ErrorDetail | None:
     if type(error) is LlmError:
         return {"error": "LlmError", "attempts": error.attempts}
     return None
+
+
+def unrecorded_answer(error: Exception, usage: LlmUsage | None) -> LlmError:
+    """The error a caller is told when the model answered but recording its answer failed on
+    ``error`` (a bug: no outage, no model error): the error named, with what the call cost.
+    Recorded as the step's failure, a waiter is told the same (an ``LlmError``'s fields)."""
+    kind = type(error).__name__
+    return LlmError(
+        storable(f"the model answered but its answer could not be recorded: {kind}: {error}", 1_000),
+        error_type=storable_name(kind, "unknown"),
+        attempts=usage.attempts if usage is not None else 1,
+        usage=usage,
+    )
 
 
 def waiter_error(failure: StepFailure, state: SessionState, now: datetime) -> FlowledgerError | None:

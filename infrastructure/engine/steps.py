@@ -61,7 +61,7 @@ from flowledger.infrastructure.engine.step_calls import (
     same_request,
     usage_of,
 )
-from flowledger.infrastructure.engine.step_failures import failure_detail, waiter_error
+from flowledger.infrastructure.engine.step_failures import failure_detail, unrecorded_answer, waiter_error
 from flowledger.infrastructure.engine.step_leases import LeaseRenewer
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.postgres.budgets import Reservation
@@ -305,6 +305,12 @@ class StepService:
             if told is error:
                 raise
             raise told from error
+        except FlowledgerError:
+            raise
+        except Exception as error:
+            # A bug, not an outage nor the model: raised as it was, the step stayed pending
+            # until its lease lapsed and every caller of its key waited that long.
+            raise await self._fail_unrecorded(call, go, reply, unsettled, error) from error
         if isinstance(outcome, str):
             raise SessionClosed(call.session_id, outcome)
         if isinstance(outcome, Unrecordable):
@@ -351,8 +357,31 @@ class StepService:
                     continue
         except FlowledgerError:
             return  # the engine was closed, or the like: nothing more can be done here
+        except Exception as error:  # a bug: fail the step rather than leave it to lapse
+            with contextlib.suppress(Exception):
+                await self._fail_unrecorded(call, go, reply, unsettled, error)
         finally:
             renewer.stop()
+
+    async def _fail_unrecorded(
+        self, call: StepCall, go: Go, reply: LlmReply, unsettled: Reservation | None, error: Exception
+    ) -> LlmError:
+        """Record an answer that ``_finish`` failed on (``error``, a bug) as StepFailed, with
+        what the call cost, so that its key is not held until the lease lapses; return the
+        error its caller is told. Failing with the usage (it may be what broke), it is recorded
+        without; failing again, the lease is left to lapse and the caller is told all the same."""
+        usage = reply.usage if isinstance(reply.usage, LlmUsage) else None
+        if unsettled is not None:
+            with contextlib.suppress(Exception):
+                await self._settle(unsettled, usage)
+        told = unrecorded_answer(error, usage)
+        for known in (usage, None):
+            try:
+                await self._record_failure(call, go, told.error_type, told, known)
+                break
+            except Exception:
+                continue
+        return told
 
     async def _reserve(self, llm: LlmPort, call: StepCall, go: Go) -> Reservation | None:
         """Hold the call's estimated maximum cost in its budgets; refuse it, recorded and unsent,
