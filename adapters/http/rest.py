@@ -163,11 +163,15 @@ def fork(session_id: SessionId, body: schemas.ForkSession, caller: Writer) -> sc
 
 
 @router.post("/sessions/{session_id}/extend", responses=_WRITE)
-def extend(session_id: SessionId, body: schemas.Extend, caller: Writer) -> schemas.SessionOut:
+def extend(
+    session_id: SessionId, body: schemas.Extend, caller: Writer, idempotency_key: IdempotencyKey = None
+) -> schemas.SessionOut:
     """Add ``ttl_seconds`` to the current expiry (24 h + 1 h is 25 h), or set it to ``expires_at``
-    (give one of them). An expired session stays expired (410)."""
+    (give one of them). An expired session stays expired (410). Sent again under its idempotency
+    key (body or ``Idempotency-Key`` header), it moves the expiry no further."""
     by = None if body.ttl_seconds is None else timedelta(seconds=body.ttl_seconds)
-    change = caller.engine.change_expiry(session_id, by=by, to=body.expires_at)
+    key = one_key(body.idempotency_key, idempotency_key)
+    change = caller.engine.change_expiry(session_id, by=by, to=body.expires_at, idempotency_key=key)
     return schemas.SessionOut.of(change.state)
 
 

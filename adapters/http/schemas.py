@@ -340,6 +340,7 @@ class Extend(Body):
         default=None,
         description="The new expiry (RFC 3339 text with a zone, or Unix seconds), instead of ttl_seconds.",
     )
+    idempotency_key: str | None = name(description="A retry under it moves the expiry no further.")
 
     @field_validator("ttl_seconds")
     @classmethod

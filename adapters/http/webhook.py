@@ -129,7 +129,8 @@ async def workflow_state(
         key = one_key(body.idempotency_key, idempotency_key) or None
         data = await _process(caller, body, session_id, key, strict)
     elif action == "extend_session":
-        data = await run_in_threadpool(_extend, engine, body, session_id, strict)
+        key = one_key(body.idempotency_key, idempotency_key) or None
+        data = await run_in_threadpool(_extend, engine, body, session_id, key, strict)
     else:
         data = await run_in_threadpool(_get_state, engine, session_id)
     # Plain JSON already (the context is checked JSON, times are ISO strings): answered as it
@@ -209,17 +210,22 @@ async def _process(
     return answer
 
 
-def _extend(engine: Engine, body: WebhookRequest, session_id: str, strict: bool) -> dict[str, Any]:
+def _extend(
+    engine: Engine, body: WebhookRequest, session_id: str, key: str | None, strict: bool
+) -> dict[str, Any]:
     if body.expires_at is not None and body.expires_hours is not None:
         raise ValidationError(
             "expires_at", "give expires_hours (added to the expiry) or expires_at, not both"
         )
     if body.expires_at is not None:
-        change = engine.change_expiry(session_id, to=body.expires_at, reopen_expired=not strict)
+        change = engine.change_expiry(
+            session_id, to=body.expires_at, reopen_expired=not strict, idempotency_key=key
+        )
         how = f"set to {body.expires_at.isoformat()}"
     else:
         hours = body.expires_hours or DEFAULT_HOURS
-        change = engine.change_expiry(session_id, by=timedelta(hours=hours), reopen_expired=not strict)
+        by = timedelta(hours=hours)
+        change = engine.change_expiry(session_id, by=by, reopen_expired=not strict, idempotency_key=key)
         how = f"{hours:g} h from now (it had expired)" if change.reopened else f"{hours:g} h added"
     expires_at = change.state.expires_at.isoformat()
     previous = change.previous_expires_at.isoformat()

@@ -610,18 +610,34 @@ class Engine:
         return self.sessions.update_context(session_id, update)
 
     def extend_session(
-        self, session_id: str, ttl: timedelta, *, reopen_expired: bool = False
+        self,
+        session_id: str,
+        ttl: timedelta,
+        *,
+        reopen_expired: bool = False,
+        idempotency_key: str | None = None,
     ) -> SessionState:
         """Add ``ttl`` to the current expiry (24 h + 1 h is 25 h); an expired session stays expired
-        unless ``reopen_expired`` (it then lives ``ttl`` from now)."""
-        return self.sessions.extend(session_id, ttl, reopen_expired=reopen_expired).state
+        unless ``reopen_expired`` (it then lives ``ttl`` from now). A retry under the first call's
+        ``idempotency_key`` moves the expiry no further (a retry without a key extends again)."""
+        return self.sessions.extend(
+            session_id, ttl, reopen_expired=reopen_expired, idempotency_key=idempotency_key
+        ).state
 
     def set_expiry(
-        self, session_id: str, expires_at: datetime, *, reopen_expired: bool = False
+        self,
+        session_id: str,
+        expires_at: datetime,
+        *,
+        reopen_expired: bool = False,
+        idempotency_key: str | None = None,
     ) -> SessionState:
         """Set the expiry to a moment after now and at most ``MAX_TTL`` (366 days) ahead (an
-        expired session stays expired unless ``reopen_expired``)."""
-        return self.sessions.set_expiry(session_id, expires_at, reopen_expired=reopen_expired).state
+        expired session stays expired unless ``reopen_expired``); a retry under its
+        ``idempotency_key`` is answered as the first call was."""
+        return self.sessions.set_expiry(
+            session_id, expires_at, reopen_expired=reopen_expired, idempotency_key=idempotency_key
+        ).state
 
     def change_expiry(
         self,
@@ -630,12 +646,16 @@ class Engine:
         by: timedelta | None = None,
         to: datetime | None = None,
         reopen_expired: bool = False,
+        idempotency_key: str | None = None,
     ) -> ExpiryChange:
         """``extend_session`` (``by``) or ``set_expiry`` (``to``), answered with the expiry before too."""
+        key = idempotency_key
         if by is not None and to is None:
-            return self.sessions.extend(session_id, by, reopen_expired=reopen_expired)
+            return self.sessions.extend(session_id, by, reopen_expired=reopen_expired, idempotency_key=key)
         if to is not None and by is None:
-            return self.sessions.set_expiry(session_id, to, reopen_expired=reopen_expired)
+            return self.sessions.set_expiry(
+                session_id, to, reopen_expired=reopen_expired, idempotency_key=key
+            )
         raise ValidationError(
             "expires_at", "give a duration to add or a moment to set (one of them, not both)"
         )

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID
 
+from flowledger.domain.aggregate import command_id_of
 from flowledger.domain.bounds import (
     MAX_TTL,
     require_duration,
@@ -24,6 +25,7 @@ from flowledger.domain.bounds import (
     shown,
 )
 from flowledger.domain.errors import (
+    IdempotencyKeyReused,
     SessionClosed,
     SessionConflict,
     SessionNotFound,
@@ -159,31 +161,48 @@ class SessionService:
         """Merge keys into the session context."""
         return self._write(session_id, partial(self._update_context, session_id, update))
 
-    def extend(self, session_id: str, ttl: timedelta, *, reopen_expired: bool = False) -> ExpiryChange:
+    def extend(
+        self,
+        session_id: str,
+        ttl: timedelta,
+        *,
+        reopen_expired: bool = False,
+        idempotency_key: str | None = None,
+    ) -> ExpiryChange:
         """Add ``ttl`` to the current expiry: a 24 h session extended by 1 h lives 25 h.
 
         The bound is ``set_expiry``'s: the new expiry may lie at most ``MAX_TTL`` (366 days) after
         now, however many extensions came before; one past it is refused (ValidationError on
         ``ttl``, saying how much can still be added, a ``ttl`` longer than ``MAX_TTL`` too) and
         nothing is recorded. A session that already expired stays expired (SessionExpired),
-        unless ``reopen_expired``: then it lives ``ttl`` from now.
+        unless ``reopen_expired``: then it lives ``ttl`` from now. Under an ``idempotency_key``
+        the expiry moves once: a repeat is answered as the first call was (``expiry_moved_under``).
         """
         require_duration("ttl", ttl, maximum=timedelta.max)  # positive; the bound is the session's
         require_flag("reopen_expired", reopen_expired)
-        return self._write(session_id, partial(self._extend, session_id, ttl, reopen_expired))
+        key = _optional_key(idempotency_key)
+        decide = partial(self._extend, session_id, ttl, reopen_expired, key)
+        return self._write(session_id, decide, command_id=key)
 
     def set_expiry(
-        self, session_id: str, expires_at: datetime, *, reopen_expired: bool = False
+        self,
+        session_id: str,
+        expires_at: datetime,
+        *,
+        reopen_expired: bool = False,
+        idempotency_key: str | None = None,
     ) -> ExpiryChange:
         """Set the expiry to ``expires_at``, which must lie after now and at most ``MAX_TTL`` ahead.
 
         The explicit form for shortening a session too. One that already expired stays expired
-        (SessionExpired), unless ``reopen_expired``: then it lives until ``expires_at``.
+        (SessionExpired), unless ``reopen_expired``: then it lives until ``expires_at``. Under an
+        ``idempotency_key``, a repeat is answered as the first call was.
         """
         require_moment("expires_at", expires_at)
         require_flag("reopen_expired", reopen_expired)
-        decide = partial(self._set_expiry, session_id, expires_at, reopen_expired)
-        return self._write(session_id, decide)
+        key = _optional_key(idempotency_key)
+        decide = partial(self._set_expiry, session_id, expires_at, reopen_expired, key)
+        return self._write(session_id, decide, command_id=key)
 
     def expire(self, session_id: str) -> bool:
         """Record ``Expired`` when the session is active and its expiry has passed (the engine's
@@ -416,8 +435,13 @@ class SessionService:
         session.update_context(update)
         return session.state()
 
-    def _extend(self, session_id: str, ttl: timedelta, reopen_expired: bool, uow: UnitOfWork) -> ExpiryChange:
+    def _extend(
+        self, session_id: str, ttl: timedelta, reopen_expired: bool, key: str | None, uow: UnitOfWork
+    ) -> ExpiryChange:
         session = self._session(uow, session_id)
+        repeat = self._expiry_moved_under(session, key, uow.now, by=ttl)
+        if repeat is not None:
+            return repeat
         # The bound set_expiry holds to, on the same clock: repeated extensions would otherwise
         # push the expiry years ahead. A session reopened lives ttl from now instead.
         limit = uow.now + MAX_TTL
@@ -444,8 +468,12 @@ class SessionService:
         return ExpiryChange(state=session.state(), previous_expires_at=previous, reopened=False)
 
     def _set_expiry(
-        self, session_id: str, expires_at: datetime, reopen_expired: bool, uow: UnitOfWork
+        self, session_id: str, expires_at: datetime, reopen_expired: bool, key: str | None, uow: UnitOfWork
     ) -> ExpiryChange:
+        if key is not None:  # a repeat is answered even once the moment it set has passed
+            repeat = self._expiry_moved_under(self._session(uow, session_id), key, uow.now, to=expires_at)
+            if repeat is not None:
+                return repeat
         # Checked against the store's clock, inside the unit of work: the same clock that
         # later decides whether the session expired.
         if expires_at <= uow.now:
@@ -457,6 +485,43 @@ class SessionService:
             )
         session = self._session(uow, session_id)
         return self._move_expiry(session, uow.now, expires_at, expires_at, reopen_expired)
+
+    def _expiry_moved_under(
+        self,
+        session: Session,
+        key: str | None,
+        now: datetime,
+        *,
+        by: timedelta | None = None,
+        to: datetime | None = None,
+    ) -> ExpiryChange | None:
+        """The change an earlier extension (``by``) or ``set_expiry`` (``to``) under ``key`` made,
+        as it was answered then (the expiry before it read at the version before), or None when
+        no move of the expiry carries the key as its command id. Another move under the key (another
+        ``ttl``, another moment) is refused (IdempotencyKeyReused). A retry after a lost answer
+        extended twice: the command had no key, its id was made afresh by each call."""
+        if key is None:
+            return None
+        needle = b'"command_id":' + json.dumps(key, ensure_ascii=False).encode()
+        moves = [
+            event
+            for kind in (Session.Extended, Session.Reopened)
+            for event in self._store.events_containing(session.id, kind, needle)
+            if command_id_of(event) == key
+        ]
+        if not moves:
+            return None
+        move = min(moves, key=lambda event: event.originator_version)
+        before: Session | None = self._store.load(session.id, move.originator_version - 1)
+        previous = before.expires_at if before is not None else move.expires_at
+        reopened = isinstance(move, Session.Reopened)
+        if to is not None and move.expires_at != to:
+            raise IdempotencyKeyReused(session.session_id, key, "expiry change", "expires_at")
+        if by is not None and not reopened and previous + by != move.expires_at:
+            raise IdempotencyKeyReused(session.session_id, key, "expiry change", "ttl")
+        return ExpiryChange(
+            state=session.state().judged_at(now), previous_expires_at=previous, reopened=reopened
+        )
 
     def _expire(self, session_id: str, uow: UnitOfWork) -> bool:
         session = self._session(uow, session_id)
@@ -504,6 +569,11 @@ class SessionService:
         if found.version == 0:
             raise SessionNotYetStarted(session_id, as_of, found.first_stamp)
         return found.version
+
+
+def _optional_key(idempotency_key: str | None) -> str | None:
+    """A caller's key checked as a name (it becomes the command's id), or None."""
+    return None if idempotency_key is None else require_name("idempotency_key", idempotency_key)
 
 
 def _beyond_bound(base: datetime, ttl: timedelta, limit: datetime) -> str:
