@@ -45,6 +45,10 @@ MAX_TTL = timedelta(days=366)
 """A session's TTL, and how far one extension reaches."""
 MAX_DEADLINE = timedelta(days=3660)
 """How far ahead a task's deadline may lie (about ten years)."""
+MIN_DERIVED_DEADLINE = timedelta(hours=1)
+"""How soon a deadline derived from a classification's estimate may lie at the soonest: the
+seed's smallest ``deadline_hours``. A tiny estimate (1e-9 hours) derived one at the moment of
+classification, and the next assignment escalated the task with a free agent waiting."""
 MAX_SKILLS = 100
 """Skills an agent has or a task requires."""
 MAX_REASON_LENGTH = 2_000

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flowledger.domain.agent import normalise_skills
-from flowledger.domain.bounds import MAX_DEADLINE, require_name, without_ignorables
+from flowledger.domain.bounds import MAX_DEADLINE, MIN_DERIVED_DEADLINE, require_name, without_ignorables
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification, TaskPriority
 
@@ -225,11 +225,15 @@ class SkillCatalogue:
             # The bound a deadline given by a caller has (require_deadline): up to 100 x 10,000
             # estimated hours would put it a century ahead.
             capped = span > MAX_DEADLINE
-            deadline = now + min(span, MAX_DEADLINE)
+            # And a floor: 2 x 1e-9 hours is the moment of classification itself (a duration
+            # rounds to the microsecond), and the next assignment escalated the task at once.
+            raised = span < MIN_DERIVED_DEADLINE
+            deadline = now + min(max(span, MIN_DERIVED_DEADLINE), MAX_DEADLINE)
             reasons.append(
                 f"deadline {deadline.isoformat()} = classified at + {self.deadline_factor:g} x "
                 f"{classification.estimated_hours:g} estimated hours"
                 + (f", capped at {MAX_DEADLINE.days:,} days ahead (MAX_DEADLINE)" if capped else "")
+                + (f", raised to {MIN_DERIVED_DEADLINE} ahead (MIN_DERIVED_DEADLINE)" if raised else "")
             )
         return Derivation(
             required_skills=skills, priority=priority, deadline=deadline, reasons=tuple(reasons)
