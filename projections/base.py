@@ -22,6 +22,9 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
 from psycopg import Cursor
 
+# Imported for their aggregates: ``known_topics`` finds them among FlowledgerAggregate's subclasses.
+from flowledger.domain import agent, budget, session, task  # noqa: F401
+from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.projections.calls import Call
 from flowledger.projections.sql import q
 
@@ -84,6 +87,18 @@ class Projection(ABC):
     @abstractmethod
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
         """Write the rows for ``batch`` (events in log order) into the tables in ``schema``."""
+
+
+def known_topics() -> frozenset[str]:
+    """Every topic this release stores an event under: the event classes of each aggregate.
+    A row of any other topic was written by a newer release, or had its topic edited."""
+    classes: list[type[Any]] = []
+    todo: list[type[Any]] = [FlowledgerAggregate]
+    while todo:
+        cls = todo.pop()
+        classes.append(cls)
+        todo.extend(cls.__subclasses__())
+    return event_topics(*classes)
 
 
 def event_topics(*classes: type[Any]) -> frozenset[str]:

@@ -102,8 +102,12 @@ class StreamChecks:
         """The ids of ``notifications`` (as read) whose stored hash is not the chained hash of
         their content (none when each fits, has no stored hash, or follows a row without one).
         Run after ``check``, which finds the bases table."""
+        return self.hashes(cur, notifications)[0]
+
+    def hashes(self, cur: Cursor[Any], notifications: Sequence[Notification]) -> tuple[set[int], set[int]]:
+        """``altered``'s ids, and the ids of those whose stored hash was checked and fits."""
         if not notifications:
-            return set()
+            return set(), set()
         bases = SQL("{}.{}").format(Identifier(self.store), Identifier(BASES))
         known = self._with_bases is not None
         cur.execute(
@@ -116,6 +120,7 @@ class StreamChecks:
         )
         stored = {int(r[0]): (bytes(r[1]), r[2] if r[2] is not None else r[3]) for r in cur.fetchall()}
         found: set[int] = set()
+        fitting: set[int] = set()
         for n in notifications:
             hashes = stored.get(n.id)
             version = n.originator_version
@@ -127,7 +132,9 @@ class StreamChecks:
                 != hashes[0]
             ):
                 found.add(n.id)
-        return found
+            else:
+                fitting.add(n.id)
+        return found, fitting
 
     def _statement(self, cur: Cursor[Any]) -> Composed:
         if self._with_bases is not None:

@@ -19,6 +19,7 @@ from psycopg import Connection
 
 from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure import outages
+from flowledger.infrastructure.postgres.recorder import ReadTopics
 from flowledger.projections.catalog import install
 from flowledger.projections.processor import BatchHook, Projector
 
@@ -52,7 +53,8 @@ def follow(
             after = min(projector.positions(cur, [t.schema for t in targets]).values(), default=0)
         inbox = _inbox(projector.batch_size)
         halted = threading.Event()  # the main loop has ended: nobody takes from the inbox
-        topics = sorted(set().union(*(p.topics for p in projections)))
+        # With the rows of unknown topics too, as ``Projector.read`` reads them (``strangers``).
+        topics = ReadTopics(sorted(set().union(*(p.topics for p in projections))), projector.known)
         with projector.recorder.subscribe(gt=after, topics=topics) as subscription:
 
             def feed() -> None:

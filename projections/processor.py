@@ -22,12 +22,13 @@ import psycopg
 from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
 from psycopg import Connection, Cursor
 
-from flowledger.domain.errors import StoredEventAltered, ValidationError
+from flowledger.domain.errors import StoredEventAltered, StoredEventUnreadable, ValidationError
 from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.database import as_snapshot_reader
+from flowledger.infrastructure.postgres.recorder import ReadTopics
 from flowledger.projections import dead_letters
 from flowledger.projections.archived import ChainKey
-from flowledger.projections.base import Envelope, Projection
+from flowledger.projections.base import Envelope, Projection, known_topics
 from flowledger.projections.calls import call_of
 from flowledger.projections.catalog import Names, active_schemas, install
 from flowledger.projections.continuity import StreamChecks
@@ -89,6 +90,9 @@ class Projector:
         self.continuity = StreamChecks(self.names.store, self.events_table)
         """Checks each batch's range of the log for a row deleted or moved (``continuity``)."""
         self.mapper = mapper
+        self.known = sorted(known_topics())
+        """The topics of this release's event classes: a batch reads the rows of any other topic
+        too (``read``), to name them rather than pass over them (``strangers``)."""
         self.projections = list(projections)
         self.batch_size = batch_size
         self.chain_key = chain_key
@@ -136,7 +140,9 @@ class Projector:
             "read the log",
             self.deadline_s,
             lambda: list(
-                self.recorder.select_notifications(start=start, limit=size, stop=stop, topics=topics)
+                self.recorder.select_notifications(
+                    start=start, limit=size, stop=stop, topics=ReadTopics(topics, self.known)
+                )
             ),
         )
 
@@ -266,8 +272,9 @@ class Projector:
             self.continuity.check(cur, after=min(positions.values(), default=last), through=last)
             ids = [n.id for n in notifications]
             first = bisect_right(ids, min(positions.values(), default=0))
-            altered = self.continuity.altered(cur, notifications[first:])
+            altered, fitting = self.continuity.hashes(cur, notifications[first:])
             envelopes = [decoded(self.mapper, n, altered=n.id in altered) for n in notifications[first:]]
+            unknown = strangers(envelopes, frozenset(self.known), altered, fitting)
             for target in targets:
                 position = positions[target.schema]
                 topics = target.projection.topics
@@ -276,7 +283,8 @@ class Projector:
                 if undecodable:
                     todo = [e for e in todo if not isinstance(e.event, _Undecodable)]
                 refused = _apply_isolating(cur, target, todo)
-                faults = undecodable + refused
+                hidden = [(e, why) for e, why in unknown if e.id > position and e.topic not in topics]
+                faults = undecodable + refused + hidden
                 dead_letters.record(
                     cur,
                     self.names,
@@ -330,6 +338,38 @@ def decoded(mapper: Mapper[UUID], notification: Notification, *, altered: bool =
             dead_letters.describe(error), notification.originator_id, notification.originator_version
         )
         return Envelope(notification.id, stand_in, None, notification.topic)
+
+
+def strangers(
+    envelopes: Sequence[Envelope], known: frozenset[str], altered: set[int], fitting: set[int]
+) -> list[tuple[Envelope, str]]:
+    """The events whose topic may not be the one they were written under, as dead letters of
+    every build (each build adds those of topics it does not read; the others it sets aside
+    itself): a topic edited in the database hid its event from every build that does not read
+    the new one, and a rebuild dropped the step from the read models without a word.
+
+    An event of a topic no class of this release has is named whatever its hash says when it
+    does not fit (``StoredEventAltered``) or cannot be checked (``StoredEventUnreadable``); a
+    newer release's event, its hash fitting, is passed over. An event of a known topic whose
+    hash does not fit (``StoredEventAltered``) may have been moved to it from another.
+    Cheap: the batch's read returns rows of unknown topics besides its own (a test on the topic
+    of each row it reads past anyway), and the hashes are those the batch checks already; a
+    topic moved to a known one no projection of the run reads is ``audit verify``'s to name.
+    """
+    letters = []
+    for envelope in envelopes:
+        stranger = envelope.topic not in known and envelope.id not in fitting
+        if not stranger and envelope.id not in altered:
+            continue
+        stream = _attribute(envelope, "originator_id")
+        version = _attribute(envelope, "originator_version")
+        error: Exception = (
+            StoredEventAltered(str(stream), version)
+            if envelope.id in altered
+            else StoredEventUnreadable(str(stream), version, envelope.topic, "no event class has this topic")
+        )
+        letters.append((envelope, dead_letters.describe(error)))
+    return letters
 
 
 def _attribute(envelope: Envelope, name: str) -> Any:

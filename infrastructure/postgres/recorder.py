@@ -36,7 +36,7 @@ primary's markers are not visible, so the horizon there is the snapshot's xmin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from time import monotonic, sleep
 from typing import Any, TypeVar, cast
 from uuid import UUID
@@ -122,6 +122,21 @@ def library_error(error: psycopg.Error) -> PersistenceError:
         if isinstance(error, theirs):
             return ours(str(error))
     return PersistenceError(str(error))
+
+
+class ReadTopics(tuple[str, ...]):
+    """The topics a reader of notifications handles, and (``known``) every topic this release
+    has an event class for: a read of them also returns the rows of a topic not known, a newer
+    release's or one edited in the database, which the projections name rather than pass over.
+    A tuple, so that the library's subscription passes it to ``select_notifications`` as it is
+    (and a recorder that knows nothing of it reads the topics alone)."""
+
+    known: tuple[str, ...]
+
+    def __new__(cls, topics: Iterable[str], known: Iterable[str]) -> ReadTopics:
+        made = super().__new__(cls, topics)
+        made.known = tuple(known)
+        return made
 
 
 class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
@@ -494,7 +509,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         *,
         inclusive_of_start: bool = True,
     ) -> Sequence[Notification]:
-        """Notifications from ``start`` in id order, up to the first that may still move."""
+        """Notifications from ``start`` in id order, up to the first that may still move; of
+        ``topics`` when given, and of every topic not known too when they are ``ReadTopics``."""
         return self._within_deadline(
             lambda: self._select_notifications(start, limit, stop, topics, inclusive_of_start)
         )
@@ -510,6 +526,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         topics: Sequence[str],
         inclusive_of_start: bool,
     ) -> Sequence[Notification]:
+        known = topics.known if isinstance(topics, ReadTopics) else ()
+        unknown = bool(topics) and bool(known)
         statement = pg_sql.select_notifications(
             self.datastore.schema,
             self.events_table_name,
@@ -517,10 +535,13 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             has_start=start is not None,
             has_stop=stop is not None,
             has_topics=bool(topics),
+            has_unknown=unknown,
         )
         params: list[Any] = [p for p in (start, stop) if p is not None]
         if topics:
             params.append(list(topics))
+        if unknown:
+            params.append(list(known))
         params.append(limit)
         deadline = monotonic() + self.horizon_wait
         prepare = self.prepare

@@ -315,10 +315,18 @@ def horizon_and_oldest(space: int) -> Composed:
 
 
 def select_notifications(
-    schema: str, table: str, *, inclusive: bool, has_start: bool, has_stop: bool, has_topics: bool
+    schema: str,
+    table: str,
+    *,
+    inclusive: bool,
+    has_start: bool,
+    has_stop: bool,
+    has_topics: bool,
+    has_unknown: bool = False,
 ) -> Composed:
     """Rows after ``start`` in id order, each flagged safe or not against a horizon (the first
-    parameter, from ``horizon``).
+    parameter, from ``horizon``); with ``has_unknown``, the rows of the topics asked for and
+    of every topic not in a second list (the topics known, see ``select_notifications``).
 
     Unsafe rows are returned too, so the caller can cut the page there and knows which
     transaction ids to wait for.
@@ -329,7 +337,7 @@ def select_notifications(
     if has_stop:
         conditions.append(SQL("notification_id <= %s"))
     if has_topics:
-        conditions.append(SQL("topic = ANY(%s)"))
+        conditions.append(SQL("(topic = ANY(%s) OR topic <> ALL(%s))" if has_unknown else "topic = ANY(%s)"))
     where = SQL(" WHERE ") + SQL(" AND ").join(conditions) if conditions else SQL("")
     return SQL(
         "SELECT notification_id, originator_id, originator_version, topic, state, "
