@@ -567,7 +567,9 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                     id=row["notification_id"],
                     originator_id=row["originator_id"],
                     originator_version=row["originator_version"],
-                    topic=row["topic"],
+                    # A topic set NULL in the database is one no class has, read as "" (a str,
+                    # as the hash check and the dead letters need): named, not a crash.
+                    topic=row["topic"] if row["topic"] is not None or not unknown else "",
                     state=payload(row),
                 )
             )

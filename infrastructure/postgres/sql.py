@@ -337,7 +337,8 @@ def select_notifications(
     if has_stop:
         conditions.append(SQL("notification_id <= %s"))
     if has_topics:
-        conditions.append(SQL("(topic = ANY(%s) OR topic <> ALL(%s))" if has_unknown else "topic = ANY(%s)"))
+        either = "(topic = ANY(%s) OR topic IS NULL OR topic <> ALL(%s))"
+        conditions.append(SQL(either if has_unknown else "topic = ANY(%s)"))
     where = SQL(" WHERE ") + SQL(" AND ").join(conditions) if conditions else SQL("")
     return SQL(
         "SELECT notification_id, originator_id, originator_version, topic, state, "

@@ -485,3 +485,16 @@ def test_a_live_follower_names_an_event_of_an_edited_topic_as_it_arrives(
     assert altered_letters(projector) == {(str(damaged), 4)}
     assert {p for _, _, p, _ in letters_of(projector)} == {b.projection for b in status(projector)}
     assert cost(projector) == Decimal("0.02")
+
+
+def test_a_rebuild_names_an_event_whose_topic_was_set_null(pg_engine: Engine, projector: Projector) -> None:
+    steps(pg_engine, "damaged", 4)
+    damaged = pg_engine.session_uuid("damaged")
+    sql(
+        pg_engine,
+        "UPDATE {events} SET topic = NULL WHERE originator_id = %s AND originator_version = 3",
+        damaged,
+    )
+    rebuild(projector)
+    assert altered_letters(projector) == {(str(damaged), 3)}
+    assert cost(projector) == Decimal("0.03")
