@@ -19,7 +19,6 @@ from psycopg import Connection
 
 from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure import outages
-from flowledger.infrastructure.postgres.recorder import ReadTopics
 from flowledger.projections.catalog import install
 from flowledger.projections.processor import BatchHook, Projector
 
@@ -54,7 +53,7 @@ def follow(
         inbox = _inbox(projector.batch_size)
         halted = threading.Event()  # the main loop has ended: nobody takes from the inbox
         # With the rows of unknown topics too, as ``Projector.read`` reads them (``strangers``).
-        topics = ReadTopics(sorted(set().union(*(p.topics for p in projections))), projector.known)
+        topics = projector.read_topics(set().union(*(p.topics for p in projections)))
         with projector.recorder.subscribe(gt=after, topics=topics) as subscription:
 
             def feed() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -94,6 +94,9 @@ class Projector:
         """The topics of this release's event classes: a batch reads the rows of any other topic
         too (``read``), to name them rather than pass over them (``strangers``)."""
         self.projections = list(projections)
+        self.orphans = frozenset(self.known) - frozenset().union(*(p.topics for p in self.projections))
+        """Known topics no projection reads (the budgets' events): read by every batch too, so
+        that the hash check sees a row moved to one of them; few rows, so little to read."""
         self.batch_size = batch_size
         self.chain_key = chain_key
         """Gives the chain key archived sessions' bases are checked under before a new build
@@ -131,17 +134,23 @@ class Projector:
             "read the log", self.deadline_s, lambda: self.recorder.max_notification_id() or 0
         )
 
+    def read_topics(self, topics: Iterable[str]) -> ReadTopics:
+        """What a batch reads for projections of ``topics``: those, the ``orphans``, and the
+        rows of unknown topics (``ReadTopics``), which ``strangers`` names or passes over."""
+        return ReadTopics(sorted(set(topics) | self.orphans), self.known)
+
     def read(
         self, start: int, stop: int, topics: Sequence[str], limit: int | None = None
     ) -> list[Notification]:
-        """Up to ``limit`` (the batch size) notifications of ``topics`` from ``start`` through ``stop``."""
+        """Up to ``limit`` (the batch size) notifications of ``topics`` from ``start`` through
+        ``stop`` (and of ``read_topics``'s others)."""
         size = self.batch_size if limit is None else limit
         return within_deadline(
             "read the log",
             self.deadline_s,
             lambda: list(
                 self.recorder.select_notifications(
-                    start=start, limit=size, stop=stop, topics=ReadTopics(topics, self.known)
+                    start=start, limit=size, stop=stop, topics=self.read_topics(topics)
                 )
             ),
         )

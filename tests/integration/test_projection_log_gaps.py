@@ -498,3 +498,17 @@ def test_a_rebuild_names_an_event_whose_topic_was_set_null(pg_engine: Engine, pr
     rebuild(projector)
     assert altered_letters(projector) == {(str(damaged), 3)}
     assert cost(projector) == Decimal("0.03")
+
+
+def test_a_rebuild_names_a_step_moved_to_a_topic_no_projection_reads(
+    pg_engine: Engine, projector: Projector
+) -> None:
+    # Given a step whose topic was changed to a budget event's, which no projection reads
+    steps(pg_engine, "damaged", 4)
+    damaged = pg_engine.session_uuid("damaged")
+    retopic(pg_engine, damaged, 3, "flowledger.domain.budget:Budget.Changed")
+    # When every projection is rebuilt, Then the edited event is named in every build
+    rebuild(projector)
+    assert altered_letters(projector) == {(str(damaged), 3)}
+    assert {p for _, _, p, _ in letters_of(projector)} == {b.projection for b in status(projector)}
+    assert cost(projector) == Decimal("0.03")
