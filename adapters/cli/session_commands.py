@@ -53,13 +53,22 @@ def extend(
     reopen: Annotated[
         bool, typer.Option("--reopen", help="Reopen an expired session (for --hours from now, or --until).")
     ] = False,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Run again with the same key (a retry after a timeout), the expiry moves once and"
+            " the first run's answer is printed; the same key with other hours or moment is refused."
+        ),
+    ] = None,
 ) -> None:
     """Move a session's expiry: add --hours to it (24 h + 2 h is 26 h), or set it --until a moment."""
     with reported_errors():
         by = None if hours is None else duration(hours, bounded=False)
         to = None if until is None else parse_time(until, "until")
         with Engine() as engine:
-            change = engine.change_expiry(session_id, by=by, to=to, reopen_expired=reopen)
+            change = engine.change_expiry(
+                session_id, by=by, to=to, reopen_expired=reopen, idempotency_key=idempotency_key
+            )
         after = change.state.expires_at.isoformat(timespec="seconds")
         before = change.previous_expires_at.isoformat(timespec="seconds")
         how = "reopened: it had expired" if change.reopened else f"it was {before}"

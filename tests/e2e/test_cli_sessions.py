@@ -49,6 +49,34 @@ def test_extend_adds_hours_to_the_expiry_or_sets_it_and_says_so(database_url: st
         assert engine.get_session("cli-2").expires_at == moment
 
 
+def test_extend_run_again_with_its_idempotency_key_moves_the_expiry_once(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a session that expires in 24 h
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        started = engine.start_session("cli-3", "customer_service", ttl=timedelta(hours=24))
+    later = (started.expires_at + timedelta(hours=2)).isoformat(timespec="seconds")
+    was = started.expires_at.isoformat(timespec="seconds")
+
+    # When `extend --hours 2` runs twice under one key (a cron job's retry after a timeout)
+    first = run(database_url, pg_schema, "extend", "cli-3", "--hours", "2", "--idempotency-key", "nightly-1")
+    again = run(database_url, pg_schema, "extend", "cli-3", "--hours", "2", "--idempotency-key", "nightly-1")
+
+    # Then the expiry moved once, and the retry prints the first run's answer
+    assert first.returncode == again.returncode == 0, (first.stderr, again.stderr)
+    assert first.stdout == again.stdout
+    assert f"now expires at {later} (it was {was})" in again.stdout
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        assert engine.get_session("cli-3").expires_at == started.expires_at + timedelta(hours=2)
+        assert engine.get_session("cli-3").version == 2
+
+    # And the same key with other hours is refused in one line, nothing moved
+    other = run(database_url, pg_schema, "extend", "cli-3", "--hours", "3", "--idempotency-key", "nightly-1")
+    assert other.returncode != 0
+    assert len(other.stderr.strip().splitlines()) == 1, other.stderr
+    assert "nightly-1" in other.stderr
+
+
 def test_an_unknown_session_exits_3_with_one_line(database_url: str, pg_schema: str) -> None:
     result = run(database_url, pg_schema, "history", "nobody")
     assert result.returncode == 3
