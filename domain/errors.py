@@ -166,15 +166,29 @@ class StoredEventOutOfOrder(LogDamaged):
 class StoredEventAltered(LogDamaged):
     """A stored event's topic or payload is not what its stored hash was taken over, after its
     predecessor's stored hash (the row was edited in the database, or the one before it was
-    edited and re-hashed): a projection build refuses to apply it."""
+    edited and re-hashed), or, when read by an engine holding the chain key, its hash is not
+    sealed under that key: a projection build refuses to apply it, a read to serve it."""
 
-    def __init__(self, stream: str, version: int) -> None:
+    def __init__(self, stream: str, version: int, *, read: bool = False, why: str = "content") -> None:
+        what = _ALTERED.get(why, _ALTERED["content"])
         super().__init__(
             stream,
             version,
-            f"a stored event was altered: stream {stream} version {version} is not what its chained"
-            " hash was taken over (the row, or the one before it, was changed): it is not applied",
+            f"a stored event was altered: stream {stream} version {version} {what}: it is not"
+            f" {'read' if read else 'applied'}",
         )
+        self.why = why
+        """``content`` (not what its hash was taken over), ``unsealed`` (a hash the chain key did
+        not seal), ``unhashed`` (no hash after a row that has one)."""
+
+
+_ALTERED = {
+    "content": "is not what its chained hash was taken over (the row, or the one before it, was changed)",
+    "unsealed": "is not sealed with the chain key (a row inserted, or altered and re-hashed, in the"
+    " database; or this engine's chain key is not the writers')",
+    "unhashed": "has no hash, after a row that has one (altered and its hash removed in the database;"
+    " or written by an engine with the chain off)",
+}
 
 
 class ArchivedBaseForged(LogDamaged):

@@ -465,31 +465,45 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         """The library's read of one stream, retried within the operation deadline (not 10
-        times). The audit chain learns the hash of the newest event read, so an append
-        after a load does not read it again (a task another process created, say)."""
+        times). With the chain on, a row whose hash or seal does not check is
+        ``StoredEventAltered`` (``StreamChain.altered``), and the chain learns the hash of the
+        newest event read, so an append after a load does not read it again (a task another
+        process created, say)."""
         return self._within_deadline(lambda: self._select_events(originator_id, gt, lte, desc, limit))
 
     def _select_events(
         self, originator_id: UUID | str, gt: int | None, lte: int | None, desc: bool, limit: int | None
     ) -> list[StoredEvent]:
-        rows = read_stream(self, originator_id, gt, lte, desc, limit)
         chain = self.chain
+        # The row before the first asked for comes along (same statement), so that the first
+        # one's content is checked against its predecessor's hash too (a load after a snapshot).
+        widen = chain is not None and gt is not None and gt > 0 and not desc and limit is None
+        rows = read_stream(self, originator_id, gt - 1 if widen and gt else gt, lte, desc, limit)
         if chain is not None and rows:
+            for altered in chain.altered(rows[::-1] if desc else rows).values():
+                raise altered
             newest = rows[0] if desc else rows[-1]
             if newest["event_hash"] is not None:
                 chain.note_head(
                     newest["originator_id"], newest["originator_version"], bytes(newest["event_hash"])
                 )
+        if widen and rows and rows[0]["originator_version"] == gt:
+            rows = rows[1:]
         return stored_events(rows)
 
     def select_streams(self, originator_ids: Sequence[UUID]) -> list[StoredEvent]:
         """Every event of the streams in ``originator_ids``, by stream then version, in one
-        read within the operation deadline (the chain learns each stream's newest hash)."""
+        read within the operation deadline (the chain learns each stream's newest hash); a
+        stream with a row whose hash or seal does not check is left out."""
 
         def read() -> list[StoredEvent]:
             rows = read_streams(self, originator_ids)
             chain = self.chain
             if chain is not None:
+                # A stream with an altered row is left out: its own load names it.
+                altered = chain.altered(rows)
+                if altered:
+                    rows = [row for row in rows if row["originator_id"] not in altered]
                 newest = {row["originator_id"]: row for row in rows}  # rows come in version order
                 for row in newest.values():
                     if row["event_hash"] is not None:

@@ -17,7 +17,7 @@ import pytest
 from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage
-from flowledger.domain.errors import AuditError
+from flowledger.domain.errors import AuditError, StoredEventAltered
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.verify import event_hash
@@ -198,6 +198,54 @@ TAMPERING: list[tuple[Callable[[Log], None], str, int, str]] = [
     (edit_and_rehash, "forged", 3, "altered row: altered in place and re-hashed without the chain key"),
     (move_last_ahead, "reordered", 5, "lies past the last one the log's sequence issued"),
 ]
+
+
+READ_REFUSALS: list[tuple[Callable[[Log], None], int, str]] = [
+    # (the change, the version a read names, what its line says)
+    (edit_cost, 2, "is not what its chained hash was taken over"),
+    (swap_payloads, 2, "is not what its chained hash was taken over"),
+    (change_topic_to_completed, 3, "is not what its chained hash was taken over"),
+    (edit_and_rehash, 3, "is not sealed with the chain key"),
+    (forge_next_event, 6, "is not sealed with the chain key"),
+]
+
+
+@pytest.mark.parametrize(
+    ("tamper", "version", "says"), READ_REFUSALS, ids=[t[0].__name__ for t in READ_REFUSALS]
+)
+def test_a_read_refuses_a_row_changed_in_the_database_instead_of_serving_it(
+    log: Log, database_url: str, tamper: Callable[[Log], None], version: int, says: str
+) -> None:
+    """get_session, history and replay served what an edit stored: a step's cost changed from
+    0.000197 to 0.000001 in the database read 0.000198 as the session's total (0.000394 written)
+    and in its history, exit 0, until ``audit verify`` next ran; an edit re-hashed by the public
+    rule, or a row inserted with a fitting hash, likewise."""
+    # Given a change made in the database directly
+    tamper(log)
+    # When a fresh engine reads the session (its state, at the changed version, its history)
+    with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
+        for read in (
+            lambda: engine.get_session("victim"),
+            lambda: engine.get_session("victim", version=version),
+            lambda: engine.history("victim"),
+        ):
+            # Then each refuses, naming the stream and version
+            with pytest.raises(StoredEventAltered) as raised:
+                read()
+            assert (raised.value.stream, raised.value.version) == (str(log.victim), version)
+            assert says in str(raised.value)
+        # And the untouched session still reads
+        assert engine.get_session("bystander").totals.cost_usd == Decimal("0.000394")
+    # And the command line says so in one line, exit 65
+    for command in (("history", "victim"), ("replay", "victim")):
+        result = run_cli(log.url, log.schema, *command)
+        assert result.returncode == 65, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith(
+            f"error: a stored event was altered: stream {log.victim} version {version} "
+        )
+        assert "flowledger audit verify" in lines[0]
 
 
 def test_an_untouched_log_verifies_and_prints_its_rate(log: Log) -> None:

@@ -14,6 +14,7 @@ from psycopg.sql import SQL, Identifier
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
+from tests.support.event_rows import chained_again
 
 DAMAGE = {
     # The first payload byte: '{' becomes 0xff, which is not UTF-8 (nor JSON)
@@ -80,6 +81,8 @@ def test_a_row_that_no_longer_reads_is_named_in_one_line_exit_65(
 ) -> None:
     # Given version 2 of the session's stream changed in the database directly
     damage_version_2(database_url, pg_schema, victim, damage)
+    # (chained again under the key: a read by an engine that chains refuses an unsealed edit first)
+    chained_again(database_url, pg_schema, victim, make_settings())
     # When a command reads the stream
     result = run_cli(database_url, pg_schema, *args)
     # Then it names the row and what to run, in one line, as bad data (not "a bug in flowledger")

@@ -10,6 +10,7 @@ from psycopg.sql import SQL, Identifier
 from flowledger.adapters.http.app import create_app
 from flowledger.infrastructure import Engine
 from flowledger.projections import projector_for, recent_dead_letters
+from tests.support.event_rows import chained_again
 
 LONE_SURROGATE = (
     "UPDATE {events} SET state = convert_to(replace(convert_from(state, 'UTF8'),"
@@ -25,6 +26,13 @@ def test_a_stored_lone_surrogate_is_named_as_a_damaged_row(pg_engine: Engine) ->
     with psycopg.connect(pg_engine.database_url, autocommit=True) as conn:
         events = Identifier(pg_engine.settings.schema, "flowledger_events")
         conn.execute(SQL(LONE_SURROGATE).format(events=events), [pg_engine.session_uuid("victim")])
+    # (chained again under the key: a read by an engine that chains refuses an unsealed edit first)
+    chained_again(
+        pg_engine.database_url,
+        pg_engine.settings.schema,
+        pg_engine.session_uuid("victim"),
+        pg_engine.settings,
+    )
     # When it is read over HTTP, Then the answer names the row (it was "internal error")
     with TestClient(create_app(pg_engine)) as client:
         response = client.get("/v1/sessions/victim/history")

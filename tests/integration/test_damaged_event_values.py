@@ -12,6 +12,7 @@ from psycopg.sql import SQL, Identifier
 from flowledger.domain import StoredEventUnreadable
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
+from tests.support.event_rows import chained_again
 
 DAMAGE = {
     # Each raised a bare TypeError or AttributeError out of get_session and record_step (HTTP 500)
@@ -45,6 +46,8 @@ def test_a_stored_value_that_does_not_fold_names_its_row(
     )
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(edit.format(Identifier(pg_schema, "flowledger_events")), (stream,))
+    # (chained again under the key: a read by an engine that chains refuses an unsealed edit first)
+    chained_again(database_url, pg_schema, stream, settings)
     # When a fresh engine reads the session, at its head and at the edited version, and writes it
     with Engine(settings=settings) as engine:
         for call in (

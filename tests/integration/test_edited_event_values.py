@@ -20,6 +20,7 @@ from flowledger.domain.errors import StoredEventUnreadable
 from flowledger.domain.task import task_uuid
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
+from tests.support.event_rows import chained_again
 
 
 def _edit(database_url: str, schema: str, stream: UUID, version: int, edit: Callable[[Any], None]) -> None:
@@ -33,6 +34,8 @@ def _edit(database_url: str, schema: str, stream: UUID, version: int, edit: Call
         edit(payload)
         update = SQL("UPDATE {} SET state = %s {}").format(table, where)
         conn.execute(update, (json.dumps(payload).encode(), stream, version))
+    # Chained again under the key: a read by an engine that chains refuses an unsealed edit first
+    chained_again(database_url, schema, stream, make_settings())
 
 
 @pytest.mark.postgres

@@ -19,6 +19,7 @@ from flowledger.domain.task import task_uuid
 from flowledger.domain.task_views import TaskStatus
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
+from tests.support.event_rows import chained_again
 
 
 @pytest.mark.postgres
@@ -42,6 +43,8 @@ def test_another_tenants_unreadable_task_row_does_not_stop_this_tenants_router(
             SQL("UPDATE {} SET state = %s WHERE originator_id = %s AND originator_version = 1").format(table),
             (json.dumps(payload).encode(), stream),
         )
+    # (chained again under the key: a read by an engine that chains refuses an unsealed edit first)
+    chained_again(database_url, pg_schema, stream, settings)
 
     # When tenant globex, on a fresh engine, runs its own router
     with Engine(settings=settings.with_overrides(tenant="globex")) as globex:

@@ -18,6 +18,7 @@ from flowledger.domain.task import task_uuid
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
 from tests.conftest import make_settings
+from tests.support.event_rows import chained_again
 
 TASKS = 250  # past two of the listing's batches of 100
 
@@ -98,6 +99,8 @@ def test_a_damaged_task_among_them_fails_the_listing_as_get_task_does(
         del payload["agent_id"]
         edited = json.dumps(payload).encode()
         conn.execute(SQL("UPDATE {} SET state = %s {}").format(table, where), (edited, stream))
+    # (chained again under the key: a read by an engine that chains refuses an unsealed edit first)
+    chained_again(database_url, pg_schema, stream, engine.settings)
     # When it is read alone and in a listing that reaches it, then both name the same row
     with pytest.raises(StoredEventUnreadable) as alone:
         engine.get_task("t002")
