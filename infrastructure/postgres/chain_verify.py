@@ -271,7 +271,10 @@ def _check_checkpoints(
     signed_by: dict[UUID, int] = {}
     unreadable: set[int] = set()
     gap = False
-    for stored in trail.checkpoints(conn):
+    dropped = trail.table_dropped(conn)
+    if dropped is not None:  # the anchors below name each checkpoint it held
+        report.findings.append(Finding("checkpoint", None, None, dropped))
+    for stored in trail.checkpoints(conn) if dropped is None else ():
         if not isinstance(stored, Checkpoint):
             unreadable.add(stored[0])
             expected = stored[0] + 1

@@ -190,8 +190,27 @@ class AuditTrail:
             prepare_threshold=None if self.settings.pgbouncer else 5,
         )
 
+    def table_dropped(self, conn: psycopg.Connection[Any]) -> str | None:
+        """What to say when the checkpoints table is not there (``migrate`` made it, so it was
+        dropped in the database, with every checkpoint); None when it is."""
+        name = f"{self.schema}.{self.names.checkpoints}"
+        found = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", [self.table(self.names.checkpoints).as_string(conn)]
+        ).fetchone()
+        if found and found[0]:
+            return None
+        return (
+            f"the checkpoint table {name} is missing: it was dropped in the database,"
+            " with every checkpoint it held"
+        )
+
     def checkpoints(self, conn: psycopg.Connection[Any]) -> Iterator[Checkpoint | tuple[int, str]]:
-        """Every stored checkpoint in order; a row that does not parse as ``(seq, reason)``."""
+        """Every stored checkpoint in order; a row that does not parse as ``(seq, reason)``.
+        ``AuditError`` when the table was dropped (it was psycopg's "relation … does not exist",
+        out of ``audit verify`` and every checkpoint an engine took)."""
+        dropped = self.table_dropped(conn)
+        if dropped is not None:
+            raise AuditError(f"{dropped}; run flowledger audit verify")
         rows = conn.execute(
             SQL("SELECT seq, position, statement, signature, heads FROM {} ORDER BY seq").format(
                 self.table(self.names.checkpoints)

@@ -519,3 +519,31 @@ def test_audit_chain_chains_events_stored_without_a_hash_and_says_from_where_the
     assert verified.returncode == 0, verified.stderr
     assert "events up to log position 4 were chained after they were written" in verified.stderr
     assert "already chained" in run_cli(log.url, log.schema, "audit", "chain").stderr
+
+
+def test_a_dropped_checkpoint_table_is_a_finding_not_a_database_error(log: Log, tmp_path: Path) -> None:
+    """``DROP TABLE flowledger_checkpoints`` (every signed head gone at once) stopped ``audit
+    verify`` with psycopg's 'error: relation "….flowledger_checkpoints" does not exist LINE 1:
+    ... ^', naming no finding; ``audit export`` and every checkpoint an engine took likewise."""
+    # Given the checkpoint table dropped in the database
+    log.sql("DROP TABLE {checkpoints}")
+    # When the log is verified, Then the table and the checkpoint the anchor file knows are named
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    assert result.returncode == 1, result.stderr
+    problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
+    assert problems[0] == (
+        f"problem: checkpoint: the checkpoint table {log.schema}.flowledger_checkpoints is missing: it was"
+        " dropped in the database, with every checkpoint it held"
+    ), result.stderr
+    assert "checkpoint 1 (log position 10" in problems[1]
+    assert "is in the anchor file but not in the database: it was dropped" in problems[1]
+    assert "does not exist" not in result.stderr
+    # And an export, which takes a checkpoint, says so in one line, exit 1, no file
+    out = tmp_path / "victim.jsonl"
+    exported = run_cli(log.url, log.schema, "audit", "export", "--session", "victim", "--out", str(out))
+    assert exported.returncode == 1, exported.stderr
+    assert exported.stderr.strip().splitlines() == [
+        f"error: the checkpoint table {log.schema}.flowledger_checkpoints is missing: it was dropped in the"
+        " database, with every checkpoint it held; run flowledger audit verify"
+    ]
+    assert not out.exists()
