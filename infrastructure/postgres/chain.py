@@ -140,6 +140,23 @@ class StreamChain:
                 )
         return found
 
+    def altered_alone(self, row: Any) -> StoredEventAltered | None:
+        """``altered`` for one row read without its neighbours (a search of a stream), with its
+        predecessor's stored hash as ``previous_hash``: its content and its own seal checked."""
+        stored, version = row["event_hash"], row["originator_version"]
+        name = str(row["originator_id"])
+        previous = GENESIS if version == 1 else row["previous_hash"]
+        if stored is None:
+            return None if previous is None else StoredEventAltered(name, version, read=True, why="unhashed")
+        state = b"" if row["state"] is None else bytes(row["state"])
+        if previous is not None and event_hash(
+            bytes(previous), name, version, row["topic"] or "", state
+        ) != bytes(stored):
+            return StoredEventAltered(name, version, read=True)
+        if not self._sealed(name, row):
+            return StoredEventAltered(name, version, read=True, why="unsealed")
+        return None
+
     def _sealed(self, name: str, row: Any) -> bool:
         """Whether ``row``'s stored seal is its hash's under the chain key."""
         mac = row["event_mac"]

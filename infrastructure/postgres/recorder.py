@@ -609,11 +609,20 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         """One stream's events of ``topic`` whose stored bytes contain ``needle``, oldest first.
 
         The server scans the stream (no rows cross the wire but the matches): how an old
-        idempotency key is found in a long session without decoding every event.
+        idempotency key is found in a long session without decoding every event. With the chain
+        on, each match is checked as a read is (``StreamChain.altered_alone``, its predecessor's
+        hash joined in the same statement): an old step's output edited in the database had been
+        what a retry under its key was answered.
         """
         statement = pg_sql.select_events_containing(self.datastore.schema, self.events_table_name)
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             rows = curs.execute(statement, (originator_id, topic, needle), prepare=self.prepare).fetchall()
+        chain = self.chain
+        if chain is not None:
+            for row in rows:
+                altered = chain.altered_alone(row)
+                if altered is not None:
+                    raise altered
         return stored_events(rows)
 
     def max_notification_id(self) -> int | None:

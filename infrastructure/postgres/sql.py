@@ -378,9 +378,12 @@ def horizon_lag(schema: str, table: str) -> Composed:
 
 
 def select_events_containing(schema: str, table: str) -> Composed:
-    """One stream's rows of one topic whose state holds a byte string (``position`` on bytea)."""
+    """One stream's rows of one topic whose state holds a byte string (``position`` on bytea),
+    with their hash and seal and their predecessor's hash (``previous_hash``), to be checked."""
     return SQL(
-        "SELECT originator_id, originator_version, topic, state FROM {schema}.{table} "
-        "WHERE originator_id = %s AND topic = %s AND position(%s::bytea IN state) > 0 "
-        "ORDER BY originator_version"
+        "SELECT e.originator_id, e.originator_version, e.topic, e.state, e.event_hash, e.event_mac,"
+        " p.event_hash AS previous_hash FROM {schema}.{table} e LEFT JOIN {schema}.{table} p"
+        " ON p.originator_id = e.originator_id AND p.originator_version = e.originator_version - 1"
+        " WHERE e.originator_id = %s AND e.topic = %s AND position(%s::bytea IN e.state) > 0"
+        " ORDER BY e.originator_version"
     ).format(schema=Identifier(schema), table=Identifier(table))

@@ -547,3 +547,30 @@ def test_a_dropped_checkpoint_table_is_a_finding_not_a_database_error(log: Log, 
         " database, with every checkpoint it held; run flowledger audit verify"
     ]
     assert not out.exists()
+
+
+def test_a_retry_under_an_old_key_refuses_its_step_edited_in_the_database(
+    database_url: str, pg_schema: str
+) -> None:
+    """A step past the session's recent window is found by its key in the database (a search,
+    not a read of the stream): its output edited there was what a retry under the key was
+    answered, though every read of the session refused the row."""
+    settings = make_settings(database_url=database_url, schema=pg_schema, snapshot_interval=5)
+    # Given a session whose first step (key k-0, version 2) is older than its recent steps
+    with Engine(settings=settings) as engine:
+        engine.start_session("s", "cs")
+        engine.record_step("s", "quote", input={"q": "price?"}, output={"price": 10}, idempotency_key="k-0")
+        for n in range(1, 26):
+            engine.record_step("s", f"step-{n}", idempotency_key=f"k-{n}")
+        stream = engine.session_uuid("s")
+    # And its output edited in the database (a price of 10 made 1)
+    log = Log(database_url, pg_schema, stream, stream)
+    payload = log.payload(2)
+    assert payload["output"] == {"price": 10}
+    payload["output"] = {"price": 1}
+    log.set_payload(2, payload)
+    # When the step is retried under its key by a fresh engine
+    with Engine(settings=settings) as engine, pytest.raises(StoredEventAltered) as raised:
+        engine.record_step("s", "quote", input={"q": "price?"}, output={"price": 10}, idempotency_key="k-0")
+    # Then the edited row is named, not answered
+    assert (raised.value.stream, raised.value.version) == (str(stream), 2)
