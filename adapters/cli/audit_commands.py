@@ -25,6 +25,7 @@ from flowledger.domain.errors import StoredEventAltered, ValidationError
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.audit import AuditReport, verify_log
 from flowledger.infrastructure.audit_keys import signing_key
+from flowledger.infrastructure.budget_audit import budget_problems
 from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.chain_verify import ChainReport, chain_existing, verify_chain
 from flowledger.infrastructure.postgres.checkpoints import Checkpoint
@@ -276,6 +277,12 @@ def verify(
                 snapshots = verify_snapshots(
                     engine.log, streams, engine.retention.archived(), engine.audit.snapshot_seal()
                 )
+            if whole_log:
+                with engine.audit.connect() as conn:
+                    trail = engine.audit
+                    snapshots = (snapshots or []) + budget_problems(
+                        conn, trail.schema, trail.names.events, engine.store
+                    )
         _verdict(chain, structure, f"session {session}" if session else "event log", snapshots)
 
 

@@ -574,3 +574,43 @@ def test_a_retry_under_an_old_key_refuses_its_step_edited_in_the_database(
         engine.record_step("s", "quote", input={"q": "price?"}, output={"price": 10}, idempotency_key="k-0")
     # Then the edited row is named, not answered
     assert (raised.value.stream, raised.value.version) == (str(stream), 2)
+
+
+def test_a_budgets_ledger_row_edited_in_the_database_is_named(log: Log, database_url: str) -> None:
+    """Enforcement reads the ledger table, not the Budget events: a limit raised from 5 to 1000,
+    a mode turned to alert, a row deleted or inserted by SQL let calls spend past what
+    ``budgets set`` recorded, and ``audit verify`` said ok (it read only the event log)."""
+    # Given three budgets set as the application sets them
+    with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
+        for subject in ("alice", "bob", "carol"):
+            engine.budgets.set("user", subject, "day", "5")
+        engine.budgets.set("user", "dave", "day", "5")
+        engine.budgets.remove("user", "dave", "day")
+    assert run_cli(log.url, log.schema, "audit", "verify").returncode == 0
+    # When alice's limit and mode are edited, bob's row deleted and dave's put back by SQL
+    budgets = Identifier(log.schema, "budgets")
+    with psycopg.connect(log.url, autocommit=True) as conn:
+        conn.execute(
+            SQL("UPDATE {} SET limit_usd = 1000, mode = 'alert' WHERE subject = 'alice'").format(budgets)
+        )
+        conn.execute(SQL("DELETE FROM {} WHERE subject = 'bob'").format(budgets))
+        conn.execute(
+            SQL(
+                "INSERT INTO {t} (budget_id, tenant, scope, subject, period, limit_usd, mode)"
+                " SELECT gen_random_uuid(), tenant, scope, 'dave', period, 5, mode FROM {t}"
+                " WHERE subject = 'carol'"
+            ).format(t=budgets)
+        )
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    # Then each is named in one line, and the untouched carol is not: exit 1
+    assert result.returncode == 1, result.stderr
+    problems = sorted(line for line in result.stderr.splitlines() if line.startswith("problem: budget"))
+    assert len(problems) == 3, result.stderr
+    alice = next(p for p in problems if "user:alice/day" in p)
+    assert (
+        "its ledger row differs from its events: limit_usd 1000 (its events: 5), mode alert (its events:"
+        in alice
+    )
+    assert any("user:bob/day" in p and "its ledger row is missing" in p for p in problems), problems
+    assert any("its ledger row has no events (inserted in the database)" in p for p in problems), problems
+    assert "carol" not in result.stderr
