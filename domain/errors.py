@@ -187,7 +187,7 @@ _ALTERED = {
     "unsealed": "is not sealed with the chain key (a row inserted, or altered and re-hashed, in the"
     " database; or this engine's chain key is not the writers')",
     "unhashed": "has no hash, after a row that has one (altered and its hash removed in the database;"
-    " or written by an engine with the chain off)",
+    " or written by an engine with the chain off: `flowledger audit chain` chains such rows)",
 }
 
 

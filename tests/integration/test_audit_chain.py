@@ -10,7 +10,7 @@ import pytest
 from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage
-from flowledger.domain.errors import AuditError, ValidationError
+from flowledger.domain.errors import AuditError, StoredEventAltered, ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit_keys import chain_key
 from flowledger.infrastructure.postgres.chain_verify import chain_existing, verify_chain
@@ -228,3 +228,24 @@ def test_engines_racing_on_one_session_leave_a_chain_that_verifies(database_url:
             engine.close()
     assert report.ok, report.findings
     assert report.events == 33
+
+
+def test_a_row_appended_with_the_chain_off_after_chained_ones_is_refused_until_audit_chain(
+    database_url: str, pg_schema: str
+) -> None:
+    """A row without a hash after one with a hash is what removing an edited row's hash leaves
+    (a read had served the edit then): an engine that chains refuses it, naming `audit chain`,
+    which chains the rows an engine with the chain off wrote; then the stream reads again."""
+    settings = make_settings(database_url=database_url, schema=pg_schema, checkpoint_every_events=0)
+    with Engine(settings=settings) as engine:
+        engine.start_session("s", "cs")
+    with Engine(settings=settings.with_overrides(audit_chain=False)) as off:
+        off.record_step("s", "greet")
+    with Engine(settings=settings) as engine:
+        with pytest.raises(
+            StoredEventAltered, match="version 2 has no hash, after a row that has one"
+        ) as raised:
+            engine.history("s")
+        assert "`flowledger audit chain` chains such rows" in str(raised.value)
+        chain_existing(engine.audit)
+        assert [entry.version for entry in engine.history("s")] == [1, 2]
