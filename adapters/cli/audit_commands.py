@@ -29,6 +29,7 @@ from flowledger.infrastructure.budget_audit import budget_problems
 from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.chain_verify import ChainReport, chain_existing, verify_chain
 from flowledger.infrastructure.postgres.checkpoints import Checkpoint
+from flowledger.infrastructure.postgres.erasure_audit import unrecorded_erasures
 from flowledger.infrastructure.snapshot_audit import verify_snapshots
 from flowledger.verify import read_public_key, verify_bundle
 
@@ -277,12 +278,14 @@ def verify(
                 snapshots = verify_snapshots(
                     engine.log, streams, engine.retention.archived(), engine.audit.snapshot_seal()
                 )
-            if whole_log:
-                with engine.audit.connect() as conn:
-                    trail = engine.audit
-                    snapshots = (snapshots or []) + budget_problems(
-                        conn, trail.schema, trail.names.events, engine.store
+            if not since_checkpoint:
+                trail = engine.audit
+                with trail.connect() as conn:
+                    snapshots = (snapshots or []) + unrecorded_erasures(
+                        conn, trail.schema, trail.names.events, stream
                     )
+                    if whole_log:
+                        snapshots += budget_problems(conn, trail.schema, trail.names.events, engine.store)
         _verdict(chain, structure, f"session {session}" if session else "event log", snapshots)
 
 

@@ -29,6 +29,7 @@ from flowledger.projections import projector_for
 from flowledger.projections.rebuild import verify
 from flowledger.verify import GENESIS, event_hash, event_mac
 from tests.conftest import make_settings
+from tests.support.cli import run_cli
 from tests.support.llm import ScriptedLlm
 
 USER = "alice-7f3k"
@@ -461,3 +462,42 @@ def test_a_forget_whose_checkpoint_is_refused_still_reports_the_erasure_it_did(
     assert (report.sessions, report.keys_destroyed) == (("s-a1",), 1)
     assert any(f"checkpoint refused: stream {other} version 2" in r.getMessage() for r in caplog.records)
     assert engine.get_session("s-a1").erased
+
+
+def test_a_data_key_destroyed_or_deleted_in_the_database_without_an_erasure_is_named(engine: Engine) -> None:
+    """A data key set to NULL (or its row deleted) by SQL erased a session's inputs and outputs
+    with no DataErased event: get_session read them as erased (``erased`` false), and audit
+    verify said ok, every row still hashing as written."""
+    # Given three users' sessions; alice forgotten as the application forgets
+    for user in ("alice", "bob", "carol"):
+        engine.start_session(f"s-{user}", "support", user_id=user)
+        engine.record_step(f"s-{user}", "answer", input={"q": f"{user}'s secret"})
+    engine.forget("alice")
+    # When bob's key is destroyed and carol's key row deleted in the database
+    keys = Identifier(engine.settings.schema, "data_keys")
+    bob, carol = engine.session_uuid("s-bob"), engine.session_uuid("s-carol")
+    with psycopg.connect(engine.database_url, autocommit=True) as conn:
+        conn.execute(SQL("UPDATE {} SET data_key = NULL WHERE stream_id = %s").format(keys), [bob])
+        conn.execute(SQL("DELETE FROM {} WHERE stream_id = %s").format(keys), [carol])
+    # Then audit verify names both, and not alice's erasure on record: exit 1
+    result = run_cli(engine.database_url, engine.settings.schema, "audit", "verify")
+    assert result.returncode == 1, result.stderr
+    problems = [line for line in result.stderr.splitlines() if line.startswith("problem:")]
+    said = " with no erasure on record (no DataErased event): its sealed personal fields read as erased"
+    assert sorted(problems) == sorted(
+        [
+            f"problem: data key of stream {bob}: destroyed in the database{said}",
+            f"problem: data key of stream {carol}: deleted in the database{said}",
+        ]
+    ), result.stderr
+    # And a session verified alone likewise; alice's alone verifies
+    alone = run_cli(engine.database_url, engine.settings.schema, "audit", "verify", "--session", "s-bob")
+    assert alone.returncode == 1, alone.stderr
+    assert f"data key of stream {bob}: destroyed" in alone.stderr
+    assert str(carol) not in alone.stderr
+    assert (
+        run_cli(
+            engine.database_url, engine.settings.schema, "audit", "verify", "--session", "s-alice"
+        ).returncode
+        == 0
+    )
