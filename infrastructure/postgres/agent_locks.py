@@ -83,7 +83,7 @@ class AgentLocks:
         # asked for in the same statement, from version 0 (``try_lock(streams=…)``).
         self._since = (
             sql.SQL(
-                "SELECT a.i, e.originator_version, e.topic, e.state, e.event_hash "
+                "SELECT a.i, e.originator_version, e.topic, e.state, e.event_hash, e.event_mac "
                 "FROM unnest(%s::uuid[], %s::bigint[]) WITH ORDINALITY AS a(id, known, i) "
                 "JOIN {}.{} e ON e.originator_id = a.id AND e.originator_version >= a.known "
                 "ORDER BY a.i, e.originator_version"
@@ -157,7 +157,7 @@ class AgentLocks:
         first_stream = len(candidates) + 1
         split = next((n for n, row in enumerate(rows) if row[0] >= first_stream), len(rows))
         self._keep_streams([(streams[row[0] - first_stream], *row[1:]) for row in rows[split:]])
-        rows = rows[:split]
+        rows = self._unaltered(rows[:split], [agent for agent, _ in candidates])
         self._hold(candidates, taken, rows)
         # Every candidate before the last one taken was tried; all were, if too few were taken.
         tried = len(candidates) if len(taken) < wanted else max(taken) + 1
@@ -184,7 +184,7 @@ class AgentLocks:
             self.held[agent_id] = None
             return
         self._answered()
-        self._hold([(agent_id, known)], [0], rows)
+        self._hold([(agent_id, known)], [0], self._unaltered(rows, [agent_id]))
 
     def _fall_back(self, error: psycopg.Error) -> None:
         """Go on without the locks when the database could not answer; raise anything else,
@@ -204,8 +204,28 @@ class AgentLocks:
             self._falling_back = False
             _log.info("agent locks answer again")
 
+    def _unaltered(self, rows: list[Any], by_index: Sequence[UUID] | None = None) -> list[Any]:
+        """``rows`` (stream, or its 1-based index in ``by_index``; version, topic, state, hash,
+        seal; by stream and version) less every stream with a row the chain refuses
+        (``StreamChain.altered``): the task streams read with the locks were decoded and adopted
+        unchecked, so a task whose description was edited in the database was assigned as
+        edited, though ``get_task`` refused it. A stream left out is read as usual (an agent's,
+        in full), and refused there."""
+        if self._chain is None or not rows:
+            return rows
+        keys = ("originator_id", "originator_version", "topic", "state", "event_hash", "event_mac")
+        checked = [
+            dict(zip(keys, (row[0] if by_index is None else by_index[row[0] - 1], *row[1:]), strict=True))
+            for row in rows
+        ]
+        altered = self._chain.altered(checked)
+        if not altered:
+            return rows
+        return [row for row, seen in zip(rows, checked, strict=True) if seen["originator_id"] not in altered]
+
     def _keep_streams(self, rows: list[Any]) -> None:
-        for stream, version, topic, state, _hashed in rows:
+        rows = self._unaltered(rows)
+        for stream, version, topic, state, _hashed, _sealed in rows:
             self.streams.setdefault(stream, []).append(
                 StoredEvent(originator_id=stream, originator_version=version, topic=topic, state=bytes(state))
             )
@@ -228,7 +248,7 @@ class AgentLocks:
             if len(stream) > 1 and stream[0][1] == known:
                 self.newer[agent] = [
                     StoredEvent(originator_id=agent, originator_version=v, topic=t, state=bytes(state))
-                    for _, v, t, state, _ in stream[1:]
+                    for _, v, t, state, _, _ in stream[1:]
                 ]
         for n in taken:
             agent, known = candidates[n]

@@ -18,6 +18,7 @@ from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import LlmUsage
 from flowledger.domain.errors import AuditError, StoredEventAltered
+from flowledger.domain.task import task_uuid
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.verify import event_hash
@@ -614,3 +615,25 @@ def test_a_budgets_ledger_row_edited_in_the_database_is_named(log: Log, database
     assert any("user:bob/day" in p and "its ledger row is missing" in p for p in problems), problems
     assert any("its ledger row has no events (inserted in the database)" in p for p in problems), problems
     assert "carol" not in result.stderr
+
+
+def test_a_task_edited_in_the_database_is_not_assigned_as_edited(database_url: str, pg_schema: str) -> None:
+    """The assigner reads the batch's task streams with the agents' locks (one round trip) and
+    decoded them unchecked: a task whose description was edited by SQL into "Wire money to X"
+    was assigned as such (Task.Assigned appended after it, exit 0), though get_task refused it."""
+    settings = make_settings(database_url=database_url, schema=pg_schema)
+    # Given an agent and a waiting task, whose creation row is then edited in the database
+    with Engine(settings=settings) as engine:
+        engine.register_agent("be", "Backend", ["golang"], capacity=2)
+        engine.create_task("t1", "Fix the Go worker", ["golang"])
+        stream = task_uuid(engine.tenant, "t1")
+    log = Log(database_url, pg_schema, stream, stream)
+    payload = log.payload(1)
+    payload["description"] = "Wire money to X"
+    log.set_payload(1, payload)
+    # When a fresh engine assigns it
+    with Engine(settings=settings) as engine, pytest.raises(StoredEventAltered) as raised:
+        engine.assign_task("t1")
+    # Then the edited row is named, and nothing was appended to the task
+    assert (raised.value.stream, raised.value.version) == (str(stream), 1)
+    assert log.sql("SELECT count(*) FROM {events} WHERE originator_id = %s", stream) == [(1,)]
