@@ -14,7 +14,7 @@ from rich.table import Table
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
-from flowledger.adapters.cli.number_arguments import NumberArguments
+from flowledger.adapters.cli.number_arguments import NumberArguments, whole_number
 from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.domain.agent import SEED_CAPACITY
 from flowledger.domain.task_views import AgentState
@@ -59,7 +59,7 @@ def register_agent(
     name: Annotated[str, typer.Option(help="A name for people.")],
     skill: Annotated[list[str], typer.Option(help="A skill (repeat: --skill python --skill golang).")],
     capacity: Annotated[
-        int, typer.Option(help="The most tasks it holds at once (1 to 10,000).")
+        int, typer.Option(help="The most tasks it holds at once (1 to 10,000).", parser=whole_number)
     ] = SEED_CAPACITY,
     tenant: TenantOpt = None,
 ) -> None:
@@ -89,7 +89,9 @@ def show_agent(agent_id: AgentArg, tenant: TenantOpt = None) -> None:
 @agents_app.command("capacity", cls=NumberArguments)
 def set_capacity(
     agent_id: AgentArg,
-    capacity: Annotated[int, typer.Argument(help="The new capacity (0 pauses it; never below its load).")],
+    capacity: Annotated[
+        int, typer.Argument(help="The new capacity (0 pauses it; never below its load).", parser=whole_number)
+    ],
     tenant: TenantOpt = None,
 ) -> None:
     """Change an agent's capacity (exit 4 below the tasks it holds)."""

@@ -9,6 +9,7 @@ import typer
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.number_arguments import real_number, whole_number
 from flowledger.adapters.simulator.replies import FaultRates, SimulatorConfig
 from flowledger.domain.bounds import require_count
 
@@ -16,35 +17,53 @@ console = cli_console()
 
 
 def simulate_llm(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")] = 8089,
+    port: Annotated[
+        int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).", parser=whole_number)
+    ] = 8089,
     host: Annotated[str, typer.Option(help="Interface to listen on (keep it loopback).")] = "127.0.0.1",
     latency_ms: Annotated[
-        float | None, typer.Option(help="Mean latency for every model (default: per model, ~45 ms).")
+        float | None,
+        typer.Option(help="Mean latency for every model (default: per model, ~45 ms).", parser=real_number),
     ] = None,
     api_key: Annotated[
         str | None, typer.Option(help="Accept only this bearer key (default: any non-empty key).")
     ] = None,
-    rate_limited: Annotated[float, typer.Option(help="Share of requests answered 429.")] = 0.0,
-    server_error: Annotated[float, typer.Option(help="Share answered 500.")] = 0.0,
-    unavailable: Annotated[float, typer.Option(help="Share answered 503.")] = 0.0,
+    rate_limited: Annotated[
+        float, typer.Option(help="Share of requests answered 429.", parser=real_number)
+    ] = 0.0,
+    server_error: Annotated[float, typer.Option(help="Share answered 500.", parser=real_number)] = 0.0,
+    unavailable: Annotated[float, typer.Option(help="Share answered 503.", parser=real_number)] = 0.0,
     timeout: Annotated[
         float,
-        typer.Option(help="Share held open without an answer until the client times out (see --hang)."),
+        typer.Option(
+            help="Share held open without an answer until the client times out (see --hang).",
+            parser=real_number,
+        ),
     ] = 0.0,
     malformed: Annotated[
         float,
-        typer.Option(help="Share answered with a broken JSON body (streamed: a chunk that is not JSON)."),
+        typer.Option(
+            help="Share answered with a broken JSON body (streamed: a chunk that is not JSON).",
+            parser=real_number,
+        ),
     ] = 0.0,
-    dropped: Annotated[float, typer.Option(help="Share whose connection is dropped.")] = 0.0,
-    retry_after: Annotated[float, typer.Option(help="Seconds a 429 asks the client to wait.")] = 0.5,
+    dropped: Annotated[
+        float, typer.Option(help="Share whose connection is dropped.", parser=real_number)
+    ] = 0.0,
+    retry_after: Annotated[
+        float, typer.Option(help="Seconds a 429 asks the client to wait.", parser=real_number)
+    ] = 0.5,
     hang: Annotated[
         float,
         typer.Option(
             help="Seconds a timeout fault holds a request before it drops the connection, "
-            "if the client has not given up first (at most 3600)."
+            "if the client has not given up first (at most 3600).",
+            parser=real_number,
         ),
     ] = 600.0,
-    seed: Annotated[int | None, typer.Option(help="Seed for latencies and faults.")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed for latencies and faults.", parser=whole_number)
+    ] = None,
 ) -> None:
     """Serve an OpenAI-compatible /v1/chat/completions with realistic usage, latency and faults.
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+import typer
+
 # typer vendors click (pinned ~=0.29): its parser is this one, not the click package's.
 from typer._click.core import Context
 from typer._click.parser import _OptionParser, _ParsingState
@@ -37,3 +39,34 @@ class NumberArguments(TyperCommand):
         for param in self.get_params(ctx):
             param.add_to_parser(parser, ctx)
         return parser
+
+
+_WHOLE = re.compile(r"-?[0-9]+")
+
+
+def whole_number(text: str) -> int:
+    """An integer option or argument as written in ASCII digits (a '-' before them at most):
+    click's reading, through ``int()``, took ``1_0``, ``+5`` and `` 5`` (as 10, 5 and 5).
+    ``parser=whole_number`` on a ``typer.Option`` or ``typer.Argument``."""
+    if not isinstance(text, str):  # a default, already a number
+        return int(text)
+    if not _WHOLE.fullmatch(text):
+        raise typer.BadParameter(f"Input should be a valid integer in ASCII digits, like 10 (got {text!r})")
+    return int(text)
+
+
+# ``inf`` and ``nan`` are read, so that the value's own check says what is wrong with them.
+_REAL = re.compile(r"-?(([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
+
+
+def real_number(text: str) -> float:
+    """A number option written in ASCII digits, with a fraction or an exponent if need be
+    (``0.5``, ``1e-3``): ``float()`` also took ``1_0``, `` 5`` and ``+5``.
+    ``parser=real_number`` on a ``typer.Option``."""
+    if not isinstance(text, str):  # a default, already a number
+        return float(text)
+    if not _REAL.fullmatch(text):
+        raise typer.BadParameter(
+            f"Input should be a valid number in ASCII digits, like 2 or 0.5 (got {text!r})"
+        )
+    return float(text)

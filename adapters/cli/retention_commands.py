@@ -17,6 +17,7 @@ from rich.table import Table
 from flowledger.adapters.cli.audit_commands import json_records, refuse_malformed
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
+from flowledger.adapters.cli.number_arguments import whole_number
 from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.domain.errors import RetentionPolicyNotFound
 from flowledger.infrastructure import Engine
@@ -55,7 +56,12 @@ def _check_bundle(path: Path) -> None:
 @retention_app.command("set")
 def set_policy(
     workflow: WorkflowOpt,
-    days: Annotated[int, typer.Option("--days", help="Days after a closed session's last event (1..36500).")],
+    days: Annotated[
+        int,
+        typer.Option(
+            "--days", help="Days after a closed session's last event (1..36500).", parser=whole_number
+        ),
+    ],
     tenant: TenantOpt = None,
 ) -> None:
     """Keep a workflow's closed sessions in the log for DAYS days after their last event."""

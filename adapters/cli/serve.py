@@ -23,6 +23,7 @@ import typer
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.keys_commands import keyring, keys_required
+from flowledger.adapters.cli.number_arguments import whole_number
 from flowledger.adapters.llm.env_options import client_options_from_env
 from flowledger.domain.bounds import require_count
 from flowledger.domain.errors import ValidationError
@@ -152,7 +153,7 @@ def _llm_settings(settings: Settings, simulate: bool) -> Iterator[Settings]:
 
 def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(help="Port to listen on.", parser=whole_number)] = 8000,
     simulate_llm: Annotated[
         bool, typer.Option("--simulate-llm", help="Answer model calls with the built-in simulator.")
     ] = False,

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
 from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import reported_errors
-from flowledger.adapters.cli.number_arguments import NumberArguments
+from flowledger.adapters.cli.number_arguments import NumberArguments, real_number, whole_number
 from flowledger.adapters.cli.rendering import history_table, session_table
 from flowledger.domain.bounds import MAX_TTL, require_count, require_moment
 from flowledger.domain.errors import ValidationError
@@ -32,7 +32,9 @@ def history(session_id: Annotated[str, typer.Argument(help="The caller's session
 
 def replay(
     session_id: Annotated[str, typer.Argument(help="The caller's session id.")],
-    version: Annotated[int | None, typer.Option(help="Replay up to this version.")] = None,
+    version: Annotated[
+        int | None, typer.Option(help="Replay up to this version.", parser=whole_number)
+    ] = None,
     as_of: Annotated[
         str | None, typer.Option("--as-of", help="Replay as it was at this ISO time (with zone).")
     ] = None,
@@ -46,7 +48,9 @@ def replay(
 
 def extend(
     session_id: Annotated[str, typer.Argument(help="The caller's session id.")],
-    hours: Annotated[float | None, typer.Option(help="Hours added to the current expiry.")] = None,
+    hours: Annotated[
+        float | None, typer.Option(help="Hours added to the current expiry.", parser=real_number)
+    ] = None,
     until: Annotated[
         str | None, typer.Option(help="Set the expiry to this ISO time (with zone) instead.")
     ] = None,
@@ -76,7 +80,9 @@ def extend(
 
 
 def expire_sessions(
-    limit: Annotated[int, typer.Option(help="The most sessions one run looks at (1 to 100,000).")] = 1000,
+    limit: Annotated[
+        int, typer.Option(help="The most sessions one run looks at (1 to 100,000).", parser=whole_number)
+    ] = 1000,
     tenant: Annotated[
         str | None, typer.Option(help="Whose sessions (default: FLOWLEDGER_TENANT or 'default').")
     ] = None,
@@ -106,9 +112,13 @@ def expire_sessions(
 
 def fork(
     session_id: Annotated[str, typer.Argument(help="The session to fork.")],
-    at_version: Annotated[int, typer.Argument(help="Its version whose state the fork starts from.")],
+    at_version: Annotated[
+        int, typer.Argument(help="Its version whose state the fork starts from.", parser=whole_number)
+    ],
     new_session_id: Annotated[str, typer.Argument(help="The new session's id (must not exist).")],
-    ttl_hours: Annotated[float, typer.Option(help="The new session's time to live, in hours.")] = 24.0,
+    ttl_hours: Annotated[
+        float, typer.Option(help="The new session's time to live, in hours.", parser=real_number)
+    ] = 24.0,
 ) -> None:
     """Start a new session from a session's state at a version (to retry a step with another model)."""
     with reported_errors():
@@ -149,7 +159,9 @@ def forget(
 
 
 def demo(
-    sessions: Annotated[int, typer.Option(help="How many scripted sessions to run.")] = 300,
+    sessions: Annotated[
+        int, typer.Option(help="How many scripted sessions to run.", parser=whole_number)
+    ] = 300,
 ) -> None:
     """Run the demo job on the embedded PostgreSQL (or FLOWLEDGER_DATABASE_URL)."""
     from flowledger.adapters.cli.demo import run_demo

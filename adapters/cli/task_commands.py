@@ -22,6 +22,7 @@ import typer
 
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import fail, reported_errors
+from flowledger.adapters.cli.number_arguments import real_number, whole_number
 from flowledger.adapters.cli.rendering import history_table
 from flowledger.adapters.cli.session_commands import duration, parse_time
 from flowledger.adapters.cli.task_rendering import task_line, task_table, tasks_table
@@ -48,7 +49,9 @@ TaskArg = Annotated[str, typer.Argument(help="The task's id.")]
 DeadlineOpt = Annotated[
     str | None, typer.Option(help="A deadline: an ISO 8601 time with a zone (or --deadline-hours).")
 ]
-DeadlineHoursOpt = Annotated[float | None, typer.Option(help="A deadline, in hours from now.")]
+DeadlineHoursOpt = Annotated[
+    float | None, typer.Option(help="A deadline, in hours from now.", parser=real_number)
+]
 ModelOpt = Annotated[str | None, typer.Option(help="The model (default: the priority's tier).")]
 NO_MODEL = (
     "no model configured: set FLOWLEDGER_LLM_BASE_URL and FLOWLEDGER_LLM_API_KEY"
@@ -139,7 +142,9 @@ def list_tasks(
     overdue: Annotated[
         bool | None, typer.Option("--overdue/--not-overdue", help="Open tasks past (or not) their deadline.")
     ] = None,
-    limit: Annotated[int, typer.Option(help=f"At most this many (1 to {MAX_LIST:,}).")] = 100,
+    limit: Annotated[
+        int, typer.Option(help=f"At most this many (1 to {MAX_LIST:,}).", parser=whole_number)
+    ] = 100,
     after: Annotated[str | None, typer.Option(help="The last task id of the page before.")] = None,
     tenant: TenantOpt = None,
 ) -> None:
@@ -235,7 +240,9 @@ def assign_task(task_id: TaskArg, tenant: TenantOpt = None) -> None:
 
 @tasks_app.command("run-queue")
 def run_queue(
-    limit: Annotated[int | None, typer.Option(help=f"At most this many tasks (1 to {MAX_LIST:,}).")] = None,
+    limit: Annotated[
+        int | None, typer.Option(help=f"At most this many tasks (1 to {MAX_LIST:,}).", parser=whole_number)
+    ] = None,
     escalate_when_full: Annotated[
         bool, typer.Option("--escalate-when-full", help="Escalate tasks whose capable agents are all full.")
     ] = False,

@@ -1,10 +1,13 @@
 """Query strings: an operation refuses a parameter it does not declare (422), so a typo
 (``GET /v1/tasks?stauts=pending``) is told, not answered as if no filter had been given; and
 one that takes a single value given twice (``?status=pending&status=assigned``), which was
-answered by the last value alone."""
+answered by the last value alone. A number is written as JSON writes one, in ASCII digits:
+the framework read ``limit=1_0``, ``limit=+5``, ``limit= 5`` as Python's ``int()`` does
+(as 10, 5 and 5); another script's digits, which ``int()`` reads too, are refused alike."""
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -35,6 +38,55 @@ def takes_many(annotation: object) -> bool:
     return isinstance(origin, type) and issubclass(origin, Sequence | set | frozenset) and origin is not str
 
 
+_WRITTEN = {
+    int: (re.compile(r"-?[0-9]+"), "Input should be a valid integer in ASCII digits, like 10"),
+    float: (
+        re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?"),
+        "Input should be a valid number in ASCII digits, like 2 or 0.5",
+    ),
+}
+"""How a number in a query string is written (no sign but '-', no space, underscore, fraction of a
+whole number or other script's digits), and what a value written otherwise is told."""
+
+
+def number_kind(annotation: object) -> type | None:
+    """``int`` or ``float`` when a parameter so annotated takes numbers (``int | None``,
+    ``list[int]``), else None (a ``bool`` is no number)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated or (
+        isinstance(origin, type) and issubclass(origin, Sequence | set | frozenset)
+    ):
+        return number_kind(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        kinds = {number_kind(arg) for arg in typing.get_args(annotation)} - {None}
+        return kinds.pop() if len(kinds) == 1 else None
+    return annotation if annotation in _WRITTEN else None
+
+
+def loosely_written(request: Request, dependant: Dependant) -> list[dict[str, object]]:
+    """A validation error for each number of the query (or the path) written in a way only
+    Python's ``int()`` or ``float()`` reads (``1_0``, ``+5``, `` 5``, another script's digits)."""
+    problems: list[dict[str, object]] = []
+    places = (
+        ("query", dependant.query_params, request.query_params.getlist),
+        ("path", dependant.path_params, None),
+    )
+    for place, fields, values_of in places:
+        for field in fields:
+            kind = number_kind(field.field_info.annotation)
+            if kind is None:
+                continue
+            pattern, said = _WRITTEN[kind]
+            given = values_of(field.alias) if values_of else [request.path_params.get(field.alias)]
+            for value in given:
+                if isinstance(value, str) and not pattern.fullmatch(value):
+                    loc = (place, field.alias)
+                    problems.append({"type": "number_written", "loc": loc, "msg": said, "input": value})
+    for dependency in dependant.dependencies:
+        problems += loosely_written(request, dependency)
+    return problems
+
+
 def single_query(dependant: Dependant) -> set[str]:
     """The query parameters of an operation (its dependencies' included) that take one value."""
     names = {field.alias for field in dependant.query_params if not takes_many(field.field_info.annotation)}
@@ -45,7 +97,8 @@ def single_query(dependant: Dependant) -> set[str]:
 
 async def refuse_unknown_query(request: Request) -> None:
     """A dependency of every route (``create_app``): a RequestValidationError, rendered as any
-    other 422, naming the parameters the operation does not declare and those it does. Async,
+    other 422, naming the parameters the operation does not declare and those it does, or a
+    number of the query or the path not written in ASCII digits (``loosely_written``). Async,
     so it runs in the request's task: a plain function would cost every request a thread hop.
 
     It depends on the route alone, so it answers before the caller's key is looked at, as an
@@ -53,11 +106,18 @@ async def refuse_unknown_query(request: Request) -> None:
     outside the OpenAPI document (``/docs`` and its OAuth2 redirect, which a provider calls
     with its own query) are not operations and are left alone.
     """
-    if not request.query_params:
-        return  # most requests (every webhook call) carry none: nothing to walk
+    if not request.query_params and not request.path_params:
+        return  # most requests (every webhook call) carry neither: nothing to walk
     route = request.scope.get("route")
     if not isinstance(route, APIRoute) or not route.include_in_schema:
         return
+    if request.query_params:
+        _refuse_unknown_or_repeated(request, route)
+    if loose := loosely_written(request, route.dependant):
+        raise RequestValidationError(loose)
+
+
+def _refuse_unknown_or_repeated(request: Request, route: APIRoute) -> None:
     declared = declared_query(route.dependant)
     unknown = [name for name in request.query_params if name not in declared]
     if not unknown:
