@@ -71,8 +71,8 @@ def simulate_llm(
     like the others, at a 45 ms mean latency. max_tokens (and
     max_completion_tokens) cut the reply, which then ends with finish_reason
     "length"; n returns that many copies of the reply. A request it cannot read (a
-    field of the wrong JSON type, no messages, a message other than the
-    assistant's without content, a stream flag that is not a boolean, a
+    field of the wrong JSON type, an empty model, no messages, a message without
+    content (an assistant's may leave it out beside its tool calls), a stream flag that is not a boolean, a
     temperature outside 0 to 2, a broken body) is a 400 with OpenAI's error body.
     """
     with reported_errors():

@@ -71,6 +71,8 @@ KNOWN_FIELDS = _READ | frozenset(
 ``CompletionCreateParams``, 2.x); another is refused as OpenAI refuses it."""
 _RESPONSE_FORMATS = ("json_object", "json_schema", "text")
 _TOOL_CHOICES = ("auto", "none", "required")
+PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
+"""The kinds of a message's content part OpenAI takes (a ``text`` one carries its ``text``)."""
 # json.loads builds exactly these types, so ``type(x) in`` is the whole check, and cheap.
 _NUMBER_TYPES = frozenset({int, float})
 
@@ -99,6 +101,8 @@ def chat_request(raw: bytes) -> ChatRequest:
     model = request.get("model")
     if type(model) is not str:
         raise _invalid_type("model", "a string", model)
+    if not model.strip():  # answered 200 as a model named "": OpenAI names no model so
+        raise _blank_model(model)
     messages = request.get("messages")
     if type(messages) is not list:
         raise _invalid_type("messages", "an array of objects", messages)
@@ -114,11 +118,11 @@ def chat_request(raw: bytes) -> ChatRequest:
             type(message) is dict
             and type(role := message.get("role")) is str
             and role in ROLES
-            # Only an assistant's message (carrying tool calls) may leave its content out.
+            # Only an assistant's message carrying tool calls may leave its content out.
             and (
                 type(content := message.get("content")) is str
-                or (type(content) is list and all(type(part) is dict for part in content))
-                or (content is None and role == "assistant")
+                or (type(content) is list and content and all(_part_read(part) for part in content))
+                or (content is None and role == "assistant" and _calls_tools(message))
             )
             # A tool's message answers a call: it names it.
             and (role != "tool" or type(message.get("tool_call_id")) is str)
@@ -157,6 +161,33 @@ def chat_request(raw: bytes) -> ChatRequest:
     if not _READ.issuperset(request):  # the other fields OpenAI takes, checked as it checks them
         _check_other_fields(request)
     return ChatRequest(model, messages, stream is True, include_usage is True, cap, n)
+
+
+def _part_read(part: Any) -> bool:
+    """Whether a content part is one OpenAI reads: an object of a known type, a text one with its text."""
+    return (
+        type(part) is dict
+        and (kind := part.get("type")) in PART_TYPES
+        and (kind != "text" or type(part.get("text")) is str)
+    )
+
+
+def _calls_tools(message: dict[str, Any]) -> bool:
+    """Whether an assistant's message stands without content: it carries tool (or function) calls."""
+    return bool(message.get("tool_calls")) or bool(message.get("function_call")) or bool(message.get("audio"))
+
+
+def _blank_model(model: str) -> BadRequest:
+    if not model:
+        return BadRequest(
+            "Invalid 'model': empty string. Expected a string with minimum length 1, "
+            "but got an empty string instead.",
+            param="model",
+            code="empty_string",
+        )
+    return BadRequest(
+        f"Invalid 'model': {model[:40]!r} is blank: it names no model.", param="model", code="invalid_value"
+    )
 
 
 def _check_other_fields(request: dict[str, Any]) -> None:
@@ -360,12 +391,19 @@ def _message_refusal(index: int, message: Any) -> BadRequest:
             code="invalid_value",
         )
     content = message.get("content")
-    if content is None and role != "assistant":
+    if content is None and (role != "assistant" or not _calls_tools(message)):
         return _missing(f"{where}.content")
     if type(content) is list:
+        if not content:
+            return BadRequest(
+                f"Invalid '{where}.content': empty array. Expected an array with minimum length 1, "
+                "but got an empty array instead.",
+                param=f"{where}.content",
+                code="empty_array",
+            )
         for part_index, part in enumerate(content):
-            if type(part) is not dict:
-                return _invalid_type(f"{where}.content[{part_index}]", "an object", part)
+            if not _part_read(part):
+                return _part_refusal(f"{where}.content[{part_index}]", part)
     elif type(content) is not str and content is not None:
         return _invalid_type(f"{where}.content", "a string or an array of objects", content)
     if role == "tool" and type(message.get("tool_call_id")) is not str:
@@ -377,6 +415,21 @@ def _message_refusal(index: int, message: Any) -> BadRequest:
             )
         return _invalid_type(f"{where}.tool_call_id", "a string", message.get("tool_call_id"))
     return _invalid_type(f"{where}.name", "a string", message.get("name"))
+
+
+def _part_refusal(where: str, part: Any) -> BadRequest:
+    if type(part) is not dict:
+        return _invalid_type(where, "an object", part)
+    kind = part.get("type")
+    if kind is None:
+        return _missing(f"{where}.type")
+    if type(kind) is not str:
+        return _invalid_type(f"{where}.type", "a string", kind)
+    if kind not in PART_TYPES:
+        return _invalid_value(f"{where}.type", kind, tuple(sorted(PART_TYPES)))
+    if part.get("text") is None:
+        return _missing(f"{where}.text")
+    return _invalid_type(f"{where}.text", "a string", part.get("text"))
 
 
 def latency_override_ms(headers: dict[str, str]) -> float | None:

@@ -609,3 +609,77 @@ def test_fields_openai_takes_are_answered(simulator: Simulator, fields: dict[str
     with sdk(simulator) as client:
         reply = client.chat.completions.create(**request)
     assert reply.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("fields", "param", "code"),
+    [
+        # Each was answered 200: a client sending it passed against the simulator and was
+        # refused by OpenAI.
+        ({"model": ""}, "model", "empty_string"),
+        ({"model": "   "}, "model", "invalid_value"),
+        ({"messages": [{"role": "user", "content": []}]}, "messages[0].content", "empty_array"),
+        ({"messages": [{"role": "user", "content": [{"text": "hi"}]}]}, "messages[0].content[0].type", None),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "words", "text": "hi"}]}]},
+            "messages[0].content[0].type",
+            "invalid_value",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+            "messages[0].content[0].text",
+            None,
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+            "messages[0].content[0].text",
+            "invalid_type",
+        ),
+        ({"messages": [*MESSAGES, {"role": "assistant"}]}, "messages[1].content", None),
+        ({"messages": [*MESSAGES, {"role": "assistant", "content": None}]}, "messages[1].content", None),
+        ({"messages": [*MESSAGES, {"role": "assistant", "tool_calls": []}]}, "messages[1].content", None),
+    ],
+)
+def test_a_blank_model_or_a_content_openai_cannot_read_is_a_400_the_sdk_raises(
+    simulator: Simulator, fields: dict[str, Any], param: str, code: str | None
+) -> None:
+    request: dict[str, Any] = {"model": "gpt-4.1", "messages": MESSAGES, **fields}
+    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(**request)
+    assert raised.value.status_code == 400
+    assert_invalid_request(raised.value.body, param)
+    if code is not None:
+        assert raised.value.code == code
+
+
+@pytest.mark.usefixtures("no_traceback")
+def test_a_missing_or_empty_model_is_refused_with_openais_error_shape(simulator: Simulator) -> None:
+    raw = json.dumps({"model": "", "messages": MESSAGES}).encode()
+    status, _, answer = exchange(simulator, post(raw, f"content-length: {len(raw)}", "connection: close"))
+    assert status == 400
+    assert answer == {
+        "error": {
+            "message": "Invalid 'model': empty string. Expected a string with minimum length 1, "
+            "but got an empty string instead.",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "empty_string",
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "data:,"}}],
+        [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}],
+        "",
+    ],
+)
+def test_content_parts_openai_takes_are_answered(simulator: Simulator, content: Any) -> None:
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(
+            model="gpt-4.1", messages=[{"role": "user", "content": content}]
+        )
+    assert reply.choices[0].finish_reason == "stop"
