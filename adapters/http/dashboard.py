@@ -29,8 +29,9 @@ from flowledger.adapters.http.charts import bar_chart, column_chart, fitted, iso
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.headers import page_policy
 from flowledger.adapters.http.json_body import OneNameRoute
-from flowledger.adapters.http.login import ICON, LOGIN_FORM, login_page, refused_login
+from flowledger.adapters.http.login import LOGIN_FORM, login_page, refused_login
 from flowledger.adapters.http.page_text import escape
+from flowledger.adapters.http.pages import ICON
 from flowledger.adapters.http.schemas import ANY_TEXT, PathId
 from flowledger.adapters.http.task_schemas import TierReportOut, answers
 from flowledger.adapters.http.tier_panel import tier_panel, tier_report

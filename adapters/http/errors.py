@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import iter_route_contexts
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
@@ -27,6 +27,7 @@ from starlette.routing import Match
 
 from flowledger.adapters.http.auth import refusal_before_body
 from flowledger.adapters.http.json_body import RepeatedName
+from flowledger.adapters.http.pages import error_page, is_page
 from flowledger.domain import errors
 from flowledger.infrastructure.outages import CONNECTION_ERRORS, unavailable
 
@@ -315,21 +316,29 @@ def allowed_methods(app: FastAPI, request: Request) -> set[str]:
     return methods
 
 
+def answer(request: Request, status: int, message: str, headers: dict[str, str]) -> Response:
+    """An error's answer: the envelope as JSON, or, to a request of one of the app's pages
+    (``pages.is_page``: the dashboard, its login and logout), a page saying it, with the same
+    status and headers (a browser showed the 503 of a database outage as raw JSON)."""
+    if is_page(request.scope):
+        return error_page(status, message, headers, method=request.method)
+    return JSONResponse(error_body(message), status_code=status, headers=headers)
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Map flowledger errors and request-validation errors to 4xx/5xx with a message."""
+    """Map flowledger errors and request-validation errors to 4xx/5xx with a message (a page's
+    own request is told by a page, ``answer``; a request it cannot validate is told in JSON)."""
 
-    async def on_flowledger_error(_: Request, error: Exception) -> JSONResponse:
+    async def on_flowledger_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, errors.FlowledgerError)  # registered for that type only
-        return JSONResponse(
-            error_body(_told(error)), status_code=status_for(error), headers=headers_for(error)
-        )
+        return answer(request, status_for(error), _told(error), headers_for(error))
 
-    async def on_outage(request: Request, error: Exception) -> JSONResponse:
+    async def on_outage(request: Request, error: Exception) -> Response:
         # A connection error that escaped the engine's own handling: still the database's
         # outage (503 with Retry-After), not the server's bug (500).
         return await on_flowledger_error(request, unavailable(f"{request.method} {request.url.path}", error))
 
-    async def on_invalid_request(request: Request, error: Exception) -> JSONResponse:
+    async def on_invalid_request(request: Request, error: Exception) -> Response:
         assert isinstance(error, RequestValidationError)
         if any(_is_unlabelled_body(e) for e in error.errors()):
             # FastAPI reads a body as JSON only when labelled so (a text/plain one could come from any
@@ -346,7 +355,7 @@ def install_error_handlers(app: FastAPI) -> None:
         problems = "; ".join(_problem(e) for e in error.errors())
         return JSONResponse(error_body(problems or "invalid request"), status_code=422)
 
-    async def on_http_error(request: Request, error: Exception) -> JSONResponse:
+    async def on_http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
         message, headers = str(error.detail), dict(error.headers or {})
         if error.status_code == 400 and message == _FASTAPI_UNREADABLE:
@@ -357,7 +366,7 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"{message.lower()}: see /openapi.json for the API's paths"
         if error.status_code == 405 and (methods := allowed_methods(app, request)):
             headers["Allow"] = ", ".join(sorted(methods))
-        return JSONResponse(error_body(message), status_code=error.status_code, headers=headers)
+        return answer(request, error.status_code, message, headers)
 
     app.add_exception_handler(errors.FlowledgerError, on_flowledger_error)
     for outage in CONNECTION_ERRORS:

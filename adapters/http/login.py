@@ -23,16 +23,10 @@ from flowledger.adapters.http.errors import BASIC, ERROR_CONTENT, responses
 from flowledger.adapters.http.headers import foreign_post, page_policy
 from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.page_text import escape
+from flowledger.adapters.http.pages import ICON
 from flowledger.infrastructure.postgres.keys import digest
 
 router = APIRouter(route_class=OneNameRoute, tags=["analytics"])
-
-ICON = (
-    '<link rel="icon" href="data:image/svg+xml,%3Csvg xmlns=\'http://www.w3.org/2000/svg\''
-    " viewBox='0 0 16 16'%3E%3Crect width='16' height='16' rx='3' fill='%234c78a8'/%3E%3C/svg%3E\">"
-)
-"""The pages' icon, in the page: without one a browser asks for /favicon.ico, whose 404 its
-console shows as an error on every page."""
 
 _FORM = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>flowledger: sign in</title>{icon}

@@ -2,7 +2,8 @@
 
 Both are plain ASGI (not Starlette's ``BaseHTTPMiddleware``), so they stream and keep
 contextvars intact. ``RequestContext`` is the outermost layer: whatever escapes the app
-is logged with the request's id and answered as a JSON 500 naming that id.
+is logged with the request's id and answered as a JSON 500 naming that id (a page's request: a
+page saying it, ``pages.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flowledger.adapters.http.errors import error_body
+from flowledger.adapters.http.pages import error_page, is_page
 
 access_log = logging.getLogger("flowledger.http.access")
 error_log = logging.getLogger("flowledger.http.errors")
@@ -88,8 +90,13 @@ class RequestContext:
         except Exception:
             error_log.exception("unexpected error in request %s", request_id)
             if not response_started:
-                body = error_body(f"internal error: the server's log has it under request id {request_id}")
-                await send_json(send_with_id, 500, {**body, "request_id": request_id}, {})
+                said = f"internal error: the server's log has it under request id {request_id}"
+                if is_page(scope):  # a person in a browser: a page, not the API's JSON
+                    await error_page(500, said, {}, method=str(scope.get("method")))(
+                        scope, receive, send_with_id
+                    )
+                else:
+                    await send_json(send_with_id, 500, {**error_body(said), "request_id": request_id}, {})
         finally:
             access_log.info(
                 json.dumps(
