@@ -73,6 +73,10 @@ class Settings:
     """Requests per second each API key may make (sustained); past it, 429 with Retry-After."""
     http_rate_burst: int = 100
     """Requests an API key may make at once before the rate applies."""
+    http_max_tenant_engines: int = 256
+    """The most tenants' engines the HTTP service keeps (``FLOWLEDGER_HTTP_MAX_TENANT_ENGINES``):
+    past it the least recently used one no request holds is closed, and made again on its
+    tenant's next request (``adapters/http/tenants.py``)."""
     http_auth_failures: int = 20
     """Refused keys one client address may send in ``http_auth_failure_window_s``; past them its
     requests are answered 429 without their key being looked up, until the window ends."""
@@ -214,6 +218,9 @@ class Settings:
             http_max_body_bytes=_count(env, "FLOWLEDGER_HTTP_MAX_BODY_BYTES", defaults.http_max_body_bytes),
             http_rate_per_s=_seconds(env, "FLOWLEDGER_HTTP_RATE_PER_S", defaults.http_rate_per_s),
             http_rate_burst=_count(env, "FLOWLEDGER_HTTP_RATE_BURST", defaults.http_rate_burst),
+            http_max_tenant_engines=_count(
+                env, "FLOWLEDGER_HTTP_MAX_TENANT_ENGINES", defaults.http_max_tenant_engines
+            ),
             http_auth_failures=_count(env, "FLOWLEDGER_HTTP_AUTH_FAILURES", defaults.http_auth_failures),
             http_auth_failure_window_s=_seconds(
                 env, "FLOWLEDGER_HTTP_AUTH_FAILURE_WINDOW_S", defaults.http_auth_failure_window_s
@@ -263,6 +270,7 @@ _WHOLE_NUMBERS = (
     "write_cache_size",
     "http_max_body_bytes",
     "http_rate_burst",
+    "http_max_tenant_engines",
     "http_auth_failures",
     "group_commit_leaders",
     "checkpoint_every_events",

@@ -17,12 +17,13 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http import budgets, dashboard, health, login, rest, task_queue, tasks, webhook
 from flowledger.adapters.http.api_docs import add_api_docs
-from flowledger.adapters.http.auth import Gate, Keyring, RateLimits, Tenants
+from flowledger.adapters.http.auth import Gate, Keyring, RateLimits
 from flowledger.adapters.http.errors import document_json_bodies, install_error_handlers
 from flowledger.adapters.http.head import HeadAsGet
 from flowledger.adapters.http.headers import SecurityHeaders
 from flowledger.adapters.http.middleware import BodyLimit, RequestContext
 from flowledger.adapters.http.query import refuse_unknown_query
+from flowledger.adapters.http.tenants import Tenants
 from flowledger.infrastructure import Engine
 
 _STATIC = "/docs/assets"
@@ -37,7 +38,8 @@ def create_app(
     ``require_keys``: True, every route but health and the API's documents needs a key; False, the app is open
     (every request is ``engine``'s tenant's admin); None, open only when no key exists
     (environment or database), as found at start-up. ``keys`` defaults to ``Keyring.of(engine)``.
-    Engines of other tenants are made on demand and closed when the app shuts down.
+    Engines of other tenants are made on demand, the ``settings.http_max_tenant_engines`` most
+    recently used kept (``tenants.py``), and closed when the app shuts down.
     ``local_only``: when the app runs open, a request whose Host is not this machine is a 403
     (``serve`` on a loopback address without ``--insecure``: no DNS rebinding into it).
     """

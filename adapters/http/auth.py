@@ -29,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http.dashboard_sessions import session_key_id, session_matches, session_until
 from flowledger.adapters.http.guesses import Guesses, retry_after
+from flowledger.adapters.http.tenants import Tenants
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.keys import ROLES, ApiKey, PostgresKeyStore, StaticKeys, digest
 from flowledger.infrastructure.settings import MEMORY_URL
@@ -146,39 +147,6 @@ class Keyring:
             self.store.close()
 
 
-class Tenants:
-    """One engine per tenant, made on first use over the base engine's store
-    (``Engine.for_tenant``): any number of tenants use the base engine's connections and
-    threads, and share its settings, clock and model."""
-
-    def __init__(self, base: Engine) -> None:
-        self.base = base
-        self._engines: dict[str, Engine] = {base.tenant: base}
-        self._lock = threading.Lock()
-
-    def cached(self, tenant: str) -> Engine | None:
-        """The tenant's engine if it exists already (never blocks)."""
-        return self._engines.get(tenant)
-
-    def engine_for(self, tenant: str) -> Engine:
-        """The tenant's engine (made the first time; it opens no connection)."""
-        with self._lock:
-            engine = self._engines.get(tenant)
-            if engine is None:
-                engine = self.base.for_tenant(tenant)
-                self._engines[tenant] = engine
-            return engine
-
-    def close(self) -> None:
-        """Close the engines made here (the base engine, and the store they share, belong to the
-        app's caller)."""
-        with self._lock:
-            for engine in self._engines.values():
-                if engine is not self.base:
-                    engine.close()
-            self._engines = {self.base.tenant: self.base}
-
-
 class RateLimits:
     """A token bucket per key: ``burst`` requests at once, refilled at ``rate`` per second."""
 
@@ -211,8 +179,7 @@ class Caller:
 
     def require(self, role: str) -> None:
         """403 unless this caller's role includes ``role``."""
-        if rank(self.role) < rank(role):
-            raise HTTPException(403, f"this API key's role ({self.role}) may not do this: it needs {role}")
+        require_role(self.role, role)
 
     @contextmanager
     def acting(self) -> Iterator[None]:
@@ -224,8 +191,15 @@ class Caller:
             yield
 
 
+def require_role(has: str, needs: str) -> None:
+    """403 unless the role ``has`` includes the role ``needs``."""
+    if rank(has) < rank(needs):
+        raise HTTPException(403, f"this API key's role ({has}) may not do this: it needs {needs}")
+
+
 class Gate:
-    """Admits a request: finds its key, checks the role, takes from the key's rate bucket."""
+    """Admits a request: finds its key, checks the role, takes from the key's rate bucket, and
+    holds its tenant's engine for it (``release`` gives it back)."""
 
     def __init__(
         self,
@@ -268,10 +242,16 @@ class Gate:
                 f"rate limit of this API key reached ({self.limits.rate:g} requests/s): retry later",
                 headers={"Retry-After": str(max(1, int(wait + 0.999)))},
             )
-        engine = self.tenants.cached(key.tenant) or self.tenants.engine_for(key.tenant)
-        caller = Caller(key.key_id, key.tenant, key.role, engine)
-        caller.require(role)
-        return caller
+        require_role(key.role, role)  # before the engine is taken: a 403 holds none
+        tenants = self.tenants
+        engine = tenants.acquire_kept(key.tenant)
+        if engine is None:  # a tenant not seen lately: its name may be checked in the database
+            engine = await run_in_threadpool(tenants.acquire, key.tenant)
+        return Caller(key.key_id, key.tenant, key.role, engine)
+
+    def release(self, caller: Caller) -> None:
+        """The request of ``caller`` (from ``admit``) is done with its tenant's engine."""
+        self.tenants.release(caller.tenant)
 
     async def known(self, request: Request, token: str | None, *, session: bool = False) -> ApiKey:
         """The key ``token`` names, or 401 (none sent, or unknown, revoked or expired), or 429
@@ -402,8 +382,11 @@ def requires(role: str) -> Callable[..., AsyncIterator[Caller]]:
     ) -> AsyncIterator[Caller]:
         gate: Gate = request.app.state.gate
         caller = await gate.admit(request, token_of(request), role)
-        with caller.acting():
-            yield caller
+        try:
+            with caller.acting():
+                yield caller
+        finally:  # the tenant's engine may be closed (``Tenants``) once no request holds it
+            gate.release(caller)
 
     return dependency
 

@@ -208,6 +208,8 @@ async def dashboard_page(
         page: HTMLResponse = await run_in_threadpool(_render, caller, since)
     except ValidationError as invalid:
         return _page(f'<p class="error" role="alert">{escape(str(invalid))}</p>', since, status=422)
+    finally:
+        gate.release(caller)
     return page
 
 

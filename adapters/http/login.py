@@ -134,6 +134,7 @@ async def login(request: Request) -> HTMLResponse | RedirectResponse:
         caller = await gate.admit(request, token, "reader")
     except HTTPException as refused:
         return refused_login(refused, token or None, missing="Enter an API key.")
+    gate.release(caller)  # the form signs in: it runs nothing on the tenant's engine
     response = RedirectResponse("/dashboard", status_code=303)
     # A session derived from the key, not the key: it reads the dashboard, ends, and dies
     # with the key (dashboard_sessions.py). An open server has no key: its page needs none.
