@@ -301,7 +301,7 @@ def _require_conninfo(field_name: str, url: object) -> None:
             field_name, "is not a PostgreSQL connection string (postgresql://… or key=value pairs)"
         ) from None
     for port in str(params.get("port") or "").split(","):
-        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+        if port and not (_WHOLE.fullmatch(port) and 1 <= int(port) <= 65535):
             raise ValidationError(field_name, f"port {port!r} is not a port number (1 to 65535)")
 
 
@@ -316,15 +316,22 @@ def _named(env: Mapping[str, str], name: str, default: str) -> str:
     return raw
 
 
+_WHOLE = re.compile(r"[0-9]+")
+"""A whole number as the environment gives one: ASCII digits (``str.isdigit`` also took ``²``,
+which ``int`` then refused with a bare ValueError, and an Arabic-Indic five, read as 5)."""
+_DECIMAL = re.compile(r"-?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?|[-+]?inf(inity)?|nan", re.IGNORECASE)
+"""A number as the environment gives one: ASCII digits, a fraction, an exponent (``float`` also
+took ``1_0`` and other scripts' digits); ``inf`` and ``nan`` are read to be refused by name."""
+
+
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     """A positive number of seconds from ``env[name]``, else ``default``."""
     raw = env.get(name)
     if not raw:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValidationError(name, f"{raw!r} is not a number of seconds") from None
+    if not _DECIMAL.fullmatch(raw.strip()):
+        raise ValidationError(name, f"{raw!r} is not a number of seconds")
+    value = float(raw)
     if not value > 0:
         raise ValidationError(name, f"must be > 0, got {raw!r}")
     if math.isinf(value):  # "inf" parses: a wait or deadline without end
@@ -337,7 +344,7 @@ def _count(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name)
     if not raw:
         return default
-    if not raw.strip().isdigit() or int(raw) < 1:
+    if not _WHOLE.fullmatch(raw.strip()) or int(raw) < 1:
         raise ValidationError(name, f"{raw!r} is not a positive whole number")
     return int(raw)
 

@@ -360,3 +360,22 @@ def test_the_conflict_bound_is_set_from_the_environment() -> None:
     with pytest.raises(ValidationError) as refused:
         Settings.from_env({"FLOWLEDGER_MAX_CONFLICT_RETRIES": "-1"})
     assert refused.value.field == "FLOWLEDGER_MAX_CONFLICT_RETRIES"
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("FLOWLEDGER_POOL_SIZE", "\u00b2"),  # a superscript two: isdigit() said yes, int() raised ValueError
+        ("FLOWLEDGER_POOL_SIZE", "\u0665"),  # an Arabic-Indic five: read as 5
+        ("FLOWLEDGER_HTTP_MAX_TENANT_ENGINES", "\uff15"),
+        ("FLOWLEDGER_STEP_LEASE_S", "1_0"),  # float() read 10
+        ("FLOWLEDGER_STEP_LEASE_S", "\u0665"),
+        ("FLOWLEDGER_DATABASE_URL", "postgresql://h:\u00b2/d"),
+    ],
+)
+def test_a_number_in_the_environment_not_written_in_ascii_digits_is_refused_by_name(
+    name: str, raw: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        Settings.from_env({name: raw})
+    assert name in str(refused.value)
