@@ -228,7 +228,8 @@ def model_call_responses(*codes: int) -> dict[int | str, dict[str, object]]:
 
 def responses(*codes: int, common: tuple[int, ...] = COMMON) -> dict[int | str, dict[str, object]]:
     """OpenAPI ``responses=`` for the ``common`` statuses and ``codes``, each with the error envelope
-    (as JSON, also on routes whose own answer is HTML)."""
+    as JSON (a route whose own answer is HTML, a page, also gets ``text/html`` from FastAPI: it
+    answers its errors as pages, ``answer``, but for a request it cannot validate)."""
     return {
         code: {"model": ErrorBody, "description": _MEANING[code], "content": ERROR_CONTENT}
         for code in sorted({*common, *codes})

@@ -154,12 +154,20 @@ async def login(request: Request) -> HTMLResponse | RedirectResponse:
     return response
 
 
+_LOGOUT_ERRORS = {
+    code: {**answer, "content": {"text/html": {}, **ERROR_CONTENT}} if code in (500, 503) else answer
+    for code, answer in responses(503, common=BASIC).items()
+}
+"""The logout's errors: its 503 (the database down as the session is ended) and 500 are pages
+(``pages.py``), as the dashboard's are."""
+
+
 @router.post(
     "/dashboard/logout",
     response_class=RedirectResponse,
     response_model=None,
     status_code=303,
-    responses={**responses(common=BASIC), **_FOREIGN, 303: {"description": "Signed out", "content": {}}},
+    responses={**_LOGOUT_ERRORS, **_FOREIGN, 303: {"description": "Signed out", "content": {}}},
 )
 async def logout(request: Request) -> HTMLResponse | RedirectResponse:
     """End the session on every server (a copy of the cookie opens nothing after it) and forget

@@ -132,3 +132,11 @@ def test_an_error_message_is_escaped_on_the_page(
     assert response.status_code == 503
     assert "<script>" not in response.text
     assert "&lt;script&gt;" in response.text
+
+
+def test_the_document_lists_the_pages_outage_and_fault_as_html(open_app: TestClient) -> None:
+    paths = open_app.get("/openapi.json").json()["paths"]
+    for path, method in (("/dashboard", "get"), ("/dashboard/login", "post"), ("/dashboard/logout", "post")):
+        answers = paths[path][method]["responses"]
+        for status in ("500", "503"):
+            assert "text/html" in answers[status]["content"], (path, status)
