@@ -244,9 +244,10 @@ class Gate:
             )
         require_role(key.role, role)  # before the engine is taken: a 403 holds none
         tenants = self.tenants
-        engine = tenants.acquire_kept(key.tenant)
-        if engine is None:  # a tenant not seen lately: its name may be checked in the database
-            engine = await run_in_threadpool(tenants.acquire, key.tenant)
+        # Held here, in the request's task, with no wait between this and the caller's release;
+        # a tenant not seen lately is made first in a thread (its name may be checked in the database).
+        while (engine := tenants.acquire_kept(key.tenant)) is None:
+            await run_in_threadpool(tenants.prepare, key.tenant)
         return Caller(key.key_id, key.tenant, key.role, engine)
 
     def release(self, caller: Caller) -> None:

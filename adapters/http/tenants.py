@@ -49,21 +49,26 @@ class Tenants:
             return engine
 
     def acquire(self, tenant: str) -> Engine:
-        """The tenant's engine, made the first time (it opens no connection), held for a
-        request until ``release``; it becomes the most recently used. Making it may close the
-        least recently used engines no request holds, past the limit."""
-        if tenant == self.base.tenant:
-            return self.base
-        with self._lock:
-            engine = self._engines.get(tenant)
-            if engine is None:
-                engine = self.base.for_tenant(tenant)
-                self._engines[tenant] = engine
-            self._engines.move_to_end(tenant)
-            self._users[tenant] += 1
-            idle = self._past_limit()
-        _close(idle)
+        """The tenant's engine, made the first time (``prepare``), held for a request until
+        ``release`` (blocking, when it is made)."""
+        while (engine := self.acquire_kept(tenant)) is None:
+            self.prepare(tenant)  # again only if closed in between, as the least recently used
         return engine
+
+    def prepare(self, tenant: str) -> None:
+        """Make the tenant's engine, unless it is kept, as the most recently used, held by no
+        request (blocking: it opens no connection, but a new tenant's name is checked in the
+        database). Making one may close the least recently used engines no request holds, past
+        the limit. Apart from ``acquire_kept`` so that a request cancelled while it waits for
+        this in a thread holds nothing it would never release."""
+        if tenant == self.base.tenant:
+            return
+        with self._lock:
+            if tenant in self._engines:
+                return
+            self._engines[tenant] = self.base.for_tenant(tenant)
+            idle = self._past_limit(spare=tenant)  # not the one made for a request about to take it
+        _close(idle)
 
     def release(self, tenant: str) -> None:
         """A request is done with the tenant's engine (from ``acquire``)."""
@@ -76,15 +81,15 @@ class Tenants:
             idle = self._past_limit()
         _close(idle)
 
-    def _past_limit(self) -> list[Engine]:
-        """Take out of the map the least recently used engines no request holds, while more than
-        ``limit`` are kept (under the lock); the caller closes them, outside it."""
+    def _past_limit(self, *, spare: str | None = None) -> list[Engine]:
+        """Take out of the map the least recently used engines no request holds (but ``spare``),
+        while more than ``limit`` are kept (under the lock); the caller closes them, outside it."""
         idle: list[Engine] = []
         excess = len(self._engines) - self.limit
         if excess <= 0:
             return idle
         for tenant in list(self._engines):  # oldest first
-            if self._users[tenant] == 0:  # a Counter's read adds no key
+            if self._users[tenant] == 0 and tenant != spare:  # a Counter's read adds no key
                 idle.append(self._engines.pop(tenant))
                 excess -= 1
                 if excess == 0:

@@ -144,3 +144,18 @@ def test_the_http_service_keeps_at_most_the_configured_tenants_engines() -> None
     assert first.status_code == 200
     assert first.json()["workflow"] == "tenant-0"
     engine.close()
+
+
+def test_a_new_tenant_gets_its_engine_while_every_kept_one_is_held(base: Engine) -> None:
+    # Given room for one engine, held by a request of tenant a
+    tenants = Tenants(base, limit=1)
+    tenants.acquire("t-a")
+
+    # When tenant b's engine is made, then it is held by b's request, not closed as the only idle one
+    made = tenants.acquire("t-b")
+    assert tenants.acquire_kept("t-b") is made
+    tenants.release("t-b")
+    tenants.release("t-b")
+    tenants.release("t-a")
+    assert len(tenants) == 1
+    tenants.close()
