@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, NamedTuple
 
 from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS
@@ -432,16 +433,17 @@ def _part_refusal(where: str, part: Any) -> BadRequest:
     return _invalid_type(f"{where}.text", "a string", part.get("text"))
 
 
+_MILLISECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
 def latency_override_ms(headers: dict[str, str]) -> float | None:
     """``x-sim-latency-ms``: a mean latency from 0 to ``MAX_LATENCY_MS``, or None when absent
     (beyond it a 400: a request asking for more would hang, not simulate anything)."""
     given = headers.get("x-sim-latency-ms")
     if not given:
         return None
-    try:
-        value = float(given)
-    except ValueError:
-        value = math.nan
+    # float() would also take "1_0", "+5" and other scripts' digits.
+    value = float(given) if _MILLISECONDS.fullmatch(given) else math.nan
     if not 0 <= value <= MAX_LATENCY_MS:  # NaN fails both
         raise BadRequest(
             f"x-sim-latency-ms must be a number of milliseconds from 0 to {MAX_LATENCY_MS:,.0f}, "

@@ -181,6 +181,8 @@ def test_a_request_line_or_header_that_is_not_http_is_a_400(
         ("x-sim-latency-ms", "abc"),
         ("x-sim-latency-ms", "nan"),
         ("x-sim-latency-ms", "-5"),
+        ("x-sim-latency-ms", "1_0"),  # float() read 10
+        ("x-sim-latency-ms", "+5"),
         ("x-sim-fault", "x"),
     ],
 )
