@@ -22,6 +22,7 @@ from flowledger.adapters.http.app import create_app
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.database import migrate
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
+from tests.support.databases import BackgroundDrops
 from tests.support.schemas import (
     RUN_PREFIX,
     drop_run_schemas,
@@ -106,6 +107,15 @@ def run_schemas(database_url: str) -> Iterator[str]:
         print(f"\nswept {len(left)} schemas that tests left behind: {', '.join(left[:10])}")
     remaining = schemas_starting_with(database_url, RUN_PREFIX)
     assert not remaining, f"schemas of this run still in the database: {remaining}"
+
+
+@pytest.fixture(scope="session")
+def database_drops() -> Iterator[BackgroundDrops]:
+    """Drops of the run's scratch databases, each in a thread (``tests/support/databases.py``):
+    a module's teardown does not wait for the checkpoint a drop makes; the end of the run does."""
+    drops = BackgroundDrops()
+    yield drops
+    drops.wait()
 
 
 @pytest.fixture

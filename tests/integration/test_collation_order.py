@@ -24,13 +24,15 @@ from flowledger.infrastructure import Engine
 from flowledger.projections import Projector, dashboard, funnel_report, projector_for
 from tests.conftest import make_settings
 from tests.support.clock import SetClock
+from tests.support.databases import BackgroundDrops
 
 T0 = datetime(2026, 6, 1, 10, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
-def english_database(database_url: str) -> Iterator[str]:
-    """A scratch database collating as ICU's en-US (one for the module: dropping one is slow)."""
+def english_database(database_url: str, database_drops: BackgroundDrops) -> Iterator[str]:
+    """A scratch database collating as ICU's en-US (one for the module, dropped in the
+    background: dropping one makes the server checkpoint, ``tests/support/databases.py``)."""
     name = f"scratch_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
@@ -42,8 +44,7 @@ def english_database(database_url: str) -> Iterator[str]:
     params = conninfo_to_dict(database_url)
     params["dbname"] = name
     yield make_conninfo(**params)
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    database_drops.drop(database_url, name)
 
 
 @pytest.fixture

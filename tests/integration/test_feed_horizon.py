@@ -28,6 +28,7 @@ from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRec
 from flowledger.projections import Projector, follow, projector_for
 from tests.conftest import make_settings
 from tests.integration.test_recorder_gaps import append_uncommitted
+from tests.support.databases import BackgroundDrops
 from tests.support.partitions import both_layouts
 
 pytestmark = pytest.mark.postgres
@@ -70,18 +71,18 @@ def other_table(database_url: str, pg_schema: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def other_database(database_url: str) -> Iterator[str]:
+def other_database(database_url: str, database_drops: BackgroundDrops) -> Iterator[str]:
     """A scratch database on the same server: its transactions share the cluster's ids. One for
-    the module: dropping a database makes the server checkpoint, which took up to 25 s under the
-    whole suite's writes (its tests each roll back the only row they write there)."""
+    the module (its tests each roll back the only row they write there), dropped in the
+    background: dropping a database makes the server checkpoint, which held this teardown for
+    25-78 s under the whole suite's writes (``tests/support/databases.py``)."""
     name = f"scratch_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     params = conninfo_to_dict(database_url)
     params["dbname"] = name
     yield make_conninfo(**params)
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    database_drops.drop(database_url, name)
 
 
 @pytest.fixture
