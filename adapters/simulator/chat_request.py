@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS
@@ -380,17 +381,9 @@ def _message_refusal(index: int, message: Any) -> BadRequest:
     if type(message) is not dict:
         return _invalid_type(where, "an object", message)
     role = message.get("role")
-    if role is None:
-        return _missing(f"{where}.role")
-    if type(role) is not str:
-        return _invalid_type(f"{where}.role", "a string", role)
-    if role not in ROLES:
-        supported = ", ".join(f"'{r}'" for r in sorted(ROLES))
-        return BadRequest(
-            f"Invalid value: {role[:40]!r}. Supported values are: {supported}.",
-            param=f"{where}.role",
-            code="invalid_value",
-        )
+    refused = _choice_refusal(f"{where}.role", role, ROLES)
+    if refused is not None:
+        return refused
     content = message.get("content")
     if content is None and (role != "assistant" or not _calls_tools(message)):
         return _missing(f"{where}.content")
@@ -418,16 +411,23 @@ def _message_refusal(index: int, message: Any) -> BadRequest:
     return _invalid_type(f"{where}.name", "a string", message.get("name"))
 
 
+def _choice_refusal(param: str, value: Any, choices: Collection[str]) -> BadRequest | None:
+    """Why ``value`` is not one of ``choices`` (missing, not a string, another), else None."""
+    if value is None:
+        return _missing(param)
+    if type(value) is not str:
+        return _invalid_type(param, "a string", value)
+    if value not in choices:
+        return _invalid_value(param, value, tuple(sorted(choices)))
+    return None
+
+
 def _part_refusal(where: str, part: Any) -> BadRequest:
     if type(part) is not dict:
         return _invalid_type(where, "an object", part)
-    kind = part.get("type")
-    if kind is None:
-        return _missing(f"{where}.type")
-    if type(kind) is not str:
-        return _invalid_type(f"{where}.type", "a string", kind)
-    if kind not in PART_TYPES:
-        return _invalid_value(f"{where}.type", kind, tuple(sorted(PART_TYPES)))
+    refused = _choice_refusal(f"{where}.type", part.get("type"), PART_TYPES)
+    if refused is not None:
+        return refused
     if part.get("text") is None:
         return _missing(f"{where}.text")
     return _invalid_type(f"{where}.text", "a string", part.get("text"))
