@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict
 
+from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 
 
@@ -26,7 +27,7 @@ class Tenants:
         self.base = base
         self.limit = base.settings.http_max_tenant_engines if limit is None else limit
         if self.limit < 1:
-            raise ValueError(f"limit must be at least 1, got {self.limit}")
+            raise ValidationError("http_max_tenant_engines", f"must be at least 1, got {self.limit}")
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._users: Counter[str] = Counter()
         self._lock = threading.Lock()
