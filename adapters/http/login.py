@@ -154,6 +154,19 @@ async def login(request: Request) -> HTMLResponse | RedirectResponse:
     return response
 
 
+@router.get(
+    "/dashboard/login",
+    response_class=RedirectResponse,
+    response_model=None,
+    status_code=303,
+    responses={303: {"description": "The sign-in form is on /dashboard", "content": {}}},
+)
+async def login_form() -> RedirectResponse:
+    """On to ``/dashboard``, which shows the sign-in form: a person reloading the page a refused
+    sign-in answered (a GET of this address) was told 405 in JSON."""
+    return RedirectResponse("/dashboard", status_code=303)
+
+
 _LOGOUT_ERRORS = {
     code: {**answer, "content": {"text/html": {}, **ERROR_CONTENT}} if code in (500, 503) else answer
     for code, answer in responses(503, common=BASIC).items()
@@ -182,3 +195,16 @@ async def logout(request: Request) -> HTMLResponse | RedirectResponse:
     response = RedirectResponse("/dashboard", status_code=303)
     response.delete_cookie(COOKIE, path="/dashboard", httponly=True, samesite="strict")
     return response
+
+
+@router.get(
+    "/dashboard/logout",
+    response_class=RedirectResponse,
+    response_model=None,
+    status_code=303,
+    responses={303: {"description": "Back to /dashboard; nothing is signed out", "content": {}}},
+)
+async def logout_form() -> RedirectResponse:
+    """Back to ``/dashboard`` without signing out: signing out is the page's button (a POST), and a
+    GET (a bookmark, a link another page holds) must not end a session; it was a JSON 405."""
+    return RedirectResponse("/dashboard", status_code=303)

@@ -140,3 +140,27 @@ def test_the_document_lists_the_pages_outage_and_fault_as_html(open_app: TestCli
         answers = paths[path][method]["responses"]
         for status in ("500", "503"):
             assert "text/html" in answers[status]["content"], (path, status)
+
+
+@pytest.mark.parametrize("path", ["/dashboard/login", "/dashboard/logout"])
+def test_a_get_of_the_sign_in_or_out_address_goes_back_to_the_page(keyed: TestClient, path: str) -> None:
+    # Given a person signed in (the cookie of a good key)
+    signed_in = keyed.post(
+        "/dashboard/login",
+        data={"key": ACME_READER},
+        headers={"origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert signed_in.status_code == 303
+    # When the browser GETs the form's address (a reload after a refused sign-in, a bookmark)
+    answer = keyed.get(path, follow_redirects=False)
+    # Then it is sent on to the page (not a JSON 405), and nothing was signed out
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/dashboard"
+    assert COOKIE not in answer.headers.get("set-cookie", "")
+    # (the page answers the signed-in reader, not the form; in memory it says the read
+    # models need PostgreSQL)
+    page = keyed.get("/dashboard")
+    assert page.status_code != 401
+    assert "text/html" in page.headers["content-type"]
+    assert 'name="key"' not in page.text
