@@ -294,14 +294,15 @@ class StepService:
             outcome: StepOutcome | Recorded | Unrecordable | str = await self._in_db(
                 self._store.write, call.session_id, partial(self._finish, call, reply)
             )
-        except StoreUnavailable as error:
+        except (StoreUnavailable, ConcurrentUpdate) as error:
             # The answer was paid for. Given up on here, the step stayed pending, a retry waited
             # out its lease, recorded worker_lost and called the model again, and this answer's
             # cost was in no event: keep saving it, holding the key, and let the caller know now.
+            # (Saves that lost every race to other writers, ConcurrentUpdate, likewise.)
             saver = asyncio.ensure_future(self._keep_saving(call, go, reply, unsettled))
             self._savers.add(saver)
             saver.add_done_callback(self._savers.discard)
-            told = _being_saved(error, call.key)
+            told = _being_saved(error, call.key) if isinstance(error, StoreUnavailable) else error
             if told is error:
                 raise
             raise told from error

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from flowledger.domain.errors import StoreUnavailable
+from flowledger.domain.errors import ConcurrentUpdate, StoreUnavailable
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.support.llm import USAGE, ScriptedLlm
@@ -31,16 +31,20 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
 
 
 class Outage:
-    """Every save of ``engine`` fails with StoreUnavailable (as past the operation deadline)
-    from the moment the model is first called until ``end``."""
+    """Every save of ``engine`` fails with StoreUnavailable (as past the operation deadline),
+    or with ``error()`` when given, from the moment the model is first called until ``end``."""
 
-    def __init__(self, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(
+        self, engine: Engine, monkeypatch: pytest.MonkeyPatch, error: Callable[[], Exception] | None = None
+    ) -> None:
         self.down = False
         self.over = asyncio.Event()
         write = engine.store.write
 
         def failing_write(*args: Any, **kwargs: Any) -> Any:
             if self.down:
+                if error is not None:
+                    raise error()
                 raise StoreUnavailable("save", "the database did not answer (the test's outage)")
             return write(*args, **kwargs)
 
@@ -79,6 +83,34 @@ async def test_an_answer_whose_save_failed_is_saved_later_and_a_retry_gets_it_wi
     # Then the retry gets the answer the model gave (and was paid for) the first time: the model
     # was called once, and no attempt was lost (the retry used to wait out the lease, record
     # worker_lost with no usage and call the model again, the first answer's cost in no event)
+    assert len(llm.calls) == 1
+    assert record.usage == USAGE
+    types = [t for t in event_types(engine, "s1") if t != "StepLeaseRenewed"]
+    assert types == ["Started", "StepStarted", "StepProcessed"]
+    assert engine.get_session("s1").pending == ()
+
+
+async def test_an_answer_whose_save_lost_every_race_is_saved_later_and_a_retry_gets_it(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a model that answers while every save of the session loses its race (other writers
+    # past max_conflict_retries: ConcurrentUpdate, a FlowledgerError, not an outage)
+    engine.start_session("s1", "cs")
+    outage = Outage(engine, monkeypatch, error=lambda: ConcurrentUpdate("s1", 4, 3))
+    engine.llm = llm = ScriptedLlm(meanwhile=outage.begin)
+
+    # When the answer cannot be saved, the caller is told so at once
+    began = time.monotonic()
+    with pytest.raises(ConcurrentUpdate):
+        await engine.process_step("s1", "greet", idempotency_key="k1")
+    assert time.monotonic() - began < LEASE_S
+    # and the writers let go a moment later, and the caller retries the key
+    asyncio.get_running_loop().call_later(0.3, outage.end)
+    await outage.over.wait()
+    record = await asyncio.wait_for(engine.process_step("s1", "greet", idempotency_key="k1"), 30)
+
+    # Then the answer paid for was kept being saved (the step stayed pending until its lease
+    # lapsed, and the retry recorded worker_lost and called the model again): one call
     assert len(llm.calls) == 1
     assert record.usage == USAGE
     types = [t for t in event_types(engine, "s1") if t != "StepLeaseRenewed"]
