@@ -165,6 +165,23 @@ def make_settings(**overrides: object) -> Settings:
     return Settings(home=Path("/nonexistent"), audit_key_dir=TEST_KEY_DIR).with_overrides(**overrides)
 
 
+def backend_engine(request: pytest.FixtureRequest, **overrides: object) -> Iterator[Engine]:
+    """For a fixture parametrized ``["memory", "postgres"]``: an engine of ``overrides`` on
+    ``request.param``'s backend (PostgreSQL in the test's own schema), closed afterwards."""
+    if request.param == "memory":
+        where: dict[str, object] = {"database_url": "memory:"}
+    else:
+        where = {
+            "database_url": request.getfixturevalue("database_url"),
+            "schema": request.getfixturevalue("pg_schema"),
+        }
+    engine = Engine(settings=make_settings(**where, **overrides))
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
 @pytest.fixture
 def pg_engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
     """An engine on real PostgreSQL, in its own schema."""

@@ -327,9 +327,15 @@ class SessionService:
         filter cannot rule the key out: a key older than the recent window, a failed step's,
         or a false positive): the stream is searched for the key's bytes as the JSON
         transcoder writes them, and each match decoded to be sure."""
-        needle = b'"idempotency_key":' + json.dumps(key, ensure_ascii=False).encode()
-        found = self._store.events_containing(session.id, event_class, needle)
+        found = self._events_holding(session, event_class, "idempotency_key", key)
         return [event for event in found if event.idempotency_key == key]
+
+    def _events_holding(self, session: Session, event_class: type[Any], field: str, value: str) -> list[Any]:
+        """The session's events of ``event_class`` whose stored JSON holds ``field`` set to
+        ``value`` as the transcoder writes it (a search of the stream's bytes: the caller
+        checks each match it decodes)."""
+        needle = f'"{field}":'.encode() + json.dumps(value, ensure_ascii=False).encode()
+        return self._store.events_containing(session.id, event_class, needle)
 
     # -- decisions (run by the store, once per attempt) ----------------------------------
 
@@ -502,11 +508,10 @@ class SessionService:
         extended twice: the command had no key, its id was made afresh by each call."""
         if key is None:
             return None
-        needle = b'"command_id":' + json.dumps(key, ensure_ascii=False).encode()
         moves = [
             event
             for kind in (Session.Extended, Session.Reopened)
-            for event in self._store.events_containing(session.id, kind, needle)
+            for event in self._events_holding(session, kind, "command_id", key)
             if command_id_of(event) == key
         ]
         if not moves:

@@ -365,6 +365,15 @@ def retopic(engine: Engine, stream: UUID, version: int, topic: str | None) -> No
     assert edited == [(1,)]
 
 
+def with_topic_edited(engine: Engine, session_id: str, count: int, version: int, topic: str | None) -> UUID:
+    """A session of ``count`` steps whose ``version`` then had its topic changed in the database
+    (``retopic``); its stream."""
+    steps(engine, session_id, count)
+    stream = engine.session_uuid(session_id)
+    retopic(engine, stream, version, topic)
+    return stream
+
+
 def letters_of(projector: Projector) -> set[tuple[str, int, str, str]]:
     """(stream, version, projection, error class) of every dead letter of the live builds."""
     return {
@@ -387,9 +396,7 @@ def test_a_rebuild_names_an_event_whose_topic_was_edited_in_every_build(
     # Given two sessions of four steps (0.01 each), then the topic of version 3 of one changed in
     # the database (audit verify names it)
     steps(pg_engine, "kept", 4)
-    steps(pg_engine, "damaged", 4)
-    damaged = pg_engine.session_uuid("damaged")
-    retopic(pg_engine, damaged, 3, topic)
+    damaged = with_topic_edited(pg_engine, "damaged", 4, 3, topic)
     # When the projections are rebuilt from the log
     rebuild(projector)
     # Then the edited event is named, a dead letter of every build (no projection read that
@@ -419,9 +426,7 @@ def test_an_unchained_row_of_a_topic_no_class_has_is_named_unreadable(
     pg_engine: Engine, projector: Projector
 ) -> None:
     # Given a step whose topic was edited and its hash removed (nothing left to check it by)
-    steps(pg_engine, "damaged", 4)
-    damaged = pg_engine.session_uuid("damaged")
-    retopic(pg_engine, damaged, 5, "flowledger.domain.session:Session.Nothing")
+    damaged = with_topic_edited(pg_engine, "damaged", 4, 5, "flowledger.domain.session:Session.Nothing")
     sql(
         pg_engine,
         "UPDATE {events} SET event_hash = NULL WHERE originator_id = %s AND originator_version = 5",
@@ -439,9 +444,7 @@ def test_an_event_of_a_class_this_release_does_not_know_is_not_called_altered(
     pg_engine: Engine, projector: Projector
 ) -> None:
     # Given a stream whose last event is of a class a newer release wrote, hashed by the rule
-    steps(pg_engine, "newer", 4)
-    newer = pg_engine.session_uuid("newer")
-    retopic(pg_engine, newer, 5, "flowledger.domain.session:Session.FromANewerRelease")
+    newer = with_topic_edited(pg_engine, "newer", 4, 5, "flowledger.domain.session:Session.FromANewerRelease")
     rehash(pg_engine, newer, 5)
     # When the projections are rebuilt and caught up, Then nothing is set aside
     rebuild(projector)
@@ -454,9 +457,9 @@ def test_a_full_rebuild_names_a_step_moved_to_another_classs_topic_in_every_buil
     pg_engine: Engine, projector: Projector
 ) -> None:
     # Given a step whose topic was changed to another class's, one the cost projection does not read
-    steps(pg_engine, "damaged", 4)
-    damaged = pg_engine.session_uuid("damaged")
-    retopic(pg_engine, damaged, 3, "flowledger.domain.session:Session.ContextUpdated")
+    damaged = with_topic_edited(
+        pg_engine, "damaged", 4, 3, "flowledger.domain.session:Session.ContextUpdated"
+    )
     # When every projection is rebuilt, Then the edited event is a dead letter of the cost build
     # too (read there by no projection, it was dropped from the dashboard without a word)
     rebuild(projector)

@@ -21,7 +21,7 @@ from flowledger.domain.errors import LlmError
 from flowledger.domain.ports import LlmReply
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine import steps
-from tests.conftest import make_settings
+from tests.conftest import backend_engine
 from tests.support.llm import USAGE, ScriptedLlm
 
 LEASE_S = 30.0
@@ -30,13 +30,7 @@ LEASE_S = 30.0
 @pytest.fixture(params=["memory", "postgres"])
 def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     """An engine with long leases (a step left pending would hold its key for 30 s), on each backend."""
-    url = "memory:" if request.param == "memory" else request.getfixturevalue("database_url")
-    schema = {} if request.param == "memory" else {"schema": request.getfixturevalue("pg_schema")}
-    engine = Engine(settings=make_settings(database_url=url, step_lease_s=LEASE_S, **schema))
-    try:
-        yield engine
-    finally:
-        engine.close()
+    yield from backend_engine(request, step_lease_s=LEASE_S)
 
 
 def broken_parser(*args: Any, **kwargs: Any) -> Any:

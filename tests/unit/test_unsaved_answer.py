@@ -12,7 +12,7 @@ import pytest
 
 from flowledger.domain.errors import ConcurrentUpdate, StoreUnavailable
 from flowledger.infrastructure import Engine
-from tests.conftest import make_settings
+from tests.conftest import backend_engine, make_settings
 from tests.support.llm import USAGE, ScriptedLlm
 
 LEASE_S = 1.0
@@ -21,13 +21,7 @@ LEASE_S = 1.0
 @pytest.fixture(params=["memory", "postgres"])
 def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     """An engine with one-second leases, on each backend."""
-    url = "memory:" if request.param == "memory" else request.getfixturevalue("database_url")
-    schema = {} if request.param == "memory" else {"schema": request.getfixturevalue("pg_schema")}
-    engine = Engine(settings=make_settings(database_url=url, step_lease_s=LEASE_S, **schema))
-    try:
-        yield engine
-    finally:
-        engine.close()
+    yield from backend_engine(request, step_lease_s=LEASE_S)
 
 
 class Outage:
@@ -62,17 +56,28 @@ def event_types(engine: Engine, session_id: str) -> list[str]:
     return [e.event_type.rsplit(".", 1)[-1] for e in engine.history(session_id)]
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(
+            StoreUnavailable("save", "the database did not answer (the test's outage)"), id="outage"
+        ),
+        # every save losing its race to other writers past max_conflict_retries (a
+        # FlowledgerError, not an outage): the step stayed pending until its lease lapsed
+        pytest.param(ConcurrentUpdate("s1", 4, 3), id="lost races"),
+    ],
+)
 async def test_an_answer_whose_save_failed_is_saved_later_and_a_retry_gets_it_without_a_second_call(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, failure: Exception
 ) -> None:
     # Given a model that answers while the database stops taking saves
     engine.start_session("s1", "cs")
-    outage = Outage(engine, monkeypatch)
+    outage = Outage(engine, monkeypatch, error=lambda: failure)
     engine.llm = llm = ScriptedLlm(meanwhile=outage.begin)
 
-    # When the answer cannot be saved, the caller is told so at once (503)
+    # When the answer cannot be saved, the caller is told so at once (503 for an outage)
     began = time.monotonic()
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(type(failure)):
         await engine.process_step("s1", "greet", idempotency_key="k1")
     assert time.monotonic() - began < LEASE_S
     # and the database comes back a moment later, and the caller retries the key
@@ -83,34 +88,6 @@ async def test_an_answer_whose_save_failed_is_saved_later_and_a_retry_gets_it_wi
     # Then the retry gets the answer the model gave (and was paid for) the first time: the model
     # was called once, and no attempt was lost (the retry used to wait out the lease, record
     # worker_lost with no usage and call the model again, the first answer's cost in no event)
-    assert len(llm.calls) == 1
-    assert record.usage == USAGE
-    types = [t for t in event_types(engine, "s1") if t != "StepLeaseRenewed"]
-    assert types == ["Started", "StepStarted", "StepProcessed"]
-    assert engine.get_session("s1").pending == ()
-
-
-async def test_an_answer_whose_save_lost_every_race_is_saved_later_and_a_retry_gets_it(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given a model that answers while every save of the session loses its race (other writers
-    # past max_conflict_retries: ConcurrentUpdate, a FlowledgerError, not an outage)
-    engine.start_session("s1", "cs")
-    outage = Outage(engine, monkeypatch, error=lambda: ConcurrentUpdate("s1", 4, 3))
-    engine.llm = llm = ScriptedLlm(meanwhile=outage.begin)
-
-    # When the answer cannot be saved, the caller is told so at once
-    began = time.monotonic()
-    with pytest.raises(ConcurrentUpdate):
-        await engine.process_step("s1", "greet", idempotency_key="k1")
-    assert time.monotonic() - began < LEASE_S
-    # and the writers let go a moment later, and the caller retries the key
-    asyncio.get_running_loop().call_later(0.3, outage.end)
-    await outage.over.wait()
-    record = await asyncio.wait_for(engine.process_step("s1", "greet", idempotency_key="k1"), 30)
-
-    # Then the answer paid for was kept being saved (the step stayed pending until its lease
-    # lapsed, and the retry recorded worker_lost and called the model again): one call
     assert len(llm.calls) == 1
     assert record.usage == USAGE
     types = [t for t in event_types(engine, "s1") if t != "StepLeaseRenewed"]
