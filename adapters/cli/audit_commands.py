@@ -140,6 +140,10 @@ def _verdict(
         verdict = f"[red]{len(problems)} problems[/red]"
     elif partial:
         verdict = "[yellow]no problems in what was read, but the read was partial[/yellow]"
+    elif chain.checkpoint is None and (chain.events or chain.archived):
+        # Nothing signed says which events the log held: said "ok" though every checkpoint row
+        # had been deleted with the events they signed (no anchor file at hand to name them).
+        verdict = "[yellow]no problems found, but not proven: no signed checkpoint covers it[/yellow]"
     else:
         verdict = "[green]ok[/green]"
     if chain.wrong_key:
@@ -171,7 +175,14 @@ def _verdict(
             soft_wrap=True,
         )
     else:
-        console.print("no valid checkpoint yet: a deletion at a stream's end cannot be seen without one")
+        console.print(
+            "no valid checkpoint: nothing signed says which events the log held, so rows deleted from"
+            " a stream's end, or whole streams, cannot be seen (none was taken yet, or the checkpoint"
+            " table's rows were deleted in the database: verify against an anchor file exported"
+            " elsewhere, --anchors, and take one: flowledger audit checkpoint)",
+            highlight=False,
+            soft_wrap=True,
+        )
     if chain.upgraded_through:
         console.print(
             f"events up to log position {chain.upgraded_through:,} were chained after they were written"

@@ -149,6 +149,13 @@ def forget(
             f"erased {len(report.sessions)} sessions ({erased}); {report.keys_destroyed} data keys destroyed",
             markup=False,
         )
+        if report.old_key_versions_remain:
+            console.print(
+                "warning: the destroyed keys' old row versions may remain in the data-key table's file"
+                " (a transaction begun before the erasure was still open): run VACUUM FULL on it once"
+                " that transaction has ended (docs/erasure.md)",
+                markup=False,
+            )
         if report.in_the_clear:
             # Not forgotten while any of them stays readable: a non-zero exit, as `--session` of one.
             raise ValidationError(

@@ -48,6 +48,10 @@ class ForgetReport:
     in_the_clear: tuple[str, ...] = ()
     """The ids of the user's sessions recorded without sealing: they have no key to destroy,
     so their personal fields stay in the clear (``forget_user`` only)."""
+    old_key_versions_remain: bool = False
+    """Whether the destroyed keys' old row versions may still be in the key table's file (a
+    transaction begun before the erasure outlived the purge's wait, or the rewrite failed): an
+    operator's ``VACUUM FULL`` of the table removes them once that transaction has ended."""
 
 
 _STARTS = (get_topic(Session.Started), get_topic(Session.Restarted))
@@ -133,6 +137,11 @@ class ErasureService:
         destroyed = (
             self._within_deadline("destroy data keys", lambda: self._keys.destroy(streams)) if streams else 0
         )
+        # The destroyed keys' old row versions (their bytes, the user tags) are still in the
+        # table's pages until they are purged (docs/erasure.md): done after the commit, outside
+        # the operation deadline (it waits for readers older than the destruction).
+        purge = getattr(self._keys, "purge", None)
+        remains = bool(streams) and purge is not None and not purge()
         # The copies this engine cached applied the erasure to the window they held, which was
         # measured in the clear; the log now reads as markers, which measure smaller, so a fold
         # of it keeps more steps (session_window). Read afresh, the state is that fold.
@@ -149,7 +158,12 @@ class ErasureService:
                 _logger.warning(
                     "forget is done (%d keys destroyed), its checkpoint is not: %s", destroyed, error
                 )
-        return ForgetReport(sessions=tuple(sessions), keys_destroyed=destroyed, already_erased=tuple(already))
+        return ForgetReport(
+            sessions=tuple(sessions),
+            keys_destroyed=destroyed,
+            already_erased=tuple(already),
+            old_key_versions_remain=remains,
+        )
 
     def _unsealed_sessions_of(self, user_id: str) -> tuple[str, ...]:
         """The ids of this tenant's sessions of ``user_id`` that have no data key (recorded without

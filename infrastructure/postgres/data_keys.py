@@ -1,19 +1,26 @@
 """The data-key table: one AES key per session, tagged with its tenant and user.
 
 ``<schema>.data_keys`` (made by ``migrate``). Destroying a key sets it and the user tag to
-NULL in the same transaction that drops the session's snapshots (sealed under that key),
-and then ``VACUUM`` removes the old row versions from the table's pages; copies in WAL
-and backups last as long as those are kept. An engine trusts a key it read for
+NULL in the same transaction that drops the session's snapshots (sealed under that key).
+The UPDATE leaves the old row version, key bytes and user id, in the table's pages (and the
+user id in its index), readable with ``pageinspect`` or from the table's file, until a vacuum
+removes it; and a plain ``VACUUM`` removes the version but leaves its bytes in the page's free
+space until something is written over them. So ``destroy`` waits (within a bound) until no
+transaction can still see the old version, then rewrites the table and its indexes
+(``VACUUM FULL``, a short exclusive lock: the table holds one small row per session); copies
+in WAL and backups last as long as those are kept. An engine trusts a key it read for
 ``Settings.data_key_cache_s`` seconds: the bound for ``forget`` on other engines.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, Final
 from uuid import UUID
 
+import psycopg
 from eventsourcing.persistence import PersistenceError
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Composed, Identifier
@@ -22,6 +29,25 @@ from flowledger.infrastructure.sealing import DESTROYED, DataKey, Destroyed, Key
 
 TABLE: Final = "data_keys"
 _log = logging.getLogger(__name__)
+
+_HOLDERS = """
+SELECT count(*) FROM (
+    SELECT backend_xmin AS x FROM pg_stat_activity WHERE pid <> pg_backend_pid()
+        AND (datname = current_database() OR backend_type = 'walsender')
+    UNION ALL SELECT backend_xid FROM pg_stat_activity WHERE pid <> pg_backend_pid()
+        AND (datname = current_database() OR backend_type = 'walsender')
+    UNION ALL SELECT xmin FROM pg_replication_slots
+    UNION ALL SELECT transaction FROM pg_prepared_xacts WHERE database = current_database()
+) h WHERE x IS NOT NULL AND age(x) >= age(%s::text::xid)
+"""
+"""How many transactions (and slots) may still see row versions that transaction ``%s`` (an
+xid, as text) deleted: while any does, no vacuum can remove those versions."""
+PURGE_WAIT_S: Final = 30.0
+"""How long ``destroy`` waits for the transactions that can still see a destroyed key's old
+row version to end, before it rewrites the table anyway (and says the old version remains)."""
+_LOCK_TIMEOUT = "SET lock_timeout = '2s'"
+"""The rewrite waits this long for its exclusive lock, so that it never queues every key read
+and session start behind a long reader of the table; it is tried again within the wait."""
 
 
 def create_table(schema: str) -> list[Composed]:
@@ -80,7 +106,10 @@ class PostgresDataKeys:
         self._drop_snapshots = SQL("DELETE FROM {}.{} WHERE originator_id = ANY(%s)").format(
             Identifier(schema), Identifier(snapshots_table)
         )
-        self._vacuum = SQL("VACUUM {}").format(table)
+        self._vacuum = SQL("VACUUM FULL {}").format(table)
+        self.purge_wait_s = PURGE_WAIT_S
+        self._replaced_by: str | None = None
+        """The (32-bit) id of the last transaction that destroyed keys, until ``purge``."""
 
     def key_of(self, stream_id: UUID) -> DataKey:
         """The stream's key (cached), DESTROYED, or None."""
@@ -130,24 +159,78 @@ class PostgresDataKeys:
         return [_uuid(row) for row in rows]
 
     def destroy(self, stream_ids: Sequence[UUID]) -> int:
-        """Destroy the keys and user tags, drop the snapshots; then vacuum the old row versions away."""
+        """Destroy the keys and user tags, drop the snapshots; ``purge`` then removes the old
+        row versions from the table's files."""
         ids = list(stream_ids)
         with self._datastore.transaction(commit=True) as cur:
             cur.execute(self._destroy, (ids,))
             destroyed = cur.rowcount
             cur.execute(self._drop_snapshots, (ids,))
+            row = cur.execute("SELECT (txid_current() % 4294967296)::text AS xid").fetchone()
         for stream_id in ids:
             self._cache.put(stream_id, DESTROYED)
-        self.vacuum()
+        if destroyed:
+            self._replaced_by = row["xid"] if isinstance(row, dict) else row[0] if row else None
         return destroyed
 
-    def vacuum(self) -> None:
-        """Remove dead row versions (the destroyed keys' old bytes) from the table's pages."""
+    def purge(self) -> bool:
+        """Remove the row versions the last ``destroy`` replaced from the table's files: wait
+        until no transaction can still see them, then rewrite the table (and its indexes). False,
+        with a warning logged, when one may remain (a reader older than the destruction outlived
+        ``purge_wait_s``, or the rewrite failed: an operator's ``VACUUM FULL`` of the table, once
+        that reader ended, removes it)."""
+        xid, self._replaced_by = self._replaced_by, None
+        deadline = time.monotonic() + self.purge_wait_s
         try:
-            with self._datastore.get_connection() as conn:
-                conn.execute(self._vacuum)  # the pool's connections are in autocommit
-        except (PersistenceError, OSError) as error:  # the keys are destroyed either way
-            _log.warning("VACUUM of the data-key table failed: %s", error)
+            with self._datastore.get_connection() as conn:  # the pool's connections are in autocommit
+                seen = xid is None or self._wait_for_readers(conn, xid, deadline)
+                conn.execute(_LOCK_TIMEOUT)
+                try:
+                    while True:
+                        try:
+                            conn.execute(self._vacuum)
+                            break
+                        except psycopg.errors.LockNotAvailable:
+                            if time.monotonic() >= deadline:
+                                raise
+                            time.sleep(0.1)
+                    # Readers that began before the destruction and ended during the rewrite had
+                    # kept the old version in the new file: rewrite again once they are gone.
+                    if not seen and xid is not None and self._wait_for_readers(conn, xid, time.monotonic()):
+                        conn.execute(self._vacuum)
+                        seen = True
+                finally:
+                    conn.execute("RESET lock_timeout")
+        except (PersistenceError, OSError, psycopg.Error) as error:  # the keys are destroyed either way
+            _log.warning(
+                "the destroyed data keys' old row versions may remain in the key table's file: its"
+                " rewrite (VACUUM FULL) failed: %s",
+                error,
+            )
+            return False
+        if not seen:
+            _log.warning(
+                "the destroyed data keys' old row versions remain in the key table's file: a"
+                " transaction begun before the erasure was still open after %g s; VACUUM FULL %s"
+                " once it ends",
+                self.purge_wait_s,
+                self._table.as_string(None),
+            )
+        return seen
+
+    @staticmethod
+    def _wait_for_readers(conn: Any, xid: str, deadline: float) -> bool:
+        """True once no transaction (nor slot) can see what ``xid`` replaced; False at ``deadline``."""
+        delay = 0.01
+        while True:
+            row = conn.execute(_HOLDERS, (xid,)).fetchone()
+            held = row["count"] if isinstance(row, dict) else row[0]
+            if not held:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
 
 def _key_of(row: Any) -> DataKey:

@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -637,3 +638,62 @@ def test_a_task_edited_in_the_database_is_not_assigned_as_edited(database_url: s
     # Then the edited row is named, and nothing was appended to the task
     assert (raised.value.stream, raised.value.version) == (str(stream), 1)
     assert log.sql("SELECT count(*) FROM {events} WHERE originator_id = %s", stream) == [(1,)]
+
+
+def test_the_task_index_passes_over_a_task_row_edited_in_the_database(
+    database_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The task index folded its tail of ``Task.Created`` rows unchecked, while every read of a
+    stream refused an edited row: a task's deadline edited into the past by SQL was what the
+    overdue sweep went by, and the sweep then stopped at that task's checked load
+    (StoredEventAltered), escalating none of the tenant's tasks that were really overdue."""
+    settings = make_settings(database_url=database_url, schema=pg_schema)
+    # Given a task due in a week, and another whose deadline has really passed
+    with Engine(settings=settings) as engine:
+        engine.create_task("later", "Fix the Go worker", ["golang"], deadline=timedelta(days=7))
+        engine.create_task("due", "Fix the Rust worker", ["rust"], deadline=timedelta(seconds=1))
+        stream = task_uuid(engine.tenant, "later")
+    # And the first one's deadline edited into the past in its creation row
+    log = Log(database_url, pg_schema, stream, stream)
+    payload = log.payload(1)
+    deadline = payload["deadline"]["_data_"]
+    payload["deadline"]["_data_"] = "2001" + deadline[4:]
+    log.set_payload(1, payload)
+    # When a fresh engine sweeps the overdue tasks after the real deadline passed
+    with Engine(settings=settings) as engine:
+        swept = engine.escalate_overdue(datetime.now(UTC) + timedelta(minutes=1))
+        # Then the task really overdue is escalated, and the edited one is not swept as the edit made it
+        assert [state.task_id for state in swept] == ["due"]
+        assert any(f"stream {stream} version 1" in r.getMessage() for r in caplog.records), caplog.text
+        # And its own read still names the edited row
+        with pytest.raises(StoredEventAltered) as raised:
+            engine.get_task("later")
+        assert (raised.value.stream, raised.value.version) == (str(stream), 1)
+    assert log.sql("SELECT count(*) FROM {events} WHERE originator_id = %s", stream) == [(1,)]
+
+
+def test_checkpoints_deleted_with_no_anchor_file_at_hand_are_not_called_proven(
+    log: Log, database_url: str
+) -> None:
+    """Every checkpoint row deleted, with the victim's signed last event, and verified where no
+    anchor file holds them (another host, ``--anchors`` of an empty file): ``audit verify`` said
+    "10 events in 2 streams: ok", exit 0, beside a line that no checkpoint was there yet."""
+    # Given every checkpoint deleted in the database, and the victim's last event with them
+    log.sql("DELETE FROM {checkpoints}")
+    delete_last(log)
+    # When verified with no anchor file that knows them (an empty one, or this host's removed)
+    with Engine(settings=make_settings(database_url=database_url, schema=log.schema)) as engine:
+        local = engine.audit.anchor_file
+    for scope in (("--anchors", "/dev/null"), ()):
+        if not scope:
+            local.unlink()
+        result = run_cli(log.url, log.schema, "audit", "verify", *scope)
+        # Then it is not called ok: it says nothing signed proves it, and why, with what to do
+        assert "9 events in 2 streams: no problems found, but not proven: no signed checkpoint" in (
+            result.stderr
+        ), result.stderr
+        assert ": ok" not in result.stderr
+        assert "or the checkpoint table's rows were deleted in the database" in result.stderr
+    # And a checkpoint taken again makes it ok (what is there is proven from then on)
+    assert run_cli(log.url, log.schema, "audit", "checkpoint").returncode == 0
+    assert "9 events in 2 streams: ok" in run_cli(log.url, log.schema, "audit", "verify").stderr

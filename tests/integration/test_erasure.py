@@ -7,6 +7,8 @@ personal value the user ever sent, in the clear and hex-encoded.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -26,7 +28,7 @@ from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.audit_keys import chain_key
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.projections import projector_for
-from flowledger.projections.rebuild import verify
+from flowledger.projections.rebuild import rebuild, verify
 from flowledger.verify import GENESIS, event_hash, event_mac
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
@@ -501,3 +503,101 @@ def test_a_data_key_destroyed_or_deleted_in_the_database_without_an_erasure_is_n
         ).returncode
         == 0
     )
+
+
+def _pages_holding(database_url: str, schema: str, values: dict[str, bytes]) -> list[str]:
+    """Where, in the pages of every relation of the test's schemas (tables, their TOAST and
+    indexes, as PostgreSQL has them, dead row versions and free space included), each value's
+    bytes are: what someone reading the table's file, or with ``pageinspect``, finds."""
+    found = []
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        # another worker's may be made at the same moment
+        with contextlib.suppress(psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pageinspect SCHEMA public")
+        relations = conn.execute(
+            "SELECT c.oid, n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'm', 'i', 't') AND (n.nspname = %s"
+            " OR n.nspname LIKE %s OR c.oid IN (SELECT reltoastrelid FROM pg_class k JOIN pg_namespace"
+            " m ON m.oid = k.relnamespace WHERE m.nspname = %s OR m.nspname LIKE %s))",
+            (schema, schema + "\\_%", schema, schema + "\\_%"),
+        ).fetchall()
+        for oid, name in relations:
+            (blocks,) = conn.execute("SELECT pg_relation_size(%s) / 8192", (oid,)).fetchone() or (0,)
+            for block in range(blocks):
+                ((page,),) = conn.execute("SELECT public.get_raw_page(%s::regclass::text, %s)", (oid, block))
+                found.extend(f"{what} in {name} block {block}" for what, raw in values.items() if raw in page)
+    return found
+
+
+def test_forget_leaves_no_old_key_version_in_the_key_tables_pages(
+    engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    """``forget`` set the key to NULL and ran a plain VACUUM: the old row version, key bytes and
+    user id, stayed in the table's page (and the user id in its index) whenever a transaction
+    anywhere in the database was open at that moment, until autovacuum came; and a VACUUM that
+    removed it left its bytes in the page's free space. Read with pageinspect, the key decrypts
+    every sealed field of the session."""
+    # Given a user's sessions, with a bystander's, and their keys as stored
+    _alice_and_bob(engine)
+    keys = Identifier(pg_schema, "data_keys")
+    with psycopg.connect(database_url) as conn:
+        stored = conn.execute(
+            SQL("SELECT stream_id, data_key FROM {} WHERE user_id = %s").format(keys), (USER,)
+        ).fetchall()
+    assert len(stored) == 3
+    values = {f"the key of {stream}": bytes(key) for stream, key in stored} | {"the user id": USER.encode()}
+    assert _pages_holding(database_url, pg_schema, values)
+    # And another connection reading the database meanwhile (its snapshot begun before the erasure)
+    with psycopg.connect(database_url) as reader:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        reader.execute(SQL("SELECT count(*) FROM {}").format(keys))
+        # When the user is forgotten while it ends a moment later
+        ending = threading.Timer(1.0, reader.rollback)
+        ending.start()
+        try:
+            report = engine.forget(USER)
+        finally:
+            ending.join()
+    # Then no page of the key table, its indexes or any other relation holds a key or the user id
+    assert (report.keys_destroyed, report.old_key_versions_remain) == (3, False)
+    assert _pages_holding(database_url, pg_schema, values) == []
+
+
+def test_forget_says_when_an_old_key_version_may_remain_behind_a_long_reader(
+    engine: Engine, database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction that began before the erasure and outlives the purge's wait keeps the old
+    row version visible: no vacuum can remove it, and ``forget`` says so instead of reporting a
+    clean erasure."""
+    from flowledger.infrastructure.postgres import data_keys
+
+    monkeypatch.setattr(data_keys, "PURGE_WAIT_S", 0.3)
+    settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=settings) as short:
+        short.start_session("s-1", "customer_service", user_id=USER)
+        with psycopg.connect(database_url) as reader:
+            reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            reader.execute(SQL("SELECT count(*) FROM {}").format(Identifier(pg_schema, "data_keys")))
+            report = short.forget(USER)
+            reader.rollback()
+    assert (report.keys_destroyed, report.old_key_versions_remain) == (1, True)
+
+
+def test_after_forget_a_projections_rebuild_leaves_no_old_row_version_of_the_user_in_any_page(
+    engine: Engine, database_url: str, pg_schema: str
+) -> None:
+    """The projections replace a forgotten user's values by UPDATE: the old row versions, personal
+    values in the clear, stay in the read models' pages (dead versions, then free space) after
+    they catch up, readable from the tables' files (`sessions`, `workflow_states`, its user index,
+    `workflow_executions`, `funnel_sessions`, as read with pageinspect). ``projections rebuild``
+    builds new tables and drops the old ones: what docs/erasure.md tells the operator to run."""
+    # Given a user forgotten after the projections had their values, and the projections caught up
+    _alice_and_bob(engine)
+    projector = projector_for(engine)
+    projector.catch_up()
+    assert engine.forget(USER).keys_destroyed == 3
+    projector.catch_up()
+    # When the projections are rebuilt
+    rebuild(projector)
+    # Then no page of any relation of the schemas holds any of the user's values
+    assert _pages_holding(database_url, pg_schema, {value: value.encode() for value in SECRETS}) == []
