@@ -71,6 +71,9 @@ from flowledger.domain.session_views import (
     request_difference,
 )
 from flowledger.domain.session_window import (
+    FAILURE_WINDOW_BYTES,
+    RECENT_STEPS,
+    WINDOW_BYTES,
     step_under_key,
     window_with_failure,
     window_with_step,
@@ -104,23 +107,6 @@ __all__ = [
 ]
 
 SESSION_NAMESPACE = uuid5(NAMESPACE_URL, "https://flowledger.dev/session")
-RECENT_STEPS = 20
-"""Processed (and failed) steps a session keeps in its state and snapshots, at most."""
-WINDOW_BYTES = 28_672
-"""The most the processed steps a session keeps may count together (``StepRecord.window_bytes``:
-each step's ``input``, ``output`` and ``context_update`` as compact JSON, plus an allowance
-for its other fields, ``RECORD_BYTES``, and its usage, ``USAGE_BYTES``: about what it takes
-in a snapshot).
-
-The oldest drop out first; a step larger than this is not kept at all (its event is, and
-``outcome_lookup`` finds it there). Small steps keep 20 (up to about 400 bytes of payload
-with usage), steps of 4 KB keep 5. With ``FAILURE_WINDOW_BYTES`` sized so that a snapshot
-stays under 64 KiB whatever the steps and failures carry: the key filter (22.1 KB), the rest
-of the state (about 1.3 KB with a small context) and the two windows (at most 40 KiB)."""
-FAILURE_WINDOW_BYTES = 12_288
-"""The same for the failed steps a session keeps (``StepFailure.window_bytes``: each one's
-``error_message`` and ``error_detail`` as compact JSON, plus the same allowances): 20 small
-failures without usage fit (a 429), 11 with usage."""
 
 
 def session_uuid(tenant: str, session_id: str) -> UUID:

@@ -1,4 +1,4 @@
-"""A session's bounded step record: the windows of recent steps and failures, and their keys.
+"""A session's bounded step record: the windows of recent steps and failures, their keys and bounds.
 
 Pure folds over the values a ``Session`` holds: its events' ``apply`` assign what these
 return. Each returns a new list or map and never changes one in place, because an earlier
@@ -11,6 +11,24 @@ from operator import attrgetter
 from typing import TypeVar
 
 from flowledger.domain.session_views import PendingStep, StepFailure, StepRecord
+
+RECENT_STEPS = 20
+"""Processed (and failed) steps a session keeps in its state and snapshots, at most."""
+WINDOW_BYTES = 28_672
+"""The most the processed steps a session keeps may count together (``StepRecord.window_bytes``:
+each step's ``input``, ``output`` and ``context_update`` as compact JSON, plus an allowance
+for its other fields, ``RECORD_BYTES``, and its usage, ``USAGE_BYTES``: about what it takes
+in a snapshot).
+
+The oldest drop out first; a step larger than this is not kept at all (its event is, and
+``outcome_lookup`` finds it there). Small steps keep 20 (up to about 400 bytes of payload
+with usage), steps of 4 KB keep 5. With ``FAILURE_WINDOW_BYTES`` sized so that a snapshot
+stays under 64 KiB whatever the steps and failures carry: the key filter (22.1 KB), the rest
+of the state (about 1.3 KB with a small context) and the two windows (at most 40 KiB)."""
+FAILURE_WINDOW_BYTES = 12_288
+"""The same for the failed steps a session keeps (``StepFailure.window_bytes``: each one's
+``error_message`` and ``error_detail`` as compact JSON, plus the same allowances): 20 small
+failures without usage fit (a 429), 11 with usage."""
 
 R = TypeVar("R", StepRecord, StepFailure)
 _WEIGHT = attrgetter("window_bytes")
