@@ -56,7 +56,7 @@ from flowledger.domain.session_rules import (
     require_start,
     require_step_start,
 )
-from flowledger.domain.session_upcasts import snapshot_v1_v2, snapshot_v2_v3, snapshot_v3_v4
+from flowledger.domain.session_upcasts import snapshot_v1_v2, snapshot_v2_v3, snapshot_v3_v4, snapshot_v4_v5
 from flowledger.domain.session_views import (
     MAYBE_SEEN,
     NOT_SEEN,
@@ -378,27 +378,12 @@ class Session(FlowledgerAggregate):
         """Sessions are addressed by the caller's id; no lookup table."""
         return session_uuid(tenant, session_id)
 
-    @staticmethod
-    def upcast_v1_v2(state: dict[str, Any]) -> None:
-        """A version-1 snapshot held every step: keep the window, count the rest, filter the keys."""
-        snapshot_v1_v2(state, RECENT_STEPS)
-
-    @staticmethod
-    def upcast_v2_v3(state: dict[str, Any]) -> None:
-        """A version-2 snapshot of an erased session reads its later failures as erased."""
-        snapshot_v2_v3(state)
-
-    @staticmethod
-    def upcast_v3_v4(state: dict[str, Any]) -> None:
-        """A version-3 snapshot's windows held 20 records whatever their size: measure them and
-        keep what the byte budgets keep, as a fold of the session's events does."""
-        snapshot_v3_v4(state, RECENT_STEPS, WINDOW_BYTES, FAILURE_WINDOW_BYTES)
-
-    @staticmethod
-    def upcast_v4_v5(state: dict[str, Any]) -> None:
-        """A version-4 snapshot counted every usage as a flat ``USAGE_BYTES``: measure its records
-        again and keep what the byte budgets keep, as a fold of the session's events does."""
-        snapshot_v3_v4(state, RECENT_STEPS, WINDOW_BYTES, FAILURE_WINDOW_BYTES)
+    # Snapshots of older state versions, read as this one (the class docstring says what each
+    # version changed).
+    upcast_v1_v2 = staticmethod(snapshot_v1_v2)
+    upcast_v2_v3 = staticmethod(snapshot_v2_v3)
+    upcast_v3_v4 = staticmethod(snapshot_v3_v4)
+    upcast_v4_v5 = staticmethod(snapshot_v4_v5)
 
     @classmethod
     def start(

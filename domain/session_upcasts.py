@@ -1,4 +1,5 @@
-"""How a Session snapshot stored under an older class version reads today (``Session.upcast_vN_vM``).
+"""How a Session snapshot stored under an older class version reads today (``Session.upcast_vN_vM``
+is ``snapshot_vN_vM``, with the window's bounds of today).
 
 The events' own upcasters stay in their classes in ``domain/session.py``: each is a line or two.
 """
@@ -19,11 +20,11 @@ from flowledger.domain.session_views import (
     step_names,
     step_window_bytes,
 )
-from flowledger.domain.session_window import recent
+from flowledger.domain.session_window import FAILURE_WINDOW_BYTES, RECENT_STEPS, WINDOW_BYTES, recent
 from flowledger.domain.values import KeyFilter, key_filter_with
 
 
-def snapshot_v1_v2(state: dict[str, Any], window: int) -> None:
+def snapshot_v1_v2(state: dict[str, Any], window: int = RECENT_STEPS) -> None:
     """A version-1 snapshot held every step: keep the last ``window``, count the rest, filter the keys."""
     history: list[StepRecord] = state.pop("history")
     failures: list[StepFailure] = state.pop("failures")
@@ -52,7 +53,12 @@ def snapshot_v2_v3(state: dict[str, Any]) -> None:
         state["failures"] = [erased_failure(f) for f in state["failures"]]
 
 
-def snapshot_v3_v4(state: dict[str, Any], window: int, step_budget: int, failure_budget: int) -> None:
+def snapshot_v3_v4(
+    state: dict[str, Any],
+    window: int = RECENT_STEPS,
+    step_budget: int = WINDOW_BYTES,
+    failure_budget: int = FAILURE_WINDOW_BYTES,
+) -> None:
     """A version-3 snapshot kept the last ``window`` steps and failures whatever their size:
     measure each (``window_bytes``) and keep the most recent within the byte budgets, with the
     keys of the steps kept. The same windows as a fold of the events from the first: both keep
@@ -86,3 +92,9 @@ def snapshot_v3_v4(state: dict[str, Any], window: int, step_budget: int, failure
         for f in state["failures"]
     ]
     state["failures"] = recent(failures, window, failure_budget)
+
+
+def snapshot_v4_v5(state: dict[str, Any]) -> None:
+    """A version-4 snapshot counted every usage as a flat ``USAGE_BYTES``: measure its records
+    again and keep what the byte budgets keep, as a fold of the session's events does."""
+    snapshot_v3_v4(state)
