@@ -748,27 +748,4 @@ class Session(FlowledgerAggregate):
 
     def state(self) -> SessionState:
         """An immutable view of the session as it stands."""
-        return SessionState(
-            session_id=self.session_id,
-            tenant=self.tenant,
-            workflow=self.workflow,
-            user_id=self.user_id,
-            status=SessionStatus(self.status),
-            current_step=self.current_step,
-            context=dict(self.context),
-            metadata=dict(self.metadata),
-            history=tuple(self.history),
-            failures=tuple(self.failures),
-            step_count=self.step_count,
-            failure_count=self.failure_count,
-            pending=tuple(self.pending.values()),
-            totals=self.totals,
-            resolution=self.resolution,
-            created_at=self.created_on,
-            updated_at=self.modified_on,
-            expires_at=self.expires_at,
-            version=self.version,
-            erased=self.erased,
-            forked_from=self.forked_from,
-            forked_at_version=self.forked_at_version,
-        )
+        return SessionState.of(self)

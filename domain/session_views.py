@@ -7,12 +7,15 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal, localcontext
 from enum import Enum, StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowledger.domain.bounds import json_bytes, names_json_bytes
 from flowledger.domain.error_detail import ErrorDetail
 from flowledger.domain.price_rule import EXACT
 from flowledger.domain.values import JsonObject, LlmUsage
+
+if TYPE_CHECKING:  # the aggregate imports its views
+    from flowledger.domain.session import Session
 
 DERIVED = "flowledger.derived"
 """Field metadata: a figure the state keeps for its own folds, worked out from the record's
@@ -304,6 +307,34 @@ class SessionState:
     forked_from: str | None = None
     """The session this one was forked from (``Engine.fork_session``), and at which version."""
     forked_at_version: int | None = None
+
+    @classmethod
+    def of(cls, session: Session) -> SessionState:
+        """The view of ``session`` as it stands (``Session.state``)."""
+        return cls(
+            session_id=session.session_id,
+            tenant=session.tenant,
+            workflow=session.workflow,
+            user_id=session.user_id,
+            status=SessionStatus(session.status),
+            current_step=session.current_step,
+            context=dict(session.context),
+            metadata=dict(session.metadata),
+            history=tuple(session.history),
+            failures=tuple(session.failures),
+            step_count=session.step_count,
+            failure_count=session.failure_count,
+            pending=tuple(session.pending.values()),
+            totals=session.totals,
+            resolution=session.resolution,
+            created_at=session.created_on,
+            updated_at=session.modified_on,
+            expires_at=session.expires_at,
+            version=session.version,
+            erased=session.erased,
+            forked_from=session.forked_from,
+            forked_at_version=session.forked_at_version,
+        )
 
     def judged_at(self, now: datetime) -> SessionState:
         """The session as a command at ``now`` finds it: an active session whose expiry has
