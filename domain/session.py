@@ -31,7 +31,6 @@ from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.error_detail import ErrorDetail, require_error_detail
 from flowledger.domain.errors import (
     IdempotencyKeyReused,
-    SessionClosed,
     SessionExpired,
     StepNotPending,
     ValidationError,
@@ -46,8 +45,12 @@ from flowledger.domain.session_leases import (
     require_lapsed,
 )
 from flowledger.domain.session_rules import (
+    require_active,
+    require_context_fits,
     require_failed_step,
     require_fork,
+    require_not_ended,
+    require_not_erased,
     require_processed_step,
     require_reopening,
     require_restart,
@@ -456,12 +459,10 @@ class Session(FlowledgerAggregate):
         The caller must save the session even when this raises, so that the
         Expired event is kept. An erased session takes nothing more (status ``erased``).
         """
-        if self.erased:
-            raise SessionClosed(self.session_id, "erased")
+        require_not_erased(self.session_id, self.erased)
         if self.expired_by(now):
             raise SessionExpired(self.session_id, self.expires_at)
-        if self.status != SessionStatus.ACTIVE:
-            raise SessionClosed(self.session_id, self.status)
+        require_active(self.session_id, self.status)
 
     def expired_by(self, now: datetime) -> bool:
         """Whether the session is expired at ``now``; one that just ran out records Expired first
@@ -478,11 +479,9 @@ class Session(FlowledgerAggregate):
         session's (SessionConflict), and for a completed or abandoned session (SessionClosed).
         """
         require_restart(workflow=workflow, user_id=user_id, expires_at=expires_at)
-        if self.erased:
-            raise SessionClosed(self.session_id, "erased")
+        require_not_erased(self.session_id, self.erased)
         require_restartable(self.session_id, (self.workflow, self.user_id), (workflow, user_id))
-        if self.status in (SessionStatus.COMPLETED, SessionStatus.ABANDONED):
-            raise SessionClosed(self.session_id, self.status)
+        require_not_ended(self.session_id, self.status)
         expired = self.expired_by(now)
         self.trigger_event(
             self.Restarted,
@@ -493,8 +492,7 @@ class Session(FlowledgerAggregate):
 
     def reopen(self, *, now: datetime, expires_at: datetime) -> None:
         """Give an expired session time again, until ``expires_at`` (after ``now``); its step stays."""
-        if self.erased:
-            raise SessionClosed(self.session_id, "erased")
+        require_not_erased(self.session_id, self.erased)
         require_reopening(expires_at, now)
         if not self.expired_by(now):
             raise ValidationError("session", f"session {self.session_id!r} has not expired")
@@ -628,7 +626,7 @@ class Session(FlowledgerAggregate):
             idempotency_key=idempotency_key,
             model=model,
         )
-        self._require_context_fits(context_update)
+        require_context_fits(self.context, context_update)
         self.trigger_event(
             self.StepProcessed,
             step=step,
@@ -709,18 +707,9 @@ class Session(FlowledgerAggregate):
         """Merge keys into the context; an empty update records nothing (a no-op, as a repeated
         start is: the store saves no events and the caller gets the state as it stands)."""
         require_object("context_update", update)
-        self._require_context_fits(update)
+        require_context_fits(self.context, update)
         if update:
             self.trigger_event(self.ContextUpdated, update=plain_json(update))
-
-    def _require_context_fits(self, update: JsonObject | None) -> None:
-        """Refuse an update after which the context would pass ``MAX_JSON_BYTES`` as JSON.
-
-        The context is state, so every snapshot carries it: merged without a bound, keys
-        added step after step grew a session's snapshots with its length (an outside probe:
-        1,500 updates of a new 1 KB key, a 1.5 MB context, accepted)."""
-        if update:
-            require_json("context after the update", {**self.context, **update})
 
     def extend(self, expires_at: datetime) -> None:
         """Move the expiry (the engine computes it from its clock and a TTL)."""

@@ -10,11 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from flowledger.domain.bounds import require_tenant
-from flowledger.domain.errors import SessionConflict, ValidationError
+from flowledger.domain.errors import SessionClosed, SessionConflict, ValidationError
+from flowledger.domain.session_views import SessionStatus
 from flowledger.domain.values import (
     JsonObject,
     LlmUsage,
     require_id,
+    require_json,
     require_moment,
     require_name,
     require_object,
@@ -71,6 +73,34 @@ def _conflict(session_id: str, held: Start, asked: Start) -> SessionConflict:
         session_id,
         f"workflow={held[0]!r} user_id={held[1]!r}, not workflow={asked[0]!r} user_id={asked[1]!r}",
     )
+
+
+def require_not_erased(session_id: str, erased: bool) -> None:
+    """Raise SessionClosed (status ``erased``) for an erased session: it takes nothing more."""
+    if erased:
+        raise SessionClosed(session_id, "erased")
+
+
+def require_active(session_id: str, status: str) -> None:
+    """Raise SessionClosed unless the session's ``status`` is active."""
+    if status != SessionStatus.ACTIVE:
+        raise SessionClosed(session_id, status)
+
+
+def require_not_ended(session_id: str, status: str) -> None:
+    """Raise SessionClosed for a completed or abandoned session: nothing takes it back."""
+    if status in (SessionStatus.COMPLETED, SessionStatus.ABANDONED):
+        raise SessionClosed(session_id, status)
+
+
+def require_context_fits(context: JsonObject, update: JsonObject | None) -> None:
+    """Refuse an update after which ``context`` would pass ``MAX_JSON_BYTES`` as JSON.
+
+    The context is state, so every snapshot carries it: merged without a bound, keys
+    added step after step grew a session's snapshots with its length (an outside probe:
+    1,500 updates of a new 1 KB key, a 1.5 MB context, accepted)."""
+    if update:
+        require_json("context after the update", {**context, **update})
 
 
 def require_reopening(expires_at: datetime, now: datetime) -> None:
