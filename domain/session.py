@@ -29,12 +29,7 @@ from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.bounds import scoped_uuid
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.error_detail import ErrorDetail, require_error_detail
-from flowledger.domain.errors import (
-    IdempotencyKeyReused,
-    SessionExpired,
-    StepNotPending,
-    ValidationError,
-)
+from flowledger.domain.errors import SessionExpired, StepNotPending, ValidationError
 from flowledger.domain.session_erasure import erased_failure, erased_pending, erased_step
 from flowledger.domain.session_leases import (
     LEGACY_LEASE,
@@ -55,14 +50,13 @@ from flowledger.domain.session_rules import (
     require_reopening,
     require_restart,
     require_restartable,
+    require_same_request,
     require_same_start,
     require_start,
     require_step_start,
 )
 from flowledger.domain.session_upcasts import snapshot_v1_v2, snapshot_v2_v3, snapshot_v3_v4, snapshot_v4_v5
 from flowledger.domain.session_views import (
-    MAYBE_SEEN,
-    NOT_SEEN,
     KeyLookup,
     ModelAsked,
     PendingStep,
@@ -71,12 +65,12 @@ from flowledger.domain.session_views import (
     StepFailure,
     StepRecord,
     Totals,
-    request_difference,
 )
 from flowledger.domain.session_window import (
     FAILURE_WINDOW_BYTES,
     RECENT_STEPS,
     WINDOW_BYTES,
+    outcome_under_key,
     step_under_key,
     window_with_failure,
     window_with_step,
@@ -516,11 +510,8 @@ class Session(FlowledgerAggregate):
         (``input``; for a recorded step also ``output``, ``next_step``, ``context_update``) and
         the same ``model`` (None: not compared; see ``ModelAsked`` for names of one model).
         An erased session's payloads are gone: nothing is left to compare, the request passes."""
-        if self.erased:
-            return
-        differs = request_difference(held, step, payload, model)
-        if differs is not None:
-            raise IdempotencyKeyReused(self.session_id, idempotency_key, held.step, differs)
+        if not self.erased:
+            require_same_request(self.session_id, idempotency_key, held, step, payload, model)
 
     def may_have_used(self, idempotency_key: str) -> bool:
         """False when no step was ever processed or failed under this key (certain); True
@@ -540,12 +531,7 @@ class Session(FlowledgerAggregate):
         MAYBE_SEEN: a step outside the window may have this key (or the filter errs, about
         0.2 % of keys at 10,000 processed keys); the caller searches the stream's events.
         """
-        if idempotency_key is None:
-            return NOT_SEEN
-        record = self.recorded_outcome(idempotency_key)
-        if record is not None:
-            return record
-        return MAYBE_SEEN if self.may_have_used(idempotency_key) else NOT_SEEN
+        return outcome_under_key(self.history, self.recent_keys, self.key_filter, idempotency_key)
 
     def start_step(
         self,

@@ -8,10 +8,17 @@ a request wrong in several fields is told of the same one every time.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from flowledger.domain.bounds import require_tenant
-from flowledger.domain.errors import SessionClosed, SessionConflict, ValidationError
-from flowledger.domain.session_views import SessionStatus
+from flowledger.domain.errors import IdempotencyKeyReused, SessionClosed, SessionConflict, ValidationError
+from flowledger.domain.session_views import (
+    ModelAsked,
+    PendingStep,
+    SessionStatus,
+    StepRecord,
+    request_difference,
+)
 from flowledger.domain.values import (
     JsonObject,
     LlmUsage,
@@ -58,6 +65,21 @@ def require_same_start(session_id: str, held: Start, asked: Start) -> None:
     """Raise SessionConflict unless a repeated start names the workflow and user the session has."""
     if asked != held:
         raise _conflict(session_id, held, asked)
+
+
+def require_same_request(
+    session_id: str,
+    idempotency_key: str,
+    held: StepRecord | PendingStep,
+    step: str,
+    payload: dict[str, Any],
+    model: ModelAsked | None,
+) -> None:
+    """Raise IdempotencyKeyReused unless a request under ``idempotency_key`` is the one the step
+    ``held`` under it was made for (``request_difference``: its step name, payload and model)."""
+    differs = request_difference(held, step, payload, model)
+    if differs is not None:
+        raise IdempotencyKeyReused(session_id, idempotency_key, held.step, differs)
 
 
 def require_restartable(session_id: str, held: Start, asked: Start) -> None:

@@ -10,7 +10,15 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TypeVar
 
-from flowledger.domain.session_views import PendingStep, StepFailure, StepRecord
+from flowledger.domain.session_views import (
+    MAYBE_SEEN,
+    NOT_SEEN,
+    KeyLookup,
+    PendingStep,
+    StepFailure,
+    StepRecord,
+)
+from flowledger.domain.values import KeyFilter, key_filter_may_hold
 
 RECENT_STEPS = 20
 """Processed (and failed) steps a session keeps in its state and snapshots, at most."""
@@ -100,3 +108,16 @@ def step_under_key(
     if version is None:
         return None
     return next((record for record in reversed(history) if record.version == version), None)
+
+
+def outcome_under_key(
+    history: list[StepRecord], recent_keys: dict[str, int], key_filter: KeyFilter, key: str | None
+) -> StepRecord | KeyLookup:
+    """The step of the window processed under ``key``, else NOT_SEEN (certain: no key, or the
+    filter holds no bit of it) or MAYBE_SEEN (see ``Session.outcome_lookup``)."""
+    if key is None:
+        return NOT_SEEN
+    record = step_under_key(history, recent_keys, key)
+    if record is not None:
+        return record
+    return MAYBE_SEEN if key_filter_may_hold(key_filter, key) else NOT_SEEN
