@@ -70,6 +70,7 @@ from flowledger.domain.session_window import (
     FAILURE_WINDOW_BYTES,
     RECENT_STEPS,
     WINDOW_BYTES,
+    last_kept,
     outcome_under_key,
     step_under_key,
     window_with_failure,
@@ -624,8 +625,8 @@ class Session(FlowledgerAggregate):
             idempotency_key=idempotency_key,
             model=model,
         )
-        kept = self.history[-1] if self.history else None
-        if kept is not None and kept.version == self.version:
+        kept = last_kept(self.history, self.version)
+        if kept is not None:
             return kept
         return StepRecord.of(self.pending_events[-1])  # too large for the window: its event holds it
 
@@ -657,8 +658,8 @@ class Session(FlowledgerAggregate):
             idempotency_key=idempotency_key,
             error_detail=require_error_detail(error_detail),
         )
-        kept = self.failures[-1] if self.failures else None
-        if kept is not None and kept.version == self.version:
+        kept = last_kept(self.failures, self.version)
+        if kept is not None:
             return kept
         failure = StepFailure.of(self.pending_events[-1])  # too large for the window
         return erased_failure(failure) if self.erased else failure

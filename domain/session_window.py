@@ -121,3 +121,10 @@ def outcome_under_key(
     if record is not None:
         return record
     return MAYBE_SEEN if key_filter_may_hold(key_filter, key) else NOT_SEEN
+
+
+def last_kept(window: list[R], version: int) -> R | None:
+    """The window's last record if it is the one recorded at ``version``; None when that one was
+    too large for the window (its event holds it)."""
+    kept = window[-1] if window else None
+    return kept if kept is not None and kept.version == version else None
