@@ -348,27 +348,7 @@ class Task(FlowledgerAggregate):
 
     def state(self) -> TaskState:
         """An immutable view of the task as it stands."""
-        return TaskState(
-            task_id=self.task_id,
-            tenant=self.tenant,
-            description=self.description,
-            required_skills=tuple(self.required_skills),
-            priority=TaskPriority(self.priority),
-            deadline=self.deadline,
-            status=self.task_status,
-            classification=self.classification,
-            assignment=self.assignment,
-            escalation=self.escalation,
-            times_assigned=self.times_assigned,
-            started_at=self.started_at,
-            completed_at=self.completed_at,
-            result=self.result,
-            created_at=self.created_on,
-            updated_at=self.modified_on,
-            version=self.version,
-            held_back=self.held_back,
-            classification_failure=self.classification_failure,
-        )
+        return TaskState.of(self)
 
     # -- commands ---------------------------------------------------------------------
 

@@ -201,6 +201,34 @@ class TaskState:
     what a caller of ``classify`` or ``reclassify`` reads when both the tier's model and the
     fallback failed, whether or not the task is held back."""
 
+    @classmethod
+    def of(cls, task: Any) -> TaskState:
+        """The view of ``task`` (a ``Task``) as it stands (``Task.state``).
+
+        Typed ``Any``: this module may not import the aggregate, even for its type, since the
+        LLM simulator reads these views without the event library (an import contract)."""
+        return cls(
+            task_id=task.task_id,
+            tenant=task.tenant,
+            description=task.description,
+            required_skills=tuple(task.required_skills),
+            priority=TaskPriority(task.priority),
+            deadline=task.deadline,
+            status=task.task_status,
+            classification=task.classification,
+            assignment=task.assignment,
+            escalation=task.escalation,
+            times_assigned=task.times_assigned,
+            started_at=task.started_at,
+            completed_at=task.completed_at,
+            result=task.result,
+            created_at=task.created_on,
+            updated_at=task.modified_on,
+            version=task.version,
+            held_back=task.held_back,
+            classification_failure=task.classification_failure,
+        )
+
     @property
     def agent_id(self) -> str | None:
         """The agent holding the task now, or, once it is completed, the one that completed it
