@@ -297,14 +297,7 @@ class Task(FlowledgerAggregate):
     @property
     def as_created(self) -> CreationTerms:
         """What the task was created with, for a repeated creation to be checked against."""
-        return CreationTerms(
-            task_id=self.task_id,
-            description=self.description,
-            skills=tuple(self.creator_skills),
-            priority=self.creator_priority,
-            deadline=self.creator_deadline,
-            created_on=self.created_on,
-        )
+        return CreationTerms.of(self)
 
     @property
     def needs(self) -> Needs:

@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from flowledger.domain.agent import normalise_skills
 from flowledger.domain.bounds import require_id, require_tenant
 from flowledger.domain.errors import TaskConflict, ValidationError
 from flowledger.domain.task_views import TaskPriority
 from flowledger.domain.values import require_moment, require_text
+
+if TYPE_CHECKING:  # the aggregate imports its checks
+    from flowledger.domain.task import Task
 
 DELAY_SLACK = timedelta(seconds=1)
 """How far a repeated creation's delay may land from the first one's: the deadline is worked
@@ -46,6 +50,18 @@ class CreationTerms:
     priority: str
     deadline: datetime | None
     created_on: datetime
+
+    @classmethod
+    def of(cls, task: Task) -> CreationTerms:
+        """What ``task`` was created with (``Task.as_created``)."""
+        return cls(
+            task_id=task.task_id,
+            description=task.description,
+            skills=tuple(task.creator_skills),
+            priority=task.creator_priority,
+            deadline=task.creator_deadline,
+            created_on=task.created_on,
+        )
 
     def ensure_same(
         self,
