@@ -19,18 +19,16 @@ from eventsourcing.domain import event
 from flowledger.domain.agent import stored_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, Needs, QueuedTask
-from flowledger.domain.bounds import require_name, scoped_uuid
-from flowledger.domain.errors import (
-    TaskNeedsClassification,
-    TaskTransitionRejected,
-    ValidationError,
-)
+from flowledger.domain.bounds import scoped_uuid
 from flowledger.domain.skills import Derivation
 from flowledger.domain.task_checks import (
     CreationTerms,
     held_back_reason,
     require_creation,
-    require_requeue_deadline,
+    require_not_held_back,
+    require_requeue,
+    require_spent_usage,
+    require_unclassified,
 )
 from flowledger.domain.task_derivation import routing_change
 from flowledger.domain.task_transitions import TaskAction, require_transition
@@ -372,8 +370,7 @@ class Task(FlowledgerAggregate):
         deadline apply only while the task waits."""
         self._require("reclassify" if again else "classify")
         require_usage("usage", classification.usage, least_attempts=1)  # an answer: one request at least
-        if self.classification is not None and not again:
-            raise TaskTransitionRejected(self.task_id, "already classified", "classify")
+        require_unclassified(self.task_id, self.classification is not None, again=again)
         change = routing_change(
             derivation,
             waiting=self.task_status is TaskStatus.PENDING,
@@ -405,18 +402,14 @@ class Task(FlowledgerAggregate):
 
     def discard_classification(self, reason: str, usage: LlmUsage) -> None:
         """Keep the usage of a classification that can no longer be applied; state is unchanged."""
-        if usage is None:
-            raise ValidationError("usage", "must be an LlmUsage")
-        require_usage("usage", usage)
+        require_spent_usage(usage)
         self._classification_discarded(reason=storable(reason, 2000), usage=usage)
 
     def assign(self, choice: Choice, at: datetime, usage: LlmUsage | None = None) -> None:
         """Hand the waiting task to the chosen agent (the agent records TaskAccepted);
         ``usage`` is that of a model call that ranked the agents, if one did."""
         self._require("assign")
-        held_back = self.held_back
-        if held_back is not None:
-            raise TaskNeedsClassification(self.task_id, held_back)
+        require_not_held_back(self.task_id, self.held_back)
         require_usage("usage", usage)
         self._assigned(
             agent_id=choice.agent_id,
@@ -475,9 +468,9 @@ class Task(FlowledgerAggregate):
         ahead of ``at``: optional while the old one (if any) is still ahead, required once it
         passed, since the queue would escalate the task again at once."""
         self._require("requeue")
-        require_name("requested_by", requested_by)  # REST's rule: a name, kept as given
-        require_text("reason", reason, max_length=MAX_REASON_LENGTH)
-        require_requeue_deadline(deadline, self.deadline, at)
+        require_requeue(
+            requested_by=requested_by, reason=reason, deadline=deadline, current=self.deadline, at=at
+        )
         self._requeued(
             requested_by=requested_by,
             reason=reason,

@@ -1,4 +1,5 @@
-"""The checks a task's commands run before deciding: new and repeated tasks, requeues, held-back tasks."""
+"""The checks a task's commands run before deciding: new and repeated tasks, classifications, a
+discarded call's usage, requeues, held-back tasks."""
 
 from __future__ import annotations
 
@@ -8,10 +9,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from flowledger.domain.agent import normalise_skills
-from flowledger.domain.bounds import require_id, require_tenant
-from flowledger.domain.errors import TaskConflict, ValidationError
+from flowledger.domain.bounds import require_id, require_name, require_tenant
+from flowledger.domain.errors import (
+    TaskConflict,
+    TaskNeedsClassification,
+    TaskTransitionRejected,
+    ValidationError,
+)
 from flowledger.domain.task_views import TaskPriority
-from flowledger.domain.values import require_moment, require_text
+from flowledger.domain.values import MAX_REASON_LENGTH, LlmUsage, require_moment, require_text, require_usage
 
 if TYPE_CHECKING:  # the aggregate imports its checks
     from flowledger.domain.task import Task
@@ -97,6 +103,38 @@ class CreationTerms:
         if isinstance(deadline, timedelta):
             return abs(self.deadline - self.created_on - deadline) <= DELAY_SLACK
         return deadline == self.deadline
+
+
+def require_unclassified(task_id: str, classified: bool, *, again: bool) -> None:
+    """Raise TaskTransitionRejected for a classification of a task already classified, unless
+    it is asked ``again`` (a reclassification)."""
+    if classified and not again:
+        raise TaskTransitionRejected(task_id, "already classified", "classify")
+
+
+def require_spent_usage(usage: LlmUsage | None) -> None:
+    """Raise ValidationError unless a discarded classification has its call's usage: its event
+    is there for the cost."""
+    if usage is None:
+        raise ValidationError("usage", "must be an LlmUsage")
+    require_usage("usage", usage)
+
+
+def require_not_held_back(task_id: str, held_back: str | None) -> None:
+    """Raise TaskNeedsClassification for a task held back (``held_back``: why; ``held_back_reason``)."""
+    if held_back is not None:
+        raise TaskNeedsClassification(task_id, held_back)
+
+
+def require_requeue(
+    *, requested_by: str, reason: str, deadline: datetime | None, current: datetime | None, at: datetime
+) -> None:
+    """Raise ValidationError unless a requeue names who asked (REST's rule: a name, kept as given),
+    gives a reason of at most ``MAX_REASON_LENGTH`` and leaves a deadline ahead
+    (``require_requeue_deadline``)."""
+    require_name("requested_by", requested_by)
+    require_text("reason", reason, max_length=MAX_REASON_LENGTH)
+    require_requeue_deadline(deadline, current, at)
 
 
 def require_requeue_deadline(deadline: datetime | None, current: datetime | None, at: datetime) -> None:
