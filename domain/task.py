@@ -319,10 +319,7 @@ class Task(FlowledgerAggregate):
         """The last failed classification, with the attempts failed since the last that
         succeeded (None: none failed since; a ``reclassify`` that failed keeps the earlier
         classification and shows this beside it)."""
-        last = self.__dict__.get("last_classification_failure")
-        if last is None:
-            return None
-        return ClassificationFailure(last["model"], last["detail"], int(last["attempts"]), last["failed_at"])
+        return ClassificationFailure.of_kept(self.__dict__.get("last_classification_failure"))
 
     def is_overdue(self, now: datetime) -> bool:
         """True if the task is open and its deadline has passed."""
@@ -560,15 +557,8 @@ class Task(FlowledgerAggregate):
         failed_at: datetime,
     ) -> None:
         self.classification_failures = self.__dict__.get("classification_failures", 0) + 1
-        # Kept as plain values (the snapshot's state): ``classification_failure`` reads them.
         before = self.__dict__.get("last_classification_failure")
-        attempts = 1 + (before["attempts"] if before is not None else 0)
-        self.last_classification_failure = {
-            "model": model,
-            "detail": detail,
-            "attempts": attempts,
-            "failed_at": failed_at,
-        }
+        self.last_classification_failure = ClassificationFailure.kept_after(before, model, detail, failed_at)
 
     @event(Requeued)
     def _requeued(

@@ -171,6 +171,24 @@ class ClassificationFailure:
     attempts: int
     failed_at: datetime
 
+    # The task's state keeps the last failure as plain values (a snapshot stores them as they
+    # are): these two write and read that form.
+    @staticmethod
+    def kept_after(
+        before: dict[str, Any] | None, model: str | None, detail: str, failed_at: datetime
+    ) -> dict[str, Any]:
+        """The failure a ClassificationFailed event keeps, as plain values, after ``before`` (the
+        one kept so far, None: none since the last success), whose attempts it counts on."""
+        attempts = 1 + (before["attempts"] if before is not None else 0)
+        return {"model": model, "detail": detail, "attempts": attempts, "failed_at": failed_at}
+
+    @classmethod
+    def of_kept(cls, kept: dict[str, Any] | None) -> ClassificationFailure | None:
+        """The failure kept as plain values by ``kept_after`` (None: none kept)."""
+        if kept is None:
+            return None
+        return cls(kept["model"], kept["detail"], int(kept["attempts"]), kept["failed_at"])
+
 
 @dataclass(frozen=True, kw_only=True)
 class TaskState:
