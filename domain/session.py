@@ -12,10 +12,10 @@ every idempotency key ever processed (see ``outcome_lookup``); the full history 
 session's events.
 
 This module declares the aggregate (its events, state and commands); its siblings hold the
-rest: ``session_rules`` (the checks a command makes), ``session_window`` (the folds of the
-bounded state), ``session_leases`` (pending steps and lost attempts), ``session_erasure``
-(what erased state reads as), ``session_upcasts`` (old snapshots) and ``session_views``
-(the values handed to callers).
+rest: ``session_rules`` (the checks a command makes), ``session_window`` (the bounded state:
+its bounds, its folds, what it knows of a key), ``session_leases`` (pending steps and lost
+attempts), ``session_erasure`` (what erased state reads as), ``session_upcasts`` (old
+snapshots) and ``session_views`` (the values handed to callers, and the state's view).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Public methods check the transition and compute (times, scores, classifications come
 in as arguments); the ``@event`` methods only assign, because they run on every replay.
 The rules the commands apply live beside it, over plain values: ``task_transitions``
-(which command in which status), ``task_checks`` (a new or repeated task, a requeue's
-deadline, a task held back) and ``task_derivation`` (what a classification changes).
+(which command in which status), ``task_checks`` (a new or repeated task, a second
+classification, a requeue, a task held back) and ``task_derivation`` (what a classification
+changes); ``task_views`` holds the values it keeps and the state's view.
 """
 
 from __future__ import annotations
