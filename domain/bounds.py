@@ -204,6 +204,15 @@ def _require_storable_name(field_name: str, value: Any) -> str:
     return value
 
 
+def require_no_controls(field_name: str, value: str) -> str:
+    """Raise ValidationError if ``value`` holds a control character (``require_name``'s rule
+    without its length, for ids up to 1,000 characters a caller gives: a response id)."""
+    found = None if value.isascii() and value.isprintable() else _NOT_IN_NAMES.search(value)
+    if found:
+        raise ValidationError(field_name, _why(found.group()))
+    return value
+
+
 def _drawn(name: str) -> str:
     """``name`` without the characters drawn as nothing (``IGNORABLE_CLASS``, the astral ones
     included; an ASCII name has none: as it is)."""

@@ -33,6 +33,7 @@ from flowledger.domain.bounds import (
     require_json,
     require_moment,
     require_name,
+    require_no_controls,
     require_object,
     require_resolution,
     require_text,
@@ -67,6 +68,7 @@ __all__ = [
     "require_count",
     "require_deadline",
     "require_duration",
+    "require_given_usage",
     "require_id",
     "require_json",
     "require_moment",
@@ -372,6 +374,34 @@ def require_usage(field_name: str, usage: Any, *, least_attempts: int = 0) -> Ll
         require_text(f"{field_name}.finish_reasons", reason, max_length=MAX_NAME_LENGTH)
     require_object(f"{field_name}.extra", usage.extra)
     return usage
+
+
+USAGE_NAMES = ("provider", "request_model", "response_model", "cost_source")
+"""LlmUsage's texts that name something: held to a name's rule when a caller gives them."""
+
+
+def require_given_usage(field_name: str, usage: Any) -> None:
+    """Raise ValidationError unless a usage a caller gives (``record_step``: the call happened
+    elsewhere) holds no control character in its texts: its names (``USAGE_NAMES``) and finish
+    reasons are names (``require_name``), its response id and price version hold none either.
+
+    Only ``require_usage`` held them, which takes any storable text: ``request_model="gpt\\nx"``
+    was recorded over the library and REST, while every other name a caller gives refuses it
+    (``record_step``'s step, ``process_step``'s model). A usage a provider reported is not held
+    to this (``process_step``): the call was made and billed, and its model is kept as
+    reported, shown with its controls escaped (``bounds.spell_controls``).
+    """
+    if not isinstance(usage, LlmUsage):
+        return  # None, or refused by require_usage in its words
+    for name in USAGE_NAMES:
+        text = getattr(usage, name)
+        if text and not (text.isascii() and text.isprintable()):
+            require_name(f"{field_name}.{name}", text)
+    for reason in usage.finish_reasons:
+        if isinstance(reason, str) and not (reason.isascii() and reason.isprintable()):
+            require_name(f"{field_name}.finish_reasons", reason)
+    for name in ("response_id", "price_version"):
+        require_no_controls(f"{field_name}.{name}", getattr(usage, name))
 
 
 def _plainly_within_bounds(usage: LlmUsage) -> bool:

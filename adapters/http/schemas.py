@@ -68,6 +68,15 @@ ID_PATTERN = worded(
 )
 """The id of a new session, task or agent: a name without ``/`` and not only dots (``.`` and
 ``..`` are path segments clients resolve away; ``domain.bounds.require_id``)."""
+USAGE_NAME_PATTERN = worded(
+    rf"^$|{NAME_PATTERN}",
+    "must be empty or text that is not blank (nor only characters drawn as nothing) and holds no"
+    " control characters",
+)
+"""A name in a usage a caller gives (a provider, a model): a name, or ``""`` for none
+(``domain.values.require_given_usage``)."""
+USAGE_ID_PATTERN = worded(r"^[^\x00-\x1f\x7f-\x9f]*$", "must hold no control characters")
+"""A response id or price version in a usage a caller gives: text without control characters."""
 TEXT_PATTERN = worded(r"^[^\x00]*[^\s\x00][^\x00]*$", "must be text that is not blank and holds no NUL")
 """Free text (a description, a reason): not blank, no NUL (``domain.bounds.require_text``)."""
 ResolutionText = Annotated[
@@ -263,19 +272,19 @@ class StartSession(Body):
 
 
 class UsageIn(Body):
-    provider: str = Field(default="unknown", max_length=MAX_ID)
-    request_model: str = Field(default="", max_length=MAX_ID)
-    response_model: str = Field(default="", max_length=MAX_ID)
+    provider: str = Field(default="unknown", max_length=MAX_ID, pattern=USAGE_NAME_PATTERN)
+    request_model: str = Field(default="", max_length=MAX_ID, pattern=USAGE_NAME_PATTERN)
+    response_model: str = Field(default="", max_length=MAX_ID, pattern=USAGE_NAME_PATTERN)
     input_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS)
     output_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS)
     cache_read_input_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS)
     reasoning_output_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS)
-    finish_reasons: list[Annotated[str, Field(max_length=MAX_NAME_LENGTH)]] = Field(
+    finish_reasons: list[Annotated[str, Field(max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]] = Field(
         default_factory=list, max_length=MAX_FINISH_REASONS
     )
-    response_id: str = Field(default="", max_length=MAX_ID)
+    response_id: str = Field(default="", max_length=MAX_ID, pattern=USAGE_ID_PATTERN)
     cost_usd: Money = Field(default=Decimal("0"), ge=0, le=Decimal(10**9))
-    price_version: str = Field(default="", max_length=MAX_ID)
+    price_version: str = Field(default="", max_length=MAX_ID, pattern=USAGE_ID_PATTERN)
     latency_ms: float = Field(default=0.0, ge=0, le=MAX_LATENCY_MS, strict=True)
     attempts: Integer = Field(default=1, ge=1, le=MAX_ATTEMPTS)
     cache_creation_input_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS, description="Cache writes.")
@@ -285,7 +294,9 @@ class UsageIn(Body):
     unpriced: bool = Field(
         default=False, strict=True, description="No price was known: cost_usd is not the cost."
     )
-    cost_source: str = Field(default="", max_length=MAX_ID, description='"provider": its own charge.')
+    cost_source: str = Field(
+        default="", max_length=MAX_ID, pattern=USAGE_NAME_PATTERN, description='"provider": its own charge.'
+    )
     retried_cost_usd: Money = Field(
         default=Decimal("0"), ge=0, le=Decimal(10**9), description="What retried attempts were billed."
     )

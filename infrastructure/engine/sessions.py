@@ -45,6 +45,7 @@ from flowledger.domain.session_views import (
 from flowledger.domain.values import (
     JsonObject,
     LlmUsage,
+    require_given_usage,
     require_id,
     require_name,
     require_resolution,
@@ -425,6 +426,8 @@ class SessionService:
         if recorded is not None:
             return recorded
         session.ensure_open(uow.now)
+        # The caller's usage, not a provider's report: its names are held to a name's rule.
+        require_given_usage("usage", request.usage)
         return session.record_step(
             step=request.step,
             input=request.input,

@@ -1,13 +1,15 @@
 """Names are printed as written: neither control characters nor rich's emoji codes act.
 
 Names recorded from a call's usage may hold control characters (a provider's model name is
-taken as reported): the CLI prints them as escapes (``\\x1b``), never as the characters
-themselves. ``flowledger dashboard`` wrote a model named ``a\\x1b[31mRED\\x1b[0m`` (recorded
-over REST by a writer key) to the reader's terminal raw: an escape sequence that colours,
-erases lines, retitles the window or sets the clipboard (OSC 52) is the recorder's to send."""
+taken as reported; a caller's own usage is held to a name's rule): the CLI prints them as
+escapes (``\\x1b``), never as the characters themselves. ``flowledger dashboard`` wrote a model
+named ``a\\x1b[31mRED\\x1b[0m`` (then recorded over REST by a writer key) to the reader's
+terminal raw: an escape sequence that colours, erases lines, retitles the window or sets the
+clipboard (OSC 52) is the recorder's to send."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from decimal import Decimal
 
@@ -18,6 +20,7 @@ from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.e2e.test_cli_sessions import run
+from tests.support.llm import ScriptedLlm
 
 ESCAPING_MODEL = "a\x1b[31mRED\x1b[0m"
 ESCAPING_PROVIDER = "p\x1b]0;owned\x07\u202eevil\x9b2J"
@@ -26,7 +29,8 @@ ESCAPING_PROVIDER = "p\x1b]0;owned\x07\u202eevil\x9b2J"
 def test_the_dashboard_prints_control_characters_in_names_as_escapes(
     database_url: str, pg_schema: str
 ) -> None:
-    # Given a call recorded with a model and a provider holding escape sequences
+    # Given a call whose model and provider, as its model port reported them, hold escape
+    # sequences (a caller's own usage may not name them so: they are names)
     with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
         engine.start_session("s-1", "cs")
         usage = LlmUsage(
@@ -37,7 +41,8 @@ def test_the_dashboard_prints_control_characters_in_names_as_escapes(
             output_tokens=1,
             cost_usd=Decimal("0.001"),
         )
-        engine.record_step("s-1", "greet", usage=usage)
+        engine.llm = ScriptedLlm(usage=usage)
+        asyncio.run(engine.process_step("s-1", "greet", {}))
     # When the dashboard groups by them
     done = run(database_url, pg_schema, "dashboard", "--since", "1h", "--by", "model", "--by", "provider")
     # Then no control character reaches the output, and each is shown as its escape

@@ -3,6 +3,7 @@ as text: escaped, and unable to turn the page's own words around."""
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 
 import pytest
@@ -11,6 +12,7 @@ from fastapi.testclient import TestClient
 from flowledger.adapters.http.app import create_app
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
+from tests.support.llm import ScriptedLlm
 
 WORKFLOW = 'wf\u202e<script>alert("w")</script>'
 MODEL = "<img src=x onerror=alert(1)>"
@@ -61,11 +63,13 @@ def test_a_model_name_in_a_chart_label_cannot_turn_the_unpriced_count_after_it_a
 
 
 def test_control_characters_in_a_model_name_are_drawn_as_their_escapes(pg_engine: Engine) -> None:
-    # Given calls of a model whose name holds ESC, BEL and a C1 control, and of one without them
+    # Given calls of a model whose name, as the provider reported it, holds ESC, BEL and a C1
+    # control, and of one without them (a caller's own usage may not name one so: a name)
     pg_engine.start_session("s-1", "wf")
-    for model in ("a\x1b[31mb\x07\x85", "a[31mb"):
-        used = LlmUsage(request_model=model, input_tokens=10, output_tokens=5, cost_usd=Decimal("0.01"))
-        pg_engine.record_step("s-1", "step", usage=used)
+    for number, model in enumerate(("a\x1b[31mb\x07\x85", "a[31mb")):
+        used = LlmUsage(response_model=model, input_tokens=10, output_tokens=5, cost_usd=Decimal("0.01"))
+        pg_engine.llm = ScriptedLlm(usage=used)
+        asyncio.run(pg_engine.process_step("s-1", f"step-{number}", {}))
     # When the page draws them
     with TestClient(create_app(pg_engine)) as client:
         response = client.get("/dashboard", params={"since": "1h"})
