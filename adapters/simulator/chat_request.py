@@ -23,6 +23,15 @@ MAX_CHOICES = 128
 MAX_STOPS = 4
 """The most stop sequences a request may give, as OpenAI allows."""
 MAX_TOP_LOGPROBS = 20
+MAX_COMPLETION_TOKENS = 128_000
+"""The most ``max_tokens`` (or ``max_completion_tokens``) a request may ask for: the largest
+completion an OpenAI chat model takes (gpt-5's), which refuses more with a 400. The simulator
+took any count (``10**12``, ``10**40``) and answered 200."""
+MAX_MODEL_LENGTH = 256
+"""The longest model name a request may give, as OpenAI bounds a model's id."""
+_NOT_IN_MODEL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+"""Control characters (NUL among them) and lone surrogates: no model is named with them, and
+the name is echoed in the reply (``"model": "a\\u0000b"``) and kept in the simulator's stats."""
 _READ = frozenset(
     {
         "model",
@@ -105,6 +114,8 @@ def chat_request(raw: bytes) -> ChatRequest:
         raise _invalid_type("model", "a string", model)
     if not model.strip():  # answered 200 as a model named "": OpenAI names no model so
         raise _blank_model(model)
+    if len(model) > MAX_MODEL_LENGTH or not (model.isascii() and model.isprintable()):
+        _check_model_name(model)
     messages = request.get("messages")
     if type(messages) is not list:
         raise _invalid_type("messages", "an array of objects", messages)
@@ -145,12 +156,12 @@ def chat_request(raw: bytes) -> ChatRequest:
             "The 'stream_options' parameter is only allowed when 'stream' is enabled.", param="stream_options"
         )
     cap = request.get("max_tokens")
-    if cap is not None and not (type(cap) is int and cap >= 1):
-        raise _count_refusal("max_tokens", cap)
+    if cap is not None and not (type(cap) is int and 1 <= cap <= MAX_COMPLETION_TOKENS):
+        raise _count_refusal("max_tokens", cap, MAX_COMPLETION_TOKENS)
     newer = request.get("max_completion_tokens")
     if newer is not None:
-        if not (type(newer) is int and newer >= 1):
-            raise _count_refusal("max_completion_tokens", newer)
+        if not (type(newer) is int and 1 <= newer <= MAX_COMPLETION_TOKENS):
+            raise _count_refusal("max_completion_tokens", newer, MAX_COMPLETION_TOKENS)
         cap = newer if cap is None else min(cap, newer)
     temperature = request.get("temperature")
     if temperature is not None and not (type(temperature) in _NUMBER_TYPES and 0 <= temperature <= 2):
@@ -190,6 +201,26 @@ def _blank_model(model: str) -> BadRequest:
     return BadRequest(
         f"Invalid 'model': {model[:40]!r} is blank: it names no model.", param="model", code="invalid_value"
     )
+
+
+def _check_model_name(model: str) -> None:
+    """Raise ``BadRequest`` for a model name too long or holding a control character (a NUL
+    was answered 200 and echoed back); any other name is played."""
+    if len(model) > MAX_MODEL_LENGTH:
+        raise BadRequest(
+            f"Invalid 'model': string too long. Expected a string with maximum length {MAX_MODEL_LENGTH}, "
+            f"but got a string with length {len(model)} instead.",
+            param="model",
+            code="string_above_max_length",
+        )
+    found = _NOT_IN_MODEL.search(model)
+    if found is not None:
+        raise BadRequest(
+            f"Invalid 'model': {model[:40]!r} holds a control character (U+{ord(found.group()):04X}):"
+            " it names no model.",
+            param="model",
+            code="invalid_value",
+        )
 
 
 def _check_other_fields(request: dict[str, Any]) -> None:

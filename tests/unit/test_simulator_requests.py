@@ -427,6 +427,11 @@ def test_n_streamed_choices_each_carry_the_whole_reply(simulator: Simulator) -> 
         ("max_tokens", 1.5),
         ("max_tokens", True),
         ("max_completion_tokens", 0),
+        # Any count was answered 200 (OpenAI refuses more than a model's completion limit)
+        ("max_tokens", 10**12),
+        ("max_tokens", 10**40),
+        ("max_tokens", 128_001),
+        ("max_completion_tokens", 10**12),
         ("n", 0),
         ("n", 129),
         ("n", "2"),
@@ -439,6 +444,44 @@ def test_a_count_out_of_range_or_not_an_integer_is_a_400(
     status, _, answer = exchange(simulator, post(body, f"content-length: {len(body)}"))
     assert status == 400
     assert_invalid_request(answer, field)
+
+
+def test_the_largest_token_cap_is_answered(simulator: Simulator) -> None:
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, max_tokens=128_000)
+    assert reply.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("model", "code"),
+    [
+        ("gpt\x00x", "invalid_value"),
+        ("gpt-4.1\n", "invalid_value"),
+        ("a\x1b[31m", "invalid_value"),
+        ("m\x85", "invalid_value"),
+        ("m\ud800", "invalid_value"),
+        ("m" * 257, "string_above_max_length"),
+    ],
+)
+def test_a_model_name_with_a_control_character_or_too_long_is_a_400(
+    simulator: Simulator, model: str, code: str
+) -> None:
+    # Given a request naming its model with a NUL, a line break, ESC, a C1 control, a lone
+    # surrogate, or past 256 characters (each was answered 200 and echoed back)
+    raw = json.dumps({"model": model, "messages": MESSAGES}).encode()
+    # When it is sent
+    status, _, answer = exchange(simulator, post(raw, f"content-length: {len(raw)}", "connection: close"))
+    # Then it is a 400 with OpenAI's error body naming the model
+    assert status == 400
+    assert_invalid_request(answer, "model")
+    assert answer["error"]["code"] == code
+
+
+def test_a_model_name_in_any_script_of_up_to_256_characters_is_played(simulator: Simulator) -> None:
+    with sdk(simulator) as client:
+        for model in ("通义千问-max", "m" * 256, "org/model name:v1"):
+            assert client.chat.completions.create(model=model, messages=MESSAGES).model == model
 
 
 @pytest.mark.usefixtures("no_traceback")
