@@ -40,7 +40,22 @@ REFUSED = [
         "tenant: a new tenant's name must not contain format characters (found U+202E, drawn as nothing)",
     ),
 ]
-ACCEPTED = ["acme", "acme corp", "café", "Ünïcödé-テナント", "a.b_c-d"]
+CANONICAL = "tenant: a new tenant's name must be in its canonical form (Unicode NFKC, case folded: names that"
+LOOKALIKES = [
+    ("Acme", f"{CANONICAL} differ only so read alike), got 'Acme': name it 'acme'"),
+    ("ACME corp", f"{CANONICAL} differ only so read alike), got 'ACME corp': name it 'acme corp'"),
+    (
+        "\uff41\uff43\uff4d\uff45",
+        f"{CANONICAL} differ only so read alike), got '\\uff41\\uff43\\uff4d\\uff45': name it 'acme'",
+    ),
+    ("cafe\u0301", f"{CANONICAL} differ only so read alike), got 'cafe\\u0301': name it 'caf\\xe9'"),
+    ("\ufb01le", f"{CANONICAL} differ only so read alike), got '\\ufb01le': name it 'file'"),
+    ("Ünïcödé", f"{CANONICAL} differ only so read alike), got 'Ünïcödé': name it 'ünïcödé'"),
+]
+"""Names that read as another tenant's (a probe kept each apart from its canonical twin: two
+tenants, two sets of keys and data); refused, saying the canonical form."""
+REFUSED += LOOKALIKES
+ACCEPTED = ["acme", "acme corp", "café", "ünïcödé-テナント", "a.b_c-d", "strasse"]
 
 
 @pytest.mark.parametrize(("tenant", "message"), REFUSED, ids=repr)
@@ -62,7 +77,7 @@ def keys(database_url: str, pg_schema: str) -> Iterator[PostgresKeyStore]:
     store.close()
 
 
-@pytest.mark.parametrize(("tenant", "message"), REFUSED[:1] + REFUSED[3:5], ids=repr)
+@pytest.mark.parametrize(("tenant", "message"), REFUSED[:1] + REFUSED[3:5] + LOOKALIKES[:4], ids=repr)
 def test_no_key_engine_or_tenant_engine_is_made_for_a_new_tenant_so_named(
     database_url: str, pg_schema: str, keys: PostgresKeyStore, tenant: str, message: str
 ) -> None:
@@ -163,3 +178,33 @@ def test_a_request_with_an_environment_key_for_a_new_tenant_so_named_is_a_4xx(
     assert answer.status_code == 422, answer.text
     assert "a new tenant's name must not start or end with whitespace" in answer.json()["error"]
     assert head == 0
+
+
+def test_a_lookalike_of_a_tenant_is_refused_rather_than_kept_apart_or_folded_into_it(
+    database_url: str, pg_schema: str, keys: PostgresKeyStore
+) -> None:
+    # Given a tenant 'acme' with a session
+    settings = make_settings(database_url=database_url, schema=pg_schema)
+    with Engine(settings=settings.with_overrides(tenant="acme")) as acme:
+        acme.start_session("s-1", "cs")
+    # When a key is asked for 'Acme' (a tenant that holds nothing)
+    with pytest.raises(ValidationError) as refused:
+        keys.create("Acme", "reader")
+    # Then it is refused naming the canonical form: no second tenant, and no key to 'acme' either
+    assert str(refused.value).endswith("got 'Acme': name it 'acme'")
+    assert keys.list(revoked=True) == []
+
+
+def test_a_tenant_stored_under_a_name_not_in_canonical_form_before_the_rule_still_gets_keys(
+    database_url: str, pg_schema: str, keys: PostgresKeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a session stored under 'Acme' before the rule (no check then)
+    settings = make_settings(database_url=database_url, schema=pg_schema)
+    with monkeypatch.context() as before_the_rule:
+        before_the_rule.setattr(facade, "admit_engine_tenant", lambda url, settings: None)
+        with Engine(settings=settings.with_overrides(tenant="Acme")) as old:
+            old.start_session("s-1", "cs")
+    # When its engine and a key are made again, Then they are, and reach its data
+    with Engine(settings=settings.with_overrides(tenant="Acme")) as engine:
+        assert engine.get_session("s-1").workflow == "cs"
+    assert keys.create("Acme", "writer").key.tenant == "Acme"
