@@ -35,6 +35,7 @@ from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import ensure_user, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN, within_max_ttl
 from flowledger.adapters.http.webhook_answers import WebhookAnswer
+from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import SessionNotFound, ValidationError
 from flowledger.domain.session_views import StepRecord
 from flowledger.infrastructure import Engine
@@ -121,18 +122,24 @@ async def workflow_state(
         # The seed's answer to an action it does not know: a success envelope holding the error.
         return {"success": True, "data": {"error": f"Unknown action: {action}"}}
     session_id = _required(body.session_id, "session_id", action)
-    # The engine's database calls block: run them on worker threads, not the event loop.
-    if action == "create_session":
-        data = await run_in_threadpool(_create, engine, body, session_id, strict)
-    elif action == "process_step":
-        # An empty key in the body stays "no key" here, as before (the engine refuses "" now).
-        key = one_key(body.idempotency_key, idempotency_key) or None
-        data = await _process(caller, body, session_id, key, strict)
-    elif action == "extend_session":
-        key = one_key(body.idempotency_key, idempotency_key) or None
-        data = await run_in_threadpool(_extend, engine, body, session_id, key, strict)
-    else:
-        data = await run_in_threadpool(_get_state, engine, session_id)
+    try:
+        # The engine's database calls block: run them on worker threads, not the event loop.
+        if action == "create_session":
+            data = await run_in_threadpool(_create, engine, body, session_id, strict)
+        elif action == "process_step":
+            # An empty key in the body stays "no key" here, as before (the engine refuses "" now).
+            key = one_key(body.idempotency_key, idempotency_key) or None
+            data = await _process(caller, body, session_id, key, strict)
+        elif action == "extend_session":
+            key = one_key(body.idempotency_key, idempotency_key) or None
+            data = await run_in_threadpool(_extend, engine, body, session_id, key, strict)
+        else:
+            data = await run_in_threadpool(_get_state, engine, session_id)
+    except ValidationError as error:
+        if error.field not in _ENGINE_NAMES:
+            raise
+        # The caller sent workflow_name, step_name, input_data: say so, not the engine's names.
+        raise ValidationError(_ENGINE_NAMES[error.field], error.message) from None
     # Plain JSON already (the context is checked JSON, times are ISO strings): answered as it
     # is, without FastAPI's jsonable_encoder walk of a returned dict (a twentieth of the
     # server's CPU per step in the profile of docs/llm.md).
@@ -158,9 +165,15 @@ def _create(engine: Engine, body: WebhookRequest, session_id: str, strict: bool)
     }
 
 
-_ENGINE_NAMES = {"input": "input_data", "context": "input_data"}
-"""The engine's names for what the webhook's ``input_data`` becomes (the step's input, merged
-into the context in the seed's mode), for its refusals."""
+_ENGINE_NAMES = {
+    "workflow": "workflow_name",
+    "step": "step_name",
+    "input": "input_data",
+    "context": "input_data",
+}
+"""The engine's names for the webhook's fields (``input_data`` becomes the step's input, merged
+into the context in the seed's mode), for its refusals: ``workflow_name`` holding a line break
+was refused as ``workflow: must not contain control characters``, a field the request has not."""
 
 
 async def _process(
@@ -169,21 +182,18 @@ async def _process(
     engine = caller.engine
     step = _required(body.step_name, "step_name", "process_step")
     if body.user_id is not None:
+        # Only compared with the session's user, yet a name as anywhere else: "u\n" was taken
+        # beside a session without a user and a 403 beside one with a user, never a 422.
+        require_name("user_id", body.user_id)
         await run_in_threadpool(ensure_user, caller, session_id, body.user_id)
-    try:
-        outcome = await engine.run_step(
-            session_id,
-            step,
-            body.input_data or {},
-            model=body.model,  # None: the engine's configured default, as over REST
-            idempotency_key=key,
-            merge_input=not strict,
-        )
-    except ValidationError as error:
-        if error.field not in _ENGINE_NAMES:
-            raise
-        # The caller sent input_data: say so, not the engine's own name for it.
-        raise ValidationError(_ENGINE_NAMES[error.field], error.message) from None
+    outcome = await engine.run_step(
+        session_id,
+        step,
+        body.input_data or {},
+        model=body.model,  # None: the engine's configured default, as over REST
+        idempotency_key=key,
+        merge_input=not strict,
+    )
     record = outcome.record
     usage = record.usage
     metrics: dict[str, Any] = {

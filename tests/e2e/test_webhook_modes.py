@@ -361,6 +361,39 @@ def test_a_bad_input_data_is_refused_under_its_own_name_in_both_modes(
         assert each.calls == []
 
 
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"action": "create_session", "session_id": "s2", "workflow_name": "cs\n"},
+            "workflow_name: must not contain control characters (found U+000A)",
+        ),
+        (
+            {"action": "process_step", "session_id": "s1", "step_name": "greet\x1b"},
+            "step_name: must not contain control characters (found U+001B)",
+        ),
+        (
+            {"action": "process_step", "session_id": "s1", "step_name": "greet", "user_id": "u\n"},
+            "user_id: must not contain control characters (found U+000A)",
+        ),
+    ],
+)
+def test_a_bad_name_is_refused_under_the_webhooks_name_for_it_in_both_modes(
+    hook: Hook, strict_hook: Hook, body: dict[str, Any], message: str
+) -> None:
+    # Given a session of no user (a user_id it is sent is compared with none)
+    for each in (hook, strict_hook):
+        create(each)
+        head = each.engine.log.head()
+        # When a request names a workflow, a step or a user with a control character
+        status, answer = each.post(**body)
+        # Then it is a 422 under the webhook's own field name (workflow_name was refused as
+        # "workflow", step_name as "step"; the user_id was taken), and nothing happens
+        assert (status, answer) == (422, {"success": False, "error": message})
+        assert each.engine.log.head() == head
+        assert each.calls == []
+
+
 def test_a_body_key_and_an_idempotency_key_header_that_differ_are_refused_in_both_modes(
     hook: Hook, strict_hook: Hook
 ) -> None:
