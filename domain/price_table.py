@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from flowledger.domain.bounds import require_name
+from flowledger.domain.bounds import require_name, require_no_controls, require_text
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
 from flowledger.domain.price_rule import ModelPrice
 
@@ -74,6 +74,11 @@ def billed_key(resolve: Callable[[str], str | None], asked: str | None, answered
     return asked_key
 
 
+MAX_PRICE_VERSION = 1_000
+"""The longest version a table may have: the most a recorded usage's ``price_version`` holds
+(``values.USAGE_TEXT_LIMITS``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PriceTable:
     """Prices by model name, under one version that every recorded cost cites.
@@ -90,6 +95,12 @@ class PriceTable:
     aliases: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # Every priced call cites the version (``LlmUsage.price_version``), which a recorded
+        # step holds to 1,000 characters: a price file's version of 5,000 was taken, and every
+        # model call it priced was then paid for and failed as "the model's reply cannot be
+        # recorded: usage.price_version: must be at most 1000 characters".
+        require_text("version", self.version, max_length=MAX_PRICE_VERSION)
+        require_no_controls("version", self.version)
         for model, entries in self.schedule.items():
             starts = [entry.effective_from for entry in entries]
             if not starts or starts != sorted(starts) or len(set(starts)) != len(starts):

@@ -11,7 +11,8 @@ import pytest
 
 from flowledger.adapters.llm import ModelPrice, OpenAICompatibleClient, load_price_table
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
-from flowledger.domain.values import LlmUsage
+from flowledger.domain.price_table import MAX_PRICE_VERSION
+from flowledger.domain.values import LlmUsage, require_usage
 from flowledger.infrastructure import Settings
 
 PER_MILLION = Decimal(1_000_000)
@@ -206,6 +207,17 @@ def test_our_own_format_needs_a_version_and_may_carry_a_default(tmp_path: Path) 
         (
             '{"a\\u0007": {"input_cost_per_token": 1, "output_cost_per_token": 1}}',
             r"prices\.json, model 'a\\x07': model must not contain control characters",
+        ),
+        # A version every priced call cites: one of 5,000 characters was taken, and every call
+        # then paid for failed as "the model's reply cannot be recorded: usage.price_version"
+        (
+            '{"version": "' + "v" * 1001 + '", "models": {"m": {"input_cost_per_token": 1,'
+            ' "output_cost_per_token": 1}}}',
+            r"prices\.json: version: must be at most 1000 characters, got 1001$",
+        ),
+        (
+            '{"version": "v\\n1", "models": {"m": {"input_cost_per_token": 1, "output_cost_per_token": 1}}}',
+            r"prices\.json: version: must not contain control characters \(found U\+000A\)$",
         ),
     ],
 )
@@ -410,3 +422,10 @@ def test_an_alias_naming_no_price_names_its_file(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as raised:
         load_price_table(path)
     assert str(raised.value) == "pricing_file: team-prices.json: aliases.x: names 'nope', which has no price"
+
+
+def test_the_longest_version_a_price_table_takes_is_one_a_recorded_usage_holds() -> None:
+    # Given a usage citing a version as long as a price table's may be
+    usage = LlmUsage(request_model="m", input_tokens=1, price_version="v" * MAX_PRICE_VERSION)
+    # Then a recorded step takes it (a longer version made every priced call unrecordable)
+    assert require_usage("usage", usage) is usage
