@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 from urllib.parse import urlsplit
 
+from flowledger.domain.bounds import require_model, require_name
 from flowledger.domain.errors import ValidationError
 
 # Printable ASCII without spaces: what every provider's keys look like, and what an
@@ -165,6 +167,16 @@ class ClientConfig:
             raise ValidationError("llm_api_key", "must be an ApiKey")
         if not self.default_model.strip():
             raise ValidationError("default_model", "must be a non-empty string")
+        # Both are checked per call otherwise, or not at all: a default model " m" was asked for
+        # with its space, one holding a control character refused every call as a "model" the
+        # caller never gave, and a provider of 300 characters (it is every call's
+        # usage.provider, a name) made every call paid for and then unrecordable.
+        named = partial(require_name, "provider")
+        for name, check in (("default_model", require_model), ("provider", named)):
+            try:
+                check(getattr(self, name))
+            except ValidationError as error:
+                raise ValidationError(name, error.message) from None
         if self.connect_timeout_s is None:
             # A number that is no timeout stays what it is, for the check below to name.
             shorter = (

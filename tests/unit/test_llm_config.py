@@ -100,3 +100,31 @@ def test_a_temperature_outside_0_to_2_is_refused(value: object) -> None:
 @pytest.mark.parametrize("value", [0, 0.0, 1, 2.0])
 def test_a_temperature_from_0_to_2_is_taken(value: float) -> None:
     assert ClientConfig(base_url="http://llm.test/v1", api_key=KEY, temperature=value).temperature == value
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("default_model", " gpt-4.1", "default_model: must have no space around it"),
+        ("default_model", "gp\x01t", r"default_model: must not contain control characters \(found U\+0001\)"),
+        ("default_model", "m" * 201, "default_model: must be at most 200 characters, got 201"),
+        ("provider", "p" * 201, "provider: must be at most 200 characters, got 201"),
+        ("provider", "openai\n", r"provider: must not contain control characters \(found U\+000A\)"),
+        ("provider", "\u200b", "provider: must hold a visible character"),
+    ],
+)
+def test_a_default_model_or_provider_that_is_no_name_is_refused_when_configured(
+    field: str, value: str, message: str
+) -> None:
+    # A provider of 300 characters was taken, and every call it made was paid for and then
+    # unrecordable (it is each call's usage.provider); a default model with a control
+    # character refused every call as a "model" the caller never gave; " gpt-4.1" was asked for
+    with pytest.raises(ValidationError, match=f"^{message}"):
+        ClientConfig(base_url="http://127.0.0.1:1/v1", api_key=KEY, **{field: value})
+
+
+def test_a_default_model_and_provider_in_any_script_are_taken() -> None:
+    config = ClientConfig(
+        base_url="http://127.0.0.1:1/v1", api_key=KEY, default_model="通义千问", provider="阿里云"
+    )
+    assert (config.default_model, config.provider) == ("通义千问", "阿里云")
