@@ -104,7 +104,7 @@ class SimulatorConfig:
 
     def __post_init__(self) -> None:
         """Refuse what would make every request hang or fail (an infinite latency, a negative
-        wait, an empty key that no client can match)."""
+        wait, an empty key or one no header can carry, which no client can match)."""
         for name, value, most in (
             ("latency_ms", self.latency_ms, MAX_LATENCY_MS),
             ("retry_after", self.retry_after_s, 3_600.0),
@@ -114,6 +114,15 @@ class SimulatorConfig:
                 raise ValidationError(name, f"must be a number from 0 to {most:,.0f}, got {value!r}")
         if self.api_key is not None and not self.api_key.strip():
             raise ValidationError("api_key", "must not be blank (leave it out to accept any key)")
+        key = self.api_key
+        if key is not None and not (key.isascii() and key.isprintable() and key == key.strip()):
+            # A header cannot carry it as given (a line break, a space at an end, a character
+            # past ASCII), so every request was refused 401: the simulator served no one.
+            raise ValidationError(
+                "api_key",
+                "must be printable ASCII with no space at either end (a header carries it),"
+                f" got {key[:40]!r}",
+            )
 
     def mean_latency_ms(self, model: str) -> float:
         """The mean latency of ``model`` (the override, else its own, else 45 ms)."""

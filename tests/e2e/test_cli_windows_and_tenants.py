@@ -170,6 +170,17 @@ def test_extending_past_the_bound_says_how_much_can_still_be_added(
         (("--latency-ms", "-5"), "error: latency_ms: must be a number from 0 to 600,000, got -5.0"),
         (("--retry-after", "-1"), "error: retry_after: must be a number from 0 to 3,600, got -1.0"),
         (("--api-key", ""), "error: api_key: must not be blank (leave it out to accept any key)"),
+        # A key no header can carry: the simulator listened, and refused every request 401
+        (
+            ("--api-key", "sk-sim\n"),
+            "error: api_key: must be printable ASCII with no space at either end (a header carries it),"
+            " got 'sk-sim\\n'",
+        ),
+        (
+            ("--api-key", " sk-sim"),
+            "error: api_key: must be printable ASCII with no space at either end (a header carries it),"
+            " got ' sk-sim'",
+        ),
     ],
 )
 def test_the_simulator_refuses_settings_that_would_hang_or_refuse_every_request(
