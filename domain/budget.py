@@ -108,13 +108,21 @@ def require_subject(scope: str, subject: object) -> str:
     """The subject of a ``scope`` budget, as that scope's ids are written: a name
     (``require_name``) that is not only dots (REST addresses a budget in its URL path, where
     clients resolve ``.`` and ``..`` away) and, for ``session``, a session id (``require_id``:
-    no ``/`` either), since a budget naming anything else would never meet a session. Model,
+    no ``/`` either), since a budget naming anything else would never meet a session; for
+    ``model``, no space around it, as a step's model has none. Model,
     workflow and user names may hold ``/`` (LiteLLM's price table names
     ``openrouter/deepseek/deepseek-v3.2``)."""
     name = require_name("subject", subject)
     if not name.replace(".", "").strip():
         raise ValidationError(
             "subject", "must not be only dots: URL paths address the budget ('.' and '..' vanish)"
+        )
+    if scope == "model" and name != name.strip():
+        # A step's model has no space around it (``bounds.require_model``): a budget on
+        # " gpt-4.1" was set, shown, and never charged a cent, its calls running unbounded.
+        raise ValidationError(
+            "subject",
+            f"a model has no space around its name: no call could be charged to {name[:60]!r}",
         )
     if scope == "session":
         try:
