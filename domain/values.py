@@ -383,7 +383,8 @@ USAGE_NAMES = ("provider", "request_model", "response_model", "cost_source")
 def require_given_usage(field_name: str, usage: Any) -> None:
     """Raise ValidationError unless a usage a caller gives (``record_step``: the call happened
     elsewhere) holds no control character in its texts: its names (``USAGE_NAMES``) and finish
-    reasons are names (``require_name``), its response id and price version hold none either.
+    reasons are names (``require_name``), its models with no space around them, its response id
+    and price version hold no control character either.
 
     Only ``require_usage`` held them, which takes any storable text: ``request_model="gpt\\nx"``
     was recorded over the library and REST, while every other name a caller gives refuses it
@@ -397,6 +398,10 @@ def require_given_usage(field_name: str, usage: Any) -> None:
         text = getattr(usage, name)
         if text and not (text.isascii() and text.isprintable()):
             require_name(f"{field_name}.{name}", text)
+        if name.endswith("_model") and text != text.strip():
+            # As a step's model (``require_model``): the price table reads " gpt-4.1" trimmed,
+            # while the dashboard and a model budget kept it apart from "gpt-4.1".
+            raise ValidationError(f"{field_name}.{name}", f"must have no space around it, got {text!r}")
     for reason in usage.finish_reasons:
         if isinstance(reason, str) and not (reason.isascii() and reason.isprintable()):
             require_name(f"{field_name}.finish_reasons", reason)

@@ -24,6 +24,8 @@ REFUSED = [
     ("request_model", "\u200b"),
     ("response_id", "id\x07"),
     ("price_version", "v1\x85"),
+    ("request_model", " gpt-4.1"),
+    ("response_model", "gpt-4.1 "),
 ]
 
 
