@@ -57,6 +57,10 @@ _SERVER_ERRORS = {
 
 EXCHANGES_KEPT = 1000
 """How many answered calls a simulator remembers (``Simulator.exchanges``)."""
+MODELS_COUNTED = 1000
+"""How many model names ``stats`` counts apart (``model_NAME``); calls to any further one are
+counted as ``model_(other)``. Each name any request gave was kept for the process's life, and
+``GET /stats`` answered them all: a client naming a new model each call grew both unbounded."""
 
 
 @dataclass(frozen=True)
@@ -70,13 +74,15 @@ class Exchange:
 
 
 class Simulator:
-    """The server; ``stats`` counts requests by outcome (``served``, each fault, ``rejected``);
+    """The server; ``stats`` counts requests by outcome (``served``, each fault, ``rejected``)
+    and by model (``MODELS_COUNTED`` names at most);
     ``exchanges`` keeps the last ``EXCHANGES_KEPT`` answered calls, oldest first, so that a test
     can check what a client made of a reply against the reply itself."""
 
     def __init__(self, config: SimulatorConfig | None = None) -> None:
         self.config = config or SimulatorConfig()
         self.stats: Counter[str] = Counter()
+        self._models_counted: set[str] = set()
         self.exchanges: deque[Exchange] = deque(maxlen=EXCHANGES_KEPT)
         self._rng = random.Random(self.config.seed)
         self._cache = PromptCache()
@@ -172,6 +178,14 @@ class Simulator:
             return False
         return self.config.api_key is None or given[7:] == self.config.api_key
 
+    def _count_model(self, model: str) -> None:
+        key = f"model_{model}"
+        if key not in self.stats and len(self._models_counted) >= MODELS_COUNTED:
+            key = "model_(other)"
+        else:
+            self._models_counted.add(key)
+        self.stats[key] += 1
+
     async def _chat(self, http: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         headers = http.headers
         self.stats["requests"] += 1
@@ -193,7 +207,7 @@ class Simulator:
             model, messages, content, cached, self._rng, max_tokens=request.max_tokens, n=request.n
         )
         self.stats["served"] += 1
-        self.stats[f"model_{model}"] += 1
+        self._count_model(model)
         # Kept before the reply is sent: whoever has the reply finds its exchange here.
         self.exchanges.append(Exchange(model, messages, body))
         if streamed:

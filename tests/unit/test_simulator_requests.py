@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowledger.adapters.simulator import Simulator, SimulatorConfig, run_simulator
+from flowledger.adapters.simulator import server as simulator_server
 from flowledger.adapters.simulator.chat_request import chat_request, latency_override_ms
 from flowledger.adapters.simulator.wire import MAX_BODY_BYTES, BadRequest
 
@@ -728,3 +729,19 @@ def test_content_parts_openai_takes_are_answered(simulator: Simulator, content: 
             model="gpt-4.1", messages=[{"role": "user", "content": content}]
         )
     assert reply.choices[0].finish_reason == "stop"
+
+
+def test_the_stats_count_a_bounded_number_of_model_names_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a simulator that counts two model names apart
+    monkeypatch.setattr(simulator_server, "MODELS_COUNTED", 2)
+    with run_simulator(SimulatorConfig(latency_ms=0, seed=5)) as running, sdk(running) as client:
+        # When calls name five models, one of them twice
+        for model in ("m1", "m2", "m1", "m3", "m4", "m5"):
+            client.chat.completions.create(model=model, messages=MESSAGES)
+        stats = httpx.get(
+            f"http://127.0.0.1:{running.port}/stats", headers={"authorization": f"Bearer {KEY}"}
+        ).json()
+    # Then the first two are counted apart and the rest together (each name any request gave
+    # was kept, and answered by GET /stats, without bound)
+    counted = {name: count for name, count in stats.items() if name.startswith("model_")}
+    assert counted == {"model_m1": 2, "model_m2": 1, "model_(other)": 3}
