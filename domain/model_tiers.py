@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from flowledger.domain.bounds import require_name
+from flowledger.domain.bounds import require_model, require_name
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.routing import RoutingPolicy
 from flowledger.domain.task_views import TaskPriority
@@ -43,6 +43,15 @@ class ModelTiers:
         for tier, models in self.tiers.items():
             if not models or not all(isinstance(m, str) and m.strip() for m in models):
                 raise ValidationError(f"routing.tiers.{tier}", "must list at least one model name")
+        # Each is asked for as written, as a step's model is (``require_model``): a tier's
+        # "gemini\x01-2.5" was sent to the provider on every classification (refused, then
+        # retried on the fallback), and " gemini-2.5-flash" was called and recorded with its space.
+        named = [(f"routing.tiers.{tier}", m) for tier, models in self.tiers.items() for m in models]
+        for field_name, model in [*named, *(("routing.fallback", m) for m in self.fallback)]:
+            try:
+                require_model(model)
+            except ValidationError as error:
+                raise ValidationError(field_name, f"model {model[:60]!r} {error.message}") from None
         if not self.latency_target_ms > 0:
             raise ValidationError("routing.latency_target_ms", "must be > 0")
 

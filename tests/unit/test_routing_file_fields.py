@@ -37,6 +37,21 @@ def _tiers(**changes: Any) -> dict[str, Any]:
         (_routing(tiers=_tiers(HIGH=["gemini-2.5-flash"])), "routing.tiers.HIGH", "names tier 'high' twice"),
         (_routing(tiers=_tiers(urgent=["gemini-2.5-flash"])), "routing.tiers.urgent", "not a priority"),
         (_routing(version="v\x001"), "routing.version", "NUL"),
+        # A tier's model is asked for as written: "gemini\x01-2.5" was sent on every low
+        # classification (refused, then retried on the fallback); " gemini-2.5-flash" was
+        # called and recorded with its space
+        (
+            _routing(tiers=_tiers(low=["gemini\x01-2.5"])),
+            "routing.tiers.low",
+            r"model 'gemini\\x01-2.5' must not contain control characters \(found U\+0001\)",
+        ),
+        (
+            _routing(tiers=_tiers(low=[" gemini-2.5-flash"])),
+            "routing.tiers.low",
+            "model ' gemini-2.5-flash' must have no space around it",
+        ),
+        (_routing(tiers=_tiers(high=["m" * 201])), "routing.tiers.high", "must be at most 200 characters"),
+        (_routing(fallback=["deepseek-v3.2\n"]), "routing.fallback", "must not contain control characters"),
     ],
 )
 def test_a_routing_file_read_otherwise_than_written_is_refused_naming_the_field(
