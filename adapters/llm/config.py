@@ -25,6 +25,9 @@ DEFAULT_REPLY_BYTES = 32 * 1024 * 1024
 MIN_REPLY_BYTES = 1024
 MAX_REPLY_BYTES = 1024**3
 """The range ``max_reply_bytes`` takes: a completion's JSON is a few KiB; a GiB is past any reply."""
+MAX_COMPLETION_TOKENS = 128_000
+"""The largest ``max_tokens`` taken: the largest completion an OpenAI chat model returns (the
+simulator refuses more, as OpenAI does); past it every call would be refused by the endpoint."""
 
 Transport = Literal["aiohttp", "httpx"]
 TRANSPORTS: tuple[Transport, ...] = ("aiohttp", "httpx")
@@ -208,8 +211,14 @@ class ClientConfig:
             raise ValidationError("pool_shard_size", "must be >= 1")
         if not 0 <= self.max_retries <= 10:
             raise ValidationError("max_retries", "must be between 0 and 10")
-        if self.max_tokens < 1:
-            raise ValidationError("max_tokens", "must be >= 1")
+        max_tokens = self.max_tokens
+        if (
+            isinstance(max_tokens, bool)
+            or not isinstance(max_tokens, int)
+            or not 1 <= max_tokens <= MAX_COMPLETION_TOKENS
+        ):
+            allowed = f"must be a whole number from 1 to {MAX_COMPLETION_TOKENS:,}"
+            raise ValidationError("max_tokens", f"{allowed}, got {max_tokens!r}")
         # NaN and inf failed every call as a bare ValueError (the body cannot be JSON); outside
         # 0 to 2, OpenAI refuses every call with a 400.
         temperature = self.temperature

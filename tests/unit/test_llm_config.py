@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, build_engine
+from flowledger.adapters.llm.config import MAX_COMPLETION_TOKENS
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Settings
 
@@ -128,3 +129,19 @@ def test_a_default_model_and_provider_in_any_script_are_taken() -> None:
         base_url="http://127.0.0.1:1/v1", api_key=KEY, default_model="通义千问", provider="阿里云"
     )
     assert (config.default_model, config.provider) == ("通义千问", "阿里云")
+
+
+@pytest.mark.parametrize("value", [0, -1, MAX_COMPLETION_TOKENS + 1, 10**41, True, 1.5, "256"])
+def test_a_token_cap_no_model_takes_is_refused_when_configured(value: object) -> None:
+    # 10**41 (FLOWLEDGER_LLM_MAX_TOKENS too) was taken, and every call was then refused by the
+    # endpoint (OpenAI's "max_tokens is too large"; the simulator's integer_above_max_value) or
+    # reserved against a budget as the largest reply it allows.
+    with pytest.raises(ValidationError) as raised:
+        ClientConfig(base_url="http://llm.test/v1", api_key=KEY, max_tokens=value)  # type: ignore[arg-type]
+    assert raised.value.field == "max_tokens"
+    assert f"{MAX_COMPLETION_TOKENS:,}" in str(raised.value)
+
+
+@pytest.mark.parametrize("value", [1, 1024, MAX_COMPLETION_TOKENS])
+def test_a_token_cap_from_one_to_the_largest_completion_is_taken(value: int) -> None:
+    assert ClientConfig(base_url="http://llm.test/v1", api_key=KEY, max_tokens=value).max_tokens == value
