@@ -130,17 +130,23 @@ def _show(problems: list[str]) -> None:
 
 
 def _verdict(
-    chain: ChainReport, structure: AuditReport | None, what: str, snapshots: list[str] | None = None
+    chain: ChainReport,
+    structure: AuditReport | None,
+    what: str,
+    snapshots: list[str] | None = None,
+    *,
+    require_proof: bool = False,
 ) -> None:
     problems = [f.describe() for f in chain.findings] + (structure.problems if structure else [])
     problems += snapshots or []
     _show(problems)
     partial = structure is not None and structure.partial
+    unproven = chain.checkpoint is None and bool(chain.events or chain.archived)
     if problems:
         verdict = f"[red]{len(problems)} problems[/red]"
     elif partial:
         verdict = "[yellow]no problems in what was read, but the read was partial[/yellow]"
-    elif chain.checkpoint is None and (chain.events or chain.archived):
+    elif unproven:
         # Nothing signed says which events the log held: said "ok" though every checkpoint row
         # had been deleted with the events they signed (no anchor file at hand to name them).
         verdict = "[yellow]no problems found, but not proven: no signed checkpoint covers it[/yellow]"
@@ -192,7 +198,7 @@ def _verdict(
         )
     if structure is not None and structure.extent is not None and partial:
         console.print(f"[yellow]{structure.extent.describe()}[/yellow]", highlight=False, soft_wrap=True)
-    if problems:
+    if problems or (unproven and require_proof):
         raise typer.Exit(1)
     if partial:
         raise typer.Exit(PARTIAL_EXIT)
@@ -235,6 +241,14 @@ def verify(
         Path | None,
         typer.Option(help="Check an exported bundle instead (as python -m flowledger.verify does)."),
     ] = None,
+    require_proof: Annotated[
+        bool,
+        typer.Option(
+            "--require-proof",
+            help="Exit 1 when no signed checkpoint covers the log (else 'not proven' exits 0, as a log"
+            " before its first checkpoint does).",
+        ),
+    ] = False,
 ) -> None:
     """Recompute every stream's chain, check it against the latest signed checkpoint, name what is wrong."""
     with reported_errors():
@@ -297,7 +311,8 @@ def verify(
                     )
                     if whole_log:
                         snapshots += budget_problems(conn, trail.schema, trail.names.events, engine.store)
-        _verdict(chain, structure, f"session {session}" if session else "event log", snapshots)
+        what = f"session {session}" if session else "event log"
+        _verdict(chain, structure, what, snapshots, require_proof=require_proof)
 
 
 @audit.command()

@@ -697,3 +697,23 @@ def test_checkpoints_deleted_with_no_anchor_file_at_hand_are_not_called_proven(
     # And a checkpoint taken again makes it ok (what is there is proven from then on)
     assert run_cli(log.url, log.schema, "audit", "checkpoint").returncode == 0
     assert "9 events in 2 streams: ok" in run_cli(log.url, log.schema, "audit", "verify").stderr
+
+
+def test_a_script_that_requires_proof_gets_exit_1_for_a_log_no_checkpoint_covers(log: Log) -> None:
+    """ "Not proven" exits 0, as a log whose first checkpoint is not taken yet does: a script that
+    reads only the exit code took a log whose checkpoints were deleted for a proven one.
+    ``--require-proof`` makes it exit 1, and 0 again once a checkpoint covers the log."""
+    # Given every checkpoint deleted in the database, verified where no anchor file knows them
+    log.sql("DELETE FROM {checkpoints}")
+    # When a script verifies and requires proof
+    unproven = run_cli(log.url, log.schema, "audit", "verify", "--anchors", "/dev/null", "--require-proof")
+    # Then it fails, saying why
+    assert unproven.returncode == 1, unproven.stderr
+    assert "not proven: no signed checkpoint covers it" in unproven.stderr
+    # And without the option the same log is still exit 0 (a log before its first checkpoint)
+    assert run_cli(log.url, log.schema, "audit", "verify", "--anchors", "/dev/null").returncode == 0
+    # And once a checkpoint covers the log, proof is there
+    assert run_cli(log.url, log.schema, "audit", "checkpoint").returncode == 0
+    proven = run_cli(log.url, log.schema, "audit", "verify", "--require-proof")
+    assert proven.returncode == 0, proven.stderr
+    assert ": ok" in proven.stderr
