@@ -23,6 +23,7 @@ from typing import Any
 from flowledger.domain.bounds import require_name, require_no_controls, require_text
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
 from flowledger.domain.price_rule import ModelPrice
+from flowledger.domain.values import USAGE_TEXT_LIMITS
 
 _ROUTING_SUFFIX = re.compile(r"[:@][^/]*$")
 _RELEASE_DATE = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
@@ -74,9 +75,8 @@ def billed_key(resolve: Callable[[str], str | None], asked: str | None, answered
     return asked_key
 
 
-MAX_PRICE_VERSION = 1_000
-"""The longest version a table may have: the most a recorded usage's ``price_version`` holds
-(``values.USAGE_TEXT_LIMITS``)."""
+MAX_PRICE_VERSION = dict(USAGE_TEXT_LIMITS)["price_version"]
+"""The longest version a table may have: the most a recorded usage's ``price_version`` holds."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -89,6 +89,15 @@ def post(body: bytes, *head: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
+def refused_by_sdk(simulator: Simulator, fields: dict[str, Any]) -> openai.BadRequestError:
+    """The SDK's error for a gpt-4.1 request of ``MESSAGES`` with ``fields`` over them (the test
+    fails unless the simulator answers it 400)."""
+    request: dict[str, Any] = {"model": "gpt-4.1", "messages": MESSAGES, **fields}
+    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(**request)
+    return raised.value
+
+
 def assert_invalid_request(body: Any, param: str | None = None) -> None:
     error = body.get("error", body)  # the SDK hands over the inner object
     assert error["type"] == "invalid_request_error"
@@ -125,10 +134,7 @@ def assert_invalid_request(body: Any, param: str | None = None) -> None:
 def test_a_malformed_body_is_a_400_with_an_openai_error(
     simulator: Simulator, fields: dict[str, Any], param: str
 ) -> None:
-    request: dict[str, Any] = {"model": "gpt-4.1", "messages": MESSAGES, **fields}
-    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
-        client.chat.completions.create(**request)
-    assert_invalid_request(raised.value.body, param)
+    assert_invalid_request(refused_by_sdk(simulator, fields).body, param)
 
 
 @pytest.mark.usefixtures("no_traceback")
@@ -586,13 +592,11 @@ def test_a_field_openai_refuses_is_a_400_the_sdk_raises_as_a_bad_request(
 ) -> None:
     # Each was answered 200, so a client sending it passed against the simulator and failed
     # every call against OpenAI.
-    request: dict[str, Any] = {"model": "gpt-4.1", "messages": MESSAGES, **fields}
-    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
-        client.chat.completions.create(**request)
-    assert raised.value.status_code == 400
-    assert_invalid_request(raised.value.body, param)
+    refused = refused_by_sdk(simulator, fields)
+    assert refused.status_code == 400
+    assert_invalid_request(refused.body, param)
     if code is not None:
-        assert raised.value.code == code
+        assert refused.code == code
 
 
 @pytest.mark.usefixtures("no_traceback")
@@ -690,13 +694,11 @@ def test_fields_openai_takes_are_answered(simulator: Simulator, fields: dict[str
 def test_a_blank_model_or_a_content_openai_cannot_read_is_a_400_the_sdk_raises(
     simulator: Simulator, fields: dict[str, Any], param: str, code: str | None
 ) -> None:
-    request: dict[str, Any] = {"model": "gpt-4.1", "messages": MESSAGES, **fields}
-    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
-        client.chat.completions.create(**request)
-    assert raised.value.status_code == 400
-    assert_invalid_request(raised.value.body, param)
+    refused = refused_by_sdk(simulator, fields)
+    assert refused.status_code == 400
+    assert_invalid_request(refused.body, param)
     if code is not None:
-        assert raised.value.code == code
+        assert refused.code == code
 
 
 @pytest.mark.usefixtures("no_traceback")
