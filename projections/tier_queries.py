@@ -89,7 +89,8 @@ def reprice_by_tier(
     statement = sql.SQL("""
         SELECT c.task_priority, c.input_tokens > %(long)s, count(*), coalesce(sum(c.cost_usd), 0),
                sum(c.input_tokens), sum(c.output_tokens), sum(c.cache_read_input_tokens),
-               sum(c.reasoning_output_tokens), sum(c.audio_input_tokens), sum(c.audio_output_tokens)
+               sum(c.reasoning_output_tokens), sum(c.audio_input_tokens), sum(c.audio_output_tokens),
+               sum(c.cache_creation_input_tokens), sum(c.cache_creation_1h_input_tokens)
         FROM {reader}.llm_calls AS c
         WHERE c.tenant = %(tenant)s AND c.source = 'task' AND c.occurred_at >= %(since)s
           AND c.task_priority IS NOT NULL
@@ -109,6 +110,8 @@ def reprice_by_tier(
             reasoning_output_tokens=int(tokens[3]),
             audio_input_tokens=int(tokens[4]),
             audio_output_tokens=int(tokens[5]),
+            cache_creation_input_tokens=int(tokens[6]),
+            cache_creation_1h_input_tokens=int(tokens[7]),
         )
     costs: dict[str, tuple[dict[str, str], Decimal]] = {}
     at = now if now is not None else datetime.now(UTC)

@@ -97,3 +97,32 @@ async def test_a_call_is_priced_at_the_tier_of_the_priority_that_routed_it(pg_en
     rebuild(projector)
     assert report(engine) == tiers
     assert verify(projector) == []
+
+
+async def test_a_calls_cache_writes_are_priced_at_their_rates_under_every_policy(pg_engine: Engine) -> None:
+    engine = pg_engine
+    # Given a critical task classified on Claude by a call that wrote 1,000 tokens to the cache
+    # (200 of them for an hour), priced at Claude's cache-write rates as the client prices it
+    engine.create_task("cached", "Fix the outage", priority="critical")
+    tokens = {"input_tokens": 1_500, "output_tokens": 80, "cache_creation_input_tokens": 1_000}
+    claude = PRICES.price_for("claude-sonnet-4.5")
+    called = LlmUsage(
+        provider="double",
+        request_model="claude-sonnet-4.5",
+        **tokens,
+        cache_creation_1h_input_tokens=200,
+        cost_usd=claude.cost(**tokens, cache_creation_1h_input_tokens=200),
+        price_version=PRICES.version,
+    )
+    assert called.cost_usd > claude.cost(input_tokens=1_500, output_tokens=80)
+    engine.llm = ScriptedLlm(answer("low"), usage=called)
+    await engine.classify_task("cached")
+
+    # When the dashboard reprices the recorded calls
+    tiers = report(engine)
+
+    # Then the configured policy (Claude for critical work) prices the call at what it cost,
+    # cache writes at their own rates, not at the input rate
+    configured = next(p for p in tiers.policies if p.policy == "configured")
+    assert configured.models == {"critical": "claude-sonnet-4.5"}
+    assert configured.cost_usd == tiers.recorded_cost_usd == called.cost_usd

@@ -28,7 +28,8 @@ class Rows:
             group[0] += 1
             group[1] += tokens_in
             group[2] += tokens_out
-        return [(p, long, n, Decimal(0), i, o, 0, 0, 0, 0) for (p, long), (n, i, o) in sorted(groups.items())]
+        rest = (0,) * 6  # cache reads, reasoning, audio in and out, cache writes (5 m, 1 h)
+        return [(p, long, n, Decimal(0), i, o, *rest) for (p, long), (n, i, o) in sorted(groups.items())]
 
 
 def all_claude(calls: list[tuple[str, int, int]]) -> Any:
