@@ -23,7 +23,8 @@ the same answer (or error); a later ``reclassify`` shares only another ``reclass
 same model, and otherwise makes its own call once the first has ended. A cancelled leader
 hands over to the first waiter. Across engines (PostgreSQL), a classify about to call the
 model holds the task's lock (``TaskLocks``) through the call and the save; one that waited
-for it reads the task again and, finding it classified, makes no call. A reclassify holds a
+for it, or found a classification recorded since it read the task when it took it, reads the
+task again and, finding it classified, makes no call. A reclassify holds a
 lock of the task's for its model (``_Request.purpose``), so only a reclassify on the same
 model waits for it; one that waited and finds a classification (or its failure) recorded
 since it read the task takes that as its answer, as it would in one engine. The lock is only
@@ -206,11 +207,14 @@ class TaskClassifier:
             return await self._call(llm, found, model, again=again, command=command)
         # Across processes: one classify (or reclassify on one model) at a time per task; one
         # that waited reads the task again, which the other has classified by then (module
-        # docstring).
+        # docstring). So does a classify that found the lock free but a classification
+        # recorded since its first read: another's whole call and save fitted between the two.
+        # (A reclassify that did not wait makes its call: the one recorded may be on another
+        # model, which it does not share.)
         key, purpose, seen = found.id, request.purpose, found.version
         taken, waited = await self._lock(locks, key, purpose)
         try:
-            if waited:
+            if waited or (not again and await self._classified_since(key, seen)):
                 found = await self._load(task_id, again=again, command=command)
                 if isinstance(found, TaskState):
                     return found

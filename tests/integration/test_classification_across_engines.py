@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Iterator
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -177,3 +179,40 @@ async def test_the_lock_is_let_go_after_a_classify_answered_or_cancelled(
         # Then it gets it
         assert row is not None
         assert row[0] is True
+
+
+async def test_a_classify_that_read_the_task_before_another_server_classified_it_makes_no_call(
+    two_servers: tuple[Engine, Engine],
+) -> None:
+    one, other = two_servers
+    # Given a task, and a server whose classify has read it (not classified yet) and is slow to
+    # ask for its lock: the other server's whole classify (lock, call, save, unlock) fits in
+    # between, so the lock is free when it asks (two serve processes running the queue at once
+    # made two paid calls so, the second recorded as ClassificationDiscarded)
+    one.create_task("t1", "Add OAuth login", [])
+    one.llm = first = ScriptedLlm(FEATURE)
+    other.llm = second = ScriptedLlm(FEATURE)
+    asked, free = threading.Event(), threading.Event()
+    locks = other.classifier.locks
+    assert locks is not None
+    take = locks.try_lock
+
+    def slow_try_lock(task_id: UUID, purpose: str = "classify") -> bool | None:
+        asked.set()
+        free.wait(10)
+        return take(task_id, purpose)
+
+    locks.try_lock = slow_try_lock  # type: ignore[method-assign]
+    late = asyncio.create_task(other.classify_task("t1"))
+    while not asked.is_set():
+        await asyncio.sleep(0.01)
+    classified = await one.classify_task("t1")
+    free.set()
+
+    # When the slow server gets the lock, free by then
+    state = await late
+
+    # Then it answers the other server's classification, with no call of its own
+    assert (len(first.calls), len(second.calls)) == (1, 0)
+    assert state.classification == classified.classification
+    assert event_names(one, "t1") == ["Created", "Classified"]
