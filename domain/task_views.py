@@ -248,6 +248,12 @@ class TaskState:
         )
 
     @property
+    def resolution(self) -> JsonObject | None:
+        """What the completed task produced, under a session's name for it (``result`` is the
+        name it had first; the same value)."""
+        return self.result
+
+    @property
     def agent_id(self) -> str | None:
         """The agent holding the task now, or, once it is completed, the one that completed it
         (the agent a listing by ``agent_id`` files it under); None while it waits or is

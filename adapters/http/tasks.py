@@ -34,7 +34,6 @@ from flowledger.domain.bounds import (
     MAX_REASON_LENGTH,
     MAX_SKILLS,
     MAX_TEXT_LENGTH,
-    require_resolution,
 )
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import PRIORITY_PADDING, AgentState, TaskPriority, TaskState
@@ -282,9 +281,8 @@ def start_task(task_id: TaskId, caller: Writer, body: NoFields | None = None) ->
 def complete_task(task_id: TaskId, caller: Writer, body: Outcome | None = None) -> Json:
     """The task is done; its agent is freed (the body may be left out: no resolution)."""
     body = body or Outcome()
-    # Named as the caller sent it; a string follows the session's rule (``require_resolution``).
-    resolution = None if body.resolution is None else require_resolution(body.resolution)
-    return out(caller.engine.complete_task(task_id, resolution))
+    # A string follows the session's rule (``require_resolution``, in the engine).
+    return out(caller.engine.complete_task(task_id, body.resolution))
 
 
 @router.post("/tasks/{task_id}/release", response_model=None, responses=_TASK_WRITE)

@@ -881,9 +881,13 @@ class Engine:
         """The holding agent began work."""
         return self.tasks.start_task(task_id)
 
-    def complete_task(self, task_id: str, result: JsonObject | None = None) -> TaskState:
-        """Close the task as done and free its agent, in one write."""
-        return self.tasks.complete_task(task_id, result)
+    def complete_task(
+        self, task_id: str, resolution: JsonObject | str | None = None, *, result: JsonObject | None = None
+    ) -> TaskState:
+        """Close the task as done with a resolution (a JSON object, or a string; none is
+        ``{}``), as ``complete_session`` takes one, and free its agent, in one write.
+        ``result`` is the resolution's name before (accepted; not both)."""
+        return self.tasks.complete_task(task_id, resolution, result=result)
 
     def release_task(self, task_id: str, reason: str = "released") -> TaskState:
         """Take the task back from its agent; it waits in the queue again."""

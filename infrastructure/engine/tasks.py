@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from flowledger.domain.agent import SEED_CAPACITY, Agent, normalise_skills, require_registration
 from flowledger.domain.assignment import queue_window
-from flowledger.domain.bounds import require_flag
+from flowledger.domain.bounds import require_flag, require_resolution
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import (
@@ -204,11 +204,17 @@ class TaskService:
         """The holding agent began work."""
         return self._task_write(task_id, partial(self._start, task_id))
 
-    def complete_task(self, task_id: str, result: JsonObject | None = None) -> TaskState:
-        """Close the task as done and free its agent, in one write."""
-        return self._task_write(
-            task_id, partial(self._complete, task_id, result if result is not None else {})
-        )
+    def complete_task(
+        self, task_id: str, resolution: JsonObject | str | None = None, *, result: JsonObject | None = None
+    ) -> TaskState:
+        """Close the task as done with its resolution and free its agent, in one write: a JSON
+        object, or text kept as ``{"resolution": text}``, by a session's rule
+        (``require_resolution``; none is ``{}``). ``result`` is the name it had before."""
+        if resolution is not None and result is not None:
+            raise ValidationError("resolution", "give resolution or result (its name before), not both")
+        given = resolution if resolution is not None else result
+        outcome = {} if given is None else require_resolution(given)
+        return self._task_write(task_id, partial(self._complete, task_id, outcome))
 
     def release_task(self, task_id: str, reason: str = "released") -> TaskState:
         """Take the task back from its agent; it waits in the queue again."""
