@@ -9,6 +9,7 @@ from datetime import datetime
 from rich.markup import escape
 from rich.table import Table
 
+from flowledger.adapters.cli.rendering import whole_cells
 from flowledger.domain.task_views import TaskPriority, TaskState, TaskStatus
 from flowledger.domain.values import plain_decimal
 from flowledger.projections.tier_queries import TierReport
@@ -113,4 +114,4 @@ def tiers_table(report: TierReport, since: str) -> Table:
             plain_decimal(policy.cost_usd),
             "-" if policy.saving_pct is None else f"{policy.saving_pct}%",
         )
-    return table
+    return whole_cells(table)  # at 80 columns a cost read "0.01562…", a model "claude-s…"
