@@ -394,26 +394,17 @@ def test_the_tier_what_if_keeps_every_cost_and_model_whole_at_80_columns(
     database_url: str, pg_schema: str, simulator: Simulator
 ) -> None:
     model = {"FLOWLEDGER_LLM_BASE_URL": simulator.base_url, "FLOWLEDGER_LLM_API_KEY": "sk-test-simulator"}
+
+    def cli(*args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
+        return run_cli(database_url, pg_schema, *args, env=model, columns=columns)
+
     # Given a task of each priority, classified on their tiers' models
     for task_id, priority in (("T-1", "critical"), ("T-2", "high"), ("T-3", "medium"), ("T-4", "low")):
-        said(
-            run_cli(
-                database_url,
-                pg_schema,
-                "tasks",
-                "create",
-                task_id,
-                "--description",
-                "Fix it",
-                "--priority",
-                priority,
-                env=model,
-            )
-        )
-        said(run_cli(database_url, pg_schema, "tasks", "classify", task_id, env=model))
+        said(cli("tasks", "create", task_id, "--description", "Fix it", "--priority", priority))
+        said(cli("tasks", "classify", task_id))
     # When the tier what-if is printed 80 columns wide (a terminal's usual width, and rich's
     # for a pipe)
-    shown = run_cli(database_url, pg_schema, "dashboard", "--since", "1h", "--tiers", env=model, columns=80)
+    shown = cli("dashboard", "--since", "1h", "--tiers", columns=80)
     # Then no cell is cut short: a cost read "0.01562…" and a model "claude-s…"
     assert shown.returncode == 0, shown.stderr
     table = shown.stdout[shown.stdout.index("task calls, last 1h") :]
