@@ -43,6 +43,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from flowledger.adapters.llm.transport import shared_tls_context
 from flowledger.domain.budget import BudgetAlert, listed_url
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.values import plain_decimal
@@ -271,7 +272,7 @@ class WebhookNotifier:
         target, pinned_headers, extensions = pinned_request(url, address)
         body = alert_body(alert)
         delivery = f"{alert.budget_id}:{alert.window_start.isoformat()}:{alert.threshold}"
-        client = self._client or httpx.AsyncClient(timeout=self._timeout_s)
+        client = self._client or httpx.AsyncClient(timeout=self._timeout_s, verify=shared_tls_context())
         try:
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(self._attempts),
