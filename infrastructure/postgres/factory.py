@@ -45,11 +45,8 @@ from flowledger.infrastructure.postgres.deadlines import (
     install_pool,
 )
 from flowledger.infrastructure.postgres.notify import Notifier, connect_like
-from flowledger.infrastructure.postgres.recorder import (
-    FlowledgerApplicationRecorder,
-    close_unfinished,
-    stored_events,
-)
+from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder, stored_events
+from flowledger.infrastructure.postgres.recorder_errors import close_unfinished
 from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.infrastructure.postgres.snapshot_seal import SnapshotSeal, is_sealed, stripped
 from flowledger.infrastructure.postgres.stream_reads import event_reads, read_stream, snapshot_reads

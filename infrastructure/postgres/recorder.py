@@ -44,16 +44,8 @@ from uuid import UUID
 import psycopg
 from eventsourcing.persistence import (
     ApplicationRecorder,
-    DatabaseError,
-    DataError,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
     Notification,
-    NotSupportedError,
     OperationalError,
-    PersistenceError,
-    ProgrammingError,
     StoredEvent,
     Subscription,
 )
@@ -75,6 +67,7 @@ from flowledger.infrastructure.postgres.migrations import create_event_log, forc
 from flowledger.infrastructure.postgres.not_sent import AppendNotSent
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
+from flowledger.infrastructure.postgres.recorder_errors import close_unfinished, library_error
 from flowledger.infrastructure.postgres.stream_reads import read_stream, read_streams
 from flowledger.infrastructure.postgres.watchdog import watching
 
@@ -82,21 +75,6 @@ _CLOSE_AFTER = (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.QueryCance
 _CURSOR_ATTRIBUTE = "_flowledger_append_cursor"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 T = TypeVar("T")
-
-# psycopg's errors as the library's, in the order ``PostgresDatastore.get_connection`` tests them.
-_LIBRARY_ERRORS: tuple[tuple[type[psycopg.Error], type[PersistenceError]], ...] = (
-    # A write on a standby, or on a promoted one still read-only: a failover under way, a
-    # fault of where the connection goes (not of the events), retried like a lost one.
-    (psycopg.errors.ReadOnlySqlTransaction, OperationalError),
-    (psycopg.InterfaceError, InterfaceError),
-    (psycopg.OperationalError, OperationalError),
-    (psycopg.DataError, DataError),
-    (psycopg.IntegrityError, IntegrityError),
-    (psycopg.InternalError, InternalError),
-    (psycopg.ProgrammingError, ProgrammingError),
-    (psycopg.NotSupportedError, NotSupportedError),
-    (psycopg.DatabaseError, DatabaseError),
-)
 
 
 class _IdFromCache(Exception):
@@ -107,21 +85,6 @@ def _cached_id(error: psycopg.Error) -> bool:
     return isinstance(error, psycopg.errors.ObjectNotInPrerequisiteState) and (
         pg_sql.ID_FROM_SEQUENCE_CACHE in str(error)
     )
-
-
-def close_unfinished(conn: Connection[Any]) -> None:
-    """After an interrupt (not a database error) mid-call: the call's state on the server is
-    unknown, so end the session (which frees anything it held); the pool replaces it."""
-    if not conn.closed:
-        conn.close()
-
-
-def library_error(error: psycopg.Error) -> PersistenceError:
-    """The event library's exception for a psycopg error (IntegrityError for a version clash)."""
-    for theirs, ours in _LIBRARY_ERRORS:
-        if isinstance(error, theirs):
-            return ours(str(error))
-    return PersistenceError(str(error))
 
 
 class ReadTopics(tuple[str, ...]):

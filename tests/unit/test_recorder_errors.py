@@ -15,7 +15,7 @@ from eventsourcing.persistence import (
 from psycopg import errors
 from psycopg_pool import PoolTimeout
 
-from flowledger.infrastructure.postgres.recorder import library_error
+from flowledger.infrastructure.postgres.recorder_errors import library_error
 
 
 @pytest.mark.parametrize(
