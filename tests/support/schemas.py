@@ -16,8 +16,6 @@ import uuid
 import psycopg
 from psycopg import sql
 
-from flowledger.infrastructure.postgres.database import drop_schema
-
 RUN_ID = os.environ.get("FLOWLEDGER_TEST_RUN_ID") or uuid.uuid4().hex[:6]
 RUN_PREFIX = f"t_{RUN_ID}_"
 
@@ -43,9 +41,16 @@ def _drop_all(database_url: str, names: list[str]) -> None:
 
 
 def drop_schemas(database_url: str, schema: str) -> None:
-    """Drop ``schema`` and every schema named after it (projection builds, reader views, tenants)."""
-    _drop_all(database_url, schemas_starting_with(database_url, schema + "_"))
-    drop_schema(database_url, schema)
+    """Drop ``schema`` and every schema named after it (projection builds, reader views, tenants),
+    the schema itself last, all on one connection (three per database test before)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname = %s OR starts_with(nspname, %s)"
+            " ORDER BY nspname = %s, nspname",
+            [schema, schema + "_", schema],
+        ).fetchall()
+        for (name,) in rows:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def drop_run_schemas(database_url: str, prefix: str = RUN_PREFIX) -> list[str]:
