@@ -299,7 +299,8 @@ def completion_body(
         "choices": [
             {
                 "index": i,
-                "message": {"role": "assistant", "content": content},
+                # OpenAI's schema requires refusal (null when the model did not refuse).
+                "message": {"role": "assistant", "content": content, "refusal": None},
                 "finish_reason": finish,
                 "logprobs": None,
             }
@@ -316,9 +317,12 @@ def completion_body(
 
 
 def stream_chunks(body: dict[str, Any], include_usage: bool, pieces: int = 4) -> list[str]:
-    """The reply as SSE ``data:`` payloads: for each choice its role, content pieces and finish;
-    then the usage, then ``[DONE]``."""
-    base = {
+    """The reply as SSE ``data:`` payloads, shaped as OpenAI sends them: for each choice its
+    role, content pieces and finish (``logprobs`` null on each); then, with ``include_usage``,
+    the usage in a chunk without choices (every other chunk carrying ``usage: null``, as
+    OpenAI documents: a client reading ``chunk["usage"]`` failed on the first one); then
+    ``[DONE]``."""
+    base: dict[str, Any] = {
         "id": body["id"],
         "object": "chat.completion.chunk",
         "created": body["created"],
@@ -328,12 +332,17 @@ def stream_chunks(body: dict[str, Any], include_usage: bool, pieces: int = 4) ->
     for choice in body["choices"]:
         index, content = choice["index"], choice["message"]["content"]
         size = max(1, math.ceil(len(content) / pieces))
-        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": "", "refusal": None}]
         deltas += [{"content": content[i : i + size]} for i in range(0, len(content), size)]
-        chunks += [{**base, "choices": [{"index": index, "delta": d, "finish_reason": None}]} for d in deltas]
-        chunks.append(
-            {**base, "choices": [{"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}]}
-        )
+        chunks += [_chunk_choice(base, index, d, None) for d in deltas]
+        chunks.append(_chunk_choice(base, index, {}, choice["finish_reason"]))
     if include_usage:
+        chunks = [{**c, "usage": None} for c in chunks]
         chunks.append({**base, "choices": [], "usage": body["usage"]})
     return [json.dumps(c) for c in chunks] + ["[DONE]"]
+
+
+def _chunk_choice(
+    base: dict[str, Any], index: int, delta: dict[str, Any], finish: str | None
+) -> dict[str, Any]:
+    return {**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}

@@ -307,3 +307,43 @@ def test_every_model_listed_or_retrieved_has_the_fields_openai_always_sends(simu
         assert set(model) == {"id", "object", "created", "owned_by"}, model
         assert type(model["created"]) is int
         assert model["created"] > 0
+
+
+def _streamed_chunks(url: str, **fields: object) -> list[dict[str, object]]:
+    body = {"model": "gpt-4.1", "messages": MESSAGES, "stream": True, **fields}
+    headers = {"authorization": "Bearer sk-sim-000000"}
+    with httpx.stream("POST", f"{url}/chat/completions", json=body, headers=headers, timeout=5) as reply:
+        lines = [line.removeprefix("data: ") for line in reply.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_every_chunk_of_a_stream_with_include_usage_has_usage_null_but_the_last(simulator_url: str) -> None:
+    # OpenAI: "All other chunks will also include a usage field, but with a null value." The
+    # simulator left the field out, so a client written against OpenAI (chunk["usage"])
+    # raised KeyError on the simulator's first chunk
+    chunks = _streamed_chunks(simulator_url, stream_options={"include_usage": True})
+    assert [("usage" in c, c.get("usage") is None) for c in chunks[:-1]] == [(True, True)] * (len(chunks) - 1)
+    assert chunks[-1]["choices"] == []
+    assert isinstance(chunks[-1]["usage"], dict)
+
+
+def test_a_stream_without_include_usage_has_no_usage_field(simulator_url: str) -> None:
+    chunks = _streamed_chunks(simulator_url)
+    assert all("usage" not in c for c in chunks)
+    assert all(c["choices"] for c in chunks)
+
+
+def test_replies_carry_the_nullable_fields_openais_schema_requires(simulator_url: str) -> None:
+    # OpenAI's OpenAPI document requires a reply message's refusal (null when none) and a
+    # streamed choice's logprobs beside its delta; the simulator left both out
+    headers = {"authorization": "Bearer sk-sim-000000"}
+    body = {"model": "gpt-4.1", "messages": MESSAGES}
+    reply = httpx.post(f"{simulator_url}/chat/completions", json=body, headers=headers, timeout=5).json()
+    assert [(c["message"].get("refusal", "absent"), c["logprobs"]) for c in reply["choices"]] == [
+        (None, None)
+    ]
+    chunks = _streamed_chunks(simulator_url, stream_options={"include_usage": True})
+    streamed = [choice for chunk in chunks for choice in chunk["choices"]]
+    assert [choice.get("logprobs", "absent") for choice in streamed] == [None] * len(streamed)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "", "refusal": None}
