@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from typing import Any, NamedTuple
 
 _REASONS = {
@@ -158,10 +159,17 @@ async def send_raw(
         f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}",
         "content-type: application/json",
         f"content-length: {len(body)}",
+        _request_id(),
     ]
     head += [f"{k}: {v}" for k, v in (extra or {}).items()]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
     await writer.drain()
+
+
+def _request_id() -> str:
+    """OpenAI's ``x-request-id`` header line, on every answer (errors included): the SDK reads
+    it as ``completion._request_id`` and ``APIStatusError.request_id``, None without it."""
+    return f"x-request-id: req_{secrets.token_hex(16)}"
 
 
 async def send_refusal(writer: asyncio.StreamWriter, refusal: BadRequest) -> None:
@@ -172,7 +180,10 @@ async def send_refusal(writer: asyncio.StreamWriter, refusal: BadRequest) -> Non
 
 async def send_stream(writer: asyncio.StreamWriter, payloads: list[str], gap_s: float) -> None:
     """Answer server-sent events, one ``data:`` line per payload, ``gap_s`` apart."""
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+    head = (
+        f"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n{_request_id()}"
+    )
+    writer.write(head.encode() + b"\r\n\r\n")
     for payload in payloads:
         data = f"data: {payload}\n\n".encode()
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

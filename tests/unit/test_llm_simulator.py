@@ -347,3 +347,26 @@ def test_replies_carry_the_nullable_fields_openais_schema_requires(simulator_url
     streamed = [choice for chunk in chunks for choice in chunk["choices"]]
     assert [choice.get("logprobs", "absent") for choice in streamed] == [None] * len(streamed)
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "", "refusal": None}
+
+
+def test_every_answer_carries_a_request_id_the_sdk_reads_as_openais(simulator_url: str) -> None:
+    # OpenAI sends x-request-id on every answer, errors included; the SDK gives it as
+    # completion._request_id and error.request_id, which an application logs to trace a call.
+    # The simulator sent none: both were None
+    with sdk(simulator_url) as client:
+        ids = [
+            client.chat.completions.create(model="gpt-4.1", messages=MESSAGES)._request_id for _ in range(2)
+        ]
+        with client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, stream=True) as stream:
+            ids.append(stream.response.headers.get("x-request-id"))
+        for fault in ("500", "429"):
+            with pytest.raises(openai.APIStatusError) as raised:
+                client.chat.completions.create(
+                    model="gpt-4.1", messages=MESSAGES, extra_headers={"x-sim-fault": fault}
+                )
+            ids.append(raised.value.request_id)
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="gpt-4.1", messages=[])
+        ids.append(refused.value.request_id)
+    assert all(isinstance(i, str) and i.startswith("req_") and len(i) == 36 for i in ids), ids
+    assert len(set(ids)) == len(ids)
