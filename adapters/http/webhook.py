@@ -20,6 +20,7 @@ an expired session stays expired, and an unknown action is a 400.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -36,8 +37,8 @@ from flowledger.adapters.http.rest import ensure_user, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN, within_max_ttl
 from flowledger.adapters.http.webhook_answers import WebhookAnswer
 from flowledger.domain.bounds import require_name
-from flowledger.domain.errors import SessionNotFound, ValidationError
-from flowledger.domain.session_views import StepRecord
+from flowledger.domain.errors import SessionArchived, SessionNotFound, ValidationError
+from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.infrastructure import Engine
 
 router = APIRouter(route_class=OneNameRoute, tags=["webhook"])
@@ -257,8 +258,23 @@ def _get_state(engine: Engine, session_id: str) -> dict[str, Any]:
     return {
         "context": state.context,
         "current_step": state.current_step,
-        "history": [_history_entry(r) for r in state.history],
+        "history": [_history_entry(r) for r in _every_step(engine, session_id, state)],
     }
+
+
+def _every_step(engine: Engine, session_id: str, state: SessionState) -> Sequence[StepRecord]:
+    """Every processed step up to ``state``, as the seed's ``step_history`` held them: the
+    state's window when it holds them all, else from the events. Answered from the window, a
+    session of 23 steps listed its last 16, and one whose step's reply was 40 KB none. An
+    archived session has only its window."""
+    if state.step_count <= len(state.history):
+        return state.history
+    try:
+        steps = engine.session_steps(session_id)
+    except SessionArchived:
+        return state.history
+    # A step recorded after the state was read belongs to a later state than its context.
+    return [record for record in steps if record.version <= state.version]
 
 
 def _history_entry(record: StepRecord) -> dict[str, Any]:

@@ -580,3 +580,35 @@ def test_every_answer_of_the_webhook_is_the_shape_its_document_gives(hook: Hook)
     # and the schema is not one that takes anything
     with pytest.raises(jsonschema_rs.ValidationError):
         jsonschema_rs.validate(schema, {"success": True, "data": {"session_id": 5}})
+
+
+def test_get_state_lists_every_step_of_a_session_longer_than_the_states_window(hook: Hook) -> None:
+    # Given a session of 23 steps: the state keeps a window of its 20 most recent (fewer by
+    # bytes), and get_state answered from it: 16 steps of 23 through `serve`, the first 7 gone
+    create(hook)
+    names = [f"step-{i}" for i in range(23)]
+    for i, name in enumerate(names):
+        assert step(hook, name, {"i": i})[0] == 200
+    # When the state is read over the webhook
+    status, body = hook.post(action="get_state", session_id="s1")
+    # Then its history is every step, oldest first, as the seed's step_history was
+    assert status == 200
+    assert [h["step"] for h in body["data"]["history"]] == names
+    recorded = hook.engine.session_steps("s1")
+    assert [h["timestamp"] for h in body["data"]["history"]] == [r.recorded_at.isoformat() for r in recorded]
+
+
+def test_get_state_lists_a_step_too_large_for_the_states_window() -> None:
+    # Given a step whose reply is 40 KB: no window keeps it, and get_state answered no step
+    reply = json.dumps({"action": "respond", "message": "x" * 40_000})
+    engine = Engine(settings=make_settings(database_url="memory:"), llm=ScriptedLlm(reply))
+    with engine, TestClient(create_app(engine, require_keys=False)) as http:
+        create_body = {"action": "create_session", "session_id": "s1", "workflow_name": "cs"}
+        assert http.post("/webhook/workflow-state", json=create_body).status_code == 200
+        body = {"action": "process_step", "session_id": "s1", "step_name": "greet", "input_data": {}}
+        assert http.post("/webhook/workflow-state", json=body).status_code == 200
+        # When the state is read over the webhook
+        state = http.post("/webhook/workflow-state", json={"action": "get_state", "session_id": "s1"})
+        # Then the step is in its history
+        assert engine.get_session("s1").history == ()
+        assert [h["step"] for h in state.json()["data"]["history"]] == ["greet"]
