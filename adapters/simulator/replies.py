@@ -310,8 +310,14 @@ def completion_body(
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": min(cached, prompt)},
-            "completion_tokens_details": {"reasoning_tokens": reasoning * n},
+            # Every detail OpenAI reports, each a count (the SDK reads one left out as None).
+            "prompt_tokens_details": {"cached_tokens": min(cached, prompt), "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": reasoning * n,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
         },
     }
 

@@ -370,3 +370,24 @@ def test_every_answer_carries_a_request_id_the_sdk_reads_as_openais(simulator_ur
         ids.append(refused.value.request_id)
     assert all(isinstance(i, str) and i.startswith("req_") and len(i) == 36 for i in ids), ids
     assert len(set(ids)) == len(ids)
+
+
+def test_usage_has_every_detail_openai_reports_each_a_count(simulator_url: str) -> None:
+    # OpenAI's chat usage always details audio tokens on both sides and predicted-output
+    # tokens; the simulator sent only cached and reasoning tokens, so the SDK read the others
+    # as None where OpenAI gives 0 (usage.completion_tokens_details.accepted_prediction_tokens)
+    with sdk(simulator_url) as client:
+        usage = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES).usage
+    assert usage is not None
+    assert usage.prompt_tokens_details is not None
+    assert usage.completion_tokens_details is not None
+    prompt_details = usage.prompt_tokens_details.to_dict()
+    completion_details = usage.completion_tokens_details.to_dict()
+    assert set(prompt_details) == {"cached_tokens", "audio_tokens"}
+    assert set(completion_details) == {
+        "reasoning_tokens",
+        "audio_tokens",
+        "accepted_prediction_tokens",
+        "rejected_prediction_tokens",
+    }
+    assert all(type(count) is int for count in [*prompt_details.values(), *completion_details.values()])
