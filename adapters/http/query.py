@@ -1,9 +1,11 @@
 """Query strings: an operation refuses a parameter it does not declare (422), so a typo
 (``GET /v1/tasks?stauts=pending``) is told, not answered as if no filter had been given; and
 one that takes a single value given twice (``?status=pending&status=assigned``), which was
-answered by the last value alone. A number is written as JSON writes one, in ASCII digits:
-the framework read ``limit=1_0``, ``limit=+5``, ``limit= 5`` as Python's ``int()`` does
-(as 10, 5 and 5); another script's digits, which ``int()`` reads too, are refused alike."""
+answered by the last value alone. A header the operation declares (``Idempotency-Key``) given
+twice is refused the same way: the first was taken, the other dropped without a word. A
+number is written as JSON writes one, in ASCII digits: the framework read ``limit=1_0``,
+``limit=+5``, ``limit= 5`` as Python's ``int()`` does (as 10, 5 and 5); another script's
+digits, which ``int()`` reads too, are refused alike."""
 
 from __future__ import annotations
 
@@ -106,15 +108,45 @@ async def refuse_unknown_query(request: Request) -> None:
     outside the OpenAPI document (``/docs`` and its OAuth2 redirect, which a provider calls
     with its own query) are not operations and are left alone.
     """
+    route = request.scope.get("route")
+    if isinstance(route, APIRoute) and route.include_in_schema:
+        _refuse_repeated_headers(request, route)
     if not request.query_params and not request.path_params:
         return  # most requests (every webhook call) carry neither: nothing to walk
-    route = request.scope.get("route")
     if not isinstance(route, APIRoute) or not route.include_in_schema:
         return
     if request.query_params:
         _refuse_unknown_or_repeated(request, route)
     if loose := loosely_written(request, route.dependant):
         raise RequestValidationError(loose)
+
+
+def declared_headers(dependant: Dependant) -> list[str]:
+    """The headers an operation (its dependencies included) declares as parameters, each taking
+    one value, as a client names them."""
+    names = [field.alias for field in dependant.header_params]
+    for dependency in dependant.dependencies:
+        names += [name for name in declared_headers(dependency) if name not in names]
+    return names
+
+
+_HEADERS = "_flowledger_declared_headers"
+"""Where a route keeps its ``declared_headers``, worked out on its first request (routes are
+not hashable, so no cache can key on them)."""
+
+
+def _refuse_repeated_headers(request: Request, route: APIRoute) -> None:
+    names: list[str] | None = getattr(route, _HEADERS, None)
+    if names is None:
+        names = declared_headers(route.dependant)
+        setattr(route, _HEADERS, names)
+    for name in names:
+        given = len(request.headers.getlist(name))
+        if given > 1:
+            problem = f"given {given} times: it takes one value"
+            raise RequestValidationError(
+                [{"type": "header_repeated", "loc": ("header", name), "msg": problem}]
+            )
 
 
 def _refuse_unknown_or_repeated(request: Request, route: APIRoute) -> None:

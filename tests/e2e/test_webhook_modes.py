@@ -421,6 +421,28 @@ def test_a_body_key_and_an_idempotency_key_header_that_differ_are_refused_in_bot
         assert len(each.calls) == calls + 1
 
 
+def test_an_idempotency_key_header_given_twice_is_refused_naming_it_not_the_first_taken(hook: Hook) -> None:
+    # Given two Idempotency-Key headers on one request (a proxy adding its own, a client
+    # setting it twice): the first was taken without a word, the second dropped
+    create(hook)
+    twice = [("Idempotency-Key", "K1"), ("Idempotency-Key", "K2")]
+    body = {"action": "process_step", "session_id": "s1", "step_name": "greet", "input_data": {"q": 1}}
+    head = hook.engine.log.head()
+    # When it is sent to the webhook and to the REST step
+    answers = [
+        hook.http.post("/webhook/workflow-state", json=body, headers=twice),
+        hook.http.post("/v1/sessions/s1/process", json={"step": "greet", "input": {"q": 1}}, headers=twice),
+    ]
+    # Then each is a 422 naming the header, and nothing is recorded or called
+    for answer in answers:
+        assert (answer.status_code, answer.json()) == (
+            422,
+            {"success": False, "error": "header.Idempotency-Key: given 2 times: it takes one value"},
+        )
+    assert hook.engine.log.head() == head
+    assert hook.calls == []
+
+
 @pytest.mark.parametrize("mode", ["seed", "strict"])
 def test_a_replayed_key_answers_as_its_step_did_not_with_the_context_of_later_steps(
     hook: Hook, mode: str
