@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import importlib.util
 import os
-import socket
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
 from enum import StrEnum
@@ -24,6 +23,7 @@ from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.keys_commands import keyring, keys_required
 from flowledger.adapters.cli.number_arguments import whole_number
+from flowledger.adapters.listening import cannot_listen
 from flowledger.adapters.llm.env_options import client_options_from_env
 from flowledger.domain.bounds import require_count
 from flowledger.domain.errors import ValidationError
@@ -129,13 +129,10 @@ def require_listenable(host: str, port: int) -> None:
         server.close()
         await server.wait_closed()
 
-    where = f"{host}:{port}"
     try:
         asyncio.run(bind())
-    except socket.gaierror as error:
-        raise ValidationError("host", f"cannot listen on {where}: {error.strerror or error}") from None
-    except OSError as error:  # taken, not ours to bind, or not an address of this host
-        raise ValidationError("port", f"cannot listen on {where}: {error.strerror or error}") from None
+    except OSError as error:  # no such host, not an address of this host, taken, not ours to bind
+        raise cannot_listen(host, port, error) from None
 
 
 @contextlib.contextmanager

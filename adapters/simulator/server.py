@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from flowledger.adapters.listening import cannot_listen
 from flowledger.adapters.simulator.chat_request import chat_request, fault_override, latency_override_ms
 from flowledger.adapters.simulator.replies import (
     PromptCache,
@@ -40,7 +41,6 @@ from flowledger.adapters.simulator.wire import (
     send_refusal,
     send_stream,
 )
-from flowledger.domain.errors import ValidationError
 
 _BROKEN_STREAM = [
     '{"id": "chatcmpl-broken", "object": "chat.completion.chunk", "choices": '
@@ -104,9 +104,8 @@ class Simulator:
         """Listen on the configured host and port (0 picks a free port)."""
         try:
             self._server = await asyncio.start_server(self._connection, self.config.host, self.config.port)
-        except OSError as error:  # taken, not ours to bind, or not an address of this host
-            where = f"{self.config.host}:{self.config.port}"
-            raise ValidationError("port", f"cannot listen on {where}: {error.strerror or error}") from None
+        except OSError as error:  # no such host, not an address of this host, taken, not ours
+            raise cannot_listen(self.config.host, self.config.port, error) from None
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

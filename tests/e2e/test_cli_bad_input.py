@@ -85,6 +85,13 @@ BAD_INPUT = [
     (["serve", "--port", "99999"], 2, "port: must be a whole number from 0 to 65535"),
     (["simulate-llm", "--port", "99999"], 2, "port: must be a whole number from 0 to 65535"),
     (["simulate-llm", "--hang", "-1"], 2, "hang_s: must be a number from 0 to 3,600, got -1.0"),
+    # A host it cannot listen on was blamed on the port ("port: cannot listen on ...")
+    (
+        ["simulate-llm", "--host", "nosuch.invalid", "--port", "0"],
+        2,
+        "host: cannot listen on nosuch.invalid:0",
+    ),
+    (["simulate-llm", "--host", "192.0.2.1", "--port", "0"], 2, "host: cannot listen on 192.0.2.1:0"),
     (["demo", "--sessions", "0"], 2, "sessions: must be a whole number from 1"),
     (["extend", "x", "--hours", "0"], 2, "hours: must be a positive number of hours, got 0"),
     (["extend", "x", "--hours", "-2"], 2, "hours: must be a positive number of hours, got -2"),
