@@ -114,10 +114,15 @@ POOL_TIMEOUT = "pool_timeout"
 endpoint (all ``max_connections`` in use for ``request_timeout_s``): nothing was sent, and the
 model is not at fault, so it is this server's 503 with ``Retry-After``, not the 502 of a model
 that failed."""
+LOCAL_RATE_LIMIT = "local_rate_limit"
+"""The ``error_type`` of a model call that found no room under the model's configured limits
+(``FLOWLEDGER_LLM_RPM`` / ``_TPM``) within ``request_timeout_s``: nothing was sent either, a
+503 whose ``Retry-After`` is the time one request takes to fit (a 502 before, after a wait
+of up to a minute per call queued ahead)."""
 
 
 def _queued_out(error: errors.FlowledgerError) -> bool:
-    return isinstance(error, errors.LlmError) and error.error_type == POOL_TIMEOUT
+    return isinstance(error, errors.LlmError) and error.error_type in (POOL_TIMEOUT, LOCAL_RATE_LIMIT)
 
 
 MAX_PASSED_RETRY_AFTER_S = 86_400.0
@@ -141,7 +146,7 @@ def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
         return {"Retry-After": "1"}  # too many writers at this moment: a retry soon may win
     if isinstance(error, errors.CircuitOpen) and math.isfinite(error.retry_in_s):
         return {"Retry-After": str(max(1, math.ceil(error.retry_in_s)))}
-    if _queued_out(error):
+    if isinstance(error, errors.LlmError) and error.error_type == POOL_TIMEOUT:
         return {"Retry-After": "1"}  # a connection frees as soon as any call in flight ends
     if isinstance(error, errors.LlmCallFailed):
         wait = error.retry_after_s

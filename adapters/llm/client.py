@@ -40,7 +40,7 @@ from flowledger.adapters.llm.env_options import client_options_from_env
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
 from flowledger.adapters.llm.reply_limit import REPLY_LIMIT, ReplyTooLarge, bound, read_body
 from flowledger.adapters.llm.reported_usage import ReportedUsage
-from flowledger.adapters.llm.resilience import EndpointBreaker, ModelRateLimiter
+from flowledger.adapters.llm.resilience import LOCAL_RATE_LIMIT, EndpointBreaker, ModelRateLimiter
 from flowledger.adapters.llm.retry import (
     REFUSALS_WITH_WAIT,
     AttemptError,
@@ -349,7 +349,6 @@ class OpenAICompatibleClient:
         queued = self._clock()
         prompt = estimate_prompt_tokens(messages)
         tokens = prompt + self.config.max_tokens
-        await self.limiter.acquire(name, tokens)
         call = CallContext(
             provider=self.config.provider,
             model=name,
@@ -357,11 +356,13 @@ class OpenAICompatibleClient:
             price_version=self.prices.version,
             stream=stream,
             queued=queued,
-            started=self._clock(),
+            started=queued,
             estimated_prompt_tokens=prompt,
         )
         outcomes: list[AttemptOutcome] = []
         try:
+            await self.limiter.acquire(name, tokens, within=self.config.request_timeout_s)
+            call = replace(call, started=self._clock())
             parsed = await self.retry.run(partial(self._attempt, body, stream, outcomes, tokens))
         except AttemptError as error:
             usage = build_usage(self._priced_now(call), None, outcomes, self._clock())
@@ -372,7 +373,7 @@ class OpenAICompatibleClient:
                 attempts=len(outcomes),
                 usage=usage,
                 status_code=error.status_code,
-                retry_after_s=error.retry_after_s if error.status_code in REFUSALS_WITH_WAIT else None,
+                retry_after_s=error.retry_after_s if _says_when(error) else None,
             ) from None
         except asyncio.CancelledError as error:
             # The caller gave up: what the attempts so far were billed, and the cancelled one
@@ -429,7 +430,7 @@ class OpenAICompatibleClient:
     ) -> ParsedCompletion:
         """One attempt; ``charge``: the request's tokens for the model's limits."""
         if outcomes:  # a retry is a request too: it waits for the model's limits as the first did
-            await self.limiter.acquire(body["model"], charge)
+            await self.limiter.acquire(body["model"], charge, within=self.config.request_timeout_s)
         trial = self.breaker.admit(attempts=len(outcomes))
         begun = self._clock()
         progress = AttemptProgress()
@@ -625,6 +626,12 @@ class OpenAICompatibleClient:
 
     def _scrub(self, text: str) -> str:
         return text.replace(self.config.api_key.reveal(), "***")
+
+
+def _says_when(error: AttemptError) -> bool:
+    """Whether the failure's wait is worth passing on: a refusal that said when to come back
+    (429 or 503), or the model's own limits here, full for the whole request timeout."""
+    return error.status_code in REFUSALS_WITH_WAIT or error.error_type == LOCAL_RATE_LIMIT
 
 
 def _detail(error: Exception) -> str:

@@ -13,7 +13,18 @@ from flowledger.adapters.llm.config import ModelLimits
 from flowledger.adapters.llm.retry import AttemptError
 from flowledger.domain.errors import CircuitOpen
 
-__all__ = ["STATE_CLOSED", "STATE_HALF_OPEN", "STATE_OPEN", "EndpointBreaker", "ModelRateLimiter"]
+__all__ = [
+    "LOCAL_RATE_LIMIT",
+    "STATE_CLOSED",
+    "STATE_HALF_OPEN",
+    "STATE_OPEN",
+    "EndpointBreaker",
+    "ModelRateLimiter",
+]
+
+LOCAL_RATE_LIMIT = "local_rate_limit"
+"""The ``error_type`` of a call that found no room under its model's configured limits within
+``request_timeout_s``: nothing was sent, and the endpoint is not at fault."""
 
 # What says "the endpoint is unwell": server errors (over HTTP or inside a stream), timeouts,
 # dropped connections, unreadable bodies. A 4xx (bad request, auth, 429) says something about
@@ -71,12 +82,34 @@ class ModelRateLimiter:
         """The limits that apply to ``model`` under any of its names (None: unlimited)."""
         return self._limits.get(self._key(model), self._default)
 
-    async def acquire(self, model: str, tokens: int) -> None:
+    async def acquire(self, model: str, tokens: int, *, within: float | None = None) -> None:
         """Wait until the model has room for one more request of ``tokens`` tokens (every
-        attempt takes one: the provider counts retries too)."""
+        attempt takes one: the provider counts retries too); at most ``within`` seconds, then
+        ``AttemptError("local_rate_limit")``, not retried, nothing sent, its ``retry_after_s``
+        the time one such request takes to fit (a minute under one request a minute). Waits
+        were unbounded: through ``serve`` at one request a minute a step queued for 60 s, its
+        caller gone at 20 s, and was then made and paid for."""
         limits = self.limits_for(model)
         if limits is None:
             return
+        if within is None:
+            await self._acquire(model, limits, tokens)
+            return
+        try:
+            async with asyncio.timeout(within):
+                await self._acquire(model, limits, tokens)
+        except TimeoutError:
+            charge = min(max(tokens, 1), limits.tpm)
+            fits_in = limits.period_s * max(1 / limits.rpm, charge / limits.tpm)
+            raise AttemptError(
+                f"no room under the limits of {model} (rpm {limits.rpm}, tpm {limits.tpm} per"
+                f" {limits.period_s:g}s) within {within:g}s; nothing was sent",
+                error_type=LOCAL_RATE_LIMIT,
+                retryable=False,
+                retry_after_s=fits_in,
+            ) from None
+
+    async def _acquire(self, model: str, limits: ModelLimits, tokens: int) -> None:
         loop = asyncio.get_running_loop()
         buckets = self._buckets.get(loop)
         if buckets is None:

@@ -12,7 +12,13 @@ from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
 from flowledger.adapters.http.errors import headers_for
-from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.adapters.llm import (
+    ApiKey,
+    ClientConfig,
+    ModelLimits,
+    OpenAICompatibleClient,
+    load_price_table,
+)
 from flowledger.domain.errors import LlmCallFailed
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
@@ -79,3 +85,46 @@ def test_the_wait_is_whole_seconds_and_at_least_one() -> None:
     assert headers_for(failed(None)) == {}
     # An endpoint's absurd wait (retry-after-ms: 1e308) is passed on as a day at most
     assert headers_for(failed(1e305)) == {"Retry-After": "86400"}
+
+
+def test_a_step_with_no_room_under_its_models_limits_is_this_servers_503_saying_when() -> None:
+    # Given one request a minute and a 0.3 s request timeout, its one request taken
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        answer = {
+            "choices": [{"message": {"content": "{}"}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+        }
+        return httpx.Response(200, json=answer)
+
+    engine = Engine(settings=make_settings(database_url="memory:"))
+    config = ClientConfig(
+        base_url="https://llm.test/v1",
+        api_key=ApiKey("sk-test-secret-1"),
+        default_model="gpt-4.1",
+        request_timeout_s=0.3,
+        connect_timeout_s=0.3,
+        default_limits=ModelLimits(rpm=1, tpm=100_000),
+    )
+    engine.llm = OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(handler)
+    )
+    engine.start_session("s-1", "customer_service")
+    with TestClient(create_app(engine, require_keys=False)) as test_client:
+        assert test_client.post("/webhook/workflow-state", json=STEP).status_code == 200
+        # When the next step comes, over the webhook and over REST
+        answers = [
+            test_client.post("/webhook/workflow-state", json={**STEP, "step_name": "next"}),
+            test_client.post("/v1/sessions/s-1/process", json={"step": "next", "input": {"m": "hi"}}),
+        ]
+    failed = [e for e in engine.history("s-1") if e.event_type == "Session.StepFailed"]
+    engine.close()
+    # Then each is told at once that this server's limits are full, and when a request fits
+    # (it waited a minute, its caller gone, and then paid for the call): nothing was sent
+    for answer in answers:
+        assert (answer.status_code, answer.headers["Retry-After"]) == (503, "60"), answer.text
+        assert "no room under the limits of gpt-4.1" in answer.json()["error"]
+    assert len(calls) == 1
+    assert [e.data["error_type"] for e in failed] == ["local_rate_limit"] * 2

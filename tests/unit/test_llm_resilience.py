@@ -334,3 +334,55 @@ def test_limits_are_kept_per_event_loop_so_threads_with_loops_of_their_own_can_s
     for thread in threads:
         thread.join(timeout=10)
     assert errors == []
+
+
+async def test_a_call_that_cannot_get_under_the_models_limits_within_the_request_timeout_sends_nothing() -> (
+    None
+):
+    # Given one request a minute and a 0.3 s request timeout, and a call that took it: through
+    # serve (FLOWLEDGER_LLM_RPM=1) a second step waited 60 s for its turn, its caller gone at
+    # 20 s, and was then made and paid for (a third at 120 s), the lease renewed all along
+    endpoint = Endpoint(200)
+    limits = {"deepseek-v3.2": ModelLimits(rpm=1, tpm=100_000)}
+    llm = client(endpoint, request_timeout_s=0.3, connect_timeout_s=0.3, limits=limits)
+    await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    # When another call is made
+    started = time.perf_counter()
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    # Then it fails once the request timeout has passed, having sent nothing: $0, priced,
+    # saying when a request fits again (one a minute)
+    assert time.perf_counter() - started < 2
+    error = raised.value
+    assert (error.error_type, error.attempts, endpoint.requests) == ("local_rate_limit", 0, 1)
+    assert error.retry_after_s == 60.0
+    assert "rpm 1" in str(error)
+    assert error.usage is not None
+    assert (error.usage.cost_usd, error.usage.unpriced, error.usage.attempts) == (0, False, 0)
+    await llm.aclose()
+
+
+async def test_a_retry_that_cannot_get_under_the_models_limits_in_time_ends_the_call() -> None:
+    # Given a first attempt answered 503, and no room under the limits for its retry
+    endpoint = Endpoint(503)
+    limits = {"deepseek-v3.2": ModelLimits(rpm=1, tpm=100_000)}
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    config = ClientConfig(
+        base_url="https://llm.test/v1",
+        api_key=ApiKey("sk-test-secret-1"),
+        max_retries=2,
+        request_timeout_s=0.3,
+        connect_timeout_s=0.3,
+        limits=limits,
+    )
+    llm = OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(endpoint), retry_sleep=no_sleep
+    )
+    # When the call is made, Then it ends after the one attempt made
+    with pytest.raises(LlmCallFailed) as raised:
+        await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    assert (raised.value.error_type, raised.value.attempts, endpoint.requests) == ("local_rate_limit", 1, 1)
+    await llm.aclose()
