@@ -183,7 +183,8 @@ _MEANING = {
     500: "An unexpected error (the message names the request id in the server's log), or a closed engine",
     501: "No model endpoint is configured",
     502: "The model call failed (see Retry-After when the model endpoint said when to come back)",
-    503: "The database is unavailable or the model's circuit is open (see Retry-After), or too many writers",
+    503: "The database is unavailable, the model's circuit is open or its limits here are full"
+    " (see Retry-After), or too many writers",
 }
 COMMON = (400, 401, 403, 413, 422, 429, 500, 503)
 """What any operation behind a key can answer."""
