@@ -99,6 +99,8 @@ class ChatRequest(NamedTuple):
     max_tokens: int | None
     """The smaller of ``max_tokens`` and ``max_completion_tokens``, when either is given."""
     n: int
+    schema: dict[str, Any] | None
+    """The JSON schema of ``response_format: json_schema``, which the reply must fit."""
 
 
 def chat_request(raw: bytes) -> ChatRequest:
@@ -173,7 +175,16 @@ def chat_request(raw: bytes) -> ChatRequest:
         raise _count_refusal("n", n, MAX_CHOICES)
     if not _READ.issuperset(request):  # the other fields OpenAI takes, checked as it checks them
         _check_other_fields(request)
-    return ChatRequest(model, messages, stream is True, include_usage is True, cap, n)
+    return ChatRequest(model, messages, stream is True, include_usage is True, cap, n, _schema_of(request))
+
+
+def _schema_of(request: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema a ``json_schema`` response format names (checked by then), else None."""
+    given = request.get("response_format")
+    if type(given) is not dict or given.get("type") != "json_schema":
+        return None
+    schema = given["json_schema"].get("schema")
+    return schema if type(schema) is dict else None
 
 
 def _part_read(part: Any) -> bool:

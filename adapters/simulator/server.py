@@ -31,6 +31,7 @@ from flowledger.adapters.simulator.replies import (
     reply_content,
     stream_chunks,
 )
+from flowledger.adapters.simulator.structured import fitted_reply
 from flowledger.adapters.simulator.wire import (
     BadRequest,
     Request,
@@ -201,6 +202,8 @@ class Simulator:
             self.stats[f"fault_{fault}"] += 1
             return await self._fault(fault, streamed, reader, writer)
         content = reply_content(messages)
+        if request.schema is not None:
+            content = fitted_reply(request.schema, content)
         cached = self._cache.cached_tokens(model, messages, self.config.cache_min_tokens)
         body = completion_body(
             model, messages, content, cached, self._rng, max_tokens=request.max_tokens, n=request.n

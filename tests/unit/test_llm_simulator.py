@@ -6,10 +6,13 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator
+from datetime import datetime
+from typing import Literal
 
 import httpx
 import openai
 import pytest
+from pydantic import BaseModel
 
 from flowledger.adapters.llm.config import ClientConfig
 from flowledger.adapters.simulator import Exchange, FaultRates, SimulatorConfig, run_simulator
@@ -391,3 +394,81 @@ def test_usage_has_every_detail_openai_reports_each_a_count(simulator_url: str) 
         "rejected_prediction_tokens",
     }
     assert all(type(count) is int for count in [*prompt_details.values(), *completion_details.values()])
+
+
+class _Line(BaseModel):
+    sku: str
+    quantity: int
+    unit_price: float
+
+
+class _Invoice(BaseModel):
+    invoice_id: str
+    status: Literal["draft", "sent", "paid"]
+    issued: datetime
+    paid: bool
+    lines: list[_Line]
+    note: str | None
+    contact: _Line | None
+
+
+class _Decision(BaseModel):
+    action: str
+    message: str
+    next_step: str | None
+
+
+def test_a_json_schema_response_format_is_answered_with_json_that_fits_it(simulator_url: str) -> None:
+    # OpenAI's structured outputs answer JSON that fits the schema; the simulator answered its
+    # step decision whatever the schema, so the SDK's parse() failed with a ValidationError
+    # (llmock answers it, and a client tested against the simulator could not use the feature)
+    with sdk(simulator_url) as client:
+        invoice = client.chat.completions.parse(model="gpt-4.1", messages=MESSAGES, response_format=_Invoice)
+        decision = client.chat.completions.parse(
+            model="gpt-4.1", messages=MESSAGES, response_format=_Decision
+        )
+        with client.chat.completions.stream(
+            model="gpt-4.1", messages=MESSAGES, response_format=_Invoice
+        ) as stream:
+            streamed = stream.get_final_completion()
+    assert isinstance(invoice.choices[0].message.parsed, _Invoice)
+    assert isinstance(streamed.choices[0].message.parsed, _Invoice)
+    # A schema the step decision fits is answered with the decision: the workflow still plays
+    parsed = decision.choices[0].message.parsed
+    assert parsed is not None
+    assert (parsed.action, parsed.next_step) == ("classify", "resolve")
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "items": {"type": "string"}, "minItems": 1_000_000},
+        {"type": "string", "minLength": 50_000_000},
+        # Four properties each a tree of four: 4**32 nodes, followed to the depth bound
+        {
+            "type": "object",
+            "properties": {f"p{i}": {"$ref": "#/$defs/node"} for i in range(4)},
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {f"p{i}": {"$ref": "#/$defs/node"} for i in range(4)},
+                }
+            },
+        },
+    ],
+    ids=["a million items", "50 MB of text", "a tree of 4**32 nodes"],
+)
+def test_a_schema_asking_for_a_huge_reply_gets_a_bounded_one_at_once(
+    simulator_url: str, schema: dict[str, object]
+) -> None:
+    # A schema of a few bytes made a reply of 15 MB (minItems), 50 MB (minLength) or never
+    # ended (a recursive tree), holding the simulator's one event loop
+    headers = {"authorization": "Bearer sk-sim-000000"}
+    form = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    body = {"model": "gpt-4.1", "messages": MESSAGES, "response_format": form}
+    started = time.perf_counter()
+    reply = httpx.post(f"{simulator_url}/chat/completions", json=body, headers=headers, timeout=10)
+    assert reply.status_code == 200
+    assert time.perf_counter() - started < 2
+    assert len(reply.content) < 1_000_000
+    json.loads(reply.json()["choices"][0]["message"]["content"])
