@@ -17,14 +17,25 @@ from flowledger.adapters.http.auth import Caller, Reader, Writer
 from flowledger.adapters.http.errors import model_call_responses, responses
 from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import QueryMoment
+from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
 from flowledger.projections.expiry import expire_overdue
 from flowledger.projections.registry import projector_for
 
 router = APIRouter(route_class=OneNameRoute, prefix="/v1", tags=["sessions"])
 IdempotencyKey = Annotated[
-    str | None, Header(alias="Idempotency-Key", max_length=schemas.MAX_ID, pattern=schemas.NAME_PATTERN)
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        # No pattern or length here: the rules of a key are applied once it is read as UTF-8
+        # (``one_key``): as Latin-1, a key's UTF-8 bytes 0x80-0x9F read as control characters
+        # ("ключ", "€-7" were refused). The server bounds a header line (431 past 64 KiB).
+        description="The request's idempotency key (UTF-8): at most 200 characters, not blank,"
+        " no control characters; the same key as the body's idempotency_key",
+    ),
 ]
+HEADER_KEY = "header.Idempotency-Key"
+"""How a refusal names the header."""
 SessionId = Annotated[str, schemas.PathId]
 _READ = responses(404, 410)
 _WRITE = responses(404, 409, 410)
@@ -34,11 +45,26 @@ _MODEL = model_call_responses(402, 404, 409, 410, 501, 502)
 def one_key(in_body: str | None, in_header: str | None) -> str | None:
     """The request's idempotency key, from its body or its ``Idempotency-Key`` header; two
     different ones are refused (422), as two different API keys are (nothing is recorded)."""
+    in_header = header_text(in_header)
     if in_body is not None and in_header is not None and in_body != in_header:
         raise ValidationError(
             "idempotency_key", f"the body says {in_body!r} and the Idempotency-Key header {in_header!r}"
         )
     return in_body if in_body is not None else in_header
+
+
+def header_text(raw: str | None) -> str | None:
+    """The ``Idempotency-Key`` header as the text its client sent: its bytes read as UTF-8
+    (Starlette reads a header as Latin-1: "clé-1" was kept as "clÃ©-1", another key than the
+    body's "clé-1", so a retry sending it there called the model again), as Latin-1 when they
+    are not UTF-8; then held to a key's rules (``require_name``)."""
+    if raw is None:
+        return None
+    try:
+        text = raw.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        text = raw
+    return require_name(HEADER_KEY, text)
 
 
 def ensure_user(caller: Caller, session_id: str, user_id: str | None) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -33,8 +33,8 @@ from flowledger.adapters.http.auth import Caller, Reader
 from flowledger.adapters.http.errors import error_body, model_call_responses
 from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
-from flowledger.adapters.http.rest import ensure_user, one_key
-from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, NAME_PATTERN, within_max_ttl
+from flowledger.adapters.http.rest import IdempotencyKey, ensure_user, one_key
+from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, within_max_ttl
 from flowledger.adapters.http.webhook_answers import WebhookAnswer
 from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import SessionArchived, SessionNotFound, ValidationError
@@ -107,9 +107,7 @@ def _required(value: str | None, field: str, action: str) -> str:
 async def workflow_state(
     body: WebhookRequest,
     caller: Reader,
-    idempotency_key: str | None = Header(
-        default=None, alias="Idempotency-Key", max_length=MAX_ID, pattern=NAME_PATTERN
-    ),
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any] | JSONResponse:
     """Dispatch one of the seed's actions (see the module docstring for the two modes)."""
     engine = caller.engine

@@ -421,6 +421,42 @@ def test_a_body_key_and_an_idempotency_key_header_that_differ_are_refused_in_bot
         assert len(each.calls) == calls + 1
 
 
+@pytest.mark.parametrize("key", ["clé-1", "ключ", "€-7", "order—7"])
+def test_an_idempotency_key_header_in_utf8_is_the_same_key_as_in_the_body(hook: Hook, key: str) -> None:
+    # Given a key beyond ASCII, sent as UTF-8 (what clients send): it was read as Latin-1, so
+    # "clé-1" was stored as "clÃ©-1" (the body's "clé-1" another key: a second model call),
+    # and a key holding bytes 0x80-0x9F ("ключ", "€-7") was refused as holding control characters
+    create(hook)
+    body = {"action": "process_step", "session_id": "s1", "step_name": "greet", "input_data": {"q": 1}}
+    encoded = [("Idempotency-Key", key.encode())]
+    # When the step is sent with the key in the header, then with it in the body, then in both
+    first = hook.http.post("/webhook/workflow-state", json=body, headers=encoded)
+    again = hook.post(**body, idempotency_key=key)
+    both = hook.http.post("/webhook/workflow-state", json={**body, "idempotency_key": key}, headers=encoded)
+    rest = hook.http.post(
+        "/v1/sessions/s1/process", json={"step": "greet", "input": {"q": 1}}, headers=encoded
+    )
+    # Then it is one key, stored as sent: one model call, the same answer each time
+    assert first.status_code == 200, first.text
+    assert again == (200, first.json())
+    assert both.json() == first.json()
+    assert rest.status_code == 201, rest.text
+    assert len(hook.calls) == 1
+    assert {e.data.get("idempotency_key") for e in hook.engine.history("s1")} - {None} == {key}
+
+
+@pytest.mark.parametrize("length", [201, 801, 5000])
+def test_an_idempotency_key_header_over_200_characters_is_refused_saying_so(hook: Hook, length: int) -> None:
+    create(hook)
+    body = {"action": "process_step", "session_id": "s1", "step_name": "greet", "input_data": {}}
+    answer = hook.http.post("/webhook/workflow-state", json=body, headers={"Idempotency-Key": "k" * length})
+    assert (answer.status_code, answer.json()["error"]) == (
+        422,
+        f"header.Idempotency-Key: must be at most 200 characters, got {length}",
+    )
+    assert hook.calls == []
+
+
 def test_an_idempotency_key_header_given_twice_is_refused_naming_it_not_the_first_taken(hook: Hook) -> None:
     # Given two Idempotency-Key headers on one request (a proxy adding its own, a client
     # setting it twice): the first was taken without a word, the second dropped
