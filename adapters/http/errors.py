@@ -172,7 +172,7 @@ _MEANING = {
     400: "The request cannot be read (a body that is not UTF-8 JSON), or an unknown webhook action",
     401: "No API key, or an unknown or revoked one",
     402: "A budget in enforce mode cannot take this model call: refused before any request was sent",
-    403: "The API key's role may not do this, or the step claims another user than the session's",
+    403: "The API key's role may not do this, or the request claims another user than the session's",
     404: "No such session, task, agent, workflow or budget in the caller's tenant",
     409: "Conflicts with the current state (closed, another workflow, a step in progress)",
     410: "The session expired",

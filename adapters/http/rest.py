@@ -74,9 +74,14 @@ def ensure_user(caller: Caller, session_id: str, user_id: str | None) -> None:
     """
     if user_id is None:
         return
-    owner = caller.engine.get_session(session_id).user_id
-    if owner is not None and owner != user_id:
-        raise HTTPException(403, "this session belongs to another user: the step's user_id does not match")
+    ensure_owner(caller.engine.get_session(session_id).user_id, user_id)
+
+
+def ensure_owner(owner: str | None, claimed: str | None) -> None:
+    """403 when a request claims a user (``claimed``) other than the session's (``owner``); nothing
+    to check when it claims none or the session has none."""
+    if claimed is not None and owner is not None and owner != claimed:
+        raise HTTPException(403, "this session belongs to another user: the request's user_id does not match")
 
 
 @router.post(

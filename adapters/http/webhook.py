@@ -15,7 +15,8 @@ stricter rules: no merge, a repeated ``create_session`` is a no-op (409 for anot
 an expired session stays expired, and an unknown action is a 400.
 
 ``get_state`` needs a reader key, the other actions a writer key. A ``user_id`` sent with
-``process_step`` must be the session's (403 otherwise).
+``process_step``, ``get_state`` or ``extend_session`` must be the session's (403 otherwise:
+a read for u2 answered u1's context, a step for u2 alone was refused).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from flowledger.adapters.http.auth import Caller, Reader
 from flowledger.adapters.http.errors import error_body, model_call_responses
 from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
-from flowledger.adapters.http.rest import IdempotencyKey, ensure_user, one_key
+from flowledger.adapters.http.rest import IdempotencyKey, ensure_owner, ensure_user, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, within_max_ttl
 from flowledger.adapters.http.webhook_answers import WebhookAnswer
 from flowledger.domain.bounds import require_name
@@ -123,6 +124,10 @@ async def workflow_state(
     session_id = _required(body.session_id, "session_id", action)
     try:
         # The engine's database calls block: run them on worker threads, not the event loop.
+        if body.user_id is not None and action != "create_session":
+            # Only compared with the session's user, yet a name as anywhere else: "u\n" was taken
+            # beside a session without a user and a 403 beside one with a user, never a 422.
+            require_name("user_id", body.user_id)
         if action == "create_session":
             data = await run_in_threadpool(_create, engine, body, session_id, strict)
         elif action == "process_step":
@@ -133,7 +138,7 @@ async def workflow_state(
             key = one_key(body.idempotency_key, idempotency_key) or None
             data = await run_in_threadpool(_extend, engine, body, session_id, key, strict)
         else:
-            data = await run_in_threadpool(_get_state, engine, session_id)
+            data = await run_in_threadpool(_get_state, engine, session_id, body.user_id)
     except ValidationError as error:
         if error.field not in _ENGINE_NAMES:
             raise
@@ -181,9 +186,6 @@ async def _process(
     engine = caller.engine
     step = _required(body.step_name, "step_name", "process_step")
     if body.user_id is not None:
-        # Only compared with the session's user, yet a name as anywhere else: "u\n" was taken
-        # beside a session without a user and a 403 beside one with a user, never a 422.
-        require_name("user_id", body.user_id)
         await run_in_threadpool(ensure_user, caller, session_id, body.user_id)
     outcome = await engine.run_step(
         session_id,
@@ -222,6 +224,8 @@ async def _process(
 def _extend(
     engine: Engine, body: WebhookRequest, session_id: str, key: str | None, strict: bool
 ) -> dict[str, Any]:
+    if body.user_id is not None:
+        ensure_owner(engine.get_session(session_id).user_id, body.user_id)
     if body.expires_at is not None and body.expires_hours is not None:
         raise ValidationError(
             "expires_at", "give expires_hours (added to the expiry) or expires_at, not both"
@@ -247,12 +251,13 @@ def _extend(
     }
 
 
-def _get_state(engine: Engine, session_id: str) -> dict[str, Any]:
+def _get_state(engine: Engine, session_id: str, user_id: str | None) -> dict[str, Any]:
     try:
         state = engine.get_session(session_id)
     except SessionNotFound:
         # The seed answers an unknown session with empty state, not an error.
         return {"context": None, "current_step": None, "history": []}
+    ensure_owner(state.user_id, user_id)
     return {
         "context": state.context,
         "current_step": state.current_step,

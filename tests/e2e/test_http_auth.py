@@ -264,6 +264,44 @@ def test_a_step_claiming_another_user_than_the_sessions_is_403_and_appends_nothi
     assert own.status_code == 201
 
 
+def test_a_webhook_read_or_extension_claiming_another_user_is_403_shows_nothing_and_appends_nothing(
+    server: httpx.Client, acme: Engine
+) -> None:
+    # Given a session of u1 whose context holds u1's data
+    writer = bearer(ACME_WRITER)
+    hook = "/webhook/workflow-state"
+    server.post(
+        hook,
+        json={"action": "create_session", "session_id": "s1", "workflow_name": "cs", "user_id": "u1"},
+        headers=writer,
+    )
+    server.post(
+        hook,
+        json={
+            "action": "process_step",
+            "session_id": "s1",
+            "user_id": "u1",
+            "step_name": "a",
+            "input_data": {"card": "4111"},
+        },
+        headers=writer,
+    )
+    head = acme.log.head()
+    for action in ("get_state", "extend_session"):
+        # When the webhook is asked to read or extend it for u2
+        body = {"action": action, "session_id": "s1", "user_id": "u2", "expires_hours": 1}
+        refused = server.post(hook, json=body, headers=writer)
+        # Then it is refused as a step for u2 is, shows none of u1's data and records nothing
+        assert (refused.status_code, refused.json()["success"]) == (403, False), (action, refused.text)
+        assert "another user" in refused.json()["error"]
+        assert "4111" not in refused.text
+    assert acme.log.head() == head
+    # And u1, or a call that names no user (the seed's own node), still reads it
+    for claimed in ({"user_id": "u1"}, {}):
+        own = server.post(hook, json={"action": "get_state", "session_id": "s1", **claimed}, headers=writer)
+        assert own.json()["data"]["context"]["card"] == "4111", own.text
+
+
 def test_keys_made_by_the_cli_are_shown_once_stored_hashed_listed_without_secrets_and_revocable(
     database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
