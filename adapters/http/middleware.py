@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flowledger.adapters.http.errors import error_body
+from flowledger.adapters.http.log_keys import sent_keys, without_keys
 from flowledger.adapters.http.pages import error_page, is_page
 
 access_log = logging.getLogger("flowledger.http.access")
@@ -60,7 +61,8 @@ async def send_json(send: Send, status: int, body: dict[str, object], headers: d
 
 class RequestContext:
     """Gives each request an id (``X-Request-Id``, the caller's when it is sane), logs one JSON
-    line per request (no query string, headers or body: they may hold keys or personal data),
+    line per request (no query string, headers or body: they may hold keys or personal data;
+    a key in the path or the id is masked, ``log_keys.py``),
     and turns an unexpected exception into a JSON 500 that names the id."""
 
     def __init__(self, app: ASGIApp) -> None:
@@ -71,7 +73,9 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        keys = sent_keys(scope["headers"])
+        sane = _REQUEST_ID.match(given) and without_keys(given, keys) == given
+        request_id = given if sane else uuid.uuid4().hex
         state: dict[str, Any] = scope.setdefault("state", {})
         state["request_id"] = request_id
         started = time.perf_counter()
@@ -103,7 +107,7 @@ class RequestContext:
                     {
                         "request_id": request_id,
                         "method": scope.get("method"),
-                        "path": scope.get("path"),
+                        "path": without_keys(str(scope.get("path")), keys),
                         "status": status,
                         "duration_ms": round((time.perf_counter() - started) * 1000, 2),
                         "key_id": state.get("key_id"),

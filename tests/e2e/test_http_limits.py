@@ -254,3 +254,26 @@ def test_the_access_log_is_one_json_line_per_request_without_secrets_or_bodies(
     text = " ".join(r.getMessage() for r in caplog.records)
     for secret in (ACME_WRITER, "wrong-key", "secret-step", "private"):
         assert secret not in text
+
+
+def test_a_key_sent_in_the_path_or_as_the_request_id_is_kept_out_of_the_access_log(
+    server: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a stored key's shape (a client pasting one where an id goes) and the request's own key
+    stored = "flk_0ds13hlk4iwj_LGGJdaMKfNEFq5IzZYMhSfGCAeLn3jatux7vUWNIu84"
+    with caplog.at_level(logging.INFO, logger="flowledger.http"):
+        # When they are sent in a path and as X-Request-Id
+        in_path = server.get(f"/v1/sessions/{ACME_WRITER}/history", headers=WRITER)
+        stored_in_path = server.get(f"/v1/tasks/{stored}", headers=WRITER)
+        as_id = server.get("/v1/tasks/t1", headers={**WRITER, "X-Request-Id": ACME_WRITER})
+        stored_as_id = server.get("/v1/tasks/t1", headers={**WRITER, "X-Request-Id": stored})
+    # Then the requests are answered, and no key is in the log or an answer's request id
+    assert [r.status_code for r in (in_path, stored_in_path, as_id, stored_as_id)] == [404, 404, 200, 200]
+    text = " ".join(r.getMessage() for r in caplog.records)
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "flowledger.http.access"]
+    assert len(lines) == 4
+    for key in (ACME_WRITER, stored, stored.rsplit("_", 1)[1]):
+        assert key not in text
+        assert key not in as_id.headers["x-request-id"] + stored_as_id.headers["x-request-id"]
+    assert lines[0]["path"] == "/v1/sessions/<key>/history"
+    assert lines[1]["path"] == "/v1/tasks/<key>"
