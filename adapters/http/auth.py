@@ -360,6 +360,28 @@ def token_of(request: Request) -> str | None:
     return keys.pop() if keys else None
 
 
+def sessions_sent(request: Request) -> set[str]:
+    """Every dashboard sign-in the request's cookies carry (a browser sends a cookie once per
+    domain and path it was set for, so there may be several)."""
+    sent = set()
+    for header in request.headers.getlist("cookie"):
+        for part in header.split(";"):
+            name, _, value = part.strip().partition("=")
+            if name.strip() == COOKIE and value.strip().strip('"'):
+                sent.add(value.strip().strip('"'))
+    return sent
+
+
+def session_of(request: Request) -> str | None:
+    """The dashboard sign-in the request's cookies carry, or None; 401 when they carry two
+    different ones (another site's sibling can set a cookie for ``/dashboard``: the last one
+    sent acted, so a tossed sign-in showed its tenant's page in place of the browser's own)."""
+    sent = sessions_sent(request)
+    if len(sent) > 1:
+        raise HTTPException(401, "two different dashboard sign-ins were sent: sign out and sign in again")
+    return sent.pop() if sent else None
+
+
 def _bearer_token(authorization: str) -> str | None:
     """The token of ``Bearer <token>`` (the scheme in any case, any spaces), else None."""
     parts = authorization.split(None, 1)

@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.durations import parse_since
 from flowledger.adapters.http.analytics_schemas import DashboardRowOut, FunnelReportOut
-from flowledger.adapters.http.auth import COOKIE, Caller, Gate, Reader, api_key_header, bearer, token_of
+from flowledger.adapters.http.auth import Caller, Gate, Reader, api_key_header, bearer, session_of, token_of
 from flowledger.adapters.http.budget_panel import budget_panel
 from flowledger.adapters.http.charts import bar_chart, column_chart, fitted, isolated
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
@@ -195,11 +195,11 @@ async def dashboard_page(
     gate: Gate = request.app.state.gate
     try:
         token = token_of(request)
-    except HTTPException as conflict:  # two different keys: the page's 401 is its login form
+        if token is None and key and gate.tenants.base.settings.dashboard_url_keys:
+            token = key
+        signed_in = session_of(request) if token is None else None
+    except HTTPException as conflict:  # two different keys or sign-ins: the 401 is the login form
         return login_page(str(conflict.detail))
-    if token is None and key and gate.tenants.base.settings.dashboard_url_keys:
-        token = key
-    signed_in = request.cookies.get(COOKIE) if token is None else None
     try:
         caller = await gate.admit(request, token or signed_in, "reader", session=signed_in is not None)
     except HTTPException as refused:

@@ -17,7 +17,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
-from flowledger.adapters.http.auth import COOKIE, EXPIRED_KEY, TOO_MANY_REFUSED, Gate
+from flowledger.adapters.http.auth import COOKIE, EXPIRED_KEY, TOO_MANY_REFUSED, Gate, sessions_sent
 from flowledger.adapters.http.dashboard_sessions import SESSION_S, session_for
 from flowledger.adapters.http.errors import BASIC, ERROR_CONTENT, responses
 from flowledger.adapters.http.headers import foreign_post, page_policy
@@ -188,9 +188,8 @@ async def logout(request: Request) -> HTMLResponse | RedirectResponse:
     refused_as_foreign = _refused_as_foreign(request)
     if refused_as_foreign is not None:
         return refused_as_foreign
-    session = request.cookies.get(COOKIE)
-    if session:
-        gate: Gate = request.app.state.gate
+    gate: Gate = request.app.state.gate
+    for session in sessions_sent(request):  # a tossed one beside the browser's own too
         await run_in_threadpool(gate.keys.end_session, session)
     response = RedirectResponse("/dashboard", status_code=303)
     response.delete_cookie(COOKIE, path="/dashboard", httponly=True, samesite="strict")
