@@ -169,7 +169,10 @@ def keys_required(host: str, keys: Keyring, *, insecure: bool, console: Console)
             "or pass --insecure",
             param_hint="--host",
         )
-    console.print(f"[yellow]no API key configured: {host} is served open (every caller is admin)[/yellow]")
+    console.print(
+        f"[yellow]no API key configured: {host} is served open (every caller is admin)"
+        " until a key is created[/yellow]"
+    )
     return False
 
 

@@ -203,7 +203,11 @@ def serve(
             config = uvicorn.Config(
                 # Open on loopback: for callers on this machine only, whatever Host a browser sends.
                 create_app(
-                    engine, require_keys=require_keys, keys=keys, local_only=not require_keys and not insecure
+                    engine,
+                    require_keys=require_keys,
+                    keys=keys,
+                    local_only=not require_keys and not insecure,
+                    close_on_key=not require_keys,  # open for want of a key: closed by the first one
                 ),
                 host=host,
                 port=port,

@@ -31,7 +31,12 @@ _STATIC = "/docs/assets"
 
 
 def create_app(
-    engine: Engine, *, require_keys: bool | None = None, keys: Keyring | None = None, local_only: bool = False
+    engine: Engine,
+    *,
+    require_keys: bool | None = None,
+    keys: Keyring | None = None,
+    local_only: bool = False,
+    close_on_key: bool | None = None,
 ) -> FastAPI:
     """An app serving ``engine`` (the default tenant's); the caller owns it and closes it.
 
@@ -42,12 +47,17 @@ def create_app(
     recently used kept (``tenants.py``), and closed when the app shuts down.
     ``local_only``: when the app runs open, a request whose Host is not this machine is a 403
     (``serve`` on a loopback address without ``--insecure``: no DNS rebinding into it).
+    ``close_on_key``: an app open because no key existed closes once one is created (default:
+    when ``require_keys`` is None; ``serve``, which looked for keys itself, says so).
     """
     keyring = keys if keys is not None else Keyring.of(engine)
     settings = engine.settings
     tenants = Tenants(engine)
     limits = RateLimits(settings.http_rate_per_s, settings.http_rate_burst)
-    gate = Gate(tenants, keyring, limits, open_=require_keys is False, local_only=local_only)
+    closes = require_keys is None if close_on_key is None else close_on_key
+    gate = Gate(
+        tenants, keyring, limits, open_=require_keys is False, local_only=local_only, close_on_key=closes
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

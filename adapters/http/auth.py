@@ -40,6 +40,9 @@ UNKNOWN_KEY = "this API key is unknown or revoked"
 EXPIRED_KEY = "this API key has expired: ask for a new one"
 """The 401 of a key whose ``expires_at`` has passed: only the holder of the whole token gets it."""
 TOO_MANY_REFUSED = "too many refused API keys from this address: retry later"
+OPEN_RECHECK_S = 1.0
+"""How often an app that runs open because no key existed asks whether one does now: the first
+key created closes it within this, where it stayed open until a restart."""
 
 bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer flk_...`")
 api_key_header = APIKeyHeader(
@@ -210,9 +213,14 @@ class Gate:
         open_: bool,
         local_only: bool = False,
         guesses: Guesses | None = None,
+        close_on_key: bool = False,
     ) -> None:
+        """``close_on_key``: the app runs open because no key existed, and closes for good once
+        one does (asked every ``OPEN_RECHECK_S`` while open)."""
         self.tenants, self.keys, self.limits, self.open = tenants, keys, limits, open_
         self.local_only = local_only
+        self.close_on_key = close_on_key
+        self._next_key_check = 0.0
         settings = tenants.base.settings
         self.guesses = guesses or Guesses(settings.http_auth_failures, settings.http_auth_failure_window_s)
 
@@ -221,6 +229,8 @@ class Gate:
         machine to an app open to local callers only), 429 (the key's rate, or too many refused
         keys from the caller's address). ``session``: ``token`` is the dashboard's sign-in
         cookie (``dashboard_sessions.py``), which acts as its key's reader."""
+        if self.open and self.close_on_key:
+            await self._close_once_keyed()
         if self.open:
             host = request.headers.get("host", "")
             if self.local_only and not loopback_host(host):
@@ -249,6 +259,22 @@ class Gate:
         while (engine := tenants.acquire_kept(key.tenant)) is None:
             await run_in_threadpool(tenants.prepare, key.tenant)
         return Caller(key.key_id, key.tenant, key.role, engine)
+
+    async def _close_once_keyed(self) -> None:
+        """Close the app when a key exists now (asked at most every ``OPEN_RECHECK_S``): a key
+        created while it ran open took effect only at a restart, so the keys handed out guarded
+        nothing. A database that cannot be asked leaves it as it is (the request's own reads
+        fail alike), asked again next time."""
+        now = time.monotonic()
+        if now < self._next_key_check:
+            return
+        self._next_key_check = now + OPEN_RECHECK_S
+        try:
+            keyed = await run_in_threadpool(self.keys.any_configured)
+        except Exception:
+            return
+        if keyed:
+            self.open = False
 
     def release(self, caller: Caller) -> None:
         """The request of ``caller`` (from ``admit``) is done with its tenant's engine."""

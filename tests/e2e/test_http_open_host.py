@@ -3,14 +3,16 @@ whatever name a browser was led to use for it (DNS rebinding)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from flowledger.adapters.http.auth import loopback_host
+from flowledger.adapters.http.auth import OPEN_RECHECK_S, loopback_host
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.keys import PostgresKeyStore
 from tests.conftest import make_settings
 from tests.support.serve_process import serve_env, served
 
@@ -64,3 +66,28 @@ def test_a_host_header_names_this_machine_only_as_localhost_or_a_loopback_addres
     host: str, local: bool
 ) -> None:
     assert loopback_host(host) is local
+
+
+def test_an_open_server_closes_within_seconds_of_the_first_key_being_created(
+    open_server: str, database_url: str, pg_schema: str
+) -> None:
+    # Given a server that started open (no key anywhere)
+    assert httpx.get(f"{open_server}/v1/agents").status_code == 200
+    # When the first key is created, as `flowledger keys create` does, while it runs
+    store = PostgresKeyStore(database_url, pg_schema)
+    try:
+        token = store.create("acme", "reader").token
+    finally:
+        store.close()
+    # Then within the recheck a request without a key is refused, and writes nothing
+    deadline = time.monotonic() + OPEN_RECHECK_S + 5
+    while httpx.get(f"{open_server}/v1/agents").status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    refused = httpx.post(f"{open_server}/v1/sessions", json={"session_id": "late", "workflow": "cs"})
+    assert refused.status_code == 401, refused.text
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        assert engine.log.head() == 0
+    # And the new key is served, as its tenant's reader
+    headers = {"Authorization": f"Bearer {token}"}
+    assert httpx.get(f"{open_server}/v1/agents", headers=headers).status_code == 200
+    assert httpx.post(f"{open_server}/v1/agents", json={}, headers=headers).status_code == 403
