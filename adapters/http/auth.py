@@ -83,8 +83,8 @@ class Keyring:
         return cls(StaticKeys(settings.api_keys), store)
 
     def any_configured(self) -> bool:
-        """Whether any key exists (blocking: asks the database)."""
-        return len(self.static) > 0 or (self.store is not None and self.store.has_active_keys())
+        """Whether any key exists, or existed and was revoked (blocking: asks the database)."""
+        return len(self.static) > 0 or (self.store is not None and self.store.has_keys())
 
     def find(self, token: str) -> ApiKey | None:
         """The key as stored now, revoked or not, or None when the token is no key's (blocking:

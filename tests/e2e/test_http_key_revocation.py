@@ -41,3 +41,25 @@ def test_a_revoked_key_is_refused_at_once_by_every_server(database_url: str, pg_
         other = store.create("acme", "reader", "other")
         for client in clients:
             assert client.get("/v1/tasks", headers={"X-API-Key": other.token}).status_code == 200
+
+
+def test_a_server_started_after_every_key_was_revoked_stays_closed(database_url: str, pg_schema: str) -> None:
+    """Revoking every key (a leak: revoke them all, then issue new ones) must not open the API to
+    whoever reaches it: a server then started ran open, every caller its default tenant's admin."""
+    settings = make_settings(database_url=database_url, schema=pg_schema, tenant="acme")
+    store = PostgresKeyStore(database_url, pg_schema, settings)
+    with ExitStack() as stack:
+        stack.callback(store.close)
+        # Given a schema whose only key was revoked
+        issued = store.create("acme", "writer", "leaked")
+        assert store.revoke(issued.key.key_id)
+        # When a server starts on it, finding its keys itself as `serve` does
+        engine = stack.enter_context(Engine(settings=settings))
+        client = stack.enter_context(TestClient(create_app(engine)))
+        # Then a request without a key, or with the revoked one, is refused and writes nothing
+        for headers in ({}, bearer(issued.token)):
+            refused = client.post(
+                "/v1/sessions", json={"session_id": "s1", "workflow": "cs"}, headers=headers
+            )
+            assert refused.status_code == 401, refused.text
+        assert engine.log.head() == 0
