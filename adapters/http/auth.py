@@ -348,16 +348,32 @@ def loopback_host(host: str) -> bool:
 
 async def refusal_before_body(request: Request) -> HTTPException | None:
     """The 401 owed to a request whose body could not be read, when its route needs a key and it
-    carries none or an unknown one (None otherwise). FastAPI reads the body before the route's
-    dependencies run, so without this a caller with no key was told what is wrong with its body."""
+    carries none or an unknown one, or the 403 when its key's role may not call the route (None
+    otherwise). FastAPI reads the body before the route's dependencies run, so without this a
+    caller with no key, or a reader calling a writer's route, was told what is wrong with its body."""
     gate: Gate = request.app.state.gate
-    if gate.open or not _reads_key(getattr(request.scope.get("route"), "dependant", None)):
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if gate.open or not _reads_key(dependant):
         return None
     try:
-        await gate.known(request, token_of(request))
+        key = await gate.known(request, token_of(request))
+        require_role(key.role, _role_needed(dependant))
     except HTTPException as refusal:
         return refusal
     return None
+
+
+_ROLE_OF: dict[Callable[..., AsyncIterator[Caller]], str] = {}
+"""The role each ``requires`` dependency admits, for ``refusal_before_body``."""
+
+
+def _role_needed(dependant: Dependant | None) -> str:
+    """The highest role a route's dependencies ask for (``reader`` when none says)."""
+    if dependant is None:
+        return "reader"
+    roles = [_ROLE_OF[needed.call] for needed in dependant.dependencies if needed.call in _ROLE_OF]
+    roles += [_role_needed(needed) for needed in dependant.dependencies]
+    return max(roles, key=rank, default="reader")
 
 
 def _reads_key(dependant: Dependant | None) -> bool:
@@ -437,6 +453,7 @@ def requires(role: str) -> Callable[..., AsyncIterator[Caller]]:
         finally:  # the tenant's engine may be closed (``Tenants``) once no request holds it
             gate.release(caller)
 
+    _ROLE_OF[dependency] = role
     return dependency
 
 

@@ -106,6 +106,30 @@ def test_a_body_that_cannot_be_read_is_401_without_a_key_not_400(
     assert response.json()["error"].startswith("body: ")
 
 
+def test_a_body_that_cannot_be_read_is_403_for_a_key_whose_role_may_not_send_it(
+    server: httpx.Client, acme: Engine
+) -> None:
+    # Given the operations a reader may not call (the webhook's role depends on its action)
+    calls = [
+        (m, p)
+        for m, p in operations(server)
+        if m in {"POST", "PUT", "PATCH"} and p not in OPEN_PATHS and p != "/webhook/workflow-state"
+    ]
+    assert len(calls) >= 20
+    head = acme.log.head()
+    for method, path in calls:
+        for content in (b"not json", b"\xe9"):
+            # When a reader sends one a body that is not JSON
+            response = server.request(method, path, content=content, headers={**bearer(ACME_READER), **JSON})
+            # Then it is refused for its role, as with a readable body (it was told about the body)
+            assert response.status_code == 403, (method, path, content, response.text)
+            assert "role (reader)" in response.json()["error"]
+    # And nothing was written; a writer is still told what is wrong with the body
+    assert acme.log.head() == head
+    response = server.post("/v1/sessions", content=b"not json", headers={**bearer(ACME_WRITER), **JSON})
+    assert response.status_code == 400
+
+
 def test_the_health_probes_need_no_key(server: httpx.Client) -> None:
     assert server.get("/healthz").json() == {"status": "ok"}
     assert server.get("/readyz").json() == {"status": "ok"}
