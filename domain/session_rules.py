@@ -91,9 +91,14 @@ def require_restartable(session_id: str, held: Start, asked: Start) -> None:
 
 
 def _conflict(session_id: str, held: Start, asked: Start) -> SessionConflict:
+    # Another user's id is not told to a request claiming to be someone else (an email address,
+    # say): the session is theirs, which is all such a caller needs to know.
+    held_user = (
+        "another user" if None not in (held[1], asked[1]) and held[1] != asked[1] else f"user_id={held[1]!r}"
+    )
     return SessionConflict(
         session_id,
-        f"workflow={held[0]!r} user_id={held[1]!r}, not workflow={asked[0]!r} user_id={asked[1]!r}",
+        f"workflow={held[0]!r} {held_user}, not workflow={asked[0]!r} user_id={asked[1]!r}",
     )
 
 

@@ -326,6 +326,42 @@ def test_a_webhook_read_or_extension_claiming_another_user_is_403_shows_nothing_
         assert own.json()["data"]["context"]["card"] == "4111", own.text
 
 
+def test_starting_again_a_session_of_another_user_is_409_without_naming_that_user(
+    server: httpx.Client, acme: Engine
+) -> None:
+    # Given a session of a user whose id is an email address
+    writer = bearer(ACME_WRITER)
+    owner = "alice@example.com"
+    server.post("/v1/sessions", json={"session_id": "s1", "workflow": "cs", "user_id": owner}, headers=writer)
+    head = acme.log.head()
+    # When it is started again for another user, over REST and by the webhook (both modes)
+    answers = [
+        server.post(
+            "/v1/sessions", json={"session_id": "s1", "workflow": "cs", "user_id": "u2"}, headers=writer
+        ),
+        *(
+            server.post(
+                "/webhook/workflow-state",
+                json={
+                    "action": "create_session",
+                    "session_id": "s1",
+                    "workflow_name": "cs",
+                    "user_id": "u2",
+                    "strict": strict,
+                },
+                headers=writer,
+            )
+            for strict in (False, True)
+        ),
+    ]
+    # Then it conflicts (409) saying so, without telling that user who owns it, and records nothing
+    for refused in answers:
+        assert refused.status_code == 409, refused.text
+        assert "another user" in refused.json()["error"]
+        assert owner not in refused.text
+    assert acme.log.head() == head
+
+
 def test_keys_made_by_the_cli_are_shown_once_stored_hashed_listed_without_secrets_and_revocable(
     database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
