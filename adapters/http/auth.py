@@ -307,6 +307,7 @@ class Gate:
             raise HTTPException(401, UNKNOWN_KEY, headers={"WWW-Authenticate": "Bearer"})
         if key.expired(datetime.now(UTC)):
             raise HTTPException(401, EXPIRED_KEY, headers={"WWW-Authenticate": "Bearer"})
+        self.guesses.served(address, held)
         return key
 
 

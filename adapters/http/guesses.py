@@ -8,7 +8,9 @@ browser opening the dashboard page before its login is no guess), nor a revoked 
 (its holder has a real token: a client left with a stale key must not lock out the other keys
 of its address). Lookups under way count as refusals until they end (``admit``, ``settle``), so
 guesses sent all at once get no more lookups than guesses sent one by one; the same token sent
-many times at once counts once, so a client's burst with its good key is never refused. The
+many times at once counts once, so a client's burst with its good key is never refused. A key served from
+an address is not held to that address's limit for ``GOOD_S`` after its last good request
+(``served``): one tenant's refused keys no longer lock out the others calling from one server. The
 counts live in memory, in a ``cachetools.TTLCache``: an entry leaves when its window ends, and
 the cache holds at most ``MAX_ADDRESSES`` (the least recently seen dropped first), so an
 attacker rotating addresses cannot grow it without bound. IPv6 addresses are counted per /64,
@@ -30,6 +32,10 @@ from cachetools import TTLCache
 
 MAX_ADDRESSES = 10_000
 """The most addresses whose refusals are remembered (a few MB at most)."""
+GOOD_S = 3600.0
+"""How long a key served from an address stays exempt there from the address's limit, since its
+last good request: one Dify server calls for many tenants, and one tenant's refused keys
+locked every other tenant's calls out of it for the window, again and again."""
 
 
 @dataclass
@@ -50,6 +56,10 @@ class Guesses:
         self._windows: TTLCache[str, _Window] = TTLCache(max_addresses, window_s, timer=time.monotonic)
         # The tokens each address has being looked up now (bounded by the requests in flight).
         self._pending: dict[str, Counter[bytes]] = {}
+        # Keys served from an address (by digest): guessed by no one, so never held to its limit.
+        self._good: TTLCache[tuple[str, bytes], bool] = TTLCache(
+            max_addresses, max(window_s, GOOD_S), timer=time.monotonic
+        )
         self._lock = threading.Lock()  # the login form and the routes may run in other threads
 
     def __len__(self) -> int:
@@ -73,7 +83,7 @@ class Guesses:
         source = source_of(address)
         with self._lock:
             pending = self._pending.setdefault(source, Counter())
-            if token not in pending:
+            if token not in pending and (source, token) not in self._good:
                 window = self._windows.get(source)
                 refusals = window.count if window is not None else 0
                 if refusals + len(pending) >= self.failures:
@@ -98,6 +108,12 @@ class Guesses:
                     del self._pending[source]
         if refused:
             self.refused(address)
+
+    def served(self, address: str | None, token: bytes) -> None:
+        """Remember that ``token`` (its digest) is a usable key from ``address``: its later requests
+        from there are looked up whatever the address's refusals (``GOOD_S``)."""
+        with self._lock:
+            self._good[(source_of(address), token)] = True
 
     def refused(self, address: str | None) -> None:
         """Count a refused key from ``address``."""

@@ -21,7 +21,7 @@ from flowledger.adapters.simulator import Simulator
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.keys import ApiKey, StaticKeys
-from tests.e2e.live_http import ACME_WRITER, KEYS, bearer, keyed_engine, live_server
+from tests.e2e.live_http import ACME_WRITER, GLOBEX_WRITER, KEYS, bearer, keyed_engine, live_server
 
 GUESS = "flk_abcdefghijkl_" + "g" * 43
 
@@ -85,6 +85,27 @@ def test_past_the_limit_an_address_is_answered_429_without_a_lookup_valid_key_or
     # And another address is served, its own guesses still looked up and answered 401
     assert neighbour.get("/v1/agents", headers=bearer(ACME_WRITER)).status_code == 200
     assert neighbour.get("/v1/agents", headers=bearer(GUESS)).status_code == 401
+
+
+def test_one_tenants_refused_keys_do_not_lock_out_a_key_already_serving_from_the_same_address(
+    app: FastAPI, keyring: CountingKeyring
+) -> None:
+    # Given one Dify server calling for two tenants: globex's key in use from its address
+    dify = client_at(app, "203.0.113.20")
+    assert dify.get("/v1/agents", headers=bearer(GLOBEX_WRITER)).status_code == 200
+    # When acme's workflow there sends keys that are no key's, past the limit (a typo, or on purpose)
+    for _ in range(3):
+        assert dify.get("/v1/agents", headers=bearer(GUESS)).status_code == 401
+    assert dify.get("/v1/agents", headers=bearer(GUESS)).status_code == 429
+    lookups = keyring.lookups
+    # Then globex's key, good from this address before, goes on being served (it was 429 for the window)
+    for _ in range(3):
+        served = dify.get("/v1/agents", headers=bearer(GLOBEX_WRITER))
+        assert served.status_code == 200, served.text
+    # And guesses, and a key never served from this address, are still 429 without a lookup
+    assert dify.get("/v1/agents", headers=bearer(GUESS + "x")).status_code == 429
+    assert dify.get("/v1/agents", headers=bearer(ACME_WRITER)).status_code == 429
+    assert keyring.lookups == lookups + 3
 
 
 def test_requests_without_a_key_and_valid_keys_do_not_count_as_guesses(app: FastAPI) -> None:
