@@ -28,6 +28,7 @@ from starlette.routing import Match
 from flowledger.adapters.http.auth import refusal_before_body
 from flowledger.adapters.http.json_body import RepeatedName
 from flowledger.adapters.http.pages import error_page, is_page
+from flowledger.adapters.llm.resilience import LOCAL_RATE_LIMIT
 from flowledger.domain import errors
 from flowledger.infrastructure.outages import CONNECTION_ERRORS, unavailable
 
@@ -113,12 +114,9 @@ POOL_TIMEOUT = "pool_timeout"
 """The ``error_type`` of a model call that never got one of this server's connections to the
 endpoint (all ``max_connections`` in use for ``request_timeout_s``): nothing was sent, and the
 model is not at fault, so it is this server's 503 with ``Retry-After``, not the 502 of a model
-that failed."""
-LOCAL_RATE_LIMIT = "local_rate_limit"
-"""The ``error_type`` of a model call that found no room under the model's configured limits
-(``FLOWLEDGER_LLM_RPM`` / ``_TPM``) within ``request_timeout_s``: nothing was sent either, a
-503 whose ``Retry-After`` is the time one request takes to fit (a 502 before, after a wait
-of up to a minute per call queued ahead)."""
+that failed. A model call that found no room under the model's configured limits
+(``LOCAL_RATE_LIMIT``) sent nothing either: a 503 too, its ``Retry-After`` the time one request
+takes to fit."""
 
 
 def _queued_out(error: errors.FlowledgerError) -> bool:

@@ -75,8 +75,8 @@ def shared_tls_context() -> ssl.SSLContext:
     httpx's default (certifi's CA bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``, read then).
 
     Building one reads and parses the CA bundle, about 18 ms of CPU each on the project's
-    machine; a server with an engine per tenant made one per engine, and per connection pool
-    shard before that. A context is safe to share between clients, threads and event loops."""
+    machine; each client's transport built its own, so a server with an engine per tenant paid
+    it per engine. A context is safe to share between clients, threads and event loops."""
     return httpx.create_ssl_context()
 
 

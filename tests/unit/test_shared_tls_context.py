@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import ssl
 
-import httpx
-
 from flowledger.adapters.llm import ApiKey, ClientConfig
 from flowledger.adapters.llm.transport import (
     AiohttpTransport,
@@ -39,8 +37,3 @@ def test_both_transports_take_the_shared_context() -> None:
     assert all(pool._pool._ssl_context is shared_tls_context() for pool in sharded.pools)
     assert isinstance(aiohttp_based, AiohttpTransport)
     assert aiohttp_based.ssl_context is shared_tls_context()
-
-
-def test_a_transport_made_by_hand_still_gets_httpx_defaults() -> None:
-    transport = httpx.AsyncHTTPTransport()
-    assert transport._pool._ssl_context is not shared_tls_context()
