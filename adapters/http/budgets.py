@@ -134,7 +134,7 @@ async def set_budget(
         webhook_url=body.webhook_url,
         webhook_secret=body.webhook_secret,
     )
-    burn = next(b for b in await run_in_threadpool(budgets.burn) if str(b.budget_id) == made.budget_id)
+    burn = await run_in_threadpool(budgets.burn_as_set, made)
     return BudgetSetOut(
         budget=BudgetOut.of(burn, caller), changed=made.changed, webhook_secret=made.webhook_secret
     )

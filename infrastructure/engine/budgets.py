@@ -22,7 +22,15 @@ from functools import partial
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
-from flowledger.domain.budget import PERIODS, SCOPES, Budget, BudgetSpec, CallScope, budget_uuid
+from flowledger.domain.budget import (
+    PERIODS,
+    SCOPES,
+    Budget,
+    BudgetSpec,
+    CallScope,
+    budget_uuid,
+    window_start,
+)
 from flowledger.domain.errors import BudgetNotFound, StoreUnavailable, ValidationError
 from flowledger.domain.ports import AlertNotifier, CallEstimate
 from flowledger.domain.values import LlmUsage, require_name
@@ -216,6 +224,22 @@ class BudgetService:
     def burn(self) -> list[Burn]:
         """The tenant's budgets with their current window's burn."""
         return self._require_ledger().burn(self._tenant, self._store.clock())
+
+    def burn_as_set(self, made: BudgetSet) -> Burn:
+        """The burn of the budget ``set`` just made: its current window's, or, when another
+        request removed it since (its windows went with it), its terms as set with nothing
+        spent or held. Looked up by id in ``burn``, a removal between the two raised
+        StopIteration out of ``PUT /v1/budgets/...``: a 500 for a budget that had been set."""
+        found = next((burn for burn in self.burn() if str(burn.budget_id) == made.budget_id), None)
+        if found is not None:
+            return found
+        return Burn(
+            budget_id=UUID(made.budget_id),
+            spec=made.spec,
+            window_start=window_start(made.spec.period, self._store.clock()),
+            spent_usd=Decimal(0),
+            reserved_usd=Decimal(0),
+        )
 
     def budget_id(self, spec: BudgetSpec) -> UUID:
         """The aggregate (and ledger) id of a budget in this tenant."""

@@ -192,6 +192,36 @@ def test_a_small_limit_given_as_a_number_is_answered_in_plain_decimals(server: h
     assert "E-" not in refused.json()["error"]
 
 
+def test_a_budget_removed_while_it_is_being_set_is_answered_as_set_not_a_500(
+    acme: Engine, server: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a DELETE of the budget landing between a PUT's write and its answer (two requests at
+    # once, as two servers may take them: 10 of 60 such pairs were a 500 before)
+    listed = acme.budgets.burn
+
+    def removed_first() -> list[Any]:
+        acme.budgets.remove("workflow", "support", "day")
+        return listed()
+
+    monkeypatch.setattr(acme.budgets, "burn", removed_first)
+    # When the PUT answers
+    put = server.put(
+        "/v1/budgets/workflow/support/day", json={"limit_usd": "2.5"}, headers=bearer(ACME_ADMIN)
+    )
+    # Then it answers the budget as it was set, nothing spent, and the removal stands
+    assert put.status_code == 200, put.text
+    budget = put.json()["budget"]
+    assert (budget["subject"], budget["limit_usd"], budget["spent_usd"], budget["reserved_usd"]) == (
+        "support",
+        "2.5",
+        "0",
+        "0",
+    )
+    assert put.json()["changed"] is True
+    monkeypatch.undo()
+    assert server.get("/v1/budgets", headers=bearer(ACME_READER)).json() == []
+
+
 def test_the_openapi_document_gives_every_status_of_the_budget_routes(server: httpx.Client) -> None:
     paths = server.get("/openapi.json").json()["paths"]
     [subject] = [
