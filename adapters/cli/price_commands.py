@@ -12,6 +12,7 @@ UTF-8 text 65.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +26,8 @@ from flowledger.adapters.cli.errors import naming, reported_errors
 from flowledger.adapters.cli.rendering import money, whole_cells
 from flowledger.adapters.llm.pricing import MAX_PRICE_FILE_BYTES, SHIPPED_FILE, read_price_file
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.pricing import ModelPrice
+from flowledger.domain.pricing import EXACT, ModelPrice
+from flowledger.domain.values import exact_decimal
 from flowledger.infrastructure import Engine
 from flowledger.projections import projector_for
 from flowledger.projections.repricing import Change, Repricing
@@ -111,8 +113,15 @@ def show_command(file: FileOption = None) -> None:
             console.print(f"alias {escape(alias)} -> {escape(target)}")
 
 
-def _per_m(value: object) -> str:
-    return "-" if value is None else f"{value * 1_000_000:f}".rstrip("0").rstrip(".")  # type: ignore[operator]
+def _per_m(value: Decimal | None) -> str:
+    """A per-token price as USD per million tokens, every digit it has and no trailing zeros.
+    Its text stripped of trailing zeros, a whole-dollar figure lost its own: $2 a token (a
+    per-million price put in a per-token key) showed as "2" per million, as if it were right,
+    and a free model's 0 as a blank cell."""
+    if value is None:
+        return "-"
+    with localcontext(EXACT):  # a price has up to 40 decimals: no digit rounded away
+        return exact_decimal(value * 1_000_000, 0)
 
 
 @prices_app.command("reprice")

@@ -96,6 +96,27 @@ def test_prices_show_lists_dated_entries_and_aliases(database_url: str, pg_schem
     assert "alias claude-sonnet-4-5 -> claude-sonnet-4.5" in shown.stdout
 
 
+def test_prices_show_writes_whole_and_zero_prices_per_million_with_every_digit(
+    database_url: str, pg_schema: str, tmp_path: Path
+) -> None:
+    # Given a free model and one whose per-token keys hold per-million figures (a careless file)
+    (tmp_path / "p.json").write_text(
+        '{"version": "v", "models": {"free": {"input_cost_per_token": 0, "output_cost_per_token": 0.0},'
+        ' "per-million": {"input_cost_per_token": 2, "output_cost_per_token": 8,'
+        ' "cache_read_input_token_cost": 0.5}, "cheap": {"input_cost_per_token": 1E-5,'
+        ' "output_cost_per_token": 3.5e-7}}}'
+    )
+    # When the table is shown
+    shown = run_cli(database_url, pg_schema, "prices", "show", "--file", str(tmp_path / "p.json"))
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in shown.stdout.splitlines() if line.strip()}
+    # Then $2 a token reads 2000000 per million (it read "2", as if it were right), zero reads 0
+    # (a blank cell), and fractions keep their digits
+    assert rows["per-million"][:6] == ["always", "2000000", "500000", "-", "-", "8000000"]
+    assert rows["free"][:6] == ["always", "0", "-", "-", "-", "0"]
+    assert rows["cheap"][:6] == ["always", "10", "-", "-", "-", "0.35"]
+
+
 @pytest.mark.parametrize("start", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
 def test_a_reprice_from_a_time_outside_the_years_1_to_9999_in_utc_is_refused_and_writes_nothing(
     database_url: str, pg_schema: str, start: str
