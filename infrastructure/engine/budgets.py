@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from functools import partial
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
@@ -33,6 +33,7 @@ from flowledger.domain.budget import (
 )
 from flowledger.domain.errors import BudgetNotFound, StoreUnavailable, ValidationError
 from flowledger.domain.ports import AlertNotifier, CallEstimate
+from flowledger.domain.pricing import EXACT
 from flowledger.domain.values import LlmUsage, require_name
 from flowledger.infrastructure.engine.later_charges import LaterCharges
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
@@ -55,13 +56,32 @@ _log = logging.getLogger(__name__)
 
 def call_cost(usage: LlmUsage | None, hold: Reservation) -> Decimal:
     """What a call settles: its usage's ``charged_usd`` (retried attempts were billed too; $0
-    without usage), and at least what it held when its cost is not known (``unpriced``: no
-    price, or no usage in the reply), so a provider (or a proxy) that leaves usage out cannot
-    spend past an enforced budget."""
+    without usage), and, when its cost is not known (``unpriced``: no price, no usage in the
+    reply, a reply or stream lost before its usage), what it held for each attempt billed for
+    what is not known, so a provider (or a proxy) that leaves usage out cannot spend past an
+    enforced budget. The hold is the most one attempt can cost: counted once for the call, a
+    stream cut three times (three attempts the provider billed) counted as one."""
     cost = usage.charged_usd if usage is not None else Decimal(0)
     if usage is not None and usage.unpriced:
-        cost = max(cost, hold.amount_usd)
+        with localcontext(EXACT):
+            cost = cost + hold.amount_usd * attempts_of_unknown_cost(usage)
     return cost
+
+
+def attempts_of_unknown_cost(usage: LlmUsage) -> int:
+    """How many of an ``unpriced`` call's attempts were billed for what is not known, by its
+    attempt log (``adapters/llm/usage.py``): an entry priced at ``cost_usd: null`` (usage not
+    reported or not readable, or no price), or an answer (``ok``) that carried no usage. At
+    least 1: an adapter that keeps no log, or one whose entries say nothing of cost."""
+    log = usage.extra.get("attempt_log")
+    entries = [entry for entry in log if isinstance(entry, dict)] if isinstance(log, list) else []
+    unknown = sum(
+        1
+        for entry in entries
+        if ("cost_usd" in entry and entry["cost_usd"] is None)
+        or (entry.get("outcome") == "ok" and "usage" not in entry)
+    )
+    return max(unknown, 1)
 
 
 def held_estimate(llm: object, model: str | None, messages: list[dict[str, Any]]) -> tuple[str, Decimal]:

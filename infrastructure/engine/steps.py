@@ -437,7 +437,7 @@ class StepService:
         ``held_only``: tried again, it records nothing once the hold is gone."""
         if hold is None or self.budgets is None:
             return
-        cost = call_cost(usage, hold)  # at least its hold when what it cost is not known
+        cost = call_cost(usage, hold)  # its hold per attempt whose cost is not known
         raised = await asyncio.shield(
             self._in_db(partial(self.budgets.settle, held_only=held_only), hold, cost)
         )

@@ -3,7 +3,7 @@
 The same rule as a step's call (``steps.py``): before the call, its estimated maximum cost
 (the adapter's ``max_cost``) is held in every budget it is charged to; an enforced budget
 that cannot take it raises ``BudgetExceeded`` and the call is not made. After the call its
-recorded cost replaces the hold (at least the hold when what it cost is not known); a call
+recorded cost replaces the hold (plus the hold per attempt whose cost is not known); a call
 that failed without usage releases it ($0). A task's call is charged to the tenant's budgets
 and to its model's (by the price table's name); a task has no session, workflow or user, so
 no budget of those scopes covers it (docs/budgets.md).

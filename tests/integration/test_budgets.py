@@ -557,6 +557,62 @@ async def test_a_call_billed_for_what_was_not_reported_is_unpriced_and_counts_it
         await engine.aclose()
 
 
+async def test_each_attempt_billed_for_what_was_not_reported_counts_its_estimate_against_budgets(
+    settings: Settings,
+) -> None:
+    # Given a provider that cuts a stream twice before its usage chunk (each cut attempt billed
+    # by the provider, for what is not known) and answers the third whole, under a budget
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        if len(sent) < 3:
+            return _cut_stream(request)
+        chunks = [
+            {"id": "x", "model": MODEL, "choices": [{"delta": {"content": '{"message": "hi"}'}}]},
+            {"id": "x", "model": MODEL, "choices": [{"delta": {}, "finish_reason": "stop"}]},
+            {
+                "id": "x",
+                "model": MODEL,
+                "choices": [],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+            },
+        ]
+        text = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=text)
+
+    config = ClientConfig(
+        base_url="https://llm.test/v1", api_key=ApiKey("sk-budget-1"), default_model=MODEL, stream=True
+    )
+    llm = OpenAICompatibleClient(config, prices=PRICES, transport=httpx.MockTransport(handler))
+    held: list[Decimal] = []
+    estimate = llm.max_cost
+
+    def recording(model: str | None, messages: list[dict[str, Any]]) -> Any:
+        made = estimate(model, messages)
+        held.append(made.max_cost_usd)
+        return made
+
+    llm.max_cost = recording  # type: ignore[method-assign]
+    engine = Engine(settings=settings, llm=llm)
+    try:
+        engine.budgets.set("tenant", None, "day", "10", mode="enforce")
+        engine.start_session("cut-twice", "support")
+        # When a step's call is answered on its third attempt
+        record = await engine.process_step("cut-twice", "s1", {"message": "hi"})
+        # Then the answer's cost is known ($0.02: 10 x $0.001 + 5 x $0.002), the two cut attempts'
+        # is not, and the budget counts the answer plus the most each cut attempt could have cost
+        # (it counted one estimate for the whole call: two billed attempts were never counted)
+        assert len(sent) == 3
+        assert record.usage is not None
+        assert (record.usage.cost_usd, record.usage.unpriced) == (Decimal("0.020"), True)
+        [burn] = engine.budgets.burn()
+        assert burn.spent_usd == Decimal("0.020") + 2 * held[0]
+        assert burn.reserved_usd == 0
+    finally:
+        await engine.aclose()
+
+
 def test_a_recorded_step_whose_charge_waits_for_the_ledger_is_returned_and_charged_later(
     settings: Settings,
 ) -> None:
