@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import TypeVar
 
 from flowledger.adapters.http.page_text import escape
 
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2")
 Format = Callable[[float], str]
+Figure = TypeVar("Figure", float, Decimal)
+"""A bar's value: a float, or a Decimal (money) that its figure writes exactly; only the bar's
+length goes through a float."""
 
 
 _ISOLATE_OPENERS = frozenset("\u2066\u2067\u2068")  # LRI, RLI, FSI
@@ -52,8 +57,8 @@ def fitted(name: str, room: int = LABEL_CHARS) -> str:
 def bar_chart(
     title: str,
     labels: Sequence[str],
-    series: Mapping[str, Sequence[float]],
-    fmt: Format,
+    series: Mapping[str, Sequence[Figure]],
+    fmt: Callable[[Figure], str],
     *,
     width: int = 560,
     whole: Sequence[str] | None = None,
@@ -63,7 +68,7 @@ def bar_chart(
     A label longer than ``LABEL_CHARS`` is cut (``fitted``), unless the caller cut its labels
     itself and gives them ``whole``; the whole label is shown when the pointer rests on one."""
     names = list(series)
-    peak = max((v for values in series.values() for v in values), default=0.0) or 1.0
+    peak = max((float(v) for values in series.values() for v in values), default=0.0) or 1.0
     # The figure after the longest bar must fit: 90 px held 13 characters, and a cost from
     # "$10,000,000.00" on ran past the chart's edge, its last digits cut.
     longest = max((len(fmt(v)) for values in series.values() for v in values), default=0)
@@ -84,7 +89,7 @@ def bar_chart(
         )
         for index, name in enumerate(names):
             value = series[name][row]
-            length = max(plot_w * value / peak, 1.0)
+            length = max(plot_w * float(value) / peak, 1.0)
             y = top + index * bar
             color = PALETTE[index % len(PALETTE)]
             parts.append(

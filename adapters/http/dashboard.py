@@ -265,13 +265,11 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
     return _page(body, since)
 
 
-def _money(value: float) -> str:
-    return f"${value:,.4f}" if value < 100 else f"${value:,.2f}"
-
-
 def _exact_money(amount: Decimal) -> str:
-    """A tile's amount: ``_money``'s decimals and every further one it has. Through ``float``
-    at 4 places, a day of cheap calls that cost $0.00004 read $0.0000."""
+    """An amount as the tiles and the cost charts write it: 4 decimals (2 from $100 on) and
+    every further one it has. Through ``float`` at 4 places, a day of cheap calls that cost
+    $0.00004 read $0.0000, and a model's $0.00045 read $0.0004 beside its bar (the float
+    nearest it is below it)."""
     return "$" + exact_decimal(amount, 4 if amount < 100 else 2, grouping=True)
 
 
@@ -312,19 +310,21 @@ def _label(row: DashboardRow) -> str:
 
 def _cost_chart(rows: list[DashboardRow]) -> str:
     labels = [_label(r) for r in rows]
-    costs = {"cost": [float(r.cost_usd) for r in rows]}
-    return bar_chart("cost by model (USD)", labels, costs, _money, whole=[str(r.group[0]) for r in rows])
+    costs = {"cost": [r.cost_usd for r in rows]}
+    return bar_chart(
+        "cost by model (USD)", labels, costs, _exact_money, whole=[str(r.group[0]) for r in rows]
+    )
 
 
 def _cost_split_chart(rows: list[DashboardRow]) -> str:
     labels = [_label(r) for r in rows]
     series = {
-        "successful steps": [float(r.succeeded_cost_usd) for r in rows],
-        "retried attempts": [float(r.retried_cost_usd) for r in rows],
-        "failed calls": [float(r.failed_cost_usd) for r in rows],
+        "successful steps": [r.succeeded_cost_usd for r in rows],
+        "retried attempts": [r.retried_cost_usd for r in rows],
+        "failed calls": [r.failed_cost_usd for r in rows],
     }
     title = "cost of successful steps vs failed and retried attempts (USD)"
-    return bar_chart(title, labels, series, _money, whole=[str(r.group[0]) for r in rows])
+    return bar_chart(title, labels, series, _exact_money, whole=[str(r.group[0]) for r in rows])
 
 
 def _latency_chart(rows: list[DashboardRow]) -> str:
