@@ -197,6 +197,7 @@ def price_table_from_document(
         if not isinstance(version, str) or not version.strip():
             raise ValidationError("pricing_file", f"{label} needs a non-empty 'version'")
         entries: dict[str, Any] = data["models"]
+        _require_units(data, label)
         if default is None and isinstance(data.get("default"), dict):
             try:
                 default = ModelPrice.from_entry(data["default"])
@@ -249,6 +250,22 @@ def price_table_from_document(
         return PriceTable(version=version, prices=prices, default=default, schedule=schedule, aliases=aliases)
     except ValidationError as error:  # an alias naming no price: said without the file's name
         raise ValidationError("pricing_file", f"{label}: {error.field}: {error.message}") from None
+
+
+_UNITS = {"currency": "USD", "unit": "per token"}
+"""What the table's own format may say its amounts are (the shipped file says both): nothing else
+is read, so a file saying ``"currency": "EUR"`` or ``"unit": "per million tokens"`` was taken and
+its figures charged as USD per token, a per-million price a million times over."""
+
+
+def _require_units(data: dict[str, Any], label: str) -> None:
+    for key, meant in _UNITS.items():
+        said = data.get(key, meant)
+        if said != meant:
+            raise ValidationError(
+                "pricing_file",
+                f"{label}: {key} {str(said)[:40]!r} is not read: prices are USD per token ({key} {meant!r})",
+            )
 
 
 def _in_file(label: str, model: str, error: ValidationError) -> ValidationError:

@@ -219,6 +219,24 @@ def test_our_own_format_needs_a_version_and_may_carry_a_default(tmp_path: Path) 
             '{"version": "v\\n1", "models": {"m": {"input_cost_per_token": 1, "output_cost_per_token": 1}}}',
             r"prices\.json: version: must not contain control characters \(found U\+000A\)$",
         ),
+        # Amounts in another currency or unit were charged as USD per token without a word: a
+        # per-million file's $2 input was $2 a token.
+        (
+            '{"version": "v", "currency": "EUR", "models": {"m": {"input_cost_per_token": 1e-6,'
+            ' "output_cost_per_token": 2e-6}}}',
+            r"prices\.json: currency 'EUR' is not read: prices are USD per token \(currency 'USD'\)$",
+        ),
+        (
+            '{"version": "v", "unit": "per million tokens", "models": {"m": {"input_cost_per_token": 2,'
+            ' "output_cost_per_token": 8}}}',
+            r"prices\.json: unit 'per million tokens' is not read: prices are USD per token"
+            r" \(unit 'per token'\)$",
+        ),
+        (
+            '{"version": "v", "currency": null, "models": {"m": {"input_cost_per_token": 1e-6,'
+            ' "output_cost_per_token": 2e-6}}}',
+            r"prices\.json: currency 'None' is not read",
+        ),
     ],
 )
 def test_a_broken_price_file_is_rejected(tmp_path: Path, content: str, message: str) -> None:
