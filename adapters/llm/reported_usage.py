@@ -6,8 +6,9 @@ writes and audio, ``output_tokens`` include reasoning and audio). The shapes:
 - OpenAI chat completions (and the proxies that speak it: LiteLLM, OpenRouter): ``prompt_tokens``
   (cache included), ``prompt_tokens_details.cached_tokens``,
   ``completion_tokens_details.reasoning_tokens`` (within ``completion_tokens``, or beside it when
-  ``total_tokens`` says so, as proxies of Gemini's thinking models send it); cache writes as
-  ``cache_creation_input_tokens`` (LiteLLM, with ``cache_creation_token_details``) or
+  ``total_tokens`` says so, as proxies of Gemini's thinking models send it; a total past prompt
+  and completion with no reasoning count is reasoning left out, as other such proxies send it);
+  cache writes as ``cache_creation_input_tokens`` (LiteLLM, with ``cache_creation_token_details``) or
   ``prompt_tokens_details.cache_write_tokens`` (OpenRouter); OpenRouter's own charge as ``cost``
   (USD); DeepSeek's cache hits as ``prompt_cache_hit_tokens`` when ``cached_tokens`` is not
   given; audio as
@@ -106,11 +107,13 @@ def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
     )
     prompt = read.required(usage, "prompt_tokens")
     completion = read.required(usage, "completion_tokens")
-    reasoning = read(completion_details, "reasoning_tokens")
+    left_out, reasoning = _reasoning_left_out(
+        usage, prompt, completion, read(completion_details, "reasoning_tokens"), read
+    )
     return _clamped(
         read,
         input_tokens=prompt,
-        output_tokens=completion + _reasoning_left_out(usage, prompt, completion, reasoning),
+        output_tokens=completion + left_out,
         # DeepSeek's own API names its cache hits only as prompt_cache_hit_tokens.
         cached=read(prompt_details, "cached_tokens") or read(usage, "prompt_cache_hit_tokens"),
         reasoning=reasoning,
@@ -126,27 +129,36 @@ def _openai_chat(usage: dict[str, Any]) -> ReportedUsage:
     )
 
 
-def _reasoning_left_out(usage: dict[str, Any], prompt: int, completion: int, reasoning: int) -> int:
+def _reasoning_left_out(
+    usage: dict[str, Any], prompt: int, completion: int, reasoning: int, read: _Counts
+) -> tuple[int, int]:
     """The reasoning tokens ``completion_tokens`` (the Responses API's ``output_tokens``) leaves
-    out, by the reply's own total: OpenAI counts them in it (``total_tokens`` is prompt plus
-    completion), proxies of Gemini's thinking models beside it (the total is prompt plus
-    completion plus reasoning). Clamped to ``completion_tokens``, such reasoning was billed as
-    no output at all."""
-    if not reasoning:
-        return 0
+    out, by the reply's own total, and the reasoning tokens of the output: OpenAI counts them in
+    it (``total_tokens`` is prompt plus completion), proxies of Gemini's thinking models beside
+    it (the total is prompt plus completion plus reasoning). Clamped to ``completion_tokens``,
+    such reasoning was billed as no output at all. A proxy that gives no reasoning count but a
+    total past prompt plus completion (any-llm sent Gemini's 405 thoughts so: prompt 20,
+    completion 198, total 623) left them out: billed at the output rate by Google, they cost
+    nothing here; the tokens past the two are that reasoning (not when a count ``read`` could
+    not read stands as 0: the call's cost is not known then anyway)."""
     total = _Counts()(usage, "total_tokens")  # read to compare only: an odd total prices nothing
-    return reasoning if total == prompt + completion + reasoning else 0
+    if reasoning:
+        return (reasoning if total == prompt + completion + reasoning else 0), reasoning
+    beyond = total - prompt - completion
+    return (beyond, beyond) if beyond > 0 and not read.unreadable else (0, 0)
 
 
 def _openai_responses(usage: dict[str, Any]) -> ReportedUsage:
     read = _Counts()
     given = read.required(usage, "input_tokens")
     output = read.required(usage, "output_tokens")
-    reasoning = read(_object(usage.get("output_tokens_details")), "reasoning_tokens")
+    left_out, reasoning = _reasoning_left_out(
+        usage, given, output, read(_object(usage.get("output_tokens_details")), "reasoning_tokens"), read
+    )
     return _clamped(
         read,
         input_tokens=given,
-        output_tokens=output + _reasoning_left_out(usage, given, output, reasoning),
+        output_tokens=output + left_out,
         cached=read(_object(usage.get("input_tokens_details")), "cached_tokens"),
         reasoning=reasoning,
     )

@@ -166,6 +166,44 @@ def test_reasoning_that_the_total_shows_outside_completion_tokens_is_counted_as_
 
 
 @pytest.mark.parametrize(
+    ("usage", "output", "reasoning", "unreadable"),
+    [
+        # any-llm's Gemini usage: 405 thoughts in the total only, none in completion_tokens
+        ({"prompt_tokens": 20, "completion_tokens": 198, "total_tokens": 623}, 603, 405, ()),
+        (
+            {"input_tokens": 20, "input_tokens_details": {}, "output_tokens": 198, "total_tokens": 623},
+            603,
+            405,
+            (),
+        ),
+        # A total that adds up, or falls short, or is not a count: nothing is added
+        ({"prompt_tokens": 20, "completion_tokens": 198, "total_tokens": 218}, 198, 0, ()),
+        ({"prompt_tokens": 20, "completion_tokens": 198, "total_tokens": 100}, 198, 0, ()),
+        ({"prompt_tokens": 20, "completion_tokens": 198, "total_tokens": -5}, 198, 0, ()),
+        # A prompt that cannot be read stands as 0: its tokens are not taken for reasoning
+        (
+            {"prompt_tokens": "many", "completion_tokens": 198, "total_tokens": 623},
+            198,
+            0,
+            ("prompt_tokens",),
+        ),
+    ],
+    ids=["chat", "responses", "adds up", "short", "not a count", "prompt unreadable"],
+)
+def test_a_total_past_prompt_and_completion_with_no_reasoning_count_is_reasoning_left_out(
+    usage: dict[str, Any], output: int, reasoning: int, unreadable: tuple[str, ...]
+) -> None:
+    # Read as the two counts alone, 405 thinking tokens Google bills at the output rate cost $0
+    parsed = parse_usage(usage)
+    assert (parsed.output_tokens, parsed.reasoning_output_tokens) == (output, reasoning)
+    assert parsed.unreadable == unreadable
+    if not unreadable:
+        price = load_price_table().price_for("gemini-2.5-flash")
+        expected = 20 * Decimal("0.0000003") + output * Decimal("0.0000025")
+        assert price.cost(**parsed.counts()) == expected
+
+
+@pytest.mark.parametrize(
     ("total", "output"),
     [(81, 60), (21, 0), (None, 0)],
     ids=["total with the thoughts", "openai's total", "no total"],
