@@ -60,11 +60,13 @@ def require_limit(value: object) -> Decimal:
         raise ValidationError("limit_usd", f"must be a decimal amount of USD, got {value!r}") from None
     if not isinstance(amount, Decimal) or not amount.is_finite():
         raise ValidationError("limit_usd", f"must be a decimal amount of USD, got {value!r}")
+    # Said as written (``format(..., "f")``): 0.0000000000001 was answered "got 1E-13", and a JSON
+    # number rounded to nothing "got 0E-12".
     if not Decimal(0) < amount <= MAX_LIMIT_USD:
-        raise ValidationError("limit_usd", f"must be more than 0 and at most {MAX_LIMIT_USD}, got {amount}")
+        raise ValidationError("limit_usd", f"must be more than 0 and at most {MAX_LIMIT_USD}, got {amount:f}")
     exponent = amount.normalize().as_tuple().exponent
     if isinstance(exponent, int) and exponent < -MAX_DECIMALS:
-        raise ValidationError("limit_usd", f"must have at most {MAX_DECIMALS} decimals, got {amount}")
+        raise ValidationError("limit_usd", f"must have at most {MAX_DECIMALS} decimals, got {amount:f}")
     return amount
 
 
