@@ -55,8 +55,14 @@ _MAKE_WINDOWS = (
     + _WINDOW_OF
     + " FROM ("
     + _MATCHING
-    + ") b ON CONFLICT DO NOTHING"
+    + " FOR KEY SHARE) b ON CONFLICT DO NOTHING"
 )
+"""The call's windows, made where missing, of the budgets it matches, each budget row locked
+against removal (``FOR KEY SHARE``: setting its terms is not blocked) until the reservation
+ends. Read without the lock, a budget removed (and its removal committed) while the window
+was written failed the foreign key: the call's step failed as ``ForeignKeyViolation``, HTTP
+500 (6 of 120 calls while two servers set and removed their budget over and over). A budget
+removed meanwhile is not matched: the removal waits, or the call finds it gone."""
 _LOCK_WINDOWS = (
     "SELECT b.budget_id, b.scope, b.subject, b.period, b.limit_usd, b.mode, b.webhook_url, b.webhook_secret,"
     " w.window_start, w.spent_usd, w.reserved_usd, (SELECT coalesce(sum(r.amount_usd), 0) FROM {holds} r"
@@ -523,13 +529,18 @@ class PostgresBudgetLedger:
             return self._raise_alerts(cursor, scope.tenant, rows)
 
     def _lock_windows(self, cursor: Any, ids: list[UUID], starts: list[datetime]) -> None:
-        """Make the windows' rows (when new) and lock them in budget-id order."""
+        """Make the windows' rows (when new) of the budgets still there, each budget locked
+        against removal as a reservation locks it (``_MAKE_WINDOWS``), and lock the windows in
+        budget-id order. A budget removed since its id was read (a stored step's charge, a lost
+        worker's hold) is left out: its window failed the foreign key."""
         cursor.execute(
             self._sql(
                 "INSERT INTO {windows} (budget_id, window_start)"
-                " SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) ON CONFLICT DO NOTHING"
+                " SELECT u.b, u.s FROM unnest(%(ids)s::uuid[], %(starts)s::timestamptz[]) AS u(b, s)"
+                " WHERE u.b IN (SELECT budget_id FROM {budgets} WHERE budget_id = ANY(%(ids)s)"
+                " FOR KEY SHARE) ON CONFLICT DO NOTHING"
             ),
-            [ids, starts],
+            {"ids": ids, "starts": starts},
         )
         # The lock that serialises every reservation, settlement and charge of these windows.
         cursor.execute(

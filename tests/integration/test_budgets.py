@@ -883,6 +883,69 @@ def _held_ledger_writes(engine: Engine, method: str) -> tuple[threading.Event, t
     return waiting, release
 
 
+def _waiting_on_a_lock(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether a statement on ``schema``'s tables is waiting for a lock."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position(%s in query) > 0",
+        [f'"{schema}".'],
+    ).fetchone()
+    return row is not None and row[0] > 0
+
+
+@pytest.mark.parametrize("write", ["reserve", "charge"])
+def test_a_reservation_or_charge_racing_its_budgets_removal_finds_it_gone_not_a_foreign_key_error(
+    settings: Settings, write: str
+) -> None:
+    """Two servers removing a budget while calls run: a call that read the budget before the
+    removal committed wrote its window after, and failed the foreign key (its step failed as
+    ``ForeignKeyViolation``, HTTP 500; a stored step's charge likewise)."""
+    engine = Engine(settings=settings)
+    ledger = PostgresBudgetLedger(settings.database_url or "", settings.schema, settings)
+    remover = psycopg.connect(settings.database_url or "")
+    try:
+        engine.budgets.set("workflow", "support", "day", "10")
+        scope = CallScope(tenant=engine.tenant, session="s1", workflow="support", model=MODEL)
+        # Given the budget's removal written but not yet committed (another server's DELETE)
+        remover.execute(
+            sql.SQL("DELETE FROM {} WHERE subject = 'support'").format(
+                sql.Identifier(settings.schema, "budgets")
+            )
+        )
+        outcome: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                if write == "reserve":
+                    outcome["held"] = ledger.reserve(
+                        scope, Decimal("1"), datetime.now(UTC), timedelta(minutes=10), uuid4()
+                    )
+                else:
+                    outcome["held"] = ledger.charge(scope, Decimal("1"), datetime.now(UTC), uuid4())
+            except Exception as error:  # what the call met is the assertion
+                outcome["error"] = error
+
+        # When a call's reservation (or a stored step's charge) reaches the budget meanwhile
+        caller = threading.Thread(target=call)
+        caller.start()
+        watcher = psycopg.connect(settings.database_url or "", autocommit=True)
+        deadline = time.monotonic() + 30
+        while not _waiting_on_a_lock(watcher, settings.schema) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _waiting_on_a_lock(watcher, settings.schema), "the call never waited for the removal"
+        watcher.close()
+        # And the removal commits
+        remover.commit()
+        caller.join(30)
+        # Then the call finds no budget: nothing held or charged, no error
+        assert "error" not in outcome, repr(outcome.get("error"))
+        assert outcome["held"] in (None, [])
+        assert ledger.open_reservations() == 0
+    finally:
+        remover.close()
+        ledger.close()
+        engine.close()
+
+
 @pytest.mark.parametrize("second", ["set", "remove"])
 def test_two_processes_setting_one_budget_leave_the_ledger_on_the_terms_last_recorded(
     settings: Settings, second: str
