@@ -259,6 +259,7 @@ its figures charged as USD per token, a per-million price a million times over."
 
 
 def _require_units(data: dict[str, Any], label: str) -> None:
+    """Refuse a file of the table's own format that says its amounts are other than ``_UNITS``."""
     for key, meant in _UNITS.items():
         said = data.get(key, meant)
         if said != meant:
