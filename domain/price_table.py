@@ -15,15 +15,15 @@ import hashlib
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from flowledger.domain.bounds import require_name, require_no_controls, require_text
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
-from flowledger.domain.price_rule import ModelPrice
-from flowledger.domain.values import USAGE_TEXT_LIMITS
+from flowledger.domain.price_rule import TOKEN_FIELDS, ModelPrice
+from flowledger.domain.values import USAGE_TEXT_LIMITS, LlmUsage
 
 _ROUTING_SUFFIX = re.compile(r"[:@][^/]*$")
 _RELEASE_DATE = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
@@ -167,6 +167,22 @@ class PriceTable:
         except UnknownModelPrice:
             return False
         return True
+
+    def price_usage(self, usage: LlmUsage, at: datetime) -> LlmUsage | None:
+        """``usage`` (a call recorded elsewhere that states no cost) with its tokens priced at the
+        entry in force at ``at`` for the model it is billed as (``billed_model``; the default for
+        a name the table lacks), citing this table's version unless it cites one; None when no
+        price is known for it."""
+        asked, answered = usage.request_model or None, usage.response_model or None
+        name = self.billed_model(asked, answered) or asked or answered
+        if name is None:
+            return None
+        try:
+            price = self.price_for(name, at)
+        except UnknownModelPrice:
+            return None
+        cost = price.cost(**{token: getattr(usage, token) for token in TOKEN_FIELDS})
+        return replace(usage, cost_usd=cost, price_version=usage.price_version or self.version)
 
     def estimate(self, model: str, *, input_tokens: int, output_tokens: int) -> Decimal:
         """The expected cost of a call of this size, without cache or reasoning discounts."""

@@ -141,6 +141,9 @@ def record_step(
     """
     key = one_key(body.idempotency_key, idempotency_key)
     ensure_user(caller, session_id, body.user_id)
+    usage = body.usage.to_usage() if body.usage else None
+    if usage is not None and body.usage is not None and body.usage.states_no_cost():
+        usage = caller.engine.priced_usage(usage)  # tokens without a cost: priced, or flagged unpriced
     record = caller.engine.record_step(
         session_id,
         body.step,
@@ -148,7 +151,7 @@ def record_step(
         output=body.output,
         next_step=body.next_step,
         context_update=body.context_update,
-        usage=body.usage.to_usage() if body.usage else None,
+        usage=usage,
         idempotency_key=key,
     )
     return schemas.StepOut.of(record)

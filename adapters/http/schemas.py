@@ -317,6 +317,13 @@ class UsageIn(Body):
         """The domain value object."""
         return LlmUsage.from_dict(self.model_dump())
 
+    def states_no_cost(self) -> bool:
+        """Whether the caller left the cost out (no ``cost_usd``, not ``unpriced``, not the
+        provider's charge): the engine prices it then (``Engine.priced_usage``)."""
+        return (
+            "cost_usd" not in self.model_fields_set and not self.unpriced and self.cost_source != "provider"
+        )
+
 
 class RecordStep(Body):
     step: str = required_name("classify_intent", field="step", webhook="step_name")

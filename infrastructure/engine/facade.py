@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -25,6 +26,7 @@ from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import SessionArchived, SessionNotFound, ValidationError
 from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.ports import AlertNotifier, LlmPort
+from flowledger.domain.pricing import TOKEN_FIELDS, PriceTable
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.skills import SkillCatalogue
@@ -557,6 +559,18 @@ class Engine:
             # Stored now: a ledger that is away is tried again later, never the caller's error.
             self.budgets.charge_stored(partial(self._charge_budgets, session_id, record, usage))
         return record
+
+    def priced_usage(self, usage: LlmUsage) -> LlmUsage:
+        """A usage recorded elsewhere that states no cost (REST's ``usage`` without ``cost_usd``),
+        priced as the LLM adapter prices its own calls (its table, the engine's clock); one with
+        tokens and no price known (no adapter, a model the table lacks) is flagged ``unpriced``.
+        Recorded as given, 1,000 tokens of gpt-4.1 cost $0 on the dashboard, in the session's
+        totals and in every budget, unflagged."""
+        if not any(getattr(usage, token) for token in TOKEN_FIELDS):
+            return usage
+        prices = getattr(self.llm, "prices", None)
+        priced = prices.price_usage(usage, self.clock()) if isinstance(prices, PriceTable) else None
+        return priced if priced is not None else replace(usage, unpriced=True)
 
     def _charge_budgets(self, session_id: str, record: StepRecord, usage: LlmUsage) -> list[Raised]:
         """A call made elsewhere counts against budgets too: charged once per recorded step."""

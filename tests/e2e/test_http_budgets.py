@@ -222,6 +222,38 @@ def test_a_budget_removed_while_it_is_being_set_is_answered_as_set_not_a_500(
     assert server.get("/v1/budgets", headers=bearer(ACME_READER)).json() == []
 
 
+def test_a_recorded_steps_tokens_without_a_cost_are_priced_or_flagged_never_a_silent_zero(
+    server: httpx.Client,
+) -> None:
+    # Given a workflow budget and a session
+    server.put("/v1/budgets/workflow/support/day", json={"limit_usd": "10"}, headers=bearer(ACME_ADMIN))
+    server.post("/v1/sessions", json={"session_id": "r1", "workflow": "support"}, headers=bearer(ACME_WRITER))
+
+    def record(step: str, **usage: Any) -> dict[str, Any]:
+        made = server.post(
+            "/v1/sessions/r1/steps", json={"step": step, "usage": usage}, headers=bearer(ACME_WRITER)
+        )
+        assert made.status_code == 201, made.text
+        return dict(made.json()["usage"])
+
+    # When steps made elsewhere are recorded with their tokens and no cost: of a priced model,
+    # of one the table has no price for, and one with its cost given
+    priced = record("a", request_model="sim-pricey", input_tokens=100, output_tokens=10)
+    unknown = record("b", request_model="mystery", input_tokens=100, output_tokens=10)
+    given = record("c", request_model="sim-pricey", input_tokens=100, output_tokens=10, cost_usd="0.5")
+    # Then the first is priced as the adapter prices its calls (100 x $0.001 + 10 x $0.002),
+    # the second says its cost is not known, the third keeps its cost: all three were $0 and
+    # unflagged but the third, so no dashboard or budget counted the first
+    assert (Decimal(priced["cost_usd"]), priced["price_version"]) == (Decimal("0.12"), "budget-http")
+    assert (Decimal(unknown["cost_usd"]), unknown.get("unpriced")) == (0, True)
+    assert (Decimal(given["cost_usd"]), given.get("unpriced")) == (Decimal("0.5"), None)
+    # And the budget counts what was priced and given
+    [budget] = server.get("/v1/budgets", headers=bearer(ACME_READER)).json()
+    assert Decimal(budget["spent_usd"]) == Decimal("0.62")
+    [row] = server.get("/v1/dashboard", params={"by": "workflow"}, headers=bearer(ACME_READER)).json()
+    assert (Decimal(row["cost_usd"]), row["unpriced_calls"]) == (Decimal("0.62"), 1)
+
+
 def test_the_openapi_document_gives_every_status_of_the_budget_routes(server: httpx.Client) -> None:
     paths = server.get("/openapi.json").json()["paths"]
     [subject] = [
