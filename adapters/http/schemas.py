@@ -283,7 +283,13 @@ class UsageIn(Body):
         default_factory=list, max_length=MAX_FINISH_REASONS
     )
     response_id: str = Field(default="", max_length=MAX_ID, pattern=USAGE_ID_PATTERN)
-    cost_usd: Money = Field(default=Decimal("0"), ge=0, le=Decimal(10**9))
+    cost_usd: Money = Field(
+        default=Decimal("0"),
+        ge=0,
+        le=Decimal(10**9),
+        description="What the call cost. Left out (with tokens), the server prices the tokens by its"
+        " price table, or records the call unpriced when it has no price for the model.",
+    )
     price_version: str = Field(default="", max_length=MAX_ID, pattern=USAGE_ID_PATTERN)
     latency_ms: float = Field(default=0.0, ge=0, le=MAX_LATENCY_MS, strict=True)
     attempts: Integer = Field(default=1, ge=1, le=MAX_ATTEMPTS)
