@@ -12,7 +12,6 @@ behind the horizon becomes readable without any new ``NOTIFY``.
 from __future__ import annotations
 
 import threading
-import time
 from time import monotonic
 from typing import Any
 
@@ -36,6 +35,7 @@ class Notifier:
         # Rendered once: psycopg renders a ``Composed`` again on every call.
         self._statement = SQL("NOTIFY {}").format(Identifier(channel)).as_string(None)
         self._pending = threading.Event()
+        self._stopped = threading.Event()  # set by close: ends the wait between NOTIFYs at once
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -67,7 +67,7 @@ class Notifier:
                 if conn is None:
                     conn = self._connect()
                 conn.execute(self._statement)
-                time.sleep(MIN_INTERVAL_SECONDS)
+                self._stopped.wait(MIN_INTERVAL_SECONDS)
         except Exception:
             # The server is gone or the engine closed: nobody can be listening through
             # it, and subscribers poll anyway. Let a later poke start again.
@@ -82,6 +82,7 @@ class Notifier:
         with self._lock:
             self._closed = True
             thread = self._thread
+        self._stopped.set()
         self._pending.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -287,3 +288,24 @@ def test_every_burst_of_appends_is_heard_even_across_the_notifiers_idle_exit(
                     thread.join(timeout=5)
                 assert recorder.notifier._thread is None
             list(listener.notifies(timeout=0.2))  # the rest of this burst's, before the next
+
+
+def test_closing_the_notifier_right_after_a_notify_does_not_wait_out_its_interval(
+    recorder: FlowledgerApplicationRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a notifier that waits a whole second between NOTIFYs, and has just sent one
+    import flowledger.infrastructure.postgres.notify as notify
+
+    monkeypatch.setattr(notify, "MIN_INTERVAL_SECONDS", 1.0)
+    recorder.insert_events([event(uuid.uuid4(), 1)])
+    deadline = time.monotonic() + 5
+    while recorder.notifier._pending.is_set() and time.monotonic() < deadline:
+        time.sleep(0.005)  # the thread took the poke: it is sending, then waiting its interval
+    assert recorder.notifier._thread is not None
+    # When it is closed
+    started = time.monotonic()
+    recorder.notifier.close()
+    # Then it stops at once (it had slept out the interval: every engine's close took up
+    # to 20 ms, the default interval, after its last append), and its thread is gone
+    assert time.monotonic() - started < 0.5
+    assert recorder.notifier._thread is None
