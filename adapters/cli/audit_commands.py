@@ -438,19 +438,26 @@ def public_key_command() -> None:
 
 @audit.command()
 def chain() -> None:
-    """Chain events stored without a hash (a log from before the chain); appends wait meanwhile."""
+    """Chain events stored without a hash (a log from before the chain); appends wait meanwhile.
+
+    A stream whose rows without a hash do not lead into the hash stored after them (edited, their
+    hash removed) is named and left unchained: exit 1."""
     with reported_errors(), Engine() as engine:
         done = chain_existing(engine.audit)
-        if not done.rows:
+        if not done.rows and not done.refused:
             console.print("every event is already chained", highlight=False, soft_wrap=True)
             return
-        console.print(
-            f"chained {done.rows:,} events of {done.streams:,} streams, up to log position"
-            f" {done.through_position:,}; every event after that position was chained when it was written."
-            " Take a checkpoint now to seal them: flowledger audit checkpoint",
-            highlight=False,
-            soft_wrap=True,
-        )
+        if done.rows:
+            console.print(
+                f"chained {done.rows:,} events of {done.streams:,} streams, up to log position"
+                f" {done.through_position:,}; every event after that position was chained when it was"
+                " written. Take a checkpoint now to seal them: flowledger audit checkpoint",
+                highlight=False,
+                soft_wrap=True,
+            )
+        _show([refused.describe() for refused in done.refused])
+        if done.refused:
+            raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

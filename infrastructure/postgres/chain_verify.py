@@ -650,6 +650,26 @@ def _name_streams(trail: AuditTrail, conn: psycopg.Connection[Any], report: Chai
 
 
 @dataclass(frozen=True)
+class Unchainable:
+    """A stream ``chain_existing`` left unchained: its rows without a hash do not lead into the
+    hash stored with the row after them."""
+
+    stream: UUID
+    first: int
+    """The first version of the run without a hash."""
+    next_version: int
+    """The row after the run, whose stored hash was chained onto something else."""
+
+    def describe(self) -> str:
+        """One line for a person."""
+        return (
+            f"stream {self.stream} version {self.first}: not chained: the rows without a hash from version"
+            f" {self.first} do not lead to the hash version {self.next_version} was chained onto (altered"
+            " in the database after it was written, and their hash removed); run flowledger audit verify"
+        )
+
+
+@dataclass(frozen=True)
 class UpgradeReport:
     """What ``chain_existing`` did."""
 
@@ -658,13 +678,23 @@ class UpgradeReport:
     through_position: int
     """The highest log position among the rows it chained (0: none); every event after it
     was chained when it was written."""
+    refused: tuple[Unchainable, ...] = ()
+    """Streams left as they were: chaining them would seal an edit (``Unchainable``)."""
 
 
 def chain_existing(trail: AuditTrail) -> UpgradeReport:
-    """Chain every event stored without a hash, in place, holding appends back meanwhile."""
+    """Chain every event stored without a hash, in place, holding appends back meanwhile.
+
+    A run of rows without a hash followed by a hashed row must lead into that row's stored hash
+    (an engine with the chain off, then one with it on, leaves exactly that: the latter chains
+    onto what the former stored). One that does not was altered after the row following it was
+    written, its hash removed: its stream is left as it is and named (``UpgradeReport.refused``).
+    Chaining it had sealed the edit under the chain key, and ``audit verify`` then blamed the
+    untouched row after it."""
     events = trail.table(trail.names.events)
     key = trail.chain_key
     rows_done = streams_done = through = 0
+    refused: list[Unchainable] = []
     with trail.connect() as conn:
         conn.execute(SQL("LOCK TABLE {} IN SHARE MODE").format(events))
         query = SQL(
@@ -680,15 +710,27 @@ def chain_existing(trail: AuditTrail) -> UpgradeReport:
             cur.itersize = 5000
             cur.execute(query)
             for stream, group in groupby(cur, key=lambda r: r[0]):
-                name, previous, changes = str(stream), GENESIS, []
+                name, previous = str(stream), GENESIS
+                changes: list[tuple[bytes, bytes, UUID, int]] = []
+                run: int | None = None  # the first version of the current run without a hash
+                stream_through = 0
                 for _, version, topic, state, position, stored in group:
+                    computed = event_hash(previous, name, version, topic or "", bytes(state or b""))
                     if stored is not None:
-                        previous = bytes(stored)
+                        if run is not None and computed != bytes(stored):
+                            refused.append(Unchainable(stream, run, version))
+                            changes = []
+                            break
+                        previous, run = bytes(stored), None
                         continue
-                    previous = event_hash(previous, name, version, topic, bytes(state))
+                    run = version if run is None else run
+                    previous = computed
                     changes.append((previous, event_mac(key, name, version, previous), stream, version))
-                    through = max(through, position)
+                    stream_through = max(stream_through, position)
+                if not changes:
+                    continue
                 writer.executemany(update, changes)
+                through = max(through, stream_through)
                 rows_done += len(changes)
                 streams_done += 1
         if rows_done:
@@ -698,4 +740,4 @@ def chain_existing(trail: AuditTrail) -> UpgradeReport:
                 ),
                 (through, rows_done),
             )
-    return UpgradeReport(rows_done, streams_done, through)
+    return UpgradeReport(rows_done, streams_done, through, tuple(refused))

@@ -523,6 +523,59 @@ def test_audit_chain_chains_events_stored_without_a_hash_and_says_from_where_the
     assert "already chained" in run_cli(log.url, log.schema, "audit", "chain").stderr
 
 
+def test_audit_chain_does_not_seal_a_row_edited_with_its_hash_removed_nor_blame_the_row_after_it(
+    log: Log,
+) -> None:
+    """An edited row whose hash and seal were removed is ``unchained``, and the line says ``audit
+    chain`` chains such rows: it chained it, sealing the edit under the chain key, and ``audit
+    verify`` then blamed version 4, never touched ('altered row: its topic or payload is not what
+    was written'), where it had named version 3."""
+    # Given version 3 edited in the database and its hash and seal removed (version 4 was
+    # chained onto the hash of what version 3 held when it was written)
+    edit_input(log)
+    log.sql(
+        "UPDATE {events} SET event_hash = NULL, event_mac = NULL WHERE originator_id = %s"
+        " AND originator_version = 3",
+        log.victim,
+    )
+    # When `audit chain` runs, as the finding's line suggests
+    chained = run_cli(log.url, log.schema, "audit", "chain")
+    # Then it refuses that stream, naming version 3 and why, and seals nothing of it
+    assert chained.returncode == 1, chained.stderr
+    assert f"stream {log.victim} version 3: not chained:" in chained.stderr
+    assert "version 4 was chained onto" in chained.stderr
+    stored = log.sql(
+        "SELECT event_hash, event_mac FROM {events} WHERE originator_id = %s AND originator_version = 3",
+        log.victim,
+    )
+    assert stored == [(None, None)]
+    # And audit verify names version 3 still, not the row after it
+    verified = run_cli(log.url, log.schema, "audit", "verify")
+    assert verified.returncode == 1
+    assert f"unchained: stream {log.victim} (victim) version 3:" in verified.stderr
+    assert "version 4" not in verified.stderr
+
+
+def test_audit_chain_chains_rows_an_engine_with_the_chain_off_appended_between_chained_ones(
+    log: Log, database_url: str
+) -> None:
+    """The honest cause of unchained rows among chained ones (an engine with the chain off, then
+    one with it on) is still chained: the run leads into the next row's stored hash."""
+    settings = make_settings(
+        database_url=database_url, schema=log.schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings.with_overrides(audit_chain=False)) as off:
+        off.start_session("later", "cs")
+        off.record_step("later", "greet")
+    with Engine(settings=settings) as on:
+        on.record_step("later", "answer")
+    chained = run_cli(log.url, log.schema, "audit", "chain")
+    assert chained.returncode == 0, chained.stderr
+    assert "chained 2 events of 1 streams" in chained.stderr
+    verified = run_cli(log.url, log.schema, "audit", "verify")
+    assert verified.returncode == 0, verified.stderr
+
+
 def test_a_dropped_checkpoint_table_is_a_finding_not_a_database_error(log: Log, tmp_path: Path) -> None:
     """``DROP TABLE flowledger_checkpoints`` (every signed head gone at once) stopped ``audit
     verify`` with psycopg's 'error: relation "….flowledger_checkpoints" does not exist LINE 1:
