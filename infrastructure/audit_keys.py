@@ -1,7 +1,9 @@
 """The audit keys, held by the engine and never stored in the database.
 
 - the chain key (HMAC-SHA256, 32 random bytes): seals every appended event's hash;
-- the checkpoint signing key (Ed25519): signs checkpoints; its public key is published.
+- the checkpoint signing key (Ed25519): signs checkpoints; its public key is published;
+- retired public keys (``retired.pub``): the signing keys replaced by ``rotate_signing_key``
+  (or by hand), still trusted for the checkpoints they signed before their successor's first.
 
 Each comes from ``Settings`` (``FLOWLEDGER_CHAIN_KEY`` / ``FLOWLEDGER_SIGNING_KEY``, hex), else
 from a file in ``Settings.key_dir`` (``chain.key``, ``checkpoint.key``; hex, mode 0600),
@@ -26,6 +28,7 @@ from flowledger.infrastructure.settings import Settings
 CHAIN_KEY_FILE = "chain.key"
 SIGNING_KEY_FILE = "checkpoint.key"
 PUBLIC_KEY_FILE = "checkpoint.pub"
+RETIRED_KEYS_FILE = "retired.pub"
 
 
 def chain_key(settings: Settings, *, make: bool = True) -> bytes:
@@ -69,6 +72,76 @@ def signing_key(settings: Settings, *, make: bool = True) -> SigningKey:
     if settings.signing_key is None and not public.exists():
         _write_new(public, key.public_hex + "\n", mode=0o644)
     return key
+
+
+def retired_public_keys(settings: Settings) -> list[bytes]:
+    """The checkpoint public keys retired from signing, oldest first: ``retired.pub`` in the key
+    directory, 64 hex digits a line (``#`` starts a comment); none when there is no such file.
+    A line that is not a key is a ValidationError naming the file and the line."""
+    path = settings.key_dir / RETIRED_KEYS_FILE
+    try:
+        text = path.read_text(encoding="ascii")
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as error:
+        why = error.strerror if isinstance(error, OSError) else "not hex text"
+        raise ValidationError("FLOWLEDGER_AUDIT_KEY_DIR", f"{path} cannot be read ({why or error})") from None
+    keys: list[bytes] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        written = line.split("#", 1)[0].strip()
+        if not written:
+            continue
+        try:
+            raw = bytes.fromhex(written)
+        except ValueError:
+            raw = b""
+        if len(raw) != 32:
+            raise ValidationError(
+                "FLOWLEDGER_AUDIT_KEY_DIR",
+                f"{path}, line {number}: not an Ed25519 public key (64 hex digits a line)",
+            )
+        keys.append(raw)
+    return keys
+
+
+def rotate_signing_key(settings: Settings) -> tuple[str, str]:
+    """Retire the signing key of the key directory and put a new one in its place: the old
+    public key is appended to ``retired.pub`` first (so it stays trusted for the checkpoints it
+    signed), then ``checkpoint.key`` and ``checkpoint.pub`` are replaced whole. Returns the old
+    and the new public key (hex). A key given in ``FLOWLEDGER_SIGNING_KEY`` is the secret
+    store's to replace: a ValidationError saying how."""
+    if settings.signing_key is not None:
+        raise ValidationError(
+            "FLOWLEDGER_SIGNING_KEY",
+            "set in the environment: put the new key there, and append the old public key"
+            f" (flowledger audit public-key) to {settings.key_dir / RETIRED_KEYS_FILE}",
+        )
+    old = signing_key(settings, make=False)
+    retired = settings.key_dir / RETIRED_KEYS_FILE
+    with retired.open("a", encoding="ascii") as out:
+        os.fchmod(out.fileno(), 0o644)
+        out.write(old.public_hex + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    new = SigningKey(Ed25519PrivateKey.generate())
+    seed = new.private.private_bytes_raw()
+    _replace(settings.key_dir / SIGNING_KEY_FILE, seed.hex() + "\n", mode=0o600)
+    _replace(settings.key_dir / PUBLIC_KEY_FILE, new.public_hex + "\n", mode=0o644)
+    return old.public_hex, new.public_hex
+
+
+def _replace(path: Path, text: str, *, mode: int) -> None:
+    """Write ``path`` whole under a temporary name and move it over the one there."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def _key_file(path: Path, size: int, variable: str, *, make: bool = True) -> bytes:

@@ -24,7 +24,7 @@ from flowledger.domain.bounds import json_problem
 from flowledger.domain.errors import StoredEventAltered, ValidationError
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.audit import AuditReport, verify_log
-from flowledger.infrastructure.audit_keys import signing_key
+from flowledger.infrastructure.audit_keys import retired_public_keys, rotate_signing_key, signing_key
 from flowledger.infrastructure.budget_audit import budget_problems
 from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.chain_verify import ChainReport, chain_existing, verify_chain
@@ -59,6 +59,11 @@ def _public_key(given: str | None) -> bytes:
         except ValueError as error:
             raise ValidationError("public_key", str(error)) from None
     return signing_key(Settings.from_env(), make=False).public_bytes
+
+
+def retired_keys() -> list[bytes]:
+    """The retired checkpoint public keys of the key directory, newest first."""
+    return list(reversed(retired_public_keys(Settings.from_env())))
 
 
 def refuse_malformed(what: str, why: str) -> NoReturn:
@@ -254,7 +259,11 @@ def verify(
     with reported_errors():
         if file is not None:
             _bundle_options_only(session=session, since_checkpoint=since_checkpoint, anchors=anchors)
-            report = verify_bundle(list(bounded_lines(file, "bundle")), _public_key(public_key))
+            lines = list(bounded_lines(file, "bundle"))
+            report = verify_bundle(lines, _public_key(public_key))
+            if not report.ok and public_key is None:
+                # Exported before the signing key was replaced: the retired keys checked it then
+                report = next((r for r in (verify_bundle(lines, k) for k in retired_keys()) if r.ok), report)
             _show(report.problems)
             if not report.ok:
                 console.print(
@@ -434,6 +443,20 @@ def public_key_command() -> None:
     """Print the checkpoint public key (hex), for publication."""
     with reported_errors(), Engine() as engine:
         typer.echo(engine.audit.signing.public_hex)
+
+
+@audit.command("rotate-signing-key")
+def rotate_signing_key_command() -> None:
+    """Replace the checkpoint signing key of the key directory; the old public key stays trusted
+    (retired.pub) for the checkpoints it signed."""
+    with reported_errors():
+        old, new = rotate_signing_key(Settings.from_env())
+        console.print(
+            f"retired {old} (kept in retired.pub: it proves the checkpoints it signed); new public key"
+            f" (publish it): {new}. Every engine signs its next checkpoint with the new key",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @audit.command()

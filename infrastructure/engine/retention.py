@@ -53,7 +53,7 @@ from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.factory import FlowledgerSnapshotRecorder
 from flowledger.infrastructure.postgres.retention import Base, RetentionTables
-from flowledger.verify import event_mac, verify_bundle
+from flowledger.verify import event_mac
 
 ProjectionRows = Callable[[Sequence[UUID]], dict[UUID, dict[str, Any]]]
 """Given archived streams, the rows each projection holds for each (``projections.retention``)."""
@@ -515,7 +515,7 @@ class RetentionService:
                 out.flush()
                 os.fsync(out.fileno())
             text = temporary.read_bytes()
-            checked = verify_bundle(text.decode("utf-8").splitlines(), self._trail.signing.public_bytes)
+            checked = self._trail.checked_bundle(text.decode("utf-8").splitlines())
             if not checked.ok or checked.streams != len(streams) or checked.events != summary.events:
                 first = checked.problems[0] if checked.problems else "it does not hold every stream"
                 raise AuditError(f"the bundle just written does not verify ({first}); nothing was archived")
@@ -542,7 +542,7 @@ class RetentionService:
         except UnicodeDecodeError:
             raise ValidationError("bundle", f"{bundle} is not UTF-8 text") from None
         digest = hashlib.sha256(raw).hexdigest()
-        checked = verify_bundle(lines, self._trail.signing.public_bytes)
+        checked = self._trail.checked_bundle(lines)
         if not checked.ok:
             first = checked.problems[0] if checked.problems else "it holds no stream"
             raise AuditError(f"bundle {bundle} does not verify: {first}")

@@ -120,8 +120,8 @@ def verify_chain(
     key = trail.chain_key_to_check()
 
     @cache
-    def public() -> bytes:  # read when a checkpoint is checked: a log with none needs no signing key
-        return public_key if public_key is not None else trail.public_key_to_check()
+    def public() -> list[bytes]:  # read when a checkpoint is checked: a log with none needs no signing key
+        return trail.trusted_keys(public_key if public_key is not None else trail.public_key_to_check())
 
     # The anchor file first, then one snapshot of the database for every read: a checkpoint
     # is committed before it is anchored, so each anchored one must be in the snapshot, and an
@@ -260,12 +260,17 @@ def _snapshot_finding(base: Base, latest: tuple[int, str, bytes, bool] | None) -
 def _check_checkpoints(
     trail: AuditTrail,
     conn: psycopg.Connection[Any],
-    public: Callable[[], bytes],
+    public: Callable[[], list[bytes]],
     anchored: list[dict[str, Any]],
     report: ChainReport,
 ) -> Heads:
-    """Check the checkpoints' order, links, signatures and anchors; the heads of the latest valid one."""
+    """Check the checkpoints' order, links, signatures and anchors; the heads of the latest valid one.
+
+    ``public``: the trusted public keys in the order they signed (the retired ones, then the
+    current one). A checkpoint signed by a retired key after one signed by a later key is not
+    trusted: whoever holds a retired key (the reason to replace it) could sign new ones."""
     heads: Heads = {}
+    signer: tuple[int, int] | None = None  # (the index in public() of the last trusted signer, its seq)
     previous, expected, trusted = _NO_PREVIOUS, 1, True
     digests: dict[int, str] = {}
     signed_by: dict[UUID, int] = {}
@@ -306,7 +311,23 @@ def _check_checkpoints(
                 )
             )
         expected = stored.seq + 1
-        if not signature_valid(public(), statement, stored.signature):
+        keys = public()
+        by = next(
+            (i for i in reversed(range(len(keys))) if signature_valid(keys[i], statement, stored.signature)),
+            None,
+        )
+        if by is not None and signer is not None and by < signer[0]:
+            report.findings.append(
+                Finding(
+                    "checkpoint",
+                    None,
+                    None,
+                    f"checkpoint {stored.seq}: signed by a retired key after checkpoint {signer[1]} was"
+                    " signed by a later one (whoever holds the retired key signed it)",
+                )
+            )
+            trusted = False
+        elif by is None:
             report.findings.append(
                 Finding(
                     "checkpoint",
@@ -329,6 +350,7 @@ def _check_checkpoints(
             trusted = False
         if not trusted:
             continue
+        signer = (by if by is not None else 0, stored.seq)
         for moved, head in stored.delta.items():
             earlier = heads.get(moved)
             if earlier is not None and earlier != head:

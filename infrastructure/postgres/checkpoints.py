@@ -19,7 +19,7 @@ import hmac
 import json
 import os
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +32,12 @@ from psycopg.sql import SQL, Identifier
 
 from flowledger.domain.bounds import json_problem
 from flowledger.domain.errors import AuditError
-from flowledger.infrastructure.audit_keys import SigningKey, chain_key, signing_key
+from flowledger.infrastructure.audit_keys import (
+    SigningKey,
+    chain_key,
+    retired_public_keys,
+    signing_key,
+)
 from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.database import unavailable_as_store_error
 from flowledger.infrastructure.postgres.ddl import TableNames
@@ -40,6 +45,7 @@ from flowledger.infrastructure.postgres.retention import BASES, bases_table_name
 from flowledger.infrastructure.postgres.snapshot_seal import SnapshotSeal
 from flowledger.infrastructure.settings import Settings
 from flowledger.verify import (
+    BundleReport,
     MacKey,
     head_leaf,
     merkle_levels,
@@ -48,6 +54,7 @@ from flowledger.verify import (
     signed_message,
     statement_bytes,
     statement_digest,
+    verify_bundle,
 )
 
 __all__ = ["AuditError", "AuditTrail", "Checkpoint", "Heads"]
@@ -159,6 +166,25 @@ class AuditTrail:
         signing = self._signing if self._signing is not None else signing_key(self.settings, make=False)
         return signing.public_bytes
 
+    def trusted_keys(self, current: bytes) -> list[bytes]:
+        """The public keys checkpoints may be signed with, in the order they signed: the retired
+        ones (``retired.pub``, oldest first), then ``current``."""
+        return [key for key in retired_public_keys(self.settings) if key != current] + [current]
+
+    def checked_bundle(self, lines: Sequence[str]) -> BundleReport:
+        """``verify_bundle`` under this installation's public key, or else under a retired one
+        (a bundle whose checkpoint was signed before the signing key was replaced); the report
+        under the current key when none verifies it."""
+        keys = self.trusted_keys(self.signing.public_bytes)
+        first = verify_bundle(lines, keys[-1])
+        if first.ok:
+            return first
+        for key in reversed(keys[:-1]):
+            report = verify_bundle(lines, key)
+            if report.ok:
+                return report
+        return first
+
     @property
     def signing(self) -> SigningKey:
         """The checkpoint signing key."""
@@ -238,9 +264,12 @@ class AuditTrail:
 
     def _checkpoint(self) -> Checkpoint:
         position = int(self._readable_head() or 0)
-        signing = self.signing
         with self.connect() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key(),))
+            # Read again under the lock, not kept from the engine's start: after `audit
+            # rotate-signing-key` every engine signs with the new key from its next checkpoint
+            # on, and none with the retired one after the new one has signed.
+            signing = self._signing = signing_key(self.settings)
             stored = self._valid(self.checkpoints(conn))
             previous = stored[-1] if stored else None
             if previous is not None and previous.position >= position:

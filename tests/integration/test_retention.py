@@ -30,6 +30,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
+from flowledger.infrastructure.audit_keys import rotate_signing_key
 from flowledger.infrastructure.engine import retention as retention_module
 from flowledger.infrastructure.engine.erasure import ErasureService
 from flowledger.infrastructure.engine.retention import RestoreReport, RetentionService
@@ -1199,3 +1200,21 @@ def test_a_bundle_that_cannot_be_written_whole_leaves_no_file_behind(
     assert [e.version for e in engine.history("s-1")] == [1, 2, 3]
     monkeypatch.setattr(retention_module, "export_bundle", export)
     assert engine.archive_sessions(out).sessions == 1
+
+
+def test_a_bundle_archived_before_the_signing_key_was_rotated_restores_after_it(
+    database_url: str, pg_schema: str, clock: SetClock, tmp_path: Path
+) -> None:
+    """A restore checked the bundle's checkpoint with the current public key only: after `audit
+    rotate-signing-key` every bundle archived before it was refused ('does not verify: … the
+    checkpoint's signature is not valid for this public key'), its sessions lost to the engine."""
+    settings = make_settings(database_url=database_url, schema=pg_schema, audit_key_dir=tmp_path / "keys")
+    with Engine(settings=settings, clock=clock) as engine:
+        _session(engine, "s-1", steps=1)
+        clock.now = START + timedelta(days=10)
+        engine.retention.set_policy(WORKFLOW, 7)
+        [bundle] = engine.archive_sessions(tmp_path / "archive").workflows[0].bundles
+    rotate_signing_key(settings)
+    with Engine(settings=settings, clock=clock) as engine:
+        assert engine.restore_sessions(bundle).sessions == ("s-1",)
+        assert engine.get_session("s-1").step_count == 1

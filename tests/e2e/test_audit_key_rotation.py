@@ -1,0 +1,132 @@
+"""A new checkpoint signing key (rotated, or made after the old one was lost) does not make every
+later ``audit verify`` fail: the old public key, retired, stays trusted for the checkpoints it
+signed, and for none after its successor's first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from flowledger.infrastructure import Engine
+from flowledger.infrastructure.settings import Settings
+from tests.conftest import make_settings
+from tests.support.cli import run_cli
+
+
+@dataclass
+class Keyed:
+    """A log with one checkpoint, written with keys of its own (the test may replace them)."""
+
+    url: str
+    schema: str
+    keys: Path
+    settings: Settings
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"FLOWLEDGER_AUDIT_KEY_DIR": str(self.keys)}
+
+    def verify(self, *extra: str) -> tuple[int, str]:
+        result = run_cli(self.url, self.schema, "audit", "verify", *extra, env=self.env)
+        return result.returncode, result.stderr
+
+    def write_and_checkpoint(self, session: str) -> int:
+        with Engine(settings=self.settings) as engine:
+            engine.start_session(session, "support")
+            engine.record_step(session, "answer", input={"q": session})
+            return engine.audit.checkpoint().seq
+
+
+@pytest.fixture
+def keyed(database_url: str, pg_schema: str, tmp_path: Path) -> Keyed:
+    keys = tmp_path / "keys"
+    settings = make_settings(
+        database_url=database_url,
+        schema=pg_schema,
+        audit_key_dir=keys,
+        checkpoint_every_events=0,
+        checkpoint_every_s=0,
+    )
+    log = Keyed(database_url, pg_schema, keys, settings)
+    assert log.write_and_checkpoint("before") == 1
+    return log
+
+
+def test_a_signing_key_rotated_by_the_command_keeps_every_checkpoint_proven(keyed: Keyed) -> None:
+    old = (keyed.keys / "checkpoint.pub").read_text().strip()
+    # Given an engine running since before the rotation
+    with Engine(settings=keyed.settings) as running:
+        running.start_session("during", "support")
+        # When the signing key is replaced
+        rotated = run_cli(keyed.url, keyed.schema, "audit", "rotate-signing-key", env=keyed.env)
+        assert rotated.returncode == 0, rotated.stderr
+        new = (keyed.keys / "checkpoint.pub").read_text().strip()
+        assert new != old
+        assert new in rotated.stderr
+        # Then the engine's next checkpoint is signed with the new key
+        taken = running.audit.checkpoint()
+        assert (taken.seq, taken.statement["public_key"]) == (2, new)
+    # And the log verifies, proven by the latest checkpoint
+    code, said = keyed.verify()
+    assert code == 0, said
+    assert "latest checkpoint: 2" in said
+    assert run_cli(keyed.url, keyed.schema, "audit", "public-key", env=keyed.env).stdout.strip() == new
+
+
+def test_a_signing_key_lost_and_made_again_keeps_the_old_checkpoints_proven_once_its_public_key_is_retired(
+    keyed: Keyed,
+) -> None:
+    """docs/audit.md: 'losing the signing key only means starting a new checkpoint series with a
+    new public key'. Every later audit verify said 'checkpoint 1: the signature is not valid for
+    the public key' and 'checkpoint 2 does not follow the one before it' (exit 1), with no way out."""
+    # Given the signing key lost, its published public key kept, and a checkpoint by a new key
+    old = (keyed.keys / "checkpoint.pub").read_text()
+    (keyed.keys / "checkpoint.key").unlink()
+    (keyed.keys / "checkpoint.pub").unlink()
+    assert keyed.write_and_checkpoint("after") == 2
+    # When the old public key is retired (as the docs say) and the log verified
+    (keyed.keys / "retired.pub").write_text(old)
+    code, said = keyed.verify()
+    # Then every checkpoint is trusted
+    assert code == 0, said
+    assert "latest checkpoint: 2" in said
+
+
+def test_a_checkpoint_signed_by_a_retired_key_after_its_successor_is_not_trusted(keyed: Keyed) -> None:
+    # Given the key rotated, a checkpoint by the new key, then one by whoever kept the old key
+    old_seed = bytes.fromhex((keyed.keys / "checkpoint.key").read_text().strip())
+    assert run_cli(keyed.url, keyed.schema, "audit", "rotate-signing-key", env=keyed.env).returncode == 0
+    assert keyed.write_and_checkpoint("after") == 2
+    keyed.settings = keyed.settings.with_overrides(signing_key=old_seed)
+    assert keyed.write_and_checkpoint("later") == 3
+    # When the log is verified
+    code, said = keyed.verify()
+    # Then checkpoint 3 is named, and checkpoint 2 is the latest trusted
+    assert code == 1, said
+    assert "checkpoint 3: signed by a retired key after checkpoint 2 was signed by a later one" in said
+    assert "latest checkpoint: 2" in said
+
+
+def test_a_retired_key_file_that_is_not_keys_is_one_line_and_exit_2(keyed: Keyed) -> None:
+    (keyed.keys / "retired.pub").write_text("# retired 2026-12\nnot a key\n")
+    code, said = keyed.verify()
+    assert code == 2, said
+    assert said.strip().splitlines() == [
+        f"error: FLOWLEDGER_AUDIT_KEY_DIR: {keyed.keys / 'retired.pub'}, line 2: not an Ed25519 public key"
+        " (64 hex digits a line)"
+    ]
+
+
+def test_a_signing_key_from_the_environment_is_not_rotated_by_the_command(keyed: Keyed) -> None:
+    result = run_cli(
+        keyed.url,
+        keyed.schema,
+        "audit",
+        "rotate-signing-key",
+        env={**keyed.env, "FLOWLEDGER_SIGNING_KEY": "22" * 32},
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: FLOWLEDGER_SIGNING_KEY: set in the environment:"), result.stderr
+    assert not (keyed.keys / "retired.pub").exists()
