@@ -33,6 +33,7 @@ from psycopg.sql import SQL, Identifier
 from flowledger.domain.bounds import json_problem
 from flowledger.domain.errors import AuditError
 from flowledger.infrastructure.audit_keys import (
+    RETIRED_KEYS_FILE,
     SigningKey,
     chain_key,
     retired_public_keys,
@@ -51,6 +52,7 @@ from flowledger.verify import (
     merkle_levels,
     merkle_proof,
     merkle_root,
+    signature_valid,
     signed_message,
     statement_bytes,
     statement_digest,
@@ -271,6 +273,7 @@ class AuditTrail:
             # on, and none with the retired one after the new one has signed.
             signing = self._signing = signing_key(self.settings)
             stored = self._valid(self.checkpoints(conn))
+            self._refuse_unsigned(stored, signing)
             previous = stored[-1] if stored else None
             if previous is not None and previous.position >= position:
                 return previous
@@ -356,6 +359,57 @@ class AuditTrail:
                 f" version {unchained[0][1]}); run `flowledger audit chain` before taking a checkpoint"
             )
         return {row[0]: (int(row[1]), bytes(row[2])) for row in rows}
+
+    def _refuse_unsigned(self, stored: list[Checkpoint], signing: SigningKey) -> None:
+        """AuditError unless ``stored`` is a chain of checkpoints this installation signed: the
+        latest validly signed by its key or a retired one, each before it named (by digest) as
+        ``previous`` by the one after, each row's seq and position its statement's, and no
+        retired key named after a later one.
+
+        A checkpoint builds on the heads the stored ones fold to: a row inserted by SQL whose
+        heads were a session rewritten with its public hashes recomputed (its signature made up)
+        had been built on, so the next checkpoint signed the rewritten session, and a bundle of it
+        verified offline with the published key. One signature and one digest per checkpoint."""
+        if not stored:
+            return
+        keys = [key.hex() for key in self.trusted_keys(signing.public_bytes)]
+        last = stored[-1]
+        named = last.statement.get("public_key")
+        if named not in keys or not signature_valid(bytes.fromhex(named), last.statement, last.signature):
+            raise AuditError(
+                f"checkpoint refused: checkpoint {last.seq}, the latest stored, is not signed by this"
+                " installation's signing key nor a retired one (inserted or altered in the database; or,"
+                " if the signing key was replaced, its old public key is missing from"
+                f" {self.settings.key_dir / RETIRED_KEYS_FILE}); run flowledger audit verify"
+            )
+        rank = len(keys)  # the index of the key that signed the checkpoint after (none yet)
+        after: Checkpoint | None = None
+        for checkpoint in reversed(stored):
+            statement = checkpoint.statement
+            signer = statement.get("public_key")
+            at = keys.index(signer) if signer in keys else -1
+            if statement.get("seq") != checkpoint.seq or statement.get("position") != checkpoint.position:
+                why = f"checkpoint {checkpoint.seq}'s row differs from its signed statement"
+            elif after is not None and after.statement.get("previous") != checkpoint.digest:
+                why = f"checkpoint {after.seq} does not follow checkpoint {checkpoint.seq}"
+            elif at < 0:
+                why = (
+                    f"checkpoint {checkpoint.seq} names a key that is neither this installation's nor retired"
+                )
+            elif at > rank:
+                why = f"checkpoint {checkpoint.seq} names a key retired before the one that signed the next"
+            else:
+                rank, after = at, checkpoint
+                continue
+            raise AuditError(
+                f"checkpoint refused: {why} (altered, inserted or replaced in the database); run"
+                " flowledger audit verify"
+            )
+        if after is not None and after.statement.get("previous") != _NO_PREVIOUS:
+            raise AuditError(
+                f"checkpoint refused: checkpoint {after.seq}, the first stored, names one before it"
+                " (checkpoints dropped from the database); run flowledger audit verify"
+            )
 
     def _refuse_rewritten(
         self, conn: psycopg.Connection[Any], heads: Heads, delta: Heads, previous: Checkpoint | None

@@ -21,8 +21,8 @@ from flowledger.domain import LlmUsage
 from flowledger.domain.errors import AuditError, StoredEventAltered
 from flowledger.domain.task import task_uuid
 from flowledger.infrastructure import Engine
-from flowledger.infrastructure.postgres.checkpoints import AuditTrail
-from flowledger.verify import event_hash
+from flowledger.infrastructure.postgres.checkpoints import AuditTrail, heads_root, pack_heads, unpack_heads
+from flowledger.verify import event_hash, statement_bytes
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
 
@@ -422,6 +422,84 @@ def test_a_refused_export_leaves_the_bundle_already_at_its_path_as_it_was(log: L
     refused = run_cli(log.url, log.schema, "audit", "export", "--out", str(missing))
     assert refused.returncode == 74
     assert refused.stderr.strip().splitlines() == [f"error: {missing}: No such file or directory"]
+
+
+def insert_checkpoint_over_the_rewritten_victim(log: Log) -> int:
+    """Insert the next checkpoint row by SQL: its heads are the victim's rewritten head, its root
+    fits them, its statement is the latest one's otherwise, its signature made up (no key needed)."""
+    ((version, head),) = log.sql(
+        "SELECT originator_version, event_hash FROM {events} WHERE originator_id = %s"
+        " ORDER BY originator_version DESC LIMIT 1",
+        log.victim,
+    )
+    stored = log.sql("SELECT seq, position, statement, heads FROM {checkpoints} ORDER BY seq")
+    heads: dict[UUID, tuple[int, bytes]] = {}
+    for _, _, _, packed in stored:
+        heads.update(unpack_heads(bytes(packed)))
+    delta = {log.victim: (version, bytes(head))}
+    heads.update(delta)
+    seq, position, statement, _ = stored[-1]
+    forged = dict(json.loads(bytes(statement)), seq=seq + 1, root=heads_root(heads).hex())
+    log.sql(
+        "INSERT INTO {checkpoints} (seq, position, statement, signature, heads) VALUES (%s, %s, %s, %s, %s)",
+        seq + 1,
+        position,
+        statement_bytes(forged),
+        bytes(64),
+        pack_heads(delta),
+    )
+    return int(seq) + 1
+
+
+def test_a_checkpoint_row_inserted_in_the_database_is_not_built_on_and_no_rewritten_bundle_is_signed(
+    log: Log, tmp_path: Path
+) -> None:
+    """With database access alone: a session's step input edited, its public hashes recomputed,
+    and a checkpoint row inserted whose heads are the rewritten ones (signature made up). The
+    next checkpoint (engines take one every 5 minutes) folded the stored heads without checking
+    any signature, so it signed over the rewritten stream, and `audit export --session` wrote a
+    bundle holding the edit that `python -m flowledger.verify` passed with the published key."""
+    # Given the victim rewritten and an unsigned checkpoint row vouching for it
+    edit_and_rehash(log)
+    inserted = insert_checkpoint_over_the_rewritten_victim(log)
+    settings = make_settings(
+        database_url=log.url, schema=log.schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("later", "cs")  # something for the next checkpoint to sign
+        # When a checkpoint is taken
+        with pytest.raises(
+            AuditError, match=f"checkpoint refused: checkpoint {inserted}, the latest stored,"
+        ):
+            engine.audit.checkpoint()
+    # Then the command and the export refuse too, one line each, and no bundle is written
+    taken = run_cli(log.url, log.schema, "audit", "checkpoint")
+    assert taken.returncode == 1, taken.stderr
+    assert len(taken.stderr.strip().splitlines()) == 1, taken.stderr
+    bundle = tmp_path / "victim.jsonl"
+    exported = run_cli(log.url, log.schema, "audit", "export", "--session", "victim", "--out", str(bundle))
+    assert exported.returncode == 1, exported.stderr
+    assert f"checkpoint {inserted}" in exported.stderr
+    assert not bundle.exists()
+    assert log.sql("SELECT max(seq) FROM {checkpoints}") == [(inserted,)]
+
+
+def test_a_checkpoint_row_whose_link_to_the_one_before_was_altered_is_not_built_on(log: Log) -> None:
+    """The latest checkpoint validly signed vouches for the ones before it through their digests
+    (each names the one before as ``previous``): a middle one altered in place breaks that."""
+    settings = make_settings(
+        database_url=log.url, schema=log.schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("later", "cs")
+        assert engine.audit.checkpoint().seq == 2
+        log.sql(
+            "UPDATE {checkpoints} SET statement = convert_to(replace(convert_from(statement, 'UTF8'),"
+            " '\"streams\":2', '\"streams\":9'), 'UTF8') WHERE seq = 1"
+        )
+        engine.start_session("later-still", "cs")
+        with pytest.raises(AuditError, match="checkpoint refused: checkpoint 2 does not follow checkpoint 1"):
+            engine.audit.checkpoint()
 
 
 def test_one_forged_row_is_not_blamed_on_the_chain_key(log: Log) -> None:
