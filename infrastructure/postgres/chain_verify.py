@@ -156,6 +156,7 @@ def verify_chain(
                     heads.get(stream_id),
                     bases.get(stream_id),
                     log_order=log_order,
+                    checkpoint=report.checkpoint,
                 )
                 report.events += count
                 sealed += checked
@@ -455,11 +456,17 @@ def _walk(
     base: tuple[int, bytes] | None = None,
     *,
     log_order: bool = True,
+    checkpoint: Checkpoint | None = None,
 ) -> tuple[Finding | None, int, int]:
     """Check one stream's rows (oldest first); the first finding, how many rows were read and
     how many of them had a seal that checked under ``key``.
 
-    An archived stream's rows start after its base: the base's head is their predecessor."""
+    An archived stream's rows start after its base: the base's head is their predecessor.
+    ``checkpoint``: the one ``head`` is from. Every row at or before its log position was
+    committed when it was taken (the position is the readable horizon), so it signed the stream
+    through that row's version: a row there past ``head`` had its notification id moved back
+    (every hash still fits), where no later checkpoint (each signs what follows the one before)
+    and no follower past it reads it."""
     name = str(stream)
     if start:
         expected, previous = start[0], start[1]
@@ -485,6 +492,17 @@ def _walk(
             )
             continue
         last_position = (version, position)
+        if checkpoint is not None and position <= checkpoint.position and (head is None or version > head[0]):
+            through = "no version of this stream" if head is None else f"it through version {head[0]}"
+            finding = Finding(
+                "reordered",
+                stream,
+                version,
+                f"moved rows: version {version} is at log position {position:,}, at or before the one"
+                f" checkpoint {checkpoint.seq} signed ({checkpoint.position:,}), which signed {through}: its"
+                " notification id was changed, and no checkpoint or follower past that position reads it",
+            )
+            continue
         if start is not None and version == start[0]:
             if stored is None or bytes(stored) != start[1]:
                 finding = Finding(
@@ -583,12 +601,32 @@ def _check_ids_issued(
             if found is None or found[0] is None:
                 return  # ids from no sequence of the log's own: nothing to compare with
             last = conn.execute(SQL("SELECT last_value, is_called FROM {}").format(SQL(found[0]))).fetchone()
+            least = conn.execute(
+                "SELECT seqmin FROM pg_sequence WHERE seqrelid = %s::regclass", found
+            ).fetchone()
     except psycopg.errors.InsufficientPrivilege:
         return
     if last is None:
         return
     where = SQL(" WHERE originator_id = %s") if stream is not None else SQL("")
     params = [stream] if stream is not None else []
+    named = {f.stream for f in report.findings}
+    if least is not None:
+        # Before the first id the sequence issues: the whole log's structure check reads from it
+        before = conn.execute(
+            SQL(
+                "SELECT originator_id, originator_version, notification_id FROM {}{} "
+                "ORDER BY notification_id LIMIT 1"
+            ).format(events, where),
+            params,
+        ).fetchone()
+        if before is not None and int(before[2]) < int(least[0]) and before[0] not in named:
+            detail = (
+                f"moved rows: its log position {int(before[2]):,} lies before the first one the log's"
+                f" sequence issues ({int(least[0]):,}): its notification id was changed, and no reader"
+                " of the log from its start reads it"
+            )
+            report.findings.append(Finding("reordered", before[0], int(before[1]), detail))
     issued = int(last[0]) if last[1] else int(last[0]) - 1
     beyond = conn.execute(
         SQL(

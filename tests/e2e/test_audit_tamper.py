@@ -502,6 +502,74 @@ def test_a_checkpoint_row_whose_link_to_the_one_before_was_altered_is_not_built_
             engine.audit.checkpoint()
 
 
+def test_rows_moved_behind_the_signed_log_position_are_named_not_left_unsigned(log: Log) -> None:
+    """A session appended after the checkpoint, its rows' notification ids then negated (before
+    the first id the log's sequence issues): every hash and seal checks, the whole log's
+    structure check reads from id 1, and the next checkpoint signs what was appended past the
+    last one's position, so it never signed the session and a follower never read it; `audit
+    verify` said ok (exit 0) before and after that checkpoint, so the session could then be
+    deleted with no trace."""
+    settings = make_settings(
+        database_url=log.url, schema=log.schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("hidden", "cs")
+        engine.record_step("hidden", "greet", input={"q": "hello"})
+        hidden = engine.session_uuid("hidden")
+    # Given the session's rows moved before every position the checkpoint signed
+    log.sql("UPDATE {events} SET notification_id = -notification_id WHERE originator_id = %s", hidden)
+    # When the log is verified, after a checkpoint was taken over it too
+    run_cli(log.url, log.schema, "audit", "checkpoint")
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    # Then the session is named at its first version, as moved
+    assert result.returncode == 1, result.stderr
+    assert f"reordered: stream {hidden} (hidden) version 1: moved rows: version 1 is at log position" in (
+        result.stderr
+    )
+    assert "which signed no version of this stream" in result.stderr
+    assert "victim" not in result.stderr
+
+
+def test_an_event_moved_behind_the_signed_log_position_is_named_at_its_version(log: Log) -> None:
+    forge = make_settings(
+        database_url=log.url, schema=log.schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=forge) as engine:
+        engine.start_session("other", "cs")
+    ((last,),) = log.sql("SELECT max(notification_id) FROM {events}")
+    log.sql(
+        "UPDATE {events} SET notification_id = -1 WHERE notification_id = %s",
+        last,
+    )
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    assert result.returncode == 1, result.stderr
+    assert "version 1: moved rows: version 1 is at log position -1" in result.stderr
+
+
+def test_a_row_moved_before_the_first_log_position_is_named_with_no_checkpoint_taken(
+    database_url: str, pg_schema: str
+) -> None:
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("s", "cs")
+        engine.record_step("s", "greet")
+        moved = engine.session_uuid("s")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            SQL("UPDATE {} SET notification_id = -notification_id").format(
+                Identifier(pg_schema, "flowledger_events")
+            )
+        )
+    result = run_cli(database_url, pg_schema, "audit", "verify")
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"reordered: stream {moved} (s) version 2: moved rows: its log position -2 lies before the first"
+        " one the log's sequence issues (1)"
+    ) in result.stderr
+
+
 def test_one_forged_row_is_not_blamed_on_the_chain_key(log: Log) -> None:
     """The wrong-key line counted streams whose first finding was forged: a session verified
     alone whose one inserted last row was forged was told "no event's seal checks under this
