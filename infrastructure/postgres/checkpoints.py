@@ -65,6 +65,8 @@ Heads = dict[UUID, tuple[int, bytes]]
 """Each stream's head: (version, hash)."""
 _HEAD = 16 + 8 + 32
 _NO_PREVIOUS = "0" * 64
+_ANCHOR_TAIL = 256 * 1024
+"""How much of the anchor file's end a checkpoint compares with the database (some 400 checkpoints)."""
 
 
 @dataclass(frozen=True)
@@ -274,6 +276,7 @@ class AuditTrail:
             signing = self._signing = signing_key(self.settings)
             stored = self._valid(self.checkpoints(conn))
             self._refuse_unsigned(stored, signing)
+            self._refuse_unanchored(stored)
             previous = stored[-1] if stored else None
             if previous is not None and previous.position >= position:
                 return previous
@@ -409,6 +412,43 @@ class AuditTrail:
             raise AuditError(
                 f"checkpoint refused: checkpoint {after.seq}, the first stored, names one before it"
                 " (checkpoints dropped from the database); run flowledger audit verify"
+            )
+
+    def _refuse_unanchored(self, stored: list[Checkpoint]) -> None:
+        """AuditError when this host's anchor file holds a recent checkpoint that the database
+        does not, or another in its place: the newest checkpoints deleted there (with what they
+        signed, or the log rolled back from a copy). Signing over that had vouched for the log
+        without what they signed: checkpoint 2 deleted with the session it signed, the next one
+        was a new checkpoint 2 with a valid signature. Only the file's last ``_ANCHOR_TAIL``
+        bytes are read (the newest checkpoints; a file of years is not read whole every five
+        minutes), and lines that do not read are passed over (``audit verify`` names them)."""
+        path = self.anchor_file
+        try:
+            with path.open("rb") as anchors:
+                size = anchors.seek(0, os.SEEK_END)
+                anchors.seek(max(0, size - _ANCHOR_TAIL))
+                tail = anchors.read()
+        except FileNotFoundError:
+            return
+        lines = tail.split(b"\n")
+        if size > _ANCHOR_TAIL:
+            lines = lines[1:]  # the first may be the end of a line cut by the seek
+        digests = {checkpoint.seq: checkpoint.digest for checkpoint in stored}
+        for line in lines:
+            try:
+                statement = json.loads(line)["statement"]
+                seq = statement["seq"]
+            except (ValueError, KeyError, TypeError, RecursionError):
+                continue
+            if not isinstance(statement, dict) or type(seq) is not int:
+                continue
+            if seq in digests and digests[seq] == statement_digest(statement):
+                continue
+            where = "is not in the database" if seq not in digests else "is not the one in the database"
+            raise AuditError(
+                f"checkpoint refused: checkpoint {seq}, anchored in {path}, {where} (deleted or replaced"
+                " there, perhaps with what it signed; if this schema was dropped and made again on"
+                " purpose, move that file aside); run flowledger audit verify"
             )
 
     def _refuse_rewritten(

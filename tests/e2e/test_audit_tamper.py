@@ -597,6 +597,38 @@ def test_a_dropped_checkpoint_is_named(log: Log, database_url: str) -> None:
     assert "is in the anchor file but not in the database: it was dropped" in result.stderr
 
 
+def test_no_checkpoint_is_signed_over_the_newest_ones_deleted_with_what_they_signed(
+    log: Log, database_url: str
+) -> None:
+    """Checkpoint 2 and the session it signed deleted in the database (the log rolled back to
+    checkpoint 1): the next checkpoint signed the rolled-back log as a new checkpoint 2, a valid
+    signature vouching for it (a bundle of it verified offline), though this host's anchor file
+    held the checkpoint 2 that signed the deleted session."""
+    settings = make_settings(
+        database_url=database_url, schema=log.schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("late", "cs")
+        assert engine.audit.checkpoint().seq == 2
+        late = engine.session_uuid("late")
+        anchors = engine.audit.anchor_file
+    # Given checkpoint 2 deleted with the session it signed
+    log.sql("DELETE FROM {checkpoints} WHERE seq = 2")
+    log.sql("DELETE FROM {events} WHERE originator_id = %s", late)
+    # When a checkpoint is taken on this host (engines take one every 5 minutes)
+    with Engine(settings=settings) as engine:
+        engine.start_session("later", "cs")
+        with pytest.raises(AuditError, match="checkpoint refused: checkpoint 2, anchored in") as refused:
+            engine.audit.checkpoint()
+        assert str(anchors) in str(refused.value)
+    # Then none is signed, and the command says why in one line, exit 1
+    taken = run_cli(log.url, log.schema, "audit", "checkpoint")
+    assert taken.returncode == 1, taken.stderr
+    assert len(taken.stderr.strip().splitlines()) == 1, taken.stderr
+    assert "is not in the database" in taken.stderr
+    assert log.sql("SELECT max(seq) FROM {checkpoints}") == [(1,)]
+
+
 def test_a_damaged_local_anchor_file_is_said_and_the_next_checkpoint_starts_a_line(
     log: Log, database_url: str
 ) -> None:
