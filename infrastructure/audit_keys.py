@@ -116,6 +116,11 @@ def rotate_signing_key(settings: Settings) -> tuple[str, str]:
             "set in the environment: put the new key there, and append the old public key"
             f" (flowledger audit public-key) to {settings.key_dir / RETIRED_KEYS_FILE}",
         )
+    current = settings.key_dir / SIGNING_KEY_FILE
+    if not current.exists():
+        raise ValidationError(
+            "FLOWLEDGER_AUDIT_KEY_DIR", f"{current} does not exist: there is no signing key here to replace"
+        )
     old = signing_key(settings, make=False)
     retired = settings.key_dir / RETIRED_KEYS_FILE
     with retired.open("a", encoding="ascii") as out:

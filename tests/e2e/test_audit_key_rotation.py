@@ -166,3 +166,17 @@ def test_a_signing_key_from_the_environment_is_not_rotated_by_the_command(keyed:
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: FLOWLEDGER_SIGNING_KEY: set in the environment:"), result.stderr
     assert not (keyed.keys / "retired.pub").exists()
+
+
+def test_rotating_where_there_is_no_signing_key_says_so_in_one_line(keyed: Keyed, tmp_path: Path) -> None:
+    """It said 'audit verify checks with the writers' keys and makes none', of another command."""
+    missing = tmp_path / "elsewhere"
+    result = run_cli(
+        keyed.url, keyed.schema, "audit", "rotate-signing-key", env={"FLOWLEDGER_AUDIT_KEY_DIR": str(missing)}
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: FLOWLEDGER_AUDIT_KEY_DIR: {missing / 'checkpoint.key'} does not exist: there is no signing"
+        " key here to replace"
+    ]
+    assert not missing.exists()
