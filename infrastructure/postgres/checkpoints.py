@@ -447,8 +447,8 @@ class AuditTrail:
             where = "is not in the database" if seq not in digests else "is not the one in the database"
             raise AuditError(
                 f"checkpoint refused: checkpoint {seq}, anchored in {path}, {where} (deleted or replaced"
-                " there, perhaps with what it signed; if this schema was dropped and made again on"
-                " purpose, move that file aside); run flowledger audit verify"
+                " there, perhaps with what it signed; if the database was restored from a backup, or this"
+                " schema made again, on purpose: move that file aside); run flowledger audit verify"
             )
 
     def _refuse_rewritten(
