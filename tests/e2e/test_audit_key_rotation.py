@@ -180,3 +180,36 @@ def test_rotating_where_there_is_no_signing_key_says_so_in_one_line(keyed: Keyed
         " key here to replace"
     ]
     assert not missing.exists()
+
+
+def test_a_bundle_exported_before_a_rotation_is_checked_with_the_retired_key(
+    keyed: Keyed, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "before.jsonl"
+    exported = run_cli(keyed.url, keyed.schema, "audit", "export", "--out", str(bundle), env=keyed.env)
+    assert exported.returncode == 0, exported.stderr
+    old = (keyed.keys / "checkpoint.pub").read_text().strip()
+    assert run_cli(keyed.url, keyed.schema, "audit", "rotate-signing-key", env=keyed.env).returncode == 0
+    # Without --public-key: the current key, then the retired ones
+    checked = run_cli(keyed.url, keyed.schema, "audit", "verify", "--file", str(bundle), env=keyed.env)
+    assert checked.returncode == 0, checked.stderr
+    # With the new key named, it is not this key's bundle
+    new = (keyed.keys / "checkpoint.pub").read_text().strip()
+    named = run_cli(
+        keyed.url, keyed.schema, "audit", "verify", "--file", str(bundle), "--public-key", new, env=keyed.env
+    )
+    assert named.returncode == 1, named.stderr
+    assert (
+        run_cli(
+            keyed.url,
+            keyed.schema,
+            "audit",
+            "verify",
+            "--file",
+            str(bundle),
+            "--public-key",
+            old,
+            env=keyed.env,
+        ).returncode
+        == 0
+    )
