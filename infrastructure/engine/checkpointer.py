@@ -3,8 +3,9 @@
 The thread reads nothing until this engine has appended enough (the chain counts its
 commits), so an idle engine costs a wake-up a second. A failure is logged and tried again
 at the next turn: checkpoints never hold up the write path. A checkpoint refused because
-the log was tampered with (``AuditError``) is said in one line and tried again after the
-checkpoint interval (5 minutes when none is set in seconds).
+the log was tampered with (``AuditError``), or by a key file that does not read
+(``ValidationError``), is said in one line and tried again after the checkpoint interval (5
+minutes when none is set in seconds).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import threading
 import time
 
-from flowledger.domain.errors import AuditError
+from flowledger.domain.errors import AuditError, ValidationError
 from flowledger.infrastructure.postgres.chain import StreamChain
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 
@@ -48,8 +49,10 @@ class Checkpointer:
                 continue
             try:
                 self.trail.checkpoint()
-            except AuditError as error:
-                # The log was tampered with (or keys differ): it stays so until someone looks.
+            except (AuditError, ValidationError) as error:
+                # The log was tampered with (or keys differ, or a key file does not read, the
+                # signing key and the retired keys being read at each checkpoint): it stays so
+                # until someone looks.
                 # Said in one line once per interval, not retried with a traceback every turn.
                 refused_until = time.monotonic() + (self.every_s if self.every_s > 0 else _REFUSED_RETRY_S)
                 _log.error("%s (trying again in %.0f s)", error, refused_until - time.monotonic())

@@ -372,7 +372,7 @@ class AuditTrail:
         A checkpoint builds on the heads the stored ones fold to: a row inserted by SQL whose
         heads were a session rewritten with its public hashes recomputed (its signature made up)
         had been built on, so the next checkpoint signed the rewritten session, and a bundle of it
-        verified offline with the published key. One signature and one digest per checkpoint."""
+        verified offline with the published key. One signature check, and one digest per checkpoint."""
         if not stored:
             return
         keys = [key.hex() for key in self.trusted_keys(signing.public_bytes)]
