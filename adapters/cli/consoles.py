@@ -32,6 +32,14 @@ def shown_text(text: str) -> str:
     return spell_controls(text, bidi=True)
 
 
+def shown_name(name: str) -> str:
+    """``name`` for one table cell or title: as ``shown_text``, its line breaks written as
+    ``\\n`` too. A model a provider reported may hold one, and ``flowledger dashboard`` drew
+    what followed it as a row of its own (``gpt-4o\\nforged-model    999 ...`` read as a
+    second model with its own figures); a message keeps its line breaks, a name has none."""
+    return shown_text(name).replace("\n", "\\n")
+
+
 class _ShownConsole(Console):
     """A rich console whose every string (a message, a table cell, a title) passes ``shown_text``
     first: rich turns each into a Text here, before markup and styles, which it adds itself."""

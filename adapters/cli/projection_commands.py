@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from flowledger.adapters.cli.consoles import cli_console, transient_progress
+from flowledger.adapters.cli.consoles import cli_console, shown_name, transient_progress
 from flowledger.adapters.cli.errors import fail, joined, reported_errors, say_problem
 from flowledger.adapters.cli.rendering import money, whole_cells
 from flowledger.adapters.cli.task_rendering import tiers_table
@@ -271,7 +271,7 @@ def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Tabl
             _ms(v) for v in (r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms)
         )
         table.add_row(
-            *(escape(str(g)) for g in r.group),
+            *(escape(shown_name(str(g))) for g in r.group),
             f"{r.calls:,}",
             escape(errors),
             tokens,
@@ -291,11 +291,11 @@ def _short(count: int) -> str:
 def funnel_table(report: FunnelReport) -> Table:
     """One workflow's funnel: reach, conversion of all sessions and of the step before, why
     sessions stopped there, how many are still running or done, and time to reach it."""
-    segment = f" [{report.segment}]" if report.segment is not None else ""
+    segment = f" [{shown_name(report.segment)}]" if report.segment is not None else ""
     # Titles and cells are rich markup: unescaped, "[gpt-4.1]" would be read as a style tag and vanish.
     note = report.no_step_note()
     table = Table(
-        title=escape(f"funnel {report.workflow}{segment}: {report.sessions} sessions"),
+        title=escape(f"funnel {shown_name(report.workflow)}{segment}: {report.sessions} sessions"),
         caption=escape(note) if note is not None else None,
         caption_justify="left",
         box=box.SIMPLE_HEAD,
@@ -316,7 +316,7 @@ def funnel_table(report: FunnelReport) -> Table:
         }
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "-"
         table.add_row(
-            escape(s.step),
+            escape(shown_name(s.step)),
             str(s.reached),
             f"{s.overall_conversion:.1%}",
             f"{s.step_conversion:.1%}",
@@ -385,7 +385,7 @@ def dashboard_command(
                     out.add_column(escape(column), justify="left" if column in groups else "right")
                 for r in repriced:
                     out.add_row(
-                        *(escape(str(g)) for g in r.group),  # as the dashboard's: names, not markup
+                        *(escape(shown_name(str(g))) for g in r.group),  # as the dashboard's
                         str(r.calls),
                         money(r.recorded_cost_usd, 6),
                         money(r.repriced_cost_usd, 6),

@@ -96,3 +96,37 @@ def test_names_that_read_as_emoji_codes_are_printed_as_written(database_url: str
     printed = done.stdout
     for name in ("support:smile:", ":warning:", "gpt:thumbs_up:4"):
         assert name in printed, printed
+
+
+FORGING_MODEL = "gpt-4o\nforged-model    999    0    1.0k/1.0k/0    9.9999"
+"""A model name, as a provider reported it, whose line break would start a row of its own."""
+
+
+def test_a_line_break_in_a_reported_model_name_cannot_forge_a_row_of_the_dashboard_or_the_funnel(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a call whose model, as its model port reported it, holds a line break and then
+    # what reads as a row of figures (the dashboard printed it as a row of its own)
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("s-1", "cs")
+        usage = LlmUsage(
+            request_model=FORGING_MODEL,
+            response_model=FORGING_MODEL,
+            input_tokens=10,
+            output_tokens=1,
+            cost_usd=Decimal("0.001"),
+            latency_ms=5.0,
+        )
+        engine.llm = ScriptedLlm(usage=usage)
+        asyncio.run(engine.process_step("s-1", "greet", {}))
+    # When the dashboard groups by model, and the funnel breaks down by it
+    shown = run(database_url, pg_schema, "dashboard", "--since", "1h", "--by", "model")
+    funnel = run(database_url, pg_schema, "funnel", "cs", "--since", "1h", "--by", "model")
+    # Then the name is one line, its line break written as an escape, and no line of either
+    # output starts with the text that followed the break
+    for done in (shown, funnel):
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        lines = done.stdout.splitlines()
+        assert not any(line.lstrip().startswith("forged-model") for line in lines), done.stdout
+    assert "gpt-4o\\nforged-model" in shown.stdout.replace("\n", ""), shown.stdout
+    assert "[gpt-4o\\nforged-model" in funnel.stdout, funnel.stdout
