@@ -54,6 +54,17 @@ def fitted(name: str, room: int = LABEL_CHARS) -> str:
     return name if len(name) <= room else name[: max(room - 1, 1)] + "…"
 
 
+def name_cell(name: str) -> str:
+    """A ``<td>`` holding a user's name (a model, an error type, a step), drawn in a box of the
+    page's ``td.name`` width (16 em, about 220 px), cut with "…" when wider, and whole in the
+    cell's ``title`` (shown when the pointer rests on it). Cells do not wrap (their rows stay
+    one line each), so a model named with 200 characters, drawn whole, took 1,400 px of the
+    errors table and its error and calls columns were out of view at 1280 px; a long step did
+    the same to the funnel's figures."""
+    shown = escape(name)
+    return f'<td class="name" title="{shown}">{shown}</td>'
+
+
 def bar_chart(
     title: str,
     labels: Sequence[str],

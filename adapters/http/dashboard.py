@@ -25,7 +25,7 @@ from flowledger.adapters.durations import parse_since
 from flowledger.adapters.http.analytics_schemas import DashboardRowOut, FunnelReportOut
 from flowledger.adapters.http.auth import Caller, Gate, Reader, api_key_header, bearer, session_of, token_of
 from flowledger.adapters.http.budget_panel import budget_panel
-from flowledger.adapters.http.charts import bar_chart, column_chart, fitted, isolated
+from flowledger.adapters.http.charts import bar_chart, column_chart, fitted, isolated, name_cell
 from flowledger.adapters.http.errors import ERROR_CONTENT, responses, worded
 from flowledger.adapters.http.headers import page_policy
 from flowledger.adapters.http.json_body import OneNameRoute
@@ -348,7 +348,7 @@ def _traffic_chart(line: Timeline) -> str:
 
 def _errors(rows: list[DashboardRow]) -> str:
     lines = [
-        f"<tr><td>{escape(str(r.group[0]))}</td><td>{escape(kind)}</td><td>{count:,}</td></tr>"
+        f"<tr>{name_cell(str(r.group[0]))}{name_cell(kind)}<td>{count:,}</td></tr>"
         for r in rows
         for kind, count in sorted(r.errors_by_type.items())
     ]
@@ -368,7 +368,7 @@ def _funnel(report: FunnelReport) -> str:
         lambda v: f"{v:,.0f}",
     )
     rows = "".join(
-        f"<tr><td>{escape(s.step)}</td><td>{s.reached:,}</td><td>{s.overall_conversion:.1%}</td>"
+        f"<tr>{name_cell(s.step)}<td>{s.reached:,}</td><td>{s.overall_conversion:.1%}</td>"
         f"<td>{s.step_conversion:.1%}</td><td>{escape(_causes(s.dropped))}</td><td>{s.in_progress:,}</td>"
         f"<td>{_seconds(s.p50_seconds)}</td><td>{_seconds(s.p95_seconds)}</td></tr>"
         for s in report.steps

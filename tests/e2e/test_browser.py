@@ -131,7 +131,8 @@ def test_the_dashboard_in_a_browser_shows_models_bucketed_time_and_unwrapped_tab
     # When the dashboard of the last hour is opened
     dom = dom_after_scripts(f"{site}/dashboard?since=1h")
     # Then the failed call is under its model, and the traffic chart is per minute with named axes
-    assert "<td>claude-sonnet-4.5</td><td>circuit_open</td>" in dom, dom[-3000:]
+    failed = '<td class="name" title="claude-sonnet-4.5">claude-sonnet-4.5</td>'
+    assert f'{failed}<td class="name" title="circuit_open">circuit_open</td>' in dom, dom[-3000:]
     assert "(none)" not in dom
     assert "model calls per minute (UTC)" in dom
     assert "time (UTC), one column per minute" in dom
@@ -289,3 +290,28 @@ def test_a_large_cost_is_drawn_whole_beside_its_bar(site: str, pg_engine: Engine
     # the chart's right edge, which held 90 px for the figure after the longest bar
     assert layout["charts"] >= 4, layout
     assert layout["cut"] == [], layout
+
+
+def test_at_1280_pixels_names_of_200_characters_leave_every_tables_figures_in_view(
+    site: str, pg_engine: Engine
+) -> None:
+    # Given a failed call whose model and error type, and a session whose workflow and steps,
+    # have names of 200 characters (the longest a name may be)
+    model, error, step = "m" * 199 + "!", "e" * 199 + "!", "s" * 199 + "!"
+    pg_engine.start_session("b-long", "w" * 200)
+    pg_engine.record_step("b-long", step, usage=usage("gpt-4.1", "0.0030", 420.0))
+    pg_engine.store.write(
+        "b-long",
+        lambda uow: uow.find(pg_engine.session_uuid("b-long")).fail_step(
+            step="t" * 200, error_type=error, error_message="failed", usage=usage(model, "0", 0.0)
+        ),
+    )
+    # When the dashboard is drawn 1280 pixels wide
+    layout = _fit(site, 1280)
+    # Then every panel still fits its box: the errors table's model cell (1,400 px) pushed its
+    # error and calls columns out of view, and the funnel's step cell its figures
+    assert layout["overflowing"] == [], layout
+    # And each long name is in a cell that cuts it, shown whole when the pointer rests on it
+    dom = dom_after_scripts(f"{site}/dashboard?since=1h")
+    for name in (model, error, step):
+        assert f'<td class="name" title="{name}">{name}</td>' in dom, name

@@ -139,7 +139,8 @@ def test_the_traffic_chart_picks_its_bucket_from_the_window_and_names_its_axes(
 def test_a_failed_call_keeps_its_model_and_draws_no_zero_latency(http: TestClient) -> None:
     page = http.get("/dashboard").text
     errors = page[page.index("errors by type") :]
-    assert "<td>deepseek-v3.2</td><td>RateLimited</td>" in errors
+    model = '<td class="name" title="deepseek-v3.2">deepseek-v3.2</td>'
+    assert f'{model}<td class="name" title="RateLimited">RateLimited</td>' in errors
     assert "(none)" not in page
 
 
