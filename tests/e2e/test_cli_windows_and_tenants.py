@@ -4,12 +4,13 @@ a window longer than the longest (it overflowed into a "bug" exit), a model with
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.durations import MAX_SINCE, parse_since
+from flowledger.domain import LlmUsage
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
@@ -192,3 +193,25 @@ def test_the_simulator_refuses_settings_that_would_hang_or_refuse_every_request(
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.strip() == said
     assert "listening" not in done.stdout
+
+
+def test_the_cli_measures_a_window_from_the_clock_the_calls_were_stamped_by(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a database whose clock (what every engine stamps events by) is 10 minutes behind
+    # this host's, and calls recorded just now by it
+    def behind() -> datetime:
+        return datetime.now(UTC) - timedelta(minutes=10)
+
+    monkeypatch.setattr(Engine, "_database_clock", lambda engine: behind)
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("w-1", "cs")
+        engine.record_step("w-1", "greet", usage=LlmUsage(request_model="gpt-4.1", input_tokens=1))
+    # When the dashboard and the funnel of the last 5 minutes are printed
+    shown = run(database_url, pg_schema, "dashboard", "--since", "5m")
+    funnel = run(database_url, pg_schema, "funnel", "cs", "--since", "5m")
+    # Then they hold those calls: measured from this host's clock, the window left them out
+    assert shown.returncode == 0, shown.stderr
+    assert "gpt-4.1" in shown.stdout, shown.stdout
+    assert funnel.returncode == 0, funnel.stderr
+    assert "funnel cs: 1 sessions" in funnel.stdout, funnel.stdout

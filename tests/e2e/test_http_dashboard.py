@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -259,3 +261,30 @@ def test_the_page_says_why_sessions_that_reached_no_step_stopped(pg_engine: Engi
     with TestClient(create_app(pg_engine)) as client:
         page = client.get("/dashboard").text
     assert "1 of 2 sessions reached no step: abandoned 1" in page
+
+
+def test_windows_and_the_traffic_chart_count_from_the_clock_the_calls_were_stamped_by(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given an engine whose clock (the database server's, by default) is 10 minutes behind this
+    # host's: every call is stamped by that clock
+    def behind() -> datetime:
+        return datetime.now(UTC) - timedelta(minutes=10)
+
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema), clock=behind) as engine:
+        for n in range(3):
+            engine.start_session(f"k-{n}", "cs")
+            engine.record_step(f"k-{n}", "greet", usage=usage("gpt-4.1", "0.0010", 100.0))
+        with TestClient(create_app(engine)) as client:
+            # When the last 5 minutes are asked for, as JSON and as the page
+            rows = client.get("/v1/dashboard", params={"since": "5m"}).json()
+            page = client.get("/dashboard", params={"since": "5m"}).text
+    # Then the calls just made are in them: the window was measured from this host's clock,
+    # which put them 10 minutes before it ([] as JSON, and a page of nothing)
+    assert [(r["group"], r["calls"]) for r in rows] == [(["gpt-4.1"], 3)]
+    assert '<div class="tile"><b>3</b><span>model calls</span></div>' in page
+    # And the traffic chart draws them (its last column was this host's minute: every call
+    # stamped after it was left out, its columns all 0 beside a tile of 3 calls)
+    chart = page[page.index("model calls per minute") :]
+    drawn = re.findall(r"<title>\d\d:\d\d: (\d+)</title>", chart[: chart.index("</svg>")])
+    assert sum(int(n) for n in drawn) == 3, drawn
