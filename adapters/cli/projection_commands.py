@@ -61,6 +61,7 @@ TIERS_HELP = (
 )
 NAME_HELP = "One projection: current_state, cost, funnel or seed (default: all)."
 STEPS_HELP = "Step order, comma-separated (default: the order sessions reached them)."
+STEP_HELP = "A step of the order, its name as written (repeatable; for names holding a comma)."
 TENANT_HELP = "Whose data (default: the engine's tenant, FLOWLEDGER_TENANT or 'default')."
 TenantOption = Annotated[str | None, typer.Option(help=TENANT_HELP)]
 
@@ -412,6 +413,7 @@ def funnel_command(
     workflow: Annotated[str, typer.Argument(help="The workflow name.")],
     by: Annotated[str | None, typer.Option(help="Break down by 'model' or 'metadata.<key>'.")] = None,
     steps: Annotated[str | None, typer.Option(help=STEPS_HELP)] = None,
+    step: Annotated[list[str] | None, typer.Option(help=STEP_HELP)] = None,
     since: Annotated[
         str | None, typer.Option(help="Only sessions started in this window: 30m, 24h, 7d ...")
     ] = None,
@@ -422,8 +424,12 @@ def funnel_command(
     with reported_errors():
         require_name("workflow", workflow)
         window = None if since is None else parse_since(since)
-        order = [s.strip() for s in steps.split(",")] if steps else None
-        if order is not None and "" in order:
+        if steps is not None and step:
+            raise ValidationError("steps", "give --steps or --step, not both")
+        # A --step is one name as written: --steps splits at commas and strips, so a step named
+        # "a,b" or "  padded  " (names may hold both) could not be put in the order at all.
+        order = list(step) if step else [s.strip() for s in steps.split(",")] if steps else None
+        if steps and order is not None and "" in order:
             raise ValidationError(
                 "steps", f"a step name is empty in {steps!r}: name the steps, comma-separated"
             )

@@ -215,3 +215,25 @@ def test_the_cli_measures_a_window_from_the_clock_the_calls_were_stamped_by(
     assert "gpt-4.1" in shown.stdout, shown.stdout
     assert funnel.returncode == 0, funnel.stderr
     assert "funnel cs: 1 sessions" in funnel.stdout, funnel.stdout
+
+
+def test_a_funnel_can_be_ordered_by_steps_whose_names_hold_commas_or_spaces_at_their_ends(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given steps named with a comma and with spaces around the name (names may hold both)
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("o-1", "cs")
+        for step in ("a,b", "  padded  ", "c"):
+            engine.record_step("o-1", step)
+    # When the funnel is ordered by them, one --step each (--steps splits at commas and strips
+    # each name: 'a,b' read as 'a' and 'b', '  padded  ' as 'padded', both refused as unknown)
+    order = ("--step", "c", "--step", "a,b", "--step", "  padded  ")
+    done = run(database_url, pg_schema, "funnel", "cs", *order)
+    # Then the rows come in that order, each name as written
+    assert done.returncode == 0, done.stderr
+    steps = [line.split()[0] for line in done.stdout.splitlines() if line.strip()[:1] in ("c", "a", "p")]
+    assert steps == ["c", "a,b", "padded"], done.stdout
+    # And giving both forms is a usage error, on one line
+    both = run(database_url, pg_schema, "funnel", "cs", "--steps", "c", "--step", "c")
+    assert both.returncode == 2
+    assert both.stderr.strip() == "error: steps: give --steps or --step, not both"
