@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from flowledger.adapters.http.dashboard_sessions import session_key_id, session_matches, session_until
 from flowledger.adapters.http.guesses import Guesses, retry_after
 from flowledger.adapters.http.tenants import Tenants
+from flowledger.domain.errors import StoreRefused, StoreUnavailable
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres.keys import ROLES, ApiKey, PostgresKeyStore, StaticKeys, digest
 from flowledger.infrastructure.settings import MEMORY_URL
@@ -263,14 +264,21 @@ class Gate:
     async def _close_once_keyed(self) -> None:
         """Close the app when a key exists now (asked at most every ``OPEN_RECHECK_S``): a key
         created while it ran open took effect only at a restart, so the keys handed out guarded
-        nothing. A database that cannot be asked leaves it as it is (the request's own reads
-        fail alike), asked again next time."""
+        nothing. A database that cannot be asked leaves it as it is, asked again next time; when
+        it is unreachable, the request is answered so at once (``StoreUnavailable``: 503 with
+        Retry-After), its own reads meeting the same outage: going on, it waited the operation's
+        deadline a second time (an outside probe, `serve` with no key, a 3 s deadline: every
+        request in an outage answered after 6 s)."""
         now = time.monotonic()
         if now < self._next_key_check:
             return
         self._next_key_check = now + OPEN_RECHECK_S
         try:
             keyed = await run_in_threadpool(self.keys.any_configured)
+        except StoreRefused:
+            return  # not an outage: the request's own call says what it meets
+        except StoreUnavailable:
+            raise
         except Exception:
             return
         if keyed:

@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from psycopg import sql
 
 from flowledger.adapters.http.app import create_app
+from flowledger.adapters.http.auth import OPEN_RECHECK_S
 from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine import clock as clock_module
@@ -261,6 +262,46 @@ def test_calls_that_read_the_clock_before_writing_end_within_the_deadline_when_a
                     assert_unavailable_in_time(within(2 * DEADLINE_S + SLACK_S + 2, call), DEADLINE_S)
                 finally:
                     proxy.resume()
+        finally:
+            proxy.resume()
+            engine.close()
+
+
+def test_a_request_to_an_app_open_for_want_of_a_key_ends_within_the_deadline_in_an_outage(
+    database_url: str, pg_schema: str
+) -> None:
+    # (An outside probe, `flowledger serve` on loopback with no key anywhere, 3 s deadline: every
+    # request in an outage answered 503 after 6 s. The open app asks once a second whether a key
+    # exists now (Gate.close_on_key); that check waited the whole deadline for the database,
+    # then the request's own call waited it again.)
+    upstream = urlsplit(database_url)
+    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
+        settings = make_settings(
+            database_url=proxy.url_for(database_url),
+            schema=pg_schema,
+            operation_deadline_s=DEADLINE_S,
+            statement_timeout_s=5.0,
+        )
+        engine = Engine(settings=settings)
+        try:
+            engine.register_agent("ag", "Agent", ["x"])
+            with TestClient(create_app(engine)) as http:  # open: no key exists
+                assert http.get("/v1/agents").status_code == 200
+                # When the path to the database stops relaying, the key check being due
+                proxy.stall()
+                time.sleep(OPEN_RECHECK_S + 0.1)
+                answered = within(2 * DEADLINE_S + SLACK_S + 2, lambda: http.get("/v1/agents"))
+                # Then the request is answered 503 with Retry-After within the deadline
+                assert_done_in_time(answered, DEADLINE_S + SLACK_S)
+                response: Any = answered.value
+                assert response.status_code == 503, response.text
+                assert response.headers["Retry-After"] == "1"
+                # And once it relays again, the app is still open and answers at once
+                proxy.resume()
+                time.sleep(OPEN_RECHECK_S + 0.1)
+                again = within(DEADLINE_S + 2, lambda: http.get("/v1/agents"))
+                assert_done_in_time(again, DEADLINE_S)
+                assert again.value.status_code == 200  # type: ignore[attr-defined]
         finally:
             proxy.resume()
             engine.close()
