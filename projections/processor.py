@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -23,9 +24,11 @@ from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
 from psycopg import Connection, Cursor
 
 from flowledger.domain.errors import StoredEventAltered, StoredEventUnreadable, ValidationError
+from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.database import as_snapshot_reader
 from flowledger.infrastructure.postgres.recorder import ReadTopics
+from flowledger.infrastructure.postgres.watchdog import watching
 from flowledger.projections import dead_letters
 from flowledger.projections.archived import ChainKey
 from flowledger.projections.base import Envelope, Projection, known_topics
@@ -128,6 +131,30 @@ class Projector:
             )
         )
 
+    @contextmanager
+    def report(self, *, primary: bool = False) -> Iterator[Connection[Any]]:
+        """A ``connect_reader`` connection for one report (a dashboard, a funnel), closed after
+        it: the report is one operation of ``deadline_s``, and a query still running when it ends
+        is ended by the statement watchdog (``StoreUnavailable`` at the edges). These connections
+        are the projector's own, not a pool's: a path that stopped relaying mid-report held a
+        dashboard request with a 3 s deadline until it relayed again (an outside probe: 30 s)."""
+        with (
+            operation_deadline(self.deadline_s),
+            self.connect_reader(primary=primary) as conn,
+            watching(conn),
+        ):
+            yield conn
+
+    @contextmanager
+    def _piece(self, conn: Connection[Any], bounded: bool) -> Iterator[None]:
+        """One piece of a catch-up (installing the builds, a batch): with ``bounded``, an
+        operation of ``deadline_s`` whose statements on ``conn`` the watchdog ends when it passes."""
+        if not bounded:
+            yield
+            return
+        with operation_deadline(self.deadline_s), watching(conn):
+            yield
+
     def head(self) -> int:
         """The highest notification id readable now (0 for an empty log)."""
         return within_deadline(
@@ -160,7 +187,7 @@ class Projector:
         here; with a replica, as they stand there (a follower keeps them current, so a read
         never writes to the primary)."""
         if self.read_url is None:
-            self.catch_up()
+            self.catch_up(bounded=True)
         return self
 
     def select(self, wanted: Sequence[str] | None) -> list[Projection]:
@@ -190,13 +217,26 @@ class Projector:
         progress: Progress | None = None,
         on_batch: BatchHook | None = None,
         max_batches: int | None = None,
+        bounded: bool = False,
     ) -> int:
-        """Bring the live builds up to the head of the log; return how many notifications were read."""
+        """Bring the live builds up to the head of the log; return how many notifications were read.
+
+        ``bounded`` (a read catching up first, ``ready_to_read``): installing the builds and each
+        batch is one operation of ``deadline_s``, so a path that stops relaying or a server that
+        stops answering ends it with an error then (a dashboard request with a 3 s deadline hung
+        in ``install`` until the path relayed again, 30 s in an outside probe); a long backlog
+        still catches up, a batch at a time."""
         projections = self.select(wanted)
         with self.connect() as conn:
-            install(conn, self.names, projections, key=self.chain_key)
+            with self._piece(conn, bounded):
+                install(conn, self.names, projections, key=self.chain_key)
             return self.drive(
-                conn, self.live(projections), progress=progress, on_batch=on_batch, max_batches=max_batches
+                conn,
+                self.live(projections),
+                progress=progress,
+                on_batch=on_batch,
+                max_batches=max_batches,
+                bounded=bounded,
             )
 
     def positions(self, cur: Cursor[Any], schemas: Sequence[str], *, lock: bool = False) -> dict[str, int]:
@@ -216,6 +256,7 @@ class Projector:
         on_batch: BatchHook | None = None,
         max_batches: int | None = None,
         halt: Callable[[], bool] | None = None,
+        bounded: bool = False,
     ) -> int:
         """Apply batches until the log (up to ``stop``) is exhausted, or ``halt`` says so before
         a batch (a follower asked to stop mid catch-up); return notifications read.
@@ -225,6 +266,8 @@ class Projector:
         dashboard read that caught up first answered only when the writers paused). A
         follower goes on from there with what it is sent.
 
+        ``bounded``: each batch is one operation of ``deadline_s`` (``catch_up``).
+
         Only the topics the targets handle are read. The head of the log is taken before each
         read, so a read that comes back short has seen every handled event up to the head,
         and the positions move to the head even when its last events are of other topics.
@@ -233,22 +276,25 @@ class Projector:
         if stop is None:
             stop = self.head()
         while (max_batches is None or batches < max_batches) and not (halt is not None and halt()):
-            with conn.cursor() as cur:
-                targets = resolve(cur)
-                if not targets:
+            with self._piece(conn, bounded):
+                with conn.cursor() as cur:
+                    targets = resolve(cur)
+                    if not targets:
+                        break
+                    after = min(self.positions(cur, [t.schema for t in targets]).values(), default=0)
+                head = min(self.head(), stop)
+                if after >= head:
                     break
-                after = min(self.positions(cur, [t.schema for t in targets]).values(), default=0)
-            head = min(self.head(), stop)
-            if after >= head:
-                break
-            topics = sorted(set().union(*(t.projection.topics for t in targets)))
-            notifications = self.read(after + 1, head, topics)
-            through = notifications[-1].id if len(notifications) >= self.batch_size else head
-            if self.run_batch(conn, resolve, notifications, after=after, through=through, on_batch=on_batch):
-                read += len(notifications)
-                batches += 1
-                if progress is not None:
-                    progress(through)
+                topics = sorted(set().union(*(t.projection.topics for t in targets)))
+                notifications = self.read(after + 1, head, topics)
+                through = notifications[-1].id if len(notifications) >= self.batch_size else head
+                if self.run_batch(
+                    conn, resolve, notifications, after=after, through=through, on_batch=on_batch
+                ):
+                    read += len(notifications)
+                    batches += 1
+                    if progress is not None:
+                        progress(through)
         return read
 
     def run_batch(

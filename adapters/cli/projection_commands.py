@@ -369,7 +369,7 @@ def dashboard_command(
             if as_key is None:
                 raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
         projector = projector_for(engine).ready_to_read()
-        with projector.connect_reader() as conn:
+        with projector.report() as conn:
             read = "raw" if exact else "auto"
             rows = dashboard(conn, projector.names.reader, tenant=whose, since=start, by=groups, read=read)
             console.print(dashboard_table(rows, groups, f"model calls, last {since}"))
@@ -437,7 +437,7 @@ def funnel_command(
             whose = _tenant(engine, tenant)
             start = None if window is None else engine.clock() - window  # the calls' clock
             projector = projector_for(engine).ready_to_read()
-            with projector.connect_reader() as conn:
+            with projector.report() as conn:
                 reader = projector.names.reader
                 reports = funnel_report(
                     conn,

@@ -123,7 +123,7 @@ def dashboard_json(
         raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {prices.version}")
     projector = _projector(caller.engine)
     reader = projector.names.reader
-    with projector.connect_reader() as conn:
+    with projector.report() as conn:
         read = "raw" if exact else "auto"
         rows = dashboard(conn, reader, tenant=caller.tenant, since=start, by=by, read=read)
         if in_force is None or reprice_as is None or as_key is None:
@@ -164,7 +164,7 @@ def funnel_json(
     (from roll-ups for windows over a day, unless ``exact``)."""
     start = _start(caller.engine, since)
     projector = _projector(caller.engine)
-    with projector.connect_reader() as conn:
+    with projector.report() as conn:
         reader, read = projector.names.reader, "raw" if exact else "auto"
         reports = funnel_report(conn, reader, workflow, tenant=caller.tenant, since=start, read=read)
     return [jsonable(asdict(report)) for report in reports]
@@ -232,7 +232,7 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
     bucket = bucket_for(end - start)
     projector = _projector(caller.engine)
     reader, tenant = projector.names.reader, caller.tenant
-    with projector.connect_reader() as conn:
+    with projector.report() as conn:
         by_model = dashboard(conn, reader, tenant=tenant, since=start, by=["model"])
         by_time = dashboard(conn, reader, tenant=tenant, since=start, by=[bucket])
         workflows = [
@@ -400,7 +400,7 @@ def tiers_json(caller: Reader, since: Since = "24h") -> dict[str, Any]:
     measured against the configured premium model alone (the seed's "mixed saves 73 %")."""
     start = _start(caller.engine, since)
     projector = _projector(caller.engine)
-    with projector.connect_reader() as conn:
+    with projector.report() as conn:
         report = tier_report(caller.engine, conn, projector.names.reader, tenant=caller.tenant, since=start)
     result: dict[str, Any] = jsonable(asdict(report))
     return result

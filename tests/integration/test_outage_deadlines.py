@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from psycopg import sql
 
+from flowledger.adapters.http import dashboard as dashboard_routes
 from flowledger.adapters.http.app import create_app
 from flowledger.adapters.http.auth import OPEN_RECHECK_S
 from flowledger.domain.errors import StoreUnavailable
@@ -26,6 +27,7 @@ from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine import clock as clock_module
 from flowledger.infrastructure.engine.clock import server_time
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore
+from flowledger.projections import processor
 from tests.conftest import make_settings
 from tests.faults.proxy import losing_proxy
 from tests.support.bounded import SLACK_S, assert_done_in_time, assert_unavailable_in_time, within
@@ -302,6 +304,53 @@ def test_a_request_to_an_app_open_for_want_of_a_key_ends_within_the_deadline_in_
                 again = within(DEADLINE_S + 2, lambda: http.get("/v1/agents"))
                 assert_done_in_time(again, DEADLINE_S)
                 assert again.value.status_code == 200  # type: ignore[attr-defined]
+        finally:
+            proxy.resume()
+            engine.close()
+
+
+@pytest.mark.parametrize("where", ["catch-up", "report"])
+def test_a_dashboard_read_on_a_path_that_stops_relaying_midway_ends_within_the_deadline(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # (An outside probe, `serve` with a 3 s deadline, the path stalled while GET /v1/dashboard
+    # was catching the read models up or reading them: 503 after 30 s, when the proxy gave up.
+    # Those statements run on the projector's own connections, which no operation armed.)
+    upstream = urlsplit(database_url)
+    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
+        settings = make_settings(
+            database_url=proxy.url_for(database_url),
+            schema=pg_schema,
+            operation_deadline_s=DEADLINE_S,
+            statement_timeout_s=5.0,
+        )
+        engine = Engine(settings=settings)
+        try:
+            engine.start_session("s", "wf")
+            engine.record_step("s", "warm")
+            with TestClient(create_app(engine, require_keys=False)) as http:
+                assert http.get("/v1/dashboard").status_code == 200
+                engine.record_step("s", "to-catch-up")
+                # When the path stops relaying midway, once the read's connection is made
+                module: Any = processor if where == "catch-up" else dashboard_routes
+                name = "install" if where == "catch-up" else "dashboard"
+                real = getattr(module, name)
+
+                def stalled(*args: Any, **kwargs: Any) -> Any:
+                    proxy.stall()
+                    return real(*args, **kwargs)
+
+                monkeypatch.setattr(module, name, stalled)
+                answered = within(DEADLINE_S + SLACK_S + 5, lambda: http.get("/v1/dashboard"))
+                proxy.resume()
+                # Then the request is answered 503 with Retry-After within the deadline
+                assert_done_in_time(answered, DEADLINE_S + SLACK_S)
+                response: Any = answered.value
+                assert response.status_code == 503, response.text
+                assert response.headers["Retry-After"] == "1"
+                # And once it relays again, the dashboard reads
+                monkeypatch.setattr(module, name, real)
+                assert http.get("/v1/dashboard").status_code == 200
         finally:
             proxy.resume()
             engine.close()
