@@ -146,6 +146,15 @@ class Projector:
             yield conn
 
     @contextmanager
+    def briefly(self) -> Iterator[Connection[Any]]:
+        """A ``connect`` connection for one short use (``status``, the dead letters' listings),
+        closed after it: one operation of ``deadline_s``, a statement still running when it
+        ends ended by the statement watchdog (a path that stopped relaying held `projections
+        status` until it relayed again)."""
+        with operation_deadline(self.deadline_s), self.connect() as conn, watching(conn):
+            yield conn
+
+    @contextmanager
     def _piece(self, conn: Connection[Any], bounded: bool) -> Iterator[None]:
         """One piece of a catch-up (installing the builds, a batch): with ``bounded``, an
         operation of ``deadline_s`` whose statements on ``conn`` the watchdog ends when it passes."""

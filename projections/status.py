@@ -43,7 +43,7 @@ def status(projector: Projector) -> list[BuildStatus]:
     """Every build of every projection, live ones first."""
     head = projector.head()
     names = projector.names
-    with projector.connect() as conn:
+    with projector.briefly() as conn:
         ensure_control(conn, names)
         rows = conn.execute(
             q(
@@ -71,7 +71,7 @@ def status(projector: Projector) -> list[BuildStatus]:
 def dead_letter_events(projector: Projector, schemas: Collection[str]) -> int:
     """How many events the builds in ``schemas`` set aside (each is a dead letter of every build
     that could not apply it)."""
-    with projector.connect() as conn:
+    with projector.briefly() as conn:
         ensure_control(conn, projector.names)
         with conn.cursor() as cur:
             return dead_letters.events_of(cur, projector.names, sorted(schemas))
@@ -87,7 +87,7 @@ def recent_dead_letters(
     """The newest dead letters (of the live builds only, by default; of the builds in
     ``schemas`` when given), newest first."""
     names = projector.names
-    with projector.connect() as conn:
+    with projector.briefly() as conn:
         ensure_control(conn, names)
         with conn.cursor() as cur:
             if schemas is not None:

@@ -7,6 +7,7 @@ answering altogether: ``tests/faults/test_frozen_server.py``)."""
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from collections.abc import Callable
@@ -28,11 +29,15 @@ from flowledger.infrastructure.engine import clock as clock_module
 from flowledger.infrastructure.engine.clock import server_time
 from flowledger.infrastructure.postgres.keys import PostgresKeyStore
 from flowledger.projections import processor
+from flowledger.projections.registry import projector_for
+from flowledger.projections.status import status
 from tests.conftest import make_settings
 from tests.faults.proxy import losing_proxy
 from tests.support.bounded import SLACK_S, assert_done_in_time, assert_unavailable_in_time, within
 
 pytestmark = pytest.mark.postgres
+status_module = importlib.import_module("flowledger.projections.status")
+"""The module (``flowledger.projections.status`` is also the name of its function there)."""
 DEADLINE_S = 2.0
 
 
@@ -351,6 +356,46 @@ def test_a_dashboard_read_on_a_path_that_stops_relaying_midway_ends_within_the_d
                 # And once it relays again, the dashboard reads
                 monkeypatch.setattr(module, name, real)
                 assert http.get("/v1/dashboard").status_code == 200
+        finally:
+            proxy.resume()
+            engine.close()
+
+
+def test_projections_status_on_a_path_that_stops_relaying_midway_ends_within_the_deadline(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (The same probe: `flowledger projections status` runs its queries on a connection of the
+    # projector's own, which no operation armed: a stalled path held it until it relayed again.)
+    upstream = urlsplit(database_url)
+    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
+        settings = make_settings(
+            database_url=proxy.url_for(database_url),
+            schema=pg_schema,
+            operation_deadline_s=DEADLINE_S,
+            statement_timeout_s=5.0,
+        )
+        engine = Engine(settings=settings)
+        try:
+            engine.start_session("s", "wf")
+            projector = projector_for(engine)
+            projector.catch_up()
+            assert status(projector)
+            # When the path stops relaying once the status's connection is made
+            real = status_module.ensure_control
+
+            def stalled(*args: Any, **kwargs: Any) -> Any:
+                proxy.stall()
+                return real(*args, **kwargs)
+
+            monkeypatch.setattr(status_module, "ensure_control", stalled)
+            answered = within(DEADLINE_S + SLACK_S + 5, lambda: status(projector))
+            proxy.resume()
+            # Then it fails (StoreUnavailable at the edges) within the deadline, and reads again after
+            assert answered.took is not None, answered.still_running()
+            assert answered.took < DEADLINE_S + SLACK_S, answered.took
+            assert answered.error is not None
+            monkeypatch.setattr(status_module, "ensure_control", real)
+            assert status(projector)
         finally:
             proxy.resume()
             engine.close()
