@@ -566,6 +566,8 @@ class Engine:
         tokens and no price known (no adapter, a model the table lacks) is flagged ``unpriced``.
         Recorded as given, 1,000 tokens of gpt-4.1 cost $0 on the dashboard, in the session's
         totals and in every budget, unflagged."""
+        if not isinstance(usage, LlmUsage):
+            raise ValidationError("usage", f"must be an LlmUsage, got {type(usage).__name__}")
         if not any(getattr(usage, token) for token in TOKEN_FIELDS):
             return usage
         prices = getattr(self.llm, "prices", None)

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowledger.domain.errors import FlowledgerError, SessionExpired
+from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.support.llm import ScriptedLlm
@@ -158,6 +159,7 @@ def _valid_arguments(tag: str = "") -> dict[str, dict[str, Any]]:
             "usage": None,
             "idempotency_key": None,
         },
+        "priced_usage": {"usage": LlmUsage(request_model="m", input_tokens=10, output_tokens=1)},
         "register_agent": {"agent_id": f"a-new{tag}", "name": "N", "skills": ["go"], "capacity": 3},
         "register_or_get_agent": {"agent_id": f"a-new{tag}", "name": "N", "skills": ["go"], "capacity": 3},
         "release_task": {"task_id": t, "reason": "r"},
