@@ -137,13 +137,8 @@ def rotate_signing_key(settings: Settings) -> tuple[str, str]:
 
 def _replace(path: Path, text: str, *, mode: int) -> None:
     """Write ``path`` whole under a temporary name and move it over the one there."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    temporary = _written_aside(path, text, mode=mode)
     try:
-        with os.fdopen(fd, "w", encoding="ascii") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -177,6 +172,17 @@ def _key_file(path: Path, size: int, variable: str, *, make: bool = True) -> byt
 
 def _write_new(path: Path, text: str, *, mode: int) -> None:
     """Write ``path`` only if it does not exist yet (the first writer wins, whole)."""
+    temporary = _written_aside(path, text, mode=mode)
+    try:
+        with suppress(FileExistsError):  # another process made it first: use theirs
+            os.link(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _written_aside(path: Path, text: str, *, mode: int) -> Path:
+    """``text`` written and synced to a new file beside ``path`` (a name of this process's own);
+    its path. Nothing is left behind if the write fails."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
@@ -184,7 +190,7 @@ def _write_new(path: Path, text: str, *, mode: int) -> None:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
-        with suppress(FileExistsError):  # another process made it first: use theirs
-            os.link(temporary, path)
-    finally:
+    except BaseException:
         temporary.unlink(missing_ok=True)
+        raise
+    return temporary

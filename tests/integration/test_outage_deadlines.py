@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,6 +40,27 @@ pytestmark = pytest.mark.postgres
 status_module = importlib.import_module("flowledger.projections.status")
 """The module (``flowledger.projections.status`` is also the name of its function there)."""
 DEADLINE_S = 2.0
+
+
+@contextmanager
+def engine_behind_a_proxy(database_url: str, schema: str) -> Iterator[tuple[Engine, Any]]:
+    """An engine with a ``DEADLINE_S`` operation deadline that reaches PostgreSQL through a
+    ``losing_proxy`` (which the test stalls); the proxy relays again and the engine is closed
+    afterwards."""
+    upstream = urlsplit(database_url)
+    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
+        settings = make_settings(
+            database_url=proxy.url_for(database_url),
+            schema=schema,
+            operation_deadline_s=DEADLINE_S,
+            statement_timeout_s=5.0,
+        )
+        engine = Engine(settings=settings)
+        try:
+            yield engine, proxy
+        finally:
+            proxy.resume()
+            engine.close()
 
 
 def test_calls_during_an_outage_end_within_the_operation_deadline(database_url: str, pg_schema: str) -> None:
@@ -242,36 +264,24 @@ def test_calls_that_read_the_clock_before_writing_end_within_the_deadline_when_a
     # StoreUnavailable after 6 s. It reads the clock (for its deadline) before its write's
     # operation begins; the clock's once-a-minute resync was due and waited its own budget.)
     monkeypatch.setattr(clock_module, "RESYNC_S", 0.3)
-    upstream = urlsplit(database_url)
-    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
-        settings = make_settings(
-            database_url=proxy.url_for(database_url),
-            schema=pg_schema,
-            operation_deadline_s=DEADLINE_S,
-            statement_timeout_s=5.0,
-        )
-        engine = Engine(settings=settings)
-        try:
-            engine.register_agent("ag", "Agent", ["x"])
-            engine.create_task("warm", "a task", ["x"])
-            calls: list[Callable[[], object]] = [
-                lambda: engine.create_task("t", "a task", ["x"], deadline=timedelta(hours=1)),
-                lambda: engine.list_tasks(overdue=True),
-                lambda: engine.escalate_overdue(),
-            ]
-            for call in calls:
-                # Given a clock due to resync
-                time.sleep(0.4)
-                # When the path to the database stops relaying
-                proxy.stall()
-                try:
-                    # Then the call fails with StoreUnavailable within the deadline
-                    assert_unavailable_in_time(within(2 * DEADLINE_S + SLACK_S + 2, call), DEADLINE_S)
-                finally:
-                    proxy.resume()
-        finally:
-            proxy.resume()
-            engine.close()
+    with engine_behind_a_proxy(database_url, pg_schema) as (engine, proxy):
+        engine.register_agent("ag", "Agent", ["x"])
+        engine.create_task("warm", "a task", ["x"])
+        calls: list[Callable[[], object]] = [
+            lambda: engine.create_task("t", "a task", ["x"], deadline=timedelta(hours=1)),
+            lambda: engine.list_tasks(overdue=True),
+            lambda: engine.escalate_overdue(),
+        ]
+        for call in calls:
+            # Given a clock due to resync
+            time.sleep(0.4)
+            # When the path to the database stops relaying
+            proxy.stall()
+            try:
+                # Then the call fails with StoreUnavailable within the deadline
+                assert_unavailable_in_time(within(2 * DEADLINE_S + SLACK_S + 2, call), DEADLINE_S)
+            finally:
+                proxy.resume()
 
 
 def test_a_request_to_an_app_open_for_want_of_a_key_ends_within_the_deadline_in_an_outage(
@@ -281,37 +291,25 @@ def test_a_request_to_an_app_open_for_want_of_a_key_ends_within_the_deadline_in_
     # request in an outage answered 503 after 6 s. The open app asks once a second whether a key
     # exists now (Gate.close_on_key); that check waited the whole deadline for the database,
     # then the request's own call waited it again.)
-    upstream = urlsplit(database_url)
-    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
-        settings = make_settings(
-            database_url=proxy.url_for(database_url),
-            schema=pg_schema,
-            operation_deadline_s=DEADLINE_S,
-            statement_timeout_s=5.0,
-        )
-        engine = Engine(settings=settings)
-        try:
-            engine.register_agent("ag", "Agent", ["x"])
-            with TestClient(create_app(engine)) as http:  # open: no key exists
-                assert http.get("/v1/agents").status_code == 200
-                # When the path to the database stops relaying, the key check being due
-                proxy.stall()
-                time.sleep(OPEN_RECHECK_S + 0.1)
-                answered = within(2 * DEADLINE_S + SLACK_S + 2, lambda: http.get("/v1/agents"))
-                # Then the request is answered 503 with Retry-After within the deadline
-                assert_done_in_time(answered, DEADLINE_S + SLACK_S)
-                response: Any = answered.value
-                assert response.status_code == 503, response.text
-                assert response.headers["Retry-After"] == "1"
-                # And once it relays again, the app is still open and answers at once
-                proxy.resume()
-                time.sleep(OPEN_RECHECK_S + 0.1)
-                again = within(DEADLINE_S + 2, lambda: http.get("/v1/agents"))
-                assert_done_in_time(again, DEADLINE_S)
-                assert again.value.status_code == 200  # type: ignore[attr-defined]
-        finally:
+    with engine_behind_a_proxy(database_url, pg_schema) as (engine, proxy):
+        engine.register_agent("ag", "Agent", ["x"])
+        with TestClient(create_app(engine)) as http:  # open: no key exists
+            assert http.get("/v1/agents").status_code == 200
+            # When the path to the database stops relaying, the key check being due
+            proxy.stall()
+            time.sleep(OPEN_RECHECK_S + 0.1)
+            answered = within(2 * DEADLINE_S + SLACK_S + 2, lambda: http.get("/v1/agents"))
+            # Then the request is answered 503 with Retry-After within the deadline
+            assert_done_in_time(answered, DEADLINE_S + SLACK_S)
+            response: Any = answered.value
+            assert response.status_code == 503, response.text
+            assert response.headers["Retry-After"] == "1"
+            # And once it relays again, the app is still open and answers at once
             proxy.resume()
-            engine.close()
+            time.sleep(OPEN_RECHECK_S + 0.1)
+            again = within(DEADLINE_S + 2, lambda: http.get("/v1/agents"))
+            assert_done_in_time(again, DEADLINE_S)
+            assert again.value.status_code == 200  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("where", ["catch-up", "report"])
@@ -321,44 +319,32 @@ def test_a_dashboard_read_on_a_path_that_stops_relaying_midway_ends_within_the_d
     # (An outside probe, `serve` with a 3 s deadline, the path stalled while GET /v1/dashboard
     # was catching the read models up or reading them: 503 after 30 s, when the proxy gave up.
     # Those statements run on the projector's own connections, which no operation armed.)
-    upstream = urlsplit(database_url)
-    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
-        settings = make_settings(
-            database_url=proxy.url_for(database_url),
-            schema=pg_schema,
-            operation_deadline_s=DEADLINE_S,
-            statement_timeout_s=5.0,
-        )
-        engine = Engine(settings=settings)
-        try:
-            engine.start_session("s", "wf")
-            engine.record_step("s", "warm")
-            with TestClient(create_app(engine, require_keys=False)) as http:
-                assert http.get("/v1/dashboard").status_code == 200
-                engine.record_step("s", "to-catch-up")
-                # When the path stops relaying midway, once the read's connection is made
-                module: Any = processor if where == "catch-up" else dashboard_routes
-                name = "install" if where == "catch-up" else "dashboard"
-                real = getattr(module, name)
+    with engine_behind_a_proxy(database_url, pg_schema) as (engine, proxy):
+        engine.start_session("s", "wf")
+        engine.record_step("s", "warm")
+        with TestClient(create_app(engine, require_keys=False)) as http:
+            assert http.get("/v1/dashboard").status_code == 200
+            engine.record_step("s", "to-catch-up")
+            # When the path stops relaying midway, once the read's connection is made
+            module: Any = processor if where == "catch-up" else dashboard_routes
+            name = "install" if where == "catch-up" else "dashboard"
+            real = getattr(module, name)
 
-                def stalled(*args: Any, **kwargs: Any) -> Any:
-                    proxy.stall()
-                    return real(*args, **kwargs)
+            def stalled(*args: Any, **kwargs: Any) -> Any:
+                proxy.stall()
+                return real(*args, **kwargs)
 
-                monkeypatch.setattr(module, name, stalled)
-                answered = within(DEADLINE_S + SLACK_S + 5, lambda: http.get("/v1/dashboard"))
-                proxy.resume()
-                # Then the request is answered 503 with Retry-After within the deadline
-                assert_done_in_time(answered, DEADLINE_S + SLACK_S)
-                response: Any = answered.value
-                assert response.status_code == 503, response.text
-                assert response.headers["Retry-After"] == "1"
-                # And once it relays again, the dashboard reads
-                monkeypatch.setattr(module, name, real)
-                assert http.get("/v1/dashboard").status_code == 200
-        finally:
+            monkeypatch.setattr(module, name, stalled)
+            answered = within(DEADLINE_S + SLACK_S + 5, lambda: http.get("/v1/dashboard"))
             proxy.resume()
-            engine.close()
+            # Then the request is answered 503 with Retry-After within the deadline
+            assert_done_in_time(answered, DEADLINE_S + SLACK_S)
+            response: Any = answered.value
+            assert response.status_code == 503, response.text
+            assert response.headers["Retry-After"] == "1"
+            # And once it relays again, the dashboard reads
+            monkeypatch.setattr(module, name, real)
+            assert http.get("/v1/dashboard").status_code == 200
 
 
 def test_projections_status_on_a_path_that_stops_relaying_midway_ends_within_the_deadline(
@@ -366,36 +352,24 @@ def test_projections_status_on_a_path_that_stops_relaying_midway_ends_within_the
 ) -> None:
     # (The same probe: `flowledger projections status` runs its queries on a connection of the
     # projector's own, which no operation armed: a stalled path held it until it relayed again.)
-    upstream = urlsplit(database_url)
-    with losing_proxy(upstream.hostname or "127.0.0.1", upstream.port or 5432) as proxy:
-        settings = make_settings(
-            database_url=proxy.url_for(database_url),
-            schema=pg_schema,
-            operation_deadline_s=DEADLINE_S,
-            statement_timeout_s=5.0,
-        )
-        engine = Engine(settings=settings)
-        try:
-            engine.start_session("s", "wf")
-            projector = projector_for(engine)
-            projector.catch_up()
-            assert status(projector)
-            # When the path stops relaying once the status's connection is made
-            real = status_module.ensure_control
+    with engine_behind_a_proxy(database_url, pg_schema) as (engine, proxy):
+        engine.start_session("s", "wf")
+        projector = projector_for(engine)
+        projector.catch_up()
+        assert status(projector)
+        # When the path stops relaying once the status's connection is made
+        real = status_module.ensure_control
 
-            def stalled(*args: Any, **kwargs: Any) -> Any:
-                proxy.stall()
-                return real(*args, **kwargs)
+        def stalled(*args: Any, **kwargs: Any) -> Any:
+            proxy.stall()
+            return real(*args, **kwargs)
 
-            monkeypatch.setattr(status_module, "ensure_control", stalled)
-            answered = within(DEADLINE_S + SLACK_S + 5, lambda: status(projector))
-            proxy.resume()
-            # Then it fails (StoreUnavailable at the edges) within the deadline, and reads again after
-            assert answered.took is not None, answered.still_running()
-            assert answered.took < DEADLINE_S + SLACK_S, answered.took
-            assert answered.error is not None
-            monkeypatch.setattr(status_module, "ensure_control", real)
-            assert status(projector)
-        finally:
-            proxy.resume()
-            engine.close()
+        monkeypatch.setattr(status_module, "ensure_control", stalled)
+        answered = within(DEADLINE_S + SLACK_S + 5, lambda: status(projector))
+        proxy.resume()
+        # Then it fails (StoreUnavailable at the edges) within the deadline, and reads again after
+        assert answered.took is not None, answered.still_running()
+        assert answered.took < DEADLINE_S + SLACK_S, answered.took
+        assert answered.error is not None
+        monkeypatch.setattr(status_module, "ensure_control", real)
+        assert status(projector)
