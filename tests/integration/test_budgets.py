@@ -499,6 +499,20 @@ async def test_an_answer_without_usage_is_unpriced_and_counts_its_estimate_again
         await engine.aclose()
 
 
+def _recorded_holds(llm: OpenAICompatibleClient) -> list[Decimal]:
+    """The holds ``llm`` estimates for its calls from now on, in order (its ``max_cost`` wrapped)."""
+    held: list[Decimal] = []
+    estimate = llm.max_cost
+
+    def recording(model: str | None, messages: list[dict[str, Any]]) -> Any:
+        made = estimate(model, messages)
+        held.append(made.max_cost_usd)
+        return made
+
+    llm.max_cost = recording  # type: ignore[method-assign]
+    return held
+
+
 def _cut_stream(request: httpx.Request) -> httpx.Response:
     """A stream the provider began answering, cut before its usage chunk."""
     chunk = {"id": "x", "model": MODEL, "choices": [{"delta": {"content": '{"message": "h'}}]}
@@ -529,15 +543,7 @@ async def test_a_call_billed_for_what_was_not_reported_is_unpriced_and_counts_it
         max_retries=0,
     )
     llm = OpenAICompatibleClient(config, prices=PRICES, transport=httpx.MockTransport(handler))
-    held: list[Decimal] = []
-    estimate = llm.max_cost
-
-    def recording(model: str | None, messages: list[dict[str, Any]]) -> Any:
-        made = estimate(model, messages)
-        held.append(made.max_cost_usd)
-        return made
-
-    llm.max_cost = recording  # type: ignore[method-assign]
+    held = _recorded_holds(llm)
     engine = Engine(settings=settings, llm=llm)
     try:
         engine.budgets.set("tenant", None, "day", "10", mode="enforce")
@@ -585,15 +591,7 @@ async def test_each_attempt_billed_for_what_was_not_reported_counts_its_estimate
         base_url="https://llm.test/v1", api_key=ApiKey("sk-budget-1"), default_model=MODEL, stream=True
     )
     llm = OpenAICompatibleClient(config, prices=PRICES, transport=httpx.MockTransport(handler))
-    held: list[Decimal] = []
-    estimate = llm.max_cost
-
-    def recording(model: str | None, messages: list[dict[str, Any]]) -> Any:
-        made = estimate(model, messages)
-        held.append(made.max_cost_usd)
-        return made
-
-    llm.max_cost = recording  # type: ignore[method-assign]
+    held = _recorded_holds(llm)
     engine = Engine(settings=settings, llm=llm)
     try:
         engine.budgets.set("tenant", None, "day", "10", mode="enforce")
