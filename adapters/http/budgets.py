@@ -75,7 +75,10 @@ class BudgetOut(BaseModel):
     window_start: datetime
     spent_usd: str
     reserved_usd: str
-    percent: str = Field(description="Recorded spend as a percentage of the limit")
+    percent: str = Field(
+        description="Recorded spend as a percentage of the limit, cut (not rounded) to 2 decimals:"
+        " it reads 100.00 only once the 100 % alert is due"
+    )
 
     @classmethod
     def of(cls, burn: Burn, caller: Caller) -> BudgetOut:

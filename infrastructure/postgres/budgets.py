@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Context, Decimal, localcontext
+from decimal import ROUND_DOWN, Context, Decimal, localcontext
 from typing import Any
 from uuid import UUID
 
@@ -135,16 +135,20 @@ class Burn:
 
     @property
     def percent(self) -> Decimal:
-        """Recorded spend as a percentage of the limit (2 decimals), in a context of its own: in
-        an embedding service's ``getcontext().prec = 6`` an alert budget spent past 10,000 % of
-        its limit raised InvalidOperation (the quantized figure needs more digits than 6). A
-        limit has at most 12 decimals, so 100 digits hold the percentage of any spend. NaN
-        when an amount is no number (a row edited in the database to ``NaN`` or ``Infinity``):
-        the dashboard page's panel raised InvalidOperation on it, a 500 for the whole page."""
+        """Recorded spend as a percentage of the limit, cut (not rounded) to 2 decimals, so it
+        shows a threshold reached exactly when its alert fires (``spent * 100 >= limit * t``):
+        rounded half-even, $9.9995 of $10 showed 100.00 % with no 100 % alert raised.
+
+        Worked out in a context of its own: in an embedding service's ``getcontext().prec = 6``
+        an alert budget spent past 10,000 % of its limit raised InvalidOperation (the quantized
+        figure needs more digits than 6). A limit has at most 12 decimals, so 100 digits hold
+        the percentage of any spend. NaN when an amount is no number (a row edited in the
+        database to ``NaN`` or ``Infinity``): the dashboard page's panel raised InvalidOperation
+        on it, a 500 for the whole page."""
         if not (self.spent_usd.is_finite() and self.spec.limit_usd.is_finite()):
             return Decimal("NaN")
         with localcontext(Context(prec=100)):
-            return (self.spent_usd * 100 / self.spec.limit_usd).quantize(Decimal("0.01"))
+            return (self.spent_usd * 100 / self.spec.limit_usd).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
 
 
 @dataclass(frozen=True)

@@ -81,3 +81,34 @@ def test_a_ledger_amount_that_is_no_number_is_shown_as_such_on_the_page_and_in_t
     assert burn.percent.is_nan()
     assert "NaN%" in budget_panel([burn])
     assert budget_row(burn)[-1] == "NaN"
+
+
+@pytest.mark.parametrize(
+    ("spent", "shown"),
+    [
+        ("9.9995", "99.99"),
+        ("4.9999", "49.99"),
+        ("7.99999", "79.99"),
+        ("10", "100.00"),
+        ("10.00999", "100.09"),
+    ],
+)
+def test_a_budgets_percentage_never_shows_a_threshold_reached_before_its_alert_fires(
+    spent: str, shown: str
+) -> None:
+    """Rounded half-even, $9.9995 of a $10 limit (99.995 %) showed "100.00 %" while the 100 %
+    alert (``spent * 100 >= limit * 100``) had not fired: the figure is cut toward zero, so it
+    reaches a threshold exactly when the alert does."""
+    spec = BudgetSpec(scope="tenant", subject="t", period="day", limit_usd=Decimal("10"), mode="alert")
+    burn = Burn(
+        budget_id=uuid.uuid4(),
+        spec=spec,
+        window_start=datetime(2026, 12, 6, tzinfo=UTC),
+        spent_usd=Decimal(spent),
+        reserved_usd=Decimal(0),
+    )
+    assert str(burn.percent) == shown
+    assert budget_row(burn)[-1] == shown
+    for threshold in (50, 80, 100):
+        alert_fires = burn.spent_usd * 100 >= spec.limit_usd * threshold
+        assert (burn.percent >= threshold) == alert_fires
