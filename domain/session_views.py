@@ -242,7 +242,8 @@ class PendingStep:
 
 @dataclass(frozen=True, kw_only=True)
 class Totals:
-    """Usage summed over every recorded step (processed and failed)."""
+    """Usage summed over every recorded step (processed and failed): the cost and the tokens of
+    every attempt each call was billed for (``LlmUsage.charged_usd``, ``billed_tokens``)."""
 
     calls: int = 0
     input_tokens: int = 0
@@ -261,13 +262,15 @@ class Totals:
             cost_usd = self.cost_usd + usage.charged_usd
         return Totals(
             calls=self.calls + 1,
-            input_tokens=self.input_tokens + usage.input_tokens,
-            output_tokens=self.output_tokens + usage.output_tokens,
-            cache_read_input_tokens=self.cache_read_input_tokens + usage.cache_read_input_tokens,
-            reasoning_output_tokens=self.reasoning_output_tokens + usage.reasoning_output_tokens,
+            input_tokens=self.input_tokens + usage.billed_tokens("input_tokens"),
+            output_tokens=self.output_tokens + usage.billed_tokens("output_tokens"),
+            cache_read_input_tokens=self.cache_read_input_tokens
+            + usage.billed_tokens("cache_read_input_tokens"),
+            reasoning_output_tokens=self.reasoning_output_tokens
+            + usage.billed_tokens("reasoning_output_tokens"),
             cost_usd=cost_usd,
-            audio_input_tokens=self.audio_input_tokens + usage.audio_input_tokens,
-            audio_output_tokens=self.audio_output_tokens + usage.audio_output_tokens,
+            audio_input_tokens=self.audio_input_tokens + usage.billed_tokens("audio_input_tokens"),
+            audio_output_tokens=self.audio_output_tokens + usage.billed_tokens("audio_output_tokens"),
         )
 
 

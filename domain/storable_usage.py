@@ -48,6 +48,7 @@ def storable_usage(usage: LlmUsage | None) -> LlmUsage | None:
     changes["latency_ms"] = min(usage.latency_ms, MAX_LATENCY_MS)
     changes["cost_usd"] = _cost(usage.cost_usd)
     changes["retried_cost_usd"] = _cost(usage.retried_cost_usd)
+    changes["retried_tokens"] = {name: min(count, MAX_TOKENS) for name, count in usage.retried_tokens.items()}
     changes["finish_reasons"] = tuple(
         _text(reason, MAX_NAME_LENGTH) or "?" for reason in usage.finish_reasons[:MAX_FINISH_REASONS]
     )

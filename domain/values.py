@@ -100,7 +100,10 @@ class LlmUsage:
     price the call: it is ``unpriced``, and a repricing leaves it so). ``attempts`` counts the
     requests made: 0 for a call refused before any (the endpoint's breaker open);
     ``audio_input_tokens`` (the uncached audio part of ``input_tokens``) and
-    ``audio_output_tokens`` (the audio part of ``output_tokens``, apart from the reasoning).
+    ``audio_output_tokens`` (the audio part of ``output_tokens``, apart from the reasoning);
+    ``retried_tokens`` (the token counts the attempts before the answer were billed for, by
+    field name, zeros left out: the tokens ``retried_cost_usd`` paid for; ``billed_tokens``
+    adds them to the answer's).
     """
 
     provider: str = "unknown"
@@ -125,6 +128,7 @@ class LlmUsage:
     billed_unreported: bool = False
     audio_input_tokens: int = 0
     audio_output_tokens: int = 0
+    retried_tokens: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in (
@@ -177,6 +181,7 @@ class LlmUsage:
                 "usage.audio_output_tokens",
                 "reasoning plus audio output cannot exceed output_tokens (which include them)",
             )
+        _require_retried_tokens(self)
         for name in ("unpriced", "billed_unreported"):
             if not isinstance(getattr(self, name), bool):
                 raise ValidationError(f"usage.{name}", f"must be a boolean, got {getattr(self, name)!r}")
@@ -214,6 +219,13 @@ class LlmUsage:
     def total_tokens(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
+
+    def billed_tokens(self, name: str) -> int:
+        """The tokens of kind ``name`` (a ``TOKEN_FIELDS`` name) of every attempt the call was
+        billed for: the answer's and the retried attempts' (``retried_tokens``), the tokens
+        ``charged_usd`` paid for."""
+        own: int = getattr(self, name)
+        return own + self.retried_tokens.get(name, 0)
 
     @property
     def charged_usd(self) -> Decimal:
@@ -275,8 +287,31 @@ _LATER_FIELDS: tuple[tuple[str, Any], ...] = (
     ("billed_unreported", False),
     ("audio_input_tokens", 0),
     ("audio_output_tokens", 0),
+    ("retried_tokens", {}),
 )
 """LlmUsage fields added after release 0.1.0, with their defaults."""
+
+
+def _require_retried_tokens(usage: LlmUsage) -> None:
+    """``retried_tokens`` maps token field names to counts >= 0; kept in ``TOKEN_FIELDS`` order
+    without zeros, so that one usage has one stored form."""
+    given = usage.retried_tokens
+    if not isinstance(given, dict):
+        raise ValidationError(
+            "usage.retried_tokens", f"must be an object of token counts, got {shown(given)}"
+        )
+    unknown = sorted(str(name) for name in given if name not in TOKEN_FIELDS)
+    if unknown:
+        raise ValidationError(
+            "usage.retried_tokens", f"unknown token fields {unknown}: one of {', '.join(TOKEN_FIELDS)}"
+        )
+    for name, count in given.items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValidationError(f"usage.retried_tokens.{name}", f"must be an int >= 0, got {shown(count)}")
+    object.__setattr__(
+        usage, "retried_tokens", {name: given[name] for name in TOKEN_FIELDS if given.get(name)}
+    )
+
 
 _PLAIN_JSON = json.JSONEncoder(allow_nan=False)
 """Built once: ``json.dumps`` with any option builds a new encoder on every call."""
@@ -355,6 +390,8 @@ def require_usage(field_name: str, usage: Any, *, least_attempts: int = 0) -> Ll
             require_text(f"{field_name}.{name}", text, max_length=limit)
     for name in TOKEN_FIELDS:
         require_count(f"{field_name}.{name}", getattr(usage, name), most=MAX_TOKENS)
+    for name, count in usage.retried_tokens.items():
+        require_count(f"{field_name}.retried_tokens.{name}", count, most=MAX_TOKENS)
     require_count(f"{field_name}.attempts", usage.attempts, least=least_attempts, most=MAX_ATTEMPTS)
     if usage.latency_ms > MAX_LATENCY_MS:
         raise ValidationError(f"{field_name}.latency_ms", f"must be at most {MAX_LATENCY_MS:.0f} (a day)")
@@ -422,7 +459,7 @@ def _plainly_within_bounds(usage: LlmUsage) -> bool:
         usage.reasoning_output_tokens,
         usage.cache_creation_input_tokens,
     )
-    if usage.retried_cost_usd or usage.cost_source:
+    if usage.retried_cost_usd or usage.cost_source or usage.retried_tokens:
         return False  # rare: the careful path checks them
     if any(type(count) is not int or not 0 <= count <= MAX_TOKENS for count in counts):
         return False

@@ -318,6 +318,12 @@ class UsageIn(Body):
     audio_output_tokens: Integer = Field(
         default=0, ge=0, le=MAX_TOKENS, description="The audio part of output_tokens."
     )
+    retried_tokens: dict[str, Annotated[int, JSON_INTEGER, Field(ge=0, le=MAX_TOKENS)]] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="The tokens retried attempts were billed for (what retried_cost_usd paid for), by"
+        " token field name (input_tokens, output_tokens, ...): session totals count them.",
+    )
 
     def to_usage(self) -> LlmUsage:
         """The domain value object."""

@@ -3,7 +3,8 @@
 Every attempt the provider billed (it reported usage: the answer, a 2xx body that could not
 be read, a stream cut after its usage chunk) is priced on its own, in the attempt log. The
 usage's token fields and ``cost_usd`` are the last attempt's (the answer, when there is one);
-what the attempts before it were billed is ``retried_cost_usd``. A provider's own charge
+what the attempts before it were billed is ``retried_cost_usd``, for the tokens summed in
+``retried_tokens``. A provider's own charge
 (OpenRouter's ``usage.cost``) overrides the price table for its attempt. An attempt billed for
 what is not known (a request that went out and whose reply was lost: timed out, dropped or
 cancelled; a stream that began and was cut, timed out or cancelled before its usage chunk),
@@ -62,6 +63,7 @@ def build_usage(
     """The usage of a call that ended at ``now`` (``parsed`` is None when it failed)."""
     log: list[dict[str, Any]] = []
     retried = Decimal(0)
+    retried_tokens: dict[str, int] = {}
     billed = 0
     unpriced = unreported = unreadable = False
     cost: Decimal | None = None
@@ -83,9 +85,12 @@ def build_usage(
                 unreadable = unreadable or cost is None
             billed += 1
             unpriced = unpriced or cost is None
-            if index < len(outcomes) - 1 and cost is not None:
-                with localcontext(EXACT):
-                    retried += cost
+            if index < len(outcomes) - 1:
+                for name, count in outcome.usage.counts().items():
+                    retried_tokens[name] = retried_tokens.get(name, 0) + count
+                if cost is not None:
+                    with localcontext(EXACT):
+                        retried += cost
         elif outcome.billed_unreported:
             # The provider had the prompt (its reply was lost, or its stream ended before the
             # usage chunk): billed, for what is not known. What is known is kept; no token
@@ -136,6 +141,7 @@ def build_usage(
         unpriced=unpriced,
         cost_source="provider" if tokens.provider_cost_usd is not None else "",
         retried_cost_usd=retried,
+        retried_tokens=retried_tokens,
         billed_unreported=unreported or silent or unreadable,
         **tokens.counts(),
     )
