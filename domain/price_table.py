@@ -7,6 +7,11 @@ name with provider prefixes taken off one at a time (``openrouter/deepseek/deeps
 suffix (``:free``, ``@20250929``) and without a release date (``-20250929``,
 ``-2025-09-29``), checking each form and its alias. Deployment names (Azure) are aliases in
 the price file.
+
+A ``:free`` variant (OpenRouter's ``meta-llama/llama-3.3-70b-instruct:free``) is another
+offer of its model, at no charge: unless the table names that variant (as a model or an
+alias), it resolves to the key ``<its model's key>:free`` and is priced $0 (``FREE``), never
+at the paid model's price nor the table's default.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -27,6 +32,16 @@ from flowledger.domain.values import USAGE_TEXT_LIMITS, LlmUsage
 
 _ROUTING_SUFFIX = re.compile(r"[:@][^/]*$")
 _RELEASE_DATE = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
+FREE_SUFFIX = ":free"
+"""OpenRouter's routing suffix for a model's no-charge variant."""
+FREE = ModelPrice(input_cost_per_token=Decimal(0), output_cost_per_token=Decimal(0))
+"""The price of a ``:free`` variant the table does not name."""
+
+
+def is_free_variant(model: str) -> bool:
+    """Whether ``model`` names a ``:free`` variant (its last path segment's routing suffix)."""
+    found = _ROUTING_SUFFIX.search(model.strip())
+    return found is not None and found.group() == FREE_SUFFIX
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +85,9 @@ def billed_key(resolve: Callable[[str], str | None], asked: str | None, answered
     LLM adapter, ``reprice`` and the dashboard's what-if."""
     asked_key = resolve(asked) if asked else None
     answered_key = resolve(answered) if answered else None
-    if answered_key is not None and answered_key != asked_key:
+    # A free variant answered under its model's paid name ran that variant: nothing else billed.
+    same = asked_key is not None and asked_key in (answered_key, f"{answered_key}{FREE_SUFFIX}")
+    if answered_key is not None and not same:
         return answered_key
     return asked_key
 
@@ -132,8 +149,21 @@ class PriceTable:
         return billed_key(self.resolve, asked, answered)
 
     def resolve(self, model: str) -> str | None:
-        """The table key whose prices ``model`` is charged at, or None."""
-        for name in model_names(model):
+        """The table key whose prices ``model`` is charged at, or None; for a ``:free`` variant
+        the table does not name, ``<its model's key>:free`` (priced ``FREE``: module doc)."""
+        names = model_names(model)
+        if not is_free_variant(model):
+            return self._first_key(names)
+        named = self._first_key(name for name in names if is_free_variant(name))
+        if named is not None:
+            return named
+        # Resolved as its model alone, a :free call was charged the paid price.
+        paid = self._first_key(names)
+        return f"{paid}{FREE_SUFFIX}" if paid is not None else model.strip()
+
+    def _first_key(self, names: Iterable[str]) -> str | None:
+        """The table key of the first of ``names`` that is one, or whose alias names one."""
+        for name in names:
             key = self._key(name)
             if key is None and name in self.aliases:
                 key = self._key(self.aliases[name])
@@ -147,6 +177,8 @@ class PriceTable:
         Raises UnknownModelPrice when the name resolves to no price, or to none in force yet.
         """
         key = self.resolve(model)
+        if key is not None and self._key(key) is None:
+            return FREE  # a :free variant the table does not name
         if key is not None:
             dated = self.schedule.get(key)
             if dated is None:

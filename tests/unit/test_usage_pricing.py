@@ -308,7 +308,8 @@ def test_impossible_sub_counts_are_clamped_never_trusted(usage: Any, expected: t
     ("name", "key"),
     [
         ("openrouter/deepseek/deepseek-v3.2", "deepseek-v3.2"),
-        ("deepseek-v3.2:free", "deepseek-v3.2"),
+        ("deepseek-v3.2:nitro", "deepseek-v3.2"),
+        ("deepseek-v3.2:free", "deepseek-v3.2:free"),  # priced $0: tests/unit/test_free_variants.py
         ("vertex_ai/claude-sonnet-4-5@20250929", "claude-sonnet-4.5"),
         ("claude-sonnet-4-5-20250929", "claude-sonnet-4.5"),
         ("openai/gpt-4.1-2025-04-14", "gpt-4.1"),
