@@ -43,7 +43,9 @@ RESERVATION_TTL_S = 600.0
 """How long a hold outlives a worker that died mid-call (a live call settles long before)."""
 NO_BUDGETS_CACHE_S = 1.0
 """A tenant seen without budgets is not asked again for this long: steps pay no query then.
-A budget set by another process applies within this delay; one set here, at once."""
+The answer is a lease in the ledger (``postgres/budget_leases.py``): a budget set by another
+process waits out the leases of the others before ``set`` returns, so it holds for every call
+made after; one set here holds at once."""
 BUDGETS_SEEN_CACHE_S = 1.0
 """A tenant seen with budgets is not asked again for this long either (``active`` only
 decides whether a recorded step's cost is charged; the charge finds the budgets itself)."""
@@ -142,6 +144,10 @@ class BudgetService:
         self._none_until = 0.0
         self._some_until = 0.0
         self._asking = threading.Lock()
+        self._holder = uuid4()
+        """This service's name on its leases (``NO_BUDGETS_CACHE_S``)."""
+        self._sets = 0
+        """Budgets set here: an answer of none asked before one of them is not kept."""
         self.later = LaterCharges(CHARGE_RETRY_S)
         """Charges of stored steps waiting for the ledger."""
         self.charged_as: Callable[[str], str] | None = None
@@ -200,8 +206,20 @@ class BudgetService:
                 webhook_secret = made = secrets.token_urlsafe(32)
         budget_id = self.budget_id(spec)
         changed = self._store.write(f"budget:{budget_id}", partial(self._define, budget_id, spec))
-        ledger.put(self._tenant, budget_id, spec, webhook_secret, latest=partial(self._latest, budget_id))
+        leased_s = ledger.put(
+            self._tenant,
+            budget_id,
+            spec,
+            webhook_secret,
+            latest=partial(self._latest, budget_id),
+            holder=self._holder,
+        )
+        self._sets += 1
         self._none_until = 0.0
+        if leased_s > 0:
+            # Another engine saw the tenant without budgets just before, and skips reservations
+            # until its lease ends: the budget holds for its calls only from then.
+            time.sleep(leased_s)
         return BudgetSet(budget_id=str(budget_id), spec=spec, changed=changed, webhook_secret=made)
 
     def _require_charged_name(self, spec: BudgetSpec) -> None:
@@ -318,10 +336,14 @@ class BudgetService:
                 return False
             if now < self._some_until:
                 return True
-            if self._ledger.has_budgets(self._tenant):
+            sets, asked = self._sets, time.monotonic()
+            if self._ledger.has_budgets(self._tenant, holder=self._holder, lease_s=NO_BUDGETS_CACHE_S):
                 self._some_until = time.monotonic() + BUDGETS_SEEN_CACHE_S
                 return True
-            self._none_until = time.monotonic() + NO_BUDGETS_CACHE_S
+            if sets != self._sets:  # a budget was set here meanwhile: the answer may be stale
+                return True
+            # Counted from before the question, as the lease is: it ends no later than the lease.
+            self._none_until = asked + NO_BUDGETS_CACHE_S
             return False
 
     def charge(

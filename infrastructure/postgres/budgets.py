@@ -26,6 +26,7 @@ from psycopg.rows import dict_row
 from flowledger.domain.budget import THRESHOLDS, BudgetAlert, BudgetSpec, CallScope, window_start
 from flowledger.domain.errors import BudgetExceeded, BudgetLedgerDamaged
 from flowledger.domain.pricing import EXACT
+from flowledger.infrastructure.postgres import budget_leases
 from flowledger.infrastructure.postgres.database import deadlines_of
 from flowledger.infrastructure.postgres.ddl import create_budget_tables
 from flowledger.infrastructure.postgres.lazy_pool import LazyPool
@@ -184,7 +185,13 @@ class PostgresBudgetLedger:
         )
         self._t = {
             name: sql.Identifier(schema, name)
-            for name in ("budgets", "budget_windows", "budget_reservations", "budget_charges")
+            for name in (
+                "budgets",
+                "budget_windows",
+                "budget_reservations",
+                "budget_charges",
+                "budget_idle_leases",
+            )
         }
 
     def close(self) -> None:
@@ -196,11 +203,11 @@ class PostgresBudgetLedger:
         return self._pool.connection()
 
     def _prepare(self, conn: Connection[Any]) -> None:
-        """Make the tables unless ``migrate`` (schema version 5) did: one read, where the DDL
+        """Make the tables unless ``migrate`` (schema version 8) did: one read, where the DDL
         took a lock and a commit inside the first step of every new engine."""
         row = conn.execute(
             "SELECT to_regclass(%s) IS NOT NULL",
-            [sql.Identifier(self._schema, "budget_charges").as_string(conn)],
+            [sql.Identifier(self._schema, "budget_idle_leases").as_string(conn)],
         ).fetchone()
         if not (row and row[0]):
             self._create_tables(conn)
@@ -230,8 +237,12 @@ class PostgresBudgetLedger:
         webhook_secret: str | None,
         *,
         latest: Callable[[], BudgetSpec | None] | None = None,
-    ) -> None:
-        """Insert or replace a budget's terms (its windows and their spend are kept).
+        holder: UUID | None = None,
+    ) -> float:
+        """Insert or replace a budget's terms (its windows and their spend are kept); the seconds
+        other engines (holders other than ``holder``) may still skip this tenant's reservations,
+        having seen it without budgets just before (``budget_leases``): wait that long before
+        telling anyone the budget holds.
 
         With ``latest`` (the budget's terms as its events last recorded them, None when
         removed), the row is written from it under the budget's lock, after the event that
@@ -247,12 +258,13 @@ class PostgresBudgetLedger:
         """
         with self._connection() as conn, conn.transaction():
             keep_secret = False
+            budget_leases.lock_tenant(conn, self._schema, tenant, shared=False)
             if latest is not None:
                 self._lock_budget(conn, budget_id)
                 current = latest()
                 if current is None:  # removed since: its removal stands
                     conn.execute(self._sql("DELETE FROM {budgets} WHERE budget_id = %s"), [budget_id])
-                    return
+                    return 0.0
                 keep_secret = current != spec
                 spec = current
             if spec.webhook_url is None:
@@ -277,6 +289,7 @@ class PostgresBudgetLedger:
                 ),
                 {"id": budget_id, "limit": spec.limit_usd},
             )
+            return budget_leases.leased_for(conn, self._t, tenant, holder)
 
     def delete(self, budget_id: UUID, *, latest: Callable[[], BudgetSpec | None] | None = None) -> bool:
         """Drop a budget with its windows and reservations; False when there was none. With
@@ -309,8 +322,12 @@ class PostgresBudgetLedger:
             ).fetchone()
         return None if row is None else _row(row)
 
-    def has_budgets(self, tenant: str) -> bool:
-        """Whether the tenant has any budget (one indexed probe)."""
+    def has_budgets(self, tenant: str, *, holder: UUID | None = None, lease_s: float = 0.0) -> bool:
+        """Whether the tenant has any budget (one indexed probe); with ``holder``, an answer of
+        none is that holder's lease for ``lease_s`` seconds (``budget_leases.probe``)."""
+        if holder is not None:
+            with self._connection() as conn, conn.transaction():
+                return budget_leases.probe(conn, self._t, self._schema, tenant, holder, lease_s)
         with self._connection() as conn:
             row = conn.execute(
                 self._sql("SELECT EXISTS (SELECT 1 FROM {budgets} WHERE tenant = %s)"), [tenant]

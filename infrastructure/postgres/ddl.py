@@ -249,9 +249,16 @@ CREATE TABLE IF NOT EXISTS {s}.budget_charges (
     charge_id uuid PRIMARY KEY,
     charged_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS {s}.budget_idle_leases (
+    tenant text NOT NULL,
+    holder uuid NOT NULL,
+    until timestamptz NOT NULL,
+    PRIMARY KEY (tenant, holder)
+);
 """
 
 
 def create_budget_tables(schema: str) -> list[Composed]:
-    """The budget ledger's tables: terms, windows, reservations and charges (``postgres/budgets.py``)."""
+    """The budget ledger's tables: terms, windows, reservations, charges and the leases of engines
+    that saw a tenant without budgets (``postgres/budgets.py``)."""
     return [SQL(_BUDGET_TABLES).format(s=Identifier(schema))]

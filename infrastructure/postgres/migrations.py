@@ -38,7 +38,7 @@ from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.postgres.connect_within import connect_within
 from flowledger.infrastructure.settings import Settings
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """1: events (with transaction_id), snapshots, tracking, append functions that unlock on failure.
 2: the append functions hold an in-flight marker lock until they commit (readers' horizon).
 3: the audit chain: each event's hash and keyed seal (``event_hash``, ``event_mac``), appended
@@ -48,7 +48,9 @@ with it; signed checkpoints and the record of ``audit chain`` upgrades (docs/aud
 inside a step, which every writer of a new engine waited for (bench/README.md, issue 11).
 6: the append functions refuse an id handed out from a sequence cache (``sql.ID_FROM_SEQUENCE_CACHE``).
 7: the append functions unlock the id section inside its exception block (a cancel at the unlock
-left the lock held)."""
+left the lock held).
+8: ``budget_idle_leases``: an engine that saw a tenant without budgets skips its reservations for
+a second; a budget set elsewhere waits that out (``budgets.py``)."""
 
 MARKERS_SINCE = 2
 """The first version whose appends hold in-flight markers: upgrading from before waits for

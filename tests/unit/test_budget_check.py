@@ -24,7 +24,7 @@ class CountingLedger:
         self.asked = 0
         self.reserved = 0
 
-    def has_budgets(self, tenant: str) -> bool:
+    def has_budgets(self, tenant: str, **lease: Any) -> bool:
         self.asked += 1
         time.sleep(0.05)
         return self.has
