@@ -37,7 +37,7 @@ class Settings:
     schema: str = "flowledger"
     tenant: str = "default"
     llm_base_url: str | None = None
-    llm_api_key: str | None = None
+    llm_api_key: str | None = field(default=None, repr=False)
     pricing_file: Path | None = None
     skill_catalogue_file: Path | None = None
     """The skill catalogue (``infrastructure/skills.json`` when None): skills by category and word."""

@@ -58,35 +58,55 @@ class ApiKey:
     __str__ = __repr__
 
 
+def shown_endpoint(url: str) -> str:
+    """``url`` as a message, a log line or an event may quote it: scheme, host and path, with
+    credentials (``user:password@``) as ``***@`` and a query or fragment as ``?***`` / ``#***``.
+
+    Plain string cuts, not ``urlsplit``: the URLs quoted most are those refused for not
+    parsing (``http://user:secret@[::1/v1``), and they must not be quoted whole either.
+    """
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    cut = min((at for at in (rest.find("?"), rest.find("#")) if at >= 0), default=len(rest))
+    rest, tail = rest[:cut], rest[cut:]
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}{separator}{authority}{slash}{path}" + (f"{tail[0]}***" if tail else "")
+
+
 def require_endpoint_url(base_url: str) -> None:
     """Refuse (ValidationError on ``llm_base_url``) a base URL the client cannot request as given.
 
     Each of these was taken and failed every call: a port past 65535 or credentials in the URL
     (a bare ValueError from the HTTP client, recorded as a failed step), a query or a fragment
     (the path ``/chat/completions`` went after it: a 404), a URL that does not parse. The key
-    goes in ``FLOWLEDGER_LLM_API_KEY``; credentials are never echoed back.
+    goes in ``FLOWLEDGER_LLM_API_KEY``; the URL is quoted as ``shown_endpoint`` gives it (a
+    refusal quoted it whole: password and ``?api-key=`` into the CLI's line and the log).
     """
+    shown = repr(shown_endpoint(base_url))
     if any(char.isspace() or not char.isprintable() for char in base_url):
-        raise ValidationError("llm_base_url", f"holds a space or a control character: {base_url!r}")
+        raise ValidationError("llm_base_url", f"holds a space or a control character: {shown}")
     try:
         parts = urlsplit(base_url)
         port = parts.port
     except ValueError as error:  # "Invalid IPv6 URL", "Port out of range 0-65535", ...
         problem = "port must be 1-65535" if "Port" in str(error) else f"not a URL ({error})"
-        raise ValidationError("llm_base_url", f"{problem}: {base_url!r}") from None
+        raise ValidationError("llm_base_url", f"{problem}: {shown}") from None
     if parts.username is not None or parts.password is not None:
         raise ValidationError(
             "llm_base_url", "holds credentials (user:password@); give the key in FLOWLEDGER_LLM_API_KEY"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValidationError("llm_base_url", f"must be an http(s) URL with a host, got {base_url!r}")
+        raise ValidationError("llm_base_url", f"must be an http(s) URL with a host, got {shown}")
     if port == 0:
-        raise ValidationError("llm_base_url", f"port must be 1-65535: {base_url!r}")
+        raise ValidationError("llm_base_url", f"port must be 1-65535: {shown}")
     for part, text in (("query", parts.query), ("fragment", parts.fragment)):
         if text or base_url.endswith("?" if part == "query" else "#"):
             raise ValidationError(
                 "llm_base_url",
-                f"must not hold a {part} (the path /chat/completions is added to it): {base_url!r}",
+                f"must not hold a {part} (the path /chat/completions is added to it): {shown}",
             )
 
 

@@ -145,3 +145,28 @@ def test_a_token_cap_no_model_takes_is_refused_when_configured(value: object) ->
 @pytest.mark.parametrize("value", [1, 1024, MAX_COMPLETION_TOKENS])
 def test_a_token_cap_from_one_to_the_largest_completion_is_taken(value: int) -> None:
     assert ClientConfig(base_url="http://llm.test/v1", api_key=KEY, max_tokens=value).max_tokens == value
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # Each refusal quoted the URL whole, password or query key included, into the CLI's
+        # line and the service's start-up log (`flowledger serve` printed the first two so).
+        ("https://user:secret@llm.test:99999/v1", "'https://***@llm.test:99999/v1'"),
+        ("https://llm.test/v1?api-key=secret", "'https://llm.test/v1?***'"),
+        ("ftp://llm.test/v1?api-key=secret", "'ftp://llm.test/v1?***'"),
+        ("https://llm.test/v1?api-key=secret x", "'https://llm.test/v1?***'"),
+        ("https://user:secret@llm.test/v 1#secret", "'https://***@llm.test/v 1#***'"),
+        ("http://user:secret@[::1/v1", "'http://***@[::1/v1'"),
+    ],
+)
+def test_a_refused_endpoint_url_is_quoted_without_its_credentials_or_query(url: str, shown: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        ClientConfig(base_url=url, api_key=KEY)
+    assert "secret" not in str(raised.value)
+    assert shown in str(raised.value)
+
+
+def test_the_settings_never_show_the_llm_api_key_in_their_repr() -> None:
+    # repr(Settings(...)) printed llm_api_key='sk-...' whole, as the other secrets never were.
+    assert "sk-config-secret" not in repr(Settings(llm_api_key="sk-config-secret"))
