@@ -35,7 +35,7 @@ from flowledger.adapters.http.errors import error_body, model_call_responses
 from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import IdempotencyKey, ensure_owner, ensure_user, one_key
-from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, within_max_ttl
+from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, name, within_max_ttl
 from flowledger.adapters.http.webhook_answers import WebhookAnswer
 from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import SessionArchived, SessionNotFound, ValidationError
@@ -85,7 +85,10 @@ class WebhookRequest(BaseModel):
         description="extend_session: set the expiry to this moment instead (RFC 3339 text with a zone,"
         " or Unix seconds).",
     )
-    idempotency_key: str | None = Field(default=None, max_length=MAX_ID)
+    idempotency_key: str | None = name(
+        description="process_step, extend_session: a retry under it is answered as the first request"
+        " (a name: not blank; leave the field out for no key)."
+    )
     strict: bool | None = Field(
         default=None, strict=True, description="Strict mode for this request (default: the server's setting)."
     )
@@ -131,11 +134,11 @@ async def workflow_state(
         if action == "create_session":
             data = await run_in_threadpool(_create, engine, body, session_id, strict)
         elif action == "process_step":
-            # An empty key in the body stays "no key" here, as before (the engine refuses "" now).
-            key = one_key(body.idempotency_key, idempotency_key) or None
+            # "" is refused by the field's pattern (it was read as no key: a resend a new step).
+            key = one_key(body.idempotency_key, idempotency_key)
             data = await _process(caller, body, session_id, key, strict)
         elif action == "extend_session":
-            key = one_key(body.idempotency_key, idempotency_key) or None
+            key = one_key(body.idempotency_key, idempotency_key)
             data = await run_in_threadpool(_extend, engine, body, session_id, key, strict)
         else:
             data = await run_in_threadpool(_get_state, engine, session_id, body.user_id)

@@ -670,3 +670,55 @@ def test_get_state_lists_a_step_too_large_for_the_states_window() -> None:
         # Then the step is in its history
         assert engine.get_session("s1").history == ()
         assert [h["step"] for h in state.json()["data"]["history"]] == ["greet"]
+
+
+@pytest.mark.parametrize("key", ["", " ", "\t", "\u200b"])
+@pytest.mark.parametrize("action", ["process_step", "extend_session"])
+def test_an_empty_or_blank_idempotency_key_in_the_webhooks_body_is_refused_not_read_as_none(
+    hook: Hook, action: str, key: str
+) -> None:
+    # Given a key a template gives when its variable is unset: "" was read as no key (200, a
+    # fresh step and model call on every resend, or the expiry moved again), while "  " was a
+    # 422 from the engine and the REST routes refused both
+    create(hook)
+    head, calls = hook.engine.log.head(), len(hook.calls)
+    extra = {"step_name": "greet", "input_data": {"q": 1}} if action == "process_step" else {}
+    # When it is sent
+    status, answer = hook.post(action=action, session_id="s1", idempotency_key=key, **extra)
+    # Then it is a 422 saying what a key must be, and nothing is recorded or called
+    assert (status, answer["success"]) == (422, False)
+    assert answer["error"].startswith("idempotency_key: must "), answer
+    assert hook.engine.log.head() == head
+    assert len(hook.calls) == calls
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (
+            "/webhook/workflow-state",
+            {"action": "process_step", "session_id": "s1", "step_name": "g", "input_data": {}},
+        ),
+        ("/webhook/workflow-state", {"action": "extend_session", "session_id": "s1"}),
+        ("/v1/sessions/s1/steps", {"step": "g", "input": {}, "output": {}}),
+        ("/v1/sessions/s1/process", {"step": "g", "input": {}}),
+        ("/v1/sessions/s1/extend", {"ttl_seconds": 60}),
+        ("/v1/tasks/T1/classify", {}),
+        ("/v1/tasks/T1/reclassify", {}),
+    ],
+)
+@pytest.mark.parametrize("where", ["body", "header"])
+def test_an_empty_idempotency_key_is_refused_on_every_operation_that_takes_one(
+    hook: Hook, path: str, body: dict[str, Any], where: str
+) -> None:
+    create(hook)
+    head = hook.engine.log.head()
+    if where == "body":
+        answer = hook.http.post(path, json={**body, "idempotency_key": ""})
+    else:
+        answer = hook.http.post(path, json=body, headers=[("Idempotency-Key", b"")])
+    assert answer.status_code == 422, answer.text
+    named = "idempotency_key" if where == "body" else "header.Idempotency-Key"
+    assert answer.json()["error"].startswith(f"{named}: must "), answer.text
+    assert hook.engine.log.head() == head
+    assert hook.calls == []
