@@ -76,7 +76,11 @@ Grouping = Annotated[
     ),
 ]
 Exact = Annotated[
-    bool, Query(description="Read the raw rows (exact percentiles) even for windows over a day.")
+    bool,
+    Query(
+        description="true: read the raw rows (exact percentiles) even for windows over a day"
+        " (true or false: any other spelling is a 422)."
+    ),
 ]
 
 

@@ -5,7 +5,9 @@ answered by the last value alone. A header the operation declares (``Idempotency
 twice is refused the same way: the first was taken, the other dropped without a word. A
 number is written as JSON writes one, in ASCII digits: the framework read ``limit=1_0``,
 ``limit=+5``, ``limit= 5`` as Python's ``int()`` does (as 10, 5 and 5); another script's
-digits, which ``int()`` reads too, are refused alike."""
+digits, which ``int()`` reads too, are refused alike. A boolean is ``true`` or ``false``, as
+the OpenAPI document's ``boolean`` is written in a query: ``yes``, ``on``, ``1``, ``t``, ``True``
+were read as the framework's lax booleans read them."""
 
 from __future__ import annotations
 
@@ -46,28 +48,32 @@ _WRITTEN = {
         re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?"),
         "Input should be a valid number in ASCII digits, like 2 or 0.5",
     ),
+    bool: (re.compile(r"true|false"), "must be true or false"),
 }
 """How a number in a query string is written (no sign but '-', no space, underscore, fraction of a
-whole number or other script's digits), and what a value written otherwise is told."""
+whole number or other script's digits), and a boolean (one rule for every boolean parameter,
+current and future: the framework read ``exact=yes``, ``overdue=1``, ``exact=on`` as true and
+``n``, ``off``, ``0`` as false); and what a value written otherwise is told."""
 
 
-def number_kind(annotation: object) -> type | None:
-    """``int`` or ``float`` when a parameter so annotated takes numbers (``int | None``,
-    ``list[int]``), else None (a ``bool`` is no number)."""
+def written_kind(annotation: object) -> type | None:
+    """``int``, ``float`` or ``bool`` when a parameter so annotated takes numbers or booleans
+    (``int | None``, ``list[int]``, ``bool | None``), else None."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated or (
         isinstance(origin, type) and issubclass(origin, Sequence | set | frozenset)
     ):
-        return number_kind(typing.get_args(annotation)[0])
+        return written_kind(typing.get_args(annotation)[0])
     if origin is typing.Union or origin is types.UnionType:
-        kinds = {number_kind(arg) for arg in typing.get_args(annotation)} - {None}
+        kinds = {written_kind(arg) for arg in typing.get_args(annotation)} - {None}
         return kinds.pop() if len(kinds) == 1 else None
     return annotation if annotation in _WRITTEN else None
 
 
 def loosely_written(request: Request, dependant: Dependant) -> list[dict[str, object]]:
     """A validation error for each number of the query (or the path) written in a way only
-    Python's ``int()`` or ``float()`` reads (``1_0``, ``+5``, `` 5``, another script's digits)."""
+    Python's ``int()`` or ``float()`` reads (``1_0``, ``+5``, `` 5``, another script's digits),
+    and each boolean written other than ``true`` or ``false``."""
     problems: list[dict[str, object]] = []
     places = (
         ("query", dependant.query_params, request.query_params.getlist),
@@ -75,7 +81,7 @@ def loosely_written(request: Request, dependant: Dependant) -> list[dict[str, ob
     )
     for place, fields, values_of in places:
         for field in fields:
-            kind = number_kind(field.field_info.annotation)
+            kind = written_kind(field.field_info.annotation)
             if kind is None:
                 continue
             pattern, said = _WRITTEN[kind]
@@ -100,7 +106,8 @@ def single_query(dependant: Dependant) -> set[str]:
 async def refuse_unknown_query(request: Request) -> None:
     """A dependency of every route (``create_app``): a RequestValidationError, rendered as any
     other 422, naming the parameters the operation does not declare and those it does, or a
-    number of the query or the path not written in ASCII digits (``loosely_written``). Async,
+    number of the query or the path not written in ASCII digits or a boolean not written
+    ``true`` or ``false`` (``loosely_written``). Async,
     so it runs in the request's task: a plain function would cost every request a thread hop.
 
     It depends on the route alone, so it answers before the caller's key is looked at, as an

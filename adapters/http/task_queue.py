@@ -99,7 +99,13 @@ def list_tasks(
     status: StatusName = None,
     priority: Annotated[Priority | None, Query()] = None,
     agent_id: Annotated[str | None, Query(max_length=MAX_ID, pattern=NAME_PATTERN)] = None,
-    overdue: bool | None = None,
+    overdue: Annotated[
+        bool | None,
+        Query(
+            description="true: only open tasks past their deadline; false: only open tasks not past it"
+            " (true or false: any other spelling is a 422)."
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
     after: Annotated[str | None, Query(max_length=MAX_ID, pattern=NAME_PATTERN)] = None,
 ) -> list[Json]:
