@@ -25,6 +25,7 @@ from flowledger.infrastructure.postgres.keys import (
     ApiKey,
     PostgresKeyStore,
     StaticKeys,
+    key_id_salt,
     require_lifetime,
 )
 
@@ -137,13 +138,22 @@ def revoke(key_id: Annotated[str, typer.Argument(help="The key's id, as listed."
     with reported_errors():
         if not key_id.strip():  # an unset shell variable: a mistake, not a key that is not there
             raise ValidationError("key_id", "must be a non-empty string")
+        settings = Settings.from_env()
         with _store() as store:
             found = store.revoke(key_id)
-        given = {key.key_id for key in StaticKeys(Settings.from_env().api_keys).list()}
-    if not found and key_id in given:
+            given = StaticKeys(settings.api_keys, salt=key_id_salt(settings, store))
+    if not found and given.by_id(key_id) is not None:
         fail(
             f"key {key_id!r} is given in FLOWLEDGER_API_KEYS, not stored: remove it there and restart the"
             " servers that read it",
+            3,
+        )
+    former = None if found else given.by_former_id(key_id)
+    if former is not None:
+        fail(
+            f"{key_id!r} is the id recorded before ids were salted of the key now listed as"
+            f" {former.key_id!r}, given in FLOWLEDGER_API_KEYS, not stored: remove it there and"
+            " restart the servers that read it",
             3,
         )
     if not found:

@@ -32,7 +32,14 @@ from flowledger.adapters.http.guesses import Guesses, retry_after
 from flowledger.adapters.http.tenants import Tenants
 from flowledger.domain.errors import StoreRefused, StoreUnavailable
 from flowledger.infrastructure import Engine, Settings
-from flowledger.infrastructure.postgres.keys import ROLES, ApiKey, PostgresKeyStore, StaticKeys, digest
+from flowledger.infrastructure.postgres.keys import (
+    ROLES,
+    ApiKey,
+    PostgresKeyStore,
+    StaticKeys,
+    digest,
+    key_id_salt,
+)
 from flowledger.infrastructure.settings import MEMORY_URL
 
 COOKIE = "flowledger_key"
@@ -81,7 +88,7 @@ class Keyring:
         store = (
             None if database_url == MEMORY_URL else PostgresKeyStore(database_url, settings.schema, settings)
         )
-        return cls(StaticKeys(settings.api_keys), store)
+        return cls(StaticKeys(settings.api_keys, salt=key_id_salt(settings, store)), store)
 
     def any_configured(self) -> bool:
         """Whether any key exists, or existed and was revoked (blocking: asks the database)."""

@@ -20,12 +20,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import Connection, sql
-from psycopg.errors import InsufficientPrivilege
+from psycopg.errors import InsufficientPrivilege, UndefinedTable
 from psycopg.rows import dict_row
 
 from flowledger.domain.bounds import UNSTORABLE_CHARACTERS, require_name, require_tenant
 from flowledger.domain.errors import MigrationRefused, ValidationError
 from flowledger.infrastructure.postgres.database import deadlines_of
+from flowledger.infrastructure.postgres.key_ids import (
+    SALT_DDL,
+    SALT_TABLE,
+    env_key_id,
+    former_env_key_id,
+    installation_salt,
+)
 from flowledger.infrastructure.postgres.lazy_pool import LazyPool
 from flowledger.infrastructure.postgres.tenants import admit_tenant
 from flowledger.infrastructure.settings import Settings
@@ -121,14 +128,17 @@ def require_lifetime(expires_in: timedelta, field: str = "expires_in") -> None:
 
 
 class StaticKeys:
-    """Keys given in the environment as ``tenant:role:secret``; their id is derived from the secret."""
+    """Keys given in the environment as ``tenant:role:secret``; their id is derived from the
+    secret under the installation's ``salt`` (``key_ids.env_key_id``)."""
 
-    def __init__(self, grants: tuple[tuple[str, str, str], ...]) -> None:
+    def __init__(self, grants: tuple[tuple[str, str, str], ...], *, salt: bytes) -> None:
         self._keys: list[tuple[bytes, ApiKey]] = []
+        self._former: dict[str, ApiKey] = {}
         for tenant, role, secret in grants:
             check_grant(tenant, role)
-            key_id = "env-" + hashlib.sha256(secret.encode()).hexdigest()[:10]
-            self._keys.append((digest(secret), ApiKey(key_id, tenant, role, label="environment")))
+            key = ApiKey(env_key_id(salt, secret), tenant, role, label="environment")
+            self._keys.append((digest(secret), key))
+            self._former[former_env_key_id(secret)] = key
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -150,6 +160,10 @@ class StaticKeys:
         """The key with this id and its secret's digest, else None."""
         return next(((key, stored) for stored, key in self._keys if key.key_id == key_id), None)
 
+    def by_former_id(self, key_id: str) -> ApiKey | None:
+        """The key that events and logs recorded as ``key_id`` before ids were salted, else None."""
+        return self._former.get(key_id)
+
 
 class PostgresKeyStore:
     """Keys in ``<schema>.api_keys``; the table is created on first use (under an advisory lock)."""
@@ -157,6 +171,7 @@ class PostgresKeyStore:
     def __init__(self, database_url: str, schema: str, settings: Settings | None = None) -> None:
         self._schema = schema
         self._table = sql.Identifier(schema, "api_keys")
+        self._salt: bytes | None = None
         # A small pool of its own: a request's key check must not wait behind the engine's writers.
         self._pool = LazyPool(
             database_url,
@@ -170,6 +185,22 @@ class PostgresKeyStore:
         """Close the connections."""
         self._pool.close()
 
+    def id_salt(self) -> bytes:
+        """The installation's salt for the ids of the environment's keys (``key_ids``), made
+        on first use and kept in the database: the same on every server and after a restart."""
+        if self._salt is None:
+            try:
+                with self._connection() as conn:
+                    self._salt = installation_salt(conn, self._schema)
+            except (UndefinedTable, InsufficientPrivilege):
+                raise MigrationRefused(
+                    self._schema,
+                    f"the ids of FLOWLEDGER_API_KEYS' keys need {SALT_TABLE}, which this role may"
+                    " not make or use: its owner should run `flowledger keys list` once and grant"
+                    f" SELECT, INSERT on {self._schema}.{SALT_TABLE}",
+                ) from None
+        return self._salt
+
     def _connection(self) -> AbstractContextManager[Connection[Any]]:
         """A pooled connection for one operation: its statements end with the deadline."""
         return self._pool.connection()
@@ -182,15 +213,17 @@ class PostgresKeyStore:
         # A table made before keys could expire has no ``expires_at``, one made before dashboard
         # sign-outs were kept no ``sessions_ended_until``: each is added under the same lock,
         # without CREATE SCHEMA (which such a role may not run either).
+        # The salt's table (``key_ids``) likewise: a schema made before ids were salted lacks it.
+        salt_table = sql.Identifier(self._schema, SALT_TABLE)
         row = conn.execute(
             "SELECT to_regclass(%(table)s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute"
             " WHERE attrelid = to_regclass(%(table)s) AND attname = 'expires_at' AND NOT attisdropped),"
             " EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%(table)s)"
-            " AND attname = 'sessions_ended_until' AND NOT attisdropped)",
-            {"table": self._table.as_string(conn)},
+            " AND attname = 'sessions_ended_until' AND NOT attisdropped), to_regclass(%(salt)s) IS NOT NULL",
+            {"table": self._table.as_string(conn), "salt": salt_table.as_string(conn)},
         ).fetchone()
-        table_exists, expiry_exists, sign_out_exists = row if row else (False, False, False)
-        if expiry_exists and sign_out_exists:
+        table_exists, expiry_exists, sign_out_exists, salt_exists = row if row else (False,) * 4
+        if expiry_exists and sign_out_exists and salt_exists:
             return
         schema = sql.Identifier(self._schema)
         # Engines and `keys create` may start at once: the lock makes CREATE ... IF NOT EXISTS safe.
@@ -202,9 +235,14 @@ class PostgresKeyStore:
                     conn.execute(sql.SQL(_DDL).format(schema=schema))
                 conn.execute(sql.SQL(_EXPIRY_COLUMN).format(schema=schema))
                 conn.execute(sql.SQL(_SIGN_OUT_COLUMN).format(schema=schema))
+                conn.execute(sql.SQL(SALT_DDL).format(salt_table))
         except InsufficientPrivilege:
             if not table_exists:
                 raise
+            if expiry_exists and sign_out_exists:
+                # Only the salt is missing: the keys stored here work; an environment key's id
+                # cannot be made until the owner makes the table (``id_salt`` says so then).
+                return
             column, since = (
                 ("expires_at", "keys could expire")
                 if not expiry_exists
@@ -334,3 +372,16 @@ class PostgresKeyStore:
         if found is None or not hmac.compare_digest(found[1], digest(token)):
             return None
         return found[0]
+
+
+def key_id_salt(settings: Settings, store: PostgresKeyStore | None) -> bytes:
+    """The salt the ids of ``settings``' environment keys are made under: the database's
+    (``PostgresKeyStore.id_salt``), asked only when there are such keys; in memory, where no
+    event outlives the process, one of this process."""
+    if store is None or not settings.api_keys:
+        return _PROCESS_SALT
+    return store.id_salt()
+
+
+_PROCESS_SALT = secrets.token_bytes(32)
+"""The salt of keys whose events live in this process alone (the in-memory store)."""

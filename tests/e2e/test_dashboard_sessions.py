@@ -67,7 +67,8 @@ def test_an_altered_session_opens_nothing(client: TestClient, part: int) -> None
 
 
 def test_a_session_ends_after_its_hours(client: TestClient) -> None:
-    key_id = "env-" + __import__("hashlib").sha256(ACME_WRITER.encode()).hexdigest()[:10]
+    key_id = signed_in(client, ACME_WRITER).split(".")[1]  # the key's id, salted (key_ids)
+    client.cookies.clear()
     ended = session_for(key_id, digest(ACME_WRITER), time.time() - SESSION_S - 1)
     current = session_for(key_id, digest(ACME_WRITER), time.time())
     client.cookies.set(COOKIE, current, path="/dashboard")

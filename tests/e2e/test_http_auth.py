@@ -400,13 +400,13 @@ def _keys_or_loopback(host: str, keys: Keyring, insecure: bool) -> bool:
 
 
 def test_serve_refuses_a_network_address_with_no_key_unless_insecure() -> None:
-    nothing = Keyring(StaticKeys(()), None)
+    nothing = Keyring(StaticKeys((), salt=b"test salt"), None)
     with pytest.raises(typer.BadParameter, match="--insecure"):
         _keys_or_loopback("0.0.0.0", nothing, insecure=False)
     assert _keys_or_loopback("0.0.0.0", nothing, insecure=True) is False
     assert _keys_or_loopback("127.0.0.1", nothing, insecure=False) is False
     assert _keys_or_loopback("::1", nothing, insecure=False) is False
-    with_keys = Keyring(StaticKeys((("acme", "reader", ACME_READER),)), None)
+    with_keys = Keyring(StaticKeys((("acme", "reader", ACME_READER),), salt=b"test salt"), None)
     assert _keys_or_loopback("0.0.0.0", with_keys, insecure=False) is True
 
 

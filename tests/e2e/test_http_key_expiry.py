@@ -219,7 +219,12 @@ def test_revoking_a_key_of_the_environment_says_where_it_comes_from(
 ) -> None:
     # Given a key given in FLOWLEDGER_API_KEYS, whose id the access log and the events show
     monkeypatch.setenv("FLOWLEDGER_API_KEYS", "acme:writer:env-secret-0123456789abcdef")
-    key_id = StaticKeys(Settings.from_env().api_keys).list()[0].key_id
+    settings = Settings.from_env()
+    keys = PostgresKeyStore(settings.database_url or "", settings.schema, settings)
+    try:
+        key_id = StaticKeys(settings.api_keys, salt=keys.id_salt()).list()[0].key_id
+    finally:
+        keys.close()
     # When it is revoked
     result = cli_env.invoke(cli, ["keys", "revoke", key_id])
     # Then the command says it is the environment's, which only removing it there revokes

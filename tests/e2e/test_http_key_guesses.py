@@ -30,7 +30,7 @@ class CountingKeyring(Keyring):
     """The test keys, counting every lookup (each one a database query for a stored key)."""
 
     def __init__(self) -> None:
-        super().__init__(StaticKeys(KEYS), None)
+        super().__init__(StaticKeys(KEYS, salt=b"test salt"), None)
         self.lookups = 0
         self._counting = threading.Lock()  # lookups run in the server's worker threads
 

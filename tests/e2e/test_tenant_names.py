@@ -75,7 +75,7 @@ def test_a_key_reaches_a_tenant_whose_name_has_a_space(
 def test_a_key_in_the_environment_may_name_such_a_tenant() -> None:
     settings = Settings.from_env({"FLOWLEDGER_API_KEYS": f"{SPACED}:writer:s3cret-s3cret-s3cret"})
     assert settings.api_keys == ((SPACED, "writer", "s3cret-s3cret-s3cret"),)
-    assert [key.tenant for key in StaticKeys(settings.api_keys).list()] == [SPACED]
+    assert [key.tenant for key in StaticKeys(settings.api_keys, salt=b"test salt").list()] == [SPACED]
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def assert_refused(result: subprocess.CompletedProcess[str], line: str) -> None:
 def test_a_key_in_the_environment_spells_any_tenant_percent_encoded(written: str, tenant: str) -> None:
     settings = Settings.from_env({"FLOWLEDGER_API_KEYS": f"{written}:writer:s3cret:with:colons:and:more"})
     assert settings.api_keys == ((tenant, "writer", "s3cret:with:colons:and:more"),)
-    assert [key.tenant for key in StaticKeys(settings.api_keys).list()] == [tenant]
+    assert [key.tenant for key in StaticKeys(settings.api_keys, salt=b"test salt").list()] == [tenant]
 
 
 def test_a_tenant_that_is_no_utf8_once_percent_decoded_is_refused() -> None:
