@@ -26,6 +26,7 @@ import json
 import math
 import re
 import sys
+import unicodedata
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, TypeVar, cast
@@ -261,10 +262,13 @@ def require_tenant(value: Any) -> str:
     return _require_storable_name("tenant", value)
 
 
-def require_id(field_name: str, value: Any) -> str:
+def require_id(field_name: str, value: Any, *, unlike_others: bool = True) -> str:
     """Raise ValidationError unless ``value`` is a name (``require_name``) holding no ``/`` and
     not only dots: the id of a new session, task or agent, which URL paths address (clients
-    resolve ``.`` and ``..`` segments away: ``/v1/tasks/.`` is the task list)."""
+    resolve ``.`` and ``..`` segments away: ``/v1/tasks/.`` is the task list); and that looks
+    like no other id (``_require_unlike_others``), unless ``unlike_others`` is False (a budget's
+    subject, which may name a session stored before that rule). Only a new id is held to it:
+    one stored before is looked up as it was written (``scoped_uuid``)."""
     name = require_name(field_name, value)
     if "/" in name:
         raise ValidationError(field_name, "must not contain '/': URL paths address the id and would split it")
@@ -272,7 +276,35 @@ def require_id(field_name: str, value: Any) -> str:
         raise ValidationError(
             field_name, "must not be only dots: URL paths address the id ('.' and '..' vanish)"
         )
+    if unlike_others and (not name.isascii() or name[0].isspace() or name[-1].isspace()):
+        _require_unlike_others(field_name, name)
     return name
+
+
+def _require_unlike_others(field_name: str, name: str) -> None:
+    """Refuse an id that is shown as another id is, yet is another: white space around it, a
+    character drawn as nothing anywhere in it (``IGNORABLE_CLASS``: a zero-width space, a word
+    joiner, a byte-order mark, a soft hyphen), or letters not in Unicode's composed form (NFC:
+    ``cafe`` and U+0301 is shown as ``café``, which is another string). Each was taken, and
+    ``look-1`` and ``look-1 `` were two sessions a reader could not tell apart."""
+    if name != name.strip():
+        raise ValidationError(
+            field_name, f"must not have white space around it: it would look like another id (got {name!r})"
+        )
+    found = _IGNORABLE.search(name)
+    if found is not None:
+        raise ValidationError(
+            field_name,
+            f"must not contain characters drawn as nothing (found U+{ord(found.group()):04X}): it would"
+            f" look like another id (got {name!r})",
+        )
+    if not unicodedata.is_normalized("NFC", name):
+        composed = unicodedata.normalize("NFC", name)
+        raise ValidationError(
+            field_name,
+            f"must be in Unicode's composed form (NFC): it would look like {composed!r}, another id"
+            f" (got {name!a}: shown alike, its combining marks written out)",
+        )
 
 
 def scoped_uuid(namespace: UUID, field_name: str, tenant: str, name: str) -> UUID:

@@ -128,7 +128,7 @@ def require_subject(scope: str, subject: object) -> str:
         )
     if scope == "session":
         try:
-            require_id("subject", name)
+            require_id("subject", name, unlike_others=False)  # it may name a session stored before
         except ValidationError:
             raise ValidationError(
                 "subject",
