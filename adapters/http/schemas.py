@@ -85,6 +85,20 @@ ResolutionText = Annotated[
 ]
 """A resolution given as text, checked by the domain (``bounds.require_resolution``, in its words);
 the document says its rule, which it typed as any string: generated clients sent ``""``, a 422."""
+
+
+def _object_or_text(value: Any) -> Any:
+    """``value`` if it is a JSON object or a string; else one error saying what a resolution is.
+    Left to the union, a number was refused twice, once per member, each under a location
+    naming a Python type (``resolution.dict[str,any]: ...; resolution.str: ...``)."""
+    if isinstance(value, dict | str):
+        return value
+    raise PydanticCustomError("resolution_type", "must be a JSON object or a string")
+
+
+Resolution = Annotated[dict[str, Any] | ResolutionText, BeforeValidator(_object_or_text)]
+"""An outcome, as a session and a task end with it: a JSON object, or text (kept as
+``{"resolution": text}`` by the domain)."""
 MAX_VERSION = 2**31 - 1
 
 
@@ -396,7 +410,7 @@ class ForkSession(Body):
 
 
 class Complete(Body):
-    resolution: dict[str, Any] | ResolutionText = Field(
+    resolution: Resolution = Field(
         default_factory=dict, description='A JSON object, or text kept as {"resolution": text}.'
     )
 

@@ -22,7 +22,7 @@ from flowledger.adapters.http.schemas import (
     EventOut,
     Integer,
     PathId,
-    ResolutionText,
+    Resolution,
     name,
     required_id,
     required_name,
@@ -130,7 +130,7 @@ class Outcome(Body):
     """What the finished task produced: ``resolution``, as a session ends with (``result``, the
     name before, is still accepted)."""
 
-    resolution: Json | ResolutionText | None = Field(
+    resolution: Resolution | None = Field(
         default=None,
         validation_alias=AliasChoices("resolution", "result"),
         description='A JSON object, or a string (kept as {"resolution": "..."}, as a session keeps it).',
