@@ -150,6 +150,25 @@ def _rank_key(
     )
 
 
+_NAMED_FULL = 5
+"""The most full agents an escalation names one by one (the rest are counted)."""
+
+
+def _full(capable: list[AgentProfile]) -> str:
+    """Why none of the ``capable`` agents could take the task: each named with its load, a
+    paused one (capacity 0) as such, so that a person can tell a pause from a full roster."""
+    shown = [
+        f"{a.agent_id} paused (capacity 0)" if a.capacity == 0 else f"{a.agent_id} {a.load}/{a.capacity}"
+        for a in sorted(capable, key=lambda agent: agent.agent_id)[:_NAMED_FULL]
+    ]
+    named = ", ".join(shown)
+    if len(capable) > _NAMED_FULL:
+        named += f" and {len(capable) - _NAMED_FULL} more"
+    if len(capable) == 1:
+        return f"the 1 capable agent is at capacity: {named}"
+    return f"all {len(capable)} capable agents are at capacity: {named}"
+
+
 def tied_best(
     task_id: str, required: Collection[str] | Needs, agents: Iterable[AgentProfile]
 ) -> list[AgentProfile]:
@@ -211,10 +230,7 @@ def choose_agent(
         )
     capable = capable_agents(needs, profiles)
     if capable:
-        return NoChoice(
-            reason=EscalationReason.ALL_AT_CAPACITY,
-            detail=f"all {len(capable)} capable agents are at capacity",
-        )
+        return NoChoice(reason=EscalationReason.ALL_AT_CAPACITY, detail=_full(capable))
     wanted = ", ".join(sorted(skills))
     if needs.derived and len(skills) > 1:
         wanted = f"any of {wanted}"
