@@ -474,13 +474,15 @@ class TaskNotFound(TaskError):
         super().__init__(task_id, f"task {task_id!r} not found")
 
 
-def _differing(fields: tuple[str, ...], detail: str) -> str:
-    """What a repeated creation changed, then what stands: ": its description and priority
-    differ (it has ...)"; ``: detail`` when no field is named."""
+def _differing(fields: tuple[str, ...], detail: str, stands: str = "it has") -> str:
+    """What a repeated creation changed, then what stands (``stands``: what ``detail`` is):
+    ": its description and priority differ (it has ...)"; ``: detail`` when no field is named.
+    A field named in the plural (``skills``) takes the plural verb."""
     if not fields:
         return f": {detail}"
     listed = fields[0] if len(fields) == 1 else f"{', '.join(fields[:-1])} and {fields[-1]}"
-    return f", and its {listed} differ{'s' if len(fields) == 1 else ''} (it has {detail})"
+    singular = len(fields) == 1 and not fields[0].endswith("skills")
+    return f", and its {listed} differ{'s' if singular else ''} ({stands} {detail})"
 
 
 class TaskConflict(TaskError):
@@ -488,7 +490,10 @@ class TaskConflict(TaskError):
     names those the repeat changed."""
 
     def __init__(self, task_id: str, detail: str, fields: tuple[str, ...] = ()) -> None:
-        super().__init__(task_id, f"task {task_id!r} already exists{_differing(fields, detail)}")
+        # The fields compared are the creation's: a classification may have derived skills,
+        # a priority and a deadline since, which the task has now.
+        stands = "it was created with"
+        super().__init__(task_id, f"task {task_id!r} already exists{_differing(fields, detail, stands)}")
         self.fields = fields
 
 

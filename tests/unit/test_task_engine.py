@@ -87,7 +87,7 @@ def test_a_conflicting_repeat_names_the_fields_it_changed(engine: Engine) -> Non
     # another description read as a conflict over fields that were all the same)
     assert task_raised.value.fields == ("description",)
     assert str(task_raised.value).startswith(
-        "task 't1' already exists, and its description differs (it has priority='high'"
+        "task 't1' already exists, and its description differs (it was created with priority='high'"
     )
     assert agent_raised.value.fields == ("skills", "capacity")
     assert str(agent_raised.value) == (
