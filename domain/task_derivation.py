@@ -20,15 +20,24 @@ class RoutingChange:
     derivation: str = ""
 
 
+_NOT_APPLIED = "not applied, an agent holds the task (a classification routes a task only while it waits)"
+
+
 def routing_change(
     derivation: Derivation | None, *, waiting: bool, priority: str, creator_priority: str, complexity: str
 ) -> RoutingChange:
     """What ``derivation`` (the skill catalogue's, for a classification of ``complexity``)
-    changes for a task whose current priority is ``priority``: nothing unless the task waits.
-    A priority an earlier classification raised goes back to the creator's when this one
-    raises none, and the reasons say so."""
-    if derivation is None or not waiting:
+    changes for a task whose current priority is ``priority``: nothing unless the task waits
+    (the reasons are kept, saying they were not applied: an empty derivation left a history
+    unable to tell why a reclassification of an assigned task raised nothing). A priority an
+    earlier classification raised goes back to the creator's when this one raises none, and
+    the reasons say so."""
+    if derivation is None:
         return RoutingChange()
+    if not waiting:
+        if not derivation.reason:
+            return RoutingChange()
+        return RoutingChange(derivation=storable(f"{_NOT_APPLIED}: {derivation.reason}", 2000))
     raised = derivation.priority.value if derivation.priority is not None else None
     if raised is None and priority != creator_priority:
         # An earlier classification raised it and this one raises nothing: the raise it
