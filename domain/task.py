@@ -543,6 +543,7 @@ class Task(FlowledgerAggregate):
     def _released(self, agent_id: str, reason: str, released_at: datetime) -> None:
         self.status = TaskStatus.PENDING.value
         self.assignment = None  # the agent let it go; the history keeps the assignment
+        self.started_at = None  # a start belongs to the assignment it was made under
 
     @event(ClassificationDiscarded)
     def _classification_discarded(self, reason: str, usage: LlmUsage) -> None:
@@ -574,6 +575,7 @@ class Task(FlowledgerAggregate):
         # Back in the queue; the history keeps why it was escalated and who had it.
         self.escalation = None
         self.assignment = None
+        self.started_at = None
         if deadline is not None:
             self.deadline = deadline
             self.requeued_deadline = deadline

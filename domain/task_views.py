@@ -237,7 +237,9 @@ class TaskState:
             assignment=task.assignment,
             escalation=task.escalation,
             times_assigned=task.times_assigned,
-            started_at=task.started_at,
+            # A start belongs to the assignment it was made under: a snapshot taken before the
+            # fold cleared it on Released and Requeued kept it beside no assignment.
+            started_at=task.started_at if task.assignment is not None else None,
             completed_at=task.completed_at,
             result=task.result,
             created_at=task.created_on,

@@ -151,7 +151,7 @@ def fold_task(row: Row, event: Any) -> None:
         if event.usage is not None:
             row["cost_usd"] = charged(row["cost_usd"], event.usage)
     elif isinstance(event, Task.Requeued):
-        row.update(status="pending", agent_id=None, escalation_reason=None)
+        row.update(status="pending", agent_id=None, escalation_reason=None, started_at=None)
         if event.deadline is not None:
             row["deadline"] = event.deadline
     elif isinstance(event, Task.Started):
@@ -163,7 +163,7 @@ def fold_task(row: Row, event: Any) -> None:
         if event.usage is not None:
             row["cost_usd"] = charged(row["cost_usd"], event.usage)
     elif isinstance(event, Task.Released):
-        row.update(status="pending", agent_id=None)
+        row.update(status="pending", agent_id=None, started_at=None)
     elif isinstance(event, Task.ClassificationDiscarded):
         # A call whose answer came too late was still paid for: the task's cost counts it,
         # as the cost dashboard does.
