@@ -234,10 +234,17 @@ def choose_agent(
     wanted = ", ".join(sorted(skills))
     if needs.derived and len(skills) > 1:
         wanted = f"any of {wanted}"
-    return NoChoice(
-        reason=EscalationReason.NO_CAPABLE_AGENT,
-        detail=f"none of {len(profiles)} agents covers {wanted or 'the task'}",
-    )
+    return NoChoice(reason=EscalationReason.NO_CAPABLE_AGENT, detail=_uncovered(len(profiles), wanted))
+
+
+def _uncovered(agents: int, wanted: str) -> str:
+    """Why no agent of a roster of ``agents`` covers ``wanted``: an empty roster said "none of
+    0 agents covers cobol", which sent a person looking for the skill, not for the roster."""
+    if agents == 0:
+        return f"no agent is registered (the task needs {wanted})" if wanted else "no agent is registered"
+    if agents == 1:
+        return f"the 1 agent registered does not cover {wanted or 'the task'}"
+    return f"none of {agents} agents covers {wanted or 'the task'}"
 
 
 @dataclass(frozen=True, kw_only=True)

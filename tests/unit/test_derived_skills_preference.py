@@ -101,7 +101,7 @@ def test_derived_skills_nobody_has_escalate_the_task(engine: Engine) -> None:
 
     assert escalated.escalation is not None
     assert escalated.escalation.reason == EscalationReason.NO_CAPABLE_AGENT.value
-    assert "covers any of aws, terraform" in escalated.escalation.detail
+    assert escalated.escalation.detail == "the 1 agent registered does not cover any of aws, terraform"
 
 
 def test_the_queue_run_places_each_two_stack_task(engine: Engine) -> None:

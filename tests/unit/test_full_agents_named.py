@@ -1,4 +1,4 @@
-"""An ``all_at_capacity`` escalation says which agents were full, and which were paused.
+"""An escalation says which agents were full (and which were paused), or that there were none.
 
 An outside probe: the only agent with the skill, paused (``PUT /v1/agents/pz/capacity``
 ``{"capacity": 0}``), and the task assigned: it was escalated ``all 1 capable agents are at
@@ -63,3 +63,25 @@ def test_the_engine_records_the_paused_agent_on_the_escalation() -> None:
         assert task.escalation.detail == "the 1 capable agent is at capacity: pz paused (capacity 0)"
     finally:
         engine.close()
+
+
+def test_an_empty_roster_is_named_as_such_not_blamed_on_the_skill() -> None:
+    # An outside probe: a tenant with no agent at all escalated 'none of 0 agents covers
+    # cobol', which sent a person looking for a cobol agent rather than for the missing roster
+    # (agents registered under another tenant's key, say).
+    choice = choose_agent("T-1", ["cobol"], [])
+    assert isinstance(choice, NoChoice)
+    assert choice.reason is EscalationReason.NO_CAPABLE_AGENT
+    assert choice.detail == "no agent is registered (the task needs cobol)"
+
+
+def test_one_agent_without_the_skill_is_counted_in_the_singular() -> None:
+    choice = choose_agent("T-1", ["cobol"], [profile("tz", 0, 1)])
+    assert isinstance(choice, NoChoice)
+    assert choice.detail == "the 1 agent registered does not cover cobol"
+
+
+def test_several_agents_without_the_skill_read_as_before() -> None:
+    choice = choose_agent("T-1", ["cobol"], [profile("a", 0, 1), profile("b", 0, 1)])
+    assert isinstance(choice, NoChoice)
+    assert choice.detail == "none of 2 agents covers cobol"
