@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from flowledger.domain.assignment_words import full_agents, listed, uncovered
 from flowledger.domain.task_views import EscalationReason, TaskPriority
 
 
@@ -150,25 +151,6 @@ def _rank_key(
     )
 
 
-_NAMED_FULL = 5
-"""The most full agents an escalation names one by one (the rest are counted)."""
-
-
-def _full(capable: list[AgentProfile]) -> str:
-    """Why none of the ``capable`` agents could take the task: each named with its load, a
-    paused one (capacity 0) as such, so that a person can tell a pause from a full roster."""
-    shown = [
-        f"{a.agent_id} paused (capacity 0)" if a.capacity == 0 else f"{a.agent_id} {a.load}/{a.capacity}"
-        for a in sorted(capable, key=lambda agent: agent.agent_id)[:_NAMED_FULL]
-    ]
-    named = ", ".join(shown)
-    if len(capable) > _NAMED_FULL:
-        named += f" and {len(capable) - _NAMED_FULL} more"
-    if len(capable) == 1:
-        return f"the 1 capable agent is at capacity: {named}"
-    return f"all {len(capable)} capable agents are at capacity: {named}"
-
-
 def tied_best(
     task_id: str, required: Collection[str] | Needs, agents: Iterable[AgentProfile]
 ) -> list[AgentProfile]:
@@ -216,10 +198,10 @@ def choose_agent(
         share = coverage(skills, best.skills)
         recent = best.recent_completion_seconds
         pace = f"; recent completion {recent:.0f}s" if recent is not None else ""
-        covered = ", ".join(sorted(skills)) or "no particular skills"
+        covered = listed(skills) or "no particular skills"
         if needs.is_partial():
-            held = sorted(skills & best.skills)
-            covered = f"{len(held)} of {len(skills)} derived skills: {', '.join(held)}"
+            held = skills & best.skills
+            covered = f"{len(held)} of {len(skills)} derived skills: {listed(held)}"
         among = f"of {len(ranked)} eligible"
         if eligible_in_all is not None and eligible_in_all > len(ranked):
             among = f"of the {len(ranked)} considered first, {eligible_in_all} eligible in all"
@@ -230,21 +212,11 @@ def choose_agent(
         )
     capable = capable_agents(needs, profiles)
     if capable:
-        return NoChoice(reason=EscalationReason.ALL_AT_CAPACITY, detail=_full(capable))
-    wanted = ", ".join(sorted(skills))
+        return NoChoice(reason=EscalationReason.ALL_AT_CAPACITY, detail=full_agents(capable))
+    wanted = listed(skills)
     if needs.derived and len(skills) > 1:
         wanted = f"any of {wanted}"
-    return NoChoice(reason=EscalationReason.NO_CAPABLE_AGENT, detail=_uncovered(len(profiles), wanted))
-
-
-def _uncovered(agents: int, wanted: str) -> str:
-    """Why no agent of a roster of ``agents`` covers ``wanted``: an empty roster said "none of
-    0 agents covers cobol", which sent a person looking for the skill, not for the roster."""
-    if agents == 0:
-        return f"no agent is registered (the task needs {wanted})" if wanted else "no agent is registered"
-    if agents == 1:
-        return f"the 1 agent registered does not cover {wanted or 'the task'}"
-    return f"none of {agents} agents covers {wanted or 'the task'}"
+    return NoChoice(reason=EscalationReason.NO_CAPABLE_AGENT, detail=uncovered(len(profiles), wanted))
 
 
 @dataclass(frozen=True, kw_only=True)
