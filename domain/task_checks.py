@@ -148,7 +148,7 @@ def require_requeue_deadline(deadline: datetime | None, current: datetime | None
         raise ValidationError(
             "deadline",
             f"is needed: the task's deadline {current.isoformat()} has passed, so the queue"
-            " would escalate it again at once (give deadline, or deadline_hours over HTTP)",
+            " would escalate it again at once (requeue it with a new deadline)",
         )
 
 

@@ -137,8 +137,11 @@ def test_a_requeue_may_leave_out_a_deadline_still_ahead_but_not_one_passed() -> 
     require_requeue_deadline(None, ahead, T0)
     require_requeue_deadline(None, None, T0)
     # and once the deadline has passed, a new one is needed
-    with pytest.raises(ValidationError, match="is needed: the task's deadline"):
+    with pytest.raises(ValidationError, match="is needed: the task's deadline") as refused:
         require_requeue_deadline(None, ahead, ahead)
+    # in words every caller can act on (the library, REST and the CLI name the deadline apart)
+    assert "over HTTP" not in str(refused.value)
+    assert str(refused.value).endswith("(requeue it with a new deadline)")
 
 
 @pytest.mark.parametrize("deadline", [T0, T0 - timedelta(seconds=1)])
