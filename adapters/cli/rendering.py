@@ -12,7 +12,7 @@ from rich.table import Table
 
 from flowledger.domain.session_views import SessionState
 from flowledger.domain.values import exact_decimal, plain_decimal
-from flowledger.infrastructure.history import HistoryEntry
+from flowledger.infrastructure.history import HistoryEntry, jsonable
 
 RULE_MARGIN = 4
 """What a rule adds around its title: a line piece and a space on each side."""
@@ -49,8 +49,10 @@ def whole_cells(table: Table) -> Table:
 
 
 def _compact(value: Any, limit: int = 80) -> str:
-    """Short JSON, escaped for rich (an erased value reads ``[erased]``, which is also markup)."""
-    text = json.dumps(value, default=str, separators=(",", ":"))
+    """Short JSON, escaped for rich (an erased value reads ``[erased]``, which is also markup),
+    written as REST writes it (``jsonable``): ``default=str`` alone printed a step's usage as
+    ``"LlmUsage(provider='openai', ...)"`` and a time with a space for its ``T``."""
+    text = json.dumps(jsonable(value), default=str, separators=(",", ":"))
     return escape(text if len(text) <= limit else text[: limit - 1] + "…")
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import subprocess
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
+from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.database import drop_schema
 from tests.conftest import make_settings
@@ -31,6 +33,31 @@ def test_history_and_replay_show_a_session_as_it_was(database_url: str, pg_schem
     assert replay.returncode == 0, replay.stderr
     assert "classify" in replay.stdout  # current step at version 2
     assert "refund" not in replay.stdout
+
+
+def test_history_prints_each_events_data_as_json_not_python_reprs(database_url: str, pg_schema: str) -> None:
+    # (It printed a step's usage as "LlmUsage(provider='openai', ...)" and times as
+    # "2026-12-07 22:37:38.981702+00:00", where GET /v1/sessions/{id}/history answers JSON.)
+    # Given a session with a step that carries its usage
+    usage = LlmUsage(
+        provider="openai",
+        request_model="gpt-4.1",
+        input_tokens=812,
+        output_tokens=64,
+        cost_usd=Decimal("0.002136"),
+    )
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        started = engine.start_session("cli-h", "cs")
+        engine.record_step("cli-h", "g", usage=usage)
+
+    # When its history is printed
+    history = run_cli(database_url, pg_schema, "history", "cli-h", columns=400)
+
+    # Then the data column is JSON, as REST's history answers it
+    assert history.returncode == 0, history.stderr
+    assert '"usage":{"provider":"openai"' in history.stdout
+    assert "LlmUsage(" not in history.stdout
+    assert f'"expires_at":"{started.expires_at.isoformat()[:19]}' in history.stdout
 
 
 def test_extend_adds_hours_to_the_expiry_or_sets_it_and_says_so(database_url: str, pg_schema: str) -> None:
