@@ -31,6 +31,10 @@ PUBLIC_KEY_FILE = "checkpoint.pub"
 RETIRED_KEYS_FILE = "retired.pub"
 
 
+_VERIFY = "audit verify checks with the writers' keys"
+"""What a command that reads the writers' keys does, for the line refusing a missing one."""
+
+
 def chain_key(settings: Settings, *, make: bool = True) -> bytes:
     """The chain's HMAC key (made in ``key_dir`` on first use unless given; without ``make``,
     a missing one is a ValidationError: a check must use the writers' key, not a new one)."""
@@ -60,13 +64,15 @@ class SigningKey:
         return self.private.sign(message)
 
 
-def signing_key(settings: Settings, *, make: bool = True) -> SigningKey:
+def signing_key(settings: Settings, *, make: bool = True, reader: str = _VERIFY) -> SigningKey:
     """The checkpoint signing key (made in ``key_dir`` on first use unless given, or refused
-    when missing without ``make``); also writes the public key beside it (``checkpoint.pub``)
-    for publication."""
+    when missing without ``make``, the refusal saying what ``reader`` does); also writes the
+    public key beside it (``checkpoint.pub``) for publication."""
     seed = settings.signing_key
     if seed is None:
-        seed = _key_file(settings.key_dir / SIGNING_KEY_FILE, 32, "FLOWLEDGER_SIGNING_KEY", make=make)
+        seed = _key_file(
+            settings.key_dir / SIGNING_KEY_FILE, 32, "FLOWLEDGER_SIGNING_KEY", make=make, reader=reader
+        )
     key = SigningKey(Ed25519PrivateKey.from_private_bytes(seed))
     public = settings.key_dir / PUBLIC_KEY_FILE
     if settings.signing_key is None and not public.exists():
@@ -144,14 +150,14 @@ def _replace(path: Path, text: str, *, mode: int) -> None:
         temporary.unlink(missing_ok=True)
 
 
-def _key_file(path: Path, size: int, variable: str, *, make: bool = True) -> bytes:
+def _key_file(path: Path, size: int, variable: str, *, make: bool = True, reader: str = _VERIFY) -> bytes:
     """The key in ``path``; a new random one written there (0600) when there is none and
-    ``make``, else a ValidationError naming the variable and the file."""
+    ``make``, else a ValidationError naming the variable, the file and what ``reader`` does."""
     if not path.exists() and not make:
         raise ValidationError(
             variable,
-            f"not set, and {path} does not exist: audit verify checks with the writers' keys and makes"
-            f" none (copy their key directory, or set {variable})",
+            f"not set, and {path} does not exist: {reader} and makes none (copy their key directory,"
+            f" or set {variable})",
         )
     if not path.exists():
         try:

@@ -441,8 +441,11 @@ def checkpoints(
 @audit.command("public-key")
 def public_key_command() -> None:
     """Print the checkpoint public key (hex), for publication."""
-    with reported_errors(), Engine() as engine:
-        typer.echo(engine.audit.signing.public_hex)
+    # The writers' key, read without an engine: an engine's start makes missing keys, and
+    # printed a public key that signed nothing (engines on this host then sealed under new keys).
+    with reported_errors():
+        key = signing_key(Settings.from_env(), make=False, reader="audit public-key prints the writers' key")
+    typer.echo(key.public_hex)
 
 
 @audit.command("rotate-signing-key")

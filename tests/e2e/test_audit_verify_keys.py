@@ -88,3 +88,34 @@ def test_a_log_without_checkpoints_is_verified_with_the_chain_key_alone(
     result = run_cli(database_url, pg_schema, "audit", "verify", env={"FLOWLEDGER_AUDIT_KEY_DIR": str(keys)})
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in keys.iterdir()) == ["chain.key"]
+
+
+def test_audit_public_key_where_the_key_directory_is_missing_refuses_and_makes_no_key(
+    database_url: str, pg_schema: str, tmp_path: Path
+) -> None:
+    # (It started an engine, which made a new chain key and signing key there and printed a
+    # public key that signed nothing: the README's `--public-key "$(flowledger audit public-key)"`
+    # then failed every bundle, and engines on that host would have sealed under the new keys.)
+    # Given a host without the writers' key directory
+    missing = tmp_path / "keys"
+    # When the public key is asked for there
+    result = run_cli(
+        database_url, pg_schema, "audit", "public-key", env={"FLOWLEDGER_AUDIT_KEY_DIR": str(missing)}
+    )
+    # Then it says which key is missing, in one line, exit 2, and writes no key
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: FLOWLEDGER_SIGNING_KEY: "), lines
+    assert str(missing / "checkpoint.key") in lines[0]
+    assert "audit public-key" in lines[0], lines
+    assert not missing.exists()
+
+
+@pytest.mark.usefixtures("written")
+def test_audit_public_key_prints_the_key_the_writers_checkpoints_are_signed_with(
+    database_url: str, pg_schema: str
+) -> None:
+    result = run_cli(database_url, pg_schema, "audit", "public-key")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (TEST_KEY_DIR / "checkpoint.pub").read_text().strip()
