@@ -119,3 +119,26 @@ def test_audit_public_key_prints_the_key_the_writers_checkpoints_are_signed_with
     result = run_cli(database_url, pg_schema, "audit", "public-key")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (TEST_KEY_DIR / "checkpoint.pub").read_text().strip()
+
+
+@pytest.mark.usefixtures("written")
+def test_audit_checkpoints_where_the_key_directory_is_missing_exports_them_and_makes_no_key(
+    database_url: str, pg_schema: str, tmp_path: Path
+) -> None:
+    # (It started an engine, which made both keys there, and ended with that new key as "public key".)
+    missing = tmp_path / "keys"
+    out = tmp_path / "anchors.jsonl"
+    result = run_cli(
+        database_url,
+        pg_schema,
+        "audit",
+        "checkpoints",
+        "--out",
+        str(out),
+        env={"FLOWLEDGER_AUDIT_KEY_DIR": str(missing)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(out.read_text().splitlines()) == 1
+    assert "exported 1 checkpoints" in result.stderr
+    assert "public key" not in result.stderr
+    assert not missing.exists()
