@@ -341,7 +341,7 @@ ExactOption = Annotated[
     bool,
     typer.Option(
         "--exact",
-        help="Read the raw rows (exact percentiles) even for windows over a day, which read roll-ups.",
+        help="Read the raw rows (exact percentiles) even for windows of 25 h or more, which read roll-ups.",
     ),
 ]
 

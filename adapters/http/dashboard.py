@@ -78,7 +78,7 @@ Grouping = Annotated[
 Exact = Annotated[
     bool,
     Query(
-        description="true: read the raw rows (exact percentiles) even for windows over a day"
+        description="true: read the raw rows (exact percentiles) even for windows of 25 h or more"
         " (true or false: any other spelling is a 422)."
     ),
 ]
@@ -165,7 +165,7 @@ def funnel_json(
     workflow: Annotated[str, PathId], caller: Reader, since: Since = "7d", exact: Exact = False
 ) -> list[dict[str, Any]]:
     """The completion funnel of a workflow: reach, conversion, drop-off by cause, time to reach
-    (from roll-ups for windows over a day, unless ``exact``)."""
+    (from roll-ups for windows of 25 h or more, unless ``exact``)."""
     start = _start(caller.engine, since)
     projector = _projector(caller.engine)
     with projector.report() as conn:
