@@ -25,17 +25,19 @@ from flowledger.domain.pricing import (
 )
 
 GROUPINGS: Mapping[str, str] = {
-    "model": "coalesce(model, '(none)')",
-    "provider": "coalesce(provider, '(none)')",
+    "model": "model",
+    "provider": "provider",
     "workflow": "workflow",
     "step": "step",
     "source": "source",
-    "session": "coalesce(subject_id, '(none)')",  # a fork beside its parent (Engine.fork_session)
+    "session": "subject_id",  # a fork beside its parent (Engine.fork_session)
     "minute": "date_trunc('minute', occurred_at, 'UTC')",
     "hour": "date_trunc('hour', occurred_at, 'UTC')",
     "day": "date_trunc('day', occurred_at, 'UTC')",
 }
-"""What a dashboard can be grouped by (time buckets are UTC)."""
+"""What a dashboard can be grouped by (time buckets are UTC). Calls that recorded no model,
+provider or session are grouped under None, a value no name can take: written as the text
+``'(none)'``, they were one group with a model a provider or caller named ``(none)``."""
 
 READS = ("auto", "raw", "rollups")
 """Where ``dashboard`` reads: ``raw`` rows (exact percentiles), the ``rollups``, or ``auto``:
@@ -125,6 +127,14 @@ def _groups(by: Sequence[str]) -> list[sql.Composable]:
     return [sql.SQL(f"{GROUPINGS[key]} AS g{i}") for i, key in enumerate(by)]  # type: ignore[arg-type]
 
 
+def _same(by: Sequence[str]) -> sql.Composable:
+    """``totals`` and ``errors`` rows of the same group, a None (no model) matching a None."""
+    return sql.SQL(" AND ").join(
+        sql.SQL("totals.{key} IS NOT DISTINCT FROM errors.{key}").format(key=sql.Identifier(f"g{i}"))
+        for i in range(max(len(by), 1))
+    )
+
+
 def _keys(count: int) -> sql.Composable:
     return sql.SQL(", ").join(sql.Identifier(f"g{i}") for i in range(max(count, 1)))
 
@@ -167,22 +177,26 @@ def dashboard(
             FROM (SELECT {keys}, error_type, count(*) AS n FROM calls
                   WHERE error_type IS NOT NULL GROUP BY {keys}, error_type) AS e
             GROUP BY {keys}
+        ), totals AS (
+            SELECT {keys}, count(*), count(error_type), sum(input_tokens), sum(output_tokens),
+                   sum(cache_read_input_tokens), sum(reasoning_output_tokens), sum(cost_usd),
+                   avg(latency_ms),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms),
+                   percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms),
+                   percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms),
+                   coalesce(sum(answer_usd) FILTER (WHERE error_type IS NULL), 0),
+                   coalesce(sum(retried_cost_usd) FILTER (WHERE error_type IS NULL), 0),
+                   coalesce(sum(cost_usd) FILTER (WHERE error_type IS NOT NULL), 0),
+                   count(*) FILTER (WHERE unpriced), sum(cache_creation_input_tokens),
+                   sum(audio_input_tokens), sum(audio_output_tokens)
+            FROM calls GROUP BY {keys}
         )
-        SELECT {keys}, count(*), count(error_type), sum(input_tokens), sum(output_tokens),
-               sum(cache_read_input_tokens), sum(reasoning_output_tokens), sum(cost_usd),
-               avg(latency_ms),
-               percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms),
-               percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms),
-               percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms),
-               min(errors.by_type::text),
-               coalesce(sum(answer_usd) FILTER (WHERE error_type IS NULL), 0),
-               coalesce(sum(retried_cost_usd) FILTER (WHERE error_type IS NULL), 0),
-               coalesce(sum(cost_usd) FILTER (WHERE error_type IS NOT NULL), 0),
-               count(*) FILTER (WHERE unpriced), sum(cache_creation_input_tokens),
-               sum(audio_input_tokens), sum(audio_output_tokens)
-        FROM calls LEFT JOIN errors USING ({keys})
-        GROUP BY {keys}
-    """).format(groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=keys)
+        -- Joined once both are per group, and NULL to NULL: a group of calls with no model
+        -- is None, and USING (a plain =) left its errors by type out.
+        SELECT totals.*, errors.by_type::text FROM totals LEFT JOIN errors ON {same}
+    """).format(
+        groups=sql.SQL(", ").join(_groups(by)), reader=sql.Identifier(reader), keys=keys, same=_same(by)
+    )
     rows = conn.execute(statement, {"tenant": tenant, "since": since, "until": until}).fetchall()
     width = max(len(by), 1)
     result = []
@@ -193,7 +207,7 @@ def dashboard(
                 group=in_utc(row[:width]),
                 calls=n[0],
                 errors=n[1],
-                errors_by_type=_json_counts(n[11]),
+                errors_by_type=_json_counts(n[18]),
                 input_tokens=int(n[2]),
                 output_tokens=int(n[3]),
                 cached_tokens=int(n[4]),
@@ -203,13 +217,13 @@ def dashboard(
                 latency_p50_ms=n[8],
                 latency_p95_ms=n[9],
                 latency_p99_ms=n[10],
-                succeeded_cost_usd=n[12],
-                retried_cost_usd=n[13],
-                failed_cost_usd=n[14],
-                unpriced_calls=n[15],
-                cache_creation_tokens=int(n[16]),
-                audio_input_tokens=int(n[17]),
-                audio_output_tokens=int(n[18]),
+                succeeded_cost_usd=n[11],
+                retried_cost_usd=n[12],
+                failed_cost_usd=n[13],
+                unpriced_calls=n[14],
+                cache_creation_tokens=int(n[15]),
+                audio_input_tokens=int(n[16]),
+                audio_output_tokens=int(n[17]),
             )
         )
     return costliest_first(result)
@@ -220,7 +234,8 @@ def costliest_first(rows: list[DashboardRow]) -> list[DashboardRow]:
     and roll-ups in one order (ORDER BY in SQL broke ties by the database's collation, 'a'
     before 'B' under en-US, where the roll-ups put 'B' first)."""
     # Two stable sorts, not a key of -cost: negating a Decimal rounds it to the thread's context.
-    by_group = sorted(rows, key=lambda r: r.group)
+    # A group holding None (no model) sorts before every name: None and a str do not compare.
+    by_group = sorted(rows, key=lambda r: tuple((key is not None, key) for key in r.group))
     return sorted(by_group, key=lambda r: r.cost_usd, reverse=True)
 
 

@@ -51,7 +51,9 @@ class FunnelStep:
 
 @dataclass
 class FunnelReport:
-    """The funnel of one workflow (and one segment, when broken down)."""
+    """The funnel of one workflow (and one segment, when broken down). Broken down, the
+    sessions without the breakdown's value (no model called, no such metadata key) are the
+    report whose ``segment`` is None."""
 
     workflow: str
     segment: str | None
@@ -72,12 +74,14 @@ class FunnelReport:
 def _segment(by: str | None) -> sql.Composable:
     if by is None:
         return sql.SQL("NULL::text")
+    # Sessions without the value (no model called, no such metadata key) are the segment None:
+    # as the text '(none)' they were one segment with a model or value named "(none)".
     if by == "model":
-        return sql.SQL("coalesce(first_model, '(none)')")
+        return sql.SQL("first_model")
     if by.startswith("metadata."):
         # The key goes as a parameter: as a literal in the text, a key like "%s" read as a
         # placeholder and the query failed ("positional and named placeholders cannot be mixed").
-        return sql.SQL("coalesce(metadata ->> %(segment_key)s, '(none)')")
+        return sql.SQL("metadata ->> %(segment_key)s")
     raise ValidationError("by", f"breakdown must be 'model' or 'metadata.<key>', not {by!r}")
 
 

@@ -63,7 +63,7 @@ def rollup_funnel(
     rolled = [p for p in pieces if p.grain is not None]
     raw = [p for p in pieces if p.grain is None]
     params = {"tenant": tenant, "workflow": workflow}
-    segment = sql.SQL("NULL::text" if by is None else "coalesce(first_model, '(none)')")
+    segment = sql.SQL("NULL::text" if by is None else "first_model")  # None: no model, as raw
     names = {
         "segment": segment,
         "r": sql.Identifier(reader),

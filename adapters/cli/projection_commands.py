@@ -25,6 +25,7 @@ from flowledger.adapters.cli.errors import fail, joined, reported_errors, say_pr
 from flowledger.adapters.cli.rendering import money, whole_cells
 from flowledger.adapters.cli.task_rendering import tiers_table
 from flowledger.adapters.durations import parse_since
+from flowledger.adapters.group_labels import group_label
 from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.bounds import require_name, require_tenant
 from flowledger.domain.errors import ValidationError
@@ -259,8 +260,8 @@ def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Tabl
         pad_edge=False,
         collapse_padding=True,
     )
-    for column in by:
-        widest = max((len(str(r.group[by.index(column)])) for r in rows), default=len(column))
+    for i, column in enumerate(by):
+        widest = max((len(group_label(r.group[i], column)) for r in rows), default=len(column))
         table.add_column(column, no_wrap=True, min_width=min(widest, 24))
     for column in ("calls", "errors", "tokens in/out/cached", "cost $", "latency ms"):
         wraps = column == "errors"
@@ -272,7 +273,7 @@ def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Tabl
             _ms(v) for v in (r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms)
         )
         table.add_row(
-            *(escape(shown_name(str(g))) for g in r.group),
+            *_group_cells(r.group, by),
             f"{r.calls:,}",
             escape(errors),
             tokens,
@@ -282,6 +283,12 @@ def dashboard_table(rows: list[DashboardRow], by: list[str], title: str) -> Tabl
     return whole_cells(table)
 
 
+def _group_cells(group: tuple[Any, ...], by: list[str]) -> list[str]:
+    """A row's group as table cells: calls with no model read ``(no model)``, and a model named
+    so reads ``"(no model)"`` (``group_labels``); markup and controls as written."""
+    return [escape(shown_name(group_label(g, column))) for g, column in zip(group, by, strict=False)]
+
+
 def _short(count: int) -> str:
     """1,234 -> 1.2k; 2,500,000 -> 2.5M."""
     if count >= 1_000_000:
@@ -289,10 +296,11 @@ def _short(count: int) -> str:
     return f"{count / 1_000:.1f}k" if count >= 1_000 else str(count)
 
 
-def funnel_table(report: FunnelReport) -> Table:
+def funnel_table(report: FunnelReport, by: str | None = None) -> Table:
     """One workflow's funnel: reach, conversion of all sessions and of the step before, why
-    sessions stopped there, how many are still running or done, and time to reach it."""
-    segment = f" [{shown_name(report.segment)}]" if report.segment is not None else ""
+    sessions stopped there, how many are still running or done, and time to reach it; broken
+    down ``by`` a model or metadata key, its segment in the title (``group_labels``)."""
+    segment = "" if by is None else f" [{shown_name(group_label(report.segment, by))}]"
     # Titles and cells are rich markup: unescaped, "[gpt-4.1]" would be read as a style tag and vanish.
     note = report.no_step_note()
     table = Table(
@@ -388,7 +396,7 @@ def dashboard_command(
                     out.add_column(escape(column), justify="left" if column in groups else "right")
                 for r in repriced:
                     out.add_row(
-                        *(escape(shown_name(str(g))) for g in r.group),  # as the dashboard's
+                        *_group_cells(r.group, groups),  # as the dashboard's
                         str(r.calls),
                         money(r.recorded_cost_usd, 6),
                         money(r.repriced_cost_usd, 6),
@@ -453,7 +461,7 @@ def funnel_command(
             started = "" if since is None else f" started in the last {since}"
             console.print(f"no sessions of workflow {workflow!r}{started}", markup=False)
         for report in reports:
-            console.print(funnel_table(report))
+            console.print(funnel_table(report, by))
 
 
 def show_analytics(engine: Engine, out: Console, *, since: timedelta = timedelta(days=1)) -> None:

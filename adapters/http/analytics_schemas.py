@@ -15,7 +15,10 @@ from flowledger.adapters.http.task_schemas import Described
 
 
 class DashboardRowOut(Described):
-    group: list[Any] = Field(description="The group's values, in the order of `by` (a bucket as a time)")
+    group: list[Any] = Field(
+        description="The group's values, in the order of `by` (a bucket as a time); null for "
+        "calls that recorded none (no model, provider or session)"
+    )
     calls: int
     errors: int
     errors_by_type: dict[str, int]

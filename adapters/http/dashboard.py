@@ -22,6 +22,7 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.durations import parse_since
+from flowledger.adapters.group_labels import group_label
 from flowledger.adapters.http.analytics_schemas import DashboardRowOut, FunnelReportOut
 from flowledger.adapters.http.auth import Caller, Gate, Reader, api_key_header, bearer, session_of, token_of
 from flowledger.adapters.http.budget_panel import budget_panel
@@ -307,7 +308,7 @@ def _label(row: DashboardRow) -> str:
     """The model, cut to fit as the chart cuts a label (the chart, given whole labels, cuts none:
     a long priced name ran off the cost charts' left edge), marked when some of its calls had no
     price (their cost is not counted)."""
-    name = str(row.group[0])
+    name = _model(row)
     if not row.unpriced_calls:
         return fitted(name)
     # Isolated when text follows: an override in the name (U+202E) turned "(unpriced: 1)" around;
@@ -315,12 +316,16 @@ def _label(row: DashboardRow) -> str:
     return f"{isolated(fitted(name))} (unpriced: {row.unpriced_calls:,})"
 
 
+def _model(row: DashboardRow) -> str:
+    """The row's model as the page writes it: calls with no model ``(no model)``, and a model
+    named so ``"(no model)"`` (``group_labels``)."""
+    return group_label(row.group[0], "model")
+
+
 def _cost_chart(rows: list[DashboardRow]) -> str:
     labels = [_label(r) for r in rows]
     costs = {"cost": [r.cost_usd for r in rows]}
-    return bar_chart(
-        "cost by model (USD)", labels, costs, _exact_money, whole=[str(r.group[0]) for r in rows]
-    )
+    return bar_chart("cost by model (USD)", labels, costs, _exact_money, whole=[_model(r) for r in rows])
 
 
 def _cost_split_chart(rows: list[DashboardRow]) -> str:
@@ -331,13 +336,13 @@ def _cost_split_chart(rows: list[DashboardRow]) -> str:
         "failed calls": [r.failed_cost_usd for r in rows],
     }
     title = "cost of successful steps vs failed and retried attempts (USD)"
-    return bar_chart(title, labels, series, _exact_money, whole=[str(r.group[0]) for r in rows])
+    return bar_chart(title, labels, series, _exact_money, whole=[_model(r) for r in rows])
 
 
 def _latency_chart(rows: list[DashboardRow]) -> str:
     # Calls that recorded no latency (failed before any request) have no bars, not 0 ms ones.
     timed = [r for r in rows if r.latency_p50_ms is not None]
-    labels = [str(r.group[0]) for r in timed]
+    labels = [_model(r) for r in timed]
     series = {name: [getattr(r, f"latency_{name}_ms") for r in timed] for name in ("p50", "p95", "p99")}
     return bar_chart("latency by model (ms, exact percentiles)", labels, series, lambda v: f"{v:,.0f} ms")
 
@@ -355,7 +360,7 @@ def _traffic_chart(line: Timeline) -> str:
 
 def _errors(rows: list[DashboardRow]) -> str:
     lines = [
-        f"<tr>{name_cell(str(r.group[0]))}{name_cell(kind)}<td>{count:,}</td></tr>"
+        f"<tr>{name_cell(_model(r))}{name_cell(kind)}<td>{count:,}</td></tr>"
         for r in rows
         for kind, count in sorted(r.errors_by_type.items())
     ]

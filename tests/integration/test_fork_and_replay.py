@@ -157,4 +157,4 @@ async def test_the_dashboard_and_funnel_compare_a_fork_with_its_parent(pg_engine
 
     # Then each shows the two side by side
     assert sorted(r.group for r in rows) == [("d-1", "gpt-4.1"), ("d-1-b", "deepseek-v3.2")]
-    assert {f.segment: f.sessions for f in funnels} == {"(none)": 2, "d-1": 1}
+    assert {f.segment: f.sessions for f in funnels} == {None: 2, "d-1": 1}

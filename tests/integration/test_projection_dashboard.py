@@ -69,7 +69,7 @@ def test_dashboard_by_model_matches_the_hand_computed_numbers(projector: Project
             r.group[0]: r
             for r in dashboard(conn, projector.names.reader, since=T0, by=["model"], tenant="default")
         }
-    assert list(rows) == ["gpt-4.1", "deepseek-v3.2", "gemini-2.5-flash", "(none)"]
+    assert list(rows) == ["gpt-4.1", "deepseek-v3.2", "gemini-2.5-flash", None]
     deepseek = rows["deepseek-v3.2"]
     assert (
         deepseek.calls,
@@ -95,7 +95,7 @@ def test_dashboard_by_model_matches_the_hand_computed_numbers(projector: Project
         pytest.approx(287.5),
         pytest.approx(297.5),
     )
-    unknown = rows["(none)"]
+    unknown = rows[None]  # no model: d failed before any call
     assert (unknown.calls, unknown.errors_by_type, unknown.latency_p50_ms) == (1, {"timeout": 1}, None)
     assert sum(r.cost_usd for r in rows.values()) == Decimal("0.0093")
 
@@ -191,9 +191,9 @@ def test_funnel_breaks_down_by_metadata_and_by_model(projector: Projector) -> No
         ordered = funnel_report(
             conn, projector.names.reader, "support", steps=["answer", "close"], tenant="default"
         )
-    assert {k: v.sessions for k, v in channels.items()} == {"(none)": 3, "app": 1, "web": 2}
+    assert {k: v.sessions for k, v in channels.items()} == {None: 3, "app": 1, "web": 2}
     assert [s.reached for s in channels["web"].steps] == [2, 1, 1]
-    assert models == {"(none)": 2, "deepseek-v3.2": 3, "gemini-2.5-flash": 1}
+    assert models == {None: 2, "deepseek-v3.2": 3, "gemini-2.5-flash": 1}
     assert [s.step for s in ordered[0].steps] == ["answer", "close"]
     # d failed at classify, a step left out of the order: it counts as still in progress
     assert ordered[0].before_first_step == {"abandoned": 1, "expired": 1, "in_progress": 2}

@@ -137,7 +137,7 @@ def run_seed(projector: Projector, query: str) -> list[tuple[object, ...]]:
 
 
 def test_seed_cost_by_model_query_agrees_with_the_cost_dashboard(projector: Projector) -> None:
-    seed = {row[0] or "(none)": row[1:] for row in run_seed(projector, COST_BY_MODEL)}
+    seed = {row[0]: row[1:] for row in run_seed(projector, COST_BY_MODEL)}
     with projector.connect() as conn:
         ours = dashboard(
             conn,

@@ -126,10 +126,10 @@ def check_numbers(projector: Projector, scripts: list[SessionScript]) -> None:
         for e in events
         if isinstance(e, Session.StepFailed) or (isinstance(e, Session.StepProcessed) and e.usage is not None)
     ]
-    by_model: Counter[str] = Counter()
-    cost: dict[str, Decimal] = {}
+    by_model: Counter[str | None] = Counter()
+    cost: dict[str | None, Decimal] = {}
     for e in calls:
-        model = e.usage.request_model if e.usage else "(none)"
+        model = e.usage.request_model if e.usage else None
         by_model[model] += 1
         cost[model] = cost.get(model, Decimal(0)) + (e.usage.cost_usd if e.usage else 0)
     reached = Counter(

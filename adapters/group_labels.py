@@ -1,0 +1,24 @@
+"""How the CLI and the dashboard page write an analytics group as text, so that the group of
+calls with no model (sessions without a breakdown's value) reads apart from every name.
+
+The projections give such a group as None (JSON ``null``). Written ``(no model)``, it could
+still be passed for by a model a provider or caller named so; so every name of the shape
+``(…)``, with any double quotes around it, is written inside one more pair of double quotes:
+no name is then written as a bare ``(…)``, and two names are never written alike.
+"""
+
+from __future__ import annotations
+
+import re
+
+_BRACKETED = re.compile(r'"*\(.*\)"*', re.DOTALL)
+
+
+def group_label(value: object, grouping: str) -> str:
+    """``value`` of the ``grouping`` (``model``, ``metadata.channel``, ``hour`` …) as text:
+    ``(no model)`` for None, a name of the shape ``(…)`` quoted (``"(none)"``), any other
+    value as written."""
+    if value is None:
+        return f"(no {grouping})"
+    text = str(value)
+    return f'"{text}"' if _BRACKETED.fullmatch(text) else text
