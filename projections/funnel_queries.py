@@ -48,6 +48,14 @@ class FunnelStep:
         """Sessions that stopped at this step and will not go on (failed, expired, abandoned)."""
         return sum(self.dropped.values())
 
+    def drops(self) -> list[tuple[str, str | None, int]]:
+        """Why sessions stopped here as (cause, error type, sessions), the failures one entry per
+        error type (the others with None), by cause then error type: what the CLI and the page
+        both write (the page wrote "failed 1" without the type the CLI and the JSON gave)."""
+        failed = [("failed", error, n) for error, n in self.failed_by_error.items()]
+        others = [(cause, None, n) for cause, n in self.dropped.items() if cause != "failed"]
+        return sorted([*failed, *others], key=lambda d: (d[0], d[1] or ""))
+
 
 @dataclass
 class FunnelReport:

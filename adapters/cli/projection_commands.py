@@ -319,11 +319,8 @@ def funnel_table(report: FunnelReport, by: str | None = None) -> Table:
             column, justify="left" if wraps else "right", no_wrap=not wraps, min_width=12 if wraps else None
         )
     for s in report.steps:
-        causes = {
-            **{k: v for k, v in s.dropped.items() if k != "failed"},
-            **{f"failed:{k}": v for k, v in s.failed_by_error.items()},
-        }
-        dropped = ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "-"
+        drops = s.drops()
+        dropped = ", ".join(f"{c} {n}" if e is None else f"{c}:{e} {n}" for c, e, n in drops) or "-"
         table.add_row(
             escape(shown_name(s.step)),
             str(s.reached),

@@ -46,6 +46,7 @@ from flowledger.infrastructure.history import jsonable
 from flowledger.projections import (
     DashboardRow,
     FunnelReport,
+    FunnelStep,
     Projector,
     RepriceRow,
     dashboard,
@@ -381,7 +382,7 @@ def _funnel(report: FunnelReport) -> str:
     )
     rows = "".join(
         f"<tr>{name_cell(s.step)}<td>{s.reached:,}</td><td>{s.overall_conversion:.1%}</td>"
-        f"<td>{s.step_conversion:.1%}</td><td>{escape(_causes(s.dropped))}</td><td>{s.in_progress:,}</td>"
+        f"<td>{s.step_conversion:.1%}</td><td>{_causes(s)}</td><td>{s.in_progress:,}</td>"
         f"<td>{_seconds(s.p50_seconds)}</td><td>{_seconds(s.p95_seconds)}</td></tr>"
         for s in report.steps
     )
@@ -394,8 +395,17 @@ def _funnel(report: FunnelReport) -> str:
     )
 
 
-def _causes(dropped: dict[str, int]) -> str:
-    return ", ".join(f"{cause} {count}" for cause, count in sorted(dropped.items())) or "-"
+def _causes(step: FunnelStep) -> str:
+    """Why sessions stopped at ``step``, escaped, failures by error type as the CLI writes them
+    (``failed:RateLimited 1``); a type isolated from its count (an override in it turned the
+    count around)."""
+    return (
+        ", ".join(
+            escape(f"{cause} {n}" if error is None else f"{cause}:{isolated(error)} {n}")
+            for cause, error, n in step.drops()
+        )
+        or "-"
+    )
 
 
 def _seconds(value: float | None) -> str:

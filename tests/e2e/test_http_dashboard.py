@@ -253,6 +253,15 @@ def test_the_cost_tile_shows_every_decimal_of_a_cost_longer_than_28_digits(pg_en
     assert f'<div class="tile"><b>${cost}</b><span>cost</span></div>' in page
 
 
+def test_the_page_names_the_error_type_sessions_failed_with_at_a_step(http: TestClient) -> None:
+    # The drop-off cell read "failed 1" where the CLI reads "failed:RateLimited 1" and the JSON
+    # gives failed_by_error {"RateLimited": 1}
+    page = http.get("/dashboard", params={"since": "1h"}).text
+    funnel = page[page.index("funnel: \u2068cs\u2069") :]
+    assert "<td>failed:\u2068RateLimited\u2069 1</td>" in funnel
+    assert "<td>abandoned 1</td>" in funnel
+
+
 def test_the_page_says_why_sessions_that_reached_no_step_stopped(pg_engine: Engine) -> None:
     pg_engine.start_session("n-0", "cs")
     pg_engine.record_step("n-0", "greet")

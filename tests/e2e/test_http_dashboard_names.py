@@ -80,3 +80,24 @@ def test_control_characters_in_a_model_name_are_drawn_as_their_escapes(pg_engine
     assert not any(char in page for char in "\x1b\x07\x85")
     assert "a\\x1b[31mb\\x07\\x85" in page
     assert ">a[31mb<" in page
+
+
+def test_an_error_type_in_the_funnel_is_shown_as_text_and_cannot_turn_its_count_around(
+    pg_engine: Engine,
+) -> None:
+    # Given sessions that failed with error types holding markup and a right-to-left override
+    for number, error_type in enumerate(("<img src=x onerror=alert(2)>", "e\u202e")):
+        session = f"f-{number}"
+        pg_engine.start_session(session, "wf")
+        pg_engine.store.write(
+            session,
+            lambda uow, s=session, e=error_type: uow.find(pg_engine.session_uuid(s)).fail_step(
+                step="answer", error_type=e, error_message="failed", usage=None
+            ),
+        )
+    # When the page draws the funnel's drop-off cell
+    with TestClient(create_app(pg_engine)) as client:
+        page = client.get("/dashboard", params={"since": "1h"}).text
+    # Then each error type is named as text, isolated from the count after it
+    assert "<img src=x onerror=alert(2)>" not in page
+    assert "failed:\u2068&lt;img src=x onerror=alert(2)&gt;\u2069 1, failed:\u2068e\u202e\u2069 1" in page
