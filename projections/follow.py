@@ -41,13 +41,17 @@ def follow(
 
     def run(conn: Connection[Any]) -> None:
         nonlocal applied
-        install(conn, projector.names, projections, key=projector.chain_key)
+        # Every use of ``conn`` is an operation of the projector's deadline, watched: a path
+        # that stopped relaying mid-batch held the follower, silent, until it gave up (29 s
+        # with a 2 s deadline); now the batch ends with StoreUnavailable and it starts again.
+        with projector.watched(conn, "install the read models"):
+            install(conn, projector.names, projections, key=projector.chain_key)
         # A stop request (SIGTERM, Ctrl-C) ends the catch-up between batches: a follower
         # started on a long backlog ignored it until it had read the whole log.
-        applied += projector.drive(conn, resolve, on_batch=on_batch, halt=stop.is_set)
+        applied += projector.drive(conn, resolve, on_batch=on_batch, halt=stop.is_set, bounded=True)
         if stop.is_set():
             return
-        with conn.cursor() as cur:
+        with projector.watched(conn, "read the build positions"), conn.cursor() as cur:
             targets = resolve(cur)
             after = min(projector.positions(cur, [t.schema for t in targets]).values(), default=0)
         inbox = _inbox(projector.batch_size)
@@ -74,11 +78,15 @@ def follow(
                     batch = _next_batch(inbox, projector.batch_size)
                     if not batch:
                         continue
-                    if projector.run_batch(conn, resolve, batch, after=after, on_batch=on_batch):
+                    with projector.watched(conn, "project a batch of the log"):
+                        done = projector.run_batch(conn, resolve, batch, after=after, on_batch=on_batch)
+                    if done:
                         applied += len(batch)
                     else:
                         # A build moved behind what we were fed (a switch): read instead.
-                        applied += projector.drive(conn, resolve, on_batch=on_batch, halt=stop.is_set)
+                        applied += projector.drive(
+                            conn, resolve, on_batch=on_batch, halt=stop.is_set, bounded=True
+                        )
                     after = batch[-1].id
             finally:
                 halted.set()

@@ -16,6 +16,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from time import monotonic
 from typing import Any
 from uuid import UUID
 
@@ -23,7 +24,13 @@ import psycopg
 from eventsourcing.persistence import ApplicationRecorder, Mapper, Notification
 from psycopg import Connection, Cursor
 
-from flowledger.domain.errors import StoredEventAltered, StoredEventUnreadable, ValidationError
+from flowledger.domain.errors import (
+    StoredEventAltered,
+    StoredEventUnreadable,
+    StoreUnavailable,
+    ValidationError,
+)
+from flowledger.infrastructure import outages
 from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.database import as_snapshot_reader
@@ -155,13 +162,32 @@ class Projector:
             yield conn
 
     @contextmanager
-    def _piece(self, conn: Connection[Any], bounded: bool) -> Iterator[None]:
+    def watched(self, conn: Connection[Any], what: str) -> Iterator[None]:
+        """Run the block as one operation of ``deadline_s`` on ``conn`` (one of the projector's
+        own connections, which no pool arms): a statement still running when it passes is ended
+        by the statement watchdog, and ``conn`` closed; the error is then ``StoreUnavailable``
+        naming ``what`` and the deadline. Unwatched, a follower's batch on a path that stopped
+        relaying said nothing for 29 s with a 2 s deadline, until the path gave up."""
+        with operation_deadline(self.deadline_s) as end:
+            try:
+                with watching(conn):
+                    yield
+            except outages.CONNECTION_ERRORS as error:
+                if monotonic() < end:
+                    raise  # not the deadline: a lost connection, or a stop request's cancel
+                detail = outages.unavailable(what, error).detail
+                raise StoreUnavailable(
+                    what, f"no answer within the {self.deadline_s:g} s operation deadline ({detail})"
+                ) from error
+
+    @contextmanager
+    def _piece(self, conn: Connection[Any], bounded: bool, what: str = "catch up") -> Iterator[None]:
         """One piece of a catch-up (installing the builds, a batch): with ``bounded``, an
-        operation of ``deadline_s`` whose statements on ``conn`` the watchdog ends when it passes."""
+        operation of ``deadline_s`` whose statements on ``conn`` the watchdog ends (``watched``)."""
         if not bounded:
             yield
             return
-        with operation_deadline(self.deadline_s), watching(conn):
+        with self.watched(conn, what):
             yield
 
     def head(self) -> int:
@@ -237,7 +263,7 @@ class Projector:
         still catches up, a batch at a time."""
         projections = self.select(wanted)
         with self.connect() as conn:
-            with self._piece(conn, bounded):
+            with self._piece(conn, bounded, "install the read models"):
                 install(conn, self.names, projections, key=self.chain_key)
             return self.drive(
                 conn,
@@ -275,7 +301,8 @@ class Projector:
         dashboard read that caught up first answered only when the writers paused). A
         follower goes on from there with what it is sent.
 
-        ``bounded``: each batch is one operation of ``deadline_s`` (``catch_up``).
+        ``bounded``: each batch is one operation of ``deadline_s``, watched (``watched``): a
+        follower and a rebuild drive so, and a read catching up first (``catch_up``).
 
         Only the topics the targets handle are read. The head of the log is taken before each
         read, so a read that comes back short has seen every handled event up to the head,
@@ -285,7 +312,7 @@ class Projector:
         if stop is None:
             stop = self.head()
         while (max_batches is None or batches < max_batches) and not (halt is not None and halt()):
-            with self._piece(conn, bounded):
+            with self._piece(conn, bounded, "project a batch of the log"):
                 with conn.cursor() as cur:
                     targets = resolve(cur)
                     if not targets:

@@ -49,20 +49,25 @@ class Difference:
 
 
 @contextmanager
-def _exclusive(conn: Connection[Any], store: str, names: Sequence[str]) -> Any:
+def _exclusive(projector: Projector, conn: Connection[Any], names: Sequence[str]) -> Any:
     """Session-level advisory locks so only one rebuild or verify runs per projection."""
-    keys = [lock_key(store, "rebuild", name) for name in names]
+    keys = [lock_key(projector.names.store, "rebuild", name) for name in names]
     taken: list[str] = []
     try:
-        for name, key in zip(names, keys, strict=True):
-            row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key]).fetchone()
-            if not row or not row[0]:
-                raise RebuildInProgress(name)
-            taken.append(key)
+        with projector.watched(conn, "lock the builds"):
+            for name, key in zip(names, keys, strict=True):
+                row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key]).fetchone()
+                if not row or not row[0]:
+                    raise RebuildInProgress(name)
+                taken.append(key)
         yield
     finally:
-        for key in taken:
-            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+        # A connection the watchdog closed (or that was lost) took its locks with it; unlocking
+        # on it would raise, in place of the error that said why.
+        if taken and not (conn.closed or conn.broken):
+            with projector.watched(conn, "unlock the builds"):
+                for key in taken:
+                    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
 
 
 def _fixed(targets: list[Target]) -> Resolve:
@@ -86,40 +91,48 @@ def rebuild(
     """
     projections = projector.select(wanted)
     names = projector.names
-    with projector.connect() as conn, _exclusive(conn, names.store, [p.name for p in projections]):
-        ensure_control(conn, names)
+    # Each step on the connection is an operation of the projector's deadline, watched
+    # (``Projector.watched``): a path that stopped relaying held a rebuild until it gave up.
+    with projector.connect() as conn, _exclusive(projector, conn, [p.name for p in projections]):
+        with projector.watched(conn, "install the read models"):
+            ensure_control(conn, names)
         with conn.transaction(), conn.cursor() as cur:
-            cur.execute(
-                q(
-                    "SELECT schema_name FROM {s}.builds WHERE kind = 'build' AND projection = ANY(%s)"
-                    " AND schema_name NOT IN (SELECT schema_name FROM {s}.active)",
-                    names.control,
-                ),
-                [[p.name for p in projections]],
-            )
-            for (stale,) in cur.fetchall():
-                drop_build(cur, names, stale)
-            # The archived sessions' bases are checked once for every new build, not per build.
-            check_seals(cur, names.store, projections, projector.chain_key)
-            targets = [
-                Target(p, create_build(cur, names, p, "build", key=projector.chain_key, checked=True))
-                for p in projections
-            ]
-        try:
-            projector.drive(conn, _fixed(targets), progress=progress)
-            with conn.transaction(), conn.cursor() as cur:
+            with projector.watched(conn, "drop stale builds"):
                 cur.execute(
                     q(
-                        "SELECT projection, schema_name FROM {s}.active WHERE projection = ANY(%s)"
-                        " ORDER BY projection FOR UPDATE",
+                        "SELECT schema_name FROM {s}.builds WHERE kind = 'build' AND projection = ANY(%s)"
+                        " AND schema_name NOT IN (SELECT schema_name FROM {s}.active)",
                         names.control,
                     ),
                     [[p.name for p in projections]],
                 )
-                old = [row[1] for row in cur.fetchall()]
-                projector.drive(conn, _fixed(targets), progress=progress)
-                for target in targets:
-                    point_views(cur, names, target.projection, target.schema)
+                for (stale,) in cur.fetchall():
+                    drop_build(cur, names, stale)
+            # The archived sessions' bases are checked once for every new build, not per build.
+            with projector.watched(conn, "check the archived sessions' seals"):
+                check_seals(cur, names.store, projections, projector.chain_key)
+            targets = []
+            for p in projections:
+                with projector.watched(conn, f"create a build of {p.name}"):
+                    schema = create_build(cur, names, p, "build", key=projector.chain_key, checked=True)
+                targets.append(Target(p, schema))
+        try:
+            projector.drive(conn, _fixed(targets), progress=progress, bounded=True)
+            with conn.transaction(), conn.cursor() as cur:
+                with projector.watched(conn, "lock the live builds"):
+                    cur.execute(
+                        q(
+                            "SELECT projection, schema_name FROM {s}.active WHERE projection = ANY(%s)"
+                            " ORDER BY projection FOR UPDATE",
+                            names.control,
+                        ),
+                        [[p.name for p in projections]],
+                    )
+                    old = [row[1] for row in cur.fetchall()]
+                projector.drive(conn, _fixed(targets), progress=progress, bounded=True)
+                with projector.watched(conn, "switch the readers to the new builds"):
+                    for target in targets:
+                        point_views(cur, names, target.projection, target.schema)
         except BaseException:
             # The readers keep the builds they had: drop the unfinished ones, which `status`
             # would otherwise list as abandoned until the next rebuild. Whatever stopped it (a
@@ -127,7 +140,7 @@ def rebuild(
             # schemas behind (Ctrl-C 5 s into a 100,000-event rebuild: four, exit 130).
             _drop_unfinished(conn, projector, targets)
             raise
-        with conn.transaction(), conn.cursor() as cur:
+        with projector.watched(conn, "drop the old builds"), conn.transaction(), conn.cursor() as cur:
             for schema in old:
                 drop_build(cur, names, schema)
     return {t.projection.name: t.schema for t in targets}
@@ -159,7 +172,7 @@ def verify(
     projections = projector.select(wanted)
     names = projector.names
     differences: list[Difference] = []
-    with projector.connect() as conn, _exclusive(conn, names.store, [p.name for p in projections]):
+    with projector.connect() as conn, _exclusive(projector, conn, [p.name for p in projections]):
         install(conn, names, projections, key=projector.chain_key)
         for projection in projections:
             head = projector.head()
