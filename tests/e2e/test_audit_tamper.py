@@ -530,6 +530,52 @@ def test_rows_moved_behind_the_signed_log_position_are_named_not_left_unsigned(l
     assert "victim" not in result.stderr
 
 
+@pytest.mark.parametrize("since_checkpoint", [True, False], ids=["since-checkpoint", "whole-log"])
+def test_a_new_stream_moved_into_a_gap_behind_the_checkpoint_is_named_since_the_checkpoint_too(
+    database_url: str, pg_schema: str, since_checkpoint: bool
+) -> None:
+    """A session appended after the checkpoint, its rows then moved into ids left unused before
+    the checkpoint's position (appends rolled back leave such gaps): every hash and seal checks,
+    and ``--since-checkpoint`` reads only the signed streams' heads and what follows the
+    position, so it said ok (exit 0) where the whole log and ``--session`` name it."""
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    events = Identifier(pg_schema, "flowledger_events")
+    with Engine(settings=settings) as engine:
+        engine.start_session("signed", "cs")
+        with psycopg.connect(database_url, autocommit=True) as conn:  # two appends rolled back
+            conn.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, 'notification_id')) FROM generate_series(1, 2)",
+                [f"{pg_schema}.flowledger_events"],
+            )
+        engine.record_step("signed", "greet")
+        engine.audit.checkpoint()
+        engine.start_session("hidden", "cs")
+        engine.record_step("hidden", "greet")
+        hidden = engine.session_uuid("hidden")
+    # Given the new session's rows moved into the gap before the checkpoint's position
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute(SQL("SELECT notification_id FROM {} ORDER BY 1").format(events))]
+        assert ids == [1, 4, 5, 6]
+        conn.execute(
+            SQL("UPDATE {} SET notification_id = notification_id - 3 WHERE originator_id = %s").format(
+                events
+            ),
+            [hidden],
+        )
+    # When the log is verified
+    result = run_cli(
+        database_url, pg_schema, "audit", "verify", *(["--since-checkpoint"] if since_checkpoint else [])
+    )
+    # Then the session is named at its first version, as moved behind the checkpoint
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert f"reordered: stream {hidden} (hidden) version 1: moved rows: version 1 is at log position 2," in (
+        result.stderr
+    )
+    assert "which signed no version of this stream" in result.stderr
+
+
 def test_an_event_moved_behind_the_signed_log_position_is_named_at_its_version(log: Log) -> None:
     forge = make_settings(
         database_url=log.url, schema=log.schema, checkpoint_every_events=0, checkpoint_every_s=0
