@@ -146,7 +146,11 @@ def _verdict(
     problems += snapshots or []
     _show(problems)
     partial = structure is not None and structure.partial
-    unproven = chain.checkpoint is None and bool(chain.events or chain.archived)
+    # Nothing signed says which events it held: no valid checkpoint, or none signed any event
+    # checked (a session written since the latest one said "ok", even with --require-proof).
+    unproven = bool(chain.events or chain.archived) and (
+        chain.checkpoint is None or (chain.unsigned == chain.events and not chain.archived)
+    )
     if problems:
         verdict = f"[red]{len(problems)} problems[/red]"
     elif partial:
@@ -155,6 +159,19 @@ def _verdict(
         # Nothing signed says which events the log held: said "ok" though every checkpoint row
         # had been deleted with the events they signed (no anchor file at hand to name them).
         verdict = "[yellow]no problems found, but not proven: no signed checkpoint covers it[/yellow]"
+        if chain.checkpoint is not None:
+            verdict = (
+                "[yellow]no problems found, but not proven: no signed checkpoint covers it yet"
+                " (take one: flowledger audit checkpoint)[/yellow]"
+            )
+    elif chain.unsigned:
+        # A signed log with a tail written since its latest checkpoint (engines take one every
+        # few minutes): ok, and proof enough for --require-proof, but the tail is said to be
+        # unsigned (it could be deleted from its streams' ends unseen).
+        verdict = (
+            f"[green]ok[/green], but {chain.unsigned:,} of them are not signed yet"
+            " (written since the latest checkpoint)"
+        )
     else:
         verdict = "[green]ok[/green]"
     if chain.wrong_key:
@@ -250,8 +267,8 @@ def verify(
         bool,
         typer.Option(
             "--require-proof",
-            help="Exit 1 when no signed checkpoint covers the log (else 'not proven' exits 0, as a log"
-            " before its first checkpoint does).",
+            help="Exit 1 when no signed checkpoint covers the log, or the session (else 'not proven'"
+            " exits 0, as a log before its first checkpoint does).",
         ),
     ] = False,
 ) -> None:

@@ -85,6 +85,9 @@ class ChainReport:
     superseded: list[tuple[UUID, int, bytes, int]] = field(default_factory=list, repr=False)
     """Heads an earlier valid checkpoint signed and a later one moved on from: (stream, version,
     hash, the checkpoint's seq). Each must still be in its stream's chain."""
+    unsigned: int = 0
+    """Events checked that no valid checkpoint signed (written after the latest one): nothing
+    signed says they existed, so they could be deleted from their streams' ends unseen."""
     wrong_key: bool = False
     """No walked stream's seals check under the key used (every one is ``forged``): most likely
     not the key the log was sealed with, rather than a log forged whole."""
@@ -148,7 +151,7 @@ def verify_chain(
                     continue
                 seen.add(stream_id)
                 report.streams += 1
-                finding, count, checked = _walk(
+                finding, count, checked, unsigned = _walk(
                     stream_id,
                     group,
                     key,
@@ -159,6 +162,7 @@ def verify_chain(
                     checkpoint=report.checkpoint,
                 )
                 report.events += count
+                report.unsigned += unsigned
                 sealed += checked
                 if finding is not None:
                     report.findings.append(finding)
@@ -492,9 +496,9 @@ def _walk(
     *,
     log_order: bool = True,
     checkpoint: Checkpoint | None = None,
-) -> tuple[Finding | None, int, int]:
-    """Check one stream's rows (oldest first); the first finding, how many rows were read and
-    how many of them had a seal that checked under ``key``.
+) -> tuple[Finding | None, int, int, int]:
+    """Check one stream's rows (oldest first); the first finding, how many rows were read, how
+    many of them had a seal that checked under ``key``, and how many ``head`` does not cover.
 
     An archived stream's rows start after its base: the base's head is their predecessor.
     ``checkpoint``: the one ``head`` is from. Every row at or before its log position was
@@ -510,11 +514,12 @@ def _walk(
     else:
         expected, previous = 1, GENESIS
     finding: Finding | None = None
-    count = checked = 0
+    count = checked = unsigned = 0
     at_head: bytes | None = base[1] if base and head and head[0] == base[0] else None
     last_position: tuple[int, int] | None = None  # (version, log position) of the row before
     for _, version, topic, state, position, stored, mac in rows:
         count += 1
+        unsigned += head is None or version > head[0]
         if finding is not None:
             continue
         if log_order and last_position is not None and position < last_position[1]:
@@ -613,7 +618,7 @@ def _walk(
             finding = Finding(
                 "altered", stream, head[0], "broken head: not the head the checkpoint signed (altered)"
             )
-    return finding, count, checked
+    return finding, count, checked, unsigned
 
 
 _SUPERSEDED_BATCH = 10_000

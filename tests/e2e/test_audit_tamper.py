@@ -999,3 +999,34 @@ def test_a_script_that_requires_proof_gets_exit_1_for_a_log_no_checkpoint_covers
     proven = run_cli(log.url, log.schema, "audit", "verify", "--require-proof")
     assert proven.returncode == 0, proven.stderr
     assert ": ok" in proven.stderr
+
+
+def test_a_session_no_checkpoint_signed_yet_is_not_called_proven(log: Log, database_url: str) -> None:
+    """A session written after the latest checkpoint: ``audit verify --session`` said "ok", exit 0,
+    even with ``--require-proof``, though nothing signed says which events it held (its rows
+    could be deleted unseen); and the whole log's "ok" did not say that some of it is unsigned."""
+    settings = make_settings(
+        database_url=database_url, schema=log.schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("fresh", "cs")
+        engine.record_step("fresh", "greet")
+    # When the new session is verified, with and without --require-proof
+    session = run_cli(log.url, log.schema, "audit", "verify", "--session", "fresh")
+    required = run_cli(log.url, log.schema, "audit", "verify", "--session", "fresh", "--require-proof")
+    # Then its one line says it is not proven, and a script that requires proof gets exit 1
+    assert session.returncode == 0, session.stderr
+    line = "session fresh: 2 events in 1 streams: no problems found, but not proven: no signed checkpoint"
+    assert line in session.stderr, session.stderr
+    assert ": ok" not in session.stderr
+    assert required.returncode == 1, required.stderr
+    # And the whole log is ok, saying how many of its events no checkpoint signed yet
+    whole = run_cli(log.url, log.schema, "audit", "verify", "--require-proof")
+    assert whole.returncode == 0, whole.stderr
+    assert "12 events in 3 streams: ok, but 2 of them are not signed yet" in whole.stderr, whole.stderr
+    # And once a checkpoint covers them, the session is proven and the log wholly signed
+    assert run_cli(log.url, log.schema, "audit", "checkpoint").returncode == 0
+    proven = run_cli(log.url, log.schema, "audit", "verify", "--session", "fresh", "--require-proof")
+    assert proven.returncode == 0, proven.stderr
+    assert "session fresh: 2 events in 1 streams: ok\n" in proven.stderr
+    assert "12 events in 3 streams: ok\n" in run_cli(log.url, log.schema, "audit", "verify").stderr
