@@ -180,9 +180,10 @@ def record_repricing(cur: Cursor[Any], control: str, repricing: Repricing, docum
 
 @dataclass
 class Change:
-    """One model's calls on one day (UTC): their cost before and after a repricing."""
+    """One model's calls on one day (UTC): their cost before and after a repricing; ``model``
+    None for calls whose usage named no model."""
 
-    model: str
+    model: str | None
     day: date
     calls: int = 0
     unpriced_before: int = 0
@@ -197,12 +198,12 @@ class Change:
 
 
 def changes(
-    calls: Iterator[tuple[str, datetime, LlmUsage]], before: Sequence[Repricing], added: Repricing
+    calls: Iterator[tuple[str | None, datetime, LlmUsage]], before: Sequence[Repricing], added: Repricing
 ) -> list[Change]:
     """Per model and day, the calls made at or after ``added.effective_from`` priced with the
     repricings ``before``, and with ``added`` too (``calls``: model, time, usage)."""
     after = [*before, added]
-    rows: dict[tuple[str, date], Change] = {}
+    rows: dict[tuple[str | None, date], Change] = {}
     for model, at, usage in calls:
         if at < added.effective_from:
             continue
@@ -214,4 +215,4 @@ def changes(
         row.unpriced_after += new.unpriced
         row.before_usd += old.charged_usd
         row.after_usd += new.charged_usd
-    return sorted(rows.values(), key=lambda c: (c.day, c.model))
+    return sorted(rows.values(), key=lambda c: (c.day, c.model is not None, c.model or ""))

@@ -49,8 +49,9 @@ def plan(projector: Projector, repricing: Repricing) -> list[Change]:
     return changes(_calls(projector, int(first[0])), before, repricing)
 
 
-def _calls(projector: Projector, start: int) -> Iterator[tuple[str, datetime, LlmUsage]]:
-    """Every model call with usage in the log from notification ``start`` on."""
+def _calls(projector: Projector, start: int) -> Iterator[tuple[str | None, datetime, LlmUsage]]:
+    """Every model call with usage in the log from notification ``start`` on, with its model
+    (None when its usage named none: as '(none)' it was one row with a model named so)."""
     topics = sorted(CostDashboard().topics)
     head = projector.head()
     while start <= head:
@@ -61,7 +62,7 @@ def _calls(projector: Projector, start: int) -> Iterator[tuple[str, datetime, Ll
             event: Any = projector.mapper.to_domain_event(note)
             call = call_of(event)
             if call is not None and call.usage is not None:
-                yield call.model or "(none)", event.timestamp, call.usage
+                yield call.model, event.timestamp, call.usage
         start = notes[-1].id + 1
 
 
@@ -77,7 +78,7 @@ def recorded_costs(conn: Connection[Any], reader: str, since: datetime) -> dict[
     """The cost projection's calls since ``since`` per model and day (UTC), every tenant."""
     rows = conn.execute(
         sql.SQL(
-            "SELECT coalesce(model, '(none)'), (occurred_at AT TIME ZONE 'UTC')::date, count(*),"
+            "SELECT model, (occurred_at AT TIME ZONE 'UTC')::date, count(*),"
             " count(*) FILTER (WHERE unpriced), sum(cost_usd + retried_cost_usd)"
             " FROM {}.llm_calls WHERE occurred_at >= %s AND model IS NOT NULL GROUP BY 1, 2"
         ).format(sql.Identifier(reader)),

@@ -24,6 +24,7 @@ from rich.table import Table
 from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import naming, reported_errors
 from flowledger.adapters.cli.rendering import money, whole_cells
+from flowledger.adapters.group_labels import group_label
 from flowledger.adapters.llm.pricing import MAX_PRICE_FILE_BYTES, SHIPPED_FILE, read_price_file
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.pricing import EXACT, ModelPrice
@@ -156,7 +157,13 @@ def _reprice(engine: Engine, start: datetime, path: Path | None, *, dry_run: boo
     for column in ("day", "model", "calls", "unpriced", "cost $"):
         after.add_column(column, justify="left" if column in ("day", "model") else "right")
     for (model, day), row in sorted(now.items(), key=lambda item: (item[0][1], item[0][0])):
-        after.add_row(str(day), escape(model), f"{row.calls:,}", f"{row.unpriced:,}", money(row.cost_usd, 6))
+        after.add_row(
+            str(day),
+            escape(group_label(model, "model")),
+            f"{row.calls:,}",
+            f"{row.unpriced:,}",
+            money(row.cost_usd, 6),
+        )
     console.print(whole_cells(after))
 
 
@@ -167,7 +174,7 @@ def _changes_table(changes: list[Change]) -> Table:
     for c in changes:
         out.add_row(
             str(c.day),
-            escape(c.model),
+            escape(group_label(c.model, "model")),  # no model: "(no model)", as the dashboard
             f"{c.calls:,}",
             f"{c.unpriced_before}->{c.unpriced_after}",
             money(c.before_usd, 6),

@@ -200,3 +200,18 @@ def test_a_call_whose_usage_was_not_reported_stays_unpriced_once_its_model_is_pr
                 conn, projector.names.reader, tenant="default", since=FROM, until=at(30, 0), read=read
             )
             assert {r.group[0]: r.unpriced_calls for r in rows}["mystery-1"] == 1, read
+
+
+def test_the_dry_run_keeps_calls_without_a_model_apart_from_a_model_named_none(
+    pg_engine: Engine, new_prices: tuple[Repricing, str]
+) -> None:
+    # Given a call on a model named "(none)" and one whose usage named no model, the same day
+    s = SessionScript("n", "support", at(30, 9))
+    s.step("s1", at(30, 10), usage=usage("(none)", str(V31)))
+    s.step("s2", at(30, 11), usage=usage("", str(V31)))
+    append(pg_engine.log, interleave([s]))
+    projector = projector_for(pg_engine)
+    # When the repricing is planned
+    planned = {(c.model, c.day): c.calls for c in plan(projector, new_prices[0])}
+    # Then they are two rows, the one without a model under None (they were one "(none)" row of 2)
+    assert planned == {("(none)", date(2025, 9, 30)): 1, (None, date(2025, 9, 30)): 1}
