@@ -382,7 +382,7 @@ def _funnel(report: FunnelReport) -> str:
     )
     rows = "".join(
         f"<tr>{name_cell(s.step)}<td>{s.reached:,}</td><td>{s.overall_conversion:.1%}</td>"
-        f"<td>{s.step_conversion:.1%}</td><td>{_causes(s)}</td><td>{s.in_progress:,}</td>"
+        f"<td>{s.step_conversion:.1%}</td>{_causes(s)}<td>{s.in_progress:,}</td>"
         f"<td>{_seconds(s.p50_seconds)}</td><td>{_seconds(s.p95_seconds)}</td></tr>"
         for s in report.steps
     )
@@ -395,17 +395,30 @@ def _funnel(report: FunnelReport) -> str:
     )
 
 
+_CAUSE_CHARS = 12
+"""The characters of an error type the drop-off cell shows (the rest on hover): with names of
+200 characters at 1280 pixels, 16 pushed the funnel's figures out of view (and did 7 beside a
+chart of at least 280 pixels, now 200; ``test_at_1280_pixels_names_of_200_characters_...``)."""
+
+
 def _causes(step: FunnelStep) -> str:
-    """Why sessions stopped at ``step``, escaped, failures by error type as the CLI writes them
-    (``failed:RateLimited 1``); a type isolated from its count (an override in it turned the
-    count around)."""
-    return (
-        ", ".join(
-            escape(f"{cause} {n}" if error is None else f"{cause}:{isolated(error)} {n}")
-            for cause, error, n in step.drops()
+    """The drop-off cell of ``step``: why sessions stopped there, failures by error type as the
+    CLI writes them (``failed:RateLimited 1``; the page wrote ``failed 1``), escaped. A type is
+    isolated from its count (an override in it turned the count around) and cut as a chart label
+    is (a 200-character one pushed the funnel's figures out of view), whole on hover."""
+    drops = step.drops()
+    if not drops:
+        return "<td>-</td>"
+
+    def written(cut: bool) -> str:
+        return ", ".join(
+            f"{cause} {n}"
+            if error is None
+            else f"{cause}:{isolated(fitted(error, _CAUSE_CHARS) if cut else error)} {n}"
+            for cause, error, n in drops
         )
-        or "-"
-    )
+
+    return f'<td title="{escape(written(cut=False))}">{escape(written(cut=True))}</td>'
 
 
 def _seconds(value: float | None) -> str:

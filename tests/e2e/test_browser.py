@@ -135,7 +135,8 @@ def test_the_dashboard_in_a_browser_shows_models_bucketed_time_and_unwrapped_tab
     assert f'{failed}<td class="name" title="circuit_open">circuit_open</td>' in dom, dom[-3000:]
     assert "(none)" not in dom
     # And the funnel names the error type of the session that failed at classify_intent
-    assert "<td>failed:\u2068circuit_open\u2069 1</td>" in dom
+    cause = "failed:\u2068circuit_open\u2069 1"
+    assert f'<td title="{cause}">{cause}</td>' in dom
     assert "model calls per minute (UTC)" in dom
     assert "time (UTC), one column per minute" in dom
     assert ">calls</text>" in dom
