@@ -4,14 +4,19 @@ calls with no model (sessions without a breakdown's value) reads apart from ever
 The projections give such a group as None (JSON ``null``). Written ``(no model)``, it could
 still be passed for by a model a provider or caller named so; so every name of the shape
 ``(…)``, with any double quotes around it, is written inside one more pair of double quotes:
-no name is then written as a bare ``(…)``, and two names are never written alike.
+no name is then written as a bare ``(…)``, and two names are never written alike. The shape is
+judged without spaces and characters drawn as nothing (``(no model)`` and a zero-width space
+read as the group on a page and in a terminal).
 """
 
 from __future__ import annotations
 
 import re
 
+from flowledger.domain.bounds import IGNORABLE_CLASS
+
 _BRACKETED = re.compile(r'"*\(.*\)"*', re.DOTALL)
+_UNSEEN = re.compile(rf"[\s{IGNORABLE_CLASS}]")
 
 
 def group_label(value: object, grouping: str) -> str:
@@ -21,4 +26,4 @@ def group_label(value: object, grouping: str) -> str:
     if value is None:
         return f"(no {grouping})"
     text = str(value)
-    return f'"{text}"' if _BRACKETED.fullmatch(text) else text
+    return f'"{text}"' if _BRACKETED.fullmatch(_UNSEEN.sub("", text)) else text
