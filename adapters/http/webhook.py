@@ -202,8 +202,10 @@ async def _process(
     usage = record.usage
     metrics: dict[str, Any] = {
         "model": usage.response_model or usage.request_model if usage else body.model,
-        "tokens": usage.total_tokens if usage else 0,
-        # What the step cost: every billed attempt (charged_usd), as totals and budgets count it.
+        # What the step cost and the tokens that paid for: every billed attempt (charged_usd,
+        # billed_tokens), as the session's totals and budgets count them. The answer's tokens
+        # alone were shown beside the cost of every attempt (1,100 tokens beside $0.000644).
+        "tokens": usage.billed_tokens("input_tokens") + usage.billed_tokens("output_tokens") if usage else 0,
         "cost_usd": float(usage.charged_usd) if usage else 0.0,
         "latency_ms": round(usage.latency_ms) if usage else 0,
     }

@@ -25,7 +25,7 @@ class StepMetrics(BaseModel):
     """What the step's model call cost (every billed attempt, as totals and budgets count it)."""
 
     model: str | None
-    tokens: int
+    tokens: int = Field(description="Input plus output tokens of every attempt cost_usd counts.")
     cost_usd: float
     latency_ms: int
     unpriced: bool | None = Field(default=None, description="True when cost_usd is only the known part.")

@@ -551,10 +551,16 @@ def test_a_key_with_another_model_is_refused_and_another_name_of_the_same_model_
     assert (hook.engine.log.head(), len(hook.calls)) == (head, calls)
 
 
-def test_ai_metrics_and_get_state_show_what_a_step_cost_with_every_billed_attempt() -> None:
+def test_ai_metrics_and_get_state_show_what_a_step_cost_and_its_tokens_with_every_billed_attempt() -> None:
     # Given a step whose first attempt was billed and failed (a stream cut after its usage
-    # chunk) and whose retry answered: $0.0028 each, $0.0056 charged
-    usage = replace(USAGE, cost_usd=Decimal("0.0028"), retried_cost_usd=Decimal("0.0028"), attempts=2)
+    # chunk) and whose retry answered: 100 in / 20 out and $0.0028 each, $0.0056 charged
+    usage = replace(
+        USAGE,
+        cost_usd=Decimal("0.0028"),
+        retried_cost_usd=Decimal("0.0028"),
+        retried_tokens={"input_tokens": 100, "output_tokens": 20},
+        attempts=2,
+    )
     engine = Engine(settings=make_settings(database_url="memory:"), llm=ScriptedLlm(usage=usage))
     with engine, TestClient(create_app(engine, require_keys=False)) as http:
         create_body = {"action": "create_session", "session_id": "s1", "workflow_name": "cs"}
@@ -565,8 +571,11 @@ def test_ai_metrics_and_get_state_show_what_a_step_cost_with_every_billed_attemp
             json={"action": "process_step", "session_id": "s1", "step_name": "greet", "input_data": {}},
         ).json()["data"]
         state = http.post("/webhook/workflow-state", json={"action": "get_state", "session_id": "s1"})
-        # Then both say what the step cost in all, as the session's totals (and budgets) count it
+        # Then both say what the step cost in all, as the session's totals (and budgets) count it,
+        # and ai_metrics the tokens that cost paid for (it said the answer's 120 beside $0.0056)
         assert processed["ai_metrics"]["cost_usd"] == 0.0056
+        totals = engine.get_session("s1").totals
+        assert processed["ai_metrics"]["tokens"] == totals.input_tokens + totals.output_tokens == 240
         assert [h["ai_cost"] for h in state.json()["data"]["history"]] == [0.0056]
         assert engine.get_session("s1").totals.cost_usd == Decimal("0.0056")
 
