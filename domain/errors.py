@@ -664,18 +664,31 @@ class CircuitOpen(LlmError):
     ``opened_by``: when the call made attempts before the breaker opened (its failures among
     those that opened it), how they failed (``"http_500, http_500"``), "" otherwise; the
     message then names them (it said only that the circuit was open, as if no request had
-    gone out)."""
+    gone out). ``trial_running``: the breaker is half-open and its one trial call is under way,
+    so no trial is due at any time the call could be told (it said "next trial in 0.0s")."""
 
-    def __init__(self, endpoint: str, retry_in_s: float, attempts: int = 0, opened_by: str = "") -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        retry_in_s: float,
+        attempts: int = 0,
+        opened_by: str = "",
+        *,
+        trial_running: bool = False,
+    ) -> None:
         told = f" (after this call's {attempts} attempt(s): {opened_by})" if opened_by else ""
+        when = (
+            "half-open; its trial call is under way, and calls fail fast until it succeeds"
+            if trial_running
+            else f"open; next trial in {max(retry_in_s, 0.0):.1f}s"
+        )
         super().__init__(
-            f"circuit for {endpoint} is open; next trial in {max(retry_in_s, 0.0):.1f}s{told}",
-            error_type="circuit_open",
-            attempts=attempts,
+            f"circuit for {endpoint} is {when}{told}", error_type="circuit_open", attempts=attempts
         )
         self.endpoint = endpoint
         self.retry_in_s = retry_in_s
         self.opened_by = opened_by
+        self.trial_running = trial_running
 
 
 class UnknownModelPrice(LlmError):

@@ -384,7 +384,13 @@ class OpenAICompatibleClient:
             usage = build_usage(self._priced_now(call), None, outcomes, self._clock())
             if outcomes:  # the breaker opened on this call's own failures: say which
                 opened_by = ", ".join(outcome.error_type for outcome in outcomes)
-                error = CircuitOpen(error.endpoint, error.retry_in_s, len(outcomes), opened_by=opened_by)
+                error = CircuitOpen(
+                    error.endpoint,
+                    error.retry_in_s,
+                    len(outcomes),
+                    opened_by=opened_by,
+                    trial_running=error.trial_running,
+                )
             # Usage even when no request went out: it names the model asked for, so the
             # dashboard keeps the failed call under its model (not "(none)"), with no tokens.
             error.attempts = len(outcomes)

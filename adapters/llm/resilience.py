@@ -157,8 +157,10 @@ class EndpointBreaker:
     def admit(self, attempts: int = 0) -> bool:
         """Raise CircuitOpen if no request may go out now; True if this one is the trial."""
         state = self.state
-        if state == STATE_OPEN or (state == STATE_HALF_OPEN and self._trial_running):
+        if state == STATE_OPEN:
             raise CircuitOpen(self.endpoint, float(self._breaker.open_remaining), attempts)
+        if state == STATE_HALF_OPEN and self._trial_running:
+            raise CircuitOpen(self.endpoint, 0.0, attempts, trial_running=True)
         if state == STATE_HALF_OPEN:
             self._trial_running = True
             return True

@@ -75,6 +75,8 @@ def failure_detail(error: BaseException) -> ErrorDetail | None:
         }
         if error.opened_by:
             circuit["opened_by"] = str(error.opened_by)
+        if error.trial_running:
+            circuit["trial_running"] = True
         return circuit
     if isinstance(error, UnknownModelPrice):
         return {
@@ -161,6 +163,7 @@ def _circuit_open(
         _number(detail, "retry_in_s") - waited_s,
         _count(detail, "attempts"),
         opened_by=opened_by if isinstance(opened_by, str) else "",
+        trial_running=detail.get("trial_running") is True,
     )
 
 

@@ -138,6 +138,29 @@ async def test_while_half_open_only_one_trial_goes_out_and_the_others_fail_fast(
     await llm.aclose()
 
 
+async def test_a_call_refused_while_the_half_open_trial_runs_says_the_trial_is_under_way(
+    transport: Transports,
+) -> None:
+    # Given a half-open breaker whose trial call takes a while
+    endpoint = Endpoint(503)
+    llm = await served_client(transport, endpoint)
+    await fail_times(llm, 3)
+    await asyncio.sleep(0.12)
+    endpoint.status, endpoint.delay = 200, 0.2
+    trial = asyncio.ensure_future(llm.complete(model="deepseek-v3.2", messages=MESSAGES))
+    await asyncio.sleep(0.05)
+    # When another call comes while it runs
+    with pytest.raises(CircuitOpen) as refused:
+        await llm.complete(model="deepseek-v3.2", messages=MESSAGES)
+    await trial
+    # Then it is told that a trial is under way, not that one is due at once ("next trial in 0.0s")
+    assert refused.value.trial_running
+    assert "its trial call is under way" in str(refused.value)
+    assert "next trial in" not in str(refused.value)
+    assert endpoint.requests == 4
+    await llm.aclose()
+
+
 async def test_client_errors_do_not_count_against_the_endpoint(transport: Transports) -> None:
     endpoint = Endpoint(400)
     llm = await served_client(transport, endpoint)

@@ -148,6 +148,7 @@ RAISED: list[tuple[str, FlowledgerError]] = [
         ),
     ),
     ("circuit_open", CircuitOpen("http://model.test/v1", 12.0, attempts=1)),
+    ("circuit_open", CircuitOpen("http://model.test/v1", 0.0, trial_running=True)),
     ("session_closed", SessionClosed("s1", "abandoned")),
     ("unknown_model_price", UnknownModelPrice("mystery", "v1")),
     (
