@@ -76,12 +76,17 @@ def shown_endpoint(url: str) -> str:
     return f"{scheme}{separator}{authority}{slash}{path}" + (f"{tail[0]}***" if tail else "")
 
 
+COMPLETIONS_PATH = "/chat/completions"
+"""What the client adds to the base URL for a completion (as the OpenAI SDK does)."""
+
+
 def require_endpoint_url(base_url: str) -> None:
     """Refuse (ValidationError on ``llm_base_url``) a base URL the client cannot request as given.
 
     Each of these was taken and failed every call: a port past 65535 or credentials in the URL
     (a bare ValueError from the HTTP client, recorded as a failed step), a query or a fragment
-    (the path ``/chat/completions`` went after it: a 404), a URL that does not parse. The key
+    (the path ``/chat/completions`` went after it: a 404), a URL that does not parse, one that
+    already ends in ``/chat/completions`` (the path twice: a 404 on every step). The key
     goes in ``FLOWLEDGER_LLM_API_KEY``; the URL is quoted as ``shown_endpoint`` gives it (a
     refusal quoted it whole: password and ``?api-key=`` into the CLI's line and the log).
     """
@@ -108,6 +113,14 @@ def require_endpoint_url(base_url: str) -> None:
                 "llm_base_url",
                 f"must not hold a {part} (the path /chat/completions is added to it): {shown}",
             )
+    if base_url.rstrip("/").endswith(COMPLETIONS_PATH):
+        # Taken, every step was a 422 "HTTP 404 ... no route POST .../chat/completions/chat/
+        # completions", told to its caller as a request the endpoint refused.
+        base = shown_endpoint(base_url.rstrip("/").removesuffix(COMPLETIONS_PATH))
+        raise ValidationError(
+            "llm_base_url",
+            f"ends in {COMPLETIONS_PATH}, which the client adds to it: give {base!r}, not {shown}",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,4 +275,4 @@ class ClientConfig:
     @property
     def endpoint(self) -> str:
         """The chat-completions URL, which is also the circuit breaker's key."""
-        return self.base_url.rstrip("/") + "/chat/completions"
+        return self.base_url.rstrip("/") + COMPLETIONS_PATH

@@ -26,6 +26,10 @@ KEY = ApiKey("sk-config-1234")
         ("http://user:secret@llm.test/v1", "credentials"),
         ("http://llm.test/v1?api-version=2024-06-01", "query"),
         ("http://llm.test/v1#part", "fragment"),
+        # The client adds /chat/completions: every step was a 422 'HTTP 404 ... no route POST
+        # /v1/chat/completions/chat/completions', as if each request were wrong.
+        ("http://llm.test/v1/chat/completions", "give 'http://llm.test/v1'"),
+        ("https://llm.test/openai/v1/chat/completions/", "give 'https://llm.test/openai/v1'"),
     ],
 )
 def test_an_endpoint_url_that_cannot_be_requested_as_given_is_refused_at_start_up(
