@@ -15,6 +15,7 @@ from flowledger.adapters.llm.config import DEFAULT_REPLY_BYTES
 from flowledger.adapters.llm.reply_limit import read_body, read_lines
 from flowledger.adapters.llm.reported_usage import ReportedUsage, parse_usage
 from flowledger.adapters.llm.retry import AttemptError, status_is_retryable
+from flowledger.adapters.llm.sse import DONE, UnreadableEvent, event_payloads
 
 # What an error sent inside a stream would have been as an HTTP status, by its ``type`` or
 # ``code`` (OpenAI, Anthropic, OpenRouter and LiteLLM names); one named by neither is taken
@@ -42,6 +43,10 @@ _STATUS_OF_ERROR = {
     "overloaded_error": 503,
     "overloaded": 503,
 }
+
+
+_ENDED = object()
+"""The body's end, as ``read_stream`` is told it (a stream cut before ``[DONE]``, or whole)."""
 
 
 def one_line(text: str, limit: int) -> str:
@@ -224,17 +229,17 @@ async def read_stream(
     first_token_ms: float | None = None
     chunks = 0
     done = False
-    async for line in read_lines(response, limit):
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
+    payloads = event_payloads(read_lines(response, limit))
+    while True:
+        try:
+            chunk = await anext(payloads, _ENDED)
+        except UnreadableEvent:
+            raise _unreadable_chunk("stream chunk is not JSON", chunks, tokens) from None
+        if chunk is _ENDED:
+            break
+        if chunk is DONE:
             done = True
             break
-        try:
-            chunk = json.loads(payload)
-        except (ValueError, RecursionError):
-            raise _unreadable_chunk("stream chunk is not JSON", chunks, tokens) from None
         if not isinstance(chunk, dict):
             raise _unreadable_chunk("stream chunk is not an object", chunks, tokens)
         chunks += 1

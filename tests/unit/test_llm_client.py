@@ -216,6 +216,43 @@ async def test_a_streamed_text_with_a_unicode_line_separator_is_one_event(
     assert reply.usage.input_tokens == 4
 
 
+def _event_streams() -> dict[str, str]:
+    """One answer (its text in two chunks, a finish reason, usage) written as the SSE spec
+    allows, each read whole by the OpenAI SDK's decoder."""
+    chunks = [
+        {"id": "c", "choices": [{"delta": {"content": '{"action": '}}]},
+        {"id": "c", "choices": [{"delta": {"content": '"x"}'}, "finish_reason": "stop"}]},
+        {"id": "c", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}},
+    ]
+    texts = [json.dumps(chunk) for chunk in chunks]
+    return {
+        # an event's data over several data: lines, joined by line breaks
+        "data over lines": "".join("data: " + text.replace(', "', ',\ndata: "') + "\n\n" for text in texts)
+        + "data: [DONE]\n\n",
+        # a byte-order mark before the first line, which the spec's decoding drops
+        "byte-order mark": "\ufeff" + "".join(f"data: {text}\n\n" for text in texts) + "data: [DONE]\n\n",
+    }
+
+
+@pytest.mark.parametrize("written", list(_event_streams()))
+async def test_an_event_stream_written_as_the_sse_spec_allows_is_read_whole(
+    transport: Transports, written: str
+) -> None:
+    # Data over lines failed the paid answer as malformed_response ("stream chunk is not JSON",
+    # not retried); after a byte-order mark the first chunk's text was dropped without a word
+    # (the step recorded as "the reply has no text").
+    body = _event_streams()[written].encode()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    async with await client(transport, handler) as llm:
+        reply = await llm.complete_streaming(model="gpt-4.1", messages=MESSAGES)
+    assert reply.content == '{"action": "x"}'
+    assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.attempts) == (4, 2, 1)
+    assert reply.usage.finish_reasons == ("stop",)
+
+
 async def test_a_streamed_reply_is_assembled_with_usage_and_time_to_first_token(
     transport: Transports,
 ) -> None:
