@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -251,6 +252,7 @@ class PromptCache:
     gpt-4.1 was reported cached when gemini-2.5-flash first got it)."""
 
     seen: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
+    """(model, SHA-256 of its system prompt), least recently seen first."""
 
     def cached_tokens(self, model: str, messages: list[dict[str, Any]], min_tokens: int) -> int:
         """Tokens of the system prompt ``model`` already saw (whole 64-token blocks, as
@@ -259,7 +261,8 @@ class PromptCache:
         tokens = count_tokens(system) if system else 0
         if tokens < min_tokens:
             return 0
-        key = (model, system)
+        # Its digest, not the prompt: 10,000 prompts of up to 32 MiB each were kept whole.
+        key = (model, hashlib.sha256(system.encode("utf-8", "surrogatepass")).hexdigest())
         if key in self.seen:
             self.seen.move_to_end(key)
             return tokens // 64 * 64

@@ -58,6 +58,10 @@ _SERVER_ERRORS = {
 
 EXCHANGES_KEPT = 1000
 """How many answered calls a simulator remembers (``Simulator.exchanges``)."""
+EXCHANGE_BYTES_KEPT = 64 * 2**20
+"""The most request bytes those calls may add up to (the newest is kept whatever its size): the
+last 1,000 were kept whatever their size, and 300 calls of 1 MB grew ``simulate-llm`` by 324 MB
+(a body may be 32 MiB: 32 GB at 1,000)."""
 MODELS_COUNTED = 1000
 """How many model names ``stats`` counts apart (``model_NAME``); calls to any further one are
 counted as ``model_(other)``. Each name any request gave was kept for the process's life, and
@@ -77,14 +81,17 @@ class Exchange:
 class Simulator:
     """The server; ``stats`` counts requests by outcome (``served``, each fault, ``rejected``)
     and by model (``MODELS_COUNTED`` names at most);
-    ``exchanges`` keeps the last ``EXCHANGES_KEPT`` answered calls, oldest first, so that a test
-    can check what a client made of a reply against the reply itself."""
+    ``exchanges`` keeps the last ``EXCHANGES_KEPT`` answered calls (``EXCHANGE_BYTES_KEPT`` of
+    requests at most), oldest first, so that a test can check what a client made of a reply
+    against the reply itself."""
 
     def __init__(self, config: SimulatorConfig | None = None) -> None:
         self.config = config or SimulatorConfig()
         self.stats: Counter[str] = Counter()
         self._models_counted: set[str] = set()
         self.exchanges: deque[Exchange] = deque(maxlen=EXCHANGES_KEPT)
+        self._exchange_sizes: deque[int] = deque()
+        self._kept_bytes = 0
         self._rng = random.Random(self.config.seed)
         self._cache = PromptCache()
         self._server: asyncio.Server | None = None
@@ -211,13 +218,25 @@ class Simulator:
         self.stats["served"] += 1
         self._count_model(model)
         # Kept before the reply is sent: whoever has the reply finds its exchange here.
-        self.exchanges.append(Exchange(model, messages, body))
+        self._keep(Exchange(model, messages, body), len(http.body))
         if streamed:
             payloads = stream_chunks(body, request.include_usage)
             await send_stream(writer, payloads, latency * 0.4 / len(payloads))
         else:
             await send_json(writer, 200, body)
         return True
+
+    def _keep(self, exchange: Exchange, size: int) -> None:
+        """Remember ``exchange`` (its request ``size`` bytes), forgetting the oldest past
+        ``EXCHANGES_KEPT`` calls or ``EXCHANGE_BYTES_KEPT`` bytes."""
+        if len(self.exchanges) == EXCHANGES_KEPT:  # the deque drops its oldest as this comes
+            self._kept_bytes -= self._exchange_sizes.popleft()
+        self.exchanges.append(exchange)
+        self._exchange_sizes.append(size)
+        self._kept_bytes += size
+        while len(self.exchanges) > 1 and self._kept_bytes > EXCHANGE_BYTES_KEPT:
+            self.exchanges.popleft()
+            self._kept_bytes -= self._exchange_sizes.popleft()
 
     async def _fault(
         self, fault: str, streamed: bool, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -6,7 +6,9 @@ import contextlib
 import json
 import logging
 import socket
+import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -747,3 +749,38 @@ def test_the_stats_count_a_bounded_number_of_model_names_apart(monkeypatch: pyte
     # was kept, and answered by GET /stats, without bound)
     counted = {name: count for name, count in stats.items() if name.startswith("model_")}
     assert counted == {"model_m1": 2, "model_m2": 1, "model_(other)": 3}
+
+
+def test_what_the_simulator_remembers_of_calls_is_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a simulator that keeps at most 2 MiB of calls' messages for tests to read back
+    monkeypatch.setattr(simulator_server, "EXCHANGE_BYTES_KEPT", 2 * 2**20)
+    with (
+        run_simulator(SimulatorConfig(latency_ms=0, seed=6)) as running,
+        httpx.Client(base_url=running.base_url, headers={"authorization": f"Bearer {KEY}"}) as client,
+    ):
+        tracemalloc.start()
+        try:
+            # When twelve calls each send a system prompt and a message of 1 MB
+            for n in range(12):
+                text = f"{n} " + "w " * 500_000
+                messages = [{"role": "system", "content": text}, {"role": "user", "content": text}]
+                answer = client.post("/chat/completions", json={"model": "gpt-4.1", "messages": messages})
+                assert answer.status_code == 200
+            # (what the simulator holds, not this client's requests and their bodies)
+            client_side = [
+                tracemalloc.Filter(False, f"{Path(module.__file__).parent}/*") for module in (httpx,)
+            ]
+            held_now = tracemalloc.take_snapshot().filter_traces(
+                [*client_side, tracemalloc.Filter(False, __file__)]
+            )
+            kept = sum(stat.size for stat in held_now.statistics("filename"))
+        finally:
+            tracemalloc.stop()
+        newest = running.exchanges[-1].messages[0]["content"]
+        held = len(running.exchanges)
+    # Then the newest call is kept, the oldest forgotten, and the prompt cache holds no prompt:
+    # each call's messages were kept (the last 1,000) and each system prompt (the last 10,000)
+    # whatever their size, 36 MB here, and 300 calls of 1 MB grew simulate-llm by 324 MB
+    assert newest.startswith("11 ")
+    assert held < 12
+    assert kept < 8 * 2**20
