@@ -56,6 +56,8 @@ from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.history import HistoryEntry, history_entry
 
 T = TypeVar("T")
+FORKED_AT = 2
+"""The version of a fork's ``Forked`` event, appended with its ``Started`` (``_fork``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,6 +234,15 @@ class SessionService:
         if at_version > latest.version:
             raise ValidationError(
                 "at_version", f"session {session_id!r} has {latest.version} versions, not {shown(at_version)}"
+            )
+        if at_version < FORKED_AT and latest.forked_from is not None:
+            # A fork's Started and Forked are one append: its version 1 is a state no reader
+            # saw (init, no context, no parent), and a fork of it dropped what it was forked with.
+            raise ValidationError(
+                "at_version",
+                f"session {session_id!r} was forked from {latest.forked_from!r}: its version 1 is its"
+                f" start before the state it was forked with (version {FORKED_AT}); fork at version"
+                f" {FORKED_AT} or later",
             )
         parent = self.get(session_id, version=at_version)
         decide = partial(self._fork, parent, new_session_id, ttl)

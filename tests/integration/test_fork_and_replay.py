@@ -123,6 +123,30 @@ def test_a_fork_sent_again_after_its_answer_was_lost_answers_the_fork(engine: En
         engine.fork_session("g-1", 3, "g-1-b")
 
 
+def test_a_fork_of_a_fork_takes_the_state_it_was_forked_with_never_its_half_made_start(
+    engine: Engine,
+) -> None:
+    # Given a fork of a session whose context and step it took in one append (Started, Forked)
+    engine.start_session("h-1", "cs", user_id="u-1")
+    engine.record_step("h-1", "a", next_step="b", context_update={"order": "A1"})
+    engine.fork_session("h-1", 2, "h-2")
+    engine.record_step("h-2", "b", context_update={"carrier": "DHL"})
+    head = engine.log.head()
+
+    # When the fork is forked at its version 1, its Started alone (init, no context, no parent:
+    # before, the grandchild began so, forked_at_version 1, the parent's order lost)
+    with pytest.raises(ValidationError, match="at_version: session 'h-2' was forked from 'h-1'") as refused:
+        engine.fork_session("h-2", 1, "h-3")
+
+    # Then it is refused, naming the version to fork at, and nothing is appended
+    assert "version 2 or later" in str(refused.value)
+    assert engine.log.head() == head
+    # And at version 2, the state it was forked with, the grandchild takes the parent's context
+    grandchild = engine.fork_session("h-2", 2, "h-3")
+    assert (grandchild.current_step, grandchild.context) == ("b", {"order": "A1"})
+    assert (grandchild.forked_from, grandchild.forked_at_version) == ("h-2", 2)
+
+
 def test_an_erased_session_cannot_be_forked() -> None:
     with Engine(settings=make_settings(database_url="memory:", seal_personal_data=True)) as engine:
         engine.start_session("e-1", "cs", user_id="gone")
