@@ -27,7 +27,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 from starlette.convertors import PathConvertor, register_url_convertor
 
@@ -242,6 +241,8 @@ TtlSeconds = Annotated[float, _TTL_SCHEMA, within_max_ttl(MAX_TTL_SECONDS, "seco
 ExtensionSeconds = Annotated[float, _TTL_SCHEMA]
 """Seconds added to an expiry: the bound is left to the engine, which says how much the session
 can still take (``SessionService.extend_session``), as the CLI's ``extend`` does."""
+_EXTENSION_SCHEMA = {"type": "number", "minimum": 0.001, "maximum": MAX_TTL_SECONDS}
+"""``ExtensionSeconds`` in the document, null left out (a client sends a number or nothing)."""
 
 
 @cache
@@ -377,7 +378,10 @@ class Extend(Body):
         json_schema_extra={"oneOf": [{"required": ["ttl_seconds"]}, {"required": ["expires_at"]}]}
     )
 
-    ttl_seconds: ExtensionSeconds | SkipJsonSchema[None] = Field(
+    # Optional as plain ``| None`` (a nullable float, one error when refused), its schema the
+    # number's alone: ``| SkipJsonSchema[None]`` made a union whose refusal named each member
+    # ("ttl_seconds.constrained-float: ...; ttl_seconds.none: Input should be None").
+    ttl_seconds: Annotated[ExtensionSeconds | None, WithJsonSchema(_EXTENSION_SCHEMA)] = Field(
         default=None, description="Added to the current expiry."
     )
     expires_at: Annotated[Moment | None, WithJsonSchema(MOMENT_SCHEMA)] = Field(
