@@ -179,18 +179,21 @@ def demo(
 
 
 def parse_time(text: str, field: str = "as_of") -> datetime:
-    """``text`` as an ISO 8601 time with a zone, or a ValidationError on ``field``. Digits alone
-    are no time, as in REST's query strings: ``20261205`` is a date in ISO 8601's basic form and
-    ``1796425540`` could be Unix seconds or milliseconds, so neither is guessed at. The zone and
-    year-1 rule is the domain's, in its words (``require_moment``), as REST answers."""
+    """``text`` as a time with a zone, read as REST reads one (``moments.time_of_text``: RFC 3339),
+    or a ValidationError on ``field``. Python's ``fromisoformat`` took ISO 8601's basic form and
+    week dates, which REST refuses, and refused a lower-case ``t`` / ``z``, which REST reads. Digits
+    alone are no time, as in REST's query strings: ``1796425540`` could be Unix seconds or
+    milliseconds, so it is not guessed at. The zone and year-1 rule is the domain's, in its words
+    (``require_moment``), as REST answers."""
     if text.strip().isdigit():
         raise ValidationError(
             field, f"{text!r} is a number, not a time: give one with a zone, like 2026-12-05T10:00:00Z"
         )
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValidationError(field, f"{text!r} is not an ISO 8601 time") from None
+    from flowledger.adapters.http.moments import time_of_text  # pydantic: not at the CLI's start
+
+    moment = time_of_text(text)
+    if moment is None:
+        raise ValidationError(field, f"{text!r} is not an RFC 3339 time (like 2026-12-05T10:00:00Z)")
     require_moment(field, moment)
     return moment
 

@@ -8,7 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import ValidationError, ValidatorFunctionWrapHandler, WithJsonSchema, WrapValidator
+from pydantic import TypeAdapter, ValidationError, ValidatorFunctionWrapHandler, WithJsonSchema, WrapValidator
 from pydantic_core import PydanticCustomError
 
 EARLIEST_S, LATEST_S = -62_135_596_800, 253_402_300_799
@@ -21,6 +21,21 @@ MOMENT_SCHEMA = {"anyOf": [_TEXT, _UNIX_TIME]}
 _NUMBER_TEXT = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
 _SPACED_OFFSET = re.compile(r".*\d \d\d:?\d\d")
 _HOW = "must be RFC 3339 text with a zone (like 2026-12-05T10:00:00Z)"
+_TIME_TEXT = TypeAdapter(datetime)
+"""Pydantic's reading of a time written as text: what ``Moment`` and ``QueryMoment`` apply."""
+
+
+def time_of_text(text: str) -> datetime | None:
+    """``text`` read as a time is read in a request (RFC 3339: ``2026-12-05T10:00:00Z``, a lower-case
+    ``t`` or ``z``, a space for the ``T``), or None when it is none (ISO 8601's basic form, a
+    week date). The CLI's time options read their text with it, so a time is one thing at both
+    edges; the zone and the year-1 bound are the caller's to check (``require_moment``)."""
+    if _NUMBER_TEXT.fullmatch(text):  # pydantic reads "1796425540.5" as Unix seconds: a guess
+        return None
+    try:
+        return _TIME_TEXT.validate_python(text)
+    except ValidationError:
+        return None
 
 
 def _moment(value: Any, handler: ValidatorFunctionWrapHandler, *, numbers: bool) -> datetime:

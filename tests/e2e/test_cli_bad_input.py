@@ -53,7 +53,7 @@ BAD_INPUT = [
     (["dashboard", "--since", "x"], 2, "since: 'x' is not a duration"),
     (["dashboard", "--reprice-as", "nosuch"], 2, "reprice_as: no price for 'nosuch'"),
     (["history", "nobody"], 3, "session 'nobody' not found"),
-    (["replay", "x", "--as-of", "yesterday"], 2, "as_of: 'yesterday' is not an ISO 8601 time"),
+    (["replay", "x", "--as-of", "yesterday"], 2, "as_of: 'yesterday' is not an RFC 3339 time"),
     (["replay", "x", "--version", "0"], 2, "version: must be a version >= 1, got 0"),
     # A negative number argument was taken for an option: "No such option: -1"
     (["fork", "x", "-1", "y"], 2, "at_version: must be a version >= 1, got -1"),
@@ -104,7 +104,7 @@ BAD_INPUT = [
         2,
         "hours: 1e+300 hours reach past any expiry (at most 8784 ahead)",
     ),
-    (["extend", "x", "--until", "soon"], 2, "until: 'soon' is not an ISO 8601 time"),
+    (["extend", "x", "--until", "soon"], 2, "until: 'soon' is not an RFC 3339 time"),
     # A time as REST reads one: digits are no time (seconds or milliseconds would be a guess),
     # no zone and before year 1 in UTC in the domain's words (the CLI said "needs a time zone")
     (

@@ -210,7 +210,7 @@ BAD_INPUT = [
     (
         ["tasks", "create", "T-2", "--description", "d", "--deadline", "tomorrow"],
         2,
-        "deadline: 'tomorrow' is not an ISO 8601 time",
+        "deadline: 'tomorrow' is not an RFC 3339 time",
     ),
     (
         ["tasks", "create", "T-2", "--description", "d", "--deadline", "2030-01-01T10:00:00"],
