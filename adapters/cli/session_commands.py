@@ -158,9 +158,10 @@ def forget(
             )
         if report.in_the_clear:
             # Not forgotten while any of them stays readable: a non-zero exit, as `--session` of one.
+            whose = f"of {user_id!r}" if user_id is not None else f"forked from {session!r}"
             raise ValidationError(
-                "user_id",
-                f"{len(report.in_the_clear)} sessions of {user_id!r} were recorded without sealing and stay"
+                "user_id" if user_id is not None else "session",
+                f"{len(report.in_the_clear)} sessions {whose} were recorded without sealing and stay"
                 f" in the clear ({', '.join(report.in_the_clear)}): no key to destroy",
             )
 

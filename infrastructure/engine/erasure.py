@@ -46,8 +46,9 @@ class ForgetReport:
     already_erased: tuple[str, ...] = ()
     """The ids of the sessions asked for that an earlier run erased: nothing new recorded."""
     in_the_clear: tuple[str, ...] = ()
-    """The ids of the user's sessions recorded without sealing: they have no key to destroy,
-    so their personal fields stay in the clear (``forget_user`` only)."""
+    """The ids of the user's sessions (``forget_user``), or of the session's forks
+    (``forget_session``), recorded without sealing: they have no key to destroy, so their
+    personal fields stay in the clear."""
     old_key_versions_remain: bool = False
     """Whether the destroyed keys' old row versions may still be in the key table's file (a
     transaction begun before the erasure outlived the purge's wait, or the rewrite failed): an
@@ -56,6 +57,8 @@ class ForgetReport:
 
 _STARTS = (get_topic(Session.Started), get_topic(Session.Restarted))
 """The events that name a session's user."""
+_FORKS = (get_topic(Session.Forked),)
+"""The event that names a fork's parent."""
 _PAGE = 5000
 """Start events read per query when looking for a user's unsealed sessions."""
 
@@ -95,7 +98,9 @@ class ErasureService:
         return replace(report, in_the_clear=self._unsealed_sessions_of(user_id))
 
     def forget_session(self, session_id: str, reason: str = "the session was forgotten") -> ForgetReport:
-        """Erase one session (for sessions started without a user id, too)."""
+        """Erase one session (for sessions started without a user id, too) and every session
+        forked from it, or from those (each holds a copy of its context); forks recorded
+        without sealing are named in ``in_the_clear``."""
         stream = session_uuid(self._tenant, session_id)
         if self._store.load(stream) is None:
             raise SessionNotFound(session_id)
@@ -103,7 +108,46 @@ class ErasureService:
             raise ValidationError(
                 "session_id", f"session {session_id!r} was recorded without sealing: no key to destroy"
             )
-        return self._erase([stream], reason)
+        # A fork's Forked event holds a copy of the context it was forked with, under the fork's
+        # own key: forgetting the session alone left that copy readable in every fork of it.
+        forks = self._forks_of(session_id)
+        sealed = [
+            fork
+            for fork in forks
+            if self._within_deadline("read a data key", partial(self._keys.key_of, fork))
+        ]
+        report = self._erase([stream, *sealed], reason)
+        unsealed = [fork for fork in forks if fork not in sealed]
+        return replace(report, in_the_clear=tuple(sorted(self._session_id(fork) for fork in unsealed)))
+
+    def _forks_of(self, session_id: str) -> list[UUID]:
+        """The streams of this tenant's sessions forked from ``session_id``, and of theirs, in
+        the order found. One pass over the log's ``Forked`` events per generation: an event is
+        decoded only when its bytes name a parent looked for (the parent's id is in the clear)."""
+        found: list[UUID] = []
+        parents = {session_id}
+        while parents:
+            needles = {
+                json.dumps(p, ensure_ascii=escaped).encode() for p in parents for escaped in (True, False)
+            }
+            children: set[str] = set()
+            after = 0
+            while page := self._log.read(after, _PAGE, topics=_FORKS):
+                after = page[-1].id
+                for stored in page:
+                    stream = UUID(str(stored.originator_id))
+                    if stream in found or not any(n in stored.state for n in needles):
+                        continue
+                    fork: Session | None = self._store.load(stream)
+                    if fork is not None and fork.tenant == self._tenant and fork.forked_from in parents:
+                        found.append(stream)
+                        children.add(fork.session_id)
+            parents = children
+        return found
+
+    def _session_id(self, stream: UUID) -> str:
+        session: Session | None = self._store.load(stream)
+        return session.session_id if session is not None else str(stream)
 
     def _refuse_archived(self, streams: Sequence[UUID], done: str) -> None:
         """ValidationError naming the bundles when retention archived some of ``streams``: their

@@ -754,7 +754,8 @@ class Engine:
         return self.erasure.forget_user(user_id)
 
     def forget_session(self, session_id: str) -> ForgetReport:
-        """Erase one session's personal data (a session started without a user id, say)."""
+        """Erase one session's personal data (a session started without a user id, say), and
+        that of every session forked from it (each holds a copy of its context)."""
         return self.erasure.forget_session(session_id)
 
     # -- tasks and agents ----------------------------------------------------------------

@@ -410,6 +410,33 @@ def test_forgetting_a_session_again_reports_it_already_erased_not_erased_again(e
     assert engine.log.head() == head
 
 
+def test_forgetting_a_session_erases_the_copies_its_forks_took_of_it(engine: Engine) -> None:
+    # Given a session without a user, a fork of it and a fork of that fork: each Forked event
+    # holds a copy of the context it was forked with (the card number), under the fork's own key
+    engine.start_session("anon-1", "cs")
+    engine.record_step("anon-1", "a", input={"card": "4111"}, context_update={"card": "4111"})
+    engine.fork_session("anon-1", 2, "anon-1-f")
+    engine.record_step("anon-1-f", "b", input={"card": "4111"})
+    engine.fork_session("anon-1-f", 3, "anon-1-ff")
+    engine.start_session("other", "cs")
+    engine.record_step("other", "a", context_update={"card": "5555"})
+
+    # When the session is forgotten (before: 'erased 1 sessions', its forks read {'card': '4111'})
+    report = engine.forget_session("anon-1")
+
+    # Then its forks, and theirs, are erased with it; another session is left as it was
+    assert sorted(report.sessions) == ["anon-1", "anon-1-f", "anon-1-ff"]
+    assert report.keys_destroyed == 3
+    for fork in ("anon-1-f", "anon-1-ff"):
+        state = engine.get_session(fork)
+        assert state.erased
+        assert "4111" not in repr(state)
+        assert "4111" not in repr(engine.history(fork))
+    assert engine.get_session("other").context == {"card": "5555"}
+    # And forgetting it again reports every one of them as already erased
+    assert sorted(engine.forget_session("anon-1").already_erased) == ["anon-1", "anon-1-f", "anon-1-ff"]
+
+
 def test_an_erasure_event_deleted_afterwards_is_named_by_audit_verify(engine: Engine) -> None:
     # Given a user's session, checkpointed, then forgotten
     engine.start_session("s-1", "support", user_id="alice")
