@@ -148,7 +148,8 @@ def require_requeue_deadline(deadline: datetime | None, current: datetime | None
         raise ValidationError(
             "deadline",
             f"is needed: the task's deadline {current.isoformat()} has passed, so the queue"
-            " would escalate it again at once (requeue it with a new deadline)",
+            " would escalate it again at once (give a new one: deadline or deadline_hours over HTTP,"
+            " --deadline or --deadline-hours on the command line)",
         )
 
 

@@ -139,9 +139,9 @@ def test_a_requeue_may_leave_out_a_deadline_still_ahead_but_not_one_passed() -> 
     # and once the deadline has passed, a new one is needed
     with pytest.raises(ValidationError, match="is needed: the task's deadline") as refused:
         require_requeue_deadline(None, ahead, ahead)
-    # in words every caller can act on (the library, REST and the CLI name the deadline apart)
-    assert "over HTTP" not in str(refused.value)
-    assert str(refused.value).endswith("(requeue it with a new deadline)")
+    # naming what each kind of caller gives (REST and the CLI name the deadline apart)
+    assert "deadline_hours over HTTP" in str(refused.value)
+    assert "--deadline-hours on the command line" in str(refused.value)
 
 
 @pytest.mark.parametrize("deadline", [T0, T0 - timedelta(seconds=1)])
