@@ -28,6 +28,7 @@ from starlette.routing import Match
 from flowledger.adapters.http.auth import refusal_before_body
 from flowledger.adapters.http.json_body import RepeatedName
 from flowledger.adapters.http.pages import error_page, is_page
+from flowledger.adapters.llm.not_found import ROUTE_NOT_FOUND
 from flowledger.adapters.llm.resilience import LOCAL_RATE_LIMIT
 from flowledger.domain import errors
 from flowledger.infrastructure.outages import CONNECTION_ERRORS, unavailable
@@ -97,13 +98,19 @@ REQUEST_REFUSED_BY_MODEL = frozenset({400, 404, 413, 422})
 """A model endpoint's answers that refuse the request itself (malformed, a context past the
 model's window, a model it does not serve, too large): the caller must change the request,
 so it is told 422, not a 502 that clients and gateways retry into the same refusal (each retry
-a model call). 401 and 403 (this server's credentials) and 429 / 5xx stay 502."""
+a model call). 401 and 403 (this server's credentials) and 429 / 5xx stay 502, and so does a
+404 whose body names no model (``ROUTE_NOT_FOUND``: a base URL without ``/v1``, a proxy's
+missing route), which no change to the caller's request mends."""
 
 
 def status_for(error: errors.FlowledgerError) -> int:
     """The HTTP status for an error, by the first matching row of STATUS_CODES; a model call
     whose endpoint refused the request itself is 422 (``REQUEST_REFUSED_BY_MODEL``)."""
-    if isinstance(error, errors.LlmCallFailed) and error.status_code in REQUEST_REFUSED_BY_MODEL:
+    if (
+        isinstance(error, errors.LlmCallFailed)
+        and error.status_code in REQUEST_REFUSED_BY_MODEL
+        and error.error_type != ROUTE_NOT_FOUND
+    ):
         return 422
     if _queued_out(error):
         return 503

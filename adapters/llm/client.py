@@ -35,8 +35,9 @@ from flowledger.adapters.llm.completion import (
     read_completion,
 )
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
-from flowledger.adapters.llm.config import ApiKey, ClientConfig
+from flowledger.adapters.llm.config import ApiKey, ClientConfig, shown_endpoint
 from flowledger.adapters.llm.env_options import client_options_from_env
+from flowledger.adapters.llm.not_found import ROUTE_NOT_FOUND, names_the_model, route_not_found_reason
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
 from flowledger.adapters.llm.reply_limit import REPLY_LIMIT, ReplyTooLarge, bound, read_body
 from flowledger.adapters.llm.reported_usage import ReportedUsage
@@ -594,9 +595,14 @@ class OpenAICompatibleClient:
 
     def _status_error(self, response: httpx.Response, content: bytes) -> AttemptError:
         retry_after = parse_retry_after(response.headers)
+        reason = f"HTTP {response.status_code}{_error_reason(content, response.encoding)}"
+        error_type = f"http_{response.status_code}"
+        if response.status_code == 404 and not names_the_model(content):
+            reason += route_not_found_reason(shown_endpoint(str(self._endpoint)))
+            error_type = ROUTE_NOT_FOUND
         return AttemptError(
-            f"HTTP {response.status_code}{_error_reason(content, response.encoding)}",
-            error_type=f"http_{response.status_code}",
+            reason,
+            error_type=error_type,
             retryable=status_is_retryable(response.status_code, response.headers, retry_after),
             status_code=response.status_code,
             retry_after_s=retry_after,

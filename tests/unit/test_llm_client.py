@@ -898,18 +898,18 @@ async def test_a_refused_request_fails_at_once_with_openais_reason_on_one_line(
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
-        (b'{"error": "model not found"}', "HTTP 404: model not found"),
-        (b'{"detail": "Not Found"}', 'HTTP 404: {"detail": "Not Found"}'),
+        (b'{"error": "model not found"}', "HTTP 400: model not found"),
+        (b'{"detail": "Not Found"}', 'HTTP 400: {"detail": "Not Found"}'),
         (
             b"<html>\n<body>\n404 Not Found\n</body>\n</html>",
-            "HTTP 404: <html> <body> 404 Not Found </body> </html>",
+            "HTTP 400: <html> <body> 404 Not Found </body> </html>",
         ),
-        (b'{"error": {"message": "' + b"x" * 500 + b'"}}', "HTTP 404: " + "x" * 299 + "…"),
+        (b'{"error": {"message": "' + b"x" * 500 + b'"}}', "HTTP 400: " + "x" * 299 + "…"),
     ],
     ids=["error a string", "another shape", "a page", "a long message"],
 )
 async def test_an_error_answer_in_another_shape_is_one_line_too(body: bytes, reason: str) -> None:
-    llm = mock_client(lambda r: httpx.Response(404, content=body), stream=False)
+    llm = mock_client(lambda r: httpx.Response(400, content=body), stream=False)
     with pytest.raises(LlmCallFailed) as raised:
         await llm.complete(model="gpt-4.1", messages=MESSAGES)
     await llm.aclose()
