@@ -82,6 +82,17 @@ def actor_of(event: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def command_of(event: Any, aggregate: FlowledgerAggregate) -> str | None:
+    """The id of the command an event is applied for, inside its ``apply``: the one it was
+    stored with on a replay, else (applied as it is triggered, before ``trigger_event`` tags
+    it) the command open on ``aggregate``; None for old events and for no open command."""
+    stored = command_id_of(event)
+    if stored is not None:
+        return stored
+    scope: CommandScope | None = aggregate.__dict__.get("_command")
+    return None if scope is None else scope.command_id
+
+
 def command_id_of(event: Any) -> str | None:
     """The id of the command that triggered a stored or pending event (None for old events)."""
     value = getattr(event, "command_id", None)

@@ -13,6 +13,7 @@ FlowledgerError
 │   ├── StepInProgress         another worker holds the step's idempotency key
 │   ├── StepNotPending         no step is pending under ``idempotency_key``
 │   └── IdempotencyKeyReused   the key already names a step with another name or payload
+│       └── IdempotencyKeyOfAnotherKind  the key already names a step, or an expiry change
 ├── ConcurrentUpdate           optimistic-concurrency retries ran out
 ├── EngineClosed               the engine was closed: a programming error, not an outage;
 │                              carries ``operation``
@@ -619,6 +620,24 @@ class IdempotencyKeyReused(SessionError):
         self.idempotency_key = idempotency_key
         self.recorded_step = recorded_step
         self.differs = differs
+
+
+class IdempotencyKeyOfAnotherKind(IdempotencyKeyReused):
+    """The key already names another kind of request on this session: a step, or a move of
+    its expiry (an extension, a new expiry); ``named`` says which, ``asked`` what was asked."""
+
+    def __init__(self, session_id: str, idempotency_key: str, named: str, asked: str) -> None:
+        SessionError.__init__(
+            self,
+            session_id,
+            f"idempotency key {idempotency_key!r} of session {session_id!r} already names {named},"
+            f" not {asked}; use a new key for a new request",
+        )
+        self.idempotency_key = idempotency_key
+        self.recorded_step = named
+        self.differs = "kind of request"
+        self.named = named
+        self.asked = asked
 
 
 class LlmError(FlowledgerError):

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from flowledger.domain.aggregate import FlowledgerAggregate
+from flowledger.domain.aggregate import FlowledgerAggregate, command_of
 from flowledger.domain.bounds import scoped_uuid
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.error_detail import ErrorDetail, require_error_detail
@@ -55,7 +55,13 @@ from flowledger.domain.session_rules import (
     require_start,
     require_step_start,
 )
-from flowledger.domain.session_upcasts import snapshot_v1_v2, snapshot_v2_v3, snapshot_v3_v4, snapshot_v4_v5
+from flowledger.domain.session_upcasts import (
+    snapshot_v1_v2,
+    snapshot_v2_v3,
+    snapshot_v3_v4,
+    snapshot_v4_v5,
+    snapshot_v5_v6,
+)
 from flowledger.domain.session_views import (
     KeyLookup,
     ModelAsked,
@@ -70,6 +76,7 @@ from flowledger.domain.session_window import (
     FAILURE_WINDOW_BYTES,
     RECENT_STEPS,
     WINDOW_BYTES,
+    filter_with_command,
     last_kept,
     outcome_under_key,
     step_under_key,
@@ -120,10 +127,11 @@ class Session(FlowledgerAggregate):
     version 3 holds an erased session's failures erased (their error's text and fields);
     version 4 bounds the windows by bytes too (``WINDOW_BYTES``, ``FAILURE_WINDOW_BYTES``),
     each record carrying its ``window_bytes``; version 5 counts a usage's variable fields in
-    them (``usage_window_bytes``).
+    them (``usage_window_bytes``); version 6 holds the keys of its expiry's moves in the key
+    filter too (``expiry_keys_filtered``: one key names one request, a step or a move).
     """
 
-    class_version = 5
+    class_version = 6
 
     class Started(FlowledgerAggregate.Created):
         """The session was created. Version 2 added ``metadata``."""
@@ -274,8 +282,10 @@ class Session(FlowledgerAggregate):
         expires_at: datetime
 
         def apply(self, aggregate: Session) -> None:
-            """Move the expiry."""
+            """Move the expiry; its command's id (the caller's key, if one was given) goes into
+            the key filter, so that a step under that key looks further."""
             aggregate.expires_at = self.expires_at
+            aggregate.key_filter = filter_with_command(aggregate.key_filter, command_of(self, aggregate))
 
     class Completed(FlowledgerAggregate.Event):
         """The session ended with a resolution."""
@@ -326,9 +336,10 @@ class Session(FlowledgerAggregate):
         expires_at: datetime
 
         def apply(self, aggregate: Session) -> None:
-            """Active again, with this expiry."""
+            """Active again, with this expiry (its command's id into the key filter, as Extended)."""
             aggregate.status = SessionStatus.ACTIVE.value
             aggregate.expires_at = self.expires_at
+            aggregate.key_filter = filter_with_command(aggregate.key_filter, command_of(self, aggregate))
 
     class Forked(FlowledgerAggregate.Event):
         """The session began as a copy of another's state at one of its versions (right after Started)."""
@@ -382,6 +393,7 @@ class Session(FlowledgerAggregate):
     upcast_v2_v3 = staticmethod(snapshot_v2_v3)
     upcast_v3_v4 = staticmethod(snapshot_v3_v4)
     upcast_v4_v5 = staticmethod(snapshot_v4_v5)
+    upcast_v5_v6 = staticmethod(snapshot_v5_v6)
 
     @classmethod
     def start(
@@ -441,7 +453,11 @@ class Session(FlowledgerAggregate):
         self.recent_keys: dict[str, int] = {}
         """Idempotency key -> version, for the steps in ``history``."""
         self.key_filter: KeyFilter = []
-        """Every idempotency key ever processed, as a Bloom filter."""
+        """Every idempotency key ever processed, as a Bloom filter; and the command id of every
+        move of the expiry (``Extended``, ``Reopened``: the caller's key, when it gave one)."""
+        self.expiry_keys_filtered = True
+        """Whether ``key_filter`` holds the expiry's moves' keys: False for a state read from a
+        snapshot of version 5 or older, whose filter held step keys only (``snapshot_v5_v6``)."""
         self.pending: dict[str, PendingStep] = {}
         self.totals = Totals()
         self.resolution: JsonObject | None = None

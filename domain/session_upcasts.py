@@ -98,3 +98,10 @@ def snapshot_v4_v5(state: dict[str, Any]) -> None:
     """A version-4 snapshot counted every usage as a flat ``USAGE_BYTES``: measure its records
     again and keep what the byte budgets keep, as a fold of the session's events does."""
     snapshot_v3_v4(state)
+
+
+def snapshot_v5_v6(state: dict[str, Any]) -> None:
+    """A version-5 snapshot's key filter held the keys of steps only, not those of the expiry's
+    moves before it: a step's key the filter rules out may still have moved the expiry, and
+    the stream is asked (``expiry_keys_filtered``)."""
+    state["expiry_keys_filtered"] = False

@@ -18,7 +18,7 @@ from flowledger.domain.session_views import (
     StepFailure,
     StepRecord,
 )
-from flowledger.domain.values import KeyFilter, key_filter_may_hold
+from flowledger.domain.values import KeyFilter, key_filter_may_hold, key_filter_with
 
 RECENT_STEPS = 20
 """Processed (and failed) steps a session keeps in its state and snapshots, at most."""
@@ -92,6 +92,11 @@ def recent(records: list[R], size: int, budget: int) -> list[R]:
             break
         kept += 1
     return records[len(records) - kept :] if kept else []
+
+
+def filter_with_command(key_filter: KeyFilter, command_id: str | None) -> KeyFilter:
+    """``key_filter`` also holding ``command_id`` (the key of a move of the expiry), if any."""
+    return key_filter if command_id is None else key_filter_with(key_filter, command_id)
 
 
 def without_pending(pending: dict[str, PendingStep], key: str | None) -> dict[str, PendingStep]:

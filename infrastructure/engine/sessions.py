@@ -15,7 +15,6 @@ from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID
 
-from flowledger.domain.aggregate import command_id_of
 from flowledger.domain.bounds import (
     MAX_TTL,
     require_duration,
@@ -51,6 +50,11 @@ from flowledger.domain.values import (
     require_resolution,
     require_ttl,
     require_version,
+)
+from flowledger.infrastructure.engine.key_kinds import (
+    expiry_moves_under,
+    refuse_expiry_key_for_step,
+    refuse_step_key_for_expiry,
 )
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.history import HistoryEntry, history_entry
@@ -321,6 +325,8 @@ class SessionService:
         if isinstance(found, StepRecord):
             record = found
         elif found is NOT_SEEN:
+            if not session.expiry_keys_filtered:  # an old snapshot's filter holds no move's key
+                refuse_expiry_key_for_step(session, key, self._events_holding, step)
             return None
         else:  # MAYBE_SEEN: the stream settles it
             processed = self._events_under(session, Session.StepProcessed, key)
@@ -329,6 +335,8 @@ class SessionService:
                 if started:
                     held = PendingStep.of(started[-1])
                     session.ensure_same_request(held, key, step, model=model, input=input)
+                else:
+                    refuse_expiry_key_for_step(session, key, self._events_holding, step)
                 return None
             record = StepRecord.of(processed[0])
         session.ensure_same_request(record, key, step, model=model, input=input, **rest)
@@ -518,19 +526,16 @@ class SessionService:
         """The change an earlier extension (``by``) or ``set_expiry`` (``to``) under ``key`` made,
         as it was answered then (the expiry before it read at the version before), or None when
         no move of the expiry carries the key as its command id. Another move under the key (another
-        ``ttl``, another moment) is refused (IdempotencyKeyReused). A retry after a lost answer
+        ``ttl``, another moment) is refused (IdempotencyKeyReused), and so is a key that named a
+        step (IdempotencyKeyOfAnotherKind). A retry after a lost answer
         extended twice: the command had no key, its id was made afresh by each call."""
         if key is None:
             return None
-        moves = [
-            event
-            for kind in (Session.Extended, Session.Reopened)
-            for event in self._events_holding(session, kind, "command_id", key)
-            if command_id_of(event) == key
-        ]
+        moves = expiry_moves_under(session, key, self._events_holding)
         if not moves:
+            refuse_step_key_for_expiry(session, key, self._events_holding)
             return None
-        move = min(moves, key=lambda event: event.originator_version)
+        move = moves[0]
         before: Session | None = self._store.load(session.id, move.originator_version - 1)
         previous = before.expires_at if before is not None else move.expires_at
         reopened = isinstance(move, Session.Reopened)

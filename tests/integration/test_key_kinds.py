@@ -1,0 +1,111 @@
+"""One idempotency key names one request of a session: a key that named a step is refused for
+a move of the expiry, and one that moved the expiry is refused for a step, in either order.
+
+An outside probe: a step recorded under K, then ``POST /v1/sessions/{id}/extend`` under K,
+appended an ``Extended``; an extension under K, then a step under K, recorded the step.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from eventsourcing.application import project_aggregate
+from fastapi.testclient import TestClient
+
+from flowledger.domain.errors import IdempotencyKeyOfAnotherKind
+from flowledger.domain.session import Session
+from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN
+from flowledger.infrastructure import Engine
+
+
+def event_types(engine: Engine, session_id: str) -> list[str]:
+    return [e.event_type for e in engine.history(session_id)]
+
+
+def test_a_key_that_named_a_step_is_refused_for_an_expiry_change(engine: Engine) -> None:
+    # Given a step recorded under K
+    engine.start_session("s1", "cs")
+    engine.record_step("s1", "classify", input={"q": 1}, output={"a": 2}, idempotency_key="K")
+    before = event_types(engine, "s1")
+    # When an extension, or a new expiry, comes under K
+    with pytest.raises(IdempotencyKeyOfAnotherKind) as extended:
+        engine.extend_session("s1", timedelta(hours=1), idempotency_key="K")
+    at = engine.get_session("s1").expires_at + timedelta(hours=1)
+    with pytest.raises(IdempotencyKeyOfAnotherKind):
+        engine.set_expiry("s1", at, idempotency_key="K")
+    # Then both are refused, naming the key and its step, and nothing is appended
+    assert "key 'K'" in str(extended.value)
+    assert "already names step 'classify', not an expiry change" in str(extended.value)
+    assert event_types(engine, "s1") == before
+
+
+def test_a_key_that_moved_the_expiry_is_refused_for_a_step(engine: Engine) -> None:
+    # Given an extension under K
+    engine.start_session("s2", "cs")
+    engine.extend_session("s2", timedelta(hours=1), idempotency_key="K")
+    before = event_types(engine, "s2")
+    # When a step comes under K
+    with pytest.raises(IdempotencyKeyOfAnotherKind) as stepped:
+        engine.record_step("s2", "classify", input={}, output={}, idempotency_key="K")
+    # Then it is refused, naming the key and the expiry change, and nothing is appended
+    assert "key 'K'" in str(stepped.value)
+    assert "already names an expiry change, not step 'classify'" in str(stepped.value)
+    assert event_types(engine, "s2") == before
+    # And the extension, sent again, is still answered as the first was
+    engine.extend_session("s2", timedelta(hours=1), idempotency_key="K")
+    assert event_types(engine, "s2") == before
+
+
+def test_other_keys_go_on_as_before(engine: Engine) -> None:
+    engine.start_session("s3", "cs")
+    engine.extend_session("s3", timedelta(hours=1), idempotency_key="E")
+    engine.record_step("s3", "a", input={}, output={}, idempotency_key="S")
+    engine.extend_session("s3", timedelta(hours=1))  # no key
+    engine.record_step("s3", "a", input={}, output={}, idempotency_key="S")  # a repeat
+    engine.extend_session("s3", timedelta(hours=1), idempotency_key="E")  # a repeat
+    assert engine.get_session("s3").step_count == 1
+    assert event_types(engine, "s3").count("Session.Extended") == 2
+
+
+def test_over_rest_either_order_is_a_422_naming_the_key(memory_http: TestClient) -> None:
+    http = memory_http
+    for sid in ("r1", "r2"):
+        http.post("/v1/sessions", json={"session_id": sid, "workflow": "cs"})
+    step = {"step": "a", "input": {}, "output": {}, "idempotency_key": "K"}
+    assert http.post("/v1/sessions/r1/steps", json=step).status_code == 201
+    extended = http.post("/v1/sessions/r1/extend", json={"ttl_seconds": 60}, headers={"Idempotency-Key": "K"})
+    assert http.post(
+        "/v1/sessions/r2/extend", json={"ttl_seconds": 60}, headers={"Idempotency-Key": "K"}
+    ).is_success
+    stepped = http.post("/v1/sessions/r2/steps", json=step)
+    assert (extended.status_code, stepped.status_code) == (422, 422), (extended.text, stepped.text)
+    assert "idempotency key 'K'" in extended.json()["error"]
+    assert "already names an expiry change" in stepped.json()["error"]
+
+
+def test_a_snapshot_of_version_5_reads_as_a_filter_without_expiry_keys() -> None:
+    state: dict[str, object] = {"key_filter": []}
+    Session.upcast_v5_v6(state)
+    assert state["expiry_keys_filtered"] is False
+
+
+def test_a_move_of_the_expiry_holds_its_key_in_the_filter_as_applied_and_as_replayed() -> None:
+    # Given a session whose expiry moved under the key K (a command open, as the store opens it)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    session = Session.start(
+        session_id="m",
+        tenant="t",
+        workflow="cs",
+        user_id=None,
+        expires_at=at + timedelta(days=1),
+        metadata={},
+    )
+    session.begin("K", at)
+    session.extend(at + timedelta(days=2))
+    session.end()
+    # Then its filter may hold K, and a replay of its events is the same state
+    assert session.outcome_lookup("K") is MAYBE_SEEN
+    assert session.outcome_lookup("other") is NOT_SEEN
+    replayed = project_aggregate(None, list(session.collect_events()))
+    assert vars(replayed) == vars(session)
