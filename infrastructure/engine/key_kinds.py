@@ -18,7 +18,7 @@ from flowledger.domain.errors import IdempotencyKeyOfAnotherKind
 from flowledger.domain.session import Session
 
 EventSearch = Callable[[Session, type[Any], str, str], list[Any]]
-"""``SessionService._events_holding``: a session's events of a class whose stored JSON holds a
+"""``SessionService.events_holding``: a session's events of a class whose stored JSON holds a
 field set to a value (each match is checked by its caller)."""
 
 EXPIRY_CHANGE = "an expiry change"

@@ -326,7 +326,7 @@ class SessionService:
             record = found
         elif found is NOT_SEEN:
             if not session.expiry_keys_filtered:  # an old snapshot's filter holds no move's key
-                refuse_expiry_key_for_step(session, key, self._events_holding, step)
+                refuse_expiry_key_for_step(session, key, self.events_holding, step)
             return None
         else:  # MAYBE_SEEN: the stream settles it
             processed = self._events_under(session, Session.StepProcessed, key)
@@ -336,7 +336,7 @@ class SessionService:
                     held = PendingStep.of(started[-1])
                     session.ensure_same_request(held, key, step, model=model, input=input)
                 else:
-                    refuse_expiry_key_for_step(session, key, self._events_holding, step)
+                    refuse_expiry_key_for_step(session, key, self.events_holding, step)
                 return None
             record = StepRecord.of(processed[0])
         session.ensure_same_request(record, key, step, model=model, input=input, **rest)
@@ -347,10 +347,10 @@ class SessionService:
         filter cannot rule the key out: a key older than the recent window, a failed step's,
         or a false positive): the stream is searched for the key's bytes as the JSON
         transcoder writes them, and each match decoded to be sure."""
-        found = self._events_holding(session, event_class, "idempotency_key", key)
+        found = self.events_holding(session, event_class, "idempotency_key", key)
         return [event for event in found if event.idempotency_key == key]
 
-    def _events_holding(self, session: Session, event_class: type[Any], field: str, value: str) -> list[Any]:
+    def events_holding(self, session: Session, event_class: type[Any], field: str, value: str) -> list[Any]:
         """The session's events of ``event_class`` whose stored JSON holds ``field`` set to
         ``value`` as the transcoder writes it (a search of the stream's bytes: the caller
         checks each match it decodes)."""
@@ -531,9 +531,9 @@ class SessionService:
         extended twice: the command had no key, its id was made afresh by each call."""
         if key is None:
             return None
-        moves = expiry_moves_under(session, key, self._events_holding)
+        moves = expiry_moves_under(session, key, self.events_holding)
         if not moves:
-            refuse_step_key_for_expiry(session, key, self._events_holding)
+            refuse_step_key_for_expiry(session, key, self.events_holding)
             return None
         move = moves[0]
         before: Session | None = self._store.load(session.id, move.originator_version - 1)

@@ -107,9 +107,12 @@ def _canonical(value: Any) -> str:
 
 def same_request(leading: StepCall, call: StepCall) -> bool:
     """Whether ``call`` is the request ``leading`` is running under its key (the step name, the
-    input compared as JSON, the model), as a recorded step's key is checked."""
+    input compared as JSON, the model, whether its input is merged into the context), as a
+    recorded step's key is checked: a caller that differs waits for the one ahead, then is
+    told what the key names (a REST step leading, a webhook caller got its answer unmerged)."""
     return (
-        leading.step == call.step
+        leading.merge_input == call.merge_input
+        and leading.step == call.step
         and same_json(leading.input, call.input)
         and (call.asked is None or call.asked.matches(leading.model_key))
     )

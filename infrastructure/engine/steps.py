@@ -47,6 +47,7 @@ from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
 from flowledger.infrastructure.engine.budgets import BudgetService, call_cost, held_estimate, step_hold_id
+from flowledger.infrastructure.engine.merged_input import require_same_merge
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.step_calls import (
@@ -233,6 +234,8 @@ class StepService:
             session, call.key, call.step, call.input, model=call.asked
         )
         if recorded is not None:
+            search, load = self._sessions.events_holding, self._store.load
+            require_same_merge(session, recorded, call.input, call.merge_input, search, load)
             return Recorded(recorded, session.version, session.context)
         pending = session.pending.get(call.key)
         if pending is not None:
