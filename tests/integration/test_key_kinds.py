@@ -7,16 +7,18 @@ appended an ``Extended``; an extension under K, then a step under K, recorded th
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from eventsourcing.application import project_aggregate
 from fastapi.testclient import TestClient
 
-from flowledger.domain.errors import IdempotencyKeyOfAnotherKind
+from flowledger.domain.errors import IdempotencyKeyOfAnotherKind, LlmCallFailed
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN
 from flowledger.infrastructure import Engine
+from tests.support.llm import ScriptedLlm
 
 
 def event_types(engine: Engine, session_id: str) -> list[str]:
@@ -109,3 +111,25 @@ def test_a_move_of_the_expiry_holds_its_key_in_the_filter_as_applied_and_as_repl
     assert session.outcome_lookup("other") is NOT_SEEN
     replayed = project_aggregate(None, list(session.collect_events()))
     assert vars(replayed) == vars(session)
+
+
+async def test_a_key_whose_step_failed_or_is_under_way_is_refused_for_an_expiry_change(
+    engine: Engine,
+) -> None:
+    # Given a step under F that failed, and one under P whose model call has not answered yet
+    engine.start_session("s4", "cs")
+    engine.llm = ScriptedLlm(error=LlmCallFailed("HTTP 503", error_type="http_503", attempts=1))
+    with pytest.raises(LlmCallFailed):
+        await engine.process_step("s4", "a", {"q": 1}, idempotency_key="F")
+    gate = asyncio.Event()
+    engine.llm = ScriptedLlm(gate=gate)
+    running = asyncio.create_task(engine.process_step("s4", "b", {"q": 2}, idempotency_key="P"))
+    while not engine.get_session("s4").pending:
+        await asyncio.sleep(0.01)
+    # When the expiry is moved under either key, then it is refused naming the step
+    for key, step in (("F", "a"), ("P", "b")):
+        with pytest.raises(IdempotencyKeyOfAnotherKind, match=f"already names step '{step}'"):
+            engine.extend_session("s4", timedelta(hours=1), idempotency_key=key)
+    gate.set()
+    await running
+    assert "Session.Extended" not in event_types(engine, "s4")
