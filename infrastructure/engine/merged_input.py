@@ -18,7 +18,7 @@ from uuid import UUID
 from flowledger.domain.aggregate import command_id_of
 from flowledger.domain.errors import IdempotencyKeyReused
 from flowledger.domain.session import Session
-from flowledger.domain.session_views import StepRecord
+from flowledger.domain.session_views import PendingStep, StepRecord
 from flowledger.domain.values import JsonObject
 from flowledger.infrastructure.engine.key_kinds import EventSearch
 from flowledger.infrastructure.engine.step_calls import changed_keys
@@ -33,39 +33,42 @@ MERGE_DIFFERS = (
 
 def require_same_merge(
     session: Session,
-    record: StepRecord,
+    held: StepRecord | PendingStep,
     input: JsonObject,
     merge_input: bool,
     search: EventSearch,
     load: Load,
 ) -> None:
     """Raise IdempotencyKeyReused (``differs`` names ``merge_input``) unless a repeat of the step
-    ``record`` under its key merges its ``input`` as the first request did, or merging it would
-    have changed nothing in the context the first request found."""
-    key = record.idempotency_key
+    ``held`` under its key (recorded, or pending: its caller would wait for its answer) merges
+    its ``input`` as the first request did, or merging it would have changed nothing in the
+    context the first request found."""
+    key = held.idempotency_key
     if key is None or not input or session.erased:
         return
-    merged, before = _how_it_began(session, key, record, search)
+    # A recorded step began before its version; a pending one at most at the session's.
+    up_to = held.version if isinstance(held, StepRecord) else session.version + 1
+    merged, before = _how_it_began(session, key, up_to, search)
     if merged == merge_input:
         return
     if merge_input:  # the first did not merge: the same request if merging changed nothing then
         then = load(session.id, before)
         if then is None or not changed_keys(then.context, input):
             return
-    raise IdempotencyKeyReused(session.session_id, key, record.step, MERGE_DIFFERS)
+    raise IdempotencyKeyReused(session.session_id, key, held.step, MERGE_DIFFERS)
 
 
-def _how_it_began(session: Session, key: str, record: StepRecord, search: EventSearch) -> tuple[bool, int]:
+def _how_it_began(session: Session, key: str, up_to: int, search: EventSearch) -> tuple[bool, int]:
     """Whether the command that began the step under ``key`` merged input into the context, and
     the version before that command's first event (a step recorded with ``record_step``
-    began with no command of its own: nothing merged, the version before the step)."""
+    began with no command of its own: nothing merged, the version before ``up_to``)."""
     started = [
         event
         for event in search(session, Session.StepStarted, "idempotency_key", key)
-        if event.idempotency_key == key and event.originator_version < record.version
+        if event.idempotency_key == key and event.originator_version < up_to
     ]
     if not started:
-        return False, record.version - 1
+        return False, up_to - 1
     begun = started[-1]
     command = command_id_of(begun)
     merges = (

@@ -233,13 +233,14 @@ class StepService:
         recorded = self._sessions.outcome_of_request(
             session, call.key, call.step, call.input, model=call.asked
         )
+        search, load = self._sessions.events_holding, self._store.load
         if recorded is not None:
-            search, load = self._sessions.events_holding, self._store.load
             require_same_merge(session, recorded, call.input, call.merge_input, search, load)
             return Recorded(recorded, session.version, session.context)
         pending = session.pending.get(call.key)
         if pending is not None:
             session.ensure_same_request(pending, call.key, call.step, model=call.asked, input=call.input)
+            require_same_merge(session, pending, call.input, call.merge_input, search, load)
             if uow.now < pending.lease_until:
                 return Wait(pending.lease_until)
             session.abandon_step(call.key, uow.now, "the worker's lease lapsed")

@@ -94,3 +94,25 @@ async def test_a_caller_that_merges_does_not_share_the_answer_of_one_in_flight_t
     await leading
     assert engine.get_session("c").step_count == 1
     await engine.aclose()
+
+
+async def test_a_caller_elsewhere_that_merges_is_refused_rather_than_wait_for_a_step_that_does_not(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given a step under K begun by one engine (no merge) whose model has not answered yet
+    settings = make_settings(database_url=database_url, schema=pg_schema)
+    gate = asyncio.Event()
+    with Engine(settings=settings) as first, Engine(settings=settings) as elsewhere:
+        first.llm, elsewhere.llm = ScriptedLlm(gate=gate), ScriptedLlm()
+        first.start_session("p", "cs")
+        leading = asyncio.create_task(first.process_step("p", "a", {"q": 1}, idempotency_key="K"))
+        while not first.get_session("p").pending:
+            await asyncio.sleep(0.01)
+        # When another process sends the webhook's request under K, which merges
+        # Then it is refused at once, not handed the first one's answer once it comes
+        with pytest.raises(IdempotencyKeyReused, match="merge_input"):
+            await elsewhere.process_step("p", "a", {"q": 1}, idempotency_key="K", merge_input=True)
+        gate.set()
+        await leading
+        await first.aclose()
+        await elsewhere.aclose()
