@@ -61,6 +61,7 @@ from flowledger.domain.session_upcasts import (
     snapshot_v3_v4,
     snapshot_v4_v5,
     snapshot_v5_v6,
+    upgraded_fields,
 )
 from flowledger.domain.session_views import (
     KeyLookup,
@@ -394,6 +395,8 @@ class Session(FlowledgerAggregate):
     upcast_v3_v4 = staticmethod(snapshot_v3_v4)
     upcast_v4_v5 = staticmethod(snapshot_v4_v5)
     upcast_v5_v6 = staticmethod(snapshot_v5_v6)
+    upgraded_fields = staticmethod(upgraded_fields)
+    """Where an older snapshot may differ from today's fold of its events (``snapshot_audit``)."""
 
     @classmethod
     def start(

@@ -21,7 +21,7 @@ from flowledger.domain.session_views import (
     step_window_bytes,
 )
 from flowledger.domain.session_window import FAILURE_WINDOW_BYTES, RECENT_STEPS, WINDOW_BYTES, recent
-from flowledger.domain.values import KeyFilter, key_filter_with
+from flowledger.domain.values import KeyFilter, key_filter_with, key_filter_within
 
 
 def snapshot_v1_v2(state: dict[str, Any], window: int = RECENT_STEPS) -> None:
@@ -105,3 +105,19 @@ def snapshot_v5_v6(state: dict[str, Any]) -> None:
     moves before it: a step's key the filter rules out may still have moved the expiry, and
     the stream is asked (``expiry_keys_filtered``)."""
     state["expiry_keys_filtered"] = False
+
+
+def upgraded_fields(from_snapshot: dict[str, Any], folded: dict[str, Any]) -> set[str]:
+    """The fields in which a snapshot state may differ from its events folded today only as an
+    upgrade says (``snapshot_audit``): a state read from a version-5 snapshot says so
+    (``expiry_keys_filtered`` False) and its key filter holds no key the fold lacks; the
+    fold's holds the expiry's moves' keys too. A filter holding a key the events never put
+    there still differs. One that lacks a key is not told from the upgrade's: harmless, as such
+    a state asks the stream for every key its filter rules out (``Session.outcome_lookup``)."""
+    flag = "expiry_keys_filtered"
+    if from_snapshot.get(flag) is not False or folded.get(flag) is not True:
+        return set()
+    explained = {flag}
+    if key_filter_within(from_snapshot.get("key_filter") or [], folded.get("key_filter") or []):
+        explained.add("key_filter")
+    return explained

@@ -527,6 +527,25 @@ def key_filter_with(key_filter: KeyFilter, key: str) -> KeyFilter:
     return chunks
 
 
+def key_filter_within(smaller: KeyFilter, larger: KeyFilter) -> bool:
+    """Whether every key ``smaller`` may hold, ``larger`` may hold too (each bit of one is set
+    in the other); False for filters of another shape, or digits that are no filter's."""
+    if not smaller:
+        return True
+    if not larger or len(smaller) != len(larger):
+        return False
+    for mine, theirs in zip(smaller, larger, strict=True):
+        if len(mine) != len(theirs):
+            return False
+        for a, b in zip(mine.encode("ascii", "replace"), theirs.encode("ascii", "replace"), strict=True):
+            if a not in _DIGITS or b not in _DIGITS:
+                return False
+            bits = _DIGITS.index(a)
+            if bits & _DIGITS.index(b) != bits:
+                return False
+    return True
+
+
 def key_filter_may_hold(key_filter: KeyFilter, key: str) -> bool:
     """False if ``key`` was definitely never added; True if it probably was."""
     if not key_filter:

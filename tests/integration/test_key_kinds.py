@@ -8,6 +8,7 @@ appended an ``Extended``; an extension under K, then a step under K, recorded th
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -20,6 +21,7 @@ from flowledger.domain.errors import IdempotencyKeyOfAnotherKind, LlmCallFailed
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.snapshot_audit import verify_snapshots
 from tests.conftest import make_settings
 from tests.support.llm import ScriptedLlm
 
@@ -168,3 +170,47 @@ def test_a_session_read_from_a_version_5_snapshot_still_refuses_a_step_under_an_
             engine.record_step("old", "a", input={}, output={}, idempotency_key="K")
         engine.record_step("old", "a", input={}, output={}, idempotency_key="other")  # a new key goes on
         assert engine.get_session("old").step_count == 1
+
+
+def test_a_version_5_snapshot_audits_as_its_events_folded_without_a_false_alarm(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given extensions under a key and without one, then the session's snapshots as version 5
+    # stored them (a key filter of step keys only, no expiry_keys_filtered): what every log
+    # written before state version 6 holds
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, snapshot_interval=2, audit_chain=False
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("old", "cs")
+        engine.record_step("old", "a", input={}, output={}, idempotency_key="S")
+        engine.extend_session("old", timedelta(hours=1), idempotency_key="K")
+        engine.extend_session("old", timedelta(hours=1))
+        engine.record_step("old", "b", input={}, output={}, idempotency_key="T")
+        stream = engine.session_uuid("old")
+    as_version_5 = (
+        "UPDATE {snapshots} SET state = convert_to(jsonb_set(jsonb_set("
+        "convert_from(state, 'UTF8')::jsonb #- '{{state,expiry_keys_filtered}}',"
+        " '{{state,class_version}}', '5'), '{{state,key_filter}}', %s::jsonb)::text, 'UTF8')"
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        changed = conn.execute(
+            SQL(as_version_5).format(snapshots=Identifier(pg_schema, "flowledger_snapshots")), ["[]"]
+        )
+        assert changed.rowcount >= 1
+    # When the snapshots are audited against the events
+    with Engine(settings=settings) as engine:
+        problems = verify_snapshots(engine.log, [engine.session_uuid("old")])
+        # Then the upgrade is no finding: the old filter held fewer keys, and said so
+        assert problems == []
+        # And a filter holding keys the events never put there is still named
+        every_bit = json.dumps(["/" * len(chunk) for chunk in engine.store.load(stream).key_filter])
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                SQL(
+                    "UPDATE {snapshots} SET state = convert_to(jsonb_set(convert_from(state, 'UTF8')::jsonb,"
+                    " '{{state,key_filter}}', %s::jsonb)::text, 'UTF8')"
+                ).format(snapshots=Identifier(pg_schema, "flowledger_snapshots")),
+                [every_bit],
+            )
+        assert any("key_filter" in p for p in verify_snapshots(engine.log, [engine.session_uuid("old")]))
