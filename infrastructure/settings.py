@@ -48,6 +48,11 @@ class Settings:
     """Optimistic-concurrency retries per command (jittered backoff) before ConcurrentUpdate."""
     pool_size: int = 20
     write_cache_size: int = 10_000
+    write_cache_bytes: int = 268_435_456
+    """The most the aggregates in an engine's write cache may hold together, as reckoned by
+    ``engine/cache_weights.py`` (their JSON size, about what their snapshots take; 0: cache
+    nothing). Bounded by count alone, 10,000 sessions holding 1 MB contexts each would keep
+    about 10 GB (``FLOWLEDGER_WRITE_CACHE_BYTES``)."""
     connect_timeout_s: float = 3.0
     """Deadline for opening one database connection."""
     pool_timeout_s: float = 5.0
@@ -141,8 +146,9 @@ class Settings:
             value = getattr(self, name)
             if type(value) is not int:
                 raise ValidationError(name, f"must be a whole number, got {value!r}")
-        if self.write_cache_size < 0:
-            raise ValidationError("write_cache_size", f"must be >= 0, got {self.write_cache_size}")
+        for name in ("write_cache_size", "write_cache_bytes"):
+            if getattr(self, name) < 0:
+                raise ValidationError(name, f"must be >= 0, got {getattr(self, name)}")
         for name in _POSITIVE_SECONDS:
             value = getattr(self, name)
             if type(value) not in (int, float) or not (0 < value < math.inf):
@@ -230,6 +236,7 @@ class Settings:
             agent_locks=_on_or_off(env, "FLOWLEDGER_AGENT_LOCKS", default=True),
             audit_chain=_on_or_off(env, "FLOWLEDGER_AUDIT_CHAIN", default=True),
             pool_size=_count(env, "FLOWLEDGER_POOL_SIZE", defaults.pool_size),
+            write_cache_bytes=_whole(env, "FLOWLEDGER_WRITE_CACHE_BYTES", defaults.write_cache_bytes),
             max_conflict_retries=_whole(
                 env, "FLOWLEDGER_MAX_CONFLICT_RETRIES", defaults.max_conflict_retries
             ),
@@ -268,6 +275,7 @@ _WHOLE_NUMBERS = (
     "max_conflict_retries",
     "pool_size",
     "write_cache_size",
+    "write_cache_bytes",
     "http_max_body_bytes",
     "http_rate_burst",
     "http_max_tenant_engines",
@@ -425,7 +433,7 @@ def _whole(env: Mapping[str, str], name: str, default: int) -> int:
     raw = (env.get(name) or "").strip()
     if not raw:
         return default
-    if not raw.isdigit():
+    if not _WHOLE.fullmatch(raw):
         raise ValidationError(name, f"{raw!r} is not a whole number (0: off)")
     return int(raw)
 

@@ -69,6 +69,7 @@ READ: frozenset[str] = frozenset(
         "FLOWLEDGER_TENANT",
         "FLOWLEDGER_WEBHOOK_ALLOW_PRIVATE",
         "FLOWLEDGER_WEBHOOK_STRICT",
+        "FLOWLEDGER_WRITE_CACHE_BYTES",
     }
 )
 """Every variable some part of flowledger reads (``tests/unit/test_settings.py`` checks the

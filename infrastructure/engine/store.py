@@ -54,6 +54,7 @@ from flowledger.domain.errors import (
     TaskError,
 )
 from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.engine.cache_weights import CacheWeights
 from flowledger.infrastructure.engine.command_ids import new_command_id
 from flowledger.infrastructure.engine.keyed_locks import KeyedLocks, LockWaitTimeout
 from flowledger.infrastructure.engine.version_at import VersionAt, version_at
@@ -262,7 +263,9 @@ class AggregateStore:
         self.saved_listeners: list[Callable[[FlowledgerAggregate], None]] = []
         """Called with every aggregate a command saved, after the save (read-only use)."""
         self._cache: WriteCache[FlowledgerAggregate] = WriteCache(
-            settings.write_cache_size if cache_size is None else cache_size
+            settings.write_cache_size if cache_size is None else cache_size,
+            max_bytes=settings.write_cache_bytes,
+            weigh=CacheWeights().weigh,
         )
 
     # -- reads -----------------------------------------------------------------------
@@ -374,6 +377,10 @@ class AggregateStore:
     def cached(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
         """The writer's cached copy, or None (nothing is read); only to look at, never to change."""
         return self._cache.get(aggregate_id)
+
+    def cached_bytes(self) -> int:
+        """What the writers' cached aggregates weigh together (``cache_weights.py``)."""
+        return self._cache.held_bytes
 
     def take_cached(self, aggregate_id: UUID) -> FlowledgerAggregate | None:
         """The writer's cached copy, removed from the cache for one command to change and

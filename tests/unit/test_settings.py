@@ -193,6 +193,7 @@ def test_a_wait_without_end_is_refused(name: str) -> None:
         ({"pool_size": 2.5}, "pool_size"),
         ({"max_conflict_retries": True}, "max_conflict_retries"),
         ({"write_cache_size": -1}, "write_cache_size"),
+        ({"write_cache_bytes": -1}, "write_cache_bytes"),
         ({"operation_deadline_s": float("nan")}, "operation_deadline_s"),
         ({"operation_deadline_s": -1}, "operation_deadline_s"),
         ({"operation_deadline_s": float("inf")}, "operation_deadline_s"),
