@@ -8,6 +8,7 @@ FlowledgerError
 │   │   └── SessionNotYetStarted  read as of a time before it started; carries
 │   │                          ``as_of`` and ``started_at``
 │   ├── SessionConflict        started again with another workflow or user
+│   ├── SessionOwnedByAnother  a step claims a user other than the session's
 │   ├── SessionExpired         carries ``expired_at``
 │   ├── SessionClosed          carries ``status``
 │   ├── StepInProgress         another worker holds the step's idempotency key
@@ -254,6 +255,15 @@ class SessionConflict(SessionError):
 
     def __init__(self, session_id: str, detail: str) -> None:
         super().__init__(session_id, f"session {session_id!r} already exists: {detail}")
+
+
+class SessionOwnedByAnother(SessionError):
+    """A step claims a user (``user_id``) other than the session's: refused, nothing appended."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            session_id, "this session belongs to another user: the request's user_id does not match"
+        )
 
 
 class SessionExpired(SessionError):

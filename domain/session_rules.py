@@ -11,7 +11,13 @@ from datetime import datetime
 from typing import Any
 
 from flowledger.domain.bounds import require_tenant
-from flowledger.domain.errors import IdempotencyKeyReused, SessionClosed, SessionConflict, ValidationError
+from flowledger.domain.errors import (
+    IdempotencyKeyReused,
+    SessionClosed,
+    SessionConflict,
+    SessionOwnedByAnother,
+    ValidationError,
+)
 from flowledger.domain.session_views import (
     ModelAsked,
     PendingStep,
@@ -128,6 +134,13 @@ def require_context_fits(context: JsonObject, update: JsonObject | None) -> None
     1,500 updates of a new 1 KB key, a 1.5 MB context, accepted)."""
     if update:
         require_json("context after the update", {**context, **update})
+
+
+def require_owner(session_id: str, owner: str | None, claimed: str | None) -> None:
+    """Raise SessionOwnedByAnother when a request claims a user (``claimed``) other than the
+    session's (``owner``); nothing to check when it claims none or the session has none."""
+    if claimed is not None and owner is not None and owner != claimed:
+        raise SessionOwnedByAnother(session_id)
 
 
 def require_reopening(expires_at: datetime, now: datetime) -> None:

@@ -40,6 +40,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.TaskNotFound, 3),
     (errors.AgentNotFound, 3),
     (errors.SessionConflict, 4),
+    (errors.SessionOwnedByAnother, 4),
     (errors.StepInProgress, 4),
     (errors.StepNotPending, 4),
     (errors.RebuildInProgress, 4),

@@ -54,6 +54,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.RebuildInProgress, 409),
     (errors.AuditError, 409),
     (errors.SessionConflict, 409),
+    (errors.SessionOwnedByAnother, 403),
     (errors.SessionClosed, 409),
     (errors.TaskConflict, 409),
     (errors.TaskNeedsClassification, 409),

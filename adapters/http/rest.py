@@ -10,10 +10,9 @@ from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
-from starlette.concurrency import run_in_threadpool
 
 from flowledger.adapters.http import schemas
-from flowledger.adapters.http.auth import Caller, Reader, Writer
+from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import model_call_responses, responses
 from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import QueryMoment
@@ -65,16 +64,6 @@ def header_text(raw: str | None) -> str | None:
     except UnicodeError:
         text = raw
     return require_name(HEADER_KEY, text)
-
-
-def ensure_user(caller: Caller, session_id: str, user_id: str | None) -> None:
-    """Per-user binding: a step claiming a user other than the session's is refused (403).
-
-    Nothing is claimed, or the session has no user: nothing to check.
-    """
-    if user_id is None:
-        return
-    ensure_owner(caller.engine.get_session(session_id).user_id, user_id)
 
 
 def ensure_owner(owner: str | None, claimed: str | None) -> None:
@@ -140,7 +129,6 @@ def record_step(
     With ``user_id``, the step is refused (403) unless the session was started for that user.
     """
     key = one_key(body.idempotency_key, idempotency_key)
-    ensure_user(caller, session_id, body.user_id)
     usage = body.usage.to_usage() if body.usage else None
     if usage is not None and body.usage is not None and body.usage.states_no_cost():
         usage = caller.engine.priced_usage(usage)  # tokens without a cost: priced, or flagged unpriced
@@ -153,6 +141,7 @@ def record_step(
         context_update=body.context_update,
         usage=usage,
         idempotency_key=key,
+        user_id=body.user_id,  # checked on the session the step loads
     )
     return schemas.StepOut.of(record)
 
@@ -166,10 +155,8 @@ async def process_step(
     With ``user_id``, the step is refused (403) unless the session was started for that user.
     """
     key = one_key(body.idempotency_key, idempotency_key)
-    if body.user_id is not None:
-        await run_in_threadpool(ensure_user, caller, session_id, body.user_id)
     record = await caller.engine.process_step(
-        session_id, body.step, body.input, model=body.model, idempotency_key=key
+        session_id, body.step, body.input, model=body.model, idempotency_key=key, user_id=body.user_id
     )
     return schemas.StepOut.of(record)
 

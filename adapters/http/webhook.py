@@ -34,7 +34,7 @@ from flowledger.adapters.http.auth import Caller, Reader
 from flowledger.adapters.http.errors import error_body, model_call_responses
 from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
-from flowledger.adapters.http.rest import IdempotencyKey, ensure_owner, ensure_user, one_key
+from flowledger.adapters.http.rest import IdempotencyKey, ensure_owner, one_key
 from flowledger.adapters.http.schemas import MAX_HOURS, MAX_ID, name, within_max_ttl
 from flowledger.adapters.http.webhook_answers import WebhookAnswer
 from flowledger.domain.bounds import require_name
@@ -188,8 +188,6 @@ async def _process(
 ) -> dict[str, Any]:
     engine = caller.engine
     step = _required(body.step_name, "step_name", "process_step")
-    if body.user_id is not None:
-        await run_in_threadpool(ensure_user, caller, session_id, body.user_id)
     outcome = await engine.run_step(
         session_id,
         step,
@@ -197,6 +195,7 @@ async def _process(
         model=body.model,  # None: the engine's configured default, as over REST
         idempotency_key=key,
         merge_input=not strict,
+        user_id=body.user_id,  # checked on the session the step loads: no load of its own
     )
     record = outcome.record
     usage = record.usage

@@ -543,8 +543,11 @@ class Engine:
         context_update: JsonObject | None = None,
         usage: LlmUsage | None = None,
         idempotency_key: str | None = None,
+        *,
+        user_id: str | None = None,
     ) -> StepRecord:
-        """Record a step whose model call happened elsewhere; a known key returns its record."""
+        """Record a step whose model call happened elsewhere; a known key returns its record
+        (``user_id``: refused, SessionOwnedByAnother, unless the session has no user or that one)."""
         request = StepRequest(
             step=step,
             input=input if input is not None else {},
@@ -553,6 +556,7 @@ class Engine:
             context_update=context_update,
             usage=usage,
             idempotency_key=idempotency_key,
+            user_id=user_id,
         )
         record = self.sessions.record_step(session_id, request)
         if usage is not None and usage.charged_usd > 0 and not self.budgets.known_idle():
@@ -601,11 +605,13 @@ class Engine:
         idempotency_key: str | None = None,
         *,
         merge_input: bool = False,
+        user_id: str | None = None,
     ) -> StepRecord:
         """Call the model for one step and record the outcome (see ``StepService.process``;
-        ``merge_input``: merge the input into the context first, as the seed's webhook did)."""
+        ``merge_input``: merge the input into the context first, as the seed's webhook did;
+        ``user_id``: refused, SessionOwnedByAnother, unless the session has no user or that one)."""
         return await self.steps.process(
-            session_id, step, input, model, idempotency_key, merge_input=merge_input
+            session_id, step, input, model, idempotency_key, merge_input=merge_input, user_id=user_id
         )
 
     async def run_step(
@@ -617,9 +623,12 @@ class Engine:
         idempotency_key: str | None = None,
         *,
         merge_input: bool = False,
+        user_id: str | None = None,
     ) -> StepOutcome:
         """``process_step``, answered with the session's context after the step too (no second load)."""
-        return await self.steps.run(session_id, step, input, model, idempotency_key, merge_input=merge_input)
+        return await self.steps.run(
+            session_id, step, input, model, idempotency_key, merge_input=merge_input, user_id=user_id
+        )
 
     def update_context(self, session_id: str, update: JsonObject) -> SessionState:
         """Merge keys into the session context (``{}`` appends nothing and returns the state)."""

@@ -8,7 +8,8 @@ session, calls one Session method and returns a plain value. The store does the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -24,6 +25,7 @@ from flowledger.domain.bounds import (
     shown,
 )
 from flowledger.domain.errors import (
+    FlowledgerError,
     IdempotencyKeyReused,
     SessionClosed,
     SessionConflict,
@@ -32,6 +34,7 @@ from flowledger.domain.errors import (
     ValidationError,
 )
 from flowledger.domain.session import Session, session_uuid
+from flowledger.domain.session_rules import require_owner
 from flowledger.domain.session_views import (
     MAYBE_SEEN,
     NOT_SEEN,
@@ -75,6 +78,9 @@ class StepRequest:
     context_update: JsonObject | None = None
     usage: LlmUsage | None = None
     idempotency_key: str | None = None
+    user_id: str | None = None
+    """The user the request claims: the step is refused (SessionOwnedByAnother) when the session
+    has another, checked on the session the step loads, before anything else."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,8 +164,9 @@ class SessionService:
         key filter, which would fail on a value that is no string (an AttributeError, or a
         TypeError for a list) instead of refusing it.
         """
-        if request.idempotency_key is not None:
-            require_name("idempotency_key", request.idempotency_key)
+        with self.owner_first(session_id, request.user_id):
+            if request.idempotency_key is not None:
+                require_name("idempotency_key", request.idempotency_key)
         return self._write(
             session_id, partial(self._record, session_id, request), command_id=request.idempotency_key
         )
@@ -277,6 +284,25 @@ class SessionService:
         if as_of is not None:  # judged at that moment (a moment to come reads as now does)
             return session.state().judged_at(min(as_of, now))
         return session.state()
+
+    def ensure_owner(self, session_id: str, claimed: str | None) -> None:
+        """SessionOwnedByAnother when the session (loaded) has a user other than ``claimed``;
+        SessionNotFound when there is none. For a request refused before its step loads the
+        session: the edges checked ownership first, and still tell it first (``owner_first``)."""
+        if claimed is not None:
+            require_owner(session_id, self.get(session_id).user_id, claimed)
+
+    @contextmanager
+    def owner_first(self, session_id: str, claimed: str | None) -> Iterator[None]:
+        """Around the checks a step makes before its write: a request that claims a user and is
+        refused by one is told first what the session's ownership says, as when the edges loaded
+        the session to check it before the step. Only a refused request loads it here; the
+        others are checked on the session their step loads (``require_owner`` in its decide)."""
+        try:
+            yield
+        except FlowledgerError:
+            self.ensure_owner(session_id, claimed)
+            raise
 
     def history(self, session_id: str) -> list[HistoryEntry]:
         """The session's events, oldest first."""
@@ -433,6 +459,7 @@ class SessionService:
 
     def _record(self, session_id: str, request: StepRequest, uow: UnitOfWork) -> StepRecord:
         session = self._session(uow, session_id)
+        require_owner(session_id, session.user_id, request.user_id)
         recorded = self.outcome_of_request(
             session,
             request.idempotency_key,

@@ -28,6 +28,9 @@ class StepCall:
     """The model under the one name the adapter gives it (``ModelNames``), which the step
     records and a request under its key is compared by; None when not known (no model named,
     and an adapter that cannot name its default): then not compared."""
+    user_id: str | None = None
+    """The user the request claims (checked on the session the step loads); a request that
+    claims another user under the same key is another request: it waits, then is checked itself."""
 
     @property
     def model_key(self) -> str | None:
@@ -108,11 +111,14 @@ def _canonical(value: Any) -> str:
 def same_request(leading: StepCall, call: StepCall) -> bool:
     """Whether ``call`` is the request ``leading`` is running under its key (the step name, the
     input compared as JSON, the model, whether its input is merged into the context), as a
-    recorded step's key is checked: a caller that differs waits for the one ahead, then is
-    told what the key names (a REST step leading, a webhook caller got its answer unmerged)."""
+    recorded step's key is checked, and claims the same user: a caller that differs waits for
+    the one ahead, then is told what the key names (a REST step leading, a webhook caller got
+    its answer unmerged); a caller that follows a leader is told the leader's outcome,
+    ownership verdict included."""
     return (
         leading.merge_input == call.merge_input
         and leading.step == call.step
+        and leading.user_id == call.user_id  # each caller its own ownership verdict
         and same_json(leading.input, call.input)
         and (call.asked is None or call.asked.matches(leading.model_key))
     )

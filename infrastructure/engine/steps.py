@@ -43,6 +43,7 @@ from flowledger.domain.errors import (
 from flowledger.domain.ports import LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
 from flowledger.domain.session_leases import lapsed_others
+from flowledger.domain.session_rules import require_owner
 from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
@@ -115,6 +116,7 @@ class StepService:
         idempotency_key: str | None = None,
         *,
         merge_input: bool = False,
+        user_id: str | None = None,
     ) -> StepRecord:
         """Call the model for one step and record the outcome; a known key returns its record.
 
@@ -123,9 +125,12 @@ class StepService:
         webhook did; the model's ``context_update`` is merged after, as always.
 
         Raises an LlmError (after recording StepFailed) when the call fails, and
-        StepInProgress when a live worker holds the key past ``wait_timeout_s``.
+        StepInProgress when a live worker holds the key past ``wait_timeout_s``. With ``user_id``,
+        SessionOwnedByAnother when the session has another user (nothing recorded).
         """
-        outcome = await self.run(session_id, step, input, model, idempotency_key, merge_input=merge_input)
+        outcome = await self.run(
+            session_id, step, input, model, idempotency_key, merge_input=merge_input, user_id=user_id
+        )
         return outcome.record
 
     async def run(
@@ -137,12 +142,47 @@ class StepService:
         idempotency_key: str | None = None,
         *,
         merge_input: bool = False,
+        user_id: str | None = None,
     ) -> StepOutcome:
         """``process``, answering with the session's context after the step as well.
 
         A model the adapter cannot price (``check_model``) is refused before anything is
         recorded: no StepStarted, no StepFailed.
         """
+        try:
+            llm, call = self._call_of(session_id, step, input, model, idempotency_key, merge_input, user_id)
+        except FlowledgerError:
+            if user_id is not None:  # told first, as when the edges checked it before the step
+                await self._in_db(self._sessions.ensure_owner, session_id, user_id)
+            raise
+        loop = asyncio.get_running_loop()
+        slot = (session_id, call.key)
+        while (inflight := self._inflight.get(slot)) is not None and inflight[1].get_loop() is loop:
+            leading, running = inflight
+            if not same_request(leading, call):
+                # Another request under the key shares nothing, and is not what decides it: the
+                # store says which request the key names once the one in flight here has begun
+                # or been refused. Refused here at once, a request the key named (held by
+                # another process) was told "another input" when the one ahead was refused.
+                await asyncio.wait([running])
+                continue
+            try:
+                return await asyncio.shield(running)
+            except LeaderGone:
+                continue
+        return await lead(self._inflight, slot, call, partial(self._run, llm, call))
+
+    def _call_of(
+        self,
+        session_id: str,
+        step: str,
+        input: JsonObject | None,
+        model: str | None,
+        idempotency_key: str | None,
+        merge_input: bool,
+        user_id: str | None,
+    ) -> tuple[LlmPort, StepCall]:
+        """The adapter and the call ``run`` makes, checked (nothing is loaded or recorded)."""
         self._store.app.ensure_open("process a step")  # before "no model": closed says more
         llm = self.llm
         if llm is None:
@@ -163,23 +203,8 @@ class StepService:
             if idempotency_key is None
             else require_name("idempotency_key", idempotency_key)
         )
-        call = StepCall(session_id, step, payload, model, key, merge_input, asked_model(llm, model))
-        loop = asyncio.get_running_loop()
-        slot = (session_id, key)
-        while (inflight := self._inflight.get(slot)) is not None and inflight[1].get_loop() is loop:
-            leading, running = inflight
-            if not same_request(leading, call):
-                # Another request under the key shares nothing, and is not what decides it: the
-                # store says which request the key names once the one in flight here has begun
-                # or been refused. Refused here at once, a request the key named (held by
-                # another process) was told "another input" when the one ahead was refused.
-                await asyncio.wait([running])
-                continue
-            try:
-                return await asyncio.shield(running)
-            except LeaderGone:
-                continue
-        return await lead(self._inflight, slot, call, partial(self._run, llm, call))
+        asked = asked_model(llm, model)
+        return llm, StepCall(session_id, step, payload, model, key, merge_input, asked, user_id=user_id)
 
     async def aclose(self) -> None:
         """Close the LLM adapter (when it has ``aclose``) and the worker threads."""
@@ -230,6 +255,7 @@ class StepService:
 
     def _begin(self, call: StepCall, uow: UnitOfWork) -> Recorded | Go | Wait:
         session = self._session(uow, call.session_id)
+        require_owner(call.session_id, session.user_id, call.user_id)
         recorded = self._sessions.outcome_of_request(
             session, call.key, call.step, call.input, model=call.asked
         )
