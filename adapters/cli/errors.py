@@ -27,6 +27,7 @@ from flowledger.infrastructure.postgres.database import forbidden, refused_privi
 # Most specific first; Exception catches the rest. Codes from 64 up follow sysexits.h.
 EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.ValidationError, 2),
+    (errors.IdempotencyKeyOfAnotherKind, 2),  # a key that names another kind of request
     (errors.IdempotencyKeyReused, 2),  # a payload that does not fit its key: bad input
     (errors.TaskIdempotencyKeyReused, 2),
     # typer vendors click: its BadParameter is no click.ClickException, so it lands here.

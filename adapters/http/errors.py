@@ -37,6 +37,7 @@ from flowledger.infrastructure.outages import CONNECTION_ERRORS, unavailable
 STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.ValidationError, 422),
     # As the IETF draft on the Idempotency-Key header asks for a key reused with another payload.
+    (errors.IdempotencyKeyOfAnotherKind, 422),
     (errors.IdempotencyKeyReused, 422),
     (errors.TaskIdempotencyKeyReused, 422),
     (errors.UnknownModelPrice, 422),
