@@ -30,6 +30,19 @@ def event_types(engine: Engine, session_id: str) -> list[str]:
     return [e.event_type for e in engine.history(session_id)]
 
 
+def snapshots_as_version_5(database_url: str, schema: str) -> int:
+    """Rewrite the schema's snapshots as state version 5 stored them (no word of the expiry's
+    keys, an empty key filter), unsealed; how many rows changed."""
+    as_version_5 = (
+        "UPDATE {snapshots} SET state = convert_to(jsonb_set(jsonb_set("
+        "convert_from(state, 'UTF8')::jsonb #- '{{state,expiry_keys_filtered}}',"
+        " '{{state,class_version}}', '5'), '{{state,key_filter}}', '[]')::text, 'UTF8')"
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        changed = conn.execute(SQL(as_version_5).format(snapshots=Identifier(schema, "flowledger_snapshots")))
+        return changed.rowcount
+
+
 def test_a_key_that_named_a_step_is_refused_for_an_expiry_change(engine: Engine) -> None:
     # Given a step recorded under K
     engine.start_session("s1", "cs")
@@ -154,16 +167,7 @@ def test_a_session_read_from_a_version_5_snapshot_still_refuses_a_step_under_an_
         engine.extend_session("old", timedelta(hours=1), idempotency_key="K")
         engine.extend_session("old", timedelta(hours=1))
         engine.extend_session("old", timedelta(hours=1))
-    as_version_5 = (
-        "UPDATE {snapshots} SET state = convert_to(jsonb_set(jsonb_set("
-        "convert_from(state, 'UTF8')::jsonb #- '{{state,expiry_keys_filtered}}',"
-        " '{{state,class_version}}', '5'), '{{state,key_filter}}', '[]')::text, 'UTF8')"
-    )
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        changed = conn.execute(
-            SQL(as_version_5).format(snapshots=Identifier(pg_schema, "flowledger_snapshots"))
-        )
-        assert changed.rowcount >= 1
+    assert snapshots_as_version_5(database_url, pg_schema) >= 1
     # When a fresh engine is sent a step under K, then it is refused as before
     with Engine(settings=settings) as engine:
         with pytest.raises(IdempotencyKeyOfAnotherKind, match="already names an expiry change"):
@@ -175,9 +179,9 @@ def test_a_session_read_from_a_version_5_snapshot_still_refuses_a_step_under_an_
 def test_a_version_5_snapshot_audits_as_its_events_folded_without_a_false_alarm(
     database_url: str, pg_schema: str
 ) -> None:
-    # Given extensions under a key and without one, then the session's snapshots as version 5
-    # stored them (a key filter of step keys only, no expiry_keys_filtered): what every log
-    # written before state version 6 holds
+    # Given keyed steps and extensions under a key and without one, then the session's
+    # snapshots rewritten as version 5 (no expiry_keys_filtered, a filter lacking the
+    # expiry's keys): what logs written before state version 6 hold
     settings = make_settings(
         database_url=database_url, schema=pg_schema, snapshot_interval=2, audit_chain=False
     )
@@ -188,16 +192,7 @@ def test_a_version_5_snapshot_audits_as_its_events_folded_without_a_false_alarm(
         engine.extend_session("old", timedelta(hours=1))
         engine.record_step("old", "b", input={}, output={}, idempotency_key="T")
         stream = engine.session_uuid("old")
-    as_version_5 = (
-        "UPDATE {snapshots} SET state = convert_to(jsonb_set(jsonb_set("
-        "convert_from(state, 'UTF8')::jsonb #- '{{state,expiry_keys_filtered}}',"
-        " '{{state,class_version}}', '5'), '{{state,key_filter}}', %s::jsonb)::text, 'UTF8')"
-    )
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        changed = conn.execute(
-            SQL(as_version_5).format(snapshots=Identifier(pg_schema, "flowledger_snapshots")), ["[]"]
-        )
-        assert changed.rowcount >= 1
+    assert snapshots_as_version_5(database_url, pg_schema) >= 1
     # When the snapshots are audited against the events
     with Engine(settings=settings) as engine:
         problems = verify_snapshots(engine.log, [engine.session_uuid("old")])
