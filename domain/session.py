@@ -20,6 +20,7 @@ snapshots) and ``session_views`` (the values handed to callers, and the state's 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -544,6 +545,15 @@ class Session(FlowledgerAggregate):
         None does not mean "never processed": ``outcome_lookup`` says whether it may have been.
         """
         return step_under_key(self.history, self.recent_keys, idempotency_key)
+
+    def learn_expiry_keys(self, command_ids: Iterable[str]) -> None:
+        """Hold the command ids of every move of the expiry in the key filter, as a fold of the
+        events does: for a state read from a snapshot of version 5 or older (``snapshot_v5_v6``),
+        whose caller read them from the stream once, so that a new key is ruled out by the
+        filter again instead of searched for at every step. Snapshots taken after say so."""
+        for command_id in command_ids:
+            self.key_filter = key_filter_with(self.key_filter, command_id)
+        self.expiry_keys_filtered = True
 
     def outcome_lookup(self, idempotency_key: str | None) -> StepRecord | KeyLookup:
         """The recent step processed under this key, else NOT_SEEN (certain) or MAYBE_SEEN.

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID
 
+from flowledger.domain.aggregate import command_id_of
 from flowledger.domain.bounds import (
     MAX_TTL,
     require_duration,
@@ -348,11 +349,12 @@ class SessionService:
         if key is None:
             return None
         found = session.outcome_lookup(key)
+        if found is NOT_SEEN and not session.expiry_keys_filtered:  # an old snapshot's filter
+            self._learn_expiry_keys(session)  # holds no move's key: read them once
+            found = session.outcome_lookup(key)
         if isinstance(found, StepRecord):
             record = found
         elif found is NOT_SEEN:
-            if not session.expiry_keys_filtered:  # an old snapshot's filter holds no move's key
-                refuse_expiry_key_for_step(session, key, self.events_holding, step)
             return None
         else:  # MAYBE_SEEN: the stream settles it
             processed = self._events_under(session, Session.StepProcessed, key)
@@ -367,6 +369,17 @@ class SessionService:
             record = StepRecord.of(processed[0])
         session.ensure_same_request(record, key, step, model=model, input=input, **rest)
         return record
+
+    def _learn_expiry_keys(self, session: Session) -> None:
+        """Put the command ids of the session's moves of the expiry in its key filter, read from
+        the stream in one search per kind of move (``Session.learn_expiry_keys``)."""
+        needle = b'"command_id":"'
+        moves = [
+            event
+            for kind in (Session.Extended, Session.Reopened)
+            for event in self._store.events_containing(session.id, kind, needle)
+        ]
+        session.learn_expiry_keys(key for key in map(command_id_of, moves) if key is not None)
 
     def _events_under(self, session: Session, event_class: type[Any], key: str) -> list[Any]:
         """The session's events of ``event_class`` under ``key``, oldest first. Rare (the key

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -209,3 +211,49 @@ def test_a_version_5_snapshot_audits_as_its_events_folded_without_a_false_alarm(
                 [every_bit],
             )
         assert any("key_filter" in p for p in verify_snapshots(engine.log, [engine.session_uuid("old")]))
+
+
+def test_a_session_read_from_a_version_5_snapshot_searches_its_stream_once_not_at_every_new_key(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given extensions under a key and without one, then the session's snapshots as version 5
+    # stored them (a filter without the expiry's keys)
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, snapshot_interval=2, audit_chain=False
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("old", "cs")
+        engine.extend_session("old", timedelta(hours=1), idempotency_key="K")
+        engine.extend_session("old", timedelta(hours=1))
+        engine.extend_session("old", timedelta(hours=1))
+    assert snapshots_as_version_5(database_url, pg_schema) >= 1
+    with Engine(settings=settings) as engine:
+        searches = searches_of(engine, monkeypatch)
+        # When six steps under new keys are recorded
+        for n in range(6):
+            engine.record_step("old", f"s{n}", input={}, output={}, idempotency_key=f"new-{n}")
+        # Then the stream was searched for the expiry's keys once (its two kinds of move), not
+        # twice for every new key (12 searches before)
+        assert len(searches) == 2
+        # And the extension's key is still refused for a step, read from the filter
+        with pytest.raises(IdempotencyKeyOfAnotherKind, match="already names an expiry change"):
+            engine.record_step("old", "a", input={}, output={}, idempotency_key="K")
+    # And the snapshots stored since hold the expiry's keys: a fresh engine searches nothing
+    with Engine(settings=settings) as engine:
+        searches = searches_of(engine, monkeypatch)
+        engine.record_step("old", "later", input={}, output={}, idempotency_key="newer")
+        assert searches == []
+        assert verify_snapshots(engine.log, [engine.session_uuid("old")]) == []
+
+
+def searches_of(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The needles of ``engine``'s searches of a stream from now on (``AggregateStore.events_containing``)."""
+    searches: list[bytes] = []
+    search = engine.store.events_containing
+
+    def counted(aggregate_id: UUID, event_class: type[Any], needle: bytes) -> list[Any]:
+        searches.append(needle)
+        return search(aggregate_id, event_class, needle)
+
+    monkeypatch.setattr(engine.store, "events_containing", counted)
+    return searches
