@@ -168,19 +168,33 @@ def update_context(session_id: SessionId, body: schemas.ContextUpdate, caller: W
 
 
 @router.post(
-    "/sessions/{session_id}/fork", status_code=status.HTTP_201_CREATED, responses=responses(404, 409)
+    "/sessions/{session_id}/fork",
+    status_code=status.HTTP_201_CREATED,
+    response_description="The fork was created",
+    responses={
+        status.HTTP_200_OK: {
+            "model": schemas.SessionOut,
+            "description": "The same fork (parent and version) was made before: nothing was created",
+        },
+        **responses(404, 409),
+    },
 )
-def fork(session_id: SessionId, body: schemas.ForkSession, caller: Writer) -> schemas.SessionOut:
+def fork(
+    session_id: SessionId, body: schemas.ForkSession, caller: Writer, response: Response
+) -> schemas.SessionOut:
     """Start ``new_session_id`` from this session's state at ``at_version`` (its step and context).
 
     The new session records its parent and version (``forked_from``, also in its metadata);
-    its steps and totals start from zero. Unknown session 404; a version the session has not
-    reached 422; an existing new id (or an erased parent) 409; nothing is appended then.
+    its steps and totals start from zero: 201. The same fork sent again answers the fork as it
+    stands with 200. Unknown session 404; a version the session has not reached 422; an
+    existing new id of another fork or session (or an erased parent) 409; nothing is appended then.
     """
-    state = caller.engine.fork_session(
+    fork = caller.engine.fork_or_get_session(
         session_id, body.at_version, body.new_session_id, timedelta(seconds=body.ttl_seconds)
     )
-    return schemas.SessionOut.of(state)
+    if not fork.created:
+        response.status_code = status.HTTP_200_OK
+    return schemas.SessionOut.of(fork.state)
 
 
 @router.post("/sessions/{session_id}/extend", responses=_WRITE)

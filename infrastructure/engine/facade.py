@@ -754,6 +754,13 @@ class Engine:
         range: ``ValidationError``; an existing new id: ``SessionConflict``; nothing appended.
         An archived parent forks at its last version; an earlier one is ``SessionArchived``.
         """
+        return self.fork_or_get_session(session_id, at_version, new_session_id, ttl).state
+
+    def fork_or_get_session(
+        self, session_id: str, at_version: int, new_session_id: str, ttl: timedelta = timedelta(hours=24)
+    ) -> Start:
+        """``fork_session``, saying whether it created the fork (``Start.created``) or found the
+        same fork (parent and version) made before, its answer lost: nothing appended then."""
         with self._archived_as_such(session_id):
             return self.sessions.fork(session_id, at_version, new_session_id, ttl)
 

@@ -235,8 +235,9 @@ class SessionService:
         """Give the session up."""
         return self._write(session_id, partial(self._abandon, session_id, reason))
 
-    def fork(self, session_id: str, at_version: int, new_session_id: str, ttl: timedelta) -> SessionState:
-        """Start ``new_session_id`` as ``session_id`` was at ``at_version`` (``Engine.fork_session``)."""
+    def fork(self, session_id: str, at_version: int, new_session_id: str, ttl: timedelta) -> Start:
+        """Start ``new_session_id`` as ``session_id`` was at ``at_version`` (``Engine.fork_session``);
+        ``created`` False for the same fork sent again (nothing appended)."""
         require_id("new_session_id", new_session_id)
         require_ttl(ttl)
         require_version("at_version", at_version)
@@ -439,14 +440,12 @@ class SessionService:
         reopened = existing.restart(workflow=workflow, user_id=user_id, now=uow.now, expires_at=uow.now + ttl)
         return Restart(state=existing.state(), created=False, reopened=reopened)
 
-    def _fork(
-        self, parent: SessionState, new_session_id: str, ttl: timedelta, uow: UnitOfWork
-    ) -> SessionState:
+    def _fork(self, parent: SessionState, new_session_id: str, ttl: timedelta, uow: UnitOfWork) -> Start:
         existing: Session | None = uow.find(self.session_uuid(new_session_id))
         if existing is not None:
             if (existing.forked_from, existing.forked_at_version) == (parent.session_id, parent.version):
                 # The same fork sent again (its answer lost): answered as start_session's repeat is.
-                return existing.state().judged_at(uow.now)
+                return Start(state=existing.state().judged_at(uow.now), created=False)
             raise SessionConflict(new_session_id, "a session with this id exists; a fork needs a new id")
         child = Session.start(
             session_id=new_session_id,
@@ -468,7 +467,7 @@ class SessionService:
             current_step=parent.current_step,
             context=parent.context,
         )
-        return child.state()
+        return Start(state=child.state(), created=True)
 
     def _record(self, session_id: str, request: StepRequest, uow: UnitOfWork) -> StepRecord:
         session = self._session(uow, session_id)

@@ -75,7 +75,7 @@ def test_rest_fork_of_bad_input_is_a_4xx_with_a_message_and_appends_nothing(
 
 def test_the_openapi_document_lists_the_fork_and_every_status_it_answers(http: TestClient) -> None:
     operation = http.get("/openapi.json").json()["paths"]["/v1/sessions/{session_id}/fork"]["post"]
-    assert {"201", "404", "409", "422", "401", "403"} <= set(operation["responses"])
+    assert {"200", "201", "404", "409", "422", "401", "403"} <= set(operation["responses"])
 
 
 def test_cli_fork_and_forget(database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,3 +174,21 @@ def test_cli_fork_and_forget_of_bad_input_print_one_line_and_append_nothing(
     assert len(result.stderr.strip().splitlines()) == 1
     with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
         assert engine.log.head() == head
+
+
+def test_rest_fork_sent_again_answers_200_as_a_start_sent_again_does(
+    http: TestClient, engine: Engine
+) -> None:
+    # Given a fork whose answer the client lost
+    http.post("/v1/sessions", json={"session_id": "r-1", "workflow": "cs"})
+    first = http.post("/v1/sessions/r-1/fork", json={"at_version": 1, "new_session_id": "r-2"})
+    head = engine.log.head()
+
+    # When it is sent again
+    again = http.post("/v1/sessions/r-1/fork", json={"at_version": 1, "new_session_id": "r-2"})
+
+    # Then it is answered 200 with the fork as it stands (201 before: "created" where nothing was),
+    # and nothing is appended
+    assert (first.status_code, again.status_code) == (201, 200), again.text
+    assert again.json() == first.json()
+    assert engine.log.head() == head
