@@ -35,12 +35,13 @@ _VERIFY = "audit verify checks with the writers' keys"
 """What a command that reads the writers' keys does, for the line refusing a missing one."""
 
 
-def chain_key(settings: Settings, *, make: bool = True) -> bytes:
+def chain_key(settings: Settings, *, make: bool = True, reader: str = _VERIFY) -> bytes:
     """The chain's HMAC key (made in ``key_dir`` on first use unless given; without ``make``,
-    a missing one is a ValidationError: a check must use the writers' key, not a new one)."""
+    a missing one is a ValidationError saying what ``reader`` does: a check, or an engine on a
+    log already sealed, must use the writers' key, not a new one)."""
     if settings.chain_key is not None:
         return settings.chain_key
-    return _key_file(settings.key_dir / CHAIN_KEY_FILE, 32, "FLOWLEDGER_CHAIN_KEY", make=make)
+    return _key_file(settings.key_dir / CHAIN_KEY_FILE, 32, "FLOWLEDGER_CHAIN_KEY", make=make, reader=reader)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger, Raised
 from flowledger.infrastructure.postgres.chain import StreamChain
+from flowledger.infrastructure.postgres.chain_key_check import checked_chain_key
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.classification_locks import ClassificationLocks
 from flowledger.infrastructure.postgres.database import deadlines_of, ensure_schema, library_env
@@ -320,6 +321,9 @@ class Engine:
         self._audit = AuditTrail(self.database_url, self.settings, recorder.max_notification_id)
         if not self.settings.audit_chain:
             return
+        self._audit.use_chain_key(
+            checked_chain_key(recorder.datastore, recorder.events_table_name, self.settings)
+        )
         chain = StreamChain(
             self._audit.chain_key, schema=recorder.datastore.schema, table=recorder.events_table_name
         )

@@ -154,6 +154,11 @@ class AuditTrail:
             self._chain_key = chain_key(self.settings)
         return self._chain_key
 
+    def use_chain_key(self, key: bytes) -> None:
+        """Seal and check with ``key``: the engine's, checked against the log at its start
+        (``chain_key_check.py``), so that no other is made or read from then on."""
+        self._chain_key = key
+
     def chain_key_to_check(self) -> bytes:
         """The chain key as the writers keep it, for checking: a missing one is a
         ValidationError, never made here (a key made by a check would read every seal as
