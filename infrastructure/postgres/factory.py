@@ -34,6 +34,7 @@ from eventsourcing.utils import Environment, EnvType
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
+from psycopg.types.composite import CompositeInfo, register_composite
 
 from flowledger.domain.errors import StoredEventUnreadable, StoreRefused, StoreUnavailable
 from flowledger.infrastructure.operation_deadline import operation_end
@@ -54,6 +55,26 @@ from flowledger.infrastructure.postgres.stream_reads import event_reads, read_st
 R = TypeVar("R")
 _START_PAUSE_S = 0.2
 """Between tries of a recorder's construction (``FlowledgerPostgresFactory._made``)."""
+
+
+class FlowledgerDatastore(PostgresDatastore):
+    """The library's datastore, looking its row types up under the schema's quoted name."""
+
+    def register_type_adapters(self) -> None:
+        """The library's, with ``schema.type`` quoted: it wrote the name bare, so a schema named
+        by a reserved word (``order``, ``user``), which ``migrate`` makes, failed every engine's
+        start with "syntax error at or near "order"" (a bug in flowledger, exit 70)."""
+        missing = [name for name in self.db_type_names if name not in self.psycopg_type_adapters]
+        if not missing:
+            return
+        with self.get_connection() as conn:
+            for name in missing:
+                info = CompositeInfo.fetch(conn, Identifier(self.schema, name))
+                if info is None:
+                    continue
+                register_composite(info, conn)
+                self.psycopg_type_adapters[name] = info
+                self.psycopg_python_types[name] = info.python_type
 
 
 class FlowledgerSnapshotRecorder(PostgresAggregateRecorder):
@@ -205,6 +226,7 @@ class FlowledgerPostgresFactory(PostgresFactory):
 
     def __init__(self, env: Environment | EnvType | None):
         super().__init__(env)
+        self.datastore.__class__ = FlowledgerDatastore  # built by the library's __init__, not yet opened
         self.deadlines = Deadlines.from_env(self.env)
         install_pool(self.datastore, self.deadlines, conninfo_to_dict(self.env.get(LIBPQ_PARAMS_KEY) or ""))
         self._notifiers: list[Notifier] = []

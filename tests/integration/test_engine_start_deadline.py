@@ -10,12 +10,12 @@ from contextlib import contextmanager
 
 import pytest
 from eventsourcing.persistence import OperationalError
-from eventsourcing.postgres import PostgresDatastore
 
 from flowledger.domain import StoreUnavailable
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.engine import facade
 from flowledger.infrastructure.postgres.connect_within import connect_within
+from flowledger.infrastructure.postgres.factory import FlowledgerDatastore
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
 
@@ -107,15 +107,15 @@ def _pool_timeouts(monkeypatch: pytest.MonkeyPatch, times: int) -> list[float]:
     as one of sixteen engines started at once in CI did (the server up, the pool still
     connecting its 320 connections); the times of the tries are returned."""
     tries: list[float] = []
-    real = PostgresDatastore.register_type_adapters
+    real = FlowledgerDatastore.register_type_adapters
 
-    def slow_pool(self: PostgresDatastore) -> None:
+    def slow_pool(self: FlowledgerDatastore) -> None:
         tries.append(time.monotonic())
         if len(tries) <= times:
             raise OperationalError("couldn't get a connection after 3.00 sec")
         real(self)
 
-    monkeypatch.setattr(PostgresDatastore, "register_type_adapters", slow_pool)
+    monkeypatch.setattr(FlowledgerDatastore, "register_type_adapters", slow_pool)
     return tries
 
 
