@@ -19,6 +19,12 @@ from flowledger.infrastructure.variables import refuse_misspelt_variables
 
 MEMORY_URL = "memory:"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_SYSTEM_SCHEMA = (
+    "is PostgreSQL's own (information_schema, or a name beginning pg_): pg_dump leaves such"
+    " schemas out, so the log would be in no backup; choose another name"
+)
+"""A superuser's ``migrate`` made the whole log in ``information_schema``, which pg_dump never
+dumps; ``pg_*`` stopped it with the server's "unacceptable schema name" (exit 1)."""
 MAX_EVENT_PARTITIONS = 1024
 """The most hash partitions ``event_partitions`` may ask for."""
 
@@ -136,6 +142,8 @@ class Settings:
     def __post_init__(self) -> None:
         if not isinstance(self.schema, str) or not _SCHEMA_NAME.match(self.schema):
             raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
+        if self.schema == "information_schema" or self.schema.startswith("pg_"):
+            raise ValidationError("schema", f"{self.schema!r} {_SYSTEM_SCHEMA}")
         require_tenant(self.tenant)  # not blank, no control characters, at most 200 (as a key's)
         _require_usable_secrets("api_keys", self.api_keys)
         if self.database_url is not None and self.database_url != MEMORY_URL:

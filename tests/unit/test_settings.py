@@ -380,3 +380,13 @@ def test_a_number_in_the_environment_not_written_in_ascii_digits_is_refused_by_n
     with pytest.raises(ValidationError) as refused:
         Settings.from_env({name: raw})
     assert name in str(refused.value)
+
+
+@pytest.mark.parametrize("schema", ["information_schema", "pg_catalog", "pg_toast", "pg_flowledger"])
+def test_a_system_schema_is_refused_since_its_tables_would_be_left_out_of_every_dump(schema: str) -> None:
+    # (An outside probe: FLOWLEDGER_SCHEMA=information_schema made the whole log there, which
+    # pg_dump never dumps; pg_flowledger stopped `flowledger migrate` with the server's words, exit 1.)
+    with pytest.raises(ValidationError, match=r"schema: .* is PostgreSQL's own .* choose another name"):
+        Settings(schema=schema)
+    with pytest.raises(ValidationError, match=r"is PostgreSQL's own"):
+        Settings.from_env({"FLOWLEDGER_SCHEMA": schema})
