@@ -161,6 +161,14 @@ class Settings:
             value = getattr(self, name)
             if type(value) not in (int, float) or not (0 < value < math.inf):
                 raise ValidationError(name, f"must be a finite number > 0, got {value!r}")
+        for name in _SERVER_MILLISECONDS:
+            value = getattr(self, name)
+            if not (_SERVER_MS_RANGE_S[0] <= value <= _SERVER_MS_RANGE_S[1]):
+                raise ValidationError(
+                    name,
+                    f"must be 0.001 to 2147483 s (the server's statement_timeout, in whole"
+                    f" milliseconds below 2^31), got {value!r}",
+                )
         if self.pool_size < 1:
             raise ValidationError("pool_size", f"must be >= 1, got {self.pool_size}")
         if self.http_auth_failures < 1:
@@ -301,6 +309,12 @@ _POSITIVE_SECONDS = (
     "http_auth_failure_window_s",
     "ready_timeout_s",
 )
+
+_SERVER_MILLISECONDS = ("statement_timeout_s", "ready_timeout_s")
+"""Sent to the server as ``statement_timeout`` in whole milliseconds."""
+_SERVER_MS_RANGE_S = (0.001, 2_147_483.0)
+"""What the server takes: past 2^31-1 ms it refused every connection ("Value exceeds integer
+range", exit 1), and below 1 ms the value sent was 0, which is no timeout at all."""
 
 
 def _require_conninfo(field_name: str, url: object) -> None:
