@@ -36,6 +36,11 @@ def migrate() -> None:
         console.print(
             "the notification sequence had a cache: set to CACHE 1 (a cache lets followers skip ids)"
         )
+    if report.sequence_repairs:
+        console.print(
+            "the notification sequence could hand out ids at or below stored ones (followers skip"
+            f" them): {'; '.join(report.sequence_repairs)}"
+        )
     if report.foreign_rows_repaired:
         console.print(
             f"{report.foreign_rows_repaired} rows carried transaction ids from another cluster "

@@ -108,16 +108,34 @@ def fast_check(schema: str, names: TableNames) -> Composed:
         "WHERE seqrelid = pg_get_serial_sequence({qualified}, 'notification_id')::regclass), "
         "(SELECT e.transaction_id >= pg_snapshot_xmax(pg_current_snapshot()) FROM {events} e "
         "ORDER BY e.notification_id DESC LIMIT 1), "
-        "{layout} "
+        "{layout}, "
+        "{out_of_order} "
         "FROM {s}.{t} v"
     ).format(
         layout=event_log_layout(Literal(events.as_string(None))),
+        out_of_order=sequence_out_of_order(events),
         qualified=Literal(events.as_string(None)),
         events=events,
         s=Identifier(schema),
         t=Identifier(VERSION_TABLE),
         cluster=_CLUSTER_ID,
     )
+
+
+def sequence_out_of_order(events: Composed) -> Composed:
+    """Whether the notification sequence of ``events`` may hand out an id at or below a stored
+    one: it counts down or cycles, stops short of bigint's end, or was set back below the
+    highest stored id (the last check only where the role may read the sequence)."""
+    qualified = Literal(events.as_string(None))
+    return SQL(
+        "(SELECT s.seqincrement < 1 OR s.seqcycle OR s.seqmax < 9223372036854775807 OR "
+        "(CASE WHEN has_sequence_privilege(s.seqrelid, 'SELECT,USAGE') THEN "
+        "coalesce(pg_sequence_last_value(s.seqrelid), 0) < "
+        "coalesce((SELECT e.notification_id FROM {events} e ORDER BY e.notification_id DESC LIMIT 1), 0) "
+        "ELSE false END) "
+        "FROM pg_sequence s "
+        "WHERE s.seqrelid = pg_get_serial_sequence({qualified}, 'notification_id')::regclass)"
+    ).format(events=events, qualified=qualified)
 
 
 def repair_foreign_transaction_ids(schema: str, table: str) -> Composed:

@@ -78,6 +78,8 @@ class MigrationReport:
     """The events table's layout afterwards: its hash partitions (0: unpartitioned)."""
     rows_moved: int | None = None
     """Rows copied into a new layout (``change_layout``); None when the layout was not changed."""
+    sequence_repairs: tuple[str, ...] = ()
+    """What ``repair_sequence_order`` changed in the notification sequence (nothing: empty)."""
 
 
 def migrate(
@@ -168,8 +170,14 @@ def _already_right(
         return None
     if row is None:
         return None
-    version, cluster, cluster_now, cache, foreign_tail, layout = row
-    right = version >= SCHEMA_VERSION and cluster == cluster_now and cache == 1 and not foreign_tail
+    version, cluster, cluster_now, cache, foreign_tail, layout, out_of_order = row
+    right = (
+        version >= SCHEMA_VERSION
+        and cluster == cluster_now
+        and cache == 1
+        and not foreign_tail
+        and not out_of_order
+    )
     return (int(version), int(layout)) if right and layout is not None else None
 
 
@@ -206,6 +214,7 @@ def _migrate_locked(
     elif version > SCHEMA_VERSION:
         _warn_newer(schema, version)
     cache_reset = force_sequence_cache_1(cur, schema, names.events)
+    sequence_repairs = repair_sequence_order(cur, schema, names.events)
     repaired = _repair_foreign_transaction_ids(cur, schema, names.events)
     layout = event_log_partitions(cur, schema, names.events) or 0
     wanted = settings.event_partitions
@@ -226,6 +235,7 @@ def _migrate_locked(
         foreign_rows_repaired=repaired,
         partitions=layout,
         rows_moved=moved,
+        sequence_repairs=sequence_repairs,
     )
     return report, 0 < version < MARKERS_SINCE
 
@@ -479,6 +489,66 @@ def force_sequence_cache_1(cur: psycopg.Cursor[Any], schema: str, table: str) ->
         ) from None
     _log.warning("sequence %s had CACHE %s; set to CACHE 1 (readers could skip ids)", sequence, row[0])
     return True
+
+
+def repair_sequence_order(cur: psycopg.Cursor[Any], schema: str, table: str) -> tuple[str, ...]:
+    """Make the notification sequence hand out only ids above every stored one; what it changed.
+
+    An operator's ``ALTER SEQUENCE`` or ``setval`` can make it count down, cycle, stop at a
+    maximum, or start again below stored ids. Readers never go back past an id they consumed,
+    so an event stored below one is never delivered to them; where it hits a stored id, every
+    append failed as a version clash until ``ConcurrentUpdate``. In the caller's transaction:
+    the append's id section is held (``pg_advisory_xact_lock`` on its key) while the sequence
+    is set past the highest stored id, so no append takes an id meanwhile."""
+    cur = cur.connection.cursor(row_factory=tuple_row)
+    sequence = _sequence_of(cur, schema, table)
+    row = cur.execute(
+        "SELECT seqincrement, seqcycle, seqmax FROM pg_sequence WHERE seqrelid = %s::regclass", (sequence,)
+    ).fetchone()
+    if row is None:
+        return ()
+    increment, cycle, maximum = int(row[0]), bool(row[1]), int(row[2])
+    options: list[str] = []
+    repairs: list[str] = []
+    if increment < 1:
+        options.append("INCREMENT BY 1")
+        repairs.append(f"increment {increment} set to 1")
+    if cycle:
+        options.append("NO CYCLE")
+        repairs.append("cycle turned off")
+    if maximum < _BIGINT_MAX:
+        options.append("NO MAXVALUE")
+        repairs.append(f"maximum {maximum} removed")
+    try:
+        if options:
+            cur.execute(SQL("ALTER SEQUENCE {} {}").format(SQL(sequence), SQL(" ".join(options))))
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (pg_sql.section_lock_key(schema, table),))
+        last, highest = cur.execute(
+            SQL(
+                "SELECT pg_sequence_last_value({}::regclass), "
+                "(SELECT notification_id FROM {}.{} ORDER BY notification_id DESC LIMIT 1)"
+            ).format(Literal(sequence), Identifier(schema), Identifier(table))
+        ).fetchone() or (None, None)
+        if highest is not None and (last is None or last < highest):
+            cur.execute("SELECT setval(%s::regclass, %s)", (sequence, highest))
+            repairs.append(f"set forward from {last if last is not None else 'its start'} to {highest}")
+    except psycopg.errors.InsufficientPrivilege:
+        raise MigrationRefused(
+            schema,
+            f"sequence {sequence} may hand out ids at or below stored ones and needs"
+            f" {', '.join(repairs) or 'setting past the highest stored id'}; only its owner may"
+            " change it: its owner should run `flowledger migrate`",
+        ) from None
+    if repairs:
+        _log.warning(
+            "sequence %s could hand out ids at or below stored ones (readers skip them): %s",
+            sequence,
+            "; ".join(repairs),
+        )
+    return tuple(repairs)
+
+
+_BIGINT_MAX = 9223372036854775807
 
 
 def _repair_foreign_transaction_ids(cur: psycopg.Cursor[Any], schema: str, table: str) -> int:

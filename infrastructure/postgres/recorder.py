@@ -63,7 +63,11 @@ from flowledger.infrastructure.postgres.deadlines import Deadlines, call_within_
 from flowledger.infrastructure.postgres.group_commit import GroupCommit
 from flowledger.infrastructure.postgres.horizon import Horizon, HorizonLag
 from flowledger.infrastructure.postgres.literal_append import append_then_commit
-from flowledger.infrastructure.postgres.migrations import create_event_log, force_sequence_cache_1
+from flowledger.infrastructure.postgres.migrations import (
+    create_event_log,
+    force_sequence_cache_1,
+    repair_sequence_order,
+)
 from flowledger.infrastructure.postgres.not_sent import AppendNotSent
 from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
@@ -84,6 +88,20 @@ class _IdFromCache(Exception):
 def _cached_id(error: psycopg.Error) -> bool:
     return isinstance(error, psycopg.errors.ObjectNotInPrerequisiteState) and (
         pg_sql.ID_FROM_SEQUENCE_CACHE in str(error)
+    )
+
+
+class _IdOutOfOrder(Exception):
+    """The append took an id a stored event has: the sequence was set back, made to count
+    down or to cycle (nothing stored)."""
+
+
+def _id_out_of_order(error: psycopg.Error) -> bool:
+    """A stored event's notification id taken again: the unique index on ids (of the table, or
+    of a partition holding the same stream) refused it. A sequence at its maximum fails
+    inside the id section instead, and is left to ``migrate`` at the next start."""
+    return isinstance(error, psycopg.errors.UniqueViolation) and (
+        "notification_id" in (error.diag.constraint_name or "")
     )
 
 
@@ -250,6 +268,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 return self._append_pooled(stored_events)
             except _IdFromCache:
                 self._force_cache_1()
+            except _IdOutOfOrder:
+                self._repair_sequence_order()
         try:
             return self._append_pooled(stored_events)
         except _IdFromCache as refused:
@@ -258,12 +278,26 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 f"{pg_sql.ID_FROM_SEQUENCE_CACHE}; nothing was stored. Set it with `flowledger migrate`"
                 f" ({refused})",
             ) from refused
+        except _IdOutOfOrder as refused:
+            raise StoreUnavailable(
+                "append",
+                "the event log's id sequence hands out ids at or below stored ones; nothing was"
+                f" stored. Set it right with `flowledger migrate` ({refused})",
+            ) from refused
 
     def _force_cache_1(self) -> None:
         """``ALTER SEQUENCE ... CACHE 1`` on a pooled connection (``MigrationRefused`` when
         this role is not the sequence's owner)."""
         with self.datastore.pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
             force_sequence_cache_1(cur, self.datastore.schema, self.events_table_name)
+
+    def _repair_sequence_order(self) -> None:
+        """``repair_sequence_order`` in a transaction of a pooled connection (``MigrationRefused``
+        when this role may not alter the sequence): an operator set it back, made it count down
+        or cycle while engines ran, and every append then collided with a stored id, retried as
+        a version clash until ``ConcurrentUpdate``."""
+        with self.datastore.pool.connection() as conn, conn.transaction():
+            repair_sequence_order(conn.cursor(), self.datastore.schema, self.events_table_name)
 
     def _append_pooled(self, stored_events: Sequence[StoredEvent]) -> list[int]:
         pool = self.datastore.pool
@@ -296,6 +330,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 if _cached_id(error):  # its backend holds the cached block: end it
                     conn.close()
                     raise _IdFromCache(str(error)) from error
+                if _id_out_of_order(error):
+                    raise _IdOutOfOrder(str(error).splitlines()[0]) from error
                 raise library_error(error) from error
             except BaseException:
                 close_unfinished(conn)
