@@ -36,6 +36,10 @@ def migrate() -> None:
         console.print(
             "the notification sequence had a cache: set to CACHE 1 (a cache lets followers skip ids)"
         )
+    if report.indexes_made:
+        console.print(
+            f"the events table had lost unique indexes; made again: {', '.join(report.indexes_made)}"
+        )
     if report.sequence_repairs:
         console.print(
             "the notification sequence could hand out ids at or below stored ones (followers skip"

@@ -109,10 +109,12 @@ def fast_check(schema: str, names: TableNames) -> Composed:
         "(SELECT e.transaction_id >= pg_snapshot_xmax(pg_current_snapshot()) FROM {events} e "
         "ORDER BY e.notification_id DESC LIMIT 1), "
         "{layout}, "
-        "{out_of_order} "
+        "{out_of_order}, "
+        "{indexes_missing} "
         "FROM {s}.{t} v"
     ).format(
         layout=event_log_layout(Literal(events.as_string(None))),
+        indexes_missing=log_indexes_missing(Literal(events.as_string(None))),
         out_of_order=sequence_out_of_order(events),
         qualified=Literal(events.as_string(None)),
         events=events,
@@ -120,6 +122,29 @@ def fast_check(schema: str, names: TableNames) -> Composed:
         t=Identifier(VERSION_TABLE),
         cluster=_CLUSTER_ID,
     )
+
+
+def log_indexes_missing(qualified_table: Literal) -> Composed:
+    """Whether the events table lacks a valid primary key (a stream's version stored once) or a
+    valid unique index led by ``notification_id`` (an id taken once; readers page through it)."""
+    return SQL(
+        "(NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = to_regclass({q}) "
+        "AND i.indisprimary AND i.indisvalid) OR "
+        "NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a "
+        "ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
+        "WHERE i.indrelid = to_regclass({q}) AND i.indisunique AND i.indisvalid "
+        "AND a.attname = 'notification_id'))"
+    ).format(q=qualified_table)
+
+
+def primary_key_name(table: str) -> str:
+    """The events table's primary key constraint, as PostgreSQL names it."""
+    return f"{table}_pkey"[:MAX_IDENTIFIER_LEN]
+
+
+def notification_index_name(table: str) -> str:
+    """The unique index on notification ids (``create_notification_index``)."""
+    return f"{table}_notification_id_idx"[:MAX_IDENTIFIER_LEN]
 
 
 def sequence_out_of_order(events: Composed) -> Composed:
@@ -156,7 +181,7 @@ def create_notification_index(schema: str, table: str, *, partitioned: bool = Fa
     """
     columns = SQL("notification_id ASC, originator_id") if partitioned else SQL("notification_id ASC")
     return SQL("CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {s}.{t} ({columns})").format(
-        index=Identifier(f"{table}_notification_id_idx"[:MAX_IDENTIFIER_LEN]),
+        index=Identifier(notification_index_name(table)),
         s=Identifier(schema),
         t=Identifier(table),
         columns=columns,

@@ -32,7 +32,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
-from flowledger.domain.errors import MigrationRefused, ValidationError
+from flowledger.domain.errors import LogDamaged, MigrationRefused, ValidationError
 from flowledger.infrastructure.postgres import data_keys, ddl
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.postgres.connect_within import connect_within
@@ -80,6 +80,8 @@ class MigrationReport:
     """Rows copied into a new layout (``change_layout``); None when the layout was not changed."""
     sequence_repairs: tuple[str, ...] = ()
     """What ``repair_sequence_order`` changed in the notification sequence (nothing: empty)."""
+    indexes_made: tuple[str, ...] = ()
+    """The events table's unique indexes made again (``restore_log_indexes``)."""
 
 
 def migrate(
@@ -170,13 +172,14 @@ def _already_right(
         return None
     if row is None:
         return None
-    version, cluster, cluster_now, cache, foreign_tail, layout, out_of_order = row
+    version, cluster, cluster_now, cache, foreign_tail, layout, out_of_order, indexes_missing = row
     right = (
         version >= SCHEMA_VERSION
         and cluster == cluster_now
         and cache == 1
         and not foreign_tail
         and not out_of_order
+        and not indexes_missing
     )
     return (int(version), int(layout)) if right and layout is not None else None
 
@@ -214,6 +217,7 @@ def _migrate_locked(
     elif version > SCHEMA_VERSION:
         _warn_newer(schema, version)
     cache_reset = force_sequence_cache_1(cur, schema, names.events)
+    indexes_made = restore_log_indexes(cur, schema, names.events)
     sequence_repairs = repair_sequence_order(cur, schema, names.events)
     repaired = _repair_foreign_transaction_ids(cur, schema, names.events)
     layout = event_log_partitions(cur, schema, names.events) or 0
@@ -236,6 +240,7 @@ def _migrate_locked(
         partitions=layout,
         rows_moved=moved,
         sequence_repairs=sequence_repairs,
+        indexes_made=indexes_made,
     )
     return report, 0 < version < MARKERS_SINCE
 
@@ -489,6 +494,55 @@ def force_sequence_cache_1(cur: psycopg.Cursor[Any], schema: str, table: str) ->
         ) from None
     _log.warning("sequence %s had CACHE %s; set to CACHE 1 (readers could skip ids)", sequence, row[0])
     return True
+
+
+def restore_log_indexes(cur: psycopg.Cursor[Any], schema: str, table: str) -> tuple[str, ...]:
+    """Make the events table's primary key and unique index on notification ids again where
+    they are missing or invalid (dropped in the database); the names made.
+
+    Without the key a save at a version already stored is not refused (two engines' saves of
+    one stream would both be kept); without the index an id taken twice is not refused and
+    every reader scans the table. Each is built under the migration's transaction (writes wait
+    for it). Rows that break either (stored while it was missing) stop the migration: they
+    must be looked at, not dropped (``LogDamaged``)."""
+    cur = cur.connection.cursor(row_factory=tuple_row)
+    target = SQL("{}.{}").format(Identifier(schema), Identifier(table))
+    check = SQL("SELECT ") + ddl.log_indexes_missing(Literal(target.as_string(cur)))
+    missing = cur.execute(check).fetchone()
+    if not (missing and missing[0]):
+        return ()
+    made: list[str] = []
+    qualified = target.as_string(cur)
+    partitioned = bool(event_log_partitions(cur, schema, table))
+    has_key = cur.execute(
+        "SELECT 1 FROM pg_index WHERE indrelid = %s::regclass AND indisprimary AND indisvalid", (qualified,)
+    ).fetchone()
+    try:
+        if has_key is None:
+            key = ddl.primary_key_name(table)
+            cur.execute(SQL("ALTER TABLE {} DROP CONSTRAINT IF EXISTS {}").format(target, Identifier(key)))
+            cur.execute(
+                SQL(
+                    "ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (originator_id, originator_version)"
+                ).format(target, Identifier(key))
+            )
+            made.append(key)
+        still = cur.execute(check).fetchone()
+        if still and still[0]:
+            index = ddl.notification_index_name(table)
+            cur.execute(SQL("DROP INDEX IF EXISTS {}.{}").format(Identifier(schema), Identifier(index)))
+            cur.execute(ddl.create_notification_index(schema, table, partitioned=partitioned))
+            made.append(index)
+    except psycopg.errors.UniqueViolation as error:
+        detail = (error.diag.message_detail or str(error)).strip()
+        raise LogDamaged(
+            "",
+            0,
+            f"{schema}.{table} lost a unique index and holds rows it would refuse ({detail}):"
+            " two events at one stream version, or one notification id taken twice",
+        ) from None
+    _log.warning("%s.%s had lost unique indexes; made again: %s", schema, table, ", ".join(made))
+    return tuple(made)
 
 
 def repair_sequence_order(cur: psycopg.Cursor[Any], schema: str, table: str) -> tuple[str, ...]:
