@@ -22,6 +22,7 @@ from flowledger.infrastructure.postgres.database import (
     PRIVILEGE_ERRORS,
     REFUSED_LOGIN,
     forbidden,
+    refusal_hint,
     refused_privilege,
     tried_for,
 )
@@ -61,7 +62,8 @@ def unavailable(operation: str, error: BaseException) -> StoreUnavailable:
     text = str(error).strip()
     detail = text.splitlines()[0] if text else type(error).__name__
     if any(pattern.search(text) for pattern in REFUSED_LOGIN):
-        return StoreRefused(operation, detail)
+        hint = refusal_hint(text)
+        return StoreRefused(operation, detail, hint) if hint else StoreRefused(operation, detail)
     return StoreUnavailable(operation, detail)
 
 

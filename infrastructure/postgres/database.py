@@ -177,7 +177,9 @@ def unavailable_as_store_error(operation: str, *, tried_since: float | None = No
     except (psycopg.OperationalError, psycopg.InterfaceError, OperationalError, InterfaceError) as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if refused_login(error):
-            raise StoreRefused(operation, detail) from error
+            hint = refusal_hint(detail)
+            refused = StoreRefused(operation, detail, hint) if hint else StoreRefused(operation, detail)
+            raise refused from error
         if tried_since is not None:
             detail = tried_for(detail, tried_since)
         raise StoreUnavailable(operation, detail) from error
@@ -187,6 +189,21 @@ def tried_for(detail: str, since: float) -> str:
     """``detail`` saying how long the call was tried since ``since`` (``monotonic()``): a wrong
     port answered "Connection refused" only after the whole deadline, which read as a hang."""
     return f"{detail} (tried for {monotonic() - since:.1f} s)"
+
+
+STATEMENT_POOLING = "not allowed in statement pooling mode"
+"""PgBouncer's words for a transaction block (or a multi-statement query) in statement pooling."""
+
+_STATEMENT_POOLING_HINT = (
+    "PgBouncer in statement pooling mode cannot run flowledger's transactions: use"
+    " pool_mode = transaction (with FLOWLEDGER_PGBOUNCER=1) or pool_mode = session"
+)
+
+
+def refusal_hint(detail: str) -> str | None:
+    """What to do about a refusal ``detail`` when the URL is not what to check (None: the
+    default hint, the URL's database, user, password and options)."""
+    return _STATEMENT_POOLING_HINT if STATEMENT_POOLING in detail else None
 
 
 REFUSED_LOGIN = (
@@ -199,6 +216,9 @@ REFUSED_LOGIN = (
     re.compile(r'FATAL: +(invalid value for parameter|unrecognized configuration parameter) "'),
     re.compile(r"server does not support SSL, but SSL was required"),
     re.compile(r"certificate verify failed"),
+    # PgBouncer in statement pooling mode: it refuses every transaction block, and flowledger's
+    # migration, appends and reads run in transactions.
+    re.compile(STATEMENT_POOLING),
 )
 """libpq's words for a server that answered and refused the login, or for a connection the
 URL's own options make fail every time (it gives no SQLSTATE for a failed connection, only the

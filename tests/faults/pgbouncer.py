@@ -1,4 +1,5 @@
-"""A PgBouncer of the test's own, in transaction-pooling mode, in front of a private cluster.
+"""A PgBouncer of the test's own, in transaction-pooling mode (or another ``pool_mode``), in
+front of a private cluster.
 
 Debian's ``pgbouncer`` on a free loopback port with a generated ini (trust auth, an auth
 file naming ``postgres``), run as the ``postgres`` user under root (it refuses to run as
@@ -42,7 +43,9 @@ def require_pgbouncer() -> Path:
 class PgBouncer:
     """``start`` / ``stop`` one PgBouncer; ``url(database)`` reaches ``server`` through it."""
 
-    def __init__(self, server: PrivateServer, root: Path, *, pool_size: int = 4) -> None:
+    def __init__(
+        self, server: PrivateServer, root: Path, *, pool_size: int = 4, pool_mode: str = "transaction"
+    ) -> None:
         self.binary = require_pgbouncer()
         self.server = server
         self.root = root
@@ -58,7 +61,7 @@ class PgBouncer:
             "[pgbouncer]\n"
             f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
             f"auth_type = trust\nauth_file = {root / 'userlist.txt'}\n"
-            "pool_mode = transaction\n"
+            f"pool_mode = {pool_mode}\n"
             # Few server connections for many clients: every transaction may land on another one.
             f"default_pool_size = {pool_size}\nmin_pool_size = 0\nreserve_pool_size = 0\n"
             "max_client_conn = 500\n"

@@ -198,3 +198,27 @@ def test_an_engine_reached_through_pgbouncer_without_the_setting_is_refused_nami
     # 3.00 sec", which said neither)
     assert "unsupported startup parameter" in str(refused.value)
     assert "FLOWLEDGER_PGBOUNCER=1" in str(refused.value)
+
+
+def test_an_engine_reached_through_statement_pooling_is_refused_at_once_naming_the_mode(
+    bouncer: PgBouncer,
+) -> None:
+    # Given a PgBouncer in statement-pooling mode, which refuses every transaction block
+    statement = PgBouncer(bouncer.server, new_root(), pool_mode="statement")
+    statement.start()
+    try:
+        settings = make_settings(
+            database_url=statement.url(), schema="statement_mode", pgbouncer=True, operation_deadline_s=10
+        )
+        # When an engine starts through it
+        started = time.monotonic()
+        with pytest.raises(StoreRefused) as refused:
+            Engine(settings=settings).close()
+        elapsed = time.monotonic() - started
+    finally:
+        statement.stop()
+    # Then it is refused at once, naming the mode and what works (it was StoreUnavailable
+    # "transaction blocks not allowed in statement pooling mode (tried for 10.0 s)", exit 75)
+    assert elapsed < 3.0, elapsed
+    assert "statement pooling" in str(refused.value)
+    assert "pool_mode = transaction" in str(refused.value)
