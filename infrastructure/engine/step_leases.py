@@ -6,6 +6,12 @@ client inside the async port) or that is busy elsewhere for longer than the leas
 let the lease lapse while its worker lives. An outside probe, 1 s leases, a model call that
 blocked its loop for 4 s: the renewals (loop timers) never ran, a caller in another engine
 took the step over after 1.5 s and the model was called twice for one key.
+
+A renewal that fails in an outage is tried again within a fraction of a second, not a period
+later: it has already waited its operation deadline, and a deadline longer than a third of the
+lease left the next try past the lease's end. An outside probe (3 s leases, a 1.5 s deadline,
+the database away for 2.6 s right after a renewal): the lease lapsed with the database back for
+0.4 s, and a caller elsewhere took the step over from the living worker.
 """
 
 from __future__ import annotations
@@ -17,7 +23,17 @@ import threading
 from collections.abc import Callable
 from time import monotonic
 
-from flowledger.domain.errors import EngineClosed, FlowledgerError
+from flowledger.domain.errors import (
+    ConcurrentUpdate,
+    EngineClosed,
+    FlowledgerError,
+    StoreRefused,
+    StoreUnavailable,
+)
+
+RETRY_S = 0.25
+"""Between renewals that failed for an outage (or lost races to other writers): the store has
+waited its deadline (or its retries) already; the database may be back any moment."""
 
 
 class _Scheduler:
@@ -105,13 +121,18 @@ class LeaseRenewer:
     def _renew(self) -> None:
         if self._stopped:
             return
+        wait = self._period
         try:
             still_held = self._renewal()
         except EngineClosed:
             return  # nothing more will be written through this engine
+        except StoreRefused:
+            still_held = True  # refused for good, most likely: no sooner than the next period
+        except (StoreUnavailable, ConcurrentUpdate):
+            still_held, wait = True, min(RETRY_S, self._period)  # away for now: try again soon
         except FlowledgerError:
-            still_held = True  # the database is away for now: try again at the next period
+            still_held = True  # try again at the next period
         except Exception:
             return  # a bug, not an outage: stop renewing rather than hide it in a loop
         if still_held and not self._stopped:
-            _SCHEDULER.at(monotonic() + self._period, self)
+            _SCHEDULER.at(monotonic() + wait, self)

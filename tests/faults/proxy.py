@@ -11,7 +11,9 @@ sides. The server has committed; the client never hears it.
 
 ``stall()`` stops relaying in both directions until ``resume()``, keeping every connection
 open and accepting new ones: a path (or a server) that has stopped answering while TCP still
-acknowledges, which neither keepalives nor ``tcp_user_timeout`` notice.
+acknowledges, which neither keepalives nor ``tcp_user_timeout`` notice. ``cut()`` closes every
+connection and refuses new ones until ``mend()``: a path that is down, whatever was sent on it
+lost (a stalled path delivers what it held when it relays again).
 """
 
 from __future__ import annotations
@@ -208,6 +210,7 @@ class LosingProxy:
         self._stopping = threading.Event()
         self._relaying = threading.Event()
         self._relaying.set()
+        self._cut = threading.Event()
         self._links: list[_Link] = []
         self._threads: list[threading.Thread] = []
         self._acceptor = threading.Thread(target=self._accept, daemon=True, name="proxy-accept")
@@ -232,6 +235,18 @@ class LosingProxy:
     def resume(self) -> None:
         """Relay again, held bytes first."""
         self._relaying.set()
+
+    def cut(self) -> None:
+        """Close every connection, and each new one as soon as it is made, until ``mend``."""
+        self._cut.set()
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            link.close()
+
+    def mend(self) -> None:
+        """Take connections again."""
+        self._cut.clear()
 
     def wait_relaying(self) -> None:
         """Called before every relayed write: blocks while stalled (at most the I/O timeout)."""
@@ -262,6 +277,9 @@ class LosingProxy:
                 continue
             except OSError:
                 return
+            if self._cut.is_set():
+                client.close()
+                continue
             try:
                 link = _Link(self, client)
             except OSError:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from flowledger.domain.errors import EngineClosed
+from flowledger.domain.errors import EngineClosed, StoreUnavailable
 from flowledger.infrastructure.engine.step_leases import LeaseRenewer
 
 
@@ -64,3 +64,23 @@ def test_a_forked_child_renews_its_own_leases() -> None:
     os.waitpid(child, 0)
     with os.fdopen(read) as pipe:
         assert int(pipe.read() or "0") >= 3
+
+
+def test_a_renewal_that_failed_for_an_outage_is_tried_again_within_a_fraction_of_a_second() -> None:
+    # (A failed renewal waited a whole period before its next try: with an operation deadline
+    # over a third of the lease, that try came after the lease had lapsed.)
+    tries: list[float] = []
+
+    def renewal() -> bool:
+        tries.append(time.monotonic())
+        if len(tries) == 1:
+            raise StoreUnavailable("save", "couldn't get a connection after 2.80 sec")
+        return True
+
+    # Given a 6 s lease (renewed every 2 s) whose first renewal fails
+    renewer = LeaseRenewer(renewal, lambda run: run(), 6.0, first_in=0.0)
+    time.sleep(0.6)
+    renewer.stop()
+    # Then it was tried again at once, not 2 s later
+    assert len(tries) == 2
+    assert tries[1] - tries[0] < 0.5
