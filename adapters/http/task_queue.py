@@ -159,7 +159,9 @@ def sweep_deadlines(caller: Writer, body: NoFields | None = None) -> list[Json]:
 def requeue_task(task_id: TaskId, body: Requeue, caller: Writer) -> Json:
     """Send an escalated task back to the queue (409 unless it is escalated); who and why are
     recorded. A task whose deadline has passed needs a new one, ``deadline`` (a time) or
-    ``deadline_hours`` (422 without either)."""
+    ``deadline_hours`` (422 without either). The same requeue sent again (a retry whose answer
+    was lost: the same person, reason and deadline) answers 200 with the task as it stands and
+    records nothing."""
     who = body.requested_by or caller.key_id
     if who is None:
         raise ValidationError("requested_by", "name the person (this server runs without API keys)")

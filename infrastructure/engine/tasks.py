@@ -198,7 +198,10 @@ class TaskService:
         a new deadline (a moment, or a delay from now): required once the old one has passed
         (ValidationError on ``deadline`` otherwise, nothing recorded), optional before."""
         moment = require_deadline("deadline", deadline, self._store.clock())
-        return self._task_write(task_id, partial(self._requeue, task_id, requested_by, reason, moment))
+        # A retry is the same person, reason and deadline; a delay counts from each send,
+        # so only a moment is compared as given.
+        asked = _Requeue(requested_by, reason, moment, exact=isinstance(deadline, datetime))
+        return self._task_write(task_id, partial(self._requeue, task_id, asked))
 
     def start_task(self, task_id: str) -> TaskState:
         """The holding agent began work."""
@@ -309,12 +312,18 @@ class TaskService:
         uow.add(task)
         return Creation(state=task.state(), created=True)
 
-    def _requeue(
-        self, task_id: str, requested_by: str, reason: str, deadline: datetime | None, uow: UnitOfWork
-    ) -> TaskState:
+    def _requeue(self, task_id: str, asked: _Requeue, uow: UnitOfWork) -> TaskState:
         task = self._reads.task(uow, task_id)
-        task.requeue(requested_by, reason, uow.now, deadline)
+        if task.task_status != TaskStatus.ESCALATED and self._requeued_as(task, asked):
+            return task.state()  # a retry whose first answer was lost
+        task.requeue(asked.requested_by, asked.reason, uow.now, asked.deadline)
         return task.state()
+
+    def _requeued_as(self, task: Task, asked: _Requeue) -> bool:
+        """Whether the task's last requeue was ``asked`` (not escalated since: it would be
+        escalated now, or requeued again by someone)."""
+        last = next((e for e in reversed(self._store.events(task.id)) if isinstance(e, Task.Requeued)), None)
+        return last is not None and asked.matches(last)
 
     def _start(self, task_id: str, uow: UnitOfWork) -> TaskState:
         task = self._reads.task(uow, task_id)
@@ -352,6 +361,25 @@ class TaskService:
         deadline = task.deadline.isoformat() if task.deadline else "?"
         self.escalate(uow, task, EscalationReason.DEADLINE_BREACHED, f"deadline {deadline} passed", at)
         return task.state()
+
+
+@dataclass(frozen=True)
+class _Requeue:
+    """A requeue as asked: who, why, and the new deadline (``exact``: given as a moment)."""
+
+    requested_by: str
+    reason: str
+    deadline: datetime | None
+    exact: bool
+
+    def matches(self, event: Task.Requeued) -> bool:
+        """Whether ``event`` records this requeue: the same person and reason, and the same
+        deadline (any, for one given as a delay; none, for none)."""
+        if (event.requested_by, event.reason) != (self.requested_by, self.reason):
+            return False
+        if self.deadline is None or event.deadline is None:
+            return self.deadline is event.deadline
+        return not self.exact or event.deadline == self.deadline
 
 
 def require_queue_run(limit: int | None, escalate_when_full: bool) -> None:

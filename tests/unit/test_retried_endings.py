@@ -8,10 +8,13 @@ now answers with the state and records nothing; a different one is still refused
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from fastapi.testclient import TestClient
 
 from flowledger.domain.errors import SessionClosed, TaskTransitionRejected
+from flowledger.domain.task_views import TaskStatus
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 
@@ -111,3 +114,56 @@ def test_releasing_a_task_again_for_the_same_reason_records_nothing(engine: Engi
     # Another reason, or a release once the task was assigned again and let go otherwise, is refused
     with pytest.raises(TaskTransitionRejected):
         engine.release_task("t1", "another reason")
+
+
+def test_requeuing_a_task_again_by_the_same_person_for_the_same_reason_records_nothing(
+    engine: Engine,
+) -> None:
+    # Given a task escalated because nobody could take it, then requeued by a person
+    engine.create_task("t1", "Write the Helm chart", required_skills=["helm"])
+    assert engine.assign_task("t1").status is TaskStatus.ESCALATED
+    first = engine.requeue_task("t1", "alice@example.com", "Platform joined", timedelta(hours=8))
+
+    # When the client retries the requeue whose answer it lost (it was a 409, "it is pending")
+    again = engine.requeue_task("t1", "alice@example.com", "Platform joined", timedelta(hours=8))
+
+    # Then it is answered with the state, and no second Requeued is stored
+    assert again == first
+    assert [e.event_type for e in engine.task_history("t1")].count("Task.Requeued") == 1
+    # And so is a retry once a queue run has placed the task since
+    engine.register_agent("platform", "Platform", skills=["helm"], capacity=2)
+    (placed,) = engine.assign_pending()
+    assert engine.requeue_task("t1", "alice@example.com", "Platform joined", timedelta(hours=8)) == placed
+    assert engine.get_task("t1").version == placed.version
+
+
+def test_another_requeue_of_a_task_no_longer_escalated_is_still_refused(engine: Engine) -> None:
+    engine.create_task("t1", "Write the Helm chart", required_skills=["helm"])
+    deadline = datetime.now(UTC) + timedelta(hours=8)
+    with pytest.raises(TaskTransitionRejected):  # never escalated, never requeued
+        engine.requeue_task("t1", "alice", "Platform joined")
+    engine.assign_task("t1")
+    engine.requeue_task("t1", "alice", "Platform joined", deadline)
+    # Another person, another reason, another deadline, or one where none was given
+    for who, why, when in (
+        ("bob", "Platform joined", deadline),
+        ("alice", "another reason", deadline),
+        ("alice", "Platform joined", deadline + timedelta(hours=1)),
+        ("alice", "Platform joined", None),
+    ):
+        with pytest.raises(TaskTransitionRejected, match="it is pending"):
+            engine.requeue_task("t1", who, why, when)
+    assert [e.event_type for e in engine.task_history("t1")].count("Task.Requeued") == 1
+
+
+def test_a_retried_requeue_over_rest_answers_200_with_the_same_body(memory_http: TestClient) -> None:
+    task = {"task_id": "t1", "description": "Write the Helm chart", "required_skills": ["helm"]}
+    assert memory_http.post("/v1/tasks", json=task).status_code == 201
+    assert memory_http.post("/v1/tasks/t1/assign").json()["status"] == "escalated"
+    asked = {"requested_by": "alice", "reason": "Platform joined", "deadline_hours": 8}
+    first = memory_http.post("/v1/tasks/t1/requeue", json=asked)
+    again = memory_http.post("/v1/tasks/t1/requeue", json=asked)
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json()
+    other = memory_http.post("/v1/tasks/t1/requeue", json={**asked, "reason": "another"})
+    assert other.status_code == 409
