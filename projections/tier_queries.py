@@ -34,9 +34,13 @@ class PolicyCost:
     policy: str
     models: dict[str, str]
     """The model each priority is priced at."""
-    cost_usd: Decimal
+    cost_usd: Decimal | None
+    """None when some of the calls would be priced at a model the table has no price for."""
     saving_pct: Decimal | None
-    """(baseline - cost) / baseline x 100; None when the baseline costs nothing."""
+    """(baseline - cost) / baseline x 100; None when the baseline costs nothing, or either
+    cost is not known."""
+    unpriced_models: list[str]
+    """The models of ``models`` the price table has no price for (then ``cost_usd`` is None)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,13 +62,17 @@ def tier_policies(configured: ModelTiers) -> tuple[dict[str, ModelTiers], str]:
     return policies, f"all {configured.tiers['critical'][0]}"
 
 
-def tier_model(tiers: ModelTiers, priority: str, prices: PriceTable) -> str:
-    """The model a policy prices a priority's calls at: its tier's cheapest (for a typical call)."""
+def tier_model(tiers: ModelTiers, priority: str, prices: PriceTable, at: datetime | None = None) -> str:
+    """The model a policy prices a priority's calls at: its tier's cheapest (for a typical call)
+    of those with a price at ``at``; its first when none has one (the policy's cost is then not
+    known). A routing file naming a model without a price is taken when unpriced calls are
+    flagged (``FLOWLEDGER_LLM_UNPRICED_MODELS=flag``): raised here, it made the whole what-if,
+    and the dashboard page around it, a 422 once any task call was recorded."""
     models = tiers.tiers[priority]
-    unknown = [m for m in models if not prices.knows(m)]
-    if unknown:
-        raise ValidationError("routing", f"no price for {unknown} in {prices.version}")
-    return min(models, key=lambda m: (prices.estimate(m, input_tokens=300, output_tokens=60), m))
+    priced = [m for m in models if prices.knows(m, at)]
+    if not priced:
+        return models[0]
+    return min(priced, key=lambda m: (prices.price_for(m, at).cost(input_tokens=300, output_tokens=60), m))
 
 
 def reprice_by_tier(
@@ -113,18 +121,23 @@ def reprice_by_tier(
             cache_creation_input_tokens=int(tokens[6]),
             cache_creation_1h_input_tokens=int(tokens[7]),
         )
-    costs: dict[str, tuple[dict[str, str], Decimal]] = {}
+    costs: dict[str, tuple[dict[str, str], Decimal | None, list[str]]] = {}
     at = now if now is not None else datetime.now(UTC)
     for name, tiers in policies.items():
-        models = {p: tier_model(tiers, p, prices) for p in calls}
-        cost = sum(
-            (
-                cost_of(tokens, prices.price_for(models[p], at), long_context=long)
-                for (p, long), tokens in sums.items()
-            ),
-            Decimal(0),
+        models = {p: tier_model(tiers, p, prices, at) for p in calls}
+        unpriced = sorted({m for m in models.values() if not prices.knows(m, at)})
+        cost = (
+            None
+            if unpriced
+            else sum(
+                (
+                    cost_of(tokens, prices.price_for(models[p], at), long_context=long)
+                    for (p, long), tokens in sums.items()
+                ),
+                Decimal(0),
+            )
         )
-        costs[name] = (models, cost)
+        costs[name] = (models, cost, unpriced)
     base = costs[baseline][1]
     return TierReport(
         calls=sum(calls.values()),
@@ -136,8 +149,16 @@ def reprice_by_tier(
                 policy=name,
                 models=models,
                 cost_usd=cost,
-                saving_pct=((base - cost) / base * 100).quantize(Decimal("0.1")) if base else None,
+                saving_pct=_saving(base, cost),
+                unpriced_models=unpriced,
             )
-            for name, (models, cost) in costs.items()
+            for name, (models, cost, unpriced) in costs.items()
         ],
     )
+
+
+def _saving(base: Decimal | None, cost: Decimal | None) -> Decimal | None:
+    """(base - cost) / base x 100 to 0.1 %; None when either is not known or base is nothing."""
+    if not base or cost is None:
+        return None
+    return ((base - cost) / base * 100).quantize(Decimal("0.1"))

@@ -111,7 +111,11 @@ def tiers_table(report: TierReport, since: str) -> Table:
         table.add_row(
             escape(policy.policy),
             *(escape(policy.models.get(p.value, "-")) for p in _URGENT_FIRST),
-            plain_decimal(policy.cost_usd),
+            (
+                plain_decimal(policy.cost_usd)
+                if policy.cost_usd is not None
+                else escape(f"no price for {', '.join(policy.unpriced_models)}")
+            ),
             "-" if policy.saving_pct is None else f"{policy.saving_pct}%",
         )
     return whole_cells(table)  # at 80 columns a cost read "0.01562…", a model "claude-s…"

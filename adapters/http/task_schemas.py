@@ -109,8 +109,17 @@ def answers(model: object, description: str = "Successful Response") -> dict[int
 class PolicyCostOut(Described):
     policy: str = Field(description="configured, or all M: every priority on model M")
     models: dict[str, str] = Field(description="The model each priority's calls are priced at")
-    cost_usd: str = Field(description="What the recorded calls would have cost, exact (a decimal string)")
-    saving_pct: str | None = Field(description="Against the baseline, to 0.1 %; null when it costs nothing")
+    cost_usd: str | None = Field(
+        description="What the recorded calls would have cost, exact (a decimal string); null when"
+        " some would be priced at a model the price table has no price for (unpriced_models)"
+    )
+    saving_pct: str | None = Field(
+        description="Against the baseline, to 0.1 %; null when it costs nothing or a cost is not known"
+    )
+    unpriced_models: list[str] = Field(
+        description="Models of `models` the price table has no price for (a routing file taken with"
+        " FLOWLEDGER_LLM_UNPRICED_MODELS=flag): empty when the policy is priced"
+    )
 
 
 class TierReportOut(Described):

@@ -13,7 +13,7 @@ from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.task_views import TaskPriority
 from flowledger.domain.values import plain_decimal
 from flowledger.infrastructure import Engine
-from flowledger.projections.tier_queries import TierReport, reprice_by_tier, tier_policies
+from flowledger.projections.tier_queries import PolicyCost, TierReport, reprice_by_tier, tier_policies
 
 _URGENT_FIRST = sorted(TaskPriority, key=lambda p: -p.rank)
 
@@ -39,7 +39,7 @@ def tier_panel(report: TierReport) -> str:
         "<tr>"
         + f"<td>{escape(policy.policy)}</td>"
         + "".join(f"<td>{escape(policy.models.get(p.value, '-'))}</td>" for p in _URGENT_FIRST)
-        + f"<td>${plain_decimal(policy.cost_usd)}</td>"
+        + f"<td>{_cost(policy)}</td>"
         + f"<td>{'-' if policy.saving_pct is None else f'{policy.saving_pct}%'}</td></tr>"
         for policy in report.policies
     )
@@ -51,3 +51,10 @@ def tier_panel(report: TierReport) -> str:
         f'<section class="grid"><div class="panel"><h3>model tiers: what if</h3><p>{caption}</p><table>'
         f"<tr><th>policy</th>{head}<th>cost</th><th>saving</th></tr>{rows}</table></div></section>"
     )
+
+
+def _cost(policy: PolicyCost) -> str:
+    """A policy's cost cell: the amount, or which models it lacks a price for."""
+    if policy.cost_usd is None:
+        return escape(f"no price for {', '.join(policy.unpriced_models)}")
+    return f"${plain_decimal(policy.cost_usd)}"

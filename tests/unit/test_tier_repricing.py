@@ -13,6 +13,7 @@ from flowledger.domain.pricing import LONG_CONTEXT_TOKENS
 from flowledger.projections.tier_queries import reprice_by_tier
 
 PRIORITIES = ("low", "medium", "high", "critical")
+CLAUDE_ABOVE = {"high": ("claude-sonnet-4.5",), "critical": ("claude-sonnet-4.5",)}
 
 
 class Rows:
@@ -70,3 +71,64 @@ def test_a_call_past_the_bound_takes_the_long_context_rate_beside_calls_under_it
         claude.cost(input_tokens=i, output_tokens=o) for _, i, o in calls
     )
     assert report.calls_by_priority == {"high": 2, "low": 1}
+
+
+def test_a_policy_pricing_calls_at_a_model_without_a_price_says_so_and_the_others_are_priced() -> None:
+    # Given calls of two priorities, and policies of which two price the low calls at a model
+    # the table has no price for (a routing file taken with unpriced models flagged)
+    calls = [("low", 1_000, 50), ("medium", 2_000, 80)]
+    mixed = ModelTiers(
+        version="test",
+        tiers={"low": ("llama-3.3-70b",), "medium": ("deepseek-v3.2",), **CLAUDE_ABOVE},
+    )
+    policies = {
+        "configured": mixed,
+        "all claude-sonnet-4.5": ModelTiers.single("claude-sonnet-4.5"),
+        "all llama-3.3-70b": ModelTiers.single("llama-3.3-70b"),
+    }
+
+    # When the dashboard reprices them (it raised ValidationError "routing: no price for ...")
+    report = reprice_by_tier(
+        Rows(calls),  # type: ignore[arg-type]
+        "reader",
+        load_price_table(),
+        policies,
+        tenant="t",
+        since=datetime(2026, 1, 1, tzinfo=UTC),
+        baseline="all claude-sonnet-4.5",
+    )
+
+    # Then those two have no cost, name the model they lack, and save nothing known
+    by_name = {p.policy: p for p in report.policies}
+    for name in ("configured", "all llama-3.3-70b"):
+        assert by_name[name].cost_usd is None
+        assert by_name[name].saving_pct is None
+        assert by_name[name].unpriced_models == ["llama-3.3-70b"]
+    # and the baseline is priced as before
+    claude = load_price_table().price_for("claude-sonnet-4.5")
+    assert by_name["all claude-sonnet-4.5"].cost_usd == sum(
+        claude.cost(input_tokens=i, output_tokens=o) for _, i, o in calls
+    )
+    assert by_name["all claude-sonnet-4.5"].unpriced_models == []
+
+
+def test_a_tier_of_several_models_is_priced_at_its_cheapest_priced_one() -> None:
+    # Given a tier naming a model without a price beside one with a price
+    tiers = ModelTiers(
+        version="test",
+        tiers={"low": ("llama-3.3-70b", "gemini-2.5-flash"), "medium": ("deepseek-v3.2",), **CLAUDE_ABOVE},
+    )
+    report = reprice_by_tier(
+        Rows([("low", 1_000, 50)]),  # type: ignore[arg-type]
+        "reader",
+        load_price_table(),
+        {"configured": tiers},
+        tenant="t",
+        since=datetime(2026, 1, 1, tzinfo=UTC),
+        baseline="configured",
+    )
+    # Then its calls are priced at the one with a price, as the router could have routed them
+    (policy,) = report.policies
+    assert policy.models == {"low": "gemini-2.5-flash"}
+    assert policy.cost_usd is not None
+    assert policy.unpriced_models == []
