@@ -15,6 +15,7 @@ from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS
+from flowledger.adapters.simulator.tool_calls import ForcedCall, forced_call
 from flowledger.adapters.simulator.wire import BadRequest
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -101,6 +102,8 @@ class ChatRequest(NamedTuple):
     n: int
     schema: dict[str, Any] | None
     """The JSON schema of ``response_format: json_schema``, which the reply must fit."""
+    call: ForcedCall | None = None
+    """The function ``tool_choice`` makes the reply call (``tool_calls.forced_call``)."""
 
 
 def chat_request(raw: bytes) -> ChatRequest:
@@ -173,9 +176,13 @@ def chat_request(raw: bytes) -> ChatRequest:
         n = 1
     elif not (type(n) is int and 1 <= n <= MAX_CHOICES):
         raise _count_refusal("n", n, MAX_CHOICES)
+    call = None
     if not _READ.issuperset(request):  # the other fields OpenAI takes, checked as it checks them
         _check_other_fields(request)
-    return ChatRequest(model, messages, stream is True, include_usage is True, cap, n, _schema_of(request))
+        call = forced_call(request)
+    return ChatRequest(
+        model, messages, stream is True, include_usage is True, cap, n, _schema_of(request), call
+    )
 
 
 def _schema_of(request: dict[str, Any]) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowledger.adapters.simulator import customer_service
+from flowledger.adapters.simulator.tool_calls import ForcedCall, call_deltas, call_finish, call_message
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.prompts import CLASSIFICATION_MARKER, RANKING_MARKER, STEP_LINE
 
@@ -281,10 +282,12 @@ def completion_body(
     *,
     max_tokens: int | None = None,
     n: int = 1,
+    call: ForcedCall | None = None,
 ) -> dict[str, Any]:
     """A chat.completion object with OpenAI-shaped usage (cached and reasoning details): ``n``
     identical choices, each cut to ``max_tokens`` (reasoning spends them first), and then
-    ``finish_reason`` is ``length``."""
+    ``finish_reason`` is ``length``. With ``call``, ``content`` is its arguments and each
+    choice makes that tool call."""
     prompt = sum(count_tokens(str(m.get("content") or "")) + 4 for m in messages) + 3
     reasoning = rng.randint(16, 96) if model in REASONING_MODELS else 0
     shown, finish = count_tokens(content), "stop"
@@ -303,8 +306,10 @@ def completion_body(
             {
                 "index": i,
                 # OpenAI's schema requires refusal (null when the model did not refuse).
-                "message": {"role": "assistant", "content": content, "refusal": None},
-                "finish_reason": finish,
+                "message": {"role": "assistant", "content": content, "refusal": None}
+                if call is None
+                else call_message(call, content, rng),
+                "finish_reason": finish if call is None or finish == "length" else call_finish(call),
                 "logprobs": None,
             }
             for i in range(n)
@@ -339,10 +344,14 @@ def stream_chunks(body: dict[str, Any], include_usage: bool, pieces: int = 4) ->
     }
     chunks: list[dict[str, Any]] = []
     for choice in body["choices"]:
-        index, content = choice["index"], choice["message"]["content"]
-        size = max(1, math.ceil(len(content) / pieces))
-        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": "", "refusal": None}]
-        deltas += [{"content": content[i : i + size]} for i in range(0, len(content), size)]
+        index, message = choice["index"], choice["message"]
+        if "tool_calls" in message:
+            deltas = call_deltas(message, pieces)
+        else:
+            content = message["content"]
+            size = max(1, math.ceil(len(content) / pieces))
+            deltas = [{"role": "assistant", "content": "", "refusal": None}]
+            deltas += [{"content": content[i : i + size]} for i in range(0, len(content), size)]
         chunks += [_chunk_choice(base, index, d, None) for d in deltas]
         chunks.append(_chunk_choice(base, index, {}, choice["finish_reason"]))
     if include_usage:

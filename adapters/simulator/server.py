@@ -32,6 +32,7 @@ from flowledger.adapters.simulator.replies import (
     stream_chunks,
 )
 from flowledger.adapters.simulator.structured import fitted_reply
+from flowledger.adapters.simulator.tool_calls import call_arguments
 from flowledger.adapters.simulator.wire import (
     BadRequest,
     Request,
@@ -209,11 +210,20 @@ class Simulator:
             self.stats[f"fault_{fault}"] += 1
             return await self._fault(fault, streamed, reader, writer)
         content = reply_content(messages)
-        if request.schema is not None:
+        if request.call is not None:  # the reply is the call: its arguments are what it says
+            content = call_arguments(request.call, content)
+        elif request.schema is not None:
             content = fitted_reply(request.schema, content)
         cached = self._cache.cached_tokens(model, messages, self.config.cache_min_tokens)
         body = completion_body(
-            model, messages, content, cached, self._rng, max_tokens=request.max_tokens, n=request.n
+            model,
+            messages,
+            content,
+            cached,
+            self._rng,
+            max_tokens=request.max_tokens,
+            n=request.n,
+            call=request.call,
         )
         self.stats["served"] += 1
         self._count_model(model)

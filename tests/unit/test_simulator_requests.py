@@ -651,7 +651,11 @@ def test_an_argument_openai_does_not_know_is_refused_as_openai_refuses_it(simula
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
         {"logit_bias": {"50256": -100}},
         {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"},
-        {"tool_choice": {"type": "function", "function": {"name": "f"}}},
+        # OpenAI refuses a tool_choice without tools (test_simulator_tool_calls.py)
+        {
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "f"}},
+        },
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "ann"}]},
         {"reasoning_effort": "low", "service_tier": "auto", "prompt_cache_key": "k"},
     ],

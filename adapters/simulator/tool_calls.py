@@ -1,0 +1,123 @@
+"""Tool calls: a request whose ``tool_choice`` makes the model call a function (``required``,
+or an object naming one) is answered with that call, as OpenAI answers it.
+
+The simulator answered such a request with its text reply (``tool_calls`` null, finish
+``stop``), so a client written for function calling (the SDK's ``pydantic_function_tool``
+with ``parse()``) got no call at all. The call's arguments fit the function's ``parameters``
+schema (``structured.fitted_reply``); ``auto`` and ``none`` are answered with text, as a model
+that chooses not to call is.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any, NamedTuple
+
+from flowledger.adapters.simulator.structured import fitted_reply
+from flowledger.adapters.simulator.wire import BadRequest
+
+
+class ForcedCall(NamedTuple):
+    """The function a reply must call."""
+
+    name: str
+    parameters: Any
+    """Its JSON schema, as the request gave it (anything: an object is read)."""
+    named: bool
+    """Whether ``tool_choice`` named it (OpenAI then ends the choice with ``stop``, not
+    ``tool_calls``)."""
+
+
+def forced_call(request: dict[str, Any]) -> ForcedCall | None:
+    """The call ``request`` forces, else None; a ``BadRequest`` for a function tool without a
+    name, or a ``tool_choice`` that names no tool given (OpenAI refuses both). ``tools`` and
+    ``tool_choice`` are already checked for their JSON types."""
+    functions: dict[str, dict[str, Any]] = {}
+    for index, tool in enumerate(request.get("tools") or ()):
+        if tool.get("type") != "function":  # custom tools: a text reply, as with none
+            continue
+        function = tool.get("function")
+        if type(function) is not dict:
+            raise _refusal(f"tools[{index}].function", function, "an object")
+        name = function.get("name")
+        if type(name) is not str:
+            raise _refusal(f"tools[{index}].function.name", name, "a string")
+        functions.setdefault(name, function)
+    choice = request.get("tool_choice")
+    if choice is None or choice in ("auto", "none"):
+        return None
+    if not request.get("tools"):
+        raise BadRequest(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+            param="tool_choice",
+        )
+    if choice == "required":
+        first = next(iter(functions.values()), None)
+        return None if first is None else ForcedCall(first["name"], first.get("parameters"), named=False)
+    if choice.get("type") != "function":  # allowed_tools, custom: not forced here
+        return None
+    named = choice.get("function")
+    name = named.get("name") if type(named) is dict else None
+    function = functions.get(name) if type(name) is str else None
+    if function is None:
+        raise BadRequest(
+            f"Invalid value for 'tool_choice': no function named {str(name)[:64]!r} is in 'tools'.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    return ForcedCall(function["name"], function.get("parameters"), named=True)
+
+
+def call_arguments(call: ForcedCall, content: str) -> str:
+    """The call's arguments as JSON text fitting its parameters (the simulated answer's values
+    where they fit); ``{}`` for a function that takes none."""
+    schema = call.parameters if type(call.parameters) is dict else {}
+    arguments = json.loads(fitted_reply(schema, content))
+    return json.dumps(arguments if type(arguments) is dict else {})
+
+
+def call_message(call: ForcedCall, arguments: str, rng: random.Random) -> dict[str, Any]:
+    """An assistant message making ``call`` with ``arguments``, an id of its own."""
+    return {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "tool_calls": [
+            {
+                "id": f"call_{rng.getrandbits(96):024x}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": arguments},
+            }
+        ],
+    }
+
+
+def call_finish(call: ForcedCall) -> str:
+    """How a choice making ``call`` ends (``stop`` when ``tool_choice`` named the function)."""
+    return "stop" if call.named else "tool_calls"
+
+
+def call_deltas(message: dict[str, Any], pieces: int) -> list[dict[str, Any]]:
+    """A tool-call message as a stream sends it: the call's id and name with empty arguments,
+    then the arguments in ``pieces``, each delta naming the call by its index."""
+    call = message["tool_calls"][0]
+    arguments = call["function"]["arguments"]
+    first = {**call, "index": 0, "function": {"name": call["function"]["name"], "arguments": ""}}
+    size = max(1, -(-len(arguments) // pieces))
+    return [{"role": "assistant", "content": None, "refusal": None, "tool_calls": [first]}] + [
+        {"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + size]}}]}
+        for i in range(0, len(arguments), size)
+    ]
+
+
+def _refusal(param: str, got: Any, expected: str) -> BadRequest:
+    if got is None:
+        return BadRequest(
+            f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+        )
+    return BadRequest(
+        f"Invalid type for '{param}': expected {expected}, but got {type(got).__name__} instead.",
+        param=param,
+        code="invalid_type",
+    )

@@ -1,0 +1,147 @@
+"""A request that makes the model call a tool (``tool_choice`` ``required`` or naming a
+function) is answered with a tool call, as OpenAI answers it, read by the official SDK."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from pydantic import BaseModel
+
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+
+MESSAGES: list[Any] = [{"role": "user", "content": '{"message": "where is my order A1001?"}'}]
+
+
+class GetOrder(BaseModel):
+    order_id: str
+    include_tracking: bool
+
+
+class Escalate(BaseModel):
+    reason: str
+    priority: int
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[openai.OpenAI]:
+    with (
+        run_simulator(SimulatorConfig(latency_ms=0, seed=3)) as simulator,
+        openai.OpenAI(base_url=simulator.base_url, api_key="sk-sim-000000", max_retries=0, timeout=5) as sdk,
+    ):
+        yield sdk
+
+
+def test_tool_choice_required_is_answered_with_a_call_the_sdk_parses(client: openai.OpenAI) -> None:
+    # When
+    completion = client.chat.completions.parse(
+        model="gpt-4.1",
+        messages=MESSAGES,
+        tools=[openai.pydantic_function_tool(GetOrder)],
+        tool_choice="required",
+    )
+    # Then
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    calls = choice.message.tool_calls or []
+    assert len(calls) == 1
+    call = calls[0]
+    assert call.type == "function"
+    assert call.id.startswith("call_")
+    assert call.function.name == "GetOrder"
+    assert isinstance(call.function.parsed_arguments, GetOrder)
+    usage = completion.usage
+    assert usage is not None
+    assert usage.completion_tokens >= len(call.function.arguments) // 4
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_a_named_function_is_the_one_called(client: openai.OpenAI) -> None:
+    # When
+    completion = client.chat.completions.parse(
+        model="gpt-4.1",
+        messages=MESSAGES,
+        tools=[openai.pydantic_function_tool(GetOrder), openai.pydantic_function_tool(Escalate)],
+        tool_choice={"type": "function", "function": {"name": "Escalate"}},
+    )
+    # Then: OpenAI ends a call it was told to make with "stop"
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop"
+    calls = choice.message.tool_calls or []
+    assert [call.function.name for call in calls] == ["Escalate"]
+    assert isinstance(calls[0].function.parsed_arguments, Escalate)
+
+
+def test_a_streamed_tool_call_is_put_together_by_the_sdk_with_its_usage(client: openai.OpenAI) -> None:
+    # When
+    with client.chat.completions.stream(
+        model="gpt-4.1",
+        messages=MESSAGES,
+        tools=[openai.pydantic_function_tool(GetOrder)],
+        tool_choice="required",
+        stream_options={"include_usage": True},
+    ) as stream:
+        for _ in stream:
+            pass
+        completion = stream.get_final_completion()
+    # Then
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls or []
+    assert len(calls) == 1
+    assert isinstance(calls[0].function.parsed_arguments, GetOrder)
+    assert json.loads(calls[0].function.arguments) == calls[0].function.parsed_arguments.model_dump()
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens > 0
+
+
+def test_n_choices_each_carry_the_call(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.create(
+        model="gpt-4.1",
+        messages=MESSAGES,
+        tools=[openai.pydantic_function_tool(GetOrder)],
+        tool_choice="required",
+        n=2,
+    )
+    assert [len(choice.message.tool_calls or []) for choice in completion.choices] == [1, 1]
+
+
+def test_tool_choice_auto_or_none_is_answered_with_text(client: openai.OpenAI) -> None:
+    for choice in ("auto", "none"):
+        completion = client.chat.completions.create(
+            model="gpt-4.1",
+            messages=MESSAGES,
+            tools=[openai.pydantic_function_tool(GetOrder)],
+            tool_choice=choice,
+        )
+        assert completion.choices[0].message.tool_calls is None
+        assert completion.choices[0].message.content
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "function": {"name": "GetOrder"}}}, "tool_choice"),
+        (
+            {
+                "tools": [openai.pydantic_function_tool(GetOrder)],
+                "tool_choice": {"type": "function", "function": {"name": "Refund"}},
+            },
+            "tool_choice",
+        ),
+        ({"tools": [{"type": "function"}], "tool_choice": "required"}, "tools[0].function"),
+        ({"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools[0].function.name"),
+    ],
+)
+def test_a_tool_choice_that_names_no_tool_given_is_refused_as_openai_refuses_it(
+    client: openai.OpenAI, fields: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, **fields)
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["param"] == param
