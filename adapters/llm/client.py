@@ -533,7 +533,7 @@ class OpenAICompatibleClient:
                             whole, begun, self._clock, progress, limit=self.config.max_reply_bytes
                         )
                     try:
-                        return read_completion(content, media_type)
+                        return read_completion(content, media_type, response.charset_encoding)
                     except AttemptError as unreadable:
                         progress.tokens = unreadable.usage  # what a body without choices still names
                         raise

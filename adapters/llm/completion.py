@@ -6,6 +6,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -75,14 +76,31 @@ class ParsedCompletion:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def read_completion(body: bytes, media_type: str = "application/json") -> ParsedCompletion:
-    """A non-streamed reply's body; one that is not JSON is a malformed response, or a page
-    (``not_json``)."""
+def read_completion(
+    body: bytes, media_type: str = "application/json", charset: str | None = None
+) -> ParsedCompletion:
+    """A non-streamed reply's body, read in the ``charset`` its content type names; one that is
+    not JSON is a malformed response, or a page (``not_json``)."""
     try:
-        data = json.loads(body)
+        data = _json_of(body, charset)
     except (ValueError, RecursionError):  # not JSON, or nested past the parser
         raise not_json(body, media_type) from None
     return parse_completion(data)
+
+
+def _json_of(body: bytes, charset: str | None) -> Any:
+    """``body`` as JSON: in the charset it declares, else in the UTF it is in (``json.loads``
+    tells UTF-8, -16 and -32 apart), its bytes that are not UTF-8 read as U+FFFD, as a stream's
+    are (``reply_limit.read_lines``). Such a byte (a proxy's Latin-1 ``caf\xe9``) failed the
+    paid answer as ``malformed_response``, its cost unknown though the body stated its usage,
+    and a body in the charset it declared (``charset=iso-8859-1``) was not read at all."""
+    if charset is not None and not charset.lower().startswith("utf"):
+        with suppress(LookupError):  # a charset Python does not know: read as if not named
+            return json.loads(body.decode(charset, errors="replace"))
+    try:
+        return json.loads(body)
+    except UnicodeDecodeError:
+        return json.loads(body.decode("utf-8", errors="replace"))
 
 
 PAGE_TYPES = frozenset({"text/html", "application/xhtml+xml", "text/xml", "application/xml"})
@@ -218,7 +236,7 @@ async def read_stream(
     # A whole reply, not a stream; a page (``not_json``) is read as one, so that a completion
     # mislabelled as a page is taken, as it is when not streamed.
     if media_type == "application/json" or media_type in PAGE_TYPES:
-        parsed = read_completion(await read_body(response, limit), media_type)
+        parsed = read_completion(await read_body(response, limit), media_type, response.charset_encoding)
         # Its first token came with the whole body.
         return replace(parsed, time_to_first_token_ms=(clock() - started) * 1000)
     parts: list[str] = []
