@@ -104,6 +104,9 @@ class ChatRequest(NamedTuple):
     """The JSON schema of ``response_format: json_schema``, which the reply must fit."""
     call: ForcedCall | None = None
     """The function ``tool_choice`` makes the reply call (``tool_calls.forced_call``)."""
+    top_logprobs: int | None = None
+    """With ``logprobs: true``, the alternatives asked for each token (``top_logprobs``, else
+    0); None when no log probabilities are asked for."""
 
 
 def chat_request(raw: bytes) -> ChatRequest:
@@ -176,12 +179,22 @@ def chat_request(raw: bytes) -> ChatRequest:
         n = 1
     elif not (type(n) is int and 1 <= n <= MAX_CHOICES):
         raise _count_refusal("n", n, MAX_CHOICES)
-    call = None
+    call = top_logprobs = None
     if not _READ.issuperset(request):  # the other fields OpenAI takes, checked as it checks them
         _check_other_fields(request)
         call = forced_call(request)
+        if request.get("logprobs") is True:
+            top_logprobs = request.get("top_logprobs") or 0
     return ChatRequest(
-        model, messages, stream is True, include_usage is True, cap, n, _schema_of(request), call
+        model,
+        messages,
+        stream is True,
+        include_usage is True,
+        cap,
+        n,
+        _schema_of(request),
+        call,
+        top_logprobs,
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowledger.adapters.simulator import customer_service
+from flowledger.adapters.simulator.logprobs import TOKEN_CHARS, choice_logprobs, token_logprobs
 from flowledger.adapters.simulator.tool_calls import ForcedCall, call_deltas, call_finish, call_message
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.prompts import CLASSIFICATION_MARKER, RANKING_MARKER, STEP_LINE
@@ -283,11 +284,13 @@ def completion_body(
     max_tokens: int | None = None,
     n: int = 1,
     call: ForcedCall | None = None,
+    top_logprobs: int | None = None,
 ) -> dict[str, Any]:
     """A chat.completion object with OpenAI-shaped usage (cached and reasoning details): ``n``
     identical choices, each cut to ``max_tokens`` (reasoning spends them first), and then
     ``finish_reason`` is ``length``. With ``call``, ``content`` is its arguments and each
-    choice makes that tool call."""
+    choice makes that tool call. With ``top_logprobs`` (not None), each choice carries the log
+    probability of each token of its content, with that many alternatives."""
     prompt = sum(count_tokens(str(m.get("content") or "")) + 4 for m in messages) + 3
     reasoning = rng.randint(16, 96) if model in REASONING_MODELS else 0
     shown, finish = count_tokens(content), "stop"
@@ -297,6 +300,10 @@ def completion_body(
         content = content[: (max_tokens - reasoning) * 4]
         shown, finish = count_tokens(content) if content else 0, "length"
     completion = (shown + reasoning) * n
+    logprobs = None
+    if top_logprobs is not None:
+        tokens = token_logprobs(content, top_logprobs, rng) if call is None else None
+        logprobs = choice_logprobs(tokens)
     return {
         "id": f"chatcmpl-sim-{rng.getrandbits(48):012x}",
         "object": "chat.completion",
@@ -310,7 +317,7 @@ def completion_body(
                 if call is None
                 else call_message(call, content, rng),
                 "finish_reason": finish if call is None or finish == "length" else call_finish(call),
-                "logprobs": None,
+                "logprobs": logprobs,
             }
             for i in range(n)
         ],
@@ -344,15 +351,30 @@ def stream_chunks(body: dict[str, Any], include_usage: bool, pieces: int = 4) ->
     }
     chunks: list[dict[str, Any]] = []
     for choice in body["choices"]:
-        index, message = choice["index"], choice["message"]
+        index, message, logprobs = choice["index"], choice["message"], choice["logprobs"]
         if "tool_calls" in message:
-            deltas = call_deltas(message, pieces)
+            chunks += [_chunk_choice(base, index, d, None) for d in call_deltas(message, pieces)]
         else:
             content = message["content"]
             size = max(1, math.ceil(len(content) / pieces))
-            deltas = [{"role": "assistant", "content": "", "refusal": None}]
-            deltas += [{"content": content[i : i + size]} for i in range(0, len(content), size)]
-        chunks += [_chunk_choice(base, index, d, None) for d in deltas]
+            tokens = logprobs["content"] if logprobs else None
+            if tokens is not None:  # whole tokens to a delta, so that each carries its own
+                size = math.ceil(size / TOKEN_CHARS) * TOKEN_CHARS
+            chunks.append(
+                _chunk_choice(base, index, {"role": "assistant", "content": "", "refusal": None}, None)
+            )
+            chunks += [
+                _chunk_choice(
+                    base,
+                    index,
+                    {"content": content[i : i + size]},
+                    None,
+                    None
+                    if tokens is None
+                    else choice_logprobs(tokens[i // TOKEN_CHARS : (i + size) // TOKEN_CHARS]),
+                )
+                for i in range(0, len(content), size)
+            ]
         chunks.append(_chunk_choice(base, index, {}, choice["finish_reason"]))
     if include_usage:
         chunks = [{**c, "usage": None} for c in chunks]
@@ -361,6 +383,13 @@ def stream_chunks(body: dict[str, Any], include_usage: bool, pieces: int = 4) ->
 
 
 def _chunk_choice(
-    base: dict[str, Any], index: int, delta: dict[str, Any], finish: str | None
+    base: dict[str, Any],
+    index: int,
+    delta: dict[str, Any],
+    finish: str | None,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    return {
+        **base,
+        "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+    }

@@ -224,6 +224,7 @@ class Simulator:
             max_tokens=request.max_tokens,
             n=request.n,
             call=request.call,
+            top_logprobs=request.top_logprobs,
         )
         self.stats["served"] += 1
         self._count_model(model)
