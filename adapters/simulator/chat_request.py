@@ -107,6 +107,8 @@ class ChatRequest(NamedTuple):
     top_logprobs: int | None = None
     """With ``logprobs: true``, the alternatives asked for each token (``top_logprobs``, else
     0); None when no log probabilities are asked for."""
+    stops: tuple[str, ...] = ()
+    """The ``stop`` sequences: the reply ends before the first it holds."""
 
 
 def chat_request(raw: bytes) -> ChatRequest:
@@ -180,11 +182,14 @@ def chat_request(raw: bytes) -> ChatRequest:
     elif not (type(n) is int and 1 <= n <= MAX_CHOICES):
         raise _count_refusal("n", n, MAX_CHOICES)
     call = top_logprobs = None
+    stops: tuple[str, ...] = ()
     if not _READ.issuperset(request):  # the other fields OpenAI takes, checked as it checks them
         _check_other_fields(request)
         call = forced_call(request)
         if request.get("logprobs") is True:
             top_logprobs = request.get("top_logprobs") or 0
+        stop = request.get("stop")
+        stops = (stop,) if type(stop) is str else tuple(stop or ())
     return ChatRequest(
         model,
         messages,
@@ -195,6 +200,7 @@ def chat_request(raw: bytes) -> ChatRequest:
         _schema_of(request),
         call,
         top_logprobs,
+        stops,
     )
 
 

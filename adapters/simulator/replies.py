@@ -149,6 +149,13 @@ def count_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
+def cut_at_stop(content: str, stops: tuple[str, ...]) -> str:
+    """``content`` up to the first of the ``stops`` it holds, which is left out, as OpenAI
+    ends a reply (they were ignored: the whole reply came, the sequence in it)."""
+    ends = [found for stop in stops if stop and (found := content.find(stop)) >= 0]
+    return content[: min(ends)] if ends else content
+
+
 def reply_content(messages: list[dict[str, Any]]) -> str:
     """What the simulated model answers: text for the seed's Dify handler nodes, else JSON."""
     prompt = "\n".join(str(m.get("content") or "") for m in messages)

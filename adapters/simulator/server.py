@@ -27,6 +27,7 @@ from flowledger.adapters.simulator.replies import (
     PromptCache,
     SimulatorConfig,
     completion_body,
+    cut_at_stop,
     draw_latency_s,
     reply_content,
     stream_chunks,
@@ -214,6 +215,8 @@ class Simulator:
             content = call_arguments(request.call, content)
         elif request.schema is not None:
             content = fitted_reply(request.schema, content)
+        if request.stops and request.call is None:
+            content = cut_at_stop(content, request.stops)
         cached = self._cache.cached_tokens(model, messages, self.config.cache_min_tokens)
         body = completion_body(
             model,
