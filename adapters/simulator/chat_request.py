@@ -190,6 +190,14 @@ def chat_request(raw: bytes) -> ChatRequest:
             top_logprobs = request.get("top_logprobs") or 0
         stop = request.get("stop")
         stops = (stop,) if type(stop) is str else tuple(stop or ())
+        if _json_mode(request) and not _says_json(messages):
+            # Answered 200: a client asking for JSON mode without saying so passed here and
+            # was refused every call by OpenAI.
+            raise BadRequest(
+                "'messages' must contain the word 'json' in some form, to use 'response_format' of type"
+                " 'json_object'.",
+                param="messages",
+            )
     return ChatRequest(
         model,
         messages,
@@ -211,6 +219,25 @@ def _schema_of(request: dict[str, Any]) -> dict[str, Any] | None:
         return None
     schema = given["json_schema"].get("schema")
     return schema if type(schema) is dict else None
+
+
+def _json_mode(request: dict[str, Any]) -> bool:
+    """Whether ``request`` asks for JSON mode (``response_format`` of type ``json_object``)."""
+    given = request.get("response_format")
+    return type(given) is dict and given.get("type") == "json_object"
+
+
+def _says_json(messages: list[dict[str, Any]]) -> bool:
+    """Whether any message's text holds the word "json", in any case, as OpenAI requires of
+    JSON mode."""
+    for message in messages:
+        content: Any = message.get("content")
+        texts = [content] if type(content) is str else content if type(content) is list else []
+        for part in texts:
+            text = part.get("text") if type(part) is dict else part
+            if type(text) is str and "json" in text.lower():
+                return True
+    return False
 
 
 def _part_read(part: Any) -> bool:

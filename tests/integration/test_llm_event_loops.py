@@ -84,10 +84,10 @@ async def test_aclose_closes_the_pool_of_its_own_loop(simulator: Any) -> None:
         base_url=simulator.base_url, api_key=ApiKey("sk-loops-1"), default_model="deepseek-v3.2"
     )
     client = OpenAICompatibleClient(config, prices=load_price_table())
-    reply = await client.complete(model=None, messages=[{"role": "user", "content": "hi"}])
+    reply = await client.complete(model=None, messages=[{"role": "user", "content": "hi, in JSON"}])
     assert reply.content
     await client.aclose()
     # A closed client's loop may use it again: a new pool is made (as a new loop would)
-    again = await client.complete(model=None, messages=[{"role": "user", "content": "hi"}])
+    again = await client.complete(model=None, messages=[{"role": "user", "content": "hi, in JSON"}])
     assert again.content
     await client.aclose()

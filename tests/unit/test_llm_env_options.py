@@ -100,7 +100,9 @@ async def test_a_transport_named_in_the_options_or_the_environment_is_the_one_ca
         from_env = OpenAICompatibleClient.from_settings(settings)
         for llm in (named, from_env):
             # When
-            reply = await llm.complete(model="deepseek-v3.2", messages=[{"role": "user", "content": "hi"}])
+            reply = await llm.complete(
+                model="deepseek-v3.2", messages=[{"role": "user", "content": "hi, in JSON"}]
+            )
             # Then
             assert llm.config.transport == transport
             assert reply.usage.attempts == 1

@@ -40,8 +40,13 @@ def sdk(url: str) -> openai.OpenAI:
 
 def test_the_openai_sdk_gets_a_json_step_decision_with_realistic_usage(simulator_url: str) -> None:
     with sdk(simulator_url) as client:
+        # JSON mode, whose messages must say JSON (OpenAI refuses them otherwise), as the step prompt does
+        asked = [
+            {**MESSAGES[0], "content": f"{MESSAGES[0]['content']}\nReply with a JSON object."},
+            *MESSAGES[1:],
+        ]
         completion = client.chat.completions.create(
-            model="gemini-2.5-flash", messages=MESSAGES, response_format={"type": "json_object"}
+            model="gemini-2.5-flash", messages=asked, response_format={"type": "json_object"}
         )
     decision = json.loads(completion.choices[0].message.content or "")
     assert decision["action"] == "classify"

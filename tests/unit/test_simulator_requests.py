@@ -622,6 +622,42 @@ def test_stream_options_without_a_stream_is_refused_as_openai_refuses_it(
 
 
 @pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_mode_without_the_word_json_in_the_messages_is_refused_as_openai_refuses_it(
+    simulator: Simulator, stream: bool
+) -> None:
+    # It was answered 200: a client asking for JSON mode without saying so in its messages
+    # passed against the simulator and was refused every call by OpenAI
+    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(
+            model="gpt-4.1", messages=MESSAGES, response_format={"type": "json_object"}, stream=stream
+        )
+    assert raised.value.body == {
+        "message": "'messages' must contain the word 'json' in some form, to use 'response_format' of type"
+        " 'json_object'.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": None,
+    }
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "system", "content": "Reply in Json."}, {"role": "user", "content": "hello"}],
+        [{"role": "user", "content": [{"type": "text", "text": "a JSON object, please"}]}],
+        [{"role": "developer", "content": "answer as json"}, {"role": "user", "content": "hi"}],
+    ],
+)
+def test_json_mode_with_the_word_json_in_any_message_is_answered(simulator: Simulator, messages: Any) -> None:
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(
+            model="gpt-4.1", messages=messages, response_format={"type": "json_object"}
+        )
+    assert json.loads(reply.choices[0].message.content or "")
+
+
+@pytest.mark.usefixtures("no_traceback")
 def test_an_argument_openai_does_not_know_is_refused_as_openai_refuses_it(simulator: Simulator) -> None:
     with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, extra_body={"top_k": 40})  # type: ignore[arg-type]
@@ -647,7 +683,10 @@ def test_an_argument_openai_does_not_know_is_refused_as_openai_refuses_it(simula
         {"stop": ["a", "b", "c", "d"]},
         {"stop": None, "top_p": None, "seed": None},
         {"response_format": {"type": "text"}},
-        {"response_format": {"type": "json_object"}},
+        {
+            "response_format": {"type": "json_object"},
+            "messages": [{"role": "user", "content": "hello, in JSON"}],  # as OpenAI requires
+        },
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
         {"logit_bias": {"50256": -100}},
         {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"},
