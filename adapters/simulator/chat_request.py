@@ -15,7 +15,7 @@ from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS
-from flowledger.adapters.simulator.tool_calls import ForcedCall, forced_call
+from flowledger.adapters.simulator.tool_calls import ForcedCall, check_tool_turns, forced_call
 from flowledger.adapters.simulator.wire import BadRequest
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -152,6 +152,8 @@ def chat_request(raw: bytes) -> ChatRequest:
             and type(message.get("name", "")) is str
         ):
             raise _message_refusal(index, message)
+    if any(message["role"] == "tool" or message.get("tool_calls") for message in messages):
+        check_tool_turns(messages)
     stream = request.get("stream")
     if stream is not None and type(stream) is not bool:  # "false" is a non-empty string: truthy
         raise _invalid_type("stream", "a boolean", stream)

@@ -121,3 +121,62 @@ def _refusal(param: str, got: Any, expected: str) -> BadRequest:
         param=param,
         code="invalid_type",
     )
+
+
+def check_tool_turns(messages: list[dict[str, Any]]) -> None:
+    """Raise ``BadRequest`` where ``messages`` do not pair calls and results as OpenAI requires:
+    the calls an assistant's message makes are each answered by a ``tool`` message naming it,
+    in the messages right after it; a ``tool`` message answers a call of the assistant's message
+    before it. Both were answered 200, so an agent loop that dropped a result passed here and
+    was refused by OpenAI. (Each message is already checked for its shape: a ``tool`` message
+    has its ``tool_call_id``.)"""
+    asked: set[str] = set()
+    waiting: dict[str, None] = {}  # the calls not yet answered, in their order
+    caller = -1  # the index of the assistant's message that made them
+    for index, message in enumerate(messages):
+        role = message["role"]
+        if role == "tool":
+            call_id = message["tool_call_id"]
+            if caller < 0:
+                raise BadRequest(
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding"
+                    " message with 'tool_calls'.",
+                    param=f"messages.[{index}].role",
+                )
+            if call_id not in asked:
+                raise BadRequest(
+                    f"Invalid parameter: 'tool_call_id' of '{call_id[:64]}' not found in 'tool_calls' of"
+                    " previous message.",
+                    param=f"messages.[{index}].tool_call_id",
+                )
+            waiting.pop(call_id, None)
+            continue
+        _check_answered(waiting, caller)
+        asked, caller = set(), -1
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls:
+            waiting = dict.fromkeys(_call_ids(calls, index))
+            asked, caller = set(waiting), index
+    _check_answered(waiting, caller)
+
+
+def _call_ids(calls: Any, index: int) -> list[str]:
+    if type(calls) is not list:
+        raise _refusal(f"messages[{index}].tool_calls", calls, "an array")
+    ids = []
+    for number, call in enumerate(calls):
+        call_id = call.get("id") if type(call) is dict else None
+        if type(call_id) is not str:
+            raise _refusal(f"messages[{index}].tool_calls[{number}].id", call_id, "a string")
+        ids.append(call_id)
+    return ids
+
+
+def _check_answered(waiting: dict[str, None], caller: int) -> None:
+    if waiting:
+        raise BadRequest(
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to"
+            " each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+            + ", ".join(call_id[:64] for call_id in list(waiting)[:10]),
+            param=f"messages.[{caller}].role",
+        )
