@@ -120,3 +120,32 @@ def test_an_extension_whose_commit_reply_was_lost_is_stored_once_and_a_retry_too
     assert extended.expires_at == again.expires_at == started.expires_at + timedelta(hours=1)
     events = engine.log.stream(engine.session_uuid("s1"))
     assert [command_id_of(e) for e in events][1:] == ["ext-1"]
+
+
+def test_a_keyed_move_of_the_expiry_under_a_new_key_searches_no_stream(
+    still: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a session with steps and moves of its expiry, and a count of the stream's searches
+    # (an outside probe: 64 engines extending one session under keys met ConcurrentUpdate 5
+    # times in 384 calls, none without keys: two searches an attempt widened its race)
+    still.start_session("s9", "cs")
+    still.record_step("s9", "a", input={}, output={}, idempotency_key="step-1")
+    still.extend_session("s9", timedelta(hours=1), idempotency_key="ext-1")
+    searches: list[str] = []
+    search = still.store.events_containing
+
+    def counted(*args: Any) -> list[Any]:
+        searches.append(str(args[1]))
+        return search(*args)
+
+    monkeypatch.setattr(still.store, "events_containing", counted)
+    # When the expiry is moved under new keys, the key filter ruling them out
+    still.extend_session("s9", timedelta(hours=1), idempotency_key="ext-2")
+    still.set_expiry("s9", NOW + timedelta(hours=30), idempotency_key="to-1")
+    # Then the stream is not searched
+    assert searches == []
+    # And a repeat is still found in the stream and answered as the first call was
+    again = still.change_expiry("s9", by=timedelta(hours=1), idempotency_key="ext-2")
+    assert searches, "a key the filter holds is looked up in the stream"
+    assert again.previous_expires_at == NOW + timedelta(hours=25)
+    assert [e for e in event_types(still, "s9") if e == "Session.Extended"] == ["Session.Extended"] * 3
