@@ -34,6 +34,9 @@ ServerTime = Callable[[], datetime]
 
 RESYNC_S = 60.0
 """How often the engine's clock reads the server's again (seconds)."""
+JITTER_S = 0.05
+"""How far behind the carried-forward time, past the time its read took, a server reading may
+land and still be taken for network jitter (the clock does not step back for it)."""
 
 
 def utc_now() -> datetime:
@@ -94,14 +97,24 @@ class DatabaseClock:
             self._lock.release()
 
     def _resync(self) -> None:
-        """Read the server's time and move the base to it (never back); holds ``_lock``."""
+        """Read the server's time and move the base to it; holds ``_lock``.
+
+        A reading behind the carried-forward time by no more than it may be off (the time the
+        read took, plus ``JITTER_S``) is jitter: the clock keeps counting, never stepping back
+        for it. Further behind, the server's clock was set back (corrected, or a failover to a
+        server behind it): the clock follows, as an engine started now would. Kept ahead, an
+        engine synced with a server 5 minutes fast stayed 5 minutes ahead of every engine
+        started after the correction, for good, expiring sessions 5 minutes early. Each
+        stream's stamps stay monotonic whatever the clock does (``domain/aggregate.py``)."""
         try:
+            sent = time.monotonic()
             server = self._read().timestamp()
-            # Never step back: a resync that reads earlier than the carried-forward time
-            # (network jitter) keeps the carried-forward time.
             now_mono = time.monotonic()
             epoch, mono = self._anchor
-            self._anchor = (max(server, epoch + (now_mono - mono)), now_mono)
+            carried = epoch + (now_mono - mono)
+            behind_by = carried - server
+            jitter = 0.0 < behind_by <= (now_mono - sent) + JITTER_S
+            self._anchor = (carried if jitter else server, now_mono)
         except Exception:
             # The database is away: keep counting from the last base (the monotonic
             # clock drifts little in a minute); the next resync tries again.
