@@ -499,7 +499,11 @@ class AggregateStore:
                     self._forget(uow)
                     if self._committed(first, command):
                         if command_id is None:
-                            return result  # our own id: only this call can have written it
+                            # Our own id: only an earlier attempt of this call, whose outcome was
+                            # lost and which committed after this attempt looked for it, wrote
+                            # it at this version. Its result is what is stored (this attempt's
+                            # answered a start's expiry a second later than the one stored).
+                            return unknown.get(first, result)
                         # The caller's key: this call or an earlier one with the same key
                         # wrote it. Decide again on fresh state, which answers from the log.
                         continue

@@ -199,3 +199,30 @@ def test_events_record_who_asked_for_them_when_an_actor_is_set(engine: Engine) -
     assert actor_of(a) == "key-7f3a"
     assert actor_of(started) is None
     assert actor_of(b) is None
+
+
+def test_a_lost_commit_that_lands_after_the_retry_looked_answers_with_what_it_stored() -> None:
+    # Given an engine whose clock ticks a second a reading, and a save whose statement was cut
+    # off (the caller hears an error, nothing stored yet) but which the server finishes later,
+    # after the retry looked for it and before the retry's own save
+    ticks = iter(range(1_000))
+    start = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    settings = Settings(database_url="memory:", home=Path("/nonexistent"), operation_deadline_s=5.0)
+    with Engine(settings=settings, clock=lambda: start + timedelta(seconds=next(ticks))) as engine:
+        save: Callable[..., None] = engine.store._save
+        cut_off: list[tuple[UnitOfWork, list[Any]]] = []
+
+        def late(uow: UnitOfWork, events: list[Any]) -> None:
+            if not cut_off:
+                cut_off.append((uow, events))
+                raise OperationalError("server closed the connection unexpectedly")
+            save(*cut_off[0])  # the first attempt commits now
+            save(uow, events)
+
+        engine.store._save = late  # type: ignore[method-assign]
+        # When a session is started (its expiry reckoned from the clock when decided)
+        answered = engine.start_session("s1", "cs", ttl=timedelta(hours=1))
+        # Then the answer is the stored session's, not the one the retry decided and lost
+        stored = engine.get_session("s1")
+        assert [e.event_type for e in engine.history("s1")] == ["Session.Started"]
+        assert answered.expires_at == stored.expires_at
