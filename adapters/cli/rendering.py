@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -56,17 +57,24 @@ def _compact(value: Any, limit: int = 80) -> str:
     return escape(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
+def exact_moment(moment: datetime) -> str:
+    """``moment`` in UTC to the microsecond, as ``replay --as-of`` takes it back. History printed
+    stamps cut to the millisecond, without a zone: given back to ``--as-of``, 02:03:16.753 lay
+    before its event's stamp, 02:03:16.753708, and replayed the version before it."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def history_table(session_id: str, entries: list[HistoryEntry]) -> Table:
     """One row per stored event."""
     table = Table(title=escape(f"history of {session_id}"))
     table.add_column("v", justify="right", no_wrap=True, min_width=2)
-    table.add_column("at (UTC)", no_wrap=True, min_width=23)
+    table.add_column("at", no_wrap=True, min_width=27)
     table.add_column("event", no_wrap=True)
     table.add_column("data", overflow="fold")
     for entry in entries:
         table.add_row(
             str(entry.version),
-            entry.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            exact_moment(entry.timestamp),
             entry.event_type,
             _compact(entry.data, 120),
         )
@@ -91,7 +99,7 @@ def session_table(state: SessionState) -> Table:
         ("tokens", f"{state.totals.input_tokens} in / {state.totals.output_tokens} out"),
         ("cost", f"${plain_decimal(state.totals.cost_usd)}"),
         ("expires", state.expires_at.isoformat(timespec="seconds")),
-        ("updated", state.updated_at.isoformat(timespec="milliseconds")),
+        ("updated", exact_moment(state.updated_at)),
     ]
     for field, value in rows:
         table.add_row(field, value)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from datetime import timedelta
+from datetime import UTC, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -279,3 +279,23 @@ def test_the_funnel_says_why_sessions_that_reached_no_step_stopped(database_url:
     assert funnel.returncode == 0, funnel.stderr
     assert "4 sessions" in funnel.stdout
     assert "3 of 4 sessions reached no step: abandoned 1, completed 1, in progress 1" in funnel.stdout
+
+
+def test_a_moment_history_prints_replays_the_event_printed_at_it(database_url: str, pg_schema: str) -> None:
+    # (An outside probe: history printed "2026-12-07 02:03:16.753", its stamp cut to the
+    # millisecond and without a zone; given back to replay --as-of as 2026-12-07T02:03:16.753Z it
+    # lay before the event's own stamp, 02:03:16.753708, and replayed the version before it.)
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema)) as engine:
+        engine.start_session("cli-at", "customer_service")
+        engine.record_step("cli-at", "greet", next_step="classify", context_update={"lang": "en"})
+        stamp = engine.history("cli-at")[1].timestamp
+    # When the moment history prints for version 2 is given to replay as it is printed
+    history = run_cli(database_url, pg_schema, "history", "cli-at", columns=200)
+    assert history.returncode == 0, history.stderr
+    (row,) = [line for line in history.stdout.splitlines() if "Session.StepProcessed" in line]
+    printed = next(word for word in row.split() if word[:4].isdigit() and "T" in word)
+    replay = run_cli(database_url, pg_schema, "replay", "cli-at", "--as-of", printed)
+    # Then it is the event's exact stamp, and the replay is at version 2
+    assert printed == stamp.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    assert replay.returncode == 0, replay.stderr
+    assert "at version 2" in replay.stdout
