@@ -134,8 +134,10 @@ async def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     by priority (critical, high, medium, low), then the earliest deadline, then the oldest: a
     high task due later goes before a low one due sooner. With a model configured, a task that
     names no skills and was never classified is classified first (the seed's pipeline; a
-    refused classification, 402 or 503, stops the run before any assignment; one that arrives
-    during the run is left for the next, never assigned unclassified). Returns each
+    refused classification, 402 or 503, stops the classifying: the tasks still needing one
+    wait, the others are offered, and the 402 or 503 is the answer only when no task was
+    placed; one that arrives during the run is left for the next, never assigned
+    unclassified). Returns each
     task offered as it stands: one that names no skills and whose classification failed is
     passed over, still pending, its ``held_back`` saying why (reclassify it), and takes no
     place of ``limit``. Every field has a default, so the body may be left out."""

@@ -9,10 +9,22 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 
 from flowledger.domain.assignment import QueuedTask, queue_window
+from flowledger.domain.errors import BudgetExceeded, CircuitOpen
 from flowledger.domain.task_views import TaskState, TaskStatus
 
 CONCURRENT_CALLS = 8
 """Classifications a queue run has in flight at once."""
+
+REFUSALS = (BudgetExceeded, CircuitOpen)
+"""A classification refused before its call went out (an enforced budget, the endpoint's open
+circuit): a queue run stops classifying with it but still offers the tasks that need no model.
+It stopped the whole run: while a budget was spent or the endpoint down, a task naming its own
+skills waited, never offered, on a model call it did not need."""
+
+
+def placed_any(states: Iterable[TaskState]) -> bool:
+    """Whether a queue run's answer assigned or escalated a task (it did something)."""
+    return any(s.status in (TaskStatus.ASSIGNED, TaskStatus.ESCALATED) for s in states)
 
 
 def needs_classifying(state: TaskState) -> bool:
@@ -36,8 +48,8 @@ async def classify_in_queue_order(
     window: tasks held back take no place in it) that need it and are not in ``tried``,
     ``CONCURRENT_CALLS`` at a time, adding them to ``tried``; return how many were sent.
     Every call is let finish (what they cost is recorded); then the first error raised (a
-    budget's refusal, an open circuit) is raised, so that the run assigns nothing it could
-    not classify.
+    budget's refusal, an open circuit) is raised: the run then leaves out the tasks it could
+    not classify (``assign_pending(classified_first=True)``), never assigning them unclassified.
 
     A classification that fails holds its task back, which then leaves the window, and the
     next task slides in: the caller reads the tasks again and calls this until it returns 0

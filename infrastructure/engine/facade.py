@@ -36,7 +36,12 @@ from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.budgets import BudgetService, recorded_model
 from flowledger.infrastructure.engine.checkpointer import Checkpointer
 from flowledger.infrastructure.engine.classification import TaskClassifier
-from flowledger.infrastructure.engine.classify_first import classify_in_queue_order, needs_classifying
+from flowledger.infrastructure.engine.classify_first import (
+    REFUSALS,
+    classify_in_queue_order,
+    needs_classifying,
+    placed_any,
+)
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.erasure import ErasureService, ForgetReport
 from flowledger.infrastructure.engine.log import EventLog
@@ -897,22 +902,31 @@ class Engine:
         """``assign_pending`` as REST and the CLI run it: with a model configured, the waiting
         tasks that name no skills and were never classified (the first ``limit`` of them in
         queue order) are classified first, as ``assign_task_ranked`` does for one, and so are
-        those that slide into the window when a failed classification holds one back; a refused
-        classification (a budget, an open circuit) stops the run with its error, assigning
-        nothing (the classifications made are kept)."""
+        those that slide into the window when a failed classification holds one back. A
+        refused classification (a budget, an open circuit) stops the classifying (those made
+        are kept): the tasks still needing one wait, never given to any agent, and the others
+        are offered as always; the refusal is raised when the run then placed no task."""
         require_queue_run(limit, escalate_when_full)  # before any call
+        refused: Exception | None = None
         if self.llm is not None:
             tried: set[str] = set()  # a task held back by its failure leaves the window: read again
             while True:
                 waiting = await asyncio.to_thread(self.open_tasks)
-                if not await classify_in_queue_order(self.classifier.classify, waiting, limit, tried):
+                try:
+                    if not await classify_in_queue_order(self.classifier.classify, waiting, limit, tried):
+                        break
+                except REFUSALS as error:
+                    refused = error  # those it could not classify wait; the others are offered
                     break
-        return await asyncio.to_thread(
+        states = await asyncio.to_thread(
             self.tasks.assign_pending,
             limit=limit,
             escalate_when_full=escalate_when_full,
             classified_first=self.llm is not None,
         )
+        if refused is not None and not placed_any(states):
+            raise refused
+        return states
 
     def start_task(self, task_id: str) -> TaskState:
         """The holding agent began work."""

@@ -342,3 +342,25 @@ def test_a_queue_run_a_budget_stops_answers_402_and_its_openapi_entry_lists_it(
     assert simulator.stats["requests"] == 0
     assert kinds(routed, "BG-Q") == ["Task.Created"]
     assert "402" in documented
+
+
+def test_a_queue_run_a_budget_stops_still_places_the_tasks_that_need_no_model(
+    routed: Engine, simulator: Simulator
+) -> None:
+    # Given an enforced budget no call fits in on the high tier's model, a high task that names
+    # no skills (it needs the model first) and one that names its skills
+    routed.budgets.set("model", TIER_MODEL, "day", NOTHING)
+    routed.register_agent("backend", "Backend", ["golang"], capacity=2)
+    routed.create_task("BG-Q", "Fix the race in the Go worker pool", [], "high")
+    routed.create_task("BG-N", "Fix the race in the Go worker pool", ["golang"], "high")
+
+    # When the queue runs over REST (it answered 402 and placed nothing until the budget's
+    # window ended)
+    with TestClient(create_app(routed)) as client:
+        answer = client.post("/v1/queue/run")
+
+    # Then the task naming its skills is assigned; the other waits as it was, nothing sent
+    assert answer.status_code == 200, answer.text
+    assert [(t["task_id"], t["agent_id"]) for t in answer.json()] == [("BG-N", "backend")]
+    assert simulator.stats["requests"] == 0
+    assert kinds(routed, "BG-Q") == ["Task.Created"]

@@ -93,3 +93,33 @@ def test_an_assignment_into_an_open_circuit_is_a_503_and_records_nothing(engine:
     assert len(requests) == sent
     assert [e.event_type for e in engine.task_history("go")] == ["Task.Created"]
     assert needs_classifying(engine.get_task("go"))
+
+
+def test_a_queue_run_into_an_open_circuit_still_places_the_tasks_that_need_no_model(engine: Engine) -> None:
+    # Given an endpoint whose breaker is already open, a task that names no skills (it needs
+    # the model first) and one that names its skills (it needs no model)
+    requests: list[httpx.Request] = []
+    engine.llm = endpoint_down(requests)
+    engine.register_agent("backend", "Backend", ["golang"], capacity=2)
+    with TestClient(create_app(engine)) as client:
+        while len(requests) < 5:  # the breaker's threshold of failures
+            client.post("/v1/tasks", json={"task_id": f"o{len(requests)}", "description": "x"})
+            client.post(f"/v1/tasks/o{len(requests)}/classify")
+        engine.create_task("unsorted", "Fix the race in the Go worker", [], "critical")
+        engine.create_task("named", "Fix the race in the Go worker", ["golang"], "low")
+        sent = len(requests)
+
+        # When the queue runs over REST (it answered 503 and placed nothing, for as long as
+        # the endpoint was down: a task with its own skills waited on a model it never needs)
+        answer = client.post("/v1/queue/run")
+
+    # Then the task naming its skills is assigned, and the other waits as it was, unclassified
+    # and not held back, for a run once the endpoint is back; no request went out
+    assert answer.status_code == 200, answer.text
+    offered = {t["task_id"]: t for t in answer.json()}
+    assert offered["named"]["status"] == "assigned"
+    assert "unsorted" not in offered
+    assert all(t["held_back"] for name, t in offered.items() if name != "named")  # the openers
+    assert len(requests) == sent
+    assert [e.event_type for e in engine.task_history("unsorted")] == ["Task.Created"]
+    assert needs_classifying(engine.get_task("unsorted"))
