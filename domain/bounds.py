@@ -150,11 +150,19 @@ def plainly_text(value: Any, max_length: int) -> bool:
     return type(value) is str and len(value) <= max_length and bool(value.strip()) and _storable(value)
 
 
-def require_text(field_name: str, value: Any, *, max_length: int = MAX_TEXT_LENGTH) -> str:
+def require_text(
+    field_name: str, value: Any, *, max_length: int = MAX_TEXT_LENGTH, visible: bool = False
+) -> str:
     """Raise ValidationError unless ``value`` is a non-blank string PostgreSQL can store, at most
-    ``max_length`` characters long (NUL and lone surrogates refused)."""
+    ``max_length`` characters long (NUL and lone surrogates refused); with ``visible`` (what a
+    command is given, never what a read decodes), holding a character that is drawn, too."""
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(field_name, "must be a non-empty string")
+    if visible and not _drawn(value).strip():
+        # (An outside probe: a task of one zero-width space was created, where "   " is refused.)
+        raise ValidationError(
+            field_name, "must hold a visible character, not only ones drawn as nothing (a zero-width space)"
+        )
     if len(value) > max_length:
         raise ValidationError(field_name, f"must be at most {max_length} characters, got {len(value)}")
     found = _UNSTORABLE.search(value)

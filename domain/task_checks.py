@@ -40,7 +40,7 @@ def require_creation(
     (ValidationError naming the first one that is not valid)."""
     require_tenant(tenant)
     require_id("task_id", task_id)
-    require_text("description", description)
+    require_text("description", description, visible=True)
     require_moment("deadline", deadline, optional=True)
     return normalise_skills("required_skills", required_skills), TaskPriority.parse(priority).value
 

@@ -139,7 +139,7 @@ class TaskService:
     ) -> Creation:
         """``create_task``, saying whether it created the task or found it created."""
         skills = normalise_skills("required_skills", required_skills)
-        require_text("description", description)
+        require_text("description", description, visible=True)
         TaskPriority.parse(priority)
         moment = require_deadline("deadline", deadline, self._store.clock())
         # A delay is compared as a delay (a retry later is a repeat), a moment as checked.

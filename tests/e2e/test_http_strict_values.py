@@ -659,3 +659,17 @@ def test_a_resolution_given_as_text_is_typed_as_the_server_checks_it(
         assert documented.is_valid("fixed it")
     assert memory_http.get("/v1/sessions/s-1").json()["status"] == "active"
     assert memory_http.get("/v1/tasks/t-1").json()["status"] == "assigned"
+
+
+@pytest.mark.parametrize("description", ["\u200b", "\u200b \ufeff", "\u2060\u00ad"])
+def test_a_description_drawn_as_nothing_is_refused_as_a_blank_one_is(
+    memory_http: TestClient, description: str
+) -> None:
+    # A description of zero-width characters only was taken (201) where "   " is a 422
+    refused(
+        memory_http.post("/v1/tasks", json={"task_id": "t-1", "description": description}),
+        "description: must hold a visible character",
+    )
+    assert memory_http.get("/v1/tasks/t-1").status_code == 404
+    created = memory_http.post("/v1/tasks", json={"task_id": "t-2", "description": "fix\u200bit"})
+    assert created.status_code == 201, created.text
