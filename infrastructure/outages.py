@@ -8,6 +8,7 @@ The store retries its own loads and saves (``engine/store.py``). The reads that 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from time import monotonic, sleep
 from typing import TypeVar
@@ -41,6 +42,13 @@ wraps them (its recorder and datastore) and as psycopg raises them (direct conne
 
 _PAUSE_S = 0.2
 """Between tries: a refused connection costs a millisecond, a restart takes about a second."""
+
+
+def jittered(pause_s: float) -> float:
+    """``pause_s`` give or take half of it, drawn afresh: callers cut off together (a server's
+    restart breaks every connection at once) would otherwise try again in step, each time,
+    and all reach the server together when it is back."""
+    return random.uniform(0.5 * pause_s, 1.5 * pause_s)
 
 
 def closed_for_good(error: BaseException) -> bool:
@@ -88,6 +96,7 @@ def within_deadline(operation: str, deadline_s: float, call: Callable[[], T]) ->
                 failure = unavailable(operation, error)
                 if isinstance(failure, StoreRefused):
                     raise failure from error
-                if monotonic() + _PAUSE_S >= end:
+                pause = jittered(_PAUSE_S)
+                if monotonic() + pause >= end:
                     raise StoreUnavailable(operation, tried_for(failure.detail, started)) from error
-                sleep(_PAUSE_S)
+                sleep(pause)

@@ -60,7 +60,7 @@ from flowledger.infrastructure.engine.keyed_locks import KeyedLocks, LockWaitTim
 from flowledger.infrastructure.engine.version_at import VersionAt, version_at
 from flowledger.infrastructure.engine.write_cache import WriteCache
 from flowledger.infrastructure.operation_deadline import operation_deadline, remaining_s
-from flowledger.infrastructure.outages import within_deadline
+from flowledger.infrastructure.outages import jittered, within_deadline
 from flowledger.infrastructure.postgres.database import PRIVILEGE_ERRORS, forbidden, refused_privilege
 from flowledger.infrastructure.postgres.not_sent import AppendNotSent
 from flowledger.infrastructure.settings import Settings
@@ -680,13 +680,14 @@ class _Deadline:
     def pause(self, error: Exception, *, outcome_unknown: bool = False) -> None:
         """Sleep before the next attempt, or raise StoreUnavailable when that would pass the
         deadline (``outcome_unknown``: a save was sent whose outcome is not known)."""
-        if time.monotonic() + _UNREACHABLE_PAUSE_S >= self.at:
+        pause = jittered(_UNREACHABLE_PAUSE_S)
+        if time.monotonic() + pause >= self.at:
             # The server's first line, as every other StoreUnavailable: the rest is its CONTEXT
             # (the append's SQL and internal function), which reached HTTP bodies and the CLI.
             text = str(error).strip()
             detail = text.splitlines()[0] if text else type(error).__name__
             raise StoreUnavailable(self.operation, detail, outcome_unknown=outcome_unknown) from error
-        time.sleep(_UNREACHABLE_PAUSE_S)
+        time.sleep(pause)
 
 
 class _StaleRefusal(Exception):

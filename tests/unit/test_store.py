@@ -15,6 +15,7 @@ from flowledger.domain import ConcurrentUpdate, Session, StoreUnavailable
 from flowledger.domain.aggregate import actor_of, command_id_of
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.engine.store import UnitOfWork
+from flowledger.infrastructure.outages import within_deadline
 
 
 def memory(**overrides: Any) -> Engine:
@@ -226,3 +227,28 @@ def test_a_lost_commit_that_lands_after_the_retry_looked_answers_with_what_it_st
         stored = engine.get_session("s1")
         assert [e.event_type for e in engine.history("s1")] == ["Session.Started"]
         assert answered.expires_at == stored.expires_at
+
+
+def test_retries_after_an_outage_pause_with_jitter(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a write and a read that meet a database away five times each, their pauses counted
+    # (each slept 0.2 s: writers cut off together by a restart came back in step, all at once)
+    pauses: list[float] = []
+    monkeypatch.setattr("flowledger.infrastructure.engine.store.time.sleep", pauses.append)
+    monkeypatch.setattr("flowledger.infrastructure.outages.sleep", pauses.append)
+    away = iter(range(5))
+
+    def flaky_read() -> str:
+        if next(away, None) is not None:
+            raise OperationalError("connection refused")
+        return "read"
+
+    with memory(operation_deadline_s=10.0) as engine:
+        engine.start_session("s1", "cs")
+        fail_saves(engine, ["refused"] * 5)
+        engine.record_step("s1", "pay")
+        assert within_deadline("read", 5.0, flaky_read) == "read"
+    # Then each pause lies around 0.2 s, and they are not all alike
+    assert len(pauses) == 10
+    assert all(0.1 <= pause <= 0.3 for pause in pauses)
+    assert len(set(pauses[:5])) > 1
+    assert len(set(pauses[5:])) > 1
