@@ -162,9 +162,14 @@ async def process_step(
 
 
 @router.patch("/sessions/{session_id}/context", responses=_WRITE)
-def update_context(session_id: SessionId, body: schemas.ContextUpdate, caller: Writer) -> schemas.SessionOut:
-    """Merge keys into the session context."""
-    return schemas.SessionOut.of(caller.engine.update_context(session_id, body.update))
+def update_context(
+    session_id: SessionId, body: schemas.ContextUpdate, caller: Writer, idempotency_key: IdempotencyKey = None
+) -> schemas.SessionOut:
+    """Merge keys into the session context. Sent again under its idempotency key (body or
+    ``Idempotency-Key`` header), it is answered with the session as it stands and recorded once;
+    the key with another update (or one that named a step or an expiry change) is a 422."""
+    key = one_key(body.idempotency_key, idempotency_key)
+    return schemas.SessionOut.of(caller.engine.update_context(session_id, body.update, idempotency_key=key))
 
 
 @router.post(

@@ -440,6 +440,7 @@ class ExpirySweepOut(BaseModel):
 
 class ContextUpdate(Body):
     update: dict[str, Any]
+    idempotency_key: str | None = name(description="A retry under it records the update once.")
 
 
 class StepOut(BaseModel):

@@ -639,9 +639,12 @@ class Engine:
             session_id, step, input, model, idempotency_key, merge_input=merge_input, user_id=user_id
         )
 
-    def update_context(self, session_id: str, update: JsonObject) -> SessionState:
-        """Merge keys into the session context (``{}`` appends nothing and returns the state)."""
-        return self.sessions.update_context(session_id, update)
+    def update_context(
+        self, session_id: str, update: JsonObject, *, idempotency_key: str | None = None
+    ) -> SessionState:
+        """Merge keys into the session context (``{}`` appends nothing and returns the state);
+        under an ``idempotency_key``, once (a repeat is answered as the session stands)."""
+        return self.sessions.update_context(session_id, update, idempotency_key=idempotency_key)
 
     def extend_session(
         self,

@@ -14,8 +14,10 @@ from operator import attrgetter
 from typing import Any
 
 from flowledger.domain.aggregate import command_id_of
-from flowledger.domain.errors import IdempotencyKeyOfAnotherKind
+from flowledger.domain.bounds import plain_json
+from flowledger.domain.errors import IdempotencyKeyOfAnotherKind, IdempotencyKeyReused
 from flowledger.domain.session import Session
+from flowledger.domain.values import JsonObject
 
 EventSearch = Callable[[Session, type[Any], str, str], list[Any]]
 """``SessionService.events_holding``: a session's events of a class whose stored JSON holds a
@@ -44,10 +46,12 @@ def refuse_expiry_key_for_step(session: Session, key: str, search: EventSearch, 
         raise IdempotencyKeyOfAnotherKind(session.session_id, key, EXPIRY_CHANGE, f"step {step!r}")
 
 
-def refuse_step_key_for_expiry(session: Session, key: str, search: EventSearch) -> None:
+def refuse_step_key_for_expiry(
+    session: Session, key: str, search: EventSearch, asked: str = EXPIRY_CHANGE
+) -> None:
     """Raise IdempotencyKeyOfAnotherKind when ``key`` named a step of the session (recorded,
-    pending or failed); called when no move of the expiry carries the key. The stream is
-    searched only when the key filter may hold the key."""
+    pending or failed); called when no move of the expiry (or, for ``asked``, no request of its
+    kind) carries the key. The stream is searched only when the key filter may hold the key."""
     held = session.recorded_outcome(key) or session.pending.get(key)
     if held is None and session.may_have_used(key):
         held = next(
@@ -60,4 +64,24 @@ def refuse_step_key_for_expiry(session: Session, key: str, search: EventSearch) 
             None,
         )
     if held is not None:
-        raise IdempotencyKeyOfAnotherKind(session.session_id, key, f"step {held.step!r}", EXPIRY_CHANGE)
+        raise IdempotencyKeyOfAnotherKind(session.session_id, key, f"step {held.step!r}", asked)
+
+
+CONTEXT_UPDATE = "a context update"
+
+
+def context_updated_under(session: Session, key: str, update: JsonObject, search: EventSearch) -> bool:
+    """Whether a context update under ``key`` was recorded already (searched in the stream: a
+    keyed update is rare, and its key is in no filter): True for the same ``update`` (a retry,
+    answered as the session stands); IdempotencyKeyReused for another update, and
+    IdempotencyKeyOfAnotherKind for a key that named a step or a move of the expiry."""
+    found = [e for e in search(session, Session.ContextUpdated, "command_id", key) if command_id_of(e) == key]
+    if found:
+        # An erased session's update reads back erased: the key alone says it is the retry.
+        if not session.erased and found[0].update != plain_json(update):
+            raise IdempotencyKeyReused(session.session_id, key, "context update", "update")
+        return True
+    if expiry_moves_under(session, key, search):
+        raise IdempotencyKeyOfAnotherKind(session.session_id, key, EXPIRY_CHANGE, CONTEXT_UPDATE)
+    refuse_step_key_for_expiry(session, key, search, CONTEXT_UPDATE)
+    return False

@@ -56,6 +56,7 @@ from flowledger.domain.values import (
     require_version,
 )
 from flowledger.infrastructure.engine.key_kinds import (
+    context_updated_under,
     expiry_moves_under,
     refuse_expiry_key_for_step,
     refuse_step_key_for_expiry,
@@ -172,9 +173,14 @@ class SessionService:
             session_id, partial(self._record, session_id, request), command_id=request.idempotency_key
         )
 
-    def update_context(self, session_id: str, update: JsonObject) -> SessionState:
-        """Merge keys into the session context."""
-        return self._write(session_id, partial(self._update_context, session_id, update))
+    def update_context(
+        self, session_id: str, update: JsonObject, *, idempotency_key: str | None = None
+    ) -> SessionState:
+        """Merge keys into the session context. Under an ``idempotency_key`` the update is
+        recorded once: sent again it is answered with the session as it stands, recording
+        nothing (nor undoing an update made since); the key with another update is refused."""
+        key = _optional_key(idempotency_key)
+        return self._write(session_id, partial(self._update_context, session_id, update, key), command_id=key)
 
     def extend(
         self,
@@ -496,8 +502,12 @@ class SessionService:
             idempotency_key=request.idempotency_key,
         )
 
-    def _update_context(self, session_id: str, update: JsonObject, uow: UnitOfWork) -> SessionState:
+    def _update_context(
+        self, session_id: str, update: JsonObject, key: str | None, uow: UnitOfWork
+    ) -> SessionState:
         session = self._session(uow, session_id)
+        if key is not None and context_updated_under(session, key, update, self.events_holding):
+            return session.state()
         session.ensure_open(uow.now)
         session.update_context(update)
         return session.state()
