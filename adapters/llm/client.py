@@ -39,6 +39,7 @@ from flowledger.adapters.llm.config import ApiKey, ClientConfig, shown_endpoint
 from flowledger.adapters.llm.env_options import client_options_from_env
 from flowledger.adapters.llm.not_found import ROUTE_NOT_FOUND, names_the_model, route_not_found_reason
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
+from flowledger.adapters.llm.redirects import REDIRECTED, redirect_reason
 from flowledger.adapters.llm.reply_limit import REPLY_LIMIT, ReplyTooLarge, bound, read_body
 from flowledger.adapters.llm.reported_usage import ReportedUsage
 from flowledger.adapters.llm.resilience import LOCAL_RATE_LIMIT, EndpointBreaker, ModelRateLimiter
@@ -600,6 +601,9 @@ class OpenAICompatibleClient:
         if response.status_code == 404 and not names_the_model(content):
             reason += route_not_found_reason(shown_endpoint(str(self._endpoint)))
             error_type = ROUTE_NOT_FOUND
+        elif 300 <= response.status_code < 400 and (location := response.headers.get("location")):
+            reason = self._scrub(reason + redirect_reason(str(self._endpoint), location))
+            error_type = REDIRECTED
         return AttemptError(
             reason,
             error_type=error_type,
