@@ -54,6 +54,7 @@ from flowledger.adapters.llm.retry import (
 from flowledger.adapters.llm.transport import NOT_SENT, WHOLE_BODY, build_transport
 from flowledger.adapters.llm.usage import CallContext, build_usage
 from flowledger.domain.errors import CircuitOpen, LlmCallFailed, UnknownModelPrice, ValidationError
+from flowledger.domain.model_parameters import takes_completion_tokens_only
 from flowledger.domain.ports import CallEstimate, LlmReply
 from flowledger.domain.pricing import ModelPrice
 from flowledger.infrastructure.settings import Settings
@@ -337,12 +338,14 @@ class OpenAICompatibleClient:
     ) -> LlmReply:
         name = model or self.config.default_model
         price = self._price_now(name)
-        body: dict[str, Any] = {
-            "model": name,
-            "messages": messages,
-            "max_tokens": self.config.max_tokens,
-            "temperature": self.config.temperature,
-        }
+        body: dict[str, Any] = {"model": name, "messages": messages}
+        if takes_completion_tokens_only(name):
+            # OpenAI's reasoning models refuse max_tokens and any temperature but their own
+            # (a 400 on every step): the cap goes as max_completion_tokens, no temperature.
+            body["max_completion_tokens"] = self.config.max_tokens
+        else:
+            body["max_tokens"] = self.config.max_tokens
+            body["temperature"] = self.config.temperature
         if json_mode:
             body["response_format"] = {"type": "json_object"}
         if stream:

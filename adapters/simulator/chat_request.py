@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS
 from flowledger.adapters.simulator.tool_calls import ForcedCall, check_tool_turns, forced_call
 from flowledger.adapters.simulator.wire import BadRequest
+from flowledger.domain.model_parameters import takes_completion_tokens_only
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_CHOICES = 128
@@ -178,6 +179,8 @@ def chat_request(raw: bytes) -> ChatRequest:
     temperature = request.get("temperature")
     if temperature is not None and not (type(temperature) in _NUMBER_TYPES and 0 <= temperature <= 2):
         raise _temperature_refusal(temperature)
+    if takes_completion_tokens_only(model):
+        _check_reasoning_model(request, temperature)
     n = request.get("n")
     if n is None:
         n = 1
@@ -456,6 +459,25 @@ def _count_refusal(name: str, value: Any, most: int | None = None) -> BadRequest
         param=name,
         code="integer_above_max_value",
     )
+
+
+def _check_reasoning_model(request: dict[str, Any], temperature: Any) -> None:
+    """Refuse what OpenAI's reasoning models refuse: ``max_tokens`` and a temperature but 1.
+    Both were answered 200, so a client that sent them passed here and failed every call."""
+    if request.get("max_tokens") is not None:
+        raise BadRequest(
+            "Unsupported parameter: 'max_tokens' is not supported with this model."
+            " Use 'max_completion_tokens' instead.",
+            param="max_tokens",
+            code="unsupported_parameter",
+        )
+    if temperature is not None and temperature != 1:
+        raise BadRequest(
+            f"Unsupported value: 'temperature' does not support {temperature} with this model."
+            " Only the default (1) value is supported.",
+            param="temperature",
+            code="unsupported_value",
+        )
 
 
 def _temperature_refusal(value: Any) -> BadRequest:
