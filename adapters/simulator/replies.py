@@ -16,6 +16,7 @@ from flowledger.adapters.simulator import customer_service
 from flowledger.adapters.simulator.logprobs import TOKEN_CHARS, choice_logprobs, token_logprobs
 from flowledger.adapters.simulator.tool_calls import ForcedCall, call_deltas, call_finish, call_message
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.model_parameters import takes_completion_tokens_only
 from flowledger.domain.prompts import CLASSIFICATION_MARKER, RANKING_MARKER, STEP_LINE
 
 # Mean latencies from the seed's model table (ms); the simulator draws around them.
@@ -25,7 +26,8 @@ DEFAULT_MODEL_LATENCY_MS: dict[str, float] = {
     "gpt-4.1": 120.0,
     "claude-sonnet-4.5": 150.0,
 }
-# Models that think: they report reasoning tokens inside completion_tokens.
+# Models that think: they report reasoning tokens inside completion_tokens (OpenAI's reasoning
+# models too: ``takes_completion_tokens_only``).
 REASONING_MODELS = frozenset({"gemini-2.5-flash"})
 FAULTS = ("429", "500", "503", "timeout", "malformed", "drop")
 MAX_LATENCY_MS = 600_000.0
@@ -299,7 +301,8 @@ def completion_body(
     choice makes that tool call. With ``top_logprobs`` (not None), each choice carries the log
     probability of each token of its content, with that many alternatives."""
     prompt = sum(count_tokens(str(m.get("content") or "")) + 4 for m in messages) + 3
-    reasoning = rng.randint(16, 96) if model in REASONING_MODELS else 0
+    thinks = model in REASONING_MODELS or takes_completion_tokens_only(model)  # o3, gpt-5 too
+    reasoning = rng.randint(16, 96) if thinks else 0
     shown, finish = count_tokens(content), "stop"
     if max_tokens is not None and reasoning + shown > max_tokens:
         reasoning = min(reasoning, max_tokens)

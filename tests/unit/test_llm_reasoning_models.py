@@ -129,3 +129,15 @@ async def test_the_client_calls_a_reasoning_model_on_the_simulator(simulator: Si
     await llm.aclose()
     assert reply.content
     assert reply.usage.attempts == 1
+
+
+@pytest.mark.parametrize("model", ["o4-mini", "gpt-5"])
+def test_the_simulator_reports_a_reasoning_models_thinking_tokens(simulator: Simulator, model: str) -> None:
+    # They were reported as 0: a reasoning model's cost, most of it thinking, was simulated without it
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(model=model, messages=MESSAGES)
+    usage = reply.usage
+    assert usage is not None
+    assert usage.completion_tokens_details is not None
+    reasoning = usage.completion_tokens_details.reasoning_tokens or 0
+    assert 16 <= reasoning < usage.completion_tokens
