@@ -89,17 +89,20 @@ def read_completion(
 
 
 def _json_of(body: bytes, charset: str | None) -> Any:
-    """``body`` as JSON: in the charset it declares, else in the UTF it is in (``json.loads``
-    tells UTF-8, -16 and -32 apart), its bytes that are not UTF-8 read as U+FFFD, as a stream's
-    are (``reply_limit.read_lines``). Such a byte (a proxy's Latin-1 ``caf\xe9``) failed the
-    paid answer as ``malformed_response``, its cost unknown though the body stated its usage,
-    and a body in the charset it declared (``charset=iso-8859-1``) was not read at all."""
-    if charset is not None and not charset.lower().startswith("utf"):
-        with suppress(LookupError):  # a charset Python does not know: read as if not named
-            return json.loads(body.decode(charset, errors="replace"))
+    """``body`` as JSON: in the UTF it is in (``json.loads`` tells UTF-8, -16 and -32 apart),
+    else in the charset it declares, else as UTF-8 with its bytes that are not UTF-8 read as
+    U+FFFD, as a stream's are (``reply_limit.read_lines``). Such a byte (a proxy's Latin-1
+    ``caf\xe9``) failed the paid answer as ``malformed_response``, its cost unknown though the
+    body stated its usage, and a body in the charset it declared (``charset=iso-8859-1``) was
+    not read at all. UTF-8 is tried first whatever the label: a server that labels its UTF-8
+    ISO-8859-1 (an old servlet default) is commoner than JSON in Latin-1, and read by its label
+    its "café" became "cafÃ©"."""
     try:
         return json.loads(body)
     except UnicodeDecodeError:
+        if charset is not None and not charset.lower().startswith("utf"):
+            with suppress(LookupError):  # a charset Python does not know: read as if not named
+                return json.loads(body.decode(charset, errors="replace"))
         return json.loads(body.decode("utf-8", errors="replace"))
 
 

@@ -80,3 +80,15 @@ async def test_a_reply_is_read_in_the_charset_it_declares(transport: Transports,
     reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert reply.content == "café"
     assert reply.usage.cost_usd == GPT_41_COST
+
+
+@pytest.mark.parametrize("charset", ["iso-8859-1", "us-ascii", "windows-1252"])
+async def test_a_utf8_reply_labelled_with_another_charset_is_read_as_the_utf8_it_is(
+    transport: Transports, charset: str
+) -> None:
+    # Servers that label every JSON body ISO-8859-1 and write UTF-8 (an old servlet default) are
+    # commoner than JSON in Latin-1: read so, "café" became "cafÃ©", the answer changed silently
+    body = completion("café ☃".encode())
+    llm = await transport.client(answering(body, f"application/json; charset={charset}"))
+    reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert reply.content == "café ☃"
