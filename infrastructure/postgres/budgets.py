@@ -90,8 +90,10 @@ _SETTLE = """
 WITH gone AS (
     DELETE FROM {holds} WHERE reservation_id = %(reservation)s RETURNING budget_id, window_start, amount_usd
 )
-UPDATE {windows} w SET spent_usd = w.spent_usd + CASE WHEN %(always)s OR EXISTS (SELECT 1 FROM gone)
-        THEN %(cost)s ELSE 0 END,
+UPDATE {windows} w SET spent_usd = w.spent_usd + CASE WHEN EXISTS (SELECT 1 FROM gone) THEN %(cost)s
+        WHEN NOT %(always)s THEN 0
+        WHEN EXISTS (SELECT 1 FROM {charges} WHERE charge_id = %(reservation)s)
+        THEN greatest(%(cost)s - %(held)s, 0) ELSE %(cost)s END,
     reserved_usd = greatest(w.reserved_usd - coalesce((SELECT sum(g.amount_usd) FROM gone g
         WHERE g.budget_id = w.budget_id AND g.window_start = w.window_start), 0), 0)
 FROM {budgets} b, unnest(%(ids)s::uuid[], %(starts)s::timestamptz[]) AS u(id, s)
@@ -100,7 +102,8 @@ RETURNING w.budget_id, w.window_start, w.spent_usd, w.alerted, b.scope, b.subjec
     b.mode, b.webhook_url, b.webhook_secret
 """
 """Put the call's cost in place of its hold (a lapsed hold is gone already: only the cost is added,
-unless ``always`` is false: a settlement tried again adds nothing once its hold is gone)."""
+unless ``always`` is false: a settlement tried again adds nothing once its hold is gone; one whose
+hold a takeover spent at its estimate, ``_SPENT_MARK``, adds only what the cost passes it by)."""
 _SPEND_HELD = """
 WITH gone AS (
     DELETE FROM {holds} WHERE reservation_id = %(reservation)s RETURNING budget_id, window_start, amount_usd
@@ -113,6 +116,11 @@ RETURNING w.budget_id, w.window_start, w.spent_usd, w.alerted, b.scope, b.subjec
     b.mode, b.webhook_url, b.webhook_secret
 """
 """Turn a hold into spend of its own amount (windows locked first, in budget-id order)."""
+_SPENT_MARK = "INSERT INTO {charges} (charge_id) VALUES (%(reservation)s) ON CONFLICT DO NOTHING"
+"""A hold spent at its estimate, remembered by its id, so that its worker's late settlement (alive
+after all: cut off from the database past its lease, its step taken over) counts the call at the
+larger of its estimate and its cost, not at both: a $0.40 hold spent so and then settled at $0.10
+left $0.50 spent for one call (its cost may pass one estimate: several billed attempts)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -488,6 +496,7 @@ class PostgresBudgetLedger:
                     "starts": starts,
                     "cost": cost_usd,
                     "reservation": reservation.reservation_id,
+                    "held": reservation.amount_usd,
                     "always": not held_only,
                 },
             )
@@ -498,7 +507,8 @@ class PostgresBudgetLedger:
         the call's estimate, the most it could have cost. The alerts it newly crosses.
 
         For a worker lost mid-call (its step taken over): what its call cost is not known, so
-        it counts at its estimate, not $0. A hold that is gone (settled, released) spends nothing.
+        it counts at its estimate, not $0; its worker's settlement, should it come after all, adds
+        only what its cost passes the estimate by. A hold that is gone (settled, released) spends nothing.
         """
         with self._connection() as conn, conn.transaction():
             cursor = conn.cursor(row_factory=dict_row)
@@ -513,6 +523,7 @@ class PostgresBudgetLedger:
             starts = [row["window_start"] for row in held]
             self._lock_windows(cursor, ids, starts)
             rows = cursor.execute(self._sql(_SPEND_HELD), {"reservation": reservation_id}).fetchall()
+            cursor.execute(self._sql(_SPENT_MARK), {"reservation": reservation_id})
             return self._raise_alerts(cursor, tenant, rows)
 
     def charge(self, scope: CallScope, cost_usd: Decimal, now: datetime, charge_id: UUID) -> list[Raised]:
