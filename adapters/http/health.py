@@ -1,6 +1,7 @@
 """``/healthz`` (the process answers) and ``/readyz`` (the database answers within a deadline).
 
-Neither needs a key: load balancers and orchestrators probe them. ``/readyz`` never hangs:
+Neither needs a key: load balancers and orchestrators probe them, and neither takes a worker
+thread (those may all be waiting for the database). ``/readyz`` never hangs:
 the probe runs on a worker thread and is abandoned after ``Settings.ready_timeout_s``;
 probes arriving while one is in flight share it, so a dead database cannot pile up threads.
 """
@@ -30,8 +31,10 @@ class Health(BaseModel):
 
 
 @router.get("/healthz", responses=responses(common=BASIC))
-def healthz() -> Health:
-    """Liveness: the process answers."""
+async def healthz() -> Health:
+    """Liveness: the process answers. On the event loop, not a worker thread: in an outage every
+    thread may be waiting out its deadline in the engine, and a probe queued behind them (5.4 s
+    beside 100 such requests, 3 s deadlines) made a well process look dead to its orchestrator."""
     return Health(status="ok")
 
 
