@@ -21,6 +21,10 @@ _FIELDS = ("version", "description", "tiers", "fallback", "latency_target_ms", "
 fallback and a misspelt ``model_ranked_matching`` as off, without a word said."""
 
 
+UNPRICED = Decimal("Infinity")
+"""The cost a routing policy gives a model without a price: more than any priced one."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelTiers:
     """Which models each priority may use, the fallbacks, and the latency target."""
@@ -92,9 +96,12 @@ class ModelTiers:
         return tuple(sorted({m for ms in self.tiers.values() for m in ms} | set(self.fallback)))
 
     def policy(self, costs: Mapping[str, Decimal]) -> RoutingPolicy:
-        """The latency-target policy restricted to these tiers (``costs`` per call, by model)."""
+        """The latency-target policy restricted to these tiers (``costs`` per call, by model).
+
+        A model ``costs`` does not price (a tier may name one where unpriced models are
+        flagged) comes after every priced one: counted as free, it had always been chosen."""
         return RoutingPolicy(
-            costs={m: costs.get(m, Decimal(0)) for m in self.models()},
+            costs={m: costs.get(m, UNPRICED) for m in self.models()},
             latency_target_ms=self.latency_target_ms,
             tiers=dict(self.tiers),
         )

@@ -40,7 +40,6 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
 from functools import partial
 from typing import Any, Protocol
 from uuid import UUID
@@ -160,7 +159,7 @@ class TaskClassifier:
             if isinstance(prices, PriceTable)
             else {}
         )
-        policy = self.tiers.policy({m: costs.get(m, Decimal(0)) for m in self.tiers.models()})
+        policy = self.tiers.policy(costs)  # a model without a price comes after the priced ones
         chosen = policy.choose(observed_latencies(list(self._observed)), priority.value)
         tier = ", ".join(self.tiers.tiers[priority.value])
         return (
