@@ -19,7 +19,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, Security
@@ -320,7 +319,8 @@ class Gate:
         # at each request, from the row as it stands.
         if key.revoked_at is not None:
             raise HTTPException(401, UNKNOWN_KEY, headers={"WWW-Authenticate": "Bearer"})
-        if key.expired(datetime.now(UTC)):
+        # By the engine's clock (the database's): the one the key's expiry was set by.
+        if key.expired(self.tenants.base.clock()):
             raise HTTPException(401, EXPIRED_KEY, headers={"WWW-Authenticate": "Bearer"})
         self.guesses.served(address, held)
         return key

@@ -286,3 +286,26 @@ def test_a_key_whose_times_were_set_to_infinity_in_the_database_is_judged_not_a_
         assert (listed.revoked_at is None) == (revoked_at is None)
     finally:
         engine.close()
+
+
+def test_a_key_is_judged_expired_by_the_engines_clock_the_one_it_was_made_by(
+    database_url: str, pg_schema: str, store: PostgresKeyStore
+) -> None:
+    # Given a key made to expire in an hour by the database's clock, and a server whose engine
+    # reads that clock two hours on (as a host would whose own clock is two hours behind)
+    later = lambda: datetime.now(UTC) + timedelta(hours=2)  # noqa: E731
+    engine = Engine(
+        settings=make_settings(database_url=database_url, schema=pg_schema, tenant="acme"), clock=later
+    )
+    try:
+        with (
+            live_server(create_app(engine, keys=Keyring.of(engine))) as url,
+            httpx.Client(base_url=url) as client,
+        ):
+            issued = store.create("acme", "writer", expires_in=timedelta(hours=1))
+            # When it is used, then it is refused as expired (the host's clock had said it was good)
+            refused = client.get("/v1/agents", headers=bearer(issued.token))
+            assert refused.status_code == 401, refused.text
+            assert refused.json()["error"] == "this API key has expired: ask for a new one"
+    finally:
+        engine.close()
