@@ -11,7 +11,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+from tests.support.simulator_sdk import sdk_on_simulator
 
 MESSAGES: list[Any] = [{"role": "user", "content": '{"message": "where is my order A1001?"}'}]
 
@@ -28,10 +28,7 @@ class Escalate(BaseModel):
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[openai.OpenAI]:
-    with (
-        run_simulator(SimulatorConfig(latency_ms=0, seed=3)) as simulator,
-        openai.OpenAI(base_url=simulator.base_url, api_key="sk-sim-000000", max_retries=0, timeout=5) as sdk,
-    ):
+    with sdk_on_simulator() as sdk:
         yield sdk
 
 
