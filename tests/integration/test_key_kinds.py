@@ -22,7 +22,7 @@ from psycopg.sql import SQL, Identifier
 from flowledger.domain.errors import IdempotencyKeyOfAnotherKind, LlmCallFailed
 from flowledger.domain.session import Session
 from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN
-from flowledger.infrastructure import Engine
+from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.snapshot_audit import verify_snapshots
 from tests.conftest import make_settings
 from tests.support.llm import ScriptedLlm
@@ -43,6 +43,22 @@ def snapshots_as_version_5(database_url: str, schema: str) -> int:
     with psycopg.connect(database_url, autocommit=True) as conn:
         changed = conn.execute(SQL(as_version_5).format(snapshots=Identifier(schema, "flowledger_snapshots")))
         return changed.rowcount
+
+
+def extended_under_k_as_version_5(database_url: str, pg_schema: str) -> Settings:
+    """Session "old" extended under key K and twice without a key, its snapshots then rewritten
+    as version 5 stored them (``snapshots_as_version_5``); the settings of its engines (stored
+    unsealed, as a snapshot that an engine chaining its log would refuse once edited)."""
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, snapshot_interval=2, audit_chain=False
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("old", "cs")
+        engine.extend_session("old", timedelta(hours=1), idempotency_key="K")
+        engine.extend_session("old", timedelta(hours=1))
+        engine.extend_session("old", timedelta(hours=1))
+    assert snapshots_as_version_5(database_url, pg_schema) >= 1
+    return settings
 
 
 def test_a_key_that_named_a_step_is_refused_for_an_expiry_change(engine: Engine) -> None:
@@ -161,15 +177,7 @@ def test_a_session_read_from_a_version_5_snapshot_still_refuses_a_step_under_an_
     # Given an extension under K, then the session's snapshots as version 5 stored them: a key
     # filter without the extension's key, and no word of it (stored unsealed, as a snapshot
     # that an engine chaining its log would refuse once edited)
-    settings = make_settings(
-        database_url=database_url, schema=pg_schema, snapshot_interval=2, audit_chain=False
-    )
-    with Engine(settings=settings) as engine:
-        engine.start_session("old", "cs")
-        engine.extend_session("old", timedelta(hours=1), idempotency_key="K")
-        engine.extend_session("old", timedelta(hours=1))
-        engine.extend_session("old", timedelta(hours=1))
-    assert snapshots_as_version_5(database_url, pg_schema) >= 1
+    settings = extended_under_k_as_version_5(database_url, pg_schema)
     # When a fresh engine is sent a step under K, then it is refused as before
     with Engine(settings=settings) as engine:
         with pytest.raises(IdempotencyKeyOfAnotherKind, match="already names an expiry change"):
@@ -218,15 +226,7 @@ def test_a_session_read_from_a_version_5_snapshot_searches_its_stream_once_not_a
 ) -> None:
     # Given extensions under a key and without one, then the session's snapshots as version 5
     # stored them (a filter without the expiry's keys)
-    settings = make_settings(
-        database_url=database_url, schema=pg_schema, snapshot_interval=2, audit_chain=False
-    )
-    with Engine(settings=settings) as engine:
-        engine.start_session("old", "cs")
-        engine.extend_session("old", timedelta(hours=1), idempotency_key="K")
-        engine.extend_session("old", timedelta(hours=1))
-        engine.extend_session("old", timedelta(hours=1))
-    assert snapshots_as_version_5(database_url, pg_schema) >= 1
+    settings = extended_under_k_as_version_5(database_url, pg_schema)
     with Engine(settings=settings) as engine:
         searches = searches_of(engine, monkeypatch)
         # When six steps under new keys are recorded
