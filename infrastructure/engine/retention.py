@@ -28,7 +28,8 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
@@ -53,6 +54,7 @@ from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.factory import FlowledgerSnapshotRecorder
 from flowledger.infrastructure.postgres.retention import Base, RetentionTables
+from flowledger.infrastructure.postgres.watchdog import watching
 from flowledger.verify import event_mac
 
 ProjectionRows = Callable[[Sequence[UUID]], dict[UUID, dict[str, Any]]]
@@ -153,6 +155,15 @@ class RetentionService:
         conn.commit()
         return conn
 
+    @contextmanager
+    def _reading(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the trail's for a read inside an operation, watched until its end:
+        it has no statement timeout (audit reads are long), and a read waiting on a lock held
+        on retention's tables (or, behind PgBouncer in session pooling, for a server connection)
+        waited for it, 40 s and more with a 3 s deadline."""
+        with self._trail.connect() as conn, watching(conn):
+            yield conn
+
     def _within_deadline(self, operation: str, call: Callable[[], T]) -> T:
         """``call()`` (a read, or a write that sets a value) tried again after a lost connection
         within the operation deadline, as the store's reads are; then StoreUnavailable."""
@@ -162,7 +173,7 @@ class RetentionService:
         """The archived streams, with the last version each one's base stands for (no tables: none)."""
 
         def read() -> dict[UUID, int]:
-            with self._trail.connect() as conn:
+            with self._reading() as conn:
                 if not self.tables.exists(conn):
                     return {}
                 return {s: b.base.through_version for s, b in self.tables.bases(conn, b"").items()}
@@ -174,7 +185,7 @@ class RetentionService:
         id as an unsealed snapshot writes it; no tables: none)."""
 
         def read() -> list[UUID]:
-            with self._trail.connect() as conn:
+            with self._reading() as conn:
                 if not self.tables.exists(conn):
                     return []
                 return self.tables.snapshots_holding(conn, self._tenant, needles)
@@ -196,7 +207,7 @@ class RetentionService:
             raise ValidationError("streams", "must be a list of aggregate ids (UUIDs)")
 
         def read() -> dict[UUID, str]:
-            with self._trail.connect() as conn:
+            with self._reading() as conn:
                 if not self.tables.exists(conn):
                     return {}
                 return {s: b.base.bundle for s, b in self.tables.bases(conn, b"", list(streams)).items()}
@@ -232,7 +243,7 @@ class RetentionService:
         """This tenant's policies: workflow -> days (reading makes no table)."""
 
         def read() -> dict[str, int]:
-            with self._trail.connect() as conn:
+            with self._reading() as conn:
                 if not self.tables.exists(conn):
                     return {}
                 return self.tables.policies(conn, self._tenant)
