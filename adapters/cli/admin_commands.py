@@ -36,6 +36,10 @@ def migrate() -> None:
         console.print(
             "the notification sequence had a cache: set to CACHE 1 (a cache lets followers skip ids)"
         )
+    if report.functions_remade:
+        console.print(
+            "the append functions named another schema (renamed or restored under this name): made again"
+        )
     if report.indexes_made:
         console.print(
             f"the events table had lost unique indexes; made again: {', '.join(report.indexes_made)}"

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
+from flowledger.infrastructure.postgres.retention import GUARD
+from flowledger.infrastructure.postgres.sql import section_lock_key
+
 VERSION_TABLE = "flowledger_schema"
 MAX_IDENTIFIER_LEN = 63
 
@@ -110,9 +113,11 @@ def fast_check(schema: str, names: TableNames) -> Composed:
         "ORDER BY e.notification_id DESC LIMIT 1), "
         "{layout}, "
         "{out_of_order}, "
-        "{indexes_missing} "
+        "{indexes_missing}, "
+        "{functions_stale} "
         "FROM {s}.{t} v"
     ).format(
+        functions_stale=functions_stale(schema, names.events),
         layout=event_log_layout(Literal(events.as_string(None))),
         indexes_missing=log_indexes_missing(Literal(events.as_string(None))),
         out_of_order=sequence_out_of_order(events),
@@ -121,6 +126,28 @@ def fast_check(schema: str, names: TableNames) -> Composed:
         s=Identifier(schema),
         t=Identifier(VERSION_TABLE),
         cluster=_CLUSTER_ID,
+    )
+
+
+def functions_stale(schema: str, table: str) -> Composed:
+    """Whether the append functions are missing, or (with retention's guard) name another
+    schema in their bodies: the schema was renamed (or restored under another name), and the
+    functions still take the old name's sequence, table and id-section lock."""
+    function = append_function_name(table)
+    return SQL(
+        "((SELECT count(*) FROM pg_proc p WHERE p.pronamespace = "
+        "(SELECT oid FROM pg_namespace WHERE nspname = {schema}) "
+        "AND p.proname IN ({one}, {many}) AND strpos(p.prosrc, {key}) > 0) < 2 OR EXISTS ("
+        "SELECT 1 FROM pg_proc p WHERE p.pronamespace = "
+        "(SELECT oid FROM pg_namespace WHERE nspname = {schema}) "
+        "AND p.proname = {guard} AND strpos(p.prosrc, {qualified}) = 0))"
+    ).format(
+        schema=Literal(schema),
+        one=Literal(f"{function}_one"[:MAX_IDENTIFIER_LEN]),
+        many=Literal(function),
+        key=Literal(str(section_lock_key(schema, table))),
+        guard=Literal(GUARD),
+        qualified=Literal(Identifier(schema).as_string(None) + "."),
     )
 
 

@@ -33,7 +33,7 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from flowledger.domain.errors import LogDamaged, MigrationRefused, ValidationError
-from flowledger.infrastructure.postgres import data_keys, ddl
+from flowledger.infrastructure.postgres import data_keys, ddl, retention
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.postgres.connect_within import connect_within
 from flowledger.infrastructure.settings import Settings
@@ -82,6 +82,9 @@ class MigrationReport:
     """What ``repair_sequence_order`` changed in the notification sequence (nothing: empty)."""
     indexes_made: tuple[str, ...] = ()
     """The events table's unique indexes made again (``restore_log_indexes``)."""
+    functions_remade: bool = False
+    """The append functions (and retention's guard) were made again for this schema's name
+    (``remake_stale_functions``: a renamed schema's still named the old one)."""
 
 
 def migrate(
@@ -172,9 +175,10 @@ def _already_right(
         return None
     if row is None:
         return None
-    version, cluster, cluster_now, cache, foreign_tail, layout, out_of_order, indexes_missing = row
+    version, cluster, cluster_now, cache, foreign_tail, layout, out_of_order, indexes_missing, stale = row
     right = (
-        version >= SCHEMA_VERSION
+        not stale
+        and version >= SCHEMA_VERSION
         and cluster == cluster_now
         and cache == 1
         and not foreign_tail
@@ -216,6 +220,7 @@ def _migrate_locked(
             cur.execute(statement)
     elif version > SCHEMA_VERSION:
         _warn_newer(schema, version)
+    remade = not created and remake_stale_functions(cur, schema, names.events, id_type)
     cache_reset = force_sequence_cache_1(cur, schema, names.events)
     indexes_made = restore_log_indexes(cur, schema, names.events)
     sequence_repairs = repair_sequence_order(cur, schema, names.events)
@@ -241,6 +246,7 @@ def _migrate_locked(
         rows_moved=moved,
         sequence_repairs=sequence_repairs,
         indexes_made=indexes_made,
+        functions_remade=remade,
     )
     return report, 0 < version < MARKERS_SINCE
 
@@ -493,6 +499,29 @@ def force_sequence_cache_1(cur: psycopg.Cursor[Any], schema: str, table: str) ->
             " ids); only its owner may change it: its owner should run `flowledger migrate`",
         ) from None
     _log.warning("sequence %s had CACHE %s; set to CACHE 1 (readers could skip ids)", sequence, row[0])
+    return True
+
+
+def remake_stale_functions(cur: psycopg.Cursor[Any], schema: str, table: str, id_type: str) -> bool:
+    """Make the append functions (and retention's guard, where retention made one) again when
+    they are missing or name another schema (``ddl.functions_stale``); whether it did.
+
+    ``ALTER SCHEMA ... RENAME`` (or a dump restored under another name) keeps function bodies
+    as they were: the appends went on naming the old schema's sequence and table ("schema ...
+    does not exist" on every append, exit 70) and taking the old name's id-section lock, which
+    readers of the new name do not look at."""
+    stale = cur.execute(SQL("SELECT ") + ddl.functions_stale(schema, table)).fetchone()
+    if not (stale and stale[0]):
+        return False
+    create_event_log(cur, schema, table, id_type, partitions=event_log_partitions(cur, schema, table) or 0)
+    guard = cur.execute(
+        "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = %s AND p.proname = %s",
+        (schema, retention.GUARD),
+    ).fetchone()
+    if guard is not None:
+        cur.execute(retention.guard_ddl(schema, table))
+    _log.warning("%s.%s: append functions named another schema (renamed?); made again", schema, table)
     return True
 
 

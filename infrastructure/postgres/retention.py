@@ -66,6 +66,8 @@ CREATE TABLE IF NOT EXISTS {s}.{bases} (
     seal bytea NOT NULL
 );
 CREATE INDEX IF NOT EXISTS {bases_by_workflow} ON {s}.{bases} (tenant, workflow);
+"""
+_GUARD_DDL = """
 CREATE OR REPLACE FUNCTION {s}.{guard}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM {s}.{bases} WHERE stream_id = NEW.originator_id
@@ -80,6 +82,14 @@ CREATE OR REPLACE TRIGGER {guard} BEFORE INSERT ON {s}.{events}
 """
 GUARD = "flowledger_archived_versions"
 """The trigger (and its function) that refuses an append at a version a base stands for."""
+
+
+def guard_ddl(schema: str, events: str) -> Composed:
+    """The guard's function and trigger on ``schema.events`` (made again by ``migrate`` when the
+    schema was renamed: the function names the schema in its body)."""
+    return SQL(_GUARD_DDL).format(
+        s=Identifier(schema), bases=Identifier(BASES), guard=Identifier(GUARD), events=Identifier(events)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,10 +176,9 @@ class RetentionTables:
                 policies=Identifier(POLICIES),
                 bases=Identifier(BASES),
                 bases_by_workflow=Identifier(f"{BASES}_by_workflow"),
-                guard=Identifier(GUARD),
-                events=Identifier(self.events),
             )
         )
+        conn.execute(guard_ddl(self.schema, self.events))
 
     def exists(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether the bases table exists (a schema no retention command touched has none)."""
