@@ -114,8 +114,15 @@ def _migrate_until_deadline(
         return max(deadline - monotonic(), 0.0)
 
     def attempt() -> MigrationReport:
-        # An attempt's connection may take only the time left (at least a beat, to be made at all)
-        cut = settings.with_overrides(connect_timeout_s=max(min(settings.connect_timeout_s, left()), 0.05))
+        # An attempt's connection, and its check's statement (on a log locked by a layout
+        # conversion each try waited a whole statement timeout: 20.7 s of a 15 s deadline), may
+        # take only the time left (at least a beat, to be made at all). The locked migration
+        # keeps its own longer timeout: a repair must not be cut short.
+        beat = max(left(), 0.05)
+        cut = settings.with_overrides(
+            connect_timeout_s=min(settings.connect_timeout_s, beat),
+            statement_timeout_s=min(settings.statement_timeout_s, beat),
+        )
         return migrate(database_url, schema, cut, change_layout=change_layout)
 
     # A backoff is cut to the time left: slept whole, the last one (up to 1 s) and the attempt

@@ -8,13 +8,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
 import pytest
 from eventsourcing.persistence import OperationalError
+from psycopg.sql import SQL, Identifier
 
 from flowledger.domain import StoreUnavailable
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.engine import facade
 from flowledger.infrastructure.postgres.connect_within import connect_within
+from flowledger.infrastructure.postgres.database import migrate
 from flowledger.infrastructure.postgres.factory import FlowledgerDatastore
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
@@ -172,3 +175,30 @@ def test_a_start_whose_migration_took_most_of_the_deadline_ends_at_the_same_dead
     with pytest.raises(StoreUnavailable, match=r"\(start\)"):
         Engine(settings=settings)
     assert time.monotonic() - started < 2.6
+
+
+@pytest.mark.postgres
+def test_a_start_whose_check_waits_on_a_locked_log_gives_up_at_its_deadline(
+    database_url: str, pg_schema: str
+) -> None:
+    # (An outside probe, default settings: `flowledger history s` while another session held the
+    # events table in ACCESS EXCLUSIVE mode, as a layout conversion does, gave up after 20.7 s of
+    # a 15 s deadline: each try of the start's check waited its whole 10 s statement timeout.)
+    # Given a migrated log that another session holds locked for longer than the deadline
+    migrate(database_url, pg_schema)
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, operation_deadline_s=3.0, statement_timeout_s=2.5
+    )
+    with psycopg.connect(database_url) as holder:
+        holder.execute(
+            SQL("LOCK TABLE {}.flowledger_events IN ACCESS EXCLUSIVE MODE").format(Identifier(pg_schema))
+        )
+        # When an engine starts
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"\(migrate\)"):
+            Engine(settings=settings)
+        elapsed = time.monotonic() - started
+        holder.rollback()
+
+    # Then it gives up at its deadline, not a statement timeout after it (5.1 s before)
+    assert elapsed < 4.0, elapsed
