@@ -168,8 +168,8 @@ class Settings:
             if not (_SERVER_MS_RANGE_S[0] <= value <= _SERVER_MS_RANGE_S[1]):
                 raise ValidationError(
                     name,
-                    f"must be 0.001 to 2147483 s (the server's statement_timeout, in whole"
-                    f" milliseconds below 2^31), got {value!r}",
+                    f"must be 0.001 to 2147483 s (sent to PostgreSQL in whole milliseconds"
+                    f" below 2^31), got {value!r}",
                 )
         if self.pool_size < 1:
             raise ValidationError("pool_size", f"must be >= 1, got {self.pool_size}")
@@ -312,11 +312,14 @@ _POSITIVE_SECONDS = (
     "ready_timeout_s",
 )
 
-_SERVER_MILLISECONDS = ("statement_timeout_s", "ready_timeout_s")
-"""Sent to the server as ``statement_timeout`` in whole milliseconds."""
+_SERVER_MILLISECONDS = ("statement_timeout_s", "ready_timeout_s", "operation_deadline_s")
+"""Sent to PostgreSQL in whole milliseconds: the first two as ``statement_timeout``, the
+operation deadline as every connection's ``tcp_user_timeout``."""
 _SERVER_MS_RANGE_S = (0.001, 2_147_483.0)
-"""What the server takes: past 2^31-1 ms it refused every connection ("Value exceeds integer
-range", exit 1), and below 1 ms the value sent was 0, which is no timeout at all."""
+"""What PostgreSQL takes: past 2^31-1 ms the server refused every connection ("Value exceeds
+integer range", exit 1), and libpq every connection's ``tcp_user_timeout`` ("invalid integer
+value"), tried again as an outage until that deadline, 34 days for 3000000 s; below 1 ms the
+statement timeout sent was 0, which is no timeout at all."""
 
 
 def _require_conninfo(field_name: str, url: object) -> None:

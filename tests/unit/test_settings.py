@@ -405,12 +405,14 @@ def test_a_system_schema_is_refused_since_its_tables_would_be_left_out_of_every_
         Settings.from_env({"FLOWLEDGER_SCHEMA": schema})
 
 
-@pytest.mark.parametrize("name", ["statement_timeout_s", "ready_timeout_s"])
+@pytest.mark.parametrize("name", ["statement_timeout_s", "ready_timeout_s", "operation_deadline_s"])
 @pytest.mark.parametrize("seconds", ["0.0001", "3000000", "1e9"])
 def test_a_server_timeout_the_server_cannot_count_in_milliseconds_is_refused(name: str, seconds: str) -> None:
     # (An outside probe: FLOWLEDGER_STATEMENT_TIMEOUT_S=3000000 stopped `flowledger migrate` with
     # the server's 'invalid value for parameter "statement_timeout": "3000000000" HINT: Value
-    # exceeds integer range.', exit 1; 0.0001 became statement_timeout = 0, which is no timeout.)
+    # exceeds integer range.', exit 1; 0.0001 became statement_timeout = 0, which is no timeout;
+    # FLOWLEDGER_OPERATION_DEADLINE_S=3000000, every connection's tcp_user_timeout, made libpq
+    # refuse each connection, tried again as an outage: `flowledger history s` hung.)
     variable = f"FLOWLEDGER_{name.upper()}"
     with pytest.raises(ValidationError, match=rf"{name}: must be 0.001 to 2147483 s") as refused:
         Settings.from_env({variable: seconds})
