@@ -19,6 +19,10 @@ from flowledger.infrastructure.variables import refuse_misspelt_variables
 
 MEMORY_URL = "memory:"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+MAX_SCHEMA_LENGTH = 42
+"""The longest schema name whose derived schemas fit PostgreSQL's 63 characters: the projections
+name theirs after it (``projections.catalog.Names``), ``<schema>_current_state_verify`` the
+longest (21 more). A 63-character schema migrated and took steps, and every rebuild failed."""
 _SYSTEM_SCHEMA = (
     "is PostgreSQL's own (information_schema, or a name beginning pg_): pg_dump leaves such"
     " schemas out, so the log would be in no backup; choose another name"
@@ -144,6 +148,13 @@ class Settings:
     def __post_init__(self) -> None:
         if not isinstance(self.schema, str) or not _SCHEMA_NAME.match(self.schema):
             raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
+        if len(self.schema) > MAX_SCHEMA_LENGTH:
+            raise ValidationError(
+                "schema",
+                f"{self.schema!r} is {len(self.schema)} characters long; at most {MAX_SCHEMA_LENGTH}:"
+                " the read models' schemas are named after it ('<schema>_current_state_verify' the"
+                " longest) and PostgreSQL names have at most 63",
+            )
         if self.schema == "information_schema" or self.schema.startswith("pg_"):
             raise ValidationError("schema", f"{self.schema!r} {_SYSTEM_SCHEMA}")
         require_tenant(self.tenant)  # not blank, no control characters, at most 200 (as a key's)

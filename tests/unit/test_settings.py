@@ -11,7 +11,10 @@ from psycopg.conninfo import conninfo_to_dict
 from flowledger.domain import ValidationError
 from flowledger.infrastructure import Settings
 from flowledger.infrastructure.postgres.database import library_env
+from flowledger.infrastructure.settings import MAX_SCHEMA_LENGTH
 from flowledger.infrastructure.variables import INTERNAL, LEFT_ALONE, READ, refuse_misspelt_variables
+from flowledger.projections import all_projections
+from flowledger.projections.catalog import Names
 
 
 def test_settings_read_the_flowledger_variables() -> None:
@@ -423,3 +426,18 @@ def test_a_server_timeout_the_server_cannot_count_in_milliseconds_is_refused(nam
 
 def test_the_longest_and_shortest_server_timeouts_are_taken() -> None:
     assert Settings(statement_timeout_s=2147483, ready_timeout_s=0.001).statement_timeout_s == 2147483
+
+
+def test_a_schema_name_too_long_for_the_read_models_schemas_is_refused_at_once() -> None:
+    # (An outside probe: FLOWLEDGER_SCHEMA of 63 characters migrated and took steps, then
+    # `flowledger projections rebuild` failed: "schema name '<it>_projections' is longer than 63
+    # characters"; the dashboards and the funnel could never be built for it.)
+    longest = "s" * MAX_SCHEMA_LENGTH
+    names = Names(Settings(schema=longest).schema)
+    derived = [names.control, names.reader, names.tenant("a tenant")]
+    for projection in all_projections():
+        derived += [names.scratch(projection.name), names.build(projection.name, 99)]
+    assert max(len(name) for name in derived) <= 63
+    with pytest.raises(ValidationError, match=r"schema: .* is 43 characters long; at most 42") as refused:
+        Settings.from_env({"FLOWLEDGER_SCHEMA": "s" * 43})
+    assert refused.value.field == "schema"
