@@ -51,6 +51,7 @@ from flowledger.domain.errors import (
     TaskTransitionRejected,
     UnknownModelPrice,
     ValidationError,
+    WriteRefusedByDatabase,
 )
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionState, SessionStatus, StepFailure, StepRecord
@@ -127,6 +128,7 @@ __all__ = [
     "TaskTransitionRejected",
     "UnknownModelPrice",
     "ValidationError",
+    "WriteRefusedByDatabase",
     "agent_uuid",
     "session_uuid",
     "task_uuid",

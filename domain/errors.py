@@ -25,8 +25,10 @@ FlowledgerError
 │       ├── MigrationRefused   the schema needs a change this role may not make (the
 │       │                      sequence's CACHE 1, a new version): its owner runs
 │       │                      ``flowledger migrate``; carries ``schema``
-│       └── StoreForbidden     the role may not do what the operation needs (permission
-│                              denied: a read-only role recording a step): not retried
+│       ├── StoreForbidden     the role may not do what the operation needs (permission
+│       │                      denied: a read-only role recording a step): not retried
+│       └── WriteRefusedByDatabase  a trigger, rule or constraint added on the log in the
+│                              database refused an append: not retried; carries ``table``
 ├── RebuildInProgress          another process is rebuilding ``projection``
 ├── RetentionPolicyNotFound    no retention policy for ``workflow`` (in this tenant)
 ├── AuditError                 the audit trail cannot do what was asked (unchained events,
@@ -377,6 +379,22 @@ class StoreForbidden(StoreRefused):
             " flowledger needs on the schema: SELECT, INSERT, UPDATE, DELETE on its tables and"
             " USAGE on its sequences, or connect as one that has them)",
         )
+
+
+class WriteRefusedByDatabase(StoreRefused):
+    """A trigger, rule or constraint someone added on the events table refused an append (none
+    of flowledger's raises or checks that way): not retried, as waiting will not mend it;
+    ``detail`` is the server's first line, ``table`` the events table."""
+
+    def __init__(self, operation: str, detail: str, table: str) -> None:
+        super().__init__(operation, detail)
+        FlowledgerError.__init__(
+            self,
+            f"the database refused the write ({operation}): {detail} (not flowledger's own rule: a"
+            f" trigger, rule or constraint added on {table} in the database; it must let"
+            " flowledger's appends through)",
+        )
+        self.table = table
 
 
 class RebuildInProgress(FlowledgerError):

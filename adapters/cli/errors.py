@@ -67,6 +67,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     # The schema needs its owner (a role without the privilege to migrate it): EX_NOPERM.
     (errors.MigrationRefused, 77),
     (errors.StoreForbidden, 77),  # the role lacks a privilege (a read-only role writing)
+    (errors.WriteRefusedByDatabase, 1),  # a trigger or constraint added in the database
     (errors.StoreRefused, 1),
     (errors.StoreUnavailable, 75),
     # A row of the log changed in the database so that it no longer reads: bad data (EX_DATAERR).

@@ -77,6 +77,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.ConcurrentUpdate, 503),
     (errors.MigrationRefused, 503),
     (errors.StoreForbidden, 503),
+    (errors.WriteRefusedByDatabase, 503),
     (errors.StoreRefused, 503),
     (errors.StoreUnavailable, 503),
     (errors.LlmCallFailed, 502),

@@ -54,7 +54,7 @@ from psycopg import Connection, Cursor
 from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
-from flowledger.domain.errors import StoredEventAltered, StoreUnavailable
+from flowledger.domain.errors import StoredEventAltered, StoreUnavailable, WriteRefusedByDatabase
 from flowledger.infrastructure.postgres import binary_arrays
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.postgres.chain import Heads, StreamChain
@@ -89,6 +89,16 @@ def _cached_id(error: psycopg.Error) -> bool:
     return isinstance(error, psycopg.errors.ObjectNotInPrerequisiteState) and (
         pg_sql.ID_FROM_SEQUENCE_CACHE in str(error)
     )
+
+
+_REFUSED_BY_DATABASE = (
+    psycopg.errors.RaiseException,
+    psycopg.errors.CheckViolation,
+    psycopg.errors.ForeignKeyViolation,
+    psycopg.errors.RestrictViolation,
+)
+"""What the append meets only from a rule added in the database: flowledger's own refusals are a
+unique violation (a version clash, retention's guard) and object_not_in_prerequisite_state."""
 
 
 class _IdOutOfOrder(Exception):
@@ -332,6 +342,10 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                     raise _IdFromCache(str(error)) from error
                 if _id_out_of_order(error):
                     raise _IdOutOfOrder(str(error).splitlines()[0]) from error
+                if isinstance(error, _REFUSED_BY_DATABASE):
+                    detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+                    table = f"{self.datastore.schema}.{self.events_table_name}"
+                    raise WriteRefusedByDatabase("append", detail, table) from error
                 raise library_error(error) from error
             except BaseException:
                 close_unfinished(conn)
