@@ -207,6 +207,16 @@ def _migrate_locked(
     _create_schema_and_version_table(cur, schema)
     row = cur.execute(ddl.read_version(schema)).fetchone()
     version = 0 if row is None else int(row[0])
+    if version and event_log_partitions(cur, schema, names.events) is None:
+        # Made anew, the log would start again at id 1 beside projections, checkpoints and
+        # followers' positions that say otherwise, and hide the loss.
+        raise LogDamaged(
+            "",
+            0,
+            f"{schema}.{names.events} is missing while {schema}.{ddl.VERSION_TABLE} records version"
+            f" {version}: the log was dropped in the database; restore it from a backup, or drop"
+            " the schema to start a new log",
+        )
     created = version < SCHEMA_VERSION
     if created:
         create_event_log(cur, schema, names.events, id_type, partitions=settings.event_partitions or 0)

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
+from flowledger.domain.errors import LogDamaged
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.database import migrate
 from tests.conftest import make_settings
@@ -82,3 +83,24 @@ def test_migrate_says_what_it_made_again(database_url: str, pg_schema: str) -> N
     # Then the report names the index made
     assert report.locked
     assert report.indexes_made == ("flowledger_events_notification_id_idx",)
+
+
+def test_a_log_whose_events_table_was_dropped_is_refused_naming_it_and_not_made_anew(
+    database_url: str, pg_schema: str
+) -> None:
+    # (An outside probe: `flowledger migrate` and every command on such a schema said only
+    # 'relation "<schema>.flowledger_events" does not exist', exit 1.)
+    # Given a migrated log whose events table was dropped in the database
+    migrate(database_url, pg_schema)
+    _drop(database_url, pg_schema, "DROP TABLE {s}.flowledger_events CASCADE")
+
+    # When it is migrated, and an engine starts on it
+    with pytest.raises(LogDamaged, match=r"flowledger_events is missing .* version \d+: the log was dropped"):
+        migrate(database_url, pg_schema)
+    with pytest.raises(LogDamaged, match=r"the log was dropped"):
+        Engine(settings=make_settings(database_url=database_url, schema=pg_schema))
+
+    # Then no empty log was made in its place
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (f"{pg_schema}.flowledger_events",)).fetchone()
+    assert found == (None,)
