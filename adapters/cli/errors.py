@@ -76,6 +76,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.StoredEventOutOfOrder, 65),
     (errors.StoredEventAltered, 65),
     (errors.ArchivedBaseForged, 65),
+    (errors.LogDamaged, 65),  # the log as a whole: its events table dropped, an index not remade
     (errors.FlowledgerError, 1),
     # A file named on the command line: missing, a directory, not writable (EX_IOERR) ...
     (OSError, 74),

@@ -73,6 +73,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.StoredEventOutOfOrder, 500),
     (errors.StoredEventAltered, 500),
     (errors.ArchivedBaseForged, 500),
+    (errors.LogDamaged, 500),  # the log as a whole: its events table dropped, an index not remade
     (errors.CircuitOpen, 503),
     (errors.ConcurrentUpdate, 503),
     (errors.MigrationRefused, 503),
