@@ -146,6 +146,14 @@ class Settings:
     (unset): new schemas get one table, and an existing log keeps the layout it has."""
 
     def __post_init__(self) -> None:
+        for (
+            name
+        ) in _PATHS:  # text is a path (the environment's is); "/srv/x" raised TypeError at the first write
+            value = getattr(self, name)
+            if isinstance(value, str | os.PathLike) and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(value))
+            elif value is not None and not isinstance(value, Path):
+                raise ValidationError(name, f"must be a path, got {type(value).__name__}")
         if not isinstance(self.schema, str) or not _SCHEMA_NAME.match(self.schema):
             raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
         if len(self.schema) > MAX_SCHEMA_LENGTH:
@@ -299,6 +307,8 @@ class Settings:
         return replace(self, **given)  # type: ignore[arg-type]
 
 
+_PATHS = ("home", "pricing_file", "skill_catalogue_file", "routing_file", "audit_key_dir")
+"""The settings that name files or directories."""
 _WHOLE_NUMBERS = (
     "snapshot_interval",
     "max_conflict_retries",

@@ -441,3 +441,16 @@ def test_a_schema_name_too_long_for_the_read_models_schemas_is_refused_at_once()
     with pytest.raises(ValidationError, match=r"schema: .* is 43 characters long; at most 42") as refused:
         Settings.from_env({"FLOWLEDGER_SCHEMA": "s" * 43})
     assert refused.value.field == "schema"
+
+
+@pytest.mark.parametrize(
+    "name", ["home", "audit_key_dir", "pricing_file", "skill_catalogue_file", "routing_file"]
+)
+def test_a_path_given_as_text_is_taken_as_a_path_and_anything_else_is_refused(name: str) -> None:
+    # (An embedding probe: Settings(home="/srv/x") or audit_key_dir="/srv/keys" was taken as it
+    # was, and the engine's first write raised TypeError "unsupported operand type(s) for /: 'str'
+    # and 'str'", a traceback from deep inside.)
+    assert getattr(Settings(**{name: "/srv/flowledger/x"}), name) == Path("/srv/flowledger/x")
+    with pytest.raises(ValidationError) as refused:
+        Settings(**{name: 5})
+    assert refused.value.field == name
