@@ -543,6 +543,29 @@ def _walk(
                 " notification id was changed, and no checkpoint or follower past that position reads it",
             )
             continue
+        if (
+            checkpoint is not None
+            and head is not None
+            and version == head[0]
+            and position > checkpoint.position
+            and stored is not None
+            and bytes(stored) == head[1]
+        ):
+            # The mirror: the very row the checkpoint signed as the stream's head (its hash), moved
+            # past its position. The sequence check (``_check_ids_issued``) names it too, unless the
+            # sequence was set forward since (an engine's start repairs a sequence behind the stored
+            # ids: ``repair_sequence_order``). A head deleted and written again is not this row:
+            # its hash differs, and the head check below names it altered.
+            finding = Finding(
+                "reordered",
+                stream,
+                version,
+                f"moved rows: version {version} is at log position {position:,}, past the one checkpoint"
+                f" {checkpoint.seq} signed ({checkpoint.position:,}), which signed it as the stream's"
+                " head: its notification id was changed, and a follower that read it would skip every"
+                " event appended after it",
+            )
+            continue
         if start is not None and version == start[0]:
             if stored is None or bytes(stored) != start[1]:
                 finding = Finding(

@@ -198,7 +198,8 @@ TAMPERING: list[tuple[Callable[[Log], None], str, int, str]] = [
     (change_topic_to_completed, "altered", 3, "altered row: its topic or payload is not what was written"),
     (truncate_tail, "deleted", 3, "dropped rows: version 3..5 deleted at the end"),
     (edit_and_rehash, "forged", 3, "altered row: altered in place and re-hashed without the chain key"),
-    (move_last_ahead, "reordered", 5, "lies past the last one the log's sequence issued"),
+    # (the next engine's start sets the sequence past the moved id, so the checkpoint names it)
+    (move_last_ahead, "reordered", 5, "past the one checkpoint 1 signed (10), which signed it as the"),
 ]
 
 
