@@ -120,6 +120,12 @@ def _valid_arguments(tag: str = "") -> dict[str, dict[str, Any]]:
         "forget": {"user_id": "u-nobody"},
         "forget_session": {"session_id": s},
         "fork_session": {"session_id": s, "at_version": 1, "new_session_id": f"s-fork{tag}", "ttl": hour},
+        "fork_or_get_session": {
+            "session_id": s,
+            "at_version": 1,
+            "new_session_id": f"s-fork-or-get{tag}",
+            "ttl": hour,
+        },
         "get_agent": {"agent_id": a, "version": None},
         "get_session": {"session_id": s, "version": None, "as_of": None},
         "get_task": {"task_id": t, "version": None},
@@ -200,7 +206,7 @@ def _valid_arguments(tag: str = "") -> dict[str, dict[str, Any]]:
         },
         "start_task": {"task_id": t},
         "task_history": {"task_id": t},
-        "update_context": {"session_id": s, "update": {"k": "v"}},
+        "update_context": {"session_id": s, "update": {"k": "v"}, "idempotency_key": f"ctx{tag}"},
     }
     return table
 
