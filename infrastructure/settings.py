@@ -120,6 +120,10 @@ class Settings:
     """Where the chain key and the checkpoint signing key live (made 0600 on first use); None: home/keys."""
     chain_key: bytes | None = field(default=None, repr=False)
     """The chain's HMAC key (``FLOWLEDGER_CHAIN_KEY``, hex); None: the key file in ``key_dir``."""
+    chain_key_replaced: bool = False
+    """Start with a chain key that seals none of the log's newest rows (made when missing): the
+    writers' key was lost for good (``FLOWLEDGER_CHAIN_KEY_REPLACED=1``; old seals then read as
+    forged). Off, such an engine refuses to start (``postgres/chain_key_check.py``)."""
     signing_key: bytes | None = field(default=None, repr=False)
     """The checkpoints' Ed25519 private key, 32 bytes (``FLOWLEDGER_SIGNING_KEY``, hex); None: its file."""
     checkpoint_every_events: int = 10_000
@@ -272,6 +276,7 @@ class Settings:
             dashboard_url_keys=_on_or_off(env, "FLOWLEDGER_DASHBOARD_URL_KEYS"),
             agent_locks=_on_or_off(env, "FLOWLEDGER_AGENT_LOCKS", default=True),
             audit_chain=_on_or_off(env, "FLOWLEDGER_AUDIT_CHAIN", default=True),
+            chain_key_replaced=_on_or_off(env, "FLOWLEDGER_CHAIN_KEY_REPLACED"),
             pool_size=_count(env, "FLOWLEDGER_POOL_SIZE", defaults.pool_size),
             write_cache_bytes=_whole(env, "FLOWLEDGER_WRITE_CACHE_BYTES", defaults.write_cache_bytes),
             max_conflict_retries=_whole(

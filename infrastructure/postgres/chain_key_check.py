@@ -12,6 +12,7 @@ One altered row among them does not stop the writers starting: a read of it stil
 from __future__ import annotations
 
 import hmac
+import logging
 from typing import Any
 
 from eventsourcing.postgres import PostgresDatastore
@@ -24,10 +25,15 @@ from flowledger.infrastructure.audit_keys import CHAIN_KEY_FILE, chain_key
 from flowledger.infrastructure.settings import Settings
 from flowledger.verify import MacKey
 
+_log = logging.getLogger(__name__)
+
 NEWEST = 16
 """How many of the newest sealed rows are read at start."""
 
-_ENGINE = "an engine on a log already sealed seals with the writers' key"
+_ENGINE = (
+    "an engine on a log already sealed seals with the writers' key"
+    " (FLOWLEDGER_CHAIN_KEY_REPLACED=1 if it is lost for good)"
+)
 
 Seal = tuple[Any, int, bytes, bytes]
 """A sealed row: stream id, version, ``event_hash``, ``event_mac``."""
@@ -58,6 +64,14 @@ def writers_chain_key(settings: Settings, seals: list[Seal], where: str) -> byte
     ``where``), never a new one: a ValidationError on ``FLOWLEDGER_CHAIN_KEY`` otherwise."""
     if not seals:
         return chain_key(settings)
+    if settings.chain_key_replaced:  # the writers' key is lost for good: the operator said so
+        key = chain_key(settings)
+        _log.warning(
+            "chain key replaced (FLOWLEDGER_CHAIN_KEY_REPLACED): %s is sealed under another key; its"
+            " older rows will read as altered and audit verify will call them forged",
+            where,
+        )
+        return key
     key = chain_key(settings, make=False, reader=_ENGINE)
     mac = MacKey(key)
     if any(
@@ -73,5 +87,6 @@ def writers_chain_key(settings: Settings, seals: list[Seal], where: str) -> byte
         f"this engine's chain key ({given}) is not the key the log was sealed with: none of the"
         f" {len(seals)} newest sealed events of {where} checks under it. Use the writers' (copy their"
         " key directory, or set FLOWLEDGER_CHAIN_KEY); if it is theirs, those rows were altered in"
-        " the database (`flowledger audit verify` names them)",
+        " the database (`flowledger audit verify` names them); if theirs is lost for good,"
+        " FLOWLEDGER_CHAIN_KEY_REPLACED=1 starts with this one",
     )

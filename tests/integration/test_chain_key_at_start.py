@@ -110,3 +110,20 @@ def test_a_cli_read_without_the_writers_key_is_one_line_and_exit_2(
     assert result.stderr.startswith("error: FLOWLEDGER_CHAIN_KEY: "), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not elsewhere.exists() or not (elsewhere / "chain.key").exists()
+
+
+def test_a_chain_key_lost_for_good_is_replaced_only_when_the_operator_says_so(
+    database_url: str, pg_schema: str, tmp_path: Path
+) -> None:
+    # Given a log sealed under a key that is now lost
+    written(database_url, pg_schema)
+    elsewhere = tmp_path / "keys"
+    settings = make_settings(database_url=database_url, schema=pg_schema, audit_key_dir=elsewhere)
+    # When one engine starts saying the key is replaced, it makes a new key and seals with it
+    with Engine(settings=settings.with_overrides(chain_key_replaced=True)) as engine:
+        engine.start_session("s-2", "cs")
+        engine.record_step("s-2", "after", input={}, output={})
+    assert (elsewhere / "chain.key").exists()
+    # Then engines with the new key start without the setting (the newest rows are sealed by it)
+    with Engine(settings=settings) as engine:
+        assert engine.get_session("s-2").step_count == 1
