@@ -39,14 +39,22 @@ Seal = tuple[Any, int, bytes, bytes]
 """A sealed row: stream id, version, ``event_hash``, ``event_mac``."""
 
 
+LOOKED_AT = 1_000
+"""How many of the newest rows are looked at for seals: a log whose last thousand rows were
+written with the chain off is taken as not sealed (no full scan at every start)."""
+
+
 def newest_seals(conn: Connection[Any], schema: str, table: str, limit: int = NEWEST) -> list[Seal]:
-    """The ``limit`` newest rows of the events table that carry a seal, newest first."""
+    """The ``limit`` newest rows of the events table that carry a seal, among its ``LOOKED_AT``
+    newest rows, newest first."""
     statement = SQL(
-        "SELECT originator_id, originator_version, event_hash, event_mac FROM {}"
+        "SELECT originator_id, originator_version, event_hash, event_mac FROM"
+        " (SELECT originator_id, originator_version, event_hash, event_mac, notification_id FROM {}"
+        " ORDER BY notification_id DESC LIMIT %s) AS newest"
         " WHERE event_mac IS NOT NULL AND event_hash IS NOT NULL ORDER BY notification_id DESC LIMIT %s"
     ).format(Identifier(schema, table))
     with conn.cursor(row_factory=tuple_row) as cur:
-        rows = cur.execute(statement, [limit]).fetchall()
+        rows = cur.execute(statement, [LOOKED_AT, limit]).fetchall()
     return [(row[0], int(row[1]), bytes(row[2]), bytes(row[3])) for row in rows]
 
 
