@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from time import monotonic
+from types import TracebackType
+
+from flowledger.domain.errors import StoreRefused, StoreUnavailable
+from flowledger.infrastructure.arrival import STORE_OUTAGE, Arrival, arrival
 
 _operation_ends: ContextVar[float | None] = ContextVar("flowledger_operation_ends", default=None)
 """When the operation this thread (or task) runs must be done by (``time.monotonic``)."""
@@ -21,25 +25,45 @@ class operation_until:  # noqa: N801 - used as a function: ``with operation_unti
     """Run the block as an operation that must end by ``end`` (``time.monotonic``), or by the
     enclosing operation's end when that is sooner; ``as`` gives the end that holds.
 
+    An outermost operation tells ``STORE_OUTAGE`` how it ended; while that knows the store to
+    be down, it ends by the request's deadline counted from its arrival when that is sooner
+    (``arrival.py``: a request that queued for a worker thread is not given a whole deadline
+    more).
+
     A class, not a generator-based context manager: every save and read opens one, and the
     generator's machinery cost about three times as much (measured with ``timeit``).
     """
 
-    __slots__ = ("_end", "_token")
+    __slots__ = ("_arrival", "_end", "_token")
 
     def __init__(self, end: float) -> None:
         self._end = end
+        self._arrival: Arrival | None = None
 
     def __enter__(self) -> float:
         outer = _operation_ends.get()
+        if outer is None:
+            self._arrival = arrival()
+            if self._arrival is not None and self._arrival.open and STORE_OUTAGE.known():
+                outer = self._arrival.end
         end = self._end
         if outer is not None and outer < end:
             end = self._end = outer
         self._token = _operation_ends.set(end)
         return end
 
-    def __exit__(self, *_: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _: TracebackType | None
+    ) -> None:
         _operation_ends.reset(self._token)
+        if _operation_ends.get() is not None:
+            return  # nested: the outermost operation tells how it went
+        if error is None:
+            STORE_OUTAGE.cleared()
+            if self._arrival is not None:
+                self._arrival.open = False
+        elif isinstance(error, StoreUnavailable) and not isinstance(error, StoreRefused):
+            STORE_OUTAGE.seen()
 
 
 def operation_deadline(seconds: float) -> operation_until:

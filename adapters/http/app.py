@@ -1,7 +1,8 @@
 """The FastAPI application: webhook, REST API, dashboard page, health, OpenAPI at /openapi.json.
 
 Layers, outermost first: ``SecurityHeaders`` (no-store, nosniff, framing, the policy),
-``RequestContext`` (request id, access log, JSON 500), ``BodyLimit`` (413), then FastAPI (its
+``RequestContext`` (request id, access log, JSON 500), ``ArrivalDeadline`` (in an outage, a
+request's deadline counts from its arrival), ``BodyLimit`` (413), then FastAPI (its
 error handlers, then the routes, each refusing a query parameter it does not declare,
 ``query.py``, then admitting its caller through ``auth.requires``).
 """
@@ -21,7 +22,7 @@ from flowledger.adapters.http.auth import Gate, Keyring, RateLimits
 from flowledger.adapters.http.errors import document_json_bodies, install_error_handlers
 from flowledger.adapters.http.head import HeadAsGet
 from flowledger.adapters.http.headers import SecurityHeaders
-from flowledger.adapters.http.middleware import BodyLimit, RequestContext
+from flowledger.adapters.http.middleware import ArrivalDeadline, BodyLimit, RequestContext
 from flowledger.adapters.http.query import refuse_unknown_query
 from flowledger.adapters.http.tenants import Tenants
 from flowledger.infrastructure import Engine
@@ -105,6 +106,7 @@ def create_app(
     document_json_bodies(app)
     app.add_middleware(HeadAsGet)  # innermost: the access log still names HEAD
     app.add_middleware(BodyLimit, limit=settings.http_max_body_bytes)
+    app.add_middleware(ArrivalDeadline, deadline_s=settings.operation_deadline_s)
     app.add_middleware(RequestContext)
     # Outermost: its headers go on every answer, a 413 or a JSON 500 included.
     app.add_middleware(SecurityHeaders, static=_STATIC)

@@ -1,4 +1,5 @@
-"""ASGI middleware around the whole app: a request id, a JSON access log, the body limit, no bare 500.
+"""ASGI middleware around the whole app: a request id, a JSON access log, the body limit, no bare 500,
+the time each request arrived.
 
 Both are plain ASGI (not Starlette's ``BaseHTTPMiddleware``), so they stream and keep
 contextvars intact. ``RequestContext`` is the outermost layer: whatever escapes the app
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from flowledger.adapters.http.errors import error_body
 from flowledger.adapters.http.log_keys import sent_keys, without_keys
 from flowledger.adapters.http.pages import error_page, is_page
+from flowledger.infrastructure.arrival import arrived, departed
 
 access_log = logging.getLogger("flowledger.http.access")
 error_log = logging.getLogger("flowledger.http.errors")
@@ -158,3 +160,22 @@ class BodyLimit:
             if error.status_code != 413 or response_started:
                 raise
             await send_json(send, 413, error_body(too_large), {"connection": "close"})
+
+
+class ArrivalDeadline:
+    """Notes when each request arrived: while the store is known to be down, its operations end
+    ``deadline_s`` after that, not after it got a worker thread (``infrastructure/arrival.py``;
+    the note is a contextvar, copied into the thread that runs the route)."""
+
+    def __init__(self, app: ASGIApp, deadline_s: float) -> None:
+        self.app, self.deadline_s = app, deadline_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        token = arrived(self.deadline_s)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            departed(token)

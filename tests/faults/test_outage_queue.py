@@ -1,0 +1,89 @@
+"""Requests that queue for a worker thread during an outage are answered within their deadline
+counted from arrival; a slow but healthy server's queue is not turned into 503s.
+
+An outside probe (``flowledger serve``, a 3 s operation deadline, the database stopped, 100
+requests at once): each request's deadline began only once it had one of the 40 worker
+threads, so the answers took up to 9.2 s (median 6.2 s), three deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from flowledger.adapters.http.app import create_app
+from flowledger.infrastructure import Engine
+from tests.faults.ledger import fault_settings
+from tests.faults.server import PrivateServer
+
+pytestmark = pytest.mark.postgres
+DEADLINE_S = 1.5
+REQUESTS = 100
+"""More than twice the app's worker threads (40): the last ones wait two deadlines for one."""
+
+
+async def burst(engine: Engine) -> tuple[float, list[int], set[str | None]]:
+    transport = httpx.ASGITransport(app=create_app(engine, require_keys=False))
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+
+        async def timed() -> tuple[float, httpx.Response]:
+            started = time.monotonic()
+            answer = await client.get("/v1/sessions/s")
+            return time.monotonic() - started, answer
+
+        answers = await asyncio.gather(*(timed() for _ in range(REQUESTS)))
+    slowest = max(took for took, _ in answers)
+    return (
+        slowest,
+        sorted({a.status_code for _, a in answers}),
+        {a.headers.get("retry-after") for _, a in answers},
+    )
+
+
+def test_requests_queued_for_a_thread_in_an_outage_are_answered_within_a_deadline_of_arriving(
+    private_postgres: Callable[..., PrivateServer], report: Callable[[str], None]
+) -> None:
+    # Given an app whose engine has read a session, and then a database that stopped
+    server = private_postgres()
+    with Engine(settings=fault_settings(server.url, operation_deadline_s=DEADLINE_S)) as engine:
+        engine.start_session("s", "wf")
+        server.stop()
+        # When more requests than there are worker threads arrive at once
+        slowest, statuses, retry_after = asyncio.run(burst(engine))
+    report(f"{REQUESTS} requests answered {statuses} in at most {slowest:.2f} s (deadline {DEADLINE_S:g} s)")
+    # Then every one is told the store is unavailable within about one deadline (not three)
+    assert statuses == [503]
+    assert retry_after == {"1"}
+    assert slowest < 2 * DEADLINE_S
+
+
+def test_a_slow_but_healthy_store_after_an_outage_keeps_its_queue(
+    private_postgres: Callable[..., PrivateServer], report: Callable[[str], None]
+) -> None:
+    # Given an engine that met an outage, a database back, and reads that each take 0.5 s
+    server = private_postgres()
+    with Engine(settings=fault_settings(server.url, operation_deadline_s=DEADLINE_S)) as engine:
+        engine.start_session("s", "wf")
+        server.stop()
+        assert asyncio.run(burst(engine))[1] == [503]
+        server.start()
+        engine.get_session("s")
+        reads = engine.get_session
+
+        def slow_read(*args: Any, **kwargs: Any) -> Any:
+            session = reads(*args, **kwargs)
+            time.sleep(0.5)
+            return session
+
+        engine.get_session = slow_read  # type: ignore[method-assign]
+        # When more requests than there are worker threads arrive at once (the last wait 1 s)
+        slowest, statuses, _ = asyncio.run(burst(engine))
+    report(f"{REQUESTS} slow reads answered {statuses} in at most {slowest:.2f} s")
+    # Then every one is answered, however long it queued
+    assert statuses == [200]
+    assert slowest >= DEADLINE_S - 0.5  # the last ones did queue
