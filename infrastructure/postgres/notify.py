@@ -11,6 +11,7 @@ behind the horizon becomes readable without any new ``NOTIFY``.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from time import monotonic
 from typing import Any
@@ -21,6 +22,23 @@ from psycopg.sql import SQL, Identifier
 
 IDLE_EXIT_SECONDS = 1.0
 """The notifier thread ends after this long without appends (the next one restarts it)."""
+
+MAX_CHANNEL_BYTES = 63
+"""PostgreSQL's identifier limit (NAMEDATALEN - 1): a longer channel name is cut to it."""
+
+
+def channel_name(schema: str, events_table: str) -> str:
+    """The channel an events table's appends are announced on: ``schema.table``, so that the
+    followers of two schemas in one database do not wake at each other's appends (the library
+    names it after the table alone). Past 63 bytes, its start and a hash of the whole, so
+    that two long names never share one."""
+    name = f"{schema}.{events_table}"
+    if len(name.encode()) <= MAX_CHANNEL_BYTES:
+        return name
+    digest = hashlib.blake2b(name.encode(), digest_size=8).hexdigest()
+    head = name.encode()[: MAX_CHANNEL_BYTES - len(digest) - 1].decode(errors="ignore")
+    return f"{head}_{digest}"
+
 
 MIN_INTERVAL_SECONDS = 0.02
 """At most one NOTIFY per this interval (live followers wait at most this much longer):

@@ -69,7 +69,7 @@ from flowledger.infrastructure.postgres.migrations import (
     repair_sequence_order,
 )
 from flowledger.infrastructure.postgres.not_sent import AppendNotSent
-from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier
+from flowledger.infrastructure.postgres.notify import FlowledgerSubscription, Notifier, channel_name
 from flowledger.infrastructure.postgres.prepared_append import PreparedAppend
 from flowledger.infrastructure.postgres.recorder_errors import close_unfinished, library_error
 from flowledger.infrastructure.postgres.stream_reads import read_stream, read_streams
@@ -224,6 +224,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             .format(s=Identifier(schema), t=Identifier(table))
             .as_string(None)
         )
+        # Its senders and listeners are this class's, so both name the schema (``channel_name``).
+        self.channel_name = channel_name(schema, table)
         self.notifier = Notifier(self.datastore, self.channel_name)
 
     def _create_table(self, curs: Cursor[DictRow]) -> None:

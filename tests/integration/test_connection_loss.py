@@ -57,9 +57,10 @@ def terminate(database_url: str, pids: list[int]) -> None:
 
 def own_client_ports() -> list[int]:
     """The local TCP ports of this process's sockets (Linux ``/proc``): a backend serves this
-    test only if its ``client_port`` is one of them. The notification channel is named after
-    the events table, the same in every schema, so another test's LISTEN or NOTIFY (another
-    pytest-xdist worker) names it too, and terminating that one broke that test."""
+    test only if its ``client_port`` is one of them. The notification channel was named after
+    the events table alone, the same in every schema, so another test's LISTEN or NOTIFY (another
+    pytest-xdist worker) named it too, and terminating that one broke that test (it names the
+    schema now, and the ports stay a second guard)."""
     inodes = set()
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
