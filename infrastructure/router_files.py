@@ -20,6 +20,20 @@ from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.skills import SkillCatalogue
 
 
+def require_readable(field: str, variable: str, path: Path | None) -> None:
+    """Refuse a file the operator named (``variable``) that cannot be opened for reading: a
+    missing price file let an engine without a model endpoint start, and was found only by
+    the first use of its prices (a repricing, the tier panel)."""
+    if path is None:
+        return
+    try:
+        with Path(path).open("rb"):
+            pass
+    except OSError as error:
+        why = error.strerror or type(error).__name__
+        raise ValidationError(field, f"{variable} names {path}, which cannot be read: {why}") from None
+
+
 def load_skill_catalogue(path: Path | None = None) -> SkillCatalogue:
     """The catalogue in ``path``, or the shipped one."""
     data, label = _read("skill_catalogue_file", "skills.json", path)

@@ -57,6 +57,7 @@ from flowledger.domain.errors import CircuitOpen, LlmCallFailed, UnknownModelPri
 from flowledger.domain.model_parameters import takes_completion_tokens_only
 from flowledger.domain.ports import CallEstimate, LlmReply
 from flowledger.domain.pricing import ModelPrice
+from flowledger.infrastructure.router_files import require_readable
 from flowledger.infrastructure.settings import Settings
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -175,6 +176,8 @@ class OpenAICompatibleClient:
         if isinstance(transport, str):
             options["transport"], transport = transport, None
         config = ClientConfig(base_url=settings.llm_base_url, api_key=ApiKey(settings.llm_api_key), **options)
+        # Named as the operator named it: serve builds its client before its engine.
+        require_readable("pricing_file", "FLOWLEDGER_PRICING_FILE", settings.pricing_file)
         prices = load_price_table(settings.pricing_file)
         # A default model named (not the built-in one) that the table cannot price was taken, and
         # every step naming no model was then refused: say so at start-up instead.

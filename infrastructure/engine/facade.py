@@ -88,6 +88,7 @@ from flowledger.infrastructure.router_files import (
     load_model_tiers,
     load_skill_catalogue,
     require_priced,
+    require_readable,
     routing_label,
 )
 from flowledger.infrastructure.settings import MEMORY_URL, Settings
@@ -123,6 +124,7 @@ class Engine:
         base = settings if settings is not None else Settings.from_env()
         self.settings = base.with_overrides(database_url=database_url, tenant=tenant, schema=schema)
         # The router's files are checked before anything connects: a bad one refuses the engine.
+        require_readable("pricing_file", "FLOWLEDGER_PRICING_FILE", self.settings.pricing_file)
         catalogue = load_skill_catalogue(self.settings.skill_catalogue_file)
         tiers = load_model_tiers(self.settings.routing_file, check_model=self._routing_check(llm))
         url = self.settings.database_url or embedded_database_url(self.settings.home)
