@@ -81,7 +81,8 @@ class Settings:
     it calls the model anyway (``FLOWLEDGER_CLASSIFY_LOCK_WAIT_S``): a stalled engine holds
     nobody back for longer."""
     pgbouncer: bool = False
-    """PgBouncer (transaction pooling) sits between: no server-side prepared statements, no session SET."""
+    """PgBouncer (any pool_mode; it takes no startup options) sits between: no server-side prepared
+    statements, no session SET."""
     api_keys: tuple[tuple[str, str, str], ...] = field(default=(), repr=False)
     """HTTP API keys given in the environment, as (tenant, role, secret); more live in the database."""
     http_max_body_bytes: int = 1_048_576

@@ -292,7 +292,9 @@ class FlowledgerPostgresFactory(PostgresFactory):
                 return StoreRefused(
                     "start",
                     detail,
-                    "behind PgBouncer in transaction pooling mode, set FLOWLEDGER_PGBOUNCER=1",
+                    # Session pooling refuses them too: the hint said "transaction pooling mode".
+                    "behind PgBouncer (in any pool_mode: it takes no startup options),"
+                    " set FLOWLEDGER_PGBOUNCER=1",
                 )
             return StoreUnavailable("start", detail)
         except Exception:  # the direct try says nothing more than the pool did

@@ -184,20 +184,35 @@ def test_through_transaction_pooling_every_step_is_recorded_once_and_the_feed_sk
     )
 
 
+@pytest.mark.parametrize("pool_mode", ["transaction", "session"])
 def test_an_engine_reached_through_pgbouncer_without_the_setting_is_refused_naming_it(
-    bouncer: PgBouncer,
+    bouncer: PgBouncer, pool_mode: str
 ) -> None:
     # Given PgBouncer in front of the server, and an engine not told so (FLOWLEDGER_PGBOUNCER
-    # unset): its connections send startup options (the statement timeout) PgBouncer refuses
-    settings = make_settings(database_url=bouncer.url(), schema="not_told", pool_size=2)
-    # When it starts
-    with pytest.raises(StoreRefused) as refused:
-        Engine(settings=settings).close()
+    # unset): its connections send startup options (the statement timeout) PgBouncer refuses,
+    # in session pooling as in transaction pooling
+    pooler = (
+        bouncer if pool_mode == "transaction" else PgBouncer(bouncer.server, new_root(), pool_mode=pool_mode)
+    )
+    if pooler is not bouncer:
+        pooler.start()
+    try:
+        settings = make_settings(database_url=pooler.url(), schema="not_told", pool_size=2)
+        # When it starts
+        with pytest.raises(StoreRefused) as refused:
+            Engine(settings=settings).close()
+    finally:
+        if pooler is not bouncer:
+            pooler.stop()
     # Then it is refused at once in the project's error tree, naming the cause and the setting
     # (it raised the event library's bare OperationalError "couldn't get a connection after
-    # 3.00 sec", which said neither)
-    assert "unsupported startup parameter" in str(refused.value)
-    assert "FLOWLEDGER_PGBOUNCER=1" in str(refused.value)
+    # 3.00 sec", which said neither), and the hint fits either mode (it said "in transaction
+    # pooling mode" to an operator running session pooling)
+    said = str(refused.value)
+    assert "unsupported startup parameter" in said
+    assert (
+        "behind PgBouncer (in any pool_mode: it takes no startup options), set FLOWLEDGER_PGBOUNCER=1" in said
+    )
 
 
 def test_an_engine_reached_through_statement_pooling_is_refused_at_once_naming_the_mode(
