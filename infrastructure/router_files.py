@@ -89,7 +89,9 @@ def _read(setting: str, shipped: str, path: Path | None) -> tuple[dict[str, Any]
         try:
             raw = Path(path).read_bytes()
         except OSError as error:
-            raise ValidationError(setting, f"cannot read {path}: {error}") from None
+            variable = f"FLOWLEDGER_{setting.upper()}"
+            why = error.strerror or str(error)  # str(error) names the path again
+            raise ValidationError(setting, f"cannot read {path} (named by {variable}): {why}") from None
         label = Path(path).name
     try:
         data = json.loads(raw)

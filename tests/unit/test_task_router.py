@@ -324,6 +324,13 @@ def test_a_malformed_catalogue_or_routing_file_is_refused_with_its_reason(tmp_pa
         load_model_tiers(path)
     with pytest.raises(ValidationError, match="cannot read"):
         load_model_tiers(tmp_path / "missing.json")
+    # The variable that names the file, and the path once (the OS error had named it again)
+    with pytest.raises(ValidationError) as refused:
+        load_skill_catalogue(tmp_path / "missing.json")
+    assert str(refused.value).endswith(
+        "(named by FLOWLEDGER_SKILL_CATALOGUE_FILE): No such file or directory"
+    )
+    assert str(refused.value).count("missing.json") == 1
 
 
 def test_words_of_the_description_decide_the_stack_before_the_category() -> None:
