@@ -279,3 +279,13 @@ def _cost_of(tokens: TokenCounts, price: ModelPrice, long_context: bool | None) 
     cost += (tokens.output_tokens - tokens.reasoning_output_tokens - audio_out) * output_rate
     cost += tokens.reasoning_output_tokens * reasoning_rate + audio_out * audio_out_rate
     return cost
+
+
+def retried_cost_of(retried_tokens: Mapping[str, int], price: ModelPrice, *, input_tokens: int) -> Decimal:
+    """What the retried attempts of a call cost at ``price``, from their summed counts
+    (``LlmUsage.retried_tokens``). A retry resends the answer's request, so the attempts are
+    priced in the answer's tier (``input_tokens``, the answer's): decided from the sum, two
+    attempts of 150,000 input tokens each would take the long-context rates. A count the rule
+    cannot read raises ``ValidationError``."""
+    counts = TokenCounts(**{name: retried_tokens.get(name, 0) for name in TOKEN_FIELDS})
+    return cost_of(counts, price, long_context=input_tokens > LONG_CONTEXT_TOKENS)

@@ -27,7 +27,7 @@ from typing import Any
 
 from flowledger.domain.bounds import require_name, require_no_controls, require_text
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
-from flowledger.domain.price_rule import TOKEN_FIELDS, ModelPrice
+from flowledger.domain.price_rule import TOKEN_FIELDS, ModelPrice, retried_cost_of
 from flowledger.domain.values import USAGE_TEXT_LIMITS, LlmUsage
 
 _ROUTING_SUFFIX = re.compile(r"[:@][^/]*$")
@@ -204,7 +204,9 @@ class PriceTable:
         """``usage`` (a call recorded elsewhere that states no cost) with its tokens priced at the
         entry in force at ``at`` for the model it is billed as (``billed_model``; the default for
         a name the table lacks), citing this table's version unless it cites one; None when no
-        price is known for it."""
+        price is known for it. Its ``retried_tokens`` are priced too, into ``retried_cost_usd``
+        unless that was stated (left at $0, a REST step retried once showed half what it was
+        billed); counts the rule cannot read leave the call ``unpriced``."""
         asked, answered = usage.request_model or None, usage.response_model or None
         name = self.billed_model(asked, answered) or asked or answered
         if name is None:
@@ -214,7 +216,14 @@ class PriceTable:
         except UnknownModelPrice:
             return None
         cost = price.cost(**{token: getattr(usage, token) for token in TOKEN_FIELDS})
-        return replace(usage, cost_usd=cost, price_version=usage.price_version or self.version)
+        priced = replace(usage, cost_usd=cost, price_version=usage.price_version or self.version)
+        if not usage.retried_tokens or usage.retried_cost_usd:
+            return priced
+        try:
+            retried = retried_cost_of(usage.retried_tokens, price, input_tokens=usage.input_tokens)
+        except ValidationError:
+            return replace(priced, unpriced=True)
+        return replace(priced, retried_cost_usd=retried)
 
     def estimate(self, model: str, *, input_tokens: int, output_tokens: int) -> Decimal:
         """The expected cost of a call of this size, without cache or reasoning discounts."""

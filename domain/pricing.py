@@ -17,6 +17,7 @@ from flowledger.domain.price_rule import (
     ModelPrice,
     TokenCounts,
     cost_of,
+    retried_cost_of,
 )
 from flowledger.domain.price_table import (
     DatedPrice,
@@ -38,4 +39,5 @@ __all__ = [
     "cost_of",
     "model_names",
     "price_table_from_document",
+    "retried_cost_of",
 ]

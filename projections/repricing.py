@@ -30,6 +30,7 @@ from flowledger.domain.pricing import (
     TokenCounts,
     cost_of,
     price_table_from_document,
+    retried_cost_of,
 )
 from flowledger.domain.values import LlmUsage
 from flowledger.projections.sql import q
@@ -132,10 +133,14 @@ def _counts(data: dict[str, Any]) -> dict[str, int]:
 
 
 def _retried_cost(usage: LlmUsage, price: ModelPrice) -> Decimal:
-    """The attempts before the last, repriced from the attempt log (kept as recorded when an
-    older event's log has no per-attempt usage)."""
+    """The attempts before the last, repriced from the attempt log, else from the summed
+    ``retried_tokens`` (a call recorded elsewhere: kept at its old price, a repricing that
+    halved the prices billed its retried attempt at the old one); kept as recorded when an
+    older event says neither."""
     log = usage.extra.get("attempt_log")
     billed = [e for e in log[:-1] if isinstance(e, dict) and "usage" in e] if isinstance(log, list) else []
+    if not billed and usage.retried_tokens:
+        return retried_cost_of(usage.retried_tokens, price, input_tokens=usage.input_tokens)
     if usage.retried_cost_usd and not billed:
         return usage.retried_cost_usd
     return sum((cost_of(TokenCounts(**_counts(e["usage"])), price) for e in billed), Decimal(0))
