@@ -54,7 +54,7 @@ from flowledger.projections import (
     projector_for,
     reprice,
 )
-from flowledger.projections.cost_queries import GROUPINGS
+from flowledger.projections.cost_queries import GROUPINGS, RAW_WINDOW
 
 router = APIRouter(route_class=OneNameRoute, tags=["analytics"])
 # One to five digits, not all zeros: the pattern says exactly what ``parse_since`` takes, so a
@@ -236,11 +236,15 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
     end = caller.engine.clock()  # the calls' clock: the traffic chart's last column is its minute
     start = _start(caller.engine, since, end)
     bucket = bucket_for(end - start)
+    # Decided here, from the window, rather than by ``dashboard``'s "auto" (from the host's
+    # clock): the latency chart says which it read.
+    exact = end - start < RAW_WINDOW
+    read = "raw" if exact else "rollups"
     projector = _projector(caller.engine)
     reader, tenant = projector.names.reader, caller.tenant
     with projector.report() as conn:
-        by_model = dashboard(conn, reader, tenant=tenant, since=start, by=["model"])
-        by_time = dashboard(conn, reader, tenant=tenant, since=start, by=[bucket])
+        by_model = dashboard(conn, reader, tenant=tenant, since=start, by=["model"], read=read)
+        by_time = dashboard(conn, reader, tenant=tenant, since=start, by=[bucket], read=read)
         workflows = [
             w
             for (w,) in conn.execute(
@@ -264,7 +268,7 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
             '<section class="grid">',
             _cost_chart(by_model),
             _cost_split_chart(by_model),
-            _latency_chart(by_model),
+            _latency_chart(by_model, exact=exact),
             _traffic_chart(timeline(calls, bucket, start, end)),
             _errors(by_model),
             "</section>",
@@ -340,12 +344,15 @@ def _cost_split_chart(rows: list[DashboardRow]) -> str:
     return bar_chart(title, labels, series, _exact_money, whole=[_model(r) for r in rows])
 
 
-def _latency_chart(rows: list[DashboardRow]) -> str:
+def _latency_chart(rows: list[DashboardRow], *, exact: bool) -> str:
+    """p50/p95/p99 per model; ``exact`` when they were read from the raw rows, else the title
+    says they are the roll-ups' (within 2 %): a week's chart said "exact percentiles"."""
     # Calls that recorded no latency (failed before any request) have no bars, not 0 ms ones.
     timed = [r for r in rows if r.latency_p50_ms is not None]
     labels = [_model(r) for r in timed]
     series = {name: [getattr(r, f"latency_{name}_ms") for r in timed] for name in ("p50", "p95", "p99")}
-    return bar_chart("latency by model (ms, exact percentiles)", labels, series, lambda v: f"{v:,.0f} ms")
+    which = "exact percentiles" if exact else "percentiles within 2 %: roll-ups"
+    return bar_chart(f"latency by model (ms, {which})", labels, series, lambda v: f"{v:,.0f} ms")
 
 
 def _traffic_chart(line: Timeline) -> str:

@@ -298,3 +298,14 @@ def test_windows_and_the_traffic_chart_count_from_the_clock_the_calls_were_stamp
     chart = page[page.index("model calls per minute") :]
     drawn = re.findall(r"<title>\d\d:\d\d: (\d+)</title>", chart[: chart.index("</svg>")])
     assert sum(int(n) for n in drawn) == 3, drawn
+
+
+def test_the_latency_chart_says_exact_only_for_windows_that_read_raw_rows(http: TestClient) -> None:
+    # A day reads the raw rows: exact percentiles (gpt-4.1's p50 of 200 and 400 ms is 300)
+    day = http.get("/dashboard", params={"since": "24h"}).text
+    assert "latency by model (ms, exact percentiles)" in day
+    # A week reads the roll-ups, whose percentiles are within 2 % (gpt-4.1's p50 reads 298.06):
+    # the chart called them exact
+    week = http.get("/dashboard", params={"since": "7d"}).text
+    assert "exact percentiles" not in week
+    assert "latency by model (ms, percentiles within 2 %: roll-ups)" in week
