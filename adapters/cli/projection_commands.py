@@ -290,10 +290,14 @@ def _group_cells(group: tuple[Any, ...], by: list[str]) -> list[str]:
 
 
 def _short(count: int) -> str:
-    """1,234 -> 1.2k; 2,500,000 -> 2.5M."""
-    if count >= 1_000_000:
-        return f"{count / 1_000_000:.1f}M"
-    return f"{count / 1_000:.1f}k" if count >= 1_000 else str(count)
+    """1,234 -> 1.2k; 2,500,000 -> 2.5M; 999,999 -> 1.0M (the unit is chosen after rounding:
+    before, it read 1000.0k)."""
+    if count < 1_000:
+        return str(count)
+    thousands = f"{count / 1_000:.1f}"
+    if float(thousands) < 1_000:
+        return f"{thousands}k"
+    return f"{count / 1_000_000:.1f}M"
 
 
 def funnel_table(report: FunnelReport, by: str | None = None) -> Table:

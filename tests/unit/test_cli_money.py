@@ -46,3 +46,28 @@ def test_the_dashboard_shows_a_cheap_models_cost_exactly() -> None:
     text = console.export_text()
     assert "0.00004" in text
     assert "0.0000 " not in text
+
+
+def test_token_counts_just_under_a_million_read_as_a_million_not_a_thousand_k() -> None:
+    # Given a model's day of 999,999 input and 999,950 output tokens (the table abbreviates)
+    row = DashboardRow(
+        group=("gpt-4.1",),
+        calls=1,
+        errors=0,
+        errors_by_type={},
+        input_tokens=999_999,
+        output_tokens=999_950,
+        cached_tokens=999_949,
+        reasoning_tokens=0,
+        cost_usd=Decimal("1"),
+        latency_avg_ms=None,
+        latency_p50_ms=None,
+        latency_p95_ms=None,
+        latency_p99_ms=None,
+    )
+    console = Console(width=200, record=True)
+    console.print(dashboard_table([row], ["model"], "model calls"))
+    # Then they read 1.0M (they read 1000.0k, which no other count of the column is written as)
+    text = console.export_text()
+    assert "1.0M/1.0M/999.9k" in text
+    assert "1000.0k" not in text
