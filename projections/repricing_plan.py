@@ -17,6 +17,7 @@ from flowledger.projections.cost import CostDashboard
 from flowledger.projections.processor import Projector
 from flowledger.projections.rebuild import rebuild
 from flowledger.projections.repricing import Change, Repricing, RepricingCache, changes, record_repricing
+from flowledger.projections.seed import SeedTables
 
 _BATCH = 5000
 
@@ -68,10 +69,12 @@ def _calls(projector: Projector, start: int) -> Iterator[tuple[str | None, datet
 
 def apply(projector: Projector, repricing: Repricing, document: str) -> str:
     """Record ``repricing`` (with its price file's text) and rebuild the cost projection with
-    it; returns the new build's schema."""
+    it, and the seed tables (their executions' costs are the dashboard's) when the projector
+    keeps them; returns the cost projection's new build's schema."""
     with projector.connect() as conn, conn.transaction(), conn.cursor() as cur:
         record_repricing(cur, projector.names.control, repricing, document)
-    return rebuild(projector, [CostDashboard.name])[CostDashboard.name]
+    names = [CostDashboard.name, *(p.name for p in projector.projections if p.name == SeedTables.name)]
+    return rebuild(projector, names)[CostDashboard.name]
 
 
 def recorded_costs(conn: Connection[Any], reader: str, since: datetime) -> dict[tuple[str, date], Recorded]:

@@ -18,6 +18,8 @@ from psycopg.rows import dict_row
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT
 from flowledger.domain.session import Session
 from flowledger.projections.base import Envelope, Projection
+from flowledger.projections.catalog import Names
+from flowledger.projections.repricing import RepricingCache, call_cost
 from flowledger.projections.sql import Column, dump_json, q, write_rows
 
 Row = dict[str, Any]
@@ -141,9 +143,14 @@ class SeedTables(Projection):
     name = "seed"
     exposed = ("workflow_states", "workflow_executions")
     ddl = DDL
-    schema_version = 3  # 2: tenant on every row; 3: no latency unless one was measured
-    base_versions = (2,)  # an archived session's rows fit unchanged
+    # 2: tenant on every row; 3: no latency unless one was measured; 4: an execution's cost is
+    # what the call was billed, retried attempts included and repriced, as the dashboard's
+    schema_version = 4
+    base_versions = (2, 3)  # an archived session's rows fit unchanged (kept as archived)
     handles = (Session,)
+
+    def __init__(self) -> None:
+        self._repricings = RepricingCache()
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:
         """Upsert the touched sessions' state rows, then insert one execution row per call."""
@@ -151,6 +158,8 @@ class SeedTables(Projection):
         if not entries:
             return
         rows = self._load(cur, schema, [e.event for e in entries])
+        calls = any(e.call is not None and e.call.usage is not None for e in entries)
+        repricings = self._repricings.load(cur, Names.of_build(schema, self.name).control) if calls else []
         executions = []
         for envelope in entries:
             event = envelope.event
@@ -189,7 +198,10 @@ class SeedTables(Projection):
                         dump_json(call.output),
                         call.model,
                         usage.total_tokens if usage else 0,
-                        usage.cost_usd if usage else 0,
+                        # The cost dashboard's: what every attempt was billed, at the
+                        # repricing in force. The answer's recorded cost alone left the seed's
+                        # SUM(cost_usd) short of the dashboard's by the retried attempts.
+                        call_cost(usage, event.timestamp, repricings).charged_usd if usage else 0,
                         call.latency_ms,
                         event.timestamp,
                         error,

@@ -157,6 +157,19 @@ def test_the_dry_run_shows_each_model_and_day_as_the_applied_projection_then_hol
             by_model = {r.group[0]: r.cost_usd for r in rows}
             assert by_model["deepseek-chat"] == chat29.after_usd + chat30.after_usd, read
             assert by_model["mystery-1"] == mystery.after_usd, read
+        # and so do the seed article's executions (its cost-by-model query), rebuilt with it:
+        # they kept each event's cost, and SUM(cost_usd) stayed at the old prices
+        seed = dict(
+            conn.execute(
+                sql.SQL(
+                    "SELECT model_used, sum(cost_usd) FROM {}.workflow_executions"
+                    " WHERE executed_at >= %s GROUP BY model_used"
+                ).format(sql.Identifier(projector.names.reader)),
+                [FROM],
+            ).fetchall()
+        )
+        assert seed["deepseek-chat"] == chat29.after_usd + chat30.after_usd
+        assert seed["mystery-1"] == mystery.after_usd
     # and the stored events are the same rows, byte for byte
     assert stored_events(pg_engine) == events_before
 
