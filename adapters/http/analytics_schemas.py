@@ -40,10 +40,17 @@ class DashboardRowOut(Described):
     audio_output_tokens: int = Field(default=0, description="The audio part of output_tokens")
     reprice_as: str | None = Field(default=None, description="With reprice_as: the model priced at")
     priced_calls: int | None = Field(default=None, description="With reprice_as: the calls it could price")
+    recorded_cost_usd: str | None = Field(
+        default=None,
+        description="With reprice_as: what the priced calls' answers were recorded to cost (their"
+        " tokens are what is repriced; cost_usd also counts retried attempts and calls it could not price)",
+    )
     repriced_cost_usd: str | None = Field(
         default=None, description="With reprice_as: their cost at its prices"
     )
-    difference_usd: str | None = Field(default=None, description="With reprice_as: repriced minus recorded")
+    difference_usd: str | None = Field(
+        default=None, description="With reprice_as: repriced_cost_usd minus recorded_cost_usd"
+    )
 
 
 class FunnelStepOut(Described):

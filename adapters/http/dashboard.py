@@ -149,6 +149,9 @@ def _with_reprice(row: DashboardRow, model: str, repriced: RepriceRow) -> dict[s
             **asdict(row),
             "reprice_as": model,
             "priced_calls": repriced.priced_calls,
+            # What difference_usd is taken from: the priced calls' answers, whose tokens are
+            # what is repriced; cost_usd beside it counts retried attempts and unpriced models.
+            "recorded_cost_usd": repriced.recorded_cost_usd,
             "repriced_cost_usd": repriced.repriced_cost_usd,
             "difference_usd": repriced.difference_usd,
         }

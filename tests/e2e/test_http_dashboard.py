@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -309,3 +310,23 @@ def test_the_latency_chart_says_exact_only_for_windows_that_read_raw_rows(http: 
     week = http.get("/dashboard", params={"since": "7d"}).text
     assert "exact percentiles" not in week
     assert "latency by model (ms, percentiles within 2 %: roll-ups)" in week
+
+
+def test_the_repriced_difference_names_the_recorded_cost_it_is_taken_from(pg_engine: Engine) -> None:
+    # Given a gpt-4.1 step of 100 / 10 tokens recorded at $0.0030, answered at a retry that was
+    # billed $0.0010 more (its tokens are not in the dashboard's counts)
+    pg_engine.start_session("r-1", "cs")
+    retried = replace(usage("gpt-4.1", "0.0030", 100.0), attempts=2, retried_cost_usd=Decimal("0.0010"))
+    pg_engine.record_step("r-1", "greet", usage=retried)
+    with TestClient(create_app(pg_engine)) as client:
+        params = {"by": "model", "reprice_as": "claude-sonnet-4.5"}
+        [row] = client.get("/v1/dashboard", params=params).json()
+    # Then the row says which cost the difference is taken from: the answers' $0.0030 (their
+    # tokens are what is repriced, $0.00045 at $3 / $15 per million), not cost_usd's $0.0040;
+    # repriced minus cost_usd read -0.00355 where difference_usd said -0.00255
+    assert row["cost_usd"] == "0.0040"
+    assert Decimal(row["repriced_cost_usd"]) == Decimal("0.00045")
+    assert Decimal(row["recorded_cost_usd"]) == Decimal("0.0030")
+    assert Decimal(row["difference_usd"]) == Decimal(row["repriced_cost_usd"]) - Decimal(
+        row["recorded_cost_usd"]
+    )
