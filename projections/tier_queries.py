@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.model_tiers import ModelTiers
-from flowledger.domain.pricing import LONG_CONTEXT_TOKENS, PriceTable, TokenCounts, cost_of
+from flowledger.domain.pricing import EXACT, LONG_CONTEXT_TOKENS, PriceTable, TokenCounts, cost_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +110,8 @@ def reprice_by_tier(
     rows = conn.execute(statement, {"tenant": tenant, "since": since, "long": LONG_CONTEXT_TOKENS})
     for priority, long_context, count, cost, *tokens in rows:
         calls[priority] = calls.get(priority, 0) + int(count)
-        recorded += cost
+        with localcontext(EXACT):  # money: the thread's context rounds (28 digits, or fewer)
+            recorded += cost
         sums[(priority, bool(long_context))] = TokenCounts(
             input_tokens=int(tokens[0]),
             output_tokens=int(tokens[1]),
@@ -126,17 +127,18 @@ def reprice_by_tier(
     for name, tiers in policies.items():
         models = {p: tier_model(tiers, p, prices, at) for p in calls}
         unpriced = sorted({m for m in models.values() if not prices.knows(m, at)})
-        cost = (
-            None
-            if unpriced
-            else sum(
-                (
-                    cost_of(tokens, prices.price_for(models[p], at), long_context=long)
-                    for (p, long), tokens in sums.items()
-                ),
-                Decimal(0),
+        with localcontext(EXACT):  # as above: each cost is exact, and so must their sum be
+            cost = (
+                None
+                if unpriced
+                else sum(
+                    (
+                        cost_of(tokens, prices.price_for(models[p], at), long_context=long)
+                        for (p, long), tokens in sums.items()
+                    ),
+                    Decimal(0),
+                )
             )
-        )
         costs[name] = (models, cost, unpriced)
     base = costs[baseline][1]
     return TierReport(

@@ -4,7 +4,7 @@ the calls one by one would be, the long-context rate only for calls past it."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from flowledger.adapters.llm import load_price_table
@@ -132,3 +132,36 @@ def test_a_tier_of_several_models_is_priced_at_its_cheapest_priced_one() -> None
     assert policy.models == {"low": "gemini-2.5-flash"}
     assert policy.cost_usd is not None
     assert policy.unpriced_models == []
+
+
+class CostRows(Rows):
+    """``Rows`` with the recorded cost of each group given."""
+
+    def __init__(self, groups: list[tuple[str, Decimal]]) -> None:
+        super().__init__([])
+        self.groups = groups
+
+    def execute(self, statement: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return [(p, False, 1, cost, 1_000_000, 1_000, *(0,) * 6) for p, cost in self.groups]
+
+
+def test_the_tier_report_is_exact_whatever_the_threads_decimal_context() -> None:
+    # Given an embedding service that set the thread's decimal context to 6 digits
+    policy = ModelTiers(version="test", tiers={p: ("claude-sonnet-4.5",) for p in PRIORITIES})
+    groups = [("low", Decimal("1234.000001")), ("high", Decimal("0.0000001"))]
+    with localcontext() as context:
+        context.prec = 6
+        report = reprice_by_tier(
+            CostRows(groups),  # type: ignore[arg-type]
+            "reader",
+            load_price_table(),
+            {"all claude": policy},
+            tenant="t",
+            since=datetime(2026, 1, 1, tzinfo=UTC),
+            baseline="all claude",
+        )
+    # Then the recorded cost is the exact sum (it read 1234.00: rounded to the thread's 6 digits)
+    assert report.recorded_cost_usd == Decimal("1234.0000011")
+    # and each policy's cost the exact sum of its priced calls: 2 x (1,000,000 x $3/M + 1,000 x $15/M)
+    [claude] = report.policies
+    assert claude.cost_usd == 2 * (Decimal("3") + Decimal("0.015"))
