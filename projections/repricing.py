@@ -17,13 +17,14 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from psycopg import Cursor
 
 from flowledger.domain.errors import FlowledgerError, UnknownModelPrice
 from flowledger.domain.pricing import (
+    EXACT,
     TOKEN_FIELDS,
     ModelPrice,
     PriceTable,
@@ -69,7 +70,8 @@ class CallCost:
     @property
     def charged_usd(self) -> Decimal:
         """The reply's cost and the retried attempts' together."""
-        return self.cost_usd + self.retried_cost_usd
+        with localcontext(EXACT):  # money: the thread's context rounds (28 digits, or fewer)
+            return self.cost_usd + self.retried_cost_usd
 
 
 def table_of(document: str, label: str) -> PriceTable:
@@ -143,7 +145,8 @@ def _retried_cost(usage: LlmUsage, price: ModelPrice) -> Decimal:
         return retried_cost_of(usage.retried_tokens, price, input_tokens=usage.input_tokens)
     if usage.retried_cost_usd and not billed:
         return usage.retried_cost_usd
-    return sum((cost_of(TokenCounts(**_counts(e["usage"])), price) for e in billed), Decimal(0))
+    with localcontext(EXACT):
+        return sum((cost_of(TokenCounts(**_counts(e["usage"])), price) for e in billed), Decimal(0))
 
 
 class RepricingCache:
@@ -199,7 +202,8 @@ class Change:
     @property
     def change_usd(self) -> Decimal:
         """After minus before (negative is a saving)."""
-        return self.after_usd - self.before_usd
+        with localcontext(EXACT):
+            return self.after_usd - self.before_usd
 
 
 def changes(
@@ -218,6 +222,7 @@ def changes(
         row.calls += 1
         row.unpriced_before += old.unpriced
         row.unpriced_after += new.unpriced
-        row.before_usd += old.charged_usd
-        row.after_usd += new.charged_usd
+        with localcontext(EXACT):  # the dry run must show what the applied projection sums
+            row.before_usd += old.charged_usd
+            row.after_usd += new.charged_usd
     return sorted(rows.values(), key=lambda c: (c.day, c.model is not None, c.model or ""))
