@@ -246,6 +246,16 @@ def in_utc(group: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(key.astimezone(UTC) if isinstance(key, datetime) else key for key in group)
 
 
+def read_for(window: timedelta | None, *, exact: bool = False) -> str:
+    """The ``read`` for a window ``window`` long measured on the engine's clock (the CLI's and
+    the HTTP API's ``since``): raw rows when ``exact`` or shorter than ``RAW_WINDOW``, else
+    ``auto``. Left to ``auto``, a window was judged from this host's clock: 2 hours ahead of
+    the database's, a ``24h`` dashboard read the roll-ups (a p50 of 298.06 ms for 300)."""
+    if exact or (window is not None and window < RAW_WINDOW):
+        return "raw"
+    return "auto"
+
+
 def _reads_rollups(read: str, since: datetime, until: datetime | None) -> bool:
     if read not in READS:
         raise ValidationError("read", f"must be one of {list(READS)}, not {read!r}")

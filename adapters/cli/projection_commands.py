@@ -47,7 +47,7 @@ from flowledger.projections import (
     verify,
     workflows,
 )
-from flowledger.projections.cost_queries import GROUPINGS
+from flowledger.projections.cost_queries import GROUPINGS, read_for
 from flowledger.projections.tier_queries import reprice_by_tier, tier_policies
 
 console = cli_console()
@@ -379,7 +379,7 @@ def dashboard_command(
                 raise ValidationError("reprice_as", f"no price for {reprice_as!r} in {table.version}")
         projector = projector_for(engine).ready_to_read()
         with projector.report() as conn:
-            read = "raw" if exact else "auto"
+            read = read_for(parse_since(since), exact=exact)  # judged on the engine's clock
             rows = dashboard(conn, projector.names.reader, tenant=whose, since=start, by=groups, read=read)
             console.print(dashboard_table(rows, groups, f"model calls, last {since}"))
             if reprice_as is not None:
@@ -456,7 +456,7 @@ def funnel_command(
                     steps=order,
                     by=by,
                     since=start,
-                    read="raw" if exact else "auto",
+                    read=read_for(window, exact=exact),
                 )
         if not reports:
             started = "" if since is None else f" started in the last {since}"
@@ -475,7 +475,7 @@ def show_analytics(engine: Engine, out: Console, *, since: timedelta = timedelta
     reader, tenant = projector.names.reader, engine.tenant
     with projector.connect() as conn:
         for groups in (["model"], ["workflow", "step"]):
-            rows = dashboard(conn, reader, tenant=tenant, since=start, by=groups)
+            rows = dashboard(conn, reader, tenant=tenant, since=start, by=groups, read=read_for(since))
             out.print(dashboard_table(rows, groups, f"model calls by {', '.join(groups)}"))
         for workflow in workflows(conn, reader, tenant=tenant, since=start):
             for report in funnel_report(conn, reader, workflow, tenant=tenant):

@@ -54,7 +54,7 @@ from flowledger.projections import (
     projector_for,
     reprice,
 )
-from flowledger.projections.cost_queries import GROUPINGS, RAW_WINDOW
+from flowledger.projections.cost_queries import GROUPINGS, RAW_WINDOW, read_for
 
 router = APIRouter(route_class=OneNameRoute, tags=["analytics"])
 # One to five digits, not all zeros: the pattern says exactly what ``parse_since`` takes, so a
@@ -130,7 +130,7 @@ def dashboard_json(
     projector = _projector(caller.engine)
     reader = projector.names.reader
     with projector.report() as conn:
-        read = "raw" if exact else "auto"
+        read = read_for(parse_since(since), exact=exact)
         rows = dashboard(conn, reader, tenant=caller.tenant, since=start, by=by, read=read)
         if in_force is None or reprice_as is None or as_key is None:
             return [jsonable(asdict(row)) for row in rows]
@@ -174,7 +174,7 @@ def funnel_json(
     start = _start(caller.engine, since)
     projector = _projector(caller.engine)
     with projector.report() as conn:
-        reader, read = projector.names.reader, "raw" if exact else "auto"
+        reader, read = projector.names.reader, read_for(parse_since(since), exact=exact)
         reports = funnel_report(conn, reader, workflow, tenant=caller.tenant, since=start, read=read)
     return [jsonable(asdict(report)) for report in reports]
 
@@ -258,7 +258,11 @@ def _render(caller: Caller, since: str) -> HTMLResponse:
                 [tenant, start],
             ).fetchall()
         ]
-        funnels = [r for w in workflows for r in funnel_report(conn, reader, w, tenant=tenant, since=start)]
+        funnels = [
+            r
+            for w in workflows
+            for r in funnel_report(conn, reader, w, tenant=tenant, since=start, read=read_for(end - start))
+        ]
         tiers = tier_report(caller.engine, conn, reader, tenant=tenant, since=start)
     calls = {row.group[0]: float(row.calls) for row in by_time}
     if bucket == "day":  # a long window starts at its first day with calls (none: today)

@@ -330,3 +330,22 @@ def test_the_repriced_difference_names_the_recorded_cost_it_is_taken_from(pg_eng
     assert Decimal(row["difference_usd"]) == Decimal(row["repriced_cost_usd"]) - Decimal(
         row["recorded_cost_usd"]
     )
+
+
+def test_a_days_window_reads_raw_rows_though_this_hosts_clock_is_ahead_of_the_engines(
+    database_url: str, pg_schema: str
+) -> None:
+    # Given an engine whose clock is 2 hours behind this host's (the database server's clock)
+    def behind() -> datetime:
+        return datetime.now(UTC) - timedelta(hours=2)
+
+    with Engine(settings=make_settings(database_url=database_url, schema=pg_schema), clock=behind) as engine:
+        for n, latency in enumerate((200.0, 400.0)):
+            engine.start_session(f"c-{n}", "cs")
+            engine.record_step(f"c-{n}", "greet", usage=usage("gpt-4.1", "0.0010", latency))
+        with TestClient(create_app(engine)) as client:
+            # When the last 24 hours are asked for (the default window, documented as exact)
+            [row] = client.get("/v1/dashboard", params={"since": "24h"}).json()
+    # Then the p50 is the exact 300 ms: the window was judged 26 hours long from this host's
+    # clock, so it read the roll-ups' 298.06
+    assert row["latency_p50_ms"] == 300.0
