@@ -9,6 +9,7 @@ the queries against ``tenant_reader``'s schema.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -96,15 +97,18 @@ CREATE INDEX ON {s}.workflow_executions (executed_at);
 """
 
 
-def fold(row: Row, event: Any) -> None:
-    """Apply one later event of the session to its ``workflow_states`` row (in place)."""
+def fold(row: Row, event: Any, cost: Decimal | None = None) -> None:
+    """Apply one later event of the session to its ``workflow_states`` row (in place); a step's
+    ``ai_cost`` is ``cost`` (its execution row's), else what its usage says it was billed."""
     if isinstance(event, Session.StepProcessed):
         row["current_step"] = event.next_step or event.step
         if event.context_update:
             row["context_data"] = {**row["context_data"], **event.context_update}
         entry: dict[str, Any] = {"step": event.step, "timestamp": event.timestamp.isoformat()}
         if event.usage is not None:
-            entry["ai_cost"] = str(event.usage.cost_usd)
+            # Every billed attempt's, as the webhook's get_state answers: the answer's alone
+            # left the history short of the execution rows by the retried attempts.
+            entry["ai_cost"] = str(event.usage.charged_usd if cost is None else cost)
         row["step_history"] = [*row["step_history"], entry]
     elif isinstance(event, Session.ContextUpdated):
         row["context_data"] = {**row["context_data"], **event.update}
@@ -143,8 +147,9 @@ class SeedTables(Projection):
     name = "seed"
     exposed = ("workflow_states", "workflow_executions")
     ddl = DDL
-    # 2: tenant on every row; 3: no latency unless one was measured; 4: an execution's cost is
-    # what the call was billed, retried attempts included and repriced, as the dashboard's
+    # 2: tenant on every row; 3: no latency unless one was measured; 4: an execution's cost, and
+    # its step's ai_cost, is what the call was billed (retried attempts, repricings), as the
+    # dashboard's
     schema_version = 4
     base_versions = (2, 3)  # an archived session's rows fit unchanged (kept as archived)
     handles = (Session,)
@@ -184,10 +189,11 @@ class SeedTables(Projection):
             row = rows.get(event.originator_id)
             if row is None:
                 continue
-            fold(row, event)
             call = envelope.call
+            usage = None if call is None else call.usage
+            cost = None if usage is None else call_cost(usage, event.timestamp, repricings).charged_usd
+            fold(row, event, cost)
             if call is not None:
-                usage = call.usage
                 error = f"{call.error_type}: {call.error_message}" if call.error_type else None
                 executions.append(
                     (
@@ -201,7 +207,7 @@ class SeedTables(Projection):
                         # The cost dashboard's: what every attempt was billed, at the
                         # repricing in force. The answer's recorded cost alone left the seed's
                         # SUM(cost_usd) short of the dashboard's by the retried attempts.
-                        call_cost(usage, event.timestamp, repricings).charged_usd if usage else 0,
+                        cost if cost is not None else 0,
                         call.latency_ms,
                         event.timestamp,
                         error,

@@ -187,3 +187,19 @@ def test_seed_funnel_query_agrees_with_the_funnel(projector: Projector) -> None:
         at_least_k = sum(count for completed, count in sessions.items() if completed >= k)
         assert at_least_k == step.processed
     assert sum(percentage for *_, percentage in rows) == pytest.approx(Decimal(100), abs=Decimal("0.05"))
+
+
+def test_each_steps_ai_cost_in_the_history_is_what_its_execution_row_cost(projector: Projector) -> None:
+    # Given the seed's step history, whose ai_cost the webhook's get_state also answers with
+    listed = run_seed(
+        projector,
+        "SELECT sum((entry ->> 'ai_cost')::numeric) FROM workflow_states,"
+        " jsonb_array_elements(step_history) AS entry WHERE entry ? 'ai_cost'",
+    )
+    executed = run_seed(
+        projector, "SELECT sum(cost_usd) FROM workflow_executions WHERE error_message IS NULL"
+    )
+    # Then a step's ai_cost is what its call was billed, retried attempts included: it was the
+    # answer's alone, short of the execution rows by every retried attempt
+    assert listed == executed
+    assert listed[0][0] > 0
