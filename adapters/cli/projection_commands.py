@@ -290,14 +290,15 @@ def _group_cells(group: tuple[Any, ...], by: list[str]) -> list[str]:
 
 
 def _short(count: int) -> str:
-    """1,234 -> 1.2k; 2,500,000 -> 2.5M; 999,999 -> 1.0M (the unit is chosen after rounding:
-    before, it read 1000.0k)."""
+    """1,234 -> 1.2k; 2,500,000 -> 2.5M; 999,999 -> 1.0M; 12,345,678,901 -> 12.3B. The unit is
+    chosen after rounding: before, 999,999 read 1000.0k (and a billion 1000.0M)."""
     if count < 1_000:
         return str(count)
-    thousands = f"{count / 1_000:.1f}"
-    if float(thousands) < 1_000:
-        return f"{thousands}k"
-    return f"{count / 1_000_000:.1f}M"
+    for size, unit in ((1_000, "k"), (1_000_000, "M")):
+        shown = f"{count / size:.1f}"
+        if float(shown) < 1_000:
+            return f"{shown}{unit}"
+    return f"{count / 1_000_000_000:.1f}B"
 
 
 def funnel_table(report: FunnelReport, by: str | None = None) -> Table:

@@ -71,3 +71,26 @@ def test_token_counts_just_under_a_million_read_as_a_million_not_a_thousand_k() 
     text = console.export_text()
     assert "1.0M/1.0M/999.9k" in text
     assert "1000.0k" not in text
+
+
+def test_token_counts_of_a_billion_or_more_read_in_billions() -> None:
+    # Given a busy model's month: 999,999,999 input and 12,345,678,901 output tokens
+    row = DashboardRow(
+        group=("gpt-4.1",),
+        calls=1,
+        errors=0,
+        errors_by_type={},
+        input_tokens=999_999_999,
+        output_tokens=12_345_678_901,
+        cached_tokens=999_949_999,
+        reasoning_tokens=0,
+        cost_usd=Decimal("1"),
+        latency_avg_ms=None,
+        latency_p50_ms=None,
+        latency_p95_ms=None,
+        latency_p99_ms=None,
+    )
+    console = Console(width=200, record=True)
+    console.print(dashboard_table([row], ["model"], "model calls"))
+    # Then they read 1.0B and 12.3B (they read 1000.0M and 12345.7M)
+    assert "1.0B/12.3B/999.9M" in console.export_text()
