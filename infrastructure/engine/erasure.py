@@ -123,25 +123,37 @@ class ErasureService:
     def _forks_of(self, session_id: str) -> list[UUID]:
         """The streams of this tenant's sessions forked from ``session_id``, and of theirs, in
         the order found. One pass over the log's ``Forked`` events per generation: an event is
-        decoded only when its bytes name a parent looked for (the parent's id is in the clear)."""
+        decoded only when its bytes name a parent looked for (the parent's id is in the clear);
+        and the archived forks, whose ``Forked`` event is in a bundle: their base's snapshot
+        names the parent (``forked_from``, in the clear), so ``_erase`` refuses them as archived."""
         found: list[UUID] = []
         parents = {session_id}
         while parents:
             needles = {
                 json.dumps(p, ensure_ascii=escaped).encode() for p in parents for escaped in (True, False)
             }
-            children: set[str] = set()
+            candidates: list[UUID] = []
             after = 0
             while page := self._log.read(after, _PAGE, topics=_FORKS):
                 after = page[-1].id
-                for stored in page:
-                    stream = UUID(str(stored.originator_id))
-                    if stream in found or not any(n in stored.state for n in needles):
-                        continue
-                    fork: Session | None = self._store.load(stream)
-                    if fork is not None and fork.tenant == self._tenant and fork.forked_from in parents:
-                        found.append(stream)
-                        children.add(fork.session_id)
+                candidates += [
+                    UUID(str(stored.originator_id))
+                    for stored in page
+                    if any(n in stored.state for n in needles)
+                ]
+            if self._archived_naming is not None:
+                named = [b'"forked_from":' + n for n in needles] + [b'"forked_from": ' + n for n in needles]
+                candidates += self._within_deadline(
+                    "read archived sessions", partial(self._archived_naming, named)
+                )
+            children: set[str] = set()
+            for stream in candidates:
+                if stream in found:
+                    continue
+                fork: Session | None = self._store.load(stream)
+                if fork is not None and fork.tenant == self._tenant and fork.forked_from in parents:
+                    found.append(stream)
+                    children.add(fork.session_id)
             parents = children
         return found
 

@@ -581,6 +581,33 @@ def test_forgetting_an_archived_session_asks_for_a_restore(
         assert engine.forget("user-s-1").sessions == ("s-1",)
 
 
+def test_forgetting_a_session_whose_fork_is_archived_asks_for_a_restore(
+    database_url: str, pg_schema: str, clock: SetClock, tmp_path: Path
+) -> None:
+    """``forget --session P`` erases P's forks too (each holds a copy of P's context), found by
+    their ``Forked`` events in the log. A fork archived by retention has none there: an outside
+    probe erased P ("erased 1 sessions") while the archived fork still read ``{'card': '4111'}``,
+    its key kept. Its base's snapshot names its parent: the fork is found and refused as archived."""
+    settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=settings, clock=clock) as engine:
+        engine.start_session("p", WORKFLOW)
+        engine.record_step("p", "collect", input={}, output={}, context_update={"card": "4111"})
+        engine.fork_session("p", engine.get_session("p").version, "f")
+        engine.fork_session("f", engine.get_session("f").version, "ff")
+        for fork in ("f", "ff"):
+            engine.complete_session(fork, {"ok": True})
+        clock.now = START + timedelta(days=10)
+        engine.retention.set_policy(WORKFLOW, 7)
+        [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles  # the forks, not "p" (open)
+        with pytest.raises(ValidationError, match=r"2 of the sessions are archived .*retention restore"):
+            engine.forget_session("p")
+        assert engine.get_session("p").context == {"card": "4111"}  # nothing erased
+        engine.restore_sessions(bundle)
+        assert sorted(engine.forget_session("p").sessions) == ["f", "ff", "p"]
+        for session_id in ("p", "f", "ff"):
+            assert "4111" not in json.dumps(engine.get_session(session_id).context)
+
+
 def test_a_replay_or_fork_before_an_archived_sessions_head_names_its_bundle(
     engine: Engine, clock: SetClock, tmp_path: Path
 ) -> None:
