@@ -228,12 +228,12 @@ class SessionNotFound(SessionError):
 class SessionArchived(SessionNotFound):
     """The session's events were archived by retention: its state reads, its events do not."""
 
-    def __init__(self, session_id: str, bundle: str) -> None:
+    def __init__(self, session_id: str, bundle: str, needed: str | None = None) -> None:
+        where = needed if needed is not None else f"its events are in {bundle}"
         SessionError.__init__(
             self,
             session_id,
-            f"session {session_id!r} was archived: its events are in {bundle}"
-            " (`flowledger retention restore` puts them back)",
+            f"session {session_id!r} was archived: {where} (`flowledger retention restore` puts them back)",
         )
         self.bundle = bundle
 

@@ -205,7 +205,11 @@ class Engine:
     ) -> None:
         """The tenant's own services over the store: sessions, steps, budgets, tasks and agents
         (with the tenant's task index), classification and erasure."""
-        self.sessions = SessionService(self.store, self.tenant)
+        self.sessions = SessionService(
+            self.store,
+            self.tenant,
+            None if self._audit is None else lambda session_id: self.retention.archived_in(session_id),
+        )
         self.erasure = ErasureService(
             self.store,
             self._app.data_keys,

@@ -28,6 +28,7 @@ from flowledger.domain.bounds import (
 from flowledger.domain.errors import (
     FlowledgerError,
     IdempotencyKeyReused,
+    SessionArchived,
     SessionClosed,
     SessionConflict,
     SessionNotFound,
@@ -116,9 +117,13 @@ class ExpiryChange:
 class SessionService:
     """Commands and queries on sessions of one tenant."""
 
-    def __init__(self, store: AggregateStore, tenant: str) -> None:
+    def __init__(
+        self, store: AggregateStore, tenant: str, archived_in: Callable[[str], str | None] | None = None
+    ) -> None:
         self._store = store
         self._tenant = tenant
+        self._archived_in = archived_in
+        """The bundle an archived session's events are in (None: not archived; ``docs/retention.md``)."""
 
     def session_uuid(self, session_id: str) -> UUID:
         """The aggregate id of a caller's session id in this tenant."""
@@ -371,11 +376,25 @@ class SessionService:
                     held = PendingStep.of(started[-1])
                     session.ensure_same_request(held, key, step, model=model, input=input)
                 else:
+                    self._refuse_key_archived(session, key)
                     refuse_expiry_key_for_step(session, key, self.events_holding, step)
                 return None
             record = StepRecord.of(processed[0])
         session.ensure_same_request(record, key, step, model=model, input=input, **rest)
         return record
+
+    def _refuse_key_archived(self, session: Session, key: str) -> None:
+        """SessionArchived when retention archived the session's events: the key may name a
+        step in them (the filter says it may have been used, the stored rows do not hold it),
+        and taken as new it was recorded and charged a second time (a session archived, then
+        restarted). Its step is in the bundle: restore, then retry."""
+        bundle = None if self._archived_in is None else self._archived_in(session.session_id)
+        if bundle is not None:
+            raise SessionArchived(
+                session.session_id,
+                bundle,
+                f"the step under idempotency key {key!r} may be among its archived events, in {bundle}",
+            )
 
     def _learn_expiry_keys(self, session: Session) -> None:
         """Put the command ids of the session's moves of the expiry in its key filter, read from

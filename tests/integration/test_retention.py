@@ -28,6 +28,7 @@ from flowledger.domain.errors import (
     StoredEventUnreadable,
     ValidationError,
 )
+from flowledger.domain.session_window import RECENT_STEPS
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.audit_keys import rotate_signing_key
@@ -606,6 +607,45 @@ def test_forgetting_a_session_whose_fork_is_archived_asks_for_a_restore(
         assert sorted(engine.forget_session("p").sessions) == ["f", "ff", "p"]
         for session_id in ("p", "f", "ff"):
             assert "4111" not in json.dumps(engine.get_session(session_id).context)
+
+
+def test_a_retry_of_an_old_keyed_step_of_an_archived_session_is_not_recorded_again(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """A key older than the state's recent steps is looked for in the stored events; an archived
+    session has none. An outside probe: 25 keyed steps, expired, archived, restarted, then a retry
+    of the first step's key recorded it a second time (steps 25 -> 26, cost $0.0600 -> $0.0612);
+    before archiving, the same retry was answered with the recorded step. Now it is refused naming
+    the bundle, and answered after the restore."""
+    engine.start_session("s-1", WORKFLOW, user_id="u-1", ttl=timedelta(hours=1))
+    first = engine.record_step("s-1", "step_0", input={"n": 0}, usage=usage(0), idempotency_key="k-0")
+    for n in range(1, RECENT_STEPS + 1):  # pushes k-0 out of the recent window
+        engine.record_step("s-1", f"step_{n}", input={"n": n}, usage=usage(n), idempotency_key=f"k-{n}")
+    clock.now = START + timedelta(days=2)
+    assert engine.expire_session("s-1")
+    clock.now = START + timedelta(days=5)
+    engine.retention.set_policy(WORKFLOW, 1)
+    [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    engine.restart_session("s-1", WORKFLOW, user_id="u-1")
+    totals = engine.get_session("s-1").totals
+
+    def retry() -> Any:
+        return engine.record_step("s-1", "step_0", input={"n": 0}, usage=usage(0), idempotency_key="k-0")
+
+    with pytest.raises(
+        SessionArchived, match="idempotency key 'k-0' may be among its archived events"
+    ) as refused:
+        retry()
+    assert refused.value.bundle == bundle
+    assert engine.get_session("s-1").totals == totals  # nothing recorded
+    # A recent key is answered from the state, a new key is recorded, as before
+    assert (
+        engine.record_step("s-1", "step_20", input={"n": 20}, usage=usage(20), idempotency_key="k-20").step
+        == "step_20"
+    )
+    engine.restore_sessions(bundle)
+    assert retry() == first
+    assert engine.get_session("s-1").totals == totals
 
 
 def test_a_replay_or_fork_before_an_archived_sessions_head_names_its_bundle(
