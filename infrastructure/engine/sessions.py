@@ -383,17 +383,17 @@ class SessionService:
         session.ensure_same_request(record, key, step, model=model, input=input, **rest)
         return record
 
-    def _refuse_key_archived(self, session: Session, key: str) -> None:
+    def _refuse_key_archived(self, session: Session, key: str, what: str = "the step") -> None:
         """SessionArchived when retention archived the session's events: the key may name a
-        step in them (the filter says it may have been used, the stored rows do not hold it),
-        and taken as new it was recorded and charged a second time (a session archived, then
-        restarted). Its step is in the bundle: restore, then retry."""
+        step (a context update, an expiry change) in them (the stored rows do not hold it), and
+        taken as new it was recorded a second time (a session archived, then restarted: a step
+        charged twice, an old update applied over newer values). Restore, then retry."""
         bundle = None if self._archived_in is None else self._archived_in(session.session_id)
         if bundle is not None:
             raise SessionArchived(
                 session.session_id,
                 bundle,
-                f"the step under idempotency key {key!r} may be among its archived events, in {bundle}",
+                f"{what} under idempotency key {key!r} may be among its archived events, in {bundle}",
             )
 
     def _learn_expiry_keys(self, session: Session) -> None:
@@ -525,8 +525,12 @@ class SessionService:
         self, session_id: str, update: JsonObject, key: str | None, uow: UnitOfWork
     ) -> SessionState:
         session = self._session(uow, session_id)
-        if key is not None and context_updated_under(session, key, update, self.events_holding):
-            return session.state()
+        if key is not None:
+            if context_updated_under(session, key, update, self.events_holding):
+                return session.state()
+            # Keyed updates are in no filter: one recorded before the session was archived is in
+            # its bundle, and an update retried after a restart was applied again over newer values.
+            self._refuse_key_archived(session, key, "the context update")
         session.ensure_open(uow.now)
         session.update_context(update)
         return session.state()
@@ -606,6 +610,8 @@ class SessionService:
         filtered_out = session.expiry_keys_filtered and not session.may_have_used(key)
         moves = [] if filtered_out else expiry_moves_under(session, key, self.events_holding)
         if not moves:
+            if not filtered_out:
+                self._refuse_key_archived(session, key, "the expiry change")
             refuse_step_key_for_expiry(session, key, self.events_holding)
             return None
         move = moves[0]

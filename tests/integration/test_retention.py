@@ -648,6 +648,37 @@ def test_a_retry_of_an_old_keyed_step_of_an_archived_session_is_not_recorded_aga
     assert engine.get_session("s-1").totals == totals
 
 
+def test_a_retry_of_a_keyed_context_update_or_extension_of_an_archived_session_is_not_applied_again(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """Keyed context updates and expiry changes are found by searching the stored events. An
+    outside probe: a session's update {"n": 1} under key ctx-1, expired, archived, restarted,
+    updated to {"n": 2}; the retry of ctx-1 applied {"n": 1} again over it (version 27 -> 28),
+    where unarchived it is answered as the session stands. Now both are refused naming the bundle."""
+    engine.start_session("s-1", WORKFLOW, user_id="u-1", ttl=timedelta(hours=1))
+    engine.update_context("s-1", {"n": 1}, idempotency_key="ctx-1")
+    engine.extend_session("s-1", timedelta(hours=1), idempotency_key="ext-1")
+    clock.now = START + timedelta(days=2)
+    assert engine.expire_session("s-1")
+    clock.now = START + timedelta(days=5)
+    engine.retention.set_policy(WORKFLOW, 1)
+    [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    engine.restart_session("s-1", WORKFLOW, user_id="u-1")
+    engine.update_context("s-1", {"n": 2})
+    state = engine.get_session("s-1")
+    for retry, what in (
+        (lambda: engine.update_context("s-1", {"n": 1}, idempotency_key="ctx-1"), "context update"),
+        (lambda: engine.extend_session("s-1", timedelta(hours=1), idempotency_key="ext-1"), "expiry change"),
+    ):
+        with pytest.raises(SessionArchived, match=f"the {what} under idempotency key") as refused:
+            retry()
+        assert refused.value.bundle == bundle
+    assert engine.get_session("s-1") == state  # nothing applied
+    engine.restore_sessions(bundle)
+    assert engine.update_context("s-1", {"n": 1}, idempotency_key="ctx-1").context == {"n": 2}
+    assert engine.get_session("s-1").version == state.version
+
+
 def test_a_replay_or_fork_before_an_archived_sessions_head_names_its_bundle(
     engine: Engine, clock: SetClock, tmp_path: Path
 ) -> None:
