@@ -290,6 +290,7 @@ class SessionService:
         if session is None:
             raise SessionNotFound(session_id)
         if version is not None and session.version < version:
+            self._refuse_version_archived(session_id, version)
             raise ValidationError("version", f"session has {session.version} versions, not {shown(version)}")
         now = self._store.clock()
         if version is None:  # now, not a version (nor a moment) of the past
@@ -297,6 +298,16 @@ class SessionService:
         if as_of is not None:  # judged at that moment (a moment to come reads as now does)
             return session.state().judged_at(min(as_of, now))
         return session.state()
+
+    def _refuse_version_archived(self, session_id: str, version: int) -> None:
+        """SessionArchived when retention archived the session's events up to ``version`` or past
+        it: the read stopped at the last snapshot before the gap (an engine's snapshot at version
+        3 of a session of 9 read as "session has 3 versions, not 4")."""
+        bundle = None if self._archived_in is None else self._archived_in(session_id)
+        if bundle is not None:
+            head: Session | None = self._store.load(self.session_uuid(session_id))
+            if head is not None and head.version >= version:
+                raise SessionArchived(session_id, bundle)
 
     def ensure_owner(self, session_id: str, claimed: str | None) -> None:
         """SessionOwnedByAnother when the session (loaded) has a user other than ``claimed``;

@@ -710,6 +710,34 @@ def test_a_replay_or_fork_before_an_archived_sessions_head_names_its_bundle(
     assert engine.get_session("s-old", version=2).step_count == 1
 
 
+def test_a_version_past_an_archived_sessions_older_snapshot_names_its_bundle(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """The engine snapshots every 3 events, and those snapshots stay when the events go: a replay
+    at version 4 of an archived session of 9 versions read the snapshot at 3 and said "session has
+    3 versions, not 4" (ValidationError: exit 2, HTTP 422), and a fork at 5 likewise. It is now
+    SessionArchived naming the bundle, as at versions 1 and 2; a snapshot's own version reads."""
+    _session(engine, "s-old", steps=7)  # start, 7 steps, complete: 9 versions
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    assert engine.get_session("s-old").version == 9
+    for read in (
+        lambda: engine.get_session("s-old", version=4),
+        lambda: engine.get_session("s-old", version=8),
+        lambda: engine.fork_session("s-old", 5, "s-fork"),
+    ):
+        with pytest.raises(SessionArchived) as refused:
+            read()
+        assert refused.value.bundle == bundle
+    assert engine.get_session("s-old", version=3).step_count == 2  # the engine's snapshot there
+    with pytest.raises(ValidationError, match="session has 9 versions, not 10"):
+        engine.get_session("s-old", version=10)
+    result = run_cli(engine.database_url, engine.settings.schema, "replay", "s-old", "--version", "4")
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith("error: session 's-old' was archived: its events are in"), result.stderr
+
+
 def _snapshot_sql(engine: Engine, statement: str, session_id: str) -> int:
     """Run ``statement`` (``{}``: the snapshot table, ``%s``: the session's stream) as an intruder would."""
     with psycopg.connect(engine.database_url) as conn:
