@@ -229,13 +229,19 @@ class SessionArchived(SessionNotFound):
     """The session's events were archived by retention: its state reads, its events do not."""
 
     def __init__(self, session_id: str, bundle: str, needed: str | None = None) -> None:
-        where = needed if needed is not None else f"its events are in {bundle}"
+        where = (
+            f"its events are in {bundle}"
+            if needed is None
+            else f"{needed} may be among its events, in {bundle}"
+        )
         SessionError.__init__(
             self,
             session_id,
             f"session {session_id!r} was archived: {where} (`flowledger retention restore` puts them back)",
         )
         self.bundle = bundle
+        self.needed = needed
+        """What the caller asked for that the archived events may hold (a retried key's step)."""
 
 
 class SessionNotYetStarted(SessionNotFound):

@@ -91,8 +91,9 @@ def _told(error: errors.FlowledgerError) -> str:
     """What an API client is told: the error's message, except where the server is laid out
     (an archived session's bundle is named by its file name, not the server's path to it)."""
     if isinstance(error, errors.SessionArchived):
+        needed = "its events are" if error.needed is None else f"{error.needed} may be among its events,"
         return (
-            f"session {error.session_id!r} was archived: its events are in the bundle"
+            f"session {error.session_id!r} was archived: {needed} in the bundle"
             f" {PurePath(error.bundle).name} (an operator puts them back with `flowledger retention restore`)"
         )
     return str(error)

@@ -404,7 +404,7 @@ class SessionService:
             raise SessionArchived(
                 session.session_id,
                 bundle,
-                f"{what} under idempotency key {key!r} may be among its archived events, in {bundle}",
+                f"{what} under idempotency key {key!r}",
             )
 
     def _learn_expiry_keys(self, session: Session) -> None:

@@ -16,8 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 from eventsourcing.persistence import StoredEvent
+from fastapi.testclient import TestClient
 from psycopg.sql import SQL, Identifier
 
+from flowledger.adapters.http.app import create_app
 from flowledger.domain import LlmUsage
 from flowledger.domain.errors import (
     ArchivedBaseForged,
@@ -632,11 +634,19 @@ def test_a_retry_of_an_old_keyed_step_of_an_archived_session_is_not_recorded_aga
     def retry() -> Any:
         return engine.record_step("s-1", "step_0", input={"n": 0}, usage=usage(0), idempotency_key="k-0")
 
-    with pytest.raises(
-        SessionArchived, match="idempotency key 'k-0' may be among its archived events"
-    ) as refused:
+    with pytest.raises(SessionArchived, match="idempotency key 'k-0' may be among its events") as refused:
         retry()
     assert refused.value.bundle == bundle
+    with TestClient(create_app(engine)) as client:  # said over HTTP too, the bundle by its file name
+        answer = client.post(
+            "/v1/sessions/s-1/steps",
+            json={"step": "step_0", "input": {"n": 0}, "idempotency_key": "k-0"},
+        )
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["error"] == (
+        f"session 's-1' was archived: the step under idempotency key 'k-0' may be among its events, in the"
+        f" bundle {Path(bundle).name} (an operator puts them back with `flowledger retention restore`)"
+    )
     assert engine.get_session("s-1").totals == totals  # nothing recorded
     # A recent key is answered from the state, a new key is recorded, as before
     assert (
