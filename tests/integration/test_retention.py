@@ -194,8 +194,9 @@ def test_archive_verify_rebuild_restore(engine: Engine, clock: SetClock, tmp_pat
     rebuild(projector)
     assert _dashboard(engine) == dashboard
     assert verify(projector) == []
-    with pytest.raises(ValidationError):
-        engine.restore_sessions(bundle, ["old-done"])  # not archived any more
+    again = engine.restore_sessions(bundle, ["old-done"])  # not archived any more: restored already
+    assert again.sessions == ()
+    assert again.skipped[str(engine.session_uuid("old-done"))].startswith("restored already")
 
 
 def test_a_session_with_a_snapshot_at_its_last_version_is_archived_and_archived_again(
@@ -746,6 +747,32 @@ def test_a_version_past_an_archived_sessions_older_snapshot_names_its_bundle(
     result = run_cli(engine.database_url, engine.settings.schema, "replay", "s-old", "--version", "4")
     assert result.returncode == 3, result.stderr
     assert result.stderr.startswith("error: session 's-old' was archived: its events are in"), result.stderr
+
+
+def test_a_restore_of_one_session_run_twice_is_harmless(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """A restore run twice is harmless (docs/retention.md): the whole bundle's second run says
+    "restored already", exit 0. With --session, the second run (a script's retry after a lost
+    answer) said "session: none of ['s-1'] is archived in BUNDLE", exit 2. It is now the same
+    report, exit 0; a session the bundle does not hold is still refused."""
+    _session(engine, "s-1", steps=1)
+    _session(engine, "s-2", steps=1)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    assert engine.restore_sessions(bundle, ["s-1"]).sessions == ("s-1",)
+    again = engine.restore_sessions(bundle, ["s-1"])
+    assert again.sessions == ()
+    assert again.skipped[str(engine.session_uuid("s-1"))].startswith("restored already")
+    result = run_cli(
+        engine.database_url, engine.settings.schema, "retention", "restore", bundle, "--session", "s-1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("restored 0 sessions (0 events)"), result.stdout
+    with pytest.raises(ValidationError, match=r"none of \['s-3'\] is archived in"):
+        engine.restore_sessions(bundle, ["s-3"])
+    assert engine.retention.archived_in("s-2") == bundle  # still archived
 
 
 def _snapshot_sql(engine: Engine, statement: str, session_id: str) -> int:
