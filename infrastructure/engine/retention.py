@@ -590,10 +590,14 @@ class RetentionService:
                         f" keeps (version {base.through_version}): not restored"
                     )
                 if not hmac.compare_digest(digest, base.bundle_sha256):
+                    # Named by its session: a session restored alone and archived again is in a
+                    # later bundle, and this one (its first) was refused naming only a stream id.
+                    archived_to = PurePath(base.bundle).name
                     raise AuditError(
-                        f"stream {stream}: {bundle.name} is not the file it was archived to"
-                        f" ({PurePath(base.bundle).name}, SHA-256 {base.bundle_sha256[:16]}...;"
-                        f" this file's is {digest[:16]}...): not restored"
+                        f"session {base.session_id!r} (stream {stream}): {bundle.name} is not the file it"
+                        f" was archived to ({archived_to}, SHA-256 {base.bundle_sha256[:16]}...;"
+                        f" this file's is {digest[:16]}...): nothing restored (restore that session from"
+                        f" {archived_to}, and this file's others with --session)"
                     )
                 mine = events[stream]
                 if tuple(e[4] for e in mine) != base.positions:

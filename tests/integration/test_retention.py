@@ -775,6 +775,31 @@ def test_a_restore_of_one_session_run_twice_is_harmless(
     assert engine.retention.archived_in("s-2") == bundle  # still archived
 
 
+def test_a_bundle_holding_a_session_archived_again_since_names_that_session(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """s-1 and s-2 archived together, s-1 restored alone and archived again (a second bundle):
+    restoring the first bundle whole was refused with 'stream 2b6e…: FIRST is not the file it was
+    archived to (SECOND …): not restored', a stream id the operator cannot map to a session. It
+    now names the session and where to restore it from; --session s-2 restores the other."""
+    _session(engine, "s-1", steps=1)
+    _session(engine, "s-2", steps=1)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    [first] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    engine.restore_sessions(first, ["s-1"])
+    [second] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    with pytest.raises(AuditError) as refused:
+        engine.restore_sessions(first)
+    assert str(refused.value).startswith(f"session 's-1' (stream {engine.session_uuid('s-1')}):")
+    assert str(refused.value).endswith(
+        f"nothing restored (restore that session from {Path(second).name},"
+        " and this file's others with --session)"
+    )
+    assert engine.restore_sessions(first, ["s-2"]).sessions == ("s-2",)
+    assert engine.restore_sessions(second).sessions == ("s-1",)
+
+
 def _snapshot_sql(engine: Engine, statement: str, session_id: str) -> int:
     """Run ``statement`` (``{}``: the snapshot table, ``%s``: the session's stream) as an intruder would."""
     with psycopg.connect(engine.database_url) as conn:
