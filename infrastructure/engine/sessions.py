@@ -268,7 +268,15 @@ class SessionService:
                 f" start before the state it was forked with (version {FORKED_AT}); fork at version"
                 f" {FORKED_AT} or later",
             )
-        parent = self.get(session_id, version=at_version)
+        try:
+            parent = self.get(session_id, version=at_version)
+        except SessionNotFound:  # the parent's events up to at_version were archived
+            # The same fork sent again (its answer lost) needs no event of the parent's: it was
+            # refused as archived once the parent was, where before it was answered (200).
+            fork: Session | None = self._store.load(self.session_uuid(new_session_id))
+            if fork is None or (fork.forked_from, fork.forked_at_version) != (session_id, at_version):
+                raise
+            return Start(state=fork.state().judged_at(self._store.clock()), created=False)
         decide = partial(self._fork, parent, new_session_id, ttl)
         return self._write(new_session_id, decide)
 

@@ -800,6 +800,31 @@ def test_a_bundle_holding_a_session_archived_again_since_names_that_session(
     assert engine.restore_sessions(second).sessions == ("s-1",)
 
 
+def test_the_same_fork_sent_again_after_its_parent_was_archived_is_answered_with_the_fork(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """The same fork sent again (its answer lost) is answered with the fork, 200, nothing appended
+    (docs/erasure.md). Once the parent was archived, the retry of a fork at its version 4 was
+    refused as archived (SessionArchived: 404, exit 3): it read the parent at that version first.
+    The fork holds its parent and version: the retry is answered from it."""
+    _session(engine, "s-old", steps=7, close=None)
+    made = engine.fork_or_get_session("s-old", 4, "s-fork")
+    engine.complete_session("s-old")
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    assert engine.archive_sessions(tmp_path).workflows[0].sessions == ["s-old"]  # the fork is open
+    again = engine.fork_or_get_session("s-old", 4, "s-fork")
+    assert (again.created, again.state.version, again.state.context) == (False, 2, made.state.context)
+    with TestClient(create_app(engine)) as client:
+        answer = client.post("/v1/sessions/s-old/fork", json={"at_version": 4, "new_session_id": "s-fork"})
+    assert answer.status_code == 200, answer.text
+    # Another fork at an archived version still needs the parent's events
+    with pytest.raises(SessionArchived):
+        engine.fork_session("s-old", 4, "s-fork-2")
+    with pytest.raises(SessionArchived):
+        engine.fork_session("s-old", 5, "s-fork")  # another version under the same id
+
+
 def _snapshot_sql(engine: Engine, statement: str, session_id: str) -> int:
     """Run ``statement`` (``{}``: the snapshot table, ``%s``: the session's stream) as an intruder would."""
     with psycopg.connect(engine.database_url) as conn:
