@@ -614,6 +614,12 @@ class RetentionService:
                 # Sessions of the bundle restored already are reported as such (skipped): a
                 # restore of them run twice is harmless, as the whole bundle's is.
                 raise ValidationError("session", f"none of {sorted(sessions or ())} is archived in {bundle}")
+            absent = sorted(s for s in sessions or () if session_uuid(self._tenant, s) not in heads)
+            if absent:
+                # One mistyped among several was passed over: "restored 1 sessions", exit 0.
+                raise ValidationError(
+                    "session", f"{bundle} holds no session {', '.join(map(repr, absent))}: nothing restored"
+                )
             if before_insert is not None and rows:
                 before_insert(conn, max(row[4] for row in rows))
             with conn.transaction(), conn.cursor() as cur:

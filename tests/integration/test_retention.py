@@ -825,6 +825,35 @@ def test_the_same_fork_sent_again_after_its_parent_was_archived_is_answered_with
         engine.fork_session("s-old", 5, "s-fork")  # another version under the same id
 
 
+def test_a_restore_asking_for_a_session_the_bundle_does_not_hold_restores_nothing(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """retention restore BUNDLE --session s-1 --session s-9 (s-9 mistyped, or in another bundle)
+    restored s-1 and said "restored 1 sessions", exit 0: s-9 was passed over unsaid. It is now
+    refused naming it, nothing restored (exit 2)."""
+    _session(engine, "s-1", steps=1)
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    with pytest.raises(ValidationError, match=r"holds no session 's-9': nothing restored"):
+        engine.restore_sessions(bundle, ["s-1", "s-9"])
+    assert engine.retention.archived_in("s-1") == bundle
+    result = run_cli(
+        engine.database_url,
+        engine.settings.schema,
+        "retention",
+        "restore",
+        bundle,
+        "--session",
+        "s-1",
+        "--session",
+        "s-9",
+    )
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip().endswith("holds no session 's-9': nothing restored"), result.stderr
+    assert engine.restore_sessions(bundle, ["s-1"]).sessions == ("s-1",)
+
+
 def _snapshot_sql(engine: Engine, statement: str, session_id: str) -> int:
     """Run ``statement`` (``{}``: the snapshot table, ``%s``: the session's stream) as an intruder would."""
     with psycopg.connect(engine.database_url) as conn:
