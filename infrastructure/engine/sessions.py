@@ -307,11 +307,19 @@ class SessionService:
             return session.state().judged_at(min(as_of, now))
         return session.state()
 
+    def _bundle_of(self, session_id: str) -> str | None:
+        """The bundle retention archived the session's events to; None when its first event is
+        stored (one read on the engine's pool: retention's own read opens a connection, which
+        cost every new key of a keyed context update some milliseconds) or retention is not there."""
+        if self._archived_in is None or self._store.events(self.session_uuid(session_id), lte=1):
+            return None
+        return self._archived_in(session_id)
+
     def _refuse_version_archived(self, session_id: str, version: int) -> None:
         """SessionArchived when retention archived the session's events up to ``version`` or past
         it: the read stopped at the last snapshot before the gap (an engine's snapshot at version
         3 of a session of 9 read as "session has 3 versions, not 4")."""
-        bundle = None if self._archived_in is None else self._archived_in(session_id)
+        bundle = self._bundle_of(session_id)
         if bundle is not None:
             head: Session | None = self._store.load(self.session_uuid(session_id))
             if head is not None and head.version >= version:
@@ -407,7 +415,7 @@ class SessionService:
         step (a context update, an expiry change) in them (the stored rows do not hold it), and
         taken as new it was recorded a second time (a session archived, then restarted: a step
         charged twice, an old update applied over newer values). Restore, then retry."""
-        bundle = None if self._archived_in is None else self._archived_in(session.session_id)
+        bundle = self._bundle_of(session.session_id)
         if bundle is not None:
             raise SessionArchived(
                 session.session_id,
