@@ -23,7 +23,7 @@ from uuid import UUID, uuid5
 
 from flowledger.domain.agent import SEED_CAPACITY
 from flowledger.domain.budget import CallScope
-from flowledger.domain.errors import SessionArchived, SessionNotFound, ValidationError
+from flowledger.domain.errors import SessionArchived, SessionNotFound, StoredEventMissing, ValidationError
 from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.ports import AlertNotifier, LlmPort
 from flowledger.domain.pricing import TOKEN_FIELDS, PriceTable
@@ -753,6 +753,14 @@ class Engine:
             bundle = self.retention.archived_in(session_id) if self._audit is not None else None
             if bundle is not None:
                 raise SessionArchived(session_id, bundle) from None
+            raise
+        except StoredEventMissing as missing:
+            # An archived session written again (an expired one restarted) has rows after its
+            # base and none before: a read of its events found "version 1 missing (the next
+            # stored is N+1)", a false alarm of tampering (exit 65). That gap is the archive's.
+            archived = self.retention.archived_through(session_id) if self._audit is not None else None
+            if archived is not None and (missing.version, missing.found) == (1, archived[1] + 1):
+                raise SessionArchived(session_id, archived[0]) from None
             raise
 
     def session_steps(self, session_id: str) -> list[StepRecord]:

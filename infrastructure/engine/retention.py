@@ -198,6 +198,20 @@ class RetentionService:
             session_uuid(self._tenant, session_id)
         )
 
+    def archived_through(self, session_id: str) -> tuple[str, int] | None:
+        """The bundle an archived session's events are in and the last version its base stands
+        for (None: not archived)."""
+        stream = session_uuid(self._tenant, session_id)
+
+        def read() -> tuple[str, int] | None:
+            with self._reading() as conn:
+                if not self.tables.exists(conn):
+                    return None
+                found = self.tables.bases(conn, b"", [stream]).get(stream)
+                return None if found is None else (found.base.bundle, found.base.through_version)
+
+        return self._within_deadline("read archived sessions", read)
+
     def bundles_of(self, streams: Sequence[UUID]) -> dict[UUID, str]:
         """Which of ``streams`` are archived, with the bundle each one's events are in."""
         if isinstance(streams, str | bytes) or not isinstance(streams, Iterable):

@@ -27,6 +27,7 @@ from flowledger.domain.errors import (
     SessionArchived,
     SessionExpired,
     SessionNotFound,
+    StoredEventMissing,
     StoredEventUnreadable,
     ValidationError,
 )
@@ -538,6 +539,50 @@ def test_archived_session_written_again_chains_from_its_base(
     assert [e.version for e in engine.history("s-1")] == list(range(1, archived.version + 2))
     assert verify_chain(engine.audit).ok
     assert verify_log(engine.log, archived=engine.retention.archived()).ok
+
+
+def test_an_archived_session_written_again_reads_as_archived_not_as_tampered(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """An expired session archived, then restarted: its rows start after its base. `flowledger
+    history` of it exited 65, "a stored event is missing: stream … version 1 (the next stored is
+    7) (changed in the database? …)", a false alarm of tampering, and so did session_steps and a
+    replay as of a moment in its archived part (the webhook's step list with them). Each is now
+    SessionArchived naming the bundle (exit 3), as before the restart; a row deleted after the
+    base is still named missing."""
+    engine.start_session("s-1", WORKFLOW, user_id="u-1", ttl=timedelta(hours=1))
+    for n in range(4):
+        engine.record_step("s-1", f"step_{n}", input={"n": n}, usage=usage(n))
+    clock.now = START + timedelta(days=2)
+    assert engine.expire_session("s-1")
+    clock.now = START + timedelta(days=5)
+    engine.retention.set_policy(WORKFLOW, 1)
+    [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    engine.restart_session("s-1", WORKFLOW, user_id="u-1")
+    engine.record_step("s-1", "again", input={}, usage=usage(9))
+    for read in (
+        lambda: engine.history("s-1"),
+        lambda: engine.session_steps("s-1"),
+        lambda: engine.get_session("s-1", as_of=START + timedelta(minutes=1)),
+    ):
+        with pytest.raises(SessionArchived) as refused:
+            read()
+        assert refused.value.bundle == bundle
+    result = run_cli(engine.database_url, engine.settings.schema, "history", "s-1")
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith("error: session 's-1' was archived: its events are in"), result.stderr
+    with psycopg.connect(engine.database_url) as conn:  # an intruder deletes the restart
+        conn.execute(
+            SQL(
+                "DELETE FROM {}.flowledger_events WHERE originator_id = %s AND originator_version = 7"
+            ).format(Identifier(engine.settings.schema)),
+            [engine.session_uuid("s-1")],
+        )
+    with pytest.raises(StoredEventMissing):
+        engine.history("s-1")
+    engine.restore_sessions(bundle)
+    with pytest.raises(StoredEventMissing, match="version 7"):
+        engine.history("s-1")
 
 
 def test_bad_policies_are_refused(engine: Engine, tmp_path: Path) -> None:
