@@ -40,24 +40,29 @@ def test_the_dashboard_shows_a_cheap_models_cost_exactly() -> None:
         latency_p99_ms=10.0,
     )
     # When the dashboard table is printed
-    console = Console(width=200, record=True)
-    console.print(dashboard_table([row], ["model"], "model calls"))
+    text = printed(row)
     # Then its cost reads $0.00004, not 0.0000 (free)
-    text = console.export_text()
     assert "0.00004" in text
     assert "0.0000 " not in text
 
 
-def test_token_counts_just_under_a_million_read_as_a_million_not_a_thousand_k() -> None:
-    # Given a model's day of 999,999 input and 999,950 output tokens (the table abbreviates)
-    row = DashboardRow(
+def printed(row: DashboardRow) -> str:
+    """The dashboard table of ``row`` as the CLI prints it, as text."""
+    console = Console(width=200, record=True)
+    console.print(dashboard_table([row], ["model"], "model calls"))
+    return console.export_text()
+
+
+def tokens_row(input_tokens: int, output_tokens: int, cached_tokens: int) -> DashboardRow:
+    """One gpt-4.1 call with these token counts (the table abbreviates them)."""
+    return DashboardRow(
         group=("gpt-4.1",),
         calls=1,
         errors=0,
         errors_by_type={},
-        input_tokens=999_999,
-        output_tokens=999_950,
-        cached_tokens=999_949,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_tokens=cached_tokens,
         reasoning_tokens=0,
         cost_usd=Decimal("1"),
         latency_avg_ms=None,
@@ -65,32 +70,18 @@ def test_token_counts_just_under_a_million_read_as_a_million_not_a_thousand_k() 
         latency_p95_ms=None,
         latency_p99_ms=None,
     )
-    console = Console(width=200, record=True)
-    console.print(dashboard_table([row], ["model"], "model calls"))
+
+
+def test_token_counts_just_under_a_million_read_as_a_million_not_a_thousand_k() -> None:
+    # Given a model's day of 999,999 input and 999,950 output tokens
+    text = printed(tokens_row(999_999, 999_950, 999_949))
     # Then they read 1.0M (they read 1000.0k, which no other count of the column is written as)
-    text = console.export_text()
     assert "1.0M/1.0M/999.9k" in text
     assert "1000.0k" not in text
 
 
 def test_token_counts_of_a_billion_or_more_read_in_billions() -> None:
     # Given a busy model's month: 999,999,999 input and 12,345,678,901 output tokens
-    row = DashboardRow(
-        group=("gpt-4.1",),
-        calls=1,
-        errors=0,
-        errors_by_type={},
-        input_tokens=999_999_999,
-        output_tokens=12_345_678_901,
-        cached_tokens=999_949_999,
-        reasoning_tokens=0,
-        cost_usd=Decimal("1"),
-        latency_avg_ms=None,
-        latency_p50_ms=None,
-        latency_p95_ms=None,
-        latency_p99_ms=None,
-    )
-    console = Console(width=200, record=True)
-    console.print(dashboard_table([row], ["model"], "model calls"))
+    text = printed(tokens_row(999_999_999, 12_345_678_901, 999_949_999))
     # Then they read 1.0B and 12.3B (they read 1000.0M and 12345.7M)
-    assert "1.0B/12.3B/999.9M" in console.export_text()
+    assert "1.0B/12.3B/999.9M" in text
