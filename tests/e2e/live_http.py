@@ -28,6 +28,13 @@ def bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
 
 
+READ_S = 60.0
+"""A test client's read timeout on a live server: what it asserts is the answer, not its speed,
+and on the shared CI machine a checkpoint that syncs tens of thousands of files (one schema
+per test) stalled the machine's writes for up to 28 s (server log, this stop), past the 10 s
+and 30 s these tests had (httpx.ReadTimeout, twice in three clean-clone runs)."""
+
+
 def keyed_engine(simulator: Simulator, **overrides: Any) -> Engine:
     """An engine of tenant ``acme`` whose settings carry the test keys (in memory unless told);
     its model calls go through the real client to ``simulator``."""

@@ -27,6 +27,7 @@ from tests.e2e.live_http import (
     ACME_READER,
     ACME_WRITER,
     GLOBEX_WRITER,
+    READ_S,
     bearer,
     keyed_app,
     keyed_engine,
@@ -49,7 +50,7 @@ def acme(simulator: Simulator) -> Iterator[Engine]:
 
 @pytest.fixture
 def server(acme: Engine) -> Iterator[httpx.Client]:
-    with live_server(keyed_app(acme)) as url, httpx.Client(base_url=url, timeout=10) as client:
+    with live_server(keyed_app(acme)) as url, httpx.Client(base_url=url, timeout=READ_S) as client:
         yield client
 
 

@@ -15,7 +15,16 @@ from flowledger.domain import budget as budget_module
 from flowledger.domain.pricing import ModelPrice, PriceTable
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
-from tests.e2e.live_http import ACME_READER, ACME_WRITER, GLOBEX_WRITER, KEYS, bearer, keyed_app, live_server
+from tests.e2e.live_http import (
+    ACME_READER,
+    ACME_WRITER,
+    GLOBEX_WRITER,
+    KEYS,
+    READ_S,
+    bearer,
+    keyed_app,
+    live_server,
+)
 from tests.support.cli import run_cli
 
 ACME_ADMIN = "acme-admin-0123456789abcdef0123456789a"
@@ -55,7 +64,7 @@ def acme(database_url: str, pg_schema: str, simulator: Any) -> Iterator[Engine]:
 
 @pytest.fixture
 def server(acme: Engine) -> Iterator[httpx.Client]:
-    with live_server(keyed_app(acme)) as url, httpx.Client(base_url=url, timeout=10) as client:
+    with live_server(keyed_app(acme)) as url, httpx.Client(base_url=url, timeout=READ_S) as client:
         yield client
 
 

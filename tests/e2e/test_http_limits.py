@@ -16,7 +16,7 @@ import pytest
 from flowledger.adapters.simulator import Simulator
 from flowledger.domain.errors import SessionArchived
 from flowledger.infrastructure import Engine
-from tests.e2e.live_http import ACME_WRITER, bearer, keyed_app, keyed_engine, live_server
+from tests.e2e.live_http import ACME_WRITER, READ_S, bearer, keyed_app, keyed_engine, live_server
 
 WRITER = {**bearer(ACME_WRITER), "content-type": "application/json"}
 
@@ -32,7 +32,7 @@ def acme(simulator: Simulator) -> Iterator[Engine]:
 
 @pytest.fixture
 def server(acme: Engine) -> Iterator[httpx.Client]:
-    with live_server(keyed_app(acme)) as url, httpx.Client(base_url=url, timeout=10) as client:
+    with live_server(keyed_app(acme)) as url, httpx.Client(base_url=url, timeout=READ_S) as client:
         yield client
 
 

@@ -24,7 +24,7 @@ from flowledger.adapters.http.app import create_app
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.database import migrate
 from tests.conftest import make_settings
-from tests.e2e.live_http import bearer, live_server
+from tests.e2e.live_http import READ_S, bearer, live_server
 from tests.faults.server import PrivateServer, new_root
 
 TENANTS = 200
@@ -158,7 +158,7 @@ def test_a_tenants_session_is_not_found_by_another_tenant_on_the_shared_store(pr
     try:
         with (
             live_server(create_app(engine, require_keys=True)) as url,
-            httpx.Client(base_url=url, timeout=30) as http,
+            httpx.Client(base_url=url, timeout=READ_S) as http,
         ):
             # When north starts a session
             body = {"session_id": "north-only", "workflow": "w"}
