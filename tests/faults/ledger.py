@@ -9,9 +9,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -172,3 +174,13 @@ def fault_settings(database_url: str, schema: str = "faults", **overrides: objec
         operation_deadline_s=8.0,
     )
     return base.with_overrides(**overrides)
+
+
+@contextmanager
+def engine_after_an_outage(server: Any, deadline_s: float) -> Iterator[Engine]:
+    """An engine on ``server`` (a ``PrivateServer``) with ``deadline_s`` as its operation deadline,
+    that has started session "s" (its store read once), then the server stopped."""
+    with Engine(settings=fault_settings(server.url, operation_deadline_s=deadline_s)) as engine:
+        engine.start_session("s", "wf")
+        server.stop()
+        yield engine

@@ -18,7 +18,7 @@ import pytest
 
 from flowledger.adapters.http.app import create_app
 from flowledger.infrastructure import Engine
-from tests.faults.ledger import fault_settings
+from tests.faults.ledger import engine_after_an_outage
 from tests.faults.server import PrivateServer
 
 pytestmark = pytest.mark.postgres
@@ -44,9 +44,7 @@ def test_healthz_answers_at_once_while_every_worker_thread_waits_for_the_databas
 ) -> None:
     # Given an app whose engine has read a session, and then a database that stopped
     server = private_postgres()
-    with Engine(settings=fault_settings(server.url, operation_deadline_s=DEADLINE_S)) as engine:
-        engine.start_session("s", "wf")
-        server.stop()
+    with engine_after_an_outage(server, DEADLINE_S) as engine:
         # When more requests than there are worker threads wait for it, and /healthz is asked
         took, status, others = asyncio.run(burst_then_probe(engine))
     report(f"/healthz answered {status} in {took:.2f} s beside {WAITING} requests answered {others}")

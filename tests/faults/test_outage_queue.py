@@ -18,7 +18,7 @@ import pytest
 
 from flowledger.adapters.http.app import create_app
 from flowledger.infrastructure import Engine
-from tests.faults.ledger import fault_settings
+from tests.faults.ledger import engine_after_an_outage
 from tests.faults.server import PrivateServer
 
 pytestmark = pytest.mark.postgres
@@ -50,9 +50,7 @@ def test_requests_queued_for_a_thread_in_an_outage_are_answered_within_a_deadlin
 ) -> None:
     # Given an app whose engine has read a session, and then a database that stopped
     server = private_postgres()
-    with Engine(settings=fault_settings(server.url, operation_deadline_s=DEADLINE_S)) as engine:
-        engine.start_session("s", "wf")
-        server.stop()
+    with engine_after_an_outage(server, DEADLINE_S) as engine:
         # When more requests than there are worker threads arrive at once
         slowest, statuses, retry_after = asyncio.run(burst(engine))
     report(f"{REQUESTS} requests answered {statuses} in at most {slowest:.2f} s (deadline {DEADLINE_S:g} s)")
@@ -67,9 +65,7 @@ def test_a_slow_but_healthy_store_after_an_outage_keeps_its_queue(
 ) -> None:
     # Given an engine that met an outage, a database back, and reads that each take 0.5 s
     server = private_postgres()
-    with Engine(settings=fault_settings(server.url, operation_deadline_s=DEADLINE_S)) as engine:
-        engine.start_session("s", "wf")
-        server.stop()
+    with engine_after_an_outage(server, DEADLINE_S) as engine:
         assert asyncio.run(burst(engine))[1] == [503]
         server.start()
         engine.get_session("s")
