@@ -160,9 +160,18 @@ atexit.register(shutil.rmtree, TEST_KEY_DIR, True)
 os.environ["FLOWLEDGER_AUDIT_KEY_DIR"] = str(TEST_KEY_DIR)
 
 
+ENVIRONMENT_PATIENCE = {"operation_deadline_s": 60.0, "pool_timeout_s": 60.0}
+"""The deadlines of test engines that do not set their own. The defaults (15 s, 5 s) are for a
+service; on CI's shared server, checkpoints that sync the files of thousands of test schemas
+stalled connections for up to 28 s, and tests that assert answers, not their speed, failed
+with ``StoreUnavailable`` at an engine's start or a ``PoolTimeout`` (clean-clone runs of
+2026-12-07). Tests of deadlines set theirs."""
+
+
 def make_settings(**overrides: object) -> Settings:
-    """Test settings that ignore the developer's environment."""
-    return Settings(home=Path("/nonexistent"), audit_key_dir=TEST_KEY_DIR).with_overrides(**overrides)
+    """Test settings that ignore the developer's environment, patient with the shared server."""
+    base = Settings(home=Path("/nonexistent"), audit_key_dir=TEST_KEY_DIR)
+    return base.with_overrides(**{**ENVIRONMENT_PATIENCE, **overrides})
 
 
 def backend_engine(request: pytest.FixtureRequest, **overrides: object) -> Iterator[Engine]:
