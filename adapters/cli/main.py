@@ -29,6 +29,7 @@ from flowledger.adapters.cli import (
     task_commands,
 )
 from flowledger.adapters.cli.errors import joined, say_error
+from flowledger.adapters.cli.single_values import refuse_repeated_options
 
 app = typer.Typer(
     name="flowledger",
@@ -48,6 +49,7 @@ price_commands.register(app)
 retention_commands.register(app)
 task_commands.register(app)
 agent_commands.register(app)
+refuse_repeated_options(app)  # last: every command is registered by now
 
 
 def main(args: list[str] | None = None) -> None:

@@ -13,15 +13,15 @@ import re
 import typer
 
 # typer vendors click (pinned ~=0.29): its parser is this one, not the click package's.
-from typer._click.core import Context
-from typer._click.parser import _OptionParser, _ParsingState
-from typer.core import TyperCommand
+from typer._click.parser import _ParsingState
+
+from flowledger.adapters.cli.single_values import OnceCommand, OnceParser
 
 _NUMBER = re.compile(r"-(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
 
-class _NumbersAreArguments(_OptionParser):
-    """click's parser, but a negative number that is no option goes to the arguments."""
+class _NumbersAreArguments(OnceParser):
+    """The commands' parser, but a negative number that is no option goes to the arguments."""
 
     def _process_opts(self, arg: str, state: _ParsingState) -> None:
         if _NUMBER.fullmatch(arg) and arg not in self._short_opt and arg not in self._long_opt:
@@ -30,15 +30,10 @@ class _NumbersAreArguments(_OptionParser):
         super()._process_opts(arg, state)
 
 
-class NumberArguments(TyperCommand):
+class NumberArguments(OnceCommand):
     """A typer command whose arguments may be negative numbers (``cls=NumberArguments``)."""
 
-    def make_parser(self, ctx: Context) -> _OptionParser:
-        """The command's parser: click's, with negative numbers kept as arguments."""
-        parser = _NumbersAreArguments(ctx)
-        for param in self.get_params(ctx):
-            param.add_to_parser(parser, ctx)
-        return parser
+    parser_class = _NumbersAreArguments
 
 
 _WHOLE = re.compile(r"-?[0-9]+")
