@@ -74,6 +74,10 @@ IGNORABLE_CLASS = NAME_IGNORABLE_CLASS + r"\U0001bca0-\U0001bca3\U0001d173-\U000
 """Every Default_Ignorable_Code_Point character (DerivedCoreProperties.txt), as a class body:
 Unicode's NFKC_Casefold drops them, and so does ``agent.fold_text``."""
 _IGNORABLE = re.compile(f"[{IGNORABLE_CLASS}]")
+_SPACE_BUT_ONE_PLAIN = re.compile(r"[^\S ]|  ")
+"""White space inside an id that a reader cannot tell from one plain space: any other (a no-break,
+an em or an ideographic space, a line separator) and two plain spaces in a row. ``look 1``,
+``look\u00a01`` and ``look\u20031`` were three sessions, each listed as ``look 1``."""
 _SCALARS = (str, int, float, bool, type(None))
 _LARGEST_PLAIN_INT_BITS = 10_000
 """Larger ints take the encoder's path (it refuses past 4,300 digits, about 14,000 bits)."""
@@ -284,7 +288,7 @@ def require_id(field_name: str, value: Any, *, unlike_others: bool = True) -> st
         raise ValidationError(
             field_name, "must not be only dots: URL paths address the id ('.' and '..' vanish)"
         )
-    if unlike_others and (not name.isascii() or name[0].isspace() or name[-1].isspace()):
+    if unlike_others and (not name.isascii() or name[0].isspace() or name[-1].isspace() or "  " in name):
         _require_unlike_others(field_name, name)
     return name
 
@@ -293,11 +297,20 @@ def _require_unlike_others(field_name: str, name: str) -> None:
     """Refuse an id that is shown as another id is, yet is another: white space around it, a
     character drawn as nothing anywhere in it (``IGNORABLE_CLASS``: a zero-width space, a word
     joiner, a byte-order mark, a soft hyphen), or letters not in Unicode's composed form (NFC:
-    ``cafe`` and U+0301 is shown as ``café``, which is another string). Each was taken, and
+    ``cafe`` and U+0301 is shown as ``café``, which is another string), white space inside it
+    but single plain spaces (``_SPACE_BUT_ONE_PLAIN``). Each was taken, and
     ``look-1`` and ``look-1 `` were two sessions a reader could not tell apart."""
     if name != name.strip():
         raise ValidationError(
             field_name, f"must not have white space around it: it would look like another id (got {name!r})"
+        )
+    spaced = _SPACE_BUT_ONE_PLAIN.search(name)
+    if spaced is not None:
+        found_text = "two spaces in a row" if spaced.group() == "  " else f"U+{ord(spaced.group()):04X}"
+        raise ValidationError(
+            field_name,
+            f"must not hold white space other than single plain spaces (found {found_text}): it would"
+            f" look like another id (got {name!r})",
         )
     found = _IGNORABLE.search(name)
     if found is not None:

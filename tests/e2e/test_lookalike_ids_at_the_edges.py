@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from tests.support.cli import run_cli
 
-LOOKALIKES = ["look-1 ", "look\u200b-1", "cafe\u0301"]
+LOOKALIKES = ["look-1 ", "look\u200b-1", "cafe\u0301", "look\u00a01", "look  1"]
 
 
 @pytest.mark.parametrize("bad", LOOKALIKES, ids=repr)
@@ -38,6 +38,8 @@ def test_the_command_line_refuses_an_id_that_looks_like_another_with_exit_2(
     commands = (
         ["tasks", "create", "T-1 ", "--description", "Fix it"],
         ["agents", "register", "a\u200b1", "--name", "Ops", "--skill", "python"],
+        ["tasks", "create", "T\u00a01", "--description", "Fix it"],
+        ["agents", "register", "a  1", "--name", "Ops", "--skill", "python"],
     )
     for args in commands:
         done = run_cli(database_url, pg_schema, *args)

@@ -27,6 +27,12 @@ LOOKALIKES = [
     ("\ufefflook-1", "U+FEFF"),
     ("look\u00ad-1", "U+00AD"),
     (unicodedata.normalize("NFD", "caf\u00e9"), "NFC"),
+    # inside it: white space other than one plain space between characters is shown as one
+    ("look\u00a01", "U+00A0"),
+    ("look\u20031", "U+2003"),
+    ("look\u30001", "U+3000"),
+    ("look\u20281", "U+2028"),
+    ("look  1", "two spaces in a row"),
 ]
 
 
@@ -55,7 +61,7 @@ def test_creating_a_session_task_or_agent_with_an_id_that_looks_like_another_is_
         engine.get_session(bad)
 
 
-@pytest.mark.parametrize("good", ["look 1", "caf\u00e9", "ключ-7", "用户-42", "a.b_c-d"])
+@pytest.mark.parametrize("good", ["look 1", "a b c", "caf\u00e9", "ключ-7", "用户-42", "a.b_c-d"])
 def test_ids_with_inner_spaces_and_composed_letters_of_any_script_are_taken(
     engine: Engine, good: str
 ) -> None:
@@ -90,3 +96,20 @@ def test_lookalike_ids_stored_before_the_rule_still_load_and_work(engine: Engine
     # Then they are the ids stored, not their look-alikes
     with pytest.raises(SessionNotFound):
         engine.get_session("u-1")
+
+
+def test_an_id_with_inner_white_space_stored_before_the_rule_still_loads_and_works(engine: Engine) -> None:
+    # Given a session whose id holds a no-break space, written before the rule
+    soon = datetime.now(UTC) + timedelta(hours=1)
+    stored = "u\u00a01"
+    engine.store.app.save(
+        Session(
+            session_id=stored, tenant=engine.tenant, workflow="w", user_id=None, expires_at=soon, metadata={}
+        )
+    )
+    # When a step is recorded on it and it is read
+    engine.record_step(stored, "greet", {"message": "hi"}, {"reply": "hello"})
+    # Then it is that session, and the id with a plain space is another (none)
+    assert engine.get_session(stored).step_count == 1
+    with pytest.raises(SessionNotFound):
+        engine.get_session("u 1")
