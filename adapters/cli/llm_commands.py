@@ -72,8 +72,9 @@ def simulate_llm(
     45 ms mean latency. max_tokens (and max_completion_tokens, 1 to 128,000) cut
     the reply, which then ends with finish_reason "length"; n returns that many
     copies of the reply; stop ends it before a stop sequence; logprobs gives
-    each token's; a tool_choice of "required" or naming a function is answered
-    with that call. A request it cannot read (a field of the wrong JSON type, an
+    each token's; a tool_choice of "required" or naming a function (or a legacy
+    function_call naming one of functions) is answered with that call. A
+    request it cannot read (a field of the wrong JSON type, an
     empty model or one holding a control character, no messages, a message
     without content (an assistant's may leave it out beside its tool calls), a
     stream flag that is not a boolean, a token cap past 128,000, a temperature

@@ -104,7 +104,8 @@ class ChatRequest(NamedTuple):
     schema: dict[str, Any] | None
     """The JSON schema of ``response_format: json_schema``, which the reply must fit."""
     call: ForcedCall | None = None
-    """The function ``tool_choice`` makes the reply call (``tool_calls.forced_call``)."""
+    """The function ``tool_choice`` (or the legacy ``function_call``) makes the reply call
+    (``tool_calls.forced_call``)."""
     top_logprobs: int | None = None
     """With ``logprobs: true``, the alternatives asked for each token (``top_logprobs``, else
     0); None when no log probabilities are asked for."""

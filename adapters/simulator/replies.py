@@ -362,7 +362,7 @@ def stream_chunks(body: dict[str, Any], include_usage: bool, pieces: int = 4) ->
     chunks: list[dict[str, Any]] = []
     for choice in body["choices"]:
         index, message, logprobs = choice["index"], choice["message"], choice["logprobs"]
-        if "tool_calls" in message:
+        if "tool_calls" in message or "function_call" in message:
             chunks += [_chunk_choice(base, index, d, None) for d in call_deltas(message, pieces)]
         else:
             content = message["content"]

@@ -5,7 +5,9 @@ The simulator answered such a request with its text reply (``tool_calls`` null, 
 ``stop``), so a client written for function calling (the SDK's ``pydantic_function_tool``
 with ``parse()``) got no call at all. The call's arguments fit the function's ``parameters``
 schema (``structured.fitted_reply``); ``auto`` and ``none`` are answered with text, as a model
-that chooses not to call is.
+that chooses not to call is. The legacy way of asking (``functions`` with ``function_call``
+naming one, which the SDK still sends) is answered with the legacy message, a ``function_call``
+in place of ``tool_calls``: it too was answered with text.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class ForcedCall(NamedTuple):
     named: bool
     """Whether ``tool_choice`` named it (OpenAI then ends the choice with ``stop``, not
     ``tool_calls``)."""
+    legacy: bool = False
+    """Whether ``function_call`` named it from ``functions``: the reply's message then carries
+    a ``function_call``, not ``tool_calls``."""
 
 
 def forced_call(request: dict[str, Any]) -> ForcedCall | None:
@@ -44,6 +49,10 @@ def forced_call(request: dict[str, Any]) -> ForcedCall | None:
         if type(name) is not str:
             raise _refusal(f"tools[{index}].function.name", name, "a string")
         functions.setdefault(name, function)
+    if request.get("functions") is not None or request.get("function_call") is not None:
+        legacy = _legacy_call(request)
+        if request.get("tool_choice") is None:
+            return legacy
     choice = request.get("tool_choice")
     if choice is None or choice in ("auto", "none"):
         return None
@@ -69,6 +78,47 @@ def forced_call(request: dict[str, Any]) -> ForcedCall | None:
     return ForcedCall(function["name"], function.get("parameters"), named=True)
 
 
+def _legacy_call(request: dict[str, Any]) -> ForcedCall | None:
+    """The call ``function_call`` forces from ``functions`` (an object naming one), else None
+    (``auto``, ``none``, left out); a ``BadRequest`` where OpenAI refuses them."""
+    functions: dict[str, dict[str, Any]] = {}
+    given = request.get("functions")
+    if given is not None and type(given) is not list:
+        raise _refusal("functions", given, "an array")
+    for index, function in enumerate(given or ()):
+        if type(function) is not dict:
+            raise _refusal(f"functions[{index}]", function, "an object")
+        if type(function.get("name")) is not str:
+            raise _refusal(f"functions[{index}].name", function.get("name"), "a string")
+        functions.setdefault(function["name"], function)
+    choice = request.get("function_call")
+    if choice is None or choice in ("auto", "none"):
+        return None
+    if type(choice) is str:
+        raise BadRequest(
+            f"Invalid value: {choice[:40]!r}. Supported values are: 'auto', 'none'.",
+            param="function_call",
+            code="invalid_value",
+        )
+    if type(choice) is not dict:
+        raise _refusal("function_call", choice, "a string or an object")
+    if not functions:
+        raise BadRequest(
+            "Invalid value for 'function_call': 'function_call' is only allowed when 'functions' are"
+            " specified.",
+            param="function_call",
+        )
+    name = choice.get("name")
+    function = functions.get(name) if type(name) is str else None
+    if function is None:
+        raise BadRequest(
+            f"Invalid value for 'function_call': no function named {str(name)[:64]!r} is in 'functions'.",
+            param="function_call",
+            code="invalid_value",
+        )
+    return ForcedCall(function["name"], function.get("parameters"), named=True, legacy=True)
+
+
 def call_arguments(call: ForcedCall, content: str) -> str:
     """The call's arguments as JSON text fitting its parameters (the simulated answer's values
     where they fit); ``{}`` for a function that takes none."""
@@ -78,7 +128,15 @@ def call_arguments(call: ForcedCall, content: str) -> str:
 
 
 def call_message(call: ForcedCall, arguments: str, rng: random.Random) -> dict[str, Any]:
-    """An assistant message making ``call`` with ``arguments``, an id of its own."""
+    """An assistant message making ``call`` with ``arguments``, an id of its own (none for a
+    legacy ``function_call``, which OpenAI gives none)."""
+    if call.legacy:
+        return {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "function_call": {"name": call.name, "arguments": arguments},
+        }
     return {
         "role": "assistant",
         "content": None,
@@ -100,7 +158,15 @@ def call_finish(call: ForcedCall) -> str:
 
 def call_deltas(message: dict[str, Any], pieces: int) -> list[dict[str, Any]]:
     """A tool-call message as a stream sends it: the call's id and name with empty arguments,
-    then the arguments in ``pieces``, each delta naming the call by its index."""
+    then the arguments in ``pieces``, each delta naming the call by its index (a legacy
+    ``function_call`` alike, without id or index)."""
+    if "function_call" in message:
+        name, arguments = message["function_call"]["name"], message["function_call"]["arguments"]
+        size = max(1, -(-len(arguments) // pieces))
+        opening = {"name": name, "arguments": ""}
+        return [{"role": "assistant", "content": None, "refusal": None, "function_call": opening}] + [
+            {"function_call": {"arguments": arguments[i : i + size]}} for i in range(0, len(arguments), size)
+        ]
     call = message["tool_calls"][0]
     arguments = call["function"]["arguments"]
     first = {**call, "index": 0, "function": {"name": call["function"]["name"], "arguments": ""}}

@@ -142,3 +142,71 @@ def test_a_tool_choice_that_names_no_tool_given_is_refused_as_openai_refuses_it(
         client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, **fields)
     assert isinstance(refused.value.body, dict)
     assert refused.value.body["param"] == param
+
+
+LEGACY_FUNCTIONS: list[Any] = [
+    {"name": "get_order", "parameters": GetOrder.model_json_schema()},
+    {"name": "escalate", "parameters": Escalate.model_json_schema()},
+]
+
+
+def test_a_legacy_forced_function_call_is_answered_with_that_call(client: openai.OpenAI) -> None:
+    # When a request names the function to call the legacy way (functions, function_call):
+    # the simulator answered it with its text reply, no function_call
+    completion = client.chat.completions.create(
+        model="gpt-4.1",
+        messages=MESSAGES,
+        functions=LEGACY_FUNCTIONS,
+        function_call={"name": "escalate"},
+    )
+    # Then the message is that call, as the SDK reads it, and no tool call
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop"  # as OpenAI ends a call it was told to make
+    assert choice.message.content is None
+    assert choice.message.tool_calls is None
+    call = choice.message.function_call
+    assert call is not None
+    assert call.name == "escalate"
+    assert Escalate.model_validate_json(call.arguments)
+
+
+def test_a_streamed_legacy_function_call_is_put_together_by_the_sdk(client: openai.OpenAI) -> None:
+    with client.chat.completions.stream(
+        model="gpt-4.1", messages=MESSAGES, functions=LEGACY_FUNCTIONS, function_call={"name": "get_order"}
+    ) as stream:
+        chunks = list(stream)
+        completion = stream.get_final_completion()
+    call = completion.choices[0].message.function_call
+    assert call is not None
+    assert call.name == "get_order"
+    assert GetOrder.model_validate_json(call.arguments)
+    assert len([c for c in chunks if c.type == "chunk"]) > 2  # the arguments come in pieces
+
+
+def test_legacy_function_call_auto_or_none_is_answered_with_text(client: openai.OpenAI) -> None:
+    for choice in ("auto", "none"):
+        completion = client.chat.completions.create(
+            model="gpt-4.1", messages=MESSAGES, functions=LEGACY_FUNCTIONS, function_call=choice
+        )
+        message = completion.choices[0].message
+        assert (message.function_call, message.tool_calls) == (None, None)
+        assert message.content
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"function_call": {"name": "get_order"}}, "function_call"),
+        ({"functions": LEGACY_FUNCTIONS, "function_call": {"name": "refund"}}, "function_call"),
+        ({"functions": LEGACY_FUNCTIONS, "function_call": "required"}, "function_call"),
+        ({"functions": [{"parameters": {}}], "function_call": "auto"}, "functions[0].name"),
+        ({"functions": "get_order"}, "functions"),
+    ],
+)
+def test_a_legacy_function_call_that_names_no_function_given_is_refused(
+    client: openai.OpenAI, fields: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, **fields)
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["param"] == param
