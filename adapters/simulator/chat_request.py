@@ -83,6 +83,17 @@ KNOWN_FIELDS = _READ | frozenset(
 """Every request field OpenAI's chat completions take (the official SDK's
 ``CompletionCreateParams``, 2.x); another is refused as OpenAI refuses it."""
 _RESPONSE_FORMATS = ("json_object", "json_schema", "text")
+SERVED_TIERS = {
+    "auto": "default",
+    "default": "default",
+    "flex": "flex",
+    "scale": "scale",
+    "priority": "priority",
+    "fast": "priority",
+}
+"""The ``service_tier`` a reply says served it, by the one asked for (``default`` when none is):
+OpenAI's reply names the tier used, ``auto`` the project's (``default`` unless set otherwise),
+and ``fast`` is shown as ``priority``. The simulator's replies had none, read as None by the SDK."""
 _TOOL_CHOICES = ("auto", "none", "required")
 PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 """The kinds of a message's content part OpenAI takes (a ``text`` one carries its ``text``)."""
@@ -111,6 +122,8 @@ class ChatRequest(NamedTuple):
     0); None when no log probabilities are asked for."""
     stops: tuple[str, ...] = ()
     """The ``stop`` sequences: the reply ends before the first it holds."""
+    service_tier: str = "default"
+    """The tier the reply says served it (``SERVED_TIERS``)."""
 
 
 def chat_request(raw: bytes) -> ChatRequest:
@@ -189,6 +202,7 @@ def chat_request(raw: bytes) -> ChatRequest:
         raise _count_refusal("n", n, MAX_CHOICES)
     call = top_logprobs = None
     stops: tuple[str, ...] = ()
+    tier = "default"
     if not _READ.issuperset(request):  # the other fields OpenAI takes, checked as it checks them
         _check_other_fields(request)
         call = forced_call(request)
@@ -196,6 +210,7 @@ def chat_request(raw: bytes) -> ChatRequest:
             top_logprobs = request.get("top_logprobs") or 0
         stop = request.get("stop")
         stops = (stop,) if type(stop) is str else tuple(stop or ())
+        tier = SERVED_TIERS[request.get("service_tier") or "default"]
         if _json_mode(request) and not _says_json(messages):
             # Answered 200: a client asking for JSON mode without saying so passed here and
             # was refused every call by OpenAI.
@@ -215,6 +230,7 @@ def chat_request(raw: bytes) -> ChatRequest:
         call,
         top_logprobs,
         stops,
+        tier,
     )
 
 
@@ -398,6 +414,13 @@ def _check_tools(name: str, value: Any, _request: dict[str, Any]) -> None:
             raise _invalid_type(f"{name}[{index}]", "an object", tool)
 
 
+def _check_service_tier(name: str, value: Any, _request: dict[str, Any]) -> None:
+    if type(value) is not str:
+        raise _invalid_type(name, "a string", value)
+    if value not in SERVED_TIERS:
+        raise _invalid_value(name, value, tuple(SERVED_TIERS))
+
+
 def _check_tool_choice(name: str, value: Any, _request: dict[str, Any]) -> None:
     if type(value) is dict:
         return
@@ -423,6 +446,7 @@ _CHECKS: dict[str, Any] = {
     "logit_bias": _check_logit_bias,
     "tools": _check_tools,
     "tool_choice": _check_tool_choice,
+    "service_tier": _check_service_tier,
 }
 """How each field OpenAI takes (and the simulator does not read) is checked, as OpenAI checks it."""
 

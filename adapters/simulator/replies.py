@@ -294,12 +294,14 @@ def completion_body(
     n: int = 1,
     call: ForcedCall | None = None,
     top_logprobs: int | None = None,
+    service_tier: str = "default",
 ) -> dict[str, Any]:
     """A chat.completion object with OpenAI-shaped usage (cached and reasoning details): ``n``
     identical choices, each cut to ``max_tokens`` (reasoning spends them first), and then
     ``finish_reason`` is ``length``. With ``call``, ``content`` is its arguments and each
     choice makes that tool call. With ``top_logprobs`` (not None), each choice carries the log
-    probability of each token of its content, with that many alternatives."""
+    probability of each token of its content, with that many alternatives. ``service_tier``:
+    the tier it says served it."""
     prompt = sum(count_tokens(str(m.get("content") or "")) + 4 for m in messages) + 3
     thinks = model in REASONING_MODELS or takes_completion_tokens_only(model)  # o3, gpt-5 too
     reasoning = rng.randint(16, 96) if thinks else 0
@@ -344,6 +346,7 @@ def completion_body(
                 "rejected_prediction_tokens": 0,
             },
         },
+        "service_tier": service_tier,
     }
 
 
@@ -358,6 +361,7 @@ def stream_chunks(body: dict[str, Any], include_usage: bool, pieces: int = 4) ->
         "object": "chat.completion.chunk",
         "created": body["created"],
         "model": body["model"],
+        "service_tier": body["service_tier"],
     }
     chunks: list[dict[str, Any]] = []
     for choice in body["choices"]:

@@ -228,6 +228,7 @@ class Simulator:
             n=request.n,
             call=request.call,
             top_logprobs=request.top_logprobs,
+            service_tier=request.service_tier,
         )
         self.stats["served"] += 1
         self._count_model(model)

@@ -18,6 +18,7 @@ from flowledger.adapters.llm.config import ClientConfig
 from flowledger.adapters.simulator import Exchange, FaultRates, SimulatorConfig, run_simulator
 from flowledger.adapters.simulator.replies import PROMPTS_CACHED, PromptCache, draw_latency_s
 from flowledger.adapters.simulator.server import EXCHANGES_KEPT
+from tests.support.simulator_sdk import sdk_on_simulator
 
 MESSAGES = [
     {
@@ -477,3 +478,43 @@ def test_a_schema_asking_for_a_huge_reply_gets_a_bounded_one_at_once(
     assert time.perf_counter() - started < 2
     assert len(reply.content) < 1_000_000
     json.loads(reply.json()["choices"][0]["message"]["content"])
+
+
+@pytest.mark.parametrize(
+    ("asked", "served"),
+    [
+        (None, "default"),
+        ("auto", "default"),
+        ("default", "default"),
+        ("flex", "flex"),
+        ("scale", "scale"),
+        ("priority", "priority"),
+        ("fast", "priority"),  # OpenAI: fast is shown as priority
+    ],
+)
+def test_a_reply_says_the_service_tier_that_served_it(
+    simulator_url: str,
+    asked: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None,
+    served: str,
+) -> None:
+    # The simulator's replies had no service_tier: the SDK read None, which OpenAI never sends
+    # once a request is served
+    with sdk(simulator_url) as client:
+        tier = openai.omit if asked is None else asked
+        completion = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, service_tier=tier)
+        chunks = list(
+            client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, service_tier=tier, stream=True)
+        )
+    assert completion.service_tier == served
+    assert [chunk.service_tier for chunk in chunks] == [served] * len(chunks)
+
+
+def test_a_service_tier_openai_does_not_offer_is_refused() -> None:
+    with sdk_on_simulator() as client, pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="gpt-4.1",
+            messages=[{"role": "user", "content": "hi"}],
+            extra_body={"service_tier": "turbo"},
+        )
+    assert isinstance(refused.value.body, dict)
+    assert (refused.value.body["param"], refused.value.body["code"]) == ("service_tier", "invalid_value")
