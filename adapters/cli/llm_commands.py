@@ -68,18 +68,19 @@ def simulate_llm(
     """Serve an OpenAI-compatible /v1/chat/completions with realistic usage, latency and faults.
 
     Any model name of at most 256 characters without control characters is
-    played: one not listed in GET /v1/models is answered like the others, at a
-    45 ms mean latency. max_tokens (and max_completion_tokens, 1 to 128,000) cut
-    the reply, which then ends with finish_reason "length"; n returns that many
-    copies of the reply; stop ends it before a stop sequence; logprobs gives
-    each token's; a tool_choice of "required" or naming a function (or a legacy
-    function_call naming one of functions) is answered with that call. A
-    request it cannot read (a field of the wrong JSON type, an
-    empty model or one holding a control character, no messages, a message
-    without content (an assistant's may leave it out beside its tool calls), a
-    stream flag that is not a boolean, a token cap past 128,000, a temperature
-    outside 0 to 2, JSON mode with no message saying "json", a tool_choice
-    naming no tool given, a broken body) is a 400 with OpenAI's error body.
+    played (and found by GET /v1/models/{id}): one not listed in GET /v1/models
+    is answered like the others, at a 45 ms mean latency. max_tokens (and
+    max_completion_tokens, 1 to 128,000) cut the reply, which then ends with
+    finish_reason "length"; n returns that many copies of the reply; stop ends
+    it before a stop sequence; logprobs gives each token's; a tool_choice of
+    "required" or naming a function (or a legacy function_call naming one of
+    functions) is answered with that call. A request it cannot read (a field of
+    the wrong JSON type, an empty model or one holding a control character, no
+    messages, a message without content (an assistant's may leave it out beside
+    its tool calls), a stream flag that is not a boolean, a token cap past
+    128,000, a temperature outside 0 to 2, JSON mode with no message saying
+    "json", a tool_choice naming no tool given, a broken body) is a 400 with
+    OpenAI's error body.
     """
     with reported_errors():
         require_count("port", port, most=65535)

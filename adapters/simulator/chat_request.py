@@ -289,6 +289,13 @@ def _blank_model(model: str) -> BadRequest:
     )
 
 
+def plays_model(model: str) -> bool:
+    """Whether a chat request may name ``model`` (any name but a blank one, one longer than
+    ``MAX_MODEL_LENGTH`` or one holding a control character): what ``GET /v1/models/{id}``
+    answers, as the chat answers it."""
+    return bool(model.strip()) and len(model) <= MAX_MODEL_LENGTH and _NOT_IN_MODEL.search(model) is None
+
+
 def _check_model_name(model: str) -> None:
     """Raise ``BadRequest`` for a model name too long or holding a control character (a NUL
     was answered 200 and echoed back); any other name is played."""

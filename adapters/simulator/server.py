@@ -22,7 +22,12 @@ from typing import Any
 from urllib.parse import unquote
 
 from flowledger.adapters.listening import cannot_listen
-from flowledger.adapters.simulator.chat_request import chat_request, fault_override, latency_override_ms
+from flowledger.adapters.simulator.chat_request import (
+    chat_request,
+    fault_override,
+    latency_override_ms,
+    plays_model,
+)
 from flowledger.adapters.simulator.replies import (
     PromptCache,
     SimulatorConfig,
@@ -172,8 +177,10 @@ class Simulator:
             return not refusal.close
 
     async def _model(self, model: str, writer: asyncio.StreamWriter) -> None:
-        """``GET /v1/models/{id}``: a listed model, or OpenAI's 404 (the SDK's ``models.retrieve``)."""
-        if model in self.config.model_latency_ms:
+        """``GET /v1/models/{id}`` (the SDK's ``models.retrieve``): any model the chat plays,
+        listed or not, or OpenAI's 404 for a name it refuses. Only the listed ones were found:
+        ``gpt-9``, answered in chat, was "does not exist" to retrieve."""
+        if plays_model(model):
             await send_json(writer, 200, _model(model))
             return
         missing = error_body(

@@ -118,17 +118,26 @@ def test_an_injected_error_has_openais_error_body_which_the_sdk_reads(
     assert error.message.startswith(f"Error code: {fault} - ")
 
 
-def test_the_openai_sdk_retrieves_a_listed_model_and_is_told_of_another(simulator_url: str) -> None:
+def test_the_openai_sdk_retrieves_every_model_it_plays_and_is_told_of_one_it_does_not(
+    simulator_url: str,
+) -> None:
     # GET /v1/models/{id} was "no route": the SDK's models.retrieve failed for every model.
+    # Then it answered only the listed ones: gpt-9, answered in chat, was a 404 to retrieve.
     with sdk(simulator_url) as client:
         listed = [model.id for model in client.models.list()]
         model = client.models.retrieve("gpt-4.1")
+        played = client.models.retrieve("gpt-9")
+        answered = client.chat.completions.create(model="gpt-9", messages=MESSAGES).model
         with pytest.raises(openai.NotFoundError) as raised:
-            client.models.retrieve("gpt-9")
+            client.models.retrieve("gpt\u00079")  # a name chat refuses (a control character)
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model="gpt\u00079", messages=MESSAGES)
     assert "gpt-4.1" in listed
+    assert "gpt-9" not in listed
     assert (model.id, model.object, model.owned_by) == ("gpt-4.1", "model", "simulator")
+    assert (played.id, played.object, answered) == ("gpt-9", "model", "gpt-9")
     assert (raised.value.code, raised.value.type) == ("model_not_found", "invalid_request_error")
-    assert raised.value.message.endswith("The model 'gpt-9' does not exist")
+    assert raised.value.message.endswith("The model 'gpt\\x079' does not exist")
 
 
 def test_the_openai_sdk_retrieves_a_model_whose_id_it_percent_encodes() -> None:
@@ -137,10 +146,11 @@ def test_the_openai_sdk_retrieves_a_model_whose_id_it_percent_encodes() -> None:
     config = SimulatorConfig(latency_ms=0, model_latency_ms={"openai/gpt-4.1": 5.0})
     with run_simulator(config) as simulator, sdk(simulator.base_url) as client:
         model = client.models.retrieve("openai/gpt-4.1")
+        played = client.models.retrieve("openai/gpt-9")
         with pytest.raises(openai.NotFoundError) as raised:
-            client.models.retrieve("openai/gpt-9")
-    assert model.id == "openai/gpt-4.1"
-    assert raised.value.message.endswith("The model 'openai/gpt-9' does not exist")
+            client.models.retrieve("openai/" + "g" * 257)
+    assert (model.id, played.id) == ("openai/gpt-4.1", "openai/gpt-9")
+    assert raised.value.message.endswith("g' does not exist")
 
 
 def test_a_malformed_body_and_a_dropped_connection_are_real_network_faults(simulator_url: str) -> None:
