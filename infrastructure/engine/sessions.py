@@ -300,12 +300,28 @@ class SessionService:
         if version is not None and session.version < version:
             self._refuse_version_archived(session_id, version)
             raise ValidationError("version", f"session has {session.version} versions, not {shown(version)}")
+        if version is not None and version < FORKED_AT and as_of is None:
+            self._refuse_half_made_fork(session_id)
         now = self._store.clock()
         if version is None:  # now, not a version (nor a moment) of the past
             return session.state().judged_at(now)
         if as_of is not None:  # judged at that moment (a moment to come reads as now does)
             return session.state().judged_at(min(as_of, now))
         return session.state()
+
+    def _refuse_half_made_fork(self, session_id: str) -> None:
+        """ValidationError when the session is a fork: its version 1 is its Started alone (init,
+        no context, no parent), half of the one append that made it, a state no reader could see.
+        ``GET /v1/sessions/{id}?version=1`` of a fork answered it as the fork's start. (A moment
+        never lands there: both events carry the append's one timestamp.)"""
+        whole: Session | None = self._store.load(self.session_uuid(session_id), FORKED_AT)
+        if whole is not None and whole.forked_from is not None:
+            raise ValidationError(
+                "version",
+                f"session {session_id!r} was forked from {whole.forked_from!r}: its version 1 is its"
+                f" start before the state it was forked with (version {FORKED_AT}); read version"
+                f" {FORKED_AT} or later",
+            )
 
     def _bundle_of(self, session_id: str) -> str | None:
         """The bundle retention archived the session's events to; None when its first event is

@@ -147,6 +147,27 @@ def test_a_fork_of_a_fork_takes_the_state_it_was_forked_with_never_its_half_made
     assert (grandchild.forked_from, grandchild.forked_at_version) == ("h-2", 2)
 
 
+def test_a_fork_read_at_its_version_1_is_refused_naming_the_version_it_begins_at(engine: Engine) -> None:
+    # Given a fork, whose Started and Forked are one append
+    engine.start_session("v-1", "cs", user_id="u-1")
+    engine.record_step("v-1", "a", next_step="b", context_update={"order": "A1"})
+    engine.fork_session("v-1", 2, "v-2")
+
+    # When it is read at its version 1 (its Started alone: it read at init, no context, no
+    # parent, a state no reader could have seen)
+    with pytest.raises(ValidationError, match="version: session 'v-2' was forked from 'v-1'") as refused:
+        engine.get_session("v-2", version=1)
+
+    # Then it is refused, naming the version to read; version 2 and a moment are the whole start
+    assert "read version 2 or later" in str(refused.value)
+    whole = engine.get_session("v-2", version=2)
+    assert (whole.current_step, whole.context, whole.forked_from) == ("b", {"order": "A1"}, "v-1")
+    at_start = engine.get_session("v-2", as_of=engine.history("v-2")[0].timestamp)
+    assert (at_start.version, at_start.context) == (2, {"order": "A1"})
+    # And a session that is no fork still reads at its version 1
+    assert engine.get_session("v-1", version=1).current_step == "init"
+
+
 def test_an_erased_session_cannot_be_forked() -> None:
     with Engine(settings=make_settings(database_url="memory:", seal_personal_data=True)) as engine:
         engine.start_session("e-1", "cs", user_id="gone")
