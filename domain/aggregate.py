@@ -15,10 +15,23 @@ no ``command_id`` and read as ``None``.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
 from eventsourcing.domain import Aggregate
+
+ENGINE_COMMAND_PREFIX = "cmd-"
+"""How the ids the engine makes for commands without a caller's key begin: this prefix and 32
+lowercase hex digits (``infrastructure/engine/command_ids.py``; a uuid4's hex before it)."""
+_ENGINE_MADE = re.compile(ENGINE_COMMAND_PREFIX + "[0-9a-f]{32}")
+
+
+def made_by_engine(command_id: str) -> bool:
+    """Whether ``command_id`` has the shape of an id the engine made for a command without a
+    caller's key. A caller's key may have it too (nothing forbids it): whoever rules such an id
+    out of a key filter must look a key of this shape up another way."""
+    return command_id.startswith(ENGINE_COMMAND_PREFIX) and _ENGINE_MADE.fullmatch(command_id) is not None
 
 
 class CommandScope:

@@ -8,8 +8,8 @@ step's record carries its event's version and timestamp, which only the event kn
 State stays bounded whatever the session's length: totals and counters, the most recent
 steps and failures (at most ``RECENT_STEPS`` of each, whose payloads add up to at most
 ``WINDOW_BYTES`` and ``FAILURE_WINDOW_BYTES``), the pending steps, and a fixed-size filter of
-every idempotency key ever processed (see ``outcome_lookup``); the full history is in the
-session's events.
+every idempotency key ever used (a step's, a move of the expiry's, a context update's: see
+``outcome_lookup`` and ``may_have_named``); the full history is in the session's events.
 
 This module declares the aggregate (its events, state and commands); its siblings hold the
 rest: ``session_rules`` (the checks a command makes), ``session_window`` (the bounded state:
@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from flowledger.domain.aggregate import FlowledgerAggregate, command_of
+from flowledger.domain.aggregate import FlowledgerAggregate, command_of, made_by_engine
 from flowledger.domain.bounds import scoped_uuid
 from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.error_detail import ErrorDetail, require_error_detail
@@ -62,6 +62,7 @@ from flowledger.domain.session_upcasts import (
     snapshot_v3_v4,
     snapshot_v4_v5,
     snapshot_v5_v6,
+    snapshot_v6_v7,
     upgraded_fields,
 )
 from flowledger.domain.session_views import (
@@ -78,6 +79,7 @@ from flowledger.domain.session_window import (
     FAILURE_WINDOW_BYTES,
     RECENT_STEPS,
     WINDOW_BYTES,
+    filter_with_caller_key,
     filter_with_command,
     last_kept,
     outcome_under_key,
@@ -130,10 +132,11 @@ class Session(FlowledgerAggregate):
     version 4 bounds the windows by bytes too (``WINDOW_BYTES``, ``FAILURE_WINDOW_BYTES``),
     each record carrying its ``window_bytes``; version 5 counts a usage's variable fields in
     them (``usage_window_bytes``); version 6 holds the keys of its expiry's moves in the key
-    filter too (``expiry_keys_filtered``: one key names one request, a step or a move).
+    filter too (``expiry_keys_filtered``: one key names one request, a step or a move); version
+    7 the keys of its keyed context updates (``context_keys_filtered``).
     """
 
-    class_version = 6
+    class_version = 7
 
     class Started(FlowledgerAggregate.Created):
         """The session was created. Version 2 added ``metadata``."""
@@ -275,8 +278,10 @@ class Session(FlowledgerAggregate):
         update: JsonObject
 
         def apply(self, aggregate: Session) -> None:
-            """Merge the keys."""
+            """Merge the keys; the caller's idempotency key (its command's id, when it gave one)
+            goes into the key filter, so that a step or a move of the expiry under it looks further."""
             aggregate.context = {**aggregate.context, **self.update}
+            aggregate.key_filter = filter_with_caller_key(aggregate.key_filter, command_of(self, aggregate))
 
     class Extended(FlowledgerAggregate.Event):
         """The session's expiry moved."""
@@ -396,6 +401,7 @@ class Session(FlowledgerAggregate):
     upcast_v3_v4 = staticmethod(snapshot_v3_v4)
     upcast_v4_v5 = staticmethod(snapshot_v4_v5)
     upcast_v5_v6 = staticmethod(snapshot_v5_v6)
+    upcast_v6_v7 = staticmethod(snapshot_v6_v7)
     upgraded_fields = staticmethod(upgraded_fields)
     """Where an older snapshot may differ from today's fold of its events (``snapshot_audit``)."""
 
@@ -457,11 +463,15 @@ class Session(FlowledgerAggregate):
         self.recent_keys: dict[str, int] = {}
         """Idempotency key -> version, for the steps in ``history``."""
         self.key_filter: KeyFilter = []
-        """Every idempotency key ever processed, as a Bloom filter; and the command id of every
-        move of the expiry (``Extended``, ``Reopened``: the caller's key, when it gave one)."""
+        """Every idempotency key ever processed, as a Bloom filter; the command id of every
+        move of the expiry (``Extended``, ``Reopened``: the caller's key, when it gave one); and
+        the key of every keyed context update (``ContextUpdated``: ``filter_with_caller_key``)."""
         self.expiry_keys_filtered = True
         """Whether ``key_filter`` holds the expiry's moves' keys: False for a state read from a
         snapshot of version 5 or older, whose filter held step keys only (``snapshot_v5_v6``)."""
+        self.context_keys_filtered = True
+        """Whether ``key_filter`` holds the keyed context updates' keys: False for a state read
+        from a snapshot of version 6 or older (``snapshot_v6_v7``)."""
         self.pending: dict[str, PendingStep] = {}
         self.totals = Totals()
         self.resolution: JsonObject | None = None
@@ -546,14 +556,48 @@ class Session(FlowledgerAggregate):
         """
         return step_under_key(self.history, self.recent_keys, idempotency_key)
 
-    def learn_expiry_keys(self, command_ids: Iterable[str]) -> None:
-        """Hold the command ids of every move of the expiry in the key filter, as a fold of the
-        events does: for a state read from a snapshot of version 5 or older (``snapshot_v5_v6``),
-        whose caller read them from the stream once, so that a new key is ruled out by the
-        filter again instead of searched for at every step. Snapshots taken after say so."""
-        for command_id in command_ids:
-            self.key_filter = key_filter_with(self.key_filter, command_id)
+    @property
+    def keys_filtered(self) -> bool:
+        """Whether ``key_filter`` holds the keys of every kind of request (no older snapshot's upgrade)."""
+        return self.expiry_keys_filtered and self.context_keys_filtered
+
+    def may_have_moved_expiry(self, idempotency_key: str) -> bool:
+        """False when no move of the expiry was recorded under this key (certain); True when
+        one may have been (the filter, or a filter that holds no move's key)."""
+        return not self.expiry_keys_filtered or key_filter_may_hold(self.key_filter, idempotency_key)
+
+    def may_have_updated_context(self, idempotency_key: str) -> bool:
+        """False when no context update was recorded under this key (certain); True when one may
+        have been: the filter, a filter that holds no update's key, or a key of the shape of the
+        engine's own ids (``made_by_engine``), which the filter leaves out."""
+        return (
+            not self.context_keys_filtered
+            or made_by_engine(idempotency_key)
+            or key_filter_may_hold(self.key_filter, idempotency_key)
+        )
+
+    def may_have_named(self, idempotency_key: str) -> bool:
+        """False when no request of any kind (a step processed or failed, a move of the expiry,
+        a context update) was recorded under this key (certain; a pending step's key is in
+        ``pending``); True when one may have been, and the stream settles it."""
+        return (
+            not self.keys_filtered
+            or made_by_engine(idempotency_key)
+            or key_filter_may_hold(self.key_filter, idempotency_key)
+        )
+
+    def learn_filtered_keys(self, move_ids: Iterable[str], update_ids: Iterable[str]) -> None:
+        """Hold the command ids of every move of the expiry and of every context update in the
+        key filter, as a fold of the events does: for a state read from a snapshot of version 6
+        or older (``snapshot_v5_v6``, ``snapshot_v6_v7``), whose caller read them from the
+        stream once (the kinds its filter lacked), so that a new key is ruled out by the filter
+        again instead of searched for at every step. Snapshots taken after say so."""
+        for command_id in move_ids:
+            self.key_filter = filter_with_command(self.key_filter, command_id)
+        for command_id in update_ids:
+            self.key_filter = filter_with_caller_key(self.key_filter, command_id)
         self.expiry_keys_filtered = True
+        self.context_keys_filtered = True
 
     def outcome_lookup(self, idempotency_key: str | None) -> StepRecord | KeyLookup:
         """The recent step processed under this key, else NOT_SEEN (certain) or MAYBE_SEEN.

@@ -107,17 +107,30 @@ def snapshot_v5_v6(state: dict[str, Any]) -> None:
     state["expiry_keys_filtered"] = False
 
 
+def snapshot_v6_v7(state: dict[str, Any]) -> None:
+    """A version-6 snapshot's key filter held no context update's key: a step's (or a move's)
+    key the filter rules out may still have named a keyed context update, and the stream is
+    asked (``context_keys_filtered``)."""
+    state["context_keys_filtered"] = False
+
+
+KEY_KINDS_FILTERED = ("expiry_keys_filtered", "context_keys_filtered")
+"""The flags that say which kinds of request's keys a state's key filter holds besides steps'."""
+
+
 def upgraded_fields(from_snapshot: dict[str, Any], folded: dict[str, Any]) -> set[str]:
     """The fields in which a snapshot state may differ from its events folded today only as an
-    upgrade says (``snapshot_audit``): a state read from a version-5 snapshot says so
-    (``expiry_keys_filtered`` False) and its key filter holds no key the fold lacks; the
-    fold's holds the expiry's moves' keys too. A filter holding a key the events never put
-    there still differs. One that lacks a key is not told from the upgrade's: harmless, as such
-    a state asks the stream for every key its filter rules out (``Session.outcome_lookup``)."""
-    flag = "expiry_keys_filtered"
-    if from_snapshot.get(flag) is not False or folded.get(flag) is not True:
+    upgrade says (``snapshot_audit``): a state read from a snapshot of version 6 or older says
+    so (``context_keys_filtered``, and before version 6 ``expiry_keys_filtered``, False) and
+    its key filter holds no key the fold lacks; the fold's holds the expiry's moves' and the
+    keyed context updates' keys too. A filter holding a key the events never put there still
+    differs. One that lacks a key is not told from the upgrade's: harmless, as such a state
+    asks the stream for every key its filter rules out (``Session.outcome_lookup``)."""
+    upgraded = {
+        flag for flag in KEY_KINDS_FILTERED if from_snapshot.get(flag) is False and folded.get(flag) is True
+    }
+    if not upgraded:
         return set()
-    explained = {flag}
     if key_filter_within(from_snapshot.get("key_filter") or [], folded.get("key_filter") or []):
-        explained.add("key_filter")
-    return explained
+        upgraded.add("key_filter")
+    return upgraded

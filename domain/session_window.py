@@ -10,6 +10,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TypeVar
 
+from flowledger.domain.aggregate import made_by_engine
 from flowledger.domain.session_views import (
     MAYBE_SEEN,
     NOT_SEEN,
@@ -97,6 +98,16 @@ def recent(records: list[R], size: int, budget: int) -> list[R]:
 def filter_with_command(key_filter: KeyFilter, command_id: str | None) -> KeyFilter:
     """``key_filter`` also holding ``command_id`` (the key of a move of the expiry), if any."""
     return key_filter if command_id is None else key_filter_with(key_filter, command_id)
+
+
+def filter_with_caller_key(key_filter: KeyFilter, command_id: str | None) -> KeyFilter:
+    """``key_filter`` also holding ``command_id`` (a context update's) when a caller gave it as
+    its key: an id the engine made for an update without one (``made_by_engine``: every
+    update the webhook's input merges) names no request anyone can send again, and would only
+    fill the filter (and give a session that never used a key a filter of 22 KB)."""
+    if command_id is None or made_by_engine(command_id):
+        return key_filter
+    return key_filter_with(key_filter, command_id)
 
 
 def without_pending(pending: dict[str, PendingStep], key: str | None) -> dict[str, PendingStep]:

@@ -15,6 +15,8 @@ import hashlib
 import itertools
 import os
 
+from flowledger.domain.aggregate import ENGINE_COMMAND_PREFIX
+
 
 class CommandIds:
     """``ids()`` is a new ``cmd-`` + 32 hex digits id; thread-safe (the counter is one C call)."""
@@ -29,7 +31,7 @@ class CommandIds:
 
     def __call__(self) -> str:
         block = next(self._counter).to_bytes(16, "big")
-        return "cmd-" + hashlib.blake2b(block, key=self._key, digest_size=16).hexdigest()
+        return ENGINE_COMMAND_PREFIX + hashlib.blake2b(block, key=self._key, digest_size=16).hexdigest()
 
 
 new_command_id = CommandIds()

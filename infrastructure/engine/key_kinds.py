@@ -1,10 +1,12 @@
-"""One idempotency key names one request of a session: a step, or a move of its expiry.
+"""One idempotency key names one request of a session: a step, a move of its expiry, or a
+context update.
 
 A step's key is found in the session's key filter, its recent window and its pending steps; a
-move's key is its events' command id, in the filter too since state version 6. So a new
-step's key the filter rules out is not searched for (a move of the expiry is rare, a step
-is not), and only a key the filter may hold, or a state read from an older snapshot, is
-looked up in the stream.
+move's key is its events' command id, in the filter too since state version 6, and so is a
+keyed context update's since version 7. So a new key the filter rules out is not searched
+for, and only a key the filter may hold, a state read from an older snapshot, or a key of the
+shape of the engine's own command ids (``made_by_engine``, left out of the filter for
+context updates) is looked up in the stream.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ EventSearch = Callable[[Session, type[Any], str, str], list[Any]]
 field set to a value (each match is checked by its caller)."""
 
 EXPIRY_CHANGE = "an expiry change"
+CONTEXT_UPDATE = "a context update"
 _STEP_EVENTS = (Session.StepProcessed, Session.StepStarted, Session.StepFailed)
 
 
@@ -38,12 +41,30 @@ def expiry_moves_under(session: Session, key: str, search: EventSearch) -> list[
     return sorted(moves, key=attrgetter("originator_version"))
 
 
-def refuse_expiry_key_for_step(session: Session, key: str, search: EventSearch, step: str) -> None:
-    """Raise IdempotencyKeyOfAnotherKind when ``key`` moved the session's expiry. Called when no
-    step was found under the key and the filter cannot rule the key out (it may hold it, or
-    the state came from a snapshot whose filter held no move's key)."""
-    if expiry_moves_under(session, key, search):
-        raise IdempotencyKeyOfAnotherKind(session.session_id, key, EXPIRY_CHANGE, f"step {step!r}")
+def context_updates_under(session: Session, key: str, search: EventSearch) -> list[Any]:
+    """The context updates whose command id is ``key``, oldest first; the stream is searched
+    only when the key filter may hold the key (``Session.may_have_updated_context``)."""
+    if not session.may_have_updated_context(key):
+        return []
+    return [e for e in search(session, Session.ContextUpdated, "command_id", key) if command_id_of(e) == key]
+
+
+def refuse_other_kinds_for_step(session: Session, key: str, search: EventSearch, step: str) -> None:
+    """Raise IdempotencyKeyOfAnotherKind when ``key`` moved the session's expiry or named a
+    context update. Called when no step was found under the key; each kind is searched for
+    only when the filter cannot rule the key out for it."""
+    asked = f"step {step!r}"
+    if session.may_have_moved_expiry(key) and expiry_moves_under(session, key, search):
+        raise IdempotencyKeyOfAnotherKind(session.session_id, key, EXPIRY_CHANGE, asked)
+    if context_updates_under(session, key, search):
+        raise IdempotencyKeyOfAnotherKind(session.session_id, key, CONTEXT_UPDATE, asked)
+
+
+def refuse_update_key_for_expiry(session: Session, key: str, search: EventSearch) -> None:
+    """Raise IdempotencyKeyOfAnotherKind when ``key`` named a context update; called when no
+    move of the expiry carries the key."""
+    if context_updates_under(session, key, search):
+        raise IdempotencyKeyOfAnotherKind(session.session_id, key, CONTEXT_UPDATE, EXPIRY_CHANGE)
 
 
 def refuse_step_key_for_expiry(
@@ -67,21 +88,18 @@ def refuse_step_key_for_expiry(
         raise IdempotencyKeyOfAnotherKind(session.session_id, key, f"step {held.step!r}", asked)
 
 
-CONTEXT_UPDATE = "a context update"
-
-
 def context_updated_under(session: Session, key: str, update: JsonObject, search: EventSearch) -> bool:
-    """Whether a context update under ``key`` was recorded already (searched in the stream: a
-    keyed update is rare, and its key is in no filter): True for the same ``update`` (a retry,
-    answered as the session stands); IdempotencyKeyReused for another update, and
-    IdempotencyKeyOfAnotherKind for a key that named a step or a move of the expiry."""
-    found = [e for e in search(session, Session.ContextUpdated, "command_id", key) if command_id_of(e) == key]
+    """Whether a context update under ``key`` was recorded already: True for the same
+    ``update`` (a retry, answered as the session stands); IdempotencyKeyReused for another
+    update, and IdempotencyKeyOfAnotherKind for a key that named a step or a move of the
+    expiry. A key the filter rules out is searched for in no stream (nor is it pending)."""
+    found = context_updates_under(session, key, search)
     if found:
         # An erased session's update reads back erased: the key alone says it is the retry.
         if not session.erased and found[0].update != plain_json(update):
             raise IdempotencyKeyReused(session.session_id, key, "context update", "update")
         return True
-    if expiry_moves_under(session, key, search):
+    if session.may_have_moved_expiry(key) and expiry_moves_under(session, key, search):
         raise IdempotencyKeyOfAnotherKind(session.session_id, key, EXPIRY_CHANGE, CONTEXT_UPDATE)
     refuse_step_key_for_expiry(session, key, search, CONTEXT_UPDATE)
     return False

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID
 
-from flowledger.domain.aggregate import command_id_of
+from flowledger.domain.aggregate import command_id_of, made_by_engine
 from flowledger.domain.bounds import (
     MAX_TTL,
     require_duration,
@@ -59,8 +59,9 @@ from flowledger.domain.values import (
 from flowledger.infrastructure.engine.key_kinds import (
     context_updated_under,
     expiry_moves_under,
-    refuse_expiry_key_for_step,
+    refuse_other_kinds_for_step,
     refuse_step_key_for_expiry,
+    refuse_update_key_for_expiry,
 )
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.history import HistoryEntry, history_entry
@@ -400,16 +401,22 @@ class SessionService:
         used for (``Session.ensure_same_request``: the step name, ``input``, the ``model`` and
         the ``rest`` of its payload): the recorded step, or None when none was processed under
         the key. A key whose step failed is checked against its last ``StepStarted`` (name,
-        input and model). The key filter is consulted once: a new key reads nothing."""
+        input and model); one that moved the expiry or named a context update is refused
+        (IdempotencyKeyOfAnotherKind). The key filter is consulted once: a new key reads nothing."""
         if key is None:
             return None
         found = session.outcome_lookup(key)
-        if found is NOT_SEEN and not session.expiry_keys_filtered:  # an old snapshot's filter
-            self._learn_expiry_keys(session)  # holds no move's key: read them once
+        if found is NOT_SEEN and not session.keys_filtered:  # an old snapshot's filter holds no
+            self._learn_filtered_keys(session)  # move's (or update's) key: read them once
             found = session.outcome_lookup(key)
         if isinstance(found, StepRecord):
             record = found
         elif found is NOT_SEEN:
+            # Certain for every kind but when the filter could not learn them (an archived
+            # stream's older base) or the key has the shape of an id the engine made (the
+            # filter leaves those out for context updates): the stored events settle it.
+            if not session.keys_filtered or made_by_engine(key):
+                refuse_other_kinds_for_step(session, key, self.events_holding, step)
             return None
         else:  # MAYBE_SEEN: the stream settles it
             processed = self._events_under(session, Session.StepProcessed, key)
@@ -419,8 +426,10 @@ class SessionService:
                     held = PendingStep.of(started[-1])
                     session.ensure_same_request(held, key, step, model=model, input=input)
                 else:
+                    # The stored events first: a key another kind of request used since a
+                    # restart of an archived session is refused as such, not as archived.
+                    refuse_other_kinds_for_step(session, key, self.events_holding, step)
                     self._refuse_key_archived(session, key)
-                    refuse_expiry_key_for_step(session, key, self.events_holding, step)
                 return None
             record = StepRecord.of(processed[0])
         session.ensure_same_request(record, key, step, model=model, input=input, **rest)
@@ -439,16 +448,27 @@ class SessionService:
                 f"{what} under idempotency key {key!r}",
             )
 
-    def _learn_expiry_keys(self, session: Session) -> None:
-        """Put the command ids of the session's moves of the expiry in its key filter, read from
-        the stream in one search per kind of move (``Session.learn_expiry_keys``)."""
+    def _learn_filtered_keys(self, session: Session) -> None:
+        """Put the command ids of the session's moves of the expiry and context updates in its
+        key filter (the kinds its older snapshot's filter lacks), read from the stream in one
+        search per kind (``Session.learn_filtered_keys``). Not for a stream whose first events
+        retention archived: their keys are in the bundle, and a filter that says it holds every
+        key must (its snapshots would say so too); the stored events are searched per key then."""
+        if not self._store.events(session.id, lte=1):
+            return
+        moves = () if session.expiry_keys_filtered else (Session.Extended, Session.Reopened)
+        updates = () if session.context_keys_filtered else (Session.ContextUpdated,)
+        session.learn_filtered_keys(self._command_ids(session, moves), self._command_ids(session, updates))
+
+    def _command_ids(self, session: Session, kinds: tuple[type[Any], ...]) -> list[str]:
+        """The command ids of the session's events of ``kinds``, one search of the stream per kind."""
         needle = b'"command_id":"'
-        moves = [
-            event
-            for kind in (Session.Extended, Session.Reopened)
+        return [
+            key
+            for kind in kinds
             for event in self._store.events_containing(session.id, kind, needle)
+            if (key := command_id_of(event)) is not None
         ]
-        session.learn_expiry_keys(key for key in map(command_id_of, moves) if key is not None)
 
     def _events_under(self, session: Session, event_class: type[Any], key: str) -> list[Any]:
         """The session's events of ``event_class`` under ``key``, oldest first. Rare (the key
@@ -650,12 +670,13 @@ class SessionService:
         # and the stream is not searched. Two searches an attempt had widened the window
         # between read and save: 64 engines extending one session under keys lost 65 races in
         # a row 5 times in 384 calls, where unkeyed extensions lost none.
-        filtered_out = session.expiry_keys_filtered and not session.may_have_used(key)
+        filtered_out = not session.may_have_moved_expiry(key)
         moves = [] if filtered_out else expiry_moves_under(session, key, self.events_holding)
         if not moves:
+            refuse_update_key_for_expiry(session, key, self.events_holding)
+            refuse_step_key_for_expiry(session, key, self.events_holding)
             if not filtered_out:
                 self._refuse_key_archived(session, key, "the expiry change")
-            refuse_step_key_for_expiry(session, key, self.events_holding)
             return None
         move = moves[0]
         before: Session | None = self._store.load(session.id, move.originator_version - 1)
