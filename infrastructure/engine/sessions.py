@@ -591,9 +591,13 @@ class SessionService:
         if key is not None:
             if context_updated_under(session, key, update, self.events_holding):
                 return session.state()
-            # Keyed updates are in no filter: one recorded before the session was archived is in
-            # its bundle, and an update retried after a restart was applied again over newer values.
-            self._refuse_key_archived(session, key, "the context update")
+            # A key the filter may hold (or an older snapshot's filter, which holds no update's
+            # key) may name a request recorded before the session was archived, in its bundle:
+            # taken as new, an update retried after a restart was applied over newer values. One
+            # it rules out is new: an archived session's base folds every event (state version
+            # 7), and a new key had been refused until a restore.
+            if session.may_have_named(key):
+                self._refuse_key_archived(session, key, "the context update")
         session.ensure_open(uow.now)
         session.update_context(update)
         return session.state()

@@ -24,6 +24,7 @@ from flowledger.domain import LlmUsage
 from flowledger.domain.errors import (
     ArchivedBaseForged,
     AuditError,
+    IdempotencyKeyOfAnotherKind,
     SessionArchived,
     SessionExpired,
     SessionNotFound,
@@ -733,6 +734,46 @@ def test_a_retry_of_a_keyed_context_update_or_extension_of_an_archived_session_i
     engine.restore_sessions(bundle)
     assert engine.update_context("s-1", {"n": 1}, idempotency_key="ctx-1").context == {"n": 2}
     assert engine.get_session("s-1").version == state.version
+
+
+def test_a_keyed_context_update_under_a_new_key_of_an_archived_session_needs_no_restore(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    """An outside probe: a session updated under ctx-1, expired, archived (flowledger retention
+    run), restarted (the webhook's create_session); PATCH /v1/sessions/a1/context under the new
+    key fresh-1 answered 404 'the context update under idempotency key 'fresh-1' may be among
+    its events', as did every keyed update until a restore. The base's key filter (state
+    version 7) holds every key the archived events used: one it rules out is new."""
+    # Given a session updated under ctx-1 and stepped under k-0, archived and restarted
+    engine.start_session("s-1", WORKFLOW, user_id="u-1", ttl=timedelta(hours=1))
+    engine.update_context("s-1", {"n": 1}, idempotency_key="ctx-1")
+    engine.record_step("s-1", "a", input={}, output={}, idempotency_key="k-0")
+    clock.now = START + timedelta(days=2)
+    assert engine.expire_session("s-1")
+    clock.now = START + timedelta(days=5)
+    engine.retention.set_policy(WORKFLOW, 1)
+    [bundle] = engine.archive_sessions(tmp_path).workflows[0].bundles
+    engine.restart_session("s-1", WORKFLOW, user_id="u-1")
+    # When it is updated under a new key, and that update is sent again
+    updated = engine.update_context("s-1", {"n": 2}, idempotency_key="fresh-1")
+    again = engine.update_context("s-1", {"n": 2}, idempotency_key="fresh-1")
+    # Then the update is applied once, without a restore
+    assert (updated.context, again.version) == ({"n": 2}, updated.version)
+    # And the archived update's key is still refused, for an update or a step, naming the bundle
+    for retry in (
+        lambda: engine.update_context("s-1", {"n": 1}, idempotency_key="ctx-1"),
+        lambda: engine.record_step("s-1", "b", input={}, output={}, idempotency_key="ctx-1"),
+    ):
+        with pytest.raises(SessionArchived) as refused:
+            retry()
+        assert refused.value.bundle == bundle
+    # And the step's key, in the state's recent window, is refused as the step's
+    with pytest.raises(IdempotencyKeyOfAnotherKind, match="already names step 'a'"):
+        engine.update_context("s-1", {"n": 3}, idempotency_key="k-0")
+    # And a step under the new update's key is refused as the update's, from the stored events
+    with pytest.raises(IdempotencyKeyOfAnotherKind, match="already names a context update"):
+        engine.record_step("s-1", "b", input={}, output={}, idempotency_key="fresh-1")
+    assert engine.get_session("s-1").version == updated.version
 
 
 def test_a_replay_or_fork_before_an_archived_sessions_head_names_its_bundle(
