@@ -56,14 +56,17 @@ def header_text(raw: str | None) -> str | None:
     """The ``Idempotency-Key`` header as the text its client sent: its bytes read as UTF-8
     (Starlette reads a header as Latin-1: "clé-1" was kept as "clÃ©-1", another key than the
     body's "clé-1", so a retry sending it there called the model again), as Latin-1 when they
-    are not UTF-8; then held to a key's rules (``require_name``)."""
+    are not UTF-8; without the spaces and tabs around it, which HTTP says are no part of a
+    value (httptools, serve's default parser, kept trailing ones and h11 did not: 'retry-1  '
+    was one key on one server of a deployment and 'retry-1' on another, a step recorded twice,
+    and a tab was refused as a control character); then held to a key's rules (``require_name``)."""
     if raw is None:
         return None
     try:
         text = raw.encode("latin-1").decode("utf-8")
     except UnicodeError:
         text = raw
-    return require_name(HEADER_KEY, text)
+    return require_name(HEADER_KEY, text.strip(" \t"))
 
 
 def ensure_owner(owner: str | None, claimed: str | None) -> None:

@@ -1,5 +1,6 @@
 """How a key may be spelt in a request's headers, sent as raw bytes to a real uvicorn server
-(httptools, as ``serve`` runs): the spaces HTTP allows around a value, and a header sent twice."""
+(httptools, as ``serve`` runs): the spaces HTTP allows around a value, and a header sent twice;
+an API key's, and an idempotency key's."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from flowledger.adapters.simulator import Simulator
 from flowledger.infrastructure import Engine
-from tests.e2e.live_http import ACME_READER, GLOBEX_WRITER, keyed_app, keyed_engine, live_server
+from tests.e2e.live_http import ACME_READER, ACME_WRITER, GLOBEX_WRITER, keyed_app, keyed_engine, live_server
 
 
 @pytest.fixture
@@ -29,14 +30,20 @@ def server(acme: Engine) -> Iterator[str]:
         yield url
 
 
-def status_of(url: str, headers: list[tuple[str, str]], path: str = "/v1/sessions/s1") -> tuple[int, bytes]:
-    """The status and body of a GET whose header lines go out exactly as given (an HTTP client
-    library would trim or refuse some of them)."""
+def status_of(
+    url: str, headers: list[tuple[str, str]], path: str = "/v1/sessions/s1", body: str | None = None
+) -> tuple[int, bytes]:
+    """The status and body of a GET (or a POST of the JSON ``body``) whose header lines go out
+    exactly as given (an HTTP client library would trim or refuse some of them)."""
     parts = urlsplit(url)
+    if body is not None:
+        length = str(len(body.encode()))
+        headers = [*headers, ("Content-Type", "application/json"), ("Content-Length", length)]
     lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
-    request = f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n{lines}\r\n"
+    method = "GET" if body is None else "POST"
+    request = f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n{lines}\r\n"
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
-        sock.sendall(request.encode("latin-1"))
+        sock.sendall(request.encode("latin-1") + (body or "").encode())
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
@@ -107,3 +114,22 @@ def test_an_authorization_header_that_is_not_a_bearer_key_is_told_what_is_wrong(
     assert said in error, error
     assert "'Authorization: Bearer <key>'" in error
     assert ACME_READER not in error  # a key sent wrongly is never echoed
+
+
+def test_an_idempotency_key_with_the_spaces_http_allows_around_it_is_the_key(
+    server: str, acme: Engine
+) -> None:
+    """An outside probe: POST /v1/sessions/ws2/steps with 'Idempotency-Key: retry-1  ' recorded
+    the step under 'retry-1  ' on a server running httptools (serve's default) and under
+    'retry-1' on one running h11 (serve --http h11): the same request, sent again to the other
+    server of one deployment (or through a proxy that trims), was recorded twice."""
+    step = json.dumps({"step": "a", "input": {}, "output": {}})
+    path = "/v1/sessions/s1/steps"
+    # When one step is sent under one key, spelt with the spaces or tabs HTTP allows around a value
+    spellings = ["retry-1", "retry-1  ", "retry-1\t", "  retry-1", "\tretry-1 \t"]
+    sent = [[("X-API-Key", ACME_WRITER), ("Idempotency-Key", key)] for key in spellings]
+    answers = [status_of(server, headers, path, step) for headers in sent]
+    # Then it is recorded once, under the key without them
+    assert [status for status, _ in answers] == [201] * len(spellings), answers
+    assert {json.loads(body)["idempotency_key"] for _, body in answers} == {"retry-1"}
+    assert acme.get_session("s1").step_count == 1
