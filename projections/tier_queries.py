@@ -8,8 +8,9 @@ view's ``task_priority``: the one that chose the call's tier, not the current on
 the classification may have raised since), and each policy prices a priority's sums at its
 tier's model, by the domain's one pricing rule (``cost_of``: linear, so summed tokens price
 the same as the calls one by one). So the configured policy prices the calls it routed at
-the models that made them: at their recorded cost, up to price-table changes (and calls
-retried on a fallback model).
+the models that made them: at their answers' recorded cost, up to price-table changes. The
+recorded cost beside it is the cost dashboard's (retried attempts included), and the calls
+whose cost is not known (``unpriced``) are counted apart: they were summed as $0, unsaid.
 """
 
 from __future__ import annotations
@@ -50,8 +51,21 @@ class TierReport:
     calls: int
     calls_by_priority: dict[str, int]
     recorded_cost_usd: Decimal
+    """What they were billed, as the cost dashboard sums it: each answer's cost plus its retried
+    attempts' (``retried_cost_usd``); an ``unpriced`` call adds what of it is known."""
     baseline: str
     policies: list[PolicyCost]
+    unpriced_calls: int = 0
+    """Of ``calls``, those whose recorded cost is not known (``unpriced``: no price, or billed
+    for tokens not reported): ``recorded_cost_usd`` holds only what of them is known."""
+
+    @property
+    def unpriced_note(self) -> str:
+        """What the recorded cost leaves out, to follow it: `` (1 of them unpriced: cost not
+        known)``, or nothing when every call's cost is known."""
+        if not self.unpriced_calls:
+            return ""
+        return f" ({self.unpriced_calls:,} of them unpriced: cost not known)"
 
 
 def tier_policies(configured: ModelTiers) -> tuple[dict[str, ModelTiers], str]:
@@ -95,7 +109,8 @@ def reprice_by_tier(
     # tokens a call takes the long-context rate): within a tier the rule is linear, so the
     # sums price exactly as the calls one by one would.
     statement = sql.SQL("""
-        SELECT c.task_priority, c.input_tokens > %(long)s, count(*), coalesce(sum(c.cost_usd), 0),
+        SELECT c.task_priority, c.input_tokens > %(long)s, count(*),
+               coalesce(sum(c.cost_usd + c.retried_cost_usd), 0), count(*) FILTER (WHERE c.unpriced),
                sum(c.input_tokens), sum(c.output_tokens), sum(c.cache_read_input_tokens),
                sum(c.reasoning_output_tokens), sum(c.audio_input_tokens), sum(c.audio_output_tokens),
                sum(c.cache_creation_input_tokens), sum(c.cache_creation_1h_input_tokens)
@@ -107,9 +122,11 @@ def reprice_by_tier(
     sums: dict[tuple[str, bool], TokenCounts] = {}
     calls: dict[str, int] = {}
     recorded = Decimal(0)
+    unpriced_calls = 0
     rows = conn.execute(statement, {"tenant": tenant, "since": since, "long": LONG_CONTEXT_TOKENS})
-    for priority, long_context, count, cost, *tokens in rows:
+    for priority, long_context, count, cost, unpriced_count, *tokens in rows:
         calls[priority] = calls.get(priority, 0) + int(count)
+        unpriced_calls += int(unpriced_count)
         with localcontext(EXACT):  # money: the thread's context rounds (28 digits, or fewer)
             recorded += cost
         sums[(priority, bool(long_context))] = TokenCounts(
@@ -156,6 +173,7 @@ def reprice_by_tier(
             )
             for name, (models, cost, unpriced) in costs.items()
         ],
+        unpriced_calls=unpriced_calls,
     )
 
 

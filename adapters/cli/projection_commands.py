@@ -394,12 +394,22 @@ def dashboard_command(
                     by=groups,
                 )
                 out = Table(title=escape(f"same usage at {reprice_as} prices ({table.version})"))
-                for column in [*groups, "calls", "recorded $", f"{reprice_as} $", "difference $"]:
+                # "calls" counted the unpriced calls, which are neither in "recorded $" nor repriced
+                heads = [
+                    *groups,
+                    "priced calls",
+                    "not priced",
+                    "recorded $",
+                    f"{reprice_as} $",
+                    "difference $",
+                ]
+                for column in heads:
                     out.add_column(escape(column), justify="left" if column in groups else "right")
                 for r in repriced:
                     out.add_row(
                         *_group_cells(r.group, groups),  # as the dashboard's
-                        str(r.calls),
+                        str(r.priced_calls),
+                        str(r.calls - r.priced_calls),
                         money(r.recorded_cost_usd, 6),
                         money(r.repriced_cost_usd, 6),
                         money(r.difference_usd, 6, sign=True),

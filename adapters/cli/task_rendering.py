@@ -99,7 +99,8 @@ def tiers_table(report: TierReport, since: str) -> Table:
     (the calls counted in the heading), its cost and its saving against the baseline."""
     recorded = plain_decimal(report.recorded_cost_usd)
     table = Table(
-        title=f"task calls, last {since}: {report.calls:,} recorded at ${recorded};"
+        title=f"task calls, last {since}: {report.calls:,} recorded at ${recorded}"
+        f"{escape(report.unpriced_note)};"
         f" priced as if each tier policy had routed them (saving against {escape(report.baseline)})"
     )
     table.add_column("policy")

@@ -127,6 +127,12 @@ class TierReportOut(Described):
     calls_by_priority: dict[str, int] = Field(
         description="By the priority the task had when its call was made"
     )
-    recorded_cost_usd: str = Field(description="What they cost, exact (a decimal string)")
+    recorded_cost_usd: str = Field(
+        description="What they were billed, exact (a decimal string), as the dashboard's cost_usd:"
+        " answers and retried attempts; of an unpriced call only what is known"
+    )
+    unpriced_calls: int = Field(
+        default=0, description="Of calls, those whose cost is not known (unpriced): not in recorded_cost_usd"
+    )
     baseline: str = Field(description="The policy savings are measured against: the premium model alone")
     policies: list[PolicyCostOut]

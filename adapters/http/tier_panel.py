@@ -44,7 +44,8 @@ def tier_panel(report: TierReport) -> str:
         for policy in report.policies
     )
     caption = (
-        f"{report.calls:,} task calls recorded at ${plain_decimal(report.recorded_cost_usd)}, "
+        f"{report.calls:,} task calls recorded at ${plain_decimal(report.recorded_cost_usd)}"
+        f"{escape(report.unpriced_note)}, "
         f"priced as if each policy had routed them (saving against {escape(report.baseline)})"
     )
     return (

@@ -6,6 +6,7 @@ configured policy, at the medium tier's model, which is what it cost."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
@@ -126,3 +127,29 @@ async def test_a_calls_cache_writes_are_priced_at_their_rates_under_every_policy
     configured = next(p for p in tiers.policies if p.policy == "configured")
     assert configured.models == {"critical": "claude-sonnet-4.5"}
     assert configured.cost_usd == tiers.recorded_cost_usd == called.cost_usd
+
+
+async def test_the_recorded_cost_counts_retried_attempts_and_names_the_calls_it_could_not_price(
+    pg_engine: Engine,
+) -> None:
+    engine = pg_engine
+    # Given three medium task calls on deepseek: one answered at once, one answered on its
+    # second attempt (the first billed as much), one whose cost is not known (unpriced)
+    plain = usage("deepseek-v3.2", 300, 60)
+    retried = replace(
+        plain, attempts=2, retried_cost_usd=plain.cost_usd, retried_tokens={"input_tokens": 300}
+    )
+    unknown = replace(plain, cost_usd=Decimal(0), unpriced=True)
+    for task, called in (("plain", plain), ("retried", retried), ("unknown", unknown)):
+        engine.create_task(task, "Fix the race in the Go worker", priority="medium")
+        engine.llm = ScriptedLlm(answer("medium"), usage=called)
+        await engine.classify_task(task)
+
+    # When the dashboard reprices them
+    tiers = report(engine)
+
+    # Then the recorded cost is the dashboard's (answers and retried attempts: $0.0003276
+    # here, where it read $0.0002184), and the call it could not price is counted, not $0
+    assert tiers.calls == 3
+    assert tiers.recorded_cost_usd == plain.cost_usd * 3
+    assert tiers.unpriced_calls == 1
