@@ -399,12 +399,22 @@ class BudgetService:
         self._record_alerts(raised)
         return raised
 
-    def settle(self, reservation: Reservation, cost_usd: Decimal, *, held_only: bool = False) -> list[Raised]:
-        """Record the call's cost in place of its hold; append the alerts it raised (once each).
-        ``held_only``: a settlement tried again records nothing once its hold is gone."""
+    def settle(
+        self,
+        reservation: Reservation,
+        cost_usd: Decimal,
+        *,
+        held_only: bool = False,
+        at: datetime | None = None,
+    ) -> list[Raised]:
+        """Record the call's cost in place of its hold, in the windows holding ``at`` (when the
+        cost is recorded, the stamp of the event that records it; None: now); append the alerts
+        it raised (once each). ``held_only``: a settlement tried again records nothing once its
+        hold is gone."""
         if self._ledger is None:
             return []
-        raised = self._ledger.settle(self._tenant, reservation, cost_usd, held_only=held_only)
+        when = at or self._store.clock()
+        raised = self._ledger.settle(self._tenant, reservation, cost_usd, when, held_only=held_only)
         self._record_alerts(raised)
         return raised
 
@@ -414,9 +424,10 @@ class BudgetService:
         reply was lost may have committed). For a task's model call: its answer is recorded
         whether or not the ledger can take its cost now."""
         tries = itertools.count()
+        at = self._store.clock()  # a try that waited for the ledger counts where the first would
 
         def settle() -> list[Raised]:
-            return self.settle(reservation, cost_usd, held_only=next(tries) > 0)
+            return self.settle(reservation, cost_usd, held_only=next(tries) > 0, at=at)
 
         self.charge_stored(settle)
 

@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
 from typing import Any, TypeVar
@@ -295,14 +295,7 @@ class StepService:
 
     async def _call_and_record(self, llm: LlmPort, call: StepCall, go: Go) -> StepOutcome:
         hold = await self._reserve(llm, call, go)
-        try:
-            reply = await self._call(llm, call, go)
-        except LlmError as error:
-            await self._settle(hold, error.usage)
-            raise
-        except BaseException as error:
-            await self._settle(hold, usage_of(error))  # a cancelled call may carry it
-            raise
+        reply = await self._call(llm, call, go, hold)  # a failure is recorded and settled there
         # The model answered and was paid for: its settlement and StepProcessed are written
         # whatever happens to the caller now. Cancelled between the two, the step stayed
         # pending with its cost in the ledger and in no event, and a retry paid again.
@@ -318,18 +311,21 @@ class StepService:
         self, call: StepCall, go: Go, reply: LlmReply, hold: Reservation | None
     ) -> StepOutcome:
         unsettled = hold
+        # One moment for the ledger and the event: the budgets' day and the dashboard's are
+        # the same for a call held before midnight and answered after it.
+        at = self._store.clock()
         try:
-            await self._settle(hold, reply.usage)
+            await self._settle(hold, reply.usage, at=at)
             unsettled = None
             outcome: StepOutcome | Recorded | Unrecordable | str = await self._in_db(
-                self._store.write, call.session_id, partial(self._finish, call, reply)
+                partial(self._store.write, now=at), call.session_id, partial(self._finish, call, reply)
             )
         except (StoreUnavailable, ConcurrentUpdate) as error:
             # The answer was paid for. Given up on here, the step stayed pending, a retry waited
             # out its lease, recorded worker_lost and called the model again, and this answer's
             # cost was in no event: keep saving it, holding the key, and let the caller know now.
             # (Saves that lost every race to other writers, ConcurrentUpdate, likewise.)
-            saver = asyncio.ensure_future(self._keep_saving(call, go, reply, unsettled))
+            saver = asyncio.ensure_future(self._keep_saving(call, go, reply, unsettled, at))
             self._savers.add(saver)
             saver.add_done_callback(self._savers.discard)
             told = _being_saved(error, call.key) if isinstance(error, StoreUnavailable) else error
@@ -341,7 +337,7 @@ class StepService:
         except Exception as error:
             # A bug, not an outage nor the model: raised as it was, the step stayed pending
             # until its lease lapsed and every caller of its key waited that long.
-            raise await self._fail_unrecorded(call, go, reply, unsettled, error) from error
+            raise await self._fail_unrecorded(call, go, reply, unsettled, error, at) from error
         if isinstance(outcome, str):
             raise SessionClosed(call.session_id, outcome)
         if isinstance(outcome, Unrecordable):
@@ -365,7 +361,7 @@ class StepService:
         return StepOutcome(found.record, state.context)
 
     async def _keep_saving(
-        self, call: StepCall, go: Go, reply: LlmReply, unsettled: Reservation | None
+        self, call: StepCall, go: Go, reply: LlmReply, unsettled: Reservation | None, at: datetime
     ) -> None:
         """Save an answer the store would not take (settling its hold first, if that failed too),
         for at most ``save_retry_s``, the step's lease renewed meanwhile, so that a retry of the
@@ -380,9 +376,11 @@ class StepService:
                 pause = min(pause * 2, 1.0)
                 try:
                     if unsettled is not None:
-                        await self._settle(unsettled, reply.usage, held_only=True)  # it may have committed
+                        # it may have committed
+                        await self._settle(unsettled, reply.usage, held_only=True, at=at)
                         unsettled = None
-                    await self._in_db(self._store.write, call.session_id, partial(self._finish, call, reply))
+                    write = partial(self._store.write, now=at)
+                    await self._in_db(write, call.session_id, partial(self._finish, call, reply))
                     return
                 except (StoreUnavailable, ConcurrentUpdate):
                     continue
@@ -390,12 +388,18 @@ class StepService:
             return  # the engine was closed, or the like: nothing more can be done here
         except Exception as error:  # a bug: fail the step rather than leave it to lapse
             with contextlib.suppress(Exception):
-                await self._fail_unrecorded(call, go, reply, unsettled, error)
+                await self._fail_unrecorded(call, go, reply, unsettled, error, at)
         finally:
             renewer.stop()
 
     async def _fail_unrecorded(
-        self, call: StepCall, go: Go, reply: LlmReply, unsettled: Reservation | None, error: Exception
+        self,
+        call: StepCall,
+        go: Go,
+        reply: LlmReply,
+        unsettled: Reservation | None,
+        error: Exception,
+        at: datetime,
     ) -> LlmError:
         """Record an answer that ``_finish`` failed on (``error``, a bug) as StepFailed, with
         what the call cost, so that its key is not held until the lease lapses; return the
@@ -404,11 +408,11 @@ class StepService:
         usage = reply.usage if isinstance(reply.usage, LlmUsage) else None
         if unsettled is not None:
             with contextlib.suppress(Exception):
-                await self._settle(unsettled, usage)
+                await self._settle(unsettled, usage, at=at)
         told = unrecorded_answer(error, usage)
         for known in (usage, None):
             try:
-                await self._record_failure(call, go, told.error_type, told, known)
+                await self._record_failure(call, go, told.error_type, told, known, now=at)
                 break
             except Exception:
                 continue
@@ -461,34 +465,63 @@ class StepService:
             raise
 
     async def _settle(
-        self, hold: Reservation | None, usage: LlmUsage | None, *, held_only: bool = False
+        self,
+        hold: Reservation | None,
+        usage: LlmUsage | None,
+        *,
+        held_only: bool = False,
+        at: datetime | None = None,
     ) -> None:
-        """Put the call's recorded cost in place of its hold; alerts go out without waiting.
-        ``held_only``: tried again, it records nothing once the hold is gone."""
+        """Put the call's recorded cost in place of its hold, in the budgets' windows holding
+        ``at`` (the stamp of the event that records the call; None: now); alerts go out without
+        waiting. ``held_only``: tried again, it records nothing once the hold is gone."""
         if hold is None or self.budgets is None:
             return
         cost = call_cost(usage, hold)  # its hold per attempt whose cost is not known
         raised = await asyncio.shield(
-            self._in_db(partial(self.budgets.settle, held_only=held_only), hold, cost)
+            self._in_db(partial(self.budgets.settle, held_only=held_only, at=at), hold, cost)
         )
         self.budgets.notify(raised)
 
-    async def _call(self, llm: LlmPort, call: StepCall, go: Go) -> LlmReply:
-        """The model call itself; a failure is recorded as StepFailed before it is raised."""
+    async def _call(self, llm: LlmPort, call: StepCall, go: Go, hold: Reservation | None) -> LlmReply:
+        """The model call itself; a failure is recorded as StepFailed and its hold settled (at
+        what it reported it used) before it is raised."""
         renewer = self._renewer(call, go)
         try:
-            return await llm.complete(model=call.model, messages=go.messages, json_mode=True)
+            try:
+                return await llm.complete(model=call.model, messages=go.messages, json_mode=True)
+            finally:
+                renewer.stop()
         except LlmError as error:
-            await self._record_failure(call, go, error.error_type, error, error.usage)
+            await self._fail_and_settle(call, go, hold, error.error_type, error, error.usage, error.usage)
             raise
         except asyncio.CancelledError as error:
-            await asyncio.shield(self._record_failure(call, go, "cancelled", _CANCELLED, usage_of(error)))
+            usage = usage_of(error)  # a cancelled call may carry it
+            await asyncio.shield(self._fail_and_settle(call, go, hold, "cancelled", _CANCELLED, usage, usage))
             raise
         except Exception as error:
-            await self._record_failure(call, go, type(error).__name__, error, None)
+            await self._fail_and_settle(call, go, hold, type(error).__name__, error, None, usage_of(error))
             raise
+
+    async def _fail_and_settle(
+        self,
+        call: StepCall,
+        go: Go,
+        hold: Reservation | None,
+        error_type: str,
+        error: BaseException | str,
+        usage: LlmUsage | None,
+        billed: LlmUsage | None,
+    ) -> None:
+        """Record the failed attempt (with ``usage``), then settle its hold at what it was
+        ``billed``, both at one moment: the budgets count the call in the day (month) the
+        dashboard does, its event's. The hold is settled even when the failure cannot be
+        recorded."""
+        at = self._store.clock()
+        try:
+            await self._record_failure(call, go, error_type, error, usage, now=at)
         finally:
-            renewer.stop()
+            await self._settle(hold, billed, at=at)
 
     def _finish(
         self, call: StepCall, reply: LlmReply, uow: UnitOfWork
@@ -573,12 +606,22 @@ class StepService:
         return True
 
     async def _record_failure(
-        self, call: StepCall, go: Go, error_type: str, error: BaseException | str, usage: LlmUsage | None
+        self,
+        call: StepCall,
+        go: Go,
+        error_type: str,
+        error: BaseException | str,
+        usage: LlmUsage | None,
+        *,
+        now: datetime | None = None,
     ) -> None:
         """Record the attempt as failed with ``error``'s message and fields (a string: a message
-        with no fields), so that a caller waiting on its key is given the same error."""
+        with no fields), so that a caller waiting on its key is given the same error; stamped
+        ``now`` when given (the moment its hold is settled at)."""
         await self._in_db(
-            self._store.write, call.session_id, partial(self._fail, call, go, error_type, error, usage)
+            partial(self._store.write, now=now),
+            call.session_id,
+            partial(self._fail, call, go, error_type, error, usage),
         )
 
     def _fail(

@@ -420,11 +420,14 @@ class AggregateStore:
         command_id: str | None = None,
         assume_new: bool = False,
         conflict_retries: int | None = None,
+        now: datetime | None = None,
     ) -> T:
         """Run ``decide`` and save what it changed; exactly once, retried as the module says.
 
         ``assume_new`` lets the first attempt skip reading (creations that are usually
-        new); a clash on version 1 then retries with reads.
+        new); a clash on version 1 then retries with reads. ``now``: the moment the events are
+        stamped with (never before the stream's last stamp), for a command whose moment was
+        decided before it (a model call's settlement); None: the clock's, at each attempt.
         """
         command = command_id or new_command_id()
         budget = self.settings.max_conflict_retries if conflict_retries is None else conflict_retries
@@ -442,7 +445,7 @@ class AggregateStore:
                 self.app.ensure_open("save")  # checked on every attempt: a retry stops at close
                 uow = UnitOfWork(
                     command,
-                    self.clock(),
+                    now or self.clock(),
                     self,
                     assume_new=assume_new,
                     actor=current_actor.get(),

@@ -86,24 +86,56 @@ FROM unnest(%(ids)s::uuid[], %(starts)s::timestamptz[], %(lapsed)s::numeric[]) A
 WHERE w.budget_id = u.b AND w.window_start = u.s
 """
 """Release the lapsed holds (summed under the same lock) and hold the estimate, in one statement."""
-_SETTLE = """
+_SETTLED_WINDOW = _WINDOW_OF.replace("%(", "%(at_")
+"""The window of a budget (``b``) holding the settlement's moment (``at_day`` ...)."""
+_MAKE_SETTLED_WINDOWS = (
+    "INSERT INTO {windows} (budget_id, window_start) SELECT b.budget_id, "
+    + _SETTLED_WINDOW
+    + " FROM (SELECT budget_id, period FROM {budgets} WHERE budget_id = ANY(%(ids)s) ORDER BY budget_id"
+    " FOR KEY SHARE) b ON CONFLICT DO NOTHING"
+)
+"""The windows a settlement spends in, made where missing (a call held before midnight and
+settled after it spends in the new day), each budget locked against removal as a reservation
+locks it."""
+_LOCK_SETTLED = (
+    "SELECT 1 FROM {windows} w JOIN {budgets} b ON b.budget_id = w.budget_id"
+    " JOIN unnest(%(ids)s::uuid[], %(starts)s::timestamptz[]) AS u(id, s) ON w.budget_id = u.id"
+    " WHERE w.window_start = u.s OR w.window_start = " + _SETTLED_WINDOW + ""
+    " ORDER BY w.budget_id, w.window_start FOR UPDATE OF w"
+)
+"""The held and the settled windows, locked in budget-id order (then by start: two windows of
+one budget when a day or month ended while the call ran)."""
+_SETTLE = (
+    """
 WITH gone AS (
     DELETE FROM {holds} WHERE reservation_id = %(reservation)s RETURNING budget_id, window_start, amount_usd
 )
-UPDATE {windows} w SET spent_usd = w.spent_usd + CASE WHEN EXISTS (SELECT 1 FROM gone) THEN %(cost)s
+UPDATE {windows} w SET spent_usd = w.spent_usd
+        + CASE WHEN w.window_start <> """
+    + _SETTLED_WINDOW
+    + """ THEN 0
+        WHEN EXISTS (SELECT 1 FROM gone) THEN %(cost)s
         WHEN NOT %(always)s THEN 0
         WHEN EXISTS (SELECT 1 FROM {charges} WHERE charge_id = %(reservation)s)
         THEN greatest(%(cost)s - %(held)s, 0) ELSE %(cost)s END,
     reserved_usd = greatest(w.reserved_usd - coalesce((SELECT sum(g.amount_usd) FROM gone g
         WHERE g.budget_id = w.budget_id AND g.window_start = w.window_start), 0), 0)
 FROM {budgets} b, unnest(%(ids)s::uuid[], %(starts)s::timestamptz[]) AS u(id, s)
-WHERE w.budget_id = u.id AND w.window_start = u.s AND b.budget_id = w.budget_id
+WHERE w.budget_id = u.id AND b.budget_id = w.budget_id
+    AND (w.window_start = u.s OR w.window_start = """
+    + _SETTLED_WINDOW
+    + """)
 RETURNING w.budget_id, w.window_start, w.spent_usd, w.alerted, b.scope, b.subject, b.period, b.limit_usd,
-    b.mode, b.webhook_url, b.webhook_secret
+    b.mode, b.webhook_url, b.webhook_secret, w.window_start = """
+    + _SETTLED_WINDOW
+    + """ AS settled_here
 """
-"""Put the call's cost in place of its hold (a lapsed hold is gone already: only the cost is added,
-unless ``always`` is false: a settlement tried again adds nothing once its hold is gone; one whose
-hold a takeover spent at its estimate, ``_SPENT_MARK``, adds only what the cost passes it by)."""
+)
+"""Put the call's cost in place of its hold: the hold leaves the window it was taken in, the cost
+goes to the window holding the settlement's moment, the same as the cost dashboard's (its
+event's stamp). A lapsed hold is gone already: only the cost is added, unless ``always`` is
+false: a settlement tried again adds nothing once its hold is gone; one whose hold a takeover
+spent at its estimate, ``_SPENT_MARK``, adds only what the cost passes it by."""
 _SPEND_HELD = """
 WITH gone AS (
     DELETE FROM {holds} WHERE reservation_id = %(reservation)s RETURNING budget_id, window_start, amount_usd
@@ -456,9 +488,17 @@ class PostgresBudgetLedger:
         return Reservation(reservation_id, tuple(zip(ids, starts, strict=True)), estimate)
 
     def settle(
-        self, tenant: str, reservation: Reservation, cost_usd: Decimal, *, held_only: bool = False
+        self,
+        tenant: str,
+        reservation: Reservation,
+        cost_usd: Decimal,
+        at: datetime,
+        *,
+        held_only: bool = False,
     ) -> list[Raised]:
-        """Turn the hold into the call's recorded cost; the alerts it newly crosses, once each.
+        """Turn the hold into the call's recorded cost, spent in the windows holding ``at`` (the
+        moment the call's cost is recorded, which stamps its event); the alerts it newly
+        crosses, once each.
 
         A hold that already lapsed (released by ``_expire``) still has its cost recorded; a
         budget removed meanwhile is skipped. With ``held_only`` the cost is recorded only while
@@ -468,27 +508,23 @@ class PostgresBudgetLedger:
         def attempt(again: bool) -> list[Raised]:
             # A try after a lost connection counts the cost only while the hold is held: the
             # one before may have committed and lost its reply.
-            return self._settle(tenant, reservation, cost_usd, held_only=held_only or again)
+            return self._settle(tenant, reservation, cost_usd, at, held_only=held_only or again)
 
         return self._pool.tried_again(attempt)
 
     def _settle(
-        self, tenant: str, reservation: Reservation, cost_usd: Decimal, *, held_only: bool
+        self, tenant: str, reservation: Reservation, cost_usd: Decimal, at: datetime, *, held_only: bool
     ) -> list[Raised]:
         ids = [budget_id for budget_id, _ in reservation.windows]
         starts = [start for _, start in reservation.windows]
-        # Two round trips, pipelined: (BEGIN, lock in budget-id order, settle), then the
-        # alerts' marks and COMMIT.
+        settled_in = {f"at_{period}": start for period, start in _starts(at).items()}
+        # Two round trips, pipelined: (BEGIN, make the settled windows, lock them and the held
+        # ones in budget-id order, settle), then the alerts' marks and COMMIT.
         with self._connection() as conn, conn.pipeline(), conn.transaction():
             locking, cursor = conn.cursor(), conn.cursor(row_factory=dict_row)
             locking.execute(_NO_FLUSH)
-            locking.execute(
-                self._sql(
-                    "SELECT 1 FROM {windows} w JOIN unnest(%s::uuid[], %s::timestamptz[]) AS u(b, s)"
-                    " ON w.budget_id = u.b AND w.window_start = u.s ORDER BY w.budget_id FOR UPDATE OF w"
-                ),
-                [ids, starts],
-            )
+            locking.execute(self._sql(_MAKE_SETTLED_WINDOWS), {"ids": ids, **settled_in})
+            locking.execute(self._sql(_LOCK_SETTLED), {"ids": ids, "starts": starts, **settled_in})
             cursor.execute(
                 self._sql(_SETTLE),
                 {
@@ -498,9 +534,12 @@ class PostgresBudgetLedger:
                     "reservation": reservation.reservation_id,
                     "held": reservation.amount_usd,
                     "always": not held_only,
+                    **settled_in,
                 },
             )
-            return self._raise_alerts(cursor, tenant, cursor.fetchall())
+            # A window the hold left and the cost did not go to (the day before) raises nothing.
+            spent = [row for row in cursor.fetchall() if row["settled_here"]]
+            return self._raise_alerts(cursor, tenant, spent)
 
     def spend_held(self, tenant: str, reservation_id: UUID) -> list[Raised]:
         """Take a hold whose call will never be settled by its worker as spent at its amount:

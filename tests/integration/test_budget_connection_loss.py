@@ -129,7 +129,7 @@ def test_a_reservation_whose_reply_was_lost_is_found_not_held_twice(
         assert hold.amount_usd == Decimal("2")
         [burn] = engine.budgets.burn()
         assert burn.reserved_usd == Decimal("2")
-        ledger.settle(engine.budgets.tenant, hold, Decimal("1"))
+        ledger.settle(engine.budgets.tenant, hold, Decimal("1"), engine.clock())
         [burn] = engine.budgets.burn()
         assert (burn.spent_usd, burn.reserved_usd) == (Decimal("1"), 0)
     finally:
