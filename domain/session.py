@@ -63,6 +63,7 @@ from flowledger.domain.session_upcasts import (
     snapshot_v4_v5,
     snapshot_v5_v6,
     snapshot_v6_v7,
+    snapshot_v7_v8,
     upgraded_fields,
 )
 from flowledger.domain.session_views import (
@@ -133,10 +134,11 @@ class Session(FlowledgerAggregate):
     each record carrying its ``window_bytes``; version 5 counts a usage's variable fields in
     them (``usage_window_bytes``); version 6 holds the keys of its expiry's moves in the key
     filter too (``expiry_keys_filtered``: one key names one request, a step or a move); version
-    7 the keys of its keyed context updates (``context_keys_filtered``).
+    7 the keys of its keyed context updates (``context_keys_filtered``); version 8 totals
+    cache writes (``cache_writes_totalled``).
     """
 
-    class_version = 7
+    class_version = 8
 
     class Started(FlowledgerAggregate.Created):
         """The session was created. Version 2 added ``metadata``."""
@@ -402,6 +404,7 @@ class Session(FlowledgerAggregate):
     upcast_v4_v5 = staticmethod(snapshot_v4_v5)
     upcast_v5_v6 = staticmethod(snapshot_v5_v6)
     upcast_v6_v7 = staticmethod(snapshot_v6_v7)
+    upcast_v7_v8 = staticmethod(snapshot_v7_v8)
     upgraded_fields = staticmethod(upgraded_fields)
     """Where an older snapshot may differ from today's fold of its events (``snapshot_audit``)."""
 
@@ -474,7 +477,17 @@ class Session(FlowledgerAggregate):
         from a snapshot of version 6 or older (``snapshot_v6_v7``)."""
         self.pending: dict[str, PendingStep] = {}
         self.totals = Totals()
+        self.cache_writes_totalled = True
+        """Whether ``totals`` count the calls' cache writes: False for a state read from a
+        snapshot of version 7 or older (``snapshot_v7_v8``), which did not; the store folds
+        such a session from its events instead (``refold``)."""
         self.resolution: JsonObject | None = None
+
+    @property
+    def refold(self) -> bool:
+        """Whether this state, read from an older snapshot, knows less than its events say, so
+        that the store folds them instead (``store.loaded``): its totals lack cache writes."""
+        return not self.cache_writes_totalled
 
     # -- commands ----------------------------------------------------------------------
 

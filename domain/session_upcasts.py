@@ -114,18 +114,47 @@ def snapshot_v6_v7(state: dict[str, Any]) -> None:
     state["context_keys_filtered"] = False
 
 
+def snapshot_v7_v8(state: dict[str, Any]) -> None:
+    """A version-7 snapshot's totals did not count cache writes: they read as 0 in it, and the
+    state says so (``cache_writes_totalled`` False), for the store to fold the events instead."""
+    state["cache_writes_totalled"] = False
+
+
 KEY_KINDS_FILTERED = ("expiry_keys_filtered", "context_keys_filtered")
 """The flags that say which kinds of request's keys a state's key filter holds besides steps'."""
+
+_CACHE_WRITES = ("cache_creation_input_tokens", "cache_creation_1h_input_tokens")
+
+
+def _without_cache_writes(totals: Any) -> Any:
+    """Stored totals (``{"_type_": ..., "_data_": {...}}``) without their cache-write counts."""
+    if not isinstance(totals, dict) or not isinstance(totals.get("_data_"), dict):
+        return totals
+    data = {k: v for k, v in totals["_data_"].items() if k not in _CACHE_WRITES}
+    return {**totals, "_data_": data}
 
 
 def upgraded_fields(from_snapshot: dict[str, Any], folded: dict[str, Any]) -> set[str]:
     """The fields in which a snapshot state may differ from its events folded today only as an
-    upgrade says (``snapshot_audit``): a state read from a snapshot of version 6 or older says
-    so (``context_keys_filtered``, and before version 6 ``expiry_keys_filtered``, False) and
-    its key filter holds no key the fold lacks; the fold's holds the expiry's moves' and the
-    keyed context updates' keys too. A filter holding a key the events never put there still
-    differs. One that lacks a key is not told from the upgrade's: harmless, as such a state
-    asks the stream for every key its filter rules out (``Session.outcome_lookup``)."""
+    upgrade says (``snapshot_audit``): those of ``_key_kinds_upgraded`` and a state read from a
+    snapshot of version 7 or older, which says so (``cache_writes_totalled`` False) and whose
+    totals differ from the fold's in their cache writes only."""
+    explained = _key_kinds_upgraded(from_snapshot, folded)
+    flag = "cache_writes_totalled"
+    if from_snapshot.get(flag) is False and folded.get(flag) is True:
+        explained.add(flag)
+        if _without_cache_writes(from_snapshot.get("totals")) == _without_cache_writes(folded.get("totals")):
+            explained.add("totals")
+    return explained
+
+
+def _key_kinds_upgraded(from_snapshot: dict[str, Any], folded: dict[str, Any]) -> set[str]:
+    """A state read from a snapshot of version 6 or older says so (``context_keys_filtered``,
+    and before version 6 ``expiry_keys_filtered``, False) and its key filter holds no key the
+    fold lacks; the fold's holds the expiry's moves' and the keyed context updates' keys too.
+    A filter holding a key the events never put there still differs. One that lacks a key is
+    not told from the upgrade's: harmless, as such a state asks the stream for every key its
+    filter rules out (``Session.outcome_lookup``)."""
     upgraded = {
         flag for flag in KEY_KINDS_FILTERED if from_snapshot.get(flag) is False and folded.get(flag) is True
     }

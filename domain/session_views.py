@@ -243,7 +243,8 @@ class PendingStep:
 @dataclass(frozen=True, kw_only=True)
 class Totals:
     """Usage summed over every recorded step (processed and failed): the cost and the tokens of
-    every attempt each call was billed for (``LlmUsage.charged_usd``, ``billed_tokens``)."""
+    every attempt each call was billed for (``LlmUsage.charged_usd``, ``billed_tokens``), of every
+    type the calls reported (cache writes, and their one-hour part, since state version 7)."""
 
     calls: int = 0
     input_tokens: int = 0
@@ -253,6 +254,8 @@ class Totals:
     cost_usd: Decimal = Decimal("0")
     audio_input_tokens: int = 0
     audio_output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
 
     def add(self, usage: LlmUsage | None) -> Totals:
         """These totals with one more call's usage added."""
@@ -271,6 +274,10 @@ class Totals:
             cost_usd=cost_usd,
             audio_input_tokens=self.audio_input_tokens + usage.billed_tokens("audio_input_tokens"),
             audio_output_tokens=self.audio_output_tokens + usage.billed_tokens("audio_output_tokens"),
+            cache_creation_input_tokens=self.cache_creation_input_tokens
+            + usage.billed_tokens("cache_creation_input_tokens"),
+            cache_creation_1h_input_tokens=self.cache_creation_1h_input_tokens
+            + usage.billed_tokens("cache_creation_1h_input_tokens"),
         )
 
 

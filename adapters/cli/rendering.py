@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flowledger.domain.session_views import SessionState
+from flowledger.domain.session_views import SessionState, Totals
 from flowledger.domain.values import exact_decimal, plain_decimal
 from flowledger.infrastructure.history import HistoryEntry, jsonable
 
@@ -96,7 +96,7 @@ def session_table(state: SessionState) -> Table:
             f"{state.step_count} processed, {state.failure_count} failed, {len(state.pending)} pending",
         ),
         ("context", _compact(state.context, 200)),
-        ("tokens", f"{state.totals.input_tokens} in / {state.totals.output_tokens} out"),
+        ("tokens", _tokens(state.totals)),
         ("cost", f"${plain_decimal(state.totals.cost_usd)}"),
         ("expires", state.expires_at.isoformat(timespec="seconds")),
         ("updated", exact_moment(state.updated_at)),
@@ -104,3 +104,17 @@ def session_table(state: SessionState) -> Table:
     for field, value in rows:
         table.add_row(field, value)
     return table
+
+
+def _tokens(totals: Totals) -> str:
+    """A session's tokens: in (with the cache reads and writes among them, when any) and out."""
+    cached = [
+        f"{count} {kind}"
+        for count, kind in (
+            (totals.cache_read_input_tokens, "cache reads"),
+            (totals.cache_creation_input_tokens, "cache writes"),
+        )
+        if count
+    ]
+    inside = f" ({', '.join(cached)})" if cached else ""
+    return f"{totals.input_tokens} in{inside} / {totals.output_tokens} out"

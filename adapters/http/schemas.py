@@ -498,6 +498,12 @@ class TotalsOut(BaseModel):
     cost_usd: str
     audio_input_tokens: int = 0
     audio_output_tokens: int = 0
+    cache_creation_input_tokens: int = Field(
+        default=0, description="Prompt tokens written to the cache (part of input_tokens)"
+    )
+    cache_creation_1h_input_tokens: int = Field(
+        default=0, description="Of cache_creation_input_tokens, those written for an hour"
+    )
 
 
 class SessionOut(BaseModel):
@@ -548,6 +554,8 @@ class SessionOut(BaseModel):
                 cost_usd=plain_decimal(totals.cost_usd),
                 audio_input_tokens=totals.audio_input_tokens,
                 audio_output_tokens=totals.audio_output_tokens,
+                cache_creation_input_tokens=totals.cache_creation_input_tokens,
+                cache_creation_1h_input_tokens=totals.cache_creation_1h_input_tokens,
             ),
             resolution=state.resolution,
             created_at=state.created_at,

@@ -465,6 +465,8 @@ class RetentionService:
                 "reasoning_output_tokens": totals.reasoning_output_tokens,
                 "audio_input_tokens": totals.audio_input_tokens,
                 "audio_output_tokens": totals.audio_output_tokens,
+                "cache_creation_input_tokens": totals.cache_creation_input_tokens,
+                "cache_creation_1h_input_tokens": totals.cache_creation_1h_input_tokens,
                 "cost_usd": str(totals.cost_usd),
             },
             snapshot_topic=stored.topic,

@@ -113,7 +113,20 @@ def loaded(app: FlowledgerApplication, aggregate_id: UUID, version: int | None =
             state()
     except (StoredEventUnreadable, *_DOES_NOT_FOLD) as error:
         return _folded_from_events(app, aggregate_id, version, error)
+    if getattr(aggregate, "refold", False):
+        return _refolded(app, aggregate_id, version, aggregate)
     return aggregate
+
+
+def _refolded(app: FlowledgerApplication, aggregate_id: UUID, version: int | None, aggregate: Any) -> Any:
+    """The aggregate folded from its events alone, for a state read from a snapshot that knows
+    less than they say (``refold``: a session's totals without cache writes, state version 6):
+    until its next snapshot, each load of such a stream folds its events. A stream whose first
+    events were archived has nothing else to fold from: its state stays as the snapshot reads."""
+    events: list[Any] = list(app.events.get(aggregate_id, lte=version))
+    if not events or events[0].originator_version != 1:
+        return aggregate
+    return _fold(aggregate_id, events)
 
 
 _MANY = 500

@@ -27,10 +27,11 @@ from flowledger.infrastructure.transcodings import register_transcodings
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 STEPS = 10_000
 SNAPSHOT_LIMIT = 64 * 1024
-OLD_FILTER = {"expiry_keys_filtered": False, "context_keys_filtered": False}
-"""What a snapshot of state version 5 or older reads with (``snapshot_v5_v6``, ``snapshot_v6_v7``):
-a step's key the filter rules out is still looked for among the moves of the expiry and the
-context updates."""
+OLD_FILTER = {"expiry_keys_filtered": False, "context_keys_filtered": False, "cache_writes_totalled": False}
+"""What a snapshot of state version 5 or older reads with (``snapshot_v5_v6``, ``snapshot_v6_v7``,
+``snapshot_v7_v8``): a step's key the filter rules out is still looked for among the moves of the
+expiry and the context updates; and totals that do not count cache writes (the store folds its
+events instead)."""
 
 
 def json_mapper() -> Mapper[Any]:

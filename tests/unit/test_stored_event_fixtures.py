@@ -86,8 +86,14 @@ ADDED_TO_STEPS_SINCE = {"model": None}
 """The same for a session's steps (``StepRecord``): a release's steps did not record the model."""
 ADDED_TO_FAILURES_SINCE = {"error_detail": None}
 """The same for its failures (``StepFailure``): a release's failures did not record the error's fields."""
-ADDED_TO_TOTALS_SINCE = {"audio_input_tokens": 0, "audio_output_tokens": 0}
-"""The same for its totals: a release's calls had no audio tokens read, so they sum to 0."""
+ADDED_TO_TOTALS_SINCE = {
+    "audio_input_tokens": 0,
+    "audio_output_tokens": 0,
+    "cache_creation_input_tokens": 0,
+    "cache_creation_1h_input_tokens": 0,
+}
+"""The same for its totals: a release's calls had no audio tokens read, and wrote nothing to the
+cache, so they sum to 0."""
 
 
 def _with_extra_keys(stored: StoredEvent) -> StoredEvent:
