@@ -34,10 +34,10 @@ from flowledger.adapters.http.login import LOGIN_FORM, login_page, refused_login
 from flowledger.adapters.http.page_text import escape
 from flowledger.adapters.http.pages import ICON
 from flowledger.adapters.http.schemas import ANY_TEXT, PathId
+from flowledger.adapters.http.served_prices import served_prices
 from flowledger.adapters.http.task_schemas import TierReportOut, answers
 from flowledger.adapters.http.tier_panel import tier_panel, tier_report
 from flowledger.adapters.http.timeline import Timeline, bucket_for, timeline
-from flowledger.adapters.llm.pricing import load_price_table
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.pricing import EXACT
 from flowledger.domain.values import exact_decimal
@@ -121,7 +121,7 @@ def dashboard_json(
     day or with ``exact``, else from roll-ups (within 2 %); with ``reprice_as``, what the same
     usage would have cost at that model's prices (422 for a model with no price)."""
     start = _start(caller.engine, since)
-    prices = None if reprice_as is None else load_price_table(caller.engine.settings.pricing_file)
+    prices = None if reprice_as is None else served_prices(caller.engine)
     now = datetime.now(UTC)
     in_force = None if prices is None else prices.in_force(now)  # no entry of the future
     as_key = None if prices is None or reprice_as is None else prices.key_in_force(reprice_as, now)

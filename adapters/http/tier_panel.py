@@ -9,7 +9,7 @@ from typing import Any
 from psycopg import Connection
 
 from flowledger.adapters.http.page_text import escape
-from flowledger.adapters.llm.pricing import load_price_table
+from flowledger.adapters.http.served_prices import served_prices
 from flowledger.domain.task_views import TaskPriority
 from flowledger.domain.values import plain_decimal
 from flowledger.infrastructure import Engine
@@ -23,7 +23,7 @@ def tier_report(
 ) -> TierReport:
     """The task calls of ``tenant`` since ``since`` under each policy of ``tier_policies``."""
     policies, baseline = tier_policies(engine.classifier.tiers)
-    prices = load_price_table(engine.settings.pricing_file)
+    prices = served_prices(engine)
     return reprice_by_tier(conn, reader, prices, policies, tenant=tenant, since=since, baseline=baseline)
 
 
