@@ -102,3 +102,29 @@ async def test_a_call_held_before_midnight_and_settled_after_counts_in_one_day_o
         assert reserved(settings) == 0
     finally:
         engine.close()
+
+
+async def test_a_task_classification_held_before_midnight_and_answered_after_counts_in_one_day_on_both(
+    settings: Settings,
+) -> None:
+    # Given a day budget on the tenant (which task calls are charged to), a second before midnight
+    clock = SetClock(BEFORE_MIDNIGHT)
+    engine = Engine(settings=settings, clock=clock)
+    try:
+        engine.budgets.set("tenant", None, "day", "10", mode="alert")
+        engine.create_task("late", "Fix the race in the Go worker", priority="medium")
+
+        def past_midnight() -> None:
+            clock.now += timedelta(seconds=2)
+
+        # When its classification is held at 23:59:59 and answered at 00:00:01
+        answer = '{"category": "bug_fix", "complexity": "medium", "estimated_hours": 3}'
+        engine.llm = ScriptedLlm(answer, usage=usage(), meanwhile=past_midnight)
+        await engine.classify_task("late")
+
+        # Then the budget and the dashboard count it in the same day
+        assert dashboard_days(engine) == {"2026-12-01": COST}
+        assert budget_days(settings) == {"2026-12-01": COST}
+        assert reserved(settings) == 0
+    finally:
+        engine.close()
