@@ -48,6 +48,8 @@ COLUMNS: tuple[Column, ...] = (
     ("version", "integer"),
     ("audio_input_tokens", "bigint"),
     ("audio_output_tokens", "bigint"),
+    ("cache_creation_input_tokens", "bigint"),
+    ("cache_creation_1h_input_tokens", "bigint"),
 )
 
 DDL = """
@@ -75,7 +77,9 @@ CREATE TABLE {s}.sessions (
     expires_at timestamptz NOT NULL,
     version integer NOT NULL,
     audio_input_tokens bigint NOT NULL DEFAULT 0,
-    audio_output_tokens bigint NOT NULL DEFAULT 0
+    audio_output_tokens bigint NOT NULL DEFAULT 0,
+    cache_creation_input_tokens bigint NOT NULL DEFAULT 0,
+    cache_creation_1h_input_tokens bigint NOT NULL DEFAULT 0
 );
 CREATE INDEX ON {s}.sessions (tenant, session_id);
 CREATE INDEX ON {s}.sessions (workflow, status);
@@ -110,6 +114,8 @@ def started_row(event: Session.Started) -> Row:
         "version": event.originator_version,
         "audio_input_tokens": 0,
         "audio_output_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "cache_creation_1h_input_tokens": 0,
     }
 
 
@@ -123,6 +129,8 @@ def _add_usage(row: Row, usage: LlmUsage | None) -> None:
     row["reasoning_output_tokens"] += usage.reasoning_output_tokens
     row["audio_input_tokens"] += usage.audio_input_tokens
     row["audio_output_tokens"] += usage.audio_output_tokens
+    row["cache_creation_input_tokens"] += usage.cache_creation_input_tokens
+    row["cache_creation_1h_input_tokens"] += usage.cache_creation_1h_input_tokens
     row["cost_usd"] = charged(row["cost_usd"], usage)
 
 
@@ -211,10 +219,19 @@ class CurrentState(Projection):
     # task's new deadline and clears its escalation reason (sessions' rows unchanged); 4: a
     # session's and a task's cost count what their retried attempts were billed (charged_usd), as
     # the session's totals and the cost dashboard do (archived v2/v3 rows keep the cost they had);
-    # 5: a session's audio input and output tokens (archived rows from before had none read: 0)
-    schema_version = 5
-    base_versions = (2, 3, 4)
-    base_defaults = {"sessions": {"audio_input_tokens": 0, "audio_output_tokens": 0}}
+    # 5: a session's audio input and output tokens (archived rows from before had none read: 0);
+    # 6: its cache writes, as the cost dashboard's (archived rows from before read 0: their
+    # sessions' calls' writes were not summed then)
+    schema_version = 6
+    base_versions = (2, 3, 4, 5)
+    base_defaults = {
+        "sessions": {
+            "audio_input_tokens": 0,
+            "audio_output_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_creation_1h_input_tokens": 0,
+        }
+    }
     exposed = ("sessions", "tasks", "agents")
     ddl = DDL + work_rows.DDL
     handles = (Session, Task, Agent)

@@ -48,6 +48,21 @@ def dashboard_cache_writes(engine: Engine) -> int:
     return sum(row.cache_creation_tokens for row in rows)
 
 
+def session_row_cache_writes(engine: Engine, session_id: str) -> tuple[int, int]:
+    projector = projector_for(engine)
+    projector.catch_up()
+    with projector.connect_reader() as conn:
+        row = conn.execute(
+            SQL(
+                "SELECT cache_creation_input_tokens, cache_creation_1h_input_tokens FROM {}.sessions"
+                " WHERE session_id = %s"
+            ).format(Identifier(projector.names.reader)),
+            [session_id],
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
 def test_a_sessions_totals_count_its_calls_cache_writes_as_the_dashboard_does(pg_engine: Engine) -> None:
     engine = pg_engine
     # Given a session whose two calls wrote 1,000 and 500 tokens to the cache (200 and 0 for an hour)
@@ -61,6 +76,8 @@ def test_a_sessions_totals_count_its_calls_cache_writes_as_the_dashboard_does(pg
     assert (totals.cache_creation_input_tokens, totals.cache_creation_1h_input_tokens) == (1_500, 200)
     assert (answered.cache_creation_input_tokens, answered.cache_creation_1h_input_tokens) == (1_500, 200)
     assert dashboard_cache_writes(engine) == totals.cache_creation_input_tokens
+    # And so does its row of the sessions read model (the current_state projection)
+    assert session_row_cache_writes(engine, "cw") == (1_500, 200)
     assert totals.cost_usd == cache_writing().cost_usd + cache_writing(500, 0).cost_usd > Decimal(0)
 
 
