@@ -53,10 +53,12 @@ FlowledgerError
 ├── TaskError                  carries ``task_id``
 │   ├── TaskNotFound
 │   ├── TaskConflict           created again with another description, skills or priority
-│   ├── TaskIdempotencyKeyReused  the key already names another classify or reclassify
+│   ├── TaskIdempotencyKeyReused  the key already names another command of the task
 │   └── TaskTransitionRejected the task's ``status`` does not allow the ``action``
-│       └── TaskNeedsClassification  its classification failed and it names no skills:
-│                              nobody knows what it needs until it is reclassified
+│       ├── TaskNeedsClassification  its classification failed and it names no skills:
+│       │                      nobody knows what it needs until it is reclassified
+│       └── TaskAssignmentChanged  the command names an assignment (``agent_id``,
+│                              ``assignment``) the task is no longer on
 ├── AgentError                 carries ``agent_id``
 │   ├── AgentNotFound
 │   ├── AgentConflict          registered again with another name, skills or capacity
@@ -542,10 +544,10 @@ class TaskTransitionRejected(TaskError):
 
 
 class TaskIdempotencyKeyReused(TaskError):
-    """The key already names a classification of this task asked for as another command (a
-    classify and a reclassify, or two models): a retry sends the same request and gets the
-    task as that call left it, with no second call; another request under the key is refused
-    (nothing recorded)."""
+    """The key already names another command of this task (a classify and a reclassify, two
+    models, a release for another reason, a requeue): a retry sends the same request and gets
+    the task as that request left it, with nothing done again; another request under the key
+    is refused (nothing recorded)."""
 
     def __init__(self, task_id: str, idempotency_key: str, recorded: str) -> None:
         super().__init__(
@@ -555,6 +557,20 @@ class TaskIdempotencyKeyReused(TaskError):
         )
         self.idempotency_key = idempotency_key
         self.recorded = recorded
+
+
+class TaskAssignmentChanged(TaskTransitionRejected):
+    """A release, start or complete named the assignment it was sent for (its agent, or its
+    number, the task's ``times_assigned`` then) and the task is on another one now: a stale or
+    retried command, refused rather than applied to the new assignment (nothing recorded)."""
+
+    def __init__(self, task_id: str, action: str, status: str, now: str, named: str) -> None:
+        TaskError.__init__(
+            self, task_id, f"cannot {action} task {task_id!r}: it is {now}, not {named}; nothing done"
+        )
+        self.status = status
+        self.action = action
+        self.named = named
 
 
 class TaskNeedsClassification(TaskTransitionRejected):

@@ -48,6 +48,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.AuditError, 1),
     (errors.TaskConflict, 4),
     (errors.TaskNeedsClassification, 4),
+    (errors.TaskAssignmentChanged, 4),
     (errors.TaskTransitionRejected, 4),
     (errors.AgentConflict, 4),
     (errors.AgentAtCapacity, 4),

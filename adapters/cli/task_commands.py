@@ -52,6 +52,18 @@ DeadlineOpt = Annotated[
 DeadlineHoursOpt = Annotated[
     float | None, typer.Option(help="A deadline, in hours from now.", parser=real_number)
 ]
+AgentOpt = Annotated[
+    str | None,
+    typer.Option("--agent", help="The agent holding it, as you know it: another holder is refused (exit 4)."),
+]
+AssignmentOpt = Annotated[
+    int | None,
+    typer.Option(help="Its times_assigned when you were given it: another assignment is refused (exit 4)."),
+]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option(help="Sent again with this key, the command is answered as its first send was."),
+]
 ModelOpt = Annotated[str | None, typer.Option(help="The model (default: the priority's tier).")]
 NO_MODEL = (
     "no model configured: set FLOWLEDGER_LLM_BASE_URL and FLOWLEDGER_LLM_API_KEY"
@@ -274,10 +286,12 @@ def sweep(tenant: TenantOpt = None) -> None:
 
 
 @tasks_app.command("start")
-def start_task(task_id: TaskArg, tenant: TenantOpt = None) -> None:
+def start_task(
+    task_id: TaskArg, agent: AgentOpt = None, assignment: AssignmentOpt = None, tenant: TenantOpt = None
+) -> None:
     """The assigned agent started work."""
     with reported_errors(), Engine(tenant=tenant) as engine:
-        state = engine.start_task(task_id)
+        state = engine.start_task(task_id, agent_id=agent, assignment=assignment)
     _say(state)
 
 
@@ -288,13 +302,15 @@ def complete_task(
         str | None,
         typer.Option("--resolution", "--result", help='What it produced: JSON, an object or a "string".'),
     ] = None,
+    agent: AgentOpt = None,
+    assignment: AssignmentOpt = None,
     tenant: TenantOpt = None,
 ) -> None:
     """The task is done; its agent is freed."""
     with reported_errors():
         outcome = _resolution(resolution)
         with Engine(tenant=tenant) as engine:
-            state = engine.complete_task(task_id, outcome)
+            state = engine.complete_task(task_id, outcome, agent_id=agent, assignment=assignment)
     _say(state)
 
 
@@ -302,11 +318,16 @@ def complete_task(
 def release_task(
     task_id: TaskArg,
     reason: Annotated[str, typer.Option(help="Why it goes back to the queue.")] = "released",
+    agent: AgentOpt = None,
+    assignment: AssignmentOpt = None,
+    idempotency_key: KeyOpt = None,
     tenant: TenantOpt = None,
 ) -> None:
     """Give the task back to the queue; its agent is freed."""
     with reported_errors(), Engine(tenant=tenant) as engine:
-        state = engine.release_task(task_id, reason)
+        state = engine.release_task(
+            task_id, reason, agent_id=agent, assignment=assignment, idempotency_key=idempotency_key
+        )
     _say(state)
 
 
@@ -317,6 +338,7 @@ def requeue_task(
     reason: Annotated[str, typer.Option(help="Why (recorded).")],
     deadline: DeadlineOpt = None,
     deadline_hours: DeadlineHoursOpt = None,
+    idempotency_key: KeyOpt = None,
     tenant: TenantOpt = None,
 ) -> None:
     """Send an escalated task back to the queue; a new deadline is needed once the old one passed."""
@@ -326,7 +348,7 @@ def requeue_task(
         require_text("reason", reason, max_length=MAX_REASON_LENGTH)
         due = _deadline(deadline, deadline_hours)
         with Engine(tenant=tenant) as engine:
-            state = engine.requeue_task(task_id, by, reason, due)
+            state = engine.requeue_task(task_id, by, reason, due, idempotency_key=idempotency_key)
     _say(state)
 
 

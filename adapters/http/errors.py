@@ -59,6 +59,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.SessionClosed, 409),
     (errors.TaskConflict, 409),
     (errors.TaskNeedsClassification, 409),
+    (errors.TaskAssignmentChanged, 409),
     (errors.TaskTransitionRejected, 409),
     (errors.AgentConflict, 409),
     (errors.AgentAtCapacity, 409),

@@ -12,6 +12,7 @@ from flowledger.adapters.http.auth import Reader, Writer
 from flowledger.adapters.http.errors import responses
 from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
+from flowledger.adapters.http.rest import IdempotencyKey, one_key
 from flowledger.adapters.http.schemas import (
     JSON_INTEGER,
     MAX_DEADLINE_HOURS,
@@ -71,6 +72,9 @@ class Requeue(Body):
         description="a new deadline, in hours from now: required once the task's deadline has passed",
     )
     deadline: Moment | None = None
+    idempotency_key: str | None = name(
+        description="or the Idempotency-Key header: sent again, answered as the first send was"
+    )
 
 
 class Capacity(Body):
@@ -158,12 +162,15 @@ def sweep_deadlines(caller: Writer, body: NoFields | None = None) -> list[Json]:
 @router.post(
     "/tasks/{task_id}/requeue", response_model=None, responses={**answers(TaskOut), **responses(404, 409)}
 )
-def requeue_task(task_id: TaskId, body: Requeue, caller: Writer) -> Json:
+def requeue_task(
+    task_id: TaskId, body: Requeue, caller: Writer, idempotency_key: IdempotencyKey = None
+) -> Json:
     """Send an escalated task back to the queue (409 unless it is escalated); who and why are
     recorded. A task whose deadline has passed needs a new one, ``deadline`` (a time) or
     ``deadline_hours`` (422 without either). The same requeue sent again (a retry whose answer
     was lost: the same person, reason and deadline) answers 200 with the task as it stands and
-    records nothing."""
+    records nothing. With an idempotency key, it is answered as the first send left the task
+    even once the task was escalated again since (for a person to requeue anew)."""
     who = body.requested_by or caller.key_id
     if who is None:
         raise ValidationError("requested_by", "name the person (this server runs without API keys)")
@@ -172,7 +179,8 @@ def requeue_task(task_id: TaskId, body: Requeue, caller: Writer) -> Json:
     deadline: datetime | timedelta | None = body.deadline
     if body.deadline_hours is not None:
         deadline = timedelta(hours=body.deadline_hours)
-    return out(caller.engine.requeue_task(task_id, who, body.reason, deadline))
+    key = one_key(body.idempotency_key, idempotency_key)
+    return out(caller.engine.requeue_task(task_id, who, body.reason, deadline, idempotency_key=key))
 
 
 @router.put(

@@ -15,6 +15,7 @@ from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import IdempotencyKey, one_key
 from flowledger.adapters.http.schemas import (
+    JSON_INTEGER,
     MAX_DEADLINE_HOURS,
     NAME_PATTERN,
     TEXT_PATTERN,
@@ -36,6 +37,7 @@ from flowledger.domain.bounds import (
     MAX_TEXT_LENGTH,
 )
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.task_assignment_ref import MAX_ASSIGNMENT
 from flowledger.domain.task_views import PRIORITY_PADDING, AgentState, TaskPriority, TaskState
 from flowledger.infrastructure.history import jsonable
 
@@ -126,7 +128,21 @@ class NoFields(Body):
     everywhere (422), rather than silently ignored."""
 
 
-class Outcome(Body):
+class OnAssignment(Body):
+    """The assignment a command on the task's holder means (optional): a command naming one the
+    task is no longer on (a stale or retried one, after a release and a queue run) is a 409,
+    nothing recorded. The body may be left out: the current assignment, as before."""
+
+    agent_id: str | None = name(description="the agent that holds the task, as the command's sender knows it")
+    assignment: Annotated[int | None, JSON_INTEGER] = Field(
+        default=None,
+        ge=1,
+        le=MAX_ASSIGNMENT,
+        description="the task's times_assigned when it was given this agent (1 for the first assignment)",
+    )
+
+
+class Outcome(OnAssignment):
     """What the finished task produced: ``resolution``, as a session ends with (``result``, the
     name before, is still accepted)."""
 
@@ -137,10 +153,12 @@ class Outcome(Body):
     )
 
 
-class Release(Body):
-    """Why the task goes back to the queue."""
+class Release(OnAssignment):
+    """Why the task goes back to the queue, and the request's idempotency key (or the
+    ``Idempotency-Key`` header): sent again, it is answered as the first send was."""
 
     reason: str = Field(default="released", min_length=1, max_length=MAX_REASON_LENGTH, pattern=TEXT_PATTERN)
+    idempotency_key: str | None = name()
 
 
 def out(state: Any) -> Json:
@@ -272,22 +290,39 @@ async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = Non
 
 
 @router.post("/tasks/{task_id}/start", response_model=None, responses=_TASK_WRITE)
-def start_task(task_id: TaskId, caller: Writer, body: NoFields | None = None) -> Json:
-    """The assigned agent started work (no body needed; one with fields is refused, 422)."""
-    return out(caller.engine.start_task(task_id))
+def start_task(task_id: TaskId, caller: Writer, body: OnAssignment | None = None) -> Json:
+    """The assigned agent started work (no body needed; ``agent_id`` / ``assignment`` name the
+    assignment meant: another is a 409, nothing recorded)."""
+    body = body or OnAssignment()
+    return out(caller.engine.start_task(task_id, agent_id=body.agent_id, assignment=body.assignment))
 
 
 @router.post("/tasks/{task_id}/complete", response_model=None, responses=_TASK_WRITE)
 def complete_task(task_id: TaskId, caller: Writer, body: Outcome | None = None) -> Json:
-    """The task is done; its agent is freed (the body may be left out: no resolution)."""
+    """The task is done; its agent is freed (the body may be left out: no resolution).
+    ``agent_id`` / ``assignment`` name the assignment meant: another is a 409, nothing recorded."""
     body = body or Outcome()
     # A string follows the session's rule (``require_resolution``, in the engine).
-    return out(caller.engine.complete_task(task_id, body.resolution))
+    return out(
+        caller.engine.complete_task(
+            task_id, body.resolution, agent_id=body.agent_id, assignment=body.assignment
+        )
+    )
 
 
 @router.post("/tasks/{task_id}/release", response_model=None, responses=_TASK_WRITE)
-def release_task(task_id: TaskId, caller: Writer, body: Release | None = None) -> Json:
+def release_task(
+    task_id: TaskId, caller: Writer, body: Release | None = None, idempotency_key: IdempotencyKey = None
+) -> Json:
     """Give the task back to the queue; its agent is freed (the body may be left out: the
-    reason is "released")."""
+    reason is "released"). ``agent_id`` / ``assignment`` name the assignment meant: another is
+    a 409, nothing recorded. With an idempotency key, the release sent again is answered with
+    the task as the first send left it (200, nothing recorded), even once a queue run has
+    assigned the task again; the key with another reason: 422."""
     body = body or Release()
-    return out(caller.engine.release_task(task_id, body.reason))
+    key = one_key(body.idempotency_key, idempotency_key)
+    return out(
+        caller.engine.release_task(
+            task_id, body.reason, agent_id=body.agent_id, assignment=body.assignment, idempotency_key=key
+        )
+    )

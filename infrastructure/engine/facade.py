@@ -864,11 +864,20 @@ class Engine:
         return await self.classifier.reclassify(task_id, model, idempotency_key=idempotency_key)
 
     def requeue_task(
-        self, task_id: str, requested_by: str, reason: str, deadline: datetime | timedelta | None = None
+        self,
+        task_id: str,
+        requested_by: str,
+        reason: str,
+        deadline: datetime | timedelta | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> TaskState:
         """A person sends an escalated task back to the queue; who and why are recorded, and a
-        new deadline (a moment or a delay from now): required once the old one has passed."""
-        return self.tasks.requeue_task(task_id, requested_by, reason, deadline)
+        new deadline (a moment or a delay from now): required once the old one has passed.
+        With ``idempotency_key``, a retry is answered with the task as the first send left it."""
+        return self.tasks.requeue_task(
+            task_id, requested_by, reason, deadline, idempotency_key=idempotency_key
+        )
 
     def list_tasks(
         self,
@@ -945,21 +954,46 @@ class Engine:
             raise refused
         return states
 
-    def start_task(self, task_id: str) -> TaskState:
-        """The holding agent began work."""
-        return self.tasks.start_task(task_id)
+    def start_task(
+        self, task_id: str, *, agent_id: str | None = None, assignment: int | None = None
+    ) -> TaskState:
+        """The holding agent began work. ``agent_id`` / ``assignment`` (the task's
+        ``times_assigned`` when assigned) name the assignment meant: another is refused
+        (TaskAssignmentChanged), nothing recorded."""
+        return self.tasks.start_task(task_id, agent_id=agent_id, assignment=assignment)
 
     def complete_task(
-        self, task_id: str, resolution: JsonObject | str | None = None, *, result: JsonObject | None = None
+        self,
+        task_id: str,
+        resolution: JsonObject | str | None = None,
+        *,
+        result: JsonObject | None = None,
+        agent_id: str | None = None,
+        assignment: int | None = None,
     ) -> TaskState:
         """Close the task as done with a resolution (a JSON object, or a string; none is
         ``{}``), as ``complete_session`` takes one, and free its agent, in one write.
-        ``result`` is the resolution's name before (accepted; not both)."""
-        return self.tasks.complete_task(task_id, resolution, result=result)
+        ``result`` is the resolution's name before (accepted; not both). ``agent_id`` /
+        ``assignment`` name the assignment meant, as for ``start_task``."""
+        return self.tasks.complete_task(
+            task_id, resolution, result=result, agent_id=agent_id, assignment=assignment
+        )
 
-    def release_task(self, task_id: str, reason: str = "released") -> TaskState:
-        """Take the task back from its agent; it waits in the queue again."""
-        return self.tasks.release_task(task_id, reason)
+    def release_task(
+        self,
+        task_id: str,
+        reason: str = "released",
+        *,
+        agent_id: str | None = None,
+        assignment: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> TaskState:
+        """Take the task back from its agent; it waits in the queue again. ``agent_id`` /
+        ``assignment`` name the assignment meant, as for ``start_task``; with
+        ``idempotency_key`` a retry is answered with the task as the first send left it."""
+        return self.tasks.release_task(
+            task_id, reason, agent_id=agent_id, assignment=assignment, idempotency_key=idempotency_key
+        )
 
     def escalate_overdue(self, now: datetime | None = None) -> list[TaskState]:
         """Escalate every open task whose deadline passed (each once); returns those escalated."""

@@ -21,6 +21,7 @@ from flowledger.domain.assignment import queue_window
 from flowledger.domain.bounds import require_flag, require_resolution
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
+from flowledger.domain.task_assignment_ref import ANY_ASSIGNMENT, AssignmentRef
 from flowledger.domain.task_views import (
     AgentState,
     EscalationReason,
@@ -40,6 +41,7 @@ from flowledger.infrastructure.engine.assigner import BatchAssigner
 from flowledger.infrastructure.engine.classify_first import needs_classifying
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.engine.task_keys import TaskCommandKey, release_words, requeue_words
 from flowledger.infrastructure.engine.task_reads import MAX_LIST, TaskReads, agent_key, task_key
 from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
@@ -192,36 +194,72 @@ class TaskService:
         return self.assigner.assign_all(queue_window(waiting, held, limit), escalate_when_full)
 
     def requeue_task(
-        self, task_id: str, requested_by: str, reason: str, deadline: datetime | timedelta | None = None
+        self,
+        task_id: str,
+        requested_by: str,
+        reason: str,
+        deadline: datetime | timedelta | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> TaskState:
         """A person sends an escalated task back to the queue (who and why are recorded), with
         a new deadline (a moment, or a delay from now): required once the old one has passed
-        (ValidationError on ``deadline`` otherwise, nothing recorded), optional before."""
+        (ValidationError on ``deadline`` otherwise, nothing recorded), optional before.
+        ``idempotency_key``: sent again, answered with the task as the first send left it
+        (the task may have been escalated again since: that is for a person to requeue)."""
         moment = require_deadline("deadline", deadline, self._store.clock())
         # A retry is the same person, reason and deadline; a delay counts from each send,
         # so only a moment is compared as given.
         asked = _Requeue(requested_by, reason, moment, exact=isinstance(deadline, datetime))
-        return self._task_write(task_id, partial(self._requeue, task_id, asked))
+        key = TaskCommandKey.of("requeue", idempotency_key, requeue_words(requested_by, reason))
+        return self._task_write(task_id, partial(self._requeue, task_id, asked, key), key)
 
-    def start_task(self, task_id: str) -> TaskState:
-        """The holding agent began work."""
-        return self._task_write(task_id, partial(self._start, task_id))
+    def start_task(
+        self, task_id: str, *, agent_id: str | None = None, assignment: int | None = None
+    ) -> TaskState:
+        """The holding agent began work. ``agent_id`` / ``assignment`` (the task's
+        ``times_assigned`` when it was assigned) name the assignment meant: another one is
+        refused (TaskAssignmentChanged), nothing recorded."""
+        ref = AssignmentRef.of(agent_id, assignment)
+        return self._task_write(task_id, partial(self._start, task_id, ref))
 
     def complete_task(
-        self, task_id: str, resolution: JsonObject | str | None = None, *, result: JsonObject | None = None
+        self,
+        task_id: str,
+        resolution: JsonObject | str | None = None,
+        *,
+        result: JsonObject | None = None,
+        agent_id: str | None = None,
+        assignment: int | None = None,
     ) -> TaskState:
         """Close the task as done with its resolution and free its agent, in one write: a JSON
         object, or text kept as ``{"resolution": text}``, by a session's rule
-        (``require_resolution``; none is ``{}``). ``result`` is the name it had before."""
+        (``require_resolution``; none is ``{}``). ``result`` is the name it had before.
+        ``agent_id`` / ``assignment`` name the assignment meant, as for ``start_task``."""
         if resolution is not None and result is not None:
             raise ValidationError("resolution", "give resolution or result (its name before), not both")
         given = resolution if resolution is not None else result
         outcome = {} if given is None else require_resolution(given)
-        return self._task_write(task_id, partial(self._complete, task_id, outcome))
+        ref = AssignmentRef.of(agent_id, assignment)
+        return self._task_write(task_id, partial(self._complete, task_id, outcome, ref))
 
-    def release_task(self, task_id: str, reason: str = "released") -> TaskState:
-        """Take the task back from its agent; it waits in the queue again."""
-        return self._task_write(task_id, partial(self._release, task_id, reason))
+    def release_task(
+        self,
+        task_id: str,
+        reason: str = "released",
+        *,
+        agent_id: str | None = None,
+        assignment: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> TaskState:
+        """Take the task back from its agent; it waits in the queue again. ``agent_id`` /
+        ``assignment`` name the assignment meant, as for ``start_task``; ``idempotency_key``:
+        sent again, answered with the task as the first send left it, nothing recorded, even
+        once a queue run has assigned it again (the key with another reason, or naming
+        another command of the task: TaskIdempotencyKeyReused)."""
+        ref = AssignmentRef.of(agent_id, assignment)
+        key = TaskCommandKey.of("release", idempotency_key, release_words(reason))
+        return self._task_write(task_id, partial(self._release, task_id, reason, ref, key), key)
 
     def escalate_overdue(self, now: datetime | None = None) -> list[TaskState]:
         """Escalate every open task whose deadline passed (each once); returns those escalated."""
@@ -257,8 +295,11 @@ class TaskService:
         if isinstance(aggregate, Agent):
             self._reads.index.remember(aggregate)
 
-    def _task_write(self, task_id: str, decide: Callable[[UnitOfWork], S]) -> S:
-        state = self._store.write(task_key(task_id), decide)
+    def _task_write(
+        self, task_id: str, decide: Callable[[UnitOfWork], S], key: TaskCommandKey | None = None
+    ) -> S:
+        command_id = None if key is None else key.command_id
+        state = self._store.write(task_key(task_id), decide, command_id=command_id)
         if isinstance(state, TaskState):
             self._reads.note(state)
         elif isinstance(state, Creation):
@@ -312,8 +353,13 @@ class TaskService:
         uow.add(task)
         return Creation(state=task.state(), created=True)
 
-    def _requeue(self, task_id: str, asked: _Requeue, uow: UnitOfWork) -> TaskState:
+    def _requeue(
+        self, task_id: str, asked: _Requeue, key: TaskCommandKey | None, uow: UnitOfWork
+    ) -> TaskState:
         task = self._reads.task(uow, task_id)
+        first = self._first_result(task, key)
+        if first is not None:
+            return first
         if task.task_status != TaskStatus.ESCALATED and self._requeued_as(task, asked):
             return task.state()  # a retry whose first answer was lost
         task.requeue(asked.requested_by, asked.reason, uow.now, asked.deadline)
@@ -325,33 +371,53 @@ class TaskService:
         last = next((e for e in reversed(self._store.events(task.id)) if isinstance(e, Task.Requeued)), None)
         return last is not None and asked.matches(last)
 
-    def _start(self, task_id: str, uow: UnitOfWork) -> TaskState:
+    def _start(self, task_id: str, ref: AssignmentRef, uow: UnitOfWork) -> TaskState:
         task = self._reads.task(uow, task_id)
+        ref.require_current(task_id, "start", task.task_status, task.assignment, task.times_assigned)
         if task.task_status != TaskStatus.IN_PROGRESS:  # started already: a retry, answered as is
             task.start(uow.now)
         return task.state()
 
-    def _complete(self, task_id: str, result: JsonObject, uow: UnitOfWork) -> TaskState:
+    def _complete(self, task_id: str, result: JsonObject, ref: AssignmentRef, uow: UnitOfWork) -> TaskState:
         task = self._reads.task(uow, task_id)
-        if task.completed_with(result):  # a retry whose first answer was lost
-            return task.state()
+        done_by = task.assignment.agent_id if task.assignment else None
+        if task.completed_with(result) and ref.fits(done_by, task.times_assigned):
+            return task.state()  # a retry whose first answer was lost
+        ref.require_current(task_id, "complete", task.task_status, task.assignment, task.times_assigned)
         holder = task.holder
         seconds = task.complete(result, uow.now)
         self._reads.agent(uow, holder or "").release(task_id, ReleaseOutcome.COMPLETED, uow.now, seconds)
         return task.state()
 
-    def _release(self, task_id: str, reason: str, uow: UnitOfWork) -> TaskState:
+    def _release(
+        self, task_id: str, reason: str, ref: AssignmentRef, key: TaskCommandKey | None, uow: UnitOfWork
+    ) -> TaskState:
         task = self._reads.task(uow, task_id)
-        if task.task_status == TaskStatus.PENDING and self._released_for(task, reason):
+        first = self._first_result(task, key)
+        if first is not None:
+            return first
+        if task.task_status == TaskStatus.PENDING and self._released_for(task, reason, ref):
             return task.state()  # a retry whose first answer was lost
+        ref.require_current(task_id, "release", task.task_status, task.assignment, task.times_assigned)
         agent = self._reads.agent(uow, task.release(reason, uow.now))
         agent.release(task_id, ReleaseOutcome.RELEASED, uow.now, None)
         return task.state()
 
-    def _released_for(self, task: Task, reason: str) -> bool:
-        """Whether the task's last event released it for exactly ``reason`` (nothing since)."""
+    def _released_for(self, task: Task, reason: str, ref: AssignmentRef = ANY_ASSIGNMENT) -> bool:
+        """Whether the task's last event released it for exactly ``reason`` (nothing since),
+        from the assignment ``ref`` names."""
         last = self._store.events(task.id, gt=task.version - 1)
-        return bool(last) and isinstance(last[-1], Task.Released) and last[-1].reason == reason
+        if not last or not isinstance(last[-1], Task.Released) or last[-1].reason != reason:
+            return False
+        return ref.fits(last[-1].agent_id, task.times_assigned)
+
+    def _first_result(self, task: Task, key: TaskCommandKey | None) -> TaskState | None:
+        """The task as the first send of the command under ``key`` left it, read from the log
+        (None: no key, or not sent before)."""
+        if key is None:
+            return None
+        version = key.first_version(task.task_id, self._store.events(task.id))
+        return None if version is None else self._reads.get_task(task.task_id, version)
 
     def _sweep(self, task_id: str, at: datetime, uow: UnitOfWork) -> TaskState | None:
         task = self._reads.task(uow, task_id)

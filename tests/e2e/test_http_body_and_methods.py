@@ -212,14 +212,15 @@ def test_assign_refuses_a_body_with_fields_as_the_queue_run_does(memory_http: Te
 
 
 def test_start_and_the_deadline_sweep_refuse_a_body_with_fields(memory_http: TestClient) -> None:
-    # (Both ignored any body: {"agent_id": ...} on /start answered 200.)
+    # (Both ignored any body: {"agent_id": ...} on /start answered 200. A start now takes
+    # agent_id and assignment, the assignment it means: tests/unit/test_stale_task_commands.py.)
     agent = {"agent_id": "be-1", "name": "be-1", "skills": ["python"], "capacity": 2}
     assert memory_http.post("/v1/agents", json=agent).status_code == 201
     assert memory_http.post("/v1/tasks", json={"task_id": "t", "description": "d"}).status_code == 201
     assert memory_http.post("/v1/tasks/t/assign").status_code == 200
-    start = memory_http.post("/v1/tasks/t/start", json={"agent_id": "be-1"})
+    start = memory_http.post("/v1/tasks/t/start", json={"worker": "be-1"})
     assert start.status_code == 422, start.text
-    assert start.json()["error"].startswith("agent_id: ")
+    assert start.json()["error"].startswith("worker: ")
     assert memory_http.get("/v1/tasks/t").json()["status"] == "assigned"
     assert memory_http.post("/v1/queue/sweep", json={"before": "now"}).status_code == 422
     # And without a body, or with an empty one, they work as before
