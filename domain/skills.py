@@ -113,8 +113,8 @@ class Derivation:
 class SkillCatalogue:
     """Skills by category and by description word, priority floors by complexity, deadline slack.
 
-    ``deadline_factor`` times the estimated hours, from the moment of classification, is
-    the deadline a task gets when its creator gave none (0 turns that off).
+    ``deadline_factor`` times the estimated hours, from the task's creation, is the deadline a
+    task gets when its creator gave none (0 turns that off).
     """
 
     version: str
@@ -203,9 +203,18 @@ class SkillCatalogue:
         creator_priority: TaskPriority,
         creator_deadline: datetime | None,
         now: datetime,
+        created_at: datetime | None = None,
+        derived_before: datetime | None = None,
     ) -> Derivation:
         """What the classification changes: skills when the creator gave none, a priority
-        raised to the complexity's floor, a deadline from the estimate when none was given."""
+        raised to the complexity's floor, a deadline from the estimate when none was given.
+
+        The deadline counts from ``created_at`` (the task's creation; None: ``now``), since the
+        estimate is of the work asked for then: counted from each classification, every
+        reclassification with the same estimate pushed it further out. It lies at least
+        ``MIN_DERIVED_DEADLINE`` after ``now`` (a task classified late is not escalated at once
+        by its own estimate), except that this floor never moves ``derived_before`` (the
+        deadline an earlier classification derived) later: only a larger estimate does."""
         reasons: list[str] = []
         skills: tuple[str, ...] | None = None
         if not creator_skills:
@@ -225,19 +234,36 @@ class SkillCatalogue:
             # The bound a deadline given by a caller has (require_deadline): up to 100 x 10,000
             # estimated hours would put it a century ahead.
             capped = span > MAX_DEADLINE
+            start = now if created_at is None else created_at
+            counted = start + min(span, MAX_DEADLINE)
             # And a floor: 2 x 1e-9 hours is the moment of classification itself (a duration
             # rounds to the microsecond), and the next assignment escalated the task at once.
-            raised = span < MIN_DERIVED_DEADLINE
-            deadline = now + min(max(span, MIN_DERIVED_DEADLINE), MAX_DEADLINE)
+            soonest = now + MIN_DERIVED_DEADLINE
+            kept = derived_before is not None and derived_before < soonest
+            if kept and derived_before is not None:
+                soonest = derived_before
+            raised = counted < soonest
+            deadline = max(counted, soonest)
             reasons.append(
-                f"deadline {deadline.isoformat()} = classified at + {self.deadline_factor:g} x "
-                f"{classification.estimated_hours:g} estimated hours"
+                f"deadline {deadline.isoformat()} = "
+                + ("classified at" if created_at is None else f"created at {created_at.isoformat()}")
+                + f" + {self.deadline_factor:g} x {classification.estimated_hours:g} estimated hours"
                 + (f", capped at {MAX_DEADLINE.days:,} days ahead (MAX_DEADLINE)" if capped else "")
-                + (f", raised to {MIN_DERIVED_DEADLINE} ahead (MIN_DERIVED_DEADLINE)" if raised else "")
+                + (_floor_words(soonest if kept else None) if raised else "")
             )
         return Derivation(
             required_skills=skills, priority=priority, deadline=deadline, reasons=tuple(reasons)
         )
+
+
+def _floor_words(derived_before: datetime | None) -> str:
+    """Why a derived deadline lies later than its estimate gives (None: the floor ahead)."""
+    if derived_before is None:
+        return f", raised to {MIN_DERIVED_DEADLINE} ahead (MIN_DERIVED_DEADLINE)"
+    return (
+        f", kept at the deadline derived before ({derived_before.isoformat()}): a reclassification"
+        " moves a derived deadline later only by a larger estimate"
+    )
 
 
 def _floors(value: Any, label: str) -> dict[str, TaskPriority]:

@@ -387,6 +387,9 @@ class TaskClassifier:
                 creator_priority=TaskPriority(task.creator_priority),
                 creator_deadline=task.given_deadline,  # the creator's, or a requeue's
                 now=uow.now,
+                created_at=task.created_on,
+                # One an earlier classification derived (none was given): the floor keeps it.
+                derived_before=task.deadline if task.given_deadline is None else None,
             )
             task.classify(classification, derivation, route, again=again)
         elif classification.usage is not None:
