@@ -360,7 +360,7 @@ class TaskService:
         first = self._first_result(task, key)
         if first is not None:
             return first
-        if task.task_status != TaskStatus.ESCALATED and self._requeued_as(task, asked):
+        if key is None and task.task_status != TaskStatus.ESCALATED and self._requeued_as(task, asked):
             return task.state()  # a retry whose first answer was lost
         task.requeue(asked.requested_by, asked.reason, uow.now, asked.deadline)
         return task.state()
@@ -396,7 +396,10 @@ class TaskService:
         first = self._first_result(task, key)
         if first is not None:
             return first
-        if task.task_status == TaskStatus.PENDING and self._released_for(task, reason, ref):
+        # Without a key, a release like the last one is taken for its retry; under a key the
+        # log says whether it was sent before: answered so, a key retried after a queue run
+        # found nothing under it (the release answered was another caller's) and was refused.
+        if key is None and task.task_status == TaskStatus.PENDING and self._released_for(task, reason, ref):
             return task.state()  # a retry whose first answer was lost
         ref.require_current(task_id, "release", task.task_status, task.assignment, task.times_assigned)
         agent = self._reads.agent(uow, task.release(reason, uow.now))

@@ -71,6 +71,22 @@ def test_an_idempotency_key_reused_for_another_release_or_a_requeue_is_refused(e
     assert engine.get_task("T1").version == version
 
 
+def test_a_keyed_release_is_not_taken_for_the_retry_of_another_callers_release(engine: Engine) -> None:
+    # (A probe of two servers: a keyed release, sent after another caller's unkeyed release for
+    # the same reason, was answered 200 as that one's retry, recording nothing under its key;
+    # its own retry after a queue run was then a 409. Under a key, the log alone answers.)
+    engine.register_agent("a1", "Ann", ["python"], capacity=2)
+    engine.create_task("T1", "Fix the python parser", ["python"])
+    engine.assign_task("T1")
+    engine.release_task("T1", "agent restarting")
+    with pytest.raises(TaskTransitionRejected, match="it is pending"):
+        engine.release_task("T1", "agent restarting", idempotency_key="rel-2")
+    engine.assign_pending()
+    with pytest.raises(TaskAssignmentChanged):
+        engine.release_task("T1", "agent restarting", assignment=1, idempotency_key="rel-2")
+    assert events(engine, "T1").count("Task.Released") == 1
+
+
 def test_a_release_naming_an_earlier_assignment_is_refused_and_records_nothing(engine: Engine) -> None:
     # Given a task released from its first assignment and assigned again (to the same agent)
     released_and_assigned_again(engine)
