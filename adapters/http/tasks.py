@@ -213,6 +213,13 @@ def get_agent(agent_id: AgentId, caller: Reader) -> Json:
     return out(caller.engine.get_agent(agent_id))
 
 
+@router.get("/agents/{agent_id}/history", responses=_READ)
+def agent_history(agent_id: AgentId, caller: Reader) -> list[EventOut]:
+    """An agent's events, oldest first: registration, capacity changes, each task accepted
+    and released (so its load can be checked against its capacity at every version)."""
+    return [EventOut.of(entry) for entry in caller.engine.agent_history(agent_id)]
+
+
 @router.post(
     "/tasks",
     status_code=status.HTTP_201_CREATED,
