@@ -447,6 +447,7 @@ class _Request:
 
 
 _CALL = "task-call"
+_TASK_COMMAND = "task-cmd"  # a release's or requeue's key (``task_keys.py``)
 _SEP = "\x1f"  # never in a name (``require_name``), so never in a key or a model
 
 
@@ -475,6 +476,8 @@ class _Command:
         the key names another request)."""
         for command_id in command_ids:
             parts = (command_id or "").split(_SEP)
+            if len(parts) == 3 and parts[0] == _TASK_COMMAND and parts[2] == self.key:
+                raise TaskIdempotencyKeyReused(task_id, self.key, f"a {parts[1]}")  # task_keys.py
             if len(parts) != 5 or parts[0] != _CALL or parts[3] != self.key:
                 continue
             if (parts[1], parts[2]) == (self.kind, self.model):

@@ -26,6 +26,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.task_views import TaskStatus
 from flowledger.infrastructure import Engine
+from tests.support.llm import ScriptedLlm
 
 
 def events(engine: Engine, task_id: str) -> list[str]:
@@ -153,6 +154,16 @@ def test_a_requeue_retried_under_its_key_after_the_task_was_escalated_again_is_a
     assert events(engine, "T1").count("Task.Requeued") == 1
     with pytest.raises(TaskIdempotencyKeyReused):
         engine.release_task("T1", "released", idempotency_key="rq-1")
+
+
+async def test_a_release_key_reused_for_a_classification_is_refused_with_no_call(engine: Engine) -> None:
+    released_and_assigned_again(engine, key="rel-1")
+    version = engine.get_task("T1").version
+    engine.llm = ScriptedLlm('{"category": "bug_fix", "complexity": "low", "estimated_hours": 1}')
+    with pytest.raises(TaskIdempotencyKeyReused, match=r"'rel-1'.*a release"):
+        await engine.reclassify_task("T1", idempotency_key="rel-1")
+    assert engine.llm.calls == []
+    assert engine.get_task("T1").version == version
 
 
 def test_rest_takes_the_assignment_and_the_key_and_answers_a_stale_release_409(
