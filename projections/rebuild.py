@@ -17,6 +17,7 @@ import psycopg
 from psycopg import Connection, Cursor
 
 from flowledger.domain.errors import RebuildInProgress as RebuildInProgress  # its old home
+from flowledger.domain.errors import StoreUnavailable
 from flowledger.projections import dead_letters
 from flowledger.projections.archived import check_seals
 from flowledger.projections.base import Projection
@@ -172,20 +173,27 @@ def verify(
     projections = projector.select(wanted)
     names = projector.names
     differences: list[Difference] = []
+    # Each step on the connection is an operation of the projector's deadline, watched, as in a
+    # rebuild: a verify kept waiting on a lock (the builds table held by another session) waited
+    # 28.7 s with a 3 s deadline, then said equal, exit 0.
     with projector.connect() as conn, _exclusive(projector, conn, [p.name for p in projections]):
-        install(conn, names, projections, key=projector.chain_key)
+        with projector.watched(conn, "install the read models"):
+            install(conn, names, projections, key=projector.chain_key)
         for projection in projections:
             head = projector.head()
             why = _catch_up(projector, conn, projection)
-            with conn.transaction(), conn.cursor() as cur:
+            creating = f"create a scratch build of {projection.name}"
+            with projector.watched(conn, creating), conn.transaction(), conn.cursor() as cur:
                 target = Target(
                     projection, create_build(cur, names, projection, "scratch", key=projector.chain_key)
                 )
             try:
                 position, found = _compare_when_aligned(projector, conn, target, progress, limit)
             finally:
-                with conn.transaction(), conn.cursor() as cur:
-                    drop_build(cur, names, target.schema)
+                if not (conn.closed or conn.broken):  # else the next verify drops it (``abandoned``)
+                    dropping = projector.watched(conn, "drop the scratch build")
+                    with dropping, conn.transaction(), conn.cursor() as cur:
+                        drop_build(cur, names, target.schema)
             if position < head:
                 detail = f"the live build is at {position}, the log's head was {head}"
                 differences.append(
@@ -198,10 +206,10 @@ def verify(
 def _catch_up(projector: Projector, conn: Connection[Any], projection: Projection) -> str | None:
     """Bring the live build to the head; the error that stopped it, if one did."""
     try:
-        projector.drive(conn, projector.live([projection]))
+        projector.drive(conn, projector.live([projection]), bounded=True)
     except Exception as error:  # reported as a difference, not raised: that is the finding
-        if conn.broken:
-            raise
+        if conn.broken or conn.closed or isinstance(error, StoreUnavailable):
+            raise  # the database did not answer in time: an outage, not a finding
         return dead_letters.describe(error)
     return None
 
@@ -215,23 +223,25 @@ def _compare_when_aligned(
 ) -> tuple[int, list[Difference]]:
     names = projector.names
     while True:
-        with conn.cursor() as cur:
+        with projector.watched(conn, "read the live build's position"), conn.cursor() as cur:
             live = projector.live([scratch.projection])(cur)[0].schema
             position = projector.positions(cur, [live])[live]
-        projector.drive(conn, _fixed([scratch]), stop=position, progress=progress)
+        projector.drive(conn, _fixed([scratch]), stop=position, progress=progress, bounded=True)
         with conn.transaction(), conn.cursor() as cur:
             # Hold the live build still (its followers wait) while the tables are compared.
-            cur.execute(
-                q("SELECT position FROM {s}.builds WHERE schema_name = %s FOR SHARE", names.control),
-                [live],
-            )
-            row = cur.fetchone()
+            with projector.watched(conn, "hold the live build still"):
+                cur.execute(
+                    q("SELECT position FROM {s}.builds WHERE schema_name = %s FOR SHARE", names.control),
+                    [live],
+                )
+                row = cur.fetchone()
             if row is None or int(row[0]) != position:
                 continue
             name = scratch.projection.name
-            found = _differences(cur, name, live, scratch.schema, limit)
-            ours = dead_letters.ids_through(cur, names, live, position)
-            theirs = dead_letters.ids_through(cur, names, scratch.schema, position)
+            found = _differences(projector, conn, cur, name, live, scratch.schema, limit)
+            with projector.watched(conn, "compare the dead letters"):
+                ours = dead_letters.ids_through(cur, names, live, position)
+                theirs = dead_letters.ids_through(cur, names, scratch.schema, position)
             for side, one, other in (("live only", ours, theirs), ("rebuild only", theirs, ours)):
                 found += [
                     Difference(name, DEAD_LETTERS, side, f"notification {n}: {one[n]}")
@@ -240,24 +250,37 @@ def _compare_when_aligned(
             return position, found
 
 
-def _differences(cur: Cursor[Any], projection: str, live: str, scratch: str, limit: int) -> list[Difference]:
-    cur.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
-        [live],
-    )
+def _differences(
+    projector: Projector,
+    conn: Connection[Any],
+    cur: Cursor[Any],
+    projection: str,
+    live: str,
+    scratch: str,
+    limit: int,
+) -> list[Difference]:
+    """The rows of each table found on one side only; each query one operation of the deadline
+    (a table compared whole may take its time, but no query waits past it)."""
+    with projector.watched(conn, "list the live build's tables"):
+        cur.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+            [live],
+        )
+        tables = cur.fetchall()
     found = []
-    for (table,) in cur.fetchall():
+    for (table,) in tables:
         for side, left, right in (("live only", live, scratch), ("rebuild only", scratch, live)):
-            cur.execute(
-                q(
-                    "SELECT row_to_json(d)::text FROM (SELECT * FROM {a}.{t} EXCEPT ALL"
-                    " SELECT * FROM {b}.{t}) AS d LIMIT %s",
-                    left,
-                    a=left,
-                    b=right,
-                    t=table,
-                ),
-                [limit],
-            )
-            found += [Difference(projection, table, side, r[0]) for r in cur.fetchall()]
+            with projector.watched(conn, f"compare {live}.{table} with a rebuild"):
+                cur.execute(
+                    q(
+                        "SELECT row_to_json(d)::text FROM (SELECT * FROM {a}.{t} EXCEPT ALL"
+                        " SELECT * FROM {b}.{t}) AS d LIMIT %s",
+                        left,
+                        a=left,
+                        b=right,
+                        t=table,
+                    ),
+                    [limit],
+                )
+                found += [Difference(projection, table, side, r[0]) for r in cur.fetchall()]
     return found

@@ -16,10 +16,12 @@ import pytest
 from psycopg import sql
 
 from flowledger.domain.errors import StoreUnavailable
-from flowledger.projections import Projector, follow_until_stopped, processor, rebuild, status
+from flowledger.infrastructure import Engine
+from flowledger.projections import Projector, follow_until_stopped, processor, rebuild, status, verify
 from flowledger.projections.registry import projector_for
+from tests.conftest import make_settings
 from tests.integration.test_outage_deadlines import DEADLINE_S, engine_behind_a_proxy
-from tests.support.bounded import SLACK_S, within
+from tests.support.bounded import SLACK_S, assert_unavailable_in_time, within
 
 pytestmark = pytest.mark.postgres
 
@@ -133,3 +135,40 @@ def test_a_rebuild_whose_batch_stalls_ends_within_the_deadline_and_keeps_the_rea
         # And the readers keep the builds they had, and a rebuild after it succeeds
         assert {b.schema for b in status(projector) if b.state == "live"} == live
         assert set(rebuild(projector).values()) == {b.schema for b in status(projector) if b.state == "live"}
+
+
+@pytest.mark.parametrize(
+    "held",
+    [
+        # the control table every step reads (install, the catch-up, the scratch build)
+        "LOCK TABLE {control}.builds IN ACCESS EXCLUSIVE MODE",
+        # the live build's row, which the comparison holds still FOR SHARE
+        "SELECT 1 FROM {control}.builds WHERE schema_name = '{live}' FOR UPDATE",
+        # a live table the comparison reads
+        "LOCK TABLE {live}.sessions IN ACCESS EXCLUSIVE MODE",
+    ],
+)
+def test_a_verify_kept_waiting_by_the_database_ends_within_the_deadline(
+    database_url: str, pg_schema: str, held: str
+) -> None:
+    # Given built read models and a lock some other session holds on what verify reads
+    # (an outside probe: `projections verify` with a 3 s deadline waited 28.7 s on a lock held
+    # on the builds table, then said equal, exit 0; `status` and `rebuild` ended at the deadline)
+    settings = make_settings(database_url=database_url, schema=pg_schema, operation_deadline_s=DEADLINE_S)
+    with Engine(settings=settings) as engine:
+        engine.start_session("s", "wf")
+        engine.record_step("s", "greet")
+        projector = projector_for(engine)
+        projector.catch_up()
+        live = next(
+            b.schema for b in status(projector) if b.state == "live" and b.projection == "current_state"
+        )
+        with psycopg.connect(database_url) as holder:
+            holder.execute(held.format(control=projector.names.control, live=live).encode())
+
+            # When verify runs
+            answered = within(DEADLINE_S + SLACK_S + 10, lambda: verify(projector, ["current_state"]))
+            holder.rollback()
+
+    # Then it fails within the deadline with StoreUnavailable, as every other database call does
+    assert_unavailable_in_time(answered, DEADLINE_S)
