@@ -200,20 +200,32 @@ class FlowledgerProcessRecorder(PostgresProcessRecorder, FlowledgerApplicationRe
         if tracking is None:
             plain: Sequence[int] | None = FlowledgerApplicationRecorder.insert_events(self, stored_events)
             return plain
+        ids = self.mended(self._append_tracked, (stored_events, tracking))
+        if ids:
+            self.notifier.poke()
+        return ids
+
+    def _append_tracked(self, arguments: tuple[Sequence[StoredEvent], Tracking]) -> list[int]:
+        """One try of the tracked append: a refusal by the log's id sequence (nothing stored)
+        comes out as ``sequence_refusal``'s error, for ``mended`` to mend and try again; the
+        tracked append had failed on it (``IntegrityError`` on an id taken, ``OperationalError``
+        on a cached one) while the plain append mended it."""
+        stored_events, tracking = arguments
         with self.datastore.get_connection() as conn:
             try:
                 with conn.transaction(), conn.cursor() as curs:
                     # The append must be the transaction's first write (it takes the id).
                     ids = self.append(curs, stored_events) if stored_events else []
                     self._insert_tracking(curs, tracking)
-            except psycopg.Error:
+            except psycopg.Error as error:
                 # The append function released its lock itself; get_connection maps the error.
+                refused = self.sequence_refusal(error, conn)
+                if refused is not None:
+                    raise refused from error
                 raise
             except BaseException:
                 close_unfinished(conn)
                 raise
-        if ids:
-            self.notifier.poke()
         return ids
 
 

@@ -78,10 +78,15 @@ from flowledger.infrastructure.postgres.watchdog import watching
 _CLOSE_AFTER = (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.QueryCanceled)
 _CURSOR_ATTRIBUTE = "_flowledger_append_cursor"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+S = TypeVar("S")
 T = TypeVar("T")
 
 
-class _IdFromCache(Exception):
+class _SequenceRefused(Exception):
+    """The append function took an id it would not store (nothing stored): ``mended`` mends it."""
+
+
+class _IdFromCache(_SequenceRefused):
     """The append function refused an id handed out from a sequence cache (nothing stored)."""
 
 
@@ -101,7 +106,7 @@ _REFUSED_BY_DATABASE = (
 unique violation (a version clash, retention's guard) and object_not_in_prerequisite_state."""
 
 
-class _IdOutOfOrder(Exception):
+class _IdOutOfOrder(_SequenceRefused):
     """The append took an id a stored event has: the sequence was set back, made to count
     down or to cycle (nothing stored)."""
 
@@ -112,6 +117,21 @@ def _id_out_of_order(error: psycopg.Error) -> bool:
     inside the id section instead, and is left to ``migrate`` at the next start."""
     return isinstance(error, psycopg.errors.UniqueViolation) and (
         "notification_id" in (error.diag.constraint_name or "")
+    )
+
+
+def _unmended(refused: _SequenceRefused) -> StoreUnavailable:
+    """The caller's error when the sequence refused an id after every mend (nothing stored)."""
+    if isinstance(refused, _IdFromCache):
+        return StoreUnavailable(
+            "append",
+            f"{pg_sql.ID_FROM_SEQUENCE_CACHE}; nothing was stored. Set it with `flowledger migrate`"
+            f" ({refused})",
+        )
+    return StoreUnavailable(
+        "append",
+        "the event log's id sequence hands out ids at or below stored ones; nothing was"
+        f" stored. Set it right with `flowledger migrate` ({refused})",
     )
 
 
@@ -266,36 +286,47 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         return self.append_now(stored_events)
 
     def append_now(self, stored_events: Sequence[StoredEvent]) -> list[int]:
-        """Append ``stored_events`` in a transaction of their own (a pooled connection).
+        """Append ``stored_events`` in a transaction of their own (a pooled connection), the
+        sequence mended as ``mended`` says (group commit writes through here too)."""
+        return self.mended(self._append_pooled, stored_events)
 
-        An append refused for an id from a sequence cache (``sql.ID_FROM_SEQUENCE_CACHE``:
-        someone gave the sequence a cache while engines ran) stored nothing: the cache is
-        set back to 1, the refused connection (which holds the cached block) is closed, and
-        the append is tried again, at most once per pooled connection; past that, or when
-        this role may not alter the sequence, the caller gets a ``FlowledgerError`` saying so.
+    def mended(self, append: Callable[[S], T], arguments: S) -> T:
+        """``append(arguments)`` (an append in a transaction of its own), tried again after the
+        sequence is mended when it refused an id (``sequence_refusal``: nothing was stored).
+
+        An id from a sequence cache (``sql.ID_FROM_SEQUENCE_CACHE``: someone gave the sequence a
+        cache while engines ran): the cache is set back to 1 (the refused connection, which holds
+        the cached block, was closed). An id a stored event has (the sequence set back, made to
+        count down or cycle): the sequence is set past the highest stored id. At most once per
+        pooled connection; past that, or when this role may not alter the sequence, the caller
+        gets a ``FlowledgerError`` saying so.
         """
-        attempts = self.datastore.pool.max_size + 1
-        for _ in range(attempts - 1):
+        for _ in range(self.datastore.pool.max_size):
             try:
-                return self._append_pooled(stored_events)
-            except _IdFromCache:
-                self._force_cache_1()
-            except _IdOutOfOrder:
-                self._repair_sequence_order()
+                return append(arguments)
+            except _SequenceRefused as refused:
+                self._mend(refused)
         try:
-            return self._append_pooled(stored_events)
-        except _IdFromCache as refused:
-            raise StoreUnavailable(
-                "append",
-                f"{pg_sql.ID_FROM_SEQUENCE_CACHE}; nothing was stored. Set it with `flowledger migrate`"
-                f" ({refused})",
-            ) from refused
-        except _IdOutOfOrder as refused:
-            raise StoreUnavailable(
-                "append",
-                "the event log's id sequence hands out ids at or below stored ones; nothing was"
-                f" stored. Set it right with `flowledger migrate` ({refused})",
-            ) from refused
+            return append(arguments)
+        except _SequenceRefused as refused:
+            raise _unmended(refused) from refused
+
+    def _mend(self, refused: _SequenceRefused) -> None:
+        if isinstance(refused, _IdFromCache):
+            self._force_cache_1()
+        else:
+            self._repair_sequence_order()
+
+    def sequence_refusal(self, error: psycopg.Error, conn: Connection[Any]) -> _SequenceRefused | None:
+        """What ``mended`` mends, for an append's ``error`` on ``conn`` (None: any other error):
+        an id from a sequence cache (``conn`` is then closed: its backend holds the cached
+        block), or an id a stored event has. Either way the append stored nothing."""
+        if _cached_id(error):
+            conn.close()
+            return _IdFromCache(str(error))
+        if _id_out_of_order(error):
+            return _IdOutOfOrder(str(error).splitlines()[0])
+        return None
 
     def _force_cache_1(self) -> None:
         """``ALTER SEQUENCE ... CACHE 1`` on a pooled connection (``MigrationRefused`` when
@@ -339,11 +370,9 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                 # holds no lock. Rare, so the reconnect costs nothing that matters.
                 if isinstance(error, _CLOSE_AFTER):
                     conn.close()
-                if _cached_id(error):  # its backend holds the cached block: end it
-                    conn.close()
-                    raise _IdFromCache(str(error)) from error
-                if _id_out_of_order(error):
-                    raise _IdOutOfOrder(str(error).splitlines()[0]) from error
+                refused = self.sequence_refusal(error, conn)
+                if refused is not None:
+                    raise refused from error
                 if isinstance(error, _REFUSED_BY_DATABASE):
                     detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
                     table = f"{self.datastore.schema}.{self.events_table_name}"
@@ -424,7 +453,16 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
                     conn.commit()
             ids = self._appended_ids(curs, stored_events)
         except psycopg.Error as error:
-            raise library_error(error) from error
+            refused = self.sequence_refusal(error, conn)
+            if refused is None:
+                raise library_error(error) from error
+            # The caller's transaction (holding its locks) is over: mend the sequence here, and
+            # let the caller decide again in a new one. Retried as a version clash, each attempt
+            # met the same refusal (193 times, then StoreUnavailable, after a ``setval`` back).
+            self._mend(refused)
+            raise AppendNotSent(
+                f"the event log's id sequence was mended; nothing was stored ({refused})"
+            ) from error
         except BaseException:
             close_unfinished(conn)
             raise
