@@ -36,6 +36,7 @@ from psycopg.sql import SQL
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail, Checkpoint, Heads, heads_root
 from flowledger.infrastructure.postgres.database import as_snapshot_reader
 from flowledger.infrastructure.postgres.retention import Base, RetentionTables
+from flowledger.infrastructure.postgres.sequence_repairs import recorded_moves
 from flowledger.verify import GENESIS, event_hash, event_mac, signature_valid, statement_digest
 
 _COLUMNS = (
@@ -191,6 +192,7 @@ def verify_chain(
         if not since_checkpoint:
             _check_superseded(trail, conn, stream, bases, report)
         _check_ids_issued(trail, conn, stream, report)
+        _check_recorded_moves(trail, conn, stream, report)
         report.wrong_key = report.streams > 0 and forged == report.streams and not sealed
         _name_streams(trail, conn, report)
     report.seconds = time.perf_counter() - started
@@ -705,6 +707,19 @@ def _check_ids_issued(
             " skip every event appended after it"
         )
         report.findings.append(Finding("reordered", beyond[0], int(beyond[1]), detail))
+
+
+def _check_recorded_moves(
+    trail: AuditTrail, conn: psycopg.Connection[Any], stream: UUID | None, report: ChainReport
+) -> None:
+    """Name each row an engine's start found past the sequence before setting it forward
+    (``sequence_repairs.py``) and still stored there: ``_check_ids_issued`` no longer sees it,
+    and the repair had laundered the move (the row then verified)."""
+    named = {f.stream for f in report.findings}
+    for move in recorded_moves(conn, trail.schema, trail.names.events, stream):
+        if move.stream not in named:
+            named.add(move.stream)
+            report.findings.append(Finding("reordered", move.stream, move.version, move.describe()))
 
 
 def _check_superseded(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
+from flowledger.infrastructure.postgres import sequence_repairs
 from flowledger.infrastructure.postgres.retention import GUARD
 from flowledger.infrastructure.postgres.sql import section_lock_key
 
@@ -262,7 +263,8 @@ def create_other_tables(schema: str, names: TableNames, id_type: str) -> list[Co
 
 
 def create_audit_tables(schema: str, names: TableNames) -> list[Composed]:
-    """Signed checkpoints, and the record of rows chained after they were written.
+    """Signed checkpoints, the record of rows chained after they were written, and of rows found
+    past the id sequence when it was set forward (``sequence_repairs.py``).
 
     A checkpoint row holds its signed statement (canonical JSON), the signature, and the
     stream heads that changed since the checkpoint before (``heads``: packed, compressed);
@@ -279,6 +281,7 @@ def create_audit_tables(schema: str, names: TableNames) -> list[Composed]:
             "CREATE TABLE IF NOT EXISTS {s}.{t} (upgraded_at timestamptz NOT NULL DEFAULT now(), "
             "through_position bigint NOT NULL, rows bigint NOT NULL)"
         ).format(s=s, t=Identifier(names.chain_upgrades)),
+        sequence_repairs.create_table(schema, names.events),
     ]
 
 

@@ -33,12 +33,12 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from flowledger.domain.errors import LogDamaged, MigrationRefused, ValidationError
-from flowledger.infrastructure.postgres import data_keys, ddl, retention
+from flowledger.infrastructure.postgres import data_keys, ddl, retention, sequence_repairs
 from flowledger.infrastructure.postgres import sql as pg_sql
 from flowledger.infrastructure.postgres.connect_within import connect_within
 from flowledger.infrastructure.settings import Settings
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """1: events (with transaction_id), snapshots, tracking, append functions that unlock on failure.
 2: the append functions hold an in-flight marker lock until they commit (readers' horizon).
 3: the audit chain: each event's hash and keyed seal (``event_hash``, ``event_mac``), appended
@@ -50,7 +50,9 @@ inside a step, which every writer of a new engine waited for (bench/README.md, i
 7: the append functions unlock the id section inside its exception block (a cancel at the unlock
 left the lock held).
 8: ``budget_idle_leases``: an engine that saw a tenant without budgets skips its reservations for
-a second; a budget set elsewhere waits that out (``budgets.py``)."""
+a second; a budget set elsewhere waits that out (``budgets.py``).
+9: ``<app>_sequence_repairs``: the rows found past the id sequence when it was set forward
+(``sequence_repairs.py``), which ``audit verify`` names."""
 
 MARKERS_SINCE = 2
 """The first version whose appends hold in-flight markers: upgrading from before waits for
@@ -623,8 +625,15 @@ def repair_sequence_order(cur: psycopg.Cursor[Any], schema: str, table: str) -> 
             ).format(Literal(sequence), Identifier(schema), Identifier(table))
         ).fetchone() or (None, None)
         if highest is not None and (last is None or last < highest):
+            # The rows past it are evidence (only an edit, or the sequence set back by hand, puts
+            # them there): recorded first, for ``audit verify`` to name (``sequence_repairs.py``).
+            recorded = sequence_repairs.record(cur, schema, table, int(last or 0))
             cur.execute("SELECT setval(%s::regclass, %s)", (sequence, highest))
-            repairs.append(f"set forward from {last if last is not None else 'its start'} to {highest}")
+            repairs.append(
+                f"set forward from {last if last is not None else 'its start'} to {highest}"
+                f" ({recorded} row{'s' if recorded != 1 else ''} stored past it recorded:"
+                " `flowledger audit verify` names them)"
+            )
     except psycopg.errors.InsufficientPrivilege:
         raise MigrationRefused(
             schema,

@@ -1031,3 +1031,44 @@ def test_a_session_no_checkpoint_signed_yet_is_not_called_proven(log: Log, datab
     assert proven.returncode == 0, proven.stderr
     assert "session fresh: 2 events in 1 streams: ok\n" in proven.stderr
     assert "12 events in 3 streams: ok\n" in run_cli(log.url, log.schema, "audit", "verify").stderr
+
+
+@pytest.mark.parametrize("moved", [4, 8], ids=["a middle row", "the last row"])
+def test_a_row_moved_past_the_sequence_is_still_named_after_the_sequence_is_set_forward(
+    database_url: str, pg_schema: str, moved: int
+) -> None:
+    """A row's notification id set to one past the sequence's last value, with no checkpoint over
+    it: the start of the next engine (``audit verify``'s own among them) set the sequence forward
+    to the moved id with a warning, and the moved row then verified: `audit verify` said "no
+    problems found" (exit 0) at once, since its own start had set the sequence forward. The
+    repair now records each row it found past the sequence, and `audit verify` names it."""
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        for session in ("s1", "s2"):
+            engine.start_session(session, "cs")
+            for n in range(3):
+                engine.record_step(session, "answer", input={"n": n})
+        names = {1: ("s1", engine.session_uuid("s1")), 5: ("s2", engine.session_uuid("s2"))}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        events = Identifier(pg_schema, "flowledger_events")
+        ((version,),) = conn.execute(
+            SQL(
+                "UPDATE {} SET notification_id = 9 WHERE notification_id = %s RETURNING originator_version"
+            ).format(events),
+            [moved],
+        ).fetchall()
+    name, stream = names[1 if moved < 5 else 5]
+    # When an engine starts (its start sets the sequence forward), and the log is verified, twice
+    with Engine(settings=settings) as engine:
+        engine.record_step(name, "after")
+    first = run_cli(database_url, pg_schema, "audit", "verify")
+    again = run_cli(database_url, pg_schema, "audit", "verify")
+    # Then each names the moved row's stream and version, as moved past the sequence
+    for result in (first, again):
+        assert result.returncode == 1, (result.stdout, result.stderr)
+        assert (
+            f"reordered: stream {stream} ({name}) version {version}: moved rows: its log position 9 lay past"
+            " the last one the log's sequence had issued (8) when it was set forward"
+        ) in result.stderr, result.stderr
