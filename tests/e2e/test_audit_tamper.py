@@ -1072,3 +1072,29 @@ def test_a_row_moved_past_the_sequence_is_still_named_after_the_sequence_is_set_
             f"reordered: stream {stream} ({name}) version {version}: moved rows: its log position 9 lay past"
             " the last one the log's sequence had issued (8) when it was set forward"
         ) in result.stderr, result.stderr
+
+
+def test_two_streams_rows_swapped_in_the_log_are_named(log: Log) -> None:
+    """The victim's last row and the bystander's first swap notification ids: each stream's
+    versions stay in log order and every hash and seal checks, and the checkpoint signs heads,
+    not positions; `audit verify` said ok, exit 0, though a follower that had read the victim's
+    last row reads it again and never reads the bystander's first. Appends take their ids in the
+    order of their transactions (the id section), so a row after one a later transaction wrote
+    was moved."""
+    ((victim_last,),) = log.sql(
+        "SELECT notification_id FROM {events} WHERE originator_id = %s AND originator_version = 5", log.victim
+    )
+    ((bystander_first,),) = log.sql(
+        "SELECT notification_id FROM {events} WHERE originator_id = %s AND originator_version = 1",
+        log.bystander,
+    )
+    move = "UPDATE {events} SET notification_id = %s WHERE notification_id = %s"
+    log.sql(move, -1, victim_last)
+    log.sql(move, victim_last, bystander_first)
+    log.sql(move, bystander_first, -1)
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert (
+        f"reordered: stream {log.victim} (victim) version 5: moved rows: its log position {bystander_first}"
+        " is out of the order of the transactions that wrote the log"
+    ) in result.stderr, result.stderr
