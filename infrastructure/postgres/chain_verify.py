@@ -733,7 +733,9 @@ def _check_transaction_order(trail: AuditTrail, conn: psycopg.Connection[Any], r
     events = trail.table(trail.names.events)
     rows = conn.execute(
         SQL(
-            "SELECT originator_id, originator_version, notification_id, tx, p, n, p_id FROM ("
+            # As numbers: psycopg reads xid8 as text, and "5" sorts after "114822".
+            "SELECT originator_id, originator_version, notification_id, tx::text::bigint,"
+            " p::text::bigint, n::text::bigint, p_id FROM ("
             "SELECT originator_id, originator_version, notification_id, transaction_id AS tx,"
             " lag(transaction_id) OVER w AS p, lead(transaction_id) OVER w AS n,"
             " lag(notification_id) OVER w AS p_id FROM {e} WHERE transaction_id <> '0'"
@@ -763,8 +765,8 @@ def _check_transaction_order(trail: AuditTrail, conn: psycopg.Connection[Any], r
         named.add(stream_id)
         detail = (
             f"moved rows: its log position {int(position):,} is out of the order of the transactions"
-            " that wrote the log (appends take log positions in that order): its notification id was"
-            " changed, and a follower that read past it reads it twice or never"
+            " that wrote the log (appends take log positions in that order): its notification id (or"
+            " its transaction id) was changed, and a follower that read past it reads it twice or never"
         )
         report.findings.append(Finding("reordered", stream_id, int(version), detail))
 

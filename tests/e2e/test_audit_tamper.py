@@ -1098,3 +1098,15 @@ def test_two_streams_rows_swapped_in_the_log_are_named(log: Log) -> None:
         f"reordered: stream {log.victim} (victim) version 5: moved rows: its log position {bystander_first}"
         " is out of the order of the transactions that wrote the log"
     ) in result.stderr, result.stderr
+
+
+def test_a_row_whose_transaction_id_was_set_below_the_rows_before_it_is_named(log: Log) -> None:
+    """Transaction ids compared as numbers: psycopg reads xid8 as text, so '5' sorted after
+    '114822' and the bystander's last row, its transaction id set to 5, was passed over."""
+    log.sql(
+        "UPDATE {events} SET transaction_id = '5' WHERE originator_id = %s AND originator_version = 5",
+        log.bystander,
+    )
+    result = run_cli(log.url, log.schema, "audit", "verify")
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert f"reordered: stream {log.bystander} (bystander) version 5: moved rows:" in result.stderr
