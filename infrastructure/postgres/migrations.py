@@ -586,7 +586,9 @@ def restore_log_indexes(cur: psycopg.Cursor[Any], schema: str, table: str) -> tu
     return tuple(made)
 
 
-def repair_sequence_order(cur: psycopg.Cursor[Any], schema: str, table: str) -> tuple[str, ...]:
+def repair_sequence_order(
+    cur: psycopg.Cursor[Any], schema: str, table: str, *, taken: int | None = None
+) -> tuple[str, ...]:
     """Make the notification sequence hand out only ids above every stored one; what it changed.
 
     An operator's ``ALTER SEQUENCE`` or ``setval`` can make it count down, cycle, stop at a
@@ -594,7 +596,9 @@ def repair_sequence_order(cur: psycopg.Cursor[Any], schema: str, table: str) -> 
     so an event stored below one is never delivered to them; where it hits a stored id, every
     append failed as a version clash until ``ConcurrentUpdate``. In the caller's transaction:
     the append's id section is held (``pg_advisory_xact_lock`` on its key) while the sequence
-    is set past the highest stored id, so no append takes an id meanwhile."""
+    is set past the highest stored id, so no append takes an id meanwhile. ``taken``: the id an
+    append drew and found stored (the recorder's repair while engines run): its row is recorded
+    too, as one past what the sequence had issued before (``sequence_repairs.py``)."""
     cur = cur.connection.cursor(row_factory=tuple_row)
     sequence = _sequence_of(cur, schema, table)
     row = cur.execute(
@@ -624,16 +628,19 @@ def repair_sequence_order(cur: psycopg.Cursor[Any], schema: str, table: str) -> 
                 "(SELECT notification_id FROM {}.{} ORDER BY notification_id DESC LIMIT 1)"
             ).format(Literal(sequence), Identifier(schema), Identifier(table))
         ).fetchone() or (None, None)
-        if highest is not None and (last is None or last < highest):
+        behind = highest is not None and (last is None or last < highest)
+        if behind or taken is not None:
             # The rows past it are evidence (only an edit, or the sequence set back by hand, puts
             # them there): recorded first, for ``audit verify`` to name (``sequence_repairs.py``).
-            recorded = sequence_repairs.record(cur, schema, table, int(last or 0))
+            recorded = sequence_repairs.record(cur, schema, table, int(last or 0), taken=taken)
+            if recorded:
+                repairs.append(
+                    f"{recorded} row{'s' if recorded != 1 else ''} stored past it recorded"
+                    " (`flowledger audit verify` names them)"
+                )
+        if behind:
             cur.execute("SELECT setval(%s::regclass, %s)", (sequence, highest))
-            repairs.append(
-                f"set forward from {last if last is not None else 'its start'} to {highest}"
-                f" ({recorded} row{'s' if recorded != 1 else ''} stored past it recorded:"
-                " `flowledger audit verify` names them)"
-            )
+            repairs.append(f"set forward from {last if last is not None else 'its start'} to {highest}")
     except psycopg.errors.InsufficientPrivilege:
         raise MigrationRefused(
             schema,

@@ -36,6 +36,7 @@ primary's markers are not visible, so the horizon there is the snapshot's xmin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from time import monotonic, sleep
 from typing import Any, TypeVar, cast
@@ -108,7 +109,17 @@ unique violation (a version clash, retention's guard) and object_not_in_prerequi
 
 class _IdOutOfOrder(_SequenceRefused):
     """The append took an id a stored event has: the sequence was set back, made to count
-    down or to cycle (nothing stored)."""
+    down or to cycle, or a row was moved to the id it hands out next (nothing stored)."""
+
+    def __init__(self, message: str, taken: int | None) -> None:
+        super().__init__(message)
+        self.taken = taken
+        """The id the append took and found stored (None: not in the server's detail)."""
+
+
+_KEY_DETAIL = re.compile(r"=\((-?\d+)")
+"""The first key value of a unique violation's detail: ``Key (notification_id)=(3) already
+exists`` (``(notification_id, originator_id)=(3, …)`` on a partitioned log)."""
 
 
 def _id_out_of_order(error: psycopg.Error) -> bool:
@@ -315,7 +326,7 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         if isinstance(refused, _IdFromCache):
             self._force_cache_1()
         else:
-            self._repair_sequence_order()
+            self._repair_sequence_order(refused.taken if isinstance(refused, _IdOutOfOrder) else None)
 
     def sequence_refusal(self, error: psycopg.Error, conn: Connection[Any]) -> _SequenceRefused | None:
         """What ``mended`` mends, for an append's ``error`` on ``conn`` (None: any other error):
@@ -325,7 +336,8 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
             conn.close()
             return _IdFromCache(str(error))
         if _id_out_of_order(error):
-            return _IdOutOfOrder(str(error).splitlines()[0])
+            found = _KEY_DETAIL.search(error.diag.message_detail or "")
+            return _IdOutOfOrder(str(error).splitlines()[0], int(found.group(1)) if found else None)
         return None
 
     def _force_cache_1(self) -> None:
@@ -334,13 +346,15 @@ class FlowledgerApplicationRecorder(PostgresApplicationRecorder):
         with self.datastore.pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
             force_sequence_cache_1(cur, self.datastore.schema, self.events_table_name)
 
-    def _repair_sequence_order(self) -> None:
+    def _repair_sequence_order(self, taken: int | None) -> None:
         """``repair_sequence_order`` in a transaction of a pooled connection (``MigrationRefused``
         when this role may not alter the sequence): an operator set it back, made it count down
         or cycle while engines ran, and every append then collided with a stored id, retried as
-        a version clash until ``ConcurrentUpdate``."""
+        a version clash until ``ConcurrentUpdate``; or a row was moved to the id the sequence
+        hands out next (``taken``, recorded: the failed append drew it, so it was no longer past
+        the sequence, and the move went unrecorded and unnamed)."""
         with self.datastore.pool.connection() as conn, conn.transaction():
-            repair_sequence_order(conn.cursor(), self.datastore.schema, self.events_table_name)
+            repair_sequence_order(conn.cursor(), self.datastore.schema, self.events_table_name, taken=taken)
 
     def _append_pooled(self, stored_events: Sequence[StoredEvent]) -> list[int]:
         pool = self.datastore.pool

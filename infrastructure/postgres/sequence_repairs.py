@@ -37,19 +37,23 @@ def create_table(schema: str, events: str) -> Composed:
     ).format(Identifier(schema), Identifier(table_for(events)))
 
 
-def record(cur: psycopg.Cursor[Any], schema: str, events: str, last: int) -> int:
+def record(cur: psycopg.Cursor[Any], schema: str, events: str, last: int, *, taken: int | None = None) -> int:
     """Record the rows of ``schema.events`` stored past ``last`` (the sequence's last value), in
-    the caller's transaction, before the sequence is set forward; how many were recorded."""
+    the caller's transaction, before the sequence is set forward; how many were recorded.
+
+    ``taken``: an id an append drew and found stored, recorded too (as past ``taken - 1``): a row
+    moved to the id the sequence hands out next is no longer past it once an append drew it."""
     found = cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table_for(events)}"',)).fetchone()
     if found is None or found[0] is None:  # a log made without ``migrate`` (a recorder built by hand)
         cur.execute(create_table(schema, events))
     cur.execute(
         SQL(
             "INSERT INTO {s}.{r} (sequence_last, notification_id, originator_id, originator_version) "
-            "SELECT %s, notification_id, originator_id::text, originator_version FROM {s}.{e} "
-            "WHERE notification_id > %s ORDER BY notification_id LIMIT %s"
+            "SELECT CASE WHEN notification_id = %s THEN notification_id - 1 ELSE %s END, notification_id,"
+            " originator_id::text, originator_version FROM {s}.{e} "
+            "WHERE notification_id > %s OR notification_id = %s ORDER BY notification_id LIMIT %s"
         ).format(s=Identifier(schema), r=Identifier(table_for(events)), e=Identifier(events)),
-        (last, last, RECORDED_AT_MOST),
+        (taken, last, last, taken, RECORDED_AT_MOST),
     )
     return cur.rowcount
 

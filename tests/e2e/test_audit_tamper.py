@@ -1110,3 +1110,32 @@ def test_a_row_whose_transaction_id_was_set_below_the_rows_before_it_is_named(lo
     result = run_cli(log.url, log.schema, "audit", "verify")
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert f"reordered: stream {log.bystander} (bystander) version 5: moved rows:" in result.stderr
+
+
+def test_the_last_row_moved_one_past_the_sequence_under_a_running_engine_is_named(
+    database_url: str, pg_schema: str
+) -> None:
+    """The log's last row moved to the id the sequence hands out next, while an engine runs: its
+    next append took that id, collided, and the repair found nothing past the sequence (the
+    failed append had drawn it), so nothing was recorded and the sequence check saw an id it had
+    issued: `audit verify` said "no problems found", exit 0."""
+    settings = make_settings(
+        database_url=database_url, schema=pg_schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        engine.start_session("s1", "cs")
+        engine.record_step("s1", "answer")
+        stream = engine.session_uuid("s1")
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                SQL("UPDATE {} SET notification_id = 3 WHERE notification_id = 2").format(
+                    Identifier(pg_schema, "flowledger_events")
+                )
+            )
+        engine.start_session("s2", "cs")  # takes id 3, collides, mends the sequence, stores at 4
+    result = run_cli(database_url, pg_schema, "audit", "verify")
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert (
+        f"reordered: stream {stream} (s1) version 2: moved rows: its log position 3 lay past the last one"
+        " the log's sequence had issued (2)"
+    ) in result.stderr, result.stderr
