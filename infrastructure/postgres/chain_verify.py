@@ -193,8 +193,11 @@ def verify_chain(
             _check_superseded(trail, conn, stream, bases, report)
         _check_ids_issued(trail, conn, stream, report)
         _check_recorded_moves(trail, conn, stream, report)
-        if stream is None and not since_checkpoint:
-            _check_transaction_order(trail, conn, report)
+        if not since_checkpoint:
+            if stream is None:
+                _check_transaction_order(trail, conn, report)
+            else:
+                _check_stream_transaction_order(trail, conn, stream, report)
         report.wrong_key = report.streams > 0 and forged == report.streams and not sealed
         _name_streams(trail, conn, report)
     report.seconds = time.perf_counter() - started
@@ -748,12 +751,7 @@ def _check_transaction_order(trail: AuditTrail, conn: psycopg.Connection[Any], r
         [_TRANSACTION_ORDER_READ],
     ).fetchall()
 
-    def alone(tx: Any, p: Any, n: Any) -> bool:  # fits neither neighbour, though they fit each other
-        return (n is not None and tx > n and (p is None or p <= n)) or (
-            p is not None and tx < p and (n is None or p <= n)
-        )
-
-    out = {row[2] for row in rows if alone(row[3], row[4], row[5])}
+    out = {row[2] for row in rows if _moved_alone(row[3], row[4], row[5])}
     # A break whose rows are both here and neither fits alone: a block moved; its first row is named.
     # (A row left out above is of a stream out of order in itself, which explains the break.)
     present = {row[2] for row in rows}
@@ -763,12 +761,49 @@ def _check_transaction_order(trail: AuditTrail, conn: psycopg.Connection[Any], r
         if not moved or stream_id in named:
             continue
         named.add(stream_id)
-        detail = (
-            f"moved rows: its log position {int(position):,} is out of the order of the transactions"
-            " that wrote the log (appends take log positions in that order): its notification id (or"
-            " its transaction id) was changed, and a follower that read past it reads it twice or never"
-        )
-        report.findings.append(Finding("reordered", stream_id, int(version), detail))
+        report.findings.append(Finding("reordered", stream_id, int(version), _out_of_order(int(position))))
+
+
+def _moved_alone(tx: Any, p: Any, n: Any) -> bool:
+    """A row whose transaction fits neither neighbour's in log order, though theirs fit each
+    other (``p``, ``n``: the transaction ids before and after it; None at the log's ends)."""
+    return (n is not None and tx > n and (p is None or p <= n)) or (
+        p is not None and tx < p and (n is None or p <= n)
+    )
+
+
+def _check_stream_transaction_order(
+    trail: AuditTrail, conn: psycopg.Connection[Any], stream: UUID, report: ChainReport
+) -> None:
+    """``_check_transaction_order`` for one stream's rows (``--session``): each compared with the
+    rows next to it in the log, found through the id index (two lookups a row). A block of rows
+    moved together is the whole-log check's to name."""
+    if any(f.stream == stream for f in report.findings):
+        return
+    e = trail.table(trail.names.events)
+    rows = conn.execute(
+        SQL(
+            "SELECT s.originator_version, s.notification_id, s.transaction_id::text::bigint,"
+            " (SELECT o.transaction_id FROM {e} o WHERE o.notification_id < s.notification_id"
+            " AND o.transaction_id <> '0' ORDER BY o.notification_id DESC LIMIT 1)::text::bigint,"
+            " (SELECT o.transaction_id FROM {e} o WHERE o.notification_id > s.notification_id"
+            " AND o.transaction_id <> '0' ORDER BY o.notification_id LIMIT 1)::text::bigint"
+            " FROM {e} s WHERE s.originator_id = %s AND s.transaction_id <> '0' ORDER BY s.notification_id"
+        ).format(e=e),
+        [stream],
+    ).fetchall()
+    for version, position, tx, p, n in rows:
+        if _moved_alone(tx, p, n):
+            report.findings.append(Finding("reordered", stream, int(version), _out_of_order(int(position))))
+            return
+
+
+def _out_of_order(position: int) -> str:
+    return (
+        f"moved rows: its log position {position:,} is out of the order of the transactions"
+        " that wrote the log (appends take log positions in that order): its notification id (or"
+        " its transaction id) was changed, and a follower that read past it reads it twice or never"
+    )
 
 
 def _check_recorded_moves(

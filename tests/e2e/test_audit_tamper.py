@@ -1092,6 +1092,9 @@ def test_two_streams_rows_swapped_in_the_log_are_named(log: Log) -> None:
     log.sql(move, -1, victim_last)
     log.sql(move, victim_last, bystander_first)
     log.sql(move, bystander_first, -1)
+    alone = run_cli(log.url, log.schema, "audit", "verify", "--session", "victim")
+    assert alone.returncode == 1, (alone.stdout, alone.stderr)
+    assert f"reordered: stream {log.victim} (victim) version 5: moved rows:" in alone.stderr
     result = run_cli(log.url, log.schema, "audit", "verify")
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert (
