@@ -5,7 +5,8 @@
 dropped unnoticed. RFC 8259 leaves such an object's meaning to each reader (a proxy or a
 gateway that keeps the first sees another request than this server), so it is refused as a body
 that cannot be read (400, ``errors.unreadable_body``), as a query parameter given twice is
-(``query.py``). The routers of the app use ``OneNameRoute``.
+(``query.py``). The routers of the app use ``OneNameRoute``, which also refuses a body sent
+with a content coding (``Content-Encoding: gzip``): 415, naming the coding.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import json
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import Request, Response
+from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
+
+from flowledger.adapters.http.auth import refusal_before_body
 
 
 class RepeatedName(ValueError):
@@ -59,6 +62,29 @@ class OneNameRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def one_name(request: Request) -> Response:
+            coding = request.headers.get("content-encoding", "").strip()
+            carries_body = (
+                request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+            )
+            if coding and coding.lower() != "identity" and carries_body:
+                raise await _coding_refused(request, coding)
             return await handler(OneNameRequest(request.scope, request.receive))
 
         return one_name
+
+
+async def _coding_refused(request: Request, coding: str) -> HTTPException:
+    """The refusal of a body sent with ``coding``: the key's 401 or 403 first
+    (``refusal_before_body``), else 415 naming the coding, with ``Accept-Encoding: identity`` as
+    RFC 9110 (15.5.16) asks. The body was read as it came: a gzip-compressed one was "not UTF-8
+    (byte 0x8b at offset 1)", and a plain one labelled ``br`` was recorded, which a proxy that did
+    compress it would have broken."""
+    refusal = await refusal_before_body(request)
+    if refusal is not None:
+        return refusal
+    return HTTPException(
+        415,
+        f"body: is sent with Content-Encoding: {coding!r}, which this server does not decode: send it"
+        " uncompressed (identity)",
+        headers={"Accept-Encoding": "identity"},
+    )

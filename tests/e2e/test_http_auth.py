@@ -131,6 +131,18 @@ def test_a_body_that_cannot_be_read_is_403_for_a_key_whose_role_may_not_send_it(
     assert response.status_code == 400
 
 
+def test_a_compressed_body_is_401_without_a_key_not_415(server: httpx.Client) -> None:
+    # A body the server does not decode (Content-Encoding) is nobody's business until the caller is known
+    coded = {**JSON, "content-encoding": "gzip"}
+    for headers in ({}, bearer("not-a-key")):
+        response = server.post("/v1/sessions", content=b"\x1f\x8b", headers={**headers, **coded})
+        assert response.status_code == 401, response.text
+    response = server.post("/v1/sessions", content=b"\x1f\x8b", headers={**bearer(ACME_READER), **coded})
+    assert response.status_code == 403, response.text
+    response = server.post("/v1/sessions", content=b"\x1f\x8b", headers={**bearer(ACME_WRITER), **coded})
+    assert response.status_code == 415, response.text
+
+
 def test_the_health_probes_need_no_key(server: httpx.Client) -> None:
     assert server.get("/healthz").json() == {"status": "ok"}
     assert server.get("/readyz").json() == {"status": "ok"}

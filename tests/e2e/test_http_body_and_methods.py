@@ -4,6 +4,9 @@ body sent as another media type is a 415 naming it; a method a path lacks is a 4
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -138,6 +141,43 @@ def test_a_json_body_sent_as_another_media_type_is_a_415_naming_it_and_appends_n
             "error": f"body: must be sent as Content-Type: application/json (got {named})",
         }
         assert engine.log.head() == head
+
+
+BODIES = {
+    "/v1/sessions": {"session_id": "z-1", "workflow": "w"},
+    "/webhook/workflow-state": {"action": "create_session", "session_id": "z-1", "workflow_name": "w"},
+}
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+@pytest.mark.parametrize("coding", ["gzip", "br", "deflate, gzip"])
+def test_a_body_sent_with_a_content_coding_is_a_415_asking_for_it_uncompressed(
+    engine: Engine, path: str, coding: str
+) -> None:
+    # Given an app with nothing recorded yet
+    with TestClient(create_app(engine)) as client:
+        head = engine.log.head()
+
+        # When a body comes with a Content-Encoding: gzip-compressed (it was read as the body's
+        # text: "body: is not UTF-8 (byte 0x8b at offset 1)"), or labelled so and sent plain (it
+        # was read and recorded, though a proxy compressing it would have broken it)
+        text = json.dumps(BODIES[path]).encode()
+        content = gzip.compress(text) if coding == "gzip" else text
+        response = client.post(path, content=content, headers={**AS_JSON, "content-encoding": coding})
+
+        # Then it is refused as a coding the server does not decode, saying which one, and
+        # the answer names the one it takes (RFC 9110 15.5.16); nothing is appended
+        assert response.status_code == 415
+        assert response.json() == {
+            "success": False,
+            "error": f"body: is sent with Content-Encoding: {coding!r}, which this server does not"
+            " decode: send it uncompressed (identity)",
+        }
+        assert response.headers["accept-encoding"] == "identity"
+        assert engine.log.head() == head
+        # And a body whose coding is identity is read
+        plain = client.post(path, content=text, headers={**AS_JSON, "content-encoding": "identity"})
+        assert plain.status_code in (200, 201), plain.text
 
 
 def test_the_document_lists_415_on_every_operation_with_a_json_body_and_only_there(
