@@ -298,6 +298,8 @@ def _problem(error: Any) -> str:
     said = _PLAIN.get(error["type"], error["msg"])
     if error["type"] == "string_pattern_mismatch":
         said = PATTERN_WORDS.get(str(error.get("ctx", {}).get("pattern")), said)
+    elif error["type"] == "string_too_short" and error.get("ctx", {}).get("min_length") == 1:
+        said = "must be a non-empty string"  # the domain's words (``bounds.require_name``)
     return f"{where}: {said}{shown}"
 
 

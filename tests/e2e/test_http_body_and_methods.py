@@ -286,3 +286,27 @@ def test_commands_whose_fields_all_have_defaults_need_no_body(memory_http: TestC
     # classify without a body reaches the model step (no model is configured here: 501, not 422)
     assert memory_http.post("/v1/tasks/t1/classify").status_code != 422
     assert memory_http.post("/v1/tasks/t1/reclassify").status_code != 422
+
+
+def test_the_document_says_an_idempotency_key_header_is_never_empty(memory_http: TestClient) -> None:
+    # schemathesis against flowledger serve found "schema-valid request rejected" on each operation
+    # taking the header: the document let it be "", which the server refuses (422)
+    document = memory_http.get("/openapi.json").json()
+    headers = [
+        (method, path, parameter["schema"])
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        for parameter in operation.get("parameters", [])
+        if parameter["name"] == "Idempotency-Key"
+    ]
+    assert len(headers) >= 6
+    for method, path, schema in headers:
+        assert {"type": "string", "minLength": 1} in schema["anyOf"], (method, path, schema)
+    # And an empty one is still refused, naming the header, in the domain's words
+    memory_http.post("/v1/sessions", json={"session_id": "e-1", "workflow": "w"})
+    refused = memory_http.post("/v1/sessions/e-1/steps", json={"step": "a"}, headers={"Idempotency-Key": ""})
+    assert refused.status_code == 422
+    assert refused.json() == {
+        "success": False,
+        "error": "header.Idempotency-Key: must be a non-empty string (got '')",
+    }
