@@ -7,6 +7,7 @@ command, a missing argument, a value of the wrong type) said as every other refu
 
 from __future__ import annotations
 
+import re
 import sys
 
 import typer
@@ -62,7 +63,7 @@ def main(args: list[str] | None = None) -> None:
     except UsageError as error:
         hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
         # click puts a choice list on lines of its own: one line, as every refusal
-        say_error(joined(f"{error.format_message()}{hint}"))
+        say_error(joined(f"{_without_pydantic_prefix(error.format_message())}{hint}"))
         code = error.exit_code
     except ClickException as error:
         say_error(joined(error.format_message()))
@@ -73,6 +74,16 @@ def main(args: list[str] | None = None) -> None:
     except typer.Exit as done:  # raised by commands (``fail``), outside click's own main
         code = done.exit_code
     sys.exit(code if isinstance(code, int) else 0)
+
+
+_PYDANTIC_PREFIX = re.compile(r"^(Invalid value for '[^']*': )Value error, ")
+"""typer reads an enumerated value through pydantic, whose refusal begins "Value error, ":
+``budgets set nope ...`` said "Invalid value for 'scope': Value error, 'nope' is not one of ..."."""
+
+
+def _without_pydantic_prefix(message: str) -> str:
+    """A usage error's message without pydantic's "Value error, " after the parameter's name."""
+    return _PYDANTIC_PREFIX.sub(r"\1", message)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,6 +26,13 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
         (["history", "s1", "--nope"], "error: No such option: --nope (see 'flowledger history --help')"),
         (["serve", "--port", "x"], "error: Invalid value for '--port': Input should be a valid integer"),
         (["audit", "nosuch"], "error: No such command 'nosuch'. (see 'flowledger audit --help')"),
+        # An enumerated value's refusal without pydantic's "Value error, " before it
+        (
+            ["budgets", "set", "nope", "x", "day", "5"],
+            "error: Invalid value for 'scope': 'nope' is not one of 'tenant', 'user', 'session', 'workflow',"
+            " 'model'. (see 'flowledger budgets set --help')",
+        ),
+        (["serve", "--loop", "nope"], "error: Invalid value for '--loop': 'nope' is not one of 'auto', "),
         (
             ["budgets", "set"],
             "error: Missing argument 'scope'. Choose from: tenant, user, session, workflow, model"
