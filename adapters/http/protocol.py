@@ -5,7 +5,10 @@ request with a 50 MB header was read whole (the server's peak memory went from 1
 and answered 200. h11 stops at its ``max_incomplete_event_size`` (16 KiB by default), so the
 two parsers did not even agree; and that bound is on a head still incomplete, so a longer one
 that arrived in one read was served. Each parser is fed a request's head a bounded slice at a
-time here, and both answer a head one byte past ``MAX_HEAD_BYTES`` with the same 431.
+time here, and both answer a head one byte past ``MAX_HEAD_BYTES`` with the same 431. A request
+neither can read (a byte no URL holds, a ``Content-Length`` that is no count, a chunk size that is
+not hexadecimal) is a 400 in the error envelope too: uvicorn answered its own text/plain
+"Invalid HTTP request received.", the one refusal of the service outside the envelope.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ from flowledger.adapters.http.headers import ANSWER_HEADERS, ANSWER_POLICY
 
 MAX_HEAD_BYTES = 64 * 1024
 """The most bytes a request may send before its headers end: its request line and headers."""
+NOT_HTTP = (
+    "the request is not HTTP/1.1 this server can read (its request line, a header or its framing):"
+    " the connection is closed"
+)
+"""What a request the parser refuses is told (uvicorn's own words say no more than "invalid")."""
 
 
 _SLICE = 8192
@@ -69,7 +77,7 @@ class BoundedHttpTools(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         if not self._head_too_large:
-            super().send_400_response(msg)
+            refuse(self.transport, self.server_state, 400, NOT_HTTP)
             return
         refuse_head(self.transport, self.server_state)
 
@@ -77,8 +85,14 @@ class BoundedHttpTools(HttpToolsProtocol):
 def refuse_head(transport: asyncio.Transport, server_state: ServerState) -> None:
     """Answer 431 in the error envelope and close the connection: the head passed the bound."""
     too_large = f"the request's line and headers are larger than the limit of {MAX_HEAD_BYTES:,} bytes"
-    body = json.dumps(error_body(too_large)).encode()
-    content = [STATUS_LINE[431]]
+    refuse(transport, server_state, 431, too_large)
+
+
+def refuse(transport: asyncio.Transport, server_state: ServerState, status: int, message: str) -> None:
+    """Answer ``status`` with ``message`` in the error envelope, with the headers every answer of
+    the service carries, and close the connection: the request never reached the app."""
+    body = json.dumps(error_body(message)).encode()
+    content = [STATUS_LINE[status]]
     for name, value in server_state.default_headers:
         content.extend([name, b": ", value, b"\r\n"])
     content.extend(
@@ -114,3 +128,6 @@ class BoundedH11(H11Protocol):
             super().data_received(piece)
         if data and not self.transport.is_closing():
             super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        refuse(self.transport, self.server_state, 400, NOT_HTTP)

@@ -127,3 +127,47 @@ def test_the_bound_is_exact_on_a_connections_first_request_and_on_a_kept_alive_o
         kept_alive = _status_of(sock, _head_of(size))
     # Then each is served at the bound and refused one byte past it
     assert (first, kept_alive) == (status, status)
+
+
+def _raw(base: str, request: bytes) -> tuple[int, bytes, bytes]:
+    """The status, headers and body answered to ``request``, sent as it is."""
+    port = int(base.rsplit(":", 1)[1])
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    status_line, _, rest = answer.partition(b"\r\n")
+    headers, _, body = rest.partition(b"\r\n\r\n")
+    return int(status_line.split(b" ", 2)[1]), headers.lower(), body
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /v1/tasks/\xff HTTP/1.1\r\nHost: x\r\n\r\n",  # a byte no URL holds
+        b"GET /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ],
+    ids=["url-byte", "content-length", "chunk-size"],
+)
+def test_a_request_that_is_not_http_is_a_400_in_the_envelope(
+    server: tuple[str, str], request_bytes: bytes
+) -> None:
+    base, parser = server
+    # When a request the parser cannot read comes (uvicorn answered its own text/plain
+    # "Invalid HTTP request received.", the one refusal outside the envelope)
+    status, headers, body = _raw(base, request_bytes)
+    # Then it is a 400 in the error envelope, with the service's headers, and the connection closed
+    assert status == 400, (parser, body)
+    assert json.loads(body) == {
+        "success": False,
+        "error": "the request is not HTTP/1.1 this server can read (its request line, a header or its"
+        " framing): the connection is closed",
+    }
+    assert b"content-type: application/json" in headers
+    assert b"x-content-type-options: nosniff" in headers
+    assert b"connection: close" in headers
