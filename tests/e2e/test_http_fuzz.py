@@ -51,6 +51,10 @@ BY_RULE = {
     ("POST", "/webhook/workflow-state"),  # session_id, workflow_name, step_name required by action
     ("GET", "/v1/sessions/{session_id}"),  # version and as_of exclude each other
     ("POST", "/v1/sessions"),  # metadata: JSON content rules (no NUL at any depth, depth, size)
+    # A new id must not look like another (domain.bounds: white space inside other than single
+    # plain spaces, characters drawn as nothing, letters not in NFC), which no pattern says whole
+    ("POST", "/v1/sessions/{session_id}/fork"),
+    ("POST", "/v1/agents"),
     ("POST", "/v1/sessions/{session_id}/steps"),  # usage: cached tokens within input tokens; JSON rules
     ("POST", "/v1/sessions/{session_id}/extend"),  # expires_at: after now, at most 366 days ahead
     ("POST", "/v1/tasks"),  # deadline as a time: at most MAX_DEADLINE (about ten years) after now
