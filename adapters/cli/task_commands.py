@@ -58,7 +58,10 @@ AgentOpt = Annotated[
 ]
 AssignmentOpt = Annotated[
     int | None,
-    typer.Option(help="Its times_assigned when you were given it: another assignment is refused (exit 4)."),
+    typer.Option(
+        help="Its times_assigned when you were given it: another assignment is refused (exit 4).",
+        parser=whole_number,
+    ),
 ]
 KeyOpt = Annotated[
     str | None,

@@ -54,10 +54,12 @@ def test_requests_queued_for_a_thread_in_an_outage_are_answered_within_a_deadlin
         # When more requests than there are worker threads arrive at once
         slowest, statuses, retry_after = asyncio.run(burst(engine))
     report(f"{REQUESTS} requests answered {statuses} in at most {slowest:.2f} s (deadline {DEADLINE_S:g} s)")
-    # Then every one is told the store is unavailable within about one deadline (not three)
+    # Then every one is told the store is unavailable within about one deadline (not three, as
+    # the last of 100 requests on 40 threads waited before: 4.5 s here). Alone it takes 1.7 s;
+    # a clean-clone run beside five other test sessions took 3.25 s, so the bound is 2.5 of them
     assert statuses == [503]
     assert retry_after == {"1"}
-    assert slowest < 2 * DEADLINE_S
+    assert slowest < 2.5 * DEADLINE_S
 
 
 def test_a_slow_but_healthy_store_after_an_outage_keeps_its_queue(
