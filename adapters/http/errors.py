@@ -188,7 +188,8 @@ _MEANING = {
     409: "Conflicts with the current state (closed, another workflow, a step in progress)",
     410: "The session expired",
     413: "The request body is larger than the limit",
-    415: "The body was sent without Content-Type: application/json",
+    415: "The body was sent without Content-Type: application/json, labelled with a charset other than"
+    " UTF-8, or with a content coding (Content-Encoding)",
     422: "The request is invalid; the message says which field and why",
     429: "The API key's request rate was exceeded; see Retry-After",
     500: "An unexpected error (the message names the request id in the server's log), or a closed engine",

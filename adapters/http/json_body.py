@@ -6,11 +6,14 @@ dropped unnoticed. RFC 8259 leaves such an object's meaning to each reader (a pr
 gateway that keeps the first sees another request than this server), so it is refused as a body
 that cannot be read (400, ``errors.unreadable_body``), as a query parameter given twice is
 (``query.py``). The routers of the app use ``OneNameRoute``, which also refuses a body sent
-with a content coding (``Content-Encoding: gzip``): 415, naming the coding.
+with a content coding (``Content-Encoding: gzip``), or a JSON body labelled with a charset other
+than UTF-8 (``Content-Type: application/json; charset=latin-1``): 415, naming the coding or the
+charset. JSON is UTF-8 (RFC 8259), and such a body was read as UTF-8 whatever its label said.
 """
 
 from __future__ import annotations
 
+import email.message
 import json
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -68,6 +71,9 @@ class OneNameRoute(APIRoute):
             )
             if coding and coding.lower() != "identity" and carries_body:
                 raise await _coding_refused(request, coding)
+            charset = _charset(request.headers.get("content-type", ""))
+            if self.body_field is not None and carries_body and charset not in (None, "utf-8"):
+                raise await _charset_refused(request, charset)
             return await handler(OneNameRequest(request.scope, request.receive))
 
         return one_name
@@ -87,4 +93,33 @@ async def _coding_refused(request: Request, coding: str) -> HTTPException:
         f"body: is sent with Content-Encoding: {coding!r}, which this server does not decode: send it"
         " uncompressed (identity)",
         headers={"Accept-Encoding": "identity"},
+    )
+
+
+def _charset(content_type: str) -> str | None:
+    """The ``charset`` of a JSON ``content_type`` (``application/json`` or ``application/…+json``,
+    parsed as FastAPI parses it to decide to read JSON), lowercased; None when it names none or is
+    no JSON type (that one's 415 is ``errors``'s, from FastAPI's refusal to read it)."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    if message.get_content_maintype() != "application" or not (
+        subtype == "json" or subtype.endswith("+json")
+    ):
+        return None
+    return message.get_content_charset()
+
+
+async def _charset_refused(request: Request, charset: str) -> HTTPException:
+    """The refusal of a JSON body labelled with ``charset``: the key's 401 or 403 first
+    (``refusal_before_body``), else 415 naming it. JSON is UTF-8 (RFC 8259): the body was read
+    as UTF-8 whatever its label, so Latin-1 text labelled so was "not UTF-8" (400), and a label
+    that a body happened to fit was trusted for nothing."""
+    refusal = await refusal_before_body(request)
+    if refusal is not None:
+        return refusal
+    return HTTPException(
+        415,
+        f"body: is labelled charset={charset!r}, but JSON is read as UTF-8 (RFC 8259): send it as UTF-8"
+        " (charset=utf-8, or no charset)",
     )

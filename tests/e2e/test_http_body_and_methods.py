@@ -180,6 +180,43 @@ def test_a_body_sent_with_a_content_coding_is_a_415_asking_for_it_uncompressed(
         assert plain.status_code in (200, 201), plain.text
 
 
+@pytest.mark.parametrize("path", list(BODIES))
+@pytest.mark.parametrize(
+    ("charset", "named"), [("latin-1", "latin-1"), ("ISO-8859-1", "iso-8859-1"), ('"utf-16"', "utf-16")]
+)
+def test_a_json_body_labelled_with_a_charset_other_than_utf8_is_a_415_asking_for_utf8(
+    engine: Engine, path: str, charset: str, named: str
+) -> None:
+    # Given an app with nothing recorded yet
+    with TestClient(create_app(engine)) as client:
+        head = engine.log.head()
+
+        # When a JSON body comes labelled with another charset than UTF-8 (Latin-1 bytes so
+        # labelled were read as UTF-8 anyway: "body: is not UTF-8 (byte 0xe9 …)")
+        body = {**BODIES[path], "session_id": "z-\u00e9"}
+        content = json.dumps(body, ensure_ascii=False).encode("latin-1")
+        response = client.post(
+            path, content=content, headers={"content-type": f"application/json; charset={charset}"}
+        )
+
+        # Then it is refused as a charset the server does not read, naming it and asking for
+        # UTF-8 (RFC 8259), and nothing is appended
+        assert response.status_code == 415
+        assert response.json() == {
+            "success": False,
+            "error": f"body: is labelled charset={named!r}, but JSON is read as UTF-8"
+            " (RFC 8259): send it as UTF-8 (charset=utf-8, or no charset)",
+        }
+        assert engine.log.head() == head
+        # And a body labelled UTF-8, in any case, is read
+        for utf8 in ("utf-8", "UTF-8"):
+            plain = json.dumps({**BODIES[path], "session_id": f"z-{utf8}"}).encode()
+            answer = client.post(
+                path, content=plain, headers={"content-type": f"application/json; charset={utf8}"}
+            )
+            assert answer.status_code in (200, 201), answer.text
+
+
 def test_the_document_lists_415_on_every_operation_with_a_json_body_and_only_there(
     memory_http: TestClient,
 ) -> None:
