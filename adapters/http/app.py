@@ -90,6 +90,9 @@ def create_app(
         # Every route, those added to the app later included: a query parameter the operation
         # does not declare is a 422, not ignored (``query.py``).
         dependencies=[Depends(refuse_unknown_query)],
+        # A path with a trailing slash is a 404 naming the path without it (``errors``), in the
+        # error envelope, not Starlette's 307 with no body.
+        redirect_slashes=False,
     )
     add_api_docs(app, static=_STATIC)
     app.state.engine = engine

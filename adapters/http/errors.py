@@ -322,11 +322,14 @@ def unreadable_body(cause: BaseException | None) -> str:
     return "body: cannot be read as JSON"
 
 
-def allowed_methods(app: FastAPI, request: Request) -> set[str]:
-    """Every method a route of ``app`` answers at the request's path. Starlette's 405 names only the
-    first matching route's, though ``GET`` and ``POST /v1/tasks`` are two routes (RFC 9110 wants all)."""
+def allowed_methods(app: FastAPI, request: Request, path: str | None = None) -> set[str]:
+    """Every method a route of ``app`` answers at the request's path (or at ``path``). Starlette's
+    405 names only the first matching route's, though ``GET`` and ``POST /v1/tasks`` are two routes
+    (RFC 9110 wants all)."""
     # A fresh scope: routing has filled the request's with the first route's parameters and context.
     scope = {key: request.scope.get(key, "") for key in ("type", "path", "root_path", "method")}
+    if path is not None:
+        scope["path"] = path
     methods: set[str] = set()
     for route in iter_route_contexts(app.routes):
         # A mount (no methods of its own, like the docs' assets) keeps the header its app gave.
@@ -335,6 +338,16 @@ def allowed_methods(app: FastAPI, request: Request) -> set[str]:
     if "GET" in methods:  # answered as its GET (``head.py``)
         methods.add("HEAD")
     return methods
+
+
+def _without_slash(app: FastAPI, request: Request) -> str | None:
+    """The request's path without its final ``/`` when a route of ``app`` answers that one (the app
+    does not redirect there: Starlette's 307, with no body, was the one answer outside the error
+    envelope), else None. Named only when short: a path may be long."""
+    path = request.scope.get("path", "")
+    if len(path) < 2 or not path.endswith("/") or len(path) > 200:
+        return None
+    return path[:-1] if allowed_methods(app, request, path[:-1]) else None
 
 
 def answer(request: Request, status: int, message: str, headers: dict[str, str]) -> Response:
@@ -385,6 +398,8 @@ def install_error_handlers(app: FastAPI) -> None:
             message = unreadable_body(error.__cause__)
         if message in {"Not Found", "Method Not Allowed"}:  # Starlette's routing words
             message = f"{message.lower()}: see /openapi.json for the API's paths"
+            if error.status_code == 404 and (without := _without_slash(app, request)):
+                message = f"not found: {without}/ ends with a slash: the path is {without}"
         if error.status_code == 405 and (methods := allowed_methods(app, request)):
             headers["Allow"] = ", ".join(sorted(methods))
         return answer(request, error.status_code, message, headers)

@@ -257,6 +257,37 @@ def test_a_wrong_method_is_a_405_allowing_every_method_of_the_path(
         }
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/sessions/p1/"),
+        ("POST", "/v1/sessions/"),
+        ("GET", "/v1/tasks/"),
+        ("POST", "/webhook/workflow-state/"),
+    ],
+)
+def test_a_path_with_a_trailing_slash_is_a_404_naming_the_path_without_it(
+    memory_http: TestClient, method: str, path: str
+) -> None:
+    # When a path of the API is asked with a trailing slash (Starlette answered a 307 to the
+    # path without it, with no body: the one answer outside the error envelope)
+    response = memory_http.request(
+        method, path, json={} if method == "POST" else None, follow_redirects=False
+    )
+
+    # Then it is a 404 in the error envelope naming the path without the slash, and no redirect
+    assert response.status_code == 404
+    assert "location" not in response.headers
+    assert response.json() == {
+        "success": False,
+        "error": f"not found: {path} ends with a slash: the path is {path[:-1]}",
+    }
+    # And a path no route answers, with or without its slash, is the plain 404
+    unknown = memory_http.get("/v1/nothing/", follow_redirects=False)
+    assert unknown.status_code == 404
+    assert unknown.json()["error"] == "not found: see /openapi.json for the API's paths"
+
+
 def test_every_method_a_405_allows_is_answered(memory_http: TestClient) -> None:
     # Given the methods a 405 says a path with a parameter takes
     allowed = memory_http.patch("/v1/budgets/user/u/day").headers["allow"].split(", ")
