@@ -193,11 +193,12 @@ def verify_chain(
             _check_superseded(trail, conn, stream, bases, report)
         _check_ids_issued(trail, conn, stream, report)
         _check_recorded_moves(trail, conn, stream, report)
-        if not since_checkpoint:
-            if stream is None:
-                _check_transaction_order(trail, conn, report)
-            else:
-                _check_stream_transaction_order(trail, conn, stream, report)
+        # Since the checkpoint: the rows from its position on (a log with none is walked whole).
+        since = report.checkpoint.position if since_checkpoint and report.checkpoint is not None else None
+        if stream is None:
+            _check_transaction_order(trail, conn, report, since=since)
+        else:
+            _check_stream_transaction_order(trail, conn, stream, report, since=since)
         report.wrong_key = report.streams > 0 and forged == report.streams and not sealed
         _name_streams(trail, conn, report)
     report.seconds = time.perf_counter() - started
@@ -719,7 +720,9 @@ _TRANSACTION_ORDER_READ = 1_000
 everywhere; the first thousand are enough to name)."""
 
 
-def _check_transaction_order(trail: AuditTrail, conn: psycopg.Connection[Any], report: ChainReport) -> None:
+def _check_transaction_order(
+    trail: AuditTrail, conn: psycopg.Connection[Any], report: ChainReport, *, since: int | None = None
+) -> None:
     """Name each row that stands out of the order of the transactions that wrote the log.
 
     Appends take their transaction id and then their notification ids inside the append's id
@@ -732,23 +735,48 @@ def _check_transaction_order(trail: AuditTrail, conn: psycopg.Connection[Any], r
     is named (a row moved alone), else the row after the break (a block moved). Rows with
     transaction id 0 (restored by retention, from before the column, or copied from another
     cluster) carry no order and are left out; a stream whose own versions are out of log order is
-    the structure check's to name. Whole-log verification only."""
+    the structure check's to name.
+
+    ``since`` (``--since-checkpoint``: the checkpoint's log position): only the rows from the last
+    one at or before it on, read through the id index from there (the two rows before it give
+    the first ones their neighbours), so the cost follows the rows written since."""
     events = trail.table(trail.names.events)
+    window = shown = SQL("")
+    bounds: dict[str, Any] = {}
+    if since is not None:
+        # The last two rows at or before the position: the window starts at the earlier, the rows
+        # named from the later (the first row compared has its real neighbour before it). Read
+        # first, as numbers, so the planner sees how few rows follow them.
+        before = [
+            int(r[0])
+            for r in conn.execute(
+                SQL(
+                    "SELECT notification_id FROM {} WHERE notification_id <= %s AND transaction_id <> '0'"
+                    " ORDER BY notification_id DESC LIMIT 2"
+                ).format(events),
+                [since],
+            )
+        ]
+        bounds = {"lo": min(before, default=since), "shown": max(before, default=since)}
+        window = SQL(" AND notification_id >= %(lo)s")
+        shown = SQL(" AND notification_id >= %(shown)s")
     rows = conn.execute(
         SQL(
-            # As numbers: psycopg reads xid8 as text, and "5" sorts after "114822".
+            # As numbers: psycopg reads xid8 as text, and "5" sorts after "114822". The stream's
+            # own order is looked up per row found (a scalar subquery through the stream's key):
+            # as NOT EXISTS it became a hash join that read the whole log for one break.
             "SELECT originator_id, originator_version, notification_id, tx::text::bigint,"
             " p::text::bigint, n::text::bigint, p_id FROM ("
             "SELECT originator_id, originator_version, notification_id, transaction_id AS tx,"
             " lag(transaction_id) OVER w AS p, lead(transaction_id) OVER w AS n,"
-            " lag(notification_id) OVER w AS p_id FROM {e} WHERE transaction_id <> '0'"
-            " WINDOW w AS (ORDER BY notification_id)) AS t WHERE (tx < p OR tx > n)"
-            " AND NOT EXISTS (SELECT 1 FROM {e} o WHERE o.originator_id = t.originator_id"
+            " lag(notification_id) OVER w AS p_id FROM {e} WHERE transaction_id <> '0'{window}"
+            " WINDOW w AS (ORDER BY notification_id)) AS t WHERE (tx < p OR tx > n){shown}"
+            " AND (SELECT 1 FROM {e} o WHERE o.originator_id = t.originator_id"
             " AND (o.originator_version > t.originator_version) = (o.notification_id < t.notification_id)"
-            " AND o.originator_version <> t.originator_version)"
-            " ORDER BY notification_id LIMIT %s"
-        ).format(e=events),
-        [_TRANSACTION_ORDER_READ],
+            " AND o.originator_version <> t.originator_version LIMIT 1) IS NULL"
+            " ORDER BY notification_id LIMIT %(limit)s"
+        ).format(e=events, window=window, shown=shown),
+        {**bounds, "limit": _TRANSACTION_ORDER_READ},
     ).fetchall()
 
     out = {row[2] for row in rows if _moved_alone(row[3], row[4], row[5])}
@@ -773,11 +801,17 @@ def _moved_alone(tx: Any, p: Any, n: Any) -> bool:
 
 
 def _check_stream_transaction_order(
-    trail: AuditTrail, conn: psycopg.Connection[Any], stream: UUID, report: ChainReport
+    trail: AuditTrail,
+    conn: psycopg.Connection[Any],
+    stream: UUID,
+    report: ChainReport,
+    *,
+    since: int | None = None,
 ) -> None:
     """``_check_transaction_order`` for one stream's rows (``--session``): each compared with the
     rows next to it in the log, found through the id index (two lookups a row). A block of rows
-    moved together is the whole-log check's to name."""
+    moved together is the whole-log check's to name. ``since``: only its rows past that log
+    position (``--since-checkpoint``)."""
     if any(f.stream == stream for f in report.findings):
         return
     e = trail.table(trail.names.events)
@@ -788,9 +822,10 @@ def _check_stream_transaction_order(
             " AND o.transaction_id <> '0' ORDER BY o.notification_id DESC LIMIT 1)::text::bigint,"
             " (SELECT o.transaction_id FROM {e} o WHERE o.notification_id > s.notification_id"
             " AND o.transaction_id <> '0' ORDER BY o.notification_id LIMIT 1)::text::bigint"
-            " FROM {e} s WHERE s.originator_id = %s AND s.transaction_id <> '0' ORDER BY s.notification_id"
+            " FROM {e} s WHERE s.originator_id = %s AND s.transaction_id <> '0'"
+            " AND (%s::bigint IS NULL OR s.notification_id > %s) ORDER BY s.notification_id"
         ).format(e=e),
-        [stream],
+        [stream, since, since],
     ).fetchall()
     for version, position, tx, p, n in rows:
         if _moved_alone(tx, p, n):

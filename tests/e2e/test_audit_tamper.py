@@ -1103,6 +1103,49 @@ def test_two_streams_rows_swapped_in_the_log_are_named(log: Log) -> None:
     ) in result.stderr, result.stderr
 
 
+def test_two_streams_rows_swapped_past_the_checkpoint_are_named_since_the_checkpoint(
+    log: Log, database_url: str
+) -> None:
+    """The same swap between two sessions written after the latest checkpoint: the whole log
+    named it, but `audit verify --since-checkpoint` (which had no transaction-order check) said
+    ok, exit 0. It now checks the rows from the checkpoint's position on."""
+    settings = make_settings(
+        database_url=database_url, schema=log.schema, checkpoint_every_events=0, checkpoint_every_s=0
+    )
+    with Engine(settings=settings) as engine:
+        for session in ("late-a", "late-b"):
+            engine.start_session(session, "cs", user_id="u-1")
+            engine.record_step(session, "greet", input={"q": "hello"})  # version 2
+        late_a, late_b = engine.session_uuid("late-a"), engine.session_uuid("late-b")
+    ((a_last,),) = log.sql(
+        "SELECT notification_id FROM {events} WHERE originator_id = %s AND originator_version = 2", late_a
+    )
+    ((b_first,),) = log.sql(
+        "SELECT notification_id FROM {events} WHERE originator_id = %s AND originator_version = 1", late_b
+    )
+    move = "UPDATE {events} SET notification_id = %s WHERE notification_id = %s"
+    log.sql(move, -1, a_last)
+    log.sql(move, a_last, b_first)
+    log.sql(move, b_first, -1)
+    since = run_cli(log.url, log.schema, "audit", "verify", "--since-checkpoint")
+    assert since.returncode == 1, (since.stdout, since.stderr)
+    assert (
+        f"reordered: stream {late_a} (late-a) version 2: moved rows: its log position {b_first}"
+        " is out of the order of the transactions that wrote the log"
+    ) in since.stderr, since.stderr
+    assert f"reordered: stream {late_b} (late-b) version 1: moved rows:" in since.stderr
+    # And one session since the checkpoint: its row moved is named too
+    alone = run_cli(log.url, log.schema, "audit", "verify", "--session", "late-a", "--since-checkpoint")
+    assert alone.returncode == 1, (alone.stdout, alone.stderr)
+    assert f"reordered: stream {late_a} (late-a) version 2: moved rows:" in alone.stderr
+    # And a log untouched after the checkpoint still verifies since it
+    log.sql(move, -1, a_last)
+    log.sql(move, a_last, b_first)
+    log.sql(move, b_first, -1)
+    clean = run_cli(log.url, log.schema, "audit", "verify", "--since-checkpoint")
+    assert clean.returncode == 0, (clean.stdout, clean.stderr)
+
+
 def test_a_row_whose_transaction_id_was_set_below_the_rows_before_it_is_named(log: Log) -> None:
     """Transaction ids compared as numbers: psycopg reads xid8 as text, so '5' sorted after
     '114822' and the bystander's last row, its transaction id set to 5, was passed over."""
