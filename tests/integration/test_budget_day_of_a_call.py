@@ -15,9 +15,9 @@ import pytest
 from flowledger.domain.errors import LlmCallFailed
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine, Settings
-from flowledger.projections import dashboard, projector_for
 from tests.support.clock import SetClock
 from tests.support.llm import ScriptedLlm
+from tests.support.store_checks import caught_up_dashboard
 
 pytestmark = pytest.mark.postgres
 
@@ -54,17 +54,7 @@ def reserved(settings: Settings) -> Decimal:
 
 def dashboard_days(engine: Engine) -> dict[str, Decimal]:
     """Each day of the cost dashboard with what its calls cost."""
-    projector = projector_for(engine)
-    projector.catch_up()
-    with projector.connect_reader() as conn:
-        rows = dashboard(
-            conn,
-            projector.names.reader,
-            tenant=engine.tenant,
-            since=BEFORE_MIDNIGHT - timedelta(days=2),
-            by=["day"],
-            read="raw",
-        )
+    rows = caught_up_dashboard(engine, since=BEFORE_MIDNIGHT - timedelta(days=2), by=["day"], read="raw")
     return {row.group[0].date().isoformat(): row.cost_usd for row in rows if row.cost_usd}
 
 

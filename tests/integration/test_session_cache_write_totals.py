@@ -17,8 +17,9 @@ from flowledger.adapters.llm import load_price_table
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.snapshot_audit import verify_snapshots
-from flowledger.projections import dashboard, projector_for
+from flowledger.projections import projector_for
 from tests.conftest import make_settings
+from tests.support.store_checks import caught_up_dashboard
 
 pytestmark = pytest.mark.postgres
 
@@ -35,16 +36,7 @@ def cache_writing(written: int = 1_000, hour: int = 200) -> LlmUsage:
 
 
 def dashboard_cache_writes(engine: Engine) -> int:
-    projector = projector_for(engine)
-    projector.catch_up()
-    with projector.connect_reader() as conn:
-        rows = dashboard(
-            conn,
-            projector.names.reader,
-            tenant=engine.tenant,
-            since=engine.clock() - timedelta(hours=1),
-            by=[],
-        )
+    rows = caught_up_dashboard(engine, since=engine.clock() - timedelta(hours=1), by=[])
     return sum(row.cache_creation_tokens for row in rows)
 
 

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 
 from flowledger.infrastructure import Engine
-from flowledger.projections import projector_for, status, verify
+from flowledger.projections import dashboard, projector_for, status, verify
 
 EVENTS_TABLE = "flowledger_events"
 
@@ -197,3 +197,12 @@ def projection_differences(engine: Engine) -> list[str]:
     return [
         f"{d.projection}.{d.table} {d.side}: {d.row}" for d in verify(projector_for(engine, batch_size=5000))
     ]
+
+
+def caught_up_dashboard(engine: Engine, **query: Any) -> list[Any]:
+    """``engine``'s tenant's cost dashboard (``projections.dashboard`` with ``query``: since, by,
+    read...) once the projections have caught up with the log."""
+    projector = projector_for(engine)
+    projector.catch_up()
+    with projector.connect_reader() as conn:
+        return dashboard(conn, projector.names.reader, tenant=engine.tenant, **query)
