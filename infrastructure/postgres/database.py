@@ -198,6 +198,13 @@ def tried_for(detail: str, since: float) -> str:
     return f"{detail} (tried for {monotonic() - since:.1f} s)"
 
 
+STARTUP_OPTIONS_REFUSED = "unsupported startup parameter"
+"""PgBouncer's words for a connection that sends startup options (``options=-c ...``)."""
+PGBOUNCER_HINT = (
+    "behind PgBouncer (in any pool_mode: it takes no startup options), set FLOWLEDGER_PGBOUNCER=1"
+)
+"""What to do when PgBouncer refused the startup options (the factory's refusal says it too)."""
+
 STATEMENT_POOLING = "not allowed in statement pooling mode"
 """PgBouncer's words for a transaction block (or a multi-statement query) in statement pooling."""
 
@@ -210,6 +217,8 @@ _STATEMENT_POOLING_HINT = (
 def refusal_hint(detail: str) -> str | None:
     """What to do about a refusal ``detail`` when the URL is not what to check (None: the
     default hint, the URL's database, user, password and options)."""
+    if STARTUP_OPTIONS_REFUSED in detail:
+        return PGBOUNCER_HINT
     return _STATEMENT_POOLING_HINT if STATEMENT_POOLING in detail else None
 
 
@@ -226,6 +235,9 @@ REFUSED_LOGIN = (
     # PgBouncer in statement pooling mode: it refuses every transaction block, and flowledger's
     # migration, appends and reads run in transactions.
     re.compile(STATEMENT_POOLING),
+    # PgBouncer (any pool_mode) reached without FLOWLEDGER_PGBOUNCER: it takes no startup options
+    # (the statement timeout), and an engine's start tried again until its deadline (15 s).
+    re.compile(STARTUP_OPTIONS_REFUSED),
 )
 """libpq's words for a server that answered and refused the login, or for a connection the
 URL's own options make fail every time (it gives no SQLSTATE for a failed connection, only the

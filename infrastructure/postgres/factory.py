@@ -38,6 +38,7 @@ from psycopg.types.composite import CompositeInfo, register_composite
 
 from flowledger.domain.errors import StoredEventUnreadable, StoreRefused, StoreUnavailable
 from flowledger.infrastructure.operation_deadline import operation_end
+from flowledger.infrastructure.postgres.database import PGBOUNCER_HINT, STARTUP_OPTIONS_REFUSED
 from flowledger.infrastructure.postgres.deadlines import (
     LIBPQ_PARAMS_KEY,
     Deadlines,
@@ -300,14 +301,9 @@ class FlowledgerPostgresFactory(PostgresFactory):
             connect_like(self.datastore).close()
         except psycopg.OperationalError as direct:
             detail = " ".join(str(direct).split())
-            if "unsupported startup parameter" in detail:
-                return StoreRefused(
-                    "start",
-                    detail,
-                    # Session pooling refuses them too: the hint said "transaction pooling mode".
-                    "behind PgBouncer (in any pool_mode: it takes no startup options),"
-                    " set FLOWLEDGER_PGBOUNCER=1",
-                )
+            if STARTUP_OPTIONS_REFUSED in detail:
+                # Session pooling refuses them too: the hint said "transaction pooling mode".
+                return StoreRefused("start", detail, PGBOUNCER_HINT)
             return StoreUnavailable("start", detail)
         except Exception:  # the direct try says nothing more than the pool did
             pass

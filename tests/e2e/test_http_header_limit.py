@@ -145,29 +145,27 @@ def _raw(base: str, request: bytes) -> tuple[int, bytes, bytes]:
     return int(status_line.split(b" ", 2)[1]), headers.lower(), body
 
 
-@pytest.mark.parametrize(
-    "request_bytes",
-    [
-        b"GET /v1/tasks/\xff HTTP/1.1\r\nHost: x\r\n\r\n",  # a byte no URL holds
-        b"GET /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
-        b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    ],
-    ids=["url-byte", "content-length", "chunk-size"],
-)
-def test_a_request_that_is_not_http_is_a_400_in_the_envelope(
-    server: tuple[str, str], request_bytes: bytes
-) -> None:
+NOT_HTTP = {
+    "url-byte": b"GET /v1/tasks/\xff HTTP/1.1\r\nHost: x\r\n\r\n",  # a byte no URL holds
+    "content-length": b"GET /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    "chunk-size": b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+}
+
+
+def test_a_request_that_is_not_http_is_a_400_in_the_envelope(server: tuple[str, str]) -> None:
     base, parser = server
-    # When a request the parser cannot read comes (uvicorn answered its own text/plain
-    # "Invalid HTTP request received.", the one refusal outside the envelope)
-    status, headers, body = _raw(base, request_bytes)
-    # Then it is a 400 in the error envelope, with the service's headers, and the connection closed
-    assert status == 400, (parser, body)
-    assert json.loads(body) == {
-        "success": False,
-        "error": "the request is not HTTP/1.1 this server can read (its request line, a header or its"
-        " framing): the connection is closed",
-    }
-    assert b"content-type: application/json" in headers
-    assert b"x-content-type-options: nosniff" in headers
-    assert b"connection: close" in headers
+    for kind, request_bytes in NOT_HTTP.items():  # one server per parser for the three kinds
+        # When a request the parser cannot read comes (uvicorn answered its own text/plain
+        # "Invalid HTTP request received.", the one refusal outside the envelope)
+        status, headers, body = _raw(base, request_bytes)
+        # Then it is a 400 in the error envelope, with the service's headers, and the connection
+        # closed
+        assert status == 400, (parser, kind, body)
+        assert json.loads(body) == {
+            "success": False,
+            "error": "the request is not HTTP/1.1 this server can read (its request line, a header or"
+            " its framing): the connection is closed",
+        }, kind
+        assert b"content-type: application/json" in headers, kind
+        assert b"x-content-type-options: nosniff" in headers, kind
+        assert b"connection: close" in headers, kind

@@ -197,7 +197,10 @@ def test_an_engine_reached_through_pgbouncer_without_the_setting_is_refused_nami
     if pooler is not bouncer:
         pooler.start()
     try:
-        settings = make_settings(database_url=pooler.url(), schema="not_told", pool_size=2)
+        # (the pool's wait, cut to the default 5 s: the refusal comes once it ends)
+        settings = make_settings(
+            database_url=pooler.url(), schema="not_told", pool_size=2, pool_timeout_s=5.0
+        )
         # When it starts
         with pytest.raises(StoreRefused) as refused:
             Engine(settings=settings).close()
