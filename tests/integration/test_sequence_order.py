@@ -17,11 +17,11 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg.sql import SQL, Identifier
 
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.database import migrate
 from tests.conftest import make_settings
+from tests.support.event_rows import notification_ids
 
 pytestmark = pytest.mark.postgres
 
@@ -31,16 +31,6 @@ def _sql(database_url: str, statement: str, schema: str) -> list[tuple[object, .
     with psycopg.connect(database_url, autocommit=True) as conn:
         cur = conn.execute(statement.format(seq=f"'{sequence}'", name=sequence).encode())
         return cur.fetchall() if cur.description else []
-
-
-def _ids(database_url: str, schema: str) -> list[int]:
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        rows = conn.execute(
-            SQL("SELECT notification_id FROM {}.flowledger_events ORDER BY notification_id").format(
-                Identifier(schema)
-            )
-        ).fetchall()
-    return [int(row[0]) for row in rows]
 
 
 @pytest.fixture
@@ -64,7 +54,7 @@ def test_an_engine_started_after_the_sequence_was_set_back_into_gaps_stores_abov
     _sql(database_url, "SELECT nextval({seq}) FROM generate_series(1, 5)", pg_schema)
     _steps(engine_of, "b", 3)
     engine_of.close()
-    highest = max(_ids(database_url, pg_schema))
+    highest = max(notification_ids(database_url, pg_schema))
     _sql(database_url, "SELECT setval({seq}, 5)", pg_schema)
 
     # When an engine starts and writes
@@ -72,7 +62,7 @@ def test_an_engine_started_after_the_sequence_was_set_back_into_gaps_stores_abov
         _steps(engine, "c", 2)
 
     # Then the new events are stored above every id stored before
-    ids = _ids(database_url, pg_schema)
+    ids = notification_ids(database_url, pg_schema)
     assert len(ids) == 11
     assert min(ids[-3:]) > highest, ids
 
@@ -100,7 +90,7 @@ def test_migrate_turns_a_cycling_or_descending_sequence_back_into_an_ascending_o
         pg_schema,
     )
     assert shape == [(1, False)]
-    assert _ids(database_url, pg_schema) == [1, 2, 3, 4, 5, 6]
+    assert notification_ids(database_url, pg_schema) == [1, 2, 3, 4, 5, 6]
 
 
 @pytest.mark.parametrize("alteration", ["SELECT setval({seq}, 1)", "ALTER SEQUENCE {name} INCREMENT BY -1"])
@@ -116,7 +106,7 @@ def test_an_engine_whose_sequence_is_set_back_while_it_runs_stores_above_every_i
     engine_of.record_step("a", "answer", input={"n": "after again"})
 
     # Then both steps are stored above every id, in order
-    assert _ids(database_url, pg_schema) == list(range(1, 73))
+    assert notification_ids(database_url, pg_schema) == list(range(1, 73))
     shape = _sql(
         database_url, "SELECT seqincrement FROM pg_sequence WHERE seqrelid = {seq}::regclass", pg_schema
     )

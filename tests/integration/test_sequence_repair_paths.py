@@ -25,13 +25,13 @@ import psycopg
 import pytest
 from eventsourcing.persistence import StoredEvent, Tracking
 from eventsourcing.utils import Environment
-from psycopg.sql import SQL, Identifier
 
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.postgres.database import library_env, migrate
 from flowledger.infrastructure.postgres.factory import FlowledgerPostgresFactory, FlowledgerProcessRecorder
 from flowledger.infrastructure.settings import Settings
 from tests.conftest import make_settings
+from tests.support.event_rows import notification_ids
 
 pytestmark = pytest.mark.postgres
 
@@ -59,20 +59,10 @@ def _sequence(database_url: str, schema: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def _ids(database_url: str, schema: str) -> list[int]:
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        rows = conn.execute(
-            SQL("SELECT notification_id FROM {}.flowledger_events ORDER BY notification_id").format(
-                Identifier(schema)
-            )
-        ).fetchall()
-    return [int(row[0]) for row in rows]
-
-
 def _sound(database_url: str, schema: str, stored_before: list[int], count: int) -> None:
     """``count`` events stored after ``stored_before``, each above every id stored before, and the
     sequence back at ``CACHE 1`` and at or past the highest stored id."""
-    ids = _ids(database_url, schema)
+    ids = notification_ids(database_url, schema)
     new = sorted(set(ids) - set(stored_before))
     assert len(ids) == len(set(ids)) == len(stored_before) + count
     assert min(new) > max(stored_before), (stored_before[-3:], new)
@@ -94,7 +84,7 @@ def test_group_commit_appends_after_the_sequence_was_altered_under_it(
             engine.start_session(f"s{n}", "wf")
         for n in range(33):
             engine.record_step(f"s{n % 8}", "answer", input={"n": n})
-        before = _ids(database_url, pg_schema)
+        before = notification_ids(database_url, pg_schema)
 
         # When the sequence is altered under it and eight threads save at once
         _alter(database_url, pg_schema, alteration)
@@ -127,7 +117,7 @@ def test_the_tracking_append_stores_after_the_sequence_was_altered_under_it(
     # Given a log of 6 events written with tracking positions
     for position in range(1, 4):
         process_recorder.insert_events([_event(), _event()], tracking=Tracking("upstream", position))
-    before = _ids(database_url, pg_schema)
+    before = notification_ids(database_url, pg_schema)
 
     # When the sequence is altered and events are appended with the next tracking position
     _alter(database_url, pg_schema, alteration)
@@ -152,7 +142,7 @@ def test_the_assigners_append_under_agent_locks_stores_after_the_sequence_was_al
         engine.register_agent("bob", "Bob", ["billing"])
         for n in range(60):
             engine.create_task(f"t{n}", "refund please", required_skills=["billing"])
-        before = _ids(database_url, pg_schema)
+        before = notification_ids(database_url, pg_schema)
 
         # When the sequence is altered under it and a task is assigned
         _alter(database_url, pg_schema, alteration)

@@ -39,3 +39,14 @@ def chained_again(database_url: str, schema: str, stream: UUID, settings: Settin
                 ).format(table),
                 (previous, event_mac(key, str(stream), version, previous), stream, version),
             )
+
+
+def notification_ids(database_url: str, schema: str) -> list[int]:
+    """The notification ids of ``schema``'s stored events, in order."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            SQL("SELECT notification_id FROM {}.flowledger_events ORDER BY notification_id").format(
+                Identifier(schema)
+            )
+        ).fetchall()
+    return [int(row[0]) for row in rows]
