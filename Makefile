@@ -13,7 +13,7 @@ SOURCES := $(shell find domain infrastructure projections adapters verify -name 
 
 # The package's bytecode is compiled once here: where PYTHONDONTWRITEBYTECODE is set (as on
 # this project's machines) Python never caches it, and every interpreter (each `flowledger`
-# command, each server and process the tests start) compiled all of it again: 0.2-0.3 s of
+# command, each server and process the tests start) compiled all of it again: 0.1-0.4 s of
 # CPU a start. `make test` lets pytest cache its rewritten test modules too (19 s of CPU a
 # worker's collection without, 8 s with).
 $(STAMP): pyproject.toml $(SOURCES)
