@@ -6,11 +6,18 @@ requests at once): the app's 40 worker threads each waited out a deadline, and e
 own deadline began only once it had a thread, so the last answers took 9.2 s (median 6.2 s),
 and under steady traffic past 40 threads / 3 s the waits grew for the whole outage.
 
-So the HTTP edge notes when a request arrived (``arrived``), and while the store is known to
-be unavailable (``StoreOutage``: a ``StoreUnavailable`` within the last second, no success
-since) a request's first operation ends with a deadline counted from its arrival: one that
-waited a whole deadline for its thread is answered ``StoreUnavailable`` at once. With the
-database answering nothing changes: a slow but healthy server's queue is not turned into 503s.
+So the HTTP edge notes when a request arrived (``arrived``), and while its app's store is
+known to be unavailable (``StoreOutage``: a request's ``StoreUnavailable`` within the last
+second, no request's success since) a request's first operation ends with a deadline counted
+from its arrival: one that waited a whole deadline for its thread is answered
+``StoreUnavailable`` at once. With the database answering nothing changes: a slow but healthy
+server's queue is not turned into 503s.
+
+The knowledge is each app's (its ``ArrivalDeadline``'s), learnt from its own requests only,
+not the process's: with one for the process, any other engine's success (a projection
+follower, another app on another database) cleared it, and the queued requests of the app
+whose database had stopped waited out whole deadlines again (two deadlines instead of one
+in a test with a second engine reading a live database meanwhile).
 """
 
 from __future__ import annotations
@@ -45,30 +52,29 @@ class StoreOutage:
         return seen_at is not None and monotonic() - seen_at < OUTAGE_WINDOW_S
 
 
-STORE_OUTAGE = StoreOutage()
-"""The process's: its engines share one database (its tenants are schemas of it)."""
-
-
 class Arrival:
     """When a request's deadline, counted from its arrival, ends (``time.monotonic``); ``open``
     until one of its operations ended well (its later ones, after a model call say, keep
-    their own deadlines)."""
+    their own deadlines); ``outage``: what its app knows of its store, which its outermost
+    operations tell how they ended."""
 
-    __slots__ = ("end", "open")
+    __slots__ = ("end", "open", "outage")
 
-    def __init__(self, end: float) -> None:
+    def __init__(self, end: float, outage: StoreOutage) -> None:
         self.end = end
         self.open = True
+        self.outage = outage
 
 
 _arrival: ContextVar[Arrival | None] = ContextVar("flowledger_arrival", default=None)
 """Set on the event loop as a request arrives; copied into the worker thread that runs it."""
 
 
-def arrived(deadline_s: float) -> Token[Arrival | None]:
+def arrived(deadline_s: float, outage: StoreOutage) -> Token[Arrival | None]:
     """Note that the current request arrived now, with ``deadline_s`` to be answered in while
-    the store is down; give the token to ``departed`` once it is answered."""
-    return _arrival.set(Arrival(monotonic() + deadline_s))
+    ``outage`` (its app's) knows the store to be down; give the token to ``departed`` once it
+    is answered."""
+    return _arrival.set(Arrival(monotonic() + deadline_s, outage))
 
 
 def departed(token: Token[Arrival | None]) -> None:

@@ -15,7 +15,7 @@ from time import monotonic
 from types import TracebackType
 
 from flowledger.domain.errors import StoreRefused, StoreUnavailable
-from flowledger.infrastructure.arrival import STORE_OUTAGE, Arrival, arrival
+from flowledger.infrastructure.arrival import Arrival, arrival
 
 _operation_ends: ContextVar[float | None] = ContextVar("flowledger_operation_ends", default=None)
 """When the operation this thread (or task) runs must be done by (``time.monotonic``)."""
@@ -25,8 +25,9 @@ class operation_until:  # noqa: N801 - used as a function: ``with operation_unti
     """Run the block as an operation that must end by ``end`` (``time.monotonic``), or by the
     enclosing operation's end when that is sooner; ``as`` gives the end that holds.
 
-    An outermost operation tells ``STORE_OUTAGE`` how it ended; while that knows the store to
-    be down, it ends by the request's deadline counted from its arrival when that is sooner
+    An outermost operation of a request tells its app's ``StoreOutage`` how it ended; while
+    that knows the store to be down, it ends by the request's deadline counted from its
+    arrival when that is sooner
     (``arrival.py``: a request that queued for a worker thread is not given a whole deadline
     more).
 
@@ -44,7 +45,7 @@ class operation_until:  # noqa: N801 - used as a function: ``with operation_unti
         outer = _operation_ends.get()
         if outer is None:
             self._arrival = arrival()
-            if self._arrival is not None and self._arrival.open and STORE_OUTAGE.known():
+            if self._arrival is not None and self._arrival.open and self._arrival.outage.known():
                 outer = self._arrival.end
         end = self._end
         if outer is not None and outer < end:
@@ -58,12 +59,13 @@ class operation_until:  # noqa: N801 - used as a function: ``with operation_unti
         _operation_ends.reset(self._token)
         if _operation_ends.get() is not None:
             return  # nested: the outermost operation tells how it went
+        if self._arrival is None:
+            return  # not a request's: no app asks
         if error is None:
-            STORE_OUTAGE.cleared()
-            if self._arrival is not None:
-                self._arrival.open = False
+            self._arrival.outage.cleared()
+            self._arrival.open = False
         elif isinstance(error, StoreUnavailable) and not isinstance(error, StoreRefused):
-            STORE_OUTAGE.seen()
+            self._arrival.outage.seen()
 
 
 def operation_deadline(seconds: float) -> operation_until:

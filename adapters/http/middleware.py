@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from flowledger.adapters.http.errors import error_body
 from flowledger.adapters.http.log_keys import sent_keys, without_keys
 from flowledger.adapters.http.pages import error_page, is_page
-from flowledger.infrastructure.arrival import arrived, departed
+from flowledger.infrastructure.arrival import StoreOutage, arrived, departed
 
 access_log = logging.getLogger("flowledger.http.access")
 error_log = logging.getLogger("flowledger.http.errors")
@@ -165,16 +165,18 @@ class BodyLimit:
 class ArrivalDeadline:
     """Notes when each request arrived: while the store is known to be down, its operations end
     ``deadline_s`` after that, not after it got a worker thread (``infrastructure/arrival.py``;
-    the note is a contextvar, copied into the thread that runs the route)."""
+    the note is a contextvar, copied into the thread that runs the route). What it knows of
+    the store (``outage``) is this app's, learnt from its requests' operations."""
 
     def __init__(self, app: ASGIApp, deadline_s: float) -> None:
         self.app, self.deadline_s = app, deadline_s
+        self.outage = StoreOutage()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        token = arrived(self.deadline_s)
+        token = arrived(self.deadline_s, self.outage)
         try:
             await self.app(scope, receive, send)
         finally:
