@@ -42,7 +42,7 @@ def status_of(
     lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
     method = "GET" if body is None else "POST"
     request = f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n{lines}\r\n"
-    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+    with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
         sock.sendall(request.encode("latin-1") + (body or "").encode())
         answer = b""
         while chunk := sock.recv(65536):

@@ -249,7 +249,14 @@ async def test_a_step_whose_model_answers_after_the_user_was_forgotten_is_not_re
         await engine.process_step("s-late", "greet", {"message": "my parcel to Elm"}, idempotency_key="k1")
     assert len(llm.calls) == 1
     kinds = [e.event_type.rsplit(".", 1)[-1] for e in engine.history("s-late")]
-    assert kinds == ["Started", "StepStarted", "DataErased", "StepFailed"]
+    # (a forget slower than a third of the step's lease, as on a loaded machine, lets the live
+    # call renew its lease meanwhile: a renewal is no step taken)
+    assert [kind for kind in kinds if kind != "StepLeaseRenewed"] == [
+        "Started",
+        "StepStarted",
+        "DataErased",
+        "StepFailed",
+    ]
     state = engine.get_session("s-late")
     assert state.step_count == 0
     # And what the call cost stays on the books, as every erased session's totals do
