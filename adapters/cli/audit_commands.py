@@ -27,7 +27,8 @@ from flowledger.infrastructure.audit import AuditReport, verify_log
 from flowledger.infrastructure.audit_keys import retired_public_keys, rotate_signing_key, signing_key
 from flowledger.infrastructure.budget_audit import budget_problems
 from flowledger.infrastructure.postgres.bundles import export_bundle
-from flowledger.infrastructure.postgres.chain_verify import ChainReport, chain_existing, verify_chain
+from flowledger.infrastructure.postgres.chain_findings import ChainReport
+from flowledger.infrastructure.postgres.chain_verify import chain_existing, verify_chain
 from flowledger.infrastructure.postgres.checkpoints import Checkpoint
 from flowledger.infrastructure.postgres.erasure_audit import unrecorded_erasures
 from flowledger.infrastructure.snapshot_audit import verify_snapshots
