@@ -776,12 +776,14 @@ class Session(FlowledgerAggregate):
         self.trigger_event(self.DataErased, reason=reason)
         return True
 
-    def update_context(self, update: JsonObject) -> None:
+    def update_context(self, update: JsonObject, *, keyed: bool = False) -> None:
         """Merge keys into the context; an empty update records nothing (a no-op, as a repeated
-        start is: the store saves no events and the caller gets the state as it stands)."""
+        start is: the store saves no events and the caller gets the state as it stands), unless
+        it is ``keyed``: its event then holds the caller's key, which another update may not
+        take (unrecorded, the key stayed free and another update under it was applied)."""
         require_object("context_update", update)
         require_context_fits(self.context, update)
-        if update:
+        if update or keyed:
             self.trigger_event(self.ContextUpdated, update=plain_json(update))
 
     def extend(self, expires_at: datetime) -> None:

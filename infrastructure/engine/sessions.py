@@ -599,7 +599,7 @@ class SessionService:
             if session.may_have_named(key):
                 self._refuse_key_archived(session, key, "the context update")
         session.ensure_open(uow.now)
-        session.update_context(update)
+        session.update_context(update, keyed=key is not None)
         return session.state()
 
     def _extend(

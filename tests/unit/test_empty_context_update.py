@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowledger.domain.errors import SessionClosed, ValidationError
+from flowledger.domain.errors import IdempotencyKeyReused, SessionClosed, ValidationError
 from flowledger.infrastructure import Engine
 
 
@@ -32,3 +32,18 @@ def test_a_context_update_that_is_not_an_object_is_still_refused(engine: Engine)
     with pytest.raises(ValidationError) as raised:
         engine.update_context("s", [])  # type: ignore[arg-type]
     assert raised.value.field == "context_update"
+
+
+def test_an_empty_context_update_under_a_key_holds_the_key_as_any_update_does(engine: Engine) -> None:
+    """A keyed empty update recorded nothing, so its key stayed free: another update sent
+    under it was applied, where the key with another update is refused for any other update."""
+    # Given an empty update sent under a key
+    engine.start_session("s", "wf")
+    first = engine.update_context("s", {}, idempotency_key="k1")
+    # When it is sent again, Then it is the same request: answered, nothing more recorded
+    assert engine.update_context("s", {}, idempotency_key="k1") == first
+    # And another update under the key is refused, changing nothing
+    with pytest.raises(IdempotencyKeyReused):
+        engine.update_context("s", {"a": 1}, idempotency_key="k1")
+    assert engine.get_session("s").context == {}
+    assert engine.get_session("s").version == first.version
