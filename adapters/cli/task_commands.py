@@ -36,6 +36,7 @@ from flowledger.domain.bounds import (
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskPriority, TaskState, TaskStatus
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.engine.classify_first import UNCLASSIFIED_NO_MODEL
 from flowledger.infrastructure.engine.task_reads import MAX_LIST
 
 T = TypeVar("T")
@@ -263,8 +264,9 @@ def run_queue(
     ] = False,
     tenant: TenantOpt = None,
 ) -> None:
-    """Offer every waiting task in queue order (priority, then deadline, then age); with a model
-    configured, those that name no skills and were never classified are classified first."""
+    """Offer every waiting task in queue order (priority, then deadline, then age); those that
+    name no skills and were never classified are classified first with a model configured, and
+    without one wait, held back, each named with why (as REST's run answers them)."""
     with reported_errors():
         offered = _with_model(
             tenant,
@@ -273,11 +275,17 @@ def run_queue(
         )
     counts = {s: sum(t.status is s for t in offered) for s in (TaskStatus.ASSIGNED, TaskStatus.ESCALATED)}
     waiting = len(offered) - sum(counts.values())
+    held = [t for t in offered if t.held_back]
     title = (
         f"queue run: {len(offered)} offered, {counts[TaskStatus.ASSIGNED]} assigned,"
         f" {counts[TaskStatus.ESCALATED]} escalated, {waiting} waiting"
+        + (f" ({len(held)} held back)" if held else "")
     )
     console.print(tasks_table(title, offered))
+    for task in held:  # the table says "held back"; REST's answer says why, and so does this
+        _say(task)
+    if any(t.held_back == UNCLASSIFIED_NO_MODEL for t in held):
+        console.print(f"to classify them: {NO_MODEL}", markup=False, highlight=False)
 
 
 @tasks_app.command("sweep")

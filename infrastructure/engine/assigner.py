@@ -40,6 +40,7 @@ from flowledger.domain.task import Task
 from flowledger.domain.task_views import EscalationReason, TaskState, TaskStatus
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.agent_claims import AgentClaims
+from flowledger.infrastructure.engine.classify_first import needs_classifying
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
@@ -55,6 +56,11 @@ itself (``TaskService`` listens to the store's saves); only other engines' chang
 log, and missing them costs a lost save (the agent's version moved on: the batch is decided
 again on a fresh roster) or, with agent locks, one read of the agent's newer events, never
 capacity. A negative decision (escalate, or wait for capacity) always reads the log first."""
+
+NEVER_CLASSIFIED = "never classified and it names no skills, so any agent with room may take it"
+"""What an assignment's reason starts with for a task given to any agent for want of a
+classification (``assign_task`` / ``assign_pending``, which call no model): it read "covers no
+particular skills", as if the task were known to need none."""
 
 ROSTER_KEY = "roster"
 """The store's lock key for a batch (tasks of a batch are not locked one by one)."""
@@ -76,6 +82,10 @@ class _Request:
     queue_run: bool = False
     """Part of a queue run, which passes over a task held back (``Task.held_back``); asked
     for by name, such a task is refused (TaskNeedsClassification)."""
+    unclassified: str | None = None
+    """Why a task that names no skills and was never classified may not be assigned (a routed
+    run or assignment: classification drives routing), held back as a failed classification
+    holds one; None: it goes to any agent with room (the library's synchronous commands)."""
     done: bool = False
     state: TaskState | None = None
     error: BaseException | None = None
@@ -104,20 +114,32 @@ class BatchAssigner:
         self.batches = 0
         """Appends made (a batch counts once however many tasks it assigned)."""
 
-    def assign(self, task_id: str, escalate_when_full: bool, ranking: Ranking | None = None) -> TaskState:
+    def assign(
+        self,
+        task_id: str,
+        escalate_when_full: bool,
+        ranking: Ranking | None = None,
+        unclassified: str | None = None,
+    ) -> TaskState:
         """Assign one task (batched with concurrent callers'); see ``TaskService.assign_task``.
-        ``ranking``: a model's pick among tied agents, and its call's usage (``ranking.py``).
+        ``ranking``: a model's pick among tied agents, and its call's usage (``ranking.py``);
+        ``unclassified``: see ``_Request.unclassified``.
         The id is checked before it joins a batch, by the rule ids are looked up by (one stored
         before a later rule for new ids, a ``/`` in it, is still found): the agents' locks are
         planned on the batch's ids, where one that is no string failed every caller's request."""
         self._reads.task_uuid(task_id)
-        return self._assign([_Request(task_id, escalate_when_full, ranking)])[0]
+        return self._assign([_Request(task_id, escalate_when_full, ranking, unclassified=unclassified)])[0]
 
-    def assign_all(self, task_ids: list[str], escalate_when_full: bool) -> list[TaskState]:
+    def assign_all(
+        self, task_ids: list[str], escalate_when_full: bool, unclassified: str | None = None
+    ) -> list[TaskState]:
         """Assign tasks in the order given (batched with concurrent callers'); the first
         error met is raised after every request is answered. A task held back
-        (``Task.held_back``) is passed over and returned as it stands."""
-        return self._assign([_Request(task_id, escalate_when_full, queue_run=True) for task_id in task_ids])
+        (``Task.held_back``, or ``unclassified``) is passed over and returned as it stands,
+        its ``held_back`` saying why."""
+        return self._assign(
+            [_Request(t, escalate_when_full, queue_run=True, unclassified=unclassified) for t in task_ids]
+        )
 
     def _assign(self, requests: list[_Request]) -> list[TaskState]:
         with self._cv:
@@ -227,10 +249,17 @@ class BatchAssigner:
                 states.append(task.state())
                 continue
             held_back = task.held_back
+            # (``not task.required_skills`` first: most tasks name skills, and need no state read)
+            if (
+                request.unclassified is not None
+                and not task.required_skills
+                and needs_classifying(task.state())
+            ):
+                held_back = request.unclassified
             if held_back is not None:
                 if not request.queue_run:
                     raise TaskNeedsClassification(task.task_id, held_back)
-                states.append(task.state())  # it waits; its state says why
+                states.append(replace(task.state(), held_back=held_back))  # it waits; it says why
                 continue
             decision = self._claims.choose(task, profiles, uow, prefer=ranking.agent_id if ranking else None)
             if decision is None:
@@ -243,6 +272,9 @@ class BatchAssigner:
                     decision = replace(
                         decision, reason=f"{decision.reason}; {ranking.explain(decision.agent_id)}"
                     )
+                if not task.required_skills and needs_classifying(task.state()):
+                    # The library's synchronous commands route it so (docs/tasks.md); say why.
+                    decision = replace(decision, reason=f"{NEVER_CLASSIFIED}: {decision.reason}")
                 task.assign(decision, now, usage)
             elif not fresh:
                 raise _NeedsFreshRoster()  # the store drops what this attempt changed

@@ -22,6 +22,36 @@ It stopped the whole run: while a budget was spent or the endpoint down, a task 
 skills waited, never offered, on a model call it did not need."""
 
 
+UNCLASSIFIED_NO_MODEL = (
+    "it names no skills and was never classified, and no model is configured to classify it,"
+    " so what it needs is not known: classify it (or record a classification) first"
+)
+"""Why a routed assignment or queue run without a model leaves a task that needs classifying
+waiting. Run from the CLI with no model configured, the queue gave such a task to any agent with
+room ("covers no particular skills") where REST, whose server always has one, classified it
+first and sent it by its words."""
+
+UNCLASSIFIED_LATE = (
+    "it names no skills and was not classified yet (it came after this run's classifications):"
+    " the next run classifies it first"
+)
+"""Why a routed queue run with a model leaves such a task waiting: it arrived (or slid into the
+run's window) after the run's last look, so only the next run can classify it."""
+
+
+def unclassified_reason(*, model: bool, refused: Exception | None = None) -> str:
+    """Why a routed queue run leaves a task that needs classifying waiting: no ``model`` to
+    classify it, its classifications ``refused`` (a budget, an open circuit), or it came late."""
+    if not model:
+        return UNCLASSIFIED_NO_MODEL
+    if refused is not None:
+        return (
+            f"it names no skills and was not classified: this run's classifications were refused"
+            f" ({refused}); a later run classifies it first"
+        )
+    return UNCLASSIFIED_LATE
+
+
 def placed_any(states: Iterable[TaskState]) -> bool:
     """Whether a queue run's answer assigned or escalated a task (it did something)."""
     return any(s.status in (TaskStatus.ASSIGNED, TaskStatus.ESCALATED) for s in states)

@@ -38,9 +38,11 @@ from flowledger.infrastructure.engine.checkpointer import Checkpointer
 from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.classify_first import (
     REFUSALS,
+    UNCLASSIFIED_NO_MODEL,
     classify_in_queue_order,
     needs_classifying,
     placed_any,
+    unclassified_reason,
 )
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.erasure import ErasureService, ForgetReport
@@ -907,12 +909,18 @@ class Engine:
         that fails holds the task back (TaskNeedsClassification: reclassify it). With
         routing's ``model_ranked_matching`` on, the model of the task's tier then picks among
         agents the rule finds equally good, its usage recorded on the assignment
-        (``ranking.py``). Without a model, or for a task with skills, exactly ``assign_task``."""
+        (``ranking.py``). For a task with skills, or one classified, exactly ``assign_task``;
+        without a model, one that needs classifying is refused (TaskNeedsClassification,
+        ``UNCLASSIFIED_NO_MODEL``), nothing recorded, rather than given to any agent."""
         if self.llm is not None and needs_classifying(await asyncio.to_thread(self.get_task, task_id)):
             await self.classifier.classify(task_id)
         ranking = await self.tie_breaker.rank(task_id)
         return await asyncio.to_thread(
-            self.tasks.assign_task, task_id, escalate_when_full=escalate_when_full, ranking=ranking
+            self.tasks.assign_task,
+            task_id,
+            escalate_when_full=escalate_when_full,
+            ranking=ranking,
+            unclassified=None if self.llm is not None else UNCLASSIFIED_NO_MODEL,  # classified above
         )
 
     def assign_pending(
@@ -931,7 +939,10 @@ class Engine:
         those that slide into the window when a failed classification holds one back. A
         refused classification (a budget, an open circuit) stops the classifying (those made
         are kept): the tasks still needing one wait, never given to any agent, and the others
-        are offered as always; the refusal is raised when the run then placed no task."""
+        are offered as always; the refusal is raised when the run then placed no task.
+        A task that still needs classifying when the run assigns (no model is configured, or
+        it arrived after the run's last look) waits too, returned with ``held_back`` saying
+        why (``unclassified_reason``) and taking no place of ``limit``."""
         require_queue_run(limit, escalate_when_full)  # before any call
         refused: Exception | None = None
         if self.llm is not None:
@@ -948,7 +959,7 @@ class Engine:
             self.tasks.assign_pending,
             limit=limit,
             escalate_when_full=escalate_when_full,
-            classified_first=self.llm is not None,
+            unclassified=unclassified_reason(model=self.llm is not None, refused=refused),
         )
         if refused is not None and not placed_any(states):
             raise refused

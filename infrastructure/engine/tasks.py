@@ -150,7 +150,12 @@ class TaskService:
         return self._task_write(task_id, decide)
 
     def assign_task(
-        self, task_id: str, *, escalate_when_full: bool = True, ranking: Ranking | None = None
+        self,
+        task_id: str,
+        *,
+        escalate_when_full: bool = True,
+        ranking: Ranking | None = None,
+        unclassified: str | None = None,
     ) -> TaskState:
         """Give a waiting task to the best eligible agent, or escalate it with the reason.
 
@@ -158,12 +163,15 @@ class TaskService:
         and its classification failed) is refused with TaskNeedsClassification. With
         ``escalate_when_full=False`` a task whose capable agents are all full keeps waiting.
         ``ranking``: a model's pick among tied agents, with its call's usage (``ranking.py``).
+        ``unclassified`` (a routed assignment): a task that names no skills and was never
+        classified is refused too (TaskNeedsClassification), saying this; None: it goes to
+        any agent with room.
         """
         require_flag("escalate_when_full", escalate_when_full)
-        return self.assigner.assign(task_id, escalate_when_full, ranking)
+        return self.assigner.assign(task_id, escalate_when_full, ranking, unclassified)
 
     def assign_pending(
-        self, *, limit: int | None = None, escalate_when_full: bool = False, classified_first: bool = False
+        self, *, limit: int | None = None, escalate_when_full: bool = False, unclassified: str | None = None
     ) -> list[TaskState]:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline).
 
@@ -174,9 +182,10 @@ class TaskService:
         held back (``TaskState.held_back``: no skills, and its classification failed) is
         passed over and returned as it stands, without counting towards ``limit``: at most
         ``MAX_LIST`` (1,000), REST's bound, so the CLI and the library answer as it does.
-        ``classified_first`` (the run that classified its window first, ``assign_pending_routed``):
-        a task that still needs classifying, one that arrived after that run's last look, is
-        left out, for the next run to classify, rather than given to any agent with room.
+        ``unclassified`` (a routed run, ``assign_pending_routed``: classification drives
+        routing): a task that names no skills and was never classified (no model to classify
+        it, or it arrived after the run's last look) is held back as a failed classification
+        holds one, ``unclassified`` saying why, rather than given to any agent with room.
         """
         require_queue_run(limit, escalate_when_full)
         waiting, held = [], set()
@@ -185,13 +194,12 @@ class TaskService:
                 continue
             state = task.state()
             self._reads.note(state)
-            if classified_first and needs_classifying(state):
-                continue  # the next run classifies it first
             if task.task_status is TaskStatus.PENDING:
                 waiting.append(task.queued())
-                if task.held_back is not None:
+                if task.held_back is not None or (unclassified is not None and needs_classifying(state)):
                     held.add(task.task_id)
-        return self.assigner.assign_all(queue_window(waiting, held, limit), escalate_when_full)
+        window = queue_window(waiting, held, limit)
+        return self.assigner.assign_all(window, escalate_when_full, unclassified)
 
     def requeue_task(
         self,

@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from flowledger.adapters.simulator import Simulator
+from flowledger.infrastructure.engine.classify_first import UNCLASSIFIED_NO_MODEL
 from tests.support.cli import run_cli
 
 TEAMS = {
@@ -409,3 +410,36 @@ def test_the_tier_what_if_keeps_every_cost_and_model_whole_at_80_columns(
     assert shown.returncode == 0, shown.stderr
     table = shown.stdout[shown.stdout.index("task calls, last 1h") :]
     assert "…" not in table
+
+
+def test_a_queue_run_without_a_model_leaves_an_unclassified_task_waiting_as_rest_does(
+    database_url: str, pg_schema: str
+) -> None:
+    # (Without FLOWLEDGER_LLM_BASE_URL the run gave "Fix the race in the Go worker", created
+    # without skills, to whichever agent had room, "covers no particular skills", where a
+    # server, which always has a model, classified it first and sent it to Backend.)
+    no_model = {"FLOWLEDGER_LLM_BASE_URL": ""}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(database_url, pg_schema, *args, env=no_model)
+
+    for team, skills in TEAMS.items():
+        skill_options = [f"--skill={skill}" for skill in skills]
+        assert cli("agents", "register", team, "--name", team, *skill_options).returncode == 0
+    assert cli("tasks", "create", "T-1", "--description", "Fix the race in the Go worker").returncode == 0
+    assert cli("tasks", "create", "T-2", "--description", "Style the login", "--skill", "css").returncode == 0
+
+    ran = cli("tasks", "run-queue")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "queue run: 2 offered, 1 assigned, 0 escalated, 1 waiting (1 held back)"
+    assert f"task 'T-1' pending: held back ({UNCLASSIFIED_NO_MODEL})" in lines
+    assert lines[-1].startswith("to classify them: no model configured: set FLOWLEDGER_LLM_BASE_URL")
+    assert listed(cli("tasks", "list", "--status", "assigned")) == ["T-2"]
+    # And assigning it by name is refused, one line, exit 4, nothing recorded
+    assigned = cli("tasks", "assign", "T-1")
+    refused = f"error: cannot assign task 'T-1': {UNCLASSIFIED_NO_MODEL}\n"
+    assert (assigned.returncode, assigned.stderr) == (4, refused)
+    assert len(listed(cli("tasks", "history", "T-1"))) == 1
+

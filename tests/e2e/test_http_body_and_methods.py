@@ -317,7 +317,8 @@ def test_assign_refuses_a_body_with_fields_as_the_queue_run_does(memory_http: Te
     for agent_id in ("be-1", "be-2"):
         agent = {"agent_id": agent_id, "name": agent_id, "skills": ["python"], "capacity": 2}
         assert memory_http.post("/v1/agents", json=agent).status_code == 201
-    assert memory_http.post("/v1/tasks", json={"task_id": "t", "description": "d"}).status_code == 201
+    task = {"task_id": "t", "description": "d", "required_skills": ["python"]}
+    assert memory_http.post("/v1/tasks", json=task).status_code == 201
     # When an assign names the agent it wants (no such field: the policy chooses)
     response = memory_http.post("/v1/tasks/t/assign", json={"agent_id": "be-1"})
     # Then it is a 422 naming the field, as /v1/queue/run answers, and the task still waits
@@ -335,7 +336,8 @@ def test_start_and_the_deadline_sweep_refuse_a_body_with_fields(memory_http: Tes
     # agent_id and assignment, the assignment it means: tests/unit/test_stale_task_commands.py.)
     agent = {"agent_id": "be-1", "name": "be-1", "skills": ["python"], "capacity": 2}
     assert memory_http.post("/v1/agents", json=agent).status_code == 201
-    assert memory_http.post("/v1/tasks", json={"task_id": "t", "description": "d"}).status_code == 201
+    task = {"task_id": "t", "description": "d", "required_skills": ["python"]}
+    assert memory_http.post("/v1/tasks", json=task).status_code == 201
     assert memory_http.post("/v1/tasks/t/assign").status_code == 200
     start = memory_http.post("/v1/tasks/t/start", json={"worker": "be-1"})
     assert start.status_code == 422, start.text

@@ -361,6 +361,7 @@ def test_a_queue_run_a_budget_stops_still_places_the_tasks_that_need_no_model(
 
     # Then the task naming its skills is assigned; the other waits as it was, nothing sent
     assert answer.status_code == 200, answer.text
-    assert [(t["task_id"], t["agent_id"]) for t in answer.json()] == [("BG-N", "backend")]
+    assert [(t["task_id"], t["agent_id"]) for t in answer.json()] == [("BG-Q", None), ("BG-N", "backend")]
+    assert "this run's classifications were refused" in answer.json()[0]["held_back"]  # and says why
     assert simulator.stats["requests"] == 0
     assert kinds(routed, "BG-Q") == ["Task.Created"]

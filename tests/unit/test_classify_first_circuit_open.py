@@ -118,7 +118,8 @@ def test_a_queue_run_into_an_open_circuit_still_places_the_tasks_that_need_no_mo
     assert answer.status_code == 200, answer.text
     offered = {t["task_id"]: t for t in answer.json()}
     assert offered["named"]["status"] == "assigned"
-    assert "unsorted" not in offered
+    assert offered["unsorted"]["status"] == "pending"  # named in the answer, saying why it waits
+    assert "this run's classifications were refused" in offered["unsorted"]["held_back"]
     assert all(t["held_back"] for name, t in offered.items() if name != "named")  # the openers
     assert len(requests) == sent
     assert [e.event_type for e in engine.task_history("unsorted")] == ["Task.Created"]

@@ -9,6 +9,7 @@ import json
 
 from flowledger.domain.task_views import TaskState
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.engine.classify_first import UNCLASSIFIED_LATE
 from tests.support.llm import ScriptedLlm
 
 GO_BUG = json.dumps({"category": "bug_fix", "complexity": "medium", "estimated_hours": 3})
@@ -41,8 +42,10 @@ async def test_a_task_created_after_the_runs_classifications_waits_for_the_next_
 
     # Then the first is classified and assigned to backend; the late one is not given to
     # whichever agent had room unclassified (it went, "covering no particular skills", to
-    # devops or backend by a hash) but waits, untouched, for the next run
-    assert [(t.task_id, t.agent_id) for t in offered] == [("T-1", "backend")]
+    # devops or backend by a hash) but waits, untouched, for the next run: the answer names
+    # it, held back, saying why (it was left out of the answer, so a caller never knew)
+    assert [(t.task_id, t.agent_id) for t in offered] == [("T-2", None), ("T-1", "backend")]
+    assert offered[0].held_back == UNCLASSIFIED_LATE
     assert [e.event_type for e in engine.task_history("T-2")] == ["Task.Created"]
     assert len(llm.calls) == 1
 
