@@ -535,12 +535,19 @@ class TaskConflict(TaskError):
 
 
 class TaskTransitionRejected(TaskError):
-    """The task's status does not allow this action (e.g. starting a completed task)."""
+    """The task's status does not allow this action (e.g. starting a completed task).
+    ``where``: the status told in full (its assignment, its holder), in the message in its place;
+    ``named``: the assignment the command was sent for, when it named one."""
 
-    def __init__(self, task_id: str, status: str, action: str) -> None:
-        super().__init__(task_id, f"cannot {action} task {task_id!r}: it is {status}")
+    def __init__(
+        self, task_id: str, status: str, action: str, *, where: str | None = None, named: str | None = None
+    ) -> None:
+        sent = f" (sent for {named})" if named else ""
+        done = "; nothing done" if named else ""
+        super().__init__(task_id, f"cannot {action} task {task_id!r}{sent}: it is {where or status}{done}")
         self.status = status
         self.action = action
+        self.named = named
 
 
 class TaskIdempotencyKeyReused(TaskError):

@@ -32,7 +32,7 @@ from flowledger.domain.task_checks import (
     require_unclassified,
 )
 from flowledger.domain.task_derivation import routing_change
-from flowledger.domain.task_transitions import TaskAction, require_transition
+from flowledger.domain.task_transitions import ALLOWED_FROM, TaskAction, require_transition, whereabouts
 from flowledger.domain.task_views import (
     Assignment,
     Classification,
@@ -478,7 +478,9 @@ class Task(FlowledgerAggregate):
         )
 
     def _require(self, action: TaskAction) -> None:
-        require_transition(self.task_id, self.task_status, action)
+        if self.task_status not in ALLOWED_FROM[action]:  # the refusal's words, only when refused
+            where = whereabouts(self.task_status, self.assignment, self.times_assigned)
+            require_transition(self.task_id, self.task_status, action, where=where)
 
     # -- state changes (replayed) -----------------------------------------------------
 

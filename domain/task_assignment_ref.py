@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import TaskAssignmentChanged, ValidationError
+from flowledger.domain.task_transitions import TaskAction, require_transition, whereabouts
 from flowledger.domain.task_views import Assignment, TaskStatus
 
 MAX_ASSIGNMENT = 1_000_000_000
@@ -42,13 +43,27 @@ class AssignmentRef:
             self.number is None or self.number == number
         )
 
+    @property
+    def named(self) -> str | None:
+        """The assignment named, in words (None: none named, the current one meant)."""
+        if self.number is not None and self.agent_id is not None:
+            return f"assignment {self.number} of agent {self.agent_id!r}"
+        if self.number is not None:
+            return f"assignment {self.number}"
+        return None if self.agent_id is None else f"agent {self.agent_id!r}"
+
     def require_current(
-        self, task_id: str, action: str, status: TaskStatus, assignment: Assignment | None, number: int
+        self, task_id: str, action: TaskAction, status: TaskStatus, assignment: Assignment | None, number: int
     ) -> None:
         """Raise TaskAssignmentChanged unless the task, held by an agent, is on the assignment
-        named. A task no agent holds is left to its transition check (pending, escalated,
-        completed: "cannot release task ...: it is pending")."""
-        if not status.holds_agent or assignment is None or self.fits(assignment.agent_id, number):
+        named. A task no agent holds (pending, escalated, completed) is refused by its
+        transition check, whose message then names the assignment the command was sent for:
+        it said only "cannot complete task 'T-3': it is pending"."""
+        if not status.holds_agent:
+            where = whereabouts(status, assignment, number)
+            require_transition(task_id, status, action, where=where, named=self.named)
+            return
+        if assignment is None or self.fits(assignment.agent_id, number):
             return
         now = f"on assignment {number}, held by agent {assignment.agent_id!r}"
         if self.number is not None and self.number != number:

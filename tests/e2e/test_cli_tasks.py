@@ -443,3 +443,31 @@ def test_a_queue_run_without_a_model_leaves_an_unclassified_task_waiting_as_rest
     assert (assigned.returncode, assigned.stderr) == (4, refused)
     assert len(listed(cli("tasks", "history", "T-1"))) == 1
 
+
+def test_a_command_refused_for_a_task_no_agent_holds_names_its_state_and_the_assignment_sent_for(
+    database_url: str, pg_schema: str
+) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(database_url, pg_schema, *args, env={"FLOWLEDGER_LLM_BASE_URL": ""})
+
+    assert cli("agents", "register", "backend", "--name", "B", "--skill", "golang").returncode == 0
+    assert cli("tasks", "create", "T-1", "--description", "Fix it", "--skill", "golang").returncode == 0
+    cases = [
+        (
+            ["complete", "T-1", "--assignment", "1"],
+            "cannot complete task 'T-1' (sent for assignment 1): it is pending, never assigned"
+            " (no agent holds it); nothing done",
+        ),
+        (["release", "T-1"], "cannot release task 'T-1': it is pending, never assigned (no agent holds it)"),
+    ]
+    for args, message in cases:
+        result = cli("tasks", *args)
+        assert (result.returncode, result.stderr) == (4, f"error: {message}\n"), args
+    assert cli("tasks", "assign", "T-1").returncode == 0
+    assert cli("tasks", "release", "T-1", "--reason", "restart").returncode == 0
+    result = cli("tasks", "start", "T-1", "--agent", "backend", "--assignment", "1")
+    assert (result.returncode, result.stderr) == (
+        4,
+        "error: cannot start task 'T-1' (sent for assignment 1 of agent 'backend'): it is pending,"
+        " back in the queue after assignment 1 (no agent holds it); nothing done\n",
+    )
