@@ -67,6 +67,7 @@ from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_budgets import TaskCallBudgets
+from flowledger.infrastructure.engine.task_keys import KeyedCommand, call_command_id
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
 from flowledger.infrastructure.postgres.budgets import Reservation
 
@@ -446,11 +447,6 @@ class _Request:
         return f"reclassify\x1f{self.model or ''}" if self.again else "classify"
 
 
-_CALL = "task-call"
-_TASK_COMMAND = "task-cmd"  # a release's or requeue's key (``task_keys.py``)
-_SEP = "\x1f"  # never in a name (``require_name``), so never in a key or a model
-
-
 @dataclass(frozen=True)
 class _Command:
     """A caller's key for a classify or reclassify, as the command ids its saves carry:
@@ -469,20 +465,20 @@ class _Command:
         return cls("reclassify" if request.again else "classify", request.model or "", request.key)
 
     def id(self, *, primary: bool) -> str:
-        return _SEP.join((_CALL, self.kind, self.model, self.key, "primary" if primary else "fallback"))
+        return call_command_id(self.kind, self.model, self.key, primary=primary)
 
     def answered(self, task_id: str, command_ids: list[str | None]) -> bool:
         """Whether the task's events hold this command's outcome (TaskIdempotencyKeyReused when
         the key names another request)."""
         for command_id in command_ids:
-            parts = (command_id or "").split(_SEP)
-            if len(parts) == 3 and parts[0] == _TASK_COMMAND and parts[2] == self.key:
-                raise TaskIdempotencyKeyReused(task_id, self.key, f"a {parts[1]}")  # task_keys.py
-            if len(parts) != 5 or parts[0] != _CALL or parts[3] != self.key:
+            keyed = KeyedCommand.read(command_id)
+            if keyed is None or keyed.key != self.key:
                 continue
-            if (parts[1], parts[2]) == (self.kind, self.model):
+            if not keyed.call:  # a release's or requeue's (task_keys.py)
+                raise TaskIdempotencyKeyReused(task_id, self.key, f"a {keyed.kind}")
+            if (keyed.kind, keyed.model) == (self.kind, self.model):
                 return True
-            named = f"a {parts[1]}" + (f" on {parts[2]}" if parts[2] else " on the routed model")
+            named = f"a {keyed.kind}" + (f" on {keyed.model}" if keyed.model else " on the routed model")
             raise TaskIdempotencyKeyReused(task_id, self.key, named)
         return False
 

@@ -1,9 +1,13 @@
-"""A caller's idempotency key for a task's release or requeue, as the command id its events carry.
+"""A caller's idempotency key for a task's release or requeue, as the command id its events carry,
+and the one reading of every task command id made under a caller's key.
 
 A release or requeue is decided on the task's status, which moves on: a retry sent after a
 queue run had assigned the task again released the new assignment. Under a key the command's
 events carry ``task-cmd␟<release|requeue>␟<key>``, so its retry finds them in the task's log and
-is answered with the task as the first send left it, whatever happened since.
+is answered with the task as the first send left it, whatever happened since. A classify's or
+reclassify's saves carry ``task-call␟<kind>␟<model>␟<key>␟<primary|fallback>``
+(``classification._Command``); each kind of command refuses a key the other used, so both
+read the task's command ids through ``KeyedCommand.read``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,34 @@ from flowledger.domain.task import Task
 
 _CMD = "task-cmd"
 _CALL = "task-call"  # a classify's or reclassify's (``classification._Command``)
-_SEP = "\x1f"  # never in a name (``require_name``), so never in a key
+_SEP = "\x1f"  # never in a name (``require_name``), so never in a key or a model
+
+
+@dataclass(frozen=True)
+class KeyedCommand:
+    """A task command id made under a caller's key, read back: a release's or requeue's
+    (``call`` false, ``model`` empty) or a classify's or reclassify's (``call`` true; ``model``
+    empty for the routed model)."""
+
+    call: bool
+    kind: str
+    model: str
+    key: str
+
+    @classmethod
+    def read(cls, command_id: str | None) -> KeyedCommand | None:
+        """The keyed command ``command_id`` names (None: none, or not one made under a key)."""
+        parts = (command_id or "").split(_SEP)
+        if len(parts) == 3 and parts[0] == _CMD:
+            return cls(call=False, kind=parts[1], model="", key=parts[2])
+        if len(parts) == 5 and parts[0] == _CALL:
+            return cls(call=True, kind=parts[1], model=parts[2], key=parts[3])
+        return None
+
+
+def call_command_id(kind: str, model: str, key: str, *, primary: bool) -> str:
+    """The command id of a classify's or reclassify's save under ``key`` (``KeyedCommand.read``)."""
+    return _SEP.join((_CALL, kind, model, key, "primary" if primary else "fallback"))
 
 
 @dataclass(frozen=True)
@@ -47,14 +78,14 @@ class TaskCommandKey:
         """The task's version after the first send of this command (None: never sent). The key
         naming another command of the task is TaskIdempotencyKeyReused."""
         for event in stored:
-            parts = (command_id_of(event) or "").split(_SEP)
-            if parts[0] == _CALL and len(parts) == 5 and parts[3] == self.key:
-                raise TaskIdempotencyKeyReused(task_id, self.key, f"a {parts[1]}")
-            if parts[0] != _CMD or len(parts) != 3 or parts[2] != self.key:
+            keyed = KeyedCommand.read(command_id_of(event))
+            if keyed is None or keyed.key != self.key:
                 continue
+            if keyed.call:
+                raise TaskIdempotencyKeyReused(task_id, self.key, f"a {keyed.kind}")
             recorded = described(event)
-            if parts[1] != self.kind or recorded != self.asked:
-                raise TaskIdempotencyKeyReused(task_id, self.key, recorded or f"a {parts[1]}")
+            if keyed.kind != self.kind or recorded != self.asked:
+                raise TaskIdempotencyKeyReused(task_id, self.key, recorded or f"a {keyed.kind}")
             version: int = event.originator_version
             return version
         return None
