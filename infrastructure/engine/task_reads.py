@@ -123,7 +123,8 @@ class TaskReads:
         clock, or, false, open and not past it), oldest first, at most ``limit``, created
         after the task ``after`` (the last id of the page before: a listing longer than
         ``limit`` is read page by page). Open-only filters read the open queue; ``overdue`` with
-        a closed status (completed, escalated) is refused, as it could only ever list nothing."""
+        a closed status (completed, escalated) is refused, as it could only ever list nothing,
+        and so is ``agent_id`` with a status no agent holds a task in (pending, escalated)."""
         if after is not None:
             require_name("after", after)
         if agent_id is not None:
@@ -136,6 +137,14 @@ class TaskReads:
             # A closed task is neither overdue nor not: the pair would list nothing, always.
             raise ValidationError(
                 "overdue", f"looks at open tasks only; status={wanted_status.value} tasks are closed"
+            )
+        if agent_id is not None and wanted_status in (TaskStatus.PENDING, TaskStatus.ESCALATED):
+            # No agent holds a waiting or escalated task (its agent_id is null): the pair would
+            # list nothing, always, where a caller asking for an agent's queue meant something.
+            raise ValidationError(
+                "agent_id",
+                f"names the agent holding a task, or the one that completed it; status="
+                f"{wanted_status.value} tasks are held by no agent",
             )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
             raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")

@@ -191,6 +191,11 @@ BAD_INPUT = [
     (["tasks", "list", "--status", "bogus"], 2, "status: must be one of"),
     (["tasks", "list", "--overdue", "--status", "completed"], 2, "overdue: looks at open tasks only"),
     (
+        ["tasks", "list", "--agent", "backend", "--status", "pending"],
+        2,
+        "status=pending tasks are held by no",
+    ),
+    (
         ["agents", "register", "a-2", "--name", "n", "--skill", "python", "--capacity", "0"],
         2,
         "capacity: must be an int in [1, 10000], got 0",

@@ -222,6 +222,11 @@ def test_tasks_are_listed_by_status_priority_agent_and_overdue(engine: Engine) -
             with pytest.raises(ValidationError, match="overdue: looks at open tasks only"):
                 engine.list_tasks(status=closed, overdue=flag)
     assert ids(engine.list_tasks(status="assigned", overdue=False)) == ["a"]
+    # ... and so is an agent with a status no agent holds a task in (it answered [] for
+    # GET /v1/tasks?agent_id=be&status=pending, as if the agent had nothing queued)
+    for unheld in ("pending", "Escalated"):
+        with pytest.raises(ValidationError, match="agent_id: names the agent holding a task"):
+            engine.list_tasks(status=unheld, agent_id="be")
     with pytest.raises(ValidationError, match="status: must be one of"):
         engine.list_tasks(status="lost")
     with pytest.raises(ValidationError, match="limit"):
