@@ -143,7 +143,8 @@ async def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     wait, the others are offered, and the 402 or 503 is the answer only when no task was
     placed; one that arrives during the run is left for the next, never assigned
     unclassified). Returns each
-    task offered as it stands: one that names no skills and whose classification failed is
+    task offered as it stands (not one another command took after the run read the queue:
+    another run's assignment is not this one's): one that names no skills and whose classification failed is
     passed over, still pending, its ``held_back`` saying why (reclassify it), and takes no
     place of ``limit``. Every field has a default, so the body may be left out."""
     body = body or RunQueue()

@@ -191,7 +191,7 @@ class BatchAssigner:
         if state is not None:
             self._reads.note(state)
 
-    def _write(self, batch: list[_Request]) -> list[TaskState]:
+    def _write(self, batch: list[_Request]) -> list[TaskState | None]:
         # The tasks' own locks too: a batch must not change a task another command of this
         # engine is changing (they share the store's cached copy).
         with self._store.locked(task_key(r.task_id) for r in batch):
@@ -203,10 +203,10 @@ class BatchAssigner:
             finally:
                 self._claims.release()
 
-    def _write_once(self, batch: list[_Request], *, fresh: bool) -> list[TaskState]:
+    def _write_once(self, batch: list[_Request], *, fresh: bool) -> list[TaskState | None]:
         attempts: list[UnitOfWork] = []
 
-        def decide(uow: UnitOfWork) -> list[TaskState]:
+        def decide(uow: UnitOfWork) -> list[TaskState | None]:
             # A retry follows a lost save, or a decision on cached copies that the store has
             # read afresh: read the log before deciding again. Only a lost save is contention.
             again = bool(attempts)
@@ -216,11 +216,11 @@ class BatchAssigner:
             uow.transaction = self._claims.transaction()  # its commit releases the locks
             return states
 
-        states: list[TaskState] = self._store.write(ROSTER_KEY, decide, conflict_retries=self._retries)
+        states: list[TaskState | None] = self._store.write(ROSTER_KEY, decide, conflict_retries=self._retries)
         self.batches += 1
         return states
 
-    def _decide(self, batch: list[_Request], uow: UnitOfWork, *, fresh: bool) -> list[TaskState]:
+    def _decide(self, batch: list[_Request], uow: UnitOfWork, *, fresh: bool) -> list[TaskState | None]:
         index = self._reads.index
         roster = index.agent_profiles() if fresh else index.recent_agent_profiles(ROSTER_MAX_AGE_S)
         profiles = {p.agent_id: p for p in roster}
@@ -235,10 +235,14 @@ class BatchAssigner:
             # so it would answer the copy and pass the task over. Read the log first, as the
             # store does for a command that saves nothing.
             raise _NeedsFreshRoster()  # the store drops this attempt's copies
-        states = []
+        states: list[TaskState | None] = []
         for request, task in zip(batch, tasks, strict=True):
             if task.task_status is not TaskStatus.PENDING:
-                states.append(task.state())
+                # Asked for by name, a task no longer waiting is answered as it stands. A queue
+                # run offers only tasks it read waiting, so another command took this one since
+                # (another run, in this engine or another): its answer leaves it out, where it
+                # counted it as its own (three runs at once each said "21 assigned" of 21 made).
+                states.append(None if request.queue_run else task.state())
                 continue
             ranking = request.ranking  # a model's pick among tied agents (ranking.py), if asked
             usage = ranking.usage if ranking else None  # recorded however the task ends here

@@ -280,8 +280,9 @@ def test_two_callers_asking_for_a_task_another_engine_created_share_one_batch_wi
         # When two of its callers ask for that task in one batch (two queue runs at once,
         # as two `POST /v1/queue/run` on one server: each lists the task)
         states = other.tasks.assigner.assign_all(["t1", "t1"], False)
-        # Then the batch reads the task's stream once: it is assigned once, both answered
-        assert [s.agent_id for s in states] == ["a", "a"]
+        # Then the batch reads the task's stream once: it is assigned once, and answered once
+        # (the second run's answer leaves out the task the first took: it counted it as its own)
+        assert [s.agent_id for s in states] == ["a"]
         assert pg_engine.get_agent("a").active_tasks == ("t1",)
         assert [e.event_type for e in pg_engine.task_history("t1")] == ["Task.Created", "Task.Assigned"]
 

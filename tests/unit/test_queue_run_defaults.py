@@ -4,12 +4,13 @@ all full keeps waiting, so the next run offers it again when one frees up."""
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from fastapi.testclient import TestClient
 
 from flowledger.adapters.http.app import create_app
 from flowledger.adapters.http.task_queue import RunQueue
-from flowledger.domain.task_views import EscalationReason, TaskStatus
+from flowledger.domain.task_views import EscalationReason, TaskState, TaskStatus
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.tasks import TaskService
 from tests.conftest import make_settings
@@ -57,3 +58,24 @@ def test_over_rest_the_run_leaves_them_pending_too() -> None:
         run = http.post("/v1/queue/run").json()
     engine.close()
     assert [(s["task_id"], s["status"]) for s in run] == [("t0", "assigned"), ("t1", "pending")]
+
+
+def test_a_queue_run_leaves_out_a_task_another_command_took_after_it_read_the_queue(engine: Engine) -> None:
+    # (Two REST runs and a CLI run at once over 141 waiting tasks and 21 free slots each said
+    # "21 assigned": a task another run had taken was answered as this run's.)
+    engine.register_agent("be", "Backend", ["python"], capacity=5)
+    for task_id in ("t1", "t2"):
+        engine.create_task(task_id, task_id.upper(), ["python"])
+    assigner = engine.tasks.assigner
+    decide = assigner.assign_all
+
+    def another_run_first(task_ids: list[str], *args: Any, **named: Any) -> list[TaskState]:
+        engine.assign_task("t1")  # another run (another server) takes it after this one read the queue
+        return decide(task_ids, *args, **named)
+
+    assigner.assign_all = another_run_first  # type: ignore[method-assign]
+    offered = engine.assign_pending()
+    assert [(t.task_id, t.status) for t in offered] == [("t2", TaskStatus.ASSIGNED)]
+    assert engine.get_agent("be").load == 2
+    # Asked for by name, a task no longer waiting is still answered as it stands
+    assert engine.assign_task("t1").status is TaskStatus.ASSIGNED
