@@ -138,7 +138,7 @@ def pg_http(pg_engine: Engine) -> Iterator[TestClient]:
 @pytest.mark.parametrize(
     ("path", "params"),
     [
-        ("/v1/tasks", {"status": "PENDING", "priority": "high", "agent_id": "a-1", "overdue": "false"}),
+        ("/v1/tasks", {"status": "ASSIGNED", "priority": "high", "agent_id": "a-1", "overdue": "false"}),
         ("/v1/tasks", {"limit": "5", "after": "t-1"}),
         ("/v1/sessions/s-1", {"version": "1"}),
         ("/v1/sessions/s-1", {"as_of": "2100-01-01T00:00:00Z"}),
