@@ -180,7 +180,9 @@ def dashboard(
         ), totals AS (
             SELECT {keys}, count(*), count(error_type), sum(input_tokens), sum(output_tokens),
                    sum(cache_read_input_tokens), sum(reasoning_output_tokens), sum(cost_usd),
-                   avg(latency_ms),
+                   -- numeric: a float sum overflowed on two stored latencies near 1e308
+                   -- (past the input bound) and failed the whole dashboard
+                   avg(latency_ms::numeric)::double precision,
                    percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms),
                    percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms),
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms),

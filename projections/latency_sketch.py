@@ -16,6 +16,7 @@ them: the estimate is within ``RELATIVE_ERROR`` of PostgreSQL's exact ``percenti
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Sequence
 
 RELATIVE_ERROR = 0.02
@@ -25,6 +26,8 @@ ZERO_BUCKET = -2147483648
 """The bucket of latencies <= 0 (the smallest integer: below every log bucket)."""
 
 _LN_GAMMA = math.log(GAMMA)
+_LARGEST = sys.float_info.max
+_MIDDLE = 2 / (GAMMA + 1)
 
 
 def bucket_sql(column: str) -> str:
@@ -40,10 +43,19 @@ def bucket_sql(column: str) -> str:
 
 
 def bucket_value(bucket: int) -> float:
-    """The latency a bucket stands for."""
+    """The latency a bucket stands for; at most the largest float, which is still within
+    ``RELATIVE_ERROR`` of every value the bucket can hold (no value is larger). The top buckets'
+    middles are past it: a stored latency of 1.7e308 ms (past the input bound, which an older
+    release did not have) read as infinity, and a p99 between two such as NaN, which no JSON
+    answer can carry (``tests/integration/test_dashboard_huge_latency.py``)."""
     if bucket == ZERO_BUCKET:
         return 0.0
-    return 2 * GAMMA**bucket / (GAMMA + 1)
+    try:
+        # The factor after the power: 2 * 1e308 overflowed where 0.98 * 1e308 does not.
+        value = GAMMA**bucket * _MIDDLE
+    except OverflowError:  # float ** int raises past the largest float
+        return _LARGEST
+    return min(value, _LARGEST)
 
 
 def percentiles(counts: Iterable[tuple[int, int]], quantiles: Sequence[float]) -> list[float | None]:
