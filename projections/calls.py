@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from flowledger.domain.errors import ValidationError
+from flowledger.domain.pricing import TOKEN_FIELDS
 from flowledger.domain.session import Session
 from flowledger.domain.task import Task
-from flowledger.domain.values import LlmUsage
+from flowledger.domain.values import MAX_TOKENS, LlmUsage
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +71,19 @@ _TASK_STEPS: dict[type, str] = {
     Task.Escalated: "escalation",
     Task.Assigned: "skill_matching",
 }
+
+
+def require_summable(usage: LlmUsage) -> None:
+    """Refuse (ValidationError: a dead letter of the build) a usage with a token count past what
+    a call may record (``MAX_TOKENS``), retried attempts' included, as a command would. Stored by
+    an older release, such a count still fit its bigint column, but the sums over it (a session's
+    totals, a roll-up cell) did not: every good call added after it in the same session or cell
+    was set aside as "bigint out of range" instead. Bounded counts need 9 million calls of 10^12
+    tokens in one cell to overflow one."""
+    for name in TOKEN_FIELDS:
+        count = usage.billed_tokens(name)
+        if count > MAX_TOKENS:
+            raise ValidationError(
+                f"usage.{name}",
+                f"{count:,} tokens is past the {MAX_TOKENS:,} a call may record: summed, it would overflow",
+            )

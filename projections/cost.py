@@ -24,6 +24,7 @@ from psycopg import Cursor
 from flowledger.domain.session import Session
 from flowledger.domain.task import Task
 from flowledger.projections.base import Envelope, Projection
+from flowledger.projections.calls import require_summable
 from flowledger.projections.catalog import Names
 from flowledger.projections.cost_rollups import DDL as ROLLUP_DDL
 from flowledger.projections.cost_rollups import add_calls_to_rollups
@@ -191,6 +192,8 @@ class CostDashboard(Projection):
         rows = []
         for envelope, call in calls:
             event, usage = envelope.event, call.usage
+            if usage is not None:
+                require_summable(usage)
             priced = call_cost(usage, event.timestamp, repricings) if usage else None
             # A call of a subject whose first event was not applied (a dead letter) has no
             # tenant: no tenant's dashboard shows it.

@@ -18,6 +18,7 @@ from flowledger.domain.task import Task
 from flowledger.domain.values import LlmUsage
 from flowledger.projections import work_rows
 from flowledger.projections.base import Envelope, Projection
+from flowledger.projections.calls import require_summable
 from flowledger.projections.sql import Column, dump_json, q, write_rows
 from flowledger.projections.work_rows import charged
 
@@ -122,6 +123,7 @@ def started_row(event: Session.Started) -> Row:
 def _add_usage(row: Row, usage: LlmUsage | None) -> None:
     if usage is None:
         return
+    require_summable(usage)
     row["calls"] += 1
     row["input_tokens"] += usage.input_tokens
     row["output_tokens"] += usage.output_tokens
