@@ -125,15 +125,23 @@ def _add_usage(row: Row, usage: LlmUsage | None) -> None:
         return
     require_summable(usage)
     row["calls"] += 1
-    row["input_tokens"] += usage.input_tokens
-    row["output_tokens"] += usage.output_tokens
-    row["cache_read_input_tokens"] += usage.cache_read_input_tokens
-    row["reasoning_output_tokens"] += usage.reasoning_output_tokens
-    row["audio_input_tokens"] += usage.audio_input_tokens
-    row["audio_output_tokens"] += usage.audio_output_tokens
-    row["cache_creation_input_tokens"] += usage.cache_creation_input_tokens
-    row["cache_creation_1h_input_tokens"] += usage.cache_creation_1h_input_tokens
+    # Every attempt's tokens, as its cost counts every attempt (and as the session's totals do).
+    for name in _TOKEN_COLUMNS:
+        row[name] += usage.billed_tokens(name)
     row["cost_usd"] = charged(row["cost_usd"], usage)
+
+
+_TOKEN_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "reasoning_output_tokens",
+    "audio_input_tokens",
+    "audio_output_tokens",
+    "cache_creation_input_tokens",
+    "cache_creation_1h_input_tokens",
+)
+"""A session row's token sums: each an ``LlmUsage`` (and ``TOKEN_FIELDS``) name."""
 
 
 def erase_row(row: Row) -> None:
@@ -223,9 +231,10 @@ class CurrentState(Projection):
     # the session's totals and the cost dashboard do (archived v2/v3 rows keep the cost they had);
     # 5: a session's audio input and output tokens (archived rows from before had none read: 0);
     # 6: its cache writes, as the cost dashboard's (archived rows from before read 0: their
-    # sessions' calls' writes were not summed then)
-    schema_version = 6
-    base_versions = (2, 3, 4, 5)
+    # sessions' calls' writes were not summed then); 7: its token sums count its calls' retried
+    # attempts (``billed_tokens``), as its cost and its totals do (archived rows fold as archived)
+    schema_version = 7
+    base_versions = (2, 3, 4, 5, 6)
     base_defaults = {
         "sessions": {
             "audio_input_tokens": 0,

@@ -1,0 +1,48 @@
+"""The tokens of a call's retried attempts, which its cost counts, are in every read model's
+token totals as they are in the session's own totals (``Totals``: ``billed_tokens``)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from psycopg import sql
+
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
+from flowledger.projections import projector_for
+
+pytestmark = pytest.mark.postgres
+
+RETRIED = LlmUsage(
+    request_model="m",
+    input_tokens=1000,
+    output_tokens=50,
+    cache_read_input_tokens=200,
+    cost_usd=Decimal("0.0020"),
+    retried_cost_usd=Decimal("0.0018"),
+    retried_tokens={"input_tokens": 900, "cache_read_input_tokens": 100},
+    latency_ms=400.0,
+    attempts=2,
+)
+"""A call answered on its second attempt: the first was billed 900 input tokens (100 cached)."""
+
+
+def test_a_sessions_row_counts_the_tokens_of_retried_attempts_as_its_totals_do(pg_engine: Engine) -> None:
+    # Given a session whose one call was answered after a retried attempt
+    pg_engine.start_session("s", "flow")
+    pg_engine.record_step("s", "ask", usage=RETRIED)
+    totals = pg_engine.get_session("s").totals
+    # When the projections catch up
+    projector = projector_for(pg_engine)
+    projector.catch_up()
+    # Then the session's row has the tokens its totals have: every attempt billed (it had the
+    # answer's 1,000 input tokens beside the cost of both attempts, where the totals had 1,900)
+    with projector.connect() as conn:
+        row = conn.execute(
+            sql.SQL(
+                "SELECT input_tokens, output_tokens, cache_read_input_tokens, cost_usd FROM {}.sessions"
+            ).format(sql.Identifier(projector.names.reader))
+        ).fetchone()
+    assert (totals.input_tokens, totals.cache_read_input_tokens) == (1900, 300)
+    assert row == (totals.input_tokens, totals.output_tokens, totals.cache_read_input_tokens, totals.cost_usd)
