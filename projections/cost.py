@@ -21,6 +21,7 @@ from uuid import UUID
 
 from psycopg import Cursor
 
+from flowledger.domain.pricing import TOKEN_FIELDS
 from flowledger.domain.session import Session
 from flowledger.domain.task import Task
 from flowledger.projections.base import Envelope, Projection
@@ -73,8 +74,14 @@ CALL_COLUMNS: tuple[Column, ...] = (
     ("audio_input_tokens", "bigint"),
     ("audio_output_tokens", "bigint"),
 )
+RETRIED_COLUMNS: tuple[Column, ...] = tuple((f"retried_{name}", "bigint") for name in TOKEN_FIELDS)
+"""The tokens a call's retried attempts were billed for (``LlmUsage.retried_tokens``), which its
+``retried_cost_usd`` paid for: the dashboard adds them to the answer's, as a session's totals do.
+The answer's own stay apart, as repricing prices them against its recorded cost."""
+CALL_COLUMNS += RETRIED_COLUMNS
 
-DDL = """
+DDL = (
+    """
 CREATE TABLE {s}.subjects (
     originator_id uuid PRIMARY KEY,
     subject_id text NOT NULL,
@@ -112,11 +119,14 @@ CREATE TABLE {s}.llm_calls (
     retried_cost_usd numeric NOT NULL DEFAULT 0,
     task_priority text,
     audio_input_tokens bigint NOT NULL DEFAULT 0,
-    audio_output_tokens bigint NOT NULL DEFAULT 0
+    audio_output_tokens bigint NOT NULL DEFAULT 0"""
+    + "".join(f",\n    {name} bigint NOT NULL DEFAULT 0" for name, _ in RETRIED_COLUMNS)
+    + """
 );
 CREATE INDEX ON {s}.llm_calls (tenant, occurred_at);
 CREATE INDEX ON {s}.llm_calls (tenant, workflow, occurred_at);
 """
+)
 
 
 class CostDashboard(Projection):
@@ -127,13 +137,21 @@ class CostDashboard(Projection):
     ddl = DDL + ROLLUP_DDL
     # 2: tenant on every row; 3: cache writes, unpriced, retried attempts; 4: cost_rollups;
     # 5: a task call's priority when it was made; 6: audio input and output tokens (priced apart);
-    # 7: no latency for a call that sent no request or whose latency was never measured
-    schema_version = 7
-    # An archived session's v4 to v6 rows fit: task_priority is a task's (NULL), and a call
+    # 7: no latency for a call that sent no request or whose latency was never measured;
+    # 8: the tokens of its retried attempts (``retried_*``, in llm_calls and the roll-ups)
+    schema_version = 8
+    # An archived session's v4 to v7 rows fit: task_priority is a task's (NULL), and a call
     # captured before the audio columns had no audio tokens read (0); one refused before any
-    # request keeps the latency it was archived with.
-    base_versions = (4, 5, 6)
-    base_defaults = {"llm_calls": {"audio_input_tokens": 0, "audio_output_tokens": 0}}
+    # request keeps the latency it was archived with; one captured before the retried attempts'
+    # tokens were kept has none read (0), as it was archived.
+    base_versions = (4, 5, 6, 7)
+    base_defaults = {
+        "llm_calls": {
+            "audio_input_tokens": 0,
+            "audio_output_tokens": 0,
+            **{name: 0 for name, _ in RETRIED_COLUMNS},
+        }
+    }
 
     def __init__(self) -> None:
         self._repricings = RepricingCache()
@@ -230,6 +248,7 @@ class CostDashboard(Projection):
                     priority_at[envelope.id] if call.source == "task" else None,
                     usage.audio_input_tokens if usage else 0,
                     usage.audio_output_tokens if usage else 0,
+                    *(usage.retried_tokens.get(name, 0) if usage else 0 for name in TOKEN_FIELDS),
                 )
             )
         write_rows(cur, schema, "llm_calls", CALL_COLUMNS, rows)

@@ -50,7 +50,9 @@ percentiles: a day of a busy tenant is a few hundred thousand rows, read in abou
 @dataclass(frozen=True)
 class DashboardRow:
     """Calls, errors, tokens, cost and latency of one group; ``cost_usd`` is everything billed,
-    split into ``succeeded_cost_usd``, ``retried_cost_usd`` and ``failed_cost_usd``."""
+    split into ``succeeded_cost_usd``, ``retried_cost_usd`` and ``failed_cost_usd``, and the
+    token counts are those of every attempt billed (``LlmUsage.billed_tokens``), retried ones
+    included, as a session's totals count them."""
 
     group: tuple[Any, ...]
     calls: int
@@ -165,10 +167,18 @@ def dashboard(
     keys = _keys(len(by))
     statement = sql.SQL("""
         WITH calls AS (
-            SELECT {groups}, error_type, input_tokens, output_tokens, cache_read_input_tokens,
-                   reasoning_output_tokens, cost_usd + retried_cost_usd AS cost_usd, latency_ms,
-                   cost_usd AS answer_usd, retried_cost_usd, unpriced, cache_creation_input_tokens,
-                   audio_input_tokens, audio_output_tokens
+            -- Tokens of every attempt billed, as cost_usd counts every attempt (and a session's
+            -- totals both): the answer's alone were shown beside the cost of all of them.
+            SELECT {groups}, error_type, input_tokens + retried_input_tokens AS input_tokens,
+                   output_tokens + retried_output_tokens AS output_tokens,
+                   cache_read_input_tokens + retried_cache_read_input_tokens AS cache_read_input_tokens,
+                   reasoning_output_tokens + retried_reasoning_output_tokens AS reasoning_output_tokens,
+                   cost_usd + retried_cost_usd AS cost_usd, latency_ms,
+                   cost_usd AS answer_usd, retried_cost_usd, unpriced,
+                   cache_creation_input_tokens + retried_cache_creation_input_tokens
+                       AS cache_creation_input_tokens,
+                   audio_input_tokens + retried_audio_input_tokens AS audio_input_tokens,
+                   audio_output_tokens + retried_audio_output_tokens AS audio_output_tokens
             FROM {reader}.llm_calls
             WHERE tenant = %(tenant)s
               AND occurred_at >= %(since)s AND (%(until)s::timestamptz IS NULL OR occurred_at < %(until)s)

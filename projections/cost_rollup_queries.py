@@ -11,7 +11,7 @@ from typing import Any
 
 from psycopg import Connection, sql
 
-from flowledger.domain.pricing import EXACT
+from flowledger.domain.pricing import EXACT, TOKEN_FIELDS
 from flowledger.projections.cost_queries import GROUPINGS, DashboardRow, costliest_first, in_utc
 from flowledger.projections.cost_rollups import MEASURES, SUMS
 from flowledger.projections.latency_sketch import bucket_sql, percentiles
@@ -138,6 +138,8 @@ def _row(group: tuple[Any, ...], total: dict[str, Any], histogram: list[tuple[in
     failed = dict(zip(SUMS, total["failed"], strict=True))
     with localcontext(EXACT):  # not the latency average below: a quotient needs a precision
         sums = {name: ok[name] + failed[name] for name in SUMS}
+        for name in TOKEN_FIELDS:  # every attempt billed, as the raw read gives them
+            sums[name] += sums.pop(f"retried_{name}")
         cost_usd = sums["cost_usd"] + sums["retried_cost_usd"]
         failed_cost_usd = failed["cost_usd"] + failed["retried_cost_usd"]
     p50, p95, p99 = percentiles(histogram, QUANTILES)

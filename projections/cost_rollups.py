@@ -16,6 +16,7 @@ from typing import Any
 
 from psycopg import Cursor, sql
 
+from flowledger.domain.pricing import TOKEN_FIELDS
 from flowledger.projections.latency_sketch import bucket_sql
 from flowledger.projections.windows import GRAINS, ceil, floor
 
@@ -33,6 +34,7 @@ MEASURES: tuple[tuple[str, str, str], ...] = (
     ("cost_usd", "cost_usd", "numeric"),
     ("retried_cost_usd", "retried_cost_usd", "numeric"),
     ("unpriced_calls", "unpriced::integer", "bigint"),
+    *((f"retried_{name}", f"retried_{name}", "bigint") for name in TOKEN_FIELDS),
 )
 """Summed per roll-up row: (column, its expression over an ``llm_calls`` row, type)."""
 SUMS = tuple(name for name, _, _ in MEASURES)

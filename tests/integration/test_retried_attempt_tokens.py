@@ -10,7 +10,7 @@ from psycopg import sql
 
 from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
-from flowledger.projections import projector_for
+from flowledger.projections import dashboard, projector_for
 
 pytestmark = pytest.mark.postgres
 
@@ -46,3 +46,34 @@ def test_a_sessions_row_counts_the_tokens_of_retried_attempts_as_its_totals_do(p
         ).fetchone()
     assert (totals.input_tokens, totals.cache_read_input_tokens) == (1900, 300)
     assert row == (totals.input_tokens, totals.output_tokens, totals.cache_read_input_tokens, totals.cost_usd)
+
+
+@pytest.mark.parametrize("read", ["raw", "rollups"])
+def test_the_dashboard_counts_the_tokens_of_retried_attempts_as_the_sessions_totals_do(
+    pg_engine: Engine, read: str
+) -> None:
+    # Given a session whose one call was answered after a retried attempt, and one without retries
+    pg_engine.start_session("s", "flow")
+    started = pg_engine.clock()
+    pg_engine.record_step("s", "ask", usage=RETRIED)
+    pg_engine.start_session("t", "flow")
+    pg_engine.record_step("t", "ask", usage=LlmUsage(request_model="m", input_tokens=10, output_tokens=2))
+    # When the dashboard is read by session
+    projector = projector_for(pg_engine)
+    projector.catch_up()
+    with projector.connect() as conn:
+        rows = dashboard(
+            conn, projector.names.reader, tenant="default", since=started, by=["session"], read="raw"
+        )
+        [whole] = dashboard(conn, projector.names.reader, tenant="default", since=started, by=[], read=read)
+    # Then each session's tokens are its totals' (the call's 1,000 input tokens were shown beside
+    # the cost of both attempts, where the session's totals had 1,900), and so are the sums
+    for row in rows:
+        totals = pg_engine.get_session(row.group[0]).totals
+        assert (row.input_tokens, row.output_tokens, row.cached_tokens, row.cost_usd) == (
+            totals.input_tokens,
+            totals.output_tokens,
+            totals.cache_read_input_tokens,
+            totals.cost_usd,
+        )
+    assert (whole.input_tokens, whole.cached_tokens, whole.cost_usd) == (1910, 300, Decimal("0.0038"))
