@@ -149,9 +149,9 @@ class SeedTables(Projection):
     ddl = DDL
     # 2: tenant on every row; 3: no latency unless one was measured; 4: an execution's cost, and
     # its step's ai_cost, is what the call was billed (retried attempts, repricings), as the
-    # dashboard's
-    schema_version = 4
-    base_versions = (2, 3)  # an archived session's rows fit unchanged (kept as archived)
+    # dashboard's; 5: its tokens_used, every attempt's too
+    schema_version = 5
+    base_versions = (2, 3, 4)  # an archived session's rows fit unchanged (kept as archived)
     handles = (Session,)
 
     def __init__(self) -> None:
@@ -203,7 +203,11 @@ class SeedTables(Projection):
                         dump_json(call.input),
                         dump_json(call.output),
                         call.model,
-                        usage.total_tokens if usage else 0,
+                        # Every attempt's tokens, as the cost beside them (and the dashboard's
+                        # input plus output): the answer's alone fell short by the retries'.
+                        usage.billed_tokens("input_tokens") + usage.billed_tokens("output_tokens")
+                        if usage
+                        else 0,
                         # The cost dashboard's: what every attempt was billed, at the
                         # repricing in force. The answer's recorded cost alone left the seed's
                         # SUM(cost_usd) short of the dashboard's by the retried attempts.

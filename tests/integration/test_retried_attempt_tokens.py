@@ -77,3 +77,27 @@ def test_the_dashboard_counts_the_tokens_of_retried_attempts_as_the_sessions_tot
             totals.cost_usd,
         )
     assert (whole.input_tokens, whole.cached_tokens, whole.cost_usd) == (1910, 300, Decimal("0.0038"))
+
+
+def test_the_seed_tables_execution_row_counts_the_tokens_of_retried_attempts_as_the_dashboard(
+    pg_engine: Engine,
+) -> None:
+    # Given a session whose one call was answered after a retried attempt
+    pg_engine.start_session("s", "flow")
+    started = pg_engine.clock()
+    pg_engine.record_step("s", "ask", usage=RETRIED)
+    # When the seed's execution rows are read beside the dashboard
+    projector = projector_for(pg_engine)
+    projector.catch_up()
+    with projector.connect() as conn:
+        [(tokens, cost)] = conn.execute(
+            sql.SQL("SELECT tokens_used, cost_usd FROM {}.workflow_executions").format(
+                sql.Identifier(projector.names.reader)
+            )
+        ).fetchall()
+        [row] = dashboard(conn, projector.names.reader, tenant="default", since=started, by=[], read="raw")
+    # Then its tokens are every attempt's, as its cost is (the seed's SUM(tokens_used) had the
+    # answer's 1,050 where the dashboard and the session's totals have 1,950)
+    totals = pg_engine.get_session("s").totals
+    assert (tokens, cost) == (row.input_tokens + row.output_tokens, row.cost_usd)
+    assert tokens == totals.input_tokens + totals.output_tokens == 1950
