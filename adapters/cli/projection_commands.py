@@ -478,7 +478,7 @@ def funnel_command(
 
 def show_analytics(engine: Engine, out: Console, *, since: timedelta = timedelta(days=1)) -> None:
     """Catch the projections up (with a progress bar) and print the engine tenant's dashboard
-    and every funnel."""
+    and the funnel of every workflow, both of the sessions and calls of the last ``since``."""
     projector = projector_for(engine, batch_size=5000)
     with progress_bar(projector, "projecting") as advance:
         projector.catch_up(progress=advance)
@@ -489,7 +489,9 @@ def show_analytics(engine: Engine, out: Console, *, since: timedelta = timedelta
             rows = dashboard(conn, reader, tenant=tenant, since=start, by=groups, read=read_for(since))
             out.print(dashboard_table(rows, groups, f"model calls by {', '.join(groups)}"))
         for workflow in workflows(conn, reader, tenant=tenant, since=start):
-            for report in funnel_report(conn, reader, workflow, tenant=tenant):
+            # The dashboard's window: without it each funnel counted every session ever started.
+            reports = funnel_report(conn, reader, workflow, tenant=tenant, since=start, read=read_for(since))
+            for report in reports:
                 out.print(funnel_table(report))
 
 
