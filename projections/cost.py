@@ -138,13 +138,14 @@ class CostDashboard(Projection):
     # 2: tenant on every row; 3: cache writes, unpriced, retried attempts; 4: cost_rollups;
     # 5: a task call's priority when it was made; 6: audio input and output tokens (priced apart);
     # 7: no latency for a call that sent no request or whose latency was never measured;
-    # 8: the tokens of its retried attempts (``retried_*``, in llm_calls and the roll-ups)
-    schema_version = 8
-    # An archived session's v4 to v7 rows fit: task_priority is a task's (NULL), and a call
+    # 8: the tokens of its retried attempts (``retried_*``, in llm_calls and the roll-ups);
+    # 9: roll-up rows keyed by a hash of their names (``key_hash``)
+    schema_version = 9
+    # An archived session's v4 to v8 rows fit: task_priority is a task's (NULL), and a call
     # captured before the audio columns had no audio tokens read (0); one refused before any
     # request keeps the latency it was archived with; one captured before the retried attempts'
     # tokens were kept has none read (0), as it was archived.
-    base_versions = (4, 5, 6, 7)
+    base_versions = (4, 5, 6, 7, 8)
     base_defaults = {
         "llm_calls": {
             "audio_input_tokens": 0,

@@ -56,13 +56,20 @@ CREATE TABLE {{s}}.cost_rollups (
     latency_sum_ms numeric NOT NULL,
     latency_buckets integer[] NOT NULL,
     latency_counts bigint[] NOT NULL,
-    UNIQUE NULLS NOT DISTINCT (tenant, grain, at, workflow, step, source, model, provider, error_type)
+    -- The key's names (up to 200 characters each, 600 bytes in a CJK script) are keyed by their
+    -- SHA-256, as funnel_paths' paths are: a btree key holds at most 2,704 bytes, and a call
+    -- whose tenant, workflow, step, model and provider were that long was a dead letter.
+    key_hash bytea NOT NULL,
+    UNIQUE (grain, at, key_hash)
 );
+CREATE INDEX ON {{s}}.cost_rollups (tenant, grain, at);
 """
 # The latency sum is numeric: summed in any order (batch sizes differ between a live build
 # and a rebuild) it comes out the same, so ``projections verify`` finds no float noise.
 
 _KEY = ", ".join(KEY)
+KEY_HASH = f"sha256(convert_to(jsonb_build_array({_KEY})::text, 'UTF8'))"
+"""A roll-up row's key (``KEY``) as one value: a None (no model) is JSON null, not a name."""
 _ADD = f"""
 WITH cells AS (
     SELECT {_KEY}, date_trunc('minute', occurred_at, 'UTC') AS minute,
@@ -83,9 +90,10 @@ INSERT INTO {{s}}.cost_rollups AS r
 SELECT grain, at, {_KEY}, sum(calls), {", ".join(f"sum({c})" for c in SUMS)},
        sum(latency_calls), sum(latency_sum_ms),
        coalesce(array_agg(bucket ORDER BY bucket) FILTER (WHERE bucket IS NOT NULL), '{{{{}}}}'),
-       coalesce(array_agg(latency_calls ORDER BY bucket) FILTER (WHERE bucket IS NOT NULL), '{{{{}}}}')
+       coalesce(array_agg(latency_calls ORDER BY bucket) FILTER (WHERE bucket IS NOT NULL), '{{{{}}}}'),
+       {KEY_HASH}
 FROM grained GROUP BY grain, at, {_KEY}
-ON CONFLICT (tenant, grain, at, workflow, step, source, model, provider, error_type) DO UPDATE SET
+ON CONFLICT (grain, at, key_hash) DO UPDATE SET
     calls = r.calls + EXCLUDED.calls,
     {", ".join(f"{c} = r.{c} + EXCLUDED.{c}" for c in SUMS)},
     latency_calls = r.latency_calls + EXCLUDED.latency_calls,

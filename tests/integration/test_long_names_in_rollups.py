@@ -1,0 +1,65 @@
+"""Names as long as the bounds allow, in a script of three bytes a character, fit the roll-ups:
+their rows are keyed by a hash of the names, as a btree key holds at most 2,704 bytes."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from flowledger.domain import LlmUsage
+from flowledger.domain.values import MAX_NAME_LENGTH
+from flowledger.infrastructure import Engine
+from flowledger.projections import dashboard, projector_for, status, verify
+
+pytestmark = pytest.mark.postgres
+
+
+def long_name(rng: random.Random) -> str:
+    """200 random CJK ideographs: 600 bytes of UTF-8 the server cannot compress."""
+    return "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(MAX_NAME_LENGTH))
+
+
+def test_a_call_whose_names_are_all_as_long_as_allowed_is_on_the_dashboard_and_no_dead_letter(
+    pg_engine: Engine,
+) -> None:
+    # Given a tenant, workflow, step, model and provider each of 200 random CJK characters
+    # (valid names: the bound is 200 characters), and one call of theirs
+    rng = random.Random(5)
+    tenant, workflow, step, model, provider = (long_name(rng) for _ in range(5))
+    engine = pg_engine.for_tenant(tenant)
+    started = engine.clock()
+    engine.start_session("s", workflow)
+    usage = LlmUsage(
+        provider=provider, request_model=model, input_tokens=5, cost_usd=Decimal("0.01"), latency_ms=5.0
+    )
+    engine.record_step("s", step, usage=usage)
+    # When the projections catch up
+    projector = projector_for(engine)
+    projector.catch_up()
+    # Then no build set the call aside (cost did: "index row size 3056 exceeds btree version 4
+    # maximum 2704" for the roll-ups' key of its names), and both reads show it
+    assert {b.projection: b.dead_letters for b in status(projector)} == {
+        "current_state": 0,
+        "cost": 0,
+        "funnel": 0,
+        "seed": 0,
+    }
+    with projector.connect() as conn:
+        for read in ("raw", "rollups"):
+            [row] = dashboard(
+                conn,
+                projector.names.reader,
+                tenant=tenant,
+                since=started - timedelta(days=2),
+                by=["workflow", "step", "model", "provider"],
+                read=read,
+            )
+            assert (row.group, row.calls, row.cost_usd) == (
+                (workflow, step, model, provider),
+                1,
+                Decimal("0.01"),
+            )
+    assert verify(projector) == []
