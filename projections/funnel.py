@@ -128,8 +128,9 @@ class CompletionFunnel(Projection):
     name = "funnel"
     exposed = ("funnel_sessions", "funnel_steps", "funnel_paths", "funnel_reach", "funnel_firsts")
     ddl = DDL + ROLLUP_DDL
-    schema_version = 4  # 2: tenant on every row; 3: roll-ups; 4: paths keyed by their hash
-    base_versions = (3,)  # a v3 base's rows (sessions and steps) fit v4's tables as they are
+    # 2: tenant on every row; 3: roll-ups; 4: paths keyed by their hash; 5: funnel_reach too
+    schema_version = 5
+    base_versions = (3, 4)  # a v3 or v4 base's rows (sessions and steps) fit as they are
     handles = (
         Session.Started,
         Session.StepStarted,

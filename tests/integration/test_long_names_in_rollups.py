@@ -12,7 +12,7 @@ import pytest
 from flowledger.domain import LlmUsage
 from flowledger.domain.values import MAX_NAME_LENGTH
 from flowledger.infrastructure import Engine
-from flowledger.projections import dashboard, projector_for, status, verify
+from flowledger.projections import dashboard, funnel_report, projector_for, status, verify
 
 pytestmark = pytest.mark.postgres
 
@@ -62,4 +62,36 @@ def test_a_call_whose_names_are_all_as_long_as_allowed_is_on_the_dashboard_and_n
                 1,
                 Decimal("0.01"),
             )
+    assert verify(projector) == []
+
+
+def four_byte_name(rng: random.Random) -> str:
+    """200 random ideographs of CJK Extension B: 800 bytes of UTF-8."""
+    return "".join(chr(rng.randint(0x20000, 0x2A6DF)) for _ in range(MAX_NAME_LENGTH))
+
+
+def test_a_session_whose_names_are_all_as_long_as_allowed_is_in_the_funnels_roll_ups(
+    pg_engine: Engine,
+) -> None:
+    # Given a tenant, workflow, step and model each of 200 random characters of four bytes
+    rng = random.Random(7)
+    tenant, workflow, step, model = (four_byte_name(rng) for _ in range(4))
+    engine = pg_engine.for_tenant(tenant)
+    engine.start_session("s", workflow)
+    engine.record_step("s", step, usage=LlmUsage(request_model=model, input_tokens=5, latency_ms=5.0))
+    # When the projections catch up
+    projector = projector_for(engine)
+    projector.catch_up()
+    # Then the funnel set nothing aside (its reach roll-up's key was 3,240 bytes: "index row
+    # size 3240 exceeds btree version 4 maximum 2704"), and its roll-ups show the step
+    assert {b.projection: b.dead_letters for b in status(projector)}["funnel"] == 0
+    with projector.connect() as conn:
+        [report] = funnel_report(
+            conn, projector.names.reader, workflow, tenant=tenant, by="model", read="rollups"
+        )
+    assert (report.segment, report.sessions, [(s.step, s.reached) for s in report.steps]) == (
+        model,
+        1,
+        [(step, 1)],
+    )
     assert verify(projector) == []
