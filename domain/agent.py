@@ -90,7 +90,7 @@ def normalise_skills(field_name: str, skills: Iterable[str]) -> list[str]:
     if isinstance(skills, str | bytes):
         raise ValidationError(field_name, "must be a list of skill names, not a string")
     if not isinstance(skills, Iterable) or isinstance(skills, Mapping):  # a dict's keys: unmeant
-        raise ValidationError(field_name, f"must be a list of skill names, got {skills!r}")
+        raise ValidationError(field_name, f"must be a list of skill names, got {shown(skills)}")
     skills = list(skills)
     if len(skills) > MAX_SKILLS:
         raise ValidationError(field_name, f"must name at most {MAX_SKILLS} skills, got {len(skills)}")

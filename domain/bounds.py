@@ -88,12 +88,25 @@ _COMPACT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_
 
 
 def shown(value: Any) -> str:
-    """``repr(value)`` for a refusal's message; an int too long for Python to write out (past
-    4,300 digits, ``sys.get_int_max_str_digits``) by its size: its ``repr`` raises ValueError,
-    which reached the caller of ``get_session(version=10**5000)`` instead of the refusal."""
+    """``repr(value)`` for a refusal's message, or what the value is when Python cannot write it
+    out: an int past 4,300 digits (``sys.get_int_max_str_digits``) by its size, a container
+    holding one, or nested deeper than ``repr`` follows. Their ``repr`` raises (ValueError,
+    RecursionError), which reached the caller of ``get_session(version=10**5000)`` or
+    ``start_session(ttl=<a dict nested 2,000 deep>)`` instead of the refusal. Every message that
+    quotes a value a caller gave writes it with ``shown``, never ``!r``."""
     if type(value) is int and value.bit_length() > _LARGEST_PLAIN_INT_BITS and _too_long(value):
         return f"an integer of {int(math.log10(abs(value))) + 1:,} digits"
-    return repr(value)
+    try:
+        return repr(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deeply to show"
+    except ValueError as error:
+        if "integer string conversion" not in str(error):
+            return f"a {type(value).__name__} that cannot be shown ({type(error).__name__})"
+        limit = sys.get_int_max_str_digits()
+        return f"a {type(value).__name__} holding an integer of more than {limit:,} digits"
+    except Exception as error:  # a __repr__ of the caller's own that raises
+        return f"a {type(value).__name__} that cannot be shown ({type(error).__name__})"
 
 
 _SHOWN_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
@@ -476,7 +489,8 @@ def _explain_json(field_name: str, value: Any) -> None:
             if isinstance(item, dict):
                 for key, child in item.items():
                     if not isinstance(key, str):
-                        raise ValidationError(field_name, f"object keys must be strings, got {key!r}{at}")
+                        message = f"object keys must be strings, got {shown(key)}{at}"
+                        raise ValidationError(field_name, message)
                     found = _UNSTORABLE.search(key)
                     if found:
                         raise ValidationError(field_name, f"key {key[:40]!r}{at} {_why(found.group())}")
@@ -491,13 +505,13 @@ def _explain_json(field_name: str, value: Any) -> None:
                 )
         elif not isinstance(item, _SCALARS):
             raise ValidationError(
-                field_name, f"must be JSON (object, array, string, number, bool, null), got {item!r}{at}"
+                field_name, f"must be JSON (object, array, string, number, bool, null), got {shown(item)}{at}"
             )
         elif isinstance(item, float) and not _FINITE_MIN <= item <= _FINITE_MAX:  # NaN fails both
             # Named here, with its path: the encoder's words were "Out of range float values
             # are not JSON compliant", with no place.
             raise ValidationError(
-                field_name, f"numbers must be finite (JSON has no NaN or Infinity), got {item!r}{at}"
+                field_name, f"numbers must be finite (JSON has no NaN or Infinity), got {shown(item)}{at}"
             )
         elif isinstance(item, int) and item.bit_length() > _LARGEST_PLAIN_INT_BITS and _too_long(item):
             limit = sys.get_int_max_str_digits()
@@ -516,7 +530,7 @@ def require_object(field_name: str, value: Any, *, optional: bool = False) -> No
 def require_duration(field_name: str, value: Any, *, maximum: timedelta) -> timedelta:
     """Raise ValidationError unless ``value`` is a timedelta in (0, ``maximum``]."""
     if not isinstance(value, timedelta) or value <= timedelta(0):
-        given = str(value) if isinstance(value, timedelta) else repr(value)  # 0:00:00, -1 day, 23:00:00
+        given = str(value) if isinstance(value, timedelta) else shown(value)  # 0:00:00, -1 day, 23:00:00
         raise ValidationError(field_name, f"must be a positive duration, got {given}")
     if value > maximum:
         raise ValidationError(field_name, f"must be at most {_days(maximum)}, got {_days(value)}")
@@ -544,7 +558,7 @@ def require_ttl(ttl: Any) -> timedelta:
 def require_flag(field_name: str, value: Any) -> bool:
     """Raise ValidationError unless ``value`` is True or False (a string "no" is not false)."""
     if not isinstance(value, bool):
-        raise ValidationError(field_name, f"must be true or false, got {value!r}")
+        raise ValidationError(field_name, f"must be true or false, got {shown(value)}")
     return value
 
 
@@ -560,7 +574,7 @@ def require_moment(field_name: str, value: Any, *, optional: bool = False) -> No
             raise ValidationError(
                 field_name, f"must carry a time zone (like +00:00 or Z), got {value.isoformat()}"
             )
-        raise ValidationError(field_name, f"must be a timezone-aware datetime, got {value!r}")
+        raise ValidationError(field_name, f"must be a timezone-aware datetime, got {shown(value)}")
     offset = value.utcoffset()
     if offset is not None and value.replace(tzinfo=None) - datetime.min < offset:
         raise ValidationError(field_name, f"must lie in year 1 or later in UTC, got {value.isoformat()}")

@@ -20,7 +20,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 from eventsourcing.domain import event
 
 from flowledger.domain.aggregate import FlowledgerAggregate
-from flowledger.domain.bounds import require_tenant
+from flowledger.domain.bounds import require_tenant, shown
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.values import require_id, require_name
 
@@ -50,16 +50,17 @@ as not more than 0); no exponent, underscore or space."""
 def require_limit(value: object) -> Decimal:
     """A positive, finite amount of USD with at most 12 decimals (floats refused: not exact)."""
     if isinstance(value, bool | float):
-        raise ValidationError("limit_usd", f"must be an exact decimal (a string or Decimal), got {value!r}")
+        message = f"must be an exact decimal (a string or Decimal), got {shown(value)}"
+        raise ValidationError("limit_usd", message)
     if isinstance(value, str) and _PLAIN_DECIMAL.fullmatch(value) is None:
         # Decimal itself also reads "1_000", " 5 ", "1e3" and non-ASCII digits
         raise ValidationError("limit_usd", f"must be a plain decimal like 25 or 0.50, got {value[:40]!r}")
     try:
         amount = Decimal(value) if isinstance(value, str | int) else value
     except InvalidOperation:
-        raise ValidationError("limit_usd", f"must be a decimal amount of USD, got {value!r}") from None
+        raise ValidationError("limit_usd", f"must be a decimal amount of USD, got {shown(value)}") from None
     if not isinstance(amount, Decimal) or not amount.is_finite():
-        raise ValidationError("limit_usd", f"must be a decimal amount of USD, got {value!r}")
+        raise ValidationError("limit_usd", f"must be a decimal amount of USD, got {shown(value)}")
     # Said as written (``format(..., "f")``): 0.0000000000001 was answered "got 1E-13", and a JSON
     # number rounded to nothing "got 0E-12".
     if not Decimal(0) < amount <= MAX_LIMIT_USD:
@@ -76,7 +77,7 @@ def require_webhook_url(url: str | None) -> str | None:
     if url is None:
         return None
     if not isinstance(url, str) or len(url) > 2000 or any(c.isspace() or not c.isprintable() for c in url):
-        raise ValidationError("webhook_url", f"must be an absolute http(s) URL, got {url!r}")
+        raise ValidationError("webhook_url", f"must be an absolute http(s) URL, got {shown(url)}")
     parts = urlsplit(url)
     try:
         port_ok = parts.port is None or parts.port > 0
@@ -84,7 +85,8 @@ def require_webhook_url(url: str | None) -> str | None:
         port_ok = False
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
         raise ValidationError(
-            "webhook_url", f"must be an absolute http(s) URL with a host (and a port of 1-65535), got {url!r}"
+            "webhook_url",
+            f"must be an absolute http(s) URL with a host (and a port of 1-65535), got {shown(url)}",
         )
     return url
 
@@ -147,7 +149,7 @@ def window_start(period: str, now: datetime) -> datetime:
         return at.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     if period == "total":
         return TOTAL_WINDOW
-    raise ValidationError("period", f"{period!r} is not one of {', '.join(PERIODS)}")
+    raise ValidationError("period", f"{shown(period)} is not one of {', '.join(PERIODS)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,11 +198,11 @@ class BudgetSpec:
     ) -> BudgetSpec:
         """A checked spec; ValidationError names the first bad field."""
         if scope not in SCOPES:
-            raise ValidationError("scope", f"{scope!r} is not one of {', '.join(SCOPES)}")
+            raise ValidationError("scope", f"{shown(scope)} is not one of {', '.join(SCOPES)}")
         if period not in PERIODS:
-            raise ValidationError("period", f"{period!r} is not one of {', '.join(PERIODS)}")
+            raise ValidationError("period", f"{shown(period)} is not one of {', '.join(PERIODS)}")
         if mode not in MODES:
-            raise ValidationError("mode", f"{mode!r} is not one of {', '.join(MODES)}")
+            raise ValidationError("mode", f"{shown(mode)} is not one of {', '.join(MODES)}")
         require_subject(scope, subject)
         return cls(
             scope=scope,
@@ -351,7 +353,7 @@ class Budget(FlowledgerAggregate):
     def raise_alert(self, window: datetime, threshold: int, spent_usd: Decimal) -> bool:
         """Record a threshold reached; False (no event) when already raised in this window."""
         if threshold not in THRESHOLDS:
-            raise ValidationError("threshold", f"must be one of {THRESHOLDS}, got {threshold!r}")
+            raise ValidationError("threshold", f"must be one of {THRESHOLDS}, got {shown(threshold)}")
         if self.alerted_window == window and threshold in self.alerted:
             return False
         self.trigger_event(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flowledger.domain.bounds import require_name
+from flowledger.domain.bounds import require_name, shown
 from flowledger.domain.errors import TaskAssignmentChanged, ValidationError
 from flowledger.domain.task_transitions import TaskAction, require_transition, whereabouts
 from flowledger.domain.task_views import Assignment, TaskStatus
@@ -33,7 +33,8 @@ class AssignmentRef:
         ):
             raise ValidationError(
                 "assignment",
-                f"must be a whole number from 1 (the task's times_assigned when assigned), got {number!r}",
+                "must be a whole number from 1 (the task's times_assigned when assigned),"
+                f" got {shown(number)}",
             )
         return cls(agent_id, number)
 

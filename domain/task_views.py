@@ -8,6 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from flowledger.domain.bounds import shown
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.values import JsonObject, LlmUsage
 
@@ -36,10 +37,12 @@ class TaskPriority(StrEnum):
         """The priority named (any case; spaces, tabs and line breaks around it trimmed:
         ``PRIORITY_PADDING``), or ValidationError."""
         try:
-            return cls(str(priority).strip(PRIORITY_PADDING).lower())
+            if not isinstance(priority, str):  # str() of a dict nested deep raises RecursionError
+                raise ValueError(priority)
+            return cls(priority.strip(PRIORITY_PADDING).lower())
         except ValueError:
             names = [p.value for p in cls]
-            message = f"must be one of {names} (any case), got {priority!r}"
+            message = f"must be one of {names} (any case), got {shown(priority)}"
             raise ValidationError("priority", message) from None
 
 
@@ -101,12 +104,12 @@ class Classification:
             given = getattr(self, field_name)
             name = given.lower() if isinstance(given, str) else given  # any case, as priorities
             if name not in names:
-                message = f"must be one of {names} (any case), got {given!r}"
+                message = f"must be one of {names} (any case), got {shown(given)}"
                 raise ValidationError(field_name, message)
             object.__setattr__(self, field_name, name)
         hours = self.estimated_hours
         if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= 10_000:
-            raise ValidationError("estimated_hours", f"must be a number in (0, 10000], got {hours!r}")
+            raise ValidationError("estimated_hours", f"must be a number in (0, 10000], got {shown(hours)}")
         object.__setattr__(self, "estimated_hours", float(hours))
 
     @classmethod

@@ -140,7 +140,7 @@ class LlmUsage:
             "cost_source",
         ):
             if not isinstance(getattr(self, name), str):
-                raise ValidationError(f"usage.{name}", f"must be a string, got {getattr(self, name)!r}")
+                raise ValidationError(f"usage.{name}", f"must be a string, got {shown(getattr(self, name))}")
         for name in (
             "input_tokens",
             "output_tokens",
@@ -184,7 +184,7 @@ class LlmUsage:
         _require_retried_tokens(self)
         for name in ("unpriced", "billed_unreported"):
             if not isinstance(getattr(self, name), bool):
-                raise ValidationError(f"usage.{name}", f"must be a boolean, got {getattr(self, name)!r}")
+                raise ValidationError(f"usage.{name}", f"must be a boolean, got {shown(getattr(self, name))}")
         if self.billed_unreported and not self.unpriced:
             raise ValidationError(
                 "usage.billed_unreported", "needs unpriced: what was not reported has no known cost"
@@ -211,7 +211,7 @@ class LlmUsage:
             or not isinstance(reasons, list | tuple)
             or not all(isinstance(r, str) for r in reasons)
         ):
-            raise ValidationError("usage.finish_reasons", f"must be a list of strings, got {reasons!r}")
+            raise ValidationError("usage.finish_reasons", f"must be a list of strings, got {shown(reasons)}")
         _require_plain_object("usage.extra", self.extra)
         object.__setattr__(self, "finish_reasons", tuple(reasons))
 

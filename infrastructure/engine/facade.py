@@ -22,6 +22,7 @@ from typing import Any
 from uuid import UUID, uuid5
 
 from flowledger.domain.agent import SEED_CAPACITY
+from flowledger.domain.bounds import shown
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import SessionArchived, SessionNotFound, StoredEventMissing, ValidationError
 from flowledger.domain.model_tiers import ModelTiers
@@ -120,7 +121,7 @@ class Engine:
         reading = None if clock is None else clock()
         if clock is not None and (not isinstance(reading, datetime) or reading.utcoffset() is None):
             # Read once here: anything else fails far away (AttributeError: no tzinfo).
-            raise ValidationError("clock", f"must return timezone-aware datetimes, got {reading!r}")
+            raise ValidationError("clock", f"must return timezone-aware datetimes, got {shown(reading)}")
         if settings is not None and not isinstance(settings, Settings):
             raise ValidationError("settings", f"must be a Settings, got {type(settings).__name__}")
         base = settings if settings is not None else Settings.from_env()
@@ -406,7 +407,7 @@ class Engine:
         ``flowledger.projections.retention.restore`` passes ``before_insert`` so that no projection
         build that folded the sessions' archived rows reads their events again."""
         if sessions is not None and (isinstance(sessions, str) or not isinstance(sessions, list | tuple)):
-            raise ValidationError("sessions", f"must be a list of session ids, got {sessions!r}")
+            raise ValidationError("sessions", f"must be a list of session ids, got {shown(sessions)}")
         return self.retention.restore(_path("bundle", bundle), sessions, before_insert=before_insert)
 
     @classmethod
@@ -1042,7 +1043,7 @@ MAX_BATCH = 100_000
 def _path(field_name: str, value: object) -> Path:
     """``value`` as a Path, or a ValidationError naming the field (not pathlib's TypeError)."""
     if not isinstance(value, str | os.PathLike) or not str(value):
-        raise ValidationError(field_name, f"must be a path, got {value!r}")
+        raise ValidationError(field_name, f"must be a path, got {shown(value)}")
     try:
         encoded = os.fsencode(value)
     except (TypeError, UnicodeEncodeError):  # a lone surrogate the file system cannot encode

@@ -13,7 +13,7 @@ from uuid import UUID
 from eventsourcing.persistence import ApplicationRecorder, IntegrityError, Mapper, Notification, StoredEvent
 from eventsourcing.utils import TopicError
 
-from flowledger.domain.bounds import require_count
+from flowledger.domain.bounds import require_count, shown
 from flowledger.domain.errors import StoredEventUnreadable, ValidationError
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.outages import within_deadline
@@ -203,15 +203,15 @@ def _stream_id(value: Any) -> UUID:
         except ValueError:
             pass
     raise ValidationError(
-        "aggregate_id", f"must be a UUID (engine.session_uuid(id) gives a session's), got {value!r}"
+        "aggregate_id", f"must be a UUID (engine.session_uuid(id) gives a session's), got {shown(value)}"
     )
 
 
 def _topics(value: Any) -> list[str]:
     """Topics to read: strings, in a list or another collection (one string alone is refused)."""
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise ValidationError("topics", f"must be a list of topic strings, got {value!r}")
+        raise ValidationError("topics", f"must be a list of topic strings, got {shown(value)}")
     topics = list(value)
     if not all(isinstance(topic, str) for topic in topics):
-        raise ValidationError("topics", f"must be a list of topic strings, got {topics!r}")
+        raise ValidationError("topics", f"must be a list of topic strings, got {shown(topics)}")
     return topics

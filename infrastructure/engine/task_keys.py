@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowledger.domain.aggregate import command_id_of
-from flowledger.domain.bounds import require_name
+from flowledger.domain.bounds import require_name, shown
 from flowledger.domain.errors import TaskIdempotencyKeyReused
 from flowledger.domain.task import Task
 
@@ -102,9 +102,9 @@ def described(event: Any) -> str:
 
 def release_words(reason: str) -> str:
     """A release as a key records it."""
-    return f"a release for {reason!r}"
+    return f"a release for {shown(reason)}"
 
 
 def requeue_words(requested_by: str, reason: str) -> str:
     """A requeue as a key records it (its deadline, given as a delay, moves with each send)."""
-    return f"a requeue by {requested_by!r} for {reason!r}"
+    return f"a requeue by {shown(requested_by)} for {shown(reason)}"

@@ -28,20 +28,23 @@ def _overdue(state: TaskState, now: datetime) -> bool:
 
 def _status(status: str) -> TaskStatus:
     try:
-        return TaskStatus(str(status).lower())
+        if not isinstance(status, str):  # str() of a dict nested deep raises RecursionError
+            raise ValueError(status)
+        return TaskStatus(status.lower())
     except ValueError:
         names = [s.value for s in TaskStatus]
-        raise ValidationError("status", f"must be one of {names}, got {status!r}") from None
+        raise ValidationError("status", f"must be one of {names}, got {shown(status)}") from None
 
 
 def task_key(task_id: str) -> str:
-    """The in-process lock key of a task (apart from session ids)."""
-    return f"task\x1f{task_id}"
+    """The in-process lock key of a task (apart from session ids). An id that is no string is
+    refused under the lock (``task_uuid``); its key only has to be made without raising."""
+    return f"task\x1f{task_id if isinstance(task_id, str) else shown(task_id)}"
 
 
 def agent_key(agent_id: str) -> str:
-    """The in-process lock key of an agent."""
-    return f"agent\x1f{agent_id}"
+    """The in-process lock key of an agent (an id that is no string: as ``task_key``)."""
+    return f"agent\x1f{agent_id if isinstance(agent_id, str) else shown(agent_id)}"
 
 
 class TaskReads:
@@ -132,7 +135,7 @@ class TaskReads:
         wanted_status = _status(status) if status is not None else None
         wanted_priority = TaskPriority.parse(priority) if priority is not None else None
         if overdue is not None and not isinstance(overdue, bool):
-            raise ValidationError("overdue", f"must be true, false or None, got {overdue!r}")
+            raise ValidationError("overdue", f"must be true, false or None, got {shown(overdue)}")
         if overdue is not None and wanted_status is not None and wanted_status.is_final:
             # A closed task is neither overdue nor not: the pair would list nothing, always.
             raise ValidationError(
@@ -147,13 +150,13 @@ class TaskReads:
                 f"{wanted_status.value} tasks are held by no agent",
             )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
-            raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")
+            raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {shown(limit)}")
         open_only = overdue is not None or (wanted_status is not None and not wanted_status.is_final)
         entries = self.index.open_tasks() if open_only else self.index.all_tasks()
         if after is not None:
             cursor = self.index.task_entry(self.task_uuid(after))
             if cursor is None:
-                raise ValidationError("after", f"no task {after!r} in this tenant")
+                raise ValidationError("after", f"no task {shown(after)} in this tenant")
             entries = [entry for entry in entries if entry.position > cursor.position]
         now = self._store.clock()
         found = []

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from flowledger.domain.agent import SEED_CAPACITY, Agent, normalise_skills, require_registration
 from flowledger.domain.assignment import queue_window
-from flowledger.domain.bounds import require_flag, require_resolution
+from flowledger.domain.bounds import require_flag, require_resolution, shown
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task import Task
 from flowledger.domain.task_assignment_ref import ANY_ASSIGNMENT, AssignmentRef
@@ -465,5 +465,5 @@ def require_queue_run(limit: int | None, escalate_when_full: bool) -> None:
     if limit is not None and (
         isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST
     ):
-        raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {limit!r}")
+        raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {shown(limit)}")
     require_flag("escalate_when_full", escalate_when_full)

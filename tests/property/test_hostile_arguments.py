@@ -12,6 +12,7 @@ embedded null byte``) and ``for_tenant(None)`` answering with the engine itself.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -42,6 +43,7 @@ HOSTILE: list[Any] = [
     0,
     -1,
     10**30,
+    10**5000,  # its repr raises ValueError (test_unprintable_arguments.py)
     1.5,
     float("nan"),
     float("inf"),
@@ -61,6 +63,8 @@ HOSTILE: list[Any] = [
     timedelta(-1),
     timedelta.max,
     {"x": float("nan")},
+    {"x": 10**5000},
+    functools.reduce(lambda inner, _: {"a": inner}, range(2_000), {}),  # past repr's recursion limit
     {"x": "\ud800"},
     {1: 2},
     {"x": b"b"},
