@@ -264,16 +264,20 @@ class LlmUsage:
 
     @classmethod
     def from_dict(cls, data: JsonObject) -> LlmUsage:
-        """Inverse of ``to_dict``; unknown keys are rejected."""
+        """Inverse of ``to_dict``; unknown keys are rejected, and so is a value that is no
+        field's (a ValidationError naming it, as the constructor's: a cost that is no number was
+        ``decimal.InvalidOperation``, finish reasons that are no list a ``TypeError``)."""
+        if not isinstance(data, dict):
+            raise ValidationError("usage", f"must be an object of usage fields, got {shown(data)}")
         known = set(cls.__dataclass_fields__)
         unknown = set(data) - known
         if unknown:
-            raise ValidationError("usage", f"unknown fields {sorted(unknown)}")
+            raise ValidationError("usage", f"unknown fields {sorted(map(str, unknown))}")
         values = dict(data)
         for name in ("cost_usd", "retried_cost_usd"):
             if name in values:
-                values[name] = Decimal(str(values[name]))
-        if "finish_reasons" in values:
+                values[name] = _decimal_of(f"usage.{name}", values[name])
+        if isinstance(values.get("finish_reasons"), list):
             values["finish_reasons"] = tuple(values["finish_reasons"])
         return cls(**values)
 
@@ -290,6 +294,18 @@ _LATER_FIELDS: tuple[tuple[str, Any], ...] = (
     ("retried_tokens", {}),
 )
 """LlmUsage fields added after release 0.1.0, with their defaults."""
+
+
+def _decimal_of(field_name: str, value: Any) -> Decimal:
+    """A cost as ``to_dict`` writes it (a string) or JSON reads it (a number), exactly."""
+    if isinstance(value, Decimal):
+        return value
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            return Decimal(str(value))
+        except (ArithmeticError, ValueError):  # InvalidOperation; an int too long for str()
+            pass
+    raise ValidationError(field_name, f"must be a decimal amount, got {shown(value)}")
 
 
 def _require_retried_tokens(usage: LlmUsage) -> None:
