@@ -102,9 +102,17 @@ MAX_MESSAGE_LENGTH = 800
 one line and HTTP bodies."""
 
 
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+"""Every character ``str.splitlines`` breaks at, as ``repr`` writes it (``\\n``, ``\\u2028``)."""
+
+
 def _one_short_line(message: str) -> str:
-    """``message`` as it is, or its start and how long it was when it is longer than
-    ``MAX_MESSAGE_LENGTH`` (the rule comes first in every message; the quoted value last)."""
+    """``message`` on one line (a line break in what it quotes written out: a path, a name given
+    as it is, ``restore_sessions("a\\nb")``, went on over two lines), and cut to its start and
+    how long it was when it is longer than ``MAX_MESSAGE_LENGTH`` (the rule comes first in every
+    message; the quoted value last)."""
+    if not message.isprintable():
+        message = message.translate(_LINE_BREAKS)
     if len(message) <= MAX_MESSAGE_LENGTH:
         return message
     return f"{message[: MAX_MESSAGE_LENGTH - 60]}… [cut: {len(message):,} characters in all]"
