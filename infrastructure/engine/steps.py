@@ -30,6 +30,7 @@ from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
     BudgetExceeded,
     ConcurrentUpdate,
+    EngineClosed,
     FlowledgerError,
     LlmError,
     LlmNotConfigured,
@@ -698,11 +699,17 @@ class StepService:
 
         Run in a copy of the caller's context (``run_in_executor`` does not copy it, unlike
         ``asyncio.to_thread``), so ``Engine.acting_as`` reaches the events the step writes.
+        EngineClosed once ``close`` shut the threads down (the only reason the executor refuses
+        work): a step whose model answered meanwhile told its caller ``LlmError: ... could not
+        be recorded: RuntimeError: cannot schedule new futures after shutdown``.
         """
         context = contextvars.copy_context()
-        return asyncio.get_running_loop().run_in_executor(
-            self.executor, partial(context.run, function, *args)
-        )
+        try:
+            return asyncio.get_running_loop().run_in_executor(
+                self.executor, partial(context.run, function, *args)
+            )
+        except RuntimeError:
+            raise EngineClosed("process a step") from None
 
     async def _in_db(self, function: Callable[..., T], *args: Any) -> T:
         return await self._db_future(function, *args)
