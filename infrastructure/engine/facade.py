@@ -355,7 +355,9 @@ class Engine:
 
     @property
     def audit(self) -> AuditTrail:
-        """Checkpoints, verification and bundles of this engine's log (PostgreSQL only)."""
+        """Checkpoints, verification and bundles of this engine's log (PostgreSQL only; EngineClosed
+        once closed: its checkpoint was a StoreUnavailable on the closed pool)."""
+        self._app.ensure_open("audit")
         if self._audit is None:
             raise ValidationError(
                 "audit", "the audit chain needs PostgreSQL (this engine keeps events in memory)"

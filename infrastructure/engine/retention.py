@@ -166,7 +166,10 @@ class RetentionService:
 
     def _within_deadline(self, operation: str, call: Callable[[], T]) -> T:
         """``call()`` (a read, or a write that sets a value) tried again after a lost connection
-        within the operation deadline, as the store's reads are; then StoreUnavailable."""
+        within the operation deadline, as the store's reads are; then StoreUnavailable.
+        EngineClosed once the engine is closed: each call opens a connection of its own, so a
+        closed engine had gone on setting policies and archiving."""
+        self._app.ensure_open(operation)
         return within_deadline(operation, self._trail.settings.operation_deadline_s, call)
 
     def archived(self) -> dict[UUID, int]:
@@ -277,6 +280,7 @@ class RetentionService:
         before_commit: BeforeCommit | None = None,
     ) -> RetentionReport:
         """Archive every policy's due sessions (or one workflow's) into bundles under ``out_dir``."""
+        self._app.ensure_open("archive sessions")
         if batch_size < 1:
             raise ValidationError("batch_size", f"must be >= 1, got {batch_size}")
         started = time.perf_counter()
@@ -561,6 +565,7 @@ class RetentionService:
         before_insert: BeforeRestore | None = None,
     ) -> RestoreReport:
         """Put the archived events in ``bundle`` back (of ``sessions`` only, when given)."""
+        self._app.ensure_open("restore sessions")
         try:
             raw = bundle.read_bytes()
             lines = raw.decode("utf-8").splitlines()

@@ -1,0 +1,56 @@
+"""A closed engine refuses retention's and the audit trail's calls with EngineClosed at once,
+as it refuses every other command and read (README: Rules and errors), and writes nothing.
+
+Observed (an outside probe, PostgreSQL): after ``engine.close()``, ``engine.retention``
+still set and deleted policies (a row written by a closed engine), listed them and ran
+``archive_sessions``, each on a connection of its own; ``engine.audit.checkpoint()`` was a
+``StoreUnavailable`` ("pool has already been opened/closed"), an outage a caller waits out.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from flowledger.domain.errors import EngineClosed, StoreUnavailable
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+
+CALLS: dict[str, Callable[[Engine], Any]] = {
+    "retention.set_policy": lambda e: e.retention.set_policy("wf-new", 30),
+    "retention.delete_policy": lambda e: e.retention.delete_policy("wf"),
+    "retention.policies": lambda e: e.retention.policies(),
+    "retention.archived": lambda e: e.retention.archived(),
+    "archive_sessions": lambda e: e.archive_sessions(tempfile.mkdtemp()),
+    "archive_sessions dry run": lambda e: e.archive_sessions(tempfile.mkdtemp(), dry_run=True),
+    "restore_sessions": lambda e: e.restore_sessions("/nonexistent/bundle.jsonl"),
+    "audit.checkpoint": lambda e: e.audit.checkpoint(),
+}
+
+
+@pytest.mark.parametrize("call", CALLS.values(), ids=CALLS.keys())
+@pytest.mark.parametrize("retention_first", [False, True], ids=["fresh", "retention-taken-before-close"])
+def test_a_closed_engine_refuses_retention_and_audit_calls_at_once_writing_nothing(
+    database_url: str, pg_schema: str, call: Callable[[Engine], Any], retention_first: bool
+) -> None:
+    # Given a retention policy, and an engine closed (its retention used before or not)
+    settings = make_settings(database_url=database_url, schema=pg_schema)
+    with Engine(settings=settings) as setter:
+        setter.retention.set_policy("wf", 90)
+    engine = Engine(settings=settings)
+    if retention_first:
+        engine.retention.policies()
+    engine.close()
+    # When a retention or audit call runs on it
+    started = time.monotonic()
+    with pytest.raises(EngineClosed) as raised:
+        call(engine)
+    # Then it is refused at once as a programming error, and the policies are as they were
+    assert time.monotonic() - started < 1.0
+    assert not isinstance(raised.value, StoreUnavailable)
+    with Engine(settings=settings) as reader:
+        assert reader.retention.policies() == {"wf": 90}
