@@ -271,8 +271,10 @@ class Engine:
         agents with its task index); every aggregate id is scoped by tenant, so what one
         tenant writes another never finds. Any number of tenants thus use one engine's
         connections (``docs/http.md``). Closing it stops only its own services; closing this
-        engine closes every engine it made, and the store under them.
+        engine closes every engine it made, and the store under them. EngineClosed once this
+        engine is closed (it answered with an engine over the closed store, its tenant admitted).
         """
+        self._app.ensure_open("make a tenant's engine")
         if tenant is None:  # with_overrides reads None as "keep this engine's": not a tenant
             raise ValidationError("tenant", "must be a non-empty string, got None")
         settings = self.settings.with_overrides(tenant=tenant)  # the name checked as any tenant's

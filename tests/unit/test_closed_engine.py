@@ -32,6 +32,8 @@ CALLS: dict[str, Callable[[Engine], Any]] = {
     "list_agents": lambda e: e.list_agents(),
     "assign_pending": lambda e: e.assign_pending(),
     "log.head": lambda e: e.log.head(),
+    # (It answered with a new engine over the closed store, after admitting its tenant.)
+    "for_tenant": lambda e: e.for_tenant("other"),
 }
 
 
