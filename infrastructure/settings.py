@@ -6,14 +6,14 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from urllib.parse import unquote
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from flowledger.domain.bounds import require_tenant
+from flowledger.domain.bounds import require_tenant, shown
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.variables import refuse_misspelt_variables
 
@@ -160,7 +160,7 @@ class Settings:
             elif value is not None and not isinstance(value, Path):
                 raise ValidationError(name, f"must be a path, got {type(value).__name__}")
         if not isinstance(self.schema, str) or not _SCHEMA_NAME.match(self.schema):
-            raise ValidationError("schema", f"{self.schema!r} is not a plain lower-case SQL name")
+            raise ValidationError("schema", f"{shown(self.schema)} is not a plain lower-case SQL name")
         if len(self.schema) > MAX_SCHEMA_LENGTH:
             raise ValidationError(
                 "schema",
@@ -176,17 +176,21 @@ class Settings:
             _require_conninfo("database_url", self.database_url)
         # Given as arguments, not read from the environment: checked as ``_count``/``_seconds``
         # check the variables ("x" failed at the first comparison, NaN waited for ever).
+        for name in _FLAGS:  # "no" and "false" are true in Python: a flag the caller turned off was on
+            value = getattr(self, name)
+            if type(value) is not bool:
+                raise ValidationError(name, f"must be True or False, got {shown(value)}")
         for name in _WHOLE_NUMBERS:
             value = getattr(self, name)
             if type(value) is not int:
-                raise ValidationError(name, f"must be a whole number, got {value!r}")
+                raise ValidationError(name, f"must be a whole number, got {shown(value)}")
         for name in ("write_cache_size", "write_cache_bytes"):
             if getattr(self, name) < 0:
                 raise ValidationError(name, f"must be >= 0, got {getattr(self, name)}")
         for name in _POSITIVE_SECONDS:
             value = getattr(self, name)
             if type(value) not in (int, float) or not (0 < value < math.inf):
-                raise ValidationError(name, f"must be a finite number > 0, got {value!r}")
+                raise ValidationError(name, f"must be a finite number > 0, got {shown(value)}")
         for name in _SERVER_MILLISECONDS:
             value = getattr(self, name)
             if not (_SERVER_MS_RANGE_S[0] <= value <= _SERVER_MS_RANGE_S[1]):
@@ -520,3 +524,7 @@ def _on_or_off(env: Mapping[str, str], name: str, *, default: bool = False) -> b
     if raw in _ON:
         return True
     raise ValidationError(name, f"must be on or off (1/true/yes/on, 0/false/no/off), got {env[name]!r}")
+
+
+_FLAGS = tuple(f.name for f in fields(Settings) if f.type in ("bool", bool))
+"""The fields that are True or False, checked as given (``Settings.__post_init__``)."""
