@@ -118,6 +118,9 @@ class Engine:
         llm: LlmPort | None = None,
         alerts: AlertNotifier | None = None,
     ) -> None:
+        _require_shape("clock", clock, "__call__", "a function returning timezone-aware datetimes")
+        _require_shape("llm", llm, "complete", "an LLM adapter (an LlmPort: async complete(...))")
+        _require_shape("alerts", alerts, "notify", "an alert notifier (an AlertNotifier: notify(...))")
         reading = None if clock is None else clock()
         if clock is not None and (not isinstance(reading, datetime) or reading.utcoffset() is None):
             # Read once here: anything else fails far away (AttributeError: no tzinfo).
@@ -426,6 +429,7 @@ class Engine:
 
     @llm.setter
     def llm(self, llm: LlmPort | None) -> None:
+        _require_shape("llm", llm, "complete", "an LLM adapter (an LlmPort: async complete(...))")
         check_model = self._routing_check(llm)
         if check_model is not None:
             require_priced(self.classifier.tiers, check_model, routing_label(self.settings.routing_file))
@@ -1055,3 +1059,11 @@ def _path(field_name: str, value: object) -> Path:
     if b"\x00" in encoded:  # open() had raised ValueError "embedded null byte"
         raise ValidationError(field_name, f"must not contain NUL characters, got {value!r}")
     return Path(value)
+
+
+def _require_shape(field_name: str, value: object, method: str, what: str) -> None:
+    """Raise ValidationError unless ``value`` is None or has a callable ``method``: an engine
+    built with ``llm=5`` was taken, and its first ``process_step`` recorded a failed step and
+    raised AttributeError ('int' object has no attribute 'complete'); ``clock=5`` a TypeError."""
+    if value is not None and not callable(getattr(value, method, None)):
+        raise ValidationError(field_name, f"must be {what}, got {shown(value)}")
