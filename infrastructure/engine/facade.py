@@ -18,7 +18,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
 from uuid import UUID, uuid5
 
 from flowledger.domain.agent import SEED_CAPACITY
@@ -418,9 +417,27 @@ class Engine:
         return self.retention.restore(_path("bundle", bundle), sessions, before_insert=before_insert)
 
     @classmethod
-    def in_memory(cls, **kwargs: Any) -> Engine:
-        """An engine whose events live in this process only (fast unit tests)."""
-        return cls(database_url=MEMORY_URL, **kwargs)
+    def in_memory(
+        cls,
+        *,
+        settings: Settings | None = None,
+        tenant: str | None = None,
+        schema: str | None = None,
+        clock: Clock | None = None,
+        llm: LlmPort | None = None,
+        alerts: AlertNotifier | None = None,
+    ) -> Engine:
+        """An engine whose events live in this process only (fast unit tests); the
+        constructor's options, named and typed (``**kwargs: Any`` let any through a type check)."""
+        return cls(
+            database_url=MEMORY_URL,
+            settings=settings,
+            tenant=tenant,
+            schema=schema,
+            clock=clock,
+            llm=llm,
+            alerts=alerts,
+        )
 
     @property
     def llm(self) -> LlmPort | None:
