@@ -223,7 +223,10 @@ class LlmUsage:
     def billed_tokens(self, name: str) -> int:
         """The tokens of kind ``name`` (a ``TOKEN_FIELDS`` name) of every attempt the call was
         billed for: the answer's and the retried attempts' (``retried_tokens``), the tokens
-        ``charged_usd`` paid for."""
+        ``charged_usd`` paid for. Another name is a ValidationError (it was an AttributeError,
+        or for ``"provider"`` a string added to an int)."""
+        if not isinstance(name, str) or name not in _TOKEN_FIELD_NAMES:
+            raise ValidationError("name", f"must be one of {', '.join(TOKEN_FIELDS)}, got {shown(name)}")
         own: int = getattr(self, name)
         return own + self.retried_tokens.get(name, 0)
 
@@ -281,6 +284,9 @@ class LlmUsage:
             values["finish_reasons"] = tuple(values["finish_reasons"])
         return cls(**values)
 
+
+_TOKEN_FIELD_NAMES = frozenset(TOKEN_FIELDS)
+"""``billed_tokens``' names, looked up on every step a session folds."""
 
 _LATER_FIELDS: tuple[tuple[str, Any], ...] = (
     ("cache_creation_input_tokens", 0),

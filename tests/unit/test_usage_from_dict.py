@@ -42,3 +42,15 @@ def test_a_usage_still_reads_back_from_its_dict_and_from_json_numbers() -> None:
     # A cost written as a JSON number reads as the same exact amount
     assert LlmUsage.from_dict({"cost_usd": 0.5}).cost_usd == Decimal("0.5")
     assert LlmUsage.from_dict({"cost_usd": 2}).cost_usd == Decimal("2")
+
+
+@pytest.mark.parametrize(
+    "name", ["nope", "total_tokens", "cost_usd", "provider", 5, None, ["input_tokens"]], ids=repr
+)
+def test_billed_tokens_of_what_is_no_token_field_is_refused_naming_the_field(name: Any) -> None:
+    # (It raised AttributeError for "nope", TypeError for 5, and answered a str for "provider".)
+    usage = LlmUsage(input_tokens=10, output_tokens=2)
+    with pytest.raises(ValidationError) as refused:
+        usage.billed_tokens(name)
+    assert refused.value.field == "name"
+    assert usage.billed_tokens("input_tokens") == 10
