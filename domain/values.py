@@ -435,6 +435,10 @@ def require_usage(field_name: str, usage: Any, *, least_attempts: int = 0) -> Ll
     return usage
 
 
+COST_SOURCES = ("", "provider")
+"""What a caller's usage may say of its cost: nothing (priced by the table, repriced with it),
+or that it is the provider's own charge (never repriced)."""
+
 USAGE_NAMES = ("provider", "request_model", "response_model", "cost_source")
 """LlmUsage's texts that name something: held to a name's rule when a caller gives them."""
 
@@ -443,7 +447,8 @@ def require_given_usage(field_name: str, usage: Any) -> None:
     """Raise ValidationError unless a usage a caller gives (``record_step``: the call happened
     elsewhere) holds no control character in its texts: its names (``USAGE_NAMES``) and finish
     reasons are names (``require_name``), its models with no space around them, its response id
-    and price version hold no control character either.
+    and price version hold no control character either; its ``cost_source`` is one of
+    ``COST_SOURCES``.
 
     Only ``require_usage`` held them, which takes any storable text: ``request_model="gpt\\nx"``
     was recorded over the library and REST, while every other name a caller gives refuses it
@@ -466,6 +471,13 @@ def require_given_usage(field_name: str, usage: Any) -> None:
             require_name(f"{field_name}.finish_reasons", reason)
     for name in ("response_id", "price_version"):
         require_no_controls(f"{field_name}.{name}", getattr(usage, name))
+    if usage.cost_source not in COST_SOURCES:
+        # Only "provider" keeps a cost from repricing: "Provider" was recorded, then repriced.
+        raise ValidationError(
+            f"{field_name}.cost_source",
+            "must be 'provider' (the cost is the provider's own charge) or empty,"
+            f" got {shown(usage.cost_source)}",
+        )
 
 
 def _plainly_within_bounds(usage: LlmUsage) -> bool:
