@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +30,7 @@ from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.skills import SkillCatalogue
 from flowledger.domain.task_views import AgentState, TaskState
-from flowledger.domain.values import JsonObject, LlmUsage, require_count, require_name
+from flowledger.domain.values import JsonObject, LlmUsage, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.budgets import BudgetService, recorded_model
 from flowledger.infrastructure.engine.checkpointer import Checkpointer
@@ -47,6 +46,7 @@ from flowledger.infrastructure.engine.classify_first import (
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.erasure import ErasureService, ForgetReport
 from flowledger.infrastructure.engine.log import EventLog
+from flowledger.infrastructure.engine.paths import require_path
 from flowledger.infrastructure.engine.ranking import TieBreaker
 from flowledger.infrastructure.engine.retention import (
     BeforeCommit,
@@ -392,9 +392,8 @@ class Engine:
         keep the archived sessions' rows; without it, only the live projection builds keep them
         (and ``before_commit``, which refuses while a build being filled is behind them).
         One bundle holds up to ``batch_size`` sessions."""
-        require_count("batch_size", batch_size, least=1, most=MAX_BATCH)
         return self.retention.archive(
-            _path("out_dir", out_dir),
+            require_path("out_dir", out_dir),
             workflow=workflow,
             dry_run=dry_run,
             batch_size=batch_size,
@@ -414,7 +413,7 @@ class Engine:
         build that folded the sessions' archived rows reads their events again."""
         if sessions is not None and (isinstance(sessions, str) or not isinstance(sessions, list | tuple)):
             raise ValidationError("sessions", f"must be a list of session ids, got {shown(sessions)}")
-        return self.retention.restore(_path("bundle", bundle), sessions, before_insert=before_insert)
+        return self.retention.restore(require_path("bundle", bundle), sessions, before_insert=before_insert)
 
     @classmethod
     def in_memory(
@@ -1059,23 +1058,6 @@ class Engine:
     def open_tasks(self) -> list[TaskState]:
         """Tasks not completed or escalated, oldest first."""
         return self.task_reads.open_tasks()
-
-
-MAX_BATCH = 100_000
-"""The most sessions one archive bundle may hold."""
-
-
-def _path(field_name: str, value: object) -> Path:
-    """``value`` as a Path, or a ValidationError naming the field (not pathlib's TypeError)."""
-    if not isinstance(value, str | os.PathLike) or not str(value):
-        raise ValidationError(field_name, f"must be a path, got {shown(value)}")
-    try:
-        encoded = os.fsencode(value)
-    except (TypeError, UnicodeEncodeError):  # a lone surrogate the file system cannot encode
-        raise ValidationError(field_name, f"must be a path the file system can encode: {value!r}") from None
-    if b"\x00" in encoded:  # open() had raised ValueError "embedded null byte"
-        raise ValidationError(field_name, f"must not contain NUL characters, got {value!r}")
-    return Path(value)
 
 
 def _require_shape(field_name: str, value: object, method: str, what: str) -> None:

@@ -48,6 +48,7 @@ from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionStatus
 from flowledger.domain.values import require_count, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.engine.paths import require_path
 from flowledger.infrastructure.engine.store import Clock
 from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.postgres.bundles import export_bundle
@@ -71,6 +72,10 @@ CLOSED = frozenset({SessionStatus.COMPLETED, SessionStatus.EXPIRED, SessionStatu
 STARTED_TOPIC = get_topic(Session.Started)
 MAX_DAYS = 36_500
 T = TypeVar("T")
+
+
+MAX_BATCH = 100_000
+"""The most sessions one archive bundle may hold."""
 
 
 @dataclass
@@ -271,7 +276,7 @@ class RetentionService:
 
     def archive(
         self,
-        out_dir: Path,
+        out_dir: str | Path,
         *,
         workflow: str | None = None,
         dry_run: bool = False,
@@ -279,10 +284,11 @@ class RetentionService:
         projection_rows: ProjectionRows | None = None,
         before_commit: BeforeCommit | None = None,
     ) -> RetentionReport:
-        """Archive every policy's due sessions (or one workflow's) into bundles under ``out_dir``."""
+        """Archive every policy's due sessions (or one workflow's) into bundles under ``out_dir``
+        (a path, or a string naming one), at most ``batch_size`` (1 to ``MAX_BATCH``) a bundle."""
         self._app.ensure_open("archive sessions")
-        if batch_size < 1:
-            raise ValidationError("batch_size", f"must be >= 1, got {batch_size}")
+        out_dir = require_path("out_dir", out_dir)
+        require_count("batch_size", batch_size, least=1, most=MAX_BATCH)
         started = time.perf_counter()
         policies = self.policies()
         if workflow is not None:
@@ -559,13 +565,15 @@ class RetentionService:
 
     def restore(
         self,
-        bundle: Path,
+        bundle: str | Path,
         sessions: Sequence[str] | None = None,
         *,
         before_insert: BeforeRestore | None = None,
     ) -> RestoreReport:
-        """Put the archived events in ``bundle`` back (of ``sessions`` only, when given)."""
+        """Put the archived events in ``bundle`` (a path, or a string naming one) back (of
+        ``sessions`` only, when given)."""
         self._app.ensure_open("restore sessions")
+        bundle = require_path("bundle", bundle)
         try:
             raw = bundle.read_bytes()
             lines = raw.decode("utf-8").splitlines()

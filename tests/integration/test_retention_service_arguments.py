@@ -1,0 +1,45 @@
+"""``engine.retention`` (README: ``engine.retention.set_policy``) takes paths as
+``engine.archive_sessions`` does: a string is a path, and what is no path is a ValidationError
+naming it, as is a batch size that is no whole number.
+
+Observed (an outside probe): ``engine.retention.archive("/tmp/out", dry_run=True)`` raised
+``AttributeError: 'str' object has no attribute 'absolute'`` (only the facade turned strings
+into paths), ``archive(5)`` the same for an int, ``archive(path, batch_size="5")`` a
+TypeError, and ``restore("/x.jsonl")`` an AttributeError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowledger.domain.errors import ValidationError
+from flowledger.infrastructure import Engine
+
+
+def test_the_retention_service_takes_a_string_as_a_path(pg_engine: Engine, tmp_path: Path) -> None:
+    pg_engine.retention.set_policy("wf", 30)
+    report = pg_engine.retention.archive(str(tmp_path / "out"), dry_run=True)
+    assert report.dry_run
+    with pytest.raises(ValidationError, match="bundle: cannot read"):
+        pg_engine.retention.restore(str(tmp_path / "none.jsonl"))
+
+
+@pytest.mark.parametrize("value", [5, None, "", "a\x00b", ["x"], 1.5], ids=repr)
+def test_what_is_no_path_is_refused_naming_it(pg_engine: Engine, value: Any) -> None:
+    with pytest.raises(ValidationError) as archive_refused:
+        pg_engine.retention.archive(value, dry_run=True)
+    with pytest.raises(ValidationError) as restore_refused:
+        pg_engine.retention.restore(value)
+    assert (archive_refused.value.field, restore_refused.value.field) == ("out_dir", "bundle")
+
+
+@pytest.mark.parametrize("size", ["5", 1.5, True, 0, None], ids=repr)
+def test_a_batch_size_that_is_no_whole_number_from_one_is_refused(
+    pg_engine: Engine, tmp_path: Path, size: Any
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        pg_engine.retention.archive(tmp_path, dry_run=True, batch_size=size)
+    assert refused.value.field == "batch_size"
