@@ -15,13 +15,13 @@ from typing import TypeVar
 
 import psycopg
 from eventsourcing.persistence import InterfaceError, OperationalError
-from psycopg_pool import PoolClosed
 
 from flowledger.domain.errors import EngineClosed, StoreRefused, StoreUnavailable
 from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.database import (
     PRIVILEGE_ERRORS,
     REFUSED_LOGIN,
+    closed_for_good,
     forbidden,
     refusal_hint,
     refused_privilege,
@@ -49,19 +49,6 @@ def jittered(pause_s: float) -> float:
     restart breaks every connection at once) would otherwise try again in step, each time,
     and all reach the server together when it is back."""
     return random.uniform(0.5 * pause_s, 1.5 * pause_s)
-
-
-def closed_for_good(error: BaseException) -> bool:
-    """Whether ``error`` comes of a pool that was opened and then closed: its engine's ``close``,
-    which no retry outlives (psycopg_pool never reopens such a pool)."""
-    seen: BaseException | None = error
-    for _ in range(8):  # a chain of causes can loop
-        if seen is None:
-            return False
-        if isinstance(seen, PoolClosed) and "not open yet" not in str(seen):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def unavailable(operation: str, error: BaseException) -> StoreUnavailable:

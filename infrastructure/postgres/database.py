@@ -12,9 +12,10 @@ import psycopg
 from eventsourcing.persistence import InterfaceError, OperationalError, ProgrammingError
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import PoolClosed
 from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
 
-from flowledger.domain.errors import StoreForbidden, StoreRefused, StoreUnavailable
+from flowledger.domain.errors import EngineClosed, StoreForbidden, StoreRefused, StoreUnavailable
 from flowledger.infrastructure.postgres.deadlines import LIBPQ_PARAMS_KEY, Deadlines
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from flowledger.infrastructure.postgres.migrations import MigrationReport, migrate
@@ -187,9 +188,24 @@ def unavailable_as_store_error(operation: str, *, tried_since: float | None = No
             hint = refusal_hint(detail)
             refused = StoreRefused(operation, detail, hint) if hint else StoreRefused(operation, detail)
             raise refused from error
+        if closed_for_good(error):  # its engine's close: a checkpoint had said StoreUnavailable
+            raise EngineClosed(operation) from error
         if tried_since is not None:
             detail = tried_for(detail, tried_since)
         raise StoreUnavailable(operation, detail) from error
+
+
+def closed_for_good(error: BaseException) -> bool:
+    """Whether ``error`` comes of a pool that was opened and then closed: its engine's ``close``,
+    which no retry outlives (psycopg_pool never reopens such a pool)."""
+    seen: BaseException | None = error
+    for _ in range(8):  # a chain of causes can loop
+        if seen is None:
+            return False
+        if isinstance(seen, PoolClosed) and "not open yet" not in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def tried_for(detail: str, since: float) -> str:

@@ -54,3 +54,20 @@ def test_a_closed_engine_refuses_retention_and_audit_calls_at_once_writing_nothi
     assert not isinstance(raised.value, StoreUnavailable)
     with Engine(settings=settings) as reader:
         assert reader.retention.policies() == {"wf": 90}
+
+
+def test_an_audit_trail_taken_before_its_engine_closed_refuses_a_checkpoint_as_closed(
+    pg_engine: Engine,
+) -> None:
+    # (Its checkpoint met the closed pool and said StoreUnavailable: "pool has already been
+    # opened/closed and cannot be reused", an outage to wait out.)
+    # Given the engine's audit trail, kept, and the engine closed
+    trail = pg_engine.audit
+    pg_engine.close()
+    # When a checkpoint is taken
+    started = time.monotonic()
+    with pytest.raises(EngineClosed) as raised:
+        trail.checkpoint()
+    # Then it is refused at once as a closed engine's call
+    assert time.monotonic() - started < 1.0
+    assert raised.value.operation == "checkpoint"
