@@ -23,7 +23,7 @@ from tests.support.llm import ScriptedLlm
 NOT_COLLABORATORS: list[Any] = [5, "x", [], {}, object(), b"b", True]
 
 
-@pytest.mark.parametrize("value", NOT_COLLABORATORS, ids=repr)
+@pytest.mark.parametrize("value", NOT_COLLABORATORS, ids=lambda value: type(value).__name__)
 @pytest.mark.parametrize("name", ["clock", "llm", "alerts"])
 def test_an_engine_built_with_what_is_no_clock_model_or_notifier_is_refused_naming_it(
     name: str, value: Any
@@ -33,7 +33,7 @@ def test_an_engine_built_with_what_is_no_clock_model_or_notifier_is_refused_nami
     assert refused.value.field == name
 
 
-@pytest.mark.parametrize("value", NOT_COLLABORATORS, ids=repr)
+@pytest.mark.parametrize("value", NOT_COLLABORATORS, ids=lambda value: type(value).__name__)
 def test_an_llm_set_on_an_engine_that_is_no_adapter_is_refused_and_nothing_is_recorded(value: Any) -> None:
     # Given an engine with a model and a session
     with Engine.in_memory(llm=ScriptedLlm()) as engine:
