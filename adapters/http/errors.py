@@ -301,7 +301,21 @@ def _problem(error: Any) -> str:
         said = PATTERN_WORDS.get(str(error.get("ctx", {}).get("pattern")), said)
     elif error["type"] == "string_too_short" and error.get("ctx", {}).get("min_length") == 1:
         said = "must be a non-empty string"  # the domain's words (``bounds.require_name``)
+    elif error["type"] in _BOUND_WORDS:
+        words, key = _BOUND_WORDS[error["type"]]
+        bound = error.get("ctx", {}).get(key)
+        said = f"{words} {int(bound) if isinstance(bound, float) and bound.is_integer() else bound}"
     return f"{where}: {said}{shown}"
+
+
+_BOUND_WORDS = {
+    "greater_than_equal": ("must be at least", "ge"),
+    "less_than_equal": ("must be at most", "le"),
+    "greater_than": ("must be above", "gt"),
+    "less_than": ("must be below", "lt"),
+}
+"""A number out of its field's range, said in the library's and the CLI's words ("limit: must be
+at least 1"), not pydantic's ("Input should be greater than or equal to 1")."""
 
 
 # FastAPI's words (fastapi.routing.get_request_handler) when reading the body raised anything but

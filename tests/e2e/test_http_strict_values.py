@@ -673,3 +673,28 @@ def test_a_description_drawn_as_nothing_is_refused_as_a_blank_one_is(
     assert memory_http.get("/v1/tasks/t-1").status_code == 404
     created = memory_http.post("/v1/tasks", json={"task_id": "t-2", "description": "fix\u200bit"})
     assert created.status_code == 201, created.text
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "said"),
+    [
+        ("post", "/v1/queue/run", {"limit": 0}, "limit: must be at least 1 (got 0)"),
+        ("post", "/v1/queue/run", {"limit": 100_000}, "limit: must be at most 1000 (got 100000)"),
+        (
+            "post",
+            WEBHOOK,
+            {"action": "create_session", "session_id": "w-1", "workflow_name": "w", "expires_hours": -1},
+            "expires_hours: must be above 0 (got -1)",
+        ),
+    ],
+)
+def test_a_number_out_of_its_range_is_refused_in_the_domains_words(
+    memory_http: TestClient, method: str, path: str, body: dict[str, Any], said: str
+) -> None:
+    """REST said pydantic's "Input should be greater than or equal to 1" where the CLI and the
+    library say "must be at least"/"must be at most" for the same bound."""
+    # When a number lies outside the range its field documents
+    response = getattr(memory_http, method)(path, json=body)
+    # Then the refusal names the bound as the rest of flowledger does
+    refused(response, said)
+    assert "Input should be" not in response.json()["error"]

@@ -250,7 +250,7 @@ def test_extend_session_reopens_an_expired_session_unless_strict(hook: Hook) -> 
         ),
         ({"expires_at": "2026-02-01T00:00:00+00:00"}, "expires_at: must lie in the future"),
         ({"expires_at": "soon"}, "expires_at: must be RFC 3339 text with a zone (like 2026-12-05T10:00:00Z)"),
-        ({"expires_hours": -1}, "expires_hours: Input should be greater than 0"),
+        ({"expires_hours": -1}, "expires_hours: must be above 0"),
     ],
 )
 def test_a_bad_extension_is_a_422_with_a_message_and_appends_nothing(
