@@ -70,6 +70,10 @@ async def burst(engine: Engine) -> Burst:
     )
 
 
+# Its time bound alone is tried once more (see the Makefile's RERUN_ON): a clean-clone run once
+# answered in 17.5 s, never reproduced (1.55-1.76 s here, under coverage and CPU burners); the
+# defect it guards (three deadlines, 4.5 s) fails both tries, and a wrong status is not retried.
+@pytest.mark.flaky(reruns=1, only_rerun=[r"^AssertionError: assert [0-9.e+-]+ < "])
 def test_requests_queued_for_a_thread_in_an_outage_are_answered_within_a_deadline_of_arriving(
     private_postgres: Callable[..., PrivateServer], report: Callable[[str], None]
 ) -> None:
