@@ -13,7 +13,7 @@ from urllib.parse import unquote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from flowledger.domain.bounds import require_tenant, shown
+from flowledger.domain.bounds import require_flag, require_tenant, shown
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.variables import refuse_misspelt_variables
 
@@ -177,9 +177,7 @@ class Settings:
         # Given as arguments, not read from the environment: checked as ``_count``/``_seconds``
         # check the variables ("x" failed at the first comparison, NaN waited for ever).
         for name in _FLAGS:  # "no" and "false" are true in Python: a flag the caller turned off was on
-            value = getattr(self, name)
-            if type(value) is not bool:
-                raise ValidationError(name, f"must be True or False, got {shown(value)}")
+            require_flag(name, getattr(self, name))
         for name in _WHOLE_NUMBERS:
             value = getattr(self, name)
             if type(value) is not int:

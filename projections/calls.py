@@ -73,17 +73,19 @@ _TASK_STEPS: dict[type, str] = {
 }
 
 
-def require_summable(usage: LlmUsage) -> None:
-    """Refuse (ValidationError: a dead letter of the build) a usage with a token count past what
-    a call may record (``MAX_TOKENS``), retried attempts' included, as a command would. Stored by
-    an older release, such a count still fit its bigint column, but the sums over it (a session's
+def require_summable(usage: LlmUsage) -> dict[str, int]:
+    """The tokens of every attempt the call was billed for, by ``TOKEN_FIELDS`` name
+    (``LlmUsage.billed_tokens``), or ValidationError (a dead letter of the build) for a count
+    past what a call may record (``MAX_TOKENS``), as a command would refuse it. Stored by an
+    older release, such a count still fit its bigint column, but the sums over it (a session's
     totals, a roll-up cell) did not: every good call added after it in the same session or cell
     was set aside as "bigint out of range" instead. Bounded counts need 9 million calls of 10^12
     tokens in one cell to overflow one."""
-    for name in TOKEN_FIELDS:
-        count = usage.billed_tokens(name)
+    billed = {name: usage.billed_tokens(name) for name in TOKEN_FIELDS}
+    for name, count in billed.items():
         if count > MAX_TOKENS:
             raise ValidationError(
                 f"usage.{name}",
                 f"{count:,} tokens is past the {MAX_TOKENS:,} a call may record: summed, it would overflow",
             )
+    return billed

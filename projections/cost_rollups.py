@@ -18,6 +18,7 @@ from psycopg import Cursor, sql
 
 from flowledger.domain.pricing import TOKEN_FIELDS
 from flowledger.projections.latency_sketch import bucket_sql
+from flowledger.projections.sql import names_hash
 from flowledger.projections.windows import GRAINS, ceil, floor
 
 KEY = ("tenant", "workflow", "step", "source", "model", "provider", "error_type")
@@ -68,7 +69,7 @@ CREATE INDEX ON {{s}}.cost_rollups (tenant, grain, at);
 # and a rebuild) it comes out the same, so ``projections verify`` finds no float noise.
 
 _KEY = ", ".join(KEY)
-KEY_HASH = f"sha256(convert_to(jsonb_build_array({_KEY})::text, 'UTF8'))"
+KEY_HASH = names_hash(*KEY)
 """A roll-up row's key (``KEY``) as one value: a None (no model) is JSON null, not a name."""
 _ADD = f"""
 WITH cells AS (

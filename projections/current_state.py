@@ -123,25 +123,13 @@ def started_row(event: Session.Started) -> Row:
 def _add_usage(row: Row, usage: LlmUsage | None) -> None:
     if usage is None:
         return
-    require_summable(usage)
+    billed = require_summable(usage)
     row["calls"] += 1
-    # Every attempt's tokens, as its cost counts every attempt (and as the session's totals do).
-    for name in _TOKEN_COLUMNS:
-        row[name] += usage.billed_tokens(name)
+    # Every attempt's tokens, as its cost counts every attempt (and as the session's totals do):
+    # a session row's token columns are named as ``TOKEN_FIELDS``.
+    for name, count in billed.items():
+        row[name] += count
     row["cost_usd"] = charged(row["cost_usd"], usage)
-
-
-_TOKEN_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_input_tokens",
-    "reasoning_output_tokens",
-    "audio_input_tokens",
-    "audio_output_tokens",
-    "cache_creation_input_tokens",
-    "cache_creation_1h_input_tokens",
-)
-"""A session row's token sums: each an ``LlmUsage`` (and ``TOKEN_FIELDS``) name."""
 
 
 def erase_row(row: Row) -> None:

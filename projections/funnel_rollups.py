@@ -23,6 +23,7 @@ from uuid import UUID
 from psycopg import Cursor, sql
 
 from flowledger.projections.latency_sketch import bucket_sql
+from flowledger.projections.sql import names_hash
 from flowledger.projections.windows import GRAINS
 
 DDL = """
@@ -113,7 +114,7 @@ paths AS (
     INSERT INTO {{s}}.funnel_reach AS r
     SELECT grain, at, tenant, workflow, first_model, step, %(sign)s * sum(n),
            array_agg(bucket ORDER BY bucket), array_agg(%(sign)s * n ORDER BY bucket),
-           sha256(convert_to(jsonb_build_array(tenant, workflow, first_model, step)::text, 'UTF8'))
+           {names_hash("tenant", "workflow", "first_model", "step")}
     FROM cells GROUP BY 1, 2, 3, 4, 5, 6
     ON CONFLICT (grain, at, key_hash) DO UPDATE SET
         reached = r.reached + EXCLUDED.reached,

@@ -12,6 +12,13 @@ Column = tuple[str, str]
 """A column name and its PostgreSQL type, e.g. ``("cost_usd", "numeric")``."""
 
 
+def names_hash(*columns: str) -> str:
+    """SQL for one value standing for a roll-up row's names (``columns``): the SHA-256 of them as
+    a JSON array (a NULL is JSON null, never a name). A btree key holds at most 2,704 bytes,
+    and names of up to 200 characters each, 600-800 bytes in a CJK script, passed it together."""
+    return f"sha256(convert_to(jsonb_build_array({', '.join(columns)})::text, 'UTF8'))"
+
+
 def q(template: str, schema: str, **names: str) -> sql.Composed:
     """``template`` with ``{s}`` as the quoted schema and each ``{name}`` as a quoted identifier."""
     identifiers = {key: sql.Identifier(value) for key, value in names.items()}

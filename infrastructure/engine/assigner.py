@@ -253,12 +253,10 @@ class BatchAssigner:
                 states.append(task.state())
                 continue
             held_back = task.held_back
-            # (``not task.required_skills`` first: most tasks name skills, and need no state read)
-            if (
-                request.unclassified is not None
-                and not task.required_skills
-                and needs_classifying(task.state())
-            ):
+            # Read once, for the hold and for the reason below (``not task.required_skills``
+            # first: most tasks name skills, and need no state read).
+            never_classified = not task.required_skills and needs_classifying(task.state())
+            if request.unclassified is not None and never_classified:
                 held_back = request.unclassified
             if held_back is not None:
                 if not request.queue_run:
@@ -276,7 +274,7 @@ class BatchAssigner:
                     decision = replace(
                         decision, reason=f"{decision.reason}; {ranking.explain(decision.agent_id)}"
                     )
-                if not task.required_skills and needs_classifying(task.state()):
+                if never_classified:
                     # The library's synchronous commands route it so (docs/tasks.md); say why.
                     decision = replace(decision, reason=f"{NEVER_CLASSIFIED}: {decision.reason}")
                 task.assign(decision, now, usage)

@@ -118,7 +118,7 @@ class Engine:
         alerts: AlertNotifier | None = None,
     ) -> None:
         _require_shape("clock", clock, "__call__", "a function returning timezone-aware datetimes")
-        _require_shape("llm", llm, "complete", "an LLM adapter (an LlmPort: async complete(...))")
+        _require_shape("llm", llm, *_AN_LLM)
         _require_shape("alerts", alerts, "notify", "an alert notifier (an AlertNotifier: notify(...))")
         reading = None if clock is None else clock()
         if clock is not None and (not isinstance(reading, datetime) or reading.utcoffset() is None):
@@ -445,7 +445,7 @@ class Engine:
 
     @llm.setter
     def llm(self, llm: LlmPort | None) -> None:
-        _require_shape("llm", llm, "complete", "an LLM adapter (an LlmPort: async complete(...))")
+        _require_shape("llm", llm, *_AN_LLM)
         check_model = self._routing_check(llm)
         if check_model is not None:
             require_priced(self.classifier.tiers, check_model, routing_label(self.settings.routing_file))
@@ -1058,6 +1058,10 @@ class Engine:
     def open_tasks(self) -> list[TaskState]:
         """Tasks not completed or escalated, oldest first."""
         return self.task_reads.open_tasks()
+
+
+_AN_LLM = ("complete", "an LLM adapter (an LlmPort: async complete(...))")
+"""What ``llm`` must have, and be called, both where it is given (the constructor, the setter)."""
 
 
 def _require_shape(field_name: str, value: object, method: str, what: str) -> None:
