@@ -39,6 +39,7 @@ from flowledger.projections.rebuild import POSITION
 from flowledger.projections.registry import all_projections
 from tests.conftest import make_settings
 from tests.support.following import following
+from tests.support.store_checks import dead_letter_counts
 from tests.support.synthetic import SessionScript, append
 
 pytestmark = pytest.mark.postgres
@@ -117,7 +118,7 @@ def test_a_nul_stored_in_events_becomes_dead_letters_and_every_projection_moves_
     # Then they reached the head, with the good sessions in and the poisoned events set aside
     assert at_head(projector, pg_engine)
     assert sorted(r[0] for r in rows(projector, "SELECT session_id FROM {}.sessions")) == ["good-1", "good-2"]
-    dead = {b.projection: b.dead_letters for b in status(projector)}
+    dead = dead_letter_counts(projector)
     # (the cost build also refuses the call row, its step name holds a NUL; the others
     # skip the poisoned session's later events, its first one being set aside)
     assert dead == {"current_state": 1, "cost": 2, "funnel": 1, "seed": 1}
@@ -135,7 +136,7 @@ def test_a_nul_stored_in_events_becomes_dead_letters_and_every_projection_moves_
     rebuild(projector)
     projector.catch_up()
     assert len(rows(projector, "SELECT 1 FROM {}.sessions")) == 3
-    assert {b.projection: b.dead_letters for b in status(projector)} == dead
+    assert dead_letter_counts(projector) == dead
 
 
 def test_a_follower_goes_on_past_a_poisoned_event(pg_engine: Engine, projector: Projector) -> None:
@@ -296,7 +297,7 @@ def test_a_session_of_many_long_step_names_keeps_every_projection_current(
     projector.catch_up()
     # Then every build reached the head with no dead letter, and the funnel holds the path
     assert at_head(projector, pg_engine)
-    assert {b.projection: b.dead_letters for b in status(projector)} == {
+    assert dead_letter_counts(projector) == {
         "current_state": 0,
         "cost": 0,
         "funnel": 0,

@@ -206,3 +206,8 @@ def caught_up_dashboard(engine: Engine, **query: Any) -> list[Any]:
     projector.catch_up()
     with projector.connect_reader() as conn:
         return dashboard(conn, projector.names.reader, tenant=engine.tenant, **query)
+
+
+def dead_letter_counts(projector: Any) -> dict[str, int]:
+    """Each live build's count of events it set aside (``projections status``), by projection."""
+    return {build.projection: build.dead_letters for build in status(projector)}
