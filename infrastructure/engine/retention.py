@@ -28,7 +28,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -48,9 +48,10 @@ from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionStatus
 from flowledger.domain.values import require_count, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
-from flowledger.infrastructure.engine.paths import require_path
 from flowledger.infrastructure.engine.store import Clock
 from flowledger.infrastructure.outages import within_deadline
+from flowledger.infrastructure.paths import require_path
+from flowledger.infrastructure.postgres.audit_arguments import require_streams
 from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.factory import FlowledgerSnapshotRecorder
@@ -222,11 +223,7 @@ class RetentionService:
 
     def bundles_of(self, streams: Sequence[UUID]) -> dict[UUID, str]:
         """Which of ``streams`` are archived, with the bundle each one's events are in."""
-        if isinstance(streams, str | bytes) or not isinstance(streams, Iterable):
-            raise ValidationError("streams", f"must be a list of aggregate ids, got {type(streams).__name__}")
-        streams = list(streams)
-        if not all(isinstance(stream, UUID) for stream in streams):
-            raise ValidationError("streams", "must be a list of aggregate ids (UUIDs)")
+        streams = require_streams("streams", streams)
 
         def read() -> dict[UUID, str]:
             with self._reading() as conn:

@@ -19,6 +19,7 @@ from uuid import UUID
 
 from psycopg.sql import SQL
 
+from flowledger.infrastructure.postgres.audit_arguments import require_streams
 from flowledger.infrastructure.postgres.checkpoints import AuditError, AuditTrail, Checkpoint, proofs
 from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.verify import BUNDLE_FORMAT
@@ -39,6 +40,8 @@ class BundleSummary:
 def export_bundle(trail: AuditTrail, out: TextIO, streams: list[UUID] | None = None) -> BundleSummary:
     """Write the bundle of ``streams`` (every stream by default, but those retention archived)
     to ``out``."""
+    if streams is not None:
+        streams = require_streams("streams", streams)  # before a checkpoint is taken
     checkpoint = trail.checkpoint()
     heads = trail.heads_at(checkpoint)
     archived = _archived(trail, heads) if streams is None else set()

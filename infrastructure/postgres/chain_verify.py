@@ -25,6 +25,8 @@ from uuid import UUID
 import psycopg
 from psycopg.sql import SQL
 
+from flowledger.infrastructure.paths import require_path
+from flowledger.infrastructure.postgres.audit_arguments import require_public_key, require_stream
 from flowledger.infrastructure.postgres.chain_checkpoints import check_checkpoints, check_superseded
 from flowledger.infrastructure.postgres.chain_findings import ChainReport, Finding, name_streams
 from flowledger.infrastructure.postgres.chain_positions import (
@@ -55,6 +57,14 @@ def verify_chain(
     cover log positions, so a swap of notification ids keeps every hash). The whole log's
     structure check (``infrastructure/audit.py``) says the same in log order: a caller that
     runs it passes False rather than have each swap named twice."""
+    # Checked before anything is read: a session id given as ``stream`` had reached PostgreSQL
+    # ("invalid input syntax for type uuid"), a key of the wrong type was taken for none.
+    if stream is not None:
+        require_stream("stream", stream)
+    if public_key is not None:
+        require_public_key("public_key", public_key)
+    if anchors is not None:
+        anchors = require_path("anchors", anchors)
     started = time.perf_counter()
     report = ChainReport(since_checkpoint=since_checkpoint)
     key = trail.chain_key_to_check()

@@ -30,8 +30,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.sql import SQL, Identifier
 
-from flowledger.domain.bounds import json_problem
-from flowledger.domain.errors import AuditError
+from flowledger.domain.bounds import json_problem, shown
+from flowledger.domain.errors import AuditError, ValidationError
 from flowledger.infrastructure.audit_keys import (
     RETIRED_KEYS_FILE,
     SigningKey,
@@ -40,6 +40,8 @@ from flowledger.infrastructure.audit_keys import (
     signing_key,
 )
 from flowledger.infrastructure.operation_deadline import operation_deadline
+from flowledger.infrastructure.paths import require_path
+from flowledger.infrastructure.postgres.audit_arguments import require_lines, require_public_key
 from flowledger.infrastructure.postgres.database import unavailable_as_store_error
 from flowledger.infrastructure.postgres.ddl import TableNames
 from flowledger.infrastructure.postgres.retention import BASES, bases_table_name
@@ -177,13 +179,16 @@ class AuditTrail:
 
     def trusted_keys(self, current: bytes) -> list[bytes]:
         """The public keys checkpoints may be signed with, in the order they signed: the retired
-        ones (``retired.pub``, oldest first), then ``current``."""
+        ones (``retired.pub``, oldest first), then ``current`` (32 bytes)."""
+        require_public_key("current", current)
         return [key for key in retired_public_keys(self.settings) if key != current] + [current]
 
     def checked_bundle(self, lines: Sequence[str]) -> BundleReport:
         """``verify_bundle`` under this installation's public key, or else under a retired one
         (a bundle whose checkpoint was signed before the signing key was replaced); the report
-        under the current key when none verifies it."""
+        under the current key when none verifies it. ``lines``: the bundle's text lines (a
+        list; a string or bytes is a ValidationError, not read a character a line)."""
+        lines = require_lines("lines", lines)
         keys = self.trusted_keys(self.signing.public_bytes)
         first = verify_bundle(lines, keys[-1])
         if first.ok:
@@ -315,6 +320,10 @@ class AuditTrail:
 
     def heads_at(self, checkpoint: Checkpoint) -> Heads:
         """Every stream head of ``checkpoint`` (folded from the stored deltas, checked against its root)."""
+        if not isinstance(checkpoint, Checkpoint):
+            raise ValidationError(
+                "checkpoint", f"must be a Checkpoint (audit.checkpoint()), got {shown(checkpoint)}"
+            )
         with unavailable_as_store_error("read checkpoints"), self.connect() as conn:
             stored = [c for c in self._valid(self.checkpoints(conn)) if c.seq <= checkpoint.seq]
         heads = self._heads_of(stored)
@@ -550,16 +559,31 @@ class AuditTrail:
                     line = b"\n" + line
             out.write(line)
 
-    def anchored(self, path: Path | None = None) -> list[dict[str, Any]]:
-        """The checkpoint records in an anchor file (this database's by default; none if absent).
+    def anchored(self, path: str | Path | None = None) -> list[dict[str, Any]]:
+        """The checkpoint records in an anchor file (``path``, a path or a string naming one;
+        this database's by default; none if absent).
 
         Raises AuditError naming the file and line when a line is not a JSON object: a damaged
-        anchor file cannot vouch for the checkpoints, and is said to be so, not skipped."""
-        target = path or self.anchor_file
+        anchor file cannot vouch for the checkpoints, and is said to be so, not skipped (so is
+        one that is not UTF-8 text). What is no path, or a ``path`` given that cannot be read
+        (a directory), is a ValidationError naming it; this installation's own file that cannot
+        be read is the OSError it is (the CLI's exit 74)."""
+        target = self.anchor_file if path is None else require_path("path", path)
         if not target.exists():
             return []
+        try:
+            text = target.read_text(encoding="utf-8")
+        except OSError as error:
+            if path is None:
+                raise
+            raise ValidationError("path", f"cannot read the anchor file {target}: {error.strerror}") from None
+        except UnicodeDecodeError as error:
+            raise AuditError(
+                f"the anchor file {target} is not UTF-8 text (byte {error.start}):"
+                " it holds no checkpoint records"
+            ) from None
         records = []
-        for number, line in enumerate(target.read_text(encoding="utf-8").splitlines(), start=1):
+        for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
