@@ -36,7 +36,7 @@ from flowledger.domain.bounds import (
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import TaskPriority, TaskState, TaskStatus
 from flowledger.infrastructure import Engine, Settings
-from flowledger.infrastructure.engine.classify_first import UNCLASSIFIED_NO_MODEL
+from flowledger.infrastructure.engine.classify_first import UNCLASSIFIED_NO_MODEL, as_routed
 from flowledger.infrastructure.engine.task_reads import MAX_LIST
 
 T = TypeVar("T")
@@ -105,6 +105,12 @@ def _say(state: TaskState, note: str = "") -> None:
     console.print(task_line(state) + note, markup=False, highlight=False)
 
 
+def _routed(engine: Engine, state: TaskState) -> TaskState:
+    """``state`` as ``run-queue`` and ``assign`` treat it on this command line: with no model
+    configured, a task that needs classifying is held back, saying why (``as_routed``)."""
+    return as_routed(state, model=bool(engine.settings.llm_base_url))
+
+
 def _with_model(tenant: str | None, act: Callable[[Engine], Coroutine[Any, Any, T]], *, required: bool) -> T:
     """``act`` on an engine with the configured model (as ``serve`` builds it), or, when none
     is configured and ``required`` is false, without one; with none required: exit 7, nothing done."""
@@ -145,7 +151,10 @@ def create_task(
         level = TaskPriority.parse(priority).value
         with Engine(tenant=tenant) as engine:
             done = engine.create_or_get_task(task_id, description, skill or [], level, deadline=due)
-    _say(done.state, "" if done.created else " (it existed with these fields: nothing created)")
+    _say(
+        _routed(engine, done.state),
+        "" if done.created else " (it existed with these fields: nothing created)",
+    )
 
 
 @tasks_app.command("list")
@@ -168,7 +177,7 @@ def list_tasks(
     the next one."""
     with reported_errors(), Engine(tenant=tenant) as engine:
         page = partial(engine.list_tasks, status=status, priority=priority, agent_id=agent, overdue=overdue)
-        tasks = page(limit=limit, after=after)
+        tasks = [_routed(engine, task) for task in page(limit=limit, after=after)]
         # A page as long as the limit may be all there is: one more row tells.
         more = len(tasks) == limit and bool(page(limit=1, after=tasks[-1].task_id))
     console.print(tasks_table(f"tasks of {engine.tenant}", tasks))
@@ -181,7 +190,7 @@ def list_tasks(
 def show_task(task_id: TaskArg, tenant: TenantOpt = None) -> None:
     """A task now: status, skills, classification, assignment or escalation."""
     with reported_errors(), Engine(tenant=tenant) as engine:
-        task = engine.get_task(task_id)
+        task = _routed(engine, engine.get_task(task_id))
     console.print(task_table(task))
 
 
@@ -336,8 +345,11 @@ def release_task(
 ) -> None:
     """Give the task back to the queue; its agent is freed."""
     with reported_errors(), Engine(tenant=tenant) as engine:
-        state = engine.release_task(
-            task_id, reason, agent_id=agent, assignment=assignment, idempotency_key=idempotency_key
+        state = _routed(
+            engine,
+            engine.release_task(
+                task_id, reason, agent_id=agent, assignment=assignment, idempotency_key=idempotency_key
+            ),
         )
     _say(state)
 
@@ -359,7 +371,9 @@ def requeue_task(
         require_text("reason", reason, max_length=MAX_REASON_LENGTH)
         due = _deadline(deadline, deadline_hours)
         with Engine(tenant=tenant) as engine:
-            state = engine.requeue_task(task_id, by, reason, due, idempotency_key=idempotency_key)
+            state = _routed(
+                engine, engine.requeue_task(task_id, by, reason, due, idempotency_key=idempotency_key)
+            )
     _say(state)
 
 

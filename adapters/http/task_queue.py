@@ -33,6 +33,7 @@ from flowledger.adapters.http.tasks import (
     TaskId,
     any_case,
     out,
+    task_out,
 )
 from flowledger.domain.agent import MAX_CAPACITY
 from flowledger.domain.bounds import MAX_REASON_LENGTH
@@ -128,7 +129,7 @@ def list_tasks(
         limit=limit,
         after=after,
     )
-    return [out(state) for state in states]
+    return [task_out(caller, state) for state in states]
 
 
 # 402: a classification before the run that a budget refuses (not listed, a client generated
@@ -151,14 +152,14 @@ async def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     states = await caller.engine.assign_pending_routed(
         limit=body.limit, escalate_when_full=body.escalate_when_full
     )
-    return [out(state) for state in states]
+    return [task_out(caller, state) for state in states]
 
 
 @router.post("/queue/sweep", response_model=None, responses={**answers(list[TaskOut]), **responses()})
 def sweep_deadlines(caller: Writer, body: NoFields | None = None) -> list[Json]:
     """Escalate every open task whose deadline has passed (each once); returns those escalated.
     No body is needed; one with fields is refused (422)."""
-    return [out(state) for state in caller.engine.escalate_overdue()]
+    return [task_out(caller, state) for state in caller.engine.escalate_overdue()]
 
 
 @router.post(
@@ -182,7 +183,9 @@ def requeue_task(
     if body.deadline_hours is not None:
         deadline = timedelta(hours=body.deadline_hours)
     key = one_key(body.idempotency_key, idempotency_key)
-    return out(caller.engine.requeue_task(task_id, who, body.reason, deadline, idempotency_key=key))
+    return task_out(
+        caller, caller.engine.requeue_task(task_id, who, body.reason, deadline, idempotency_key=key)
+    )
 
 
 @router.put(

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Response, status
 from pydantic import AliasChoices, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from flowledger.adapters.http.auth import Reader, Writer
+from flowledger.adapters.http.auth import Caller, Reader, Writer
 from flowledger.adapters.http.errors import responses, worded
 from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
@@ -39,6 +39,7 @@ from flowledger.domain.bounds import (
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_assignment_ref import MAX_ASSIGNMENT
 from flowledger.domain.task_views import PRIORITY_PADDING, AgentState, TaskPriority, TaskState
+from flowledger.infrastructure.engine.classify_first import as_routed
 from flowledger.infrastructure.history import jsonable
 
 router = APIRouter(route_class=OneNameRoute, prefix="/v1", tags=["tasks"])
@@ -173,6 +174,12 @@ def out(state: Any) -> Json:
     return result
 
 
+def task_out(caller: Caller, state: TaskState) -> Json:
+    """A task as the API answers it, its ``held_back`` as this server's queue runs and
+    assignments treat it: with no model, one that needs classifying waits (``as_routed``)."""
+    return out(as_routed(state, model=caller.engine.llm is not None))
+
+
 _FOUND = "It existed with these fields: nothing was created (a retry); the body is as the 201's"
 """A repeated creation's 200."""
 
@@ -239,13 +246,13 @@ def create_task(body: CreateTask, caller: Writer, response: Response) -> Json:
     )
     if not done.created:
         response.status_code = status.HTTP_200_OK
-    return out(done.state)
+    return task_out(caller, done.state)
 
 
 @router.get("/tasks/{task_id}", response_model=None, responses={**answers(TaskOut), **_READ})
 def get_task(task_id: TaskId, caller: Reader) -> Json:
     """A task now."""
-    return out(caller.engine.get_task(task_id))
+    return task_out(caller, caller.engine.get_task(task_id))
 
 
 @router.get("/tasks/{task_id}/history", responses=_READ)
@@ -269,7 +276,9 @@ async def classify_task(
     (the key reused for another model, or for a reclassify: 422, nothing recorded)."""
     asked = body or Classify()
     key = one_key(asked.idempotency_key, idempotency_key)
-    return out(await caller.engine.classify_task(task_id, model=asked.model, idempotency_key=key))
+    return task_out(
+        caller, await caller.engine.classify_task(task_id, model=asked.model, idempotency_key=key)
+    )
 
 
 @router.post("/tasks/{task_id}/reclassify", response_model=None, responses=_CLASSIFY)
@@ -281,7 +290,9 @@ async def reclassify_task(
     answers the task as it stands (the key reused for another model: 422, nothing recorded)."""
     asked = body or Classify()
     key = one_key(asked.idempotency_key, idempotency_key)
-    return out(await caller.engine.reclassify_task(task_id, model=asked.model, idempotency_key=key))
+    return task_out(
+        caller, await caller.engine.reclassify_task(task_id, model=asked.model, idempotency_key=key)
+    )
 
 
 @router.post(
@@ -293,7 +304,7 @@ async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = Non
     (402 when an enforced budget cannot take that call: it is not made, the task waits).
     No body is needed; one naming an agent (or anything else) is refused with 422. A task that
     names no skills and whose classification failed is refused with 409 (reclassify it first)."""
-    return out(await caller.engine.assign_task_ranked(task_id))
+    return task_out(caller, await caller.engine.assign_task_ranked(task_id))
 
 
 @router.post("/tasks/{task_id}/start", response_model=None, responses=_TASK_WRITE)
@@ -301,7 +312,9 @@ def start_task(task_id: TaskId, caller: Writer, body: OnAssignment | None = None
     """The assigned agent started work (no body needed; ``agent_id`` / ``assignment`` name the
     assignment meant: another is a 409, nothing recorded)."""
     body = body or OnAssignment()
-    return out(caller.engine.start_task(task_id, agent_id=body.agent_id, assignment=body.assignment))
+    return task_out(
+        caller, caller.engine.start_task(task_id, agent_id=body.agent_id, assignment=body.assignment)
+    )
 
 
 @router.post("/tasks/{task_id}/complete", response_model=None, responses=_TASK_WRITE)
@@ -310,10 +323,11 @@ def complete_task(task_id: TaskId, caller: Writer, body: Outcome | None = None) 
     ``agent_id`` / ``assignment`` name the assignment meant: another is a 409, nothing recorded."""
     body = body or Outcome()
     # A string follows the session's rule (``require_resolution``, in the engine).
-    return out(
+    return task_out(
+        caller,
         caller.engine.complete_task(
             task_id, body.resolution, agent_id=body.agent_id, assignment=body.assignment
-        )
+        ),
     )
 
 
@@ -328,8 +342,9 @@ def release_task(
     assigned the task again; the key with another reason: 422."""
     body = body or Release()
     key = one_key(body.idempotency_key, idempotency_key)
-    return out(
+    return task_out(
+        caller,
         caller.engine.release_task(
             task_id, body.reason, agent_id=body.agent_id, assignment=body.assignment, idempotency_key=key
-        )
+        ),
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 
 from flowledger.domain.assignment import QueuedTask, queue_window
 from flowledger.domain.errors import BudgetExceeded, CircuitOpen
@@ -55,6 +56,17 @@ def unclassified_reason(*, model: bool, refused: Exception | None = None) -> str
 def placed_any(states: Iterable[TaskState]) -> bool:
     """Whether a queue run's answer assigned or escalated a task (it did something)."""
     return any(s.status in (TaskStatus.ASSIGNED, TaskStatus.ESCALATED) for s in states)
+
+
+def as_routed(state: TaskState, *, model: bool) -> TaskState:
+    """``state`` as a routed queue run or assignment (REST, the CLI) treats it: with no ``model``
+    to classify it, a task that needs classifying is held back, ``held_back`` saying why
+    (``UNCLASSIFIED_NO_MODEL``). A task read, listed or created over REST (``tasks show`` /
+    ``list`` on the command line) said ``held_back: null`` while the run held it back; the
+    library's own view keeps its rule (its synchronous commands route such a task)."""
+    if model or not needs_classifying(state):
+        return state
+    return replace(state, held_back=UNCLASSIFIED_NO_MODEL)
 
 
 def needs_classifying(state: TaskState) -> bool:

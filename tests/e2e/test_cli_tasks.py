@@ -13,7 +13,9 @@ import psycopg
 from psycopg import sql
 
 from flowledger.adapters.simulator import Simulator
+from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.classify_first import UNCLASSIFIED_NO_MODEL
+from tests.conftest import make_settings
 from tests.support.cli import run_cli
 
 TEAMS = {
@@ -441,12 +443,25 @@ def test_a_queue_run_without_a_model_leaves_an_unclassified_task_waiting_as_rest
     assert lines[0] == "queue run: 2 offered, 1 assigned, 0 escalated, 1 waiting (1 held back)"
     assert f"task 'T-1' pending: held back ({UNCLASSIFIED_NO_MODEL})" in lines
     assert lines[-1].startswith("to classify them: no model configured: set FLOWLEDGER_LLM_BASE_URL")
+    # And shown or listed, it says it is held back, and why, as the run did (it showed no hold)
+    shown = cli("tasks", "show", "T-1")
+    assert shown.returncode == 0, shown.stderr
+    assert "held back" in shown.stdout
+    assert "no model is configured" in " ".join(shown.stdout.split())
+    assert "pending (held back)" in cli("tasks", "list", "--status", "pending").stdout
     assert listed(cli("tasks", "list", "--status", "assigned")) == ["T-2"]
     # And assigning it by name is refused, one line, exit 4, nothing recorded
     assigned = cli("tasks", "assign", "T-1")
     refused = f"error: cannot assign task 'T-1': {UNCLASSIFIED_NO_MODEL}\n"
     assert (assigned.returncode, assigned.stderr) == (4, refused)
     assert len(listed(cli("tasks", "history", "T-1"))) == 1
+    # And given to an agent by the library's synchronous rule, then released, it is held back again
+    settings = make_settings(database_url=database_url, schema=pg_schema)
+    with Engine(settings=settings) as engine:
+        assert engine.assign_task("T-1").status.value == "assigned"
+    released = cli("tasks", "release", "T-1")
+    assert released.returncode == 0, released.stderr
+    assert released.stdout.startswith(f"task 'T-1' pending: held back ({UNCLASSIFIED_NO_MODEL})")
 
 
 def test_a_command_refused_for_a_task_no_agent_holds_names_its_state_and_the_assignment_sent_for(

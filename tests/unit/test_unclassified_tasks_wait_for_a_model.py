@@ -100,3 +100,34 @@ def test_the_synchronous_commands_still_route_it_and_the_reason_says_it_was_neve
     task = next(t for t in placed if t.task_id == "T-2")
     assert task.assignment is not None
     assert task.assignment.reason.startswith("covers kubernetes; ")
+
+
+def test_rest_says_why_a_task_waits_without_a_model_when_asked_for_it_not_only_in_the_run(
+    engine: Engine,
+) -> None:
+    # Given an engine without a model served over REST, and a task created without skills
+    teams_and_a_go_bug(engine)
+    with TestClient(create_app(engine)) as client:
+        # When it is created, read, or listed, then held_back says why it waits, as the queue
+        # run's answer does (they said null: the run held it back, the task read as free to go)
+        created = client.post("/v1/tasks", json={"task_id": "T-9", "description": "Fix the Go build"})
+        read = client.get("/v1/tasks/T-1")
+        listed = client.get("/v1/tasks", params={"status": "pending"})
+        assert (created.status_code, read.status_code, listed.status_code) == (201, 200, 200)
+        assert created.json()["held_back"] == UNCLASSIFIED_NO_MODEL
+        assert read.json()["held_back"] == UNCLASSIFIED_NO_MODEL
+        assert [(t["task_id"], t["held_back"]) for t in listed.json()] == [
+            ("T-1", UNCLASSIFIED_NO_MODEL),
+            ("T-2", None),
+            ("T-9", UNCLASSIFIED_NO_MODEL),
+        ]
+        # And given to an agent by the library's synchronous rule and released, it is held back again
+        assert engine.assign_task("T-9").status.value == "assigned"
+        released = client.post("/v1/tasks/T-9/release")
+        assert released.status_code == 200, released.text
+        assert released.json()["held_back"] == UNCLASSIFIED_NO_MODEL
+        # And once it is classified it is held back no more
+        engine.record_classification("T-1", "bug_fix", "medium", 3.0)
+        assert client.get("/v1/tasks/T-1").json()["held_back"] is None
+    # The library's own view is the library's rule: its synchronous commands route such a task
+    assert engine.get_task("T-9").held_back is None
