@@ -19,6 +19,7 @@ from eventsourcing.persistence import Notification
 from psycopg import Connection
 from psycopg.sql import SQL, Composed, Identifier
 
+from flowledger.domain.bounds import require_flag
 from flowledger.domain.errors import AuditError
 from flowledger.infrastructure.engine.facade import Engine
 from flowledger.infrastructure.engine.retention import RestoreReport, RetentionReport
@@ -44,7 +45,8 @@ def archive(
     """Archive the due sessions (``Engine.archive_sessions``) keeping every projection's rows.
 
     One run at a time per event store (an advisory lock; another run meanwhile raises)."""
-    if dry_run:
+    # True or False only: dry_run=None had archived for real, before the engine could say so.
+    if require_flag("dry_run", dry_run):
         return engine.archive_sessions(out_dir, workflow=workflow, dry_run=True, batch_size=batch_size)
     with projector.connect() as conn:
         ensure_control(conn, projector.names)

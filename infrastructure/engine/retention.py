@@ -43,6 +43,7 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 from psycopg.sql import SQL
 
+from flowledger.domain.bounds import require_flag
 from flowledger.domain.errors import AuditError, ValidationError
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionStatus
@@ -285,6 +286,8 @@ class RetentionService:
         (a path, or a string naming one), at most ``batch_size`` (1 to ``MAX_BATCH``) a bundle."""
         self._app.ensure_open("archive sessions")
         out_dir = require_path("out_dir", out_dir)
+        # True or False only: None or 0 had archived for real (rows deleted), "no" counted only.
+        require_flag("dry_run", dry_run)
         require_count("batch_size", batch_size, least=1, most=MAX_BATCH)
         started = time.perf_counter()
         policies = self.policies()

@@ -17,6 +17,8 @@ import pytest
 
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
+from flowledger.projections import projector_for
+from flowledger.projections.retention import archive
 
 
 def test_the_retention_service_takes_a_string_as_a_path(pg_engine: Engine, tmp_path: Path) -> None:
@@ -43,3 +45,21 @@ def test_a_batch_size_that_is_no_whole_number_from_one_is_refused(
     with pytest.raises(ValidationError) as refused:
         pg_engine.retention.archive(tmp_path, dry_run=True, batch_size=size)
     assert refused.value.field == "batch_size"
+
+
+@pytest.mark.parametrize("flag", [None, 0, 1, "no", "yes", [], 1.0], ids=repr)
+def test_a_dry_run_that_is_no_true_or_false_is_refused_before_anything_is_read(
+    pg_engine: Engine, tmp_path: Path, flag: Any
+) -> None:
+    # dry_run=None or 0 had archived for real (rows deleted), dry_run="no" had counted only
+    pg_engine.retention.set_policy("wf", 30)
+    with pytest.raises(ValidationError) as refused:
+        pg_engine.retention.archive(tmp_path / "out", dry_run=flag)
+    with pytest.raises(ValidationError) as refused_by_the_engine:
+        pg_engine.archive_sessions(tmp_path / "out", dry_run=flag)
+    with pytest.raises(ValidationError) as refused_by_the_projections:
+        archive(pg_engine, projector_for(pg_engine), tmp_path / "out", dry_run=flag)
+    fields = {refused.value.field, refused_by_the_engine.value.field, refused_by_the_projections.value.field}
+    assert fields == {"dry_run"}
+    assert "must be true or false" in str(refused.value)
+    assert not (tmp_path / "out").exists()
