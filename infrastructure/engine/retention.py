@@ -43,7 +43,7 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 from psycopg.sql import SQL
 
-from flowledger.domain.bounds import require_flag
+from flowledger.domain.bounds import require_flag, shown
 from flowledger.domain.errors import AuditError, ValidationError
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.session_views import SessionStatus
@@ -574,6 +574,9 @@ class RetentionService:
         ``sessions`` only, when given)."""
         self._app.ensure_open("restore sessions")
         bundle = require_path("bundle", bundle)
+        # Before the bundle is read: "s-1" had been read as the sessions 's', '-' and '1'.
+        if sessions is not None and (isinstance(sessions, str) or not isinstance(sessions, list | tuple)):
+            raise ValidationError("sessions", f"must be a list of session ids, got {shown(sessions)}")
         try:
             raw = bundle.read_bytes()
             lines = raw.decode("utf-8").splitlines()

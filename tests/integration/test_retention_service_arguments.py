@@ -63,3 +63,14 @@ def test_a_dry_run_that_is_no_true_or_false_is_refused_before_anything_is_read(
     assert fields == {"dry_run"}
     assert "must be true or false" in str(refused.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("sessions", ["s-1", b"s-1", 5, True, {"s-1": 1}], ids=repr)
+def test_sessions_to_restore_that_are_no_list_of_ids_are_refused_before_the_bundle_is_read(
+    pg_engine: Engine, tmp_path: Path, sessions: Any
+) -> None:
+    # The service read "s-1" as the sessions 's', '-' and '1' (as the engine's own method did
+    # not); it is refused as the engine refuses it, before the bundle is opened
+    with pytest.raises(ValidationError) as refused:
+        pg_engine.retention.restore(tmp_path / "none.jsonl", sessions)
+    assert refused.value.field == "sessions"
