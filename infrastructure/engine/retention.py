@@ -52,7 +52,7 @@ from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.store import Clock
 from flowledger.infrastructure.outages import within_deadline
 from flowledger.infrastructure.paths import require_path
-from flowledger.infrastructure.postgres.audit_arguments import require_streams
+from flowledger.infrastructure.postgres.audit_arguments import require_needles, require_streams
 from flowledger.infrastructure.postgres.bundles import export_bundle
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.factory import FlowledgerSnapshotRecorder
@@ -192,7 +192,9 @@ class RetentionService:
 
     def archived_naming(self, needles: Sequence[bytes]) -> list[UUID]:
         """This tenant's archived streams whose stored snapshot holds one of ``needles`` (a user
-        id as an unsealed snapshot writes it; no tables: none)."""
+        id as an unsealed snapshot writes it; no tables: none). ``needles``: a list (or set) of
+        non-empty byte strings, else a ValidationError before anything is read."""
+        needles = require_needles("needles", needles)
 
         def read() -> list[UUID]:
             with self._reading() as conn:

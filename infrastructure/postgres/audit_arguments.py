@@ -62,3 +62,15 @@ def require_public_key(field_name: str, value: Any) -> bytes:
             f"must be a public key of {KEY_BYTES} bytes (bytes.fromhex of its hex), got {shown(value)}",
         )
     return value
+
+
+def require_needles(field_name: str, value: Any) -> list[bytes]:
+    """``value`` as a list of non-empty byte strings to search stored bytes for: a string is
+    read as no list of its characters, and an empty needle, found in everything, is refused."""
+    needles = _listed(field_name, value, "non-empty byte strings")
+    for needle in needles:
+        if not isinstance(needle, bytes) or not needle:
+            raise ValidationError(
+                field_name, f"must be a list of non-empty byte strings, got {shown(needle)} in it"
+            )
+    return needles

@@ -74,3 +74,13 @@ def test_sessions_to_restore_that_are_no_list_of_ids_are_refused_before_the_bund
     with pytest.raises(ValidationError) as refused:
         pg_engine.retention.restore(tmp_path / "none.jsonl", sessions)
     assert refused.value.field == "sessions"
+
+
+@pytest.mark.parametrize("needles", [5, None, "u", b"u", ["u"], [5], [b""], [b"u", None]], ids=repr)
+def test_needles_that_are_no_list_of_non_empty_bytes_are_refused(pg_engine: Engine, needles: Any) -> None:
+    # archived_naming("u") had named every archived session whose snapshot holds the letter u
+    # (a string read as its characters), [b""] every archived session, and [5] or b"x" reached
+    # PostgreSQL ("cannot cast type smallint[] to bytea[]")
+    with pytest.raises(ValidationError) as refused:
+        pg_engine.retention.archived_naming(needles)
+    assert refused.value.field == "needles"
