@@ -579,6 +579,11 @@ class RetentionService:
         # Before the bundle is read: "s-1" had been read as the sessions 's', '-' and '1'.
         if sessions is not None and (isinstance(sessions, str) or not isinstance(sessions, list | tuple)):
             raise ValidationError("sessions", f"must be a list of session ids, got {shown(sessions)}")
+        if sessions is not None and not sessions:
+            # It had read and checked the whole bundle, then said "none of [] is archived in" it.
+            raise ValidationError(
+                "sessions", "names no session: give one or more (None restores every session of the bundle)"
+            )
         try:
             raw = bundle.read_bytes()
             lines = raw.decode("utf-8").splitlines()

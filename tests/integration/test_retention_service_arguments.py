@@ -84,3 +84,15 @@ def test_needles_that_are_no_list_of_non_empty_bytes_are_refused(pg_engine: Engi
     with pytest.raises(ValidationError) as refused:
         pg_engine.retention.archived_naming(needles)
     assert refused.value.field == "needles"
+
+
+@pytest.mark.parametrize("sessions", [[], ()], ids=repr)
+def test_an_empty_list_of_sessions_to_restore_is_refused_saying_what_restores_them_all(
+    pg_engine: Engine, tmp_path: Path, sessions: Any
+) -> None:
+    # restore(bundle, []) read and checked the whole bundle and then said "session: none of []
+    # is archived in …", as if the bundle were at fault
+    for restore in (pg_engine.retention.restore, pg_engine.restore_sessions):
+        with pytest.raises(ValidationError, match=r"names no session: .*None restores") as refused:
+            restore(tmp_path / "none.jsonl", sessions)
+        assert refused.value.field == "sessions"
