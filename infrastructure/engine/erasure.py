@@ -23,6 +23,7 @@ from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
+from flowledger.domain.bounds import MAX_REASON_LENGTH, require_text
 from flowledger.domain.errors import AuditError, SessionNotFound, ValidationError
 from flowledger.domain.session import Session, session_uuid
 from flowledger.domain.values import require_name
@@ -91,6 +92,7 @@ class ErasureService:
         """Erase every sealed session of ``user_id`` in this tenant; the report names the
         user's sessions recorded without sealing, which stay in the clear (none: an empty report)."""
         require_name("user_id", user_id)
+        require_text("reason", reason, max_length=MAX_REASON_LENGTH)  # before anything is looked up
         streams = self._within_deadline(
             "find the user's sessions", lambda: self._keys.streams_of(self._tenant, user_id)
         )
@@ -102,6 +104,8 @@ class ErasureService:
         forked from it, or from those (each holds a copy of its context); forks recorded
         without sealing are named in ``in_the_clear``."""
         stream = session_uuid(self._tenant, session_id)
+        # Before the session is looked up: "s-none" with reason 5 had answered "not found".
+        require_text("reason", reason, max_length=MAX_REASON_LENGTH)
         if self._store.load(stream) is None:
             raise SessionNotFound(session_id)
         if self._within_deadline("read a data key", lambda: self._keys.key_of(stream)) is None:
