@@ -288,6 +288,8 @@ class RetentionService:
         (a path, or a string naming one), at most ``batch_size`` (1 to ``MAX_BATCH``) a bundle."""
         self._app.ensure_open("archive sessions")
         out_dir = require_path("out_dir", out_dir)
+        _require_hook("projection_rows", projection_rows)
+        _require_hook("before_commit", before_commit)
         # True or False only: None or 0 had archived for real (rows deleted), "no" counted only.
         require_flag("dry_run", dry_run)
         require_count("batch_size", batch_size, least=1, most=MAX_BATCH)
@@ -576,6 +578,7 @@ class RetentionService:
         ``sessions`` only, when given)."""
         self._app.ensure_open("restore sessions")
         bundle = require_path("bundle", bundle)
+        _require_hook("before_insert", before_insert)
         # Before the bundle is read: "s-1" had been read as the sessions 's', '-' and '1'.
         if sessions is not None and (isinstance(sessions, str) or not isinstance(sessions, list | tuple)):
             raise ValidationError("sessions", f"must be a list of session ids, got {shown(sessions)}")
@@ -716,6 +719,13 @@ def _link_new(temporary: Path, path: Path) -> Path:
             candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
             continue
         return candidate
+
+
+def _require_hook(field_name: str, value: object) -> None:
+    """Raise ValidationError unless ``value`` is None or a function: ``projection_rows=5`` had
+    raised "'int' object is not callable" from inside the run (or never, with nothing due)."""
+    if value is not None and not callable(value):
+        raise ValidationError(field_name, f"must be a function (or None), got {shown(value)}")
 
 
 def _read_bundle(

@@ -96,3 +96,27 @@ def test_an_empty_list_of_sessions_to_restore_is_refused_saying_what_restores_th
         with pytest.raises(ValidationError, match=r"names no session: .*None restores") as refused:
             restore(tmp_path / "none.jsonl", sessions)
         assert refused.value.field == "sessions"
+
+
+@pytest.mark.parametrize("hook", ["projection_rows", "before_commit"])
+@pytest.mark.parametrize("value", [5, "rows", {}], ids=repr)
+def test_an_archive_hook_that_is_no_function_is_refused_before_anything_is_read(
+    pg_engine: Engine, tmp_path: Path, hook: str, value: Any
+) -> None:
+    # projection_rows=5 had raised "TypeError: 'int' object is not callable" from inside the run
+    pg_engine.retention.set_policy("wf", 30)
+    for archive_sessions in (pg_engine.retention.archive, pg_engine.archive_sessions):
+        with pytest.raises(ValidationError) as refused:
+            archive_sessions(tmp_path / "out", **{hook: value})
+        assert refused.value.field == hook
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", [5, "insert", {}], ids=repr)
+def test_a_restore_hook_that_is_no_function_is_refused_before_the_bundle_is_read(
+    pg_engine: Engine, tmp_path: Path, value: Any
+) -> None:
+    for restore in (pg_engine.retention.restore, pg_engine.restore_sessions):
+        with pytest.raises(ValidationError) as refused:
+            restore(tmp_path / "none.jsonl", before_insert=value)
+        assert refused.value.field == "before_insert"
