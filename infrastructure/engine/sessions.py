@@ -172,8 +172,8 @@ class SessionService:
         key filter, which would fail on a value that is no string (an AttributeError, or a
         TypeError for a list) instead of refusing it.
         """
-        with self.owner_first(session_id, request.user_id):
-            if request.idempotency_key is not None:
+        if request.idempotency_key is not None:  # (no key: nothing to check, no wrapper to enter)
+            with self.owner_first(session_id, request.user_id):
                 require_name("idempotency_key", request.idempotency_key)
         return self._write(
             session_id, partial(self._record, session_id, request), command_id=request.idempotency_key
