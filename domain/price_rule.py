@@ -35,6 +35,12 @@ digits of its factors), whatever the thread's context says. Under the thread's o
 service's ``getcontext().prec = 6`` made a $1.524596 call cost $1.52460, and the default 28
 digits dropped the last digit of 987,654,321,987 tokens at a 17-digit price."""
 
+exact_sum = EXACT.copy().add
+"""``exact_sum(a, b)``: ``a + b`` under ``EXACT``, the same Decimal as ``with localcontext(EXACT):
+a + b`` without copying the context and swapping the thread's out and back for one sum (1.2 µs
+against 0.1 µs, ``timeit``; every recorded step adds three). A copy of its own, so that the
+flags of its sums (an exact sum raises none) never land on ``EXACT``."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class TokenCounts:

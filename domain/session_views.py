@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from decimal import Decimal, localcontext
+from decimal import Decimal
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any
 
 from flowledger.domain.bounds import json_bytes, names_json_bytes
 from flowledger.domain.error_detail import ErrorDetail
-from flowledger.domain.price_rule import EXACT
+from flowledger.domain.price_rule import exact_sum
 from flowledger.domain.values import JsonObject, LlmUsage
 
 if TYPE_CHECKING:  # the aggregate imports its views
@@ -261,8 +261,8 @@ class Totals:
         """These totals with one more call's usage added."""
         if usage is None:
             return self
-        with localcontext(EXACT):  # not the thread's context: an embedding service's may round
-            cost_usd = self.cost_usd + usage.charged_usd
+        # EXACT, not the thread's context: an embedding service's may round
+        cost_usd = exact_sum(self.cost_usd, usage.charged_usd)
         return Totals(
             calls=self.calls + 1,
             input_tokens=self.input_tokens + usage.billed_tokens("input_tokens"),

@@ -43,7 +43,7 @@ from flowledger.domain.bounds import (
     storable,
 )
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.price_rule import EXACT, MAX_COST_DECIMALS, TOKEN_FIELDS
+from flowledger.domain.price_rule import EXACT, MAX_COST_DECIMALS, TOKEN_FIELDS, exact_sum
 from flowledger.domain.price_rule import MAX_COST_USD as MAX_COST_USD  # one call's cost, re-exported
 
 JsonObject = dict[str, Any]
@@ -234,8 +234,7 @@ class LlmUsage:
     def charged_usd(self) -> Decimal:
         """Everything the call was billed: the reply's cost and the retried attempts', exactly
         (``EXACT``, whatever the thread's decimal context)."""
-        with localcontext(EXACT):
-            return self.cost_usd + self.retried_cost_usd
+        return exact_sum(self.cost_usd, self.retried_cost_usd)
 
     def to_dict(self) -> JsonObject:
         """A JSON-ready dict (costs as strings, to keep them exact).
