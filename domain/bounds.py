@@ -27,6 +27,7 @@ import math
 import re
 import sys
 import unicodedata
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, TypeVar, cast
@@ -85,6 +86,24 @@ _FINITE_MAX = sys.float_info.max
 _FINITE_MIN = -_FINITE_MAX
 _COMPACT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 """Built once: ``json.dumps`` with any option builds a new encoder on every call."""
+
+
+def _compact_chunks() -> Callable[[Any, int], Iterable[str]]:
+    """``_COMPACT_JSON``'s C encoder, built once: ``JSONEncoder.encode`` builds it (and a float
+    formatter) again on every call, half of what a step's ``json_bytes`` took (6.0 µs, 2.8 µs
+    with the encoder built once: ``timeit``). The same text; without the encoder's check for a
+    value that holds itself, which ``require_json``'s depth bound refuses before any value is
+    measured (one would end in a RecursionError here, not a ValueError)."""
+    try:
+        from _json import make_encoder
+    except ImportError:  # pragma: no cover - an interpreter without the C accelerator
+        return lambda value, _: (_COMPACT_JSON.encode(value),)
+    return make_encoder(
+        None, _COMPACT_JSON.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+
+
+_COMPACT_CHUNKS = _compact_chunks()
 
 
 def shown(value: Any) -> str:
@@ -649,9 +668,9 @@ def json_bytes(value: Any) -> int:
     back, so that a fold gives the same figure on every replay: the standard encoder writes a
     float as its ``repr`` and an int in full, which read back to the same value and so to the
     same text. The domain keeps to the standard library (DESIGN.md); the encoder is built once
-    (``_COMPACT_JSON``), about 2 microseconds for a small step's payload.
+    (``_COMPACT_CHUNKS``).
     """
-    text = _COMPACT_JSON.encode(value)
+    text = "".join(_COMPACT_CHUNKS(value, 0))
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
