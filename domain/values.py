@@ -440,6 +440,7 @@ or that it is the provider's own charge (never repriced)."""
 
 USAGE_NAMES = ("provider", "request_model", "response_model", "cost_source")
 """LlmUsage's texts that name something: held to a name's rule when a caller gives them."""
+_MODEL_NAMES = frozenset(name for name in USAGE_NAMES if name.endswith("_model"))
 
 
 def require_given_usage(field_name: str, usage: Any) -> None:
@@ -461,7 +462,7 @@ def require_given_usage(field_name: str, usage: Any) -> None:
         text = getattr(usage, name)
         if text and not (text.isascii() and text.isprintable()):
             require_name(f"{field_name}.{name}", text)
-        if name.endswith("_model") and text != text.strip():
+        if name in _MODEL_NAMES and text != text.strip():
             # As a step's model (``require_model``): the price table reads " gpt-4.1" trimmed,
             # while the dashboard and a model budget kept it apart from "gpt-4.1".
             raise ValidationError(f"{field_name}.{name}", f"must have no space around it, got {text!r}")
@@ -469,7 +470,9 @@ def require_given_usage(field_name: str, usage: Any) -> None:
         if isinstance(reason, str) and not (reason.isascii() and reason.isprintable()):
             require_name(f"{field_name}.finish_reasons", reason)
     for name in ("response_id", "price_version"):
-        require_no_controls(f"{field_name}.{name}", getattr(usage, name))
+        text = getattr(usage, name)
+        if not (text.isascii() and text.isprintable()):  # (the field's name is spelt only then)
+            require_no_controls(f"{field_name}.{name}", text)
     if usage.cost_source not in COST_SOURCES:
         # Only "provider" keeps a cost from repricing: "Provider" was recorded, then repriced.
         raise ValidationError(
@@ -485,28 +488,33 @@ def _plainly_within_bounds(usage: LlmUsage) -> bool:
         text = getattr(usage, name)
         if text and not plainly_text(text, limit):
             return False
-    counts = (
+    if usage.retried_cost_usd or usage.cost_source or usage.retried_tokens:
+        return False  # rare: the careful path checks them
+    # Loops, not ``any``/``all`` over generators: every step's usage passes here, and a
+    # generator's frame cost more than the checks it ran.
+    for count in (
         usage.input_tokens,
         usage.output_tokens,
         usage.cache_read_input_tokens,
         usage.reasoning_output_tokens,
         usage.cache_creation_input_tokens,
-    )
-    if usage.retried_cost_usd or usage.cost_source or usage.retried_tokens:
-        return False  # rare: the careful path checks them
-    if any(type(count) is not int or not 0 <= count <= MAX_TOKENS for count in counts):
-        return False
+    ):
+        if type(count) is not int or not 0 <= count <= MAX_TOKENS:
+            return False
     if type(usage.attempts) is not int or not 0 <= usage.attempts <= MAX_ATTEMPTS:
         return False
     exponent = usage.cost_usd.as_tuple().exponent
-    return (
+    if not (
         usage.latency_ms <= MAX_LATENCY_MS
         and usage.cost_usd <= MAX_COST_USD
         and not (isinstance(exponent, int) and exponent < -MAX_COST_DECIMALS)
         and len(usage.finish_reasons) <= MAX_FINISH_REASONS
-        and all(plainly_text(reason, MAX_NAME_LENGTH) for reason in usage.finish_reasons)
-        and not usage.extra  # anything in extra takes the careful path (its JSON bounds)
-    )
+    ):
+        return False
+    for reason in usage.finish_reasons:
+        if not plainly_text(reason, MAX_NAME_LENGTH):
+            return False
+    return not usage.extra  # anything in extra takes the careful path (its JSON bounds)
 
 
 _PLAIN_TEXTS = tuple((name, limit) for name, limit in USAGE_TEXT_LIMITS if name != "cost_source")
