@@ -86,8 +86,31 @@ class ReleaseOutcome(StrEnum):
     ESCALATED = "escalated"
 
 
-CATEGORIES = ("bug_fix", "feature", "documentation", "review", "deployment", "research")
-COMPLEXITIES = ("low", "medium", "high", "critical")
+class TaskCategory(StrEnum):
+    """What kind of work a task is, as its classification says."""
+
+    BUG_FIX = "bug_fix"
+    FEATURE = "feature"
+    DOCUMENTATION = "documentation"
+    REVIEW = "review"
+    DEPLOYMENT = "deployment"
+    RESEARCH = "research"
+
+
+class TaskComplexity(StrEnum):
+    """How hard a task is, as its classification says (the priorities' names: a complexity may
+    raise the priority to its floor)."""
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+
+CATEGORIES: tuple[str, ...] = tuple(category.value for category in TaskCategory)
+COMPLEXITIES: tuple[str, ...] = tuple(complexity.value for complexity in TaskComplexity)
+MAX_ESTIMATED_HOURS = 10_000
+"""A classification's estimate is above 0 and at most this many hours."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,8 +131,13 @@ class Classification:
                 raise ValidationError(field_name, message)
             object.__setattr__(self, field_name, name)
         hours = self.estimated_hours
-        if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= 10_000:
-            raise ValidationError("estimated_hours", f"must be a number in (0, 10000], got {shown(hours)}")
+        if (
+            isinstance(hours, bool)
+            or not isinstance(hours, int | float)
+            or not 0 < hours <= MAX_ESTIMATED_HOURS
+        ):
+            message = f"must be a number in (0, {MAX_ESTIMATED_HOURS}], got {shown(hours)}"
+            raise ValidationError("estimated_hours", message)
         object.__setattr__(self, "estimated_hours", float(hours))
 
     @classmethod

@@ -38,8 +38,17 @@ from flowledger.domain.bounds import (
 )
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_assignment_ref import MAX_ASSIGNMENT
-from flowledger.domain.task_views import PRIORITY_PADDING, AgentState, TaskPriority, TaskState
+from flowledger.domain.task_views import (
+    MAX_ESTIMATED_HOURS,
+    PRIORITY_PADDING,
+    AgentState,
+    TaskCategory,
+    TaskComplexity,
+    TaskPriority,
+    TaskState,
+)
 from flowledger.infrastructure.engine.classify_first import as_routed
+from flowledger.infrastructure.engine.recorded_classification import record_or_get_classification
 from flowledger.infrastructure.history import jsonable
 
 router = APIRouter(route_class=OneNameRoute, prefix="/v1", tags=["tasks"])
@@ -81,6 +90,15 @@ SEED_CAPACITY_NAME = "max_capacity"
 _READ = responses(404)
 _TASK_WRITE = {**answers(TaskOut), **responses(404, 409)}
 _CLASSIFY = {**answers(TaskOut), **responses(402, 404, 409, 422, 501, 502)}
+_RECORD = {
+    status.HTTP_201_CREATED: {"model": TaskOut, "description": "Recorded: the task, classified as sent"},
+    **answers(
+        TaskOut,
+        "Not recorded: the task as it stands, its classification the one recorded before (the first"
+        " one stands; a retry reads the same), or none once it is completed or escalated",
+    ),
+    **responses(404),
+}
 
 
 class RegisterAgent(Body):
@@ -117,6 +135,15 @@ class Classify(Body):
 
     model: str | None = name()
     idempotency_key: str | None = name()
+
+
+class RecordClassification(Body):
+    """A classification made elsewhere (by a person, another model): what the task is, how hard,
+    and how long it should take. Every field is required, in the domain's terms."""
+
+    category: TaskCategory
+    complexity: TaskComplexity
+    estimated_hours: float = Field(gt=0, le=MAX_ESTIMATED_HOURS, strict=True)
 
 
 class Assign(Body):
@@ -279,6 +306,30 @@ async def classify_task(
     return task_out(
         caller, await caller.engine.classify_task(task_id, model=asked.model, idempotency_key=key)
     )
+
+
+@router.post(
+    "/tasks/{task_id}/classification",
+    status_code=status.HTTP_201_CREATED,
+    response_model=None,
+    responses=_RECORD,
+)
+def record_classification(
+    task_id: TaskId, body: RecordClassification, caller: Writer, response: Response
+) -> Json:
+    """Record a classification made elsewhere (no model is called, none need be configured): 201
+    with the task, classified as sent (its skills, priority and deadline derived as a model's
+    classification derives them), so that a task held back for want of a model can be assigned.
+    The first classification recorded stands: a task classified already (a retry, or a second
+    opinion) is answered 200 as it stands, with the one recorded before, and so is a completed
+    or escalated task, which takes none; nothing recorded (``reclassify`` replaces one through
+    the model)."""
+    done = record_or_get_classification(
+        caller.engine, task_id, body.category.value, body.complexity.value, body.estimated_hours
+    )
+    if not done.recorded:
+        response.status_code = status.HTTP_200_OK
+    return task_out(caller, done.state)
 
 
 @router.post("/tasks/{task_id}/reclassify", response_model=None, responses=_CLASSIFY)

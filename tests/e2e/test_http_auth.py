@@ -229,6 +229,11 @@ TASK_ROUTES: list[tuple[str, str, Any]] = [
     ("POST", "/v1/tasks/{id}/start", None),
     ("POST", "/v1/tasks/{id}/complete", {}),
     ("POST", "/v1/tasks/{id}/release", {}),
+    (
+        "POST",
+        "/v1/tasks/{id}/classification",
+        {"category": "review", "complexity": "low", "estimated_hours": 1},
+    ),
     ("GET", "/v1/agents/{id}", None),
 ]
 

@@ -54,6 +54,8 @@ def test_every_task_and_agent_route_answers_the_shape_its_openapi_entry_names(ht
         ("get", "/v1/tasks/{task_id}", 200): "TaskOut",
         ("post", "/v1/queue/run", 200): "[TaskOut]",
         ("post", "/v1/queue/sweep", 200): "[TaskOut]",
+        ("post", "/v1/tasks/{task_id}/classification", 201): "TaskOut",
+        ("post", "/v1/tasks/{task_id}/classification", 200): "TaskOut",
         **{
             ("post", f"/v1/tasks/{{task_id}}/{verb}", 200): "TaskOut"
             for verb in ("classify", "reclassify", "assign", "start", "complete", "release", "requeue")
@@ -76,6 +78,8 @@ def test_every_task_and_agent_route_answers_the_shape_its_openapi_entry_names(ht
         TaskOut,
     )
     _holds(http.post("/v1/tasks/T-1/classify"), TaskOut)
+    recorded = {"category": "bug_fix", "complexity": "high", "estimated_hours": 2}
+    _holds(http.post("/v1/tasks/T-1/classification", json=recorded), TaskOut)  # 200: it stands
     _holds(http.post("/v1/tasks/T-1/reclassify"), TaskOut)
     _holds(http.post("/v1/tasks/T-1/assign"), TaskOut)
     _holds(http.post("/v1/tasks/T-1/start"), TaskOut)
@@ -87,6 +91,7 @@ def test_every_task_and_agent_route_answers_the_shape_its_openapi_entry_names(ht
         "priority": "HIGH",
     }
     _holds(http.post("/v1/tasks", json=helm), TaskOut)
+    _holds(http.post("/v1/tasks/T-2/classification", json=recorded), TaskOut)  # 201: recorded
     _holds(http.post("/v1/tasks/T-2/assign"), TaskOut)  # escalated: nobody has helm
     _holds(http.post("/v1/tasks/T-2/requeue", json={"requested_by": "alice", "reason": "try again"}), TaskOut)
     go = {
