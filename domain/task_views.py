@@ -131,13 +131,15 @@ class Classification:
                 raise ValidationError(field_name, message)
             object.__setattr__(self, field_name, name)
         hours = self.estimated_hours
-        if (
-            isinstance(hours, bool)
-            or not isinstance(hours, int | float)
-            or not 0 < hours <= MAX_ESTIMATED_HOURS
-        ):
-            message = f"must be a number in (0, {MAX_ESTIMATED_HOURS}], got {shown(hours)}"
-            raise ValidationError("estimated_hours", message)
+        # The range in the words every edge uses ("must be above 0", "must be at most 10000").
+        if isinstance(hours, bool) or not isinstance(hours, int | float) or hours != hours:  # NaN
+            raise ValidationError("estimated_hours", f"must be a number, got {shown(hours)}")
+        if hours <= 0:
+            raise ValidationError("estimated_hours", f"must be above 0, got {shown(hours)}")
+        if hours > MAX_ESTIMATED_HOURS:
+            raise ValidationError(
+                "estimated_hours", f"must be at most {MAX_ESTIMATED_HOURS}, got {shown(hours)}"
+            )
         object.__setattr__(self, "estimated_hours", float(hours))
 
     @classmethod

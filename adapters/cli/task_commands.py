@@ -1,5 +1,6 @@
 """``flowledger tasks ...``: the life of a task, as the REST API has it (``/v1/tasks``,
-``/v1/queue``): create, classify, assign, run the queue, sweep deadlines, work, requeue.
+``/v1/queue``): create, classify (or record a classification made elsewhere), assign, run the
+queue, sweep deadlines, work, requeue.
 
 One tenant's tasks (``--tenant``, else the engine's). The names, defaults and rules are the
 REST API's and the domain's: priorities in any case (medium by default), a deadline as a time
@@ -34,9 +35,20 @@ from flowledger.domain.bounds import (
     require_text,
 )
 from flowledger.domain.errors import ValidationError
-from flowledger.domain.task_views import TaskPriority, TaskState, TaskStatus
+from flowledger.domain.task_views import (
+    CATEGORIES,
+    COMPLEXITIES,
+    MAX_ESTIMATED_HOURS,
+    TaskPriority,
+    TaskState,
+    TaskStatus,
+)
 from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.engine.classify_first import UNCLASSIFIED_NO_MODEL, as_routed
+from flowledger.infrastructure.engine.recorded_classification import (
+    Recording,
+    record_or_get_classification,
+)
 from flowledger.infrastructure.engine.task_reads import MAX_LIST
 
 T = TypeVar("T")
@@ -73,6 +85,12 @@ NO_MODEL = (
     "no model configured: set FLOWLEDGER_LLM_BASE_URL and FLOWLEDGER_LLM_API_KEY"
     " (flowledger simulate-llm serves one)"
 )
+RECORD_HINT = (
+    "or record a classification made elsewhere: flowledger tasks record-classification TASK"
+    " --category C --complexity X --hours H"
+)
+"""The other way to classify a task with no model, said where the lack of one is (the hold's
+"(or record a classification)" named a command no edge had)."""
 
 
 def _deadline(at: str | None, hours: float | None, field: str = "deadline") -> datetime | timedelta | None:
@@ -111,13 +129,20 @@ def _routed(engine: Engine, state: TaskState) -> TaskState:
     return as_routed(state, model=bool(engine.settings.llm_base_url))
 
 
-def _with_model(tenant: str | None, act: Callable[[Engine], Coroutine[Any, Any, T]], *, required: bool) -> T:
+def _with_model(
+    tenant: str | None,
+    act: Callable[[Engine], Coroutine[Any, Any, T]],
+    *,
+    required: bool,
+    instead: str = "",
+) -> T:
     """``act`` on an engine with the configured model (as ``serve`` builds it), or, when none
-    is configured and ``required`` is false, without one; with none required: exit 7, nothing done."""
+    is configured and ``required`` is false, without one; with none required: exit 7, nothing
+    done, saying what to do ``instead`` too when given."""
     settings = Settings.from_env()
     if not settings.llm_base_url:
         if required:
-            fail(NO_MODEL, 7)
+            fail(f"{NO_MODEL}; {instead}" if instead else NO_MODEL, 7)
         with Engine(settings=settings, tenant=tenant) as plain:
             return asyncio.run(act(plain))
 
@@ -228,7 +253,11 @@ def _nothing_done(state: TaskState) -> str:
 def _classified(task_id: str, model: str | None, tenant: str | None, *, again: bool) -> None:
     with reported_errors():
         state, failure, recorded = _with_model(
-            tenant, lambda engine: _classify(engine, task_id, model, again=again), required=True
+            tenant,
+            lambda engine: _classify(engine, task_id, model, again=again),
+            required=True,
+            # A recording does not replace a classification: no way to reclassify without a model.
+            instead="" if again else RECORD_HINT,
         )
     if failure:
         # REST answers the task as it stands; a script here needs the exit code to see it.
@@ -252,6 +281,41 @@ def classify_task(task_id: TaskArg, model: ModelOpt = None, tenant: TenantOpt = 
 def reclassify_task(task_id: TaskArg, model: ModelOpt = None, tenant: TenantOpt = None) -> None:
     """Classify again through the model, replacing the classification (exit 7 and 8 as classify)."""
     _classified(task_id, model, tenant, again=True)
+
+
+def _recording_note(done: Recording) -> str:
+    """What became of the classification sent: the task's line alone does not show it."""
+    stands = done.state.classification
+    if stands is None:
+        return _nothing_done(done.state)
+    said = f"{stands.category}, {stands.complexity}, {stands.estimated_hours:g} h"
+    if done.recorded:
+        return f" (classification recorded: {said})"
+    return f" (already classified as {said}: the first classification recorded stands; nothing done)"
+
+
+@tasks_app.command("record-classification")
+def record_classification(
+    task_id: TaskArg,
+    category: Annotated[str, typer.Option(help=f"What it is: {', '.join(CATEGORIES)} (any case).")],
+    complexity: Annotated[str, typer.Option(help=f"How hard: {', '.join(COMPLEXITIES)} (any case).")],
+    hours: Annotated[
+        float,
+        typer.Option(
+            help=f"How long it should take, in hours: above 0, at most {MAX_ESTIMATED_HOURS:,}.",
+            parser=real_number,
+        ),
+    ],
+    tenant: TenantOpt = None,
+) -> None:
+    """Record a classification made elsewhere (no model is called, none need be configured), as
+    REST's POST /v1/tasks/{id}/classification: a task held back for want of a model is then
+    assigned by its skills. The first classification recorded stands: a task classified
+    already, completed or escalated is left as it is (exit 0, the line says so)."""
+    with reported_errors(), Engine(tenant=tenant) as engine:
+        done = record_or_get_classification(engine, task_id, category, complexity, hours)
+        state = _routed(engine, done.state)
+    _say(state, _recording_note(done))
 
 
 @tasks_app.command("assign")
@@ -294,7 +358,7 @@ def run_queue(
     for task in held:  # the table says "held back"; REST's answer says why, and so does this
         _say(task)
     if any(t.held_back == UNCLASSIFIED_NO_MODEL for t in held):
-        console.print(f"to classify them: {NO_MODEL}", markup=False, highlight=False)
+        console.print(f"to classify them: {NO_MODEL}; {RECORD_HINT}", markup=False, highlight=False)
 
 
 @tasks_app.command("sweep")

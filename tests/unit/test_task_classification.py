@@ -181,8 +181,12 @@ def test_a_classification_made_elsewhere_is_recorded_without_usage(engine: Engin
     assert task.classification == Classification(
         category="deployment", complexity="medium", estimated_hours=2.5
     )
-    with pytest.raises(ValidationError, match=r"estimated_hours: must be a number in \(0, 10000\], got 0"):
+    with pytest.raises(ValidationError, match=r"estimated_hours: must be above 0, got 0"):
         engine.record_classification("t1", "deployment", "medium", 0)
+    with pytest.raises(ValidationError, match=r"estimated_hours: must be at most 10000, got 10000.5"):
+        engine.record_classification("t1", "deployment", "medium", 10_000.5)
+    with pytest.raises(ValidationError, match=r"estimated_hours: must be a number, got nan"):
+        engine.record_classification("t1", "deployment", "medium", float("nan"))
 
 
 def test_a_reply_is_parsed_even_when_wrapped_in_prose() -> None:
