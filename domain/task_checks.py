@@ -159,12 +159,12 @@ def held_back_reason(
     """Why a task may not be assigned yet, or None. A waiting task that names no skills needs
     what its classification derives; while every classification tried has failed, that is not
     known, and any agent with room would do (the issue's Go bug sent to DevOps): it waits for
-    a ``reclassify``. A task never classified keeps the older rule (it may go to any agent),
-    as does one an earlier classification routed."""
+    a ``reclassify``, or a classification recorded (made elsewhere). A task never classified
+    keeps the older rule (it may go to any agent), as does one an earlier classification routed."""
     if not waiting or creator_skills or classified or failures == 0:
         return None
     tries = "1 attempt" if failures == 1 else f"{failures} attempts"
     return (
         f"its classification failed ({tries}, none succeeded) and it names no skills,"
-        " so what it needs is not known: reclassify it first"
+        " so what it needs is not known: reclassify it (or record a classification) first"
     )

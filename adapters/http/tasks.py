@@ -354,7 +354,8 @@ async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = Non
     ``model_ranked_matching`` on, the model picks among agents the rule finds equally good
     (402 when an enforced budget cannot take that call: it is not made, the task waits).
     No body is needed; one naming an agent (or anything else) is refused with 422. A task that
-    names no skills and whose classification failed is refused with 409 (reclassify it first)."""
+    names no skills and whose classification failed is refused with 409 (reclassify it, or record
+    a classification made elsewhere: ``POST .../classification``)."""
     return task_out(caller, await caller.engine.assign_task_ranked(task_id))
 
 

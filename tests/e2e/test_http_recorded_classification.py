@@ -16,6 +16,7 @@ from flowledger.adapters.http.app import create_app
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.classify_first import UNCLASSIFIED_NO_MODEL
+from tests.support.llm import ScriptedLlm
 
 PATH = "/v1/tasks/{task_id}/classification"
 GO_BUG = {"category": "bug_fix", "complexity": "medium", "estimated_hours": 3}
@@ -62,6 +63,33 @@ def test_a_recorded_classification_lets_a_queue_run_assign_the_task_held_back_fo
         ("T-1", "assigned", "backend")
     ]
     assert kinds(engine, "T-1") == ["Task.Created", "Task.Classified", "Task.Assigned"]
+
+
+async def test_a_task_held_back_by_failed_classifications_is_released_by_a_recorded_one(
+    engine: Engine,
+) -> None:
+    # Given a Go bug whose every classification failed (the model's replies unusable): held back,
+    # the hold saying it may be recorded too, not only reclassified
+    teams_and_a_go_bug(engine)
+    engine.llm = ScriptedLlm("this is not a classification")
+    failed = await engine.classify_task("T-1")
+    assert failed.held_back is not None
+    assert failed.held_back.endswith("reclassify it (or record a classification) first")
+    with TestClient(create_app(engine)) as http:
+        # When a classification made elsewhere is recorded
+        recorded = http.post(PATH.format(task_id="T-1"), json=GO_BUG)
+        # Then the task is held back no more (its failures stay in its history), and a run assigns it
+        assert recorded.status_code == 201, recorded.text
+        assert (recorded.json()["held_back"], recorded.json()["classification_failure"]) == (None, None)
+        ran = http.post("/v1/queue/run")
+        assert [(t["task_id"], t["agent_id"]) for t in ran.json()] == [("T-1", "backend")]
+    assert kinds(engine, "T-1") == [
+        "Task.Created",
+        "Task.ClassificationFailed",
+        "Task.ClassificationFailed",
+        "Task.Classified",
+        "Task.Assigned",
+    ]
 
 
 @pytest.mark.parametrize(

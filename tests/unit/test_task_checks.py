@@ -154,7 +154,7 @@ def test_only_a_waiting_task_without_skills_whose_classifications_all_failed_is_
     held: dict[str, Any] = {"waiting": True, "creator_skills": (), "classified": False, "failures": 2}
     assert held_back_reason(**held) == (
         "its classification failed (2 attempts, none succeeded) and it names no skills,"
-        " so what it needs is not known: reclassify it first"
+        " so what it needs is not known: reclassify it (or record a classification) first"
     )
     assert "(1 attempt," in str(held_back_reason(**{**held, "failures": 1}))
     for change in ({"waiting": False}, {"creator_skills": ("go",)}, {"classified": True}, {"failures": 0}):
