@@ -151,7 +151,12 @@ def restore(
         soft_wrap=True,
     )
     for stream, why in report.skipped.items():
-        notes.print(f"left out stream {stream}: {why}", highlight=False, soft_wrap=True)
+        # Named as a person knows it: "left out stream 13f06d71-...: not asked for" said no session.
+        session_id = report.skipped_sessions.get(stream)
+        left_out = (
+            f"session {session_id!r} (stream {stream})" if session_id is not None else f"stream {stream}"
+        )
+        notes.print(f"left out {left_out}: {why}", highlight=False, soft_wrap=True, markup=False)
 
 
 def register(app: typer.Typer) -> None:

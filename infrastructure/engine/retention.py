@@ -121,6 +121,9 @@ class RestoreReport:
     events: int
     skipped: dict[str, str]
     """Stream id -> why it was not restored (not archived now, or not wanted)."""
+    skipped_sessions: dict[str, str] = field(default_factory=dict)
+    """Stream id of ``skipped`` -> its session id, as a person knows the session (a stream whose
+    session id could not be read is not in it)."""
 
 
 class _WrittenMeanwhile(Exception):
@@ -676,7 +679,11 @@ class RetentionService:
                     ).format(self._events),
                     rows,
                 )
-        return RestoreReport(tuple(restored), len(rows), skipped)
+        named = _session_ids(self._tenant, {UUID(s): events.get(UUID(s), []) for s in skipped})
+        for stream in (UUID(s) for s in skipped if UUID(s) not in named and UUID(s) in bases):
+            if bases[stream].sealed:  # its events unreadable as JSON: its base keeps the id too
+                named[stream] = bases[stream].base.session_id
+        return RestoreReport(tuple(restored), len(rows), skipped, {str(s): name for s, name in named.items()})
 
     def _left_alone(
         self,
@@ -726,6 +733,30 @@ def _require_hook(field_name: str, value: object) -> None:
     raised "'int' object is not callable" from inside the run (or never, with nothing due)."""
     if value is not None and not callable(value):
         raise ValidationError(field_name, f"must be a function (or None), got {shown(value)}")
+
+
+def _session_ids(
+    tenant: str, events: dict[UUID, list[tuple[int, str, bytes, bytes, int]]]
+) -> dict[UUID, str]:
+    """Each stream's session id, read from its first event in the bundle (``Session.Started``
+    holds it) when it is the id of that stream in ``tenant``: what a person reads in a restore's
+    report, not the stream id (``left out stream 13f06d71-...: not asked for``)."""
+    named: dict[UUID, str] = {}
+    for stream, mine in events.items():
+        first = next((state for version, _, state, _, _ in mine if version == 1), None)
+        try:
+            data = json.loads(first) if first is not None else None
+        except (ValueError, RecursionError):
+            continue
+        name = data.get("session_id") if isinstance(data, dict) else None
+        if not isinstance(name, str):
+            continue
+        try:
+            if session_uuid(tenant, name) == stream:
+                named[stream] = name
+        except ValidationError:
+            continue
+    return named
 
 
 def _read_bundle(

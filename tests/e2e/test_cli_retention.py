@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from flowledger.domain import LlmUsage
+from flowledger.domain.session import session_uuid
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
@@ -76,6 +77,10 @@ def test_retention_cli(database_url: str, pg_schema: str, tmp_path: Path) -> Non
     restored = cli("retention", "restore", str(bundle), "--session", "s-0")
     assert restored.returncode == 0, restored.stderr
     assert "restored 1 sessions (3 events)" in restored.stdout
+    # The other session of the bundle is named as a person knows it, its stream beside it
+    # (it said "left out stream 13f06d71-...: not asked for")
+    s1_stream = session_uuid("default", "s-1")
+    assert restored.stderr.splitlines() == [f"left out session 's-1' (stream {s1_stream}): not asked for"]
     assert cli("history", "s-0").returncode == 0
     assert cli("history", "s-1").returncode == 3
     assert cli("audit", "verify").returncode == 0

@@ -1546,3 +1546,27 @@ def test_a_bundle_archived_before_the_signing_key_was_rotated_restores_after_it(
     with Engine(settings=settings, clock=clock) as engine:
         assert engine.restore_sessions(bundle).sessions == ("s-1",)
         assert engine.get_session("s-1").step_count == 1
+
+
+def test_a_restore_names_the_session_of_each_stream_it_leaves_out(
+    engine: Engine, clock: SetClock, tmp_path: Path
+) -> None:
+    # Given a bundle of two sessions
+    _session(engine, "s-1")
+    _session(engine, "s-2", close="abandon")
+    clock.now = START + timedelta(days=10)
+    engine.retention.set_policy(WORKFLOW, 7)
+    [bundle] = archive(engine, projector_for(engine), tmp_path).workflows[0].bundles
+    s1, s2 = (str(engine.session_uuid(s)) for s in ("s-1", "s-2"))
+
+    # When one of them is restored, then both
+    alone = engine.restore_sessions(bundle, ["s-1"])
+    whole = engine.restore_sessions(bundle)
+
+    # Then each stream left out is still keyed by its stream id, and named by its session id
+    # beside it (a person reads session ids: "left out stream 13f06d71-...: not asked for")
+    assert alone.skipped == {s2: "not asked for"}
+    assert alone.skipped_sessions == {s2: "s-2"}
+    assert whole.sessions == ("s-2",)
+    assert list(whole.skipped) == [s1]
+    assert whole.skipped_sessions == {s1: "s-1"}
