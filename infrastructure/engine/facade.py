@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -43,7 +43,6 @@ from flowledger.infrastructure.engine.classify_first import (
     placed_any,
     unclassified_reason,
 )
-from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
 from flowledger.infrastructure.engine.erasure import ErasureService, ForgetReport
 from flowledger.infrastructure.engine.log import EventLog
 from flowledger.infrastructure.engine.paths import require_path
@@ -70,21 +69,27 @@ from flowledger.infrastructure.engine.task_budgets import TaskCallBudgets
 from flowledger.infrastructure.engine.task_index import LogIndex
 from flowledger.infrastructure.engine.task_reads import TaskReads
 from flowledger.infrastructure.engine.tasks import Creation, Registration, TaskService, require_queue_run
+from flowledger.infrastructure.engine.wiring import (
+    AN_LLM,
+    agent_locks_on,
+    budget_ledger,
+    chain_events,
+    classification_locks,
+    database_clock,
+    lend_clock,
+    require_arguments,
+    require_shape,
+    routing_check,
+    takes_agent_locks,
+)
 from flowledger.infrastructure.history import HistoryEntry
 from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
-from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger, Raised
-from flowledger.infrastructure.postgres.chain import StreamChain
-from flowledger.infrastructure.postgres.chain_key_check import checked_chain_key
+from flowledger.infrastructure.postgres.budgets import Raised
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
-from flowledger.infrastructure.postgres.classification_locks import ClassificationLocks
-from flowledger.infrastructure.postgres.database import deadlines_of, ensure_schema, library_env
+from flowledger.infrastructure.postgres.database import ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
-from flowledger.infrastructure.postgres.factory import FlowledgerSnapshotRecorder
-from flowledger.infrastructure.postgres.group_commit import GroupCommit
-from flowledger.infrastructure.postgres.recorder import FlowledgerApplicationRecorder
-from flowledger.infrastructure.postgres.snapshot_seal import SnapshotSeal
 from flowledger.infrastructure.postgres.tenants import admit_engine_tenant
 from flowledger.infrastructure.router_files import (
     load_model_tiers,
@@ -117,21 +122,13 @@ class Engine:
         llm: LlmPort | None = None,
         alerts: AlertNotifier | None = None,
     ) -> None:
-        _require_shape("clock", clock, "__call__", "a function returning timezone-aware datetimes")
-        _require_shape("llm", llm, *_AN_LLM)
-        _require_shape("alerts", alerts, "notify", "an alert notifier (an AlertNotifier: notify(...))")
-        reading = None if clock is None else clock()
-        if clock is not None and (not isinstance(reading, datetime) or reading.utcoffset() is None):
-            # Read once here: anything else fails far away (AttributeError: no tzinfo).
-            raise ValidationError("clock", f"must return timezone-aware datetimes, got {shown(reading)}")
-        if settings is not None and not isinstance(settings, Settings):
-            raise ValidationError("settings", f"must be a Settings, got {type(settings).__name__}")
+        require_arguments(settings, clock, llm, alerts)
         base = settings if settings is not None else Settings.from_env()
         self.settings = base.with_overrides(database_url=database_url, tenant=tenant, schema=schema)
         # The router's files are checked before anything connects: a bad one refuses the engine.
         require_readable("pricing_file", "FLOWLEDGER_PRICING_FILE", self.settings.pricing_file)
         catalogue = load_skill_catalogue(self.settings.skill_catalogue_file)
-        tiers = load_model_tiers(self.settings.routing_file, check_model=self._routing_check(llm))
+        tiers = load_model_tiers(self.settings.routing_file, check_model=routing_check(self.settings, llm))
         url = self.settings.database_url or embedded_database_url(self.settings.home)
         # One deadline for the start's database work: the recorders' construction, tried again
         # while the pool finds no connection, ends with it however long the migration took.
@@ -166,23 +163,17 @@ class Engine:
     ) -> None:
         """Everything the engine builds over its opened store (``__init__``'s second half)."""
         self.clock: Clock = clock if clock is not None else self._database_clock()
-        self._lend_clock(llm)
+        lend_clock(llm, self.clock)
         self._chain_events()
         self._retention: RetentionService | None = None
         self.log = EventLog(self._app, deadline_s=self.settings.operation_deadline_s)
         self.store = AggregateStore(self._app, self.settings, self.clock)
-        self._ledger = (
-            None if url == MEMORY_URL else PostgresBudgetLedger(url, self.settings.schema, self.settings)
-        )
-        self._agent_locks = self._new_agent_locks()
-        self._agent_lender = None if self._agent_locks is None else AgentLockLender(self._make_agent_locks)
+        self._ledger = budget_ledger(url, self.settings)
+        make_agent_locks = partial(agent_locks_on, self._app, url, self.settings)
+        self._agent_locks = make_agent_locks() if takes_agent_locks(url, self.settings) else None
+        self._agent_lender = None if self._agent_locks is None else AgentLockLender(make_agent_locks)
         """Agent locks lent per batch to the engines ``for_tenant`` makes."""
-        # Across processes, one classify of a task at a time (PostgreSQL only; not behind PgBouncer).
-        self._classification_locks = (
-            None
-            if url == MEMORY_URL or self.settings.pgbouncer
-            else ClassificationLocks(url, self.settings.schema, deadlines_of(self.settings))
-        )
+        self._classification_locks = classification_locks(url, self.settings)
         self._owner: Engine | None = None
         self._tenant_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
         """The engines ``for_tenant`` made over this one's store: closed with it."""
@@ -245,24 +236,6 @@ class Engine:
         )
         self.tie_breaker = TieBreaker(self.store, self.task_reads, self.classifier)
 
-    def _new_agent_locks(self) -> AgentLocks | None:
-        """Across processes, assigners take turns per agent (PostgreSQL only; not behind
-        PgBouncer). A batch holds its locks in a transaction of the object's one connection
-        (opened at its first lock), so the engines of ``for_tenant`` borrow one per batch."""
-        if self.database_url == MEMORY_URL or self.settings.pgbouncer or not self.settings.agent_locks:
-            return None
-        return self._make_agent_locks()
-
-    def _make_agent_locks(self) -> AgentLocks:
-        """Agent locks on this engine's database (their connection opened at their first lock)."""
-        return AgentLocks(
-            self.database_url,
-            self.settings.schema,
-            self._app.recorder.events_table_name.rsplit(".", 1)[-1],  # type: ignore[attr-defined]
-            deadlines_of(self.settings),
-            chain=getattr(self._app.recorder, "chain", None),
-        )
-
     def for_tenant(self, tenant: str) -> Engine:
         """``tenant``'s engine over this engine's store (this engine itself for its own tenant).
 
@@ -319,43 +292,11 @@ class Engine:
 
     def _database_clock(self) -> Clock:
         """The database server's clock, read on the engine's pool (the host's, in memory)."""
-        recorder = self._app.recorder
-        if not isinstance(recorder, FlowledgerApplicationRecorder):
-            return utc_now
-        return DatabaseClock(server_time(recorder.datastore, self.settings.connect_deadline_s))
+        return database_clock(self._app, self.settings)
 
     def _chain_events(self) -> None:
-        """Every append of this engine stores its events' hashes and seals (docs/audit.md) and
-        every snapshot it stores is sealed and checked as it is read (``snapshot_seal.py``), a
-        background thread signs checkpoints as configured, and, if switched on, concurrent
-        appends share a transaction (group commit)."""
-        self._audit = None
-        self._checkpointer = None
-        recorder = self._app.recorder
-        if not isinstance(recorder, FlowledgerApplicationRecorder):
-            return
-        if self.settings.group_commit:
-            recorder.group = GroupCommit(recorder.append_now, self.settings.group_commit_leaders)
-        self._audit = AuditTrail(self.database_url, self.settings, recorder.max_notification_id)
-        if not self.settings.audit_chain:
-            return
-        self._audit.use_chain_key(
-            checked_chain_key(recorder.datastore, recorder.events_table_name, self.settings)
-        )
-        chain = StreamChain(
-            self._audit.chain_key, schema=recorder.datastore.schema, table=recorder.events_table_name
-        )
-        recorder.chain = chain
-        snapshots = self._app.snapshots
-        if snapshots is not None and isinstance(snapshots.recorder, FlowledgerSnapshotRecorder):
-            snapshots.recorder.seal = SnapshotSeal(self._audit.chain_key)
-        if self.settings.checkpoint_every_events or self.settings.checkpoint_every_s:
-            self._checkpointer = Checkpointer(
-                self._audit,
-                chain,
-                every_events=self.settings.checkpoint_every_events,
-                every_s=self.settings.checkpoint_every_s,
-            )
+        """Chain, seal and sign this engine's appends as configured (``wiring.chain_events``)."""
+        self._audit, self._checkpointer = chain_events(self._app, self.database_url, self.settings)
 
     @property
     def audit(self) -> AuditTrail:
@@ -445,31 +386,14 @@ class Engine:
 
     @llm.setter
     def llm(self, llm: LlmPort | None) -> None:
-        _require_shape("llm", llm, *_AN_LLM)
-        check_model = self._routing_check(llm)
+        require_shape("llm", llm, *AN_LLM)
+        check_model = routing_check(self.settings, llm)
         if check_model is not None:
             require_priced(self.classifier.tiers, check_model, routing_label(self.settings.routing_file))
-        self._lend_clock(llm)
+        lend_clock(llm, self.clock)
         self.steps.llm = llm
         self.classifier.llm = llm
         self.budgets.charged_as = getattr(llm, "model_key", None)
-
-    def _lend_clock(self, llm: LlmPort | None) -> None:
-        """An adapter that prices by the time of a call reads it from this engine's clock."""
-        use_clock: Callable[[Callable[[], datetime]], None] | None = getattr(llm, "use_clock", None)
-        if use_clock is not None:
-            use_clock(self.clock)
-
-    def _routing_check(self, llm: LlmPort | None) -> Callable[[str], object] | None:
-        """How a routing file's models are checked against the adapter's price table (its
-        ``ModelCheck``), or None: no adapter that prices, or no routing file. Only a file the
-        operator named is checked: the shipped tiers are priced by the shipped table
-        (tests/unit/test_routing_file_prices.py), and an engine kept for sessions with a price
-        table of its own models is not refused for tiers nobody chose."""
-        if self.settings.routing_file is None:
-            return None
-        check: Callable[[str], object] | None = getattr(llm, "check_model", None)
-        return check
 
     def close(self) -> None:
         """Release database connections and worker threads (an engine of ``for_tenant``: only
@@ -1058,15 +982,3 @@ class Engine:
     def open_tasks(self) -> list[TaskState]:
         """Tasks not completed or escalated, oldest first."""
         return self.task_reads.open_tasks()
-
-
-_AN_LLM = ("complete", "an LLM adapter (an LlmPort: async complete(...))")
-"""What ``llm`` must have, and be called, both where it is given (the constructor, the setter)."""
-
-
-def _require_shape(field_name: str, value: object, method: str, what: str) -> None:
-    """Raise ValidationError unless ``value`` is None or has a callable ``method``: an engine
-    built with ``llm=5`` was taken, and its first ``process_step`` recorded a failed step and
-    raised AttributeError ('int' object has no attribute 'complete'); ``clock=5`` a TypeError."""
-    if value is not None and not callable(getattr(value, method, None)):
-        raise ValidationError(field_name, f"must be {what}, got {shown(value)}")
