@@ -3,50 +3,38 @@
 It builds one ``AggregateStore`` (the single write path) and composes the use cases over
 it: sessions, steps that call a model, tasks and agents, task classification. Methods
 take and return plain values; ``engine.log`` is the typed read access to the event log.
+
+Each public method hands the call to one composed service, each with its collaborators passed
+in: the use cases, and ``step_recording.py`` (steps made elsewhere, priced and charged),
+``expiry_changes.py``, ``archived_reads.py`` (reads that tell an archived session apart),
+``routed_assignment.py`` (classify first, then assign), ``archive_access.py`` (audit and
+retention), ``tenant_engines.py`` (``for_tenant``) and ``engine_closing.py``. ``wiring.py``
+composes them and holds the construction helpers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import weakref
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
-from uuid import UUID, uuid5
+from uuid import UUID
 
 from flowledger.domain.agent import SEED_CAPACITY
-from flowledger.domain.bounds import shown
-from flowledger.domain.budget import CallScope
-from flowledger.domain.errors import SessionArchived, SessionNotFound, StoredEventMissing, ValidationError
 from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.ports import AlertNotifier, LlmPort
-from flowledger.domain.pricing import TOKEN_FIELDS, PriceTable
-from flowledger.domain.session import Session
 from flowledger.domain.session_views import SessionState, StepRecord
 from flowledger.domain.skills import SkillCatalogue
 from flowledger.domain.task_views import AgentState, TaskState
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
-from flowledger.infrastructure.engine.budgets import BudgetService, recorded_model
 from flowledger.infrastructure.engine.checkpointer import Checkpointer
-from flowledger.infrastructure.engine.classification import TaskClassifier
-from flowledger.infrastructure.engine.classify_first import (
-    REFUSALS,
-    UNCLASSIFIED_NO_MODEL,
-    classify_in_queue_order,
-    needs_classifying,
-    placed_any,
-    unclassified_reason,
-)
-from flowledger.infrastructure.engine.erasure import ErasureService, ForgetReport
+from flowledger.infrastructure.engine.engine_closing import EngineClosing, OwnedStore
+from flowledger.infrastructure.engine.erasure import ForgetReport
 from flowledger.infrastructure.engine.log import EventLog
-from flowledger.infrastructure.engine.paths import require_path
-from flowledger.infrastructure.engine.ranking import TieBreaker
 from flowledger.infrastructure.engine.retention import (
     BeforeCommit,
     BeforeRestore,
@@ -58,23 +46,20 @@ from flowledger.infrastructure.engine.retention import (
 from flowledger.infrastructure.engine.sessions import (
     ExpiryChange,
     Restart,
-    SessionService,
     Start,
-    StepRequest,
 )
 from flowledger.infrastructure.engine.step_calls import StepOutcome
-from flowledger.infrastructure.engine.steps import StepService
 from flowledger.infrastructure.engine.store import AggregateStore, Clock, current_actor
-from flowledger.infrastructure.engine.task_budgets import TaskCallBudgets
-from flowledger.infrastructure.engine.task_index import LogIndex
-from flowledger.infrastructure.engine.task_reads import TaskReads
-from flowledger.infrastructure.engine.tasks import Creation, Registration, TaskService, require_queue_run
+from flowledger.infrastructure.engine.tasks import Creation, Registration
+from flowledger.infrastructure.engine.tenant_engines import TenantEngines
 from flowledger.infrastructure.engine.wiring import (
     AN_LLM,
+    SharedParts,
     agent_locks_on,
     budget_ledger,
     chain_events,
     classification_locks,
+    compose,
     database_clock,
     lend_clock,
     require_arguments,
@@ -86,7 +71,6 @@ from flowledger.infrastructure.history import HistoryEntry
 from flowledger.infrastructure.operation_deadline import operation_deadline
 from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
-from flowledger.infrastructure.postgres.budgets import Raised
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 from flowledger.infrastructure.postgres.database import ensure_schema, library_env
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
@@ -165,7 +149,6 @@ class Engine:
         self.clock: Clock = clock if clock is not None else self._database_clock()
         lend_clock(llm, self.clock)
         self._chain_events()
-        self._retention: RetentionService | None = None
         self.log = EventLog(self._app, deadline_s=self.settings.operation_deadline_s)
         self.store = AggregateStore(self._app, self.settings, self.clock)
         self._ledger = budget_ledger(url, self.settings)
@@ -174,12 +157,33 @@ class Engine:
         self._agent_lender = None if self._agent_locks is None else AgentLockLender(make_agent_locks)
         """Agent locks lent per batch to the engines ``for_tenant`` makes."""
         self._classification_locks = classification_locks(url, self.settings)
-        self._owner: Engine | None = None
-        self._tenant_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
-        """The engines ``for_tenant`` made over this one's store: closed with it."""
         # Database work is blocking (psycopg): run it on threads sized like the pool.
         executor = ThreadPoolExecutor(max_workers=self.settings.pool_size, thread_name_prefix="flowledger-db")
-        self._compose(llm, alerts, catalogue, tiers, executor, self._agent_locks)
+        # admit_engine_tenant is looked up here when called (tests replace it in this module).
+        tenants = TenantEngines(
+            self._app, url, lambda at, settings: admit_engine_tenant(at, settings), self._made_for
+        )
+        parts = SharedParts(
+            self.clock,
+            self._audit,
+            self._ledger,
+            self._classification_locks,
+            executor,
+            alerts,
+            catalogue,
+            tiers,
+        )
+        owned = OwnedStore(
+            self._app,
+            tenants,
+            self._checkpointer,
+            self._agent_locks,
+            self._agent_lender,
+            self._classification_locks,
+        )
+        self._parts = parts
+        """What the engines ``for_tenant`` makes are built with too."""
+        self._compose(parts, self._agent_locks, llm, tenants, owned)
 
     def _close_half_started(self) -> None:
         """Close what a constructor that failed had opened, now rather than in whichever thread
@@ -192,49 +196,41 @@ class Engine:
 
     def _compose(
         self,
-        llm: LlmPort | None,
-        alerts: AlertNotifier | None,
-        catalogue: SkillCatalogue,
-        tiers: ModelTiers,
-        executor: ThreadPoolExecutor,
+        parts: SharedParts,
         agent_locks: AgentLocks | AgentLockLender | None,
+        llm: LlmPort | None,
+        tenants: TenantEngines[Engine],
+        owned: OwnedStore | None,
     ) -> None:
-        """The tenant's own services over the store: sessions, steps, budgets, tasks and agents
-        (with the tenant's task index), classification and erasure."""
-        self.sessions = SessionService(
+        """The tenant's own services over the store (``wiring.compose``); ``get_task`` and
+        ``open_tasks`` are looked up on the engine when a routed assignment calls them."""
+        services = compose(
+            self._app,
             self.store,
-            self.tenant,
-            None if self._audit is None else lambda session_id: self.retention.archived_in(session_id),
-        )
-        self.erasure = ErasureService(
-            self.store,
-            self._app.data_keys,
-            self.tenant,
             self.log,
-            None if self._audit is None else lambda streams: self.retention.bundles_of(streams),
-            None if self._audit is None or not self.settings.audit_chain else self._audit.checkpoint,
-            None if self._audit is None else lambda needles: self.retention.archived_naming(needles),
-        )
-        self.budgets = BudgetService(self.store, self._ledger, self.tenant, alerts)
-        self.budgets.charged_as = getattr(llm, "model_key", None)
-        self.steps = StepService(self.store, self.sessions, llm, executor=executor, budgets=self.budgets)
-        self.task_reads = TaskReads(
-            self.store,
-            self.tenant,
-            LogIndex(self._app, self.tenant, deadline_s=self.settings.operation_deadline_s),
-        )
-        self.tasks = TaskService(self.store, self.task_reads, self.tenant, agent_locks)
-        self.classifier = TaskClassifier(
-            self.store,
-            self.task_reads,
+            self.settings,
+            parts,
+            agent_locks,
             llm,
-            catalogue=catalogue,
-            tiers=tiers,
-            locks=self._classification_locks,
-            lock_wait_s=self.settings.classify_lock_wait_s,
-            budgets=TaskCallBudgets(self.budgets),
+            lambda task_id: self.get_task(task_id),
+            lambda: self.open_tasks(),
         )
-        self.tie_breaker = TieBreaker(self.store, self.task_reads, self.classifier)
+        self.sessions = services.sessions
+        self.erasure = services.erasure
+        self.budgets = services.budgets
+        self.steps = services.steps
+        self.task_reads = services.task_reads
+        self.tasks = services.tasks
+        self.classifier = services.classifier
+        self.tie_breaker = services.tie_breaker
+        self._archives = services.archives
+        self._recording = services.recording
+        self._expiry = services.expiry
+        self._reads = services.reads
+        self._routing = services.routing
+        self._tenant_engines = tenants
+        """The engines ``for_tenant`` made over this store (the owner's, shared): closed with it."""
+        self._closing = EngineClosing(self.tasks, self.steps, self.budgets, owned)
 
     def for_tenant(self, tenant: str) -> Engine:
         """``tenant``'s engine over this engine's store (this engine itself for its own tenant).
@@ -249,18 +245,13 @@ class Engine:
         engine closes every engine it made, and the store under them. EngineClosed once this
         engine is closed (it answered with an engine over the closed store, its tenant admitted).
         """
-        self._app.ensure_open("make a tenant's engine")
-        if tenant is None:  # with_overrides reads None as "keep this engine's": not a tenant
-            raise ValidationError("tenant", "must be a non-empty string, got None")
-        settings = self.settings.with_overrides(tenant=tenant)  # the name checked as any tenant's
-        if settings.tenant == self.tenant:
-            return self
-        admit_engine_tenant(self.database_url, settings)  # a new tenant's name: domain.tenant_names
-        owner = self._owner or self
-        shared = type(self).__new__(type(self))
-        shared._share_store(owner, settings)
-        owner._tenant_engines.add(shared)
-        return shared
+        return self._tenant_engines.engine_for(self, tenant)
+
+    def _made_for(self, settings: Settings) -> Engine:
+        """``settings.tenant``'s engine over this engine's store (``for_tenant``)."""
+        made = type(self).__new__(type(self))
+        made._share_store(self, settings)
+        return made
 
     def _share_store(self, owner: Engine, settings: Settings) -> None:
         """Become ``settings.tenant``'s engine over ``owner``'s store (``for_tenant``)."""
@@ -269,26 +260,10 @@ class Engine:
         self.database_url = owner.database_url
         self._app = owner._app
         self.clock = owner.clock
-        self._audit = owner._audit
-        self._checkpointer = None  # the owner's signs the whole log
-        self._retention = None
         self.log = owner.log
         self.store = owner.store
-        self._ledger = owner._ledger
-        self._agent_locks = None
         self._agent_lender = owner._agent_lender
-        self._classification_locks = owner._classification_locks
-        self._owner = owner
-        self._tenant_engines = weakref.WeakSet()
-        classifier = owner.classifier
-        self._compose(
-            owner.llm,
-            owner.budgets.notifier,
-            classifier.catalogue,
-            classifier.tiers,
-            owner.steps.executor,
-            self._agent_lender,
-        )
+        self._compose(owner._parts, self._agent_lender, owner.llm, owner._tenant_engines, None)
 
     def _database_clock(self) -> Clock:
         """The database server's clock, read on the engine's pool (the host's, in memory)."""
@@ -302,20 +277,13 @@ class Engine:
     def audit(self) -> AuditTrail:
         """Checkpoints, verification and bundles of this engine's log (PostgreSQL only; EngineClosed
         once closed: its checkpoint was a StoreUnavailable on the closed pool)."""
-        self._app.ensure_open("audit")
-        if self._audit is None:
-            raise ValidationError(
-                "audit", "the audit chain needs PostgreSQL (this engine keeps events in memory)"
-            )
-        return self._audit
+        return self._archives.audit()
 
     @property
     def retention(self) -> RetentionService:
         """Retention policies per workflow, archiving closed sessions to verified bundles and
         restoring them (``docs/retention.md``; PostgreSQL only)."""
-        if self._retention is None:
-            self._retention = RetentionService(self._app, self.audit, self.tenant, self.clock)
-        return self._retention
+        return self._archives.retention()
 
     def archive_sessions(
         self,
@@ -333,14 +301,7 @@ class Engine:
         keep the archived sessions' rows; without it, only the live projection builds keep them
         (and ``before_commit``, which refuses while a build being filled is behind them).
         One bundle holds up to ``batch_size`` sessions."""
-        return self.retention.archive(
-            require_path("out_dir", out_dir),
-            workflow=workflow,
-            dry_run=dry_run,
-            batch_size=batch_size,
-            projection_rows=projection_rows,
-            before_commit=before_commit,
-        )
+        return self._archives.archive(out_dir, workflow, dry_run, batch_size, projection_rows, before_commit)
 
     def restore_sessions(
         self,
@@ -352,9 +313,7 @@ class Engine:
         """Put the archived events of ``bundle`` back, checked against its proof and their bases.
         ``flowledger.projections.retention.restore`` passes ``before_insert`` so that no projection
         build that folded the sessions' archived rows reads their events again."""
-        if sessions is not None and (isinstance(sessions, str) or not isinstance(sessions, list | tuple)):
-            raise ValidationError("sessions", f"must be a list of session ids, got {shown(sessions)}")
-        return self.retention.restore(require_path("bundle", bundle), sessions, before_insert=before_insert)
+        return self._archives.restore(bundle, sessions, before_insert)
 
     @classmethod
     def in_memory(
@@ -391,6 +350,7 @@ class Engine:
         if check_model is not None:
             require_priced(self.classifier.tiers, check_model, routing_label(self.settings.routing_file))
         lend_clock(llm, self.clock)
+        self._recording.llm = llm
         self.steps.llm = llm
         self.classifier.llm = llm
         self.budgets.charged_as = getattr(llm, "model_key", None)
@@ -398,46 +358,12 @@ class Engine:
     def close(self) -> None:
         """Release database connections and worker threads (an engine of ``for_tenant``: only
         its own services; its owner's close releases the store)."""
-        self.tasks.close()
-        if self._owner is not None:
-            self.steps.close(executor=False)
-            return
-        for tenant_engine in list(self._tenant_engines):
-            tenant_engine.close()
-        if self._checkpointer is not None:
-            self._checkpointer.close()
-        self.steps.close()
-        self.budgets.close()
-        if self._agent_locks is not None:
-            self._agent_locks.close()
-        if self._agent_lender is not None:
-            self._agent_lender.close()
-        if self._classification_locks is not None:
-            self._classification_locks.close()
-        self._app.close()
+        self._closing.close()
 
     async def aclose(self) -> None:
         """Close the LLM adapter, the alert notifier, the worker threads and the engine (an
         engine of ``for_tenant``: only its own services, as ``close``)."""
-        if self._owner is not None:
-            await asyncio.to_thread(self.close)
-            return
-        for tenant_engine in list(self._tenant_engines):
-            await asyncio.to_thread(tenant_engine.close)
-        if self._checkpointer is not None:
-            self._checkpointer.close()
-        self.tasks.close()
-        await self.steps.aclose()
-        if self.budgets.notifier is not None:
-            await self.budgets.notifier.aclose()
-        self.budgets.close()
-        if self._agent_locks is not None:
-            self._agent_locks.close()
-        if self._agent_lender is not None:
-            self._agent_lender.close()
-        if self._classification_locks is not None:
-            self._classification_locks.close()
-        self._app.close()
+        await self._closing.aclose()
 
     @contextmanager
     def acting_as(self, actor: str) -> Iterator[None]:
@@ -514,21 +440,9 @@ class Engine:
     ) -> StepRecord:
         """Record a step whose model call happened elsewhere; a known key returns its record
         (``user_id``: refused, SessionOwnedByAnother, unless the session has no user or that one)."""
-        request = StepRequest(
-            step=step,
-            input=input if input is not None else {},
-            output=output if output is not None else {},
-            next_step=next_step,
-            context_update=context_update,
-            usage=usage,
-            idempotency_key=idempotency_key,
-            user_id=user_id,
+        return self._recording.record(
+            session_id, step, input, output, next_step, context_update, usage, idempotency_key, user_id
         )
-        record = self.sessions.record_step(session_id, request)
-        if usage is not None and usage.charged_usd > 0 and not self.budgets.known_idle():
-            # Stored now: a ledger that is away is tried again later, never the caller's error.
-            self.budgets.charge_stored(partial(self._charge_budgets, session_id, record, usage))
-        return record
 
     def priced_usage(self, usage: LlmUsage) -> LlmUsage:
         """A usage recorded elsewhere that states no cost (REST's ``usage`` without ``cost_usd``),
@@ -536,31 +450,7 @@ class Engine:
         tokens and no price known (no adapter, a model the table lacks) is flagged ``unpriced``.
         Recorded as given, 1,000 tokens of gpt-4.1 cost $0 on the dashboard, in the session's
         totals and in every budget, unflagged."""
-        if not isinstance(usage, LlmUsage):
-            raise ValidationError("usage", f"must be an LlmUsage, got {type(usage).__name__}")
-        if not any(getattr(usage, token) for token in TOKEN_FIELDS):
-            return usage
-        prices = getattr(self.llm, "prices", None)
-        priced = prices.price_usage(usage, self.clock()) if isinstance(prices, PriceTable) else None
-        return priced if priced is not None else replace(usage, unpriced=True)
-
-    def _charge_budgets(self, session_id: str, record: StepRecord, usage: LlmUsage) -> list[Raised]:
-        """A call made elsewhere counts against budgets too: charged once per recorded step."""
-        if not self.budgets.active():
-            return []
-        # The writer's copy record_step just saved (read afresh only if it was evicted).
-        state = self.store.cached_or_loaded(self.session_uuid(session_id))
-        if not isinstance(state, Session):
-            raise SessionNotFound(session_id)
-        scope = CallScope(
-            tenant=self.tenant,
-            session=session_id,
-            workflow=state.workflow,
-            model=recorded_model(self.llm, usage),
-            user=state.user_id,
-        )
-        charge_id = uuid5(self.session_uuid(session_id), f"step-cost:{record.version}")
-        return self.budgets.charge(scope, usage.charged_usd, charge_id, at=record.recorded_at)
+        return self._recording.priced(usage)
 
     async def process_step(
         self,
@@ -643,16 +533,7 @@ class Engine:
         idempotency_key: str | None = None,
     ) -> ExpiryChange:
         """``extend_session`` (``by``) or ``set_expiry`` (``to``), answered with the expiry before too."""
-        key = idempotency_key
-        if by is not None and to is None:
-            return self.sessions.extend(session_id, by, reopen_expired=reopen_expired, idempotency_key=key)
-        if to is not None and by is None:
-            return self.sessions.set_expiry(
-                session_id, to, reopen_expired=reopen_expired, idempotency_key=key
-            )
-        raise ValidationError(
-            "expires_at", "give a duration to add or a moment to set (one of them, not both)"
-        )
+        return self._expiry.change(session_id, by, to, reopen_expired, idempotency_key)
 
     def complete_session(self, session_id: str, resolution: JsonObject | str | None = None) -> SessionState:
         """End the session with a resolution (a JSON object, or a string; none is ``{}``)."""
@@ -677,47 +558,15 @@ class Engine:
         An archived session reads now, at its last version and as of a moment at or after its last
         event from its base; an earlier version or moment needs its events: SessionArchived,
         naming the bundle that holds them."""
-        if version is None and as_of is None:
-            return self.sessions.get(session_id, version, as_of)
-        try:
-            with self._archived_as_such(session_id):
-                return self.sessions.get(session_id, version, as_of)
-        except SessionArchived:
-            if as_of is None:
-                raise
-            head = self.sessions.get(session_id)
-            if head.updated_at <= as_of:  # the whole stream is the prefix
-                return head
-            raise
+        return self._reads.get(session_id, version, as_of)
 
     def history(self, session_id: str) -> list[HistoryEntry]:
         """The session's events, oldest first (SessionArchived when retention moved them)."""
-        with self._archived_as_such(session_id):
-            return self.sessions.history(session_id)
-
-    @contextmanager
-    def _archived_as_such(self, session_id: str) -> Iterator[None]:
-        """Turn a SessionNotFound of an archived session into SessionArchived, naming its bundle."""
-        try:
-            yield
-        except SessionNotFound:
-            bundle = self.retention.archived_in(session_id) if self._audit is not None else None
-            if bundle is not None:
-                raise SessionArchived(session_id, bundle) from None
-            raise
-        except StoredEventMissing as missing:
-            # An archived session written again (an expired one restarted) has rows after its
-            # base and none before: a read of its events found "version 1 missing (the next
-            # stored is N+1)", a false alarm of tampering (exit 65). That gap is the archive's.
-            archived = self.retention.archived_through(session_id) if self._audit is not None else None
-            if archived is not None and (missing.version, missing.found) == (1, archived[1] + 1):
-                raise SessionArchived(session_id, archived[0]) from None
-            raise
+        return self._reads.history(session_id)
 
     def session_steps(self, session_id: str) -> list[StepRecord]:
         """Every processed step of the session, oldest first (``get_session`` keeps the recent ones)."""
-        with self._archived_as_such(session_id):
-            return self.sessions.steps(session_id)
+        return self._reads.steps(session_id)
 
     def fork_session(
         self, session_id: str, at_version: int, new_session_id: str, ttl: timedelta = timedelta(hours=24)
@@ -738,8 +587,7 @@ class Engine:
     ) -> Start:
         """``fork_session``, saying whether it created the fork (``Start.created``) or found the
         same fork (parent and version) made before, its answer lost: nothing appended then."""
-        with self._archived_as_such(session_id):
-            return self.sessions.fork(session_id, at_version, new_session_id, ttl)
+        return self._reads.fork(session_id, at_version, new_session_id, ttl)
 
     def forget(self, user_id: str) -> ForgetReport:
         """Erase the user's personal data: record ``DataErased`` on each of their sessions, then
@@ -861,16 +709,7 @@ class Engine:
         (``ranking.py``). For a task with skills, or one classified, exactly ``assign_task``;
         without a model, one that needs classifying is refused (TaskNeedsClassification,
         ``UNCLASSIFIED_NO_MODEL``), nothing recorded, rather than given to any agent."""
-        if self.llm is not None and needs_classifying(await asyncio.to_thread(self.get_task, task_id)):
-            await self.classifier.classify(task_id)
-        ranking = await self.tie_breaker.rank(task_id)
-        return await asyncio.to_thread(
-            self.tasks.assign_task,
-            task_id,
-            escalate_when_full=escalate_when_full,
-            ranking=ranking,
-            unclassified=None if self.llm is not None else UNCLASSIFIED_NO_MODEL,  # classified above
-        )
+        return await self._routing.assign_ranked(task_id, escalate_when_full)
 
     def assign_pending(
         self, *, limit: int | None = None, escalate_when_full: bool = False
@@ -892,27 +731,7 @@ class Engine:
         A task that still needs classifying when the run assigns (no model is configured, or
         it arrived after the run's last look) waits too, returned with ``held_back`` saying
         why (``unclassified_reason``) and taking no place of ``limit``."""
-        require_queue_run(limit, escalate_when_full)  # before any call
-        refused: Exception | None = None
-        if self.llm is not None:
-            tried: set[str] = set()  # a task held back by its failure leaves the window: read again
-            while True:
-                waiting = await asyncio.to_thread(self.open_tasks)
-                try:
-                    if not await classify_in_queue_order(self.classifier.classify, waiting, limit, tried):
-                        break
-                except REFUSALS as error:
-                    refused = error  # those it could not classify wait; the others are offered
-                    break
-        states = await asyncio.to_thread(
-            self.tasks.assign_pending,
-            limit=limit,
-            escalate_when_full=escalate_when_full,
-            unclassified=unclassified_reason(model=self.llm is not None, refused=refused),
-        )
-        if refused is not None and not placed_any(states):
-            raise refused
-        return states
+        return await self._routing.assign_pending(limit, escalate_when_full)
 
     def start_task(
         self, task_id: str, *, agent_id: str | None = None, assignment: int | None = None

@@ -5,15 +5,37 @@ ledger, agent and classification locks, and the adapter's share of the engine's 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 
 from flowledger.domain.bounds import shown
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.ports import AlertNotifier, LlmPort
+from flowledger.domain.skills import SkillCatalogue
+from flowledger.domain.task_views import TaskState
 from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.engine.archive_access import ArchiveAccess
+from flowledger.infrastructure.engine.archived_reads import ArchivedReads
+from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.checkpointer import Checkpointer
+from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.clock import DatabaseClock, server_time, utc_now
-from flowledger.infrastructure.engine.store import Clock
+from flowledger.infrastructure.engine.erasure import ErasureService
+from flowledger.infrastructure.engine.expiry_changes import ExpiryChanges
+from flowledger.infrastructure.engine.log import EventLog
+from flowledger.infrastructure.engine.ranking import TieBreaker
+from flowledger.infrastructure.engine.routed_assignment import RoutedAssignment
+from flowledger.infrastructure.engine.sessions import SessionService
+from flowledger.infrastructure.engine.step_recording import StepRecording
+from flowledger.infrastructure.engine.steps import StepService
+from flowledger.infrastructure.engine.store import AggregateStore, Clock
+from flowledger.infrastructure.engine.task_budgets import TaskCallBudgets
+from flowledger.infrastructure.engine.task_index import LogIndex
+from flowledger.infrastructure.engine.task_reads import TaskReads
+from flowledger.infrastructure.engine.tasks import TaskService
+from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.budgets import PostgresBudgetLedger
 from flowledger.infrastructure.postgres.chain import StreamChain
@@ -149,3 +171,101 @@ def routing_check(settings: Settings, llm: LlmPort | None) -> Callable[[str], ob
         return None
     check: Callable[[str], object] | None = getattr(llm, "check_model", None)
     return check
+
+
+@dataclass(frozen=True, slots=True)
+class SharedParts:
+    """What the services of every tenant over one store are built with: the engine's clock,
+    audit trail, budget ledger, classification locks and worker threads, and its alert
+    notifier, skill catalogue and model tiers."""
+
+    clock: Clock
+    audit: AuditTrail | None
+    ledger: PostgresBudgetLedger | None
+    classification_locks: ClassificationLocks | None
+    executor: ThreadPoolExecutor
+    alerts: AlertNotifier | None
+    catalogue: SkillCatalogue
+    tiers: ModelTiers
+
+
+@dataclass(frozen=True, slots=True)
+class TenantServices:
+    """One tenant's services over a store, each with its collaborators passed in."""
+
+    sessions: SessionService
+    erasure: ErasureService
+    budgets: BudgetService
+    steps: StepService
+    task_reads: TaskReads
+    tasks: TaskService
+    classifier: TaskClassifier
+    tie_breaker: TieBreaker
+    archives: ArchiveAccess
+    recording: StepRecording
+    expiry: ExpiryChanges
+    reads: ArchivedReads
+    routing: RoutedAssignment
+
+
+def compose(
+    app: FlowledgerApplication,
+    store: AggregateStore,
+    log: EventLog,
+    settings: Settings,
+    parts: SharedParts,
+    agent_locks: AgentLocks | AgentLockLender | None,
+    llm: LlmPort | None,
+    get_task: Callable[[str], TaskState],
+    open_tasks: Callable[[], list[TaskState]],
+) -> TenantServices:
+    """``settings.tenant``'s services over ``store``: sessions, steps, budgets, tasks and agents
+    (with the tenant's task index), classification, erasure and retention."""
+    tenant = settings.tenant
+    audit = parts.audit
+    archives = ArchiveAccess(app, audit, tenant, parts.clock)
+    sessions = SessionService(
+        store,
+        tenant,
+        None if audit is None else lambda session_id: archives.retention().archived_in(session_id),
+    )
+    erasure = ErasureService(
+        store,
+        app.data_keys,
+        tenant,
+        log,
+        None if audit is None else lambda streams: archives.retention().bundles_of(streams),
+        None if audit is None or not settings.audit_chain else audit.checkpoint,
+        None if audit is None else lambda needles: archives.retention().archived_naming(needles),
+    )
+    budgets = BudgetService(store, parts.ledger, tenant, parts.alerts)
+    budgets.charged_as = getattr(llm, "model_key", None)
+    steps = StepService(store, sessions, llm, executor=parts.executor, budgets=budgets)
+    task_reads = TaskReads(store, tenant, LogIndex(app, tenant, deadline_s=settings.operation_deadline_s))
+    tasks = TaskService(store, task_reads, tenant, agent_locks)
+    classifier = TaskClassifier(
+        store,
+        task_reads,
+        llm,
+        catalogue=parts.catalogue,
+        tiers=parts.tiers,
+        locks=parts.classification_locks,
+        lock_wait_s=settings.classify_lock_wait_s,
+        budgets=TaskCallBudgets(budgets),
+    )
+    tie_breaker = TieBreaker(store, task_reads, classifier)
+    return TenantServices(
+        sessions=sessions,
+        erasure=erasure,
+        budgets=budgets,
+        steps=steps,
+        task_reads=task_reads,
+        tasks=tasks,
+        classifier=classifier,
+        tie_breaker=tie_breaker,
+        archives=archives,
+        recording=StepRecording(sessions, budgets, store, tenant, parts.clock, llm),
+        expiry=ExpiryChanges(sessions),
+        reads=ArchivedReads(sessions, archives),
+        routing=RoutedAssignment(tasks, classifier, tie_breaker, get_task, open_tasks),
+    )

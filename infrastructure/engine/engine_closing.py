@@ -1,0 +1,86 @@
+"""How an engine closes (``Engine.close``, ``Engine.aclose``): an engine of ``for_tenant`` stops
+only its own services; the engine that opened the store also closes every engine made over it,
+then the store and the connections and threads they shared."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from flowledger.infrastructure.engine.application import FlowledgerApplication
+from flowledger.infrastructure.engine.budgets import BudgetService
+from flowledger.infrastructure.engine.checkpointer import Checkpointer
+from flowledger.infrastructure.engine.steps import StepService
+from flowledger.infrastructure.engine.tasks import TaskService
+from flowledger.infrastructure.engine.tenant_engines import TenantEngines
+from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
+from flowledger.infrastructure.postgres.agent_locks import AgentLocks
+from flowledger.infrastructure.postgres.classification_locks import ClassificationLocks
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedStore:
+    """What only the engine that opened the store closes."""
+
+    app: FlowledgerApplication
+    tenant_engines: TenantEngines[Any]
+    checkpointer: Checkpointer | None
+    agent_locks: AgentLocks | None
+    agent_lender: AgentLockLender | None
+    classification_locks: ClassificationLocks | None
+
+
+class EngineClosing:
+    """Closes one engine's services, and the store if it owns it (``owned``)."""
+
+    def __init__(
+        self, tasks: TaskService, steps: StepService, budgets: BudgetService, owned: OwnedStore | None
+    ) -> None:
+        self._tasks = tasks
+        self._steps = steps
+        self._budgets = budgets
+        self._owned = owned
+
+    def close(self) -> None:
+        """``Engine.close``."""
+        self._tasks.close()
+        owned = self._owned
+        if owned is None:
+            self._steps.close(executor=False)  # the threads are the owner's
+            return
+        for tenant_engine in owned.tenant_engines.made():
+            tenant_engine.close()
+        if owned.checkpointer is not None:
+            owned.checkpointer.close()
+        self._steps.close()
+        self._budgets.close()
+        _close_store(owned)
+
+    async def aclose(self) -> None:
+        """``Engine.aclose``: the adapter and the alert notifier closed too."""
+        owned = self._owned
+        if owned is None:
+            await asyncio.to_thread(self.close)
+            return
+        for tenant_engine in owned.tenant_engines.made():
+            await asyncio.to_thread(tenant_engine.close)
+        if owned.checkpointer is not None:
+            owned.checkpointer.close()
+        self._tasks.close()
+        await self._steps.aclose()
+        if self._budgets.notifier is not None:
+            await self._budgets.notifier.aclose()
+        self._budgets.close()
+        _close_store(owned)
+
+
+def _close_store(owned: OwnedStore) -> None:
+    """The lock connections, then the store's pool."""
+    if owned.agent_locks is not None:
+        owned.agent_locks.close()
+    if owned.agent_lender is not None:
+        owned.agent_lender.close()
+    if owned.classification_locks is not None:
+        owned.classification_locks.close()
+    owned.app.close()

@@ -1,0 +1,84 @@
+"""Assignment as the seed's pipeline runs it (``Engine.assign_task_ranked`` and
+``assign_pending_routed``, which REST and the CLI call): a task that names no skills is
+classified by the model first, and the model may break ties among equally good agents."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from flowledger.domain.task_views import TaskState
+from flowledger.infrastructure.engine.classification import TaskClassifier
+from flowledger.infrastructure.engine.classify_first import (
+    REFUSALS,
+    UNCLASSIFIED_NO_MODEL,
+    classify_in_queue_order,
+    needs_classifying,
+    placed_any,
+    unclassified_reason,
+)
+from flowledger.infrastructure.engine.ranking import TieBreaker
+from flowledger.infrastructure.engine.tasks import TaskService, require_queue_run
+
+
+class RoutedAssignment:
+    """Classify first, then assign. ``get_task`` and ``open_tasks`` are the engine's reads,
+    looked up when called: a subclass or a test that replaces them is honoured, as when these
+    were the engine's own methods."""
+
+    def __init__(
+        self,
+        tasks: TaskService,
+        classifier: TaskClassifier,
+        tie_breaker: TieBreaker,
+        get_task: Callable[[str], TaskState],
+        open_tasks: Callable[[], list[TaskState]],
+    ) -> None:
+        self._tasks = tasks
+        self._classifier = classifier
+        self._tie_breaker = tie_breaker
+        self._get_task = get_task
+        self._open_tasks = open_tasks
+
+    async def assign_ranked(self, task_id: str, escalate_when_full: bool) -> TaskState:
+        """``Engine.assign_task_ranked``: the model configured is the classifier's (``Engine.llm``
+        sets both)."""
+        if self._classifier.llm is not None and needs_classifying(
+            await asyncio.to_thread(self._get_task, task_id)
+        ):
+            await self._classifier.classify(task_id)
+        ranking = await self._tie_breaker.rank(task_id)
+        return await asyncio.to_thread(
+            self._tasks.assign_task,
+            task_id,
+            escalate_when_full=escalate_when_full,
+            ranking=ranking,
+            unclassified=None
+            if self._classifier.llm is not None
+            else UNCLASSIFIED_NO_MODEL,  # classified above
+        )
+
+    async def assign_pending(self, limit: int | None, escalate_when_full: bool) -> list[TaskState]:
+        """``Engine.assign_pending_routed``: classifications first, stopped by a refusal (raised
+        when the run then placed no task), then one queue run."""
+        require_queue_run(limit, escalate_when_full)  # before any call
+        refused: Exception | None = None
+        if self._classifier.llm is not None:
+            tried: set[str] = set()  # a task held back by its failure leaves the window: read again
+            while True:
+                waiting = await asyncio.to_thread(self._open_tasks)
+                try:
+                    if not await classify_in_queue_order(self._classifier.classify, waiting, limit, tried):
+                        break
+                except REFUSALS as error:
+                    refused = error  # those it could not classify wait; the others are offered
+                    break
+        states = await asyncio.to_thread(
+            self._tasks.assign_pending,
+            limit=limit,
+            escalate_when_full=escalate_when_full,
+            unclassified=unclassified_reason(model=self._classifier.llm is not None, refused=refused),
+        )
+        if refused is not None and not placed_any(states):
+            raise refused
+        return states
