@@ -85,6 +85,38 @@ Priority = Annotated[
 ]
 """A priority name in any case, spaces, tabs and line breaks around it trimmed (``" MEDIUM"`` is
 ``medium``; ``PRIORITY_PADDING``, what the pattern says: no other character around it)."""
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+Category = Annotated[
+    TaskCategory,
+    BeforeValidator(_lower),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": any_case([c.value for c in TaskCategory]),
+            "description": ", ".join(c.value for c in TaskCategory) + ", in any case",
+        }
+    ),
+]
+"""A category name in any case, as the library and the CLI take it (``"BUG_FIX"`` is ``bug_fix``)."""
+Complexity = Annotated[
+    TaskComplexity,
+    BeforeValidator(_lower),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": any_case([c.value for c in TaskComplexity]),
+            "description": ", ".join(c.value for c in TaskComplexity) + ", in any case",
+        }
+    ),
+]
+"""A complexity name in any case, as the library and the CLI take it."""
+
+
 SEED_CAPACITY_NAME = "max_capacity"
 """The seed's name for an agent's capacity (its ``Agent.max_capacity``, 10 by default)."""
 _READ = responses(404)
@@ -141,8 +173,8 @@ class RecordClassification(Body):
     """A classification made elsewhere (by a person, another model): what the task is, how hard,
     and how long it should take. Every field is required, in the domain's terms."""
 
-    category: TaskCategory
-    complexity: TaskComplexity
+    category: Category
+    complexity: Complexity
     estimated_hours: float = Field(gt=0, le=MAX_ESTIMATED_HOURS, strict=True)
 
 

@@ -6,6 +6,7 @@ both backends, the server without a model."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -183,6 +184,15 @@ def test_every_field_is_required(http: TestClient, engine: Engine, missing: str)
     assert engine.log.head() == head
 
 
+def test_category_and_complexity_are_taken_in_any_case(http: TestClient, engine: Engine) -> None:
+    teams_and_a_go_bug(engine)
+    answer = http.post(
+        PATH.format(task_id="T-1"), json={"category": "Bug_Fix", "complexity": "MEDIUM", "estimated_hours": 3}
+    )
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["classification"] == {**GO_BUG, "usage": None}
+
+
 def test_the_document_names_the_values_the_bounds_and_every_status(http: TestClient) -> None:
     document = http.get("/openapi.json").json()
     operation = document["paths"]["/v1/tasks/{task_id}/classification"]["post"]
@@ -198,13 +208,17 @@ def test_the_document_names_the_values_the_bounds_and_every_status(http: TestCli
     assert body["required"] == ["category", "complexity", "estimated_hours"]
     assert body["additionalProperties"] is False
 
-    def enum(name: str) -> list[str]:
+    def spelled(name: str) -> tuple[str, str]:
         schema = body["properties"][name]
-        if "$ref" in schema:
-            schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
-        return list(schema["enum"])
+        return schema["pattern"], schema["description"]
 
-    assert enum("category") == list(CATEGORIES)
-    assert enum("complexity") == list(COMPLEXITIES)
+    # Any case, as the library, the CLI and a task's priority take them
+    for name, values in (("category", CATEGORIES), ("complexity", COMPLEXITIES)):
+        pattern, description = spelled(name)
+        assert description == ", ".join(values) + ", in any case"
+        for value in values:
+            assert re.fullmatch(pattern, value)
+            assert re.fullmatch(pattern, value.upper())
+        assert not re.fullmatch(pattern, values[0] + "x")
     hours = body["properties"]["estimated_hours"]
     assert (hours["type"], hours["exclusiveMinimum"], hours["maximum"]) == ("number", 0, 10_000)
