@@ -27,6 +27,7 @@ from flowledger.domain.errors import BudgetExceeded, SessionClosed
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.audit import verify_log
 from flowledger.infrastructure.audit_keys import chain_key
+from flowledger.infrastructure.postgres import data_keys
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.projections import projector_for
 from flowledger.projections.rebuild import rebuild, verify
@@ -56,13 +57,39 @@ USAGE = LlmUsage(
 )
 
 
-@pytest.fixture
-def engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
+FULL_PURGE_WAIT_S = data_keys.PURGE_WAIT_S
+QUICK_PURGE_WAIT_S = 1.0
+"""The purge's wait (``data_keys.PURGE_WAIT_S``, 30 s) in the tests that read rows, not pages.
+It waits for every transaction open anywhere in the database, the other xdist workers' too: in
+a clean-clone CI run the plaintext test took 31.5 s (2 s alone; 31.7 s alone with a transaction
+held open in another connection). A row version the purge leaves behind is dead, which no SELECT
+reads; the tests that read the pages (``patient_engine``) keep the full wait."""
+
+
+@pytest.fixture(autouse=True)
+def quick_purge(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(data_keys, "PURGE_WAIT_S", QUICK_PURGE_WAIT_S)
+
+
+def _engine(database_url: str, pg_schema: str) -> Engine:
     # Snapshots every 3 events: the forgotten sessions have some before the erasure.
     settings = make_settings(
         database_url=database_url, schema=pg_schema, snapshot_interval=3, seal_personal_data=True
     )
-    with Engine(settings=settings) as engine:
+    return Engine(settings=settings)
+
+
+@pytest.fixture
+def engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
+    with _engine(database_url, pg_schema) as engine:
+        yield engine
+
+
+@pytest.fixture
+def patient_engine(database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
+    """An engine whose purge waits its full time: for the tests that read the tables' pages."""
+    monkeypatch.setattr(data_keys, "PURGE_WAIT_S", FULL_PURGE_WAIT_S)
+    with _engine(database_url, pg_schema) as engine:
         yield engine
 
 
@@ -595,7 +622,7 @@ PAGE = 8192
 
 
 def test_forget_leaves_no_old_key_version_in_the_key_tables_pages(
-    engine: Engine, database_url: str, pg_schema: str
+    patient_engine: Engine, database_url: str, pg_schema: str
 ) -> None:
     """``forget`` set the key to NULL and ran a plain VACUUM: the old row version, key bytes and
     user id, stayed in the table's page (and the user id in its index) whenever a transaction
@@ -603,7 +630,7 @@ def test_forget_leaves_no_old_key_version_in_the_key_tables_pages(
     removed it left its bytes in the page's free space. Read with pageinspect, the key decrypts
     every sealed field of the session."""
     # Given a user's sessions, with a bystander's, and their keys as stored
-    _alice_and_bob(engine)
+    _alice_and_bob(patient_engine)
     keys = Identifier(pg_schema, "data_keys")
     with psycopg.connect(database_url) as conn:
         stored = conn.execute(
@@ -620,7 +647,7 @@ def test_forget_leaves_no_old_key_version_in_the_key_tables_pages(
         ending = threading.Timer(1.0, reader.rollback)
         ending.start()
         try:
-            report = engine.forget(USER)
+            report = patient_engine.forget(USER)
         finally:
             ending.join()
     # Then no page of the key table, its indexes or any other relation holds a key or the user id
@@ -634,8 +661,6 @@ def test_forget_says_when_an_old_key_version_may_remain_behind_a_long_reader(
     """A transaction that began before the erasure and outlives the purge's wait keeps the old
     row version visible: no vacuum can remove it, and ``forget`` says so instead of reporting a
     clean erasure."""
-    from flowledger.infrastructure.postgres import data_keys
-
     monkeypatch.setattr(data_keys, "PURGE_WAIT_S", 0.3)
     settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
     with Engine(settings=settings) as short:
@@ -649,7 +674,7 @@ def test_forget_says_when_an_old_key_version_may_remain_behind_a_long_reader(
 
 
 def test_after_forget_a_projections_rebuild_leaves_no_old_row_version_of_the_user_in_any_page(
-    engine: Engine, database_url: str, pg_schema: str
+    patient_engine: Engine, database_url: str, pg_schema: str
 ) -> None:
     """The projections replace a forgotten user's values by UPDATE: the old row versions, personal
     values in the clear, stay in the read models' pages (dead versions, then free space) after
@@ -657,10 +682,10 @@ def test_after_forget_a_projections_rebuild_leaves_no_old_row_version_of_the_use
     `workflow_executions`, `funnel_sessions`, as read with pageinspect). ``projections rebuild``
     builds new tables and drops the old ones: what docs/erasure.md tells the operator to run."""
     # Given a user forgotten after the projections had their values, and the projections caught up
-    _alice_and_bob(engine)
-    projector = projector_for(engine)
+    _alice_and_bob(patient_engine)
+    projector = projector_for(patient_engine)
     projector.catch_up()
-    assert engine.forget(USER).keys_destroyed == 3
+    assert patient_engine.forget(USER).keys_destroyed == 3
     projector.catch_up()
     # When the projections are rebuilt
     rebuild(projector)
