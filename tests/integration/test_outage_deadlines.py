@@ -21,9 +21,9 @@ import pytest
 from fastapi.testclient import TestClient
 from psycopg import sql
 
+from flowledger.adapters.http import auth as auth_module
 from flowledger.adapters.http import dashboard as dashboard_routes
 from flowledger.adapters.http.app import create_app
-from flowledger.adapters.http.auth import OPEN_RECHECK_S
 from flowledger.domain.errors import StoreUnavailable
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine import clock as clock_module
@@ -193,7 +193,7 @@ def test_calls_on_a_path_that_stopped_relaying_end_within_the_operation_deadline
 
 @pytest.mark.parametrize(
     ("deadline_s", "statement_timeout_s"),
-    [(2.5, 10.0), (3.0, 2.0)],
+    [(DEADLINE_S, 10.0), (3.0, 2.0)],
     ids=["statement-timeout-past-the-deadline", "append-cancelled-then-read-back"],
 )
 def test_a_statement_blocked_by_a_table_lock_ends_within_the_operation_deadline(
@@ -285,19 +285,22 @@ def test_calls_that_read_the_clock_before_writing_end_within_the_deadline_when_a
 
 
 def test_a_request_to_an_app_open_for_want_of_a_key_ends_within_the_deadline_in_an_outage(
-    database_url: str, pg_schema: str
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # (An outside probe, `flowledger serve` on loopback with no key anywhere, 3 s deadline: every
     # request in an outage answered 503 after 6 s. The open app asks once a second whether a key
     # exists now (Gate.close_on_key); that check waited the whole deadline for the database,
     # then the request's own call waited it again.)
+    # (Asked every 0.3 s here, not every OPEN_RECHECK_S (1 s): the test sleeps past it twice.)
+    recheck_s = 0.3
+    monkeypatch.setattr(auth_module, "OPEN_RECHECK_S", recheck_s)
     with engine_behind_a_proxy(database_url, pg_schema) as (engine, proxy):
         engine.register_agent("ag", "Agent", ["x"])
         with TestClient(create_app(engine)) as http:  # open: no key exists
             assert http.get("/v1/agents").status_code == 200
             # When the path to the database stops relaying, the key check being due
             proxy.stall()
-            time.sleep(OPEN_RECHECK_S + 0.1)
+            time.sleep(recheck_s + 0.1)
             answered = within(2 * DEADLINE_S + SLACK_S + 2, lambda: http.get("/v1/agents"))
             # Then the request is answered 503 with Retry-After within the deadline
             assert_done_in_time(answered, DEADLINE_S + SLACK_S)
@@ -306,7 +309,7 @@ def test_a_request_to_an_app_open_for_want_of_a_key_ends_within_the_deadline_in_
             assert response.headers["Retry-After"] == "1"
             # And once it relays again, the app is still open and answers at once
             proxy.resume()
-            time.sleep(OPEN_RECHECK_S + 0.1)
+            time.sleep(recheck_s + 0.1)
             again = within(DEADLINE_S + 2, lambda: http.get("/v1/agents"))
             assert_done_in_time(again, DEADLINE_S)
             assert again.value.status_code == 200  # type: ignore[attr-defined]
