@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, settings
 
 from flowledger.adapters.http.app import create_app
 from flowledger.infrastructure import Engine, Settings
+from flowledger.infrastructure.postgres import data_keys
 from flowledger.infrastructure.postgres.database import migrate
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from tests.support.databases import BackgroundDrops
@@ -158,6 +159,16 @@ TEST_KEY_DIR = Path(tempfile.mkdtemp(prefix="flowledger-test-keys-"))
 atexit.register(shutil.rmtree, TEST_KEY_DIR, True)
 # The CLI and server subprocesses of the e2e tests read the same keys as the tests' engines.
 os.environ["FLOWLEDGER_AUDIT_KEY_DIR"] = str(TEST_KEY_DIR)
+
+
+@pytest.fixture
+def quick_purge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``forget``'s purge waits at most 1 s (``data_keys.PURGE_WAIT_S``: 30 s), for a test that
+    reads rows, never pages. The purge waits until no transaction open anywhere in the database,
+    another xdist worker's included, can see the destroyed keys' old row versions: such a test
+    took 31 s with one transaction held open elsewhere, 1-2 s without. A version it leaves is
+    dead, seen by no read (``tests/integration/test_erasure.py`` reads the pages, waiting in full)."""
+    monkeypatch.setattr(data_keys, "PURGE_WAIT_S", 1.0)
 
 
 ENVIRONMENT_PATIENCE = {"operation_deadline_s": 60.0, "pool_timeout_s": 60.0}

@@ -100,7 +100,7 @@ def test_another_request_under_a_used_key_is_refused_and_appends_nothing(
 
 
 def test_after_erasure_a_retry_gets_the_erased_record_not_a_refusal(
-    database_url: str, pg_schema: str
+    database_url: str, pg_schema: str, quick_purge: None
 ) -> None:
     # Given a step recorded under a key on a session whose personal data was then erased
     settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
