@@ -194,7 +194,7 @@ def test_a_sweep_gets_past_what_it_expired_though_the_replicas_read_model_lags(
 
 
 def test_an_erased_session_is_expired_by_the_sweep_with_nothing_personal(
-    database_url: str, pg_schema: str, clock: SetClock
+    database_url: str, pg_schema: str, clock: SetClock, quick_purge: None
 ) -> None:
     settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
     with Engine(settings=settings, clock=clock) as engine:
