@@ -204,7 +204,7 @@ async def test_concurrent_calls_under_one_key_for_a_step_too_large_for_the_windo
 
 
 def test_after_forget_the_erasing_engine_shows_the_window_a_fresh_replay_shows(
-    database_url: str, pg_schema: str
+    database_url: str, pg_schema: str, quick_purge: None
 ) -> None:
     # Given a sealed session of 4 KB steps: its window keeps a few of them, measured in the clear
     settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
