@@ -39,7 +39,6 @@ from flowledger.infrastructure.audit_keys import rotate_signing_key
 from flowledger.infrastructure.engine import retention as retention_module
 from flowledger.infrastructure.engine.erasure import ErasureService
 from flowledger.infrastructure.engine.retention import RestoreReport, RetentionService
-from flowledger.infrastructure.postgres import data_keys
 from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from flowledger.infrastructure.postgres.retention import RetentionTables
 from flowledger.infrastructure.postgres.snapshot_seal import stripped
@@ -83,17 +82,6 @@ def usage(n: int) -> LlmUsage:
 @pytest.fixture
 def engine(clocked_engine: Engine) -> Engine:
     return clocked_engine
-
-
-@pytest.fixture
-def quick_purge(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``forget``'s purge waits at most 1 s (``data_keys.PURGE_WAIT_S``: 30 s) for the
-    transactions that can still see the destroyed keys' old row versions: any open in the
-    database, the other xdist workers' too (in CI a forget test here took 13.6 s, 1.3 s alone,
-    31 s alone with a transaction held open elsewhere). These tests read rows, never pages: a
-    dead version the purge leaves is seen by no read (tests/integration/test_erasure.py reads
-    the pages, with the full wait)."""
-    monkeypatch.setattr(data_keys, "PURGE_WAIT_S", 1.0)
 
 
 def _session(engine: Engine, session_id: str, *, steps: int = 5, close: str | None = "complete") -> None:
