@@ -78,7 +78,9 @@ def test_the_openapi_document_lists_the_fork_and_every_status_it_answers(http: T
     assert {"200", "201", "404", "409", "422", "401", "403"} <= set(operation["responses"])
 
 
-def test_cli_fork_and_forget(database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_fork_and_forget(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, quick_purge: None
+) -> None:
     monkeypatch.setenv("FLOWLEDGER_SEAL_PERSONAL_DATA", "1")  # the CLI's engines seal too
     sealed = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
     with Engine(settings=sealed) as engine:
