@@ -58,17 +58,13 @@ USAGE = LlmUsage(
 
 
 FULL_PURGE_WAIT_S = data_keys.PURGE_WAIT_S
-QUICK_PURGE_WAIT_S = 1.0
-"""The purge's wait (``data_keys.PURGE_WAIT_S``, 30 s) in the tests that read rows, not pages.
-It waits for every transaction open anywhere in the database, the other xdist workers' too: in
-a clean-clone CI run the plaintext test took 31.5 s (2 s alone; 31.7 s alone with a transaction
-held open in another connection). A row version the purge leaves behind is dead, which no SELECT
-reads; the tests that read the pages (``patient_engine``) keep the full wait."""
 
 
 @pytest.fixture(autouse=True)
-def quick_purge(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(data_keys, "PURGE_WAIT_S", QUICK_PURGE_WAIT_S)
+def _rows_not_pages(quick_purge: None) -> None:
+    """Every test here purges with tests/conftest.py's 1 s wait (in a clean-clone CI run the
+    plaintext test waited the full 30 s for another worker's transaction: 31.5 s), except those
+    that read the tables' pages, whose ``patient_engine`` keeps the full wait."""
 
 
 def _engine(database_url: str, pg_schema: str) -> Engine:
