@@ -368,17 +368,18 @@ def scoped_uuid(namespace: UUID, field_name: str, tenant: str, name: str) -> UUI
     ids many times over); anything that is not a string goes to the checks uncached, so it
     is refused with the field's name rather than a TypeError from the cache.
     """
+    # Keyed by the namespace's int: a UUID's own hash runs in Python, on every call.
     if type(tenant) is str and type(name) is str:
-        return _scoped_uuid(namespace, field_name, tenant, name)
-    return _scoped_uuid.__wrapped__(namespace, field_name, tenant, name)
+        return _scoped_uuid(namespace.int, field_name, tenant, name)
+    return _scoped_uuid.__wrapped__(namespace.int, field_name, tenant, name)
 
 
 @lru_cache(maxsize=65_536)
-def _scoped_uuid(namespace: UUID, field_name: str, tenant: str, name: str) -> UUID:
+def _scoped_uuid(namespace: int, field_name: str, tenant: str, name: str) -> UUID:
     # Looked up, so ids stored before names needed a visible character are still found.
     _require_storable_name("tenant", tenant)
     _require_storable_name(field_name, name)
-    return uuid5(namespace, f"{tenant}\x1f{name}")
+    return uuid5(UUID(int=namespace), f"{tenant}\x1f{name}")
 
 
 def storable(text: str, max_length: int) -> str:

@@ -175,9 +175,12 @@ class SessionService:
         if request.idempotency_key is not None:  # (no key: nothing to check, no wrapper to enter)
             with self.owner_first(session_id, request.user_id):
                 require_name("idempotency_key", request.idempotency_key)
-        return self._write(
-            session_id, partial(self._record, session_id, request), command_id=request.idempotency_key
-        )
+        # ``_write``'s check of the id, its result kept: the step's decide finds the session by it
+        # instead of working it out again (the cache behind ``session_uuid`` hashes a tuple with
+        # a UUID in it, in Python).
+        aggregate_id = self.session_uuid(session_id)
+        decide = partial(self._record, session_id, aggregate_id, request)
+        return self._store.write(session_id, decide, command_id=request.idempotency_key)
 
     def update_context(
         self, session_id: str, update: JsonObject, *, idempotency_key: str | None = None
@@ -557,8 +560,10 @@ class SessionService:
         )
         return Start(state=child.state(), created=True)
 
-    def _record(self, session_id: str, request: StepRequest, uow: UnitOfWork) -> StepRecord:
-        session = self._session(uow, session_id)
+    def _record(
+        self, session_id: str, aggregate_id: UUID, request: StepRequest, uow: UnitOfWork
+    ) -> StepRecord:
+        session = self._session_by(uow, session_id, aggregate_id)
         require_owner(session_id, session.user_id, request.user_id)
         recorded = self.outcome_of_request(
             session,
@@ -725,7 +730,12 @@ class SessionService:
         return ended is not None and ended.reason == reason
 
     def _session(self, uow: UnitOfWork, session_id: str) -> Session:
-        session: Session | None = uow.find(self.session_uuid(session_id))
+        return self._session_by(uow, session_id, self.session_uuid(session_id))
+
+    @staticmethod
+    def _session_by(uow: UnitOfWork, session_id: str, aggregate_id: UUID) -> Session:
+        """``_session`` with the id already worked out (``session_uuid(session_id)``)."""
+        session: Session | None = uow.find(aggregate_id)
         if session is None:
             raise SessionNotFound(session_id)
         return session
