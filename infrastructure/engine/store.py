@@ -229,7 +229,9 @@ class UnitOfWork:
         """The aggregate (taken out of the writers' cache, or loaded), opened for this command;
         None when it does not exist. Taken, not shared: until this command's save puts it
         back, another command of this engine reads the aggregate from the store."""
-        held = self.touched.get(aggregate_id)
+        # (Looked up only when something is held: a UUID's hash runs in Python, and a command
+        # usually finds one aggregate, in an empty map.)
+        held = self.touched.get(aggregate_id) if self.touched else None
         if held is not None:
             return held
         aggregate = None if self.fresh else self._store.take_cached(aggregate_id)

@@ -10,6 +10,9 @@ agent), and were they to share the object, one would decide on, and write after,
 other's events before those were committed (a version gap in the stream when that save
 was then lost). The second one reads the aggregate from the store instead.
 
+Keyed inside by each id's ``int``: a UUID's ``__hash__`` runs in Python, and a step took its
+aggregate out and put it back (three dict operations, each hashing the key).
+
 Bounded by count and by bytes (each aggregate weighed when it is put, ``cache_weights.py``):
 by count alone, 10,000 sessions holding 1 MB contexts each kept about 10 GB. An aggregate
 dropped for either bound is read from the store by the next command that needs it.
@@ -36,7 +39,7 @@ class WriteCache(Generic[A]):
         self._maxsize = maxsize
         self._max_bytes = max_bytes
         self._weigh = weigh
-        self._items: OrderedDict[UUID, tuple[A, int]] = OrderedDict()
+        self._items: OrderedDict[int, tuple[A, int]] = OrderedDict()  # by ``UUID.int``
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -47,18 +50,19 @@ class WriteCache(Generic[A]):
 
     def get(self, key: UUID) -> A | None:
         """The cached aggregate, or None."""
+        number = key.int
         with self._lock:
-            entry = self._items.get(key)
+            entry = self._items.get(number)
             if entry is None:
                 return None
-            self._items.move_to_end(key)
+            self._items.move_to_end(number)
             return entry[0]
 
     def take(self, key: UUID) -> A | None:
         """Remove and return the cached aggregate, or None: the caller owns it until it ``put``s
         it back, so no other command can change the same object meanwhile."""
         with self._lock:
-            return self._pop(key)
+            return self._pop(key.int)
 
     def put(self, key: UUID, item: A) -> None:
         """Keep ``item``, dropping the least recently used beyond ``maxsize`` or ``max_bytes``;
@@ -67,11 +71,12 @@ class WriteCache(Generic[A]):
             return
         weight = self._weigh(item) if self._weigh is not None else 0
         bound = self._max_bytes
+        number = key.int
         with self._lock:
-            self._pop(key)
+            self._pop(number)
             if bound is not None and weight > bound:
                 return
-            self._items[key] = (item, weight)
+            self._items[number] = (item, weight)
             self._bytes += weight
             while len(self._items) > self._maxsize or (bound is not None and self._bytes > bound):
                 _, (_, dropped) = self._items.popitem(last=False)
@@ -80,10 +85,10 @@ class WriteCache(Generic[A]):
     def evict(self, key: UUID) -> None:
         """Forget ``key`` (after a failed save or a failed command)."""
         with self._lock:
-            self._pop(key)
+            self._pop(key.int)
 
-    def _pop(self, key: UUID) -> A | None:
-        entry = self._items.pop(key, None)
+    def _pop(self, number: int) -> A | None:
+        entry = self._items.pop(number, None)
         if entry is None:
             return None
         self._bytes -= entry[1]

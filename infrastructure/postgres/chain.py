@@ -70,7 +70,11 @@ class StreamChain:
         key = self._key
         for e in events:
             stream, version = e.originator_id, e.originator_version
-            known = heads.get(stream) or self._heads.get(stream)
+            # (This append's own heads looked in only once it has some: a UUID's hash runs in
+            # Python, and an append usually writes one event.)
+            known = heads.get(stream) if heads else None
+            if known is None:
+                known = self._heads.get(stream)
             if version == 1:
                 previous = GENESIS
             elif known is not None and known[0] == version - 1:
