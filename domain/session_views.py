@@ -263,21 +263,26 @@ class Totals:
             return self
         # EXACT, not the thread's context: an embedding service's may round
         cost_usd = exact_sum(self.cost_usd, usage.charged_usd)
+        # Each kind's ``usage.billed_tokens(kind)`` (its own count plus its retried attempts'),
+        # read in place: eight calls a step, each checking a kind these names are.
+        retried = usage.retried_tokens.get
         return Totals(
             calls=self.calls + 1,
-            input_tokens=self.input_tokens + usage.billed_tokens("input_tokens"),
-            output_tokens=self.output_tokens + usage.billed_tokens("output_tokens"),
+            input_tokens=self.input_tokens + (usage.input_tokens + retried("input_tokens", 0)),
+            output_tokens=self.output_tokens + (usage.output_tokens + retried("output_tokens", 0)),
             cache_read_input_tokens=self.cache_read_input_tokens
-            + usage.billed_tokens("cache_read_input_tokens"),
+            + (usage.cache_read_input_tokens + retried("cache_read_input_tokens", 0)),
             reasoning_output_tokens=self.reasoning_output_tokens
-            + usage.billed_tokens("reasoning_output_tokens"),
+            + (usage.reasoning_output_tokens + retried("reasoning_output_tokens", 0)),
             cost_usd=cost_usd,
-            audio_input_tokens=self.audio_input_tokens + usage.billed_tokens("audio_input_tokens"),
-            audio_output_tokens=self.audio_output_tokens + usage.billed_tokens("audio_output_tokens"),
+            audio_input_tokens=self.audio_input_tokens
+            + (usage.audio_input_tokens + retried("audio_input_tokens", 0)),
+            audio_output_tokens=self.audio_output_tokens
+            + (usage.audio_output_tokens + retried("audio_output_tokens", 0)),
             cache_creation_input_tokens=self.cache_creation_input_tokens
-            + usage.billed_tokens("cache_creation_input_tokens"),
+            + (usage.cache_creation_input_tokens + retried("cache_creation_input_tokens", 0)),
             cache_creation_1h_input_tokens=self.cache_creation_1h_input_tokens
-            + usage.billed_tokens("cache_creation_1h_input_tokens"),
+            + (usage.cache_creation_1h_input_tokens + retried("cache_creation_1h_input_tokens", 0)),
         )
 
 
