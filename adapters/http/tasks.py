@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Response, status
@@ -91,29 +92,17 @@ def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
-Category = Annotated[
-    TaskCategory,
-    BeforeValidator(_lower),
-    WithJsonSchema(
-        {
-            "type": "string",
-            "pattern": any_case([c.value for c in TaskCategory]),
-            "description": ", ".join(c.value for c in TaskCategory) + ", in any case",
-        }
-    ),
-]
+def _any_case_schema(names: type[Enum]) -> WithJsonSchema:
+    """The document's words for an enum's names taken in any case (``_lower`` before the enum)."""
+    values = [member.value for member in names]
+    return WithJsonSchema(
+        {"type": "string", "pattern": any_case(values), "description": ", ".join(values) + ", in any case"}
+    )
+
+
+Category = Annotated[TaskCategory, BeforeValidator(_lower), _any_case_schema(TaskCategory)]
 """A category name in any case, as the library and the CLI take it (``"BUG_FIX"`` is ``bug_fix``)."""
-Complexity = Annotated[
-    TaskComplexity,
-    BeforeValidator(_lower),
-    WithJsonSchema(
-        {
-            "type": "string",
-            "pattern": any_case([c.value for c in TaskComplexity]),
-            "description": ", ".join(c.value for c in TaskComplexity) + ", in any case",
-        }
-    ),
-]
+Complexity = Annotated[TaskComplexity, BeforeValidator(_lower), _any_case_schema(TaskComplexity)]
 """A complexity name in any case, as the library and the CLI take it."""
 
 
