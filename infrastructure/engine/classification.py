@@ -129,10 +129,28 @@ class TaskClassifier:
     def record(self, task_id: str, category: str, complexity: str, estimated_hours: float) -> TaskState:
         """Record a classification made elsewhere (no model usage). The first one recorded
         stands: a task already classified is returned unchanged."""
+        return self.record_telling(task_id, category, complexity, estimated_hours)[0]
+
+    def record_telling(
+        self, task_id: str, category: str, complexity: str, estimated_hours: float
+    ) -> tuple[TaskState, bool]:
+        """``record``, and whether this call recorded the classification sent (False: the task
+        was classified before, or is closed). Told by the write that decided, so of two callers
+        at once only the one whose classification stands is told it recorded it."""
         classification = Classification(
             category=category, complexity=complexity, estimated_hours=estimated_hours
         )
-        return self._write(task_id, partial(self._classify, task_id, classification, None, False))
+        took = [False]
+        state = self._write(task_id, partial(self._record, task_id, classification, took))
+        return state, took[0]
+
+    def _record(
+        self, task_id: str, classification: Classification, took: list[bool], uow: UnitOfWork
+    ) -> TaskState:
+        # Set on every run of the decision: a save retried after a conflict decides again.
+        task = self._reads.task(uow, task_id)
+        took[0] = task.classification is None and not task.task_status.is_final
+        return self._classify(task_id, classification, None, False, uow)
 
     async def classify(
         self, task_id: str, model: str | None = None, *, idempotency_key: str | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flowledger.domain.task_views import Classification, TaskState
+from flowledger.domain.task_views import TaskState
 
 if TYPE_CHECKING:
     from flowledger.infrastructure.engine.facade import Engine
@@ -28,24 +28,7 @@ def record_or_get_classification(
 ) -> Recording:
     """``engine.record_classification``, saying whether it recorded the classification sent.
     The values are checked first (``ValidationError``, nothing read), then the task is looked up
-    (``TaskNotFound``)."""
-    sent = Classification(category=category, complexity=complexity, estimated_hours=estimated_hours)
-    before = engine.get_task(task_id)
-    state = engine.record_classification(task_id, sent.category, sent.complexity, sent.estimated_hours)
-    # Recorded when the task had none and has the one sent now: a like recording made between
-    # the two reads (another caller's) is taken for this one, which changes nothing for either.
-    return Recording(state=state, recorded=before.classification is None and _is(state, sent))
-
-
-def _is(state: TaskState, sent: Classification) -> bool:
-    stands = state.classification
-    return (
-        stands is not None
-        and stands.usage is None
-        and (
-            stands.category,
-            stands.complexity,
-            stands.estimated_hours,
-        )
-        == (sent.category, sent.complexity, sent.estimated_hours)
-    )
+    (``TaskNotFound``). Whether it was recorded is decided in the same command as the write, so
+    of two callers at once only one is told so."""
+    state, recorded = engine.classifier.record_telling(task_id, category, complexity, estimated_hours)
+    return Recording(state=state, recorded=recorded)
