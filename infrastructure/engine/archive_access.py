@@ -9,7 +9,6 @@ from pathlib import Path
 from flowledger.domain.bounds import shown
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.engine.application import FlowledgerApplication
-from flowledger.infrastructure.engine.paths import require_path
 from flowledger.infrastructure.engine.retention import (
     BeforeCommit,
     BeforeRestore,
@@ -19,6 +18,7 @@ from flowledger.infrastructure.engine.retention import (
     RetentionService,
 )
 from flowledger.infrastructure.engine.store import Clock
+from flowledger.infrastructure.paths import require_path
 from flowledger.infrastructure.postgres.checkpoints import AuditTrail
 
 
