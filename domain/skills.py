@@ -91,6 +91,18 @@ def _extensions(words: set[str]) -> set[str]:
     return {extension.casefold() for name, _, extension in ends if name.strip(".") and extension}
 
 
+def _singulars(folded: set[str]) -> dict[str, str]:
+    """The words among ``folded`` that may be plurals, by each singular they may stand for
+    (``containers``: container; ``ingresses``: ingresse, ingress), so that a keyword names its
+    stack in the plural too: "Restart the crashed containers" was routed by its category alone."""
+    singulars: dict[str, str] = {}
+    for word in sorted(folded):
+        for ending in ("s", "es"):
+            if word.endswith(ending) and len(word) > len(ending) + 1:
+                singulars.setdefault(word[: -len(ending)], word)
+    return singulars
+
+
 @dataclass(frozen=True, kw_only=True)
 class Derivation:
     """What a classification changes about how a task is routed, and why.
@@ -180,15 +192,21 @@ class SkillCatalogue:
         # before a verb's follower: ``_words``) names no stack. Others match in any case.
         # A file's extension is no verb, written in lower case by custom: "main.go" is Go
         # (it was routed by its category alone, "Fix the crash in main.go" to python).
+        # A lower-case keyword is found in the plural too ("containers", "APIs"); the reason
+        # quotes the word as the description has it.
         extensions = _extensions(written)
-        matched = sorted(
-            word
-            for word in self.keywords
-            if word in (folded if word.islower() else written) or word.casefold() in extensions
-        )
+        singulars = _singulars(folded)
+        found: dict[str, str] = {}
+        for word in self.keywords:
+            if word in (folded if word.islower() else written) or word.casefold() in extensions:
+                found[word] = word
+            elif word.islower() and word in singulars:
+                found[word] = singulars[word]
+        matched = sorted(found)
         if matched:
             skills = tuple(sorted({skill for word in matched for skill in self.keywords[word]}))
-            source = f"the words {', '.join(repr(w) for w in matched)} of a {category} task"
+            quoted = sorted({found[word] for word in matched})
+            source = f"the words {', '.join(repr(w) for w in quoted)} of a {category} task"
         else:
             skills = self.categories.get(category, ())
             source = f"category {category} (no known word in the description)"
