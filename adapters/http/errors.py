@@ -305,7 +305,24 @@ def _problem(error: Any) -> str:
         words, key = _BOUND_WORDS[error["type"]]
         bound = error.get("ctx", {}).get(key)
         said = f"{words} {int(bound) if isinstance(bound, float) and bound.is_integer() else bound}"
+    elif error["type"] in _LENGTH_WORDS:
+        said, shown = _length_said(error), ""  # the length said is the value's part that matters
     return f"{where}: {said}{shown}"
+
+
+def _length_said(error: Any) -> str:
+    """A text or list of the wrong length in the library's words (``bounds.require_text``):
+    "must be at most 200 characters, got 201", "must hold at least 1 item, got 0"."""
+    words, key = _LENGTH_WORDS[error["type"]]
+    ctx = error.get("ctx", {})
+    bound = ctx.get(key)
+    given = error.get("input")
+    if error["type"].startswith("string_"):
+        got = f", got {len(given)}" if isinstance(given, str) else ""
+        return f"{words} {bound} character{'' if bound == 1 else 's'}{got}"
+    actual = ctx.get("actual_length")
+    got = f", got {actual}" if isinstance(actual, int) else ""
+    return f"must hold {words.removeprefix('must be ')} {bound} item{'' if bound == 1 else 's'}{got}"
 
 
 _BOUND_WORDS = {
@@ -316,6 +333,16 @@ _BOUND_WORDS = {
 }
 """A number out of its field's range, said in the library's and the CLI's words ("limit: must be
 at least 1"), not pydantic's ("Input should be greater than or equal to 1")."""
+
+_LENGTH_WORDS = {
+    "string_too_short": ("must be at least", "min_length"),
+    "string_too_long": ("must be at most", "max_length"),
+    "too_short": ("must be at least", "min_length"),
+    "too_long": ("must be at most", "max_length"),
+}
+"""A text or list of the wrong length, said as the library says it ("name: must be at most 200
+characters, got 201"), not as pydantic does ("String should have at most 200 characters", "List
+should have at least 1 item after validation, not 0")."""
 
 
 # FastAPI's words (fastapi.routing.get_request_handler) when reading the body raised anything but
