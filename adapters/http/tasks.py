@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Response, status
 from pydantic import AliasChoices, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from flowledger.adapters.http.auth import Caller, Reader, Writer
 from flowledger.adapters.http.errors import responses, worded
@@ -73,9 +74,26 @@ def any_case(names: list[str], *, padded: bool = False) -> str:
     )
 
 
+def _any_case(names: type[Enum], padding: str = "") -> BeforeValidator:
+    """Reads one of ``names`` in any case (``padding`` trimmed around it); anything else (text
+    naming none of them, a number, null) is refused quoting it as sent, in the words a status
+    gets: the enum's own refusal quoted it lower-cased and trimmed (``"  URGENT "`` as
+    ``(got 'urgent')``), in pydantic's words."""
+    values = [member.value for member in names]
+    refusal = f"must be one of {', '.join(values)} (any case)"
+
+    def read(value: Any) -> str:
+        key = value.strip(padding).lower() if isinstance(value, str) else None
+        if key is None or key not in values:
+            raise PydanticCustomError("any_case_name", refusal)
+        return key
+
+    return BeforeValidator(read)
+
+
 Priority = Annotated[
     TaskPriority,
-    BeforeValidator(lambda value: value.strip(PRIORITY_PADDING).lower() if isinstance(value, str) else value),
+    _any_case(TaskPriority, PRIORITY_PADDING),
     WithJsonSchema(
         {
             "type": "string",
@@ -88,21 +106,17 @@ Priority = Annotated[
 ``medium``; ``PRIORITY_PADDING``, what the pattern says: no other character around it)."""
 
 
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
-
-
 def _any_case_schema(names: type[Enum]) -> WithJsonSchema:
-    """The document's words for an enum's names taken in any case (``_lower`` before the enum)."""
+    """The document's words for an enum's names taken in any case (``_any_case`` before the enum)."""
     values = [member.value for member in names]
     return WithJsonSchema(
         {"type": "string", "pattern": any_case(values), "description": ", ".join(values) + ", in any case"}
     )
 
 
-Category = Annotated[TaskCategory, BeforeValidator(_lower), _any_case_schema(TaskCategory)]
+Category = Annotated[TaskCategory, _any_case(TaskCategory), _any_case_schema(TaskCategory)]
 """A category name in any case, as the library and the CLI take it (``"BUG_FIX"`` is ``bug_fix``)."""
-Complexity = Annotated[TaskComplexity, BeforeValidator(_lower), _any_case_schema(TaskComplexity)]
+Complexity = Annotated[TaskComplexity, _any_case(TaskComplexity), _any_case_schema(TaskComplexity)]
 """A complexity name in any case, as the library and the CLI take it."""
 
 

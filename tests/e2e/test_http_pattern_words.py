@@ -54,7 +54,7 @@ def test_a_task_any_case_priority_is_still_taken_and_a_wrong_one_named(memory_ht
     refused = memory_http.post("/v1/tasks", json={**task, "task_id": "t-2", "priority": "urgent"})
     assert refused.status_code == 422
     assert (
-        "priority: Input should be 'low', 'medium', 'high' or 'critical' (got 'urgent')"
+        "priority: must be one of low, medium, high, critical (any case) (got 'urgent')"
         in refused.json()["error"]
     )
 

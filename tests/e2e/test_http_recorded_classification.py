@@ -144,10 +144,27 @@ def test_an_unknown_task_is_404_and_nothing_is_recorded(http: TestClient, engine
 @pytest.mark.parametrize(
     ("change", "field", "said"),
     [
-        ({"category": "bugfix"}, "category", "Input should be 'bug_fix', 'feature'"),
-        ({"category": 3}, "category", "Input should be 'bug_fix', 'feature'"),
-        ({"category": None}, "category", "Input should be 'bug_fix', 'feature'"),
-        ({"complexity": "huge"}, "complexity", "Input should be 'low', 'medium', 'high' or 'critical'"),
+        (
+            {"category": "bugfix"},
+            "category",
+            "must be one of bug_fix, feature, documentation, review, deployment, research (any case)"
+            " (got 'bugfix')",
+        ),
+        (
+            {"category": 3},
+            "category",
+            "must be one of bug_fix, feature, documentation, review, deployment, research (any case) (got 3)",
+        ),
+        (
+            {"category": None},
+            "category",
+            "must be one of bug_fix, feature, documentation, review, deployment, research (any case)",
+        ),
+        (
+            {"complexity": "huge"},
+            "complexity",
+            "must be one of low, medium, high, critical (any case) (got 'huge')",
+        ),
         ({"estimated_hours": "3"}, "estimated_hours", "Input should be a valid number"),
         ({"estimated_hours": True}, "estimated_hours", "Input should be a valid number"),
         ({"estimated_hours": 0}, "estimated_hours", "must be above 0"),

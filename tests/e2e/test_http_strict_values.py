@@ -379,10 +379,10 @@ def test_a_priority_is_trimmed_of_spaces_tabs_and_line_breaks_only(
     response = memory_http.post(
         "/v1/tasks", json={"task_id": "T-p", "description": "d", "priority": priority}
     )
-    refused(response, "priority: Input should be 'low', 'medium', 'high' or 'critical'")
+    refused(response, "priority: must be one of low, medium, high, critical (any case)")
     assert memory_http.get("/v1/tasks/T-p").status_code == 404
     listed = memory_http.get("/v1/tasks", params={"priority": priority})
-    refused(listed, "priority: Input should be 'low', 'medium', 'high' or 'critical'")
+    refused(listed, "priority: must be one of low, medium, high, critical (any case)")
 
 
 def test_a_priority_in_any_case_with_spaces_tabs_or_line_breaks_around_it_is_taken(
