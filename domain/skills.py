@@ -193,7 +193,7 @@ class SkillCatalogue:
         # A file's extension is no verb, written in lower case by custom: "main.go" is Go
         # (it was routed by its category alone, "Fix the crash in main.go" to python).
         # A lower-case keyword is found in the plural too ("containers", "APIs"); the reason
-        # quotes the word as the description has it.
+        # quotes the plural found, case folded as the keywords are ('apis', not 'api').
         extensions = _extensions(written)
         singulars = _singulars(folded)
         found: dict[str, str] = {}
