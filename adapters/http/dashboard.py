@@ -60,7 +60,11 @@ router = APIRouter(route_class=OneNameRoute, tags=["analytics"])
 # One to five digits, not all zeros: the pattern says exactly what ``parse_since`` takes, so a
 # value the API document allows is never refused by the handler (schemathesis checks that).
 _AMOUNT = r"(?:[1-9][0-9]{0,4}|0[1-9][0-9]{0,3}|00[1-9][0-9]{0,2}|000[1-9][0-9]?|0000[1-9])"
-_WINDOW = worded(rf"^\s*{_AMOUNT}[smhdw]\s*$", "must be a window above zero like 30m, 24h or 7d")
+_WINDOW = worded(
+    rf"^\s*{_AMOUNT}[smhdw]\s*$",
+    # The digits are said: "365000d" was told only that a window must be above zero.
+    "must be a window above zero of 1 to 5 digits and a unit (s, m, h, d or w), like 30m, 24h or 7d",
+)
 Since = Annotated[
     str,
     Query(description="A window like 30m, 24h or 7d.", max_length=20, pattern=_WINDOW),

@@ -269,7 +269,8 @@ PATTERN_WORDS: dict[str, str] = {}
 
 def worded(pattern: str, words: str) -> str:
     """``pattern``, remembered with ``words`` so that a value it refuses is answered with them
-    (``since: must be a window above zero like 30m, 24h or 7d``) instead of the regular expression."""
+    (``since: must be a window above zero of 1 to 5 digits and a unit ...``) instead of the
+    regular expression."""
     PATTERN_WORDS[pattern] = words
     return pattern
 
