@@ -62,6 +62,7 @@ from flowledger.domain.prompts import classification_messages
 from flowledger.domain.routing import observed_latencies
 from flowledger.domain.skills import SkillCatalogue
 from flowledger.domain.task import Task
+from flowledger.domain.task_transitions import whereabouts
 from flowledger.domain.task_views import Classification, TaskPriority, TaskState
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
@@ -256,8 +257,9 @@ class TaskClassifier:
             if command.answered(task_id, [command_id_of(event) for event in events]):
                 return task.state()
         if task.task_status.is_final:
-            if again:
-                raise TaskTransitionRejected(task_id, task.status, "reclassify")
+            if again:  # said as a release or requeue says it: where the task stands, and by whom
+                where = whereabouts(task.task_status, task.assignment, task.times_assigned)
+                raise TaskTransitionRejected(task_id, task.status, "reclassify", where=where)
             return task.state()
         if task.classification is not None and not again:
             return task.state()
