@@ -23,6 +23,12 @@ class RoutingChange:
 _NOT_APPLIED = "not applied, an agent holds the task (a classification routes a task only while it waits)"
 
 
+def was_not_applied(derivation: str) -> bool:
+    """Whether a Classified event's ``derivation`` says it derived something that was not applied
+    because an agent held the task: what it derives is applied once the task waits again."""
+    return derivation.startswith(_NOT_APPLIED)
+
+
 def routing_change(
     derivation: Derivation | None, *, waiting: bool, priority: str, creator_priority: str, complexity: str
 ) -> RoutingChange:

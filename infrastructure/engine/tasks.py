@@ -40,6 +40,7 @@ from flowledger.domain.values import (
 from flowledger.infrastructure.engine.assigner import BatchAssigner
 from flowledger.infrastructure.engine.classify_first import needs_classifying
 from flowledger.infrastructure.engine.ranking import Ranking
+from flowledger.infrastructure.engine.returned_routing import ReturnedRouting
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_keys import TaskCommandKey, release_words, requeue_words
 from flowledger.infrastructure.engine.task_reads import MAX_LIST, TaskReads, agent_key, task_key
@@ -79,10 +80,12 @@ class TaskService:
         reads: TaskReads,
         tenant: str,
         agent_locks: AgentLocks | AgentLockLender | None = None,
+        returned: ReturnedRouting | None = None,
     ) -> None:
         self._store = store
         self._reads = reads
         self._tenant = tenant
+        self._returned = returned  # applies a classification made while the task was held
         budget = (store.settings.max_conflict_retries + 1) * ASSIGNMENT_RETRY_FACTOR
         self.assigner = BatchAssigner(
             store,
@@ -371,6 +374,8 @@ class TaskService:
         if key is None and task.task_status != TaskStatus.ESCALATED and self._requeued_as(task, asked):
             return task.state()  # a retry whose first answer was lost
         task.requeue(asked.requested_by, asked.reason, uow.now, asked.deadline)
+        if self._returned is not None:
+            self._returned.apply(task, uow.now)
         return task.state()
 
     def _requeued_as(self, task: Task, asked: _Requeue) -> bool:
@@ -412,6 +417,8 @@ class TaskService:
         ref.require_current(task_id, "release", task.task_status, task.assignment, task.times_assigned)
         agent = self._reads.agent(uow, task.release(reason, uow.now))
         agent.release(task_id, ReleaseOutcome.RELEASED, uow.now, None)
+        if self._returned is not None:
+            self._returned.apply(task, uow.now)
         return task.state()
 
     def _released_for(self, task: Task, reason: str, ref: AssignmentRef = ANY_ASSIGNMENT) -> bool:

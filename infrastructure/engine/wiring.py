@@ -26,6 +26,7 @@ from flowledger.infrastructure.engine.erasure import ErasureService
 from flowledger.infrastructure.engine.expiry_changes import ExpiryChanges
 from flowledger.infrastructure.engine.log import EventLog
 from flowledger.infrastructure.engine.ranking import TieBreaker
+from flowledger.infrastructure.engine.returned_routing import ReturnedRouting
 from flowledger.infrastructure.engine.routed_assignment import RoutedAssignment
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.step_recording import StepRecording
@@ -242,7 +243,7 @@ def compose(
     budgets.charged_as = getattr(llm, "model_key", None)
     steps = StepService(store, sessions, llm, executor=parts.executor, budgets=budgets)
     task_reads = TaskReads(store, tenant, LogIndex(app, tenant, deadline_s=settings.operation_deadline_s))
-    tasks = TaskService(store, task_reads, tenant, agent_locks)
+    tasks = TaskService(store, task_reads, tenant, agent_locks, ReturnedRouting(store, parts.catalogue))
     classifier = TaskClassifier(
         store,
         task_reads,
