@@ -77,18 +77,38 @@ class TaskCommandKey:
     def first_version(self, task_id: str, stored: Iterable[Any]) -> int | None:
         """The task's version after the first send of this command (None: never sent). The key
         naming another command of the task is TaskIdempotencyKeyReused."""
+        version: int | None = None
         for event in stored:
             keyed = KeyedCommand.read(command_id_of(event))
             if keyed is None or keyed.key != self.key:
+                if version is not None:
+                    return version
+                continue
+            if version is not None:
+                # The same save's later events (a classification its release applied): the
+                # first send's answer was the task after all of them.
+                version = event.originator_version
                 continue
             if keyed.call:
                 raise TaskIdempotencyKeyReused(task_id, self.key, f"a {keyed.kind}")
             recorded = described(event)
             if keyed.kind != self.kind or recorded != self.asked:
                 raise TaskIdempotencyKeyReused(task_id, self.key, recorded or f"a {keyed.kind}")
-            version: int = event.originator_version
-            return version
-        return None
+            version = event.originator_version
+        return version
+
+
+def last_command(events: list[Any]) -> list[Any]:
+    """The trailing ``events`` that one command recorded (one save: they share its command id)."""
+    if not events:
+        return []
+    command = command_id_of(events[-1])
+    if command is None:  # an event stored before command ids: its own save, as far as is known
+        return events[-1:]
+    start = len(events)
+    while start > 0 and command_id_of(events[start - 1]) == command:
+        start -= 1
+    return events[start:]
 
 
 def described(event: Any) -> str:

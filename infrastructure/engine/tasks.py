@@ -42,7 +42,12 @@ from flowledger.infrastructure.engine.classify_first import needs_classifying
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.returned_routing import ReturnedRouting
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
-from flowledger.infrastructure.engine.task_keys import TaskCommandKey, release_words, requeue_words
+from flowledger.infrastructure.engine.task_keys import (
+    TaskCommandKey,
+    last_command,
+    release_words,
+    requeue_words,
+)
 from flowledger.infrastructure.engine.task_reads import MAX_LIST, TaskReads, agent_key, task_key
 from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
@@ -424,10 +429,12 @@ class TaskService:
     def _released_for(self, task: Task, reason: str, ref: AssignmentRef = ANY_ASSIGNMENT) -> bool:
         """Whether the task's last event released it for exactly ``reason`` (nothing since),
         from the assignment ``ref`` names."""
-        last = self._store.events(task.id, gt=task.version - 1)
-        if not last or not isinstance(last[-1], Task.Released) or last[-1].reason != reason:
+        # The release's save may end with the classification it applied (``ReturnedRouting``).
+        last = last_command(self._store.events(task.id, gt=max(task.version - 2, 0)))
+        released = next((e for e in last if isinstance(e, Task.Released)), None)
+        if released is None or released.reason != reason:
             return False
-        return ref.fits(last[-1].agent_id, task.times_assigned)
+        return ref.fits(released.agent_id, task.times_assigned)
 
     def _first_result(self, task: Task, key: TaskCommandKey | None) -> TaskState | None:
         """The task as the first send of the command under ``key`` left it, read from the log

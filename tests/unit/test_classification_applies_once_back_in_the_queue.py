@@ -80,3 +80,25 @@ def test_a_classification_applied_when_made_is_not_applied_again_on_release(engi
     # Then nothing more is recorded than the release: the classification routed it already
     kinds = [e.event_type for e in engine.task_history("go-race")]
     assert kinds == ["Task.Created", "Task.Classified", "Task.Assigned", "Task.Released"]
+
+
+def test_a_release_sent_again_is_answered_as_the_first_was(engine: Engine) -> None:
+    # Given the Go bug classified while DevOps held it, released once with no key and once
+    # (another task) with a key
+    go_bug_held_by_devops(engine)
+    first = engine.release_task("go-race", reason="wrong team")
+    engine.create_task("go-race-2", "Fix the race in the Go worker too", [], "medium")
+    engine.assign_task("go-race-2")
+    engine.record_classification("go-race-2", "bug_fix", "critical", 3.0)
+    keyed = engine.release_task("go-race-2", reason="wrong team", idempotency_key="rel-2")
+    versions = (engine.get_task("go-race").version, engine.get_task("go-race-2").version)
+
+    # When each release is sent again, its answer lost
+    again = engine.release_task("go-race", reason="wrong team")
+    keyed_again = engine.release_task("go-race-2", reason="wrong team", idempotency_key="rel-2")
+
+    # Then each is answered as the first send was (classification applied), nothing recorded
+    assert again.required_skills == first.required_skills == ("golang",)
+    assert keyed_again.required_skills == keyed.required_skills == ("golang",)
+    assert keyed_again.version == keyed.version
+    assert (engine.get_task("go-race").version, engine.get_task("go-race-2").version) == versions
