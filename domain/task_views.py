@@ -125,7 +125,8 @@ class Classification:
     def __post_init__(self) -> None:
         for field_name, names in (("category", CATEGORIES), ("complexity", COMPLEXITIES)):
             given = getattr(self, field_name)
-            name = given.lower() if isinstance(given, str) else given  # any case, as priorities
+            # Any case, spaces, tabs and line breaks around it trimmed: as priorities are read.
+            name = given.strip(PRIORITY_PADDING).lower() if isinstance(given, str) else given
             if name not in names:
                 message = f"must be one of {names} (any case), got {shown(given)}"
                 raise ValidationError(field_name, message)

@@ -107,17 +107,25 @@ Priority = Annotated[
 
 
 def _any_case_schema(names: type[Enum]) -> WithJsonSchema:
-    """The document's words for an enum's names taken in any case (``_any_case`` before the enum)."""
+    """The document's words for an enum's names taken in any case, trimmed as a priority is
+    (``_any_case`` before the enum)."""
     values = [member.value for member in names]
     return WithJsonSchema(
-        {"type": "string", "pattern": any_case(values), "description": ", ".join(values) + ", in any case"}
+        {
+            "type": "string",
+            "pattern": any_case(values, padded=True),
+            "description": ", ".join(values) + ", in any case, spaces around it trimmed",
+        }
     )
 
 
-Category = Annotated[TaskCategory, _any_case(TaskCategory), _any_case_schema(TaskCategory)]
-"""A category name in any case, as the library and the CLI take it (``"BUG_FIX"`` is ``bug_fix``)."""
-Complexity = Annotated[TaskComplexity, _any_case(TaskComplexity), _any_case_schema(TaskComplexity)]
-"""A complexity name in any case, as the library and the CLI take it."""
+Category = Annotated[TaskCategory, _any_case(TaskCategory, PRIORITY_PADDING), _any_case_schema(TaskCategory)]
+"""A category name in any case, trimmed, as the library and the CLI take it (``" BUG_FIX"`` is
+``bug_fix``)."""
+Complexity = Annotated[
+    TaskComplexity, _any_case(TaskComplexity, PRIORITY_PADDING), _any_case_schema(TaskComplexity)
+]
+"""A complexity name in any case, trimmed, as the library and the CLI take it."""
 
 
 SEED_CAPACITY_NAME = "max_capacity"

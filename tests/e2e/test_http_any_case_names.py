@@ -70,3 +70,28 @@ def test_names_in_any_case_and_a_padded_priority_are_still_taken(memory_http: Te
     )
     assert recorded.status_code == 201, recorded.text
     assert recorded.json()["classification"]["category"] == "bug_fix"
+
+
+def test_a_padded_category_and_complexity_are_trimmed_as_a_padded_priority_is(
+    memory_http: TestClient,
+) -> None:
+    # Given a task waiting for a classification
+    memory_http.post("/v1/tasks", json={"task_id": "T-1", "description": "d"})
+
+    # When its classification names its category and complexity with spaces around them
+    recorded = memory_http.post(
+        "/v1/tasks/T-1/classification",
+        json={"category": " Bug_Fix ", "complexity": "\tHIGH\n", "estimated_hours": 2},
+    )
+
+    # Then they are read as a priority is: any case, spaces, tabs and line breaks around trimmed
+    assert recorded.status_code == 201, recorded.text
+    assert recorded.json()["classification"]["category"] == "bug_fix"
+    assert recorded.json()["classification"]["complexity"] == "high"
+
+
+def test_the_library_trims_a_padded_category_and_complexity_too() -> None:
+    from flowledger.domain.task_views import Classification
+
+    taken = Classification(category=" FEATURE\r\n", complexity=" low ", estimated_hours=1)
+    assert (taken.category, taken.complexity) == ("feature", "low")

@@ -232,10 +232,11 @@ def test_the_document_names_the_values_the_bounds_and_every_status(http: TestCli
     # Any case, as the library, the CLI and a task's priority take them
     for name, values in (("category", CATEGORIES), ("complexity", COMPLEXITIES)):
         pattern, description = spelled(name)
-        assert description == ", ".join(values) + ", in any case"
+        assert description == ", ".join(values) + ", in any case, spaces around it trimmed"
         for value in values:
             assert re.fullmatch(pattern, value)
             assert re.fullmatch(pattern, value.upper())
+            assert re.fullmatch(pattern, f" {value.title()}\t")
         assert not re.fullmatch(pattern, values[0] + "x")
     hours = body["properties"]["estimated_hours"]
     assert (hours["type"], hours["exclusiveMinimum"], hours["maximum"]) == ("number", 0, 10_000)
