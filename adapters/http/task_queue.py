@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import AliasChoices, ConfigDict, Field
 
 from flowledger.adapters.http.auth import Reader, Writer
@@ -98,8 +99,23 @@ StatusName = Annotated[
 ]
 
 
-@router.get("/tasks", response_model=None, responses={**answers(list[TaskOut]), **responses()})
+_NEXT_PAGE = {
+    "Link": {
+        "description": 'Sent when the page was cut at `limit` and more tasks match: `<URL>; rel="next"`,'
+        " the same request with `after` this page's last task id (RFC 8288).",
+        "schema": {"type": "string"},
+    }
+}
+
+
+@router.get(
+    "/tasks",
+    response_model=None,
+    responses={**answers(list[TaskOut], headers=_NEXT_PAGE), **responses()},
+)
 def list_tasks(
+    request: Request,
+    response: Response,
     caller: Reader,
     status: StatusName = None,
     priority: Annotated[Priority | None, Query()] = None,
@@ -120,15 +136,20 @@ def list_tasks(
     ``escalated``: the pair could only list nothing). ``overdue`` looks at open tasks only (422 beside
     a closed status: the pair could only list nothing).
     A longer list is read page by page: ``after`` is the last ``task_id`` of the page before
-    (422 when no task has that id)."""
-    states = caller.engine.list_tasks(
+    (422 when no task has that id); a page cut at ``limit`` with more behind it links the next
+    in a ``Link`` header (``rel="next"``), as the CLI says "more after ID"."""
+    page = partial(
+        caller.engine.list_tasks,
         status=status,
         priority=priority.value if priority is not None else None,
         agent_id=agent_id,
         overdue=overdue,
-        limit=limit,
-        after=after,
     )
+    states = page(limit=limit, after=after)
+    # A page as long as the limit may be all there is: one more row tells.
+    if len(states) == limit and page(limit=1, after=states[-1].task_id):
+        following = request.url.include_query_params(after=states[-1].task_id)
+        response.headers["Link"] = f'<{following.path}?{following.query}>; rel="next"'
     return [task_out(caller, state) for state in states]
 
 

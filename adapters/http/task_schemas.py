@@ -100,10 +100,16 @@ class AgentOut(Described):
     relative_load: float = Field(description="load / capacity")
 
 
-def answers(model: object, description: str = "Successful Response") -> dict[int | str, dict[str, Any]]:
+def answers(
+    model: object, description: str = "Successful Response", *, headers: dict[str, Any] | None = None
+) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses=`` entry for a route's 200 answering ``model`` (the route itself
-    declares ``response_model=None``: it returns ``out``'s dict unvalidated)."""
-    return {200: {"model": model, "description": description}}
+    declares ``response_model=None``: it returns ``out``'s dict unvalidated), with the
+    ``headers`` it may send."""
+    entry: dict[str, Any] = {"model": model, "description": description}
+    if headers:
+        entry["headers"] = headers
+    return {200: entry}
 
 
 class PolicyCostOut(Described):
