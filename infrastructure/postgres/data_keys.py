@@ -35,13 +35,16 @@ SELECT count(*) FROM (
     SELECT backend_xmin AS x FROM pg_stat_activity WHERE pid <> pg_backend_pid()
         AND (datname = current_database() OR backend_type = 'walsender')
     UNION ALL SELECT backend_xid FROM pg_stat_activity WHERE pid <> pg_backend_pid()
-        AND (datname = current_database() OR backend_type = 'walsender')
     UNION ALL SELECT xmin FROM pg_replication_slots
-    UNION ALL SELECT transaction FROM pg_prepared_xacts WHERE database = current_database()
+    UNION ALL SELECT transaction FROM pg_prepared_xacts
 ) h WHERE x IS NOT NULL AND age(x) >= age(%s::text::xid)
 """
 """How many transactions (and slots) may still see row versions that transaction ``%s`` (an
-xid, as text) deleted: while any does, no vacuum can remove those versions."""
+xid, as text) deleted: while any does, no vacuum can remove those versions. A transaction
+holding an xid counts in any database of the server: every snapshot taken while it runs, the
+rewrite's own included, starts at it, so the rewrite kept the old version (a forget beside an
+open write in another database reported a clean erasure and left the key in the file); a
+reader of another database (an xmin, no xid) holds nothing here."""
 PURGE_WAIT_S: Final = 30.0
 """How long ``destroy`` waits for the transactions that can still see a destroyed key's old
 row version to end, before it rewrites the table anyway (and says the old version remains)."""

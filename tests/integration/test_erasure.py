@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from psycopg.conninfo import make_conninfo
 from psycopg.sql import SQL, Identifier
 
 from flowledger.adapters.http.app import create_app
@@ -666,6 +667,29 @@ def test_forget_says_when_an_old_key_version_may_remain_behind_a_long_reader(
             reader.execute(SQL("SELECT count(*) FROM {}").format(Identifier(pg_schema, "data_keys")))
             report = short.forget(USER)
             reader.rollback()
+    assert (report.keys_destroyed, report.old_key_versions_remain) == (1, True)
+
+
+def test_forget_says_when_an_old_key_version_may_remain_behind_a_writer_in_another_database(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction holding an xid in another database of the server starts every snapshot
+    taken while it runs, the rewrite's own included: the rewrite keeps the old row version, and
+    ``forget`` says so (it counted only its own database's transactions and reported a clean
+    erasure, the key still in the table's file)."""
+    monkeypatch.setattr(data_keys, "PURGE_WAIT_S", 0.3)
+    settings = make_settings(database_url=database_url, schema=pg_schema, seal_personal_data=True)
+    with Engine(settings=settings) as short:
+        short.start_session("s-1", "customer_service", user_id=USER)
+        keys = Identifier(pg_schema, "data_keys")
+        with psycopg.connect(database_url) as conn:
+            ((key,),) = conn.execute(SQL("SELECT data_key FROM {}").format(keys)).fetchall()
+        with psycopg.connect(make_conninfo(database_url, dbname="postgres")) as writer:
+            writer.execute("SELECT txid_current()")
+            report = short.forget(USER)
+            left = _pages_holding(database_url, pg_schema, {"the key": bytes(key)})
+            writer.rollback()
+    assert left
     assert (report.keys_destroyed, report.old_key_versions_remain) == (1, True)
 
 
