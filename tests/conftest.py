@@ -1,7 +1,8 @@
 """Shared fixtures: a PostgreSQL URL, a fresh schema per test, engines on both backends.
 
 PostgreSQL comes from FLOWLEDGER_TEST_DATABASE_URL when set, else the server at
-127.0.0.1:5432, else an embedded server started for the test run. Never skipped.
+127.0.0.1:5432, else an embedded server started for the test run; each pytest-xdist worker
+works in a database of its own there (``test_gw0``, ...). Never skipped.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from flowledger.infrastructure import Engine, Settings
 from flowledger.infrastructure.postgres import data_keys
 from flowledger.infrastructure.postgres.database import migrate
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
-from tests.support.databases import BackgroundDrops
+from tests.support.databases import BackgroundDrops, worker_database
 from tests.support.schemas import (
     RUN_PREFIX,
     drop_run_schemas,
@@ -92,14 +93,17 @@ def without_commit_flush(url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def database_url() -> str:
-    """A PostgreSQL URL for the whole run (``without_commit_flush``)."""
+def database_url(worker_id: str) -> str:
+    """A PostgreSQL URL for the whole run (``without_commit_flush``), in a database of the
+    pytest-xdist worker's own (``tests/support/databases.worker_database``)."""
     configured = os.environ.get("FLOWLEDGER_TEST_DATABASE_URL")
     if configured:
-        return without_commit_flush(configured)
-    if _reachable(LOCAL_SERVER):
-        return without_commit_flush(LOCAL_SERVER)
-    return without_commit_flush(embedded_database_url(_private_directory()))
+        server = configured
+    elif _reachable(LOCAL_SERVER):
+        server = LOCAL_SERVER
+    else:
+        server = embedded_database_url(_private_directory())
+    return without_commit_flush(worker_database(server, worker_id))
 
 
 def _private_directory() -> Path:
@@ -164,10 +168,11 @@ os.environ["FLOWLEDGER_AUDIT_KEY_DIR"] = str(TEST_KEY_DIR)
 @pytest.fixture
 def quick_purge(monkeypatch: pytest.MonkeyPatch) -> None:
     """``forget``'s purge waits at most 1 s (``data_keys.PURGE_WAIT_S``: 30 s), for a test that
-    reads rows, never pages. The purge waits until no transaction open anywhere in the database,
-    another xdist worker's included, can see the destroyed keys' old row versions: such a test
-    took 31 s with one transaction held open elsewhere, 1-2 s without. A version it leaves is
-    dead, seen by no read (``tests/integration/test_erasure.py`` reads the pages, waiting in full)."""
+    reads rows, never pages. The purge waits until no transaction open anywhere in the database
+    (another run's on the same server included) can see the destroyed keys' old row versions:
+    such a test took 31 s with one transaction held open elsewhere, 1-2 s without. A version it
+    leaves is dead, seen by no read (``tests/integration/test_erasure.py`` reads the pages,
+    waiting in full)."""
     monkeypatch.setattr(data_keys, "PURGE_WAIT_S", 1.0)
 
 
