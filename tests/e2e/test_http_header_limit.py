@@ -7,26 +7,37 @@ import select
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from flowledger.adapters.http.protocol import MAX_HEAD_BYTES
+from tests.support.schemas import drop_schemas, scratch_schema
 from tests.support.serve_process import serve_env, served
 
 WRITER = "header-limit-writer-0123456789abcdef0123"
 
 
-@pytest.fixture(params=["httptools", "h11"])
+@pytest.fixture(scope="module", params=["httptools", "h11"])
 def server(
-    request: pytest.FixtureRequest, database_url: str, pg_schema: str, tmp_path: Path
+    request: pytest.FixtureRequest,
+    database_url: str,
+    run_schemas: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[str, str]]:
-    """``flowledger serve --http <parser>`` as a process of its own, with a key; its base URL
-    and the parser."""
-    env = serve_env(database_url, pg_schema, tmp_path, FLOWLEDGER_API_KEYS=f"acme:writer:{WRITER}")
+    """``flowledger serve --http <parser>`` as a process of its own, with a key, in a schema of
+    its own; its base URL and the parser. One per parser for the module: every test sends it
+    requests on connections of their own and reads the answers, and none writes (a refused
+    request reaches no route), so no test sees another's; a start cost 5-6.5 s of set-up a test
+    under coverage in the clean-clone CI run, eight of them."""
+    home = tmp_path_factory.mktemp(f"serve-{request.param}")
+    schema = scratch_schema("hl")
+    env = serve_env(database_url, schema, home, FLOWLEDGER_API_KEYS=f"acme:writer:{WRITER}")
     options = ("--simulate-llm", "--no-access-log", "--http", request.param)
-    with served(env, tmp_path / "serve.log", *options) as base:
-        yield base, request.param
+    try:
+        with served(env, home / "serve.log", *options) as base:
+            yield base, request.param
+    finally:
+        drop_schemas(database_url, schema)
 
 
 def _answer(base: str, header_bytes: int) -> tuple[int, bytes, bytes]:
