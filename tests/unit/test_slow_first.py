@@ -1,4 +1,5 @@
-"""``tests/slow_first.txt`` names tests that exist, and the run starts with them."""
+"""``tests/slow_first.txt`` names tests that exist, and the run starts with them, each followed by
+the rest of its module."""
 
 from __future__ import annotations
 
@@ -48,3 +49,18 @@ def test_the_listed_tests_come_first_and_the_others_keep_their_order() -> None:
     items = [_Item(name) for name in names]
     pytest_collection_modifyitems(items)  # type: ignore[arg-type]
     assert [item.nodeid for item in items] == [names[1], names[3], names[0], names[2]]
+
+
+def test_the_rest_of_a_listed_tests_module_follows_it_so_module_fixtures_are_set_up_once() -> None:
+    listed = sorted(slow_first_names())[0]
+    module = listed.split("::", 1)[0]
+    names = [
+        "tests/unit/test_a.py::test_one",
+        f"{module}::test_not_listed[x]",
+        "tests/unit/test_a.py::test_two",
+        listed,
+        f"{module}::test_not_listed_either",
+    ]
+    items = [_Item(name) for name in names]
+    pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    assert [item.nodeid for item in items] == [names[3], names[1], names[4], names[0], names[2]]
