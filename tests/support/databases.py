@@ -62,7 +62,8 @@ def worker_database(database_url: str, worker: str) -> str:
     keys' old rows, for up to 30 s: with every worker in one database, any test of another
     worker that held a transaction open made a ``forget`` wait out its whole bound (and a CLI
     test comparing whole outputs read the purge's warning). A worker's database sees only its
-    own worker's transactions. ``master`` (no xdist) keeps ``database_url``'s database."""
+    own worker's transactions. ``master`` (no xdist), and a role that may not create databases,
+    keep ``database_url``'s database."""
     if worker == "master":
         return database_url
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -70,7 +71,12 @@ def worker_database(database_url: str, worker: str) -> str:
         name = f"{row[0] if row else 'test'}_{worker}"
         # An earlier run's, or another run's made at the same moment: schemas keep runs apart.
         with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            except psycopg.errors.InsufficientPrivilege:
+                # A URL whose role may not create databases (one given in
+                # FLOWLEDGER_TEST_DATABASE_URL): every worker in its database, as before.
+                return database_url
     if database_url.startswith(("postgresql://", "postgres://")):
         parts = urlsplit(database_url)
         return urlunsplit(parts._replace(path="/" + quote(name)))
