@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from flowledger.domain.errors import EngineClosed
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.checkpointer import Checkpointer
@@ -17,6 +18,22 @@ from flowledger.infrastructure.engine.tenant_engines import TenantEngines
 from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 from flowledger.infrastructure.postgres.classification_locks import ClassificationLocks
+
+
+class OpenCheck:
+    """Whether one engine is open: its store, and for an engine of ``for_tenant`` its own close
+    too, since the store it shares stays open (a closed tenant's engine went on writing, and
+    reading a task index it had stopped keeping up to date)."""
+
+    def __init__(self, app: FlowledgerApplication) -> None:
+        self._app = app
+        self.closed = False
+
+    def ensure_open(self, operation: str) -> None:
+        """EngineClosed once this engine or its store is closed."""
+        if self.closed:
+            raise EngineClosed(operation)
+        self._app.ensure_open(operation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +52,14 @@ class EngineClosing:
     """Closes one engine's services, and the store if it owns it (``owned``)."""
 
     def __init__(
-        self, tasks: TaskService, steps: StepService, budgets: BudgetService, owned: OwnedStore | None
+        self,
+        opened: OpenCheck,
+        tasks: TaskService,
+        steps: StepService,
+        budgets: BudgetService,
+        owned: OwnedStore | None,
     ) -> None:
+        self._opened = opened
         self._tasks = tasks
         self._steps = steps
         self._budgets = budgets
@@ -44,6 +67,7 @@ class EngineClosing:
 
     def close(self) -> None:
         """``Engine.close``."""
+        self._opened.closed = True
         self._tasks.close()
         owned = self._owned
         if owned is None:
@@ -59,6 +83,7 @@ class EngineClosing:
 
     async def aclose(self) -> None:
         """``Engine.aclose``: the adapter and the alert notifier closed too."""
+        self._opened.closed = True
         owned = self._owned
         if owned is None:
             await asyncio.to_thread(self.close)

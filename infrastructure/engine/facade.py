@@ -32,7 +32,7 @@ from flowledger.domain.task_views import AgentState, TaskState
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
 from flowledger.infrastructure.engine.application import FlowledgerApplication
 from flowledger.infrastructure.engine.checkpointer import Checkpointer
-from flowledger.infrastructure.engine.engine_closing import EngineClosing, OwnedStore
+from flowledger.infrastructure.engine.engine_closing import EngineClosing, OpenCheck, OwnedStore
 from flowledger.infrastructure.engine.erasure import ForgetReport
 from flowledger.infrastructure.engine.log import EventLog
 from flowledger.infrastructure.engine.retention import (
@@ -149,7 +149,10 @@ class Engine:
         self.clock: Clock = clock if clock is not None else self._database_clock()
         lend_clock(llm, self.clock)
         self._chain_events()
-        self.log = EventLog(self._app, deadline_s=self.settings.operation_deadline_s)
+        self._open = OpenCheck(self._app)
+        self.log = EventLog(
+            self._app, deadline_s=self.settings.operation_deadline_s, ensure_open=self._open.ensure_open
+        )
         self.store = AggregateStore(self._app, self.settings, self.clock)
         self._ledger = budget_ledger(url, self.settings)
         make_agent_locks = partial(agent_locks_on, self._app, url, self.settings)
@@ -230,7 +233,7 @@ class Engine:
         self._routing = services.routing
         self._tenant_engines = tenants
         """The engines ``for_tenant`` made over this store (the owner's, shared): closed with it."""
-        self._closing = EngineClosing(self.tasks, self.steps, self.budgets, owned)
+        self._closing = EngineClosing(self._open, self.tasks, self.steps, self.budgets, owned)
 
     def for_tenant(self, tenant: str) -> Engine:
         """``tenant``'s engine over this engine's store (this engine itself for its own tenant).
@@ -241,10 +244,12 @@ class Engine:
         Only the tenant's own services are apart (sessions, steps in flight, budgets, tasks and
         agents with its task index); every aggregate id is scoped by tenant, so what one
         tenant writes another never finds. Any number of tenants thus use one engine's
-        connections (``docs/http.md``). Closing it stops only its own services; closing this
-        engine closes every engine it made, and the store under them. EngineClosed once this
-        engine is closed (it answered with an engine over the closed store, its tenant admitted).
+        connections (``docs/http.md``). Closing it stops only its own services, and its calls
+        are EngineClosed from then on; closing this engine closes every engine it made, and the
+        store under them. EngineClosed once this engine is closed (it answered with an engine
+        over the closed store, its tenant admitted).
         """
+        self._open.ensure_open("for_tenant")
         return self._tenant_engines.engine_for(self, tenant)
 
     def _made_for(self, settings: Settings) -> Engine:
@@ -260,7 +265,10 @@ class Engine:
         self.database_url = owner.database_url
         self._app = owner._app
         self.clock = owner.clock
-        self.log = owner.log
+        self._open = OpenCheck(owner._app)
+        self.log = EventLog(
+            owner._app, deadline_s=settings.operation_deadline_s, ensure_open=self._open.ensure_open
+        )
         self.store = owner.store
         self._agent_lender = owner._agent_lender
         self._compose(owner._parts, self._agent_lender, owner.llm, owner._tenant_engines, None)
@@ -277,12 +285,14 @@ class Engine:
     def audit(self) -> AuditTrail:
         """Checkpoints, verification and bundles of this engine's log (PostgreSQL only; EngineClosed
         once closed: its checkpoint was a StoreUnavailable on the closed pool)."""
+        self._open.ensure_open("audit")
         return self._archives.audit()
 
     @property
     def retention(self) -> RetentionService:
         """Retention policies per workflow, archiving closed sessions to verified bundles and
         restoring them (``docs/retention.md``; PostgreSQL only)."""
+        self._open.ensure_open("retention")
         return self._archives.retention()
 
     def archive_sessions(
@@ -301,6 +311,7 @@ class Engine:
         keep the archived sessions' rows; without it, only the live projection builds keep them
         (and ``before_commit``, which refuses while a build being filled is behind them).
         One bundle holds up to ``batch_size`` sessions."""
+        self._open.ensure_open("archive_sessions")
         return self._archives.archive(out_dir, workflow, dry_run, batch_size, projection_rows, before_commit)
 
     def restore_sessions(
@@ -313,6 +324,7 @@ class Engine:
         """Put the archived events of ``bundle`` back, checked against its proof and their bases.
         ``flowledger.projections.retention.restore`` passes ``before_insert`` so that no projection
         build that folded the sessions' archived rows reads their events again."""
+        self._open.ensure_open("restore_sessions")
         return self._archives.restore(bundle, sessions, before_insert)
 
     @classmethod
@@ -369,6 +381,7 @@ class Engine:
     def acting_as(self, actor: str) -> Iterator[None]:
         """Commands run inside record ``actor`` (e.g. an API key's id) on every event they write;
         a name (``require_name``), checked here rather than by the first save that stores it."""
+        self._open.ensure_open("acting_as")
         require_name("actor", actor)
         token = current_actor.set(actor)
         try:
@@ -397,6 +410,7 @@ class Engine:
         metadata: JsonObject | None = None,
     ) -> SessionState:
         """Start a session; starting it again with the same workflow and user is a no-op."""
+        self._open.ensure_open("start_session")
         return self.sessions.start(session_id, workflow, user_id, ttl, {} if metadata is None else metadata)
 
     def start_or_get_session(
@@ -409,6 +423,7 @@ class Engine:
     ) -> Start:
         """``start_session``, saying whether it created the session (``Start.created``) or found
         the one started with the same workflow and user."""
+        self._open.ensure_open("start_or_get_session")
         return self.sessions.start_or_get(
             session_id, workflow, user_id, ttl, {} if metadata is None else metadata
         )
@@ -423,6 +438,7 @@ class Engine:
     ) -> Restart:
         """Start a session, or take an existing one back to ``init`` (history and context kept;
         an expired one lives ``ttl`` from now): the seed's ``create_session``."""
+        self._open.ensure_open("restart_session")
         return self.sessions.restart(session_id, workflow, user_id, ttl, {} if metadata is None else metadata)
 
     def record_step(
@@ -440,6 +456,7 @@ class Engine:
     ) -> StepRecord:
         """Record a step whose model call happened elsewhere; a known key returns its record
         (``user_id``: refused, SessionOwnedByAnother, unless the session has no user or that one)."""
+        self._open.ensure_open("record_step")
         return self._recording.record(
             session_id, step, input, output, next_step, context_update, usage, idempotency_key, user_id
         )
@@ -466,6 +483,7 @@ class Engine:
         """Call the model for one step and record the outcome (see ``StepService.process``;
         ``merge_input``: merge the input into the context first, as the seed's webhook did;
         ``user_id``: refused, SessionOwnedByAnother, unless the session has no user or that one)."""
+        self._open.ensure_open("process_step")
         return await self.steps.process(
             session_id, step, input, model, idempotency_key, merge_input=merge_input, user_id=user_id
         )
@@ -482,6 +500,7 @@ class Engine:
         user_id: str | None = None,
     ) -> StepOutcome:
         """``process_step``, answered with the session's context after the step too (no second load)."""
+        self._open.ensure_open("run_step")
         return await self.steps.run(
             session_id, step, input, model, idempotency_key, merge_input=merge_input, user_id=user_id
         )
@@ -491,6 +510,7 @@ class Engine:
     ) -> SessionState:
         """Merge keys into the session context (``{}`` appends nothing and returns the state);
         under an ``idempotency_key``, once (a repeat is answered as the session stands)."""
+        self._open.ensure_open("update_context")
         return self.sessions.update_context(session_id, update, idempotency_key=idempotency_key)
 
     def extend_session(
@@ -504,6 +524,7 @@ class Engine:
         """Add ``ttl`` to the current expiry (24 h + 1 h is 25 h); an expired session stays expired
         unless ``reopen_expired`` (it then lives ``ttl`` from now). A retry under the first call's
         ``idempotency_key`` moves the expiry no further (a retry without a key extends again)."""
+        self._open.ensure_open("extend_session")
         return self.sessions.extend(
             session_id, ttl, reopen_expired=reopen_expired, idempotency_key=idempotency_key
         ).state
@@ -519,6 +540,7 @@ class Engine:
         """Set the expiry to a moment after now and at most ``MAX_TTL`` (366 days) ahead (an
         expired session stays expired unless ``reopen_expired``); a retry under its
         ``idempotency_key`` is answered as the first call was."""
+        self._open.ensure_open("set_expiry")
         return self.sessions.set_expiry(
             session_id, expires_at, reopen_expired=reopen_expired, idempotency_key=idempotency_key
         ).state
@@ -533,20 +555,24 @@ class Engine:
         idempotency_key: str | None = None,
     ) -> ExpiryChange:
         """``extend_session`` (``by``) or ``set_expiry`` (``to``), answered with the expiry before too."""
+        self._open.ensure_open("change_expiry")
         return self._expiry.change(session_id, by, to, reopen_expired, idempotency_key)
 
     def complete_session(self, session_id: str, resolution: JsonObject | str | None = None) -> SessionState:
         """End the session with a resolution (a JSON object, or a string; none is ``{}``)."""
+        self._open.ensure_open("complete_session")
         return self.sessions.complete(session_id, resolution)
 
     def abandon_session(self, session_id: str, reason: str = "abandoned") -> SessionState:
         """Give the session up."""
+        self._open.ensure_open("abandon_session")
         return self.sessions.abandon(session_id, reason)
 
     def expire_session(self, session_id: str) -> bool:
         """Record ``Expired`` for a session whose expiry has passed by the engine's clock (a
         command on it would record it too); True when this call did, False when the session is
         still live or already closed. ``projections.expiry.expire_overdue`` sweeps a tenant."""
+        self._open.ensure_open("expire_session")
         return self.sessions.expire(session_id)
 
     def get_session(
@@ -558,14 +584,17 @@ class Engine:
         An archived session reads now, at its last version and as of a moment at or after its last
         event from its base; an earlier version or moment needs its events: SessionArchived,
         naming the bundle that holds them."""
+        self._open.ensure_open("get_session")
         return self._reads.get(session_id, version, as_of)
 
     def history(self, session_id: str) -> list[HistoryEntry]:
         """The session's events, oldest first (SessionArchived when retention moved them)."""
+        self._open.ensure_open("history")
         return self._reads.history(session_id)
 
     def session_steps(self, session_id: str) -> list[StepRecord]:
         """Every processed step of the session, oldest first (``get_session`` keeps the recent ones)."""
+        self._open.ensure_open("session_steps")
         return self._reads.steps(session_id)
 
     def fork_session(
@@ -580,6 +609,7 @@ class Engine:
         range: ``ValidationError``; an existing new id: ``SessionConflict``; nothing appended.
         An archived parent forks at its last version; an earlier one is ``SessionArchived``.
         """
+        self._open.ensure_open("fork_session")
         return self.fork_or_get_session(session_id, at_version, new_session_id, ttl).state
 
     def fork_or_get_session(
@@ -587,16 +617,19 @@ class Engine:
     ) -> Start:
         """``fork_session``, saying whether it created the fork (``Start.created``) or found the
         same fork (parent and version) made before, its answer lost: nothing appended then."""
+        self._open.ensure_open("fork_or_get_session")
         return self._reads.fork(session_id, at_version, new_session_id, ttl)
 
     def forget(self, user_id: str) -> ForgetReport:
         """Erase the user's personal data: record ``DataErased`` on each of their sessions, then
         destroy the sessions' data keys (``docs/erasure.md``). Tokens, cost and latency stay."""
+        self._open.ensure_open("forget")
         return self.erasure.forget_user(user_id)
 
     def forget_session(self, session_id: str) -> ForgetReport:
         """Erase one session's personal data (a session started without a user id, say), and
         that of every session forked from it (each holds a copy of its context)."""
+        self._open.ensure_open("forget_session")
         return self.erasure.forget_session(session_id)
 
     # -- tasks and agents ----------------------------------------------------------------
@@ -606,6 +639,7 @@ class Engine:
     ) -> AgentState:
         """Register an agent (at least one skill; capacity 1 to 10,000, 10 by default as the seed's);
         again with the same fields is a no-op. ``set_agent_capacity(id, 0)`` pauses one."""
+        self._open.ensure_open("register_agent")
         return self.tasks.register_agent(agent_id, name, skills, capacity)
 
     def register_or_get_agent(
@@ -613,10 +647,12 @@ class Engine:
     ) -> Registration:
         """``register_agent``, saying whether it registered the agent (``Registration.created``)
         or found it registered with the same fields."""
+        self._open.ensure_open("register_or_get_agent")
         return self.tasks.register_or_get_agent(agent_id, name, skills, capacity)
 
     def set_agent_capacity(self, agent_id: str, capacity: int) -> AgentState:
         """Change an agent's capacity (refused below its current load)."""
+        self._open.ensure_open("set_agent_capacity")
         return self.tasks.set_agent_capacity(agent_id, capacity)
 
     def create_task(
@@ -628,6 +664,7 @@ class Engine:
         deadline: datetime | timedelta | None = None,
     ) -> TaskState:
         """Queue a task (see ``TaskService.create_task``)."""
+        self._open.ensure_open("create_task")
         return self.tasks.create_task(task_id, description, required_skills, priority, deadline)
 
     def create_or_get_task(
@@ -640,12 +677,14 @@ class Engine:
     ) -> Creation:
         """``create_task``, saying whether it created the task (``Creation.created``) or found
         it created with the same fields."""
+        self._open.ensure_open("create_or_get_task")
         return self.tasks.create_or_get_task(task_id, description, required_skills, priority, deadline)
 
     def record_classification(
         self, task_id: str, category: str, complexity: str, estimated_hours: float
     ) -> TaskState:
         """Record a classification made elsewhere; the first one recorded stands."""
+        self._open.ensure_open("record_classification")
         return self.classifier.record(task_id, category, complexity, estimated_hours)
 
     async def classify_task(
@@ -653,6 +692,7 @@ class Engine:
     ) -> TaskState:
         """Ask the model what the task is and record it with the call's usage (with
         ``idempotency_key``, a retry after the call was answered makes no second call)."""
+        self._open.ensure_open("classify_task")
         return await self.classifier.classify(task_id, model, idempotency_key=idempotency_key)
 
     async def reclassify_task(
@@ -660,6 +700,7 @@ class Engine:
     ) -> TaskState:
         """Classify again through the model, replacing the classification (see ``TaskClassifier``);
         with ``idempotency_key``, a retry after the call was answered makes no second call."""
+        self._open.ensure_open("reclassify_task")
         return await self.classifier.reclassify(task_id, model, idempotency_key=idempotency_key)
 
     def requeue_task(
@@ -674,6 +715,7 @@ class Engine:
         """A person sends an escalated task back to the queue; who and why are recorded, and a
         new deadline (a moment or a delay from now): required once the old one has passed.
         With ``idempotency_key``, a retry is answered with the task as the first send left it."""
+        self._open.ensure_open("requeue_task")
         return self.tasks.requeue_task(
             task_id, requested_by, reason, deadline, idempotency_key=idempotency_key
         )
@@ -690,12 +732,14 @@ class Engine:
     ) -> list[TaskState]:
         """Tasks matching every filter given, oldest first, at most ``limit``, created after the
         task ``after`` (the last id of the previous page; see ``TaskReads.list_tasks``)."""
+        self._open.ensure_open("list_tasks")
         return self.task_reads.list_tasks(
             status=status, priority=priority, agent_id=agent_id, overdue=overdue, limit=limit, after=after
         )
 
     def assign_task(self, task_id: str, *, escalate_when_full: bool = True) -> TaskState:
         """Give a waiting task to the best eligible agent, or escalate it with the reason."""
+        self._open.ensure_open("assign_task")
         return self.tasks.assign_task(task_id, escalate_when_full=escalate_when_full)
 
     async def assign_task_ranked(self, task_id: str, *, escalate_when_full: bool = True) -> TaskState:
@@ -709,6 +753,7 @@ class Engine:
         (``ranking.py``). For a task with skills, or one classified, exactly ``assign_task``;
         without a model, one that needs classifying is refused (TaskNeedsClassification,
         ``UNCLASSIFIED_NO_MODEL``), nothing recorded, rather than given to any agent."""
+        self._open.ensure_open("assign_task_ranked")
         return await self._routing.assign_ranked(task_id, escalate_when_full)
 
     def assign_pending(
@@ -716,6 +761,7 @@ class Engine:
     ) -> list[TaskState]:
         """Assign waiting tasks in queue order (CRITICAL first, then earliest deadline); those
         whose capable agents are all full keep waiting unless ``escalate_when_full``."""
+        self._open.ensure_open("assign_pending")
         return self.tasks.assign_pending(limit=limit, escalate_when_full=escalate_when_full)
 
     async def assign_pending_routed(
@@ -731,6 +777,7 @@ class Engine:
         A task that still needs classifying when the run assigns (no model is configured, or
         it arrived after the run's last look) waits too, returned with ``held_back`` saying
         why (``unclassified_reason``) and taking no place of ``limit``."""
+        self._open.ensure_open("assign_pending_routed")
         return await self._routing.assign_pending(limit, escalate_when_full)
 
     def start_task(
@@ -739,6 +786,7 @@ class Engine:
         """The holding agent began work. ``agent_id`` / ``assignment`` (the task's
         ``times_assigned`` when assigned) name the assignment meant: another is refused
         (TaskAssignmentChanged), nothing recorded."""
+        self._open.ensure_open("start_task")
         return self.tasks.start_task(task_id, agent_id=agent_id, assignment=assignment)
 
     def complete_task(
@@ -754,6 +802,7 @@ class Engine:
         ``{}``), as ``complete_session`` takes one, and free its agent, in one write.
         ``result`` is the resolution's name before (accepted; not both). ``agent_id`` /
         ``assignment`` name the assignment meant, as for ``start_task``."""
+        self._open.ensure_open("complete_task")
         return self.tasks.complete_task(
             task_id, resolution, result=result, agent_id=agent_id, assignment=assignment
         )
@@ -770,34 +819,42 @@ class Engine:
         """Take the task back from its agent; it waits in the queue again. ``agent_id`` /
         ``assignment`` name the assignment meant, as for ``start_task``; with
         ``idempotency_key`` a retry is answered with the task as the first send left it."""
+        self._open.ensure_open("release_task")
         return self.tasks.release_task(
             task_id, reason, agent_id=agent_id, assignment=assignment, idempotency_key=idempotency_key
         )
 
     def escalate_overdue(self, now: datetime | None = None) -> list[TaskState]:
         """Escalate every open task whose deadline passed (each once); returns those escalated."""
+        self._open.ensure_open("escalate_overdue")
         return self.tasks.escalate_overdue(now)
 
     def get_task(self, task_id: str, version: int | None = None) -> TaskState:
         """The task now, or at a version."""
+        self._open.ensure_open("get_task")
         return self.task_reads.get_task(task_id, version)
 
     def task_history(self, task_id: str) -> list[HistoryEntry]:
         """The task's events, oldest first."""
+        self._open.ensure_open("task_history")
         return self.task_reads.task_history(task_id)
 
     def get_agent(self, agent_id: str, version: int | None = None) -> AgentState:
         """The agent now, or at a version."""
+        self._open.ensure_open("get_agent")
         return self.task_reads.get_agent(agent_id, version)
 
     def agent_history(self, agent_id: str) -> list[HistoryEntry]:
         """The agent's events, oldest first."""
+        self._open.ensure_open("agent_history")
         return self.task_reads.agent_history(agent_id)
 
     def list_agents(self) -> list[AgentState]:
         """Every registered agent, in registration order."""
+        self._open.ensure_open("list_agents")
         return self.task_reads.list_agents()
 
     def open_tasks(self) -> list[TaskState]:
         """Tasks not completed or escalated, oldest first."""
+        self._open.ensure_open("open_tasks")
         return self.task_reads.open_tasks()

@@ -6,7 +6,7 @@ reaching into the event library's application; this is the one place that knows 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -32,9 +32,17 @@ class EventLog:
     end in ``StoreUnavailable`` past it; a bad argument is a ``ValidationError`` naming it.
     """
 
-    def __init__(self, app: FlowledgerApplication, *, deadline_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        app: FlowledgerApplication,
+        *,
+        deadline_s: float = 15.0,
+        ensure_open: Callable[[str], None] | None = None,
+    ) -> None:
         self._app = app
         self._deadline_s = deadline_s
+        self._ensure_open = app.ensure_open if ensure_open is None else ensure_open
+        """EngineClosed once the engine reading through it is closed (its store's, by default)."""
 
     @property
     def recorder(self) -> ApplicationRecorder:
@@ -48,7 +56,7 @@ class EventLog:
 
     def head(self) -> int:
         """The highest notification id readable now (0 for an empty log)."""
-        self._app.ensure_open(_READ)
+        self._ensure_open(_READ)
         return within_deadline(_READ, self._deadline_s, lambda: self._app.recorder.max_notification_id() or 0)
 
     def read(self, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()) -> list[Notification]:
@@ -57,7 +65,7 @@ class EventLog:
         require_count("after", after, most=_BIGINT)
         require_count("limit", limit, least=1, most=_BIGINT)
         wanted = _topics(topics)
-        self._app.ensure_open(_READ)
+        self._ensure_open(_READ)
         recorder = self._app.recorder
         return within_deadline(
             _READ,
@@ -108,7 +116,7 @@ class EventLog:
         for name, version in (("gt", gt), ("lte", lte)):
             if version is not None:
                 require_count(name, version, most=_BIGINT)
-        self._app.ensure_open(_READ)
+        self._ensure_open(_READ)
         return within_deadline(
             _READ, self._deadline_s, lambda: list(self._app.events.get(stream, gt=gt, lte=lte))
         )
@@ -116,7 +124,7 @@ class EventLog:
     def stored(self, aggregate_id: UUID) -> list[StoredEvent]:
         """One aggregate's stored events (topics and raw state), oldest first."""
         stream = _stream_id(aggregate_id)
-        self._app.ensure_open(_READ)
+        self._ensure_open(_READ)
         return within_deadline(
             _READ, self._deadline_s, lambda: list(self._app.recorder.select_events(stream))
         )
@@ -135,7 +143,7 @@ class EventLog:
         and the others are returned, their seals checked under ``seal`` when given (``audit
         verify``, whose engine appends nothing and so holds no seal of its own)."""
         stream = _stream_id(aggregate_id)
-        self._app.ensure_open(_READ)
+        self._ensure_open(_READ)
         store = self._app.snapshots
         if store is None:
             return []
@@ -152,7 +160,7 @@ class EventLog:
 
     def snapshotted_streams(self) -> list[UUID]:
         """Every aggregate id that has a snapshot (none when snapshotting is off)."""
-        self._app.ensure_open(_READ)
+        self._ensure_open(_READ)
         store = self._app.snapshots
         if store is None:
             return []
@@ -176,7 +184,7 @@ class EventLog:
         for row in rows:
             if not isinstance(row, StoredEvent):
                 raise ValidationError("stored", f"must hold stored events, got {type(row).__name__}")
-        self._app.ensure_open("append to the log")
+        self._ensure_open("append to the log")
         try:
             return list(self._app.recorder.insert_events(rows) or [])
         except IntegrityError:

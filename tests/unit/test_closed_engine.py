@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -34,6 +35,18 @@ CALLS: dict[str, Callable[[Engine], Any]] = {
     "log.head": lambda e: e.log.head(),
     # (It answered with a new engine over the closed store, after admitting its tenant.)
     "for_tenant": lambda e: e.for_tenant("other"),
+    "extend_session": lambda e: e.extend_session("open", timedelta(hours=1)),
+    "complete_session": lambda e: e.complete_session("open"),
+    "fork_session": lambda e: e.fork_session("open", 1, "forked"),
+    "forget": lambda e: e.forget("someone"),
+    "record_classification": lambda e: e.record_classification("t1", "bug_fix", "low", 1.0),
+    # (It said LlmNotConfigured: the engine has no model, but a closed engine says more.)
+    "classify_task": lambda e: asyncio.run(e.classify_task("t1")),
+    "assign_task": lambda e: e.assign_task("t1"),
+    "escalate_overdue": lambda e: e.escalate_overdue(),
+    "task_history": lambda e: e.task_history("t1"),
+    "set_agent_capacity": lambda e: e.set_agent_capacity("a1", 3),
+    "agent_history": lambda e: e.agent_history("a1"),
 }
 
 
@@ -54,6 +67,25 @@ def test_every_call_on_a_closed_engine_raises_engine_closed_at_once(
     assert time.monotonic() - started < 1.0
     assert not isinstance(raised.value, StoreUnavailable)
     assert "closed" in str(raised.value)
+
+
+@pytest.mark.parametrize("call", CALLS.values(), ids=CALLS.keys())
+def test_every_call_on_a_closed_tenant_engine_raises_engine_closed_at_once(
+    engine: Engine, call: Callable[[Engine], Any]
+) -> None:
+    # Given globex's engine over the store, with a session, a task and an agent, then closed
+    globex = engine.for_tenant("globex")
+    globex.start_session("open", "wf")
+    globex.create_task("t1", "something")
+    globex.register_agent("a1", "A", ["x"])
+    globex.close()
+    # When a command or a read runs on it (it went on writing, and reading a task index it
+    # no longer kept up to date)
+    with pytest.raises(EngineClosed) as raised:
+        call(globex)
+    # Then it is refused, while the engine that owns the store goes on
+    assert "closed" in str(raised.value)
+    assert engine.start_session("after", "wf").version == 1
 
 
 def test_closing_an_engine_twice_is_harmless(engine: Engine) -> None:
