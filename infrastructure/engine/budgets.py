@@ -135,8 +135,12 @@ class BudgetService:
         notifier: AlertNotifier | None = None,
         *,
         reservation_ttl_s: float = RESERVATION_TTL_S,
+        ensure_open: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
+        self._ensure_open = ensure_open
+        """EngineClosed once its engine is closed (a tenant's engine closes before the store);
+        None: once the store is."""
         self._ledger = ledger
         self._tenant = tenant
         self.notifier = notifier
@@ -160,7 +164,8 @@ class BudgetService:
         return self._tenant
 
     def _require_ledger(self) -> PostgresBudgetLedger:
-        self._store.app.ensure_open("read budgets")
+        ensure_open = self._store.app.ensure_open if self._ensure_open is None else self._ensure_open
+        ensure_open("read budgets")
         if self._ledger is None:
             raise ValidationError(
                 "database_url", "budgets need PostgreSQL (this engine keeps events in memory)"

@@ -217,6 +217,7 @@ class Engine:
             llm,
             lambda task_id: self.get_task(task_id),
             lambda: self.open_tasks(),
+            self._open.ensure_open,
         )
         self.sessions = services.sessions
         self.erasure = services.erasure

@@ -219,9 +219,11 @@ def compose(
     llm: LlmPort | None,
     get_task: Callable[[str], TaskState],
     open_tasks: Callable[[], list[TaskState]],
+    ensure_open: Callable[[str], None],
 ) -> TenantServices:
     """``settings.tenant``'s services over ``store``: sessions, steps, budgets, tasks and agents
-    (with the tenant's task index), classification, erasure and retention."""
+    (with the tenant's task index), classification, erasure and retention; ``ensure_open`` is
+    the engine's own (``OpenCheck``), which its public services check too."""
     tenant = settings.tenant
     audit = parts.audit
     archives = ArchiveAccess(app, audit, tenant, parts.clock)
@@ -239,7 +241,7 @@ def compose(
         None if audit is None or not settings.audit_chain else audit.checkpoint,
         None if audit is None else lambda needles: archives.retention().archived_naming(needles),
     )
-    budgets = BudgetService(store, parts.ledger, tenant, parts.alerts)
+    budgets = BudgetService(store, parts.ledger, tenant, parts.alerts, ensure_open=ensure_open)
     budgets.charged_as = getattr(llm, "model_key", None)
     steps = StepService(store, sessions, llm, executor=parts.executor, budgets=budgets)
     task_reads = TaskReads(store, tenant, LogIndex(app, tenant, deadline_s=settings.operation_deadline_s))

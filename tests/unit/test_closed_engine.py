@@ -47,6 +47,8 @@ CALLS: dict[str, Callable[[Engine], Any]] = {
     "task_history": lambda e: e.task_history("t1"),
     "set_agent_capacity": lambda e: e.set_agent_capacity("a1", 3),
     "agent_history": lambda e: e.agent_history("a1"),
+    "budgets.set": lambda e: e.budgets.set("session", "open", "total", "0.75"),
+    "budgets.burn": lambda e: e.budgets.burn(),
 }
 
 
