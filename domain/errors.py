@@ -676,11 +676,22 @@ class IdempotencyKeyReused(SessionError):
     another request's outcome. ``differs`` names the first field found different.
     """
 
-    def __init__(self, session_id: str, idempotency_key: str, recorded_step: str, differs: str) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        idempotency_key: str,
+        recorded_step: str,
+        differs: str,
+        *,
+        named: str | None = None,
+    ) -> None:
+        # ``named`` for a request that is no step ("a context update"): "step 'context update'"
+        # named a step the session never recorded, or one a caller recorded under that name.
+        held = f"step {recorded_step!r}" if named is None else named
         super().__init__(
             session_id,
-            f"idempotency key {idempotency_key!r} of session {session_id!r} already names step "
-            f"{recorded_step!r} with another {differs}; use a new key for a new request",
+            f"idempotency key {idempotency_key!r} of session {session_id!r} already names {held} "
+            f"with another {differs}; use a new key for a new request",
         )
         self.idempotency_key = idempotency_key
         self.recorded_step = recorded_step

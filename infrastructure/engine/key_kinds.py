@@ -97,7 +97,9 @@ def context_updated_under(session: Session, key: str, update: JsonObject, search
     if found:
         # An erased session's update reads back erased: the key alone says it is the retry.
         if not session.erased and found[0].update != plain_json(update):
-            raise IdempotencyKeyReused(session.session_id, key, "context update", "update")
+            raise IdempotencyKeyReused(
+                session.session_id, key, "context update", "update", named=CONTEXT_UPDATE
+            )
         return True
     if session.may_have_moved_expiry(key) and expiry_moves_under(session, key, search):
         raise IdempotencyKeyOfAnotherKind(session.session_id, key, EXPIRY_CHANGE, CONTEXT_UPDATE)

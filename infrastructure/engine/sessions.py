@@ -57,6 +57,7 @@ from flowledger.domain.values import (
     require_version,
 )
 from flowledger.infrastructure.engine.key_kinds import (
+    EXPIRY_CHANGE,
     context_updated_under,
     expiry_moves_under,
     refuse_other_kinds_for_step,
@@ -692,9 +693,11 @@ class SessionService:
         previous = before.expires_at if before is not None else move.expires_at
         reopened = isinstance(move, Session.Reopened)
         if to is not None and move.expires_at != to:
-            raise IdempotencyKeyReused(session.session_id, key, "expiry change", "expires_at")
+            raise IdempotencyKeyReused(
+                session.session_id, key, "expiry change", "expires_at", named=EXPIRY_CHANGE
+            )
         if by is not None and not reopened and previous + by != move.expires_at:
-            raise IdempotencyKeyReused(session.session_id, key, "expiry change", "ttl")
+            raise IdempotencyKeyReused(session.session_id, key, "expiry change", "ttl", named=EXPIRY_CHANGE)
         return ExpiryChange(
             state=session.state().judged_at(now), previous_expires_at=previous, reopened=reopened
         )
