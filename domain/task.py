@@ -21,7 +21,7 @@ from flowledger.domain.agent import stored_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, Needs, QueuedTask
 from flowledger.domain.bounds import scoped_uuid
-from flowledger.domain.skills import Derivation
+from flowledger.domain.skills import Derivation, SkillCatalogue
 from flowledger.domain.task_checks import (
     CreationTerms,
     held_back_reason,
@@ -353,6 +353,23 @@ class Task(FlowledgerAggregate):
         (``CreationTerms.ensure_same``: a deadline may be left out or given as a delay)."""
         self.as_created.ensure_same(
             description=description, required_skills=required_skills, priority=priority, deadline=deadline
+        )
+
+    def derive_routing(
+        self, catalogue: SkillCatalogue, classification: Classification, now: datetime
+    ) -> Derivation:
+        """What ``classification`` derives for this task as it stands (skills, priority, deadline,
+        each where its creator or a requeue gave none), by ``catalogue``."""
+        return catalogue.derive(
+            classification,
+            description=self.description,
+            creator_skills=tuple(self.creator_skills),
+            creator_priority=TaskPriority(self.creator_priority),
+            creator_deadline=self.given_deadline,  # the creator's, or a requeue's
+            now=now,
+            created_at=self.created_on,
+            # One an earlier classification derived (none was given): the floor keeps it.
+            derived_before=self.deadline if self.given_deadline is None else None,
         )
 
     def classify(

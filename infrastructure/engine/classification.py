@@ -401,18 +401,12 @@ class TaskClassifier:
     ) -> TaskState:
         task = self._reads.task(uow, task_id)
         if (task.classification is None or again) and not task.task_status.is_final:
-            derivation = self.catalogue.derive(
+            task.classify(
                 classification,
-                description=task.description,
-                creator_skills=tuple(task.creator_skills),
-                creator_priority=TaskPriority(task.creator_priority),
-                creator_deadline=task.given_deadline,  # the creator's, or a requeue's
-                now=uow.now,
-                created_at=task.created_on,
-                # One an earlier classification derived (none was given): the floor keeps it.
-                derived_before=task.deadline if task.given_deadline is None else None,
+                task.derive_routing(self.catalogue, classification, uow.now),
+                route,
+                again=again,
             )
-            task.classify(classification, derivation, route, again=again)
         elif classification.usage is not None:
             # Someone else classified or closed it during the call: keep what the call cost.
             why = (

@@ -14,7 +14,7 @@ from datetime import datetime
 from flowledger.domain.skills import SkillCatalogue
 from flowledger.domain.task import Task
 from flowledger.domain.task_derivation import was_not_applied
-from flowledger.domain.task_views import Classification, TaskPriority
+from flowledger.domain.task_views import Classification
 from flowledger.infrastructure.engine.store import AggregateStore
 
 _WHY = "classified while an agent held the task, applied now it waits again"
@@ -38,14 +38,5 @@ class ReturnedRouting:
         classification = Classification(
             category=last.category, complexity=last.complexity, estimated_hours=last.estimated_hours
         )
-        derivation = self._catalogue.derive(
-            classification,
-            description=task.description,
-            creator_skills=tuple(task.creator_skills),
-            creator_priority=TaskPriority(task.creator_priority),
-            creator_deadline=task.given_deadline,  # the creator's, or a requeue's
-            now=now,
-            created_at=task.created_on,
-            derived_before=task.deadline if task.given_deadline is None else None,
-        )
+        derivation = task.derive_routing(self._catalogue, classification, now)
         task.classify(classification, replace(derivation, reasons=(_WHY, *derivation.reasons)), again=True)
