@@ -21,9 +21,15 @@ def _current_database(url: str) -> str:
 
 
 def test_a_worker_gets_a_database_named_after_the_urls_and_its_own_id(database_url: str) -> None:
-    made = worker_database(database_url, "gw0")
-    assert _current_database(made) == _current_database(database_url) + "_gw0"
-    assert worker_database(database_url, "master") == database_url
+    worker = f"gw{uuid.uuid4().hex[:8]}"  # a worker id no run uses: the database made is this test's
+    made = worker_database(database_url, worker)
+    try:
+        assert _current_database(made) == f"{_current_database(database_url)}_{worker}"
+        assert worker_database(database_url, "master") == database_url
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            name = f"{_current_database(database_url)}_{worker}"
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def test_a_role_that_may_not_create_databases_works_in_the_urls_own(database_url: str) -> None:
