@@ -30,6 +30,8 @@ class ReturnedRouting:
     def apply(self, task: Task, now: datetime) -> None:
         """Record the task's last classification again, applied (no usage: no call was made),
         when it was recorded while an agent held the task; nothing otherwise."""
+        if task.classification is None:  # never classified: no event to read for it
+            return
         last = next(
             (e for e in reversed(self._store.events(task.id)) if isinstance(e, Task.Classified)), None
         )

@@ -84,8 +84,8 @@ class TaskService:
         store: AggregateStore,
         reads: TaskReads,
         tenant: str,
+        returned: ReturnedRouting,
         agent_locks: AgentLocks | AgentLockLender | None = None,
-        returned: ReturnedRouting | None = None,
     ) -> None:
         self._store = store
         self._reads = reads
@@ -379,8 +379,7 @@ class TaskService:
         if key is None and task.task_status != TaskStatus.ESCALATED and self._requeued_as(task, asked):
             return task.state()  # a retry whose first answer was lost
         task.requeue(asked.requested_by, asked.reason, uow.now, asked.deadline)
-        if self._returned is not None:
-            self._returned.apply(task, uow.now)
+        self._returned.apply(task, uow.now)
         return task.state()
 
     def _requeued_as(self, task: Task, asked: _Requeue) -> bool:
@@ -422,8 +421,7 @@ class TaskService:
         ref.require_current(task_id, "release", task.task_status, task.assignment, task.times_assigned)
         agent = self._reads.agent(uow, task.release(reason, uow.now))
         agent.release(task_id, ReleaseOutcome.RELEASED, uow.now, None)
-        if self._returned is not None:
-            self._returned.apply(task, uow.now)
+        self._returned.apply(task, uow.now)
         return task.state()
 
     def _released_for(self, task: Task, reason: str, ref: AssignmentRef = ANY_ASSIGNMENT) -> bool:

@@ -245,7 +245,7 @@ def compose(
     budgets.charged_as = getattr(llm, "model_key", None)
     steps = StepService(store, sessions, llm, executor=parts.executor, budgets=budgets)
     task_reads = TaskReads(store, tenant, LogIndex(app, tenant, deadline_s=settings.operation_deadline_s))
-    tasks = TaskService(store, task_reads, tenant, agent_locks, ReturnedRouting(store, parts.catalogue))
+    tasks = TaskService(store, task_reads, tenant, ReturnedRouting(store, parts.catalogue), agent_locks)
     classifier = TaskClassifier(
         store,
         task_reads,
