@@ -91,16 +91,24 @@ def _extensions(words: set[str]) -> set[str]:
     return {extension.casefold() for name, _, extension in ends if name.strip(".") and extension}
 
 
-def _singulars(folded: set[str]) -> dict[str, str]:
-    """The words among ``folded`` that may be plurals, by each singular they may stand for
-    (``containers``: container; ``ingresses``: ingresse, ingress), so that a keyword names its
-    stack in the plural too: "Restart the crashed containers" was routed by its category alone."""
-    singulars: dict[str, str] = {}
+_ENDINGS = ("s", "es", *(f"i{z}{end}" for z in "zs" for end in ("e", "es", "ed", "ing", "ation", "ations")))
+"""Endings a lower-case keyword is also read with: the plural, and the verb made of it with
+``-ize`` / ``-ise`` and that verb's forms (``dockerize``, ``containerised``, ``containerization``).
+Not ``-ed`` nor ``-ing`` alone: "composed" and "paging" would name docker and react."""
+
+
+def _base_words(folded: set[str]) -> dict[str, str]:
+    """The words among ``folded`` that may be a keyword with one of ``_ENDINGS``, by each
+    base they may stand for (``containers``: container; ``ingresses``: ingresse, ingress;
+    ``dockerized``: docker), so that a keyword names its stack in the plural, or made a verb,
+    too: "Restart the crashed containers" and "Dockerize the service" were routed by their
+    category alone."""
+    bases: dict[str, str] = {}
     for word in sorted(folded):
-        for ending in ("s", "es"):
+        for ending in _ENDINGS:
             if word.endswith(ending) and len(word) > len(ending) + 1:
-                singulars.setdefault(word[: -len(ending)], word)
-    return singulars
+                bases.setdefault(word[: -len(ending)], word)
+    return bases
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,16 +200,17 @@ class SkillCatalogue:
         # before a verb's follower: ``_words``) names no stack. Others match in any case.
         # A file's extension is no verb, written in lower case by custom: "main.go" is Go
         # (it was routed by its category alone, "Fix the crash in main.go" to python).
-        # A lower-case keyword is found in the plural too ("containers", "APIs"); the reason
-        # quotes the plural found, case folded as the keywords are ('apis', not 'api').
+        # A lower-case keyword is found in the plural too ("containers", "APIs"), and made a
+        # verb ("dockerize", "containerized": ``_ENDINGS``); the reason quotes the word found,
+        # case folded as the keywords are ('apis', not 'api').
         extensions = _extensions(written)
-        singulars = _singulars(folded)
+        bases = _base_words(folded)
         found: dict[str, str] = {}
         for word in self.keywords:
             if word in (folded if word.islower() else written) or word.casefold() in extensions:
                 found[word] = word
-            elif word.islower() and word in singulars:
-                found[word] = singulars[word]
+            elif word.islower() and word in bases:
+                found[word] = bases[word]
         matched = sorted(found)
         if matched:
             skills = tuple(sorted({skill for word in matched for skill in self.keywords[word]}))
