@@ -91,6 +91,22 @@ def _extensions(words: set[str]) -> set[str]:
     return {extension.casefold() for name, _, extension in ends if name.strip(".") and extension}
 
 
+_VERSIONED = re.compile(r"(.*[a-z+#])[0-9]+(?:\.[0-9]+)*", re.IGNORECASE)
+"""A word that is a name with a version joined to it (``vue3``, ``python3.12``, ``k8s1.29``): the
+name ends in a letter, so a keyword ending in a digit (``s3``, ``ec2``) takes no version."""
+
+
+def _versioned(folded: set[str]) -> dict[str, str]:
+    """The names among ``folded`` written with their version joined (``html5``: html; ``go1.22``:
+    go), by each the longest word found so: "Migrate to Vue3" was routed by its category alone."""
+    names: dict[str, str] = {}
+    for word in sorted(folded, key=lambda w: (-len(w), w)):
+        match = _VERSIONED.fullmatch(word)
+        if match:
+            names.setdefault(match[1], word)
+    return names
+
+
 _ENDINGS = ("s", "es", *(f"i{z}{end}" for z in "zs" for end in ("e", "es", "ed", "ing", "ation", "ations")))
 """Endings a lower-case keyword is also read with: the plural, and the verb made of it with
 ``-ize`` / ``-ise`` and that verb's forms (``dockerize``, ``containerised``, ``containerization``).
@@ -204,13 +220,18 @@ class SkillCatalogue:
         # verb ("dockerize", "containerized": ``_ENDINGS``); the reason quotes the word found,
         # case folded as the keywords are ('apis', not 'api').
         extensions = _extensions(written)
+        # A keyword with its version joined ("Vue3", "html5", "go1.22": the toolchain's own
+        # spelling, never the verb) matches in any case, the reason quoting the word found.
         bases = _base_words(folded)
+        versions = _versioned(folded)
         found: dict[str, str] = {}
         for word in self.keywords:
             if word in (folded if word.islower() else written) or word.casefold() in extensions:
                 found[word] = word
             elif word.islower() and word in bases:
                 found[word] = bases[word]
+            elif word.casefold() in versions:
+                found[word] = versions[word.casefold()]
         matched = sorted(found)
         if matched:
             skills = tuple(sorted({skill for word in matched for skill in self.keywords[word]}))
