@@ -64,23 +64,38 @@ _VERB_FOLLOWERS = frozenset(
 ``Go over the logs``), not as the keyword written so (``Go service crashes``: the language)."""
 
 
+_OPENERS = frozenset(".!?;:-*\u2022([{\"'\u201c\u2018\u00ab>#")
+"""What a sentence, a title or a list item may begin after: its end, a bullet, a quote, a bracket."""
+
+
+def _follows(word: str) -> bool:
+    """True if ``word``, in any case (a title writes ``Go Live``), makes the one before it a verb."""
+    return word.lower() in _VERB_FOLLOWERS
+
+
 def _words(text: str) -> set[str]:
     """The words of ``text`` the catalogue may know, in their case as written: each whole
     (``node.js``, ``c++``), without the punctuation that ends a sentence or a phrase
     (``kubernetes.``), and each part of one joined by ``.`` or ``-`` (``react-router``: react,
-    router). A sentence's capitalised first word followed by one of ``_VERB_FOLLOWERS`` is
-    taken in lower case: it is capitalised for its place, not as a name."""
+    router). A capitalised first word (of a sentence, a title, a bullet, a quote: ``_OPENERS``)
+    followed by one of ``_VERB_FOLLOWERS`` is taken in lower case: it is capitalised for its
+    place, not as a name; so is the first part of a compound of the verb (``Go-live``,
+    ``Go-to-market``), wherever it stands."""
     words: set[str] = set()
     found = list(_WORD.finditer(text))
     for n, match in enumerate(found):
         word = match.group()
         before = text[: match.start()].rstrip()
         follower = found[n + 1].group() if n + 1 < len(found) else ""
-        if (not before or before[-1] in ".!?;:") and follower in _VERB_FOLLOWERS:
+        if (not before or before[-1] in _OPENERS) and _follows(follower):
             word = word.lower()
         trimmed = word.rstrip(".-")
         words.update((word, trimmed))
-        words.update(part for part in _JOINS.split(trimmed) if part)
+        parts = [part for part in _JOINS.split(trimmed) if part]
+        nexts = [*parts[1:], ""]
+        words.update(
+            part.lower() if _follows(after) else part for part, after in zip(parts, nexts, strict=True)
+        )
     return words
 
 
