@@ -77,7 +77,8 @@ def _words(text: str) -> set[str]:
     """The words of ``text`` the catalogue may know, in their case as written: each whole
     (``node.js``, ``c++``), without the punctuation that ends a sentence or a phrase
     (``kubernetes.``), and each part of one joined by ``.`` or ``-`` (``react-router``: react,
-    router). A capitalised first word (of a sentence, a title, a bullet, a quote: ``_OPENERS``)
+    router), and a compound joined by ``-`` written whole (``front-end``: frontend). A
+    capitalised first word (of a sentence, a title, a bullet, a quote: ``_OPENERS``)
     followed by one of ``_VERB_FOLLOWERS`` is taken in lower case: it is capitalised for its
     place, not as a name; so is the first part of a compound of the verb (``Go-live``,
     ``Go-to-market``), wherever it stands."""
@@ -96,6 +97,11 @@ def _words(text: str) -> set[str]:
         words.update(
             part.lower() if _follows(after) else part for part, after in zip(parts, nexts, strict=True)
         )
+        # A compound spelt with hyphens is also the word written whole ("front-end": frontend),
+        # unless a part is a prefix ("re-act" is no react): parts of three letters or more.
+        pieces = trimmed.split("-")
+        if len(pieces) > 1 and all(len(piece) >= 3 for piece in pieces):
+            words.add("".join(pieces))
     return words
 
 
