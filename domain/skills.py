@@ -8,7 +8,6 @@ derivation comes back with its reason, so that the event recording it explains i
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,135 +16,13 @@ from typing import Any
 
 from flowledger.domain.agent import normalise_skills
 from flowledger.domain.bounds import MAX_DEADLINE, MIN_DERIVED_DEADLINE, require_name, without_ignorables
+from flowledger.domain.description_words import WORD, base_words, extensions_of, versioned, words_of
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification, TaskPriority
 
-_WORD = re.compile(r"[a-z0-9][a-z0-9+#.\-]*", re.IGNORECASE)
-_JOINS = re.compile(r"[.\-]+")
 _FIELDS = ("version", "description", "categories", "keywords", "priority_floors", "deadline_factor")
 """A catalogue file's fields: any other is refused, as a misspelt ``keyword`` was read as
 no keywords at all, every task then routed by its category alone without a word said."""
-
-
-_VERB_FOLLOWERS = frozenset(
-    [
-        "a",
-        "after",
-        "ahead",
-        "and",
-        "away",
-        "back",
-        "by",
-        "check",
-        "down",
-        "fix",
-        "for",
-        "forward",
-        "from",
-        "green",
-        "home",
-        "in",
-        "into",
-        "live",
-        "look",
-        "on",
-        "out",
-        "over",
-        "public",
-        "the",
-        "through",
-        "to",
-        "up",
-        "via",
-        "with",
-    ]
-)
-"""Words after which a capitalised first word of a sentence is read as a verb (``Go live``,
-``Go over the logs``), not as the keyword written so (``Go service crashes``: the language)."""
-
-
-_OPENERS = frozenset(".!?;:-*\u2022([{\"'\u201c\u2018\u00ab>#")
-"""What a sentence, a title or a list item may begin after: its end, a bullet, a quote, a bracket."""
-
-
-def _follows(word: str) -> bool:
-    """True if ``word``, in any case (a title writes ``Go Live``), makes the one before it a verb."""
-    return word.lower() in _VERB_FOLLOWERS
-
-
-def _words(text: str) -> set[str]:
-    """The words of ``text`` the catalogue may know, in their case as written: each whole
-    (``node.js``, ``c++``), without the punctuation that ends a sentence or a phrase
-    (``kubernetes.``), and each part of one joined by ``.`` or ``-`` (``react-router``: react,
-    router), and a compound joined by ``-`` written whole (``front-end``: frontend). A
-    capitalised first word (of a sentence, a title, a bullet, a quote: ``_OPENERS``)
-    followed by one of ``_VERB_FOLLOWERS`` is taken in lower case: it is capitalised for its
-    place, not as a name; so is the first part of a compound of the verb (``Go-live``,
-    ``Go-to-market``), wherever it stands."""
-    words: set[str] = set()
-    found = list(_WORD.finditer(text))
-    for n, match in enumerate(found):
-        word = match.group()
-        before = text[: match.start()].rstrip()
-        follower = found[n + 1].group() if n + 1 < len(found) else ""
-        if (not before or before[-1] in _OPENERS) and _follows(follower):
-            word = word.lower()
-        trimmed = word.rstrip(".-")
-        words.update((word, trimmed))
-        parts = [part for part in _JOINS.split(trimmed) if part]
-        nexts = [*parts[1:], ""]
-        words.update(
-            part.lower() if _follows(after) else part for part, after in zip(parts, nexts, strict=True)
-        )
-        # A compound spelt with hyphens is also the word written whole ("front-end": frontend),
-        # unless a part is a prefix ("re-act" is no react): parts of three letters or more.
-        pieces = trimmed.split("-")
-        if len(pieces) > 1 and all(len(piece) >= 3 for piece in pieces):
-            words.add("".join(pieces))
-    return words
-
-
-def _extensions(words: set[str]) -> set[str]:
-    """The extensions of the file names among ``words`` (``main.go``: go), case folded: the
-    last part of a word joined by ``.``, when some name stands before it."""
-    ends = (word.rstrip(".").rpartition(".") for word in words)
-    return {extension.casefold() for name, _, extension in ends if name.strip(".") and extension}
-
-
-_VERSIONED = re.compile(r"(.*[a-z+#])[0-9]+(?:\.[0-9]+)*", re.IGNORECASE)
-"""A word that is a name with a version joined to it (``vue3``, ``python3.12``, ``k8s1.29``): the
-name ends in a letter, so a keyword ending in a digit (``s3``, ``ec2``) takes no version."""
-
-
-def _versioned(folded: set[str]) -> dict[str, str]:
-    """The names among ``folded`` written with their version joined (``html5``: html; ``go1.22``:
-    go), by each the longest word found so: "Migrate to Vue3" was routed by its category alone."""
-    names: dict[str, str] = {}
-    for word in sorted(folded, key=lambda w: (-len(w), w)):
-        match = _VERSIONED.fullmatch(word)
-        if match:
-            names.setdefault(match[1], word)
-    return names
-
-
-_ENDINGS = ("s", "es", *(f"i{z}{end}" for z in "zs" for end in ("e", "es", "ed", "ing", "ation", "ations")))
-"""Endings a lower-case keyword is also read with: the plural, and the verb made of it with
-``-ize`` / ``-ise`` and that verb's forms (``dockerize``, ``containerised``, ``containerization``).
-Not ``-ed`` nor ``-ing`` alone: "composed" and "paging" would name docker and react."""
-
-
-def _base_words(folded: set[str]) -> dict[str, str]:
-    """The words among ``folded`` that may be a keyword with one of ``_ENDINGS``, by each
-    base they may stand for (``containers``: container; ``ingresses``: ingresse, ingress;
-    ``dockerized``: docker), so that a keyword names its stack in the plural, or made a verb,
-    too: "Restart the crashed containers" and "Dockerize the service" were routed by their
-    category alone."""
-    bases: dict[str, str] = {}
-    for word in sorted(folded):
-        for ending in _ENDINGS:
-            if word.endswith(ending) and len(word) > len(ending) + 1:
-                bases.setdefault(word[: -len(ending)], word)
-    return bases
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,21 +107,19 @@ class SkillCatalogue:
         # (``fold_text``): full-width letters are their ASCII ones, a ligature (U+FB01) is "fi",
         # "Kuber" + a zero-width space + "netes" is one word, so a description matches the
         # keyword it spells.
-        written = _words(unicodedata.normalize("NFKC", without_ignorables(description)))
+        written = words_of(unicodedata.normalize("NFKC", without_ignorables(description)))
         folded = {word.casefold() for word in written}
         # A keyword holding a capital matches only as written: "Go" is the language, while
         # "go" in "let's go over the Terraform state" (or "Go live", a sentence's first word
-        # before a verb's follower: ``_words``) names no stack. Others match in any case.
+        # before a verb's follower: ``words_of``) names no stack. Others match in any case.
         # A file's extension is no verb, written in lower case by custom: "main.go" is Go
         # (it was routed by its category alone, "Fix the crash in main.go" to python).
         # A lower-case keyword is found in the plural too ("containers", "APIs"), and made a
-        # verb ("dockerize", "containerized": ``_ENDINGS``); the reason quotes the word found,
+        # verb ("dockerize", "containerized": ``ENDINGS``); the reason quotes the word found,
         # case folded as the keywords are ('apis', not 'api').
-        extensions = _extensions(written)
         # A keyword with its version joined ("Vue3", "html5", "go1.22": the toolchain's own
         # spelling, never the verb) matches in any case, the reason quoting the word found.
-        bases = _base_words(folded)
-        versions = _versioned(folded)
+        extensions, bases, versions = extensions_of(written), base_words(folded), versioned(folded)
         found: dict[str, str] = {}
         for word in self.keywords:
             if word in (folded if word.islower() else written) or word.casefold() in extensions:
@@ -355,7 +230,7 @@ def _skill_map(value: Any, name: str, label: str) -> dict[str, tuple[str, ...]]:
     """Skills by category or keyword. Skills follow an agent's rule (``normalise_skills``), as
     an agent must be able to hold them; each entry names one at least (a keyword naming none
     masked its category's skills, leaving the task to any agent); a keyword is one word as
-    ``_words`` reads a description, or it could never match; a category is named once in any case."""
+    ``words_of`` reads a description, or it could never match; a category is named once in any case."""
     if not isinstance(value, Mapping):
         raise ValidationError(f"skill_catalogue.{name}", f"{label}: must be an object of skill lists")
     result: dict[str, tuple[str, ...]] = {}
@@ -368,7 +243,7 @@ def _skill_map(value: Any, name: str, label: str) -> dict[str, tuple[str, ...]]:
             raise ValidationError(where, f"{label}: must be a list of skill names")
         if not skills:
             raise ValidationError(where, f"{label}: must name at least one skill")
-        if name == "keywords" and not _WORD.fullmatch(key):
+        if name == "keywords" and not WORD.fullmatch(key):
             raise ValidationError(
                 where, f"{label}: a keyword is one word of ASCII letters, digits, '+', '#', '.' or '-'"
             )
