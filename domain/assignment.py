@@ -75,14 +75,17 @@ class Needs:
     def against(self, roster: Iterable[AgentProfile]) -> Needs:
         """These needs with ``at_least`` fixed by the whole roster, room or not: every named
         skill; of derived ones, the most any agent covers (at least one, so a roster that
-        covers none of them has nobody capable). Weighed once against the whole roster, they
-        keep an engine that chooses among some agents first (those it holds locks on) from
-        taking a weaker fit than the roster has."""
+        covers none of them has nobody capable), a paused agent (capacity 0) aside: a full
+        agent frees up, a paused one takes nothing until a person lifts the pause, and the
+        task waited for it while agents covering fewer stood idle. Weighed once against the
+        whole roster, they keep an engine that chooses among some agents first (those it
+        holds locks on) from taking a weaker fit than the roster has."""
         if self.at_least is not None:
             return self
         if not self.derived or not self.skills:
             return replace(self, at_least=len(self.skills))
-        best = max((len(self.skills & agent.skills) for agent in roster), default=0)
+        working = (agent for agent in roster if agent.capacity > 0)
+        best = max((len(self.skills & agent.skills) for agent in working), default=0)
         return replace(self, at_least=max(best, 1))
 
     def met_by(self, skills: Collection[str]) -> bool:

@@ -204,8 +204,8 @@ def test_agent_load_is_accepted_minus_released_and_never_exceeds_capacity(
 
 
 def best_cover(required: set[str], agents: list[AgentProfile]) -> int:
-    """The most of ``required`` any agent covers, worked out here (at least one)."""
-    return max([len(required & set(a.skills)) for a in agents] + [1])
+    """The most of ``required`` any agent not paused covers, worked out here (at least one)."""
+    return max([len(required & set(a.skills)) for a in agents if a.capacity > 0] + [1])
 
 
 @given(profiles(), required_skills, st.text(min_size=1, max_size=8))
@@ -214,7 +214,7 @@ def test_derived_skills_go_to_an_agent_covering_the_most_of_them_with_room(
 ) -> None:
     # Given skills the catalogue derived (a preference, not a requirement)
     decision = choose_agent(task_id, Needs.of(required, derived=True), agents)
-    # The oracle: the most any agent of the roster covers, room or not (at least one)
+    # The oracle: the most any agent of the roster covers, room or not, paused aside (at least one)
     most = best_cover(required, agents) if required else 0
     capable = [a for a in agents if len(required & set(a.skills)) >= most]
     eligible = [a for a in capable if a.load < a.capacity]
