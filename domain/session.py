@@ -515,16 +515,22 @@ class Session(FlowledgerAggregate):
 
         Context and history are kept. Refused for another workflow, or another user than the
         session's (SessionConflict), and for a completed or abandoned session (SessionClosed).
+        A live session already at ``init`` (its user unchanged) records nothing.
         """
         require_restart(workflow=workflow, user_id=user_id, expires_at=expires_at)
         require_not_erased(self.session_id, self.erased)
         require_restartable(self.session_id, (self.workflow, self.user_id), (workflow, user_id))
         require_not_ended(self.session_id, self.status)
         expired = self.expired_by(now)
+        user = self.user_id if self.user_id is not None else user_id
+        if not expired and self.current_step == "init" and user == self.user_id:
+            # Already where a restart takes it (just started or restarted, a create_session sent
+            # again, its answer lost): each repeat appended a Restarted that changed nothing.
+            return False
         self.trigger_event(
             self.Restarted,
             expires_at=expires_at if expired else self.expires_at,
-            user_id=self.user_id if self.user_id is not None else user_id,
+            user_id=user,
         )
         return expired
 

@@ -92,3 +92,39 @@ def test_reopening_extends_an_expired_session_from_now_and_a_live_one_from_its_e
     engine.record_step("s1", "late")
     kinds = [e.event_type.removeprefix("Session.") for e in engine.history("s1")]
     assert kinds == ["Started", "Extended", "Expired", "Reopened", "StepProcessed"]
+
+
+def test_restarting_a_session_already_at_init_appends_nothing(
+    timed: tuple[Engine, list[datetime]],
+) -> None:
+    # Given a session at init: just started, or just restarted after a step
+    engine, _ = timed
+    engine.start_session("s1", "cs", user_id="u1")
+    engine.restart_session("s2", "cs")
+    engine.record_step("s2", "classify", next_step="answer")
+    engine.restart_session("s2", "cs")
+    head = engine.log.head()
+    # When it is restarted again (the seed's create_session sent on every run, or a retry whose
+    # answer was lost)
+    again = [engine.restart_session("s1", "cs", user_id="u1") for _ in range(3)]
+    again += [engine.restart_session("s1", "cs"), engine.restart_session("s2", "cs")]
+    # Then nothing changes, so nothing is appended, and each is answered with the state as it stands
+    assert engine.log.head() == head
+    assert all((r.created, r.reopened, r.state.current_step) == (False, False, "init") for r in again)
+    assert [e.event_type for e in engine.history("s1")] == ["Session.Started"]
+    assert [e.event_type.removeprefix("Session.") for e in engine.history("s2")] == [
+        "Started",
+        "StepProcessed",
+        "Restarted",
+    ]
+
+
+def test_a_restart_that_names_a_user_for_a_session_without_one_is_still_recorded(
+    timed: tuple[Engine, list[datetime]],
+) -> None:
+    engine, _ = timed
+    engine.start_session("s1", "cs")
+    restarted = engine.restart_session("s1", "cs", user_id="u1")
+    assert restarted.state.user_id == "u1"
+    assert [e.event_type for e in engine.history("s1")][-1] == "Session.Restarted"
+    assert engine.get_session("s1").user_id == "u1"
