@@ -171,7 +171,9 @@ class Settings:
         if self.schema == "information_schema" or self.schema.startswith("pg_"):
             raise ValidationError("schema", f"{self.schema!r} {_SYSTEM_SCHEMA}")
         require_tenant(self.tenant)  # not blank, no control characters, at most 200 (as a key's)
+        object.__setattr__(self, "api_keys", _key_triples("api_keys", self.api_keys))
         _require_usable_secrets("api_keys", self.api_keys)
+        _require_keys(self)
         if self.database_url is not None and self.database_url != MEMORY_URL:
             _require_conninfo("database_url", self.database_url)
         # Given as arguments, not read from the environment: checked as ``_count``/``_seconds``
@@ -185,6 +187,9 @@ class Settings:
         for name in ("write_cache_size", "write_cache_bytes"):
             if getattr(self, name) < 0:
                 raise ValidationError(name, f"must be >= 0, got {getattr(self, name)}")
+        for name in _COUNTS:  # as ``_count`` reads their variables: a burst of 0 was a 429 for ever
+            if getattr(self, name) < 1:
+                raise ValidationError(name, f"must be >= 1, got {getattr(self, name)}")
         for name in _POSITIVE_SECONDS:
             value = getattr(self, name)
             if type(value) not in (int, float) or not (0 < value < math.inf):
@@ -292,7 +297,7 @@ class Settings:
             audit_key_dir=Path(env["FLOWLEDGER_AUDIT_KEY_DIR"])
             if env.get("FLOWLEDGER_AUDIT_KEY_DIR")
             else None,
-            chain_key=_hex_key(env, "FLOWLEDGER_CHAIN_KEY", 16),
+            chain_key=_hex_key(env, "FLOWLEDGER_CHAIN_KEY", MIN_CHAIN_KEY_BYTES),
             signing_key=_hex_key(env, "FLOWLEDGER_SIGNING_KEY", 32, exact=True),
             checkpoint_every_events=_whole(
                 env, "FLOWLEDGER_CHECKPOINT_EVERY_EVENTS", defaults.checkpoint_every_events
@@ -330,6 +335,10 @@ _WHOLE_NUMBERS = (
     "group_commit_leaders",
     "checkpoint_every_events",
 )
+_COUNTS = ("http_max_body_bytes", "http_rate_burst", "http_max_tenant_engines", "group_commit_leaders")
+"""Whole numbers of at least 1 (``pool_size`` and ``http_auth_failures`` are checked on their own)."""
+_TEXTS = ("llm_base_url", "llm_api_key")
+"""Text or None: a URL of 5 was an AttributeError in ``build_engine``."""
 _POSITIVE_SECONDS = (
     "connect_timeout_s",
     "pool_timeout_s",
@@ -434,10 +443,45 @@ def _api_keys(raw: str) -> tuple[tuple[str, str, str], ...]:
     return tuple(keys)
 
 
+MIN_CHAIN_KEY_BYTES = 16
+"""The shortest chain key (``FLOWLEDGER_CHAIN_KEY``, ``Settings.chain_key``, ``AuditTrail.use_chain_key``)."""
 MIN_SECRET_LENGTH = 16
 """The shortest secret a key given in the environment may have: ``x`` was taken, and the
 limit on refused keys (``FLOWLEDGER_HTTP_AUTH_FAILURES``) slows guessing, it does not make a
 short secret safe. ``flowledger keys create`` makes 43-character ones."""
+
+
+def _key_triples(field_name: str, keys: object) -> tuple[tuple[str, str, str], ...]:
+    """``keys`` (a list or tuple of (tenant, role, secret) texts) as a tuple of triples, else a
+    ValidationError naming ``field_name`` (5 was a TypeError, a pair a ValueError)."""
+    shape = "must be a list of (tenant, role, secret) texts"
+    if not isinstance(keys, list | tuple):
+        raise ValidationError(field_name, f"{shape}, got {shown(keys)}")
+    triples = []
+    for number, key in enumerate(keys, start=1):
+        if not (
+            isinstance(key, list | tuple) and len(key) == 3 and all(isinstance(p, str) and p for p in key)
+        ):
+            # The key itself is not quoted: it may hold a secret.
+            raise ValidationError(field_name, f"{shape}: key {number} is not one")
+        triples.append((key[0], key[1], key[2]))
+    return tuple(triples)
+
+
+def _require_keys(settings: Settings) -> None:
+    """The audit keys and the LLM texts as their variables are read: the chain key bytes of at
+    least 16 (``chain_key="…"`` failed every start with a bare TypeError; ``b""`` sealed the log
+    under an empty HMAC key), the signing key exactly 32 bytes, the URL and API key text."""
+    for name, size, exact in (("chain_key", MIN_CHAIN_KEY_BYTES, False), ("signing_key", 32, True)):
+        key = getattr(settings, name)
+        if key is not None and (type(key) is not bytes or len(key) < size or (exact and len(key) != size)):
+            raise ValidationError(
+                name, f"must be {'exactly' if exact else 'at least'} {size} bytes (bytes.fromhex of its hex)"
+            )
+    for name in _TEXTS:
+        value = getattr(settings, name)
+        if value is not None and not isinstance(value, str):
+            raise ValidationError(name, f"must be text, got {type(value).__name__}")
 
 
 def _require_usable_secrets(field_name: str, keys: Iterable[tuple[str, str, str]]) -> None:
