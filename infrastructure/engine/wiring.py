@@ -103,7 +103,7 @@ def chain_events(
         return None, None
     if settings.group_commit:
         recorder.group = GroupCommit(recorder.append_now, settings.group_commit_leaders)
-    audit = AuditTrail(database_url, settings, recorder.max_notification_id)
+    audit = AuditTrail(database_url, settings, recorder.max_notification_id, ensure_open=app.ensure_open)
     if not settings.audit_chain:
         return audit, None
     audit.use_chain_key(checked_chain_key(recorder.datastore, recorder.events_table_name, settings))

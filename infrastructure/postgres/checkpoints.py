@@ -19,7 +19,7 @@ import hmac
 import json
 import os
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,7 +46,7 @@ from flowledger.infrastructure.postgres.database import unavailable_as_store_err
 from flowledger.infrastructure.postgres.ddl import TableNames
 from flowledger.infrastructure.postgres.retention import BASES, bases_table_name
 from flowledger.infrastructure.postgres.snapshot_seal import SnapshotSeal
-from flowledger.infrastructure.settings import Settings
+from flowledger.infrastructure.settings import MIN_CHAIN_KEY_BYTES, Settings
 from flowledger.verify import (
     BundleReport,
     MacKey,
@@ -131,13 +131,26 @@ def proofs(heads: Heads, wanted: Iterable[UUID]) -> dict[UUID, list[tuple[str, b
     return {stream: merkle_proof(levels, index[stream]) for stream in wanted if stream in index}
 
 
+def _always_open(operation: str) -> None:
+    """A trail made without an engine is never closed."""
+
+
 class AuditTrail:
     """The audit operations on one database and schema: checkpoints, and their keys and SQL."""
 
     def __init__(
-        self, database_url: str, settings: Settings, readable_head: Any, *, app_name: str = "flowledger"
+        self,
+        database_url: str,
+        settings: Settings,
+        readable_head: Any,
+        *,
+        app_name: str = "flowledger",
+        ensure_open: Callable[[str], None] | None = None,
     ) -> None:
+        """``ensure_open(operation)`` raises EngineClosed once the engine's store is closed: a
+        trail kept past its engine's close went on reading the log on connections of its own."""
         self.database_url = database_url
+        self._ensure_open = ensure_open if ensure_open is not None else _always_open
         self.settings = settings
         self.schema = settings.schema
         self.names = TableNames.for_app(app_name)
@@ -158,7 +171,20 @@ class AuditTrail:
 
     def use_chain_key(self, key: bytes) -> None:
         """Seal and check with ``key``: the engine's, checked against the log at its start
-        (``chain_key_check.py``), so that no other is made or read from then on."""
+        (``chain_key_check.py``), so that no other is made or read from then on. A key that
+        is none (not bytes, under 16 of them) or another than the one in use is a
+        ValidationError: the engine's appends go on being sealed with the key it started with,
+        so a check under another read every row as forged."""
+        if type(key) is not bytes or len(key) < MIN_CHAIN_KEY_BYTES:
+            raise ValidationError(
+                "key", f"must be a chain key of at least {MIN_CHAIN_KEY_BYTES} bytes, got {shown(key)}"
+            )
+        if self._chain_key is not None and not hmac.compare_digest(key, self._chain_key):
+            raise ValidationError(
+                "key",
+                "this trail already seals and checks with another chain key: start an engine with"
+                " the new one (FLOWLEDGER_CHAIN_KEY) to use it",
+            )
         self._chain_key = key
 
     def chain_key_to_check(self) -> bytes:
@@ -188,6 +214,7 @@ class AuditTrail:
         (a bundle whose checkpoint was signed before the signing key was replaced); the report
         under the current key when none verifies it. ``lines``: the bundle's text lines (a
         list; a string or bytes is a ValidationError, not read a character a line)."""
+        self._ensure_open("check a bundle")
         lines = require_lines("lines", lines)
         keys = self.trusted_keys(self.signing.public_bytes)
         first = verify_bundle(lines, keys[-1])
@@ -217,11 +244,15 @@ class AuditTrail:
     # -- SQL ------------------------------------------------------------------------------
 
     def table(self, name: str) -> SQL | Any:
-        """``schema.name`` as a composable."""
+        """``schema.name`` as a composable (a ``name`` that is no text is a ValidationError)."""
+        if not isinstance(name, str) or not name:
+            raise ValidationError("name", f"must be a table's name, got {shown(name)}")
         return SQL("{}.{}").format(Identifier(self.schema), Identifier(name))
 
     def connect(self) -> psycopg.Connection[Any]:
-        """A connection of its own (audit reads are long; they do not take the engine's pool)."""
+        """A connection of its own (audit reads are long; they do not take the engine's pool);
+        EngineClosed once the engine is closed (``verify_chain``, ``export_bundle``, ``heads_at``)."""
+        self._ensure_open("audit")
         # Behind PgBouncer (transaction pooling) nothing may be prepared on the server: the
         # next transaction may run on another backend (psycopg prepares a statement's 5th run).
         return psycopg.connect(
@@ -568,6 +599,7 @@ class AuditTrail:
         one that is not UTF-8 text). What is no path, or a ``path`` given that cannot be read
         (a directory), is a ValidationError naming it; this installation's own file that cannot
         be read is the OSError it is (the CLI's exit 74)."""
+        self._ensure_open("read the anchor file")
         target = self.anchor_file if path is None else require_path("path", path)
         if not target.exists():
             return []

@@ -100,3 +100,32 @@ def test_streams_to_export_that_are_no_list_of_aggregate_ids_are_refused(
     # And the session's own stream exports as before
     summary = export_bundle(pg_engine.audit, out, [pg_engine.session_uuid("s1")])
     assert (summary.streams, summary.events) == (1, 1)
+
+
+@pytest.mark.parametrize("value", [5, "k" * 32, b"", b"k" * 15, bytearray(32), None], ids=repr)
+def test_a_chain_key_that_is_no_key_is_refused_and_the_trail_keeps_its_own(
+    pg_engine: Engine, value: Any
+) -> None:
+    # (Taken as given: a str was a TypeError at the next check, b"" an empty HMAC key.)
+    pg_engine.start_session("s1", "wf")
+    before = pg_engine.audit.chain_key
+    assert refused_field(lambda: pg_engine.audit.use_chain_key(value)) == "key"
+    assert pg_engine.audit.chain_key == before
+    assert verify_chain(pg_engine.audit).findings == []
+
+
+def test_the_chain_key_an_engine_seals_with_is_not_replaced_under_it(pg_engine: Engine) -> None:
+    # (Another key was taken: the engine went on sealing with the key it started with, and every
+    # check through its trail then read its own rows as forged.)
+    pg_engine.start_session("s1", "wf")
+    before = pg_engine.audit.chain_key
+    pg_engine.audit.use_chain_key(before)  # the same key again: nothing changes
+    assert refused_field(lambda: pg_engine.audit.use_chain_key(bytes(32))) == "key"
+    pg_engine.record_step("s1", "a")
+    assert pg_engine.audit.chain_key == before
+    assert verify_chain(pg_engine.audit).findings == []
+
+
+@pytest.mark.parametrize("value", [5, "", None, b"events"], ids=repr)
+def test_a_table_that_is_no_name_is_refused(pg_engine: Engine, value: Any) -> None:
+    assert refused_field(lambda: pg_engine.audit.table(value)) == "name"

@@ -9,6 +9,7 @@ still set and deleted policies (a row written by a closed engine), listed them a
 
 from __future__ import annotations
 
+import io
 import tempfile
 import time
 from collections.abc import Callable
@@ -18,6 +19,8 @@ import pytest
 
 from flowledger.domain.errors import EngineClosed, StoreUnavailable
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.postgres.bundles import export_bundle
+from flowledger.infrastructure.postgres.chain_verify import verify_chain
 from tests.conftest import make_settings
 
 CALLS: dict[str, Callable[[Engine], Any]] = {
@@ -71,3 +74,33 @@ def test_an_audit_trail_taken_before_its_engine_closed_refuses_a_checkpoint_as_c
     # Then it is refused at once as a closed engine's call
     assert time.monotonic() - started < 1.0
     assert raised.value.operation == "checkpoint"
+
+
+TRAIL_CALLS: dict[str, Callable[[Any, Any, Any], Any]] = {
+    "heads_at": lambda trail, taken, stream: trail.heads_at(taken),
+    "anchored": lambda trail, taken, stream: trail.anchored(),
+    "checked_bundle": lambda trail, taken, stream: trail.checked_bundle([]),
+    "verify_chain of a stream": lambda trail, taken, stream: verify_chain(trail, stream=stream),
+    "verify_chain": lambda trail, taken, stream: verify_chain(trail),
+    "export_bundle": lambda trail, taken, stream: export_bundle(trail, io.StringIO(), [stream]),
+}
+
+
+@pytest.mark.parametrize("call", TRAIL_CALLS.values(), ids=TRAIL_CALLS.keys())
+def test_an_audit_trail_taken_before_its_engine_closed_refuses_every_call_as_closed(
+    pg_engine: Engine, call: Callable[[Any, Any, Any], Any]
+) -> None:
+    # (Only its checkpoint was refused: it went on verifying the log, reading heads and
+    # exporting bundles on connections of its own, for an engine that was closed.)
+    # Given the engine's audit trail and a checkpoint, kept, and the engine closed
+    pg_engine.start_session("s1", "wf")
+    trail = pg_engine.audit
+    taken = trail.checkpoint()
+    stream = pg_engine.session_uuid("s1")
+    pg_engine.close()
+    # When the trail is used
+    started = time.monotonic()
+    with pytest.raises(EngineClosed):
+        call(trail, taken, stream)
+    # Then it is refused at once, as the engine's own calls are
+    assert time.monotonic() - started < 1.0
