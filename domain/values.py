@@ -440,13 +440,15 @@ or that it is the provider's own charge (never repriced)."""
 
 USAGE_NAMES = ("provider", "request_model", "response_model", "cost_source")
 """LlmUsage's texts that name something: held to a name's rule when a caller gives them."""
-_MODEL_NAMES = frozenset(name for name in USAGE_NAMES if name.endswith("_model"))
+_TRIMMED_NAMES = frozenset(name for name in USAGE_NAMES if name != "cost_source")
+"""The names a caller gives with no space around them: the models, and the provider."""
 
 
 def require_given_usage(field_name: str, usage: Any) -> None:
     """Raise ValidationError unless a usage a caller gives (``record_step``: the call happened
     elsewhere) holds no control character in its texts: its names (``USAGE_NAMES``) and finish
-    reasons are names (``require_name``), its models with no space around them, its response id
+    reasons are names (``require_name``), its models and provider with no space around them (the
+    provider not empty either), its response id
     and price version hold no control character either; its ``cost_source`` is one of
     ``COST_SOURCES``.
 
@@ -458,13 +460,17 @@ def require_given_usage(field_name: str, usage: Any) -> None:
     """
     if not isinstance(usage, LlmUsage):
         return  # None, or refused by require_usage in its words
+    if not usage.provider:
+        # (Its default is "unknown": an empty one was recorded, a provider named by nothing.)
+        raise ValidationError(f"{field_name}.provider", "must name the provider (leave it out for 'unknown')")
     for name in USAGE_NAMES:
         text = getattr(usage, name)
         if text and not (text.isascii() and text.isprintable()):
             require_name(f"{field_name}.{name}", text)
-        if name in _MODEL_NAMES and text != text.strip():
+        if name in _TRIMMED_NAMES and text != text.strip():
             # As a step's model (``require_model``): the price table reads " gpt-4.1" trimmed,
-            # while the dashboard and a model budget kept it apart from "gpt-4.1".
+            # while the dashboard and a model budget kept it apart from "gpt-4.1" (and the
+            # dashboard "openai " apart from "openai").
             raise ValidationError(f"{field_name}.{name}", f"must have no space around it, got {text!r}")
     for reason in usage.finish_reasons:
         if isinstance(reason, str) and not (reason.isascii() and reason.isprintable()):

@@ -72,8 +72,8 @@ USAGE_NAME_PATTERN = worded(
     "must be empty or text that is not blank (nor only characters drawn as nothing) and holds no"
     " control characters",
 )
-"""A name in a usage a caller gives (a provider, a model): a name, or ``""`` for none
-(``domain.values.require_given_usage``)."""
+"""A name in a usage a caller gives (a model): a name, or ``""`` for none (a provider is a
+name: its default is ``unknown``; ``domain.values.require_given_usage``)."""
 USAGE_ID_PATTERN = worded(r"^[^\x00-\x1f\x7f-\x9f]*$", "must hold no control characters")
 """A response id or price version in a usage a caller gives: text without control characters."""
 TEXT_PATTERN = worded(r"^[^\x00]*[^\s\x00][^\x00]*$", "must be text that is not blank and holds no NUL")
@@ -287,7 +287,7 @@ class StartSession(Body):
 
 
 class UsageIn(Body):
-    provider: str = Field(default="unknown", max_length=MAX_ID, pattern=USAGE_NAME_PATTERN)
+    provider: str = Field(default="unknown", max_length=MAX_ID, pattern=NAME_PATTERN)
     request_model: str = Field(default="", max_length=MAX_ID, pattern=USAGE_NAME_PATTERN)
     response_model: str = Field(default="", max_length=MAX_ID, pattern=USAGE_NAME_PATTERN)
     input_tokens: Integer = Field(default=0, ge=0, le=MAX_TOKENS)

@@ -253,6 +253,11 @@ REFUSED: list[tuple[str, Command]] = [
     ("usage.input_tokens", lambda e: e.record_step("s1", "greet", usage=LlmUsage(input_tokens=10**15))),
     # A usage may say 0 attempts (a call the open breaker refused), never for an answer
     ("usage.attempts", lambda e: e.record_step("s1", "greet", usage=LlmUsage(attempts=0))),
+    # A provider is a name: empty (the field's default is "unknown") or with space around it
+    # ("openai " apart from "openai" in the dashboards) was taken from a caller's usage
+    ("usage.provider", lambda e: e.record_step("s1", "greet", usage=LlmUsage(provider=""))),
+    ("usage.provider", lambda e: e.record_step("s1", "greet", usage=LlmUsage(provider=" openai"))),
+    ("usage.provider", lambda e: e.record_step("s1", "greet", usage=LlmUsage(provider="openai "))),
     ("ttl", lambda e: e.extend_session("s1", timedelta.max)),
     ("reason", lambda e: e.abandon_session("s1", NUL)),
     ("task_id", lambda e: e.create_task(NUL, "fix it", ["go"], "low")),
