@@ -30,8 +30,9 @@ _RULE = "a new tenant's name"
 
 def require_new_tenant(value: Any) -> str:
     """Raise ValidationError (field ``tenant``) unless ``value`` may name a new tenant: a tenant's
-    name (``require_tenant``) with a visible character, no whitespace at either end, no
-    format character (category Cf), in its canonical form (``fold_text``: NFKC, case folded)."""
+    name (``require_tenant``) with a visible character, no whitespace at either end nor two
+    spaces in a row, no format character (category Cf), in its canonical form (``fold_text``:
+    NFKC, case folded)."""
     name = require_tenant(value)
     if name != name.strip():
         raise ValidationError("tenant", f"{_RULE} must not start or end with whitespace, got {name!r}")
@@ -41,6 +42,12 @@ def require_new_tenant(value: Any) -> str:
         raise ValidationError(
             "tenant", f"{_RULE} must hold a visible character, not only ones drawn as nothing, got {name!r}"
         ) from None
+    if "  " in name:
+        # (As a new session's id: ``bounds.require_id``.) Other white space NFKC makes a space.
+        single = " ".join(part for part in name.split(" ") if part)
+        raise ValidationError(
+            "tenant", f"{_RULE} must not hold two spaces in a row: it would read as {single!r}, got {name!r}"
+        )
     if not name.isascii():
         for char in name:
             if unicodedata.category(char) == "Cf":

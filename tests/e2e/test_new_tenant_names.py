@@ -39,6 +39,13 @@ REFUSED = [
         "acme\u202e",
         "tenant: a new tenant's name must not contain format characters (found U+202E, drawn as nothing)",
     ),
+    # Two spaces in a row read as one ('acme  corp' beside 'acme corp': two tenants), as a new
+    # session's id is refused for them (``bounds.require_id``)
+    (
+        "acme  corp",
+        "tenant: a new tenant's name must not hold two spaces in a row: it would read as 'acme corp',"
+        " got 'acme  corp'",
+    ),
 ]
 CANONICAL = "tenant: a new tenant's name must be in its canonical form (Unicode NFKC, case folded: names that"
 LOOKALIKES = [
