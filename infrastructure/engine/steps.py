@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -100,8 +101,10 @@ class StepService:
         self._inflight: dict[tuple[str, str], tuple[StepCall, asyncio.Future[StepOutcome]]] = {}
         self.executor = executor
         """The threads database work runs on (blocking, psycopg): shared by the engines of one store."""
-        # Answers still being saved after their caller was told the store is unavailable.
+        # Answers still being saved after their caller was told the store is unavailable: each
+        # on a thread of its own, with its own event loop (``_save_later``), and the task there.
         self._savers: set[asyncio.Future[None]] = set()
+        self._saver_threads: set[threading.Thread] = set()
 
     @property
     def lease(self) -> timedelta:
@@ -209,9 +212,9 @@ class StepService:
 
     async def aclose(self) -> None:
         """Close the LLM adapter (when it has ``aclose``) and the worker threads."""
-        for saver in list(self._savers):
-            saver.cancel()
-        await asyncio.gather(*self._savers, return_exceptions=True)
+        self._stop_savers()
+        for thread in list(self._saver_threads):
+            await asyncio.to_thread(thread.join)
         closer = getattr(self.llm, "aclose", None)
         if closer is not None:
             await closer()
@@ -222,12 +225,16 @@ class StepService:
         """Stop the answers still being saved and, unless ``executor`` is False (the threads
         belong to another engine of the store, ``Engine.for_tenant``), the worker threads
         (without waiting for them)."""
-        for saver in list(self._savers):
-            loop = saver.get_loop()
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(saver.cancel)
+        self._stop_savers()
         if executor:
             self.executor.shutdown(wait=False)
+
+    def _stop_savers(self) -> None:
+        """Cancel the answers still being saved, each in its own thread's loop."""
+        for saver in list(self._savers):
+            loop = saver.get_loop()
+            with contextlib.suppress(RuntimeError):  # its loop ended meanwhile
+                loop.call_soon_threadsafe(saver.cancel)
 
     async def _run(self, llm: LlmPort, call: StepCall) -> StepOutcome:
         while True:
@@ -326,9 +333,7 @@ class StepService:
             # out its lease, recorded worker_lost and called the model again, and this answer's
             # cost was in no event: keep saving it, holding the key, and let the caller know now.
             # (Saves that lost every race to other writers, ConcurrentUpdate, likewise.)
-            saver = asyncio.ensure_future(self._keep_saving(call, go, reply, unsettled, at))
-            self._savers.add(saver)
-            saver.add_done_callback(self._savers.discard)
+            self._save_later(call, go, reply, unsettled, at)
             told = _being_saved(error, call.key) if isinstance(error, StoreUnavailable) else error
             if told is error:
                 raise
@@ -360,6 +365,31 @@ class StepService:
             # in the bundle only. Answer as before rather than call an existing session unknown.
             return StepOutcome(found.record, found.context)
         return StepOutcome(found.record, state.context)
+
+    def _save_later(
+        self, call: StepCall, go: Go, reply: LlmReply, unsettled: Reservation | None, at: datetime
+    ) -> None:
+        """``_keep_saving`` on a thread of its own, in an event loop of its own: a task of the
+        caller's loop was cancelled when that loop ended (a script running each step with
+        ``asyncio.run``), the answer, paid for, then in no event and the model called again by
+        the retry. Run in a copy of the caller's context, as a task would be (``acting_as``)."""
+
+        async def save() -> None:
+            task = asyncio.current_task()  # (asyncio.run runs it in one)
+            if task is not None:
+                self._savers.add(task)
+            try:
+                await self._keep_saving(call, go, reply, unsettled, at)
+            finally:
+                self._savers.discard(task)  # type: ignore[arg-type]
+                self._saver_threads.discard(threading.current_thread())
+
+        context = contextvars.copy_context()
+        thread = threading.Thread(
+            target=context.run, args=(asyncio.run, save()), name="flowledger-answer-saver", daemon=True
+        )
+        self._saver_threads.add(thread)
+        thread.start()
 
     async def _keep_saving(
         self, call: StepCall, go: Go, reply: LlmReply, unsettled: Reservation | None, at: datetime

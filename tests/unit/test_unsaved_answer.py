@@ -154,3 +154,30 @@ async def test_a_settlement_whose_reply_was_lost_is_not_counted_twice_when_the_a
     finally:
         await engine.aclose()
         engine.close()
+
+
+def test_an_answer_whose_save_failed_is_saved_though_the_callers_event_loop_has_ended(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (A script calling ``asyncio.run(engine.process_step(...))`` for each step: the answer's
+    # background save was a task of the caller's loop, cancelled when asyncio.run ended it. The
+    # step stayed pending, the retry waited out the lease, recorded worker_lost with the cost
+    # unknown and called the model again: the first answer, paid for, was in no event.)
+    # Given a model that answers while the database stops taking saves
+    engine.start_session("s1", "cs")
+    outage = Outage(engine, monkeypatch)
+    engine.llm = llm = ScriptedLlm(meanwhile=outage.begin)
+    # When the caller is told the save failed, and its event loop ends with the call
+    with pytest.raises(StoreUnavailable):
+        asyncio.run(engine.process_step("s1", "greet", idempotency_key="k1"))
+    # and the database comes back
+    outage.end()
+    # Then the answer is saved all the same, and a retry in a loop of its own gets it
+    deadline = time.monotonic() + 10
+    while "StepProcessed" not in event_types(engine, "s1") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    record = asyncio.run(asyncio.wait_for(engine.process_step("s1", "greet", idempotency_key="k1"), 30))
+    assert len(llm.calls) == 1
+    assert record.usage == USAGE
+    types = [t for t in event_types(engine, "s1") if t != "StepLeaseRenewed"]
+    assert types == ["Started", "StepStarted", "StepProcessed"]
