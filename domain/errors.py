@@ -329,6 +329,12 @@ class EngineClosed(FlowledgerError):
         self.operation = operation
 
 
+OUTCOME_UNKNOWN_NOTE = (
+    " (the outcome of the save is unknown: it may have been stored; retry with the same idempotency key)"
+)
+"""What a ``StoreUnavailable`` with ``outcome_unknown`` adds to its detail."""
+
+
 class StoreUnavailable(FlowledgerError):
     """The event store could not be reached (or did not answer) within its deadline.
 
@@ -340,10 +346,7 @@ class StoreUnavailable(FlowledgerError):
         self, operation: str, detail: str, retry_after: float = 1.0, *, outcome_unknown: bool = False
     ) -> None:
         if outcome_unknown:
-            detail = (
-                f"{detail} (the outcome of the save is unknown: it may have been stored;"
-                " retry with the same idempotency key)"
-            )
+            detail = f"{detail}{OUTCOME_UNKNOWN_NOTE}"
         super().__init__(f"the event store is unavailable ({operation}): {detail}")
         self.operation = operation
         self.detail = detail

@@ -29,6 +29,7 @@ from uuid import UUID, uuid4
 from flowledger.domain.bounds import require_flag, require_model, require_object, storable, storable_name
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
+    OUTCOME_UNKNOWN_NOTE,
     BudgetExceeded,
     ConcurrentUpdate,
     EngineClosed,
@@ -384,9 +385,13 @@ class StepService:
                 self._savers.discard(task)  # type: ignore[arg-type]
                 self._saver_threads.discard(threading.current_thread())
 
+        def run() -> None:
+            with contextlib.suppress(asyncio.CancelledError):  # its engine closed: given up
+                asyncio.run(save())
+
         context = contextvars.copy_context()
         thread = threading.Thread(
-            target=context.run, args=(asyncio.run, save()), name="flowledger-answer-saver", daemon=True
+            target=context.run, args=(run,), name="flowledger-answer-saver", daemon=True
         )
         self._saver_threads.add(thread)
         thread.start()
@@ -764,9 +769,12 @@ def _being_saved(error: StoreUnavailable, key: str) -> StoreUnavailable:
     outcome is unknown (the step will most likely be stored), said with the key to retry under.
     An outside probe saw the plain error (``outcome_unknown`` false) on steps stored a moment
     later; a caller that trusted it and retried without the key paid for a second call."""
-    if error.outcome_unknown or isinstance(error, StoreRefused):
+    if isinstance(error, StoreRefused):
         return error
-    detail = f"{error.detail}; the model answered and its answer is being saved under idempotency key {key!r}"
+    # One already unknown (a commit cut off) said "retry with the same idempotency key" without
+    # naming it: a caller that gave none could not, and paid for a second call.
+    detail = error.detail.removesuffix(OUTCOME_UNKNOWN_NOTE)
+    detail = f"{detail}; the model answered and its answer is being saved under idempotency key {key!r}"
     return StoreUnavailable(error.operation, detail, error.retry_after, outcome_unknown=True)
 
 

@@ -181,3 +181,28 @@ def test_an_answer_whose_save_failed_is_saved_though_the_callers_event_loop_has_
     assert record.usage == USAGE
     types = [t for t in event_types(engine, "s1") if t != "StepLeaseRenewed"]
     assert types == ["Started", "StepStarted", "StepProcessed"]
+
+
+async def test_a_save_whose_outcome_was_already_unknown_still_names_the_key_its_answer_is_saved_under(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (A connection cut during the outcome's commit: the store's own error already said the
+    # outcome was unknown, "retry with the same idempotency key", and was passed on as it was,
+    # naming no key, to a caller that gave none: its retry without one paid for a second call.)
+    # Given a model that answers while the outcome's save is cut mid-commit, and no key given
+    engine.start_session("s1", "cs")
+    cut = StoreUnavailable("save", "server closed the connection unexpectedly", outcome_unknown=True)
+    outage = Outage(engine, monkeypatch, error=lambda: cut)
+    engine.llm = llm = ScriptedLlm(meanwhile=outage.begin)
+    with pytest.raises(StoreUnavailable) as raised:
+        await engine.process_step("s1", "greet")
+    outage.end()
+    # Then the error names the generated key, once, and a retry under it gets the answer
+    assert raised.value.outcome_unknown
+    [started] = [e for e in engine.history("s1") if e.event_type.endswith("StepStarted")]
+    key = started.data["idempotency_key"]
+    assert repr(key) in str(raised.value)
+    assert str(raised.value).count("outcome of the save is unknown") == 1
+    record = await asyncio.wait_for(engine.process_step("s1", "greet", idempotency_key=key), 30)
+    assert len(llm.calls) == 1
+    assert record.usage == USAGE
