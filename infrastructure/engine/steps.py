@@ -376,13 +376,12 @@ class StepService:
         the retry. Run in a copy of the caller's context, as a task would be (``acting_as``)."""
 
         async def save() -> None:
-            task = asyncio.current_task()  # (asyncio.run runs it in one)
-            if task is not None:
-                self._savers.add(task)
+            saver = asyncio.ensure_future(self._keep_saving(call, go, reply, unsettled, at))
+            self._savers.add(saver)
             try:
-                await self._keep_saving(call, go, reply, unsettled, at)
+                await saver
             finally:
-                self._savers.discard(task)  # type: ignore[arg-type]
+                self._savers.discard(saver)
                 self._saver_threads.discard(threading.current_thread())
 
         def run() -> None:
