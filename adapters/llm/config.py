@@ -132,10 +132,18 @@ class ModelLimits:
     period_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.rpm < 1 or self.tpm < 1:
-            raise ValidationError("limits", f"rpm and tpm must be >= 1, got {self.rpm}/{self.tpm}")
-        if not self.period_s > 0:
-            raise ValidationError("limits.period_s", "must be > 0")
+        # Counts and a finite period, checked here: NaN failed every call with aiolimiter's bare
+        # ValueError, "5" a TypeError at this comparison, 1.5 and True were taken as counts, and
+        # an infinite period let no request through.
+        if any(type(count) is not int or count < 1 for count in (self.rpm, self.tpm)):
+            raise ValidationError(
+                "limits", f"rpm and tpm must be whole numbers >= 1, got {self.rpm!r}/{self.tpm!r}"
+            )
+        period = self.period_s
+        if isinstance(period, bool) or not isinstance(period, int | float) or not 0 < period <= MAX_SECONDS:
+            raise ValidationError(
+                "limits.period_s", f"must be a number of seconds > 0 and at most a day, got {period!r}"
+            )
 
 
 DEFAULT_KEEPALIVE_EXPIRY_S = 4.0
@@ -240,10 +248,16 @@ class ClientConfig:
             raise ValidationError(
                 "transport", f"must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}"
             )
+        for name in ("max_connections", "max_keepalive_connections", "pool_shard_size", "max_retries"):
+            if type(getattr(self, name)) is not int:  # True was 1 retry, 2.5 a shard size
+                raise ValidationError(name, f"must be a whole number, got {getattr(self, name)!r}")
         if self.pool_shard_size < 1:
             raise ValidationError("pool_shard_size", "must be >= 1")
         if not 0 <= self.max_retries <= 10:
             raise ValidationError("max_retries", "must be between 0 and 10")
+        if not isinstance(self.stream, bool):  # "no" is true: every reply was streamed
+            raise ValidationError("stream", f"must be True or False, got {self.stream!r}")
+        _require_limits(self.limits, self.default_limits)
         max_tokens = self.max_tokens
         if (
             isinstance(max_tokens, bool)
@@ -265,8 +279,11 @@ class ClientConfig:
             raise ValidationError(
                 "max_reply_bytes", f"must be from {MIN_REPLY_BYTES:,} to {MAX_REPLY_BYTES:,} bytes"
             )
-        if self.breaker_failure_threshold < 1:
-            raise ValidationError("breaker_failure_threshold", "must be >= 1")
+        threshold = self.breaker_failure_threshold
+        if type(threshold) is not int or threshold < 1:
+            raise ValidationError(
+                "breaker_failure_threshold", f"must be a whole number >= 1, got {threshold!r}"
+            )
         if self.unpriced_models not in ("refuse", "flag"):
             raise ValidationError(
                 "unpriced_models", f"must be 'refuse' or 'flag', got {self.unpriced_models!r}"
@@ -276,3 +293,19 @@ class ClientConfig:
     def endpoint(self) -> str:
         """The chat-completions URL, which is also the circuit breaker's key."""
         return self.base_url.rstrip("/") + COMPLETIONS_PATH
+
+
+def _require_limits(limits: object, default: object) -> None:
+    """Rate limits as the limiter reads them: model names to ``ModelLimits``, a default that is
+    one or None (each was taken, and every call failed with a bare AttributeError)."""
+    if not isinstance(limits, Mapping):
+        raise ValidationError("limits", f"must map model names to ModelLimits, got {type(limits).__name__}")
+    for model, limit in limits.items():
+        if not isinstance(model, str) or not isinstance(limit, ModelLimits):
+            raise ValidationError(
+                "limits", f"must map model names to ModelLimits, got {model!r}: {type(limit).__name__}"
+            )
+    if default is not None and not isinstance(default, ModelLimits):
+        raise ValidationError(
+            "default_limits", f"must be a ModelLimits or None, got {type(default).__name__}"
+        )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flowledger.adapters.llm import ApiKey, ClientConfig, build_engine
+from flowledger.adapters.llm import ApiKey, ClientConfig, ModelLimits, build_engine
 from flowledger.adapters.llm.config import MAX_COMPLETION_TOKENS
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Settings
@@ -174,3 +174,69 @@ def test_a_refused_endpoint_url_is_quoted_without_its_credentials_or_query(url: 
 def test_the_settings_never_show_the_llm_api_key_in_their_repr() -> None:
     # repr(Settings(...)) printed llm_api_key='sk-...' whole, as the other secrets never were.
     assert "sk-config-secret" not in repr(Settings(llm_api_key="sk-config-secret"))
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"rpm": 0, "tpm": 1},
+        {"rpm": math.nan, "tpm": 1_000},
+        {"rpm": 1.5, "tpm": 1_000},
+        {"rpm": True, "tpm": 1_000},
+        {"rpm": "5", "tpm": 1_000},
+        {"rpm": 10, "tpm": math.inf},
+        {"rpm": 10, "tpm": 1_000, "period_s": math.inf},
+        {"rpm": 10, "tpm": 1_000, "period_s": math.nan},
+        {"rpm": 10, "tpm": 1_000, "period_s": "60"},
+        {"rpm": 10, "tpm": 1_000, "period_s": 0},
+    ],
+    ids=repr,
+)
+def test_a_rate_limit_that_is_no_count_per_period_is_refused_when_configured(
+    limits: dict[str, object],
+) -> None:
+    # (NaN failed every call with aiolimiter's bare ValueError, "5" and "60" a TypeError here,
+    # an infinite period let no request through, 1.5 or True were taken as counts.)
+    with pytest.raises(ValidationError) as raised:
+        ModelLimits(**limits)  # type: ignore[arg-type]
+    assert raised.value.field.startswith("limits")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        # Each failed every call with a bare AttributeError ('int' object has no attribute 'rpm')
+        ("limits", {"gpt-4.1": 5}),
+        ("limits", 5),
+        ("limits", {5: ModelLimits(rpm=1, tpm=1)}),
+        ("default_limits", 5),
+        # A flag that is no bool: "no" is true in Python, so every reply was streamed
+        ("stream", "no"),
+        ("stream", 1),
+        # Counts that are bools or no whole numbers
+        ("max_retries", True),
+        ("max_retries", 1.5),
+        ("max_connections", True),
+        ("pool_shard_size", 2.5),
+        ("breaker_failure_threshold", True),
+    ],
+    ids=repr,
+)
+def test_a_setting_of_the_wrong_kind_is_refused_when_configured(field: str, value: object) -> None:
+    with pytest.raises(ValidationError) as raised:
+        ClientConfig(base_url="http://llm.test/v1", api_key=KEY, **{field: value})  # type: ignore[arg-type]
+    assert raised.value.field.split(".")[0] == field
+
+
+def test_rate_limits_per_model_and_a_default_are_taken() -> None:
+    limits = {
+        "gpt-4.1": ModelLimits(rpm=500, tpm=200_000),
+        "deepseek-v3.2": ModelLimits(rpm=1, tpm=1, period_s=1.5),
+    }
+    config = ClientConfig(
+        base_url="http://llm.test/v1",
+        api_key=KEY,
+        limits=limits,
+        default_limits=ModelLimits(rpm=60, tpm=10_000),
+    )
+    assert config.limits == limits
