@@ -18,7 +18,9 @@ from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure.variables import refuse_misspelt_variables
 
 MEMORY_URL = "memory:"
-_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+"""A plain lower-case SQL name, matched whole (``fullmatch``: "$" matched before a trailing line
+break, and "flowledger\\n" was made as a schema of its own)."""
 MAX_SCHEMA_LENGTH = 42
 """The longest schema name whose derived schemas fit PostgreSQL's 63 characters: the projections
 name theirs after it (``projections.catalog.Names``), ``<schema>_current_state_verify`` the
@@ -159,7 +161,7 @@ class Settings:
                 object.__setattr__(self, name, Path(value))
             elif value is not None and not isinstance(value, Path):
                 raise ValidationError(name, f"must be a path, got {type(value).__name__}")
-        if not isinstance(self.schema, str) or not _SCHEMA_NAME.match(self.schema):
+        if not isinstance(self.schema, str) or not _SCHEMA_NAME.fullmatch(self.schema):
             raise ValidationError("schema", f"{shown(self.schema)} is not a plain lower-case SQL name")
         if len(self.schema) > MAX_SCHEMA_LENGTH:
             raise ValidationError(

@@ -13,8 +13,9 @@ from flowledger.domain.bounds import require_model, require_name
 from flowledger.domain.errors import ValidationError
 
 # Printable ASCII without spaces: what every provider's keys look like, and what an
-# HTTP header can carry. A pasted key with a newline or quotes is caught at start-up.
-_KEY_SHAPE = re.compile(r"^[\x21-\x7e]{8,512}$")
+# HTTP header can carry. A pasted key with a newline or quotes is caught at start-up (whole:
+# ``fullmatch``, as "$" matched before a trailing newline, a key read from a file with its own).
+_KEY_SHAPE = re.compile(r"[\x21-\x7e]{8,512}")
 
 MAX_SECONDS = 86_400.0
 """The longest timeout or breaker recovery taken: a day (the OpenAI SDK's default timeout is 600 s)."""
@@ -40,7 +41,7 @@ class ApiKey:
     __slots__ = ("_value",)
 
     def __init__(self, value: str) -> None:
-        if not isinstance(value, str) or not _KEY_SHAPE.match(value):
+        if not isinstance(value, str) or not _KEY_SHAPE.fullmatch(value):
             raise ValidationError(
                 "llm_api_key", "must be 8-512 printable characters without spaces or quotes"
             )

@@ -240,3 +240,13 @@ def test_rate_limits_per_model_and_a_default_are_taken() -> None:
         default_limits=ModelLimits(rpm=60, tpm=10_000),
     )
     assert config.limits == limits
+
+
+@pytest.mark.parametrize("key", ["sk-config-1234\n", "sk-config-1234\r\n", "\nsk-config-1234"], ids=repr)
+def test_an_api_key_with_a_line_break_is_refused_when_configured(key: str) -> None:
+    # (A key read from a file or a secret with its trailing newline: "$" matched before it, and
+    # every call failed with aiohttp's bare ValueError "Forbidden control character detected in
+    # headers", recorded as a failed step.)
+    with pytest.raises(ValidationError) as raised:
+        ApiKey(key)
+    assert raised.value.field == "llm_api_key"

@@ -46,6 +46,10 @@ REFUSED: list[tuple[str, Any]] = [
     ("api_keys", (("acme", "admin"),)),
     ("api_keys", (("acme", "admin", 5),)),
     ("api_keys", [["acme", "admin", "0123456789abcdef0123"], None]),
+    # A line break after the name (a variable read from a file): "$" matched before it, the
+    # schema "flowledger\n" was made, and the engine then failed with the event library's
+    # bare ProgrammingError ('relation "flowledger.flowledger_events" does not exist')
+    ("schema", "flowledger\n"),
 ]
 
 
@@ -78,3 +82,9 @@ TAKEN: list[tuple[str, Any]] = [
 @pytest.mark.parametrize(("name", "value"), TAKEN, ids=[f"{n}={v!r}"[:60] for n, v in TAKEN])
 def test_a_setting_within_its_rule_is_taken(name: str, value: Any) -> None:
     assert getattr(Settings(**{name: value}), name) == (tuple(value) if name == "api_keys" else value)
+
+
+def test_a_schema_variable_with_a_line_break_after_it_is_refused() -> None:
+    with pytest.raises(ValidationError) as refused:
+        Settings.from_env({"FLOWLEDGER_SCHEMA": "flowledger\n"})
+    assert refused.value.field == "schema"
