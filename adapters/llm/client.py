@@ -126,6 +126,10 @@ class OpenAICompatibleClient:
         clock: Callable[[], float] = time.perf_counter,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        if not isinstance(prices, PriceTable):  # (None was an AttributeError at the next line)
+            raise ValidationError(
+                "prices", f"must be a PriceTable (load_price_table()), got {type(prices).__name__}"
+            )
         self.config = config
         self.prices = prices
         self.retry = RetryPolicy(max_retries=config.max_retries, sleep=retry_sleep, rand=rand)

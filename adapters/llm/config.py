@@ -207,6 +207,7 @@ class ClientConfig:
     max_reply_bytes: int = DEFAULT_REPLY_BYTES
 
     def __post_init__(self) -> None:
+        _require_types(self)
         require_endpoint_url(self.base_url)
         if not isinstance(self.api_key, ApiKey):
             raise ValidationError("llm_api_key", "must be an ApiKey")
@@ -309,4 +310,36 @@ def _require_limits(limits: object, default: object) -> None:
     if default is not None and not isinstance(default, ModelLimits):
         raise ValidationError(
             "default_limits", f"must be a ModelLimits or None, got {type(default).__name__}"
+        )
+
+
+_SECONDS = (
+    "connect_timeout_s",
+    "request_timeout_s",
+    "read_timeout_s",
+    "breaker_recovery_s",
+    "keepalive_expiry_s",
+)
+"""ClientConfig's durations (``connect_timeout_s`` and ``read_timeout_s`` may be None)."""
+
+
+def _require_types(config: ClientConfig) -> None:
+    """The kinds of ``config``'s values, before their ranges are checked: text that is no text was
+    an AttributeError (a base URL or default model of 5), a timeout given as text a TypeError
+    at its comparison; True was taken as a second, 2048.5 as a number of bytes."""
+    if not isinstance(config.base_url, str):
+        raise ValidationError("llm_base_url", f"must be an http(s) URL, got {type(config.base_url).__name__}")
+    if not isinstance(config.default_model, str):
+        raise ValidationError(
+            "default_model", f"must be a model's name, got {type(config.default_model).__name__}"
+        )
+    for name in _SECONDS:
+        value = getattr(config, name)
+        if value is None and name in ("connect_timeout_s", "read_timeout_s"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValidationError(name, f"must be a number of seconds, got {value!r}")
+    if type(config.max_reply_bytes) is not int:
+        raise ValidationError(
+            "max_reply_bytes", f"must be a whole number of bytes, got {config.max_reply_bytes!r}"
         )

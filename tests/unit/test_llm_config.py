@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flowledger.adapters.llm import ApiKey, ClientConfig, ModelLimits, build_engine
+from flowledger.adapters.llm import ApiKey, ClientConfig, ModelLimits, OpenAICompatibleClient, build_engine
 from flowledger.adapters.llm.config import MAX_COMPLETION_TOKENS
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Settings
@@ -250,3 +250,32 @@ def test_an_api_key_with_a_line_break_is_refused_when_configured(key: str) -> No
     with pytest.raises(ValidationError) as raised:
         ApiKey(key)
     assert raised.value.field == "llm_api_key"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        # Each was a bare TypeError or AttributeError out of the constructor
+        ("request_timeout_s", "5"),
+        ("breaker_recovery_s", "3"),
+        ("read_timeout_s", "1"),
+        ("base_url", 5),
+        ("default_model", 5),
+        # A bool taken as a second, a fraction of a byte
+        ("request_timeout_s", True),
+        ("max_reply_bytes", 2048.5),
+    ],
+    ids=repr,
+)
+def test_a_value_of_the_wrong_type_is_refused_naming_it(field: str, value: object) -> None:
+    with pytest.raises(ValidationError) as raised:
+        ClientConfig(**{"base_url": "http://llm.test/v1", "api_key": KEY, field: value})  # type: ignore[arg-type]
+    assert raised.value.field == ("llm_base_url" if field == "base_url" else field)
+
+
+@pytest.mark.parametrize("prices", [None, 5, {}], ids=repr)
+def test_a_client_needs_a_price_table(prices: object) -> None:
+    # (An AttributeError: 'NoneType' object has no attribute 'resolve')
+    with pytest.raises(ValidationError) as raised:
+        OpenAICompatibleClient(ClientConfig(base_url="http://llm.test/v1", api_key=KEY), prices=prices)  # type: ignore[arg-type]
+    assert raised.value.field == "prices"
