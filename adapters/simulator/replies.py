@@ -65,6 +65,8 @@ class FaultRates:
 
     def __post_init__(self) -> None:
         values = [getattr(self, name) for name in self.__dataclass_fields__]
+        if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):  # ("0.1": a TypeError)
+            raise ValidationError("faults", f"rates must be numbers in [0, 1], got {values}")
         if any(not 0 <= v <= 1 for v in values) or sum(values) > 1:
             raise ValidationError("faults", f"rates must be in [0, 1] and sum to at most 1, got {values}")
 
@@ -114,9 +116,11 @@ class SimulatorConfig:
             ("latency_ms", self.latency_ms, MAX_LATENCY_MS),
             ("retry_after", self.retry_after_s, 3_600.0),
             ("hang_s", self.hang_s, 3_600.0),
+            ("latency_sigma", self.latency_sigma, MAX_LATENCY_SIGMA),
         ):
-            if value is not None and not (isinstance(value, int | float) and 0 <= value <= most):
+            if value is not None and not _number_within(value, most):
                 raise ValidationError(name, f"must be a number from 0 to {most:,.0f}, got {value!r}")
+        _require_serving(self)
         if self.api_key is not None and not self.api_key.strip():
             raise ValidationError("api_key", "must not be blank (leave it out to accept any key)")
         key = self.api_key
@@ -134,6 +138,40 @@ class SimulatorConfig:
         if self.latency_ms is not None:
             return self.latency_ms
         return self.model_latency_ms.get(model, 45.0)
+
+
+MAX_LATENCY_SIGMA = 10.0
+"""The widest log-normal spread taken (0.25 by default): past it a draw is hours or nothing."""
+
+
+def _number_within(value: object, most: float) -> bool:
+    """Whether ``value`` is a number (not a bool) from 0 to ``most`` (NaN is not)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= most
+
+
+def _require_serving(config: SimulatorConfig) -> None:
+    """The rest of ``config`` as the server reads it (each was taken, and every request then
+    failed, or the server would not start, with a bare error): ``latency_sigma="0.5"`` or
+    ``faults=5`` broke every connection, ``host=5`` was a TypeError."""
+    if not isinstance(config.host, str) or not config.host:
+        raise ValidationError("host", f"must be a host name or address, got {config.host!r}")
+    if type(config.port) is not int or not 0 <= config.port <= 65_535:
+        raise ValidationError("port", f"must be a whole number from 0 to 65535, got {config.port!r}")
+    latencies = config.model_latency_ms
+    if not isinstance(latencies, dict) or not all(
+        isinstance(model, str) and _number_within(mean, MAX_LATENCY_MS) for model, mean in latencies.items()
+    ):
+        raise ValidationError(
+            "model_latency_ms", f"must map model names to mean latencies from 0 to {MAX_LATENCY_MS:,.0f} ms"
+        )
+    if not isinstance(config.faults, FaultRates):
+        raise ValidationError("faults", f"must be a FaultRates, got {type(config.faults).__name__}")
+    if type(config.cache_min_tokens) is not int or config.cache_min_tokens < 0:
+        raise ValidationError(
+            "cache_min_tokens", f"must be a whole number >= 0, got {config.cache_min_tokens!r}"
+        )
+    if config.seed is not None and type(config.seed) is not int:
+        raise ValidationError("seed", f"must be a whole number or None, got {config.seed!r}")
 
 
 def draw_latency_s(mean_ms: float, sigma: float, rng: random.Random) -> float:
