@@ -125,6 +125,9 @@ class ModelPrice:
     output_cost_per_audio_token: Decimal | None = None
 
     def __post_init__(self) -> None:
+        for name in ("input_cost_per_token", "output_cost_per_token"):
+            if getattr(self, name) is None:  # (None was taken, and every call priced then failed)
+                raise ValidationError(f"price.{name}", "must be a Decimal, got None")
         for item in fields(self):
             value = getattr(self, item.name)
             if value is not None and not isinstance(value, Decimal):

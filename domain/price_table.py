@@ -118,6 +118,16 @@ class PriceTable:
         # recorded: usage.price_version: must be at most 1000 characters".
         require_text("version", self.version, max_length=MAX_PRICE_VERSION)
         require_no_controls("version", self.version)
+        # A price that is no ModelPrice (prices=5, {"m": 5}, default=5) was taken, and every
+        # call it priced then failed with a bare AttributeError or TypeError.
+        if not isinstance(self.prices, Mapping) or not all(
+            isinstance(model, str) and isinstance(price, ModelPrice) for model, price in self.prices.items()
+        ):
+            raise ValidationError("prices", "must map model names to ModelPrice")
+        if self.default is not None and not isinstance(self.default, ModelPrice):
+            raise ValidationError(
+                "default", f"must be a ModelPrice or None, got {type(self.default).__name__}"
+            )
         for model, entries in self.schedule.items():
             starts = [entry.effective_from for entry in entries]
             if not starts or starts != sorted(starts) or len(set(starts)) != len(starts):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from importlib import resources
+from os import PathLike
 from pathlib import Path
 
 from flowledger.domain.bounds import json_problem
@@ -42,6 +43,8 @@ def load_price_table(path: Path | None = None, *, default: ModelPrice | None = N
 
 def read_price_file(path: Path | None = None, *, default: ModelPrice | None = None) -> tuple[PriceTable, str]:
     """The table in ``path`` (or the shipped one) and the file's text, which a repricing keeps."""
+    if path is not None and not isinstance(path, str | PathLike):  # (5 was a bare TypeError)
+        raise ValidationError("pricing_file", f"must be a path, got {type(path).__name__}")
     if path is None:
         raw = resources.files("flowledger.adapters.llm").joinpath(SHIPPED_FILE).read_bytes()
         label = SHIPPED_FILE

@@ -8,6 +8,7 @@ from typing import Any, cast
 import pytest
 
 from flowledger.adapters import llm as llm_adapter
+from flowledger.adapters.llm import load_price_table
 from flowledger.adapters.llm import pricing as adapter_pricing
 from flowledger.domain.errors import UnknownModelPrice, ValidationError
 from flowledger.domain.pricing import ModelPrice, PriceTable, TokenCounts, cost_of
@@ -99,3 +100,30 @@ def test_repricing_as_a_model_without_a_price_is_a_validation_error_not_a_key_er
             tenant="default",
         )
     assert raised.value.field == "as_model"
+
+
+@pytest.mark.parametrize(
+    ("field", "make"),
+    [
+        # Each was taken, and every call it priced then failed with a bare TypeError or
+        # AttributeError (an outside probe)
+        (
+            "price.input_cost_per_token",
+            lambda: ModelPrice(input_cost_per_token=None, output_cost_per_token=Decimal(1)),
+        ),
+        (
+            "price.output_cost_per_token",
+            lambda: ModelPrice(input_cost_per_token=Decimal(1), output_cost_per_token=None),
+        ),
+        ("prices", lambda: PriceTable(version="v", prices=5)),
+        ("prices", lambda: PriceTable(version="v", prices={"gpt-4.1": 5})),
+        ("prices", lambda: PriceTable(version="v", prices={5: GPT})),
+        ("default", lambda: PriceTable(version="v", prices={}, default=5)),
+        ("pricing_file", lambda: load_price_table(5)),
+    ],
+    ids=["input None", "output None", "prices 5", "a price 5", "a model 5", "default 5", "file 5"],
+)
+def test_a_price_or_table_that_is_none_is_refused_naming_it(field: str, make: Any) -> None:
+    with pytest.raises(ValidationError) as refused:
+        make()
+    assert refused.value.field == field
