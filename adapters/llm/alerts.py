@@ -211,6 +211,37 @@ def verify(secret: str, header: str, body: bytes, *, tolerance_s: float = 300.0)
     return hmac.compare_digest(signature(secret, timestamp, body), header)
 
 
+MAX_ATTEMPTS = 100
+"""The most deliveries one alert is tried (5 by default)."""
+MAX_WAIT_S = 3_600.0
+"""The longest timeout or wait between tries taken: an hour."""
+
+
+def _require_options(
+    client: object, attempts: object, allow_private: object, timeout_s: object, *waits: object
+) -> None:
+    """``WebhookNotifier``'s options as it delivers with them, else a ValidationError naming one."""
+    if client is not None and not isinstance(client, httpx.AsyncClient):
+        raise ValidationError("client", f"must be an httpx.AsyncClient or None, got {type(client).__name__}")
+    if type(attempts) is not int or not 1 <= attempts <= MAX_ATTEMPTS:
+        raise ValidationError(
+            "attempts", f"must be a whole number from 1 to {MAX_ATTEMPTS}, got {attempts!r}"
+        )
+    if not isinstance(allow_private, bool):
+        raise ValidationError("allow_private", f"must be True or False, got {allow_private!r}")
+    for name, value, least in (
+        ("timeout_s", timeout_s, _AFTER_ZERO),
+        ("initial_wait_s", waits[0], 0.0),
+        ("max_wait_s", waits[1], 0.0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not least <= value <= MAX_WAIT_S:
+            raise ValidationError(name, f"must be a number of seconds up to {MAX_WAIT_S:,.0f}, got {value!r}")
+
+
+_AFTER_ZERO = 1e-9
+"""The least timeout: a timeout of 0 failed every delivery."""
+
+
 class WebhookNotifier:
     """Delivers alerts in background tasks of the running loop (AlertNotifier)."""
 
@@ -225,7 +256,10 @@ class WebhookNotifier:
         allow_private: bool = False,
     ) -> None:
         """``allow_private``: also call webhooks on loopback, private and link-local addresses
-        (``Settings.webhook_allow_private``; see the module's docstring)."""
+        (``Settings.webhook_allow_private``; see the module's docstring). Each option is checked
+        here: all were taken as given, ``allow_private="no"`` (true in Python) let alerts go to
+        private addresses, ``attempts=0`` sent none, a NaN timeout failed every delivery."""
+        _require_options(client, attempts, allow_private, timeout_s, initial_wait_s, max_wait_s)
         self._allow_private = allow_private
         self._client = client
         self._attempts = attempts
