@@ -343,6 +343,7 @@ class OpenAICompatibleClient:
     async def _call(
         self, model: str | None, messages: list[dict[str, Any]], *, json_mode: bool, stream: bool
     ) -> LlmReply:
+        _require_call(model, messages, json_mode)
         name = model or self.config.default_model
         price = self._price_now(name)
         body: dict[str, Any] = {"model": name, "messages": messages}
@@ -721,3 +722,15 @@ def _too_large(error: ReplyTooLarge, progress: AttemptProgress) -> AttemptError:
             status_code=status,
         )
     return AttemptError(str(error), error_type="reply_too_large", retryable=False, usage=progress.tokens)
+
+
+def _require_call(model: object, messages: object, json_mode: object) -> None:
+    """A completion's arguments as the request is built from them, else a ValidationError naming
+    one, before anything is sent: text or a number among the messages, or a model of 5, was a
+    bare AttributeError; json_mode="no" (true in Python) asked for JSON."""
+    if model is not None and not isinstance(model, str):
+        raise ValidationError("model", f"must be a model's name or None, got {type(model).__name__}")
+    if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
+        raise ValidationError("messages", "must be a list of chat messages (objects with a role and content)")
+    if not isinstance(json_mode, bool):
+        raise ValidationError("json_mode", f"must be True or False, got {json_mode!r}")

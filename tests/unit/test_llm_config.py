@@ -6,9 +6,17 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import httpx
 import pytest
 
-from flowledger.adapters.llm import ApiKey, ClientConfig, ModelLimits, OpenAICompatibleClient, build_engine
+from flowledger.adapters.llm import (
+    ApiKey,
+    ClientConfig,
+    ModelLimits,
+    OpenAICompatibleClient,
+    build_engine,
+    load_price_table,
+)
 from flowledger.adapters.llm.config import MAX_COMPLETION_TOKENS
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Settings
@@ -279,3 +287,34 @@ def test_a_client_needs_a_price_table(prices: object) -> None:
     with pytest.raises(ValidationError) as raised:
         OpenAICompatibleClient(ClientConfig(base_url="http://llm.test/v1", api_key=KEY), prices=prices)  # type: ignore[arg-type]
     assert raised.value.field == "prices"
+
+
+@pytest.mark.parametrize(
+    ("field", "call"),
+    [
+        # Each was a bare AttributeError out of the request's building, or taken as given
+        ("messages", {"model": None, "messages": "hi"}),
+        ("messages", {"model": None, "messages": [5]}),
+        ("messages", {"model": None, "messages": [{"role": "user", "content": "hi"}, None]}),
+        ("model", {"model": 5, "messages": [{"role": "user", "content": "hi"}]}),
+        ("json_mode", {"model": None, "messages": [{"role": "user", "content": "hi"}], "json_mode": "no"}),
+    ],
+    ids=["text", "a number", "a None", "model 5", "json_mode 'no'"],
+)
+async def test_a_completion_asked_with_arguments_of_the_wrong_kind_is_refused_before_any_request(
+    field: str, call: dict[str, object]
+) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise AssertionError("no request may be sent")
+
+    client = OpenAICompatibleClient(
+        ClientConfig(base_url="http://llm.test/v1", api_key=KEY),
+        prices=load_price_table(),
+        transport=httpx.MockTransport(refuse),
+    )
+    try:
+        with pytest.raises(ValidationError) as raised:
+            await client.complete(**call)  # type: ignore[arg-type]
+        assert raised.value.field == field
+    finally:
+        await client.aclose()
