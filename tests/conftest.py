@@ -26,6 +26,7 @@ from flowledger.infrastructure.postgres import data_keys
 from flowledger.infrastructure.postgres.database import migrate
 from flowledger.infrastructure.postgres.embedded import embedded_database_url
 from tests.support.databases import BackgroundDrops, worker_database
+from tests.support.framework_caches import release_framework_caches
 from tests.support.schemas import (
     RUN_PREFIX,
     drop_run_schemas,
@@ -82,6 +83,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (module, item.nodeid.split("[", 1)[0] not in slow)
 
     items.sort(key=place)
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """After each test, the web framework's caches of callables are emptied, so the apps the
+    test made (and their engines) can be collected (``tests/support/framework_caches.py``)."""
+    release_framework_caches()
 
 
 def _reachable(url: str) -> bool:
