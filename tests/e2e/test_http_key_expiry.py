@@ -95,13 +95,14 @@ def test_a_bad_expires_in_is_one_line_and_exit_2_and_makes_no_key(
 def test_an_expired_key_is_refused_with_401_saying_so_right_after_it_was_admitted(
     database_url: str, pg_schema: str, store: PostgresKeyStore
 ) -> None:
-    # Given a server of a tenant, and a key of it that expires in two seconds (made once the
-    # server is up: on a loaded machine the engine's and server's start took longer than that)
+    # Given a server of a tenant, and a key of it that expires in four seconds (made once the
+    # server is up: on a loaded machine the engine's and server's start took longer than two,
+    # and so, once, did the key's first request)
     engine = Engine(settings=make_settings(database_url=database_url, schema=pg_schema, tenant="acme"))
     keyring = Keyring.of(engine)
     try:
         with live_server(create_app(engine, keys=keyring)) as url, httpx.Client(base_url=url) as client:
-            issued = store.create("acme", "writer", expires_in=timedelta(seconds=2))
+            issued = store.create("acme", "writer", expires_in=timedelta(seconds=4))
             assert issued.key.expires_at is not None
             # When it is used before its expiry, it works
             assert client.get("/v1/agents", headers=bearer(issued.token)).status_code == 200
