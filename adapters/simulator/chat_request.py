@@ -14,7 +14,7 @@ import re
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS
+from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS, thinks
 from flowledger.adapters.simulator.tool_calls import ForcedCall, check_tool_turns, forced_call
 from flowledger.adapters.simulator.wire import BadRequest
 from flowledger.domain.model_parameters import takes_completion_tokens_only
@@ -95,6 +95,8 @@ SERVED_TIERS = {
 OpenAI's reply names the tier used, ``auto`` the project's (``default`` unless set otherwise),
 and ``fast`` is shown as ``priority``. The simulator's replies had none, read as None by the SDK."""
 _TOOL_CHOICES = ("auto", "none", "required")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+"""The ``reasoning_effort`` values OpenAI names (the official SDK's ``ReasoningEffort``)."""
 PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 """The kinds of a message's content part OpenAI takes (a ``text`` one carries its ``text``)."""
 # json.loads builds exactly these types, so ``type(x) in`` is the whole check, and cheap.
@@ -437,6 +439,21 @@ def _check_tool_choice(name: str, value: Any, _request: dict[str, Any]) -> None:
         raise _invalid_value(name, value, _TOOL_CHOICES)
 
 
+def _check_reasoning_effort(name: str, value: Any, request: dict[str, Any]) -> None:
+    """A thinking model's effort, one OpenAI names; a model that does not think refuses the
+    field, as OpenAI's gpt-4.1 does (it was answered 200, whatever it held, for any model)."""
+    if type(value) is not str:
+        raise _invalid_type(name, "a string", value)
+    if not thinks(request["model"]):
+        raise BadRequest(
+            f"Unsupported parameter: '{name}' is not supported with this model.",
+            param=name,
+            code="unsupported_parameter",
+        )
+    if value not in REASONING_EFFORTS:
+        raise _invalid_value(name, value, REASONING_EFFORTS)
+
+
 _CHECKS: dict[str, Any] = {
     "top_p": _number_within(0, 1),
     "frequency_penalty": _number_within(-2, 2),
@@ -454,6 +471,7 @@ _CHECKS: dict[str, Any] = {
     "tools": _check_tools,
     "tool_choice": _check_tool_choice,
     "service_tier": _check_service_tier,
+    "reasoning_effort": _check_reasoning_effort,
 }
 """How each field OpenAI takes (and the simulator does not read) is checked, as OpenAI checks it."""
 

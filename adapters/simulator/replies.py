@@ -29,6 +29,13 @@ DEFAULT_MODEL_LATENCY_MS: dict[str, float] = {
 # Models that think: they report reasoning tokens inside completion_tokens (OpenAI's reasoning
 # models too: ``takes_completion_tokens_only``).
 REASONING_MODELS = frozenset({"gemini-2.5-flash"})
+
+
+def thinks(model: str) -> bool:
+    """Whether ``model`` reasons before it answers (reports reasoning tokens, takes ``reasoning_effort``)."""
+    return model in REASONING_MODELS or takes_completion_tokens_only(model)
+
+
 FAULTS = ("429", "500", "503", "timeout", "malformed", "drop")
 MAX_LATENCY_MS = 600_000.0
 """The longest mean latency, configured or asked for (``x-sim-latency-ms``): ten minutes."""
@@ -341,8 +348,7 @@ def completion_body(
     probability of each token of its content, with that many alternatives. ``service_tier``:
     the tier it says served it."""
     prompt = sum(count_tokens(str(m.get("content") or "")) + 4 for m in messages) + 3
-    thinks = model in REASONING_MODELS or takes_completion_tokens_only(model)  # o3, gpt-5 too
-    reasoning = rng.randint(16, 96) if thinks else 0
+    reasoning = rng.randint(16, 96) if thinks(model) else 0
     shown, finish = count_tokens(content), "stop"
     if max_tokens is not None and reasoning + shown > max_tokens:
         reasoning = min(reasoning, max_tokens)

@@ -602,6 +602,47 @@ def test_a_field_openai_refuses_is_a_400_the_sdk_raises_as_a_bad_request(
 
 
 @pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("model", "effort", "code"),
+    [
+        ("gpt-4.1", "low", "unsupported_parameter"),
+        ("deepseek-v3.2", "high", "unsupported_parameter"),
+        ("o3", "extreme", "invalid_value"),
+        ("gpt-5", "HIGH", "invalid_value"),
+        ("gpt-5", 3, "invalid_type"),
+    ],
+)
+def test_a_reasoning_effort_openai_refuses_is_a_400(
+    simulator: Simulator, model: str, effort: Any, code: str
+) -> None:
+    # Answered 200 whatever it held and whatever the model: a client sending it to gpt-4.1
+    # passed here and was refused every call by OpenAI ("Unsupported parameter:
+    # 'reasoning_effort' is not supported with this model.").
+    refused = refused_by_sdk(simulator, {"model": model, "reasoning_effort": effort})
+    assert refused.status_code == 400
+    assert_invalid_request(refused.body, "reasoning_effort")
+    assert refused.code == code
+
+
+@pytest.mark.parametrize(
+    ("model", "effort"),
+    [
+        ("o3", "low"),
+        ("o4-mini", "medium"),
+        ("gpt-5", "minimal"),
+        ("gpt-5.1", "none"),
+        ("gemini-2.5-flash", "high"),
+    ],
+)
+def test_a_reasoning_effort_a_thinking_model_takes_is_answered(
+    simulator: Simulator, model: str, effort: str
+) -> None:
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(model=model, messages=MESSAGES, reasoning_effort=effort)
+    assert reply.choices[0].message.content
+
+
+@pytest.mark.usefixtures("no_traceback")
 @pytest.mark.parametrize("stream", [None, False])
 def test_stream_options_without_a_stream_is_refused_as_openai_refuses_it(
     simulator: Simulator, stream: bool | None
@@ -696,7 +737,7 @@ def test_an_argument_openai_does_not_know_is_refused_as_openai_refuses_it(simula
             "tool_choice": {"type": "function", "function": {"name": "f"}},
         },
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "ann"}]},
-        {"reasoning_effort": "low", "service_tier": "auto", "prompt_cache_key": "k"},
+        {"service_tier": "auto", "prompt_cache_key": "k"},
     ],
 )
 def test_fields_openai_takes_are_answered(simulator: Simulator, fields: dict[str, Any]) -> None:
