@@ -511,9 +511,14 @@ def _count_refusal(name: str, value: Any, most: int | None = None) -> BadRequest
     )
 
 
+_SAMPLING_FIELDS = ("top_p", "presence_penalty", "frequency_penalty", "logit_bias")
+"""Fields OpenAI's reasoning models refuse whatever they hold (as ``logprobs: true``)."""
+
+
 def _check_reasoning_model(request: dict[str, Any], temperature: Any) -> None:
-    """Refuse what OpenAI's reasoning models refuse: ``max_tokens`` and a temperature but 1.
-    Both were answered 200, so a client that sent them passed here and failed every call."""
+    """Refuse what OpenAI's reasoning models refuse: ``max_tokens``, a temperature but 1, and
+    the sampling fields (``top_p``, the penalties, ``logit_bias``, ``logprobs: true``). Each
+    was answered 200, so a client that sent them passed here and failed every call."""
     if request.get("max_tokens") is not None:
         raise BadRequest(
             "Unsupported parameter: 'max_tokens' is not supported with this model."
@@ -527,6 +532,15 @@ def _check_reasoning_model(request: dict[str, Any], temperature: Any) -> None:
             " Only the default (1) value is supported.",
             param="temperature",
             code="unsupported_value",
+        )
+    refused = [name for name in _SAMPLING_FIELDS if request.get(name) is not None]
+    if request.get("logprobs") is True:
+        refused.insert(0, "logprobs")
+    if refused:
+        raise BadRequest(
+            f"Unsupported parameter: '{refused[0]}' is not supported with this model.",
+            param=refused[0],
+            code="unsupported_parameter",
         )
 
 

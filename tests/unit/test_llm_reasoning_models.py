@@ -60,6 +60,54 @@ def test_the_simulator_refuses_a_temperature_other_than_1_for_a_reasoning_model(
 
 
 @pytest.mark.parametrize(
+    ("model", "fields", "param"),
+    [
+        ("o3", {"top_p": 0.9}, "top_p"),
+        ("o1", {"top_p": 1}, "top_p"),
+        ("o4-mini", {"presence_penalty": 0.5}, "presence_penalty"),
+        ("gpt-5", {"frequency_penalty": -1}, "frequency_penalty"),
+        ("o3-mini", {"logprobs": True}, "logprobs"),
+        ("gpt-5.1", {"logprobs": True, "top_logprobs": 2}, "logprobs"),
+        ("o3", {"logit_bias": {"50256": -100}}, "logit_bias"),
+    ],
+)
+def test_the_simulator_refuses_sampling_fields_a_reasoning_model_does_not_take(
+    simulator: Simulator, model: str, fields: dict[str, Any], param: str
+) -> None:
+    # Each was answered 200: a client sending top_p or a penalty to o3 passed here and was
+    # refused every call by OpenAI, as it refuses max_tokens and a temperature.
+    with sdk(simulator) as client, pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=model, messages=MESSAGES, **fields)
+    assert refused.value.body == {
+        "message": f"Unsupported parameter: '{param}' is not supported with this model.",
+        "type": "invalid_request_error",
+        "param": param,
+        "code": "unsupported_parameter",
+    }
+
+
+@pytest.mark.parametrize("model", ["gpt-4.1", "deepseek-v3.2", "gpt-5-chat-latest"])
+def test_other_models_take_the_sampling_fields(simulator: Simulator, model: str) -> None:
+    fields: dict[str, Any] = {
+        "top_p": 0.9,
+        "presence_penalty": 0.5,
+        "frequency_penalty": -1,
+        "logprobs": True,
+    }
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(
+            model=model, messages=MESSAGES, logit_bias={"50256": -100}, top_logprobs=2, **fields
+        )
+    assert reply.choices[0].message.content
+
+
+def test_a_reasoning_model_takes_logprobs_false(simulator: Simulator) -> None:
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(model="o3", messages=MESSAGES, logprobs=False)
+    assert reply.choices[0].message.content
+
+
+@pytest.mark.parametrize(
     "model", ["gpt-4.1", "gpt-4o-mini", "deepseek-v3.2", "o-series-lookalike", "gpt-5-chat-latest"]
 )
 def test_other_models_take_max_tokens_and_a_temperature(simulator: Simulator, model: str) -> None:
