@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any, NamedTuple
 
 from flowledger.adapters.simulator.structured import fitted_reply
@@ -39,7 +40,21 @@ def forced_call(request: dict[str, Any]) -> ForcedCall | None:
     name, or a ``tool_choice`` that names no tool given (OpenAI refuses both). ``tools`` and
     ``tool_choice`` are already checked for their JSON types."""
     functions: dict[str, dict[str, Any]] = {}
-    for index, tool in enumerate(request.get("tools") or ()):
+    tools = request.get("tools")
+    if tools == []:
+        raise BadRequest(
+            "Invalid 'tools': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            param="tools",
+            code="empty_array",
+        )
+    if not tools and request.get("parallel_tool_calls") is not None:
+        raise BadRequest(
+            "Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed when"
+            " 'tools' are specified.",
+            param="parallel_tool_calls",
+        )
+    for index, tool in enumerate(tools or ()):
         if tool.get("type") != "function":  # custom tools: a text reply, as with none
             continue
         function = tool.get("function")
@@ -48,6 +63,7 @@ def forced_call(request: dict[str, Any]) -> ForcedCall | None:
         name = function.get("name")
         if type(name) is not str:
             raise _refusal(f"tools[{index}].function.name", name, "a string")
+        _check_function_name(f"tools[{index}].function.name", name)
         functions.setdefault(name, function)
     if request.get("functions") is not None or request.get("function_call") is not None:
         legacy = _legacy_call(request)
@@ -78,6 +94,37 @@ def forced_call(request: dict[str, Any]) -> ForcedCall | None:
     return ForcedCall(function["name"], function.get("parameters"), named=True)
 
 
+_FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]+")
+MAX_FUNCTION_NAME = 64
+"""A function's name as OpenAI takes it: 1 to 64 ASCII letters, digits, underscores and dashes."""
+
+
+def _check_function_name(param: str, name: str) -> None:
+    """Refuse a function name OpenAI refuses (``get.order``, ``get order``, 65 characters,
+    empty): each was answered 200, and the agent's first call at OpenAI was a 400."""
+    if not name:
+        raise BadRequest(
+            f"Invalid '{param}': empty string. Expected a string with minimum length 1, "
+            "but got an empty string instead.",
+            param=param,
+            code="empty_string",
+        )
+    if len(name) > MAX_FUNCTION_NAME:
+        raise BadRequest(
+            f"Invalid '{param}': string too long. Expected a string with maximum length "
+            f"{MAX_FUNCTION_NAME}, but got a string with length {len(name)} instead.",
+            param=param,
+            code="string_above_max_length",
+        )
+    if not _FUNCTION_NAME.fullmatch(name):
+        raise BadRequest(
+            f"Invalid '{param}': string does not match pattern. Expected a string that matches the"
+            " pattern '^[a-zA-Z0-9_-]+$'.",
+            param=param,
+            code="invalid_value",
+        )
+
+
 def _legacy_call(request: dict[str, Any]) -> ForcedCall | None:
     """The call ``function_call`` forces from ``functions`` (an object naming one), else None
     (``auto``, ``none``, left out); a ``BadRequest`` where OpenAI refuses them."""
@@ -90,6 +137,7 @@ def _legacy_call(request: dict[str, Any]) -> ForcedCall | None:
             raise _refusal(f"functions[{index}]", function, "an object")
         if type(function.get("name")) is not str:
             raise _refusal(f"functions[{index}].name", function.get("name"), "a string")
+        _check_function_name(f"functions[{index}].name", function["name"])
         functions.setdefault(function["name"], function)
     choice = request.get("function_call")
     if choice is None or choice in ("auto", "none"):

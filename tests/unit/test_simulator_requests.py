@@ -719,7 +719,9 @@ def test_an_argument_openai_does_not_know_is_refused_as_openai_refuses_it(simula
         {"seed": 42},
         {"logprobs": True, "top_logprobs": 20},
         {"logprobs": False},
-        {"user": "u-1", "store": False, "metadata": {"k": "v"}, "parallel_tool_calls": True},
+        {"user": "u-1", "store": False, "metadata": {"k": "v"}},
+        # OpenAI refuses parallel_tool_calls without tools (test_simulator_tool_calls.py)
+        {"tools": [{"type": "function", "function": {"name": "f"}}], "parallel_tool_calls": True},
         {"stop": "END"},
         {"stop": ["a", "b", "c", "d"]},
         {"stop": None, "top_p": None, "seed": None},

@@ -210,3 +210,50 @@ def test_a_legacy_function_call_that_names_no_function_given_is_refused(
         client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, **fields)
     assert isinstance(refused.value.body, dict)
     assert refused.value.body["param"] == param
+
+
+def function_tool(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "code"),
+    [
+        ({"tools": []}, "tools", "empty_array"),
+        ({"tools": [function_tool("get.order")]}, "tools[0].function.name", "invalid_value"),
+        ({"tools": [function_tool("get order")]}, "tools[0].function.name", "invalid_value"),
+        (
+            {"tools": [function_tool("f"), function_tool("a" * 65)]},
+            "tools[1].function.name",
+            "string_above_max_length",
+        ),
+        ({"tools": [function_tool("")]}, "tools[0].function.name", "empty_string"),
+        ({"functions": [{"name": "get order"}]}, "functions[0].name", "invalid_value"),
+        ({"parallel_tool_calls": False}, "parallel_tool_calls", None),
+    ],
+    ids=["no-tools", "dot", "space", "65-chars", "empty-name", "legacy-space", "parallel-without-tools"],
+)
+def test_tools_openai_refuses_are_refused_here(
+    client: openai.OpenAI, fields: dict[str, Any], param: str, code: str | None
+) -> None:
+    # Each was answered 200 with text: an agent whose tool was named "get.order" (or that sent
+    # parallel_tool_calls on a turn without tools) passed here and was refused by OpenAI.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, **fields)
+    assert isinstance(refused.value.body, dict)
+    assert (refused.value.body["param"], refused.value.body["code"]) == (param, code)
+
+
+def test_function_names_of_up_to_64_letters_digits_underscores_and_dashes_are_taken(
+    client: openai.OpenAI,
+) -> None:
+    name = "Get_order-2" + "x" * 53
+    completion = client.chat.completions.create(
+        model="gpt-4.1",
+        messages=MESSAGES,
+        tools=[function_tool(name)],
+        tool_choice="required",
+        parallel_tool_calls=False,
+    )
+    calls = completion.choices[0].message.tool_calls or []
+    assert [call.function.name for call in calls] == [name]
