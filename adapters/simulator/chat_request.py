@@ -15,7 +15,7 @@ from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS, thinks
-from flowledger.adapters.simulator.tool_calls import ForcedCall, check_tool_turns, forced_call
+from flowledger.adapters.simulator.tool_calls import ForcedCall, check_name, check_tool_turns, forced_call
 from flowledger.adapters.simulator.wire import BadRequest
 from flowledger.domain.model_parameters import takes_completion_tokens_only
 
@@ -400,6 +400,15 @@ def _check_response_format(name: str, value: Any, _request: dict[str, Any]) -> N
         if value.get("json_schema") is None:
             raise _missing(f"{name}.json_schema")
         raise _invalid_type(f"{name}.json_schema", "an object", value.get("json_schema"))
+    if kind == "json_schema":
+        # Its name is required and named as a function is: left out or "step decision", it
+        # was answered 200, and the SDK's callers that build the format by hand failed at OpenAI.
+        schema_name = value["json_schema"].get("name")
+        if type(schema_name) is not str:
+            if schema_name is None:
+                raise _missing(f"{name}.json_schema.name")
+            raise _invalid_type(f"{name}.json_schema.name", "a string", schema_name)
+        check_name(f"{name}.json_schema.name", schema_name)
 
 
 def _check_logit_bias(name: str, value: Any, _request: dict[str, Any]) -> None:

@@ -63,7 +63,7 @@ def forced_call(request: dict[str, Any]) -> ForcedCall | None:
         name = function.get("name")
         if type(name) is not str:
             raise _refusal(f"tools[{index}].function.name", name, "a string")
-        _check_function_name(f"tools[{index}].function.name", name)
+        check_name(f"tools[{index}].function.name", name)
         functions.setdefault(name, function)
     if request.get("functions") is not None or request.get("function_call") is not None:
         legacy = _legacy_call(request)
@@ -96,12 +96,14 @@ def forced_call(request: dict[str, Any]) -> ForcedCall | None:
 
 _FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]+")
 MAX_FUNCTION_NAME = 64
-"""A function's name as OpenAI takes it: 1 to 64 ASCII letters, digits, underscores and dashes."""
+"""A function's (or a response format's schema's) name as OpenAI takes it: 1 to 64 ASCII
+letters, digits, underscores and dashes."""
 
 
-def _check_function_name(param: str, name: str) -> None:
-    """Refuse a function name OpenAI refuses (``get.order``, ``get order``, 65 characters,
-    empty): each was answered 200, and the agent's first call at OpenAI was a 400."""
+def check_name(param: str, name: str) -> None:
+    """Refuse a function's (or a ``json_schema`` response format's) name OpenAI refuses
+    (``get.order``, ``get order``, 65 characters, empty): each was answered 200, and the
+    client's first call at OpenAI was a 400."""
     if not name:
         raise BadRequest(
             f"Invalid '{param}': empty string. Expected a string with minimum length 1, "
@@ -137,7 +139,7 @@ def _legacy_call(request: dict[str, Any]) -> ForcedCall | None:
             raise _refusal(f"functions[{index}]", function, "an object")
         if type(function.get("name")) is not str:
             raise _refusal(f"functions[{index}].name", function.get("name"), "a string")
-        _check_function_name(f"functions[{index}].name", function["name"])
+        check_name(f"functions[{index}].name", function["name"])
         functions.setdefault(function["name"], function)
     choice = request.get("function_call")
     if choice is None or choice in ("auto", "none"):

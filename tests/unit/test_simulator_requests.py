@@ -579,6 +579,31 @@ def test_an_assistant_message_with_tool_calls_and_no_content_is_read(simulator: 
             "response_format.json_schema",
             "missing_required_parameter",
         ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
+            "response_format.json_schema.name",
+            "missing_required_parameter",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "step decision", "schema": {}},
+                }
+            },
+            "response_format.json_schema.name",
+            "invalid_value",
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x" * 65, "schema": {}}}},
+            "response_format.json_schema.name",
+            "string_above_max_length",
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": 5, "schema": {}}}},
+            "response_format.json_schema.name",
+            "invalid_type",
+        ),
         ({"logit_bias": [1]}, "logit_bias", "invalid_type"),
         ({"logit_bias": {"50256": 101}}, "logit_bias", "invalid_value"),
         ({"tools": {"type": "function"}}, "tools", "invalid_type"),
