@@ -463,6 +463,29 @@ def _check_reasoning_effort(name: str, value: Any, request: dict[str, Any]) -> N
         raise _invalid_value(name, value, REASONING_EFFORTS)
 
 
+VERBOSITIES = ("low", "medium", "high")
+_TAKES_VERBOSITY = re.compile(r"gpt-5(\.[0-9]+)?(-(?!chat)[a-z0-9.-]*)?|gpt-5\.[0-9]+-chat[a-z0-9.-]*")
+"""gpt-5's models (gpt-5-mini, gpt-5.1, gpt-5.1-chat-latest; not gpt-5-chat-latest): the ones
+that take a ``verbosity`` other than ``medium``."""
+
+
+def _check_verbosity(name: str, value: Any, request: dict[str, Any]) -> None:
+    """``low``, ``medium`` or ``high``, and only ``medium`` for a model outside gpt-5's (it was
+    answered 200 whatever it held, for any model)."""
+    if type(value) is not str:
+        raise _invalid_type(name, "a string", value)
+    if value not in VERBOSITIES:
+        raise _invalid_value(name, value, VERBOSITIES)
+    model = request["model"].rpartition("/")[2].lower()
+    if value != "medium" and not _TAKES_VERBOSITY.fullmatch(model):
+        raise BadRequest(
+            f"Unsupported value: '{name}' does not support {value!r} with this model."
+            " Supported values are: 'medium'.",
+            param=name,
+            code="unsupported_value",
+        )
+
+
 _CHECKS: dict[str, Any] = {
     "top_p": _number_within(0, 1),
     "frequency_penalty": _number_within(-2, 2),
@@ -481,6 +504,7 @@ _CHECKS: dict[str, Any] = {
     "tool_choice": _check_tool_choice,
     "service_tier": _check_service_tier,
     "reasoning_effort": _check_reasoning_effort,
+    "verbosity": _check_verbosity,
 }
 """How each field OpenAI takes (and the simulator does not read) is checked, as OpenAI checks it."""
 

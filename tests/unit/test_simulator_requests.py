@@ -668,6 +668,37 @@ def test_a_reasoning_effort_a_thinking_model_takes_is_answered(
 
 
 @pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("model", "verbosity", "code"),
+    [
+        ("gpt-4.1", "low", "unsupported_value"),
+        ("o3", "high", "unsupported_value"),
+        ("gpt-5", "loud", "invalid_value"),
+        ("gpt-5", 1, "invalid_type"),
+    ],
+)
+def test_a_verbosity_openai_refuses_is_a_400(
+    simulator: Simulator, model: str, verbosity: Any, code: str
+) -> None:
+    # Answered 200 whatever it held: a client asking gpt-4.1 for low verbosity passed here and
+    # was refused by OpenAI, where only gpt-5's models take another than 'medium'.
+    refused = refused_by_sdk(simulator, {"model": model, "verbosity": verbosity})
+    assert refused.status_code == 400
+    assert_invalid_request(refused.body, "verbosity")
+    assert refused.code == code
+
+
+@pytest.mark.parametrize(
+    ("model", "verbosity"),
+    [("gpt-4.1", "medium"), ("gpt-5", "low"), ("gpt-5-mini", "high"), ("openai/gpt-5.1", "low")],
+)
+def test_a_verbosity_the_model_takes_is_answered(simulator: Simulator, model: str, verbosity: str) -> None:
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(model=model, messages=MESSAGES, verbosity=verbosity)
+    assert reply.choices[0].message.content
+
+
+@pytest.mark.usefixtures("no_traceback")
 @pytest.mark.parametrize("stream", [None, False])
 def test_stream_options_without_a_stream_is_refused_as_openai_refuses_it(
     simulator: Simulator, stream: bool | None
