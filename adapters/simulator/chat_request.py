@@ -463,6 +463,65 @@ def _check_reasoning_effort(name: str, value: Any, request: dict[str, Any]) -> N
         raise _invalid_value(name, value, REASONING_EFFORTS)
 
 
+MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+"""``metadata``: at most 16 pairs, keys of at most 64 characters, string values of at most 512."""
+MAX_SAFETY_IDENTIFIER = 128
+
+
+def _check_metadata(name: str, value: Any, _request: dict[str, Any]) -> None:
+    """OpenAI's metadata: string values, within its bounds (``{"order": 1001}`` was answered 200)."""
+    if type(value) is not dict:
+        raise _invalid_type(name, "an object", value)
+    if len(value) > MAX_METADATA_PAIRS:
+        raise BadRequest(
+            f"Invalid '{name}': too many properties. Expected an object with at most {MAX_METADATA_PAIRS}"
+            f" properties, but got an object with {len(value)} properties instead.",
+            param=name,
+        )
+    for key, item in value.items():
+        if len(key) > MAX_METADATA_KEY:
+            raise BadRequest(
+                f"Invalid '{name}': a key is longer than {MAX_METADATA_KEY} characters ({len(key)}).",
+                param=name,
+            )
+        if type(item) is not str:
+            raise _invalid_type(f"{name}.{key}", "a string", item)
+        _check_length(f"{name}.{key}", item, MAX_METADATA_VALUE)
+
+
+def _check_length(param: str, value: str, most: int) -> None:
+    if len(value) > most:
+        raise BadRequest(
+            f"Invalid '{param}': string too long. Expected a string with maximum length {most}, "
+            f"but got a string with length {len(value)} instead.",
+            param=param,
+            code="string_above_max_length",
+        )
+
+
+def _check_safety_identifier(name: str, value: Any, _request: dict[str, Any]) -> None:
+    if type(value) is not str:
+        raise _invalid_type(name, "a string", value)
+    _check_length(name, value, MAX_SAFETY_IDENTIFIER)
+
+
+def _one_of(choices: tuple[str, ...]) -> Any:
+    def check(name: str, value: Any, _request: dict[str, Any]) -> None:
+        if type(value) is not str:
+            raise _invalid_type(name, "a string", value)
+        if value not in choices:
+            raise _invalid_value(name, value, choices)
+
+    return check
+
+
+def _check_modalities(name: str, value: Any, _request: dict[str, Any]) -> None:
+    if type(value) is not list:
+        raise _invalid_type(name, "an array of strings", value)
+    for index, item in enumerate(value):
+        _one_of(("text", "audio"))(f"{name}[{index}]", item, _request)
+
+
 VERBOSITIES = ("low", "medium", "high")
 _TAKES_VERBOSITY = re.compile(r"gpt-5(\.[0-9]+)?(-(?!chat)[a-z0-9.-]*)?|gpt-5\.[0-9]+-chat[a-z0-9.-]*")
 """gpt-5's models (gpt-5-mini, gpt-5.1, gpt-5.1-chat-latest; not gpt-5-chat-latest): the ones
@@ -495,7 +554,11 @@ _CHECKS: dict[str, Any] = {
     "store": _of_type(bool, "a boolean"),
     "parallel_tool_calls": _of_type(bool, "a boolean"),
     "user": _of_type(str, "a string"),
-    "metadata": _of_type(dict, "an object"),
+    "metadata": _check_metadata,
+    "safety_identifier": _check_safety_identifier,
+    "prompt_cache_key": _of_type(str, "a string"),
+    "prompt_cache_retention": _one_of(("in_memory", "24h")),
+    "modalities": _check_modalities,
     "top_logprobs": _check_top_logprobs,
     "stop": _check_stop,
     "response_format": _check_response_format,
