@@ -196,6 +196,37 @@ def count_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
+LOW_DETAIL_IMAGE_TOKENS = 85
+HIGH_DETAIL_IMAGE_TOKENS = 765
+"""An image's prompt tokens as OpenAI bills them: 85 at ``detail: low``; otherwise by its
+512-pixel tiles, 765 for a 1024x1024 image (its size is not read here)."""
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """A message's text: its content, or the text of its content parts (not their repr)."""
+    content = message.get("content")
+    if type(content) is str:
+        return content
+    if type(content) is not list:
+        return ""
+    return "".join(part["text"] for part in content if type(part) is dict and type(part.get("text")) is str)
+
+
+def message_tokens(message: dict[str, Any]) -> int:
+    """A message's prompt tokens: its text, an image by its detail (not by the length of its
+    data URL: a 400 KB one was counted as 100,000 tokens), and 4 for the message's framing.
+    Parts were counted as their Python repr (``[{'type': 'text', ...}]``), more than their text."""
+    content = message.get("content")
+    images = 0
+    if type(content) is list:
+        for part in content:
+            if type(part) is dict and part.get("type") == "image_url":
+                image = part.get("image_url")
+                low = type(image) is dict and image.get("detail") == "low"
+                images += LOW_DETAIL_IMAGE_TOKENS if low else HIGH_DETAIL_IMAGE_TOKENS
+    return count_tokens(message_text(message)) + images + 4
+
+
 def cut_at_stop(content: str, stops: tuple[str, ...]) -> str:
     """``content`` up to the first of the ``stops`` it holds, which is left out, as OpenAI
     ends a reply (they were ignored: the whole reply came, the sequence in it)."""
@@ -205,15 +236,15 @@ def cut_at_stop(content: str, stops: tuple[str, ...]) -> str:
 
 def reply_content(messages: list[dict[str, Any]]) -> str:
     """What the simulated model answers: text for the seed's Dify handler nodes, else JSON."""
-    prompt = "\n".join(str(m.get("content") or "") for m in messages)
+    prompt = "\n".join(message_text(m) for m in messages)
     dify = customer_service.dify_reply(prompt)
     return dify if dify is not None else json.dumps(step_decision(messages))
 
 
 def step_decision(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON decision a well-behaved model would give for the step named in the prompt."""
-    system = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
-    user = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
+    system = " ".join(message_text(m) for m in messages if m.get("role") == "system")
+    user = " ".join(message_text(m) for m in messages if m.get("role") == "user")
     if CLASSIFICATION_MARKER in system:
         # The seed's prompt asks for estimated_duration_hours, flowledger's for estimated_hours.
         hours_key = "estimated_duration_hours" if "estimated_duration_hours" in system else "estimated_hours"
@@ -313,7 +344,7 @@ class PromptCache:
     def cached_tokens(self, model: str, messages: list[dict[str, Any]], min_tokens: int) -> int:
         """Tokens of the system prompt ``model`` already saw (whole 64-token blocks, as
         providers bill)."""
-        system = "".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+        system = "".join(message_text(m) for m in messages if m.get("role") == "system")
         tokens = count_tokens(system) if system else 0
         if tokens < min_tokens:
             return 0
@@ -347,7 +378,7 @@ def completion_body(
     choice makes that tool call. With ``top_logprobs`` (not None), each choice carries the log
     probability of each token of its content, with that many alternatives. ``service_tier``:
     the tier it says served it."""
-    prompt = sum(count_tokens(str(m.get("content") or "")) + 4 for m in messages) + 3
+    prompt = sum(message_tokens(m) for m in messages) + 3
     reasoning = rng.randint(16, 96) if thinks(model) else 0
     shown, finish = count_tokens(content), "stop"
     if max_tokens is not None and reasoning + shown > max_tokens:

@@ -528,3 +528,47 @@ def test_a_service_tier_openai_does_not_offer_is_refused() -> None:
         )
     assert isinstance(refused.value.body, dict)
     assert (refused.value.body["param"], refused.value.body["code"]) == ("service_tier", "invalid_value")
+
+
+def _prompt_tokens(url: str, messages: list[dict[str, object]]) -> int:
+    reply = httpx.post(
+        f"{url}/chat/completions",
+        json={"model": "gpt-4.1", "messages": messages},
+        headers={"Authorization": "Bearer sk-x"},
+    ).json()
+    return int(reply["usage"]["prompt_tokens"])
+
+
+def test_a_prompt_sent_as_content_parts_is_counted_by_its_text(simulator_url: str) -> None:
+    # The parts were counted as their Python repr ("[{'type': 'text', 'text': ...}]"): the
+    # same question was 17 prompt tokens as a string and 24 as one text part.
+    text = "where is my order A1001? please answer"
+    as_string = _prompt_tokens(simulator_url, [{"role": "user", "content": text}])
+    as_parts = _prompt_tokens(
+        simulator_url,
+        [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": text[:20]}, {"type": "text", "text": text[20:]}],
+            }
+        ],
+    )
+    assert as_parts == as_string
+
+
+@pytest.mark.parametrize(("detail", "tokens"), [("low", 85), ("high", 765)])
+def test_an_image_costs_its_tiles_not_the_length_of_its_data_url(
+    simulator_url: str, detail: str, tokens: int
+) -> None:
+    # A 400 KB data URL was counted as 100,000 prompt tokens, priced as text by every client;
+    # OpenAI bills an image by detail and tiles (85 at low detail, 765 for a 1024x1024 at high).
+    text = [{"type": "text", "text": "what is in this picture?"}]
+    without = _prompt_tokens(simulator_url, [{"role": "user", "content": text}])
+    for size in (100, 400_000):
+        image = {
+            "type": "image_url",
+            "image_url": {"url": "data:image/png;base64," + "A" * size, "detail": detail},
+        }
+        assert (
+            _prompt_tokens(simulator_url, [{"role": "user", "content": [*text, image]}]) == without + tokens
+        )
