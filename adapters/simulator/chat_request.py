@@ -14,7 +14,7 @@ import re
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS, thinks
+from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS, count_tokens, thinks
 from flowledger.adapters.simulator.tool_calls import ForcedCall, check_name, check_tool_turns, forced_call
 from flowledger.adapters.simulator.wire import BadRequest
 from flowledger.domain.model_parameters import takes_completion_tokens_only
@@ -126,6 +126,9 @@ class ChatRequest(NamedTuple):
     """The ``stop`` sequences: the reply ends before the first it holds."""
     service_tier: str = "default"
     """The tier the reply says served it (``SERVED_TIERS``)."""
+    tool_tokens: int = 0
+    """The prompt tokens of the function definitions offered (``tools``, ``functions``), which
+    OpenAI bills with the prompt."""
 
 
 def chat_request(raw: bytes) -> ChatRequest:
@@ -205,6 +208,7 @@ def chat_request(raw: bytes) -> ChatRequest:
     call = top_logprobs = None
     stops: tuple[str, ...] = ()
     tier = "default"
+    tool_tokens = 0
     if not _READ.issuperset(request):  # the other fields OpenAI takes, checked as it checks them
         _check_other_fields(request)
         call = forced_call(request)
@@ -213,6 +217,7 @@ def chat_request(raw: bytes) -> ChatRequest:
         stop = request.get("stop")
         stops = (stop,) if type(stop) is str else tuple(stop or ())
         tier = SERVED_TIERS[request.get("service_tier") or "default"]
+        tool_tokens = _definition_tokens(request)
         if _json_mode(request) and not _says_json(messages):
             # Answered 200: a client asking for JSON mode without saying so passed here and
             # was refused every call by OpenAI.
@@ -233,7 +238,20 @@ def chat_request(raw: bytes) -> ChatRequest:
         top_logprobs,
         stops,
         tier,
+        tool_tokens,
     )
+
+
+def _definition_tokens(request: dict[str, Any]) -> int:
+    """The prompt tokens of the functions offered (their JSON, four characters a token)."""
+    tools = [tool.get("function") for tool in request.get("tools") or () if tool.get("type") == "function"]
+    offered = [*tools, *(request.get("functions") or ())]
+    if not offered:
+        return 0
+    try:
+        return count_tokens(json.dumps(offered))
+    except RecursionError:  # nested as deep as the parser took: counted by the functions alone
+        return len(offered)
 
 
 def _schema_of(request: dict[str, Any]) -> dict[str, Any] | None:

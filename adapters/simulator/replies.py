@@ -214,7 +214,8 @@ def message_text(message: dict[str, Any]) -> str:
 
 def message_tokens(message: dict[str, Any]) -> int:
     """A message's prompt tokens: its text, an image by its detail (not by the length of its
-    data URL: a 400 KB one was counted as 100,000 tokens), and 4 for the message's framing.
+    data URL: a 400 KB one was counted as 100,000 tokens), the calls an assistant's message
+    made (their names and arguments), and 4 for the message's framing.
     Parts were counted as their Python repr (``[{'type': 'text', ...}]``), more than their text."""
     content = message.get("content")
     images = 0
@@ -224,7 +225,21 @@ def message_tokens(message: dict[str, Any]) -> int:
                 image = part.get("image_url")
                 low = type(image) is dict and image.get("detail") == "low"
                 images += LOW_DETAIL_IMAGE_TOKENS if low else HIGH_DETAIL_IMAGE_TOKENS
-    return count_tokens(message_text(message)) + images + 4
+    made = _calls_made(message)
+    return count_tokens(message_text(message)) + images + (count_tokens(made) if made else 0) + 4
+
+
+def _calls_made(message: dict[str, Any]) -> str:
+    """The names and arguments of the calls an assistant's message made (``tool_calls``, or the
+    legacy ``function_call``)."""
+    calls = message.get("tool_calls")
+    functions = [call.get("function") for call in calls if type(call) is dict] if type(calls) is list else []
+    functions.append(message.get("function_call"))
+    return "".join(
+        f"{function.get('name', '')}{function.get('arguments', '')}"
+        for function in functions
+        if type(function) is dict
+    )
 
 
 def cut_at_stop(content: str, stops: tuple[str, ...]) -> str:
@@ -371,6 +386,7 @@ def completion_body(
     call: ForcedCall | None = None,
     top_logprobs: int | None = None,
     service_tier: str = "default",
+    tool_tokens: int = 0,
 ) -> dict[str, Any]:
     """A chat.completion object with OpenAI-shaped usage (cached and reasoning details): ``n``
     identical choices, each cut to ``max_tokens`` (reasoning spends them first), and then
@@ -378,7 +394,7 @@ def completion_body(
     choice makes that tool call. With ``top_logprobs`` (not None), each choice carries the log
     probability of each token of its content, with that many alternatives. ``service_tier``:
     the tier it says served it."""
-    prompt = sum(message_tokens(m) for m in messages) + 3
+    prompt = sum(message_tokens(m) for m in messages) + 3 + tool_tokens
     reasoning = rng.randint(16, 96) if thinks(model) else 0
     shown, finish = count_tokens(content), "stop"
     if max_tokens is not None and reasoning + shown > max_tokens:

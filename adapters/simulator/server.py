@@ -236,6 +236,7 @@ class Simulator:
             call=request.call,
             top_logprobs=request.top_logprobs,
             service_tier=request.service_tier,
+            tool_tokens=request.tool_tokens,
         )
         self.stats["served"] += 1
         self._count_model(model)

@@ -572,3 +572,41 @@ def test_an_image_costs_its_tiles_not_the_length_of_its_data_url(
         assert (
             _prompt_tokens(simulator_url, [{"role": "user", "content": [*text, image]}]) == without + tokens
         )
+
+
+def test_the_tools_offered_and_the_calls_made_count_as_prompt_tokens(simulator_url: str) -> None:
+    # OpenAI bills the function definitions a request offers, and the calls an assistant's
+    # message made, as prompt tokens; the simulator counted neither, so an agent's prompt with
+    # ten tools cost what it cost with none.
+    question = [{"role": "user", "content": "where is my order A1001?"}]
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_order",
+            "description": "Look up one order by its id. " * 20,
+            "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+        },
+    }
+
+    def prompt_tokens(**fields: object) -> int:
+        reply = httpx.post(
+            f"{simulator_url}/chat/completions",
+            json={"model": "gpt-4.1", "messages": question, **fields},
+            headers={"Authorization": "Bearer sk-x"},
+        ).json()
+        return int(reply["usage"]["prompt_tokens"])
+
+    alone = prompt_tokens()
+    assert prompt_tokens(tools=[tool]) >= alone + len(json.dumps(tool["function"])) // 4
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_order", "arguments": json.dumps({"order_id": "A1001" * 100})},
+    }
+    turn = [
+        *question,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "shipped"},
+    ]
+    answered = _prompt_tokens(simulator_url, turn)
+    assert answered >= alone + len(call["function"]["arguments"]) // 4
