@@ -188,12 +188,15 @@ def chat_request(raw: bytes) -> ChatRequest:
             "The 'stream_options' parameter is only allowed when 'stream' is enabled.", param="stream_options"
         )
     cap = request.get("max_tokens")
-    if cap is not None and not (type(cap) is int and 1 <= cap <= MAX_COMPLETION_TOKENS):
-        raise _count_refusal("max_tokens", cap, MAX_COMPLETION_TOKENS)
+    if cap is not None:
+        if not (type(cap) is int and 1 <= cap <= MAX_COMPLETION_TOKENS):
+            raise _count_refusal("max_tokens", cap, MAX_COMPLETION_TOKENS)
+        _check_model_writes("max_tokens", cap, model)
     newer = request.get("max_completion_tokens")
     if newer is not None:
         if not (type(newer) is int and 1 <= newer <= MAX_COMPLETION_TOKENS):
             raise _count_refusal("max_completion_tokens", newer, MAX_COMPLETION_TOKENS)
+        _check_model_writes("max_completion_tokens", newer, model)
         cap = newer if cap is None else min(cap, newer)
     temperature = request.get("temperature")
     if temperature is not None and not (type(temperature) in _NUMBER_TYPES and 0 <= temperature <= 2):
@@ -252,6 +255,28 @@ def _definition_tokens(request: dict[str, Any]) -> int:
         return count_tokens(json.dumps(offered))
     except RecursionError:  # nested as deep as the parser took: counted by the functions alone
         return len(offered)
+
+
+_MODEL_WRITES = (
+    (re.compile(r"gpt-4\.1(-mini|-nano)?(-[0-9]{4}-[0-9]{2}-[0-9]{2})?"), 32_768),
+    (re.compile(r"(chatgpt-)?gpt-4o(-mini)?(-[0-9]{4}-[0-9]{2}-[0-9]{2}|-latest)?"), 16_384),
+)
+"""The most completion tokens OpenAI's chat models of a smaller output than
+``MAX_COMPLETION_TOKENS`` write (gpt-4.1's 32,768, gpt-4o's 16,384), by name (dated too)."""
+
+
+def _check_model_writes(field: str, cap: int, model: str) -> None:
+    """Refuse a token cap past what ``model`` writes, as OpenAI does: gpt-4.1 took any cap up
+    to 128,000, and a client configured for 40,000 passed here and failed every call."""
+    name = model.rpartition("/")[2].lower()
+    most = next((most for pattern, most in _MODEL_WRITES if pattern.fullmatch(name)), MAX_COMPLETION_TOKENS)
+    if cap > most:
+        raise BadRequest(
+            f"{field} is too large: {cap}. This model supports at most {most} completion tokens,"
+            f" whereas you provided {cap}.",
+            param=field,
+            code="invalid_value",
+        )
 
 
 def _schema_of(request: dict[str, Any]) -> dict[str, Any] | None:

@@ -455,10 +455,45 @@ def test_a_count_out_of_range_or_not_an_integer_is_a_400(
     assert_invalid_request(answer, field)
 
 
-def test_the_largest_token_cap_is_answered(simulator: Simulator) -> None:
+@pytest.mark.parametrize(
+    ("model", "cap"),
+    [
+        ("gpt-5", 128_000),
+        ("deepseek-v3.2", 128_000),
+        ("gpt-4.1", 32_768),
+        ("gpt-4.1-mini", 32_768),
+        ("gpt-4o", 16_384),
+    ],
+)
+def test_the_largest_token_cap_is_answered(simulator: Simulator, model: str, cap: int) -> None:
+    field = "max_completion_tokens" if model == "gpt-5" else "max_tokens"
     with sdk(simulator) as client:
-        reply = client.chat.completions.create(model="gpt-4.1", messages=MESSAGES, max_tokens=128_000)
+        reply = client.chat.completions.create(model=model, messages=MESSAGES, **{field: cap})
     assert reply.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.usefixtures("no_traceback")
+@pytest.mark.parametrize(
+    ("model", "field", "most"),
+    [
+        ("gpt-4.1", "max_tokens", 32_768),
+        ("gpt-4.1-2025-04-14", "max_completion_tokens", 32_768),
+        ("openai/gpt-4o-mini", "max_tokens", 16_384),
+    ],
+)
+def test_a_token_cap_past_what_the_model_writes_is_refused_as_openai_refuses_it(
+    simulator: Simulator, model: str, field: str, most: int
+) -> None:
+    # gpt-4.1 took any cap up to 128,000 here, where OpenAI refuses more than the 32,768 tokens
+    # it writes: a client configured with max_tokens 40,000 passed here and failed every call.
+    refused = refused_by_sdk(simulator, {"model": model, field: most + 1})
+    assert refused.body == {
+        "message": f"{field} is too large: {most + 1}. This model supports at most {most} completion"
+        f" tokens, whereas you provided {most + 1}.",
+        "type": "invalid_request_error",
+        "param": field,
+        "code": "invalid_value",
+    }
 
 
 @pytest.mark.usefixtures("no_traceback")
