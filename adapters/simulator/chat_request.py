@@ -161,15 +161,17 @@ def chat_request(raw: bytes) -> ChatRequest:
             type(message) is dict
             and type(role := message.get("role")) is str
             and role in ROLES
-            # Only an assistant's message carrying tool calls may leave its content out.
+            # Only an assistant's message carrying tool calls, or a function's result, may leave
+            # its content out.
             and (
                 type(content := message.get("content")) is str
                 or (type(content) is list and content and all(_part_read(part) for part in content))
-                or (content is None and role == "assistant" and _calls_tools(message))
+                or (content is None and _may_have_no_content(role, message))
             )
-            # A tool's message answers a call: it names it.
+            # A tool's message answers a call: it names it; a function's names the function.
             and (role != "tool" or type(message.get("tool_call_id")) is str)
             and type(message.get("name", "")) is str
+            and (role != "function" or "name" in message)
         ):
             raise _message_refusal(index, message)
     if any(message["role"] == "tool" or message.get("tool_calls") for message in messages):
@@ -698,6 +700,12 @@ def _temperature_refusal(value: Any) -> BadRequest:
     )
 
 
+def _may_have_no_content(role: Any, message: dict[str, Any]) -> bool:
+    """An assistant's message carrying calls, or a function's result (the SDK's
+    ``ChatCompletionFunctionMessageParam`` takes null content; it was refused here)."""
+    return role == "function" or (role == "assistant" and _calls_tools(message))
+
+
 def _message_refusal(index: int, message: Any) -> BadRequest:
     where = f"messages[{index}]"
     if type(message) is not dict:
@@ -707,8 +715,10 @@ def _message_refusal(index: int, message: Any) -> BadRequest:
     if refused is not None:
         return refused
     content = message.get("content")
-    if content is None and (role != "assistant" or not _calls_tools(message)):
+    if content is None and not _may_have_no_content(role, message):
         return _missing(f"{where}.content")
+    if role == "function" and message.get("name") is None:
+        return _missing(f"{where}.name")
     if type(content) is list:
         if not content:
             return BadRequest(

@@ -744,6 +744,23 @@ def test_a_verbosity_the_model_takes_is_answered(simulator: Simulator, model: st
 
 
 @pytest.mark.usefixtures("no_traceback")
+def test_a_function_message_without_its_name_is_refused_as_openai_refuses_it(simulator: Simulator) -> None:
+    # It was answered 200: the SDK's function message requires its name (and OpenAI with it).
+    refused = refused_by_sdk(simulator, {"messages": [*MESSAGES, {"role": "function", "content": "sunny"}]})
+    assert refused.status_code == 400
+    assert_invalid_request(refused.body, "messages[1].name")
+    assert refused.code == "missing_required_parameter"
+
+
+def test_a_function_message_may_have_no_content(simulator: Simulator) -> None:
+    # The SDK's function message takes null content; it was refused as missing its content.
+    messages = [*MESSAGES, {"role": "function", "name": "lookup", "content": None}]
+    with sdk(simulator) as client:
+        reply = client.chat.completions.create(model="gpt-4.1", messages=messages)
+    assert reply.choices[0].message.content
+
+
+@pytest.mark.usefixtures("no_traceback")
 @pytest.mark.parametrize("stream", [None, False])
 def test_stream_options_without_a_stream_is_refused_as_openai_refuses_it(
     simulator: Simulator, stream: bool | None
