@@ -156,8 +156,7 @@ class Simulator:
             method, path, headers = request.method, request.path, request.headers
             if not self._authorised(headers):
                 self.stats["rejected"] += 1
-                refused = error_body("invalid api key", "invalid_request_error", code="invalid_api_key")
-                await send_json(writer, 401, refused)
+                await send_json(writer, 401, _key_refusal(headers.get("authorization", "")))
             elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
                 return await self._chat(request, reader, writer)
             elif method == "GET" and path in ("/v1/models", "/models"):
@@ -336,3 +335,22 @@ def run_simulator(config: SimulatorConfig | None = None) -> Iterator[Simulator]:
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
+
+
+def _key_refusal(authorization: str) -> dict[str, Any]:
+    """OpenAI's 401: a key left out is said to be missing (code null), a wrong one quoted with
+    all but its first three and last four characters masked (both were "invalid api key")."""
+    key = authorization[7:].strip() if authorization.startswith("Bearer ") else ""
+    if not key:
+        return error_body(
+            "You didn't provide an API key. You need to provide your API key in an Authorization header"
+            " using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+            "invalid_request_error",
+        )
+    shown = key[:3] + "*" * min(len(key) - 7, 40) + key[-4:] if len(key) > 7 else "*" * len(key)
+    return error_body(
+        f"Incorrect API key provided: {shown}. You can find your API key at"
+        " https://platform.openai.com/account/api-keys.",
+        "invalid_request_error",
+        code="invalid_api_key",
+    )

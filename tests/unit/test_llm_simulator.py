@@ -230,6 +230,21 @@ def test_a_configured_key_is_enforced() -> None:
         assert simulator.stats["rejected"] == 1
 
 
+def test_a_refused_key_is_answered_as_openai_answers_it() -> None:
+    # Both were "invalid api key" with code invalid_api_key: OpenAI says a missing key is
+    # missing (code null) and quotes a wrong key masked, its end only.
+    with run_simulator(SimulatorConfig(api_key="sk-right-key-1", latency_ms=1)) as simulator:
+        url = f"{simulator.base_url}/models"
+        missing = httpx.get(url).json()["error"]
+        wrong = httpx.get(url, headers={"Authorization": "Bearer sk-wrong-key-9876"}).json()["error"]
+    assert missing["code"] is None
+    assert missing["message"].startswith("You didn't provide an API key.")
+    assert wrong["code"] == "invalid_api_key"
+    assert wrong["message"].startswith("Incorrect API key provided: sk-*")
+    assert "9876." in wrong["message"]
+    assert "wrong-key" not in wrong["message"]
+
+
 def test_fault_rates_are_drawn_in_proportion() -> None:
     faults = FaultRates(rate_limited=0.2, server_error=0.1, dropped=0.1)
     with run_simulator(SimulatorConfig(latency_ms=0, faults=faults, seed=3)) as simulator:
