@@ -14,17 +14,16 @@ import re
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS, count_tokens, thinks
-from flowledger.adapters.simulator.tool_calls import ForcedCall, check_name, check_tool_turns, forced_call
+from flowledger.adapters.simulator.field_checks import CHECKS, NUMBER_TYPES, SERVED_TIERS
+from flowledger.adapters.simulator.refusals import count_refusal, invalid_type, invalid_value, kind, missing
+from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS, count_tokens
+from flowledger.adapters.simulator.tool_calls import ForcedCall, check_tool_turns, forced_call
 from flowledger.adapters.simulator.wire import BadRequest
 from flowledger.domain.model_parameters import takes_completion_tokens_only
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_CHOICES = 128
 """The most choices (``n``) a request may ask for, as OpenAI allows."""
-MAX_STOPS = 4
-"""The most stop sequences a request may give, as OpenAI allows."""
-MAX_TOP_LOGPROBS = 20
 MAX_COMPLETION_TOKENS = 128_000
 """The most ``max_tokens`` (or ``max_completion_tokens``) a request may ask for: the largest
 completion an OpenAI chat model takes (gpt-5's), which refuses more with a 400. The simulator
@@ -82,25 +81,8 @@ KNOWN_FIELDS = _READ | frozenset(
 )
 """Every request field OpenAI's chat completions take (the official SDK's
 ``CompletionCreateParams``, 2.x); another is refused as OpenAI refuses it."""
-_RESPONSE_FORMATS = ("json_object", "json_schema", "text")
-SERVED_TIERS = {
-    "auto": "default",
-    "default": "default",
-    "flex": "flex",
-    "scale": "scale",
-    "priority": "priority",
-    "fast": "priority",
-}
-"""The ``service_tier`` a reply says served it, by the one asked for (``default`` when none is):
-OpenAI's reply names the tier used, ``auto`` the project's (``default`` unless set otherwise),
-and ``fast`` is shown as ``priority``. The simulator's replies had none, read as None by the SDK."""
-_TOOL_CHOICES = ("auto", "none", "required")
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-"""The ``reasoning_effort`` values OpenAI names (the official SDK's ``ReasoningEffort``)."""
 PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 """The kinds of a message's content part OpenAI takes (a ``text`` one carries its ``text``)."""
-# json.loads builds exactly these types, so ``type(x) in`` is the whole check, and cheap.
-_NUMBER_TYPES = frozenset({int, float})
 
 
 class ChatRequest(NamedTuple):
@@ -138,17 +120,17 @@ def chat_request(raw: bytes) -> ChatRequest:
     except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
         raise BadRequest("We could not parse the JSON body of your request.") from None
     if type(request) is not dict:
-        raise BadRequest(f"The request body must be a JSON object, got {_kind(request)}.")
+        raise BadRequest(f"The request body must be a JSON object, got {kind(request)}.")
     model = request.get("model")
     if type(model) is not str:
-        raise _invalid_type("model", "a string", model)
+        raise invalid_type("model", "a string", model)
     if not model.strip():  # answered 200 as a model named "": OpenAI names no model so
         raise _blank_model(model)
     if len(model) > MAX_MODEL_LENGTH or not (model.isascii() and model.isprintable()):
         _check_model_name(model)
     messages = request.get("messages")
     if type(messages) is not list:
-        raise _invalid_type("messages", "an array of objects", messages)
+        raise invalid_type("messages", "an array of objects", messages)
     if not messages:
         raise BadRequest(
             "Invalid 'messages': empty array. Expected an array with minimum length 1.",
@@ -178,13 +160,13 @@ def chat_request(raw: bytes) -> ChatRequest:
         check_tool_turns(messages)
     stream = request.get("stream")
     if stream is not None and type(stream) is not bool:  # "false" is a non-empty string: truthy
-        raise _invalid_type("stream", "a boolean", stream)
+        raise invalid_type("stream", "a boolean", stream)
     options = request.get("stream_options")
     if options is not None and type(options) is not dict:
-        raise _invalid_type("stream_options", "an object", options)
+        raise invalid_type("stream_options", "an object", options)
     include_usage = options.get("include_usage") if options else None
     if include_usage is not None and type(include_usage) is not bool:
-        raise _invalid_type("stream_options.include_usage", "a boolean", include_usage)
+        raise invalid_type("stream_options.include_usage", "a boolean", include_usage)
     if options is not None and not stream:  # answered 200: such a client failed at OpenAI
         raise BadRequest(
             "The 'stream_options' parameter is only allowed when 'stream' is enabled.", param="stream_options"
@@ -192,16 +174,16 @@ def chat_request(raw: bytes) -> ChatRequest:
     cap = request.get("max_tokens")
     if cap is not None:
         if not (type(cap) is int and 1 <= cap <= MAX_COMPLETION_TOKENS):
-            raise _count_refusal("max_tokens", cap, MAX_COMPLETION_TOKENS)
+            raise count_refusal("max_tokens", cap, MAX_COMPLETION_TOKENS)
         _check_model_writes("max_tokens", cap, model)
     newer = request.get("max_completion_tokens")
     if newer is not None:
         if not (type(newer) is int and 1 <= newer <= MAX_COMPLETION_TOKENS):
-            raise _count_refusal("max_completion_tokens", newer, MAX_COMPLETION_TOKENS)
+            raise count_refusal("max_completion_tokens", newer, MAX_COMPLETION_TOKENS)
         _check_model_writes("max_completion_tokens", newer, model)
         cap = newer if cap is None else min(cap, newer)
     temperature = request.get("temperature")
-    if temperature is not None and not (type(temperature) in _NUMBER_TYPES and 0 <= temperature <= 2):
+    if temperature is not None and not (type(temperature) in NUMBER_TYPES and 0 <= temperature <= 2):
         raise _temperature_refusal(temperature)
     if takes_completion_tokens_only(model):
         _check_reasoning_model(request, temperature)
@@ -209,7 +191,7 @@ def chat_request(raw: bytes) -> ChatRequest:
     if n is None:
         n = 1
     elif not (type(n) is int and 1 <= n <= MAX_CHOICES):
-        raise _count_refusal("n", n, MAX_CHOICES)
+        raise count_refusal("n", n, MAX_CHOICES)
     call = top_logprobs = None
     stops: tuple[str, ...] = ()
     tier = "default"
@@ -373,283 +355,9 @@ def _check_other_fields(request: dict[str, Any]) -> None:
             raise BadRequest(f"Unrecognized request argument supplied: {name[:100]}")
         if value is None:
             continue
-        check = _CHECKS.get(name)
+        check = CHECKS.get(name)
         if check is not None:
             check(name, value, request)
-
-
-def _number_within(least: float, most: float) -> Any:
-    def check(name: str, value: Any, _request: dict[str, Any]) -> None:
-        if type(value) not in _NUMBER_TYPES:  # nor bool
-            raise _invalid_type(name, "a decimal", value)
-        if not value <= most:  # NaN too (json.loads reads it)
-            raise _decimal_refusal(name, value, "above maximum", f"<= {most:g}", "decimal_above_max_value")
-        if not value >= least:
-            raise _decimal_refusal(name, value, "below minimum", f">= {least:g}", "decimal_below_min_value")
-
-    return check
-
-
-def _of_type(kind: type, expected: str) -> Any:
-    def check(name: str, value: Any, _request: dict[str, Any]) -> None:
-        if type(value) is not kind:  # a bool is not an int here
-            raise _invalid_type(name, expected, value)
-
-    return check
-
-
-def _check_top_logprobs(name: str, value: Any, request: dict[str, Any]) -> None:
-    if not (type(value) is int and 0 <= value <= MAX_TOP_LOGPROBS):
-        if type(value) is int and value < 0:
-            raise BadRequest(
-                f"Invalid '{name}': integer below minimum value. "
-                f"Expected a value >= 0, but got {value} instead.",
-                param=name,
-                code="integer_below_min_value",
-            )
-        raise _count_refusal(name, value, MAX_TOP_LOGPROBS)
-    if request.get("logprobs") is not True:
-        raise BadRequest(
-            "Invalid value for 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is given.",
-            param=name,
-            code="invalid_value",
-        )
-
-
-def _check_stop(name: str, value: Any, _request: dict[str, Any]) -> None:
-    if type(value) is str:
-        return
-    if type(value) is not list:
-        raise _invalid_type(name, "a string or an array of strings", value)
-    if len(value) > MAX_STOPS:
-        raise BadRequest(
-            f"Invalid '{name}': array too long. Expected an array with maximum length {MAX_STOPS}, "
-            f"but got an array with length {len(value)} instead.",
-            param=name,
-            code="array_above_max_length",
-        )
-    for index, item in enumerate(value):
-        if type(item) is not str:
-            raise _invalid_type(f"{name}[{index}]", "a string", item)
-
-
-def _check_response_format(name: str, value: Any, _request: dict[str, Any]) -> None:
-    if type(value) is not dict:
-        raise _invalid_type(name, "an object", value)
-    kind = value.get("type")
-    if kind is None:
-        raise _missing(f"{name}.type")
-    if kind not in _RESPONSE_FORMATS:
-        raise _invalid_value(f"{name}.type", kind, _RESPONSE_FORMATS)
-    if kind == "json_schema" and type(value.get("json_schema")) is not dict:
-        if value.get("json_schema") is None:
-            raise _missing(f"{name}.json_schema")
-        raise _invalid_type(f"{name}.json_schema", "an object", value.get("json_schema"))
-    if kind == "json_schema":
-        # Its name is required and named as a function is: left out or "step decision", it
-        # was answered 200, and the SDK's callers that build the format by hand failed at OpenAI.
-        schema_name = value["json_schema"].get("name")
-        if type(schema_name) is not str:
-            if schema_name is None:
-                raise _missing(f"{name}.json_schema.name")
-            raise _invalid_type(f"{name}.json_schema.name", "a string", schema_name)
-        check_name(f"{name}.json_schema.name", schema_name)
-
-
-def _check_logit_bias(name: str, value: Any, _request: dict[str, Any]) -> None:
-    if type(value) is not dict:
-        raise _invalid_type(name, "an object", value)
-    for token, bias in value.items():
-        if not (token.isascii() and token.isdigit() and type(bias) in _NUMBER_TYPES and -100 <= bias <= 100):
-            raise BadRequest(
-                f"Invalid '{name}': each key must be a token id and each value a number from -100 to 100, "
-                f"got {token[:20]!r}: {str(bias)[:20]}.",
-                param=name,
-                code="invalid_value",
-            )
-
-
-def _check_tools(name: str, value: Any, _request: dict[str, Any]) -> None:
-    if type(value) is not list:
-        raise _invalid_type(name, "an array of objects", value)
-    for index, tool in enumerate(value):
-        if type(tool) is not dict:
-            raise _invalid_type(f"{name}[{index}]", "an object", tool)
-
-
-def _check_service_tier(name: str, value: Any, _request: dict[str, Any]) -> None:
-    if type(value) is not str:
-        raise _invalid_type(name, "a string", value)
-    if value not in SERVED_TIERS:
-        raise _invalid_value(name, value, tuple(SERVED_TIERS))
-
-
-def _check_tool_choice(name: str, value: Any, _request: dict[str, Any]) -> None:
-    if type(value) is dict:
-        return
-    if type(value) is not str:
-        raise _invalid_type(name, "a string or an object", value)
-    if value not in _TOOL_CHOICES:
-        raise _invalid_value(name, value, _TOOL_CHOICES)
-
-
-def _check_reasoning_effort(name: str, value: Any, request: dict[str, Any]) -> None:
-    """A thinking model's effort, one OpenAI names; a model that does not think refuses the
-    field, as OpenAI's gpt-4.1 does (it was answered 200, whatever it held, for any model)."""
-    if type(value) is not str:
-        raise _invalid_type(name, "a string", value)
-    if not thinks(request["model"]):
-        raise BadRequest(
-            f"Unsupported parameter: '{name}' is not supported with this model.",
-            param=name,
-            code="unsupported_parameter",
-        )
-    if value not in REASONING_EFFORTS:
-        raise _invalid_value(name, value, REASONING_EFFORTS)
-
-
-MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
-"""``metadata``: at most 16 pairs, keys of at most 64 characters, string values of at most 512."""
-MAX_SAFETY_IDENTIFIER = 128
-
-
-def _check_metadata(name: str, value: Any, _request: dict[str, Any]) -> None:
-    """OpenAI's metadata: string values, within its bounds (``{"order": 1001}`` was answered 200)."""
-    if type(value) is not dict:
-        raise _invalid_type(name, "an object", value)
-    if len(value) > MAX_METADATA_PAIRS:
-        raise BadRequest(
-            f"Invalid '{name}': too many properties. Expected an object with at most {MAX_METADATA_PAIRS}"
-            f" properties, but got an object with {len(value)} properties instead.",
-            param=name,
-        )
-    for key, item in value.items():
-        if len(key) > MAX_METADATA_KEY:
-            raise BadRequest(
-                f"Invalid '{name}': a key is longer than {MAX_METADATA_KEY} characters ({len(key)}).",
-                param=name,
-            )
-        if type(item) is not str:
-            raise _invalid_type(f"{name}.{key}", "a string", item)
-        _check_length(f"{name}.{key}", item, MAX_METADATA_VALUE)
-
-
-def _check_length(param: str, value: str, most: int) -> None:
-    if len(value) > most:
-        raise BadRequest(
-            f"Invalid '{param}': string too long. Expected a string with maximum length {most}, "
-            f"but got a string with length {len(value)} instead.",
-            param=param,
-            code="string_above_max_length",
-        )
-
-
-def _check_safety_identifier(name: str, value: Any, _request: dict[str, Any]) -> None:
-    if type(value) is not str:
-        raise _invalid_type(name, "a string", value)
-    _check_length(name, value, MAX_SAFETY_IDENTIFIER)
-
-
-def _one_of(choices: tuple[str, ...]) -> Any:
-    def check(name: str, value: Any, _request: dict[str, Any]) -> None:
-        if type(value) is not str:
-            raise _invalid_type(name, "a string", value)
-        if value not in choices:
-            raise _invalid_value(name, value, choices)
-
-    return check
-
-
-def _check_modalities(name: str, value: Any, _request: dict[str, Any]) -> None:
-    if type(value) is not list:
-        raise _invalid_type(name, "an array of strings", value)
-    for index, item in enumerate(value):
-        _one_of(("text", "audio"))(f"{name}[{index}]", item, _request)
-
-
-VERBOSITIES = ("low", "medium", "high")
-_TAKES_VERBOSITY = re.compile(r"gpt-5(\.[0-9]+)?(-(?!chat)[a-z0-9.-]*)?|gpt-5\.[0-9]+-chat[a-z0-9.-]*")
-"""gpt-5's models (gpt-5-mini, gpt-5.1, gpt-5.1-chat-latest; not gpt-5-chat-latest): the ones
-that take a ``verbosity`` other than ``medium``."""
-
-
-def _check_verbosity(name: str, value: Any, request: dict[str, Any]) -> None:
-    """``low``, ``medium`` or ``high``, and only ``medium`` for a model outside gpt-5's (it was
-    answered 200 whatever it held, for any model)."""
-    if type(value) is not str:
-        raise _invalid_type(name, "a string", value)
-    if value not in VERBOSITIES:
-        raise _invalid_value(name, value, VERBOSITIES)
-    model = request["model"].rpartition("/")[2].lower()
-    if value != "medium" and not _TAKES_VERBOSITY.fullmatch(model):
-        raise BadRequest(
-            f"Unsupported value: '{name}' does not support {value!r} with this model."
-            " Supported values are: 'medium'.",
-            param=name,
-            code="unsupported_value",
-        )
-
-
-_CHECKS: dict[str, Any] = {
-    "top_p": _number_within(0, 1),
-    "frequency_penalty": _number_within(-2, 2),
-    "presence_penalty": _number_within(-2, 2),
-    "seed": _of_type(int, "an integer"),
-    "logprobs": _of_type(bool, "a boolean"),
-    "store": _of_type(bool, "a boolean"),
-    "parallel_tool_calls": _of_type(bool, "a boolean"),
-    "user": _of_type(str, "a string"),
-    "metadata": _check_metadata,
-    "safety_identifier": _check_safety_identifier,
-    "prompt_cache_key": _of_type(str, "a string"),
-    "prompt_cache_retention": _one_of(("in_memory", "24h")),
-    "modalities": _check_modalities,
-    "top_logprobs": _check_top_logprobs,
-    "stop": _check_stop,
-    "response_format": _check_response_format,
-    "logit_bias": _check_logit_bias,
-    "tools": _check_tools,
-    "tool_choice": _check_tool_choice,
-    "service_tier": _check_service_tier,
-    "reasoning_effort": _check_reasoning_effort,
-    "verbosity": _check_verbosity,
-}
-"""How each field OpenAI takes (and the simulator does not read) is checked, as OpenAI checks it."""
-
-
-def _decimal_refusal(name: str, value: Any, side: str, expected: str, code: str) -> BadRequest:
-    return BadRequest(
-        f"Invalid '{name}': decimal {side} value. Expected a value {expected}, but got {value} instead.",
-        param=name,
-        code=code,
-    )
-
-
-def _invalid_value(param: str, value: Any, supported: tuple[str, ...]) -> BadRequest:
-    names = ", ".join(f"'{choice}'" for choice in supported)
-    return BadRequest(
-        f"Invalid value: {str(value)[:40]!r}. Supported values are: {names}.",
-        param=param,
-        code="invalid_value",
-    )
-
-
-def _count_refusal(name: str, value: Any, most: int | None = None) -> BadRequest:
-    """Why ``value`` is not a whole number from 1 (to ``most``)."""
-    if type(value) is not int:  # nor bool, which isinstance takes for an int
-        return _invalid_type(name, "an integer", value)
-    if value < 1:
-        return BadRequest(
-            f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got {value} instead.",
-            param=name,
-            code="integer_below_min_value",
-        )
-    return BadRequest(
-        f"Invalid '{name}': integer above maximum value. Expected a value <= {most}, "
-        f"but got {value} instead.",
-        param=name,
-        code="integer_above_max_value",
-    )
 
 
 _SAMPLING_FIELDS = ("top_p", "presence_penalty", "frequency_penalty", "logit_bias")
@@ -687,8 +395,8 @@ def _check_reasoning_model(request: dict[str, Any], temperature: Any) -> None:
 
 def _temperature_refusal(value: Any) -> BadRequest:
     """Why ``value`` is not a temperature OpenAI takes (a number from 0 to 2)."""
-    if type(value) not in _NUMBER_TYPES:  # nor bool
-        return _invalid_type("temperature", "a decimal", value)
+    if type(value) not in NUMBER_TYPES:  # nor bool
+        return invalid_type("temperature", "a decimal", value)
     if not value <= 2:  # NaN too (json.loads reads it)
         side, expected, code = "above maximum", "<= 2", "decimal_above_max_value"
     else:
@@ -709,16 +417,16 @@ def _may_have_no_content(role: Any, message: dict[str, Any]) -> bool:
 def _message_refusal(index: int, message: Any) -> BadRequest:
     where = f"messages[{index}]"
     if type(message) is not dict:
-        return _invalid_type(where, "an object", message)
+        return invalid_type(where, "an object", message)
     role = message.get("role")
     refused = _choice_refusal(f"{where}.role", role, ROLES)
     if refused is not None:
         return refused
     content = message.get("content")
     if content is None and not _may_have_no_content(role, message):
-        return _missing(f"{where}.content")
+        return missing(f"{where}.content")
     if role == "function" and message.get("name") is None:
-        return _missing(f"{where}.name")
+        return missing(f"{where}.name")
     if type(content) is list:
         if not content:
             return BadRequest(
@@ -731,7 +439,7 @@ def _message_refusal(index: int, message: Any) -> BadRequest:
             if not _part_read(part):
                 return _part_refusal(f"{where}.content[{part_index}]", part)
     elif type(content) is not str and content is not None:
-        return _invalid_type(f"{where}.content", "a string or an array of objects", content)
+        return invalid_type(f"{where}.content", "a string or an array of objects", content)
     if role == "tool" and type(message.get("tool_call_id")) is not str:
         if message.get("tool_call_id") is None:
             return BadRequest(
@@ -739,30 +447,30 @@ def _message_refusal(index: int, message: Any) -> BadRequest:
                 param=f"{where}.tool_call_id",
                 code="missing_required_parameter",
             )
-        return _invalid_type(f"{where}.tool_call_id", "a string", message.get("tool_call_id"))
-    return _invalid_type(f"{where}.name", "a string", message.get("name"))
+        return invalid_type(f"{where}.tool_call_id", "a string", message.get("tool_call_id"))
+    return invalid_type(f"{where}.name", "a string", message.get("name"))
 
 
 def _choice_refusal(param: str, value: Any, choices: Collection[str]) -> BadRequest | None:
     """Why ``value`` is not one of ``choices`` (missing, not a string, another), else None."""
     if value is None:
-        return _missing(param)
+        return missing(param)
     if type(value) is not str:
-        return _invalid_type(param, "a string", value)
+        return invalid_type(param, "a string", value)
     if value not in choices:
-        return _invalid_value(param, value, tuple(sorted(choices)))
+        return invalid_value(param, value, tuple(sorted(choices)))
     return None
 
 
 def _part_refusal(where: str, part: Any) -> BadRequest:
     if type(part) is not dict:
-        return _invalid_type(where, "an object", part)
+        return invalid_type(where, "an object", part)
     refused = _choice_refusal(f"{where}.type", part.get("type"), PART_TYPES)
     if refused is not None:
         return refused
     if part.get("text") is None:
-        return _missing(f"{where}.text")
-    return _invalid_type(f"{where}.text", "a string", part.get("text"))
+        return missing(f"{where}.text")
+    return invalid_type(f"{where}.text", "a string", part.get("text"))
 
 
 _MILLISECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
@@ -798,33 +506,3 @@ def fault_override(headers: dict[str, str]) -> str | None:
             code="invalid_value",
         )
     return given
-
-
-def _invalid_type(param: str, expected: str, got: Any) -> BadRequest:
-    if got is None and "." not in param and "[" not in param:
-        return _missing(param)
-    return BadRequest(
-        f"Invalid type for '{param}': expected {expected}, but got {_kind(got)} instead.",
-        param=param,
-        code="invalid_type",
-    )
-
-
-def _missing(param: str) -> BadRequest:
-    message = f"Missing required parameter: '{param}'."
-    return BadRequest(message, param=param, code="missing_required_parameter")
-
-
-def _kind(value: Any) -> str:
-    """The JSON type of ``value``, as OpenAI's messages name it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a decimal"
-    if isinstance(value, str):
-        return "a string"
-    return "an array" if isinstance(value, list) else "an object"
