@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from flowledger.adapters.simulator.refusals import (
+    check_length,
     count_refusal,
     decimal_refusal,
     invalid_type,
@@ -192,23 +193,13 @@ def _check_metadata(name: str, value: Any, _request: dict[str, Any]) -> None:
             )
         if type(item) is not str:
             raise invalid_type(f"{name}.{key}", "a string", item)
-        _check_length(f"{name}.{key}", item, MAX_METADATA_VALUE)
-
-
-def _check_length(param: str, value: str, most: int) -> None:
-    if len(value) > most:
-        raise BadRequest(
-            f"Invalid '{param}': string too long. Expected a string with maximum length {most}, "
-            f"but got a string with length {len(value)} instead.",
-            param=param,
-            code="string_above_max_length",
-        )
+        check_length(f"{name}.{key}", item, MAX_METADATA_VALUE)
 
 
 def _check_safety_identifier(name: str, value: Any, _request: dict[str, Any]) -> None:
     if type(value) is not str:
         raise invalid_type(name, "a string", value)
-    _check_length(name, value, MAX_SAFETY_IDENTIFIER)
+    check_length(name, value, MAX_SAFETY_IDENTIFIER)
 
 
 def _one_of(choices: tuple[str, ...]) -> Any:

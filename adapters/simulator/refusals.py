@@ -71,3 +71,14 @@ def kind(value: Any) -> str:
     if isinstance(value, str):
         return "a string"
     return "an array" if isinstance(value, list) else "an object"
+
+
+def check_length(param: str, value: str, most: int) -> None:
+    """Refuse ``value`` when it is longer than ``most`` characters."""
+    if len(value) > most:
+        raise BadRequest(
+            f"Invalid '{param}': string too long. Expected a string with maximum length {most}, "
+            f"but got a string with length {len(value)} instead.",
+            param=param,
+            code="string_above_max_length",
+        )

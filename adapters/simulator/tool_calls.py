@@ -17,6 +17,7 @@ import random
 import re
 from typing import Any, NamedTuple
 
+from flowledger.adapters.simulator.refusals import check_length
 from flowledger.adapters.simulator.structured import fitted_reply
 from flowledger.adapters.simulator.wire import BadRequest
 
@@ -111,13 +112,7 @@ def check_name(param: str, name: str) -> None:
             param=param,
             code="empty_string",
         )
-    if len(name) > MAX_FUNCTION_NAME:
-        raise BadRequest(
-            f"Invalid '{param}': string too long. Expected a string with maximum length "
-            f"{MAX_FUNCTION_NAME}, but got a string with length {len(name)} instead.",
-            param=param,
-            code="string_above_max_length",
-        )
+    check_length(param, name, MAX_FUNCTION_NAME)
     if not _FUNCTION_NAME.fullmatch(name):
         raise BadRequest(
             f"Invalid '{param}': string does not match pattern. Expected a string that matches the"
