@@ -46,8 +46,14 @@ TEST_WORKERS ?= 3
 # passed alone every time.
 RERUN_ON := --reruns 1 --reruns-delay 1 --only-rerun '^TimeoutError: timed out' --only-rerun '^ReadTimeout' \
 	--only-rerun '^PoolTimeout' --only-rerun 'deadline passed before a connection was taken'
+# Work stealing: each worker starts on its own contiguous share of the tests (a module's tests
+# stay together, its module fixtures set up once) and a worker that runs dry takes half of
+# another's remaining share; pytest-xdist's default dealt the first quarter round-robin. Two
+# clean-clone runs on one machine at the same commit, nothing else running: 894 s with the
+# default, 756 s with work stealing (6,239 tests, 2026-12-07).
+TEST_DIST ?= worksteal
 test: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n $(TEST_WORKERS) $(RERUN_ON) -rR --cov --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_FLOOR)
+	PYTHONDONTWRITEBYTECODE= HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n $(TEST_WORKERS) --dist $(TEST_DIST) $(RERUN_ON) -rR --cov --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_FLOOR)
 
 # The property tests with many more examples (Hypothesis profile "deep"); a test may take
 # many minutes here, so the per-test timeout is 30 minutes instead of 5.
