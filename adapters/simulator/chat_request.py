@@ -15,7 +15,14 @@ from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from flowledger.adapters.simulator.field_checks import CHECKS, NUMBER_TYPES, SERVED_TIERS
-from flowledger.adapters.simulator.refusals import count_refusal, invalid_type, invalid_value, kind, missing
+from flowledger.adapters.simulator.refusals import (
+    check_length,
+    count_refusal,
+    invalid_type,
+    invalid_value,
+    kind,
+    missing,
+)
 from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS, count_tokens
 from flowledger.adapters.simulator.tool_calls import ForcedCall, check_tool_turns, forced_call
 from flowledger.adapters.simulator.wire import BadRequest
@@ -328,13 +335,7 @@ def plays_model(model: str) -> bool:
 def _check_model_name(model: str) -> None:
     """Raise ``BadRequest`` for a model name too long or holding a control character (a NUL
     was answered 200 and echoed back); any other name is played."""
-    if len(model) > MAX_MODEL_LENGTH:
-        raise BadRequest(
-            f"Invalid 'model': string too long. Expected a string with maximum length {MAX_MODEL_LENGTH}, "
-            f"but got a string with length {len(model)} instead.",
-            param="model",
-            code="string_above_max_length",
-        )
+    check_length("model", model, MAX_MODEL_LENGTH)
     found = _NOT_IN_MODEL.search(model)
     if found is not None:
         raise BadRequest(
