@@ -17,7 +17,10 @@ FlowledgerError
 │       └── IdempotencyKeyOfAnotherKind  the key already names a step, or an expiry change
 ├── ConcurrentUpdate           optimistic-concurrency retries ran out
 ├── EngineClosed               the engine was closed: a programming error, not an outage;
-│                              carries ``operation``
+│   │                          carries ``operation``
+│   └── AnswerNotSaved         it closed before a step's answer, paid for, was saved: the
+│                              step is not recorded; carries ``session_id`` and the
+│                              ``idempotency_key`` to retry it under
 ├── StoreUnavailable           the event store did not answer within its deadline;
 │   │                          carries ``operation`` and ``retry_after`` (seconds)
 │   └── StoreRefused           the server refused the login (no such database or role,
@@ -327,6 +330,25 @@ class EngineClosed(FlowledgerError):
     def __init__(self, operation: str) -> None:
         super().__init__(f"this engine is closed ({operation}): build a new Engine to go on")
         self.operation = operation
+
+
+class AnswerNotSaved(EngineClosed):
+    """The engine closed before the model's answer to a step, paid for, could be saved.
+
+    Not a bug of the caller's: the step was begun before the close. It is not recorded; a retry
+    under ``idempotency_key`` on an open engine takes the step over once its lease lapses (the
+    model is called again)."""
+
+    def __init__(self, session_id: str, idempotency_key: str) -> None:
+        super().__init__("process a step")
+        FlowledgerError.__init__(
+            self,
+            f"this engine closed before the model's answer to a step of session {session_id!r} could"
+            f" be saved: the step is not recorded; retry it under idempotency key {idempotency_key!r}"
+            " on an open engine (it is taken over once its lease lapses)",
+        )
+        self.session_id = session_id
+        self.idempotency_key = idempotency_key
 
 
 OUTCOME_UNKNOWN_NOTE = (

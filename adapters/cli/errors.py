@@ -62,6 +62,8 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.CircuitOpen, 7),
     (errors.LlmNotConfigured, 7),
     (errors.LlmError, 7),
+    # The engine closed before a step's paid answer was saved: retry under the key (EX_TEMPFAIL).
+    (errors.AnswerNotSaved, 75),
     # A command ran on an engine already closed: a bug in flowledger, not an outage (EX_SOFTWARE).
     (errors.EngineClosed, 70),
     # The store did not answer within its deadline: retry later (sysexits' EX_TEMPFAIL).

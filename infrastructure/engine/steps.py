@@ -16,7 +16,6 @@ import contextlib
 import contextvars
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ from flowledger.domain.bounds import require_flag, require_model, require_object
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
     OUTCOME_UNKNOWN_NOTE,
+    AnswerNotSaved,
     BudgetExceeded,
     ConcurrentUpdate,
     EngineClosed,
@@ -50,6 +50,7 @@ from flowledger.domain.session_rules import require_owner
 from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
+from flowledger.infrastructure.engine.answer_savers import AnswerSavers
 from flowledger.infrastructure.engine.budgets import BudgetService, call_cost, held_estimate, step_hold_id
 from flowledger.infrastructure.engine.merged_input import require_same_merge
 from flowledger.infrastructure.engine.sessions import SessionService
@@ -83,6 +84,9 @@ class StepService:
     save_retry_s: float = 120.0
     """How long a worker keeps trying to save a paid answer the store would not take. Below the
     budgets' RESERVATION_TTL_S (600 s): a settlement tried again counts only a hold still held."""
+    close_wait_s: float = 5.0
+    """How long ``close`` waits, in all, for the answers still being saved before it gives them up
+    (their steps are then taken over once their leases lapse, and the model called again)."""
 
     def __init__(
         self,
@@ -103,9 +107,8 @@ class StepService:
         self.executor = executor
         """The threads database work runs on (blocking, psycopg): shared by the engines of one store."""
         # Answers still being saved after their caller was told the store is unavailable: each
-        # on a thread of its own, with its own event loop (``_save_later``), and the task there.
-        self._savers: set[asyncio.Future[None]] = set()
-        self._saver_threads: set[threading.Thread] = set()
+        # on a thread of its own, with its own event loop (``_save_later``).
+        self._savers = AnswerSavers()
 
     @property
     def lease(self) -> timedelta:
@@ -212,10 +215,9 @@ class StepService:
         return llm, StepCall(session_id, step, payload, model, key, merge_input, asked, user_id=user_id)
 
     async def aclose(self) -> None:
-        """Close the LLM adapter (when it has ``aclose``) and the worker threads."""
-        self._stop_savers()
-        for thread in list(self._saver_threads):
-            await asyncio.to_thread(thread.join)
+        """Finish the answers still being saved (``close``), then close the LLM adapter (when it
+        has ``aclose``) and the worker threads."""
+        await asyncio.to_thread(self._savers.close, self.close_wait_s)
         closer = getattr(self.llm, "aclose", None)
         if closer is not None:
             await closer()
@@ -223,19 +225,12 @@ class StepService:
         await asyncio.to_thread(self.executor.shutdown, True)
 
     def close(self, *, executor: bool = True) -> None:
-        """Stop the answers still being saved and, unless ``executor`` is False (the threads
-        belong to another engine of the store, ``Engine.for_tenant``), the worker threads
-        (without waiting for them)."""
-        self._stop_savers()
+        """Wait up to ``close_wait_s`` for the answers still being saved, give up the rest (their
+        threads ended) and, unless ``executor`` is False (the threads belong to another engine of
+        the store, ``Engine.for_tenant``), shut the worker threads down (without waiting)."""
+        self._savers.close(self.close_wait_s)
         if executor:
             self.executor.shutdown(wait=False)
-
-    def _stop_savers(self) -> None:
-        """Cancel the answers still being saved, each in its own thread's loop."""
-        for saver in list(self._savers):
-            loop = saver.get_loop()
-            with contextlib.suppress(RuntimeError):  # its loop ended meanwhile
-                loop.call_soon_threadsafe(saver.cancel)
 
     async def _run(self, llm: LlmPort, call: StepCall) -> StepOutcome:
         while True:
@@ -333,12 +328,20 @@ class StepService:
             # The answer was paid for. Given up on here, the step stayed pending, a retry waited
             # out its lease, recorded worker_lost and called the model again, and this answer's
             # cost was in no event: keep saving it, holding the key, and let the caller know now.
-            # (Saves that lost every race to other writers, ConcurrentUpdate, likewise.)
-            self._save_later(call, go, reply, unsettled, at)
+            # (Saves that lost every race to other writers, ConcurrentUpdate, likewise.) Refused
+            # once the engine is closing (AnswerNotSaved, naming the key).
+            try:
+                self._save_later(call, go, reply, unsettled, at)
+            except AnswerNotSaved as refused:
+                raise refused from error
             told = _being_saved(error, call.key) if isinstance(error, StoreUnavailable) else error
             if told is error:
                 raise
             raise told from error
+        except EngineClosed as error:
+            # Closed while the model answered: the caller was told a bare EngineClosed naming no
+            # key, although the step was begun and its answer paid for.
+            raise AnswerNotSaved(call.session_id, call.key) from error
         except FlowledgerError:
             raise
         except Exception as error:
@@ -373,27 +376,10 @@ class StepService:
         """``_keep_saving`` on a thread of its own, in an event loop of its own: a task of the
         caller's loop was cancelled when that loop ended (a script running each step with
         ``asyncio.run``), the answer, paid for, then in no event and the model called again by
-        the retry. Run in a copy of the caller's context, as a task would be (``acting_as``)."""
-
-        async def save() -> None:
-            saver = asyncio.ensure_future(self._keep_saving(call, go, reply, unsettled, at))
-            self._savers.add(saver)
-            try:
-                await saver
-            finally:
-                self._savers.discard(saver)
-                self._saver_threads.discard(threading.current_thread())
-
-        def run() -> None:
-            with contextlib.suppress(asyncio.CancelledError):  # its engine closed: given up
-                asyncio.run(save())
-
-        context = contextvars.copy_context()
-        thread = threading.Thread(
-            target=context.run, args=(run,), name="flowledger-answer-saver", daemon=True
+        the retry. AnswerNotSaved once the engine's close has stopped taking answers."""
+        self._savers.start(
+            partial(self._keep_saving, call, go, reply, unsettled, at), call.session_id, call.key
         )
-        self._saver_threads.add(thread)
-        thread.start()
 
     async def _keep_saving(
         self, call: StepCall, go: Go, reply: LlmReply, unsettled: Reservation | None, at: datetime
