@@ -11,27 +11,28 @@ steps and failures (at most ``RECENT_STEPS`` of each, whose payloads add up to a
 every idempotency key ever used (a step's, a move of the expiry's, a context update's: see
 ``outcome_lookup`` and ``may_have_named``); the full history is in the session's events.
 
-This module declares the aggregate (its events, state and commands); its siblings hold the
-rest: ``session_rules`` (the checks a command makes), ``session_window`` (the bounded state:
-its bounds, its folds, what it knows of a key), ``session_leases`` (pending steps and lost
-attempts), ``session_erasure`` (what erased state reads as), ``session_upcasts`` (old
-snapshots) and ``session_views`` (the values handed to callers, and the state's view).
+This module declares the aggregate (its state and commands); its siblings hold the rest:
+``session_events`` (the events, named in the aggregate's body so that their stored topics
+stay ``flowledger.domain.session:Session.<Name>``), ``session_keys`` (what the state knows of
+a key), ``session_rules`` (the checks a command makes), ``session_window`` (the bounded state:
+its bounds and folds), ``session_leases`` (pending steps and lost attempts),
+``session_erasure`` (what erased state reads as), ``session_upcasts`` (old snapshots) and
+``session_views`` (the values handed to callers, and the state's view).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from flowledger.domain.aggregate import FlowledgerAggregate, command_of, made_by_engine
+from flowledger.domain import session_events
+from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.bounds import scoped_uuid
-from flowledger.domain.erased import ERASED_JSON, ERASED_TEXT, erased_json
 from flowledger.domain.error_detail import ErrorDetail, require_error_detail
 from flowledger.domain.errors import SessionExpired, StepNotPending, ValidationError
-from flowledger.domain.session_erasure import erased_failure, erased_pending, erased_step
+from flowledger.domain.session_erasure import erased_failure
+from flowledger.domain.session_keys import SessionKeys
 from flowledger.domain.session_leases import (
     LEGACY_LEASE,
     WORKER_LOST,
@@ -67,7 +68,6 @@ from flowledger.domain.session_upcasts import (
     upgraded_fields,
 )
 from flowledger.domain.session_views import (
-    KeyLookup,
     ModelAsked,
     PendingStep,
     SessionState,
@@ -80,22 +80,13 @@ from flowledger.domain.session_window import (
     FAILURE_WINDOW_BYTES,
     RECENT_STEPS,
     WINDOW_BYTES,
-    filter_with_caller_key,
-    filter_with_command,
     last_kept,
-    outcome_under_key,
-    step_under_key,
-    window_with_failure,
-    window_with_step,
-    without_pending,
 )
 from flowledger.domain.values import (
     MAX_REASON_LENGTH,
     JsonObject,
     KeyFilter,
     LlmUsage,
-    key_filter_may_hold,
-    key_filter_with,
     plain_json,
     require_json,
     require_moment,
@@ -125,7 +116,7 @@ def session_uuid(tenant: str, session_id: str) -> UUID:
     return scoped_uuid(SESSION_NAMESPACE, "session_id", tenant, session_id)
 
 
-class Session(FlowledgerAggregate):
+class Session(FlowledgerAggregate, SessionKeys):
     """A workflow session: its steps, context, usage totals and expiry.
 
     Version 2 of the state (snapshots) keeps windows and counters instead of every step;
@@ -140,251 +131,36 @@ class Session(FlowledgerAggregate):
 
     class_version = 8
 
-    class Started(FlowledgerAggregate.Created):
-        """The session was created. Version 2 added ``metadata``."""
+    # The events, declared (fields and ``apply``) in ``session_events.py`` and named here: the
+    # event library redefines each as ``Session.<Name>`` of this module, the topic it is
+    # stored under (``tests/unit/test_event_topics.py``).
+    class Started(session_events.Started): ...
 
-        class_version = 2
-        session_id: str
-        tenant: str
-        workflow: str
-        user_id: str | None
-        expires_at: datetime
-        metadata: JsonObject
+    class StepStarted(session_events.StepStarted): ...
 
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            """Version-1 events carried no metadata."""
-            state["metadata"] = {}
+    class StepLeaseRenewed(session_events.StepLeaseRenewed): ...
 
-    class StepStarted(FlowledgerAggregate.Event):
-        """A step began; written before any model call, keyed for idempotency.
+    class StepProcessed(session_events.StepProcessed): ...
 
-        Version 2 added ``started_at`` (the engine's clock); version 3 the lease:
-        ``worker`` holds the key until ``lease_until`` unless it renews it.
-        """
+    class StepFailed(session_events.StepFailed): ...
 
-        class_version = 3
-        step: str
-        input: JsonObject
-        model: str | None
-        idempotency_key: str
-        started_at: datetime
-        lease_until: datetime
-        worker: str
+    class ContextUpdated(session_events.ContextUpdated): ...
 
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            """Version-1 events had only the library's timestamp."""
-            state["started_at"] = state["timestamp"]
+    class Extended(session_events.Extended): ...
 
-        @staticmethod
-        def upcast_v2_v3(state: dict[str, Any]) -> None:
-            """Version-2 steps went stale after five minutes, whoever ran them."""
-            state["lease_until"] = state["started_at"] + LEGACY_LEASE
-            state["worker"] = "unknown"
+    class Completed(session_events.Completed): ...
 
-        def apply(self, aggregate: Session) -> None:
-            """The step is pending, held by its worker."""
-            aggregate.pending = {**aggregate.pending, self.idempotency_key: PendingStep.of(self)}
+    class Expired(session_events.Expired): ...
 
-    class StepLeaseRenewed(FlowledgerAggregate.Event):
-        """The worker of a pending step is alive and holds it until ``lease_until``."""
+    class Abandoned(session_events.Abandoned): ...
 
-        idempotency_key: str
-        lease_until: datetime
+    class Restarted(session_events.Restarted): ...
 
-        def apply(self, aggregate: Session) -> None:
-            """The pending step's lease moves (a log must load even if the step is gone)."""
-            held = aggregate.pending.get(self.idempotency_key)
-            if held is not None:
-                renewed = replace(held, lease_until=self.lease_until)
-                aggregate.pending = {**aggregate.pending, self.idempotency_key: renewed}
+    class Reopened(session_events.Reopened): ...
 
-    class StepProcessed(FlowledgerAggregate.Event):
-        """A step finished, with the model usage that produced its output.
+    class Forked(session_events.Forked): ...
 
-        Version 2 added ``model``: the model its request asked for (None: not known).
-        """
-
-        class_version = 2
-        step: str
-        input: JsonObject
-        output: JsonObject
-        next_step: str | None
-        context_update: JsonObject | None
-        usage: LlmUsage | None
-        idempotency_key: str | None
-        model: str | None
-
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            """Version-1 steps did not record the model asked for (a retry is not refused for it)."""
-            state["model"] = None
-
-        def apply(self, aggregate: Session) -> None:
-            """Count the step, keep it in the window, and remember its key."""
-            record = StepRecord.of(self)
-            aggregate.history, aggregate.recent_keys = window_with_step(
-                aggregate.history, aggregate.recent_keys, record, RECENT_STEPS, WINDOW_BYTES
-            )
-            if self.idempotency_key is not None:
-                aggregate.key_filter = key_filter_with(aggregate.key_filter, self.idempotency_key)
-                aggregate.pending = without_pending(aggregate.pending, self.idempotency_key)
-            aggregate.step_count += 1
-            if self.context_update:
-                aggregate.context = {**aggregate.context, **self.context_update}
-            aggregate.current_step = self.next_step or self.step
-            aggregate.totals = aggregate.totals.add(self.usage)
-
-    class StepFailed(FlowledgerAggregate.Event):
-        """A step failed; the error type says why (``worker_lost``: its worker's lease lapsed).
-
-        Version 2 added ``error_detail``: the error's fields, from which a caller waiting on
-        the key rebuilds it (None: none recorded).
-        """
-
-        class_version = 2
-        step: str
-        error_type: str
-        error_message: str
-        usage: LlmUsage | None
-        idempotency_key: str | None
-        error_detail: ErrorDetail | None
-
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            """Version-1 failures recorded only the error's type and message (a waiter reads those)."""
-            state["error_detail"] = None
-
-        def apply(self, aggregate: Session) -> None:
-            """Count the failure and keep it in the window; its key may be retried (by the same
-            request: the key goes into the filter, so another request under it is found).
-
-            An erased session keeps it erased, as its stored event reads (a model that answered
-            after the erasure): its state, and so its snapshots, hold markers only."""
-            failure = StepFailure.of(self)
-            if aggregate.erased:
-                failure = erased_failure(failure)
-            aggregate.failures = window_with_failure(
-                aggregate.failures, failure, RECENT_STEPS, FAILURE_WINDOW_BYTES
-            )
-            aggregate.failure_count += 1
-            aggregate.pending = without_pending(aggregate.pending, self.idempotency_key)
-            if self.idempotency_key is not None:
-                aggregate.key_filter = key_filter_with(aggregate.key_filter, self.idempotency_key)
-            aggregate.totals = aggregate.totals.add(self.usage)
-
-    class ContextUpdated(FlowledgerAggregate.Event):
-        """Keys were merged into the session context."""
-
-        update: JsonObject
-
-        def apply(self, aggregate: Session) -> None:
-            """Merge the keys; the caller's idempotency key (its command's id, when it gave one)
-            goes into the key filter, so that a step or a move of the expiry under it looks further."""
-            aggregate.context = {**aggregate.context, **self.update}
-            aggregate.key_filter = filter_with_caller_key(aggregate.key_filter, command_of(self, aggregate))
-
-    class Extended(FlowledgerAggregate.Event):
-        """The session's expiry moved."""
-
-        expires_at: datetime
-
-        def apply(self, aggregate: Session) -> None:
-            """Move the expiry; its command's id (the caller's key, if one was given) goes into
-            the key filter, so that a step under that key looks further."""
-            aggregate.expires_at = self.expires_at
-            aggregate.key_filter = filter_with_command(aggregate.key_filter, command_of(self, aggregate))
-
-    class Completed(FlowledgerAggregate.Event):
-        """The session ended with a resolution."""
-
-        resolution: JsonObject
-
-        def apply(self, aggregate: Session) -> None:
-            """Close the session with its resolution."""
-            aggregate.status = SessionStatus.COMPLETED.value
-            aggregate.resolution = self.resolution
-
-    class Expired(FlowledgerAggregate.Event):
-        """The session's TTL ran out."""
-
-        expired_at: datetime
-
-        def apply(self, aggregate: Session) -> None:
-            """Close the session as expired."""
-            aggregate.status = SessionStatus.EXPIRED.value
-
-    class Abandoned(FlowledgerAggregate.Event):
-        """The caller gave the session up."""
-
-        reason: str
-
-        def apply(self, aggregate: Session) -> None:
-            """Close the session as abandoned."""
-            aggregate.status = SessionStatus.ABANDONED.value
-
-    class Restarted(FlowledgerAggregate.Event):
-        """``create_session`` named the session again (the seed's behaviour): it is back at
-        ``init`` and active until ``expires_at``; its context and history are kept, and
-        ``user_id`` is its user from now on (a restart may name one when it had none)."""
-
-        expires_at: datetime
-        user_id: str | None
-
-        def apply(self, aggregate: Session) -> None:
-            """Back to ``init``, active, with this expiry and user."""
-            aggregate.current_step = "init"
-            aggregate.status = SessionStatus.ACTIVE.value
-            aggregate.expires_at = self.expires_at
-            aggregate.user_id = self.user_id
-
-    class Reopened(FlowledgerAggregate.Event):
-        """An expired session was given time again: active until ``expires_at``, where it stood."""
-
-        expires_at: datetime
-
-        def apply(self, aggregate: Session) -> None:
-            """Active again, with this expiry (its command's id into the key filter, as Extended)."""
-            aggregate.status = SessionStatus.ACTIVE.value
-            aggregate.expires_at = self.expires_at
-            aggregate.key_filter = filter_with_command(aggregate.key_filter, command_of(self, aggregate))
-
-    class Forked(FlowledgerAggregate.Event):
-        """The session began as a copy of another's state at one of its versions (right after Started)."""
-
-        parent_session_id: str
-        parent_version: int
-        current_step: str
-        context: JsonObject
-
-        def apply(self, aggregate: Session) -> None:
-            """Take the parent's step and context; steps, usage and totals start from zero."""
-            aggregate.forked_from = self.parent_session_id
-            aggregate.forked_at_version = self.parent_version
-            aggregate.current_step = self.current_step
-            aggregate.context = dict(self.context)
-
-    class DataErased(FlowledgerAggregate.Event):
-        """The session's personal data was erased: its data key is destroyed (``Engine.forget``).
-
-        Its events stay; their personal fields read as erased from now on, and so does this
-        state (a copy loaded before the erasure forgets them when it applies this event).
-        """
-
-        reason: str
-
-        def apply(self, aggregate: Session) -> None:
-            """Replace every personal value in the state by its marker; usage and counts stay."""
-            aggregate.erased = True
-            if aggregate.user_id is not None:
-                aggregate.user_id = ERASED_TEXT
-            aggregate.metadata = dict(ERASED_JSON)
-            aggregate.context = dict(ERASED_JSON) if aggregate.context else {}
-            aggregate.resolution = erased_json(aggregate.resolution)
-            aggregate.history = [erased_step(r) for r in aggregate.history]
-            aggregate.pending = {k: erased_pending(p) for k, p in aggregate.pending.items()}
-            aggregate.failures = [erased_failure(f) for f in aggregate.failures]
+    class DataErased(session_events.DataErased): ...
 
     erased = False
     """Class defaults: snapshots taken before these attributes existed lack them."""
@@ -562,69 +338,6 @@ class Session(FlowledgerAggregate):
         An erased session's payloads are gone: nothing is left to compare, the request passes."""
         if not self.erased:
             require_same_request(self.session_id, idempotency_key, held, step, payload, model)
-
-    def may_have_used(self, idempotency_key: str) -> bool:
-        """False when no step was ever processed or failed under this key (certain); True
-        when one may have been (the key filter; about 0.2 % false positives at 10,000 keys)."""
-        return key_filter_may_hold(self.key_filter, idempotency_key)
-
-    def recorded_outcome(self, idempotency_key: str | None) -> StepRecord | None:
-        """The step processed under this key if it is in the recent window (a failed key may be retried).
-
-        None does not mean "never processed": ``outcome_lookup`` says whether it may have been.
-        """
-        return step_under_key(self.history, self.recent_keys, idempotency_key)
-
-    @property
-    def keys_filtered(self) -> bool:
-        """Whether ``key_filter`` holds the keys of every kind of request (no older snapshot's upgrade)."""
-        return self.expiry_keys_filtered and self.context_keys_filtered
-
-    def may_have_moved_expiry(self, idempotency_key: str) -> bool:
-        """False when no move of the expiry was recorded under this key (certain); True when
-        one may have been (the filter, or a filter that holds no move's key)."""
-        return not self.expiry_keys_filtered or key_filter_may_hold(self.key_filter, idempotency_key)
-
-    def may_have_updated_context(self, idempotency_key: str) -> bool:
-        """False when no context update was recorded under this key (certain); True when one may
-        have been: the filter, a filter that holds no update's key, or a key of the shape of the
-        engine's own ids (``made_by_engine``), which the filter leaves out."""
-        return (
-            not self.context_keys_filtered
-            or made_by_engine(idempotency_key)
-            or key_filter_may_hold(self.key_filter, idempotency_key)
-        )
-
-    def may_have_named(self, idempotency_key: str) -> bool:
-        """False when no request of any kind (a step processed or failed, a move of the expiry,
-        a context update) was recorded under this key (certain; a pending step's key is in
-        ``pending``); True when one may have been, and the stream settles it."""
-        return (
-            not self.keys_filtered
-            or made_by_engine(idempotency_key)
-            or key_filter_may_hold(self.key_filter, idempotency_key)
-        )
-
-    def learn_filtered_keys(self, move_ids: Iterable[str], update_ids: Iterable[str]) -> None:
-        """Hold the command ids of every move of the expiry and of every context update in the
-        key filter, as a fold of the events does: for a state read from a snapshot of version 6
-        or older (``snapshot_v5_v6``, ``snapshot_v6_v7``), whose caller read them from the
-        stream once (the kinds its filter lacked), so that a new key is ruled out by the filter
-        again instead of searched for at every step. Snapshots taken after say so."""
-        for command_id in move_ids:
-            self.key_filter = filter_with_command(self.key_filter, command_id)
-        for command_id in update_ids:
-            self.key_filter = filter_with_caller_key(self.key_filter, command_id)
-        self.expiry_keys_filtered = True
-        self.context_keys_filtered = True
-
-    def outcome_lookup(self, idempotency_key: str | None) -> StepRecord | KeyLookup:
-        """The recent step processed under this key, else NOT_SEEN (certain) or MAYBE_SEEN.
-
-        MAYBE_SEEN: a step outside the window may have this key (or the filter errs, about
-        0.2 % of keys at 10,000 processed keys); the caller searches the stream's events.
-        """
-        return outcome_under_key(self.history, self.recent_keys, self.key_filter, idempotency_key)
 
     def start_step(
         self,

@@ -21,8 +21,7 @@ from eventsourcing.persistence import DatetimeAsISO, DecimalAsStr, JSONTranscode
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from flowledger.domain import FlowledgerError, LlmUsage, Session
-from flowledger.domain import session as session_module
+from flowledger.domain import FlowledgerError, LlmUsage, Session, session_events
 from flowledger.domain.session_views import MAYBE_SEEN, NOT_SEEN, SessionState, StepRecord
 from flowledger.infrastructure.transcodings import register_transcodings
 
@@ -199,7 +198,7 @@ def _through_snapshot(session: Session) -> Session:
 def test_replay_and_snapshots_give_back_the_state_the_live_session_reached(
     program: list[tuple[Command, int]],
 ) -> None:
-    with mock.patch.object(session_module, "RECENT_STEPS", WINDOW):
+    with mock.patch.object(session_events, "RECENT_STEPS", WINDOW):
         session, events, live = _run(program)
         stored = _stored(events)
         timestamps = [e.timestamp for e in stored]
@@ -217,7 +216,7 @@ def test_replay_and_snapshots_give_back_the_state_the_live_session_reached(
 
 @given(program=programs)
 def test_idempotency_stays_exact_with_a_window_of_recent_steps(program: list[tuple[Command, int]]) -> None:
-    with mock.patch.object(session_module, "RECENT_STEPS", WINDOW):
+    with mock.patch.object(session_events, "RECENT_STEPS", WINDOW):
         session, events, _ = _run(program)
     processed = [e for e in events if isinstance(e, Session.StepProcessed)]
     window = processed[-WINDOW:]
