@@ -392,16 +392,55 @@ class ModelAsked:
         return self.key_of is not None and self.key_of(recorded) == self.key
 
 
+CALL_FIELDS = (
+    "provider",
+    "request_model",
+    "response_model",
+    "response_id",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "reasoning_output_tokens",
+    "cache_creation_input_tokens",
+    "cache_creation_1h_input_tokens",
+    "audio_input_tokens",
+    "audio_output_tokens",
+    "retried_tokens",
+    "attempts",
+    "finish_reasons",
+)
+"""The fields of a usage that say which call it reports (``same_call``)."""
+
+
+def same_call(recorded: LlmUsage | None, asked: object) -> bool:
+    """Whether a usage given again reports the call ``recorded`` reported: the same provider,
+    models, response id, tokens, attempts and finish reasons (``CALL_FIELDS``). What pricing works
+    out is not compared (``cost_usd``, ``price_version``, ``unpriced``, ``cost_source``,
+    ``retried_cost_usd``: REST prices a usage that states no cost at each try, and prices
+    change), nor what was measured or noted (``latency_ms``, ``extra``). A usage given where none
+    was recorded, or none where one was, is another call."""
+    if recorded is None or asked is None:
+        return recorded is None and asked is None
+    if not isinstance(asked, LlmUsage):
+        return False  # no usage at all: refused by the step's own checks in their words
+    return all(same_json(getattr(recorded, name), getattr(asked, name)) for name in CALL_FIELDS)
+
+
 def request_difference(
     held: StepRecord | PendingStep, step: str, fields: dict[str, Any], model: ModelAsked | None = None
 ) -> str | None:
     """The first of the step name, ``fields`` (its payload: ``input``, and for a recorded step
-    ``output``, ``next_step``, ``context_update``) and ``model`` in which a request differs from
+    ``output``, ``next_step``, ``context_update`` and ``usage``, compared by ``same_call``) and
+    ``model`` in which a request differs from
     the step ``held`` under its idempotency key; None when it is the same request."""
     if held.step != step:
         return "step name"
     for name, value in fields.items():
         recorded = getattr(held, name)
+        if name == "usage":
+            if not same_call(recorded, value):
+                return name
+            continue
         if name == "context_update":  # {} merges nothing, as None does: the same request
             recorded, value = recorded or None, value or None
         if not same_json(recorded, value):

@@ -574,6 +574,7 @@ class SessionService:
             output=request.output,
             next_step=request.next_step,
             context_update=request.context_update,
+            usage=request.usage,  # another call reported under the key is another request
         )
         if recorded is not None:
             return recorded

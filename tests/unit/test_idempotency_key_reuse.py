@@ -6,7 +6,9 @@ asks, and CLI exit 2), appending nothing and calling no model."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from flowledger.domain.errors import IdempotencyKeyReused, LlmCallFailed
 from flowledger.domain.session_views import same_json
+from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.support.llm import ScriptedLlm
@@ -312,3 +315,71 @@ async def test_a_step_recorded_without_a_model_is_the_same_request_whatever_the_
     assert await engine.process_step("s1", "greet", {}, "gpt-4.1", "k1") == recorded
     taken_over = await engine.process_step("s1", "greet", {}, "gpt-4.1", "k2")
     assert (taken_over.idempotency_key, [call.model for call in llm.calls]) == ("k2", ["gpt-4.1"])
+
+
+RECORDED_USAGE = LlmUsage(
+    provider="openai",
+    request_model="gpt-4.1",
+    input_tokens=1_000,
+    output_tokens=100,
+    response_id="resp-1",
+    cost_usd=Decimal("0.0028"),
+    latency_ms=800.0,
+)
+REQUEST: dict[str, Any] = {"step": "classify", "input": {"q": "refund"}, "output": {"a": 1}}
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [
+        pytest.param(RECORDED_USAGE, id="the same usage"),
+        pytest.param(replace(RECORDED_USAGE, latency_ms=950.0, extra={"ttft_ms": 80}), id="measured again"),
+        # REST prices a usage that states no cost at each call: prices may change between tries
+        pytest.param(
+            replace(RECORDED_USAGE, cost_usd=Decimal("0.0014"), price_version="next"), id="priced again"
+        ),
+    ],
+)
+def test_a_retried_record_step_reporting_the_same_call_gets_the_recorded_step(
+    engine: Engine, retry: LlmUsage
+) -> None:
+    # Given a step recorded under a key with what its call used
+    engine.start_session("s1", "w")
+    first = engine.record_step("s1", **REQUEST, usage=RECORDED_USAGE, idempotency_key="k1")
+    events = event_count(engine, "s1")
+    # When it is retried reporting the same call (measured or priced again)
+    again = engine.record_step("s1", **REQUEST, usage=retry, idempotency_key="k1")
+    # Then the recorded step answers, nothing appended
+    assert again == first
+    assert event_count(engine, "s1") == events
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [
+        pytest.param(replace(RECORDED_USAGE, input_tokens=50_000, output_tokens=2_000), id="other tokens"),
+        pytest.param(replace(RECORDED_USAGE, request_model="gpt-4.1-mini"), id="another model"),
+        pytest.param(replace(RECORDED_USAGE, response_id="resp-2"), id="another response"),
+        pytest.param(None, id="no usage"),
+    ],
+)
+@pytest.mark.parametrize("later_steps", [0, 25], ids=["in the window", "past the window"])
+def test_a_record_step_reporting_another_call_under_a_used_key_is_refused(
+    engine: Engine, retry: LlmUsage | None, later_steps: int
+) -> None:
+    # (The recorded step was answered: a second call, made and paid for elsewhere and reported
+    # under the first one's key, was in no event and its cost on no dashboard.)
+    # Given a step recorded under a key with what its call used (and later steps, maybe)
+    engine.start_session("s1", "w")
+    engine.record_step("s1", **REQUEST, usage=RECORDED_USAGE, idempotency_key="k1")
+    for n in range(later_steps):
+        engine.record_step("s1", f"later-{n}")
+    events = event_count(engine, "s1")
+    # When another call is reported under the key
+    with pytest.raises(IdempotencyKeyReused) as refused:
+        engine.record_step("s1", **REQUEST, usage=retry, idempotency_key="k1")
+    # Then it is refused as another request, saying the usage differs; nothing appended
+    assert refused.value.differs == "usage"
+    assert "already names step 'classify' with another usage" in str(refused.value)
+    assert event_count(engine, "s1") == events
+    assert engine.get_session("s1").totals.cost_usd == RECORDED_USAGE.cost_usd
