@@ -18,9 +18,10 @@ FlowledgerError
 ├── ConcurrentUpdate           optimistic-concurrency retries ran out
 ├── EngineClosed               the engine was closed: a programming error, not an outage;
 │   │                          carries ``operation``
-│   └── AnswerNotSaved         it closed before a step's answer, paid for, was saved: the
-│                              step is not recorded; carries ``session_id`` and the
-│                              ``idempotency_key`` to retry it under
+│   └── StepInterrupted        it closed while a step it had begun was under way, before
+│       │                      the model answered: the step is not recorded; carries
+│       │                      ``session_id`` and the ``idempotency_key`` to retry it under
+│       └── AnswerNotSaved     the model had answered (and was paid): its answer not saved
 ├── StoreUnavailable           the event store did not answer within its deadline;
 │   │                          carries ``operation`` and ``retry_after`` (seconds)
 │   └── StoreRefused           the server refused the login (no such database or role,
@@ -332,23 +333,42 @@ class EngineClosed(FlowledgerError):
         self.operation = operation
 
 
-class AnswerNotSaved(EngineClosed):
-    """The engine closed before the model's answer to a step, paid for, could be saved.
+class StepInterrupted(EngineClosed):
+    """The engine closed while a step it had begun (its StepStarted saved) was under way, before
+    the model answered (or before its failure was recorded): the step stays pending under
+    ``idempotency_key`` until its lease lapses.
 
-    Not a bug of the caller's: the step was begun before the close. It is not recorded; a retry
-    under ``idempotency_key`` on an open engine takes the step over once its lease lapses (the
-    model is called again)."""
+    Not a bug of the caller's: the step was begun before the close. A retry under the key on an
+    open engine takes the step over once the lease lapses."""
 
-    def __init__(self, session_id: str, idempotency_key: str) -> None:
+    def __init__(self, session_id: str, idempotency_key: str, what: str = "") -> None:
         super().__init__("process a step")
+        what = what or (
+            f"this engine closed while a step of session {session_id!r} was under way, before the"
+            " model answered (or its failure was recorded): the step is not recorded"
+        )
         FlowledgerError.__init__(
             self,
-            f"this engine closed before the model's answer to a step of session {session_id!r} could"
-            f" be saved: the step is not recorded; retry it under idempotency key {idempotency_key!r}"
-            " on an open engine (it is taken over once its lease lapses)",
+            f"{what}; retry it under idempotency key {idempotency_key!r} on an open engine (it is"
+            " taken over once its lease lapses)",
         )
         self.session_id = session_id
         self.idempotency_key = idempotency_key
+
+
+class AnswerNotSaved(StepInterrupted):
+    """The engine closed before the model's answer to a step, paid for, could be saved.
+
+    The step is not recorded; a retry under ``idempotency_key`` on an open engine takes the step
+    over once its lease lapses (the model is called again)."""
+
+    def __init__(self, session_id: str, idempotency_key: str) -> None:
+        super().__init__(
+            session_id,
+            idempotency_key,
+            f"this engine closed before the model's answer to a step of session {session_id!r} could"
+            " be saved: the step is not recorded",
+        )
 
 
 OUTCOME_UNKNOWN_NOTE = (

@@ -64,6 +64,7 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.LlmError, 7),
     # The engine closed before a step's paid answer was saved: retry under the key (EX_TEMPFAIL).
     (errors.AnswerNotSaved, 75),
+    (errors.StepInterrupted, 75),  # the same, closed before the model answered
     # A command ran on an engine already closed: a bug in flowledger, not an outage (EX_SOFTWARE).
     (errors.EngineClosed, 70),
     # The store did not answer within its deadline: retry later (sysexits' EX_TEMPFAIL).

@@ -69,6 +69,7 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     # The engine closed before a step's paid answer was saved: the server is going away, and a
     # retry under the key the message names, on a server that is up, gets the step done.
     (errors.AnswerNotSaved, 503),
+    (errors.StepInterrupted, 503),  # the same, closed before the model answered
     # The server's engine was closed under it: its fault, and no retry mends it (no 503).
     (errors.EngineClosed, 500),
     # A row of the log changed or deleted in the database: the server's data, not the request.
@@ -152,14 +153,14 @@ def headers_for(error: errors.FlowledgerError) -> dict[str, str]:
     last attempt saying when to come back (its 429 or 503 ``retry-after``, on our 502, at most
     ``MAX_PASSED_RETRY_AFTER_S``), and 1 s when other writers kept winning (``ConcurrentUpdate``:
     a 503 that had none, so a client could not tell it from a fault to give up on) or when the
-    engine closed before a step's answer was saved (``AnswerNotSaved``)."""
+    engine closed before a step it had begun was recorded (``StepInterrupted``, ``AnswerNotSaved``)."""
     if isinstance(error, errors.StoreUnavailable) and not isinstance(error, errors.StoreRefused):
         # A refusal (the login, a privilege, a migration only the owner may run) is not
         # mended by waiting: no Retry-After, or clients would try again for ever.
         return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
     if isinstance(error, errors.ConcurrentUpdate):
         return {"Retry-After": "1"}  # too many writers at this moment: a retry soon may win
-    if isinstance(error, errors.AnswerNotSaved):
+    if isinstance(error, errors.StepInterrupted):  # AnswerNotSaved too
         return {"Retry-After": "1"}  # this server is closing: a retry under the key, elsewhere
     if isinstance(error, errors.CircuitOpen) and math.isfinite(error.retry_in_s):
         return {"Retry-After": str(max(1, math.ceil(error.retry_in_s)))}

@@ -39,6 +39,7 @@ from flowledger.domain.errors import (
     SessionClosed,
     SessionNotFound,
     StepInProgress,
+    StepInterrupted,
     StoreRefused,
     StoreUnavailable,
     ValidationError,
@@ -238,7 +239,15 @@ class StepService:
             if isinstance(begun, Recorded):
                 return await self._as_recorded(call, begun)
             if isinstance(begun, Go):
-                return await self._call_and_record(llm, call, begun)
+                try:
+                    return await self._call_and_record(llm, call, begun)
+                except StepInterrupted:
+                    raise
+                except EngineClosed as error:
+                    # Closed after StepStarted was saved (before the hold, or while a failure was
+                    # recorded): a bare EngineClosed named no key, and the caller that gave none
+                    # could not retry the step it had begun.
+                    raise StepInterrupted(call.session_id, call.key) from error
             outcome = await self._await_outcome(call)
             if outcome is not None:
                 return outcome

@@ -13,7 +13,7 @@ import pytest
 
 from flowledger.adapters.cli.errors import exit_code_for
 from flowledger.adapters.http.errors import headers_for, status_for
-from flowledger.domain import AnswerNotSaved, EngineClosed, StoreUnavailable
+from flowledger.domain import AnswerNotSaved, EngineClosed, StepInterrupted, StoreUnavailable
 from flowledger.infrastructure import Engine
 from tests.conftest import backend_engine, make_settings
 from tests.support.llm import ScriptedLlm
@@ -174,12 +174,50 @@ async def test_closing_an_engine_gives_up_an_answer_it_cannot_save_within_its_bo
     assert savers_started_since(before) == []
 
 
-def test_an_answer_not_saved_is_a_503_to_retry_over_http_and_a_temporary_failure_on_the_command_line() -> (
-    None
-):
+@pytest.mark.parametrize(
+    "error", [AnswerNotSaved("s1", "k1"), StepInterrupted("s1", "k1")], ids=["answered", "not yet"]
+)
+def test_a_step_interrupted_by_close_is_a_503_over_http_and_a_temporary_failure_on_the_command_line(
+    error: StepInterrupted,
+) -> None:
     # (As a bare EngineClosed it would be a 500 and exit 70: a bug, not to be retried, when a
     # retry under its key on an open engine is what gets the step done.)
-    error = AnswerNotSaved("s1", "k1")
     assert status_for(error) == 503
     assert headers_for(error) == {"Retry-After": "1"}
     assert exit_code_for(error) == 75
+
+
+@pytest.mark.postgres
+async def test_a_step_begun_as_its_engine_closes_is_refused_naming_its_key_before_any_model_call(
+    pg_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (StepStarted was saved, then the engine closed before the budget hold: the caller got a bare
+    # EngineClosed naming no key, and the step, begun under a key it was never told, stayed
+    # pending until another step reaped it as worker_lost.)
+    # Given a budget (so a hold is taken after the step begins), and an engine that closes right
+    # after the step's StepStarted is saved
+    engine = pg_engine
+    engine.start_session("s1", "cs")
+    engine.budgets.set("tenant", None, "month", "100")
+    write = engine.store.write
+
+    def write_then_close(*args: Any, **kwargs: Any) -> Any:
+        written = write(*args, **kwargs)
+        engine.close()
+        return written
+
+    monkeypatch.setattr(engine.store, "write", write_then_close)
+    engine.llm = llm = ScriptedLlm()
+
+    # When a step is processed, with no key of the caller's
+    with pytest.raises(StepInterrupted) as raised:
+        await engine.process_step("s1", "greet")
+
+    # Then no model was called, and the caller is told the key the step was begun under
+    assert llm.calls == []
+    assert not isinstance(raised.value, AnswerNotSaved)
+    assert isinstance(raised.value, EngineClosed)
+    key = raised.value.idempotency_key
+    assert key.startswith("step-")
+    assert repr(key) in str(raised.value)
+    assert "before the model answered" in str(raised.value)
