@@ -1,5 +1,6 @@
 """The answers ``StepService`` keeps saving after their caller was told the store is away, each
-on a thread with an event loop of its own (``steps.py``), and how an engine's close ends them.
+on a thread with an event loop of its own (``steps.py``), how an engine's close ends them, and
+what their callers are told (``being_saved``, ``not_kept``).
 
 Closing waits for the answers being saved, up to ``wait_s`` in all, then cancels the rest and
 joins their threads; once it has stopped waiting no answer is taken any more (``AnswerNotSaved``,
@@ -20,7 +21,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from flowledger.domain.errors import AnswerNotSaved
+from flowledger.domain.errors import (
+    OUTCOME_UNKNOWN_NOTE,
+    AnswerNotSaved,
+    ConcurrentUpdate,
+    FlowledgerError,
+    StoreRefused,
+    StoreUnavailable,
+)
 
 JOIN_S = 5.0
 """How long ``close`` waits for each cancelled saver's thread to end: a cancel ends it at its next
@@ -78,13 +86,18 @@ class AnswerSavers:
         self._closed = False
 
     def start(self, save: Callable[[], Coroutine[Any, Any, None]], session_id: str, key: str) -> None:
-        """Run ``save()`` on a thread of its own; AnswerNotSaved (naming ``key``) once closed."""
+        """Run ``save()`` on a thread of its own; AnswerNotSaved (naming ``key``) once closed, and
+        RuntimeError when no thread can be started (nothing is left registered)."""
         with self._changed:
             if self._closed:
                 raise AnswerNotSaved(session_id, key)
             saver = _Saver(save, self._end)
             self._running.add(saver)
-            saver.thread.start()
+            try:
+                saver.thread.start()
+            except RuntimeError:  # no thread to be had: left listed, close waited out its bound
+                self._running.discard(saver)  # (and joined a thread never started: RuntimeError)
+                raise
 
     @property
     def running(self) -> int:
@@ -115,3 +128,31 @@ class AnswerSavers:
         with self._changed:
             self._running.discard(saver)
             self._changed.notify_all()
+
+
+def being_saved(error: StoreUnavailable, key: str) -> StoreUnavailable:
+    """The error for a caller whose paid answer is still being saved in the background: its
+    outcome is unknown (the step will most likely be stored), said with the key to retry under.
+    An outside probe saw the plain error (``outcome_unknown`` false) on steps stored a moment
+    later; a caller that trusted it and retried without the key paid for a second call."""
+    if isinstance(error, StoreRefused):
+        return error
+    # One already unknown (a commit cut off) said "retry with the same idempotency key" without
+    # naming it: a caller that gave none could not, and paid for a second call.
+    detail = error.detail.removesuffix(OUTCOME_UNKNOWN_NOTE)
+    detail = f"{detail}; the model answered and its answer is being saved under idempotency key {key!r}"
+    return StoreUnavailable(error.operation, detail, error.retry_after, outcome_unknown=True)
+
+
+def not_kept(error: StoreUnavailable | ConcurrentUpdate, key: str, cause: Exception) -> FlowledgerError:
+    """The error for a caller whose paid answer could be neither saved nor kept being saved (no
+    thread to save it on): the store's own, naming the key that a retry takes the step over under
+    once its lease lapses (the model is then called again)."""
+    if not isinstance(error, StoreUnavailable) or isinstance(error, StoreRefused):
+        return error
+    detail = error.detail.removesuffix(OUTCOME_UNKNOWN_NOTE)
+    detail = (
+        f"{detail}; the model answered, and its answer could not be kept for a later save ({cause}):"
+        f" retry under idempotency key {key!r} once the step's lease lapses"
+    )
+    return StoreUnavailable(error.operation, detail, error.retry_after, outcome_unknown=error.outcome_unknown)

@@ -28,7 +28,6 @@ from uuid import UUID, uuid4
 from flowledger.domain.bounds import require_flag, require_model, require_object, storable, storable_name
 from flowledger.domain.budget import CallScope
 from flowledger.domain.errors import (
-    OUTCOME_UNKNOWN_NOTE,
     AnswerNotSaved,
     BudgetExceeded,
     ConcurrentUpdate,
@@ -40,7 +39,6 @@ from flowledger.domain.errors import (
     SessionNotFound,
     StepInProgress,
     StepInterrupted,
-    StoreRefused,
     StoreUnavailable,
     ValidationError,
 )
@@ -51,7 +49,7 @@ from flowledger.domain.session_rules import require_owner
 from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.storable_usage import storable_usage
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
-from flowledger.infrastructure.engine.answer_savers import AnswerSavers
+from flowledger.infrastructure.engine.answer_savers import AnswerSavers, being_saved, not_kept
 from flowledger.infrastructure.engine.budgets import BudgetService, call_cost, held_estimate, step_hold_id
 from flowledger.infrastructure.engine.merged_input import require_same_merge
 from flowledger.infrastructure.engine.sessions import SessionService
@@ -343,7 +341,10 @@ class StepService:
                 self._save_later(call, go, reply, unsettled, at)
             except AnswerNotSaved as refused:
                 raise refused from error
-            told = _being_saved(error, call.key) if isinstance(error, StoreUnavailable) else error
+            except RuntimeError as no_thread:  # the caller got it bare ("can't start new thread")
+                told = not_kept(error, call.key, no_thread)
+                raise told from (no_thread if told is error else error)
+            told = being_saved(error, call.key) if isinstance(error, StoreUnavailable) else error
             if told is error:
                 raise
             raise told from error
@@ -756,20 +757,6 @@ class StepService:
         return LeaseRenewer(
             renewal, self.executor.submit, self._store.settings.step_lease_s, first_in=first_in
         )
-
-
-def _being_saved(error: StoreUnavailable, key: str) -> StoreUnavailable:
-    """The error for a caller whose paid answer is still being saved in the background: its
-    outcome is unknown (the step will most likely be stored), said with the key to retry under.
-    An outside probe saw the plain error (``outcome_unknown`` false) on steps stored a moment
-    later; a caller that trusted it and retried without the key paid for a second call."""
-    if isinstance(error, StoreRefused):
-        return error
-    # One already unknown (a commit cut off) said "retry with the same idempotency key" without
-    # naming it: a caller that gave none could not, and paid for a second call.
-    detail = error.detail.removesuffix(OUTCOME_UNKNOWN_NOTE)
-    detail = f"{detail}; the model answered and its answer is being saved under idempotency key {key!r}"
-    return StoreUnavailable(error.operation, detail, error.retry_after, outcome_unknown=True)
 
 
 def _hold(

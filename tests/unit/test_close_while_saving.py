@@ -15,6 +15,7 @@ from flowledger.adapters.cli.errors import exit_code_for
 from flowledger.adapters.http.errors import headers_for, status_for
 from flowledger.domain import AnswerNotSaved, EngineClosed, StepInterrupted, StoreUnavailable
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.engine.answer_savers import AnswerSavers
 from tests.conftest import backend_engine, make_settings
 from tests.support.llm import ScriptedLlm
 
@@ -221,3 +222,58 @@ async def test_a_step_begun_as_its_engine_closes_is_refused_naming_its_key_befor
     assert key.startswith("step-")
     assert repr(key) in str(raised.value)
     assert "before the model answered" in str(raised.value)
+
+
+def refuse_saver_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads named as answer savers cannot start (a process out of threads); others can."""
+    start = threading.Thread.start
+
+    def refusing(thread: threading.Thread) -> None:
+        if thread.name == "flowledger-answer-saver":
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refusing)
+
+
+def test_a_saver_whose_thread_cannot_start_is_not_left_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (It stayed among the answers being saved: close waited out its whole bound for it.)
+    savers = AnswerSavers()
+    refuse_saver_threads(monkeypatch)
+
+    async def save() -> None:
+        return None
+
+    with pytest.raises(RuntimeError):
+        savers.start(save, "s1", "k1")
+    assert savers.running == 0
+
+
+async def test_an_answer_whose_saver_cannot_start_is_told_as_the_stores_error_not_as_being_saved(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (The caller got the bare RuntimeError "can't start new thread", no FlowledgerError.)
+    # Given a model that answers while the saves fail, and no thread to save it later on
+    engine.start_session("s1", "cs")
+    answered = False
+    write = engine.store.write
+
+    def failing_write(*args: Any, **kwargs: Any) -> Any:
+        if answered:
+            raise StoreUnavailable("save", OUTAGE)
+        return write(*args, **kwargs)
+
+    def answer() -> None:
+        nonlocal answered
+        answered = True
+
+    monkeypatch.setattr(engine.store, "write", failing_write)
+    engine.llm = ScriptedLlm(meanwhile=answer)
+    refuse_saver_threads(monkeypatch)
+    # When the step is processed
+    with pytest.raises(StoreUnavailable) as raised:
+        await engine.process_step("s1", "greet", idempotency_key="k1")
+    # Then the caller is told the store's error, naming the key, and not that it is being saved
+    assert "being saved" not in str(raised.value)
+    assert "'k1'" in str(raised.value)
+    assert OUTAGE in str(raised.value)
