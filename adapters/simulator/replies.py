@@ -97,6 +97,14 @@ class FaultRates:
         )
 
 
+CACHE_MIN_TOKENS = 1_024
+"""OpenAI caches only prompts of 1,024 tokens or more (its prompt caching guide): the
+simulator reported a repeated 500-token system prompt as 448 tokens cached."""
+
+CACHE_STEP_TOKENS = 128
+"""OpenAI's cache hits come in increments of 128 tokens (1,024, 1,152, 1,280, ...)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class SimulatorConfig:
     """How the simulator behaves; per-request headers (``x-sim-*``) override it."""
@@ -113,7 +121,9 @@ class SimulatorConfig:
     """How long the ``timeout`` fault holds a request, unanswered, before it drops the
     connection; the client's own timeout normally ends it first (this is the OpenAI SDK's
     default read timeout, and ten times flowledger's)."""
-    cache_min_tokens: int = 64
+    cache_min_tokens: int = CACHE_MIN_TOKENS
+    """The shortest system prompt a repeat reports as cached (OpenAI's 1,024; a test may
+    lower it, but cache hits still come in whole 128-token steps)."""
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -357,8 +367,8 @@ class PromptCache:
     """(model, SHA-256 of its system prompt), least recently seen first."""
 
     def cached_tokens(self, model: str, messages: list[dict[str, Any]], min_tokens: int) -> int:
-        """Tokens of the system prompt ``model`` already saw (whole 64-token blocks, as
-        providers bill)."""
+        """Tokens of the system prompt ``model`` already saw, if it has ``min_tokens`` or more,
+        in whole 128-token steps (OpenAI's rule: 1,100 tokens seen before are 1,024 cached)."""
         system = "".join(message_text(m) for m in messages if m.get("role") == "system")
         tokens = count_tokens(system) if system else 0
         if tokens < min_tokens:
@@ -367,7 +377,7 @@ class PromptCache:
         key = (model, hashlib.sha256(system.encode("utf-8", "surrogatepass")).hexdigest())
         if key in self.seen:
             self.seen.move_to_end(key)
-            return tokens // 64 * 64
+            return tokens // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
         self.seen[key] = None
         if len(self.seen) > PROMPTS_CACHED:
             self.seen.popitem(last=False)

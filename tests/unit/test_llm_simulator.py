@@ -297,8 +297,8 @@ def test_latencies_are_drawn_around_the_mean_with_a_tail() -> None:
 
 
 def test_a_prompt_cached_for_one_model_is_not_cached_for_another() -> None:
-    # Given a system prompt long enough to be cached, sent once to one model
-    system = {"role": "system", "content": "You are a careful support agent. " * 40}
+    # Given a system prompt long enough to be cached (1,024 tokens or more), sent once to one model
+    system = {"role": "system", "content": "You are a careful support agent. " * 130}
     messages = [system, {"role": "user", "content": "hello"}]
     with run_simulator(SimulatorConfig(latency_ms=0, seed=1)) as simulator, sdk(simulator.base_url) as client:
 
@@ -320,14 +320,14 @@ def test_a_prompt_cached_for_one_model_is_not_cached_for_another() -> None:
 def test_the_simulators_prompt_cache_forgets_its_oldest_prompts_past_its_bound() -> None:
     cache = PromptCache()
     prompts = [
-        [{"role": "system", "content": f"prompt {i} " + "word " * 80}] for i in range(PROMPTS_CACHED + 1)
+        [{"role": "system", "content": f"prompt {i} " + "word " * 110}] for i in range(PROMPTS_CACHED + 1)
     ]
     for messages in prompts:
-        cache.cached_tokens("gpt-4.1", messages, 64)
+        cache.cached_tokens("gpt-4.1", messages, 128)
     # It kept every prompt it saw: a long run of differing prompts grew without bound
     assert len(cache.seen) == PROMPTS_CACHED
-    assert cache.cached_tokens("gpt-4.1", prompts[-1], 64) > 0
-    assert cache.cached_tokens("gpt-4.1", prompts[0], 64) == 0
+    assert cache.cached_tokens("gpt-4.1", prompts[-1], 128) > 0
+    assert cache.cached_tokens("gpt-4.1", prompts[0], 128) == 0
 
 
 def test_every_model_listed_or_retrieved_has_the_fields_openai_always_sends(simulator_url: str) -> None:
@@ -625,3 +625,30 @@ def test_the_tools_offered_and_the_calls_made_count_as_prompt_tokens(simulator_u
     ]
     answered = _prompt_tokens(simulator_url, turn)
     assert answered >= alone + len(call["function"]["arguments"]) // 4
+
+
+@pytest.mark.parametrize(
+    ("system_tokens", "expected"),
+    [(500, 0), (1_023, 0), (1_024, 1_024), (1_100, 1_024), (1_300, 1_280)],
+    ids=["500-tokens", "1023-tokens", "1024-tokens", "1100-tokens", "1300-tokens"],
+)
+def test_the_simulator_caches_only_prompts_of_1024_tokens_in_128_token_steps(
+    system_tokens: int, expected: int
+) -> None:
+    # Given a system prompt of this many tokens (four characters a token), sent twice
+    messages = [
+        {"role": "system", "content": "abcd" * system_tokens},
+        {"role": "user", "content": "hello"},
+    ]
+    with run_simulator(SimulatorConfig(latency_ms=0, seed=1)) as simulator, sdk(simulator.base_url) as client:
+
+        def cached() -> int:
+            usage = client.chat.completions.create(model="gpt-4.1", messages=messages).usage  # type: ignore[arg-type]
+            assert usage is not None
+            assert usage.prompt_tokens_details is not None
+            return usage.prompt_tokens_details.cached_tokens or 0
+
+        assert cached() == 0
+        # When it is sent again, Then only a prompt of 1,024 tokens or more is cached, in
+        # whole 128-token steps, as OpenAI does (500 tokens were reported as 448 cached)
+        assert cached() == expected
