@@ -545,7 +545,9 @@ class OpenAICompatibleClient:
                             whole, begun, self._clock, progress, limit=self.config.max_reply_bytes
                         )
                     try:
-                        return read_completion(content, media_type, response.charset_encoding)
+                        return read_completion(
+                            content, media_type, response.charset_encoding, response.status_code
+                        )
                     except AttemptError as unreadable:
                         progress.tokens = unreadable.usage  # what a body without choices still names
                         raise

@@ -77,14 +77,14 @@ class ParsedCompletion:
 
 
 def read_completion(
-    body: bytes, media_type: str = "application/json", charset: str | None = None
+    body: bytes, media_type: str = "application/json", charset: str | None = None, status: int = 200
 ) -> ParsedCompletion:
-    """A non-streamed reply's body, read in the ``charset`` its content type names; one that is
-    not JSON is a malformed response, or a page (``not_json``)."""
+    """A non-streamed reply's body (answered with ``status``), read in the ``charset`` its
+    content type names; one that is not JSON is a malformed response, or a page (``not_json``)."""
     try:
         data = _json_of(body, charset)
     except (ValueError, RecursionError):  # not JSON, or nested past the parser
-        raise not_json(body, media_type) from None
+        raise not_json(body, media_type, status) from None
     return parse_completion(data)
 
 
@@ -116,8 +116,8 @@ def media_type_of(response: httpx.Response) -> str:
     return str(response.headers.get("content-type", "")).partition(";")[0].strip().lower()
 
 
-def not_json(body: bytes, media_type: str) -> AttemptError:
-    """The attempt error for a 2xx body that is not JSON.
+def not_json(body: bytes, media_type: str, status: int = 200) -> AttemptError:
+    """The attempt error for a 2xx (``status``) body that is not JSON.
 
     A page (labelled HTML or XML, or beginning with ``<``: a proxy's login page, a captive
     portal, a gateway's notice) came from something in front of the API, not from the model:
@@ -126,8 +126,15 @@ def not_json(body: bytes, media_type: str) -> AttemptError:
     in front is not known, so the attempt's cost is unknown (the call ``unpriced``; a budget
     counts the most it could have cost), and its reason says so. Any other body that is not
     JSON (one cut short) came from the endpoint: ``malformed_response``, not retried, as the
-    SDK does not retry a 2xx it cannot read.
+    SDK does not retry a 2xx it cannot read. An empty body is that too, and says it is empty:
+    it was "reply body is not JSON", as if something had been sent.
     """
+    if not body.strip():
+        said = "an empty body" if not body else f"a body of only white space ({len(body)} bytes)"
+        return _malformed(
+            f"HTTP {status} with {said} ({media_type or 'no content-type'}): no completion and no"
+            " usage, so its cost is not known"
+        )
     if media_type in PAGE_TYPES or body.lstrip()[:1] == b"<":
         found = _TITLE.search(body[:65_536])
         title = " ".join(found[1].decode("utf-8", "replace").split())[:80] if found else ""
@@ -239,7 +246,9 @@ async def read_stream(
     # A whole reply, not a stream; a page (``not_json``) is read as one, so that a completion
     # mislabelled as a page is taken, as it is when not streamed.
     if media_type == "application/json" or media_type in PAGE_TYPES:
-        parsed = read_completion(await read_body(response, limit), media_type, response.charset_encoding)
+        parsed = read_completion(
+            await read_body(response, limit), media_type, response.charset_encoding, response.status_code
+        )
         # Its first token came with the whole body.
         return replace(parsed, time_to_first_token_ms=(clock() - started) * 1000)
     parts: list[str] = []
@@ -294,8 +303,10 @@ async def read_stream(
     if not done and not (reasons and tokens.reported):
         # Cut: no [DONE], and not both the finish reason and the usage chunk that come last.
         # Billed when the usage chunk came: the attempt keeps it.
+        # One that sent nothing says so, with its status: it read as any stream cut short.
+        empty = "" if chunks else f" with no chunk in it (HTTP {response.status_code}, an empty stream)"
         raise AttemptError(
-            "stream ended before [DONE]",
+            f"stream ended before [DONE]{empty}",
             error_type="connection_error",
             retryable=True,
             usage=tokens if tokens.reported else None,
