@@ -37,6 +37,7 @@ from flowledger.adapters.llm.completion import (
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig, shown_endpoint
 from flowledger.adapters.llm.env_options import client_options_from_env
+from flowledger.adapters.llm.error_answers import error_object, error_reason
 from flowledger.adapters.llm.not_found import ROUTE_NOT_FOUND, names_the_model, route_not_found_reason
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
 from flowledger.adapters.llm.redirects import REDIRECTED, redirect_reason
@@ -44,10 +45,13 @@ from flowledger.adapters.llm.reply_limit import REPLY_LIMIT, ReplyTooLarge, boun
 from flowledger.adapters.llm.reported_usage import ReportedUsage
 from flowledger.adapters.llm.resilience import LOCAL_RATE_LIMIT, EndpointBreaker, ModelRateLimiter
 from flowledger.adapters.llm.retry import (
+    INSUFFICIENT_QUOTA,
+    QUOTA_EXHAUSTED,
     REFUSALS_WITH_WAIT,
     AttemptError,
     AttemptOutcome,
     RetryPolicy,
+    names_exhausted_quota,
     parse_retry_after,
     status_is_retryable,
 )
@@ -609,8 +613,15 @@ class OpenAICompatibleClient:
 
     def _status_error(self, response: httpx.Response, content: bytes) -> AttemptError:
         retry_after = parse_retry_after(response.headers)
-        reason = f"HTTP {response.status_code}{_error_reason(content, response.encoding)}"
+        reason = f"HTTP {response.status_code}{error_reason(content, response.encoding)}"
         error_type = f"http_{response.status_code}"
+        if response.status_code == 429 and names_exhausted_quota(error_object(content)):
+            return AttemptError(
+                f"{reason}: {QUOTA_EXHAUSTED}",
+                error_type=INSUFFICIENT_QUOTA,
+                retryable=False,
+                status_code=429,
+            )
         if response.status_code == 404 and not names_the_model(content):
             reason += route_not_found_reason(shown_endpoint(str(self._endpoint)))
             error_type = ROUTE_NOT_FOUND
@@ -674,35 +685,6 @@ def _detail(error: Exception) -> str:
 
 
 _DETAIL_CHARS = 200
-_REASON_CHARS = 300
-
-
-def _error_reason(content: bytes, encoding: str | None) -> str:
-    """What an error answer says, on one line of at most ``_REASON_CHARS``: OpenAI's error
-    object as ``" invalid_request_error (param messages, code empty_array): <message>"``, or
-    the body's text. OpenAI pretty-prints its error bodies: the reason was that JSON over
-    eight lines, cut at 300 characters whatever it said."""
-    head = content[:8_192]
-    try:
-        error = json.loads(head).get("error") if head.lstrip()[:1] == b"{" else None
-    except (ValueError, RecursionError):  # cut by the slice, or not JSON: the text is shown
-        error = None
-    label, text = "", ""
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        named = ", ".join(
-            f"{key} {error[key]}" for key in ("param", "code") if type(error.get(key)) in (str, int)
-        )
-        kind = error["type"] if isinstance(error.get("type"), str) else ""
-        label, text = (
-            " ".join(part for part in (kind, f"({named})" if named else "") if part),
-            error["message"],
-        )
-    elif isinstance(error, str):
-        text = error
-    else:
-        text = head[:1_200].decode(encoding or "utf-8", errors="replace")
-    said = f"{label}: {text.strip() or '(no body)'}" if label else text.strip() or "(no body)"
-    return (" " if label else ": ") + one_line(said, _REASON_CHARS)
 
 
 def _too_large(error: ReplyTooLarge, progress: AttemptProgress) -> AttemptError:

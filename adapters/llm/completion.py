@@ -15,7 +15,13 @@ import httpx
 from flowledger.adapters.llm.config import DEFAULT_REPLY_BYTES
 from flowledger.adapters.llm.reply_limit import read_body, read_lines
 from flowledger.adapters.llm.reported_usage import ReportedUsage, parse_usage
-from flowledger.adapters.llm.retry import AttemptError, status_is_retryable
+from flowledger.adapters.llm.retry import (
+    INSUFFICIENT_QUOTA,
+    QUOTA_EXHAUSTED,
+    AttemptError,
+    names_exhausted_quota,
+    status_is_retryable,
+)
 from flowledger.adapters.llm.sse import DONE, UnreadableEvent, event_payloads
 
 # What an error sent inside a stream would have been as an HTTP status, by its ``type`` or
@@ -332,6 +338,13 @@ def stream_error(error: Any, usage: ReportedUsage | None, where: str = "stream")
     fields = error if isinstance(error, dict) else {}
     message = fields.get("message") if isinstance(error, dict) else error
     text = one_line(message, 300) if isinstance(message, str) else ""
+    if names_exhausted_quota(fields):  # no rate limit: retrying will not help
+        return AttemptError(
+            f"error in {where}: {text or 'no message'}: {QUOTA_EXHAUSTED}",
+            error_type=INSUFFICIENT_QUOTA,
+            retryable=False,
+            usage=usage,
+        )
     status = _status_of(fields)
     kind = "rate_limited" if status == 429 else "server_error" if status >= 500 else "request_error"
     return AttemptError(

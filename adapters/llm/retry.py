@@ -1,6 +1,8 @@
 """The retry policy of the official OpenAI Python SDK.
 
-Retried: HTTP 408, 409, 429 and >= 500, timeouts and connection errors. A server's
+Retried: HTTP 408, 409, 429 and >= 500, timeouts and connection errors; not a 429 (or an
+error inside a stream) that says the account's quota is used up (``insufficient_quota``),
+which the SDK retries and no retry mends. A server's
 ``x-should-retry: true|false`` overrides the status. The wait honours
 ``retry-after-ms``, then ``retry-after`` (seconds, or an HTTP date) when it lies in
 (0, 120] s; a longer server-directed wait is not retried at all. A negative or non-finite
@@ -17,7 +19,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from flowledger.adapters.llm.reported_usage import ReportedUsage
 
@@ -29,6 +31,28 @@ REFUSALS_WITH_WAIT = frozenset({429, 503})
 """The statuses whose ``retry-after`` tells a caller when to come back (RFC 9110 15.5/15.6):
 a call whose last attempt was one of them passes the wait on (``LlmCallFailed.retry_after_s``)."""
 T = TypeVar("T")
+
+INSUFFICIENT_QUOTA = "insufficient_quota"
+"""The ``error_type`` of a call refused because the account's quota is used up: OpenAI answers
+it 429, as a rate limit, with ``type`` and ``code`` ``insufficient_quota`` ("You exceeded your
+current quota"); its error codes guide says the credits or the monthly spend are exhausted.
+It was retried as a rate limit (three requests, each refused the same) and its ``retry-after``
+passed on to the caller, as if waiting would help."""
+
+QUOTA_EXHAUSTED = (
+    "the account's quota is used up (its credits or its spending limit): not retried, retrying will not help"
+)
+"""What the reason of an ``insufficient_quota`` failure adds to what the endpoint said."""
+
+
+def names_exhausted_quota(error: Any) -> bool:
+    """Whether an error object names ``insufficient_quota`` as its ``type`` or its ``code``."""
+    if not isinstance(error, dict):
+        return False
+    return any(
+        isinstance(error.get(key), str) and error[key].lower() == INSUFFICIENT_QUOTA
+        for key in ("type", "code")
+    )
 
 
 class AttemptError(Exception):
