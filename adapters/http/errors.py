@@ -27,6 +27,7 @@ from starlette.routing import Match
 
 from flowledger.adapters.http.auth import refusal_before_body
 from flowledger.adapters.http.json_body import RepeatedName
+from flowledger.adapters.http.model_failures import told_of
 from flowledger.adapters.http.pages import error_page, is_page
 from flowledger.adapters.llm.not_found import ROUTE_NOT_FOUND
 from flowledger.adapters.llm.resilience import LOCAL_RATE_LIMIT
@@ -414,6 +415,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_flowledger_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, errors.FlowledgerError)  # registered for that type only
+        if isinstance(error, errors.LlmError):  # without the endpoint's URL: logged whole
+            told = told_of(error, getattr(request.state, "request_id", None))
+            return answer(request, status_for(error), told, headers_for(error))
         return answer(request, status_for(error), _told(error), headers_for(error))
 
     async def on_outage(request: Request, error: Exception) -> Response:

@@ -61,7 +61,9 @@ def test_a_404_for_the_route_is_a_502_saying_to_check_the_base_url(body: bytes) 
     with engine_answering_404(body) as engine:
         status, told, failures = process(engine)
     assert (status, failures) == (502, ["endpoint_not_found"]), told
-    assert "answered 404 for its route POST http://model.test/v1/chat/completions" in told
+    # The caller is not told the endpoint's URL (the operator's log and the StepFailed have it)
+    assert "answered 404 for its route POST [URL withheld]" in told
+    assert "model.test" not in told
     assert "check the base URL" in told
 
 

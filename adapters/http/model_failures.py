@@ -1,0 +1,61 @@
+"""A failed model call as its caller is told it: without the model endpoint's URL, host name or
+address (where this server sends its model traffic is its operator's business, not its callers'),
+the whole failure logged under the request's id."""
+
+from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import urlsplit
+
+from flowledger.domain import errors
+
+error_log = logging.getLogger("flowledger.http.errors")
+"""The middleware's error log (``middleware.log_requests`` sends it to stderr as JSON lines)."""
+
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()]+")
+_AT_URL = re.compile(r" at [a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()]+?(?=: |\s|$)")
+_ADDRESS_TUPLE = re.compile(r"\('[^']*', \d{1,5}(?:, \d+, \d+)?\)")
+"""A socket address as Python's errors quote it: ``('10.0.0.5', 8443)``, ``('::1', 8443, 0, 0)``."""
+_HOST = re.compile(r"\bhost\s+[^\s,;'\"]+", re.IGNORECASE)
+_IPV4 = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?(?![\w.])")
+_TRAILING = ".,:;"
+
+URL_WITHHELD = "[URL withheld]"
+HOST_WITHHELD = "[host withheld]"
+ADDRESS_WITHHELD = "[address withheld]"
+
+
+def withheld(message: str) -> str:
+    """``message`` without URLs, host names and IPv4 addresses: the endpoint the call was made
+    at (``gpt-4.1 at http://…: HTTP 503 …``), a redirect's target, the host a connection error
+    names (aiohttp's ``Cannot connect to host llm.corp:8443 … ('10.0.0.5', 8443)``) and IPv4
+    addresses anywhere (an IPv6 one only inside a URL or a socket address)."""
+    hosts = {urlsplit(found.rstrip(_TRAILING)).hostname for found in _URL.findall(message)}
+    text = _AT_URL.sub("", message)
+    text = _URL.sub(lambda found: URL_WITHHELD + _trailing(found[0]), text)
+    text = _ADDRESS_TUPLE.sub(ADDRESS_WITHHELD, text)
+    text = _HOST.sub(f"host {HOST_WITHHELD}", text)
+    text = _IPV4.sub(ADDRESS_WITHHELD, text)
+    for host in sorted((h for h in hosts if h), key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", HOST_WITHHELD, text, flags=re.IGNORECASE)
+    return text
+
+
+def _trailing(url: str) -> str:
+    """The punctuation a URL match took from the sentence around it (``…/completions:``)."""
+    return url[len(url.rstrip(_TRAILING)) :]
+
+
+def told_of(error: errors.LlmError, request_id: str | None) -> str:
+    """What the caller of a failed model call is told: the failure with the endpoint withheld,
+    and the request id under which the log has it whole (logged here). The reply named the
+    endpoint's internal URL: ``gpt-4.1 at http://llm-gateway.corp.internal:8443/v1/chat/completions:
+    HTTP 503 …``, and a connection error its host and address."""
+    message = str(error)
+    said = withheld(message)
+    if said == message:
+        return message
+    error_log.error("model call failed in request %s (%s): %s", request_id or "-", error.error_type, message)
+    under = f"request id {request_id}" if request_id else "this request"
+    return f"model call failed: {said} (the server's log has the whole failure under {under})"

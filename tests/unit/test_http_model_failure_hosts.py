@@ -1,0 +1,125 @@
+"""A failed model call is told to the caller without the model endpoint's URL or host (where
+this server's model traffic goes is its operator's business, not its callers'): the reply names
+the failure and a request id; the whole failure, URL and all, is in the server's log."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from flowledger.adapters.http.app import create_app
+from flowledger.adapters.http.model_failures import withheld
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.infrastructure import Engine
+from tests.conftest import make_settings
+
+BASE_URL = "http://llm-gateway.corp.internal:8443/v1"
+HOST = "llm-gateway.corp.internal"
+STEP = {"action": "process_step", "session_id": "s-1", "step_name": "greet", "input_data": {"m": "hi"}}
+
+
+def _refuse_503(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(
+        503, json={"error": {"message": "The server is overloaded", "type": "server_error"}}
+    )
+
+
+def _refuse_404_route(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(404, content=b"404 page not found")
+
+
+def _connection_refused(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError(
+        f"Cannot connect to host {HOST}:8443 ssl:default [Connect call failed ('10.20.30.40', 8443)]"
+    )
+
+
+def _redirect(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(307, headers={"location": "http://10.20.30.40:9000/v1/chat/completions"})
+
+
+def served(handler: object) -> Iterator[tuple[TestClient, Engine]]:
+    """An API whose model endpoint, at an internal URL, answers every call with ``handler``."""
+
+    async def no_sleep(seconds: float) -> None:
+        return None
+
+    engine = Engine(settings=make_settings(database_url="memory:"))
+    config = ClientConfig(base_url=BASE_URL, api_key=ApiKey("sk-test-secret-1"), default_model="gpt-4.1")
+    engine.llm = OpenAICompatibleClient(
+        config,
+        prices=load_price_table(),
+        transport=httpx.MockTransport(handler),  # type: ignore[arg-type]
+        retry_sleep=no_sleep,
+    )
+    engine.start_session("s-1", "customer_service")
+    with TestClient(create_app(engine, require_keys=False)) as test_client:
+        yield test_client, engine
+    engine.close()
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [_refuse_503, _refuse_404_route, _connection_refused, _redirect],
+    ids=["503", "404-route", "connection-refused", "redirect"],
+)
+@pytest.mark.parametrize("path", ["webhook", "rest"])
+def test_a_failed_model_call_is_told_without_the_endpoints_url_or_host(
+    handler: object, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    for client, _ in served(handler):
+        # When a step's model call fails
+        with caplog.at_level(logging.ERROR, logger="flowledger.http.errors"):
+            if path == "webhook":
+                response = client.post("/webhook/workflow-state", json=STEP)
+            else:
+                response = client.post(
+                    "/v1/sessions/s-1/process", json={"step": "greet", "input": {"m": "hi"}}
+                )
+        # Then the caller is told it failed, with no URL, host name or address of the endpoint
+        assert response.status_code == 502
+        told = response.json()["error"]
+        for internal in (HOST, "8443", "10.20.30.40", "http://", "llm-gateway"):
+            assert internal not in told, told
+        assert "model call" in told
+        request_id = response.headers["x-request-id"]
+        assert request_id in told
+        # And the server's log has the whole failure, endpoint included, under that request id
+        logged = [r.getMessage() for r in caplog.records if request_id in r.getMessage()]
+        assert logged, caplog.records
+        assert any(HOST in line for line in logged), logged
+
+
+@pytest.mark.parametrize(
+    ("message", "kept"),
+    [
+        (
+            "circuit for http://[fd00::5]:8080/v1/chat/completions is open; next trial in 3.0s",
+            "circuit for [URL withheld] is open; next trial in 3.0s",
+        ),
+        (
+            "gpt-4.1 at https://user:***@llm.corp/v1/chat/completions: timed out: ReadTimeout('')"
+            " (after 3 attempt(s))",
+            "gpt-4.1: timed out: ReadTimeout('') (after 3 attempt(s))",
+        ),
+        (
+            "gpt-4.1 at http://llm.corp/v1/chat/completions: connection failed: OSError: "
+            "Multiple exceptions: [Errno 111] Connect call failed ('::1', 8080, 0, 0), llm.corp refused",
+            "gpt-4.1: connection failed: OSError: Multiple exceptions: [Errno 111] Connect call failed "
+            "[address withheld], [host withheld] refused",
+        ),
+        ("HTTP 400 invalid_request_error: Invalid 'messages[0].role': 'robot'.", None),
+    ],
+    ids=[
+        "circuit-open-ipv6",
+        "timeout-with-credentials",
+        "bare-host-and-ipv6-address",
+        "nothing-to-withhold",
+    ],
+)
+def test_withheld_takes_out_urls_hosts_and_addresses_and_nothing_else(message: str, kept: str | None) -> None:
+    assert withheld(message) == (message if kept is None else kept)
