@@ -148,6 +148,7 @@ def record_step(
         usage=usage,
         idempotency_key=key,
         user_id=body.user_id,  # checked on the session the step loads
+        usage_as_given=True,  # priced above when it states no cost; a cost_usd sent, 0 too, kept
     )
     return schemas.StepOut.of(record)
 

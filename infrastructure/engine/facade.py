@@ -454,12 +454,25 @@ class Engine:
         idempotency_key: str | None = None,
         *,
         user_id: str | None = None,
+        usage_as_given: bool = False,
     ) -> StepRecord:
         """Record a step whose model call happened elsewhere; a known key returns its record
-        (``user_id``: refused, SessionOwnedByAnother, unless the session has no user or that one)."""
+        (``user_id``: refused, SessionOwnedByAnother, unless the session has no user or that one).
+        A ``usage`` with tokens that states no cost (no ``cost_usd``, ``price_version``,
+        ``unpriced`` or provider's charge) is priced as ``priced_usage`` prices it, or flagged
+        ``unpriced``: it was recorded at $0, unflagged. ``usage_as_given``: record it as it is."""
         self._open.ensure_open("record_step")
         return self._recording.record(
-            session_id, step, input, output, next_step, context_update, usage, idempotency_key, user_id
+            session_id,
+            step,
+            input,
+            output,
+            next_step,
+            context_update,
+            usage,
+            idempotency_key,
+            user_id,
+            usage_as_given=usage_as_given,
         )
 
     def priced_usage(self, usage: LlmUsage) -> LlmUsage:

@@ -51,8 +51,14 @@ class StepRecording:
         usage: LlmUsage | None,
         idempotency_key: str | None,
         user_id: str | None,
+        *,
+        usage_as_given: bool = False,
     ) -> StepRecord:
-        """``Engine.record_step``: the step recorded, its cost then charged (a known key: its record)."""
+        """``Engine.record_step``: the step recorded, its cost then charged (a known key: its
+        record). A usage with tokens that states no cost (``states_no_cost``) is priced first
+        (``priced``), unless ``usage_as_given``."""
+        if not usage_as_given and isinstance(usage, LlmUsage) and states_no_cost(usage):
+            usage = self.priced(usage)
         request = StepRequest(
             step=step,
             input=input if input is not None else {},
@@ -97,3 +103,19 @@ class StepRecording:
         )
         charge_id = uuid5(self._sessions.session_uuid(session_id), f"step-cost:{record.version}")
         return self._budgets.charge(scope, usage.charged_usd, charge_id, at=record.recorded_at)
+
+
+def states_no_cost(usage: LlmUsage) -> bool:
+    """Whether ``usage`` has tokens and says nothing of what they cost: no ``cost_usd`` nor
+    ``retried_cost_usd``, no ``price_version``, not ``unpriced``, not the provider's charge.
+    Recorded so, 1,000 input and 100 output tokens of gpt-4.1 cost $0 in the session's totals,
+    on the dashboard and in every budget, unflagged (``Engine.record_step``; REST priced them).
+    A free call states its cost by naming a ``price_version``."""
+    return (
+        usage.cost_usd == 0
+        and usage.retried_cost_usd == 0
+        and not usage.price_version
+        and not usage.unpriced
+        and usage.cost_source != "provider"
+        and any(getattr(usage, token) for token in TOKEN_FIELDS)
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -56,7 +57,14 @@ def test_names_in_any_language_and_empty_names_are_taken(engine: Engine) -> None
     # Given a session
     engine.start_session("s-1", "cs")
     # When a usage names its model in another script and leaves the response model empty
-    usage = LlmUsage(provider="通义", request_model="qwen-max-ü", response_model="", input_tokens=1)
+    # (with its cost: tokens without one are priced, or, as here with no adapter, flagged unpriced)
+    usage = LlmUsage(
+        provider="通义",
+        request_model="qwen-max-ü",
+        response_model="",
+        input_tokens=1,
+        cost_usd=Decimal("0.01"),
+    )
     record = engine.record_step("s-1", "greet", usage=usage)
     # Then it is recorded as given
     assert record.usage == usage
