@@ -237,7 +237,7 @@ class Gate:
         keys from the caller's address). ``session``: ``token`` is the dashboard's sign-in
         cookie (``dashboard_sessions.py``), which acts as its key's reader."""
         if self.open and self.close_on_key:
-            await self._close_once_keyed()
+            await self._close_once_keyed(request)
         if self.open:
             host = request.headers.get("host", "")
             if self.local_only and not loopback_host(host):
@@ -267,14 +267,16 @@ class Gate:
             await run_in_threadpool(tenants.prepare, key.tenant)
         return Caller(key.key_id, key.tenant, key.role, engine)
 
-    async def _close_once_keyed(self) -> None:
+    async def _close_once_keyed(self, request: Request) -> None:
         """Close the app when a key exists now (asked at most every ``OPEN_RECHECK_S``): a key
         created while it ran open took effect only at a restart, so the keys handed out guarded
         nothing. A database that cannot be asked leaves it as it is, asked again next time; when
         it is unreachable, the request is answered so at once (``StoreUnavailable``: 503 with
         Retry-After), its own reads meeting the same outage: going on, it waited the operation's
         deadline a second time (an outside probe, `serve` with no key, a 3 s deadline: every
-        request in an outage answered after 6 s)."""
+        request in an outage answered after 6 s). The outage is told as the request's own
+        (``GET /v1/agents``), as the request would have met it: it said "(api keys)", the key
+        table's pool, to a caller that sent no key to a server that asks for none."""
         now = time.monotonic()
         if now < self._next_key_check:
             return
@@ -283,8 +285,9 @@ class Gate:
             keyed = await run_in_threadpool(self.keys.any_configured)
         except StoreRefused:
             return  # not an outage: the request's own call says what it meets
-        except StoreUnavailable:
-            raise
+        except StoreUnavailable as outage:
+            operation = f"{request.method} {request.url.path}"
+            raise StoreUnavailable(operation, outage.detail, outage.retry_after) from outage
         except Exception:
             return
         if keyed:
@@ -307,8 +310,12 @@ class Gate:
             raise HTTPException(429, TOO_MANY_REFUSED, headers={"Retry-After": retry_after(wait)})
         try:
             key = await run_in_threadpool(self.keys.find_session if session else self.keys.find, token)
-        except BaseException:  # the database's fault (or a cancelled request), not a guess
+        except BaseException as error:  # the database's fault (or a cancelled request), not a guess
             self.guesses.settle(address, held, refused=False)
+            if isinstance(error, StoreUnavailable) and not isinstance(error, StoreRefused):
+                # Said what was being done: it said "(api keys)", the key table's pool.
+                operation = f"checking the API key of {request.method} {request.url.path}"
+                raise StoreUnavailable(operation, error.detail, error.retry_after) from error
             raise
         # No key: a guess, or a mistyped key, counted against the address.
         self.guesses.settle(address, held, refused=key is None)
