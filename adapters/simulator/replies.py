@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
 import re
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -350,38 +348,6 @@ def agent_pick(prompt: str) -> dict[str, Any]:
     _, agent_id, named = min(agents)
     fit = ", ".join(named) or "no skill named in the task"
     return {"agent_id": agent_id, "reason": f"the task names {fit}"}
-
-
-PROMPTS_CACHED = 10_000
-"""System prompts the simulator remembers (the oldest forgotten first): it kept every one it
-saw, so a long run with prompts that differ grew without bound."""
-
-
-@dataclass
-class PromptCache:
-    """Remembers system prompts per model, so a repeated prefix is reported as cached input
-    by the model that saw it (a provider's prompt cache is its model's: one prompt sent to
-    gpt-4.1 was reported cached when gemini-2.5-flash first got it)."""
-
-    seen: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
-    """(model, SHA-256 of its system prompt), least recently seen first."""
-
-    def cached_tokens(self, model: str, messages: list[dict[str, Any]], min_tokens: int) -> int:
-        """Tokens of the system prompt ``model`` already saw, if it has ``min_tokens`` or more,
-        in whole 128-token steps (OpenAI's rule: 1,100 tokens seen before are 1,024 cached)."""
-        system = "".join(message_text(m) for m in messages if m.get("role") == "system")
-        tokens = count_tokens(system) if system else 0
-        if tokens < min_tokens:
-            return 0
-        # Its digest, not the prompt: 10,000 prompts of up to 32 MiB each were kept whole.
-        key = (model, hashlib.sha256(system.encode("utf-8", "surrogatepass")).hexdigest())
-        if key in self.seen:
-            self.seen.move_to_end(key)
-            return tokens // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
-        self.seen[key] = None
-        if len(self.seen) > PROMPTS_CACHED:
-            self.seen.popitem(last=False)
-        return 0
 
 
 def completion_body(

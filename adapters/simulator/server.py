@@ -28,8 +28,8 @@ from flowledger.adapters.simulator.chat_request import (
     latency_override_ms,
     plays_model,
 )
+from flowledger.adapters.simulator.prompt_cache import PromptCache
 from flowledger.adapters.simulator.replies import (
-    PromptCache,
     SimulatorConfig,
     completion_body,
     cut_at_stop,

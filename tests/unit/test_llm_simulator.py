@@ -16,7 +16,8 @@ from pydantic import BaseModel
 
 from flowledger.adapters.llm.config import ClientConfig
 from flowledger.adapters.simulator import Exchange, FaultRates, SimulatorConfig, run_simulator
-from flowledger.adapters.simulator.replies import PROMPTS_CACHED, PromptCache, draw_latency_s
+from flowledger.adapters.simulator.prompt_cache import PROMPTS_CACHED, PromptCache
+from flowledger.adapters.simulator.replies import draw_latency_s
 from flowledger.adapters.simulator.server import EXCHANGES_KEPT
 from tests.support.simulator_sdk import sdk_on_simulator
 
@@ -629,13 +630,14 @@ def test_the_tools_offered_and_the_calls_made_count_as_prompt_tokens(simulator_u
 
 @pytest.mark.parametrize(
     ("system_tokens", "expected"),
-    [(500, 0), (1_023, 0), (1_024, 1_024), (1_100, 1_024), (1_300, 1_280)],
-    ids=["500-tokens", "1023-tokens", "1024-tokens", "1100-tokens", "1300-tokens"],
+    [(500, 0), (1_013, 0), (1_014, 1_024), (1_100, 1_024), (1_300, 1_280)],
+    ids=["500-tokens", "1013-tokens", "1014-tokens", "1100-tokens", "1300-tokens"],
 )
 def test_the_simulator_caches_only_prompts_of_1024_tokens_in_128_token_steps(
     system_tokens: int, expected: int
 ) -> None:
-    # Given a system prompt of this many tokens (four characters a token), sent twice
+    # Given a system prompt of this many tokens (four characters a token), sent twice with a
+    # user message: the prompt's prefix is those and 10 more (4 of framing a message, "hello" 2)
     messages = [
         {"role": "system", "content": "abcd" * system_tokens},
         {"role": "user", "content": "hello"},
@@ -649,6 +651,45 @@ def test_the_simulator_caches_only_prompts_of_1024_tokens_in_128_token_steps(
             return usage.prompt_tokens_details.cached_tokens or 0
 
         assert cached() == 0
-        # When it is sent again, Then only a prompt of 1,024 tokens or more is cached, in
+        # When it is sent again, Then only a prefix of 1,024 tokens or more is cached, in
         # whole 128-token steps, as OpenAI does (500 tokens were reported as 448 cached)
         assert cached() == expected
+
+
+def test_a_repeated_long_prompt_is_cached_whatever_its_messages_roles() -> None:
+    # Given a long prompt with no system message (a document in the user's message), sent twice
+    messages = [{"role": "user", "content": "abcd" * 1_500}]
+    with run_simulator(SimulatorConfig(latency_ms=0, seed=1)) as simulator, sdk(simulator.base_url) as client:
+
+        def cached() -> int:
+            usage = client.chat.completions.create(model="gpt-4.1", messages=messages).usage  # type: ignore[arg-type]
+            assert usage is not None
+            assert usage.prompt_tokens_details is not None
+            return usage.prompt_tokens_details.cached_tokens or 0
+
+        assert cached() == 0
+        # Then its repeat is cached as OpenAI caches a prompt's prefix, 1,504 tokens in 128s
+        # (only a system prompt was: it was 0)
+        assert cached() == 1_408
+
+
+def test_a_conversations_next_turn_finds_its_last_turns_prompt_cached() -> None:
+    # Given a first turn of 1,204 tokens (a short system prompt, a long user message)
+    first = [
+        {"role": "system", "content": "You help."},
+        {"role": "user", "content": "abcd" * 1_193},
+    ]
+    with run_simulator(SimulatorConfig(latency_ms=0, seed=1)) as simulator, sdk(simulator.base_url) as client:
+        reply = client.chat.completions.create(model="gpt-4.1", messages=first)  # type: ignore[arg-type]
+        # When the next turn sends it again, the answer and a new question after it
+        after = [
+            *first,
+            {"role": "assistant", "content": reply.choices[0].message.content},
+            {"role": "user", "content": "and then?"},
+        ]
+        usage = client.chat.completions.create(model="gpt-4.1", messages=after).usage  # type: ignore[arg-type]
+    # Then the first turn's prompt is the cached prefix, in whole 128-token steps (it was 0:
+    # the system prompt alone was looked at, and it is short)
+    assert usage is not None
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == 1_152
