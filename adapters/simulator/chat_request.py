@@ -23,7 +23,7 @@ from flowledger.adapters.simulator.refusals import (
     kind,
     missing,
 )
-from flowledger.adapters.simulator.replies import FAULTS, MAX_LATENCY_MS, count_tokens
+from flowledger.adapters.simulator.replies import ASKED_FAULTS, MAX_LATENCY_MS, count_tokens
 from flowledger.adapters.simulator.tool_calls import ForcedCall, check_tool_turns, forced_call
 from flowledger.adapters.simulator.wire import BadRequest
 from flowledger.domain.model_parameters import takes_completion_tokens_only
@@ -496,13 +496,13 @@ def latency_override_ms(headers: dict[str, str]) -> float | None:
 
 
 def fault_override(headers: dict[str, str]) -> str | None:
-    """``x-sim-fault``: one of ``FAULTS``, or None when absent."""
+    """``x-sim-fault``: one of ``ASKED_FAULTS``, or None when absent."""
     given = headers.get("x-sim-fault")
     if not given:
         return None
-    if given not in FAULTS:
+    if given not in ASKED_FAULTS:
         raise BadRequest(
-            f"x-sim-fault must be one of {', '.join(FAULTS)}, got {given[:40]!r}",
+            f"x-sim-fault must be one of {', '.join(ASKED_FAULTS)}, got {given[:40]!r}",
             param="x-sim-fault",
             code="invalid_value",
         )

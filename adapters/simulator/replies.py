@@ -35,6 +35,9 @@ def thinks(model: str) -> bool:
 
 
 FAULTS = ("429", "500", "503", "timeout", "malformed", "drop")
+ASKED_FAULTS = (*FAULTS, "insufficient_quota")
+"""The faults ``x-sim-fault`` may ask for: those drawn by rate, and OpenAI's 429 for an
+exhausted quota, which a client must not retry (asked for only: no run draws it at a rate)."""
 MAX_LATENCY_MS = 600_000.0
 """The longest mean latency, configured or asked for (``x-sim-latency-ms``): ten minutes."""
 

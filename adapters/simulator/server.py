@@ -271,6 +271,12 @@ class Simulator:
                 error_body("Rate limit reached (simulated)", "requests", code="rate_limit_exceeded"),
                 {"retry-after-ms": str(round(wait * 1000)), "retry-after": str(math.ceil(wait))},
             )
+        elif fault == "insufficient_quota":
+            # OpenAI's answer for an account out of credits: a 429 as a rate limit is, but with no
+            # wait, since waiting mends nothing (its error codes guide: buy credits).
+            await send_json(
+                writer, 429, error_body(_QUOTA_MESSAGE, "insufficient_quota", code="insufficient_quota")
+            )
         elif fault in ("500", "503"):
             # OpenAI's whole error object, as for a request it refuses: the SDK reads type and code.
             await send_json(writer, int(fault), error_body(_SERVER_ERRORS[fault], "server_error"))
@@ -293,6 +299,8 @@ class Simulator:
             return False
         return True
 
+
+_QUOTA_MESSAGE = "You exceeded your current quota, please check your plan and billing details. (simulated)"
 
 MODELS_CREATED = 1_735_689_600
 """When the simulator's models say they were made (2025-01-01 UTC): OpenAI's model object

@@ -8,10 +8,12 @@ import json
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.adapters.llm.resilience import STATE_CLOSED
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
 from flowledger.domain.errors import LlmCallFailed
 from flowledger.infrastructure import Engine
 from tests.unit.test_llm_transports import Transports, transport_fixture  # noqa: F401 (a fixture)
@@ -129,3 +131,41 @@ async def test_an_exhausted_quota_is_a_step_failed_with_that_reason(engine: Engi
     assert "retrying will not help" in failure.error_message
     assert failure.error_detail == {"error": "LlmCallFailed", "attempts": 1, "status_code": 429}
     await engine.llm.aclose()  # type: ignore[union-attr]
+
+
+class _AskingForTheQuotaFault(httpx.AsyncHTTPTransport):
+    """httpx's transport, every request asking the simulator for its exhausted-quota answer."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers["x-sim-fault"] = "insufficient_quota"
+        return await super().handle_async_request(request)
+
+
+async def test_the_simulator_answers_an_exhausted_quota_on_request_and_the_adapter_fails_at_once() -> None:
+    # Given the simulator, asked per request for OpenAI's exhausted-quota answer
+    with run_simulator(SimulatorConfig(latency_ms=0)) as simulator:
+        async with openai.AsyncOpenAI(
+            base_url=simulator.base_url, api_key="sk-simulator", max_retries=0
+        ) as sdk:
+            with pytest.raises(openai.RateLimitError) as refused:
+                await sdk.chat.completions.create(
+                    model="gpt-4.1",
+                    messages=[{"role": "user", "content": "hello"}],
+                    extra_headers={"x-sim-fault": "insufficient_quota"},
+                )
+        # Then the SDK sees OpenAI's 429 with its type and code (the header was a 400: no such
+        # fault), and no wait, as quota is not a rate
+        assert (refused.value.status_code, refused.value.code) == (429, "insufficient_quota")
+        assert refused.value.type == "insufficient_quota"
+        assert "retry-after" not in refused.value.response.headers
+        # And the adapter, sent it at every request, fails at once: one request, not three
+        config = ClientConfig(base_url=simulator.base_url, api_key=ApiKey("sk-simulator"), max_retries=2)
+        llm = OpenAICompatibleClient(config, prices=load_price_table(), transport=_AskingForTheQuotaFault())
+        try:
+            with pytest.raises(LlmCallFailed) as raised:
+                # (not JSON mode: the simulator, as OpenAI, refuses one whose messages never say "JSON")
+                await llm.complete(model="gpt-4.1", messages=MESSAGES, json_mode=False)
+        finally:
+            await llm.aclose()
+        assert (raised.value.error_type, raised.value.attempts) == ("insufficient_quota", 1)
+        assert simulator.stats["fault_insufficient_quota"] == 2
