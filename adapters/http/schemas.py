@@ -31,6 +31,7 @@ from pydantic_core import PydanticCustomError
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from flowledger.adapters.http.errors import worded
+from flowledger.adapters.http.model_failures import withheld
 from flowledger.adapters.http.moments import MOMENT_SCHEMA, Moment
 from flowledger.domain.bounds import (
     MAX_DEADLINE,
@@ -483,7 +484,8 @@ class FailureOut(BaseModel):
             step=failure.step,
             version=failure.version,
             error_type=failure.error_type,
-            error_message=failure.error_message,
+            # Without the model endpoint's URL, host or address: the StepFailed keeps them.
+            error_message=withheld(failure.error_message),
             idempotency_key=failure.idempotency_key,
             recorded_at=failure.recorded_at,
         )

@@ -123,3 +123,17 @@ def test_a_failed_model_call_is_told_without_the_endpoints_url_or_host(
 )
 def test_withheld_takes_out_urls_hosts_and_addresses_and_nothing_else(message: str, kept: str | None) -> None:
     assert withheld(message) == (message if kept is None else kept)
+
+
+def test_a_sessions_failures_are_read_without_the_endpoints_url_or_host() -> None:
+    for client, engine in served(_connection_refused):
+        # Given a step whose model call failed
+        assert client.post("/webhook/workflow-state", json=STEP).status_code == 502
+        # When the session is read over REST
+        [failure] = client.get("/v1/sessions/s-1").json()["failures"]
+        # Then its failure names no URL, host or address (they were read as recorded)
+        for internal in (HOST, "8443", "10.20.30.40", "http://"):
+            assert internal not in failure["error_message"], failure
+        assert failure["error_message"].startswith("gpt-4.1: connection failed: ConnectError")
+        # And the recorded StepFailed keeps the whole message, for the operator
+        assert HOST in engine.get_session("s-1").failures[0].error_message
