@@ -252,6 +252,11 @@ class TaskState:
     """The last failed classification, if none succeeded after it (None: none failed since):
     what a caller of ``classify`` or ``reclassify`` reads when both the tier's model and the
     fallback failed, whether or not the task is held back."""
+    waiting: str | None = None
+    """Why the queue run or assignment that answered this task left it waiting although it was
+    offered: its capable agents are all full, or paused (the escalation's ``all_at_capacity``
+    detail). Only such an answer says it, since it depends on the roster of that moment: a read
+    of the task (``get_task``) gives None."""
 
     @classmethod
     def of(cls, task: Any) -> TaskState:

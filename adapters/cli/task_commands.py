@@ -355,7 +355,8 @@ def run_queue(
         + (f" ({len(held)} held back)" if held else "")
     )
     console.print(tasks_table(title, offered))
-    for task in held:  # the table says "held back"; REST's answer says why, and so does this
+    # The table says "held back" or "waiting"; REST's answer says why, and so does this.
+    for task in held + [t for t in offered if t.waiting]:
         _say(task)
     if any(t.held_back == UNCLASSIFIED_NO_MODEL for t in held):
         console.print(f"to classify them: {NO_MODEL}; {RECORD_HINT}", markup=False, highlight=False)

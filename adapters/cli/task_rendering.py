@@ -28,6 +28,8 @@ def task_line(state: TaskState) -> str:
         return f"{head}: {json.dumps(state.result, default=str)}"
     if state.held_back:
         return f"{head}: held back ({state.held_back})"
+    if state.waiting:
+        return f"{head}: waiting ({state.waiting})"
     skills = ", ".join(state.required_skills) or "no skills yet"
     return f"{head}: {state.priority.value}, {skills}"
 
@@ -44,7 +46,7 @@ def tasks_table(title: str, tasks: list[TaskState]) -> Table:
     for task in tasks:
         table.add_row(
             escape(task.task_id),
-            task.status.value + (" (held back)" if task.held_back else ""),
+            task.status.value + (" (held back)" if task.held_back else " (waiting)" if task.waiting else ""),
             task.priority.value,
             escape(", ".join(task.required_skills)),
             _when(task.deadline),

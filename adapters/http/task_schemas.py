@@ -80,6 +80,11 @@ class TaskOut(Described):
         " tier's model and the fallback both failed; a failed reclassify keeps the earlier"
         " classification beside this)",
     )
+    waiting: str | None = Field(
+        default=None,
+        description="Why the queue run or assignment answering this task left it waiting: its capable"
+        " agents are all full or paused (null otherwise, and in a read of the task)",
+    )
     agent_id: str | None = Field(description="The agent holding it, or the one that completed it")
     resolution: dict[str, Any] | None = Field(description="What the completed task produced")
 

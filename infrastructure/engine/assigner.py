@@ -282,5 +282,10 @@ class BatchAssigner:
                 raise _NeedsFreshRoster()  # the store drops what this attempt changed
             elif request.escalate_when_full or decision.reason is not EscalationReason.ALL_AT_CAPACITY:
                 self._escalate(uow, task, decision.reason, decision.detail, usage)
+            else:
+                # It waits for capacity: say why, as an escalation would (the answer said
+                # nothing, so a caller could not tell a full team from a task never looked at).
+                states.append(replace(task.state(), waiting=decision.detail))
+                continue
             states.append(task.state())
         return states

@@ -491,3 +491,25 @@ def test_a_command_refused_for_a_task_no_agent_holds_names_its_state_and_the_ass
         "error: cannot start task 'T-1' (sent for assignment 1 of agent 'backend'): it is pending,"
         " back in the queue after assignment 1 (no agent holds it); nothing done\n",
     )
+
+
+def test_a_queue_run_names_each_task_it_left_waiting_for_capacity_and_why(
+    database_url: str, pg_schema: str
+) -> None:
+    # (The run's table said "pending" and its head "1 waiting", with no word of why, where
+    # REST's answer now says it in ``waiting``.)
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(database_url, pg_schema, *args, env={"FLOWLEDGER_LLM_BASE_URL": ""})
+
+    registered = cli("agents", "register", "be", "--name", "Backend", "--skill", "python", "--capacity", "1")
+    assert registered.returncode == 0, registered.stderr
+    for task_id in ("T-1", "T-2"):
+        assert cli("tasks", "create", task_id, "--description", "Fix it", "--skill", "python").returncode == 0
+
+    ran = cli("tasks", "run-queue")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "queue run: 2 offered, 1 assigned, 0 escalated, 1 waiting"
+    assert lines[-1] == "task 'T-2' pending: waiting (the 1 capable agent is at capacity: be 1/1)"
+    assert "pending (waiting)" in ran.stdout

@@ -80,6 +80,7 @@ ADDED_SINCE = {
     "forked_at_version": None,
     "held_back": None,
     "classification_failure": None,
+    "waiting": None,
 }
 """Fields the views gained after a release, and what that release's aggregates read as."""
 ADDED_TO_STEPS_SINCE = {"model": None}
