@@ -319,11 +319,26 @@ def record_classification(
 
 
 @tasks_app.command("assign")
-def assign_task(task_id: TaskArg, tenant: TenantOpt = None) -> None:
-    """Assign to the best eligible agent, or escalate with the reason (exit 8: a budget refused
-    the model-ranked tie-break routing asks for; the task waits as it was)."""
+def assign_task(
+    task_id: TaskArg,
+    escalate_when_full: Annotated[
+        bool,
+        typer.Option(
+            "--escalate-when-full/--wait-when-full",
+            help="When every capable agent is full: escalate the task (the default), or leave it waiting.",
+        ),
+    ] = True,
+    tenant: TenantOpt = None,
+) -> None:
+    """Assign to the best eligible agent, or escalate with the reason; with --wait-when-full a
+    task whose capable agents are all full keeps waiting, the line saying why (exit 8: a budget
+    refused the model-ranked tie-break routing asks for; the task waits as it was)."""
     with reported_errors():
-        state = _with_model(tenant, lambda engine: engine.assign_task_ranked(task_id), required=False)
+        state = _with_model(
+            tenant,
+            lambda engine: engine.assign_task_ranked(task_id, escalate_when_full=escalate_when_full),
+            required=False,
+        )
     _say(state)
 
 

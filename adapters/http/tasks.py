@@ -190,8 +190,16 @@ class RecordClassification(Body):
 
 
 class Assign(Body):
-    """Nothing to choose: the policy picks the agent (the model breaks ties when routing asks
-    it to). The body may be left out; a field in it is refused, as everywhere (422)."""
+    """The policy picks the agent (the model breaks ties when routing asks it to); the caller
+    says only what happens when every capable agent is full. The body may be left out; another
+    field in it (an ``agent_id``) is refused, as everywhere (422)."""
+
+    escalate_when_full: bool = Field(
+        default=True,
+        strict=True,
+        description="escalate the task (all_at_capacity) when every capable agent is full, as the"
+        " library's assign_task does by default; false: it keeps waiting, its `waiting` saying why",
+    )
 
 
 class NoFields(Body):
@@ -393,13 +401,19 @@ async def reclassify_task(
     "/tasks/{task_id}/assign", response_model=None, responses={**answers(TaskOut), **responses(402, 404, 409)}
 )
 async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = None) -> Json:
-    """Assign to the best eligible agent, or escalate with a reason. With routing's
+    """Assign to the best eligible agent, or escalate with a reason; with ``escalate_when_full``
+    false, a task whose capable agents are all full keeps waiting instead, its ``waiting``
+    saying why (nothing recorded). With routing's
     ``model_ranked_matching`` on, the model picks among agents the rule finds equally good
     (402 when an enforced budget cannot take that call: it is not made, the task waits).
     No body is needed; one naming an agent (or anything else) is refused with 422. A task that
     names no skills and whose classification failed is refused with 409 (reclassify it, or record
     a classification made elsewhere: ``POST .../classification``)."""
-    return task_out(caller, await caller.engine.assign_task_ranked(task_id))
+    asked = body or Assign()
+    return task_out(
+        caller,
+        await caller.engine.assign_task_ranked(task_id, escalate_when_full=asked.escalate_when_full),
+    )
 
 
 @router.post("/tasks/{task_id}/start", response_model=None, responses=_TASK_WRITE)
