@@ -58,6 +58,21 @@ class TaskStatus(StrEnum):
     COMPLETED = "completed"
     ESCALATED = "escalated"
 
+    @classmethod
+    def parse(cls, status: str) -> TaskStatus:
+        """The status named, read as a priority is (``TaskPriority.parse``: any case, spaces,
+        tabs and line breaks around it trimmed), or ValidationError: a listing's status filter
+        refused ``" pending"`` where its priority filter took ``" high"``."""
+        try:
+            if not isinstance(status, str):  # str() of a dict nested deep raises RecursionError
+                raise ValueError(status)
+            return cls(status.strip(PRIORITY_PADDING).lower())
+        except ValueError:
+            names = [s.value for s in cls]
+            raise ValidationError(
+                "status", f"must be one of {names} (any case), got {shown(status)}"
+            ) from None
+
     @property
     def is_final(self) -> bool:
         """True once nothing more happens to the task automatically."""

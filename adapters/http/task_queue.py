@@ -93,8 +93,9 @@ class Capacity(Body):
 StatusName = Annotated[
     str | None,
     Query(
-        description=f"one of {', '.join(s.value for s in TaskStatus)} (any case)",
-        pattern=any_case([s.value for s in TaskStatus]),
+        description=f"one of {', '.join(s.value for s in TaskStatus)} (any case, spaces around it trimmed,"
+        " as a priority)",
+        pattern=any_case([s.value for s in TaskStatus], padded=True),
     ),
 ]
 

@@ -26,16 +26,6 @@ def _overdue(state: TaskState, now: datetime) -> bool:
     return not state.status.is_final and state.deadline is not None and now >= state.deadline
 
 
-def _status(status: str) -> TaskStatus:
-    try:
-        if not isinstance(status, str):  # str() of a dict nested deep raises RecursionError
-            raise ValueError(status)
-        return TaskStatus(status.lower())
-    except ValueError:
-        names = [s.value for s in TaskStatus]
-        raise ValidationError("status", f"must be one of {names}, got {shown(status)}") from None
-
-
 def task_key(task_id: str) -> str:
     """The in-process lock key of a task (apart from session ids). An id that is no string is
     refused under the lock (``task_uuid``); its key only has to be made without raising."""
@@ -132,7 +122,7 @@ class TaskReads:
             require_name("after", after)
         if agent_id is not None:
             require_name("agent_id", agent_id)
-        wanted_status = _status(status) if status is not None else None
+        wanted_status = TaskStatus.parse(status) if status is not None else None
         wanted_priority = TaskPriority.parse(priority) if priority is not None else None
         if overdue is not None and not isinstance(overdue, bool):
             raise ValidationError("overdue", f"must be true, false or None, got {shown(overdue)}")
