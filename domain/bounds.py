@@ -47,6 +47,10 @@ MAX_TTL = timedelta(days=366)
 """A session's TTL, and how far one extension reaches."""
 MAX_DEADLINE = timedelta(days=3660)
 """How far ahead a task's deadline may lie (about ten years)."""
+MIN_DEADLINE_DELAY = timedelta(hours=0.001)
+"""How soon a deadline given as a delay may lie (3.6 s): REST's least ``deadline_hours``, the
+library's and the CLI's too (``--deadline-hours 0.0001`` made a task due in 0.36 s where REST
+refused it). A moment is not bounded so: one in the past is taken (the task is escalated)."""
 MIN_DERIVED_DEADLINE = timedelta(hours=1)
 """How soon a deadline derived from a classification's estimate may lie at the soonest: the
 seed's smallest ``deadline_hours``. A tiny estimate (1e-9 hours) derived one at the moment of
@@ -608,7 +612,10 @@ def require_deadline(field_name: str, value: Any, now: datetime) -> datetime | N
     if value is None:
         return None
     if isinstance(value, timedelta):
-        return now + require_duration(field_name, value, maximum=MAX_DEADLINE)
+        delay = require_duration(field_name, value, maximum=MAX_DEADLINE)
+        if delay < MIN_DEADLINE_DELAY:
+            raise ValidationError(field_name, f"{too_soon(MIN_DEADLINE_DELAY)} ahead, got {delay}")
+        return now + delay
     require_moment(field_name, value)
     deadline: datetime = value
     if deadline - now > MAX_DEADLINE:
@@ -618,6 +625,14 @@ def require_deadline(field_name: str, value: Any, now: datetime) -> datetime | N
             f" got {deadline.isoformat()}",
         )
     return deadline
+
+
+def too_soon(least: timedelta) -> str:
+    """What a delay below ``least`` is told, in seconds and hours (a deadline's is
+    ``must be at least 3.6 s (0.001 hours)``; a session TTL's ``1 ms``)."""
+    seconds = least.total_seconds()
+    said = f"{seconds * 1000:g} ms" if seconds < 1 else f"{seconds:g} s"
+    return f"must be at least {said} ({seconds / 3600:.3g} hours)"
 
 
 def require_count(field_name: str, value: Any, *, least: int = 0, most: int) -> int:

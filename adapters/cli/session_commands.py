@@ -15,7 +15,7 @@ from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.number_arguments import NumberArguments, real_number, whole_number
 from flowledger.adapters.cli.rendering import history_table, session_table
-from flowledger.domain.bounds import MAX_TTL, require_count, require_moment
+from flowledger.domain.bounds import MAX_TTL, require_count, require_moment, too_soon
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
 from flowledger.projections.expiry import expire_overdue
@@ -199,19 +199,28 @@ def parse_time(text: str, field: str = "as_of") -> datetime:
     return moment
 
 
+_MILLISECOND = timedelta(milliseconds=1)
+
+
 def duration(
-    hours: float, field: str = "hours", *, bounded: bool = True, maximum: timedelta = MAX_TTL
+    hours: float,
+    field: str = "hours",
+    *,
+    bounded: bool = True,
+    maximum: timedelta = MAX_TTL,
+    minimum: timedelta = _MILLISECOND,
 ) -> timedelta:
-    """``hours`` as a duration: positive, at least a millisecond (the HTTP API's least
-    ``ttl_seconds``; ``1e-9`` hours was a 4 µs extension) and, when ``bounded``, at most
+    """``hours`` as a duration: positive, at least ``minimum`` (a millisecond, the HTTP API's
+    least ``ttl_seconds``: ``1e-9`` hours was a 4 µs extension; a deadline's is
+    ``MIN_DEADLINE_DELAY``, as REST's ``deadline_hours``) and, when ``bounded``, at most
     ``maximum`` (``MAX_TTL``; a deadline's is ``MAX_DEADLINE``). An extension is not bounded
     here: the engine refuses one past its bound with how much the session can still take,
     which only the session knows."""
-    least, most = 0.001 / 3600, maximum.total_seconds() / 3600
+    least, most = minimum.total_seconds() / 3600, maximum.total_seconds() / 3600
     if math.isnan(hours) or hours <= 0:
         raise ValidationError(field, f"must be a positive number of hours, got {hours:g}")
     if hours < least:
-        raise ValidationError(field, f"must be at least 1 ms ({least:.3g} hours), got {hours:g}")
+        raise ValidationError(field, f"{too_soon(minimum)}, got {hours:g}")
     if bounded and hours > most:
         raise ValidationError(field, f"must be at most {most:g} ({maximum.days} days), got {hours:g}")
     try:

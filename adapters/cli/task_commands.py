@@ -30,6 +30,7 @@ from flowledger.adapters.cli.task_rendering import task_line, task_table, tasks_
 from flowledger.domain.bounds import (
     MAX_DEADLINE,
     MAX_REASON_LENGTH,
+    MIN_DEADLINE_DELAY,
     json_problem,
     require_resolution,
     require_text,
@@ -98,8 +99,9 @@ def _deadline(at: str | None, hours: float | None, field: str = "deadline") -> d
     if at is not None and hours is not None:
         raise ValidationError(f"{field}_hours", f"give {field} (a time) or {field}_hours, not both")
     if hours is not None:
-        # Bounded here as REST's deadline_hours is: an overflow said a session's 366 days.
-        return duration(hours, f"{field}_hours", maximum=MAX_DEADLINE)
+        # Bounded here as REST's deadline_hours is: an overflow said a session's 366 days, and
+        # 0.0001 hours (0.36 s), which REST refuses, was taken.
+        return duration(hours, f"{field}_hours", maximum=MAX_DEADLINE, minimum=MIN_DEADLINE_DELAY)
     return parse_time(at, field) if at is not None else None
 
 

@@ -38,6 +38,7 @@ from flowledger.domain.bounds import (
     MAX_NAME_LENGTH,
     MAX_TEXT_LENGTH,
     MAX_TTL,
+    MIN_DEADLINE_DELAY,
     NAME_IGNORABLE_CLASS,
 )
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
@@ -55,6 +56,8 @@ MAX_ID = MAX_NAME_LENGTH
 MAX_TTL_SECONDS = MAX_TTL.total_seconds()
 MAX_HOURS = MAX_TTL_SECONDS / 3600
 MAX_DEADLINE_HOURS = MAX_DEADLINE.total_seconds() / 3600
+MIN_DEADLINE_HOURS = MIN_DEADLINE_DELAY / timedelta(hours=1)
+"""The domain's floor of a deadline given as a delay, in hours (0.001)."""
 NAME_PATTERN = worded(
     rf"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f{NAME_IGNORABLE_CLASS}][^\x00-\x1f\x7f-\x9f]*$",
     "must be text that is not blank (nor only characters drawn as nothing) and holds no control characters",

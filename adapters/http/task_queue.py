@@ -18,6 +18,7 @@ from flowledger.adapters.http.schemas import (
     JSON_INTEGER,
     MAX_DEADLINE_HOURS,
     MAX_ID,
+    MIN_DEADLINE_HOURS,
     NAME_PATTERN,
     TEXT_PATTERN,
     Body,
@@ -68,7 +69,7 @@ class Requeue(Body):
     requested_by: str | None = name(description="the person; the API key's id when omitted")
     deadline_hours: float | None = Field(
         default=None,
-        ge=0.001,
+        ge=MIN_DEADLINE_HOURS,
         le=MAX_DEADLINE_HOURS,
         strict=True,
         description="a new deadline, in hours from now: required once the task's deadline has passed",

@@ -19,6 +19,7 @@ from flowledger.adapters.http.rest import IdempotencyKey, one_key
 from flowledger.adapters.http.schemas import (
     JSON_INTEGER,
     MAX_DEADLINE_HOURS,
+    MIN_DEADLINE_HOURS,
     NAME_PATTERN,
     TEXT_PATTERN,
     Body,
@@ -169,7 +170,9 @@ class CreateTask(Body):
     required_skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
     priority: Priority = TaskPriority.MEDIUM
     deadline: Moment | None = None
-    deadline_hours: float | None = Field(default=None, ge=0.001, le=MAX_DEADLINE_HOURS, strict=True)
+    deadline_hours: float | None = Field(
+        default=None, ge=MIN_DEADLINE_HOURS, le=MAX_DEADLINE_HOURS, strict=True
+    )
 
 
 class Classify(Body):

@@ -929,7 +929,7 @@ def test_the_task_index_passes_over_a_task_row_edited_in_the_database(
     # Given a task due in a week, and another whose deadline has really passed
     with Engine(settings=settings) as engine:
         engine.create_task("later", "Fix the Go worker", ["golang"], deadline=timedelta(days=7))
-        engine.create_task("due", "Fix the Rust worker", ["rust"], deadline=timedelta(seconds=1))
+        engine.create_task("due", "Fix the Rust worker", ["rust"], deadline=timedelta(seconds=5))
         stream = task_uuid(engine.tenant, "later")
     # And the first one's deadline edited into the past in its creation row
     log = Log(database_url, pg_schema, stream, stream)
