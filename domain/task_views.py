@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -177,16 +178,30 @@ class Classification:
         # ClassificationFailed, quotes what it said: "got -1.0" stood for hours given as "3".
         hours: Any = data.get("estimated_hours", data.get("estimated_duration_hours"))
         return cls(
-            category=_trimmed(data.get("category")),
-            complexity=_trimmed(data.get("complexity")),
+            category=_spelt_as(data.get("category"), CATEGORIES),
+            complexity=_spelt_as(data.get("complexity"), COMPLEXITIES),
             estimated_hours=hours,
             usage=usage,
         )
 
 
-def _trimmed(value: Any) -> Any:
-    """A string without the spaces around it; anything else as it is."""
-    return value.strip() if isinstance(value, str) else value
+_SEPARATORS = re.compile(r"[\s_-]+")
+"""What a model may put between the words of a name: spaces, underscores, hyphens."""
+
+
+def _spelt_as(value: Any, names: tuple[str, ...]) -> Any:
+    """The one of ``names`` (the catalogue's categories, or the complexities) that ``value``
+    spells in any case, with spaces, hyphens or underscores between its words or none
+    (``"Bug Fix"``, ``"bugfix"``, ``"BUG-FIX"`` are ``bug_fix``): a reply naming a category the
+    catalogue has, in words, failed the classification and was paid again on the fallback.
+    Anything else as the model said it (a string trimmed), for the refusal to quote."""
+    if not isinstance(value, str):
+        return value
+    key = _SEPARATORS.sub("", value.lower())
+    for name in names:
+        if name.replace("_", "") == key:
+            return name
+    return value.strip()
 
 
 @dataclass(frozen=True, kw_only=True)
