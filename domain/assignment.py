@@ -12,12 +12,16 @@ Dockerfile for the backend") goes to a team covering one, not to nobody.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from flowledger.domain.assignment_words import full_agents, listed, uncovered
 from flowledger.domain.task_views import EscalationReason, TaskPriority
+
+if TYPE_CHECKING:  # skill_aliases reads agent.py, which reads this module
+    from flowledger.domain.skill_aliases import SkillAliases
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,11 +70,31 @@ class Needs:
     skills: frozenset[str]
     derived: bool = False
     at_least: int | None = None
+    spellings: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
+    """Each skill's other spellings an agent may have it under (``spelt``; none: as named)."""
 
     @classmethod
     def of(cls, skills: Collection[str], *, derived: bool = False) -> Needs:
         """Skills the creator named (all needed) or, ``derived``, the catalogue derived."""
         return cls(skills=frozenset(skills), derived=derived)
+
+    def spelt(self, aliases: SkillAliases) -> Needs:
+        """These needs met by an agent holding a skill under any of its spellings (the
+        catalogue's ``aliases``: a task naming golang, an agent registered with go)."""
+        spellings = {skill: aliases.equivalents(skill) for skill in self.skills}
+        return replace(self, spellings={s: e for s, e in spellings.items() if len(e) > 1})
+
+    def covered(self, skills: Collection[str]) -> frozenset[str]:
+        """The skills needed that an agent with ``skills`` has, under any of their spellings."""
+        return frozenset(
+            skill
+            for skill in self.skills
+            if skill in skills or any(other in skills for other in self.spellings.get(skill, ()))
+        )
+
+    def share(self, skills: Collection[str]) -> float:
+        """The share of the skills needed that an agent with ``skills`` has (1.0 when none is)."""
+        return len(self.covered(skills)) / len(self.skills) if self.skills else 1.0
 
     def against(self, roster: Iterable[AgentProfile]) -> Needs:
         """These needs with ``at_least`` fixed by the whole roster, room or not: every named
@@ -85,13 +109,13 @@ class Needs:
         if not self.derived or not self.skills:
             return replace(self, at_least=len(self.skills))
         working = (agent for agent in roster if agent.capacity > 0)
-        best = max((len(self.skills & agent.skills) for agent in working), default=0)
+        best = max((len(self.covered(agent.skills)) for agent in working), default=0)
         return replace(self, at_least=max(best, 1))
 
     def met_by(self, skills: Collection[str]) -> bool:
         """True if an agent with ``skills`` covers enough of them (every one, unweighed)."""
         wanted = len(self.skills) if self.at_least is None else self.at_least
-        return sum(1 for skill in self.skills if skill in skills) >= wanted
+        return len(self.covered(skills)) >= wanted
 
     def is_partial(self) -> bool:
         """True when fewer than all the skills are needed (derived ones nobody covers in full)."""
@@ -134,19 +158,17 @@ def rank_candidates(
     """The eligible agents (covering, with room), best first."""
     profiles = list(agents)
     needs = _needs(required, profiles)
-    return sorted(eligible_agents(needs, profiles), key=lambda agent: _rank_key(task_id, needs.skills, agent))
+    return sorted(eligible_agents(needs, profiles), key=lambda agent: _rank_key(task_id, needs, agent))
 
 
-def _rank_key(
-    task_id: str, required: Collection[str], agent: AgentProfile
-) -> tuple[float, float, float, int, str]:
+def _rank_key(task_id: str, needs: Needs, agent: AgentProfile) -> tuple[float, float, float, int, str]:
     recent = agent.recent_completion_seconds
     # Agents without a completion yet rank after known ones of equal load. The last
     # key spreads exact ties over agents per task, so that concurrent assigners that
     # read the same loads do not all pick the same agent; it is stable across runs.
     spread = zlib.crc32(f"{task_id}\x1f{agent.agent_id}".encode())
     return (
-        -coverage(required, agent.skills),
+        -needs.share(agent.skills),
         agent.relative_load,
         recent if recent is not None else float("inf"),
         spread,
@@ -161,15 +183,15 @@ def tied_best(
     recent completion time as the best), best first: what a model may break a tie between."""
     profiles = list(agents)
     needs = _needs(required, profiles)
-    return _tied(task_id, needs.skills, rank_candidates(task_id, needs, profiles))
+    return _tied(task_id, needs, rank_candidates(task_id, needs, profiles))
 
 
-def _tied(task_id: str, required: Collection[str], ranked: list[AgentProfile]) -> list[AgentProfile]:
+def _tied(task_id: str, needs: Needs, ranked: list[AgentProfile]) -> list[AgentProfile]:
     """The head of an already ranked list that ties with its first on the policy's keys."""
     if not ranked:
         return []
-    top = _rank_key(task_id, required, ranked[0])[:3]
-    return [agent for agent in ranked if _rank_key(task_id, required, agent)[:3] == top]
+    top = _rank_key(task_id, needs, ranked[0])[:3]
+    return [agent for agent in ranked if _rank_key(task_id, needs, agent)[:3] == top]
 
 
 def choose_agent(
@@ -196,14 +218,14 @@ def choose_agent(
     if ranked:
         best = ranked[0]
         if prefer is not None and prefer != best.agent_id:
-            preferred = [agent for agent in _tied(task_id, skills, ranked) if agent.agent_id == prefer]
+            preferred = [agent for agent in _tied(task_id, needs, ranked) if agent.agent_id == prefer]
             best = preferred[0] if preferred else best
-        share = coverage(skills, best.skills)
+        share = needs.share(best.skills)
         recent = best.recent_completion_seconds
         pace = f"; recent completion {recent:.0f}s" if recent is not None else ""
         covered = listed(skills) or "no particular skills"
         if needs.is_partial():
-            held = skills & best.skills
+            held = needs.covered(best.skills)
             covered = f"{len(held)} of {len(skills)} derived skills: {listed(held)}"
         among = f"of {len(ranked)} eligible"
         if eligible_in_all is not None and eligible_in_all > len(ranked):

@@ -18,9 +18,18 @@ from flowledger.domain.agent import normalise_skills
 from flowledger.domain.bounds import MAX_DEADLINE, MIN_DERIVED_DEADLINE, require_name, without_ignorables
 from flowledger.domain.description_words import WORD, base_words, extensions_of, versioned, words_of
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.skill_aliases import SkillAliases
 from flowledger.domain.task_views import CATEGORIES, COMPLEXITIES, Classification, TaskPriority
 
-_FIELDS = ("version", "description", "categories", "keywords", "priority_floors", "deadline_factor")
+_FIELDS = (
+    "version",
+    "description",
+    "categories",
+    "keywords",
+    "aliases",
+    "priority_floors",
+    "deadline_factor",
+)
 """A catalogue file's fields: any other is refused, as a misspelt ``keyword`` was read as
 no keywords at all, every task then routed by its category alone without a word said."""
 
@@ -56,6 +65,9 @@ class SkillCatalogue:
     keywords: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     priority_floors: Mapping[str, TaskPriority] = field(default_factory=dict)
     deadline_factor: float = 2.0
+    skill_aliases: SkillAliases = field(default_factory=SkillAliases)
+    """Other spellings of a skill (``aliases`` in the file: ``{"golang": ["go"]}``), one skill
+    wherever skills are compared."""
 
     def __post_init__(self) -> None:
         if not self.version.strip():
@@ -95,6 +107,7 @@ class SkillCatalogue:
             keywords=_skill_map(data.get("keywords", {}), "keywords", label),
             priority_floors=_floors(data.get("priority_floors", {}), label),
             deadline_factor=factor,
+            skill_aliases=SkillAliases.of(data.get("aliases", {}), label),
         )
 
     def skills_for(self, category: str, description: str) -> tuple[tuple[str, ...], str]:

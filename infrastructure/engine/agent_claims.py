@@ -25,6 +25,7 @@ from flowledger.domain.assignment import (
     eligible_agents,
     rank_candidates,
 )
+from flowledger.domain.skill_aliases import SkillAliases
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import TaskStatus
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
@@ -43,11 +44,17 @@ class AgentClaims:
     """The agents one engine's assigner holds and opens, attempt by attempt."""
 
     def __init__(
-        self, store: AggregateStore, reads: TaskReads, locks: AgentLocks | AgentLockLender | None
+        self,
+        store: AggregateStore,
+        reads: TaskReads,
+        locks: AgentLocks | AgentLockLender | None,
+        aliases: SkillAliases | None = None,
     ) -> None:
         self._store = store
         self._reads = reads
         self._locks = locks
+        self._aliases = aliases or SkillAliases()
+        """The catalogue's other spellings of skills: an agent covers a skill under any of them."""
         self.active: AgentLocks | None = None
         """The locks this attempt takes: ``locks`` (or locks it lends) while another engine is
         assigning, else None."""
@@ -108,11 +115,12 @@ class AgentClaims:
             entry = index.task_entry(aggregate_id)
             if entry is not None and self._store.cached(aggregate_id) is None:
                 unseen.append(aggregate_id)
-                pending.append((task_id, Needs.of(entry.required_skills, derived=entry.skills_derived)))
+                needs = Needs.of(entry.required_skills, derived=entry.skills_derived)
+                pending.append((task_id, needs.spelt(self._aliases)))
                 continue
             task = self._reads.task(uow, task_id)
             if task.task_status is TaskStatus.PENDING and task.held_back is None:
-                pending.append((task.task_id, task.needs))
+                pending.append((task.task_id, task.needs.spelt(self._aliases)))
         trial = dict(profiles)
         plan: list[str] = []
         for task_id, needs in pending:
@@ -157,7 +165,7 @@ class AgentClaims:
         locks = self.active
         # Weighed once against the whole roster: among the agents held first, one covering
         # fewer derived skills than another of the roster does is no candidate.
-        needs = task.needs.against(profiles.values())
+        needs = task.needs.spelt(self._aliases).against(profiles.values())
 
         def pick(among: list[AgentProfile]) -> Choice | NoChoice:
             # The reason counts every eligible agent, not only those considered first.

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 
 from flowledger.domain.assignment import Choice
 from flowledger.domain.errors import FlowledgerError, TaskNeedsClassification
+from flowledger.domain.skill_aliases import SkillAliases
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import EscalationReason, TaskState, TaskStatus
 from flowledger.domain.values import LlmUsage
@@ -102,12 +103,13 @@ class BatchAssigner:
         *,
         conflict_retries: int,
         agent_locks: AgentLocks | AgentLockLender | None = None,
+        aliases: SkillAliases | None = None,
     ) -> None:
         self._store = store
         self._reads = reads
         self._escalate = escalate
         self._retries = conflict_retries
-        self._claims = AgentClaims(store, reads, agent_locks)
+        self._claims = AgentClaims(store, reads, agent_locks, aliases)
         self._cv = threading.Condition()
         self._queue: list[_Request] = []
         self._leading = False

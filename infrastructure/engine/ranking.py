@@ -69,7 +69,7 @@ class TieBreaker:
             return None  # the assignment itself says why (not found, as it stands, or held back)
         # Read now (not a recent copy): an agent registered a moment ago may be one of the tied.
         profiles = await asyncio.to_thread(self._reads.index.agent_profiles)
-        tied = tied_best(task.task_id, task.needs, profiles)
+        tied = tied_best(task.task_id, task.needs.spelt(self._classifier.catalogue.skill_aliases), profiles)
         if len(tied) < 2:
             return None
         model, _ = self._classifier.route(TaskPriority(task.priority))

@@ -20,6 +20,7 @@ from flowledger.domain.agent import SEED_CAPACITY, Agent, normalise_skills, requ
 from flowledger.domain.assignment import queue_window
 from flowledger.domain.bounds import require_flag, require_resolution, shown
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.skill_aliases import SkillAliases
 from flowledger.domain.task import Task
 from flowledger.domain.task_assignment_ref import ANY_ASSIGNMENT, AssignmentRef
 from flowledger.domain.task_views import (
@@ -86,7 +87,10 @@ class TaskService:
         tenant: str,
         returned: ReturnedRouting,
         agent_locks: AgentLocks | AgentLockLender | None = None,
+        aliases: SkillAliases | None = None,
     ) -> None:
+        """``aliases``: the skill catalogue's other spellings of skills, which the assignment
+        policy compares skills through (``Needs.spelt``)."""
         self._store = store
         self._reads = reads
         self._tenant = tenant
@@ -98,6 +102,7 @@ class TaskService:
             lambda uow, task, reason, detail, usage: self.escalate(uow, task, reason, detail, uow.now, usage),
             conflict_retries=budget,
             agent_locks=agent_locks,
+            aliases=aliases,
         )
         # The roster follows this engine's own agent saves at once; other engines' by the log.
         store.saved_listeners.append(self._follow)

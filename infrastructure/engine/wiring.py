@@ -245,7 +245,14 @@ def compose(
     budgets.charged_as = getattr(llm, "model_key", None)
     steps = StepService(store, sessions, llm, executor=parts.executor, budgets=budgets)
     task_reads = TaskReads(store, tenant, LogIndex(app, tenant, deadline_s=settings.operation_deadline_s))
-    tasks = TaskService(store, task_reads, tenant, ReturnedRouting(store, parts.catalogue), agent_locks)
+    tasks = TaskService(
+        store,
+        task_reads,
+        tenant,
+        ReturnedRouting(store, parts.catalogue),
+        agent_locks,
+        aliases=parts.catalogue.skill_aliases,
+    )
     classifier = TaskClassifier(
         store,
         task_reads,

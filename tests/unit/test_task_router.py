@@ -311,7 +311,7 @@ def test_a_catalogue_file_overrides_the_shipped_one(tmp_path: Path) -> None:
     path = tmp_path / "skills.json"
     path.write_text(json.dumps(data))
     ours = load_skill_catalogue(path)
-    assert (shipped.version, ours.version) == ("2026-12-07.1", "ours-1")
+    assert (shipped.version, ours.version) == ("2026-12-07.2", "ours-1")
     assert ours.skills_for("documentation", "Explain the setup")[0] == ("markdown",)
     with Engine.in_memory(settings=Settings(skill_catalogue_file=path)) as engine:
         assert engine.classifier.catalogue.version == "ours-1"

@@ -4,7 +4,7 @@ Created without skills, 26 of 60 ordinary tasks for the seed's three teams named
 catalogue knew and went by their category alone (python) to Backend: "Fix the navbar alignment
 on Safari", "Fix the broken dropdown menu", "Fix the hydration error in Next.js", "Migrate DNS
 records to Route53", "Set up the Jenkins build agents", "Write Ansible playbooks for the
-bastion". The catalogue (2026-12-07.1) knows the words of that work; words shared by several
+bastion". The catalogue (2026-12-07.2) knows the words of that work; words shared by several
 teams' work ("bucket": a token bucket; "style": code style; "dns") stay out.
 """
 
@@ -66,4 +66,4 @@ def test_words_every_team_uses_name_no_other_teams_stack(description: str) -> No
 
 
 def test_the_shipped_catalogue_says_its_version() -> None:
-    assert load_skill_catalogue().version == "2026-12-07.1"
+    assert load_skill_catalogue().version == "2026-12-07.2"
