@@ -372,9 +372,11 @@ def run_queue(
         + (f" ({len(held)} held back)" if held else "")
     )
     console.print(tasks_table(title, offered))
-    # The table says "held back" or "waiting"; REST's answer says why, and so does this.
-    for task in held + [t for t in offered if t.waiting]:
-        _say(task)
+    # The table says "escalated", "held back" or "waiting"; REST's answer says why, and so
+    # does a line for each (an escalation's reason was for `tasks show` to find).
+    for task in offered:
+        if task.held_back or task.waiting or task.status is TaskStatus.ESCALATED:
+            _say(task)
     if any(t.held_back == UNCLASSIFIED_NO_MODEL for t in held):
         console.print(f"to classify them: {NO_MODEL}; {RECORD_HINT}", markup=False, highlight=False)
 

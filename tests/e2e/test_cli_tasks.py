@@ -513,3 +513,20 @@ def test_a_queue_run_names_each_task_it_left_waiting_for_capacity_and_why(
     assert lines[0] == "queue run: 2 offered, 1 assigned, 0 escalated, 1 waiting"
     assert lines[-1] == "task 'T-2' pending: waiting (the 1 capable agent is at capacity: be 1/1)"
     assert "pending (waiting)" in ran.stdout
+
+
+def test_a_queue_run_says_why_it_escalated_each_task_it_escalated(database_url: str, pg_schema: str) -> None:
+    # (The run's table said "escalated" with no reason, where REST's answer carries the
+    # escalation's reason and detail: a person had to `tasks show` each one to learn it.)
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(database_url, pg_schema, *args, env={"FLOWLEDGER_LLM_BASE_URL": ""})
+
+    assert cli("agents", "register", "be", "--name", "Backend", "--skill", "python").returncode == 0
+    assert cli("tasks", "create", "T-rs", "--description", "Fix it", "--skill", "rust").returncode == 0
+
+    ran = cli("tasks", "run-queue")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "queue run: 1 offered, 0 assigned, 1 escalated, 0 waiting"
+    assert lines[-1] == "task 'T-rs' escalated: no_capable_agent (the 1 agent registered does not cover rust)"
