@@ -135,7 +135,8 @@ def list_tasks(
     """Tasks matching every filter given, oldest first, at most ``limit``. ``agent_id`` is the
     agent holding the task, or the one that completed it (``status=completed&agent_id=X``: what
     X finished); a waiting or escalated task is nobody's (422 beside ``status=pending`` or
-    ``escalated``: the pair could only list nothing). ``overdue`` looks at open tasks only (422 beside
+    ``escalated``: the pair could only list nothing), and an id no agent has is a 422 (a typo
+    listed nothing, as if the agent were idle). ``overdue`` looks at open tasks only (422 beside
     a closed status: the pair could only list nothing).
     A longer list is read page by page: ``after`` is the last ``task_id`` of the page before
     (422 when no task has that id); a page cut at ``limit`` with more behind it links the next

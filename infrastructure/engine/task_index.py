@@ -273,6 +273,12 @@ class LogIndex:
         with self._lock:
             return list(self._agent_ids.values())
 
+    def has_agent(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` is a registered agent's (the log read first)."""
+        self.refresh()
+        with self._lock:
+            return agent_uuid(self._tenant, agent_id) in self._agent_ids
+
     def agent_profiles(self) -> list[AgentProfile]:
         """What the policy needs of every agent, as of now (one query)."""
         self.refresh()

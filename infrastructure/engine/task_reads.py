@@ -122,6 +122,9 @@ class TaskReads:
             require_name("after", after)
         if agent_id is not None:
             require_name("agent_id", agent_id)
+            if not self.index.has_agent(agent_id):
+                # As a cursor naming no task is: a typo listed nothing, read as an idle agent.
+                raise ValidationError("agent_id", f"no agent {shown(agent_id)} in this tenant")
         wanted_status = TaskStatus.parse(status) if status is not None else None
         wanted_priority = TaskPriority.parse(priority) if priority is not None else None
         if overdue is not None and not isinstance(overdue, bool):

@@ -253,7 +253,8 @@ def test_an_agents_completed_tasks_are_listed_under_its_id(engine: Engine) -> No
     assert ids(engine.list_tasks(agent_id="be", status="completed")) == ["a"]
     assert ids(engine.list_tasks(agent_id="be", status="assigned")) == ["b", "c"]
     assert ids(engine.list_tasks(agent_id="be")) == ["a", "b", "c"]
-    assert ids(engine.list_tasks(agent_id="nobody", status="completed")) == []
+    engine.register_agent("fe", "Frontend", ["css"], 10)
+    assert ids(engine.list_tasks(agent_id="fe", status="completed")) == []
 
 
 def test_every_task_listed_under_an_agent_names_that_agent(engine: Engine) -> None:
