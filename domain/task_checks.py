@@ -132,9 +132,15 @@ def require_requeue(
     """Raise ValidationError unless a requeue names who asked (REST's rule: a name, kept as given),
     gives a reason of at most ``MAX_REASON_LENGTH`` and leaves a deadline ahead
     (``require_requeue_deadline``)."""
+    require_requeue_terms(requested_by, reason)
+    require_requeue_deadline(deadline, current, at)
+
+
+def require_requeue_terms(requested_by: str, reason: str) -> None:
+    """Raise ValidationError unless a requeue names who asked (a name) and why (a reason of at
+    most ``MAX_REASON_LENGTH``): what can be checked before the task is read."""
     require_name("requested_by", requested_by)
     require_text("reason", reason, max_length=MAX_REASON_LENGTH)
-    require_requeue_deadline(deadline, current, at)
 
 
 def require_requeue_deadline(deadline: datetime | None, current: datetime | None, at: datetime) -> None:

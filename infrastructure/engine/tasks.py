@@ -18,11 +18,12 @@ from typing import TypeVar
 
 from flowledger.domain.agent import SEED_CAPACITY, Agent, normalise_skills, require_registration
 from flowledger.domain.assignment import queue_window
-from flowledger.domain.bounds import require_flag, require_resolution, shown
+from flowledger.domain.bounds import MAX_REASON_LENGTH, require_flag, require_resolution, shown
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.skill_aliases import SkillAliases
 from flowledger.domain.task import Task
 from flowledger.domain.task_assignment_ref import ANY_ASSIGNMENT, AssignmentRef
+from flowledger.domain.task_checks import require_requeue_terms
 from flowledger.domain.task_views import (
     AgentState,
     EscalationReason,
@@ -228,6 +229,7 @@ class TaskService:
         (ValidationError on ``deadline`` otherwise, nothing recorded), optional before.
         ``idempotency_key``: sent again, answered with the task as the first send left it
         (the task may have been escalated again since: that is for a person to requeue)."""
+        require_requeue_terms(requested_by, reason)  # before the task's state, as REST's body
         moment = require_deadline("deadline", deadline, self._store.clock())
         # A retry is the same person, reason and deadline; a delay counts from each send,
         # so only a moment is compared as given.
@@ -278,6 +280,9 @@ class TaskService:
         sent again, answered with the task as the first send left it, nothing recorded, even
         once a queue run has assigned it again (the key with another reason, or naming
         another command of the task: TaskIdempotencyKeyReused)."""
+        # Checked before the task's state, as REST's body is: a blank reason for a waiting task
+        # was a 409 ("it is pending") here and a 422 there.
+        require_text("reason", reason, max_length=MAX_REASON_LENGTH)
         ref = AssignmentRef.of(agent_id, assignment)
         key = TaskCommandKey.of("release", idempotency_key, release_words(reason))
         return self._task_write(task_id, partial(self._release, task_id, reason, ref, key), key)
