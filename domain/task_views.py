@@ -144,7 +144,8 @@ class Classification:
             # Any case, spaces, tabs and line breaks around it trimmed: as priorities are read.
             name = given.strip(PRIORITY_PADDING).lower() if isinstance(given, str) else given
             if name not in names:
-                message = f"must be one of {names} (any case), got {shown(given)}"
+                # Listed as a priority's refusal lists them: a tuple read "('bug_fix', ...)".
+                message = f"must be one of {list(names)} (any case), got {shown(given)}"
                 raise ValidationError(field_name, message)
             object.__setattr__(self, field_name, name)
         hours = self.estimated_hours
