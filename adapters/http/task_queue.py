@@ -171,7 +171,9 @@ async def run_queue(caller: Writer, body: RunQueue | None = None) -> list[Json]:
     task offered as it stands (not one another command took after the run read the queue:
     another run's assignment is not this one's): one that names no skills and whose classification failed is
     passed over, still pending, its ``held_back`` saying why (reclassify it), and takes no
-    place of ``limit``. Every field has a default, so the body may be left out."""
+    place of ``limit``; nor does one left waiting because its capable agents are all full (its
+    ``waiting`` says so): the tasks behind it are offered. Every field has a default, so the
+    body may be left out."""
     body = body or RunQueue()
     states = await caller.engine.assign_pending_routed(
         limit=body.limit, escalate_when_full=body.escalate_when_full

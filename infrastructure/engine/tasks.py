@@ -191,7 +191,8 @@ class TaskService:
 
         Every waiting task is offered again, including those that waited for capacity and
         requeued ones: run it when agents free up. A task whose capable agents are all full
-        keeps waiting for the next run (as ``POST /v1/queue/run`` does); with
+        keeps waiting for the next run (as ``POST /v1/queue/run`` does), its ``waiting``
+        saying why and taking no place of ``limit`` (the tasks behind it are offered); with
         ``escalate_when_full=True`` it is escalated (``all_at_capacity``) instead. A task
         held back (``TaskState.held_back``: no skills, and its classification failed) is
         passed over and returned as it stands, without counting towards ``limit``: at most
@@ -213,7 +214,19 @@ class TaskService:
                 if task.held_back is not None or (unclassified is not None and needs_classifying(state)):
                     held.add(task.task_id)
         window = queue_window(waiting, held, limit)
-        return self.assigner.assign_all(window, escalate_when_full, unclassified)
+        states = self.assigner.assign_all(window, escalate_when_full, unclassified)
+        # A task left waiting for capacity takes no place of the limit either, as a held-back
+        # one does: with limit=1 and the first task's agents full, every run offered it alone
+        # and placed nothing while an agent for the next stood idle. Offer those behind it.
+        offered = set(window)
+        while limit is not None and any(state.waiting for state in states):
+            held |= {state.task_id for state in states if state.waiting}
+            behind = [task_id for task_id in queue_window(waiting, held, limit) if task_id not in offered]
+            if not behind:
+                break
+            offered.update(behind)
+            states += self.assigner.assign_all(behind, escalate_when_full, unclassified)
+        return states
 
     def requeue_task(
         self,
