@@ -92,6 +92,16 @@ class Needs:
             if skill in skills or any(other in skills for other in self.spellings.get(skill, ()))
         )
 
+    def as_held(self, names: Iterable[str], skills: Collection[str]) -> list[str]:
+        """``names`` (skills needed) as a reason says them of an agent with ``skills``: one the
+        agent holds under another spelling only with that spelling (``golang (as go)``), so
+        the reason matches the agent's skills as shown."""
+        said = []
+        for name in names:
+            others = sorted(self.spellings.get(name, frozenset()) & set(skills))
+            said.append(name if name in skills or not others else f"{name} (as {others[0]})")
+        return said
+
     def share(self, skills: Collection[str]) -> float:
         """The share of the skills needed that an agent with ``skills`` has (1.0 when none is)."""
         return len(self.covered(skills)) / len(self.skills) if self.skills else 1.0
@@ -223,10 +233,12 @@ def choose_agent(
         share = needs.share(best.skills)
         recent = best.recent_completion_seconds
         pace = f"; recent completion {recent:.0f}s" if recent is not None else ""
-        covered = listed(skills) or "no particular skills"
+        covered = listed(needs.as_held(skills, best.skills)) or "no particular skills"
         if needs.is_partial():
             held = needs.covered(best.skills)
-            covered = f"{len(held)} of {len(skills)} derived skills: {listed(held)}"
+            covered = (
+                f"{len(held)} of {len(skills)} derived skills: {listed(needs.as_held(held, best.skills))}"
+            )
         among = f"of {len(ranked)} eligible"
         if eligible_in_all is not None and eligible_in_all > len(ranked):
             among = f"of the {len(ranked)} considered first, {eligible_in_all} eligible in all"

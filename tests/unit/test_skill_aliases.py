@@ -47,10 +47,18 @@ def test_a_task_goes_to_the_agent_that_spells_its_skill_the_other_way(
     # When it is assigned
     state = engine.assign_task("T-1")
 
-    # Then the agent covering it under the other name takes it, the reason naming the task's skill
+    # Then the agent covering it under the other name takes it, the reason naming both spellings
     assert (state.status, state.agent_id) == (TaskStatus.ASSIGNED, "gopher")
     assert state.assignment is not None
-    assert state.assignment.reason.startswith(f"covers {task_skill};")
+    assert state.assignment.reason.startswith(f"covers {task_skill} (as {agent_skill});")
+
+
+def test_a_skill_held_as_named_is_named_alone(engine: Engine) -> None:
+    engine.register_agent("gopher", "Gopher", ["go", "golang"], capacity=1)
+    engine.create_task("T-1", "Fix the race in the worker", ["golang"])
+    state = engine.assign_task("T-1")
+    assert state.assignment is not None
+    assert state.assignment.reason.startswith("covers golang;")
 
 
 def test_a_queue_run_and_derived_skills_resolve_aliases_too(engine: Engine) -> None:
