@@ -7,13 +7,15 @@ events carry ``task-cmd␟<release|requeue>␟<key>``, so its retry finds them i
 is answered with the task as the first send left it, whatever happened since. A classify's or
 reclassify's saves carry ``task-call␟<kind>␟<model>␟<key>␟<primary|fallback>``
 (``classification._Command``); each kind of command refuses a key the other used, so both
-read the task's command ids through ``KeyedCommand.read``.
+read the task's command ids through ``KeyedCommand.read``. A requeue sent without a key is
+told from its retry by what it asked (``AskedRequeue``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from flowledger.domain.aggregate import command_id_of
@@ -128,3 +130,23 @@ def release_words(reason: str) -> str:
 def requeue_words(requested_by: str, reason: str) -> str:
     """A requeue as a key records it (its deadline, given as a delay, moves with each send)."""
     return f"a requeue by {shown(requested_by)} for {shown(reason)}"
+
+
+@dataclass(frozen=True)
+class AskedRequeue:
+    """A requeue as asked: who, why, and the new deadline (``exact``: given as a moment), for
+    telling its retry (with no key) from another requeue."""
+
+    requested_by: str
+    reason: str
+    deadline: datetime | None
+    exact: bool
+
+    def matches(self, event: Task.Requeued) -> bool:
+        """Whether ``event`` records this requeue: the same person and reason, and the same
+        deadline (any, for one given as a delay; none, for none)."""
+        if (event.requested_by, event.reason) != (self.requested_by, self.reason):
+            return False
+        if self.deadline is None or event.deadline is None:
+            return self.deadline is event.deadline
+        return not self.exact or event.deadline == self.deadline

@@ -45,6 +45,7 @@ from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.returned_routing import ReturnedRouting
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_keys import (
+    AskedRequeue,
     TaskCommandKey,
     last_command,
     release_words,
@@ -246,7 +247,7 @@ class TaskService:
         moment = require_deadline("deadline", deadline, self._store.clock())
         # A retry is the same person, reason and deadline; a delay counts from each send,
         # so only a moment is compared as given.
-        asked = _Requeue(requested_by, reason, moment, exact=isinstance(deadline, datetime))
+        asked = AskedRequeue(requested_by, reason, moment, exact=isinstance(deadline, datetime))
         key = TaskCommandKey.of("requeue", idempotency_key, requeue_words(requested_by, reason))
         return self._task_write(task_id, partial(self._requeue, task_id, asked, key), key)
 
@@ -393,7 +394,7 @@ class TaskService:
         return Creation(state=task.state(), created=True)
 
     def _requeue(
-        self, task_id: str, asked: _Requeue, key: TaskCommandKey | None, uow: UnitOfWork
+        self, task_id: str, asked: AskedRequeue, key: TaskCommandKey | None, uow: UnitOfWork
     ) -> TaskState:
         task = self._reads.task(uow, task_id)
         first = self._first_result(task, key)
@@ -405,7 +406,7 @@ class TaskService:
         self._returned.apply(task, uow.now)
         return task.state()
 
-    def _requeued_as(self, task: Task, asked: _Requeue) -> bool:
+    def _requeued_as(self, task: Task, asked: AskedRequeue) -> bool:
         """Whether the task's last requeue was ``asked`` (not escalated since: it would be
         escalated now, or requeued again by someone)."""
         last = next((e for e in reversed(self._store.events(task.id)) if isinstance(e, Task.Requeued)), None)
@@ -473,25 +474,6 @@ class TaskService:
         deadline = task.deadline.isoformat() if task.deadline else "?"
         self.escalate(uow, task, EscalationReason.DEADLINE_BREACHED, f"deadline {deadline} passed", at)
         return task.state()
-
-
-@dataclass(frozen=True)
-class _Requeue:
-    """A requeue as asked: who, why, and the new deadline (``exact``: given as a moment)."""
-
-    requested_by: str
-    reason: str
-    deadline: datetime | None
-    exact: bool
-
-    def matches(self, event: Task.Requeued) -> bool:
-        """Whether ``event`` records this requeue: the same person and reason, and the same
-        deadline (any, for one given as a delay; none, for none)."""
-        if (event.requested_by, event.reason) != (self.requested_by, self.reason):
-            return False
-        if self.deadline is None or event.deadline is None:
-            return self.deadline is event.deadline
-        return not self.exact or event.deadline == self.deadline
 
 
 def require_queue_run(limit: int | None, escalate_when_full: bool) -> None:
