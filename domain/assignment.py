@@ -86,11 +86,12 @@ class Needs:
 
     def covered(self, skills: Collection[str]) -> frozenset[str]:
         """The skills needed that an agent with ``skills`` has, under any of their spellings."""
-        return frozenset(
-            skill
-            for skill in self.skills
-            if skill in skills or any(other in skills for other in self.spellings.get(skill, ()))
-        )
+        held = self.skills.intersection(skills)
+        if not self.spellings or len(held) == len(self.skills):
+            return held  # the common case, as fast as the set intersection it was
+        return held | {
+            s for s, names in self.spellings.items() if s not in held and not names.isdisjoint(skills)
+        }
 
     def as_held(self, names: Iterable[str], skills: Collection[str]) -> list[str]:
         """``names`` (skills needed) as a reason says them of an agent with ``skills``: one the
