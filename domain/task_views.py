@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from flowledger.domain.bounds import shown
 from flowledger.domain.errors import ValidationError
@@ -18,6 +18,8 @@ PRIORITY_PADDING = " \t\n\r"
 pattern allows. ``str.strip()`` trimmed any whitespace, control characters among them (U+001C,
 U+0085, a vertical tab) and Unicode spaces (no-break, em), which the schema refuses: a client
 following it was told one rule and the server kept another."""
+
+_Named = TypeVar("_Named", bound=StrEnum)
 
 
 class TaskPriority(StrEnum):
@@ -37,14 +39,7 @@ class TaskPriority(StrEnum):
     def parse(cls, priority: str) -> TaskPriority:
         """The priority named (any case; spaces, tabs and line breaks around it trimmed:
         ``PRIORITY_PADDING``), or ValidationError."""
-        try:
-            if not isinstance(priority, str):  # str() of a dict nested deep raises RecursionError
-                raise ValueError(priority)
-            return cls(priority.strip(PRIORITY_PADDING).lower())
-        except ValueError:
-            names = [p.value for p in cls]
-            message = f"must be one of {names} (any case), got {shown(priority)}"
-            raise ValidationError("priority", message) from None
+        return _parse_name(cls, priority, "priority")
 
 
 _PRIORITY_RANKS = {priority: rank for rank, priority in enumerate(TaskPriority)}
@@ -64,15 +59,7 @@ class TaskStatus(StrEnum):
         """The status named, read as a priority is (``TaskPriority.parse``: any case, spaces,
         tabs and line breaks around it trimmed), or ValidationError: a listing's status filter
         refused ``" pending"`` where its priority filter took ``" high"``."""
-        try:
-            if not isinstance(status, str):  # str() of a dict nested deep raises RecursionError
-                raise ValueError(status)
-            return cls(status.strip(PRIORITY_PADDING).lower())
-        except ValueError:
-            names = [s.value for s in cls]
-            raise ValidationError(
-                "status", f"must be one of {names} (any case), got {shown(status)}"
-            ) from None
+        return _parse_name(cls, status, "status")
 
     @property
     def is_final(self) -> bool:
@@ -83,6 +70,19 @@ class TaskStatus(StrEnum):
     def holds_agent(self) -> bool:
         """True while an agent counts the task in its load."""
         return self in (TaskStatus.ASSIGNED, TaskStatus.IN_PROGRESS)
+
+
+def _parse_name(names: type[_Named], given: object, field_name: str) -> _Named:
+    """The member of ``names`` that ``given`` names (any case, ``PRIORITY_PADDING`` trimmed), or
+    ValidationError naming ``field_name`` and listing the names."""
+    try:
+        if not isinstance(given, str):  # str() of a dict nested deep raises RecursionError
+            raise ValueError(given)
+        return names(given.strip(PRIORITY_PADDING).lower())
+    except ValueError:
+        listed = [n.value for n in names]
+        message = f"must be one of {listed} (any case), got {shown(given)}"
+        raise ValidationError(field_name, message) from None
 
 
 class EscalationReason(StrEnum):
