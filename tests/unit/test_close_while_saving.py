@@ -41,6 +41,30 @@ def event_types(engine: Engine, session_id: str) -> list[str]:
     return [e.event_type.rsplit(".", 1)[-1] for e in engine.history(session_id)]
 
 
+class Outage:
+    """The engine's store writes failing from ``begin()`` (the scripted model's answer) while
+    ``down``; ``reached`` is set at the ``signal_after``-th failed write."""
+
+    def __init__(self, engine: Engine, monkeypatch: pytest.MonkeyPatch, signal_after: int = 0) -> None:
+        self.down = False
+        self.failed = 0
+        self.reached = threading.Event()
+        write = engine.store.write
+
+        def failing_write(*args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                self.failed += 1
+                if self.failed == signal_after:
+                    self.reached.set()
+                raise StoreUnavailable("save", OUTAGE)
+            return write(*args, **kwargs)
+
+        monkeypatch.setattr(engine.store, "write", failing_write)
+
+    def begin(self) -> None:
+        self.down = True
+
+
 async def test_an_answer_whose_save_fails_as_its_engine_closes_is_refused_naming_its_key(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,33 +128,15 @@ async def test_closing_an_engine_waits_for_an_answer_still_being_saved(
     settings = make_settings(database_url=database_url, schema=pg_schema, step_lease_s=LEASE_S)
     engine = Engine(settings=settings)
     engine.start_session("s1", "cs")
-    down = False
-    saves_failed = 0
-    third_failed = threading.Event()
-    write = engine.store.write
-
-    def failing_write(*args: Any, **kwargs: Any) -> Any:
-        nonlocal saves_failed
-        if down:
-            saves_failed += 1
-            if saves_failed == 4:  # the caller's save, then three of the saver's
-                third_failed.set()
-            raise StoreUnavailable("save", OUTAGE)
-        return write(*args, **kwargs)
-
-    def outage() -> None:
-        nonlocal down
-        down = True
-
-    monkeypatch.setattr(engine.store, "write", failing_write)
-    engine.llm = llm = ScriptedLlm(meanwhile=outage)
+    outage = Outage(engine, monkeypatch, signal_after=4)  # the caller's save, three of the saver's
+    engine.llm = llm = ScriptedLlm(meanwhile=outage.begin)
     before = set(threading.enumerate())
     with pytest.raises(StoreUnavailable):
         await engine.process_step("s1", "greet", idempotency_key="k1")
-    assert await asyncio.to_thread(third_failed.wait, 30)
+    assert await asyncio.to_thread(outage.reached.wait, 30)
 
     # When the database is back and the engine is closed at once (the saver pausing 0.8 s)
-    down = False
+    outage.down = False
     engine.close()
 
     # Then close returned with the answer saved and its saver ended: a new engine has the step
@@ -149,21 +155,9 @@ async def test_closing_an_engine_gives_up_an_answer_it_cannot_save_within_its_bo
 ) -> None:
     # Given an answer whose saves keep failing, and an engine that waits 0.2 s for it on close
     engine.start_session("s1", "cs")
-    down = False
-    write = engine.store.write
-
-    def failing_write(*args: Any, **kwargs: Any) -> Any:
-        if down:
-            raise StoreUnavailable("save", OUTAGE)
-        return write(*args, **kwargs)
-
-    def outage() -> None:
-        nonlocal down
-        down = True
-
-    monkeypatch.setattr(engine.store, "write", failing_write)
+    outage = Outage(engine, monkeypatch)
     monkeypatch.setattr(engine.steps, "close_wait_s", 0.2)
-    engine.llm = ScriptedLlm(meanwhile=outage)
+    engine.llm = ScriptedLlm(meanwhile=outage.begin)
     before = set(threading.enumerate())
     with pytest.raises(StoreUnavailable):
         await engine.process_step("s1", "greet", idempotency_key="k1")
@@ -255,20 +249,7 @@ async def test_an_answer_whose_saver_cannot_start_is_told_as_the_stores_error_no
     # (The caller got the bare RuntimeError "can't start new thread", no FlowledgerError.)
     # Given a model that answers while the saves fail, and no thread to save it later on
     engine.start_session("s1", "cs")
-    answered = False
-    write = engine.store.write
-
-    def failing_write(*args: Any, **kwargs: Any) -> Any:
-        if answered:
-            raise StoreUnavailable("save", OUTAGE)
-        return write(*args, **kwargs)
-
-    def answer() -> None:
-        nonlocal answered
-        answered = True
-
-    monkeypatch.setattr(engine.store, "write", failing_write)
-    engine.llm = ScriptedLlm(meanwhile=answer)
+    engine.llm = ScriptedLlm(meanwhile=Outage(engine, monkeypatch).begin)
     refuse_saver_threads(monkeypatch)
     # When the step is processed
     with pytest.raises(StoreUnavailable) as raised:
