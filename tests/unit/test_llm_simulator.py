@@ -643,34 +643,20 @@ def test_the_simulator_caches_only_prompts_of_1024_tokens_in_128_token_steps(
         {"role": "user", "content": "hello"},
     ]
     with run_simulator(SimulatorConfig(latency_ms=0, seed=1)) as simulator, sdk(simulator.base_url) as client:
-
-        def cached() -> int:
-            usage = client.chat.completions.create(model="gpt-4.1", messages=messages).usage  # type: ignore[arg-type]
-            assert usage is not None
-            assert usage.prompt_tokens_details is not None
-            return usage.prompt_tokens_details.cached_tokens or 0
-
-        assert cached() == 0
+        assert cached_tokens(client, messages) == 0
         # When it is sent again, Then only a prefix of 1,024 tokens or more is cached, in
         # whole 128-token steps, as OpenAI does (500 tokens were reported as 448 cached)
-        assert cached() == expected
+        assert cached_tokens(client, messages) == expected
 
 
 def test_a_repeated_long_prompt_is_cached_whatever_its_messages_roles() -> None:
     # Given a long prompt with no system message (a document in the user's message), sent twice
     messages = [{"role": "user", "content": "abcd" * 1_500}]
     with run_simulator(SimulatorConfig(latency_ms=0, seed=1)) as simulator, sdk(simulator.base_url) as client:
-
-        def cached() -> int:
-            usage = client.chat.completions.create(model="gpt-4.1", messages=messages).usage  # type: ignore[arg-type]
-            assert usage is not None
-            assert usage.prompt_tokens_details is not None
-            return usage.prompt_tokens_details.cached_tokens or 0
-
-        assert cached() == 0
+        assert cached_tokens(client, messages) == 0
         # Then its repeat is cached as OpenAI caches a prompt's prefix, 1,504 tokens in 128s
         # (only a system prompt was: it was 0)
-        assert cached() == 1_408
+        assert cached_tokens(client, messages) == 1_408
 
 
 def test_a_conversations_next_turn_finds_its_last_turns_prompt_cached() -> None:
@@ -693,3 +679,11 @@ def test_a_conversations_next_turn_finds_its_last_turns_prompt_cached() -> None:
     assert usage is not None
     assert usage.prompt_tokens_details is not None
     assert usage.prompt_tokens_details.cached_tokens == 1_152
+
+
+def cached_tokens(client: openai.OpenAI, messages: list[dict[str, str]]) -> int:
+    """The prompt tokens the simulator says were cached for ``messages`` sent once more."""
+    usage = client.chat.completions.create(model="gpt-4.1", messages=messages).usage  # type: ignore[arg-type]
+    assert usage is not None
+    assert usage.prompt_tokens_details is not None
+    return usage.prompt_tokens_details.cached_tokens or 0
