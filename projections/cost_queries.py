@@ -23,6 +23,7 @@ from flowledger.domain.pricing import (
     cost_of,
     model_names,
 )
+from flowledger.projections.windows import require_zoned
 
 GROUPINGS: Mapping[str, str] = {
     "model": "model",
@@ -158,6 +159,7 @@ def dashboard(
     tokens and cost, and the roll-ups' percentiles are within ``latency_sketch.RELATIVE_ERROR``.
     """
     _groups(by)
+    require_zoned(since, until)
     # The roll-ups keep no session: grouped by session, the dashboard reads raw rows.
     if "session" not in by and _reads_rollups(read, since, until):
         # Imported here: that module builds on this one's DashboardRow and GROUPINGS.
@@ -274,8 +276,6 @@ def _reads_rollups(read: str, since: datetime, until: datetime | None) -> bool:
     if read != "auto":
         return read == "rollups"
     end = until if until is not None else datetime.now(UTC)
-    if since.tzinfo is None or end.tzinfo is None:
-        return False  # the raw query reads a naive time in the server's zone, as it always did
     return end - since >= RAW_WINDOW
 
 
@@ -302,6 +302,7 @@ def reprice(
     The database sums tokens per group and model; the domain's ``cost_of`` prices the sums
     (the rule is linear), so no second pricing formula lives in SQL.
     """
+    require_zoned(since, until)
     table = {model: _model_price(price) for model, price in prices.items()}
     if as_model is not None and as_model not in table:
         raise ValidationError("as_model", f"no price for {as_model!r}; have {sorted(table)}")

@@ -23,6 +23,7 @@ from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
 from flowledger.projections.cost_queries import RAW_WINDOW, READS
+from flowledger.projections.windows import require_zoned
 
 DROPS = ("failed", "expired", "abandoned")
 
@@ -174,6 +175,7 @@ def funnel_report(
     naming the known ones otherwise), else by the average position at which sessions first
     reached them. ``by`` is ``"model"`` (each session's first model) or ``"metadata.<key>"``.
     """
+    require_zoned(since, until)
     if steps:
         _require_known_steps(conn, reader, workflow, tenant, steps)
     _segment(by)
@@ -253,8 +255,6 @@ def _reads_rollups(read: str, by: str | None, since: datetime | None, until: dat
     if read == "rollups" or since is None:
         return True
     end = until if until is not None else datetime.now(UTC)
-    if since.tzinfo is None or end.tzinfo is None:
-        return False  # the raw query reads a naive time in the server's zone, as it always did
     return end - since >= RAW_WINDOW
 
 
@@ -279,6 +279,7 @@ def workflows(
     until: datetime | None = None,
 ) -> list[str]:
     """The workflows of ``tenant``'s sessions started in the window, by name."""
+    require_zoned(since, until)
     statement = sql.SQL(
         "SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE tenant = %(tenant)s"
         " AND (%(since)s::timestamptz IS NULL OR started_at >= %(since)s)"

@@ -32,6 +32,15 @@ def utc(moment: datetime, name: str) -> datetime:
     return moment.astimezone(UTC)
 
 
+def require_zoned(since: datetime | None, until: datetime | None) -> None:
+    """Refuse a window edge without a zone, whichever rows a query reads: the raw reads took one
+    in the database session's zone (``TimeZone``, 11 hours off under Pago Pago's), where the
+    roll-ups refused it (``utc``)."""
+    for name, moment in (("since", since), ("until", until)):
+        if moment is not None:
+            utc(moment, name)
+
+
 def floor(moment: datetime, grain: str) -> datetime:
     """The start of the ``grain`` bucket holding ``moment`` (UTC)."""
     moment = moment.astimezone(UTC)
