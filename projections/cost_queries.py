@@ -23,7 +23,7 @@ from flowledger.domain.pricing import (
     cost_of,
     model_names,
 )
-from flowledger.projections.windows import require_zoned
+from flowledger.projections.windows import require_window
 
 GROUPINGS: Mapping[str, str] = {
     "model": "model",
@@ -159,7 +159,7 @@ def dashboard(
     tokens and cost, and the roll-ups' percentiles are within ``latency_sketch.RELATIVE_ERROR``.
     """
     _groups(by)
-    require_zoned(since, until)
+    require_window(since, until)
     # The roll-ups keep no session: grouped by session, the dashboard reads raw rows.
     if "session" not in by and _reads_rollups(read, since, until):
         # Imported here: that module builds on this one's DashboardRow and GROUPINGS.
@@ -302,7 +302,7 @@ def reprice(
     The database sums tokens per group and model; the domain's ``cost_of`` prices the sums
     (the rule is linear), so no second pricing formula lives in SQL.
     """
-    require_zoned(since, until)
+    require_window(since, until)
     table = {model: _model_price(price) for model, price in prices.items()}
     if as_model is not None and as_model not in table:
         raise ValidationError("as_model", f"no price for {as_model!r}; have {sorted(table)}")

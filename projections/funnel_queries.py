@@ -23,7 +23,7 @@ from psycopg import Connection, sql
 
 from flowledger.domain.errors import ValidationError
 from flowledger.projections.cost_queries import RAW_WINDOW, READS
-from flowledger.projections.windows import require_zoned
+from flowledger.projections.windows import require_window
 
 DROPS = ("failed", "expired", "abandoned")
 
@@ -175,7 +175,7 @@ def funnel_report(
     naming the known ones otherwise), else by the average position at which sessions first
     reached them. ``by`` is ``"model"`` (each session's first model) or ``"metadata.<key>"``.
     """
-    require_zoned(since, until)
+    require_window(since, until)
     if steps:
         _require_known_steps(conn, reader, workflow, tenant, steps)
     _segment(by)
@@ -279,7 +279,7 @@ def workflows(
     until: datetime | None = None,
 ) -> list[str]:
     """The workflows of ``tenant``'s sessions started in the window, by name."""
-    require_zoned(since, until)
+    require_window(since, until)
     statement = sql.SQL(
         "SELECT DISTINCT workflow FROM {}.funnel_sessions WHERE tenant = %(tenant)s"
         " AND (%(since)s::timestamptz IS NULL OR started_at >= %(since)s)"

@@ -32,13 +32,20 @@ def utc(moment: datetime, name: str) -> datetime:
     return moment.astimezone(UTC)
 
 
-def require_zoned(since: datetime | None, until: datetime | None) -> None:
+def require_window(since: datetime | None, until: datetime | None) -> None:
     """Refuse a window edge without a zone, whichever rows a query reads: the raw reads took one
     in the database session's zone (``TimeZone``, 11 hours off under Pago Pago's), where the
-    roll-ups refused it (``utc``)."""
+    roll-ups refused it (``utc``). Refuse an ``until`` before ``since`` too: the two swapped
+    were answered as a window holding nothing. One that ends where it starts is empty."""
     for name, moment in (("since", since), ("until", until)):
         if moment is not None:
             utc(moment, name)
+    if since is not None and until is not None and until < since:
+        raise ValidationError(
+            "until",
+            f"{until.isoformat()} is before since {since.isoformat()}: a window runs from since to"
+            " until (were the two swapped?)",
+        )
 
 
 def floor(moment: datetime, grain: str) -> datetime:

@@ -68,3 +68,20 @@ def test_a_window_edge_without_a_zone_is_refused_whichever_rows_are_read(
         conn.execute("SET TimeZone = 'Pacific/Pago_Pago'")
         with pytest.raises(ValidationError, match=f"^{argument}: give a time with a zone"):
             QUERIES[name](conn, projector.names.reader, window)
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_a_reversed_window_is_refused_not_answered_as_empty(projector: Projector, name: str) -> None:
+    # Given a window whose until is before its since (the two swapped)
+    now = datetime.now(UTC)
+    window = {"since": now + timedelta(hours=1), "until": now - timedelta(hours=2)}
+    # When a query reads it, Then it is refused naming until: it answered as a window with no
+    # calls and no sessions (0 rows), though the call made just now lies between the two
+    with projector.report() as conn, pytest.raises(ValidationError, match=r"^until: .* is before since "):
+        QUERIES[name](conn, projector.names.reader, window)
+
+
+def test_a_window_that_ends_where_it_starts_is_empty_not_refused(projector: Projector) -> None:
+    now = datetime.now(UTC)
+    with projector.report() as conn:
+        assert dashboard(conn, projector.names.reader, tenant="default", since=now, until=now) == []
