@@ -31,14 +31,16 @@ GROUPINGS: Mapping[str, str] = {
     "workflow": "workflow",
     "step": "step",
     "source": "source",
-    "session": "subject_id",  # a fork beside its parent (Engine.fork_session)
+    # A fork beside its parent (Engine.fork_session). A task's calls carry its task id as their
+    # subject: grouped by it, task "x1" was counted in session "x1"'s group (2 calls for 1).
+    "session": "CASE WHEN source = 'session' THEN subject_id END",
     "minute": "date_trunc('minute', occurred_at, 'UTC')",
     "hour": "date_trunc('hour', occurred_at, 'UTC')",
     "day": "date_trunc('day', occurred_at, 'UTC')",
 }
 """What a dashboard can be grouped by (time buckets are UTC). Calls that recorded no model,
-provider or session are grouped under None, a value no name can take: written as the text
-``'(none)'``, they were one group with a model a provider or caller named ``(none)``."""
+provider or session (a task's calls) are grouped under None, a value no name can take: written
+as the text ``'(none)'``, they were one group with a model a provider or caller named ``(none)``."""
 
 READS = ("auto", "raw", "rollups")
 """Where ``dashboard`` reads: ``raw`` rows (exact percentiles), the ``rollups``, or ``auto``:

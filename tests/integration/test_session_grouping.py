@@ -1,0 +1,62 @@
+"""The dashboard grouped by session counts a session's calls only: a task's calls, filed under its
+task id, are the calls with no session, not part of a session that has the same id."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from flowledger.adapters.simulator import SimulatorConfig, run_simulator
+from flowledger.domain import LlmUsage
+from flowledger.infrastructure import Engine
+from flowledger.projections import dashboard, projector_for
+from tests.conftest import make_settings
+from tests.support.simulated import simulated_client
+
+pytestmark = pytest.mark.postgres
+
+STEP = LlmUsage(
+    provider="p",
+    request_model="gpt-4.1",
+    response_model="gpt-4.1",
+    input_tokens=10,
+    output_tokens=5,
+    cost_usd=Decimal("0.01"),
+    latency_ms=5.0,
+)
+
+
+@pytest.fixture
+def engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
+    with run_simulator(SimulatorConfig(latency_ms=0, seed=3)) as simulator:
+        engine = Engine(
+            settings=make_settings(database_url=database_url, schema=pg_schema),
+            llm=simulated_client(simulator.base_url),
+        )
+        yield engine
+        engine.close()
+
+
+async def test_a_task_named_like_a_session_is_not_counted_in_that_sessions_group(engine: Engine) -> None:
+    # Given session "x1" with one $0.01 call, and a task also named "x1" classified by a model
+    engine.start_session("x1", "cs")
+    engine.record_step("x1", "ask", usage=STEP)
+    engine.create_task("x1", "Fix the login bug in the Python service")
+    classified = await engine.classify_task("x1", "gpt-4.1")
+    assert classified.classification is not None
+    assert classified.classification.usage is not None
+    task_cost = classified.classification.usage.cost_usd
+    projector = projector_for(engine)
+    projector.catch_up()
+    # When the dashboard is grouped by session
+    with projector.report() as conn:
+        since = engine.clock() - timedelta(hours=1)
+        rows = dashboard(conn, projector.names.reader, tenant="default", since=since, by=["session"])
+    groups = {row.group: (row.calls, row.cost_usd) for row in rows}
+    # Then the session's group holds its one call, as its own totals do, and the task's call is
+    # the group of calls with no session (it was one group: 2 calls, $0.01035)
+    assert groups[("x1",)] == (1, Decimal("0.01")) == (1, engine.get_session("x1").totals.cost_usd)
+    assert groups[(None,)] == (1, task_cost)
