@@ -7,7 +7,8 @@ says its cost is not known (no price, or billed for tokens not reported: ``cost_
 the call's cost, never a silent $0).
 
 ``subject_id`` is the caller's session id, or the task id for task calls (``source = 'task'``,
-filed under the workflow ``tasks``). A task call's ``task_priority`` is the priority the task
+filed under the workflow ``tasks``; the dashboard's ``session`` and ``workflow`` groupings put
+them under None, apart from any session's). A task call's ``task_priority`` is the priority the task
 had when the call was made, the one that chose its tier's model (a classification may raise
 the priority: the call that raised it was made at the one before); ``subjects`` keeps each
 task's priority as the log has it so far.

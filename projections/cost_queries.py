@@ -28,7 +28,9 @@ from flowledger.projections.windows import require_window
 GROUPINGS: Mapping[str, str] = {
     "model": "model",
     "provider": "provider",
-    "workflow": "workflow",
+    # A task's calls are filed under the workflow 'tasks' (cost.TASK_WORKFLOW): grouped by it,
+    # they were counted in the sessions of a workflow named "tasks" (2 calls for 1).
+    "workflow": "CASE WHEN source = 'session' THEN workflow END",
     "step": "step",
     "source": "source",
     # A fork beside its parent (Engine.fork_session). A task's calls carry its task id as their
@@ -38,9 +40,10 @@ GROUPINGS: Mapping[str, str] = {
     "hour": "date_trunc('hour', occurred_at, 'UTC')",
     "day": "date_trunc('day', occurred_at, 'UTC')",
 }
-"""What a dashboard can be grouped by (time buckets are UTC). Calls that recorded no model,
-provider or session (a task's calls) are grouped under None, a value no name can take: written
-as the text ``'(none)'``, they were one group with a model a provider or caller named ``(none)``."""
+"""What a dashboard can be grouped by (time buckets are UTC). Calls that recorded no model or
+provider, and a task's calls by session or workflow, are grouped under None, a value no name can
+take: written as the text ``'(none)'``, they were one group with a model a provider or caller
+named ``(none)``."""
 
 READS = ("auto", "raw", "rollups")
 """Where ``dashboard`` reads: ``raw`` rows (exact percentiles), the ``rollups``, or ``auto``:

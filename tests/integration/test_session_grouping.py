@@ -1,5 +1,6 @@
-"""The dashboard grouped by session counts a session's calls only: a task's calls, filed under its
-task id, are the calls with no session, not part of a session that has the same id."""
+"""The dashboard grouped by session or workflow counts sessions' calls only: a task's calls, filed
+under its task id and the workflow ``tasks``, are the calls with no session and no workflow, not
+part of a session that has the same id or a workflow named ``tasks``."""
 
 from __future__ import annotations
 
@@ -60,3 +61,31 @@ async def test_a_task_named_like_a_session_is_not_counted_in_that_sessions_group
     # the group of calls with no session (it was one group: 2 calls, $0.01035)
     assert groups[("x1",)] == (1, Decimal("0.01")) == (1, engine.get_session("x1").totals.cost_usd)
     assert groups[(None,)] == (1, task_cost)
+
+
+@pytest.mark.parametrize("read", ["raw", "rollups"])
+async def test_task_calls_are_not_counted_in_a_session_workflow_named_tasks(
+    engine: Engine, read: str
+) -> None:
+    # Given a session of a workflow named "tasks" with one $0.01 call, and a task classified
+    engine.start_session("s-1", "tasks")
+    engine.record_step("s-1", "ask", usage=STEP)
+    engine.create_task("t-1", "Fix the login bug in the Python service")
+    classified = await engine.classify_task("t-1", "gpt-4.1")
+    assert classified.classification is not None
+    assert classified.classification.usage is not None
+    projector = projector_for(engine)
+    projector.catch_up()
+    # When the dashboard is grouped by workflow (from the raw rows or the roll-ups)
+    with projector.report() as conn:
+        since = engine.clock() - timedelta(hours=1)
+        rows = dashboard(
+            conn, projector.names.reader, tenant="default", since=since, by=["workflow"], read=read
+        )
+    groups = {row.group: (row.calls, row.cost_usd) for row in rows}
+    # Then the workflow holds its session's call alone, and the task's call has no workflow (the
+    # two were one group: 2 calls, $0.01035, for a workflow whose sessions made 1 call of $0.01)
+    assert groups == {
+        ("tasks",): (1, Decimal("0.01")),
+        (None,): (1, classified.classification.usage.cost_usd),
+    }
