@@ -2,8 +2,9 @@
 
 Same names and columns as the article's schema (plus ``originator_id``, ``version`` and ``tenant``),
 so its dashboard queries run unchanged. Ids are notification ids, so a rebuild gives the
-same ids; execution rows are exactly the cost table's model calls. For one tenant's rows only, run
-the queries against ``tenant_reader``'s schema.
+same ids; execution rows are exactly the cost table's calls of sessions (``source = 'session'``:
+a task's calls belong to no workflow session and are not among them). For one tenant's rows
+only, run the queries against ``tenant_reader``'s schema.
 """
 
 from __future__ import annotations
