@@ -5,7 +5,8 @@ in as arguments); the ``@event`` methods only assign, because they run on every 
 The rules the commands apply live beside it, over plain values: ``task_transitions``
 (which command in which status), ``task_checks`` (a new or repeated task, a second
 classification, a requeue, a task held back) and ``task_derivation`` (what a classification
-changes); ``task_views`` holds the values it keeps and the state's view.
+changes); ``task_views`` holds the values it keeps and the state's view; ``task_events``
+declares the events added once this module had reached its bound.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import event
 
+from flowledger.domain import task_events
 from flowledger.domain.agent import stored_skills
 from flowledger.domain.aggregate import FlowledgerAggregate
 from flowledger.domain.assignment import Choice, Needs, QueuedTask
@@ -153,6 +155,8 @@ class Task(FlowledgerAggregate):
         class_version = 1
         reason: str
         usage: LlmUsage
+
+    class RankingDiscarded(task_events.RankingDiscarded): ...
 
     class ClassificationFailed(FlowledgerAggregate.Event):
         """A classification call failed or its reply was unusable; the task keeps waiting.
@@ -419,6 +423,11 @@ class Task(FlowledgerAggregate):
         """Keep the usage of a classification that can no longer be applied; state is unchanged."""
         require_spent_usage(usage)
         self._classification_discarded(reason=storable(reason, 2000), usage=usage)
+
+    def discard_ranking(self, reason: str, usage: LlmUsage) -> None:
+        """Keep the usage of a ranking call no assignment or escalation records; state is unchanged."""
+        require_spent_usage(usage)
+        self.trigger_event(self.RankingDiscarded, reason=storable(reason, 2000), usage=usage)
 
     def assign(self, choice: Choice, at: datetime, usage: LlmUsage | None = None) -> None:
         """Hand the waiting task to the chosen agent (the agent records TaskAccepted);

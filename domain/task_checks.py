@@ -113,8 +113,8 @@ def require_unclassified(task_id: str, classified: bool, *, again: bool) -> None
 
 
 def require_spent_usage(usage: LlmUsage | None) -> None:
-    """Raise ValidationError unless a discarded classification has its call's usage: its event
-    is there for the cost."""
+    """Raise ValidationError unless a discarded classification or ranking has its call's usage:
+    its event is there for the cost."""
     if usage is None:
         raise ValidationError("usage", "must be an LlmUsage")
     require_usage("usage", usage)

@@ -49,7 +49,8 @@ def call_of(event: Any) -> Call | None:
     A processed step is a call when it carries usage (a step recorded without a model
     is not); a failed step always counts, as an error, with or without usage. Task
     classification (and escalation) calls count when they carry usage, and so does a
-    classification whose answer was discarded because the task had moved on.
+    classification whose answer was discarded because the task had moved on, or a ranking
+    call that no assignment or escalation recorded (the task waited, or was taken meanwhile).
     """
     if isinstance(event, Session.StepProcessed):
         if event.usage is None:
@@ -59,6 +60,8 @@ def call_of(event: Any) -> Call | None:
         return Call("session", event.step, event.usage, event.error_type, event.error_message, None, None)
     if isinstance(event, Task.ClassificationDiscarded):
         return Call("task", "classification", event.usage, None, None, None, None)
+    if isinstance(event, Task.RankingDiscarded):
+        return Call("task", "skill_matching", event.usage, None, None, None, None)
     if isinstance(event, Task.ClassificationFailed):
         return Call("task", "classification", event.usage, "classification_failed", event.detail, None, None)
     if isinstance(event, Task.Classified | Task.Escalated | Task.Assigned) and event.usage is not None:

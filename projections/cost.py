@@ -168,6 +168,7 @@ class CostDashboard(Projection):
         Task.ClassificationDiscarded,
         Task.ClassificationFailed,
         Task.Assigned,
+        Task.RankingDiscarded,
     )
 
     def apply(self, cur: Cursor[Any], schema: str, batch: Sequence[Envelope]) -> None:

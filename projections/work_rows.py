@@ -164,9 +164,9 @@ def fold_task(row: Row, event: Any) -> None:
             row["cost_usd"] = charged(row["cost_usd"], event.usage)
     elif isinstance(event, Task.Released):
         row.update(status="pending", agent_id=None, started_at=None)
-    elif isinstance(event, Task.ClassificationDiscarded):
-        # A call whose answer came too late was still paid for: the task's cost counts it,
-        # as the cost dashboard does.
+    elif isinstance(event, Task.ClassificationDiscarded | Task.RankingDiscarded):
+        # A call whose answer came too late, or whose ranking no assignment took, was still
+        # paid for: the task's cost counts it, as the cost dashboard does.
         row["cost_usd"] = charged(row["cost_usd"], event.usage)
     row.update(updated_at=event.timestamp, version=event.originator_version)
 

@@ -87,6 +87,9 @@ class _Request:
     """Why a task that names no skills and was never classified may not be assigned (a routed
     run or assignment: classification drives routing), held back as a failed classification
     holds one; None: it goes to any agent with room (the library's synchronous commands)."""
+    refusal: BaseException | None = None
+    """An error to answer once the batch is saved: a refused request whose ranking call is
+    recorded in the batch (``Task.RankingDiscarded``), where raising it would have lost it."""
     done: bool = False
     state: TaskState | None = None
     error: BaseException | None = None
@@ -174,7 +177,7 @@ class BatchAssigner:
             for request in batch:  # one at a time, so each caller gets its own error
                 try:
                     (state,) = self._write([request])
-                    self._finish(request, state, None)
+                    self._answer(request, state)
                 except BaseException as single:  # handed to its caller, re-raised there
                     self._finish(request, None, single)
             return
@@ -183,10 +186,17 @@ class BatchAssigner:
                 self._finish(request, None, error)
             return
         for request, state in zip(batch, states, strict=False):
-            self._finish(request, state, None)
+            self._answer(request, state)
         if len(states) < len(batch):  # stopped rather than wait on a lock: the rest go next
             with self._cv:
                 self._queue[:0] = batch[len(states) :]
+
+    def _answer(self, request: _Request, state: TaskState | None) -> None:
+        """Answer a request its batch decided: its state, or the refusal it saved."""
+        if request.refusal is not None:
+            self._finish(request, None, request.refusal)
+        else:
+            self._finish(request, state, None)
 
     def _finish(self, request: _Request, state: TaskState | None, error: BaseException | None) -> None:
         request.state, request.error, request.done = state, error, True
@@ -239,15 +249,18 @@ class BatchAssigner:
             raise _NeedsFreshRoster()  # the store drops this attempt's copies
         states: list[TaskState | None] = []
         for request, task in zip(batch, tasks, strict=True):
+            request.refusal = None  # decided again on a retried attempt
+            ranking = request.ranking  # a model's pick among tied agents (ranking.py), if asked
+            usage = ranking.usage if ranking else None  # recorded however the task ends here
             if task.task_status is not TaskStatus.PENDING:
                 # Asked for by name, a task no longer waiting is answered as it stands. A queue
                 # run offers only tasks it read waiting, so another command took this one since
                 # (another run, in this engine or another): its answer leaves it out, where it
                 # counted it as its own (three runs at once each said "21 assigned" of 21 made).
+                why = f"not assigned: another command left the task {task.status} during the call"
+                _keep_ranking_cost(task, ranking, why)
                 states.append(None if request.queue_run else task.state())
                 continue
-            ranking = request.ranking  # a model's pick among tied agents (ranking.py), if asked
-            usage = ranking.usage if ranking else None  # recorded however the task ends here
             if task.is_overdue(now):
                 deadline = task.deadline.isoformat() if task.deadline else "?"
                 detail = f"deadline {deadline} passed before assignment"
@@ -261,9 +274,16 @@ class BatchAssigner:
             if request.unclassified is not None and never_classified:
                 held_back = request.unclassified
             if held_back is not None:
-                if not request.queue_run:
+                if request.queue_run:
+                    states.append(replace(task.state(), held_back=held_back))  # it waits; it says why
+                    continue
+                if ranking is None:
                     raise TaskNeedsClassification(task.task_id, held_back)
-                states.append(replace(task.state(), held_back=held_back))  # it waits; it says why
+                # Refused once the batch has saved the ranking call's cost (raised here, the
+                # batch's save, and the cost with it, were lost).
+                _keep_ranking_cost(task, ranking, f"not assigned: the task is held back ({held_back})")
+                request.refusal = TaskNeedsClassification(task.task_id, held_back)
+                states.append(task.state())
                 continue
             decision = self._claims.choose(task, profiles, uow, prefer=ranking.agent_id if ranking else None)
             if decision is None:
@@ -287,7 +307,18 @@ class BatchAssigner:
             else:
                 # It waits for capacity: say why, as an escalation would (the answer said
                 # nothing, so a caller could not tell a full team from a task never looked at).
+                _keep_ranking_cost(
+                    task, ranking, f"not assigned: the task waits for capacity ({decision.detail})"
+                )
                 states.append(replace(task.state(), waiting=decision.detail))
                 continue
             states.append(task.state())
         return states
+
+
+def _keep_ranking_cost(task: Task, ranking: Ranking | None, why: str) -> None:
+    """Record a ranking call's usage on a task that no ``Assigned`` or ``Escalated`` of this
+    batch carries it on: the budgets charged the call, and without an event the cost views
+    never counted it (a task left waiting after the call showed $0 for a paid call)."""
+    if ranking is not None and ranking.usage is not None:
+        task.discard_ranking(ranking.unused(why), ranking.usage)

@@ -9,7 +9,10 @@ happens before the assignment and outside every lock; the assignment then takes 
 pick if it is still one of the agents tied for best, else decides by the rule, and the
 ``Assigned`` event carries the call's usage and, in its reason, what the model said or why
 its pick was not used. A failed call or an unusable reply costs the tie-break only: the
-rule decides, and the usage the call reported is still recorded. Budgets hold the call as
+rule decides, and the usage the call reported is still recorded. A task the assignment then
+neither places nor escalates (its agents filled up during the call and it waits, another
+command took it meanwhile, or it is refused) records the call as ``Task.RankingDiscarded``:
+every call the budgets charge reaches the cost views. Budgets hold the call as
 they hold a step's (``task_budgets.py``): one an enforced budget cannot take is not made,
 and the assignment raises ``BudgetExceeded`` with the task left waiting as it was.
 """
@@ -33,7 +36,8 @@ from flowledger.infrastructure.engine.task_reads import TaskReads
 @dataclass(frozen=True, kw_only=True)
 class Ranking:
     """What a ranking call gave an assignment: the agent picked (None when the call failed or
-    its reply named none of the tied agents), the call's usage, and a note for the reason."""
+    its reply named none of the tied agents), the call's usage, and a note for the reason
+    (what the model said, or why it gave nothing usable)."""
 
     agent_id: str | None
     usage: LlmUsage | None
@@ -42,11 +46,18 @@ class Ranking:
     def explain(self, chosen: str) -> str:
         """What to add to the reason of an assignment to ``chosen``."""
         if self.agent_id is None:
-            return self.note
+            return f"{self.note}, the rule decided"
         if self.agent_id == chosen:
             return f"the model's pick ({self.note})"
         # The roster moved during the call, or another engine holds the pick's lock.
         return f"the model picked {self.agent_id}, not among the best it could take ({self.note})"
+
+    def unused(self, why: str) -> str:
+        """The reason kept with the call's usage when no assignment or escalation records it
+        (``Task.RankingDiscarded``): ``why``, then what the model said."""
+        if self.agent_id is None:
+            return f"{why}; {self.note}"
+        return f"{why}; the model picked {self.agent_id} ({self.note})"
 
 
 class TieBreaker:
@@ -81,12 +92,12 @@ class TieBreaker:
         try:
             reply = await budgets.complete(llm, model, messages, hold)
         except LlmError as error:
-            note = f"model ranking on {model} failed ({type(error).__name__}), the rule decided"
+            note = f"model ranking on {model} failed ({type(error).__name__})"
             return Ranking(agent_id=None, usage=error.usage, note=note)
         try:
             picked = parse_ranking_reply(reply.content, {p.agent_id for p in tied})
         except ValidationError as error:
-            note = f"model ranking on {model} unusable ({error}), the rule decided"
+            note = f"model ranking on {model} unusable ({error})"
             return Ranking(agent_id=None, usage=reply.usage, note=note)
         note = f"{model}: {picked.reason}"
         return Ranking(agent_id=picked.agent_id, usage=reply.usage, note=note)

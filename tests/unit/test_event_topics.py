@@ -13,7 +13,7 @@ TOPICS = {
     Session: "Started StepStarted StepLeaseRenewed StepProcessed StepFailed ContextUpdated Extended "
     "Completed Expired Abandoned Restarted Reopened Forked DataErased",
     Task: "Created Classified Assigned Started Completed Escalated Released ClassificationDiscarded "
-    "ClassificationFailed Requeued",
+    "ClassificationFailed Requeued RankingDiscarded",
     Agent: "Registered CapacityChanged TaskAccepted TaskReleased",
 }
 CASES = [(aggregate, name) for aggregate, names in TOPICS.items() for name in names.split()]
@@ -45,3 +45,11 @@ def test_the_session_events_declared_in_their_own_module_are_stored_as_the_sessi
         stored = getattr(Session, name)
         assert issubclass(stored, declared)
         assert get_topic(stored) == f"flowledger.domain.session:Session.{name}"
+
+
+def test_the_task_events_declared_in_their_own_module_are_stored_as_the_tasks() -> None:
+    from flowledger.domain import task_events
+
+    stored = Task.RankingDiscarded
+    assert issubclass(stored, task_events.RankingDiscarded)
+    assert get_topic(stored) == "flowledger.domain.task:Task.RankingDiscarded"

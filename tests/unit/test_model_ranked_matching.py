@@ -183,10 +183,11 @@ def test_the_reason_says_whether_the_models_pick_was_used() -> None:
     picked = Ranking(agent_id="bob", usage=USAGE, note="m: fits")
     assert picked.explain("bob") == "the model's pick (m: fits)"
     assert picked.explain("ann") == "the model picked bob, not among the best it could take (m: fits)"
-    failed = Ranking(
-        agent_id=None, usage=None, note="model ranking on m failed (LlmTimeout), the rule decided"
-    )
-    assert failed.explain("ann") == failed.note
+    failed = Ranking(agent_id=None, usage=None, note="model ranking on m failed (LlmTimeout)")
+    assert failed.explain("ann") == "model ranking on m failed (LlmTimeout), the rule decided"
+    # Kept with the call's usage when no assignment took it (Task.RankingDiscarded)
+    assert picked.unused("not assigned: x") == "not assigned: x; the model picked bob (m: fits)"
+    assert failed.unused("not assigned: x") == "not assigned: x; model ranking on m failed (LlmTimeout)"
 
 
 def test_the_simulator_picks_the_listed_agent_whose_skills_the_task_names() -> None:
