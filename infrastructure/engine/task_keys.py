@@ -13,7 +13,7 @@ told from its retry by what it asked (``AskedRequeue``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -98,6 +98,23 @@ class TaskCommandKey:
                 raise TaskIdempotencyKeyReused(task_id, self.key, recorded or f"a {keyed.kind}")
             version = event.originator_version
         return version
+
+
+COST_ONLY = (Task.ClassificationDiscarded, Task.RankingDiscarded)
+"""Events kept for a paid call's cost that change nothing about the task."""
+
+
+def last_changes(read: Callable[[int], list[Any]], version: int, count: int = 2) -> list[Any]:
+    """The task's last ``count`` events that changed it (fewer in a shorter log), looking past
+    those kept only for a call's cost (``COST_ONLY``); ``read(gt)`` gives its events after
+    version ``gt``. A release retried after a ranking call was recorded on the waiting task
+    found the ``RankingDiscarded`` last and was refused ("it is pending")."""
+    window = count
+    while True:
+        events = [e for e in read(max(version - window, 0)) if not isinstance(e, COST_ONLY)]
+        if len(events) >= count or window >= version:
+            return events[-count:]
+        window *= 4
 
 
 def last_command(events: list[Any]) -> list[Any]:

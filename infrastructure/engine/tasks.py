@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from flowledger.domain.agent import SEED_CAPACITY, Agent, normalise_skills, require_registration
 from flowledger.domain.assignment import queue_window
@@ -47,6 +47,7 @@ from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_keys import (
     AskedRequeue,
     TaskCommandKey,
+    last_changes,
     last_command,
     release_words,
     requeue_words,
@@ -452,11 +453,14 @@ class TaskService:
         """Whether the task's last event released it for exactly ``reason`` (nothing since),
         from the assignment ``ref`` names."""
         # The release's save may end with the classification it applied (``ReturnedRouting``).
-        last = last_command(self._store.events(task.id, gt=max(task.version - 2, 0)))
+        last = last_command(last_changes(partial(self._events_after, task), task.version))
         released = next((e for e in last if isinstance(e, Task.Released)), None)
         if released is None or released.reason != reason:
             return False
         return ref.fits(released.agent_id, task.times_assigned)
+
+    def _events_after(self, task: Task, version: int) -> list[Any]:
+        return self._store.events(task.id, gt=version)
 
     def _first_result(self, task: Task, key: TaskCommandKey | None) -> TaskState | None:
         """The task as the first send of the command under ``key`` left it, read from the log

@@ -118,6 +118,25 @@ async def test_a_refused_assignment_keeps_its_rankings_usage(ranked: Engine) -> 
     assert ranked.task_history("h")[-1].event_type == "Task.RankingDiscarded"
 
 
+async def test_a_retried_release_is_answered_past_a_ranking_recorded_since(ranked: Engine) -> None:
+    # Given a task released, then a ranked assignment whose call is recorded as the task waits
+    ranked.create_task("t1", "Fix the race in the Go worker", ["golang"])
+    ranked.assign_task("t1")
+    released = ranked.release_task("t1", "busy")
+    ranked.llm = ScriptedLlm(PICK, usage=USAGE, meanwhile=lambda: fill_both(ranked))
+    assert (await ranked.assign_task_ranked("t1", escalate_when_full=False)).waiting is not None
+    history = [entry.event_type for entry in ranked.task_history("t1")]
+    assert history[-2:] == ["Task.Released", "Task.RankingDiscarded"]
+
+    # When the client retries the release whose answer it lost
+    again = ranked.release_task("t1", "busy")
+
+    # Then it is answered as the task stands (nothing changed it since), not refused as "pending"
+    assert again.status is TaskStatus.PENDING
+    assert again.version == released.version + 1  # the ranking's event, nothing else
+    assert [entry.event_type for entry in ranked.task_history("t1")] == history
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("read", ["raw", "rollups"])
 async def test_the_cost_dashboard_counts_a_ranking_call_whose_task_waited(
