@@ -408,7 +408,8 @@ async def assign_task(task_id: TaskId, caller: Writer, body: Assign | None = Non
     false, a task whose capable agents are all full keeps waiting instead, its ``waiting``
     saying why (nothing recorded). With routing's
     ``model_ranked_matching`` on, the model picks among agents the rule finds equally good
-    (402 when an enforced budget cannot take that call: it is not made, the task waits).
+    (402 when an enforced budget cannot take that call: it is not made, the task waits); a
+    call made for a task that then waits is recorded with its usage (``RankingDiscarded``).
     No body is needed; one naming an agent (or anything else) is refused with 422. A task that
     names no skills and whose classification failed is refused with 409 (reclassify it, or record
     a classification made elsewhere: ``POST .../classification``)."""
