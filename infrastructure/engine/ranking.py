@@ -11,7 +11,8 @@ pick if it is still one of the agents tied for best, else decides by the rule, a
 its pick was not used. A failed call or an unusable reply costs the tie-break only: the
 rule decides, and the usage the call reported is still recorded. A task the assignment then
 neither places nor escalates (its agents filled up during the call and it waits, another
-command took it meanwhile, or it is refused) records the call as ``Task.RankingDiscarded``:
+command took it meanwhile, or it is refused), or whose caller was cancelled during a call
+that said what it used, records the call as ``Task.RankingDiscarded``:
 every call the budgets charge reaches the cost views. Budgets hold the call as
 they hold a step's (``task_budgets.py``): one an enforced budget cannot take is not made,
 and the assignment raises ``BudgetExceeded`` with the task left waiting as it was.
@@ -20,6 +21,7 @@ and the assignment raises ``BudgetExceeded`` with the task left waiting as it wa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 from flowledger.domain.assignment import tied_best
@@ -29,8 +31,9 @@ from flowledger.domain.task import Task
 from flowledger.domain.task_views import TaskPriority, TaskStatus
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.classification import TaskClassifier
-from flowledger.infrastructure.engine.store import AggregateStore
-from flowledger.infrastructure.engine.task_reads import TaskReads
+from flowledger.infrastructure.engine.step_calls import usage_of
+from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +97,15 @@ class TieBreaker:
         except LlmError as error:
             note = f"model ranking on {model} failed ({type(error).__name__})"
             return Ranking(agent_id=None, usage=error.usage, note=note)
+        except asyncio.CancelledError as error:
+            # The budgets charged what its adapter said it used: record it, as a step's is.
+            usage = usage_of(error)
+            if usage is not None:
+                ranking = Ranking(agent_id=None, usage=usage, note=f"model ranking on {model} cancelled")
+                keep = asyncio.to_thread(self._keep_cancelled, task_id, ranking, usage)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(asyncio.ensure_future(keep))
+            raise
         try:
             picked = parse_ranking_reply(reply.content, {p.agent_id for p in tied})
         except ValidationError as error:
@@ -101,3 +113,12 @@ class TieBreaker:
             return Ranking(agent_id=None, usage=reply.usage, note=note)
         note = f"{model}: {picked.reason}"
         return Ranking(agent_id=picked.agent_id, usage=reply.usage, note=note)
+
+    def _keep_cancelled(self, task_id: str, ranking: Ranking, usage: LlmUsage) -> None:
+        """Record a cancelled call's usage on its task (``Task.RankingDiscarded``)."""
+
+        def decide(uow: UnitOfWork) -> None:
+            task = self._reads.task(uow, task_id)
+            task.discard_ranking(ranking.unused("not assigned: cancelled during the call"), usage)
+
+        self._store.write(task_key(task_id), decide)

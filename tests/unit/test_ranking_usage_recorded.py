@@ -7,6 +7,7 @@ the cost dashboard showed $0 for a call the model was paid for."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from decimal import Decimal
@@ -116,6 +117,25 @@ async def test_a_refused_assignment_keeps_its_rankings_usage(ranked: Engine) -> 
     # Then the call is recorded all the same, once
     assert recorded_calls(ranked, "h") == [*before, ("skill_matching", USAGE)]
     assert ranked.task_history("h")[-1].event_type == "Task.RankingDiscarded"
+
+
+async def test_a_ranking_call_cancelled_after_it_was_billed_keeps_its_usage(ranked: Engine) -> None:
+    # Given a tie, and a caller cancelled during the call, after its adapter said what it used
+    ranked.create_task("t1", "Fix the race in the Go worker", ["golang"])
+    cancelled = asyncio.CancelledError()
+    cancelled.usage = USAGE  # type: ignore[attr-defined]  # the LlmPort's way to say it
+    ranked.llm = ScriptedLlm(PICK, error=cancelled)
+
+    # When the ranked assignment is cancelled with it
+    with pytest.raises(asyncio.CancelledError):
+        await ranked.assign_task_ranked("t1")
+
+    # Then the task waits as it was, and the call it paid for is recorded
+    assert ranked.get_task("t1").status is TaskStatus.PENDING
+    last = ranked.task_history("t1")[-1]
+    assert last.event_type == "Task.RankingDiscarded"
+    assert last.data["reason"].startswith("not assigned: cancelled during the call; model ranking on")
+    assert recorded_calls(ranked, "t1") == [("skill_matching", USAGE)]
 
 
 async def test_a_retried_release_is_answered_past_a_ranking_recorded_since(ranked: Engine) -> None:
