@@ -25,7 +25,7 @@ hands over to the first waiter. Across engines (PostgreSQL), a classify about to
 model holds the task's lock (``TaskLocks``) through the call and the save; one that waited
 for it, or found a classification recorded since it read the task when it took it, reads the
 task again and, finding it classified, makes no call. A reclassify holds a
-lock of the task's for its model (``_Request.purpose``), so only a reclassify on the same
+lock of the task's for its model (``ClassifyRequest.purpose``), so only a reclassify on the same
 model waits for it; one that waited and finds a classification (or its failure) recorded
 since it read the task takes that as its answer, as it would in one engine. The lock is only
 an optimisation: waiting for it is bounded (``lock_wait_s``, the setting
@@ -39,7 +39,6 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 from uuid import UUID
@@ -50,7 +49,6 @@ from flowledger.domain.errors import (
     CircuitOpen,
     LlmError,
     LlmNotConfigured,
-    TaskIdempotencyKeyReused,
     TaskNotFound,
     TaskTransitionRejected,
     ValidationError,
@@ -65,10 +63,11 @@ from flowledger.domain.task import Task
 from flowledger.domain.task_transitions import whereabouts
 from flowledger.domain.task_views import Classification, TaskPriority, TaskState
 from flowledger.domain.values import LlmUsage
+from flowledger.infrastructure.engine.classification_requests import CallCommand, ClassifyRequest
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
+from flowledger.infrastructure.engine.step_calls import usage_of
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_budgets import TaskCallBudgets
-from flowledger.infrastructure.engine.task_keys import KeyedCommand, call_command_id
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
 from flowledger.infrastructure.postgres.budgets import Reservation
 
@@ -125,7 +124,7 @@ class TaskClassifier:
         self.tiers = tiers
         self._observed: deque[LlmUsage] = deque(maxlen=2000)
         # The call classifying each task in this process, and the future its waiters share.
-        self._inflight: dict[str, tuple[_Request, asyncio.Future[TaskState]]] = {}
+        self._inflight: dict[str, tuple[ClassifyRequest, asyncio.Future[TaskState]]] = {}
 
     def record(self, task_id: str, category: str, complexity: str, estimated_hours: float) -> TaskState:
         """Record a classification made elsewhere (no model usage). The first one recorded
@@ -160,7 +159,7 @@ class TaskClassifier:
 
         A task already classified, completed or escalated is returned unchanged (no call).
         ``idempotency_key``: a retry with it after the call was answered (a task whose every
-        call failed, say) makes no second call (``_Command``).
+        call failed, say) makes no second call (``CallCommand``).
         """
         return await self._run(task_id, model, again=False, key=idempotency_key)
 
@@ -199,7 +198,7 @@ class TaskClassifier:
         check_model = getattr(llm, "check_model", None)
         if model is not None and check_model is not None:
             check_model(model)  # UnknownModelPrice: refused before anything is recorded
-        request = _Request(model, again, key)
+        request = ClassifyRequest(model, again, key)
         loop = asyncio.get_running_loop()
         while (inflight := self._inflight.get(task_id)) is not None and inflight[1].get_loop() is loop:
             leading, running = inflight
@@ -215,9 +214,9 @@ class TaskClassifier:
                 return state
         return await lead(self._inflight, task_id, request, partial(self._lead, llm, task_id, request))
 
-    async def _lead(self, llm: LlmPort, task_id: str, request: _Request) -> TaskState:
+    async def _lead(self, llm: LlmPort, task_id: str, request: ClassifyRequest) -> TaskState:
         model, again = request.model, request.again
-        command = _Command.of(request)
+        command = CallCommand.of(request)
         found = await self._load(task_id, again=again, command=command)
         if isinstance(found, TaskState):
             return found
@@ -245,7 +244,7 @@ class TaskClassifier:
                 unlock = asyncio.to_thread(locks.unlock, key, purpose)
                 await asyncio.shield(asyncio.ensure_future(unlock))
 
-    async def _load(self, task_id: str, *, again: bool, command: _Command | None) -> Task | TaskState:
+    async def _load(self, task_id: str, *, again: bool, command: CallCommand | None) -> Task | TaskState:
         """The task to classify, or its state when there is nothing to do (already classified,
         or closed: TaskTransitionRejected for a reclassify; the caller's key already answered:
         TaskIdempotencyKeyReused when it named another request)."""
@@ -290,7 +289,7 @@ class TaskClassifier:
             await asyncio.sleep(self.lock_poll_s)
 
     async def _call(
-        self, llm: LlmPort, task: Task, model: str | None, *, again: bool, command: _Command | None
+        self, llm: LlmPort, task: Task, model: str | None, *, again: bool, command: CallCommand | None
     ) -> TaskState:
         task_id = task.task_id
         since = task.version
@@ -317,6 +316,16 @@ class TaskClassifier:
                 if isinstance(error, LlmError):
                     usage = error.usage
                 detail = f"{type(error).__name__}: {error}"
+            except asyncio.CancelledError as error:
+                paid = usage_of(error)  # charged to the budgets: kept for its cost, as a step's is
+                if paid is not None:
+                    decide = partial(
+                        self._discarded, task_id, f"cancelled during the call to {attempt}", paid
+                    )
+                    await _save_through_cancel(
+                        self._writer(task_id, command, attempt == chosen, since), decide
+                    )
+                raise
             else:
                 decide = partial(self._classify, task_id, classification, route, again)
                 write = self._writer(task_id, command, attempt == chosen, since)
@@ -328,9 +337,7 @@ class TaskClassifier:
                 # The failed call was paid: its failure is recorded all the same.
                 detail = f"{detail}; cancelled before fallback {fallback} was tried"
                 decide = partial(self._failed, task_id, attempt, detail, usage, None)
-                write = self._writer(task_id, command, attempt == chosen, since)
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(write, decide)))
+                await _save_through_cancel(self._writer(task_id, command, attempt == chosen, since), decide)
                 raise
             if refused is not None:
                 detail = f"{detail}; fallback {fallback} not tried: {refused}"
@@ -372,7 +379,7 @@ class TaskClassifier:
         return state
 
     def _writer(
-        self, task_id: str, command: _Command | None, primary: bool, since: int
+        self, task_id: str, command: CallCommand | None, primary: bool, since: int
     ) -> Callable[[partial[TaskState]], TaskState]:
         """How one outcome of a call is saved: as any write without the caller's key; with it,
         under the command id of that outcome (the primary's or the fallback's), and once only:
@@ -417,6 +424,11 @@ class TaskClassifier:
             task.discard_classification(why, classification.usage)
         return task.state()
 
+    def _discarded(self, task_id: str, reason: str, usage: LlmUsage, uow: UnitOfWork) -> TaskState:
+        task = self._reads.task(uow, task_id)
+        task.discard_classification(reason, usage)
+        return task.state()
+
     def _failed(
         self,
         task_id: str,
@@ -433,68 +445,12 @@ class TaskClassifier:
         return task.state()
 
 
-@dataclass(frozen=True)
-class _Request:
-    """What a caller asked for: ``classify`` (``again`` false) or ``reclassify``, on ``model``,
-    under the caller's idempotency ``key`` (None: none given)."""
-
-    model: str | None
-    again: bool
-    key: str | None = None
-
-    def shares(self, leading: _Request, *, answered: bool) -> bool:
-        """Whether this waiting caller takes the outcome of ``leading``'s call as its own.
-
-        A classify takes any answered call's task (classified now, or waiting after its
-        failures were recorded: a classify would return it unchanged, or pay to fail again)
-        and a classify's error. A reclassify takes only another reclassify on the same model:
-        after any other it makes its call of its own.
-        """
-        if self.again:
-            return leading == self
-        return answered or not leading.again
-
-    @property
-    def purpose(self) -> str:
-        """The purpose of the task's lock across engines: one for classify, one per model for
-        reclassify (the callers that would share one call in one engine wait for each other)."""
-        return f"reclassify\x1f{self.model or ''}" if self.again else "classify"
-
-
-@dataclass(frozen=True)
-class _Command:
-    """A caller's key for a classify or reclassify, as the command ids its saves carry:
-    ``task-call␟<classify|reclassify>␟<model>␟<key>␟<primary|fallback>``. The events a call
-    wrote under a key answer a retry with it (no second call); a key that names another kind
-    or model is refused (``TaskIdempotencyKeyReused``), nothing recorded."""
-
-    kind: str
-    model: str
-    key: str
-
-    @classmethod
-    def of(cls, request: _Request) -> _Command | None:
-        if request.key is None:
-            return None
-        return cls("reclassify" if request.again else "classify", request.model or "", request.key)
-
-    def id(self, *, primary: bool) -> str:
-        return call_command_id(self.kind, self.model, self.key, primary=primary)
-
-    def answered(self, task_id: str, command_ids: list[str | None]) -> bool:
-        """Whether the task's events hold this command's outcome (TaskIdempotencyKeyReused when
-        the key names another request)."""
-        for command_id in command_ids:
-            keyed = KeyedCommand.read(command_id)
-            if keyed is None or keyed.key != self.key:
-                continue
-            if not keyed.call:  # a release's or requeue's (task_keys.py)
-                raise TaskIdempotencyKeyReused(task_id, self.key, f"a {keyed.kind}")
-            if (keyed.kind, keyed.model) == (self.kind, self.model):
-                return True
-            named = f"a {keyed.kind}" + (f" on {keyed.model}" if keyed.model else " on the routed model")
-            raise TaskIdempotencyKeyReused(task_id, self.key, named)
-        return False
+async def _save_through_cancel(
+    write: Callable[[partial[TaskState]], TaskState], decide: partial[TaskState]
+) -> None:
+    """Save what a paid call's caller, cancelled, leaves to record (shielded; errors dropped)."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(write, decide)))
 
 
 def _unlock_if_taken(

@@ -6,7 +6,7 @@ queue run had assigned the task again released the new assignment. Under a key t
 events carry ``task-cmd␟<release|requeue>␟<key>``, so its retry finds them in the task's log and
 is answered with the task as the first send left it, whatever happened since. A classify's or
 reclassify's saves carry ``task-call␟<kind>␟<model>␟<key>␟<primary|fallback>``
-(``classification._Command``); each kind of command refuses a key the other used, so both
+(``classification_requests.CallCommand``); each kind of command refuses a key the other used, so both
 read the task's command ids through ``KeyedCommand.read``. A requeue sent without a key is
 told from its retry by what it asked (``AskedRequeue``).
 """
@@ -24,7 +24,7 @@ from flowledger.domain.errors import TaskIdempotencyKeyReused
 from flowledger.domain.task import Task
 
 _CMD = "task-cmd"
-_CALL = "task-call"  # a classify's or reclassify's (``classification._Command``)
+_CALL = "task-call"  # a classify's or reclassify's (``classification_requests.CallCommand``)
 _SEP = "\x1f"  # never in a name (``require_name``), so never in a key or a model
 
 
