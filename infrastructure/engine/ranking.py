@@ -73,7 +73,8 @@ class TieBreaker:
 
     async def rank(self, task_id: str) -> Ranking | None:
         """The model's pick among the agents tied for the waiting task, or None when there is
-        nothing to ask (switched off, the task is not waiting, fewer than two agents tied)."""
+        nothing to ask (switched off, the task is not waiting or is past its deadline, fewer
+        than two agents tied)."""
         self._reads.task_uuid(task_id)  # the id checked whether or not a model is asked
         llm = self._classifier.llm
         if llm is None or not self._classifier.tiers.model_ranked_matching:
@@ -81,6 +82,8 @@ class TieBreaker:
         task: Task | None = await asyncio.to_thread(self._store.load, self._reads.task_uuid(task_id))
         if task is None or task.task_status is not TaskStatus.PENDING or task.held_back is not None:
             return None  # the assignment itself says why (not found, as it stands, or held back)
+        if task.is_overdue(self._store.clock()):
+            return None  # escalated for its deadline whatever the pick: a call paid for nothing
         # Read now (not a recent copy): an agent registered a moment ago may be one of the tied.
         profiles = await asyncio.to_thread(self._reads.index.agent_profiles)
         tied = tied_best(task.task_id, task.needs.spelt(self._classifier.catalogue.skill_aliases), profiles)

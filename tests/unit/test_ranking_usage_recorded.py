@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.projections import dashboard, projector_for
 from flowledger.projections.calls import call_of
 from tests.conftest import make_settings
+from tests.support.clock import SetClock
 from tests.support.llm import USAGE, ScriptedLlm
 
 ROUTING = Path(__file__).resolve().parents[2] / "infrastructure" / "routing.json"
@@ -136,6 +138,42 @@ async def test_a_ranking_call_cancelled_after_it_was_billed_keeps_its_usage(rank
     assert last.event_type == "Task.RankingDiscarded"
     assert last.data["reason"].startswith("not assigned: cancelled during the call; model ranking on")
     assert recorded_calls(ranked, "t1") == [("skill_matching", USAGE)]
+
+
+@pytest.mark.parametrize("backend", ["memory", "postgres"])
+async def test_no_ranking_call_is_paid_for_a_task_past_its_deadline(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str
+) -> None:
+    # Given a tie, and a task whose deadline passed before it was assigned
+    routing = json.loads(ROUTING.read_text())
+    routing["model_ranked_matching"] = True
+    (tmp_path / "routing.json").write_text(json.dumps(routing))
+    where: dict[str, object] = {"database_url": "memory:"}
+    if backend == "postgres":
+        where = {
+            "database_url": request.getfixturevalue("database_url"),
+            "schema": request.getfixturevalue("pg_schema"),
+        }
+    clock = SetClock(datetime(2026, 1, 5, 9, 0, tzinfo=UTC))
+    with Engine(
+        settings=make_settings(routing_file=tmp_path / "routing.json", **where), clock=clock
+    ) as engine:
+        engine.register_agent("ann", "Ann", ["golang"], 1)
+        engine.register_agent("bob", "Bob", ["golang"], 1)
+        engine.create_task("t1", "Fix the race in the Go worker", ["golang"], deadline=timedelta(hours=1))
+        clock.now += timedelta(hours=2)
+        engine.llm = llm = ScriptedLlm(PICK, usage=USAGE)
+
+        # When it is assigned through the ranked path
+        state = await engine.assign_task_ranked("t1")
+
+    # Then it is escalated for its deadline, as it would be whatever the model said, and no
+    # model was paid to pick an agent it could not be given to
+    assert (state.status, state.escalation.reason if state.escalation else None) == (
+        TaskStatus.ESCALATED,
+        "deadline_breached",
+    )
+    assert llm.calls == []
 
 
 async def test_a_retried_release_is_answered_past_a_ranking_recorded_since(ranked: Engine) -> None:
