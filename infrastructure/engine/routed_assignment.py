@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from flowledger.domain.bounds import require_flag
 from flowledger.domain.task_views import TaskState
 from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.classify_first import (
@@ -42,7 +43,9 @@ class RoutedAssignment:
 
     async def assign_ranked(self, task_id: str, escalate_when_full: bool) -> TaskState:
         """``Engine.assign_task_ranked``: the model configured is the classifier's (``Engine.llm``
-        sets both)."""
+        sets both). The flag is checked before any call (it was checked by the assignment,
+        after a classification and a ranking had been paid for)."""
+        require_flag("escalate_when_full", escalate_when_full)
         if self._classifier.llm is not None and needs_classifying(
             await asyncio.to_thread(self._get_task, task_id)
         ):

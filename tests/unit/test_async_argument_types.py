@@ -89,3 +89,17 @@ async def test_a_task_id_that_is_no_string_is_refused_by_the_model_calling_task_
         await getattr(engine, method)(given)
     assert raised.value.field == "task_id"
     assert (engine.log.head(), llm.calls) == (before, [])
+
+
+@pytest.mark.parametrize("given", ["no", 1, None], ids=repr)
+async def test_an_escalate_when_full_that_is_not_true_or_false_is_refused_before_any_call(
+    engine: Engine, given: Any
+) -> None:
+    # (It was checked by the assignment, after the routed path had classified the task: a paid
+    # call and a Classified recorded, then a ValidationError.)
+    llm = _ready(engine)
+    before = engine.log.head()
+    with pytest.raises(ValidationError) as raised:
+        await engine.assign_task_ranked("t", escalate_when_full=given)
+    assert raised.value.field == "escalate_when_full"
+    assert (engine.log.head(), llm.calls) == (before, [])
