@@ -40,12 +40,32 @@ class RoutedAssignment:
         self._tie_breaker = tie_breaker
         self._get_task = get_task
         self._open_tasks = open_tasks
+        # The ranked assignment of each task running in this process (its caller's loop's):
+        # another of the same task waits for it, then finds the task taken and asks nothing.
+        self._running: dict[str, asyncio.Future[None]] = {}
 
     async def assign_ranked(self, task_id: str, escalate_when_full: bool) -> TaskState:
         """``Engine.assign_task_ranked``: the model configured is the classifier's (``Engine.llm``
         sets both). The flag is checked before any call (it was checked by the assignment,
         after a classification and a ranking had been paid for)."""
         require_flag("escalate_when_full", escalate_when_full)
+        if not isinstance(task_id, str):  # refused below, as the id it is (no key of the table)
+            return await self._assign_ranked(task_id, escalate_when_full)
+        loop = asyncio.get_running_loop()
+        # One at a time per task: two at once each paid a ranking call (a double submit), the
+        # second kept only as RankingDiscarded. Across processes each still makes its own.
+        while (running := self._running.get(task_id)) is not None and running.get_loop() is loop:
+            await asyncio.wait({running})  # its outcome is the task's: read afresh below
+        done = loop.create_future()
+        self._running[task_id] = done
+        try:
+            return await self._assign_ranked(task_id, escalate_when_full)
+        finally:
+            done.set_result(None)
+            if self._running.get(task_id) is done:
+                del self._running[task_id]
+
+    async def _assign_ranked(self, task_id: str, escalate_when_full: bool) -> TaskState:
         if self._classifier.llm is not None and needs_classifying(
             await asyncio.to_thread(self._get_task, task_id)
         ):
