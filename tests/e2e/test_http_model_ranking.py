@@ -4,7 +4,6 @@ and the call's usage is on the assignment (the unit tests check how the cost vie
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,23 +14,19 @@ from flowledger.adapters.http.app import create_app
 from flowledger.adapters.simulator import Simulator
 from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
+from tests.support.ranking import ranked_routing
 from tests.support.simulated import simulated_client
-
-ROUTING = Path(__file__).resolve().parents[2] / "infrastructure" / "routing.json"
 
 
 @pytest.fixture(params=["memory", "postgres"])
 def http(request: pytest.FixtureRequest, simulator: Simulator, tmp_path: Path) -> Iterator[TestClient]:
-    routing = json.loads(ROUTING.read_text())
-    routing["model_ranked_matching"] = True
-    (tmp_path / "routing.json").write_text(json.dumps(routing))
     where: dict[str, object] = {"database_url": "memory:"}
     if request.param == "postgres":
         where = {
             "database_url": request.getfixturevalue("database_url"),
             "schema": request.getfixturevalue("pg_schema"),
         }
-    settings = make_settings(routing_file=tmp_path / "routing.json", **where)
+    settings = make_settings(routing_file=ranked_routing(tmp_path), **where)
     engine = Engine(settings=settings, llm=simulated_client(simulator.base_url))
     with TestClient(create_app(engine)) as client:
         yield client

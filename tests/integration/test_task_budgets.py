@@ -31,10 +31,10 @@ from flowledger.infrastructure import Engine
 from tests.conftest import make_settings
 from tests.support.cli import run_cli
 from tests.support.llm import ScriptedLlm
+from tests.support.ranking import ranked_routing
 from tests.support.simulated import simulated_client
 
 pytestmark = pytest.mark.postgres
-ROUTING = Path(__file__).resolve().parents[2] / "infrastructure" / "routing.json"
 TIER_MODEL = "claude-sonnet-4.5"
 """The model of the high and critical tiers (the routing's fallback is deepseek-v3.2)."""
 NOTHING = "0.0000001"
@@ -49,11 +49,7 @@ def simulator() -> Iterator[Simulator]:
 
 @pytest.fixture
 def routing(tmp_path: Path) -> Path:
-    data = json.loads(ROUTING.read_text())
-    data["model_ranked_matching"] = True
-    path = tmp_path / "routing.json"
-    path.write_text(json.dumps(data))
-    return path
+    return ranked_routing(tmp_path)
 
 
 def engine_for(database_url: str, schema: str, routing: Path, llm: Any) -> Engine:

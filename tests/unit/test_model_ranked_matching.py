@@ -21,8 +21,7 @@ from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.projections.calls import call_of
 from tests.conftest import make_settings
 from tests.support.llm import USAGE, ScriptedLlm
-
-ROUTING = Path(__file__).resolve().parents[2] / "infrastructure" / "routing.json"
+from tests.support.ranking import ranked_routing
 
 
 def profile(agent_id: str, load: int = 0, skills: tuple[str, ...] = ("go",)) -> AgentProfile:
@@ -35,11 +34,7 @@ def pick(agent_id: str) -> str:
 
 @pytest.fixture
 def routing_on(tmp_path: Path) -> Path:
-    data = json.loads(ROUTING.read_text())
-    data["model_ranked_matching"] = True
-    path = tmp_path / "routing.json"
-    path.write_text(json.dumps(data))
-    return path
+    return ranked_routing(tmp_path)
 
 
 @pytest.fixture(params=["memory", "postgres"])

@@ -14,32 +14,16 @@ import pytest
 
 from flowledger.domain.errors import ValidationError
 from flowledger.infrastructure import Engine
-from tests.conftest import make_settings
 from tests.support.llm import USAGE, ScriptedLlm
+from tests.support.ranking import two_golang_agents
 
-ROUTING = Path(__file__).resolve().parents[2] / "infrastructure" / "routing.json"
 PICK = json.dumps({"agent_id": "ann", "reason": "knows the worker"})
 
 
 @pytest.fixture(params=["memory", "postgres"])
 def ranked(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     """An engine with ``model_ranked_matching`` on and two agents the rule cannot tell apart."""
-    routing = json.loads(ROUTING.read_text())
-    routing["model_ranked_matching"] = True
-    (tmp_path / "routing.json").write_text(json.dumps(routing))
-    where: dict[str, object] = {"database_url": "memory:"}
-    if request.param == "postgres":
-        where = {
-            "database_url": request.getfixturevalue("database_url"),
-            "schema": request.getfixturevalue("pg_schema"),
-        }
-    engine = Engine(settings=make_settings(routing_file=tmp_path / "routing.json", **where))
-    engine.register_agent("ann", "Ann", ["golang"], 3)
-    engine.register_agent("bob", "Bob", ["golang"], 3)
-    try:
-        yield engine
-    finally:
-        engine.close()
+    yield from two_golang_agents(request, tmp_path, capacity=3)
 
 
 async def test_two_ranked_assignments_of_one_task_at_once_make_one_call(ranked: Engine) -> None:

@@ -26,8 +26,8 @@ from flowledger.projections.calls import call_of
 from tests.conftest import make_settings
 from tests.support.clock import SetClock
 from tests.support.llm import USAGE, ScriptedLlm
+from tests.support.ranking import ranked_routing, two_golang_agents
 
-ROUTING = Path(__file__).resolve().parents[2] / "infrastructure" / "routing.json"
 PICK = json.dumps({"agent_id": "ann", "reason": "knows the worker"})
 
 
@@ -35,22 +35,7 @@ PICK = json.dumps({"agent_id": "ann", "reason": "knows the worker"})
 def ranked(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     """An engine with ``model_ranked_matching`` on and two agents the rule cannot tell apart,
     each with room for one task."""
-    routing = json.loads(ROUTING.read_text())
-    routing["model_ranked_matching"] = True
-    (tmp_path / "routing.json").write_text(json.dumps(routing))
-    where: dict[str, object] = {"database_url": "memory:"}
-    if request.param == "postgres":
-        where = {
-            "database_url": request.getfixturevalue("database_url"),
-            "schema": request.getfixturevalue("pg_schema"),
-        }
-    engine = Engine(settings=make_settings(routing_file=tmp_path / "routing.json", **where))
-    engine.register_agent("ann", "Ann", ["golang"], 1)
-    engine.register_agent("bob", "Bob", ["golang"], 1)
-    try:
-        yield engine
-    finally:
-        engine.close()
+    yield from two_golang_agents(request, tmp_path, capacity=1)
 
 
 def recorded_calls(engine: Engine, task_id: str) -> list[tuple[str, object]]:
@@ -145,9 +130,6 @@ async def test_no_ranking_call_is_paid_for_a_task_past_its_deadline(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str
 ) -> None:
     # Given a tie, and a task whose deadline passed before it was assigned
-    routing = json.loads(ROUTING.read_text())
-    routing["model_ranked_matching"] = True
-    (tmp_path / "routing.json").write_text(json.dumps(routing))
     where: dict[str, object] = {"database_url": "memory:"}
     if backend == "postgres":
         where = {
@@ -156,7 +138,7 @@ async def test_no_ranking_call_is_paid_for_a_task_past_its_deadline(
         }
     clock = SetClock(datetime(2026, 1, 5, 9, 0, tzinfo=UTC))
     with Engine(
-        settings=make_settings(routing_file=tmp_path / "routing.json", **where), clock=clock
+        settings=make_settings(routing_file=ranked_routing(tmp_path), **where), clock=clock
     ) as engine:
         engine.register_agent("ann", "Ann", ["golang"], 1)
         engine.register_agent("bob", "Bob", ["golang"], 1)
@@ -201,11 +183,8 @@ async def test_the_cost_dashboard_counts_a_ranking_call_whose_task_waited(
     database_url: str, pg_schema: str, tmp_path: Path, read: str
 ) -> None:
     # Given a ranked assignment whose task waited (its agents filled up during the call)
-    routing = json.loads(ROUTING.read_text())
-    routing["model_ranked_matching"] = True
-    (tmp_path / "routing.json").write_text(json.dumps(routing))
     settings = make_settings(
-        database_url=database_url, schema=pg_schema, routing_file=tmp_path / "routing.json"
+        database_url=database_url, schema=pg_schema, routing_file=ranked_routing(tmp_path)
     )
     with Engine(settings=settings) as engine:
         engine.register_agent("ann", "Ann", ["golang"], 1)
