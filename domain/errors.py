@@ -335,39 +335,49 @@ class EngineClosed(FlowledgerError):
 
 class StepInterrupted(EngineClosed):
     """The engine closed while a step it had begun (its StepStarted saved) was under way, before
-    the model answered (or before its failure was recorded): the step stays pending under
-    ``idempotency_key`` until its lease lapses.
+    the model answered (or before its failure was recorded): the step is not recorded.
 
-    Not a bug of the caller's: the step was begun before the close. A retry under the key on an
-    open engine takes the step over once the lease lapses."""
+    Not a bug of the caller's: the step was begun before the close. ``given_up``: the close
+    recorded the attempt as failed (``engine_closed``), so a retry under ``idempotency_key`` on
+    an open engine runs the step at once; otherwise (the close could not record it) the step
+    stays pending, and a retry takes it over once its lease lapses."""
 
-    def __init__(self, session_id: str, idempotency_key: str, what: str = "") -> None:
+    def __init__(
+        self, session_id: str, idempotency_key: str, what: str = "", *, given_up: bool = False
+    ) -> None:
         super().__init__("process a step")
         what = what or (
             f"this engine closed while a step of session {session_id!r} was under way, before the"
             " model answered (or its failure was recorded): the step is not recorded"
         )
+        retry = (
+            "the step was given up as engine_closed, so the retry runs it at once"
+            if given_up
+            else "it is taken over once its lease lapses"
+        )
         FlowledgerError.__init__(
             self,
-            f"{what}; retry it under idempotency key {idempotency_key!r} on an open engine (it is"
-            " taken over once its lease lapses)",
+            f"{what}; retry it under idempotency key {idempotency_key!r} on an open engine ({retry})",
         )
         self.session_id = session_id
         self.idempotency_key = idempotency_key
+        self.given_up = given_up
 
 
 class AnswerNotSaved(StepInterrupted):
     """The engine closed before the model's answer to a step, paid for, could be saved.
 
-    The step is not recorded; a retry under ``idempotency_key`` on an open engine takes the step
-    over once its lease lapses (the model is called again)."""
+    The step is not recorded; a retry under ``idempotency_key`` on an open engine calls the
+    model again: at once when the close had given the step up (``given_up``: the answer came
+    after it), else once the step's lease lapses."""
 
-    def __init__(self, session_id: str, idempotency_key: str) -> None:
+    def __init__(self, session_id: str, idempotency_key: str, *, given_up: bool = False) -> None:
         super().__init__(
             session_id,
             idempotency_key,
             f"this engine closed before the model's answer to a step of session {session_id!r} could"
             " be saved: the step is not recorded",
+            given_up=given_up,
         )
 
 

@@ -19,6 +19,9 @@ LEGACY_LEASE = timedelta(minutes=5)
 """The lease read into steps started before leases existed (the old stale-step wait)."""
 WORKER_LOST = "worker_lost"
 """The error type of a step attempt whose worker's lease lapsed without an outcome."""
+ENGINE_CLOSED = "engine_closed"
+"""The error type of a step attempt its engine gave up as it closed, before the model answered:
+its key is free at once (a retry elsewhere need not wait for the lease to lapse)."""
 
 
 def pending_step(

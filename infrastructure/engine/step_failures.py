@@ -34,15 +34,24 @@ from flowledger.domain.errors import (
     UnknownModelPrice,
 )
 from flowledger.domain.session import WORKER_LOST
+from flowledger.domain.session_leases import ENGINE_CLOSED
 from flowledger.domain.session_views import SessionState, StepFailure
 from flowledger.domain.values import LlmUsage
 
 NOT_ABOUT_THE_REQUEST = frozenset(
-    {"cancelled", WORKER_LOST, "StoreUnavailable", "StoreRefused", "ConcurrentUpdate", "EngineClosed"}
+    {
+        "cancelled",
+        WORKER_LOST,
+        ENGINE_CLOSED,
+        "StoreUnavailable",
+        "StoreRefused",
+        "ConcurrentUpdate",
+        "EngineClosed",
+    }
 )
 """Error types of a failure that says nothing of the request: the first caller was cancelled,
-its worker lost, or its engine or database could not go on (the catch-alls record the error's
-class name). A waiter runs the step itself after one of these."""
+its worker lost or given up by its engine's close, or its engine or database could not go on
+(the catch-alls record the error's class name). A waiter runs the step itself after one of these."""
 
 
 def failure_detail(error: BaseException) -> ErrorDetail | None:

@@ -44,7 +44,7 @@ from flowledger.domain.errors import (
 )
 from flowledger.domain.ports import LlmPort, LlmReply, parse_step_reply, step_messages
 from flowledger.domain.session import Session
-from flowledger.domain.session_leases import lapsed_others
+from flowledger.domain.session_leases import ENGINE_CLOSED, lapsed_others
 from flowledger.domain.session_rules import require_owner
 from flowledger.domain.session_views import SessionStatus, StepRecord
 from flowledger.domain.storable_usage import storable_usage
@@ -54,6 +54,7 @@ from flowledger.infrastructure.engine.budgets import BudgetService, call_cost, h
 from flowledger.infrastructure.engine.merged_input import require_same_merge
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
+from flowledger.infrastructure.engine.step_attempts import Attempt, StepAttempts
 from flowledger.infrastructure.engine.step_calls import (
     Go,
     Recorded,
@@ -84,8 +85,9 @@ class StepService:
     """How long a worker keeps trying to save a paid answer the store would not take. Below the
     budgets' RESERVATION_TTL_S (600 s): a settlement tried again counts only a hold still held."""
     close_wait_s: float = 5.0
-    """How long ``close`` waits, in all, for the answers still being saved before it gives them up
-    (their steps are then taken over once their leases lapse, and the model called again)."""
+    """How long ``close`` waits, in all, for the answers still being recorded or saved before it
+    gives them up (their steps are then taken over once their leases lapse, and the model called
+    again). Steps whose model has not answered are not waited for: the close gives them up."""
 
     def __init__(
         self,
@@ -108,6 +110,8 @@ class StepService:
         # Answers still being saved after their caller was told the store is unavailable: each
         # on a thread of its own, with its own event loop (``_save_later``).
         self._savers = AnswerSavers()
+        # The attempts begun and not yet settled: the close gives up those still calling their model.
+        self._attempts = StepAttempts()
 
     @property
     def lease(self) -> timedelta:
@@ -214,9 +218,9 @@ class StepService:
         return llm, StepCall(session_id, step, payload, model, key, merge_input, asked, user_id=user_id)
 
     async def aclose(self) -> None:
-        """Finish the answers still being saved (``close``), then close the LLM adapter (when it
-        has ``aclose``) and the worker threads."""
-        await asyncio.to_thread(self._savers.close, self.close_wait_s)
+        """Give up the steps in flight and finish the answers (``close``), then close the LLM
+        adapter (when it has ``aclose``) and the worker threads."""
+        await asyncio.to_thread(self._stop)
         closer = getattr(self.llm, "aclose", None)
         if closer is not None:
             await closer()
@@ -224,12 +228,32 @@ class StepService:
         await asyncio.to_thread(self.executor.shutdown, True)
 
     def close(self, *, executor: bool = True) -> None:
-        """Wait up to ``close_wait_s`` for the answers still being saved, give up the rest (their
-        threads ended) and, unless ``executor`` is False (the threads belong to another engine of
-        the store, ``Engine.for_tenant``), shut the worker threads down (without waiting)."""
-        self._savers.close(self.close_wait_s)
+        """Give up the steps whose model has not answered (``_stop``), wait up to ``close_wait_s``
+        for the answers still being recorded or saved, give up the rest (their threads ended) and,
+        unless ``executor`` is False (the threads belong to another engine of the store,
+        ``Engine.for_tenant``), shut the worker threads down (without waiting)."""
+        self._stop()
         if executor:
             self.executor.shutdown(wait=False)
+
+    def _stop(self) -> None:
+        """Before the store closes: cancel the model calls of the attempts in flight and record
+        each as failed (``engine_closed``, no usage: the model never answered) with its budget
+        hold released, so that a retry of its key elsewhere runs at once; then wait, within
+        ``close_wait_s`` in all, for the answers being recorded and the answers being saved."""
+        deadline = time.monotonic() + self.close_wait_s
+        for attempt in self._attempts.give_up():
+            with contextlib.suppress(Exception):  # the store away: the lease lapses, as before
+                self._store.write(attempt.call.session_id, partial(self._fail_given_up, attempt))
+            if attempt.hold is not None and self.budgets is not None:
+                with contextlib.suppress(Exception):
+                    self.budgets.notify(self.budgets.settle(attempt.hold, Decimal(0), held_only=True))
+        self._attempts.wait_answered(deadline)
+        self._savers.close(max(0.0, deadline - time.monotonic()))
+
+    def _fail_given_up(self, attempt: Attempt, uow: UnitOfWork) -> None:
+        message = f"the engine closed before the model answered (worker {self.worker})"
+        self._fail(attempt.call, attempt.go, ENGINE_CLOSED, message, None, uow)
 
     async def _run(self, llm: LlmPort, call: StepCall) -> StepOutcome:
         while True:
@@ -237,15 +261,7 @@ class StepService:
             if isinstance(begun, Recorded):
                 return await self._as_recorded(call, begun)
             if isinstance(begun, Go):
-                try:
-                    return await self._call_and_record(llm, call, begun)
-                except StepInterrupted:
-                    raise
-                except EngineClosed as error:
-                    # Closed after StepStarted was saved (before the hold, or while a failure was
-                    # recorded): a bare EngineClosed named no key, and the caller that gave none
-                    # could not retry the step it had begun.
-                    raise StepInterrupted(call.session_id, call.key) from error
+                return await self._call_and_record(llm, call, begun)
             outcome = await self._await_outcome(call)
             if outcome is not None:
                 return outcome
@@ -305,8 +321,38 @@ class StepService:
         return Go(messages, uow.now, session.workflow, session.user_id, lost=pending, reaped=reaped)
 
     async def _call_and_record(self, llm: LlmPort, call: StepCall, go: Go) -> StepOutcome:
+        attempt = self._attempts.begin(call, go)
+        if attempt is None:  # the close began while StepStarted was saved
+            given_up = False
+            with contextlib.suppress(Exception):
+                message = "the engine closed before the model was called"
+                await self._record_failure(call, go, ENGINE_CLOSED, message, None)
+                given_up = True
+            raise StepInterrupted(call.session_id, call.key, given_up=given_up)
+        try:
+            return await self._attempt(llm, call, go, attempt)
+        except EngineClosed as error:
+            # Closed after StepStarted was saved (before the hold, or while a failure was
+            # recorded): a bare EngineClosed named no key, and the caller that gave none could
+            # not retry the step it had begun.
+            if isinstance(error, StepInterrupted):
+                raise
+            raise StepInterrupted(
+                call.session_id, call.key, given_up=self._attempts.given_up(attempt)
+            ) from error
+        finally:
+            self._attempts.end(attempt)
+
+    async def _attempt(self, llm: LlmPort, call: StepCall, go: Go, attempt: Attempt) -> StepOutcome:
         hold = await self._reserve(llm, call, go)
-        reply = await self._call(llm, call, go, hold)  # a failure is recorded and settled there
+        if not self._attempts.held(attempt, hold):  # given up by the close: the model not called
+            with contextlib.suppress(Exception):
+                await self._settle(hold, None)
+            raise StepInterrupted(call.session_id, call.key, given_up=True)
+        reply = await self._call(llm, call, go, hold, attempt)  # a failure is recorded and settled there
+        if not self._attempts.answered(attempt):
+            # Answered after the close gave the step up (and recorded it as engine_closed).
+            raise AnswerNotSaved(call.session_id, call.key, given_up=True)
         # The model answered and was paid for: its settlement and StepProcessed are written
         # whatever happens to the caller now. Cancelled between the two, the step stayed
         # pending with its cost in the ledger and in no event, and a retry paid again.
@@ -514,15 +560,30 @@ class StepService:
         )
         self.budgets.notify(raised)
 
-    async def _call(self, llm: LlmPort, call: StepCall, go: Go, hold: Reservation | None) -> LlmReply:
+    async def _call(
+        self, llm: LlmPort, call: StepCall, go: Go, hold: Reservation | None, attempt: Attempt
+    ) -> LlmReply:
         """The model call itself; a failure is recorded as StepFailed and its hold settled (at
-        what it reported it used) before it is raised."""
+        what it reported it used) before it is raised. A call the engine's close cancelled (or
+        that ended after the close gave it up) is StepInterrupted: the close records it."""
         renewer = self._renewer(call, go)
+        # A task of its own, so that the close can cancel the call and not the caller.
+        model_call = asyncio.ensure_future(
+            llm.complete(model=call.model, messages=go.messages, json_mode=True)
+        )
+        self._attempts.calling(attempt, model_call)
         try:
             try:
-                return await llm.complete(model=call.model, messages=go.messages, json_mode=True)
+                return await model_call
+            except BaseException as error:
+                task = asyncio.current_task()
+                if self._attempts.given_up(attempt) and (task is None or not task.cancelling()):
+                    raise StepInterrupted(call.session_id, call.key, given_up=True) from error
+                raise
             finally:
                 renewer.stop()
+        except StepInterrupted:
+            raise
         except LlmError as error:
             await self._fail_and_settle(call, go, hold, error.error_type, error, error.usage, error.usage)
             raise

@@ -1,0 +1,127 @@
+"""The step attempts an engine has begun (their StepStarted saved) and not yet settled, and what
+its close does with them (``StepService.close``).
+
+An attempt whose model has not answered when the engine closes is given up: its model call is
+cancelled and the close records it as failed (``engine_closed``), so that its key is free at
+once. It stayed pending until its lease lapsed: an outside probe, 8 threads in ``process_step``
+and a close, left 6-8 steps pending a run, and each retry waited out the lease (15 s) and called
+the model again. An attempt whose model has answered is left to record its answer: the close
+waits for it (within ``close_wait_s``), as for the answers being saved in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowledger.infrastructure.engine.step_calls import Go, StepCall
+from flowledger.infrastructure.postgres.budgets import Reservation
+
+
+class Stage(enum.Enum):
+    """Where an attempt is: its model called, answered, or given up by the close."""
+
+    CALLING = "calling"
+    ANSWERED = "answered"
+    GIVEN_UP = "given_up"
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One attempt at a step, from its StepStarted to its outcome (changed under the registry's lock)."""
+
+    call: StepCall
+    go: Go
+    thread: int
+    """The thread of the caller's event loop: a close on that thread cannot wait for it."""
+    loop: asyncio.AbstractEventLoop
+    stage: Stage = Stage.CALLING
+    hold: Reservation | None = None
+    """The attempt's budget hold once taken (settled by the close when it gives the attempt up)."""
+    model_call: asyncio.Future[Any] | None = field(default=None, repr=False)
+
+
+class StepAttempts:
+    """The attempts of one ``StepService``; ``give_up`` and ``wait_answered`` are its close."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._attempts: set[Attempt] = set()
+        self._closing = False
+
+    def begin(self, call: StepCall, go: Go) -> Attempt | None:
+        """Register an attempt the caller's loop runs; None once the close has begun."""
+        attempt = Attempt(call, go, threading.get_ident(), asyncio.get_running_loop())
+        with self._changed:
+            if self._closing:
+                return None
+            self._attempts.add(attempt)
+        return attempt
+
+    def held(self, attempt: Attempt, hold: Reservation | None) -> bool:
+        """Note the attempt's budget hold; False when the close gave it up meanwhile (the hold is
+        then the caller's to release)."""
+        with self._changed:
+            if attempt.stage is Stage.GIVEN_UP:
+                return False
+            attempt.hold = hold
+            return True
+
+    def calling(self, attempt: Attempt, model_call: asyncio.Future[Any]) -> None:
+        """Note the attempt's model call, cancelled at once when the close gave it up meanwhile."""
+        with self._changed:
+            attempt.model_call = model_call
+            given_up = attempt.stage is Stage.GIVEN_UP
+        if given_up:
+            model_call.cancel()
+
+    def answered(self, attempt: Attempt) -> bool:
+        """Mark the attempt's model answered; False when the close gave it up first."""
+        with self._changed:
+            if attempt.stage is Stage.GIVEN_UP:
+                return False
+            attempt.stage = Stage.ANSWERED
+            return True
+
+    def given_up(self, attempt: Attempt) -> bool:
+        """Whether the close gave the attempt up."""
+        with self._changed:
+            return attempt.stage is Stage.GIVEN_UP
+
+    def end(self, attempt: Attempt) -> None:
+        """The attempt is settled (or abandoned): the close waits for it no more."""
+        with self._changed:
+            self._attempts.discard(attempt)
+            self._changed.notify_all()
+
+    def give_up(self) -> list[Attempt]:
+        """Take no more attempts; give up those whose model has not answered, their model calls
+        cancelled, and return them (with their holds) for the close to record."""
+        with self._changed:
+            self._closing = True
+            given_up = [a for a in self._attempts if a.stage is Stage.CALLING]
+            for attempt in given_up:
+                attempt.stage = Stage.GIVEN_UP
+        for attempt in given_up:
+            model_call = attempt.model_call
+            if model_call is not None:
+                with contextlib.suppress(RuntimeError):  # its loop has ended
+                    attempt.loop.call_soon_threadsafe(model_call.cancel)
+        return given_up
+
+    def wait_answered(self, deadline: float) -> None:
+        """Wait until the attempts whose model answered have recorded it, or until ``deadline``
+        (``time.monotonic``); not for those of the calling thread's own loop, which cannot go on
+        while it waits."""
+        here = threading.get_ident()
+        with self._changed:
+            while any(a.stage is Stage.ANSWERED and a.thread != here for a in self._attempts):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(left)
