@@ -83,9 +83,10 @@ class Requeue(Body):
 class Capacity(Body):
     """An agent's new capacity (never below the tasks it holds)."""
 
+    # The bounds documented, not checked here: the domain checks them, so that REST refuses in
+    # the words the library and the CLI use ("capacity: must be an int in [0, 10000], got -1").
     capacity: Integer = Field(
-        ge=0,
-        le=MAX_CAPACITY,
+        json_schema_extra={"minimum": 0, "maximum": MAX_CAPACITY},
         validation_alias=AliasChoices("capacity", SEED_CAPACITY_NAME),
         description=f"Also accepted as `{SEED_CAPACITY_NAME}`, the seed's name for it.",
     )

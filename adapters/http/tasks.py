@@ -153,8 +153,8 @@ class RegisterAgent(Body):
     skills: list[Skill] = Field(min_length=1, max_length=MAX_SKILLS)
     capacity: Integer = Field(
         default=SEED_CAPACITY,
-        ge=MIN_REGISTERED_CAPACITY,
-        le=MAX_CAPACITY,
+        # Documented, checked by the domain (its words, as the library's and the CLI's).
+        json_schema_extra={"minimum": MIN_REGISTERED_CAPACITY, "maximum": MAX_CAPACITY},
         validation_alias=AliasChoices("capacity", SEED_CAPACITY_NAME),
         description=f"Also accepted as `{SEED_CAPACITY_NAME}`, the seed's name for it.",
     )
