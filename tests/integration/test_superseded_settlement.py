@@ -3,7 +3,7 @@ alive) and whose model call then answered is not charged to its budgets twice: t
 took its hold as spent at its estimate, the most the call could cost, and the late settlement
 adds nothing on top of it.
 
-Read from the code while probing takeovers after outages (``steps._record_reply`` settles the
+Read from the code while probing takeovers after outages (``StepAnswers.record`` settles the
 answer's cost before ``_finish`` finds the step taken over; the ledger's settle recorded the
 cost of a hold already gone whatever took it): a $0.40 hold spent by the takeover and then
 settled at $0.10 by its living worker left $0.50 spent for one call.

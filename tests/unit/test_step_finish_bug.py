@@ -2,7 +2,7 @@
 
 An outside probe: an exception that is no model error (a ``RuntimeError``, an
 ``AttributeError`` from a custom adapter's reply) raised while the step's outcome was being
-written (``StepService._finish``) went out to the caller as it was, and the step stayed
+written (``StepDecisions.finish``) went out to the caller as it was, and the step stayed
 pending (StepStarted, no outcome) until its lease lapsed: the next caller of the key waited
 out the whole lease. The attempt is now recorded as StepFailed (the error named, the answer's
 cost kept) and the caller gets an ``LlmError`` saying the answer could not be recorded.
@@ -20,7 +20,7 @@ import pytest
 from flowledger.domain.errors import LlmError
 from flowledger.domain.ports import LlmReply
 from flowledger.infrastructure import Engine
-from flowledger.infrastructure.engine import steps
+from flowledger.infrastructure.engine import step_decisions
 from tests.conftest import backend_engine
 from tests.support.llm import USAGE, ScriptedLlm
 
@@ -53,7 +53,7 @@ async def test_a_bug_while_recording_the_answer_fails_the_step_at_once_with_its_
     # Given a model that answers, and a bug in the code that records its answer
     engine.start_session("s1", "cs")
     engine.llm = llm = ScriptedLlm()
-    monkeypatch.setattr(steps, "parse_step_reply", broken_parser)
+    monkeypatch.setattr(step_decisions, "parse_step_reply", broken_parser)
 
     # When the step is processed
     with pytest.raises(LlmError) as raised:
