@@ -16,6 +16,7 @@ import contextlib
 import enum
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +53,25 @@ class StepAttempts:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._attempts: set[Attempt] = set()
+        self._opening: list[int] = []
+        """The threads of the callers whose StepStarted is being saved (one entry per caller)."""
         self._closing = False
+
+    @contextlib.contextmanager
+    def opening(self) -> Iterator[None]:
+        """While a caller saves its StepStarted and, if the close began meanwhile, records it given
+        up: the close waits for it (``wait_answered``), so that the store is still open for that.
+        (A start saved just after the close began could not be recorded given up any more: an
+        outside probe saw one step in a few runs left pending, its retry waiting out the lease.)"""
+        here = threading.get_ident()
+        with self._changed:
+            self._opening.append(here)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._opening.remove(here)
+                self._changed.notify_all()
 
     def begin(self, call: StepCall, go: Go) -> Attempt | None:
         """Register an attempt the caller's loop runs; None once the close has begun."""
@@ -115,12 +134,14 @@ class StepAttempts:
         return given_up
 
     def wait_answered(self, deadline: float) -> None:
-        """Wait until the attempts whose model answered have recorded it, or until ``deadline``
-        (``time.monotonic``); not for those of the calling thread's own loop, which cannot go on
-        while it waits."""
+        """Wait until the attempts whose model answered have recorded it and the starts being
+        saved are settled (``opening``), or until ``deadline`` (``time.monotonic``); not for those
+        of the calling thread's own loop, which cannot go on while it waits."""
         here = threading.get_ident()
         with self._changed:
-            while any(a.stage is Stage.ANSWERED and a.thread != here for a in self._attempts):
+            while any(a.stage is Stage.ANSWERED and a.thread != here for a in self._attempts) or any(
+                thread != here for thread in self._opening
+            ):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return

@@ -265,11 +265,15 @@ class StepService:
 
     async def _run(self, llm: LlmPort, call: StepCall) -> StepOutcome:
         while True:
-            begun = await self._begin_surely(call)
+            with self._attempts.opening():
+                begun = await self._begin_surely(call)
+                attempt = self._attempts.begin(call, begun) if isinstance(begun, Go) else None
+                if isinstance(begun, Go) and attempt is None:  # the close began meanwhile
+                    await self._give_up_begun(call, begun)
             if isinstance(begun, Recorded):
                 return await self._as_recorded(call, begun)
-            if isinstance(begun, Go):
-                return await self._call_and_record(llm, call, begun)
+            if isinstance(begun, Go) and attempt is not None:
+                return await self._call_and_record(llm, call, begun, attempt)
             outcome = await self._await_outcome(call)
             if outcome is not None:
                 return outcome
@@ -288,15 +292,17 @@ class StepService:
                 await self._record_failure(call, begun, "cancelled", "the caller cancelled the step", None)
             raise
 
-    async def _call_and_record(self, llm: LlmPort, call: StepCall, go: Go) -> StepOutcome:
-        attempt = self._attempts.begin(call, go)
-        if attempt is None:  # the close began while StepStarted was saved
-            given_up = False
-            with contextlib.suppress(Exception):
-                message = "the engine closed before the model was called"
-                await self._record_failure(call, go, ENGINE_CLOSED, message, None)
-                given_up = True
-            raise StepInterrupted(call.session_id, call.key, given_up=given_up)
+    async def _give_up_begun(self, call: StepCall, go: Go) -> None:
+        """A step begun as the engine's close began: recorded given up (the close waits for it),
+        then StepInterrupted."""
+        given_up = False
+        with contextlib.suppress(Exception):
+            message = "the engine closed before the model was called"
+            await self._record_failure(call, go, ENGINE_CLOSED, message, None)
+            given_up = True
+        raise StepInterrupted(call.session_id, call.key, given_up=given_up)
+
+    async def _call_and_record(self, llm: LlmPort, call: StepCall, go: Go, attempt: Attempt) -> StepOutcome:
         try:
             return await self._attempt(llm, call, go, attempt)
         except EngineClosed as error:

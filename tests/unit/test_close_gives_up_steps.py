@@ -201,3 +201,46 @@ def test_a_step_interrupted_says_whether_its_retry_runs_at_once_or_after_the_lea
     assert "runs it at once" in str(given_up)
     assert "lease" not in str(given_up)
     assert "once its lease lapses" in str(left)
+
+
+async def test_a_step_whose_start_is_being_saved_when_its_engine_closes_is_given_up_too(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (Seen by an outside probe, 8 steps against a 5 ms simulator and a close soon after: one
+    # caller in a few runs got StepInterrupted without given_up, its step left pending, and the
+    # retry waited out the 15 s lease: its StepStarted was saved after the close had begun, and
+    # its failure could no longer be recorded on the closing engine.)
+    # Given a step whose StepStarted is being saved, on another thread, as the engine closes
+    engine.start_session("s1", "cs")
+    saving, closing = threading.Event(), threading.Event()
+    write = engine.store.write
+    writes = 0
+
+    def first_write_waits_for_the_close(*args: Any, **kwargs: Any) -> Any:
+        nonlocal writes
+        writes += 1
+        if writes == 1:
+            saving.set()
+            closing.wait(HANG_S)
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(engine.store, "write", first_write_waits_for_the_close)
+    engine.llm = model = ScriptedLlm()
+    step = asyncio.ensure_future(engine.process_step("s1", "greet", idempotency_key="k1"))
+    await asyncio.to_thread(saving.wait, HANG_S)
+    close_steps = engine.steps.close
+
+    def close_then_let_the_start_go(*args: Any, **kwargs: Any) -> None:
+        closing.set()
+        close_steps(*args, **kwargs)
+
+    monkeypatch.setattr(engine.steps, "close", close_then_let_the_start_go)
+
+    # When the engine closes
+    await asyncio.to_thread(engine.close)
+
+    # Then the step was given up in the log before the store closed, and no model was called
+    with pytest.raises(StepInterrupted) as raised:
+        await asyncio.wait_for(step, HANG_S)
+    assert raised.value.given_up
+    assert model.calls == []
