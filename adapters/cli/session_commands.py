@@ -4,8 +4,7 @@
 
 from __future__ import annotations
 
-import math
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -15,8 +14,9 @@ from flowledger.adapters.cli.consoles import cli_console, transient_progress
 from flowledger.adapters.cli.errors import reported_errors
 from flowledger.adapters.cli.number_arguments import NumberArguments, real_number, whole_number
 from flowledger.adapters.cli.rendering import history_table, session_table
-from flowledger.domain.bounds import MAX_TTL, require_count, require_moment, too_soon
+from flowledger.domain.bounds import require_count, require_moment
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.hours import hours_as_duration
 from flowledger.infrastructure import Engine
 from flowledger.projections.expiry import expire_overdue
 from flowledger.projections.registry import projector_for
@@ -67,7 +67,7 @@ def extend(
 ) -> None:
     """Move a session's expiry: add --hours to it (24 h + 2 h is 26 h), or set it --until a moment."""
     with reported_errors():
-        by = None if hours is None else duration(hours, bounded=False)
+        by = None if hours is None else hours_as_duration(hours, bounded=False)
         to = None if until is None else parse_time(until, "until")
         with Engine() as engine:
             change = engine.change_expiry(
@@ -122,7 +122,7 @@ def fork(
 ) -> None:
     """Start a new session from a session's state at a version (to retry a step with another model)."""
     with reported_errors():
-        ttl = duration(ttl_hours, "ttl_hours")
+        ttl = hours_as_duration(ttl_hours, "ttl_hours")
         with Engine() as engine:
             state = engine.fork_session(session_id, at_version, new_session_id, ttl)
             console.print(session_table(state))
@@ -197,38 +197,6 @@ def parse_time(text: str, field: str = "as_of") -> datetime:
         raise ValidationError(field, f"{text!r} is not an RFC 3339 time (like 2026-12-05T10:00:00Z)")
     require_moment(field, moment)
     return moment
-
-
-_MILLISECOND = timedelta(milliseconds=1)
-
-
-def duration(
-    hours: float,
-    field: str = "hours",
-    *,
-    bounded: bool = True,
-    maximum: timedelta = MAX_TTL,
-    minimum: timedelta = _MILLISECOND,
-) -> timedelta:
-    """``hours`` as a duration: positive, at least ``minimum`` (a millisecond, the HTTP API's
-    least ``ttl_seconds``: ``1e-9`` hours was a 4 µs extension; a deadline's is
-    ``MIN_DEADLINE_DELAY``, as REST's ``deadline_hours``) and, when ``bounded``, at most
-    ``maximum`` (``MAX_TTL``; a deadline's is ``MAX_DEADLINE``). An extension is not bounded
-    here: the engine refuses one past its bound with how much the session can still take,
-    which only the session knows."""
-    least, most = minimum.total_seconds() / 3600, maximum.total_seconds() / 3600
-    if math.isnan(hours) or hours <= 0:
-        raise ValidationError(field, f"must be a positive number of hours, got {hours:g}")
-    if hours < least:
-        raise ValidationError(field, f"{too_soon(minimum)}, got {hours:g}")
-    if bounded and hours > most:
-        raise ValidationError(field, f"must be at most {most:g} ({maximum.days} days), got {hours:g}")
-    try:
-        return timedelta(hours=hours)
-    except OverflowError:  # past what a timedelta holds (inf too): no expiry lies that far ahead
-        raise ValidationError(
-            field, f"{hours:g} hours reach past any expiry (at most {most:g} ahead)"
-        ) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -25,17 +25,16 @@ from flowledger.adapters.cli.consoles import cli_console
 from flowledger.adapters.cli.errors import fail, reported_errors
 from flowledger.adapters.cli.number_arguments import real_number, whole_number
 from flowledger.adapters.cli.rendering import history_table
-from flowledger.adapters.cli.session_commands import duration, parse_time
+from flowledger.adapters.cli.session_commands import parse_time
 from flowledger.adapters.cli.task_rendering import task_line, task_table, tasks_table
 from flowledger.domain.bounds import (
-    MAX_DEADLINE,
     MAX_REASON_LENGTH,
-    MIN_DEADLINE_DELAY,
     json_problem,
     require_resolution,
     require_text,
 )
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.hours import deadline_delay
 from flowledger.domain.task_views import (
     CATEGORIES,
     COMPLEXITIES,
@@ -101,7 +100,7 @@ def _deadline(at: str | None, hours: float | None, field: str = "deadline") -> d
     if hours is not None:
         # Bounded here as REST's deadline_hours is: an overflow said a session's 366 days, and
         # 0.0001 hours (0.36 s), which REST refuses, was taken.
-        return duration(hours, f"{field}_hours", maximum=MAX_DEADLINE, minimum=MIN_DEADLINE_DELAY)
+        return deadline_delay(hours, f"{field}_hours")
     return parse_time(at, field) if at is not None else None
 
 

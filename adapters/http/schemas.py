@@ -57,6 +57,12 @@ MAX_TTL_SECONDS = MAX_TTL.total_seconds()
 MAX_HOURS = MAX_TTL_SECONDS / 3600
 MAX_DEADLINE_HOURS = MAX_DEADLINE.total_seconds() / 3600
 MIN_DEADLINE_HOURS = MIN_DEADLINE_DELAY / timedelta(hours=1)
+DeadlineHours = Annotated[
+    float,
+    Field(strict=True, json_schema_extra={"minimum": MIN_DEADLINE_HOURS, "maximum": MAX_DEADLINE_HOURS}),
+]
+"""A deadline in hours from now: its bounds documented, checked by the domain
+(``domain.hours.deadline_delay``) so that REST refuses in the CLI's words."""
 """The domain's floor of a deadline given as a delay, in hours (0.001)."""
 NAME_PATTERN = worded(
     rf"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f{NAME_IGNORABLE_CLASS}][^\x00-\x1f\x7f-\x9f]*$",

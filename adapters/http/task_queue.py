@@ -16,12 +16,11 @@ from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import IdempotencyKey, one_key
 from flowledger.adapters.http.schemas import (
     JSON_INTEGER,
-    MAX_DEADLINE_HOURS,
     MAX_ID,
-    MIN_DEADLINE_HOURS,
     NAME_PATTERN,
     TEXT_PATTERN,
     Body,
+    DeadlineHours,
     Integer,
     name,
 )
@@ -40,6 +39,7 @@ from flowledger.adapters.http.tasks import (
 from flowledger.domain.agent import MAX_CAPACITY
 from flowledger.domain.bounds import MAX_REASON_LENGTH
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.hours import deadline_delay
 from flowledger.domain.task_views import TaskStatus
 from flowledger.infrastructure.engine.task_reads import MAX_LIST
 
@@ -67,11 +67,8 @@ class Requeue(Body):
 
     reason: str = Field(min_length=1, max_length=MAX_REASON_LENGTH, pattern=TEXT_PATTERN)
     requested_by: str | None = name(description="the person; the API key's id when omitted")
-    deadline_hours: float | None = Field(
+    deadline_hours: DeadlineHours | None = Field(
         default=None,
-        ge=MIN_DEADLINE_HOURS,
-        le=MAX_DEADLINE_HOURS,
-        strict=True,
         description="a new deadline, in hours from now: required once the task's deadline has passed",
     )
     deadline: Moment | None = None
@@ -208,7 +205,7 @@ def requeue_task(
         raise ValidationError("deadline_hours", "give deadline (a time) or deadline_hours, not both")
     deadline: datetime | timedelta | None = body.deadline
     if body.deadline_hours is not None:
-        deadline = timedelta(hours=body.deadline_hours)
+        deadline = deadline_delay(body.deadline_hours)
     key = one_key(body.idempotency_key, idempotency_key)
     return task_out(
         caller, caller.engine.requeue_task(task_id, who, body.reason, deadline, idempotency_key=key)

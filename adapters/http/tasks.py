@@ -18,11 +18,10 @@ from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import IdempotencyKey, one_key
 from flowledger.adapters.http.schemas import (
     JSON_INTEGER,
-    MAX_DEADLINE_HOURS,
-    MIN_DEADLINE_HOURS,
     NAME_PATTERN,
     TEXT_PATTERN,
     Body,
+    DeadlineHours,
     EventOut,
     Integer,
     PathId,
@@ -40,6 +39,7 @@ from flowledger.domain.bounds import (
     MAX_TEXT_LENGTH,
 )
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.hours import deadline_delay
 from flowledger.domain.task_assignment_ref import MAX_ASSIGNMENT
 from flowledger.domain.task_views import (
     MAX_ESTIMATED_HOURS,
@@ -170,9 +170,7 @@ class CreateTask(Body):
     required_skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
     priority: Priority = TaskPriority.MEDIUM
     deadline: Moment | None = None
-    deadline_hours: float | None = Field(
-        default=None, ge=MIN_DEADLINE_HOURS, le=MAX_DEADLINE_HOURS, strict=True
-    )
+    deadline_hours: DeadlineHours | None = None
 
 
 class Classify(Body):
@@ -321,7 +319,7 @@ def create_task(body: CreateTask, caller: Writer, response: Response) -> Json:
     if body.deadline is not None and body.deadline_hours is not None:
         raise ValidationError("deadline_hours", "give deadline (a time) or deadline_hours, not both")
     if body.deadline_hours is not None:
-        deadline = timedelta(hours=body.deadline_hours)
+        deadline = deadline_delay(body.deadline_hours)
     done = caller.engine.create_or_get_task(
         body.task_id, body.description, body.required_skills, body.priority.value, deadline=deadline
     )
