@@ -513,25 +513,28 @@ async def test_a_stream_answered_to_a_request_not_streamed_is_read_as_one(kind: 
 async def test_a_call_waiting_for_a_free_connection_starts_its_deadline_when_it_gets_one(
     transport: Transports,
 ) -> None:
-    # Given one connection, a 2 s deadline and a model that answers in 1.5 s; three calls at
-    # once, and a breaker that opens on the first endpoint failure
+    # Given one connection, a 3 s deadline and a model that answers in 2 s; three calls at
+    # once, and a breaker that opens on the first endpoint failure. (A 1.5 s answer against a
+    # 2 s deadline left 0.5 s for the rest: the first call timed out once in a clean-clone run
+    # on two busy cores. Each bound now has a second's room: 2 s < 3 s for a call, 2 + 2 s > 3 s
+    # for a wait that counted against the deadline.)
     async def handler(request: httpx.Request) -> httpx.Response:
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(2.0)
         return httpx.Response(200, json=OK_BODY)
 
     llm = await transport.client(
         handler,
         max_connections=1,
         max_keepalive_connections=1,
-        request_timeout_s=2.0,
+        request_timeout_s=3.0,
         max_retries=0,
         breaker_failure_threshold=1,
     )
     first, second, third = await asyncio.gather(
         *(llm.complete(model="gpt-4.1", messages=MESSAGES) for _ in range(3)), return_exceptions=True
     )
-    # Then the first is answered, and so is the second, whose 1.5 s in the queue was not taken
-    # from its deadline (it failed as an endpoint "timeout" at 2 s, unpriced, the breaker open)
+    # Then the first is answered, and so is the second, whose 2 s in the queue was not taken
+    # from its deadline (it failed as an endpoint "timeout" at 3 s, unpriced, the breaker open)
     assert not isinstance(first, BaseException)
     assert not isinstance(second, BaseException)
     assert [a["outcome"] for a in second.usage.extra["attempt_log"]] == ["ok"]
