@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,19 @@ def require_readable(field: str, variable: str, path: Path | None) -> None:
 
 
 def load_skill_catalogue(path: Path | None = None) -> SkillCatalogue:
-    """The catalogue in ``path``, or the shipped one."""
+    """The catalogue in ``path`` (read again each time: the operator may change it), or the
+    shipped one."""
+    if path is None:
+        return _shipped_skill_catalogue()
     data, label = _read("skill_catalogue_file", "skills.json", path)
+    return SkillCatalogue.from_data(data, label)
+
+
+@cache
+def _shipped_skill_catalogue() -> SkillCatalogue:
+    """The package's catalogue, read and checked once a process: it cannot change while the
+    process runs, and checking every skill of it took 6-12 ms of CPU at each engine's start."""
+    data, label = _read("skill_catalogue_file", "skills.json", None)
     return SkillCatalogue.from_data(data, label)
 
 
