@@ -38,6 +38,7 @@ from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig, shown_endpoint
 from flowledger.adapters.llm.env_options import client_options_from_env
 from flowledger.adapters.llm.error_answers import error_object, error_reason
+from flowledger.adapters.llm.given_transport import GivenTransport, TransportFactory
 from flowledger.adapters.llm.not_found import ROUTE_NOT_FOUND, names_the_model, route_not_found_reason
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
 from flowledger.adapters.llm.redirects import REDIRECTED, redirect_reason
@@ -116,7 +117,10 @@ def _closed_with_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None]:
 class OpenAICompatibleClient:
     """Calls a chat model over ``httpx.AsyncClient``; ``transport`` swaps the network out in tests.
 
-    The requests go through aiohttp by default (``ClientConfig.transport``, ``transport.py``).
+    The requests go through aiohttp by default (``ClientConfig.transport``, ``transport.py``),
+    a pool of connections for each event loop the client is used from. A ``transport`` given
+    serves one running loop at a time (``GivenTransport``); a function that makes one (a
+    factory) is called for each loop.
     """
 
     def __init__(
@@ -124,7 +128,7 @@ class OpenAICompatibleClient:
         config: ClientConfig,
         *,
         prices: PriceTable,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | TransportFactory | None = None,
         retry_sleep: Callable[[float], Awaitable[None]] | None = None,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.perf_counter,
@@ -145,7 +149,7 @@ class OpenAICompatibleClient:
         )
         self._clock = clock
         self._now = now
-        self._given_transport = transport
+        self._given = None if transport is None else GivenTransport(transport)
         # Built once, not per call: a relative URL cost a urlparse and a merge, and
         # AsyncClient.send its auth, redirect and cookie steps (a quarter of a step's CPU
         # in the profile in docs/llm.md). Completions go straight to the transport httpx
@@ -207,6 +211,8 @@ class OpenAICompatibleClient:
         with self._making:  # loops of other threads may be making theirs
             pool = self._pools.get(loop)
             if pool is None:
+                if self._given is not None:  # refused here while another running loop holds it
+                    self._given.claim(loop)
                 http, self._spare = self._spare or self._new_http(), None
                 transport = http._transport_for_url(self._endpoint)
                 slots = asyncio.Semaphore(self.config.max_connections)
@@ -215,11 +221,14 @@ class OpenAICompatibleClient:
         return pool
 
     def _new_http(self) -> httpx.AsyncClient:
+        """An httpx client sending through the transport given (or one its factory makes),
+        else through the one the config names."""
+        given = None if self._given is None else self._given.made()
         return httpx.AsyncClient(
             base_url=self.config.base_url.rstrip("/") + "/",
             headers={"Authorization": f"Bearer {self.config.api_key.reveal()}"},
             timeout=_timeouts(self.config, streamed=True),
-            transport=self._given_transport or build_transport(self.config),
+            transport=given or build_transport(self.config),
         )
 
     async def aclose(self) -> None:
@@ -233,6 +242,8 @@ class OpenAICompatibleClient:
             del self._pools[other]
         if pool is not None:
             await pool.closer.aclose()
+            if self._given is not None:
+                self._given.release(loop)
         spare, self._spare = self._spare, None
         if spare is not None:
             await spare.aclose()

@@ -127,6 +127,9 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        # A session made here is made again after a close: the client closes a pool's
+        # transport as its loop ends, and a transport given to it serves the next loop too.
+        self._own_session = options.get("client") is None
         # What the lean path converts once per distinct value instead of once per request.
         self._urls: dict[str, yarl.URL] = {}
         self._headers: dict[tuple[tuple[bytes, bytes], ...], CIMultiDictProxy[str]] = {}
@@ -201,6 +204,13 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
             request=request,
             extensions=extensions,
         )
+
+    async def aclose(self) -> None:
+        """Close the session; one made here is made anew by the next request (on its loop):
+        it stayed closed, and every request after said ``RuntimeError: Session is closed``."""
+        await super().aclose()
+        if self._own_session:
+            self.client = None
 
     def _url(self, url: httpx.URL) -> yarl.URL:
         text = str(url)

@@ -62,8 +62,12 @@ def simulated_client(base_url: str) -> OpenAICompatibleClient:
     """The real client for the simulator at ``base_url``, priced by the shipped table.
 
     It keeps no connection alive, so it may outlive the event loop that used it (a test
-    server's, or a TestClient's) without a pooled connection bound to a closed loop.
+    server's, or a TestClient's) without a pooled connection bound to a closed loop; each loop
+    that uses it (a TestClient's and a test's own, at once) gets a transport of its own.
     """
     config = ClientConfig(base_url=base_url, api_key=ApiKey("sk-test-simulator"))
-    transport = httpx.AsyncHTTPTransport(verify=_TLS, limits=httpx.Limits(max_keepalive_connections=0))
+
+    def transport() -> httpx.AsyncBaseTransport:
+        return httpx.AsyncHTTPTransport(verify=_TLS, limits=httpx.Limits(max_keepalive_connections=0))
+
     return OpenAICompatibleClient(config, prices=load_price_table(), transport=transport)

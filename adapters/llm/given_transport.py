@@ -1,0 +1,63 @@
+"""A transport the caller hands the client (``OpenAICompatibleClient(transport=...)``), given to
+one event loop's connection pool at a time, or a factory that makes one per loop."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable
+
+import httpx
+
+from flowledger.domain.errors import ValidationError
+
+TransportFactory = Callable[[], httpx.AsyncBaseTransport]
+"""Makes a new transport: called once for each event loop the client is used from."""
+
+
+class GivenTransport:
+    """The caller's transport, or factory of transports, handed to each loop's pool.
+
+    A transport's connections belong to the loop that opened them. Every loop's pool was given
+    the one transport: a call from a second running loop failed with ``RuntimeError: … is bound
+    to a different event loop``, or waited out its whole ``request_timeout_s`` on a connection
+    the first loop owned (70 s of 70 s). A transport is now held by one loop at a time: another
+    loop may have it once that loop has ended (its pool closed it as the loop shut down), and a
+    loop that asks while it still runs is refused. A factory serves any number of loops.
+    """
+
+    def __init__(self, given: httpx.AsyncBaseTransport | TransportFactory) -> None:
+        if not isinstance(given, httpx.AsyncBaseTransport) and not callable(given):
+            raise ValidationError(
+                "transport",
+                "must be an httpx.AsyncBaseTransport or a function that makes one, "
+                f"got {type(given).__name__}",
+            )
+        self._given = given
+        self._holder: weakref.ref[asyncio.AbstractEventLoop] | None = None
+
+    def made(self) -> httpx.AsyncBaseTransport:
+        """The transport for a new pool: the given one, or a new one from the factory."""
+        return self._given if isinstance(self._given, httpx.AsyncBaseTransport) else self._given()
+
+    def claim(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand the given transport to ``loop``; a ValidationError when another loop that has
+        not ended holds it (a factory's transports are each one loop's: nothing to claim). The
+        client calls it under the lock it makes pools under."""
+        if not isinstance(self._given, httpx.AsyncBaseTransport):
+            return
+        holder = self._holder() if self._holder is not None else None
+        if holder is not None and holder is not loop and not holder.is_closed():
+            raise ValidationError(
+                "transport",
+                "the httpx transport given to OpenAICompatibleClient is in use by another event "
+                "loop, which has not ended (a transport's connections belong to the loop that "
+                "opened them); give the client a factory instead (transport=lambda: "
+                "httpx.AsyncHTTPTransport(...)) to call it from several loops at once",
+            )
+        self._holder = weakref.ref(loop)
+
+    def release(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``loop`` closed its pool (``aclose``), and the transport with it: another may have it."""
+        if self._holder is not None and self._holder() is loop:
+            self._holder = None
