@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 from urllib.parse import urlsplit
 
 from flowledger.domain import errors
@@ -59,3 +60,31 @@ def told_of(error: errors.LlmError, request_id: str | None) -> str:
     error_log.error("model call failed in request %s (%s): %s", request_id or "-", error.error_type, message)
     under = f"request id {request_id}" if request_id else "this request"
     return f"model call failed: {said} (the server's log has the whole failure under {under})"
+
+
+FAILURE_EVENTS = frozenset({"Session.StepFailed", "Task.ClassificationFailed"})
+"""The events that record a failed model call, by the type REST's histories name them with."""
+_FAILURE_FIELDS = ("error_message", "error_detail", "detail")
+"""Their fields that may name the endpoint: the message, and the error's fields (a
+``CircuitOpen``'s ``endpoint``)."""
+
+
+def shown_event_data(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An event's data as REST's histories show it: a failed model call's message and fields
+    withheld as a failure's reply is (``withheld``), every other event's as recorded. The
+    history showed a ``StepFailed`` whole (``gpt-4.1 at http://llm-gateway.corp.internal:8443/…``)
+    where the failure's reply and the session's ``failures`` withheld it."""
+    if event_type not in FAILURE_EVENTS:
+        return data
+    return {name: _withheld_in(value) if name in _FAILURE_FIELDS else value for name, value in data.items()}
+
+
+def _withheld_in(value: Any) -> Any:
+    """``value`` with ``withheld`` applied to every text in it (in objects and lists too)."""
+    if isinstance(value, str):
+        return withheld(value)
+    if isinstance(value, dict):
+        return {name: _withheld_in(item) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_withheld_in(item) for item in value]
+    return value

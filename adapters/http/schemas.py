@@ -31,7 +31,7 @@ from pydantic_core import PydanticCustomError
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from flowledger.adapters.http.errors import worded
-from flowledger.adapters.http.model_failures import withheld
+from flowledger.adapters.http.model_failures import shown_event_data, withheld
 from flowledger.adapters.http.moments import MOMENT_SCHEMA, Moment
 from flowledger.domain.bounds import (
     MAX_DEADLINE,
@@ -591,5 +591,6 @@ class EventOut(BaseModel):
             version=entry.version,
             event_type=entry.event_type,
             timestamp=entry.timestamp,
-            data=jsonable(entry.data),
+            # A failed model call's message without the endpoint: the stored event keeps it.
+            data=jsonable(shown_event_data(entry.event_type, entry.data)),
         )

@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 from flowledger.adapters.http.auth import Caller, Reader, Writer
 from flowledger.adapters.http.errors import responses, worded
 from flowledger.adapters.http.json_body import OneNameRoute
+from flowledger.adapters.http.model_failures import withheld
 from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import IdempotencyKey, one_key
 from flowledger.adapters.http.schemas import (
@@ -247,6 +248,9 @@ def out(state: Any) -> Json:
     # Derived values are properties, which asdict() leaves out.
     if isinstance(state, TaskState):
         result["agent_id"] = state.agent_id
+        if (failure := result.get("classification_failure")) is not None:
+            # Without the model endpoint's URL, host or address: the event keeps them.
+            failure["detail"] = withheld(failure["detail"])
         result["resolution"] = result["result"]  # the session's name for an outcome; ``result`` kept
     if isinstance(state, AgentState):
         result["load"], result["relative_load"] = state.load, state.relative_load

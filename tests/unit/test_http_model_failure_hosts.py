@@ -4,6 +4,7 @@ the failure and a request id; the whole failure, URL and all, is in the server's
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 
@@ -137,3 +138,54 @@ def test_a_sessions_failures_are_read_without_the_endpoints_url_or_host() -> Non
         assert failure["error_message"].startswith("gpt-4.1: connection failed: ConnectError")
         # And the recorded StepFailed keeps the whole message, for the operator
         assert HOST in engine.get_session("s-1").failures[0].error_message
+
+
+def test_a_sessions_history_shows_its_failures_without_the_endpoints_url_or_host() -> None:
+    for client, engine in served(_connection_refused):
+        # Given a step whose model call failed
+        assert client.post("/webhook/workflow-state", json=STEP).status_code == 502
+        # When the session's history is read over REST
+        events = client.get("/v1/sessions/s-1/history").json()
+        # Then its StepFailed names no URL, host or address of the endpoint
+        [failed] = [e for e in events if e["event_type"].endswith("StepFailed")]
+        shown = json.dumps(failed)
+        for internal in (HOST, "8443", "10.20.30.40", "http://"):
+            assert internal not in shown, failed
+        assert failed["data"]["error_message"].startswith("gpt-4.1: connection failed: ConnectError")
+        # And the stored event keeps the whole message, for the operator
+        [stored] = [e for e in engine.history("s-1") if e.event_type.endswith("StepFailed")]
+        assert HOST in stored.data["error_message"]
+
+
+def test_a_circuit_open_failure_in_history_shows_no_endpoint_in_its_fields() -> None:
+    for client, engine in served(_refuse_503):
+        # Given failed calls enough to open the endpoint's circuit, and one refused by it
+        threshold = engine.llm.config.breaker_failure_threshold  # type: ignore[union-attr]
+        for _ in range(threshold):
+            client.post("/webhook/workflow-state", json=STEP)
+        assert client.post("/webhook/workflow-state", json=STEP).status_code == 503
+        # When the session's history is read over REST
+        events = client.get("/v1/sessions/s-1/history").json()
+        # Then no failure, its fields included, names the endpoint
+        details = [e["data"]["error_detail"] for e in events if e["event_type"].endswith("StepFailed")]
+        assert any(detail and detail.get("error") == "CircuitOpen" for detail in details), details
+        shown = json.dumps(events)
+        for internal in (HOST, "8443", "http://"):
+            assert internal not in shown
+
+
+def test_a_tasks_failed_classification_is_read_without_the_endpoints_url_or_host() -> None:
+    for client, engine in served(_connection_refused):
+        # Given a task whose classification call failed
+        assert client.post("/v1/tasks", json={"task_id": "T-1", "description": "refund"}).status_code == 201
+        client.post("/v1/tasks/T-1/classify", json={})
+        # When the task and its history are read over REST
+        task = client.get("/v1/tasks/T-1").json()
+        history = client.get("/v1/tasks/T-1/history").json()
+        # Then neither names the endpoint's URL, host or address
+        assert task["classification_failure"]["detail"]
+        for shown in (json.dumps(task), json.dumps(history)):
+            for internal in (HOST, "8443", "10.20.30.40", "http://"):
+                assert internal not in shown, shown
+        # And the stored event keeps the whole detail
+        assert HOST in engine.get_task("T-1").classification_failure.detail  # type: ignore[union-attr]
