@@ -21,6 +21,61 @@ _ADDRESS_TUPLE = re.compile(r"\('[^']*', \d{1,5}(?:, \d+, \d+)?\)")
 _HOST = re.compile(r"\bhost\s+[^\s,;'\"]+", re.IGNORECASE)
 _IPV4 = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?(?![\w.])")
 _TRAILING = ".,:;"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_NAME_PORT = re.compile(rf"(?<![\w.\-/@:\[])({_LABEL}(?:\.{_LABEL})*):\d{{2,5}}(?![\w:-]|\.\w)")
+"""A host with its port and no scheme (``llm-gw:8080``, ``gateway.local:443``): kept when the
+name has no letter (a time of day) or neither a dot nor a hyphen (``limit:1000``)."""
+_DOTTED = re.compile(r"(?<![\w.\-/@])(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,63}(?![\w-]|\.\w)")
+"""A lower-case dotted name (``llm-gw.corp.local``): a host when it has three labels or more, or
+ends in a suffix hosts end in (``HOST_SUFFIXES``); not a file name (``FILE_SUFFIXES``). A model's
+name has digits in its last label (``claude-3.5-sonnet``), Python's errors a capital
+(``httpx.ConnectError``)."""
+_BRACKETED_IPV6 = re.compile(r"\[[0-9A-Fa-f]*:[0-9A-Fa-f:.]*\](?::\d{1,5})?")
+HOST_SUFFIXES = frozenset(
+    {
+        "com",
+        "net",
+        "org",
+        "io",
+        "ai",
+        "dev",
+        "app",
+        "cloud",
+        "local",
+        "localdomain",
+        "internal",
+        "intranet",
+        "corp",
+        "lan",
+        "home",
+        "svc",
+        "cluster",
+        "private",
+    }
+)
+FILE_SUFFIXES = frozenset(
+    {
+        "py",
+        "json",
+        "jsonl",
+        "txt",
+        "md",
+        "html",
+        "yaml",
+        "yml",
+        "toml",
+        "cfg",
+        "ini",
+        "log",
+        "csv",
+        "js",
+        "ts",
+        "pem",
+        "crt",
+        "key",
+        "sock",
+    }
+)
 
 URL_WITHHELD = "[URL withheld]"
 HOST_WITHHELD = "[host withheld]"
@@ -30,17 +85,36 @@ ADDRESS_WITHHELD = "[address withheld]"
 def withheld(message: str) -> str:
     """``message`` without URLs, host names and IPv4 addresses: the endpoint the call was made
     at (``gpt-4.1 at http://…: HTTP 503 …``), a redirect's target, the host a connection error
-    names (aiohttp's ``Cannot connect to host llm.corp:8443 … ('10.0.0.5', 8443)``) and IPv4
-    addresses anywhere (an IPv6 one only inside a URL or a socket address)."""
+    names (aiohttp's ``Cannot connect to host llm.corp:8443 … ('10.0.0.5', 8443)``), a host
+    named without a scheme (``Name or service not known: llm-gw.corp.local``, ``llm-gw:8080``),
+    IPv4 addresses anywhere and IPv6 ones in a URL, a socket address or brackets."""
     hosts = {urlsplit(found.rstrip(_TRAILING)).hostname for found in _URL.findall(message)}
     text = _AT_URL.sub("", message)
     text = _URL.sub(lambda found: URL_WITHHELD + _trailing(found[0]), text)
     text = _ADDRESS_TUPLE.sub(ADDRESS_WITHHELD, text)
+    text = _BRACKETED_IPV6.sub(ADDRESS_WITHHELD, text)
     text = _HOST.sub(f"host {HOST_WITHHELD}", text)
     text = _IPV4.sub(ADDRESS_WITHHELD, text)
+    text = _NAME_PORT.sub(_bare_host, text)
+    text = _DOTTED.sub(_dotted_host, text)
     for host in sorted((h for h in hosts if h), key=len, reverse=True):
         text = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", HOST_WITHHELD, text, flags=re.IGNORECASE)
     return text
+
+
+def _bare_host(found: re.Match[str]) -> str:
+    """``found`` (a name and a port) withheld when the name is a host's (``_NAME_PORT``)."""
+    name = found[1]
+    is_host = any(c.isalpha() for c in name) and ("." in name or "-" in name or name.lower() == "localhost")
+    return HOST_WITHHELD if is_host else found[0]
+
+
+def _dotted_host(found: re.Match[str]) -> str:
+    """``found`` (a dotted name) withheld when it is a host's (``_DOTTED``)."""
+    labels = found[0].split(".")
+    if labels[-1] in FILE_SUFFIXES:
+        return found[0]
+    return HOST_WITHHELD if len(labels) >= 3 or labels[-1] in HOST_SUFFIXES else found[0]
 
 
 def _trailing(url: str) -> str:
