@@ -118,6 +118,8 @@ class ChatRequest(NamedTuple):
     tool_tokens: int = 0
     """The prompt tokens of the function definitions offered (``tools``, ``functions``), which
     OpenAI bills with the prompt."""
+    offered: tuple[dict[str, Any], ...] = ()
+    """Those function definitions, as given: the start of the prompt's cached prefix."""
 
 
 def chat_request(raw: bytes) -> ChatRequest:
@@ -203,6 +205,7 @@ def chat_request(raw: bytes) -> ChatRequest:
     stops: tuple[str, ...] = ()
     tier = "default"
     tool_tokens = 0
+    offered: tuple[dict[str, Any], ...] = ()
     if not _READ.issuperset(request):  # the other fields OpenAI takes, checked as it checks them
         _check_other_fields(request)
         call = forced_call(request)
@@ -211,7 +214,8 @@ def chat_request(raw: bytes) -> ChatRequest:
         stop = request.get("stop")
         stops = (stop,) if type(stop) is str else tuple(stop or ())
         tier = SERVED_TIERS[request.get("service_tier") or "default"]
-        tool_tokens = _definition_tokens(request)
+        offered = _offered(request)
+        tool_tokens = _definition_tokens(offered)
         if _json_mode(request) and not _says_json(messages):
             # Answered 200: a client asking for JSON mode without saying so passed here and
             # was refused every call by OpenAI.
@@ -233,13 +237,18 @@ def chat_request(raw: bytes) -> ChatRequest:
         stops,
         tier,
         tool_tokens,
+        offered,
     )
 
 
-def _definition_tokens(request: dict[str, Any]) -> int:
-    """The prompt tokens of the functions offered (their JSON, four characters a token)."""
+def _offered(request: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The function definitions ``request`` offers (``tools``' functions, then ``functions``)."""
     tools = [tool.get("function") for tool in request.get("tools") or () if tool.get("type") == "function"]
-    offered = [*tools, *(request.get("functions") or ())]
+    return (*tools, *(request.get("functions") or ()))
+
+
+def _definition_tokens(offered: tuple[dict[str, Any], ...]) -> int:
+    """The prompt tokens of the functions offered (their JSON, four characters a token)."""
     if not offered:
         return 0
     try:

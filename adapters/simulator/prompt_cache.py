@@ -1,11 +1,13 @@
-"""The simulator's prompt cache: a prompt's longest prefix the same model was sent before,
-reported as cached input as OpenAI reports it (1,024 tokens or more, in 128-token steps)."""
+"""The simulator's prompt cache: a prompt's longest prefix (its tools, then its messages) the same
+model was sent before, reported as cached input as OpenAI reports it (1,024 tokens or more, in
+128-token steps)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +30,27 @@ class PromptCache:
     seen: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
     """(model, SHA-256 of a prompt's messages up to one's end), least recently seen first."""
 
-    def cached_tokens(self, model: str, messages: list[dict[str, Any]], min_tokens: int) -> int:
-        """Tokens of the longest prefix of ``messages`` (ending at a message's end) that
+    def cached_tokens(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        min_tokens: int,
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        tool_tokens: int = 0,
+    ) -> int:
+        """Tokens of the longest prefix of the prompt (ending at a message's end) that
         ``model`` was sent before, if it has ``min_tokens`` or more, in whole 128-token steps
         (OpenAI's rule: 1,100 tokens seen before are 1,024 cached); the prefixes of this
-        prompt that are long enough are remembered."""
+        prompt that are long enough are remembered.
+
+        The prompt begins with the functions offered (``tools``, ``tool_tokens`` of them), as
+        OpenAI's cached prefix does: the messages were hashed alone, so a long tool list sent
+        again was reported uncached, and the same messages with other tools cached."""
         digest = hashlib.sha256()
-        tokens = 0
+        digest.update(_canonical(list(tools)))
+        digest.update(b"\x1d")  # the tools' end: a prompt without tools is not one with them
+        tokens = tool_tokens
         found = 0
         remembered: list[tuple[str, str]] = []
         for message in messages:
@@ -57,7 +73,7 @@ class PromptCache:
         return found // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
 
 
-def _canonical(message: dict[str, Any]) -> bytes:
-    """A message as bytes that two equal messages share (its keys sorted)."""
+def _canonical(message: dict[str, Any] | list[dict[str, Any]]) -> bytes:
+    """A message (or the tools) as bytes that two equal ones share (keys sorted)."""
     text = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
     return text.encode("utf-8", "surrogatepass")

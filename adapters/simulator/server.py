@@ -223,7 +223,13 @@ class Simulator:
             content = fitted_reply(request.schema, content)
         if request.stops and request.call is None:
             content = cut_at_stop(content, request.stops)
-        cached = self._cache.cached_tokens(model, messages, self.config.cache_min_tokens)
+        cached = self._cache.cached_tokens(
+            model,
+            messages,
+            self.config.cache_min_tokens,
+            tools=request.offered,
+            tool_tokens=request.tool_tokens,
+        )
         body = completion_body(
             model,
             messages,
