@@ -71,13 +71,16 @@ def forced_call(request: dict[str, Any]) -> ForcedCall | None:
         if request.get("tool_choice") is None:
             return legacy
     choice = request.get("tool_choice")
-    if choice is None or choice in ("auto", "none"):
+    if choice is None or choice == "none":
         return None
+    # "auto" without tools was taken: OpenAI refuses any choice but "none" without them.
     if not request.get("tools"):
         raise BadRequest(
             "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
             param="tool_choice",
         )
+    if choice == "auto":
+        return None
     if choice == "required":
         first = next(iter(functions.values()), None)
         return None if first is None else ForcedCall(first["name"], first.get("parameters"), named=False)
