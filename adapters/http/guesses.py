@@ -14,9 +14,8 @@ an address is not held to that address's limit for ``GOOD_S`` after its last goo
 counts live in memory, in a ``cachetools.TTLCache``: an entry leaves when its window ends, and
 the cache holds at most ``MAX_ADDRESSES`` (the least recently seen dropped first), so an
 attacker rotating addresses cannot grow it without bound. IPv6 addresses are counted per /64,
-the block one subscriber is usually given. aiolimiter, which paces the model calls, does not
-fit here: its buckets belong to the event loop that first used them, and these are judged
-without waiting.
+the block one subscriber is usually given. The model calls' buckets (``SharedBucket``) do not
+fit here: they wait for room, and these are judged without waiting.
 """
 
 from __future__ import annotations

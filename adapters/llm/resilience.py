@@ -1,15 +1,15 @@
-"""Rate limits per model (aiolimiter) and a circuit breaker per endpoint (circuitbreaker)."""
+"""Rate limits per model (``SharedBucket``) and a circuit breaker per endpoint (circuitbreaker)."""
 
 from __future__ import annotations
 
 import asyncio
-import weakref
+import threading
 from collections.abc import Callable, Mapping
 
-from aiolimiter import AsyncLimiter
 from circuitbreaker import STATE_CLOSED, STATE_HALF_OPEN, STATE_OPEN, CircuitBreaker
 
 from flowledger.adapters.llm.config import ModelLimits
+from flowledger.adapters.llm.rate_bucket import SharedBucket
 from flowledger.adapters.llm.retry import AttemptError
 from flowledger.domain.errors import CircuitOpen
 
@@ -67,11 +67,10 @@ class ModelRateLimiter:
         self._resolve = resolve
         self._limits = {self._key(model): each for model, each in limits.items()}
         self._default = default
-        # aiolimiter's buckets belong to the event loop that first waits on them: one set per
-        # loop (threads that run loops of their own each get the configured rate).
-        self._buckets: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[str, tuple[AsyncLimiter, AsyncLimiter]]
-        ] = weakref.WeakKeyDictionary()
+        # One pair per model for every loop and thread (``SharedBucket``): aiolimiter's, one
+        # set per loop, gave each loop (each ``asyncio.run``) the whole rate.
+        self._buckets: dict[str, tuple[SharedBucket, SharedBucket]] = {}
+        self._making = threading.Lock()
 
     def _key(self, model: str) -> str:
         """The price table's name for ``model`` (a provider prefix, a dated version, an alias
@@ -110,17 +109,15 @@ class ModelRateLimiter:
             ) from None
 
     async def _acquire(self, model: str, limits: ModelLimits, tokens: int) -> None:
-        loop = asyncio.get_running_loop()
-        buckets = self._buckets.get(loop)
-        if buckets is None:
-            buckets = self._buckets[loop] = {}
         key = self._key(model)
-        if key not in buckets:
-            buckets[key] = (
-                AsyncLimiter(limits.rpm, limits.period_s),
-                AsyncLimiter(limits.tpm, limits.period_s),
-            )
-        requests, token_bucket = buckets[key]
+        pair = self._buckets.get(key)
+        if pair is None:
+            with self._making:  # another thread may be making it
+                pair = self._buckets.setdefault(
+                    key,
+                    (SharedBucket(limits.rpm, limits.period_s), SharedBucket(limits.tpm, limits.period_s)),
+                )
+        requests, token_bucket = pair
         await requests.acquire()
         # A single request larger than the whole budget would wait forever: cap it.
         await token_bucket.acquire(min(max(tokens, 1), limits.tpm))
