@@ -174,7 +174,8 @@ class OpenAICompatibleClient:
 
         ``options`` are further ClientConfig fields, over those the environment sets
         (``env_options``: timeouts, retries, breaker, streaming, limits, transport), and
-        ``transport`` may instead be an ``httpx.AsyncBaseTransport`` to send through; prices come from
+        ``transport`` may instead be an ``httpx.AsyncBaseTransport`` to send through (or a function
+        that makes one, for each event loop: ``GivenTransport``); prices come from
         ``FLOWLEDGER_PRICING_FILE`` or the shipped table.
         """
         options = {**client_options_from_env(os.environ), **options}
@@ -374,6 +375,7 @@ class OpenAICompatibleClient:
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
+        payload = _payload(body)
         queued = self._clock()
         prompt = estimate_prompt_tokens(messages)
         tokens = prompt + self.config.max_tokens
@@ -391,7 +393,7 @@ class OpenAICompatibleClient:
         try:
             await self.limiter.acquire(name, tokens, within=self.config.request_timeout_s)
             call = replace(call, started=self._clock())
-            parsed = await self.retry.run(partial(self._attempt, body, stream, outcomes, tokens))
+            parsed = await self.retry.run(partial(self._attempt, name, payload, stream, outcomes, tokens))
         except AttemptError as error:
             usage = build_usage(self._priced_now(call), None, outcomes, self._clock())
             raise LlmCallFailed(
@@ -460,16 +462,23 @@ class OpenAICompatibleClient:
         return replace(call, price=price, priced_as=key)
 
     async def _attempt(
-        self, body: dict[str, Any], stream: bool, outcomes: list[AttemptOutcome], charge: int, waited: float
+        self,
+        model: str,
+        payload: bytes,
+        stream: bool,
+        outcomes: list[AttemptOutcome],
+        charge: int,
+        waited: float,
     ) -> ParsedCompletion:
-        """One attempt; ``charge``: the request's tokens for the model's limits."""
+        """One attempt of the request ``payload`` (its JSON body) to ``model``; ``charge``: the
+        request's tokens for the model's limits."""
         if outcomes:  # a retry is a request too: it waits for the model's limits as the first did
-            await self.limiter.acquire(body["model"], charge, within=self.config.request_timeout_s)
+            await self.limiter.acquire(model, charge, within=self.config.request_timeout_s)
         trial = self.breaker.admit(attempts=len(outcomes))
         begun = self._clock()
         progress = AttemptProgress()
         try:
-            parsed = await self._send(body, stream, begun, progress)
+            parsed = await self._send(payload, stream, begun, progress)
         except AttemptError as error:
             self.breaker.record(error, trial=trial)
             outcomes.append(self._outcome(len(outcomes) + 1, error, begun, waited, progress=progress))
@@ -498,13 +507,13 @@ class OpenAICompatibleClient:
         return parsed
 
     async def _send(
-        self, body: dict[str, Any], stream: bool, begun: float, progress: AttemptProgress
+        self, payload: bytes, stream: bool, begun: float, progress: AttemptProgress
     ) -> ParsedCompletion:
         """One attempt; a stream's usage, once read, stays on the error if the stream then
         breaks or times out (the provider billed it). How far the attempt got is on ``progress``."""
         slots = await self._slot()
         try:
-            return await self._exchange(body, stream, begun, progress)
+            return await self._exchange(payload, stream, begun, progress)
         finally:
             slots.release()
 
@@ -533,7 +542,7 @@ class OpenAICompatibleClient:
         return slots
 
     async def _exchange(
-        self, body: dict[str, Any], stream: bool, begun: float, progress: AttemptProgress
+        self, payload: bytes, stream: bool, begun: float, progress: AttemptProgress
     ) -> ParsedCompletion:
         """The attempt on a held connection slot, within ``request_timeout_s``."""
         timeout = self.config.request_timeout_s
@@ -542,7 +551,7 @@ class OpenAICompatibleClient:
                 # From here the request may reach the provider (until an error shows it did not).
                 progress.awaiting_reply = True
                 if not stream:
-                    response, content = await self._post(body)
+                    response, content = await self._post(payload)
                     progress.awaiting_reply = False
                     if not response.is_success:
                         raise self._status_error(response, content)
@@ -566,7 +575,9 @@ class OpenAICompatibleClient:
                     except AttemptError as unreadable:
                         progress.tokens = unreadable.usage  # what a body without choices still names
                         raise
-                async with self._pool().http.stream("POST", "chat/completions", json=body) as response:
+                async with self._pool().http.stream(
+                    "POST", "chat/completions", content=payload, headers=_JSON_BODY
+                ) as response:
                     progress.awaiting_reply = False
                     bound(response, self.config.max_reply_bytes)
                     if not response.is_success:
@@ -605,13 +616,13 @@ class OpenAICompatibleClient:
                 usage=progress.tokens,
             ) from None
 
-    async def _post(self, body: dict[str, Any]) -> tuple[httpx.Response, bytes]:
-        """POST ``body`` as JSON to the endpoint; the response (closed) and its body, decoded."""
+    async def _post(self, payload: bytes) -> tuple[httpx.Response, bytes]:
+        """POST ``payload`` (a JSON body) to the endpoint; the response (closed) and its body, decoded."""
         request = httpx.Request(
             "POST",
             self._endpoint,
             headers=self._headers,
-            content=_JSON.encode(body).encode(),
+            content=payload,
             extensions={"timeout": self._timeout, WHOLE_BODY: True, REPLY_LIMIT: self.config.max_reply_bytes},
         )
         response = await self._pool().transport.handle_async_request(request)
@@ -717,6 +728,22 @@ def _too_large(error: ReplyTooLarge, progress: AttemptProgress) -> AttemptError:
             status_code=status,
         )
     return AttemptError(str(error), error_type="reply_too_large", retryable=False, usage=progress.tokens)
+
+
+_JSON_BODY = {"Content-Type": "application/json"}
+
+
+def _payload(body: dict[str, Any]) -> bytes:
+    """``body`` as the request's JSON, encoded once for every attempt; a ValidationError on
+    ``messages`` for what JSON cannot carry, before anything is sent or any limit is taken.
+    A NaN, a datetime, bytes, a set, a lone surrogate or nesting past the encoder escaped as
+    the encoder's own error (``ValueError``, ``TypeError``, ``UnicodeEncodeError``,
+    ``RecursionError``), after the model's rate limit was taken and the breaker asked."""
+    try:
+        return _JSON.encode(body).encode()
+    except (ValueError, TypeError, RecursionError) as error:  # UnicodeEncodeError is a ValueError
+        detail = one_line(str(error), _DETAIL_CHARS) or type(error).__name__
+        raise ValidationError("messages", f"cannot be sent as JSON: {detail}") from None
 
 
 def _require_call(model: object, messages: object, json_mode: object) -> None:
