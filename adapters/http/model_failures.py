@@ -27,7 +27,8 @@ _NAME_PORT = re.compile(rf"(?<![\w.\-/@:\[])({_LABEL}(?:\.{_LABEL})*):\d{{2,5}}(
 name has no letter (a time of day) or neither a dot nor a hyphen (``limit:1000``)."""
 _DOTTED = re.compile(r"(?<![\w.\-/@])(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,63}(?![\w-]|\.\w)")
 """A lower-case dotted name (``llm-gw.corp.local``): a host when it has three labels or more, or
-ends in a suffix hosts end in (``HOST_SUFFIXES``); not a file name (``FILE_SUFFIXES``). A model's
+ends in a suffix hosts end in (``HOST_SUFFIXES``); not a file name (``FILE_SUFFIXES``) nor a
+field's path (``messages.0.content``). A model's
 name has digits in its last label (``claude-3.5-sonnet``), Python's errors a capital
 (``httpx.ConnectError``)."""
 _BRACKETED_IPV6 = re.compile(r"\[[0-9A-Fa-f]*:[0-9A-Fa-f:.]*\](?::\d{1,5})?")
@@ -112,7 +113,9 @@ def _bare_host(found: re.Match[str]) -> str:
 def _dotted_host(found: re.Match[str]) -> str:
     """``found`` (a dotted name) withheld when it is a host's (``_DOTTED``)."""
     labels = found[0].split(".")
-    if labels[-1] in FILE_SUFFIXES:
+    # A field's path (``messages.0.content``: pydantic's and Anthropic's errors name fields so)
+    # has an index after its first name; a host has no label of digits but perhaps its first.
+    if labels[-1] in FILE_SUFFIXES or any(label.isdigit() for label in labels[1:]):
         return found[0]
     return HOST_WITHHELD if len(labels) >= 3 or labels[-1] in HOST_SUFFIXES else found[0]
 

@@ -1,7 +1,8 @@
 """Host names and addresses an endpoint's error names without a URL around them are withheld
 too: ``Name or service not known: llm-gw.corp.local`` passed the filter whole, as did a host
 with its port (``gateway.local:443``, ``llm-gw:8080``). Ordinary words, numbers, model names,
-file names and Python's error names are left alone."""
+file names, field paths (``messages.0.content``, as pydantic and Anthropic name a field) and
+Python's error names are left alone."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ WITHHELD = [
     ("TLS handshake with gateway.corp failed", "TLS handshake with [host withheld] failed"),
     ("connect call failed [fd00::5]:8080", "connect call failed [address withheld]"),
     ("no route to LLM-GW.CORP.LOCAL:8443", "no route to [host withheld]"),
+    ("lookup of 1.pool.llm.corp failed", "lookup of [host withheld] failed"),
 ]
 KEPT = [
     "retry after 1.5 s",
@@ -36,6 +38,9 @@ KEPT = [
     "anthropic.claude-3-5-sonnet-20240620-v1:0 is not available",
     "Invalid 'messages[0].content': expected a string, got null.",
     "body.model: field required",
+    "messages.0.content: Input should be a valid list",
+    "body.messages.1.role: field required",
+    "HTTP 400: tools.0.function.name: String should match pattern",
     "see prices.json and client.py",
     "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
     "httpx.ConnectError: [Errno 111] Connection refused",
