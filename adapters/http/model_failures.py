@@ -26,9 +26,10 @@ _NAME_PORT = re.compile(rf"(?<![\w.\-/@:\[])({_LABEL}(?:\.{_LABEL})*):\d{{2,5}}(
 """A host with its port and no scheme (``llm-gw:8080``, ``gateway.local:443``): kept when the
 name has no letter (a time of day) or neither a dot nor a hyphen (``limit:1000``)."""
 _DOTTED = re.compile(r"(?<![\w.\-/@])(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,63}(?![\w-]|\.\w)")
-"""A lower-case dotted name (``llm-gw.corp.local``): a host when it has three labels or more, or
-ends in a suffix hosts end in (``HOST_SUFFIXES``); not a file name (``FILE_SUFFIXES``) nor a
-field's path (``messages.0.content``). A model's
+"""A lower-case dotted name (``llm-gw.corp.local``): a host when it ends in a suffix hosts end in
+(``HOST_SUFFIXES``), or has three labels or more, the last a country's or one with a hyphen or
+digit; not a file name (``FILE_SUFFIXES``) nor a field's path (``messages.0.content``,
+``input.messages.content``). A model's
 name has digits in its last label (``claude-3.5-sonnet``), Python's errors a capital
 (``httpx.ConnectError``)."""
 _BRACKETED_IPV6 = re.compile(r"\[[0-9A-Fa-f]*:[0-9A-Fa-f:.]*\](?::\d{1,5})?")
@@ -117,7 +118,12 @@ def _dotted_host(found: re.Match[str]) -> str:
     # has an index after its first name; a host has no label of digits but perhaps its first.
     if labels[-1] in FILE_SUFFIXES or any(label.isdigit() for label in labels[1:]):
         return found[0]
-    return HOST_WITHHELD if len(labels) >= 3 or labels[-1] in HOST_SUFFIXES else found[0]
+    if labels[-1] in HOST_SUFFIXES:
+        return HOST_WITHHELD
+    # Three labels or more: a host when its last is a country's (``acme.de``) or a label has a
+    # hyphen or a digit (``llm-gw.acme.tech``); ``input.messages.content`` is a field's path.
+    named = len(labels) >= 3 and (len(labels[-1]) == 2 or any(not label.isalpha() for label in labels))
+    return HOST_WITHHELD if named else found[0]
 
 
 def _trailing(url: str) -> str:

@@ -29,6 +29,8 @@ WITHHELD = [
     ("connect call failed [fd00::5]:8080", "connect call failed [address withheld]"),
     ("no route to LLM-GW.CORP.LOCAL:8443", "no route to [host withheld]"),
     ("lookup of 1.pool.llm.corp failed", "lookup of [host withheld] failed"),
+    ("no answer from llm-gw.acme.tech", "no answer from [host withheld]"),
+    ("no answer from gateway.acme.de", "no answer from [host withheld]"),
 ]
 KEPT = [
     "retry after 1.5 s",
@@ -39,6 +41,7 @@ KEPT = [
     "Invalid 'messages[0].content': expected a string, got null.",
     "body.model: field required",
     "messages.0.content: Input should be a valid list",
+    "input.messages.content is required",
     "body.messages.1.role: field required",
     "HTTP 400: tools.0.function.name: String should match pattern",
     "see prices.json and client.py",
