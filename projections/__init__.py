@@ -8,7 +8,7 @@ carries its tenant, and every query function takes the ``tenant`` whose rows it 
 
 from flowledger.domain.errors import RebuildInProgress
 from flowledger.projections.base import Envelope, Projection
-from flowledger.projections.cost_queries import DashboardRow, Price, RepriceRow, dashboard, reprice
+from flowledger.projections.cost_queries import DashboardRow, Price, RepriceRow, TaskStep, dashboard, reprice
 from flowledger.projections.dead_letters import DeadLetter
 from flowledger.projections.follow import follow, follow_until_stopped
 from flowledger.projections.funnel_queries import FunnelReport, FunnelStep, funnel_report, workflows
@@ -30,6 +30,7 @@ __all__ = [
     "Projector",
     "RebuildInProgress",
     "RepriceRow",
+    "TaskStep",
     "all_projections",
     "dashboard",
     "dead_letter_events",

@@ -31,7 +31,10 @@ GROUPINGS: Mapping[str, str] = {
     # A task's calls are filed under the workflow 'tasks' (cost.TASK_WORKFLOW): grouped by it,
     # they were counted in the sessions of a workflow named "tasks" (2 calls for 1).
     "workflow": "CASE WHEN source = 'session' THEN workflow END",
-    "step": "step",
+    # A task's calls are steps of the router (classification, escalation, skill_matching): as
+    # plain text, a session step named "classification" was one group with every task's
+    # classification (2 calls for 1). JSON tells them apart: a name, or an object (TaskStep).
+    "step": "CASE WHEN source = 'session' THEN to_jsonb(step) ELSE jsonb_build_object('task_step', step) END",
     "source": "source",
     # A fork beside its parent (Engine.fork_session). A task's calls carry its task id as their
     # subject: grouped by it, task "x1" was counted in session "x1"'s group (2 calls for 1).
@@ -43,7 +46,18 @@ GROUPINGS: Mapping[str, str] = {
 """What a dashboard can be grouped by (time buckets are UTC). Calls that recorded no model or
 provider, and a task's calls by session or workflow, are grouped under None, a value no name can
 take: written as the text ``'(none)'``, they were one group with a model a provider or caller
-named ``(none)``."""
+named ``(none)``. By step, a task's calls are grouped under a ``TaskStep``, no session step's
+name."""
+
+
+@dataclass(frozen=True)
+class TaskStep:
+    """The step of a task's model calls as a dashboard group by ``step`` (``classification``,
+    ``escalation``, ``skill_matching``): apart from a session step of the same name, which is
+    grouped under its name (a ``str``). JSON writes it ``{"task_step": "classification"}``."""
+
+    task_step: str
+
 
 READS = ("auto", "raw", "rollups")
 """Where ``dashboard`` reads: ``raw`` rows (exact percentiles), the ``rollups``, or ``auto``:
@@ -223,7 +237,7 @@ def dashboard(
         n = row[width:]
         result.append(
             DashboardRow(
-                group=in_utc(row[:width]),
+                group=group_of(row[:width]),
                 calls=n[0],
                 errors=n[1],
                 errors_by_type=_json_counts(n[18]),
@@ -253,9 +267,31 @@ def costliest_first(rows: list[DashboardRow]) -> list[DashboardRow]:
     and roll-ups in one order (ORDER BY in SQL broke ties by the database's collation, 'a'
     before 'B' under en-US, where the roll-ups put 'B' first)."""
     # Two stable sorts, not a key of -cost: negating a Decimal rounds it to the thread's context.
-    # A group holding None (no model) sorts before every name: None and a str do not compare.
-    by_group = sorted(rows, key=lambda r: tuple((key is not None, key) for key in r.group))
+    by_group = sorted(rows, key=lambda r: tuple(_rank(key) for key in r.group))
     return sorted(by_group, key=lambda r: r.cost_usd, reverse=True)
+
+
+def _rank(key: Any) -> tuple[int, Any]:
+    # A group holding None (no model) sorts before every name and a task's step after them:
+    # None, a str and a TaskStep do not compare.
+    if key is None:
+        return (0, "")
+    if isinstance(key, TaskStep):
+        return (2, key.task_step)
+    return (1, key)
+
+
+def group_of(values: Sequence[Any]) -> tuple[Any, ...]:
+    """A row's group as the database gave it, in Python's values: time buckets in UTC, and a
+    step as its name (a session's) or a ``TaskStep`` (a task's)."""
+    return tuple(_step_of(value) for value in in_utc(values))
+
+
+def _step_of(value: Any) -> Any:
+    # The step grouping's JSON (GROUPINGS["step"]): a session step's name, or a task's object.
+    if isinstance(value, dict):
+        return TaskStep(value["task_step"])
+    return value
 
 
 def in_utc(group: Sequence[Any]) -> tuple[Any, ...]:
@@ -335,7 +371,7 @@ def reprice(
     totals: dict[tuple[Any, ...], list[Any]] = {}
     params = {"tenant": tenant, "since": since, "until": until, "long": LONG_CONTEXT_TOKENS}
     for row in conn.execute(statement, params).fetchall():
-        group = in_utc(row[:width])
+        group = group_of(row[:width])
         request_model, model, long_context, unpriced, calls, recorded, *sums = row[width:]
         total = totals.setdefault(group, [0, 0, Decimal(0), Decimal(0)])
         total[0] += calls

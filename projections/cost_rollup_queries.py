@@ -12,7 +12,7 @@ from typing import Any
 from psycopg import Connection, sql
 
 from flowledger.domain.pricing import EXACT, TOKEN_FIELDS
-from flowledger.projections.cost_queries import GROUPINGS, DashboardRow, costliest_first, in_utc
+from flowledger.projections.cost_queries import GROUPINGS, DashboardRow, costliest_first, group_of
 from flowledger.projections.cost_rollups import MEASURES, SUMS
 from flowledger.projections.latency_sketch import bucket_sql, percentiles
 from flowledger.projections.windows import GRAINS, Piece, cover
@@ -76,7 +76,7 @@ def rollup_dashboard(
     totals: dict[tuple[Any, ...], dict[str, Any]] = {}
     histograms: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
     for row in conn.execute(statement, params):
-        group, (error_type, calls, *rest) = in_utc(row[:width]), row[width:]
+        group, (error_type, calls, *rest) = group_of(row[:width]), row[width:]
         *sums, latency_calls, latency_sum, bucket, count = rest
         if calls is None:
             histograms.setdefault(group, []).append((bucket, int(count)))

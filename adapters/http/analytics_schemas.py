@@ -17,7 +17,8 @@ from flowledger.adapters.http.task_schemas import Described
 class DashboardRowOut(Described):
     group: list[Any] = Field(
         description="The group's values, in the order of `by` (a bucket as a time); null for "
-        "calls that recorded none (no model, provider or session)"
+        "calls that recorded none (no model, provider or session); by step, a task's calls are "
+        '{"task_step": name}, apart from a session step of that name'
     )
     calls: int
     errors: int

@@ -21,7 +21,7 @@ from flowledger.domain.task import task_uuid
 from flowledger.domain.task_views import TaskStatus
 from flowledger.infrastructure import Engine
 from flowledger.infrastructure.engine.ranking import Ranking
-from flowledger.projections import dashboard, projector_for
+from flowledger.projections import TaskStep, dashboard, projector_for
 from flowledger.projections.calls import call_of
 from tests.conftest import make_settings
 from tests.support.clock import SetClock
@@ -205,5 +205,5 @@ async def test_the_cost_dashboard_counts_a_ranking_call_whose_task_waited(
     # Then its total is what the model was paid: the one call, as skill matching
     assert len(llm.calls) == 1
     assert [(row.group, row.calls, row.cost_usd) for row in rows] == [
-        (("skill_matching",), 1, Decimal(USAGE.cost_usd))
+        ((TaskStep("skill_matching"),), 1, Decimal(USAGE.cost_usd))
     ]
