@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
+from datetime import datetime
 
 from flowledger.domain.assignment import QueuedTask, queue_window
 from flowledger.domain.errors import BudgetExceeded, CircuitOpen
@@ -80,14 +81,24 @@ def needs_classifying(state: TaskState) -> bool:
     )
 
 
+def classified_first(state: TaskState, now: datetime) -> bool:
+    """Whether a routed assignment or queue run classifies ``state`` before offering it: it
+    needs classifying and its deadline has not passed at ``now``. An overdue task is escalated
+    whatever it is (``deadline_breached``): it was classified first, a model call bought for
+    nothing."""
+    return needs_classifying(state) and (state.deadline is None or now < state.deadline)
+
+
 async def classify_in_queue_order(
     classify: Callable[[str], Awaitable[TaskState]],
     waiting: Iterable[TaskState],
     limit: int | None,
+    now: datetime,
     tried: set[str] | None = None,
 ) -> int:
     """Classify those of the first ``limit`` waiting tasks in queue order (a queue run's
-    window: tasks held back take no place in it) that need it and are not in ``tried``,
+    window: tasks held back take no place in it) that need it at ``now`` (``classified_first``:
+    an overdue one is escalated unclassified) and are not in ``tried``,
     ``CONCURRENT_CALLS`` at a time, adding them to ``tried``; return how many were sent.
     Every call is let finish (what they cost is recorded); then the first error raised (a
     budget's refusal, an open circuit) is raised: the run then leaves out the tasks it could
@@ -107,7 +118,7 @@ async def classify_in_queue_order(
     ordered = [
         task_id
         for task_id in queue_window(queued, held, limit)  # the window assign_pending offers
-        if needs_classifying(states[task_id]) and task_id not in tried
+        if classified_first(states[task_id], now) and task_id not in tried
     ]
     tried.update(ordered)
     gate = asyncio.Semaphore(CONCURRENT_CALLS)

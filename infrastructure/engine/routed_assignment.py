@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime
 
 from flowledger.domain.bounds import require_flag
 from flowledger.domain.task_views import TaskState
@@ -13,6 +14,7 @@ from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.classify_first import (
     REFUSALS,
     UNCLASSIFIED_NO_MODEL,
+    classified_first,
     classify_in_queue_order,
     needs_classifying,
     placed_any,
@@ -21,11 +23,18 @@ from flowledger.infrastructure.engine.classify_first import (
 from flowledger.infrastructure.engine.ranking import TieBreaker
 from flowledger.infrastructure.engine.tasks import TaskService, require_queue_run
 
+UNCLASSIFIED_OVERDUE = (
+    "it names no skills and was not classified: it was past its deadline when looked at (an"
+    " overdue task is escalated unclassified), and its deadline has moved since: assign it again"
+)
+"""Why a routed assignment refuses a task it did not classify because it was overdue, when the
+task is no longer overdue as it is assigned (requeued meanwhile with a new deadline)."""
+
 
 class RoutedAssignment:
     """Classify first, then assign. ``get_task`` and ``open_tasks`` are the engine's reads,
     looked up when called: a subclass or a test that replaces them is honoured, as when these
-    were the engine's own methods."""
+    were the engine's own methods; ``clock`` is the engine's (deadlines are judged on it)."""
 
     def __init__(
         self,
@@ -34,8 +43,10 @@ class RoutedAssignment:
         tie_breaker: TieBreaker,
         get_task: Callable[[str], TaskState],
         open_tasks: Callable[[], list[TaskState]],
+        clock: Callable[[], datetime],
     ) -> None:
         self._tasks = tasks
+        self._clock = clock
         self._classifier = classifier
         self._tie_breaker = tie_breaker
         self._get_task = get_task
@@ -66,19 +77,23 @@ class RoutedAssignment:
                 del self._running[task_id]
 
     async def _assign_ranked(self, task_id: str, escalate_when_full: bool) -> TaskState:
-        if self._classifier.llm is not None and needs_classifying(
-            await asyncio.to_thread(self._get_task, task_id)
-        ):
-            await self._classifier.classify(task_id)
+        unclassified: str | None = UNCLASSIFIED_NO_MODEL
+        if self._classifier.llm is not None:
+            unclassified = None  # classified below when it needs it
+            state = await asyncio.to_thread(self._get_task, task_id)
+            if classified_first(state, self._clock()):
+                await self._classifier.classify(task_id)
+            elif needs_classifying(state):
+                # Past its deadline: the assignment escalates it whatever it is, so no model is
+                # paid to say what it is (it was, then the task was escalated all the same).
+                unclassified = UNCLASSIFIED_OVERDUE
         ranking = await self._tie_breaker.rank(task_id)
         return await asyncio.to_thread(
             self._tasks.assign_task,
             task_id,
             escalate_when_full=escalate_when_full,
             ranking=ranking,
-            unclassified=None
-            if self._classifier.llm is not None
-            else UNCLASSIFIED_NO_MODEL,  # classified above
+            unclassified=unclassified,
         )
 
     async def assign_pending(self, limit: int | None, escalate_when_full: bool) -> list[TaskState]:
@@ -91,7 +106,8 @@ class RoutedAssignment:
             while True:
                 waiting = await asyncio.to_thread(self._open_tasks)
                 try:
-                    if not await classify_in_queue_order(self._classifier.classify, waiting, limit, tried):
+                    classify = self._classifier.classify
+                    if not await classify_in_queue_order(classify, waiting, limit, self._clock(), tried):
                         break
                 except REFUSALS as error:
                     refused = error  # those it could not classify wait; the others are offered

@@ -40,7 +40,7 @@ from flowledger.domain.values import (
     require_text,
 )
 from flowledger.infrastructure.engine.assigner import BatchAssigner
-from flowledger.infrastructure.engine.classify_first import needs_classifying
+from flowledger.infrastructure.engine.classify_first import classified_first
 from flowledger.infrastructure.engine.ranking import Ranking
 from flowledger.infrastructure.engine.returned_routing import ReturnedRouting
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
@@ -202,10 +202,12 @@ class TaskService:
         ``unclassified`` (a routed run, ``assign_pending_routed``: classification drives
         routing): a task that names no skills and was never classified (no model to classify
         it, or it arrived after the run's last look) is held back as a failed classification
-        holds one, ``unclassified`` saying why, rather than given to any agent with room.
+        holds one, ``unclassified`` saying why, rather than given to any agent with room; one
+        past its deadline is offered, and escalated unclassified (``classified_first``).
         """
         require_queue_run(limit, escalate_when_full)
         waiting, held = [], set()
+        now = self._store.clock()
         for _, task in self._reads.loaded(self._reads.index.open_tasks()):
             if task is None:
                 continue
@@ -213,7 +215,7 @@ class TaskService:
             self._reads.note(state)
             if task.task_status is TaskStatus.PENDING:
                 waiting.append(task.queued())
-                if task.held_back is not None or (unclassified is not None and needs_classifying(state)):
+                if task.held_back is not None or (unclassified is not None and classified_first(state, now)):
                     held.add(task.task_id)
         window = queue_window(waiting, held, limit)
         states = self.assigner.assign_all(window, escalate_when_full, unclassified)

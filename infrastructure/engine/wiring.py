@@ -277,5 +277,5 @@ def compose(
         recording=StepRecording(sessions, budgets, store, tenant, parts.clock, llm),
         expiry=ExpiryChanges(sessions),
         reads=ArchivedReads(sessions, archives),
-        routing=RoutedAssignment(tasks, classifier, tie_breaker, get_task, open_tasks),
+        routing=RoutedAssignment(tasks, classifier, tie_breaker, get_task, open_tasks, store.clock),
     )
