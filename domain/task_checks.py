@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flowledger.domain.agent import normalise_skills
-from flowledger.domain.bounds import require_id, require_name, require_tenant
+from flowledger.domain.bounds import require_id, require_name, require_tenant, shown
 from flowledger.domain.errors import (
     TaskConflict,
     TaskNeedsClassification,
@@ -21,6 +21,19 @@ from flowledger.domain.values import MAX_REASON_LENGTH, LlmUsage, require_moment
 
 if TYPE_CHECKING:  # the aggregate imports its checks
     from flowledger.domain.task import Task
+
+MAX_LIST = 1000
+"""The most tasks one listing returns, or one queue run offers (REST, the CLI and the library alike)."""
+
+
+def require_limit(limit: Any) -> int:
+    """Raise ValidationError unless ``limit`` is a whole number (not a bool) in [1, ``MAX_LIST``]:
+    a listing's or a queue run's, in the words every entry point gives (REST's schema said
+    "must be at least 1 (got 0)" where the library and the CLI said this)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
+        raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {shown(limit)}")
+    return limit
+
 
 DELAY_SLACK = timedelta(seconds=1)
 """How far a repeated creation's delay may land from the first one's: the deadline is worked

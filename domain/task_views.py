@@ -129,6 +129,15 @@ MAX_ESTIMATED_HOURS = 10_000
 """A classification's estimate is above 0 and at most this many hours."""
 
 
+def _hours_shown(hours: float) -> str:
+    """A number of hours as a refusal writes it: a whole number without a fraction, whether it
+    came as an int or a float (REST, sent 0, is given 0.0 by its schema, the CLI reads "--hours 0"
+    as 0.0: "got 0.0" and "got 0" were told apart), any other as written (``shown``)."""
+    if isinstance(hours, float) and hours.is_integer() and abs(hours) < 2**53:
+        return str(int(hours))
+    return shown(hours)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Classification:
     """What a task is, as a model (``usage`` set) or the caller (``usage`` None) judged it."""
@@ -153,10 +162,10 @@ class Classification:
         if isinstance(hours, bool) or not isinstance(hours, int | float) or hours != hours:  # NaN
             raise ValidationError("estimated_hours", f"must be a number, got {shown(hours)}")
         if hours <= 0:
-            raise ValidationError("estimated_hours", f"must be above 0, got {shown(hours)}")
+            raise ValidationError("estimated_hours", f"must be above 0, got {_hours_shown(hours)}")
         if hours > MAX_ESTIMATED_HOURS:
             raise ValidationError(
-                "estimated_hours", f"must be at most {MAX_ESTIMATED_HOURS}, got {shown(hours)}"
+                "estimated_hours", f"must be at most {MAX_ESTIMATED_HOURS}, got {_hours_shown(hours)}"
             )
         object.__setattr__(self, "estimated_hours", float(hours))
 

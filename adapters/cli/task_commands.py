@@ -35,6 +35,7 @@ from flowledger.domain.bounds import (
 )
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.hours import deadline_delay
+from flowledger.domain.task_checks import MAX_LIST
 from flowledger.domain.task_views import (
     CATEGORIES,
     COMPLEXITIES,
@@ -49,7 +50,6 @@ from flowledger.infrastructure.engine.recorded_classification import (
     Recording,
     record_or_get_classification,
 )
-from flowledger.infrastructure.engine.task_reads import MAX_LIST
 
 T = TypeVar("T")
 console = cli_console()

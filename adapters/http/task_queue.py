@@ -40,8 +40,8 @@ from flowledger.domain.agent import MAX_CAPACITY
 from flowledger.domain.bounds import MAX_REASON_LENGTH
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.hours import deadline_delay
+from flowledger.domain.task_checks import MAX_LIST
 from flowledger.domain.task_views import TaskStatus
-from flowledger.infrastructure.engine.task_reads import MAX_LIST
 
 router = APIRouter(route_class=OneNameRoute, prefix="/v1", tags=["tasks"])
 
@@ -49,9 +49,11 @@ router = APIRouter(route_class=OneNameRoute, prefix="/v1", tags=["tasks"])
 class RunQueue(Body):
     """How much of the queue to run."""
 
-    limit: Annotated[int | None, JSON_INTEGER] = Field(
-        default=None, ge=1, le=MAX_LIST, description="at most this many tasks"
-    )
+    # The bounds documented, checked by the domain (``require_limit``): REST said "limit: must be
+    # at least 1 (got 0)" where the library and the CLI say "must be in [1, 1000], got 0".
+    limit: Annotated[
+        Annotated[int, Field(json_schema_extra={"minimum": 1, "maximum": MAX_LIST})] | None, JSON_INTEGER
+    ] = Field(default=None, description="at most this many tasks")
     escalate_when_full: bool = Field(
         default=False,
         strict=True,
@@ -127,7 +129,8 @@ def list_tasks(
             " (true or false: any other spelling is a 422)."
         ),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
+    # Documented, checked by the domain, in the library's and the CLI's words (as the run's).
+    limit: Annotated[int, Query(json_schema_extra={"maximum": MAX_LIST, "minimum": 1})] = 100,
     after: Annotated[str | None, Query(max_length=MAX_ID, pattern=NAME_PATTERN)] = None,
 ) -> list[Json]:
     """Tasks matching every filter given, oldest first, at most ``limit``. ``agent_id`` is the

@@ -188,7 +188,11 @@ class RecordClassification(Body):
 
     category: Category
     complexity: Complexity
-    estimated_hours: float = Field(gt=0, le=MAX_ESTIMATED_HOURS, strict=True)
+    # Documented, checked by the domain (``Classification``), in the CLI's words: REST said
+    # "must be above 0 (got 0)" where ``--hours 0`` said "must be above 0, got 0".
+    estimated_hours: float = Field(
+        strict=True, json_schema_extra={"exclusiveMinimum": 0, "maximum": MAX_ESTIMATED_HOURS}
+    )
 
 
 class Assign(Body):

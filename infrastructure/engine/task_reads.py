@@ -10,16 +10,15 @@ from flowledger.domain.agent import Agent, agent_uuid
 from flowledger.domain.bounds import shown
 from flowledger.domain.errors import AgentNotFound, TaskNotFound, ValidationError
 from flowledger.domain.task import Task, task_uuid
+from flowledger.domain.task_checks import require_limit
 from flowledger.domain.task_views import AgentState, TaskPriority, TaskState, TaskStatus
 from flowledger.domain.values import require_name, require_version
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_index import IndexedTask, LogIndex
 from flowledger.infrastructure.history import HistoryEntry, history_entry
 
-MAX_LIST = 1000
 LOAD_BATCH = 100
 """Tasks a listing or a queue run reads at once (``TaskReads.loaded``)."""
-"""The most tasks one listing returns, or one queue run offers (REST, the CLI and the library alike)."""
 
 
 def _overdue(state: TaskState, now: datetime) -> bool:
@@ -142,8 +141,7 @@ class TaskReads:
                 f"names the agent holding a task, or the one that completed it; status="
                 f"{wanted_status.value} tasks are held by no agent",
             )
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
-            raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {shown(limit)}")
+        require_limit(limit)
         open_only = overdue is not None or (wanted_status is not None and not wanted_status.is_final)
         entries = self.index.open_tasks() if open_only else self.index.all_tasks()
         if after is not None:

@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 
 from flowledger.domain.agent import SEED_CAPACITY, Agent, normalise_skills, require_registration
 from flowledger.domain.assignment import queue_window
-from flowledger.domain.bounds import MAX_REASON_LENGTH, require_flag, require_resolution, shown
+from flowledger.domain.bounds import MAX_REASON_LENGTH, require_flag, require_resolution
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.skill_aliases import SkillAliases
 from flowledger.domain.task import Task
 from flowledger.domain.task_assignment_ref import ANY_ASSIGNMENT, AssignmentRef
-from flowledger.domain.task_checks import require_requeue_terms
+from flowledger.domain.task_checks import require_limit, require_requeue_terms
 from flowledger.domain.task_views import (
     AgentState,
     EscalationReason,
@@ -52,7 +52,7 @@ from flowledger.infrastructure.engine.task_keys import (
     release_words,
     requeue_words,
 )
-from flowledger.infrastructure.engine.task_reads import MAX_LIST, TaskReads, agent_key, task_key
+from flowledger.infrastructure.engine.task_reads import TaskReads, agent_key, task_key
 from flowledger.infrastructure.postgres.agent_lock_lender import AgentLockLender
 from flowledger.infrastructure.postgres.agent_locks import AgentLocks
 
@@ -485,8 +485,6 @@ class TaskService:
 def require_queue_run(limit: int | None, escalate_when_full: bool) -> None:
     """Raise ValidationError unless ``limit`` is None or a whole number in [1, ``MAX_LIST``] and
     ``escalate_when_full`` is True or False."""
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST
-    ):
-        raise ValidationError("limit", f"must be in [1, {MAX_LIST}], got {shown(limit)}")
+    if limit is not None:
+        require_limit(limit)
     require_flag("escalate_when_full", escalate_when_full)

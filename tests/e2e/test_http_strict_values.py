@@ -678,8 +678,8 @@ def test_a_description_drawn_as_nothing_is_refused_as_a_blank_one_is(
 @pytest.mark.parametrize(
     ("method", "path", "body", "said"),
     [
-        ("post", "/v1/queue/run", {"limit": 0}, "limit: must be at least 1 (got 0)"),
-        ("post", "/v1/queue/run", {"limit": 100_000}, "limit: must be at most 1000 (got 100000)"),
+        ("post", "/v1/queue/run", {"limit": 0}, "limit: must be in [1, 1000], got 0"),
+        ("post", "/v1/queue/run", {"limit": 100_000}, "limit: must be in [1, 1000], got 100000"),
         (
             "post",
             WEBHOOK,
