@@ -40,7 +40,7 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 from uuid import UUID
 
 from flowledger.domain.aggregate import command_id_of
@@ -68,21 +68,12 @@ from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.step_calls import usage_of
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
 from flowledger.infrastructure.engine.task_budgets import TaskCallBudgets
+from flowledger.infrastructure.engine.task_lock_waits import TaskLocks, let_go, take_lock
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
 from flowledger.infrastructure.postgres.budgets import Reservation
 
 _TYPICAL_CALL = {"input_tokens": 300, "output_tokens": 60}
 """The size of a classification call, for comparing models' costs (prompt ~300, reply ~60 tokens)."""
-
-
-class TaskLocks(Protocol):
-    """Locks on tasks shared by engines on one database (``postgres/classification_locks.py``)."""
-
-    def try_lock(self, task_id: UUID, purpose: str) -> bool | None:
-        """True when taken, False when held elsewhere, None when the database could not be asked."""
-
-    def unlock(self, task_id: UUID, purpose: str) -> None:
-        """Let the lock go."""
 
 
 def refused_unsent(error: Exception) -> bool:
@@ -230,7 +221,7 @@ class TaskClassifier:
         # (A reclassify that did not wait makes its call: the one recorded may be on another
         # model, which it does not share.)
         key, purpose, seen = found.id, request.purpose, found.version
-        taken, waited = await self._lock(locks, key, purpose)
+        taken, waited = await take_lock(locks, key, purpose, wait_s=self.lock_wait_s, poll_s=self.lock_poll_s)
         try:
             if waited or (not again and await self._classified_since(key, seen)):
                 found = await self._load(task_id, again=again, command=command)
@@ -241,8 +232,7 @@ class TaskClassifier:
             return await self._call(llm, found, model, again=again, command=command)
         finally:
             if taken:
-                unlock = asyncio.to_thread(locks.unlock, key, purpose)
-                await asyncio.shield(asyncio.ensure_future(unlock))
+                await let_go(locks, key, purpose)
 
     async def _load(self, task_id: str, *, again: bool, command: CallCommand | None) -> Task | TaskState:
         """The task to classify, or its state when there is nothing to do (already classified,
@@ -269,24 +259,6 @@ class TaskClassifier:
         (by the reclassify on the same model this one waited for)."""
         events = await asyncio.to_thread(self._store.events, task, gt=version)
         return any(isinstance(event, Task.Classified | Task.ClassificationFailed) for event in events)
-
-    async def _lock(self, locks: TaskLocks, task: UUID, purpose: str) -> tuple[bool, bool]:
-        """Take the task's lock, waiting up to ``lock_wait_s`` while another engine holds it:
-        (taken, waited). Not taken when the wait ran out or the database could not be asked."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.lock_wait_s
-        waited = False
-        while True:
-            attempt = asyncio.ensure_future(asyncio.to_thread(locks.try_lock, task, purpose))
-            try:
-                taken = await asyncio.shield(attempt)
-            except asyncio.CancelledError:
-                attempt.add_done_callback(partial(_unlock_if_taken, loop, locks, task, purpose))
-                raise
-            if taken is not False or loop.time() >= give_up:
-                return bool(taken), waited
-            waited = True
-            await asyncio.sleep(self.lock_poll_s)
 
     async def _call(
         self, llm: LlmPort, task: Task, model: str | None, *, again: bool, command: CallCommand | None
@@ -451,15 +423,3 @@ async def _save_through_cancel(
     """Save what a paid call's caller, cancelled, leaves to record (shielded; errors dropped)."""
     with contextlib.suppress(Exception):
         await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(write, decide)))
-
-
-def _unlock_if_taken(
-    loop: asyncio.AbstractEventLoop,
-    locks: TaskLocks,
-    task: UUID,
-    purpose: str,
-    attempt: asyncio.Future[bool | None],
-) -> None:
-    # The caller was cancelled while the lock was being taken: let it go if it was.
-    if not attempt.cancelled() and attempt.exception() is None and attempt.result():
-        loop.run_in_executor(None, locks.unlock, task, purpose)

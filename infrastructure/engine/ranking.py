@@ -16,16 +16,26 @@ that said what it used, records the call as ``Task.RankingDiscarded``:
 every call the budgets charge reaches the cost views. Budgets hold the call as
 they hold a step's (``task_budgets.py``): one an enforced budget cannot take is not made,
 and the assignment raises ``BudgetExceeded`` with the task left waiting as it was.
+
+Across engines (PostgreSQL), a ranking about to call the model holds the task's lock for
+``rank`` (``postgres/classification_locks.py``) through the call and the assignment
+(``TieBreaker.ranked``); another engine ranking the task meanwhile waits for it (bounded, as a
+classification's wait: ``FLOWLEDGER_CLASSIFY_LOCK_WAIT_S``), or finds it free but the task
+changed since it read it, and decides again from the task as it is: taken, it asks nothing.
+Each engine paid its own call before, the loser's kept only as ``RankingDiscarded``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from uuid import UUID
 
-from flowledger.domain.assignment import tied_best
+from flowledger.domain.assignment import AgentProfile, tied_best
 from flowledger.domain.errors import LlmError, ValidationError
+from flowledger.domain.ports import LlmPort
 from flowledger.domain.prompts import parse_ranking_reply, ranking_messages
 from flowledger.domain.task import Task
 from flowledger.domain.task_views import TaskPriority, TaskStatus
@@ -33,7 +43,12 @@ from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.classification import TaskClassifier
 from flowledger.infrastructure.engine.step_calls import usage_of
 from flowledger.infrastructure.engine.store import AggregateStore, UnitOfWork
+from flowledger.infrastructure.engine.task_lock_waits import let_go, take_lock
 from flowledger.infrastructure.engine.task_reads import TaskReads, task_key
+
+RANK_PURPOSE = "rank"
+"""The purpose of a task's lock held through its ranking call and assignment (apart from its
+classification's)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,18 +78,53 @@ class Ranking:
         return f"{why}; the model picked {self.agent_id} ({self.note})"
 
 
+@dataclass(frozen=True)
+class _Tie:
+    """A waiting task and the agents the rule cannot tell apart for it, as read before a call."""
+
+    task: Task
+    tied: list[AgentProfile]
+    llm: LlmPort
+
+
 class TieBreaker:
     """Asks the model to break ties between equally good agents (see the module docstring)."""
+
+    lock_poll_s: float = 0.05
+    """How often a ranking waiting for another engine's asks for the task's lock again."""
 
     def __init__(self, store: AggregateStore, reads: TaskReads, classifier: TaskClassifier) -> None:
         self._store = store
         self._reads = reads
         self._classifier = classifier
 
-    async def rank(self, task_id: str) -> Ranking | None:
+    @contextlib.asynccontextmanager
+    async def ranked(self, task_id: str) -> AsyncIterator[Ranking | None]:
         """The model's pick among the agents tied for the waiting task, or None when there is
         nothing to ask (switched off, the task is not waiting or is past its deadline, fewer
-        than two agents tied)."""
+        than two agents tied), with the task's ranking lock held across engines until the
+        block (the assignment) ends, when a call is made (module docstring)."""
+        tie = await self._tie(task_id)
+        locks = self._classifier.locks
+        if tie is None or locks is None:
+            yield None if tie is None else await self._ask(tie)
+            return
+        key, seen = tie.task.id, tie.task.version
+        wait_s = self._classifier.lock_wait_s
+        taken, waited = await take_lock(locks, key, RANK_PURPOSE, wait_s=wait_s, poll_s=self.lock_poll_s)
+        try:
+            # Waited for another engine's ranking, or found the lock free with the task changed
+            # since it was read (another's whole call and assignment fitted between): decide
+            # again from the task as it is now, taken by then, most likely.
+            if waited or await self._changed_since(key, seen):
+                tie = await self._tie(task_id)
+            yield None if tie is None else await self._ask(tie)
+        finally:
+            if taken:
+                await let_go(locks, key, RANK_PURPOSE)
+
+    async def _tie(self, task_id: str) -> _Tie | None:
+        """The task and its tied agents when there is a ranking to ask for, else None."""
         self._reads.task_uuid(task_id)  # the id checked whether or not a model is asked
         llm = self._classifier.llm
         if llm is None or not self._classifier.tiers.model_ranked_matching:
@@ -87,8 +137,15 @@ class TieBreaker:
         # Read now (not a recent copy): an agent registered a moment ago may be one of the tied.
         profiles = await asyncio.to_thread(self._reads.index.agent_profiles)
         tied = tied_best(task.task_id, task.needs.spelt(self._classifier.catalogue.skill_aliases), profiles)
-        if len(tied) < 2:
-            return None
+        return _Tie(task, tied, llm) if len(tied) >= 2 else None
+
+    async def _changed_since(self, task: UUID, version: int) -> bool:
+        """Whether anything was recorded on the task after ``version``."""
+        return bool(await asyncio.to_thread(self._store.events, task, gt=version))
+
+    async def _ask(self, tie: _Tie) -> Ranking:
+        """Ask the task's tier model to pick among the tied agents (see the module docstring)."""
+        task, tied, task_id, llm = tie.task, tie.tied, tie.task.task_id, tie.llm
         model, _ = self._classifier.route(TaskPriority(task.priority))
         messages = ranking_messages(task, [(p.agent_id, sorted(p.skills)) for p in tied])
         # Refused by a budget: BudgetExceeded before the call, and the task is not assigned

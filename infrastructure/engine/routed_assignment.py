@@ -64,7 +64,7 @@ class RoutedAssignment:
             return await self._assign_ranked(task_id, escalate_when_full)
         loop = asyncio.get_running_loop()
         # One at a time per task: two at once each paid a ranking call (a double submit), the
-        # second kept only as RankingDiscarded. Across processes each still makes its own.
+        # second kept only as RankingDiscarded. Across processes, the ranking's lock does it.
         while (running := self._running.get(task_id)) is not None and running.get_loop() is loop:
             await asyncio.wait({running})  # its outcome is the task's: read afresh below
         done = loop.create_future()
@@ -87,14 +87,16 @@ class RoutedAssignment:
                 # Past its deadline: the assignment escalates it whatever it is, so no model is
                 # paid to say what it is (it was, then the task was escalated all the same).
                 unclassified = UNCLASSIFIED_OVERDUE
-        ranking = await self._tie_breaker.rank(task_id)
-        return await asyncio.to_thread(
-            self._tasks.assign_task,
-            task_id,
-            escalate_when_full=escalate_when_full,
-            ranking=ranking,
-            unclassified=unclassified,
-        )
+        # The ranking's lock (across engines) is held until the assignment is saved: another
+        # engine ranking the task meanwhile then finds it taken, and pays for no call.
+        async with self._tie_breaker.ranked(task_id) as ranking:
+            return await asyncio.to_thread(
+                self._tasks.assign_task,
+                task_id,
+                escalate_when_full=escalate_when_full,
+                ranking=ranking,
+                unclassified=unclassified,
+            )
 
     async def assign_pending(self, limit: int | None, escalate_when_full: bool) -> list[TaskState]:
         """``Engine.assign_pending_routed``: classifications first, stopped by a refusal (raised

@@ -6,7 +6,9 @@ An engine about to classify a task (``TaskClassifier``) takes the task's lock wi
 finds it held waits (polling, up to a bound) and then reads the task again, which the first
 has classified by then: it answers from the task, with no call. A ``reclassify`` takes a lock
 of its own per task and model (the purpose names them), so that only a reclassify on the same
-model waits for it and takes the outcome recorded meanwhile as its own. The locks are session-level
+model waits for it and takes the outcome recorded meanwhile as its own. A model-ranked
+assignment takes the task's ``rank`` lock through its tie-break call and the assignment
+(``engine/ranking.py``), so that another engine's finds the task taken. The locks are session-level
 and live on one autocommit connection of their own (no transaction is held open during a
 call), shared by the engine's classifications under a thread lock: each statement is one
 short round trip. They are only ever an optimisation: a lost connection frees its locks on
