@@ -219,10 +219,13 @@ class OnAssignment(Body):
     nothing recorded. The body may be left out: the current assignment, as before."""
 
     agent_id: str | None = name(description="the agent that holds the task, as the command's sender knows it")
-    assignment: Annotated[int | None, JSON_INTEGER] = Field(
+    # The bounds documented, checked by the domain (``AssignmentRef.of``), in the library's and
+    # the CLI's words: REST said "assignment: must be at least 1 (got 0)".
+    assignment: Annotated[
+        Annotated[int, Field(json_schema_extra={"maximum": MAX_ASSIGNMENT, "minimum": 1})] | None,
+        JSON_INTEGER,
+    ] = Field(
         default=None,
-        ge=1,
-        le=MAX_ASSIGNMENT,
         description="the task's times_assigned when it was given this agent (1 for the first assignment)",
     )
 
