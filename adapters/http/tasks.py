@@ -151,7 +151,9 @@ class RegisterAgent(Body):
 
     agent_id: str = required_id("be-1", field="agent_id", seed="id")
     name: str = required_name("Backend 1")
-    skills: list[Skill] = Field(min_length=1, max_length=MAX_SKILLS)
+    # The count documented, checked by the domain (``require_registration``), in the library's
+    # and the CLI's words: REST said "skills: must hold at most 100 items, got 101".
+    skills: list[Skill] = Field(json_schema_extra={"maxItems": MAX_SKILLS, "minItems": 1})
     capacity: Integer = Field(
         default=SEED_CAPACITY,
         # Documented, checked by the domain (its words, as the library's and the CLI's).
@@ -168,7 +170,8 @@ class CreateTask(Body):
 
     task_id: str = required_id("T-1", field="task_id", seed="id")
     description: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, pattern=TEXT_PATTERN)
-    required_skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
+    # Documented, checked by the domain (``normalise_skills``), in its words, as an agent's are.
+    required_skills: list[Skill] = Field(default_factory=list, json_schema_extra={"maxItems": MAX_SKILLS})
     priority: Priority = TaskPriority.MEDIUM
     deadline: Moment | None = None
     deadline_hours: DeadlineHours | None = None

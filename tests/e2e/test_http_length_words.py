@@ -34,17 +34,17 @@ WEBHOOK = "/webhook/workflow-state"
         (
             "/v1/agents",
             {"agent_id": "a-1", "name": "A", "skills": []},
-            "skills: must hold at least 1 item, got 0",
+            "skills: must name at least one skill: an agent with none could take no task",
         ),
         (
             "/v1/agents",
             {"agent_id": "a-1", "name": "A", "skills": [f"s{n}" for n in range(101)]},
-            "skills: must hold at most 100 items, got 101",
+            "skills: must name at most 100 skills, got 101",
         ),
         (
             "/v1/tasks",
             {"task_id": "T-1", "description": "d", "required_skills": [f"s{n}" for n in range(101)]},
-            "required_skills: must hold at most 100 items, got 101",
+            "required_skills: must name at most 100 skills, got 101",
         ),
         (
             WEBHOOK,
