@@ -27,6 +27,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 from starlette.convertors import PathConvertor, register_url_convertor
 
@@ -88,6 +89,11 @@ USAGE_ID_PATTERN = worded(r"^[^\x00-\x1f\x7f-\x9f]*$", "must hold no control cha
 """A response id or price version in a usage a caller gives: text without control characters."""
 TEXT_PATTERN = worded(r"^[^\x00]*[^\s\x00][^\x00]*$", "must be text that is not blank and holds no NUL")
 """Free text (a description, a reason): not blank, no NUL (``domain.bounds.require_text``)."""
+DOMAIN_TEXT: JsonDict = {"minLength": 1, "pattern": TEXT_PATTERN}
+"""Free text's rule as the document states it, for a field whose check is left to the domain
+(``json_schema_extra``: ``require_text``'s words, where the pattern's were REST's own: a blank
+description was "must be text that is not blank and holds no NUL (got '   ')" over REST and
+"must be a non-empty string" from the CLI)."""
 ResolutionText = Annotated[
     str,
     WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_TEXT_LENGTH, "pattern": TEXT_PATTERN}),

@@ -15,10 +15,10 @@ from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import IdempotencyKey, one_key
 from flowledger.adapters.http.schemas import (
+    DOMAIN_TEXT,
     JSON_INTEGER,
     MAX_ID,
     NAME_PATTERN,
-    TEXT_PATTERN,
     Body,
     DeadlineHours,
     Integer,
@@ -67,7 +67,7 @@ class Requeue(Body):
 
     model_config = ConfigDict(json_schema_extra={"not": {"required": ["deadline", "deadline_hours"]}})
 
-    reason: str = Field(min_length=1, max_length=MAX_REASON_LENGTH, pattern=TEXT_PATTERN)
+    reason: str = Field(max_length=MAX_REASON_LENGTH, json_schema_extra=DOMAIN_TEXT)
     requested_by: str | None = name(description="the person; the API key's id when omitted")
     deadline_hours: DeadlineHours | None = Field(
         default=None,

@@ -18,9 +18,9 @@ from flowledger.adapters.http.model_failures import withheld
 from flowledger.adapters.http.moments import Moment
 from flowledger.adapters.http.rest import IdempotencyKey, one_key
 from flowledger.adapters.http.schemas import (
+    DOMAIN_TEXT,
     JSON_INTEGER,
     NAME_PATTERN,
-    TEXT_PATTERN,
     Body,
     DeadlineHours,
     EventOut,
@@ -169,7 +169,7 @@ class CreateTask(Body):
     model_config = ConfigDict(json_schema_extra={"not": {"required": ["deadline", "deadline_hours"]}})
 
     task_id: str = required_id("T-1", field="task_id", seed="id")
-    description: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, pattern=TEXT_PATTERN)
+    description: str = Field(max_length=MAX_TEXT_LENGTH, json_schema_extra=DOMAIN_TEXT)
     # Documented, checked by the domain (``normalise_skills``), in its words, as an agent's are.
     required_skills: list[Skill] = Field(default_factory=list, json_schema_extra={"maxItems": MAX_SKILLS})
     priority: Priority = TaskPriority.MEDIUM
@@ -248,7 +248,7 @@ class Release(OnAssignment):
     """Why the task goes back to the queue, and the request's idempotency key (or the
     ``Idempotency-Key`` header): sent again, it is answered as the first send was."""
 
-    reason: str = Field(default="released", min_length=1, max_length=MAX_REASON_LENGTH, pattern=TEXT_PATTERN)
+    reason: str = Field(default="released", max_length=MAX_REASON_LENGTH, json_schema_extra=DOMAIN_TEXT)
     idempotency_key: str | None = name()
 
 

@@ -269,7 +269,7 @@ def test_free_text_is_typed_as_the_server_checks_it(memory_http: TestClient) -> 
     refused(memory_http.post("/v1/sessions/s-1/abandon", json={"reason": ""}), "reason")
     refused(
         memory_http.post("/v1/tasks", json={"task_id": "t-1", "description": "a\u0000b"}),
-        "description: must be text that is not blank and holds no NUL",
+        "description: must not contain NUL characters (U+0000): PostgreSQL text cannot store them",
     )
     assert memory_http.get("/v1/tasks/t-1").status_code == 404
     assert memory_http.get("/v1/sessions/s-1").json()["status"] == "active"
