@@ -127,7 +127,7 @@ def _say(state: TaskState, note: str = "") -> None:
 def _routed(engine: Engine, state: TaskState) -> TaskState:
     """``state`` as ``run-queue`` and ``assign`` treat it on this command line: with no model
     configured, a task that needs classifying is held back, saying why (``as_routed``)."""
-    return as_routed(state, model=bool(engine.settings.llm_base_url))
+    return as_routed(state, model=bool(engine.settings.llm_base_url), clock=engine.clock)
 
 
 def _with_model(

@@ -270,7 +270,7 @@ def out(state: Any) -> Json:
 def task_out(caller: Caller, state: TaskState) -> Json:
     """A task as the API answers it, its ``held_back`` as this server's queue runs and
     assignments treat it: with no model, one that needs classifying waits (``as_routed``)."""
-    return out(as_routed(state, model=caller.engine.llm is not None))
+    return out(as_routed(state, model=caller.engine.llm is not None, clock=caller.engine.clock))
 
 
 _FOUND = "It existed with these fields: nothing was created (a retry); the body is as the 201's"

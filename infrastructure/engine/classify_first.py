@@ -59,13 +59,17 @@ def placed_any(states: Iterable[TaskState]) -> bool:
     return any(s.status in (TaskStatus.ASSIGNED, TaskStatus.ESCALATED) for s in states)
 
 
-def as_routed(state: TaskState, *, model: bool) -> TaskState:
+def as_routed(state: TaskState, *, model: bool, clock: Callable[[], datetime]) -> TaskState:
     """``state`` as a routed queue run or assignment (REST, the CLI) treats it: with no ``model``
     to classify it, a task that needs classifying is held back, ``held_back`` saying why
-    (``UNCLASSIFIED_NO_MODEL``). A task read, listed or created over REST (``tasks show`` /
-    ``list`` on the command line) said ``held_back: null`` while the run held it back; the
-    library's own view keeps its rule (its synchronous commands route such a task)."""
+    (``UNCLASSIFIED_NO_MODEL``), unless its deadline has passed by ``clock`` (the engine's, read
+    only then): a run escalates it unclassified (``classified_first``), where it read held back.
+    A task read, listed or created over REST (``tasks show`` / ``list`` on the command line)
+    said ``held_back: null`` while the run held it back; the library's own view keeps its rule
+    (its synchronous commands route such a task)."""
     if model or not needs_classifying(state):
+        return state
+    if state.deadline is not None and not classified_first(state, clock()):
         return state
     return replace(state, held_back=UNCLASSIFIED_NO_MODEL)
 

@@ -10,10 +10,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from fastapi.testclient import TestClient
 
+from flowledger.adapters.http.app import create_app
 from flowledger.domain.errors import TaskNeedsClassification
 from flowledger.domain.task_views import TaskState, TaskStatus
 from flowledger.infrastructure import Engine
+from flowledger.infrastructure.engine.classify_first import UNCLASSIFIED_NO_MODEL
 from tests.conftest import make_settings
 from tests.support.clock import SetClock
 from tests.support.llm import USAGE, ScriptedLlm
@@ -126,3 +129,22 @@ async def test_a_routed_queue_run_without_a_model_escalates_an_overdue_unclassif
     # for a model to classify it, its deadline long passed)
     await engine.assign_pending_routed()
     assert _escalation(engine, "late") == (TaskStatus.ESCALATED, "deadline_breached")
+
+
+def test_rest_does_not_say_an_overdue_task_waits_for_a_model_the_run_does_not_need(
+    clocked: tuple[Engine, SetClock],
+) -> None:
+    # Given no model, an overdue task naming no skills, never classified, and one in time
+    engine, clock = clocked
+    engine.llm = None
+    engine.create_task("late", "Fix the race in the Go worker", deadline=timedelta(hours=1))
+    engine.create_task("fresh", "Fix the Python importer", deadline=timedelta(days=2))
+    clock.now += timedelta(hours=2)
+    with TestClient(create_app(engine)) as client:
+        # When they are read over REST, then only the one in time is said to wait for a model
+        # (the overdue one read held back "no model is configured to classify it", while the
+        # queue run escalates it unclassified)
+        held = {t: client.get(f"/v1/tasks/{t}").json()["held_back"] for t in ("late", "fresh")}
+        assert held == {"late": None, "fresh": UNCLASSIFIED_NO_MODEL}
+        ran = client.post("/v1/queue/run").json()
+    assert {t["task_id"]: t["status"] for t in ran} == {"late": "escalated", "fresh": "pending"}
