@@ -33,8 +33,10 @@ GROUPINGS: Mapping[str, str] = {
     "workflow": "CASE WHEN source = 'session' THEN workflow END",
     # A task's calls are steps of the router (classification, escalation, skill_matching): as
     # plain text, a session step named "classification" was one group with every task's
-    # classification (2 calls for 1). JSON tells them apart: a name, or an object (TaskStep).
-    "step": "CASE WHEN source = 'session' THEN to_jsonb(step) ELSE jsonb_build_object('task_step', step) END",
+    # classification (2 calls for 1). Marked with U+0001, which no step name may hold
+    # (``require_name``), they are read back as a TaskStep (``group_of``). Not as JSON (a name
+    # or an object): grouping 500,000 rows by it took 250-290 ms against 80-90 ms as text.
+    "step": "CASE WHEN source = 'session' THEN step ELSE chr(1) || step END",
     "source": "source",
     # A fork beside its parent (Engine.fork_session). A task's calls carry its task id as their
     # subject: grouped by it, task "x1" was counted in session "x1"'s group (2 calls for 1).
@@ -237,7 +239,7 @@ def dashboard(
         n = row[width:]
         result.append(
             DashboardRow(
-                group=group_of(row[:width]),
+                group=group_of(row[:width], by),
                 calls=n[0],
                 errors=n[1],
                 errors_by_type=_json_counts(n[18]),
@@ -281,16 +283,21 @@ def _rank(key: Any) -> tuple[int, Any]:
     return (1, key)
 
 
-def group_of(values: Sequence[Any]) -> tuple[Any, ...]:
-    """A row's group as the database gave it, in Python's values: time buckets in UTC, and a
-    step as its name (a session's) or a ``TaskStep`` (a task's)."""
-    return tuple(_step_of(value) for value in in_utc(values))
+def group_of(values: Sequence[Any], by: Sequence[str]) -> tuple[Any, ...]:
+    """A row's group (grouped ``by``) as the database gave it, in Python's values: time buckets
+    in UTC, and a step as its name (a session's) or a ``TaskStep`` (a task's)."""
+    steps = {i for i, key in enumerate(by) if key == "step"}  # by () is one group, 'all'
+    return tuple(_step_of(value) if i in steps else value for i, value in enumerate(in_utc(values)))
+
+
+_TASK_STEP_MARK = "\x01"
+"""What GROUPINGS["step"] puts before a task's step: a control character, in no step's name."""
 
 
 def _step_of(value: Any) -> Any:
-    # The step grouping's JSON (GROUPINGS["step"]): a session step's name, or a task's object.
-    if isinstance(value, dict):
-        return TaskStep(value["task_step"])
+    # The step grouping (GROUPINGS["step"]): a session step's name, or a task's, marked.
+    if isinstance(value, str) and value.startswith(_TASK_STEP_MARK):
+        return TaskStep(value[1:])
     return value
 
 
@@ -371,7 +378,7 @@ def reprice(
     totals: dict[tuple[Any, ...], list[Any]] = {}
     params = {"tenant": tenant, "since": since, "until": until, "long": LONG_CONTEXT_TOKENS}
     for row in conn.execute(statement, params).fetchall():
-        group = group_of(row[:width])
+        group = group_of(row[:width], by)
         request_model, model, long_context, unpriced, calls, recorded, *sums = row[width:]
         total = totals.setdefault(group, [0, 0, Decimal(0), Decimal(0)])
         total[0] += calls

@@ -76,7 +76,7 @@ def rollup_dashboard(
     totals: dict[tuple[Any, ...], dict[str, Any]] = {}
     histograms: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
     for row in conn.execute(statement, params):
-        group, (error_type, calls, *rest) = group_of(row[:width]), row[width:]
+        group, (error_type, calls, *rest) = group_of(row[:width], by), row[width:]
         *sums, latency_calls, latency_sum, bucket, count = rest
         if calls is None:
             histograms.setdefault(group, []).append((bucket, int(count)))
