@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -48,6 +48,40 @@ def unanswering_model() -> tuple[ScriptedLlm, asyncio.Event]:
     """A model that never answers, and an event set once it is called."""
     called = asyncio.Event()
     return ScriptedLlm(meanwhile=called.set, gate=asyncio.Event()), called
+
+
+def hold_a_write_for_the_close(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, *, when: Callable[[], bool]
+) -> threading.Event:
+    """Hold the first write of ``engine``'s store made while ``when()`` is true until its close
+    waits for it, or, a close that does not wait, has closed the store (so that the write meets
+    the closed store: a write let go as the close began raced it, and won on the code that did
+    not wait); return an event set once the write is held."""
+    held, go_on = threading.Event(), threading.Event()
+    write = engine.store.write
+
+    def held_write(*args: Any, **kwargs: Any) -> Any:
+        if not held.is_set() and when():
+            held.set()
+            go_on.wait(HANG_S)
+        return write(*args, **kwargs)
+
+    # The lock the close waits on for those steps (``StepAttempts.wait_answered``).
+    changed = engine.steps._attempts._changed
+    wait, close_store = changed.wait, engine.store.app.close
+
+    def close_waits(timeout: float | None = None) -> bool:
+        go_on.set()
+        return wait(timeout)
+
+    def store_closed() -> None:
+        close_store()
+        go_on.set()
+
+    monkeypatch.setattr(engine.store, "write", held_write)
+    monkeypatch.setattr(changed, "wait", close_waits)
+    monkeypatch.setattr(engine.store.app, "close", store_closed)
+    return held
 
 
 async def test_a_step_whose_model_has_not_answered_at_close_is_given_up_and_runs_at_once_elsewhere(
@@ -152,34 +186,16 @@ async def test_no_step_in_flight_when_an_engine_closes_is_left_pending(
 async def test_a_step_whose_answer_is_being_recorded_when_its_engine_closes_is_recorded(
     database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a step whose model answered and whose answer's save is under way as the engine closes
+    # Given a step whose model answered and whose answer's save is under way as the engine
+    # closes, held until the close waits for it (or, a close that does not, has closed the store)
     settings = make_settings(database_url=database_url, schema=pg_schema, step_lease_s=LEASE_S)
     engine = Engine(settings=settings)
     engine.start_session("s1", "cs")
-    answered, saving, closing = False, threading.Event(), threading.Event()
-    write = engine.store.write
-
-    def write_once_closing(*args: Any, **kwargs: Any) -> Any:
-        if answered:
-            saving.set()
-            closing.wait(30)
-        return write(*args, **kwargs)
-
-    def answer() -> None:
-        nonlocal answered
-        answered = True
-
-    monkeypatch.setattr(engine.store, "write", write_once_closing)
-    engine.llm = model = ScriptedLlm(meanwhile=answer)
+    answered = threading.Event()
+    saving = hold_a_write_for_the_close(engine, monkeypatch, when=answered.is_set)
+    engine.llm = model = ScriptedLlm(meanwhile=answered.set)
     step = asyncio.ensure_future(engine.process_step("s1", "greet", idempotency_key="k1"))
-    await asyncio.to_thread(saving.wait, 30)
-    close_steps = engine.steps.close
-
-    def close_then_let_the_save_go(*args: Any, **kwargs: Any) -> None:
-        closing.set()
-        close_steps(*args, **kwargs)
-
-    monkeypatch.setattr(engine.steps, "close", close_then_let_the_save_go)
+    assert await asyncio.to_thread(saving.wait, HANG_S)
 
     # When the engine closes
     await asyncio.to_thread(engine.close)
@@ -210,31 +226,13 @@ async def test_a_step_whose_start_is_being_saved_when_its_engine_closes_is_given
     # caller in a few runs got StepInterrupted without given_up, its step left pending, and the
     # retry waited out the 15 s lease: its StepStarted was saved after the close had begun, and
     # its failure could no longer be recorded on the closing engine.)
-    # Given a step whose StepStarted is being saved, on another thread, as the engine closes
+    # Given a step whose StepStarted is being saved, on another thread, as the engine closes,
+    # held until the close waits for it
     engine.start_session("s1", "cs")
-    saving, closing = threading.Event(), threading.Event()
-    write = engine.store.write
-    writes = 0
-
-    def first_write_waits_for_the_close(*args: Any, **kwargs: Any) -> Any:
-        nonlocal writes
-        writes += 1
-        if writes == 1:
-            saving.set()
-            closing.wait(HANG_S)
-        return write(*args, **kwargs)
-
-    monkeypatch.setattr(engine.store, "write", first_write_waits_for_the_close)
+    saving = hold_a_write_for_the_close(engine, monkeypatch, when=lambda: True)
     engine.llm = model = ScriptedLlm()
     step = asyncio.ensure_future(engine.process_step("s1", "greet", idempotency_key="k1"))
-    await asyncio.to_thread(saving.wait, HANG_S)
-    close_steps = engine.steps.close
-
-    def close_then_let_the_start_go(*args: Any, **kwargs: Any) -> None:
-        closing.set()
-        close_steps(*args, **kwargs)
-
-    monkeypatch.setattr(engine.steps, "close", close_then_let_the_start_go)
+    assert await asyncio.to_thread(saving.wait, HANG_S)
 
     # When the engine closes
     await asyncio.to_thread(engine.close)
