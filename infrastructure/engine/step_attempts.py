@@ -7,6 +7,13 @@ once. It stayed pending until its lease lapsed: an outside probe, 8 threads in `
 and a close, left 6-8 steps pending a run, and each retry waited out the lease (15 s) and called
 the model again. An attempt whose model has answered is left to record its answer: the close
 waits for it (within ``close_wait_s``), as for the answers being saved in the background.
+
+A call the close gives up may be paid for all the same: it answered as its cancel landed, or its
+cancelled attempt said what it used. The close waits (within the same ``close_wait_s``) for the
+cancelled calls to end, and records what they used on their ``engine_closed`` failures: the answer
+was dropped, and its tokens and cost were in no event. One that ends only after the close recorded
+its step (its loop could not run meanwhile: the close's own, or a blocked one) is logged as a
+warning with what it used (``paid_after_giving_up``).
 """
 
 from __future__ import annotations
@@ -14,14 +21,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.step_calls import Go, StepCall
 from flowledger.infrastructure.postgres.budgets import Reservation
+
+_log = logging.getLogger(__name__)
 
 
 class Stage(enum.Enum):
@@ -45,6 +56,10 @@ class Attempt:
     hold: Reservation | None = None
     """The attempt's budget hold once taken (settled by the close when it gives the attempt up)."""
     model_call: asyncio.Future[Any] | None = field(default=None, repr=False)
+    usage: LlmUsage | None = None
+    """What its model call used, when the call ended after the close gave the attempt up."""
+    recorded: bool = False
+    """The close has recorded the attempt given up: what its call used is noted too late."""
 
 
 class StepAttempts:
@@ -107,6 +122,31 @@ class StepAttempts:
             attempt.stage = Stage.ANSWERED
             return True
 
+    def paid_after_giving_up(self, attempt: Attempt, usage: object) -> None:
+        """Note what the call of an attempt the close gave up used (its answer, or what its
+        cancelled attempt reported), for the close to record; logged as a warning when the close
+        has recorded the attempt already (what it used is then in no event)."""
+        if not isinstance(usage, LlmUsage):
+            return
+        with self._changed:
+            if not attempt.recorded:
+                attempt.usage = usage
+                self._changed.notify_all()
+                return
+        call = attempt.call
+        _log.warning(
+            "session %r, idempotency key %r: the model call ended after the engine's close recorded"
+            " the step as engine_closed, and what it used is in no event: %d input tokens, %d output"
+            " tokens, $%s (%s, %d attempts)",
+            call.session_id,
+            call.key,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.charged_usd,
+            usage.response_model or usage.request_model,
+            usage.attempts,
+        )
+
     def given_up(self, attempt: Attempt) -> bool:
         """Whether the close gave the attempt up."""
         with self._changed:
@@ -132,6 +172,28 @@ class StepAttempts:
                 with contextlib.suppress(RuntimeError):  # its loop has ended
                     attempt.loop.call_soon_threadsafe(model_call.cancel)
         return given_up
+
+    def wait_calls_ended(self, given_up: list[Attempt], deadline: float) -> None:
+        """Wait until the model calls of the attempts the close ``given_up`` (cancelled) have
+        ended, so that what they used is known, or until ``deadline`` (``time.monotonic``); not
+        for those of the calling thread's own loop, which cannot go on while it waits."""
+        here = threading.get_ident()
+        with self._changed:
+            while any(
+                a in self._attempts and a.model_call is not None and a.usage is None and a.thread != here
+                for a in given_up
+            ):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(left)
+
+    def recording(self, attempt: Attempt) -> LlmUsage | None:
+        """What the given-up attempt's call used, as the close records it (None: not known);
+        noted later, it is logged instead (``paid_after_giving_up``)."""
+        with self._changed:
+            attempt.recorded = True
+            return attempt.usage
 
     def wait_answered(self, deadline: float) -> None:
         """Wait until the attempts whose model answered have recorded it and the starts being

@@ -210,6 +210,8 @@ class StepDecisions:
                 usage=storable_usage(usage),
             )
 
-    def fail_given_up(self, attempt: Attempt, uow: UnitOfWork) -> None:
-        message = f"the engine closed before the model answered (worker {self.worker})"
-        self.fail(attempt.call, attempt.go, ENGINE_CLOSED, message, None, uow)
+    def fail_given_up(self, attempt: Attempt, usage: LlmUsage | None, uow: UnitOfWork) -> None:
+        """The close's record of an attempt it gave up, with what its call used (None: unknown)."""
+        what = "before the model answered" if usage is None else "as its paid call ended, unrecorded"
+        message = f"the engine closed {what} (worker {self.worker})"
+        self.fail(attempt.call, attempt.go, ENGINE_CLOSED, message, usage, uow)

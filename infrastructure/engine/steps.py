@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from decimal import Decimal
 from functools import partial
 from typing import Any, TypeVar
 from uuid import uuid4
@@ -44,7 +43,7 @@ from flowledger.domain.ports import LlmPort, LlmReply
 from flowledger.domain.session_leases import ENGINE_CLOSED
 from flowledger.domain.session_views import StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
-from flowledger.infrastructure.engine.budgets import BudgetService
+from flowledger.infrastructure.engine.budgets import BudgetService, call_cost
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.step_answers import StepAnswers
@@ -77,7 +76,8 @@ class StepService:
     close_wait_s: float = 5.0
     """How long ``close`` waits, in all, for the answers still being recorded or saved before it
     gives them up (their steps are then taken over once their leases lapse, and the model called
-    again). Steps whose model has not answered are not waited for: the close gives them up."""
+    again). Steps whose model has not answered are not waited for: the close gives them up,
+    waiting (within the same bound) only for their cancelled calls to end, to record what each used."""
 
     def __init__(
         self,
@@ -251,15 +251,21 @@ class StepService:
     def _stop(self) -> None:
         """Before the store closes: cancel the model calls of the attempts in flight and record
         each as failed (``engine_closed``, no usage: the model never answered) with its budget
-        hold released, so that a retry of its key elsewhere runs at once; then wait, within
+        hold settled, so that a retry of its key elsewhere runs at once (with what each used when
+        its call was paid for all the same, ``step_attempts.py``: waited for); then wait, within
         ``close_wait_s`` in all, for the answers being recorded and the answers being saved."""
         deadline = time.monotonic() + self.close_wait_s
-        for attempt in self._attempts.give_up():
+        given_up = self._attempts.give_up()
+        self._attempts.wait_calls_ended(given_up, deadline)  # paid as cancelled: what they used
+        for attempt in given_up:
+            usage, at = self._attempts.recording(attempt), self._store.clock()
+            fail = partial(self._decide.fail_given_up, attempt, usage)
             with contextlib.suppress(Exception):  # the store away: the lease lapses, as before
-                self._store.write(attempt.call.session_id, partial(self._decide.fail_given_up, attempt))
+                self._store.write(attempt.call.session_id, fail, now=at)
             if attempt.hold is not None and self.budgets is not None:
                 with contextlib.suppress(Exception):
-                    self.budgets.notify(self.budgets.settle(attempt.hold, Decimal(0), held_only=True))
+                    cost = call_cost(usage, attempt.hold)
+                    self.budgets.notify(self.budgets.settle(attempt.hold, cost, held_only=True, at=at))
         self._attempts.wait_answered(deadline)
         self._answers.savers.close(max(0.0, deadline - time.monotonic()))
 
@@ -325,7 +331,8 @@ class StepService:
             raise StepInterrupted(call.session_id, call.key, given_up=True)
         reply = await self._call(llm, call, go, hold, attempt)  # a failure is recorded and settled there
         if not self._attempts.answered(attempt):
-            # Answered after the close gave the step up (and recorded it as engine_closed).
+            # Answered after the close gave the step up: what it used goes on its engine_closed.
+            self._attempts.paid_after_giving_up(attempt, reply.usage)
             raise AnswerNotSaved(call.session_id, call.key, given_up=True)
         # The model answered and was paid for: its settlement and StepProcessed are written
         # whatever happens to the caller now. Cancelled between the two, the step stayed
@@ -370,6 +377,7 @@ class StepService:
             except BaseException as error:
                 task = asyncio.current_task()
                 if self._attempts.given_up(attempt) and (task is None or not task.cancelling()):
+                    self._attempts.paid_after_giving_up(attempt, usage_of(error))
                     raise StepInterrupted(call.session_id, call.key, given_up=True) from error
                 raise
             finally:
