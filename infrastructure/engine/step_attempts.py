@@ -13,7 +13,7 @@ cancelled attempt said what it used. The close waits (within the same ``close_wa
 cancelled calls to end, and records what they used on their ``engine_closed`` failures: the answer
 was dropped, and its tokens and cost were in no event. One that ends only after the close recorded
 its step (its loop could not run meanwhile: the close's own, or a blocked one) is logged as a
-warning with what it used (``paid_after_giving_up``).
+warning with what it used (``told_given_up``).
 """
 
 from __future__ import annotations
@@ -58,8 +58,12 @@ class Attempt:
     model_call: asyncio.Future[Any] | None = field(default=None, repr=False)
     usage: LlmUsage | None = None
     """What its model call used, when the call ended after the close gave the attempt up."""
+    call_ended: bool = False
+    """Its caller is done with the model call, after the close gave the attempt up."""
     recorded: bool = False
-    """The close has recorded the attempt given up: what its call used is noted too late."""
+    """The close has recorded the attempt given up (or tried): what its call used is noted too late."""
+    told: asyncio.Future[bool] | None = field(default=None, repr=False)
+    """Whether the close recorded the attempt given up, for its caller (set on its loop)."""
 
 
 class StepAttempts:
@@ -90,7 +94,8 @@ class StepAttempts:
 
     def begin(self, call: StepCall, go: Go) -> Attempt | None:
         """Register an attempt the caller's loop runs; None once the close has begun."""
-        attempt = Attempt(call, go, threading.get_ident(), asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        attempt = Attempt(call, go, threading.get_ident(), loop, told=loop.create_future())
         with self._changed:
             if self._closing:
                 return None
@@ -122,30 +127,37 @@ class StepAttempts:
             attempt.stage = Stage.ANSWERED
             return True
 
-    def paid_after_giving_up(self, attempt: Attempt, usage: object) -> None:
-        """Note what the call of an attempt the close gave up used (its answer, or what its
-        cancelled attempt reported), for the close to record; logged as a warning when the close
-        has recorded the attempt already (what it used is then in no event)."""
-        if not isinstance(usage, LlmUsage):
-            return
+    async def told_given_up(self, attempt: Attempt, usage: object, bound_s: float) -> bool:
+        """For the caller of an attempt the close gave up, once done with its model call (which
+        ``usage`` says what it used, when known): whether the close recorded the attempt, so that
+        a retry runs it at once (False: it could not, the step is left to its lease), waited for
+        up to ``bound_s``. What the call used goes on the close's record; noted after it, it is
+        logged as a warning (it is then in no event)."""
+        paid = usage if isinstance(usage, LlmUsage) else None
         with self._changed:
+            attempt.call_ended = True
+            late = attempt.recorded and paid is not None
             if not attempt.recorded:
-                attempt.usage = usage
-                self._changed.notify_all()
-                return
-        call = attempt.call
-        _log.warning(
-            "session %r, idempotency key %r: the model call ended after the engine's close recorded"
-            " the step as engine_closed, and what it used is in no event: %d input tokens, %d output"
-            " tokens, $%s (%s, %d attempts)",
-            call.session_id,
-            call.key,
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.charged_usd,
-            usage.response_model or usage.request_model,
-            usage.attempts,
-        )
+                attempt.usage = paid
+            self._changed.notify_all()
+        if late and paid is not None:
+            _log_unrecorded_usage(attempt.call, paid)
+        told = attempt.told
+        if told is None:
+            return False
+        try:
+            return await asyncio.wait_for(asyncio.shield(told), bound_s)
+        except TimeoutError:
+            return False
+
+    def settled(self, attempt: Attempt, recorded: bool) -> None:
+        """Tell the caller of an attempt given up whether the close recorded it (once; from any
+        thread)."""
+        told = attempt.told
+        if told is None:
+            return
+        with contextlib.suppress(RuntimeError):  # its loop has ended: nobody to tell
+            attempt.loop.call_soon_threadsafe(_tell, told, recorded)
 
     def given_up(self, attempt: Attempt) -> bool:
         """Whether the close gave the attempt up."""
@@ -180,7 +192,7 @@ class StepAttempts:
         here = threading.get_ident()
         with self._changed:
             while any(
-                a in self._attempts and a.model_call is not None and a.usage is None and a.thread != here
+                a in self._attempts and a.model_call is not None and not a.call_ended and a.thread != here
                 for a in given_up
             ):
                 left = deadline - time.monotonic()
@@ -190,7 +202,7 @@ class StepAttempts:
 
     def recording(self, attempt: Attempt) -> LlmUsage | None:
         """What the given-up attempt's call used, as the close records it (None: not known);
-        noted later, it is logged instead (``paid_after_giving_up``)."""
+        noted later, it is logged instead (``told_given_up``)."""
         with self._changed:
             attempt.recorded = True
             return attempt.usage
@@ -208,3 +220,23 @@ class StepAttempts:
                 if left <= 0:
                     return
                 self._changed.wait(left)
+
+
+def _tell(told: asyncio.Future[bool], recorded: bool) -> None:
+    if not told.done():
+        told.set_result(recorded)
+
+
+def _log_unrecorded_usage(call: StepCall, usage: LlmUsage) -> None:
+    _log.warning(
+        "session %r, idempotency key %r: the model call ended after the engine's close recorded"
+        " the step as engine_closed, and what it used is in no event: %d input tokens, %d output"
+        " tokens, $%s (%s, %d attempts)",
+        call.session_id,
+        call.key,
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.charged_usd,
+        usage.response_model or usage.request_model,
+        usage.attempts,
+    )

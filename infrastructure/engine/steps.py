@@ -21,7 +21,7 @@ import contextvars
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import partial
@@ -43,7 +43,7 @@ from flowledger.domain.ports import LlmPort, LlmReply
 from flowledger.domain.session_leases import ENGINE_CLOSED
 from flowledger.domain.session_views import StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
-from flowledger.infrastructure.engine.budgets import BudgetService, call_cost
+from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.step_answers import StepAnswers
@@ -60,6 +60,7 @@ from flowledger.infrastructure.engine.step_calls import (
 )
 from flowledger.infrastructure.engine.step_decisions import StepDecisions
 from flowledger.infrastructure.engine.step_failures import waiter_error
+from flowledger.infrastructure.engine.step_giving_up import record_given_up
 from flowledger.infrastructure.engine.step_holds import CANCELLED, StepHolds
 from flowledger.infrastructure.engine.step_leases import LeaseRenewer
 from flowledger.infrastructure.engine.store import AggregateStore
@@ -77,7 +78,8 @@ class StepService:
     """How long ``close`` waits, in all, for the answers still being recorded or saved before it
     gives them up (their steps are then taken over once their leases lapse, and the model called
     again). Steps whose model has not answered are not waited for: the close gives them up,
-    waiting (within the same bound) only for their cancelled calls to end, to record what each used."""
+    waiting (within the same bound) only for their cancelled calls to end, to record what each used;
+    its records of them take at most as long again (the database away: ``step_giving_up.py``)."""
 
     def __init__(
         self,
@@ -250,22 +252,15 @@ class StepService:
 
     def _stop(self) -> None:
         """Before the store closes: cancel the model calls of the attempts in flight and record
-        each as failed (``engine_closed``, no usage: the model never answered) with its budget
-        hold settled, so that a retry of its key elsewhere runs at once (with what each used when
-        its call was paid for all the same, ``step_attempts.py``: waited for); then wait, within
-        ``close_wait_s`` in all, for the answers being recorded and the answers being saved."""
+        each as failed (``engine_closed``) with its budget hold settled, so that a retry of its
+        key elsewhere runs at once (with what each used when its call was paid for all the same,
+        ``step_attempts.py``: waited for; the records within ``close_wait_s`` of their own,
+        ``step_giving_up.py``); then wait, within ``close_wait_s`` in all, for the answers being
+        recorded and the answers being saved."""
         deadline = time.monotonic() + self.close_wait_s
         given_up = self._attempts.give_up()
         self._attempts.wait_calls_ended(given_up, deadline)  # paid as cancelled: what they used
-        for attempt in given_up:
-            usage, at = self._attempts.recording(attempt), self._store.clock()
-            fail = partial(self._decide.fail_given_up, attempt, usage)
-            with contextlib.suppress(Exception):  # the store away: the lease lapses, as before
-                self._store.write(attempt.call.session_id, fail, now=at)
-            if attempt.hold is not None and self.budgets is not None:
-                with contextlib.suppress(Exception):
-                    cost = call_cost(usage, attempt.hold)
-                    self.budgets.notify(self.budgets.settle(attempt.hold, cost, held_only=True, at=at))
+        record_given_up(given_up, self._attempts, self._store, self._decide, self.budgets, self.close_wait_s)
         self._attempts.wait_answered(deadline)
         self._answers.savers.close(max(0.0, deadline - time.monotonic()))
 
@@ -317,9 +312,8 @@ class StepService:
             # not retry the step it had begun.
             if isinstance(error, StepInterrupted):
                 raise
-            raise StepInterrupted(
-                call.session_id, call.key, given_up=self._attempts.given_up(attempt)
-            ) from error
+            given_up = self._attempts.given_up(attempt) and await self._told(attempt, None)
+            raise StepInterrupted(call.session_id, call.key, given_up=given_up) from error
         finally:
             self._attempts.end(attempt)
 
@@ -328,12 +322,11 @@ class StepService:
         if not self._attempts.held(attempt, hold):  # given up by the close: the model not called
             with contextlib.suppress(Exception):
                 await self._holds.settle(hold, None)
-            raise StepInterrupted(call.session_id, call.key, given_up=True)
+            raise StepInterrupted(call.session_id, call.key, given_up=await self._told(attempt, None))
         reply = await self._call(llm, call, go, hold, attempt)  # a failure is recorded and settled there
         if not self._attempts.answered(attempt):
             # Answered after the close gave the step up: what it used goes on its engine_closed.
-            self._attempts.paid_after_giving_up(attempt, reply.usage)
-            raise AnswerNotSaved(call.session_id, call.key, given_up=True)
+            raise AnswerNotSaved(call.session_id, call.key, given_up=await self._told(attempt, reply.usage))
         # The model answered and was paid for: its settlement and StepProcessed are written
         # whatever happens to the caller now. Cancelled between the two, the step stayed
         # pending with its cost in the ledger and in no event, and a retry paid again.
@@ -344,6 +337,11 @@ class StepService:
             with contextlib.suppress(Exception):
                 await recording
             raise
+
+    def _told(self, attempt: Attempt, usage: object) -> Awaitable[bool]:
+        """Whether the close recorded the attempt it gave up (``StepAttempts.told_given_up``),
+        waited for within the close's two bounds (its waits, its records) and a second."""
+        return self._attempts.told_given_up(attempt, usage, 2 * self.close_wait_s + 1.0)
 
     async def _as_recorded(self, call: StepCall, found: Recorded) -> StepOutcome:
         """A recorded step as its first caller got it: with the context right after it, read at
@@ -377,8 +375,8 @@ class StepService:
             except BaseException as error:
                 task = asyncio.current_task()
                 if self._attempts.given_up(attempt) and (task is None or not task.cancelling()):
-                    self._attempts.paid_after_giving_up(attempt, usage_of(error))
-                    raise StepInterrupted(call.session_id, call.key, given_up=True) from error
+                    given_up = await self._told(attempt, usage_of(error))
+                    raise StepInterrupted(call.session_id, call.key, given_up=given_up) from error
                 raise
             finally:
                 renewer.stop()
