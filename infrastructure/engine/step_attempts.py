@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowledger.domain.errors import EngineClosed
 from flowledger.domain.values import LlmUsage
 from flowledger.infrastructure.engine.step_calls import Go, StepCall
 from flowledger.infrastructure.postgres.budgets import Reservation
@@ -66,6 +67,14 @@ class Attempt:
     """Whether the close recorded the attempt given up, for its caller (set on its loop)."""
 
 
+@dataclass(frozen=True)
+class GivenUpAtStart:
+    """A step whose StepStarted was saved as the close began: given up on the database thread
+    that saved it, ``recorded`` as failed (``engine_closed``) or not (the store would not)."""
+
+    recorded: bool
+
+
 class StepAttempts:
     """The attempts of one ``StepService``; ``give_up`` and ``wait_answered`` are its close."""
 
@@ -77,13 +86,19 @@ class StepAttempts:
         self._closing = False
 
     @contextlib.contextmanager
-    def opening(self) -> Iterator[None]:
+    def opening(self, *, refuse: bool = False) -> Iterator[None]:
         """While a caller saves its StepStarted and, if the close began meanwhile, records it given
         up: the close waits for it (``wait_answered``), so that the store is still open for that.
         (A start saved just after the close began could not be recorded given up any more: an
-        outside probe saw one step in a few runs left pending, its retry waiting out the lease.)"""
+        outside probe saw one step in a few runs left pending, its retry waiting out the lease.)
+        Entered by the database thread that saves it, so that a close on the caller's loop's own
+        thread waits too (entered by the loop, a close there could not wait, nor a close made in
+        the save itself wait for anything but its own bound); ``refuse``: EngineClosed, nothing
+        begun, once the close has begun (a save still queued when the close began)."""
         here = threading.get_ident()
         with self._changed:
+            if refuse and self._closing:
+                raise EngineClosed("process a step")
             self._opening.append(here)
         try:
             yield
@@ -92,10 +107,10 @@ class StepAttempts:
                 self._opening.remove(here)
                 self._changed.notify_all()
 
-    def begin(self, call: StepCall, go: Go) -> Attempt | None:
-        """Register an attempt the caller's loop runs; None once the close has begun."""
-        loop = asyncio.get_running_loop()
-        attempt = Attempt(call, go, threading.get_ident(), loop, told=loop.create_future())
+    def begin(self, call: StepCall, go: Go, loop: asyncio.AbstractEventLoop, thread: int) -> Attempt | None:
+        """Register an attempt that ``loop`` (run by ``thread``) runs, from the database thread
+        that saved its StepStarted; None once the close has begun."""
+        attempt = Attempt(call, go, thread, loop, told=loop.create_future())
         with self._changed:
             if self._closing:
                 return None

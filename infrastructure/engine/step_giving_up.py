@@ -7,22 +7,57 @@ The records were bounded by the store's ``operation_deadline_s`` each (15 s) and
 that they had failed: an outside probe (3 steps in flight, the path to PostgreSQL cut, then
 ``close``) saw ``close`` take 45.03 s and log nothing, and each caller was told the step had
 been given up and that a retry would run it at once, when it waited out the lease.
+
+And how a step's start meets a close (``start_step``): registered, or given up, on the database
+thread that saved its StepStarted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from functools import partial
 
+from flowledger.domain.session_leases import ENGINE_CLOSED
 from flowledger.infrastructure.engine.budgets import BudgetService, call_cost
-from flowledger.infrastructure.engine.step_attempts import Attempt, StepAttempts
+from flowledger.infrastructure.engine.step_attempts import Attempt, GivenUpAtStart, StepAttempts
+from flowledger.infrastructure.engine.step_calls import Go, Recorded, StepCall, Wait
 from flowledger.infrastructure.engine.step_decisions import StepDecisions
 from flowledger.infrastructure.engine.store import AggregateStore
 from flowledger.infrastructure.operation_deadline import operation_until
 
 _log = logging.getLogger(__name__)
+
+
+def start_step(
+    store: AggregateStore,
+    decide: StepDecisions,
+    attempts: StepAttempts,
+    call: StepCall,
+    loop: asyncio.AbstractEventLoop,
+    thread: int,
+) -> Recorded | Attempt | GivenUpAtStart | Wait:
+    """On a database thread: write StepStarted and register the attempt there (run by ``loop``
+    on ``thread``), so that a close begun meanwhile, on any thread, gives it up, or, begun first,
+    has it recorded given up here (the close waits for this thread). Registered once the caller's
+    loop ran again, a close on that loop's own thread had closed the store by then: an outside
+    probe (8 steps, ``engine.close()`` called on their loop) saw a step left pending under its
+    lease, its caller told given_up false."""
+    with attempts.opening(refuse=True):
+        begun = store.write(call.session_id, partial(decide.begin, call))
+        if not isinstance(begun, Go):
+            return begun
+        attempt = attempts.begin(call, begun, loop, thread)
+        if attempt is not None:
+            return attempt
+        message = "the engine closed before the model was called"
+        try:
+            store.write(call.session_id, partial(decide.fail, call, begun, ENGINE_CLOSED, message, None))
+        except Exception:
+            return GivenUpAtStart(recorded=False)
+        return GivenUpAtStart(recorded=True)
 
 
 def record_given_up(

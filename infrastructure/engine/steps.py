@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import os
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,14 +41,13 @@ from flowledger.domain.errors import (
     StepInterrupted,
 )
 from flowledger.domain.ports import LlmPort, LlmReply
-from flowledger.domain.session_leases import ENGINE_CLOSED
 from flowledger.domain.session_views import StepRecord
 from flowledger.domain.values import JsonObject, LlmUsage, require_name
 from flowledger.infrastructure.engine.budgets import BudgetService
 from flowledger.infrastructure.engine.sessions import SessionService
 from flowledger.infrastructure.engine.single_flight import LeaderGone, lead
 from flowledger.infrastructure.engine.step_answers import StepAnswers
-from flowledger.infrastructure.engine.step_attempts import Attempt, StepAttempts
+from flowledger.infrastructure.engine.step_attempts import Attempt, GivenUpAtStart, StepAttempts
 from flowledger.infrastructure.engine.step_calls import (
     Go,
     Recorded,
@@ -60,7 +60,7 @@ from flowledger.infrastructure.engine.step_calls import (
 )
 from flowledger.infrastructure.engine.step_decisions import StepDecisions
 from flowledger.infrastructure.engine.step_failures import waiter_error
-from flowledger.infrastructure.engine.step_giving_up import record_given_up
+from flowledger.infrastructure.engine.step_giving_up import record_given_up, start_step
 from flowledger.infrastructure.engine.step_holds import CANCELLED, StepHolds
 from flowledger.infrastructure.engine.step_leases import LeaseRenewer
 from flowledger.infrastructure.engine.store import AggregateStore
@@ -265,43 +265,36 @@ class StepService:
         self._answers.savers.close(max(0.0, deadline - time.monotonic()))
 
     async def _run(self, llm: LlmPort, call: StepCall) -> StepOutcome:
+        loop, thread = asyncio.get_running_loop(), threading.get_ident()
         while True:
-            with self._attempts.opening():
-                begun = await self._begin_surely(call)
-                attempt = self._attempts.begin(call, begun) if isinstance(begun, Go) else None
-                if isinstance(begun, Go) and attempt is None:  # the close began meanwhile
-                    await self._give_up_begun(call, begun)
+            begun = await self._begin_surely(call, loop, thread)
             if isinstance(begun, Recorded):
                 return await self._as_recorded(call, begun)
-            if isinstance(begun, Go) and attempt is not None:
-                return await self._call_and_record(llm, call, begun, attempt)
+            if isinstance(begun, Attempt):
+                return await self._call_and_record(llm, call, begun.go, begun)
+            if isinstance(begun, GivenUpAtStart):
+                raise StepInterrupted(call.session_id, call.key, given_up=begun.recorded)
             outcome = await self._await_outcome(call)
             if outcome is not None:
                 return outcome
             # The key is no longer held by a live worker: decide afresh.
 
-    async def _begin_surely(self, call: StepCall) -> Recorded | Go | Wait:
-        """Write StepStarted; if the caller is cancelled meanwhile, still close what was begun."""
+    async def _begin_surely(
+        self, call: StepCall, loop: asyncio.AbstractEventLoop, thread: int
+    ) -> Recorded | Attempt | GivenUpAtStart | Wait:
+        """Write StepStarted and register the attempt (``step_giving_up.start_step``); if the
+        caller is cancelled meanwhile, still close what was begun."""
         # The executor's future itself is shielded (no task around it): the write runs to
         # its end on its thread whatever happens to the caller.
-        saved = self._db_future(self._store.write, call.session_id, partial(self._decide.begin, call))
+        saved = self._db_future(start_step, self._store, self._decide, self._attempts, call, loop, thread)
         try:
             return await asyncio.shield(saved)
         except asyncio.CancelledError:
             begun = await saved
-            if isinstance(begun, Go):
-                await self._record_failure(call, begun, "cancelled", "the caller cancelled the step", None)
+            if isinstance(begun, Attempt):
+                self._attempts.end(begun)
+                await self._record_failure(call, begun.go, "cancelled", "the caller cancelled the step", None)
             raise
-
-    async def _give_up_begun(self, call: StepCall, go: Go) -> None:
-        """A step begun as the engine's close began: recorded given up (the close waits for it),
-        then StepInterrupted."""
-        given_up = False
-        with contextlib.suppress(Exception):
-            message = "the engine closed before the model was called"
-            await self._record_failure(call, go, ENGINE_CLOSED, message, None)
-            given_up = True
-        raise StepInterrupted(call.session_id, call.key, given_up=given_up)
 
     async def _call_and_record(self, llm: LlmPort, call: StepCall, go: Go, attempt: Attempt) -> StepOutcome:
         try:

@@ -242,3 +242,35 @@ async def test_a_step_whose_start_is_being_saved_when_its_engine_closes_is_given
         await asyncio.wait_for(step, HANG_S)
     assert raised.value.given_up
     assert model.calls == []
+
+
+@pytest.mark.postgres
+async def test_a_step_whose_start_is_being_saved_when_its_own_loop_closes_the_engine_is_given_up(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (Seen by an outside probe, 8 steps in a loop against a 5 ms model and engine.close() called
+    # on that loop: one step left pending under its 30 s lease, its caller told given_up false.
+    # The close cannot wait for its own loop, and its StepStarted, saved on a database thread,
+    # was only registered once the loop ran again, the store closed by then.)
+    # Given a step whose StepStarted is being saved on a database thread
+    settings = make_settings(database_url=database_url, schema=pg_schema, step_lease_s=LEASE_S)
+    engine = Engine(settings=settings)
+    engine.start_session("s1", "cs")
+    saving = hold_a_write_for_the_close(engine, monkeypatch, when=lambda: True)
+    engine.llm = model = ScriptedLlm()
+    step = asyncio.ensure_future(engine.process_step("s1", "greet", idempotency_key="k1"))
+    assert await asyncio.to_thread(saving.wait, HANG_S)
+
+    # When the engine is closed from the step's own event loop
+    engine.close()
+
+    # Then the step was given up in the log, its caller told so, and no model was called
+    with pytest.raises(StepInterrupted) as raised:
+        await asyncio.wait_for(step, HANG_S)
+    assert raised.value.given_up
+    assert model.calls == []
+    fresh = Engine(settings=settings)
+    try:
+        assert steps_of(fresh, "s1") == [("StepStarted", "k1", None), ("StepFailed", "k1", ENGINE_CLOSED)]
+    finally:
+        fresh.close()
