@@ -5,6 +5,7 @@ then the store and the connections and threads they shared."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,12 @@ class OwnedStore:
 
 
 class EngineClosing:
-    """Closes one engine's services, and the store if it owns it (``owned``)."""
+    """Closes one engine's services, and the store if it owns it (``owned``), once: closes made
+    at once (two threads, ``aclose`` beside ``close``) are one, the later waiting for the first
+    to end (every wait of a close is bounded), and a close after that does nothing. The second
+    of two closes at once found nothing to give up and closed the store while the first was still
+    recording the steps it gave up: an outside probe saw three of eight left pending under their
+    leases."""
 
     def __init__(
         self,
@@ -64,9 +70,47 @@ class EngineClosing:
         self._steps = steps
         self._budgets = budgets
         self._owned = owned
+        self._state = threading.Condition()
+        self._closer: int | None = None
+        """The thread of the close under way (for ``aclose``, its loop's)."""
+        self._done = False
 
     def close(self) -> None:
         """``Engine.close``."""
+        if self._begin(threading.get_ident()):
+            try:
+                self._close()
+            finally:
+                self._end()
+
+    async def aclose(self) -> None:
+        """``Engine.aclose``: the adapter and the alert notifier closed too."""
+        # Waited for off the loop: a close under way on another thread may need this loop to end.
+        if await asyncio.to_thread(self._begin, threading.get_ident()):
+            try:
+                await self._aclose()
+            finally:
+                self._end()
+
+    def _begin(self, closer: int) -> bool:
+        """Whether the caller (of thread ``closer``) is to close: not once closed, nor when a close
+        is under way, which it waits for first, unless that close is its own thread's (made inside
+        it, or on the loop of an ``aclose`` under way): that one cannot end while it waits."""
+        with self._state:
+            while self._closer is not None and self._closer != closer:
+                self._state.wait()
+            if self._done or self._closer is not None:
+                return False
+            self._closer = closer
+            return True
+
+    def _end(self) -> None:
+        with self._state:
+            self._done = True
+            self._closer = None
+            self._state.notify_all()
+
+    def _close(self) -> None:
         self._opened.closed = True
         self._tasks.close()
         owned = self._owned
@@ -81,12 +125,11 @@ class EngineClosing:
         self._budgets.close()
         _close_store(owned)
 
-    async def aclose(self) -> None:
-        """``Engine.aclose``: the adapter and the alert notifier closed too."""
+    async def _aclose(self) -> None:
         self._opened.closed = True
         owned = self._owned
         if owned is None:
-            await asyncio.to_thread(self.close)
+            await asyncio.to_thread(self._close)
             return
         for tenant_engine in owned.tenant_engines.made():
             await asyncio.to_thread(tenant_engine.close)

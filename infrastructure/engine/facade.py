@@ -370,7 +370,8 @@ class Engine:
 
     def close(self) -> None:
         """Release database connections and worker threads (an engine of ``for_tenant``: only
-        its own services; its owner's close releases the store)."""
+        its own services; its owner's close releases the store). Once: a close made while another
+        is under way (another thread, ``aclose``) waits for it, and one made after does nothing."""
         self._closing.close()
 
     async def aclose(self) -> None:
