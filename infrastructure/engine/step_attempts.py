@@ -107,6 +107,12 @@ class StepAttempts:
                 self._opening.remove(here)
                 self._changed.notify_all()
 
+    @property
+    def closing(self) -> bool:
+        """Whether the close has begun."""
+        with self._changed:
+            return self._closing
+
     def begin(self, call: StepCall, go: Go, loop: asyncio.AbstractEventLoop, thread: int) -> Attempt | None:
         """Register an attempt that ``loop`` (run by ``thread``) runs, from the database thread
         that saved its StepStarted; None once the close has begun."""

@@ -430,10 +430,13 @@ class StepService:
 
         A failure recorded under the key is raised as the error its caller got, unless it
         said nothing of the request (``step_failures.waiter_error``): then None as well.
+        EngineClosed at the first poll after this engine's close began.
         """
         deadline = time.monotonic() + self.wait_timeout_s
         interval = self.poll_interval_s
         while True:
+            if self._attempts.closing:  # (a tenant's engine polled on, its store open, until the deadline)
+                raise EngineClosed("process a step")
             state = await self._in_db(self._sessions.get, call.session_id)
             for record in reversed(state.history):
                 if record.idempotency_key == call.key:

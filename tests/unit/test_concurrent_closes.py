@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from flowledger.domain import StepInterrupted
+from flowledger.domain import EngineClosed, StepInterrupted
 from flowledger.infrastructure import Engine
 from tests.conftest import backend_engine
 from tests.support.llm import ScriptedLlm
@@ -81,3 +81,41 @@ async def test_an_aclose_beside_a_close_and_a_close_after_both_end_quietly(engin
     # Then it is closed
     with pytest.raises(Exception, match="closed"):
         engine.get_session("s1")
+
+
+async def test_a_caller_waiting_for_a_key_held_elsewhere_is_told_its_engine_closed(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (An outside probe: a caller of a tenant's engine waiting for a step another engine held
+    # went on polling after its engine closed, until the holder ended or wait_timeout_s, 120 s.)
+    # Given a step in flight on one engine of a tenant, and a caller of its key waiting on another
+    first, second = engine.for_tenant("t1"), engine.for_tenant("t1")
+    first.start_session("s1", "cs")
+    called = asyncio.Event()
+    first.llm = ScriptedLlm(meanwhile=called.set, gate=asyncio.Event())
+    step = asyncio.ensure_future(first.process_step("s1", "greet", idempotency_key="k1"))
+    await asyncio.wait_for(called.wait(), HANG_S)
+    second.llm = model = ScriptedLlm()
+    monkeypatch.setattr(second.steps, "wait_timeout_s", 2.0)  # StepInProgress, not a hang, when not told
+    polled = threading.Event()
+    get = second.steps._sessions.get
+
+    def polled_get(*args: Any, **kwargs: Any) -> Any:
+        polled.set()
+        return get(*args, **kwargs)
+
+    monkeypatch.setattr(second.steps._sessions, "get", polled_get)
+    waiter = asyncio.ensure_future(second.process_step("s1", "greet", idempotency_key="k1"))
+    assert await asyncio.to_thread(polled.wait, HANG_S)
+
+    # When the waiter's engine closes
+    await asyncio.to_thread(second.close)
+
+    # Then the waiter is told its engine closed (within a poll), and calls no model
+    with pytest.raises(EngineClosed) as raised:
+        await asyncio.wait_for(waiter, HANG_S)
+    assert not isinstance(raised.value, StepInterrupted)
+    assert model.calls == []
+    await asyncio.to_thread(first.close)
+    with pytest.raises(StepInterrupted):
+        await asyncio.wait_for(step, HANG_S)
