@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -52,8 +53,12 @@ class StepAnswers:
         record_failure: RecordFailure,
         renewer: Callable[..., LeaseRenewer],
         as_recorded: Callable[[StepCall, Recorded], Awaitable[StepOutcome]],
+        saving: Callable[[], AbstractContextManager[None]],
     ) -> None:
         self._store = store
+        self._saving = saving
+        """``StepAttempts.opening``: the close waits for the database thread saving an answer,
+        whichever thread closes (the answer's own loop's too, which it cannot wait for)."""
         self._decide = decide
         self._holds = holds
         self._db_future = db_future
@@ -79,7 +84,7 @@ class StepAnswers:
             await self._holds.settle(hold, reply.usage, at=at)
             unsettled = None
             outcome: StepOutcome | Recorded | Unrecordable | str = await self._in_db(
-                partial(self._store.write, now=at), call.session_id, partial(self._decide.finish, call, reply)
+                self._finish, call, reply, at
             )
         except (StoreUnavailable, ConcurrentUpdate) as error:
             # The answer was paid for. Given up on here, the step stayed pending, a retry waited
@@ -115,6 +120,15 @@ class StepAnswers:
         if isinstance(outcome, Recorded):
             return await self._as_recorded(call, outcome)
         return outcome
+
+    def _finish(
+        self, call: StepCall, reply: LlmReply, at: datetime
+    ) -> StepOutcome | Recorded | Unrecordable | str:
+        """On a database thread: save the answer, the close waiting for it. Closed on the
+        answer's own loop, the close did not wait and closed the store under the save: an
+        outside probe saw a step left pending under its lease, its caller told AnswerNotSaved."""
+        with self._saving():
+            return self._store.write(call.session_id, partial(self._decide.finish, call, reply), now=at)
 
     def _save_later(
         self, call: StepCall, go: Go, reply: LlmReply, unsettled: Reservation | None, at: datetime

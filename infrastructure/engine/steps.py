@@ -110,6 +110,7 @@ class StepService:
             self._record_failure,
             self._renewer,
             self._as_recorded,
+            self._attempts.opening,
         )
 
     @property

@@ -274,3 +274,34 @@ async def test_a_step_whose_start_is_being_saved_when_its_own_loop_closes_the_en
         assert steps_of(fresh, "s1") == [("StepStarted", "k1", None), ("StepFailed", "k1", ENGINE_CLOSED)]
     finally:
         fresh.close()
+
+
+@pytest.mark.postgres
+async def test_a_step_whose_answer_is_being_saved_when_its_own_loop_closes_the_engine_is_recorded(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (Seen by an outside probe, 8 steps in a loop against a 5 ms model and engine.close() called
+    # on that loop: one step left pending under its 30 s lease, its caller told AnswerNotSaved
+    # given_up false: the close cannot wait for its own loop, nor did it for the answer's save
+    # under way on a database thread, and closed the store under it.)
+    # Given a step whose answer's save is under way on a database thread
+    settings = make_settings(database_url=database_url, schema=pg_schema, step_lease_s=LEASE_S)
+    engine = Engine(settings=settings)
+    engine.start_session("s1", "cs")
+    answered = threading.Event()
+    saving = hold_a_write_for_the_close(engine, monkeypatch, when=answered.is_set)
+    engine.llm = ScriptedLlm(meanwhile=answered.set)
+    step = asyncio.ensure_future(engine.process_step("s1", "greet", idempotency_key="k1"))
+    assert await asyncio.to_thread(saving.wait, HANG_S)
+
+    # When the engine is closed from the step's own event loop
+    engine.close()
+
+    # Then the answer was recorded before the store closed, and the caller has it
+    record = await asyncio.wait_for(step, HANG_S)
+    assert record.idempotency_key == "k1"
+    fresh = Engine(settings=settings)
+    try:
+        assert [t for t, _, _ in steps_of(fresh, "s1")] == ["StepStarted", "StepProcessed"]
+    finally:
+        fresh.close()
