@@ -11,10 +11,15 @@ test left behind, and only this run's: other runs on the same database keep thei
 from __future__ import annotations
 
 import os
+import threading
 import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
+
+T = TypeVar("T")
 
 RUN_ID = os.environ.get("FLOWLEDGER_TEST_RUN_ID") or uuid.uuid4().hex[:6]
 RUN_PREFIX = f"t_{RUN_ID}_"
@@ -25,32 +30,68 @@ def scratch_schema(kind: str = "") -> str:
     return f"{RUN_PREFIX}{kind}{uuid.uuid4().hex[:12]}"
 
 
+_kept: dict[str, psycopg.Connection[Any]] = {}
+"""This process's connection for schema drops and lookups: one, to the last database used."""
+_kept_lock = threading.Lock()
+
+
+def _on_kept_connection(database_url: str, use: Callable[[psycopg.Connection[Any]], T]) -> T:
+    """``use`` on this process's one autocommit connection to ``database_url``, made on first
+    use (closing the one kept for another database, which it would keep busy) and made again
+    once if it was lost (a test that restarted or cut the server).
+
+    A connection per drop cost PostgreSQL a backend's start and exit (6-7 ms of its CPU) for
+    every database test, thousands a run on CI's two cores."""
+    with _kept_lock:
+        for attempt in (1, 2):
+            conn = _kept.get(database_url)
+            if conn is None or conn.closed:
+                for other in _kept.values():
+                    other.close()
+                _kept.clear()
+                conn = _kept[database_url] = psycopg.connect(database_url, autocommit=True)
+            try:
+                return use(conn)
+            except psycopg.OperationalError:
+                conn.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+
 def schemas_starting_with(database_url: str, prefix: str) -> list[str]:
     """The schemas whose names start with ``prefix`` (literally: ``_`` is no wildcard)."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        rows = conn.execute(
+    rows = _on_kept_connection(
+        database_url,
+        lambda conn: conn.execute(
             "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s) ORDER BY 1", [prefix]
-        ).fetchall()
+        ).fetchall(),
+    )
     return [name for (name,) in rows]
 
 
+def _drop(conn: psycopg.Connection[Any], names: list[str]) -> None:
+    for name in names:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
 def _drop_all(database_url: str, names: list[str]) -> None:
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        for name in names:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    _on_kept_connection(database_url, lambda conn: _drop(conn, names))
 
 
 def drop_schemas(database_url: str, schema: str) -> None:
     """Drop ``schema`` and every schema named after it (projection builds, reader views, tenants),
-    the schema itself last, all on one connection (three per database test before)."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    the schema itself last, all on the process's kept connection."""
+
+    def drop(conn: psycopg.Connection[Any]) -> None:
         rows = conn.execute(
             "SELECT nspname FROM pg_namespace WHERE nspname = %s OR starts_with(nspname, %s)"
             " ORDER BY nspname = %s, nspname",
             [schema, schema + "_", schema],
         ).fetchall()
-        for (name,) in rows:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        _drop(conn, [name for (name,) in rows])
+
+    _on_kept_connection(database_url, drop)
 
 
 def drop_run_schemas(database_url: str, prefix: str = RUN_PREFIX) -> list[str]:
