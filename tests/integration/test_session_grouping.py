@@ -10,35 +10,19 @@ from decimal import Decimal
 
 import pytest
 
-from flowledger.adapters.simulator import SimulatorConfig, run_simulator
-from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.projections import dashboard, projector_for
-from tests.conftest import make_settings
-from tests.support.simulated import simulated_client
+from tests.support.simulated_engine import ONE_CENT_CALL, simulated_engine
 
 pytestmark = pytest.mark.postgres
 
-STEP = LlmUsage(
-    provider="p",
-    request_model="gpt-4.1",
-    response_model="gpt-4.1",
-    input_tokens=10,
-    output_tokens=5,
-    cost_usd=Decimal("0.01"),
-    latency_ms=5.0,
-)
+STEP = ONE_CENT_CALL
 
 
 @pytest.fixture
 def engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
-    with run_simulator(SimulatorConfig(latency_ms=0, seed=3)) as simulator:
-        engine = Engine(
-            settings=make_settings(database_url=database_url, schema=pg_schema),
-            llm=simulated_client(simulator.base_url),
-        )
+    with simulated_engine(database_url, pg_schema) as engine:
         yield engine
-        engine.close()
 
 
 async def test_a_task_named_like_a_session_is_not_counted_in_that_sessions_group(engine: Engine) -> None:

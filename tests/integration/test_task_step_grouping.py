@@ -14,35 +14,19 @@ from fastapi.testclient import TestClient
 from flowledger.adapters.cli.projection_commands import dashboard_table
 from flowledger.adapters.group_labels import group_label
 from flowledger.adapters.http.app import create_app
-from flowledger.adapters.simulator import SimulatorConfig, run_simulator
-from flowledger.domain import LlmUsage
 from flowledger.infrastructure import Engine
 from flowledger.projections import dashboard, projector_for
-from tests.conftest import make_settings
-from tests.support.simulated import simulated_client
+from tests.support.simulated_engine import ONE_CENT_CALL, simulated_engine
 
 pytestmark = pytest.mark.postgres
 
-STEP = LlmUsage(
-    provider="p",
-    request_model="gpt-4.1",
-    response_model="gpt-4.1",
-    input_tokens=10,
-    output_tokens=5,
-    cost_usd=Decimal("0.01"),
-    latency_ms=5.0,
-)
+STEP = ONE_CENT_CALL
 
 
 @pytest.fixture
 def engine(database_url: str, pg_schema: str) -> Iterator[Engine]:
-    with run_simulator(SimulatorConfig(latency_ms=0, seed=3)) as simulator:
-        engine = Engine(
-            settings=make_settings(database_url=database_url, schema=pg_schema),
-            llm=simulated_client(simulator.base_url),
-        )
+    with simulated_engine(database_url, pg_schema) as engine:
         yield engine
-        engine.close()
 
 
 async def _a_session_step_and_a_task_both_named_classification(engine: Engine) -> Decimal:
