@@ -37,7 +37,7 @@ from flowledger.adapters.llm.completion import (
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig, shown_endpoint
 from flowledger.adapters.llm.env_options import client_options_from_env
-from flowledger.adapters.llm.error_answers import error_object, error_reason
+from flowledger.adapters.llm.error_answers import error_answer, error_object, error_reason
 from flowledger.adapters.llm.given_transport import GivenTransport, TransportFactory
 from flowledger.adapters.llm.not_found import ROUTE_NOT_FOUND, names_the_model, route_not_found_reason
 from flowledger.adapters.llm.pricing import PriceTable, load_price_table
@@ -635,16 +635,17 @@ class OpenAICompatibleClient:
 
     def _status_error(self, response: httpx.Response, content: bytes) -> AttemptError:
         retry_after = parse_retry_after(response.headers)
-        reason = f"HTTP {response.status_code}{error_reason(content, response.encoding)}"
+        answer = error_answer(content)
+        reason = f"HTTP {response.status_code}{error_reason(answer, content, response.encoding)}"
         error_type = f"http_{response.status_code}"
-        if response.status_code == 429 and names_exhausted_quota(error_object(content)):
+        if response.status_code == 429 and names_exhausted_quota(error_object(answer)):
             return AttemptError(
                 f"{reason}: {QUOTA_EXHAUSTED}",
                 error_type=INSUFFICIENT_QUOTA,
                 retryable=False,
                 status_code=429,
             )
-        if response.status_code == 404 and not names_the_model(content):
+        if response.status_code == 404 and not names_the_model(answer):
             reason += route_not_found_reason(shown_endpoint(str(self._endpoint)))
             error_type = ROUTE_NOT_FOUND
         elif 300 <= response.status_code < 400 and (location := response.headers.get("location")):

@@ -1,4 +1,5 @@
-"""What an endpoint's error answer says: its error object, and its reason on one line."""
+"""What an endpoint's error answer says: its body read as JSON, its error object, and its
+reason on one line."""
 
 from __future__ import annotations
 
@@ -10,21 +11,33 @@ from flowledger.adapters.llm.completion import one_line
 _REASON_CHARS = 300
 
 
-def error_object(content: bytes) -> Any:
-    """The ``error`` of a JSON error answer (OpenAI's object, or a proxy's string), else None."""
-    head = content[:8_192]
-    try:
-        return json.loads(head).get("error") if head.lstrip()[:1] == b"{" else None
-    except (ValueError, RecursionError):  # cut by the slice, or not JSON: the text is shown
+def error_answer(content: bytes) -> dict[str, Any] | None:
+    """An error answer's body read whole as a JSON object, else None (a page, text, no body).
+
+    Whole: what was read of it is already bounded by ``max_reply_bytes`` (``read_body``). Only
+    its first 8 KiB were read, so a longer one (a message of 20 KiB, an error object followed
+    by its ``details``) was cut, unreadable, and lost its type label, its used-up quota (retried
+    as a rate limit) and its missing model (taken for a missing route), shown as raw JSON."""
+    if content.lstrip()[:1] != b"{":
         return None
+    try:
+        parsed = json.loads(content)
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser: the text is shown
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
-def error_reason(content: bytes, encoding: str | None) -> str:
-    """What an error answer says, on one line of at most ``_REASON_CHARS``: OpenAI's error
-    object as ``" invalid_request_error (param messages, code empty_array): <message>"``, or
-    the body's text. OpenAI pretty-prints its error bodies: the reason was that JSON over
-    eight lines, cut at 300 characters whatever it said."""
-    error = error_object(content)
+def error_object(answer: dict[str, Any] | None) -> Any:
+    """The ``error`` of a JSON error answer (OpenAI's object, or a proxy's string), else None."""
+    return None if answer is None else answer.get("error")
+
+
+def error_reason(answer: dict[str, Any] | None, content: bytes, encoding: str | None) -> str:
+    """What an error answer (``content``, read as ``answer`` by ``error_answer``) says, on one
+    line of at most ``_REASON_CHARS``: OpenAI's error object as ``" invalid_request_error (param
+    messages, code empty_array): <message>"``, or the body's text. OpenAI pretty-prints its error
+    bodies: the reason was that JSON over eight lines, cut at 300 characters whatever it said."""
+    error = error_object(answer)
     label, text = "", ""
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         named = ", ".join(

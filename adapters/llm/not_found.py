@@ -7,8 +7,8 @@ configuration, and a 422 sent its caller to change a request that was right.
 
 from __future__ import annotations
 
-import json
 import re
+from typing import Any
 
 ROUTE_NOT_FOUND = "endpoint_not_found"
 """The ``error_type`` of a 404 whose body names no model: the endpoint has no such route."""
@@ -16,19 +16,15 @@ ROUTE_NOT_FOUND = "endpoint_not_found"
 _MODEL = re.compile(rb"model", re.IGNORECASE)
 
 
-def names_the_model(content: bytes) -> bool:
-    """Whether a 404's body says the model was not found: an error object whose ``code`` or
-    ``type`` is ``model_not_found``, or a JSON message naming a model (OpenAI's ``The model `x`
-    does not exist``, Ollama's ``{"error": "model 'x' not found"}``, vLLM's ``message``).
+def names_the_model(answer: dict[str, Any] | None) -> bool:
+    """Whether a 404's body (read as JSON by ``error_answers.error_answer``: None when it is
+    not) says the model was not found: an error object whose ``code`` or ``type`` is
+    ``model_not_found``, or a JSON message naming a model (OpenAI's ``The model `x` does not
+    exist``, Ollama's ``{"error": "model 'x' not found"}``, vLLM's ``message``).
     A page, plain text or a framework's ``{"detail": "Not Found"}`` names the route."""
-    head = content[:8_192]
-    try:
-        parsed = json.loads(head) if head.lstrip()[:1] == b"{" else None
-    except (ValueError, RecursionError):
+    if answer is None:
         return False
-    if not isinstance(parsed, dict):
-        return False
-    error = parsed.get("error", parsed)
+    error = answer.get("error", answer)
     if isinstance(error, str):
         return _MODEL.search(error.encode()) is not None
     if not isinstance(error, dict):
