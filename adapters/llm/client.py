@@ -33,6 +33,7 @@ from flowledger.adapters.llm.completion import (
     media_type_of,
     one_line,
     read_completion,
+    read_unasked_stream,
 )
 from flowledger.adapters.llm.completion import read_stream as read_sse_stream
 from flowledger.adapters.llm.config import ApiKey, ClientConfig, shown_endpoint
@@ -56,6 +57,7 @@ from flowledger.adapters.llm.retry import (
     parse_retry_after,
     status_is_retryable,
 )
+from flowledger.adapters.llm.sse import is_event_stream
 from flowledger.adapters.llm.transport import NOT_SENT, WHOLE_BODY, build_transport
 from flowledger.adapters.llm.usage import CallContext, build_usage
 from flowledger.domain.errors import CircuitOpen, LlmCallFailed, UnknownModelPrice, ValidationError
@@ -559,14 +561,17 @@ class OpenAICompatibleClient:
                     # began; a body that does not say what it used leaves that cost unknown.
                     progress.began = True
                     media_type = media_type_of(response)
-                    if media_type == "text/event-stream":
-                        # A proxy that streams whatever it is asked: its stream, read as one (it
-                        # was "reply body is not JSON", its reported usage lost).
-                        whole = httpx.Response(
-                            200, headers={"content-type": "text/event-stream"}, content=content
-                        )
-                        return await read_sse_stream(
-                            whole, begun, self._clock, progress, limit=self.config.max_reply_bytes
+                    if media_type == "text/event-stream" or is_event_stream(content):
+                        # A proxy that streams whatever it is asked (labelled as a stream, as
+                        # JSON or not at all): its stream, read as one (it was "reply body is not
+                        # JSON", not retried, its reported usage lost).
+                        return await read_unasked_stream(
+                            content,
+                            response.status_code,
+                            begun,
+                            self._clock,
+                            progress,
+                            limit=self.config.max_reply_bytes,
                         )
                     try:
                         return read_completion(

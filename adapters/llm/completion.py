@@ -22,7 +22,7 @@ from flowledger.adapters.llm.retry import (
     names_exhausted_quota,
     status_is_retryable,
 )
-from flowledger.adapters.llm.sse import DONE, UnreadableEvent, event_payloads
+from flowledger.adapters.llm.sse import DONE, UnreadableEvent, event_payloads, is_event_stream
 
 # What an error sent inside a stream would have been as an HTTP status, by its ``type`` or
 # ``code`` (OpenAI, Anthropic, OpenRouter and LiteLLM names); one named by neither is taken
@@ -252,9 +252,12 @@ async def read_stream(
     # A whole reply, not a stream; a page (``not_json``) is read as one, so that a completion
     # mislabelled as a page is taken, as it is when not streamed.
     if media_type == "application/json" or media_type in PAGE_TYPES:
-        parsed = read_completion(
-            await read_body(response, limit), media_type, response.charset_encoding, response.status_code
-        )
+        body = await read_body(response, limit)
+        if is_event_stream(body):  # a stream labelled as JSON: it failed as "reply body is not JSON"
+            return await read_stream(
+                _as_stream(body, response.status_code), started, clock, progress, limit=limit
+            )
+        parsed = read_completion(body, media_type, response.charset_encoding, response.status_code)
         # Its first token came with the whole body.
         return replace(parsed, time_to_first_token_ms=(clock() - started) * 1000)
     parts: list[str] = []
@@ -327,6 +330,42 @@ async def read_stream(
         time_to_first_token_ms=first_token_ms,
         chunks=chunks,
     )
+
+
+UNASKED_STREAM = "the endpoint answered a stream (SSE) to a request that asked for none"
+"""What the reason of a stream that answered a request for no stream, and could not be read
+whole, begins with: it was "reply body is not JSON" when the stream came labelled as JSON."""
+
+
+async def read_unasked_stream(
+    body: bytes,
+    status: int,
+    started: float,
+    clock: Callable[[], float],
+    progress: AttemptProgress,
+    *,
+    limit: int,
+) -> ParsedCompletion:
+    """A stream (``body``, whole) that answered a request that asked for none: read as the
+    stream it is (a proxy that streams whatever it is asked, whatever it labels it), its answer
+    and usage taken; one that cannot be read whole (cut, or chunks that are not OpenAI's) fails
+    as such a stream would, its reason saying a stream came (``UNASKED_STREAM``)."""
+    try:
+        return await read_stream(_as_stream(body, status), started, clock, progress, limit=limit)
+    except AttemptError as error:
+        if error.error_type not in ("malformed_response", "connection_error"):
+            raise  # an error the stream sent: it says what it is
+        raise AttemptError(
+            f"{UNASKED_STREAM}: {error}",
+            error_type=error.error_type,
+            retryable=error.retryable,
+            usage=error.usage,
+        ) from None
+
+
+def _as_stream(body: bytes, status: int) -> httpx.Response:
+    """``body``, read whole, as an event stream's response to read it through ``read_stream``."""
+    return httpx.Response(status, headers={"content-type": "text/event-stream"}, content=body)
 
 
 def stream_error(error: Any, usage: ReportedUsage | None, where: str = "stream") -> AttemptError:

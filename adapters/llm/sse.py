@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
 DONE: Final = object()
 """What ``event_payloads`` yields for ``data: [DONE]``, the end of an OpenAI stream."""
+
+
+_FIRST_FIELD = re.compile(rb"\A(?:\xef\xbb\xbf)?[\r\n]*(?:data|event|id|retry)?:")
+"""An event stream's start: a field (``data:``, ``event:``, ``id:``, ``retry:``) or a comment
+(``: ping``) on its first line that is not blank, after a byte-order mark. No JSON begins so."""
+
+
+def is_event_stream(body: bytes) -> bool:
+    """Whether ``body`` is clearly an event stream, whatever its content type says: a proxy that
+    streams whatever it is asked labels the stream ``application/json``, or not at all."""
+    return _FIRST_FIELD.match(body) is not None
 
 
 class UnreadableEvent(Exception):

@@ -1,0 +1,98 @@
+"""A stream (SSE ``data:`` lines) under another label than ``text/event-stream`` is read as the
+stream it is: a proxy that streams whatever it is asked, labelling it ``application/json`` (or
+not at all), sent a paid answer that failed as "reply body is not JSON", not retried."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.domain.errors import LlmCallFailed
+
+MESSAGES = [{"role": "user", "content": "hello"}]
+CHUNKS = [
+    {"id": "c-1", "model": "gpt-4.1", "choices": [{"delta": {"content": '{"action": '}}]},
+    {"id": "c-1", "choices": [{"delta": {"content": '"x"}'}, "finish_reason": "stop"}]},
+    {"id": "c-1", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}},
+]
+STREAM = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in CHUNKS) + "data: [DONE]\n\n"
+WRITTEN = {
+    "plain": STREAM,
+    "a comment first": ": keep-alive\n\n" + STREAM,
+    "an event name first": "event: message\n" + STREAM,
+    "a byte-order mark and a blank line first": "\ufeff\n" + STREAM,
+    "CRLF lines": STREAM.replace("\n", "\r\n"),
+}
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+def client_for(body: bytes, content_type: str | None, seen: list[httpx.Request]) -> OpenAICompatibleClient:
+    """A client whose endpoint answers every request 200 ``body`` labelled ``content_type``."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        headers = {} if content_type is None else {"content-type": content_type}
+        return httpx.Response(200, content=body, headers=headers)
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=2)
+    return OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=_no_sleep
+    )
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8", None])
+@pytest.mark.parametrize("written", list(WRITTEN))
+async def test_a_stream_answering_a_request_for_none_is_read_as_the_stream_it_is(
+    content_type: str | None, written: str
+) -> None:
+    # Given an endpoint that answers a request that asked for no stream with a stream,
+    # labelled as JSON (or not labelled)
+    seen: list[httpx.Request] = []
+    async with client_for(WRITTEN[written].encode(), content_type, seen) as llm:
+        # When a completion is asked for, not streamed
+        reply = await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    # Then the answer and its usage are read from it, in one attempt
+    assert json.loads(await seen[0].aread()).get("stream") is None
+    assert reply.content == '{"action": "x"}'
+    assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.attempts) == (4, 2, 1)
+    assert reply.usage.finish_reasons == ("stop",)
+    assert reply.usage.response_id == "c-1"
+
+
+async def test_a_stream_labelled_as_json_answering_a_streamed_request_is_read_as_a_stream() -> None:
+    seen: list[httpx.Request] = []
+    async with client_for(STREAM.encode(), "application/json", seen) as llm:
+        reply = await llm.complete_streaming(model="gpt-4.1", messages=MESSAGES)
+    assert reply.content == '{"action": "x"}'
+    assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.attempts) == (4, 2, 1)
+
+
+async def test_a_stream_whose_data_is_not_json_says_a_stream_came() -> None:
+    # Given a stream, labelled as JSON, whose events are not OpenAI's chunks
+    seen: list[httpx.Request] = []
+    async with client_for(b"data: hello\n\ndata: world\n\n", "application/json", seen) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    # Then the reason says a stream came where none was asked for, not that the body is not JSON
+    assert raised.value.error_type == "malformed_response"
+    assert "answered a stream (SSE) to a request that asked for none" in str(raised.value)
+    assert "reply body is not JSON" not in str(raised.value)
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize(
+    "body", [b"hello", b'{"choices": [', b"database: down"], ids=["text", "cut", "colon"]
+)
+async def test_a_body_that_is_neither_json_nor_a_stream_is_still_not_json(body: bytes) -> None:
+    seen: list[httpx.Request] = []
+    async with client_for(body, "application/json", seen) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert raised.value.error_type == "malformed_response"
+    assert "reply body is not JSON" in str(raised.value)
