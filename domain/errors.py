@@ -73,7 +73,10 @@ FlowledgerError
     ├── LlmCallFailed          retries ran out, or the error was not retryable
     ├── CircuitOpen            the endpoint's breaker is open: failed fast, nothing sent
     ├── UnknownModelPrice      no price for the model and no default price configured
-    └── LlmNotConfigured       the engine was built without an LLM adapter
+    ├── LlmNotConfigured       the engine was built without an LLM adapter
+    └── LlmMisconfigured       the adapter's set-up cannot make the call (a transport given to
+                               it in use by another event loop): the server's, not the
+                               request's; carries ``setting``; nothing was sent
 """
 
 from __future__ import annotations
@@ -862,3 +865,12 @@ class LlmNotConfigured(LlmError):
             "flowledger.adapters.llm.build_engine())",
             error_type="llm_not_configured",
         )
+
+
+class LlmMisconfigured(LlmError):
+    """The LLM adapter is set up so that it cannot make the call (``setting``: what to change in
+    how the server builds it); the server's set-up, not the caller's request, and nothing was sent."""
+
+    def __init__(self, setting: str, message: str, *, error_type: str) -> None:
+        super().__init__(f"{setting}: {message}", error_type=error_type)
+        self.setting = setting

@@ -61,6 +61,8 @@ EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.LlmCallFailed, 7),
     (errors.CircuitOpen, 7),
     (errors.LlmNotConfigured, 7),
+    # The LLM adapter's set-up cannot make the call: sysexits' EX_CONFIG (it was 2, a usage error).
+    (errors.LlmMisconfigured, 78),
     (errors.LlmError, 7),
     # The engine closed before a step's paid answer was saved: retry under the key (EX_TEMPFAIL).
     (errors.AnswerNotSaved, 75),

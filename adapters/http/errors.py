@@ -67,6 +67,9 @@ STATUS_CODES: tuple[tuple[type[errors.FlowledgerError], int], ...] = (
     (errors.TaskNotHeld, 409),
     (errors.SessionExpired, 410),
     (errors.LlmNotConfigured, 501),
+    # The LLM adapter's set-up (a transport given to it, in use by another event loop): the
+    # server's fault, which no change to the request mends (it was a ValidationError's 422).
+    (errors.LlmMisconfigured, 500),
     # The engine closed before a step's paid answer was saved: the server is going away, and a
     # retry under the key the message names, on a server that is up, gets the step done.
     (errors.AnswerNotSaved, 503),
@@ -200,7 +203,8 @@ _MEANING = {
     " UTF-8, or with a content coding (Content-Encoding)",
     422: "The request is invalid; the message says which field and why",
     429: "The API key's request rate was exceeded; see Retry-After",
-    500: "An unexpected error (the message names the request id in the server's log), or a closed engine",
+    500: "An unexpected error (the message names the request id in the server's log), a closed engine,"
+    " or an LLM adapter set up so that it cannot make the call",
     501: "No model endpoint is configured",
     502: "The model call failed (see Retry-After when the model endpoint said when to come back)",
     503: "The database is unavailable, the model's circuit is open or its limits here are full"

@@ -9,8 +9,10 @@ from collections.abc import Callable
 
 import httpx
 
-from flowledger.domain.errors import ValidationError
+from flowledger.domain.errors import LlmMisconfigured, ValidationError
 
+TRANSPORT_IN_USE = "transport_in_use"
+"""The ``error_type`` of a call refused because the transport given is another loop's."""
 TransportFactory = Callable[[], httpx.AsyncBaseTransport]
 """Makes a new transport: called once for each event loop the client is used from."""
 
@@ -41,19 +43,22 @@ class GivenTransport:
         return self._given if isinstance(self._given, httpx.AsyncBaseTransport) else self._given()
 
     def claim(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Hand the given transport to ``loop``; a ValidationError when another loop that has
-        not ended holds it (a factory's transports are each one loop's: nothing to claim). The
-        client calls it under the lock it makes pools under."""
+        """Hand the given transport to ``loop``; ``LlmMisconfigured`` (``transport_in_use``) when
+        another loop that has not ended holds it (a factory's transports are each one loop's:
+        nothing to claim). The client calls it under the lock it makes pools under. It was a
+        ValidationError: the caller's bad input (a 422 over REST), though the transport is how
+        the server built its client, and no request of its caller's can change that."""
         if not isinstance(self._given, httpx.AsyncBaseTransport):
             return
         holder = self._holder() if self._holder is not None else None
         if holder is not None and holder is not loop and not holder.is_closed():
-            raise ValidationError(
+            raise LlmMisconfigured(
                 "transport",
                 "the httpx transport given to OpenAICompatibleClient is in use by another event "
                 "loop, which has not ended (a transport's connections belong to the loop that "
                 "opened them); give the client a factory instead (transport=lambda: "
                 "httpx.AsyncHTTPTransport(...)) to call it from several loops at once",
+                error_type=TRANSPORT_IN_USE,
             )
         self._holder = weakref.ref(loop)
 

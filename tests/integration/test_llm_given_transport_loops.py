@@ -23,7 +23,7 @@ import pytest
 from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.adapters.llm.transport import AiohttpTransport
 from flowledger.adapters.simulator import Simulator, SimulatorConfig, run_simulator
-from flowledger.domain import ValidationError
+from flowledger.domain import LlmMisconfigured
 
 WAIT_S = 5.0
 """The longest any thread waits for another: a test that would hang fails instead."""
@@ -93,8 +93,8 @@ def test_a_given_transport_refuses_a_second_running_loop_rather_than_stall(simul
     # Then it is refused at once, saying why and what to pass instead; nothing was sent
     assert errors == []
     assert len(refused) == 1
-    assert isinstance(refused[0], ValidationError), refused
-    assert refused[0].field == "transport"
+    assert isinstance(refused[0], LlmMisconfigured), refused
+    assert refused[0].setting == "transport"
     assert "another event loop" in str(refused[0])
     assert "factory" in str(refused[0])
     assert simulator.stats["requests"] == 1
