@@ -32,6 +32,15 @@ digit; not a file name (``FILE_SUFFIXES``) nor a field's path (``messages.0.cont
 ``input.messages.content``). A model's
 name has digits in its last label (``claude-3.5-sonnet``), Python's errors a capital
 (``httpx.ConnectError``)."""
+_NAMED_AFTER = re.compile(
+    r"((?:Name or service not known:|getaddrinfo failed for|Cannot connect to host|connect to)\s+)"
+    r"(?!(?:the|a|an|any|host)\b)[A-Za-z0-9_](?:[\w.-]*\w)?(?::\d{1,5})?",
+    re.IGNORECASE,
+)
+"""The word after what names a host in a resolver's or a connection's error (``Name or service
+not known: llm-gw``, ``getaddrinfo failed for gateway``, ``connect to llmproxy``): withheld
+even without a dot or a port, which the other shapes need (a compose service's one-word name
+passed whole); an article there is the sentence's, and ``host`` is ``_HOST``'s to withhold."""
 _BRACKETED_IPV6 = re.compile(r"\[[0-9A-Fa-f]*:[0-9A-Fa-f:.]*\](?::\d{1,5})?")
 HOST_SUFFIXES = frozenset(
     {
@@ -89,7 +98,8 @@ def withheld(message: str) -> str:
     at (``gpt-4.1 at http://…: HTTP 503 …``), a redirect's target, the host a connection error
     names (aiohttp's ``Cannot connect to host llm.corp:8443 … ('10.0.0.5', 8443)``), a host
     named without a scheme (``Name or service not known: llm-gw.corp.local``, ``llm-gw:8080``),
-    IPv4 addresses anywhere and IPv6 ones in a URL, a socket address or brackets."""
+    a one-word host after what names one (``getaddrinfo failed for gateway``), IPv4 addresses
+    anywhere and IPv6 ones in a URL, a socket address or brackets."""
     hosts = {urlsplit(found.rstrip(_TRAILING)).hostname for found in _URL.findall(message)}
     text = _AT_URL.sub("", message)
     text = _URL.sub(lambda found: URL_WITHHELD + _trailing(found[0]), text)
@@ -99,6 +109,7 @@ def withheld(message: str) -> str:
     text = _IPV4.sub(ADDRESS_WITHHELD, text)
     text = _NAME_PORT.sub(_bare_host, text)
     text = _DOTTED.sub(_dotted_host, text)
+    text = _NAMED_AFTER.sub(rf"\g<1>{HOST_WITHHELD}", text)
     for host in sorted((h for h in hosts if h), key=len, reverse=True):
         text = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", HOST_WITHHELD, text, flags=re.IGNORECASE)
     return text

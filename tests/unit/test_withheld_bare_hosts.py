@@ -2,7 +2,10 @@
 too: ``Name or service not known: llm-gw.corp.local`` passed the filter whole, as did a host
 with its port (``gateway.local:443``, ``llm-gw:8080``). Ordinary words, numbers, model names,
 file names, field paths (``messages.0.content``, as pydantic and Anthropic name a field) and
-Python's error names are left alone."""
+Python's error names are left alone. Where the error's words say a host follows (``Name or
+service not known:``, ``getaddrinfo failed for``, ``Cannot connect to host``, ``connect to``),
+the word after them is withheld even without a dot or a port: ``Name or service not known:
+llm-gw`` passed whole."""
 
 from __future__ import annotations
 
@@ -31,6 +34,15 @@ WITHHELD = [
     ("lookup of 1.pool.llm.corp failed", "lookup of [host withheld] failed"),
     ("no answer from llm-gw.acme.tech", "no answer from [host withheld]"),
     ("no answer from gateway.acme.de", "no answer from [host withheld]"),
+    # One word, no dot, no port, where the error's words say a host follows
+    ("[Errno -2] Name or service not known: llm-gw", "[Errno -2] Name or service not known: [host withheld]"),
+    ("Name or service not known: gateway", "Name or service not known: [host withheld]"),
+    ("getaddrinfo failed for gateway", "getaddrinfo failed for [host withheld]"),
+    ("getaddrinfo failed for llm_gw.", "getaddrinfo failed for [host withheld]."),
+    ("getaddrinfo failed for gateway:8080", "getaddrinfo failed for [host withheld]"),
+    ("Cannot connect to host gateway ssl:default", "Cannot connect to host [host withheld] ssl:default"),
+    ("could not connect to gateway (refused)", "could not connect to [host withheld] (refused)"),
+    ("Failed to connect to llmproxy port 8080", "Failed to connect to [host withheld] port 8080"),
 ]
 KEPT = [
     "retry after 1.5 s",
@@ -52,6 +64,10 @@ KEPT = [
     "HTTP 503 server_error: The server is overloaded",
     "x-ratelimit-remaining-requests:0 left",
     "[Errno -2] Name or service not known",
+    "Cannot connect to host",
+    "failed to connect to the endpoint within 10s",
+    "unable to connect to an upstream: no healthy upstream",
+    "getaddrinfo failed",
 ]
 
 
