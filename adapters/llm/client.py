@@ -641,7 +641,8 @@ class OpenAICompatibleClient:
     def _status_error(self, response: httpx.Response, content: bytes) -> AttemptError:
         retry_after = parse_retry_after(response.headers)
         answer = error_answer(content)
-        reason = f"HTTP {response.status_code}{error_reason(answer, content, response.encoding)}"
+        said = error_reason(answer, content, response.encoding, media_type_of(response))
+        reason = f"HTTP {response.status_code}{said}"
         error_type = f"http_{response.status_code}"
         if response.status_code == 429 and names_exhausted_quota(error_object(answer)):
             return AttemptError(

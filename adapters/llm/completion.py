@@ -141,17 +141,30 @@ def not_json(body: bytes, media_type: str, status: int = 200) -> AttemptError:
             f"HTTP {status} with {said} ({media_type or 'no content-type'}): no completion and no"
             " usage, so its cost is not known"
         )
-    if media_type in PAGE_TYPES or body.lstrip()[:1] == b"<":
-        found = _TITLE.search(body[:65_536])
-        title = " ".join(found[1].decode("utf-8", "replace").split())[:80] if found else ""
-        kind = "an XML page" if "xml" in media_type and "html" not in media_type else "an HTML page"
+    page = page_named(body, media_type)
+    if page is not None:
         return AttemptError(
-            f"HTTP 2xx with {kind}{f' {title!r}' if title else ''} ({media_type or 'no content-type'}), "
-            "not the API's JSON: a proxy or gateway answered; its cost is not known",
+            f"HTTP 2xx with {page}, not the API's JSON: a proxy or gateway answered; its cost is not known",
             error_type="not_an_api_reply",
             retryable=True,
         )
     return _malformed("reply body is not JSON")
+
+
+def page_title(body: bytes) -> str:
+    """A page's title, on one line and at most 80 characters ("" when it has none)."""
+    found = _TITLE.search(body[:65_536])
+    return " ".join(found[1].decode("utf-8", "replace").split())[:80] if found else ""
+
+
+def page_named(body: bytes, media_type: str) -> str | None:
+    """A page (labelled HTML or XML, or beginning with ``<``) as a reason names it, by its
+    title and content type (``an HTML page 'Sign in' (text/html)``); None for another body."""
+    if media_type not in PAGE_TYPES and body.lstrip()[:1] != b"<":
+        return None
+    title = page_title(body)
+    kind = "an XML page" if "xml" in media_type and "html" not in media_type else "an HTML page"
+    return f"{kind}{f' {title!r}' if title else ''} ({media_type or 'no content-type'})"
 
 
 def parse_completion(data: Any) -> ParsedCompletion:

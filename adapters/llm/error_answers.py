@@ -4,11 +4,14 @@ reason on one line."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from flowledger.adapters.llm.completion import one_line
+from flowledger.adapters.llm.completion import one_line, page_named, page_title
 
 _REASON_CHARS = 300
+_MARKUP = re.compile(rb"<(script|style)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.IGNORECASE | re.DOTALL)
+"""What a page's text is read without: its scripts, styles, comments and tags."""
 
 
 def error_answer(content: bytes) -> dict[str, Any] | None:
@@ -32,11 +35,17 @@ def error_object(answer: dict[str, Any] | None) -> Any:
     return None if answer is None else answer.get("error")
 
 
-def error_reason(answer: dict[str, Any] | None, content: bytes, encoding: str | None) -> str:
-    """What an error answer (``content``, read as ``answer`` by ``error_answer``) says, on one
-    line of at most ``_REASON_CHARS``: OpenAI's error object as ``" invalid_request_error (param
-    messages, code empty_array): <message>"``, or the body's text. OpenAI pretty-prints its error
-    bodies: the reason was that JSON over eight lines, cut at 300 characters whatever it said."""
+def error_reason(
+    answer: dict[str, Any] | None, content: bytes, encoding: str | None, media_type: str = ""
+) -> str:
+    """What an error answer (``content``, of ``media_type``, read as ``answer`` by
+    ``error_answer``) says, on one line of at most ``_REASON_CHARS``: OpenAI's error object as
+    ``" invalid_request_error (param messages, code empty_array): <message>"``, a page by its
+    title (``": an HTML page '502 Bad Gateway' (text/html)"``) or, untitled, its text without
+    its markup, or the body's text. OpenAI
+    pretty-prints its error bodies: the reason was that JSON over eight lines, cut at 300
+    characters whatever it said; a page was its first 300 characters of markup, and a CDN's,
+    its title after a doctype and conditional comments, said nothing past its head."""
     error = error_object(answer)
     label, text = "", ""
     if isinstance(error, dict) and isinstance(error.get("message"), str):
@@ -50,6 +59,14 @@ def error_reason(answer: dict[str, Any] | None, content: bytes, encoding: str | 
         )
     elif isinstance(error, str):
         text = error
+    elif (page := page_named(content, media_type)) is not None:
+        # Titled, a page says what it is in its title; else in its text, without its markup.
+        shown = (
+            ""
+            if page_title(content)
+            else _MARKUP.sub(b" ", content[:65_536]).decode(encoding or "utf-8", "replace")
+        )
+        text = f"{page}: {shown}" if shown.strip() else page
     else:
         text = content[:1_200].decode(encoding or "utf-8", errors="replace")
     said = f"{label}: {text.strip() or '(no body)'}" if label else text.strip() or "(no body)"

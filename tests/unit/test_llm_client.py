@@ -902,7 +902,7 @@ async def test_a_refused_request_fails_at_once_with_openais_reason_on_one_line(
         (b'{"detail": "Not Found"}', 'HTTP 400: {"detail": "Not Found"}'),
         (
             b"<html>\n<body>\n404 Not Found\n</body>\n</html>",
-            "HTTP 400: <html> <body> 404 Not Found </body> </html>",
+            "HTTP 400: an HTML page (no content-type): 404 Not Found",
         ),
         (b'{"error": {"message": "' + b"x" * 500 + b'"}}', "HTTP 400: " + "x" * 299 + "…"),
     ],
