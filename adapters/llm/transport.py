@@ -65,6 +65,13 @@ WHOLE_BODY = "flowledger.whole_body"
 """A request extension: the caller reads the whole reply at once, so the aiohttp transport may
 read it before returning (any other transport ignores it)."""
 _CACHE_BOUND = 64
+HEADER_BYTES = 64 * 1024
+"""The longest header (and status line) of a reply the aiohttp transport reads."""
+MAX_HEADERS = 512
+"""The most headers a reply may have on the aiohttp transport. aiohttp's own limits (8,190
+bytes a header, 128 headers) refused a reply httpx's pool reads (100 KiB of headers in all,
+however many): a gateway's 20 KiB debug header or 200 trace headers made the answer, which the
+provider had billed, "not readable HTTP", a connection error retried into the same reply."""
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -134,6 +141,32 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
         self._urls: dict[str, yarl.URL] = {}
         self._headers: dict[tuple[tuple[bytes, bytes], ...], CIMultiDictProxy[str]] = {}
         self._timeouts: dict[tuple[float | None, ...], aiohttp.ClientTimeout] = {}
+
+    def get_client(self) -> aiohttp.ClientSession:
+        """The session ``httpx_aiohttp`` makes (one given, or a factory's, as it is), reading
+        headers up to ``HEADER_BYTES`` each and ``MAX_HEADERS`` of them."""
+        if self.client is not None:
+            return super().get_client()
+        # aiohttp's own default (100) where httpx's limits set none, as httpx_aiohttp leaves it.
+        limit = 100 if self.limits.max_connections is None else self.limits.max_connections
+        connector: aiohttp.BaseConnector
+        if self.uds:
+            connector = aiohttp.UnixConnector(
+                path=self.uds, keepalive_timeout=self.limits.keepalive_expiry, limit=limit
+            )
+        else:
+            connector = aiohttp.TCPConnector(
+                keepalive_timeout=self.limits.keepalive_expiry,
+                ssl=self.ssl_context,
+                local_addr=(self.local_address, 0) if self.local_address else None,
+                limit=limit,
+            )
+        return aiohttp.ClientSession(
+            connector=connector,
+            max_line_size=HEADER_BYTES,
+            max_field_size=HEADER_BYTES,
+            max_headers=MAX_HEADERS,
+        )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send through aiohttp; a body read that breaks off raises a TransportError too."""
