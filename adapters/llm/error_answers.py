@@ -16,17 +16,22 @@ _MARKUP = re.compile(rb"<(script|style)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.IGN
 
 def error_answer(content: bytes) -> dict[str, Any] | None:
     """An error answer's body read whole as a JSON object, else None (a page, text, no body).
+    A list of one object is that object: Gemini's OpenAI-compatible endpoint answers its errors
+    so (``[{"error": {"code": 400, "message": ..., "status": "INVALID_ARGUMENT"}}]``), and
+    its reason was the list's raw JSON, its 404 for a model taken for a missing route.
 
     Whole: what was read of it is already bounded by ``max_reply_bytes`` (``read_body``). Only
     its first 8 KiB were read, so a longer one (a message of 20 KiB, an error object followed
     by its ``details``) was cut, unreadable, and lost its type label, its used-up quota (retried
     as a rate limit) and its missing model (taken for a missing route), shown as raw JSON."""
-    if content.lstrip()[:1] != b"{":
+    if content.lstrip()[:1] not in (b"{", b"["):
         return None
     try:
         parsed = json.loads(content)
     except (ValueError, RecursionError):  # not JSON, or nested past the parser: the text is shown
         return None
+    if isinstance(parsed, list) and len(parsed) == 1:
+        parsed = parsed[0]
     return parsed if isinstance(parsed, dict) else None
 
 
@@ -52,7 +57,9 @@ def error_reason(
         named = ", ".join(
             f"{key} {error[key]}" for key in ("param", "code") if type(error.get(key)) in (str, int)
         )
-        kind = error["type"] if isinstance(error.get("type"), str) else ""
+        # Google's errors name their kind in ``status`` (``INVALID_ARGUMENT``), not ``type``.
+        kinds = [error.get(key) for key in ("type", "status")]
+        kind = next((named for named in kinds if isinstance(named, str) and named), "")
         label, text = (
             " ".join(part for part in (kind, f"({named})" if named else "") if part),
             error["message"],

@@ -1,0 +1,67 @@
+"""An error answered as a list holding one error object, as Gemini's OpenAI-compatible endpoint
+answers (``[{"error": {"code": 400, "message": ..., "status": "INVALID_ARGUMENT"}}]``), is read
+as that object: its reason was the list's raw JSON, and its 404 for a model it does not serve
+was taken for a missing route ("check the base URL", a 502 instead of the caller's 422)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.domain.errors import LlmCallFailed
+
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def google_error(code: int, message: str, status: str) -> bytes:
+    """Google's error body as its OpenAI-compatible endpoint sends it: a list of one."""
+    return json.dumps([{"error": {"code": code, "message": message, "status": status}}], indent=2).encode()
+
+
+CASES = {
+    "400": (
+        google_error(400, 'Invalid JSON payload received. Unknown name "reasoning"', "INVALID_ARGUMENT"),
+        "http_400",
+        1,
+        'HTTP 400 INVALID_ARGUMENT (code 400): Invalid JSON payload received. Unknown name "reasoning"',
+    ),
+    "404": (
+        google_error(404, "models/gemini-9.0-pro is not found for API version v1main", "NOT_FOUND"),
+        "http_404",
+        1,
+        "HTTP 404 NOT_FOUND (code 404): models/gemini-9.0-pro is not found for API version v1main",
+    ),
+    "429": (
+        google_error(429, "Resource has been exhausted (e.g. check quota).", "RESOURCE_EXHAUSTED"),
+        "http_429",
+        3,
+        "HTTP 429 RESOURCE_EXHAUSTED (code 429): Resource has been exhausted (e.g. check quota).",
+    ),
+}
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+@pytest.mark.parametrize("status", list(CASES))
+async def test_an_error_in_a_list_of_one_is_read_as_its_error_object(status: str) -> None:
+    body, error_type, attempts, said = CASES[status]
+
+    def handler(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(int(status), content=body, headers={"content-type": "application/json"})
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=2)
+    llm = OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=_no_sleep
+    )
+    async with llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    error = raised.value
+    assert (error.error_type, error.attempts) == (error_type, attempts)
+    assert said in str(error)
+    assert "check the base URL" not in str(error)
