@@ -36,8 +36,16 @@ def error_answer(content: bytes) -> dict[str, Any] | None:
 
 
 def error_object(answer: dict[str, Any] | None) -> Any:
-    """The ``error`` of a JSON error answer (OpenAI's object, or a proxy's string), else None."""
-    return None if answer is None else answer.get("error")
+    """The ``error`` of a JSON error answer (OpenAI's object, or a proxy's string); the answer
+    itself when it is the error object, its ``message`` at the top (vLLM's ``{"object": "error",
+    "message": ..., "type": "BadRequestError", "code": 400}``, a gateway's ``{"message": ...}``:
+    shown as raw JSON); else None."""
+    if answer is None:
+        return None
+    error = answer.get("error")
+    if error is None and isinstance(answer.get("message"), str):
+        return answer
+    return error
 
 
 def error_reason(

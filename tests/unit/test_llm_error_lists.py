@@ -1,7 +1,8 @@
 """An error answered as a list holding one error object, as Gemini's OpenAI-compatible endpoint
 answers (``[{"error": {"code": 400, "message": ..., "status": "INVALID_ARGUMENT"}}]``), is read
 as that object: its reason was the list's raw JSON, and its 404 for a model it does not serve
-was taken for a missing route ("check the base URL", a 502 instead of the caller's 422)."""
+was taken for a missing route ("check the base URL", a 502 instead of the caller's 422). An
+error object that is the whole body (vLLM's) is read as one too: it was shown as raw JSON."""
 
 from __future__ import annotations
 
@@ -65,3 +66,29 @@ async def test_an_error_in_a_list_of_one_is_read_as_its_error_object(status: str
     assert (error.error_type, error.attempts) == (error_type, attempts)
     assert said in str(error)
     assert "check the base URL" not in str(error)
+
+
+async def test_an_error_object_at_the_top_of_the_body_is_read_as_one() -> None:
+    # vLLM's ErrorResponse (before it was wrapped in "error"): the object is the whole body
+    body = json.dumps(
+        {
+            "object": "error",
+            "message": "This model's maximum context length is 8192 tokens.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+    ).encode()
+
+    def handler(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, content=body, headers={"content-type": "application/json"})
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=2)
+    async with OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(handler)
+    ) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    said = "HTTP 400 BadRequestError (code 400): This model's maximum context length is 8192 tokens."
+    assert said in str(raised.value)
+    assert raised.value.error_type == "http_400"
