@@ -24,7 +24,8 @@ def error_answer(content: bytes) -> dict[str, Any] | None:
     its first 8 KiB were read, so a longer one (a message of 20 KiB, an error object followed
     by its ``details``) was cut, unreadable, and lost its type label, its used-up quota (retried
     as a rate limit) and its missing model (taken for a missing route), shown as raw JSON."""
-    if content.lstrip()[:1] not in (b"{", b"["):
+    # After a UTF-8 byte-order mark (.NET's default), which json.loads reads past.
+    if content.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] not in (b"{", b"["):
         return None
     try:
         parsed = json.loads(content)

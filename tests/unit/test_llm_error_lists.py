@@ -92,3 +92,27 @@ async def test_an_error_object_at_the_top_of_the_body_is_read_as_one() -> None:
     said = "HTTP 400 BadRequestError (code 400): This model's maximum context length is 8192 tokens."
     assert said in str(raised.value)
     assert raised.value.error_type == "http_400"
+
+
+async def test_an_error_body_after_a_byte_order_mark_is_read_as_json() -> None:
+    # A server that writes UTF-8 with a byte-order mark (as .NET's UTF8Encoding does by
+    # default): its completion was read, its error shown as raw text, its quota not seen.
+    body = (
+        b"\xef\xbb\xbf"
+        + json.dumps(
+            {"error": {"message": "You exceeded your current quota.", "type": "insufficient_quota"}}
+        ).encode()
+    )
+
+    def handler(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, content=body, headers={"content-type": "application/json"})
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=2)
+    llm = OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=_no_sleep
+    )
+    async with llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert (raised.value.error_type, raised.value.attempts) == ("insufficient_quota", 1)
+    assert "HTTP 429 insufficient_quota: You exceeded your current quota." in str(raised.value)
