@@ -56,12 +56,13 @@ def error_reason(
     ``error_answer``) says, on one line of at most ``_REASON_CHARS``: OpenAI's error object as
     ``" invalid_request_error (param messages, code empty_array): <message>"``, a page by its
     title (``": an HTML page '502 Bad Gateway' (text/html)"``) or, untitled, its text without
-    its markup, or the body's text. OpenAI
-    pretty-prints its error bodies: the reason was that JSON over eight lines, cut at 300
-    characters whatever it said; a page was its first 300 characters of markup, and a CDN's,
-    its title after a doctype and conditional comments, said nothing past its head."""
+    its markup, or the body's text; an error object with no message says ``(no message)`` (it
+    said ``(no body)``, as if nothing had come). OpenAI pretty-prints its error bodies: the
+    reason was that JSON over eight lines, cut at 300 characters whatever it said; a page was
+    its first 300 characters of markup, and a CDN's, its title after a doctype and conditional
+    comments, said nothing past its head."""
     error = error_object(answer)
-    label, text = "", ""
+    label, text, missing = "", "", "(no body)"
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         named = ", ".join(
             f"{key} {error[key]}" for key in ("param", "code") if type(error.get(key)) in (str, int)
@@ -73,8 +74,9 @@ def error_reason(
             " ".join(part for part in (kind, f"({named})" if named else "") if part),
             error["message"],
         )
+        missing = "(no message)"  # the body was an error object: its message is what is missing
     elif isinstance(error, str):
-        text = error
+        text, missing = error, "(no message)"
     elif (page := page_named(content, media_type)) is not None:
         # Titled, a page says what it is in its title; else in its text, without its markup.
         shown = (
@@ -85,5 +87,5 @@ def error_reason(
         text = f"{page}: {shown}" if shown.strip() else page
     else:
         text = content[:1_200].decode(encoding or "utf-8", errors="replace")
-    said = f"{label}: {text.strip() or '(no body)'}" if label else text.strip() or "(no body)"
+    said = f"{label}: {text.strip() or missing}" if label else text.strip() or missing
     return (" " if label else ": ") + one_line(said, _REASON_CHARS)

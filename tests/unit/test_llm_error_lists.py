@@ -116,3 +116,29 @@ async def test_an_error_body_after_a_byte_order_mark_is_read_as_json() -> None:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert (raised.value.error_type, raised.value.attempts) == ("insufficient_quota", 1)
     assert "HTTP 429 insufficient_quota: You exceeded your current quota." in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b'{"error": {"message": "", "type": "server_error"}}', "HTTP 500 server_error: (no message)"),
+        (b'{"error": {"message": " ", "code": 500}}', "HTTP 500 (code 500): (no message)"),
+        (b'{"error": {"message": ""}}', "HTTP 500: (no message)"),
+        (b'{"error": ""}', "HTTP 500: (no message)"),
+        (b"", "HTTP 500: (no body)"),
+    ],
+    ids=["empty message", "blank message", "message alone", "empty string", "no body"],
+)
+async def test_an_error_object_with_no_message_says_so_not_that_there_was_no_body(
+    body: bytes, said: str
+) -> None:
+    def handler(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, content=body, headers={"content-type": "application/json"})
+
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=0)
+    async with OpenAICompatibleClient(
+        config, prices=load_price_table(), transport=httpx.MockTransport(handler)
+    ) as llm:
+        with pytest.raises(LlmCallFailed) as raised:
+            await llm.complete(model="gpt-4.1", messages=MESSAGES)
+    assert f"{said} (after 1 attempt(s))" in str(raised.value)
