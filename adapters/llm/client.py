@@ -57,7 +57,7 @@ from flowledger.adapters.llm.retry import (
     parse_retry_after,
     status_is_retryable,
 )
-from flowledger.adapters.llm.sse import is_event_stream
+from flowledger.adapters.llm.sse import is_event_stream, is_json_object
 from flowledger.adapters.llm.transport import NOT_SENT, WHOLE_BODY, build_transport
 from flowledger.adapters.llm.usage import CallContext, build_usage
 from flowledger.domain.errors import CircuitOpen, LlmCallFailed, UnknownModelPrice, ValidationError
@@ -561,7 +561,8 @@ class OpenAICompatibleClient:
                     # began; a body that does not say what it used leaves that cost unknown.
                     progress.began = True
                     media_type = media_type_of(response)
-                    if media_type == "text/event-stream" or is_event_stream(content):
+                    labelled = media_type == "text/event-stream" and not is_json_object(content[:1024])
+                    if labelled or is_event_stream(content):
                         # A proxy that streams whatever it is asked (labelled as a stream, as
                         # JSON or not at all): its stream, read as one (it was "reply body is not
                         # JSON", not retried, its reported usage lost).

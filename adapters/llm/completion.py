@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,7 +22,7 @@ from flowledger.adapters.llm.retry import (
     names_exhausted_quota,
     status_is_retryable,
 )
-from flowledger.adapters.llm.sse import DONE, UnreadableEvent, event_payloads, is_event_stream
+from flowledger.adapters.llm.sse import DONE, UnreadableEvent, event_payloads, is_event_stream, is_json_object
 
 # What an error sent inside a stream would have been as an HTTP status, by its ``type`` or
 # ``code`` (OpenAI, Anthropic, OpenRouter and LiteLLM names); one named by neither is taken
@@ -257,7 +257,8 @@ async def read_stream(
     retrying it paid for the answer again. A chunk
     with an ``error`` fails the attempt (``stream_error``); a chunk that cannot be read fails
     it as a malformed response, retried when good chunks came before it (``_unreadable_chunk``).
-    A JSON answer is read as a non-streamed reply: some proxies ignore ``stream``.
+    A JSON answer is read as a non-streamed reply: some proxies ignore ``stream``, and some
+    label a JSON body ``text/event-stream`` (its first line that is not blank begins ``{``).
     """
     if progress is not None:
         progress.began = True
@@ -281,7 +282,16 @@ async def read_stream(
     first_token_ms: float | None = None
     chunks = 0
     done = False
-    payloads = event_payloads(read_lines(response, limit))
+    lines = read_lines(response, limit)
+    head = [line async for line in _to_first_text(lines)]
+    if head and is_json_object(head[-1]):
+        # A whole JSON body under a stream's label (a proxy that labels every answer so): read
+        # as event lines it was a stream with no event, "stream ended before [DONE]", retried,
+        # each attempt billed. Its lines are rejoined: a line break in JSON is white space.
+        body = "\n".join([*head, *[line async for line in lines]]).encode()
+        parsed = read_completion(body, media_type, "utf-8", response.status_code)
+        return replace(parsed, time_to_first_token_ms=(clock() - started) * 1000)
+    payloads = event_payloads(_chained(head, lines))
     while True:
         try:
             chunk = await anext(payloads, _ENDED)
@@ -343,6 +353,22 @@ async def read_stream(
         time_to_first_token_ms=first_token_ms,
         chunks=chunks,
     )
+
+
+async def _to_first_text(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``lines`` up to and with the first that is not blank (a byte-order mark is blank here)."""
+    async for line in lines:
+        yield line
+        if line.strip("\ufeff \t"):
+            return
+
+
+async def _chained(head: list[str], rest: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The lines ``head`` already read, then ``rest``."""
+    for line in head:
+        yield line
+    async for line in rest:
+        yield line
 
 
 UNASKED_STREAM = "the endpoint answered a stream (SSE) to a request that asked for none"

@@ -22,6 +22,14 @@ def is_event_stream(body: bytes) -> bool:
     return _FIRST_FIELD.match(body) is not None
 
 
+def is_json_object(start: bytes | str) -> bool:
+    """Whether a body beginning with ``start`` is a JSON object, not an event stream: its first
+    character past a byte-order mark and white space is ``{``, which no SSE line begins with
+    that a reader would not skip (a field named ``{"id"``)."""
+    text = start.decode("utf-8", "replace") if isinstance(start, bytes) else start
+    return text.lstrip("\ufeff \t\r\n")[:1] == "{"
+
+
 class UnreadableEvent(Exception):
     """An event's data that is not JSON (nor ``[DONE]``)."""
 

@@ -96,3 +96,48 @@ async def test_a_body_that_is_neither_json_nor_a_stream_is_still_not_json(body: 
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert raised.value.error_type == "malformed_response"
     assert "reply body is not JSON" in str(raised.value)
+
+
+COMPLETION = {
+    "id": "c-2",
+    "model": "gpt-4.1",
+    "choices": [{"message": {"content": '{"action": "y"}'}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+}
+JSON_BODIES = {
+    "compact": json.dumps(COMPLETION).encode(),
+    "pretty-printed": json.dumps(COMPLETION, indent=2).encode(),
+    "after a blank line and a byte-order mark": b"\xef\xbb\xbf\n" + json.dumps(COMPLETION).encode(),
+}
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["not streamed", "streamed"])
+@pytest.mark.parametrize("written", list(JSON_BODIES))
+async def test_a_json_completion_labelled_as_a_stream_is_read_as_the_json_it_is(
+    streamed: bool, written: str
+) -> None:
+    # Given a proxy that labels every answer text/event-stream, here a whole JSON completion:
+    # it was read as a stream with no event in it, "stream ended before [DONE]", and retried
+    # (each attempt an answer the provider billed)
+    seen: list[httpx.Request] = []
+    async with client_for(JSON_BODIES[written], "text/event-stream", seen) as llm:
+        call = llm.complete_streaming if streamed else llm.complete
+        reply = await call(model="gpt-4.1", messages=MESSAGES)
+    # Then its answer and usage are taken, at the first attempt
+    assert reply.content == '{"action": "y"}'
+    assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.attempts) == (5, 3, 1)
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["not streamed", "streamed"])
+async def test_a_json_error_labelled_as_a_stream_is_read_as_the_error_it_is(streamed: bool) -> None:
+    body = json.dumps({"error": {"message": "Invalid 'messages'", "type": "invalid_request_error"}}).encode()
+    seen: list[httpx.Request] = []
+    async with client_for(body, "text/event-stream", seen) as llm:
+        call = llm.complete_streaming if streamed else llm.complete
+        with pytest.raises(LlmCallFailed) as raised:
+            await call(model="gpt-4.1", messages=MESSAGES)
+    assert raised.value.error_type == "reply_request_error"
+    assert "Invalid 'messages'" in str(raised.value)
+    assert "stream" not in str(raised.value).split(": ", 1)[1]
+    assert len(seen) == 1
