@@ -13,6 +13,8 @@ from flowledger.domain.errors import LlmMisconfigured, ValidationError
 
 TRANSPORT_IN_USE = "transport_in_use"
 """The ``error_type`` of a call refused because the transport given is another loop's."""
+TRANSPORT_NOT_MADE = "transport_not_made"
+"""The ``error_type`` of a transport factory that returned no transport."""
 TransportFactory = Callable[[], httpx.AsyncBaseTransport]
 """Makes a new transport: called once for each event loop the client is used from."""
 
@@ -39,8 +41,21 @@ class GivenTransport:
         self._holder: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
     def made(self) -> httpx.AsyncBaseTransport:
-        """The transport for a new pool: the given one, or a new one from the factory."""
-        return self._given if isinstance(self._given, httpx.AsyncBaseTransport) else self._given()
+        """The transport for a new pool: the given one, or a new one from the factory;
+        ``LlmMisconfigured`` (``transport_not_made``) when the factory returns anything else.
+        A factory that returned None (a fixture that forgot its ``return``) was replaced by the
+        client's own transport: the calls went to the network, with the real key."""
+        if isinstance(self._given, httpx.AsyncBaseTransport):
+            return self._given
+        made = self._given()
+        if not isinstance(made, httpx.AsyncBaseTransport):
+            raise LlmMisconfigured(
+                "transport",
+                f"the function given to make a transport returned {type(made).__name__}, "
+                "not an httpx.AsyncBaseTransport",
+                error_type=TRANSPORT_NOT_MADE,
+            )
+        return made
 
     def claim(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hand the given transport to ``loop``; ``LlmMisconfigured`` (``transport_in_use``) when

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 from flowledger.adapters.cli.errors import exit_code_for
 from flowledger.adapters.http.errors import status_for
@@ -68,3 +69,17 @@ def test_a_misconfigured_llm_adapter_is_a_server_error_and_a_configuration_exit(
     assert status_for(error) == 500
     # sysexits' EX_CONFIG: the set-up is wrong (it was 2, a usage error)
     assert exit_code_for(error) == 78
+
+
+@pytest.mark.parametrize("made", [None, "httpx"], ids=["None", "a name"])
+def test_a_transport_factory_that_makes_no_transport_is_refused_not_replaced_by_the_network(
+    made: object,
+) -> None:
+    # A function given as the transport that returns no transport (a test's fixture that
+    # forgot its return): the client sent through its default transport, to the network,
+    # with the real key, instead of the test's handler
+    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"))
+    with pytest.raises(LlmMisconfigured) as raised:
+        OpenAICompatibleClient(config, prices=load_price_table(), transport=lambda: made)  # type: ignore[arg-type,return-value]
+    assert (raised.value.setting, raised.value.error_type) == ("transport", "transport_not_made")
+    assert f"returned {type(made).__name__}" in str(raised.value)
