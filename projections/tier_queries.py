@@ -7,10 +7,13 @@ calls' tokens are summed per the priority the task had when each call was made (
 view's ``task_priority``: the one that chose the call's tier, not the current one, which
 the classification may have raised since), and each policy prices a priority's sums at its
 tier's model, by the domain's one pricing rule (``cost_of``: linear, so summed tokens price
-the same as the calls one by one). So the configured policy prices the calls it routed at
-the models that made them: at their answers' recorded cost, up to price-table changes. The
-recorded cost beside it is the cost dashboard's (retried attempts included), and the calls
-whose cost is not known (``unpriced``) are counted apart: they were summed as $0, unsaid.
+the same as the calls one by one). The configured policy (``as_made``) prices each call at
+the model that made it instead (the entry the adapter charged, ``billed_model``): at the
+answers' recorded cost, up to price-table changes, a call the caller named a model for
+included (priced at the tier's model, a classification on gpt-4.1 that cost $0.00036 counted
+$0.0000364 at deepseek-v3.2, a saving shown that no routing made). The recorded cost beside
+it is the cost dashboard's (retried attempts included), and the calls whose cost is not
+known (``unpriced``) are counted apart: they were summed as $0, unsaid.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, localcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import Connection, sql
 
@@ -28,13 +31,24 @@ from flowledger.domain.model_tiers import ModelTiers
 from flowledger.domain.pricing import EXACT, LONG_CONTEXT_TOKENS, PriceTable, TokenCounts, cost_of
 
 
+class _Group(NamedTuple):
+    """Task calls summed together: of one priority, one side of the long-context bound, asking
+    for one model (``asked``) and answered by one (``answered``, else the one asked for)."""
+
+    priority: str
+    long_context: bool
+    asked: str | None
+    answered: str | None
+
+
 @dataclass(frozen=True, kw_only=True)
 class PolicyCost:
     """What the recorded task calls cost under one policy, and its saving against the baseline."""
 
     policy: str
     models: dict[str, str]
-    """The model each priority is priced at."""
+    """The model each priority is priced at; for the policy priced as made, the models that made
+    its calls (sorted, joined by ", " when there are several)."""
     cost_usd: Decimal | None
     """None when some of the calls would be priced at a model the table has no price for."""
     saving_pct: Decimal | None
@@ -68,11 +82,15 @@ class TierReport:
         return f" ({self.unpriced_calls:,} of them unpriced: cost not known)"
 
 
+CONFIGURED = "configured"
+"""The name of the configured policy in a what-if (``tier_policies``): the one priced as made."""
+
+
 def tier_policies(configured: ModelTiers) -> tuple[dict[str, ModelTiers], str]:
-    """The policies a what-if compares: the configured tiers, and every priority on one of
-    their models; and the baseline savings are measured against, the configured premium
-    (critical) model alone (the seed's "mixed saves 73 %")."""
-    policies = {"configured": configured, **{f"all {m}": ModelTiers.single(m) for m in configured.models()}}
+    """The policies a what-if compares: the configured tiers (``CONFIGURED``, to be priced as
+    made), and every priority on one of their models; and the baseline savings are measured
+    against, the configured premium (critical) model alone (the seed's "mixed saves 73 %")."""
+    policies = {CONFIGURED: configured, **{f"all {m}": ModelTiers.single(m) for m in configured.models()}}
     return policies, f"all {configured.tiers['critical'][0]}"
 
 
@@ -99,17 +117,22 @@ def reprice_by_tier(
     since: datetime,
     baseline: str,
     now: datetime | None = None,
+    as_made: str | None = None,
 ) -> TierReport:
     """The tenant's task calls since ``since``, priced under each policy (``baseline`` names
     the one savings are measured against) at the prices in force ``now`` (default: the
-    present), never at an entry that takes effect later."""
+    present), never at an entry that takes effect later; the policy named ``as_made`` (the
+    configured one) prices each call at the model that made it."""
     if baseline not in policies:
         raise ValidationError("baseline", f"must be one of {sorted(policies)}, got {baseline!r}")
-    # Summed per priority and per price tier of the call (past LONG_CONTEXT_TOKENS input
-    # tokens a call takes the long-context rate): within a tier the rule is linear, so the
-    # sums price exactly as the calls one by one would.
+    if as_made is not None and as_made not in policies:
+        raise ValidationError("as_made", f"must be one of {sorted(policies)}, got {as_made!r}")
+    # Summed per priority, per price tier of the call (past LONG_CONTEXT_TOKENS input tokens
+    # a call takes the long-context rate) and per model asked for and answering (the policy
+    # priced as made prices each at its own): within a tier the rule is linear, so the sums
+    # price exactly as the calls one by one would.
     statement = sql.SQL("""
-        SELECT c.task_priority, c.input_tokens > %(long)s, count(*),
+        SELECT c.task_priority, c.input_tokens > %(long)s, c.request_model, c.model, count(*),
                coalesce(sum(c.cost_usd + c.retried_cost_usd), 0), count(*) FILTER (WHERE c.unpriced),
                sum(c.input_tokens), sum(c.output_tokens), sum(c.cache_read_input_tokens),
                sum(c.reasoning_output_tokens), sum(c.audio_input_tokens), sum(c.audio_output_tokens),
@@ -117,19 +140,19 @@ def reprice_by_tier(
         FROM {reader}.llm_calls AS c
         WHERE c.tenant = %(tenant)s AND c.source = 'task' AND c.occurred_at >= %(since)s
           AND c.task_priority IS NOT NULL
-        GROUP BY 1, 2 ORDER BY 1, 2
+        GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
     """).format(reader=sql.Identifier(reader))
-    sums: dict[tuple[str, bool], TokenCounts] = {}
+    sums: dict[_Group, TokenCounts] = {}
     calls: dict[str, int] = {}
     recorded = Decimal(0)
     unpriced_calls = 0
     rows = conn.execute(statement, {"tenant": tenant, "since": since, "long": LONG_CONTEXT_TOKENS})
-    for priority, long_context, count, cost, unpriced_count, *tokens in rows:
+    for priority, long_context, asked, answered, count, cost, unpriced_count, *tokens in rows:
         calls[priority] = calls.get(priority, 0) + int(count)
         unpriced_calls += int(unpriced_count)
         with localcontext(EXACT):  # money: the thread's context rounds (28 digits, or fewer)
             recorded += cost
-        sums[(priority, bool(long_context))] = TokenCounts(
+        sums[_Group(priority, bool(long_context), asked, answered)] = TokenCounts(
             input_tokens=int(tokens[0]),
             output_tokens=int(tokens[1]),
             cache_read_input_tokens=int(tokens[2]),
@@ -142,20 +165,31 @@ def reprice_by_tier(
     costs: dict[str, tuple[dict[str, str], Decimal | None, list[str]]] = {}
     at = now if now is not None else datetime.now(UTC)
     for name, tiers in policies.items():
-        models = {p: tier_model(tiers, p, prices, at) for p in calls}
-        unpriced = sorted({m for m in models.values() if not prices.knows(m, at)})
+        routed = {p: tier_model(tiers, p, prices, at) for p in calls}
+        priced_at = {
+            group: (_made_by(group, prices) or routed[group.priority])
+            if name == as_made
+            else routed[group.priority]
+            for group in sums
+        }
+        unpriced = sorted({m for m in priced_at.values() if not prices.knows(m, at)})
         with localcontext(EXACT):  # as above: each cost is exact, and so must their sum be
             cost = (
                 None
                 if unpriced
                 else sum(
                     (
-                        cost_of(tokens, prices.price_for(models[p], at), long_context=long)
-                        for (p, long), tokens in sums.items()
+                        cost_of(
+                            tokens, prices.price_for(priced_at[group], at), long_context=group.long_context
+                        )
+                        for group, tokens in sums.items()
                     ),
                     Decimal(0),
                 )
             )
+        models = {
+            p: ", ".join(sorted({m for group, m in priced_at.items() if group.priority == p})) for p in calls
+        }
         costs[name] = (models, cost, unpriced)
     base = costs[baseline][1]
     return TierReport(
@@ -175,6 +209,13 @@ def reprice_by_tier(
         ],
         unpriced_calls=unpriced_calls,
     )
+
+
+def _made_by(group: _Group, prices: PriceTable) -> str | None:
+    """The model a group's calls were charged as (``billed_model``: the one that answered when
+    it is known as another, else the one asked for), else the name they give; None when they
+    name none."""
+    return prices.billed_model(group.asked, group.answered) or group.asked or group.answered
 
 
 def _saving(base: Decimal | None, cost: Decimal | None) -> Decimal | None:

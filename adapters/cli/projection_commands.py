@@ -48,7 +48,7 @@ from flowledger.projections import (
     workflows,
 )
 from flowledger.projections.cost_queries import GROUPINGS, read_for
-from flowledger.projections.tier_queries import reprice_by_tier, tier_policies
+from flowledger.projections.tier_queries import CONFIGURED, reprice_by_tier, tier_policies
 
 console = cli_console()
 projections_app = typer.Typer(
@@ -425,6 +425,7 @@ def dashboard_command(
                     tenant=whose,
                     since=start,
                     baseline=baseline,
+                    as_made=CONFIGURED,  # as REST's what-if: at the models that made the calls
                 )
                 console.print(tiers_table(report, since))
 

@@ -119,7 +119,10 @@ def answers(
 
 class PolicyCostOut(Described):
     policy: str = Field(description="configured, or all M: every priority on model M")
-    models: dict[str, str] = Field(description="The model each priority's calls are priced at")
+    models: dict[str, str] = Field(
+        description="The model each priority's calls are priced at; configured: the models that made"
+        " them (the call's own, one its caller named included), joined by ', ' when several"
+    )
     cost_usd: str | None = Field(
         description="What the recorded calls would have cost, exact (a decimal string); null when"
         " some would be priced at a model the price table has no price for (unpriced_models)"

@@ -13,7 +13,13 @@ from flowledger.adapters.http.served_prices import served_prices
 from flowledger.domain.task_views import TaskPriority
 from flowledger.domain.values import plain_decimal
 from flowledger.infrastructure import Engine
-from flowledger.projections.tier_queries import PolicyCost, TierReport, reprice_by_tier, tier_policies
+from flowledger.projections.tier_queries import (
+    CONFIGURED,
+    PolicyCost,
+    TierReport,
+    reprice_by_tier,
+    tier_policies,
+)
 
 _URGENT_FIRST = sorted(TaskPriority, key=lambda p: -p.rank)
 
@@ -21,10 +27,13 @@ _URGENT_FIRST = sorted(TaskPriority, key=lambda p: -p.rank)
 def tier_report(
     engine: Engine, conn: Connection[Any], reader: str, *, tenant: str, since: datetime
 ) -> TierReport:
-    """The task calls of ``tenant`` since ``since`` under each policy of ``tier_policies``."""
+    """The task calls of ``tenant`` since ``since`` under each policy of ``tier_policies``, the
+    configured one priced at the models that made the calls."""
     policies, baseline = tier_policies(engine.classifier.tiers)
     prices = served_prices(engine)
-    return reprice_by_tier(conn, reader, prices, policies, tenant=tenant, since=since, baseline=baseline)
+    return reprice_by_tier(
+        conn, reader, prices, policies, tenant=tenant, since=since, baseline=baseline, as_made=CONFIGURED
+    )
 
 
 def tier_panel(report: TierReport) -> str:

@@ -30,7 +30,11 @@ class Rows:
             group[1] += tokens_in
             group[2] += tokens_out
         rest = (0,) * 6  # cache reads, reasoning, audio in and out, cache writes (5 m, 1 h)
-        return [(p, long, n, Decimal(0), 0, i, o, *rest) for (p, long), (n, i, o) in sorted(groups.items())]
+        # The models asked for and answering: none named, so every policy prices at its tiers
+        return [
+            (p, long, None, None, n, Decimal(0), 0, i, o, *rest)
+            for (p, long), (n, i, o) in sorted(groups.items())
+        ]
 
 
 def all_claude(calls: list[tuple[str, int, int]]) -> Any:
@@ -142,7 +146,7 @@ class CostRows(Rows):
         self.groups = groups
 
     def execute(self, statement: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return [(p, False, 1, cost, 0, 1_000_000, 1_000, *(0,) * 6) for p, cost in self.groups]
+        return [(p, False, None, None, 1, cost, 0, 1_000_000, 1_000, *(0,) * 6) for p, cost in self.groups]
 
 
 def test_the_tier_report_is_exact_whatever_the_threads_decimal_context() -> None:
