@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from flowledger.domain.bounds import require_tenant
+from flowledger.domain.bounds import require_count, require_tenant
 from flowledger.domain.errors import (
     IdempotencyKeyReused,
     SessionClosed,
@@ -35,6 +35,18 @@ from flowledger.domain.values import (
     require_object,
     require_usage,
 )
+
+MAX_SWEEP = 100_000
+"""The most overdue sessions one expiry sweep looks at (``projections.expiry.expire_overdue``)."""
+
+
+def require_sweep_limit(limit: Any) -> int:
+    """Raise ValidationError unless ``limit`` is a whole number (not a bool) in [1, ``MAX_SWEEP``]:
+    an expiry sweep's, in the words every entry point gives (REST's schema said "limit: must be
+    at least 1 (got 0)" where the CLI said this, and the library checked nothing: -1 reached
+    PostgreSQL as "LIMIT must not be negative")."""
+    return require_count("limit", limit, least=1, most=MAX_SWEEP)
+
 
 Start = tuple[str, str | None]
 """What a session's start names: its workflow and its user (None: none named)."""

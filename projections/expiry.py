@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flowledger.domain.errors import SessionNotFound
+from flowledger.domain.session_rules import require_sweep_limit
 from flowledger.infrastructure.engine.facade import Engine
 from flowledger.projections.processor import Projector
 from flowledger.projections.sql import q
@@ -46,7 +47,9 @@ def expire_overdue(
     on_session: Callable[[str, bool], None] | None = None,
 ) -> Sweep:
     """Expire up to ``limit`` of the engine's tenant's overdue sessions, the longest overdue
-    first; ``on_session(session_id, expired)`` is told of each candidate (progress)."""
+    first; ``on_session(session_id, expired)`` is told of each candidate (progress). A limit
+    outside 1 to ``MAX_SWEEP`` is a ValidationError, before anything is read."""
+    require_sweep_limit(limit)
     # Caught up and read on the primary, never on a replica: the sweep writes there anyway, and
     # a replica's read model that lagged (a follower stopped, replay paused) listed the sessions
     # the last sweep had expired again and again, so a sweep with a limit never got past them.

@@ -17,6 +17,7 @@ from flowledger.adapters.cli.rendering import history_table, session_table
 from flowledger.domain.bounds import require_count, require_moment
 from flowledger.domain.errors import ValidationError
 from flowledger.domain.hours import hours_as_duration
+from flowledger.domain.session_rules import MAX_SWEEP, require_sweep_limit
 from flowledger.infrastructure import Engine
 from flowledger.projections.expiry import expire_overdue
 from flowledger.projections.registry import projector_for
@@ -81,7 +82,8 @@ def extend(
 
 def expire_sessions(
     limit: Annotated[
-        int, typer.Option(help="The most sessions one run looks at (1 to 100,000).", parser=whole_number)
+        int,
+        typer.Option(help=f"The most sessions one run looks at (1 to {MAX_SWEEP:,}).", parser=whole_number),
     ] = 1000,
     tenant: Annotated[
         str | None, typer.Option(help="Whose sessions (default: FLOWLEDGER_TENANT or 'default').")
@@ -90,7 +92,7 @@ def expire_sessions(
     """Record Expired for every active session whose expiry has passed (run it from cron: a
     session nobody touches again otherwise stays active in the read models and the funnel)."""
     with reported_errors():
-        require_count("limit", limit, least=1, most=100_000)
+        require_sweep_limit(limit)
         with Engine(tenant=tenant) as engine:
             projector = projector_for(engine)
             columns = (TextColumn("expiring sessions"), BarColumn(), MofNCompleteColumn())

@@ -18,6 +18,7 @@ from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import QueryMoment
 from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.session_rules import require_sweep_limit
 from flowledger.projections.expiry import expire_overdue
 from flowledger.projections.registry import projector_for
 
@@ -246,6 +247,6 @@ def sweep_expiries(caller: Writer, body: schemas.ExpirySweep | None = None) -> s
     overdue first, at most ``limit`` looked at (``complete`` false: run it again). A session
     nobody touches again otherwise reads ``expired`` but stays active in its events and in the
     read models (dashboard, funnel). Needs PostgreSQL (422 on an in-memory engine)."""
-    limit = (body or schemas.ExpirySweep()).limit
+    limit = require_sweep_limit((body or schemas.ExpirySweep()).limit)  # before the backend is asked
     sweep = expire_overdue(caller.engine, projector_for(caller.engine), limit=limit)
     return schemas.ExpirySweepOut(expired=sweep.expired, examined=sweep.examined, complete=sweep.complete)

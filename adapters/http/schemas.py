@@ -37,11 +37,13 @@ from flowledger.adapters.http.moments import MOMENT_SCHEMA, Moment
 from flowledger.domain.bounds import (
     MAX_DEADLINE,
     MAX_NAME_LENGTH,
+    MAX_REASON_LENGTH,
     MAX_TEXT_LENGTH,
     MAX_TTL,
     MIN_DEADLINE_DELAY,
     NAME_IGNORABLE_CLASS,
 )
+from flowledger.domain.session_rules import MAX_SWEEP
 from flowledger.domain.session_views import SessionState, StepFailure, StepRecord
 from flowledger.domain.values import (
     MAX_ATTEMPTS,
@@ -436,13 +438,22 @@ class Complete(Body):
 
 
 class Abandon(Body):
-    reason: str = Field(default="abandoned", min_length=1, max_length=1000, pattern=TEXT_PATTERN)
+    # The rule documented, checked by the domain (``Session.abandon``: ``require_text``): REST
+    # said "must be text that is not blank and holds no NUL (got '   ')" and refused more than
+    # 1,000 characters, where the library says "must be a non-empty string" and takes 2,000.
+    reason: str = Field(default="abandoned", max_length=MAX_REASON_LENGTH, json_schema_extra=DOMAIN_TEXT)
 
 
 class ExpirySweep(Body):
     """How many overdue sessions one sweep may look at (the body may be left out)."""
 
-    limit: Integer = Field(default=1_000, ge=1, le=100_000, description="at most this many sessions")
+    # The bounds documented, checked by the domain (``require_sweep_limit``): REST said "limit:
+    # must be at least 1 (got 0)" where the CLI says "must be a whole number from 1 to 100000, got 0".
+    limit: Integer = Field(
+        default=1_000,
+        json_schema_extra={"minimum": 1.0, "maximum": float(MAX_SWEEP)},
+        description="at most this many sessions",
+    )
 
 
 class ExpirySweepOut(BaseModel):
