@@ -424,8 +424,12 @@ class Extend(Body):
 
 
 class ForkSession(Body):
+    # The bounds documented, checked by the domain (``fork_session``), in the library's and the
+    # CLI's words: REST said "at_version: must be at least 1 (got 0)" where they say "must be a
+    # version >= 1, got 0", and 2**31 "must be at most 2147483647" for "has 2 versions, not ...".
     at_version: Integer = Field(
-        ge=1, le=MAX_VERSION, description="The parent's version whose state the fork takes."
+        json_schema_extra={"maximum": MAX_VERSION, "minimum": 1},
+        description="The parent's version whose state the fork takes.",
     )
     new_session_id: str = required_id("user-123-1700000000-retry")
     ttl_seconds: TtlSeconds = 86_400
