@@ -6,7 +6,6 @@ engine (``Caller.engine``), so another tenant's session answers exactly as an un
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
@@ -18,6 +17,7 @@ from flowledger.adapters.http.json_body import OneNameRoute
 from flowledger.adapters.http.moments import QueryMoment
 from flowledger.domain.bounds import require_name
 from flowledger.domain.errors import ValidationError
+from flowledger.domain.hours import seconds_as_duration
 from flowledger.domain.session_rules import require_sweep_limit
 from flowledger.projections.expiry import expire_overdue
 from flowledger.projections.registry import projector_for
@@ -100,7 +100,7 @@ def start_session(body: schemas.StartSession, caller: Writer, response: Response
         body.session_id,
         body.workflow,
         user_id=body.user_id,
-        ttl=timedelta(seconds=body.ttl_seconds),
+        ttl=seconds_as_duration(body.ttl_seconds),
         metadata=body.metadata,
     )
     if not start.created:
@@ -203,7 +203,7 @@ def fork(
     existing new id of another fork or session (or an erased parent) 409; nothing is appended then.
     """
     fork = caller.engine.fork_or_get_session(
-        session_id, body.at_version, body.new_session_id, timedelta(seconds=body.ttl_seconds)
+        session_id, body.at_version, body.new_session_id, seconds_as_duration(body.ttl_seconds)
     )
     if not fork.created:
         response.status_code = status.HTTP_200_OK
@@ -217,7 +217,7 @@ def extend(
     """Add ``ttl_seconds`` to the current expiry (24 h + 1 h is 25 h), or set it to ``expires_at``
     (give one of them). An expired session stays expired (410). Sent again under its idempotency
     key (body or ``Idempotency-Key`` header), it moves the expiry no further."""
-    by = None if body.ttl_seconds is None else timedelta(seconds=body.ttl_seconds)
+    by = None if body.ttl_seconds is None else seconds_as_duration(body.ttl_seconds, bounded=False)
     key = one_key(body.idempotency_key, idempotency_key)
     change = caller.engine.change_expiry(session_id, by=by, to=body.expires_at, idempotency_key=key)
     return schemas.SessionOut.of(change.state)

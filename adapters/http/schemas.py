@@ -24,7 +24,6 @@ from pydantic import (
     ConfigDict,
     Field,
     WithJsonSchema,
-    field_validator,
     model_validator,
 )
 from pydantic.config import JsonDict
@@ -251,10 +250,13 @@ def within_max_ttl(limit: float, unit: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-_TTL_SCHEMA = Field(ge=0.001, strict=True, json_schema_extra={"maximum": MAX_TTL_SECONDS})
+_TTL_SCHEMA = Field(strict=True, json_schema_extra={"maximum": MAX_TTL_SECONDS, "minimum": 0.001})
 """A lifetime in seconds: at least a millisecond, and at most ``MAX_TTL`` as the document says
-(its ``maximum``, for clients and generated tests); the bound is checked apart, in words."""
-TtlSeconds = Annotated[float, _TTL_SCHEMA, within_max_ttl(MAX_TTL_SECONDS, "seconds")]
+(for clients and generated tests); the bounds are checked by the domain
+(``hours.seconds_as_duration``), in the words the command line's hours are refused in: REST
+said "ttl_seconds: must be at least 0.001 (got 0)" where ``--ttl-hours 0`` said "must be a
+positive number of hours, got 0"."""
+TtlSeconds = Annotated[float, _TTL_SCHEMA]
 """A new session's lifetime in seconds (``ttl_seconds``)."""
 ExtensionSeconds = Annotated[float, _TTL_SCHEMA]
 """Seconds added to an expiry: the bound is left to the engine, which says how much the session
@@ -407,20 +409,6 @@ class Extend(Body):
         description="The new expiry (RFC 3339 text with a zone, or Unix seconds), instead of ttl_seconds.",
     )
     idempotency_key: str | None = name(description="A retry under it moves the expiry no further.")
-
-    @field_validator("ttl_seconds")
-    @classmethod
-    def _a_duration(cls, seconds: float | None) -> float | None:
-        """Seconds a duration can hold (``timedelta(seconds=1e300)`` overflows); the bound
-        itself is the engine's to say, with how much can still be added."""
-        if seconds is not None:
-            try:
-                timedelta(seconds=seconds)
-            except OverflowError:
-                raise PydanticCustomError(
-                    "ttl_too_long", f"reaches past any expiry (at most {MAX_TTL.days} days can be added)"
-                ) from None
-        return seconds
 
 
 class ForkSession(Body):

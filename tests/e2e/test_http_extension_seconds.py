@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 @pytest.mark.parametrize(
     ("seconds", "said"),
     [
-        (0, "ttl_seconds: must be at least 0.001"),
-        (-5, "ttl_seconds: must be at least 0.001"),
-        (0.0001, "ttl_seconds: must be at least 0.001"),
+        (0, "ttl_seconds: must be a positive number of seconds, got 0"),
+        (-5, "ttl_seconds: must be a positive number of seconds, got -5"),
+        (0.0001, "ttl_seconds: must be at least 0.001 seconds (1 ms), got 0.0001"),
         ("60", "a valid number"),
         (True, "a valid number"),
         ([60], "a valid number"),

@@ -293,9 +293,10 @@ def test_a_lifetime_past_366_days_is_refused_in_words_as_the_library_does(
         "/v1/sessions/s-1/fork", json={"at_version": 1, "new_session_id": "s-3", "ttl_seconds": ttl}
     )
     # Then both are refused naming the bound in days (pydantic said "Input should be less than
-    # or equal to 31622400"), and neither session exists
+    # or equal to 31622400"), as the CLI's hours are (test_ttl_seconds_wording), and neither
+    # session exists
     for response in (started, forked):
-        refused(response, f"ttl_seconds: must be at most 366 days ({LONGEST_TTL_S} seconds)")
+        refused(response, f"ttl_seconds: must be at most {LONGEST_TTL_S} (366 days), got {ttl:g}")
     assert memory_http.get("/v1/sessions/s-2").status_code == 404
     assert memory_http.get("/v1/sessions/s-3").status_code == 404
 
@@ -331,7 +332,7 @@ def test_an_extension_no_duration_can_hold_is_refused_in_words(memory_http: Test
     # When it is extended by more seconds than a duration holds (about 2.7 million years)
     response = memory_http.post("/v1/sessions/s-1/extend", json={"ttl_seconds": ttl})
     # Then it is refused with the bound, not a server error
-    refused(response, "ttl_seconds: reaches past any expiry (at most 366 days can be added)")
+    refused(response, f"ttl_seconds: {ttl:g} seconds reach past any expiry (at most 31622400 ahead)")
 
 
 def test_the_document_still_gives_every_lifetime_its_bounds(memory_http: TestClient) -> None:
