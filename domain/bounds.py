@@ -110,6 +110,11 @@ def _compact_chunks() -> Callable[[Any, int], Iterable[str]]:
 _COMPACT_CHUNKS = _compact_chunks()
 
 
+def versions_held(count: int) -> str:
+    """``count`` versions in words a refusal can show: "1 version", "3 versions"."""
+    return f"{count} version" if count == 1 else f"{count} versions"
+
+
 def shown(value: Any) -> str:
     """``repr(value)`` for a refusal's message, or what the value is when Python cannot write it
     out: an int past 4,300 digits (``sys.get_int_max_str_digits``) by its size, a container

@@ -24,6 +24,7 @@ from flowledger.domain.bounds import (
     require_moment,
     require_object,
     shown,
+    versions_held,
 )
 from flowledger.domain.errors import (
     FlowledgerError,
@@ -262,7 +263,8 @@ class SessionService:
             raise SessionClosed(session_id, "erased")
         if at_version > latest.version:
             raise ValidationError(
-                "at_version", f"session {session_id!r} has {latest.version} versions, not {shown(at_version)}"
+                "at_version",
+                f"session {session_id!r} has {versions_held(latest.version)}, not {shown(at_version)}",
             )
         if at_version < FORKED_AT and latest.forked_from is not None:
             # A fork's Started and Forked are one append: its version 1 is a state no reader
@@ -304,7 +306,9 @@ class SessionService:
             raise SessionNotFound(session_id)
         if version is not None and session.version < version:
             self._refuse_version_archived(session_id, version)
-            raise ValidationError("version", f"session has {session.version} versions, not {shown(version)}")
+            raise ValidationError(
+                "version", f"session has {versions_held(session.version)}, not {shown(version)}"
+            )
         if version is not None and version < FORKED_AT and as_of is None:
             self._refuse_half_made_fork(session_id)
         now = self._store.clock()

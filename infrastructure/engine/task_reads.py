@@ -7,7 +7,7 @@ from datetime import datetime
 from uuid import UUID
 
 from flowledger.domain.agent import Agent, agent_uuid
-from flowledger.domain.bounds import shown
+from flowledger.domain.bounds import shown, versions_held
 from flowledger.domain.errors import AgentNotFound, TaskNotFound, ValidationError
 from flowledger.domain.task import Task, task_uuid
 from flowledger.domain.task_checks import require_limit
@@ -59,7 +59,7 @@ class TaskReads:
         if task is None:
             raise TaskNotFound(task_id)
         if version is not None and task.version < version:
-            raise ValidationError("version", f"task has {task.version} versions, not {shown(version)}")
+            raise ValidationError("version", f"task has {versions_held(task.version)}, not {shown(version)}")
         return task.state()
 
     def task_history(self, task_id: str) -> list[HistoryEntry]:
@@ -76,7 +76,9 @@ class TaskReads:
         if agent is None:
             raise AgentNotFound(agent_id)
         if version is not None and agent.version < version:
-            raise ValidationError("version", f"agent has {agent.version} versions, not {shown(version)}")
+            raise ValidationError(
+                "version", f"agent has {versions_held(agent.version)}, not {shown(version)}"
+            )
         return agent.state()
 
     def agent_history(self, agent_id: str) -> list[HistoryEntry]:

@@ -52,7 +52,7 @@ def test_rest_fork_starts_a_linked_session_and_replays_never_call_the_model(
     ("path", "body", "status", "message"),
     [
         ("/v1/sessions/nobody/fork", {"at_version": 1, "new_session_id": "n"}, 404, "'nobody' not found"),
-        ("/v1/sessions/h-1/fork", {"at_version": 5, "new_session_id": "n"}, 422, "has 1 versions, not 5"),
+        ("/v1/sessions/h-1/fork", {"at_version": 5, "new_session_id": "n"}, 422, "has 1 version, not 5"),
         ("/v1/sessions/h-1/fork", {"at_version": 0, "new_session_id": "n"}, 422, "at_version"),
         ("/v1/sessions/h-1/fork", {"at_version": 1, "new_session_id": "h-1"}, 409, "already exists"),
         ("/v1/sessions/h-1/fork", {"at_version": 1}, 422, "new_session_id"),
@@ -148,7 +148,7 @@ def test_cli_forget_of_a_session_a_second_time_reports_it_already_erased(
     ("args", "code", "message"),
     [
         (("fork", "nobody", "1", "x-1"), 3, "'nobody' not found"),
-        (("fork", "c-1", "9", "x-1"), 2, "has 1 versions, not 9"),
+        (("fork", "c-1", "9", "x-1"), 2, "has 1 version, not 9"),
         (("fork", "c-1", "1", "c-1"), 4, "already exists"),
         (("fork", "c-1", "1", "x-1", "--ttl-hours", "0"), 2, "ttl_hours: must be a positive number of hours"),
         (("fork", "c-1", "1", "x-1", "--ttl-hours", "8785"), 2, "ttl_hours: must be at most 8784 (366 days)"),

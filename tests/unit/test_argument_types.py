@@ -27,8 +27,9 @@ def test_a_session_version_that_is_not_a_whole_number_from_one_is_refused(
     # When it is read at a version that is no version
     with pytest.raises(ValidationError) as raised:
         engine.get_session("s", version=version)
-    # Then the version is refused as such (not "session has 1 versions, not 1.5")
+    # Then the version is refused as such (not "session has 1 version, not 1.5")
     assert raised.value.field == "version"
+    assert "version, not" not in raised.value.message
     assert "versions, not" not in raised.value.message
 
 
@@ -47,7 +48,7 @@ def test_a_task_or_agent_version_that_is_not_a_whole_number_from_one_is_refused(
 
 def test_an_agent_read_past_its_last_version_is_refused_as_a_task_read_is(engine: Engine) -> None:
     engine.register_agent("a", "A", ["x"])
-    with pytest.raises(ValidationError, match="agent has 1 versions, not 5"):
+    with pytest.raises(ValidationError, match="agent has 1 version, not 5"):
         engine.get_agent("a", version=5)
 
 
