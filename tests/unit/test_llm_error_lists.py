@@ -11,8 +11,8 @@ import json
 import httpx
 import pytest
 
-from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.domain.errors import LlmCallFailed
+from tests.support.mock_endpoint import mock_client
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
@@ -44,10 +44,6 @@ CASES = {
 }
 
 
-async def _no_sleep(_: float) -> None:
-    return None
-
-
 @pytest.mark.parametrize("status", list(CASES))
 async def test_an_error_in_a_list_of_one_is_read_as_its_error_object(status: str) -> None:
     body, error_type, attempts, said = CASES[status]
@@ -55,10 +51,7 @@ async def test_an_error_in_a_list_of_one_is_read_as_its_error_object(status: str
     def handler(_: httpx.Request) -> httpx.Response:
         return httpx.Response(int(status), content=body, headers={"content-type": "application/json"})
 
-    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=2)
-    llm = OpenAICompatibleClient(
-        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=_no_sleep
-    )
+    llm = mock_client(handler, max_retries=2)
     async with llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
@@ -83,10 +76,7 @@ async def test_an_error_object_at_the_top_of_the_body_is_read_as_one() -> None:
     def handler(_: httpx.Request) -> httpx.Response:
         return httpx.Response(400, content=body, headers={"content-type": "application/json"})
 
-    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=2)
-    async with OpenAICompatibleClient(
-        config, prices=load_price_table(), transport=httpx.MockTransport(handler)
-    ) as llm:
+    async with mock_client(handler, max_retries=2) as llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     said = "HTTP 400 BadRequestError (code 400): This model's maximum context length is 8192 tokens."
@@ -107,10 +97,7 @@ async def test_an_error_body_after_a_byte_order_mark_is_read_as_json() -> None:
     def handler(_: httpx.Request) -> httpx.Response:
         return httpx.Response(429, content=body, headers={"content-type": "application/json"})
 
-    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=2)
-    llm = OpenAICompatibleClient(
-        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=_no_sleep
-    )
+    llm = mock_client(handler, max_retries=2)
     async with llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
@@ -135,10 +122,7 @@ async def test_an_error_object_with_no_message_says_so_not_that_there_was_no_bod
     def handler(_: httpx.Request) -> httpx.Response:
         return httpx.Response(500, content=body, headers={"content-type": "application/json"})
 
-    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=0)
-    async with OpenAICompatibleClient(
-        config, prices=load_price_table(), transport=httpx.MockTransport(handler)
-    ) as llm:
+    async with mock_client(handler) as llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert f"{said} (after 1 attempt(s))" in str(raised.value)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.domain.errors import LlmCallFailed
+from tests.support.mock_endpoint import mock_client
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 CDN_PAGE = (
@@ -44,10 +44,6 @@ PAGES = {
 }
 
 
-async def _no_sleep(_: float) -> None:
-    return None
-
-
 @pytest.mark.parametrize("page", list(PAGES))
 async def test_an_error_answered_as_a_page_is_named_by_its_title(page: str) -> None:
     # Given an endpoint whose error comes as a page
@@ -57,10 +53,7 @@ async def test_an_error_answered_as_a_page_is_named_by_its_title(page: str) -> N
         headers = {} if content_type is None else {"content-type": content_type}
         return httpx.Response(status, content=body, headers=headers)
 
-    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=0)
-    llm = OpenAICompatibleClient(
-        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=_no_sleep
-    )
+    llm = mock_client(handler)
     async with llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
@@ -75,10 +68,7 @@ async def test_an_error_in_plain_text_is_still_shown_as_its_text() -> None:
     def handler(_: httpx.Request) -> httpx.Response:
         return httpx.Response(502, text="upstream connect error or disconnect/reset before headers")
 
-    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=0)
-    async with OpenAICompatibleClient(
-        config, prices=load_price_table(), transport=httpx.MockTransport(handler)
-    ) as llm:
+    async with mock_client(handler) as llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)
     assert "HTTP 502: upstream connect error or disconnect/reset before headers" in str(raised.value)

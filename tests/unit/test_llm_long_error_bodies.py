@@ -10,16 +10,12 @@ from typing import Any
 import httpx
 import pytest
 
-from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
 from flowledger.domain.errors import LlmCallFailed
+from tests.support.mock_endpoint import mock_client
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 PADDING = 20 * 1024
 """The size of each error body here: past the 8 KiB head the error fields were read from."""
-
-
-async def _no_sleep(_: float) -> None:
-    return None
 
 
 def padded(error: dict[str, Any], where: str) -> bytes:
@@ -60,10 +56,7 @@ async def failed_call(status: int, body: bytes) -> LlmCallFailed:
     def handler(_: httpx.Request) -> httpx.Response:
         return httpx.Response(status, content=body, headers={"content-type": "application/json"})
 
-    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=2)
-    llm = OpenAICompatibleClient(
-        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=_no_sleep
-    )
+    llm = mock_client(handler, max_retries=2)
     async with llm:
         with pytest.raises(LlmCallFailed) as raised:
             await llm.complete(model="gpt-4.1", messages=MESSAGES)

@@ -9,8 +9,9 @@ import json
 import httpx
 import pytest
 
-from flowledger.adapters.llm import ApiKey, ClientConfig, OpenAICompatibleClient, load_price_table
+from flowledger.adapters.llm import OpenAICompatibleClient
 from flowledger.domain.errors import LlmCallFailed
+from tests.support.mock_endpoint import mock_client
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 CHUNKS = [
@@ -28,10 +29,6 @@ WRITTEN = {
 }
 
 
-async def _no_sleep(_: float) -> None:
-    return None
-
-
 def client_for(body: bytes, content_type: str | None, seen: list[httpx.Request]) -> OpenAICompatibleClient:
     """A client whose endpoint answers every request 200 ``body`` labelled ``content_type``."""
 
@@ -40,10 +37,7 @@ def client_for(body: bytes, content_type: str | None, seen: list[httpx.Request])
         headers = {} if content_type is None else {"content-type": content_type}
         return httpx.Response(200, content=body, headers=headers)
 
-    config = ClientConfig(base_url="https://llm.test/v1", api_key=ApiKey("sk-test-secret-1"), max_retries=2)
-    return OpenAICompatibleClient(
-        config, prices=load_price_table(), transport=httpx.MockTransport(handler), retry_sleep=_no_sleep
-    )
+    return mock_client(handler, max_retries=2)
 
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8", None])
