@@ -174,12 +174,9 @@ async def test_no_step_in_flight_when_an_engine_closes_is_left_pending(
     # Then every caller is told its step was given up, and a fresh engine finds none pending
     outcomes = await asyncio.wait_for(asyncio.gather(*steps, return_exceptions=True), HANG_S)
     assert all(isinstance(o, StepInterrupted) and o.given_up for o in outcomes), outcomes
-    fresh = Engine(settings=settings)
-    try:
+    with Engine(settings=settings) as fresh:
         assert [len(fresh.get_session(s).pending) for s in sessions] == [0] * len(sessions)
         assert all(steps_of(fresh, s)[-1][2] == ENGINE_CLOSED for s in sessions)
-    finally:
-        fresh.close()
 
 
 @pytest.mark.postgres
@@ -203,12 +200,9 @@ async def test_a_step_whose_answer_is_being_recorded_when_its_engine_closes_is_r
     # Then the answer was recorded before the store closed, and the caller has it
     record = await asyncio.wait_for(step, HANG_S)
     assert record.idempotency_key == "k1"
-    fresh = Engine(settings=settings)
-    try:
+    with Engine(settings=settings) as fresh:
         assert [t for t, _, _ in steps_of(fresh, "s1")] == ["StepStarted", "StepProcessed"]
         assert len(model.calls) == 1
-    finally:
-        fresh.close()
 
 
 def test_a_step_interrupted_says_whether_its_retry_runs_at_once_or_after_the_lease() -> None:
@@ -269,11 +263,8 @@ async def test_a_step_whose_start_is_being_saved_when_its_own_loop_closes_the_en
         await asyncio.wait_for(step, HANG_S)
     assert raised.value.given_up
     assert model.calls == []
-    fresh = Engine(settings=settings)
-    try:
+    with Engine(settings=settings) as fresh:
         assert steps_of(fresh, "s1") == [("StepStarted", "k1", None), ("StepFailed", "k1", ENGINE_CLOSED)]
-    finally:
-        fresh.close()
 
 
 @pytest.mark.postgres
@@ -300,8 +291,5 @@ async def test_a_step_whose_answer_is_being_saved_when_its_own_loop_closes_the_e
     # Then the answer was recorded before the store closed, and the caller has it
     record = await asyncio.wait_for(step, HANG_S)
     assert record.idempotency_key == "k1"
-    fresh = Engine(settings=settings)
-    try:
+    with Engine(settings=settings) as fresh:
         assert [t for t, _, _ in steps_of(fresh, "s1")] == ["StepStarted", "StepProcessed"]
-    finally:
-        fresh.close()
