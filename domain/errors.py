@@ -102,6 +102,12 @@ class ValidationError(FlowledgerError, ValueError):
         self.field = field
         self.message = message
 
+    def named(self, field: str) -> ValidationError:
+        """The same refusal, of the field as its caller named it (``change_expiry``'s ``by`` for
+        the ``ttl`` of the extension it makes; REST's ``ttl_seconds`` and the CLI's ``hours``
+        for that ``by``): a refusal naming a field its caller never gave reads as another's."""
+        return ValidationError(field, self.message)
+
 
 MAX_MESSAGE_LENGTH = 800
 """Characters of a ValidationError's message kept: messages quote what they refuse ("got

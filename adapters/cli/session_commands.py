@@ -71,9 +71,12 @@ def extend(
         by = None if hours is None else hours_as_duration(hours, bounded=False)
         to = None if until is None else parse_time(until, "until")
         with Engine() as engine:
-            change = engine.change_expiry(
-                session_id, by=by, to=to, reopen_expired=reopen, idempotency_key=idempotency_key
-            )
+            try:
+                change = engine.change_expiry(
+                    session_id, by=by, to=to, reopen_expired=reopen, idempotency_key=idempotency_key
+                )
+            except ValidationError as refused:  # --hours, which the engine calls by
+                raise (refused.named("hours") if refused.field == "by" else refused) from None
         after = change.state.expires_at.isoformat(timespec="seconds")
         before = change.previous_expires_at.isoformat(timespec="seconds")
         how = "reopened: it had expired" if change.reopened else f"it was {before}"

@@ -219,7 +219,10 @@ def extend(
     key (body or ``Idempotency-Key`` header), it moves the expiry no further."""
     by = None if body.ttl_seconds is None else seconds_as_duration(body.ttl_seconds, bounded=False)
     key = one_key(body.idempotency_key, idempotency_key)
-    change = caller.engine.change_expiry(session_id, by=by, to=body.expires_at, idempotency_key=key)
+    try:
+        change = caller.engine.change_expiry(session_id, by=by, to=body.expires_at, idempotency_key=key)
+    except ValidationError as refused:  # the body's name for the duration the engine calls by
+        raise (refused.named("ttl_seconds") if refused.field == "by" else refused) from None
     return schemas.SessionOut.of(change.state)
 
 

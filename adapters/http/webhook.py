@@ -242,7 +242,10 @@ def _extend(
     else:
         hours = body.expires_hours or DEFAULT_HOURS
         by = timedelta(hours=hours)
-        change = engine.change_expiry(session_id, by=by, reopen_expired=not strict, idempotency_key=key)
+        try:
+            change = engine.change_expiry(session_id, by=by, reopen_expired=not strict, idempotency_key=key)
+        except ValidationError as refused:  # the body's name for the duration the engine calls by
+            raise (refused.named("expires_hours") if refused.field == "by" else refused) from None
         how = f"{hours:g} h from now (it had expired)" if change.reopened else f"{hours:g} h added"
     expires_at = change.state.expires_at.isoformat()
     previous = change.previous_expires_at.isoformat()

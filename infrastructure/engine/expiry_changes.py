@@ -26,7 +26,12 @@ class ExpiryChanges:
         """The expiry moved ``by`` a duration or ``to`` a moment (ValidationError: neither or both)."""
         key = idempotency_key
         if by is not None and to is None:
-            return self._sessions.extend(session_id, by, reopen_expired=reopen_expired, idempotency_key=key)
+            try:
+                return self._sessions.extend(
+                    session_id, by, reopen_expired=reopen_expired, idempotency_key=key
+                )
+            except ValidationError as refused:
+                raise (refused.named("by") if refused.field == "ttl" else refused) from None
         if to is not None and by is None:
             return self._sessions.set_expiry(
                 session_id, to, reopen_expired=reopen_expired, idempotency_key=key

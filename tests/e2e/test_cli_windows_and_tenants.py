@@ -156,7 +156,7 @@ def test_extending_past_the_bound_says_how_much_can_still_be_added(
     # Then the refusal says how much can still be added, in one line, and nothing was recorded
     assert done.returncode == 2, (done.stdout, done.stderr)
     [line] = done.stderr.strip().splitlines()
-    assert line.startswith("error: ttl: the expiry would be "), line
+    assert line.startswith("error: hours: the expiry would be "), line  # the option given
     assert "must lie at most 366 days ahead" in line
     assert line.endswith("can still be added"), line
     assert "at most 365 days, 0:" in line

@@ -321,6 +321,7 @@ def test_an_extension_past_366_days_says_how_much_can_still_be_added(
     # than or equal to" said neither), and nothing changed
     refused(response, "must lie at most 366 days ahead")
     assert response.json()["error"].endswith("can still be added"), response.json()["error"]
+    assert response.json()["error"].startswith("ttl_seconds: "), response.json()["error"]  # the body's field
     assert "at most 365 days, " in response.json()["error"]
     assert memory_http.get("/v1/sessions/s-1").json() == before
 

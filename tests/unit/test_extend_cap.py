@@ -64,8 +64,8 @@ def test_the_refusal_says_how_much_can_still_be_added(still: Engine) -> None:
     # Given a session that lives one hour
     started = still.start_session("s1", "cs", ttl=timedelta(hours=1))
     # When it is extended by MAX_TTL
-    with pytest.raises(ValidationError, match=BEYOND) as raised:
-        still.change_expiry("s1", by=MAX_TTL)
+    with pytest.raises(ValidationError, match=BEYOND.replace("ttl:", "by:", 1)) as raised:
+        still.change_expiry("s1", by=MAX_TTL)  # its argument's name (extend_session's is ttl)
     # Then the message says what is left, and the session is as it was
     assert raised.value.message.endswith(": at most 365 days, 23:00:00 can still be added")
     assert still.get_session("s1") == started
@@ -127,10 +127,10 @@ def test_http_and_webhook_answer_422_with_the_field_and_the_message(still: Engin
             json={"action": "extend_session", "session_id": "s1", "expires_hours": 1},
         )
     # Then both answer 422 naming the field and the bound, and only the first extension is kept
-    for refused in (again, hook):
+    for refused, field in ((again, "ttl_seconds"), (hook, "expires_hours")):  # each as its body names it
         assert refused.status_code == 422
         assert refused.json()["success"] is False
-        assert refused.json()["error"].startswith("ttl: the expiry would be 2027-03-02T13:00:00+00:00")
+        assert refused.json()["error"].startswith(f"{field}: the expiry would be 2027-03-02T13:00:00+00:00")
         assert "must lie at most 366 days ahead" in refused.json()["error"]
     assert [e.event_type for e in still.history("s1")] == ["Session.Started", "Session.Extended"]
 
@@ -158,7 +158,7 @@ def test_reopening_for_longer_than_the_bound_says_the_whole_bound_can_be_added()
         now[0] += timedelta(hours=2)
         with pytest.raises(ValidationError) as raised:
             engine.change_expiry("s1", by=timedelta(days=400), reopen_expired=True)
-        assert raised.value.field == "ttl"
+        assert raised.value.field == "by"  # change_expiry's argument (extend_session's is ttl)
         assert raised.value.message.endswith(": at most 366 days, 0:00:00 can still be added")
 
 
