@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -20,6 +21,16 @@ from tests.conftest import make_settings
 
 BASE_URL = "http://llm-gateway.corp.internal:8443/v1"
 HOST = "llm-gateway.corp.internal"
+_PORT = re.compile(r"(?<!\d)8443(?!\d)")
+"""The endpoint's port as a number of its own: a dumped event's timestamp may hold the digits
+(02:38:46.584430Z failed a clean-clone run that looked for "8443")."""
+
+
+def names_internal(text: str) -> list[str]:
+    """What of the endpoint's host, port, address and URL ``text`` shows."""
+    return [part for part in (HOST, "10.20.30.40", "http://") if part in text] + _PORT.findall(text)
+
+
 STEP = {"action": "process_step", "session_id": "s-1", "step_name": "greet", "input_data": {"m": "hi"}}
 
 
@@ -84,8 +95,8 @@ def test_a_failed_model_call_is_told_without_the_endpoints_url_or_host(
         # Then the caller is told it failed, with no URL, host name or address of the endpoint
         assert response.status_code == 502
         told = response.json()["error"]
-        for internal in (HOST, "8443", "10.20.30.40", "http://", "llm-gateway"):
-            assert internal not in told, told
+        assert not names_internal(told), told
+        assert "llm-gateway" not in told, told
         assert "model call" in told
         request_id = response.headers["x-request-id"]
         assert request_id in told
@@ -133,8 +144,7 @@ def test_a_sessions_failures_are_read_without_the_endpoints_url_or_host() -> Non
         # When the session is read over REST
         [failure] = client.get("/v1/sessions/s-1").json()["failures"]
         # Then its failure names no URL, host or address (they were read as recorded)
-        for internal in (HOST, "8443", "10.20.30.40", "http://"):
-            assert internal not in failure["error_message"], failure
+        assert not names_internal(failure["error_message"]), failure
         assert failure["error_message"].startswith("gpt-4.1: connection failed: ConnectError")
         # And the recorded StepFailed keeps the whole message, for the operator
         assert HOST in engine.get_session("s-1").failures[0].error_message
@@ -149,8 +159,7 @@ def test_a_sessions_history_shows_its_failures_without_the_endpoints_url_or_host
         # Then its StepFailed names no URL, host or address of the endpoint
         [failed] = [e for e in events if e["event_type"].endswith("StepFailed")]
         shown = json.dumps(failed)
-        for internal in (HOST, "8443", "10.20.30.40", "http://"):
-            assert internal not in shown, failed
+        assert not names_internal(shown), failed
         assert failed["data"]["error_message"].startswith("gpt-4.1: connection failed: ConnectError")
         # And the stored event keeps the whole message, for the operator
         [stored] = [e for e in engine.history("s-1") if e.event_type.endswith("StepFailed")]
@@ -170,8 +179,7 @@ def test_a_circuit_open_failure_in_history_shows_no_endpoint_in_its_fields() -> 
         details = [e["data"]["error_detail"] for e in events if e["event_type"].endswith("StepFailed")]
         assert any(detail and detail.get("error") == "CircuitOpen" for detail in details), details
         shown = json.dumps(events)
-        for internal in (HOST, "8443", "http://"):
-            assert internal not in shown
+        assert not names_internal(shown), shown
 
 
 def test_a_tasks_failed_classification_is_read_without_the_endpoints_url_or_host() -> None:
@@ -185,7 +193,6 @@ def test_a_tasks_failed_classification_is_read_without_the_endpoints_url_or_host
         # Then neither names the endpoint's URL, host or address
         assert task["classification_failure"]["detail"]
         for shown in (json.dumps(task), json.dumps(history)):
-            for internal in (HOST, "8443", "10.20.30.40", "http://"):
-                assert internal not in shown, shown
+            assert not names_internal(shown), shown
         # And the stored event keeps the whole detail
         assert HOST in engine.get_task("T-1").classification_failure.detail  # type: ignore[union-attr]
