@@ -43,20 +43,22 @@ def _on_kept_connection(database_url: str, use: Callable[[psycopg.Connection[Any
     A connection per drop cost PostgreSQL a backend's start and exit (6-7 ms of its CPU) for
     every database test, thousands a run on CI's two cores."""
     with _kept_lock:
-        for attempt in (1, 2):
-            conn = _kept.get(database_url)
-            if conn is None or conn.closed:
-                for other in _kept.values():
-                    other.close()
-                _kept.clear()
-                conn = _kept[database_url] = psycopg.connect(database_url, autocommit=True)
-            try:
-                return use(conn)
-            except psycopg.OperationalError:
-                conn.close()
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            return use(_kept_connection(database_url))
+        except psycopg.OperationalError:
+            _kept.pop(database_url).close()
+            return use(_kept_connection(database_url))
+
+
+def _kept_connection(database_url: str) -> psycopg.Connection[Any]:
+    """The kept connection to ``database_url``, made (and another database's closed) if need be."""
+    conn = _kept.get(database_url)
+    if conn is None or conn.closed:
+        for other in _kept.values():
+            other.close()
+        _kept.clear()
+        conn = _kept[database_url] = psycopg.connect(database_url, autocommit=True)
+    return conn
 
 
 def schemas_starting_with(database_url: str, prefix: str) -> list[str]:
